@@ -1,0 +1,148 @@
+"""The one exception tree of the orchestrator.
+
+    OrchestratorError
+    ├── UsageError                  bad input from the user: CLI exits 2 with one line
+    │   ├── ConfigError             a config file, env var or -S parameter is wrong
+    │   ├── StrategyLoadError       a strategy file/module cannot be loaded
+    │   └── PreflightError          the environment is not ready (Docker, git, auth, disk)
+    ├── RunLockedError              another live process writes this run's log
+    ├── RunnerError                 raised at the runner boundary (Docker, git, agent)
+    │   ├── GitError                clone/fetch/import failed (category "git")
+    │   │   └── BranchExistsError   import_conflict_policy="fail" met an existing branch
+    │   ├── ContainerError          Docker failed or the container died (category "container")
+    │   ├── AgentError              the agent CLI reported an API/auth/rate-limit error ("api")
+    │   └── TaskTimeoutError        the container-level timeout expired ("timeout")
+    └── StrategyError               raised to or by strategy code
+        ├── TaskFailed              ctx.wait() on a failed task
+        ├── AggregateTaskFailed     ctx.wait_all() when one or more tasks failed
+        ├── NoViableCandidates      a selection strategy has nothing left to choose
+        ├── KeyConflictDifferentFingerprint   same key, different task input
+        └── NondeterminismError     strict mode: strategy code called a wall-clock/random API
+
+Library errors (docker-py, subprocess) are translated into this tree at the
+boundary with ``raise ... from``, so callers only ever catch these.
+"""
+
+from __future__ import annotations
+
+
+class OrchestratorError(Exception):
+    """Base of every error the orchestrator raises on purpose."""
+
+
+class UsageError(OrchestratorError, ValueError):
+    """The user asked for something that cannot work; the message says how to fix it."""
+
+
+class ConfigError(UsageError):
+    """A configuration value, file or strategy parameter is invalid."""
+
+
+class StrategyLoadError(UsageError):
+    """A strategy name, file or module could not be loaded."""
+
+
+class PreflightError(UsageError):
+    """The environment is not ready to start a run (Docker, repository, auth, disk)."""
+
+
+class RunLockedError(OrchestratorError):
+    """Another live process holds the writer lock of this run's event log."""
+
+
+class RunnerError(OrchestratorError):
+    """A task could not be executed. ``category`` is one of timeout|api|container|git."""
+
+    category = "container"
+
+    def __init__(self, message: str, *, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+
+
+class GitError(RunnerError):
+    """A git operation (clone, fetch, import) failed."""
+
+    category = "git"
+
+
+class BranchExistsError(GitError):
+    """The target branch exists and import_conflict_policy is "fail"."""
+
+
+class ContainerError(RunnerError):
+    """Docker could not create, start or exec the container, or it died."""
+
+    category = "container"
+
+
+class AgentError(RunnerError):
+    """The agent CLI reported an API, auth or rate-limit error."""
+
+    category = "api"
+
+
+class TaskTimeoutError(RunnerError):
+    """The task ran past its container-level timeout."""
+
+    category = "timeout"
+
+
+class StrategyError(OrchestratorError):
+    """Base of the errors strategies see through ``ctx.errors``."""
+
+
+class TaskFailed(StrategyError):
+    """Raised by ``ctx.wait()`` when the task failed."""
+
+    def __init__(self, key: str, error_type: str, message: str) -> None:
+        super().__init__(f"task {key} failed ({error_type}): {message}")
+        self.key = key
+        self.error_type = error_type
+        self.message = message
+
+    def __reduce__(self):  # keep the three fields through pickling/copying
+        return (type(self), (self.key, self.error_type, self.message))
+
+
+class AggregateTaskFailed(StrategyError):
+    """Raised by ``ctx.wait_all()`` when any task failed and failures are not tolerated."""
+
+    def __init__(self, keys: list[str], failures: list[TaskFailed] | None = None) -> None:
+        super().__init__(f"{len(keys)} task(s) failed: {', '.join(keys)}")
+        self.keys = list(keys)
+        self.failures = list(failures or [])
+
+
+class NoViableCandidates(StrategyError):
+    """A selection strategy ended with no valid candidate to choose."""
+
+    def __init__(self, message: str = "no viable candidates") -> None:
+        super().__init__(message)
+
+
+class KeyConflictDifferentFingerprint(StrategyError):
+    """The same durable key was scheduled with a different task input."""
+
+    def __init__(self, key: str, recorded: str, new: str) -> None:
+        super().__init__(
+            f"key {key!r} was already scheduled with fingerprint {recorded} "
+            f"but is now scheduled with {new}; use a different key for a different task"
+        )
+        self.key = key
+        self.recorded = recorded
+        self.new = new
+
+
+class NondeterminismError(StrategyError):
+    """Strict determinism mode: strategy code called a non-replayable API directly."""
+
+
+class StrategyErrors:
+    """The namespace exposed as ``ctx.errors``."""
+
+    TaskFailed = TaskFailed
+    AggregateTaskFailed = AggregateTaskFailed
+    NoViableCandidates = NoViableCandidates
+    KeyConflictDifferentFingerprint = KeyConflictDifferentFingerprint
+    NondeterminismError = NondeterminismError

@@ -1,0 +1,138 @@
+"""Frozen records at the runner boundary.
+
+The runner layer knows nothing of strategies: it receives an
+:class:`InstanceRequest` whose names (container, branch, instance id, run id)
+are opaque strings chosen by orchestration, and returns a :class:`RunnerResult`.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+ImportPolicy = Literal["auto", "never", "always"]
+ConflictPolicy = Literal["fail", "overwrite", "suffix"]
+Status = Literal["success", "failed", "timeout", "interrupted"]
+ErrorCategory = Literal["timeout", "api", "container", "git"]
+NetworkEgress = Literal["online", "offline", "proxy"]
+IsolationMode = Literal["full_copy", "shared_objects"]
+
+
+class ContainerLimits(msgspec.Struct, frozen=True, kw_only=True):
+    cpus: float = 2
+    memory: str = "4g"
+
+
+class AuthConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """Credentials. Never logged: ``__repr__`` hides the values."""
+
+    oauth_token: str | None = None
+    api_key: str | None = None
+    base_url: str | None = None
+    openai_api_key: str | None = None
+    openai_base_url: str | None = None
+
+    def __repr__(self) -> str:
+        present = [f for f in self.__struct_fields__ if getattr(self, f)]
+        return f"AuthConfig(<set: {', '.join(present) or 'none'}>)"
+
+    def secret_values(self) -> list[str]:
+        return [v for v in (self.oauth_token, self.api_key, self.openai_api_key) if v]
+
+
+class RetryConfig(msgspec.Struct, frozen=True, kw_only=True):
+    max_attempts: int = 3
+    backoff_base_s: float = 10.0
+    backoff_factor: float = 6.0
+    backoff_max_s: float = 360.0
+
+
+class InstanceRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """Everything ``run_instance()`` needs to run exactly one task."""
+
+    prompt: str
+    repo_path: str
+    base_branch: str = "main"
+    branch_name: str
+    run_id: str
+    strategy_execution_id: str
+    strategy_index: int = 1
+    instance_id: str
+    task_key: str
+    container_name: str
+    model: str = "sonnet"
+    session_id: str | None = None
+    session_group_key: str | None = None
+    timeout_seconds: float = 3600.0
+    container_limits: ContainerLimits = ContainerLimits()
+    reuse_container: bool = True
+    finalize: bool = True
+    retry_config: RetryConfig = RetryConfig()
+    docker_image: str = "claude-code"
+    plugin_name: str = "claude-code"
+    system_prompt: str | None = None
+    append_system_prompt: str | None = None
+    max_turns: int | None = None
+    import_policy: ImportPolicy = "auto"
+    import_conflict_policy: ConflictPolicy = "fail"
+    skip_empty_import: bool = True
+    # Shell command for the ``command`` plugin (evaluations, checks, merges).
+    command: str | None = None
+    # Further host branches made present in the isolated clone as read-only refs.
+    include_branches: tuple[str, ...] = ()
+    network_egress: NetworkEgress = "online"
+    review_workspace_mode: Literal["ro", "rw"] = "ro"
+    isolation_mode: IsolationMode = "full_copy"
+    session_volume_scope: Literal["run", "global"] = "run"
+    # Extra environment for the agent process (non-secret).
+    env: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+class BranchArtifact(msgspec.Struct, frozen=True, kw_only=True):
+    type: str = "branch"
+    branch_planned: str
+    branch_final: str | None
+    base: str
+    commit: str
+    has_changes: bool
+    commit_count: int = 0
+    lines_added: int = 0
+    lines_deleted: int = 0
+
+
+class Metrics(msgspec.Struct, frozen=True, kw_only=True):
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost_usd: float | None = None  # None: the tool reported no cost and none could be estimated
+    duration_s: float = 0.0
+
+
+class RunnerResult(msgspec.Struct, frozen=True, kw_only=True):
+    status: Status
+    instance_id: str
+    artifact: BranchArtifact | None = None
+    final_message: str = ""
+    metrics: Metrics = Metrics()
+    session_id: str | None = None
+    error_type: ErrorCategory | None = None
+    error: str | None = None
+    exit_code: int | None = None
+    retry_attempts: int = 0
+    started_at: str | None = None
+    completed_at: str | None = None
+    container_name: str | None = None
+    log_path: str | None = None
+    workspace_path: str | None = None
+
+    @property
+    def cost(self) -> float | None:
+        return self.metrics.cost_usd
+
+    @property
+    def tokens_total(self) -> int:
+        return self.metrics.tokens_in + self.metrics.tokens_out
+
+    @property
+    def has_changes(self) -> bool:
+        return bool(self.artifact and self.artifact.has_changes)
