@@ -1,0 +1,215 @@
+"""Stream helpers shared by the runner plugins.
+
+* :class:`LineBuffer` turns raw stdout chunks into complete text lines. Lines
+  are split on the byte ``\\n`` before decoding, so a multi-byte UTF-8
+  character split across two reads is never damaged (``0x0A`` never occurs
+  inside a multi-byte sequence). Invalid UTF-8 is replaced, never fatal. One
+  line is capped at ``max_line_bytes``: past the cap the rest of that line is
+  discarded as it arrives, so memory stays bounded even if an agent prints
+  100 MB without a newline.
+* :class:`Tail` keeps the last N bytes of a stream (stderr, plain output).
+* :func:`classify_failure` maps error text and HTTP statuses to the spec's
+  categories (§3.7 retryable patterns).
+* :class:`SecretEnv` is a ``dict`` whose ``repr`` masks credentials.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from orchestrator.runner.types import ErrorCategory
+
+MAX_LINE_BYTES = 8 * 1024 * 1024
+EVENT_TEXT_LIMIT = 64 * 1024
+
+
+class LineBuffer:
+    """Byte buffer yielding complete, decoded lines; bounded per line."""
+
+    def __init__(self, max_line_bytes: int = MAX_LINE_BYTES) -> None:
+        self.max_line_bytes = max_line_bytes
+        self._buf = bytearray()
+        self._skipping = False  # inside an oversized line: drop bytes until "\n"
+        self.oversized_lines = 0
+
+    @property
+    def buffered(self) -> int:
+        """Bytes currently held for an incomplete line (for tests and metrics)."""
+        return len(self._buf)
+
+    def feed(self, chunk: bytes) -> list[str]:
+        lines: list[str] = []
+        start = 0
+        view = memoryview(chunk)
+        while True:
+            nl = chunk.find(b"\n", start)
+            if nl < 0:
+                break
+            self._take(view[start:nl], lines, complete=True)
+            start = nl + 1
+        if start < len(chunk):
+            self._take(view[start:], lines, complete=False)
+        return lines
+
+    def flush(self) -> list[str]:
+        """Return the final line when the stream ended without a newline."""
+        lines: list[str] = []
+        if self._buf and not self._skipping:
+            lines.append(_decode(self._buf))
+        self._buf = bytearray()
+        self._skipping = False
+        return lines
+
+    def _take(self, piece: memoryview, lines: list[str], *, complete: bool) -> None:
+        if not self._skipping:
+            if len(self._buf) + len(piece) > self.max_line_bytes:
+                self.oversized_lines += 1
+                self._skipping = True
+                self._buf = bytearray()
+            else:
+                self._buf += piece
+        if complete:
+            if not self._skipping:
+                lines.append(_decode(self._buf))
+            self._buf = bytearray()
+            self._skipping = False
+
+
+def _decode(raw: bytes | bytearray) -> str:
+    text = bytes(raw).decode("utf-8", errors="replace")
+    return text[:-1] if text.endswith("\r") else text
+
+
+def parse_object(line: str) -> dict[str, Any] | None:
+    """A JSON object from one line, or ``None`` for blank, garbage or non-object lines."""
+    line = line.strip()
+    if not line.startswith("{"):
+        return None
+    try:
+        obj = json.loads(line)
+    except ValueError:
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+class Tail:
+    """The last ``limit`` bytes written; counts everything seen."""
+
+    def __init__(self, limit: int = 64 * 1024) -> None:
+        self.limit = limit
+        self._buf = bytearray()
+        self.total = 0
+
+    def write(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        if len(chunk) >= self.limit:
+            self._buf = bytearray(chunk[-self.limit :])
+        else:
+            self._buf += chunk
+            if len(self._buf) > self.limit:
+                del self._buf[: len(self._buf) - self.limit]
+
+    @property
+    def truncated(self) -> bool:
+        return self.total > len(self._buf)
+
+    def text(self) -> str:
+        raw = bytes(self._buf)
+        if self.truncated:
+            # Drop a partial UTF-8 sequence cut at the front of the window.
+            while raw and 0x80 <= raw[0] < 0xC0:
+                raw = raw[1:]
+        return raw.decode("utf-8", errors="replace")
+
+    def last_lines(self, n: int = 20, max_chars: int = 2000) -> str:
+        text = self.text().rstrip()
+        tail = "\n".join(text.splitlines()[-n:])
+        return tail[-max_chars:]
+
+
+def clip(value: Any, limit: int = EVENT_TEXT_LIMIT) -> Any:
+    """Shorten long strings for event payloads (runner.jsonl), leaving other values alone."""
+    if isinstance(value, str) and len(value) > limit:
+        return value[:limit] + f"... [{len(value) - limit} more chars]"
+    return value
+
+
+def as_int(value: Any) -> int:
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
+
+
+# --- error classification (spec §3.7) -------------------------------------------------
+
+_AUTH = re.compile(
+    r"\b40[13]\b|unauthori[sz]ed|forbidden|authentication|invalid api key|incorrect api key|"
+    r"api[ _]key|oauth token|not logged in|please run /login|permission_error",
+    re.IGNORECASE,
+)
+_BAD_REQUEST = re.compile(
+    r"\b40[04]\b|not_found_error|model .*not (found|supported)|invalid_request_error", re.IGNORECASE
+)
+_RATE = re.compile(
+    r"\b429\b|\b529\b|rate[ _-]?limit|too many requests|usage limit|session limit|overloaded|quota",
+    re.IGNORECASE,
+)
+_TRANSIENT_API = re.compile(
+    r"\b50[0234]\b|api error|internal server error|connection reset|socket hang up|ECONNRESET|ECONNREFUSED|"
+    r"ETIMEDOUT|ENETUNREACH|EAI_AGAIN|stream disconnected|network error|fetch failed",
+    re.IGNORECASE,
+)
+_DOCKER = re.compile(
+    r"connection refused|no such host|timeout|timed out|daemon|cannot connect|no such container|"
+    r"OCI runtime|container .* is not running|out of memory|no space left",
+    re.IGNORECASE,
+)
+
+
+def classify_status(status: int | None) -> tuple[ErrorCategory, bool] | None:
+    """(category, retryable) for an HTTP status the tool reported, if it decides."""
+    if status is None:
+        return None
+    if status in (429, 529) or status >= 500:
+        return "api", True
+    if status in (400, 401, 403, 404, 413, 422):
+        return "api", False
+    return None
+
+
+def classify_api_text(text: str) -> tuple[ErrorCategory, bool]:
+    """(category, retryable) for an error message the agent tool reported about its API."""
+    if _AUTH.search(text):
+        return "api", False
+    if _RATE.search(text):
+        return "api", True
+    if _BAD_REQUEST.search(text):
+        return "api", False
+    if _TRANSIENT_API.search(text):
+        return "api", True
+    return "api", False
+
+
+def classify_crash(exit_code: int | None, text: str) -> tuple[ErrorCategory, bool]:
+    """(category, retryable) when the tool ended without reporting a result."""
+    if _AUTH.search(text):
+        return "api", False
+    if _RATE.search(text) or _TRANSIENT_API.search(text):
+        return "api", True
+    if _DOCKER.search(text) or exit_code in (137, 143):  # SIGKILL (OOM) / SIGTERM
+        return "container", True
+    return "container", False
+
+
+class SecretEnv(dict):
+    """Environment mapping whose ``repr``/``str`` hide credential values."""
+
+    def __init__(self, *args: Any, secret_keys: frozenset[str] = frozenset(), **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.secret_keys = secret_keys
+
+    def __repr__(self) -> str:
+        shown = {k: ("***" if k in self.secret_keys else v) for k, v in self.items()}
+        return f"SecretEnv({shown!r})"
+
+    __str__ = __repr__
