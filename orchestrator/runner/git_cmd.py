@@ -1,0 +1,226 @@
+"""Running git safely, validating ref names, and the per-repository import lock.
+
+Every git call of the runner goes through :func:`run_git`. It never raises
+``CalledProcessError``: a failure becomes :class:`~orchestrator.errors.GitError`
+carrying the last lines of git's stderr. Names that reach git as arguments are
+checked first by :func:`check_branch_name`, so ``--upload-pack=x`` or ``../``
+can never turn into an option or a path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import threading
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from ..errors import GitError
+
+# Environment variables that would redirect git to another repository or index
+# if the orchestrator itself runs inside a git hook or a `git rebase -x` shell.
+_STRIP_ENV = (
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_INDEX_FILE",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    "GIT_COMMON_DIR",
+    "GIT_NAMESPACE",
+    "GIT_PREFIX",
+)
+
+# The workspace is owned by the container user (uid 1000) while the host side
+# runs as another user, so git's ownership check must be waived for our calls.
+# "-c" is command-line scope, which git honours for safe.directory; nothing is
+# written to any config file.
+_BASE_ARGS = ("-c", "safe.directory=*")
+
+# Extra settings when git reads a workspace the agent could have tampered
+# with: no fsmonitor daemon command, no hooks.
+WORKSPACE_HARDENING = ("-c", "core.fsmonitor=false", "-c", "core.hooksPath=/nonexistent-orchestrator-hooks")
+
+# `git fetch <local path>` runs upload-pack in the source repository with a
+# scrubbed environment (GIT_CONFIG_PARAMETERS is dropped), so "-c" does not
+# reach it. Fetching from a workspace therefore names an upload-pack command
+# that carries the waiver itself. Run through `sh -c` by git: keep it quoted.
+WORKSPACE_UPLOAD_PACK = "git -c 'safe.directory=*' -c core.fsmonitor=false upload-pack"
+
+_STDERR_LINES = 5
+
+
+def git_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in _STRIP_ENV}
+    env.update(
+        GIT_TERMINAL_PROMPT="0",
+        LC_ALL="C",
+        LANGUAGE="C",
+        # Read-only commands (status) must not rewrite the user's index.
+        GIT_OPTIONAL_LOCKS="0",
+    )
+    if extra:
+        env.update(extra)
+    return env
+
+
+def _tail(text: str) -> str:
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    return " | ".join(lines[-_STDERR_LINES:])
+
+
+def run_git(
+    args: Sequence[str | os.PathLike[str]],
+    *,
+    cwd: str | os.PathLike[str] | None = None,
+    check: bool = True,
+    env: dict[str, str] | None = None,
+    what: str | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``git <args>`` and return the completed process (text mode).
+
+    With ``check`` a non-zero exit raises :class:`GitError` whose message names
+    the operation and ends with git's stderr.
+    """
+    argv = ["git", *_BASE_ARGS, *(os.fspath(a) for a in args)]
+    try:
+        proc = subprocess.run(
+            argv,
+            cwd=cwd,
+            env=git_env(env),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            encoding="utf-8",
+            errors="replace",
+        )
+    except FileNotFoundError as exc:
+        raise GitError("git executable not found on PATH; install git") from exc
+    except OSError as exc:
+        raise GitError(f"could not run git: {exc}") from exc
+    if check and proc.returncode != 0:
+        label = what or f"git {_first_command(args)}"
+        detail = _tail(proc.stderr) or _tail(proc.stdout) or "no output"
+        raise GitError(f"{label} failed (exit {proc.returncode}): {detail}")
+    return proc
+
+
+def _first_command(args: Sequence[str | os.PathLike[str]]) -> str:
+    skip = False
+    for a in args:
+        a = os.fspath(a)
+        if skip:
+            skip = False
+            continue
+        if a in ("-c", "-C"):
+            skip = True
+            continue
+        if not a.startswith("-"):
+            return a
+    return ""
+
+
+def ws_git_dir(workspace: Path) -> Path:
+    """The ``.git`` directory of a workspace; refuses gitfiles and symlinks.
+
+    The agent could replace ``.git`` with a ``gitdir:`` file or a symlink that
+    points somewhere else on the host; we only ever read a real directory.
+    """
+    git_dir = Path(workspace) / ".git"
+    if git_dir.is_symlink() or not git_dir.is_dir():
+        raise GitError(f"workspace {workspace} has no .git directory (or it was replaced by a link)")
+    return git_dir
+
+
+def ws_git(workspace: Path, args: Sequence[str], *, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run a read-only git command against a workspace's object store."""
+    git_dir = ws_git_dir(workspace)
+    return run_git([*WORKSPACE_HARDENING, f"--git-dir={git_dir}", *args], check=check)
+
+
+def check_branch_name(name: str, *, what: str = "branch name", repo: Path | None = None) -> str:
+    """Return ``name`` if it is a safe, valid branch name, else raise GitError.
+
+    Rejects what git would misread: a leading ``-`` (option injection), the
+    ``@{-N}``/``@{...}`` syntax that ``check-ref-format --branch`` expands,
+    ``HEAD``, and anything ``git check-ref-format`` refuses (``..``, spaces,
+    control characters, ``.lock`` suffixes...).
+    """
+    if not isinstance(name, str) or not name:
+        raise GitError(f"invalid {what}: empty")
+    if name.startswith("-") or "@{" in name or name == "HEAD" or name.startswith("refs/"):
+        raise GitError(f"invalid {what} {name!r}: not allowed as a branch name")
+    if any(ord(c) < 32 or c == "\x7f" for c in name):
+        raise GitError(f"invalid {what} {name!r}: contains control characters")
+    proc = run_git(["check-ref-format", f"refs/heads/{name}"], check=False, cwd=repo)
+    if proc.returncode != 0:
+        raise GitError(f"invalid {what} {name!r}: git check-ref-format rejects it")
+    return name
+
+
+# ---------------------------------------------------------------------------
+# Per-repository import lock: a thread lock per git dir plus an OS file lock.
+# flock locks belong to open file descriptions, so two threads with their own
+# descriptors would also exclude each other, but msvcrt locks are per process;
+# the thread lock makes in-process serialization explicit on every platform.
+
+_thread_locks: dict[str, threading.Lock] = {}
+_thread_locks_guard = threading.Lock()
+
+LOCK_FILE_NAME = ".orc_import.lock"
+
+
+def _thread_lock_for(key: str) -> threading.Lock:
+    with _thread_locks_guard:
+        lock = _thread_locks.get(key)
+        if lock is None:
+            lock = _thread_locks[key] = threading.Lock()
+        return lock
+
+
+@contextlib.contextmanager
+def import_lock(git_dir: Path) -> Iterator[None]:
+    """Hold ``<git_dir>/.orc_import.lock`` exclusively (threads and processes)."""
+    real = os.path.realpath(git_dir)
+    key = os.path.normcase(real)
+    with _thread_lock_for(key):
+        path = os.path.join(real, LOCK_FILE_NAME)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise GitError(f"cannot open import lock {path}: {exc}") from exc
+        try:
+            _os_lock(fd)
+            try:
+                yield
+            finally:
+                _os_unlock(fd)
+        finally:
+            os.close(fd)
+
+
+if os.name == "nt":  # pragma: no cover - exercised on Windows only
+    import msvcrt
+    import time
+
+    def _os_lock(fd: int) -> None:
+        while True:
+            os.lseek(fd, 0, os.SEEK_SET)
+            try:
+                msvcrt.locking(fd, msvcrt.LK_LOCK, 1)  # retries ~10 s, then OSError
+                return
+            except OSError:
+                time.sleep(0.1)
+
+    def _os_unlock(fd: int) -> None:
+        os.lseek(fd, 0, os.SEEK_SET)
+        msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
+
+else:
+    import fcntl
+
+    def _os_lock(fd: int) -> None:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+
+    def _os_unlock(fd: int) -> None:
+        fcntl.flock(fd, fcntl.LOCK_UN)

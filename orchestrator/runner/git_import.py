@@ -1,0 +1,309 @@
+"""Importing a finished workspace into the host repository (spec §3.5, §4.7).
+
+Everything happens under the per-repository import lock, in this order:
+
+1. idempotent pre-check: the branch exists and equals the workspace HEAD
+2. suffix provenance: a ``<branch>`` or ``<branch>_N`` at the workspace HEAD
+   whose ``refs/notes/orchestrator`` note names this task key
+3. ``import_policy="never"``: no branch
+4. skip-empty: ``auto`` + ``skip_empty_import`` + no commits since BASE_COMMIT
+5. conflict policy: fail / overwrite / suffix (``_2``, ``_3``...)
+6. ``git fetch <workspace> HEAD:refs/heads/<target>``
+7. provenance note ``task_key=<key>; run_id=<run_id>`` on the imported commit
+
+Only refs change in the host repository; its working tree, index and HEAD are
+never touched, and the branch checked out there is never overwritten.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+from functools import partial
+from pathlib import Path
+
+import anyio.to_thread
+
+from ..errors import BranchExistsError, GitError, UsageError
+from .git_cmd import WORKSPACE_UPLOAD_PACK, check_branch_name, import_lock, run_git, ws_git, ws_git_dir
+from .types import BranchArtifact, ConflictPolicy, ImportPolicy
+
+logger = logging.getLogger("orchestrator.runner")
+
+NOTES_REF = "orchestrator"
+# The notes commit is written by the orchestrator, not by the user; this also
+# makes notes work in repositories with no user.name/user.email configured.
+_NOTES_IDENTITY = {
+    "GIT_AUTHOR_NAME": "orchestrator",
+    "GIT_AUTHOR_EMAIL": "orchestrator@localhost",
+    "GIT_COMMITTER_NAME": "orchestrator",
+    "GIT_COMMITTER_EMAIL": "orchestrator@localhost",
+}
+
+
+def _git_dir_of(repo: Path) -> Path:
+    proc = run_git(["rev-parse", "--absolute-git-dir"], cwd=repo, what=f"resolving the git dir of {repo}")
+    return Path(os.path.realpath(proc.stdout.strip()))
+
+
+def _read_ws_file(workspace: Path, name: str) -> str:
+    path = ws_git_dir(workspace) / name
+    try:
+        value = path.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise GitError(f"workspace {workspace} was not prepared by the orchestrator: {path} unreadable ({exc})") from exc
+    if not value:
+        raise GitError(f"workspace {workspace}: {path} is empty")
+    return value
+
+
+def _heads(repo: Path) -> dict[str, str]:
+    proc = run_git(["for-each-ref", "--format=%(refname)%00%(objectname)", "refs/heads/"], cwd=repo)
+    out: dict[str, str] = {}
+    for line in proc.stdout.splitlines():
+        ref, _, sha = line.partition("\0")
+        if ref.startswith("refs/heads/"):
+            out[ref[len("refs/heads/") :]] = sha
+    return out
+
+
+def _checked_out_branches(repo: Path) -> set[str]:
+    """Branches checked out in the repository's worktrees (including unborn ones)."""
+    proc = run_git(["worktree", "list", "--porcelain"], cwd=repo, check=False)
+    names: set[str] = set()
+    for line in proc.stdout.splitlines():
+        if line.startswith("branch refs/heads/"):
+            names.add(line[len("branch refs/heads/") :])
+    head = run_git(["symbolic-ref", "-q", "HEAD"], cwd=repo, check=False).stdout.strip()
+    if head.startswith("refs/heads/"):
+        names.add(head[len("refs/heads/") :])
+    return names
+
+
+def _note_lines(repo: Path, commit: str) -> list[str]:
+    proc = run_git(["notes", f"--ref={NOTES_REF}", "show", commit], cwd=repo, check=False)
+    return proc.stdout.splitlines() if proc.returncode == 0 else []
+
+
+def _encode_key(task_key: str) -> str:
+    return task_key.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+
+
+def _note_has_key(lines: list[str], task_key: str) -> bool:
+    prefix = f"task_key={_encode_key(task_key)};"
+    exact = f"task_key={_encode_key(task_key)}"
+    return any(ln.startswith(prefix) or ln == exact for ln in lines)
+
+
+def _ensure_note(repo: Path, commit: str, task_key: str, run_id: str) -> None:
+    lines = _note_lines(repo, commit)
+    if _note_has_key(lines, task_key):
+        return
+    message = f"task_key={_encode_key(task_key)}; run_id={_encode_key(run_id)}"
+    # Another task may have imported the same commit (e.g. `always` with no
+    # commits lands on the base commit): append instead of clobbering.
+    verb = ["append"] if lines else ["add", "-f"]
+    run_git(
+        ["notes", f"--ref={NOTES_REF}", *verb, "-m", message, commit],
+        cwd=repo,
+        env=_NOTES_IDENTITY,
+        what="writing the provenance note",
+    )
+
+
+def _workspace_stats(workspace: Path, base_commit: str, head: str) -> tuple[int, int, int]:
+    if head == base_commit:
+        return 0, 0, 0
+    count = int(ws_git(workspace, ["rev-list", "--count", f"{base_commit}..{head}"]).stdout.strip() or 0)
+    diff = ws_git(workspace, ["diff", "--no-ext-diff", "--no-textconv", "--numstat", base_commit, head])
+    added = deleted = 0
+    for line in diff.stdout.splitlines():
+        parts = line.split("\t", 2)
+        if len(parts) == 3:
+            added += int(parts[0]) if parts[0].isdigit() else 0
+            deleted += int(parts[1]) if parts[1].isdigit() else 0
+    return count, added, deleted
+
+
+def _dir_size(path: Path) -> int:
+    total = 0
+    for dirpath, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def _import_branch_sync(
+    repo_path: str | os.PathLike[str],
+    workspace: Path,
+    *,
+    branch_name: str,
+    task_key: str,
+    run_id: str,
+    import_policy: ImportPolicy = "auto",
+    import_conflict_policy: ConflictPolicy = "fail",
+    skip_empty_import: bool = True,
+) -> BranchArtifact:
+    if import_policy not in ("auto", "never", "always"):
+        raise UsageError(f"unknown import_policy {import_policy!r}; use auto, never or always")
+    if import_conflict_policy not in ("fail", "overwrite", "suffix"):
+        raise UsageError(f"unknown import_conflict_policy {import_conflict_policy!r}; use fail, overwrite or suffix")
+    check_branch_name(branch_name)
+    workspace = Path(os.path.abspath(workspace))
+    repo = Path(os.path.realpath(repo_path))
+    started = time.monotonic()
+    commit_count = 0
+    outcome = "failed"
+    target: str | None = branch_name
+    try:
+        git_dir = _git_dir_of(repo)
+        with import_lock(git_dir):
+            base = _read_ws_file(workspace, "BASE_BRANCH")
+            base_commit = _read_ws_file(workspace, "BASE_COMMIT")
+            ws_head = ws_git(workspace, ["rev-parse", "--verify", "HEAD^{commit}"]).stdout.strip()
+            commit_count, added, deleted = _workspace_stats(workspace, base_commit, ws_head)
+
+            def artifact(final: str | None, commit: str) -> BranchArtifact:
+                return BranchArtifact(
+                    branch_planned=branch_name,
+                    branch_final=final,
+                    base=base,
+                    commit=commit,
+                    has_changes=final is not None and commit_count > 0,
+                    commit_count=commit_count if final is not None else 0,
+                    lines_added=added if final is not None else 0,
+                    lines_deleted=deleted if final is not None else 0,
+                )
+
+            importing = import_policy != "never"
+            heads = _heads(repo)
+
+            # 1. idempotent pre-check (crash between fetch and reporting)
+            if importing and heads.get(branch_name) == ws_head:
+                _ensure_note(repo, ws_head, task_key, run_id)
+                outcome = "already_imported"
+                return artifact(branch_name, ws_head)
+
+            # 2. suffix idempotency: an earlier attempt of this task got a suffix
+            if importing and import_conflict_policy == "suffix":
+                pattern = re.compile(rf"^{re.escape(branch_name)}(_[0-9]+)?$")
+                candidates = sorted(
+                    (n for n, sha in heads.items() if sha == ws_head and pattern.match(n)),
+                    key=lambda n: (len(n), n),
+                )
+                if candidates and _note_has_key(_note_lines(repo, ws_head), task_key):
+                    target = candidates[0]
+                    outcome = "already_imported"
+                    return artifact(target, ws_head)
+
+            # 3. never
+            if not importing:
+                target, outcome = None, "skipped_never"
+                return artifact(None, base_commit)
+
+            # 4. skip empty
+            if import_policy == "auto" and skip_empty_import and commit_count == 0:
+                target, outcome = None, "skipped_empty"
+                return artifact(None, base_commit)
+
+            # 5. conflict policy
+            target = branch_name
+            force = False
+            if target in heads:
+                if import_conflict_policy == "fail":
+                    raise BranchExistsError(
+                        f"branch {target!r} already exists in {repo}; set import_conflict_policy to "
+                        f"'overwrite' or 'suffix', or delete it with: git branch -D {target}"
+                    )
+                if import_conflict_policy == "overwrite":
+                    force = True
+                else:
+                    i = 2
+                    while f"{branch_name}_{i}" in heads:
+                        i += 1
+                    target = f"{branch_name}_{i}"
+                    check_branch_name(target)
+            if target in _checked_out_branches(repo):
+                raise GitError(
+                    f"refusing to import into branch {target!r}: it is checked out in {repo}; "
+                    "check out another branch or choose another branch name"
+                )
+
+            # 6. fetch (atomic ref creation / forced update)
+            refspec = f"{'+' if force else ''}HEAD:refs/heads/{target}"
+            run_git(
+                [
+                    "fetch",
+                    "--quiet",
+                    "--no-tags",
+                    "--no-write-fetch-head",
+                    "--no-auto-gc",
+                    "--no-recurse-submodules",
+                    f"--upload-pack={WORKSPACE_UPLOAD_PACK}",
+                    "--",
+                    str(workspace),
+                    refspec,
+                ],
+                cwd=repo,
+                what=f"importing {workspace} into branch {target}",
+            )
+            imported = run_git(["rev-parse", "--verify", f"refs/heads/{target}^{{commit}}"], cwd=repo).stdout.strip()
+            if imported != ws_head:
+                raise GitError(
+                    f"branch {target} is at {imported[:12]} after import but the workspace HEAD is {ws_head[:12]}"
+                )
+
+            # 7. provenance
+            _ensure_note(repo, imported, task_key, run_id)
+            outcome = "imported"
+            return artifact(target, imported)
+    finally:
+        logger.info(
+            "git import %s: %s -> %s",
+            outcome,
+            workspace,
+            target,
+            extra={
+                "workspace": str(workspace),
+                "branch": target,
+                "commit_count": commit_count,
+                "size": _dir_size(workspace / ".git") if os.path.isdir(workspace / ".git") else 0,
+                "duration_s": round(time.monotonic() - started, 4),
+                "outcome": outcome,
+            },
+        )
+
+
+async def import_branch(
+    repo_path: str | os.PathLike[str],
+    workspace: Path,
+    *,
+    branch_name: str,
+    task_key: str,
+    run_id: str,
+    import_policy: ImportPolicy = "auto",
+    import_conflict_policy: ConflictPolicy = "fail",
+    skip_empty_import: bool = True,
+) -> BranchArtifact:
+    """Import the workspace HEAD into ``repo_path`` as ``branch_name`` (see module doc).
+
+    The worker thread is not abandoned on cancellation: an import that started
+    finishes (and releases the lock) before the caller sees the cancellation.
+    """
+    fn = partial(
+        _import_branch_sync,
+        repo_path,
+        workspace,
+        branch_name=branch_name,
+        task_key=task_key,
+        run_id=run_id,
+        import_policy=import_policy,
+        import_conflict_policy=import_conflict_policy,
+        skip_empty_import=skip_empty_import,
+    )
+    return await anyio.to_thread.run_sync(fn)

@@ -1,0 +1,264 @@
+"""Git isolation for task workspaces (spec §3.5, §4.7).
+
+Before a container starts, :func:`prepare_workspace` makes a disconnected
+clone of the host repository holding only the base branch (plus any
+``include_branches``). After the container exits, :func:`import_branch`
+fetches the workspace HEAD back into the host repository as a new branch,
+under a per-repository lock. The host's working tree, index and HEAD are never
+touched: only refs under ``refs/heads/`` and ``refs/notes/orchestrator``.
+
+Every function has a synchronous core (``_*_sync``) usable from threads or
+worker processes; the async wrappers run it in a worker thread so the event
+loop never blocks on git.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import stat
+import tempfile
+from collections.abc import Sequence
+from functools import partial
+from pathlib import Path
+
+import anyio.to_thread
+import msgspec
+
+from ..errors import GitError, PreflightError, UsageError
+from ..naming import short8
+from .git_cmd import check_branch_name, run_git
+from .git_import import _import_branch_sync, import_branch
+from .types import IsolationMode
+
+__all__ = [
+    "RepoInfo",
+    "WorkspaceInfo",
+    "workspace_root",
+    "workspace_path",
+    "validate_repository",
+    "prepare_workspace",
+    "import_branch",
+    "remove_workspace",
+    "_prepare_workspace_sync",
+    "_import_branch_sync",
+]
+
+logger = logging.getLogger("orchestrator.runner")
+
+CONTAINER_UID = 1000
+CONTAINER_GID = 1000
+
+
+class RepoInfo(msgspec.Struct, frozen=True, kw_only=True):
+    path: Path  # realpath of the worktree top (the git dir for a bare repository)
+    git_dir: Path  # realpath of `git rev-parse --git-dir`
+    base_branch: str
+    base_commit: str
+    dirty: bool
+
+
+class WorkspaceInfo(msgspec.Struct, frozen=True, kw_only=True):
+    path: Path
+    base_branch: str
+    base_commit: str
+
+
+# ---------------------------------------------------------------------------
+# Paths
+
+
+def workspace_root() -> Path:
+    """``$ORCHESTRATOR_WORKSPACE_ROOT`` or ``<tempdir>/orchestrator``."""
+    override = os.environ.get("ORCHESTRATOR_WORKSPACE_ROOT")
+    if override:
+        return Path(override)
+    return Path(tempfile.gettempdir()) / "orchestrator"
+
+
+def workspace_path(run_id: str, task_key: str) -> Path:
+    """``workspace_root()/<run_id>/k_<short8(task_key)>``."""
+    if not run_id or run_id in (".", "..") or any(sep in run_id for sep in ("/", "\\", "\0")):
+        raise UsageError(f"run id {run_id!r} cannot be used as a directory name")
+    return workspace_root() / run_id / f"k_{short8(task_key)}"
+
+
+# ---------------------------------------------------------------------------
+# Preflight
+
+
+def validate_repository(repo_path: str | os.PathLike[str], base_branch: str) -> RepoInfo:
+    """Check that ``repo_path`` is a git repository with ``base_branch``.
+
+    Raises :class:`PreflightError` with a one-line message otherwise.
+    """
+    path = Path(repo_path).expanduser()
+    if not path.exists():
+        raise PreflightError(f"repository path does not exist: {path}")
+    if not path.is_dir():
+        raise PreflightError(f"repository path is not a directory: {path}")
+    try:
+        proc = run_git(["rev-parse", "--absolute-git-dir", "--is-bare-repository"], cwd=path, check=False)
+    except GitError as exc:
+        raise PreflightError(str(exc)) from exc
+    if proc.returncode != 0:
+        raise PreflightError(f"not a git repository: {path}")
+    git_dir_s, bare_s = (proc.stdout.splitlines() + ["", ""])[:2]
+    git_dir = Path(os.path.realpath(git_dir_s))
+    if bare_s.strip() == "true":
+        top = git_dir
+    else:
+        top_proc = run_git(["rev-parse", "--show-toplevel"], cwd=path, check=False)
+        if top_proc.returncode != 0 or not top_proc.stdout.strip():
+            raise PreflightError(f"not a git work tree: {path}")
+        top = Path(os.path.realpath(top_proc.stdout.strip()))
+
+    heads = _local_branches(top)
+    if not heads and run_git(["rev-parse", "--verify", "-q", "HEAD"], cwd=top, check=False).returncode != 0:
+        raise PreflightError(f"repository has no commits yet: {top} (make an initial commit first)")
+
+    try:
+        check_branch_name(base_branch, what="base branch name", repo=top)
+    except GitError as exc:
+        raise PreflightError(str(exc).replace("\n", " ")) from exc
+    fmt = run_git(["check-ref-format", "--branch", base_branch], cwd=top, check=False)
+    if fmt.returncode != 0 or fmt.stdout.strip() != base_branch:
+        raise PreflightError(f"invalid base branch name {base_branch!r}: not a valid branch name")
+
+    commit = run_git(["rev-parse", "--verify", "-q", f"refs/heads/{base_branch}^{{commit}}"], cwd=top, check=False)
+    if commit.returncode != 0:
+        shown = ", ".join(heads[:8]) + (f", ... ({len(heads)} in all)" if len(heads) > 8 else "")
+        raise PreflightError(
+            f"base branch {base_branch!r} not found in {top}; existing branches: {shown or '(none)'}"
+        )
+
+    dirty = False
+    if bare_s.strip() != "true":
+        status = run_git(["status", "--porcelain"], cwd=top, check=False)
+        dirty = status.returncode != 0 or bool(status.stdout.strip())
+    return RepoInfo(
+        path=top, git_dir=git_dir, base_branch=base_branch, base_commit=commit.stdout.strip(), dirty=dirty
+    )
+
+
+def _local_branches(repo: Path) -> list[str]:
+    proc = run_git(["for-each-ref", "--format=%(refname:short)", "refs/heads/"], cwd=repo, check=False)
+    return [ln for ln in proc.stdout.splitlines() if ln]
+
+
+# ---------------------------------------------------------------------------
+# Workspace preparation
+
+
+def _prepare_workspace_sync(
+    repo_path: str | os.PathLike[str],
+    base_branch: str,
+    workspace: Path,
+    *,
+    isolation_mode: IsolationMode = "full_copy",
+    include_branches: Sequence[str] = (),
+) -> WorkspaceInfo:
+    if isolation_mode not in ("full_copy", "shared_objects"):
+        raise UsageError(f"unknown isolation_mode {isolation_mode!r}; use 'full_copy' or 'shared_objects'")
+    check_branch_name(base_branch, what="base branch name")
+    for name in include_branches:
+        check_branch_name(name, what="include_branches entry")
+    repo = Path(os.path.realpath(repo_path))
+    if not repo.is_dir():
+        raise GitError(f"repository path does not exist: {repo}")
+    workspace = Path(os.path.abspath(workspace))
+
+    if os.path.lexists(workspace):  # left over from an earlier attempt: start fresh
+        remove_workspace(workspace)
+    workspace.parent.mkdir(parents=True, exist_ok=True)
+
+    clone = ["clone", "--quiet", f"--branch={base_branch}", "--single-branch"]
+    if isolation_mode == "shared_objects":
+        logger.warning(
+            "isolation_mode=shared_objects: workspace %s borrows objects from %s via git alternates; "
+            "reduced isolation",
+            workspace,
+            repo,
+            extra={"workspace": str(workspace), "isolation_mode": isolation_mode},
+        )
+        clone.append("--shared")
+    else:
+        clone.append("--no-hardlinks")
+    run_git([*clone, "--", str(repo), str(workspace)], what="git clone")
+
+    run_git(["remote", "remove", "origin"], cwd=workspace, what="git remote remove origin")
+    extra = [b for b in dict.fromkeys(include_branches) if b != base_branch]
+    if extra:
+        refspecs = [f"refs/heads/{b}:refs/heads/{b}" for b in extra]
+        run_git(
+            ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--no-auto-gc", "--", str(repo), *refspecs],
+            cwd=workspace,
+            what=f"fetching include_branches {', '.join(extra)}",
+        )
+
+    base_commit = run_git(["rev-parse", "--verify", "HEAD^{commit}"], cwd=workspace).stdout.strip()
+    git_dir = workspace / ".git"
+    (git_dir / "BASE_BRANCH").write_text(base_branch + "\n", encoding="utf-8")
+    (git_dir / "BASE_COMMIT").write_text(base_commit + "\n", encoding="utf-8")
+
+    alternates = git_dir / "objects" / "info" / "alternates"
+    if isolation_mode == "full_copy" and alternates.exists():
+        raise GitError(f"full_copy clone {workspace} unexpectedly has an alternates file; isolation broken")
+
+    if os.name == "posix" and hasattr(os, "geteuid") and os.geteuid() == 0:
+        _chown_tree(workspace, CONTAINER_UID, CONTAINER_GID)
+    return WorkspaceInfo(path=workspace, base_branch=base_branch, base_commit=base_commit)
+
+
+async def prepare_workspace(
+    repo_path: str | os.PathLike[str],
+    base_branch: str,
+    workspace: Path,
+    *,
+    isolation_mode: IsolationMode = "full_copy",
+    include_branches: Sequence[str] = (),
+) -> WorkspaceInfo:
+    """Clone ``base_branch`` of ``repo_path`` into ``workspace`` (replacing any old one)."""
+    fn = partial(
+        _prepare_workspace_sync,
+        repo_path,
+        base_branch,
+        workspace,
+        isolation_mode=isolation_mode,
+        include_branches=tuple(include_branches),
+    )
+    return await anyio.to_thread.run_sync(fn)
+
+
+def _chown_tree(root: Path, uid: int, gid: int) -> None:
+    """Give the tree to the container user so it can commit (we run as root)."""
+    os.lchown(root, uid, gid)
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            os.lchown(os.path.join(dirpath, name), uid, gid)
+
+
+# ---------------------------------------------------------------------------
+# Cleanup
+
+
+def remove_workspace(workspace: Path) -> None:
+    """Delete a workspace; a missing one is fine. Read-only files are handled."""
+    path = Path(workspace)
+    if not os.path.lexists(path):
+        return
+    if path.is_symlink() or not path.is_dir():
+        path.unlink()
+        return
+
+    def _retry(func, p, _exc):  # Windows: pack files are read-only
+        try:
+            os.chmod(p, stat.S_IWRITE | stat.S_IREAD | stat.S_IEXEC)
+            func(p)
+        except FileNotFoundError:
+            pass
+
+    shutil.rmtree(path, onerror=_retry)
+    if os.path.lexists(path):
+        raise GitError(f"could not remove workspace {path}")
