@@ -1,0 +1,83 @@
+"""Plain shell commands (evaluations, checks, merges): ``/bin/sh -c <command>``.
+
+Stdout is treated as text. ``final_message`` is the whole stdout when it is at
+most ``OUTPUT_LIMIT`` bytes, else a note followed by its last ``OUTPUT_LIMIT``
+bytes; memory stays bounded however much the command prints.
+
+A non-zero exit is a failed task but not an infrastructure problem: the
+outcome has ``is_error=True``, ``retryable=False``, ``error_category=None``
+and an ``error_message`` with the status and the tail of stderr (or stdout).
+The runner reports it as a failed task with error type ``"command"``.
+"""
+
+from __future__ import annotations
+
+from orchestrator.errors import ConfigError
+from orchestrator.runner.plugin import AgentEvent, AgentOutcome, PluginCapabilities
+from orchestrator.runner.types import AuthConfig, InstanceRequest
+
+from ._jsonl import SecretEnv, Tail
+
+OUTPUT_LIMIT = 64 * 1024
+
+
+class CommandPlugin:
+    name = "command"
+    capabilities = PluginCapabilities(
+        supports_resume=False,
+        supports_cost=False,
+        supports_token_counts=False,
+        supports_streaming_events=False,
+        supports_streaming=True,
+        supports_cost_limits=False,
+        auth_methods=(),
+    )
+
+    def known_models(self) -> dict[str, str] | None:
+        return None  # no model: whatever the request says is ignored
+
+    def validate_environment(self, auth: AuthConfig) -> None:
+        return None
+
+    def prepare_environment(self, auth: AuthConfig, request: InstanceRequest) -> dict[str, str]:
+        return SecretEnv(request.env)  # no credentials reach a plain command
+
+    def build_command(self, request: InstanceRequest, *, resume_session_id: str | None) -> list[str]:
+        if not request.command or not request.command.strip():
+            raise ConfigError("the command plugin needs a non-empty request.command")
+        return ["/bin/sh", "-c", request.command]
+
+    def stdin_payload(self, request: InstanceRequest) -> bytes | None:
+        return None
+
+    def new_parser(self, *, previous: dict[str, float] | None = None) -> CommandOutputParser:
+        return CommandOutputParser()
+
+
+class CommandOutputParser:
+    def __init__(self, limit: int = OUTPUT_LIMIT) -> None:
+        self._stdout = Tail(limit)
+        self._stderr = Tail(16 * 1024)
+
+    def feed(self, chunk: bytes) -> list[AgentEvent]:
+        self._stdout.write(chunk)
+        return []
+
+    def feed_stderr(self, chunk: bytes) -> None:
+        self._stderr.write(chunk)
+
+    def finish(self, exit_code: int | None) -> AgentOutcome:
+        final = self._stdout.text()
+        if self._stdout.truncated:
+            final = (f"[output truncated: showing the last {len(final.encode('utf-8'))} of "
+                     f"{self._stdout.total} bytes]\n{final}")
+        if exit_code == 0:
+            return AgentOutcome(final_message=final, exit_code=0)
+        tail = self._stderr.last_lines() or self._stdout.last_lines()
+        status = f"exited with status {exit_code}" if exit_code is not None else "ended without an exit status"
+        message = f"command {status}" + (f": {tail}" if tail else "")
+        return AgentOutcome(final_message=final, exit_code=exit_code, is_error=True, retryable=False,
+                            error_category=None, error_message=message)
+
+
+PLUGIN = CommandPlugin()
