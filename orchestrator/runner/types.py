@@ -14,7 +14,7 @@ import msgspec
 ImportPolicy = Literal["auto", "never", "always"]
 ConflictPolicy = Literal["fail", "overwrite", "suffix"]
 Status = Literal["success", "failed", "timeout", "interrupted"]
-ErrorCategory = Literal["timeout", "api", "container", "git"]
+ErrorCategory = Literal["timeout", "api", "container", "git", "command"]
 NetworkEgress = Literal["online", "offline", "proxy"]
 IsolationMode = Literal["full_copy", "shared_objects"]
 

@@ -1,0 +1,427 @@
+"""Containers and volumes: everything the runner asks of the Docker daemon.
+
+All docker-py calls are blocking, so every one of them goes through
+:meth:`DockerHost.call`, which runs it on a worker thread under a shared
+:class:`anyio.CapacityLimiter`. One client (one connection pool) serves all
+tasks of a process. Library errors are translated into
+:class:`~orchestrator.errors.ContainerError` here, with ``retryable`` set from
+the spec's transient patterns (§3.7).
+
+Container layout (spec §3.4): exactly three mounts -- the isolated clone at
+``/workspace`` (read-only for review tasks), the session volume at
+``/home/node`` and a tmpfs at ``/tmp`` -- on a read-only root filesystem, as
+user ``node`` (uid 1000), with ``sleep infinity`` as the command so the agent
+runs through ``docker exec``. Credentials are *not* part of the container
+configuration (``docker inspect`` would show them for as long as the container
+is retained); they are passed to each exec instead.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio
+import anyio.to_thread
+
+from ..errors import ContainerError, RunnerError
+from ..jsonlog import utc_now_iso
+from .types import InstanceRequest
+
+T = TypeVar("T")
+
+DEFAULT_CLIENT_TIMEOUT_S = 60
+DEFAULT_THREADS = 32
+WORKSPACE_MOUNT = "/workspace"
+HOME_MOUNT = "/home/node"
+TMPFS_OPTIONS = "rw,exec,nosuid,nodev,size=256m,mode=1777"
+PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
+
+# Spec §3.7 Docker patterns. Every daemon error message starts with "Error
+# response from daemon", so that phrase is removed before matching "daemon".
+_TRANSIENT = re.compile(r"(?i)connection refused|no such host|timeout|timed out|daemon|cannot connect|connection reset|ECONNREFUSED|ETIMEDOUT|ENETUNREACH")
+_DAEMON_PREFIX = re.compile(r"(?i)error response from daemon")
+
+DOCKER_START_HINT = (
+    "start Docker (Linux: `sudo systemctl start docker`; macOS/Windows: open Docker Desktop) "
+    "and make sure your user can reach the socket (DOCKER_HOST or /var/run/docker.sock)"
+)
+
+
+def is_transient(message: str) -> bool:
+    return bool(_TRANSIENT.search(_DAEMON_PREFIX.sub("", message)))
+
+
+def default_client_factory(timeout: int = DEFAULT_CLIENT_TIMEOUT_S, max_pool_size: int = DEFAULT_THREADS):
+    """``docker.from_env`` with a bounded API timeout and a pool as large as the thread limiter."""
+    import docker
+
+    return docker.from_env(timeout=timeout, max_pool_size=max_pool_size)
+
+
+def translate_docker_error(exc: BaseException, what: str) -> RunnerError:
+    """Map a docker-py/requests/OS error to :class:`ContainerError` (retryable when transient)."""
+    if isinstance(exc, RunnerError):
+        return exc
+    message = f"{what}: {exc}"
+    retryable = isinstance(exc, OSError) or is_transient(str(exc)) or type(exc).__name__ in (
+        "ConnectionError", "ReadTimeout", "ConnectTimeout", "Timeout")
+    return ContainerError(message, retryable=retryable)
+
+
+class DockerHost:
+    """One docker client plus the thread limiter every blocking call runs under."""
+
+    def __init__(self, client_factory: Callable[[], Any] | None = None,
+                 limiter: anyio.CapacityLimiter | None = None) -> None:
+        self._factory = client_factory or default_client_factory
+        self._client: Any = None
+        self.limiter = limiter or anyio.CapacityLimiter(DEFAULT_THREADS)
+
+    async def client(self) -> Any:
+        if self._client is None:
+            try:
+                client = await anyio.to_thread.run_sync(self._factory, limiter=self.limiter)
+            except Exception as exc:
+                raise ContainerError(f"cannot connect to Docker: {exc}; {DOCKER_START_HINT}", retryable=True) from exc
+            if self._client is None:
+                self._client = client
+        return self._client
+
+    async def call(self, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run ``fn(*args, **kwargs)`` on a worker thread; docker errors become :class:`ContainerError`."""
+        try:
+            return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs), limiter=self.limiter)
+        except RunnerError:
+            raise
+        except Exception as exc:
+            raise translate_docker_error(exc, what) from exc
+
+    async def api(self, what: str, method: str, *args: Any, **kwargs: Any) -> Any:
+        """Call ``client.api.<method>`` on a worker thread."""
+        client = await self.client()
+        return await self.call(what, getattr(client.api, method), *args, **kwargs)
+
+    async def aclose(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            await anyio.to_thread.run_sync(client.close, limiter=self.limiter)
+
+    # ---- small queries ---------------------------------------------------
+
+    async def inspect_container(self, name: str) -> dict | None:
+        import docker.errors
+
+        client = await self.client()
+
+        def _get():
+            try:
+                return client.api.inspect_container(name)
+            except docker.errors.NotFound:
+                return None
+
+        return await self.call(f"inspect container {name}", _get)
+
+    async def image_exists(self, image: str) -> bool:
+        import docker.errors
+
+        client = await self.client()
+
+        def _get():
+            try:
+                client.api.inspect_image(image)
+                return True
+            except docker.errors.ImageNotFound:
+                return False
+            except docker.errors.NotFound:
+                return False
+
+        return await self.call(f"inspect image {image}", _get)
+
+    async def ensure_volume(self, name: str, labels: dict[str, str]) -> bool:
+        """Create the named volume if missing; True when it was created now."""
+        import docker.errors
+
+        client = await self.client()
+
+        def _ensure():
+            try:
+                client.api.inspect_volume(name)
+                return False
+            except docker.errors.NotFound:
+                client.api.create_volume(name=name, labels=labels)
+                return True
+
+        return await self.call(f"create volume {name}", _ensure)
+
+    async def stop(self, name: str, *, timeout: float = 2) -> None:
+        import docker.errors
+
+        client = await self.client()
+
+        def _stop():
+            try:
+                client.api.stop(name, timeout=max(0, int(timeout)))
+            except docker.errors.NotFound:
+                pass
+
+        await self.call(f"stop container {name}", _stop)
+
+    async def remove(self, name: str) -> None:
+        import docker.errors
+
+        client = await self.client()
+
+        def _rm():
+            try:
+                client.api.remove_container(name, force=True)
+            except docker.errors.NotFound:
+                pass
+
+        await self.call(f"remove container {name}", _rm)
+
+    async def exec_simple(self, name: str, cmd: list[str], *, user: str = "node") -> tuple[int, bytes]:
+        """Run a short command to completion; returns (exit code, combined output)."""
+        client = await self.client()
+
+        def _run():
+            exec_id = client.api.exec_create(name, cmd, user=user, stdout=True, stderr=True)["Id"]
+            out = client.api.exec_start(exec_id)
+            code = client.api.exec_inspect(exec_id).get("ExitCode")
+            return (code if code is not None else -1), out
+
+        return await self.call(f"exec in {name}", _run)
+
+
+# ---- container specification -------------------------------------------
+
+
+def selinux_enabled() -> bool:
+    return os.path.exists("/sys/fs/selinux")
+
+
+def workspace_read_only(request: InstanceRequest) -> bool:
+    """Decision tree rule 1: review tasks get a read-only /workspace."""
+    return request.import_policy == "never" and request.review_workspace_mode == "ro"
+
+
+def base_environment(request: InstanceRequest) -> dict[str, str]:
+    """Container environment (spec §3.4), without credentials."""
+    env = {
+        "GIT_AUTHOR_NAME": "AI Agent",
+        "GIT_AUTHOR_EMAIL": "agent@orchestrator.local",
+        "GIT_COMMITTER_NAME": "AI Agent",
+        "GIT_COMMITTER_EMAIL": "agent@orchestrator.local",
+        "PYTHONUNBUFFERED": "1",
+        "TASK_KEY": request.task_key,
+        "SESSION_GROUP_KEY": request.session_group_key or request.task_key,
+    }
+    if request.network_egress == "proxy":
+        # Proxy egress: the default bridge network, and only the host's proxy
+        # settings are passed through, so tools that honour them go via the proxy.
+        env.update({k: v for k, v in os.environ.items() if k in PROXY_VARS})
+    return env
+
+
+def container_labels(request: InstanceRequest) -> dict[str, str]:
+    return {
+        "orchestrator": "true",
+        "run_id": request.run_id,
+        "strategy_execution_id": request.strategy_execution_id,
+        "strategy_index": str(request.strategy_index),
+        "task_key": request.task_key,
+        "session_group_key": request.session_group_key or request.task_key,
+        "instance_id": request.instance_id,
+        "orchestrator.last_active_ts": utc_now_iso(),
+    }
+
+
+def parse_nano_cpus(cpus: float) -> int:
+    return int(float(cpus) * 1_000_000_000)
+
+
+def create_kwargs(request: InstanceRequest, *, workspace: Path, volume: str) -> dict[str, Any]:
+    """Arguments for ``client.api.create_container`` (host config built separately)."""
+    return {
+        "image": request.docker_image,
+        "command": ["sleep", "infinity"],
+        "name": request.container_name,
+        "user": "node",
+        "working_dir": WORKSPACE_MOUNT,
+        "environment": base_environment(request),
+        "labels": container_labels(request),
+    }
+
+
+def host_config_kwargs(request: InstanceRequest, *, workspace: Path, volume: str) -> dict[str, Any]:
+    from docker.types import Mount
+
+    mode = "ro" if workspace_read_only(request) else "rw"
+    if selinux_enabled():
+        mode += ",z"
+    kwargs: dict[str, Any] = {
+        "binds": [f"{workspace}:{WORKSPACE_MOUNT}:{mode}"],
+        "mounts": [Mount(target=HOME_MOUNT, source=volume, type="volume")],
+        "tmpfs": {"/tmp": TMPFS_OPTIONS},
+        "read_only": True,
+        "nano_cpus": parse_nano_cpus(request.container_limits.cpus),
+        "mem_limit": request.container_limits.memory,
+        "security_opt": ["no-new-privileges"],
+    }
+    if request.network_egress == "offline":
+        kwargs["network_mode"] = "none"
+    return kwargs
+
+
+def mounts_match(info: dict, *, workspace: Path, volume: str, read_only: bool) -> tuple[bool, str]:
+    """Whether an existing container has exactly the mounts this request needs."""
+    mounts = {m.get("Destination"): m for m in info.get("Mounts") or []}
+    ws = mounts.get(WORKSPACE_MOUNT)
+    home = mounts.get(HOME_MOUNT)
+    if ws is None or home is None:
+        return False, "missing /workspace or /home/node mount"
+    if os.path.realpath(ws.get("Source", "")) != os.path.realpath(workspace):
+        return False, "workspace path changed"
+    if bool(ws.get("RW")) == read_only:
+        return False, "workspace must be read-only" if read_only else "workspace must be writable"
+    if home.get("Name") != volume:
+        return False, "session volume changed"
+    return True, ""
+
+
+@dataclass(frozen=True)
+class ContainerReady:
+    name: str
+    action: str  # created | reused | started | replaced
+    volume: str
+    volume_created: bool
+    reason: str = ""
+
+
+async def ensure_container(host: DockerHost, request: InstanceRequest, *, workspace: Path,
+                           volume: str) -> ContainerReady:
+    """Reuse, start, replace or create the task's container (spec §3.4 decision tree)."""
+    read_only = workspace_read_only(request)
+    volume_created = await host.ensure_volume(volume, {"orchestrator": "true", "run_id": request.run_id})
+    info = await host.inspect_container(request.container_name)
+    action, reason = "created", ""
+    if info is not None:
+        ok, reason = mounts_match(info, workspace=workspace, volume=volume, read_only=read_only)
+        if not request.reuse_container:
+            ok, reason = False, "reuse_container is false"
+        if ok:
+            if (info.get("State") or {}).get("Running"):
+                return ContainerReady(request.container_name, "reused", volume, volume_created)
+            await host.api(f"start container {request.container_name}", "start", request.container_name)
+            return ContainerReady(request.container_name, "started", volume, volume_created)
+        await host.remove(request.container_name)
+        action = "replaced"
+    client = await host.client()
+
+    def _create_and_start():
+        host_config = client.api.create_host_config(**host_config_kwargs(request, workspace=workspace, volume=volume))
+        created = client.api.create_container(host_config=host_config,
+                                              **create_kwargs(request, workspace=workspace, volume=volume))
+        client.api.start(created["Id"])
+
+    await host.call(f"create container {request.container_name}", _create_and_start)
+    if volume_created:
+        await _ensure_home_writable(host, request, volume)
+    return ContainerReady(request.container_name, action, volume, volume_created, reason)
+
+
+async def _ensure_home_writable(host: DockerHost, request: InstanceRequest, volume: str) -> None:
+    """Make a fresh session volume writable for uid 1000.
+
+    Docker copies the image's /home/node (owned by node in our images) into an
+    empty named volume, so this is normally one cheap check. When the image has
+    no such directory the volume root is root-owned; exec as root cannot chown
+    it (a container whose user is non-root gets no capabilities, even for
+    ``exec --user root``), so a short-lived root container fixes it instead.
+    """
+    code, _ = await host.exec_simple(request.container_name, ["test", "-w", HOME_MOUNT])
+    if code == 0:
+        return
+    from docker.types import Mount
+
+    client = await host.client()
+
+    def _fix():
+        client.containers.run(request.docker_image, ["chown", "1000:1000", HOME_MOUNT], entrypoint=[],
+                              user="0", remove=True, network_mode="none",
+                              mounts=[Mount(target=HOME_MOUNT, source=volume, type="volume")])
+
+    await host.call(f"chown session volume {volume}", _fix)
+
+
+# ---- helpers for orchestration -------------------------------------------
+
+_shared_host: DockerHost | None = None
+
+
+def shared_host() -> DockerHost:
+    """The process-wide client used by the module-level helpers below."""
+    global _shared_host
+    if _shared_host is None:
+        _shared_host = DockerHost()
+    return _shared_host
+
+
+async def docker_available(*, timeout: float = 3.0) -> tuple[bool, str]:
+    """Fast pre-flight check: can we reach the Docker daemon? Returns (ok, message)."""
+    def _ping():
+        client = default_client_factory(timeout=max(1, int(timeout)))
+        try:
+            client.ping()
+            return client.version().get("Version", "?")
+        finally:
+            client.close()
+
+    try:
+        with anyio.fail_after(timeout + 1):
+            version = await anyio.to_thread.run_sync(_ping, abandon_on_cancel=True)
+    except TimeoutError:
+        return False, f"Docker did not answer within {timeout:.0f}s; {DOCKER_START_HINT}"
+    except Exception as exc:
+        return False, f"Docker is not reachable ({type(exc).__name__}: {exc}); {DOCKER_START_HINT}"
+    return True, f"Docker {version} is reachable"
+
+
+async def image_exists(name: str, *, host: DockerHost | None = None) -> bool:
+    return await (host or shared_host()).image_exists(name)
+
+
+async def container_exists(name: str, *, host: DockerHost | None = None) -> bool:
+    return await (host or shared_host()).inspect_container(name) is not None
+
+
+async def list_containers(run_id: str | None = None, *, host: DockerHost | None = None) -> list[dict]:
+    """Orchestrator containers (optionally of one run): name, labels, status, created."""
+    host = host or shared_host()
+    filters = {"label": ["orchestrator=true"] + ([f"run_id={run_id}"] if run_id else [])}
+    rows = await host.api("list containers", "containers", all=True, filters=filters)
+    return [{"name": (r.get("Names") or ["/?"])[0].lstrip("/"), "labels": r.get("Labels") or {},
+             "status": r.get("State"), "created": r.get("Created")} for r in rows]
+
+
+async def stop_run_containers(run_id: str, *, timeout: float = 2, host: DockerHost | None = None) -> int:
+    """Stop every running container of ``run_id`` in parallel; returns how many were stopped."""
+    host = host or shared_host()
+    running = [c["name"] for c in await list_containers(run_id, host=host) if c["status"] == "running"]
+    async with anyio.create_task_group() as tg:
+        for name in running:
+            tg.start_soon(functools.partial(host.stop, name, timeout=timeout))
+    return len(running)
+
+
+async def remove_containers(names: Iterable[str], *, host: DockerHost | None = None) -> None:
+    """Force-remove the named containers (missing ones are ignored), in parallel."""
+    host = host or shared_host()
+    async with anyio.create_task_group() as tg:
+        for name in names:
+            tg.start_soon(host.remove, name)

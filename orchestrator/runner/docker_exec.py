@@ -1,0 +1,159 @@
+"""One ``docker exec`` of the agent, streamed into the plugin's parser.
+
+The exec is started on the daemon's hijacked connection (``socket=True``) so
+the prompt can be written to stdin when the plugin asks for it (prompts over
+~100 KB do not fit on a command line). Frames of Docker's multiplexed stream
+are read one at a time on a worker thread; the event loop parses them and
+forwards each :class:`AgentEvent` as it arrives.
+
+On cancellation (task timeout or Ctrl+C) the socket is shut down, which wakes
+the blocked reader thread; the caller then stops the container, which kills
+the exec'd process with it.
+"""
+
+from __future__ import annotations
+
+import socket as pysocket
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import anyio.to_thread
+
+from ..errors import ContainerError
+from .docker_containers import WORKSPACE_MOUNT, DockerHost
+from .plugin import AgentEvent, AgentOutcome, StreamParser
+
+EROFS_MARKER = b"Read-only file system"
+TAIL_BYTES = 8192
+STDOUT, STDERR = 1, 2
+
+
+@dataclass
+class ExecOutput:
+    outcome: AgentOutcome
+    exit_code: int | None
+    stderr_tail: bytes = b""
+    stdout_tail: bytes = b""
+    saw_erofs: bool = False
+    events: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _raw_socket(sock: Any) -> Any:
+    return getattr(sock, "_sock", sock)
+
+
+def _read_frame(sock: Any) -> tuple[int, bytes] | None:
+    """Next (stream, payload) of the multiplexed stream; None at end of stream."""
+    from docker.utils.socket import SocketError, next_frame_header, read_exactly
+
+    try:
+        stream, size = next_frame_header(sock)
+        if stream == -1:
+            return None
+        return stream, (read_exactly(sock, size) if size else b"")
+    except (SocketError, OSError, ValueError):
+        return None
+
+
+def _send_stdin(sock: Any, payload: bytes) -> None:
+    raw = _raw_socket(sock)
+    try:
+        raw.sendall(payload)
+    finally:
+        try:
+            raw.shutdown(pysocket.SHUT_WR)
+        except OSError:
+            pass
+
+
+def _append_tail(tail: bytearray, data: bytes) -> None:
+    tail += data
+    if len(tail) > TAIL_BYTES:
+        del tail[: len(tail) - TAIL_BYTES]
+
+
+async def run_exec(host: DockerHost, container: str, argv: list[str], *, env: dict[str, str],
+                   parser: StreamParser, stdin_payload: bytes | None,
+                   on_event: Callable[[AgentEvent], Awaitable[None] | None]) -> ExecOutput:
+    """Run ``argv`` in ``container`` as ``node`` in /workspace and parse its stdout.
+
+    Raises :class:`ContainerError` when Docker cannot run the exec. Cancellation
+    propagates after the connection is closed.
+    """
+    client = await host.client()
+    api = client.api
+    want_stdin = stdin_payload is not None
+
+    def _start():
+        exec_id = api.exec_create(container, argv, stdout=True, stderr=True, stdin=want_stdin,
+                                  user="node", environment=env, workdir=WORKSPACE_MOUNT)["Id"]
+        sock = api.exec_start(exec_id, socket=True)
+        api._disable_socket_timeout(sock)
+        return exec_id, sock
+
+    exec_id, sock = await host.call(f"exec in {container}", _start)
+    feed_stderr = getattr(parser, "feed_stderr", None)
+    stderr_tail, stdout_tail = bytearray(), bytearray()
+    saw_erofs = False
+    n_events = 0
+
+    async def _emit(events: list[AgentEvent]) -> None:
+        nonlocal n_events
+        for event in events:
+            n_events += 1
+            res = on_event(event)
+            if res is not None:
+                await res
+
+    try:
+        async with anyio.create_task_group() as tg:
+            if want_stdin:
+                tg.start_soon(lambda: anyio.to_thread.run_sync(_send_stdin, sock, stdin_payload,
+                                                               abandon_on_cancel=True))
+            while True:
+                frame = await anyio.to_thread.run_sync(_read_frame, sock, abandon_on_cancel=True,
+                                                       limiter=host.limiter)
+                if frame is None:
+                    break
+                stream, data = frame
+                if EROFS_MARKER in data:
+                    saw_erofs = True
+                if stream == STDERR:
+                    _append_tail(stderr_tail, data)
+                    if feed_stderr is not None:
+                        await _emit(list(feed_stderr(data) or []))
+                else:
+                    _append_tail(stdout_tail, data)
+                    await _emit(parser.feed(data))
+    finally:
+        raw = _raw_socket(sock)
+        try:
+            raw.shutdown(pysocket.SHUT_RDWR)
+        except OSError:
+            pass
+        try:
+            sock.close()
+        except OSError:
+            pass
+
+    exit_code = await _exit_code(host, exec_id)
+    outcome = parser.finish(exit_code)
+    return ExecOutput(outcome=outcome, exit_code=exit_code, stderr_tail=bytes(stderr_tail),
+                      stdout_tail=bytes(stdout_tail), saw_erofs=saw_erofs, events=n_events)
+
+
+async def _exit_code(host: DockerHost, exec_id: str) -> int | None:
+    """Exit code of a finished exec. The stream has ended, so it is normally set at once."""
+    delay = 0.005
+    for _ in range(12):
+        info = await host.api("inspect exec", "exec_inspect", exec_id)
+        if not info.get("Running") and info.get("ExitCode") is not None:
+            return int(info["ExitCode"])
+        await anyio.sleep(delay)
+        delay = min(delay * 2, 0.5)
+    if info.get("Running"):
+        raise ContainerError("the agent's output stream closed but the process is still running")
+    return None

@@ -1,0 +1,395 @@
+"""The Docker runner: one task through the six phases of spec §3.3.
+
+    validate -> workspace -> container -> execute (with retries) -> collect -> cleanup
+
+Runner-internal events (phase timings, agent events, ``runner.container.replaced``,
+``runner.instance.completed``) go to ``<logs_dir>/runner.jsonl`` and to the
+caller's ``on_event``; never to ``events.jsonl``. Everything written, returned or
+raised passes through the sanitizer, which knows the exact credential values.
+
+Outcomes: ``success``; ``failed`` with ``error_type`` timeout|api|container|git|
+command; ``timeout``. Cancellation (Ctrl+C) is never a result: the container
+is stopped in a shielded scope, the workspace kept, and the cancellation
+re-raised. Transient failures (the plugin says retryable, or a Docker error
+matching the §3.7 patterns) are retried with exponential backoff, resuming the
+agent session on the same session volume.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.to_thread
+
+from ..errors import ConfigError, ContainerError, RunnerError, TaskTimeoutError
+from ..jsonlog import ComponentLog, utc_now_iso
+from ..naming import ghash, session_volume_name
+from ..sanitize import SECRET_ENV_VARS, Sanitizer, default_sanitizer
+from . import git_ops
+from .base import RunnerEventCallback
+from .docker_containers import DockerHost, ensure_container, workspace_read_only
+from .docker_exec import ExecOutput, run_exec
+from .plugin import AgentEvent, AgentOutcome, RunnerPlugin, get_plugin
+from .types import AuthConfig, BranchArtifact, ErrorCategory, InstanceRequest, Metrics, RunnerResult
+
+IMAGE_HINT = "build it with scripts/setup-docker.sh or `docker build -t claude-code .`"
+STOP_TIMEOUT_S = 1
+EVENT_STRING_LIMIT = 4000
+
+Pricing = Mapping[str, tuple[float, float]]
+
+
+def backoff_delay(attempt: int, *, base: float, factor: float, cap: float) -> float:
+    """Delay before retry number ``attempt`` (0-based): base*factor^attempt, capped."""
+    return min(base * (factor**attempt), cap)
+
+
+def _clip(obj: Any) -> Any:
+    """Bound the size of strings in agent events written to runner.jsonl."""
+    if isinstance(obj, str):
+        return obj if len(obj) <= EVENT_STRING_LIMIT else obj[:EVENT_STRING_LIMIT] + f"...[{len(obj)} chars]"
+    if isinstance(obj, dict):
+        return {k: _clip(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clip(v) for v in obj]
+    return obj
+
+
+class _Attempt:
+    """What one execution attempt produced (an exec output or an error)."""
+
+    def __init__(self, output: ExecOutput | None = None, error: RunnerError | None = None) -> None:
+        self.output = output
+        self.error = error
+
+
+class DockerRunner:
+    """:class:`~orchestrator.runner.base.TaskRunner` that runs each task in its own container."""
+
+    def __init__(self, *, auth: AuthConfig | None = None, logs_dir: Path | str | None = None,
+                 sanitizer: Sanitizer | None = None, client_factory=None,
+                 limiter: anyio.CapacityLimiter | None = None, pricing: Pricing | None = None,
+                 host: DockerHost | None = None) -> None:
+        self.auth = auth or AuthConfig()
+        self.sanitizer = sanitizer or default_sanitizer()
+        self.sanitizer.add_secrets(self.auth.secret_values())
+        self.logs_dir = Path(logs_dir) if logs_dir else None
+        self.log_path = self.logs_dir / "runner.jsonl" if self.logs_dir else None
+        self.log = ComponentLog(self.log_path, "runner", sanitizer=self.sanitizer)
+        self.host = host or DockerHost(client_factory, limiter)
+        self.pricing = dict(pricing or {})
+        self._images_seen: set[str] = set()
+
+    async def aclose(self) -> None:
+        await self.host.aclose()
+        self.log.close()
+
+    async def __aenter__(self) -> DockerRunner:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # ---- events -------------------------------------------------------------
+
+    def _emit(self, request: InstanceRequest, on_event: RunnerEventCallback | None, type_: str,
+              level: str = "info", **fields: Any) -> None:
+        ids = {"run_id": request.run_id, "instance_id": request.instance_id, "task_key": request.task_key}
+        self.log.log(level, type_, **ids, **fields)
+        if on_event is not None:
+            try:
+                on_event(self.sanitizer.scrub({"type": type_, **ids, **fields}))
+            except Exception as exc:  # a broken consumer must not break the task
+                self.log.warning("runner.callback_failed", error=f"{type(exc).__name__}: {exc}")
+
+    # ---- the pipeline ---------------------------------------------------------
+
+    async def run(self, request: InstanceRequest, *, on_event: RunnerEventCallback | None = None) -> RunnerResult:
+        started_at, t0 = utc_now_iso(), time.monotonic()
+        plugin = self._validate_request(request)
+        workspace: Path | None = None
+        container_known = False
+        state: dict[str, Any] = {"retry_attempts": 0}
+
+        def finish(status, **kw) -> RunnerResult:
+            err = kw.pop("error", None)
+            return RunnerResult(
+                status=status, instance_id=request.instance_id, started_at=started_at,
+                completed_at=utc_now_iso(), container_name=request.container_name,
+                log_path=str(self.log_path) if self.log_path else None,
+                error=self.sanitizer.scrub_text(err) if err else None,
+                retry_attempts=state["retry_attempts"], **kw)
+
+        try:
+            # 1. validate
+            try:
+                await self._check_image(request.docker_image)
+            except RunnerError as exc:
+                self._emit(request, on_event, "runner.instance.failed", "error", phase="validate", error=str(exc))
+                return finish("failed", error_type=exc.category, error=str(exc))
+
+            # 2. workspace
+            t = time.monotonic()
+            workspace = git_ops.workspace_path(request.run_id, request.task_key)
+            try:
+                ws_info = await git_ops.prepare_workspace(
+                    request.repo_path, request.base_branch, workspace,
+                    isolation_mode=request.isolation_mode, include_branches=request.include_branches)
+            except RunnerError as exc:
+                self._emit(request, on_event, "runner.instance.failed", "error", phase="workspace", error=str(exc))
+                return finish("failed", error_type=exc.category, error=str(exc), workspace_path=str(workspace))
+            self._emit(request, on_event, "runner.workspace.prepared", phase="workspace",
+                       workspace_path=str(workspace), base_commit=ws_info.base_commit,
+                       duration_s=round(time.monotonic() - t, 4))
+
+            # 3 + 4. container and execution, with retries
+            container_known = True
+            attempt, outcome_total, last_exec = await self._execute_with_retries(
+                request, plugin, workspace, on_event, state)
+            metrics = self._metrics(request, outcome_total, time.monotonic() - t0)
+            session_id = outcome_total.get("session_id")
+            common = dict(metrics=metrics, session_id=session_id, workspace_path=str(workspace))
+
+            if attempt.error is not None:
+                status = "timeout" if attempt.error.category == "timeout" else "failed"
+                await self._stop_quietly(request, on_event)
+                self._emit(request, on_event, "runner.instance.failed", "error", phase="execute",
+                           error=str(attempt.error), error_type=attempt.error.category, status=status)
+                return finish(status, error_type=attempt.error.category, error=str(attempt.error),
+                              exit_code=last_exec.exit_code if last_exec else None, **common)
+
+            out = attempt.output
+            assert out is not None
+            outcome = out.outcome
+            if outcome.is_error or (out.exit_code not in (0, None) and plugin.name == "command"):
+                error_type, message = self._failure(request, plugin, out)
+                await self._stop_quietly(request, on_event)
+                self._emit(request, on_event, "runner.instance.failed", "error", phase="execute",
+                           error=message, error_type=error_type, exit_code=out.exit_code)
+                return finish("failed", error_type=error_type, error=message, exit_code=out.exit_code,
+                              final_message=self.sanitizer.scrub_text(outcome.final_message), **common)
+
+            # 5. collect: import the branch (per policy)
+            t = time.monotonic()
+            if request.import_policy == "never":
+                artifact = BranchArtifact(branch_planned=request.branch_name, branch_final=None,
+                                          base=request.base_branch, commit=ws_info.base_commit, has_changes=False)
+            else:
+                try:
+                    artifact = await git_ops.import_branch(
+                        request.repo_path, workspace, branch_name=request.branch_name,
+                        task_key=request.task_key, run_id=request.run_id, import_policy=request.import_policy,
+                        import_conflict_policy=request.import_conflict_policy,
+                        skip_empty_import=request.skip_empty_import)
+                except RunnerError as exc:
+                    await self._stop_quietly(request, on_event)
+                    self._emit(request, on_event, "runner.instance.failed", "error", phase="import",
+                               error=str(exc), error_type=exc.category)
+                    return finish("failed", error_type=exc.category, error=str(exc), exit_code=out.exit_code,
+                                  final_message=self.sanitizer.scrub_text(outcome.final_message), **common)
+            self._emit(request, on_event, "runner.import.finished", phase="import",
+                       branch=artifact.branch_final, has_changes=artifact.has_changes,
+                       commit_count=artifact.commit_count, duration_s=round(time.monotonic() - t, 4))
+
+            # 6. cleanup: completion event first (it carries the workspace path), then delete
+            metrics = self._metrics(request, outcome_total, time.monotonic() - t0)
+            self._emit(request, on_event, "runner.instance.completed", workspace_path=str(workspace),
+                       branch_imported=artifact.branch_final, duration_s=metrics.duration_s,
+                       retry_attempts=state["retry_attempts"])
+            await anyio.to_thread.run_sync(git_ops.remove_workspace, workspace, limiter=self.host.limiter)
+            if request.finalize:
+                await self._stop_quietly(request, on_event)
+            return finish("success", artifact=artifact, exit_code=out.exit_code,
+                          final_message=self.sanitizer.scrub_text(outcome.final_message),
+                          metrics=metrics, session_id=session_id, workspace_path=None)
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True):
+                if container_known:
+                    with anyio.move_on_after(15):
+                        await self._stop_quietly(request, on_event)
+                self._emit(request, on_event, "runner.instance.interrupted", "warn",
+                           workspace_path=str(workspace) if workspace else None)
+            raise
+
+    # ---- phases -----------------------------------------------------------------
+
+    def _validate_request(self, request: InstanceRequest) -> RunnerPlugin:
+        plugin = get_plugin(request.plugin_name)
+        models = plugin.known_models()
+        if models is not None and request.model not in models:
+            raise ConfigError(f"model {request.model!r} is not known to plugin {plugin.name}; "
+                              f"choose one of: {', '.join(sorted(models))}")
+        if request.plugin_name == "command" and not request.command:
+            raise ConfigError("the command plugin needs request.command")
+        return plugin
+
+    async def _check_image(self, image: str) -> None:
+        if image in self._images_seen:
+            return
+        if not await self.host.image_exists(image):
+            raise ContainerError(f"image {image} not found; {IMAGE_HINT}")
+        self._images_seen.add(image)
+
+    def _volume_name(self, request: InstanceRequest) -> str:
+        sgk = request.session_group_key or request.task_key
+        if request.session_volume_scope == "global":
+            g = ghash(sgk, plugin=request.plugin_name, model=request.model)
+        else:
+            g = ghash(sgk)
+        return session_volume_name(request.run_id, g, scope=request.session_volume_scope)
+
+    async def _execute_with_retries(self, request, plugin, workspace, on_event, state):
+        """Phases 3-4 with retries. Returns (last attempt, accumulated usage, last exec output)."""
+        rc = request.retry_config
+        total: dict[str, Any] = {"tokens_in": 0, "tokens_out": 0, "cost": None, "session_id": request.session_id}
+        previous: dict[str, float] | None = None
+        last_exec: ExecOutput | None = None
+        max_attempts = max(1, rc.max_attempts)
+        for n in range(max_attempts):
+            resume = total["session_id"] if plugin.capabilities.supports_resume else None
+            attempt = await self._attempt(request, plugin, workspace, on_event, resume, previous, n)
+            if attempt.output is not None:
+                last_exec = attempt.output
+                o = attempt.output.outcome
+                total["tokens_in"] += o.tokens_in
+                total["tokens_out"] += o.tokens_out
+                if o.cost_usd is not None:
+                    total["cost"] = (total["cost"] or 0.0) + o.cost_usd
+                if o.session_id:
+                    total["session_id"] = o.session_id
+                previous = dict(o.cumulative) or previous
+                retryable = o.is_error and o.retryable
+                reason = o.error_message or o.final_message
+            else:
+                retryable = bool(attempt.error and attempt.error.retryable)
+                reason = str(attempt.error)
+            if not retryable or n + 1 >= max_attempts:
+                return attempt, total, last_exec
+            delay = backoff_delay(n, base=rc.backoff_base_s, factor=rc.backoff_factor, cap=rc.backoff_max_s)
+            state["retry_attempts"] = n + 1
+            self._emit(request, on_event, "runner.retry.scheduled", "warn", attempt=n + 1,
+                       delay_s=delay, reason=self.sanitizer.scrub_text(str(reason))[:500],
+                       resume_session_id=total["session_id"])
+            await anyio.sleep(delay)
+        raise AssertionError("unreachable")
+
+    async def _attempt(self, request, plugin, workspace, on_event, resume, previous, n) -> _Attempt:
+        t = time.monotonic()
+        try:
+            ready = await ensure_container(self.host, request, workspace=workspace, volume=self._volume_name(request))
+        except RunnerError as exc:
+            return _Attempt(error=exc)
+        if ready.action == "replaced":
+            self._emit(request, on_event, "runner.container.replaced", "warn", container=ready.name,
+                       reason=ready.reason, volume=ready.volume)
+        self._emit(request, on_event, "runner.container.ready", phase="container", action=ready.action,
+                   container=ready.name, volume=ready.volume, attempt=n,
+                   duration_s=round(time.monotonic() - t, 4))
+
+        argv = plugin.build_command(request, resume_session_id=resume)
+        env = dict(request.env)
+        env.update(plugin.prepare_environment(self.auth, request))
+        self.sanitizer.add_secrets(v for k, v in env.items() if k in SECRET_ENV_VARS)
+        stdin_fn = getattr(plugin, "stdin_payload", None)
+        payload = stdin_fn(request) if stdin_fn is not None else None
+        parser = plugin.new_parser(previous=previous)
+
+        def forward(event: AgentEvent) -> None:
+            self._emit(request, on_event, f"runner.{event.kind}", "debug", data=_clip(event.data))
+
+        t = time.monotonic()
+        self._emit(request, on_event, "runner.exec.started", phase="execute", attempt=n,
+                   resume_session_id=resume, prompt_via_stdin=payload is not None)
+        try:
+            with anyio.fail_after(request.timeout_seconds):
+                output = await run_exec(self.host, request.container_name, argv, env=env, parser=parser,
+                                        stdin_payload=payload, on_event=forward)
+        except TimeoutError:
+            return _Attempt(error=TaskTimeoutError(
+                f"task exceeded its timeout of {request.timeout_seconds:g}s; container stopped and kept for resume"))
+        except RunnerError as exc:
+            return _Attempt(error=exc)
+        self._emit(request, on_event, "runner.exec.finished", phase="execute", attempt=n,
+                   exit_code=output.exit_code, is_error=output.outcome.is_error,
+                   session_id=output.outcome.session_id, events=output.events,
+                   duration_s=round(time.monotonic() - t, 4))
+        return _Attempt(output=output)
+
+    def _failure(self, request: InstanceRequest, plugin: RunnerPlugin, out: ExecOutput) -> tuple[ErrorCategory, str]:
+        o: AgentOutcome = out.outcome
+        if o.error_category is not None:
+            category: ErrorCategory = o.error_category
+        elif plugin.name == "command":
+            category = "command"
+        else:
+            category = "api"
+        message = o.error_message or o.final_message or ""
+        if not message:
+            tail = (out.stderr_tail or out.stdout_tail).decode("utf-8", "replace").strip()
+            message = f"exit code {out.exit_code}" + (f": {tail[-2000:]}" if tail else "")
+        if out.saw_erofs and workspace_read_only(request):
+            message = ("/workspace is mounted read-only for review tasks (import_policy=never, "
+                       "review_workspace_mode=ro); write to /tmp or /home/node instead. Agent error: " + message)
+        return category, self.sanitizer.scrub_text(message)
+
+    def _metrics(self, request: InstanceRequest, total: dict[str, Any], duration: float) -> Metrics:
+        cost = total["cost"]
+        if cost is None and (total["tokens_in"] or total["tokens_out"]) and request.model in self.pricing:
+            per_in, per_out = self.pricing[request.model]
+            cost = round(total["tokens_in"] / 1000 * per_in + total["tokens_out"] / 1000 * per_out, 6)
+        return Metrics(tokens_in=total["tokens_in"], tokens_out=total["tokens_out"], cost_usd=cost,
+                       duration_s=round(duration, 3))
+
+    async def _stop_quietly(self, request: InstanceRequest, on_event: RunnerEventCallback | None) -> None:
+        t = time.monotonic()
+        try:
+            await self.host.stop(request.container_name, timeout=STOP_TIMEOUT_S)
+        except RunnerError as exc:
+            self._emit(request, on_event, "runner.container.stop_failed", "warn", error=str(exc))
+            return
+        self._emit(request, on_event, "runner.container.stopped", phase="stop",
+                   container=request.container_name, duration_s=round(time.monotonic() - t, 4))
+
+
+def _auth_from_env() -> AuthConfig:
+    return AuthConfig(oauth_token=os.environ.get("CLAUDE_CODE_OAUTH_TOKEN"),
+                      api_key=os.environ.get("ANTHROPIC_API_KEY"),
+                      base_url=os.environ.get("ANTHROPIC_BASE_URL"),
+                      openai_api_key=os.environ.get("OPENAI_API_KEY"),
+                      openai_base_url=os.environ.get("OPENAI_BASE_URL"))
+
+
+async def run_instance(prompt: str, repo_path: str | Path, *, event_callback: RunnerEventCallback | None = None,
+                       auth_config: AuthConfig | None = None, logs_dir: Path | str | None = None,
+                       runner: DockerRunner | None = None, **fields: Any) -> RunnerResult:
+    """Run one task (spec §3.2): ``await run_instance("fix bug", repo)``.
+
+    ``fields`` are :class:`InstanceRequest` fields. Orchestration passes all
+    names; for ad-hoc use the missing ones are derived from ``run_id`` (default
+    ``adhoc_<UTC time>``) and ``task_key`` (default ``"task"``). A ``session_id``
+    resumes a previous agent session. Credentials default to the usual
+    environment variables. ``runner`` lets many calls share one client.
+    """
+    from .. import naming
+
+    run_id = fields.pop("run_id", None) or "adhoc_" + time.strftime("%Y%m%d_%H%M%S", time.gmtime())
+    task_key = fields.pop("task_key", None) or "task"
+    sid = fields.pop("strategy_execution_id", None) or "adhoc"
+    sidx = fields.pop("strategy_index", 1)
+    fields.setdefault("instance_id", naming.instance_id(run_id, sid, task_key))
+    fields.setdefault("container_name", naming.container_name(run_id, sidx, task_key))
+    fields.setdefault("branch_name", naming.branch_name("adhoc", run_id, task_key))
+    request = InstanceRequest(prompt=prompt, repo_path=str(repo_path), run_id=run_id, task_key=task_key,
+                              strategy_execution_id=sid, strategy_index=sidx, **fields)
+    if runner is not None:
+        return await runner.run(request, on_event=event_callback)
+    async with DockerRunner(auth=auth_config or _auth_from_env(), logs_dir=logs_dir) as own:
+        return await own.run(request, on_event=event_callback)
+
+
+__all__ = ["DockerRunner", "backoff_delay", "run_instance"]
