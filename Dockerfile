@@ -1,0 +1,63 @@
+# Default agent image for orchestrator (spec name: claude-code).
+#
+#   docker build -t claude-code .
+#   docker build -t claude-code --build-arg BASE_IMAGE=orchestrator-base:bookworm .
+#
+# scripts/setup-docker.sh builds it with a locally made base image when Docker
+# Hub is unreachable and copies the host's extra CA certificates into
+# docker/extra-ca/ first. Layers are ordered for caching: apt, CA certs, npm,
+# user setup, then the small COPYs last.
+ARG BASE_IMAGE=debian:bookworm-slim
+FROM ${BASE_IMAGE}
+
+ARG DEBIAN_FRONTEND=noninteractive
+ARG CLAUDE_CODE_PACKAGE=@anthropic-ai/claude-code
+ARG CODEX_PACKAGE=@openai/codex
+
+ENV LANG=C.UTF-8 \
+    NODE_EXTRA_CA_CERTS=/etc/ssl/certs/ca-certificates.crt \
+    SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt \
+    GIT_SSL_CAINFO=/etc/ssl/certs/ca-certificates.crt \
+    DISABLE_AUTOUPDATER=1 \
+    DISABLE_TELEMETRY=1 \
+    npm_config_update_notifier=false \
+    npm_config_fund=false \
+    npm_config_audit=false
+
+# 1. System packages (largest, slowest-changing layer).
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends \
+        ca-certificates git python3 nodejs npm procps tini \
+ && rm -rf /var/lib/apt/lists/*
+
+# 2. Optional extra CA certificates (e.g. an intercepting proxy's). Only *.crt
+#    files in docker/extra-ca/ are picked up; the directory may be empty.
+COPY docker/extra-ca/ /usr/local/share/ca-certificates/orchestrator-extra/
+RUN find /usr/local/share/ca-certificates/orchestrator-extra -type f ! -name '*.crt' -delete \
+ && update-ca-certificates
+
+# 3. The agent CLIs.
+RUN npm install -g "${CLAUDE_CODE_PACKAGE}" "${CODEX_PACKAGE}" \
+ && npm cache clean --force \
+ && rm -rf /root/.npm /tmp/*
+
+# 4. Non-root agent user (Claude Code refuses --dangerously-skip-permissions as root).
+RUN if ! getent group 1000 >/dev/null; then groupadd -g 1000 node; fi \
+ && if ! getent passwd 1000 >/dev/null; then useradd -m -u 1000 -g 1000 -d /home/node -s /bin/bash node; fi \
+ && mkdir -p /home/node /workspace \
+ && chown 1000:1000 /home/node /workspace \
+ && git config --system safe.directory '*' \
+ && git config --system init.defaultBranch main
+
+# 5. Small, frequently changing files last.
+COPY docker/sim-agent.py /usr/local/bin/orchestrator-sim-agent
+RUN chmod 0755 /usr/local/bin/orchestrator-sim-agent
+
+USER node
+ENV HOME=/home/node
+WORKDIR /workspace
+
+# tini as PID 1 forwards SIGTERM to the child and reaps zombies, so
+# `docker stop` returns at once instead of waiting for the kill timeout.
+ENTRYPOINT ["/usr/bin/tini", "--"]
+CMD ["sleep", "infinity"]
