@@ -1,0 +1,165 @@
+"""``ctx``: the whole surface a strategy sees (spec §4.3).
+
+Strategies are deterministic ``async def`` functions. Everything that could
+differ between the first run and a replay (task results, time, randomness,
+sleeping) comes from ``ctx`` and is recorded in the event log, so re-running
+the function from the top after a crash takes exactly the same path.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from ..errors import AggregateTaskFailed, StrategyErrors, TaskFailed
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+TaskResult = dict[str, Any]
+
+
+@dataclass(eq=False)
+class Handle:
+    """A scheduled task. Opaque: pass it to ``ctx.wait``/``ctx.wait_all``."""
+
+    key: str
+    scheduled_at: float
+    _done: anyio.Event = field(default_factory=anyio.Event, repr=False)
+    _result: TaskResult | None = field(default=None, repr=False)
+    _failure: tuple[str, str] | None = field(default=None, repr=False)
+
+    def _resolve(self, result: TaskResult) -> None:
+        self._result = result
+        self._done.set()
+
+    def _fail(self, error_type: str, message: str) -> None:
+        self._failure = (error_type, message)
+        self._done.set()
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def _outcome(self) -> TaskResult:
+        if self._failure is not None:
+            raise TaskFailed(self.key, *self._failure)
+        assert self._result is not None
+        return self._result
+
+
+class StrategyContext:
+    """The ``ctx`` object handed to one strategy execution."""
+
+    errors = StrategyErrors
+
+    def __init__(self, engine: Engine, *, strategy_execution_id: str, strategy_index: int) -> None:
+        self._engine = engine
+        self.run_id = engine.config.run_id
+        self.strategy_execution_id = strategy_execution_id
+        self.strategy_index = strategy_index
+        self._prefix = f"{self.run_id}/{strategy_execution_id}/"
+        self._checkpoint_seq = 0
+        self.requested_keys: set[str] = set()
+
+    # -- keys
+    def key(self, *parts: Any) -> str:
+        """A durable key namespaced by run and strategy execution: ``run/sid/<parts joined by />``."""
+        if not parts:
+            raise ValueError("ctx.key() needs at least one part")
+        return self._prefix + "/".join(str(p) for p in parts)
+
+    def _qualify(self, key: str) -> str:
+        if not isinstance(key, str) or not key:
+            raise ValueError("ctx.run() needs a non-empty key; build it with ctx.key(...)")
+        return key if key.startswith(self._prefix) else self._prefix + key
+
+    # -- tasks
+    def run(self, task: dict[str, Any], *, key: str, policy: Any = None) -> Handle:
+        """Schedule a durable task and return its handle at once.
+
+        Completed keys return their recorded result without running again; the
+        same key with a different input raises ``KeyConflictDifferentFingerprint``.
+        """
+        fq = self._qualify(key)
+        self.requested_keys.add(fq)
+        return self._engine.schedule(self, fq, task, policy)
+
+    async def wait(self, handle: Handle) -> TaskResult:
+        """The task's result, or ``TaskFailed(key, error_type, message)``."""
+        await handle._done.wait()
+        return handle._outcome()
+
+    async def wait_all(self, handles: list[Handle], tolerate_failures: bool = False):
+        """Results in handle order, whatever order the tasks finished in.
+
+        With ``tolerate_failures=True`` returns ``(successes, failures)`` where
+        failures are ``TaskFailed`` errors; otherwise any failure raises
+        ``AggregateTaskFailed`` once every task has finished.
+        """
+        for h in handles:
+            await h._done.wait()
+        successes: list[TaskResult] = []
+        failures: list[TaskFailed] = []
+        for h in handles:
+            try:
+                successes.append(h._outcome())
+            except TaskFailed as exc:
+                failures.append(exc)
+        if tolerate_failures:
+            return successes, failures
+        if failures:
+            raise AggregateTaskFailed([f.key for f in failures], failures)
+        return successes
+
+    async def parallel(self, tasks: list[tuple[dict[str, Any], str]] | list[dict[str, Any]],
+                       tolerate_failures: bool = False):
+        """Schedule many and wait for all: items are ``(task, key)`` pairs or dicts with a ``key`` entry."""
+        handles = []
+        for item in tasks:
+            if isinstance(item, tuple):
+                task, key = item
+            else:
+                item = dict(item)
+                key = item.pop("key")
+                task = item
+            handles.append(self.run(task, key=key))
+        return await self.wait_all(handles, tolerate_failures=tolerate_failures)
+
+    # -- recorded nondeterminism
+    def _checkpoint(self, kind: str, produce) -> Any:
+        seq = self._checkpoint_seq
+        self._checkpoint_seq += 1
+        return self._engine.checkpoint(self, seq, kind, produce)
+
+    def now(self) -> float:
+        """Wall-clock seconds since the epoch, recorded on first run and replayed after."""
+        return self._checkpoint("now", time.time)
+
+    def rand(self) -> float:
+        """A float in [0, 1), recorded on first run and replayed after."""
+        return self._checkpoint("rand", random.random)
+
+    async def sleep(self, seconds: float) -> None:
+        """Sleep until a recorded deadline: a resumed run sleeps only for what is left."""
+        deadline = self._checkpoint("sleep", lambda: time.time() + float(seconds))
+        remaining = deadline - time.time()
+        if remaining > 0:
+            await anyio.sleep(remaining)
+
+    # -- read-only facts a strategy may use
+    @property
+    def base_branch(self) -> str:
+        return self._engine.config.base_branch
+
+    def output_dir(self):
+        """``results/<run_id>/strategy_output/``: where a strategy writes its own files.
+
+        Writing files is a side effect; write only data derived from task results
+        so a replay writes the same bytes.
+        """
+        return self._engine.strategy_output_dir()

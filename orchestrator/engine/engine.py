@@ -1,0 +1,411 @@
+"""The durable engine: schedules tasks, records every step, replays on resume.
+
+One :class:`Engine` drives one run. It owns the event log writer, the folded
+:class:`~orchestrator.state.RunState`, the max-parallel pool and the snapshot
+task, and it talks to the runner layer only through the
+:class:`~orchestrator.runner.base.TaskRunner` protocol.
+
+Resume is the same code path as a first run: the state is recovered from the
+snapshot plus the log tail, tasks that were RUNNING with no terminal event are
+marked interrupted, and every unfinished strategy function is entered again
+from the top. ``ctx.run`` on a key that completed returns the recorded result
+(read back from the log at its offset) and never touches the runner.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+import traceback
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgspec
+import orjson
+
+from .. import events as E
+from ..errors import (
+    KeyConflictDifferentFingerprint,
+    RunnerError,
+    StrategyError,
+)
+from ..eventlog import EventLog, iter_lines
+from ..events import decode_line
+from ..fingerprint import TaskDefaults, fingerprint, normalize_task
+from ..jsonlog import ComponentLog
+from ..naming import branch_name, container_name, instance_id, short8
+from ..runner.base import TaskRunner
+from ..runner.types import ContainerLimits, InstanceRequest, RunnerResult
+from ..state import COMPLETED, FAILED, RUNNING, RunState, apply, encode_snapshot, recover, write_snapshot_bytes
+from .context import Handle, StrategyContext
+
+StrategyFn = Callable[..., Awaitable[Any]]
+
+
+class EngineConfig(msgspec.Struct, frozen=True, kw_only=True):
+    run_id: str
+    repo_path: str
+    base_branch: str = "main"
+    strategy_name: str = "simple"
+    logs_dir: str = "logs"
+    state_dir: str = "orchestrator_state"
+    results_dir: str = "results"
+    max_parallel: int = 0  # 0: auto = max(2, min(20, floor(cpus / container_cpu)))
+    defaults: TaskDefaults = TaskDefaults()
+    flush_policy: str = "interval"
+    flush_interval_ms: int = 50
+    flush_max_batch: int = 256
+    max_final_message_bytes: int = 65536
+    snapshot_interval_s: float = 30.0
+    resume_fresh: bool = False
+    supports_resume: bool = True
+    # Passed through to every InstanceRequest (docker_image, finalize, retry_config, ...).
+    runner_options: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+def auto_parallel(container_cpu: float) -> int:
+    cpus = os.cpu_count() or 2
+    return max(2, min(20, math.floor(cpus / max(container_cpu, 0.001))))
+
+
+class RunPaths:
+    def __init__(self, config: EngineConfig) -> None:
+        rid = config.run_id
+        self.log_dir = Path(config.logs_dir) / rid
+        self.events = self.log_dir / "events.jsonl"
+        self.state_primary = Path(config.state_dir) / rid / "state.json"
+        self.state_duplicate = self.log_dir / "state.json"
+        self.results = Path(config.results_dir) / rid
+        self.final_messages = self.log_dir / "final_messages"
+
+    @property
+    def snapshots(self) -> list[Path]:
+        return [self.state_primary, self.state_duplicate]
+
+
+class Engine:
+    def __init__(self, config: EngineConfig, runner: TaskRunner, *, log: ComponentLog | None = None,
+                 determinism_reporter=None) -> None:
+        self.config = config
+        self.runner = runner
+        self.paths = RunPaths(config)
+        self.olog = log or ComponentLog(None, "orchestration", config.run_id)
+        self.reporter = determinism_reporter
+        self.state = RunState(run_id=config.run_id)
+        self.max_parallel = config.max_parallel or auto_parallel(config.defaults.container_cpus)
+        self._limiter = anyio.CapacityLimiter(self.max_parallel)
+        self._handles: dict[str, Handle] = {}
+        self._live_sessions: dict[str, str] = {}
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._log: EventLog | None = None
+        self._snapshot_wanted = anyio.Event()
+        self.queued = 0
+        self.runner_calls = 0
+        self.resumed = False
+        self.listeners: list[Callable[[str, str, str | None, dict, int, str], None]] = []
+        self.on_divergence: Callable[[str, list[str]], None] | None = None
+
+    # ------------------------------------------------------------ event plumbing
+    def emit(self, etype: str, sid: str, payload: dict[str, Any], key: str | None = None) -> dict[str, Any]:
+        assert self._log is not None, "engine is not running"
+        offset, ts, written = self._log.append(etype, strategy_execution_id=sid, payload=payload, key=key)
+        apply(self.state, etype, sid, key, written, offset, ts)
+        for cb in self.listeners:
+            cb(etype, sid, key, written, offset, ts)
+        if etype in E.TERMINAL_TASK_TYPES or etype == E.STRATEGY_COMPLETED:
+            self._snapshot_wanted.set()
+        return written
+
+    async def snapshot(self) -> None:
+        """Write state.json (primary + duplicate) for events that are durable."""
+        data = encode_snapshot(self.state)  # no await before this: a consistent fold
+        await self._log.flush()  # the snapshot never points past the durable log
+        await anyio.to_thread.run_sync(write_snapshot_bytes, data, self.paths.snapshots)
+
+    async def _snapshotter(self) -> None:
+        while True:
+            with anyio.move_on_after(self.config.snapshot_interval_s):
+                await self._snapshot_wanted.wait()
+                await anyio.sleep(0.2)  # let a batch of terminal transitions land together
+            self._snapshot_wanted = anyio.Event()
+            try:
+                await self.snapshot()
+            except OSError as exc:
+                self.olog.error(f"snapshot failed: {exc}")
+
+    # ------------------------------------------------------------ scheduling
+    def _recorded_result(self, key: str) -> dict[str, Any]:
+        task = self.state.tasks[key]
+        assert task.result_offset is not None
+        with open(self.paths.events, "rb") as fh:
+            fh.seek(task.result_offset)
+            ev = decode_line(fh.readline())
+        return self._task_result(ev.payload)
+
+    def _task_result(self, payload: dict[str, Any]) -> dict[str, Any]:
+        message = payload.get("final_message", "")
+        if payload.get("final_message_truncated") and payload.get("final_message_path"):
+            try:
+                message = Path(payload["final_message_path"]).read_text("utf-8")
+            except OSError:
+                pass
+        return {
+            "key": payload["key"],
+            "instance_id": payload["instance_id"],
+            "status": "success",
+            "artifact": payload.get("artifact"),
+            "final_message": message,
+            "metrics": payload.get("metrics"),
+            "session_id": payload.get("session_id"),
+            "exit_code": payload.get("exit_code"),
+        }
+
+    def schedule(self, ctx: StrategyContext, key: str, task: dict[str, Any], policy: Any) -> Handle:
+        normalized = normalize_task(task, self.config.defaults, default_base_branch=ctx.base_branch)
+        fp = fingerprint(normalized)
+        recorded = self.state.tasks.get(key)
+        if recorded is not None and recorded.fingerprint and recorded.fingerprint != fp:
+            raise KeyConflictDifferentFingerprint(key, recorded.fingerprint, fp)
+        handle = self._handles.get(key)
+        if handle is not None:
+            return handle
+        handle = self._handles[key] = Handle(key=key, scheduled_at=time.monotonic())
+        if recorded is not None and recorded.state == COMPLETED:
+            handle._resolve(self._recorded_result(key))
+            return handle
+        if recorded is not None and recorded.state == FAILED:
+            handle._fail(recorded.error_type or "unknown", recorded.message or "")
+            return handle
+        sid = ctx.strategy_execution_id
+        inst = instance_id(self.config.run_id, sid, key)
+        cname = container_name(self.config.run_id, ctx.strategy_index, key)
+        bname = branch_name(self.config.strategy_name, self.config.run_id, key)
+        if recorded is None:
+            self.emit(E.TASK_SCHEDULED, sid, {
+                "key": key, "instance_id": inst, "container_name": cname, "model": normalized["model"],
+                "task_fingerprint_hash": fp, "branch_name": bname,
+                "session_group_key": normalized.get("session_group_key"),
+                "plugin": normalized["plugin_name"], "input": normalized,
+            }, key=key)
+        assert self._tg is not None
+        self.queued += 1
+        self._tg.start_soon(self._execute, ctx, handle, normalized, inst, cname, bname)
+        return handle
+
+    def _request(self, ctx: StrategyContext, key: str, norm: dict[str, Any], inst: str, cname: str,
+                 bname: str) -> InstanceRequest:
+        runner_cfg = norm["runner"]
+        session_id = norm.get("resume_session_id")
+        recorded = self.state.tasks.get(key)
+        if recorded is not None and recorded.session_id and not self.config.resume_fresh \
+                and self.config.supports_resume:
+            # spec §7.4: the persisted session id overrides the one in the task input
+            session_id = recorded.session_id
+        options = dict(self.config.runner_options)
+        return InstanceRequest(
+            prompt=norm["prompt"], repo_path=self.config.repo_path, base_branch=norm["base_branch"],
+            branch_name=bname, run_id=self.config.run_id, strategy_execution_id=ctx.strategy_execution_id,
+            strategy_index=ctx.strategy_index, instance_id=inst, task_key=key, container_name=cname,
+            model=norm["model"], session_id=session_id, session_group_key=norm.get("session_group_key"),
+            timeout_seconds=norm.get("timeout_seconds", self.config.defaults.timeout_seconds),
+            container_limits=ContainerLimits(cpus=runner_cfg["container_limits"]["cpus"],
+                                             memory=runner_cfg["container_limits"]["memory"]),
+            plugin_name=norm["plugin_name"], system_prompt=norm.get("system_prompt"),
+            append_system_prompt=norm.get("append_system_prompt"), max_turns=runner_cfg.get("max_turns"),
+            import_policy=norm["import_policy"], import_conflict_policy=norm["import_conflict_policy"],
+            skip_empty_import=norm["skip_empty_import"], command=norm.get("command"),
+            include_branches=tuple(norm.get("include_branches") or ()),
+            network_egress=runner_cfg["network_egress"], **options,
+        )
+
+    async def _execute(self, ctx: StrategyContext, handle: Handle, norm: dict[str, Any], inst: str,
+                       cname: str, bname: str) -> None:
+        key, sid = handle.key, ctx.strategy_execution_id
+        request = self._request(ctx, key, norm, inst, cname, bname)
+        try:
+            async with self._limiter:
+                self.queued -= 1
+                started = False
+                try:
+                    self.emit(E.TASK_STARTED, sid, {"key": key, "instance_id": inst, "container_name": cname,
+                                                     "model": norm["model"], "session_id": request.session_id},
+                              key=key)
+                    started = True
+                    self.runner_calls += 1
+                    result = await self.runner.run(request, on_event=lambda ev: self._on_runner_event(key, ev))
+                except anyio.get_cancelled_exc_class():
+                    if started:
+                        with anyio.CancelScope(shield=True):
+                            payload = {"key": key, "instance_id": inst}
+                            if key in self._live_sessions:
+                                payload["session_id"] = self._live_sessions[key]
+                            self.emit(E.TASK_INTERRUPTED, sid, payload, key=key)
+                    raise
+                except RunnerError as exc:
+                    result = RunnerResult(status="failed", instance_id=inst, error_type=exc.category,
+                                          error=str(exc), container_name=cname)
+                except Exception as exc:  # a bug or an unexpected library error: fail the task, keep the run
+                    self.olog.error(f"runner raised {type(exc).__name__}: {exc}", key=key,
+                                    traceback=traceback.format_exc())
+                    result = RunnerResult(status="failed", instance_id=inst, error_type="container",
+                                          error=f"{type(exc).__name__}: {exc}", container_name=cname)
+        except anyio.get_cancelled_exc_class():
+            raise
+        self._finish(sid, handle, inst, result)
+
+    def _on_runner_event(self, key: str, event: dict[str, Any]) -> None:
+        sid_value = event.get("session_id") if isinstance(event, dict) else None
+        if sid_value:
+            self._live_sessions[key] = sid_value
+
+    def _finish(self, sid: str, handle: Handle, inst: str, result: RunnerResult) -> None:
+        key = handle.key
+        metrics = msgspec.to_builtins(result.metrics)
+        if result.status == "success":
+            message, truncated, path = self._bound_message(key, result.final_message)
+            payload = {
+                "key": key, "instance_id": inst,
+                "artifact": msgspec.to_builtins(result.artifact) if result.artifact else None,
+                "metrics": metrics, "final_message": message, "final_message_truncated": truncated,
+                "final_message_path": path, "session_id": result.session_id, "exit_code": result.exit_code,
+                "retry_attempts": result.retry_attempts,
+            }
+            written = self.emit(E.TASK_COMPLETED, sid, payload, key=key)
+            # The strategy sees exactly what a replay reads back from the log.
+            handle._resolve(self._task_result(written))
+        else:
+            error_type = result.error_type or ("timeout" if result.status == "timeout" else "container")
+            message = result.error or f"task ended with status {result.status}"
+            payload = {"key": key, "instance_id": inst, "error_type": error_type, "message": message,
+                       "metrics": metrics, "session_id": result.session_id, "exit_code": result.exit_code,
+                       "status": result.status, "retry_attempts": result.retry_attempts}
+            self.emit(E.TASK_FAILED, sid, payload, key=key)
+            recorded = self.state.tasks[key]
+            handle._fail(recorded.error_type or error_type, recorded.message or "")
+
+    def _bound_message(self, key: str, message: str) -> tuple[str, bool, str]:
+        limit = self.config.max_final_message_bytes
+        data = message.encode("utf-8")
+        if len(data) <= limit:
+            return message, False, ""
+        self.paths.final_messages.mkdir(parents=True, exist_ok=True)
+        path = self.paths.final_messages / f"k{short8(key)}.txt"
+        scrub = self._log.sanitizer.scrub_text if self._log.sanitizer else (lambda s: s)
+        path.write_text(scrub(message), "utf-8")
+        return data[:limit].decode("utf-8", "ignore"), True, str(path.resolve())
+
+    # ------------------------------------------------------------ recorded nondeterminism
+    def checkpoint(self, ctx: StrategyContext, seq: int, kind: str, produce: Callable[[], Any]) -> Any:
+        strat = self.state.strategies[ctx.strategy_execution_id]
+        if seq < len(strat.checkpoints):
+            recorded_kind, value = strat.checkpoints[seq]
+            if recorded_kind != kind:
+                self.olog.warning(f"strategy asked for ctx.{kind}() where the recorded run asked for "
+                                  f"ctx.{recorded_kind}() (checkpoint {seq}); the strategy is not deterministic")
+            return value
+        value = produce()
+        self.emit(E.STRATEGY_CHECKPOINT, ctx.strategy_execution_id, {"seq": seq, "kind": kind, "value": [kind, value]})
+        return value
+
+    # ------------------------------------------------------------ strategies
+    def strategy_output_dir(self) -> Path:
+        path = self.paths.results / "strategy_output"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    async def _run_strategy(self, index: int, fn: StrategyFn, name: str, prompt: str,
+                            params: dict[str, Any]) -> None:
+        sid = f"s{index}"
+        recorded = self.state.strategies.get(sid)
+        if recorded is not None and recorded.status != "running":
+            return  # finished in an earlier process: never re-entered
+        if recorded is None:
+            self.emit(E.STRATEGY_STARTED, sid, {"name": name, "params": params, "index": index})
+        ctx = StrategyContext(self, strategy_execution_id=sid, strategy_index=index)
+        try:
+            result = await fn(prompt, self.config.base_branch, ctx, **params)
+        except anyio.get_cancelled_exc_class():
+            raise
+        except StrategyError as exc:
+            self.emit(E.STRATEGY_COMPLETED, sid, {"status": "failed", "error": f"{type(exc).__name__}: {exc}",
+                                                  **self._unvisited(ctx)})
+            return
+        except Exception as exc:
+            self.olog.error(f"strategy {sid} raised {type(exc).__name__}: {exc}", traceback=traceback.format_exc())
+            self.emit(E.STRATEGY_COMPLETED, sid, {"status": "failed", "error": f"{type(exc).__name__}: {exc}",
+                                                  **self._unvisited(ctx)})
+            return
+        self.emit(E.STRATEGY_COMPLETED, sid, {"status": "success", "result": to_jsonable(result),
+                                              **self._unvisited(ctx)})
+
+    def _unvisited(self, ctx: StrategyContext) -> dict[str, Any]:
+        """Recorded keys the (possibly changed) strategy never asked for again on resume."""
+        if not self.resumed:
+            return {}
+        recorded = {k for k, t in self.state.tasks.items() if t.strategy_execution_id == ctx.strategy_execution_id}
+        missing = sorted(recorded - ctx.requested_keys)
+        if missing:
+            self.olog.warning(f"strategy {ctx.strategy_execution_id} no longer asks for recorded keys: "
+                              + ", ".join(missing))
+            if self.on_divergence is not None:
+                self.on_divergence(ctx.strategy_execution_id, missing)
+            return {"unvisited_keys": missing}
+        return {}
+
+    # ------------------------------------------------------------ running
+    def recover_state(self) -> None:
+        self.state = recover(self.config.run_id, self.paths.events, self.paths.snapshots)
+        self.resumed = self.state.last_event_start_offset >= 0
+
+    async def run(self, fn: StrategyFn, *, prompt: str, params: dict[str, Any], runs: int = 1,
+                  name: str | None = None) -> RunState:
+        """Run (or resume) ``runs`` executions of ``fn`` to completion; returns the final state.
+
+        Cancelling the surrounding scope interrupts the run: running tasks are
+        recorded as interrupted, the log is drained and a snapshot written.
+        """
+        name = name or self.config.strategy_name
+        self.recover_state()
+        sanitizer = getattr(self.olog, "sanitizer", None)
+        async with EventLog(self.paths.events, run_id=self.config.run_id, flush_policy=self.config.flush_policy,
+                            interval_ms=self.config.flush_interval_ms, max_batch=self.config.flush_max_batch,
+                            sanitizer=sanitizer) as log:
+            self._log = log
+            for task in list(self.state.tasks.values()):
+                if task.state == RUNNING:  # crash inference (spec §4.9)
+                    self.emit(E.TASK_INTERRUPTED, task.strategy_execution_id,
+                              {"key": task.key, "instance_id": task.instance_id, "reason": "crash"}, key=task.key)
+            try:
+                async with anyio.create_task_group() as tg:
+                    self._tg = tg
+                    tg.start_soon(self._snapshotter)
+                    async with anyio.create_task_group() as strategies:
+                        for i in range(1, runs + 1):
+                            strategies.start_soon(self._run_strategy, i, fn, name, prompt, params)
+                    tg.cancel_scope.cancel()  # strategies done: stop the snapshotter
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await self.snapshot()
+            self._log = None
+        return self.state
+
+
+def to_jsonable(value: Any) -> Any:
+    """What a strategy returned, as JSON (results, lists of results, plain data)."""
+    try:
+        return orjson.loads(orjson.dumps(value, default=lambda o: msgspec.to_builtins(o)))
+    except (TypeError, orjson.JSONEncodeError):
+        return repr(value)
+
+
+def load_recorded_events(path: Path) -> list[E.Event]:
+    out = []
+    for _, line in iter_lines(path):
+        try:
+            out.append(decode_line(line))
+        except msgspec.DecodeError:
+            continue
+    return out

@@ -1,0 +1,403 @@
+"""The event log: one writer per run, any number of readers.
+
+The writer owns the bytes of ``events.jsonl``. ``append()`` is synchronous and
+cheap (encode + buffer), so strategy code and the engine never wait on disk;
+a flusher task writes and fsyncs batches in a worker thread (``interval``
+policy: every ``interval_ms`` or ``max_batch`` events) or one line at a time
+(``per_event``). ``await flush()`` returns once everything appended so far is
+on disk; the engine awaits it at the points where durability matters.
+
+Readers open the file in binary mode, align to the next newline when an offset
+lands mid-line, and ignore a torn last line until its newline arrives.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from collections.abc import AsyncIterator, Iterable, Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgspec
+import orjson
+
+from .errors import RunLockedError
+from .events import EVENT_TYPES, Event, decode_line, encode_line, new_event_id, utc_ts
+
+LOCK_SUFFIX = ".lock"
+
+
+# ---------------------------------------------------------------- writer lock
+
+
+def _process_is_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class WriterLock:
+    """``events.jsonl.lock``: metadata ``{pid, hostname, started_at_iso}`` plus an OS lock.
+
+    The OS lock (fcntl/msvcrt) is authoritative: it dies with its process, so a
+    dead holder's lock is simply taken over. The metadata says who holds it.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    @staticmethod
+    def read_meta(path: Path) -> dict[str, Any] | None:
+        try:
+            return orjson.loads(path.read_bytes() or b"null")
+        except (OSError, orjson.JSONDecodeError):
+            return None
+
+    def acquire(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            _os_lock(fd)
+        except OSError:
+            os.close(fd)
+            meta = self.read_meta(self.path) or {}
+            raise RunLockedError(
+                f"run log {self.path.parent.name} is in use by another process "
+                f"(pid {meta.get('pid', '?')} on {meta.get('hostname', '?')}, since {meta.get('started_at_iso', '?')}); "
+                "wait for it to finish or stop it first"
+            ) from None
+        meta = {"pid": os.getpid(), "hostname": socket.gethostname(),
+                "started_at_iso": datetime.now(timezone.utc).isoformat(timespec="milliseconds")}
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, orjson.dumps(meta), 0)
+        os.fsync(fd)
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            try:
+                os.ftruncate(self._fd, 0)
+            except OSError:
+                pass
+            os.close(self._fd)  # closing drops the OS lock
+            self._fd = None
+
+    @classmethod
+    def is_held(cls, path: Path) -> bool:
+        """True when a live process holds the lock (used by --resume pre-flight)."""
+        if not path.exists():
+            return False
+        fd = os.open(path, os.O_RDWR)
+        try:
+            _os_lock(fd)
+        except OSError:
+            return True
+        finally:
+            os.close(fd)  # also releases our probe lock
+        return False
+
+
+if sys.platform == "win32":  # pragma: no cover - exercised on Windows only
+    import msvcrt
+
+    def _os_lock(fd: int) -> None:
+        msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+else:
+    import fcntl
+
+    def _os_lock(fd: int) -> None:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+# ---------------------------------------------------------------- writer
+
+
+class EventLog:
+    """Single writer of one run's ``events.jsonl``.
+
+    Use as ``async with EventLog.open(path, ...) as log:``; the flusher task
+    lives in the context and the log is drained and fsynced on exit, also when
+    the surrounding scope is cancelled (Ctrl+C).
+    """
+
+    def __init__(self, path: Path, *, run_id: str, flush_policy: str = "interval",
+                 interval_ms: int = 50, max_batch: int = 256, sanitizer=None) -> None:
+        if flush_policy not in ("interval", "per_event"):
+            raise ValueError(f"flush policy must be 'interval' or 'per_event', not {flush_policy!r}")
+        self.path = Path(path)
+        self.run_id = run_id
+        self.flush_policy = flush_policy
+        self.interval = interval_ms / 1000
+        self.max_batch = max_batch
+        self.sanitizer = sanitizer
+        self._lock = WriterLock(self.path.with_name(self.path.name + LOCK_SUFFIX))
+        self._fh = None
+        self._buffer: list[bytes] = []
+        self._end = 0  # offset after the last appended (not necessarily written) byte
+        self._durable = 0  # offset up to which the file is fsynced
+        self._wake = anyio.Event()
+        self._flushed = anyio.Event()
+        self._closed = False
+        self._error: BaseException | None = None
+
+    # -- lifecycle
+    def open_sync(self) -> None:
+        self._lock.acquire()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fh = open(self.path, "ab+")
+            size = fh.seek(0, os.SEEK_END)
+            if size:
+                # A crash can leave a torn last line; cut it so every line we
+                # append starts at a clean boundary and offsets stay exact.
+                good = _last_complete_offset(fh, size)
+                if good != size:
+                    fh.truncate(good)
+                    size = good
+            self._fh = fh
+            self._end = self._durable = size
+        except BaseException:
+            self._lock.release()
+            raise
+
+    async def __aenter__(self) -> EventLog:
+        await anyio.to_thread.run_sync(self.open_sync)
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        self._tg.start_soon(self._flusher)
+        return self
+
+    async def __aexit__(self, *exc) -> bool:
+        self._closed = True
+        self._wake.set()
+        try:
+            await self._tg.__aexit__(*exc)
+        finally:
+            # Drain whatever is left, even when the run is being cancelled (Ctrl+C).
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(self._write_batch)
+            self._fh.close()
+            self._lock.release()
+        return False
+
+    # -- appending
+    @property
+    def end_offset(self) -> int:
+        return self._end
+
+    @property
+    def durable_offset(self) -> int:
+        return self._durable
+
+    def append(self, event_type: str, *, strategy_execution_id: str, payload: dict[str, Any],
+               key: str | None = None) -> tuple[int, str, dict[str, Any]]:
+        """Buffer one event; returns ``(start_offset, ts, payload as written)``. Never blocks."""
+        if self._error is not None:
+            raise self._error
+        if event_type not in EVENT_TYPES:
+            raise ValueError(f"not a public event type: {event_type}")
+        if self.sanitizer is not None:
+            payload = self.sanitizer.scrub(payload)
+        ts = utc_ts()
+        offset = self._end
+        eid = new_event_id()
+        line = encode_line(event_type, ts=ts, run_id=self.run_id, strategy_execution_id=strategy_execution_id,
+                           start_offset=offset, payload=payload, key=key, event_id=eid)
+        self._buffer.append(line)
+        self._end += len(line)
+        if self.flush_policy == "per_event" or len(self._buffer) >= self.max_batch:
+            self._wake.set()
+        elif len(self._buffer) == 1:
+            self._wake.set()
+        return offset, ts, payload
+
+    async def flush(self) -> None:
+        """Wait until every event appended so far is written and fsynced."""
+        target = self._end
+        while self._durable < target:
+            if self._error is not None:
+                raise self._error
+            self._wake.set()
+            self._urgent = True
+            ev = self._flushed
+            await ev.wait()
+        if self._error is not None:
+            raise self._error
+
+    _urgent = False
+
+    def _write_batch(self) -> None:
+        """Write and fsync everything buffered (runs in a worker thread)."""
+        batch, self._buffer = self._buffer, []
+        if not batch:
+            return
+        fh = self._fh
+        if self.flush_policy == "per_event":
+            for line in batch:
+                fh.write(line)
+                fh.flush()
+                os.fsync(fh.fileno())
+                self._durable += len(line)
+        else:
+            data = b"".join(batch)
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+            self._durable += len(data)
+
+    async def _flusher(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake = anyio.Event()
+            if (self.flush_policy == "interval" and not self._closed and not self._urgent
+                    and len(self._buffer) < self.max_batch):
+                # Let a batch build up: at most interval_ms or max_batch events.
+                with anyio.move_on_after(self.interval):
+                    while len(self._buffer) < self.max_batch and not self._urgent and not self._closed:
+                        await self._wake.wait()
+                        self._wake = anyio.Event()
+            self._urgent = False
+            if self._buffer:
+                try:
+                    await anyio.to_thread.run_sync(self._write_batch)
+                except OSError as exc:  # disk full, I/O error: surface it to every appender
+                    self._error = exc
+            done, self._flushed = self._flushed, anyio.Event()
+            done.set()
+            if self._closed and not self._buffer:
+                return
+
+
+def _last_complete_offset(fh, size: int) -> int:
+    """Offset just after the last newline in the file (0 if none)."""
+    pos = size
+    chunk = 65536
+    while pos > 0:
+        start = max(0, pos - chunk)
+        fh.seek(start)
+        data = fh.read(pos - start)
+        idx = data.rfind(b"\n")
+        if idx != -1:
+            return start + idx + 1
+        pos = start
+    return 0
+
+
+# ---------------------------------------------------------------- readers
+
+
+def iter_lines(path: Path, offset: int = 0) -> Iterator[tuple[int, bytes]]:
+    """Yield ``(start_offset, line)`` for every complete line from ``offset``.
+
+    An offset inside a line is aligned forward to the next line start; a last
+    line without its newline (a write in progress or a crash) is not yielded.
+    """
+    with open(path, "rb") as fh:
+        if offset > 0:
+            fh.seek(offset - 1)
+            if fh.read(1) != b"\n":
+                fh.readline()  # skip the rest of the line we landed in
+        pos = fh.tell()
+        while True:
+            chunk = fh.read(1 << 20)
+            if not chunk:
+                return
+            last_nl = chunk.rfind(b"\n")
+            if last_nl == -1:
+                # no complete line in this chunk; read until newline or EOF
+                rest = fh.readline()
+                if not rest.endswith(b"\n"):
+                    return
+                chunk += rest
+                last_nl = len(chunk) - 1
+            elif last_nl != len(chunk) - 1:
+                fh.seek(pos + last_nl + 1)
+            start = 0
+            body = chunk[: last_nl + 1]
+            for line in body.splitlines(keepends=True):
+                yield pos + start, line
+                start += len(line)
+            pos += last_nl + 1
+
+
+def read_events(path: Path, offset: int = 0) -> Iterator[Event]:
+    """Decode every complete event from ``offset``; a line that does not decode is skipped."""
+    for _, line in iter_lines(path, offset):
+        try:
+            yield decode_line(line)
+        except msgspec.DecodeError:
+            continue
+
+
+def get_events_since(run_id: str, offset: int | None = None, since_ts: str | None = None,
+                     types: Iterable[str] | None = None, limit: int | None = None,
+                     *, logs_dir: str | Path = "logs") -> list[dict[str, Any]]:
+    """Historical events of a run, as dicts, filtered by offset, timestamp and type."""
+    path = Path(logs_dir) / run_id / "events.jsonl"
+    if not path.exists():
+        return []
+    wanted = set(types) if types else None
+    out: list[dict[str, Any]] = []
+    for ev in read_events(path, offset or 0):
+        if wanted is not None and ev.type not in wanted:
+            continue
+        if since_ts is not None and ev.ts < since_ts:
+            continue
+        out.append(msgspec.to_builtins(ev))
+        if limit is not None and len(out) >= limit:
+            break
+    return out
+
+
+async def subscribe(path: str | Path, offset: int = 0, *, poll_interval: float = 0.05,
+                    stop: anyio.Event | None = None) -> AsyncIterator[Event]:
+    """Follow a (possibly live) event log from ``offset``, yielding events as they land.
+
+    One file watcher (inotify/kqueue through watchfiles) wakes the reader; it
+    also wakes every ``poll_interval`` seconds, which is the fallback where
+    notifications are unavailable and the way ``stop`` is noticed.
+    """
+    path = Path(path)
+    pos = offset
+
+    def read_new() -> list[tuple[int, bytes]]:
+        return list(iter_lines(path, pos)) if path.exists() else []
+
+    async for _ in _wakeups(path.parent, poll_interval, stop):
+        for start, line in await anyio.to_thread.run_sync(read_new):
+            pos = start + len(line)
+            try:
+                yield decode_line(line)
+            except msgspec.DecodeError:
+                continue
+        if stop is not None and stop.is_set():
+            return
+
+
+async def _wakeups(directory: Path, poll_interval: float, stop: anyio.Event | None) -> AsyncIterator[None]:
+    yield None
+    try:
+        import watchfiles
+
+        if not directory.exists():
+            raise FileNotFoundError(directory)
+        async for _ in watchfiles.awatch(directory, stop_event=stop, debounce=5, step=5,
+                                         yield_on_timeout=True,
+                                         rust_timeout=max(1, int(poll_interval * 1000))):
+            yield None
+    except (ImportError, OSError, RuntimeError):
+        while stop is None or not stop.is_set():
+            await anyio.sleep(poll_interval)
+            yield None
+    yield None  # one last read after stop

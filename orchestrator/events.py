@@ -1,0 +1,88 @@
+"""The public event record and its one codec.
+
+Every line of ``logs/<run_id>/events.jsonl`` is one :class:`Event`: a frozen,
+kw-only envelope ``{id, type, ts, run_id, strategy_execution_id, key?,
+start_offset, payload}``. ``start_offset`` is the byte position where the line
+starts, so ``f.seek(e.start_offset); f.readline()`` returns exactly that event.
+
+Public types (docs/events.md documents every payload field):
+
+- ``task.scheduled|started|completed|failed|interrupted`` (``key`` required)
+- ``strategy.started|completed`` (``key`` absent)
+- ``strategy.checkpoint``: the value a strategy got from ``ctx.now()``,
+  ``ctx.rand()`` or ``ctx.sleep()``, replayed on resume.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timezone
+from typing import Any
+
+import msgspec
+import orjson
+
+TASK_SCHEDULED = "task.scheduled"
+TASK_STARTED = "task.started"
+TASK_COMPLETED = "task.completed"
+TASK_FAILED = "task.failed"
+TASK_INTERRUPTED = "task.interrupted"
+STRATEGY_STARTED = "strategy.started"
+STRATEGY_COMPLETED = "strategy.completed"
+STRATEGY_CHECKPOINT = "strategy.checkpoint"
+
+TASK_TYPES = frozenset({TASK_SCHEDULED, TASK_STARTED, TASK_COMPLETED, TASK_FAILED, TASK_INTERRUPTED})
+STRATEGY_TYPES = frozenset({STRATEGY_STARTED, STRATEGY_COMPLETED, STRATEGY_CHECKPOINT})
+EVENT_TYPES = TASK_TYPES | STRATEGY_TYPES
+TERMINAL_TASK_TYPES = frozenset({TASK_COMPLETED, TASK_FAILED, TASK_INTERRUPTED})
+
+
+class Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    id: str
+    type: str
+    ts: str
+    run_id: str
+    strategy_execution_id: str
+    start_offset: int
+    payload: dict[str, Any]
+    key: str | None = None
+
+
+_decoder = msgspec.json.Decoder(Event)
+
+
+def utc_ts() -> str:
+    """RFC 3339 UTC with milliseconds and a ``Z`` suffix."""
+    now = datetime.now(timezone.utc)
+    return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
+
+
+def new_event_id() -> str:
+    return str(uuid.uuid4())
+
+
+def encode_line(event_type: str, *, ts: str, run_id: str, strategy_execution_id: str,
+                start_offset: int, payload: dict[str, Any], key: str | None = None,
+                event_id: str | None = None) -> bytes:
+    """Encode one event as a UTF-8 JSON line (with trailing newline)."""
+    record: dict[str, Any] = {
+        "id": event_id or new_event_id(),
+        "type": event_type,
+        "ts": ts,
+        "run_id": run_id,
+        "strategy_execution_id": strategy_execution_id,
+    }
+    if key is not None:
+        record["key"] = key
+    record["start_offset"] = start_offset
+    record["payload"] = payload
+    return orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
+
+
+def decode_line(line: bytes) -> Event:
+    """Decode one complete line; raises ``msgspec.DecodeError`` on a torn or foreign line."""
+    return _decoder.decode(line)
+
+
+def to_dict(event: Event) -> dict[str, Any]:
+    return msgspec.to_builtins(event)

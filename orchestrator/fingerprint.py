@@ -1,0 +1,118 @@
+"""Normalized task input and its fingerprint (spec §2.2, §6.1.1).
+
+A strategy hands ``ctx.run`` a plain dict. :func:`normalize_task` checks its
+fields, applies the run's defaults, drops ``metadata`` and ``null`` values and
+adds ``schema_version``; :func:`fingerprint` is SHA-256 over the RFC 8785
+encoding of that. The same key scheduled again with a different fingerprint is
+a :class:`~orchestrator.errors.KeyConflictDifferentFingerprint`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from .errors import ConfigError
+from .naming import jcs_sha256
+
+SCHEMA_VERSION = "1"
+
+IMPORT_POLICIES = ("auto", "never", "always")
+CONFLICT_POLICIES = ("fail", "overwrite", "suffix")
+EGRESS = ("online", "offline", "proxy")
+
+
+class TaskDefaults(msgspec.Struct, frozen=True, kw_only=True):
+    """Run-level defaults a task input inherits (spec §6.1.1 plus CLI/config)."""
+
+    model: str = "sonnet"
+    plugin_name: str = "claude-code"
+    import_policy: str = "auto"
+    import_conflict_policy: str = "fail"
+    skip_empty_import: bool = True
+    container_cpus: float = 2
+    container_memory: str = "4g"
+    network_egress: str = "online"
+    max_turns: int | None = None
+    timeout_seconds: float = 3600.0
+
+
+TASK_FIELDS = frozenset({
+    "prompt", "base_branch", "model", "import_policy", "import_conflict_policy", "skip_empty_import",
+    "session_group_key", "resume_session_id", "plugin", "plugin_name", "system_prompt",
+    "append_system_prompt", "max_turns", "command", "include_branches", "timeout_seconds",
+    "network_egress", "container_limits", "metadata",
+})
+
+
+def normalize_task(task: dict[str, Any], defaults: TaskDefaults, *, default_base_branch: str) -> dict[str, Any]:
+    """Validate a strategy's task dict and return the normalized input that is fingerprinted."""
+    if not isinstance(task, dict):
+        raise ConfigError(f"ctx.run expects a dict task input, got {type(task).__name__}")
+    unknown = set(task) - TASK_FIELDS
+    if unknown:
+        raise ConfigError(
+            f"unknown task field(s) {', '.join(sorted(unknown))}; accepted: {', '.join(sorted(TASK_FIELDS))}")
+    plugin = task.get("plugin_name") or task.get("plugin") or defaults.plugin_name
+    command = task.get("command")
+    prompt = task.get("prompt")
+    if plugin == "command":
+        if not isinstance(command, str) or not command.strip():
+            raise ConfigError("a task with plugin 'command' needs a non-empty 'command' string")
+        prompt = prompt if prompt is not None else command
+    elif not isinstance(prompt, str) or not prompt:
+        raise ConfigError("every agent task needs a non-empty 'prompt' string")
+
+    def pick(name: str, allowed: tuple[str, ...]) -> str:
+        value = task.get(name)
+        value = getattr(defaults, name) if value is None else value
+        if value not in allowed:
+            raise ConfigError(f"task field {name}={value!r} is invalid; use one of {', '.join(allowed)}")
+        return value
+
+    limits = task.get("container_limits") or {}
+    runner = {
+        "container_limits": {
+            "cpus": limits.get("cpus", defaults.container_cpus),
+            "memory": limits.get("memory", defaults.container_memory),
+        },
+        "network_egress": pick("network_egress", EGRESS),
+        "max_turns": task.get("max_turns", defaults.max_turns),
+    }
+    include = task.get("include_branches")
+    if include is not None and (not isinstance(include, (list, tuple)) or not all(isinstance(b, str) for b in include)):
+        raise ConfigError("task field include_branches must be a list of branch names")
+    skip_empty = task.get("skip_empty_import")
+    normalized: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "prompt": prompt,
+        "base_branch": task.get("base_branch") or default_base_branch,
+        "model": task.get("model") or defaults.model,
+        "import_policy": pick("import_policy", IMPORT_POLICIES),
+        "import_conflict_policy": pick("import_conflict_policy", CONFLICT_POLICIES),
+        "skip_empty_import": defaults.skip_empty_import if skip_empty is None else bool(skip_empty),
+        "session_group_key": task.get("session_group_key"),
+        "resume_session_id": task.get("resume_session_id"),
+        "plugin_name": plugin,
+        "system_prompt": task.get("system_prompt"),
+        "append_system_prompt": task.get("append_system_prompt"),
+        "runner": runner,
+        "command": command,
+        "include_branches": list(include) if include else None,
+        "timeout_seconds": task.get("timeout_seconds"),
+    }
+    return _drop_nulls(normalized)
+
+
+def _drop_nulls(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: _drop_nulls(v) for k, v in obj.items() if v is not None}
+    if isinstance(obj, list):
+        return [_drop_nulls(v) for v in obj]
+    return obj
+
+
+def fingerprint(normalized: dict[str, Any]) -> str:
+    """SHA-256 hex of the JCS encoding of a normalized task input."""
+    return jcs_sha256(normalized)
