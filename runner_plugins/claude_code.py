@@ -181,6 +181,7 @@ class ClaudeStreamParser:
         self.previous = dict(previous or {})
         self._lines = LineBuffer()
         self._stderr = Tail(16 * 1024)
+        self.final_events: list[AgentEvent] = []
         self.session_id: str | None = None
         self.model: str | None = None
         self._last_text: str | None = None
@@ -283,8 +284,8 @@ class ClaudeStreamParser:
     # -- outcome ----------------------------------------------------------------------
 
     def finish(self, exit_code: int | None) -> AgentOutcome:
-        for line in self._lines.flush():
-            self._handle_line(line)
+        # Events of an unterminated last line; the runner may log them after finish().
+        self.final_events = [e for line in self._lines.flush() for e in self._handle_line(line)]
         result = next((r for r in self._results if not r.get("is_error")), None)
         if result is None and self._results:
             result = self._results[0]

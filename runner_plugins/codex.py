@@ -132,6 +132,7 @@ class CodexStreamParser:
         self.previous = dict(previous or {})
         self._lines = LineBuffer()
         self._stderr = Tail(16 * 1024)
+        self.final_events: list[AgentEvent] = []
         self.session_id: str | None = None
         self.model: str | None = None
         self._last_message: str | None = None
@@ -255,8 +256,8 @@ class CodexStreamParser:
         return [AgentEvent(kind="other", data={"legacy_type": clip(str(mtype), 200)})]
 
     def finish(self, exit_code: int | None) -> AgentOutcome:
-        for line in self._lines.flush():
-            self._handle_line(line)
+        # Events of an unterminated last line; the runner may log them after finish().
+        self.final_events = [e for line in self._lines.flush() for e in self._handle_line(line)]
         cumulative = {k: float(as_int(self._usage.get(k))) for k in USAGE_KEYS if k in self._usage} \
             if self._usage else {}
         tokens_in, tokens_out = self._per_run(cumulative)
