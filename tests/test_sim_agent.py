@@ -1,0 +1,429 @@
+"""Tests of the simulated agent (docker/sim-agent.py).
+
+Most run the script directly on the host with python3; the one marked
+``docker`` runs it inside the orchestrator-test-agent image as ``claude``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SIM = REPO / "docker" / "sim-agent.py"
+CLAUDE_FLAGS = ["--output-format", "stream-json", "--verbose", "--model", "sonnet", "--permission-mode", "bypassPermissions"]
+CODEX_FLAGS = ["--json", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox",
+               "-c", "analytics.enabled=false", "-m", "gpt-5"]
+
+
+# ----------------------------------------------------------------- helpers
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    h = tmp_path / "home"
+    h.mkdir()
+    return h
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    r = tmp_path / "ws"
+    r.mkdir()
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t"}
+    subprocess.run(["git", "init", "-q", "-b", "main"], cwd=r, check=True)
+    subprocess.run(["git", "commit", "-q", "--allow-empty", "-m", "init"], cwd=r, check=True, env=env)
+    return r
+
+
+class Run:
+    def __init__(self, proc: subprocess.CompletedProcess) -> None:
+        self.rc = proc.returncode
+        self.raw: bytes = proc.stdout
+        self.stderr = proc.stderr.decode("utf-8", "replace")
+        self.events: list[dict] = []
+        self.junk: list[bytes] = []
+        for line in self.raw.split(b"\n"):
+            if not line.strip():
+                continue
+            try:
+                self.events.append(json.loads(line.decode("utf-8")))
+            except (UnicodeDecodeError, ValueError):
+                self.junk.append(line)
+
+    def of(self, type_: str, subtype: str | None = None) -> list[dict]:
+        return [e for e in self.events if e.get("type") == type_ and (subtype is None or e.get("subtype") == subtype)]
+
+    @property
+    def result(self) -> dict:
+        results = self.of("result")
+        assert len(results) == 1, self.raw[-2000:]
+        return results[0]
+
+
+def run_sim(args: list[str], *, cwd: Path, home: Path, persona: str = "claude", stdin: bytes | None = None,
+            env: dict | None = None, timeout: float = 60) -> Run:
+    full_env = {k: v for k, v in os.environ.items() if k not in ("TASK_KEY", "SIM_AGENT_RECORD")}
+    full_env.update({"HOME": str(home), "GIT_AUTHOR_NAME": "Sim Test", "GIT_AUTHOR_EMAIL": "sim@test",
+                     "GIT_COMMITTER_NAME": "Sim Test", "GIT_COMMITTER_EMAIL": "sim@test"})
+    full_env.update(env or {})
+    proc = subprocess.run([sys.executable, str(SIM), "--as", persona, *args], cwd=cwd, env=full_env,
+                          input=stdin if stdin is not None else b"", capture_output=True, timeout=timeout)
+    return Run(proc)
+
+
+def claude(prompt: str | None, *, cwd: Path, home: Path, extra: list[str] = (), **kw) -> Run:
+    argv = ["-p"] + ([prompt] if prompt is not None else []) + CLAUDE_FLAGS + list(extra)
+    return run_sim(argv, cwd=cwd, home=home, persona="claude", **kw)
+
+
+def codex(prompt: str, *, cwd: Path, home: Path, resume: str | None = None, **kw) -> Run:
+    argv = ["exec", *CODEX_FLAGS] + (["resume", resume] if resume else []) + [prompt]
+    return run_sim(argv, cwd=cwd, home=home, persona="codex", **kw)
+
+
+def executions(home: Path) -> list[dict]:
+    path = home / ".sim-agent" / "executions.jsonl"
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+
+def git_log(repo: Path) -> list[str]:
+    return subprocess.run(["git", "log", "--format=%s"], cwd=repo, capture_output=True, text=True,
+                          check=True).stdout.splitlines()
+
+
+RESULT_KEYS = {"type", "subtype", "is_error", "result", "total_cost_usd", "usage", "modelUsage",
+               "model_usage_since_last_result", "num_turns", "session_id", "terminal_reason", "duration_ms"}
+
+
+# ----------------------------------------------------------------- claude
+
+
+def test_claude_default_run_shapes_and_commit(repo: Path, home: Path) -> None:
+    prompt = "Add a greeting to the project."
+    r = claude(prompt, cwd=repo, home=home)
+    assert r.rc == 0, r.stderr
+    assert not r.junk
+    init = r.events[0]
+    assert init["type"] == "system" and init["subtype"] == "init"
+    uuid.UUID(init["session_id"])
+    assert init["claude_code_version"] == "2.1.330-sim"
+    assert init["model"] == "claude-sonnet-4-5"
+    assert init["cwd"] == str(repo)
+    assert "Write" in init["tools"] and "Bash" in init["tools"]
+
+    tool_uses = [c for e in r.of("assistant") for c in e["message"]["content"] if c["type"] == "tool_use"]
+    assert [t["name"] for t in tool_uses] == ["Write", "Bash"]
+    results = [c for e in r.of("user") for c in e["message"]["content"] if c["type"] == "tool_result"]
+    assert {t["tool_use_id"] for t in results} == {t["id"] for t in tool_uses}
+    assert all(e["session_id"] == init["session_id"] for e in r.events)
+
+    res = r.result
+    assert RESULT_KEYS <= set(res)
+    assert res["subtype"] == "success" and res["is_error"] is False
+    assert res["terminal_reason"] == "completed"
+    assert res["total_cost_usd"] > 0
+    assert res["usage"]["input_tokens"] > 0 and res["usage"]["output_tokens"] > 0
+    assert res["modelUsage"] == res["model_usage_since_last_result"]
+    assert res["num_turns"] >= 3
+    # the final assistant text is the result text
+    last_text = [c["text"] for e in r.of("assistant") for c in e["message"]["content"] if c["type"] == "text"][-1]
+    assert last_text == res["result"]
+
+    h = hashlib.sha256(prompt.encode()).hexdigest()
+    assert (repo / "sim" / f"{h[:8]}.txt").is_file()
+    assert git_log(repo)[0].startswith("sim: ")
+    assert subprocess.run(["git", "status", "--porcelain"], cwd=repo, capture_output=True, text=True).stdout == ""
+
+    [ex] = executions(home)
+    assert ex["session_id"] == init["session_id"] and ex["resumed"] is False
+    assert ex["prompt_sha256"] == h and ex["argv0"] == "sim-agent.py" and "ts" in ex
+
+
+def test_claude_deterministic_except_session_id(repo: Path, home: Path, tmp_path: Path) -> None:
+    other = tmp_path / "home2"
+    other.mkdir()
+    a = claude("Summarise the repo", cwd=repo, home=home)
+    b = claude("Summarise the repo", cwd=tmp_path, home=other)  # not a git repo: answers only
+    assert a.result["result"].split(".")[0] == b.result["result"].split(".")[0]
+    assert a.result["session_id"] != b.result["session_id"]
+    assert not (tmp_path / "sim").exists()
+
+
+def test_claude_resume_is_cumulative(repo: Path, home: Path) -> None:
+    first = claude("SIM: write a.txt one\nSIM: commit first", cwd=repo, home=home, env={"TASK_KEY": "t1"})
+    sid = first.result["session_id"]
+    second = claude("SIM: append a.txt two\nSIM: commit second", cwd=repo, home=home,
+                    extra=["--resume", sid], env={"TASK_KEY": "t1"})
+    assert second.rc == 0
+    assert second.events[0]["session_id"] == sid
+    r1, r2 = first.result, second.result
+    assert r2["session_id"] == sid
+    since = next(iter(r2["model_usage_since_last_result"].values()))
+    total = next(iter(r2["modelUsage"].values()))
+    assert r2["total_cost_usd"] == pytest.approx(r1["total_cost_usd"] + since["costUSD"], abs=1e-6)
+    assert total["inputTokens"] == r1["usage"]["input_tokens"] + r2["usage"]["input_tokens"]
+    assert since["inputTokens"] == r2["usage"]["input_tokens"]
+    assert (repo / "a.txt").read_text() == "one\ntwo\n"
+    assert git_log(repo)[:2] == ["second", "first"]
+    exs = executions(home)
+    assert [(e["task_key"], e["resumed"], e["session_id"]) for e in exs] == [("t1", False, sid), ("t1", True, sid)]
+    assert (home / ".sim-agent" / "sessions" / f"{sid}.json").is_file()
+
+
+def test_claude_resume_unknown_session_fails(repo: Path, home: Path) -> None:
+    r = claude("hi", cwd=repo, home=home, extra=["--resume", str(uuid.uuid4())])
+    assert r.rc == 1
+    assert "No conversation found" in r.stderr
+
+
+def test_claude_prompt_from_stdin(repo: Path, home: Path) -> None:
+    r = claude(None, cwd=repo, home=home, stdin=b"SIM: print from stdin\n")
+    assert r.rc == 0 and r.result["result"] == "from stdin"
+    r = claude("-", cwd=repo, home=home, stdin=b"SIM: print dash stdin\n")
+    assert r.result["result"] == "dash stdin"
+
+
+def test_claude_score_and_ideas_json(repo: Path, home: Path) -> None:
+    p = "Review the branch. Answer with JSON: {\"score\": 0-10, \"rationale\": ...}"
+    a = claude(p, cwd=repo, home=home)
+    b = claude(p, cwd=repo, home=home)
+    sa, sb = json.loads(a.result["result"]), json.loads(b.result["result"])
+    assert sa["score"] == sb["score"] and 0 <= sa["score"] <= 10 and sa["rationale"]
+    ideas = json.loads(claude("Propose 4 ideas, reply as JSON", cwd=repo, home=home).result["result"])
+    assert len(ideas["ideas"]) == 4 and all(i["title"] and i["description"] for i in ideas["ideas"])
+
+
+def test_claude_sim_verbs(repo: Path, home: Path) -> None:
+    prompt = "\n".join([
+        "Please do the following.",
+        "SIM: write src/x.txt hello\\nworld",
+        "SIM: append src/x.txt again",
+        "SIM: exec echo out-$((1+2)); echo err >&2",
+        "SIM: commit add x",
+        "SIM: print first line",
+        'SIM: print-json {"ok": true}',
+        "unrelated text SIM: print not-an-instruction",
+    ])
+    r = claude(prompt, cwd=repo, home=home)
+    assert r.rc == 0
+    assert (repo / "src" / "x.txt").read_text() == "hello\nworld\nagain\n"
+    assert git_log(repo)[0] == "add x"
+    assert r.result["result"] == 'first line\n{"ok": true}'
+    outputs = [c["content"] for e in r.of("user") for c in e["message"]["content"]]
+    assert any("out-3" in o and "err" in o for o in outputs)
+    assert r.of("system", "vcs_state_changed")
+
+
+def test_claude_fail(repo: Path, home: Path) -> None:
+    r = claude("SIM: fail 7 something broke", cwd=repo, home=home)
+    assert r.rc == 7
+    res = r.result
+    assert res["is_error"] is True and res["subtype"] == "error_during_execution"
+    assert "something broke" in res["errors"][0]
+
+
+def test_claude_ratelimit_then_success(repo: Path, home: Path) -> None:
+    prompt = "SIM: ratelimit 2\nSIM: print finally"
+    for _ in range(2):
+        r = claude(prompt, cwd=repo, home=home, env={"TASK_KEY": "rl"})
+        assert r.rc == 1
+        assert r.of("rate_limit_event")[0]["rate_limit_info"]["status"] == "rejected"
+        synthetic = r.of("assistant")[-1]
+        assert synthetic["error"] == "rate_limit" and synthetic["message"]["model"] == "<synthetic>"
+        res = r.result
+        assert res["subtype"] == "success" and res["is_error"] is True
+        assert res["api_error_status"] == 429 and res["terminal_reason"] == "api_error"
+        assert res["result"].startswith("API Error: 429")
+    # another task key is counted separately
+    assert claude(prompt, cwd=repo, home=home, env={"TASK_KEY": "other"}).rc == 1
+    ok = claude(prompt, cwd=repo, home=home, env={"TASK_KEY": "rl"})
+    assert ok.rc == 0 and ok.result["result"] == "finally"
+    assert [e["task_key"] for e in executions(home)].count("rl") == 3
+
+
+def test_claude_authfail(repo: Path, home: Path) -> None:
+    r = claude("SIM: authfail", cwd=repo, home=home)
+    assert r.rc == 1
+    res = r.result
+    assert res["is_error"] is True and res["api_error_status"] == 401
+    assert res["api_error_type"] == "authentication_error" and "Invalid API key" in res["result"]
+
+
+def test_claude_garbage_mixed_with_valid_lines(repo: Path, home: Path) -> None:
+    r = claude("SIM: garbage\nSIM: print still fine", cwd=repo, home=home)
+    assert r.rc == 0
+    assert r.junk, "expected non-JSON lines"
+    with pytest.raises(UnicodeDecodeError):
+        r.raw.decode("utf-8")
+    assert r.result["result"] == "still fine"
+
+
+def test_claude_spam(repo: Path, home: Path) -> None:
+    r = claude("SIM: spam 2", cwd=repo, home=home)
+    assert r.rc == 0
+    text = sum(len(c["text"]) for e in r.of("assistant") for c in e["message"]["content"] if c["type"] == "text")
+    assert text >= 2 * 1024 * 1024
+
+
+def test_claude_write_outside_reports(repo: Path, home: Path, tmp_path: Path) -> None:
+    target = tmp_path / "outside" / "x.txt"
+    r = claude(f"SIM: write-outside {target}\nSIM: write-outside /proc/definitely/not/here", cwd=repo, home=home)
+    assert r.rc == 0
+    assert target.exists()
+    assert f"write-outside {target}: succeeded" in r.result["result"]
+    assert "write-outside /proc/definitely/not/here: failed" in r.result["result"]
+
+
+def test_claude_hang_and_sleep(repo: Path, home: Path) -> None:
+    env = {**os.environ, "HOME": str(home)}
+    proc = subprocess.Popen([sys.executable, str(SIM), "-p", "SIM: hang", *CLAUDE_FLAGS], cwd=repo, env=env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        first = json.loads(proc.stdout.readline())
+        assert first["subtype"] == "init"
+        time.sleep(0.5)
+        assert proc.poll() is None
+    finally:
+        proc.terminate()
+        proc.wait(timeout=5)
+    t0 = time.monotonic()
+    r = claude("SIM: sleep 0.6\nSIM: print woke", cwd=repo, home=home)
+    assert time.monotonic() - t0 >= 0.6 and r.result["result"] == "woke"
+
+
+def test_claude_max_turns(repo: Path, home: Path) -> None:
+    r = claude("SIM: exec true\nSIM: exec true\nSIM: exec true", cwd=repo, home=home, extra=["--max-turns", "2"])
+    assert r.rc == 1
+    assert r.result["subtype"] == "error_max_turns" and r.result["terminal_reason"] == "max_turns"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
+def test_claude_refuses_skip_permissions_as_root(repo: Path, home: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "IS_SANDBOX"}
+    env["HOME"] = str(home)
+    p = subprocess.run([sys.executable, str(SIM), "-p", "x", "--dangerously-skip-permissions",
+                        "--output-format", "stream-json", "--verbose"], cwd=repo, env=env, capture_output=True)
+    assert p.returncode == 1 and b"root" in p.stderr
+
+
+def test_record_env_and_argv0_persona(repo: Path, home: Path, tmp_path: Path) -> None:
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "codex").symlink_to(SIM)
+    rec = tmp_path / "rec" / "x.jsonl"
+    env = {**os.environ, "HOME": str(home), "SIM_AGENT_RECORD": str(rec), "TASK_KEY": "k"}
+    p = subprocess.run([sys.executable, str(bindir / "codex"), "exec", "--json", "SIM: print hi"], cwd=repo,
+                       env=env, capture_output=True, check=True)
+    assert json.loads(p.stdout.splitlines()[0])["type"] == "thread.started"
+    [line] = [json.loads(x) for x in rec.read_text().splitlines()]
+    assert line["argv0"] == "codex" and line["task_key"] == "k"
+    assert executions(home) == [line]
+
+
+# ----------------------------------------------------------------- codex
+
+
+def test_codex_success_shapes(repo: Path, home: Path) -> None:
+    r = codex("Implement the feature", cwd=repo, home=home)
+    assert r.rc == 0, r.stderr
+    types = [e["type"] for e in r.events]
+    assert types[0] == "thread.started" and types[1] == "turn.started" and types[-1] == "turn.completed"
+    uuid.UUID(r.events[0]["thread_id"])
+    items = [e["item"] for e in r.events if e["type"] == "item.completed"]
+    cmds = [i for i in items if i["type"] == "command_execution"]
+    assert cmds and all(i["exit_code"] == 0 and i["status"] == "completed" for i in cmds)
+    started = [e["item"]["id"] for e in r.events if e["type"] == "item.started"]
+    assert started == [i["id"] for i in cmds]
+    assert [i["id"] for i in items] == [f"item_{n}" for n in range(len(items))]
+    assert items[-1]["type"] == "agent_message" and items[-1]["text"].startswith("Done")
+    usage = r.events[-1]["usage"]
+    assert set(usage) == {"input_tokens", "cached_input_tokens", "cache_write_input_tokens", "output_tokens",
+                          "reasoning_output_tokens"}
+    assert len(git_log(repo)) == 2
+
+
+def test_codex_resume_cumulative(repo: Path, home: Path) -> None:
+    a = codex("SIM: print one", cwd=repo, home=home)
+    tid = a.events[0]["thread_id"]
+    b = codex("SIM: print two", cwd=repo, home=home, resume=tid)
+    assert b.rc == 0 and b.events[0]["thread_id"] == tid
+    ua, ub = a.events[-1]["usage"], b.events[-1]["usage"]
+    assert ub["input_tokens"] > ua["input_tokens"] and ub["output_tokens"] > ua["output_tokens"]
+    assert [i["id"] for i in (e["item"] for e in b.events if e["type"] == "item.completed")] == ["item_0"]
+    assert [e["resumed"] for e in executions(home)] == [False, True]
+
+
+def test_codex_stdin_prompt_and_exec_failure(repo: Path, home: Path) -> None:
+    r = run_sim(["exec", *CODEX_FLAGS, "-"], cwd=repo, home=home, persona="codex",
+                stdin=b"SIM: exec exit 3\nSIM: print done")
+    assert r.rc == 0
+    cmd = next(e["item"] for e in r.events if e["type"] == "item.completed" and e["item"]["type"] == "command_execution")
+    assert cmd["exit_code"] == 3 and cmd["status"] == "failed"
+
+
+def test_codex_ratelimit_and_auth(repo: Path, home: Path) -> None:
+    r = codex("SIM: ratelimit 1", cwd=repo, home=home, env={"TASK_KEY": "c"})
+    assert r.rc == 1
+    errors = [e["message"] for e in r.events if e["type"] == "error"]
+    assert [m.split(" (")[0] for m in errors[:5]] == [f"Reconnecting... {n}/5" for n in range(1, 6)]
+    assert "429" in errors[-1]
+    assert r.events[-1]["type"] == "turn.failed" and "429" in r.events[-1]["error"]["message"]
+    assert codex("SIM: ratelimit 1", cwd=repo, home=home, env={"TASK_KEY": "c"}).rc == 0
+    a = codex("SIM: authfail", cwd=repo, home=home)
+    assert a.rc == 1 and "401" in a.events[-1]["error"]["message"]
+
+
+def test_codex_fail(repo: Path, home: Path) -> None:
+    r = codex("SIM: fail 4 nope", cwd=repo, home=home)
+    assert r.rc == 4 and r.events[-1] == {"type": "turn.failed", "error": {"message": "nope"}}
+
+
+def test_codex_requires_git_repo_check_flag(tmp_path: Path, home: Path) -> None:
+    r = run_sim(["exec", "--json", "hi"], cwd=tmp_path, home=home, persona="codex")
+    assert r.rc == 1 and "skip-git-repo-check" in r.stderr
+
+
+# ----------------------------------------------------------------- docker
+
+
+def _image_present(name: str) -> bool:
+    if not shutil.which("docker"):
+        return False
+    return subprocess.run(["docker", "image", "inspect", name], capture_output=True).returncode == 0
+
+
+@pytest.mark.docker
+def test_sim_agent_inside_test_image() -> None:
+    if not _image_present("orchestrator-test-agent"):
+        pytest.skip("orchestrator-test-agent image missing (run scripts/setup-docker.sh)")
+    script = (
+        "set -e; cd /tmp && git init -q -b main ws && cd ws && "
+        "git -c user.name=t -c user.email=t@t commit -q --allow-empty -m init && "
+        "GIT_AUTHOR_NAME=t GIT_AUTHOR_EMAIL=t@t GIT_COMMITTER_NAME=t GIT_COMMITTER_EMAIL=t@t TASK_KEY=dock "
+        "claude -p \"$1\" --output-format stream-json --verbose --model sonnet "
+        "--dangerously-skip-permissions && git log --format=%s -1 >&2 && "
+        "readlink -f \"$(command -v claude)\" >&2 && tail -n1 ~/.sim-agent/executions.jsonl >&2"
+    )
+    prompt = "SIM: write hello.txt hi\nSIM: commit add hello\nSIM: print done in docker"
+    p = subprocess.run(["docker", "run", "--rm", "--user", "node", "orchestrator-test-agent", "sh", "-c", script,
+                        "sh", prompt], capture_output=True, timeout=120)
+    assert p.returncode == 0, p.stderr.decode()
+    events = [json.loads(x) for x in p.stdout.splitlines() if x.strip()]
+    assert events[0]["type"] == "system" and events[0]["cwd"] == "/tmp/ws"
+    assert events[-1]["type"] == "result" and events[-1]["result"] == "done in docker"
+    err = p.stderr.decode().splitlines()
+    assert "add hello" in err
+    assert "/usr/local/bin/orchestrator-sim-agent" in err
+    rec = json.loads(err[-1])
+    assert rec["task_key"] == "dock" and rec["argv0"] == "claude"
