@@ -316,3 +316,25 @@ def test_transient_patterns():
     assert is_transient("Cannot connect to the Docker daemon at unix:///var/run/docker.sock")
     assert is_transient("read timeout")
     assert not is_transient('409 Client Error: Conflict ("Error response from daemon: name in use")')
+
+
+async def test_large_prompt_goes_through_stdin(repo, run_id, runner):
+    prompt = "SIM: print big-ok\n" + ("lorem ipsum " * 15_000)  # ~180 KB, over the argv limit
+    res = await run_instance(prompt, repo, runner=runner, **fields(run_id))
+    assert res.status == "success", res.error
+    assert res.final_message == "big-ok"
+    started = [e for e in runner_events(runner) if e["message"] == "runner.exec.started"]
+    assert started[-1]["prompt_via_stdin"] is True
+
+
+async def test_review_agent_write_fails_fast_with_clear_message(repo, run_id, runner):
+    seen: list[dict] = []
+    res = await run_instance("SIM: write a.txt hi\nSIM: commit c\nSIM: print reviewed", repo, runner=runner,
+                             event_callback=seen.append, **fields(run_id, import_policy="never"))
+    # the write fails inside the agent; an agent that carries on still delivers its review
+    assert res.status == "success", res.error
+    assert res.artifact.has_changes is False and res.artifact.branch_final is None
+    warn = [e for e in seen if e["type"] == "runner.workspace.read_only_write"]
+    assert warn and "/workspace is mounted read-only for review tasks" in warn[0]["detail"]
+    tool_errors = [e for e in seen if e["type"] == "runner.tool_result" and "Read-only file system" in json.dumps(e)]
+    assert tool_errors

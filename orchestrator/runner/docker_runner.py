@@ -39,6 +39,8 @@ from .types import AuthConfig, BranchArtifact, ErrorCategory, InstanceRequest, M
 
 IMAGE_HINT = "build it with scripts/setup-docker.sh or `docker build -t claude-code .`"
 STOP_TIMEOUT_S = 1
+READ_ONLY_NOTE = ("/workspace is mounted read-only for review tasks (import_policy=never, "
+                  "review_workspace_mode=ro); the agent tried to write to it. Write to /tmp or /home/node instead")
 EVENT_STRING_LIMIT = 4000
 
 Pricing = Mapping[str, tuple[float, float]]
@@ -173,6 +175,10 @@ class DockerRunner:
                            error=message, error_type=error_type, exit_code=out.exit_code)
                 return finish("failed", error_type=error_type, error=message, exit_code=out.exit_code,
                               final_message=self.sanitizer.scrub_text(outcome.final_message), **common)
+
+            if out.saw_erofs and workspace_read_only(request):
+                # The agent's write failed fast (EROFS) and it carried on; say why.
+                self._emit(request, on_event, "runner.workspace.read_only_write", "warn", detail=READ_ONLY_NOTE)
 
             # 5. collect: import the branch (per policy)
             t = time.monotonic()
@@ -333,8 +339,7 @@ class DockerRunner:
             tail = (out.stderr_tail or out.stdout_tail).decode("utf-8", "replace").strip()
             message = f"exit code {out.exit_code}" + (f": {tail[-2000:]}" if tail else "")
         if out.saw_erofs and workspace_read_only(request):
-            message = ("/workspace is mounted read-only for review tasks (import_policy=never, "
-                       "review_workspace_mode=ro); write to /tmp or /home/node instead. Agent error: " + message)
+            message = f"{READ_ONLY_NOTE}. Agent error: {message}"
         return category, self.sanitizer.scrub_text(message)
 
     def _metrics(self, request: InstanceRequest, total: dict[str, Any], duration: float) -> Metrics:
