@@ -82,6 +82,7 @@ class DockerHost:
         self._factory = client_factory or default_client_factory
         self._client: Any = None
         self.limiter = limiter or anyio.CapacityLimiter(DEFAULT_THREADS)
+        self.home_ok_images: set[str] = set()
 
     async def client(self) -> Any:
         if self._client is None:
@@ -142,22 +143,6 @@ class DockerHost:
                 return False
 
         return await self.call(f"inspect image {image}", _get)
-
-    async def ensure_volume(self, name: str, labels: dict[str, str]) -> bool:
-        """Create the named volume if missing; True when it was created now."""
-        import docker.errors
-
-        client = await self.client()
-
-        def _ensure():
-            try:
-                client.api.inspect_volume(name)
-                return False
-            except docker.errors.NotFound:
-                client.api.create_volume(name=name, labels=labels)
-                return True
-
-        return await self.call(f"create volume {name}", _ensure)
 
     async def stop(self, name: str, *, timeout: float = 2) -> None:
         import docker.errors
@@ -299,53 +284,76 @@ class ContainerReady:
     name: str
     action: str  # created | reused | started | replaced
     volume: str
-    volume_created: bool
     reason: str = ""
 
 
 async def ensure_container(host: DockerHost, request: InstanceRequest, *, workspace: Path,
                            volume: str) -> ContainerReady:
-    """Reuse, start, replace or create the task's container (spec §3.4 decision tree)."""
-    read_only = workspace_read_only(request)
-    volume_created = await host.ensure_volume(volume, {"orchestrator": "true", "run_id": request.run_id})
-    info = await host.inspect_container(request.container_name)
+    """Reuse, start, replace or create the task's container (spec §3.4 decision tree).
+
+    The common case (no container yet) is one worker-thread hop: create the
+    volume (idempotent), create the container, start it. Only a name conflict
+    leads to an inspect and the reuse decision.
+    """
+    import docker.errors
+
+    client = await host.client()
+    name = request.container_name
+
+    def _create_and_start() -> dict | None:
+        """Create+start; returns the existing container's inspect data on a name conflict."""
+        client.api.create_volume(name=volume, labels={"orchestrator": "true", "run_id": request.run_id})
+        host_config = client.api.create_host_config(**host_config_kwargs(request, workspace=workspace, volume=volume))
+        try:
+            created = client.api.create_container(host_config=host_config,
+                                                  **create_kwargs(request, workspace=workspace, volume=volume))
+        except docker.errors.APIError as exc:
+            if exc.status_code != 409:
+                raise
+            try:
+                return client.api.inspect_container(name)
+            except docker.errors.NotFound:  # removed meanwhile: try once more
+                created = client.api.create_container(host_config=host_config,
+                                                      **create_kwargs(request, workspace=workspace, volume=volume))
+        client.api.start(created["Id"])
+        return None
+
+    existing = await host.call(f"create container {name}", _create_and_start)
     action, reason = "created", ""
-    if info is not None:
-        ok, reason = mounts_match(info, workspace=workspace, volume=volume, read_only=read_only)
+    if existing is not None:
+        ok, reason = mounts_match(existing, workspace=workspace, volume=volume,
+                                  read_only=workspace_read_only(request))
         if not request.reuse_container:
             ok, reason = False, "reuse_container is false"
         if ok:
-            if (info.get("State") or {}).get("Running"):
-                return ContainerReady(request.container_name, "reused", volume, volume_created)
-            await host.api(f"start container {request.container_name}", "start", request.container_name)
-            return ContainerReady(request.container_name, "started", volume, volume_created)
-        await host.remove(request.container_name)
+            if (existing.get("State") or {}).get("Running"):
+                return ContainerReady(name, "reused", volume)
+            await host.api(f"start container {name}", "start", name)
+            return ContainerReady(name, "started", volume)
+        await host.remove(name)
+        existing = await host.call(f"create container {name}", _create_and_start)
+        if existing is not None:
+            raise ContainerError(f"container {name} was re-created by someone else while being replaced")
         action = "replaced"
-    client = await host.client()
-
-    def _create_and_start():
-        host_config = client.api.create_host_config(**host_config_kwargs(request, workspace=workspace, volume=volume))
-        created = client.api.create_container(host_config=host_config,
-                                              **create_kwargs(request, workspace=workspace, volume=volume))
-        client.api.start(created["Id"])
-
-    await host.call(f"create container {request.container_name}", _create_and_start)
-    if volume_created:
-        await _ensure_home_writable(host, request, volume)
-    return ContainerReady(request.container_name, action, volume, volume_created, reason)
+    await _ensure_home_writable(host, request, volume)
+    return ContainerReady(name, action, volume, reason)
 
 
 async def _ensure_home_writable(host: DockerHost, request: InstanceRequest, volume: str) -> None:
     """Make a fresh session volume writable for uid 1000.
 
     Docker copies the image's /home/node (owned by node in our images) into an
-    empty named volume, so this is normally one cheap check. When the image has
+    empty named volume, so this is one cheap check per image. When the image has
     no such directory the volume root is root-owned; exec as root cannot chown
     it (a container whose user is non-root gets no capabilities, even for
     ``exec --user root``), so a short-lived root container fixes it instead.
     """
+    if request.docker_image in host.home_ok_images:
+        return
     code, _ = await host.exec_simple(request.container_name, ["test", "-w", HOME_MOUNT])
     if code == 0:
+        # This image gives fresh volumes a node-owned /home/node: no need to look again.
+        host.home_ok_images.add(request.docker_image)
         return
     from docker.types import Mount
 

@@ -207,9 +207,10 @@ class DockerRunner:
             self._emit(request, on_event, "runner.instance.completed", workspace_path=str(workspace),
                        branch_imported=artifact.branch_final, duration_s=metrics.duration_s,
                        retry_attempts=state["retry_attempts"])
-            await anyio.to_thread.run_sync(git_ops.remove_workspace, workspace, limiter=self.host.limiter)
-            if request.finalize:
-                await self._stop_quietly(request, on_event)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._remove_workspace, workspace)
+                if request.finalize:
+                    tg.start_soon(self._stop_quietly, request, on_event)
             return finish("success", artifact=artifact, exit_code=out.exit_code,
                           final_message=self.sanitizer.scrub_text(outcome.final_message),
                           metrics=metrics, session_id=session_id, workspace_path=None)
@@ -349,6 +350,9 @@ class DockerRunner:
             cost = round(total["tokens_in"] / 1000 * per_in + total["tokens_out"] / 1000 * per_out, 6)
         return Metrics(tokens_in=total["tokens_in"], tokens_out=total["tokens_out"], cost_usd=cost,
                        duration_s=round(duration, 3))
+
+    async def _remove_workspace(self, workspace: Path) -> None:
+        await anyio.to_thread.run_sync(git_ops.remove_workspace, workspace, limiter=self.host.limiter)
 
     async def _stop_quietly(self, request: InstanceRequest, on_event: RunnerEventCallback | None) -> None:
         t = time.monotonic()
