@@ -79,8 +79,12 @@ if ! docker info >/dev/null 2>&1; then
             say "dockerd is running but not answering yet; waiting"
         else
             say "starting dockerd in the background (log: /var/log/dockerd.log)"
-            nohup dockerd >>/var/log/dockerd.log 2>&1 </dev/null &
-            disown || true
+            if command -v setsid >/dev/null 2>&1; then
+                setsid nohup dockerd >>/var/log/dockerd.log 2>&1 </dev/null &
+            else
+                nohup dockerd >>/var/log/dockerd.log 2>&1 </dev/null &
+            fi
+            disown 2>/dev/null || true
         fi
         for _ in $(seq 1 60); do
             docker info >/dev/null 2>&1 && break
