@@ -338,3 +338,14 @@ async def test_review_agent_write_fails_fast_with_clear_message(repo, run_id, ru
     assert warn and "/workspace is mounted read-only for review tasks" in warn[0]["detail"]
     tool_errors = [e for e in seen if e["type"] == "runner.tool_result" and "Read-only file system" in json.dumps(e)]
     assert tool_errors
+
+
+async def test_plugin_error_after_container_start_stops_container_and_raises(repo, run_id, runner):
+    from orchestrator.errors import ConfigError
+
+    with pytest.raises(ConfigError):
+        await run_instance("   ", repo, runner=runner, **fields(run_id))  # claude-code rejects an empty prompt
+    names = [c["name"] for c in await list_containers(run_id)]
+    assert names and all(inspect(n)["State"]["Running"] is False for n in names)
+    with pytest.raises(ConfigError, match="not known"):
+        await run_instance("x", repo, runner=runner, **fields(run_id, key="m", model="gpt-nope"))

@@ -18,6 +18,7 @@ agent session on the same session volume.
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -26,7 +27,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
-from ..errors import ConfigError, ContainerError, RunnerError, TaskTimeoutError
+from ..errors import ConfigError, ContainerError, GitError, RunnerError, TaskTimeoutError
 from ..jsonlog import ComponentLog, utc_now_iso
 from ..naming import ghash, session_volume_name
 from ..sanitize import SECRET_ENV_VARS, Sanitizer, default_sanitizer
@@ -42,6 +43,7 @@ STOP_TIMEOUT_S = 1
 READ_ONLY_NOTE = ("/workspace is mounted read-only for review tasks (import_policy=never, "
                   "review_workspace_mode=ro); the agent tried to write to it. Write to /tmp or /home/node instead")
 EVENT_STRING_LIMIT = 4000
+MIN_FREE_BYTES = 200 << 20
 
 Pricing = Mapping[str, tuple[float, float]]
 
@@ -49,6 +51,17 @@ Pricing = Mapping[str, tuple[float, float]]
 def backoff_delay(attempt: int, *, base: float, factor: float, cap: float) -> float:
     """Delay before retry number ``attempt`` (0-based): base*factor^attempt, capped."""
     return min(base * (factor**attempt), cap)
+
+
+def _check_disk_space(workspace: Path) -> None:
+    """Fail before cloning when the workspace filesystem is nearly full."""
+    probe = workspace
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    free = shutil.disk_usage(probe).free
+    if free < MIN_FREE_BYTES:
+        raise GitError(f"insufficient disk space for the workspace: {free // (1 << 20)} MiB free under {probe} "
+                       f"(need at least {MIN_FREE_BYTES >> 20} MiB); free space or set ORCHESTRATOR_WORKSPACE_ROOT")
 
 
 def _clip(obj: Any) -> Any:
@@ -139,6 +152,7 @@ class DockerRunner:
             t = time.monotonic()
             workspace = git_ops.workspace_path(request.run_id, request.task_key)
             try:
+                await anyio.to_thread.run_sync(_check_disk_space, workspace, limiter=self.host.limiter)
                 ws_info = await git_ops.prepare_workspace(
                     request.repo_path, request.base_branch, workspace,
                     isolation_mode=request.isolation_mode, include_branches=request.include_branches)
@@ -214,6 +228,14 @@ class DockerRunner:
             return finish("success", artifact=artifact, exit_code=out.exit_code,
                           final_message=self.sanitizer.scrub_text(outcome.final_message),
                           metrics=metrics, session_id=session_id, workspace_path=None)
+        except Exception as exc:
+            # A bug or a plugin error (ConfigError) after the container started:
+            # do not leave it running, then let the error through.
+            if container_known:
+                with anyio.CancelScope(shield=True), anyio.move_on_after(15):
+                    await self._stop_quietly(request, on_event)
+            self._emit(request, on_event, "runner.instance.error", "error", error=f"{type(exc).__name__}: {exc}")
+            raise
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
                 if container_known:
