@@ -349,3 +349,37 @@ async def test_plugin_error_after_container_start_stops_container_and_raises(rep
     assert names and all(inspect(n)["State"]["Running"] is False for n in names)
     with pytest.raises(ConfigError, match="not known"):
         await run_instance("x", repo, runner=runner, **fields(run_id, key="m", model="gpt-nope"))
+
+
+async def test_transient_docker_error_is_retried(repo, run_id, tmp_path):
+    import docker
+    import requests
+
+    class FlakyAPI:
+        def __init__(self, api):
+            self._api, self.failures = api, 1
+
+        def __getattr__(self, name):
+            return getattr(self._api, name)
+
+        def create_container(self, *a, **k):
+            if self.failures:
+                self.failures -= 1
+                raise requests.exceptions.ConnectionError("Connection refused")
+            return self._api.create_container(*a, **k)
+
+    class FlakyClient:
+        def __init__(self):
+            self._real = docker.from_env()
+            self.api = FlakyAPI(self._real.api)
+
+        def close(self):
+            self._real.close()
+
+    async with DockerRunner(auth=AuthConfig(api_key=SECRET), logs_dir=tmp_path / "logs2",
+                            client_factory=FlakyClient) as r:
+        res = await run_instance("", repo, runner=r, **fields(run_id, plugin_name="command", command="echo ok"))
+        nofail = await run_instance("", repo, runner=r, **fields(run_id, key="k2", plugin_name="command",
+                                                                   command="exit 3"))
+    assert res.status == "success" and res.retry_attempts == 1 and res.final_message.strip() == "ok"
+    assert nofail.status == "failed" and nofail.retry_attempts == 0  # a command failure is not retried
