@@ -433,6 +433,7 @@ def test_audit_log_line(host, tmp_path, caplog):
     rec = [r for r in caplog.records if getattr(r, "outcome", None)][-1]
     assert rec.workspace == str(ws) and rec.branch == "audit" and rec.outcome == "imported"
     assert rec.commit_count == 2 and rec.size > 0 and rec.duration_s >= 0
+    assert (host / ".git" / ".orc_import.lock").exists()
 
 
 # ---------------------------------------------------------------------------
@@ -450,8 +451,11 @@ async def test_async_import_does_not_block_loop_and_serializes(host, tmp_path):
             ticks += 1
             await anyio.sleep(0.001)
 
+    alias = tmp_path / "alias"  # the same repository under another name: same lock
+    alias.symlink_to(host)
+
     async def one(i, ws):
-        results[i] = await import_branch(host, ws, branch_name="same", task_key=f"k{i}", run_id="r",
+        results[i] = await import_branch(alias if i % 2 else host, ws, branch_name="same", task_key=f"k{i}", run_id="r",
                                          import_conflict_policy="suffix")
 
     async with anyio.create_task_group() as tg:
@@ -502,3 +506,21 @@ def test_parallel_process_imports(host, tmp_path):
         assert h[by_key[key][0]] == head
         assert f"task_key={key};" in note(host, head)
     assert len(h) == 2 + 50 + 6
+
+
+def test_agent_written_workspace_config_does_not_run_on_host(host, tmp_path):
+    ws = make_ws(host, tmp_path / "ws", changes=True)
+    marker = tmp_path / "pwned"
+    script = tmp_path / "evil.sh"
+    script.write_text(f"#!/bin/sh\ntouch {marker}\nexit 0\n")
+    script.chmod(0o755)
+    for key in ("core.fsmonitor", "diff.external", "core.pager", "uploadpack.packObjectsHook"):
+        git(ws, "config", key, str(script))
+    hooks = ws / ".git" / "hooks"
+    hooks.mkdir(exist_ok=True)
+    for hook in ("post-checkout", "reference-transaction", "pre-auto-gc"):
+        (hooks / hook).write_text(script.read_text())
+        (hooks / hook).chmod(0o755)
+    art = _import_branch_sync(host, ws, branch_name="evil", task_key="k", run_id="r")
+    assert art.branch_final == "evil" and art.commit_count == 2
+    assert not marker.exists()
