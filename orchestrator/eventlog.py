@@ -147,7 +147,7 @@ class EventLog:
         self._end = 0  # offset after the last appended (not necessarily written) byte
         self._durable = 0  # offset up to which the file is fsynced
         self._wake = anyio.Event()
-        self._flushed = anyio.Event()
+        self._write_lock = anyio.Lock()
         self._closed = False
         self._error: BaseException | None = None
 
@@ -186,7 +186,10 @@ class EventLog:
         finally:
             # Drain whatever is left, even when the run is being cancelled (Ctrl+C).
             with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(self._write_batch)
+                try:
+                    await self._write_locked()
+                except OSError:
+                    pass  # already recorded; the run reports the failed write
             self._fh.close()
             self._lock.release()
         return False
@@ -216,26 +219,30 @@ class EventLog:
                            start_offset=offset, payload=payload, key=key, event_id=eid)
         self._buffer.append(line)
         self._end += len(line)
-        if self.flush_policy == "per_event" or len(self._buffer) >= self.max_batch:
-            self._wake.set()
-        elif len(self._buffer) == 1:
+        if len(self._buffer) == 1 or len(self._buffer) >= self.max_batch or self.flush_policy == "per_event":
             self._wake.set()
         return offset, ts, payload
 
     async def flush(self) -> None:
-        """Wait until every event appended so far is written and fsynced."""
+        """Wait until every event appended so far is written and fsynced.
+
+        Works without the flusher task (it may already be cancelled during a
+        Ctrl+C shutdown): the caller writes the batch itself under the lock.
+        """
         target = self._end
         while self._durable < target:
-            if self._error is not None:
-                raise self._error
-            self._wake.set()
-            self._urgent = True
-            ev = self._flushed
-            await ev.wait()
+            await self._write_locked()
+
+    async def _write_locked(self) -> None:
         if self._error is not None:
             raise self._error
-
-    _urgent = False
+        async with self._write_lock:
+            if self._buffer:
+                try:
+                    await anyio.to_thread.run_sync(self._write_batch)
+                except OSError as exc:  # disk full, I/O error: every later append/flush sees it
+                    self._error = exc
+                    raise
 
     def _write_batch(self) -> None:
         """Write and fsync everything buffered (runs in a worker thread)."""
@@ -257,26 +264,19 @@ class EventLog:
             self._durable += len(data)
 
     async def _flusher(self) -> None:
-        while True:
+        while not self._closed:
             await self._wake.wait()
             self._wake = anyio.Event()
-            if (self.flush_policy == "interval" and not self._closed and not self._urgent
-                    and len(self._buffer) < self.max_batch):
+            if self.flush_policy == "interval" and not self._closed and len(self._buffer) < self.max_batch:
                 # Let a batch build up: at most interval_ms or max_batch events.
                 with anyio.move_on_after(self.interval):
-                    while len(self._buffer) < self.max_batch and not self._urgent and not self._closed:
+                    while len(self._buffer) < self.max_batch and not self._closed:
                         await self._wake.wait()
                         self._wake = anyio.Event()
-            self._urgent = False
-            if self._buffer:
-                try:
-                    await anyio.to_thread.run_sync(self._write_batch)
-                except OSError as exc:  # disk full, I/O error: surface it to every appender
-                    self._error = exc
-            done, self._flushed = self._flushed, anyio.Event()
-            done.set()
-            if self._closed and not self._buffer:
-                return
+            try:
+                await self._write_locked()
+            except OSError:
+                return  # recorded in self._error; appenders and flush() raise it
 
 
 def _last_complete_offset(fh, size: int) -> int:

@@ -15,6 +15,7 @@ Public types (docs/events.md documents every payload field):
 
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import datetime, timezone
 from typing import Any
@@ -76,7 +77,12 @@ def encode_line(event_type: str, *, ts: str, run_id: str, strategy_execution_id:
         record["key"] = key
     record["start_offset"] = start_offset
     record["payload"] = payload
-    return orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
+    try:
+        return orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
+    except TypeError:
+        # orjson refuses integers beyond 64 bits and exotic objects; the stdlib
+        # encoder keeps big integers exact and stringifies the rest.
+        return (json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=str) + "\n").encode("utf-8")
 
 
 def decode_line(line: bytes) -> Event:

@@ -1,0 +1,291 @@
+"""Engine semantics with an in-process runner: durability, replay, determinism."""
+
+from __future__ import annotations
+
+import random
+
+import anyio
+import msgspec
+import pytest
+
+from engine_helpers import make_config, run_engine, strategy_results
+from orchestrator.engine.engine import Engine
+from orchestrator.engine.testing import ScriptedRunner, failure, success
+from orchestrator.errors import KeyConflictDifferentFingerprint, TaskFailed
+from orchestrator.eventlog import read_events
+from orchestrator.state import RunState, encode_snapshot, recover, replay
+
+
+async def fan_out(prompt, base_branch, ctx, n: int = 6):
+    handles = [ctx.run({"prompt": f"{prompt} #{i}"}, key=ctx.key("gen", i)) for i in range(n)]
+    ok, failed = await ctx.wait_all(handles, tolerate_failures=True)
+    best = max(ok, key=lambda r: (len(r["final_message"]), r["key"]))
+    return {"order": [r["key"].rsplit("/", 1)[1] for r in ok], "failed": [f.key for f in failed],
+            "best": best["key"], "messages": [r["final_message"] for r in ok]}
+
+
+def by_prompt(req):
+    i = int(req.prompt.rsplit("#", 1)[1])
+    if i == 3:
+        return failure(req, error_type="api", message="rate limited for good")
+    return success(req, final_message="x" * (i % 4 + 1))
+
+
+async def test_wait_all_keeps_handle_order_whatever_the_completion_order(tmp_path):
+    results = set()
+    for seed in range(25):
+        rng = random.Random(seed)
+        delays = {}
+
+        def delay(req):
+            return delays.setdefault(req.task_key, rng.random() / 200)
+
+        _, state = await run_engine(tmp_path / str(seed), fan_out, ScriptedRunner(by_prompt, delay=delay))
+        results.add(msgspec.json.encode(strategy_results(state)))
+    assert len(results) == 1
+    (only,) = results
+    decoded = msgspec.json.decode(only)
+    assert decoded["s1"][1]["order"] == ["0", "1", "2", "4", "5"]
+    assert decoded["s1"][1]["failed"] == ["run_t/s1/gen/3"]
+
+
+async def test_resuming_a_finished_run_never_calls_the_runner(tmp_path):
+    first = ScriptedRunner(by_prompt)
+    _, state1 = await run_engine(tmp_path, fan_out, first)
+    assert len(first.calls) == 6
+    again = ScriptedRunner(by_prompt)
+    engine, state2 = await run_engine(tmp_path, fan_out, again)
+    assert again.calls == []
+    assert strategy_results(state1) == strategy_results(state2)
+    assert engine.resumed
+
+
+async def test_completed_keys_replay_results_inside_a_reentered_strategy(tmp_path):
+    """A strategy re-entered from the top gets recorded results for finished keys."""
+    seen = []
+
+    async def two_stage(prompt, base_branch, ctx):
+        a = await ctx.wait(ctx.run({"prompt": "stage a"}, key=ctx.key("a")))
+        seen.append(a)
+        b = await ctx.wait(ctx.run({"prompt": "stage b"}, key=ctx.key("b")))
+        return [a["final_message"], b["final_message"]]
+
+    gate = anyio.Event()
+
+    async def script(req):
+        if req.prompt == "stage b":
+            await gate.wait()
+        return success(req, final_message=req.prompt.upper())
+
+    runner = ScriptedRunner(script)
+    engine = Engine(make_config(tmp_path), runner)
+    with anyio.move_on_after(1):
+        await engine.run(two_stage, prompt="do it", params={})
+    assert [c.prompt for c in runner.calls] == ["stage a", "stage b"]
+    assert engine.state.tasks["run_t/s1/b"].state == "INTERRUPTED"
+    gate.set()
+    runner2 = ScriptedRunner(lambda req: success(req, final_message=req.prompt.upper()))
+    _, state = await run_engine(tmp_path, two_stage, runner2)
+    assert [c.prompt for c in runner2.calls] == ["stage b"]
+    assert state.strategies["s1"].result == ["STAGE A", "STAGE B"]
+    assert seen[0] == seen[1]  # the live result and the replayed one are identical
+
+
+async def test_interrupted_task_resumes_its_persisted_session(tmp_path):
+    async def one(prompt, base_branch, ctx):
+        return (await ctx.wait(ctx.run({"prompt": prompt}, key=ctx.key("only"))))["session_id"]
+
+    async def hang(req):
+        await anyio.sleep_forever()
+
+    engine = Engine(make_config(tmp_path), ScriptedRunner(hang))
+    with anyio.move_on_after(0.5):
+        await engine.run(one, prompt="do it", params={})
+    interrupted = [e for e in read_events(engine.paths.events) if e.type == "task.interrupted"]
+    assert len(interrupted) == 1 and interrupted[0].payload["session_id"].startswith("sess-")
+    runner = ScriptedRunner()
+    await run_engine(tmp_path, one, runner)
+    assert runner.calls[0].session_id == interrupted[0].payload["session_id"]
+    # --resume-fresh ignores the session
+    fresh_dir = tmp_path / "fresh"
+    engine = Engine(make_config(fresh_dir), ScriptedRunner(hang))
+    with anyio.move_on_after(0.5):
+        await engine.run(one, prompt="do it", params={})
+    runner = ScriptedRunner()
+    await run_engine(fresh_dir, one, runner, resume_fresh=True)
+    assert runner.calls[0].session_id is None
+
+
+async def test_failed_task_replays_as_the_same_exception(tmp_path):
+    caught = []
+
+    async def strat(prompt, base_branch, ctx):
+        try:
+            await ctx.wait(ctx.run({"prompt": "will fail"}, key=ctx.key("f")))
+        except ctx.errors.TaskFailed as exc:
+            caught.append((type(exc), exc.key, exc.error_type, exc.message))
+        return "handled"
+
+    await run_engine(tmp_path, strat, ScriptedRunner(lambda r: failure(r, error_type="timeout", message="too slow")))
+    # Resume: the strategy is finished, so force re-entry by deleting its completion from state
+    engine = Engine(make_config(tmp_path / "b"), ScriptedRunner(lambda r: failure(r, error_type="timeout", message="too slow")))
+    await engine.run(strat, prompt="p", params={})
+    state = engine.state
+    state.strategies["s1"].status = "running"
+    replayed = ScriptedRunner()
+    engine2 = Engine(make_config(tmp_path / "b"), replayed)
+    engine2.recover_state = lambda: setattr(engine2, "state", state)  # re-enter with the task recorded as failed
+    await engine2.run(strat, prompt="p", params={})
+    assert replayed.calls == []
+    assert caught[0] == caught[1] == caught[2] == (TaskFailed, "run_t/s1/f", "timeout", "too slow")
+
+
+async def test_same_key_with_different_input_is_a_conflict_before_anything_runs(tmp_path):
+    async def conflicted(prompt, base_branch, ctx):
+        ctx.run({"prompt": "one"}, key=ctx.key("k"))
+        try:
+            ctx.run({"prompt": "two"}, key=ctx.key("k"))
+        except ctx.errors.KeyConflictDifferentFingerprint as exc:
+            return str(exc)
+        return "no conflict"
+
+    runner = ScriptedRunner()
+    _, state = await run_engine(tmp_path, conflicted, runner)
+    msg = state.strategies["s1"].result
+    assert "run_t/s1/k" in msg and msg.count("fingerprint") == 1
+    # across a resume: the recorded fingerprint wins
+    async def changed(prompt, base_branch, ctx):
+        return await ctx.wait(ctx.run({"prompt": "three"}, key=ctx.key("k")))
+
+    state.strategies["s1"].status = "running"
+    engine = Engine(make_config(tmp_path), ScriptedRunner())
+    engine.recover_state = lambda: setattr(engine, "state", state)
+    await engine.run(changed, prompt="p", params={})
+    assert engine.state.strategies["s1"].status == "failed"
+    assert "KeyConflictDifferentFingerprint" in engine.state.strategies["s1"].error
+
+
+def test_fingerprint_ignores_metadata_nulls_and_explicit_defaults():
+    from orchestrator.fingerprint import TaskDefaults, fingerprint, normalize_task
+
+    d = TaskDefaults()
+    base = normalize_task({"prompt": "p"}, d, default_base_branch="main")
+    same = normalize_task({"prompt": "p", "model": "sonnet", "import_policy": "auto", "metadata": {"x": 1},
+                           "session_group_key": None, "base_branch": "main"}, d, default_base_branch="main")
+    assert fingerprint(base) == fingerprint(same)
+    assert base["schema_version"] == "1" and "metadata" not in base
+    assert fingerprint(base) != fingerprint(normalize_task({"prompt": "p", "model": "opus"}, d, default_base_branch="main"))
+    with pytest.raises(Exception, match="unknown task field"):
+        normalize_task({"prompt": "p", "promt": "typo"}, d, default_base_branch="main")
+
+
+async def test_now_rand_and_sleep_are_recorded_and_replayed(tmp_path):
+    async def clocky(prompt, base_branch, ctx):
+        t0 = ctx.now()
+        r = ctx.rand()
+        await ctx.sleep(0.3)
+        r2 = ctx.rand()
+        await ctx.wait(ctx.run({"prompt": f"r={r:.6f}"}, key=ctx.key("t")))
+        return [t0, r, r2]
+
+    gate = anyio.Event()
+
+    async def blocked(req):
+        await gate.wait()
+        return success(req)
+
+    engine = Engine(make_config(tmp_path), ScriptedRunner(blocked))
+    with anyio.move_on_after(1.0):
+        await engine.run(clocky, prompt="do it", params={})
+    recorded = list(engine.state.strategies["s1"].checkpoints)
+    assert [k for k, _ in recorded] == ["now", "rand", "sleep", "rand"]
+    started = anyio.current_time()
+    _, state = await run_engine(tmp_path, clocky, ScriptedRunner())
+    assert anyio.current_time() - started < 0.25  # the sleep's deadline had already passed
+    assert state.strategies["s1"].result == [recorded[0][1], recorded[1][1], recorded[3][1]]
+
+
+async def test_max_parallel_pool_bounds_concurrency_and_is_fifo(tmp_path):
+    running = 0
+    peak = 0
+    order = []
+
+    async def script(req):
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        order.append(req.prompt)
+        await anyio.sleep(0.01)
+        running -= 1
+        return success(req)
+
+    await run_engine(tmp_path, fan_out, ScriptedRunner(script), params={"n": 12}, max_parallel=3)
+    assert peak == 3
+    assert order == [f"do it #{i}" for i in range(12)]
+
+
+async def test_snapshot_equals_full_replay_and_corrupt_snapshot_falls_back(tmp_path):
+    engine, state = await run_engine(tmp_path, fan_out, ScriptedRunner(by_prompt), runs=3)
+    full = replay(engine.paths.events, run_id="run_t")
+    assert encode_snapshot(full) == engine.paths.state_primary.read_bytes()
+    assert encode_snapshot(full) == engine.paths.state_duplicate.read_bytes()
+    assert full.counters.completed == 15 and full.counters.failed == 3
+    # re-applying the log over the snapshot never double counts
+    again = replay(engine.paths.events, msgspec.json.decode(engine.paths.state_primary.read_bytes(), type=RunState))
+    assert again.counters == full.counters
+    mid = list(read_events(engine.paths.events))[10]
+    partial = replay(engine.paths.events, run_id="run_t")
+    partial.last_event_start_offset = -1
+    assert replay(engine.paths.events, partial).counters == full.counters  # guarded transitions
+    # primary corrupt -> duplicate; both corrupt -> full replay
+    engine.paths.state_primary.write_bytes(b"{not json")
+    assert encode_snapshot(recover("run_t", engine.paths.events, engine.paths.snapshots)) == encode_snapshot(full)
+    engine.paths.state_duplicate.write_bytes(b"")
+    assert encode_snapshot(recover("run_t", engine.paths.events, engine.paths.snapshots)) == encode_snapshot(full)
+    assert mid.start_offset > 0
+
+
+async def test_runs_n_gives_independent_strategy_executions(tmp_path):
+    runner = ScriptedRunner(by_prompt)
+    _, state = await run_engine(tmp_path, fan_out, runner, runs=3)
+    assert sorted(state.strategies) == ["s1", "s2", "s3"]
+    assert len(runner.calls) == 18
+    assert {c.container_name.split("_")[-2] for c in runner.calls} == {"s1", "s2", "s3"}
+    assert len({c.branch_name for c in runner.calls}) == 18
+
+
+async def test_derived_names_are_stable(tmp_path):
+    runner = ScriptedRunner()
+    await run_engine(tmp_path, fan_out, runner, params={"n": 1})
+    req = runner.calls[0]
+    from orchestrator.naming import instance_id, short8
+
+    assert req.branch_name == f"simple_run_t_k{short8('run_t/s1/gen/0')}"
+    assert req.container_name == f"orchestrator_run_t_s1_k{short8('run_t/s1/gen/0')}"
+    assert req.instance_id == instance_id("run_t", "s1", "run_t/s1/gen/0") and len(req.instance_id) == 16
+
+
+async def test_long_final_message_is_truncated_with_full_text_on_disk(tmp_path):
+    big = "ü" * 40000  # 80,000 bytes
+
+    async def strat(prompt, base_branch, ctx):
+        return len((await ctx.wait(ctx.run({"prompt": "p"}, key=ctx.key("big"))))["final_message"])
+
+    engine, state = await run_engine(tmp_path, strat, ScriptedRunner(lambda r: success(r, final_message=big)))
+    ev = [e for e in read_events(engine.paths.events) if e.type == "task.completed"][0]
+    assert ev.payload["final_message_truncated"] is True
+    assert len(ev.payload["final_message"].encode()) <= 65536
+    assert open(ev.payload["final_message_path"], encoding="utf-8").read() == big
+    assert state.strategies["s1"].result == 40000
+
+
+async def test_changed_strategy_reports_recorded_keys_it_no_longer_asks_for(tmp_path):
+    await run_engine(tmp_path, fan_out, ScriptedRunner(by_prompt), params={"n": 3})
+    engine = Engine(make_config(tmp_path), ScriptedRunner())
+    engine.recover_state = lambda: (setattr(engine, "state", recover("run_t", engine.paths.events, [])),
+                                    setattr(engine, "resumed", True),
+                                    setattr(engine.state.strategies["s1"], "status", "running"))
+    await engine.run(fan_out, prompt="do it", params={"n": 1})
+    assert engine.state.strategies["s1"].status == "success"
+    completed = [e for e in read_events(engine.paths.events) if e.type == "strategy.completed"][-1]
+    assert completed.payload["unvisited_keys"] == ["run_t/s1/gen/1", "run_t/s1/gen/2"]
