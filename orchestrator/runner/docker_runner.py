@@ -17,6 +17,8 @@ agent session on the same session volume.
 
 from __future__ import annotations
 
+import inspect
+
 import os
 import shutil
 import time
@@ -89,8 +91,9 @@ class DockerRunner:
     def __init__(self, *, auth: AuthConfig | None = None, logs_dir: Path | str | None = None,
                  sanitizer: Sanitizer | None = None, client_factory=None,
                  limiter: anyio.CapacityLimiter | None = None, pricing: Pricing | None = None,
-                 host: DockerHost | None = None) -> None:
+                 host: DockerHost | None = None, dry_run: bool = False) -> None:
         self.auth = auth or AuthConfig()
+        self.dry_run = dry_run
         self.sanitizer = sanitizer or default_sanitizer()
         self.sanitizer.add_secrets(self.auth.secret_values())
         self.logs_dir = Path(logs_dir) if logs_dir else None
@@ -320,7 +323,13 @@ class DockerRunner:
                    container=ready.name, volume=ready.volume, attempt=n,
                    duration_s=round(time.monotonic() - t, 4))
 
-        argv = plugin.build_command(request, resume_session_id=resume)
+        if "auth" in inspect.signature(plugin.build_command).parameters:
+            argv = plugin.build_command(request, resume_session_id=resume, auth=self.auth)
+        else:
+            argv = plugin.build_command(request, resume_session_id=resume)
+        if self.dry_run and request.plugin_name != "command":
+            # Dry run: the deterministic simulated agent answers in the same container, at no cost.
+            argv = ["orchestrator-sim-agent", "--as", "codex" if argv[0] == "codex" else "claude", *argv[1:]]
         env = dict(request.env)
         env.update(plugin.prepare_environment(self.auth, request))
         self.sanitizer.add_secrets(v for k, v in env.items() if k in SECRET_ENV_VARS)

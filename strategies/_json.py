@@ -1,0 +1,80 @@
+"""Asking an agent for JSON, with exactly one repair attempt.
+
+Agents wrap JSON in prose or code fences. :func:`extract_json` finds the last
+JSON object or array in a message; :func:`ask_json` runs a read-only task,
+validates what it returned and, when that is not valid, runs one more task with
+a stricter prompt. Whatever still does not validate is ``None``: callers
+exclude it, they never coerce it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+_FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.S | re.I)
+
+STRICT_PREFIX = ("Your previous answer could not be parsed. Reply with ONLY the JSON value described below: "
+                 "no prose, no code fences.\n\n")
+
+
+def extract_json(text: str | None) -> Any:
+    """The last JSON object/array in ``text`` (whole text, fenced blocks, then any embedded value)."""
+    if not text:
+        return None
+    stripped = text.strip()
+    try:
+        return json.loads(stripped)
+    except ValueError:
+        pass
+    for block in reversed(_FENCE.findall(text)):
+        try:
+            return json.loads(block.strip())
+        except ValueError:
+            continue
+    decoder = json.JSONDecoder()
+    found = None
+    i = 0
+    while i < len(text):
+        if text[i] in "{[":
+            try:
+                value, end = decoder.raw_decode(text, i)
+            except ValueError:
+                i += 1
+                continue
+            found = value
+            i = end
+        else:
+            i += 1
+    return found
+
+
+def score_of(data: Any, *, low: float = 0, high: float = 10) -> dict[str, Any] | None:
+    """``{score, rationale}`` with a numeric score inside [low, high], else None."""
+    if not isinstance(data, dict):
+        return None
+    score = data.get("score")
+    if isinstance(score, bool) or not isinstance(score, (int, float)) or score != score:
+        return None
+    if not low <= score <= high:
+        return None
+    return {"score": float(score), "rationale": str(data.get("rationale", ""))}
+
+
+async def ask_json(ctx, task: dict[str, Any], key_parts: tuple, validate: Callable[[Any], T | None]) -> T | None:
+    """Run ``task`` (keys ``<key_parts>/attempt-1`` and ``attempt-2``) until its answer validates."""
+    for attempt in (1, 2):
+        prompt = task["prompt"] if attempt == 1 else STRICT_PREFIX + task["prompt"]
+        handle = ctx.run(dict(task, prompt=prompt), key=ctx.key(*key_parts, f"attempt-{attempt}"))
+        try:
+            result = await ctx.wait(handle)
+        except ctx.errors.TaskFailed:
+            return None  # a failed review is unusable, not unparsable: no repair
+        value = validate(extract_json(result["final_message"]))
+        if value is not None:
+            return value
+    return None
