@@ -1,0 +1,283 @@
+"""The evaluation contract and the built-in scoring shared by tree-beam and review-loop.
+
+An evaluation is the user's ``eval_command`` run as a ``command`` task
+(``import_policy="never"``) on a candidate branch. Its LAST non-empty stdout
+line is one JSON object::
+
+    {"metrics": {"throughput": 1234.5, "latency_ms": 8.1},   # required, numbers (NaN allowed)
+     "valid": true,                                          # optional, false = unusable run
+     "expected": 100, "ok": 100,                             # optional completeness counters
+     "recommendation": {"should_explore": true, "grade": "strong",
+                        "score": 7.5, "reasons": ["..."]}}   # optional, replaces built-in scoring
+
+A non-zero exit (the task fails with error_type ``command``), a timeout or an
+unparsable last line is a failed evaluation carrying its reason.
+
+Scoring compares a candidate with a baseline evaluation (the parent node, the
+root, or the base branch). Everything here is a pure function of its inputs so
+a resumed run decides exactly as the first one did.
+
+Definitions (docs/tree-beam.md repeats them for users):
+
+- ``tolerance`` is RELATIVE: a metric moved only when ``|change| > tolerance *
+  |baseline|``; a zero baseline uses ``tolerance`` as an absolute band.
+- ``primary_delta`` is the primary metric's change in its good direction
+  (``candidate - baseline`` for ``max``, ``baseline - candidate`` for ``min``),
+  so positive always means better.
+- ``score`` = 100 * (primary relative change in its good direction + sum over
+  weighted metrics of ``weight * relative change``); a positive weight means
+  higher is better for that metric. +10 % throughput scores 10.0.
+- ``grade``: primary regressed -> weak; primary improved -> strong when no
+  weighted metric regressed, else promising when score > 0, else mixed;
+  primary flat -> promising when score is beyond the noise band upward, weak
+  when beyond it downward, else mixed.
+- ``should_explore`` = grade is strong or promising and the evaluation is
+  valid and complete.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Literal
+
+import msgspec
+
+Direction = Literal["max", "min"]
+GRADES = ("strong", "promising", "mixed", "weak")
+
+
+class Evaluation(msgspec.Struct, frozen=True, kw_only=True):
+    """One evaluation outcome: parsed metrics, or why there are none."""
+
+    status: Literal["ok", "failed"]
+    metrics: dict[str, float] = {}
+    valid: bool = True
+    expected: int | None = None
+    ok: int | None = None
+    recommendation: dict[str, Any] | None = None
+    commit: str | None = None  # the commit evaluated (the task's base commit)
+    error: str | None = None
+
+    @property
+    def complete(self) -> bool:
+        """Valid, and ``ok == expected`` when the command reported both."""
+        if self.status != "ok" or not self.valid:
+            return False
+        return self.expected is None or self.ok is None or self.ok == self.expected
+
+
+class ScoringConfig(msgspec.Struct, frozen=True, kw_only=True):
+    primary_metric: str
+    direction: Direction = "max"
+    weights: dict[str, float] = {}
+    tolerance: float = 0.01
+
+
+class Comparison(msgspec.Struct, frozen=True, kw_only=True):
+    """A candidate scored against one baseline."""
+
+    primary_baseline: float | None
+    primary_candidate: float | None
+    primary_delta: float | None  # in the good direction: positive = better
+    primary_change: float | None  # relative, in the good direction
+    score: float | None
+    grade: str
+    should_explore: bool
+    reasons: list[str]
+    source: Literal["builtin", "recommendation"] = "builtin"
+
+
+class EvalParseError(ValueError):
+    """The eval command's last stdout line is not the contract's JSON object."""
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def _check_recommendation(rec: Any) -> dict[str, Any]:
+    if not isinstance(rec, dict):
+        raise EvalParseError("'recommendation' must be an object")
+    if not isinstance(rec.get("should_explore"), bool):
+        raise EvalParseError("recommendation.should_explore must be true or false")
+    if rec.get("grade") not in GRADES:
+        raise EvalParseError(f"recommendation.grade must be one of {', '.join(GRADES)}")
+    score = rec.get("score")
+    if score is not None and _number(score) is None:
+        raise EvalParseError("recommendation.score must be a number or null")
+    reasons = rec.get("reasons", [])
+    if not isinstance(reasons, list) or not all(isinstance(r, str) for r in reasons):
+        raise EvalParseError("recommendation.reasons must be a list of strings")
+    return {"should_explore": rec["should_explore"], "grade": rec["grade"],
+            "score": None if score is None else float(score), "reasons": list(reasons)}
+
+
+def parse_eval_output(stdout: str, *, commit: str | None = None) -> Evaluation:
+    """Parse the last non-empty stdout line; raises :class:`EvalParseError` with a one-line reason."""
+    lines = [ln for ln in (stdout or "").splitlines() if ln.strip()]
+    if not lines:
+        raise EvalParseError("the eval command printed nothing; its last stdout line must be a JSON object")
+    last = lines[-1].strip()
+    try:
+        data = json.loads(last)  # the stdlib accepts NaN/Infinity, which benchmarks do print
+    except ValueError:
+        raise EvalParseError(f"last stdout line is not JSON: {last[:120]!r}") from None
+    if not isinstance(data, dict):
+        raise EvalParseError("last stdout line must be a JSON object")
+    metrics = data.get("metrics")
+    if not isinstance(metrics, dict):
+        raise EvalParseError("the JSON object needs a 'metrics' object of numbers")
+    clean: dict[str, float] = {}
+    for name, value in metrics.items():
+        number = _number(value)
+        if number is None:
+            raise EvalParseError(f"metric {name!r} is not a number: {value!r}")
+        clean[str(name)] = number
+    valid = data.get("valid", True)
+    if not isinstance(valid, bool):
+        raise EvalParseError("'valid' must be true or false")
+    counters: dict[str, int | None] = {}
+    for field in ("expected", "ok"):
+        value = data.get(field)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise EvalParseError(f"'{field}' must be an integer")
+        counters[field] = value
+    rec = data.get("recommendation")
+    return Evaluation(status="ok", metrics=clean, valid=valid, expected=counters["expected"], ok=counters["ok"],
+                      recommendation=None if rec is None else _check_recommendation(rec), commit=commit)
+
+
+def evaluation_from_task(result: dict[str, Any] | None, failure: Exception | None = None) -> Evaluation:
+    """An :class:`Evaluation` from an eval task's result, or from its ``TaskFailed``."""
+    if failure is not None or result is None:
+        error_type = getattr(failure, "error_type", "unknown")
+        message = getattr(failure, "message", str(failure))
+        return Evaluation(status="failed", error=f"{error_type}: {_tail(message)}")
+    commit = (result.get("artifact") or {}).get("commit")
+    try:
+        return parse_eval_output(result.get("final_message") or "", commit=commit)
+    except EvalParseError as exc:
+        return Evaluation(status="failed", commit=commit, error=f"unparsable: {exc}")
+
+
+def _tail(text: str, limit: int = 400) -> str:
+    text = (text or "").strip()
+    return text if len(text) <= limit else "..." + text[-limit:]
+
+
+def _finite(x: float | None) -> float | None:
+    return x if x is not None and math.isfinite(x) else None
+
+
+def _relative(candidate: float, baseline: float) -> float:
+    return (candidate - baseline) / (abs(baseline) if baseline != 0 else 1.0)
+
+
+def _round(x: float) -> float:
+    # Round away float noise so scores are stable, comparable and readable in JSON.
+    return round(x, 9)
+
+
+def compare(candidate: Evaluation, baseline: Evaluation, cfg: ScoringConfig) -> Comparison:
+    """Score ``candidate`` against ``baseline`` (both must have status ok to score)."""
+    base_p = _finite(baseline.metrics.get(cfg.primary_metric)) if baseline.status == "ok" else None
+    cand_p = _finite(candidate.metrics.get(cfg.primary_metric)) if candidate.status == "ok" else None
+    sign = 1.0 if cfg.direction == "max" else -1.0
+    reasons: list[str] = []
+    if candidate.status == "ok" and not candidate.valid:
+        reasons.append("invalid_evaluation")
+    elif candidate.status == "ok" and not candidate.complete:
+        reasons.append("incomplete_evaluation")
+    delta = change = None
+    if base_p is not None and cand_p is not None:
+        delta = _round(sign * (cand_p - base_p))
+        change = _round(sign * _relative(cand_p, base_p))
+    if candidate.recommendation is not None:
+        rec = candidate.recommendation
+        should = rec["should_explore"] and candidate.complete
+        return Comparison(primary_baseline=base_p, primary_candidate=cand_p, primary_delta=delta,
+                          primary_change=change, score=_finite(rec["score"]), grade=rec["grade"],
+                          should_explore=should, reasons=list(rec["reasons"]) + reasons, source="recommendation")
+    if change is None:
+        reasons.insert(0, "primary_metric_missing")
+        return Comparison(primary_baseline=base_p, primary_candidate=cand_p, primary_delta=None,
+                          primary_change=None, score=None, grade="weak", should_explore=False, reasons=reasons)
+    band = cfg.tolerance  # relative band; _relative already divides by |baseline|
+    if change > band:
+        primary = "improved"
+    elif change < -band:
+        primary = "regressed"
+    else:
+        primary = "flat"
+    reasons.insert(0, f"primary_metric_{primary}")
+    total = change
+    others_regressed = False
+    for name in sorted(cfg.weights):
+        if name == cfg.primary_metric:
+            continue
+        b = _finite(baseline.metrics.get(name))
+        c = _finite(candidate.metrics.get(name))
+        if b is None or c is None:
+            reasons.append(f"{name}_missing")
+            continue
+        contribution = cfg.weights[name] * _relative(c, b)
+        total += contribution
+        if contribution < -band:
+            reasons.append(f"{name}_regressed")
+            others_regressed = True
+        elif contribution > band:
+            reasons.append(f"{name}_improved")
+    score = _round(100.0 * total)
+    if primary == "regressed":
+        grade = "weak"
+    elif primary == "improved":
+        grade = "strong" if not others_regressed else ("promising" if score > 0 else "mixed")
+    elif total > band:
+        grade = "promising"
+    elif total < -band:
+        grade = "weak"
+    else:
+        grade = "mixed"
+    should = grade in ("strong", "promising") and candidate.complete
+    return Comparison(primary_baseline=base_p, primary_candidate=cand_p, primary_delta=delta,
+                      primary_change=change, score=score, grade=grade, should_explore=should, reasons=reasons)
+
+
+def primary_regressed(cmp: Comparison, cfg: ScoringConfig) -> bool:
+    """The primary metric moved the wrong way beyond the noise band (or a recommendation says so)."""
+    if "primary_metric_regressed" in cmp.reasons:
+        return True
+    return cmp.primary_change is not None and cmp.primary_change < -cfg.tolerance
+
+
+def check_scoring_params(primary_metric: str | None, direction: str, weights: dict, tolerance: float,
+                         *, eval_command: str | None) -> None:
+    """Raise ``ConfigError`` (one line) for inconsistent scoring parameters; used by ``prepare``."""
+    from orchestrator.errors import ConfigError
+
+    if eval_command and not primary_metric:
+        raise ConfigError("-S eval_command needs -S primary_metric=<metric name printed by the command>")
+    if direction not in ("max", "min"):
+        raise ConfigError(f"-S direction must be max or min, got {direction!r}")
+    if not isinstance(weights, dict) or not all(_number(v) is not None for v in weights.values()):
+        raise ConfigError('-S weights must be a JSON object of numbers, e.g. weights={"latency_ms": -0.5}')
+    if _number(tolerance) is None or tolerance < 0:
+        raise ConfigError(f"-S tolerance must be a non-negative number (relative, 0.01 = 1%), got {tolerance!r}")
+
+
+def to_json(value: Any) -> Any:
+    """Plain JSON data for a struct (or a struct nested in lists/dicts); NaN becomes None."""
+    return _nan_to_none(msgspec.to_builtins(value))
+
+
+def _nan_to_none(obj: Any) -> Any:
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _nan_to_none(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_nan_to_none(v) for v in obj]
+    return obj
