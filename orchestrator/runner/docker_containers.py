@@ -433,3 +433,26 @@ async def remove_containers(names: Iterable[str], *, host: DockerHost | None = N
     async with anyio.create_task_group() as tg:
         for name in names:
             tg.start_soon(host.remove, name)
+
+
+async def remove_run_volumes(run_id: str, *, host: DockerHost | None = None) -> list[str]:
+    """Remove the session volumes of ``run_id`` (``orc_home_<run_id>_g*``); returns their names."""
+    import docker.errors
+
+    from ..naming import safe_component
+
+    host = host or shared_host()
+    prefix = f"orc_home_{safe_component(run_id)}_g"
+    listing = await host.api("list volumes", "volumes", filters={"name": prefix})
+    names = [v["Name"] for v in (listing or {}).get("Volumes") or [] if v["Name"].startswith(prefix)]
+    client = await host.client()
+
+    def _rm(name: str) -> None:
+        try:
+            client.api.remove_volume(name, force=True)
+        except docker.errors.NotFound:
+            pass
+
+    for name in names:
+        await host.call(f"remove volume {name}", _rm, name)
+    return names

@@ -1,0 +1,128 @@
+"""The ``orchestrator`` command.
+
+Exit codes: 0 success, 1 the run finished but a strategy failed, 2 bad usage
+or configuration (one line on stderr, no traceback, no run directory), 130
+interrupted (resume with ``orchestrator --resume RUN_ID``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import NoReturn
+
+from .errors import OrchestratorError, RunLockedError, UsageError
+
+EPILOG = """\
+examples:
+  orchestrator "add input validation to the signup form"
+  orchestrator "refactor the parser" --strategy best-of-n -S n=5 --runs 2
+  orchestrator "make it faster" --strategy tree-beam -S eval_command="python bench.py --json"
+  orchestrator "try it out" --dry-run            # rehearse at no cost with a simulated agent
+  orchestrator --resume run_20250114_123456
+  orchestrator --list-runs
+
+strategies: simple, best-of-n, iterative, plan-score-implement, tree-beam, evolve, review-loop,
+or a file (./my_strategy.py[:func]) or module (pkg.mod:func). See their parameters with
+  orchestrator --help-strategy NAME
+
+exit codes: 0 success, 1 a strategy failed, 2 bad usage or configuration, 130 interrupted
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line, not argparse's usage block
+        raise UsageError(f"{message} (see orchestrator --help)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="orchestrator", description="Run AI coding agents in parallel, each in its own container "
+                "and git clone, driven by a durable strategy; every agent's work comes back as a branch.",
+                epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("prompt", nargs="?", help="what the agents should do ('-' reads it from standard input)")
+    run = p.add_argument_group("run")
+    run.add_argument("--strategy", help="built-in name, path/to/file.py[:func] or package.module:func (default: simple)")
+    run.add_argument("-S", dest="params", action="append", default=[], metavar="KEY=VALUE",
+                     help="strategy parameter (repeatable; typed: int, float, bool, JSON list/object, else string)")
+    run.add_argument("--runs", "--executions", type=int, help="parallel strategy executions in this run (default 1)")
+    run.add_argument("--repo", help="repository to work on (default: current directory)")
+    run.add_argument("--base-branch", help="branch the agents start from (default: main)")
+    run.add_argument("--model", help="model name (default: sonnet)")
+    run.add_argument("--plugin", help="agent tool: claude-code (default), codex, or command")
+    run.add_argument("--docker-image", help="agent image (default: claude-code)")
+    run.add_argument("--max-parallel", type=int, help="tasks running at once (default: auto from CPUs)")
+    run.add_argument("--config", help="configuration file, YAML or JSON (default: ./orchestrator.yaml if present)")
+    run.add_argument("--mode", choices=["api", "subscription"], help="Claude authentication mode")
+    run.add_argument("--safe-fsync", choices=["interval", "per_event"], help="event log flush policy")
+    run.add_argument("--require-clean-wt", action="store_true", default=None,
+                     help="refuse to start when the repository has uncommitted changes")
+    run.add_argument("--dry-run", action="store_true",
+                     help="real engine, git, Docker and command tasks; agent tasks answered by a simulated agent, no cost")
+    run.add_argument("--debug", action="store_true", help="also print component logs to stderr")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--no-tui", action="store_true", help="one line per event instead of the dashboard")
+    out.add_argument("--json", action="store_true", help="machine-readable event lines")
+    out.add_argument("--quiet", action="store_true", help="only the final summary")
+    mgmt = p.add_argument_group("run management")
+    mgmt.add_argument("--resume", metavar="RUN_ID", help="continue an interrupted run: nothing finished runs again")
+    mgmt.add_argument("--resume-fresh", action="store_true", help="with --resume: restart interrupted tasks without their agent sessions")
+    mgmt.add_argument("--list-runs", action="store_true", help="list runs with their status")
+    mgmt.add_argument("--show-run", metavar="RUN_ID", help="show a run's details and summary")
+    mgmt.add_argument("--follow", action="store_true", help="with --show-run: live dashboard of the run")
+    mgmt.add_argument("--cleanup-run", metavar="RUN_ID", help="remove a run's containers, volumes, workspaces and state")
+    mgmt.add_argument("--clean-containers", action="store_true", help="remove stopped orchestrator containers past retention")
+    mgmt.add_argument("--dry-run-clean", dest="clean_dry_run", action="store_true", help=argparse.SUPPRESS)
+    mgmt.add_argument("--force", action="store_true", help="with --clean-containers: do not ask for confirmation")
+    mgmt.add_argument("--help-strategy", metavar="NAME", help="show a strategy's parameters")
+    return p
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    import anyio
+
+    from . import launch, manage
+
+    management = [args.resume, args.list_runs, args.show_run, args.cleanup_run, args.clean_containers, args.help_strategy]
+    if sum(bool(x) for x in management) > 1:
+        raise UsageError("use only one of --resume, --list-runs, --show-run, --cleanup-run, --clean-containers, --help-strategy")
+    if args.resume_fresh and not args.resume:
+        raise UsageError("--resume-fresh only works together with --resume RUN_ID")
+    if args.follow and not args.show_run:
+        raise UsageError("--follow only works together with --show-run RUN_ID")
+    if args.help_strategy:
+        return manage.help_strategy(args.help_strategy)
+    if args.list_runs:
+        return manage.list_runs()
+    if args.show_run:
+        return anyio.run(manage.show_run, args.show_run, args.follow)
+    if args.cleanup_run:
+        return anyio.run(manage.cleanup_run, args.cleanup_run)
+    if args.clean_containers:
+        return anyio.run(manage.clean_containers, args.dry_run or args.clean_dry_run, args.force)
+    if args.resume:
+        if args.prompt:
+            raise UsageError("--resume takes no prompt: the run keeps its own")
+        return anyio.run(launch.resume, args)
+    return anyio.run(launch.start, args)
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        return _dispatch(args)
+    except (UsageError, RunLockedError) as exc:
+        print(f"orchestrator: error: {exc}", file=sys.stderr)
+        return 2
+    except OrchestratorError as exc:
+        print(f"orchestrator: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+def entry() -> None:
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    entry()

@@ -1,0 +1,266 @@
+"""Configuration: typed sections, one precedence order, errors that name the source.
+
+Precedence (highest first): command line > environment (``ORCHESTRATOR_*``,
+nested with ``__``) > ``.env`` in the current directory > ``orchestrator.yaml``
+(or ``--config FILE.yaml|FILE.json``) > built-in defaults. Mappings merge
+deeply; lists are replaced. Every source is validated on its own first, so an
+unknown key or a wrong type is reported with the file or variable it came from.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+import yaml
+
+from .errors import ConfigError
+
+
+class RunnerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    docker_image: str = "claude-code"
+    plugin: str = "claude-code"
+    container_cpu: float = 2
+    container_memory: str = "4g"
+    container_timeout_seconds: float = 3600
+    max_turns: int | None = None
+    network_egress: Literal["online", "offline", "proxy"] = "online"
+    review_workspace_mode: Literal["ro", "rw"] = "ro"
+    isolation_mode: Literal["full_copy", "shared_objects"] = "full_copy"
+    session_volume_scope: Literal["run", "global"] = "run"
+    reuse_container: bool = True
+    finalize: bool = True
+    max_attempts: int = 3
+    backoff_base_s: float = 10
+    backoff_factor: float = 6
+    backoff_max_s: float = 360
+    success_retention_hours: float = 2
+    failure_retention_hours: float = 24
+
+
+class OrchestrationConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    default_model: str = "sonnet"
+    base_branch: str = "main"
+    strategy: str = "simple"
+    runs: int = 1
+    max_parallel_tasks: int | Literal["auto"] = "auto"
+    max_parallel_instances: int | None = None  # deprecated alias
+    import_policy: Literal["auto", "never", "always"] = "auto"
+    import_conflict_policy: Literal["fail", "overwrite", "suffix"] = "fail"
+    skip_empty_import: bool = True
+    min_free_disk_gb: float = 20
+    hard_min_free_disk_gb: float = 1
+    require_clean_wt: bool = False
+    determinism: Literal["warn", "strict", "off"] = "warn"
+    clean_orphans_on_start: bool = True
+
+
+class EventsConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    flush_policy: Literal["interval", "per_event"] = "interval"
+    interval_ms: int = 50
+    max_batch: int = 256
+    max_final_message_bytes: int = 65536
+    snapshot_interval_s: float = 30
+
+
+class TuiConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    force_display_mode: Literal["detailed", "compact", "dense"] | None = None
+    refresh_hz: float = 10
+
+
+class LoggingConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    debug: bool = False
+    retention_days: float = 7
+
+
+class Config(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    runner: RunnerConfig = msgspec.field(default_factory=RunnerConfig)
+    orchestration: OrchestrationConfig = msgspec.field(default_factory=OrchestrationConfig)
+    events: EventsConfig = msgspec.field(default_factory=EventsConfig)
+    tui: TuiConfig = msgspec.field(default_factory=TuiConfig)
+    logging: LoggingConfig = msgspec.field(default_factory=LoggingConfig)
+    # pricing.<provider>.<model>.{input_per_1k_usd, output_per_1k_usd}
+    pricing: dict[str, dict[str, dict[str, float]]] = msgspec.field(default_factory=dict)
+    # Default strategy parameters: strategy.<name with _ for ->.<param>
+    strategy: dict[str, dict[str, Any]] = msgspec.field(default_factory=dict)
+    # A run can be described entirely in a file (long prompts): prompt, params.
+    prompt: str | None = None
+    params: dict[str, Any] = msgspec.field(default_factory=dict)
+
+    def model_pricing(self) -> dict[str, tuple[float, float]]:
+        out: dict[str, tuple[float, float]] = {}
+        for models in self.pricing.values():
+            for model, rates in models.items():
+                out[model] = (float(rates.get("input_per_1k_usd", 0)), float(rates.get("output_per_1k_usd", 0)))
+        return out
+
+
+# Environment variables that are not config keys.
+PATH_VARS = {"ORCHESTRATOR_LOGS_DIR", "ORCHESTRATOR_STATE_DIR", "ORCHESTRATOR_RESULTS_DIR",
+             "ORCHESTRATOR_WORKSPACE_ROOT"}
+ALIASES = {"ORCHESTRATOR_DEFAULT_MODEL": ("orchestration", "default_model"),
+           "ORCHESTRATOR_DEBUG": ("logging", "debug")}
+
+
+def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _deep_merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def _validate(data: dict[str, Any], source: str) -> None:
+    try:
+        msgspec.convert(data, Config, strict=False)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"{source}: {_explain(exc)}") from None
+
+
+def _explain(exc: msgspec.ValidationError) -> str:
+    text = str(exc)
+    # msgspec says "Object contains unknown field `x` - at `$.runner`": make it a dotted key.
+    if "unknown field" in text:
+        field = text.split("`")[1]
+        where = text.split("at `$")[-1].rstrip("`") if "at `$" in text else ""
+        key = (where.strip(".").replace("[", ".").replace("]", "").replace("'", "") + "." + field).strip(".")
+        return f"unknown configuration key {key!r}"
+    if " - at `$" in text:
+        msg, where = text.split(" - at `$", 1)
+        key = where.rstrip("`").strip(".").replace("[", ".").replace("]", "").replace("'", "")
+        return f"{key}: {msg}"
+    return text
+
+
+def load_file(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text("utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
+    try:
+        if path.suffix.lower() == ".json":
+            data = json.loads(text) if text.strip() else {}
+        else:
+            data = yaml.safe_load(text) or {}
+    except (yaml.YAMLError, json.JSONDecodeError) as exc:
+        line = getattr(getattr(exc, "problem_mark", None), "line", None)
+        line = line + 1 if line is not None else getattr(exc, "lineno", None)
+        where = f"{path}:{line}" if line else str(path)
+        reason = getattr(exc, "problem", None) or getattr(exc, "msg", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"{where}: malformed {'JSON' if path.suffix.lower() == '.json' else 'YAML'}: {reason}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of sections (runner:, orchestration:, ...)")
+    return data
+
+
+def read_dotenv(path: Path) -> dict[str, str]:
+    """``KEY=VALUE`` lines; ``#`` comments; optional quotes; ``export`` prefix allowed."""
+    values: dict[str, str] = {}
+    try:
+        lines = path.read_text("utf-8").splitlines()
+    except OSError:
+        return values
+    for n, raw in enumerate(lines, 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("export "):
+            line = line[len("export "):]
+        if "=" not in line:
+            raise ConfigError(f"{path}:{n}: expected KEY=VALUE")
+        key, _, value = line.partition("=")
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        values[key.strip()] = value
+    return values
+
+
+def _env_to_dict(env: dict[str, str], source: str) -> dict[str, Any]:
+    from .strategy_loader import parse_value
+
+    out: dict[str, Any] = {}
+    for name, raw in env.items():
+        if not name.startswith("ORCHESTRATOR_") or name in PATH_VARS:
+            continue
+        if name in ALIASES:
+            path = ALIASES[name]
+        else:
+            rest = name[len("ORCHESTRATOR_"):]
+            if "__" not in rest:
+                continue  # other ORCHESTRATOR_* variables are read where they are used
+            path = tuple(p.lower() for p in rest.split("__"))
+        if path[0] == "strategy" and len(path) == 3:
+            path = ("strategy", path[1].replace("_", "-"), path[2])
+        value = parse_value(raw)
+        node = out
+        for p in path[:-1]:
+            node = node.setdefault(p, {})
+        node[path[-1]] = value
+        try:
+            _validate(_nest(path, value), f"{source} variable {name}")
+        except ConfigError:
+            raise
+    return out
+
+
+def _nest(path: tuple[str, ...], value: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    node = out
+    for p in path[:-1]:
+        node = node.setdefault(p, {})
+    node[path[-1]] = value
+    return out
+
+
+class LoadedConfig(msgspec.Struct, frozen=True, kw_only=True):
+    config: Config
+    environ: dict[str, str]  # process env overlaid on .env (for credentials)
+    sources: list[str]
+
+
+def load_config(*, config_file: str | None, cli_overrides: dict[str, Any], cwd: Path | None = None,
+                environ: dict[str, str] | None = None) -> LoadedConfig:
+    cwd = cwd or Path.cwd()
+    environ = dict(os.environ if environ is None else environ)
+    sources = ["defaults"]
+    merged: dict[str, Any] = {}
+    path = Path(config_file) if config_file else (cwd / "orchestrator.yaml")
+    if config_file and not path.exists():
+        raise ConfigError(f"config file {config_file} does not exist")
+    if path.exists():
+        data = load_file(path)
+        _validate(data, str(path))
+        merged = _deep_merge(merged, data)
+        sources.append(str(path))
+    dotenv_path = cwd / ".env"
+    dotenv = read_dotenv(dotenv_path) if dotenv_path.exists() else {}
+    if dotenv:
+        merged = _deep_merge(merged, _env_to_dict(dotenv, str(dotenv_path)))
+        sources.append(str(dotenv_path))
+    env_part = _env_to_dict(environ, "environment")
+    if env_part:
+        merged = _deep_merge(merged, env_part)
+        sources.append("environment")
+    if cli_overrides:
+        _validate(cli_overrides, "command line")
+        merged = _deep_merge(merged, cli_overrides)
+        sources.append("command line")
+    try:
+        config = msgspec.convert(merged, Config, strict=False)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"configuration: {_explain(exc)}") from None
+    effective_env = {**dotenv, **environ}
+    return LoadedConfig(config=config, environ=effective_env, sources=sources)
+
+
+def redacted(config: Config) -> dict[str, Any]:
+    """The resolved config for the log (it holds no secrets, but scrub anyway)."""
+    from .sanitize import default_sanitizer
+
+    return default_sanitizer().scrub(msgspec.to_builtins(config))

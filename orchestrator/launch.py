@@ -1,0 +1,408 @@
+"""Starting and resuming runs: pre-flight, wiring, Ctrl+C, results.
+
+Pre-flight runs before anything is written: a bad prompt, strategy, parameter,
+config, model, plugin, repository, credential or Docker problem ends with one
+line and exit 2, and no run directory exists afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgspec
+
+from .auth import resolve_auth
+from .config import Config, LoadedConfig, load_config, redacted
+from .engine.determinism import Reporter, guard_module
+from .engine.engine import Engine, EngineConfig, auto_parallel
+from .errors import ConfigError, PreflightError, UsageError
+from .fingerprint import TaskDefaults
+from .jsonlog import ComponentLog
+from .runner import AuthConfig, DockerRunner, RetryConfig
+from .runner.docker_containers import docker_available, image_exists
+from .runner.git_ops import validate_repository, workspace_root
+from .runner.plugin import get_plugin
+from .runs import RunDirs, RunManifest, claim_run_id, cleanup_old_logs, is_live, now_iso, read_manifest, write_manifest
+from .sanitize import SECRET_ENV_VARS, default_sanitizer
+from .strategy_loader import LoadedStrategy, load_strategy, parse_params
+
+MAX_PROMPT_BYTES = 10 * 1024 * 1024
+
+
+@dataclass
+class Prepared:
+    loaded_config: LoadedConfig
+    strategy: LoadedStrategy
+    params: dict[str, Any]
+    prompt: str
+    repo: str
+    base_branch: str
+    model: str
+    plugin_name: str
+    image: str
+    max_parallel: int
+    runs: int
+    auth: AuthConfig
+    dry_run: bool
+    mode: str | None
+    output: str
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def config(self) -> Config:
+        return self.loaded_config.config
+
+
+def _cli_overrides(args) -> dict[str, Any]:
+    over: dict[str, Any] = {}
+
+    def put(section: str, key: str, value: Any) -> None:
+        if value is not None:
+            over.setdefault(section, {})[key] = value
+
+    put("orchestration", "default_model", args.model)
+    put("orchestration", "base_branch", args.base_branch)
+    put("orchestration", "strategy", args.strategy)
+    put("orchestration", "runs", args.runs)
+    put("orchestration", "max_parallel_tasks", args.max_parallel)
+    put("orchestration", "require_clean_wt", args.require_clean_wt)
+    put("runner", "docker_image", args.docker_image)
+    put("runner", "plugin", args.plugin)
+    put("events", "flush_policy", args.safe_fsync)
+    if args.debug:
+        put("logging", "debug", True)
+    return over
+
+
+def output_mode(args) -> str:
+    if args.json:
+        return "json"
+    if args.quiet:
+        return "quiet"
+    if args.no_tui or not sys.stdout.isatty():
+        return "plain"
+    return "dashboard"
+
+
+def _read_prompt(args, config: Config) -> str:
+    prompt = args.prompt
+    if prompt == "-":
+        prompt = sys.stdin.read()
+    if prompt is None:
+        prompt = config.prompt
+    if prompt is None:
+        raise UsageError('no prompt given: orchestrator "what the agents should do" (or --resume RUN_ID, --help)')
+    if not prompt.strip():
+        raise UsageError("the prompt is empty; say what the agents should do")
+    if len(prompt.encode("utf-8", "surrogatepass")) > MAX_PROMPT_BYTES:
+        raise UsageError("the prompt is larger than 10 MB; put the material in the repository and refer to it")
+    return prompt
+
+
+def _max_parallel(config: Config) -> int:
+    value = config.orchestration.max_parallel_tasks
+    if config.orchestration.max_parallel_instances is not None:
+        print("warning: orchestration.max_parallel_instances is deprecated; use max_parallel_tasks", file=sys.stderr)
+        value = config.orchestration.max_parallel_instances
+    if value == "auto":
+        return auto_parallel(config.runner.container_cpu)
+    if not isinstance(value, int) or value < 1:
+        raise ConfigError(f"--max-parallel must be at least 1 (got {value})")
+    return value
+
+
+def _check_disk(path: Path, config: Config, warnings: list[str]) -> None:
+    probe = path
+    while not probe.exists():
+        probe = probe.parent
+    free_gb = shutil.disk_usage(probe).free / 1e9
+    if free_gb < config.orchestration.hard_min_free_disk_gb:
+        raise PreflightError(f"only {free_gb:.1f} GB free under {probe}; at least "
+                             f"{config.orchestration.hard_min_free_disk_gb:g} GB is needed: free some space")
+    if free_gb < config.orchestration.min_free_disk_gb:
+        warnings.append(f"only {free_gb:.1f} GB free under {probe} (recommended: "
+                        f"{config.orchestration.min_free_disk_gb:g} GB)")
+
+
+async def _check_docker(image: str) -> None:
+    ok, message = await docker_available(timeout=3.0)
+    if not ok:
+        raise PreflightError(message)
+    if not await image_exists(image):
+        raise PreflightError(f"Docker image {image!r} not found; build it with scripts/setup-docker.sh "
+                             f"(or: docker build -t {image} .) or pass --docker-image")
+
+
+def _check_plugin(plugin_name: str, model: str, strategy: LoadedStrategy):
+    plugin = get_plugin(plugin_name)
+    models = plugin.known_models()
+    if models is not None and model not in models:
+        names = ", ".join(sorted(k for k in models if "-" not in k)) or ", ".join(sorted(models))
+        raise ConfigError(f"unknown model {model!r} for plugin {plugin_name}; use one of: {names}")
+    if strategy.options.requires_resume and not plugin.capabilities.supports_resume:
+        raise PreflightError(f"strategy {strategy.name} resumes agent sessions, which plugin {plugin_name} cannot do; "
+                             "choose another --plugin")
+    return plugin
+
+
+def _guard(strategy: LoadedStrategy, config: Config, olog: ComponentLog | None = None) -> Reporter:
+    def sink(msg: str) -> None:
+        print(msg, file=sys.stderr)
+        if olog is not None:
+            olog.warning(msg)
+
+    reporter = Reporter(config.orchestration.determinism, sink)
+    guard_module(strategy.module, reporter)
+    return reporter
+
+
+async def prepare(args) -> Prepared:
+    loaded = load_config(config_file=args.config, cli_overrides=_cli_overrides(args))
+    config = loaded.config
+    default_sanitizer().add_secrets(v for k, v in loaded.environ.items() if k in SECRET_ENV_VARS)
+    prompt = _read_prompt(args, config)
+    if config.orchestration.runs < 1:
+        raise ConfigError(f"--runs must be at least 1 (got {config.orchestration.runs})")
+    max_parallel = _max_parallel(config)
+    strategy = load_strategy(config.orchestration.strategy)
+    base_params = dict(config.strategy.get(strategy.name, {}))
+    base_params.update(config.params)
+    params = parse_params(strategy, args.params, base=base_params)
+    repo = str(Path(args.repo or ".").absolute())
+    base_branch = config.orchestration.base_branch
+    warnings: list[str] = []
+    info = validate_repository(repo, base_branch)
+    repo = str(info.path)
+    if info.dirty:
+        if config.orchestration.require_clean_wt:
+            raise PreflightError(f"{repo} has uncommitted changes and --require-clean-wt is set; commit or stash them")
+        warnings.append(f"{repo} has uncommitted changes; agents start from the last commit of {base_branch}")
+    if strategy.options.prepare is not None:
+        params = strategy.options.prepare(params, repo)
+    plugin_name = config.runner.plugin
+    model = config.orchestration.default_model
+    plugin = _check_plugin(plugin_name, model, strategy)
+    auth = resolve_auth(loaded.environ, plugin=plugin_name, mode=args.mode, dry_run=args.dry_run)
+    if not args.dry_run:
+        plugin.validate_environment(auth)
+    default_sanitizer().add_secrets(auth.secret_values())
+    dirs = RunDirs.from_env()
+    _check_disk(dirs.logs, config, warnings)
+    _check_disk(workspace_root(), config, warnings)
+    await _check_docker(config.runner.docker_image)
+    return Prepared(loaded_config=loaded, strategy=strategy, params=params, prompt=prompt, repo=repo,
+                    base_branch=base_branch, model=model, plugin_name=plugin_name, image=config.runner.docker_image,
+                    max_parallel=max_parallel, runs=config.orchestration.runs, auth=auth, dry_run=args.dry_run,
+                    mode=args.mode, output=output_mode(args), warnings=warnings)
+
+
+async def start(args) -> int:
+    prep = await prepare(args)
+    dirs = RunDirs.from_env()
+    run_id = claim_run_id(dirs)
+    manifest = RunManifest(
+        run_id=run_id, created_at=now_iso(), prompt=prep.prompt,
+        strategy_spec=_absolute_spec(prep.strategy.spec), strategy_name=prep.strategy.name, params=prep.params,
+        runs=prep.runs, repo_path=prep.repo, base_branch=prep.base_branch, model=prep.model,
+        plugin=prep.plugin_name, docker_image=prep.image, max_parallel=prep.max_parallel, dry_run=prep.dry_run,
+        mode=prep.mode, config=redacted(prep.config))
+    write_manifest(dirs, manifest)
+    return await execute(prep, dirs, manifest, resume_fresh=False)
+
+
+def _absolute_spec(spec: str) -> str:
+    path, sep, func = spec.partition(":")
+    if path.endswith(".py") and Path(path).exists():
+        return str(Path(path).resolve()) + (sep + func if sep else "")
+    return spec
+
+
+async def resume(args) -> int:
+    dirs = RunDirs.from_env()
+    manifest = read_manifest(dirs, args.resume)
+    if is_live(dirs, manifest.run_id):
+        raise UsageError(f"run {manifest.run_id} is being written by a live process; wait for it or stop it first")
+    loaded = load_config(config_file=args.config, cli_overrides=_cli_overrides(args))
+    default_sanitizer().add_secrets(v for k, v in loaded.environ.items() if k in SECRET_ENV_VARS)
+    strategy = load_strategy(manifest.strategy_spec)
+    plugin = _check_plugin(manifest.plugin, manifest.model, strategy)
+    auth = resolve_auth(loaded.environ, plugin=manifest.plugin, mode=manifest.mode, dry_run=manifest.dry_run)
+    if not manifest.dry_run:
+        plugin.validate_environment(auth)
+    default_sanitizer().add_secrets(auth.secret_values())
+    validate_repository(manifest.repo_path, manifest.base_branch)
+    await _check_docker(manifest.docker_image)
+    prep = Prepared(loaded_config=loaded, strategy=strategy, params=manifest.params, prompt=manifest.prompt,
+                    repo=manifest.repo_path, base_branch=manifest.base_branch, model=manifest.model,
+                    plugin_name=manifest.plugin, image=manifest.docker_image, max_parallel=manifest.max_parallel,
+                    runs=manifest.runs, auth=auth, dry_run=manifest.dry_run, mode=manifest.mode,
+                    output=output_mode(args))
+    manifest.status = "running"
+    manifest.finished_at = None
+    write_manifest(dirs, manifest)
+    return await execute(prep, dirs, manifest, resume_fresh=args.resume_fresh)
+
+
+def _engine_config(prep: Prepared, dirs: RunDirs, run_id: str, *, resume_fresh: bool) -> EngineConfig:
+    c = prep.config
+    r = c.runner
+    o = c.orchestration
+    plugin = get_plugin(prep.plugin_name)
+    return EngineConfig(
+        run_id=run_id, repo_path=prep.repo, base_branch=prep.base_branch, strategy_name=prep.strategy.name,
+        logs_dir=str(dirs.logs), state_dir=str(dirs.state), results_dir=str(dirs.results),
+        max_parallel=prep.max_parallel,
+        defaults=TaskDefaults(model=prep.model, plugin_name=prep.plugin_name, import_policy=o.import_policy,
+                              import_conflict_policy=o.import_conflict_policy, skip_empty_import=o.skip_empty_import,
+                              container_cpus=r.container_cpu, container_memory=r.container_memory,
+                              network_egress=r.network_egress, max_turns=r.max_turns,
+                              timeout_seconds=r.container_timeout_seconds),
+        flush_policy=c.events.flush_policy, flush_interval_ms=c.events.interval_ms, flush_max_batch=c.events.max_batch,
+        max_final_message_bytes=c.events.max_final_message_bytes, snapshot_interval_s=c.events.snapshot_interval_s,
+        resume_fresh=resume_fresh, supports_resume=plugin.capabilities.supports_resume,
+        runner_options={
+            "docker_image": prep.image, "reuse_container": r.reuse_container, "finalize": r.finalize,
+            "review_workspace_mode": r.review_workspace_mode, "isolation_mode": r.isolation_mode,
+            "session_volume_scope": r.session_volume_scope,
+            "retry_config": RetryConfig(max_attempts=r.max_attempts, backoff_base_s=r.backoff_base_s,
+                                        backoff_factor=r.backoff_factor, backoff_max_s=r.backoff_max_s),
+        },
+    )
+
+
+class _Interrupt:
+    def __init__(self) -> None:
+        self.requested = False
+
+
+async def _watch_signals(scope: anyio.CancelScope, flag: _Interrupt) -> None:
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for _ in signals:
+            if flag.requested:
+                # Second Ctrl+C: leave at once. The log holds only whole lines or a torn
+                # last line, which readers skip and the next writer trims.
+                os._exit(130)
+            flag.requested = True
+            print("\nInterrupting: stopping containers and saving state (Ctrl+C again to exit at once)...",
+                  file=sys.stderr, flush=True)
+            scope.cancel()
+
+
+async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resume_fresh: bool) -> int:
+    from .manage import clean_orphans
+    from .results import export, render_summary
+
+    run_id = manifest.run_id
+    log_dir = dirs.logs / run_id
+    log_dir.mkdir(parents=True, exist_ok=True)
+    config = prep.config
+    echo = (lambda line: print(line, file=sys.stderr)) if config.logging.debug else None
+    olog = ComponentLog(log_dir / "orchestration.jsonl", "orchestration", run_id, echo=echo)
+    olog.info("run starting", config=redacted(config), sources=prep.loaded_config.sources,
+              strategy=prep.strategy.name, params=prep.params, resume=resume_fresh or manifest.status == "running")
+    if prep.dry_run and prep.output != "json":
+        print("DRY RUN: agent tasks are answered by a deterministic simulated agent; nothing is spent.", flush=True)
+    for w in prep.warnings:
+        print(f"warning: {w}", file=sys.stderr)
+        olog.warning(w)
+    if prep.max_parallel * config.runner.container_cpu > (os.cpu_count() or 1):
+        olog.warning(f"max_parallel={prep.max_parallel} x {config.runner.container_cpu} CPUs oversubscribes "
+                     f"this host's {os.cpu_count()} CPUs")
+    removed = cleanup_old_logs(dirs, config.logging.retention_days, keep={run_id})
+    if removed:
+        olog.info("removed old logs", runs=removed)
+    if config.orchestration.clean_orphans_on_start:
+        try:
+            await clean_orphans(dirs, config, olog, current=run_id)
+        except Exception as exc:  # cleanup must never stop a run
+            olog.warning(f"orphan cleanup skipped: {exc}")
+    _guard(prep.strategy, config, olog)
+    runner = DockerRunner(auth=prep.auth, logs_dir=log_dir, sanitizer=default_sanitizer(),
+                          pricing=config.model_pricing(), dry_run=prep.dry_run)
+    engine = Engine(_engine_config(prep, dirs, run_id, resume_fresh=resume_fresh), runner, log=olog)
+    engine.on_divergence = lambda sid, keys: print(
+        f"warning: strategy {sid} no longer asks for {len(keys)} recorded task(s): {', '.join(keys[:5])}"
+        + (" ..." if len(keys) > 5 else ""), file=sys.stderr)
+    flag = _Interrupt()
+    started = time.monotonic()
+    ui_stop = anyio.Event()
+    watcher_scope = anyio.CancelScope()
+    try:
+        async with anyio.create_task_group() as outer:
+            outer.start_soon(_output, prep, dirs, run_id, ui_stop)
+            with anyio.CancelScope() as run_scope:
+                outer.start_soon(_watch_signals_until, run_scope, flag, watcher_scope)
+                await engine.run(prep.strategy.fn, prompt=prep.prompt, params=prep.params, runs=prep.runs,
+                                 name=prep.strategy.name)
+            if flag.requested:
+                with anyio.CancelScope(shield=True):
+                    await _stop_containers(run_id, olog)
+            watcher_scope.cancel()
+            ui_stop.set()
+    finally:
+        await runner.aclose()
+    wall = time.monotonic() - started
+    state = engine.state
+    if flag.requested or any(s.status == "running" for s in state.strategies.values()):
+        manifest.status = "interrupted"
+        manifest.exit_code = 130
+        write_manifest(dirs, manifest)
+        olog.info("run interrupted")
+        print(f"Run interrupted. Resume with: orchestrator --resume {run_id}", file=sys.stderr, flush=True)
+        return 130
+    failed = any(s.status != "success" for s in state.strategies.values())
+    manifest.status = "completed"
+    manifest.finished_at = now_iso()
+    manifest.exit_code = 1 if failed else 0
+    write_manifest(dirs, manifest)
+    summary = export(dirs, manifest, state)
+    olog.info("run finished", exit_code=manifest.exit_code, totals=summary["totals"])
+    if prep.output == "json":
+        print(msgspec.json.encode({"type": "run.summary", "summary": summary}).decode(), flush=True)
+    else:
+        print(render_summary(summary, results_path=dirs.results / run_id, wall_seconds=wall), flush=True)
+    return manifest.exit_code
+
+
+async def _watch_signals_until(run_scope: anyio.CancelScope, flag: _Interrupt, watcher_scope: anyio.CancelScope) -> None:
+    with watcher_scope:
+        await _watch_signals(run_scope, flag)
+
+
+async def _stop_containers(run_id: str, olog: ComponentLog) -> None:
+    from .runner.docker_containers import stop_run_containers
+
+    try:
+        with anyio.fail_after(15):
+            n = await stop_run_containers(run_id, timeout=2)
+        olog.info("stopped run containers", count=n)
+    except Exception as exc:
+        olog.warning(f"stopping containers failed: {exc}")
+
+
+async def _output(prep: Prepared, dirs: RunDirs, run_id: str, stop: anyio.Event) -> None:
+    """The live view: dashboard on a terminal, else a line stream; both only read the log."""
+    if prep.output == "quiet":
+        await stop.wait()
+        return
+    try:
+        import tui
+        run_dashboard = getattr(tui, "run_dashboard", None) or __import__("tui.dashboard", fromlist=["x"]).run_dashboard
+        stream_console = getattr(tui, "stream_console", None) or __import__("tui.console", fromlist=["x"]).stream_console
+    except (ImportError, AttributeError):
+        await stop.wait()
+        return
+    if prep.output == "dashboard":
+        await run_dashboard(run_id, logs_dir=dirs.logs, state_dir=dirs.state, results_dir=dirs.results, stop=stop,
+                            max_parallel=prep.max_parallel, force_mode=prep.config.tui.force_display_mode,
+                            refresh_hz=prep.config.tui.refresh_hz)
+    else:
+        await stream_console(run_id, logs_dir=dirs.logs, mode=prep.output, stop=stop)

@@ -1,0 +1,216 @@
+"""Run management: --list-runs, --show-run, --cleanup-run, --clean-containers, orphan cleanup."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from datetime import datetime, timezone
+from typing import Any
+
+import anyio
+
+from .config import Config, load_config
+from .errors import PreflightError, UsageError
+from .jsonlog import ComponentLog
+from .results import build_summary, fmt_cost, render_summary
+from .runs import RunDirs, is_live, list_run_ids, read_manifest, remove_run_state
+from .state import FAILED, RunState, recover
+from .strategy_loader import BUILTINS, load_strategy
+
+
+def help_strategy(name: str) -> int:
+    strategy = load_strategy(name)
+    print(strategy.describe())
+    if name in BUILTINS:
+        print(f"\nexample: orchestrator \"PROMPT\" --strategy {name}"
+              + "".join(f" -S {p.name}=..." for p in strategy.params.values() if p.required))
+    return 0
+
+
+def _state(dirs: RunDirs, run_id: str) -> RunState:
+    return recover(run_id, dirs.events(run_id),
+                   [dirs.state / run_id / "state.json", dirs.logs / run_id / "state.json"])
+
+
+def list_runs() -> int:
+    dirs = RunDirs.from_env()
+    ids = list_run_ids(dirs)
+    if not ids:
+        print(f"no runs under {dirs.state}")
+        return 0
+    print(f"{'RUN ID':<24} {'STATUS':<12} {'STRATEGY':<22} {'TASKS':>9} {'COST':>8}  CREATED")
+    for run_id in ids:
+        try:
+            m = read_manifest(dirs, run_id)
+        except UsageError:
+            continue
+        state = _state(dirs, run_id)
+        status = "live" if is_live(dirs, run_id) else m.status
+        done = state.counters.completed + state.counters.failed
+        cost_known = any(t.cost_usd is not None for t in state.tasks.values())
+        cost = fmt_cost(state.counters.cost_usd if cost_known else None)
+        strategy = m.strategy_name + (f" x{m.runs}" if m.runs > 1 else "") + (" (dry)" if m.dry_run else "")
+        print(f"{run_id:<24} {status:<12} {strategy:<22} {done:>4}/{len(state.tasks):<4} {cost:>8}  {m.created_at}")
+    return 0
+
+
+async def show_run(run_id: str, follow: bool) -> int:
+    dirs = RunDirs.from_env()
+    manifest = read_manifest(dirs, run_id)
+    if follow:
+        from tui.dashboard import run_dashboard
+
+        stop = anyio.Event()
+        await run_dashboard(run_id, logs_dir=dirs.logs, state_dir=dirs.state, results_dir=dirs.results, stop=stop,
+                            follow=True)
+        return 0
+    state = _state(dirs, run_id)
+    live = is_live(dirs, run_id)
+    summary = build_summary(manifest, state)
+    if live:
+        summary["status"] = "live"
+    print(render_summary(summary, results_path=dirs.results / run_id))
+    print(f"\nPrompt: {manifest.prompt[:200]}{'…' if len(manifest.prompt) > 200 else ''}")
+    print(f"Repository: {manifest.repo_path} (base {manifest.base_branch}); model {manifest.model}; "
+          f"plugin {manifest.plugin}; image {manifest.docker_image}")
+    print(f"Events: {dirs.events(run_id)}")
+    report = _strategy_report(manifest.strategy_name)
+    if report is not None:
+        try:
+            problems = report(run_id=run_id, dirs=dirs, manifest=manifest, state=state)
+        except Exception as exc:  # a report must not hide the summary
+            print(f"strategy report failed: {exc}", file=sys.stderr)
+            return 1
+        if problems:
+            for p in problems:
+                print(f"✗ {p}")
+            return 1
+    if manifest.status == "interrupted" and not live:
+        print(f"\nResume with: orchestrator --resume {run_id}")
+    return 0
+
+
+def _strategy_report(name: str):
+    """Strategies may provide ``show_run_report(run_id, dirs, manifest, state) -> list[problems]``."""
+    target = BUILTINS.get(name)
+    if target is None:
+        return None
+    import importlib
+
+    try:
+        module = importlib.import_module(target.split(":")[0])
+    except ImportError:
+        return None
+    return getattr(module, "show_run_report", None)
+
+
+async def cleanup_run(run_id: str) -> int:
+    from .runner.docker_containers import docker_available, list_containers, remove_containers, remove_run_volumes
+    from .runner.git_ops import workspace_root
+
+    dirs = RunDirs.from_env()
+    read_manifest(dirs, run_id)
+    if is_live(dirs, run_id):
+        raise UsageError(f"run {run_id} is live; stop it before cleaning it up")
+    ok, message = await docker_available()
+    if not ok:
+        raise PreflightError(message)
+    names = [c["name"] for c in await list_containers(run_id)]
+    await remove_containers(names)
+    volumes = await remove_run_volumes(run_id)
+    ws = workspace_root() / run_id
+    shutil.rmtree(ws, ignore_errors=True)
+    remove_run_state(dirs, run_id)
+    print(f"removed {len(names)} container(s), {len(volumes)} volume(s), workspaces under {ws} and "
+          f"{dirs.state / run_id}; logs and results are kept ({dirs.logs / run_id}, {dirs.results / run_id})")
+    return 0
+
+
+def _age_hours(container: dict[str, Any]) -> float:
+    ts = container["labels"].get("orchestrator.last_active_ts")
+    when = None
+    if ts:
+        try:
+            when = datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            when = None
+    if when is None:
+        when = float(container.get("created") or time.time())
+    return (time.time() - when) / 3600
+
+
+def _retention_hours(container: dict[str, Any], dirs: RunDirs, config: Config, cache: dict[str, RunState | None]) -> float:
+    run_id = container["labels"].get("run_id", "")
+    if run_id not in cache:
+        cache[run_id] = _state(dirs, run_id) if dirs.events(run_id).exists() else None
+    state = cache[run_id]
+    key = container["labels"].get("task_key")
+    task = state.tasks.get(key) if state is not None and key else None
+    if task is not None and task.state == FAILED:
+        return config.runner.failure_retention_hours
+    return config.runner.success_retention_hours
+
+
+async def _candidates(dirs: RunDirs, config: Config, *, current: str | None, include_running_unknown: bool):
+    from .runner.docker_containers import list_containers
+
+    cache: dict[str, RunState | None] = {}
+    out = []
+    for c in await list_containers():
+        run_id = c["labels"].get("run_id", "")
+        if run_id == current or (run_id and is_live(dirs, run_id)):
+            continue  # never touch a live run's containers
+        known = bool(run_id) and dirs.manifest(run_id).exists()
+        if c["status"] == "running" and (known or not include_running_unknown):
+            continue
+        if _age_hours(c) < _retention_hours(c, dirs, config, cache):
+            continue
+        out.append(c)
+    return out
+
+
+async def clean_orphans(dirs: RunDirs, config: Config, olog: ComponentLog, *, current: str) -> None:
+    """On start: remove containers of unknown or finished runs that are past retention."""
+    from .runner.docker_containers import remove_containers
+
+    victims = []
+    for c in await _candidates(dirs, config, current=current, include_running_unknown=True):
+        run_id = c["labels"].get("run_id", "")
+        if dirs.manifest(run_id).exists():
+            try:
+                if read_manifest(dirs, run_id).status in ("running", "interrupted"):
+                    continue  # resumable: its containers hold agent sessions
+            except UsageError:
+                pass
+        victims.append(c["name"])
+    if victims:
+        await remove_containers(victims)
+        olog.info("removed orphan containers", containers=victims)
+
+
+async def clean_containers(dry_run: bool, force: bool) -> int:
+    from .runner.docker_containers import docker_available, remove_containers
+
+    ok, message = await docker_available()
+    if not ok:
+        raise PreflightError(message)
+    dirs = RunDirs.from_env()
+    config = load_config(config_file=None, cli_overrides={}).config
+    victims = await _candidates(dirs, config, current=None, include_running_unknown=False)
+    if not victims:
+        print("no stopped orchestrator containers past retention")
+        return 0
+    for c in victims:
+        print(f"{'would remove' if dry_run else 'remove'} {c['name']} ({c['status']}, "
+              f"run {c['labels'].get('run_id', '?')}, {_age_hours(c):.1f} h old)")
+    if dry_run:
+        return 0
+    if not force and sys.stdin.isatty():
+        answer = input(f"Remove {len(victims)} container(s)? [y/N] ")
+        if answer.strip().lower() not in ("y", "yes"):
+            print("nothing removed")
+            return 0
+    await remove_containers([c["name"] for c in victims])
+    print(f"removed {len(victims)} container(s)")
+    return 0

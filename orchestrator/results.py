@@ -1,0 +1,171 @@
+"""Results export (spec §4.10, §7.6): summary.json, branches.txt, metrics.csv and the human summary.
+
+Everything here is computed from the folded run state plus the manifest, so
+``--show-run`` on a finished run prints the same summary the run printed.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from .runs import RunDirs, RunManifest
+from .sanitize import default_sanitizer
+from .state import COMPLETED, FAILED, INTERRUPTED, RunState, write_snapshot_bytes
+
+
+def _selected_branch(result: Any) -> str | None:
+    if isinstance(result, dict):
+        artifact = result.get("artifact")
+        if isinstance(artifact, dict):
+            return artifact.get("branch_final")
+        for key in ("selected_branch", "best_branch", "final_branch", "branch"):
+            if isinstance(result.get(key), str):
+                return result[key]
+    return None
+
+
+def build_summary(manifest: RunManifest, state: RunState) -> dict[str, Any]:
+    strategies = []
+    all_branches: list[str] = []
+    for sid, strat in sorted(state.strategies.items(), key=lambda kv: int(kv[0][1:]) if kv[0][1:].isdigit() else 0):
+        tasks = [t for t in state.tasks.values() if t.strategy_execution_id == sid]
+        tasks.sort(key=lambda t: (t.scheduled_at or "", t.key))
+        rows = []
+        for t in tasks:
+            rows.append({
+                "key": t.key, "instance_id": t.instance_id, "state": t.state, "branch": t.branch_final,
+                "branch_planned": t.branch_name, "duration_s": round(t.duration_s, 3), "cost_usd": t.cost_usd,
+                "tokens_in": t.tokens_in, "tokens_out": t.tokens_out, "error_type": t.error_type,
+                "error": t.message, "attempts": t.attempts,
+            })
+            if t.branch_final and t.branch_final not in all_branches:
+                all_branches.append(t.branch_final)
+        strategies.append({
+            "strategy_execution_id": sid, "name": strat.name, "params": strat.params, "status": strat.status,
+            "error": strat.error, "selected_branch": _selected_branch(strat.result), "result": strat.result,
+            "tasks": rows,
+        })
+    c = state.counters
+    finished = c.completed + c.failed
+    total_cost = sum((t.cost_usd or 0.0) for t in state.tasks.values())
+    cost_known = any(t.cost_usd is not None for t in state.tasks.values())
+    return {
+        "run_id": manifest.run_id, "dry_run": manifest.dry_run, "strategy": manifest.strategy_name,
+        "strategy_spec": manifest.strategy_spec, "params": manifest.params, "runs": manifest.runs,
+        "model": manifest.model, "plugin": manifest.plugin, "repo": manifest.repo_path,
+        "base_branch": manifest.base_branch, "created_at": manifest.created_at, "finished_at": manifest.finished_at,
+        "status": manifest.status,
+        "totals": {
+            "tasks": len(state.tasks), "completed": c.completed, "failed": c.failed,
+            "interrupted": sum(1 for t in state.tasks.values() if t.state == INTERRUPTED),
+            "cost_usd": round(total_cost, 6) if cost_known else None,
+            "tokens_in": c.tokens_in, "tokens_out": c.tokens_out,
+            "success_rate": round(c.completed / finished, 4) if finished else None,
+        },
+        "strategies": strategies,
+        "branches": all_branches,
+        "final_branches": [s["selected_branch"] for s in strategies if s["selected_branch"]],
+    }
+
+
+def export(dirs: RunDirs, manifest: RunManifest, state: RunState) -> dict[str, Any]:
+    """Write results/<run_id>/{summary.json, branches.txt, metrics.csv}; return the summary."""
+    summary = default_sanitizer().scrub(build_summary(manifest, state))
+    out = dirs.results / manifest.run_id
+    (out / "strategy_output").mkdir(parents=True, exist_ok=True)
+    write_snapshot_bytes(msgspec.json.format(msgspec.json.encode(summary), indent=2) + b"\n", [out / "summary.json"])
+    (out / "branches.txt").write_text("".join(f"{b}\n" for b in summary["branches"]), "utf-8")
+    (out / "metrics.csv").write_text(metrics_csv(state), "utf-8")
+    return summary
+
+
+def metrics_csv(state: RunState) -> str:
+    """One row per finished task in completion order, with running totals (a time series)."""
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(["timestamp", "key", "instance_id", "strategy_execution_id", "state", "duration_s", "cost_usd",
+                "tokens_in", "tokens_out", "branch", "tasks_finished", "cumulative_cost_usd", "cumulative_tokens"])
+    done = sorted((t for t in state.tasks.values() if t.state in (COMPLETED, FAILED)),
+                  key=lambda t: (t.completed_at or "", t.key))
+    cost = 0.0
+    tokens = 0
+    for i, t in enumerate(done, 1):
+        cost += t.cost_usd or 0.0
+        tokens += t.tokens_in + t.tokens_out
+        w.writerow([t.completed_at, t.key, t.instance_id, t.strategy_execution_id, t.state, round(t.duration_s, 3),
+                    "" if t.cost_usd is None else t.cost_usd, t.tokens_in, t.tokens_out, t.branch_final or "", i,
+                    round(cost, 6), tokens])
+    return buf.getvalue()
+
+
+def fmt_duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    m, s = divmod(seconds, 60)
+    if m < 60:
+        return f"{m}m {s:02d}s"
+    h, m = divmod(m, 60)
+    return f"{h}h {m:02d}m"
+
+
+def fmt_tokens(n: int) -> str:
+    return f"{n / 1000:.1f}k" if n >= 1000 else str(n)
+
+
+def fmt_cost(cost: float | None) -> str:
+    return "N/A" if cost is None else f"${cost:.2f}"
+
+
+def render_summary(summary: dict[str, Any], *, results_path: Path, wall_seconds: float | None = None) -> str:
+    lines = [f"═══ Run {'Complete' if summary['status'] == 'completed' else summary['status'].title()}: "
+             f"{summary['run_id']} ═══", ""]
+    if summary.get("dry_run"):
+        lines += ["DRY RUN: agent tasks were answered by the simulated agent; nothing was spent.", ""]
+    lines.append(f"Strategy: {summary['strategy']}")
+    for k, v in (summary.get("params") or {}).items():
+        text = v if isinstance(v, (str, int, float, bool)) else "…"
+        lines.append(f"  {k}: {text}")
+    lines += ["", f"Runs: {summary['runs']}", "", "Results by strategy:", ""]
+    for s in summary["strategies"]:
+        idx = s["strategy_execution_id"].lstrip("s")
+        lines.append(f"Strategy #{idx} ({s['name']}):")
+        for t in s["tasks"]:
+            label = t["branch"] or t["branch_planned"] or t["key"]
+            if t["state"] == "COMPLETED":
+                tokens = fmt_tokens((t["tokens_in"] or 0) + (t["tokens_out"] or 0))
+                extra = "" if t["branch"] else " (no branch: no changes)"
+                lines.append(f"  ✓ {label}  {fmt_duration(t['duration_s'])} • {fmt_cost(t['cost_usd'])} • {tokens} tokens{extra}")
+            elif t["state"] == "FAILED":
+                lines.append(f"  ✗ {label}  Failed ({t['error_type']}): {(t['error'] or '').splitlines()[0][:120] if t['error'] else ''}")
+            else:
+                lines.append(f"  … {label}  {t['state'].lower()}")
+        if s["selected_branch"]:
+            lines.append(f"  → Selected: {s['selected_branch']}")
+        if s["status"] == "failed":
+            lines.append(f"  ✗ strategy failed: {s['error']}")
+        lines.append("")
+    t = summary["totals"]
+    rate = f"{t['completed']}/{t['completed'] + t['failed']} tasks" + (
+        f" ({t['success_rate'] * 100:.0f}%)" if t["success_rate"] is not None else "")
+    lines += ["Summary:"]
+    if wall_seconds is not None:
+        lines.append(f"  Total Duration: {fmt_duration(wall_seconds)}")
+    lines += [f"  Total Cost: {fmt_cost(t['cost_usd'])}", f"  Tokens: {fmt_tokens(t['tokens_in'])} in / {fmt_tokens(t['tokens_out'])} out",
+              f"  Success Rate: {rate}", ""]
+    finals = summary["final_branches"] or summary["branches"]
+    lines.append(f"Final branches ({len(finals)}):")
+    lines += [f"  {b}" for b in finals]
+    if finals:
+        base = summary["base_branch"]
+        lines += ["", "To compare implementations:", f"  git diff {base}..{finals[0]}"]
+        if len(finals) > 1:
+            lines.append(f"  git diff {finals[0]}..{finals[1]}")
+        lines += ["", "To merge selected solution:", f"  git merge {finals[0]}"]
+    lines += ["", f"Full results: {results_path}/"]
+    return "\n".join(lines)

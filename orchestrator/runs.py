@@ -1,0 +1,139 @@
+"""Run directories, run ids and the run manifest.
+
+A run lives in three places under the current directory (or the
+``ORCHESTRATOR_{LOGS,STATE,RESULTS}_DIR`` overrides): ``logs/<run_id>/``
+(events.jsonl, component logs), ``orchestrator_state/<run_id>/`` (state.json
+and ``run.json``, the manifest that ``--resume`` reads) and
+``results/<run_id>/``. Nothing is created before pre-flight has passed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from .errors import UsageError
+from .eventlog import WriterLock
+from .state import write_snapshot_bytes
+
+
+class RunDirs(msgspec.Struct, frozen=True, kw_only=True):
+    logs: Path
+    state: Path
+    results: Path
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None, cwd: Path | None = None) -> RunDirs:
+        env = os.environ if environ is None else environ
+        cwd = cwd or Path.cwd()
+        return cls(logs=Path(env.get("ORCHESTRATOR_LOGS_DIR") or cwd / "logs").absolute(),
+                   state=Path(env.get("ORCHESTRATOR_STATE_DIR") or cwd / "orchestrator_state").absolute(),
+                   results=Path(env.get("ORCHESTRATOR_RESULTS_DIR") or cwd / "results").absolute())
+
+    def events(self, run_id: str) -> Path:
+        return self.logs / run_id / "events.jsonl"
+
+    def lock(self, run_id: str) -> Path:
+        return self.logs / run_id / "events.jsonl.lock"
+
+    def manifest(self, run_id: str) -> Path:
+        return self.state / run_id / "run.json"
+
+
+class RunManifest(msgspec.Struct, kw_only=True):
+    run_id: str
+    created_at: str
+    prompt: str
+    strategy_spec: str
+    strategy_name: str
+    params: dict[str, Any]
+    runs: int
+    repo_path: str
+    base_branch: str
+    model: str
+    plugin: str
+    docker_image: str
+    max_parallel: int
+    dry_run: bool = False
+    mode: str | None = None
+    status: str = "running"  # running | completed | failed | interrupted
+    finished_at: str | None = None
+    exit_code: int | None = None
+    config: dict[str, Any] = msgspec.field(default_factory=dict)
+    version: int = 1
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def claim_run_id(dirs: RunDirs, when: datetime | None = None) -> str:
+    """``run_YYYYMMDD_HHMMSS``, made unique by an exclusive mkdir (``_2``, ``_3``... on a clash)."""
+    when = when or datetime.now()
+    base = when.strftime("run_%Y%m%d_%H%M%S")
+    dirs.state.mkdir(parents=True, exist_ok=True)
+    n = 1
+    while True:
+        run_id = base if n == 1 else f"{base}_{n}"
+        try:
+            (dirs.state / run_id).mkdir()
+        except FileExistsError:
+            n += 1
+            continue
+        return run_id
+
+
+def write_manifest(dirs: RunDirs, manifest: RunManifest) -> None:
+    from .sanitize import default_sanitizer
+
+    data = msgspec.json.encode(default_sanitizer().scrub(msgspec.to_builtins(manifest)))
+    write_snapshot_bytes(data, [dirs.manifest(manifest.run_id)])
+
+
+def read_manifest(dirs: RunDirs, run_id: str) -> RunManifest:
+    path = dirs.manifest(run_id)
+    if not path.exists():
+        known = ", ".join(r for r in list_run_ids(dirs)[-5:]) or "none"
+        raise UsageError(f"no run {run_id!r} under {dirs.state} (recent runs: {known}); see orchestrator --list-runs")
+    try:
+        return msgspec.json.decode(path.read_bytes(), type=RunManifest)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise UsageError(f"run manifest {path} is unreadable: {exc}") from None
+
+
+def list_run_ids(dirs: RunDirs) -> list[str]:
+    if not dirs.state.exists():
+        return []
+    return sorted(p.name for p in dirs.state.iterdir() if (p / "run.json").exists())
+
+
+def is_live(dirs: RunDirs, run_id: str) -> bool:
+    return WriterLock.is_held(dirs.lock(run_id))
+
+
+def remove_run_state(dirs: RunDirs, run_id: str) -> None:
+    shutil.rmtree(dirs.state / run_id, ignore_errors=True)
+
+
+def cleanup_old_logs(dirs: RunDirs, retention_days: float, *, keep: set[str]) -> list[str]:
+    """Delete ``logs/<run>`` folders older than the retention, never a live run's."""
+    if retention_days <= 0 or not dirs.logs.exists():
+        return []
+    cutoff = datetime.now().timestamp() - retention_days * 86400
+    removed = []
+    for path in dirs.logs.iterdir():
+        if not path.is_dir() or path.name in keep or not path.name.startswith("run_"):
+            continue
+        try:
+            newest = max((p.stat().st_mtime for p in path.iterdir()), default=path.stat().st_mtime)
+        except OSError:
+            continue
+        if newest < cutoff and not is_live(dirs, path.name):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path.name)
+    return removed
