@@ -1,0 +1,129 @@
+"""Shared pieces of the selecting built-ins: scoring with one repair, picking, output files.
+
+Scoring asks a read-only reviewer for ``{score: 0..10, rationale}``. When the
+answer does not validate, exactly one more reviewer runs with a stricter prompt
+that also quotes the previous answer (a model fixes its own output better when
+it sees it). What still does not validate is excluded, never coerced.
+
+Strategy output files live in ``ctx.output_dir()``, which all executions of a
+``--runs N`` run share: execution ``s1`` writes ``<stem>.<ext>`` and execution
+``sK`` (K > 1) writes ``<stem>_sK.<ext>``, so a single run keeps the plain
+names and parallel executions never overwrite each other.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+
+from ._json import STRICT_PREFIX, extract_json, score_of
+
+SCORE_SCHEMA = '{"score": <number from 0 to 10>, "rationale": "<one short paragraph>"}'
+PREVIOUS_ANSWER_CHARS = 2000
+MESSAGE_CHARS = 6000
+DEFAULT_CRITERIA = "correctness, completeness, code quality and test coverage"
+
+
+def tail(text: str | None, limit: int) -> str:
+    """The end of ``text`` (where agents put their conclusions), marked when cut."""
+    text = text or ""
+    return text if len(text) <= limit else "[...]\n" + text[-limit:]
+
+
+def branch_of(result: dict[str, Any]) -> str:
+    """The branch that holds a result's work: its imported branch, else the base it started from."""
+    artifact = result.get("artifact") or {}
+    return artifact.get("branch_final") or artifact.get("base")
+
+
+async def score_with_repair(ctx, task: dict[str, Any], key_parts: tuple) -> dict[str, Any]:
+    """Run a scoring task (``<key_parts>/attempt-1``, maybe ``attempt-2``).
+
+    Returns ``{"score", "rationale", "attempts"}`` when an answer validates, else
+    ``{"score": None, "attempts", "error"}``. A failed reviewer task is not
+    repaired: its failure is not a formatting problem.
+    """
+    previous = ""
+    for attempt in (1, 2):
+        prompt = task["prompt"]
+        if attempt == 2:
+            prompt = (STRICT_PREFIX + prompt + "\n\nYour previous answer, which was not valid, was:\n"
+                      + tail(previous, PREVIOUS_ANSWER_CHARS))
+        handle = ctx.run(dict(task, prompt=prompt), key=ctx.key(*key_parts, f"attempt-{attempt}"))
+        try:
+            result = await ctx.wait(handle)
+        except ctx.errors.TaskFailed as exc:
+            return {"score": None, "attempts": attempt, "error": f"reviewer failed ({exc.error_type}): {exc.message}"}
+        previous = result["final_message"] or ""
+        value = score_of(extract_json(previous))
+        if value is not None:
+            return {**value, "attempts": attempt}
+    return {"score": None, "attempts": 2, "error": "reviewer answer was not valid {score, rationale} JSON twice"}
+
+
+def review_task(*, prompt: str, subject: str, subject_text: str, base: str, branch: str,
+                criteria: str, model: str | None) -> dict[str, Any]:
+    """A read-only reviewer task over ``branch`` (the base branch is made present for diffs)."""
+    lines = [
+        f"You are reviewing {subject} for the task below. Do not modify any files.",
+        "",
+        "Task:",
+        prompt,
+        "",
+    ]
+    if branch != base:
+        lines += [f"The work is checked out in the current directory; see it with `git diff {base}...HEAD`.", ""]
+    lines += [
+        f"{subject[0].upper() + subject[1:]} ends with:",
+        tail(subject_text, MESSAGE_CHARS),
+        "",
+        f"Judge it on: {criteria}.",
+        f"Reply with ONLY a JSON object: {SCORE_SCHEMA}",
+    ]
+    task: dict[str, Any] = {"prompt": "\n".join(lines), "base_branch": branch, "import_policy": "never"}
+    if branch != base:
+        task["include_branches"] = [base]
+    if model:
+        task["model"] = model
+    return task
+
+
+async def concurrently(fns: list[Callable[[], Awaitable[None]]]) -> None:
+    """Run ``fns`` concurrently; a single error surfaces as itself, not as an ExceptionGroup.
+
+    Strategy code may fan out like this because the outcome depends only on
+    keys and results, never on which coroutine happens to finish first.
+    """
+    try:
+        async with anyio.create_task_group() as tg:
+            for fn in fns:
+                tg.start_soon(fn)
+    except BaseExceptionGroup as group:
+        if len(group.exceptions) == 1:
+            raise group.exceptions[0] from None
+        raise
+
+
+def pick_best(scored: list[tuple[float, int, Any]]) -> tuple[float, int, Any]:
+    """Highest score; ties go to the lowest index (generation order), never to completion order."""
+    return min(scored, key=lambda t: (-t[0], t[1]))
+
+
+def output_name(ctx, stem: str, ext: str) -> str:
+    sid = ctx.strategy_execution_id
+    return f"{stem}.{ext}" if sid == "s1" else f"{stem}_{sid}.{ext}"
+
+
+def write_output(ctx, stem: str, ext: str, data: Any) -> str:
+    """Write a strategy output file atomically; JSON is sorted so a replay writes the same bytes."""
+    text = data if isinstance(data, str) else json.dumps(data, indent=2, sort_keys=True) + "\n"
+    out_dir = ctx.output_dir()
+    name = output_name(ctx, stem, ext)
+    tmp = out_dir / f".{name}.tmp"
+    tmp.write_text(text, "utf-8")
+    os.replace(tmp, out_dir / name)
+    return name

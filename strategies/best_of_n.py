@@ -1,0 +1,94 @@
+"""best-of-n: N candidates in parallel, each scored by a read-only reviewer, the best one wins.
+
+Keys (spec §4.4): ``gen/<i>`` for candidate ``i`` (0-based) and
+``score/<instance_id>/attempt-1|2`` for its reviewer. Each candidate is scored
+as soon as it finishes, so scoring overlaps generation; the outcome never
+depends on completion order because keys come from data and the winner is
+chosen by (highest score, then lowest generation index).
+
+Outputs (see ``strategies/_scoring.py`` for the ``--runs N`` naming):
+``scores.json`` with every candidate's status, score, rationale and branch, and
+``best_branch.txt`` with the winner's branch. The strategy returns the winner's
+TaskResult, so the run summary shows its branch.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from orchestrator.errors import ConfigError
+from orchestrator.strategy_loader import strategy_options
+
+from ._scoring import DEFAULT_CRITERIA, branch_of, concurrently, output_name, pick_best, review_task, score_with_repair, write_output
+
+TIE_BREAK = "highest score, then lowest generation index"
+ImportPolicy = Literal["auto", "never", "always"]
+
+
+def _prepare(params: dict[str, Any], repo_path: str) -> dict[str, Any]:
+    if params.get("n", 1) < 1:
+        raise ConfigError(f"best-of-n: -S n must be at least 1, got {params['n']}")
+    approaches = params.get("approaches") or []
+    if not all(isinstance(a, str) and a.strip() for a in approaches):
+        raise ConfigError("best-of-n: -S approaches must be a JSON list of non-empty strings")
+    return params
+
+
+def generation_prompt(prompt: str, approaches: list[str], i: int) -> str:
+    if not approaches:
+        return prompt
+    return f"{prompt}\n\nApproach to take for this attempt:\n{approaches[i % len(approaches)]}"
+
+
+@strategy_options(prepare=_prepare)
+async def best_of_n(prompt, base_branch, ctx, *,
+                    n: Annotated[int, "number of candidates generated in parallel"] = 5,
+                    model: Annotated[str | None, "model for the candidates (default: the run's model)"] = None,
+                    scorer_model: Annotated[str | None, "model for the reviewers (default: the run's model)"] = None,
+                    criteria: Annotated[str, "what the reviewer judges"] = DEFAULT_CRITERIA,
+                    approaches: Annotated[list, "optional hints; candidate i gets approaches[i % len]"] = [],  # noqa: B006
+                    import_policy: Annotated[ImportPolicy, "branch creation for candidates"] = "auto"):
+    """N candidates in parallel, each scored 0-10 by a reviewer; returns the best one."""
+    rows: list[dict[str, Any]] = [{} for _ in range(n)]
+    scored: list[tuple[float, int, dict[str, Any]]] = []
+
+    async def candidate(i: int) -> None:
+        task: dict[str, Any] = {"prompt": generation_prompt(prompt, approaches, i), "base_branch": base_branch,
+                                "import_policy": import_policy}
+        if model:
+            task["model"] = model
+        key = ctx.key("gen", i)
+        try:
+            result = await ctx.wait(ctx.run(task, key=key))
+        except ctx.errors.TaskFailed as exc:
+            rows[i] = {"index": i, "key": key, "status": "failed", "error": f"{exc.error_type}: {exc.message}"}
+            return
+        branch = branch_of(result)
+        review = review_task(prompt=prompt, subject="one candidate solution", subject_text=result["final_message"],
+                             base=base_branch, branch=branch, criteria=criteria, model=scorer_model)
+        verdict = await score_with_repair(ctx, review, ("score", result["instance_id"]))
+        rows[i] = {"index": i, "key": key, "instance_id": result["instance_id"], "branch": branch,
+                   "has_changes": result["artifact"]["has_changes"], "attempts": verdict["attempts"],
+                   "score": verdict["score"]}
+        if verdict["score"] is None:
+            rows[i].update(status="unscorable", error=verdict["error"])
+        else:
+            rows[i].update(status="scored", rationale=verdict["rationale"])
+            scored.append((verdict["score"], i, result))
+
+    await concurrently([lambda i=i: candidate(i) for i in range(n)])
+
+    report: dict[str, Any] = {"strategy_execution_id": ctx.strategy_execution_id, "n": n, "tie_break": TIE_BREAK,
+                              "candidates": rows, "selected": None}
+    if not scored:
+        write_output(ctx, "scores", "json", report)
+        failed = sum(r["status"] == "failed" for r in rows)
+        raise ctx.errors.NoViableCandidates(
+            f"none of {n} candidates could be scored ({failed} failed, {n - failed} unscorable); "
+            f"see strategy_output/{output_name(ctx, 'scores', 'json')}")
+    score, index, best = pick_best(scored)
+    report["selected"] = {"index": index, "instance_id": best["instance_id"], "branch": branch_of(best),
+                          "score": score}
+    write_output(ctx, "scores", "json", report)
+    write_output(ctx, "best_branch", "txt", branch_of(best) + "\n")
+    return best

@@ -1,0 +1,108 @@
+"""iterative: generate, then review and improve the same work N times in one agent session.
+
+Keys (spec §4.4): ``gen``, ``review/iter-<n>/attempt-1|2`` (a read-only reviewer
+on the current branch answering ``{score, feedback}``, one repair attempt) and
+``improve/iter-<n>``. Every generation/improvement task shares one
+``session_group_key`` per strategy execution and resumes the previous task's
+``session_id`` on the previous branch, so the agent keeps its context and each
+improvement builds on the last commit.
+
+The chain stops early when a review reaches ``target_score``, when a review is
+unusable (failed, or not valid JSON twice: there is no feedback to act on) or
+when an improvement fails; it then returns the last good result. Output:
+``iterations.json`` (per-execution naming as in ``strategies/_scoring.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from orchestrator.errors import ConfigError
+from orchestrator.strategy_loader import strategy_options
+
+from ._json import ask_json, score_of
+from ._scoring import DEFAULT_CRITERIA, MESSAGE_CHARS, branch_of, tail, write_output
+
+REVIEW_SCHEMA = '{"score": <number from 0 to 10>, "feedback": "<the most important concrete improvements>"}'
+
+
+def _prepare(params: dict[str, Any], repo_path: str) -> dict[str, Any]:
+    if params.get("iterations", 0) < 0:
+        raise ConfigError(f"iterative: -S iterations must be 0 or more, got {params['iterations']}")
+    return params
+
+
+def feedback_of(data: Any) -> dict[str, Any] | None:
+    """``{score, feedback}``; a reviewer that says ``rationale`` instead of ``feedback`` is accepted."""
+    scored = score_of(data)
+    if scored is None:
+        return None
+    text = data.get("feedback", data.get("rationale"))
+    if not isinstance(text, str) or not text.strip():
+        return None
+    return {"score": scored["score"], "feedback": text.strip()}
+
+
+def _review_prompt(prompt: str, base_branch: str, branch: str, summary: str, criteria: str) -> str:
+    lines = ["You are reviewing work done for the task below. Do not modify any files.", "", "Task:", prompt, ""]
+    if branch != base_branch:
+        lines += [f"The work is checked out in the current directory; see it with `git diff {base_branch}...HEAD`.",
+                  ""]
+    lines += ["The author's summary ends with:", tail(summary, MESSAGE_CHARS), "",
+              f"Judge it on: {criteria}. Give feedback the author can act on.",
+              f"Reply with ONLY a JSON object: {REVIEW_SCHEMA}"]
+    return "\n".join(lines)
+
+
+@strategy_options(prepare=_prepare, requires_resume=True)
+async def iterative(prompt, base_branch, ctx, *,
+                    iterations: Annotated[int, "review+improve rounds after the first generation"] = 3,
+                    model: Annotated[str | None, "model for generation and improvements"] = None,
+                    reviewer_model: Annotated[str | None, "model for the reviews"] = None,
+                    criteria: Annotated[str, "what the reviewer judges"] = DEFAULT_CRITERIA,
+                    target_score: Annotated[float | None, "stop early once a review scores at least this"] = None):
+    """Generate once, then review and improve it in the same agent session N times."""
+    session = ctx.key("chain")  # one session volume per strategy execution
+    extra = {"model": model} if model else {}
+    current = await ctx.wait(ctx.run({"prompt": prompt, "base_branch": base_branch, "session_group_key": session,
+                                      **extra}, key=ctx.key("gen")))
+    history: list[dict[str, Any]] = [{"step": "gen", "instance_id": current["instance_id"],
+                                      "branch": branch_of(current)}]
+    stopped = "completed all iterations"
+    for n in range(1, iterations + 1):
+        branch = branch_of(current)
+        review: dict[str, Any] = {"prompt": _review_prompt(prompt, base_branch, branch, current["final_message"],
+                                                           criteria),
+                                  "base_branch": branch, "import_policy": "never"}
+        if branch != base_branch:
+            review["include_branches"] = [base_branch]
+        if reviewer_model:
+            review["model"] = reviewer_model
+        verdict = await ask_json(ctx, review, ("review", f"iter-{n}"), feedback_of)
+        if verdict is None:
+            stopped = f"review {n} was unusable (failed or not valid JSON twice)"
+            history.append({"step": f"review/iter-{n}", "score": None})
+            break
+        history.append({"step": f"review/iter-{n}", "score": verdict["score"], "feedback": verdict["feedback"]})
+        if target_score is not None and verdict["score"] >= target_score:
+            stopped = f"review {n} reached the target score {target_score}"
+            break
+        improve = {
+            "prompt": (f"A reviewer scored your work {verdict['score']:g}/10 and said:\n{verdict['feedback']}\n\n"
+                       f"Improve your implementation of the original task accordingly and commit the changes.\n\n"
+                       f"Original task:\n{prompt}"),
+            "base_branch": branch, "session_group_key": session, "resume_session_id": current["session_id"],
+            **extra,
+        }
+        try:
+            current = await ctx.wait(ctx.run(improve, key=ctx.key("improve", f"iter-{n}")))
+        except ctx.errors.TaskFailed as exc:
+            stopped = f"improvement {n} failed ({exc.error_type}): {exc.message}"
+            history.append({"step": f"improve/iter-{n}", "error": f"{exc.error_type}: {exc.message}"})
+            break
+        history.append({"step": f"improve/iter-{n}", "instance_id": current["instance_id"],
+                        "branch": branch_of(current)})
+    write_output(ctx, "iterations", "json", {"strategy_execution_id": ctx.strategy_execution_id,
+                                             "iterations": iterations, "stopped": stopped, "steps": history,
+                                             "final_branch": branch_of(current)})
+    return current
