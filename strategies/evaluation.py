@@ -268,6 +268,14 @@ def check_scoring_params(primary_metric: str | None, direction: str, weights: di
         raise ConfigError(f"-S tolerance must be a non-negative number (relative, 0.01 = 1%), got {tolerance!r}")
 
 
+def evaluation_from_json(data: dict[str, Any] | None) -> Evaluation | None:
+    """Inverse of ``to_json`` for an :class:`Evaluation` (a null metric was NaN)."""
+    if data is None:
+        return None
+    metrics = {k: float("nan") if v is None else float(v) for k, v in (data.get("metrics") or {}).items()}
+    return msgspec.convert(dict(data, metrics=metrics), Evaluation)
+
+
 def to_json(value: Any) -> Any:
     """Plain JSON data for a struct (or a struct nested in lists/dicts); NaN becomes None."""
     return _nan_to_none(msgspec.to_builtins(value))

@@ -1,0 +1,263 @@
+"""One idea, end to end: plan -> code -> review rounds -> tests -> evaluate.
+
+:func:`run_idea` is the per-idea pipeline shared by ``review-loop`` (every
+idea of a file or directory) and ``tree-beam`` (every idea generated for a
+node). Each step is one durable ``ctx.run`` task under ``key_prefix``::
+
+    <prefix>/plan                    read-only agent: plan and risks
+    <prefix>/code/round-1            agent on base_branch: implement the plan
+    <prefix>/diff/round-<n>          command: git diff <base commit> HEAD on the coder's branch
+    <prefix>/review/round-<n>/attempt-1|2   read-only agent: {"verdict", "issues"} (one repair)
+    <prefix>/code/round-<n+1>        the coder fixes its own branch, resuming its own session
+    <prefix>/tests                   command: test_command on the final branch
+    <prefix>/eval                    command: eval_command on the final branch (evaluation contract)
+
+The coder's fix rounds share one ``session_group_key`` and pass the coder's
+last ``session_id`` as ``resume_session_id``, so the agent keeps its context.
+The reviewer judges correctness and safety only; tests are the test gate's job.
+A rejection after ``max_review_rounds`` fixes, an unparsable review (after the
+repair attempt) or a failing step ends the idea with a status saying why; the
+outcome dict records every verdict and exit code either way.
+
+Files (when ``out_dir`` is given): idea.md, plan.md, diff_round_<n>.diff,
+review_round_<n>.md, tests.log, eval.log, summary.json. They are written from
+task results only, so a resumed run rewrites identical bytes.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from ._json import ask_json
+from .evaluation import Evaluation, ScoringConfig, compare, evaluation_from_task, to_json
+
+REVIEW_DIFF_LIMIT = 40_000
+LOG_TAIL = 4_000
+
+# Statuses an idea can end with; only "completed" went through every configured step.
+STATUSES = ("completed", "plan_failed", "code_failed", "no_changes", "rejected", "review_invalid",
+            "fix_failed", "tests_failed", "eval_failed")
+
+
+class Idea(msgspec.Struct, frozen=True, kw_only=True):
+    id: str  # stable and key-safe: it names keys and the artifact directory
+    title: str
+    text: str
+
+
+class PipelineConfig(msgspec.Struct, frozen=True, kw_only=True):
+    review: bool = True
+    max_review_rounds: int = 2  # fixes after a rejection; the first review is not counted
+    test_command: str | None = None
+    eval_command: str | None = None
+    eval_timeout_s: float | None = None
+    scoring: ScoringConfig | None = None
+
+
+# ---------------------------------------------------------------- prompts
+
+def plan_prompt(goal: str, idea: Idea) -> str:
+    return (f"Role: planner\n\nOverall goal: {goal}\n\nIdea to implement:\n{idea.text}\n\n"
+            "Read the repository and write a concrete implementation plan for this idea: the files to change, "
+            "the steps, and how to check the result. End with a section titled RISKS listing what could go wrong. "
+            "Do not modify any files.")
+
+
+def code_prompt(goal: str, idea: Idea, plan: str) -> str:
+    return (f"Role: coder\n\nOverall goal: {goal}\n\nIdea to implement:\n{idea.text}\n\nPlan:\n{plan}\n\n"
+            "Implement the plan in this repository. Keep the change focused on this one idea and commit it.")
+
+
+def fix_prompt(issues: list[str]) -> str:
+    listed = "\n".join(f"- {i}" for i in issues) or "- (the reviewer gave no details)"
+    return ("Role: coder\n\nThe reviewer rejected your change. Fix these issues on your branch and commit:\n"
+            f"{listed}")
+
+
+def review_prompt(goal: str, idea: Idea, plan: str, diff: str) -> str:
+    if len(diff) > REVIEW_DIFF_LIMIT:
+        diff = diff[:REVIEW_DIFF_LIMIT] + "\n[diff truncated]"
+    return (f"Role: reviewer\n\nOverall goal: {goal}\n\nIdea:\n{idea.text}\n\nPlan:\n{plan}\n\n"
+            f"Cumulative diff of the change (the checked-out branch):\n{diff}\n\n"
+            "Review the change for correctness and safety only; tests and docs are not required for approval "
+            "(a separate test gate runs them). Do not modify any files. Reply with ONLY a JSON object: "
+            '{"verdict": "APPROVE" or "REJECT", "issues": ["concrete problem to fix", ...]}')
+
+
+def parse_review(data: Any) -> dict[str, Any] | None:
+    """``{"verdict": "APPROVE"|"REJECT", "issues": [str]}`` or None when the shape is wrong."""
+    if not isinstance(data, dict) or not isinstance(data.get("verdict"), str):
+        return None
+    verdict = data["verdict"].strip().upper()
+    issues = data.get("issues", [])
+    if verdict not in ("APPROVE", "REJECT") or not isinstance(issues, list):
+        return None
+    return {"verdict": verdict, "issues": [i if isinstance(i, str) else json.dumps(i, sort_keys=True)
+                                           for i in issues]}
+
+
+# ---------------------------------------------------------------- helpers
+
+def _tail(text: str | None, limit: int = LOG_TAIL) -> str:
+    text = text or ""
+    return text if len(text) <= limit else text[-limit:]
+
+
+def _write(out_dir: Path | None, name: str, text: str) -> None:
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / name).write_text(text, "utf-8")
+
+
+def write_json(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2, sort_keys=False, allow_nan=False) + "\n", "utf-8")
+
+
+def command_task(command: str, branch: str, *, timeout: float | None = None) -> dict[str, Any]:
+    """A read-only command task on ``branch`` (its /workspace is mounted read-only)."""
+    task: dict[str, Any] = {"plugin": "command", "command": command, "base_branch": branch, "import_policy": "never"}
+    if timeout:
+        task["timeout_seconds"] = timeout
+    return task
+
+
+async def evaluate(ctx, command: str, branch: str, key_parts: tuple, *, timeout: float | None = None) -> tuple[Evaluation, str]:
+    """Run the eval command on ``branch``; returns the evaluation and its log text."""
+    handle = ctx.run(command_task(command, branch, timeout=timeout), key=ctx.key(*key_parts))
+    try:
+        result = await ctx.wait(handle)
+    except ctx.errors.TaskFailed as exc:
+        return evaluation_from_task(None, exc), f"[{exc.error_type}] {exc.message}"
+    return evaluation_from_task(result), result.get("final_message") or ""
+
+
+async def _diff(ctx, prefix: tuple, n: int, branch: str, base_commit: str) -> str:
+    handle = ctx.run(command_task(f"git diff --no-ext-diff --no-color {base_commit} HEAD", branch),
+                     key=ctx.key(*prefix, "diff", f"round-{n}"))
+    try:
+        return (await ctx.wait(handle))["final_message"] or ""
+    except ctx.errors.TaskFailed as exc:
+        return f"(diff unavailable: {exc.error_type}: {_tail(exc.message, 400)})"
+
+
+# ---------------------------------------------------------------- the pipeline
+
+Baseline = Evaluation | Callable[[], Awaitable[Evaluation | None]] | None
+
+
+async def _resolve(baseline: Baseline) -> Evaluation | None:
+    if baseline is None or isinstance(baseline, Evaluation):
+        return baseline
+    value = baseline()
+    return await value if inspect.isawaitable(value) else value
+
+
+async def run_idea(ctx, idea: Idea, *, goal: str, base_branch: str, key_prefix: tuple, cfg: PipelineConfig,
+                   baseline: Baseline = None, root: Baseline = None,
+                   out_dir: Path | None = None) -> dict[str, Any]:
+    """Run one idea through the pipeline and return its outcome (a JSON-ready dict).
+
+    ``baseline`` is what the evaluation is compared with (``comparison``);
+    ``root`` adds a second comparison (``root_comparison``) when given. Either
+    may be an async function, awaited only once this idea's evaluation is in,
+    so a baseline evaluation can run in parallel with the ideas.
+    """
+    prefix = tuple(key_prefix)
+    out: dict[str, Any] = {"idea_id": idea.id, "title": idea.title, "idea": idea.text, "status": "",
+                           "base_branch": base_branch, "base_commit": None, "plan": None, "branch": None,
+                           "commit": None, "coder_session_id": None, "rounds": [], "tests": None,
+                           "evaluation": None, "comparison": None, "root_comparison": None, "error": None}
+    _write(out_dir, "idea.md", f"# {idea.title}\n\n{idea.text}\n")
+
+    def finish(status: str, error: str | None = None) -> dict[str, Any]:
+        out["status"], out["error"] = status, error
+        if out_dir is not None:
+            write_json(out_dir / "summary.json", out)
+        return out
+
+    # 1. plan (read-only: its artifact commit is the base commit the diffs start from)
+    try:
+        planned = await ctx.wait(ctx.run({"prompt": plan_prompt(goal, idea), "base_branch": base_branch,
+                                          "import_policy": "never"}, key=ctx.key(*prefix, "plan")))
+    except ctx.errors.TaskFailed as exc:
+        return finish("plan_failed", f"{exc.error_type}: {_tail(exc.message, 400)}")
+    plan = planned["final_message"] or ""
+    base_commit = (planned.get("artifact") or {}).get("commit") or base_branch
+    out.update(plan=plan, base_commit=base_commit)
+    _write(out_dir, "plan.md", plan + "\n")
+
+    # 2. code, then review/fix rounds
+    group = ctx.key(*prefix, "coder")
+    try:
+        coded = await ctx.wait(ctx.run({"prompt": code_prompt(goal, idea, plan), "base_branch": base_branch,
+                                        "session_group_key": group}, key=ctx.key(*prefix, "code", "round-1")))
+    except ctx.errors.TaskFailed as exc:
+        return finish("code_failed", f"{exc.error_type}: {_tail(exc.message, 400)}")
+    branch = (coded.get("artifact") or {}).get("branch_final")
+    if not branch:
+        return finish("no_changes", "the coder committed nothing")
+    session = coded.get("session_id")
+    out.update(branch=branch, coder_session_id=session)
+    rounds = 1 + (cfg.max_review_rounds if cfg.review else 0)
+    for n in range(1, rounds + 1):
+        diff = await _diff(ctx, prefix, n, branch, base_commit)
+        _write(out_dir, f"diff_round_{n}.diff", diff)
+        record: dict[str, Any] = {"round": n, "branch": branch, "session_id": session, "verdict": None, "issues": []}
+        out["rounds"].append(record)
+        if not cfg.review:
+            break
+        review = await ask_json(ctx, {"prompt": review_prompt(goal, idea, plan, diff), "base_branch": branch,
+                                      "import_policy": "never"}, (*prefix, "review", f"round-{n}"), parse_review)
+        if review is None:
+            _write(out_dir, f"review_round_{n}.md", "# Review: invalid\n\nNo valid verdict after one repair attempt.\n")
+            return finish("review_invalid", f"round {n}: the review was not valid JSON after one repair attempt")
+        record.update(verdict=review["verdict"], issues=review["issues"])
+        issues_md = "\n".join(f"- {i}" for i in review["issues"]) or "(none)"
+        _write(out_dir, f"review_round_{n}.md", f"# Review round {n}: {review['verdict']}\n\n{issues_md}\n")
+        if review["verdict"] == "APPROVE":
+            break
+        if n == rounds:
+            return finish("rejected", f"still rejected after {cfg.max_review_rounds} fix round(s)")
+        try:
+            fixed = await ctx.wait(ctx.run({"prompt": fix_prompt(review["issues"]), "base_branch": branch,
+                                            "session_group_key": group, "resume_session_id": session},
+                                           key=ctx.key(*prefix, "code", f"round-{n + 1}")))
+        except ctx.errors.TaskFailed as exc:
+            return finish("fix_failed", f"round {n + 1}: {exc.error_type}: {_tail(exc.message, 400)}")
+        branch = (fixed.get("artifact") or {}).get("branch_final") or branch  # no commit: same branch
+        session = fixed.get("session_id") or session
+        out.update(branch=branch, coder_session_id=session)
+
+    # 3. tests
+    if cfg.test_command:
+        try:
+            tested = await ctx.wait(ctx.run(command_task(cfg.test_command, branch), key=ctx.key(*prefix, "tests")))
+            log, code = tested["final_message"] or "", tested.get("exit_code") or 0
+        except ctx.errors.TaskFailed as exc:
+            log, code = f"[{exc.error_type}] {exc.message}", None
+            _write(out_dir, "tests.log", log)
+            out["tests"] = {"passed": False, "exit_code": code, "error_type": exc.error_type, "log_tail": _tail(log)}
+            return finish("tests_failed", f"tests failed ({exc.error_type})")
+        _write(out_dir, "tests.log", log)
+        out["tests"] = {"passed": True, "exit_code": code, "error_type": None, "log_tail": _tail(log)}
+
+    # 4. evaluation
+    if cfg.eval_command:
+        evaluation, log = await evaluate(ctx, cfg.eval_command, branch, (*prefix, "eval"), timeout=cfg.eval_timeout_s)
+        _write(out_dir, "eval.log", log)
+        out["evaluation"] = to_json(evaluation)
+        out["commit"] = evaluation.commit
+        if evaluation.status != "ok":
+            return finish("eval_failed", evaluation.error)
+        for field, against in (("comparison", baseline), ("root_comparison", root)):
+            against = await _resolve(against)
+            if cfg.scoring is not None and against is not None and against.status == "ok":
+                out[field] = to_json(compare(evaluation, against, cfg.scoring))
+    return finish("completed")

@@ -1,0 +1,178 @@
+"""review-loop: every idea through plan -> code -> review rounds -> tests -> evaluation.
+
+::
+
+    orchestrator "improve the parser" --strategy review-loop -S ideas=ideas/ -S max_review_rounds=2 \\
+        -S test_command="pytest -q" -S eval_command="python bench.py --json" \\
+        -S primary_metric=throughput -S direction=max
+
+Ideas come from a file, every file of a directory (sorted by name), or the
+prompt itself. ``prepare`` reads them before the run starts, so their text is
+part of the recorded parameters and a resume never re-reads changed files.
+All ideas run in parallel (within the pool) through :func:`strategies.pipeline.run_idea`;
+the base branch is evaluated once (``baseline/eval``) and every idea's
+evaluation is scored against it. Artifacts: ``strategy_output/<idea-id>/`` per
+idea plus ``ranking.json`` and ``ideas.md`` ranking the ideas by score.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import anyio
+
+from orchestrator.errors import ConfigError
+from orchestrator.strategy_loader import strategy_options
+
+from .evaluation import ScoringConfig, check_scoring_params, evaluation_from_task, to_json
+from .pipeline import Idea, PipelineConfig, command_task, run_idea, write_json
+
+MAX_IDEA_BYTES = 64 * 1024
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:40] or "idea"
+
+
+def title_of(text: str) -> str:
+    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    return first.lstrip("#").strip()[:100] or "(untitled)"
+
+
+def load_ideas(spec: str | None, repo_path: str, prompt_fallback: bool = True) -> list[dict[str, str]]:
+    """Ideas from a file or a directory (sorted), as ``[{id, title, text}]``; [] means "use the prompt"."""
+    if not spec:
+        return []
+    path = Path(spec).expanduser()
+    if not path.is_absolute() and not path.exists():
+        path = Path(repo_path) / spec
+    if path.is_dir():
+        files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
+        if not files:
+            raise ConfigError(f"-S ideas={spec}: the directory has no idea files")
+    elif path.is_file():
+        files = [path]
+    else:
+        raise ConfigError(f"-S ideas={spec}: no such file or directory")
+    ideas = []
+    for i, f in enumerate(files, 1):
+        try:
+            data = f.read_bytes()
+        except OSError as exc:
+            raise ConfigError(f"-S ideas: cannot read {f}: {exc.strerror}") from None
+        if len(data) > MAX_IDEA_BYTES:
+            raise ConfigError(f"-S ideas: {f} is larger than {MAX_IDEA_BYTES // 1024} KiB; one idea per file")
+        try:
+            text = data.decode("utf-8").strip()
+        except UnicodeDecodeError:
+            raise ConfigError(f"-S ideas: {f} is not UTF-8 text") from None
+        if not text:
+            raise ConfigError(f"-S ideas: {f} is empty")
+        ideas.append({"id": f"{i:02d}-{_slug(f.stem)}", "title": title_of(text), "text": text})
+    return ideas
+
+
+def prepare(params: dict[str, Any], repo_path: str) -> dict[str, Any]:
+    """Read the idea files (their content is what gets recorded) and check the parameters."""
+    out = dict(params)
+    if isinstance(out.get("ideas"), str):
+        out["ideas"] = load_ideas(out["ideas"], repo_path)
+    if out.get("max_review_rounds", 2) < 0:
+        raise ConfigError("-S max_review_rounds must be >= 0")
+    check_scoring_params(out.get("primary_metric"), out.get("direction", "max"), out.get("weights") or {},
+                         out.get("tolerance", 0.01), eval_command=out.get("eval_command"))
+    return out
+
+
+def output_root(ctx) -> Path:
+    """``strategy_output/`` for the first execution, ``strategy_output/<sid>/`` for ``--runs`` > 1."""
+    root = Path(ctx.output_dir())
+    return root if ctx.strategy_execution_id == "s1" else root / ctx.strategy_execution_id
+
+
+def rank_outcomes(outcomes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Ideas by score (desc), then primary delta (desc), then idea id; unscored ideas last."""
+    def key(o: dict[str, Any]):
+        cmp = o.get("comparison") or {}
+        score, delta = cmp.get("score"), cmp.get("primary_delta")
+        return (o["status"] != "completed", score is None, -(score or 0.0), delta is None, -(delta or 0.0),
+                o["idea_id"])
+    rows = []
+    for rank, o in enumerate(sorted(outcomes, key=key), 1):
+        cmp = o.get("comparison") or {}
+        rows.append({"rank": rank, "idea_id": o["idea_id"], "title": o["title"], "status": o["status"],
+                     "score": cmp.get("score"), "grade": cmp.get("grade"), "primary_delta": cmp.get("primary_delta"),
+                     "verdicts": [r["verdict"] for r in o["rounds"]], "branch": o["branch"], "error": o["error"]})
+    return rows
+
+
+def ranking_markdown(rows: list[dict[str, Any]], baseline: dict[str, Any] | None) -> str:
+    lines = ["# review-loop: ideas ranked by score", ""]
+    if baseline is not None:
+        lines += [f"Baseline ({baseline.get('status')}): metrics {baseline.get('metrics')}"
+                  + (f", error {baseline['error']}" if baseline.get("error") else ""), ""]
+    lines += ["| rank | idea | status | score | grade | primary delta | verdicts | branch |",
+              "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        verdicts = " -> ".join(v or "?" for v in r["verdicts"]) or "-"
+        lines.append(f"| {r['rank']} | {r['idea_id']}: {r['title']} | {r['status']} | {_fmt(r['score'])} | "
+                     f"{r['grade'] or '-'} | {_fmt(r['primary_delta'])} | {verdicts} | {r['branch'] or '-'} |")
+    return "\n".join(lines) + "\n"
+
+
+def _fmt(x: Any) -> str:
+    return "-" if x is None else f"{x:g}"
+
+
+@strategy_options(prepare=prepare)
+async def review_loop(prompt, base_branch, ctx, *,
+                      ideas: Annotated[str | None, "idea file or directory (one idea per file); default: the prompt"] = None,
+                      max_review_rounds: Annotated[int, "coder fix rounds after a rejection"] = 2,
+                      test_command: Annotated[str | None, "shell command run on the final branch; non-zero stops the idea"] = None,
+                      eval_command: Annotated[str | None, "evaluation command (last stdout line: JSON metrics)"] = None,
+                      primary_metric: Annotated[str | None, "metric that decides better/worse"] = None,
+                      direction: Annotated[Literal["max", "min"], "whether the primary metric should go up or down"] = "max",
+                      weights: Annotated[dict, "weights of other metrics, e.g. {\"latency_ms\": -0.5}"] = {},  # noqa: B006
+                      tolerance: Annotated[float, "relative noise band (0.01 = 1%)"] = 0.01,
+                      eval_timeout_s: Annotated[float | None, "timeout of one evaluation"] = None):
+    """Plan, implement, review (with fix rounds), test and evaluate each idea; rank by score."""
+    if isinstance(ideas, str):  # called without prepare (a direct call): read now
+        raise ConfigError("review-loop: ideas must be loaded by prepare; pass -S ideas=PATH on the command line")
+    items = [Idea(id=i["id"], title=i["title"], text=i["text"]) for i in (ideas or [])] or \
+        [Idea(id="01-prompt", title=title_of(prompt), text=prompt)]
+    scoring = ScoringConfig(primary_metric=primary_metric, direction=direction, weights=weights or {},
+                            tolerance=tolerance) if eval_command and primary_metric else None
+    cfg = PipelineConfig(review=True, max_review_rounds=max_review_rounds, test_command=test_command,
+                         eval_command=eval_command, eval_timeout_s=eval_timeout_s, scoring=scoring)
+    root = output_root(ctx)
+
+    baseline_get = None
+    baseline_json: dict[str, Any] | None = None
+    if eval_command:
+        handle = ctx.run(command_task(eval_command, base_branch, timeout=eval_timeout_s), key=ctx.key("baseline", "eval"))
+
+        async def baseline_get():
+            try:
+                return evaluation_from_task(await ctx.wait(handle))
+            except ctx.errors.TaskFailed as exc:
+                return evaluation_from_task(None, exc)
+
+    outcomes: list[dict[str, Any] | None] = [None] * len(items)
+
+    async def one(i: int, idea: Idea) -> None:
+        outcomes[i] = await run_idea(ctx, idea, goal=prompt, base_branch=base_branch, key_prefix=("idea", idea.id),
+                                     cfg=cfg, baseline=baseline_get, out_dir=root / idea.id)
+
+    async with anyio.create_task_group() as tg:
+        for i, idea in enumerate(items):
+            tg.start_soon(one, i, idea)
+    if baseline_get is not None:
+        baseline_json = to_json(await baseline_get())
+        write_json(root / "baseline.json", baseline_json)
+    rows = rank_outcomes([o for o in outcomes if o is not None])
+    write_json(root / "ranking.json", rows)
+    (root / "ideas.md").write_text(ranking_markdown(rows, baseline_json), "utf-8")
+    best = next((r for r in rows if r["status"] == "completed"), None)
+    return {"best": best, "ranking": rows, "baseline": baseline_json, "ideas": outcomes}
