@@ -104,6 +104,8 @@ def metrics_csv(state: RunState) -> str:
 
 
 def fmt_duration(seconds: float) -> str:
+    if seconds < 10:
+        return f"{seconds:.1f}s"
     seconds = int(round(seconds))
     if seconds < 60:
         return f"{seconds}s"

@@ -29,7 +29,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
-from ..errors import ConfigError, ContainerError, GitError, RunnerError, TaskTimeoutError
+from ..errors import PreflightError, ConfigError, ContainerError, GitError, RunnerError, TaskTimeoutError
 from ..jsonlog import ComponentLog, utc_now_iso
 from ..naming import ghash, session_volume_name
 from ..sanitize import SECRET_ENV_VARS, Sanitizer, default_sanitizer
@@ -331,7 +331,12 @@ class DockerRunner:
             # Dry run: the deterministic simulated agent answers in the same container, at no cost.
             argv = ["orchestrator-sim-agent", "--as", "codex" if argv[0] == "codex" else "claude", *argv[1:]]
         env = dict(request.env)
-        env.update(plugin.prepare_environment(self.auth, request))
+        try:
+            env.update(plugin.prepare_environment(self.auth, request))
+        except PreflightError:
+            if not self.dry_run:
+                raise
+            # the simulated agent needs no credentials
         self.sanitizer.add_secrets(v for k, v in env.items() if k in SECRET_ENV_VARS)
         stdin_fn = getattr(plugin, "stdin_payload", None)
         payload = stdin_fn(request) if stdin_fn is not None else None

@@ -1,0 +1,177 @@
+"""The real ``orchestrator`` command end to end: real Docker, real git, the sim agent."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import signal
+import subprocess
+import time
+
+import pytest
+
+from cli_helpers import ORCH, TEST_KEY, cli_env, only_run_id, run_cli
+from conftest import TEST_IMAGE, git, make_repo
+from orchestrator.eventlog import read_events
+from orchestrator.naming import ghash, session_volume_name
+from orchestrator.state import encode_snapshot, replay
+
+pytestmark = pytest.mark.docker
+IMG = ["--docker-image", TEST_IMAGE]
+
+
+@pytest.fixture
+def repo(tmp_path):
+    return make_repo(tmp_path / "repo")
+
+
+def all_output_files(tmp_path):
+    for d in ("logs", "state", "results"):
+        yield from (p for p in (tmp_path / d).rglob("*") if p.is_file())
+
+
+def test_full_run_with_two_executions(tmp_path, repo):
+    prompt = "SIM: write feature.txt hello\nSIM: commit add feature\nSIM: exec echo $ANTHROPIC_API_KEY\nSIM: print done"
+    result = run_cli([prompt, "--runs", "2", "--no-tui", *IMG], cwd=repo, env=cli_env(tmp_path))
+    assert result.returncode == 0, result.stderr
+    run_id = only_run_id(tmp_path)
+    events = list(read_events(tmp_path / "logs" / run_id / "events.jsonl"))
+    assert [e.type for e in events].count("task.completed") == 2
+    assert [e.type for e in events].count("strategy.completed") == 2
+    state_bytes = (tmp_path / "state" / run_id / "state.json").read_bytes()
+    assert state_bytes == encode_snapshot(replay(tmp_path / "logs" / run_id / "events.jsonl", run_id=run_id))
+    summary = json.loads((tmp_path / "results" / run_id / "summary.json").read_text())
+    assert summary["totals"]["completed"] == 2 and summary["status"] == "completed"
+    branches = (tmp_path / "results" / run_id / "branches.txt").read_text().split()
+    assert len(branches) == 2 and branches == summary["final_branches"]
+    for b in branches:
+        assert git(repo, "show", f"{b}:feature.txt") == "hello"
+    metrics = (tmp_path / "results" / run_id / "metrics.csv").read_text().splitlines()
+    assert metrics[0].startswith("timestamp,key") and len(metrics) == 3
+    assert "Run Complete" in result.stdout and f"git merge {branches[0]}" in result.stdout
+    assert git(repo, "rev-parse", "--abbrev-ref", "HEAD") == "main"
+    for path in all_output_files(tmp_path):
+        assert TEST_KEY not in path.read_text(errors="replace"), path
+    assert TEST_KEY not in result.stdout + result.stderr
+
+
+def test_prompt_reaches_the_agent_byte_for_byte(tmp_path, repo):
+    prompt = 'Say "hi" and \'bye\'\n\ttabs, $HOME, `backticks`, emoji 🚀🧪, ünïcödé\n' + ("0123456789abcdef" * 6400)
+    assert len(prompt.encode()) > 100_000
+    result = run_cli([prompt, "--no-tui", *IMG], cwd=repo, env=cli_env(tmp_path))
+    assert result.returncode == 0, result.stderr
+    run_id = only_run_id(tmp_path)
+    volume = session_volume_name(run_id, ghash(f"{run_id}/s1/task"))
+    record = subprocess.run(["docker", "run", "--rm", "-v", f"{volume}:/h", TEST_IMAGE, "cat", "/h/.sim-agent/executions.jsonl"],
+                            capture_output=True, text=True, check=True).stdout
+    executions = [json.loads(line) for line in record.splitlines()]
+    assert [e["prompt_sha256"] for e in executions] == [hashlib.sha256(prompt.encode()).hexdigest()]
+    subprocess.run(["docker", "volume", "rm", "-f", volume], capture_output=True)
+
+
+def test_failed_strategy_exits_1_with_the_failure_in_the_summary(tmp_path, repo):
+    result = run_cli(["SIM: fail 3 the agent gave up", "--no-tui", *IMG], cwd=repo, env=cli_env(tmp_path))
+    assert result.returncode == 1, result.stderr
+    assert "Failed" in result.stdout and "strategy failed" in result.stdout
+    summary = json.loads((tmp_path / "results" / only_run_id(tmp_path) / "summary.json").read_text())
+    assert summary["strategies"][0]["status"] == "failed" and summary["totals"]["failed"] == 1
+
+
+def test_dry_run_needs_no_credentials_and_says_so(tmp_path, repo):
+    result = run_cli(["add a greeting", "--dry-run", "--no-tui", *IMG], cwd=repo,
+                     env=cli_env(tmp_path, ANTHROPIC_API_KEY=""))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[0].startswith("DRY RUN")
+    summary = json.loads((tmp_path / "results" / only_run_id(tmp_path) / "summary.json").read_text())
+    assert summary["dry_run"] is True and len(summary["branches"]) == 1
+    assert git(repo, "ls-tree", "-r", "--name-only", summary["branches"][0]).count("sim/") == 1
+
+
+def wait_for(predicate, timeout=60, interval=0.1):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError("timed out waiting")
+
+
+def test_sigint_interrupts_and_resume_finishes_without_duplicates(tmp_path, repo):
+    env = cli_env(tmp_path)
+    prompt = "SIM: write work.txt data\nSIM: commit work\nSIM: sleep 6\nSIM: print finished"
+    proc = subprocess.Popen([ORCH, prompt, "--runs", "3", "--max-parallel", "3", "--no-tui", *IMG], cwd=repo, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def started():
+        state = tmp_path / "state"
+        runs = [p.name for p in state.iterdir()] if state.exists() else []
+        if not runs:
+            return None
+        path = tmp_path / "logs" / runs[0] / "events.jsonl"
+        n = sum(1 for e in read_events(path) if e.type == "task.started") if path.exists() else 0
+        return runs[0] if n == 3 else None
+
+    run_id = wait_for(started)
+    time.sleep(1.5)  # the agents are mid-run
+    t0 = time.time()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert time.time() - t0 < 10
+    assert f"Resume with: orchestrator --resume {run_id}" in err
+    events_path = tmp_path / "logs" / run_id / "events.jsonl"
+    events = list(read_events(events_path))
+    assert [e.type for e in events].count("task.interrupted") == 3
+    state = json.loads((tmp_path / "state" / run_id / "state.json").read_text())
+    assert {t["state"] for t in state["tasks"].values()} == {"INTERRUPTED"}
+    assert all(t["interrupted_at"] for t in state["tasks"].values())
+    running = subprocess.run(["docker", "ps", "-q", "--filter", f"label=run_id={run_id}"], capture_output=True,
+                             text=True).stdout.split()
+    assert running == []
+    manifest = json.loads((tmp_path / "state" / run_id / "run.json").read_text())
+    assert manifest["status"] == "interrupted"
+
+    result = run_cli(["--resume", run_id, "--no-tui"], cwd=repo, env=env)
+    assert result.returncode == 0, result.stderr
+    events = list(read_events(events_path))
+    completed = [e.key for e in events if e.type == "task.completed"]
+    assert len(completed) == 3 and len(set(completed)) == 3
+    branches = sorted(json.loads((tmp_path / "results" / run_id / "summary.json").read_text())["branches"])
+    assert len(branches) == 3 and all(b.startswith(f"simple_{run_id}_k") for b in branches)
+    assert not any(b.endswith(("_2", "_3")) for b in git(repo, "branch", "--format=%(refname:short)").split())
+
+    # resuming a finished run does nothing and changes nothing
+    before = events_path.read_bytes()
+    again = run_cli(["--resume", run_id, "--no-tui"], cwd=repo, env=env)
+    assert again.returncode == 0
+    after = list(read_events(events_path))
+    assert [e.type for e in after if e.start_offset >= len(before)] == []
+
+
+def test_management_commands(tmp_path, repo):
+    env = cli_env(tmp_path)
+    result = run_cli(["SIM: write x.txt 1\nSIM: commit x", "--no-tui", *IMG], cwd=repo, env=env)
+    assert result.returncode == 0, result.stderr
+    run_id = only_run_id(tmp_path)
+    listed = run_cli(["--list-runs"], cwd=repo, env=env)
+    assert listed.returncode == 0 and run_id in listed.stdout and "completed" in listed.stdout
+    shown = run_cli(["--show-run", run_id], cwd=repo, env=env)
+    assert shown.returncode == 0 and f"simple_{run_id}_k" in shown.stdout
+    dry = run_cli(["--clean-containers", "--dry-run"], cwd=repo, env=env)
+    assert dry.returncode == 0
+    names = subprocess.run(["docker", "ps", "-a", "-q", "--filter", f"label=run_id={run_id}"], capture_output=True,
+                           text=True).stdout.split()
+    assert len(names) == 1  # kept (stopped) for retention; dry run removed nothing
+    cleaned = run_cli(["--cleanup-run", run_id], cwd=repo, env=env)
+    assert cleaned.returncode == 0, cleaned.stderr
+    assert subprocess.run(["docker", "ps", "-a", "-q", "--filter", f"label=run_id={run_id}"], capture_output=True,
+                          text=True).stdout.split() == []
+    volumes = subprocess.run(["docker", "volume", "ls", "-q", "--filter", f"name=orc_home_{run_id}"],
+                             capture_output=True, text=True).stdout.split()
+    assert volumes == []
+    assert not (tmp_path / "state" / run_id).exists()
+    gone = run_cli(["--show-run", run_id], cwd=repo, env=env)
+    assert gone.returncode == 2
+    helped = run_cli(["--help-strategy", "simple"], cwd=repo, env=env)
+    assert helped.returncode == 0 and "import_policy" in helped.stdout
