@@ -1,0 +1,145 @@
+"""The console streams for ``--no-tui`` (plain), ``--json`` and ``--quiet`` (spec §5.5, §7.2).
+
+Plain mode prints one line per interesting event, prefixed ``k<8hex>/inst-<5hex>:``
+(the MUST format of §7.2) followed by a coloured tag::
+
+    k7aa12cc/inst-7a3f2: [STARTED] → best-of-n_run_20250114_k7aa12cc (sonnet)
+    k7aa12cc/inst-7a3f2: [COMPLETED] ✓ 3m 24s • $0.42 • 2.5k tokens • → best-of-n_run_20250114_k7aa12cc
+    k2f88e01/inst-9d5e3: [FAILED] ✗ timeout: Timeout after 60m • 60m 00s • $2.41
+
+Strategy executions get ``s1: [STRATEGY] ...`` lines. Scheduling and
+checkpoint events are not shown: no timestamps, no debug noise.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any, Literal, TextIO
+
+import anyio
+import orjson
+
+from orchestrator.eventlog import subscribe
+from orchestrator.events import (
+    STRATEGY_COMPLETED,
+    STRATEGY_STARTED,
+    TASK_COMPLETED,
+    TASK_FAILED,
+    TASK_INTERRUPTED,
+    TASK_SCHEDULED,
+    TASK_STARTED,
+    to_dict,
+)
+from orchestrator.naming import display_ids
+
+from .model import first_line, fmt_cost, fmt_duration, fmt_tokens
+
+RESET = "\x1b[0m"
+TAG_COLOR = {
+    "STARTED": "\x1b[1;36m",      # bold cyan
+    "COMPLETED": "\x1b[1;32m",    # bold green
+    "FAILED": "\x1b[1;31m",       # bold red
+    "INTERRUPTED": "\x1b[1;33m",  # bold yellow
+    "STRATEGY": "\x1b[1;35m",     # bold magenta
+}
+MESSAGE_LIMIT = 160
+
+
+def _tag(name: str, color: bool) -> str:
+    return f"{TAG_COLOR[name]}[{name}]{RESET}" if color else f"[{name}]"
+
+
+def _metrics(payload: dict[str, Any], *, tokens: bool) -> list[str]:
+    m = payload.get("metrics") or {}
+    parts = [fmt_duration(m.get("duration_s")), fmt_cost(m.get("cost_usd"))]
+    if tokens:
+        parts.append(f"{fmt_tokens((m.get('tokens_in') or 0) + (m.get('tokens_out') or 0))} tokens")
+    return parts
+
+
+def _params(params: Any) -> str:
+    if not isinstance(params, dict) or not params:
+        return ""
+    shown = ", ".join(f"{k}={v}" for k, v in params.items() if not isinstance(v, (dict, list)))
+    return f" ({shown[:MESSAGE_LIMIT]})" if shown else ""
+
+
+def format_event(event: dict, *, color: bool) -> str | None:
+    """The plain-mode line for one event (a dict in the events.jsonl shape), or None if not shown.
+
+    ``task.started`` payloads may carry ``branch_name`` (the stream copies it
+    from the task's ``task.scheduled`` event, where the engine records it).
+    """
+    etype = event.get("type")
+    payload = event.get("payload") or {}
+    key = event.get("key")
+    if etype in (TASK_STARTED, TASK_COMPLETED, TASK_FAILED, TASK_INTERRUPTED) and key:
+        prefix = display_ids(key, str(payload.get("instance_id") or "?????")) + ": "
+        if etype == TASK_STARTED:
+            target = payload.get("branch_name") or payload.get("container_name") or ""
+            line = _tag("STARTED", color) + (f" → {target}" if target else "")
+            if payload.get("model"):
+                line += f" ({payload['model']})"
+            return prefix + line
+        if etype == TASK_COMPLETED:
+            artifact = payload.get("artifact") or {}
+            parts = ["✓ " + " • ".join(_metrics(payload, tokens=True))]
+            branch = artifact.get("branch_final")
+            parts.append(f"→ {branch}" if branch else "no branch")
+            if artifact.get("has_changes"):
+                parts.append(f"+{artifact.get('lines_added') or 0}/-{artifact.get('lines_deleted') or 0}")
+            return prefix + _tag("COMPLETED", color) + " " + " • ".join(parts)
+        if etype == TASK_FAILED:
+            message = first_line(payload.get("message"), MESSAGE_LIMIT)
+            head = f"✗ {payload.get('error_type') or 'error'}" + (f": {message}" if message else "")
+            return prefix + _tag("FAILED", color) + " " + " • ".join([head, *_metrics(payload, tokens=False)])
+        reason = payload.get("reason")
+        return prefix + _tag("INTERRUPTED", color) + (f" {reason}" if reason else "")
+    sid = event.get("strategy_execution_id") or "?"
+    if etype == STRATEGY_STARTED:
+        return f"{sid}: {_tag('STRATEGY', color)} {payload.get('name') or '?'} started{_params(payload.get('params'))}"
+    if etype == STRATEGY_COMPLETED:
+        status = payload.get("status") or "?"
+        tag = _tag("FAILED", color) if status == "failed" else _tag("STRATEGY", color)
+        line = f"{sid}: {tag} {status}"
+        if payload.get("error"):
+            line += f": {first_line(payload['error'], MESSAGE_LIMIT)}"
+        return line
+    return None
+
+
+def _use_color(file: TextIO, color: bool | None) -> bool:
+    if color is not None:
+        return color
+    if os.environ.get("NO_COLOR"):
+        return False
+    isatty = getattr(file, "isatty", None)
+    return bool(isatty and isatty())
+
+
+async def stream_console(run_id: str, *, logs_dir: Path, mode: Literal["plain", "json", "quiet"],
+                         stop: anyio.Event, file: TextIO = sys.stdout, color: bool | None = None) -> None:
+    """Follow ``logs/<run_id>/events.jsonl`` from the start until ``stop`` is set and the log is drained."""
+    if mode not in ("plain", "json", "quiet"):
+        raise ValueError(f"console mode must be plain, json or quiet, not {mode!r}")
+    path = Path(logs_dir) / run_id / "events.jsonl"
+    use_color = _use_color(file, color)
+    branches: dict[str, str] = {}
+    async for ev in subscribe(path, 0, stop=stop):
+        if mode == "quiet":
+            continue  # still drained, so the caller's stop/drain contract holds in every mode
+        event = to_dict(ev)
+        if mode == "json":
+            file.write(orjson.dumps(event).decode() + "\n")
+        else:
+            if ev.type == TASK_SCHEDULED and ev.key and ev.payload.get("branch_name"):
+                branches[ev.key] = ev.payload["branch_name"]
+            elif ev.type == TASK_STARTED and ev.key in branches:
+                event["payload"] = {**event["payload"], "branch_name": branches[ev.key]}
+            line = format_event(event, color=use_color)
+            if line is None:
+                continue
+            file.write(line + "\n")
+        file.flush()

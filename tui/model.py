@@ -1,0 +1,378 @@
+"""The dashboard's in-memory model of one run, fed by events and reconciled from snapshots.
+
+The model is the run's :class:`~orchestrator.state.RunState` (the same pure fold
+the engine keeps) plus a few display-only extras per task: the activity line,
+cached epoch timestamps and the artifact's line counts. Feeding an event never
+renders anything; the render loop reads the model on its own clock (spec §5.2).
+
+``version`` increases on every change, so a renderer can skip rebuilding a frame
+when neither the model nor the displayed second has moved.
+
+Reconciliation (every 3 s) loads ``state.json``: if the snapshot has folded
+events this model has not seen (the reader fell behind, or events were missed),
+the model adopts it. Events already folded are ignored by ``apply`` by offset,
+so a later catch-up of the event stream never double counts.
+"""
+
+from __future__ import annotations
+
+import statistics
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import orjson
+
+from orchestrator.events import (
+    STRATEGY_STARTED,
+    TASK_COMPLETED,
+    TASK_FAILED,
+    TASK_INTERRUPTED,
+    TASK_SCHEDULED,
+    TASK_STARTED,
+    Event,
+)
+from orchestrator.state import COMPLETED, FAILED, INTERRUPTED, PENDING, RUNNING, RunState, TaskState, apply
+
+ACTIVITY_LIMIT = 240  # characters of a final message or error kept for the activity line
+
+
+def parse_ts(ts: str | None) -> float | None:
+    """Epoch seconds of an RFC 3339 event timestamp (``...Z``); None when absent or malformed."""
+    if not ts:
+        return None
+    try:
+        return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def first_line(text: Any, limit: int = ACTIVITY_LIMIT) -> str:
+    if not isinstance(text, str):
+        return ""
+    for line in text.splitlines():
+        line = line.strip()
+        if line:
+            return line[:limit]
+    return ""
+
+
+class TaskExtra(msgspec.Struct, kw_only=True):
+    """Display-only facts about a task that the state fold does not keep."""
+
+    activity: str = ""
+    started: float | None = None
+    ended: float | None = None
+    plugin: str | None = None
+    has_changes: bool | None = None
+    lines_added: int = 0
+    lines_deleted: int = 0
+    retry_attempts: int = 0
+
+
+class Progress(msgspec.Struct, frozen=True, kw_only=True):
+    """Strategy-specific progress read from ``results/<run>/strategy_output``."""
+
+    kind: str  # "tree" | "evolve"
+    depth: int | None = None
+    frontier: int | None = None
+    best: float | None = None
+    nodes: int | None = None
+    cycle: int | None = None
+    goals_passing: int | None = None
+    goals_total: int | None = None
+
+
+class Summary(msgspec.Struct, frozen=True, kw_only=True):
+    """Aggregates the header, health line and footer show."""
+
+    total: int
+    pending: int
+    running: int
+    completed: int
+    failed: int
+    interrupted: int
+    cost_usd: float
+    cost_known: bool  # False when every finished task reported cost N/A
+    tokens_in: int
+    tokens_out: int
+    runtime_s: float
+    cost_per_min: float | None
+    avg_duration_s: float | None
+    stale_s: float | None  # seconds since the last event, while the run is unfinished
+
+
+class RunModel:
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.state = RunState(run_id=run_id)
+        self.extras: dict[str, TaskExtra] = {}
+        self.version = 0
+        self.events = 0
+        self.first_ts: float | None = None
+        self.last_ts: float | None = None
+        self.reconciled = 0  # how many times a snapshot was adopted
+        self.progress: Progress | None = None
+        self._summary_cache: tuple[int, Summary] | None = None
+
+    # ---------------------------------------------------------------- feeding
+    def feed(self, ev: Event) -> None:
+        self.feed_raw(ev.type, ev.strategy_execution_id, ev.key, ev.payload, ev.start_offset, ev.ts)
+
+    def feed_raw(self, etype: str, sid: str, key: str | None, payload: dict[str, Any], offset: int,
+                 ts: str) -> None:
+        epoch = parse_ts(ts)
+        if epoch is not None:
+            if self.first_ts is None or epoch < self.first_ts:
+                self.first_ts = epoch
+            if self.last_ts is None or epoch > self.last_ts:
+                self.last_ts = epoch
+        self.events += 1
+        self.version += 1
+        apply(self.state, etype, sid, key, payload, offset, ts)
+        if key is not None:
+            self._note_task(etype, key, payload, epoch)
+        elif etype == STRATEGY_STARTED and self.first_ts is None:
+            self.first_ts = epoch
+
+    def _note_task(self, etype: str, key: str, payload: dict[str, Any], epoch: float | None) -> None:
+        extra = self.extras.get(key)
+        if extra is None:
+            extra = self.extras[key] = TaskExtra()
+        if etype == TASK_SCHEDULED:
+            extra.plugin = payload.get("plugin")
+            extra.activity = "queued"
+        elif etype == TASK_STARTED:
+            extra.started = epoch
+            extra.ended = None
+            task = self.state.tasks.get(key)
+            attempt = task.attempts if task is not None else 1
+            model = payload.get("model") or ""
+            extra.activity = f"running {model}".rstrip() + (f" (attempt {attempt})" if attempt > 1 else "")
+        elif etype == TASK_COMPLETED:
+            extra.ended = epoch
+            artifact = payload.get("artifact") or {}
+            extra.has_changes = artifact.get("has_changes")
+            extra.lines_added = artifact.get("lines_added") or 0
+            extra.lines_deleted = artifact.get("lines_deleted") or 0
+            extra.retry_attempts = payload.get("retry_attempts") or 0
+            extra.activity = first_line(payload.get("final_message")) or "done"
+        elif etype == TASK_FAILED:
+            extra.ended = epoch
+            extra.retry_attempts = payload.get("retry_attempts") or 0
+            extra.activity = f"{payload.get('error_type') or 'error'}: {first_line(payload.get('message'))}"
+        elif etype == TASK_INTERRUPTED:
+            extra.ended = epoch
+            reason = payload.get("reason")
+            extra.activity = f"interrupted ({reason})" if reason else "interrupted"
+
+    # ---------------------------------------------------------------- reconciliation
+    def reconcile(self, snapshot: RunState | None) -> bool:
+        """Adopt ``snapshot`` when it has folded events this model has not; True if adopted."""
+        if snapshot is None or snapshot.run_id != self.run_id:
+            return False
+        if snapshot.last_event_start_offset <= self.state.last_event_start_offset:
+            return False
+        self.state = snapshot
+        for key, task in snapshot.tasks.items():
+            extra = self.extras.get(key)
+            if extra is None:
+                extra = self.extras[key] = TaskExtra()
+            if extra.started is None:
+                extra.started = parse_ts(task.started_at)
+            if extra.ended is None and task.state in (COMPLETED, FAILED):
+                extra.ended = parse_ts(task.completed_at)
+            if not extra.activity or extra.activity == "queued":
+                extra.activity = _activity_from_state(task)
+        for task in snapshot.tasks.values():
+            for ts in (task.scheduled_at, task.completed_at):
+                epoch = parse_ts(ts)
+                if epoch is not None:
+                    self.first_ts = epoch if self.first_ts is None else min(self.first_ts, epoch)
+                    self.last_ts = epoch if self.last_ts is None else max(self.last_ts, epoch)
+        self.reconciled += 1
+        self.version += 1
+        return True
+
+    def set_progress(self, progress: Progress | None) -> None:
+        if progress != self.progress:
+            self.progress = progress
+            self.version += 1
+
+    # ---------------------------------------------------------------- views
+    @property
+    def finished(self) -> bool:
+        """True once at least one strategy ran and none is still running."""
+        strategies = self.state.strategies
+        return bool(strategies) and all(s.status != "running" for s in strategies.values())
+
+    def task_runtime(self, task: TaskState, now: float) -> float | None:
+        extra = self.extras.get(task.key)
+        if task.state in (COMPLETED, FAILED) and task.duration_s:
+            return task.duration_s
+        started = extra.started if extra is not None else parse_ts(task.started_at)
+        if started is None:
+            return None
+        if task.state == RUNNING:
+            return max(0.0, now - started)
+        ended = extra.ended if extra is not None else None
+        return max(0.0, ended - started) if ended is not None else None
+
+    def summary(self, now: float) -> Summary:
+        counts = self._counts()
+        state = self.state
+        if self.first_ts is None:
+            runtime = 0.0
+        elif self.finished and self.last_ts is not None:
+            runtime = self.last_ts - self.first_ts
+        else:
+            runtime = max(0.0, now - self.first_ts)
+        c = state.counters
+        minutes = runtime / 60
+        cost_per_min = c.cost_usd / minutes if minutes >= 1 / 60 and counts["cost_known"] else None
+        stale = None
+        if not self.finished and self.last_ts is not None:
+            stale = max(0.0, now - self.last_ts)
+        return Summary(total=len(state.tasks), pending=counts[PENDING], running=counts[RUNNING],
+                       completed=counts[COMPLETED], failed=counts[FAILED], interrupted=counts[INTERRUPTED],
+                       cost_usd=c.cost_usd, cost_known=counts["cost_known"], tokens_in=c.tokens_in,
+                       tokens_out=c.tokens_out, runtime_s=runtime, cost_per_min=cost_per_min,
+                       avg_duration_s=counts["avg"], stale_s=stale)
+
+    def _counts(self) -> dict[str, Any]:
+        """Per-state counts and the mean duration, recomputed only when the model changed."""
+        if self._summary_cache is not None and self._summary_cache[0] == self.version:
+            return self._summary_cache[1]
+        counts: dict[str, Any] = {PENDING: 0, RUNNING: 0, COMPLETED: 0, FAILED: 0, INTERRUPTED: 0}
+        durations: list[float] = []
+        cost_known = False
+        for task in self.state.tasks.values():
+            counts[task.state] = counts.get(task.state, 0) + 1
+            if task.state in (COMPLETED, FAILED):
+                if task.duration_s:
+                    durations.append(task.duration_s)
+                if task.cost_usd is not None:
+                    cost_known = True
+        counts["avg"] = statistics.fmean(durations) if durations else None
+        counts["cost_known"] = cost_known
+        self._summary_cache = (self.version, counts)
+        return counts
+
+
+def _activity_from_state(task: TaskState) -> str:
+    if task.state == FAILED:
+        return f"{task.error_type or 'error'}: {first_line(task.message)}"
+    if task.state == COMPLETED:
+        return f"done → {task.branch_final}" if task.branch_final else "done (no branch)"
+    if task.state == RUNNING:
+        return f"running {task.model or ''}".rstrip()
+    if task.state == INTERRUPTED:
+        return "interrupted"
+    return "queued"
+
+
+# ---------------------------------------------------------------- progress files
+
+
+def read_progress(output_dir: Path) -> Progress | None:
+    """Tree-beam's ``tree.json`` or evolve's ``cycle-history.jsonl``, if present and readable.
+
+    Their exact schemas belong to those strategies, so this reads defensively:
+    anything missing or malformed just means no progress line.
+    """
+    tree = _read_tree(output_dir / "tree.json")
+    if tree is not None:
+        return tree
+    return _read_cycles(output_dir / "cycle-history.jsonl")
+
+
+def _num(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _read_tree(path: Path) -> Progress | None:
+    try:
+        data = orjson.loads(path.read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    nodes = data.get("nodes") or []
+    if isinstance(nodes, dict):
+        nodes = list(nodes.values())
+    nodes = [n for n in nodes if isinstance(n, dict)] if isinstance(nodes, list) else []
+    depth = _num(data.get("depth"))
+    if depth is None:
+        depths = [d for n in nodes if (d := _num(n.get("depth"))) is not None]
+        depth = max(depths) if depths else None
+    frontier = data.get("frontier")
+    if isinstance(frontier, list):
+        frontier_n: float | None = len(frontier)
+    else:
+        frontier_n = _num(frontier)
+        if frontier_n is None and nodes:
+            frontier_n = sum(1 for n in nodes if n.get("frontier") is True or n.get("status") == "frontier")
+    best = _num(data.get("best_score"))
+    if best is None and isinstance(data.get("best"), dict):
+        best = _num(data["best"].get("score"))
+    if best is None:
+        scores = [s for n in nodes if (s := _num(n.get("score"))) is not None]
+        best = max(scores) if scores else None
+    return Progress(kind="tree", depth=None if depth is None else int(depth),
+                    frontier=None if frontier_n is None else int(frontier_n), best=best,
+                    nodes=len(nodes) if nodes else None)
+
+
+def _read_cycles(path: Path) -> Progress | None:
+    try:
+        with open(path, "rb") as fh:
+            size = fh.seek(0, 2)
+            fh.seek(max(0, size - 65536))
+            tail = fh.read()
+    except OSError:
+        return None
+    for line in reversed(tail.splitlines()):
+        try:
+            row = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue  # a torn last line or the cut first line of the tail
+        if not isinstance(row, dict):
+            continue
+        cycle, passing, total = (_num(row.get(k)) for k in ("cycle", "goals_passing", "goals_total"))
+        return Progress(kind="evolve", cycle=None if cycle is None else int(cycle),
+                        goals_passing=None if passing is None else int(passing),
+                        goals_total=None if total is None else int(total))
+    return None
+
+
+# ---------------------------------------------------------------- formatting shared by the views
+
+
+def fmt_duration(seconds: float | None) -> str:
+    """``45s``, ``3m 24s``, ``1h 02m``; ``-`` when unknown."""
+    if seconds is None:
+        return "-"
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m {s % 60:02d}s"
+    return f"{s // 3600}h {s % 3600 // 60:02d}m"
+
+
+def fmt_cost(cost: float | None) -> str:
+    """Dollars with cents (sub-cent costs keep three digits); ``N/A`` when the agent reported none."""
+    if cost is None:
+        return "N/A"
+    return f"${cost:.3f}" if 0 < cost < 0.01 else f"${cost:.2f}"
+
+
+def fmt_tokens(n: int | None) -> str:
+    if not n:
+        return "0"
+    if n < 1000:
+        return str(n)
+    if n < 1_000_000:
+        return f"{n / 1000:.1f}k"
+    return f"{n / 1_000_000:.2f}M"
