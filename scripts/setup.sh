@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Set up orchestrator on a fresh Linux machine: uv, the Python environment, the
+# Docker engine and the agent images. Idempotent: a second run takes seconds.
+set -Eeuo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+export UV_PYTHON_DOWNLOADS=never
+
+if ! command -v uv >/dev/null 2>&1; then
+    echo "==> installing uv"
+    python3 -m pip install --quiet uv
+fi
+if [ "$(id -u)" = 0 ] && ! command -v tmux >/dev/null 2>&1; then
+    # tmux drives the terminal (pty) tests of the dashboard
+    echo "==> installing tmux"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tmux >/dev/null
+fi
+echo "==> Python environment (uv sync)"
+uv sync --frozen --quiet
+echo "==> Docker engine and images"
+bash scripts/setup-docker.sh
+echo "==> ready: uv run orchestrator --help"

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The test command: set up everything, then run the whole suite (unit, real git,
+# real Docker with the simulated agent, and the real `orchestrator` command).
+set -Eeuo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+bash scripts/setup.sh
+export UV_PYTHON_DOWNLOADS=never
+set +e
+uv run pytest -q -p no:cacheprovider "$@"
+status=$?
+set -e
+if [ "$status" = 5 ]; then
+    echo "pytest collected no tests: that is a failure here" >&2
+    exit 1
+fi
+exit "$status"
