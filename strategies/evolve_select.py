@@ -1,0 +1,139 @@
+"""Which failing goals may be fixed in the same wave.
+
+Two goals are *independent* when their footprints cannot overlap. A goal's
+footprint is its declared ``writes`` globs, or, when it declares none, the
+path-like tokens of its check command (``scripts/lint.sh``, ``done_a.txt``,
+``src/``, ``.``). Footprints are compared glob against glob with a rule that
+may say "overlap" when there is none but never says "disjoint" when some path
+matches both (see :func:`globs_may_overlap`). A goal whose footprint is empty
+(a check like ``exit 1``) has nothing to compare and counts as independent:
+the regression gate after the wave is the safety net for what the heuristic
+cannot see.
+
+Besides footprints, the strategy passes pairs it *learned* interfere (members
+of a wave that was reverted as a whole): those are never co-picked again.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+import shlex
+from collections.abc import Iterable
+
+from .evolve_goals import Goal
+
+_WILD = set("*?[{")
+_SPLIT = re.compile(r"[;&|()<>=,`\"']+")
+_EXT = re.compile(r"^[^/]*\.[A-Za-z0-9_]{1,8}$")
+_IGNORED_PREFIXES = ("/dev/", "/proc/", "/sys/", "/tmp/", "/usr/", "/bin/", "/etc/")
+# Tools that read a fixed file without naming it on the command line.
+_IMPLIED = {"make": "Makefile", "npm": "package.json", "yarn": "package.json", "pnpm": "package.json",
+            "tox": "tox.ini", "just": "justfile", "cargo": "Cargo.toml"}
+
+
+def _segments(glob: str) -> list[str]:
+    glob = glob.strip()
+    while glob.startswith("./"):
+        glob = glob[2:]
+    if glob in ("", "."):
+        return ["**"]
+    return [s for s in glob.split("/") if s not in ("", ".")] or ["**"]
+
+
+def _literal_ends(seg: str) -> tuple[str, str]:
+    """The literal text before the first and after the last wildcard character."""
+    first = next(i for i, c in enumerate(seg) if c in _WILD)
+    last = max(i for i, c in enumerate(seg) if c in _WILD or c in "]}")
+    return seg[:first], seg[last + 1:]
+
+
+def _segments_may_match(a: str, b: str) -> bool:
+    wild_a, wild_b = bool(_WILD & set(a)), bool(_WILD & set(b))
+    if not wild_a and not wild_b:
+        return a == b
+    if wild_a != wild_b:
+        literal, pattern = (b, a) if wild_a else (a, b)
+        if "{" not in pattern:  # fnmatch has no braces; then fall through to the coarse test
+            return fnmatch.fnmatchcase(literal, pattern)
+    pa, sa = _literal_ends(a) if wild_a else (a, a)
+    pb, sb = _literal_ends(b) if wild_b else (b, b)
+    # Any common string starts with both prefixes and ends with both suffixes.
+    prefix_ok = pa.startswith(pb) or pb.startswith(pa)
+    suffix_ok = sa.endswith(sb) or sb.endswith(sa)
+    return prefix_ok and suffix_ok
+
+
+def globs_may_overlap(a: str, b: str) -> bool:
+    """False only when no path can match both globs.
+
+    The globs are compared segment by segment (``*``, ``?`` and ``[...]`` stay
+    inside one segment). A ``**`` segment, or one glob naming a directory that
+    contains the other's paths (``src`` vs ``src/a.py``), counts as an overlap.
+    Two wildcard segments overlap unless their literal prefixes or suffixes
+    contradict each other.
+    """
+    sa, sb = _segments(a), _segments(b)
+    for x, y in zip(sa, sb):
+        if "**" in x or "**" in y:
+            return True
+        if not _segments_may_match(x, y):
+            return False
+    return True  # equal, or one is a directory prefix of the other
+
+
+def path_tokens(command: str) -> list[str]:
+    """Tokens of a shell command that look like files, scripts or directories."""
+    try:
+        words = shlex.split(command, comments=True)
+    except ValueError:
+        words = command.split()
+    tokens: list[str] = []
+    first = True
+    for word in words:
+        for part in _SPLIT.split(word):
+            part = part.strip()
+            if not part:
+                continue
+            if first and part in _IMPLIED:
+                tokens.append(_IMPLIED[part])
+            first = False
+            if part.startswith("-") or part.startswith("$") or part.startswith(_IGNORED_PREFIXES):
+                continue
+            if part in (".", "./") or "/" in part or _EXT.match(part):
+                tokens.append(part)
+        if word in (";", "&&", "||", "|"):
+            first = True
+    return sorted(set(tokens))
+
+
+def footprint(goal: Goal) -> tuple[str, ...]:
+    return tuple(goal.writes) if goal.writes else tuple(path_tokens(goal.check))
+
+
+def independent(a: Goal, b: Goal) -> bool:
+    return not any(globs_may_overlap(x, y) for x in footprint(a) for y in footprint(b))
+
+
+def select_goals(failing: Iterable[Goal], max_parallel: int,
+                 learned_conflicts: frozenset[frozenset[str]] = frozenset()) -> tuple[list[Goal], dict[str, str]]:
+    """Up to ``max_parallel`` goals by weight (ties by id), each independent of those picked before it.
+
+    Returns the picked goals and, for each failing goal left out, why.
+    """
+    picked: list[Goal] = []
+    skipped: dict[str, str] = {}
+    for goal in sorted(failing, key=lambda g: (-g.weight, g.id)):
+        if len(picked) >= max_parallel:
+            skipped[goal.id] = "wave full"
+            continue
+        clash = next((p for p in picked if not independent(goal, p)), None)
+        if clash is not None:
+            skipped[goal.id] = f"overlaps {clash.id}"
+            continue
+        learned = next((p for p in picked if frozenset((goal.id, p.id)) in learned_conflicts), None)
+        if learned is not None:
+            skipped[goal.id] = f"interfered with {learned.id} in a reverted wave"
+            continue
+        picked.append(goal)
+    return picked, skipped

@@ -1,0 +1,370 @@
+"""evolve's decision logic through the real engine with an in-process runner.
+
+The runner answers from a small model of a git repository kept in the test
+(commits with files and parents, branches, three-way merges with conflicts),
+so every check, fix, merge and conflict resolution has a real effect that the
+next measurement sees. Expected cycle histories are written out by hand from
+the scenario, not computed by the strategy's code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+
+import anyio
+import pytest
+
+from engine_helpers import run_engine
+from orchestrator.engine.testing import ScriptedRunner, failure, success
+from orchestrator.state import COMPLETED
+from strategies.evolve import evolve
+
+# ---------------------------------------------------------------- repository model
+
+
+class Repo:
+    def __init__(self, files: dict[str, str]) -> None:
+        self.commits: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {}
+        self.branches = {"main": self.commit(files, ())}
+
+    def commit(self, files: dict[str, str], parents: tuple[str, ...]) -> str:
+        # Content-derived ids: the same work gives the same id in any order (as git would).
+        sha = hashlib.sha1(json.dumps([sorted(files.items()), parents]).encode()).hexdigest()
+        self.commits[sha] = (dict(files), parents)
+        return sha
+
+    def ancestors(self, sha: str) -> set[str]:
+        seen, todo = set(), [sha]
+        while todo:
+            c = todo.pop()
+            if c not in seen:
+                seen.add(c)
+                todo.extend(self.commits[c][1])
+        return seen
+
+    def files(self, branch: str) -> dict[str, str]:
+        return self.commits[self.branches[branch]][0]
+
+    def merge(self, head: str, other: str, resolve=None) -> str | None:
+        """Three-way merge of commit ``other`` into ``head``; None on a conflict unless ``resolve`` picks."""
+        if other in self.ancestors(head):
+            return head
+        if head in self.ancestors(other):
+            return other  # fast-forward
+        common = self.ancestors(head) & self.ancestors(other)
+        base = max(common, key=lambda c: len(self.ancestors(c)))
+        fb, fh, fo = (self.commits[c][0] for c in (base, head, other))
+        merged = dict(fh)
+        for path in set(fb) | set(fh) | set(fo):
+            b, h, o = fb.get(path), fh.get(path), fo.get(path)
+            if o == b or o == h:
+                continue
+            if h == b:
+                new = o
+            elif resolve is None:
+                return None
+            else:
+                new = resolve(path, h, o)
+            if new is None:
+                merged.pop(path, None)
+            else:
+                merged[path] = new
+        return self.commit(merged, (head, other))
+
+
+def key_parts(req) -> list[str]:
+    return req.task_key.split("/")[2:]
+
+
+class World:
+    """The runner's behaviour: checks, fixes and resolutions per goal, over a :class:`Repo`."""
+
+    def __init__(self, repo: Repo, checks, fixes, resolve=None) -> None:
+        self.repo, self.checks, self.fixes = repo, checks, fixes
+        self.resolve = resolve or {}
+        self.fix_runs: list[str] = []
+
+    def __call__(self, req):
+        parts = key_parts(req)
+        if req.plugin_name == "command" and req.import_policy == "never":
+            return self.measure(req, parts[-1])
+        if req.plugin_name == "command":
+            return self.merge(req)
+        if "fix" in parts:
+            return self.fix(req, parts[1], parts[-1])
+        if "resolve" in parts:
+            return self.resolve_conflict(req, parts[-1])
+        raise AssertionError(f"unexpected task {req.task_key}")
+
+    def measure(self, req, gid):
+        files = self.repo.files(req.base_branch)
+        ok = self.checks[gid](files)
+        out = f"checked {gid}\n@@evolve stderr\n\n@@evolve end exit={0 if ok else 1} " \
+              f"head={self.repo.branches[req.base_branch]}\n"
+        return success(req, final_message=out, has_changes=False)
+
+    def fix(self, req, cycle, gid):
+        self.fix_runs.append(req.task_key)
+        files = dict(self.repo.files(req.base_branch))
+        change = self.fixes[gid](files, int(cycle))
+        if change is None:
+            return success(req, final_message="nothing to do", has_changes=False)
+        for path, text in change.items():
+            if text is None:
+                files.pop(path, None)
+            else:
+                files[path] = text
+        self.repo.branches[req.branch_name] = self.repo.commit(files, (self.repo.branches[req.base_branch],))
+        return success(req, final_message=f"fixed {gid}")
+
+    def merge(self, req):
+        start = head = self.repo.branches[req.base_branch]
+        lines = []
+        for branch in req.include_branches:  # the merge order is the include order
+            other = self.repo.branches[branch]
+            if other in self.repo.ancestors(head):
+                lines.append(f"@@evolve already {branch}")
+                continue
+            merged = self.repo.merge(head, other)
+            if merged is None:
+                lines.append(f"CONFLICT (add/add)\n@@evolve conflict {branch}")
+                break
+            head = merged
+            lines.append(f"@@evolve merged {branch}")
+        changed = head != start
+        if changed:
+            self.repo.branches[req.branch_name] = head
+        return success(req, final_message="\n".join(lines) + "\n", has_changes=changed)
+
+    def resolve_conflict(self, req, gid):
+        how = self.resolve.get(gid, "theirs")
+        if how == "fail":
+            return failure(req, error_type="api", message="could not resolve")
+        head = self.repo.branches[req.base_branch]
+        if how == "noop":  # an agent that commits something but never merges (like the dry-run sim agent)
+            files = dict(self.repo.commits[head][0], **{"notes.txt": gid})
+            self.repo.branches[req.branch_name] = self.repo.commit(files, (head,))
+            return success(req)
+        (branch,) = req.include_branches
+        merged = self.repo.merge(head, self.repo.branches[branch], resolve=lambda p, h, o: h + "+" + o)
+        self.repo.branches[req.branch_name] = merged
+        return success(req, final_message="merged")
+
+
+# ---------------------------------------------------------------- the scenario
+
+
+def goal(gid, weight, check, **kw):
+    return {"id": gid, "description": f"goal {gid}", "check": check, "weight": weight, **kw}
+
+
+GOALS = [
+    goal("keep", 1, "test -f keep.txt"),
+    goal("c1", 9, "test -f c1.txt"),
+    goal("c2", 8, "test -f c2.txt"),
+    goal("a", 7, "test -f done_a.txt"),
+    goal("b", 6, "test -f done_b.txt"),
+    goal("d", 5, "test -f done_d.txt"),
+]
+CHECKS = {
+    "keep": lambda f: "keep.txt" in f, "c1": lambda f: "c1.txt" in f, "c2": lambda f: "c2.txt" in f,
+    "a": lambda f: "done_a.txt" in f, "b": lambda f: "done_b.txt" in f, "d": lambda f: "done_d.txt" in f,
+}
+FIXES = {
+    "c1": lambda f, n: {"c1.txt": "ok", "shared.txt": "one"},  # c1 and c2 conflict on shared.txt
+    "c2": lambda f, n: {"c2.txt": "ok", "shared.txt": "two"},
+    "a": lambda f, n: {"done_a.txt": "ok"},
+    "b": lambda f, n: {"done_b.txt": "ok"},
+    "d": lambda f, n: {"done_d.txt": "ok", "keep.txt": None},  # fixes d, breaks keep: every time
+}
+
+
+def world(resolve=None) -> World:
+    return World(Repo({"keep.txt": "k", "README.md": "# r"}), CHECKS, FIXES, resolve)
+
+
+def history(tmp_path) -> list[dict]:
+    text = (tmp_path / "results" / "run_t" / "strategy_output" / "cycle-history.jsonl").read_text()
+    return [json.loads(line) for line in text.splitlines()]
+
+
+FIELDS = ("cycle", "goal_ids", "result", "goals_passing", "fixed", "regressed", "conflicts", "resolved", "blamed",
+          "quarantined")
+
+
+def project(entries):
+    return [tuple(e[f] for f in FIELDS) for e in entries]
+
+
+def assert_commit_chain(entries, first_base):
+    """Each cycle starts on the previous cycle's wave when it advanced, else on the same base."""
+    base = first_base
+    for e in entries:
+        assert e["base_commit"] == base, e["cycle"]
+        if e["result"] in ("improved", "conflict"):
+            assert e["wave_commit"] and e["wave_commit"] != base
+            base = e["wave_commit"]
+    return base
+
+
+async def test_parallel_waves_conflict_resolution_revert_learning_and_quarantine(tmp_path):
+    w = world()
+    engine, state = await run_engine(tmp_path, evolve, ScriptedRunner(w), params={"goals": GOALS})
+    s = state.strategies["s1"]
+    assert s.status == "success", s.error
+    expected = [
+        # c1, c2, a are the three heaviest and independent; c2 conflicts with c1, an agent resolves it
+        (1, ["c1", "c2", "a"], "improved", 4, ["c1", "c2", "a"], [], [], ["c2"], [], []),
+        # d deletes keep.txt: the wave regresses and is reverted; nobody can be blamed yet
+        (2, ["b", "d"], "reverted", 4, [], ["keep"], [], [], [], []),
+        # b and d interfered once: never paired again, so b goes alone and d waits
+        (3, ["b"], "improved", 5, ["b"], [], [], [], [], []),
+        (4, ["d"], "reverted", 5, [], ["keep"], [], [], ["d"], []),
+        (5, ["d"], "reverted", 5, [], ["keep"], [], [], ["d"], []),
+        (6, ["d"], "reverted", 5, [], ["keep"], [], [], ["d"], ["d"]),
+        (7, [], "idle", 5, [], [], [], [], [], []),
+    ]
+    entries = history(tmp_path)
+    assert project(entries) == expected
+    assert entries[2]["skipped"] == {"d": "interfered with b in a reverted wave"}
+    assert [e["parallel"] for e in entries] == [True, True, False, False, False, False, False]
+    assert all(e["goals_total"] == 6 for e in entries)
+    final = assert_commit_chain(entries, w.repo.branches["main"])
+
+    result = s.result
+    assert result["stopped"] == "idle" and result["quarantined"] == ["d"]
+    assert (result["goals_passing_before"], result["goals_passing_after"]) == (1, 5)
+    assert w.repo.branches[result["final_branch"]] == final == result["final_commit"]
+    files = w.repo.files(result["final_branch"])
+    assert files["shared.txt"] == "one+two"  # the agent's resolution kept both sides
+    assert {"c1.txt", "c2.txt", "done_a.txt", "done_b.txt", "keep.txt"} <= set(files) and "done_d.txt" not in files
+    assert result["history"] == entries
+    # one fix per picked goal per cycle, never more
+    assert len(w.fix_runs) == len(set(w.fix_runs)) == 3 + 2 + 1 + 1 + 1 + 1
+    summary = (tmp_path / "results" / "run_t" / "strategy_output" / "evolve_summary.md").read_text()
+    assert "1/6 before, 5/6 after" in summary and "Quarantined (their fixes kept breaking other goals): d" in summary
+    assert "| 2 | b, d | reverted | 4/6 | 4/6 | regressed: keep; regression |" in summary
+
+
+async def test_unresolved_conflict_leaves_the_goal_out_and_it_is_fixed_next_cycle(tmp_path):
+    w = world(resolve={"c2": "noop"})
+    goals = [g for g in GOALS if g["id"] in ("c1", "c2", "a")]
+    _, state = await run_engine(tmp_path, evolve, ScriptedRunner(w), params={"goals": goals, "max_parallel": 2})
+    assert state.strategies["s1"].status == "success", state.strategies["s1"].error
+    entries = history(tmp_path)
+    assert project(entries) == [
+        # the resolver commits but never merges c2: the next merge step still conflicts, c2 is left out
+        (1, ["c1", "c2"], "conflict", 1, ["c1"], [], ["c2"], [], [], []),
+        (2, ["c2", "a"], "improved", 3, ["c2", "a"], [], [], [], [], []),
+    ]
+    assert state.strategies["s1"].result["stopped"] == "all-passing"
+    files = w.repo.files(state.strategies["s1"].result["final_branch"])
+    assert files["shared.txt"] == "two" and "notes.txt" in files  # the resolver's unrelated commit stayed in
+
+
+async def test_failed_resolution_and_failed_fix(tmp_path):
+    w = world(resolve={"c2": "fail"})
+    w.fixes = dict(FIXES, a=lambda f, n: None)  # the agent for a changes nothing, every time
+    goals = [g for g in GOALS if g["id"] in ("c1", "c2", "a")]
+    _, state = await run_engine(tmp_path, evolve, ScriptedRunner(w),
+                                params={"goals": goals, "max_parallel": 3, "max_cycles": 3})
+    entries = history(tmp_path)
+    assert project(entries) == [
+        (1, ["c1", "c2", "a"], "conflict", 1, ["c1"], [], ["c2"], [], [], []),
+        (2, ["c2", "a"], "improved", 2, ["c2"], [], [], [], [], []),
+        (3, ["a"], "idle", 2, [], [], [], [], [], []),
+    ]
+    assert [e["not_fixed"] for e in entries] == [["a"], ["a"], ["a"]]
+    assert entries[2]["reason"] == "no fix produced a change"
+
+
+async def test_bisect_keeps_the_innocent_fix_and_blames_the_culprit(tmp_path):
+    w = world()
+    runner = ScriptedRunner(w)
+    _, state = await run_engine(tmp_path, evolve, runner, params={"goals": GOALS, "bisect_on_regression": True})
+    entries = history(tmp_path)
+    assert project(entries) == [
+        (1, ["c1", "c2", "a"], "improved", 4, ["c1", "c2", "a"], [], [], ["c2"], [], []),
+        # b alone is measured clean and kept; b+d is the whole wave, known to regress: d is blamed
+        (2, ["b", "d"], "improved", 5, ["b"], ["keep"], [], [], ["d"], []),
+        (3, ["d"], "reverted", 5, [], ["keep"], [], [], ["d"], []),
+        (4, ["d"], "reverted", 5, [], ["keep"], [], [], ["d"], ["d"]),
+        (5, [], "idle", 5, [], [], [], [], [], []),
+    ]
+    assert entries[1]["kept"] == ["b"]
+    assert_commit_chain(entries, w.repo.branches["main"])
+    bisect_keys = sorted({"/".join(key_parts(c)[:5]) for c in runner.calls if "bisect" in c.task_key})
+    assert bisect_keys == ["c/2/bisect/1/measure"]  # one subset measured, the full wave not again
+
+
+async def test_bisect_with_the_culprit_first(tmp_path):
+    w = world()
+    goals = [dict(g, weight=10) if g["id"] == "d" else g for g in GOALS if g["id"] in ("keep", "a", "b", "d")]
+    _, state = await run_engine(tmp_path, evolve, ScriptedRunner(w),
+                                params={"goals": goals, "bisect_on_regression": True, "quarantine_after": 1})
+    entries = history(tmp_path)
+    assert project(entries) == [
+        # d alone regresses (blamed, quarantined at once); a then a+b are measured clean
+        (1, ["d", "a", "b"], "improved", 3, ["a", "b"], ["keep"], [], [], ["d"], ["d"]),
+        (2, [], "idle", 3, [], [], [], [], [], []),
+    ]
+    assert entries[0]["kept"] == ["a", "b"]
+
+
+async def test_metric_goal_regression_beyond_tolerance_reverts(tmp_path):
+    # "speed" is a number (lower is better). Fixing "a" makes it slower by 3 > tolerance 2: reverted.
+    repo = Repo({"speed": "10"})
+    goals = [goal("speed", 1, "cat speed", metric={"direction": "lower", "threshold": 20, "tolerance": 2}),
+             goal("a", 5, "test -f done_a.txt")]
+    w = World(repo, {}, {"a": lambda f, n: {"done_a.txt": "ok", "speed": str(10 + 3 * n)}})
+
+    def measure(req, gid):
+        files = repo.files(req.base_branch)
+        stdout = files["speed"] if gid == "speed" else ""
+        ok = gid == "speed" or "done_a.txt" in files
+        return success(req, has_changes=False, final_message=(
+            f"{stdout}\n@@evolve stderr\n\n@@evolve end exit={0 if ok else 1} head={repo.branches[req.base_branch]}\n"))
+
+    w.measure = measure
+    _, state = await run_engine(tmp_path, evolve, ScriptedRunner(w), params={"goals": goals, "max_cycles": 2})
+    entries = history(tmp_path)
+    assert project(entries) == [
+        (1, ["a"], "reverted", 1, [], ["speed"], [], [], ["a"], []),
+        (2, ["a"], "reverted", 1, [], ["speed"], [], [], ["a"], []),
+    ]
+    result = state.strategies["s1"].result
+    assert result["stopped"] == "max-cycles" and result["final_branch"] == "main"
+    assert result["goals"]["speed"] == {"before": True, "after": True, "value_before": 10.0, "value_after": 10.0}
+
+
+# ---------------------------------------------------------------- durability
+
+
+@pytest.mark.parametrize("slow", [
+    r"/c/2/fix/d$",  # mid-wave: b's fix finished, d's is running
+    r"/c/1/merge/2$",  # mid-merge: after the conflict was resolved, the continuation merge is running
+], ids=["mid-wave", "mid-merge"])
+async def test_interrupt_and_resume_gives_the_same_history_without_rerunning_fixes(tmp_path, slow):
+    params = {"goals": GOALS}
+    straight = world()
+    await run_engine(tmp_path / "straight", evolve, ScriptedRunner(straight), params=params)
+    expected = (tmp_path / "straight/results/run_t/strategy_output/cycle-history.jsonl").read_bytes()
+
+    w = world()
+    pattern = re.compile(slow)
+    first = ScriptedRunner(w, delay=lambda req: 30 if pattern.search(req.task_key) else 0)
+    with anyio.move_on_after(1.0):
+        await run_engine(tmp_path / "resumed", evolve, first, params=params)
+    finished_first = [c.task_key for c in first.calls if not pattern.search(c.task_key)]
+    assert any(pattern.search(c.task_key) for c in first.calls), "the interruption point was never reached"
+    second = ScriptedRunner(w)
+    _, state = await run_engine(tmp_path / "resumed", evolve, second, params=params)
+    assert state.strategies["s1"].status == "success", state.strategies["s1"].error
+
+    again = [c.task_key for c in second.calls]
+    assert not set(again) & set(finished_first), "a finished task ran again after resume"
+    assert any(pattern.search(k) for k in again)  # the interrupted task is the one that reruns
+    assert (tmp_path / "resumed/results/run_t/strategy_output/cycle-history.jsonl").read_bytes() == expected
+    assert len(w.fix_runs) == len(set(w.fix_runs)), "a fix task ran twice"
