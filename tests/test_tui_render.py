@@ -1,0 +1,251 @@
+"""Dashboard frames on synthetic runs (1, 12, 60, 500 tasks), and the loops behind them."""
+
+from __future__ import annotations
+
+import io
+import re
+import sys
+import time
+
+import anyio
+import orjson
+import pytest
+from rich.console import Console
+
+from orchestrator.eventlog import read_events
+from orchestrator.events import encode_line, utc_ts
+from orchestrator.naming import short8
+from orchestrator.state import FAILED, RUNNING, load_snapshot
+from tui.dashboard import ENV_FORCE_MODE, Dashboard, choose_mode, render, run_dashboard
+from tui.model import RunModel, read_progress
+from tui.synthetic import synthetic_run, write_run
+
+W, H = 120, 40
+
+
+async def make_run(tmp_path, run_id, n, **kw):
+    events = synthetic_run(run_id, n, **kw)
+    await write_run(events, run_id=run_id, logs_dir=tmp_path / "logs", state_dir=tmp_path / "state")
+    return tmp_path / "logs" / run_id / "events.jsonl"
+
+
+def model_of(path, run_id):
+    model = RunModel(run_id)
+    for ev in read_events(path):
+        model.feed(ev)
+    return model
+
+
+def frame_text(model, *, now=None, width=W, height=H, **kw):
+    console = Console(record=True, width=width, height=height, force_terminal=True, file=io.StringIO())
+    console.print(render(model, width=width, height=height, now=now or model.last_ts + 5, **kw))
+    return console.export_text()
+
+
+def kid(task):
+    return f"k{short8(task.key)}"
+
+
+async def test_one_task_run_is_detailed_with_activity_tokens_cost_and_branch(tmp_path):
+    path = await make_run(tmp_path, "r1", 1, fail_every=0)
+    model = model_of(path, "r1")
+    text = frame_text(model)
+    task = next(iter(model.state.tasks.values()))
+    assert "[detailed]" in text
+    assert kid(task) in text and f"inst-{task.instance_id[:5]}" in text
+    assert "Implemented variant 0" in text  # the activity line: the agent's final message
+    assert f"tokens {task.tokens_in / 1000:.1f}k in" in text
+    assert f"${task.cost_usd:.2f}" in text
+    assert f"→ {task.branch_final}" in text
+    assert "run finished: 1 success" in text
+
+
+async def test_failed_task_card_shows_its_error_text_and_footer_warns(tmp_path):
+    path = await make_run(tmp_path, "rf", 1, fail_every=1)
+    text = frame_text(model_of(path, "rf"))
+    assert "timeout: Timeout after" in text and "waiting for the agent" in text
+    assert re.search(r"⚠ 1 failed, last k[0-9a-f]{8} timeout", text)
+
+
+async def test_twelve_tasks_are_compact_with_every_task_cost_and_runtime(tmp_path):
+    path = await make_run(tmp_path, "r12", 12, finish=False)
+    model = model_of(path, "r12")
+    text = frame_text(model)
+    assert "[compact]" in text
+    for task in model.state.tasks.values():
+        line = next(ln for ln in text.splitlines() if kid(task) in ln)
+        if task.state == RUNNING:
+            assert "🔄" in line
+        else:
+            assert "✅" in line and f"${task.cost_usd:.2f}" in line
+    s = model.summary(model.last_ts)
+    assert f"▶ {s.running} running" in text and f"✅ {s.completed} done" in text and s.running > 0
+
+
+async def test_sixty_tasks_are_dense_and_all_fit_in_forty_lines(tmp_path):
+    path = await make_run(tmp_path, "r60", 60, finish=False)
+    model = model_of(path, "r60")
+    text = frame_text(model)
+    assert "[dense]" in text
+    assert len(text.splitlines()) <= H
+    assert all(kid(t) in text for t in model.state.tasks.values())
+    s = model.summary(model.last_ts)
+    assert f"queue {s.pending} · running {s.running}/?" in text
+    assert f"{s.completed + s.failed}/60 done" in text
+
+
+async def test_five_hundred_tasks_fit_the_screen_urgent_first(tmp_path):
+    path = await make_run(tmp_path, "r500", 500, finish=False, max_parallel=20)
+    model = model_of(path, "r500")
+    text = frame_text(model, max_parallel=20)
+    lines = text.splitlines()
+    assert "[dense]" in text and len(lines) <= H
+    urgent = [t for t in model.state.tasks.values() if t.state in (FAILED, RUNNING)]
+    assert urgent and all(kid(t) in text for t in urgent)  # nothing that needs attention is hidden
+    shown = len(re.findall(r"k[0-9a-f]{8}", "\n".join(lines[3:-2])))
+    assert f"{500 - shown} more not shown (urgent first)" in text
+    s = model.summary(model.last_ts)
+    assert f"running {s.running}/20" in text
+    assert f"❌ {s.failed} failed" in lines[-2]  # the footer's totals cover hidden tasks too
+
+
+async def test_display_mode_can_be_forced_by_argument_or_environment(tmp_path, monkeypatch):
+    path = await make_run(tmp_path, "rm", 60, finish=False)
+    model = model_of(path, "rm")
+    assert "[compact]" in frame_text(model, mode="compact")
+    monkeypatch.setenv(ENV_FORCE_MODE, "detailed")
+    text = frame_text(model)
+    assert "[detailed]" in text and "tokens" in text and "more not shown" in text
+    monkeypatch.setenv(ENV_FORCE_MODE, "bogus")  # an unknown value falls back to automatic
+    assert choose_mode(60) == "dense" and choose_mode(10) == "detailed" and choose_mode(11) == "compact"
+    with pytest.raises(ValueError):
+        Dashboard("rm", logs_dir=tmp_path, state_dir=tmp_path, results_dir=tmp_path, force_mode="huge")
+
+
+async def test_staleness_shows_only_while_the_run_is_unfinished(tmp_path):
+    live = model_of(await make_run(tmp_path, "rs", 5, finish=False), "rs")
+    assert "no events for 42s" in frame_text(live, now=live.last_ts + 42)
+    assert "no events for" not in frame_text(live, now=live.last_ts + 10)
+    done = model_of(await make_run(tmp_path, "rd", 5), "rd")
+    assert "no events for" not in frame_text(done, now=done.last_ts + 600)
+
+
+async def test_each_strategy_execution_gets_its_own_section(tmp_path):
+    model = model_of(await make_run(tmp_path, "rx", 9, executions=3, finish=False), "rx")
+    text = frame_text(model)
+    assert "best-of-n ×3" in text
+    for sid in ("s1", "s2", "s3"):
+        assert re.search(rf"╭─ +{sid} best-of-n", text)
+
+
+async def test_tree_beam_and_evolve_progress_from_strategy_output(tmp_path):
+    out = tmp_path / "results" / "rt" / "strategy_output"
+    assert read_progress(out) is None  # absent files: no progress, no error
+    model = model_of(await make_run(tmp_path, "rt", 4, strategy="tree-beam", finish=False), "rt")
+    out.mkdir(parents=True)
+    (out / "tree.json").write_bytes(orjson.dumps({"nodes": [
+        {"id": "a", "depth": 0, "score": 5.0}, {"id": "b", "depth": 1, "score": 8.5},
+        {"id": "c", "depth": 2, "score": 7.0, "frontier": True}, {"id": "d", "depth": 2, "frontier": True}]}))
+    model.set_progress(read_progress(out))
+    assert "tree depth 2 · frontier 2 · best 8.5" in frame_text(model)
+
+    (out / "tree.json").unlink()
+    (out / "cycle-history.jsonl").write_bytes(
+        b'{"cycle": 1, "goals_passing": 1, "goals_total": 5}\n{"cycle": 2, "goals_passing": 3, "goals_total": 5}\n{"cyc')
+    evolve = model_of(await make_run(tmp_path, "re", 4, strategy="evolve", finish=False), "re")
+    evolve.set_progress(read_progress(out))
+    assert "cycle 2 · goals 3/5 passing" in frame_text(evolve)
+    (out / "cycle-history.jsonl").write_bytes(b"not json\n")
+    assert read_progress(out) is None
+
+
+async def test_reconciliation_adopts_a_snapshot_that_saw_more_events(tmp_path):
+    path = await make_run(tmp_path, "rr", 30)
+    full = model_of(path, "rr")
+    partial = RunModel("rr")
+    for i, ev in enumerate(read_events(path)):
+        if i < 20:
+            partial.feed(ev)
+    snapshot = load_snapshot([tmp_path / "state" / "rr" / "state.json"])
+    assert partial.reconcile(snapshot) is True
+    assert partial.summary(0).completed == full.summary(0).completed == 29  # one in 17 fails
+    assert partial.summary(0).cost_usd == pytest.approx(full.summary(0).cost_usd)
+    # Events the snapshot already folded are ignored when the tail catches up: no double counting.
+    for ev in read_events(path):
+        partial.feed(ev)
+    assert msgspec_equal(partial.state.counters, full.state.counters)
+    assert partial.reconcile(snapshot) is False  # not newer than what the model has
+
+
+def msgspec_equal(a, b):
+    import msgspec
+    return msgspec.to_builtins(a) == msgspec.to_builtins(b)
+
+
+def recording_console():
+    return Console(record=True, width=W, height=H, force_terminal=True, file=io.StringIO())
+
+
+async def test_follow_false_returns_on_a_finished_run_and_restores_the_screen(tmp_path):
+    await make_run(tmp_path, "rdone", 12)
+    console = recording_console()
+    with anyio.fail_after(10):
+        await run_dashboard("rdone", logs_dir=tmp_path / "logs", state_dir=tmp_path / "state",
+                            results_dir=tmp_path / "results", stop=anyio.Event(), console=console, follow=False)
+    raw = console.file.getvalue()
+    assert raw.count("\x1b[?1049h") == 1 and raw.rstrip().endswith("\x1b[?1049l")  # alternate screen left
+    assert "\x1b[?25h" in raw  # cursor shown again
+    assert "run finished: 1 success" in raw
+
+
+async def test_stderr_output_is_held_until_the_display_is_gone(tmp_path, capfd):
+    await make_run(tmp_path, "rerr", 3)
+    console = recording_console()
+    stop = anyio.Event()
+
+    async def noisy():
+        await anyio.sleep(0.3)
+        print("a log line from somewhere", file=sys.stderr)
+        await anyio.sleep(0.3)
+        stop.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(noisy)
+        await run_dashboard("rerr", logs_dir=tmp_path / "logs", state_dir=tmp_path / "state",
+                            results_dir=tmp_path / "results", stop=stop, console=console)
+    assert "a log line" not in console.file.getvalue()
+    assert "a log line from somewhere" in capfd.readouterr().err
+
+
+async def test_render_loop_keeps_ticking_through_a_burst_of_ten_thousand_events(tmp_path):
+    run_id = "burst"
+    log = tmp_path / "logs" / run_id / "events.jsonl"
+    log.parent.mkdir(parents=True)
+    log.touch()
+    blob, offset = bytearray(), 0
+    for ev in synthetic_run(run_id, 3400, max_parallel=50)[:10_000]:
+        line = encode_line(ev.type, ts=utc_ts(), run_id=run_id, strategy_execution_id=ev.sid,
+                           start_offset=offset, payload=ev.payload, key=ev.key)
+        blob += line
+        offset += len(line)
+    dash = Dashboard(run_id, logs_dir=tmp_path / "logs", state_dir=tmp_path / "state",
+                     results_dir=tmp_path / "results", console=recording_console())
+    stop = anyio.Event()
+    counts = {}
+
+    async def burst():
+        await anyio.sleep(0.5)
+        with open(log, "ab") as fh:
+            fh.write(blob)  # one write: 10,000 events land at once
+        t0, ticks0 = time.monotonic(), dash.ticks
+        await anyio.sleep(2.0)
+        counts["ticks"], counts["elapsed"] = dash.ticks - ticks0, time.monotonic() - t0
+        stop.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(burst)
+        await dash.run(stop)
+    assert dash.model.events == 10_000
+    assert dash.model.state.counters.scheduled == 3400
+    assert counts["ticks"] >= 12, counts  # ~20 at 10 Hz; the burst must not stall the display
+    assert dash.frames <= dash.ticks
