@@ -117,7 +117,8 @@ def load_strategy(spec: str) -> LoadedStrategy:
                 f"unknown strategy {spec!r}; use one of {', '.join(BUILTINS)}, a file like ./my_strategy.py "
                 "or package.module:function")
     if not inspect.iscoroutinefunction(fn):
-        raise StrategyLoadError(f"strategy {name!r} in {module.__name__} must be an 'async def' function")
+        where = getattr(module, "__file__", None) or module.__name__  # a file, not its synthetic module name
+        raise StrategyLoadError(f"strategy {name!r} in {where} must be an 'async def' function")
     _check_shape(fn, name)
     return LoadedStrategy(name=_display_name(name), spec=spec, fn=fn, module=module, params=_params_of(fn),
                           options=getattr(fn, "__orchestrator_options__", StrategyOptions()),
