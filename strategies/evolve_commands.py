@@ -69,10 +69,6 @@ def measure_task(goal: Goal, base_branch: str) -> dict[str, Any]:
             "base_branch": base_branch, "import_policy": "never", "timeout_seconds": goal.timeout + 60}
 
 
-def _strip_one_newline(text: str) -> str:
-    return text[:-1] if text.endswith("\n") else text
-
-
 def parse_metric(goal: Goal, stdout: str) -> float | None:
     assert goal.metric is not None
     if goal.metric.json_key:
@@ -100,7 +96,7 @@ def parse_measurement(goal: Goal, final_message: str) -> Measurement:
     stdout, sep, stderr = body.rpartition("\n@@evolve stderr\n")
     if not sep:
         stdout, stderr = body, ""
-    stdout, stderr = _strip_one_newline(stdout), _strip_one_newline(stderr)
+    stdout, stderr = stdout.rstrip("\n"), stderr.rstrip("\n")  # the markers add their own newlines
     exit_code = int(end.group(1))
     output = stdout + (("\n[stderr]\n" + stderr) if stderr.strip() else "")
     if goal.metric is not None:

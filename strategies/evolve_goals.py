@@ -167,7 +167,8 @@ def load_goals_file(path: Path, shown: str | None = None) -> list[Goal]:
 
 
 def goals_to_param(goals: list[Goal]) -> list[dict[str, Any]]:
-    return msgspec.to_builtins(goals)
+    # Through JSON so the value equals what the event log records and replays (lists, not tuples).
+    return msgspec.json.decode(msgspec.json.encode(goals))
 
 
 def goals_from_param(value: Any) -> list[Goal]:

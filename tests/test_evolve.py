@@ -342,11 +342,11 @@ async def test_metric_goal_regression_beyond_tolerance_reverts(tmp_path):
 # ---------------------------------------------------------------- durability
 
 
-@pytest.mark.parametrize("slow", [
-    r"/c/2/fix/d$",  # mid-wave: b's fix finished, d's is running
-    r"/c/1/merge/2$",  # mid-merge: after the conflict was resolved, the continuation merge is running
+@pytest.mark.parametrize("slow,done_before", [
+    (r"/c/2/fix/d$", "run_t/s1/c/2/fix/b"),  # mid-wave: b's fix finished, d's is running
+    (r"/c/1/merge/2$", "run_t/s1/c/1/resolve/c2"),  # mid-merge: conflict resolved, continuation merge running
 ], ids=["mid-wave", "mid-merge"])
-async def test_interrupt_and_resume_gives_the_same_history_without_rerunning_fixes(tmp_path, slow):
+async def test_interrupt_and_resume_gives_the_same_history_without_rerunning_fixes(tmp_path, slow, done_before):
     params = {"goals": GOALS}
     straight = world()
     await run_engine(tmp_path / "straight", evolve, ScriptedRunner(straight), params=params)
@@ -355,9 +355,10 @@ async def test_interrupt_and_resume_gives_the_same_history_without_rerunning_fix
     w = world()
     pattern = re.compile(slow)
     first = ScriptedRunner(w, delay=lambda req: 30 if pattern.search(req.task_key) else 0)
-    with anyio.move_on_after(1.0):
+    with anyio.move_on_after(0.3):
         await run_engine(tmp_path / "resumed", evolve, first, params=params)
     finished_first = [c.task_key for c in first.calls if not pattern.search(c.task_key)]
+    assert done_before in finished_first
     assert any(pattern.search(c.task_key) for c in first.calls), "the interruption point was never reached"
     second = ScriptedRunner(w)
     _, state = await run_engine(tmp_path / "resumed", evolve, second, params=params)
