@@ -16,8 +16,8 @@ Public types (docs/events.md documents every payload field):
 from __future__ import annotations
 
 import json
-import uuid
-from datetime import datetime, timezone
+import os
+import time
 from typing import Any
 
 import msgspec
@@ -52,14 +52,33 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
 _decoder = msgspec.json.Decoder(Event)
 
 
+_ts_cache: list = [None, ""]
+
+
 def utc_ts() -> str:
-    """RFC 3339 UTC with milliseconds and a ``Z`` suffix."""
-    now = datetime.now(timezone.utc)
-    return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
+    """RFC 3339 UTC with milliseconds and a ``Z`` suffix (the second's prefix is cached: hot path)."""
+    t = time.time()
+    sec = int(t)
+    if _ts_cache[0] != sec:
+        _ts_cache[0] = sec
+        _ts_cache[1] = time.strftime("%Y-%m-%dT%H:%M:%S.", time.gmtime(sec))
+    return f"{_ts_cache[1]}{int((t - sec) * 1000):03d}Z"
+
+
+_id_pool = bytearray()
 
 
 def new_event_id() -> str:
-    return str(uuid.uuid4())
+    """A UUIDv4 string from a pool of OS randomness (``uuid.uuid4()`` per event is a hot spot)."""
+    global _id_pool
+    if len(_id_pool) < 16:
+        _id_pool = bytearray(os.urandom(16 * 1024))
+    raw = _id_pool[-16:]
+    del _id_pool[-16:]
+    raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
+    raw[8] = (raw[8] & 0x3F) | 0x80  # RFC 4122 variant
+    h = raw.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def encode_line(event_type: str, *, ts: str, run_id: str, strategy_execution_id: str,
