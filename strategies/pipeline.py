@@ -204,12 +204,14 @@ async def run_idea(ctx, idea: Idea, *, goal: str, base_branch: str, key_prefix: 
     if not branch:
         return finish("no_changes", "the coder committed nothing")
     session = coded.get("session_id")
+    commit = (coded.get("artifact") or {}).get("commit")
     out.update(branch=branch, coder_session_id=session)
     rounds = 1 + (cfg.max_review_rounds if cfg.review else 0)
     for n in range(1, rounds + 1):
         diff = await _diff(ctx, prefix, n, branch, base_commit)
         _write(out_dir, f"diff_round_{n}.diff", diff)
-        record: dict[str, Any] = {"round": n, "branch": branch, "session_id": session, "verdict": None, "issues": []}
+        record: dict[str, Any] = {"round": n, "branch": branch, "commit": commit, "session_id": session,
+                                  "verdict": None, "issues": []}
         out["rounds"].append(record)
         if not cfg.review:
             break
@@ -231,7 +233,8 @@ async def run_idea(ctx, idea: Idea, *, goal: str, base_branch: str, key_prefix: 
                                            key=ctx.key(*prefix, "code", f"round-{n + 1}")))
         except ctx.errors.TaskFailed as exc:
             return finish("fix_failed", f"round {n + 1}: {exc.error_type}: {_tail(exc.message, 400)}")
-        branch = (fixed.get("artifact") or {}).get("branch_final") or branch  # no commit: same branch
+        if (fixed.get("artifact") or {}).get("branch_final"):  # no commit: same branch, same head
+            branch, commit = fixed["artifact"]["branch_final"], fixed["artifact"].get("commit")
         session = fixed.get("session_id") or session
         out.update(branch=branch, coder_session_id=session)
 

@@ -1,0 +1,250 @@
+"""tree-beam outputs: tree.json, TREE_SUMMARY.md, tree.svg, validation and branch cleanup.
+
+Public surface (the CLI's ``--show-run`` uses the first two):
+
+- ``render_tree_report(events_path, out_dir, *, sid=None) -> list[Path]``:
+  rebuild the reports of every tree-beam execution from the event log alone,
+  for finished and interrupted runs alike (see :mod:`strategies.tree_beam_replay`).
+- ``validate_tree(tree, repo_path) -> list[str]``: problems found (empty = valid).
+- ``delete_listed_branches(repo_path, out_dir) -> list[tuple[str, str]]``: the
+  post-run branch cleanup the CLI runs after a successful tree-beam run.
+- ``write_tree_report(tree, out_dir)`` / ``best_path(tree)``: used by the strategy.
+
+Branch cleanup contract: when a run finishes, ``strategy_output/delete_branches.txt``
+lists one ``<branch> <commit>`` per line (sorted; empty with ``keep_rejected``):
+branches this run's tasks created that no node keeps. The strategy cannot run
+git on the host, so the CLI deletes them after the run with
+``git update-ref -d refs/heads/<branch> <commit>``: a compare-and-delete that
+leaves a branch alone if anyone moved it since.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+COLOURS = {"root": "#9e9e9e", "promoted": "#2e7d32", "below_beam": "#f9a825", "gate_failed": "#c62828",
+           "failed": "#424242", "pending": "#e0e0e0"}
+
+
+def _num(node_id: str) -> int:
+    return int(node_id[1:])
+
+
+def best_path(tree: dict[str, Any]) -> list[dict[str, Any]]:
+    """Root -> best node; best = max rank score, then root-relative delta, then lowest node id."""
+    nodes = {n["id"]: n for n in tree["nodes"]}
+    candidates = [n for n in tree["nodes"] if n["parent"] is not None]
+
+    def key(n):
+        score = n.get("rank_score")
+        delta = (n.get("root_comparison") or {}).get("primary_delta")
+        return (score is None, -(score or 0.0), delta is None, -(delta or 0.0), _num(n["id"]))
+
+    best = min(candidates, key=key) if candidates else nodes.get("n0")
+    path = []
+    while best is not None:
+        path.append(best)
+        best = nodes.get(best["parent"]) if best["parent"] is not None else None
+    return path[::-1]
+
+
+def outcome_of(record: dict[str, Any]) -> str:
+    if record.get("promoted_to"):
+        return "promoted"
+    if record["status"] == "pending":
+        return "pending"
+    if record["status"] != "completed":
+        return "failed"
+    return "below_beam" if record["decision"]["passed_gate"] else "gate_failed"
+
+
+def _fmt(x: Any) -> str:
+    return "-" if x is None else (f"{x:g}" if isinstance(x, (int, float)) else str(x))
+
+
+def summary_markdown(tree: dict[str, Any]) -> str:
+    cfg = tree["config"]
+    root = tree.get("root_evaluation") or {}
+    lines = ["# tree-beam summary", "", "## Run configuration", ""]
+    lines += [f"- {k}: `{json.dumps(v)}`" for k, v in cfg.items()]
+    lines += ["", f"Root baseline ({cfg['base_branch']}): status {root.get('status', '-')}, "
+              f"metrics `{json.dumps(root.get('metrics'))}`" + (f", error: {root['error']}" if root.get("error") else ""),
+              "", f"Stop reason: **{tree.get('stop_reason') or 'interrupted (run not finished)'}**; "
+              f"evaluations used: {tree.get('evals_used', 0)}", ""]
+    evals = {r["id"]: r for r in tree["evaluations"]}
+    for d in tree["depths"]:
+        lines += [f"## Depth {d['depth']}", "",
+                  f"Frontier: {', '.join(d['frontier'])}; ideas per node: "
+                  + ", ".join(f"{k}={_fmt(v)}" for k, v in d["ideas"].items())
+                  + (f"; duplicates skipped: {len(d['duplicates'])}" if d["duplicates"] else "")
+                  + ("; budget reached at this depth" if d.get("budget_hit") else ""), "",
+                  "| eval | parent | idea | status | parent score (grade) | root score | gate | decision | node |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for eid in d["evaluations"]:
+            r = evals[eid]
+            pc, rc = r.get("parent_comparison") or {}, r.get("root_comparison") or {}
+            lines.append(f"| {eid} | {r['parent']} | {r['idea']['title']} | {r['status']} | "
+                         f"{_fmt(pc.get('score'))} ({pc.get('grade') or '-'}) | {_fmt(rc.get('score'))} | "
+                         f"{'pass' if r['decision']['passed_gate'] else 'fail'} | {r['decision']['promotion_reason']} | "
+                         f"{r.get('promoted_to') or '-'} |")
+        lines.append("")
+    path = best_path(tree)
+    lines += ["## Best path", ""]
+    for n in path:
+        idea = n["idea_chain"][-1]["title"] if n["idea_chain"] else "(root)"
+        lines.append(f"1. {n['id']} `{n['branch']}` @ {str(n.get('commit'))[:12]}: {idea}; "
+                     f"rank score {_fmt(n.get('rank_score'))}; metrics `{json.dumps(n.get('metrics'))}`")
+    lines += ["", "## Artifacts", "", "- tree.json: every node and evaluation with both comparisons and decisions",
+              "- tree.svg: the tree, coloured by gate outcome", "- evals/<eval id>/: idea.md, plan.md, "
+              "diff_round_<n>.diff, review_round_<n>.md, tests.log, eval.log, summary.json"]
+    if tree.get("stop_reason"):
+        lines.append(f"- delete_branches.txt: {len(tree.get('delete_branches', []))} branch(es) to delete after the run")
+    return "\n".join(lines) + "\n"
+
+
+def tree_svg(tree: dict[str, Any]) -> str:
+    """Self-contained SVG: one row per depth, candidates coloured by outcome, labelled with root score."""
+    rows: dict[int, list[tuple[str, str, str, str]]] = {0: [("n0", "root", "n0", "")]}
+    parent_of: dict[str, str] = {}
+    node_of_eval = {r["id"]: r.get("promoted_to") for r in tree["evaluations"]}
+    for r in sorted(tree["evaluations"], key=lambda r: r["id"]):
+        score = (r.get("root_comparison") or {}).get("score")
+        label = f"{r['id']}" + (f"/{r['promoted_to']}" if r.get("promoted_to") else "")
+        tip = f"{r['idea']['title']} | {r['status']} | {r['decision']['promotion_reason']}"
+        rows.setdefault(r["depth"], []).append((r["id"], outcome_of(r), label, f"{tip} | score {_fmt(score)}"))
+        parent_of[r["id"]] = r["parent"]
+    w_step, h_step, radius = 130, 110, 26
+    width = max(len(v) for v in rows.values()) * w_step + 40
+    height = (max(rows) + 1) * h_step + 40
+    pos: dict[str, tuple[int, int]] = {}
+    for depth, items in rows.items():
+        offset = (width - len(items) * w_step) // 2
+        for i, (ident, *_rest) in enumerate(items):
+            pos[ident] = (offset + i * w_step + w_step // 2, 40 + depth * h_step)
+    # an eval's parent is a node id; draw from the eval that created that node (or the root)
+    eval_of_node = {v: k for k, v in node_of_eval.items() if v}
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">',
+           '<rect width="100%" height="100%" fill="white"/>']
+    for eid, parent in parent_of.items():
+        src = pos["n0"] if parent == "n0" else pos.get(eval_of_node.get(parent, ""), pos["n0"])
+        dst = pos[eid]
+        out.append(f'<line x1="{src[0]}" y1="{src[1]}" x2="{dst[0]}" y2="{dst[1]}" stroke="#999"/>')
+    for items in rows.values():
+        for ident, outcome, label, tip in items:
+            x, y = pos[ident]
+            score = "" if ident == "n0" else tip.rsplit("score ", 1)[-1]
+            out.append(f'<g><title>{html.escape(tip or "root (base branch)")}</title>'
+                       f'<circle cx="{x}" cy="{y}" r="{radius}" fill="{COLOURS[outcome]}" stroke="#333"/>'
+                       f'<text x="{x}" y="{y - 2}" text-anchor="middle" fill="white">{html.escape(label)}</text>'
+                       f'<text x="{x}" y="{y + 12}" text-anchor="middle" fill="white">{html.escape(score)}</text></g>')
+    legend_y = height - 12
+    for i, (name, colour) in enumerate(COLOURS.items()):
+        out.append(f'<rect x="{10 + i * 105}" y="{legend_y - 9}" width="10" height="10" fill="{colour}"/>'
+                   f'<text x="{24 + i * 105}" y="{legend_y}">{name}</text>')
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
+def write_tree_report(tree: dict[str, Any], out_dir: Path) -> list[Path]:
+    """Write tree.json, TREE_SUMMARY.md, tree.svg (and delete_branches.txt once finished)."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    files = {"tree.json": json.dumps(tree, indent=2, allow_nan=False) + "\n",
+             "TREE_SUMMARY.md": summary_markdown(tree), "tree.svg": tree_svg(tree)}
+    if tree.get("stop_reason"):
+        files["delete_branches.txt"] = "".join(f"{b['branch']} {b['commit']}\n" for b in tree["delete_branches"])
+    written = []
+    for name, text in files.items():
+        (out_dir / name).write_text(text, "utf-8")
+        written.append(out_dir / name)
+    return written
+
+
+# ---------------------------------------------------------------- host-side checks and cleanup
+
+def _git(repo: str | Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True)
+
+
+def validate_tree(tree: dict[str, Any] | str | Path, repo_path: str | Path) -> list[str]:
+    """Check a tree (dict or tree.json path) against the repository; returns the problems found.
+
+    Every node's commit must be reachable from its branch; parents, depths,
+    frontiers and promotions must agree with each other and with the evaluations.
+    """
+    if not isinstance(tree, dict):
+        tree = json.loads(Path(tree).read_text("utf-8"))
+    problems: list[str] = []
+    nodes = {n["id"]: n for n in tree["nodes"]}
+    evals = {r["id"]: r for r in tree["evaluations"]}
+    for n in tree["nodes"]:
+        if n["parent"] is not None:
+            parent = nodes.get(n["parent"])
+            if parent is None:
+                problems.append(f"{n['id']}: parent {n['parent']} is not a node")
+            elif n["depth"] != parent["depth"] + 1:
+                problems.append(f"{n['id']}: depth {n['depth']} but parent {parent['id']} has depth {parent['depth']}")
+            r = evals.get(n.get("eval_id") or "")
+            if r is None or r.get("promoted_to") != n["id"] or not r["decision"]["passed_gate"]:
+                problems.append(f"{n['id']}: no gated evaluation promoted it")
+        if not n.get("commit") or not n.get("branch"):
+            problems.append(f"{n['id']}: missing branch or commit")
+            continue
+        if _git(repo_path, "rev-parse", "--verify", "--quiet", f"refs/heads/{n['branch']}").returncode != 0:
+            problems.append(f"{n['id']}: branch {n['branch']} does not exist")
+        elif _git(repo_path, "merge-base", "--is-ancestor", n["commit"], f"refs/heads/{n['branch']}").returncode != 0:
+            problems.append(f"{n['id']}: commit {n['commit'][:12]} is not reachable from {n['branch']}")
+    expanded: set[str] = set()
+    prev_promoted = ["n0"]
+    for d in tree["depths"]:
+        if d["frontier"] != prev_promoted:
+            problems.append(f"depth {d['depth']}: frontier {d['frontier']} != nodes promoted before {prev_promoted}")
+        for node_id in d["frontier"]:
+            if node_id in expanded:
+                problems.append(f"depth {d['depth']}: {node_id} expanded twice")
+            expanded.add(node_id)
+            if node_id in nodes and nodes[node_id]["depth"] != d["depth"] - 1:
+                problems.append(f"depth {d['depth']}: frontier node {node_id} has depth {nodes[node_id]['depth']}")
+        for eid in d["evaluations"]:
+            if evals.get(eid, {}).get("parent") not in d["frontier"]:
+                problems.append(f"depth {d['depth']}: {eid} does not expand a frontier node")
+        if len(d["promoted"]) > tree["config"]["beam_width"]:
+            problems.append(f"depth {d['depth']}: {len(d['promoted'])} promoted > beam_width")
+        prev_promoted = d["promoted"]
+    return problems
+
+
+def delete_listed_branches(repo_path: str | Path, out_dir: str | Path) -> list[tuple[str, str]]:
+    """Delete the branches in ``out_dir/delete_branches.txt`` if they still point at the listed commit.
+
+    Returns ``(branch, outcome)`` with outcome ``deleted``, ``missing`` or ``moved`` (left alone).
+    """
+    listing = Path(out_dir) / "delete_branches.txt"
+    results = []
+    for line in listing.read_text("utf-8").splitlines() if listing.exists() else []:
+        branch, _, commit = line.strip().partition(" ")
+        if not branch:
+            continue
+        ref = f"refs/heads/{branch}"
+        if _git(repo_path, "rev-parse", "--verify", "--quiet", ref).returncode != 0:
+            results.append((branch, "missing"))
+            continue
+        done = _git(repo_path, "update-ref", "-d", ref, commit) if commit else None
+        results.append((branch, "deleted" if done is not None and done.returncode == 0 else "moved"))
+    return results
+
+
+def render_tree_report(events_path: str | Path, out_dir: str | Path, *, sid: str | None = None) -> list[Path]:
+    """Regenerate tree.json / TREE_SUMMARY.md / tree.svg from the event log alone (see module docstring)."""
+    from .tree_beam_replay import replay_trees
+
+    written: list[Path] = []
+    for execution, tree in replay_trees(Path(events_path), only=sid).items():
+        target = Path(out_dir) if execution == "s1" else Path(out_dir) / execution
+        written += write_tree_report(tree, target)
+    return written
