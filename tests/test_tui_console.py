@@ -6,6 +6,7 @@ import io
 import re
 
 import anyio
+import pytest
 import orjson
 
 from orchestrator.eventlog import read_events
@@ -137,3 +138,46 @@ async def test_stop_set_early_still_drains_the_whole_log(tmp_path):
     with anyio.fail_after(5):
         await stream_console("run_done", logs_dir=tmp_path / "logs", mode="json", stop=stop, file=out)
     assert len(out.getvalue().splitlines()) == len(events)
+
+
+# ---------------------------------------------------------------- through the real CLI (Docker + sim agent)
+
+
+@pytest.mark.docker
+def test_cli_no_tui_streams_one_clean_line_per_task_event(tmp_path):
+    from cli_helpers import cli_env, only_run_id, run_cli
+    from conftest import TEST_IMAGE, make_repo
+
+    repo = make_repo(tmp_path / "repo")
+    result = run_cli(["SIM: write a.txt hi\nSIM: commit add a\nSIM: print done", "--no-tui",
+                      "--docker-image", TEST_IMAGE], cwd=repo, env=cli_env(tmp_path))
+    assert result.returncode == 0, result.stderr
+    run_id = only_run_id(tmp_path)
+    events = list(read_events(tmp_path / "logs" / run_id / "events.jsonl"))
+    scheduled = next(e for e in events if e.type == "task.scheduled")
+    completed = next(e for e in events if e.type == "task.completed")
+    prefix = display_ids(scheduled.key, scheduled.payload["instance_id"])
+    lines = result.stdout.splitlines()
+    assert "\x1b[" not in result.stdout  # piped: no colour
+    assert lines[:4] == [
+        "s1: [STRATEGY] simple started (import_policy=auto)",
+        f"{prefix}: [STARTED] → {scheduled.payload['branch_name']} ({scheduled.payload['model']})",
+        format_event(to_dict(completed), color=False),
+        "s1: [STRATEGY] success",
+    ]
+    assert f"→ {completed.payload['artifact']['branch_final']} • +1/-0" in lines[2]
+
+
+@pytest.mark.docker
+def test_cli_json_streams_the_event_log_then_the_summary(tmp_path):
+    from cli_helpers import cli_env, only_run_id, run_cli
+    from conftest import TEST_IMAGE, make_repo
+
+    repo = make_repo(tmp_path / "repo")
+    result = run_cli(["SIM: print done", "--json", "--docker-image", TEST_IMAGE], cwd=repo, env=cli_env(tmp_path))
+    assert result.returncode == 0, result.stderr
+    run_id = only_run_id(tmp_path)
+    decoded = [orjson.loads(line) for line in result.stdout.splitlines()]
+    events = [to_dict(e) for e in read_events(tmp_path / "logs" / run_id / "events.jsonl")]
+    assert decoded[:-1] == events
+    assert decoded[-1]["type"] == "run.summary"
