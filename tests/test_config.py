@@ -1,0 +1,80 @@
+"""Configuration precedence, validation and the documented example."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from orchestrator.auth import resolve_auth
+from orchestrator.config import load_config
+from orchestrator.errors import ConfigError, PreflightError
+
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "cli.md"
+
+
+def test_documented_yaml_is_valid_and_matches_defaults(tmp_path):
+    block = re.search(r"```yaml\n(.*?)```", DOCS.read_text(), re.S).group(1)
+    (tmp_path / "orchestrator.yaml").write_text(block)
+    documented = load_config(config_file=None, cli_overrides={}, cwd=tmp_path, environ={}).config
+    defaults = load_config(config_file=None, cli_overrides={}, cwd=tmp_path / "nowhere", environ={}).config
+    assert documented.runner == defaults.runner
+    assert documented.orchestration == defaults.orchestration
+    assert documented.events == defaults.events
+    assert documented.model_pricing() == {"gpt-5": (0.00125, 0.01)}
+
+
+def test_precedence_cli_over_env_over_dotenv_over_file(tmp_path):
+    (tmp_path / "orchestrator.yaml").write_text("runner:\n  container_memory: 1g\n  container_cpu: 1\n"
+                                               "orchestration:\n  default_model: haiku\n  runs: 2\n")
+    (tmp_path / ".env").write_text("ORCHESTRATOR_RUNNER__CONTAINER_MEMORY=2g\nexport ORCHESTRATOR_ORCHESTRATION__RUNS=3\n"
+                                   "ANTHROPIC_API_KEY='sk-from-dotenv-123456'\n")
+    env = {"ORCHESTRATOR_RUNNER__CONTAINER_MEMORY": "3g"}
+    loaded = load_config(config_file=None, cli_overrides={"orchestration": {"default_model": "opus"}}, cwd=tmp_path,
+                         environ=env)
+    c = loaded.config
+    assert c.runner.container_memory == "3g"          # env beats .env and file
+    assert c.orchestration.runs == 3                  # .env beats file
+    assert c.runner.container_cpu == 1                # file beats defaults, deep merge keeps siblings
+    assert c.orchestration.default_model == "opus"    # CLI beats everything
+    assert loaded.environ["ANTHROPIC_API_KEY"] == "sk-from-dotenv-123456"
+
+
+def test_strategy_defaults_from_env_use_dashed_names(tmp_path):
+    c = load_config(config_file=None, cli_overrides={}, cwd=tmp_path,
+                    environ={"ORCHESTRATOR_STRATEGY__BEST_OF_N__N": "5"}).config
+    assert c.strategy == {"best-of-n": {"n": 5}}
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("runner:\n  nope: 1\n", "runner.nope"),
+    ("runner:\n  container_cpu: many\n", "container_cpu"),
+    ("events:\n  flush_policy: sometimes\n", "flush_policy"),
+    ("- a list\n", "mapping"),
+])
+def test_bad_config_file_names_the_key_and_file(tmp_path, text, needle):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_config(config_file=str(path), cli_overrides={}, cwd=tmp_path, environ={})
+    assert needle in str(err.value) and "bad.yaml" in str(err.value)
+
+
+def test_bad_environment_variable_is_named(tmp_path):
+    with pytest.raises(ConfigError, match="ORCHESTRATOR_RUNNER__CONTAINER_CPU"):
+        load_config(config_file=None, cli_overrides={}, cwd=tmp_path, environ={"ORCHESTRATOR_RUNNER__CONTAINER_CPU": "x"})
+
+
+def test_auth_mode_selection():
+    both = {"CLAUDE_CODE_OAUTH_TOKEN": "oauth-tok-123456", "ANTHROPIC_API_KEY": "sk-api-123456"}
+    assert resolve_auth(both, plugin="claude-code").oauth_token == "oauth-tok-123456"
+    api = resolve_auth(both, plugin="claude-code", mode="api")
+    assert api.api_key == "sk-api-123456" and api.oauth_token is None
+    assert resolve_auth({"ANTHROPIC_API_KEY": "sk-api-123456"}, plugin="claude-code").api_key == "sk-api-123456"
+    with pytest.raises(PreflightError, match="CLAUDE_CODE_OAUTH_TOKEN"):
+        resolve_auth({}, plugin="claude-code")
+    with pytest.raises(PreflightError, match="OPENAI_API_KEY"):
+        resolve_auth({}, plugin="codex")
+    assert resolve_auth({}, plugin="claude-code", dry_run=True).secret_values() == []
+    assert "sk-api" not in repr(api)
