@@ -146,7 +146,8 @@ async def fix_wave(ctx, cycle: int, user_prompt: str, base: str, picked: list[Go
 
 
 def resolve_prompt(goal: Goal, branch: str, merged: list[Goal]) -> str:
-    done = "\n".join(f"- {g.id}: {g.description} (check `{g.check}`)" for g in merged) or "- (none)"
+    # First lines only: the full descriptions belong to the fixes that are already done.
+    done = "\n".join(f"- {g.id}: {g.description.splitlines()[0]} (check `{g.check}`)" for g in merged) or "- (none)"
     return "\n".join([
         f"Merge the git branch `{branch}` into the current branch and resolve the conflicts.",
         f"Run `git merge --no-edit {branch}`: it stops with conflicts. Edit the conflicting files so that",

@@ -1,0 +1,145 @@
+"""evolve for real: engine + Docker runner + sim agent + real git merges inside containers.
+
+The goals' descriptions carry ``SIM:`` lines, so the sim agent's fix for a goal
+writes and commits exactly what the scenario needs; checks are real shell
+commands run read-only in containers on the real branches.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import git, make_repo
+from docker_harness import run_with_docker
+from orchestrator.eventlog import read_events
+from orchestrator.state import COMPLETED
+from strategies.evolve import evolve
+
+pytestmark = pytest.mark.docker
+
+
+def sim_goal(gid, weight, check, *sim):
+    return {"id": gid, "description": "\n".join([f"make {gid} pass", *(f"SIM: {s}" for s in sim)]),
+            "check": check, "weight": weight}
+
+
+GOALS = [
+    sim_goal("keep", 1, "test -f keep.txt"),  # passes from the start
+    sim_goal("c1", 9, "test -f c1.txt", "write c1.txt ok", "write shared.txt one", "commit fix c1"),
+    sim_goal("c2", 8, "test -f c2.txt", "write c2.txt ok", "write shared.txt two", "commit fix c2"),
+    sim_goal("d", 5, "test -f done_d.txt", "write done_d.txt ok", "exec rm keep.txt", "commit fix d"),
+]
+FIELDS = ("cycle", "goal_ids", "result", "goals_passing", "fixed", "regressed", "conflicts", "resolved", "blamed",
+          "quarantined")
+
+
+def history(tmp_path, run_id):
+    text = (tmp_path / "results" / run_id / "strategy_output" / "cycle-history.jsonl").read_text()
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def project(entries):
+    return [tuple(e[f] for f in FIELDS) for e in entries]
+
+
+EXPECTED = [
+    # c1 and c2 both add shared.txt: the merge stops at c2, an agent (the sim agent, obeying c2's
+    # lines) rewrites shared.txt on top of c1, and the continuation merge takes c2 in cleanly
+    (1, ["c1", "c2"], "improved", 3, ["c1", "c2"], [], [], ["c2"], [], []),
+    # d's fix deletes keep.txt: reverted twice, then quarantined; nothing else is left to do
+    (2, ["d"], "reverted", 3, [], ["keep"], [], [], ["d"], []),
+    (3, ["d"], "reverted", 3, [], ["keep"], [], [], ["d"], ["d"]),
+    (4, [], "idle", 3, [], [], [], [], [], []),
+]
+
+
+def make_project(tmp_path):
+    return make_repo(tmp_path / "repo", {"README.md": "# demo\n", "keep.txt": "keep\n"})
+
+
+async def test_evolve_end_to_end_with_conflict_revert_and_quarantine(tmp_path, workspace_root):
+    repo = make_project(tmp_path)
+    start = git(repo, "rev-parse", "main")
+    engine = await run_with_docker(tmp_path, repo, evolve, run_id="run_e", strategy_name="evolve",
+                                   prompt="keep the project healthy",
+                                   params={"goals": GOALS, "max_parallel": 2, "quarantine_after": 2})
+    s = engine.state.strategies["s1"]
+    assert s.status == "success", s.error
+    entries = history(tmp_path, "run_e")
+    assert project(entries) == EXPECTED
+    assert entries[0]["base_commit"] == start
+    wave = entries[0]["wave_commit"]
+    assert [e["base_commit"] for e in entries[1:]] == [wave, wave, wave]  # reverted waves never moved the base
+
+    final = s.result["final_branch"]
+    assert git(repo, "rev-parse", final) == wave == s.result["final_commit"]
+    assert git(repo, "show", f"{final}:shared.txt") == "two"
+    assert git(repo, "show", f"{final}:keep.txt") == "keep"
+    tree = git(repo, "ls-tree", "--name-only", final).split()
+    assert {"c1.txt", "c2.txt", "keep.txt"} <= set(tree) and "done_d.txt" not in tree
+    # the wave really is a merge made in a container, never in the user's work tree
+    assert len(git(repo, "log", "--merges", "--format=%H", final).split()) >= 1
+    assert git(repo, "rev-parse", "main") == start and git(repo, "status", "--porcelain") == ""
+    assert (s.result["goals_passing_before"], s.result["goals_passing_after"]) == (1, 3)
+    summary = (tmp_path / "results/run_e/strategy_output/evolve_summary.md").read_text()
+    assert "1/4 before, 3/4 after" in summary
+
+
+async def run_until(tmp_path, repo, fn, *, event_type, key_suffix, run_id, params, prompt):
+    """Like ``run_with_docker`` but cancels the run the moment ``event_type`` is logged for ``key_suffix``."""
+    import anyio
+
+    from conftest import TEST_IMAGE
+    from orchestrator.engine.engine import Engine, EngineConfig
+    from orchestrator.fingerprint import TaskDefaults
+    from orchestrator.runner import AuthConfig, DockerRunner, RetryConfig
+
+    cfg = EngineConfig(
+        run_id=run_id, repo_path=str(repo), strategy_name="evolve", logs_dir=str(tmp_path / "logs"),
+        state_dir=str(tmp_path / "state"), results_dir=str(tmp_path / "results"), max_parallel=4,
+        defaults=TaskDefaults(plugin_name="claude-code", container_cpus=1, container_memory="1g", timeout_seconds=120),
+        runner_options={"docker_image": TEST_IMAGE,
+                        "retry_config": RetryConfig(max_attempts=3, backoff_base_s=0.2, backoff_factor=2, backoff_max_s=1)},
+    )
+    runner = DockerRunner(auth=AuthConfig(api_key="sk-test-not-a-real-key-000000"), logs_dir=tmp_path / "logs" / run_id)
+    engine = Engine(cfg, runner)
+    scope = anyio.CancelScope()
+    engine.listeners.append(lambda etype, sid, key, *_: scope.cancel()
+                            if etype == event_type and key and key.endswith(key_suffix) else None)
+    try:
+        with scope:
+            await engine.run(fn, prompt=prompt, params=params)
+    finally:
+        await runner.aclose()
+    return engine
+
+
+@pytest.mark.parametrize("event_type,key_suffix", [
+    ("task.completed", "/c/1/fix/c1"),  # mid-wave: c2's fix (sleeping) is still running
+    ("task.started", "/c/1/merge/2"),  # mid-merge: the continuation merge after the resolution
+], ids=["mid-wave", "mid-merge"])
+async def test_evolve_interrupted_resumes_without_rerunning_finished_tasks(tmp_path, workspace_root, event_type,
+                                                                          key_suffix):
+    repo = make_project(tmp_path)
+    slow_c2 = dict(GOALS[2], description=GOALS[2]["description"] + "\nSIM: sleep 2")
+    kw = dict(run_id="run_r", prompt="keep the project healthy",
+              params={"goals": [GOALS[0], GOALS[1], slow_c2], "max_parallel": 2})
+    first = await run_until(tmp_path, repo, evolve, event_type=event_type, key_suffix=key_suffix, **kw)
+    assert first.state.strategies["s1"].status == "running"  # really interrupted mid-cycle
+    n_first = len(list(read_events(first.paths.events)))
+    finished_first = {k for k, t in first.state.tasks.items() if t.state == COMPLETED}
+    assert any(k.endswith("/c/1/fix/c1") for k in finished_first)
+
+    second = await run_with_docker(tmp_path, repo, evolve, strategy_name="evolve", **kw)
+    s = second.state.strategies["s1"]
+    assert s.status == "success", s.error
+    events = list(read_events(second.paths.events))
+    started_again = {e.key for e in events[n_first:] if e.type == "task.started"}
+    assert not started_again & finished_first, "a finished task ran again after resume"
+    assert any(k.endswith(key_suffix) or k.endswith("/c/1/fix/c2") for k in started_again)
+    completed = [e.key for e in events if e.type == "task.completed"]
+    assert len(completed) == len(set(completed))
+    assert project(history(tmp_path, "run_r")) == [EXPECTED[0]]
+    assert s.result["stopped"] == "all-passing"
