@@ -74,7 +74,7 @@ def render(model: RunModel, *, width: int, height: int, now: float, mode: str | 
     """One complete frame of the dashboard, fitted to ``width`` x ``height``."""
     summary = model.summary(now)
     chosen = choose_mode(summary.total, mode)
-    parts: list[RenderableType] = [_header(model, summary, chosen), _health(summary, max_parallel)]
+    parts: list[RenderableType] = [_header(model, summary), _health(summary, max_parallel, chosen)]
     avail = max(0, height - 4)  # header, health line, 2-line footer
     if waiting_for and model.events == 0:
         parts.append(Text(f"waiting for events in {waiting_for} …", style="italic"))
@@ -95,7 +95,7 @@ def _params_text(params: dict[str, Any], limit: int = 60) -> str:
     return shown if len(shown) <= limit else shown[: limit - 1] + "…"
 
 
-def _header(model: RunModel, s: Summary, mode: str) -> Text:
+def _header(model: RunModel, s: Summary) -> Text:
     strategies = list(model.state.strategies.values())
     names = list(dict.fromkeys(st.name for st in strategies if st.name))
     desc = ", ".join(names) or "-"
@@ -115,15 +115,15 @@ def _header(model: RunModel, s: Summary, mode: str) -> Text:
     text.append(f"▶ {s.running} running ", style="yellow")
     text.append(f"✅ {s.completed} done ", style="green")
     text.append(f"❌ {s.failed} failed ", style="red" if s.failed else "")
-    text.append(f" ⏱ {fmt_duration(s.runtime_s)}  [{mode}]")
+    text.append(f" ⏱ {fmt_duration(s.runtime_s)}")
     return _one_line(text)
 
 
-def _health(s: Summary, max_parallel: int | None) -> Text:
+def _health(s: Summary, max_parallel: int | None, mode: str) -> Text:
     limit = str(max_parallel) if max_parallel else "?"
     rate = f"${s.cost_per_min:.2f}/min" if s.cost_per_min is not None else "N/A"
     text = Text.assemble(("health ", "dim"), f"queue {s.pending} · running {s.running}/{limit} · ",
-                         f"cost rate {rate} · avg task {fmt_duration(s.avg_duration_s)}")
+                         f"cost rate {rate} · avg task {fmt_duration(s.avg_duration_s)}  ", (f"[{mode}]", "dim"))
     return _one_line(text)
 
 

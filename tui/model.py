@@ -62,6 +62,7 @@ class TaskExtra(msgspec.Struct, kw_only=True):
     """Display-only facts about a task that the state fold does not keep."""
 
     activity: str = ""
+    prompt: str = ""  # first line of the task's prompt: what a queued or running task is doing
     started: float | None = None
     ended: float | None = None
     plugin: str | None = None
@@ -142,14 +143,15 @@ class RunModel:
             extra = self.extras[key] = TaskExtra()
         if etype == TASK_SCHEDULED:
             extra.plugin = payload.get("plugin")
-            extra.activity = "queued"
+            extra.prompt = first_line((payload.get("input") or {}).get("prompt"))
+            extra.activity = f"queued: {extra.prompt}" if extra.prompt else "queued"
         elif etype == TASK_STARTED:
             extra.started = epoch
             extra.ended = None
             task = self.state.tasks.get(key)
             attempt = task.attempts if task is not None else 1
-            model = payload.get("model") or ""
-            extra.activity = f"running {model}".rstrip() + (f" (attempt {attempt})" if attempt > 1 else "")
+            doing = extra.prompt or f"running {payload.get('model') or ''}".rstrip()
+            extra.activity = (f"attempt {attempt}: " if attempt > 1 else "") + doing
         elif etype == TASK_COMPLETED:
             extra.ended = epoch
             artifact = payload.get("artifact") or {}
@@ -183,8 +185,10 @@ class RunModel:
                 extra.started = parse_ts(task.started_at)
             if extra.ended is None and task.state in (COMPLETED, FAILED):
                 extra.ended = parse_ts(task.completed_at)
-            if not extra.activity or extra.activity == "queued":
-                extra.activity = _activity_from_state(task)
+            if not extra.prompt:
+                extra.prompt = first_line(task.input.get("prompt"))
+            if not extra.activity or extra.activity.startswith("queued"):
+                extra.activity = _activity_from_state(task, extra.prompt)
         for task in snapshot.tasks.values():
             for ts in (task.scheduled_at, task.completed_at):
                 epoch = parse_ts(ts)
@@ -260,16 +264,16 @@ class RunModel:
         return counts
 
 
-def _activity_from_state(task: TaskState) -> str:
+def _activity_from_state(task: TaskState, prompt: str) -> str:
     if task.state == FAILED:
         return f"{task.error_type or 'error'}: {first_line(task.message)}"
     if task.state == COMPLETED:
         return f"done → {task.branch_final}" if task.branch_final else "done (no branch)"
     if task.state == RUNNING:
-        return f"running {task.model or ''}".rstrip()
+        return prompt or f"running {task.model or ''}".rstrip()
     if task.state == INTERRUPTED:
         return "interrupted"
-    return "queued"
+    return f"queued: {prompt}" if prompt else "queued"
 
 
 # ---------------------------------------------------------------- progress files
