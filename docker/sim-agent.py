@@ -26,11 +26,13 @@ the prompt (other text is ignored):
     SIM: spam <megabytes>             that much text in assistant messages
     SIM: write-outside <path>         try to write an absolute path; report, never crash
     SIM: exec <shell command>         run it with /bin/sh -c, output in a tool result
+    SIM[tag]: <verb> <args>           only when the prompt has a line "Role: tag", "Node: tag" or "Round: tag"
 
 Without any SIM line the agent is deterministic from sha256(prompt): in a
 writable git work tree it writes (or appends a revision line to)
 ``sim/<8hex>.txt`` and commits it; the final message is a score JSON, an ideas
-JSON or a one-line summary depending on the prompt.
+JSON, a review verdict ``{"verdict": "APPROVE", "issues": []}`` (prompt mentions
+verdict and JSON) or a one-line summary depending on the prompt.
 
 Every execution appends a JSON line {ts, task_key, argv0, session_id, resumed,
 prompt_sha256, persona, model, cwd} to ``~/.sim-agent/executions.jsonl`` and,
@@ -72,7 +74,11 @@ CLAUDE_TOOLS = [
     "NotebookEdit", "WebFetch", "TodoWrite", "WebSearch", "BashOutput", "KillShell",
 ]
 
-SIM_LINE = re.compile(r"^[\s>*#-]*SIM:\s*(\S+)(?:[ \t]+(.*?))?\s*$")
+SIM_LINE = re.compile(r"^[\s>*#-]*SIM(?:\[([\w.-]+)\])?:\s*(\S+)(?:[ \t]+(.*?))?\s*$")
+# A scoped line ``SIM[tag]: ...`` applies only when the prompt also has a line
+# ``Role: tag``, ``Node: tag`` or ``Round: tag``, so one prompt can steer a
+# planner, a coder and each review round (or one tree node's ideator) differently.
+TAG_LINE = re.compile(r"^\s*(?:Role|Node|Round):\s*([\w.-]+)\s*$", re.I | re.M)
 
 
 # --------------------------------------------------------------------------- utils
@@ -152,11 +158,12 @@ OUT = Out()
 
 
 def parse_instructions(prompt: str) -> list[tuple[str, str]]:
+    tags = {t.lower() for t in TAG_LINE.findall(prompt)}
     steps = []
     for raw in prompt.splitlines():
         m = SIM_LINE.match(raw)
-        if m:
-            steps.append((m.group(1).lower(), (m.group(2) or "").strip()))
+        if m and (m.group(1) is None or m.group(1).lower() in tags):
+            steps.append((m.group(2).lower(), (m.group(3) or "").strip()))
     return steps
 
 
@@ -905,6 +912,8 @@ class Agent:
                 did = f" Could not write {rel}."
         lower = prompt.lower()
         n_hash = int(self.h[8:16], 16)
+        if "json" in lower and "verdict" in lower:
+            return json.dumps({"verdict": "APPROVE", "issues": []})
         if "json" in lower and "score" in lower:
             score = n_hash % 11
             return json.dumps({

@@ -80,10 +80,10 @@ def fix_prompt(issues: list[str]) -> str:
             f"{listed}")
 
 
-def review_prompt(goal: str, idea: Idea, plan: str, diff: str) -> str:
+def review_prompt(goal: str, idea: Idea, plan: str, diff: str, n: int) -> str:
     if len(diff) > REVIEW_DIFF_LIMIT:
         diff = diff[:REVIEW_DIFF_LIMIT] + "\n[diff truncated]"
-    return (f"Role: reviewer\n\nOverall goal: {goal}\n\nIdea:\n{idea.text}\n\nPlan:\n{plan}\n\n"
+    return (f"Role: reviewer\nRound: review-{n}\n\nOverall goal: {goal}\n\nIdea:\n{idea.text}\n\nPlan:\n{plan}\n\n"
             f"Cumulative diff of the change (the checked-out branch):\n{diff}\n\n"
             "Review the change for correctness and safety only; tests and docs are not required for approval "
             "(a separate test gate runs them). Do not modify any files. Reply with ONLY a JSON object: "
@@ -215,7 +215,7 @@ async def run_idea(ctx, idea: Idea, *, goal: str, base_branch: str, key_prefix: 
         out["rounds"].append(record)
         if not cfg.review:
             break
-        review = await ask_json(ctx, {"prompt": review_prompt(goal, idea, plan, diff), "base_branch": branch,
+        review = await ask_json(ctx, {"prompt": review_prompt(goal, idea, plan, diff, n), "base_branch": branch,
                                       "import_policy": "never"}, (*prefix, "review", f"round-{n}"), parse_review)
         if review is None:
             _write(out_dir, f"review_round_{n}.md", "# Review: invalid\n\nNo valid verdict after one repair attempt.\n")
