@@ -143,3 +143,53 @@ async def test_evolve_interrupted_resumes_without_rerunning_finished_tasks(tmp_p
     assert len(completed) == len(set(completed))
     assert project(history(tmp_path, "run_r")) == [EXPECTED[0]]
     assert s.result["stopped"] == "all-passing"
+
+
+GOALS_YAML = """\
+version: 1
+goals:
+  - id: keep
+    description: keep.txt stays
+    check: test -f keep.txt
+    weight: 1
+  - id: c1
+    description: |
+      add c1.txt
+      SIM: write c1.txt ok
+      SIM: write shared.txt one
+      SIM: commit fix c1
+    check: test -f c1.txt
+    weight: 9
+  - id: c2
+    description: |
+      add c2.txt
+      SIM: write c2.txt ok
+      SIM: write shared.txt two
+      SIM: commit fix c2
+    check: test -f c2.txt
+    weight: 8
+"""
+
+
+def test_cli_runs_evolve_from_a_goals_file(tmp_path):
+    from cli_helpers import cli_env, only_run_id, run_cli
+    from conftest import TEST_IMAGE
+
+    repo = make_repo(tmp_path / "repo", {"README.md": "# demo\n", "keep.txt": "keep\n", "GOALS.yaml": GOALS_YAML})
+    result = run_cli(["keep the project healthy", "--strategy", "evolve", "-S", "goals=GOALS.yaml",
+                      "-S", "max_parallel=2", "-S", "max_cycles=4", "--no-tui", "--docker-image", TEST_IMAGE],
+                     cwd=repo, env=cli_env(tmp_path), timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    run_id = only_run_id(tmp_path)
+    out = tmp_path / "results" / run_id
+    entries = history(tmp_path, run_id)
+    assert project(entries) == [EXPECTED[0]]
+    summary = json.loads((out / "summary.json").read_text())
+    final = entries[0]["base_branch"]
+    (strategy,) = summary["strategies"]
+    assert strategy["selected_branch"] == final and summary["final_branches"] == [final]
+    assert strategy["result"]["stopped"] == "all-passing"
+    # the recorded parameter is the validated goals, not the file name: resume never reads the file
+    assert [g["id"] for g in strategy["params"]["goals"]] == ["keep", "c1", "c2"]
+    assert git(repo, "show", f"{final}:shared.txt") == "two"
+    assert "1/3 before, 3/3 after" in (out / "strategy_output" / "evolve_summary.md").read_text()

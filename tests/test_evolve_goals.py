@@ -228,3 +228,15 @@ def test_merge_command_stops_at_the_first_conflict_and_skips_merged_branches(tmp
     report = parse_merge(sh(repo, merge_command(["fb", "fd"])).stdout)
     assert report.merged == ("fb", "fd") and report.conflict is None
     assert "@@evolve already fb" in sh(repo, merge_command(["fb"])).stdout
+
+
+def test_cli_rejects_an_invalid_goals_file_before_anything_runs(tmp_path):
+    from cli_helpers import cli_env, run_cli
+
+    repo = make_repo(tmp_path / "repo", {"GOALS.yaml": "version: 1\ngoals:\n  - id: lint-clean\n    description: d\n"
+                                                       "    check: ruff check .\n    weight: lots\n"})
+    result = run_cli(["keep the project healthy", "--strategy", "evolve", "-S", "goals=GOALS.yaml", "--no-tui"],
+                     cwd=repo, env=cli_env(tmp_path), timeout=60)
+    assert result.returncode == 2
+    assert "GOALS.yaml: goal 'lint-clean': field 'weight' must be a number greater than 0" in result.stderr
+    assert not (tmp_path / "logs").exists() or not any((tmp_path / "logs").iterdir())
