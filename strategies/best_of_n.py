@@ -43,8 +43,8 @@ def generation_prompt(prompt: str, approaches: list[str], i: int) -> str:
 @strategy_options(prepare=_prepare)
 async def best_of_n(prompt, base_branch, ctx, *,
                     n: Annotated[int, "number of candidates generated in parallel"] = 5,
-                    model: Annotated[str | None, "model for the candidates (default: the run's model)"] = None,
-                    scorer_model: Annotated[str | None, "model for the reviewers (default: the run's model)"] = None,
+                    model: Annotated[str | None, "model for the candidates; unset: the run's --model"] = None,
+                    scorer_model: Annotated[str | None, "model for the reviewers; unset: the run's --model"] = None,
                     criteria: Annotated[str, "what the reviewer judges"] = DEFAULT_CRITERIA,
                     approaches: Annotated[list, "optional hints; candidate i gets approaches[i % len]"] = [],  # noqa: B006
                     import_policy: Annotated[ImportPolicy, "branch creation for candidates"] = "auto"):
