@@ -189,9 +189,10 @@ def prepare(params: dict[str, Any], repo_path: str) -> dict[str, Any]:
     """Load and validate the goals file and limits before the run starts."""
     out = dict(params)
     check_max_parallel(out.get("max_parallel", 3))
-    cycles = out.get("max_cycles", 10)
-    if isinstance(cycles, bool) or not isinstance(cycles, int) or cycles < 1:
-        raise ConfigError(f"evolve: -S max_cycles must be a whole number >= 1, got {cycles!r}")
+    for name, default in (("max_cycles", 10), ("quarantine_after", 3)):
+        value = out.get(name, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"evolve: -S {name} must be a whole number >= 1, got {value!r}")
     value = out.get("goals")
     if value is None:
         raise ConfigError("evolve: needs -S goals=GOALS.yaml (the goals file, see docs/evolve.md)")

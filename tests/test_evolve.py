@@ -18,7 +18,6 @@ import pytest
 
 from engine_helpers import run_engine
 from orchestrator.engine.testing import ScriptedRunner, failure, success
-from orchestrator.state import COMPLETED
 from strategies.evolve import evolve
 
 # ---------------------------------------------------------------- repository model

@@ -11,7 +11,7 @@ from conftest import git, make_repo
 from orchestrator.errors import ConfigError
 from orchestrator.strategy_loader import load_strategy, parse_params
 from strategies.evolve_commands import measure_command, merge_command, parse_measurement, parse_merge
-from strategies.evolve_goals import Goal, goals_from_param, load_goals_file, prepare, validate_goals
+from strategies.evolve_goals import Goal, goals_from_param, load_goals_file, prepare
 from strategies.evolve_select import globs_may_overlap, independent, path_tokens, select_goals
 
 GOOD = """\
@@ -102,6 +102,8 @@ def test_limits_and_missing_file_are_config_errors(tmp_path):
         prepare({"goals": "GOALS.yaml", "max_parallel": 6}, str(tmp_path))
     with pytest.raises(ConfigError, match="max_cycles must be"):
         prepare({"goals": "GOALS.yaml", "max_cycles": 0}, str(tmp_path))
+    with pytest.raises(ConfigError, match="quarantine_after must be"):
+        prepare({"goals": "GOALS.yaml", "quarantine_after": 0}, str(tmp_path))
     with pytest.raises(ConfigError, match="nope.yaml: goals file not found"):
         prepare({"goals": "nope.yaml"}, str(tmp_path))
     with pytest.raises(ConfigError, match="needs -S goals="):
