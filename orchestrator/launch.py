@@ -164,7 +164,18 @@ def _guard(strategy: LoadedStrategy, config: Config, olog: ComponentLog | None =
     return reporter
 
 
+def _warm_imports() -> None:
+    """Import docker-py (about 0.3 s of requests/urllib3) while pre-flight reads config and git."""
+    try:
+        import docker  # noqa: F401
+    except ImportError:
+        pass
+
+
 async def prepare(args) -> Prepared:
+    import threading
+
+    threading.Thread(target=_warm_imports, daemon=True).start()
     loaded = load_config(config_file=args.config, cli_overrides=_cli_overrides(args))
     config = loaded.config
     default_sanitizer().add_secrets(v for k, v in loaded.environ.items() if k in SECRET_ENV_VARS)
