@@ -368,3 +368,25 @@ async def test_interrupt_and_resume_gives_the_same_history_without_rerunning_fix
     assert any(pattern.search(k) for k in again)  # the interrupted task is the one that reruns
     assert (tmp_path / "resumed/results/run_t/strategy_output/cycle-history.jsonl").read_bytes() == expected
     assert len(w.fix_runs) == len(set(w.fix_runs)), "a fix task ran twice"
+
+
+async def test_task_shapes_fix_prompts_and_merge_order(tmp_path):
+    w = world()
+    runner = ScriptedRunner(w)
+    goals = [dict(g, description=f"make {g['id']} pass\nsecond line") for g in GOALS if g["id"] in ("keep", "a", "b")]
+    await run_engine(tmp_path, evolve, runner, params={"goals": goals}, max_parallel=1)
+    by_key = {"/".join(key_parts(c)): c for c in runner.calls}
+    measure = by_key["initial/measure/a"]
+    assert (measure.plugin_name, measure.import_policy, measure.base_branch) == ("command", "never", "main")
+    fix = by_key["c/1/fix/a"]
+    assert fix.plugin_name == "claude-code" and fix.base_branch == "main" and fix.import_policy == "auto"
+    for text in ("Overall objective: do it", "make a pass\nsecond line", "`test -f done_a.txt`",
+                 "checked a",  # the failing output's tail
+                 "- keep: `test -f keep.txt`", "- b: `test -f done_b.txt`"):
+        assert text in fix.prompt
+    merge = by_key["c/1/merge/1"]
+    assert merge.base_branch == "main" and merge.import_policy == "auto"
+    assert list(merge.include_branches) == [by_key["c/1/fix/a"].branch_name, by_key["c/1/fix/b"].branch_name]
+    assert merge.command.index(merge.include_branches[0]) < merge.command.index(merge.include_branches[1])
+    wave = by_key["c/1/wave/measure/keep"]
+    assert wave.base_branch == merge.branch_name  # the gate measures the merged wave
