@@ -224,10 +224,11 @@ def _share(needs: list[int], budget: int, unit: int) -> list[int]:
     return out
 
 
-def _section(model: RunModel, strat: StrategyState, tasks: list[TaskState], mode: str, per_row: int,
+def _section(model: RunModel, strat: StrategyState, all_tasks: list[TaskState], mode: str, per_row: int,
              inner: int, lines: int, now: float) -> Panel:
     card_h = CARD_HEIGHT[mode]
     capacity = (lines // card_h) * per_row
+    tasks = all_tasks
     total = len(tasks)
     if total > capacity:
         tasks = sorted(tasks, key=_urgency_key(model))[:capacity]
@@ -240,7 +241,7 @@ def _section(model: RunModel, strat: StrategyState, tasks: list[TaskState], mode
         body = _detailed_grid(model, tasks, per_row, now)
     else:
         body = _cell_grid(model, tasks, mode, per_row, inner, now)
-    done = sum(1 for t in _all_tasks(model, strat.id) if t.state in (COMPLETED, FAILED))
+    done = sum(1 for t in all_tasks if t.state in (COMPLETED, FAILED))
     title = Text.assemble((f" {strat.id} ", "bold"), (strat.name or "?", "bold cyan"))
     if strat.params:
         title.append(f" ({_params_text(strat.params, 40)})")
@@ -256,18 +257,6 @@ def _section(model: RunModel, strat: StrategyState, tasks: list[TaskState], mode
     return Panel(body, title=title, title_align="left",
                  subtitle=subtitle, subtitle_align="left",
                  border_style=STRATEGY_BORDER.get(strat.status, "cyan"), height=lines + 2, padding=(0, 1))
-
-
-def _all_tasks(model: RunModel, sid: str) -> list[TaskState]:
-    # Cached per model version: sections call this several times per frame.
-    cache = getattr(model, "_by_sid_cache", None)
-    if cache is None or cache[0] != model.version:
-        by: dict[str, list[TaskState]] = {}
-        for t in model.state.tasks.values():
-            by.setdefault(t.strategy_execution_id, []).append(t)
-        cache = (model.version, by)
-        model._by_sid_cache = cache  # type: ignore[attr-defined]
-    return cache[1].get(sid, [])
 
 
 def _urgency_key(model: RunModel):
