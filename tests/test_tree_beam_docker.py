@@ -1,0 +1,125 @@
+"""A real depth-2 tree-beam run: engine + DockerRunner + sim agent + git + a benchmark script.
+
+The goal carries one ``SIM[nX]: print-json`` line per node (the ideator's
+prompt has ``Node: nX``); each idea's description tells the coder which file
+to commit, and bench.py's throughput depends on which files exist.
+Worked out by hand: root 100; depth 1: fast +20 (kept, n1), slow -30 (gate
+fails); depth 2 from n1: faster +25 (145, kept, n2), notes +0 (mixed, gated
+but below the beam). Stop: max_depth; best path n0 -> n1 -> n2.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import git, make_repo
+from docker_harness import run_with_docker
+from orchestrator.eventlog import read_events
+from strategies.tree_beam import tree_beam
+from strategies.tree_beam_report import delete_listed_branches, render_tree_report, validate_tree
+
+pytestmark = pytest.mark.docker
+
+BENCH = """import json, os
+t = 100
+for name, gain in (("fast.txt", 20), ("faster.txt", 25), ("slow.txt", -30)):
+    if os.path.exists(name):
+        t += gain
+print(json.dumps({"metrics": {"throughput": t}, "expected": 3, "ok": 3}))
+"""
+
+
+def idea(title, path):
+    return {"title": title, "description": f"SIM[coder]: write {path} 1\nSIM[coder]: commit {title}"}
+
+
+GOAL = ("make the solver faster\n"
+        f"SIM[n0]: print-json {json.dumps({'ideas': [idea('fast path', 'fast.txt'), idea('slow path', 'slow.txt')]})}\n"
+        f"SIM[n1]: print-json {json.dumps({'ideas': [idea('faster path', 'faster.txt'), idea('notes', 'notes.txt')]})}\n")
+
+PARAMS = {"eval_command": "python3 bench.py", "primary_metric": "throughput", "direction": "max", "weights": {},
+          "tolerance": 0.01, "ideas_per_node": 2, "max_depth": 2, "beam_width": 1, "max_total_evals": None,
+          "keep_rejected": False, "ideas_context": "node_plus_ancestors", "dedupe_scope": "path",
+          "max_review_rounds": 0, "test_command": None, "eval_timeout_s": None}
+
+
+def check_tree(engine, repo):
+    s = engine.state.strategies["s1"]
+    assert s.status == "success", s.error
+    res = s.result
+    ev = {r["id"]: r for r in res["tree"]["evaluations"]}
+    assert {e: (r["idea"]["title"], r["decision"]["passed_gate"], r.get("promoted_to")) for e, r in ev.items()} == {
+        "e0001": ("fast path", True, "n1"), "e0002": ("slow path", False, None),
+        "e0003": ("faster path", True, "n2"), "e0004": ("notes", True, None)}
+    assert ev["e0002"]["decision"]["promotion_reason"] == "primary_metric_regressed"
+    assert ev["e0004"]["decision"]["promotion_reason"] == "below_beam"
+    assert ev["e0003"]["parent_comparison"]["score"] == pytest.approx(100 * 25 / 120)
+    assert ev["e0003"]["root_comparison"]["score"] == 45.0
+    assert (res["stop_reason"], res["best_path"]) == ("max_depth", ["n0", "n1", "n2"])
+    n2 = res["tree"]["nodes"][2]
+    assert git(repo, "show", f"{n2['branch']}:faster.txt") == "1" and git(repo, "show", f"{n2['branch']}:fast.txt") == "1"
+    assert git(repo, "rev-parse", n2["branch"]) == n2["commit"]
+    return res
+
+
+async def test_depth_two_tree_end_to_end(tmp_path, workspace_root):
+    repo = make_repo(tmp_path / "repo", {"bench.py": BENCH})
+    engine = await run_with_docker(tmp_path, repo, tree_beam, params=PARAMS, prompt=GOAL, max_parallel=4)
+    res = check_tree(engine, repo)
+    out = engine.paths.results / "strategy_output"
+    # the n1 ideator was told what changed on its branch (diff stat) and how its siblings fared
+    n1_prompt = engine.state.tasks["run_d/s1/n1/ideas/attempt-1"].input["prompt"]
+    assert "fast.txt" in n1_prompt and "- slow path:" in n1_prompt
+    # validation, rendering from the log, then the post-run branch cleanup
+    assert validate_tree(out / "tree.json", repo) == []
+    for p in render_tree_report(engine.paths.events, tmp_path / "rendered"):
+        assert p.read_bytes() == (out / p.name).read_bytes()
+    doomed = {b["branch"] for b in res["delete_branches"]}
+    ev = {r["id"]: r for r in res["tree"]["evaluations"]}
+    assert doomed == {ev["e0002"]["branch"], ev["e0004"]["branch"]}
+    assert sorted(delete_listed_branches(repo, out)) == sorted((b, "deleted") for b in doomed)
+    heads = git(repo, "for-each-ref", "--format=%(refname:short)", "refs/heads").split()
+    assert not doomed & set(heads) and validate_tree(out / "tree.json", repo) == []
+    assert validate_tree({**res["tree"], "nodes": [dict(n, commit="0" * 40) if n["id"] == "n2" else n
+                                                   for n in res["tree"]["nodes"]]}, repo) != []
+
+
+async def run_until(tmp_path, repo, key_suffix):
+    """The docker harness's run, cancelled as soon as a task whose key ends with ``key_suffix`` completes."""
+    import anyio
+
+    from conftest import TEST_IMAGE
+    from orchestrator.engine.engine import Engine, EngineConfig
+    from orchestrator.fingerprint import TaskDefaults
+    from orchestrator.runner import AuthConfig, DockerRunner, RetryConfig
+
+    cfg = EngineConfig(run_id="run_d", repo_path=str(repo), strategy_name="test", logs_dir=str(tmp_path / "logs"),
+                       state_dir=str(tmp_path / "state"), results_dir=str(tmp_path / "results"), max_parallel=4,
+                       defaults=TaskDefaults(plugin_name="claude-code", container_cpus=1, container_memory="1g",
+                                             timeout_seconds=120),
+                       runner_options={"docker_image": TEST_IMAGE, "retry_config": RetryConfig(max_attempts=3)})
+    runner = DockerRunner(auth=AuthConfig(api_key="sk-test-not-a-real-key-000000"), logs_dir=tmp_path / "logs" / "run_d")
+    engine = Engine(cfg, runner)
+    try:
+        with anyio.CancelScope() as scope:
+            engine.listeners.append(lambda etype, sid, key, payload, offset, ts: scope.cancel()
+                                    if etype == "task.completed" and key and key.endswith(key_suffix) else None)
+            await engine.run(tree_beam, prompt=GOAL, params=PARAMS)
+    finally:
+        await runner.aclose()
+
+
+async def test_interrupted_tree_resumes_without_rerunning_work(tmp_path, workspace_root):
+    repo = make_repo(tmp_path / "repo", {"bench.py": BENCH})
+    await run_until(tmp_path, repo, "/e0003/code/round-1")  # mid depth 2: implemented, not yet evaluated
+    events = list(read_events(tmp_path / "logs" / "run_d" / "events.jsonl"))
+    done_first = {e.key for e in events if e.type == "task.completed"}
+    assert "run_d/s1/e0003/code/round-1" in done_first and "run_d/s1/e0003/eval" not in done_first
+    engine = await run_with_docker(tmp_path, repo, tree_beam, params=PARAMS, prompt=GOAL, max_parallel=4)
+    check_tree(engine, repo)
+    later = list(read_events(engine.paths.events))[len(events):]
+    rerun = {e.key for e in later if e.type == "task.started"} & done_first
+    assert not rerun, f"finished tasks ran again: {sorted(rerun)}"
+    assert "run_d/s1/e0003/eval" in {e.key for e in later if e.type == "task.completed"}
