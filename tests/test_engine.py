@@ -289,3 +289,28 @@ async def test_changed_strategy_reports_recorded_keys_it_no_longer_asks_for(tmp_
     assert engine.state.strategies["s1"].status == "success"
     completed = [e for e in read_events(engine.paths.events) if e.type == "strategy.completed"][-1]
     assert completed.payload["unvisited_keys"] == ["run_t/s1/gen/1", "run_t/s1/gen/2"]
+
+
+async def test_retry_policy_redispatches_only_the_listed_failure_categories(tmp_path):
+    attempts = {}
+
+    def flaky(req):
+        attempts[req.prompt] = attempts.get(req.prompt, 0) + 1
+        if req.prompt == "docker-blip" and attempts[req.prompt] < 3:
+            return failure(req, error_type="container", message="Cannot connect to the Docker daemon")
+        if req.prompt == "bad-git":
+            return failure(req, error_type="git", message="ref lock")
+        return success(req)
+
+    async def strat(prompt, base_branch, ctx):
+        policy = {"max_attempts": 3, "backoff": {"base_s": 0.01, "factor": 1}, "retry_on": ["docker"]}
+        ok, failed = await ctx.wait_all([ctx.run({"prompt": "docker-blip"}, key=ctx.key("a"), policy=policy),
+                                         ctx.run({"prompt": "bad-git"}, key=ctx.key("b"), policy=policy)],
+                                        tolerate_failures=True)
+        return [len(ok), [f.error_type for f in failed]]
+
+    engine, state = await run_engine(tmp_path, strat, ScriptedRunner(flaky))
+    assert state.strategies["s1"].result == [1, ["git"]]
+    assert attempts == {"docker-blip": 3, "bad-git": 1}
+    started = [e for e in read_events(engine.paths.events) if e.type == "task.started" and e.key.endswith("/a")]
+    assert len(started) == 3 and state.tasks["run_t/s1/a"].attempts == 3

@@ -66,6 +66,39 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True):
     runner_options: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
+class RetryPolicy(msgspec.Struct, frozen=True, kw_only=True):
+    """Orchestration-level retry of a task whose runner call failed to schedule or attach (spec §7.8).
+
+    Runner-level retries (rate limits, API errors, with session resume) happen
+    inside the runner; this policy re-dispatches the whole task under the same
+    key when the failure category is in ``retry_on``.
+    """
+
+    max_attempts: int = 3
+    base_s: float = 10.0
+    factor: float = 6.0
+    max_s: float = 360.0
+    retry_on: tuple[str, ...] = ("docker", "api", "network")
+
+    @classmethod
+    def coerce(cls, policy: Any) -> RetryPolicy | None:
+        if policy is None or isinstance(policy, RetryPolicy):
+            return policy
+        if isinstance(policy, dict):
+            backoff = policy.get("backoff") or {}
+            return cls(max_attempts=int(policy.get("max_attempts", 3)), base_s=float(backoff.get("base_s", 10)),
+                       factor=float(backoff.get("factor", 6)), max_s=float(backoff.get("max_s", 360)),
+                       retry_on=tuple(policy.get("retry_on", ("docker", "api", "network"))))
+        raise TypeError(f"policy must be a RetryPolicy or a dict, not {type(policy).__name__}")
+
+    def retries(self, error_type: str | None) -> bool:
+        wanted = {"container" if c in ("docker", "network") else c for c in self.retry_on}
+        return error_type in wanted
+
+    def delay(self, attempt: int) -> float:
+        return min(self.max_s, self.base_s * self.factor ** (attempt - 1))
+
+
 def auto_parallel(container_cpu: float) -> int:
     cpus = os.cpu_count() or 2
     return max(2, min(20, math.floor(cpus / max(container_cpu, 0.001))))
@@ -192,7 +225,7 @@ class Engine:
             }, key=key)
         assert self._tg is not None
         self.queued += 1
-        self._tg.start_soon(self._execute, ctx, handle, normalized, inst, cname, bname)
+        self._tg.start_soon(self._execute, ctx, handle, normalized, inst, cname, bname, RetryPolicy.coerce(policy))
         return handle
 
     def _request(self, ctx: StrategyContext, key: str, norm: dict[str, Any], inst: str, cname: str,
@@ -222,9 +255,23 @@ class Engine:
         )
 
     async def _execute(self, ctx: StrategyContext, handle: Handle, norm: dict[str, Any], inst: str,
-                       cname: str, bname: str) -> None:
+                       cname: str, bname: str, policy: RetryPolicy | None = None) -> None:
         key, sid = handle.key, ctx.strategy_execution_id
-        request = self._request(ctx, key, norm, inst, cname, bname)
+        attempt = 1
+        while True:
+            request = self._request(ctx, key, norm, inst, cname, bname)
+            result = await self._attempt(sid, key, inst, cname, norm, request)
+            if result.status == "success" or policy is None or attempt >= policy.max_attempts \
+                    or not policy.retries(result.error_type):
+                break
+            self.olog.warning(f"task {key} failed ({result.error_type}); retrying under its policy",
+                              attempt=attempt, delay_s=policy.delay(attempt))
+            await anyio.sleep(policy.delay(attempt))
+            attempt += 1
+        self._finish(sid, handle, inst, result)
+
+    async def _attempt(self, sid: str, key: str, inst: str, cname: str, norm: dict[str, Any],
+                       request: InstanceRequest) -> RunnerResult:
         try:
             async with self._limiter:
                 self.queued -= 1
@@ -254,7 +301,7 @@ class Engine:
                                           error=f"{type(exc).__name__}: {exc}", container_name=cname)
         except anyio.get_cancelled_exc_class():
             raise
-        self._finish(sid, handle, inst, result)
+        return result
 
     def _on_runner_event(self, key: str, event: dict[str, Any]) -> None:
         sid_value = event.get("session_id") if isinstance(event, dict) else None

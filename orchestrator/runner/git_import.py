@@ -211,10 +211,20 @@ def _import_branch_sync(
                 target, outcome = None, "skipped_empty"
                 return artifact(None, base_commit)
 
-            # 5. conflict policy
+            # 5. conflict policy. A branch whose tip carries this task's own provenance
+            # note is an earlier attempt of this very task (the process died after the
+            # import but before the completion was durably logged, and the task ran
+            # again): it is ours to replace, under any policy. Keys are namespaced by
+            # run id, so another run's or another task's branch never matches.
             target = branch_name
             force = False
-            if target in heads:
+            pattern = re.compile(rf"^{re.escape(branch_name)}(_[0-9]+)?$")
+            own = sorted((n for n, sha in heads.items() if pattern.match(n)
+                          and _note_has_key(_note_lines(repo, sha), task_key)), key=lambda n: (len(n), n))
+            if own:
+                target, force = own[0], True
+                outcome = "replaced_own_attempt"
+            elif target in heads:
                 if import_conflict_policy == "fail":
                     raise BranchExistsError(
                         f"branch {target!r} already exists in {repo}; set import_conflict_policy to "
@@ -260,7 +270,7 @@ def _import_branch_sync(
 
             # 7. provenance
             _ensure_note(repo, imported, task_key, run_id)
-            outcome = "imported"
+            outcome = "replaced_own_attempt" if outcome == "replaced_own_attempt" else "imported"
             return artifact(target, imported)
     finally:
         logger.info(
