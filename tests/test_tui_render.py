@@ -249,3 +249,23 @@ async def test_render_loop_keeps_ticking_through_a_burst_of_ten_thousand_events(
     assert dash.model.state.counters.scheduled == 3400
     assert counts["ticks"] >= 12, counts  # ~20 at 10 Hz; the burst must not stall the display
     assert dash.frames <= dash.ticks
+
+
+async def test_dashboard_reads_a_changed_snapshot_once_and_the_progress_files(tmp_path):
+    await make_run(tmp_path, "rsnap", 6, strategy="evolve")
+    out = tmp_path / "results" / "rsnap" / "strategy_output"
+    out.mkdir(parents=True)
+    (out / "cycle-history.jsonl").write_text('{"cycle": 4, "goals_passing": 2, "goals_total": 3}\n')
+    dash = Dashboard("rsnap", logs_dir=tmp_path / "logs", state_dir=tmp_path / "state",
+                     results_dir=tmp_path / "results", console=recording_console())
+    snapshot, progress = dash._read_side_files()
+    assert snapshot is not None and len(snapshot.tasks) == 6
+    assert progress is not None and (progress.cycle, progress.goals_passing, progress.goals_total) == (4, 2, 3)
+    assert dash._read_side_files()[0] is None  # unchanged since the last read: not decoded again
+    assert dash.model.reconcile(snapshot) and dash.model.summary(0).total == 6
+    dash.model.set_progress(progress)  # what the reconciliation loop does with them
+    frame = dash.frame(time.time())
+    console = recording_console()
+    console.print(frame)
+    text = console.export_text()
+    assert "cycle 4 · goals 2/3 passing" in text, text

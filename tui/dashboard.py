@@ -33,7 +33,17 @@ from rich.text import Text
 
 from orchestrator.eventlog import subscribe
 from orchestrator.naming import short8
-from orchestrator.state import COMPLETED, FAILED, INTERRUPTED, PENDING, RUNNING, StrategyState, TaskState, load_snapshot
+from orchestrator.state import (
+    COMPLETED,
+    FAILED,
+    INTERRUPTED,
+    PENDING,
+    RUNNING,
+    RunState,
+    StrategyState,
+    TaskState,
+    load_snapshot,
+)
 
 from .model import Progress, RunModel, Summary, fmt_cost, fmt_duration, fmt_tokens, read_progress
 
@@ -41,6 +51,7 @@ MODES = ("detailed", "compact", "dense")
 ENV_FORCE_MODE = "ORCHESTRATOR_TUI__FORCE_DISPLAY_MODE"
 STALE_AFTER_S = 30.0
 RECONCILE_EVERY_S = 3.0
+SNAPSHOT_ALWAYS_BYTES = 4 << 20  # snapshots up to this size are decoded on every change
 
 STATUS_ICON = {PENDING: "⏳", RUNNING: "🔄", COMPLETED: "✅", FAILED: "❌", INTERRUPTED: "💤"}
 STATUS_STYLE = {PENDING: "blue", RUNNING: "bold yellow", COMPLETED: "dim", FAILED: "bold red",
@@ -76,7 +87,7 @@ def render(model: RunModel, *, width: int, height: int, now: float, mode: str | 
     chosen = choose_mode(summary.total, mode)
     parts: list[RenderableType] = [_header(model, summary), _health(summary, max_parallel, chosen)]
     avail = max(0, height - 4)  # header, health line, 2-line footer
-    if waiting_for and model.events == 0:
+    if waiting_for and model.empty:
         parts.append(Text(f"waiting for events in {waiting_for} …", style="italic"))
     else:
         parts.extend(_strategy_sections(model, summary, chosen, width, avail, now))
@@ -458,7 +469,8 @@ class Dashboard:
             self.model.set_progress(progress)
             await anyio.sleep(RECONCILE_EVERY_S)
 
-    def _read_side_files(self):
+    def _read_side_files(self) -> tuple[RunState | None, Progress | None]:
+        """The snapshot, when it changed and is worth decoding, and the strategy progress (worker thread)."""
         snapshot = None
         stamp = None
         for path in self.snapshot_paths:
@@ -470,8 +482,15 @@ class Dashboard:
             break
         if stamp is not None and stamp != self._snapshot_stamp:
             self._snapshot_stamp = stamp
-            size = self.events_path.stat().st_size if self.events_path.exists() else 0
-            snapshot = load_snapshot(self.snapshot_paths, log_size=size)
+            try:
+                log_size = self.events_path.stat().st_size
+            except OSError:
+                log_size = 0
+            # Decoding holds the GIL (a 100k-task snapshot takes about a second), so a big
+            # snapshot is only read when the tail is far behind the log; then it can help.
+            behind = log_size - max(0, self.model.state.last_event_start_offset)
+            if stamp[1] <= SNAPSHOT_ALWAYS_BYTES or behind > SNAPSHOT_ALWAYS_BYTES:
+                snapshot = load_snapshot(self.snapshot_paths, log_size=log_size)
         return snapshot, read_progress(self.output_dir)
 
 

@@ -189,12 +189,11 @@ class RunModel:
                 extra.prompt = first_line(task.input.get("prompt"))
             if not extra.activity or extra.activity.startswith("queued"):
                 extra.activity = _activity_from_state(task, extra.prompt)
-        for task in snapshot.tasks.values():
-            for ts in (task.scheduled_at, task.completed_at):
-                epoch = parse_ts(ts)
-                if epoch is not None:
-                    self.first_ts = epoch if self.first_ts is None else min(self.first_ts, epoch)
-                    self.last_ts = epoch if self.last_ts is None else max(self.last_ts, epoch)
+        stamps = [ts for t in snapshot.tasks.values() for ts in (t.scheduled_at, t.completed_at)]
+        stamps += [ts for st in snapshot.strategies.values() for ts in (st.started_at, st.completed_at)]
+        for epoch in filter(None, map(parse_ts, stamps)):
+            self.first_ts = epoch if self.first_ts is None else min(self.first_ts, epoch)
+            self.last_ts = epoch if self.last_ts is None else max(self.last_ts, epoch)
         self.reconciled += 1
         self.version += 1
         return True
@@ -205,6 +204,11 @@ class RunModel:
             self.version += 1
 
     # ---------------------------------------------------------------- views
+    @property
+    def empty(self) -> bool:
+        """Nothing known about the run yet (no event read, no snapshot adopted)."""
+        return self.events == 0 and not self.state.strategies and not self.state.tasks
+
     @property
     def finished(self) -> bool:
         """True once at least one strategy ran and none is still running."""
