@@ -269,3 +269,13 @@ async def test_dashboard_reads_a_changed_snapshot_once_and_the_progress_files(tm
     console.print(frame)
     text = console.export_text()
     assert "cycle 4 · goals 2/3 passing" in text, text
+
+
+async def test_more_executions_than_fit_are_folded_into_one_line(tmp_path):
+    model = model_of(await make_run(tmp_path, "rmany", 60, executions=20, finish=False), "rmany")
+    text = frame_text(model)
+    assert len(text.splitlines()) <= H
+    shown = re.findall(r"╭─ +(s\d+) best-of-n", text)
+    assert 5 <= len(shown) < 20
+    assert f"… {20 - len(shown)} more executions: {20 - len(shown)} running" in text
+    assert "▶ " in text.splitlines()[-2]  # the footer is still there
