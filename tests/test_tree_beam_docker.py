@@ -123,3 +123,24 @@ async def test_interrupted_tree_resumes_without_rerunning_work(tmp_path, workspa
     rerun = {e.key for e in later if e.type == "task.started"} & done_first
     assert not rerun, f"finished tasks ran again: {sorted(rerun)}"
     assert "run_d/s1/e0003/eval" in {e.key for e in later if e.type == "task.completed"}
+
+
+def test_cli_runs_tree_beam_and_writes_the_tree(tmp_path, workspace_root):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = make_repo(tmp_path / "repo", {"bench.py": BENCH})
+    env = dict(os.environ, ANTHROPIC_API_KEY="sk-test-dummy-key-0000000000", ORCHESTRATOR_WORKSPACE_ROOT=str(workspace_root))
+    cli = Path(sys.executable).with_name("orchestrator")
+    args = [str(cli), GOAL, "--strategy", "tree-beam", "--repo", str(repo), "--docker-image", "orchestrator-test-agent",
+            "--no-tui", "-S", "eval_command=python3 bench.py", "-S", "primary_metric=throughput",
+            "-S", "ideas_per_node=2", "-S", "max_depth=2", "-S", "beam_width=1"]
+    done = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    (tree_file,) = tmp_path.glob("results/*/strategy_output/tree.json")
+    tree = json.loads(tree_file.read_text())
+    assert tree["stop_reason"] == "max_depth" and [n["id"] for n in tree["nodes"]] == ["n0", "n1", "n2"]
+    assert validate_tree(tree, repo) == []
+    assert (tree_file.parent / "TREE_SUMMARY.md").exists() and (tree_file.parent / "tree.svg").exists()
