@@ -282,18 +282,24 @@ def mounts_match(info: dict, *, workspace: Path, volume: str, read_only: bool) -
 @dataclass(frozen=True)
 class ContainerReady:
     name: str
-    action: str  # created | reused | started | replaced
+    action: str  # created | reused | started | restarted | replaced
     volume: str
     reason: str = ""
 
 
 async def ensure_container(host: DockerHost, request: InstanceRequest, *, workspace: Path,
-                           volume: str) -> ContainerReady:
+                           volume: str, fresh_workspace: bool = False) -> ContainerReady:
     """Reuse, start, replace or create the task's container (spec §3.4 decision tree).
 
     The common case (no container yet) is one worker-thread hop: create the
     volume (idempotent), create the container, start it. Only a name conflict
     leads to an inspect and the reuse decision.
+
+    ``fresh_workspace``: the workspace directory was just re-created. A container
+    still *running* then belongs to a process that died (SIGKILL leaves
+    ``sleep infinity`` and any agent exec running); its bind mount points at the
+    deleted directory, so an exec in it fails (exit 126). It is restarted instead
+    of reused: the stop ends the orphaned agent, the start binds the new directory.
     """
     import docker.errors
 
@@ -326,10 +332,14 @@ async def ensure_container(host: DockerHost, request: InstanceRequest, *, worksp
         if not request.reuse_container:
             ok, reason = False, "reuse_container is false"
         if ok:
-            if (existing.get("State") or {}).get("Running"):
+            running = bool((existing.get("State") or {}).get("Running"))
+            if running and not fresh_workspace:
                 return ContainerReady(name, "reused", volume)
+            if running:
+                await host.stop(name, timeout=0)
             await host.api(f"start container {name}", "start", name)
-            return ContainerReady(name, "started", volume)
+            return ContainerReady(name, "restarted" if running else "started", volume,
+                                  "left running by a process that exited" if running else "")
         await host.remove(name)
         existing = await host.call(f"create container {name}", _create_and_start)
         if existing is not None:

@@ -313,7 +313,9 @@ class DockerRunner:
     async def _attempt(self, request, plugin, workspace, on_event, resume, previous, n) -> _Attempt:
         t = time.monotonic()
         try:
-            ready = await ensure_container(self.host, request, workspace=workspace, volume=self._volume_name(request))
+            # attempt 0 follows a fresh clone; retries reuse the same workspace and container
+            ready = await ensure_container(self.host, request, workspace=workspace, volume=self._volume_name(request),
+                                           fresh_workspace=n == 0)
         except RunnerError as exc:
             return _Attempt(error=exc)
         if ready.action == "replaced":
