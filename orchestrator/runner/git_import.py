@@ -8,8 +8,9 @@ Everything happens under the per-repository import lock, in this order:
 3. ``import_policy="never"``: no branch
 4. skip-empty: ``auto`` + ``skip_empty_import`` + no commits since BASE_COMMIT
 5. conflict policy: fail / overwrite / suffix (``_2``, ``_3``...)
-6. ``git fetch <workspace> HEAD:refs/heads/<target>``
-7. provenance note ``task_key=<key>; run_id=<run_id>`` on the imported commit
+6. provenance note ``task_key=<key>; run_id=<run_id>`` on the workspace HEAD
+   (before the branch exists, so a crash never leaves an unowned branch)
+7. ``git fetch <workspace> HEAD:refs/heads/<target>``
 
 Only refs change in the host repository; its working tree, index and HEAD are
 never touched, and the branch checked out there is never overwritten.
@@ -244,6 +245,12 @@ def _import_branch_sync(
                     "check out another branch or choose another branch name"
                 )
 
+            # 7 before 6: the provenance note goes on the commit *before* the branch
+            # exists (git notes accept a commit id the repository does not hold yet).
+            # A process killed between the two then leaves a branch that step 5
+            # recognizes as this task's own attempt, never an unowned conflict.
+            _ensure_note(repo, ws_head, task_key, run_id)
+
             # 6. fetch (atomic ref creation / forced update)
             refspec = f"{'+' if force else ''}HEAD:refs/heads/{target}"
             run_git(
@@ -268,7 +275,7 @@ def _import_branch_sync(
                     f"branch {target} is at {imported[:12]} after import but the workspace HEAD is {ws_head[:12]}"
                 )
 
-            # 7. provenance
+            # 7. provenance (already written above; a no-op unless the note was lost)
             _ensure_note(repo, imported, task_key, run_id)
             outcome = "replaced_own_attempt" if outcome == "replaced_own_attempt" else "imported"
             return artifact(target, imported)
