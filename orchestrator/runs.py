@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -72,18 +73,31 @@ def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+def _host_claims() -> Path:
+    # Container, volume and branch names derive from the run id, and Docker is
+    # shared by every directory on this host: ids must be unique host-wide,
+    # not just within one orchestrator_state/ folder.
+    return Path(tempfile.gettempdir()) / "orchestrator-run-ids"
+
+
 def claim_run_id(dirs: RunDirs, when: datetime | None = None) -> str:
-    """``run_YYYYMMDD_HHMMSS``, made unique by an exclusive mkdir (``_2``, ``_3``... on a clash)."""
+    """``run_YYYYMMDD_HHMMSS``, unique on this host (``_2``, ``_3``... when two start in the same second)."""
     when = when or datetime.now()
     base = when.strftime("run_%Y%m%d_%H%M%S")
     dirs.state.mkdir(parents=True, exist_ok=True)
+    claims = _host_claims()
+    claims.mkdir(parents=True, exist_ok=True)
     n = 1
     while True:
         run_id = base if n == 1 else f"{base}_{n}"
+        n += 1
+        try:
+            (claims / run_id).mkdir()
+        except FileExistsError:
+            continue
         try:
             (dirs.state / run_id).mkdir()
         except FileExistsError:
-            n += 1
             continue
         return run_id
 

@@ -78,3 +78,15 @@ def test_auth_mode_selection():
         resolve_auth({}, plugin="codex")
     assert resolve_auth({}, plugin="claude-code", dry_run=True).secret_values() == []
     assert "sk-api" not in repr(api)
+
+
+def test_run_ids_are_unique_across_state_folders_in_the_same_second(tmp_path):
+    from datetime import datetime
+
+    from orchestrator.runs import RunDirs, claim_run_id
+
+    when = datetime(2001, 2, 3, 4, 5, 6)
+    a = RunDirs(logs=tmp_path / "a/logs", state=tmp_path / "a/state", results=tmp_path / "a/results")
+    b = RunDirs(logs=tmp_path / "b/logs", state=tmp_path / "b/state", results=tmp_path / "b/results")
+    ids = [claim_run_id(a, when), claim_run_id(b, when), claim_run_id(a, when)]
+    assert len(set(ids)) == 3 and all(i.startswith("run_20010203_040506") for i in ids)
