@@ -375,6 +375,16 @@ async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resum
     manifest.exit_code = 1 if failed else 0
     write_manifest(dirs, manifest)
     summary = export(dirs, manifest, state)
+    after_run = getattr(prep.strategy.module, "after_run", None)
+    if after_run is not None:
+        try:
+            for line in after_run(repo_path=prep.repo, output_dir=dirs.results / run_id / "strategy_output",
+                                  state=state) or []:
+                print(line, file=sys.stderr)
+                olog.info(line)
+        except Exception as exc:  # cleanup after a finished run must not turn it into a failure
+            olog.warning(f"after-run step of {prep.strategy.name} failed: {exc}")
+            print(f"warning: after-run step of {prep.strategy.name} failed: {exc}", file=sys.stderr)
     olog.info("run finished", exit_code=manifest.exit_code, totals=summary["totals"])
     if prep.output == "json":
         print(msgspec.json.encode({"type": "run.summary", "summary": summary}).decode(), flush=True)

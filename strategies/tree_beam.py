@@ -23,6 +23,8 @@ TREE_SUMMARY.md and tree.svg from the event log alone.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import hashlib
 import re
 from typing import Annotated, Any, Literal
@@ -379,3 +381,46 @@ def _finish(tree: Tree, out, reason: str) -> dict[str, Any]:
     return {"stop_reason": reason, "best_node": best["id"], "best_branch": best["branch"],
             "best_path": [n["id"] for n in path], "evals_used": tree.evals_used,
             "delete_branches": data["delete_branches"], "tree": data}
+
+
+# ---- hooks the orchestrator command calls (see orchestrator/launch.py, manage.py) ----------
+
+
+def _execution_dirs(output_dir: Path, state) -> list[tuple[str, Path]]:
+    from .tree_beam_replay import tree_executions
+
+    return [(sid, output_dir if sid == "s1" else output_dir / sid) for sid in tree_executions(state)]
+
+
+def after_run(*, repo_path: str, output_dir: Path, state) -> list[str]:
+    """After a finished run: delete the rejected candidates' branches listed in delete_branches.txt."""
+    from .tree_beam_report import delete_listed_branches
+
+    lines = []
+    for sid, directory in _execution_dirs(Path(output_dir), state):
+        if state.strategies[sid].status != "success":
+            continue
+        outcomes = delete_listed_branches(repo_path, directory)
+        deleted = sum(1 for _, how in outcomes if how == "deleted")
+        moved = [b for b, how in outcomes if how == "moved"]
+        if outcomes:
+            lines.append(f"tree-beam {sid}: deleted {deleted} rejected candidate branch(es)"
+                         + (f"; kept {len(moved)} that moved since: {', '.join(moved)}" if moved else ""))
+    return lines
+
+
+def show_run_report(*, run_id: str, dirs, manifest, state) -> list[str]:
+    """``--show-run``: regenerate tree.json / TREE_SUMMARY.md / tree.svg from the log and validate them."""
+    from .tree_beam_report import render_tree_report, validate_tree
+
+    output_dir = dirs.results / run_id / "strategy_output"
+    written = render_tree_report(dirs.events(run_id), output_dir)
+    problems = []
+    for sid, directory in _execution_dirs(output_dir, state):
+        tree_file = directory / "tree.json"
+        if tree_file.exists():
+            print(f"tree-beam {sid}: {directory / 'TREE_SUMMARY.md'} (regenerated from the event log)")
+            problems += [f"{sid}: {p}" for p in validate_tree(tree_file, manifest.repo_path)]
+    if written and not problems:
+        print("tree validated: every promoted commit is on its branch; frontier and depth records agree")
+    return problems

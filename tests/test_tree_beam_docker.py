@@ -144,3 +144,18 @@ def test_cli_runs_tree_beam_and_writes_the_tree(tmp_path, workspace_root):
     assert tree["stop_reason"] == "max_depth" and [n["id"] for n in tree["nodes"]] == ["n0", "n1", "n2"]
     assert validate_tree(tree, repo) == []
     assert (tree_file.parent / "TREE_SUMMARY.md").exists() and (tree_file.parent / "tree.svg").exists()
+    # the CLI deleted the rejected candidates' branches after the run, and kept the nodes'
+    heads = subprocess.run(["git", "branch", "--format=%(refname:short)"], cwd=repo, capture_output=True,
+                           text=True).stdout.split()
+    listed = [line.split()[0] for line in (tree_file.parent / "delete_branches.txt").read_text().splitlines()]
+    assert listed and not set(listed) & set(heads)
+    assert all(n["branch"] in heads for n in tree["nodes"] if n["id"] != "n0")
+    # --show-run regenerates the report from the event log alone and validates it
+    before = tree_file.read_text()
+    tree_file.unlink()
+    run_id = tree_file.parent.parent.name
+    shown = subprocess.run([str(cli), "--show-run", run_id], cwd=tmp_path, env=env, capture_output=True, text=True,
+                           timeout=120)
+    assert shown.returncode == 0, shown.stdout[-2000:] + shown.stderr[-2000:]
+    assert "tree validated" in shown.stdout
+    assert json.loads(tree_file.read_text()) == json.loads(before)
