@@ -315,6 +315,11 @@ def _read_tree(path: Path) -> Progress | None:
         depths = [d for n in nodes if (d := _num(n.get("depth"))) is not None]
         depth = max(depths) if depths else None
     frontier = data.get("frontier")
+    depths_log = data.get("depths")
+    if frontier is None and isinstance(depths_log, list) and depths_log and isinstance(depths_log[-1], dict):
+        # tree-beam's tree.json: the newest depth record holds the frontier being expanded
+        frontier = depths_log[-1].get("promoted") if data.get("stop_reason") is None else []
+        depth = depth if depth is not None else _num(depths_log[-1].get("depth"))
     if isinstance(frontier, list):
         frontier_n: float | None = len(frontier)
     else:
@@ -325,7 +330,7 @@ def _read_tree(path: Path) -> Progress | None:
     if best is None and isinstance(data.get("best"), dict):
         best = _num(data["best"].get("score"))
     if best is None:
-        scores = [s for n in nodes if (s := _num(n.get("score"))) is not None]
+        scores = [s for n in nodes if (s := _num(n.get("score", n.get("rank_score")))) is not None]
         best = max(scores) if scores else None
     return Progress(kind="tree", depth=None if depth is None else int(depth),
                     frontier=None if frontier_n is None else int(frontier_n), best=best,
