@@ -8,8 +8,6 @@ import time
 from datetime import datetime, timezone
 from typing import Any
 
-import anyio
-
 from .config import Config, load_config
 from .errors import PreflightError, UsageError
 from .jsonlog import ComponentLog
@@ -59,11 +57,10 @@ async def show_run(run_id: str, follow: bool) -> int:
     dirs = RunDirs.from_env()
     manifest = read_manifest(dirs, run_id)
     if follow:
-        from tui.dashboard import run_dashboard
+        from tui.dashboard import monitor
 
-        stop = anyio.Event()
-        await run_dashboard(run_id, logs_dir=dirs.logs, state_dir=dirs.state, results_dir=dirs.results, stop=stop,
-                            follow=True)
+        await monitor(run_id, logs_dir=dirs.logs, state_dir=dirs.state, results_dir=dirs.results,
+                      max_parallel=manifest.max_parallel)
         return 0
     state = _state(dirs, run_id)
     live = is_live(dirs, run_id)

@@ -15,7 +15,7 @@ from pathlib import Path
 import anyio
 
 from .console import stream_console
-from .dashboard import MODES, quit_on_keys, run_dashboard
+from .dashboard import MODES, monitor
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -42,17 +42,15 @@ async def _watch_signals(stop: anyio.Event) -> None:
 
 
 async def _amain(args: argparse.Namespace) -> None:
+    if not args.stream:
+        await monitor(args.run_id, logs_dir=args.logs_dir, state_dir=args.state_dir, results_dir=args.results_dir,
+                      refresh_hz=args.refresh_hz, follow=not args.exit_when_done, force_mode=args.mode,
+                      max_parallel=args.max_parallel)
+        return
     stop = anyio.Event()
     async with anyio.create_task_group() as tg:
         tg.start_soon(_watch_signals, stop)
-        if args.stream:
-            await stream_console(args.run_id, logs_dir=args.logs_dir, mode=args.stream, stop=stop)
-        else:
-            tg.start_soon(quit_on_keys, stop)
-            await run_dashboard(args.run_id, logs_dir=args.logs_dir, state_dir=args.state_dir,
-                                results_dir=args.results_dir, stop=stop, refresh_hz=args.refresh_hz,
-                                follow=not args.exit_when_done, force_mode=args.mode,
-                                max_parallel=args.max_parallel)
+        await stream_console(args.run_id, logs_dir=args.logs_dir, mode=args.stream, stop=stop)
         tg.cancel_scope.cancel()
 
 

@@ -530,3 +530,24 @@ async def quit_on_keys(stop: anyio.Event, fd: int | None = None) -> None:
                 stop.set()
     finally:
         termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+
+
+async def monitor(run_id: str, *, logs_dir: Path, state_dir: Path, results_dir: Path, follow: bool = True,
+                  refresh_hz: float = 10, force_mode: str | None = None, max_parallel: int | None = None) -> None:
+    """The standalone monitor: the dashboard until q, Esc, Ctrl+C or SIGTERM (read-only, takes no lock)."""
+    import signal
+
+    stop = anyio.Event()
+
+    async def watch_signals() -> None:
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for _ in signals:
+                stop.set()
+                return
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(watch_signals)
+        tg.start_soon(quit_on_keys, stop)
+        await run_dashboard(run_id, logs_dir=logs_dir, state_dir=state_dir, results_dir=results_dir, stop=stop,
+                            refresh_hz=refresh_hz, follow=follow, force_mode=force_mode, max_parallel=max_parallel)
+        tg.cancel_scope.cancel()

@@ -1,0 +1,49 @@
+"""The real ``orchestrator`` command in a terminal (tmux): the dashboard during a run, a clean shell after."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import uuid
+
+import pytest
+
+from cli_helpers import ORCH, cli_env
+from conftest import TEST_IMAGE, make_repo
+from test_tui_pty import capture, sessions, tmux, wait_for  # noqa: F401
+
+pytestmark = [pytest.mark.docker, pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed")]
+
+
+def test_dashboard_during_a_real_run_then_summary_and_clean_terminal(tmp_path, sessions):  # noqa: F811
+    repo = make_repo(tmp_path / "repo")
+    env = cli_env(tmp_path)
+    exports = " ".join(f"{k}={v!r}" for k, v in env.items() if k.startswith(("ORCHESTRATOR_", "ANTHROPIC_")))
+    name = f"orch-{uuid.uuid4().hex[:8]}"
+    sessions.append(name)
+    tmux("new-session", "-d", "-s", name, "-x", "140", "-y", "45", "bash --norc --noprofile")
+    prompt = "SIM: write a.txt hi\\nSIM: commit a\\nSIM: sleep 4\\nSIM: print finished"
+    cmd = (f"cd {repo} && export {exports} && {ORCH} \"$(printf '{prompt}')\" --runs 2 --max-parallel 2 "
+           f"--docker-image {TEST_IMAGE}; echo EXIT=$?")
+    tmux("send-keys", "-t", name, cmd, "Enter")
+    live = wait_for(name, lambda s: "run_" in s and "running" in s and "EXIT=" not in s, timeout=60)
+    assert "simple" in live and "[detailed]" in live
+    done = wait_for(name, lambda s: "EXIT=0" in s, timeout=90)
+    assert "Run Complete" in done or "Final branches" in done
+    # the dashboard's alternate screen is gone and the shell echoes input again
+    tmux("send-keys", "-t", name, "echo CLEAN-$((40+2))", "Enter")
+    after = wait_for(name, lambda s: "CLEAN-42" in s)
+    assert "[detailed]" not in after
+
+    # --show-run --follow on the finished run: the monitor opens and quits with q
+    run_id = next(p.name for p in (tmp_path / "state").iterdir())
+    follow = f"{name}-f"
+    sessions.append(follow)
+    tmux("new-session", "-d", "-s", follow, "-x", "140", "-y", "45", "bash --norc --noprofile")
+    tmux("send-keys", "-t", follow, f"cd {repo} && export {exports} && {ORCH} --show-run {run_id} --follow; "
+         "echo EXIT=$?", "Enter")
+    wait_for(follow, lambda s: run_id in s and "[detailed]" in s, timeout=30)
+    tmux("send-keys", "-t", follow, "q")
+    wait_for(follow, lambda s: "EXIT=0" in s, timeout=15)
+    assert subprocess.run(["git", "branch", "--list", "simple_*"], cwd=repo, capture_output=True,
+                          text=True).stdout.count("simple_") == 2
