@@ -18,6 +18,7 @@ import anyio
 import anyio.lowlevel
 import msgspec
 
+from orchestrator.engine.engine import task_result_from_payload
 from orchestrator.errors import AggregateTaskFailed, StrategyErrors, TaskFailed
 from orchestrator.eventlog import iter_lines
 from orchestrator.events import decode_line
@@ -65,16 +66,7 @@ class ReplayContext:
         fq = key if key.startswith(self._prefix) else self._prefix + key
         rec = self._state.tasks.get(fq)
         if rec is not None and rec.state == COMPLETED and rec.result_offset is not None:
-            p = self._payload(rec.result_offset)
-            message = p.get("final_message", "")
-            if p.get("final_message_truncated") and p.get("final_message_path"):
-                try:
-                    message = Path(p["final_message_path"]).read_text("utf-8")
-                except OSError:
-                    pass
-            return _Handle(fq, {"key": fq, "instance_id": p.get("instance_id"), "status": "success",
-                                "artifact": p.get("artifact"), "final_message": message, "metrics": p.get("metrics"),
-                                "session_id": p.get("session_id"), "exit_code": p.get("exit_code")}, None)
+            return _Handle(fq, task_result_from_payload(self._payload(rec.result_offset)), None)
         if rec is not None and rec.state == FAILED:
             return _Handle(fq, None, (rec.error_type or "unknown", rec.message or ""))
         return _Handle(fq, None, None)

@@ -179,22 +179,7 @@ class Engine:
         return self._task_result(ev.payload)
 
     def _task_result(self, payload: dict[str, Any]) -> dict[str, Any]:
-        message = payload.get("final_message", "")
-        if payload.get("final_message_truncated") and payload.get("final_message_path"):
-            try:
-                message = Path(payload["final_message_path"]).read_text("utf-8")
-            except OSError:
-                pass
-        return {
-            "key": payload["key"],
-            "instance_id": payload["instance_id"],
-            "status": "success",
-            "artifact": payload.get("artifact"),
-            "final_message": message,
-            "metrics": payload.get("metrics"),
-            "session_id": payload.get("session_id"),
-            "exit_code": payload.get("exit_code"),
-        }
+        return task_result_from_payload(payload)
 
     def schedule(self, ctx: StrategyContext, key: str, task: dict[str, Any], policy: Any) -> Handle:
         normalized = normalize_task(task, self.config.defaults, default_base_branch=ctx.base_branch)
@@ -438,6 +423,30 @@ class Engine:
                     await self.snapshot()
             self._log = None
         return self.state
+
+
+def task_result_from_payload(payload: dict[str, Any]) -> dict[str, Any]:
+    """The TaskResult a strategy sees, rebuilt from a ``task.completed`` payload.
+
+    Live completions and replays both go through here, so a strategy gets
+    byte-identical results whether a task just finished or was read back.
+    """
+    message = payload.get("final_message", "")
+    if payload.get("final_message_truncated") and payload.get("final_message_path"):
+        try:
+            message = Path(payload["final_message_path"]).read_text("utf-8")
+        except OSError:
+            pass
+    return {
+        "key": payload["key"],
+        "instance_id": payload["instance_id"],
+        "status": "success",
+        "artifact": payload.get("artifact"),
+        "final_message": message,
+        "metrics": payload.get("metrics"),
+        "session_id": payload.get("session_id"),
+        "exit_code": payload.get("exit_code"),
+    }
 
 
 def to_jsonable(value: Any) -> Any:
