@@ -2,7 +2,8 @@
 
 One JSON object per line with ``timestamp, component, level, run_id, message``
 and any extra fields; everything passes through the sanitizer first. Writes
-are small appends to a line-buffered file, cheap enough for the event loop.
+are small appends to an unbuffered file, cheap enough for the event loop. A
+write error (disk full) drops the line instead of failing the caller.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ class ComponentLog:
         self._echo = echo  # optional callable(str) for debug mode (stderr)
         self._lock = threading.Lock()
         self._fh = None
+        self.dropped = 0  # lines lost to write errors (disk full) since the last good write
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._fh = open(self.path, "ab", buffering=0)
@@ -42,7 +44,17 @@ class ComponentLog:
         data = orjson.dumps(self.sanitizer.scrub(record), default=str) + b"\n"
         with self._lock:
             if self._fh is not None:
-                self._fh.write(data)
+                try:
+                    if self.dropped:
+                        # an earlier write may have left a torn line: end it first
+                        data = b"\n" + data
+                    self._fh.write(data)
+                    self.dropped = 0
+                except OSError:
+                    # Diagnostics only (the event log is the record): a full disk must
+                    # not fail the task that tried to log. Lines are dropped and
+                    # counted until writes succeed again.
+                    self.dropped += 1
         if self._echo is not None:
             self._echo(data.decode("utf-8").rstrip("\n"))
 
