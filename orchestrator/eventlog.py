@@ -156,7 +156,9 @@ class EventLog:
         self._lock.acquire()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            fh = open(self.path, "ab+")
+            # Unbuffered: a failed write leaves nothing queued in a Python buffer
+            # that a later flush or close() could append after the cut below.
+            fh = open(self.path, "ab+", buffering=0)
             size = fh.seek(0, os.SEEK_END)
             if size:
                 # A crash can leave a torn last line; cut it so every line we
@@ -250,18 +252,22 @@ class EventLog:
         if not batch:
             return
         fh = self._fh
-        if self.flush_policy == "per_event":
-            for line in batch:
-                fh.write(line)
-                fh.flush()
+        chunks = batch if self.flush_policy == "per_event" else [b"".join(batch)]
+        try:
+            for data in chunks:
+                view = memoryview(data)
+                while view:
+                    view = view[fh.write(view):]
                 os.fsync(fh.fileno())
-                self._durable += len(line)
-        else:
-            data = b"".join(batch)
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-            self._durable += len(data)
+                self._durable += len(data)
+        except OSError:
+            # Disk full or I/O error: cut whatever part of the batch reached the
+            # file, so the log ends on a whole line at the last durable offset.
+            try:
+                os.ftruncate(fh.fileno(), self._durable)
+            except OSError:
+                pass
+            raise
 
     async def _flusher(self) -> None:
         while not self._closed:

@@ -346,6 +346,7 @@ async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resum
     started = time.monotonic()
     ui_stop = anyio.Event()
     watcher_scope = anyio.CancelScope()
+    storage_error: OSError | None = None
     try:
         async with anyio.create_task_group() as outer:
             outer.start_soon(_output, prep, dirs, run_id, ui_stop)
@@ -358,8 +359,14 @@ async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resum
                     await _stop_containers(run_id, olog)
             watcher_scope.cancel()
             ui_stop.set()
+    except* OSError as group:
+        # The run's records cannot be written (disk full, I/O error). The event
+        # log ends on its last whole line, so the run is stopped, not corrupted.
+        storage_error = _first_leaf(group)
     finally:
         await runner.aclose()
+    if storage_error is not None:
+        return await _storage_stop(storage_error, dirs, manifest, olog)
     wall = time.monotonic() - started
     state = engine.state
     if flag.requested or any(s.status == "running" for s in state.strategies.values()):
@@ -391,6 +398,29 @@ async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resum
     else:
         print(render_summary(summary, results_path=dirs.results / run_id, wall_seconds=wall), flush=True)
     return manifest.exit_code
+
+
+def _first_leaf(group: BaseException) -> BaseException:
+    while isinstance(group, BaseExceptionGroup):
+        group = group.exceptions[0]
+    return group
+
+
+async def _storage_stop(err: OSError, dirs: RunDirs, manifest: RunManifest, olog: ComponentLog) -> int:
+    run_id = manifest.run_id
+    with anyio.CancelScope(shield=True):
+        await _stop_containers(run_id, olog)
+    manifest.status = "interrupted"
+    manifest.exit_code = 1
+    try:
+        write_manifest(dirs, manifest)
+    except OSError:
+        pass  # the manifest lives under the state dir; if that is full too, resume still works from the log
+    olog.error(f"run stopped: cannot write its records: {err}")
+    where = f" ({err.filename})" if getattr(err, "filename", None) else ""
+    print(f"orchestrator: error: cannot write the run's records{where}: {err.strerror or err}; "
+          f"free space, then resume with: orchestrator --resume {run_id}", file=sys.stderr, flush=True)
+    return 1
 
 
 async def _watch_signals_until(run_scope: anyio.CancelScope, flag: _Interrupt, watcher_scope: anyio.CancelScope) -> None:
