@@ -256,10 +256,41 @@ async def resume(args) -> int:
                     plugin_name=manifest.plugin, image=manifest.docker_image, max_parallel=manifest.max_parallel,
                     runs=manifest.runs, auth=auth, dry_run=manifest.dry_run, mode=manifest.mode,
                     output=output_mode(args))
+    await _report_resume_plan(dirs, manifest, plugin.capabilities.supports_resume, args.resume_fresh)
     manifest.status = "running"
     manifest.finished_at = None
     write_manifest(dirs, manifest)
     return await execute(prep, dirs, manifest, resume_fresh=args.resume_fresh)
+
+
+async def _report_resume_plan(dirs: RunDirs, manifest: RunManifest, supports_resume: bool, fresh: bool) -> None:
+    """Say what --resume will do with each unfinished task (spec §7.4 statuses; diagnostic only)."""
+    from .runner.docker_containers import container_exists
+    from .runner.git_ops import workspace_path
+    from .state import INTERRUPTED, RUNNING, recover
+
+    state = recover(manifest.run_id, dirs.events(manifest.run_id),
+                    [dirs.state / manifest.run_id / "state.json", dirs.logs / manifest.run_id / "state.json"])
+    counts: dict[str, int] = {}
+    for task in state.tasks.values():
+        if task.state not in (RUNNING, INTERRUPTED):
+            continue
+        has_container = bool(task.container_name) and await container_exists(task.container_name)
+        if fresh:
+            status = "restart_fresh"
+        elif has_container and supports_resume and task.session_id:
+            status = "resume_session"
+        elif has_container:
+            status = "cannot_resume"
+        elif workspace_path(manifest.run_id, task.key).exists():
+            status = "container_missing"
+        else:
+            status = "artifacts_missing"
+        counts[status] = counts.get(status, 0) + 1
+    done = state.counters.completed + state.counters.failed
+    plan = ", ".join(f"{n} {s.replace('_', ' ')}" for s, n in sorted(counts.items())) or "no interrupted tasks"
+    print(f"Resuming {manifest.run_id}: {done} task(s) already finished stay as they are; {plan}.",
+          file=sys.stderr, flush=True)
 
 
 def _engine_config(prep: Prepared, dirs: RunDirs, run_id: str, *, resume_fresh: bool) -> EngineConfig:

@@ -134,7 +134,13 @@ def test_sigint_interrupts_and_resume_finishes_without_duplicates(tmp_path, repo
 
     result = run_cli(["--resume", run_id, "--no-tui"], cwd=repo, env=env)
     assert result.returncode == 0, result.stderr
+    assert f"Resuming {run_id}: 0 task(s) already finished stay as they are; 3 resume session" in result.stderr
     events = list(read_events(events_path))
+    sessions = {e.key: e.payload.get("session_id") for e in events if e.type == "task.interrupted"}
+    assert all(sessions.values()), sessions  # the agent sessions were captured at interruption
+    resumed = {e.key: e.payload.get("session_id") for e in events if e.type == "task.started"
+               and e.start_offset > max(x.start_offset for x in events if x.type == "task.interrupted")}
+    assert resumed == sessions  # each task resumed its own agent session
     completed = [e.key for e in events if e.type == "task.completed"]
     assert len(completed) == 3 and len(set(completed)) == 3
     branches = sorted(json.loads((tmp_path / "results" / run_id / "summary.json").read_text())["branches"])

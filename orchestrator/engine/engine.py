@@ -289,8 +289,12 @@ class Engine:
         return result
 
     def _on_runner_event(self, key: str, event: dict[str, Any]) -> None:
-        sid_value = event.get("session_id") if isinstance(event, dict) else None
-        if sid_value:
+        """Remember the agent session id as soon as the tool reports it (for task.interrupted)."""
+        if not isinstance(event, dict):
+            return
+        data = event.get("data") if isinstance(event.get("data"), dict) else {}
+        sid_value = event.get("session_id") or data.get("session_id")
+        if isinstance(sid_value, str) and sid_value:
             self._live_sessions[key] = sid_value
 
     def _finish(self, sid: str, handle: Handle, inst: str, result: RunnerResult) -> None:
