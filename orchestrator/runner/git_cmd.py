@@ -66,7 +66,10 @@ def git_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 def _tail(text: str) -> str:
     lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
-    return " | ".join(lines[-_STDERR_LINES:])
+    # git puts the actionable line first ("fatal: Unable to create '.../x.lock':
+    # File exists.") and explanations after it: never cut that line off.
+    head = [ln for ln in lines[:-_STDERR_LINES] if ln.startswith(("fatal:", "error:"))][:2]
+    return " | ".join(head + lines[-_STDERR_LINES:])
 
 
 def run_git(
