@@ -303,10 +303,21 @@ def coerce(spec: ParamSpec, value: Any) -> Any:
     return value
 
 
+def _accepts_text(t: Any) -> bool:
+    if t is str:
+        return True
+    if get_origin(t) is Literal:
+        return any(isinstance(a, str) for a in get_args(t))
+    if get_origin(t) in (typing.Union, types.UnionType):
+        return any(_accepts_text(a) for a in get_args(t) if a is not type(None))
+    return False
+
+
 def parse_params(loaded: LoadedStrategy, pairs: list[str], *, base: dict[str, Any] | None = None) -> dict[str, Any]:
     """Turn ``-S key=value`` pairs (plus config-file values in ``base``) into typed parameters."""
     accepted = ", ".join(loaded.params) or "(none)"
     values: dict[str, Any] = {}
+    raw_text: dict[str, str] = {}
     for key, value in (base or {}).items():
         values[key] = value
     for pair in pairs:
@@ -315,11 +326,20 @@ def parse_params(loaded: LoadedStrategy, pairs: list[str], *, base: dict[str, An
         key, _, raw = pair.partition("=")
         key = key.strip().replace("-", "_")
         values[key] = parse_value(raw)
+        raw_text[key] = raw
     out: dict[str, Any] = {}
     for key, value in values.items():
         spec = loaded.params.get(key)
         if spec is None:
             raise ConfigError(f"strategy {loaded.name} has no parameter {key!r}; accepted: {accepted}")
+        if key in raw_text and _accepts_text(spec.type):
+            # A string parameter gets exactly what was typed: -S test_command=true is the shell
+            # command `true`, not the boolean True.
+            try:
+                out[key] = coerce(spec, raw_text[key])
+                continue
+            except ConfigError:
+                pass
         out[key] = coerce(spec, value)
     for spec in loaded.params.values():
         if spec.required and spec.name not in out:

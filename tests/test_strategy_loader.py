@@ -153,3 +153,15 @@ def test_required_parameters_must_be_given(tmp_path):
         parse_params(loaded, ["n=2"])
     assert str(err.value) == "strategy strategy needs -S target=<str> (file to fix)"
     assert parse_params(loaded, ["target=a.py"]) == {"target": "a.py", "n": 1}
+
+
+def test_string_parameters_get_the_typed_text_verbatim(tmp_path):
+    from orchestrator.strategy_loader import load_strategy, parse_params
+
+    path = tmp_path / "s.py"
+    path.write_text("async def strategy(prompt, base_branch, ctx, *, cmd: str = 'x', n: int = 1, "
+                    "opt: str | None = None):\n    return cmd\n")
+    loaded = load_strategy(str(path))
+    params = parse_params(loaded, ["cmd=true", "n=3", "opt=007"])
+    assert params == {"cmd": "true", "n": 3, "opt": "007"}
+    assert parse_params(loaded, ['cmd=["a", "b"]'])["cmd"] == '["a", "b"]'
