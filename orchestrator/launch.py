@@ -190,7 +190,7 @@ async def prepare(args) -> Prepared:
     repo = str(Path(args.repo or ".").absolute())
     base_branch = config.orchestration.base_branch
     warnings: list[str] = []
-    info = validate_repository(repo, base_branch)
+    info = await anyio.to_thread.run_sync(validate_repository, repo, base_branch)
     repo = str(info.path)
     if info.dirty:
         if config.orchestration.require_clean_wt:
@@ -249,7 +249,7 @@ async def resume(args) -> int:
     if not manifest.dry_run:
         plugin.validate_environment(auth)
     default_sanitizer().add_secrets(auth.secret_values())
-    validate_repository(manifest.repo_path, manifest.base_branch)
+    await anyio.to_thread.run_sync(validate_repository, manifest.repo_path, manifest.base_branch)
     await _check_docker(manifest.docker_image)
     prep = Prepared(loaded_config=loaded, strategy=strategy, params=manifest.params, prompt=manifest.prompt,
                     repo=manifest.repo_path, base_branch=manifest.base_branch, model=manifest.model,
