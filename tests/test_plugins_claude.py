@@ -14,7 +14,8 @@ from orchestrator.runner.types import AuthConfig, InstanceRequest
 from runner_plugins._jsonl import LineBuffer
 from runner_plugins.claude_code import PLUGIN, PROMPT_ARGV_LIMIT
 
-FIXTURES = Path("/work/shared/fixtures/agent-transcripts")
+# Copied verbatim from the shared fixtures (provenance in SOURCES.md there).
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "agent-transcripts"
 FROM_RESULT = object()  # long final messages: the fixture's own result text, read below with json
 
 

@@ -13,7 +13,8 @@ from orchestrator.runner.plugin import RunnerPlugin, get_plugin
 from orchestrator.runner.types import AuthConfig, InstanceRequest
 from runner_plugins.codex import PLUGIN
 
-FIXTURES = Path("/work/shared/fixtures/agent-transcripts")
+# Copied verbatim from the shared fixtures (provenance in SOURCES.md there).
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "agent-transcripts"
 LAST_AGENT_MESSAGE = object()  # long text: the last agent_message item of the file, read below with json
 
 
