@@ -1,6 +1,6 @@
 """Claude Code (``claude -p --output-format stream-json --verbose``).
 
-Facts this plugin relies on (fixtures in ``/work/shared/fixtures/agent-transcripts``):
+Facts this plugin relies on (fixtures in ``tests/fixtures/agent-transcripts``):
 
 * API errors end with a ``result`` whose ``subtype`` is ``"success"`` but
   ``is_error`` is true, with ``api_error_status`` and ``terminal_reason``
