@@ -1,0 +1,191 @@
+"""Shared checks for the reliability suites (tests/test_reliability_*.py).
+
+Every suite drives the real ``orchestrator`` command (real Docker, real git,
+the sim agent) and then asks the same questions of what it left behind: is
+the event log whole, does state.json equal a replay, which keys completed how
+often, how often did the agent itself run per key (the sim agent's own record
+in each session volume), which branches exist with which trees, and is any
+container of the run still running after the process exited.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+
+from cli_helpers import ORCH, cli_env, run_cli  # noqa: F401  (re-exported for the suites)
+from conftest import TEST_IMAGE, git  # noqa: F401
+from orchestrator.eventlog import iter_lines
+from orchestrator.events import decode_line
+from orchestrator.naming import safe_component
+from orchestrator.state import encode_snapshot, replay
+
+IMG = ["--docker-image", TEST_IMAGE]
+
+
+# ---------------------------------------------------------------- processes
+
+
+def start_cli(args: list[str], *, cwd: Path, env: dict[str, str], out: Path) -> subprocess.Popen:
+    """Start the command with stdout/stderr in files (a killed process never blocks a pipe)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    return subprocess.Popen([ORCH, *args], cwd=cwd, env=env, stdout=open(out.with_suffix(".out"), "wb"),
+                            stderr=open(out.with_suffix(".err"), "wb"), start_new_session=True)
+
+
+def finish(proc: subprocess.Popen, out: Path, timeout: float = 180) -> tuple[int, str, str]:
+    rc = proc.wait(timeout=timeout)
+    return rc, out.with_suffix(".out").read_text(errors="replace"), out.with_suffix(".err").read_text(errors="replace")
+
+
+def sigkill(proc: subprocess.Popen) -> None:
+    """SIGKILL the orchestrator process only (not its process group: that is what a crash looks like)."""
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+
+
+def wait_for(predicate, timeout: float = 60, interval: float = 0.05):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {getattr(predicate, '__name__', predicate)}")
+
+
+def run_ids(tmp_path: Path) -> list[str]:
+    state = tmp_path / "state"
+    return sorted(p.name for p in state.iterdir() if (p / "run.json").exists()) if state.exists() else []
+
+
+def manifest(tmp_path: Path, run_id: str) -> dict:
+    return json.loads((tmp_path / "state" / run_id / "run.json").read_text())
+
+
+# ---------------------------------------------------------------- the log and the snapshot
+
+
+def events_path(tmp_path: Path, run_id: str) -> Path:
+    return tmp_path / "logs" / run_id / "events.jsonl"
+
+
+def check_log(path: Path) -> list:
+    """Every complete line decodes, carries its own start offset, and that offset seeks to it."""
+    if not path.exists():
+        return []
+    out = []
+    with open(path, "rb") as fh:
+        for offset, line in iter_lines(path):
+            fh.seek(offset)
+            assert fh.readline() == line, f"offset {offset} does not seek to its line"
+            event = decode_line(line)
+            assert event.start_offset == offset, (event.start_offset, offset)
+            out.append(event)
+    return out
+
+
+def check_snapshot_is_replay(tmp_path: Path, run_id: str) -> None:
+    state_bytes = (tmp_path / "state" / run_id / "state.json").read_bytes()
+    assert state_bytes == encode_snapshot(replay(events_path(tmp_path, run_id), run_id=run_id))
+
+
+def terminal_counts(events) -> Counter:
+    """task.completed per key (a key listed twice was paid for twice)."""
+    return Counter(e.key for e in events if e.type == "task.completed")
+
+
+# ---------------------------------------------------------------- docker
+
+
+def _docker(*args: str) -> str:
+    return subprocess.run(["docker", *args], capture_output=True, text=True).stdout
+
+
+def running_containers(run_id: str) -> list[str]:
+    """Containers of the run that are RUNNING: after the process has exited, these are orphans."""
+    return _docker("ps", "-q", "--filter", f"label=run_id={run_id}").split()
+
+
+def all_containers(run_id: str) -> list[str]:
+    return _docker("ps", "-a", "--format", "{{.Names}}", "--filter", f"label=run_id={run_id}").split()
+
+
+def run_volumes(run_id: str) -> list[str]:
+    prefix = f"orc_home_{safe_component(run_id)}_g"
+    return [v for v in _docker("volume", "ls", "-q", "--filter", f"name={prefix}").split() if v.startswith(prefix)]
+
+
+def agent_executions(run_id: str) -> Counter:
+    """Agent executions per task key, from the sim agent's own record in every session volume.
+
+    The volumes are local (we are root on the Docker host), so the record is read
+    from the volume's mount point instead of starting a container per volume.
+    """
+    counts: Counter = Counter()
+    for volume in run_volumes(run_id):
+        mount = _docker("volume", "inspect", "-f", "{{.Mountpoint}}", volume).strip()
+        record = Path(mount) / ".sim-agent" / "executions.jsonl"
+        if not record.exists():
+            continue
+        for line in record.read_text().splitlines():
+            if line.strip():
+                counts[json.loads(line).get("task_key")] += 1
+    return counts
+
+
+def remove_run_docker(run_id: str) -> None:
+    """Tests clean up after themselves: the machine is shared."""
+    names = all_containers(run_id)
+    if names:
+        subprocess.run(["docker", "rm", "-f", *names], capture_output=True)
+    volumes = run_volumes(run_id)
+    if volumes:
+        subprocess.run(["docker", "volume", "rm", "-f", *volumes], capture_output=True)
+
+
+# ---------------------------------------------------------------- git
+
+
+def branches(repo: Path, prefix: str = "") -> dict[str, str]:
+    """Branch name -> tree id (commit ids differ between runs; trees must not)."""
+    out = git(repo, "for-each-ref", "--format=%(refname:short) %(objectname)", f"refs/heads/{prefix}*")
+    result = {}
+    for line in out.splitlines():
+        name, _ = line.split(" ", 1)
+        result[name] = git(repo, "rev-parse", f"{name}^{{tree}}")
+    return result
+
+
+def normalized_branches(repo: Path, events, run_id: str, strategy: str) -> dict[str, str]:
+    """Branches of one run keyed by task key without the run id: comparable across runs."""
+    trees = branches(repo, f"{safe_component(strategy)}_{safe_component(run_id)}_")
+    by_branch = {}
+    for e in events:
+        if e.type == "task.completed":
+            final = (e.payload.get("artifact") or {}).get("branch_final")
+            if final:
+                by_branch[final] = e.key.split("/", 1)[1]
+    # tree-beam's after-run hook deletes the rejected candidates' branches it listed
+    results = repo.parent / "results" / run_id / "strategy_output"
+    listed = results / "delete_branches.txt"
+    deleted = {ln.split(" ", 1)[0] for ln in listed.read_text().splitlines() if ln.strip()} if listed.exists() else set()
+    assert set(trees) == set(by_branch) - deleted, (sorted(trees), sorted(by_branch), sorted(deleted))
+    return {by_branch[name]: tree for name, tree in trees.items()}
+
+
+# ---------------------------------------------------------------- the counts report
+
+
+def record(suite: str, **counts) -> None:
+    """Append this test's counts for bench/reliability_report.py (only when it asks for them)."""
+    target = os.environ.get("RELIABILITY_REPORT")
+    if target:
+        with open(target, "a") as fh:
+            fh.write(json.dumps({"suite": suite, **counts}) + "\n")

@@ -1,0 +1,217 @@
+"""Crash torture: SIGKILL the real command at random moments, resume until done.
+
+Every kill is followed by the same checks; at the end the run must equal an
+uninterrupted reference run of the same command (branches compared by task
+key without the run id, and by tree: commits carry timestamps), every key
+completed exactly once in the log, no key that had durably completed before a
+kill made the agent run again afterwards (the sim agent's own record), the
+snapshot equals a replay and no container of the run is left running.
+
+"Orphan" here means: a container of the run still RUNNING after the
+orchestrator process has exited. Stopped containers are retained on purpose
+(2 h for successes, longer for failures) so sessions can be inspected or
+resumed; they are not orphans.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import git, make_repo
+from reliability_helpers import (
+    IMG,
+    agent_executions,
+    check_log,
+    check_snapshot_is_replay,
+    cli_env,
+    events_path,
+    finish,
+    manifest,
+    normalized_branches,
+    record,
+    remove_run_docker,
+    run_ids,
+    running_containers,
+    sigkill,
+    start_cli,
+    terminal_counts,
+    wait_for,
+)
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+KILLS = int(os.environ.get("RELIABILITY_KILLS", "30"))
+EVAL = ("python3 -c \"import glob,hashlib,json;f=sorted(glob.glob('sim/*.txt'));"
+        "h=hashlib.sha256(''.join(f).encode()).hexdigest();"
+        "print(json.dumps({'metrics':{'score':10+len(f)+int(h[:2],16)/1000}}))\"")
+
+CASES = {
+    "best-of-n": (["implement the greeting", "--strategy", "best-of-n", "-S", "n=4"], "best-of-n"),
+    "tree-beam": (["make it better", "--strategy", "tree-beam", "-S", f"eval_command={EVAL}", "-S", "primary_metric=score",
+                   "-S", "ideas_per_node=2", "-S", "max_depth=2", "-S", "beam_width=1"], "tree-beam"),
+}
+
+
+def _kill_phase(tmp_path: Path, run_id: str | None) -> str:
+    """Where the kill landed, from the last runner log line (informational, for the report)."""
+    if run_id is None:
+        return "startup"
+    runner_log = tmp_path / "logs" / run_id / "runner.jsonl"
+    lines = runner_log.read_bytes().splitlines() if runner_log.exists() else []
+    for raw in reversed(lines):
+        try:
+            kind = json.loads(raw).get("event") or json.loads(raw).get("type") or json.loads(raw).get("msg")
+        except ValueError:
+            continue
+        if kind:
+            if "exec.started" in kind or "agent" in kind or "container.ready" in kind:
+                return "mid-container"
+            if "exec.finished" in kind:
+                return "mid-import"
+            if "workspace" in kind:
+                return "workspace/container start"
+            return "after a task (snapshot/scheduling)"
+    return "scheduling"
+
+
+def _reference(tmp_path: Path, args: list[str], strategy: str) -> dict[str, str]:
+    ref = tmp_path / "reference"
+    repo = make_repo(ref / "repo")
+    proc = start_cli([*args, "--dry-run", "--no-tui", *IMG], cwd=repo, env=cli_env(ref), out=ref / "out" / "ref")
+    rc, _, err = finish(proc, ref / "out" / "ref")
+    assert rc == 0, err
+    (run_id,) = run_ids(ref)
+    events = check_log(events_path(ref, run_id))
+    trees = normalized_branches(repo, events, run_id, strategy)
+    remove_run_docker(run_id)
+    return trees
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_sigkill_at_random_moments_then_resume_equals_an_uninterrupted_run(case, tmp_path):
+    args, strategy = CASES[case]
+    expected = _reference(tmp_path, args, strategy)
+    assert expected, "the reference run made no branches: nothing to compare"
+
+    repo = make_repo(tmp_path / "repo")
+    env = cli_env(tmp_path)
+    rng = random.Random(f"crash-{case}")
+    run_id: str | None = None
+    kills, phases, attempt = 0, {}, 0
+    try:
+        while True:
+            attempt += 1
+            before_done = set(terminal_counts(check_log(events_path(tmp_path, run_id)))) if run_id else set()
+            before_exec = agent_executions(run_id) if run_id else {}
+            cmd = ["--resume", run_id, "--no-tui"] if run_id else [*args, "--dry-run", "--no-tui", *IMG]
+            out = tmp_path / "out" / f"p{attempt}"
+            proc = start_cli(cmd, cwd=repo, env=env, out=out)
+            if kills < KILLS:
+                deadline = time.monotonic() + rng.uniform(0.5, 3.0)
+                while proc.poll() is None and time.monotonic() < deadline:
+                    time.sleep(0.02)
+            if proc.poll() is None and kills < KILLS:
+                sigkill(proc)
+                kills += 1
+                run_id = run_id or (run_ids(tmp_path) or [None])[0]
+                phase = _kill_phase(tmp_path, run_id)
+                phases[phase] = phases.get(phase, 0) + 1
+            else:
+                rc, _, err = finish(proc, out)
+                assert rc == 0, f"process {attempt} exited {rc}: {err[-2000:]}"
+                run_id = run_id or run_ids(tmp_path)[0]
+                if kills >= KILLS:
+                    break
+            if run_id is None:
+                continue  # killed before the run directory existed: nothing to resume, start again
+            # after every process: the log is whole, and nothing durably finished ran again
+            events = check_log(events_path(tmp_path, run_id))
+            after_exec = agent_executions(run_id)
+            rerun = {k: (before_exec.get(k, 0), after_exec.get(k, 0)) for k in before_done
+                     if after_exec.get(k, 0) != before_exec.get(k, 0)}
+            assert not rerun, f"process {attempt} ran the agent again for finished keys: {rerun}"
+            assert set(terminal_counts(events).values()) <= {1}, terminal_counts(events)
+            if manifest(tmp_path, run_id)["status"] == "completed":
+                if kills >= KILLS:
+                    break
+                # finished before the kill budget ran out: keep killing a fresh run of the same command
+                check_final(tmp_path, repo, run_id, strategy, expected)
+                remove_run_docker(run_id)
+                run_id = None
+                repo = make_repo(tmp_path / f"repo{attempt}")
+                for d in ("logs", "state", "results"):
+                    (tmp_path / d).rename(tmp_path / f"{d}.done{attempt}")
+        check_final(tmp_path, repo, run_id, strategy, expected)
+        executions = agent_executions(run_id)
+        record("crash", case=case, kills_tried=kills, kills_survived=kills, processes=attempt, phases=phases,
+               agent_executions=sum(executions.values()), keys=len(executions))
+    finally:
+        for rid in {run_id, *run_ids(tmp_path)} - {None}:
+            remove_run_docker(rid)
+
+
+def check_final(tmp_path: Path, repo: Path, run_id: str, strategy: str, expected: dict[str, str]) -> None:
+    events = check_log(events_path(tmp_path, run_id))
+    counts = terminal_counts(events)
+    assert set(counts.values()) == {1}, f"keys completed more than once: {[k for k, n in counts.items() if n > 1]}"
+    assert normalized_branches(repo, events, run_id, strategy) == expected
+    all_branches = git(repo, "branch", "--format=%(refname:short)").split()
+    assert not [b for b in all_branches if b.rsplit("_", 1)[-1].isdigit() and b.count("_k")], all_branches
+    check_snapshot_is_replay(tmp_path, run_id)
+    assert running_containers(run_id) == [], "containers of the finished run are still running"
+    summary = json.loads((tmp_path / "results" / run_id / "summary.json").read_text())
+    assert summary["totals"]["completed"] == len(counts), (summary["totals"], len(counts))
+    assert summary["status"] == "completed"
+
+
+def test_sigterm_and_sigint_interrupt_gracefully_and_a_second_sigint_exits_at_once(tmp_path):
+    repo = make_repo(tmp_path / "repo")
+    env = cli_env(tmp_path)
+    prompt = "SIM: write w.txt data\nSIM: commit work\nSIM: sleep 8\nSIM: print finished"
+    for n, sig in enumerate((signal.SIGTERM, signal.SIGINT)):
+        out = tmp_path / "out" / f"graceful{n}"
+        cmd = ["--resume", run_ids(tmp_path)[0], "--no-tui"] if n else [prompt, "--runs", "2", "--no-tui", *IMG]
+        proc = start_cli(cmd, cwd=repo, env=env, out=out)
+        run_id = wait_for(lambda: run_ids(tmp_path) and run_ids(tmp_path)[0])
+        wait_for(lambda: sum(e.type == "task.started" for e in check_log(events_path(tmp_path, run_id)))
+                 >= 2 * (n + 1), timeout=60)
+        time.sleep(1.0)
+        t0 = time.monotonic()
+        proc.send_signal(sig)
+        rc, _, err = finish(proc, out, timeout=30)
+        assert rc == 130, err
+        assert time.monotonic() - t0 < 10
+        assert f"Run interrupted. Resume with: orchestrator --resume {run_id}" in err
+        check_log(events_path(tmp_path, run_id))
+        check_snapshot_is_replay(tmp_path, run_id)
+        assert running_containers(run_id) == []
+    # a second Ctrl+C leaves at once; the log stays parseable and the run resumable
+    out = tmp_path / "out" / "double"
+    proc = start_cli(["--resume", run_id, "--no-tui"], cwd=repo, env=env, out=out)
+    wait_for(lambda: sum(e.type == "task.started" for e in check_log(events_path(tmp_path, run_id))) >= 6, timeout=60)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.05)
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    rc, _, err = finish(proc, out, timeout=30)
+    assert rc == 130 and time.monotonic() - t0 < 3, err
+    check_log(events_path(tmp_path, run_id))
+    try:
+        result = start_cli(["--resume", run_id, "--no-tui"], cwd=repo, env=env, out=tmp_path / "out" / "final")
+        rc, _, err = finish(result, tmp_path / "out" / "final")
+        assert rc == 0, err
+        events = check_log(events_path(tmp_path, run_id))
+        assert sorted(terminal_counts(events).values()) == [1, 1]
+        check_snapshot_is_replay(tmp_path, run_id)
+        assert running_containers(run_id) == []
+        record("signals", signals_tried=3, signals_survived=3)
+    finally:
+        remove_run_docker(run_id)
