@@ -23,7 +23,7 @@ from .auth import resolve_auth
 from .config import Config, LoadedConfig, load_config, redacted
 from .engine.determinism import Reporter, guard_module
 from .engine.engine import Engine, EngineConfig, auto_parallel
-from .errors import ConfigError, PreflightError, UsageError
+from .errors import ConfigError, PreflightError, RunLockedError, UsageError
 from .fingerprint import TaskDefaults
 from .jsonlog import ComponentLog
 from .runner import AuthConfig, DockerRunner, RetryConfig
@@ -378,6 +378,7 @@ async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resum
     ui_stop = anyio.Event()
     watcher_scope = anyio.CancelScope()
     storage_error: OSError | None = None
+    locked: BaseException | None = None
     try:
         async with anyio.create_task_group() as outer:
             outer.start_soon(_output, prep, dirs, run_id, ui_stop)
@@ -390,12 +391,18 @@ async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resum
                     await _stop_containers(run_id, olog)
             watcher_scope.cancel()
             ui_stop.set()
+    except* RunLockedError as group:
+        # Two --resume of one run at once both pass the is_live() pre-check; the
+        # event log lock decides. The loser reports it as one line (exit 2).
+        locked = _first_leaf(group)
     except* OSError as group:
         # The run's records cannot be written (disk full, I/O error). The event
         # log ends on its last whole line, so the run is stopped, not corrupted.
         storage_error = _first_leaf(group)
     finally:
         await runner.aclose()
+    if locked is not None:
+        raise locked
     if storage_error is not None:
         return await _storage_stop(storage_error, dirs, manifest, olog)
     wall = time.monotonic() - started
