@@ -67,7 +67,7 @@ def _kill_phase(tmp_path: Path, run_id: str | None) -> str:
     lines = runner_log.read_bytes().splitlines() if runner_log.exists() else []
     for raw in reversed(lines):
         try:
-            kind = json.loads(raw).get("event") or json.loads(raw).get("type") or json.loads(raw).get("msg")
+            kind = json.loads(raw).get("message")
         except ValueError:
             continue
         if kind:
@@ -105,6 +105,7 @@ def test_sigkill_at_random_moments_then_resume_equals_an_uninterrupted_run(case,
     rng = random.Random(f"crash-{case}")
     run_id: str | None = None
     kills, phases, attempt = 0, {}, 0
+    runs_finished, executions_total, keys_total = 0, 0, 0
     try:
         while True:
             attempt += 1
@@ -143,6 +144,10 @@ def test_sigkill_at_random_moments_then_resume_equals_an_uninterrupted_run(case,
                     break
                 # finished before the kill budget ran out: keep killing a fresh run of the same command
                 check_final(tmp_path, repo, run_id, strategy, expected)
+                executions = agent_executions(run_id)
+                runs_finished += 1
+                executions_total += sum(executions.values())
+                keys_total += len(executions)
                 remove_run_docker(run_id)
                 run_id = None
                 repo = make_repo(tmp_path / f"repo{attempt}")
@@ -151,7 +156,8 @@ def test_sigkill_at_random_moments_then_resume_equals_an_uninterrupted_run(case,
         check_final(tmp_path, repo, run_id, strategy, expected)
         executions = agent_executions(run_id)
         record("crash", case=case, kills_tried=kills, kills_survived=kills, processes=attempt, phases=phases,
-               agent_executions=sum(executions.values()), keys=len(executions))
+               runs=runs_finished + 1, agent_executions=executions_total + sum(executions.values()),
+               keys=keys_total + len(executions))
     finally:
         for rid in {run_id, *run_ids(tmp_path)} - {None}:
             remove_run_docker(rid)
