@@ -251,6 +251,24 @@ def _docker_pid() -> int:
     return int(Path("/var/run/docker.pid").read_text().strip())
 
 
+def _docker_ok() -> bool:
+    return subprocess.run(["docker", "info"], capture_output=True).returncode == 0
+
+
+def _start_dockerd(old_pid: int) -> None:
+    """Start a detached dockerd once the old one has fully exited; retry if it dies at start."""
+    wait_for(lambda: not Path(f"/proc/{old_pid}").exists(), timeout=60, interval=0.2)
+    for _ in range(3):
+        with open("/var/log/dockerd.log", "ab") as log:
+            subprocess.Popen(["dockerd"], stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            wait_for(_docker_ok, timeout=60, interval=0.5)
+            return
+        except AssertionError:
+            time.sleep(2)
+    raise AssertionError("dockerd did not come back; see /var/log/dockerd.log")
+
+
 @pytest.mark.slow
 @pytest.mark.daemon_restart
 def test_docker_daemon_restart_mid_run_then_resume_finishes(tmp_path, repo):
@@ -261,11 +279,11 @@ def test_docker_daemon_restart_mid_run_then_resume_finishes(tmp_path, repo):
     proc = start_cli([prompt, "--runs", "2", "--no-tui", *IMG], cwd=repo, env=env, out=out)
     run_id = _started(tmp_path, 2)
     time.sleep(1)
-    os.kill(_docker_pid(), 15)  # the daemon's own pid file: nothing else is signalled
-    wait_for(lambda: subprocess.run(["docker", "info"], capture_output=True).returncode != 0, timeout=60, interval=0.2)
-    subprocess.Popen("nohup dockerd > /var/log/dockerd.log 2>&1 &", shell=True)
-    wait_for(lambda: subprocess.run(["docker", "info"], capture_output=True).returncode == 0, timeout=90, interval=0.5)
+    old_pid = _docker_pid()
     try:
+        os.kill(old_pid, 15)  # the daemon's own pid file: nothing else is signalled
+        wait_for(lambda: not _docker_ok(), timeout=60, interval=0.2)
+        _start_dockerd(old_pid)
         rc, _, err = finish(proc, out, timeout=180)
         assert rc in (0, 1, 130), err
         assert "Traceback" not in err, err
@@ -284,4 +302,6 @@ def test_docker_daemon_restart_mid_run_then_resume_finishes(tmp_path, repo):
         assert running_containers(run_id) == []
         record("faults", fault="docker daemon restart", survived=1, outcome=f"exit {rc}")
     finally:
+        if not _docker_ok():
+            _start_dockerd(old_pid)  # whatever happened, later tests need the engine back
         remove_run_docker(run_id)
