@@ -86,7 +86,7 @@ def test_oom_kill_under_the_memory_limit(victim, tmp_path, repo):
         else:
             assert result.returncode == 1, result.stderr
             assert got["type"] == "task.failed" and got["error_type"] == "container", got
-            assert "137" in got["message"], got["message"]
+            assert "137" in got["message"] and "out of memory" in got["message"], got["message"]
         record("faults", fault=f"OOM kill ({victim})", survived=1, outcome=f"{got['type']}:{got.get('error_type')}")
     finally:
         remove_run_docker(run_id)

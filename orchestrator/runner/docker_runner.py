@@ -379,6 +379,10 @@ class DockerRunner:
             message = f"exit code {out.exit_code}" + (f": {tail[-2000:]}" if tail else "")
         if out.saw_erofs and workspace_read_only(request):
             message = f"{READ_ONLY_NOTE}. Agent error: {message}"
+        if out.exit_code == 137:
+            # SIGKILL from inside the container is nearly always the kernel's OOM killer
+            message = (f"{message} (killed by SIGKILL: most likely out of memory under the container limit of "
+                       f"{request.container_limits.memory}; raise runner.container_memory)")
         return category, self.sanitizer.scrub_text(message)
 
     def _metrics(self, request: InstanceRequest, total: dict[str, Any], duration: float) -> Metrics:
