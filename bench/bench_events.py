@@ -48,6 +48,7 @@ container and an agent session) resumes from its snapshot in under 15 ms.
 Meeting the target at that size needs a snapshot that is not one JSON document
 decoded whole (lazy per-task decoding measured 5x faster, still about 150 ms);
 that is not done.
+
 """
 
 
