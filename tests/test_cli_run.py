@@ -181,3 +181,40 @@ def test_management_commands(tmp_path, repo):
     assert gone.returncode == 2
     helped = run_cli(["--help-strategy", "simple"], cwd=repo, env=env)
     assert helped.returncode == 0 and "import_policy" in helped.stdout
+
+
+@pytest.mark.slow
+def test_ctrl_c_with_20_running_containers_exits_130_within_10s(tmp_path, repo):
+    env = cli_env(tmp_path)
+    proc = subprocess.Popen([ORCH, "SIM: sleep 60", "--runs", "20", "--max-parallel", "20", "--no-tui", *IMG],
+                            cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def all_running():
+        state = tmp_path / "state"
+        runs = [p.name for p in state.iterdir()] if state.exists() else []
+        if not runs:
+            return None
+        out = subprocess.run(["docker", "ps", "-q", "--filter", f"label=run_id={runs[0]}"], capture_output=True,
+                             text=True).stdout.split()
+        path = tmp_path / "logs" / runs[0] / "runner.jsonl"
+        execs = path.read_text().count('"runner.exec.started"') if path.exists() else 0
+        return runs[0] if len(out) == 20 and execs == 20 else None
+
+    try:
+        run_id = wait_for(all_running, timeout=120, interval=0.3)
+        t0 = time.time()
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+        elapsed = time.time() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert elapsed < 10, f"took {elapsed:.1f}s"
+    events = list(read_events(tmp_path / "logs" / run_id / "events.jsonl"))
+    assert [e.type for e in events].count("task.interrupted") == 20
+    assert subprocess.run(["docker", "ps", "-q", "--filter", f"label=run_id={run_id}"], capture_output=True,
+                          text=True).stdout.split() == []
+    names = subprocess.run(["docker", "ps", "-aq", "--filter", f"label=run_id={run_id}"], capture_output=True,
+                           text=True).stdout.split()
+    subprocess.run(["docker", "rm", "-f", *names], capture_output=True)
