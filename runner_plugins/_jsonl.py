@@ -19,6 +19,7 @@ import json
 import re
 from typing import Any
 
+from orchestrator.runner.plugin import AgentEvent
 from orchestrator.runner.types import ErrorCategory
 
 MAX_LINE_BYTES = 8 * 1024 * 1024
@@ -213,3 +214,34 @@ class SecretEnv(dict):
         return f"SecretEnv({shown!r})"
 
     __str__ = __repr__
+
+
+class JsonLinesParser:
+    """Shared front half of the agent-stream parsers: bytes in, complete JSON lines out.
+
+    Subclasses implement ``_handle_line(line) -> list[AgentEvent]``; this class
+    owns the line buffer (splits across reads, oversized lines) and the stderr tail.
+    """
+
+    def __init__(self, *, previous: dict[str, float] | None = None) -> None:
+        self.previous = dict(previous or {})
+        self._lines = LineBuffer()
+        self._stderr = Tail(16 * 1024)
+        self.final_events: list[AgentEvent] = []
+        self.session_id: str | None = None
+        self.model: str | None = None
+
+    def feed(self, chunk: bytes) -> list[AgentEvent]:
+        before = self._lines.oversized_lines
+        events: list[AgentEvent] = []
+        for line in self._lines.feed(chunk):
+            events.extend(self._handle_line(line))
+        if self._lines.oversized_lines != before:
+            events.append(AgentEvent(kind="other", data={"skipped_oversized_lines": self._lines.oversized_lines}))
+        return events
+
+    def feed_stderr(self, chunk: bytes) -> None:
+        self._stderr.write(chunk)
+
+    def _handle_line(self, line: str) -> list[AgentEvent]:
+        raise NotImplementedError

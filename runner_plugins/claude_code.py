@@ -28,9 +28,8 @@ from orchestrator.runner.plugin import AgentEvent, AgentOutcome, PluginCapabilit
 from orchestrator.runner.types import AuthConfig, ErrorCategory, InstanceRequest
 
 from ._jsonl import (
-    LineBuffer,
+    JsonLinesParser,
     SecretEnv,
-    Tail,
     as_int,
     classify_api_text,
     classify_crash,
@@ -174,16 +173,11 @@ class ClaudeCodePlugin:
         return ClaudeStreamParser(previous=previous)
 
 
-class ClaudeStreamParser:
+class ClaudeStreamParser(JsonLinesParser):
     """Parses one execution's stream-json output into events and an outcome."""
 
     def __init__(self, *, previous: dict[str, float] | None = None) -> None:
-        self.previous = dict(previous or {})
-        self._lines = LineBuffer()
-        self._stderr = Tail(16 * 1024)
-        self.final_events: list[AgentEvent] = []
-        self.session_id: str | None = None
-        self.model: str | None = None
+        super().__init__(previous=previous)
         self._last_text: str | None = None
         self._results: list[dict[str, Any]] = []
         self._api_error: dict[str, Any] | None = None  # last synthetic API-error message
@@ -191,18 +185,6 @@ class ClaudeStreamParser:
         self._rate_limited = False
 
     # -- streaming --------------------------------------------------------------------
-
-    def feed(self, chunk: bytes) -> list[AgentEvent]:
-        before = self._lines.oversized_lines
-        events: list[AgentEvent] = []
-        for line in self._lines.feed(chunk):
-            events.extend(self._handle_line(line))
-        if self._lines.oversized_lines != before:
-            events.append(AgentEvent(kind="other", data={"skipped_oversized_lines": self._lines.oversized_lines}))
-        return events
-
-    def feed_stderr(self, chunk: bytes) -> None:
-        self._stderr.write(chunk)
 
     def _handle_line(self, line: str) -> list[AgentEvent]:
         obj = parse_object(line)

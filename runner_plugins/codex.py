@@ -34,9 +34,8 @@ from orchestrator.runner.plugin import AgentEvent, AgentOutcome, PluginCapabilit
 from orchestrator.runner.types import AuthConfig, ErrorCategory, InstanceRequest
 
 from ._jsonl import (
-    LineBuffer,
+    JsonLinesParser,
     SecretEnv,
-    Tail,
     as_int,
     classify_api_text,
     classify_crash,
@@ -127,32 +126,15 @@ def _codex_stdin(prompt: str) -> bool:
     return prompt_via_stdin(prompt) or prompt.strip() == "-"
 
 
-class CodexStreamParser:
+class CodexStreamParser(JsonLinesParser):
     def __init__(self, *, previous: dict[str, float] | None = None) -> None:
-        self.previous = dict(previous or {})
-        self._lines = LineBuffer()
-        self._stderr = Tail(16 * 1024)
-        self.final_events: list[AgentEvent] = []
-        self.session_id: str | None = None
-        self.model: str | None = None
+        super().__init__(previous=previous)
         self._last_message: str | None = None
         self._usage: dict[str, Any] | None = None
         self._completed = False
         self._failed: str | None = None
         self._last_error: str | None = None  # last top-level error other than "Reconnecting..."
         self._last_any_error: str | None = None
-
-    def feed(self, chunk: bytes) -> list[AgentEvent]:
-        before = self._lines.oversized_lines
-        events: list[AgentEvent] = []
-        for line in self._lines.feed(chunk):
-            events.extend(self._handle_line(line))
-        if self._lines.oversized_lines != before:
-            events.append(AgentEvent(kind="other", data={"skipped_oversized_lines": self._lines.oversized_lines}))
-        return events
-
-    def feed_stderr(self, chunk: bytes) -> None:
-        self._stderr.write(chunk)
 
     def _handle_line(self, line: str) -> list[AgentEvent]:
         obj = parse_object(line)
