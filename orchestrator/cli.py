@@ -30,6 +30,15 @@ exit codes: 0 success, 1 a strategy failed, 2 bad usage or configuration, 130 in
 """
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("orchestrator")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # one line, not argparse's usage block
         raise UsageError(f"{message} (see orchestrator --help)")
@@ -40,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
                 "and git clone, driven by a durable strategy; every agent's work comes back as a branch.",
                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("prompt", nargs="?", help="what the agents should do ('-' reads it from standard input)")
+    p.add_argument("--version", action="version", version=f"orchestrator {_version()}")
     run = p.add_argument_group("run")
     run.add_argument("--strategy", help="built-in name, path/to/file.py[:func] or package.module:func (default: simple)")
     run.add_argument("-S", dest="params", action="append", default=[], metavar="KEY=VALUE",

@@ -482,13 +482,9 @@ async def _output(prep: Prepared, dirs: RunDirs, run_id: str, stop: anyio.Event)
     if prep.output == "quiet":
         await stop.wait()
         return
-    try:
-        import tui
-        run_dashboard = getattr(tui, "run_dashboard", None) or __import__("tui.dashboard", fromlist=["x"]).run_dashboard
-        stream_console = getattr(tui, "stream_console", None) or __import__("tui.console", fromlist=["x"]).stream_console
-    except (ImportError, AttributeError):
-        await stop.wait()
-        return
+    from tui.console import stream_console
+    from tui.dashboard import run_dashboard
+
     if prep.output == "dashboard":
         await run_dashboard(run_id, logs_dir=dirs.logs, state_dir=dirs.state, results_dir=dirs.results, stop=stop,
                             max_parallel=prep.max_parallel, force_mode=prep.config.tui.force_display_mode,
