@@ -103,6 +103,12 @@ def metrics_csv(state: RunState) -> str:
     return buf.getvalue()
 
 
+def _short_key(key: str) -> str:
+    """``run_id/s1/score/abc/attempt-1`` -> ``score/abc/attempt-1``."""
+    parts = key.split("/", 2)
+    return parts[2] if len(parts) == 3 else key
+
+
 def fmt_duration(seconds: float) -> str:
     if seconds < 10:
         return f"{seconds:.1f}s"
@@ -138,10 +144,11 @@ def render_summary(summary: dict[str, Any], *, results_path: Path, wall_seconds:
         idx = s["strategy_execution_id"].lstrip("s")
         lines.append(f"Strategy #{idx} ({s['name']}):")
         for t in s["tasks"]:
-            label = t["branch"] or t["branch_planned"] or t["key"]
+            # tasks without a branch (reviews, scorings, checks) are named by their key
+            label = t["branch"] or _short_key(t["key"])
             if t["state"] == "COMPLETED":
                 tokens = fmt_tokens((t["tokens_in"] or 0) + (t["tokens_out"] or 0))
-                extra = "" if t["branch"] else " (no branch: no changes)"
+                extra = "" if t["branch"] else " (no branch)"
                 lines.append(f"  ✓ {label}  {fmt_duration(t['duration_s'])} • {fmt_cost(t['cost_usd'])} • {tokens} tokens{extra}")
             elif t["state"] == "FAILED":
                 lines.append(f"  ✗ {label}  Failed ({t['error_type']}): {(t['error'] or '').splitlines()[0][:120] if t['error'] else ''}")
@@ -158,7 +165,8 @@ def render_summary(summary: dict[str, Any], *, results_path: Path, wall_seconds:
     lines += ["Summary:"]
     if wall_seconds is not None:
         lines.append(f"  Total Duration: {fmt_duration(wall_seconds)}")
-    lines += [f"  Total Cost: {fmt_cost(t['cost_usd'])}", f"  Tokens: {fmt_tokens(t['tokens_in'])} in / {fmt_tokens(t['tokens_out'])} out",
+    simulated = " (simulated: nothing was spent)" if summary.get("dry_run") else ""
+    lines += [f"  Total Cost: {fmt_cost(t['cost_usd'])}{simulated}", f"  Tokens: {fmt_tokens(t['tokens_in'])} in / {fmt_tokens(t['tokens_out'])} out",
               f"  Success Rate: {rate}", ""]
     finals = summary["final_branches"] or summary["branches"]
     lines.append(f"Final branches ({len(finals)}):")
