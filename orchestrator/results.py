@@ -29,6 +29,17 @@ def _selected_branch(result: Any) -> str | None:
     return None
 
 
+def _final_branches(strategies: list[dict[str, Any]], created: list[str], base: str) -> list[str]:
+    """What each execution selected; every created branch only when no execution selects anything.
+
+    The base branch is where the run started, never a result to merge.
+    """
+    selected = [s["selected_branch"] for s in strategies if s["selected_branch"]]
+    if not selected:
+        return list(created)
+    return [b for b in selected if b != base]
+
+
 def build_summary(manifest: RunManifest, state: RunState) -> dict[str, Any]:
     strategies = []
     all_branches: list[str] = []
@@ -69,7 +80,7 @@ def build_summary(manifest: RunManifest, state: RunState) -> dict[str, Any]:
         },
         "strategies": strategies,
         "branches": all_branches,
-        "final_branches": [s["selected_branch"] for s in strategies if s["selected_branch"]],
+        "final_branches": _final_branches(strategies, all_branches, manifest.base_branch),
     }
 
 
@@ -154,7 +165,9 @@ def render_summary(summary: dict[str, Any], *, results_path: Path, wall_seconds:
                 lines.append(f"  ✗ {label}  Failed ({t['error_type']}): {(t['error'] or '').splitlines()[0][:120] if t['error'] else ''}")
             else:
                 lines.append(f"  … {label}  {t['state'].lower()}")
-        if s["selected_branch"]:
+        if s["selected_branch"] == summary["base_branch"]:
+            lines.append(f"  → Kept {s['selected_branch']}: no candidate improved on it")
+        elif s["selected_branch"]:
             lines.append(f"  → Selected: {s['selected_branch']}")
         if s["status"] == "failed":
             lines.append(f"  ✗ strategy failed: {s['error']}")
@@ -168,7 +181,11 @@ def render_summary(summary: dict[str, Any], *, results_path: Path, wall_seconds:
     simulated = " (simulated: nothing was spent)" if summary.get("dry_run") else ""
     lines += [f"  Total Cost: {fmt_cost(t['cost_usd'])}{simulated}", f"  Tokens: {fmt_tokens(t['tokens_in'])} in / {fmt_tokens(t['tokens_out'])} out",
               f"  Success Rate: {rate}", ""]
-    finals = summary["final_branches"] or summary["branches"]
+    finals = summary["final_branches"]
+    if not finals:
+        lines += [f"No branch to merge: the run left {summary['base_branch']} as the best result.", "",
+                  f"Full results: {results_path}/"]
+        return "\n".join(lines)
     lines.append(f"Final branches ({len(finals)}):")
     lines += [f"  {b}" for b in finals]
     if finals:

@@ -90,3 +90,20 @@ def test_run_ids_are_unique_across_state_folders_in_the_same_second(tmp_path):
     b = RunDirs(logs=tmp_path / "b/logs", state=tmp_path / "b/state", results=tmp_path / "b/results")
     ids = [claim_run_id(a, when), claim_run_id(b, when), claim_run_id(a, when)]
     assert len(set(ids)) == 3 and all(i.startswith("run_20010203_040506") for i in ids)
+
+
+def test_summary_never_offers_to_merge_the_base_branch(tmp_path):
+    from orchestrator.results import build_summary, render_summary
+    from orchestrator.runs import RunManifest
+    from orchestrator.state import RunState, StrategyState
+
+    manifest = RunManifest(run_id="run_x", created_at="t", prompt="p", strategy_spec="evolve", strategy_name="evolve",
+                           params={}, runs=1, repo_path="/r", base_branch="main", model="sonnet",
+                           plugin="claude-code", docker_image="claude-code", max_parallel=2, status="completed")
+    state = RunState(run_id="run_x")
+    state.strategies["s1"] = StrategyState(id="s1", name="evolve", status="success",
+                                           result={"final_branch": "main"})
+    summary = build_summary(manifest, state)
+    assert summary["final_branches"] == []
+    text = render_summary(summary, results_path=tmp_path)
+    assert "git merge" not in text and "No branch to merge" in text and "Kept main" in text
