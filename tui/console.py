@@ -53,7 +53,10 @@ def _tag(name: str, color: bool) -> str:
 
 def _metrics(payload: dict[str, Any], *, tokens: bool) -> list[str]:
     m = payload.get("metrics") or {}
-    parts = [fmt_duration(m.get("duration_s")), fmt_cost(m.get("cost_usd"))]
+    duration = m.get("duration_s")
+    # a finished task's duration is final, so sub-10 s ones keep a decimal ("0.4s", not "0s")
+    shown = f"{duration:.1f}s" if isinstance(duration, (int, float)) and duration < 10 else fmt_duration(duration)
+    parts = [shown, fmt_cost(m.get("cost_usd"))]
     if tokens:
         parts.append(f"{fmt_tokens((m.get('tokens_in') or 0) + (m.get('tokens_out') or 0))} tokens")
     return parts
