@@ -181,3 +181,16 @@ def test_cli_json_streams_the_event_log_then_the_summary(tmp_path):
     events = [to_dict(e) for e in read_events(tmp_path / "logs" / run_id / "events.jsonl")]
     assert decoded[:-1] == events
     assert decoded[-1]["type"] == "run.summary"
+
+
+def test_sub_ten_second_durations_keep_a_decimal():
+    from tui.console import format_event
+
+    event = {"type": "task.completed", "key": "r/s1/k", "payload": {
+        "key": "r/s1/k", "instance_id": "abcdef0123456789", "metrics": {"duration_s": 0.42, "cost_usd": None,
+                                                                       "tokens_in": 1, "tokens_out": 1},
+        "artifact": None}}
+    line = format_event(event, color=False)
+    assert "0.4s" in line and "N/A" in line
+    event["payload"]["metrics"]["duration_s"] = 204
+    assert "3m 24s" in format_event(event, color=False)
