@@ -23,6 +23,8 @@ from datetime import date
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _perfdoc import replace_section  # noqa: E402
 ORCH = str(Path(sys.executable).parent / "orchestrator")
 IMAGE = "orchestrator-test-agent"
 
@@ -104,15 +106,7 @@ def main() -> None:
                    f"exit, median of {args.repeats} runs (2 for the 20-task case). The peer implementation of the "
                    "same spec took 3.7 s for 1 task, 14.2 s for 20 tasks and 8.7 s for best-of-n n=5 on this kind "
                    f"of machine.\n\n{text}\n")
-        doc = ROOT / "docs" / "performance.md"
-        current = doc.read_text() if doc.exists() else "# Performance\n"
-        start = current.find("## End to end (the orchestrator command)")
-        if start == -1:
-            current = current.rstrip() + "\n\n" + section
-        else:
-            end = current.find("\n## ", start + 5)
-            current = current[:start] + section + (current[end + 1:] if end != -1 else "")
-        doc.write_text(current)
+        replace_section("## End to end (the orchestrator command)", section)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,8 @@ import anyio
 import orjson
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _perfdoc import replace_section  # noqa: E402
 sys.path.insert(0, str(ROOT))
 
 from orchestrator.eventlog import EventLog  # noqa: E402
@@ -207,15 +209,7 @@ def main() -> None:
                    f"on {date.today()}: {machine()}. Medians of {repeats} runs.\n\n{text}\n\n"
                    "Targets (issue 2): `interval` appends >= 100,000 events/s and within 3x of the raw baseline; "
                    "full replay >= 200,000 events/s; resume from a fresh snapshot under 100 ms.\n" + NOTE)
-        doc = ROOT / "docs" / "performance.md"
-        current = doc.read_text() if doc.exists() else "# Performance\n"
-        start = current.find("## Event log and resume")
-        if start == -1:
-            current = current.rstrip() + "\n\n" + section
-        else:
-            end = current.find("\n## ", start + 5)
-            current = current[:start] + section + (current[end + 1:] if end != -1 else "")
-        doc.write_text(current)
+        replace_section("## Event log and resume", section)
 
 
 if __name__ == "__main__":
