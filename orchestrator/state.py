@@ -14,6 +14,7 @@ per event: replaying a million events must stay well above 200k events/s.
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -232,7 +233,9 @@ def write_snapshot_bytes(data: bytes, paths: list[Path]) -> None:
     for i, path in enumerate(paths):
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(path.name + ".tmp")
+            # unique per writer: two processes (say, two --resume racing for the lock) may
+            # write the same file, and a shared temp name would make one rename fail
+            tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
             with open(tmp, "wb") as fh:
                 fh.write(data)
                 fh.flush()
