@@ -109,6 +109,11 @@ async def test_task_writes_and_commits_branch_is_imported(repo, run_id, runner):
     assert done and not Path(done[0]["workspace_path"]).exists()
     assert res.workspace_path is None
     assert inspect(res.container_name)["State"]["Running"] is False  # finalize: stopped, kept
+    # the git layer's audit line for the import reaches runner.jsonl with its fields
+    audit = [e for e in events if e["message"].startswith("git import ")]
+    assert len(audit) == 1 and audit[0]["outcome"] == "imported" and audit[0]["branch"] == "feat_one"
+    assert audit[0]["commit_count"] == 1 and audit[0]["size"] > 0 and audit[0]["duration_s"] >= 0
+    assert audit[0]["workspace"] == done[0]["workspace_path"]
 
 
 async def test_review_task_cannot_write_workspace_and_gets_no_branch(repo, run_id, runner):

@@ -18,6 +18,7 @@ agent session on the same session volume.
 from __future__ import annotations
 
 import inspect
+import logging
 
 import os
 import shutil
@@ -85,6 +86,22 @@ class _Attempt:
         self.error = error
 
 
+_STANDARD_RECORD_FIELDS = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
+
+
+class _ForwardToComponentLog(logging.Handler):
+    """Sends ``orchestrator.runner`` log records, with their extra fields, to runner.jsonl."""
+
+    def __init__(self, log: ComponentLog) -> None:
+        super().__init__(logging.DEBUG)
+        self.target = log
+
+    def emit(self, record: logging.LogRecord) -> None:
+        extra = {k: v for k, v in vars(record).items() if k not in _STANDARD_RECORD_FIELDS}
+        level = {"WARNING": "warn", "CRITICAL": "error"}.get(record.levelname, record.levelname.lower())
+        self.target.log(level, record.getMessage(), **extra)
+
+
 class DockerRunner:
     """:class:`~orchestrator.runner.base.TaskRunner` that runs each task in its own container."""
 
@@ -100,10 +117,18 @@ class DockerRunner:
         self.log_path = self.logs_dir / "runner.jsonl" if self.logs_dir else None
         self.log = ComponentLog(self.log_path, "runner", sanitizer=self.sanitizer)
         self.host = host or DockerHost(client_factory, limiter)
+        # The git layer logs through the standard logger (import audit lines,
+        # isolation warnings); they belong in runner.jsonl with their fields.
+        self._forward = _ForwardToComponentLog(self.log)
+        git_logger = logging.getLogger("orchestrator.runner")
+        git_logger.addHandler(self._forward)
+        if git_logger.level == logging.NOTSET:
+            git_logger.setLevel(logging.INFO)  # the audit lines are INFO; the root default would drop them
         self.pricing = dict(pricing or {})
         self._images_seen: set[str] = set()
 
     async def aclose(self) -> None:
+        logging.getLogger("orchestrator.runner").removeHandler(self._forward)
         await self.host.aclose()
         self.log.close()
 
