@@ -485,6 +485,17 @@ async def _output(prep: Prepared, dirs: RunDirs, run_id: str, stop: anyio.Event)
     from tui.console import stream_console
     from tui.dashboard import run_dashboard
 
+    tlog = ComponentLog(dirs.logs / run_id / "tui.jsonl", "tui", run_id)
+    tlog.info("output started", mode=prep.output, force_display_mode=prep.config.tui.force_display_mode,
+              refresh_hz=prep.config.tui.refresh_hz)
+    try:
+        await _render(prep, dirs, run_id, stop, run_dashboard, stream_console)
+    finally:
+        tlog.info("output stopped", mode=prep.output)
+        tlog.close()
+
+
+async def _render(prep: Prepared, dirs: RunDirs, run_id: str, stop: anyio.Event, run_dashboard, stream_console) -> None:
     if prep.output == "dashboard":
         await run_dashboard(run_id, logs_dir=dirs.logs, state_dir=dirs.state, results_dir=dirs.results, stop=stop,
                             max_parallel=prep.max_parallel, force_mode=prep.config.tui.force_display_mode,

@@ -50,6 +50,10 @@ def test_full_run_with_two_executions(tmp_path, repo):
     assert metrics[0].startswith("timestamp,key") and len(metrics) == 3
     assert "Run Complete" in result.stdout and f"git merge {branches[0]}" in result.stdout
     assert git(repo, "rev-parse", "--abbrev-ref", "HEAD") == "main"
+    logs = tmp_path / "logs" / run_id
+    for name in ("orchestration.jsonl", "runner.jsonl", "tui.jsonl"):  # component logs, one JSON object per line
+        lines = [json.loads(line) for line in (logs / name).read_text().splitlines()]
+        assert lines and all({"timestamp", "component", "level", "run_id", "message"} <= set(x) for x in lines)
     for path in all_output_files(tmp_path):
         assert TEST_KEY not in path.read_text(errors="replace"), path
     assert TEST_KEY not in result.stdout + result.stderr
