@@ -80,3 +80,31 @@ def test_start_removes_orphans_and_old_logs_but_not_resumable_runs(tmp_path):
         assert not old_logs.exists()
     finally:
         subprocess.run(["docker", "rm", "-f", *names.values()], capture_output=True)
+
+
+def test_clean_containers_removes_stopped_past_retention_and_never_running_ones(tmp_path):
+    repo = make_repo(tmp_path / "repo")
+    env = cli_env(tmp_path)
+    old_ts = "2020-01-01T00:00:00.000Z"
+    pid = os.getpid()
+    names = {"stopped_old": f"orch-cc-old-{pid}", "stopped_new": f"orch-cc-new-{pid}",
+             "running_old": f"orch-cc-run-{pid}"}
+    now_ts = time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime())
+    try:
+        for what, ts in (("stopped_old", old_ts), ("stopped_new", now_ts), ("running_old", old_ts)):
+            cmd = ["docker", "run", "-d", "--name", names[what], "--label", "orchestrator=true",
+                   "--label", f"run_id=run_cc_{pid}", "--label", f"orchestrator.last_active_ts={ts}",
+                   TEST_IMAGE, "sleep", "infinity" if what == "running_old" else "0"]
+            subprocess.run(cmd, check=True, capture_output=True)
+        time.sleep(1)  # the short ones exit
+        listed = run_cli(["--clean-containers", "--dry-run"], cwd=repo, env=env)
+        assert listed.returncode == 0 and f"would remove {names['stopped_old']}" in listed.stdout
+        assert names["stopped_new"] not in listed.stdout and names["running_old"] not in listed.stdout
+        removed = run_cli(["--clean-containers", "--force"], cwd=repo, env=env)
+        assert removed.returncode == 0, removed.stderr
+        present = subprocess.run(["docker", "ps", "-a", "--format", "{{.Names}}"], capture_output=True,
+                                 text=True).stdout.split()
+        assert names["stopped_old"] not in present
+        assert names["stopped_new"] in present and names["running_old"] in present
+    finally:
+        subprocess.run(["docker", "rm", "-f", *names.values()], capture_output=True)
