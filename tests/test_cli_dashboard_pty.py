@@ -26,8 +26,9 @@ def test_dashboard_during_a_real_run_then_summary_and_clean_terminal(tmp_path, s
     cmd = (f"cd {repo} && export {exports} && {ORCH} \"$(printf '{prompt}')\" --runs 2 --max-parallel 2 "
            f"--docker-image {TEST_IMAGE}; echo EXIT=$?")
     tmux("send-keys", "-t", name, cmd, "Enter")
-    live = wait_for(name, lambda s: "run_" in s and "running" in s and "EXIT=" not in s, timeout=60)
-    assert "simple" in live and "[detailed]" in live
+    # wait for the strategy's own section, not just the first (empty) frame
+    live = wait_for(name, lambda s: "simple" in s and "[detailed]" in s and "EXIT=" not in s, timeout=60)
+    assert "run_" in live and "EXIT=" not in live
     done = wait_for(name, lambda s: "EXIT=0" in s, timeout=90)
     assert "Run Complete" in done or "Final branches" in done
     # the dashboard's alternate screen is gone and the shell echoes input again
