@@ -68,7 +68,8 @@ def test_monitor_shows_a_live_run_and_leaves_the_terminal_clean(tmp_path, sessio
             sessions.append(name)
             tmux("new-session", "-d", "-s", name, "-x", "120", "-y", "40", "bash --norc --noprofile")
             tmux("send-keys", "-t", name, f"cd {tmp_path} && echo BEFORE-$((40+2)) && {monitor}; echo EXIT=$?", "Enter")
-        first = wait_for(sessions[0], lambda s: "[compact]" in s and "running" in s and done_count(s) >= 0)
+        first = wait_for(sessions[0], lambda s: "[compact]" in s and re.search(r"running [1-4]/4", s) is not None
+                         and done_count(s) >= 0)
         assert f"🚀 {run_id}" in first and "best-of-n" in first
         assert re.search(r"running [1-4]/4", first)
         assert len(re.findall(r"k[0-9a-f]{8}", first)) == 12
