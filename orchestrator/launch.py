@@ -325,7 +325,7 @@ class _Interrupt:
         self.requested = False
 
 
-async def _watch_signals(scope: anyio.CancelScope, flag: _Interrupt) -> None:
+async def _watch_signals(scope: anyio.CancelScope, flag: _Interrupt, ui_stop: anyio.Event | None = None) -> None:
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async for _ in signals:
             if flag.requested:
@@ -333,6 +333,8 @@ async def _watch_signals(scope: anyio.CancelScope, flag: _Interrupt) -> None:
                 # last line, which readers skip and the next writer trims.
                 os._exit(130)
             flag.requested = True
+            if ui_stop is not None:
+                ui_stop.set()  # close the dashboard now, so the acknowledgement below shows at once
             print("\nInterrupting: stopping containers and saving state (Ctrl+C again to exit at once)...",
                   file=sys.stderr, flush=True)
             scope.cancel()
@@ -383,7 +385,8 @@ async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resum
         async with anyio.create_task_group() as outer:
             outer.start_soon(_output, prep, dirs, run_id, ui_stop)
             with anyio.CancelScope() as run_scope:
-                outer.start_soon(_watch_signals_until, run_scope, flag, watcher_scope)
+                outer.start_soon(_watch_signals_until, run_scope, flag, watcher_scope,
+                                 ui_stop if prep.output == "dashboard" else None)
                 await engine.run(prep.strategy.fn, prompt=prep.prompt, params=prep.params, runs=prep.runs,
                                  name=prep.strategy.name)
             if flag.requested:
@@ -461,9 +464,10 @@ async def _storage_stop(err: OSError, dirs: RunDirs, manifest: RunManifest, olog
     return 1
 
 
-async def _watch_signals_until(run_scope: anyio.CancelScope, flag: _Interrupt, watcher_scope: anyio.CancelScope) -> None:
+async def _watch_signals_until(run_scope: anyio.CancelScope, flag: _Interrupt, watcher_scope: anyio.CancelScope,
+                               ui_stop: anyio.Event | None = None) -> None:
     with watcher_scope:
-        await _watch_signals(run_scope, flag)
+        await _watch_signals(run_scope, flag, ui_stop)
 
 
 async def _stop_containers(run_id: str, olog: ComponentLog) -> None:

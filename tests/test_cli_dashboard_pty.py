@@ -48,3 +48,23 @@ def test_dashboard_during_a_real_run_then_summary_and_clean_terminal(tmp_path, s
     wait_for(follow, lambda s: "EXIT=0" in s, timeout=15)
     assert subprocess.run(["git", "branch", "--list", "simple_*"], cwd=repo, capture_output=True,
                           text=True).stdout.count("simple_") == 2
+
+
+def test_ctrl_c_under_the_dashboard_acknowledges_at_once_and_exits_130(tmp_path, sessions):  # noqa: F811
+    import time
+
+    repo = make_repo(tmp_path / "repo")
+    env = cli_env(tmp_path)
+    exports = " ".join(f"{k}={v!r}" for k, v in env.items() if k.startswith(("ORCHESTRATOR_", "ANTHROPIC_")))
+    name = f"orch-{uuid.uuid4().hex[:8]}"
+    sessions.append(name)
+    tmux("new-session", "-d", "-s", name, "-x", "140", "-y", "45", "bash --norc --noprofile")
+    tmux("send-keys", "-t", name, f"cd {repo} && export {exports} && {ORCH} 'SIM: sleep 60' --runs 2 "
+         f"--max-parallel 2 --docker-image {TEST_IMAGE}; echo EXIT=$?", "Enter")
+    wait_for(name, lambda s: "simple" in s and "[detailed]" in s and "2 running" in s, timeout=60)
+    t0 = time.monotonic()
+    tmux("send-keys", "-t", name, "C-c")
+    wait_for(name, lambda s: "Interrupting" in s, timeout=5)
+    assert time.monotonic() - t0 < 5
+    done = wait_for(name, lambda s: "EXIT=130" in s, timeout=30)
+    assert "Resume with: orchestrator --resume run_" in done and "[detailed]" not in done
