@@ -18,8 +18,9 @@ import anyio
 import anyio.lowlevel
 import msgspec
 
+from orchestrator.engine.context import collect_outcomes
 from orchestrator.engine.engine import task_result_from_payload
-from orchestrator.errors import AggregateTaskFailed, StrategyErrors, TaskFailed
+from orchestrator.errors import StrategyErrors, TaskFailed
 from orchestrator.eventlog import iter_lines
 from orchestrator.events import decode_line
 from orchestrator.state import COMPLETED, FAILED, RunState, replay
@@ -32,6 +33,11 @@ class _Handle:
     @property
     def done(self) -> bool:
         return self.result is not None or self.failure is not None
+
+    def outcome(self) -> dict[str, Any]:
+        if self.failure is not None:
+            raise TaskFailed(self.key, *self.failure)
+        return self.result
 
 
 class ReplayContext:
@@ -75,22 +81,13 @@ class ReplayContext:
         await anyio.lowlevel.checkpoint()
         if not handle.done:
             await anyio.sleep_forever()  # never recorded: the replay stops here
-        if handle.failure is not None:
-            raise TaskFailed(handle.key, *handle.failure)
-        return handle.result
+        return handle.outcome()
 
     async def wait_all(self, handles: list[_Handle], tolerate_failures: bool = False):
-        successes, failures = [], []
-        for h in handles:
-            try:
-                successes.append(await self.wait(h))
-            except TaskFailed as exc:
-                failures.append(exc)
-        if tolerate_failures:
-            return successes, failures
-        if failures:
-            raise AggregateTaskFailed([f.key for f in failures], failures)
-        return successes
+        await anyio.lowlevel.checkpoint()
+        if not all(h.done for h in handles):
+            await anyio.sleep_forever()  # never recorded: the replay stops here
+        return collect_outcomes([h.outcome for h in handles], tolerate_failures)
 
 
 def tree_executions(state: RunState) -> list[str]:

@@ -15,13 +15,19 @@ from test_tui_pty import capture, sessions, tmux, wait_for  # noqa: F401
 pytestmark = [pytest.mark.docker, pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed")]
 
 
-def test_dashboard_during_a_real_run_then_summary_and_clean_terminal(tmp_path, sessions):  # noqa: F811
+def _terminal(tmp_path, sessions):
+    """A repository, the env exports for the command, and a fresh 140x45 tmux shell."""
     repo = make_repo(tmp_path / "repo")
     env = cli_env(tmp_path)
     exports = " ".join(f"{k}={v!r}" for k, v in env.items() if k.startswith(("ORCHESTRATOR_", "ANTHROPIC_")))
     name = f"orch-{uuid.uuid4().hex[:8]}"
     sessions.append(name)
     tmux("new-session", "-d", "-s", name, "-x", "140", "-y", "45", "bash --norc --noprofile")
+    return repo, exports, name
+
+
+def test_dashboard_during_a_real_run_then_summary_and_clean_terminal(tmp_path, sessions):  # noqa: F811
+    repo, exports, name = _terminal(tmp_path, sessions)
     prompt = "SIM: write a.txt hi\\nSIM: commit a\\nSIM: sleep 4\\nSIM: print finished"
     cmd = (f"cd {repo} && export {exports} && {ORCH} \"$(printf '{prompt}')\" --runs 2 --max-parallel 2 "
            f"--docker-image {TEST_IMAGE}; echo EXIT=$?")
@@ -53,12 +59,7 @@ def test_dashboard_during_a_real_run_then_summary_and_clean_terminal(tmp_path, s
 def test_ctrl_c_under_the_dashboard_acknowledges_at_once_and_exits_130(tmp_path, sessions):  # noqa: F811
     import time
 
-    repo = make_repo(tmp_path / "repo")
-    env = cli_env(tmp_path)
-    exports = " ".join(f"{k}={v!r}" for k, v in env.items() if k.startswith(("ORCHESTRATOR_", "ANTHROPIC_")))
-    name = f"orch-{uuid.uuid4().hex[:8]}"
-    sessions.append(name)
-    tmux("new-session", "-d", "-s", name, "-x", "140", "-y", "45", "bash --norc --noprofile")
+    repo, exports, name = _terminal(tmp_path, sessions)
     tmux("send-keys", "-t", name, f"cd {repo} && export {exports} && {ORCH} 'SIM: sleep 60' --runs 2 "
          f"--max-parallel 2 --docker-image {TEST_IMAGE}; echo EXIT=$?", "Enter")
     wait_for(name, lambda s: "simple" in s and "[detailed]" in s and "2 running" in s, timeout=60)

@@ -52,6 +52,22 @@ class Handle:
         return self._result
 
 
+def collect_outcomes(outcomes, tolerate_failures: bool):
+    """``wait_all`` semantics over outcome callables (each returns a result or raises TaskFailed)."""
+    successes: list[TaskResult] = []
+    failures: list[TaskFailed] = []
+    for outcome in outcomes:
+        try:
+            successes.append(outcome())
+        except TaskFailed as exc:
+            failures.append(exc)
+    if tolerate_failures:
+        return successes, failures
+    if failures:
+        raise AggregateTaskFailed([f.key for f in failures], failures)
+    return successes
+
+
 class StrategyContext:
     """The ``ctx`` object handed to one strategy execution."""
 
@@ -103,18 +119,7 @@ class StrategyContext:
         """
         for h in handles:
             await h._done.wait()
-        successes: list[TaskResult] = []
-        failures: list[TaskFailed] = []
-        for h in handles:
-            try:
-                successes.append(h._outcome())
-            except TaskFailed as exc:
-                failures.append(exc)
-        if tolerate_failures:
-            return successes, failures
-        if failures:
-            raise AggregateTaskFailed([f.key for f in failures], failures)
-        return successes
+        return collect_outcomes([h._outcome for h in handles], tolerate_failures)
 
     async def parallel(self, tasks: list[tuple[dict[str, Any], str]] | list[dict[str, Any]],
                        tolerate_failures: bool = False):
