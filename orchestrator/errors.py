@@ -6,6 +6,7 @@
     │   ├── StrategyLoadError       a strategy file/module cannot be loaded
     │   └── PreflightError          the environment is not ready (Docker, git, auth, disk)
     ├── RunLockedError              another live process writes this run's log
+    ├── SnapshotError               a state.json that fails its structural check (ValueError too)
     ├── RunnerError                 raised at the runner boundary (Docker, git, agent)
     │   ├── GitError                clone/fetch/import failed (category "git")
     │   │   └── BranchExistsError   import_conflict_policy="fail" met an existing branch
@@ -48,6 +49,14 @@ class PreflightError(UsageError):
 
 class RunLockedError(OrchestratorError):
     """Another live process holds the writer lock of this run's event log."""
+
+
+class SnapshotError(OrchestratorError, ValueError):
+    """A state.json snapshot cannot be trusted (torn, edited, or a layout this version does not know).
+
+    Loading falls back to the duplicate snapshot, then to a full replay of the
+    log, so this only reaches callers that read a snapshot without its log.
+    """
 
 
 class RunnerError(OrchestratorError):

@@ -272,7 +272,7 @@ async def _report_resume_plan(dirs: RunDirs, manifest: RunManifest, supports_res
     state = recover(manifest.run_id, dirs.events(manifest.run_id),
                     [dirs.state / manifest.run_id / "state.json", dirs.logs / manifest.run_id / "state.json"])
     counts: dict[str, int] = {}
-    for task in state.tasks.values():
+    for task in state.unfinished():
         if task.state not in (RUNNING, INTERRUPTED):
             continue
         has_container = bool(task.container_name) and await container_exists(task.container_name)

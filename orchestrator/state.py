@@ -5,7 +5,11 @@ guarded: a task's counters move only on a non-terminal -> terminal change, and
 an event at or before ``last_event_start_offset`` is ignored, so replaying
 events that a snapshot already reflects never double counts. A snapshot is the
 state's JSON encoding; loading a snapshot and folding the rest of the log gives
-exactly the state a full replay gives (tests/test_state.py checks this).
+exactly the state a full replay gives (tests/test_state_fold.py checks this).
+
+Loading a snapshot does not decode its tasks: :class:`TaskTable` decodes each
+on first use, so a resume costs the same at ten tasks and at three hundred
+thousand (the layout is described above :func:`encode_snapshot`).
 
 The fold mutates one state object in place instead of copying a frozen record
 per event: replaying a million events must stay well above 200k events/s.
@@ -13,13 +17,17 @@ per event: replaying a million events must stay well above 200k events/s.
 
 from __future__ import annotations
 
+import mmap
 import os
 import threading
+import zlib
+from collections.abc import Callable, ItemsView, Iterator, KeysView, MutableMapping, ValuesView
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
+from .errors import SnapshotError
 from .eventlog import iter_lines
 from .events import (
     STRATEGY_CHECKPOINT,
@@ -42,6 +50,9 @@ class TaskState(msgspec.Struct, kw_only=True):
     key: str
     instance_id: str
     strategy_execution_id: str
+    # Scheduling order: snapshots store tasks sorted by key (for lookup without
+    # decoding), and this restores the order a full replay gives.
+    seq: int = 0
     state: str = PENDING
     fingerprint: str = ""
     input: dict[str, Any] = msgspec.field(default_factory=dict)
@@ -88,17 +99,173 @@ class Counters(msgspec.Struct, kw_only=True):
     tokens_out: int = 0
 
 
+class TaskTable(MutableMapping[str, TaskState]):
+    """The run's tasks by key, decoded from a snapshot only as they are used.
+
+    A table loaded from a snapshot keeps the snapshot's task records undecoded
+    and decodes one on first lookup, so resuming a run of hundreds of thousands
+    of tasks costs the same as resuming one of ten. Iterating decodes the rest
+    once (so does a long series of lookups, where one bulk decode is cheaper).
+    Decoded and new tasks live in an ordinary dict: those are the objects the
+    fold mutates.
+    """
+
+    def __init__(self, tasks: dict[str, TaskState] | None = None, *,
+                 base: _SnapshotTasks | None = None) -> None:
+        self._live: dict[str, TaskState] = tasks if tasks is not None else {}
+        self._base = base
+        # where each key decoded from the base sits in it: re-encoding copies around them
+        self._spans: dict[str, tuple[int, int]] = {}
+        self._added = 0  # keys in _live that the base does not hold
+        self._lookups = 0
+        self._last_miss: str | None = None
+        # what the snapshot's tasks are when a record turns out not to decode (set by recover())
+        self.fallback: Callable[[], dict[str, TaskState]] | None = None
+
+    def _lookup(self, key: str) -> TaskState | None:
+        task = self._live.get(key)
+        base = self._base
+        if task is not None or base is None:
+            return task
+        self._lookups += 1
+        if self._lookups + self._added > base.bulk_after:
+            self.load_all()
+            return self._live.get(key)
+        try:
+            found = base.find(_key_encoder.encode(key))
+        except (SnapshotError, msgspec.DecodeError, msgspec.ValidationError) as exc:
+            self._rebuild(exc)
+            return self._live.get(key)
+        if found is None:
+            self._last_miss = key
+            return None
+        task, span = found
+        self._live[key] = task
+        self._spans[key] = span
+        return task
+
+    def __getitem__(self, key: str) -> TaskState:
+        task = self._lookup(key)
+        if task is None:
+            raise KeyError(key)
+        return task
+
+    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+        task = self._lookup(key)
+        return default if task is None else task
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self._lookup(key) is not None
+
+    def __setitem__(self, key: str, task: TaskState) -> None:
+        if self._base is not None and key not in self._live:
+            if key == self._last_miss or self._lookup(key) is None:
+                self._added += 1
+        self._live[key] = task
+
+    def __delitem__(self, key: str) -> None:
+        self.load_all()
+        del self._live[key]
+
+    def __len__(self) -> int:
+        if self._base is None:
+            return len(self._live)
+        return self._base.count + self._added
+
+    def __iter__(self) -> Iterator[str]:
+        self.load_all()
+        return iter(self._live)
+
+    def keys(self) -> KeysView[str]:
+        self.load_all()
+        return self._live.keys()
+
+    def values(self) -> ValuesView[TaskState]:
+        self.load_all()
+        return self._live.values()
+
+    def items(self) -> ItemsView[str, TaskState]:
+        self.load_all()
+        return self._live.items()
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, TaskTable):
+            other.load_all()
+            other = other._live
+        self.load_all()
+        return self._live == other
+
+    def __repr__(self) -> str:
+        lazy = f", {self._base.count} in the snapshot" if self._base is not None else ""
+        return f"TaskTable({len(self._live)} decoded{lazy})"
+
+    @property
+    def lazy(self) -> bool:
+        """Whether some tasks are still undecoded in the snapshot."""
+        return self._base is not None
+
+    def unfinished(self) -> list[TaskState]:
+        """Tasks not COMPLETED or FAILED, in scheduling order."""
+        if self._base is not None:
+            for key in self._base.open_keys:
+                self._lookup(key)
+        # an undecoded task is finished: the snapshot lists every other key in open_keys
+        return sorted((t for t in self._live.values() if t.state not in TERMINAL), key=_by_seq)
+
+    def load_all(self) -> None:
+        """Decode every task the snapshot still holds (once); order is scheduling order."""
+        base = self._base
+        if base is None:
+            return
+        try:
+            merged = base.decode_all()
+        except (SnapshotError, msgspec.DecodeError, msgspec.ValidationError) as exc:
+            self._rebuild(exc)
+            return
+        self._base = None
+        self._merge(merged)
+        base.close()
+
+    def _rebuild(self, exc: Exception) -> None:
+        """A record passed the load-time check but does not decode: take the tasks from the log."""
+        if self.fallback is None:
+            raise SnapshotError(f"a task record does not decode ({exc}); delete the snapshot to rebuild it "
+                                "from events.jsonl") from None
+        base, self._base = self._base, None
+        self._merge(self.fallback())
+        if base is not None:
+            base.close()
+
+    def _merge(self, merged: dict[str, TaskState]) -> None:
+        merged.update(self._live)  # decoded tasks carry every event folded since the load
+        self._live = dict(sorted(merged.items(), key=lambda kv: kv[1].seq))
+        self._spans = {}
+        self._added = 0
+
+
+def _by_seq(task: TaskState) -> int:
+    return task.seq
+
+
 class RunState(msgspec.Struct, kw_only=True):
     run_id: str
     last_event_start_offset: int = -1
-    tasks: dict[str, TaskState] = msgspec.field(default_factory=dict)
+    tasks: TaskTable = msgspec.field(default_factory=TaskTable)
     strategies: dict[str, StrategyState] = msgspec.field(default_factory=dict)
     counters: Counters = msgspec.field(default_factory=Counters)
-    schema: int = 1
+    schema: int = 2
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.tasks, TaskTable):
+            self.tasks = TaskTable(dict(self.tasks))
 
     # -- convenience views
+    def unfinished(self) -> list[TaskState]:
+        """Tasks not COMPLETED or FAILED, in scheduling order (decodes only those)."""
+        return self.tasks.unfinished()
+
     def running(self) -> list[TaskState]:
-        return [t for t in self.tasks.values() if t.state == RUNNING]
+        return [t for t in self.tasks.unfinished() if t.state == RUNNING]
 
     def unfinished_strategies(self) -> list[StrategyState]:
         return [s for s in self.strategies.values() if s.status == "running"]
@@ -115,7 +282,7 @@ def apply(state: RunState, etype: str, sid: str, key: str | None, payload: dict[
         if etype == TASK_SCHEDULED:
             if task is None:
                 task = state.tasks[key] = TaskState(key=key, instance_id=payload["instance_id"],
-                                                    strategy_execution_id=sid)
+                                                    strategy_execution_id=sid, seq=state.counters.scheduled)
                 state.counters.scheduled += 1
             task.fingerprint = payload.get("task_fingerprint_hash", "")
             task.input = payload.get("input", task.input)
@@ -203,13 +370,15 @@ def apply_event(state: RunState, ev: Event) -> None:
     apply(state, ev.type, ev.strategy_execution_id, ev.key, ev.payload, ev.start_offset, ev.ts)
 
 
-def replay(path: Path, state: RunState | None = None, *, run_id: str = "") -> RunState:
-    """Fold every complete event of ``path`` after the state's offset into ``state``."""
+def replay(path: Path, state: RunState | None = None, *, run_id: str = "", until: int | None = None) -> RunState:
+    """Fold every complete event of ``path`` after the state's offset (up to ``until``) into ``state``."""
     state = state or RunState(run_id=run_id)
     if not Path(path).exists():
         return state
     start = state.last_event_start_offset + 1 if state.last_event_start_offset >= 0 else 0
     for offset, line in iter_lines(Path(path), start):
+        if until is not None and offset > until:
+            break
         try:
             ev = decode_line(line)
         except msgspec.DecodeError:
@@ -219,13 +388,226 @@ def replay(path: Path, state: RunState | None = None, *, run_id: str = "") -> Ru
 
 
 # ---------------------------------------------------------------- snapshots
+#
+# state.json is one JSON document laid out so that loading it does not decode
+# every task. Line 1 holds everything but the tasks and ends in `"tasks":[`;
+# then one task record per line, sorted by the JSON encoding of its key (each
+# record starts with its key), joined by ",\n"; then `]}`. The header gives
+# the byte length and CRC-32 of the task lines and the keys not yet finished.
+# A load reads line 1 and checks the length and the closing bytes; a lookup
+# bisects the lines of a memory map and decodes one. Snapshots are only ever
+# replaced by rename, never rewritten in place, so a map of an old one stays
+# valid.
+
+SNAPSHOT_SCHEMA = 2
+_HEADER_END = b',"tasks":['
+_TRAILER = b"]}\n"
+_RECORD_START = b'{"key":'
+# what follows the key in a record; a JSON string escapes `"`, so a key cannot contain it
+_AFTER_KEY = b',"instance_id":'
+
+
+class _SnapshotHeader(msgspec.Struct, kw_only=True):
+    run_id: str
+    last_event_start_offset: int = -1
+    strategies: dict[str, StrategyState] = msgspec.field(default_factory=dict)
+    counters: Counters = msgspec.field(default_factory=Counters)
+    schema: int = SNAPSHOT_SCHEMA
+    task_count: int = 0
+    task_bytes: int = 0
+    task_crc32: int = 0
+    open_keys: list[str] = msgspec.field(default_factory=list)
+
+
+class _SnapshotDocument(msgspec.Struct, kw_only=True):
+    """A schema-2 snapshot decoded in one go."""
+    tasks: list[TaskState] = msgspec.field(default_factory=list)
+
+
+class _WholeSnapshot(msgspec.Struct, kw_only=True):
+    """The layout before schema 2: a plain document with tasks by key."""
+    run_id: str
+    last_event_start_offset: int = -1
+    tasks: dict[str, TaskState] = msgspec.field(default_factory=dict)
+    strategies: dict[str, StrategyState] = msgspec.field(default_factory=dict)
+    counters: Counters = msgspec.field(default_factory=Counters)
+
 
 _encoder = msgspec.json.Encoder()
-_decoder = msgspec.json.Decoder(RunState)
+_key_encoder = msgspec.json.Encoder()
+_header_decoder = msgspec.json.Decoder(_SnapshotHeader)
+_document_decoder = msgspec.json.Decoder(_SnapshotDocument)
+_whole_decoder = msgspec.json.Decoder(_WholeSnapshot)
+_task_decoder = msgspec.json.Decoder(TaskState)
+
+
+def _sort_key(task: TaskState) -> bytes:
+    return _key_encoder.encode(task.key)
+
+
+class _SnapshotTasks:
+    """The task lines of one snapshot, in a memory map (or bytes), read on demand."""
+
+    def __init__(self, buf: mmap.mmap | bytes, start: int, end: int, count: int, open_keys: list[str],
+                 crc32: int) -> None:
+        self.buf = buf
+        self.start, self.end = start, end  # the task lines: buf[start:end], ending in "\n"
+        self.count = count
+        self.open_keys = open_keys
+        self.crc32 = crc32
+        self.intact: bool | None = None  # checksum not yet computed
+        # past this many lookups the caller is walking the table: one bulk decode is cheaper
+        self.bulk_after = max(1024, count // 64)
+
+    def locate(self, ek: bytes) -> tuple[bool, int, int]:
+        """(found, start, end) of the record whose encoded key is ``ek``; else where it would go."""
+        buf = self.buf
+        lo, hi = self.start, self.end
+        while lo < hi:
+            mid = (lo + hi) // 2
+            ls = buf.rfind(b"\n", lo - 1, mid) + 1
+            nl = buf.find(b"\n", mid)
+            sep = buf.find(_AFTER_KEY, ls, nl)
+            if sep < 0 or buf[ls:ls + len(_RECORD_START)] != _RECORD_START:
+                raise SnapshotError(f"the task record at byte {ls} does not start with its key")
+            k = buf[ls + len(_RECORD_START):sep]
+            if k == ek:
+                return True, ls, nl - 1 if buf[nl - 1] == 0x2C else nl  # without the "," separator
+            if k < ek:
+                lo = nl + 1
+            else:
+                hi = ls
+        return False, lo, lo
+
+    def find(self, ek: bytes) -> tuple[TaskState, tuple[int, int]] | None:
+        found, ls, le = self.locate(ek)
+        if not found:
+            return None
+        return _task_decoder.decode(self.buf[ls:le]), (ls, le)
+
+    def check(self) -> None:
+        """Checksum the task lines (once): before they are copied into a new snapshot or decoded.
+
+        Not at load: that would cost as much as decoding. A record looked up
+        before this is only as sure as the load-time structural check.
+        """
+        if self.intact is None:
+            with memoryview(self.buf) as view:
+                self.intact = zlib.crc32(view[self.start:self.end]) == self.crc32
+        if not self.intact:
+            raise SnapshotError("the task lines do not match their checksum")
+
+    def decode_all(self) -> dict[str, TaskState]:
+        self.check()
+        with memoryview(self.buf) as view:
+            tasks = _document_decoder.decode(view).tasks
+        tasks.sort(key=_by_seq)
+        return {t.key: t for t in tasks}
+
+    def close(self) -> None:
+        if isinstance(self.buf, mmap.mmap):
+            self.buf.close()
+
+
+def _task_lines(tasks: list[TaskState]) -> list[bytes | memoryview]:
+    """Records one per line, joined by ",\n" (a JSON encoding has no raw newline inside)."""
+    if not tasks:
+        return []
+    body = _encoder.encode_lines(tasks).replace(b"\n", b",\n")
+    return [memoryview(body)[:-2], b"\n"]  # the last ",\n" becomes "\n" without a copy
 
 
 def encode_snapshot(state: RunState) -> bytes:
-    return _encoder.encode(state)
+    """state.json's bytes for ``state``; tasks still undecoded are copied, not re-encoded."""
+    try:
+        return _encode_snapshot(state)
+    except SnapshotError as exc:  # the base fails its checksum, or a record near an insertion
+        state.tasks._rebuild(exc)
+        return _encode_snapshot(state)
+
+
+def _encode_snapshot(state: RunState) -> bytes:
+    table = state.tasks
+    base = table._base
+    live = table._live
+    if base is None:
+        pieces = _task_lines(sorted(live.values(), key=_sort_key))
+        open_keys = sorted(k for k, t in live.items() if t.state not in TERMINAL)
+    else:
+        base.check()
+        buf = base.buf
+        pieces = []
+        pos = base.start
+        for ek, k in sorted((_key_encoder.encode(k), k) for k in live):
+            line = _encoder.encode(live[k])
+            span = table._spans.get(k)
+            if span is not None:  # decoded from the base: replace its line in place
+                pieces += (buf[pos:span[0]], line)
+                pos = span[1]
+                continue
+            _, at, _ = base.locate(ek)  # new: insert before the first greater key
+            if at < base.end:
+                pieces += (buf[pos:at], line + b",\n")
+                pos = at
+            else:
+                pieces += (buf[pos:base.end - 1], b",\n" + line)
+                pos = base.end - 1
+        pieces.append(buf[pos:base.end])
+        still_open = {k for k in base.open_keys if k not in live}
+        still_open.update(k for k, t in live.items() if t.state not in TERMINAL)
+        open_keys = sorted(still_open)
+    crc = 0
+    for piece in pieces:
+        crc = zlib.crc32(piece, crc)
+    header = _encoder.encode(_SnapshotHeader(
+        run_id=state.run_id, last_event_start_offset=state.last_event_start_offset, strategies=state.strategies,
+        counters=state.counters, task_count=len(table), task_bytes=sum(len(p) for p in pieces), task_crc32=crc,
+        open_keys=open_keys))
+    return b"".join((header[:-1], _HEADER_END, b"\n", *pieces, _TRAILER))
+
+
+def decode_snapshot(buf: mmap.mmap | bytes) -> RunState:
+    """A :class:`RunState` over snapshot bytes; tasks are decoded as they are used.
+
+    Raises :class:`SnapshotError` when the layout does not check out: the
+    header, the byte length it declares, the closing bytes, and the first and
+    last task records.
+    """
+    nl = buf.find(b"\n")
+    if nl < 0 or buf[nl - len(_HEADER_END):nl] != _HEADER_END:
+        return _decode_whole(bytes(buf))
+    try:
+        header = _header_decoder.decode(buf[:nl - len(_HEADER_END)] + b"}")
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise SnapshotError(f"header: {exc}") from None
+    start, end = nl + 1, nl + 1 + header.task_bytes
+    if header.schema != SNAPSHOT_SCHEMA or len(buf) != end + len(_TRAILER) or buf[end:] != _TRAILER:
+        raise SnapshotError("the length or closing bytes do not match the header (torn or edited)")
+    if (header.task_count == 0) != (header.task_bytes == 0) or (header.task_bytes and buf[end - 1] != 0x0A):
+        raise SnapshotError("the task lines do not match the header")
+    state = RunState(run_id=header.run_id, last_event_start_offset=header.last_event_start_offset,
+                     strategies=header.strategies, counters=header.counters)
+    if not header.task_count:
+        return state
+    try:  # the ends of the task lines: the cheap part of a structural check
+        _task_decoder.decode(buf[start:buf.find(b"\n", start)].rstrip(b","))
+        _task_decoder.decode(buf[buf.rfind(b"\n", start - 1, end - 1) + 1:end - 1])
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise SnapshotError(f"task records: {exc}") from None
+    state.tasks = TaskTable(base=_SnapshotTasks(buf, start, end, header.task_count, header.open_keys,
+                                                header.task_crc32))
+    return state
+
+
+def _decode_whole(data: bytes) -> RunState:
+    try:
+        whole = _whole_decoder.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise SnapshotError(str(exc)) from None
+    for i, task in enumerate(whole.tasks.values()):
+        task.seq = i
+    return RunState(run_id=whole.run_id, last_event_start_offset=whole.last_event_start_offset,
+                    tasks=TaskTable(whole.tasks), strategies=whole.strategies, counters=whole.counters)
 
 
 def write_snapshot_bytes(data: bytes, paths: list[Path]) -> None:
@@ -262,20 +644,40 @@ def _fsync_dir(path: Path) -> None:
 
 
 def load_snapshot(paths: list[Path], *, log_size: int | None = None) -> RunState | None:
-    """The first snapshot that decodes (and does not point past the log's end)."""
+    """The first snapshot that checks out (and does not point past the log's end)."""
     for path in paths:
         try:
-            state = _decoder.decode(path.read_bytes())
-        except (OSError, msgspec.DecodeError, msgspec.ValidationError):
+            state = _open_snapshot(path)
+        except (OSError, ValueError):
             continue
         if log_size is not None and state.last_event_start_offset >= log_size:
+            state.tasks.load_all()  # closes its map
             continue  # points at events the log does not have: not trustworthy
         return state
     return None
+
+
+def _open_snapshot(path: Path) -> RunState:
+    with open(path, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        if size == 0:
+            raise SnapshotError("empty")
+        buf = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    try:
+        state = decode_snapshot(buf)
+    except BaseException:
+        buf.close()
+        raise
+    if not state.tasks.lazy:
+        buf.close()
+    return state
 
 
 def recover(run_id: str, events_path: Path, snapshot_paths: list[Path]) -> RunState:
     """Snapshot (primary, then duplicate) plus the log tail; full replay if neither loads."""
     size = events_path.stat().st_size if events_path.exists() else 0
     state = load_snapshot(snapshot_paths, log_size=size) or RunState(run_id=run_id)
+    if state.tasks.lazy:
+        upto = state.last_event_start_offset
+        state.tasks.fallback = lambda: replay(events_path, run_id=run_id, until=upto).tasks._live
     return replay(events_path, state, run_id=run_id)

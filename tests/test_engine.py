@@ -13,7 +13,7 @@ from orchestrator.engine.engine import Engine
 from orchestrator.engine.testing import ScriptedRunner, failure, success
 from orchestrator.errors import KeyConflictDifferentFingerprint, TaskFailed
 from orchestrator.eventlog import read_events
-from orchestrator.state import RunState, encode_snapshot, recover, replay
+from orchestrator.state import RunState, decode_snapshot, encode_snapshot, recover, replay
 
 
 async def fan_out(prompt, base_branch, ctx, n: int = 6):
@@ -231,12 +231,25 @@ async def test_snapshot_equals_full_replay_and_corrupt_snapshot_falls_back(tmp_p
     assert encode_snapshot(full) == engine.paths.state_duplicate.read_bytes()
     assert full.counters.completed == 15 and full.counters.failed == 3
     # re-applying the log over the snapshot never double counts
-    again = replay(engine.paths.events, msgspec.json.decode(engine.paths.state_primary.read_bytes(), type=RunState))
+    again = replay(engine.paths.events, decode_snapshot(engine.paths.state_primary.read_bytes()))
     assert again.counters == full.counters
     mid = list(read_events(engine.paths.events))[10]
     partial = replay(engine.paths.events, run_id="run_t")
     partial.last_event_start_offset = -1
     assert replay(engine.paths.events, partial).counters == full.counters  # guarded transitions
+    # an edited task record that passes the load-time check: the checksum sends it to the log
+    data = engine.paths.state_primary.read_bytes()
+    lines = data.split(b"\n")
+    middle = len(lines) // 2
+    lines[middle] = lines[middle].replace(b'"state":"COMPLETED"', b'"state":"COMPLETEX"', 1)
+    lines[middle] = lines[middle].replace(b'"state":"FAILED"', b'"state":"FAILEX"', 1)
+    assert b"\n".join(lines) != data and len(b"\n".join(lines)) == len(data)
+    engine.paths.state_primary.write_bytes(b"\n".join(lines))
+    edited = recover("run_t", engine.paths.events, engine.paths.snapshots)
+    assert edited.tasks.lazy
+    assert encode_snapshot(edited) == encode_snapshot(full) and edited == full
+    edited = recover("run_t", engine.paths.events, engine.paths.snapshots)
+    assert list(edited.tasks.items()) == list(full.tasks.items())
     # primary corrupt -> duplicate; both corrupt -> full replay
     engine.paths.state_primary.write_bytes(b"{not json")
     assert encode_snapshot(recover("run_t", engine.paths.events, engine.paths.snapshots)) == encode_snapshot(full)

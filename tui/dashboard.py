@@ -491,6 +491,8 @@ class Dashboard:
             behind = log_size - max(0, self.model.state.last_event_start_offset)
             if stamp[1] <= SNAPSHOT_ALWAYS_BYTES or behind > SNAPSHOT_ALWAYS_BYTES:
                 snapshot = load_snapshot(self.snapshot_paths, log_size=log_size)
+                if snapshot is not None:
+                    snapshot.tasks.load_all()  # here, not in the render loop's thread
         return snapshot, read_progress(self.output_dir)
 
 

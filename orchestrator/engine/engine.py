@@ -39,7 +39,7 @@ from ..jsonlog import ComponentLog
 from ..naming import branch_name, container_name, instance_id, short8
 from ..runner.base import TaskRunner
 from ..runner.types import ContainerLimits, InstanceRequest, RunnerResult
-from ..state import COMPLETED, FAILED, RUNNING, RunState, apply, encode_snapshot, recover, write_snapshot_bytes
+from ..state import COMPLETED, FAILED, RunState, apply, encode_snapshot, recover, write_snapshot_bytes
 from .context import Handle, StrategyContext
 
 StrategyFn = Callable[..., Awaitable[Any]]
@@ -410,10 +410,9 @@ class Engine:
                             interval_ms=self.config.flush_interval_ms, max_batch=self.config.flush_max_batch,
                             sanitizer=sanitizer) as log:
             self._log = log
-            for task in list(self.state.tasks.values()):
-                if task.state == RUNNING:  # crash inference (spec §4.9)
-                    self.emit(E.TASK_INTERRUPTED, task.strategy_execution_id,
-                              {"key": task.key, "instance_id": task.instance_id, "reason": "crash"}, key=task.key)
+            for task in self.state.running():  # crash inference (spec §4.9)
+                self.emit(E.TASK_INTERRUPTED, task.strategy_execution_id,
+                          {"key": task.key, "instance_id": task.instance_id, "reason": "crash"}, key=task.key)
             try:
                 async with anyio.create_task_group() as tg:
                     self._tg = tg
