@@ -128,8 +128,8 @@ def test_sigint_interrupts_and_resume_finishes_without_duplicates(tmp_path, repo
     events = list(read_events(events_path))
     assert [e.type for e in events].count("task.interrupted") == 3
     state = json.loads((tmp_path / "state" / run_id / "state.json").read_text())
-    assert {t["state"] for t in state["tasks"].values()} == {"INTERRUPTED"}
-    assert all(t["interrupted_at"] for t in state["tasks"].values())
+    assert {t["state"] for t in state["tasks"]} == {"INTERRUPTED"}
+    assert all(t["interrupted_at"] for t in state["tasks"])
     running = subprocess.run(["docker", "ps", "-q", "--filter", f"label=run_id={run_id}"], capture_output=True,
                              text=True).stdout.split()
     assert running == []
