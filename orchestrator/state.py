@@ -46,7 +46,10 @@ PENDING, RUNNING, COMPLETED, FAILED, INTERRUPTED = "PENDING", "RUNNING", "COMPLE
 TERMINAL = frozenset({COMPLETED, FAILED})
 
 
-class TaskState(msgspec.Struct, kw_only=True):
+# gc=False: a run holds one per task, and with hundreds of thousands of them the
+# cyclic collector's passes tripled replay and snapshot decode times. A task's
+# fields are scalars and JSON-decoded input, which cannot reference it back.
+class TaskState(msgspec.Struct, kw_only=True, gc=False):
     key: str
     instance_id: str
     strategy_execution_id: str
