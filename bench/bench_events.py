@@ -208,7 +208,7 @@ def main() -> None:
             decode_all = median_time(lambda: recover(RUN, path, snaps).tasks.load_all(), repeats)
             rows.append((f"full replay, {n:,} events ({len(state.tasks):,} tasks)", f"{full:.2f} s = {n / full:,.0f} events/s",
                          f"{floor:.2f} s (read + orjson.loads)", f"{full / floor:.2f}x the floor"))
-            rows.append((f"resume from fresh snapshot, {n:,} events", f"{fresh * 1000:.1f} ms",
+            rows.append((f"resume from fresh snapshot, {n:,} events", f"{fresh * 1000:.2f} ms",
                          f"{snaps[0].stat().st_size / 1e6:.0f} MB snapshot", f"{full / fresh:,.0f}x faster than full replay"))
             rows.append((f"then: lookup of one task, {n:,} events", f"{lookup * 1e6:.0f} us", "", ""))
             rows.append((f"then: decode every task, {n:,} events", f"{decode_all:.2f} s", "", ""))
@@ -219,7 +219,8 @@ def main() -> None:
     print(text)
     if args.write_doc:
         section = (f"## Event log and resume\n\nMeasured with `uv run python bench/bench_events.py --write-doc` "
-                   f"on {date.today()}: {machine()}. Medians of {repeats} runs.\n\n{text}\n\n"
+                   f"on {date.today()}: {machine()}; load average {os.getloadavg()[0]:.1f} at the end. "
+                   f"Medians of {repeats} runs.\n\n{text}\n\n"
                    "Targets (issue 2): `interval` appends >= 100,000 events/s and within 3x of the raw baseline; "
                    "full replay >= 200,000 events/s; resume from a fresh snapshot under 100 ms.\n" + NOTE)
         replace_section("## Event log and resume", section)
