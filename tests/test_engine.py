@@ -327,3 +327,21 @@ async def test_retry_policy_redispatches_only_the_listed_failure_categories(tmp_
     assert attempts == {"docker-blip": 3, "bad-git": 1}
     started = [e for e in read_events(engine.paths.events) if e.type == "task.started" and e.key.endswith("/a")]
     assert len(started) == 3 and state.tasks["run_t/s1/a"].attempts == 3
+
+
+async def test_a_task_the_strategy_never_waits_for_is_interrupted_when_the_run_ends(tmp_path):
+    async def fire_and_forget(prompt, base_branch, ctx):
+        ctx.run({"prompt": "slow"}, key=ctx.key("forgotten"))
+        return await ctx.wait(ctx.run({"prompt": "fast"}, key=ctx.key("awaited")))
+
+    runner = ScriptedRunner(lambda req: success(req), delay=lambda req: 30 if req.prompt == "slow" else 0.05)
+    with anyio.fail_after(10):  # the run does not wait 30 s for the forgotten task
+        engine, state = await run_engine(tmp_path, fire_and_forget, runner)
+    assert state.strategies["s1"].status == "success"
+    assert state.tasks["run_t/s1/awaited"].state == "COMPLETED"
+    assert state.tasks["run_t/s1/forgotten"].state == "INTERRUPTED"
+    # resuming runs nothing: the strategy is finished, so the forgotten task stays interrupted
+    again = Engine(make_config(tmp_path), runner)
+    calls = len(runner.calls)
+    await again.run(fire_and_forget, prompt="do it", params={})
+    assert again.runner_calls == 0 and len(runner.calls) == calls

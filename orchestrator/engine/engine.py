@@ -20,7 +20,7 @@ import time
 import traceback
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import anyio
 import msgspec
@@ -134,6 +134,7 @@ class Engine:
         self._live_sessions: dict[str, str] = {}
         self._tg: anyio.abc.TaskGroup | None = None
         self._log: EventLog | None = None
+        self._reader: BinaryIO | None = None
         self._snapshot_wanted = anyio.Event()
         self.queued = 0
         self.runner_calls = 0
@@ -173,10 +174,12 @@ class Engine:
     def _recorded_result(self, key: str) -> dict[str, Any]:
         task = self.state.tasks[key]
         assert task.result_offset is not None
-        with open(self.paths.events, "rb") as fh:
-            fh.seek(task.result_offset)
-            ev = decode_line(fh.readline())
-        return self._task_result(ev.payload)
+        # one handle for the whole re-entry: a resume may read back thousands of results,
+        # each one line the log already wrote (page cache, not a blocking disk wait)
+        if self._reader is None:
+            self._reader = open(self.paths.events, "rb")  # noqa: SIM115 - closed when run() ends
+        self._reader.seek(task.result_offset)
+        return self._task_result(decode_line(self._reader.readline()).payload)
 
     def _task_result(self, payload: dict[str, Any]) -> dict[str, Any]:
         return task_result_from_payload(payload)
@@ -253,7 +256,8 @@ class Engine:
                               attempt=attempt, delay_s=policy.delay(attempt))
             await anyio.sleep(policy.delay(attempt))
             attempt += 1
-        self._finish(sid, handle, inst, result)
+        with anyio.CancelScope(shield=True):  # the runner is done: its result must reach the log
+            await self._finish(sid, handle, inst, result)
 
     async def _attempt(self, sid: str, key: str, inst: str, cname: str, norm: dict[str, Any],
                        request: InstanceRequest) -> RunnerResult:
@@ -297,11 +301,11 @@ class Engine:
         if isinstance(sid_value, str) and sid_value:
             self._live_sessions[key] = sid_value
 
-    def _finish(self, sid: str, handle: Handle, inst: str, result: RunnerResult) -> None:
+    async def _finish(self, sid: str, handle: Handle, inst: str, result: RunnerResult) -> None:
         key = handle.key
         metrics = msgspec.to_builtins(result.metrics)
         if result.status == "success":
-            message, truncated, path = self._bound_message(key, result.final_message)
+            message, truncated, path = await self._bound_message(key, result.final_message)
             payload = {
                 "key": key, "instance_id": inst,
                 "artifact": msgspec.to_builtins(result.artifact) if result.artifact else None,
@@ -322,16 +326,20 @@ class Engine:
             recorded = self.state.tasks[key]
             handle._fail(recorded.error_type or error_type, recorded.message or "")
 
-    def _bound_message(self, key: str, message: str) -> tuple[str, bool, str]:
+    async def _bound_message(self, key: str, message: str) -> tuple[str, bool, str]:
         limit = self.config.max_final_message_bytes
         data = message.encode("utf-8")
         if len(data) <= limit:
             return message, False, ""
-        self.paths.final_messages.mkdir(parents=True, exist_ok=True)
         path = self.paths.final_messages / f"k{short8(key)}.txt"
         scrub = self._log.sanitizer.scrub_text if self._log.sanitizer else (lambda s: s)
-        path.write_text(scrub(message), "utf-8")
-        return data[:limit].decode("utf-8", "ignore"), True, str(path.resolve())
+
+        def write() -> str:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(scrub(message), "utf-8")
+            return str(path.resolve())
+
+        return data[:limit].decode("utf-8", "ignore"), True, await anyio.to_thread.run_sync(write)
 
     # ------------------------------------------------------------ recorded nondeterminism
     def checkpoint(self, ctx: StrategyContext, seq: int, kind: str, produce: Callable[[], Any]) -> Any:
@@ -422,6 +430,9 @@ class Engine:
                             strategies.start_soon(self._run_strategy, i, fn, name, prompt, params)
                     tg.cancel_scope.cancel()  # strategies done: stop the snapshotter
             finally:
+                if self._reader is not None:
+                    self._reader.close()
+                    self._reader = None
                 with anyio.CancelScope(shield=True):
                     await self.snapshot()
             self._log = None
