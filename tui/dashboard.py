@@ -486,7 +486,7 @@ class Dashboard:
                 log_size = self.events_path.stat().st_size
             except OSError:
                 log_size = 0
-            # Decoding holds the GIL (a 100k-task snapshot takes about a second), so a big
+            # Decoding holds the GIL (a 100k-task snapshot takes about 0.2 s), so a big
             # snapshot is only read when the tail is far behind the log; then it can help.
             behind = log_size - max(0, self.model.state.last_event_start_offset)
             if stamp[1] <= SNAPSHOT_ALWAYS_BYTES or behind > SNAPSHOT_ALWAYS_BYTES:
