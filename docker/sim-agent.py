@@ -50,9 +50,10 @@ import re
 import subprocess
 import sys
 import time
-import uuid
-from datetime import datetime, timezone
-from pathlib import Path
+
+# Every agent task of a run starts this program in its container, so its
+# start-up is part of each task's cost: only cheap stdlib modules are imported
+# (no uuid, datetime or pathlib), and a commit costs two git processes.
 
 CLAUDE_VERSION = "2.1.330-sim"
 CODEX_VERSION = "0.169.0-sim"
@@ -85,7 +86,24 @@ TAG_LINE = re.compile(r"^\s*(?:Role|Node|Round):\s*([\w.-]+)\s*$", re.I | re.M)
 
 
 def now_iso() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.") + f"{datetime.now(timezone.utc).microsecond // 1000:03d}Z"
+    t = time.time()
+    return time.strftime("%Y-%m-%dT%H:%M:%S.", time.gmtime(t)) + f"{int(t * 1000) % 1000:03d}Z"
+
+
+def uuid_str(value: int, version: int | None = None) -> str:
+    """``str(uuid.UUID(int=value, version=version))`` without importing uuid."""
+    if version is not None:
+        value &= ~(0xC000 << 48)
+        value |= 0x8000 << 48
+        value &= ~(0xF000 << 64)
+        value |= version << 76
+    h = f"{value:032x}"
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def uuid4_from(data: bytes) -> str:
+    """``str(uuid.UUID(bytes=data[:16], version=4))``."""
+    return uuid_str(int.from_bytes(data[:16], "big"), 4)
 
 
 def sha256_hex(data: str | bytes) -> str:
@@ -122,8 +140,8 @@ def tokens_for(text: str) -> int:
     return max(1, len(text) // 4)
 
 
-def sim_home() -> Path:
-    return Path(os.path.expanduser("~")) / ".sim-agent"
+def sim_home() -> str:
+    return os.path.join(os.path.expanduser("~"), ".sim-agent")
 
 
 def warn(msg: str) -> None:
@@ -167,18 +185,20 @@ def parse_instructions(prompt: str) -> list[tuple[str, str]]:
     return steps
 
 
-def load_json(path: Path) -> dict | None:
+def load_json(path: str) -> dict | None:
     try:
-        return json.loads(path.read_text())
+        with open(path, encoding="utf-8") as f:
+            return json.loads(f.read())
     except (OSError, ValueError):
         return None
 
 
-def save_json(path: Path, data: dict) -> None:
+def save_json(path: str, data: dict) -> None:
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.tmp{os.getpid()}"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(json.dumps(data, indent=1, sort_keys=True))
         os.replace(tmp, path)
     except OSError as e:
         warn(f"cannot save {path}: {e}")
@@ -186,13 +206,13 @@ def save_json(path: Path, data: dict) -> None:
 
 def record_execution(entry: dict) -> None:
     line = json.dumps(entry, sort_keys=False) + "\n"
-    targets = [sim_home() / "executions.jsonl"]
+    targets = [os.path.join(sim_home(), "executions.jsonl")]
     extra = os.environ.get("SIM_AGENT_RECORD")
     if extra:
-        targets.append(Path(extra))
+        targets.append(extra)
     for t in targets:
         try:
-            t.parent.mkdir(parents=True, exist_ok=True)
+            os.makedirs(os.path.dirname(os.path.abspath(t)), exist_ok=True)
             with open(t, "a", encoding="utf-8") as f:
                 f.write(line)
         except OSError as e:
@@ -201,7 +221,7 @@ def record_execution(entry: dict) -> None:
 
 def ratelimit_should_fail(key: str, n: int) -> tuple[bool, int]:
     """Count an attempt for ``key``; fail while fewer than ``n`` attempts failed."""
-    path = sim_home() / "ratelimit" / (sha256_hex(key)[:32] + ".json")
+    path = os.path.join(sim_home(), "ratelimit", sha256_hex(key)[:32] + ".json")
     data = load_json(path) or {"key": key, "failed": 0}
     failed = int(data.get("failed", 0))
     if failed < n:
@@ -235,6 +255,20 @@ def git_env(cwd: str) -> dict:
     env.setdefault("GIT_COMMITTER_NAME", env.get("GIT_AUTHOR_NAME") or have_name or "sim-agent")
     env.setdefault("GIT_COMMITTER_EMAIL", env.get("GIT_AUTHOR_EMAIL") or have_email or "sim-agent@localhost")
     return env
+
+
+COMMIT_LINE = re.compile(r"^\[(.+?) (?:\(root-commit\) )?([0-9a-f]{4,})\]", re.M)
+
+
+def commit_summary(cwd: str, commit_stdout: str) -> dict:
+    """Short sha and branch of the commit just made, from git commit's ``[main 1a2b3c4] msg`` line."""
+    m = COMMIT_LINE.search(commit_stdout)
+    if m:
+        branch = m.group(1)
+        return {"commit_sha": m.group(2), "branch": "HEAD" if branch == "detached HEAD" else branch}
+    r = git(cwd, "rev-parse", "--short", "HEAD")
+    b = git(cwd, "rev-parse", "--abbrev-ref", "HEAD")
+    return {"commit_sha": r.stdout.strip(), "branch": b.stdout.strip()}
 
 
 def shell_quote(s: str) -> str:
@@ -430,7 +464,7 @@ class ClaudeEmitter:
     def _uuid(self) -> str:
         self.n_lines += 1
         h = hashlib.sha256(f"{self.session_id}:{self.exec_no}:{self.n_lines}".encode()).digest()
-        return str(uuid.UUID(bytes=h[:16], version=4))
+        return uuid4_from(h)
 
     def _id(self, prefix: str) -> str:
         h = sha256_hex(f"{self.session_id}:{self.exec_no}:{prefix}:{self.n_msgs}")
@@ -647,7 +681,7 @@ class ClaudeEmitter:
         self.emit({
             "type": "assistant",
             "message": {
-                "id": str(uuid.UUID(bytes=hashlib.sha256(f"{self.session_id}:{self.exec_no}:err".encode()).digest()[:16], version=4)),
+                "id": uuid4_from(hashlib.sha256(f"{self.session_id}:{self.exec_no}:err".encode()).digest()),
                 "container": None, "model": "<synthetic>", "role": "assistant", "stop_reason": "stop_sequence",
                 "stop_sequence": "", "type": "message", "usage": zero,
                 "content": [{"type": "text", "text": text}], "context_management": None,
@@ -735,7 +769,8 @@ class CodexEmitter:
     def _write_last(self, text: str) -> None:
         if self.a.output_last_message:
             try:
-                Path(self.a.output_last_message).write_text(text)
+                with open(self.a.output_last_message, "w", encoding="utf-8") as f:
+                    f.write(text)
             except OSError as e:
                 warn(f"cannot write {self.a.output_last_message}: {e}")
 
@@ -833,23 +868,26 @@ class Agent:
         return self.em.tool("Bash", {"command": command, "description": description}, run)
 
     def commit(self, message: str) -> tuple[str, bool]:
-        env = git_env(self.cwd) if is_git_worktree(self.cwd) else None
-
         def run():
-            try:
-                p = subprocess.run(["/bin/sh", "-c", f"git add -A && git commit -m {shell_quote(message)}"],
-                                   cwd=self.cwd, capture_output=True, env=env)
-            except OSError as e:
-                return f"failed to run git: {e}", True, {"exit_code": 127}
-            out = (p.stdout + p.stderr).decode("utf-8", "replace").rstrip("\n")
-            extra: dict = {"exit_code": p.returncode}
-            if p.returncode == 0:
-                r = git(self.cwd, "rev-parse", "--short", "HEAD")
-                b = git(self.cwd, "rev-parse", "--abbrev-ref", "HEAD")
-                extra.update(commit_sha=r.stdout.strip(), branch=b.stdout.strip())
+            # `git add -A && git commit -m MESSAGE`, without the shell; outside a
+            # work tree `git add` fails just the same.
+            env = git_env(self.cwd)
+            stdout, stderr, code = b"", b"", 0
+            for argv in (["git", "add", "-A"], ["git", "commit", "-m", message]):
+                try:
+                    p = subprocess.run(argv, cwd=self.cwd, capture_output=True, env=env)
+                except OSError as e:
+                    return f"failed to run git: {e}", True, {"exit_code": 127}
+                stdout, stderr, code = stdout + p.stdout, stderr + p.stderr, p.returncode
+                if code != 0:
+                    break
+            out = (stdout + stderr).decode("utf-8", "replace").rstrip("\n")
+            extra: dict = {"exit_code": code}
+            if code == 0:
+                extra.update(commit_summary(self.cwd, stdout.decode("utf-8", "replace")))
             elif self.a.persona == "claude":
                 out = f"Exit code {p.returncode}\n{out}"
-            return out, p.returncode != 0, extra
+            return out, code != 0, extra
 
         return self.em.tool("Bash", {"command": f"git add -A && git commit -m {shell_quote(message)}",
                                      "description": "commit changes"}, run)
@@ -946,8 +984,8 @@ def new_session_id(persona: str) -> str:
         ms = int(time.time() * 1000)
         rnd = int.from_bytes(os.urandom(10), "big")
         val = (ms << 80) | (0x7 << 76) | ((rnd >> 68) & 0xFFF) << 64 | (0b10 << 62) | (rnd & ((1 << 62) - 1))
-        return str(uuid.UUID(int=val))
-    return str(uuid.uuid4())
+        return uuid_str(val)
+    return uuid4_from(os.urandom(16))
 
 
 def main(argv: list[str]) -> int:
@@ -984,15 +1022,17 @@ def main(argv: list[str]) -> int:
     else:
         model = a.model or CODEX_DEFAULT_MODEL
 
-    sessions = sim_home() / "sessions"
+    sessions = os.path.join(sim_home(), "sessions")
     resumed = bool(a.resume) or a.resume_last
     prior: dict = {}
     if a.resume_last:
-        cands = sorted(sessions.glob("*.json"), key=lambda p: p.stat().st_mtime) if sessions.is_dir() else []
+        names = [n for n in os.listdir(sessions) if n.endswith(".json") and not n.startswith(".")] \
+            if os.path.isdir(sessions) else []
+        cands = sorted((os.path.join(sessions, n) for n in names), key=os.path.getmtime)
         cands = [p for p in cands if (load_json(p) or {}).get("persona") == a.persona]
-        a.resume = cands[-1].stem if cands else None
+        a.resume = os.path.basename(cands[-1])[:-len(".json")] if cands else None
     if resumed:
-        data = load_json(sessions / f"{a.resume}.json") if a.resume else None
+        data = load_json(os.path.join(sessions, f"{a.resume}.json")) if a.resume else None
         if data is None or data.get("persona") != a.persona:
             sid = a.resume or "(last)"
             record_execution({
@@ -1025,7 +1065,7 @@ def main(argv: list[str]) -> int:
     em = em_cls(a, session_id, exec_no, model, cwd, prior)
 
     def save_session() -> None:
-        save_json(sessions / f"{session_id}.json", {
+        save_json(os.path.join(sessions, f"{session_id}.json"), {
             "persona": a.persona, "session_id": session_id, "model": model, "executions": exec_no,
             "totals": em.session_totals(), "updated": now_iso(), "cwd": cwd,
         })
@@ -1138,8 +1178,12 @@ def main(argv: list[str]) -> int:
         save_session()
 
 
-if __name__ == "__main__":
+def entry() -> None:
     try:
         sys.exit(main(sys.argv))
     except KeyboardInterrupt:
         sys.exit(130)
+
+
+if __name__ == "__main__":
+    entry()
