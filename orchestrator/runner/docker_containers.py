@@ -83,6 +83,8 @@ class DockerHost:
         self._client: Any = None
         self.limiter = limiter or anyio.CapacityLimiter(DEFAULT_THREADS)
         self.home_ok_images: set[str] = set()
+        self.home_bad_images: set[str] = set()
+        self.home_check_locks: dict[str, anyio.Lock] = {}
 
     async def client(self) -> Any:
         if self._client is None:
@@ -243,6 +245,10 @@ def create_kwargs(request: InstanceRequest, *, workspace: Path, volume: str) -> 
     }
 
 
+def volume_labels(request: InstanceRequest) -> dict[str, str]:
+    return {"orchestrator": "true", "run_id": request.run_id}
+
+
 def host_config_kwargs(request: InstanceRequest, *, workspace: Path, volume: str) -> dict[str, Any]:
     from docker.types import Mount
 
@@ -251,7 +257,10 @@ def host_config_kwargs(request: InstanceRequest, *, workspace: Path, volume: str
         mode += ",z"
     kwargs: dict[str, Any] = {
         "binds": [f"{workspace}:{WORKSPACE_MOUNT}:{mode}"],
-        "mounts": [Mount(target=HOME_MOUNT, source=volume, type="volume")],
+        # The daemon creates a missing named volume with these labels as part of
+        # the container create (no separate volume call per task); an existing one
+        # (the session group's, or a resumed run's) is mounted as it is.
+        "mounts": [Mount(target=HOME_MOUNT, source=volume, type="volume", labels=volume_labels(request))],
         "tmpfs": {"/tmp": TMPFS_OPTIONS},
         "read_only": True,
         "nano_cpus": parse_nano_cpus(request.container_limits.cpus),
@@ -292,8 +301,8 @@ async def ensure_container(host: DockerHost, request: InstanceRequest, *, worksp
     """Reuse, start, replace or create the task's container (spec §3.4 decision tree).
 
     The common case (no container yet) is one worker-thread hop: create the
-    volume (idempotent), create the container, start it. Only a name conflict
-    leads to an inspect and the reuse decision.
+    container (which creates a missing session volume) and start it. Only a
+    name conflict leads to an inspect and the reuse decision.
 
     ``fresh_workspace``: the workspace directory was just re-created. A container
     still *running* then belongs to a process that died (SIGKILL leaves
@@ -308,7 +317,6 @@ async def ensure_container(host: DockerHost, request: InstanceRequest, *, worksp
 
     def _create_and_start() -> dict | None:
         """Create+start; returns the existing container's inspect data on a name conflict."""
-        client.api.create_volume(name=volume, labels={"orchestrator": "true", "run_id": request.run_id})
         host_config = client.api.create_host_config(**host_config_kwargs(request, workspace=workspace, volume=volume))
         try:
             created = client.api.create_container(host_config=host_config,
@@ -358,13 +366,20 @@ async def _ensure_home_writable(host: DockerHost, request: InstanceRequest, volu
     it (a container whose user is non-root gets no capabilities, even for
     ``exec --user root``), so a short-lived root container fixes it instead.
     """
-    if request.docker_image in host.home_ok_images:
+    image = request.docker_image
+    if image in host.home_ok_images:
         return
-    code, _ = await host.exec_simple(request.container_name, ["test", "-w", HOME_MOUNT])
-    if code == 0:
-        # This image gives fresh volumes a node-owned /home/node: no need to look again.
-        host.home_ok_images.add(request.docker_image)
-        return
+    # Tasks of a run start together: one of them looks, the others wait for its answer.
+    async with host.home_check_locks.setdefault(image, anyio.Lock()):
+        if image in host.home_ok_images:
+            return
+        if image not in host.home_bad_images:
+            code, _ = await host.exec_simple(request.container_name, ["test", "-w", HOME_MOUNT])
+            if code == 0:
+                # This image gives fresh volumes a node-owned /home/node: no need to look again.
+                host.home_ok_images.add(image)
+                return
+            host.home_bad_images.add(image)
     from docker.types import Mount
 
     client = await host.client()

@@ -36,7 +36,7 @@ from ..naming import ghash, session_volume_name
 from ..sanitize import SECRET_ENV_VARS, Sanitizer, default_sanitizer
 from . import git_ops
 from .base import RunnerEventCallback
-from .docker_containers import DockerHost, ensure_container, workspace_read_only
+from .docker_containers import DockerHost, ensure_container, selinux_enabled, workspace_read_only
 from .docker_exec import ExecOutput, run_exec
 from .plugin import AgentEvent, AgentOutcome, RunnerPlugin, get_plugin
 from .types import AuthConfig, BranchArtifact, ErrorCategory, InstanceRequest, Metrics, RunnerResult
@@ -65,6 +65,11 @@ def _check_disk_space(workspace: Path) -> None:
     if free < MIN_FREE_BYTES:
         raise GitError(f"insufficient disk space for the workspace: {free // (1 << 20)} MiB free under {probe} "
                        f"(need at least {MIN_FREE_BYTES >> 20} MiB); free space or set ORCHESTRATOR_WORKSPACE_ROOT")
+
+
+def _reset_workspace(workspace: Path) -> None:
+    _check_disk_space(workspace)
+    git_ops.reset_workspace(workspace)
 
 
 def _clip(obj: Any) -> Any:
@@ -108,7 +113,8 @@ class DockerRunner:
     def __init__(self, *, auth: AuthConfig | None = None, logs_dir: Path | str | None = None,
                  sanitizer: Sanitizer | None = None, client_factory=None,
                  limiter: anyio.CapacityLimiter | None = None, pricing: Pricing | None = None,
-                 host: DockerHost | None = None, dry_run: bool = False) -> None:
+                 host: DockerHost | None = None, dry_run: bool = False,
+                 known_images: tuple[str, ...] = ()) -> None:
         self.auth = auth or AuthConfig()
         self.dry_run = dry_run
         self.sanitizer = sanitizer or default_sanitizer()
@@ -125,7 +131,9 @@ class DockerRunner:
         if git_logger.level == logging.NOTSET:
             git_logger.setLevel(logging.INFO)  # the audit lines are INFO; the root default would drop them
         self.pricing = dict(pricing or {})
-        self._images_seen: set[str] = set()
+        # Images known to exist (the CLI's pre-flight has just checked its image).
+        self._images_seen: set[str] = set(known_images)
+        self._image_locks: dict[str, anyio.Lock] = {}
 
     async def aclose(self) -> None:
         logging.getLogger("orchestrator.runner").removeHandler(self._forward)
@@ -176,25 +184,17 @@ class DockerRunner:
                 self._emit(request, on_event, "runner.instance.failed", "error", phase="validate", error=str(exc))
                 return finish("failed", error_type=exc.category, error=str(exc))
 
-            # 2. workspace
-            t = time.monotonic()
+            # 2. workspace, while the container starts (3)
             workspace = git_ops.workspace_path(request.run_id, request.task_key)
-            try:
-                await anyio.to_thread.run_sync(_check_disk_space, workspace, limiter=self.host.limiter)
-                ws_info = await git_ops.prepare_workspace(
-                    request.repo_path, request.base_branch, workspace,
-                    isolation_mode=request.isolation_mode, include_branches=request.include_branches)
-            except RunnerError as exc:
-                self._emit(request, on_event, "runner.instance.failed", "error", phase="workspace", error=str(exc))
-                return finish("failed", error_type=exc.category, error=str(exc), workspace_path=str(workspace))
-            self._emit(request, on_event, "runner.workspace.prepared", phase="workspace",
-                       workspace_path=str(workspace), base_commit=ws_info.base_commit,
-                       duration_s=round(time.monotonic() - t, 4))
+            container_known = True  # from here on a failure or Ctrl+C stops the container
+            first, failure = await self._workspace_and_container(request, workspace, on_event)
+            if failure is not None:
+                return finish("failed", error_type=failure.category, error=str(failure), workspace_path=str(workspace))
+            ws_info = first.pop("ws_info")
 
             # 3 + 4. container and execution, with retries
-            container_known = True
             attempt, outcome_total, last_exec = await self._execute_with_retries(
-                request, plugin, workspace, on_event, state)
+                request, plugin, workspace, on_event, state, first)
             metrics = self._metrics(request, outcome_total, time.monotonic() - t0)
             session_id = outcome_total.get("session_id")
             common = dict(metrics=metrics, session_id=session_id, workspace_path=str(workspace))
@@ -222,37 +222,25 @@ class DockerRunner:
                 # The agent's write failed fast (EROFS) and it carried on; say why.
                 self._emit(request, on_event, "runner.workspace.read_only_write", "warn", detail=READ_ONLY_NOTE)
 
-            # 5. collect: import the branch (per policy)
-            t = time.monotonic()
-            if request.import_policy == "never":
-                artifact = BranchArtifact(branch_planned=request.branch_name, branch_final=None,
-                                          base=request.base_branch, commit=ws_info.base_commit, has_changes=False)
-            else:
-                try:
-                    artifact = await git_ops.import_branch(
-                        request.repo_path, workspace, branch_name=request.branch_name,
-                        task_key=request.task_key, run_id=request.run_id, import_policy=request.import_policy,
-                        import_conflict_policy=request.import_conflict_policy,
-                        skip_empty_import=request.skip_empty_import)
-                except RunnerError as exc:
+            # 5. collect: import the branch (per policy). The agent has finished, so
+            # the finalize stop does not wait for the import: both take a tenth of a
+            # second or so, and the task's end is the later of the two.
+            try:
+                artifact = await self._import_while_stopping(request, workspace, ws_info, on_event)
+            except RunnerError as exc:
+                if not request.finalize:
                     await self._stop_quietly(request, on_event)
-                    self._emit(request, on_event, "runner.instance.failed", "error", phase="import",
-                               error=str(exc), error_type=exc.category)
-                    return finish("failed", error_type=exc.category, error=str(exc), exit_code=out.exit_code,
-                                  final_message=self.sanitizer.scrub_text(outcome.final_message), **common)
-            self._emit(request, on_event, "runner.import.finished", phase="import",
-                       branch=artifact.branch_final, has_changes=artifact.has_changes,
-                       commit_count=artifact.commit_count, duration_s=round(time.monotonic() - t, 4))
+                self._emit(request, on_event, "runner.instance.failed", "error", phase="import",
+                           error=str(exc), error_type=exc.category)
+                return finish("failed", error_type=exc.category, error=str(exc), exit_code=out.exit_code,
+                              final_message=self.sanitizer.scrub_text(outcome.final_message), **common)
 
             # 6. cleanup: completion event first (it carries the workspace path), then delete
             metrics = self._metrics(request, outcome_total, time.monotonic() - t0)
             self._emit(request, on_event, "runner.instance.completed", workspace_path=str(workspace),
                        branch_imported=artifact.branch_final, duration_s=metrics.duration_s,
                        retry_attempts=state["retry_attempts"])
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(self._remove_workspace, workspace)
-                if request.finalize:
-                    tg.start_soon(self._stop_quietly, request, on_event)
+            await self._remove_workspace(workspace)
             return finish("success", artifact=artifact, exit_code=out.exit_code,
                           final_message=self.sanitizer.scrub_text(outcome.final_message),
                           metrics=metrics, session_id=session_id, workspace_path=None)
@@ -288,9 +276,116 @@ class DockerRunner:
     async def _check_image(self, image: str) -> None:
         if image in self._images_seen:
             return
-        if not await self.host.image_exists(image):
-            raise ContainerError(f"image {image} not found; {IMAGE_HINT}")
-        self._images_seen.add(image)
+        # The tasks of a run start together: one of them asks, the others wait for it.
+        async with self._image_locks.setdefault(image, anyio.Lock()):
+            if image in self._images_seen:
+                return
+            if not await self.host.image_exists(image):
+                raise ContainerError(f"image {image} not found; {IMAGE_HINT}")
+            self._images_seen.add(image)
+
+    async def _workspace_and_container(self, request: InstanceRequest, workspace: Path,
+                                       on_event: RunnerEventCallback | None) -> tuple[dict[str, Any], RunnerError | None]:
+        """Clone the workspace and create/start the first attempt's container at the same time.
+
+        Creating and starting the container is the slowest step before the agent
+        runs (about 0.2 s of daemon, runc and kernel work), so it does not wait
+        for the clone: the workspace is first replaced by an empty directory, the
+        container bind-mounts that directory, and the clone fills the same
+        directory (same inode, so the container sees it). The agent's exec waits
+        for both. On SELinux hosts the ``z`` relabel
+        happens when the container is created, so there the clone comes first.
+
+        Returns ``({"ws_info", "ready" | "error", "duration_s"}, None)`` or the
+        workspace failure (the container, if it was started, is stopped again).
+        """
+        t = time.monotonic()
+        first: dict[str, Any] = {}
+        failure: RunnerError | None = None
+        unexpected: list[BaseException] = []
+
+        async def clone() -> None:
+            nonlocal failure
+            try:
+                first["ws_info"] = await git_ops.prepare_workspace(
+                    request.repo_path, request.base_branch, workspace, isolation_mode=request.isolation_mode,
+                    include_branches=request.include_branches, into_empty_dir=True)
+            except RunnerError as exc:
+                failure = exc
+            except Exception as exc:  # re-raised below, outside the task group, unwrapped
+                unexpected.append(exc)
+
+        async def container() -> None:
+            tc = time.monotonic()
+            try:
+                first["ready"] = await ensure_container(self.host, request, workspace=workspace,
+                                                        volume=self._volume_name(request), fresh_workspace=True)
+            except RunnerError as exc:
+                first["error"] = exc
+            except Exception as exc:
+                unexpected.append(exc)
+            first["duration_s"] = round(time.monotonic() - tc, 4)
+
+        try:
+            await anyio.to_thread.run_sync(_reset_workspace, workspace, limiter=self.host.limiter)
+        except RunnerError as exc:
+            failure = exc
+        else:
+            if selinux_enabled():
+                await clone()
+                if failure is None and not unexpected:
+                    await container()
+            else:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(container)
+                    await clone()
+        if unexpected:
+            raise unexpected[0]
+        if failure is not None:
+            if "ready" in first:
+                await self._stop_quietly(request, on_event)
+            self._emit(request, on_event, "runner.instance.failed", "error", phase="workspace", error=str(failure))
+            return first, failure
+        self._emit(request, on_event, "runner.workspace.prepared", phase="workspace",
+                   workspace_path=str(workspace), base_commit=first["ws_info"].base_commit,
+                   duration_s=round(time.monotonic() - t, 4))
+        return first, None
+
+    async def _import_while_stopping(self, request: InstanceRequest, workspace: Path, ws_info: Any,
+                                     on_event: RunnerEventCallback | None) -> BranchArtifact:
+        """Phase 5 (import per policy) with the finalize stop running alongside."""
+        result: dict[str, Any] = {}
+
+        async def collect() -> None:
+            t = time.monotonic()
+            try:
+                if request.import_policy == "never":
+                    artifact = BranchArtifact(branch_planned=request.branch_name, branch_final=None,
+                                              base=request.base_branch, commit=ws_info.base_commit,
+                                              has_changes=False)
+                else:
+                    artifact = await git_ops.import_branch(
+                        request.repo_path, workspace, branch_name=request.branch_name,
+                        task_key=request.task_key, run_id=request.run_id, import_policy=request.import_policy,
+                        import_conflict_policy=request.import_conflict_policy,
+                        skip_empty_import=request.skip_empty_import)
+            except Exception as exc:  # raised below, outside the task group, unwrapped
+                result["error"] = exc
+                return
+            result["artifact"] = artifact
+            self._emit(request, on_event, "runner.import.finished", phase="import",
+                       branch=artifact.branch_final, has_changes=artifact.has_changes,
+                       commit_count=artifact.commit_count, duration_s=round(time.monotonic() - t, 4))
+
+        if request.finalize:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._stop_quietly, request, on_event)
+                await collect()
+        else:
+            await collect()
+        if "error" in result:
+            raise result["error"]
+        return result["artifact"]
 
     def _volume_name(self, request: InstanceRequest) -> str:
         sgk = request.session_group_key or request.task_key
@@ -300,8 +395,12 @@ class DockerRunner:
             g = ghash(sgk)
         return session_volume_name(request.run_id, g, scope=request.session_volume_scope)
 
-    async def _execute_with_retries(self, request, plugin, workspace, on_event, state):
-        """Phases 3-4 with retries. Returns (last attempt, accumulated usage, last exec output)."""
+    async def _execute_with_retries(self, request, plugin, workspace, on_event, state, first=None):
+        """Phases 3-4 with retries. Returns (last attempt, accumulated usage, last exec output).
+
+        ``first``: the outcome of the first attempt's container start, made
+        alongside the clone (see :meth:`_workspace_and_container`).
+        """
         rc = request.retry_config
         total: dict[str, Any] = {"tokens_in": 0, "tokens_out": 0, "cost": None, "session_id": request.session_id}
         previous: dict[str, float] | None = None
@@ -309,7 +408,8 @@ class DockerRunner:
         max_attempts = max(1, rc.max_attempts)
         for n in range(max_attempts):
             resume = total["session_id"] if plugin.capabilities.supports_resume else None
-            attempt = await self._attempt(request, plugin, workspace, on_event, resume, previous, n)
+            attempt = await self._attempt(request, plugin, workspace, on_event, resume, previous, n,
+                                          first if n == 0 else None)
             if attempt.output is not None:
                 last_exec = attempt.output
                 o = attempt.output.outcome
@@ -335,20 +435,25 @@ class DockerRunner:
             await anyio.sleep(delay)
         raise AssertionError("unreachable")
 
-    async def _attempt(self, request, plugin, workspace, on_event, resume, previous, n) -> _Attempt:
-        t = time.monotonic()
-        try:
-            # attempt 0 follows a fresh clone; retries reuse the same workspace and container
-            ready = await ensure_container(self.host, request, workspace=workspace, volume=self._volume_name(request),
-                                           fresh_workspace=n == 0)
-        except RunnerError as exc:
-            return _Attempt(error=exc)
+    async def _attempt(self, request, plugin, workspace, on_event, resume, previous, n, first=None) -> _Attempt:
+        if first is not None:  # started alongside the clone
+            if "error" in first:
+                return _Attempt(error=first["error"])
+            ready, duration = first["ready"], first["duration_s"]
+        else:
+            t = time.monotonic()
+            try:
+                # attempt 0 follows a fresh clone; retries reuse the same workspace and container
+                ready = await ensure_container(self.host, request, workspace=workspace,
+                                               volume=self._volume_name(request), fresh_workspace=n == 0)
+            except RunnerError as exc:
+                return _Attempt(error=exc)
+            duration = round(time.monotonic() - t, 4)
         if ready.action == "replaced":
             self._emit(request, on_event, "runner.container.replaced", "warn", container=ready.name,
                        reason=ready.reason, volume=ready.volume)
         self._emit(request, on_event, "runner.container.ready", phase="container", action=ready.action,
-                   container=ready.name, volume=ready.volume, attempt=n,
-                   duration_s=round(time.monotonic() - t, 4))
+                   container=ready.name, volume=ready.volume, attempt=n, duration_s=duration)
 
         if "auth" in inspect.signature(plugin.build_command).parameters:
             argv = plugin.build_command(request, resume_session_id=resume, auth=self.auth)

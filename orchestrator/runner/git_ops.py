@@ -1,8 +1,10 @@
 """Git isolation for task workspaces (spec §3.5, §4.7).
 
-Before a container starts, :func:`prepare_workspace` makes a disconnected
-clone of the host repository holding only the base branch (plus any
-``include_branches``). After the container exits, :func:`import_branch`
+Before the agent runs, :func:`prepare_workspace` makes a disconnected clone
+of the host repository holding only the base branch (plus any
+``include_branches``); the runner clones into an empty directory made by
+:func:`reset_workspace` while the task's container, which bind-mounts that
+directory, is starting. After the container exits, :func:`import_branch`
 fetches the workspace HEAD back into the host repository as a new branch,
 under a per-repository lock. The host's working tree, index and HEAD are never
 touched: only refs under ``refs/heads/`` and ``refs/notes/orchestrator``.
@@ -41,6 +43,7 @@ __all__ = [
     "prepare_workspace",
     "import_branch",
     "remove_workspace",
+    "reset_workspace",
     "_prepare_workspace_sync",
     "_import_branch_sync",
 ]
@@ -158,6 +161,7 @@ def _prepare_workspace_sync(
     *,
     isolation_mode: IsolationMode = "full_copy",
     include_branches: Sequence[str] = (),
+    into_empty_dir: bool = False,
 ) -> WorkspaceInfo:
     if isolation_mode not in ("full_copy", "shared_objects"):
         raise UsageError(f"unknown isolation_mode {isolation_mode!r}; use 'full_copy' or 'shared_objects'")
@@ -169,9 +173,15 @@ def _prepare_workspace_sync(
         raise GitError(f"repository path does not exist: {repo}")
     workspace = Path(os.path.abspath(workspace))
 
-    if os.path.lexists(workspace):  # left over from an earlier attempt: start fresh
-        remove_workspace(workspace)
-    workspace.parent.mkdir(parents=True, exist_ok=True)
+    if into_empty_dir:
+        # The runner created this directory and bind-mounted it into a container
+        # that is starting while we clone: it must stay the same inode.
+        if not workspace.is_dir() or workspace.is_symlink() or any(os.scandir(workspace)):
+            raise GitError(f"workspace {workspace} is not the empty directory the runner created")
+    else:
+        if os.path.lexists(workspace):  # left over from an earlier attempt: start fresh
+            remove_workspace(workspace)
+        workspace.parent.mkdir(parents=True, exist_ok=True)
 
     clone = ["clone", "--quiet", f"--branch={base_branch}", "--single-branch"]
     if isolation_mode == "shared_objects":
@@ -220,8 +230,13 @@ async def prepare_workspace(
     *,
     isolation_mode: IsolationMode = "full_copy",
     include_branches: Sequence[str] = (),
+    into_empty_dir: bool = False,
 ) -> WorkspaceInfo:
-    """Clone ``base_branch`` of ``repo_path`` into ``workspace`` (replacing any old one)."""
+    """Clone ``base_branch`` of ``repo_path`` into ``workspace`` (replacing any old one).
+
+    ``into_empty_dir``: ``workspace`` is an empty directory made by
+    :func:`reset_workspace`; clone into it instead of replacing it.
+    """
     fn = partial(
         _prepare_workspace_sync,
         repo_path,
@@ -229,8 +244,24 @@ async def prepare_workspace(
         workspace,
         isolation_mode=isolation_mode,
         include_branches=tuple(include_branches),
+        into_empty_dir=into_empty_dir,
     )
     return await anyio.to_thread.run_sync(fn)
+
+
+def reset_workspace(workspace: Path) -> None:
+    """Replace whatever is at ``workspace`` with a new, empty directory.
+
+    The runner bind-mounts this directory and starts the container while the
+    clone fills it (``prepare_workspace(..., into_empty_dir=True)``).
+    """
+    workspace = Path(os.path.abspath(workspace))
+    if os.path.lexists(workspace):  # left over from an earlier attempt: start fresh
+        remove_workspace(workspace)
+    workspace.parent.mkdir(parents=True, exist_ok=True)
+    workspace.mkdir()
+    if os.name == "posix" and hasattr(os, "geteuid") and os.geteuid() == 0:
+        os.chown(workspace, CONTAINER_UID, CONTAINER_GID)
 
 
 def _chown_tree(root: Path, uid: int, gid: int) -> None:
