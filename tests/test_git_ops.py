@@ -395,6 +395,18 @@ def test_refuses_to_overwrite_checked_out_branch(host, tmp_path):
     assert git(host, "status", "--porcelain") == ""
 
 
+def test_refuses_to_overwrite_the_head_branch_of_a_bare_repository(host, tmp_path):
+    bare = tmp_path / "bare.git"
+    git(tmp_path, "clone", "-q", "--bare", str(host), str(bare))
+    ws = make_ws(bare, tmp_path / "ws", changes=True)
+    main_before = git(bare, "rev-parse", "main")
+    with pytest.raises(GitError, match="checked out"):
+        _import_branch_sync(bare, ws, branch_name="main", task_key="k", run_id="r", import_conflict_policy="overwrite")
+    assert git(bare, "rev-parse", "main") == main_before
+    art = _import_branch_sync(bare, ws, branch_name="feature", task_key="k", run_id="r")
+    assert art.branch_final == "feature" and git(bare, "rev-parse", "feature") == ws_head(ws)
+
+
 @pytest.mark.parametrize("bad", ["--upload-pack=touch pwned", "../escape", "a/../b", "-b", "x@{-1}", "a..b", "HEAD"])
 def test_hostile_branch_names_rejected(host, tmp_path, bad):
     ws = make_ws(host, tmp_path / "ws", changes=True)

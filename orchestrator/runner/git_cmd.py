@@ -155,10 +155,17 @@ def check_branch_name(name: str, *, what: str = "branch name", repo: Path | None
         raise GitError(f"invalid {what} {name!r}: not allowed as a branch name")
     if any(ord(c) < 32 or c == "\x7f" for c in name):
         raise GitError(f"invalid {what} {name!r}: contains control characters")
-    proc = run_git(["check-ref-format", f"refs/heads/{name}"], check=False, cwd=repo)
-    if proc.returncode != 0:
-        raise GitError(f"invalid {what} {name!r}: git check-ref-format rejects it")
+    if name not in _valid_ref_names:  # the base branch is checked for every task of a run
+        proc = run_git(["check-ref-format", f"refs/heads/{name}"], check=False, cwd=repo)
+        if proc.returncode != 0:
+            raise GitError(f"invalid {what} {name!r}: git check-ref-format rejects it")
+        if len(_valid_ref_names) < 4096:
+            _valid_ref_names.add(name)
     return name
+
+
+# Names `git check-ref-format` accepted; that check depends on the name only.
+_valid_ref_names: set[str] = set()
 
 
 # ---------------------------------------------------------------------------

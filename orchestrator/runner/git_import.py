@@ -44,9 +44,16 @@ _NOTES_IDENTITY = {
 }
 
 
+_git_dirs: dict[Path, Path] = {}
+
+
 def _git_dir_of(repo: Path) -> Path:
-    proc = run_git(["rev-parse", "--absolute-git-dir"], cwd=repo, what=f"resolving the git dir of {repo}")
-    return Path(os.path.realpath(proc.stdout.strip()))
+    # Every task of a run imports into the same repository: ask git once.
+    cached = _git_dirs.get(repo)
+    if cached is None:
+        proc = run_git(["rev-parse", "--absolute-git-dir"], cwd=repo, what=f"resolving the git dir of {repo}")
+        cached = _git_dirs[repo] = Path(os.path.realpath(proc.stdout.strip()))
+    return cached
 
 
 def _read_ws_file(workspace: Path, name: str) -> str:
@@ -77,9 +84,12 @@ def _checked_out_branches(repo: Path) -> set[str]:
     for line in proc.stdout.splitlines():
         if line.startswith("branch refs/heads/"):
             names.add(line[len("branch refs/heads/") :])
-    head = run_git(["symbolic-ref", "-q", "HEAD"], cwd=repo, check=False).stdout.strip()
-    if head.startswith("refs/heads/"):
-        names.add(head[len("refs/heads/") :])
+    # The list names the branch of every work tree, unborn ones too; only a bare
+    # repository's HEAD (listed as "bare") has to be asked for separately.
+    if proc.returncode != 0 or "bare" in proc.stdout.splitlines():
+        head = run_git(["symbolic-ref", "-q", "HEAD"], cwd=repo, check=False).stdout.strip()
+        if head.startswith("refs/heads/"):
+            names.add(head[len("refs/heads/") :])
     return names
 
 
@@ -99,10 +109,15 @@ def _note_has_key(lines: list[str], task_key: str) -> bool:
 
 
 def _ensure_note(repo: Path, commit: str, task_key: str, run_id: str) -> None:
+    message = f"task_key={_encode_key(task_key)}; run_id={_encode_key(run_id)}"
+    # Usually the commit has no note yet: one `notes add` (without -f, so it
+    # refuses to replace a note) does it. Otherwise look at the note first.
+    if run_git(["notes", f"--ref={NOTES_REF}", "add", "-m", message, commit], cwd=repo, env=_NOTES_IDENTITY,
+               check=False).returncode == 0:
+        return
     lines = _note_lines(repo, commit)
     if _note_has_key(lines, task_key):
         return
-    message = f"task_key={_encode_key(task_key)}; run_id={_encode_key(run_id)}"
     # Another task may have imported the same commit (e.g. `always` with no
     # commits lands on the base commit): append instead of clobbering.
     verb = ["append"] if lines else ["add", "-f"]
@@ -163,35 +178,45 @@ def _import_branch_sync(
     target: str | None = branch_name
     try:
         git_dir = _git_dir_of(repo)
+        # The workspace and the checked-out branches are read before taking the
+        # lock, which every task of the run queues for: only the host's refs
+        # need it. The agent has finished, and no other task uses this workspace.
+        base = _read_ws_file(workspace, "BASE_BRANCH")
+        base_commit = _read_ws_file(workspace, "BASE_COMMIT")
+        ws_head = ws_git(workspace, ["rev-parse", "--verify", "HEAD^{commit}"]).stdout.strip()
+        commit_count, added, deleted = _workspace_stats(workspace, base_commit, ws_head)
+
+        def artifact(final: str | None, commit: str) -> BranchArtifact:
+            return BranchArtifact(
+                branch_planned=branch_name,
+                branch_final=final,
+                base=base,
+                commit=commit,
+                has_changes=final is not None and commit_count > 0,
+                commit_count=commit_count if final is not None else 0,
+                lines_added=added if final is not None else 0,
+                lines_deleted=deleted if final is not None else 0,
+            )
+
+        importing = import_policy != "never"
+        # 3. never: no branch, nothing of the host repository to read
+        if not importing:
+            target, outcome = None, "skipped_never"
+            return artifact(None, base_commit)
+        skips_empty = import_policy == "auto" and skip_empty_import and commit_count == 0
+        checked_out = set() if skips_empty else _checked_out_branches(repo)
+
         with import_lock(git_dir):
-            base = _read_ws_file(workspace, "BASE_BRANCH")
-            base_commit = _read_ws_file(workspace, "BASE_COMMIT")
-            ws_head = ws_git(workspace, ["rev-parse", "--verify", "HEAD^{commit}"]).stdout.strip()
-            commit_count, added, deleted = _workspace_stats(workspace, base_commit, ws_head)
-
-            def artifact(final: str | None, commit: str) -> BranchArtifact:
-                return BranchArtifact(
-                    branch_planned=branch_name,
-                    branch_final=final,
-                    base=base,
-                    commit=commit,
-                    has_changes=final is not None and commit_count > 0,
-                    commit_count=commit_count if final is not None else 0,
-                    lines_added=added if final is not None else 0,
-                    lines_deleted=deleted if final is not None else 0,
-                )
-
-            importing = import_policy != "never"
             heads = _heads(repo)
 
             # 1. idempotent pre-check (crash between fetch and reporting)
-            if importing and heads.get(branch_name) == ws_head:
+            if heads.get(branch_name) == ws_head:
                 _ensure_note(repo, ws_head, task_key, run_id)
                 outcome = "already_imported"
                 return artifact(branch_name, ws_head)
 
             # 2. suffix idempotency: an earlier attempt of this task got a suffix
-            if importing and import_conflict_policy == "suffix":
+            if import_conflict_policy == "suffix":
                 pattern = re.compile(rf"^{re.escape(branch_name)}(_[0-9]+)?$")
                 candidates = sorted(
                     (n for n, sha in heads.items() if sha == ws_head and pattern.match(n)),
@@ -202,13 +227,8 @@ def _import_branch_sync(
                     outcome = "already_imported"
                     return artifact(target, ws_head)
 
-            # 3. never
-            if not importing:
-                target, outcome = None, "skipped_never"
-                return artifact(None, base_commit)
-
             # 4. skip empty
-            if import_policy == "auto" and skip_empty_import and commit_count == 0:
+            if skips_empty:
                 target, outcome = None, "skipped_empty"
                 return artifact(None, base_commit)
 
@@ -239,7 +259,7 @@ def _import_branch_sync(
                         i += 1
                     target = f"{branch_name}_{i}"
                     check_branch_name(target)
-            if target in _checked_out_branches(repo):
+            if target in checked_out:
                 raise GitError(
                     f"refusing to import into branch {target!r}: it is checked out in {repo}; "
                     "check out another branch or choose another branch name"
@@ -274,9 +294,7 @@ def _import_branch_sync(
                 raise GitError(
                     f"branch {target} is at {imported[:12]} after import but the workspace HEAD is {ws_head[:12]}"
                 )
-
-            # 7. provenance (already written above; a no-op unless the note was lost)
-            _ensure_note(repo, imported, task_key, run_id)
+            # 7. provenance: written above on this very commit, under this lock
             outcome = "replaced_own_attempt" if outcome == "replaced_own_attempt" else "imported"
             return artifact(target, imported)
     finally:
