@@ -39,6 +39,17 @@ def _version() -> str:
         return "unknown"
 
 
+class _VersionAction(argparse.Action):
+    """``--version``: the package metadata is read only when asked (it costs ~10 ms at every start)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings=option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"orchestrator {_version()}")
+        parser.exit()
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # one line, not argparse's usage block
         raise UsageError(f"{message} (see orchestrator --help)")
@@ -49,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
                 "and git clone, driven by a durable strategy; every agent's work comes back as a branch.",
                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("prompt", nargs="?", help="what the agents should do ('-' reads it from standard input)")
-    p.add_argument("--version", action="version", version=f"orchestrator {_version()}")
+    p.add_argument("--version", action=_VersionAction, help="show the version and exit")
     run = p.add_argument_group("run")
     run.add_argument("--strategy", help="built-in name, path/to/file.py[:func] or package.module:func (default: simple)")
     run.add_argument("-S", dest="params", action="append", default=[], metavar="KEY=VALUE",
@@ -90,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _dispatch(args: argparse.Namespace) -> int:
     import anyio
 
-    from . import launch, manage
+    from . import launch
 
     management = [args.resume, args.list_runs, args.show_run, args.cleanup_run, args.clean_containers, args.help_strategy]
     if sum(bool(x) for x in management) > 1:
@@ -99,6 +110,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         raise UsageError("--resume-fresh only works together with --resume RUN_ID")
     if args.follow and not args.show_run:
         raise UsageError("--follow only works together with --show-run RUN_ID")
+    if any(management) and not args.resume:
+        from . import manage
     if args.help_strategy:
         return manage.help_strategy(args.help_strategy)
     if args.list_runs:

@@ -172,11 +172,49 @@ def _warm_imports() -> None:
         pass
 
 
+class _EarlyCheck:
+    """A pre-flight check started ahead of the others; its error is raised where it used to be checked."""
+
+    def __init__(self) -> None:
+        self._done = anyio.Event()
+        self._error: Exception | None = None
+
+    async def run(self, fn, *args: Any) -> None:
+        try:
+            await fn(*args)
+        except Exception as exc:
+            self._error = exc
+        finally:
+            self._done.set()
+
+    async def result(self) -> None:
+        await self._done.wait()
+        if self._error is not None:
+            raise self._error
+
+
 async def prepare(args) -> Prepared:
     import threading
 
     threading.Thread(target=_warm_imports, daemon=True).start()
     loaded = load_config(config_file=args.config, cli_overrides=_cli_overrides(args))
+    # The Docker check (a few daemon round trips) runs while git validates the
+    # repository; a failure of an earlier check is still the one reported.
+    docker = _EarlyCheck()
+    outcome: dict[str, Any] = {}
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(docker.run, _check_docker, loaded.config.runner.docker_image)
+        try:
+            outcome["prep"] = await _prepare(args, loaded, docker)
+        except Exception as exc:  # raised below, outside the task group, unwrapped
+            outcome["error"] = exc
+            tg.cancel_scope.cancel()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["prep"]
+
+
+async def _prepare(args, loaded: LoadedConfig, docker: _EarlyCheck) -> Prepared:
     config = loaded.config
     default_sanitizer().add_secrets(v for k, v in loaded.environ.items() if k in SECRET_ENV_VARS)
     prompt = _read_prompt(args, config)
@@ -208,7 +246,7 @@ async def prepare(args) -> Prepared:
     dirs = RunDirs.from_env()
     _check_disk(dirs.logs, config, warnings)
     _check_disk(workspace_root(), config, warnings)
-    await _check_docker(config.runner.docker_image)
+    await docker.result()
     return Prepared(loaded_config=loaded, strategy=strategy, params=params, prompt=prompt, repo=repo,
                     base_branch=base_branch, model=model, plugin_name=plugin_name, image=config.runner.docker_image,
                     max_parallel=max_parallel, runs=config.orchestration.runs, auth=auth, dry_run=args.dry_run,
@@ -341,7 +379,6 @@ async def _watch_signals(scope: anyio.CancelScope, flag: _Interrupt, ui_stop: an
 
 
 async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resume_fresh: bool) -> int:
-    from .manage import clean_orphans
     from .results import export, render_summary
 
     run_id = manifest.run_id
@@ -363,14 +400,9 @@ async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resum
     removed = cleanup_old_logs(dirs, config.logging.retention_days, keep={run_id})
     if removed:
         olog.info("removed old logs", runs=removed)
-    if config.orchestration.clean_orphans_on_start:
-        try:
-            await clean_orphans(dirs, config, olog, current=run_id)
-        except Exception as exc:  # cleanup must never stop a run
-            olog.warning(f"orphan cleanup skipped: {exc}")
     _guard(prep.strategy, config, olog)
     runner = DockerRunner(auth=prep.auth, logs_dir=log_dir, sanitizer=default_sanitizer(),
-                          pricing=config.model_pricing(), dry_run=prep.dry_run)
+                          pricing=config.model_pricing(), dry_run=prep.dry_run, known_images=(prep.image,))
     engine = Engine(_engine_config(prep, dirs, run_id, resume_fresh=resume_fresh), runner, log=olog)
     engine.on_divergence = lambda sid, keys: print(
         f"warning: strategy {sid} no longer asks for {len(keys)} recorded task(s): {', '.join(keys[:5])}"
@@ -384,6 +416,11 @@ async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resum
     try:
         async with anyio.create_task_group() as outer:
             outer.start_soon(_output, prep, dirs, run_id, ui_stop)
+            if config.orchestration.clean_orphans_on_start:
+                # Alongside the run, not before it: listing every orchestrator container
+                # on a host that keeps many (retention) takes the daemon a few tenths of
+                # a second. Only other, dead runs' containers are touched.
+                outer.start_soon(_clean_orphans, dirs, config, olog, run_id)
             with anyio.CancelScope() as run_scope:
                 outer.start_soon(_watch_signals_until, run_scope, flag, watcher_scope,
                                  ui_stop if prep.output == "dashboard" else None)
@@ -462,6 +499,15 @@ async def _storage_stop(err: OSError, dirs: RunDirs, manifest: RunManifest, olog
     print(f"orchestrator: error: cannot write the run's records{where}: {err.strerror or err}; "
           f"free space, then resume with: orchestrator --resume {run_id}", file=sys.stderr, flush=True)
     return 1
+
+
+async def _clean_orphans(dirs: RunDirs, config: Config, olog: ComponentLog, run_id: str) -> None:
+    from .manage import clean_orphans
+
+    try:
+        await clean_orphans(dirs, config, olog, current=run_id)
+    except Exception as exc:  # cleanup must never stop a run
+        olog.warning(f"orphan cleanup skipped: {exc}")
 
 
 async def _watch_signals_until(run_scope: anyio.CancelScope, flag: _Interrupt, watcher_scope: anyio.CancelScope,

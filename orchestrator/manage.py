@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import shutil
 import sys
 import time
 from datetime import datetime, timezone
 from typing import Any
+
+import anyio
+import anyio.to_thread
 
 from .config import Config, load_config
 from .errors import PreflightError, UsageError
@@ -152,9 +156,18 @@ def _retention_hours(container: dict[str, Any], dirs: RunDirs, config: Config, c
 async def _candidates(dirs: RunDirs, config: Config, *, current: str | None, include_running_unknown: bool):
     from .runner.docker_containers import list_containers
 
+    rows = await list_containers()
+    # Hundreds of retained containers mean as many file checks (and a state
+    # replay per run): on a worker thread, since a run may be going on meanwhile.
+    return await anyio.to_thread.run_sync(functools.partial(
+        _select_candidates, rows, dirs, config, current=current, include_running_unknown=include_running_unknown))
+
+
+def _select_candidates(rows: list[dict[str, Any]], dirs: RunDirs, config: Config, *, current: str | None,
+                       include_running_unknown: bool) -> list[dict[str, Any]]:
     cache: dict[str, RunState | None] = {}
     out = []
-    for c in await list_containers():
+    for c in rows:
         run_id = c["labels"].get("run_id", "")
         if run_id == current or (run_id and is_live(dirs, run_id)):
             continue  # never touch a live run's containers
