@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,6 +82,7 @@ class DockerHost:
                  limiter: anyio.CapacityLimiter | None = None) -> None:
         self._factory = client_factory or default_client_factory
         self._client: Any = None
+        self._client_lock = threading.Lock()
         self.limiter = limiter or anyio.CapacityLimiter(DEFAULT_THREADS)
         self.home_ok_images: set[str] = set()
         self.home_bad_images: set[str] = set()
@@ -89,12 +91,19 @@ class DockerHost:
     async def client(self) -> Any:
         if self._client is None:
             try:
-                client = await anyio.to_thread.run_sync(self._factory, limiter=self.limiter)
+                return await anyio.to_thread.run_sync(self._connect, limiter=self.limiter)
             except Exception as exc:
                 raise ContainerError(f"cannot connect to Docker: {exc}; {DOCKER_START_HINT}", retryable=True) from exc
-            if self._client is None:
-                self._client = client
         return self._client
+
+    def _connect(self) -> Any:
+        # The tasks of a run ask at the same moment: one connects (a /version round
+        # trip) and the others wait for its client. A thread lock, because the
+        # process-wide host outlives event loops (tests run one per test).
+        with self._client_lock:
+            if self._client is None:
+                self._client = self._factory()
+            return self._client
 
     async def call(self, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run ``fn(*args, **kwargs)`` on a worker thread; docker errors become :class:`ContainerError`."""
