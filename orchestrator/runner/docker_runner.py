@@ -314,6 +314,7 @@ class DockerRunner:
                 failure = exc
             except Exception as exc:  # re-raised below, outside the task group, unwrapped
                 unexpected.append(exc)
+            first["clone_s"] = round(time.monotonic() - t, 4)
 
         async def container() -> None:
             tc = time.monotonic()
@@ -346,9 +347,10 @@ class DockerRunner:
                 await self._stop_quietly(request, on_event)
             self._emit(request, on_event, "runner.instance.failed", "error", phase="workspace", error=str(failure))
             return first, failure
+        # duration_s: the workspace's own time (reset + clone), not the wait for the container
         self._emit(request, on_event, "runner.workspace.prepared", phase="workspace",
                    workspace_path=str(workspace), base_commit=first["ws_info"].base_commit,
-                   duration_s=round(time.monotonic() - t, 4))
+                   duration_s=first.pop("clone_s"))
         return first, None
 
     async def _import_while_stopping(self, request: InstanceRequest, workspace: Path, ws_info: Any,
