@@ -11,6 +11,8 @@ from pathlib import Path
 
 import anyio
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from orchestrator.errors import BranchExistsError, GitError, PreflightError
 from orchestrator.naming import short8
@@ -405,6 +407,16 @@ def test_refuses_to_overwrite_the_head_branch_of_a_bare_repository(host, tmp_pat
     assert git(bare, "rev-parse", "main") == main_before
     art = _import_branch_sync(bare, ws, branch_name="feature", task_key="k", run_id="r")
     assert art.branch_final == "feature" and git(bare, "rev-parse", "feature") == ws_head(ws)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.text(alphabet="abzAZ09_-", min_size=1, max_size=8), min_size=1, max_size=3).map("/".join)
+       .filter(lambda n: not n.startswith("-")))
+def test_plain_branch_names_skip_git_only_when_git_accepts_them(name):
+    # check_branch_name accepts these without running git (the fast path); git agrees.
+    assert subprocess.run(["git", "check-ref-format", f"refs/heads/{name}"]).returncode == 0
+    from orchestrator.runner import git_cmd
+    assert git_cmd._PLAIN_NAME.fullmatch(name) and git_cmd.check_branch_name(name) == name
 
 
 @pytest.mark.parametrize("bad", ["--upload-pack=touch pwned", "../escape", "a/../b", "-b", "x@{-1}", "a..b", "HEAD"])

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import subprocess
 import threading
 from collections.abc import Iterator, Sequence
@@ -155,7 +156,10 @@ def check_branch_name(name: str, *, what: str = "branch name", repo: Path | None
         raise GitError(f"invalid {what} {name!r}: not allowed as a branch name")
     if any(ord(c) < 32 or c == "\x7f" for c in name):
         raise GitError(f"invalid {what} {name!r}: contains control characters")
-    if name not in _valid_ref_names:  # the base branch is checked for every task of a run
+    # Names made only of letters, digits, "_" and "-" (slash-separated) pass every
+    # rule of check-ref-format, as the orchestrator's own branch names do: no git
+    # process for them. Others ask git once per name.
+    if not _PLAIN_NAME.fullmatch(name) and name not in _valid_ref_names:
         proc = run_git(["check-ref-format", f"refs/heads/{name}"], check=False, cwd=repo)
         if proc.returncode != 0:
             raise GitError(f"invalid {what} {name!r}: git check-ref-format rejects it")
@@ -166,6 +170,7 @@ def check_branch_name(name: str, *, what: str = "branch name", repo: Path | None
 
 # Names `git check-ref-format` accepted; that check depends on the name only.
 _valid_ref_names: set[str] = set()
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_-]+(?:/[A-Za-z0-9_-]+)*")
 
 
 # ---------------------------------------------------------------------------
