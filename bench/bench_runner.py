@@ -4,7 +4,8 @@
 
 The agent is the simulated one, writing and committing one file
 (``SIM: write a.txt hi`` + ``SIM: commit x``), so the numbers are the
-runner's own overhead: clone, container create/start, exec, import, stop.
+runner's own overhead: clone and container create/start (side by side), exec,
+import and stop (side by side).
 The floor is measured in the same process: ``docker run --rm IMAGE true``
 (once and N in parallel) and a plain ``git clone --no-hardlinks``.
 Phase timings come from the ``duration_s`` fields of runner.jsonl.
@@ -32,6 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from orchestrator.runner import AuthConfig, DockerRunner, run_instance  # noqa: E402
 
 PROMPT = "SIM: write a.txt hi\nSIM: commit x"
+# The clone and the container create/start run at the same time, and so do the
+# import and the stop: those phase durations overlap.
 PHASES = {
     "runner.workspace.prepared": "clone",
     "runner.container.ready": "container create/start",
