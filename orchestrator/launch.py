@@ -7,10 +7,12 @@ line and exit 2, and no run directory exists afterwards.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import signal
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -513,7 +515,7 @@ async def _clean_orphans(dirs: RunDirs, config: Config, olog: ComponentLog, run_
     """
     from .manage import clean_orphans
 
-    marker = dirs.state / ".orphan-scan"
+    marker = _orphan_scan_marker(dirs)
     try:
         age = time.time() - marker.stat().st_mtime
     except OSError:
@@ -527,9 +529,16 @@ async def _clean_orphans(dirs: RunDirs, config: Config, olog: ComponentLog, run_
         olog.warning(f"orphan cleanup skipped: {exc}")
         return
     try:
+        marker.parent.mkdir(parents=True, exist_ok=True)
         marker.touch()
     except OSError:
         pass  # the next start scans again
+
+
+def _orphan_scan_marker(dirs: RunDirs) -> Path:
+    # Outside the state directory, whose entries are the runs (users and tools list them).
+    key = hashlib.sha256(str(dirs.state.resolve()).encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / "orchestrator-orphan-scans" / key
 
 
 async def _watch_signals_until(run_scope: anyio.CancelScope, flag: _Interrupt, watcher_scope: anyio.CancelScope,

@@ -78,6 +78,21 @@ def test_start_removes_orphans_and_old_logs_but_not_resumable_runs(tmp_path):
         assert names["orphan"] not in present
         assert names["resumable"] in present
         assert not old_logs.exists()
+        # the scan is rate-limited per state directory, with no marker among the runs
+        assert all((p / "run.json").exists() for p in (tmp_path / "state").iterdir())
+        names["late"] = f"orch-test-late-{os.getpid()}"
+        subprocess.run(["docker", "create", "--name", names["late"], "--label", "orchestrator=true",
+                        "--label", "run_id=run_unknown_late", "--label", f"orchestrator.last_active_ts={old_ts}",
+                        TEST_IMAGE, "true"], check=True, capture_output=True)
+        again = run_cli(["SIM: print x", "--no-tui", *IMG], cwd=repo, env=env)
+        assert again.returncode == 0, again.stderr
+        present = subprocess.run(["docker", "ps", "-a", "--format", "{{.Names}}"], capture_output=True,
+                                 text=True).stdout.split()
+        assert names["late"] in present  # scanned a moment ago: not again within 5 minutes
+        second = max(p.name for p in (tmp_path / "state").iterdir())
+        log = (tmp_path / "logs" / second / "orchestration.jsonl").read_text()
+        assert "scanned recently" in log
+        assert all((p / "run.json").exists() for p in (tmp_path / "state").iterdir())
     finally:
         subprocess.run(["docker", "rm", "-f", *names.values()], capture_output=True)
 
