@@ -24,25 +24,38 @@ def durable_completed(events: Path) -> set[str]:
     return {e.key for e in read_events(events) if e.type in ("task.completed", "task.failed")}
 
 
-def run_worker(out: Path, calls: Path, *, kill_after: float | None):
+def run_worker(out: Path, calls: Path, *, kill: tuple[str, float] | None):
+    """Run the worker to the end (``kill=None``), or SIGKILL it at a moment ``kill`` picks.
+
+    ``("bytes", n)``: once its log has grown by n bytes, a moment measured in the
+    run's own progress, so a faster machine or start-up does not let the run
+    finish before the test has killed it twenty times. ``("seconds", t)``: t
+    seconds after start, which lands in start-up and resume.
+    """
+    events = out / "logs" / "run_t" / "events.jsonl"
+    start = events.stat().st_size if events.exists() else 0
     proc = subprocess.Popen([sys.executable, WORKER, str(out), str(calls)], stderr=subprocess.PIPE)
-    if kill_after is None:
+    if kill is None:
         _, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err.decode()
         return True
-    try:
-        proc.wait(timeout=kill_after)
-        return proc.returncode == 0
-    except subprocess.TimeoutExpired:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-        return False
+    how, amount = kill
+    t0 = time.monotonic()
+    while proc.poll() is None:
+        grown = (events.stat().st_size if events.exists() else 0) - start
+        if (how == "bytes" and grown >= amount) or (how == "seconds" and time.monotonic() - t0 >= amount) \
+                or time.monotonic() - t0 > 60:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            return False
+        time.sleep(0.002)
+    return proc.returncode == 0
 
 
 @pytest.mark.slow
 def test_sigkill_at_random_moments_never_reruns_durably_completed_tasks(tmp_path):
     reference = tmp_path / "reference"
-    run_worker(reference, tmp_path / "ref_calls.log", kill_after=None)
+    run_worker(reference, tmp_path / "ref_calls.log", kill=None)
     ref_state = replay(reference / "logs" / "run_t" / "events.jsonl", run_id="run_t")
     # ctx.rand() differs between two separate runs, so compare what does not depend on it
     def essentials(state):
@@ -62,7 +75,13 @@ def test_sigkill_at_random_moments_never_reruns_durably_completed_tasks(tmp_path
         before = durable_completed(events)
         calls = tmp_path / f"calls_{attempt}.log"
         calls.touch()
-        finished = run_worker(out, calls, kill_after=None if kills >= 30 else rng.uniform(0.28, 0.5))
+        if kills >= 30:
+            kill = None
+        elif rng.random() < 0.2:
+            kill = ("seconds", rng.uniform(0.05, 0.4))
+        else:
+            kill = ("bytes", rng.uniform(2_000, 30_000))
+        finished = run_worker(out, calls, kill=kill)
         started = {line.split(" ", 1)[1] for line in calls.read_text().splitlines() if line.startswith("start ")}
         assert not (started & before), f"process {attempt} re-ran durably finished tasks: {sorted(started & before)[:5]}"
         if finished:
