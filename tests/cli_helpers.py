@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ORCH = str(Path(sys.executable).parent / "orchestrator")
@@ -29,3 +30,13 @@ def only_run_id(tmp_path: Path) -> str:
     runs = [p.name for p in (tmp_path / "state").iterdir() if (p / "run.json").exists()]
     assert len(runs) == 1, runs
     return runs[0]
+
+
+def wait_for(predicate, timeout: float = 60, interval: float = 0.05):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {getattr(predicate, '__name__', predicate)}")

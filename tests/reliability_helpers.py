@@ -14,11 +14,10 @@ import json
 import os
 import signal
 import subprocess
-import time
 from collections import Counter
 from pathlib import Path
 
-from cli_helpers import ORCH, cli_env, run_cli  # noqa: F401  (re-exported for the suites)
+from cli_helpers import ORCH, cli_env, run_cli, wait_for  # noqa: F401  (re-exported for the suites)
 from conftest import TEST_IMAGE, git  # noqa: F401
 from orchestrator.eventlog import iter_lines
 from orchestrator.events import decode_line
@@ -48,16 +47,6 @@ def sigkill(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
         os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
-
-
-def wait_for(predicate, timeout: float = 60, interval: float = 0.05):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {getattr(predicate, '__name__', predicate)}")
 
 
 def run_ids(tmp_path: Path) -> list[str]:

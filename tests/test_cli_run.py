@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from cli_helpers import ORCH, TEST_KEY, cli_env, only_run_id, run_cli
+from cli_helpers import ORCH, TEST_KEY, cli_env, only_run_id, run_cli, wait_for
 from conftest import TEST_IMAGE, git, make_repo
 from orchestrator.eventlog import read_events
 from orchestrator.naming import ghash, session_volume_name
@@ -89,16 +89,6 @@ def test_dry_run_needs_no_credentials_and_says_so(tmp_path, repo):
     summary = json.loads((tmp_path / "results" / only_run_id(tmp_path) / "summary.json").read_text())
     assert summary["dry_run"] is True and len(summary["branches"]) == 1
     assert git(repo, "ls-tree", "-r", "--name-only", summary["branches"][0]).count("sim/") == 1
-
-
-def wait_for(predicate, timeout=60, interval=0.1):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError("timed out waiting")
 
 
 def test_sigint_interrupts_and_resume_finishes_without_duplicates(tmp_path, repo):
