@@ -229,6 +229,12 @@ class TaskTable(MutableMapping[str, TaskState]):
         self._merge(merged)
         base.close()
 
+    def close(self) -> None:
+        """Let go of the snapshot's memory map without decoding it (for a state being discarded)."""
+        base, self._base = self._base, None
+        if base is not None:
+            base.close()
+
     def _rebuild(self, exc: Exception) -> None:
         """A record passed the load-time check but does not decode: take the tasks from the log."""
         if self.fallback is None:
@@ -654,7 +660,7 @@ def load_snapshot(paths: list[Path], *, log_size: int | None = None) -> RunState
         except (OSError, ValueError):
             continue
         if log_size is not None and state.last_event_start_offset >= log_size:
-            state.tasks.load_all()  # closes its map
+            state.tasks.close()
             continue  # points at events the log does not have: not trustworthy
         return state
     return None

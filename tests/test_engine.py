@@ -345,3 +345,14 @@ async def test_a_task_the_strategy_never_waits_for_is_interrupted_when_the_run_e
     calls = len(runner.calls)
     await again.run(fire_and_forget, prompt="do it", params={})
     assert again.runner_calls == 0 and len(runner.calls) == calls
+
+
+async def test_a_snapshot_pointing_past_the_log_is_not_trusted(tmp_path):
+    engine, _ = await run_engine(tmp_path, fan_out, ScriptedRunner(by_prompt))
+    data = engine.paths.events.read_bytes()
+    cut = data.index(b"\n", len(data) // 2) + 1  # a log that lost its tail (restored from a backup, say)
+    engine.paths.events.write_bytes(data[:cut])
+    recovered = recover("run_t", engine.paths.events, engine.paths.snapshots)
+    shorter = replay(engine.paths.events, run_id="run_t")
+    assert recovered.last_event_start_offset < cut
+    assert encode_snapshot(recovered) == encode_snapshot(shorter)
