@@ -1,0 +1,59 @@
+"""Money and wall-clock budgets shared by the search strategies.
+
+A search that only counts evaluations can still spend without bound: every
+agent task reports ``metrics.cost_usd`` and takes time. :class:`Budget` adds up
+what the strategy's tasks cost and how long the run has been going, so a
+strategy can stop starting new work and end with the best it has so far.
+
+It reads time only through ``ctx.now()`` (recorded, so a resumed run takes the
+same decisions) and cost only from task results (recorded too).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+class Budget:
+    """Spending limits of one strategy run.
+
+    ``max_cost_usd`` / ``max_wall_s`` of ``None`` mean no limit. Call
+    :meth:`charge` with every finished task result (charging the same key
+    twice counts once), and :meth:`exhausted` before starting new work.
+    """
+
+    def __init__(self, *, max_cost_usd: float | None, max_wall_s: float | None, started_at: float) -> None:
+        for name, value in (("max_cost_usd", max_cost_usd), ("max_wall_s", max_wall_s)):
+            if value is not None and value <= 0:
+                raise ValueError(f"{name} must be a positive number, got {value!r}")
+        self.max_cost_usd = max_cost_usd
+        self.max_wall_s = max_wall_s
+        self.started_at = started_at
+        self.cost_usd = 0.0
+        self._charged: set[str] = set()
+
+    def charge(self, result: Mapping[str, Any] | None, key: str | None = None) -> None:
+        """Add one task's reported cost (missing or unknown cost counts as 0)."""
+        if not result:
+            return
+        ident = key or result.get("key")
+        if ident is not None:
+            if ident in self._charged:
+                return
+            self._charged.add(ident)
+        cost = (result.get("metrics") or {}).get("cost_usd")
+        if isinstance(cost, (int, float)) and cost > 0:
+            self.cost_usd += float(cost)
+
+    def exhausted(self, now: float) -> str | None:
+        """The reason no new task may start, or ``None`` while within budget."""
+        if self.max_cost_usd is not None and self.cost_usd >= self.max_cost_usd:
+            return f"max_cost_usd reached: spent ${self.cost_usd:.4f} of ${self.max_cost_usd:.4f}"
+        if self.max_wall_s is not None and now - self.started_at >= self.max_wall_s:
+            return f"max_wall_s reached: {now - self.started_at:.0f}s of {self.max_wall_s:.0f}s"
+        return None
+
+    def summary(self, now: float) -> dict[str, Any]:
+        return {"cost_usd": round(self.cost_usd, 6), "wall_s": round(now - self.started_at, 3),
+                "max_cost_usd": self.max_cost_usd, "max_wall_s": self.max_wall_s}
