@@ -90,6 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
     mgmt.add_argument("--list-runs", action="store_true", help="list runs with their status")
     mgmt.add_argument("--show-run", metavar="RUN_ID", help="show a run's details and summary")
     mgmt.add_argument("--follow", action="store_true", help="with --show-run: live dashboard of the run")
+    mgmt.add_argument("--html", action="store_true", help="with --show-run: rebuild results/RUN_ID/report.html from the event log and print its path")
+    mgmt.add_argument("--open", dest="open_report", action="store_true", help="with --show-run --html: open the report in a browser")
     mgmt.add_argument("--cleanup-run", metavar="RUN_ID", help="remove a run's containers, volumes, workspaces and state")
     mgmt.add_argument("--clean-containers", action="store_true", help="remove stopped orchestrator containers past retention")
     mgmt.add_argument("--dry-run-clean", dest="clean_dry_run", action="store_true", help=argparse.SUPPRESS)
@@ -110,12 +112,20 @@ def _dispatch(args: argparse.Namespace) -> int:
         raise UsageError("--resume-fresh only works together with --resume RUN_ID")
     if args.follow and not args.show_run:
         raise UsageError("--follow only works together with --show-run RUN_ID")
+    if (args.html or args.open_report) and not args.show_run:
+        raise UsageError("--html and --open only work together with --show-run RUN_ID")
+    if args.open_report and not args.html:
+        raise UsageError("--open needs --html: orchestrator --show-run RUN_ID --html --open")
+    if args.html and args.follow:
+        raise UsageError("use either --follow (live dashboard) or --html (report file) with --show-run, not both")
     if any(management) and not args.resume:
         from . import manage
     if args.help_strategy:
         return manage.help_strategy(args.help_strategy)
     if args.list_runs:
         return manage.list_runs()
+    if args.show_run and args.html:
+        return manage.show_run_html(args.show_run, open_browser=args.open_report)
     if args.show_run:
         return anyio.run(manage.show_run, args.show_run, args.follow)
     if args.cleanup_run:

@@ -454,6 +454,8 @@ async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resum
         manifest.exit_code = 130
         write_manifest(dirs, manifest)
         olog.info("run interrupted")
+        with anyio.CancelScope(shield=True):
+            await _write_report(dirs, manifest, prep.strategy.module, olog)
         print(f"Run interrupted. Resume with: orchestrator --resume {run_id}", file=sys.stderr, flush=True)
         return 130
     failed = any(s.status != "success" for s in state.strategies.values())
@@ -472,12 +474,26 @@ async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resum
         except Exception as exc:  # cleanup after a finished run must not turn it into a failure
             olog.warning(f"after-run step of {prep.strategy.name} failed: {exc}")
             print(f"warning: after-run step of {prep.strategy.name} failed: {exc}", file=sys.stderr)
+    await _write_report(dirs, manifest, prep.strategy.module, olog)
     olog.info("run finished", exit_code=manifest.exit_code, totals=summary["totals"])
     if prep.output == "json":
         print(msgspec.json.encode({"type": "run.summary", "summary": summary}).decode(), flush=True)
     else:
         print(render_summary(summary, results_path=dirs.results / run_id, wall_seconds=wall), flush=True)
     return manifest.exit_code
+
+
+async def _write_report(dirs: RunDirs, manifest: RunManifest, module, olog: ComponentLog):
+    """Write results/<run_id>/report.html; a report that cannot be written never fails the run."""
+    from .report import write_report
+
+    try:
+        return await anyio.to_thread.run_sync(lambda: write_report(dirs, manifest, module=module))
+    except Exception as exc:
+        olog.warning(f"run report not written: {exc}")
+        print(f"warning: run report not written: {exc} (rebuild it with orchestrator --show-run "
+              f"{manifest.run_id} --html)", file=sys.stderr)
+        return None
 
 
 def _first_leaf(group: BaseException) -> BaseException:

@@ -92,6 +92,28 @@ async def show_run(run_id: str, follow: bool) -> int:
     return 0
 
 
+def show_run_html(run_id: str, *, open_browser: bool) -> int:
+    """Rebuild ``results/<run_id>/report.html`` from the event log; print its path."""
+    from .report import write_report
+
+    dirs = RunDirs.from_env()
+    manifest = read_manifest(dirs, run_id)
+    if not dirs.events(run_id).exists():
+        raise UsageError(f"run {run_id} has no event log at {dirs.events(run_id)}; nothing to build a report from")
+    path = write_report(dirs, manifest)
+    print(path)
+    if open_browser:
+        import webbrowser
+
+        try:
+            browser = webbrowser.get()
+        except webbrowser.Error:
+            print(f"no browser found here; open {path} on a machine that has one", file=sys.stderr)
+            return 0
+        browser.open(path.as_uri())
+    return 0
+
+
 def _strategy_report(name: str):
     """Strategies may provide ``show_run_report(run_id, dirs, manifest, state) -> list[problems]``."""
     target = BUILTINS.get(name)

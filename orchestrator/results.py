@@ -184,7 +184,7 @@ def render_summary(summary: dict[str, Any], *, results_path: Path, wall_seconds:
     finals = summary["final_branches"]
     if not finals:
         lines += [f"No branch to merge: the run left {summary['base_branch']} as the best result.", "",
-                  f"Full results: {results_path}/"]
+                  f"Full results: {results_path}/", f"Report: {results_path}/report.html"]
         return "\n".join(lines)
     lines.append(f"Final branches ({len(finals)}):")
     lines += [f"  {b}" for b in finals]
@@ -194,5 +194,5 @@ def render_summary(summary: dict[str, Any], *, results_path: Path, wall_seconds:
         if len(finals) > 1:
             lines.append(f"  git diff {finals[0]}..{finals[1]}")
         lines += ["", "To merge selected solution:", f"  git merge {finals[0]}"]
-    lines += ["", f"Full results: {results_path}/"]
+    lines += ["", f"Full results: {results_path}/", f"Report: {results_path}/report.html"]
     return "\n".join(lines)

@@ -24,6 +24,7 @@ from .evolve_commands import Measurement
 from .evolve_goals import Goal, check_max_parallel, goals_from_param, prepare
 from .evolve_select import select_goals
 from .evolve_wave import bisect_wave, fix_wave, head_of, improvements, measure_all, merge_wave, regressions
+from ._report import evolve_sections as report_sections  # noqa: F401  (the run report's sections)
 
 
 @strategy_options(prepare=prepare)

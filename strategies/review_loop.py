@@ -28,6 +28,7 @@ from orchestrator.strategy_loader import strategy_options
 
 from .evaluation import ScoringConfig, check_scoring_params, evaluation_from_task, to_json
 from .pipeline import Idea, PipelineConfig, command_task, run_idea, write_json
+from ._report import review_loop_sections as report_sections  # noqa: F401  (the run report's sections)
 
 MAX_IDEA_BYTES = 64 * 1024
 

@@ -49,6 +49,7 @@ from .evaluation import (
 from .pipeline import Idea, PipelineConfig, command_task, evaluate, run_idea
 from .review_loop import output_root
 from .tree_beam_report import best_path, write_tree_report
+from ._report import tree_beam_sections as report_sections  # noqa: F401  (the run report's sections)
 
 IdeasContext = Literal["node_plus_ancestors", "node_only", "global"]
 

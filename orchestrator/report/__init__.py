@@ -1,0 +1,37 @@
+"""The run report: ``results/<run_id>/report.html``, one self-contained page.
+
+It answers the question a user has after a run: which branch to take, and
+why. Every run writes it at the end; ``orchestrator --show-run RUN_ID --html``
+rebuilds it from the event log. Strategy-specific parts come from the
+strategy's ``report_sections(run)`` (see :mod:`orchestrator.report.sections`).
+"""
+
+from __future__ import annotations
+
+import types
+from pathlib import Path
+
+from ..runs import RunDirs, RunManifest
+from .render import render_report
+
+__all__ = ["report_path", "write_report"]
+
+
+def report_path(dirs: RunDirs, run_id: str) -> Path:
+    return dirs.results / run_id / "report.html"
+
+
+def write_report(dirs: RunDirs, manifest: RunManifest, *, module: types.ModuleType | None = None) -> Path:
+    """Render and atomically write the report; return its path.
+
+    Blocking (it reads the log and runs git): call it from a worker thread in
+    async code. ``module`` is the strategy's module when the caller has it
+    loaded; otherwise it is loaded from the manifest's strategy spec.
+    """
+    from ..state import write_snapshot_bytes
+
+    data = render_report(dirs, manifest, module=module)
+    target = report_path(dirs, manifest.run_id)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    write_snapshot_bytes(data, [target])
+    return target

@@ -1,0 +1,139 @@
+"""Turn the gathered run data and strategy sections into the report's HTML bytes."""
+
+from __future__ import annotations
+
+import json
+import types
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from markupsafe import Markup
+from pygments import highlight
+from pygments.formatters import HtmlFormatter
+from pygments.lexers import DiffLexer
+
+from ..runs import RunDirs, RunManifest
+from ..sanitize import default_sanitizer
+from .charts import line_chart_svg, timeline_svg
+from .data import collect_diffs, gather
+from .sections import InvalidSection, commits_of, validate
+
+_FORMATTER = HtmlFormatter(cssclass="hl", nowrap=False)
+
+
+@lru_cache(maxsize=1)
+def _env() -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.PackageLoader("orchestrator.report", "templates"),
+                             autoescape=True, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+    env.filters["money"] = lambda v: "N/A" if v is None else f"${v:.2f}"
+    env.filters["tokens"] = lambda n: f"{n / 1000:.1f}k" if (n or 0) >= 1000 else str(n or 0)
+    env.filters["secs"] = _secs
+    env.filters["cell"] = _cell
+    env.filters["pretty"] = lambda v: v if isinstance(v, str) else json.dumps(v, indent=2, sort_keys=True,
+                                                                               default=str)
+    return env
+
+
+def _secs(v: float | None) -> str:
+    if v is None:
+        return "–"
+    if v < 60:
+        return f"{v:.1f}s"
+    m, s = divmod(int(round(v)), 60)
+    return f"{m}m {s:02d}s" if m < 60 else f"{m // 60}h {m % 60:02d}m"
+
+
+def _cell(v: Any) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    if isinstance(v, (list, dict)):
+        return json.dumps(v, sort_keys=True, default=str)
+    return str(v)
+
+
+def _highlight_diff(diff: dict[str, Any]) -> dict[str, Any]:
+    if diff.get("available") and diff.get("text"):
+        return dict(diff, html=Markup(highlight(diff["text"], DiffLexer(), _FORMATTER)))
+    return diff
+
+
+def _strategy_module(manifest: RunManifest, module: types.ModuleType | None) -> tuple[Any, str | None]:
+    if module is None:
+        from ..strategy_loader import load_strategy
+
+        try:
+            module = load_strategy(manifest.strategy_spec).module
+        except Exception as exc:  # the file may have moved since the run: the generic parts still render
+            return None, f"strategy sections left out: could not load {manifest.strategy_spec} ({exc})"
+    return getattr(module, "report_sections", None), None
+
+
+def _sections_for(hook: Any, execution: dict[str, Any], tasks: list[dict[str, Any]]) -> list[Any]:
+    run = {"execution": execution, "tasks": [{k: v for k, v in t.items() if k != "spans"} for t in tasks]}
+    try:
+        raw = hook(run) or []
+    except Exception as exc:  # a broken section must not cost the user the rest of the report
+        return [InvalidSection(title="strategy sections", problem=f"{type(exc).__name__}: {exc}")]
+    if not isinstance(raw, list):
+        return [InvalidSection(title="strategy sections", problem="report_sections must return a list of dicts")]
+    return [validate(s) for s in raw]
+
+
+def _rendered_section(section: Any) -> dict[str, Any]:
+    kind = type(section).__name__
+    out: dict[str, Any] = {"kind": kind, "s": section}
+    if kind == "ChartSection":
+        out["svg"] = Markup(line_chart_svg(section.series, x_label=section.x_label, y_label=section.y_label,
+                                           x_integer=section.x_integer))
+    if kind == "TreeSection":
+        children: dict[str | None, list[Any]] = {}
+        ids = {n.id for n in section.nodes}
+        for n in section.nodes:
+            children.setdefault(n.parent if n.parent in ids else None, []).append(n)
+        out["children"] = children
+    return out
+
+
+def render_report(dirs: RunDirs, manifest: RunManifest, *, module: types.ModuleType | None = None) -> bytes:
+    data = gather(dirs, manifest)
+    scrub = default_sanitizer().scrub
+    hook, note = _strategy_module(manifest, module)
+    executions = []
+    for sid, ex in sorted(data["executions"].items(), key=lambda kv: kv[0]):
+        tasks = [t for t in data["tasks"] if t["execution"] == sid]
+        sections = _sections_for(hook, ex, tasks) if hook is not None else []
+        executions.append({"id": sid, "execution": ex, "sections": sections})
+    commits = [t["commit"] for t in data["tasks"] if t["commit"]]
+    for e in executions:
+        commits += commits_of(e["sections"])
+    diffs = collect_diffs(Path(manifest.repo_path), manifest.base_branch, commits)
+    # The sanitizer runs on the data, diffs included, before any of it becomes HTML.
+    data = scrub(data)
+    diffs = {c: _highlight_diff(scrub(d)) for c, d in diffs.items()}
+    for e in executions:
+        e["sections"] = [_rendered_section(_scrub_struct(s, scrub)) for s in e["sections"]]
+    html = _env().get_template("report.html.j2").render(
+        h=data["header"], tasks=data["tasks"], executions=executions, diffs=diffs, note=note,
+        timeline=Markup(timeline_svg(data["tasks"], data["span_s"])), css=Markup(_static("report.css")),
+        js=Markup(_static("report.js")), hl_css=Markup(_FORMATTER.get_style_defs(".hl")))
+    return html.encode("utf-8")
+
+
+def _scrub_struct(section: Any, scrub: Any) -> Any:
+    import msgspec
+
+    from .sections import Section
+
+    if isinstance(section, InvalidSection):
+        return InvalidSection(title=scrub(section.title), problem=scrub(section.problem))
+    return msgspec.convert(scrub(msgspec.to_builtins(section)), Section)  # type: ignore[arg-type]
+
+
+@lru_cache(maxsize=4)
+def _static(name: str) -> str:
+    return resources.files("orchestrator.report").joinpath("templates", name).read_text("utf-8")

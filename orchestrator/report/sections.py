@@ -1,0 +1,117 @@
+"""The sections a strategy can add to its run report.
+
+A strategy module (built-in or a user's file) may define::
+
+    def report_sections(run: dict) -> list[dict]:
+        ...
+
+``run`` is ``{"execution": {...}, "tasks": [...]}`` for one strategy
+execution: its name, parameters, status and recorded result, and its tasks
+with their recorded results. The function returns plain dicts, each one of
+the shapes below (``type`` picks the shape). Because it only reads recorded
+data, a report rebuilt from the event log has the same bytes as the first.
+
+- ``{"type": "text", "title", "text"}``: a paragraph (kept as written).
+- ``{"type": "table", "title", "columns": [...], "rows": [[...], ...], "highlight": [row indexes]}``.
+- ``{"type": "chart", "title", "x_label", "y_label", "series": [{"name", "points": [[x, y], ...]}]}``:
+  an inline SVG line chart (a series with ``"line": false`` shows markers only).
+- ``{"type": "tree", "title", "nodes": [{"id", "parent", "label", "status", "highlight", "details", "commit"}]}``:
+  a clickable tree; clicking a node shows its ``details`` (a dict) and the
+  diff of its ``commit``.
+- ``{"type": "compare", "title", "items": [{"label", "subtitle", "highlight", "details", "commit"}]}``:
+  candidates side by side, each with its details and diff.
+
+A section that does not match its shape is reported in the page in place of
+the section, with what was wrong; it never stops the report.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+
+class TextSection(msgspec.Struct, frozen=True, kw_only=True, tag="text", tag_field="type"):
+    title: str
+    text: str
+
+
+class TableSection(msgspec.Struct, frozen=True, kw_only=True, tag="table", tag_field="type"):
+    title: str
+    columns: list[str]
+    rows: list[list[Any]]
+    highlight: list[int] = []
+    note: str = ""
+
+
+class Series(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    points: list[tuple[float, float]]
+    line: bool = True  # False: markers only, for points that are not a sequence
+
+
+class ChartSection(msgspec.Struct, frozen=True, kw_only=True, tag="chart", tag_field="type"):
+    title: str
+    series: list[Series]
+    x_label: str = ""
+    y_label: str = ""
+    note: str = ""
+    x_integer: bool = False
+
+
+class TreeNode(msgspec.Struct, frozen=True, kw_only=True):
+    id: str
+    parent: str | None = None
+    label: str = ""
+    status: str = ""
+    highlight: bool = False
+    details: dict[str, Any] = {}
+    commit: str | None = None
+
+
+class TreeSection(msgspec.Struct, frozen=True, kw_only=True, tag="tree", tag_field="type"):
+    title: str
+    nodes: list[TreeNode]
+    note: str = ""
+
+
+class CompareItem(msgspec.Struct, frozen=True, kw_only=True):
+    label: str
+    subtitle: str = ""
+    highlight: bool = False
+    details: dict[str, Any] = {}
+    commit: str | None = None
+
+
+class CompareSection(msgspec.Struct, frozen=True, kw_only=True, tag="compare", tag_field="type"):
+    title: str
+    items: list[CompareItem]
+    note: str = ""
+
+
+Section = TextSection | TableSection | ChartSection | TreeSection | CompareSection
+
+
+class InvalidSection(msgspec.Struct, frozen=True, kw_only=True, tag="invalid", tag_field="type"):
+    title: str
+    problem: str
+
+
+def validate(raw: Any) -> Section | InvalidSection:
+    """One section dict -> its typed form, or an :class:`InvalidSection` saying why not."""
+    title = raw.get("title", "untitled section") if isinstance(raw, dict) else "untitled section"
+    try:
+        return msgspec.convert(raw, Section)  # type: ignore[arg-type]
+    except msgspec.ValidationError as exc:
+        return InvalidSection(title=str(title), problem=str(exc))
+
+
+def commits_of(sections: list[Any]) -> list[str]:
+    """The commits whose diffs the sections show (tree nodes and compared items)."""
+    out: list[str] = []
+    for s in sections:
+        items: list[Any] = list(getattr(s, "nodes", []) or []) + list(getattr(s, "items", []) or [])
+        out += [i.commit for i in items if getattr(i, "commit", None)]
+    return out
+
