@@ -14,6 +14,12 @@ if [ "$(id -u)" = 0 ] && ! command -v tmux >/dev/null 2>&1; then
     echo "==> installing tmux"
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tmux >/dev/null
 fi
+if [ "$(id -u)" = 0 ] && ! { command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; }; then
+    # headless Chromium loads the HTML run report in the tests (Debian's build:
+    # a test tool's own browser download cannot be fetched on these machines)
+    echo "==> installing chromium and chromium-driver"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
+fi
 echo "==> Python environment (uv sync)"
 uv sync --frozen --quiet
 echo "==> Docker engine and images"

@@ -1,0 +1,259 @@
+"""The run report from real runs: the real command, real Docker, the sim agent, real git.
+
+One run per built-in search strategy (module-scoped: the browser test reads the
+same reports). Each report must name every task and branch, carry the
+strategy's own facts (scores, the tree, the waves, the review rounds), keep
+secrets out, and be rebuilt byte for byte by ``--show-run RUN_ID --html``
+from the event log once the strategy's output files are gone.
+
+The same reports are then loaded in a real browser, Debian's headless
+Chromium with the network off: the page runs without console errors, nothing
+is requested from outside the file, and clicking a tree node shows its detail.
+Set REPORT_SCREENSHOTS_DIR to keep a desktop-width screenshot per strategy
+(docs/img/ holds the ones the docs show).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from cli_helpers import TEST_KEY, cli_env, run_cli
+from conftest import TEST_IMAGE, make_repo
+from test_evolve_docker import GOALS_YAML
+from test_tree_beam_docker import BENCH, GOAL
+
+pytestmark = pytest.mark.docker
+
+IMG = ["--no-tui", "--docker-image", TEST_IMAGE]
+SCORED = ("SIM: write a.txt from candidate zero\nSIM: commit add a\n"
+          "SIM: print SIM: print-json {\"score\": 7, \"rationale\": \"small and clear\"}\n")
+
+
+def _run(base: Path, name: str, repo_files: dict[str, str], args: list[str]) -> dict:
+    root = base / name
+    repo = make_repo(root / "repo", repo_files)
+    env = cli_env(root)
+    done = run_cli(args + IMG, cwd=repo, env=env, timeout=400)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (run_dir,) = [p for p in (root / "state").iterdir() if (p / "run.json").exists()]
+    run_id = run_dir.name
+    report = root / "results" / run_id / "report.html"
+    assert f"Report: {root / 'results' / run_id}/report.html" in done.stdout
+    return {"root": root, "repo": repo, "env": env, "run_id": run_id, "report": report,
+            "html": report.read_text("utf-8"), "events": root / "logs" / run_id / "events.jsonl"}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    base = tmp_path_factory.mktemp("reports")
+    ideas = base / "ideas"
+    ideas.mkdir()
+    (ideas / "fast.md").write_text("use a fast path\nSIM[coder]: write fast.txt 1\nSIM[coder]: commit fast path\n")
+    (ideas / "slow.md").write_text("use a slow path\nSIM[coder]: write slow.txt 1\nSIM[coder]: commit slow path\n")
+    return {
+        # the key in the prompt ends up in final messages and diffs: the report must not show it
+        "best-of-n": _run(base, "bon", {"README.md": "# demo\n"},
+                          [SCORED + f"SIM: write leak.txt {TEST_KEY}\nSIM: commit leak\n", "--strategy", "best-of-n",
+                           "-S", "n=3"]),
+        "tree-beam": _run(base, "tb", {"bench.py": BENCH},
+                          [GOAL, "--strategy", "tree-beam", "-S", "eval_command=python3 bench.py",
+                           "-S", "primary_metric=throughput", "-S", "ideas_per_node=2", "-S", "max_depth=2",
+                           "-S", "beam_width=1"]),
+        "evolve": _run(base, "ev", {"README.md": "# demo\n", "keep.txt": "keep\n", "GOALS.yaml": GOALS_YAML},
+                       ["keep the project healthy", "--strategy", "evolve", "-S", "goals=GOALS.yaml",
+                        "-S", "max_parallel=2", "-S", "max_cycles=4"]),
+        "review-loop": _run(base, "rl", {"bench.py": BENCH},
+                            ["make the solver faster", "--strategy", "review-loop", "-S", f"ideas={ideas}",
+                             "-S", "max_review_rounds=1", "-S", "eval_command=python3 bench.py",
+                             "-S", "primary_metric=throughput"]),
+    }
+
+
+def _events(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _strategy_result(run: dict) -> dict:
+    (done,) = [e for e in _events(run["events"]) if e["type"] == "strategy.completed"]
+    return done["payload"]["result"]
+
+
+@pytest.mark.parametrize("strategy", ["best-of-n", "tree-beam", "evolve", "review-loop"])
+def test_report_names_every_task_and_branch_and_is_self_contained(runs, strategy):
+    run = runs[strategy]
+    page = run["html"]
+    events = _events(run["events"])
+    keys = {e["key"] for e in events if e["type"] == "task.scheduled"}
+    assert keys and all(f'data-key="{k}"' in page for k in keys)
+    branches = {e["payload"]["artifact"]["branch_final"] for e in events
+                if e["type"] == "task.completed" and (e["payload"].get("artifact") or {}).get("branch_final")}
+    assert branches and all(b in page for b in branches)
+    # self-contained: no external reference of any kind
+    assert not re.search(r'(src|href)\s*=\s*"(https?:)?//', page)
+    assert "default-src 'none'" in page
+    assert len(page.encode()) < 5_000_000
+
+
+def test_best_of_n_report_shows_scores_side_by_side_and_marks_the_winner(runs):
+    run = runs["best-of-n"]
+    page = run["html"]
+    assert page.count('class="item') == 3 and page.count("badge win\">winner") == 1
+    assert "small and clear" in page and "score 7" in page
+    winner = _strategy_result(run)["artifact"]["branch_final"]
+    winning_item = page.split('class="item hi"')[1].split('class="item')[0]
+    assert winner in winning_item
+
+
+def test_report_keeps_the_run_secrets_out(runs):
+    run = runs["best-of-n"]
+    assert TEST_KEY not in run["html"]
+    assert "leak.txt" in run["html"]  # the file is shown, its secret content redacted
+
+
+def test_tree_beam_report_tree_matches_tree_json(runs):
+    run = runs["tree-beam"]
+    page = run["html"]
+    tree = json.loads((run["root"] / "results" / run["run_id"] / "strategy_output" / "tree.json").read_text())
+    result = _strategy_result(run)
+    for node in tree["nodes"]:
+        assert f'data-node="{node["id"]}"' in page
+    for ev in tree["evaluations"]:
+        assert f'data-node="{ev["id"]}"' in page or any(n.get("eval_id") == ev["id"] for n in tree["nodes"])
+        assert html.escape(ev["idea"]["title"]) in page
+    highlighted = set(re.findall(r'class="node hi"[^>]*data-node="([^"]+)"', page))
+    assert highlighted == set(result["best_path"])
+    assert "throughput by depth" in page and "<svg" in page
+    assert f"Best branch: {result['best_branch']}" in page
+
+
+def test_evolve_report_charts_goals_and_lists_the_waves(runs):
+    run = runs["evolve"]
+    page = run["html"]
+    result = _strategy_result(run)
+    assert "Goals passing by cycle" in page and "Waves" in page
+    for goal in result["goals"]:
+        assert f">{goal}</text>" in page  # a legend entry per goal
+    assert "advanced the branch" in page
+
+
+def test_review_loop_report_shows_rounds_verdicts_and_scores(runs):
+    run = runs["review-loop"]
+    page = run["html"]
+    for idea in _strategy_result(run)["ideas"]:
+        assert html.escape(idea["title"]) in page
+        for r in idea["rounds"]:
+            assert r["verdict"] in page
+    assert "Ideas ranked" in page
+
+
+@pytest.mark.parametrize("strategy", ["best-of-n", "tree-beam", "evolve", "review-loop"])
+def test_show_run_html_rebuilds_the_same_report_from_the_event_log(runs, strategy):
+    run = runs[strategy]
+    results = run["root"] / "results" / run["run_id"]
+    shutil.rmtree(results / "strategy_output")
+    run["report"].unlink()
+    done = run_cli(["--show-run", run["run_id"], "--html"], cwd=run["repo"], env=run["env"])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(run["report"])
+    assert run["report"].read_text("utf-8") == run["html"]
+
+
+def test_html_flags_need_show_run(runs):
+    run = runs["best-of-n"]
+    for args in (["--list-runs", "--html"], ["--show-run", run["run_id"], "--open"]):
+        done = run_cli(args, cwd=run["repo"], env=run["env"])
+        assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+
+
+# ---------------------------------------------------------------- in a real browser
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not (CHROMIUM and CHROMEDRIVER):
+        pytest.fail("chromium and chromium-driver are missing: run scripts/setup.sh (it installs them)")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--window-size=1440,1000", "--host-resolver-rules=MAP * ~NOTFOUND"):
+        opts.add_argument(arg)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+    driver.execute_cdp_cmd("Network.enable", {})
+    driver.execute_cdp_cmd("Network.emulateNetworkConditions", {"offline": True, "latency": 0,
+                                                                 "downloadThroughput": -1, "uploadThroughput": -1})
+    yield driver
+    driver.quit()
+
+
+def _load(driver, report: Path) -> None:
+    driver.get_log("performance")  # drop what earlier pages logged
+    driver.get_log("browser")
+    driver.get(report.as_uri())
+    driver.execute_script("return document.readyState")
+
+
+def _requests(driver) -> list[str]:
+    urls = []
+    for entry in driver.get_log("performance"):
+        msg = json.loads(entry["message"])["message"]
+        if msg.get("method") == "Network.requestWillBeSent":
+            urls.append(msg["params"]["request"]["url"])
+    return urls
+
+
+def test_request_log_sees_a_page_that_reaches_out(browser, tmp_path):
+    """The check below is only worth something if it notices a request: a page without the report's policy."""
+    page = tmp_path / "leaky.html"
+    page.write_text('<!DOCTYPE html><html><body><img src="http://127.0.0.1:9/x.png"></body></html>')
+    _load(browser, page)
+    assert any(u.startswith("http://127.0.0.1:9/") for u in _requests(browser))
+
+
+@pytest.mark.parametrize("strategy", ["best-of-n", "tree-beam", "evolve", "review-loop"])
+def test_report_loads_offline_without_errors_or_requests(browser, runs, strategy):
+    report = runs[strategy]["report"]
+    _load(browser, report)
+    assert browser.title.startswith(strategy)
+    errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    assert errors == []
+    outside = [u for u in _requests(browser) if not u.startswith("file://")]
+    assert outside == []
+    keep = os.environ.get("REPORT_SCREENSHOTS_DIR")
+    if keep:
+        Path(keep).mkdir(parents=True, exist_ok=True)
+        height = browser.execute_script("return document.documentElement.scrollHeight")
+        browser.set_window_size(1440, min(max(height, 900), 2000))
+        browser.save_screenshot(str(Path(keep) / f"report-{strategy}.png"))
+
+
+def test_clicking_a_tree_node_shows_its_detail(browser, runs):
+    from selenium.webdriver.common.by import By
+
+    run = runs["tree-beam"]
+    _load(browser, run["report"])
+    details = browser.find_elements(By.CSS_SELECTOR, ".node-detail")
+    assert details and not any(d.is_displayed() for d in details)
+    node = browser.find_element(By.CSS_SELECTOR, '.node[data-node="n1"]')
+    node.click()
+    shown = [d for d in details if d.is_displayed()]
+    assert len(shown) == 1 and shown[0].get_attribute("id") == node.get_attribute("data-target")
+    assert "evaluation output" in shown[0].text and "throughput" in shown[0].text
+    other = browser.find_element(By.CSS_SELECTOR, '.node[data-node="n0"]')
+    other.click()
+    shown = [d for d in details if d.is_displayed()]
+    assert len(shown) == 1 and shown[0].get_attribute("id") == other.get_attribute("data-target")
+    assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
