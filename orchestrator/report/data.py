@@ -25,8 +25,12 @@ from ..runs import RunDirs, RunManifest
 # note, and once all diffs together pass the run budget the rest are left out.
 DIFF_CHARS = 60_000
 DIFF_LINES = 1_200
-RUN_DIFF_BUDGET = 3_500_000
-MESSAGE_CHARS = 20_000
+RUN_DIFF_BUDGET = 2_500_000
+# Highlighted HTML is about 1.5x its diff text; this keeps a 200-task run's page under 5 MB.
+RUN_DIFF_HTML_BUDGET = 3_000_000
+MESSAGE_CHARS = 8_000
+RUN_MESSAGE_BUDGET = 800_000
+SHORT_MESSAGE_CHARS = 600
 
 _SHA = re.compile(r"^[0-9a-f]{7,64}$")
 
@@ -148,11 +152,15 @@ def collect_diffs(repo: Path, base: str, commits: Iterable[str]) -> dict[str, di
 def task_rows(tasks: dict[str, dict[str, Any]], run_start: float | None) -> list[dict[str, Any]]:
     """Tasks in scheduling order, with what the table and the timeline show."""
     rows = []
+    message_chars = 0
     for t in sorted(tasks.values(), key=lambda t: t["order"]):
         result = t["result"] or {}
         artifact = result.get("artifact") or {}
         metrics = result.get("metrics") or {}
-        message, cut = _clip(result.get("final_message"), MESSAGE_CHARS)
+        limit = MESSAGE_CHARS if message_chars < RUN_MESSAGE_BUDGET else SHORT_MESSAGE_CHARS
+        message, cut = _clip(result.get("final_message"), limit)
+        prompt, prompt_cut = _clip(t["prompt"], limit)
+        message_chars += len(message) + len(prompt)
         if result.get("final_message_truncated"):
             cut = True
         spans = []
@@ -165,7 +173,7 @@ def task_rows(tasks: dict[str, dict[str, Any]], run_start: float | None) -> list
         rows.append({
             "key": t["key"], "short_key": t["short_key"], "execution": t["execution"], "state": t["state"],
             "instance_id": t["instance_id"],
-            "plugin": t["plugin"], "model": t["model"], "prompt": t["prompt"],
+            "plugin": t["plugin"], "model": t["model"], "prompt": prompt, "prompt_cut": prompt_cut,
             "branch": artifact.get("branch_final"), "commit": artifact.get("commit") if artifact.get("branch_final")
             else None, "base": artifact.get("base"), "lines_added": artifact.get("lines_added"),
             "lines_deleted": artifact.get("lines_deleted"), "commit_count": artifact.get("commit_count"),

@@ -18,7 +18,7 @@ from pygments.lexers import DiffLexer
 from ..runs import RunDirs, RunManifest
 from ..sanitize import default_sanitizer
 from .charts import line_chart_svg, timeline_svg
-from .data import collect_diffs, gather
+from .data import RUN_DIFF_HTML_BUDGET, collect_diffs, gather
 from .sections import InvalidSection, commits_of, validate
 
 _FORMATTER = HtmlFormatter(cssclass="hl", nowrap=False)
@@ -56,10 +56,20 @@ def _cell(v: Any) -> str:
     return str(v)
 
 
-def _highlight_diff(diff: dict[str, Any]) -> dict[str, Any]:
-    if diff.get("available") and diff.get("text"):
-        return dict(diff, html=Markup(highlight(diff["text"], DiffLexer(), _FORMATTER)))
-    return diff
+def _highlight_diffs(diffs: dict[str, dict[str, Any]], base: str) -> dict[str, dict[str, Any]]:
+    """Highlight each diff until the page's budget for them is spent; the rest get a note."""
+    out, used = {}, 0
+    for commit, diff in diffs.items():
+        if diff.get("available") and diff.get("text"):
+            if used >= RUN_DIFF_HTML_BUDGET:
+                diff = {"available": False, "note": "left out: the report's size budget for diffs is spent; "
+                                                    f"run git diff {base}...{commit}"}
+            else:
+                html = highlight(diff["text"], DiffLexer(), _FORMATTER)
+                used += len(html)
+                diff = dict(diff, html=Markup(html))
+        out[commit] = diff
+    return out
 
 
 def _strategy_module(manifest: RunManifest, module: types.ModuleType | None) -> tuple[Any, str | None]:
@@ -114,7 +124,7 @@ def render_report(dirs: RunDirs, manifest: RunManifest, *, module: types.ModuleT
     diffs = collect_diffs(Path(manifest.repo_path), manifest.base_branch, commits)
     # The sanitizer runs on the data, diffs included, before any of it becomes HTML.
     data = scrub(data)
-    diffs = {c: _highlight_diff(scrub(d)) for c, d in diffs.items()}
+    diffs = _highlight_diffs({c: scrub(d) for c, d in diffs.items()}, manifest.base_branch)
     for e in executions:
         e["sections"] = [_rendered_section(_scrub_struct(s, scrub)) for s in e["sections"]]
     html = _env().get_template("report.html.j2").render(
