@@ -257,3 +257,40 @@ def test_clicking_a_tree_node_shows_its_detail(browser, runs):
     shown = [d for d in details if d.is_displayed()]
     assert len(shown) == 1 and shown[0].get_attribute("id") == other.get_attribute("data-target")
     assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
+
+
+def test_an_interrupted_run_gets_a_report_and_its_resume_shows_the_interruption(tmp_path):
+    import signal
+    import subprocess
+
+    from cli_helpers import ORCH, wait_for
+
+    repo = make_repo(tmp_path / "repo")
+    env = cli_env(tmp_path)
+    prompt = "SIM: write work.txt data\nSIM: commit work\nSIM: sleep 5\nSIM: print finished"
+    proc = subprocess.Popen([ORCH, prompt, *IMG], cwd=repo, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+    def started():
+        runs = [p.name for p in (tmp_path / "state").iterdir()] if (tmp_path / "state").exists() else []
+        events = tmp_path / "logs" / runs[0] / "events.jsonl" if runs else None
+        return runs[0] if events and events.exists() and '"task.started"' in events.read_text() else None
+
+    try:
+        run_id = wait_for(started, timeout=120)
+        wait_for(lambda: (tmp_path / "logs" / run_id / "runner.jsonl").exists()
+                 and '"runner.exec.started"' in (tmp_path / "logs" / run_id / "runner.jsonl").read_text(), timeout=60)
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130
+    report = tmp_path / "results" / run_id / "report.html"
+    page = report.read_text("utf-8")
+    assert "status interrupted" in page and "interrupted</td>" in page
+    done = run_cli(["--resume", run_id, "--no-tui"], cwd=repo, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    page = report.read_text("utf-8")
+    assert "status completed" in page
+    assert "(1 interrupted)" in page  # the task's row counts its interrupted attempt
+    assert page.count('fill="#f59e0b"') == 1 and page.count('fill="#16a34a"') == 1  # amber, then green
