@@ -35,6 +35,7 @@ class RunnerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     container_timeout_seconds: float = 3600
     container_limits: ContainerLimitsConfig = msgspec.field(default_factory=ContainerLimitsConfig)
     secret_scan: Literal["block", "warn", "off"] = "block"
+    max_workspace_mb: Annotated[int, msgspec.Meta(ge=0)] = 2048
     max_turns: int | None = None
     network_egress: Literal["online", "offline", "proxy"] = "online"
     review_workspace_mode: Literal["ro", "rw"] = "ro"

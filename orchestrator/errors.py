@@ -13,6 +13,7 @@
     │   ├── ContainerError          Docker failed or the container died (category "container")
     │   ├── AgentError              the agent CLI reported an API/auth/rate-limit error ("api")
     │   ├── SecretLeakError         the agent committed a credential; its branch was not imported ("secret")
+    │   ├── ResourceLimitError      a runaway agent hit a container limit and was stopped ("resource")
     │   └── TaskTimeoutError        the container-level timeout expired ("timeout")
     └── StrategyError               raised to or by strategy code
         ├── TaskFailed              ctx.wait() on a failed task
@@ -61,7 +62,7 @@ class SnapshotError(OrchestratorError, ValueError):
 
 
 class RunnerError(OrchestratorError):
-    """A task could not be executed. ``category`` is one of timeout|api|container|git|secret."""
+    """A task could not be executed. ``category`` is one of timeout|api|container|git|secret|resource."""
 
     category = "container"
 
@@ -100,6 +101,15 @@ class SecretLeakError(RunnerError):
     """
 
     category = "secret"
+
+
+class ResourceLimitError(RunnerError):
+    """The agent hit a limit (processes, /tmp, workspace size) and the task was stopped.
+
+    Never retried: the same agent on the same prompt would most likely do it again.
+    """
+
+    category = "resource"
 
 
 class TaskTimeoutError(RunnerError):

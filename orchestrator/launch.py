@@ -404,7 +404,8 @@ async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resum
         olog.info("removed old logs", runs=removed)
     _guard(prep.strategy, config, olog)
     limits = config.runner.container_limits
-    hardening = Hardening(pids_limit=limits.pids_limit, nofile=limits.nofile, secret_scan=config.runner.secret_scan)
+    hardening = Hardening(pids_limit=limits.pids_limit, nofile=limits.nofile, secret_scan=config.runner.secret_scan,
+                          max_workspace_mb=config.runner.max_workspace_mb)
     runner = DockerRunner(auth=prep.auth, logs_dir=log_dir, sanitizer=default_sanitizer(),
                           pricing=config.model_pricing(), dry_run=prep.dry_run, known_images=(prep.image,),
                           hardening=hardening)

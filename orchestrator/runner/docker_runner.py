@@ -30,11 +30,12 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
-from ..errors import PreflightError, ConfigError, ContainerError, GitError, RunnerError, SecretLeakError, TaskTimeoutError
+from ..errors import (ConfigError, ContainerError, GitError, PreflightError, ResourceLimitError, RunnerError,
+                      SecretLeakError, TaskTimeoutError)
 from ..jsonlog import ComponentLog, utc_now_iso
 from ..naming import ghash, session_volume_name
 from ..sanitize import SECRET_ENV_VARS, Sanitizer, default_sanitizer
-from . import git_cmd, git_ops, secret_scan
+from . import git_cmd, git_ops, secret_scan, watchdog
 from .base import RunnerEventCallback
 from .docker_containers import DockerHost, ensure_container, selinux_enabled, workspace_read_only
 from .docker_exec import ExecOutput, run_exec
@@ -392,6 +393,35 @@ class DockerRunner:
             raise result["error"]
         return result["artifact"]
 
+    async def _probe(self, request: InstanceRequest, workspace: Path) -> watchdog.Probe | None:
+        """Where the watchdog reads this container's numbers (None when the container cannot be inspected)."""
+        try:
+            info = await self.host.api(f"inspect container {request.container_name}", "inspect_container",
+                                       request.container_name)
+        except RunnerError:
+            return None
+        return await anyio.to_thread.run_sync(lambda: watchdog.make_probe(
+            info, workspace=workspace, pids_limit=self.hardening.pids_limit,
+            max_workspace_mb=self.hardening.max_workspace_mb))
+
+    async def _watch(self, request: InstanceRequest, probe: watchdog.Probe | None, tripped: list[str],
+                     on_event: RunnerEventCallback | None) -> None:
+        """Stop the container when the agent runs away; the exec then ends and the attempt reports why."""
+        if probe is None:
+            return
+        while True:
+            await anyio.sleep(watchdog.WATCH_INTERVAL_S)
+            reason = await anyio.to_thread.run_sync(watchdog.check, probe)
+            if reason:
+                tripped.append(reason)
+                self._emit(request, on_event, "runner.limit.hit", "error", reason=reason)
+                # kill, not a graceful stop: a fork bomb has no session worth saving
+                try:
+                    await self.host.api(f"kill container {request.container_name}", "kill", request.container_name)
+                except RunnerError:
+                    await self._stop_quietly(request, on_event)
+                return
+
     async def _scan_for_secrets(self, request: InstanceRequest, workspace: Path, ws_info: Any,
                                 on_event: RunnerEventCallback | None) -> None:
         """Refuse (or report) a branch whose commits contain a credential, before it reaches the repository."""
@@ -512,15 +542,29 @@ class DockerRunner:
         t = time.monotonic()
         self._emit(request, on_event, "runner.exec.started", phase="execute", attempt=n,
                    resume_session_id=resume, prompt_via_stdin=payload is not None)
+        probe = await self._probe(request, workspace)
+        tripped: list[str] = []
         try:
             with anyio.fail_after(request.timeout_seconds):
-                output = await run_exec(self.host, request.container_name, argv, env=env, parser=parser,
-                                        stdin_payload=payload, on_event=forward)
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(self._watch, request, probe, tripped, on_event)
+                    try:
+                        output = await run_exec(self.host, request.container_name, argv, env=env, parser=parser,
+                                                stdin_payload=payload, on_event=forward)
+                    finally:
+                        tg.cancel_scope.cancel()
         except TimeoutError:
             return _Attempt(error=TaskTimeoutError(
                 f"task exceeded its timeout of {request.timeout_seconds:g}s; container stopped and kept for resume"))
         except RunnerError as exc:
+            if tripped:
+                return _Attempt(error=ResourceLimitError(tripped[0]))
             return _Attempt(error=exc)
+        # once more at the end: a runaway that finished between two looks still counts
+        reason = tripped[0] if tripped else (await anyio.to_thread.run_sync(watchdog.check, probe) if probe else None)
+        if reason:
+            self._emit(request, on_event, "runner.limit.hit", "error", reason=reason)
+            return _Attempt(error=ResourceLimitError(reason))
         self._emit(request, on_event, "runner.exec.finished", phase="execute", attempt=n,
                    exit_code=output.exit_code, is_error=output.outcome.is_error,
                    session_id=output.outcome.session_id, events=output.events,

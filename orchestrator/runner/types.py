@@ -14,7 +14,7 @@ import msgspec
 ImportPolicy = Literal["auto", "never", "always"]
 ConflictPolicy = Literal["fail", "overwrite", "suffix"]
 Status = Literal["success", "failed", "timeout", "interrupted"]
-ErrorCategory = Literal["timeout", "api", "container", "git", "command", "secret"]
+ErrorCategory = Literal["timeout", "api", "container", "git", "command", "secret", "resource"]
 NetworkEgress = Literal["online", "offline", "proxy"]
 IsolationMode = Literal["full_copy", "shared_objects"]
 
@@ -38,6 +38,8 @@ class Hardening(msgspec.Struct, frozen=True, kw_only=True):
     nofile: int = 4096
     # block: a branch whose commits hold a credential is not imported; warn: imported, reported; off
     secret_scan: Literal["block", "warn", "off"] = "block"
+    # how much the agent may add to its workspace; a task past it is stopped (0: no limit)
+    max_workspace_mb: int = 2048
 
 
 class AuthConfig(msgspec.Struct, frozen=True, kw_only=True):
