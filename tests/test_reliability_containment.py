@@ -103,7 +103,7 @@ def test_a_branch_holding_a_credential_is_not_imported(tmp_path, how, command):
             assert TEST_KEY.encode().hex() not in path.read_text(errors="replace"), path
         workspaces = list((tmp_path / "ws").rglob("config.env"))
         assert workspaces, "the workspace is kept for inspection"
-        record("secrets", tried=1, handled=1, what=f"credential committed ({how}): import refused")
+        record("commit scan", tried=1, handled=1, what=f"credential committed ({how}): import refused, error_type secret")
     finally:
         remove_run_docker(run_id)
 

@@ -409,9 +409,12 @@ class DockerRunner:
         """Stop the container when the agent runs away; the exec then ends and the attempt reports why."""
         if probe is None:
             return
+        looks = 0
         while True:
             await anyio.sleep(watchdog.WATCH_INTERVAL_S)
-            reason = await anyio.to_thread.run_sync(watchdog.check, probe)
+            looks += 1
+            walk = looks % watchdog.WORKSPACE_EVERY == 0
+            reason = await anyio.to_thread.run_sync(lambda: watchdog.check(probe, workspace=walk))
             if reason:
                 tripped.append(reason)
                 self._emit(request, on_event, "runner.limit.hit", "error", reason=reason)

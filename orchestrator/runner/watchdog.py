@@ -28,6 +28,10 @@ from pathlib import Path
 import msgspec
 
 WATCH_INTERVAL_S = 2.0
+# Walking the workspace costs tens of ms for 2,000 files and a few hundred for 20,000
+# (bench_containment.py): every 5th look (10 s) keeps that to a few percent of a CPU per agent,
+# while the process and /tmp checks, a few microseconds, run on every look.
+WORKSPACE_EVERY = 5
 
 
 class Probe(msgspec.Struct, kw_only=True):
@@ -99,8 +103,8 @@ def make_probe(inspect: dict, *, workspace: Path | None, pids_limit: int, max_wo
                  pids_limit=pids_limit)
 
 
-def check(probe: Probe) -> str | None:
-    """The limit the task hit, as a sentence for the user, or None."""
+def check(probe: Probe, *, workspace: bool = True) -> str | None:
+    """The limit the task hit, as a sentence for the user, or None (``workspace=False``: skip the walk)."""
     if probe.pids_events:
         try:
             if _refused_forks(probe.pids_events) > probe.pids_refused_start:
@@ -115,7 +119,7 @@ def check(probe: Probe) -> str | None:
                 return "the agent filled /tmp (its tmpfs has no space left); the task was stopped"
         except OSError:
             pass
-    if probe.workspace and probe.max_workspace_bytes:
+    if workspace and probe.workspace and probe.max_workspace_bytes:
         grown = tree_size(probe.workspace) - probe.workspace_start_bytes
         if grown > probe.max_workspace_bytes:
             return (f"the agent wrote more than runner.max_workspace_mb ({probe.max_workspace_bytes // 2**20} MB) "
