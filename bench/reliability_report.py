@@ -23,7 +23,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SUITES = ["tests/test_reliability_crash.py", "tests/test_reliability_faults.py", "tests/test_reliability_hostile.py",
-          "tests/test_reliability_secrets.py", "tests/test_reliability_concurrency.py", "tests/test_cli_errors.py"]
+          "tests/test_reliability_secrets.py", "tests/test_reliability_concurrency.py", "tests/test_cli_errors.py",
+          "tests/test_reliability_containment.py", "tests/test_reliability_runaway.py"]
 
 
 def run(daemon_restart: bool) -> tuple[int, list[dict], dict[str, int], float]:
@@ -64,8 +65,10 @@ def table(rows: list[dict], bad_inputs: dict[str, int]) -> str:
     for r in faults:
         out.append(f"| fault: {r['fault']} -> {r['outcome']} | 1 | {r['survived']} |")
     for r in hostile:
-        out.append(f"| hostile agent probes (socket, host repo, workspaces, read-only root, offline network) | "
-                   f"{r['tried']} | {r['contained']} contained |")
+        what = r.get("what", "hostile agent probes (socket, host repo, workspaces, read-only root, offline network)")
+        out.append(f"| {what} | {r['tried']} | {r['contained']} contained |")
+    for r in (r for r in rows if r["suite"] == "commit scan"):
+        out.append(f"| {r['what']} | {r['tried']} | {r['handled']} |")
     total_bad = sum(bad_inputs.values())
     out.append(f"| bad CLI input (tests/test_cli_errors.py: one line, exit 2, nothing written) | {total_bad} | "
                f"{bad_inputs.get('PASSED', 0)} |")

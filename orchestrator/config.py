@@ -12,12 +12,19 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 import yaml
 
 from .errors import ConfigError
+
+
+class ContainerLimitsConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Containment of every task container (see docs/docker.md for why each exists)."""
+
+    pids_limit: Annotated[int, msgspec.Meta(ge=64)] = 512
+    nofile: Annotated[int, msgspec.Meta(ge=256)] = 4096
 
 
 class RunnerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -26,6 +33,9 @@ class RunnerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     container_cpu: float = 2
     container_memory: str = "4g"
     container_timeout_seconds: float = 3600
+    container_limits: ContainerLimitsConfig = msgspec.field(default_factory=ContainerLimitsConfig)
+    secret_scan: Literal["block", "warn", "off"] = "block"
+    max_workspace_mb: Annotated[int, msgspec.Meta(ge=0)] = 2048
     max_turns: int | None = None
     network_egress: Literal["online", "offline", "proxy"] = "online"
     review_workspace_mode: Literal["ro", "rw"] = "ro"

@@ -12,6 +12,8 @@
     │   │   └── BranchExistsError   import_conflict_policy="fail" met an existing branch
     │   ├── ContainerError          Docker failed or the container died (category "container")
     │   ├── AgentError              the agent CLI reported an API/auth/rate-limit error ("api")
+    │   ├── SecretLeakError         the agent committed a credential; its branch was not imported ("secret")
+    │   ├── ResourceLimitError      a runaway agent hit a container limit and was stopped ("resource")
     │   └── TaskTimeoutError        the container-level timeout expired ("timeout")
     └── StrategyError               raised to or by strategy code
         ├── TaskFailed              ctx.wait() on a failed task
@@ -60,7 +62,7 @@ class SnapshotError(OrchestratorError, ValueError):
 
 
 class RunnerError(OrchestratorError):
-    """A task could not be executed. ``category`` is one of timeout|api|container|git."""
+    """A task could not be executed. ``category`` is one of timeout|api|container|git|secret|resource."""
 
     category = "container"
 
@@ -89,6 +91,25 @@ class AgentError(RunnerError):
     """The agent CLI reported an API, auth or rate-limit error."""
 
     category = "api"
+
+
+class SecretLeakError(RunnerError):
+    """The task's commits contain a credential, so its branch was not imported.
+
+    The message names each file and line, never the value. The workspace is
+    kept for inspection; retrying would only commit the same thing again.
+    """
+
+    category = "secret"
+
+
+class ResourceLimitError(RunnerError):
+    """The agent hit a limit (processes, /tmp, workspace size) and the task was stopped.
+
+    Never retried: the same agent on the same prompt would most likely do it again.
+    """
+
+    category = "resource"
 
 
 class TaskTimeoutError(RunnerError):

@@ -28,7 +28,7 @@ from .engine.engine import Engine, EngineConfig, auto_parallel
 from .errors import ConfigError, PreflightError, RunLockedError, UsageError
 from .fingerprint import TaskDefaults
 from .jsonlog import ComponentLog
-from .runner import AuthConfig, DockerRunner, RetryConfig
+from .runner import AuthConfig, DockerRunner, Hardening, RetryConfig
 from .runner.docker_containers import docker_available, image_exists
 from .runner.git_ops import validate_repository, workspace_root
 from .runner.plugin import get_plugin
@@ -403,8 +403,12 @@ async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resum
     if removed:
         olog.info("removed old logs", runs=removed)
     _guard(prep.strategy, config, olog)
+    limits = config.runner.container_limits
+    hardening = Hardening(pids_limit=limits.pids_limit, nofile=limits.nofile, secret_scan=config.runner.secret_scan,
+                          max_workspace_mb=config.runner.max_workspace_mb)
     runner = DockerRunner(auth=prep.auth, logs_dir=log_dir, sanitizer=default_sanitizer(),
-                          pricing=config.model_pricing(), dry_run=prep.dry_run, known_images=(prep.image,))
+                          pricing=config.model_pricing(), dry_run=prep.dry_run, known_images=(prep.image,),
+                          hardening=hardening)
     engine = Engine(_engine_config(prep, dirs, run_id, resume_fresh=resume_fresh), runner, log=olog)
     engine.on_divergence = lambda sid, keys: print(
         f"warning: strategy {sid} no longer asks for {len(keys)} recorded task(s): {', '.join(keys[:5])}"

@@ -4,13 +4,17 @@ Every writer (event log, component logs, state snapshots, results files) passes
 its data through :class:`Sanitizer`. It removes the spec's secret patterns and,
 more importantly, the exact values of every secret the process knows about
 (configured API keys and tokens), because a random token does not always look
-like one.
+like one. An agent that writes a key base64-, hex- or percent-encoded gets
+that form removed too (see :func:`encoded_forms`).
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import os
 import re
+import urllib.parse
 from collections.abc import Iterable
 from typing import Any
 
@@ -34,6 +38,34 @@ _SECRET_NAME = re.compile(r"(?i)(api[_-]?key|token|secret|password)")
 _MIN_SECRET_LEN = 6
 
 
+def _base64_cores(secret: bytes) -> set[str]:
+    """Substrings every base64 encoding of ``secret`` contains, whatever bytes come before it.
+
+    Encoding ``prefix + secret`` shifts the secret by 0, 1 or 2 bytes within
+    base64's 3-byte groups; for each shift, the characters that depend only on
+    the secret's bytes are the same in every such encoding.
+    """
+    cores = set()
+    for shift in range(3):
+        encoded = base64.b64encode(b"\0" * shift + secret).decode()
+        core = encoded[{0: 0, 1: 2, 2: 3}[shift]:(len(secret) + shift) // 3 * 4]
+        cores.add(core)
+        cores.add(core.replace("+", "-").replace("/", "_"))
+    return cores
+
+
+def encoded_forms(secret: str) -> dict[str, str]:
+    """Encodings of ``secret`` to look for, each with its name: base64 (both alphabets), hex, percent."""
+    raw = secret.encode()
+    forms = {core: "base64" for core in _base64_cores(raw)}
+    hexed = binascii.hexlify(raw).decode()
+    forms[hexed] = forms[hexed.upper()] = "hex"
+    quoted = urllib.parse.quote(secret, safe="")
+    if quoted != secret:
+        forms[quoted] = "percent-encoded"
+    return forms
+
+
 class Sanitizer:
     def __init__(self, secrets: Iterable[str] = ()) -> None:
         self._secrets: set[str] = set()
@@ -50,6 +82,7 @@ class Sanitizer:
         for s in secrets:
             if isinstance(s, str) and len(s) >= _MIN_SECRET_LEN:
                 self._secrets.add(s)
+                self._secrets.update(f for f in encoded_forms(s) if len(f) >= _MIN_SECRET_LEN)
         if self._secrets:
             # Longest first so a secret that contains another is removed whole.
             alts = sorted(self._secrets, key=len, reverse=True)

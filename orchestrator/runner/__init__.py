@@ -25,6 +25,7 @@ from .types import (
     ContainerLimits,
     InstanceRequest,
     Metrics,
+    Hardening,
     RetryConfig,
     RunnerResult,
 )
@@ -37,6 +38,7 @@ __all__ = [
     "DockerRunner",
     "InstanceRequest",
     "Metrics",
+    "Hardening",
     "RetryConfig",
     "RunnerEventCallback",
     "RunnerResult",

@@ -32,7 +32,7 @@ import anyio.to_thread
 
 from ..errors import ContainerError, RunnerError
 from ..jsonlog import utc_now_iso
-from .types import InstanceRequest
+from .types import Hardening, InstanceRequest
 
 T = TypeVar("T")
 
@@ -258,9 +258,11 @@ def volume_labels(request: InstanceRequest) -> dict[str, str]:
     return {"orchestrator": "true", "run_id": request.run_id}
 
 
-def host_config_kwargs(request: InstanceRequest, *, workspace: Path, volume: str) -> dict[str, Any]:
-    from docker.types import Mount
+def host_config_kwargs(request: InstanceRequest, *, workspace: Path, volume: str,
+                       hardening: Hardening | None = None) -> dict[str, Any]:
+    from docker.types import Mount, Ulimit
 
+    hardening = hardening or Hardening()
     mode = "ro" if workspace_read_only(request) else "rw"
     if selinux_enabled():
         mode += ",z"
@@ -274,7 +276,15 @@ def host_config_kwargs(request: InstanceRequest, *, workspace: Path, volume: str
         "read_only": True,
         "nano_cpus": parse_nano_cpus(request.container_limits.cpus),
         "mem_limit": request.container_limits.memory,
+        # The agent runs as node and needs no capability: dropping them all takes
+        # NET_RAW (raw sockets, ARP spoofing on the bridge), CHOWN, SETUID and
+        # the rest from a compromised agent. Docker's default seccomp profile
+        # stays on (no security_opt overrides it), which also blocks mount and
+        # unshare.
+        "cap_drop": ["ALL"],
         "security_opt": ["no-new-privileges"],
+        "pids_limit": hardening.pids_limit,
+        "ulimits": [Ulimit(name="nofile", soft=hardening.nofile, hard=hardening.nofile)],
     }
     if request.network_egress == "offline":
         kwargs["network_mode"] = "none"
@@ -306,7 +316,8 @@ class ContainerReady:
 
 
 async def ensure_container(host: DockerHost, request: InstanceRequest, *, workspace: Path,
-                           volume: str, fresh_workspace: bool = False) -> ContainerReady:
+                           volume: str, fresh_workspace: bool = False,
+                           hardening: Hardening | None = None) -> ContainerReady:
     """Reuse, start, replace or create the task's container (spec §3.4 decision tree).
 
     The common case (no container yet) is one worker-thread hop: create the
@@ -326,7 +337,8 @@ async def ensure_container(host: DockerHost, request: InstanceRequest, *, worksp
 
     def _create_and_start() -> dict | None:
         """Create+start; returns the existing container's inspect data on a name conflict."""
-        host_config = client.api.create_host_config(**host_config_kwargs(request, workspace=workspace, volume=volume))
+        host_config = client.api.create_host_config(**host_config_kwargs(request, workspace=workspace, volume=volume,
+                                                                         hardening=hardening))
         try:
             created = client.api.create_container(host_config=host_config,
                                                   **create_kwargs(request, workspace=workspace, volume=volume))

@@ -30,16 +30,17 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
-from ..errors import PreflightError, ConfigError, ContainerError, GitError, RunnerError, TaskTimeoutError
+from ..errors import (ConfigError, ContainerError, GitError, PreflightError, ResourceLimitError, RunnerError,
+                      SecretLeakError, TaskTimeoutError)
 from ..jsonlog import ComponentLog, utc_now_iso
 from ..naming import ghash, session_volume_name
 from ..sanitize import SECRET_ENV_VARS, Sanitizer, default_sanitizer
-from . import git_ops
+from . import git_cmd, git_ops, secret_scan, watchdog
 from .base import RunnerEventCallback
 from .docker_containers import DockerHost, ensure_container, selinux_enabled, workspace_read_only
 from .docker_exec import ExecOutput, run_exec
 from .plugin import AgentEvent, AgentOutcome, RunnerPlugin, get_plugin
-from .types import AuthConfig, BranchArtifact, ErrorCategory, InstanceRequest, Metrics, RunnerResult
+from .types import AuthConfig, BranchArtifact, Hardening, ErrorCategory, InstanceRequest, Metrics, RunnerResult
 
 IMAGE_HINT = "build it with scripts/setup-docker.sh or `docker build -t claude-code .`"
 STOP_TIMEOUT_S = 1
@@ -114,8 +115,9 @@ class DockerRunner:
                  sanitizer: Sanitizer | None = None, client_factory=None,
                  limiter: anyio.CapacityLimiter | None = None, pricing: Pricing | None = None,
                  host: DockerHost | None = None, dry_run: bool = False,
-                 known_images: tuple[str, ...] = ()) -> None:
+                 known_images: tuple[str, ...] = (), hardening: Hardening | None = None) -> None:
         self.auth = auth or AuthConfig()
+        self.hardening = hardening or Hardening()
         self.dry_run = dry_run
         self.sanitizer = sanitizer or default_sanitizer()
         self.sanitizer.add_secrets(self.auth.secret_values())
@@ -320,7 +322,8 @@ class DockerRunner:
             tc = time.monotonic()
             try:
                 first["ready"] = await ensure_container(self.host, request, workspace=workspace,
-                                                        volume=self._volume_name(request), fresh_workspace=True)
+                                                        volume=self._volume_name(request), fresh_workspace=True,
+                                                        hardening=self.hardening)
             except RunnerError as exc:
                 first["error"] = exc
             except Exception as exc:
@@ -366,6 +369,7 @@ class DockerRunner:
                                               base=request.base_branch, commit=ws_info.base_commit,
                                               has_changes=False)
                 else:
+                    await self._scan_for_secrets(request, workspace, ws_info, on_event)
                     artifact = await git_ops.import_branch(
                         request.repo_path, workspace, branch_name=request.branch_name,
                         task_key=request.task_key, run_id=request.run_id, import_policy=request.import_policy,
@@ -388,6 +392,64 @@ class DockerRunner:
         if "error" in result:
             raise result["error"]
         return result["artifact"]
+
+    async def _probe(self, request: InstanceRequest, workspace: Path) -> watchdog.Probe | None:
+        """Where the watchdog reads this container's numbers (None when the container cannot be inspected)."""
+        try:
+            info = await self.host.api(f"inspect container {request.container_name}", "inspect_container",
+                                       request.container_name)
+        except RunnerError:
+            return None
+        return await anyio.to_thread.run_sync(lambda: watchdog.make_probe(
+            info, workspace=workspace, pids_limit=self.hardening.pids_limit,
+            max_workspace_mb=self.hardening.max_workspace_mb))
+
+    async def _watch(self, request: InstanceRequest, probe: watchdog.Probe | None, tripped: list[str],
+                     on_event: RunnerEventCallback | None) -> None:
+        """Stop the container when the agent runs away; the exec then ends and the attempt reports why."""
+        if probe is None:
+            return
+        looks = 0
+        while True:
+            await anyio.sleep(watchdog.WATCH_INTERVAL_S)
+            looks += 1
+            walk = looks % watchdog.WORKSPACE_EVERY == 0
+            reason = await anyio.to_thread.run_sync(lambda: watchdog.check(probe, workspace=walk))
+            if reason:
+                tripped.append(reason)
+                self._emit(request, on_event, "runner.limit.hit", "error", reason=reason)
+                # kill, not a graceful stop: a fork bomb has no session worth saving
+                try:
+                    await self.host.api(f"kill container {request.container_name}", "kill", request.container_name)
+                except RunnerError:
+                    await self._stop_quietly(request, on_event)
+                return
+
+    async def _scan_for_secrets(self, request: InstanceRequest, workspace: Path, ws_info: Any,
+                                on_event: RunnerEventCallback | None) -> None:
+        """Refuse (or report) a branch whose commits contain a credential, before it reaches the repository."""
+        if self.hardening.secret_scan == "off":
+            return
+        t = time.monotonic()
+
+        def scan() -> list[Any]:
+            head = git_cmd.ws_git(workspace, ["rev-parse", "--verify", "HEAD^{commit}"]).stdout.strip()
+            return secret_scan.scan_commits(workspace, ws_info.base_commit, head, self.auth.labelled_secrets())
+
+        findings = await anyio.to_thread.run_sync(scan)
+        self._emit(request, on_event, "runner.secret_scan.finished", phase="import", findings=len(findings),
+                   duration_s=round(time.monotonic() - t, 4))
+        if not findings:
+            return
+        where = "; ".join(f.describe() for f in findings[:10]) + (f"; and {len(findings) - 10} more"
+                                                                   if len(findings) > 10 else "")
+        if self.hardening.secret_scan == "warn":
+            self._emit(request, on_event, "runner.secret_scan.warning", "warn", findings=where,
+                       detail="imported anyway (runner.secret_scan: warn)")
+            return
+        raise SecretLeakError(f"the agent committed what looks like a credential, so its branch was not imported: "
+                              f"{where}. The workspace {workspace} is kept for inspection; set "
+                              f"runner.secret_scan: warn to import such branches anyway")
 
     def _volume_name(self, request: InstanceRequest) -> str:
         sgk = request.session_group_key or request.task_key
@@ -447,7 +509,8 @@ class DockerRunner:
             try:
                 # attempt 0 follows a fresh clone; retries reuse the same workspace and container
                 ready = await ensure_container(self.host, request, workspace=workspace,
-                                               volume=self._volume_name(request), fresh_workspace=n == 0)
+                                               volume=self._volume_name(request), fresh_workspace=n == 0,
+                                               hardening=self.hardening)
             except RunnerError as exc:
                 return _Attempt(error=exc)
             duration = round(time.monotonic() - t, 4)
@@ -482,15 +545,29 @@ class DockerRunner:
         t = time.monotonic()
         self._emit(request, on_event, "runner.exec.started", phase="execute", attempt=n,
                    resume_session_id=resume, prompt_via_stdin=payload is not None)
+        probe = await self._probe(request, workspace)
+        tripped: list[str] = []
         try:
             with anyio.fail_after(request.timeout_seconds):
-                output = await run_exec(self.host, request.container_name, argv, env=env, parser=parser,
-                                        stdin_payload=payload, on_event=forward)
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(self._watch, request, probe, tripped, on_event)
+                    try:
+                        output = await run_exec(self.host, request.container_name, argv, env=env, parser=parser,
+                                                stdin_payload=payload, on_event=forward)
+                    finally:
+                        tg.cancel_scope.cancel()
         except TimeoutError:
             return _Attempt(error=TaskTimeoutError(
                 f"task exceeded its timeout of {request.timeout_seconds:g}s; container stopped and kept for resume"))
         except RunnerError as exc:
+            if tripped:
+                return _Attempt(error=ResourceLimitError(tripped[0]))
             return _Attempt(error=exc)
+        # once more at the end: a runaway that finished between two looks still counts
+        reason = tripped[0] if tripped else (await anyio.to_thread.run_sync(watchdog.check, probe) if probe else None)
+        if reason:
+            self._emit(request, on_event, "runner.limit.hit", "error", reason=reason)
+            return _Attempt(error=ResourceLimitError(reason))
         self._emit(request, on_event, "runner.exec.finished", phase="execute", attempt=n,
                    exit_code=output.exit_code, is_error=output.outcome.is_error,
                    session_id=output.outcome.session_id, events=output.events,

@@ -14,7 +14,7 @@ import msgspec
 ImportPolicy = Literal["auto", "never", "always"]
 ConflictPolicy = Literal["fail", "overwrite", "suffix"]
 Status = Literal["success", "failed", "timeout", "interrupted"]
-ErrorCategory = Literal["timeout", "api", "container", "git", "command"]
+ErrorCategory = Literal["timeout", "api", "container", "git", "command", "secret", "resource"]
 NetworkEgress = Literal["online", "offline", "proxy"]
 IsolationMode = Literal["full_copy", "shared_objects"]
 
@@ -22,6 +22,24 @@ IsolationMode = Literal["full_copy", "shared_objects"]
 class ContainerLimits(msgspec.Struct, frozen=True, kw_only=True):
     cpus: float = 2
     memory: str = "4g"
+
+
+class Hardening(msgspec.Struct, frozen=True, kw_only=True):
+    """Limits every task container gets, whatever the task asks for.
+
+    They contain a runaway or hostile agent; none of them changes what a
+    well-behaved agent produces, so they are runner settings rather than part
+    of a task's input (and its fingerprint).
+    """
+
+    # a fork bomb stops at this many processes instead of exhausting the host's table
+    pids_limit: int = 512
+    # open files per process (soft = hard): enough for node and git, bounded for a leak
+    nofile: int = 4096
+    # block: a branch whose commits hold a credential is not imported; warn: imported, reported; off
+    secret_scan: Literal["block", "warn", "off"] = "block"
+    # how much the agent may add to its workspace; a task past it is stopped (0: no limit)
+    max_workspace_mb: int = 2048
 
 
 class AuthConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -39,6 +57,12 @@ class AuthConfig(msgspec.Struct, frozen=True, kw_only=True):
 
     def secret_values(self) -> list[str]:
         return [v for v in (self.oauth_token, self.api_key, self.openai_api_key) if v]
+
+    def labelled_secrets(self) -> list[tuple[str, str]]:
+        """(what it is, value) for each credential given; the label is safe to print."""
+        pairs = (("CLAUDE_CODE_OAUTH_TOKEN", self.oauth_token), ("ANTHROPIC_API_KEY", self.api_key),
+                 ("OPENAI_API_KEY", self.openai_api_key))
+        return [(label, value) for label, value in pairs if value]
 
 
 class RetryConfig(msgspec.Struct, frozen=True, kw_only=True):

@@ -1,0 +1,133 @@
+"""Look for credentials in what an agent committed, before it becomes a branch.
+
+An agent has the user's API key in its environment. If it writes the key into
+a file and commits it, importing the branch puts the key in the user's
+repository, and the next ``git push`` publishes it. So the added lines of the
+task's commits are scanned first: one ``git diff`` of the whole range, no
+process per file.
+
+What is caught:
+
+- the exact value of every credential this run passed to an agent, as written,
+  base64-encoded (standard and URL-safe alphabets, at any of the three byte
+  alignments, so a key inside a longer base64 blob is found too), hex-encoded
+  and percent-encoded;
+- common token shapes whoever they belong to: ``sk-ant-``, ``sk-`` (OpenAI
+  style), ``ghp_`` / ``gho_`` / ``ghs_`` / ``ghu_``, ``github_pat_``, and AWS
+  access key ids (``AKIA``/``ASIA``).
+
+What is not: a key split across lines, reversed, encrypted or compressed, or
+encoded twice. The scan is a safety net against accidents and careless agents,
+not a proof against a determined one.
+
+A finding names the file and the line, never the value.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+import msgspec
+
+from ..sanitize import encoded_forms
+from .git_cmd import ws_git
+
+TOKEN_SHAPES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("Anthropic API key", re.compile(r"sk-ant-[A-Za-z0-9_\-]{20,}")),
+    ("OpenAI-style API key", re.compile(r"\bsk-(?:proj-)?[A-Za-z0-9_\-]{20,}")),
+    ("GitHub token", re.compile(r"\bgh[pousr]_[A-Za-z0-9]{30,}")),
+    ("GitHub fine-grained token", re.compile(r"\bgithub_pat_[A-Za-z0-9_]{40,}")),
+    ("AWS access key id", re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b")),
+)
+
+# Shorter "secrets" would match ordinary text; the sanitizer uses the same floor.
+MIN_SECRET_LEN = 8
+
+
+class Finding(msgspec.Struct, frozen=True, kw_only=True):
+    path: str
+    line: int
+    what: str  # "the run's ANTHROPIC credential (base64)", "GitHub token", ...
+
+    def describe(self) -> str:
+        return f"{self.path}:{self.line}: {self.what}"
+
+
+def _needles(secrets: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """(text to look for, description) for every credential and encoding."""
+    out: dict[str, str] = {}
+    for label, value in secrets:
+        if not value or len(value) < MIN_SECRET_LEN:
+            continue
+        out.setdefault(value, f"the run's {label}")
+        for form, encoding in encoded_forms(value).items():
+            if len(form) >= MIN_SECRET_LEN:
+                out.setdefault(form, f"the run's {label} ({encoding})")
+    return sorted(out.items(), key=lambda kv: -len(kv[0]))
+
+
+def scan_lines(path: str, numbered: Iterable[tuple[int, str]], needles: list[tuple[str, str]]) -> list[Finding]:
+    found = []
+    for lineno, text in numbered:
+        for needle, what in needles:
+            if needle in text:
+                found.append(Finding(path=path, line=lineno, what=what))
+                break
+        else:
+            for what, pattern in TOKEN_SHAPES:
+                if pattern.search(text):
+                    found.append(Finding(path=path, line=lineno, what=what))
+                    break
+    return found
+
+
+_HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+(\d+)(?:,\d+)? @@")
+
+
+def scan_diff(diff: str, secrets: Iterable[tuple[str, str]]) -> list[Finding]:
+    """Findings in the added lines of a unified diff (``git diff -U0`` output)."""
+    needles = _needles(secrets)
+    findings: list[Finding] = []
+    path = "?"
+    lineno = 0
+    batch: list[tuple[int, str]] = []
+
+    def flush() -> None:
+        if batch:
+            findings.extend(scan_lines(path, batch, needles))
+            batch.clear()
+
+    for line in diff.splitlines():
+        if line.startswith("+++ "):
+            flush()
+            target = line[4:]
+            path = target[2:] if target.startswith("b/") else target
+            continue
+        m = _HUNK.match(line)
+        if m:
+            lineno = int(m.group(1))
+            continue
+        if line.startswith("+"):
+            batch.append((lineno, line[1:]))
+            lineno += 1
+        elif line.startswith("Binary files ") and " differ" in line:
+            # binary content is not in a text diff; its path may still be named
+            pass
+    flush()
+    return findings
+
+
+def scan_commits(workspace: Path, base_commit: str, head: str, secrets: Iterable[tuple[str, str]]) -> list[Finding]:
+    """Scan what the task's commits added (``base_commit..head``) in the workspace clone.
+
+    ``--text`` so a key hidden in a file git would call binary is still read.
+    A symlink's target is a line of its own in the diff, so a link whose target
+    spells a key is caught too.
+    """
+    if head == base_commit:
+        return []
+    diff = ws_git(workspace, ["diff", "--no-ext-diff", "--no-textconv", "--no-color", "--text", "-U0",
+                              "--no-renames", base_commit, head]).stdout
+    return scan_diff(diff, secrets)
