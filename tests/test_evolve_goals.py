@@ -12,7 +12,7 @@ from orchestrator.errors import ConfigError
 from orchestrator.strategy_loader import load_strategy, parse_params
 from strategies.evolve_commands import measure_command, merge_command, parse_measurement, parse_merge
 from strategies.evolve_goals import Goal, goals_from_param, load_goals_file, prepare
-from strategies.evolve_select import globs_may_overlap, independent, path_tokens, select_goals
+from strategies.evolve_select import footprint, globs_may_overlap, independent, path_tokens, select_goals
 
 GOOD = """\
 version: 1
@@ -171,6 +171,25 @@ def test_selection_by_weight_skipping_dependent_goals():
     picked, _ = select_goals(goals, 5, frozenset({frozenset({"lint", "api"})}))
     assert [g.id for g in picked] == ["lint", "docs", "zzz"]
     assert independent(goals[2], goals[3]) and not independent(goals[0], goals[1])
+
+
+def test_whole_project_checks_touch_everything_unless_writes_says_otherwise():
+    # pytest and ruff name no file (or only a directory), yet any fix can break them
+    tests = _g("tests", "pytest -q")
+    lint = _g("lint", "ruff check src")
+    types = _g("types", "uv run mypy", writes=("src/types/**",))
+    docs = _g("docs", "test -f docs/index.md")
+    script = _g("script", "./scripts/check.sh")
+    assert footprint(tests) == footprint(lint) == (".",)
+    assert not independent(tests, docs) and not independent(lint, script) and not independent(tests, lint)
+    assert not independent(_g("unit", "python -m pytest tests/unit -q"), docs)
+    assert not independent(_g("js", "cd web && npm test"), docs)
+    # declared writes narrow a whole-project check again
+    assert independent(types, docs) and independent(types, script)
+    assert independent(docs, script) and independent(_g("zzz", "exit 1"), docs)
+    picked, skipped = select_goals([tests, lint, docs, types], 4)
+    assert [g.id for g in picked] == ["docs", "types"]
+    assert skipped == {"lint": "overlaps docs", "tests": "overlaps docs"}
 
 
 # ---------------------------------------------------------------- the shell protocol, for real
