@@ -104,6 +104,12 @@ def test_limits_and_missing_file_are_config_errors(tmp_path):
         prepare({"goals": "GOALS.yaml", "max_cycles": 0}, str(tmp_path))
     with pytest.raises(ConfigError, match="quarantine_after must be"):
         prepare({"goals": "GOALS.yaml", "quarantine_after": 0}, str(tmp_path))
+    with pytest.raises(ConfigError, match="recheck must be a whole number >= 0"):
+        prepare({"goals": "GOALS.yaml", "recheck": -1}, str(tmp_path))
+    with pytest.raises(ConfigError, match="max_cost_usd must be a number > 0"):
+        prepare({"goals": "GOALS.yaml", "max_cost_usd": 0}, str(tmp_path))
+    with pytest.raises(ConfigError, match="retry_backoff_s must be a number >= 0"):
+        prepare({"goals": "GOALS.yaml", "retry_backoff_s": -5}, str(tmp_path))
     with pytest.raises(ConfigError, match="nope.yaml: goals file not found"):
         prepare({"goals": "nope.yaml"}, str(tmp_path))
     with pytest.raises(ConfigError, match="needs -S goals="):
@@ -115,7 +121,8 @@ def test_loader_sees_the_parameters():
     assert loaded.options.prepare is prepare and loaded.params["goals"].required
     params = parse_params(loaded, ["goals=GOALS.yaml", "max_parallel=1", "bisect_on_regression=true"])
     assert params == {"goals": "GOALS.yaml", "max_parallel": 1, "bisect_on_regression": True, "max_cycles": 10,
-                      "quarantine_after": 3}
+                      "quarantine_after": 3, "recheck": 1, "max_failed_waves": 3, "retry_backoff_s": 60.0,
+                      "max_cost_usd": None, "max_wall_s": None}
 
 
 # ---------------------------------------------------------------- independence
