@@ -49,7 +49,8 @@ async def evolve(prompt, base_branch, ctx, *,
                  max_failed_waves: Annotated[int, "waves in a row whose every fix task failed before the run stops"] = 3,
                  retry_backoff_s: Annotated[float, "wait before retrying after such a wave; doubles each time"] = 60.0,
                  max_cost_usd: Annotated[float | None, "start no new task once the tasks cost this much"] = None,
-                 max_wall_s: Annotated[float | None, "start no new task after this many seconds"] = None):
+                 max_wall_s: Annotated[float | None, "start no new task after this many seconds"] = None,
+                 keep_branches: Annotated[bool, "keep the fix, merge and resolve branches instead of deleting them"] = False):
     """Keep a set of measurable goals passing: fix failing ones in parallel waves, revert regressions."""
     goal_list = goals_from_param(goals)
     max_parallel = check_max_parallel(max_parallel)
@@ -57,7 +58,15 @@ async def evolve(prompt, base_branch, ctx, *,
     loop = _Loop(bctx, prompt, goal_list, max_parallel=max_parallel, bisect=bisect_on_regression,
                  quarantine_after=max(1, quarantine_after), recheck=max(0, recheck),
                  max_failed_waves=max(0, max_failed_waves), retry_backoff_s=max(0.0, float(retry_backoff_s)))
-    return await loop.run(base_branch, max_cycles)
+    out = await loop.run(base_branch, max_cycles)
+    if not keep_branches:
+        # Only the final branch is worth keeping; the working branches are noise in the user's repository.
+        doomed = [b for b in bctx.branches if b not in (out["final_branch"], base_branch)]
+        out["branches"] = await bctx.delete_branches(doomed, ctx.key("cleanup", "branches"))
+    else:
+        out["branches"] = {"deleted": [], "kept": {b: "keep_branches" for b in bctx.branches
+                                                    if b != out["final_branch"]}}
+    return out
 
 
 class _Loop:

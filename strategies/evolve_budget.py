@@ -30,12 +30,18 @@ def make_budget(ctx, max_cost_usd: float | None, max_wall_s: float | None) -> Bu
 
 
 class BudgetedContext:
-    """Wraps a strategy's ``ctx``; everything but ``run``/``wait``/``wait_all``/``parallel`` passes through."""
+    """Wraps a strategy's ``ctx``; everything but ``run``/``wait``/``wait_all``/``parallel`` passes through.
+
+    It also remembers the branches its tasks created (``branches``), so a
+    strategy can delete its working branches at the end.
+    """
 
     def __init__(self, ctx, budget: Budget | None) -> None:
         self._ctx = ctx
         self.budget = budget
         self.stop_reason: str | None = None
+        # Every branch a finished task left in the user's repository, in the order seen.
+        self.branches: list[str] = []
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._ctx, name)
@@ -52,17 +58,22 @@ class BudgetedContext:
             raise BudgetExhausted(reason)
         return self._ctx.run(task, key=key, policy=policy)
 
-    async def wait(self, handle):
-        result = await self._ctx.wait(handle)
+    def _seen(self, result) -> None:
         if self.budget is not None:
             self.budget.charge(result)
+        branch = ((result or {}).get("artifact") or {}).get("branch_final")
+        if branch and branch not in self.branches:
+            self.branches.append(branch)
+
+    async def wait(self, handle):
+        result = await self._ctx.wait(handle)
+        self._seen(result)
         return result
 
     async def wait_all(self, handles, tolerate_failures: bool = False):
         out = await self._ctx.wait_all(handles, tolerate_failures=tolerate_failures)
-        if self.budget is not None:
-            for result in (out[0] if tolerate_failures else out):
-                self.budget.charge(result)
+        for result in (out[0] if tolerate_failures else out):
+            self._seen(result)
         return out
 
     async def parallel(self, tasks, tolerate_failures: bool = False):
@@ -76,6 +87,31 @@ class BudgetedContext:
                 task = item
             handles.append(self.run(task, key=key))
         return await self.wait_all(handles, tolerate_failures=tolerate_failures)
+
+    async def delete_branches(self, names: list[str], key: str) -> dict[str, Any]:
+        """Delete these branches of this run from the user's repository, as one durable housekeeping task.
+
+        The git layer deletes only branches whose tip this run created and that
+        nobody has checked out; the rest are reported as kept, with the reason.
+        Runs even when the budget is spent: it costs nothing and starts no agent.
+        """
+        if not names:
+            return {"deleted": [], "kept": {}}
+        try:
+            result = await self._ctx.wait(self._ctx.run(
+                {"prompt": f"delete {len(names)} working branch(es)", "delete_branches": list(names)}, key=key))
+        except self._ctx.errors.TaskFailed as exc:
+            return {"deleted": [], "kept": {n: f"cleanup failed: {exc.message}" for n in names}}
+        deleted, kept = [], {}
+        for line in (result.get("final_message") or "").splitlines():
+            state, sep, name = line.removeprefix("@@branch ").partition(": ")
+            if not sep or not line.startswith("@@branch "):
+                continue
+            if state == "deleted":
+                deleted.append(name)
+            else:
+                kept[name] = state
+        return {"deleted": deleted, "kept": kept}
 
     def summary(self) -> dict[str, Any] | None:
         return None if self.budget is None else self.budget.summary(self._ctx.now())

@@ -122,7 +122,7 @@ def test_loader_sees_the_parameters():
     params = parse_params(loaded, ["goals=GOALS.yaml", "max_parallel=1", "bisect_on_regression=true"])
     assert params == {"goals": "GOALS.yaml", "max_parallel": 1, "bisect_on_regression": True, "max_cycles": 10,
                       "quarantine_after": 3, "recheck": 1, "max_failed_waves": 3, "retry_backoff_s": 60.0,
-                      "max_cost_usd": None, "max_wall_s": None}
+                      "max_cost_usd": None, "max_wall_s": None, "keep_branches": False}
 
 
 # ---------------------------------------------------------------- independence

@@ -163,6 +163,37 @@ async def test_wall_clock_budget_stops_before_the_merge(tmp_path):
     assert result["final_branch"] == "main"
 
 
+async def test_working_branches_are_deleted_at_the_end_except_the_final_one(tmp_path):
+    w = world()
+    runner = ScriptedRunner(w)
+    _, state = await run_engine(tmp_path, evolve, runner, params={"goals": GOALS, "bisect_on_regression": True})
+    result = state.strategies["s1"].result
+    created = {c.branch_name for c in runner.calls if not c.delete_branches} & set(w.deleted)
+    # every fix, merge, resolve and bisect branch the run made, and nothing else
+    kinds = {"/".join(p for p in key_parts(c) if not p.isdigit() and p not in GOALS_IDS)
+             for c in runner.calls if c.branch_name in w.deleted}
+    assert kinds == {"c/fix", "c/merge", "c/resolve"}
+    assert set(w.deleted) == created and result["final_branch"] not in w.deleted
+    assert set(w.repo.branches) == {"main", result["final_branch"]}
+    assert result["branches"] == {"deleted": w.deleted, "kept": {}}
+    cleanup = [c for c in runner.calls if c.delete_branches]
+    assert [key_parts(c) for c in cleanup] == [["cleanup", "branches"]]
+
+
+async def test_keep_branches_keeps_them(tmp_path):
+    w = world()
+    runner = ScriptedRunner(w)
+    goals = [g for g in GOALS if g["id"] in ("keep", "a", "b")]
+    _, state = await run_engine(tmp_path, evolve, runner, params={"goals": goals, "keep_branches": True})
+    assert not [c for c in runner.calls if c.delete_branches]
+    result = state.strategies["s1"].result
+    assert sorted(result["branches"]["kept"]) == sorted(b for b in w.repo.branches
+                                                        if b not in ("main", result["final_branch"]))
+
+
+GOALS_IDS = {g["id"] for g in GOALS}
+
+
 def test_the_scenario_tables_are_unchanged():
     # the learning tests reuse the base scenario; keep them honest if it changes
     assert set(CHECKS) == {g["id"] for g in GOALS} and "keep" not in FIXES
