@@ -85,6 +85,9 @@ async def test_evolve_end_to_end_with_conflict_revert_and_quarantine(tmp_path, w
     assert (s.result["goals_passing_before"], s.result["goals_passing_after"]) == (1, 3)
     summary = (tmp_path / "results/run_e/strategy_output/evolve_summary.md").read_text()
     assert "1/4 before, 3/4 after" in summary
+    # the fix, merge and resolve branches are gone from the user's repository; only the result stays
+    assert set(git(repo, "for-each-ref", "--format=%(refname:short)", "refs/heads/").split()) == {"main", final}
+    assert len(s.result["branches"]["deleted"]) >= 5 and s.result["branches"]["kept"] == {}
 
 
 async def run_until(tmp_path, repo, fn, *, event_type, key_suffix, run_id, params, prompt):
