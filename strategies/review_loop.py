@@ -177,8 +177,8 @@ async def review_loop(prompt, base_branch, ctx, *,
                       weights: Annotated[dict, "weights of other metrics, e.g. {\"latency_ms\": -0.5}"] = {},  # noqa: B006
                       tolerance: Annotated[float, "relative noise band (0.01 = 1%)"] = 0.01,
                       eval_timeout_s: Annotated[float | None, "timeout of one evaluation"] = None,
-                      max_cost_usd: Annotated[float | None, "start no new task once the tasks cost this much"] = None,
-                      max_wall_s: Annotated[float | None, "start no new task after this many seconds"] = None):
+                      max_cost_usd: Annotated[float | None, "start no new task once the run's tasks cost this many US dollars (null: no limit)"] = None,
+                      max_wall_s: Annotated[float | None, "start no new task once the run is this many seconds old (null: no limit)"] = None):
     """Plan, implement, review (with fix rounds), test and evaluate each idea; rank by score."""
     if isinstance(ideas, str):  # called without prepare (a direct call): read now
         raise ConfigError("review-loop: ideas must be loaded by prepare; pass -S ideas=PATH on the command line")
