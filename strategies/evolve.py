@@ -87,6 +87,8 @@ class _Loop:
         self.learned: set[frozenset[str]] = set()
         # Goals whose agent changed nothing on the current base: retried only once the base moves.
         self.no_change: list[str] = []
+        # How often each goal's agent changed nothing: such goals go after the others on a new base.
+        self.idle_counts: Counter[str] = Counter()
         # What each goal's earlier fixes did and why they did not stick, for its next fix prompt.
         self.attempts: dict[str, list[str]] = {}
         self.failed_waves = 0
@@ -176,7 +178,7 @@ class _Loop:
         ctx, goals = self.ctx, self.goals
         failing = [g for g in goals if not measures[g.id].passed and g.id not in self.quarantined]
         picked, skipped = select_goals([g for g in failing if g.id not in self.no_change], self.max_parallel,
-                                       frozenset(self.learned))
+                                       frozenset(self.learned), self.idle_counts)
         skipped.update({gid: "changed nothing on this base" for gid in self.no_change
                         if gid in {g.id for g in failing}})
         entry["skipped"] = skipped
@@ -194,6 +196,7 @@ class _Loop:
         for f in fixes:
             if f.branch is None and not f.failed and f.goal_id not in self.no_change:
                 self.no_change.append(f.goal_id)
+                self.idle_counts[f.goal_id] += 1
                 self._note(f.goal_id, f"cycle {cycle}: the agent committed nothing")
         wave = [(self.by_id[f.goal_id], f.branch) for f in fixes if f.branch is not None]
         if not wave:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import fnmatch
 import re
 import shlex
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from .evolve_goals import Goal
 
@@ -173,14 +173,19 @@ def independent(a: Goal, b: Goal) -> bool:
 
 
 def select_goals(failing: Iterable[Goal], max_parallel: int,
-                 learned_conflicts: frozenset[frozenset[str]] = frozenset()) -> tuple[list[Goal], dict[str, str]]:
+                 learned_conflicts: frozenset[frozenset[str]] = frozenset(),
+                 idle_counts: Mapping[str, int] | None = None) -> tuple[list[Goal], dict[str, str]]:
     """Up to ``max_parallel`` goals by weight (ties by id), each independent of those picked before it.
 
+    ``idle_counts`` (goal id -> fixes that changed nothing) ranks before the
+    weight: a goal whose agent keeps finding nothing to do lets every other
+    failing goal have its turn first, instead of costing a cycle per base.
     Returns the picked goals and, for each failing goal left out, why.
     """
+    idle_counts = idle_counts or {}
     picked: list[Goal] = []
     skipped: dict[str, str] = {}
-    for goal in sorted(failing, key=lambda g: (-g.weight, g.id)):
+    for goal in sorted(failing, key=lambda g: (idle_counts.get(g.id, 0), -g.weight, g.id)):
         if len(picked) >= max_parallel:
             skipped[goal.id] = "wave full"
             continue
