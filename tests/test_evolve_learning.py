@@ -79,7 +79,7 @@ async def test_failing_fix_tasks_stop_the_run_after_max_failed_waves_with_the_re
     _, state = await run_engine(tmp_path, evolve, ScriptedRunner(script),
                                 params={"goals": goals, "retry_backoff_s": 0, "max_failed_waves": 1})
     result = state.strategies["s1"].result
-    assert [e["result"] for e in history(tmp_path)] == ["failed", "failed"]
+    assert [(e["result"], e.get("retry_after_s")) for e in history(tmp_path)] == [("failed", 0), ("failed", None)]
     assert result["stopped"] == "fixes-failing" and result["final_branch"] == "main"
     assert result["stop_reason"].startswith("every fix task failed in 2 waves in a row (last: every fix task failed")
 
