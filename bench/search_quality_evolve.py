@@ -313,8 +313,10 @@ def section(before: dict, after: dict, ref: str, runs: int, first_seed: int, sha
         "",
         "What changed: a check that newly fails on a wave is run again (`recheck`, default 1) before it "
         "counts as a regression, which costs one check run per suspect; and a goal whose agent changed "
-        "nothing is set aside until the base moves, so the wave goes to the next failing goals instead "
-        "of ending the run. These are figures, not assertions; see docs/evolve.md.",
+        "nothing is set aside until the base moves, and then ranked after the others, so the wave goes "
+        "to the next failing goals instead of ending the run. The extra check runs and agent tasks in "
+        "the second table are the lighter goals being fixed. These are figures, not assertions; see "
+        "docs/evolve.md.",
         END,
     ]
     return "\n".join(lines) + "\n"
