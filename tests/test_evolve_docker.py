@@ -196,3 +196,5 @@ def test_cli_runs_evolve_from_a_goals_file(tmp_path):
     assert [g["id"] for g in strategy["params"]["goals"]] == ["keep", "c1", "c2"]
     assert git(repo, "show", f"{final}:shared.txt") == "two"
     assert "1/3 before, 3/3 after" in (out / "strategy_output" / "evolve_summary.md").read_text()
+    # the fix and resolve branches were deleted through the runner; the user's branch and the result stay
+    assert set(git(repo, "for-each-ref", "--format=%(refname:short)", "refs/heads/").split()) == {"main", final}
