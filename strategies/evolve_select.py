@@ -44,7 +44,8 @@ _WHOLE_PROJECT = frozenset({
 # Launchers that run the tool named after them (``python -m pytest``, ``uv run mypy``).
 _LAUNCHERS = {"python": ("-m",), "python3": ("-m",), "uv": ("run",), "poetry": ("run",), "pipx": ("run",),
               "pdm": ("run",), "hatch": ("run",), "env": (), "timeout": (), "nice": (), "exec": (), "time": (),
-              "uvx": (), "npx": ()}
+              "uvx": (), "npx": (), "sh": ("-c",), "bash": ("-c",), "zsh": ("-c",)}
+_SHELLS = ("sh", "bash", "zsh")
 _IMPLIED = {"make": "Makefile", "npm": "package.json", "yarn": "package.json", "pnpm": "package.json",
             "tox": "tox.ini", "just": "justfile", "cargo": "Cargo.toml"}
 
@@ -133,6 +134,7 @@ def _commands(command: str) -> list[str]:
     out: list[str] = []
     start = True
     launcher_args: tuple[str, ...] | None = None
+    prev = ""
     for raw in words:
         if raw in (";", "&&", "||", "|", "(", ")", "&"):
             start, launcher_args = True, None
@@ -141,7 +143,10 @@ def _commands(command: str) -> list[str]:
         if start and word and not (
                 "=" in word and not word.startswith(("-", "=")) and word.split("=", 1)[0].isidentifier()):
             # (a VAR=value before the command is skipped)
-            if launcher_args is not None and (word.startswith("-") or word.isdigit() or word in launcher_args):
+            if launcher_args is not None and out and out[-1] in _SHELLS and prev == "-c":
+                out += _commands(word)  # sh -c "pytest -q": the script is a command line of its own
+                start, launcher_args = False, None
+            elif launcher_args is not None and (word.startswith("-") or word.isdigit() or word in launcher_args):
                 pass
             else:
                 name = word.rsplit("/", 1)[-1]
@@ -152,6 +157,7 @@ def _commands(command: str) -> list[str]:
                     start, launcher_args = False, None
         if ends:
             start, launcher_args = True, None
+        prev = word
     return out
 
 

@@ -191,6 +191,8 @@ def test_whole_project_checks_touch_everything_unless_writes_says_otherwise():
     assert not independent(tests, docs) and not independent(lint, script) and not independent(tests, lint)
     assert not independent(_g("unit", "python -m pytest tests/unit -q"), docs)
     assert not independent(_g("js", "cd web && npm test"), docs)
+    assert not independent(_g("sh", "sh -c 'pytest -q tests/unit'"), docs)
+    assert independent(_g("script-sh", "sh ./scripts/run.sh"), docs)
     # declared writes narrow a whole-project check again
     assert independent(types, docs) and independent(types, script)
     assert independent(docs, script) and independent(_g("zzz", "exit 1"), docs)

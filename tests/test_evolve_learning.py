@@ -6,6 +6,8 @@ histories are written out by hand from each scenario.
 
 from __future__ import annotations
 
+import anyio
+
 from engine_helpers import run_engine
 from orchestrator.engine.testing import ScriptedRunner, failure, success
 from strategies.evolve import evolve
@@ -190,6 +192,29 @@ async def test_keep_branches_keeps_them(tmp_path):
     result = state.strategies["s1"].result
     assert sorted(result["branches"]["kept"]) == sorted(b for b in w.repo.branches
                                                         if b not in ("main", result["final_branch"]))
+
+
+async def test_a_budgeted_run_resumed_mid_wave_decides_the_same(tmp_path):
+    # $0.01 per task: the budget runs out in cycle 2; the first process is stopped during cycle 2's fixes
+    params = {"goals": GOALS, "max_cost_usd": 0.2}
+    straight = world()
+    _, ref = await run_engine(tmp_path / "straight", evolve, ScriptedRunner(straight), params=params)
+    expected = (tmp_path / "straight/results/run_t/strategy_output/cycle-history.jsonl").read_bytes()
+    assert ref.strategies["s1"].result["stopped"] == "budget"
+
+    w = world()
+    first = ScriptedRunner(w, delay=lambda req: 30 if req.task_key.endswith("/c/2/fix/d") else 0)
+    with anyio.move_on_after(0.5):
+        await run_engine(tmp_path / "resumed", evolve, first, params=params)
+    assert any(c.task_key.endswith("/c/2/fix/d") for c in first.calls)
+    second = ScriptedRunner(w)
+    _, state = await run_engine(tmp_path / "resumed", evolve, second, params=params)
+    result = state.strategies["s1"].result
+    assert (tmp_path / "resumed/results/run_t/strategy_output/cycle-history.jsonl").read_bytes() == expected
+    assert result["stop_reason"] == ref.strategies["s1"].result["stop_reason"]
+    assert result["budget"]["cost_usd"] == ref.strategies["s1"].result["budget"]["cost_usd"]
+    finished_first = {c.task_key for c in first.calls if not c.task_key.endswith("/c/2/fix/d")}
+    assert not finished_first & {c.task_key for c in second.calls}
 
 
 GOALS_IDS = {g["id"] for g in GOALS}
