@@ -15,8 +15,8 @@ evaluation is scored against it. The base is a candidate too: ``best`` is
 the top idea only when it beats the base (grade strong or promising, primary
 metric not worse); otherwise the result says "nothing beat the base" and
 ``best_branch`` is the base branch. ``max_cost_usd`` / ``max_wall_s`` stop
-new tasks; ideas cut short are reported as ``budget_stopped``. Artifacts: ``strategy_output/<idea-id>/`` per
-idea plus ``ranking.json`` and ``ideas.md`` ranking the ideas by score.
+new tasks; ideas cut short are reported as ``budget_stopped``. Artifacts:
+``strategy_output/<idea-id>/`` per idea plus ``ranking.json`` and ``ideas.md`` ranking the ideas by score.
 """
 
 from __future__ import annotations
@@ -210,7 +210,7 @@ async def review_loop(prompt, base_branch, ctx, *,
                                          key_prefix=("idea", idea.id), cfg=cfg, baseline=baseline_get,
                                          out_dir=root / idea.id)
         except BudgetExhausted as exc:
-            # Tasks the idea already finished stay recorded; a resume with a larger budget replays them.
+            # The budget ran out between two of this idea's steps: what it finished stays in the event log.
             outcomes[i] = {"idea_id": idea.id, "title": idea.title, "idea": idea.text, "status": "budget_stopped",
                            "rounds": [], "comparison": None, "branch": None, "error": str(exc)}
 
