@@ -9,6 +9,7 @@ import pytest
 from conftest import git, make_repo
 from orchestrator.errors import ConfigError
 from orchestrator.fingerprint import TaskDefaults, fingerprint, normalize_task
+from orchestrator.naming import branch_name
 from orchestrator.runner import DockerRunner, InstanceRequest
 from orchestrator.runner.git_cleanup import delete_run_branches
 from orchestrator.runner.git_import import _ensure_note
@@ -26,15 +27,20 @@ def _branch(repo: Path, name: str, text: str, *, key: str | None = None, run_id:
     return sha
 
 
+FIX, MERGE, OTHER, BUSY = (branch_name("evolve", run, key) for run, key in (
+    ("r1", "r1/s1/c/1/fix/a"), ("r1", "r1/s1/c/1/merge/1"), ("r2", "r2/s1/c/1/fix/a"), ("r1", "r1/s1/c/2/fix/b")))
+
+
 @pytest.fixture
 def repo(tmp_path) -> Path:
     repo = make_repo(tmp_path / "repo")
-    _branch(repo, "evolve_r1_fix", "a", key="r1/s1/c/1/fix/a", run_id="r1")
-    _branch(repo, "evolve_r1_merge", "b", key="r1/s1/c/1/merge/1", run_id="r1")
-    _branch(repo, "evolve_r2_fix", "c", key="r2/s1/c/1/fix/a", run_id="r2")  # another run's
+    _branch(repo, FIX, "a", key="r1/s1/c/1/fix/a", run_id="r1")
+    _branch(repo, MERGE, "b", key="r1/s1/c/1/merge/1", run_id="r1")
+    _branch(repo, OTHER, "c", key="r2/s1/c/1/fix/a", run_id="r2")  # another run's
     _branch(repo, "feature", "d")  # the user's own, no provenance
-    _branch(repo, "evolve_r1_busy", "e", key="r1/s1/c/2/fix/b", run_id="r1")
-    git(repo, "worktree", "add", "-q", str(repo.parent / "wt"), "evolve_r1_busy")  # checked out elsewhere
+    _branch(repo, BUSY, "e", key="r1/s1/c/2/fix/b", run_id="r1")
+    git(repo, "worktree", "add", "-q", str(repo.parent / "wt"), BUSY)  # checked out elsewhere
+    git(repo, "branch", "mine", FIX)  # the user's branch on one of the run's commits
     return repo
 
 
@@ -43,22 +49,21 @@ def heads(repo: Path) -> set[str]:
 
 
 async def test_only_this_runs_unused_branches_are_deleted(repo):
-    outcome = await delete_run_branches(
-        repo, ["evolve_r1_fix", "evolve_r1_merge", "evolve_r2_fix", "feature", "evolve_r1_busy", "gone"],
-        run_id="r1")
-    assert outcome == {"evolve_r1_fix": "deleted", "evolve_r1_merge": "deleted",
-                       "evolve_r2_fix": "not created by this run", "feature": "not created by this run",
-                       "evolve_r1_busy": "checked out", "gone": "missing"}
-    assert heads(repo) == {"main", "evolve_r2_fix", "feature", "evolve_r1_busy"}
+    outcome = await delete_run_branches(repo, [FIX, MERGE, OTHER, "feature", "mine", BUSY, "gone"], run_id="r1")
+    assert outcome == {FIX: "deleted", MERGE: "deleted", OTHER: "not created by this run",
+                       "feature": "not created by this run", "mine": "not created by this run",
+                       BUSY: "checked out", "gone": "missing"}
+    assert heads(repo) == {"main", OTHER, "feature", "mine", BUSY}
     # asking again is harmless (a resumed run repeats its cleanup)
-    again = await delete_run_branches(repo, ["evolve_r1_fix"], run_id="r1")
-    assert again == {"evolve_r1_fix": "missing"}
+    assert await delete_run_branches(repo, [FIX], run_id="r1") == {FIX: "missing"}
 
 
-async def test_a_run_id_that_is_a_prefix_of_another_does_not_match(repo):
-    _branch(repo, "evolve_r10_fix", "f", key="r10/s1/c/1/fix/a", run_id="r10")
-    assert await delete_run_branches(repo, ["evolve_r10_fix"], run_id="r1") == {
-        "evolve_r10_fix": "not created by this run"}
+async def test_a_suffixed_import_is_ours_and_a_run_id_prefix_is_not(repo):
+    git(repo, "branch", FIX + "_2", FIX)  # import_conflict_policy=suffix names it like this
+    r10 = branch_name("evolve", "r10", "r10/s1/c/1/fix/a")
+    _branch(repo, r10, "f", key="r10/s1/c/1/fix/a", run_id="r10")
+    assert await delete_run_branches(repo, [FIX + "_2", r10], run_id="r1") == {
+        FIX + "_2": "deleted", r10: "not created by this run"}
 
 
 async def test_the_docker_runner_deletes_without_a_container(repo, tmp_path):
@@ -66,14 +71,14 @@ async def test_the_docker_runner_deletes_without_a_container(repo, tmp_path):
     req = InstanceRequest(prompt="cleanup", repo_path=str(repo), branch_name="unused", run_id="r1",
                           strategy_execution_id="s1", instance_id="i1", task_key="r1/s1/cleanup/branches",
                           container_name="c1", plugin_name="command", import_policy="never",
-                          delete_branches=("evolve_r1_fix", "evolve_r2_fix"))
+                          delete_branches=(FIX, OTHER))
     try:
         result = await runner.run(req)
     finally:
         await runner.aclose()
     assert result.status == "success", result.error
-    assert result.final_message == "@@branch deleted: evolve_r1_fix\n@@branch not created by this run: evolve_r2_fix\n"
-    assert "evolve_r1_fix" not in heads(repo) and "evolve_r2_fix" in heads(repo)
+    assert result.final_message == f"@@branch deleted: {FIX}\n@@branch not created by this run: {OTHER}\n"
+    assert FIX not in heads(repo) and OTHER in heads(repo)
 
 
 def _no_docker():
