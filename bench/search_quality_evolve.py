@@ -10,7 +10,7 @@ have real consequences. Each run is seeded; the seed picks weights, the flaky
 check and its failure rate, and every flaky check's outcome (a hash of the
 seed and the task key, so a replay measures the same thing).
 
-Two scenarios:
+Three scenarios:
 
 - **flaky**: 3 goals pass from the start, one of them flaky (fails 10-30 % of
   its runs, whatever the code); 3 goals fail and each has an innocent fix; one
@@ -22,6 +22,14 @@ Two scenarios:
   changes anything; 2-4 lighter goals are fixable. ``max_parallel`` is 1 or 2.
   Figures: how often every lighter goal ends fixed, the share of lighter goals
   fixed, check runs and agent tasks.
+- **quota**: the agent API refuses every fix task of the first 1-3 cycles
+  (quota exhausted), then works; three goals are fixable. Figures: how often
+  every goal ends fixed, and the tasks spent. (The retry pause is set to 0 s
+  so the bench does not sleep; a parameter the "before" code does not know is
+  not passed to it.)
+
+The flaky scenario is also run with ``recheck=2``, to show what one more
+re-run buys and costs.
 
 ``--before-ref`` (default ``main``) measures the same scenarios with that
 commit's ``strategies/`` package (extracted with ``git archive`` and run in a
@@ -73,6 +81,7 @@ class Scenario:
         self.broken_by_culprit: str | None = None
         self.idle: set[str] = set()
         self.lighter: set[str] = set()
+        self.quota_cycles = 0
 
     def goal(self, gid: str, weight: float) -> None:
         self.goals.append({"id": gid, "description": f"goal {gid}", "check": f"./checks/{gid}.sh",
@@ -96,6 +105,20 @@ def flaky_scenario(seed: int) -> Scenario:
     s.fixes["culprit"] = (frozenset({"culprit"}), frozenset({s.broken_by_culprit}))
     s.culprit = "culprit"
     s.params = {"max_parallel": rng.choice([1, 2, 3])}
+    return s
+
+
+def quota_scenario(seed: int) -> Scenario:
+    rng = random.Random(seed)
+    s = Scenario("quota", seed)
+    s.goal("ok", 1)
+    s.passes_initially.add("ok")
+    for i in range(3):
+        gid = f"goal-{i}"
+        s.goal(gid, rng.uniform(2, 9))
+        s.fixes[gid] = (frozenset({gid}), frozenset())
+    s.quota_cycles = rng.choice([1, 2, 3])
+    s.params = {"max_parallel": rng.choice([1, 2, 3]), "retry_backoff_s": 0}
     return s
 
 
@@ -168,6 +191,9 @@ class World:
             return success(req, final_message="\n".join(lines) + "\n")
         self.agents += 1
         gid = parts[-1]
+        if parts[0] == "c" and int(parts[1]) <= self.s.quota_cycles:
+            from orchestrator.engine.testing import failure
+            return failure(req, error_type="api", message="429: quota exhausted, try again later")
         if self.s.fixes.get(gid) is None:
             return success(req, final_message="I looked but found nothing to change.", has_changes=False)
         self.branches[req.branch_name] = self.branches[req.base_branch] | {gid}
@@ -177,17 +203,22 @@ class World:
 # ---------------------------------------------------------------- running one variant
 
 
-async def run_one(scenario: Scenario, tmp: Path) -> dict:
+async def run_one(scenario: Scenario, tmp: Path, extra: dict | None = None) -> dict:
+    import inspect
+
     from orchestrator.engine.engine import Engine, EngineConfig
     from orchestrator.engine.testing import ScriptedRunner
     from strategies.evolve import evolve
+
+    known = inspect.signature(inspect.unwrap(evolve)).parameters
+    params = {k: v for k, v in {**scenario.params, **(extra or {})}.items() if k in known}
 
     world = World(scenario)
     cfg = EngineConfig(run_id="run_b", repo_path=str(tmp), logs_dir=str(tmp / "logs"), state_dir=str(tmp / "state"),
                        results_dir=str(tmp / "results"))
     engine = Engine(cfg, ScriptedRunner(world))
     state = await engine.run(evolve, prompt="keep the project healthy",
-                             params={"goals": scenario.goals, **scenario.params})
+                             params={"goals": scenario.goals, **params})
     s = state.strategies["s1"]
     if s.status != "success":
         raise RuntimeError(f"{scenario.name} seed {scenario.seed}: {s.error}")
@@ -204,6 +235,9 @@ async def run_one(scenario: Scenario, tmp: Path) -> dict:
         out["innocent_quarantined"] = bool(set(result["quarantined"]) & scenario.innocent)
         out["innocent_fixed"] = len(scenario.innocent & passing_end) / len(scenario.innocent)
         out["culprit_kept_out"] = scenario.broken_by_culprit in passing_end
+    elif scenario.name == "quota":
+        fixable = {g["id"] for g in scenario.goals} - scenario.passes_initially
+        out["all_fixed"] = fixable <= passing_end
     else:
         fixed = scenario.lighter & passing_end
         out["all_lighter_fixed"] = fixed == scenario.lighter
@@ -211,18 +245,24 @@ async def run_one(scenario: Scenario, tmp: Path) -> dict:
     return out
 
 
-def run_variant(runs: int, first_seed: int) -> dict:
+SCENARIOS = (("flaky", flaky_scenario, None), ("idle-heaviest", idle_scenario, None),
+             ("quota", quota_scenario, None), ("flaky-recheck-2", flaky_scenario, {"recheck": 2}))
+
+
+def run_variant(runs: int, first_seed: int, names: tuple[str, ...]) -> dict:
     import anyio
 
     async def main() -> dict:
-        results: dict[str, list[dict]] = {"flaky": [], "idle-heaviest": []}
+        results: dict[str, list[dict]] = {name: [] for name in names}
         with tempfile.TemporaryDirectory(prefix="sq-evolve-") as d:
             for i in range(runs):
                 seed = first_seed + i
-                for name, make in (("flaky", flaky_scenario), ("idle-heaviest", idle_scenario)):
+                for name, make, extra in SCENARIOS:
+                    if name not in names:
+                        continue
                     tmp = Path(d) / f"{name}-{seed}"
                     tmp.mkdir()
-                    results[name].append(await run_one(make(seed), tmp))
+                    results[name].append(await run_one(make(seed), tmp, extra))
         return results
 
     return anyio.run(main)
@@ -235,18 +275,23 @@ def summarize(results: dict[str, list[dict]]) -> dict:
     def mean(rows, key):
         return statistics.fmean(r[key] for r in rows)
 
-    flaky, idle = results["flaky"], results["idle-heaviest"]
-    return {
-        "flaky": {"runs": len(flaky), "innocent_blamed": rate(flaky, "innocent_blamed"),
-                  "innocent_quarantined": rate(flaky, "innocent_quarantined"),
-                  "innocent_fixed": mean(flaky, "innocent_fixed"), "culprit_kept_out": rate(flaky, "culprit_kept_out"),
-                  "checks": mean(flaky, "checks"), "agents": mean(flaky, "agents"), "tasks": mean(flaky, "tasks"),
-                  "cycles": mean(flaky, "cycles")},
-        "idle-heaviest": {"runs": len(idle), "all_lighter_fixed": rate(idle, "all_lighter_fixed"),
-                          "lighter_fixed": mean(idle, "lighter_fixed"), "checks": mean(idle, "checks"),
-                          "agents": mean(idle, "agents"), "tasks": mean(idle, "tasks"),
-                          "cycles": mean(idle, "cycles")},
-    }
+    def common(rows):
+        return {"runs": len(rows), "checks": mean(rows, "checks"), "agents": mean(rows, "agents"),
+                "tasks": mean(rows, "tasks"), "cycles": mean(rows, "cycles")}
+
+    out = {}
+    for name, rows in results.items():
+        if name.startswith("flaky"):
+            out[name] = {**common(rows), "innocent_blamed": rate(rows, "innocent_blamed"),
+                         "innocent_quarantined": rate(rows, "innocent_quarantined"),
+                         "innocent_fixed": mean(rows, "innocent_fixed"),
+                         "culprit_kept_out": rate(rows, "culprit_kept_out")}
+        elif name == "quota":
+            out[name] = {**common(rows), "all_fixed": rate(rows, "all_fixed")}
+        else:
+            out[name] = {**common(rows), "all_lighter_fixed": rate(rows, "all_lighter_fixed"),
+                         "lighter_fixed": mean(rows, "lighter_fixed")}
+    return out
 
 
 def run_before(ref: str, runs: int, first_seed: int) -> dict:
@@ -256,7 +301,8 @@ def run_before(ref: str, runs: int, first_seed: int) -> dict:
         subprocess.run(["tar", "-x", "-C", d], input=archive.stdout, check=True)
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([d, str(ROOT)]))
         proc = subprocess.run([sys.executable, __file__, "--variant-json", "--runs", str(runs), "--seed",
-                               str(first_seed)], cwd=d, env=env, capture_output=True, text=True)
+                               str(first_seed), "--scenarios", "flaky,idle-heaviest,quota"],
+                              cwd=d, env=env, capture_output=True, text=True)
         if proc.returncode != 0:
             raise SystemExit(f"the 'before' run with {ref} failed:\n{proc.stderr[-3000:]}")
         return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -270,8 +316,9 @@ def _pct(x: float) -> str:
 
 
 def section(before: dict, after: dict, ref: str, runs: int, first_seed: int, sha: str) -> str:
-    fb, fa = before["flaky"], after["flaky"]
+    fb, fa, f2 = before["flaky"], after["flaky"], after["flaky-recheck-2"]
     ib, ia = before["idle-heaviest"], after["idle-heaviest"]
+    qb, qa = before["quota"], after["quota"]
     lines = [
         BEGIN,
         "## evolve",
@@ -286,18 +333,19 @@ def section(before: dict, after: dict, ref: str, runs: int, first_seed: int, sha
         "runs whatever the code. Three failing goals have innocent fixes; one more has a fix that really "
         "breaks a passing goal. `max_parallel` is 1, 2 or 3.",
         "",
-        "| | before | after |",
-        "|---|---|---|",
+        "| | before | after (`recheck=1`, the default) | after, `recheck=2` |",
+        "|---|---|---|---|",
         f"| runs in which an innocent fix was blamed for a regression | {_pct(fb['innocent_blamed'])} | "
-        f"{_pct(fa['innocent_blamed'])} |",
+        f"{_pct(fa['innocent_blamed'])} | {_pct(f2['innocent_blamed'])} |",
         f"| runs in which an innocent goal was quarantined | {_pct(fb['innocent_quarantined'])} | "
-        f"{_pct(fa['innocent_quarantined'])} |",
-        f"| innocent goals fixed at the end | {_pct(fb['innocent_fixed'])} | {_pct(fa['innocent_fixed'])} |",
+        f"{_pct(fa['innocent_quarantined'])} | {_pct(f2['innocent_quarantined'])} |",
+        f"| innocent goals fixed at the end | {_pct(fb['innocent_fixed'])} | {_pct(fa['innocent_fixed'])} | "
+        f"{_pct(f2['innocent_fixed'])} |",
         f"| runs in which the real breakage was kept out | {_pct(fb['culprit_kept_out'])} | "
-        f"{_pct(fa['culprit_kept_out'])} |",
-        f"| check runs per run (mean) | {fb['checks']:.1f} | {fa['checks']:.1f} |",
-        f"| agent tasks per run (mean) | {fb['agents']:.1f} | {fa['agents']:.1f} |",
-        f"| cycles per run (mean) | {fb['cycles']:.1f} | {fa['cycles']:.1f} |",
+        f"{_pct(fa['culprit_kept_out'])} | {_pct(f2['culprit_kept_out'])} |",
+        f"| check runs per run (mean) | {fb['checks']:.1f} | {fa['checks']:.1f} | {f2['checks']:.1f} |",
+        f"| agent tasks per run (mean) | {fb['agents']:.1f} | {fa['agents']:.1f} | {f2['agents']:.1f} |",
+        f"| cycles per run (mean) | {fb['cycles']:.1f} | {fa['cycles']:.1f} | {f2['cycles']:.1f} |",
         "",
         "**An idle heaviest goal.** The one or two heaviest failing goals have an agent that never changes "
         "anything; two to four lighter goals are fixable. `max_parallel` is 1 or 2.",
@@ -311,11 +359,23 @@ def section(before: dict, after: dict, ref: str, runs: int, first_seed: int, sha
         f"| agent tasks per run (mean) | {ib['agents']:.1f} | {ia['agents']:.1f} |",
         f"| cycles per run (mean) | {ib['cycles']:.1f} | {ia['cycles']:.1f} |",
         "",
+        "**Quota exhausted.** The agent API refuses every fix task of the first one to three cycles, then "
+        "works; three goals are fixable. `max_parallel` is 1, 2 or 3; the retry pause is 0 s here "
+        "(60 s, doubling, by default).",
+        "",
+        "| | before | after |",
+        "|---|---|---|",
+        f"| runs in which every goal got fixed | {_pct(qb['all_fixed'])} | {_pct(qa['all_fixed'])} |",
+        f"| check runs per run (mean) | {qb['checks']:.1f} | {qa['checks']:.1f} |",
+        f"| agent tasks per run, refused ones included (mean) | {qb['agents']:.1f} | {qa['agents']:.1f} |",
+        f"| cycles per run (mean) | {qb['cycles']:.1f} | {qa['cycles']:.1f} |",
+        "",
         "What changed: a check that newly fails on a wave is run again (`recheck`, default 1) before it "
         "counts as a regression, which costs one check run per suspect; and a goal whose agent changed "
         "nothing is set aside until the base moves, and then ranked after the others, so the wave goes "
-        "to the next failing goals instead of ending the run. The extra check runs and agent tasks in "
-        "the second table are the lighter goals being fixed. These are figures, not assertions; see "
+        "to the next failing goals instead of ending the run; a wave whose every fix task failed is "
+        "retried after a pause instead of ending the run. The extra check runs and agent tasks in the "
+        "last two tables are the remaining goals being fixed. These are figures, not assertions; see "
         "docs/evolve.md.",
         END,
     ]
@@ -339,15 +399,16 @@ def main() -> None:
     ap.add_argument("--before-ref", default="main", help="git ref whose strategies/ is 'before' (default main)")
     ap.add_argument("--write-doc", action="store_true", help="replace the evolve section of docs/search-quality.md")
     ap.add_argument("--variant-json", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--scenarios", default=",".join(name for name, _, _ in SCENARIOS), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.runs < 1:
         raise SystemExit("--runs must be at least 1")
     if args.variant_json:
-        print(json.dumps(summarize(run_variant(args.runs, args.seed))))
+        print(json.dumps(summarize(run_variant(args.runs, args.seed, tuple(args.scenarios.split(","))))))
         return
     sys.path.insert(0, str(ROOT))
     before = run_before(args.before_ref, args.runs, args.seed)
-    after = summarize(run_variant(args.runs, args.seed))
+    after = summarize(run_variant(args.runs, args.seed, tuple(name for name, _, _ in SCENARIOS)))
     sha = subprocess.run(["git", "rev-parse", "--short", args.before_ref], cwd=ROOT, capture_output=True,
                          text=True, check=True).stdout.strip()
     text = section(before, after, args.before_ref, args.runs, args.seed, sha)
