@@ -6,6 +6,8 @@ histories are written out by hand from each scenario.
 
 from __future__ import annotations
 
+from functools import partial
+
 import anyio
 
 from engine_helpers import run_engine
@@ -203,10 +205,19 @@ async def test_a_budgeted_run_resumed_mid_wave_decides_the_same(tmp_path):
     assert ref.strategies["s1"].result["stopped"] == "budget"
 
     w = world()
-    first = ScriptedRunner(w, delay=lambda req: 30 if req.task_key.endswith("/c/2/fix/d") else 0)
-    with anyio.move_on_after(0.5):
-        await run_engine(tmp_path / "resumed", evolve, first, params=params)
-    assert any(c.task_key.endswith("/c/2/fix/d") for c in first.calls)
+    reached = anyio.Event()
+
+    async def hang_in_cycle_2(req):
+        if req.task_key.endswith("/c/2/fix/d"):
+            reached.set()
+            await anyio.sleep_forever()
+        return w(req)
+
+    first = ScriptedRunner(hang_in_cycle_2)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(partial(run_engine, tmp_path / "resumed", evolve, first, params=params))
+        await reached.wait()
+        tg.cancel_scope.cancel()
     second = ScriptedRunner(w)
     _, state = await run_engine(tmp_path / "resumed", evolve, second, params=params)
     result = state.strategies["s1"].result
