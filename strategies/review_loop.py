@@ -30,8 +30,8 @@ import anyio
 from orchestrator.errors import ConfigError
 from orchestrator.strategy_loader import strategy_options
 
-from .evolve_budget import BudgetedContext, BudgetExhausted, make_budget
 from .evaluation import ScoringConfig, check_scoring_params, evaluation_from_task, to_json
+from .evolve_budget import BudgetedContext, BudgetExhausted, make_budget
 from .pipeline import Idea, PipelineConfig, command_task, run_idea, write_json
 
 MAX_IDEA_BYTES = 64 * 1024

@@ -9,11 +9,11 @@ from __future__ import annotations
 from functools import partial
 
 import anyio
-
 from engine_helpers import run_engine
+from test_evolve import CHECKS, FIXES, GOALS, Repo, World, goal, history, key_parts, project, world
+
 from orchestrator.engine.testing import ScriptedRunner, failure, success
 from strategies.evolve import evolve
-from test_evolve import CHECKS, FIXES, GOALS, Repo, World, goal, history, key_parts, project, world
 
 
 def _calls(runner, *parts):

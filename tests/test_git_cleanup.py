@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from conftest import git, make_repo
+
 from orchestrator.errors import ConfigError
 from orchestrator.fingerprint import TaskDefaults, fingerprint, normalize_task
 from orchestrator.naming import branch_name
