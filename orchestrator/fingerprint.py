@@ -42,7 +42,7 @@ TASK_FIELDS = frozenset({
     "prompt", "base_branch", "model", "import_policy", "import_conflict_policy", "skip_empty_import",
     "session_group_key", "resume_session_id", "plugin", "plugin_name", "system_prompt",
     "append_system_prompt", "max_turns", "command", "include_branches", "timeout_seconds",
-    "network_egress", "container_limits", "metadata",
+    "network_egress", "container_limits", "metadata", "delete_branches",
 })
 
 
@@ -57,7 +57,17 @@ def normalize_task(task: dict[str, Any], defaults: TaskDefaults, *, default_base
     plugin = task.get("plugin_name") or task.get("plugin") or defaults.plugin_name
     command = task.get("command")
     prompt = task.get("prompt")
-    if plugin == "command":
+    delete = task.get("delete_branches")
+    if delete is not None:
+        # A housekeeping task: the runner deletes this run's own branches and runs nothing.
+        if (not isinstance(delete, (list, tuple)) or not delete
+                or not all(isinstance(b, str) and b for b in delete)):
+            raise ConfigError("task field delete_branches must be a non-empty list of branch names")
+        if command is not None or task.get("plugin") or task.get("plugin_name") or task.get("include_branches"):
+            raise ConfigError("a delete_branches task runs nothing else: drop command, plugin and include_branches")
+        plugin, command = "command", None
+        prompt = prompt or f"delete {len(delete)} working branch(es)"
+    elif plugin == "command":
         if not isinstance(command, str) or not command.strip():
             raise ConfigError("a task with plugin 'command' needs a non-empty 'command' string")
         prompt = prompt if prompt is not None else command
@@ -102,6 +112,9 @@ def normalize_task(task: dict[str, Any], defaults: TaskDefaults, *, default_base
         "include_branches": list(include) if include else None,
         "timeout_seconds": task.get("timeout_seconds"),
     }
+    if delete is not None:  # only when present: every other task keeps its fingerprint
+        normalized["delete_branches"] = list(delete)
+        normalized["import_policy"] = "never"
     return _drop_nulls(normalized)
 
 

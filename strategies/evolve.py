@@ -6,8 +6,13 @@ own branch from the cycle's base, merges the fixes into one wave branch inside
 a container, and re-measures everything there. A wave that breaks a goal that
 passed at the start of the cycle is reverted as a whole (or, with
 ``bisect_on_regression``, cut down to the fixes that break nothing); otherwise
-the base advances to the wave branch. The loop ends when every goal passes,
-after ``max_cycles``, or after an idle cycle. See docs/evolve.md.
+the base advances to the wave branch. A check that newly fails is re-run before
+it counts as a regression; a goal whose agent changed nothing is set aside until
+the base moves; a wave whose every fix task failed is retried after a pause;
+each goal's next fix prompt lists its earlier attempts. The loop ends when
+every goal passes, after ``max_cycles``, when no failing goal is left to try,
+after ``max_failed_waves`` failed waves in a row, or when a budget is spent;
+then the working branches are deleted. See docs/evolve.md.
 """
 
 from __future__ import annotations
@@ -20,11 +25,23 @@ from typing import Annotated, Any
 
 from orchestrator.strategy_loader import strategy_options
 
+from .evolve_budget import BudgetedContext, BudgetExhausted, make_budget
 from .evolve_commands import Measurement
 from .evolve_goals import Goal, check_max_parallel, goals_from_param, prepare
 from .evolve_select import select_goals
-from .evolve_wave import bisect_wave, fix_wave, head_of, improvements, measure_all, merge_wave, regressions
+from .evolve_wave import (
+    bisect_wave,
+    confirm_regressions,
+    fix_wave,
+    head_of,
+    improvements,
+    measure_all,
+    merge_wave,
+)
 from ._report import evolve_sections as report_sections  # noqa: F401  (the run report's sections)
+
+ATTEMPTS_KEPT = 5  # earlier attempts shown in a goal's next fix prompt
+TAIL_IN_NOTE = 300
 
 
 @strategy_options(prepare=prepare)
@@ -33,51 +50,108 @@ async def evolve(prompt, base_branch, ctx, *,
                  max_parallel: Annotated[int, "goals fixed per wave, 1 = sequential (at most 5)"] = 3,
                  max_cycles: Annotated[int, "stop after this many cycles"] = 10,
                  bisect_on_regression: Annotated[bool, "on a regression keep the fixes that break nothing"] = False,
-                 quarantine_after: Annotated[int, "rolled-back fixes before a goal is quarantined"] = 3):
+                 quarantine_after: Annotated[int, "rolled-back fixes before a goal is quarantined"] = 3,
+                 recheck: Annotated[int, "re-runs of a check that newly fails on a wave before it counts as a regression (0: believe one run)"] = 1,
+                 max_failed_waves: Annotated[int, "waves in a row in which every fix task failed (quota, outage) before the run stops"] = 3,
+                 retry_backoff_s: Annotated[float, "wait before retrying after such a wave; doubles each time"] = 60.0,
+                 max_cost_usd: Annotated[float | None, "start no new task once the run's tasks cost this many US dollars (null: no limit)"] = None,
+                 max_wall_s: Annotated[float | None, "start no new task once the run is this many seconds old (null: no limit)"] = None,
+                 keep_branches: Annotated[bool, "keep the fix, merge and resolve branches instead of deleting them"] = False):
     """Keep a set of measurable goals passing: fix failing ones in parallel waves, revert regressions."""
     goal_list = goals_from_param(goals)
     max_parallel = check_max_parallel(max_parallel)
-    loop = _Loop(ctx, prompt, goal_list, max_parallel=max_parallel, bisect=bisect_on_regression,
-                 quarantine_after=max(1, quarantine_after))
-    return await loop.run(base_branch, max_cycles)
+    bctx = BudgetedContext(ctx, make_budget(ctx, max_cost_usd, max_wall_s))
+    loop = _Loop(bctx, prompt, goal_list, max_parallel=max_parallel, bisect=bisect_on_regression,
+                 quarantine_after=max(1, quarantine_after), recheck=max(0, recheck),
+                 max_failed_waves=max(0, max_failed_waves), retry_backoff_s=max(0.0, float(retry_backoff_s)))
+    out = await loop.run(base_branch, max_cycles)
+    if not keep_branches:
+        # Only the final branch is worth keeping; the working branches are noise in the user's repository.
+        doomed = [b for b in bctx.branches if b not in (out["final_branch"], base_branch)]
+        out["branches"] = await bctx.delete_branches(doomed, ctx.key("cleanup", "branches"))
+    else:
+        out["branches"] = {"deleted": [], "kept": {b: "keep_branches" for b in bctx.branches
+                                                    if b != out["final_branch"]}}
+    return out
 
 
 class _Loop:
     def __init__(self, ctx, prompt: str, goals: list[Goal], *, max_parallel: int, bisect: bool,
-                 quarantine_after: int) -> None:
+                 quarantine_after: int, recheck: int = 1, max_failed_waves: int = 3,
+                 retry_backoff_s: float = 60.0) -> None:
         self.ctx, self.prompt, self.goals = ctx, prompt, goals
         self.by_id = {g.id: g for g in goals}
         self.max_parallel, self.bisect, self.quarantine_after = max_parallel, bisect, quarantine_after
+        self.recheck, self.max_failed_waves, self.retry_backoff_s = recheck, max_failed_waves, retry_backoff_s
         self.strikes: Counter[str] = Counter()
         self.quarantined: list[str] = []
         self.learned: set[frozenset[str]] = set()
+        # Goals whose agent changed nothing on the current base: retried only once the base moves.
+        self.no_change: list[str] = []
+        # How often each goal's agent changed nothing: such goals go after the others on a new base.
+        self.idle_counts: Counter[str] = Counter()
+        # What each goal's earlier fixes did and why they did not stick, for its next fix prompt.
+        self.attempts: dict[str, list[str]] = {}
+        self.failed_waves = 0
         self.history: list[dict[str, Any]] = []
         suffix = "" if ctx.strategy_execution_id == "s1" else f"-{ctx.strategy_execution_id}"
         self.history_name = f"cycle-history{suffix}.jsonl"
         self.summary_name = f"evolve_summary{suffix}.md"
 
+    def _eligible(self, measures: dict[str, Measurement]) -> list[Goal]:
+        return [g for g in self.goals if not measures[g.id].passed and g.id not in self.quarantined
+                and g.id not in self.no_change]
+
     async def run(self, base: str, max_cycles: int) -> dict[str, Any]:
-        measures = await measure_all(self.ctx, self.goals, base, ("initial", "measure"))
+        stop_reason = ""
+        try:
+            measures = await measure_all(self.ctx, self.goals, base, ("initial", "measure"))
+        except BudgetExhausted as exc:
+            return {"final_branch": base, "final_commit": None, "stopped": "budget", "stop_reason": str(exc),
+                    "cycles": 0, "budget": self.ctx.summary(), "history": []}
         initial = measures
         stopped = "max-cycles"
         for cycle in range(1, max_cycles + 1):
             if all(m.passed for m in measures.values()):
                 stopped = "all-passing"
                 break
-            entry, base, measures = await self._cycle(cycle, base, measures)
+            entry = self._new_entry(cycle, base, measures)
+            try:
+                base, measures = await self._cycle(entry, cycle, base, measures)
+            except BudgetExhausted as exc:
+                # The unfinished wave is dropped: the base stays the last one that was measured clean.
+                entry.update(result="stopped", reason=str(exc))
+                self.history.append(entry)
+                stopped, stop_reason = "budget", str(exc)
+                break
             self.history.append(entry)
             self._write_outputs(initial, measures)
-            if entry["result"] == "idle":
+            if entry["result"] == "failed":
+                self.failed_waves += 1
+                if self.failed_waves > self.max_failed_waves:
+                    entry.pop("retry_after_s", None)  # no retry follows
+                    self._write_outputs(initial, measures)
+                    stopped = "fixes-failing"
+                    stop_reason = (f"every fix task failed in {self.failed_waves} waves in a row "
+                                   f"(last: {entry['reason']})")
+                    break
+                if cycle < max_cycles and entry.get("retry_after_s"):
+                    await self.ctx.sleep(entry["retry_after_s"])
+                continue
+            self.failed_waves = 0
+            if entry["result"] == "idle" and not self._eligible(measures):
                 stopped = "idle"
+                stop_reason = entry["reason"]
                 break
         else:
             if all(m.passed for m in measures.values()):
                 stopped = "all-passing"
         self._write_outputs(initial, measures)
-        return {
+        out = {
             "final_branch": base,
             "final_commit": head_of(measures),
             "stopped": stopped,
+            "stop_reason": stop_reason,
             "cycles": len(self.history),
             "goals_total": len(self.goals),
             "goals_passing_before": sum(m.passed for m in initial.values()),
@@ -88,50 +162,78 @@ class _Loop:
             "quarantined": list(self.quarantined),
             "history": self.history,
         }
+        if self.ctx.budget is not None:
+            out["budget"] = self.ctx.summary()
+        return out
 
-    async def _cycle(self, cycle: int, base: str, measures: dict[str, Measurement]):
-        """One cycle; returns its history entry, the base after it and the measurements on that base."""
-        ctx, goals = self.ctx, self.goals
-        entry: dict[str, Any] = {
+    def _new_entry(self, cycle: int, base: str, measures: dict[str, Measurement]) -> dict[str, Any]:
+        passing = sum(m.passed for m in measures.values())
+        return {
             "cycle": cycle, "goal_ids": [], "result": "idle", "reason": "", "base_commit": head_of(measures),
-            "wave_commit": None, "goals_passing": sum(m.passed for m in measures.values()),
-            "goals_total": len(goals), "parallel": False,
-            "goals_passing_before": sum(m.passed for m in measures.values()),
+            "wave_commit": None, "goals_passing": passing, "goals_total": len(self.goals), "parallel": False,
+            "goals_passing_before": passing,
             "fixed": [], "regressed": [], "conflicts": [], "resolved": [], "blamed": [], "not_fixed": [],
-            "quarantined": [], "skipped": {}, "base_branch": base,
+            "quarantined": [], "skipped": {}, "base_branch": base, "flaky": [], "fix_failed": [],
         }
+
+    async def _cycle(self, entry: dict[str, Any], cycle: int, base: str, measures: dict[str, Measurement]):
+        """One cycle, filling ``entry``; returns the base after it and the measurements on that base."""
+        ctx, goals = self.ctx, self.goals
         failing = [g for g in goals if not measures[g.id].passed and g.id not in self.quarantined]
-        picked, skipped = select_goals(failing, self.max_parallel, frozenset(self.learned))
+        picked, skipped = select_goals([g for g in failing if g.id not in self.no_change], self.max_parallel,
+                                       frozenset(self.learned), self.idle_counts)
+        skipped.update({gid: "changed nothing on this base" for gid in self.no_change
+                        if gid in {g.id for g in failing}})
         entry["skipped"] = skipped
         if not picked:
-            entry["reason"] = "every failing goal is quarantined"
-            return entry, base, measures
+            entry["reason"] = ("every failing goal is quarantined" if not any(g.id in self.no_change for g in failing)
+                               else "no failing goal left to try on this base")
+            return base, measures
         entry["goal_ids"] = [g.id for g in picked]
         entry["parallel"] = len(picked) > 1
 
-        fixes = await fix_wave(ctx, cycle, self.prompt, base, picked, goals, measures)
+        fixes = await fix_wave(ctx, cycle, self.prompt, base, picked, goals, measures, self.attempts)
+        summaries = {f.goal_id: f.summary for f in fixes}
         entry["not_fixed"] = [f.goal_id for f in fixes if f.branch is None]
+        entry["fix_failed"] = [f.goal_id for f in fixes if f.failed]
+        for f in fixes:
+            if f.branch is None and not f.failed and f.goal_id not in self.no_change:
+                self.no_change.append(f.goal_id)
+                self.idle_counts[f.goal_id] += 1
+                self._note(f.goal_id, f"cycle {cycle}: the agent committed nothing")
         wave = [(self.by_id[f.goal_id], f.branch) for f in fixes if f.branch is not None]
         if not wave:
-            entry["reason"] = "no fix produced a change"
-            return entry, base, measures
+            if entry["fix_failed"]:
+                # Quota exhaustion or a broken container says nothing about the goals: try again later.
+                first = next(f for f in fixes if f.failed)
+                entry.update(result="failed", reason=f"every fix task failed ({first.note})",
+                             retry_after_s=self.retry_backoff_s * (2 ** self.failed_waves))
+            else:
+                entry["reason"] = "no fix produced a change"
+            return base, measures
 
         merged = await merge_wave(ctx, ("c", cycle), base, wave)
         entry["conflicts"], entry["resolved"] = list(merged.conflicts), list(merged.resolved)
+        for gid in merged.conflicts:
+            self._note(gid, f"cycle {cycle}: the fix ({_said(summaries[gid])}) conflicted with other fixes of "
+                            "the wave and was left out")
         if merged.branch is None:
             entry.update(result="reverted", reason=merged.error or "merge failed")
-            return entry, base, measures
+            return base, measures
         after = await measure_all(ctx, goals, merged.branch, ("c", cycle, "wave", "measure"))
+        regressed, after, flaky = await confirm_regressions(ctx, goals, measures, after, merged.branch,
+                                                           ("c", cycle, "wave"), self.recheck)
         entry["wave_commit"] = head_of(after)
-        regressed = regressions(goals, measures, after)
-        entry["regressed"] = regressed
+        entry["regressed"], entry["flaky"] = regressed, flaky
         new_branch, new_measures = merged.branch, after
+        included = [(g, b) for g, b in wave if g.id in merged.included]
         if regressed:
-            included = [(g, b) for g, b in wave if g.id in merged.included]
             new_branch, new_measures = None, None
+            blamed: list[str] = []
             if self.bisect and len(included) > 1:
                 cut = await bisect_wave(ctx, cycle, base, goals, included, measures,
-                                        full_wave_known=not merged.resolved)
+                                        full_wave_known=not merged.resolved, reruns=self.recheck)
+                blamed = list(cut.blamed)
                 self._blame(entry, cut.blamed)
                 entry["conflicts"] += [g for g in cut.conflicts if g not in entry["conflicts"]]
                 if cut.branch is not None:
@@ -139,22 +241,49 @@ class _Loop:
                     entry["wave_commit"] = head_of(cut.measures)
                     entry["kept"] = list(cut.kept)
             elif len(included) == 1:
-                self._blame(entry, [included[0][0].id])
+                blamed = [included[0][0].id]
+                self._blame(entry, blamed)
             else:
                 # Somebody in this wave broke something and we cannot tell who:
                 # never pair these goals again, so the culprit ends up alone.
                 self.learned.update(frozenset(p) for p in combinations(sorted(g.id for g, _ in included), 2))
+            broke = self._broke(regressed, after)
+            for g, _ in included:
+                if g.id in blamed:
+                    self._note(g.id, f"cycle {cycle}: the fix ({_said(summaries[g.id])}) was reverted because "
+                                     f"it broke {broke}")
+                elif not blamed and new_branch is None:
+                    others = ", ".join(o.id for o, _ in included if o.id != g.id)
+                    self._note(g.id, f"cycle {cycle}: the fix ({_said(summaries[g.id])}) was reverted together "
+                                     f"with the fixes for {others}: the wave broke {broke}")
             if new_branch is None:
                 entry.update(result="reverted", reason="regression")
-                return entry, base, measures
+                return base, measures
         gained = improvements(goals, measures, new_measures)
         if not gained:
+            for g, _ in included:
+                m = new_measures[g.id]
+                self._note(g.id, f"cycle {cycle}: the fix ({_said(summaries[g.id])}) was merged but the check "
+                                 f"still failed: {_tail(m.output)}")
             entry.update(result="reverted", reason="no goal improved")
-            return entry, base, measures
+            return base, measures
         entry["fixed"] = gained
         entry.update(result="conflict" if entry["conflicts"] else "improved", base_branch=new_branch,
                      goals_passing=sum(m.passed for m in new_measures.values()))
-        return entry, new_branch, new_measures
+        self.no_change.clear()  # a new base: an agent that found nothing to do may now find something
+        return new_branch, new_measures
+
+    def _note(self, gid: str, text: str) -> None:
+        notes = self.attempts.setdefault(gid, [])
+        notes.append(text)
+        del notes[:-ATTEMPTS_KEPT]
+
+    def _broke(self, regressed: list[str], after: dict[str, Measurement]) -> str:
+        parts = []
+        for gid in regressed:
+            g = self.by_id[gid]
+            parts.append(f"goal `{gid}` (check `{g.check}`, which then printed: {_tail(after[gid].output)})")
+        return "; ".join(parts)
 
     def _blame(self, entry: dict[str, Any], goal_ids) -> None:
         entry["blamed"] = list(goal_ids)
@@ -194,6 +323,15 @@ class _Loop:
         for g in self.goals:
             lines.append(f"| {g.id} | {_status(initial[g.id])} | {_status(current[g.id])} |")
         return "\n".join(lines) + "\n"
+
+
+def _said(summary: str) -> str:
+    return f"the agent said: {summary[-200:]!r}" if summary else "the agent gave no summary"
+
+
+def _tail(output: str) -> str:
+    text = " ".join((output or "").split())
+    return repr(text[-TAIL_IN_NOTE:]) if text else "(no output)"
 
 
 def _status(m: Measurement) -> str:

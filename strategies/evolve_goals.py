@@ -193,6 +193,17 @@ def prepare(params: dict[str, Any], repo_path: str) -> dict[str, Any]:
         value = out.get(name, default)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ConfigError(f"evolve: -S {name} must be a whole number >= 1, got {value!r}")
+    for name, default in (("recheck", 1), ("max_failed_waves", 3)):
+        value = out.get(name, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ConfigError(f"evolve: -S {name} must be a whole number >= 0, got {value!r}")
+    value = out.get("retry_backoff_s", 60.0)
+    if not _is_number(value) or value < 0:
+        raise ConfigError(f"evolve: -S retry_backoff_s must be a number >= 0 (seconds), got {value!r}")
+    for name in ("max_cost_usd", "max_wall_s"):
+        value = out.get(name)
+        if value is not None and (not _is_number(value) or value <= 0):
+            raise ConfigError(f"evolve: -S {name} must be a number > 0, got {value!r}")
     value = out.get("goals")
     if value is None:
         raise ConfigError("evolve: needs -S goals=GOALS.yaml (the goals file, see docs/evolve.md)")

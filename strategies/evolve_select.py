@@ -3,7 +3,10 @@
 Two goals are *independent* when their footprints cannot overlap. A goal's
 footprint is its declared ``writes`` globs, or, when it declares none, the
 path-like tokens of its check command (``scripts/lint.sh``, ``done_a.txt``,
-``src/``, ``.``). Footprints are compared glob against glob with a rule that
+``src/``, ``.``). A check run by a whole-project tool (a test runner, linter,
+type checker or build tool: ``pytest -q``, ``ruff check src``, ``mypy``,
+``npm test``) fails on any file of the project, so without ``writes`` its
+footprint is the whole tree, even when its command names no file. Footprints are compared glob against glob with a rule that
 may say "overlap" when there is none but never says "disjoint" when some path
 matches both (see :func:`globs_may_overlap`). A goal whose footprint is empty
 (a check like ``exit 1``) has nothing to compare and counts as independent:
@@ -19,7 +22,7 @@ from __future__ import annotations
 import fnmatch
 import re
 import shlex
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from .evolve_goals import Goal
 
@@ -28,6 +31,21 @@ _SPLIT = re.compile(r"[;&|()<>=,`\"']+")
 _EXT = re.compile(r"^[^/]*\.[A-Za-z0-9_]{1,8}$")
 _IGNORED_PREFIXES = ("/dev/", "/proc/", "/sys/", "/tmp/", "/usr/", "/bin/", "/etc/")
 # Tools that read a fixed file without naming it on the command line.
+# Tools whose verdict depends on the whole project: a fix for such a goal may
+# touch any file, and any other goal's fix may break it. Only a goal's own
+# ``writes`` narrows them.
+_WHOLE_PROJECT = frozenset({
+    "pytest", "py.test", "tox", "nox", "unittest", "nose2", "ruff", "flake8", "pylint", "pyflakes", "pycodestyle",
+    "black", "isort", "mypy", "pyright", "pytype", "bandit", "coverage", "eslint", "tsc", "prettier", "jest",
+    "vitest", "mocha", "npm", "yarn", "pnpm", "npx", "go", "golangci-lint", "staticcheck", "cargo", "clippy-driver",
+    "make", "cmake", "ctest", "mvn", "gradle", "gradlew", "bazel", "rubocop", "rspec", "rake", "phpunit",
+    "shellcheck", "pre-commit", "dotnet",
+})
+# Launchers that run the tool named after them (``python -m pytest``, ``uv run mypy``).
+_LAUNCHERS = {"python": ("-m",), "python3": ("-m",), "uv": ("run",), "poetry": ("run",), "pipx": ("run",),
+              "pdm": ("run",), "hatch": ("run",), "env": (), "timeout": (), "nice": (), "exec": (), "time": (),
+              "uvx": (), "npx": (), "sh": ("-c",), "bash": ("-c",), "zsh": ("-c",)}
+_SHELLS = ("sh", "bash", "zsh")
 _IMPLIED = {"make": "Makefile", "npm": "package.json", "yarn": "package.json", "pnpm": "package.json",
             "tox": "tox.ini", "just": "justfile", "cargo": "Cargo.toml"}
 
@@ -107,8 +125,53 @@ def path_tokens(command: str) -> list[str]:
     return sorted(set(tokens))
 
 
+def _commands(command: str) -> list[str]:
+    """The program each simple command of a shell line runs, looking through launchers and assignments."""
+    try:
+        words = shlex.split(command, comments=True)
+    except ValueError:
+        words = command.split()
+    out: list[str] = []
+    start = True
+    launcher_args: tuple[str, ...] | None = None
+    prev = ""
+    for raw in words:
+        if raw in (";", "&&", "||", "|", "(", ")", "&"):
+            start, launcher_args = True, None
+            continue
+        word, ends = (raw[:-1], True) if raw.endswith(";") else (raw, False)
+        if start and word and not (
+                "=" in word and not word.startswith(("-", "=")) and word.split("=", 1)[0].isidentifier()):
+            # (a VAR=value before the command is skipped)
+            if launcher_args is not None and out and out[-1] in _SHELLS and prev == "-c":
+                out += _commands(word)  # sh -c "pytest -q": the script is a command line of its own
+                start, launcher_args = False, None
+            elif launcher_args is not None and (word.startswith("-") or word.isdigit() or word in launcher_args):
+                pass
+            else:
+                name = word.rsplit("/", 1)[-1]
+                out.append(name)
+                if name in _LAUNCHERS:
+                    launcher_args = _LAUNCHERS[name]
+                else:
+                    start, launcher_args = False, None
+        if ends:
+            start, launcher_args = True, None
+        prev = word
+    return out
+
+
+def whole_project(command: str) -> bool:
+    """The check runs a tool that looks at the whole project (``pytest``, ``ruff``, ``mypy``, ``make``...)."""
+    return any(name in _WHOLE_PROJECT for name in _commands(command))
+
+
 def footprint(goal: Goal) -> tuple[str, ...]:
-    return tuple(goal.writes) if goal.writes else tuple(path_tokens(goal.check))
+    if goal.writes:
+        return tuple(goal.writes)
+    if whole_project(goal.check):
+        return (".",)
+    return tuple(path_tokens(goal.check))
 
 
 def independent(a: Goal, b: Goal) -> bool:
@@ -116,14 +179,19 @@ def independent(a: Goal, b: Goal) -> bool:
 
 
 def select_goals(failing: Iterable[Goal], max_parallel: int,
-                 learned_conflicts: frozenset[frozenset[str]] = frozenset()) -> tuple[list[Goal], dict[str, str]]:
+                 learned_conflicts: frozenset[frozenset[str]] = frozenset(),
+                 idle_counts: Mapping[str, int] | None = None) -> tuple[list[Goal], dict[str, str]]:
     """Up to ``max_parallel`` goals by weight (ties by id), each independent of those picked before it.
 
+    ``idle_counts`` (goal id -> fixes that changed nothing) ranks before the
+    weight: a goal whose agent keeps finding nothing to do lets every other
+    failing goal have its turn first, instead of costing a cycle per base.
     Returns the picked goals and, for each failing goal left out, why.
     """
+    idle_counts = idle_counts or {}
     picked: list[Goal] = []
     skipped: dict[str, str] = {}
-    for goal in sorted(failing, key=lambda g: (-g.weight, g.id)):
+    for goal in sorted(failing, key=lambda g: (idle_counts.get(g.id, 0), -g.weight, g.id)):
         if len(picked) >= max_parallel:
             skipped[goal.id] = "wave full"
             continue

@@ -24,10 +24,15 @@ from .evolve_goals import Goal
 OUTPUT_IN_PROMPT = 4000
 
 
+SUMMARY_IN_PROMPT = 600
+
+
 class Fix(msgspec.Struct, frozen=True, kw_only=True):
     goal_id: str
     branch: str | None  # None: the fix failed or changed nothing
     note: str = ""
+    failed: bool = False  # the agent task itself failed (quota, container, timeout)
+    summary: str = ""  # the tail of the agent's own last message: what it says it did
 
 
 class WaveMerge(msgspec.Struct, frozen=True, kw_only=True):
@@ -72,6 +77,34 @@ def regressions(goals: list[Goal], before: dict[str, Measurement], after: dict[s
     return out
 
 
+async def confirm_regressions(ctx, goals: list[Goal], before: dict[str, Measurement],
+                              after: dict[str, Measurement], branch: str, key_parts: tuple,
+                              reruns: int) -> tuple[list[str], dict[str, Measurement], list[str]]:
+    """Re-run each regressed goal's check up to ``reruns`` times on ``branch`` before believing it.
+
+    A check that passes (or is back within tolerance) on a re-run was flaky: it
+    does not count as a regression and its passing measurement replaces the
+    failing one. Returns the confirmed regressions, the measurements and the
+    goals found flaky. Costs one check run per suspected regression per re-run.
+    """
+    regressed = regressions(goals, before, after)
+    flaky: list[str] = []
+    current = dict(after)
+    suspects = list(regressed)
+    for attempt in range(1, reruns + 1):
+        if not suspects:
+            break
+        subset = [g for g in goals if g.id in suspects]
+        again = await measure_all(ctx, subset, branch, (*key_parts, "recheck", attempt))
+        still = set(regressions(subset, before, {**current, **again}))
+        for gid in suspects:
+            if gid not in still:
+                flaky.append(gid)
+                current[gid] = again[gid]
+        suspects = [gid for gid in suspects if gid in still]
+    return suspects, current, flaky
+
+
 def improvements(goals: list[Goal], before: dict[str, Measurement], after: dict[str, Measurement]) -> list[str]:
     """Goals that failed before and pass after, or whose metric got better beyond its tolerance."""
     out = []
@@ -93,7 +126,8 @@ def _others(goal: Goal, goals: list[Goal]) -> str:
     return "\n".join(lines) if lines else "- (none)"
 
 
-def fix_prompt(user_prompt: str, goal: Goal, measured: Measurement, goals: list[Goal]) -> str:
+def fix_prompt(user_prompt: str, goal: Goal, measured: Measurement, goals: list[Goal],
+               attempts: list[str] | tuple[str, ...] = ()) -> str:
     tail = measured.output[-OUTPUT_IN_PROMPT:] if measured.output else "(no output)"
     state = f"exit status {measured.exit_code}" if measured.exit_code is not None else (measured.error or "unknown")
     lines = [
@@ -119,26 +153,34 @@ def fix_prompt(user_prompt: str, goal: Goal, measured: Measurement, goals: list[
         "",
         "These other checks must keep passing; do not break them:",
         _others(goal, goals),
-        "",
-        "Make the smallest change that fixes the goal and commit it with git.",
     ]
+    if attempts:
+        # Without this the agent gets a byte-identical prompt and repeats the fix that was just reverted.
+        lines += ["", "Earlier attempts at this goal did not stick. Do not repeat them; find another way:"]
+        lines += [f"- {a}" for a in attempts]
+    lines += ["", "Make the smallest change that fixes the goal and commit it with git."]
     return "\n".join(lines)
 
 
 async def fix_wave(ctx, cycle: int, user_prompt: str, base: str, picked: list[Goal], goals: list[Goal],
-                   measures: dict[str, Measurement]) -> list[Fix]:
+                   measures: dict[str, Measurement], attempts: dict[str, list[str]] | None = None) -> list[Fix]:
     """One agent task per picked goal, each on its own branch from the cycle's base, in parallel."""
-    handles = [(g, ctx.run({"prompt": fix_prompt(user_prompt, g, measures[g.id], goals), "base_branch": base,
-                            "import_policy": "auto"}, key=ctx.key("c", cycle, "fix", g.id))) for g in picked]
+    attempts = attempts or {}
+    handles = [(g, ctx.run({"prompt": fix_prompt(user_prompt, g, measures[g.id], goals, attempts.get(g.id, ())),
+                            "base_branch": base, "import_policy": "auto"}, key=ctx.key("c", cycle, "fix", g.id)))
+               for g in picked]
     fixes = []
     for goal, handle in handles:
         try:
             result = await ctx.wait(handle)
         except ctx.errors.TaskFailed as exc:
-            fixes.append(Fix(goal_id=goal.id, branch=None, note=f"fix failed ({exc.error_type})"))
+            fixes.append(Fix(goal_id=goal.id, branch=None, failed=True,
+                             note=f"fix failed ({exc.error_type}): {(exc.message or '').strip()[:200]}"))
             continue
         branch = (result.get("artifact") or {}).get("branch_final")
-        fixes.append(Fix(goal_id=goal.id, branch=branch, note="" if branch else "fix changed nothing"))
+        summary = " ".join((result.get("final_message") or "").split())[-SUMMARY_IN_PROMPT:]
+        fixes.append(Fix(goal_id=goal.id, branch=branch, note="" if branch else "fix changed nothing",
+                         summary=summary))
     return fixes
 
 
@@ -242,7 +284,7 @@ class Bisect(msgspec.Struct, frozen=True, kw_only=True):
 
 
 async def bisect_wave(ctx, cycle: int, base: str, goals: list[Goal], wave: list[tuple[Goal, str]],
-                      before: dict[str, Measurement], *, full_wave_known: bool) -> Bisect:
+                      before: dict[str, Measurement], *, full_wave_known: bool, reruns: int = 0) -> Bisect:
     """Keep the largest prefix-greedy subset of the wave that regresses nothing.
 
     Branches are tried in wave order: each is merged on top of the branches kept
@@ -266,7 +308,8 @@ async def bisect_wave(ctx, cycle: int, base: str, goals: list[Goal], wave: list[
             conflicts.append(goal.id)
             continue
         m = await measure_all(ctx, goals, merged.branch, ("c", cycle, "bisect", i, "measure"))
-        if regressions(goals, before, m):
+        bad, m, _ = await confirm_regressions(ctx, goals, before, m, merged.branch, ("c", cycle, "bisect", i), reruns)
+        if bad:
             blamed.append(goal.id)
             continue
         kept, branch, measures = candidate, merged.branch, m

@@ -11,8 +11,12 @@ prompt itself. ``prepare`` reads them before the run starts, so their text is
 part of the recorded parameters and a resume never re-reads changed files.
 All ideas run in parallel (within the pool) through :func:`strategies.pipeline.run_idea`;
 the base branch is evaluated once (``baseline/eval``) and every idea's
-evaluation is scored against it. Artifacts: ``strategy_output/<idea-id>/`` per
-idea plus ``ranking.json`` and ``ideas.md`` ranking the ideas by score.
+evaluation is scored against it. The base is a candidate too: ``best`` is
+the top idea only when it beats the base (grade strong or promising, primary
+metric not worse); otherwise the result says "nothing beat the base" and
+``best_branch`` is the base branch. ``max_cost_usd`` / ``max_wall_s`` stop
+new tasks; ideas cut short are reported as ``budget_stopped``. Artifacts:
+``strategy_output/<idea-id>/`` per idea plus ``ranking.json`` and ``ideas.md`` ranking the ideas by score.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from orchestrator.errors import ConfigError
 from orchestrator.strategy_loader import strategy_options
 
 from .evaluation import ScoringConfig, check_scoring_params, evaluation_from_task, to_json
+from .evolve_budget import BudgetedContext, BudgetExhausted, make_budget
 from .pipeline import Idea, PipelineConfig, command_task, run_idea, write_json
 from ._report import review_loop_sections as report_sections  # noqa: F401  (the run report's sections)
 
@@ -84,6 +89,10 @@ def prepare(params: dict[str, Any], repo_path: str) -> dict[str, Any]:
         raise ConfigError("-S max_review_rounds must be >= 0")
     check_scoring_params(out.get("primary_metric"), out.get("direction", "max"), out.get("weights") or {},
                          out.get("tolerance", 0.01), eval_command=out.get("eval_command"))
+    for name in ("max_cost_usd", "max_wall_s"):
+        value = out.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
+            raise ConfigError(f"review-loop: -S {name} must be a number > 0, got {value!r}")
     return out
 
 
@@ -109,8 +118,39 @@ def rank_outcomes(outcomes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def ranking_markdown(rows: list[dict[str, Any]], baseline: dict[str, Any] | None) -> str:
+BEATS_BASE = ("strong", "promising")
+
+
+def beats_base(row: dict[str, Any]) -> bool:
+    """A completed idea whose evaluation is better than the base's and whose primary metric is not worse."""
+    delta = row.get("primary_delta")
+    return (row["status"] == "completed" and row.get("grade") in BEATS_BASE
+            and delta is not None and delta >= 0)
+
+
+def pick_best(rows: list[dict[str, Any]], evaluated: bool) -> tuple[dict[str, Any] | None, str]:
+    """The best idea and a one-line verdict. With an evaluation the base is a candidate: a regression never wins."""
+    if not evaluated:
+        best = next((r for r in rows if r["status"] == "completed"), None)
+        return best, (f"best: {best['idea_id']} (not evaluated: the top completed idea)" if best
+                      else "no idea completed")
+    best = next((r for r in rows if beats_base(r)), None)
+    if best is not None:
+        return best, f"best: {best['idea_id']} beat the base (score {_fmt(best['score'])}, grade {best['grade']})"
+    top = next((r for r in rows if r["status"] == "completed"), None)
+    if top is None:
+        return None, "nothing beat the base: no idea completed"
+    return None, (f"nothing beat the base: the top completed idea, {top['idea_id']}, scored {_fmt(top['score'])} "
+                  f"(grade {top['grade'] or '-'}, primary delta {_fmt(top['primary_delta'])})")
+
+
+def ranking_markdown(rows: list[dict[str, Any]], baseline: dict[str, Any] | None, verdict: str = "",
+                     stop_reason: str | None = None) -> str:
     lines = ["# review-loop: ideas ranked by score", ""]
+    if verdict:
+        lines += [verdict[:1].upper() + verdict[1:] + ".", ""]
+    if stop_reason:
+        lines += [f"Stopped early: {stop_reason}.", ""]
     if baseline is not None:
         lines += [f"Baseline ({baseline.get('status')}): metrics {baseline.get('metrics')}"
                   + (f", error {baseline['error']}" if baseline.get("error") else ""), ""]
@@ -137,7 +177,9 @@ async def review_loop(prompt, base_branch, ctx, *,
                       direction: Annotated[Literal["max", "min"], "whether the primary metric should go up or down"] = "max",
                       weights: Annotated[dict, "weights of other metrics, e.g. {\"latency_ms\": -0.5}"] = {},  # noqa: B006
                       tolerance: Annotated[float, "relative noise band (0.01 = 1%)"] = 0.01,
-                      eval_timeout_s: Annotated[float | None, "timeout of one evaluation"] = None):
+                      eval_timeout_s: Annotated[float | None, "timeout of one evaluation"] = None,
+                      max_cost_usd: Annotated[float | None, "start no new task once the run's tasks cost this many US dollars (null: no limit)"] = None,
+                      max_wall_s: Annotated[float | None, "start no new task once the run is this many seconds old (null: no limit)"] = None):
     """Plan, implement, review (with fix rounds), test and evaluate each idea; rank by score."""
     if isinstance(ideas, str):  # called without prepare (a direct call): read now
         raise ConfigError("review-loop: ideas must be loaded by prepare; pass -S ideas=PATH on the command line")
@@ -148,6 +190,7 @@ async def review_loop(prompt, base_branch, ctx, *,
     cfg = PipelineConfig(review=True, max_review_rounds=max_review_rounds, test_command=test_command,
                          eval_command=eval_command, eval_timeout_s=eval_timeout_s, scoring=scoring)
     root = output_root(ctx)
+    ctx = BudgetedContext(ctx, make_budget(ctx, max_cost_usd, max_wall_s))
 
     baseline_get = None
     baseline_json: dict[str, Any] | None = None
@@ -163,8 +206,14 @@ async def review_loop(prompt, base_branch, ctx, *,
     outcomes: list[dict[str, Any] | None] = [None] * len(items)
 
     async def one(i: int, idea: Idea) -> None:
-        outcomes[i] = await run_idea(ctx, idea, goal=prompt, base_branch=base_branch, key_prefix=("idea", idea.id),
-                                     cfg=cfg, baseline=baseline_get, out_dir=root / idea.id)
+        try:
+            outcomes[i] = await run_idea(ctx, idea, goal=prompt, base_branch=base_branch,
+                                         key_prefix=("idea", idea.id), cfg=cfg, baseline=baseline_get,
+                                         out_dir=root / idea.id)
+        except BudgetExhausted as exc:
+            # The budget ran out between two of this idea's steps: what it finished stays in the event log.
+            outcomes[i] = {"idea_id": idea.id, "title": idea.title, "idea": idea.text, "status": "budget_stopped",
+                           "rounds": [], "comparison": None, "branch": None, "error": str(exc)}
 
     async with anyio.create_task_group() as tg:
         for i, idea in enumerate(items):
@@ -174,6 +223,16 @@ async def review_loop(prompt, base_branch, ctx, *,
         write_json(root / "baseline.json", baseline_json)
     rows = rank_outcomes([o for o in outcomes if o is not None])
     write_json(root / "ranking.json", rows)
-    (root / "ideas.md").write_text(ranking_markdown(rows, baseline_json), "utf-8")
-    best = next((r for r in rows if r["status"] == "completed"), None)
-    return {"best": best, "ranking": rows, "baseline": baseline_json, "ideas": outcomes}
+    evaluated = scoring is not None and baseline_json is not None
+    best, verdict = pick_best(rows, evaluated)
+    stop_reason = ctx.stop_reason
+    (root / "ideas.md").write_text(ranking_markdown(rows, baseline_json, verdict, stop_reason), "utf-8")
+    out = {"best": best, "verdict": verdict, "ranking": rows, "baseline": baseline_json, "ideas": outcomes}
+    if evaluated:
+        # The base is a candidate: when no idea beat it, the base is what the run selects.
+        out["best_branch"] = best["branch"] if best is not None else base_branch
+    if ctx.budget is not None:
+        out["stopped"] = "budget" if stop_reason else "done"
+        out["stop_reason"] = stop_reason
+        out["budget"] = ctx.summary()
+    return out

@@ -87,6 +87,8 @@ class World:
 
     def __call__(self, req):
         parts = key_parts(req)
+        if req.delete_branches:
+            return self.delete(req)
         if req.plugin_name == "command" and req.import_policy == "never":
             return self.measure(req, parts[-1])
         if req.plugin_name == "command":
@@ -96,6 +98,15 @@ class World:
         if "resolve" in parts:
             return self.resolve_conflict(req, parts[-1])
         raise AssertionError(f"unexpected task {req.task_key}")
+
+    def delete(self, req):
+        """The git layer's branch cleanup: only branches this world's tasks created."""
+        self.deleted = list(req.delete_branches)
+        lines = []
+        for name in req.delete_branches:
+            state = "deleted" if self.repo.branches.pop(name, None) else "missing"
+            lines.append(f"@@branch {state}: {name}\n")
+        return success(req, final_message="".join(lines), has_changes=False)
 
     def measure(self, req, gid):
         files = self.repo.files(req.base_branch)

@@ -85,6 +85,9 @@ async def test_evolve_end_to_end_with_conflict_revert_and_quarantine(tmp_path, w
     assert (s.result["goals_passing_before"], s.result["goals_passing_after"]) == (1, 3)
     summary = (tmp_path / "results/run_e/strategy_output/evolve_summary.md").read_text()
     assert "1/4 before, 3/4 after" in summary
+    # the fix, merge and resolve branches are gone from the user's repository; only the result stays
+    assert set(git(repo, "for-each-ref", "--format=%(refname:short)", "refs/heads/").split()) == {"main", final}
+    assert len(s.result["branches"]["deleted"]) >= 5 and s.result["branches"]["kept"] == {}
 
 
 async def run_until(tmp_path, repo, fn, *, event_type, key_suffix, run_id, params, prompt):
@@ -193,3 +196,5 @@ def test_cli_runs_evolve_from_a_goals_file(tmp_path):
     assert [g["id"] for g in strategy["params"]["goals"]] == ["keep", "c1", "c2"]
     assert git(repo, "show", f"{final}:shared.txt") == "two"
     assert "1/3 before, 3/3 after" in (out / "strategy_output" / "evolve_summary.md").read_text()
+    # the fix and resolve branches were deleted through the runner; the user's branch and the result stay
+    assert set(git(repo, "for-each-ref", "--format=%(refname:short)", "refs/heads/").split()) == {"main", final}

@@ -12,7 +12,7 @@ from orchestrator.errors import ConfigError
 from orchestrator.strategy_loader import load_strategy, parse_params
 from strategies.evolve_commands import measure_command, merge_command, parse_measurement, parse_merge
 from strategies.evolve_goals import Goal, goals_from_param, load_goals_file, prepare
-from strategies.evolve_select import globs_may_overlap, independent, path_tokens, select_goals
+from strategies.evolve_select import footprint, globs_may_overlap, independent, path_tokens, select_goals
 
 GOOD = """\
 version: 1
@@ -104,6 +104,12 @@ def test_limits_and_missing_file_are_config_errors(tmp_path):
         prepare({"goals": "GOALS.yaml", "max_cycles": 0}, str(tmp_path))
     with pytest.raises(ConfigError, match="quarantine_after must be"):
         prepare({"goals": "GOALS.yaml", "quarantine_after": 0}, str(tmp_path))
+    with pytest.raises(ConfigError, match="recheck must be a whole number >= 0"):
+        prepare({"goals": "GOALS.yaml", "recheck": -1}, str(tmp_path))
+    with pytest.raises(ConfigError, match="max_cost_usd must be a number > 0"):
+        prepare({"goals": "GOALS.yaml", "max_cost_usd": 0}, str(tmp_path))
+    with pytest.raises(ConfigError, match="retry_backoff_s must be a number >= 0"):
+        prepare({"goals": "GOALS.yaml", "retry_backoff_s": -5}, str(tmp_path))
     with pytest.raises(ConfigError, match="nope.yaml: goals file not found"):
         prepare({"goals": "nope.yaml"}, str(tmp_path))
     with pytest.raises(ConfigError, match="needs -S goals="):
@@ -115,7 +121,8 @@ def test_loader_sees_the_parameters():
     assert loaded.options.prepare is prepare and loaded.params["goals"].required
     params = parse_params(loaded, ["goals=GOALS.yaml", "max_parallel=1", "bisect_on_regression=true"])
     assert params == {"goals": "GOALS.yaml", "max_parallel": 1, "bisect_on_regression": True, "max_cycles": 10,
-                      "quarantine_after": 3}
+                      "quarantine_after": 3, "recheck": 1, "max_failed_waves": 3, "retry_backoff_s": 60.0,
+                      "max_cost_usd": None, "max_wall_s": None, "keep_branches": False}
 
 
 # ---------------------------------------------------------------- independence
@@ -171,6 +178,27 @@ def test_selection_by_weight_skipping_dependent_goals():
     picked, _ = select_goals(goals, 5, frozenset({frozenset({"lint", "api"})}))
     assert [g.id for g in picked] == ["lint", "docs", "zzz"]
     assert independent(goals[2], goals[3]) and not independent(goals[0], goals[1])
+
+
+def test_whole_project_checks_touch_everything_unless_writes_says_otherwise():
+    # pytest and ruff name no file (or only a directory), yet any fix can break them
+    tests = _g("tests", "pytest -q")
+    lint = _g("lint", "ruff check src")
+    types = _g("types", "uv run mypy", writes=("src/types/**",))
+    docs = _g("docs", "test -f docs/index.md")
+    script = _g("script", "./scripts/check.sh")
+    assert footprint(tests) == footprint(lint) == (".",)
+    assert not independent(tests, docs) and not independent(lint, script) and not independent(tests, lint)
+    assert not independent(_g("unit", "python -m pytest tests/unit -q"), docs)
+    assert not independent(_g("js", "cd web && npm test"), docs)
+    assert not independent(_g("sh", "sh -c 'pytest -q tests/unit'"), docs)
+    assert independent(_g("script-sh", "sh ./scripts/run.sh"), docs)
+    # declared writes narrow a whole-project check again
+    assert independent(types, docs) and independent(types, script)
+    assert independent(docs, script) and independent(_g("zzz", "exit 1"), docs)
+    picked, skipped = select_goals([tests, lint, docs, types], 4)
+    assert [g.id for g in picked] == ["docs", "types"]
+    assert skipped == {"lint": "overlaps docs", "tests": "overlaps docs"}
 
 
 # ---------------------------------------------------------------- the shell protocol, for real

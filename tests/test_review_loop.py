@@ -12,6 +12,7 @@ from engine_helpers import run_engine
 from orchestrator.engine.testing import ScriptedRunner, failure, success
 from orchestrator.errors import ConfigError
 from orchestrator.naming import short8
+from orchestrator.results import _selected_branch
 from strategies.review_loop import load_ideas, prepare, review_loop
 
 APPROVE = '{"verdict": "APPROVE", "issues": []}'
@@ -213,3 +214,61 @@ async def test_prompt_is_the_idea_when_no_ideas_given(tmp_path):
     assert sorted(k.split("/s1/")[1] for k in runner.per_key) == [
         "idea/01-prompt/code/round-1", "idea/01-prompt/diff/round-1", "idea/01-prompt/plan",
         "idea/01-prompt/review/round-1/attempt-1"]
+
+
+# ---------------------------------------------------------------- "best" and budgets
+
+
+def regressing_script(req):
+    """Every idea completes, and every one is slower than the base (100): 50, 99.5 (noise) and 70."""
+    values = {"01-good": 50, "02-fixme": 99.5, "06-repaired": 70}
+    key = req.task_key
+    if key.endswith("/eval") and "/idea/" in key:
+        return success(req, final_message=json.dumps({"metrics": {"throughput": values[idea_of(key)]}}),
+                       exit_code=0)
+    return script(req)
+
+
+async def test_a_regression_is_never_best_and_the_base_wins_when_nothing_beat_it(tmp_path):
+    ideas = [i for i in ideas_list() if i["id"] in ("01-good", "02-fixme", "06-repaired")]
+    engine, state = await run_engine(tmp_path, review_loop, ScriptedRunner(regressing_script),
+                                     params={**PARAMS, "ideas": ideas})
+    result = state.strategies["s1"].result
+    assert [r["idea_id"] for r in result["ranking"]] == ["02-fixme", "06-repaired", "01-good"]
+    assert result["ranking"][0]["grade"] == "mixed"  # -0.5 %: within the noise band, still not better
+    assert result["best"] is None and result["best_branch"] == "main"
+    assert result["verdict"] == ("nothing beat the base: the top completed idea, 02-fixme, scored -0.5 "
+                                 "(grade mixed, primary delta -0.5)")
+    ideas_md = (engine.paths.results / "strategy_output" / "ideas.md").read_text()
+    assert "Nothing beat the base: the top completed idea, 02-fixme" in ideas_md
+    assert _selected_branch(result) == "main"  # what the run summary reports as selected
+
+
+async def test_best_is_the_top_idea_that_beat_the_base(tmp_path):
+    _, state, _ = await run(tmp_path)
+    result = state.strategies["s1"].result
+    assert result["best"]["idea_id"] == "01-good" and result["best_branch"] == result["best"]["branch"]
+    assert result["verdict"] == "best: 01-good beat the base (score 20, grade strong)"
+
+
+async def test_cost_budget_stops_new_tasks_and_reports_the_best_so_far(tmp_path):
+    # every scripted task costs $0.01: six plans and six coders spend $0.12, past the limit before any review
+    runner = ScriptedRunner(script)
+    engine, state = await run_engine(tmp_path, review_loop, runner,
+                                     params={**PARAMS, "ideas": ideas_list(), "max_cost_usd": 0.1})
+    s = state.strategies["s1"]
+    assert s.status == "success", s.error
+    result = s.result
+    started = [k.split("/s1/")[1] for k in runner.per_key]
+    assert not [k for k in started if k.endswith(("/tests", "/eval")) and k.startswith("idea/")]
+    assert len(started) <= 1 + 6 + 6 + 6  # baseline, plans, coders and at most the diffs in flight
+    assert result["budget"]["cost_usd"] >= 0.1
+    assert {o["status"] for o in result["ideas"]} == {"budget_stopped"}
+    assert result["stopped"] == "budget" and result["stop_reason"].startswith("max_cost_usd reached")
+    assert result["best"] is None and result["best_branch"] == "main"
+    assert "Stopped early: max_cost_usd reached" in (engine.paths.results / "strategy_output" / "ideas.md").read_text()
+
+
+def test_prepare_rejects_a_non_positive_budget(tmp_path):
+    with pytest.raises(ConfigError, match="max_wall_s must be a number > 0"):
+        prepare({"max_wall_s": 0}, str(tmp_path))

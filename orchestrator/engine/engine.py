@@ -239,6 +239,7 @@ class Engine:
             import_policy=norm["import_policy"], import_conflict_policy=norm["import_conflict_policy"],
             skip_empty_import=norm["skip_empty_import"], command=norm.get("command"),
             include_branches=tuple(norm.get("include_branches") or ()),
+            delete_branches=tuple(norm.get("delete_branches") or ()),
             network_egress=runner_cfg["network_egress"], **options,
         )
 

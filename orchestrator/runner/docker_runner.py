@@ -31,7 +31,7 @@ import anyio
 import anyio.to_thread
 
 from ..errors import (ConfigError, ContainerError, GitError, PreflightError, ResourceLimitError, RunnerError,
-                      SecretLeakError, TaskTimeoutError)
+                      SecretLeakError, TaskTimeoutError, UsageError)
 from ..jsonlog import ComponentLog, utc_now_iso
 from ..naming import ghash, session_volume_name
 from ..sanitize import SECRET_ENV_VARS, Sanitizer, default_sanitizer
@@ -39,6 +39,7 @@ from . import git_cmd, git_ops, secret_scan, watchdog
 from .base import RunnerEventCallback
 from .docker_containers import DockerHost, ensure_container, selinux_enabled, workspace_read_only
 from .docker_exec import ExecOutput, run_exec
+from .git_cleanup import delete_run_branches
 from .plugin import AgentEvent, AgentOutcome, RunnerPlugin, get_plugin
 from .types import AuthConfig, BranchArtifact, Hardening, ErrorCategory, InstanceRequest, Metrics, RunnerResult
 
@@ -163,6 +164,8 @@ class DockerRunner:
     # ---- the pipeline ---------------------------------------------------------
 
     async def run(self, request: InstanceRequest, *, on_event: RunnerEventCallback | None = None) -> RunnerResult:
+        if request.delete_branches:
+            return await self._delete_branches(request, on_event)
         started_at, t0 = utc_now_iso(), time.monotonic()
         plugin = self._validate_request(request)
         workspace: Path | None = None
@@ -264,6 +267,20 @@ class DockerRunner:
             raise
 
     # ---- phases -----------------------------------------------------------------
+
+    async def _delete_branches(self, request: InstanceRequest, on_event: RunnerEventCallback | None) -> RunnerResult:
+        """A housekeeping request: no container, only the host repository's refs (see git_cleanup)."""
+        started_at = utc_now_iso()
+        try:
+            outcome = await delete_run_branches(request.repo_path, request.delete_branches, run_id=request.run_id)
+        except (GitError, UsageError) as exc:
+            self._emit(request, on_event, "runner.instance.failed", "error", phase="delete_branches", error=str(exc))
+            return RunnerResult(status="failed", instance_id=request.instance_id, error_type="git", error=str(exc),
+                                started_at=started_at, completed_at=utc_now_iso())
+        self._emit(request, on_event, "runner.branches.deleted", outcome=outcome)
+        message = "".join(f"@@branch {state}: {name}\n" for name, state in outcome.items())
+        return RunnerResult(status="success", instance_id=request.instance_id, final_message=message,
+                            started_at=started_at, completed_at=utc_now_iso(), exit_code=0)
 
     def _validate_request(self, request: InstanceRequest) -> RunnerPlugin:
         plugin = get_plugin(request.plugin_name)

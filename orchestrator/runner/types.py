@@ -105,6 +105,9 @@ class InstanceRequest(msgspec.Struct, frozen=True, kw_only=True):
     command: str | None = None
     # Further host branches made present in the isolated clone as read-only refs.
     include_branches: tuple[str, ...] = ()
+    # Housekeeping: delete these host branches (only those this run created and
+    # nobody has checked out) and run nothing else.
+    delete_branches: tuple[str, ...] = ()
     network_egress: NetworkEgress = "online"
     review_workspace_mode: Literal["ro", "rw"] = "ro"
     isolation_mode: IsolationMode = "full_copy"

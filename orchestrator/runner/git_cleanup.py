@@ -1,0 +1,84 @@
+"""Deleting a run's own working branches from the host repository.
+
+Strategies that explore (evolve's fix, merge and resolve branches) leave many
+branches behind. They may ask for them to be deleted, but this is the user's
+repository, so the git layer decides what is safe, whatever it was asked:
+
+- the branch's tip must carry this run's provenance note (written when the
+  branch was imported, ``task_key=<run_id>/...; run_id=<run_id>``), and the
+  branch's name must be the one the run gives that task's branch
+  (``<strategy>_<run_id>_k<hash of the task key>``, maybe with a ``_N``
+  suffix): a branch of another run, or one the user created (even on one of
+  this run's commits), is never deleted;
+- a branch checked out in any work tree is left alone;
+- the ref is deleted only if it still points where it did when checked
+  (``git update-ref -d <ref> <old>``), so a branch the user just moved survives.
+
+The provenance notes stay: they are small, and they keep the audit trail.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from functools import partial
+from pathlib import Path
+
+import anyio.to_thread
+
+from ..naming import safe_component, short8
+from .git_cmd import check_branch_name, import_lock, run_git
+from .git_import import _checked_out_branches, _git_dir_of, _heads, _note_lines
+
+logger = logging.getLogger(__name__)
+
+DELETED = "deleted"
+MISSING = "missing"
+CHECKED_OUT = "checked out"
+NOT_OURS = "not created by this run"
+MOVED = "moved meanwhile"
+
+
+def _owned_by(name: str, lines: list[str], run_id: str) -> bool:
+    # Each line is "task_key=<key>; run_id=<run>" (keys are namespaced by run id too).
+    for line in lines:
+        fields = dict(part.strip().split("=", 1) for part in line.split(";") if "=" in part)
+        key = fields.get("task_key", "")
+        if fields.get("run_id") != run_id or not key.startswith(f"{run_id}/"):
+            continue
+        suffix = f"_{safe_component(run_id)}_k{short8(key)}"
+        if re.fullmatch(rf".+{re.escape(suffix)}(_[0-9]+)?", name):
+            return True
+    return False
+
+
+def _delete_run_branches_sync(repo_path: str | os.PathLike[str], names: list[str], run_id: str) -> dict[str, str]:
+    repo = Path(os.path.realpath(repo_path))
+    git_dir = _git_dir_of(repo)
+    outcome: dict[str, str] = {}
+    with import_lock(git_dir):  # the same lock imports take: no branch appears or moves under us
+        heads = _heads(repo)
+        checked_out = _checked_out_branches(repo)
+        for name in dict.fromkeys(names):
+            check_branch_name(name)
+            sha = heads.get(name)
+            if sha is None:
+                outcome[name] = MISSING
+            elif name in checked_out:
+                outcome[name] = CHECKED_OUT
+            elif not _owned_by(name, _note_lines(repo, sha), run_id):
+                outcome[name] = NOT_OURS
+            else:
+                proc = run_git(["update-ref", "-d", f"refs/heads/{name}", sha], cwd=repo, check=False)
+                outcome[name] = DELETED if proc.returncode == 0 else MOVED
+    logger.info("git branch cleanup for run %s: %s", run_id,
+                ", ".join(f"{n} {o}" for n, o in outcome.items()) or "nothing asked",
+                extra={"run_id": run_id, "outcome": outcome})
+    return outcome
+
+
+async def delete_run_branches(repo_path: str | os.PathLike[str], names: list[str] | tuple[str, ...], *,
+                              run_id: str) -> dict[str, str]:
+    """Delete those of ``names`` that this run created and nobody uses; returns each name's outcome."""
+    return await anyio.to_thread.run_sync(partial(_delete_run_branches_sync, repo_path, list(names), run_id))
