@@ -7,6 +7,7 @@ line and exit 2, and no run directory exists afterwards.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import shutil
@@ -25,7 +26,7 @@ from .auth import resolve_auth
 from .config import Config, LoadedConfig, load_config, redacted
 from .engine.determinism import Reporter, guard_module
 from .engine.engine import Engine, EngineConfig, auto_parallel
-from .errors import ConfigError, PreflightError, RunLockedError, UsageError
+from .errors import ConfigError, GitError, PreflightError, RunLockedError, UsageError
 from .fingerprint import TaskDefaults
 from .jsonlog import ComponentLog
 from .runner import AuthConfig, DockerRunner, RetryConfig
@@ -230,7 +231,11 @@ async def _prepare(args, loaded: LoadedConfig, docker: _EarlyCheck) -> Prepared:
     repo = str(Path(args.repo or ".").absolute())
     base_branch = config.orchestration.base_branch
     warnings: list[str] = []
-    info = await anyio.to_thread.run_sync(validate_repository, repo, base_branch)
+    dirs = RunDirs.from_env()
+    # The run's own folders (logs/, results/, orchestrator_state/ by default in
+    # the current directory) are not the user's changes, from the first run on.
+    info = await anyio.to_thread.run_sync(functools.partial(
+        validate_repository, repo, base_branch, ignore=(dirs.logs, dirs.state, dirs.results)))
     repo = str(info.path)
     if info.dirty:
         if config.orchestration.require_clean_wt:
@@ -245,7 +250,6 @@ async def _prepare(args, loaded: LoadedConfig, docker: _EarlyCheck) -> Prepared:
     if not args.dry_run:
         plugin.validate_environment(auth)
     default_sanitizer().add_secrets(auth.secret_values())
-    dirs = RunDirs.from_env()
     _check_disk(dirs.logs, config, warnings)
     _check_disk(workspace_root(), config, warnings)
     await docker.result()
@@ -258,6 +262,7 @@ async def _prepare(args, loaded: LoadedConfig, docker: _EarlyCheck) -> Prepared:
 async def start(args) -> int:
     prep = await prepare(args)
     dirs = RunDirs.from_env()
+    await _exclude_output_folders(prep.repo, dirs)
     run_id = claim_run_id(dirs)
     manifest = RunManifest(
         run_id=run_id, created_at=now_iso(), prompt=prep.prompt,
@@ -267,6 +272,20 @@ async def start(args) -> int:
         mode=prep.mode, config=redacted(prep.config))
     write_manifest(dirs, manifest)
     return await execute(prep, dirs, manifest, resume_fresh=False)
+
+
+async def _exclude_output_folders(repo: str, dirs: RunDirs) -> None:
+    """List the run's folders that lie inside the repository in its ``.git/info/exclude``.
+
+    So ``git status`` (the user's, and the next run's clean-tree check) never
+    shows them; ``.git/info/exclude`` is never committed, unlike ``.gitignore``.
+    """
+    from .runner.git_ops import exclude_locally
+
+    try:
+        await anyio.to_thread.run_sync(exclude_locally, repo, (dirs.logs, dirs.state, dirs.results))
+    except (OSError, GitError) as exc:  # a convenience: the clean-tree check ignores these folders anyway
+        print(f"warning: could not add the output folders to {repo}/.git/info/exclude: {exc}", file=sys.stderr)
 
 
 def _absolute_spec(spec: str) -> str:

@@ -123,3 +123,25 @@ def test_clean_containers_removes_stopped_past_retention_and_never_running_ones(
         assert names["stopped_new"] in present and names["running_old"] in present
     finally:
         subprocess.run(["docker", "rm", "-f", *names.values()], capture_output=True)
+
+
+def test_own_output_folders_in_the_repository_never_count_as_changes(tmp_path):
+    repo = make_repo(tmp_path / "repo")
+    env = {k: v for k, v in cli_env(tmp_path).items()
+           if k not in ("ORCHESTRATOR_LOGS_DIR", "ORCHESTRATOR_STATE_DIR", "ORCHESTRATOR_RESULTS_DIR")}
+    tracked = git(repo, "ls-files")
+    for attempt in (1, 2):  # the second run finds the first one's logs/, results/, orchestrator_state/
+        result = run_cli(["SIM: print x", "--require-clean-wt", "--no-tui", *IMG], cwd=repo, env=env)
+        assert result.returncode == 0, (attempt, result.stderr)
+        assert "uncommitted changes" not in result.stderr, (attempt, result.stderr)
+    for d in ("logs", "results", "orchestrator_state"):
+        assert (repo / d).is_dir(), d
+    assert git(repo, "status", "--porcelain") == ""  # the user's `git status` does not show them either
+    exclude = (repo / ".git" / "info" / "exclude").read_text().splitlines()
+    for line in ("/logs/", "/results/", "/orchestrator_state/"):
+        assert exclude.count(line) == 1, exclude  # added once, not once per run
+    assert git(repo, "ls-files") == tracked and not (repo / ".gitignore").exists()  # no tracked file changed
+    # a real change is still one
+    (repo / "README.md").write_text("changed\n")
+    refused = run_cli(["SIM: print x", "--require-clean-wt", "--no-tui", *IMG], cwd=repo, env=env)
+    assert refused.returncode == 2 and "uncommitted changes" in refused.stderr
