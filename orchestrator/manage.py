@@ -41,14 +41,21 @@ def list_runs() -> int:
     if not ids:
         print(f"no runs under {dirs.state}")
         return 0
-    print(f"{'RUN ID':<24} {'STATUS':<12} {'STRATEGY':<22} {'TASKS':>9} {'COST':>8}  CREATED")
+    rows = []
     for run_id in ids:
         try:
             m = read_manifest(dirs, run_id)
         except UsageError:
             continue
+        live = is_live(dirs, run_id)
+        # A manifest left at "running" by a process that died is a run to resume.
+        status = "live" if live else "interrupted" if m.status == "running" else m.status
+        rows.append((status, run_id, m))
+    # Runs that can be resumed first: they hold work already paid for.
+    rows.sort(key=lambda row: (row[0] != "interrupted", row[1]))
+    print(f"{'RUN ID':<24} {'STATUS':<12} {'STRATEGY':<22} {'TASKS':>9} {'COST':>8}  CREATED")
+    for status, run_id, m in rows:
         state = _state(dirs, run_id)
-        status = "live" if is_live(dirs, run_id) else m.status
         done = state.counters.completed + state.counters.failed
         cost_known = any(t.cost_usd is not None for t in state.tasks.values())
         cost = fmt_cost(state.counters.cost_usd if cost_known else None)

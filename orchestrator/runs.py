@@ -134,8 +134,28 @@ def remove_run_state(dirs: RunDirs, run_id: str) -> None:
     shutil.rmtree(dirs.state / run_id, ignore_errors=True)
 
 
+FINISHED = ("completed", "failed")
+
+
+def is_resumable(dirs: RunDirs, run_id: str) -> bool:
+    """The run has a manifest and did not finish: ``--resume`` continues it from its log.
+
+    A manifest still saying ``running`` without a live writer is a run that
+    crashed (kill -9, power loss): resumable too.
+    """
+    try:
+        return read_manifest(dirs, run_id).status not in FINISHED
+    except UsageError:
+        return False
+
+
 def cleanup_old_logs(dirs: RunDirs, retention_days: float, *, keep: set[str]) -> list[str]:
-    """Delete ``logs/<run>`` folders older than the retention, never a live run's."""
+    """Delete ``logs/<run>`` folders older than the retention, never a live or resumable run's.
+
+    A resumable run's events.jsonl is all that lets ``--resume`` skip the work
+    already paid for; it goes only after ``--cleanup-run`` (which removes the
+    run's manifest) and then ages past the retention like any other.
+    """
     if retention_days <= 0 or not dirs.logs.exists():
         return []
     cutoff = datetime.now().timestamp() - retention_days * 86400
@@ -147,7 +167,7 @@ def cleanup_old_logs(dirs: RunDirs, retention_days: float, *, keep: set[str]) ->
             newest = max((p.stat().st_mtime for p in path.iterdir()), default=path.stat().st_mtime)
         except OSError:
             continue
-        if newest < cutoff and not is_live(dirs, path.name):
+        if newest < cutoff and not is_live(dirs, path.name) and not is_resumable(dirs, path.name):
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path.name)
     return removed

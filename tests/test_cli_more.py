@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import time
 
 import pytest
 
-from cli_helpers import cli_env, only_run_id, run_cli
+from cli_helpers import ORCH, cli_env, only_run_id, run_cli, wait_for
 from conftest import TEST_IMAGE, git, make_repo
+from orchestrator.eventlog import read_events
 
 pytestmark = pytest.mark.docker
 IMG = ["--docker-image", TEST_IMAGE]
@@ -145,3 +147,51 @@ def test_own_output_folders_in_the_repository_never_count_as_changes(tmp_path):
     (repo / "README.md").write_text("changed\n")
     refused = run_cli(["SIM: print x", "--require-clean-wt", "--no-tui", *IMG], cwd=repo, env=env)
     assert refused.returncode == 2 and "uncommitted changes" in refused.stderr
+
+
+def _age(path, days=30):
+    past = time.time() - days * 86400
+    for p in [*path.rglob("*"), path]:
+        os.utime(p, (past, past))
+
+
+def test_retention_keeps_an_old_interrupted_run_and_list_runs_shows_it_first(tmp_path):
+    repo = make_repo(tmp_path / "repo")
+    env = cli_env(tmp_path)
+    done = run_cli(["SIM: print done", "--no-tui", *IMG], cwd=repo, env=env)
+    assert done.returncode == 0, done.stderr
+    completed_id = only_run_id(tmp_path)
+    proc = subprocess.Popen([ORCH, "SIM: write work.txt data\nSIM: commit work\nSIM: sleep 30\nSIM: print finished",
+                             "--no-tui", *IMG], cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+    def started():
+        runs = [p.name for p in (tmp_path / "state").iterdir() if p.name != completed_id]
+        path = tmp_path / "logs" / runs[0] / "events.jsonl" if runs else None
+        return runs[0] if path and path.exists() and any(e.type == "task.started" for e in read_events(path)) else None
+
+    interrupted_id = wait_for(started)
+    time.sleep(1.5)  # the agent is mid-task
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    for run_id in (completed_id, interrupted_id):
+        _age(tmp_path / "logs" / run_id)  # both far past the 7-day retention
+    kept = (tmp_path / "logs" / interrupted_id / "events.jsonl").read_bytes()
+
+    later = run_cli(["SIM: print later", "--no-tui", *IMG], cwd=repo, env=env)
+    assert later.returncode == 0, later.stderr
+    assert not (tmp_path / "logs" / completed_id).exists()  # finished and old: retention deletes it
+    assert (tmp_path / "logs" / interrupted_id / "events.jsonl").read_bytes() == kept  # resumable: untouched
+
+    listed = run_cli(["--list-runs"], cwd=repo, env=env)
+    assert listed.returncode == 0, listed.stderr
+    rows = [line.split() for line in listed.stdout.splitlines()[1:]]
+    assert rows[0][:2] == [interrupted_id, "interrupted"], listed.stdout  # resumable runs first
+    assert {r[0] for r in rows[1:]} == {p.name for p in (tmp_path / "state").iterdir()} - {interrupted_id}
+
+    resumed = run_cli(["--resume", interrupted_id, "--no-tui"], cwd=repo, env=env)
+    assert resumed.returncode == 0, resumed.stderr
+    events = list(read_events(tmp_path / "logs" / interrupted_id / "events.jsonl"))
+    assert [e.type for e in events].count("task.scheduled") == 1  # the recorded task was continued, not redone
+    assert [e.type for e in events].count("task.completed") == 1
