@@ -295,13 +295,56 @@ def _absolute_spec(spec: str) -> str:
     return spec
 
 
+# Flags that shape what a task does or produces. A resumed run keeps what it
+# started with: a different value would make every recorded task a different
+# one, and the work already paid for would be done again (or refused).
+RECORDED_FLAGS = (("prompt", "a prompt"), ("strategy", "--strategy"), ("params", "-S"), ("runs", "--runs"),
+                  ("repo", "--repo"), ("base_branch", "--base-branch"), ("model", "--model"),
+                  ("plugin", "--plugin"), ("docker_image", "--docker-image"), ("config", "--config"),
+                  ("mode", "--mode"), ("safe_fsync", "--safe-fsync"), ("require_clean_wt", "--require-clean-wt"),
+                  ("dry_run", "--dry-run"))
+RESUME_FLAGS = "--max-parallel, --no-tui, --json, --quiet, --debug, --resume-fresh"
+
+
+def check_resume_flags(args) -> None:
+    given = [flag for dest, flag in RECORDED_FLAGS if getattr(args, dest, None) not in (None, False, [])]
+    if given:
+        raise UsageError(f"{', '.join(given)} cannot be used with --resume: the run keeps the configuration it "
+                         f"started with (allowed with --resume: {RESUME_FLAGS}); start a new run to change it")
+
+
+def _resumed_config(dirs: RunDirs, manifest: RunManifest, current: LoadedConfig) -> LoadedConfig:
+    """The recorded configuration, with today's settings only where they cannot change a result."""
+    from .config import PRESENTATION_SECTIONS, changed_keys, recorded_config
+
+    if not manifest.config:  # a manifest from before configurations were recorded
+        return current
+    where = dirs.manifest(manifest.run_id)
+    config = recorded_config(manifest.config, str(where))
+    changed = changed_keys(config, current.config)
+    if changed:
+        shown = ", ".join(changed[:6]) + (f" and {len(changed) - 6} more" if len(changed) > 6 else "")
+        print(f"note: the run keeps the configuration it started with; changed since, not applied: {shown}",
+              file=sys.stderr, flush=True)
+    config = msgspec.structs.replace(config, **{s: getattr(current.config, s) for s in PRESENTATION_SECTIONS})
+    return LoadedConfig(config=config, environ=current.environ,
+                        sources=[f"{where} (recorded when the run started)", *current.sources])
+
+
 async def resume(args) -> int:
+    check_resume_flags(args)
     dirs = RunDirs.from_env()
     manifest = read_manifest(dirs, args.resume)
     if is_live(dirs, manifest.run_id):
         raise UsageError(f"run {manifest.run_id} is being written by a live process; wait for it or stop it first")
-    loaded = load_config(config_file=args.config, cli_overrides=_cli_overrides(args))
-    default_sanitizer().add_secrets(v for k, v in loaded.environ.items() if k in SECRET_ENV_VARS)
+    current = load_config(config_file=None, cli_overrides=_cli_overrides(args))
+    default_sanitizer().add_secrets(v for k, v in current.environ.items() if k in SECRET_ENV_VARS)
+    loaded = _resumed_config(dirs, manifest, current)
+    max_parallel = manifest.max_parallel
+    if args.max_parallel is not None:
+        if args.max_parallel < 1:
+            raise ConfigError(f"--max-parallel must be at least 1 (got {args.max_parallel})")
+        max_parallel = manifest.max_parallel = args.max_parallel
     strategy = load_strategy(manifest.strategy_spec)
     plugin = _check_plugin(manifest.plugin, manifest.model, strategy)
     auth = resolve_auth(loaded.environ, plugin=manifest.plugin, mode=manifest.mode, dry_run=manifest.dry_run)
@@ -312,7 +355,7 @@ async def resume(args) -> int:
     await _check_docker(manifest.docker_image)
     prep = Prepared(loaded_config=loaded, strategy=strategy, params=manifest.params, prompt=manifest.prompt,
                     repo=manifest.repo_path, base_branch=manifest.base_branch, model=manifest.model,
-                    plugin_name=manifest.plugin, image=manifest.docker_image, max_parallel=manifest.max_parallel,
+                    plugin_name=manifest.plugin, image=manifest.docker_image, max_parallel=max_parallel,
                     runs=manifest.runs, auth=auth, dry_run=manifest.dry_run, mode=manifest.mode,
                     output=output_mode(args))
     await _report_resume_plan(dirs, manifest, plugin.capabilities.supports_resume, args.resume_fresh)
