@@ -16,7 +16,7 @@ from .config import Config, load_config
 from .errors import PreflightError, UsageError
 from .jsonlog import ComponentLog
 from .results import build_summary, fmt_cost, render_summary
-from .runs import RunDirs, is_live, list_run_ids, read_manifest, remove_run_state
+from .runs import RUN_LOCK_LABEL, RunDirs, is_live, list_run_ids, lock_holder, read_manifest, remove_run_state
 from .state import FAILED, RunState, recover
 from .strategy_loader import BUILTINS, load_strategy
 
@@ -178,9 +178,12 @@ def _select_candidates(rows: list[dict[str, Any]], dirs: RunDirs, config: Config
         run_id = c["labels"].get("run_id", "")
         if run_id == current or (run_id and is_live(dirs, run_id)):
             continue  # never touch a live run's containers
+        holder = lock_holder(c["labels"].get(RUN_LOCK_LABEL))
+        if holder == "live":
+            continue  # a live run started from another directory
         known = bool(run_id) and dirs.manifest(run_id).exists()
-        if c["status"] == "running" and (known or not include_running_unknown):
-            continue
+        if c["status"] == "running" and (known or not include_running_unknown or holder != "dead"):
+            continue  # a running container goes only when its run is provably dead
         if _age_hours(c) < _retention_hours(c, dirs, config, cache):
             continue
         out.append(c)

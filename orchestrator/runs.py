@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
@@ -128,6 +129,35 @@ def list_run_ids(dirs: RunDirs) -> list[str]:
 
 def is_live(dirs: RunDirs, run_id: str) -> bool:
     return WriterLock.is_held(dirs.lock(run_id))
+
+
+# Container label holding the absolute path of the run's events.jsonl.lock: from
+# any directory, a container's run can be told live (a process holds the lock)
+# or dead, whichever state directory started it.
+RUN_LOCK_LABEL = "orchestrator.run_lock"
+
+
+def lock_holder(path: str | None) -> str:
+    """``"live"``, ``"dead"`` or ``"unknown"`` for the run whose lock file is ``path``.
+
+    Dead only when it is provable: the file is there, no process holds its
+    lock, and it was not last taken on another host (whose locks this host's
+    kernel cannot see). Anything else is unknown.
+    """
+    if not path or not Path(path).is_absolute():
+        return "unknown"
+    lock = Path(path)
+    try:
+        if not lock.is_file():
+            return "unknown"
+        if WriterLock.is_held(lock):
+            return "live"
+    except OSError:
+        return "unknown"
+    meta = WriterLock.read_meta(lock)
+    if meta and meta.get("hostname") not in (None, socket.gethostname()):
+        return "unknown"
+    return "dead"
 
 
 def remove_run_state(dirs: RunDirs, run_id: str) -> None:

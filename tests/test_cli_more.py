@@ -195,3 +195,86 @@ def test_retention_keeps_an_old_interrupted_run_and_list_runs_shows_it_first(tmp
     events = list(read_events(tmp_path / "logs" / interrupted_id / "events.jsonl"))
     assert [e.type for e in events].count("task.scheduled") == 1  # the recorded task was continued, not redone
     assert [e.type for e in events].count("task.completed") == 1
+
+
+def _recreate_as_old(name: str, old_ts: str) -> None:
+    """Re-create a stopped task container unchanged but for an old last-active time (as if it ran for days)."""
+    info = json.loads(subprocess.run(["docker", "inspect", name], capture_output=True, text=True, check=True).stdout)[0]
+    cfg, host = info["Config"], info["HostConfig"]
+    mounts = {m["Destination"]: m for m in info["Mounts"]}
+    labels = {**cfg["Labels"], "orchestrator.last_active_ts": old_ts}
+    cmd = ["docker", "create", "--name", name, "--user", cfg["User"], "-w", cfg["WorkingDir"], "--read-only",
+           "--security-opt", "no-new-privileges",
+           "-v", f"{mounts['/workspace']['Source']}:/workspace:rw",
+           "--mount", f"type=volume,src={mounts['/home/node']['Name']},dst=/home/node"]
+    for path, opts in (host.get("Tmpfs") or {}).items():
+        cmd += ["--tmpfs", f"{path}:{opts}" if opts else path]
+    for k, v in labels.items():
+        cmd += ["--label", f"{k}={v}"]
+    for e in cfg["Env"]:
+        cmd += ["-e", e]
+    subprocess.run(["docker", "rm", "-f", name], check=True, capture_output=True)
+    subprocess.run([*cmd, cfg["Image"], *cfg["Cmd"]], check=True, capture_output=True)
+
+
+def test_orphan_scan_never_removes_a_live_run_from_another_directory(tmp_path):
+    """Two live runs, two directories: the start-up scan of one never kills the other's container."""
+    old_ts = "2020-01-01T00:00:00.000Z"
+    repo_a, repo_b = make_repo(tmp_path / "a" / "repo"), make_repo(tmp_path / "b" / "repo")
+    env_a, env_b = cli_env(tmp_path / "a"), cli_env(tmp_path / "b")
+    prompt = "SIM: write work.txt data\nSIM: commit work\nSIM: sleep 45\nSIM: print finished"
+    proc = subprocess.Popen([ORCH, prompt, "--no-tui", *IMG], cwd=repo_a, env=env_a, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    state_a = tmp_path / "a" / "state"
+    run_a = wait_for(lambda: next((p.name for p in state_a.iterdir()), None) if state_a.exists() else None)
+    wait_for(lambda: list((tmp_path / "a" / "ws" / run_a).glob("*/work.txt")))
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    container = subprocess.run(["docker", "ps", "-a", "--format", "{{.Names}}", "--filter", f"label=run_id={run_a}"],
+                               capture_output=True, text=True).stdout.split()
+    assert len(container) == 1
+    container = container[0]
+    lock_a = tmp_path / "a" / "logs" / run_a / "events.jsonl.lock"
+    labels = json.loads(subprocess.run(["docker", "inspect", "-f", "{{json .Config.Labels}}", container],
+                                       capture_output=True, text=True).stdout)
+    assert labels.get("orchestrator.run_lock") == str(lock_a)  # the way from a container to its run's lock
+    # Run A has been going for days: its container is far past the 2-hour retention.
+    _recreate_as_old(container, old_ts)
+
+    pid = os.getpid()
+    dead_lock = tmp_path / "dead" / "events.jsonl.lock"  # a run that ended: its lock file, held by nobody
+    dead_lock.parent.mkdir()
+    dead_lock.write_text("")
+    others = {"dead": (f"orch-test-dead-{pid}", ["--label", f"orchestrator.run_lock={dead_lock}"]),
+              "unknown": (f"orch-test-nolock-{pid}", []),
+              "missing": (f"orch-test-missing-{pid}", ["--label", f"orchestrator.run_lock={tmp_path}/gone/x.lock"])}
+    resumed = None
+    try:
+        for what, (name, extra) in others.items():
+            subprocess.run(["docker", "run", "-d", "--name", name, "--label", "orchestrator=true",
+                            "--label", f"run_id=run_other_{what}_{pid}", "--label",
+                            f"orchestrator.last_active_ts={old_ts}", *extra, TEST_IMAGE, "sleep", "infinity"],
+                           check=True, capture_output=True)
+        resumed = subprocess.Popen([ORCH, "--resume", run_a, "--no-tui"], cwd=repo_a, env=env_a,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        events_a = tmp_path / "a" / "logs" / run_a / "events.jsonl"
+        wait_for(lambda: [e for e in read_events(events_a) if e.type == "task.started"][1:])  # A works again
+        wait_for(lambda: subprocess.run(["docker", "inspect", "-f", "{{.State.Running}}", container],
+                                        capture_output=True, text=True).stdout.strip() == "true")
+
+        b = run_cli(["SIM: print from b", "--no-tui", *IMG], cwd=repo_b, env=env_b)  # B's first start scans
+        assert b.returncode == 0, b.stderr
+        assert resumed.poll() is None, "run A should still be live while B starts"
+        present = subprocess.run(["docker", "ps", "-a", "--format", "{{.Names}}"], capture_output=True,
+                                 text=True).stdout.split()
+        assert container in present  # run A is live: its lock is held
+        assert others["dead"][0] not in present  # provably dead: removed
+        assert others["unknown"][0] in present and others["missing"][0] in present  # unknown: kept
+        out, err = resumed.communicate(timeout=180)
+        assert resumed.returncode == 0, err
+        assert [e.type for e in read_events(events_a)].count("task.completed") == 1
+    finally:
+        if resumed is not None and resumed.poll() is None:
+            resumed.kill()
+        subprocess.run(["docker", "rm", "-f", *(n for n, _ in others.values())], capture_output=True)
