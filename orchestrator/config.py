@@ -105,11 +105,11 @@ ALIASES = {"ORCHESTRATOR_DEFAULT_MODEL": ("orchestration", "default_model"),
            "ORCHESTRATOR_DEBUG": ("logging", "debug")}
 
 
-def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for k, v in over.items():
         if isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = _deep_merge(out[k], v)
+            out[k] = deep_merge(out[k], v)
         else:
             out[k] = v
     return out
@@ -236,20 +236,20 @@ def load_config(*, config_file: str | None, cli_overrides: dict[str, Any], cwd: 
     if path.exists():
         data = load_file(path)
         _validate(data, str(path))
-        merged = _deep_merge(merged, data)
+        merged = deep_merge(merged, data)
         sources.append(str(path))
     dotenv_path = cwd / ".env"
     dotenv = read_dotenv(dotenv_path) if dotenv_path.exists() else {}
     if dotenv:
-        merged = _deep_merge(merged, _env_to_dict(dotenv, str(dotenv_path)))
+        merged = deep_merge(merged, _env_to_dict(dotenv, str(dotenv_path)))
         sources.append(str(dotenv_path))
     env_part = _env_to_dict(environ, "environment")
     if env_part:
-        merged = _deep_merge(merged, env_part)
+        merged = deep_merge(merged, env_part)
         sources.append("environment")
     if cli_overrides:
         _validate(cli_overrides, "command line")
-        merged = _deep_merge(merged, cli_overrides)
+        merged = deep_merge(merged, cli_overrides)
         sources.append("command line")
     try:
         config = msgspec.convert(merged, Config, strict=False)

@@ -23,7 +23,7 @@ import anyio
 import msgspec
 
 from .auth import resolve_auth
-from .config import Config, LoadedConfig, load_config, redacted
+from .config import Config, LoadedConfig, deep_merge, load_config, redacted
 from .engine.determinism import Reporter, guard_module
 from .engine.engine import Engine, EngineConfig, auto_parallel
 from .errors import ConfigError, GitError, PreflightError, RunLockedError, UsageError
@@ -269,7 +269,9 @@ async def start(args) -> int:
         strategy_spec=_absolute_spec(prep.strategy.spec), strategy_name=prep.strategy.name, params=prep.params,
         runs=prep.runs, repo_path=prep.repo, base_branch=prep.base_branch, model=prep.model,
         plugin=prep.plugin_name, docker_image=prep.image, max_parallel=prep.max_parallel, dry_run=prep.dry_run,
-        mode=prep.mode, config=redacted(prep.config))
+        mode=prep.mode, config=redacted(prep.config),
+        config_file=str(Path(args.config).absolute()) if args.config else None,
+        cli_overrides=_cli_overrides(args))
     write_manifest(dirs, manifest)
     return await execute(prep, dirs, manifest, resume_fresh=False)
 
@@ -337,7 +339,11 @@ async def resume(args) -> int:
     manifest = read_manifest(dirs, args.resume)
     if is_live(dirs, manifest.run_id):
         raise UsageError(f"run {manifest.run_id} is being written by a live process; wait for it or stop it first")
-    current = load_config(config_file=None, cli_overrides=_cli_overrides(args))
+    # Today's configuration from the same sources as at the start (same file, same
+    # flags): it differs from the recorded one only where something changed since.
+    config_file = manifest.config_file if manifest.config_file and Path(manifest.config_file).exists() else None
+    current = load_config(config_file=config_file,
+                          cli_overrides=deep_merge(manifest.cli_overrides, _cli_overrides(args)))
     default_sanitizer().add_secrets(v for k, v in current.environ.items() if k in SECRET_ENV_VARS)
     loaded = _resumed_config(dirs, manifest, current)
     max_parallel = manifest.max_parallel

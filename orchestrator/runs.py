@@ -66,7 +66,12 @@ class RunManifest(msgspec.Struct, kw_only=True):
     status: str = "running"  # running | completed | failed | interrupted
     finished_at: str | None = None
     exit_code: int | None = None
+    # The fully resolved configuration (defaults included): what --resume uses.
     config: dict[str, Any] = msgspec.field(default_factory=dict)
+    # Where it came from, so --resume can tell what changed since: the --config
+    # file (absolute) and the command-line overrides.
+    config_file: str | None = None
+    cli_overrides: dict[str, Any] = msgspec.field(default_factory=dict)
     version: int = 1
 
 

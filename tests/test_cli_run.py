@@ -277,6 +277,9 @@ def test_resume_keeps_the_configuration_recorded_when_the_run_started(tmp_path, 
     assert "KeyConflict" not in result.stderr + result.stdout
     note = [line for line in result.stderr.splitlines() if line.startswith("note: the run keeps")]
     assert len(note) == 1 and "runner.container_memory" in note[0] and "orchestration.import_policy" in note[0]
+    assert "runner.container_cpu" in note[0]  # the changed "default"
+    # flags given at the start are the same sources, not changes
+    assert "orchestration.runs" not in note[0] and "runner.docker_image" not in note[0], note
     events = list(read_events(events_path))
     assert {e.key: e.payload["task_fingerprint_hash"] for e in events if e.type == "task.scheduled"} == scheduled
     assert sorted(e.key for e in events if e.type == "task.completed") == sorted(scheduled)  # once each
