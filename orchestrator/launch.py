@@ -33,7 +33,8 @@ from .runner import AuthConfig, DockerRunner, RetryConfig
 from .runner.docker_containers import docker_available, image_exists
 from .runner.git_ops import validate_repository, workspace_root
 from .runner.plugin import get_plugin
-from .runs import RUN_LOCK_LABEL, RunDirs, RunManifest, claim_run_id, cleanup_old_logs, is_live, now_iso, read_manifest, write_manifest
+from .runs import (RUN_LOCK_LABEL, RunDirs, RunManifest, claim_run_id, cleanup_old_logs, is_live, now_iso,
+                   read_manifest, write_manifest)
 from .sanitize import SECRET_ENV_VARS, default_sanitizer
 from .strategy_loader import LoadedStrategy, load_strategy, parse_params
 
