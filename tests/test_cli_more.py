@@ -251,11 +251,6 @@ def test_orphan_scan_never_removes_a_live_run_from_another_directory(tmp_path):
               "missing": (f"orch-test-missing-{pid}", ["--label", f"orchestrator.run_lock={tmp_path}/gone/x.lock"])}
     resumed = None
     try:
-        for what, (name, extra) in others.items():
-            subprocess.run(["docker", "run", "-d", "--name", name, "--label", "orchestrator=true",
-                            "--label", f"run_id=run_other_{what}_{pid}", "--label",
-                            f"orchestrator.last_active_ts={old_ts}", *extra, TEST_IMAGE, "sleep", "infinity"],
-                           check=True, capture_output=True)
         resumed = subprocess.Popen([ORCH, "--resume", run_a, "--no-tui"], cwd=repo_a, env=env_a,
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         events_a = tmp_path / "a" / "logs" / run_a / "events.jsonl"
@@ -263,6 +258,12 @@ def test_orphan_scan_never_removes_a_live_run_from_another_directory(tmp_path):
         wait_for(lambda: subprocess.run(["docker", "inspect", "-f", "{{.State.Running}}", container],
                                         capture_output=True, text=True).stdout.strip() == "true")
 
+        # Just before B starts (a scan from another directory running an older orchestrator would take them too)
+        for what, (name, extra) in others.items():
+            subprocess.run(["docker", "run", "-d", "--name", name, "--label", "orchestrator=true",
+                            "--label", f"run_id=run_other_{what}_{pid}", "--label",
+                            f"orchestrator.last_active_ts={old_ts}", *extra, TEST_IMAGE, "sleep", "infinity"],
+                           check=True, capture_output=True)
         b = run_cli(["SIM: print from b", "--no-tui", *IMG], cwd=repo_b, env=env_b)  # B's first start scans
         assert b.returncode == 0, b.stderr
         assert resumed.poll() is None, "run A should still be live while B starts"
