@@ -40,6 +40,7 @@ __all__ = [
     "workspace_root",
     "workspace_path",
     "validate_repository",
+    "exclude_locally",
     "prepare_workspace",
     "import_branch",
     "remove_workspace",
