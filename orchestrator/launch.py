@@ -33,8 +33,8 @@ from .runner import AuthConfig, DockerRunner, RetryConfig
 from .runner.docker_containers import docker_available, image_exists
 from .runner.git_ops import validate_repository, workspace_root
 from .runner.plugin import get_plugin
-from .runs import (RUN_LOCK_LABEL, RunDirs, RunManifest, claim_run_id, cleanup_old_logs, is_live, now_iso,
-                   read_manifest, write_manifest)
+from .runs import (RUN_LOCK_LABEL, RUN_MANIFEST_LABEL, RunDirs, RunManifest, claim_run_id, cleanup_old_logs,
+                   is_live, now_iso, read_manifest, write_manifest)
 from .sanitize import SECRET_ENV_VARS, default_sanitizer
 from .strategy_loader import LoadedStrategy, load_strategy, parse_params
 
@@ -423,7 +423,7 @@ def _engine_config(prep: Prepared, dirs: RunDirs, run_id: str, *, resume_fresh: 
             "docker_image": prep.image, "reuse_container": r.reuse_container, "finalize": r.finalize,
             "review_workspace_mode": r.review_workspace_mode, "isolation_mode": r.isolation_mode,
             "session_volume_scope": r.session_volume_scope,
-            "labels": {RUN_LOCK_LABEL: str(dirs.lock(run_id))},
+            "labels": {RUN_LOCK_LABEL: str(dirs.lock(run_id)), RUN_MANIFEST_LABEL: str(dirs.manifest(run_id))},
             "retry_config": RetryConfig(max_attempts=r.max_attempts, backoff_base_s=r.backoff_base_s,
                                         backoff_factor=r.backoff_factor, backoff_max_s=r.backoff_max_s),
         },

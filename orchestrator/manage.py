@@ -16,7 +16,8 @@ from .config import Config, load_config
 from .errors import PreflightError, UsageError
 from .jsonlog import ComponentLog
 from .results import build_summary, fmt_cost, render_summary
-from .runs import RUN_LOCK_LABEL, RunDirs, is_live, list_run_ids, lock_holder, read_manifest, remove_run_state
+from .runs import (RUN_LOCK_LABEL, RUN_MANIFEST_LABEL, RunDirs, is_live, list_run_ids, lock_holder, manifest_status,
+                   read_manifest, remove_run_state)
 from .state import FAILED, RunState, recover
 from .strategy_loader import BUILTINS, load_strategy
 
@@ -203,6 +204,8 @@ async def clean_orphans(dirs: RunDirs, config: Config, olog: ComponentLog, *, cu
                     continue  # resumable: its containers hold agent sessions
             except UsageError:
                 pass
+        if manifest_status(c["labels"].get(RUN_MANIFEST_LABEL)) not in ("completed", "failed", "gone"):
+            continue  # resumable from another directory, or cannot tell: kept
         victims.append(c["name"])
     if victims:
         await remove_containers(victims)

@@ -142,6 +142,31 @@ def is_live(dirs: RunDirs, run_id: str) -> bool:
 RUN_LOCK_LABEL = "orchestrator.run_lock"
 
 
+# Container label holding the absolute path of the run's run.json: a run that
+# can still be resumed keeps its containers, whichever directory started it.
+RUN_MANIFEST_LABEL = "orchestrator.run_manifest"
+
+
+def manifest_status(path: str | None) -> str:
+    """The status in the run.json at ``path``; ``"gone"`` when there is none, ``"unknown"`` when unreadable.
+
+    A container without the label (an older orchestrator's) counts as gone, as
+    such containers always did.
+    """
+    if not path:
+        return "gone"
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        return "gone"
+    except OSError:
+        return "unknown"
+    try:
+        return msgspec.json.decode(data, type=RunManifest).status
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return "unknown"
+
+
 def lock_holder(path: str | None) -> str:
     """``"live"``, ``"dead"`` or ``"unknown"`` for the run whose lock file is ``path``.
 

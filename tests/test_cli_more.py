@@ -239,6 +239,7 @@ def test_orphan_scan_never_removes_a_live_run_from_another_directory(tmp_path):
     labels = json.loads(subprocess.run(["docker", "inspect", "-f", "{{json .Config.Labels}}", container],
                                        capture_output=True, text=True).stdout)
     assert labels.get("orchestrator.run_lock") == str(lock_a)  # the way from a container to its run's lock
+    assert labels.get("orchestrator.run_manifest") == str(state_a / run_a / "run.json")  # ... and to its status
     # Run A has been going for days: its container is far past the 2-hour retention.
     _recreate_as_old(container, old_ts)
 
@@ -246,9 +247,20 @@ def test_orphan_scan_never_removes_a_live_run_from_another_directory(tmp_path):
     dead_lock = tmp_path / "dead" / "events.jsonl.lock"  # a run that ended: its lock file, held by nobody
     dead_lock.parent.mkdir()
     dead_lock.write_text("")
+    manifests = {}
+    for status in ("interrupted", "completed"):  # stopped runs of another directory, one resumable
+        manifests[status] = tmp_path / "dead" / f"{status}.json"
+        manifests[status].write_text(json.dumps({
+            "run_id": f"run_other_{status}", "created_at": old_ts, "prompt": "p", "strategy_spec": "simple",
+            "strategy_name": "simple", "params": {}, "runs": 1, "repo_path": str(repo_b), "base_branch": "main",
+            "model": "sonnet", "plugin": "claude-code", "docker_image": TEST_IMAGE, "max_parallel": 1,
+            "status": status}))
     others = {"dead": (f"orch-test-dead-{pid}", ["--label", f"orchestrator.run_lock={dead_lock}"]),
               "unknown": (f"orch-test-nolock-{pid}", []),
               "missing": (f"orch-test-missing-{pid}", ["--label", f"orchestrator.run_lock={tmp_path}/gone/x.lock"])}
+    stopped = {status: (f"orch-test-{status}-{pid}", ["--label", f"orchestrator.run_lock={dead_lock}",
+                                                     "--label", f"orchestrator.run_manifest={manifests[status]}"])
+               for status in manifests}
     resumed = None
     try:
         resumed = subprocess.Popen([ORCH, "--resume", run_a, "--no-tui"], cwd=repo_a, env=env_a,
@@ -264,6 +276,11 @@ def test_orphan_scan_never_removes_a_live_run_from_another_directory(tmp_path):
                             "--label", f"run_id=run_other_{what}_{pid}", "--label",
                             f"orchestrator.last_active_ts={old_ts}", *extra, TEST_IMAGE, "sleep", "infinity"],
                            check=True, capture_output=True)
+        for status, (name, extra) in stopped.items():
+            subprocess.run(["docker", "create", "--name", name, "--label", "orchestrator=true",
+                            "--label", f"run_id=run_other_{status}_{pid}", "--label",
+                            f"orchestrator.last_active_ts={old_ts}", *extra, TEST_IMAGE, "true"],
+                           check=True, capture_output=True)
         b = run_cli(["SIM: print from b", "--no-tui", *IMG], cwd=repo_b, env=env_b)  # B's first start scans
         assert b.returncode == 0, b.stderr
         assert resumed.poll() is None, "run A should still be live while B starts"
@@ -272,10 +289,13 @@ def test_orphan_scan_never_removes_a_live_run_from_another_directory(tmp_path):
         assert container in present  # run A is live: its lock is held
         assert others["dead"][0] not in present  # provably dead: removed
         assert others["unknown"][0] in present and others["missing"][0] in present  # unknown: kept
+        assert stopped["interrupted"][0] in present  # a resumable run of another directory: kept
+        assert stopped["completed"][0] not in present  # a finished one past retention: removed
         out, err = resumed.communicate(timeout=180)
         assert resumed.returncode == 0, err
         assert [e.type for e in read_events(events_a)].count("task.completed") == 1
     finally:
         if resumed is not None and resumed.poll() is None:
             resumed.kill()
-        subprocess.run(["docker", "rm", "-f", *(n for n, _ in others.values())], capture_output=True)
+        subprocess.run(["docker", "rm", "-f", *(n for n, _ in [*others.values(), *stopped.values()])],
+                       capture_output=True)
