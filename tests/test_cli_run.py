@@ -283,8 +283,10 @@ def test_resume_keeps_the_configuration_recorded_when_the_run_started(tmp_path, 
     events = list(read_events(events_path))
     assert {e.key: e.payload["task_fingerprint_hash"] for e in events if e.type == "task.scheduled"} == scheduled
     assert sorted(e.key for e in events if e.type == "task.completed") == sorted(scheduled)  # once each
-    resumed = [e for e in events if e.type == "task.started" and e.start_offset >= len(before)]
-    assert len(resumed) == 2 and all(e.payload.get("session_id") for e in resumed)  # sessions continued
+    resumed = {e.key: e.payload.get("session_id") for e in events
+               if e.type == "task.started" and e.start_offset >= len(before)}
+    interrupted = {e.key: e.payload.get("session_id") for e in events if e.type == "task.interrupted"}
+    assert len(resumed) == 2 and resumed == interrupted  # each continued the session it had (when one was seen)
     summary = json.loads((tmp_path / "results" / run_id / "summary.json").read_text())
     assert len(summary["branches"]) == 2 and summary["status"] == "completed"
     assert json.loads(manifest_path.read_text())["max_parallel"] == 1
