@@ -133,8 +133,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.clean_containers:
         return anyio.run(manage.clean_containers, args.dry_run or args.clean_dry_run, args.force)
     if args.resume:
-        if args.prompt:
-            raise UsageError("--resume takes no prompt: the run keeps its own")
+        launch.check_resume_flags(args)
         return anyio.run(launch.resume, args)
     return anyio.run(launch.start, args)
 

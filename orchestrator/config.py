@@ -115,11 +115,11 @@ ALIASES = {"ORCHESTRATOR_DEFAULT_MODEL": ("orchestration", "default_model"),
            "ORCHESTRATOR_DEBUG": ("logging", "debug")}
 
 
-def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for k, v in over.items():
         if isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = _deep_merge(out[k], v)
+            out[k] = deep_merge(out[k], v)
         else:
             out[k] = v
     return out
@@ -246,20 +246,20 @@ def load_config(*, config_file: str | None, cli_overrides: dict[str, Any], cwd: 
     if path.exists():
         data = load_file(path)
         _validate(data, str(path))
-        merged = _deep_merge(merged, data)
+        merged = deep_merge(merged, data)
         sources.append(str(path))
     dotenv_path = cwd / ".env"
     dotenv = read_dotenv(dotenv_path) if dotenv_path.exists() else {}
     if dotenv:
-        merged = _deep_merge(merged, _env_to_dict(dotenv, str(dotenv_path)))
+        merged = deep_merge(merged, _env_to_dict(dotenv, str(dotenv_path)))
         sources.append(str(dotenv_path))
     env_part = _env_to_dict(environ, "environment")
     if env_part:
-        merged = _deep_merge(merged, env_part)
+        merged = deep_merge(merged, env_part)
         sources.append("environment")
     if cli_overrides:
         _validate(cli_overrides, "command line")
-        merged = _deep_merge(merged, cli_overrides)
+        merged = deep_merge(merged, cli_overrides)
         sources.append("command line")
     try:
         config = msgspec.convert(merged, Config, strict=False)
@@ -274,3 +274,51 @@ def redacted(config: Config) -> dict[str, Any]:
     from .sanitize import default_sanitizer
 
     return default_sanitizer().scrub(msgspec.to_builtins(config))
+
+
+def recorded_config(data: dict[str, Any], source: str) -> Config:
+    """The configuration a run recorded when it started (``run.json``), read by this version.
+
+    It was recorded fully resolved, so a default that changed in the code since
+    does not change it. A key this version no longer knows is dropped (it can
+    no longer shape anything); a key it added takes its default.
+    """
+    known: dict[str, Any] = {}
+    for field in msgspec.structs.fields(Config):
+        if field.encode_name not in data:
+            continue
+        value = data[field.encode_name]
+        section = field.type if isinstance(field.type, type) and issubclass(field.type, msgspec.Struct) else None
+        if section is not None and isinstance(value, dict):
+            names = {f.encode_name for f in msgspec.structs.fields(section)}
+            value = {k: v for k, v in value.items() if k in names}
+        known[field.encode_name] = value
+    try:
+        return msgspec.convert(known, Config, strict=False)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"{source}: the recorded configuration is not valid for this version: {_explain(exc)}; "
+                          "finish the run with the version that started it") from None
+
+
+# Sections whose settings cannot change what a task does or produces: a resumed
+# run takes them from today's configuration, the rest from what it recorded.
+PRESENTATION_SECTIONS = ("tui", "logging")
+
+
+def changed_keys(recorded: Config, current: Config) -> list[str]:
+    """Dotted keys whose value differs between the two, presentation sections and max_parallel_tasks excepted."""
+    a, b = msgspec.to_builtins(recorded), msgspec.to_builtins(current)
+    out: list[str] = []
+
+    def walk(x: Any, y: Any, prefix: str) -> None:
+        if isinstance(x, dict) and isinstance(y, dict) and prefix.count(".") < 1:
+            for k in sorted(set(x) | set(y)):
+                walk(x.get(k), y.get(k), f"{prefix}.{k}" if prefix else k)
+        elif x != y:
+            out.append(prefix)
+
+    for section in sorted(set(a) | set(b)):
+        if section in PRESENTATION_SECTIONS:
+            continue
+        walk(a.get(section), b.get(section), section)
+    return [k for k in out if k not in ("orchestration.max_parallel_tasks", "orchestration.max_parallel_instances")]

@@ -7,6 +7,7 @@ line and exit 2, and no run directory exists afterwards.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import shutil
@@ -22,17 +23,18 @@ import anyio
 import msgspec
 
 from .auth import resolve_auth
-from .config import Config, LoadedConfig, load_config, redacted
+from .config import Config, LoadedConfig, deep_merge, load_config, redacted
 from .engine.determinism import Reporter, guard_module
 from .engine.engine import Engine, EngineConfig, auto_parallel
-from .errors import ConfigError, PreflightError, RunLockedError, UsageError
+from .errors import ConfigError, GitError, PreflightError, RunLockedError, UsageError
 from .fingerprint import TaskDefaults
 from .jsonlog import ComponentLog
 from .runner import AuthConfig, DockerRunner, Hardening, RetryConfig
 from .runner.docker_containers import docker_available, image_exists
 from .runner.git_ops import validate_repository, workspace_root
 from .runner.plugin import get_plugin
-from .runs import RunDirs, RunManifest, claim_run_id, cleanup_old_logs, is_live, now_iso, read_manifest, write_manifest
+from .runs import (RUN_LOCK_LABEL, RUN_MANIFEST_LABEL, RunDirs, RunManifest, claim_run_id, cleanup_old_logs,
+                   is_live, now_iso, read_manifest, write_manifest)
 from .sanitize import SECRET_ENV_VARS, default_sanitizer
 from .strategy_loader import LoadedStrategy, load_strategy, parse_params
 
@@ -230,7 +232,11 @@ async def _prepare(args, loaded: LoadedConfig, docker: _EarlyCheck) -> Prepared:
     repo = str(Path(args.repo or ".").absolute())
     base_branch = config.orchestration.base_branch
     warnings: list[str] = []
-    info = await anyio.to_thread.run_sync(validate_repository, repo, base_branch)
+    dirs = RunDirs.from_env()
+    # The run's own folders (logs/, results/, orchestrator_state/ by default in
+    # the current directory) are not the user's changes, from the first run on.
+    info = await anyio.to_thread.run_sync(functools.partial(
+        validate_repository, repo, base_branch, ignore=(dirs.logs, dirs.state, dirs.results)))
     repo = str(info.path)
     if info.dirty:
         if config.orchestration.require_clean_wt:
@@ -245,7 +251,6 @@ async def _prepare(args, loaded: LoadedConfig, docker: _EarlyCheck) -> Prepared:
     if not args.dry_run:
         plugin.validate_environment(auth)
     default_sanitizer().add_secrets(auth.secret_values())
-    dirs = RunDirs.from_env()
     _check_disk(dirs.logs, config, warnings)
     _check_disk(workspace_root(), config, warnings)
     await docker.result()
@@ -258,15 +263,32 @@ async def _prepare(args, loaded: LoadedConfig, docker: _EarlyCheck) -> Prepared:
 async def start(args) -> int:
     prep = await prepare(args)
     dirs = RunDirs.from_env()
+    await _exclude_output_folders(prep.repo, dirs)
     run_id = claim_run_id(dirs)
     manifest = RunManifest(
         run_id=run_id, created_at=now_iso(), prompt=prep.prompt,
         strategy_spec=_absolute_spec(prep.strategy.spec), strategy_name=prep.strategy.name, params=prep.params,
         runs=prep.runs, repo_path=prep.repo, base_branch=prep.base_branch, model=prep.model,
         plugin=prep.plugin_name, docker_image=prep.image, max_parallel=prep.max_parallel, dry_run=prep.dry_run,
-        mode=prep.mode, config=redacted(prep.config))
+        mode=prep.mode, config=redacted(prep.config),
+        config_file=str(Path(args.config).absolute()) if args.config else None,
+        cli_overrides=_cli_overrides(args))
     write_manifest(dirs, manifest)
     return await execute(prep, dirs, manifest, resume_fresh=False)
+
+
+async def _exclude_output_folders(repo: str, dirs: RunDirs) -> None:
+    """List the run's folders that lie inside the repository in its ``.git/info/exclude``.
+
+    So ``git status`` (the user's, and the next run's clean-tree check) never
+    shows them; ``.git/info/exclude`` is never committed, unlike ``.gitignore``.
+    """
+    from .runner.git_ops import exclude_locally
+
+    try:
+        await anyio.to_thread.run_sync(exclude_locally, repo, (dirs.logs, dirs.state, dirs.results))
+    except (OSError, GitError) as exc:  # a convenience: the clean-tree check ignores these folders anyway
+        print(f"warning: could not add the output folders to {repo}/.git/info/exclude: {exc}", file=sys.stderr)
 
 
 def _absolute_spec(spec: str) -> str:
@@ -276,13 +298,60 @@ def _absolute_spec(spec: str) -> str:
     return spec
 
 
+# Flags that shape what a task does or produces. A resumed run keeps what it
+# started with: a different value would make every recorded task a different
+# one, and the work already paid for would be done again (or refused).
+RECORDED_FLAGS = (("prompt", "a prompt"), ("strategy", "--strategy"), ("params", "-S"), ("runs", "--runs"),
+                  ("repo", "--repo"), ("base_branch", "--base-branch"), ("model", "--model"),
+                  ("plugin", "--plugin"), ("docker_image", "--docker-image"), ("config", "--config"),
+                  ("mode", "--mode"), ("safe_fsync", "--safe-fsync"), ("require_clean_wt", "--require-clean-wt"),
+                  ("dry_run", "--dry-run"))
+RESUME_FLAGS = "--max-parallel, --no-tui, --json, --quiet, --debug, --resume-fresh"
+
+
+def check_resume_flags(args) -> None:
+    given = [flag for dest, flag in RECORDED_FLAGS if getattr(args, dest, None) not in (None, False, [])]
+    if given:
+        raise UsageError(f"{', '.join(given)} cannot be used with --resume: the run keeps the configuration it "
+                         f"started with (allowed with --resume: {RESUME_FLAGS}); start a new run to change it")
+
+
+def _resumed_config(dirs: RunDirs, manifest: RunManifest, current: LoadedConfig) -> LoadedConfig:
+    """The recorded configuration, with today's settings only where they cannot change a result."""
+    from .config import PRESENTATION_SECTIONS, changed_keys, recorded_config
+
+    if not manifest.config:  # a manifest from before configurations were recorded
+        return current
+    where = dirs.manifest(manifest.run_id)
+    config = recorded_config(manifest.config, str(where))
+    changed = changed_keys(config, current.config)
+    if changed:
+        shown = ", ".join(changed[:6]) + (f" and {len(changed) - 6} more" if len(changed) > 6 else "")
+        print(f"note: the run keeps the configuration it started with; changed since, not applied: {shown}",
+              file=sys.stderr, flush=True)
+    config = msgspec.structs.replace(config, **{s: getattr(current.config, s) for s in PRESENTATION_SECTIONS})
+    return LoadedConfig(config=config, environ=current.environ,
+                        sources=[f"{where} (recorded when the run started)", *current.sources])
+
+
 async def resume(args) -> int:
+    check_resume_flags(args)
     dirs = RunDirs.from_env()
     manifest = read_manifest(dirs, args.resume)
     if is_live(dirs, manifest.run_id):
         raise UsageError(f"run {manifest.run_id} is being written by a live process; wait for it or stop it first")
-    loaded = load_config(config_file=args.config, cli_overrides=_cli_overrides(args))
-    default_sanitizer().add_secrets(v for k, v in loaded.environ.items() if k in SECRET_ENV_VARS)
+    # Today's configuration from the same sources as at the start (same file, same
+    # flags): it differs from the recorded one only where something changed since.
+    config_file = manifest.config_file if manifest.config_file and Path(manifest.config_file).exists() else None
+    current = load_config(config_file=config_file,
+                          cli_overrides=deep_merge(manifest.cli_overrides, _cli_overrides(args)))
+    default_sanitizer().add_secrets(v for k, v in current.environ.items() if k in SECRET_ENV_VARS)
+    loaded = _resumed_config(dirs, manifest, current)
+    max_parallel = manifest.max_parallel
+    if args.max_parallel is not None:
+        if args.max_parallel < 1:
+            raise ConfigError(f"--max-parallel must be at least 1 (got {args.max_parallel})")
+        max_parallel = manifest.max_parallel = args.max_parallel
     strategy = load_strategy(manifest.strategy_spec)
     plugin = _check_plugin(manifest.plugin, manifest.model, strategy)
     auth = resolve_auth(loaded.environ, plugin=manifest.plugin, mode=manifest.mode, dry_run=manifest.dry_run)
@@ -293,7 +362,7 @@ async def resume(args) -> int:
     await _check_docker(manifest.docker_image)
     prep = Prepared(loaded_config=loaded, strategy=strategy, params=manifest.params, prompt=manifest.prompt,
                     repo=manifest.repo_path, base_branch=manifest.base_branch, model=manifest.model,
-                    plugin_name=manifest.plugin, image=manifest.docker_image, max_parallel=manifest.max_parallel,
+                    plugin_name=manifest.plugin, image=manifest.docker_image, max_parallel=max_parallel,
                     runs=manifest.runs, auth=auth, dry_run=manifest.dry_run, mode=manifest.mode,
                     output=output_mode(args))
     await _report_resume_plan(dirs, manifest, plugin.capabilities.supports_resume, args.resume_fresh)
@@ -354,6 +423,7 @@ def _engine_config(prep: Prepared, dirs: RunDirs, run_id: str, *, resume_fresh: 
             "docker_image": prep.image, "reuse_container": r.reuse_container, "finalize": r.finalize,
             "review_workspace_mode": r.review_workspace_mode, "isolation_mode": r.isolation_mode,
             "session_volume_scope": r.session_volume_scope,
+            "labels": {RUN_LOCK_LABEL: str(dirs.lock(run_id)), RUN_MANIFEST_LABEL: str(dirs.manifest(run_id))},
             "retry_config": RetryConfig(max_attempts=r.max_attempts, backoff_base_s=r.backoff_base_s,
                                         backoff_factor=r.backoff_factor, backoff_max_s=r.backoff_max_s),
         },

@@ -16,7 +16,8 @@ from .config import Config, load_config
 from .errors import PreflightError, UsageError
 from .jsonlog import ComponentLog
 from .results import build_summary, fmt_cost, render_summary
-from .runs import RunDirs, is_live, list_run_ids, read_manifest, remove_run_state
+from .runs import (RUN_LOCK_LABEL, RUN_MANIFEST_LABEL, RunDirs, is_live, list_run_ids, lock_holder, manifest_status,
+                   read_manifest, remove_run_state)
 from .state import FAILED, RunState, recover
 from .strategy_loader import BUILTINS, load_strategy
 
@@ -41,14 +42,21 @@ def list_runs() -> int:
     if not ids:
         print(f"no runs under {dirs.state}")
         return 0
-    print(f"{'RUN ID':<24} {'STATUS':<12} {'STRATEGY':<22} {'TASKS':>9} {'COST':>8}  CREATED")
+    rows = []
     for run_id in ids:
         try:
             m = read_manifest(dirs, run_id)
         except UsageError:
             continue
+        live = is_live(dirs, run_id)
+        # A manifest left at "running" by a process that died is a run to resume.
+        status = "live" if live else "interrupted" if m.status == "running" else m.status
+        rows.append((status, run_id, m))
+    # Runs that can be resumed first: they hold work already paid for.
+    rows.sort(key=lambda row: (row[0] != "interrupted", row[1]))
+    print(f"{'RUN ID':<24} {'STATUS':<12} {'STRATEGY':<22} {'TASKS':>9} {'COST':>8}  CREATED")
+    for status, run_id, m in rows:
         state = _state(dirs, run_id)
-        status = "live" if is_live(dirs, run_id) else m.status
         done = state.counters.completed + state.counters.failed
         cost_known = any(t.cost_usd is not None for t in state.tasks.values())
         cost = fmt_cost(state.counters.cost_usd if cost_known else None)
@@ -193,9 +201,12 @@ def _select_candidates(rows: list[dict[str, Any]], dirs: RunDirs, config: Config
         run_id = c["labels"].get("run_id", "")
         if run_id == current or (run_id and is_live(dirs, run_id)):
             continue  # never touch a live run's containers
+        holder = lock_holder(c["labels"].get(RUN_LOCK_LABEL))
+        if holder == "live":
+            continue  # a live run started from another directory
         known = bool(run_id) and dirs.manifest(run_id).exists()
-        if c["status"] == "running" and (known or not include_running_unknown):
-            continue
+        if c["status"] == "running" and (known or not include_running_unknown or holder != "dead"):
+            continue  # a running container goes only when its run is provably dead
         if _age_hours(c) < _retention_hours(c, dirs, config, cache):
             continue
         out.append(c)
@@ -215,6 +226,8 @@ async def clean_orphans(dirs: RunDirs, config: Config, olog: ComponentLog, *, cu
                     continue  # resumable: its containers hold agent sessions
             except UsageError:
                 pass
+        if manifest_status(c["labels"].get(RUN_MANIFEST_LABEL)) not in ("completed", "failed", "gone"):
+            continue  # resumable from another directory, or cannot tell: kept
         victims.append(c["name"])
     if victims:
         await remove_containers(victims)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
@@ -65,7 +66,12 @@ class RunManifest(msgspec.Struct, kw_only=True):
     status: str = "running"  # running | completed | failed | interrupted
     finished_at: str | None = None
     exit_code: int | None = None
+    # The fully resolved configuration (defaults included): what --resume uses.
     config: dict[str, Any] = msgspec.field(default_factory=dict)
+    # Where it came from, so --resume can tell what changed since: the --config
+    # file (absolute) and the command-line overrides.
+    config_file: str | None = None
+    cli_overrides: dict[str, Any] = msgspec.field(default_factory=dict)
     version: int = 1
 
 
@@ -130,12 +136,86 @@ def is_live(dirs: RunDirs, run_id: str) -> bool:
     return WriterLock.is_held(dirs.lock(run_id))
 
 
+# Container label holding the absolute path of the run's events.jsonl.lock: from
+# any directory, a container's run can be told live (a process holds the lock)
+# or dead, whichever state directory started it.
+RUN_LOCK_LABEL = "orchestrator.run_lock"
+
+
+# Container label holding the absolute path of the run's run.json: a run that
+# can still be resumed keeps its containers, whichever directory started it.
+RUN_MANIFEST_LABEL = "orchestrator.run_manifest"
+
+
+def manifest_status(path: str | None) -> str:
+    """The status in the run.json at ``path``; ``"gone"`` when there is none, ``"unknown"`` when unreadable.
+
+    A container without the label (an older orchestrator's) counts as gone, as
+    such containers always did.
+    """
+    if not path:
+        return "gone"
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        return "gone"
+    except OSError:
+        return "unknown"
+    try:
+        return msgspec.json.decode(data, type=RunManifest).status
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return "unknown"
+
+
+def lock_holder(path: str | None) -> str:
+    """``"live"``, ``"dead"`` or ``"unknown"`` for the run whose lock file is ``path``.
+
+    Dead only when it is provable: the file is there, no process holds its
+    lock, and it was not last taken on another host (whose locks this host's
+    kernel cannot see). Anything else is unknown.
+    """
+    if not path or not Path(path).is_absolute():
+        return "unknown"
+    lock = Path(path)
+    try:
+        if not lock.is_file():
+            return "unknown"
+        if WriterLock.is_held(lock):
+            return "live"
+    except OSError:
+        return "unknown"
+    meta = WriterLock.read_meta(lock)
+    if meta and meta.get("hostname") not in (None, socket.gethostname()):
+        return "unknown"
+    return "dead"
+
+
 def remove_run_state(dirs: RunDirs, run_id: str) -> None:
     shutil.rmtree(dirs.state / run_id, ignore_errors=True)
 
 
+FINISHED = ("completed", "failed")
+
+
+def is_resumable(dirs: RunDirs, run_id: str) -> bool:
+    """The run has a manifest and did not finish: ``--resume`` continues it from its log.
+
+    A manifest still saying ``running`` without a live writer is a run that
+    crashed (kill -9, power loss): resumable too.
+    """
+    try:
+        return read_manifest(dirs, run_id).status not in FINISHED
+    except UsageError:
+        return False
+
+
 def cleanup_old_logs(dirs: RunDirs, retention_days: float, *, keep: set[str]) -> list[str]:
-    """Delete ``logs/<run>`` folders older than the retention, never a live run's."""
+    """Delete ``logs/<run>`` folders older than the retention, never a live or resumable run's.
+
+    A resumable run's events.jsonl is all that lets ``--resume`` skip the work
+    already paid for; it goes only after ``--cleanup-run`` (which removes the
+    run's manifest) and then ages past the retention like any other.
+    """
     if retention_days <= 0 or not dirs.logs.exists():
         return []
     cutoff = datetime.now().timestamp() - retention_days * 86400
@@ -147,7 +227,7 @@ def cleanup_old_logs(dirs: RunDirs, retention_days: float, *, keep: set[str]) ->
             newest = max((p.stat().st_mtime for p in path.iterdir()), default=path.stat().st_mtime)
         except OSError:
             continue
-        if newest < cutoff and not is_live(dirs, path.name):
+        if newest < cutoff and not is_live(dirs, path.name) and not is_resumable(dirs, path.name):
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path.name)
     return removed

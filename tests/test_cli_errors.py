@@ -68,6 +68,16 @@ CASES = {
     "two_output_modes": (lambda t, r: (["do it", "--json", "--quiet"], {}), ["not allowed"]),
     "unknown_flag": (lambda t, r: (["do it", "--frobnicate"], {}), ["--frobnicate"]),
     "resume_fresh_alone": (lambda t, r: (["do it", "--resume-fresh"], {}), ["--resume"]),
+    # a resumed run keeps its configuration: a flag that would change it is named, before anything else
+    "resume_with_model": (lambda t, r: (["--resume", "run_19990101_000000", "--model", "opus"], {}),
+                          ["--model", "cannot be used with --resume", "--max-parallel"]),
+    "resume_with_params": (lambda t, r: (["--resume", "run_19990101_000000", "-S", "n=2", "--strategy", "best-of-n"], {}),
+                           ["--strategy, -S", "cannot be used with --resume"]),
+    "resume_with_config": (lambda t, r: (["--resume", "run_19990101_000000", "--config", "x.yaml"], {}), ["--config"]),
+    "resume_with_prompt": (lambda t, r: (["do it", "--resume", "run_19990101_000000"], {}), ["prompt", "--resume"]),
+    # flags that cannot change a result are accepted: the error is about the unknown run
+    "resume_allowed_flags": (lambda t, r: (["--resume", "run_19990101_000000", "--resume-fresh", "--max-parallel", "3",
+                                            "--quiet", "--debug"], {}), ["no run 'run_19990101_000000'"]),
 }
 
 
@@ -76,7 +86,7 @@ CASES = {
 def test_bad_input_gets_one_line_and_exit_2(case, tmp_path, repo):
     build, needles = CASES[case]
     args, env_extra = build(tmp_path, repo)
-    if "--docker-image" not in args:
+    if "--docker-image" not in args and "--resume" not in args:  # a resumed run uses its recorded image
         args = args + IMG
     result = run_cli(args, cwd=repo, env=cli_env(tmp_path, **env_extra), timeout=60)
     assert_clean_usage_error(result, tmp_path, *needles)

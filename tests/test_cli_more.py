@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import time
 
 import pytest
 
-from cli_helpers import cli_env, only_run_id, run_cli
+from cli_helpers import ORCH, cli_env, only_run_id, run_cli, wait_for
 from conftest import TEST_IMAGE, git, make_repo
+from orchestrator.eventlog import read_events
 
 pytestmark = pytest.mark.docker
 IMG = ["--docker-image", TEST_IMAGE]
@@ -123,3 +125,177 @@ def test_clean_containers_removes_stopped_past_retention_and_never_running_ones(
         assert names["stopped_new"] in present and names["running_old"] in present
     finally:
         subprocess.run(["docker", "rm", "-f", *names.values()], capture_output=True)
+
+
+def test_own_output_folders_in_the_repository_never_count_as_changes(tmp_path):
+    repo = make_repo(tmp_path / "repo")
+    env = {k: v for k, v in cli_env(tmp_path).items()
+           if k not in ("ORCHESTRATOR_LOGS_DIR", "ORCHESTRATOR_STATE_DIR", "ORCHESTRATOR_RESULTS_DIR")}
+    tracked = git(repo, "ls-files")
+    for attempt in (1, 2):  # the second run finds the first one's logs/, results/, orchestrator_state/
+        result = run_cli(["SIM: print x", "--require-clean-wt", "--no-tui", *IMG], cwd=repo, env=env)
+        assert result.returncode == 0, (attempt, result.stderr)
+        assert "uncommitted changes" not in result.stderr, (attempt, result.stderr)
+    for d in ("logs", "results", "orchestrator_state"):
+        assert (repo / d).is_dir(), d
+    assert git(repo, "status", "--porcelain") == ""  # the user's `git status` does not show them either
+    exclude = (repo / ".git" / "info" / "exclude").read_text().splitlines()
+    for line in ("/logs/", "/results/", "/orchestrator_state/"):
+        assert exclude.count(line) == 1, exclude  # added once, not once per run
+    assert git(repo, "ls-files") == tracked and not (repo / ".gitignore").exists()  # no tracked file changed
+    # a real change is still one
+    (repo / "README.md").write_text("changed\n")
+    refused = run_cli(["SIM: print x", "--require-clean-wt", "--no-tui", *IMG], cwd=repo, env=env)
+    assert refused.returncode == 2 and "uncommitted changes" in refused.stderr
+
+
+def _age(path, days=30):
+    past = time.time() - days * 86400
+    for p in [*path.rglob("*"), path]:
+        os.utime(p, (past, past))
+
+
+def test_retention_keeps_an_old_interrupted_run_and_list_runs_shows_it_first(tmp_path):
+    repo = make_repo(tmp_path / "repo")
+    env = cli_env(tmp_path)
+    done = run_cli(["SIM: print done", "--no-tui", *IMG], cwd=repo, env=env)
+    assert done.returncode == 0, done.stderr
+    completed_id = only_run_id(tmp_path)
+    proc = subprocess.Popen([ORCH, "SIM: write work.txt data\nSIM: commit work\nSIM: sleep 30\nSIM: print finished",
+                             "--no-tui", *IMG], cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+    def started():
+        runs = [p.name for p in (tmp_path / "state").iterdir() if p.name != completed_id]
+        path = tmp_path / "logs" / runs[0] / "events.jsonl" if runs else None
+        return runs[0] if path and path.exists() and any(e.type == "task.started" for e in read_events(path)) else None
+
+    interrupted_id = wait_for(started)
+    time.sleep(1.5)  # the agent is mid-task
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    for run_id in (completed_id, interrupted_id):
+        _age(tmp_path / "logs" / run_id)  # both far past the 7-day retention
+    kept = (tmp_path / "logs" / interrupted_id / "events.jsonl").read_bytes()
+
+    later = run_cli(["SIM: print later", "--no-tui", *IMG], cwd=repo, env=env)
+    assert later.returncode == 0, later.stderr
+    assert not (tmp_path / "logs" / completed_id).exists()  # finished and old: retention deletes it
+    assert (tmp_path / "logs" / interrupted_id / "events.jsonl").read_bytes() == kept  # resumable: untouched
+
+    listed = run_cli(["--list-runs"], cwd=repo, env=env)
+    assert listed.returncode == 0, listed.stderr
+    rows = [line.split() for line in listed.stdout.splitlines()[1:]]
+    assert rows[0][:2] == [interrupted_id, "interrupted"], listed.stdout  # resumable runs first
+    assert {r[0] for r in rows[1:]} == {p.name for p in (tmp_path / "state").iterdir()} - {interrupted_id}
+
+    resumed = run_cli(["--resume", interrupted_id, "--no-tui"], cwd=repo, env=env)
+    assert resumed.returncode == 0, resumed.stderr
+    events = list(read_events(tmp_path / "logs" / interrupted_id / "events.jsonl"))
+    assert [e.type for e in events].count("task.scheduled") == 1  # the recorded task was continued, not redone
+    assert [e.type for e in events].count("task.completed") == 1
+
+
+def _recreate_as_old(name: str, old_ts: str) -> None:
+    """Re-create a stopped task container unchanged but for an old last-active time (as if it ran for days)."""
+    info = json.loads(subprocess.run(["docker", "inspect", name], capture_output=True, text=True, check=True).stdout)[0]
+    cfg, host = info["Config"], info["HostConfig"]
+    mounts = {m["Destination"]: m for m in info["Mounts"]}
+    labels = {**cfg["Labels"], "orchestrator.last_active_ts": old_ts}
+    cmd = ["docker", "create", "--name", name, "--user", cfg["User"], "-w", cfg["WorkingDir"], "--read-only",
+           "--security-opt", "no-new-privileges",
+           "-v", f"{mounts['/workspace']['Source']}:/workspace:rw",
+           "--mount", f"type=volume,src={mounts['/home/node']['Name']},dst=/home/node"]
+    for path, opts in (host.get("Tmpfs") or {}).items():
+        cmd += ["--tmpfs", f"{path}:{opts}" if opts else path]
+    for k, v in labels.items():
+        cmd += ["--label", f"{k}={v}"]
+    for e in cfg["Env"]:
+        cmd += ["-e", e]
+    subprocess.run(["docker", "rm", "-f", name], check=True, capture_output=True)
+    subprocess.run([*cmd, cfg["Image"], *cfg["Cmd"]], check=True, capture_output=True)
+
+
+def test_orphan_scan_never_removes_a_live_run_from_another_directory(tmp_path):
+    """Two live runs, two directories: the start-up scan of one never kills the other's container."""
+    old_ts = "2020-01-01T00:00:00.000Z"
+    repo_a, repo_b = make_repo(tmp_path / "a" / "repo"), make_repo(tmp_path / "b" / "repo")
+    env_a, env_b = cli_env(tmp_path / "a"), cli_env(tmp_path / "b")
+    prompt = "SIM: write work.txt data\nSIM: commit work\nSIM: sleep 45\nSIM: print finished"
+    proc = subprocess.Popen([ORCH, prompt, "--no-tui", *IMG], cwd=repo_a, env=env_a, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    state_a = tmp_path / "a" / "state"
+    run_a = wait_for(lambda: next((p.name for p in state_a.iterdir()), None) if state_a.exists() else None)
+    wait_for(lambda: list((tmp_path / "a" / "ws" / run_a).glob("*/work.txt")))
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    container = subprocess.run(["docker", "ps", "-a", "--format", "{{.Names}}", "--filter", f"label=run_id={run_a}"],
+                               capture_output=True, text=True).stdout.split()
+    assert len(container) == 1
+    container = container[0]
+    lock_a = tmp_path / "a" / "logs" / run_a / "events.jsonl.lock"
+    labels = json.loads(subprocess.run(["docker", "inspect", "-f", "{{json .Config.Labels}}", container],
+                                       capture_output=True, text=True).stdout)
+    assert labels.get("orchestrator.run_lock") == str(lock_a)  # the way from a container to its run's lock
+    assert labels.get("orchestrator.run_manifest") == str(state_a / run_a / "run.json")  # ... and to its status
+    # Run A has been going for days: its container is far past the 2-hour retention.
+    _recreate_as_old(container, old_ts)
+
+    pid = os.getpid()
+    dead_lock = tmp_path / "dead" / "events.jsonl.lock"  # a run that ended: its lock file, held by nobody
+    dead_lock.parent.mkdir()
+    dead_lock.write_text("")
+    manifests = {}
+    for status in ("interrupted", "completed"):  # stopped runs of another directory, one resumable
+        manifests[status] = tmp_path / "dead" / f"{status}.json"
+        manifests[status].write_text(json.dumps({
+            "run_id": f"run_other_{status}", "created_at": old_ts, "prompt": "p", "strategy_spec": "simple",
+            "strategy_name": "simple", "params": {}, "runs": 1, "repo_path": str(repo_b), "base_branch": "main",
+            "model": "sonnet", "plugin": "claude-code", "docker_image": TEST_IMAGE, "max_parallel": 1,
+            "status": status}))
+    others = {"dead": (f"orch-test-dead-{pid}", ["--label", f"orchestrator.run_lock={dead_lock}"]),
+              "unknown": (f"orch-test-nolock-{pid}", []),
+              "missing": (f"orch-test-missing-{pid}", ["--label", f"orchestrator.run_lock={tmp_path}/gone/x.lock"])}
+    stopped = {status: (f"orch-test-{status}-{pid}", ["--label", f"orchestrator.run_lock={dead_lock}",
+                                                     "--label", f"orchestrator.run_manifest={manifests[status]}"])
+               for status in manifests}
+    resumed = None
+    try:
+        resumed = subprocess.Popen([ORCH, "--resume", run_a, "--no-tui"], cwd=repo_a, env=env_a,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        events_a = tmp_path / "a" / "logs" / run_a / "events.jsonl"
+        wait_for(lambda: [e for e in read_events(events_a) if e.type == "task.started"][1:])  # A works again
+        wait_for(lambda: subprocess.run(["docker", "inspect", "-f", "{{.State.Running}}", container],
+                                        capture_output=True, text=True).stdout.strip() == "true")
+
+        # Just before B starts (a scan from another directory running an older orchestrator would take them too)
+        for what, (name, extra) in others.items():
+            subprocess.run(["docker", "run", "-d", "--name", name, "--label", "orchestrator=true",
+                            "--label", f"run_id=run_other_{what}_{pid}", "--label",
+                            f"orchestrator.last_active_ts={old_ts}", *extra, TEST_IMAGE, "sleep", "infinity"],
+                           check=True, capture_output=True)
+        for status, (name, extra) in stopped.items():
+            subprocess.run(["docker", "create", "--name", name, "--label", "orchestrator=true",
+                            "--label", f"run_id=run_other_{status}_{pid}", "--label",
+                            f"orchestrator.last_active_ts={old_ts}", *extra, TEST_IMAGE, "true"],
+                           check=True, capture_output=True)
+        b = run_cli(["SIM: print from b", "--no-tui", *IMG], cwd=repo_b, env=env_b)  # B's first start scans
+        assert b.returncode == 0, b.stderr
+        assert resumed.poll() is None, "run A should still be live while B starts"
+        present = subprocess.run(["docker", "ps", "-a", "--format", "{{.Names}}"], capture_output=True,
+                                 text=True).stdout.split()
+        assert container in present  # run A is live: its lock is held
+        assert others["dead"][0] not in present  # provably dead: removed
+        assert others["unknown"][0] in present and others["missing"][0] in present  # unknown: kept
+        assert stopped["interrupted"][0] in present  # a resumable run of another directory: kept
+        assert stopped["completed"][0] not in present  # a finished one past retention: removed
+        out, err = resumed.communicate(timeout=180)
+        assert resumed.returncode == 0, err
+        assert [e.type for e in read_events(events_a)].count("task.completed") == 1
+    finally:
+        if resumed is not None and resumed.poll() is None:
+            resumed.kill()
+        subprocess.run(["docker", "rm", "-f", *(n for n, _ in [*others.values(), *stopped.values()])],
+                       capture_output=True)

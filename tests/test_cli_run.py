@@ -212,3 +212,81 @@ def test_ctrl_c_with_20_running_containers_exits_130_within_10s(tmp_path, repo):
     names = subprocess.run(["docker", "ps", "-aq", "--filter", f"label=run_id={run_id}"], capture_output=True,
                            text=True).stdout.split()
     subprocess.run(["docker", "rm", "-f", *names], capture_output=True)
+
+
+def _start_and_interrupt(tmp_path, repo, env, args, n_tasks):
+    proc = subprocess.Popen([ORCH, *args], cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+    def started():
+        state = tmp_path / "state"
+        runs = [p.name for p in state.iterdir()] if state.exists() else []
+        path = tmp_path / "logs" / runs[0] / "events.jsonl" if runs else None
+        if path is None or not path.exists():
+            return None
+        return runs[0] if sum(1 for e in read_events(path) if e.type == "task.started") == n_tasks else None
+
+    run_id = wait_for(started)
+    # the agents are mid-task: they wrote their file (so their sessions are known)
+    wait_for(lambda: len(list((tmp_path / "ws" / run_id).glob("*/work.txt"))) == n_tasks)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    return run_id
+
+
+def test_resume_keeps_the_configuration_recorded_when_the_run_started(tmp_path, repo):
+    (repo / "orchestrator.yaml").write_text("runner:\n  container_memory: 1g\n  max_turns: 5\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "orchestrator config")
+    # The environment stands in for a code default of the version that started the run:
+    # at resume it is gone, as a default changed by an upgrade would be.
+    env = cli_env(tmp_path, ORCHESTRATOR_RUNNER__CONTAINER_CPU="1")
+    prompt = "SIM: write work.txt data\nSIM: commit work\nSIM: sleep 8\nSIM: print finished"
+    run_id = _start_and_interrupt(tmp_path, repo, env, [prompt, "--runs", "2", "--no-tui", *IMG], 2)
+    events_path = tmp_path / "logs" / run_id / "events.jsonl"
+    scheduled = {e.key: e.payload["task_fingerprint_hash"] for e in read_events(events_path)
+                 if e.type == "task.scheduled"}
+    assert len(scheduled) == 2
+
+    # Between run and resume: everything that shapes a task's input changes.
+    (repo / "orchestrator.yaml").write_text(
+        "runner:\n  container_memory: 2g\n  max_turns: 9\n  network_egress: offline\n"
+        "orchestration:\n  import_policy: never\n")
+    del env["ORCHESTRATOR_RUNNER__CONTAINER_CPU"]
+    manifest_path = tmp_path / "state" / run_id / "run.json"
+    manifest = json.loads(manifest_path.read_text())
+    assert manifest["config"]["runner"]["container_cpu"] == 1  # recorded fully resolved, defaults included
+    assert manifest["config"]["orchestration"]["import_policy"] == "auto"
+    manifest["config"]["runner"]["option_of_an_older_version"] = True  # a key this version no longer knows
+    del manifest["config"]["runner"]["failure_retention_hours"]  # a key added since: takes its default
+    manifest_path.write_text(json.dumps(manifest))
+
+    before = events_path.read_bytes()
+    for flags, named in ((["--model", "opus"], "--model"), (["-S", "import_policy=never"], "-S"),
+                         (["--config", str(repo / "orchestrator.yaml")], "--config"),
+                         (["--docker-image", TEST_IMAGE], "--docker-image"), (["--dry-run"], "--dry-run")):
+        refused = run_cli(["--resume", run_id, "--no-tui", *flags], cwd=repo, env=env)
+        assert refused.returncode == 2, (flags, refused.stderr)
+        lines = refused.stderr.strip().splitlines()
+        assert len(lines) == 1 and named in lines[0] and "--max-parallel" in lines[0], lines
+    assert events_path.read_bytes() == before  # refused before anything was written
+
+    result = run_cli(["--resume", run_id, "--no-tui", "--max-parallel", "1", "--debug"], cwd=repo, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "KeyConflict" not in result.stderr + result.stdout
+    note = [line for line in result.stderr.splitlines() if line.startswith("note: the run keeps")]
+    assert len(note) == 1 and "runner.container_memory" in note[0] and "orchestration.import_policy" in note[0]
+    assert "runner.container_cpu" in note[0]  # the changed "default"
+    # flags given at the start are the same sources, not changes
+    assert "orchestration.runs" not in note[0] and "runner.docker_image" not in note[0], note
+    events = list(read_events(events_path))
+    assert {e.key: e.payload["task_fingerprint_hash"] for e in events if e.type == "task.scheduled"} == scheduled
+    assert sorted(e.key for e in events if e.type == "task.completed") == sorted(scheduled)  # once each
+    resumed = {e.key: e.payload.get("session_id") for e in events
+               if e.type == "task.started" and e.start_offset >= len(before)}
+    interrupted = {e.key: e.payload.get("session_id") for e in events if e.type == "task.interrupted"}
+    assert len(resumed) == 2 and resumed == interrupted  # each continued the session it had (when one was seen)
+    summary = json.loads((tmp_path / "results" / run_id / "summary.json").read_text())
+    assert len(summary["branches"]) == 2 and summary["status"] == "completed"
+    assert json.loads(manifest_path.read_text())["max_parallel"] == 1

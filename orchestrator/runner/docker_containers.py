@@ -226,6 +226,7 @@ def base_environment(request: InstanceRequest) -> dict[str, str]:
 
 def container_labels(request: InstanceRequest) -> dict[str, str]:
     return {
+        **request.labels,
         "orchestrator": "true",
         "run_id": request.run_id,
         "strategy_execution_id": request.strategy_execution_id,

@@ -40,6 +40,7 @@ __all__ = [
     "workspace_root",
     "workspace_path",
     "validate_repository",
+    "exclude_locally",
     "prepare_workspace",
     "import_branch",
     "remove_workspace",
@@ -91,9 +92,12 @@ def workspace_path(run_id: str, task_key: str) -> Path:
 # Preflight
 
 
-def validate_repository(repo_path: str | os.PathLike[str], base_branch: str) -> RepoInfo:
+def validate_repository(repo_path: str | os.PathLike[str], base_branch: str, *,
+                        ignore: Sequence[str | os.PathLike[str]] = ()) -> RepoInfo:
     """Check that ``repo_path`` is a git repository with ``base_branch``.
 
+    ``ignore``: folders whose contents never make the tree dirty (the
+    orchestrator's own output folders when they live inside the repository).
     Raises :class:`PreflightError` with a one-line message otherwise.
     """
     path = Path(repo_path).expanduser()
@@ -138,11 +142,57 @@ def validate_repository(repo_path: str | os.PathLike[str], base_branch: str) -> 
 
     dirty = False
     if bare_s.strip() != "true":
-        status = run_git(["status", "--porcelain"], cwd=top, check=False)
+        excluded = [f":(exclude,literal){rel}" for rel in paths_inside(top, ignore)]
+        status = run_git(["status", "--porcelain", "--", ".", *excluded], cwd=top, check=False)
         dirty = status.returncode != 0 or bool(status.stdout.strip())
     return RepoInfo(
         path=top, git_dir=git_dir, base_branch=base_branch, base_commit=commit.stdout.strip(), dirty=dirty
     )
+
+
+def paths_inside(top: Path, paths: Sequence[str | os.PathLike[str]]) -> list[str]:
+    """The ``paths`` that lie inside the work tree ``top``, relative to it (``/``-separated), not ``top`` itself."""
+    out = []
+    for p in paths:
+        try:
+            rel = Path(os.path.realpath(p)).relative_to(top)
+        except ValueError:
+            continue
+        if rel.parts:
+            out.append(rel.as_posix())
+    return out
+
+
+EXCLUDE_HEADER = "# orchestrator output folders (added by orchestrator; never committed)"
+
+
+def exclude_locally(repo: str | os.PathLike[str], paths: Sequence[str | os.PathLike[str]]) -> list[str]:
+    """Add the ``paths`` inside the work tree to ``.git/info/exclude``; returns the lines added.
+
+    ``info/exclude`` is the repository's own, untracked ignore list: the user's
+    ``.gitignore`` (a tracked file) is never touched.
+    """
+    top = Path(os.path.realpath(repo))
+    wanted = [f"/{rel}/" for rel in paths_inside(top, paths)]
+    if not wanted:
+        return []
+    where = run_git(["rev-parse", "--git-path", "info/exclude"], cwd=top, what="locating .git/info/exclude")
+    exclude = Path(where.stdout.strip())
+    exclude = exclude if exclude.is_absolute() else top / exclude
+    try:
+        text = exclude.read_text("utf-8")
+    except FileNotFoundError:
+        text = ""
+    present = {line.strip() for line in text.splitlines()}
+    missing = [w for w in wanted if w not in present]
+    if not missing:
+        return []
+    block = ([] if EXCLUDE_HEADER in present else [EXCLUDE_HEADER]) + missing
+    prefix = "" if not text or text.endswith("\n") else "\n"
+    exclude.parent.mkdir(parents=True, exist_ok=True)
+    with open(exclude, "a", encoding="utf-8") as fh:
+        fh.write(prefix + "\n".join(block) + "\n")
+    return missing
 
 
 def _local_branches(repo: Path) -> list[str]:

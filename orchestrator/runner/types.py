@@ -114,6 +114,8 @@ class InstanceRequest(msgspec.Struct, frozen=True, kw_only=True):
     session_volume_scope: Literal["run", "global"] = "run"
     # Extra environment for the agent process (non-secret).
     env: dict[str, str] = msgspec.field(default_factory=dict)
+    # Extra container labels from the caller (orchestration labels where its run's lock is).
+    labels: dict[str, str] = msgspec.field(default_factory=dict)
 
 
 class BranchArtifact(msgspec.Struct, frozen=True, kw_only=True):
