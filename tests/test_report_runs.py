@@ -58,10 +58,9 @@ def runs(tmp_path_factory):
     (ideas / "fast.md").write_text("use a fast path\nSIM[coder]: write fast.txt 1\nSIM[coder]: commit fast path\n")
     (ideas / "slow.md").write_text("use a slow path\nSIM[coder]: write slow.txt 1\nSIM[coder]: commit slow path\n")
     return {
-        # the key in the prompt ends up in final messages and diffs: the report must not show it
+        # the key in the prompt is shown in every task's prompt: the report must not show it
         "best-of-n": _run(base, "bon", {"README.md": "# demo\n"},
-                          [SCORED + f"SIM: write leak.txt {TEST_KEY}\nSIM: commit leak\n", "--strategy", "best-of-n",
-                           "-S", "n=3"]),
+                          [SCORED + f"the key is {TEST_KEY}\n", "--strategy", "best-of-n", "-S", "n=3"]),
         "tree-beam": _run(base, "tb", {"bench.py": BENCH},
                           [GOAL, "--strategy", "tree-beam", "-S", "eval_command=python3 bench.py",
                            "-S", "primary_metric=throughput", "-S", "ideas_per_node=2", "-S", "max_depth=2",
@@ -114,7 +113,7 @@ def test_best_of_n_report_shows_scores_side_by_side_and_marks_the_winner(runs):
 def test_report_keeps_the_run_secrets_out(runs):
     run = runs["best-of-n"]
     assert TEST_KEY not in run["html"]
-    assert "leak.txt" in run["html"]  # the file is shown, its secret content redacted
+    assert "the key is [REDACTED]" in run["html"]  # the prompt is shown, its secret removed
 
 
 def test_tree_beam_report_tree_matches_tree_json(runs):
