@@ -110,10 +110,9 @@ def _read_prompt(args, config: Config) -> str:
 
 
 def _max_parallel(config: Config) -> int:
+    # The deprecated max_parallel_instances was folded into this key per source
+    # by load_config, so the command line still wins over it.
     value = config.orchestration.max_parallel_tasks
-    if config.orchestration.max_parallel_instances is not None:
-        print("warning: orchestration.max_parallel_instances is deprecated; use max_parallel_tasks", file=sys.stderr)
-        value = config.orchestration.max_parallel_instances
     if value == "auto":
         return auto_parallel(config.runner.container_cpu)
     if not isinstance(value, int) or value < 1:
@@ -218,6 +217,8 @@ async def prepare(args) -> Prepared:
 
 async def _prepare(args, loaded: LoadedConfig, docker: _EarlyCheck) -> Prepared:
     config = loaded.config
+    for line in loaded.warnings:
+        print(line, file=sys.stderr)
     default_sanitizer().add_secrets(v for k, v in loaded.environ.items() if k in SECRET_ENV_VARS)
     prompt = _read_prompt(args, config)
     if config.orchestration.runs < 1:
