@@ -119,7 +119,10 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.build_image:
         from .image import build_image
 
-        build_image(args.docker_image or "claude-code", test_image=args.test_image)
+        from .config import load_config
+
+        image = args.docker_image or load_config(config_file=args.config, cli_overrides={}).config.runner.docker_image
+        build_image(image, test_image=args.test_image)
         return 0
     if args.doctor:
         from .doctor import doctor

@@ -27,6 +27,7 @@ from .engine.determinism import Reporter, guard_module
 from .engine.engine import Engine, EngineConfig, auto_parallel
 from .errors import ConfigError, PreflightError, RunLockedError, UsageError
 from .fingerprint import TaskDefaults
+from .image_tools import check_tools, required_tools
 from .jsonlog import ComponentLog
 from .runner import AuthConfig, DockerRunner, RetryConfig
 from .runner.docker_containers import docker_available, image_exists
@@ -133,13 +134,17 @@ def _check_disk(path: Path, config: Config, warnings: list[str]) -> None:
                         f"{config.orchestration.min_free_disk_gb:g} GB)")
 
 
-async def _check_docker(image: str) -> None:
+async def _check_docker(image: str, tools: tuple[str, ...] = ()) -> None:
     ok, message = await docker_available(timeout=3.0)
     if not ok:
         raise PreflightError(message)
     if not await image_exists(image):
-        raise PreflightError(f"Docker image {image!r} not found; build it with scripts/setup-docker.sh "
-                             f"(or: docker build -t {image} .) or pass --docker-image")
+        build = "orchestrator --build-image" + ("" if image == "claude-code" else f" --docker-image {image}")
+        raise PreflightError(f"Docker image {image!r} not found; build it with {build} "
+                             f"(scripts/setup-docker.sh in a checkout) or pass --docker-image")
+    if tools:
+        # The same probe as --doctor (cached per image id): a missing CLI fails here, not in every task.
+        await anyio.to_thread.run_sync(check_tools, image, tools)
 
 
 def _check_plugin(plugin_name: str, model: str, strategy: LoadedStrategy):
@@ -204,7 +209,8 @@ async def prepare(args) -> Prepared:
     docker = _EarlyCheck()
     outcome: dict[str, Any] = {}
     async with anyio.create_task_group() as tg:
-        tg.start_soon(docker.run, _check_docker, loaded.config.runner.docker_image)
+        tg.start_soon(docker.run, _check_docker, loaded.config.runner.docker_image,
+                      required_tools(loaded.config.runner.plugin, dry_run=args.dry_run))
         try:
             outcome["prep"] = await _prepare(args, loaded, docker)
         except Exception as exc:  # raised below, outside the task group, unwrapped
@@ -291,7 +297,7 @@ async def resume(args) -> int:
         plugin.validate_environment(auth)
     default_sanitizer().add_secrets(auth.secret_values())
     await anyio.to_thread.run_sync(validate_repository, manifest.repo_path, manifest.base_branch)
-    await _check_docker(manifest.docker_image)
+    await _check_docker(manifest.docker_image, required_tools(manifest.plugin, dry_run=manifest.dry_run))
     prep = Prepared(loaded_config=loaded, strategy=strategy, params=manifest.params, prompt=manifest.prompt,
                     repo=manifest.repo_path, base_branch=manifest.base_branch, model=manifest.model,
                     plugin_name=manifest.plugin, image=manifest.docker_image, max_parallel=manifest.max_parallel,
