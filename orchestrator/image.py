@@ -275,9 +275,9 @@ def _safe(name: str) -> str:
     return name.replace("/", "_").replace(":", "_")
 
 
-def test_image_is_current(image: str, test_image: str) -> bool:
-    """True when ``test_image`` was built from the current sources on top of the current ``image``."""
-    src = source_dir()
+def test_image_is_current(image: str, test_image: str, src: Path | None = None) -> bool:
+    """True when ``test_image`` was built from the sources in ``src`` on top of the current ``image``."""
+    src = src or source_dir()
     want = image_label(test_image)
     if not want:
         return False
