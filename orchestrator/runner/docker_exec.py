@@ -46,7 +46,14 @@ def _raw_socket(sock: Any) -> Any:
 
 
 def _read_frame(sock: Any) -> tuple[int, bytes] | None:
-    """Next (stream, payload) of the multiplexed stream; None at end of stream."""
+    """Next (stream, payload) of the multiplexed stream; None at its normal end.
+
+    Only a clean end between frames is the end of the output. A connection
+    reset or a frame cut short is an error: read as an end, it would turn a
+    daemon or network failure into a truncated answer that looks complete.
+    (The helpers are docker-py internals; pyproject pins docker below 8 and
+    tests/test_docker_exec.py checks they are still there.)
+    """
     from docker.utils.socket import SocketError, next_frame_header, read_exactly
 
     try:
@@ -54,8 +61,8 @@ def _read_frame(sock: Any) -> tuple[int, bytes] | None:
         if stream == -1:
             return None
         return stream, (read_exactly(sock, size) if size else b"")
-    except (SocketError, OSError, ValueError):
-        return None
+    except (SocketError, OSError, ValueError) as exc:
+        raise ContainerError(f"the agent's output stream broke: {exc or type(exc).__name__}", retryable=True) from exc
 
 
 def _send_stdin(sock: Any, payload: bytes) -> None:
