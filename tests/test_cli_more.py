@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from cli_helpers import cli_env, only_run_id, run_cli
+from cli_helpers import cli_env, only_run_id, run_cli, wait_for
 from conftest import TEST_IMAGE, git, make_repo
 
 pytestmark = pytest.mark.docker
@@ -111,7 +111,12 @@ def test_clean_containers_removes_stopped_past_retention_and_never_running_ones(
                    "--label", f"run_id=run_cc_{pid}", "--label", f"orchestrator.last_active_ts={ts}",
                    TEST_IMAGE, "sleep", "infinity" if what == "running_old" else "0"]
             subprocess.run(cmd, check=True, capture_output=True)
-        time.sleep(1)  # the short ones exit
+        def short_ones_exited() -> bool:
+            r = subprocess.run(["docker", "inspect", "-f", "{{.State.Status}}", names["stopped_old"],
+                                names["stopped_new"]], capture_output=True, text=True)
+            return r.stdout.split() == ["exited", "exited"]
+
+        wait_for(short_ones_exited, timeout=120, interval=0.1)
         listed = run_cli(["--clean-containers", "--dry-run"], cwd=repo, env=env)
         assert listed.returncode == 0 and f"would remove {names['stopped_old']}" in listed.stdout
         assert names["stopped_new"] not in listed.stdout and names["running_old"] not in listed.stdout
