@@ -33,6 +33,7 @@ from .runner import AuthConfig, DockerRunner, RetryConfig
 from .runner.docker_containers import docker_available, image_exists
 from .runner.git_ops import validate_repository, workspace_root
 from .runner.plugin import get_plugin
+from .retention import record_owner
 from .runs import RunDirs, RunManifest, claim_run_id, cleanup_old_logs, is_live, now_iso, read_manifest, write_manifest
 from .sanitize import SECRET_ENV_VARS, default_sanitizer
 from .strategy_loader import LoadedStrategy, load_strategy, parse_params
@@ -266,6 +267,7 @@ async def start(args) -> int:
     prep = await prepare(args)
     dirs = RunDirs.from_env()
     run_id = claim_run_id(dirs)
+    record_owner(dirs, run_id)
     manifest = RunManifest(
         run_id=run_id, created_at=now_iso(), prompt=prep.prompt,
         strategy_spec=_absolute_spec(prep.strategy.spec), strategy_name=prep.strategy.name, params=prep.params,
@@ -521,6 +523,7 @@ async def _clean_orphans(dirs: RunDirs, config: Config, olog: ComponentLog, run_
     although a container can only become due once retention (hours) is over.
     """
     from .manage import clean_orphans
+    from .retention import expire_leftovers
 
     marker = _orphan_scan_marker(dirs)
     try:
@@ -532,6 +535,7 @@ async def _clean_orphans(dirs: RunDirs, config: Config, olog: ComponentLog, run_
         return
     try:
         await clean_orphans(dirs, config, olog, current=run_id)
+        await expire_leftovers(dirs, config, olog, current=run_id)
     except Exception as exc:  # cleanup must never stop a run
         olog.warning(f"orphan cleanup skipped: {exc}")
         return
