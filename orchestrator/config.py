@@ -73,6 +73,9 @@ class TuiConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 class LoggingConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     debug: bool = False
     retention_days: float = 7
+    # Component logs (orchestration/runner/tui.jsonl) rotate at this size; 0 = never.
+    max_component_log_mb: float = 64
+    component_log_backups: int = 3
 
 
 class Config(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -29,6 +29,7 @@ from .errors import ConfigError, PreflightError, RunLockedError, UsageError
 from .fingerprint import TaskDefaults
 from .image_tools import check_tools, required_tools
 from .jsonlog import ComponentLog
+from .jsonlog import configure as configure_logs
 from .runner import AuthConfig, DockerRunner, RetryConfig
 from .runner.docker_containers import docker_available, image_exists
 from .runner.git_ops import validate_repository, workspace_root
@@ -397,7 +398,11 @@ async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resum
     log_dir.mkdir(parents=True, exist_ok=True)
     config = prep.config
     echo = (lambda line: print(line, file=sys.stderr)) if config.logging.debug else None
-    olog = ComponentLog(log_dir / "orchestration.jsonl", "orchestration", run_id, echo=echo)
+    # Every component log of this process (the runner's and the TUI's too) rotates
+    # at the configured size and, with --debug, streams to stderr.
+    configure_logs(max_bytes=int(config.logging.max_component_log_mb * 1024 * 1024),
+                   backups=config.logging.component_log_backups, echo=echo)
+    olog = ComponentLog(log_dir / "orchestration.jsonl", "orchestration", run_id)
     olog.info("run starting", config=redacted(config), sources=prep.loaded_config.sources,
               strategy=prep.strategy.name, params=prep.params, resume=resume_fresh or manifest.status == "running")
     if prep.dry_run and prep.output != "json":
