@@ -143,7 +143,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.cleanup_run:
         return anyio.run(manage.cleanup_run, args.cleanup_run)
     if args.clean_containers:
-        return anyio.run(manage.clean_containers, args.dry_run or args.clean_dry_run, args.force)
+        return anyio.run(manage.clean_containers, args.dry_run or args.clean_dry_run, args.force, args.config)
     if args.resume:
         if args.prompt:
             raise UsageError("--resume takes no prompt: the run keeps its own")

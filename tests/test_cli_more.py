@@ -128,3 +128,25 @@ def test_clean_containers_removes_stopped_past_retention_and_never_running_ones(
         assert names["stopped_new"] in present and names["running_old"] in present
     finally:
         subprocess.run(["docker", "rm", "-f", *names.values()], capture_output=True)
+
+
+def test_clean_containers_takes_its_retention_from_the_config_file(tmp_path):
+    # An hour old: inside the default 2 h retention (so no other run's orphan scan
+    # removes it meanwhile), past the half hour that the config file sets.
+    repo = make_repo(tmp_path / "repo")
+    env = cli_env(tmp_path)
+    name = f"orch-cc-cfg-{os.getpid()}"
+    ts = time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(time.time() - 3600))
+    (tmp_path / "short.yaml").write_text("runner:\n  success_retention_hours: 0.5\n  failure_retention_hours: 0.5\n")
+    try:
+        subprocess.run(["docker", "create", "--name", name, "--label", "orchestrator=true", "--label",
+                        f"run_id=run_cfg_{os.getpid()}", "--label", f"orchestrator.last_active_ts={ts}", TEST_IMAGE],
+                       check=True, capture_output=True)
+        default = run_cli(["--clean-containers", "--dry-run"], cwd=repo, env=env)
+        assert default.returncode == 0, default.stderr
+        assert name not in default.stdout
+        short = run_cli(["--clean-containers", "--dry-run", "--config", str(tmp_path / "short.yaml")], cwd=repo,
+                        env=env)
+        assert short.returncode == 0 and f"would remove {name}" in short.stdout, short.stdout + short.stderr
+    finally:
+        subprocess.run(["docker", "rm", "-f", name], capture_output=True)
