@@ -9,6 +9,7 @@ unknown key or a wrong type is reported with the file or variable it came from.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from pathlib import Path
@@ -206,25 +207,24 @@ def load_file(path: Path) -> dict[str, Any]:
 
 
 def read_dotenv(path: Path) -> dict[str, str]:
-    """``KEY=VALUE`` lines; ``#`` comments; optional quotes; ``export`` prefix allowed."""
-    values: dict[str, str] = {}
+    """``.env`` as python-dotenv reads it (quotes, escapes, ``export``, inline ``# comments``), no interpolation.
+
+    A line that is not ``KEY=VALUE`` is an error naming the file and line, not
+    a key silently dropped: a misspelt credential line would otherwise show up
+    later as "no credentials".
+    """
+    from dotenv.parser import parse_stream
+
     try:
-        lines = path.read_text("utf-8").splitlines()
+        text = path.read_text("utf-8")
     except OSError:
-        return values
-    for n, raw in enumerate(lines, 1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        if line.startswith("export "):
-            line = line[len("export "):]
-        if "=" not in line:
-            raise ConfigError(f"{path}:{n}: expected KEY=VALUE")
-        key, _, value = line.partition("=")
-        value = value.strip()
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-            value = value[1:-1]
-        values[key.strip()] = value
+        return {}
+    values: dict[str, str] = {}
+    for binding in parse_stream(io.StringIO(text)):
+        if binding.error or (binding.key is not None and binding.value is None):
+            raise ConfigError(f"{path}:{binding.original.line}: expected KEY=VALUE")
+        if binding.key is not None and binding.value is not None:
+            values[binding.key] = binding.value
     return values
 
 

@@ -160,3 +160,17 @@ def test_bad_spec_forms_name_the_key(tmp_path, text, needle):
     with pytest.raises(ConfigError) as err:
         load_config(config_file=str(path), cli_overrides={}, cwd=tmp_path, environ={})
     assert needle in str(err.value) and str(path) in str(err.value)
+
+
+def test_dotenv_inline_comments_quotes_and_bad_lines(tmp_path):
+    from orchestrator.config import read_dotenv
+
+    env = tmp_path / ".env"
+    env.write_text('ANTHROPIC_API_KEY=sk-abc123 # the team key\nexport NAME="a \\"quoted\\" word"\n'
+                   "RAW='${NOT_EXPANDED}'\n\n# a comment\n")
+    assert read_dotenv(env) == {"ANTHROPIC_API_KEY": "sk-abc123", "NAME": 'a "quoted" word',
+                                "RAW": "${NOT_EXPANDED}"}
+    env.write_text("GOOD=1\nANTHROPIC_API_KEY sk-typo\n")
+    with pytest.raises(ConfigError) as err:
+        read_dotenv(env)
+    assert f"{env}:2" in str(err.value)
