@@ -45,12 +45,16 @@ def _raw_socket(sock: Any) -> Any:
     return getattr(sock, "_sock", sock)
 
 
+class StreamBroken(Exception):
+    """The output stream ended in a connection error or mid-frame, not cleanly between frames."""
+
+
 def _read_frame(sock: Any) -> tuple[int, bytes] | None:
     """Next (stream, payload) of the multiplexed stream; None at its normal end.
 
-    Only a clean end between frames is the end of the output. A connection
-    reset or a frame cut short is an error: read as an end, it would turn a
-    daemon or network failure into a truncated answer that looks complete.
+    Only a clean end between frames is the normal end of the output. A
+    connection reset or a frame cut short raises :class:`StreamBroken`, so that
+    it is logged and reported instead of passing for a complete answer.
     (The helpers are docker-py internals; pyproject pins docker below 8 and
     tests/test_docker_exec.py checks they are still there.)
     """
@@ -62,7 +66,7 @@ def _read_frame(sock: Any) -> tuple[int, bytes] | None:
             return None
         return stream, (read_exactly(sock, size) if size else b"")
     except (SocketError, OSError, ValueError) as exc:
-        raise ContainerError(f"the agent's output stream broke: {exc or type(exc).__name__}", retryable=True) from exc
+        raise StreamBroken(str(exc) or type(exc).__name__) from exc
 
 
 def _send_stdin(sock: Any, payload: bytes) -> None:
@@ -106,6 +110,7 @@ async def run_exec(host: DockerHost, container: str, argv: list[str], *, env: di
     stderr_tail, stdout_tail = bytearray(), bytearray()
     saw_erofs = False
     n_events = 0
+    stream_error: str | None = None
 
     async def _emit(events: list[AgentEvent]) -> None:
         nonlocal n_events
@@ -121,8 +126,16 @@ async def run_exec(host: DockerHost, container: str, argv: list[str], *, env: di
                 tg.start_soon(lambda: anyio.to_thread.run_sync(_send_stdin, sock, stdin_payload,
                                                                abandon_on_cancel=True))
             while True:
-                frame = await anyio.to_thread.run_sync(_read_frame, sock, abandon_on_cancel=True,
-                                                       limiter=host.limiter)
+                try:
+                    frame = await anyio.to_thread.run_sync(_read_frame, sock, abandon_on_cancel=True,
+                                                           limiter=host.limiter)
+                except StreamBroken as exc:
+                    # Also what a container stopped under the exec (Ctrl+C, timeout)
+                    # can look like: the exit code below decides whether the exec
+                    # ended; the break itself goes to runner.jsonl and the output.
+                    stream_error = str(exc)
+                    await _emit([AgentEvent(kind="error", data={"stream_error": stream_error})])
+                    break
                 if frame is None:
                     break
                 stream, data = frame
@@ -147,9 +160,13 @@ async def run_exec(host: DockerHost, container: str, argv: list[str], *, env: di
             pass
 
     exit_code = await _exit_code(host, exec_id)
+    if stream_error is not None and exit_code is None:
+        raise ContainerError(f"the agent's output stream broke ({stream_error}) and its exit status is unknown",
+                             retryable=True)
     outcome = parser.finish(exit_code)
     return ExecOutput(outcome=outcome, exit_code=exit_code, stderr_tail=bytes(stderr_tail),
-                      stdout_tail=bytes(stdout_tail), saw_erofs=saw_erofs, events=n_events)
+                      stdout_tail=bytes(stdout_tail), saw_erofs=saw_erofs, events=n_events,
+                      extra={"stream_error": stream_error} if stream_error else {})
 
 
 async def _exit_code(host: DockerHost, exec_id: str) -> int | None:
