@@ -159,7 +159,7 @@ def _build_local_base(say: _Say, cache: Path) -> None:
 def pick_base(say: _Say, cache: Path) -> str:
     wanted = os.environ.get("BASE_IMAGE")
     if wanted:
-        if image_id(wanted) is None and _docker("pull", wanted).returncode != 0:
+        if image_id(wanted) is None and _docker("pull", wanted, timeout=120).returncode != 0:
             raise PreflightError(f"BASE_IMAGE={wanted} is not present locally and cannot be pulled")
         say(f"base image: {wanted} (from $BASE_IMAGE)")
         return wanted

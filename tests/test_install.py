@@ -121,3 +121,20 @@ def test_test_image_staleness_follows_the_agent_sources(tmp_path):
     agent = next(p for p in sorted((copy / "docker").rglob("*.py")))
     agent.write_text(agent.read_text() + "\n# changed\n")
     assert not test_image_is_current("claude-code", TEST_IMAGE, copy)
+
+
+@pytest.mark.docker
+def test_build_image_without_an_engine_is_one_line_and_exit_2(tmp_path):
+    env = cli_env(tmp_path, DOCKER_HOST="unix:///nonexistent/docker.sock", ORCHESTRATOR_CACHE_DIR=str(tmp_path / "c"))
+    r = run_cli(["--build-image", "--docker-image", INSTALL_IMAGE], cwd=tmp_path, env=env, timeout=120)
+    assert r.returncode == 2, _out(r)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Docker engine" in lines[0] and "Traceback" not in _out(r), r.stderr
+
+
+@pytest.mark.docker
+def test_build_image_with_a_missing_base_image_names_it(tmp_path):
+    env = cli_env(tmp_path, BASE_IMAGE="orchestrator-no-such-base:0", ORCHESTRATOR_CACHE_DIR=str(tmp_path / "c"))
+    r = run_cli(["--build-image", "--docker-image", INSTALL_IMAGE], cwd=tmp_path, env=env, timeout=300)
+    assert r.returncode == 2, _out(r)
+    assert "BASE_IMAGE=orchestrator-no-such-base:0 is not present locally and cannot be pulled" in r.stderr
