@@ -95,16 +95,16 @@ def _credentials(environ: dict[str, str], configured: str, mode: str | None) -> 
     return out
 
 
-def _disk(path: Path, label: str, min_gb: float, hard_min_gb: float) -> Check:
+def disk_check(path: Path, label: str, min_gb: float, hard_min_gb: float) -> Check:
     probe = path
     while not probe.exists():
         probe = probe.parent
     free_gb = shutil.disk_usage(probe).free / 1e9
     detail = f"{free_gb:.1f} GB free under {probe}"
     if free_gb < hard_min_gb:
-        return Check("fail", f"free disk ({label})", detail, f"free space: runs need at least {hard_min_gb:g} GB")
+        return Check("fail", f"free disk ({label})", detail, f"at least {hard_min_gb:g} GB is needed: free some space")
     if free_gb < min_gb:
-        return Check("warn", f"free disk ({label})", detail, f"free space: {min_gb:g} GB is recommended")
+        return Check("warn", f"free disk ({label})", detail, f"recommended: {min_gb:g} GB")
     return Check("ok", f"free disk ({label})", detail)
 
 
@@ -168,8 +168,8 @@ def checks(args) -> list[Check]:
     out.extend(_credentials(loaded.environ, plugin, args.mode))
     dirs = RunDirs.from_env()
     o = config.orchestration
-    out.append(_disk(dirs.logs, "logs", o.min_free_disk_gb, o.hard_min_free_disk_gb))
-    out.append(_disk(workspace_root(), "workspaces", o.min_free_disk_gb, o.hard_min_free_disk_gb))
+    out.append(disk_check(dirs.logs, "logs", o.min_free_disk_gb, o.hard_min_free_disk_gb))
+    out.append(disk_check(workspace_root(), "workspaces", o.min_free_disk_gb, o.hard_min_free_disk_gb))
     out.extend(_repository(str(Path(args.repo or ".").absolute()), args.base_branch or o.base_branch))
     out.append(_writable(dirs.state, "state", "ORCHESTRATOR_STATE_DIR"))
     out.append(_writable(dirs.logs, "logs", "ORCHESTRATOR_LOGS_DIR"))

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import signal
 import sys
 import tempfile
@@ -124,16 +123,13 @@ def _max_parallel(config: Config) -> int:
 
 
 def _check_disk(path: Path, config: Config, warnings: list[str]) -> None:
-    probe = path
-    while not probe.exists():
-        probe = probe.parent
-    free_gb = shutil.disk_usage(probe).free / 1e9
-    if free_gb < config.orchestration.hard_min_free_disk_gb:
-        raise PreflightError(f"only {free_gb:.1f} GB free under {probe}; at least "
-                             f"{config.orchestration.hard_min_free_disk_gb:g} GB is needed: free some space")
-    if free_gb < config.orchestration.min_free_disk_gb:
-        warnings.append(f"only {free_gb:.1f} GB free under {probe} (recommended: "
-                        f"{config.orchestration.min_free_disk_gb:g} GB)")
+    from .doctor import disk_check  # the same check as --doctor
+
+    check = disk_check(path, "disk", config.orchestration.min_free_disk_gb, config.orchestration.hard_min_free_disk_gb)
+    if check.status == "fail":
+        raise PreflightError(f"only {check.detail}; {check.fix}")
+    if check.status == "warn":
+        warnings.append(f"only {check.detail} ({check.fix})")
 
 
 async def _check_docker(image: str, tools: tuple[str, ...] = ()) -> None:
