@@ -36,19 +36,15 @@ class Check:
 
 
 def _docker_engine() -> Check:
-    from .runner.docker_containers import DOCKER_START_HINT
+    import anyio
 
-    try:
-        import docker
+    from .runner.docker_containers import DOCKER_START_HINT, docker_available
 
-        client = docker.from_env(timeout=10)
-        try:
-            version = client.version().get("Version", "?")
-        finally:
-            client.close()
-    except Exception as exc:  # docker-py raises several unrelated types for "no engine"
-        return Check("fail", "docker engine", f"not reachable ({str(exc).splitlines()[0][:120]})", DOCKER_START_HINT)
-    return Check("ok", "docker engine", f"server {version}")
+    # The run's pre-flight check, with more patience: a busy daemon is not a missing one.
+    ok, message = anyio.run(lambda: docker_available(timeout=10.0))
+    if not ok:
+        return Check("fail", "docker engine", message.split(f"; {DOCKER_START_HINT}")[0][:200], DOCKER_START_HINT)
+    return Check("ok", "docker engine", message)
 
 
 def _image(image: str, plugin: str) -> list[Check]:
