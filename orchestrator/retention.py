@@ -4,10 +4,10 @@ Successful tasks' workspaces are deleted at import, but a failed or interrupted
 task keeps its clone under the workspace root (for a post-mortem and for
 ``--resume``), and each run keeps its session volumes (the agents' sessions).
 Nothing else removed them, so they piled up in ``/tmp/orchestrator`` and in
-Docker. Here they expire like containers do: a failed run's after
-``failure_retention_hours``, a successful run's after
-``success_retention_hours``, and never while the run can still be resumed
-(live, or its manifest says ``running``/``interrupted``) -- resume needs both.
+Docker. Here they expire like a failed task's container does, after
+``failure_retention_hours`` (what is left over is a failed task's), and never
+while the run can still be resumed (live, or its manifest says
+``running``/``interrupted``) -- resume needs both.
 
 The workspace root and Docker are shared by every directory on the host, so
 each run records which state and logs directories own it, next to its host-wide
@@ -75,8 +75,9 @@ def _retention_hours(run_id: str, dirs: RunDirs, config: Config) -> tuple[float 
             finished = datetime.fromisoformat(manifest.finished_at.replace("Z", "+00:00")).timestamp()
         except ValueError:
             finished = 0.0
-    hours = config.runner.success_retention_hours if manifest.status == "completed" else config.runner.failure_retention_hours
-    return hours, finished
+    # What is left is a failed task's (a successful one's workspace goes at import),
+    # even in a run whose strategy succeeded: the failure retention applies.
+    return config.runner.failure_retention_hours, finished
 
 
 def _newest_mtime(path: Path) -> float:
