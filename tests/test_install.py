@@ -138,3 +138,21 @@ def test_build_image_with_a_missing_base_image_names_it(tmp_path):
     r = run_cli(["--build-image", "--docker-image", INSTALL_IMAGE], cwd=tmp_path, env=env, timeout=300)
     assert r.returncode == 2, _out(r)
     assert "BASE_IMAGE=orchestrator-no-such-base:0 is not present locally and cannot be pulled" in r.stderr
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_setup_docker_script_builds_through_build_image(tmp_path):
+    """scripts/setup-docker.sh is a thin caller of --build-image (own tags: the shared images are not touched)."""
+    env = {**os.environ, "IMAGE_NAME": INSTALL_IMAGE, "TEST_IMAGE_NAME": f"{INSTALL_IMAGE}:sim",
+           "ORCHESTRATOR_CACHE_DIR": str(tmp_path / "cache")}
+    r = subprocess.run(["bash", str(REPO_ROOT / "scripts" / "setup-docker.sh")], env=env, capture_output=True,
+                       text=True, timeout=1800)
+    assert r.returncode == 0, _out(r)
+    assert "[build-image" in r.stdout and f"done: images {INSTALL_IMAGE} and {INSTALL_IMAGE}:sim ready" in r.stdout
+    from orchestrator.image import test_image_is_current
+
+    assert test_image_is_current(INSTALL_IMAGE, f"{INSTALL_IMAGE}:sim")
+    r = subprocess.run(["docker", "run", "--rm", f"{INSTALL_IMAGE}:sim", "sh", "-c",
+                        'readlink -f "$(command -v claude)"'], capture_output=True, text=True, timeout=120)
+    assert r.stdout.strip() == "/usr/local/bin/orchestrator-sim-agent", _out(r)
