@@ -13,6 +13,7 @@ the exec'd process with it.
 
 from __future__ import annotations
 
+import logging
 import socket as pysocket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from ..errors import ContainerError
 from .docker_containers import WORKSPACE_MOUNT, DockerHost
 from .plugin import AgentEvent, AgentOutcome, StreamParser
 
+_log = logging.getLogger(__name__)  # runner.jsonl (the Docker runner forwards orchestrator.runner records)
 EROFS_MARKER = b"Read-only file system"
 TAIL_BYTES = 8192
 STDOUT, STDERR = 1, 2
@@ -134,6 +136,8 @@ async def run_exec(host: DockerHost, container: str, argv: list[str], *, env: di
                     # can look like: the exit code below decides whether the exec
                     # ended; the break itself goes to runner.jsonl and the output.
                     stream_error = str(exc)
+                    _log.warning("the agent's output stream broke", extra={"container": container,
+                                                                           "stream_error": stream_error})
                     await _emit([AgentEvent(kind="error", data={"stream_error": stream_error})])
                     break
                 if frame is None:
