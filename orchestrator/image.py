@@ -180,11 +180,11 @@ def pick_base(say: _Say, cache: Path) -> str:
 
 
 def _build(say: _Say, name: str, dockerfile: str, ctx: Path, inputs: str, build_args: dict[str, str],
-           log_path: Path, *, force: bool, verbose: bool) -> None:
+           log_path: Path, *, force: bool, verbose: bool) -> bool:
     current = image_label(name)
     if not force and current == inputs:
         say(f"{name} is up to date (inputs sha256 {inputs[:12]})")
-        return
+        return False
     if current:
         say(f"building {name} (inputs changed: {current[:12]} -> {inputs[:12]})")
     else:
@@ -211,6 +211,7 @@ def _build(say: _Say, name: str, dockerfile: str, ctx: Path, inputs: str, build_
             print(f"----- last lines of {log_path} -----", *tail, sep="\n", file=sys.stderr)
         raise PreflightError(f"docker build of {name} failed (log: {log_path})")
     say(f"built {name} in {time.monotonic() - t0:.0f} s")
+    return True
 
 
 @dataclass(frozen=True)
@@ -253,7 +254,7 @@ def build_image(image: str = "claude-code", *, test_image: str | None = None) ->
         say(f"extra CA certificates from {ca_source}: {len(ca_files)}")
         # The product image does not depend on the test image's Dockerfile.
         product_inputs = [f for f in files if f != TEST_DOCKERFILE] + ca_files
-        _build(say, image, "Dockerfile", ctx, _inputs_hash(ctx, base_id, product_inputs), {"BASE_IMAGE": base},
+        built = _build(say, image, "Dockerfile", ctx, _inputs_hash(ctx, base_id, product_inputs), {"BASE_IMAGE": base},
                cache / "logs" / f"build-{_safe(image)}.log", force=force, verbose=verbose)
         if test_image:
             if TEST_DOCKERFILE not in files:
@@ -263,7 +264,8 @@ def build_image(image: str = "claude-code", *, test_image: str | None = None) ->
                    {"BASE": image}, cache / "logs" / f"build-{_safe(test_image)}.log", force=force, verbose=verbose)
     from .image_tools import probe_tools
 
-    tools = probe_tools(image, refresh=True)
+    # A new image id is probed anyway (the cache is per id); refresh covers a forced rebuild.
+    tools = probe_tools(image, refresh=built)
     missing = [t for t in ("claude", "codex", "git", "orchestrator-sim-agent") if tools.get(t) is None]
     if missing:
         raise PreflightError(f"{image} does not have {', '.join(missing)} on PATH; rebuild with FORCE_REBUILD=1")
