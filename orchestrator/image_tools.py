@@ -28,9 +28,12 @@ _PROBE = ('sim=$(readlink -f "$(command -v orchestrator-sim-agent)" 2>/dev/null)
 
 
 def required_tools(plugin_name: str, *, dry_run: bool) -> tuple[str, ...]:
-    """The tools a run with this plugin executes inside the image (agents commit with git)."""
+    """The tools a run with this plugin executes inside the image (agents commit with git).
+
+    A ``command`` run executes only its own command line, in any image.
+    """
     if plugin_name == "command":
-        return ("git",)
+        return ()
     if dry_run:
         return ("orchestrator-sim-agent", "git")
     return ({"claude-code": "claude", "codex": "codex"}.get(plugin_name, plugin_name), "git")
