@@ -8,22 +8,51 @@ The public surface (everything else is internal):
 - the error tree: see :mod:`orchestrator.errors`
 """
 
-from .engine.context import Handle, StrategyContext
-from .engine.engine import Engine, EngineConfig
-from .errors import (
-    AggregateTaskFailed,
-    ConfigError,
-    KeyConflictDifferentFingerprint,
-    NoViableCandidates,
-    OrchestratorError,
-    RunLockedError,
-    RunnerError,
-    StrategyError,
-    TaskFailed,
-    UsageError,
-)
-from .eventlog import get_events_since, read_events, subscribe
-from .state import RunState, recover
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# Lazy re-exports: ``import orchestrator.x`` runs this file first, and loading
+# the engine (and with it the runner) here would make every submodule import,
+# the TUI's and the strategies' included, pay for all of it.
+_EXPORTS = {
+    "Handle": "engine.context", "StrategyContext": "engine.context",
+    "Engine": "engine.engine", "EngineConfig": "engine.engine",
+    "get_events_since": "eventlog", "read_events": "eventlog", "subscribe": "eventlog",
+    "RunState": "state", "recover": "state",
+    **{name: "errors" for name in ("AggregateTaskFailed", "ConfigError", "KeyConflictDifferentFingerprint",
+                                   "NoViableCandidates", "OrchestratorError", "RunLockedError", "RunnerError",
+                                   "StrategyError", "TaskFailed", "UsageError")},
+}
+
+if TYPE_CHECKING:
+    from .engine.context import Handle, StrategyContext
+    from .engine.engine import Engine, EngineConfig
+    from .errors import (
+        AggregateTaskFailed,
+        ConfigError,
+        KeyConflictDifferentFingerprint,
+        NoViableCandidates,
+        OrchestratorError,
+        RunLockedError,
+        RunnerError,
+        StrategyError,
+        TaskFailed,
+        UsageError,
+    )
+    from .eventlog import get_events_since, read_events, subscribe
+    from .state import RunState, recover
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "AggregateTaskFailed", "ConfigError", "Engine", "EngineConfig", "Handle", "KeyConflictDifferentFingerprint",

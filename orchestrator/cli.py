@@ -97,6 +97,12 @@ def build_parser() -> argparse.ArgumentParser:
     mgmt.add_argument("--dry-run-clean", dest="clean_dry_run", action="store_true", help=argparse.SUPPRESS)
     mgmt.add_argument("--force", action="store_true", help="with --clean-containers: do not ask for confirmation")
     mgmt.add_argument("--help-strategy", metavar="NAME", help="show a strategy's parameters")
+    setup = p.add_argument_group("setup")
+    setup.add_argument("--build-image", action="store_true",
+                       help="build the agent image (--docker-image, default claude-code) from the installed sources")
+    setup.add_argument("--test-image", metavar="NAME", help=argparse.SUPPRESS)  # scripts/setup-docker.sh
+    setup.add_argument("--doctor", action="store_true",
+                       help="check Docker, the image and its tools, credentials, disk, the repository and directories")
     return p
 
 
@@ -105,9 +111,25 @@ def _dispatch(args: argparse.Namespace) -> int:
 
     from . import launch
 
-    management = [args.resume, args.list_runs, args.show_run, args.cleanup_run, args.clean_containers, args.help_strategy]
+    management = [args.resume, args.list_runs, args.show_run, args.cleanup_run, args.clean_containers, args.help_strategy,
+                  args.build_image, args.doctor]
     if sum(bool(x) for x in management) > 1:
-        raise UsageError("use only one of --resume, --list-runs, --show-run, --cleanup-run, --clean-containers, --help-strategy")
+        raise UsageError("use only one of --resume, --list-runs, --show-run, --cleanup-run, --clean-containers, "
+                         "--help-strategy, --build-image, --doctor")
+    if args.test_image and not args.build_image:
+        raise UsageError("--test-image only works together with --build-image")
+    if args.build_image:
+        from .image import build_image
+
+        from .config import load_config
+
+        image = args.docker_image or load_config(config_file=args.config, cli_overrides={}).config.runner.docker_image
+        build_image(image, test_image=args.test_image)
+        return 0
+    if args.doctor:
+        from .doctor import doctor
+
+        return doctor(args)
     if args.resume_fresh and not args.resume:
         raise UsageError("--resume-fresh only works together with --resume RUN_ID")
     if args.follow and not args.show_run:
@@ -131,7 +153,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.cleanup_run:
         return anyio.run(manage.cleanup_run, args.cleanup_run)
     if args.clean_containers:
-        return anyio.run(manage.clean_containers, args.dry_run or args.clean_dry_run, args.force)
+        return anyio.run(manage.clean_containers, args.dry_run or args.clean_dry_run, args.force, args.config)
     if args.resume:
         launch.check_resume_flags(args)
         return anyio.run(launch.resume, args)

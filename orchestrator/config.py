@@ -9,6 +9,7 @@ unknown key or a wrong type is reported with the file or variable it came from.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from pathlib import Path
@@ -57,7 +58,6 @@ class OrchestrationConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=Tr
     strategy: str = "simple"
     runs: int = 1
     max_parallel_tasks: int | Literal["auto"] = "auto"
-    max_parallel_instances: int | None = None  # deprecated alias
     import_policy: Literal["auto", "never", "always"] = "auto"
     import_conflict_policy: Literal["fail", "overwrite", "suffix"] = "fail"
     skip_empty_import: bool = True
@@ -84,6 +84,9 @@ class TuiConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 class LoggingConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     debug: bool = False
     retention_days: float = 7
+    # Component logs (orchestration/runner/tui.jsonl) rotate at this size; 0 = never.
+    max_component_log_mb: float = 64
+    component_log_backups: int = 3
 
 
 class Config(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -125,9 +128,54 @@ def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _normalize(data: dict[str, Any], source: str, warnings: list[str] | None = None) -> dict[str, Any]:
+    """One source's spellings folded into the canonical keys, before it is merged.
+
+    Done per source so that precedence is decided between sources on the
+    canonical key: a deprecated alias in the file cannot beat ``--max-parallel``.
+    Accepted alongside the canonical keys: ``events.flush_policy`` as a mapping
+    ``{mode, interval_ms, max_batch}``, ``tui.refresh_rate`` in milliseconds per
+    frame, and the deprecated ``orchestration.max_parallel_instances``.
+    """
+    out = dict(data)
+    events = out.get("events")
+    if isinstance(events, dict) and isinstance(events.get("flush_policy"), dict):
+        events = dict(events)
+        nested = events.pop("flush_policy")
+        unknown = sorted(set(nested) - {"mode", "interval_ms", "max_batch"})
+        if unknown:
+            raise ConfigError(f"{source}: unknown configuration key 'events.flush_policy.{unknown[0]}' "
+                              "(use mode, interval_ms or max_batch)")
+        if "mode" in nested:
+            events["flush_policy"] = nested["mode"]
+        for key in ("interval_ms", "max_batch"):
+            if key in nested:
+                events[key] = nested[key]
+        out["events"] = events
+    tui = out.get("tui")
+    if isinstance(tui, dict) and "refresh_rate" in tui:
+        tui = dict(tui)
+        rate = tui.pop("refresh_rate")
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or rate <= 0:
+            raise ConfigError(f"{source}: tui.refresh_rate: expected milliseconds per frame above 0, got {rate!r}")
+        tui.setdefault("refresh_hz", 1000.0 / rate)
+        out["tui"] = tui
+    orch = out.get("orchestration")
+    if isinstance(orch, dict) and "max_parallel_instances" in orch:
+        orch = dict(orch)
+        value = orch.pop("max_parallel_instances")
+        if value is not None:
+            orch.setdefault("max_parallel_tasks", value)
+            if warnings is not None:
+                warnings.append(f"warning: {source}: orchestration.max_parallel_instances is deprecated; "
+                                "use max_parallel_tasks")
+        out["orchestration"] = orch
+    return out
+
+
 def _validate(data: dict[str, Any], source: str) -> None:
     try:
-        msgspec.convert(data, Config, strict=False)
+        msgspec.convert(_normalize(data, source), Config, strict=False)
     except msgspec.ValidationError as exc:
         raise ConfigError(f"{source}: {_explain(exc)}") from None
 
@@ -169,25 +217,24 @@ def load_file(path: Path) -> dict[str, Any]:
 
 
 def read_dotenv(path: Path) -> dict[str, str]:
-    """``KEY=VALUE`` lines; ``#`` comments; optional quotes; ``export`` prefix allowed."""
-    values: dict[str, str] = {}
+    """``.env`` as python-dotenv reads it (quotes, escapes, ``export``, inline ``# comments``), no interpolation.
+
+    A line that is not ``KEY=VALUE`` is an error naming the file and line, not
+    a key silently dropped: a misspelt credential line would otherwise show up
+    later as "no credentials".
+    """
+    from dotenv.parser import parse_stream
+
     try:
-        lines = path.read_text("utf-8").splitlines()
+        text = path.read_text("utf-8")
     except OSError:
-        return values
-    for n, raw in enumerate(lines, 1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        if line.startswith("export "):
-            line = line[len("export "):]
-        if "=" not in line:
-            raise ConfigError(f"{path}:{n}: expected KEY=VALUE")
-        key, _, value = line.partition("=")
-        value = value.strip()
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-            value = value[1:-1]
-        values[key.strip()] = value
+        return {}
+    values: dict[str, str] = {}
+    for binding in parse_stream(io.StringIO(text)):
+        if binding.error or (binding.key is not None and binding.value is None):
+            raise ConfigError(f"{path}:{binding.original.line}: expected KEY=VALUE")
+        if binding.key is not None and binding.value is not None:
+            values[binding.key] = binding.value
     return values
 
 
@@ -211,11 +258,11 @@ def _env_to_dict(env: dict[str, str], source: str) -> dict[str, Any]:
         node = out
         for p in path[:-1]:
             node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"{source} variable {name}: {'.'.join(path[:-1])} is also set as a single value; "
+                                  "set one form or the other")
         node[path[-1]] = value
-        try:
-            _validate(_nest(path, value), f"{source} variable {name}")
-        except ConfigError:
-            raise
+        _validate(_nest(path, value), f"{source} variable {name}")
     return out
 
 
@@ -232,6 +279,7 @@ class LoadedConfig(msgspec.Struct, frozen=True, kw_only=True):
     config: Config
     environ: dict[str, str]  # process env overlaid on .env (for credentials)
     sources: list[str]
+    warnings: list[str] = msgspec.field(default_factory=list)  # one line each, for stderr
 
 
 def load_config(*, config_file: str | None, cli_overrides: dict[str, Any], cwd: Path | None = None,
@@ -243,30 +291,31 @@ def load_config(*, config_file: str | None, cli_overrides: dict[str, Any], cwd: 
     path = Path(config_file) if config_file else (cwd / "orchestrator.yaml")
     if config_file and not path.exists():
         raise ConfigError(f"config file {config_file} does not exist")
+    warnings: list[str] = []
     if path.exists():
         data = load_file(path)
         _validate(data, str(path))
-        merged = deep_merge(merged, data)
+        merged = deep_merge(merged, _normalize(data, str(path), warnings))
         sources.append(str(path))
     dotenv_path = cwd / ".env"
     dotenv = read_dotenv(dotenv_path) if dotenv_path.exists() else {}
     if dotenv:
-        merged = deep_merge(merged, _env_to_dict(dotenv, str(dotenv_path)))
+        merged = deep_merge(merged, _normalize(_env_to_dict(dotenv, str(dotenv_path)), str(dotenv_path), warnings))
         sources.append(str(dotenv_path))
     env_part = _env_to_dict(environ, "environment")
     if env_part:
-        merged = deep_merge(merged, env_part)
+        merged = deep_merge(merged, _normalize(env_part, "environment", warnings))
         sources.append("environment")
     if cli_overrides:
         _validate(cli_overrides, "command line")
-        merged = deep_merge(merged, cli_overrides)
+        merged = deep_merge(merged, _normalize(cli_overrides, "command line", warnings))
         sources.append("command line")
     try:
         config = msgspec.convert(merged, Config, strict=False)
     except msgspec.ValidationError as exc:
         raise ConfigError(f"configuration: {_explain(exc)}") from None
     effective_env = {**dotenv, **environ}
-    return LoadedConfig(config=config, environ=effective_env, sources=sources)
+    return LoadedConfig(config=config, environ=effective_env, sources=sources, warnings=warnings)
 
 
 def redacted(config: Config) -> dict[str, Any]:

@@ -51,6 +51,9 @@ class WriterLock:
 
     The OS lock (fcntl/msvcrt) is authoritative: it dies with its process, so a
     dead holder's lock is simply taken over. The metadata says who holds it.
+    Not ``filelock``: it opens the lock file with ``O_TRUNC`` on every attempt,
+    so a probe (:meth:`is_held`, ``--resume`` of a live run) would erase the
+    live holder's metadata that the refusal message reports.
     """
 
     def __init__(self, path: Path) -> None:

@@ -4,11 +4,20 @@ One JSON object per line with ``timestamp, component, level, run_id, message``
 and any extra fields; everything passes through the sanitizer first. Writes
 are small appends to an unbuffered file, cheap enough for the event loop. A
 write error (disk full) drops the line instead of failing the caller.
+
+A component log rotates by size (``x.jsonl`` -> ``x.jsonl.1`` -> ...): a long
+run's debug-level runner log would otherwise grow without bound. The rotation
+is two renames under the log's lock, as cheap as a write. ``events.jsonl`` is
+not a component log and never rotates. :func:`configure` sets the process-wide
+size limit and the ``--debug`` echo to stderr, so logs made deep inside the
+runner follow the run's configuration without being told.
 """
 
 from __future__ import annotations
 
+import os
 import threading
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -22,20 +31,59 @@ def utc_now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+DEFAULT_MAX_BYTES = 64 * 1024 * 1024
+DEFAULT_BACKUPS = 3
+_settings: dict[str, Any] = {"max_bytes": DEFAULT_MAX_BYTES, "backups": DEFAULT_BACKUPS, "echo": None}
+
+
+def configure(*, max_bytes: int | None = None, backups: int | None = None,
+              echo: Callable[[str], None] | None = None) -> None:
+    """Process-wide defaults: rotation size (0 = never), backups kept, and the debug echo (None = off)."""
+    if max_bytes is not None:
+        _settings["max_bytes"] = max_bytes
+    if backups is not None:
+        _settings["backups"] = backups
+    _settings["echo"] = echo
+
+
 class ComponentLog:
     def __init__(self, path: str | Path | None, component: str, run_id: str | None = None,
-                 sanitizer: Sanitizer | None = None, echo=None) -> None:
+                 sanitizer: Sanitizer | None = None, echo=None, *, max_bytes: int | None = None,
+                 backups: int | None = None) -> None:
         self.path = Path(path) if path else None
         self.component = component
         self.run_id = run_id
         self.sanitizer = sanitizer or default_sanitizer()
-        self._echo = echo  # optional callable(str) for debug mode (stderr)
+        self._echo = echo  # optional callable(str) for debug mode (stderr); else the configured one
+        self.max_bytes = _settings["max_bytes"] if max_bytes is None else max_bytes
+        self.backups = _settings["backups"] if backups is None else backups
         self._lock = threading.Lock()
         self._fh = None
+        self._size = 0
         self.dropped = 0  # lines lost to write errors (disk full) since the last good write
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._fh = open(self.path, "ab", buffering=0)
+            self._size = self._fh.tell()
+
+    def _rotate(self) -> None:
+        """Called with the lock held, after a write took the file past ``max_bytes``."""
+        assert self.path is not None and self._fh is not None
+        self._fh.close()
+        self._fh = None
+        try:
+            if self.backups <= 0:
+                os.unlink(self.path)
+            else:
+                for n in range(self.backups - 1, 0, -1):
+                    older = self.path.with_name(f"{self.path.name}.{n}")
+                    if older.exists():
+                        os.replace(older, self.path.with_name(f"{self.path.name}.{n + 1}"))
+                os.replace(self.path, self.path.with_name(f"{self.path.name}.1"))
+        except OSError:
+            pass  # keep appending to the same file rather than lose lines
+        self._fh = open(self.path, "ab", buffering=0)
+        self._size = self._fh.tell()
 
     def log(self, level: str, message: str, **fields: Any) -> None:
         record = {"timestamp": utc_now_iso(), "component": self.component, "level": level,
@@ -50,13 +98,17 @@ class ComponentLog:
                         data = b"\n" + data
                     self._fh.write(data)
                     self.dropped = 0
+                    self._size += len(data)
+                    if 0 < self.max_bytes <= self._size:
+                        self._rotate()
                 except OSError:
                     # Diagnostics only (the event log is the record): a full disk must
                     # not fail the task that tried to log. Lines are dropped and
                     # counted until writes succeed again.
                     self.dropped += 1
-        if self._echo is not None:
-            self._echo(data.decode("utf-8").rstrip("\n"))
+        echo = self._echo or _settings["echo"]
+        if echo is not None:
+            echo(data.decode("utf-8").rstrip("\n"))
 
     def debug(self, message: str, **fields: Any) -> None:
         self.log("debug", message, **fields)

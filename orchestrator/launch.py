@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
-import shutil
 import signal
 import sys
 import tempfile
@@ -28,11 +27,14 @@ from .engine.determinism import Reporter, guard_module
 from .engine.engine import Engine, EngineConfig, auto_parallel
 from .errors import ConfigError, GitError, PreflightError, RunLockedError, UsageError
 from .fingerprint import TaskDefaults
+from .image_tools import check_tools, required_tools
 from .jsonlog import ComponentLog
+from .jsonlog import configure as configure_logs
 from .runner import AuthConfig, DockerRunner, Hardening, RetryConfig
 from .runner.docker_containers import docker_available, image_exists
 from .runner.git_ops import validate_repository, workspace_root
 from .runner.plugin import get_plugin
+from .retention import record_owner
 from .runs import (RUN_LOCK_LABEL, RUN_MANIFEST_LABEL, RunDirs, RunManifest, claim_run_id, cleanup_old_logs,
                    is_live, now_iso, read_manifest, write_manifest)
 from .sanitize import SECRET_ENV_VARS, default_sanitizer
@@ -112,10 +114,9 @@ def _read_prompt(args, config: Config) -> str:
 
 
 def _max_parallel(config: Config) -> int:
+    # The deprecated max_parallel_instances was folded into this key per source
+    # by load_config, so the command line still wins over it.
     value = config.orchestration.max_parallel_tasks
-    if config.orchestration.max_parallel_instances is not None:
-        print("warning: orchestration.max_parallel_instances is deprecated; use max_parallel_tasks", file=sys.stderr)
-        value = config.orchestration.max_parallel_instances
     if value == "auto":
         return auto_parallel(config.runner.container_cpu)
     if not isinstance(value, int) or value < 1:
@@ -124,25 +125,26 @@ def _max_parallel(config: Config) -> int:
 
 
 def _check_disk(path: Path, config: Config, warnings: list[str]) -> None:
-    probe = path
-    while not probe.exists():
-        probe = probe.parent
-    free_gb = shutil.disk_usage(probe).free / 1e9
-    if free_gb < config.orchestration.hard_min_free_disk_gb:
-        raise PreflightError(f"only {free_gb:.1f} GB free under {probe}; at least "
-                             f"{config.orchestration.hard_min_free_disk_gb:g} GB is needed: free some space")
-    if free_gb < config.orchestration.min_free_disk_gb:
-        warnings.append(f"only {free_gb:.1f} GB free under {probe} (recommended: "
-                        f"{config.orchestration.min_free_disk_gb:g} GB)")
+    from .doctor import disk_check  # the same check as --doctor
+
+    check = disk_check(path, "disk", config.orchestration.min_free_disk_gb, config.orchestration.hard_min_free_disk_gb)
+    if check.status == "fail":
+        raise PreflightError(f"only {check.detail}; {check.fix}")
+    if check.status == "warn":
+        warnings.append(f"only {check.detail} ({check.fix})")
 
 
-async def _check_docker(image: str) -> None:
+async def _check_docker(image: str, tools: tuple[str, ...] = ()) -> None:
     ok, message = await docker_available(timeout=3.0)
     if not ok:
         raise PreflightError(message)
     if not await image_exists(image):
-        raise PreflightError(f"Docker image {image!r} not found; build it with scripts/setup-docker.sh "
-                             f"(or: docker build -t {image} .) or pass --docker-image")
+        build = "orchestrator --build-image" + ("" if image == "claude-code" else f" --docker-image {image}")
+        raise PreflightError(f"Docker image {image!r} not found; build it with {build} "
+                             f"(scripts/setup-docker.sh in a checkout) or pass --docker-image")
+    if tools:
+        # The same probe as --doctor (cached per image id): a missing CLI fails here, not in every task.
+        await anyio.to_thread.run_sync(check_tools, image, tools)
 
 
 def _check_plugin(plugin_name: str, model: str, strategy: LoadedStrategy):
@@ -207,7 +209,8 @@ async def prepare(args) -> Prepared:
     docker = _EarlyCheck()
     outcome: dict[str, Any] = {}
     async with anyio.create_task_group() as tg:
-        tg.start_soon(docker.run, _check_docker, loaded.config.runner.docker_image)
+        tg.start_soon(docker.run, _check_docker, loaded.config.runner.docker_image,
+                      required_tools(loaded.config.runner.plugin, dry_run=args.dry_run))
         try:
             outcome["prep"] = await _prepare(args, loaded, docker)
         except Exception as exc:  # raised below, outside the task group, unwrapped
@@ -220,6 +223,8 @@ async def prepare(args) -> Prepared:
 
 async def _prepare(args, loaded: LoadedConfig, docker: _EarlyCheck) -> Prepared:
     config = loaded.config
+    for line in loaded.warnings:
+        print(line, file=sys.stderr)
     default_sanitizer().add_secrets(v for k, v in loaded.environ.items() if k in SECRET_ENV_VARS)
     prompt = _read_prompt(args, config)
     if config.orchestration.runs < 1:
@@ -265,6 +270,7 @@ async def start(args) -> int:
     dirs = RunDirs.from_env()
     await _exclude_output_folders(prep.repo, dirs)
     run_id = claim_run_id(dirs)
+    record_owner(dirs, run_id)
     manifest = RunManifest(
         run_id=run_id, created_at=now_iso(), prompt=prep.prompt,
         strategy_spec=_absolute_spec(prep.strategy.spec), strategy_name=prep.strategy.name, params=prep.params,
@@ -359,7 +365,7 @@ async def resume(args) -> int:
         plugin.validate_environment(auth)
     default_sanitizer().add_secrets(auth.secret_values())
     await anyio.to_thread.run_sync(validate_repository, manifest.repo_path, manifest.base_branch)
-    await _check_docker(manifest.docker_image)
+    await _check_docker(manifest.docker_image, required_tools(manifest.plugin, dry_run=manifest.dry_run))
     prep = Prepared(loaded_config=loaded, strategy=strategy, params=manifest.params, prompt=manifest.prompt,
                     repo=manifest.repo_path, base_branch=manifest.base_branch, model=manifest.model,
                     plugin_name=manifest.plugin, image=manifest.docker_image, max_parallel=max_parallel,
@@ -458,7 +464,11 @@ async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resum
     log_dir.mkdir(parents=True, exist_ok=True)
     config = prep.config
     echo = (lambda line: print(line, file=sys.stderr)) if config.logging.debug else None
-    olog = ComponentLog(log_dir / "orchestration.jsonl", "orchestration", run_id, echo=echo)
+    # Every component log of this process (the runner's and the TUI's too) rotates
+    # at the configured size and, with --debug, streams to stderr.
+    configure_logs(max_bytes=int(config.logging.max_component_log_mb * 1024 * 1024),
+                   backups=config.logging.component_log_backups, echo=echo)
+    olog = ComponentLog(log_dir / "orchestration.jsonl", "orchestration", run_id)
     olog.info("run starting", config=redacted(config), sources=prep.loaded_config.sources,
               strategy=prep.strategy.name, params=prep.params, resume=resume_fresh or manifest.status == "running")
     if prep.dry_run and prep.output != "json":
@@ -604,6 +614,7 @@ async def _clean_orphans(dirs: RunDirs, config: Config, olog: ComponentLog, run_
     although a container can only become due once retention (hours) is over.
     """
     from .manage import clean_orphans
+    from .retention import expire_leftovers
 
     marker = _orphan_scan_marker(dirs)
     try:
@@ -615,6 +626,7 @@ async def _clean_orphans(dirs: RunDirs, config: Config, olog: ComponentLog, run_
         return
     try:
         await clean_orphans(dirs, config, olog, current=run_id)
+        await expire_leftovers(dirs, config, olog, current=run_id)
     except Exception as exc:  # cleanup must never stop a run
         olog.warning(f"orphan cleanup skipped: {exc}")
         return

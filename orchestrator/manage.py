@@ -234,14 +234,14 @@ async def clean_orphans(dirs: RunDirs, config: Config, olog: ComponentLog, *, cu
         olog.info("removed orphan containers", containers=victims)
 
 
-async def clean_containers(dry_run: bool, force: bool) -> int:
+async def clean_containers(dry_run: bool, force: bool, config_file: str | None = None) -> int:
     from .runner.docker_containers import docker_available, remove_containers
 
     ok, message = await docker_available()
     if not ok:
         raise PreflightError(message)
     dirs = RunDirs.from_env()
-    config = load_config(config_file=None, cli_overrides={}).config
+    config = load_config(config_file=config_file, cli_overrides={}).config  # --config sets the retention
     victims = await _candidates(dirs, config, current=None, include_running_unknown=False)
     if not victims:
         print("no stopped orchestrator containers past retention")

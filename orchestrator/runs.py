@@ -86,6 +86,9 @@ def _host_claims() -> Path:
     return Path(tempfile.gettempdir()) / "orchestrator-run-ids"
 
 
+host_claims = _host_claims  # also where a run records its owning directories (retention.record_owner)
+
+
 def claim_run_id(dirs: RunDirs, when: datetime | None = None) -> str:
     """``run_YYYYMMDD_HHMMSS``, unique on this host (``_2``, ``_3``... when two start in the same second)."""
     when = when or datetime.now()

@@ -5,6 +5,8 @@ set -Eeuo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/setup.sh
 export UV_PYTHON_DOWNLOADS=never
+# Docker was just set up: a Docker test that cannot run is a failure, not a skip.
+export ORCHESTRATOR_TESTS_REQUIRE_DOCKER=1
 set +e
 uv run pytest -q -p no:cacheprovider "$@"
 status=$?

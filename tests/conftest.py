@@ -38,23 +38,74 @@ def git_repo(tmp_path) -> Path:
     return make_repo(tmp_path / "repo")
 
 
+def docker_required() -> bool:
+    """On CI, and whenever scripts/test.sh runs the suite, a missing engine or image fails every Docker test."""
+    return bool(os.environ.get("CI") or os.environ.get("ORCHESTRATOR_TESTS_REQUIRE_DOCKER"))
+
+
 def docker_ready() -> tuple[bool, str]:
     if shutil.which("docker") is None:
         return False, "docker CLI not installed (run scripts/setup-docker.sh)"
+    try:
+        if subprocess.run(["docker", "info"], capture_output=True, timeout=30).returncode != 0:
+            return False, "Docker engine unreachable (docker info failed; run scripts/setup-docker.sh)"
+    except subprocess.TimeoutExpired:
+        return False, "Docker engine does not answer (docker info timed out)"
     r = subprocess.run(["docker", "image", "inspect", TEST_IMAGE], capture_output=True)
     if r.returncode != 0:
         return False, f"image {TEST_IMAGE} missing (run scripts/setup-docker.sh)"
     return True, ""
 
 
+def _refresh_test_image() -> None:
+    """Rebuild the test image when it is older than the simulated agent's sources (never test a stale agent).
+
+    The check compares the image's inputs label with the sources in this
+    checkout; the rebuild is ``orchestrator --build-image`` itself (cached
+    layers: seconds), under a lock so that concurrent pytest processes build once.
+    """
+    import fcntl
+    import tempfile
+
+    from orchestrator.image import test_image_is_current
+
+    if test_image_is_current("claude-code", TEST_IMAGE):
+        return
+    with open(Path(tempfile.gettempdir()) / "orchestrator-test-image.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if test_image_is_current("claude-code", TEST_IMAGE):
+            return
+        r = subprocess.run([str(Path(sys.executable).parent / "orchestrator"), "--build-image",
+                            "--docker-image", "claude-code", "--test-image", TEST_IMAGE],
+                           capture_output=True, text=True, timeout=3600)
+        if r.returncode != 0:
+            raise pytest.UsageError(f"{TEST_IMAGE} is older than docker/ and rebuilding it failed:\n"
+                                    f"{r.stdout[-2000:]}{r.stderr[-2000:]}")
+
+
+_DOCKER_PROBLEM: str | None = None
+
+
 def pytest_collection_modifyitems(config, items):
+    global _DOCKER_PROBLEM
+    if not any("docker" in item.keywords for item in items):
+        return
     ok, why = docker_ready()
-    if ok or os.environ.get("CI"):
-        return  # on CI a missing engine must fail loudly, never skip
+    if ok:
+        _refresh_test_image()
+        return
+    if docker_required():
+        _DOCKER_PROBLEM = why  # every Docker test fails with this line (pytest_runtest_setup)
+        return
     skip = pytest.mark.skip(reason=why)
     for item in items:
         if "docker" in item.keywords:
             item.add_marker(skip)
+
+
+def pytest_runtest_setup(item):
+    if _DOCKER_PROBLEM is not None and "docker" in item.keywords:
+        pytest.fail(f"Docker is required here (CI or scripts/test.sh) but not ready: {_DOCKER_PROBLEM}", pytrace=False)
 
 
 @pytest.fixture

@@ -113,7 +113,12 @@ def test_clean_containers_removes_stopped_past_retention_and_never_running_ones(
                    "--label", f"run_id=run_cc_{pid}", "--label", f"orchestrator.last_active_ts={ts}",
                    TEST_IMAGE, "sleep", "infinity" if what == "running_old" else "0"]
             subprocess.run(cmd, check=True, capture_output=True)
-        time.sleep(1)  # the short ones exit
+        def short_ones_exited() -> bool:
+            r = subprocess.run(["docker", "inspect", "-f", "{{.State.Status}}", names["stopped_old"],
+                                names["stopped_new"]], capture_output=True, text=True)
+            return r.stdout.split() == ["exited", "exited"]
+
+        wait_for(short_ones_exited, timeout=120, interval=0.1)
         listed = run_cli(["--clean-containers", "--dry-run"], cwd=repo, env=env)
         assert listed.returncode == 0 and f"would remove {names['stopped_old']}" in listed.stdout
         assert names["stopped_new"] not in listed.stdout and names["running_old"] not in listed.stdout
@@ -299,3 +304,25 @@ def test_orphan_scan_never_removes_a_live_run_from_another_directory(tmp_path):
             resumed.kill()
         subprocess.run(["docker", "rm", "-f", *(n for n, _ in [*others.values(), *stopped.values()])],
                        capture_output=True)
+
+
+def test_clean_containers_takes_its_retention_from_the_config_file(tmp_path):
+    # An hour old: inside the default 2 h retention (so no other run's orphan scan
+    # removes it meanwhile), past the half hour that the config file sets.
+    repo = make_repo(tmp_path / "repo")
+    env = cli_env(tmp_path)
+    name = f"orch-cc-cfg-{os.getpid()}"
+    ts = time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(time.time() - 3600))
+    (tmp_path / "short.yaml").write_text("runner:\n  success_retention_hours: 0.5\n  failure_retention_hours: 0.5\n")
+    try:
+        subprocess.run(["docker", "create", "--name", name, "--label", "orchestrator=true", "--label",
+                        f"run_id=run_cfg_{os.getpid()}", "--label", f"orchestrator.last_active_ts={ts}", TEST_IMAGE],
+                       check=True, capture_output=True)
+        default = run_cli(["--clean-containers", "--dry-run"], cwd=repo, env=env)
+        assert default.returncode == 0, default.stderr
+        assert name not in default.stdout
+        short = run_cli(["--clean-containers", "--dry-run", "--config", str(tmp_path / "short.yaml")], cwd=repo,
+                        env=env)
+        assert short.returncode == 0 and f"would remove {name}" in short.stdout, short.stdout + short.stderr
+    finally:
+        subprocess.run(["docker", "rm", "-f", name], capture_output=True)

@@ -107,3 +107,70 @@ def test_summary_never_offers_to_merge_the_base_branch(tmp_path):
     assert summary["final_branches"] == []
     text = render_summary(summary, results_path=tmp_path)
     assert "git merge" not in text and "No branch to merge" in text and "Kept main" in text
+
+
+def test_spec_forms_of_the_configuration_are_accepted(tmp_path):
+    (tmp_path / "orchestrator.yaml").write_text(
+        "events:\n  flush_policy:\n    mode: per_event\n    interval_ms: 20\n    max_batch: 64\n"
+        "orchestration:\n  max_parallel_instances: 3\n")
+    loaded = load_config(config_file=None, cli_overrides={}, cwd=tmp_path,
+                         environ={"ORCHESTRATOR_TUI__REFRESH_RATE": "100"})
+    c = loaded.config
+    assert (c.events.flush_policy, c.events.interval_ms, c.events.max_batch) == ("per_event", 20, 64)
+    assert c.tui.refresh_hz == 10.0                   # 100 ms per frame
+    assert c.orchestration.max_parallel_tasks == 3
+    assert len(loaded.warnings) == 1 and "max_parallel_instances is deprecated" in loaded.warnings[0]
+
+
+def test_nested_flush_policy_from_the_environment_and_its_precedence(tmp_path):
+    (tmp_path / "orchestrator.yaml").write_text("events:\n  flush_policy: per_event\n  interval_ms: 5\n")
+    c = load_config(config_file=None, cli_overrides={}, cwd=tmp_path,
+                    environ={"ORCHESTRATOR_EVENTS__FLUSH_POLICY__MODE": "interval",
+                             "ORCHESTRATOR_EVENTS__FLUSH_POLICY__MAX_BATCH": "9"}).config
+    assert (c.events.flush_policy, c.events.interval_ms, c.events.max_batch) == ("interval", 5, 9)
+    # --safe-fsync (the command line) beats the nested form in the environment.
+    c = load_config(config_file=None, cli_overrides={"events": {"flush_policy": "per_event"}}, cwd=tmp_path,
+                    environ={"ORCHESTRATOR_EVENTS__FLUSH_POLICY__MODE": "interval"}).config
+    assert c.events.flush_policy == "per_event"
+
+
+def test_command_line_max_parallel_beats_the_deprecated_alias(tmp_path):
+    from orchestrator.launch import _max_parallel
+
+    (tmp_path / "orchestrator.yaml").write_text("orchestration:\n  max_parallel_instances: 4\n")
+    loaded = load_config(config_file=None, cli_overrides={"orchestration": {"max_parallel_tasks": 8}}, cwd=tmp_path,
+                         environ={})
+    assert _max_parallel(loaded.config) == 8
+    # The alias in the environment beats the canonical key in the file (a higher source).
+    (tmp_path / "orchestrator.yaml").write_text("orchestration:\n  max_parallel_tasks: 2\n")
+    loaded = load_config(config_file=None, cli_overrides={}, cwd=tmp_path,
+                         environ={"ORCHESTRATOR_ORCHESTRATION__MAX_PARALLEL_INSTANCES": "5"})
+    assert _max_parallel(loaded.config) == 5
+    assert len(loaded.warnings) == 1
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("events:\n  flush_policy:\n    mode: sometimes\n", "flush_policy"),
+    ("events:\n  flush_policy:\n    every: 3\n", "events.flush_policy.every"),
+    ("tui:\n  refresh_rate: 0\n", "tui.refresh_rate"),
+])
+def test_bad_spec_forms_name_the_key(tmp_path, text, needle):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_config(config_file=str(path), cli_overrides={}, cwd=tmp_path, environ={})
+    assert needle in str(err.value) and str(path) in str(err.value)
+
+
+def test_dotenv_inline_comments_quotes_and_bad_lines(tmp_path):
+    from orchestrator.config import read_dotenv
+
+    env = tmp_path / ".env"
+    env.write_text('ANTHROPIC_API_KEY=sk-abc123 # the team key\nexport NAME="a \\"quoted\\" word"\n'
+                   "RAW='${NOT_EXPANDED}'\n\n# a comment\n")
+    assert read_dotenv(env) == {"ANTHROPIC_API_KEY": "sk-abc123", "NAME": 'a "quoted" word',
+                                "RAW": "${NOT_EXPANDED}"}
+    env.write_text("GOOD=1\nANTHROPIC_API_KEY sk-typo\n")
+    with pytest.raises(ConfigError) as err:
+        read_dotenv(env)
+    assert f"{env}:2" in str(err.value)

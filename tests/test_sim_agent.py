@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -397,16 +396,9 @@ def test_codex_requires_git_repo_check_flag(tmp_path: Path, home: Path) -> None:
 # ----------------------------------------------------------------- docker
 
 
-def _image_present(name: str) -> bool:
-    if not shutil.which("docker"):
-        return False
-    return subprocess.run(["docker", "image", "inspect", name], capture_output=True).returncode == 0
-
-
 @pytest.mark.docker
 def test_sim_agent_inside_test_image() -> None:
-    if not _image_present("orchestrator-test-agent"):
-        pytest.skip("orchestrator-test-agent image missing (run scripts/setup-docker.sh)")
+    # conftest skips it locally, and fails it on CI, when Docker or the image is missing
     script = (
         "set -e; cd /tmp && git init -q -b main ws && cd ws && "
         "git -c user.name=t -c user.email=t@t commit -q --allow-empty -m init && "

@@ -8,27 +8,48 @@ Public surface::
     stop_run_containers / remove_containers                       # helpers for orchestration
 """
 
-from .base import RunnerEventCallback, TaskRunner
-from .docker_containers import (
-    DockerHost,
-    container_exists,
-    docker_available,
-    image_exists,
-    list_containers,
-    remove_containers,
-    stop_run_containers,
-)
-from .docker_runner import DockerRunner, run_instance
-from .types import (
-    AuthConfig,
-    BranchArtifact,
-    ContainerLimits,
-    InstanceRequest,
-    Metrics,
-    Hardening,
-    RetryConfig,
-    RunnerResult,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# Lazy re-exports: importing one runner module (say ``runner.types`` from the
+# engine, or the TUI through it) must not load docker-py and the Docker runner.
+_EXPORTS = {
+    "RunnerEventCallback": "base", "TaskRunner": "base",
+    "DockerHost": "docker_containers", "container_exists": "docker_containers",
+    "docker_available": "docker_containers", "image_exists": "docker_containers",
+    "list_containers": "docker_containers", "remove_containers": "docker_containers",
+    "stop_run_containers": "docker_containers",
+    "DockerRunner": "docker_runner", "run_instance": "docker_runner",
+    "AuthConfig": "types", "BranchArtifact": "types", "ContainerLimits": "types", "InstanceRequest": "types",
+    "Metrics": "types", "Hardening": "types", "RetryConfig": "types", "RunnerResult": "types",
+}
+
+if TYPE_CHECKING:
+    from .base import RunnerEventCallback, TaskRunner
+    from .docker_containers import (
+        DockerHost,
+        container_exists,
+        docker_available,
+        image_exists,
+        list_containers,
+        remove_containers,
+        stop_run_containers,
+    )
+    from .docker_runner import DockerRunner, run_instance
+    from .types import (AuthConfig, BranchArtifact, ContainerLimits, Hardening, InstanceRequest, Metrics,
+                        RetryConfig, RunnerResult)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "AuthConfig",

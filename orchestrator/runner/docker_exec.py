@@ -13,6 +13,7 @@ the exec'd process with it.
 
 from __future__ import annotations
 
+import logging
 import socket as pysocket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from ..errors import ContainerError
 from .docker_containers import WORKSPACE_MOUNT, DockerHost
 from .plugin import AgentEvent, AgentOutcome, StreamParser
 
+_log = logging.getLogger(__name__)  # runner.jsonl (the Docker runner forwards orchestrator.runner records)
 EROFS_MARKER = b"Read-only file system"
 TAIL_BYTES = 8192
 STDOUT, STDERR = 1, 2
@@ -45,8 +47,19 @@ def _raw_socket(sock: Any) -> Any:
     return getattr(sock, "_sock", sock)
 
 
+class StreamBroken(Exception):
+    """The output stream ended in a connection error or mid-frame, not cleanly between frames."""
+
+
 def _read_frame(sock: Any) -> tuple[int, bytes] | None:
-    """Next (stream, payload) of the multiplexed stream; None at end of stream."""
+    """Next (stream, payload) of the multiplexed stream; None at its normal end.
+
+    Only a clean end between frames is the normal end of the output. A
+    connection reset or a frame cut short raises :class:`StreamBroken`, so that
+    it is logged and reported instead of passing for a complete answer.
+    (The helpers are docker-py internals; pyproject pins docker below 8 and
+    tests/test_docker_exec.py checks they are still there.)
+    """
     from docker.utils.socket import SocketError, next_frame_header, read_exactly
 
     try:
@@ -54,8 +67,8 @@ def _read_frame(sock: Any) -> tuple[int, bytes] | None:
         if stream == -1:
             return None
         return stream, (read_exactly(sock, size) if size else b"")
-    except (SocketError, OSError, ValueError):
-        return None
+    except (SocketError, OSError, ValueError) as exc:
+        raise StreamBroken(str(exc) or type(exc).__name__) from exc
 
 
 def _send_stdin(sock: Any, payload: bytes) -> None:
@@ -99,6 +112,7 @@ async def run_exec(host: DockerHost, container: str, argv: list[str], *, env: di
     stderr_tail, stdout_tail = bytearray(), bytearray()
     saw_erofs = False
     n_events = 0
+    stream_error: str | None = None
 
     async def _emit(events: list[AgentEvent]) -> None:
         nonlocal n_events
@@ -114,8 +128,18 @@ async def run_exec(host: DockerHost, container: str, argv: list[str], *, env: di
                 tg.start_soon(lambda: anyio.to_thread.run_sync(_send_stdin, sock, stdin_payload,
                                                                abandon_on_cancel=True))
             while True:
-                frame = await anyio.to_thread.run_sync(_read_frame, sock, abandon_on_cancel=True,
-                                                       limiter=host.limiter)
+                try:
+                    frame = await anyio.to_thread.run_sync(_read_frame, sock, abandon_on_cancel=True,
+                                                           limiter=host.limiter)
+                except StreamBroken as exc:
+                    # Also what a container stopped under the exec (Ctrl+C, timeout)
+                    # can look like: the exit code below decides whether the exec
+                    # ended; the break itself goes to runner.jsonl and the output.
+                    stream_error = str(exc)
+                    _log.warning("the agent's output stream broke", extra={"container": container,
+                                                                           "stream_error": stream_error})
+                    await _emit([AgentEvent(kind="error", data={"stream_error": stream_error})])
+                    break
                 if frame is None:
                     break
                 stream, data = frame
@@ -140,9 +164,13 @@ async def run_exec(host: DockerHost, container: str, argv: list[str], *, env: di
             pass
 
     exit_code = await _exit_code(host, exec_id)
+    if stream_error is not None and exit_code is None:
+        raise ContainerError(f"the agent's output stream broke ({stream_error}) and its exit status is unknown",
+                             retryable=True)
     outcome = parser.finish(exit_code)
     return ExecOutput(outcome=outcome, exit_code=exit_code, stderr_tail=bytes(stderr_tail),
-                      stdout_tail=bytes(stdout_tail), saw_erofs=saw_erofs, events=n_events)
+                      stdout_tail=bytes(stdout_tail), saw_erofs=saw_erofs, events=n_events,
+                      extra={"stream_error": stream_error} if stream_error else {})
 
 
 async def _exit_code(host: DockerHost, exec_id: str) -> int | None:

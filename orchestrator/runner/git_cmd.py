@@ -178,6 +178,8 @@ _PLAIN_NAME = re.compile(r"[A-Za-z0-9_-]+(?:/[A-Za-z0-9_-]+)*")
 # flock locks belong to open file descriptions, so two threads with their own
 # descriptors would also exclude each other, but msvcrt locks are per process;
 # the thread lock makes in-process serialization explicit on every platform.
+# ``filelock`` would replace only the dozen lines of _os_lock/_os_unlock (it
+# needs the same thread lock for the same msvcrt reason), for a new dependency.
 
 _thread_locks: dict[str, threading.Lock] = {}
 _thread_locks_guard = threading.Lock()

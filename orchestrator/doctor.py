@@ -1,0 +1,184 @@
+"""``orchestrator --doctor``: is this machine ready to run agents? One line per check.
+
+Each line is ``ok``, ``warn`` or ``fail``, what was found, and for anything
+but ``ok`` the command or setting that fixes it. The exit status is 1 when any
+check fails. Credentials are reported by variable name only, never by value.
+The checks that a run's pre-flight also makes use the same functions
+(``image_tools``, ``validate_repository``, ``resolve_auth``, the plugins'
+``validate_environment``), so the doctor and a run never disagree.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import OrchestratorError
+
+AUTH_VARS = {"claude-code": ("CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_API_KEY"), "codex": ("OPENAI_API_KEY",)}
+
+
+@dataclass(frozen=True)
+class Check:
+    status: str  # ok | warn | fail
+    name: str
+    detail: str
+    fix: str = ""
+
+    def line(self) -> str:
+        text = f"{self.status:<4}  {self.name}: {self.detail}"
+        return f"{text} -- fix: {self.fix}" if self.fix and self.status != "ok" else text
+
+
+def _docker_engine() -> Check:
+    import anyio
+
+    from .runner.docker_containers import DOCKER_START_HINT, docker_available
+
+    # The run's pre-flight check, with more patience: a busy daemon is not a missing one.
+    ok, message = anyio.run(lambda: docker_available(timeout=10.0))
+    if not ok:
+        return Check("fail", "docker engine", message.split(f"; {DOCKER_START_HINT}")[0][:200], DOCKER_START_HINT)
+    return Check("ok", "docker engine", message)
+
+
+def _image(image: str, plugin: str) -> list[Check]:
+    from .image_tools import TOOLS, probe_tools, required_tools
+
+    try:
+        tools = probe_tools(image)
+    except OrchestratorError as exc:
+        return [Check("fail", f"image {image}", str(exc), f"orchestrator --build-image --docker-image {image}")]
+    out = [Check("ok", f"image {image}", "present")]
+    needed = set(required_tools(plugin, dry_run=False))
+    for tool in TOOLS:
+        version = tools.get(tool)
+        if version is not None:
+            out.append(Check("ok", f"{tool} in {image}", version))
+        elif tool in needed:
+            out.append(Check("fail", f"{tool} in {image}", f"missing (plugin {plugin} runs it)",
+                             f"orchestrator --build-image --docker-image {image}"))
+        elif tool == "orchestrator-sim-agent":
+            out.append(Check("warn", f"{tool} in {image}", "missing: --dry-run cannot work with this image",
+                             "orchestrator --build-image"))
+        else:
+            out.append(Check("warn", f"{tool} in {image}", "missing: plugins that run it cannot use this image",
+                             "orchestrator --build-image"))
+    return out
+
+
+def _credentials(environ: dict[str, str], configured: str, mode: str | None) -> list[Check]:
+    from .auth import resolve_auth
+    from .runner.plugin import get_plugin
+
+    out = []
+    for plugin, names in AUTH_VARS.items():
+        present = [n for n in names if environ.get(n)]
+        try:
+            auth = resolve_auth(environ, plugin=plugin, mode=mode if plugin == "claude-code" else None)
+            get_plugin(plugin).validate_environment(auth)
+        except OrchestratorError:
+            status = "fail" if plugin == configured else "warn"
+            out.append(Check(status, f"credentials for {plugin}", "not set" + (" (the configured plugin)" if status == "fail" else ""),
+                             f"set {' or '.join(names)} in the environment or ./.env (or rehearse with --dry-run)"))
+            continue
+        out.append(Check("ok", f"credentials for {plugin}", f"{', '.join(present)} set (value not shown)"))
+    return out
+
+
+def disk_check(path: Path, label: str, min_gb: float, hard_min_gb: float) -> Check:
+    probe = path
+    while not probe.exists():
+        probe = probe.parent
+    free_gb = shutil.disk_usage(probe).free / 1e9
+    detail = f"{free_gb:.1f} GB free under {probe}"
+    if free_gb < hard_min_gb:
+        return Check("fail", f"free disk ({label})", detail, f"at least {hard_min_gb:g} GB is needed: free some space")
+    if free_gb < min_gb:
+        return Check("warn", f"free disk ({label})", detail, f"recommended: {min_gb:g} GB")
+    return Check("ok", f"free disk ({label})", detail)
+
+
+def _repository(repo: str, base_branch: str) -> list[Check]:
+    from .runner.git_ops import validate_repository
+
+    try:
+        info = validate_repository(repo, base_branch)
+    except OrchestratorError as exc:
+        return [Check("fail", "repository", str(exc), "run from a git repository or pass --repo PATH --base-branch NAME")]
+    out = [Check("ok", "repository", str(info.path))]
+    out.append(Check("ok", "base branch", base_branch))
+    if info.dirty:
+        out.append(Check("warn", "working tree", "uncommitted changes: agents start from the last commit",
+                         "commit or stash them"))
+    ident = {}
+    for key in ("user.name", "user.email"):
+        r = subprocess.run(["git", "config", "--get", key], cwd=info.path, capture_output=True, text=True)
+        ident[key] = r.stdout.strip()
+    missing = [k for k, v in ident.items() if not v]
+    if missing:
+        out.append(Check("warn", "git identity", f"{' and '.join(missing)} not set for {info.path}",
+                         " && ".join(f'git config --global {k} "..."' for k in missing)))
+    else:
+        out.append(Check("ok", "git identity", f"{ident['user.name']} <{ident['user.email']}>"))
+    return out
+
+
+def _writable(path: Path, label: str, env_var: str) -> Check:
+    probe = path
+    while not probe.exists():
+        probe = probe.parent
+    try:
+        fd, name = tempfile.mkstemp(prefix=".doctor-", dir=probe)
+        os.close(fd)
+        os.unlink(name)
+    except OSError as exc:
+        return Check("fail", f"{label} directory", f"{path} is not writable ({exc.strerror})",
+                     f"fix its permissions or set {env_var} to a writable directory")
+    return Check("ok", f"{label} directory", f"{path} writable" + ("" if path.exists() else " (will be created)"))
+
+
+def checks(args) -> list[Check]:
+    from .config import load_config
+    from .runner.git_ops import workspace_root
+    from .runs import RunDirs
+
+    out: list[Check] = []
+    try:
+        loaded = load_config(config_file=args.config, cli_overrides={})
+    except OrchestratorError as exc:
+        return [Check("fail", "configuration", str(exc), "correct the file or variable named")]
+    config = loaded.config
+    out.append(Check("ok", "configuration", ", ".join(loaded.sources)))
+    image = args.docker_image or config.runner.docker_image
+    plugin = args.plugin or config.runner.plugin
+    engine = _docker_engine()
+    out.append(engine)
+    if engine.status == "ok":
+        out.extend(_image(image, plugin))
+    out.extend(_credentials(loaded.environ, plugin, args.mode))
+    dirs = RunDirs.from_env()
+    o = config.orchestration
+    out.append(disk_check(dirs.logs, "logs", o.min_free_disk_gb, o.hard_min_free_disk_gb))
+    out.append(disk_check(workspace_root(), "workspaces", o.min_free_disk_gb, o.hard_min_free_disk_gb))
+    out.extend(_repository(str(Path(args.repo or ".").absolute()), args.base_branch or o.base_branch))
+    out.append(_writable(dirs.state, "state", "ORCHESTRATOR_STATE_DIR"))
+    out.append(_writable(dirs.logs, "logs", "ORCHESTRATOR_LOGS_DIR"))
+    out.append(_writable(dirs.results, "results", "ORCHESTRATOR_RESULTS_DIR"))
+    out.append(_writable(workspace_root(), "workspace", "ORCHESTRATOR_WORKSPACE_ROOT"))
+    return out
+
+
+def doctor(args) -> int:
+    results = checks(args)
+    for check in results:
+        print(check.line(), flush=True)
+    failed = sum(c.status == "fail" for c in results)
+    warned = sum(c.status == "warn" for c in results)
+    print(f"{failed} failed, {warned} warnings, {len(results) - failed - warned} ok", file=sys.stderr)
+    return 1 if failed else 0

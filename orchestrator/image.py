@@ -1,0 +1,287 @@
+"""``orchestrator --build-image``: the agent image from the sources shipped with the package.
+
+The Dockerfile and everything under ``docker/`` (the simulated agent, the test
+image's Dockerfile) are package data in an installed wheel
+(``orchestrator/_image/``) and plain files in a checkout, so the same code
+builds the image after ``uv tool install``, ``pip install`` or ``uv sync``.
+
+Steps, each skipped when not needed:
+
+1. pick a base image: ``$BASE_IMAGE``, else a local ``debian:bookworm-slim``,
+   else a local ``orchestrator-base:bookworm``, else pull
+   ``debian:bookworm-slim``, else build ``orchestrator-base:bookworm`` with
+   debootstrap (root only): machines without Docker Hub access still get an
+   image;
+2. put the host's extra CA certificates (``$EXTRA_CA_SOURCE``, default
+   ``/usr/local/share/ca-certificates``) into the build context, so npm works
+   behind an intercepting proxy;
+3. build the image (and, when asked, the test image on top of it), skipped when
+   the existing image carries a label with the sha256 of its inputs;
+4. check that the image has the agent tools on its PATH.
+
+The Docker CLI does the work (``docker build`` streams its own progress and
+uses BuildKit when present); this is a management command with nothing else
+running, so blocking calls are fine here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import PreflightError
+
+LABEL_KEY = "org.orchestrator.inputs-sha256"
+LOCAL_BASE = "orchestrator-base:bookworm"
+UPSTREAM_BASE = "debian:bookworm-slim"
+TEST_DOCKERFILE = "docker/Dockerfile.test-agent"
+_SKIP_PARTS = {"__pycache__", ".pytest_cache"}
+
+
+def source_dir() -> Path:
+    """Where the Dockerfile and ``docker/`` are: package data when installed, the checkout otherwise."""
+    pkg = Path(__file__).resolve().parent
+    for candidate in (pkg / "_image", pkg.parent):
+        if (candidate / "Dockerfile").is_file() and (candidate / "docker").is_dir():
+            return candidate
+    raise PreflightError(f"the image sources (Dockerfile, docker/) are missing next to {pkg}; "
+                         "reinstall orchestrator (uv tool install --reinstall orchestrator)")
+
+
+def cache_dir() -> Path:
+    if os.environ.get("ORCHESTRATOR_CACHE_DIR"):
+        return Path(os.environ["ORCHESTRATOR_CACHE_DIR"])
+    if os.geteuid() == 0:
+        return Path("/var/cache/orchestrator")
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "orchestrator"
+
+
+class _Say:
+    def __init__(self) -> None:
+        self.t0 = time.monotonic()
+
+    def __call__(self, msg: str) -> None:
+        print(f"[build-image {time.monotonic() - self.t0:4.0f}s] {msg}", flush=True)
+
+
+def _docker(*args: str, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+    try:
+        return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout)
+    except FileNotFoundError:
+        raise PreflightError("the docker command is not installed; install Docker Engine "
+                             "(Linux: apt-get install docker.io) or Docker Desktop") from None
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(["docker", *args], 124, "", f"timed out after {timeout:g} s")
+
+
+def image_id(name: str) -> str | None:
+    r = _docker("image", "inspect", "-f", "{{.Id}}", name)
+    return r.stdout.strip() if r.returncode == 0 else None
+
+
+def image_label(name: str, key: str = LABEL_KEY) -> str:
+    r = _docker("image", "inspect", "-f", f'{{{{ index .Config.Labels "{key}" }}}}', name)
+    value = r.stdout.strip() if r.returncode == 0 else ""
+    return "" if value == "<no value>" else value
+
+
+def _source_files(src: Path) -> list[str]:
+    """Dockerfile and every file under docker/ (any layout of the agent sources), minus caches and certs."""
+    files = ["Dockerfile"]
+    for path in sorted((src / "docker").rglob("*")):
+        rel = path.relative_to(src)
+        if not path.is_file() or _SKIP_PARTS & set(rel.parts) or path.suffix == ".pyc":
+            continue
+        if rel.parts[:2] == ("docker", "extra-ca"):
+            continue  # filled from the host below, never from what was packaged
+        files.append(rel.as_posix())
+    return files
+
+
+def _inputs_hash(ctx: Path, base: str, files: list[str]) -> str:
+    h = hashlib.sha256(f"base {base}\n".encode())
+    for rel in sorted(files):
+        h.update(f"file {rel} {hashlib.sha256((ctx / rel).read_bytes()).hexdigest()}\n".encode())
+    return h.hexdigest()
+
+
+def _build_local_base(say: _Say, cache: Path) -> None:
+    if os.geteuid() != 0:
+        raise PreflightError(f"{UPSTREAM_BASE} cannot be pulled and building {LOCAL_BASE} with debootstrap needs "
+                             "root; set BASE_IMAGE to an image you have")
+    tarball = cache / "bookworm-minbase.tar"
+    logs = cache / "logs"
+    if not tarball.is_file() or tarball.stat().st_size == 0:
+        if shutil.which("debootstrap") is None:
+            say("installing debootstrap")
+            with open(logs / "apt-debootstrap.log", "w") as log:
+                env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+                for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "debootstrap"]):
+                    if subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env).returncode != 0:
+                        raise PreflightError(f"{' '.join(cmd)} failed, see {logs / 'apt-debootstrap.log'}")
+        rootfs = Path(tempfile.mkdtemp(prefix="orchestrator-rootfs."))
+        try:
+            say(f"debootstrap bookworm (minbase) into {rootfs} (about a minute; log: {logs / 'debootstrap.log'})")
+            with open(logs / "debootstrap.log", "w") as log:
+                r = subprocess.run(["debootstrap", "--variant=minbase", "--include=ca-certificates", "bookworm",
+                                    str(rootfs)], stdout=log, stderr=subprocess.STDOUT)
+            if r.returncode != 0:
+                raise PreflightError(f"debootstrap failed, see {logs / 'debootstrap.log'}")
+            for junk in ("var/cache/apt/archives", "var/lib/apt/lists", "tmp"):
+                for p in (rootfs / junk).glob("*"):
+                    if p.is_file():
+                        p.unlink()
+                    elif p.is_dir():
+                        shutil.rmtree(p, ignore_errors=True)
+            tmp = tarball.with_suffix(".tar.tmp")
+            if subprocess.run(["tar", "-C", str(rootfs), "-cf", str(tmp), "."]).returncode != 0:
+                raise PreflightError("could not pack the debootstrap rootfs")
+            tmp.replace(tarball)
+        finally:
+            shutil.rmtree(rootfs, ignore_errors=True)
+        say(f"rootfs cached at {tarball}")
+    else:
+        say(f"using cached rootfs {tarball}")
+    say(f"importing {tarball} as {LOCAL_BASE}")
+    r = _docker("import", "-c", "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                "-c", "ENV LANG=C.UTF-8", "-c", 'CMD ["/bin/bash"]', str(tarball), LOCAL_BASE)
+    if r.returncode != 0:
+        raise PreflightError(f"docker import failed: {r.stderr.strip()[-300:]}")
+
+
+def pick_base(say: _Say, cache: Path) -> str:
+    wanted = os.environ.get("BASE_IMAGE")
+    if wanted:
+        if image_id(wanted) is None and _docker("pull", wanted, timeout=120).returncode != 0:
+            raise PreflightError(f"BASE_IMAGE={wanted} is not present locally and cannot be pulled")
+        say(f"base image: {wanted} (from $BASE_IMAGE)")
+        return wanted
+    for local in (UPSTREAM_BASE, LOCAL_BASE):
+        if image_id(local) is not None:
+            say(f"base image: {local} (present locally)")
+            return local
+    say(f"trying: docker pull {UPSTREAM_BASE}")
+    r = _docker("pull", UPSTREAM_BASE, timeout=120)
+    if r.returncode == 0:
+        say(f"base image: {UPSTREAM_BASE} (pulled)")
+        return UPSTREAM_BASE
+    last = (r.stderr.strip().splitlines() or ["?"])[-1][:120]
+    say(f"cannot pull {UPSTREAM_BASE} ({last}); building {LOCAL_BASE} locally")
+    _build_local_base(say, cache)
+    say(f"base image: {LOCAL_BASE} (built with debootstrap)")
+    return LOCAL_BASE
+
+
+def _build(say: _Say, name: str, dockerfile: str, ctx: Path, inputs: str, build_args: dict[str, str],
+           log_path: Path, *, force: bool, verbose: bool) -> bool:
+    current = image_label(name)
+    if not force and current == inputs:
+        say(f"{name} is up to date (inputs sha256 {inputs[:12]})")
+        return False
+    if current:
+        say(f"building {name} (inputs changed: {current[:12]} -> {inputs[:12]})")
+    else:
+        say(f"building {name} (inputs sha256 {inputs[:12]})")
+    cmd = ["docker", "build", "-f", str(ctx / dockerfile), "-t", name, "--label", f"{LABEL_KEY}={inputs}"]
+    for k, v in build_args.items():
+        cmd += ["--build-arg", f"{k}={v}"]
+    cmd.append(str(ctx))
+    t0 = time.monotonic()
+    with open(log_path, "w") as log:
+        if verbose:
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                log.write(line)
+                print("    " + line, end="", flush=True)
+            rc = proc.wait()
+        else:
+            say(f"  log: {log_path}")
+            rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
+    if rc != 0:
+        if not verbose:
+            tail = log_path.read_text(errors="replace").splitlines()[-40:]
+            print(f"----- last lines of {log_path} -----", *tail, sep="\n", file=sys.stderr)
+        raise PreflightError(f"docker build of {name} failed (log: {log_path})")
+    say(f"built {name} in {time.monotonic() - t0:.0f} s")
+    return True
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    image: str
+    test_image: str | None
+    base: str
+
+
+def build_image(image: str = "claude-code", *, test_image: str | None = None) -> BuildResult:
+    say = _Say()
+    src = source_dir()
+    cache = cache_dir()
+    (cache / "logs").mkdir(parents=True, exist_ok=True)
+    r = _docker("info", "--format", "{{.ServerVersion}}", timeout=30)
+    if r.returncode != 0:
+        raise PreflightError("cannot reach the Docker engine (docker info failed); start it "
+                             "(Linux: sudo systemctl start docker, or scripts/setup-docker.sh as root) "
+                             "or add your user to the docker group")
+    say(f"Docker engine reachable (server {r.stdout.strip()}); sources: {src}")
+    base = pick_base(say, cache)
+    base_id = image_id(base) or base
+    force = bool(os.environ.get("FORCE_REBUILD"))
+    verbose = bool(os.environ.get("VERBOSE"))
+    with tempfile.TemporaryDirectory(prefix="orchestrator-build.") as tmp:
+        # The context holds only the inputs: the hash and what docker sees are the same files.
+        ctx = Path(tmp)
+        files = _source_files(src)
+        for rel in files:
+            (ctx / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src / rel, ctx / rel)
+        ca_dir = ctx / "docker" / "extra-ca"
+        ca_dir.mkdir(parents=True, exist_ok=True)
+        (ca_dir / ".gitkeep").touch()
+        ca_source = Path(os.environ.get("EXTRA_CA_SOURCE", "/usr/local/share/ca-certificates"))
+        certs = sorted(ca_source.rglob("*.crt")) if ca_source.is_dir() else []
+        for crt in certs:
+            shutil.copyfile(crt, ca_dir / crt.name)
+        ca_files = sorted(f"docker/extra-ca/{c.name}" for c in certs)
+        say(f"extra CA certificates from {ca_source}: {len(ca_files)}")
+        # The product image does not depend on the test image's Dockerfile.
+        product_inputs = [f for f in files if f != TEST_DOCKERFILE] + ca_files
+        built = _build(say, image, "Dockerfile", ctx, _inputs_hash(ctx, base_id, product_inputs), {"BASE_IMAGE": base},
+               cache / "logs" / f"build-{_safe(image)}.log", force=force, verbose=verbose)
+        if test_image:
+            if TEST_DOCKERFILE not in files:
+                raise PreflightError(f"{TEST_DOCKERFILE} is missing from {src}")
+            test_inputs = [f for f in files if f != "Dockerfile"]
+            _build(say, test_image, TEST_DOCKERFILE, ctx, _inputs_hash(ctx, image_id(image) or image, test_inputs),
+                   {"BASE": image}, cache / "logs" / f"build-{_safe(test_image)}.log", force=force, verbose=verbose)
+    from .image_tools import probe_tools
+
+    # A new image id is probed anyway (the cache is per id); refresh covers a forced rebuild.
+    tools = probe_tools(image, refresh=built)
+    missing = [t for t in ("claude", "codex", "git", "orchestrator-sim-agent") if tools.get(t) is None]
+    if missing:
+        raise PreflightError(f"{image} does not have {', '.join(missing)} on PATH; rebuild with FORCE_REBUILD=1")
+    say(f"done: {image}{f' and {test_image}' if test_image else ''} ready (base {base})")
+    return BuildResult(image=image, test_image=test_image, base=base)
+
+
+def _safe(name: str) -> str:
+    return name.replace("/", "_").replace(":", "_")
+
+
+def test_image_is_current(image: str, test_image: str, src: Path | None = None) -> bool:
+    """True when ``test_image`` was built from the sources in ``src`` on top of the current ``image``."""
+    src = src or source_dir()
+    want = image_label(test_image)
+    if not want:
+        return False
+    files = [f for f in _source_files(src) if f != "Dockerfile"]
+    return _inputs_hash(src, image_id(image) or image, files) == want

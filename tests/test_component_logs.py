@@ -1,0 +1,51 @@
+"""Component logs rotate by size; --debug streams every component's log to stderr."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cli_helpers import cli_env, run_cli
+from conftest import TEST_IMAGE, make_repo
+from orchestrator.jsonlog import ComponentLog
+
+
+def test_component_log_rotates_by_size_and_keeps_the_configured_backups(tmp_path):
+    path = tmp_path / "runner.jsonl"
+    log = ComponentLog(path, "runner", "r1", max_bytes=2000, backups=2)
+    for i in range(200):
+        log.info("line", n=i, pad="x" * 50)
+    log.close()
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert files == ["runner.jsonl", "runner.jsonl.1", "runner.jsonl.2"], files
+    for name in files:
+        text = (tmp_path / name).read_text()
+        assert len(text.encode()) < 2000 + 200
+        assert all(json.loads(line)["component"] == "runner" for line in text.splitlines())
+    # the newest lines are in the live file, the ones before in .1
+    last = [json.loads(x)["n"] for x in (tmp_path / "runner.jsonl").read_text().splitlines()]
+    prev = [json.loads(x)["n"] for x in (tmp_path / "runner.jsonl.1").read_text().splitlines()]
+    assert last[-1] == 199 and prev[-1] + 1 == last[0]
+
+
+def test_a_reopened_log_counts_what_is_already_there(tmp_path):
+    path = tmp_path / "tui.jsonl"
+    path.write_bytes(b"x" * 5000 + b"\n")
+    log = ComponentLog(path, "tui", "r1", max_bytes=4096, backups=1)
+    log.info("one more")
+    log.close()
+    assert (tmp_path / "tui.jsonl.1").exists() and path.stat().st_size == 0
+
+
+@pytest.mark.docker
+def test_debug_streams_every_component_log_to_stderr(tmp_path):
+    repo = make_repo(tmp_path / "repo")
+    r = run_cli(["SIM: done", "--dry-run", "--no-tui", "--debug", "--docker-image", TEST_IMAGE], cwd=repo,
+                env=cli_env(tmp_path), timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    components = set()
+    for line in r.stderr.splitlines():
+        if line.startswith("{"):
+            components.add(json.loads(line).get("component"))
+    assert {"orchestration", "runner", "tui"} <= components, components

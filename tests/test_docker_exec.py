@@ -1,0 +1,61 @@
+"""docker_exec's stream reading: its end, its errors, and the docker-py internals it relies on."""
+
+from __future__ import annotations
+
+import re
+import socket
+import struct
+import tomllib
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+
+from orchestrator.runner.docker_exec import StreamBroken, _read_frame
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _frame(stream: int, payload: bytes) -> bytes:
+    return struct.pack(">BxxxL", stream, len(payload)) + payload
+
+
+def test_frames_then_a_clean_end():
+    a, b = socket.socketpair()
+    with a, b:
+        a.sendall(_frame(1, b"hello\n") + _frame(2, b"oops\n"))
+        a.close()
+        assert _read_frame(b) == (1, b"hello\n")
+        assert _read_frame(b) == (2, b"oops\n")
+        assert _read_frame(b) is None
+
+
+def test_a_frame_cut_short_is_an_error_not_the_end_of_the_output():
+    a, b = socket.socketpair()
+    with a, b:
+        a.sendall(struct.pack(">BxxxL", 1, 100) + b"only ten b")
+        a.close()
+        with pytest.raises(StreamBroken):
+            _read_frame(b)
+
+
+def test_a_socket_error_is_an_error_not_the_end_of_the_output():
+    a, b = socket.socketpair()
+    a.close()
+    b.close()  # reading a closed socket: OSError (EBADF)
+    with pytest.raises(StreamBroken):
+        _read_frame(b)
+
+
+def test_docker_py_is_pinned_below_the_next_major_and_its_internals_are_there():
+    """docker_exec uses docker-py internals; the pin keeps them, and this test notices when they go."""
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    spec = next(d for d in deps if re.match(r"docker\b", d))
+    upper = re.search(r"<\s*(\d+)", spec)
+    assert upper, f"docker must have an upper bound in pyproject.toml: {spec}"
+    assert int(version("docker").split(".")[0]) < int(upper.group(1))
+    from docker.api.client import APIClient
+    from docker.utils import socket as dsocket
+
+    assert callable(dsocket.next_frame_header) and callable(dsocket.read_exactly) and dsocket.SocketError
+    assert callable(APIClient._disable_socket_timeout)

@@ -1,0 +1,28 @@
+"""Importing the TUI, a strategy or the strategy-facing engine does not load the Docker runner."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+HEAVY = ("orchestrator.runner.docker_runner", "orchestrator.runner.docker_containers", "docker")
+
+
+@pytest.mark.parametrize("module", ["tui", "tui.dashboard", "tui.model", "strategies.simple", "strategies.tree_beam",
+                                    "strategies.evolve", "orchestrator", "orchestrator.engine.context"])
+def test_import_does_not_load_the_docker_runner(module):
+    code = f"import sys, {module}; print(sorted(m for m in {HEAVY!r} if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]", (module, out)
+
+
+def test_lazy_re_exports_still_resolve():
+    code = ("from orchestrator import Engine, RunState, TaskFailed; from orchestrator.runner import DockerRunner, "
+            "AuthConfig; import orchestrator, orchestrator.runner as r; print(sorted(set(orchestrator.__all__) - "
+            "set(dir(orchestrator)) - set(orchestrator._EXPORTS)), sorted(set(r.__all__) - set(r._EXPORTS)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[] []"
+    with pytest.raises(AttributeError):
+        __import__("orchestrator").no_such_name  # noqa: B018
