@@ -1,4 +1,4 @@
-"""Tests of the simulated agent (docker/sim-agent.py).
+"""Tests of the simulated agent (the docker/sim_agent package).
 
 Most run the script directly on the host with python3; the one marked
 ``docker`` runs it inside the orchestrator-test-agent image as ``claude``.
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SIM = REPO / "docker" / "sim-agent.py"
+SIM = REPO / "docker" / "sim_agent"  # the package, run as `python3 docker/sim_agent`
 CLAUDE_FLAGS = ["--output-format", "stream-json", "--verbose", "--model", "sonnet", "--permission-mode", "bypassPermissions"]
 CODEX_FLAGS = ["--json", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox",
                "-c", "analytics.enabled=false", "-m", "gpt-5"]
@@ -147,7 +147,7 @@ def test_claude_default_run_shapes_and_commit(repo: Path, home: Path) -> None:
 
     [ex] = executions(home)
     assert ex["session_id"] == init["session_id"] and ex["resumed"] is False
-    assert ex["prompt_sha256"] == h and ex["argv0"] == "sim-agent.py" and "ts" in ex
+    assert ex["prompt_sha256"] == h and ex["argv0"] == "sim_agent" and "ts" in ex
 
 
 def test_claude_deterministic_except_session_id(repo: Path, home: Path, tmp_path: Path) -> None:
