@@ -16,8 +16,7 @@ from typing import Annotated
 
 def plan_schema(max_steps: int) -> dict:
     step = {"type": "object",
-            "properties": {"title": {"type": "string", "minLength": 1},
-                           "instructions": {"type": "string", "minLength": 1}},
+            "properties": {"title": {"type": "string"}, "instructions": {"type": "string"}},
             "required": ["title", "instructions"], "additionalProperties": False}
     return {"type": "object",
             "properties": {"steps": {"type": "array", "items": step, "minItems": 1, "maxItems": max_steps}},
