@@ -7,14 +7,14 @@ are opaque strings chosen by orchestration, and returns a :class:`RunnerResult`.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
 ImportPolicy = Literal["auto", "never", "always"]
 ConflictPolicy = Literal["fail", "overwrite", "suffix"]
 Status = Literal["success", "failed", "timeout", "interrupted"]
-ErrorCategory = Literal["timeout", "api", "container", "git", "command", "secret", "resource"]
+ErrorCategory = Literal["timeout", "api", "container", "git", "command", "secret", "resource", "output_invalid"]
 NetworkEgress = Literal["online", "offline", "proxy"]
 IsolationMode = Literal["full_copy", "shared_objects"]
 
@@ -116,6 +116,9 @@ class InstanceRequest(msgspec.Struct, frozen=True, kw_only=True):
     env: dict[str, str] = msgspec.field(default_factory=dict)
     # Extra container labels from the caller (orchestration labels where its run's lock is).
     labels: dict[str, str] = msgspec.field(default_factory=dict)
+    # JSON Schema the agent's final answer must match (passed to the CLI's native
+    # structured-output option); the parsed answer comes back as ``RunnerResult.output``.
+    output_schema: dict[str, Any] | None = None
 
 
 class BranchArtifact(msgspec.Struct, frozen=True, kw_only=True):
@@ -153,6 +156,8 @@ class RunnerResult(msgspec.Struct, frozen=True, kw_only=True):
     container_name: str | None = None
     log_path: str | None = None
     workspace_path: str | None = None
+    # The agent's answer parsed and validated against ``request.output_schema``.
+    output: Any = None
 
     @property
     def cost(self) -> float | None:
