@@ -278,7 +278,7 @@ async def start(args) -> int:
         plugin=prep.plugin_name, docker_image=prep.image, max_parallel=prep.max_parallel, dry_run=prep.dry_run,
         mode=prep.mode, config=redacted(prep.config),
         config_file=str(Path(args.config).absolute()) if args.config else None,
-        cli_overrides=_cli_overrides(args))
+        cli_overrides=_cli_overrides(args), structured_outputs=True)
     write_manifest(dirs, manifest)
     return await execute(prep, dirs, manifest, resume_fresh=False)
 
@@ -408,7 +408,8 @@ async def _report_resume_plan(dirs: RunDirs, manifest: RunManifest, supports_res
           file=sys.stderr, flush=True)
 
 
-def _engine_config(prep: Prepared, dirs: RunDirs, run_id: str, *, resume_fresh: bool) -> EngineConfig:
+def _engine_config(prep: Prepared, dirs: RunDirs, run_id: str, *, resume_fresh: bool,
+                   structured_outputs: bool = True) -> EngineConfig:
     c = prep.config
     r = c.runner
     o = c.orchestration
@@ -425,6 +426,7 @@ def _engine_config(prep: Prepared, dirs: RunDirs, run_id: str, *, resume_fresh: 
         flush_policy=c.events.flush_policy, flush_interval_ms=c.events.interval_ms, flush_max_batch=c.events.max_batch,
         max_final_message_bytes=c.events.max_final_message_bytes, snapshot_interval_s=c.events.snapshot_interval_s,
         resume_fresh=resume_fresh, supports_resume=plugin.capabilities.supports_resume,
+        structured_outputs=structured_outputs,
         runner_options={
             "docker_image": prep.image, "reuse_container": r.reuse_container, "finalize": r.finalize,
             "review_workspace_mode": r.review_workspace_mode, "isolation_mode": r.isolation_mode,
@@ -489,7 +491,8 @@ async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resum
     runner = DockerRunner(auth=prep.auth, logs_dir=log_dir, sanitizer=default_sanitizer(),
                           pricing=config.model_pricing(), dry_run=prep.dry_run, known_images=(prep.image,),
                           hardening=hardening)
-    engine = Engine(_engine_config(prep, dirs, run_id, resume_fresh=resume_fresh), runner, log=olog)
+    engine = Engine(_engine_config(prep, dirs, run_id, resume_fresh=resume_fresh,
+                                   structured_outputs=manifest.structured_outputs), runner, log=olog)
     engine.on_divergence = lambda sid, keys: print(
         f"warning: strategy {sid} no longer asks for {len(keys)} recorded task(s): {', '.join(keys[:5])}"
         + (" ..." if len(keys) > 5 else ""), file=sys.stderr)

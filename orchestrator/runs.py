@@ -68,6 +68,10 @@ class RunManifest(msgspec.Struct, kw_only=True):
     exit_code: int | None = None
     # The fully resolved configuration (defaults included): what --resume uses.
     config: dict[str, Any] = msgspec.field(default_factory=dict)
+    # Runs started before strategies asked for structured answers recorded
+    # free-text JSON tasks; a resume must ask the same way or every recorded
+    # key would conflict. Absent in their run.json, so False for them.
+    structured_outputs: bool = False
     # Where it came from, so --resume can tell what changed since: the --config
     # file (absolute) and the command-line overrides.
     config_file: str | None = None

@@ -104,7 +104,12 @@ def test_best_of_n_report_shows_scores_side_by_side_and_marks_the_winner(runs):
     run = runs["best-of-n"]
     page = run["html"]
     assert page.count('class="item') == 3 and page.count("badge win\">winner") == 1
-    assert "small and clear" in page and "score 7" in page
+    scores = [e["payload"] for e in _events(run["events"])
+              if e["type"] == "task.completed" and "/score/" in e["key"]]
+    assert len(scores) >= 3
+    for answer in scores:  # each reviewer's structured answer (or its JSON text) is on the page
+        output = answer.get("output") or json.loads(answer["final_message"].split("print-json", 1)[-1])
+        assert f"score {output['score']}: {html.escape(output['rationale'])}" in page
     winner = _strategy_result(run)["artifact"]["branch_final"]
     winning_item = page.split('class="item hi"')[1].split('class="item')[0]
     assert winner in winning_item

@@ -202,3 +202,34 @@ async def test_ask_json_falls_back_to_free_text_where_the_plugin_cannot_enforce_
     result = state.strategies["s1"].result
     assert result["ideas"] == [{"title": "a", "description": "x"}]
     assert result["score"]["score"] == 3.0
+
+
+async def test_a_run_recorded_before_structured_answers_resumes_with_free_text_tasks(tmp_path):
+    """Its run.json has no structured_outputs: the strategy must ask as it did then, or every key conflicts."""
+    import json
+
+    from engine_helpers import run_engine
+    from orchestrator.engine.testing import ScriptedRunner, success
+    from orchestrator.runs import RunDirs, read_manifest, write_manifest, RunManifest
+    from strategies._scoring import score_with_repair
+
+    dirs = RunDirs(logs=tmp_path / "logs", state=tmp_path / "state", results=tmp_path / "results")
+    old = {"run_id": "run_old", "created_at": "2026-01-01T00:00:00.000Z", "prompt": "p", "strategy_spec": "simple",
+           "strategy_name": "simple", "params": {}, "runs": 1, "repo_path": str(tmp_path), "base_branch": "main",
+           "model": "sonnet", "plugin": "claude-code", "docker_image": "img", "max_parallel": 2}
+    (dirs.state / "run_old").mkdir(parents=True)
+    dirs.manifest("run_old").write_text(json.dumps(old))
+    assert read_manifest(dirs, "run_old").structured_outputs is False
+    write_manifest(dirs, RunManifest(**{**old, "run_id": "run_new"}, structured_outputs=True))
+    assert read_manifest(dirs, "run_new").structured_outputs is True
+
+    async def strategy(prompt, base_branch, ctx):
+        return await score_with_repair(ctx, {"prompt": "score it", "import_policy": "never"}, ("score",))
+
+    def script(req):
+        assert req.output_schema is None
+        return success(req, final_message='{"score": 5, "rationale": "fine"}', has_changes=False)
+
+    _, state = await run_engine(tmp_path / "engine", strategy, ScriptedRunner(script), structured_outputs=False)
+    assert state.strategies["s1"].result["score"] == 5.0
+    assert "output_schema" not in state.tasks["run_t/s1/score/attempt-1"].input

@@ -164,10 +164,13 @@ class StrategyContext:
     def supports_output_schema(self, plugin: str | None = None) -> bool:
         """Whether an agent task on ``plugin`` (default: the run's plugin) may carry ``output_schema``.
 
-        Strategies fall back to reading JSON from free text when it cannot (the ``command`` plugin).
+        Strategies fall back to reading JSON from free text when it cannot (the ``command`` plugin),
+        and in a resumed run that started before structured answers existed.
         """
         from ..runner.plugin import get_plugin
 
+        if not self._engine.config.structured_outputs:
+            return False
         return get_plugin(plugin or self._engine.config.defaults.plugin_name).capabilities.supports_output_schema
 
     def output_dir(self):

@@ -62,6 +62,9 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True):
     snapshot_interval_s: float = 30.0
     resume_fresh: bool = False
     supports_resume: bool = True
+    # False for a run recorded before strategies asked for structured answers:
+    # ctx.supports_output_schema() then says no, so its tasks keep their inputs.
+    structured_outputs: bool = True
     # Passed through to every InstanceRequest (docker_image, finalize, retry_config, ...).
     runner_options: dict[str, Any] = msgspec.field(default_factory=dict)
 
