@@ -140,7 +140,9 @@ async def one_search(tmp: Path, seed: int, noise: float, extra: dict) -> dict:
     outcome = {"noop": [0, 0], "good3": [0, 0]}
     for r in res["tree"]["evaluations"]:
         kind = r["idea"]["title"].split()[1]
-        if kind in outcome and r["status"] != "pending":
+        # the +3 % idea off the root is the best idea there, so only the gate can stop it (deeper ones
+        # may lose to a sibling path's node in the beam, which is the beam's job, not a measuring error)
+        if kind == "noop" or (kind == "good3" and r["parent"] == "n0"):
             outcome[kind][0] += 1
             outcome[kind][1] += bool(r.get("promoted_to"))
     depth = PARAMS["max_depth"]
@@ -173,7 +175,7 @@ def _pct(x) -> str:
 
 
 def table(figures: dict) -> list[str]:
-    lines = ["| noise | searches | no-op promoted (false promotion) | +3 % idea promoted | truly best found | "
+    lines = ["| noise | searches | no-op promoted (false promotion) | +3 % idea off the root promoted | truly best found | "
              "returned best: mean true effect | worst true effect | searches returning below base | "
              "benchmark runs per search |", "|---|---|---|---|---|---|---|---|---|"]
     for f in figures["settings"]:

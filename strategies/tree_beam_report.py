@@ -37,6 +37,14 @@ def _num(node_id: str) -> int:
 def best_path(tree: dict[str, Any]) -> list[dict[str, Any]]:
     """Root -> best node; best = max rank score, then root-relative delta, then lowest node id."""
     nodes = {n["id"]: n for n in tree["nodes"]}
+    if tree.get("best") is not None:
+        # the run decided (and confirmed against the base); the base itself may be the best
+        best = nodes.get(tree["best"]["node"], nodes.get("n0"))
+        path = []
+        while best is not None:
+            path.append(best)
+            best = nodes.get(best["parent"]) if best["parent"] is not None else None
+        return path[::-1]
     candidates = [n for n in tree["nodes"] if n["parent"] is not None]
 
     def key(n):

@@ -1,0 +1,296 @@
+"""Measuring a commit like a careful engineer: repeats, intervals, paired confirmation, a protected evaluator.
+
+One measurement is ONE command task whose shell script (:func:`measure_command`)
+clones the read-only ``/workspace`` into ``/tmp`` once per commit it needs,
+puts the protected paths back to the root commit's version there (so a
+candidate cannot change how it is measured), then runs the user's evaluation
+command once per planned run, in the planned order, retrying a failed run once.
+Running everything in one container is what makes a paired A B A B comparison
+fair: both commits see the same machine, the same load, the same moment.
+
+Each run prints one line ``@@orch-run <i> <label> <exit code> <attempts> <last stdout line>``;
+a candidate that changed a protected path gets ``@@orch-protected-changed <label> <paths>``.
+The first line of the script is ``# orch-measure <json>`` naming the runs, so a
+scripted benchmark (tests, bench/search_quality.py) can answer without a shell.
+
+Statistics are pure functions of the samples: the median per metric, and a
+Student-t interval of the mean at ``confidence`` (two-sided). A gate decision
+reads the interval of the primary metric's relative change:
+
+- the interval is *tight* (half-width <= ``tolerance``): the strict rule, change >= 0;
+- otherwise the whole interval must be above zero (an improvement, not luck).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+import statistics
+from typing import Any
+
+from .evaluation import EvalParseError, Evaluation, ScoringConfig, parse_eval_output
+
+RUN_MARK = "@@orch-run "
+PROTECTED_MARK = "@@orch-protected-changed "
+DONE_MARK = "@@orch-done"
+LOG_MARK = "| "
+
+
+# ---------------------------------------------------------------- the script
+
+def default_protected_paths(eval_command: str) -> list[str]:
+    """Files the evaluation command names (``bench.py``, ``./scripts/run.sh``), and ``bench/``."""
+    try:
+        tokens = shlex.split(eval_command)
+    except ValueError:
+        tokens = eval_command.split()
+    paths = []
+    for tok in tokens:
+        tok = tok.strip("'\"")
+        if tok.startswith("-") or "=" in tok or tok.startswith("/") or ".." in tok:
+            continue
+        if "/" in tok or ("." in tok and tok.rsplit(".", 1)[1].isalnum() and not tok.replace(".", "").isdigit()):
+            path = tok[2:] if tok.startswith("./") else tok
+            if path and path not in paths:
+                paths.append(path)
+    return paths + (["bench/"] if "bench/" not in paths else [])
+
+
+def measure_command(eval_command: str, runs: list[tuple[str, str]], *, root: str = "HEAD",
+                    protected: list[str] | tuple[str, ...] = ()) -> str:
+    """A POSIX sh script running ``eval_command`` once per ``(label, ref)`` in ``runs``, in order.
+
+    ``ref`` is a commit id or ``HEAD`` (the task's checked-out branch); ``root``
+    is the commit whose protected paths every run uses.
+    """
+    header = json.dumps({"runs": [list(r) for r in runs], "root": root, "protected": list(protected)},
+                        separators=(",", ":"))
+    refs: dict[str, str] = {}
+    for label, ref in runs:
+        if refs.setdefault(label, ref) != ref:
+            raise ValueError(f"label {label!r} names two commits")
+    q = shlex.quote
+    lines = [
+        f"# orch-measure {header}",
+        "set -u",
+        "G='git -c safe.directory=* -c advice.detachedHead=false'",
+        "W=$(mktemp -d /tmp/orch-eval.XXXXXX) || exit 3",
+        "resolve() { if [ \"$1\" = HEAD ]; then $G -C /workspace rev-parse HEAD; else echo \"$1\"; fi; }",
+        f"ROOT=$(resolve {q(root)}) || exit 3",
+        f"PROT={q(' '.join(protected))}",
+        f"CMD={q(eval_command)}",
+        "prep() {",
+        "  d=\"$W/$1\"",
+        "  c=$(resolve \"$2\") || exit 3",
+        "  $G clone -q --shared --no-checkout /workspace \"$d\" >/dev/null 2>&1 || { echo \"cannot clone /workspace\" >&2; exit 3; }",
+        "  $G -C \"$d\" checkout -q --detach \"$c\" || { echo \"cannot check out $c\" >&2; exit 3; }",
+        "  if [ -n \"$PROT\" ]; then",
+        "    changed=$($G -C \"$d\" diff --name-only \"$ROOT\" \"$c\" -- $PROT | tr '\\n' ' ')",
+        f"    [ -n \"$changed\" ] && echo \"{PROTECTED_MARK}$1 $changed\"",
+        "    for p in $PROT; do rm -rf \"$d/$p\"; $G -C \"$d\" checkout -q \"$ROOT\" -- \"$p\" 2>/dev/null; done",
+        "  fi",
+        "  return 0",
+        "}",
+        "once() { ( cd \"$W/$1\" && sh -c \"$CMD\" ) >\"$W/out\" 2>\"$W/err\"; }",
+        "run() {",
+        "  a=1; once \"$2\"; rc=$?",
+        "  if [ $rc -ne 0 ]; then a=2; once \"$2\"; rc=$?; fi",
+        "  if [ $rc -eq 0 ]; then last=$(grep -v '^[[:space:]]*$' \"$W/out\" | tail -n 1)",
+        "  else last=$(tail -c 300 \"$W/err\" | tr '\\n' ' '); fi",
+        f"  echo \"{RUN_MARK}$1 $2 $rc $a $last\"",
+        "}",
+    ]
+    for label, ref in refs.items():
+        lines.append(f"prep {q(label)} {q(ref)}")
+    for i, (label, _ref) in enumerate(runs):
+        lines.append(f"run {i} {q(label)}")
+    # the last run's own output, trimmed, for the agents' prompts and eval.log
+    lines += [f"tail -n 20 \"$W/out\" | sed 's/^/{LOG_MARK}/'", f"echo {DONE_MARK} {len(runs)}", "rm -rf \"$W\""]
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------- parsing
+
+class Runs:
+    """Parsed runs of one measurement task: evaluations per label, in run order."""
+
+    def __init__(self) -> None:
+        self.by_label: dict[str, list[Evaluation]] = {}
+        self.order: list[tuple[str, Evaluation]] = []
+        self.flaky = 0  # runs that failed once and passed on the retry
+        self.failed: list[str] = []  # runs that failed twice: the reasons
+        self.protected_changed: dict[str, list[str]] = {}
+        self.log = ""
+        self.complete = False
+
+
+def parse_runs(text: str, commit: str | None = None) -> Runs:
+    out = Runs()
+    log = []
+    for line in (text or "").splitlines():
+        if line.startswith(RUN_MARK):
+            parts = line[len(RUN_MARK):].split(" ", 4)
+            if len(parts) < 4:
+                continue
+            _i, label, rc, attempts = parts[:4]
+            last = parts[4] if len(parts) > 4 else ""
+            if rc != "0":
+                ev = Evaluation(status="failed", commit=commit, error=f"command: exit code {rc}: {last.strip()[:300]}")
+                out.failed.append(ev.error)
+            else:
+                try:
+                    ev = parse_eval_output(last, commit=commit)
+                except EvalParseError as exc:
+                    ev = Evaluation(status="failed", commit=commit, error=f"unparsable: {exc}")
+                    out.failed.append(ev.error)
+            if attempts != "1" and rc == "0":
+                out.flaky += 1
+            out.by_label.setdefault(label, []).append(ev)
+            out.order.append((label, ev))
+        elif line.startswith(PROTECTED_MARK):
+            label, _, paths = line[len(PROTECTED_MARK):].partition(" ")
+            out.protected_changed[label] = sorted(p for p in paths.split() if p)
+        elif line.startswith(DONE_MARK):
+            out.complete = True
+        elif line.startswith(LOG_MARK):
+            log.append(line[len(LOG_MARK):])
+    out.log = "\n".join(log)
+    return out
+
+
+# ---------------------------------------------------------------- statistics
+
+def _betacf(a: float, b: float, x: float) -> float:
+    # Continued fraction of the regularized incomplete beta function (Lentz's method).
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 300):
+        m2 = 2 * m
+        aa = m * (b - m) * x / ((a + m2 - 1) * (a + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c if abs(1.0 + aa / c) > tiny else tiny
+        h *= d * c
+        aa = -(a + m) * (a + b + m) * x / ((a + m2) * (a + m2 + 1))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c if abs(1.0 + aa / c) > tiny else tiny
+        delta = d * c
+        h *= delta
+        if abs(delta - 1.0) < 1e-12:
+            break
+    return h
+
+
+def _t_cdf(t: float, df: int) -> float:
+    x = df / (df + t * t)
+    lbeta = math.lgamma(df / 2) + math.lgamma(0.5) - math.lgamma(df / 2 + 0.5)
+    front = math.exp(math.log(x) * df / 2 + math.log(1 - x) * 0.5 - lbeta) if 0 < x < 1 else 0.0
+    if x <= 0:
+        ib = 0.0
+    elif x < (df / 2 + 1) / (df / 2 + 0.5 + 2):
+        ib = front * _betacf(df / 2, 0.5, x) / (df / 2)
+    else:
+        ib = 1.0 - front * _betacf(0.5, df / 2, 1 - x) / 0.5
+    tail = 0.5 * ib
+    return 1.0 - tail if t > 0 else tail
+
+
+def t_quantile(p: float, df: int) -> float:
+    """Student-t quantile (bisection on the CDF; exact enough for intervals)."""
+    lo, hi = 0.0, 1000.0
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if _t_cdf(mid, df) < p:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def interval(values: list[float], confidence: float) -> dict[str, Any]:
+    """Median, mean and the two-sided Student-t interval of the mean (zero width below two values)."""
+    n = len(values)
+    mean = statistics.fmean(values)
+    hw = 0.0
+    if n >= 2:
+        hw = t_quantile(0.5 + confidence / 2, n - 1) * statistics.stdev(values) / math.sqrt(n)
+    r = lambda x: round(x, 9)  # noqa: E731 - float noise makes JSON unstable
+    return {"n": n, "median": r(statistics.median(values)), "mean": r(mean), "low": r(mean - hw),
+            "high": r(mean + hw), "half_width": r(hw)}
+
+
+def summarize(samples: list[Evaluation], confidence: float) -> Evaluation:
+    """One evaluation from repeated runs: the median of every metric, with its interval in ``stats``.
+
+    Any run that failed (after its retry) fails the whole measurement: a number
+    from the runs that happened to work would hide a broken candidate.
+    """
+    if not samples:
+        return Evaluation(status="failed", error="the measurement produced no runs (output cut short?)")
+    failed = [s for s in samples if s.status != "ok"]
+    if failed:
+        return Evaluation(status="failed", commit=failed[0].commit, error=failed[0].error, samples=len(samples))
+    names = sorted(set.intersection(*(set(s.metrics) for s in samples)))
+    stats = {}
+    for name in names:
+        values = [s.metrics[name] for s in samples]
+        finite = [v for v in values if math.isfinite(v)]
+        stats[name] = interval(finite, confidence) if len(finite) == len(values) else None
+    metrics = {k: (v["median"] if v else float("nan")) for k, v in stats.items()}
+    first = samples[0]
+    oks = {s.ok for s in samples}
+    return Evaluation(status="ok", metrics=metrics, valid=all(s.valid for s in samples), expected=first.expected,
+                      ok=min((o for o in oks if o is not None), default=None) if oks != {None} else None,
+                      recommendation=first.recommendation if len(samples) == 1 else None,
+                      commit=first.commit, samples=len(samples), stats={k: v for k, v in stats.items() if v})
+
+
+def relative_changes(parent: list[float], candidate: list[float], direction: str) -> list[float]:
+    sign = 1.0 if direction == "max" else -1.0
+    return [sign * (c - p) / (abs(p) if p != 0 else 1.0) for p, c in zip(parent, candidate, strict=True)]
+
+
+def decide(change: dict[str, Any], tolerance: float, *, strict_better: bool = False) -> tuple[bool, str]:
+    """Gate on the interval of the primary metric's relative change (positive = better)."""
+    if change["high"] < 0 and change["half_width"] > tolerance:
+        return False, "confirmed_regression"
+    if change["half_width"] <= tolerance:
+        ok = change["mean"] > 0 if strict_better else change["mean"] >= 0
+        return ok, ("no_regression_tight_interval" if ok else "regressed_tight_interval")
+    return (True, "improvement_above_noise") if change["low"] > 0 else (False, "inconclusive_within_noise")
+
+
+def paired_change(runs: Runs, scoring: ScoringConfig, confidence: float) -> dict[str, Any] | None:
+    """The interval of the primary change over A B pairs (parent ``p``, candidate ``c``), or None."""
+    name = scoring.primary_metric
+    p = [e.metrics.get(name) for e in runs.by_label.get("p", [])]
+    c = [e.metrics.get(name) for e in runs.by_label.get("c", [])]
+    pairs = [(a, b) for a, b in zip(p, c) if a is not None and b is not None and math.isfinite(a) and math.isfinite(b)]
+    if not pairs or len(pairs) != len(p) or len(p) != len(c):
+        return None
+    return interval(relative_changes([a for a, _ in pairs], [b for _, b in pairs], scoring.direction), confidence)
+
+
+def unpaired_change(parent: Evaluation, candidate: Evaluation, scoring: ScoringConfig,
+                    confidence: float) -> dict[str, Any] | None:
+    """Welch-style interval of the relative change of means between two separate measurements."""
+    sp, sc = (parent.stats or {}).get(scoring.primary_metric), (candidate.stats or {}).get(scoring.primary_metric)
+    if not sp or not sc:
+        return None
+    base = abs(sp["mean"]) if sp["mean"] != 0 else 1.0
+    sign = 1.0 if scoring.direction == "max" else -1.0
+    mean = sign * (sc["mean"] - sp["mean"]) / base
+
+    def se(s):  # the interval's half-width back to a standard error
+        return 0.0 if s["n"] < 2 else s["half_width"] / t_quantile(0.5 + confidence / 2, s["n"] - 1)
+
+    err = math.sqrt(se(sp) ** 2 + se(sc) ** 2) / base
+    df = max(1, min(sp["n"], sc["n"]) - 1)
+    hw = t_quantile(0.5 + confidence / 2, df) * err if err else 0.0
+    r = lambda x: round(x, 9)  # noqa: E731
+    return {"n": min(sp["n"], sc["n"]), "median": r(mean), "mean": r(mean), "low": r(mean - hw), "high": r(mean + hw),
+            "half_width": r(hw)}
