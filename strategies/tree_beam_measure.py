@@ -259,8 +259,11 @@ def decide(change: dict[str, Any], tolerance: float, *, strict_better: bool = Fa
     if change["high"] < 0 and change["half_width"] > tolerance:
         return False, "confirmed_regression"
     if change["half_width"] <= tolerance:
-        ok = change["mean"] > 0 if strict_better else change["mean"] >= 0
-        return ok, ("no_regression_tight_interval" if ok else "regressed_tight_interval")
+        if change["mean"] > 0:
+            return True, "improved_tight_interval"
+        if change["mean"] == 0 and not strict_better:
+            return True, "no_regression_tight_interval"
+        return False, "regressed_tight_interval" if change["mean"] < 0 else "no_change_tight_interval"
     return (True, "improvement_above_noise") if change["low"] > 0 else (False, "inconclusive_within_noise")
 
 

@@ -26,6 +26,10 @@ from orchestrator.events import decode_line
 from orchestrator.state import COMPLETED, FAILED, RunState, replay
 
 
+class _EndOfLog(Exception):
+    """The recorded run asked for no more clock readings: it got no further."""
+
+
 class _Handle:
     def __init__(self, key: str, result: dict[str, Any] | None, failure: tuple[str, str] | None) -> None:
         self.key, self.result, self.failure = key, result, failure
@@ -52,9 +56,19 @@ class ReplayContext:
         self._prefix = f"{state.run_id}/{sid}/"
         self.base_branch = base_branch
         self.tree = None
+        self._seq = 0
 
     def observe_tree(self, tree) -> None:
         self.tree = tree
+
+    def now(self) -> float:
+        """The recorded clock readings, in order; past the log's end the replay stops here."""
+        recorded = self._state.strategies[self.strategy_execution_id].checkpoints
+        if self._seq >= len(recorded):
+            raise _EndOfLog()
+        value = recorded[self._seq][1]
+        self._seq += 1
+        return value
 
     def key(self, *parts: Any) -> str:
         return self._prefix + "/".join(str(p) for p in parts)
