@@ -6,14 +6,21 @@
         -S eval_command="python bench.py --json" -S primary_metric=ops_per_s \\
         -S ideas_per_node=5 -S max_depth=3 -S beam_width=2
 
-A node is a commit on a kept branch plus its evaluation; the root is the base
-branch, evaluated first. Expanding a depth: every frontier node gets a context
-pack (diff stats root->node and parent->node, the ideas tried on its path) and
-an idea-generation task; new ideas (deduplicated by normalized text hash) get
-sequential evaluation ids, each runs the shared per-idea pipeline (implement,
-optional review rounds, evaluate) on the node's branch, all in parallel. The
-gate is parent-relative, the beam rank root-relative; the top ``beam_width``
-gated candidates of the whole depth become the next frontier.
+A node is a commit on a kept branch plus its measurement; the root is the base
+branch, measured first (and the run stops at once if it does not report the
+objective's metrics). Expanding a depth: every frontier node gets a context
+pack (diff stats, the ideas tried on its path) and an idea-generation task
+whose prompt carries the objective; new ideas (deduplicated by normalized text
+hash) get sequential evaluation ids, each runs the shared per-idea pipeline
+(implement, optional review and debug rounds, measure ``eval_repeats`` times
+with the evaluator's protected paths taken from the root) on the node's
+branch, all in parallel. Candidates that pass the parent-relative screen are
+ranked root-relative; best first, each is confirmed by a paired, interleaved
+re-measurement against its parent until ``beam_width`` are confirmed and
+become the next frontier; the rest is archived, and an empty frontier
+continues from the archive. The best node must beat the base in a final paired
+check, or the base is the best. Measuring lives in
+:mod:`strategies.tree_beam_measure`; docs/tree-beam.md explains the statistics.
 
 Every step is a durable task, so the event log is the manifest: a resumed run
 re-derives the same tree and re-runs nothing that finished, and
