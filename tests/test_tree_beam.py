@@ -226,9 +226,15 @@ async def test_review_rounds_in_tree_beam_use_the_pipeline(tmp_path):
 
 async def run_until_hung(coro, runner, marker):
     """Run until a task matching ``marker`` has started (and hangs), let the rest settle, then interrupt."""
+    finished = anyio.Event()
+
+    async def go():
+        await coro
+        finished.set()  # ended without ever reaching the marker: the caller's checks will say so
+
     async with anyio.create_task_group() as tg:
-        tg.start_soon(lambda: coro)
-        while not any(marker in k for k in runner.per_key):
+        tg.start_soon(go)
+        while not any(marker in k for k in runner.per_key) and not finished.is_set():
             await anyio.sleep(0.02)
         await anyio.sleep(0.3)
         tg.cancel_scope.cancel()

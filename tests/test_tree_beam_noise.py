@@ -295,6 +295,7 @@ async def test_resume_after_a_confirmation_rebuilds_the_same_tree(tmp_path, hang
 
     first = ScriptedRunner(hanging)
     await run_until_hung(run(tmp_path / "run", runner=first, **NOISY), first, hang_on)
+    assert any(k.endswith(hang_on) for k in first.per_key)
     second = ScriptedRunner(world)
     _, state, _ = await run(tmp_path / "run", runner=second, **NOISY)
     assert state.strategies["s1"].result == ref.strategies["s1"].result
