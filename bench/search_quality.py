@@ -215,6 +215,19 @@ def write_doc() -> Path:
         "below the base. At 0 % noise a no-op that changes nothing passes the strict \"no regression\" gate",
         "(its interval is tight and its change is exactly 0), as the design intends; it is only promoted when the",
         "beam has room left after the real improvements.", "",
+        "Reading the figures:", "",
+        "- *No-op promoted* is the share of evaluated no-op ideas that became a node. Before, a no-op that got a",
+        "  lucky run was promoted, and its children were then judged against that lucky number (the winner's",
+        "  curse), which is why fewer true +3 % ideas were promoted and the returned best was sometimes below the",
+        "  base. After, a no-op has to look better in screening *and* have its whole paired interval above zero.",
+        "- *+3 % idea off the root promoted* counts only the +3 % idea at depth 1, where it is the best idea on",
+        "  offer, so only the measurement can stop it (deeper +3 % ideas may lose their beam slot to a better path).",
+        "- At 5 % noise a +3 % change is smaller than what 10 paired runs can tell from luck at 90 % confidence,",
+        "  so the search is conservative: it promotes little and returns the base rather than a guess. Raise",
+        "  `confirm_pairs` (the interval narrows with its square root) when the benchmark is that noisy.",
+        "- The price is benchmark runs: about ten times as many per search with the defaults",
+        "  (`eval_repeats=3`, `confirm_pairs=10`, docs/tree-beam.md has the table). Agent tasks (the expensive",
+        "  part of a real search) are the same.", "",
         EVOLVE_MARK, "", evolve])
     doc.write_text(text, "utf-8")
     return doc
