@@ -29,7 +29,12 @@ import shlex
 import statistics
 from typing import Any
 
-from .evaluation import EvalParseError, Evaluation, ScoringConfig, parse_eval_output
+import anyio
+import msgspec
+
+from .budget import Budget
+from .evaluation import EvalParseError, Evaluation, ScoringConfig, parse_eval_output, to_json
+from .pipeline import command_task
 
 RUN_MARK = "@@orch-run "
 PROTECTED_MARK = "@@orch-protected-changed "
@@ -297,3 +302,106 @@ def unpaired_change(parent: Evaluation, candidate: Evaluation, scoring: ScoringC
     r = lambda x: round(x, 9)  # noqa: E731
     return {"n": min(sp["n"], sc["n"]), "median": r(mean), "mean": r(mean), "low": r(mean - hw), "high": r(mean + hw),
             "half_width": r(hw)}
+
+
+# ---------------------------------------------------------------- measuring in a run
+
+class Spending:
+    """``ctx`` that charges every finished task's cost to the run's budget."""
+
+    def __init__(self, ctx, budget: Budget) -> None:
+        self._ctx, self._budget = ctx, budget
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ctx, name)
+
+    async def wait(self, handle):
+        result = await self._ctx.wait(handle)
+        self._budget.charge(result, key=getattr(handle, "key", None))
+        return result
+
+
+class Measurer:
+    """Every measurement of one run: same script, same repeats, one concurrency limit."""
+
+    def __init__(self, ctx, cfg: dict[str, Any], scoring: ScoringConfig) -> None:
+        self.ctx, self.cfg, self.scoring = ctx, cfg, scoring
+        self.limiter = anyio.CapacityLimiter(cfg["eval_parallel"])
+        self.root_commit = "HEAD"
+        self.root_expected: int | None = None
+
+    async def runs(self, branch: str, key_parts: tuple, runs: list[tuple[str, str]]) -> tuple[Runs | None, str | None, str]:
+        """``(parsed runs, evaluated commit, error)``; parsed runs is None when the task itself failed."""
+        cmd = measure_command(self.cfg["eval_command"], runs, root=self.root_commit,
+                              protected=self.cfg["protected_paths"])
+        timeout = self.cfg["eval_timeout_s"]
+        async with self.limiter:
+            handle = self.ctx.run(command_task(cmd, branch, timeout=timeout * 2 * len(runs) if timeout else None),
+                                  key=self.ctx.key(*key_parts))
+            try:
+                result = await self.ctx.wait(handle)
+            except self.ctx.errors.TaskFailed as exc:
+                return None, None, f"{exc.error_type}: {exc.message.strip()[-400:]}"
+        commit = (result.get("artifact") or {}).get("commit")
+        parsed = parse_runs(result.get("final_message") or "", commit)
+        if not parsed.complete:
+            return parsed, commit, "the measurement's output was cut short (no end marker)"
+        return parsed, commit, ""
+
+    def pin(self, ev: Evaluation) -> Evaluation:
+        """The row count a candidate must reach is the root's, whatever its own benchmark claims."""
+        if self.root_expected is None or ev.status != "ok":
+            return ev
+        return msgspec.structs.replace(ev, expected=self.root_expected)
+
+    async def screen(self, branch: str, key_parts: tuple, info: dict[str, Any]) -> tuple[Evaluation, str]:
+        parsed, commit, error = await self.runs(branch, key_parts, [("c", "HEAD")] * self.cfg["eval_repeats"])
+        if parsed is None or error:
+            info.update(flaky_runs=parsed.flaky if parsed else 0, protected_changed=[])
+            return Evaluation(status="failed", commit=commit, error=error), error
+        info.update(flaky_runs=parsed.flaky, failed_runs=len(parsed.failed),
+                    protected_changed=parsed.protected_changed.get("c", []), log=parsed.log,
+                    samples=parsed.by_label.get("c", []))
+        ev = summarize(parsed.by_label.get("c", []), self.cfg["confidence"])
+        return self.pin(msgspec.structs.replace(ev, commit=commit)), parsed.log
+
+    async def confirm(self, branch: str, key_parts: tuple, parent_commit: str | None) -> dict[str, Any]:
+        """Parent and candidate re-measured paired, interleaved (p c p c ...), in one container."""
+        pairs = self.cfg["confirm_pairs"]
+        parsed, _commit, error = await self.runs(branch, key_parts, [("p", parent_commit or "HEAD"), ("c", "HEAD")] * pairs)
+        out: dict[str, Any] = {"pairs": pairs, "change": None, "passed": False, "reason": "", "error": None,
+                               "flaky_runs": parsed.flaky if parsed else 0, "parent": None, "candidate": None}
+        if parsed is None or error or parsed.failed:
+            out.update(reason="confirmation_failed", error=error or parsed.failed[0])
+            return out
+        parent = summarize(parsed.by_label.get("p", []), self.cfg["confidence"])
+        cand = self.pin(summarize(parsed.by_label.get("c", []), self.cfg["confidence"]))
+        out.update(parent=to_json(parent), candidate=to_json(cand))
+        change = paired_change(parsed, self.scoring, self.cfg["confidence"])
+        if change is None:
+            out.update(reason="primary_metric_missing")
+            return out
+        if not cand.complete:
+            out.update(change=change, reason="incomplete_evaluation")
+            return out
+        passed, reason = decide(change, self.scoring.tolerance)
+        out.update(change=change, passed=passed, reason=reason)
+        return out
+
+
+def merge_measurements(a: Evaluation, b: Evaluation) -> Evaluation:
+    """Two measurements of the same commit as one (screening runs plus confirmation runs)."""
+    # Only medians and intervals survive summarising; rebuild from them weighted by run counts.
+    if not a.stats or not b.stats:
+        return a
+    stats = {}
+    for name in sorted(set(a.stats) & set(b.stats)):
+        sa, sb = a.stats[name], b.stats[name]
+        n = sa["n"] + sb["n"]
+        mean = (sa["mean"] * sa["n"] + sb["mean"] * sb["n"]) / n
+        median = (sa["median"] * sa["n"] + sb["median"] * sb["n"]) / n
+        hw = min(sa["half_width"], sb["half_width"]) if sa["n"] and sb["n"] else max(sa["half_width"], sb["half_width"])
+        stats[name] = {"n": n, "median": round(median, 9), "mean": round(mean, 9), "low": round(mean - hw, 9),
+                       "high": round(mean + hw, 9), "half_width": round(hw, 9)}
+    metrics = {k: v["median"] for k, v in stats.items()}
+    return msgspec.structs.replace(a, metrics=metrics, stats=stats, samples=a.samples + b.samples)
