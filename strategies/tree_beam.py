@@ -338,7 +338,8 @@ def prepare(params: dict[str, Any], repo_path: str) -> dict[str, Any]:
             raise ConfigError(f"-S {name} must be >= 0")
     paths = params.get("protected_paths")
     if paths is not None and (not isinstance(paths, list) or not all(isinstance(p, str) and p and not p.startswith("/")
-                                                                      and ".." not in p for p in paths)):
+                                                                      and ".." not in p and not any(c.isspace() or c in "*?[" for c in p)
+                                                                      for p in paths)):
         raise ConfigError('-S protected_paths must be a JSON list of repository-relative paths, e.g. ["bench.py", "bench/"]')
     return dict(params)
 

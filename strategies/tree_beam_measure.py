@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shlex
 import statistics
 from typing import Any
@@ -51,12 +52,15 @@ def default_protected_paths(eval_command: str) -> list[str]:
     except ValueError:
         tokens = eval_command.split()
     paths = []
+    skip_next = False
     for tok in tokens:
-        tok = tok.strip("'\"")
-        if tok.startswith("-") or "=" in tok or tok.startswith("/") or ".." in tok:
+        if skip_next or tok in ("-c", "-e", "--eval", "--command"):
+            skip_next = not skip_next  # the next token is code, not a file
+            continue
+        if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_./-]*", tok.removeprefix("./")) or ".." in tok:
             continue
         if "/" in tok or ("." in tok and tok.rsplit(".", 1)[1].isalnum() and not tok.replace(".", "").isdigit()):
-            path = tok[2:] if tok.startswith("./") else tok
+            path = tok.removeprefix("./")
             if path and path not in paths:
                 paths.append(path)
     return paths + (["bench/"] if "bench/" not in paths else [])
@@ -78,7 +82,7 @@ def measure_command(eval_command: str, runs: list[tuple[str, str]], *, root: str
     q = shlex.quote
     lines = [
         f"# orch-measure {header}",
-        "set -u",
+        "set -u -f",  # -f: no globbing, a protected path is a path
         "G='git -c safe.directory=* -c advice.detachedHead=false'",
         "W=$(mktemp -d /tmp/orch-eval.XXXXXX) || exit 3",
         "resolve() { if [ \"$1\" = HEAD ]; then $G -C /workspace rev-parse HEAD; else echo \"$1\"; fi; }",

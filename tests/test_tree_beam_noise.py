@@ -196,6 +196,19 @@ async def test_protected_paths_flagged_and_expected_pinned_to_the_root(tmp_path)
     assert "changed a protected path" in summary
 
 
+def test_default_protected_paths_are_the_files_the_command_names():
+    from strategies.tree_beam import prepare
+    from strategies.tree_beam_measure import default_protected_paths as paths
+
+    assert paths("python bench.py --json") == ["bench.py", "bench/"]
+    assert paths("./scripts/run.sh -n 3 && python3 -m pytest tests/perf.py") == ["scripts/run.sh", "tests/perf.py", "bench/"]
+    assert paths("python3 -c \"import glob; print(glob.glob('sim/*.txt'))\"") == ["bench/"]  # code, not a file
+    with pytest.raises(Exception, match="protected_paths"):
+        prepare({**NOISY, "protected_paths": ["../outside"]}, ".")
+    with pytest.raises(Exception, match="protected_paths"):
+        prepare({**NOISY, "protected_paths": ["a b"]}, ".")
+
+
 async def test_protected_paths_can_be_set(tmp_path):
     world = NoisyWorld({"n0": ["A"]}, noise=0.0)
     await run(tmp_path, world=world, **{**NOISY, "protected_paths": ["eval/"]})
