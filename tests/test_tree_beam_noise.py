@@ -313,3 +313,16 @@ async def test_resume_after_a_confirmation_rebuilds_the_same_tree(tmp_path, hang
     _, state, _ = await run(tmp_path / "run", runner=second, **NOISY)
     assert state.strategies["s1"].result == ref.strategies["s1"].result
     assert not ({k for k in first.per_key if not k.endswith(hang_on)} & set(second.per_key))
+
+
+async def test_a_timed_run_renders_from_its_log_alone(tmp_path):
+    # max_wall_s makes the strategy read the clock; the report-only replay must read the same readings
+    from strategies.tree_beam_report import render_tree_report
+
+    engine, state, _ = await run(tmp_path, world=NoisyWorld({"n0": ["A", "NOOP"], "n1": ["B"]}),
+                                 **{**NOISY, "max_depth": 2, "max_wall_s": 1e9, "max_cost_usd": 1e6})
+    assert state.strategies["s1"].result["stop_reason"] == "max_depth"
+    assert len(state.strategies["s1"].checkpoints) >= 3
+    out = engine.paths.results / "strategy_output"
+    for p in render_tree_report(engine.paths.events, tmp_path / "rendered"):
+        assert p.read_bytes() == (out / p.name).read_bytes(), p.name
