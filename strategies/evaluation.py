@@ -58,6 +58,10 @@ class Evaluation(msgspec.Struct, frozen=True, kw_only=True):
     recommendation: dict[str, Any] | None = None
     commit: str | None = None  # the commit evaluated (the task's base commit)
     error: str | None = None
+    # Repeated measurements (tree-beam's eval_repeats): metrics above are medians and
+    # ``stats`` holds each metric's n, median, mean and confidence interval.
+    samples: int = 1
+    stats: dict[str, dict[str, Any]] | None = None
 
     @property
     def complete(self) -> bool:

@@ -59,20 +59,34 @@ class PipelineConfig(msgspec.Struct, frozen=True, kw_only=True):
     eval_command: str | None = None
     eval_timeout_s: float | None = None
     scoring: ScoringConfig | None = None
+    # Rounds in which a coder whose candidate failed the tests is shown the failure and may fix it.
+    debug_rounds: int = 0
 
 
 # ---------------------------------------------------------------- prompts
 
-def plan_prompt(goal: str, idea: Idea) -> str:
-    return (f"Role: planner\n\nOverall goal: {goal}\n\nIdea to implement:\n{idea.text}\n\n"
+def _objective(objective: str) -> str:
+    return f"{objective.strip()}\n\n" if objective else ""
+
+
+def plan_prompt(goal: str, idea: Idea, objective: str = "") -> str:
+    return (f"Role: planner\n\nOverall goal: {goal}\n\n{_objective(objective)}Idea to implement:\n{idea.text}\n\n"
             "Read the repository and write a concrete implementation plan for this idea: the files to change, "
             "the steps, and how to check the result. End with a section titled RISKS listing what could go wrong. "
             "Do not modify any files.")
 
 
-def code_prompt(goal: str, idea: Idea, plan: str) -> str:
-    return (f"Role: coder\n\nOverall goal: {goal}\n\nIdea to implement:\n{idea.text}\n\nPlan:\n{plan}\n\n"
+def code_prompt(goal: str, idea: Idea, plan: str, objective: str = "") -> str:
+    bench = ("You may run the evaluation command yourself to check your change before committing.\n"
+             if objective else "")
+    return (f"Role: coder\n\nOverall goal: {goal}\n\n{_objective(objective)}Idea to implement:\n{idea.text}\n\n"
+            f"Plan:\n{plan}\n\n{bench}"
             "Implement the plan in this repository. Keep the change focused on this one idea and commit it.")
+
+
+def debug_prompt(test_command: str, log: str) -> str:
+    return ("Role: coder\n\nYour change fails the tests. Find the cause, fix it on your branch and commit.\n\n"
+            f"Test command: {test_command}\n\nIts output (the end):\n{_tail(log, 3000)}")
 
 
 def fix_prompt(issues: list[str]) -> str:
@@ -162,13 +176,16 @@ async def _resolve(baseline: Baseline) -> Evaluation | None:
 
 async def run_idea(ctx, idea: Idea, *, goal: str, base_branch: str, key_prefix: tuple, cfg: PipelineConfig,
                    baseline: Baseline = None, root: Baseline = None,
-                   out_dir: Path | None = None) -> dict[str, Any]:
+                   out_dir: Path | None = None, objective: str = "",
+                   evaluator: Callable[[str, tuple], Awaitable[tuple[Evaluation, str]]] | None = None) -> dict[str, Any]:
     """Run one idea through the pipeline and return its outcome (a JSON-ready dict).
 
     ``baseline`` is what the evaluation is compared with (``comparison``);
     ``root`` adds a second comparison (``root_comparison``) when given. Either
     may be an async function, awaited only once this idea's evaluation is in,
     so a baseline evaluation can run in parallel with the ideas.
+    ``objective`` (what is measured and how) goes into the plan and code prompts;
+    ``evaluator(branch, key_parts)`` replaces the single evaluation run.
     """
     prefix = tuple(key_prefix)
     out: dict[str, Any] = {"idea_id": idea.id, "title": idea.title, "idea": idea.text, "status": "",
@@ -185,7 +202,7 @@ async def run_idea(ctx, idea: Idea, *, goal: str, base_branch: str, key_prefix: 
 
     # 1. plan (read-only: its artifact commit is the base commit the diffs start from)
     try:
-        planned = await ctx.wait(ctx.run({"prompt": plan_prompt(goal, idea), "base_branch": base_branch,
+        planned = await ctx.wait(ctx.run({"prompt": plan_prompt(goal, idea, objective), "base_branch": base_branch,
                                           "import_policy": "never"}, key=ctx.key(*prefix, "plan")))
     except ctx.errors.TaskFailed as exc:
         return finish("plan_failed", f"{exc.error_type}: {_tail(exc.message, 400)}")
@@ -197,7 +214,7 @@ async def run_idea(ctx, idea: Idea, *, goal: str, base_branch: str, key_prefix: 
     # 2. code, then review/fix rounds
     group = ctx.key(*prefix, "coder")
     try:
-        coded = await ctx.wait(ctx.run({"prompt": code_prompt(goal, idea, plan), "base_branch": base_branch,
+        coded = await ctx.wait(ctx.run({"prompt": code_prompt(goal, idea, plan, objective), "base_branch": base_branch,
                                         "session_group_key": group}, key=ctx.key(*prefix, "code", "round-1")))
     except ctx.errors.TaskFailed as exc:
         return finish("code_failed", f"{exc.error_type}: {_tail(exc.message, 400)}")
@@ -240,22 +257,48 @@ async def run_idea(ctx, idea: Idea, *, goal: str, base_branch: str, key_prefix: 
         session = fixed.get("session_id") or session
         out.update(branch=branch, coder_session_id=session)
 
-    # 3. tests
+    # 3. tests, with up to ``debug_rounds`` chances to fix a failure
     if cfg.test_command:
-        try:
-            tested = await ctx.wait(ctx.run(command_task(cfg.test_command, branch), key=ctx.key(*prefix, "tests")))
-            log, code = tested["final_message"] or "", tested.get("exit_code") or 0
-        except ctx.errors.TaskFailed as exc:
-            log, code = f"[{exc.error_type}] {exc.message}", None
+        for attempt in range(cfg.debug_rounds + 1):
+            tests_key = (*prefix, "tests") if attempt == 0 else (*prefix, "tests", f"debug-{attempt}")
+            try:
+                tested = await ctx.wait(ctx.run(command_task(cfg.test_command, branch), key=ctx.key(*tests_key)))
+                log, code = tested["final_message"] or "", tested.get("exit_code") or 0
+            except ctx.errors.TaskFailed as exc:
+                log, code = f"[{exc.error_type}] {exc.message}", None
+                _write(out_dir, "tests.log", log)
+                out["tests"] = {"passed": False, "exit_code": code, "error_type": exc.error_type,
+                                "log_tail": _tail(log), "debug_rounds": attempt}
+                if attempt == cfg.debug_rounds:
+                    return finish("tests_failed", f"tests failed ({exc.error_type})"
+                                  + (f" after {attempt} debug round(s)" if attempt else ""))
+                try:
+                    fixed = await ctx.wait(ctx.run(
+                        {"prompt": debug_prompt(cfg.test_command, log), "base_branch": branch,
+                         "session_group_key": group, "resume_session_id": session},
+                        key=ctx.key(*prefix, "code", f"debug-{attempt + 1}")))
+                except ctx.errors.TaskFailed as fexc:
+                    return finish("tests_failed", f"tests failed; the debug round failed too ({fexc.error_type})")
+                if (fixed.get("artifact") or {}).get("branch_final"):
+                    branch, commit = fixed["artifact"]["branch_final"], fixed["artifact"].get("commit")
+                    out["rounds"].append({"round": len(out["rounds"]) + 1, "branch": branch, "commit": commit,
+                                          "session_id": fixed.get("session_id") or session, "verdict": None,
+                                          "issues": [], "debug": True})
+                session = fixed.get("session_id") or session
+                out.update(branch=branch, coder_session_id=session)
+                continue
             _write(out_dir, "tests.log", log)
-            out["tests"] = {"passed": False, "exit_code": code, "error_type": exc.error_type, "log_tail": _tail(log)}
-            return finish("tests_failed", f"tests failed ({exc.error_type})")
-        _write(out_dir, "tests.log", log)
-        out["tests"] = {"passed": True, "exit_code": code, "error_type": None, "log_tail": _tail(log)}
+            out["tests"] = {"passed": True, "exit_code": code, "error_type": None, "log_tail": _tail(log),
+                            "debug_rounds": attempt}
+            break
 
     # 4. evaluation
     if cfg.eval_command:
-        evaluation, log = await evaluate(ctx, cfg.eval_command, branch, (*prefix, "eval"), timeout=cfg.eval_timeout_s)
+        if evaluator is not None:
+            evaluation, log = await evaluator(branch, (*prefix, "eval"))
+        else:
+            evaluation, log = await evaluate(ctx, cfg.eval_command, branch, (*prefix, "eval"),
+                                             timeout=cfg.eval_timeout_s)
         _write(out_dir, "eval.log", log)
         out["evaluation"] = to_json(evaluation)
         out["commit"] = evaluation.commit

@@ -6,14 +6,21 @@
         -S eval_command="python bench.py --json" -S primary_metric=ops_per_s \\
         -S ideas_per_node=5 -S max_depth=3 -S beam_width=2
 
-A node is a commit on a kept branch plus its evaluation; the root is the base
-branch, evaluated first. Expanding a depth: every frontier node gets a context
-pack (diff stats root->node and parent->node, the ideas tried on its path) and
-an idea-generation task; new ideas (deduplicated by normalized text hash) get
-sequential evaluation ids, each runs the shared per-idea pipeline (implement,
-optional review rounds, evaluate) on the node's branch, all in parallel. The
-gate is parent-relative, the beam rank root-relative; the top ``beam_width``
-gated candidates of the whole depth become the next frontier.
+A node is a commit on a kept branch plus its measurement; the root is the base
+branch, measured first (and the run stops at once if it does not report the
+objective's metrics). Expanding a depth: every frontier node gets a context
+pack (diff stats, the ideas tried on its path) and an idea-generation task
+whose prompt carries the objective; new ideas (deduplicated by normalized text
+hash) get sequential evaluation ids, each runs the shared per-idea pipeline
+(implement, optional review and debug rounds, measure ``eval_repeats`` times
+with the evaluator's protected paths taken from the root) on the node's
+branch, all in parallel. Candidates that pass the parent-relative screen are
+ranked root-relative; best first, each is confirmed by a paired, interleaved
+re-measurement against its parent until ``beam_width`` are confirmed and
+become the next frontier; the rest is archived, and an empty frontier
+continues from the archive. The best node must beat the base in a final paired
+check, or the base is the best. Measuring lives in
+:mod:`strategies.tree_beam_measure`; docs/tree-beam.md explains the statistics.
 
 Every step is a durable task, so the event log is the manifest: a resumed run
 re-derives the same tree and re-runs nothing that finished, and
@@ -32,11 +39,12 @@ from typing import Annotated, Any, Literal
 import anyio
 import msgspec
 
-from orchestrator.errors import ConfigError
+from orchestrator.errors import ConfigError, StrategyError
 from orchestrator.strategy_loader import strategy_options
 
 from . import schemas
 from ._json import ask_json
+from .budget import Budget
 from .evaluation import (
     Comparison,
     Evaluation,
@@ -47,8 +55,16 @@ from .evaluation import (
     primary_regressed,
     to_json,
 )
-from .pipeline import Idea, PipelineConfig, command_task, evaluate, run_idea
+from .pipeline import Idea, PipelineConfig, command_task, run_idea
 from .review_loop import output_root
+from .tree_beam_measure import (
+    Measurer,
+    Spending,
+    decide,
+    default_protected_paths,
+    merge_measurements,
+    unpaired_change,
+)
 from .tree_beam_report import best_path, write_tree_report
 from ._report import tree_beam_sections as report_sections  # noqa: F401  (the run report's sections)
 
@@ -136,7 +152,11 @@ def ideation_prompt(goal: str, node: dict[str, Any], k: int, context: str) -> st
 def _outcome_line(r: dict[str, Any]) -> str:
     cmp = r.get("parent_comparison") or {}
     result = f"result {cmp.get('score')} ({cmp.get('grade')})" if cmp else r["status"]
-    gate_txt = "kept" if r["decision"]["passed_gate"] else f"dropped: {r['decision']['promotion_reason']}"
+    change = (r.get("confirmation") or {}).get("change")
+    if change:
+        result += (f", confirmed change {100 * change['mean']:+.2f}% "
+                   f"(interval {100 * change['low']:+.2f}%..{100 * change['high']:+.2f}%)")
+    gate_txt = "kept" if r.get("promoted_to") else f"dropped: {r['decision']['promotion_reason']}"
     return f"- {r['idea']['title']}: {result}, {gate_txt}"
 
 
@@ -144,19 +164,9 @@ def context_pack(tree: Tree, node: dict[str, Any], diffstat: str | None, mode: s
     parts = []
     if diffstat:
         parts.append(f"Changes on this branch so far (git diff --stat):\n{diffstat.strip()}")
-    path = tree.path_to(node["id"])
-    applied = [tree.evals[n["eval_id"]] for n in path if n.get("eval_id")]
-    if mode == "global":
-        shown = list(tree.evals.values())
-        label = "Ideas evaluated so far in this run"
-    else:
-        parents = path[:-1] if mode == "node_plus_ancestors" else path[-2:-1]
-        shown = applied if mode == "node_plus_ancestors" else applied[-1:]
-        shown += [r for p in parents for r in tree.children_evals(p["id"])
-                  if not r["decision"]["passed_gate"]]
-        label = "Ideas already tried on this path and their outcomes"
-    if shown:
-        parts.append(label + ":\n" + "\n".join(_outcome_line(r) for r in sorted(shown, key=lambda r: r["id"])))
+    tried = tried_ideas(tree, node, mode)
+    if tried:
+        parts.append(tried)
     return "\n\n".join(parts) or "This is the starting point: no ideas have been tried yet."
 
 
@@ -172,7 +182,13 @@ class Tree:
         self.depths: list[dict[str, Any]] = []
         self.stop_reason: str | None = None
         self.root_evaluation: dict[str, Any] | None = None
+        self.root_measurement: dict[str, Any] = {}
         self.evals_used = 0
+        self.archive: list[str] = []  # passed screening, missed the beam: reserves for an empty frontier
+        self.revivals: list[dict[str, Any]] = []
+        self.budget: Budget | None = None
+        self.budget_reason: str | None = None
+        self.best: dict[str, Any] | None = None
 
     def path_to(self, node_id: str) -> list[dict[str, Any]]:
         path = []
@@ -201,12 +217,102 @@ class Tree:
                     out[rnd["branch"]] = rnd.get("commit") or ""
         return [{"branch": b, "commit": c} for b, c in sorted(out.items())]
 
+    def eval_runs(self) -> int:
+        """Benchmark runs spent: screening, confirmations and the final check (the root included)."""
+        cfg = self.config
+        runs = cfg["eval_repeats"] if self.root_evaluation else 0
+        for r in self.evals.values():
+            if r.get("evaluation") is not None:
+                runs += cfg["eval_repeats"]
+            if (r.get("confirmation") or {}).get("pairs"):
+                runs += 2 * r["confirmation"]["pairs"]
+        if ((self.best or {}).get("check") or {}).get("pairs"):
+            runs += 2 * self.best["check"]["pairs"]
+        return runs
+
     def to_json(self) -> dict[str, Any]:
         return {"kind": "tree-beam", "config": self.config, "root_evaluation": self.root_evaluation,
+                "root_measurement": self.root_measurement,
                 "stop_reason": self.stop_reason, "evals_used": self.evals_used,
+                "eval_runs": self.eval_runs(),
+                "spent": {"cost_usd": round(self.budget.cost_usd, 6) if self.budget else 0.0},
+                "best": self.best,
+                "flagged_protected": sorted(r["id"] for r in self.evals.values() if r.get("protected_changed")),
+                "flaky_runs": sum(r.get("flaky_runs", 0) for r in self.evals.values())
+                + self.root_measurement.get("flaky_runs", 0),
+                "archive": list(self.archive), "revivals": self.revivals,
                 "nodes": list(self.nodes.values()), "evaluations": list(self.evals.values()),
                 "depths": self.depths,
                 "delete_branches": [] if self.config["keep_rejected"] else self.delete_list()}
+
+
+# ---------------------------------------------------------------- objective shown to the agents
+
+def _values(ev: dict[str, Any] | None, confidence: float) -> str:
+    if not ev or ev.get("status") != "ok":
+        return "(not measured)"
+    stats = ev.get("stats") or {}
+    parts = []
+    for name, value in sorted((ev.get("metrics") or {}).items()):
+        st = stats.get(name)
+        spread = (f" (median of {st['n']} runs, {confidence:.0%} interval of the mean {st['low']:g}..{st['high']:g})"
+                  if st and st["n"] > 1 else "")
+        parts.append(f"{name}={_fmt_num(value)}{spread}")
+    return "; ".join(parts) or "(no metrics)"
+
+
+def _fmt_num(x: Any) -> str:
+    return "n/a" if x is None else f"{x:g}"
+
+
+def objective_text(tree: Tree, node: dict[str, Any], *, tried: bool) -> str:
+    """What is measured, how, and where this node stands: the agents optimise what they can see."""
+    cfg = tree.config
+    better = "higher" if cfg["direction"] == "max" else "lower"
+    unit = f" (unit: {cfg['metric_unit']})" if cfg.get("metric_unit") else ""
+    lines = [f"Objective: {'maximise' if cfg['direction'] == 'max' else 'minimise'} the metric "
+             f"`{cfg['primary_metric']}`{unit}; {better} is better."]
+    if cfg["weights"]:
+        lines.append("Other metrics in the score (weight per relative change; positive = higher is better): "
+                     + ", ".join(f"{k}={v:g}" for k, v in sorted(cfg["weights"].items())))
+    lines.append(f"Evaluation command (run from the repository root; its last stdout line is JSON with a "
+                 f"\"metrics\" object): {cfg['eval_command']}")
+    lines.append(f"Each candidate is measured {cfg['eval_repeats']} time(s); a change is kept only when it beats "
+                 "its parent by more than the measurement noise.")
+    if cfg["protected_paths"]:
+        lines.append("Protected evaluator: " + ", ".join(cfg["protected_paths"]) + " are always taken from the base "
+                     "branch when measuring, so changing them has no effect (and is flagged).")
+    lines.append(f"Values at this node ({node['id']}): {_values(node.get('evaluation'), cfg['confidence'])}")
+    lines.append(f"Values at the root (base branch): {_values(tree.root_evaluation, cfg['confidence'])}")
+    log = (node.get("eval_log") or "").strip()
+    if log:
+        lines.append(f"Last evaluation output at this node (trimmed):\n```\n{log[-1500:]}\n```")
+    if tried:
+        shown = tried_ideas(tree, node, cfg["ideas_context"])
+        if shown:
+            lines.append(shown)
+    return "\n".join(lines)
+
+
+def tried_ideas(tree: Tree, node: dict[str, Any], mode: str) -> str:
+    path = tree.path_to(node["id"])
+    applied = [tree.evals[n["eval_id"]] for n in path if n.get("eval_id")]
+    if mode == "global":
+        shown = list(tree.evals.values())
+        label = "Ideas evaluated so far in this run"
+    else:
+        parents = path[:-1] if mode == "node_plus_ancestors" else path[-2:-1]
+        shown = applied if mode == "node_plus_ancestors" else applied[-1:]
+        shown += [r for p in parents for r in tree.children_evals(p["id"]) if not r["decision"]["passed_gate"]]
+        label = "Ideas already tried on this path and their outcomes"
+    shown = [r for r in shown if r["status"] != "pending"]
+    if not shown:
+        return ""
+    return label + ":\n" + "\n".join(_outcome_line(r) for r in sorted(shown, key=lambda r: r["id"]))
+
+
+def screened_change(parent: Evaluation, cand: Evaluation, scoring: ScoringConfig, confidence: float) -> dict | None:
+    return unpaired_change(parent, cand, scoring, confidence)
 
 
 # ---------------------------------------------------------------- the strategy
@@ -217,13 +323,26 @@ def prepare(params: dict[str, Any], repo_path: str) -> dict[str, Any]:
         raise ConfigError("tree-beam needs -S eval_command=\"...\" (prints JSON metrics as its last line)")
     check_scoring_params(params.get("primary_metric"), params.get("direction", "max"), params.get("weights") or {},
                          params.get("tolerance", 0.01), eval_command=params["eval_command"])
-    for name in ("ideas_per_node", "max_depth", "beam_width"):
+    for name in ("ideas_per_node", "max_depth", "beam_width", "eval_repeats", "eval_parallel"):
         if params.get(name, 1) < 1:
             raise ConfigError(f"-S {name} must be >= 1")
+    if params.get("confirm_pairs", 2) not in (0,) and params.get("confirm_pairs", 2) < 2:
+        raise ConfigError("-S confirm_pairs must be 0 (no confirmation) or >= 2 (an interval needs two pairs)")
+    if not 0 < params.get("confidence", 0.9) < 1:
+        raise ConfigError("-S confidence must be between 0 and 1, e.g. 0.9")
     if params.get("max_total_evals") is not None and params["max_total_evals"] < 1:
         raise ConfigError("-S max_total_evals must be >= 1 (or omitted for no budget)")
-    if params.get("max_review_rounds", 0) < 0:
-        raise ConfigError("-S max_review_rounds must be >= 0")
+    for name in ("max_cost_usd", "max_wall_s"):
+        if params.get(name) is not None and params[name] <= 0:
+            raise ConfigError(f"-S {name} must be a positive number (or omitted for no limit)")
+    for name in ("max_review_rounds", "debug_rounds"):
+        if params.get(name, 0) < 0:
+            raise ConfigError(f"-S {name} must be >= 0")
+    paths = params.get("protected_paths")
+    if paths is not None and (not isinstance(paths, list) or not all(isinstance(p, str) and p and not p.startswith("/")
+                                                                      and ".." not in p and not any(c.isspace() or c in "*?[" for c in p)
+                                                                      for p in paths)):
+        raise ConfigError('-S protected_paths must be a JSON list of repository-relative paths, e.g. ["bench.py", "bench/"]')
     return dict(params)
 
 
@@ -232,18 +351,27 @@ async def tree_beam(prompt, base_branch, ctx, *,
                     eval_command: Annotated[str | None, "evaluation command (last stdout line: JSON metrics)"] = None,
                     primary_metric: Annotated[str | None, "metric that decides better/worse"] = None,
                     direction: Annotated[Literal["max", "min"], "whether the primary metric should go up or down"] = "max",
+                    metric_unit: Annotated[str, "unit of the primary metric, shown to the agents (e.g. ops/s)"] = "",
                     weights: Annotated[dict, "weights of other metrics, e.g. {\"latency_ms\": -0.5}"] = {},  # noqa: B006
-                    tolerance: Annotated[float, "relative noise band (0.01 = 1%)"] = 0.01,
+                    tolerance: Annotated[float, "relative band: an interval narrower than this is 'tight' (0.01 = 1%)"] = 0.01,
+                    eval_repeats: Annotated[int, "runs of the evaluation per candidate (median and interval)"] = 3,
+                    confirm_pairs: Annotated[int, "paired parent/candidate runs confirming a promotion (0 = none)"] = 10,
+                    confidence: Annotated[float, "confidence of the intervals (two-sided)"] = 0.9,
+                    eval_parallel: Annotated[int, "evaluations running at once (apart from agent tasks)"] = 1,
+                    protected_paths: Annotated[list | None, "paths always measured as on the base branch (default: files the eval command names, and bench/)"] = None,
                     ideas_per_node: Annotated[int, "ideas generated per expanded node"] = 5,
                     max_depth: Annotated[int, "maximum tree depth"] = 3,
                     beam_width: Annotated[int, "nodes kept per depth across the whole frontier"] = 2,
                     max_total_evals: Annotated[int | None, "budget of candidate evaluations for the run"] = None,
+                    max_cost_usd: Annotated[float | None, "no new task starts once the run's tasks cost this much"] = None,
+                    max_wall_s: Annotated[float | None, "no new task starts once the run has lasted this long"] = None,
                     keep_rejected: Annotated[bool, "keep branches of candidates that were not promoted"] = False,
                     ideas_context: Annotated[IdeasContext, "what the idea generator is told"] = "node_plus_ancestors",
                     dedupe_scope: Annotated[Literal["path", "run"], "dedupe ideas on the node's path or the whole run"] = "path",
                     max_review_rounds: Annotated[int, "review rounds per idea (0 = implement only)"] = 0,
                     test_command: Annotated[str | None, "shell command gating each candidate before evaluation"] = None,
-                    eval_timeout_s: Annotated[float | None, "timeout of one evaluation"] = None):
+                    debug_rounds: Annotated[int, "fix rounds for a coder whose candidate failed the tests"] = 1,
+                    eval_timeout_s: Annotated[float | None, "timeout of one evaluation run"] = None):
     """Global beam search over a tree of evaluated code states."""
     if not eval_command or not primary_metric:
         raise ConfigError("tree-beam needs -S eval_command and -S primary_metric")
@@ -251,28 +379,131 @@ async def tree_beam(prompt, base_branch, ctx, *,
                             tolerance=tolerance)
     pipe = PipelineConfig(review=max_review_rounds > 0, max_review_rounds=max_review_rounds,
                           test_command=test_command, eval_command=eval_command, eval_timeout_s=eval_timeout_s,
-                          scoring=scoring)
+                          scoring=scoring, debug_rounds=debug_rounds)
+    protected = list(default_protected_paths(eval_command) if protected_paths is None else protected_paths)
     tree = Tree({"base_branch": base_branch, "eval_command": eval_command, "primary_metric": primary_metric,
-                 "direction": direction, "weights": weights or {}, "tolerance": tolerance,
+                 "direction": direction, "metric_unit": metric_unit, "weights": weights or {}, "tolerance": tolerance,
+                 "eval_repeats": eval_repeats, "confirm_pairs": confirm_pairs, "confidence": confidence,
+                 "eval_parallel": eval_parallel, "protected_paths": protected,
                  "ideas_per_node": ideas_per_node, "max_depth": max_depth, "beam_width": beam_width,
-                 "max_total_evals": max_total_evals, "keep_rejected": keep_rejected, "ideas_context": ideas_context,
-                 "dedupe_scope": dedupe_scope, "max_review_rounds": max_review_rounds, "test_command": test_command})
+                 "max_total_evals": max_total_evals, "max_cost_usd": max_cost_usd, "max_wall_s": max_wall_s,
+                 "keep_rejected": keep_rejected, "ideas_context": ideas_context,
+                 "dedupe_scope": dedupe_scope, "max_review_rounds": max_review_rounds, "test_command": test_command,
+                 "debug_rounds": debug_rounds, "eval_timeout_s": eval_timeout_s})
     observe = getattr(ctx, "observe_tree", None)
     if observe is not None:
         observe(tree)  # report-only replay renders whatever this tree reached
     out = output_root(ctx)
+    timed = max_wall_s is not None
+    budget = Budget(max_cost_usd=max_cost_usd, max_wall_s=max_wall_s, started_at=ctx.now() if timed else 0.0)
+    ctx = Spending(ctx, budget)
+    tree.budget = budget
 
-    root_ev, _ = await evaluate(ctx, eval_command, base_branch, ("root", "eval"), timeout=eval_timeout_s)
+    def over_budget() -> str | None:
+        # ctx.now() only at sequential points: a resumed run must ask for the same checkpoints in the same order
+        return budget.exhausted(ctx.now() if timed else 0.0)
+
+    meter = Measurer(ctx, tree.config, scoring)
+    root_info: dict[str, Any] = {}
+    root_ev, root_log = await meter.screen(base_branch, ("root", "eval"), root_info)
     tree.root_evaluation = to_json(root_ev)
+    tree.root_measurement = {"flaky_runs": root_info.get("flaky_runs", 0)}
+    meter.root_commit = root_ev.commit or "HEAD"
+    meter.root_expected = root_ev.expected
     evaluations: dict[str, Evaluation] = {"n0": root_ev}
     tree.nodes["n0"] = {"id": "n0", "parent": None, "depth": 0, "branch": base_branch, "commit": root_ev.commit,
                         "eval_id": None, "idea_chain": [], "metrics": tree.root_evaluation["metrics"],
+                        "evaluation": tree.root_evaluation, "eval_log": root_log[-2000:] if root_ev.status == "ok" else "",
                         "rank_score": None, "root_comparison": None}
     if root_ev.status != "ok":
         return _finish(tree, out, "root_evaluation_failed")
+    missing = [m for m in [primary_metric, *sorted(weights or {})] if m not in root_ev.metrics]
+    if missing:
+        reported = ", ".join(sorted(root_ev.metrics)) or "none"
+        line = (f"the evaluation command does not report {', '.join(repr(m) for m in missing)} "
+                f"(named by -S primary_metric/weights); it reports: {reported}")
+        _finish(tree, out, f"objective_metrics_missing: {line}", final_check=False)
+        raise StrategyError(line)
+
+    async def confirm_in_rank_order(queue: list[dict[str, Any]], slots: int) -> list[dict[str, Any]]:
+        """Confirm the best-ranked screened candidates until ``slots`` pass (or none is left)."""
+        chosen: list[dict[str, Any]] = []
+        while queue and len(chosen) < slots:
+            if (reason := over_budget()) is not None:
+                tree.budget_reason = reason
+                break
+            batch, queue[:] = queue[:slots - len(chosen)], queue[slots - len(chosen):]
+
+            async def one(r: dict[str, Any]) -> None:
+                parent = tree.nodes[r["parent"]]
+                if confirm_pairs == 0:
+                    change = screened_change(evaluations[r["parent"]], evaluation_from_json(r["evaluation"]),
+                                             scoring, confidence)
+                    passed, reason = (decide(change, tolerance) if change else (True, "no_interval"))
+                    r["confirmation"] = {"pairs": 0, "change": change, "passed": passed, "reason": reason,
+                                         "basis": "screening_runs"}
+                else:
+                    r["confirmation"] = await meter.confirm(r["branch"], (r["id"], "confirm"), parent["commit"])
+                if r["confirmation"]["passed"]:
+                    chosen.append(r)
+                else:
+                    r["decision"].update(passed_gate=False,
+                                         promotion_reason=f"not_confirmed:{r['confirmation']['reason']}")
+
+            async with anyio.create_task_group() as tg:
+                for r in batch:
+                    tg.start_soon(one, r)
+            for r in batch:
+                if r in chosen:
+                    _absorb_confirmation(r, root_ev, scoring, confidence)
+        return sorted(chosen, key=rank_key)
+
+    def promote(chosen: list[dict[str, Any]]) -> list[str]:
+        new = []
+        for r in chosen:
+            node_id = f"n{len(tree.nodes)}"
+            parent = tree.nodes[r["parent"]]
+            r["promoted_to"] = node_id
+            r["decision"]["promotion_reason"] = f"promoted ({r['confirmation']['reason']})"
+            evaluations[node_id] = evaluation_from_json(r["evaluation"])
+            tree.nodes[node_id] = {"id": node_id, "parent": r["parent"], "depth": parent["depth"] + 1,
+                                   "branch": r["branch"], "commit": r["commit"], "eval_id": r["id"],
+                                   "idea_chain": parent["idea_chain"] + [{"eval_id": r["id"], "title": r["idea"]["title"]}],
+                                   "metrics": r["evaluation"]["metrics"], "evaluation": r["evaluation"],
+                                   "eval_log": r.get("eval_log", ""), "rank_score": r["decision"]["rank_score"],
+                                   "root_comparison": r["root_comparison"], "confirmation": r["confirmation"],
+                                   "protected_changed": r.get("protected_changed", [])}
+            new.append(node_id)
+        return new
+
     frontier = ["n0"]
-    for depth in range(1, max_depth + 1):
-        record: dict[str, Any] = {"depth": depth, "frontier": list(frontier), "ideas": {}, "duplicates": [],
+    round_no = 0
+    while True:
+        if not frontier:
+            # Beyond a pure beam: an empty frontier continues from the best archived candidates.
+            revived_from = sorted((tree.evals[e] for e in tree.archive), key=rank_key)
+            if not revived_from or (reason := over_budget()) is not None:
+                return await _end(tree, out, meter, "frontier_empty" if not revived_from else f"budget: {reason}")
+            tree.archive = []
+            chosen = await confirm_in_rank_order(revived_from, beam_width)
+            for r in revived_from:
+                if r["decision"]["promotion_reason"] == "below_beam":
+                    tree.archive.append(r["id"])
+            frontier = promote(chosen)
+            tree.revivals.append({"after_round": round_no, "promoted": list(frontier),
+                                  "confirmed_from_archive": [r["id"] for r in chosen]})
+            write_tree_report(tree.to_json(), out)
+            if tree.budget_reason:
+                return await _end(tree, out, meter, f"budget: {tree.budget_reason}")
+            continue
+        expandable = [n for n in frontier if tree.nodes[n]["depth"] < max_depth]
+        if not expandable:
+            return await _end(tree, out, meter, "max_depth")
+        if (reason := over_budget()) is not None:
+            return await _end(tree, out, meter, f"budget: {reason}")
+        round_no += 1
+        depth = round_no
+        record: dict[str, Any] = {"depth": depth, "frontier": list(expandable), "ideas": {}, "duplicates": [],
                                   "evaluations": [], "promoted": [], "budget_hit": False}
         tree.depths.append(record)
         # 1. context pack and ideas for every frontier node, in parallel
@@ -290,18 +521,19 @@ async def tree_beam(prompt, base_branch, ctx, *,
                                                        key=ctx.key(node_id, "context"))))["final_message"]
                 except ctx.errors.TaskFailed as exc:
                     diffstat = f"(diff stat unavailable: {exc.error_type})"
+            context = context_pack(tree, node, diffstat, ideas_context)
             task = {"prompt": ideation_prompt(prompt, node, ideas_per_node,
-                                              context_pack(tree, node, diffstat, ideas_context)),
+                                              objective_text(tree, node, tried=False) + "\n\n" + context),
                     "base_branch": node["branch"], "import_policy": "never"}
             generated[node_id] = await ask_json(ctx, task, (node_id, "ideas"),
                                                 lambda d: parse_ideas(d, ideas_per_node), schemas.ideas(ideas_per_node))
 
         async with anyio.create_task_group() as tg:
-            for node_id in frontier:
+            for node_id in expandable:
                 tg.start_soon(ideate, node_id)
         # 2. dedupe and budget, in frontier then idea order: eval ids never depend on timing
         planned: list[tuple[str, dict[str, Any]]] = []
-        for node_id in frontier:
+        for node_id in expandable:
             ideas = generated[node_id]
             record["ideas"][node_id] = None if ideas is None else len(ideas)
             seen = tree.seen_hashes(node_id, dedupe_scope) | {r["idea"]["hash"] for _, r in planned
@@ -317,71 +549,126 @@ async def tree_beam(prompt, base_branch, ctx, *,
                 seen.add(h)
                 tree.evals_used += 1
                 eid = f"e{tree.evals_used:04d}"
-                planned.append((eid, {"id": eid, "parent": node_id, "depth": depth,
+                planned.append((eid, {"id": eid, "parent": node_id, "depth": tree.nodes[node_id]["depth"] + 1,
                                       "idea": {"title": idea["title"], "description": idea["description"], "hash": h}}))
         # 3. implement and evaluate every planned idea, in parallel
         for eid, rec in planned:
             tree.evals[eid] = {**rec, "status": "pending", "branch": None, "commit": None, "evaluation": None,
-                               "parent_comparison": None, "root_comparison": None, "rounds": [], "error": None,
+                               "parent_comparison": None, "root_comparison": None, "screen_change": None,
+                               "confirmation": None, "protected_changed": [], "flaky_runs": 0,
+                               "rounds": [], "error": None,
                                "decision": {"gate_basis": "parent_relative", "rank_basis": "root_relative",
                                             "passed_gate": False, "rank_score": None, "promotion_reason": "pending",
                                             "primary_regressed": False}, "promoted_to": None,
                                "artifacts": f"evals/{eid}"}
             record["evaluations"].append(eid)
+        if (reason := over_budget()) is not None:
+            for eid, _ in planned:
+                tree.evals[eid].update(status="skipped")
+                tree.evals[eid]["decision"]["promotion_reason"] = "not_started:budget"
+            return await _end(tree, out, meter, f"budget: {reason}")
 
         async def implement(eid: str) -> None:
             rec = tree.evals[eid]
             parent = tree.nodes[rec["parent"]]
             idea = Idea(id=eid, title=rec["idea"]["title"], text=f"{rec['idea']['title']}\n\n{rec['idea']['description']}")
+            info: dict[str, Any] = {}
+
+            async def evaluator(branch: str, key_parts: tuple) -> tuple[Evaluation, str]:
+                return await meter.screen(branch, key_parts, info)
+
             outcome = await run_idea(ctx, idea, goal=prompt, base_branch=parent["branch"], key_prefix=(eid,),
                                      cfg=pipe, baseline=evaluations[rec["parent"]], root=root_ev,
-                                     out_dir=out / "evals" / eid)
+                                     out_dir=out / "evals" / eid, objective=objective_text(tree, parent, tried=True),
+                                     evaluator=evaluator)
             rec.update(status=outcome["status"], branch=outcome["branch"], commit=outcome["commit"],
                        evaluation=outcome["evaluation"], parent_comparison=outcome["comparison"],
-                       root_comparison=outcome["root_comparison"], rounds=outcome["rounds"], error=outcome["error"])
+                       root_comparison=outcome["root_comparison"], rounds=outcome["rounds"], error=outcome["error"],
+                       protected_changed=info.get("protected_changed", []), flaky_runs=info.get("flaky_runs", 0),
+                       eval_log=(info.get("log") or "")[-2000:])
+            if outcome.get("tests"):
+                rec["tests"] = {k: outcome["tests"][k] for k in ("passed", "debug_rounds") if k in outcome["tests"]}
             passed, reason, regressed = gate(rec, scoring)
+            if passed and rec["evaluation"]:
+                rec["screen_change"] = screened_change(evaluations[rec["parent"]],
+                                                       evaluation_from_json(rec["evaluation"]), scoring, confidence)
             rec["decision"].update(passed_gate=passed, promotion_reason=reason, primary_regressed=regressed,
                                    rank_score=rank_score(rec) if passed else None)
 
         async with anyio.create_task_group() as tg:
             for eid, _ in planned:
                 tg.start_soon(implement, eid)
-        # 4. global beam: the best gated candidates of the whole depth become nodes
-        chosen = select_beam([tree.evals[e] for e, _ in planned], beam_width)
-        chosen_ids = {r["id"] for r in chosen}
-        for r in (tree.evals[e] for e, _ in planned):
-            if r["decision"]["passed_gate"] and r["id"] not in chosen_ids:
-                r["decision"]["promotion_reason"] = "below_beam"
-        frontier = []
-        for r in chosen:
-            node_id = f"n{len(tree.nodes)}"
-            parent = tree.nodes[r["parent"]]
-            r["promoted_to"] = node_id
-            r["decision"]["promotion_reason"] = f"promoted ({r['decision']['promotion_reason']})"
-            evaluations[node_id] = evaluation_from_json(r["evaluation"])
-            tree.nodes[node_id] = {"id": node_id, "parent": r["parent"], "depth": depth, "branch": r["branch"],
-                                   "commit": r["commit"], "eval_id": r["id"],
-                                   "idea_chain": parent["idea_chain"] + [{"eval_id": r["id"], "title": r["idea"]["title"]}],
-                                   "metrics": r["evaluation"]["metrics"], "rank_score": r["decision"]["rank_score"],
-                                   "root_comparison": r["root_comparison"]}
-            frontier.append(node_id)
+        # 4. confirm the best screened candidates (rank order) until the beam is full; the rest is archived
+        screened = sorted((tree.evals[e] for e, _ in planned if tree.evals[e]["decision"]["passed_gate"]),
+                          key=rank_key)
+        queue = list(screened)
+        chosen = await confirm_in_rank_order(queue, beam_width)
+        for r in queue:
+            r["decision"]["promotion_reason"] = "below_beam"
+            tree.archive.append(r["id"])
+        frontier = promote(chosen)
         record["promoted"] = list(frontier)
         write_tree_report(tree.to_json(), out)  # progress: the tree so far
-        if not frontier:
-            return _finish(tree, out, "frontier_empty")
+        if tree.budget_reason:
+            return await _end(tree, out, meter, f"budget: {tree.budget_reason}")
         if max_total_evals is not None and tree.evals_used >= max_total_evals:
-            return _finish(tree, out, "max_total_evals")
-    return _finish(tree, out, "max_depth")
+            return await _end(tree, out, meter, "max_total_evals")
 
 
-def _finish(tree: Tree, out, reason: str) -> dict[str, Any]:
+def _absorb_confirmation(r: dict[str, Any], root_ev: Evaluation, scoring: ScoringConfig, confidence: float) -> None:
+    """A confirmed candidate's figures become screening plus confirmation runs of the same commit."""
+    conf = r["confirmation"]
+    if conf.get("candidate") and r["evaluation"]:
+        screen = evaluation_from_json(r["evaluation"])
+        cand = evaluation_from_json(conf["candidate"])
+        merged = merge_measurements(screen, cand)
+        r["evaluation"] = to_json(merged)
+        r["root_comparison"] = to_json(compare(merged, root_ev, scoring))
+        r["decision"]["rank_score"] = rank_score(r)
+
+
+async def _end(tree: Tree, out, meter: Measurer, reason: str) -> dict[str, Any]:
+    """Pick the best node, confirm it against the base, and finish."""
+    data = tree.to_json()
+    candidates = [n for n in data["nodes"] if n["parent"] is not None and (n.get("rank_score") or 0) > 0]
+    best = min(candidates, key=_node_key) if candidates else None
+    verdict: dict[str, Any] = {"node": "n0", "beat_base": False, "check": None, "candidate": None}
+    if best is not None:
+        verdict["candidate"] = best["id"]
+        budget_reason = meter.ctx._budget.exhausted(meter.ctx.now() if tree.config["max_wall_s"] else 0.0)
+        if meter.cfg["confirm_pairs"] == 0 or budget_reason is not None:
+            # no paired check (not asked for, or no budget left): the chain of confirmed promotions is the evidence
+            change = unpaired_change(evaluation_from_json(tree.root_evaluation), evaluation_from_json(best["evaluation"]),
+                                     meter.scoring, meter.cfg["confidence"])
+            passed, why = decide(change, meter.scoring.tolerance, strict_better=True) if change else (True, "no_interval")
+            verdict["check"] = {"pairs": 0, "change": change, "passed": passed, "reason": why,
+                                "basis": "separate_measurements" + ("; budget spent" if budget_reason else "")}
+        else:
+            check = await meter.confirm(best["branch"], ("final", "confirm"), tree.nodes["n0"]["commit"])
+            if check.get("change") and check["reason"] != "incomplete_evaluation":
+                check["passed"], check["reason"] = decide(check["change"], meter.scoring.tolerance, strict_better=True)
+            verdict["check"] = check
+        if verdict["check"]["passed"]:
+            verdict.update(node=best["id"], beat_base=True)
+    tree.best = verdict
+    return _finish(tree, out, reason)
+
+
+def _node_key(n: dict[str, Any]) -> tuple:
+    score = n.get("rank_score")
+    delta = (n.get("root_comparison") or {}).get("primary_delta")
+    return (score is None, -(score or 0.0), delta is None, -(delta or 0.0), int(n["id"][1:]))
+
+
+def _finish(tree: Tree, out, reason: str, *, final_check: bool = True) -> dict[str, Any]:
     tree.stop_reason = reason
     data = tree.to_json()
     write_tree_report(data, out)
     path = best_path(data)
     best = path[-1]
     return {"stop_reason": reason, "best_node": best["id"], "best_branch": best["branch"],
-            "best_path": [n["id"] for n in path], "evals_used": tree.evals_used,
+            "best_path": [n["id"] for n in path], "beat_base": bool((tree.best or {}).get("beat_base")),
+            "evals_used": tree.evals_used, "spent": data["spent"],
             "delete_branches": data["delete_branches"], "tree": data}
 
 

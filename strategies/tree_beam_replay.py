@@ -26,6 +26,10 @@ from orchestrator.events import decode_line
 from orchestrator.state import COMPLETED, FAILED, RunState, replay
 
 
+class _EndOfLog(Exception):
+    """The recorded run asked for no more clock readings: it got no further."""
+
+
 class _Handle:
     def __init__(self, key: str, result: dict[str, Any] | None, failure: tuple[str, str] | None) -> None:
         self.key, self.result, self.failure = key, result, failure
@@ -52,9 +56,21 @@ class ReplayContext:
         self._prefix = f"{state.run_id}/{sid}/"
         self.base_branch = base_branch
         self.tree = None
+        self._seq = 0
+        self.progress = 0  # answers given so far: unchanged across a settle means truly stuck
 
     def observe_tree(self, tree) -> None:
         self.tree = tree
+
+    def now(self) -> float:
+        """The recorded clock readings, in order; past the log's end the replay stops here."""
+        recorded = self._state.strategies[self.strategy_execution_id].checkpoints
+        if self._seq >= len(recorded):
+            raise _EndOfLog()
+        value = recorded[self._seq][1]
+        self._seq += 1
+        self.progress += 1
+        return value
 
     def key(self, *parts: Any) -> str:
         return self._prefix + "/".join(str(p) for p in parts)
@@ -73,6 +89,7 @@ class ReplayContext:
             return decode_line(fh.readline()).payload
 
     def run(self, task: dict[str, Any], *, key: str, policy: Any = None) -> _Handle:
+        self.progress += 1
         fq = key if key.startswith(self._prefix) else self._prefix + key
         rec = self._state.tasks.get(fq)
         if rec is not None and rec.state == COMPLETED and rec.result_offset is not None:
@@ -83,6 +100,7 @@ class ReplayContext:
 
     async def wait(self, handle: _Handle) -> dict[str, Any]:
         await anyio.lowlevel.checkpoint()
+        self.progress += 1
         if not handle.done:
             await anyio.sleep_forever()  # never recorded: the replay stops here
         return handle.outcome()
@@ -116,7 +134,17 @@ async def _replay_one(state: RunState, events_path: Path, sid: str, scratch: Pat
             tg.cancel_scope.cancel()
 
         tg.start_soon(drive)
-        await anyio.wait_all_tasks_blocked()
+        # "Every task is blocked" is a heuristic: a task group whose last child just finished looks
+        # blocked until the loop runs the completion callback. So let pending callbacks run and ask
+        # again, until the replay makes no progress in between.
+        while True:
+            await anyio.wait_all_tasks_blocked()
+            seen = ctx.progress
+            for _ in range(5):
+                await anyio.lowlevel.checkpoint()
+            await anyio.wait_all_tasks_blocked()
+            if ctx.progress == seen:
+                break
         tg.cancel_scope.cancel()
     return None if ctx.tree is None else ctx.tree.to_json()
 

@@ -37,6 +37,14 @@ def _num(node_id: str) -> int:
 def best_path(tree: dict[str, Any]) -> list[dict[str, Any]]:
     """Root -> best node; best = max rank score, then root-relative delta, then lowest node id."""
     nodes = {n["id"]: n for n in tree["nodes"]}
+    if tree.get("best") is not None:
+        # the run decided (and confirmed against the base); the base itself may be the best
+        best = nodes.get(tree["best"]["node"], nodes.get("n0"))
+        path = []
+        while best is not None:
+            path.append(best)
+            best = nodes.get(best["parent"]) if best["parent"] is not None else None
+        return path[::-1]
     candidates = [n for n in tree["nodes"] if n["parent"] is not None]
 
     def key(n):
@@ -74,7 +82,11 @@ def summary_markdown(tree: dict[str, Any]) -> str:
     lines += ["", f"Root baseline ({cfg['base_branch']}): status {root.get('status', '-')}, "
               f"metrics `{json.dumps(root.get('metrics'))}`" + (f", error: {root['error']}" if root.get("error") else ""),
               "", f"Stop reason: **{tree.get('stop_reason') or 'interrupted (run not finished)'}**; "
-              f"evaluations used: {tree.get('evals_used', 0)}", ""]
+              f"evaluations used: {tree.get('evals_used', 0)}"
+              + (f"; benchmark runs: {tree['eval_runs']}" if "eval_runs" in tree else "")
+              + (f"; flaky runs (failed once, passed on the retry): {tree['flaky_runs']}" if tree.get("flaky_runs") else "")
+              + (f"; cost: ${tree['spent']['cost_usd']:.4f}" if tree.get("spent") else ""), ""]
+    lines += _result_lines(tree)
     evals = {r["id"]: r for r in tree["evaluations"]}
     for d in tree["depths"]:
         lines += [f"## Depth {d['depth']}", "",
@@ -82,15 +94,22 @@ def summary_markdown(tree: dict[str, Any]) -> str:
                   + ", ".join(f"{k}={_fmt(v)}" for k, v in d["ideas"].items())
                   + (f"; duplicates skipped: {len(d['duplicates'])}" if d["duplicates"] else "")
                   + ("; budget reached at this depth" if d.get("budget_hit") else ""), "",
-                  "| eval | parent | idea | status | parent score (grade) | root score | gate | decision | node |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+                  "| eval | parent | idea | status | parent score (grade) | confirmed change vs parent | root score "
+                  "| gate | decision | node | flags |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
         for eid in d["evaluations"]:
             r = evals[eid]
             pc, rc = r.get("parent_comparison") or {}, r.get("root_comparison") or {}
+            flags = []
+            if r.get("protected_changed"):
+                flags.append("changed protected " + " ".join(r["protected_changed"]))
+            if r.get("flaky_runs"):
+                flags.append(f"{r['flaky_runs']} flaky run(s)")
             lines.append(f"| {eid} | {r['parent']} | {r['idea']['title']} | {r['status']} | "
-                         f"{_fmt(pc.get('score'))} ({pc.get('grade') or '-'}) | {_fmt(rc.get('score'))} | "
+                         f"{_fmt(pc.get('score'))} ({pc.get('grade') or '-'}) | {_change(r.get('confirmation'))} | "
+                         f"{_fmt(rc.get('score'))} | "
                          f"{'pass' if r['decision']['passed_gate'] else 'fail'} | {r['decision']['promotion_reason']} | "
-                         f"{r.get('promoted_to') or '-'} |")
+                         f"{r.get('promoted_to') or '-'} | {'; '.join(flags) or '-'} |")
         lines.append("")
     path = best_path(tree)
     lines += ["## Best path", ""]
@@ -104,6 +123,43 @@ def summary_markdown(tree: dict[str, Any]) -> str:
     if tree.get("stop_reason"):
         lines.append(f"- delete_branches.txt: {len(tree.get('delete_branches', []))} branch(es) to delete after the run")
     return "\n".join(lines) + "\n"
+
+
+def _change(check: dict[str, Any] | None) -> str:
+    change = (check or {}).get("change")
+    if not change:
+        return "-" if not check else f"({check.get('reason')})"
+    pairs = check.get("pairs") or change.get("n")
+    return (f"{100 * change['mean']:+.2f}% [{100 * change['low']:+.2f}%, {100 * change['high']:+.2f}%]"
+            + (f" over {pairs} pairs" if check.get("pairs") else " (separate runs)"))
+
+
+def _result_lines(tree: dict[str, Any]) -> list[str]:
+    best = tree.get("best")
+    lines = []
+    if best is not None:
+        check = best.get("check")
+        conf = tree["config"].get("confidence", 0.9)
+        lines += ["## Result", ""]
+        if best.get("beat_base"):
+            lines.append(f"**{best['node']} beat the base**: its change against the base, measured paired "
+                         f"(base and candidate alternating in one container), is {_change(check)} "
+                         f"({conf:.0%} interval of the mean relative change of `{tree['config']['primary_metric']}`).")
+        elif best.get("candidate"):
+            lines.append(f"**Nothing beat the base.** The best candidate, {best['candidate']}, measured "
+                         f"{_change(check)} against the base ({conf:.0%} interval): not clearly better, so the "
+                         "base branch stays the best.")
+        else:
+            lines.append("**Nothing beat the base.** No candidate was confirmed better than its parent; "
+                         "the base branch stays the best.")
+        lines.append("")
+    flagged = [r for r in tree.get("evaluations", []) if r.get("protected_changed")]
+    if flagged:
+        lines += ["## Protected evaluator", "", "These candidates changed a protected path; they were measured with "
+                  "the base branch's version of it:", ""]
+        lines += [f"- {r['id']} ({r['idea']['title']}): {', '.join(r['protected_changed'])}" for r in flagged]
+        lines.append("")
+    return lines
 
 
 def tree_svg(tree: dict[str, Any]) -> str:

@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 import anyio
+import msgspec
 import pytest
 
 from engine_helpers import run_engine
@@ -26,25 +27,56 @@ IDEAS = {"n0": ["A", "T", "C", "INC"], "n1": ["B", "FAILIMPL", "NANREC", "A"], "
 APPROVE = '{"verdict": "APPROVE", "issues": []}'
 
 
+ROOT_COMMIT = "f" * 40
+
+
+def with_commit(result, commit):
+    return msgspec.structs.replace(result, artifact=msgspec.structs.replace(result.artifact, commit=commit))
+
+
+def bench_line(feats) -> tuple[int, str]:
+    """(exit code, last stdout line) of one benchmark run on a branch with ``feats``."""
+    if "FAILEVAL" in feats:
+        return 2, "Traceback: bench crashed"
+    out: dict = {"metrics": {"throughput": 100 + sum(EFFECT[f] for f in sorted(feats))}}
+    if "INC" in feats:
+        out.update(expected=10, ok=9)
+    if "NANREC" in feats:
+        out["recommendation"] = {"should_explore": True, "grade": "promising", "score": None, "reasons": []}
+    return 0, json.dumps(out)
+
+
+def measure_spec(req):
+    """The runs a measurement task asks for (its first line), or None for other commands."""
+    first = req.command.splitlines()[0]
+    return json.loads(first[len("# orch-measure "):]) if first.startswith("# orch-measure ") else None
+
+
 class World:
     def __init__(self, ideas=IDEAS, garbage_first=("n2",)):
         self.ideas, self.garbage_first = ideas, garbage_first
         self.features: dict[str, frozenset] = {"main": frozenset()}
+        self.head: dict[str, str] = {"main": ROOT_COMMIT}
+        self.at_commit: dict[str, frozenset] = {ROOT_COMMIT: frozenset()}
+
+    def run_line(self, i, label, feats) -> str:
+        code, last = bench_line(feats)
+        return f"@@orch-run {i} {label} {code} {1 if code == 0 else 2} {last}"
 
     def __call__(self, req):
         key = req.task_key.split("/s1/")[1]
         if req.plugin_name == "command":
-            if req.command.startswith("python bench.py"):
+            head = self.head.get(req.base_branch, ROOT_COMMIT)
+            spec = measure_spec(req)
+            if spec is not None:
                 feats = self.features[req.base_branch]
-                if "FAILEVAL" in feats:
-                    return failure(req, error_type="command", message="exit code 2\nTraceback: bench crashed")
-                out: dict = {"metrics": {"throughput": 100 + sum(EFFECT[f] for f in sorted(feats))}}
-                if "INC" in feats:
-                    out.update(expected=10, ok=9)
-                if "NANREC" in feats:
-                    out["recommendation"] = {"should_explore": True, "grade": "promising", "score": None, "reasons": []}
-                return success(req, final_message="bench\n" + json.dumps(out), exit_code=0)
-            return success(req, final_message=f"output of {req.command[:20]} on {req.base_branch}", exit_code=0)
+                lines = [self.run_line(i, label, feats if ref == "HEAD" else self.at_commit[ref])
+                         for i, (label, ref) in enumerate(spec["runs"])]
+                tail = ["| bench", f"| {bench_line(feats)[1]}"]
+                return with_commit(success(req, final_message="\n".join(lines + tail + [f"@@orch-done {len(lines)}"]),
+                                           exit_code=0), head)
+            return with_commit(success(req, final_message=f"output of {req.command[:20]} on {req.base_branch}",
+                                       exit_code=0), head)
         role = re.search(r"^Role: (\w+)", req.prompt, re.M).group(1)
         if role == "ideator":
             node = re.search(r"^Node: (n\d+)", req.prompt, re.M).group(1)
@@ -60,13 +92,18 @@ class World:
         if feature == "FAILIMPL":
             return failure(req, error_type="agent", message="model refused")
         self.features[req.branch_name] = self.features[req.base_branch] | {feature}
-        return success(req, final_message="done")
+        result = success(req, final_message="done")
+        self.head[req.branch_name] = result.artifact.commit
+        self.at_commit[result.artifact.commit] = self.features[req.branch_name]
+        return result
 
 
 BASE = {"eval_command": "python bench.py --json", "primary_metric": "throughput", "direction": "max", "weights": {},
         "tolerance": 0.01, "ideas_per_node": 4, "max_depth": 2, "beam_width": 2, "max_total_evals": None,
         "keep_rejected": False, "ideas_context": "node_plus_ancestors", "dedupe_scope": "path",
-        "max_review_rounds": 0, "test_command": None, "eval_timeout_s": None}
+        "max_review_rounds": 0, "test_command": None, "eval_timeout_s": None,
+        # one run per candidate and the smallest paired confirmation: the scripted benchmark has no noise
+        "eval_repeats": 1, "confirm_pairs": 2}
 
 
 async def run(tmp_path, world=None, runner=None, **params):
@@ -94,16 +131,16 @@ async def test_two_depths_exact_gates_beam_ties_nan_and_failures(tmp_path):
     decisions = {e: (r["decision"]["passed_gate"], r["decision"]["promotion_reason"], r["decision"]["rank_score"])
                  for e, r in ev.items()}
     assert decisions == {
-        "e0001": (True, "promoted (should_explore)", 20.0),
-        "e0002": (True, "promoted (should_explore)", 20.0),  # tie with e0001, lower id first: both fit the beam
+        "e0001": (True, "promoted (improved_tight_interval)", 20.0),
+        "e0002": (True, "promoted (improved_tight_interval)", 20.0),  # tie with e0001, lower id first: both fit the beam
         "e0003": (False, "primary_metric_regressed", None),
         "e0004": (False, "incomplete_evaluation", None),
-        "e0005": (True, "promoted (should_explore)", 30.0),
+        "e0005": (True, "promoted (improved_tight_interval)", 30.0),
         "e0006": (False, "not_evaluated:code_failed", None),
         "e0007": (True, "below_beam", 22.0),  # recommendation score null: ranked by the root delta
         "e0008": (True, "below_beam", 20.5),  # +0.42 % vs parent is noise: mixed, no regression -> gated
         "e0009": (False, "not_evaluated:eval_failed", None),
-        "e0010": (True, "promoted (should_explore)", 30.0),  # ties e0005 on score and delta: loses on id
+        "e0010": (True, "promoted (improved_tight_interval)", 30.0),  # ties e0005 on score and delta: loses on id
     }
     assert ev["e0005"]["parent_comparison"]["score"] == pytest.approx(100 * 10 / 120)
     assert ev["e0008"]["parent_comparison"]["grade"] == "mixed" and ev["e0008"]["root_comparison"]["score"] == 20.5
@@ -131,7 +168,7 @@ async def test_two_depths_exact_gates_beam_ties_nan_and_failures(tmp_path):
     assert calls["run_t/s1/root/eval"].base_branch == "main"
     # the context pack told n1's ideator about the path and the failed siblings
     n1_prompt = calls["run_t/s1/n1/ideas/attempt-1"].prompt
-    assert "- idea A: result 20.0 (strong), kept" in n1_prompt
+    assert "- idea A: result 20.0 (strong), confirmed change +20.00% (interval +20.00%..+20.00%), kept" in n1_prompt
     assert "- idea C: result -5.0 (weak), dropped: primary_metric_regressed" in n1_prompt
     assert f"output of echo 'root -> node:' on {nodes['n1']['branch']}" in n1_prompt
     # files
@@ -187,6 +224,22 @@ async def test_review_rounds_in_tree_beam_use_the_pipeline(tmp_path):
     assert state.strategies["s1"].result["tree"]["evaluations"][0]["rounds"][0]["verdict"] == "APPROVE"
 
 
+async def run_until_hung(coro, runner, marker):
+    """Run until a task matching ``marker`` has started (and hangs), let the rest settle, then interrupt."""
+    finished = anyio.Event()
+
+    async def go():
+        await coro
+        finished.set()  # ended without ever reaching the marker: the caller's checks will say so
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(go)
+        while not any(marker in k for k in runner.per_key) and not finished.is_set():
+            await anyio.sleep(0.02)
+        await anyio.sleep(0.3)
+        tg.cancel_scope.cancel()
+
+
 def snapshot(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
@@ -202,8 +255,7 @@ async def test_interrupt_and_resume_rebuilds_the_identical_tree(tmp_path, hang_o
         return world(req)
 
     first = ScriptedRunner(hanging)
-    with anyio.move_on_after(1.0):
-        await run(tmp_path / "run", runner=first)
+    await run_until_hung(run(tmp_path / "run", runner=first), first, hang_on)
     assert any(k.endswith(hang_on) for k in first.per_key)
     # the partial tree can be rendered from the log alone
     partial = render_tree_report(tmp_path / "run" / "logs" / "run_t" / "events.jsonl", tmp_path / "partial")
@@ -233,8 +285,8 @@ async def test_partial_render_shows_what_finished(tmp_path):
             await anyio.sleep_forever()
         return world(req)
 
-    with anyio.move_on_after(1.0):
-        await run(tmp_path, runner=ScriptedRunner(hang_depth2))
+    runner = ScriptedRunner(hang_depth2)
+    await run_until_hung(run(tmp_path, runner=runner), runner, "/s1/e0005/")
     (tree_file, *_rest) = render_tree_report(tmp_path / "logs" / "run_t" / "events.jsonl", tmp_path / "r")
     tree = json.loads(tree_file.read_text())
     status = {r["id"]: r["status"] for r in tree["evaluations"]}

@@ -159,3 +159,48 @@ def test_cli_runs_tree_beam_and_writes_the_tree(tmp_path, workspace_root):
     assert shown.returncode == 0, shown.stdout[-2000:] + shown.stderr[-2000:]
     assert "tree validated" in shown.stdout
     assert json.loads(tree_file.read_text()) == json.loads(before)
+
+
+NOISY_BENCH = """import json, os, random
+t = 100.0 * (1.2 if os.path.exists("fast.txt") else 1.0)
+t *= 1 + 0.01 * random.gauss(0, 1)
+print("warming up")
+print(json.dumps({"metrics": {"throughput": t}, "expected": 10, "ok": 10}))
+"""
+GAME = {"title": "game the bench", "description": "SIM[coder]: write bench.py print('{\"metrics\": {\"throughput\": 1000}}')\n"
+        "SIM[coder]: commit game"}
+NOISY_GOAL = ("make the solver faster\n"
+              f"SIM[n0]: print-json {json.dumps({'ideas': [idea('fast path', 'fast.txt'), GAME]})}\n")
+
+
+async def test_noisy_benchmark_repeats_confirms_and_protects_the_evaluator(tmp_path, workspace_root):
+    """Real containers, real git: a 1 %-noise benchmark measured 3 times per commit, a paired
+    confirmation, a candidate that rewrote bench.py measured with the root's bench.py, and the
+    final check of the best against the base."""
+    repo = make_repo(tmp_path / "repo", {"bench.py": NOISY_BENCH})
+    params = {**PARAMS, "max_depth": 1, "beam_width": 2, "eval_repeats": 3, "confirm_pairs": 3, "confidence": 0.9}
+    engine = await run_with_docker(tmp_path, repo, tree_beam, params=params, prompt=NOISY_GOAL, max_parallel=4)
+    s = engine.state.strategies["s1"]
+    assert s.status == "success", s.error
+    out = engine.paths.results / "strategy_output"
+    tree = json.loads((out / "tree.json").read_text())
+    root_stats = tree["root_evaluation"]["stats"]["throughput"]
+    assert root_stats["n"] == 3 and 90 < root_stats["median"] < 110 and root_stats["low"] <= root_stats["high"]
+    ev = {r["idea"]["title"]: r for r in tree["evaluations"]}
+    fast, game = ev["fast path"], ev["game the bench"]
+    assert fast["evaluation"]["stats"]["throughput"]["n"] >= 3
+    conf = fast["confirmation"]
+    assert conf["pairs"] == 3 and conf["change"]["n"] == 3 and conf["change"]["low"] > 0.1, conf
+    assert fast["promoted_to"] == "n1" and fast["decision"]["promotion_reason"] == "promoted (improvement_above_noise)"
+    # the candidate's own bench.py says 1000; it was measured with the root's bench.py instead, and flagged
+    assert game["protected_changed"] == ["bench.py"] and tree["flagged_protected"] == [game["id"]]
+    assert game["evaluation"]["metrics"]["throughput"] < 150
+    assert git(repo, "show", f"{game['branch']}:bench.py").startswith("print(")
+    best = tree["best"]
+    assert best["node"] == "n1" and best["beat_base"] and best["check"]["change"]["low"] > 0.1
+    assert engine.state.tasks["run_d/s1/final/confirm"].input["base_branch"] == tree["nodes"][1]["branch"]
+    summary = (out / "TREE_SUMMARY.md").read_text()
+    assert "**n1 beat the base**" in summary and "over 3 pairs" in summary
+    assert "changed protected bench.py" in summary and "## Protected evaluator" in summary
+    assert tree["eval_runs"] == 3 + 2 * 3 + 2 * 3 + 2 * 3 + (2 * 3 if game["confirmation"] else 0)
+    assert validate_tree(out / "tree.json", repo) == []
