@@ -1,0 +1,57 @@
+"""The REAL claude and codex CLIs through the product's plugins and the real command.
+
+The model API is scripted (docker/fidelity/api_server.py) and runs inside the
+agent's container; the scripts make the agent use its real tools (write a
+file, ``git commit``, edit it, commit again) and the commits must come back
+as a branch. Nothing in the plugins changes for these tests: the CLIs are
+pointed at the server with ANTHROPIC_BASE_URL / OPENAI_BASE_URL.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from cli_helpers import only_run_id
+from conftest import git, make_repo
+from fidelity_helpers import (
+    ensure_image,
+    events,
+    final_facts,
+    one,
+    run_orchestrator,
+    scripted,
+    server_requests,
+)
+
+pytestmark = [pytest.mark.docker, pytest.mark.fidelity]
+PLUGINS = ["claude-code", "codex"]
+
+
+@pytest.fixture(scope="session")
+def fidelity_image():
+    return ensure_image()
+
+
+@pytest.fixture
+def repo(tmp_path):
+    return make_repo(tmp_path / "repo")
+
+
+@pytest.mark.parametrize("plugin", PLUGINS)
+def test_success_brings_the_agents_commits_back_as_a_branch(tmp_path, repo, fidelity_image, plugin):
+    result = run_orchestrator(tmp_path, repo, plugin, "FIDELITY: success")
+    assert result.returncode == 0, result.stdout + result.stderr
+    run_id = only_run_id(tmp_path)
+    done = one(events(tmp_path, run_id), "task.completed")
+    branch = done["artifact"]["branch_final"]
+    assert git(repo, "log", "--format=%s", f"main..{branch}").splitlines() == [
+        "fidelity: edit notes.txt", "fidelity: add notes.txt"]
+    assert git(repo, "show", f"{branch}:notes.txt") == "edited line"
+    facts = final_facts(done["final_message"])
+    assert facts["tool_results"] == 4
+    requests = scripted(server_requests(run_id))
+    assert [r["step"] for r in requests] == [0, 1, 2, 3, 4]
+    assert all(r["stream"] for r in requests)  # the SSE paths of both APIs are what ran
+    # the server reports 100 input and 20 output tokens per response
+    assert done["metrics"]["tokens_in"] == 100 * len(requests)
+    assert done["metrics"]["tokens_out"] == 20 * len(requests)
