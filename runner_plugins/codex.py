@@ -45,7 +45,6 @@ from ._jsonl import (
 )
 from .claude_code import MAX_ARG_STRLEN, prompt_via_stdin
 
-CODEX_HOME = "/home/node/.codex"
 PROVIDER = "orc"
 USAGE_KEYS = ("input_tokens", "cached_input_tokens", "cache_write_input_tokens", "output_tokens",
               "reasoning_output_tokens")
@@ -76,7 +75,10 @@ class CodexPlugin:
 
     def prepare_environment(self, auth: AuthConfig, request: InstanceRequest) -> dict[str, str]:
         self.validate_environment(auth)
-        env = SecretEnv({"CODEX_HOME": CODEX_HOME}, secret_keys=frozenset({"OPENAI_API_KEY"}))
+        # No CODEX_HOME: codex refuses to start when that folder is missing (a
+        # fresh session volume has none), while its default, ~/.codex, it
+        # creates itself -- on the session volume, so resume still finds the thread.
+        env = SecretEnv({}, secret_keys=frozenset({"OPENAI_API_KEY"}))
         env.update(request.env)
         env["OPENAI_API_KEY"] = auth.openai_api_key or ""
         return env

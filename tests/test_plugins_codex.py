@@ -217,7 +217,7 @@ def test_environment_and_secrets():
     with pytest.raises(PreflightError, match="OPENAI_API_KEY"):
         PLUGIN.validate_environment(AuthConfig(api_key="anthropic-only"))
     env = PLUGIN.prepare_environment(AuthConfig(openai_api_key="sk-openai-secret"), request(env={"A": "1"}))
-    assert env["OPENAI_API_KEY"] == "sk-openai-secret" and env["CODEX_HOME"] == "/home/node/.codex"
+    assert env["OPENAI_API_KEY"] == "sk-openai-secret" and "CODEX_HOME" not in env
     assert env["A"] == "1"
     assert "sk-openai-secret" not in repr(env) and "sk-openai-secret" not in str(env)
 
