@@ -21,6 +21,7 @@ SCHEMA_VERSION = "1"
 IMPORT_POLICIES = ("auto", "never", "always")
 CONFLICT_POLICIES = ("fail", "overwrite", "suffix")
 EGRESS = ("online", "offline", "proxy")
+PLUGIN_NAMES = ("claude-code", "codex", "command")
 
 
 class TaskDefaults(msgspec.Struct, frozen=True, kw_only=True):
@@ -42,7 +43,7 @@ TASK_FIELDS = frozenset({
     "prompt", "base_branch", "model", "import_policy", "import_conflict_policy", "skip_empty_import",
     "session_group_key", "resume_session_id", "plugin", "plugin_name", "system_prompt",
     "append_system_prompt", "max_turns", "command", "include_branches", "timeout_seconds",
-    "network_egress", "container_limits", "metadata",
+    "network_egress", "container_limits", "metadata", "output_schema",
 })
 
 
@@ -83,6 +84,9 @@ def normalize_task(task: dict[str, Any], defaults: TaskDefaults, *, default_base
     include = task.get("include_branches")
     if include is not None and (not isinstance(include, (list, tuple)) or not all(isinstance(b, str) for b in include)):
         raise ConfigError("task field include_branches must be a list of branch names")
+    output_schema = task.get("output_schema")
+    if output_schema is not None:
+        _check_output_schema(output_schema, plugin)
     skip_empty = task.get("skip_empty_import")
     normalized: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
@@ -102,7 +106,22 @@ def normalize_task(task: dict[str, Any], defaults: TaskDefaults, *, default_base
         "include_branches": list(include) if include else None,
         "timeout_seconds": task.get("timeout_seconds"),
     }
-    return _drop_nulls(normalized)
+    normalized = _drop_nulls(normalized)
+    if output_schema is not None:
+        # Absent (not null) without a schema, so recorded runs keep their fingerprints;
+        # kept whole with one, since null is meaningful inside a schema ({"const": null}).
+        normalized["output_schema"] = output_schema
+    return normalized
+
+
+def _check_output_schema(schema: Any, plugin: str) -> None:
+    from .runner.plugin import get_plugin
+    from .runner.structured import check_schema
+
+    check_schema(schema)
+    if plugin in PLUGIN_NAMES and not get_plugin(plugin).capabilities.supports_output_schema:
+        raise ConfigError(f"plugin {plugin!r} cannot enforce output_schema; drop output_schema from the task "
+                          "or use an agent plugin (claude-code, codex)")
 
 
 def _drop_nulls(obj: Any) -> Any:

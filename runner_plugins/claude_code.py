@@ -16,6 +16,9 @@ Facts this plugin relies on (fixtures in ``tests/fixtures/agent-transcripts``):
   ``CLAUDE_CODE_MAX_RETRIES=2``: short blips are absorbed inside the turn,
   persistent failures reach the runner within seconds, and the two layers
   multiply to at most 3 x 3 calls. ``request.env`` may override it.
+* ``--json-schema '<schema>'`` adds a ``StructuredOutput`` tool the model must
+  call once at the end; the final ``result`` line then carries
+  ``structured_output`` (the object) and ``result`` (its JSON text).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import Any
 
 from orchestrator.errors import ConfigError, PreflightError
 from orchestrator.runner.plugin import AgentEvent, AgentOutcome, PluginCapabilities
+from orchestrator.runner.structured import schema_json
 from orchestrator.runner.types import AuthConfig, ErrorCategory, InstanceRequest
 
 from ._jsonl import (
@@ -84,6 +88,7 @@ class ClaudeCodePlugin:
         supports_streaming_events=True,
         supports_streaming=False,  # no --include-partial-messages: whole messages only
         supports_cost_limits=False,
+        supports_output_schema=True,
         auth_methods=("oauth", "api_key"),
     )
 
@@ -152,6 +157,9 @@ class ClaudeCodePlugin:
             if request.max_turns < 1:
                 raise ConfigError(f"max_turns must be at least 1, got {request.max_turns}")
             argv += ["--max-turns", str(request.max_turns)]
+        if request.output_schema is not None:
+            # Adds a StructuredOutput tool; the result line then carries structured_output.
+            argv += ["--json-schema", schema_json(request.output_schema)]
         argv += trailer
         for arg in argv:
             if "\x00" in arg or len(arg.encode("utf-8")) >= MAX_ARG_STRLEN:
@@ -299,6 +307,7 @@ class ClaudeStreamParser(JsonLinesParser):
             retryable=retryable,
             exit_code=exit_code,
             cumulative=_cumulative_of(result),
+            structured_output=result.get("structured_output"),
         )
 
     def _classify_result(self, result: dict[str, Any], final: str) -> tuple[ErrorCategory, bool, str]:

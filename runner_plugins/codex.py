@@ -22,15 +22,20 @@ thread, so per-execution tokens are the difference from ``previous``.
 Inside a container the default sandbox cannot start and every command fails
 while the turn still "completes" with exit 0, so the plugin always passes
 ``--dangerously-bypass-approvals-and-sandbox`` (the container is the sandbox).
+
+``--output-schema FILE`` makes the final agent message the JSON answer; the
+runner writes FILE into the container's /tmp first (``container_files``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
 from orchestrator.errors import ConfigError, PreflightError
 from orchestrator.runner.plugin import AgentEvent, AgentOutcome, PluginCapabilities
+from orchestrator.runner.structured import schema_json
 from orchestrator.runner.types import AuthConfig, ErrorCategory, InstanceRequest
 
 from ._jsonl import (
@@ -45,6 +50,7 @@ from ._jsonl import (
 )
 from .claude_code import MAX_ARG_STRLEN, prompt_via_stdin
 
+SCHEMA_DIR = "/tmp/orchestrator"
 PROVIDER = "orc"
 USAGE_KEYS = ("input_tokens", "cached_input_tokens", "cache_write_input_tokens", "output_tokens",
               "reasoning_output_tokens")
@@ -59,6 +65,7 @@ class CodexPlugin:
         supports_streaming_events=True,
         supports_streaming=False,  # items arrive whole, not as partial text
         supports_cost_limits=False,
+        supports_output_schema=True,
         auth_methods=("api_key",),
     )
 
@@ -104,6 +111,9 @@ class CodexPlugin:
             provider = (f'{{name="{PROVIDER}",base_url={json.dumps(base_url)},'
                         f'env_key="OPENAI_API_KEY",wire_api="responses"}}')
             argv += ["-c", f"model_provider={PROVIDER}", "-c", f"model_providers.{PROVIDER}={provider}"]
+        if request.output_schema is not None:
+            # The final agent message is then the JSON answer; the host validates it.
+            argv += ["--output-schema", schema_path(request.output_schema)]
         if resume_session_id:
             argv += ["resume", resume_session_id]
         if _codex_stdin(request.prompt):
@@ -116,12 +126,24 @@ class CodexPlugin:
             raise ConfigError(f"a codex argument is longer than {MAX_ARG_STRLEN} bytes")
         return argv
 
+    def container_files(self, request: InstanceRequest) -> dict[str, bytes]:
+        """The schema file ``--output-schema`` names, on the container's /tmp (readable by node)."""
+        if request.output_schema is None:
+            return {}
+        return {schema_path(request.output_schema): schema_json(request.output_schema).encode("utf-8")}
+
     def stdin_payload(self, request: InstanceRequest) -> bytes | None:
         """Prompt bytes for stdin when the argv carries ``-``; otherwise ``None`` (close stdin)."""
         return request.prompt.encode("utf-8") if _codex_stdin(request.prompt) else None
 
     def new_parser(self, *, previous: dict[str, float] | None = None) -> CodexStreamParser:
         return CodexStreamParser(previous=previous)
+
+
+def schema_path(schema: dict[str, Any]) -> str:
+    """Content-addressed, so a reused container never runs against another task's schema."""
+    digest = hashlib.sha256(schema_json(schema).encode("utf-8")).hexdigest()[:16]
+    return f"{SCHEMA_DIR}/output-schema-{digest}.json"
 
 
 def _codex_stdin(prompt: str) -> bool:

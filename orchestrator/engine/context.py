@@ -161,6 +161,15 @@ class StrategyContext:
     def base_branch(self) -> str:
         return self._engine.config.base_branch
 
+    def supports_output_schema(self, plugin: str | None = None) -> bool:
+        """Whether an agent task on ``plugin`` (default: the run's plugin) may carry ``output_schema``.
+
+        Strategies fall back to reading JSON from free text when it cannot (the ``command`` plugin).
+        """
+        from ..runner.plugin import get_plugin
+
+        return get_plugin(plugin or self._engine.config.defaults.plugin_name).capabilities.supports_output_schema
+
     def output_dir(self):
         """``results/<run_id>/strategy_output/``: where a strategy writes its own files.
 

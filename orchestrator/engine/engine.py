@@ -235,6 +235,7 @@ class Engine:
             container_limits=ContainerLimits(cpus=runner_cfg["container_limits"]["cpus"],
                                              memory=runner_cfg["container_limits"]["memory"]),
             plugin_name=norm["plugin_name"], system_prompt=norm.get("system_prompt"),
+            output_schema=norm.get("output_schema"),
             append_system_prompt=norm.get("append_system_prompt"), max_turns=runner_cfg.get("max_turns"),
             import_policy=norm["import_policy"], import_conflict_policy=norm["import_conflict_policy"],
             skip_empty_import=norm["skip_empty_import"], command=norm.get("command"),
@@ -313,6 +314,8 @@ class Engine:
                 "final_message_path": path, "session_id": result.session_id, "exit_code": result.exit_code,
                 "retry_attempts": result.retry_attempts,
             }
+            if result.output is not None:
+                payload["output"] = result.output
             written = self.emit(E.TASK_COMPLETED, sid, payload, key=key)
             # The strategy sees exactly what a replay reads back from the log.
             handle._resolve(self._task_result(written))
@@ -460,6 +463,8 @@ def task_result_from_payload(payload: dict[str, Any]) -> dict[str, Any]:
         "metrics": payload.get("metrics"),
         "session_id": payload.get("session_id"),
         "exit_code": payload.get("exit_code"),
+        # The answer validated against the task's output_schema (None without one).
+        "output": payload.get("output"),
     }
 
 

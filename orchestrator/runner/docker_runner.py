@@ -25,16 +25,17 @@ import shutil
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import anyio
+import msgspec
 import anyio.to_thread
 
 from ..errors import PreflightError, ConfigError, ContainerError, GitError, RunnerError, TaskTimeoutError
 from ..jsonlog import ComponentLog, utc_now_iso
 from ..naming import ghash, session_volume_name
 from ..sanitize import SECRET_ENV_VARS, Sanitizer, default_sanitizer
-from . import git_ops
+from . import git_ops, structured
 from .base import RunnerEventCallback
 from .docker_containers import DockerHost, ensure_container, selinux_enabled, workspace_read_only
 from .docker_exec import ExecOutput, run_exec
@@ -81,6 +82,16 @@ def _clip(obj: Any) -> Any:
     if isinstance(obj, (list, tuple)):
         return [_clip(v) for v in obj]
     return obj
+
+
+class _Failure(NamedTuple):
+    """A task failure found after the agent's execution ended (its answer did not validate)."""
+
+    status: str
+    error_type: ErrorCategory
+    message: str
+    exit_code: int | None
+    final_message: str
 
 
 class _Attempt:
@@ -218,6 +229,23 @@ class DockerRunner:
                 return finish("failed", error_type=error_type, error=message, exit_code=out.exit_code,
                               final_message=self.sanitizer.scrub_text(outcome.final_message), **common)
 
+            output = None
+            if request.output_schema is not None:
+                checked = await self._structured_output(request, plugin, workspace, on_event, state, out,
+                                                        outcome_total)
+                metrics = self._metrics(request, outcome_total, time.monotonic() - t0)
+                session_id = outcome_total.get("session_id")
+                common = dict(metrics=metrics, session_id=session_id, workspace_path=str(workspace))
+                if isinstance(checked, _Failure):
+                    await self._stop_quietly(request, on_event)
+                    self._emit(request, on_event, "runner.instance.failed", "error", phase="output",
+                               error=checked.message, error_type=checked.error_type, exit_code=checked.exit_code)
+                    return finish(checked.status, error_type=checked.error_type, error=checked.message,
+                                  exit_code=checked.exit_code,
+                                  final_message=self.sanitizer.scrub_text(checked.final_message), **common)
+                out, output = checked
+                outcome = out.outcome
+
             if out.saw_erofs and workspace_read_only(request):
                 # The agent's write failed fast (EROFS) and it carried on; say why.
                 self._emit(request, on_event, "runner.workspace.read_only_write", "warn", detail=READ_ONLY_NOTE)
@@ -243,7 +271,7 @@ class DockerRunner:
             await self._remove_workspace(workspace)
             return finish("success", artifact=artifact, exit_code=out.exit_code,
                           final_message=self.sanitizer.scrub_text(outcome.final_message),
-                          metrics=metrics, session_id=session_id, workspace_path=None)
+                          metrics=metrics, session_id=session_id, workspace_path=None, output=output)
         except Exception as exc:
             # A bug or a plugin error (ConfigError) after the container started:
             # do not leave it running, then let the error through.
@@ -271,6 +299,11 @@ class DockerRunner:
                               f"choose one of: {', '.join(sorted(models))}")
         if request.plugin_name == "command" and not request.command:
             raise ConfigError("the command plugin needs request.command")
+        if request.output_schema is not None:
+            if not plugin.capabilities.supports_output_schema:
+                raise ConfigError(f"plugin {plugin.name} cannot enforce output_schema; drop output_schema "
+                                  "or use an agent plugin (claude-code, codex)")
+            structured.check_schema(request.output_schema)
         return plugin
 
     async def _check_image(self, image: str) -> None:
@@ -397,21 +430,25 @@ class DockerRunner:
             g = ghash(sgk)
         return session_volume_name(request.run_id, g, scope=request.session_volume_scope)
 
-    async def _execute_with_retries(self, request, plugin, workspace, on_event, state, first=None):
+    async def _execute_with_retries(self, request, plugin, workspace, on_event, state, first=None,
+                                    follow_up: bool = False):
         """Phases 3-4 with retries. Returns (last attempt, accumulated usage, last exec output).
 
         ``first``: the outcome of the first attempt's container start, made
         alongside the clone (see :meth:`_workspace_and_container`).
+        ``follow_up``: another turn in the workspace and session of an execution
+        that just finished (the output repair turn), not a fresh start.
         """
         rc = request.retry_config
         total: dict[str, Any] = {"tokens_in": 0, "tokens_out": 0, "cost": None, "session_id": request.session_id}
-        previous: dict[str, float] | None = None
+        previous: dict[str, float] | None = state.get("previous") if follow_up else None
+        retries_before = state["retry_attempts"]
         last_exec: ExecOutput | None = None
         max_attempts = max(1, rc.max_attempts)
         for n in range(max_attempts):
             resume = total["session_id"] if plugin.capabilities.supports_resume else None
-            attempt = await self._attempt(request, plugin, workspace, on_event, resume, previous, n,
-                                          first if n == 0 else None)
+            attempt = await self._attempt(request, plugin, workspace, on_event, resume, previous,
+                                          n + 1 if follow_up else n, first if n == 0 else None)
             if attempt.output is not None:
                 last_exec = attempt.output
                 o = attempt.output.outcome
@@ -422,6 +459,7 @@ class DockerRunner:
                 if o.session_id:
                     total["session_id"] = o.session_id
                 previous = dict(o.cumulative) or previous
+                state["previous"] = previous
                 retryable = o.is_error and o.retryable
                 reason = o.error_message or o.final_message
             else:
@@ -430,7 +468,7 @@ class DockerRunner:
             if not retryable or n + 1 >= max_attempts:
                 return attempt, total, last_exec
             delay = backoff_delay(n, base=rc.backoff_base_s, factor=rc.backoff_factor, cap=rc.backoff_max_s)
-            state["retry_attempts"] = n + 1
+            state["retry_attempts"] = retries_before + n + 1
             self._emit(request, on_event, "runner.retry.scheduled", "warn", attempt=n + 1,
                        delay_s=delay, reason=self.sanitizer.scrub_text(str(reason))[:500],
                        resume_session_id=total["session_id"])
@@ -474,6 +512,11 @@ class DockerRunner:
         self.sanitizer.add_secrets(v for k, v in env.items() if k in SECRET_ENV_VARS)
         stdin_fn = getattr(plugin, "stdin_payload", None)
         payload = stdin_fn(request) if stdin_fn is not None else None
+        files_fn = getattr(plugin, "container_files", None)
+        for path, content in (files_fn(request) if files_fn is not None else {}).items():
+            failure = await self._write_container_file(request.container_name, path, content)
+            if failure is not None:
+                return _Attempt(error=failure)
         parser = plugin.new_parser(previous=previous)
 
         def forward(event: AgentEvent) -> None:
@@ -496,6 +539,61 @@ class DockerRunner:
                    session_id=output.outcome.session_id, events=output.events,
                    duration_s=round(time.monotonic() - t, 4))
         return _Attempt(output=output)
+
+    async def _write_container_file(self, container: str, path: str, content: bytes) -> RunnerError | None:
+        """Write ``content`` to ``path`` inside the container (as node, so the tool can read it)."""
+        argv = ["/bin/sh", "-c", 'mkdir -p "$(dirname "$1")" && cat > "$1"', "sh", path]
+        try:
+            out = await run_exec(self.host, container, argv, env={}, parser=get_plugin("command").new_parser(),
+                                 stdin_payload=content, on_event=lambda event: None)
+        except RunnerError as exc:
+            return exc
+        if out.exit_code != 0:
+            detail = out.stderr_tail.decode("utf-8", "replace").strip()[-500:]
+            return ContainerError(f"could not write {path} in container {container} "
+                                  f"(exit {out.exit_code}): {detail}", retryable=False)
+        return None
+
+    async def _structured_output(self, request: InstanceRequest, plugin: RunnerPlugin, workspace: Path,
+                                 on_event: RunnerEventCallback | None, state: dict[str, Any], out: ExecOutput,
+                                 total: dict[str, Any]) -> tuple[ExecOutput, Any] | _Failure:
+        """Validate the answer against ``output_schema``; one repair turn in the same session if it fails.
+
+        Returns (the execution whose answer is valid, the parsed answer), or the
+        failure to report. ``total`` (usage, session id) is updated in place.
+        """
+        schema = request.output_schema
+        assert schema is not None
+        value, violation = structured.checked_answer(schema, out.outcome.structured_output, out.outcome.final_message)
+        if violation is None:
+            return out, value
+        self._emit(request, on_event, "runner.output.invalid", "warn", violation=violation, repair=True)
+        repair = msgspec.structs.replace(request, prompt=structured.repair_prompt(violation),
+                                         session_id=total.get("session_id"))
+        attempt, extra, last = await self._execute_with_retries(repair, plugin, workspace, on_event, state,
+                                                                follow_up=True)
+        total["tokens_in"] += extra["tokens_in"]
+        total["tokens_out"] += extra["tokens_out"]
+        if extra["cost"] is not None:
+            total["cost"] = (total["cost"] or 0.0) + extra["cost"]
+        total["session_id"] = extra["session_id"] or total.get("session_id")
+        if attempt.error is not None:
+            status = "timeout" if attempt.error.category == "timeout" else "failed"
+            return _Failure(status, attempt.error.category, str(attempt.error),
+                            last.exit_code if last else None, "")
+        repaired = attempt.output
+        assert repaired is not None
+        if repaired.outcome.is_error:
+            error_type, message = self._failure(request, plugin, repaired)
+            return _Failure("failed", error_type, message, repaired.exit_code, repaired.outcome.final_message)
+        value, violation = structured.checked_answer(schema, repaired.outcome.structured_output,
+                                                     repaired.outcome.final_message)
+        if violation is None:
+            self._emit(request, on_event, "runner.output.repaired")
+            return repaired, value
+        return _Failure("failed", "output_invalid",
+                        f"the agent's answer does not match output_schema, even after a repair turn: {violation}",
+                        repaired.exit_code, repaired.outcome.final_message)
 
     def _failure(self, request: InstanceRequest, plugin: RunnerPlugin, out: ExecOutput) -> tuple[ErrorCategory, str]:
         o: AgentOutcome = out.outcome

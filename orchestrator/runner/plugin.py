@@ -27,6 +27,8 @@ class PluginCapabilities(msgspec.Struct, frozen=True, kw_only=True):
     supports_token_counts: bool = True
     supports_streaming: bool = True
     supports_cost_limits: bool = False
+    # The tool can be made to answer with JSON matching a schema (InstanceRequest.output_schema).
+    supports_output_schema: bool = False
     auth_methods: tuple[str, ...] = ("oauth", "api_key")
 
 
@@ -57,6 +59,9 @@ class AgentOutcome(msgspec.Struct, frozen=True, kw_only=True):
     # Cumulative counters the tool reported (for resumed sessions, per-task usage
     # is the difference from the previous execution's cumulative values).
     cumulative: dict[str, float] = msgspec.field(default_factory=dict)
+    # The object the tool returned for ``output_schema`` (Claude Code's
+    # ``structured_output``); ``None`` when the answer is only in ``final_message``.
+    structured_output: Any = None
 
 
 class StreamParser(Protocol):
@@ -86,6 +91,9 @@ class RunnerPlugin(Protocol):
 
     def new_parser(self, *, previous: dict[str, float] | None = None) -> StreamParser:
         """A parser for one execution; ``previous`` is the cumulative usage of the prior one."""
+
+    # Optional: ``container_files(request) -> dict[str, bytes]``, files (absolute
+    # paths under /tmp) the runner writes into the container before each execution.
 
 
 PLUGIN_MODULES = {

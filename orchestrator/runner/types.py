@@ -7,14 +7,14 @@ are opaque strings chosen by orchestration, and returns a :class:`RunnerResult`.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
 ImportPolicy = Literal["auto", "never", "always"]
 ConflictPolicy = Literal["fail", "overwrite", "suffix"]
 Status = Literal["success", "failed", "timeout", "interrupted"]
-ErrorCategory = Literal["timeout", "api", "container", "git", "command"]
+ErrorCategory = Literal["timeout", "api", "container", "git", "command", "output_invalid"]
 NetworkEgress = Literal["online", "offline", "proxy"]
 IsolationMode = Literal["full_copy", "shared_objects"]
 
@@ -87,6 +87,9 @@ class InstanceRequest(msgspec.Struct, frozen=True, kw_only=True):
     session_volume_scope: Literal["run", "global"] = "run"
     # Extra environment for the agent process (non-secret).
     env: dict[str, str] = msgspec.field(default_factory=dict)
+    # JSON Schema the agent's final answer must match (passed to the CLI's native
+    # structured-output option); the parsed answer comes back as ``RunnerResult.output``.
+    output_schema: dict[str, Any] | None = None
 
 
 class BranchArtifact(msgspec.Struct, frozen=True, kw_only=True):
@@ -124,6 +127,8 @@ class RunnerResult(msgspec.Struct, frozen=True, kw_only=True):
     container_name: str | None = None
     log_path: str | None = None
     workspace_path: str | None = None
+    # The agent's answer parsed and validated against ``request.output_schema``.
+    output: Any = None
 
     @property
     def cost(self) -> float | None:
