@@ -296,7 +296,7 @@ class Handler(BaseHTTPRequestHandler):
         status, answer = plan(req, kind)
         log_request({"method": "POST", "path": path, "status": status, "script": script_name(req, kind),
                      "step": count_tool_results(req, kind), "model": req.get("model"),
-                     "stream": bool(req.get("stream")), "system": system_text(req, kind)[-4000:],
+                     "stream": bool(req.get("stream")), "system": system_text(req, kind),
                      "tools": tool_names(req), "answer": answer if isinstance(answer, str) else list(answer or [])})
         if status != 200:
             body = anthropic_error(status) if kind == "anthropic" else openai_error(status)
