@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from cli_helpers import only_run_id
-from conftest import git, make_repo
+from conftest import REPO_ROOT, git, make_repo
 from fidelity_helpers import (
     ensure_image,
     events,
@@ -55,3 +55,33 @@ def test_success_brings_the_agents_commits_back_as_a_branch(tmp_path, repo, fide
     # the server reports 100 input and 20 output tokens per response
     assert done["metrics"]["tokens_in"] == 100 * len(requests)
     assert done["metrics"]["tokens_out"] == 20 * len(requests)
+
+
+STRATEGY = f"{REPO_ROOT}/tests/fixtures/fidelity_strategy.py:fidelity"
+# A line of each CLI's own long system prompt (Claude Code keeps a one-line
+# identity ahead of a replaced prompt, so that line is no evidence).
+CLAUDE_DEFAULT = "# Harness"
+CODEX_DEFAULT = "You are a coding agent running in the Codex CLI"
+
+
+@pytest.mark.parametrize("plugin", PLUGINS)
+def test_system_prompt_replaces_and_append_adds(tmp_path, repo, fidelity_image, plugin):
+    result = run_orchestrator(tmp_path, repo, plugin, "FIDELITY: prompts", "--strategy", STRATEGY,
+                              "-S", "system_prompt=SYS-MARKER: you are a fidelity probe.",
+                              "-S", "append_system_prompt=APPEND-MARKER: answer briefly.")
+    assert result.returncode == 0, result.stdout + result.stderr
+    requests = scripted(server_requests(only_run_id(tmp_path)))
+    assert requests
+    for r in requests:
+        assert "SYS-MARKER" in r["system"] and "APPEND-MARKER" in r["system"]
+        assert r["system"].index("SYS-MARKER") < r["system"].index("APPEND-MARKER")
+        assert CLAUDE_DEFAULT not in r["system"] and CODEX_DEFAULT not in r["system"]
+
+
+@pytest.mark.parametrize("plugin", PLUGINS)
+def test_without_system_prompt_the_cli_keeps_its_own(tmp_path, repo, fidelity_image, plugin):
+    result = run_orchestrator(tmp_path, repo, plugin, "FIDELITY: prompts")
+    assert result.returncode == 0, result.stdout + result.stderr
+    requests = scripted(server_requests(only_run_id(tmp_path)))
+    default = CLAUDE_DEFAULT if plugin == "claude-code" else CODEX_DEFAULT
+    assert requests and all(default in r["system"] for r in requests)
