@@ -25,6 +25,12 @@ while the turn still "completes" with exit 0, so the plugin always passes
 
 ``--output-schema FILE`` makes the final agent message the JSON answer; the
 runner writes FILE into the container's /tmp first (``container_files``).
+
+A task's ``system_prompt`` replaces Codex's built-in instructions through the
+``model_instructions_file`` setting (a file, written like the schema);
+``append_system_prompt`` becomes ``developer_instructions``, a developer
+message after them. ``codex exec`` has no turn limit, so ``max_turns`` is
+refused when the task is scheduled (``capabilities.supports_max_turns``).
 """
 
 from __future__ import annotations
@@ -66,6 +72,7 @@ class CodexPlugin:
         supports_streaming=False,  # items arrive whole, not as partial text
         supports_cost_limits=False,
         supports_output_schema=True,
+        supports_max_turns=False,
         auth_methods=("api_key",),
     )
 
@@ -114,6 +121,11 @@ class CodexPlugin:
         if request.output_schema is not None:
             # The final agent message is then the JSON answer; the host validates it.
             argv += ["--output-schema", schema_path(request.output_schema)]
+        if request.system_prompt:
+            argv += ["-c", f"model_instructions_file={json.dumps(instructions_path(request.system_prompt))}"]
+        if request.append_system_prompt:
+            # A JSON string is a valid TOML basic string (same escapes, \uXXXX included).
+            argv += ["-c", f"developer_instructions={json.dumps(request.append_system_prompt)}"]
         if resume_session_id:
             argv += ["resume", resume_session_id]
         if _codex_stdin(request.prompt):
@@ -127,10 +139,13 @@ class CodexPlugin:
         return argv
 
     def container_files(self, request: InstanceRequest) -> dict[str, bytes]:
-        """The schema file ``--output-schema`` names, on the container's /tmp (readable by node)."""
-        if request.output_schema is None:
-            return {}
-        return {schema_path(request.output_schema): schema_json(request.output_schema).encode("utf-8")}
+        """The files the argv names (output schema, instructions), on the container's /tmp (readable by node)."""
+        files: dict[str, bytes] = {}
+        if request.output_schema is not None:
+            files[schema_path(request.output_schema)] = schema_json(request.output_schema).encode("utf-8")
+        if request.system_prompt:
+            files[instructions_path(request.system_prompt)] = request.system_prompt.encode("utf-8")
+        return files
 
     def stdin_payload(self, request: InstanceRequest) -> bytes | None:
         """Prompt bytes for stdin when the argv carries ``-``; otherwise ``None`` (close stdin)."""
@@ -144,6 +159,12 @@ def schema_path(schema: dict[str, Any]) -> str:
     """Content-addressed, so a reused container never runs against another task's schema."""
     digest = hashlib.sha256(schema_json(schema).encode("utf-8")).hexdigest()[:16]
     return f"{SCHEMA_DIR}/output-schema-{digest}.json"
+
+
+def instructions_path(text: str) -> str:
+    """Content-addressed like the schema: a reused container never reads another task's instructions."""
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+    return f"{SCHEMA_DIR}/instructions-{digest}.md"
 
 
 def _codex_stdin(prompt: str) -> bool:

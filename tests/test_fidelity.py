@@ -85,3 +85,23 @@ def test_without_system_prompt_the_cli_keeps_its_own(tmp_path, repo, fidelity_im
     requests = scripted(server_requests(only_run_id(tmp_path)))
     default = CLAUDE_DEFAULT if plugin == "claude-code" else CODEX_DEFAULT
     assert requests and all(default in r["system"] for r in requests)
+
+
+def test_max_turns_stops_claude_code_with_a_timeout_error(tmp_path, repo, fidelity_image):
+    result = run_orchestrator(tmp_path, repo, "claude-code", "FIDELITY: maxturns", "--strategy", STRATEGY,
+                              "-S", "max_turns=2")
+    assert result.returncode == 1, result.stdout + result.stderr
+    run_id = only_run_id(tmp_path)
+    failed = one(events(tmp_path, run_id), "task.failed")
+    assert failed["error_type"] == "timeout", failed  # a turn budget: retrying the same budget fails the same way
+    assert len(scripted(server_requests(run_id))) == 2
+
+
+def test_max_turns_on_codex_is_refused_when_scheduled(tmp_path, repo, fidelity_image):
+    result = run_orchestrator(tmp_path, repo, "codex", "FIDELITY: maxturns", "--strategy", STRATEGY,
+                              "-S", "max_turns=2")
+    assert result.returncode != 0
+    out = result.stdout + result.stderr
+    assert "plugin codex has no turn limit: remove max_turns from the task" in out, out
+    assert "Traceback" not in out
+    assert not [e for e in events(tmp_path, only_run_id(tmp_path)) if e["type"] == "task.started"]

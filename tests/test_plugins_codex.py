@@ -230,3 +230,15 @@ def test_cost_estimate_from_pricing_table():
     assert estimate_cost("gpt-5-mini-2025", 1_000_000, 0, table) == pytest.approx(0.25)
     assert estimate_cost("o3", 10, 10, table) is None
     assert estimate_cost("gpt-5", 10, 10, None) is None
+
+
+def test_system_prompts_become_codex_settings():
+    req = request(system_prompt='You review.\n"Be strict."', append_system_prompt='Answer "yes" or no\n')
+    argv = PLUGIN.build_command(req, resume_session_id=None)
+    files = PLUGIN.container_files(req)
+    (path, body), = files.items()
+    assert body == b'You review.\n"Be strict."' and path.startswith("/tmp/orchestrator/instructions-")
+    assert argv[argv.index(f'model_instructions_file="{path}"') - 1] == "-c"
+    assert 'developer_instructions="Answer \\"yes\\" or no\\n"' in argv
+    assert PLUGIN.container_files(request()) == {}
+    assert not PLUGIN.capabilities.supports_max_turns
