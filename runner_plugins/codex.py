@@ -58,6 +58,7 @@ from .claude_code import MAX_ARG_STRLEN, prompt_via_stdin
 
 SCHEMA_DIR = "/tmp/orchestrator"
 PROVIDER = "orc"
+CLI_RETRIES = 2
 USAGE_KEYS = ("input_tokens", "cached_input_tokens", "cache_write_input_tokens", "output_tokens",
               "reasoning_output_tokens")
 
@@ -115,8 +116,12 @@ class CodexPlugin:
                 "-m", request.model]
         base_url = (auth.openai_base_url if auth else None) or request.env.get("OPENAI_BASE_URL")
         if base_url:
+            # Two retries inside the CLI, like claude-code's CLAUDE_CODE_MAX_RETRIES:
+            # by default codex retries a 401 five times (12 s here) before failing,
+            # and the runner's own backoff handles what is worth retrying.
             provider = (f'{{name="{PROVIDER}",base_url={json.dumps(base_url)},'
-                        f'env_key="OPENAI_API_KEY",wire_api="responses"}}')
+                        f'env_key="OPENAI_API_KEY",wire_api="responses",'
+                        f'request_max_retries={CLI_RETRIES},stream_max_retries={CLI_RETRIES}}}')
             argv += ["-c", f"model_provider={PROVIDER}", "-c", f"model_providers.{PROVIDER}={provider}"]
         if request.output_schema is not None:
             # The final agent message is then the JSON answer; the host validates it.

@@ -85,6 +85,7 @@ def server_requests(run_id: str) -> list[dict]:
     """What the scripted API recorded, read from the run's session volume."""
     vols = subprocess.run(["docker", "volume", "ls", "-q", "--filter", f"name=orc_home_{run_id}"], capture_output=True,
                           text=True, check=True).stdout.split()
+    vols = [v for v in vols if v.startswith(f"orc_home_{run_id}_g")]  # not run ids that extend this one
     assert len(vols) == 1, vols
     out = subprocess.run(["docker", "run", "--rm", "--network", "none", "-v", f"{vols[0]}:/h:ro", "--entrypoint",
                           "cat", FIDELITY_IMAGE, "/h/.fidelity/requests.jsonl"], capture_output=True, text=True,
@@ -101,3 +102,19 @@ def final_facts(message: str) -> dict:
     """The JSON the server appends to its final answer (what it saw in the last request)."""
     assert message.startswith("FIDELITY-DONE "), message
     return json.loads(message.split(" ", 2)[2])
+
+
+def remove_run_resources(state_dir: Path) -> None:
+    """Containers and session volumes of every run under ``state_dir`` (the tests' own runs only)."""
+    if not state_dir.exists():
+        return
+    for run in (p.name for p in state_dir.iterdir() if p.is_dir()):
+        ids = subprocess.run(["docker", "ps", "-aq", "--filter", f"label=run_id={run}"], capture_output=True,
+                             text=True).stdout.split()
+        if ids:
+            subprocess.run(["docker", "rm", "-f", *ids], capture_output=True)
+        vols = subprocess.run(["docker", "volume", "ls", "-q", "--filter", f"name=orc_home_{run}_g"],
+                              capture_output=True, text=True).stdout.split()
+        vols = [v for v in vols if v.startswith(f"orc_home_{run}_g")]
+        if vols:
+            subprocess.run(["docker", "volume", "rm", "-f", *vols], capture_output=True)

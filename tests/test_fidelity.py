@@ -18,6 +18,8 @@ from fidelity_helpers import (
     events,
     final_facts,
     one,
+    remove_run_resources,
+    runner_events,
     run_orchestrator,
     scripted,
     server_requests,
@@ -34,7 +36,8 @@ def fidelity_image():
 
 @pytest.fixture
 def repo(tmp_path):
-    return make_repo(tmp_path / "repo")
+    yield make_repo(tmp_path / "repo")
+    remove_run_resources(tmp_path / "state")
 
 
 @pytest.mark.parametrize("plugin", PLUGINS)
@@ -105,3 +108,37 @@ def test_max_turns_on_codex_is_refused_when_scheduled(tmp_path, repo, fidelity_i
     assert "plugin codex has no turn limit: remove max_turns from the task" in out, out
     assert "Traceback" not in out
     assert not [e for e in events(tmp_path, only_run_id(tmp_path)) if e["type"] == "task.started"]
+
+
+def retries_scheduled(tmp_path, run_id) -> int:
+    return sum(1 for e in runner_events(tmp_path, run_id) if e.get("event") == "runner.retry.scheduled")
+
+
+@pytest.mark.parametrize("plugin", PLUGINS)
+def test_a_429_then_success_finishes_the_work_once(tmp_path, repo, fidelity_image, plugin):
+    result = run_orchestrator(tmp_path, repo, plugin, "FIDELITY: ratelimit")
+    assert result.returncode == 0, result.stdout + result.stderr
+    run_id = only_run_id(tmp_path)
+    done = one(events(tmp_path, run_id), "task.completed")
+    assert git(repo, "log", "--format=%s", f"main..{done['artifact']['branch_final']}") == "fidelity: add notes.txt"
+    requests = server_requests(run_id)
+    assert [r["status"] for r in scripted(requests)].count(429) == 1
+    answered = [r for r in scripted(requests) if r["status"] == 200]
+    assert final_facts(done["final_message"])["served_429"] == 1
+    # Tokens are counted once: a resumed session's cumulative usage is not added twice.
+    assert done["metrics"]["tokens_in"] == 100 * len(answered)
+    assert done["metrics"]["tokens_out"] == 20 * len(answered)
+
+
+@pytest.mark.parametrize("plugin", PLUGINS)
+def test_a_401_fails_the_task_without_runner_retries(tmp_path, repo, fidelity_image, plugin):
+    result = run_orchestrator(tmp_path, repo, plugin, "FIDELITY: auth")
+    assert result.returncode == 1, result.stdout + result.stderr
+    run_id = only_run_id(tmp_path)
+    failed = one(events(tmp_path, run_id), "task.failed")
+    assert failed["error_type"] == "api", failed
+    assert retries_scheduled(tmp_path, run_id) == 0
+    statuses = [r["status"] for r in scripted(server_requests(run_id))]
+    assert statuses and set(statuses) == {401}
+    # The CLI's own retries are bounded by what the plugin sets (claude: CLAUDE_CODE_MAX_RETRIES=2).
+    assert len(statuses) <= 3, statuses

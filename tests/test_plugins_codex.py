@@ -195,7 +195,8 @@ def test_build_command_shapes():
                                   auth=AuthConfig(openai_api_key="k", openai_base_url="http://llm:8000/v1"))
     assert custom == BASE + ["-c", "model_provider=orc", "-c",
                              'model_providers.orc={name="orc",base_url="http://llm:8000/v1",'
-                             'env_key="OPENAI_API_KEY",wire_api="responses"}', "fix the bug"]
+                             'env_key="OPENAI_API_KEY",wire_api="responses",request_max_retries=2,stream_max_retries=2}',
+                             "fix the bug"]
     via_env = PLUGIN.build_command(request(env={"OPENAI_BASE_URL": "http://llm:8000/v1"}), resume_session_id=None)
     assert via_env == custom
     assert PLUGIN.build_command(request(prompt="-x"), resume_session_id=None)[-2:] == ["--", "-x"]
