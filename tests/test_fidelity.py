@@ -9,14 +9,19 @@ pointed at the server with ANTHROPIC_BASE_URL / OPENAI_BASE_URL.
 
 from __future__ import annotations
 
+import signal
+import subprocess
+
 import pytest
 
-from cli_helpers import only_run_id
+from cli_helpers import ORCH, only_run_id, run_cli, wait_for
 from conftest import REPO_ROOT, git, make_repo
 from fidelity_helpers import (
     ensure_image,
     events,
+    MODELS,
     final_facts,
+    fidelity_env,
     one,
     remove_run_resources,
     runner_events,
@@ -142,3 +147,47 @@ def test_a_401_fails_the_task_without_runner_retries(tmp_path, repo, fidelity_im
     assert statuses and set(statuses) == {401}
     # The CLI's own retries are bounded by what the plugin sets (claude: CLAUDE_CODE_MAX_RETRIES=2).
     assert len(statuses) <= 3, statuses
+
+
+@pytest.mark.parametrize("plugin", PLUGINS)
+def test_interrupted_mid_turn_then_resume_continues_the_same_session(tmp_path, repo, fidelity_image, plugin):
+    env = fidelity_env(tmp_path)
+    proc = subprocess.Popen([ORCH, "FIDELITY: interrupt", "--plugin", plugin, "--model", MODELS[plugin],
+                             "--docker-image", fidelity_image, "--no-tui"], cwd=repo, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        def stalled():
+            state = tmp_path / "state"
+            runs = [p.name for p in state.iterdir()] if state.exists() else []
+            if not runs or not (tmp_path / "logs" / runs[0] / "events.jsonl").exists():
+                return None
+            names = [e["payload"]["container_name"] for e in events(tmp_path, runs[0]) if e["type"] == "task.scheduled"]
+            probe = subprocess.run(["docker", "exec", names[0], "test", "-f", "/home/node/.fidelity/stalled"],
+                                   capture_output=True) if names else None
+            return runs[0] if probe is not None and probe.returncode == 0 else None
+
+        # the agent wrote and committed, and its next model call is in flight
+        run_id = wait_for(stalled, timeout=180, interval=0.5)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out + err
+    interrupted = one(events(tmp_path, run_id), "task.interrupted")
+    assert interrupted["session_id"]
+
+    result = run_cli(["--resume", run_id, "--no-tui"], cwd=repo, env=env, timeout=240)
+    assert result.returncode == 0, result.stdout + result.stderr
+    evs = events(tmp_path, run_id)
+    resumed = [e["payload"] for e in evs if e["type"] == "task.started"][-1]
+    assert resumed["session_id"] == interrupted["session_id"]
+    done = one(evs, "task.completed")
+    assert done["session_id"] == interrupted["session_id"]
+    assert done["artifact"].get("branch_final"), done
+    assert git(repo, "log", "--format=%s", f"main..{done['artifact']['branch_final']}").splitlines() == [
+        "fidelity: edit notes.txt", "fidelity: add notes.txt"]
+    facts = final_facts(done["final_message"])
+    # The resumed turn carried the interrupted one's history: its two tool results and the first prompt.
+    assert facts["tool_results"] == 4 and facts["user_prompts"] == 2, facts
+    answered = [r for r in scripted(server_requests(run_id)) if r["status"] == 200]
+    after = [r for r in answered if r["step"] >= 2]
+    assert 100 * len(after) <= done["metrics"]["tokens_in"] <= 100 * len(answered)
