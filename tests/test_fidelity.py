@@ -185,6 +185,7 @@ def test_interrupted_mid_turn_then_resume_continues_the_same_session(tmp_path, r
     assert done["artifact"].get("branch_final"), done
     assert git(repo, "log", "--format=%s", f"main..{done['artifact']['branch_final']}").splitlines() == [
         "fidelity: edit notes.txt", "fidelity: add notes.txt"]
+    assert git(repo, "show", f"{done['artifact']['branch_final']}:notes.txt") == "edited line"
     facts = final_facts(done["final_message"])
     # The resumed turn carried the interrupted one's history: its two tool results and the first prompt.
     assert facts["tool_results"] == 4 and facts["user_prompts"] == 2, facts

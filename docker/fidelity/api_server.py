@@ -144,13 +144,15 @@ def plan(req: dict[str, Any], kind: str) -> tuple[int, Any]:
     if actions is None:
         return 200, f"unknown fidelity script {name!r}"
     step = count_tool_results(req, kind)
-    while step < len(actions) and actions[step][0] == "stall":
+    stall = next((i for i, a in enumerate(actions) if a[0] == "stall"), None)
+    if stall is not None:
         marker = STATE / "stalled"
-        if not marker.exists():
+        if marker.exists():  # resumed: the stall is behind us
+            actions = actions[:stall] + actions[stall + 1:]
+        elif step == stall:
             marker.write_text(str(time.time()))
-            time.sleep(600)  # the test interrupts the run while this turn waits
+            time.sleep(600)  # the test interrupts the run while this model call waits
             return 500, None
-        actions = actions[:step] + actions[step + 1:]  # resumed: the stall is behind us
     if step < len(actions):
         return 200, actions[step]
     return 200, f"FIDELITY-DONE {name} {facts(req, kind)}"
