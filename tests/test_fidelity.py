@@ -9,6 +9,7 @@ pointed at the server with ANTHROPIC_BASE_URL / OPENAI_BASE_URL.
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 
@@ -116,7 +117,7 @@ def test_max_turns_on_codex_is_refused_when_scheduled(tmp_path, repo, fidelity_i
 
 
 def retries_scheduled(tmp_path, run_id) -> int:
-    return sum(1 for e in runner_events(tmp_path, run_id) if e.get("event") == "runner.retry.scheduled")
+    return sum(1 for e in runner_events(tmp_path, run_id) if e.get("message") == "runner.retry.scheduled")
 
 
 @pytest.mark.parametrize("plugin", PLUGINS)
@@ -192,3 +193,20 @@ def test_interrupted_mid_turn_then_resume_continues_the_same_session(tmp_path, r
     answered = [r for r in scripted(server_requests(run_id)) if r["status"] == 200]
     after = [r for r in answered if r["step"] >= 2]
     assert 100 * len(after) <= done["metrics"]["tokens_in"] <= 100 * len(answered)
+
+
+SCHEMA = {"type": "object", "properties": {"score": {"type": "integer"}, "verdict": {"type": "string"}},
+          "required": ["score", "verdict"], "additionalProperties": False}
+
+
+@pytest.mark.parametrize("plugin", PLUGINS)
+@pytest.mark.parametrize("script", ["structured", "structured-repair"])
+def test_structured_output_comes_back_validated(tmp_path, repo, fidelity_image, plugin, script):
+    result = run_orchestrator(tmp_path, repo, plugin, f"FIDELITY: {script}", "--strategy", STRATEGY,
+                              "-S", f"output_schema={json.dumps(SCHEMA)}")
+    assert result.returncode == 0, result.stdout + result.stderr
+    run_id = only_run_id(tmp_path)
+    done = one(events(tmp_path, run_id), "task.completed")
+    assert done["output"] == {"score": 7, "verdict": "ship it"}
+    repairs = [e for e in runner_events(tmp_path, run_id) if e.get("message") == "runner.output.invalid"]
+    assert len(repairs) == (1 if script == "structured-repair" else 0)

@@ -48,7 +48,12 @@ SCRIPTS: dict[str, list[tuple]] = {
     "interrupt": [WRITE, ("bash", COMMIT_1), ("stall",), EDIT, ("bash", COMMIT_2)],
     "maxturns": [("bash", f"echo turn {i}") for i in range(6)],
     "prompts": [],
+    "structured": [],
+    "structured-repair": [],
 }
+# The answer the "structured" scripts give (the tests' schema: score and verdict).
+GOOD_ANSWER = {"score": 7, "verdict": "ship it"}
+BAD_ANSWER = {"score": "seven"}
 
 
 def facts(req: dict[str, Any], kind: str) -> str:
@@ -153,15 +158,57 @@ def plan(req: dict[str, Any], kind: str) -> tuple[int, Any]:
             marker.write_text(str(time.time()))
             time.sleep(600)  # the test interrupts the run while this model call waits
             return 500, None
+    if name.startswith("structured"):
+        return 200, structured_answer(req, kind, repair=name == "structured-repair")
     if step < len(actions):
         return 200, actions[step]
     return 200, f"FIDELITY-DONE {name} {facts(req, kind)}"
+
+
+def structured_answer(req: dict[str, Any], kind: str, *, repair: bool) -> Any:
+    """The answer to a schema-bound task: Claude Code's StructuredOutput tool, Codex's final JSON text.
+
+    With ``repair`` the answer breaks the schema until the host's repair
+    prompt is in the conversation.
+    """
+    answer = BAD_ANSWER if repair and count_repairs(req, kind) == 0 else GOOD_ANSWER
+    if kind == "openai":
+        return json.dumps(answer)
+    if "StructuredOutput" not in tool_names(req):
+        return "no StructuredOutput tool in the request"
+    if tool_results_since_prompt(req):
+        return "done"  # the tool was called for the latest prompt: close the turn
+    return ("tool", "StructuredOutput", answer)
+
+
+def count_repairs(req: dict[str, Any], kind: str) -> int:
+    """User messages carrying the host's repair prompt."""
+    items = req.get("messages") if kind == "anthropic" else req.get("input")
+    return sum(1 for m in items or [] if isinstance(m, dict) and m.get("role") == "user"
+               and "does not match the required JSON schema" in text_of(m.get("content")))
+
+
+def tool_results_since_prompt(req: dict[str, Any]) -> int:
+    """Tool results after the last user message that is a prompt (not only tool results)."""
+    count = 0
+    for m in reversed(req.get("messages") or []):
+        if m.get("role") != "user":
+            continue
+        blocks = m.get("content") if isinstance(m.get("content"), list) else [m.get("content")]
+        results = sum(1 for b in blocks if isinstance(b, dict) and b.get("type") == "tool_result")
+        if results:
+            count += results
+        else:
+            return count
+    return count
 
 
 # -- Anthropic Messages API ----------------------------------------------------------
 
 
 def anthropic_tool(action: tuple) -> tuple[str, dict[str, Any]]:
+    if action[0] == "tool":
+        return action[1], action[2]
     if action[0] == "write":
         return "Write", {"file_path": f"/workspace/{action[1]}", "content": action[2]}
     if action[0] == "edit":
