@@ -208,5 +208,15 @@ def test_structured_output_comes_back_validated(tmp_path, repo, fidelity_image, 
     run_id = only_run_id(tmp_path)
     done = one(events(tmp_path, run_id), "task.completed")
     assert done["output"] == {"score": 7, "verdict": "ship it"}
-    repairs = [e for e in runner_events(tmp_path, run_id) if e.get("message") == "runner.output.invalid"]
+    log = runner_events(tmp_path, run_id)
+    repairs = [e for e in log if e.get("message") == "runner.output.invalid"]
     assert len(repairs) == (1 if script == "structured-repair" else 0)
+    # The repair turn resumes the session, whose usage (and Claude Code's cost)
+    # the CLI reports cumulatively: each model call is counted once.
+    answered = [r for r in scripted(server_requests(run_id)) if r["status"] == 200]
+    assert done["metrics"]["tokens_in"] == 100 * len(answered)
+    assert done["metrics"]["tokens_out"] == 20 * len(answered)
+    if plugin == "claude-code":
+        totals = [e["data"]["total_cost_usd"] for e in log if e.get("message") == "runner.result"]
+        assert len(totals) == len(repairs) + 1
+        assert done["metrics"]["cost_usd"] == pytest.approx(totals[-1])
