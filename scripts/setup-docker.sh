@@ -8,8 +8,10 @@
 #      local orchestrator-base:bookworm, else pull debian:bookworm-slim, else
 #      build orchestrator-base:bookworm with debootstrap (root only)
 #   4. copy the host's extra CA certificates into docker/extra-ca/
-#   5. build `claude-code` (Dockerfile) and `orchestrator-test-agent`
-#      (docker/Dockerfile.test-agent), each skipped when the existing image
+#   5. build `claude-code` (Dockerfile), `orchestrator-test-agent`
+#      (docker/Dockerfile.test-agent) and `orchestrator-fidelity`
+#      (docker/Dockerfile.fidelity: the real CLIs behind a scripted local API,
+#      for tests/test_fidelity.py), each skipped when the existing image
 #      carries a label with the sha256 of its inputs
 #
 # Environment:
@@ -19,11 +21,13 @@
 #   EXTRA_CA_SOURCE     dir whose *.crt are copied in (default /usr/local/share/ca-certificates)
 #   FORCE_REBUILD=1     rebuild images even when the labels match
 #   VERBOSE=1           stream `docker build` output instead of logging to a file
-#   SKIP_TEST_IMAGE=1   do not build the test agent image
+#   SKIP_TEST_IMAGE=1   do not build the test agent and fidelity images
+#   FIDELITY_IMAGE_NAME fidelity test image name (default orchestrator-fidelity)
 set -Eeuo pipefail
 
 IMAGE_NAME="${IMAGE_NAME:-claude-code}"
 TEST_IMAGE_NAME="${TEST_IMAGE_NAME:-orchestrator-test-agent}"
+FIDELITY_IMAGE_NAME="${FIDELITY_IMAGE_NAME:-orchestrator-fidelity}"
 LOCAL_BASE="orchestrator-base:bookworm"
 UPSTREAM_BASE="debian:bookworm-slim"
 LABEL_KEY="org.orchestrator.inputs-sha256"
@@ -183,6 +187,9 @@ mkdir -p "$CTX/docker/extra-ca"
 cp "$REPO_ROOT/Dockerfile" "$CTX/Dockerfile"
 cp "$REPO_ROOT/docker/sim-agent.py" "$CTX/docker/sim-agent.py"
 cp "$REPO_ROOT/docker/Dockerfile.test-agent" "$CTX/docker/Dockerfile.test-agent"
+cp "$REPO_ROOT/docker/Dockerfile.fidelity" "$CTX/docker/Dockerfile.fidelity"
+mkdir -p "$CTX/docker/fidelity"
+cp "$REPO_ROOT/docker/fidelity/api_server.py" "$REPO_ROOT/docker/fidelity/ensure_server.py" "$CTX/docker/fidelity/"
 find "$CA_DEST" -maxdepth 1 -type f -name '*.crt' -exec cp {} "$CTX/docker/extra-ca/" \;
 touch "$CTX/docker/extra-ca/.gitkeep"
 
@@ -238,10 +245,14 @@ build_image "$IMAGE_NAME" Dockerfile "$product_hash" --build-arg "BASE_IMAGE=$BA
 if [ -z "${SKIP_TEST_IMAGE:-}" ]; then
     test_hash="$(inputs_hash "$(image_id "$IMAGE_NAME")" docker/Dockerfile.test-agent docker/sim-agent.py)"
     build_image "$TEST_IMAGE_NAME" docker/Dockerfile.test-agent "$test_hash" --build-arg "BASE=$IMAGE_NAME"
+    # Same hash as tests/fidelity_helpers.py computes, so the tests reuse this build.
+    fidelity_hash="$(inputs_hash "$(image_id "$IMAGE_NAME")" docker/Dockerfile.fidelity docker/fidelity/api_server.py \
+        docker/fidelity/ensure_server.py)"
+    build_image "$FIDELITY_IMAGE_NAME" docker/Dockerfile.fidelity "$fidelity_hash" --build-arg "BASE=$IMAGE_NAME"
 fi
 
 # ---------------------------------------------------------------- smoke check
 if ! docker run --rm --user node "$IMAGE_NAME" sh -c 'command -v claude >/dev/null && command -v codex >/dev/null && command -v orchestrator-sim-agent >/dev/null' >/dev/null 2>&1; then
     die "$IMAGE_NAME does not have claude, codex and orchestrator-sim-agent on PATH"
 fi
-say "done: images $IMAGE_NAME${SKIP_TEST_IMAGE:+}$([ -z "${SKIP_TEST_IMAGE:-}" ] && echo " and $TEST_IMAGE_NAME") ready (base $BASE_IMAGE)"
+say "done: images $IMAGE_NAME${SKIP_TEST_IMAGE:+}$([ -z "${SKIP_TEST_IMAGE:-}" ] && echo ", $TEST_IMAGE_NAME and $FIDELITY_IMAGE_NAME") ready (base $BASE_IMAGE)"
