@@ -44,6 +44,7 @@ EDIT = ("edit", "notes.txt", "first line", "edited line")
 SCRIPTS: dict[str, list[tuple]] = {
     "success": [WRITE, ("bash", COMMIT_1), EDIT, ("bash", COMMIT_2)],
     "ratelimit": [WRITE, ("bash", COMMIT_1)],
+    "ratelimit-always": [],
     "auth": [WRITE],
     "interrupt": [WRITE, ("bash", COMMIT_1), ("stall",), EDIT, ("bash", COMMIT_2)],
     "maxturns": [("bash", f"echo turn {i}") for i in range(6)],
@@ -142,6 +143,9 @@ def plan(req: dict[str, Any], kind: str) -> tuple[int, Any]:
         return 200, "ok"
     if name == "auth":
         return 401, None
+    if name == "ratelimit-always":
+        counter("429", 1)
+        return 429, None
     if name == "ratelimit" and counter("429") < 1:
         counter("429", 1)
         return 429, None
