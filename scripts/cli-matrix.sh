@@ -41,6 +41,9 @@ build_pair() {
     ctx="$(mktemp -d /tmp/orchestrator-matrix-ctx.XXXXXX)"
     cp "$REPO_ROOT/Dockerfile" "$ctx/"
     cp -r "$REPO_ROOT/docker" "$ctx/docker"
+    # The host's extra CA certificates (an intercepting proxy's), as setup-docker.sh does.
+    find "${EXTRA_CA_SOURCE:-/usr/local/share/ca-certificates}" -type f -name '*.crt' \
+        -exec cp {} "$ctx/docker/extra-ca/" \; 2>/dev/null || true
     log="$OUT/build-$3.log"
     log="${log//:/_}"
     echo "cli-matrix: building $3 (claude-code@$1, codex@$2; log $log)" >&2
