@@ -50,14 +50,16 @@ RUN if ! getent group 1000 >/dev/null; then groupadd -g 1000 node; fi \
  && git config --system init.defaultBranch main
 
 # 5. Small, frequently changing files last. The simulated agent runs from a
-#    module byte-compiled here: the root filesystem is read-only at run time, so
-#    Python could not cache it, and compiling it would cost every run ~9 ms.
+#    package byte-compiled here (a checkout's __pycache__ is dropped first): the
+#    root filesystem is read-only at run time, so Python could not cache it, and
+#    compiling it would cost every run ~9 ms.
 #    `-S`: it needs nothing outside the standard library.
-COPY docker/sim-agent.py /usr/local/lib/orchestrator-sim-agent/sim_agent.py
-RUN python3 -m compileall -q /usr/local/lib/orchestrator-sim-agent \
+COPY docker/sim_agent /usr/local/lib/orchestrator-sim-agent/sim_agent
+RUN rm -rf /usr/local/lib/orchestrator-sim-agent/sim_agent/__pycache__ \
+ && python3 -m compileall -q /usr/local/lib/orchestrator-sim-agent \
  && printf '%s\n' '#!/usr/bin/python3 -S' 'import sys' \
         'sys.path.insert(0, "/usr/local/lib/orchestrator-sim-agent")' \
-        'from sim_agent import entry' 'entry()' > /usr/local/bin/orchestrator-sim-agent \
+        'from sim_agent.main import entry' 'entry()' > /usr/local/bin/orchestrator-sim-agent \
  && chmod 0755 /usr/local/bin/orchestrator-sim-agent
 
 USER node

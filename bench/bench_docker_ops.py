@@ -48,7 +48,7 @@ def measure(label: str, fn, n: int) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=20)
-    ap.add_argument("--image", default="orchestrator-test-agent")
+    ap.add_argument("--image", default=os.environ.get("ORCHESTRATOR_TEST_IMAGE", "orchestrator-test-agent"))
     args = ap.parse_args()
     n, tag = args.n, "bench_ops_" + uuid.uuid4().hex[:8]
     api = docker.from_env(max_pool_size=32).api

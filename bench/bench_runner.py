@@ -146,7 +146,7 @@ async def bench(args) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--image", default="orchestrator-test-agent")
+    p.add_argument("--image", default=os.environ.get("ORCHESTRATOR_TEST_IMAGE", "orchestrator-test-agent"))
     p.add_argument("--parallel", type=int, default=20)
     p.add_argument("--repeat", type=int, default=5)
     args = p.parse_args()

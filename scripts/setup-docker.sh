@@ -185,7 +185,8 @@ cleanup() { rm -rf "$CTX"; }
 trap cleanup EXIT
 mkdir -p "$CTX/docker/extra-ca"
 cp "$REPO_ROOT/Dockerfile" "$CTX/Dockerfile"
-cp "$REPO_ROOT/docker/sim-agent.py" "$CTX/docker/sim-agent.py"
+mkdir -p "$CTX/docker/sim_agent"
+cp "$REPO_ROOT"/docker/sim_agent/*.py "$CTX/docker/sim_agent/"
 cp "$REPO_ROOT/docker/Dockerfile.test-agent" "$CTX/docker/Dockerfile.test-agent"
 cp "$REPO_ROOT/docker/Dockerfile.fidelity" "$CTX/docker/Dockerfile.fidelity"
 mkdir -p "$CTX/docker/fidelity"
@@ -235,15 +236,19 @@ build_image() {
     say "built $name in $(( $(date +%s) - t0 )) s"
 }
 
+sim_files=()
+while IFS= read -r -d '' f; do sim_files+=("docker/sim_agent/$(basename "$f")"); done \
+    < <(find "$CTX/docker/sim_agent" -maxdepth 1 -type f -name '*.py' -print0 | sort -z)
+
 ca_files=()
 while IFS= read -r -d '' f; do ca_files+=("docker/extra-ca/$(basename "$f")"); done \
     < <(find "$CTX/docker/extra-ca" -maxdepth 1 -type f -name '*.crt' -print0 | sort -z)
 
-product_hash="$(inputs_hash "$BASE_ID" Dockerfile docker/sim-agent.py "${ca_files[@]}")"
+product_hash="$(inputs_hash "$BASE_ID" Dockerfile "${sim_files[@]}" "${ca_files[@]}")"
 build_image "$IMAGE_NAME" Dockerfile "$product_hash" --build-arg "BASE_IMAGE=$BASE_IMAGE"
 
 if [ -z "${SKIP_TEST_IMAGE:-}" ]; then
-    test_hash="$(inputs_hash "$(image_id "$IMAGE_NAME")" docker/Dockerfile.test-agent docker/sim-agent.py)"
+    test_hash="$(inputs_hash "$(image_id "$IMAGE_NAME")" docker/Dockerfile.test-agent "${sim_files[@]}")"
     build_image "$TEST_IMAGE_NAME" docker/Dockerfile.test-agent "$test_hash" --build-arg "BASE=$IMAGE_NAME"
     # Same hash as tests/fidelity_helpers.py computes, so the tests reuse this build.
     fidelity_hash="$(inputs_hash "$(image_id "$IMAGE_NAME")" docker/Dockerfile.fidelity docker/fidelity/api_server.py \

@@ -1,10 +1,16 @@
 """Asking an agent for JSON, with exactly one repair attempt.
 
-Agents wrap JSON in prose or code fences. :func:`extract_json` finds the last
-JSON object or array in a message; :func:`ask_json` runs a read-only task,
-validates what it returned and, when that is not valid, runs one more task with
-a stricter prompt. Whatever still does not validate is ``None``: callers
-exclude it, they never coerce it.
+On a plugin that can enforce a JSON Schema (claude-code, codex) the task
+carries ``output_schema``: the CLI answers in that shape, the runner validates
+it (with its own repair turn in the same session) and the answer arrives as
+``result["output"]``. On a plugin that cannot (``command``) the schema is left
+out and the answer is read from free text: agents wrap JSON in prose or code
+fences, and :func:`extract_json` finds the last JSON object or array in a
+message.
+
+Either way :func:`ask_json` validates what came back and, when that is not
+valid, runs one more task with a stricter prompt. Whatever still does not
+validate is ``None``: callers exclude it, they never coerce it.
 """
 
 from __future__ import annotations
@@ -65,8 +71,27 @@ def score_of(data: Any, *, low: float = 0, high: float = 10) -> dict[str, Any] |
     return {"score": float(score), "rationale": str(data.get("rationale", ""))}
 
 
-async def ask_json(ctx, task: dict[str, Any], key_parts: tuple, validate: Callable[[Any], T | None]) -> T | None:
-    """Run ``task`` (keys ``<key_parts>/attempt-1`` and ``attempt-2``) until its answer validates."""
+def with_schema(ctx, task: dict[str, Any], schema: dict[str, Any] | None) -> dict[str, Any]:
+    """``task`` with ``output_schema`` when its plugin can enforce one, else unchanged."""
+    if schema is None or not ctx.supports_output_schema(task.get("plugin_name") or task.get("plugin")):
+        return task
+    return dict(task, output_schema=schema)
+
+
+def answer_of(result: dict[str, Any]) -> Any:
+    """The task's JSON answer: the validated ``output`` when it had a schema, else parsed from its message."""
+    output = result.get("output")
+    return output if output is not None else extract_json(result.get("final_message"))
+
+
+async def ask_json(ctx, task: dict[str, Any], key_parts: tuple, validate: Callable[[Any], T | None],
+                   schema: dict[str, Any] | None = None) -> T | None:
+    """Run ``task`` (keys ``<key_parts>/attempt-1`` and ``attempt-2``) until its answer validates.
+
+    ``schema`` (see ``strategies/schemas.py``) becomes the task's ``output_schema``
+    where the plugin supports it.
+    """
+    task = with_schema(ctx, task, schema)
     for attempt in (1, 2):
         prompt = task["prompt"] if attempt == 1 else STRICT_PREFIX + task["prompt"]
         handle = ctx.run(dict(task, prompt=prompt), key=ctx.key(*key_parts, f"attempt-{attempt}"))
@@ -74,7 +99,7 @@ async def ask_json(ctx, task: dict[str, Any], key_parts: tuple, validate: Callab
             result = await ctx.wait(handle)
         except ctx.errors.TaskFailed:
             return None  # a failed review is unusable, not unparsable: no repair
-        value = validate(extract_json(result["final_message"]))
+        value = validate(answer_of(result))
         if value is not None:
             return value
     return None

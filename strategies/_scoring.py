@@ -1,6 +1,7 @@
 """Shared pieces of the selecting built-ins: scoring with one repair, picking, output files.
 
-Scoring asks a read-only reviewer for ``{score: 0..10, rationale}``. When the
+Scoring asks a read-only reviewer for ``{score: 0..10, rationale}`` (as
+``output_schema`` where the plugin supports it, see ``strategies/_json.py``). When the
 answer does not validate, exactly one more reviewer runs with a stricter prompt
 that also quotes the previous answer (a model fixes its own output better when
 it sees it). What still does not validate is excluded, never coerced.
@@ -20,7 +21,8 @@ from typing import Any
 
 import anyio
 
-from ._json import STRICT_PREFIX, extract_json, score_of
+from . import schemas
+from ._json import STRICT_PREFIX, answer_of, score_of, with_schema
 
 SCORE_SCHEMA = '{"score": <number from 0 to 10>, "rationale": "<one short paragraph>"}'
 PREVIOUS_ANSWER_CHARS = 2000
@@ -53,13 +55,14 @@ async def score_with_repair(ctx, task: dict[str, Any], key_parts: tuple) -> dict
         if attempt == 2:
             prompt = (STRICT_PREFIX + prompt + "\n\nYour previous answer, which was not valid, was:\n"
                       + tail(previous, PREVIOUS_ANSWER_CHARS))
-        handle = ctx.run(dict(task, prompt=prompt), key=ctx.key(*key_parts, f"attempt-{attempt}"))
+        handle = ctx.run(with_schema(ctx, dict(task, prompt=prompt), schemas.SCORE),
+                         key=ctx.key(*key_parts, f"attempt-{attempt}"))
         try:
             result = await ctx.wait(handle)
         except ctx.errors.TaskFailed as exc:
             return {"score": None, "attempts": attempt, "error": f"reviewer failed ({exc.error_type}): {exc.message}"}
         previous = result["final_message"] or ""
-        value = score_of(extract_json(previous))
+        value = score_of(answer_of(result))
         if value is not None:
             return {**value, "attempts": attempt}
     return {"score": None, "attempts": 2, "error": "reviewer answer was not valid {score, rationale} JSON twice"}

@@ -20,6 +20,7 @@ from typing import Annotated, Any
 from orchestrator.errors import ConfigError
 from orchestrator.strategy_loader import strategy_options
 
+from . import schemas
 from ._json import ask_json, score_of
 from ._scoring import DEFAULT_CRITERIA, MESSAGE_CHARS, branch_of, tail, write_output
 
@@ -78,7 +79,7 @@ async def iterative(prompt, base_branch, ctx, *,
             review["include_branches"] = [base_branch]
         if reviewer_model:
             review["model"] = reviewer_model
-        verdict = await ask_json(ctx, review, ("review", f"iter-{n}"), feedback_of)
+        verdict = await ask_json(ctx, review, ("review", f"iter-{n}"), feedback_of, schemas.FEEDBACK)
         if verdict is None:
             stopped = f"review {n} was unusable (failed or not valid JSON twice)"
             history.append({"step": f"review/iter-{n}", "score": None})

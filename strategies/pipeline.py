@@ -34,6 +34,7 @@ from typing import Any
 
 import msgspec
 
+from . import schemas
 from ._json import ask_json
 from .evaluation import Evaluation, ScoringConfig, compare, evaluation_from_task, to_json
 
@@ -216,7 +217,8 @@ async def run_idea(ctx, idea: Idea, *, goal: str, base_branch: str, key_prefix: 
         if not cfg.review:
             break
         review = await ask_json(ctx, {"prompt": review_prompt(goal, idea, plan, diff, n), "base_branch": branch,
-                                      "import_policy": "never"}, (*prefix, "review", f"round-{n}"), parse_review)
+                                      "import_policy": "never"}, (*prefix, "review", f"round-{n}"), parse_review,
+                              schemas.VERDICT)
         if review is None:
             _write(out_dir, f"review_round_{n}.md", "# Review: invalid\n\nNo valid verdict after one repair attempt.\n")
             return finish("review_invalid", f"round {n}: the review was not valid JSON after one repair attempt")

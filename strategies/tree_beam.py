@@ -35,6 +35,7 @@ import msgspec
 from orchestrator.errors import ConfigError
 from orchestrator.strategy_loader import strategy_options
 
+from . import schemas
 from ._json import ask_json
 from .evaluation import (
     Comparison,
@@ -292,7 +293,7 @@ async def tree_beam(prompt, base_branch, ctx, *,
                                               context_pack(tree, node, diffstat, ideas_context)),
                     "base_branch": node["branch"], "import_policy": "never"}
             generated[node_id] = await ask_json(ctx, task, (node_id, "ideas"),
-                                                lambda d: parse_ideas(d, ideas_per_node))
+                                                lambda d: parse_ideas(d, ideas_per_node), schemas.ideas(ideas_per_node))
 
         async with anyio.create_task_group() as tg:
             for node_id in frontier:

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-TEST_IMAGE = "orchestrator-test-agent"
+# Override to run the suite against another build, e.g. ORCHESTRATOR_TEST_IMAGE=orchestrator-test-agent:dev
+TEST_IMAGE = os.environ.get("ORCHESTRATOR_TEST_IMAGE", "orchestrator-test-agent")
 sys.path.insert(0, str(Path(__file__).parent))
 
 

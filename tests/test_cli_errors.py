@@ -8,9 +8,9 @@ import textwrap
 import pytest
 
 from cli_helpers import cli_env, run_cli
-from conftest import make_repo
+from conftest import TEST_IMAGE, make_repo
 
-IMG = ["--docker-image", "orchestrator-test-agent"]
+IMG = ["--docker-image", TEST_IMAGE]
 
 
 @pytest.fixture

@@ -29,7 +29,7 @@ from orchestrator.runner import (
 from orchestrator.runner import git_ops
 from orchestrator.sanitize import Sanitizer
 
-IMAGE = "orchestrator-test-agent"
+from conftest import TEST_IMAGE as IMAGE  # noqa: E402
 SECRET = "plantedSecretValue-7f3a9c41d2"
 
 

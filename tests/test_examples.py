@@ -16,6 +16,7 @@ from engine_helpers import make_config, run_engine
 from orchestrator.engine.engine import Engine
 from orchestrator.engine.testing import ScriptedRunner, failure, success
 from orchestrator.eventlog import read_events
+from orchestrator.fingerprint import TaskDefaults
 from orchestrator.runner.docker_containers import list_containers, remove_containers, remove_run_volumes
 from orchestrator.strategy_loader import load_strategy, parse_params
 
@@ -29,7 +30,8 @@ def example(name):
 
 def test_every_example_loads_through_the_cli_loader():
     names = sorted(p.name for p in EXAMPLES.glob("*.py"))
-    assert names == ["parallel_then_judge.py", "retry_until_tests_pass.py", "seeded_fan_out.py"]
+    assert names == ["parallel_then_judge.py", "plan_then_fan_out.py", "retry_until_tests_pass.py",
+                     "seeded_fan_out.py"]
     for name in names:
         loaded = example(name)
         assert loaded.name == name.removesuffix(".py")
@@ -163,6 +165,42 @@ async def test_seeded_fan_out_draws_with_ctx_rand_and_replays_the_same_draw(tmp_
         Counter({k: 1 for k in state.tasks})
 
 
+# ------------------------------------------------------------------ plan-then-fan-out (output_schema)
+
+
+async def test_plan_then_fan_out_reads_the_validated_output(tmp_path):
+    import jsonschema
+
+    fn = example("plan_then_fan_out.py").fn
+    plan = {"steps": [{"title": "parse", "instructions": "validate flags"},
+                      {"title": "report", "instructions": "print errors"}]}
+
+    def script(req):
+        if req.task_key.endswith("/plan"):
+            assert req.import_policy == "never" and req.output_schema["properties"]["steps"]["maxItems"] == 2
+            jsonschema.validate(plan, req.output_schema)
+            return success(req, final_message="{}", has_changes=False, output=plan)
+        assert req.output_schema is None
+        return success(req)
+
+    engine, state = await run_engine(tmp_path, fn, ScriptedRunner(script), params={"max_steps": 2})
+    result = state.strategies["s1"].result
+    assert [s["title"] for s in result["steps"]] == ["parse", "report"] and result["failed"] == []
+    assert all(s["branch"] for s in result["steps"])
+    # the output is recorded in the log: a replay hands the strategy the same object
+    (done,) = [e for e in read_events(engine.paths.events) if e.type == "task.completed" and e.key.endswith("/plan")]
+    assert done.payload["output"] == plan
+    assert "output_schema" in state.tasks["run_t/s1/plan"].input
+
+
+async def test_plan_then_fan_out_refuses_the_command_plugin(tmp_path):
+    fn = example("plan_then_fan_out.py").fn
+    engine = Engine(make_config(tmp_path, defaults=TaskDefaults(plugin_name="command")), ScriptedRunner())
+    await engine.run(fn, prompt="x", params={})
+    s1 = engine.state.strategies["s1"]
+    assert s1.status == "failed" and "needs an agent plugin" in s1.error
+
+
 # ------------------------------------------------------------------ through Docker
 
 
@@ -206,3 +244,17 @@ async def test_retry_until_tests_pass_through_docker(tmp_path, git_repo, workspa
     sessions = {e.key.split("/s1/")[1]: e.payload["session_id"] for e in events if e.type == "task.completed"}
     assert sessions["attempt/1"] == sessions["attempt/2"]  # the fix resumed the agent's session
     assert json.dumps(s1.result)  # recorded as JSON in strategy.completed
+
+
+@pytest.mark.docker
+async def test_plan_then_fan_out_through_docker(tmp_path, git_repo, workspace_root, rid):
+    # The sim agent answers the planner's schema with an instance of it: 3 distinct steps.
+    fn = example("plan_then_fan_out.py").fn
+    engine = await run_with_docker(tmp_path, git_repo, fn, run_id=rid, prompt="add input validation",
+                                   params={"max_steps": 3})
+    s1 = engine.state.strategies["s1"]
+    assert s1.status == "success", s1.error
+    steps = s1.result["steps"]
+    assert len(steps) == 3 and len({s["title"] for s in steps}) == 3 and s1.result["failed"] == []
+    for s in steps:
+        assert git(git_repo, "rev-parse", "--verify", s["branch"])

@@ -35,7 +35,8 @@ IDEAS = {
     "d_broken.md": "Break the build\nSIM[coder]: write broken.txt 1\nSIM[coder]: commit broken",
     "e_stubborn.md": ("Unsafe change\nSIM[coder]: write fast.txt 1\nSIM[coder]: commit unsafe\n"
                       'SIM[reviewer]: print-json {"verdict":"REJECT","issues":["unsafe"]}'),
-    "f_garbage.md": "Confusing change\nSIM[coder]: write fast.txt 1\nSIM[coder]: commit x\nSIM[reviewer]: print I like it",
+    # answers in prose, also in the runner's repair turn: the review task fails with output_invalid
+    "f_garbage.md": "Confusing change\nSIM[coder]: write fast.txt 1\nSIM[coder]: commit x\nSIM[reviewer]: bad-output",
 }
 
 
@@ -83,5 +84,7 @@ async def test_review_loop_end_to_end(tmp_path, workspace_root):
     assert "exit" in out["04-d-broken"]["tests"]["log_tail"].lower() or out["04-d-broken"]["tests"]["error_type"] == "command"
     for idea in ("05-e-stubborn", "06-f-garbage"):
         assert not any(k.startswith(f"run_d/s1/idea/{idea}/") and k.endswith(("/tests", "/eval")) for k in tasks)
-    assert "run_d/s1/idea/06-f-garbage/review/round-1/attempt-2" in tasks
+    garbage_review = tasks["run_d/s1/idea/06-f-garbage/review/round-1/attempt-1"]
+    assert garbage_review.error_type == "output_invalid"
+    assert "run_d/s1/idea/06-f-garbage/review/round-1/attempt-2" not in tasks  # a failed review is not re-asked
     assert (engine.paths.results / "strategy_output" / "ideas.md").read_text().startswith("# review-loop")

@@ -1,4 +1,4 @@
-"""Tests of the simulated agent (docker/sim-agent.py).
+"""Tests of the simulated agent (the docker/sim_agent package).
 
 Most run the script directly on the host with python3; the one marked
 ``docker`` runs it inside the orchestrator-test-agent image as ``claude``.
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SIM = REPO / "docker" / "sim-agent.py"
+SIM = REPO / "docker" / "sim_agent"  # the package, run as `python3 docker/sim_agent`
 CLAUDE_FLAGS = ["--output-format", "stream-json", "--verbose", "--model", "sonnet", "--permission-mode", "bypassPermissions"]
 CODEX_FLAGS = ["--json", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox",
                "-c", "analytics.enabled=false", "-m", "gpt-5"]
@@ -147,7 +147,7 @@ def test_claude_default_run_shapes_and_commit(repo: Path, home: Path) -> None:
 
     [ex] = executions(home)
     assert ex["session_id"] == init["session_id"] and ex["resumed"] is False
-    assert ex["prompt_sha256"] == h and ex["argv0"] == "sim-agent.py" and "ts" in ex
+    assert ex["prompt_sha256"] == h and ex["argv0"] == "sim_agent" and "ts" in ex
 
 
 def test_claude_deterministic_except_session_id(repo: Path, home: Path, tmp_path: Path) -> None:
@@ -405,8 +405,10 @@ def _image_present(name: str) -> bool:
 
 @pytest.mark.docker
 def test_sim_agent_inside_test_image() -> None:
-    if not _image_present("orchestrator-test-agent"):
-        pytest.skip("orchestrator-test-agent image missing (run scripts/setup-docker.sh)")
+    from conftest import TEST_IMAGE
+
+    if not _image_present(TEST_IMAGE):
+        pytest.skip(f"{TEST_IMAGE} image missing (run scripts/setup-docker.sh)")
     script = (
         "set -e; cd /tmp && git init -q -b main ws && cd ws && "
         "git -c user.name=t -c user.email=t@t commit -q --allow-empty -m init && "
@@ -416,7 +418,7 @@ def test_sim_agent_inside_test_image() -> None:
         "readlink -f \"$(command -v claude)\" >&2 && tail -n1 ~/.sim-agent/executions.jsonl >&2"
     )
     prompt = "SIM: write hello.txt hi\nSIM: commit add hello\nSIM: print done in docker"
-    p = subprocess.run(["docker", "run", "--rm", "--user", "node", "orchestrator-test-agent", "sh", "-c", script,
+    p = subprocess.run(["docker", "run", "--rm", "--user", "node", TEST_IMAGE, "sh", "-c", script,
                         "sh", prompt], capture_output=True, timeout=120)
     assert p.returncode == 0, p.stderr.decode()
     events = [json.loads(x) for x in p.stdout.splitlines() if x.strip()]
@@ -427,3 +429,82 @@ def test_sim_agent_inside_test_image() -> None:
     assert "/usr/local/bin/orchestrator-sim-agent" in err
     rec = json.loads(err[-1])
     assert rec["task_key"] == "dock" and rec["argv0"] == "claude"
+
+
+# ----------------------------------------------------------------- output schemas
+
+IDEAS_SCHEMA = {
+    "type": "object",
+    "properties": {"ideas": {"type": "array", "minItems": 4, "maxItems": 4, "items": {
+        "type": "object", "properties": {"title": {"type": "string", "minLength": 3},
+                                         "description": {"type": "string"}},
+        "required": ["title", "description"], "additionalProperties": False}}},
+    "required": ["ideas"], "additionalProperties": False,
+}
+SCORE_SCHEMA = {"type": "object", "properties": {"score": {"type": "number", "minimum": 0, "maximum": 10},
+                                                 "rationale": {"type": "string"},
+                                                 "verdict": {"enum": ["APPROVE", "REQUEST_CHANGES"]},
+                                                 "passed": {"type": "boolean"},
+                                                 "count": {"type": "integer", "exclusiveMinimum": 0}},
+                "required": ["score", "rationale", "verdict", "passed", "count"]}
+
+
+def _valid(schema: dict, value: object) -> bool:
+    import jsonschema
+
+    return jsonschema.Draft202012Validator(schema).is_valid(value)
+
+
+def test_claude_answers_json_schema_with_a_deterministic_instance(repo: Path, home: Path) -> None:
+    extra = ["--json-schema", json.dumps(IDEAS_SCHEMA)]
+    r = claude("Propose ideas for the parser.", cwd=repo, home=home, extra=extra)
+    assert r.rc == 0, r.stderr
+    value = r.result["structured_output"]
+    assert _valid(IDEAS_SCHEMA, value)
+    assert json.loads(r.result["result"]) == value
+    assert len({i["title"] for i in value["ideas"]}) == 4  # the ideas differ
+    tools = [c for e in r.of("assistant") for c in e["message"]["content"] if c["type"] == "tool_use"]
+    assert tools[-1]["name"] == "StructuredOutput" and tools[-1]["input"] == value
+    again = claude("Propose ideas for the parser.", cwd=repo, home=home, extra=extra)
+    assert again.result["structured_output"] == value  # same prompt, same answer
+    other = claude("Propose ideas for the lexer.", cwd=repo, home=home, extra=extra)
+    assert other.result["structured_output"] != value
+
+
+def test_schema_instances_vary_with_the_prompt(repo: Path, home: Path) -> None:
+    extra = ["--json-schema", json.dumps(SCORE_SCHEMA)]
+    scores = set()
+    for n in range(6):
+        r = claude(f"Score candidate {n}.", cwd=repo, home=home, extra=extra)
+        value = r.result["structured_output"]
+        assert _valid(SCORE_SCHEMA, value), value
+        scores.add(value["score"])
+    assert len(scores) >= 3
+
+
+def test_codex_answers_output_schema_file(repo: Path, home: Path, tmp_path: Path) -> None:
+    schema_file = tmp_path / "schema.json"
+    schema_file.write_text(json.dumps(SCORE_SCHEMA))
+    argv = ["exec", *CODEX_FLAGS, "--output-schema", str(schema_file), "Score it."]
+    r = run_sim(argv, cwd=repo, home=home, persona="codex")
+    assert r.rc == 0, r.stderr
+    messages = [e["item"]["text"] for e in r.of("item.completed") if e["item"]["type"] == "agent_message"]
+    assert _valid(SCORE_SCHEMA, json.loads(messages[-1]))
+    missing = run_sim(["exec", *CODEX_FLAGS, "--output-schema", str(tmp_path / "nope.json"), "x"], cwd=repo,
+                      home=home, persona="codex")
+    assert missing.rc == 1 and "nope.json" in missing.stderr
+
+
+def test_bad_output_answers_in_prose_on_every_resume(repo: Path, home: Path) -> None:
+    extra = ["--json-schema", json.dumps(SCORE_SCHEMA)]
+    r = claude("SIM: bad-output", cwd=repo, home=home, extra=extra)
+    assert r.rc == 0 and "structured_output" not in r.result
+    with pytest.raises(ValueError):
+        json.loads(r.result["result"])
+    resumed = claude("Answer again with JSON.", cwd=repo, home=home,
+                     extra=[*extra, "--resume", r.result["session_id"]])
+    assert "structured_output" not in resumed.result
+    fresh = claude("Answer again with JSON.", cwd=repo, home=home, extra=extra)
+    assert _valid(SCORE_SCHEMA, fresh.result["structured_output"])
+    printed = claude('SIM: print-json {"score": 99}', cwd=repo, home=home, extra=extra)
+    assert printed.result["structured_output"] == {"score": 99}  # SIM print overrides, even when invalid

@@ -8,11 +8,14 @@ that line:
 
 * ``SIM: print SIM: print-json {"score": 7, ...}`` -> the candidate says
   ``SIM: print-json {...}`` -> its reviewer answers that JSON (attempt 1).
-* three levels of ``SIM: print`` with an escaped ``\\t`` -> the reviewer
-  answers ``SIM: print {"score": 4,\\t...}`` (a literal backslash, so not JSON)
-  -> the repair prompt quotes that line -> the second reviewer prints it with
-  ``\\t`` unescaped to a tab, which is valid JSON (attempt 2).
-* ``SIM: print SIM: print not json`` -> both reviewers answer ``not json``.
+* ``SIM: print SIM: print-json {"score": 42, ...}`` -> the reviewer's answer
+  breaks the score schema (``output_schema``) -> the runner's repair turn, in
+  the reviewer's own session, gets a valid instance of the schema (attempt 1).
+* ``SIM: print SIM: bad-output`` -> the reviewer answers in prose, and again in
+  the repair turn -> its task fails with ``output_invalid``: unscorable.
+
+The strategy-level repair (a second reviewer with a stricter prompt) is for
+plugins that cannot enforce a schema; tests/test_strategies_builtin.py covers it.
 """
 
 from __future__ import annotations
@@ -60,9 +63,9 @@ def sim_print(text: str) -> str:
 SCORED_7 = "SIM: write a.txt from candidate zero\nSIM: commit add a\n" + \
     sim_print('SIM: print-json {"score": 7, "rationale": "solid"}')
 NEEDS_REPAIR = "SIM: write b.txt from candidate one\nSIM: commit add b\n" + \
-    sim_print(sim_print('SIM: print {"score": 4,\\t"rationale": "repaired"}'))
+    sim_print('SIM: print-json {"score": 42, "rationale": "out of range"}')
 FAILS = "SIM: fail 1 boom"
-UNSCORABLE = sim_print("SIM: print not json")
+UNSCORABLE = sim_print("SIM: bad-output")
 
 
 def events_by_type(engine, etype):
@@ -80,20 +83,26 @@ async def test_best_of_n_scores_repairs_excludes_failures_and_picks_the_best(tmp
     assert s1.status == "success", s1.error
     scores = report(engine, "scores.json")
     rows = scores["candidates"]
-    assert [(r["status"], r.get("score"), r.get("attempts")) for r in rows] == \
-        [("scored", 7, 1), ("scored", 4, 2), ("failed", None, None)]
-    assert rows[1]["rationale"] == "repaired" and "boom" in rows[2]["error"]
+    assert [(r["status"], r.get("attempts")) for r in rows] == [("scored", 1), ("scored", 1), ("failed", None)]
+    assert rows[0]["score"] == 7 and "boom" in rows[2]["error"]
+    repaired = rows[1]
+    assert 0 <= repaired["score"] <= 10 and repaired["rationale"] != "out of range"
+    runner_log = [json.loads(line) for line in (tmp_path / "logs" / rid / "runner.jsonl").read_text().splitlines()]
+    invalid = [e for e in runner_log if e["message"] == "runner.output.invalid"]
+    assert [e["task_key"].split("/s1/")[1] for e in invalid] == [f"score/{repaired['instance_id']}/attempt-1"]
+    assert "42" in invalid[0]["violation"]
+    index = 0 if rows[0]["score"] >= repaired["score"] else 1  # highest score, ties to the lower index
     best = s1.result["artifact"]["branch_final"]
-    assert scores["selected"] == {"index": 0, "instance_id": s1.result["instance_id"], "branch": best, "score": 7}
+    assert scores["selected"] == {"index": index, "instance_id": s1.result["instance_id"], "branch": best,
+                                  "score": rows[index]["score"]}
     assert (engine.paths.results / "strategy_output" / "best_branch.txt").read_text() == best + "\n"
-    assert git(git_repo, "show", f"{best}:a.txt") == "from candidate zero"
-    # reviewers ran read-only: no branch was imported for any score task
+    assert git(git_repo, "show", f"{best}:{'ab'[index]}.txt") == f"from candidate {['zero', 'one'][index]}"
+    # reviewers ran read-only: no branch was imported for any score task; the repair was no extra task
     completed = {e.key: e.payload for e in events_by_type(engine, "task.completed")}
     score_keys = sorted(k.split("/s1/")[1] for k in completed if "/score/" in k)
-    inst1 = rows[1]["instance_id"]
-    assert score_keys == sorted([f"score/{rows[0]['instance_id']}/attempt-1", f"score/{inst1}/attempt-1",
-                                 f"score/{inst1}/attempt-2"])
+    assert score_keys == sorted(f"score/{r['instance_id']}/attempt-1" for r in rows[:2])
     assert all(completed[k]["artifact"]["branch_final"] is None for k in completed if "/score/" in k)
+    assert completed[f"{rid}/s1/score/{repaired['instance_id']}/attempt-1"]["output"]["score"] == repaired["score"]
 
 
 async def test_best_of_n_with_only_unscorable_candidates_fails(tmp_path, git_repo, workspace_root, rid):
@@ -102,7 +111,9 @@ async def test_best_of_n_with_only_unscorable_candidates_fails(tmp_path, git_rep
     s1 = engine.state.strategies["s1"]
     assert s1.status == "failed" and s1.error.startswith("NoViableCandidates"), s1.error
     rows = report(engine, "scores.json")["candidates"]
-    assert [(r["status"], r["attempts"]) for r in rows] == [("unscorable", 2), ("unscorable", 2)]
+    # the reviewer's prose failed the schema twice (answer and repair turn): output_invalid, no second reviewer
+    assert [(r["status"], r["attempts"]) for r in rows] == [("unscorable", 1), ("unscorable", 1)]
+    assert all("output_invalid" in r["error"] for r in rows)
 
 
 async def test_best_of_n_survives_interruption_and_resume_through_docker(tmp_path, git_repo, workspace_root, rid):

@@ -140,3 +140,65 @@ def test_bad_output_schema_is_one_clear_config_error(schema, plugin, needle) -> 
 
 
 PLAIN_FINGERPRINT = "8ee8f6e70486e900afa396828d4c1c09be365896dc9223268bfefdfae707de13"  # computed before output_schema existed
+
+
+# ------------------------------------------------------------------ strategies: ask_json and scoring
+
+
+async def _ask(tmp_path, script):
+    from engine_helpers import run_engine
+    from orchestrator.engine.testing import ScriptedRunner
+    from strategies import schemas
+    from strategies._json import ask_json
+    from strategies._scoring import score_with_repair
+
+    async def strategy(prompt, base_branch, ctx):
+        ideas = await ask_json(ctx, {"prompt": "ideas please", "import_policy": "never"}, ("ideas",),
+                               lambda d: d.get("ideas") if isinstance(d, dict) else None, schemas.ideas(2))
+        score = await score_with_repair(ctx, {"prompt": "score it", "import_policy": "never"}, ("score",))
+        return {"ideas": ideas, "score": score}
+
+    runner = ScriptedRunner(script)
+    _, state = await run_engine(tmp_path, strategy, runner)
+    return state, runner
+
+
+async def test_ask_json_sends_the_schema_and_reads_output(tmp_path):
+    from orchestrator.engine.testing import success
+    from strategies import schemas
+
+    ideas = {"ideas": [{"title": "a", "description": "x"}, {"title": "b", "description": "y"}]}
+
+    def script(req):
+        # the answer is only in output: final_message is prose
+        if "/ideas/" in req.task_key:
+            assert req.output_schema == schemas.ideas(2)
+            return success(req, final_message="Here you go!", has_changes=False, output=ideas)
+        assert req.output_schema == schemas.SCORE
+        return success(req, final_message="Done.", has_changes=False, output={"score": 6, "rationale": "ok"})
+
+    state, runner = await _ask(tmp_path, script)
+    result = state.strategies["s1"].result
+    assert result["ideas"] == ideas["ideas"]
+    assert result["score"] == {"score": 6.0, "rationale": "ok", "attempts": 1}
+    assert len(runner.calls) == 2  # no strategy-level repair: the answers were valid
+
+
+async def test_ask_json_falls_back_to_free_text_where_the_plugin_cannot_enforce_a_schema(tmp_path, monkeypatch):
+    from orchestrator.engine.context import StrategyContext
+    from orchestrator.engine.testing import success
+
+    # A run whose plugin cannot enforce schemas (as the command plugin cannot).
+    monkeypatch.setattr(StrategyContext, "supports_output_schema", lambda self, plugin=None: False)
+
+    def script(req):
+        assert req.output_schema is None
+        if "/ideas/" in req.task_key:
+            return success(req, has_changes=False,
+                           final_message='Sure: ```json\n{"ideas": [{"title": "a", "description": "x"}]}\n```')
+        return success(req, has_changes=False, final_message='{"score": 3, "rationale": "meh"}')
+
+    state, _ = await _ask(tmp_path, script)
+    result = state.strategies["s1"].result
+    assert result["ideas"] == [{"title": "a", "description": "x"}]
+    assert result["score"]["score"] == 3.0

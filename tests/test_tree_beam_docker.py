@@ -14,7 +14,7 @@ import json
 
 import pytest
 
-from conftest import git, make_repo
+from conftest import TEST_IMAGE, git, make_repo
 from docker_harness import run_with_docker
 from orchestrator.eventlog import read_events
 from strategies.tree_beam import tree_beam
@@ -134,7 +134,7 @@ def test_cli_runs_tree_beam_and_writes_the_tree(tmp_path, workspace_root):
     repo = make_repo(tmp_path / "repo", {"bench.py": BENCH})
     env = dict(os.environ, ANTHROPIC_API_KEY="sk-test-dummy-key-0000000000", ORCHESTRATOR_WORKSPACE_ROOT=str(workspace_root))
     cli = Path(sys.executable).with_name("orchestrator")
-    args = [str(cli), GOAL, "--strategy", "tree-beam", "--repo", str(repo), "--docker-image", "orchestrator-test-agent",
+    args = [str(cli), GOAL, "--strategy", "tree-beam", "--repo", str(repo), "--docker-image", TEST_IMAGE,
             "--no-tui", "-S", "eval_command=python3 bench.py", "-S", "primary_metric=throughput",
             "-S", "ideas_per_node=2", "-S", "max_depth=2", "-S", "beam_width=1"]
     done = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)

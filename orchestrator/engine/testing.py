@@ -23,8 +23,11 @@ Script = Callable[[InstanceRequest], Any]
 
 def success(request: InstanceRequest, *, final_message: str = "done", has_changes: bool = True,
             tokens: tuple[int, int] = (100, 50), cost: float | None = 0.01, session_id: str | None = None,
-            exit_code: int | None = None) -> RunnerResult:
-    """A plausible successful result for ``request`` (deterministic in the request)."""
+            exit_code: int | None = None, output: Any = None) -> RunnerResult:
+    """A plausible successful result for ``request`` (deterministic in the request).
+
+    ``output``: the answer to the request's ``output_schema`` (the runner validates real ones).
+    """
     commit = short8(request.task_key) * 5
     never = request.import_policy == "never"
     changed = has_changes and not never
@@ -37,7 +40,7 @@ def success(request: InstanceRequest, *, final_message: str = "done", has_change
         final_message=final_message, metrics=Metrics(tokens_in=tokens[0], tokens_out=tokens[1], cost_usd=cost,
                                                       duration_s=0.0),
         session_id=session_id or f"sess-{short8(request.task_key)}", exit_code=exit_code,
-        container_name=request.container_name,
+        container_name=request.container_name, output=output,
     )
 
 

@@ -271,7 +271,8 @@ class DockerRunner:
             await self._remove_workspace(workspace)
             return finish("success", artifact=artifact, exit_code=out.exit_code,
                           final_message=self.sanitizer.scrub_text(outcome.final_message),
-                          metrics=metrics, session_id=session_id, workspace_path=None, output=output)
+                          metrics=metrics, session_id=session_id, workspace_path=None,
+                          output=self.sanitizer.scrub(output))  # like final_message: no secret leaves
         except Exception as exc:
             # A bug or a plugin error (ConfigError) after the container started:
             # do not leave it running, then let the error through.

@@ -1,0 +1,144 @@
+"""The agent's actions (write, append, run, commit, probes) and its default answer."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+from .answers import default_answer
+from .common import Args, commit_summary, git_env, is_git_worktree, shell_quote
+
+class Agent:
+    def __init__(self, a: Args, em, cwd: str, prompt_hash: str) -> None:
+        self.a = a
+        self.em = em
+        self.cwd = cwd
+        self.h = prompt_hash
+        self.prints: list[str] = []
+        self.reports: list[str] = []
+        self.tool_turns = 0
+
+    def _abs(self, path: str) -> str:
+        return path if os.path.isabs(path) else os.path.join(self.cwd, path)
+
+    def check_turns(self) -> bool:
+        """True when --max-turns is exhausted (the caller then stops)."""
+        self.tool_turns += 1
+        return self.a.max_turns is not None and self.tool_turns >= self.a.max_turns
+
+    def write(self, path: str, content: str, append: bool = False) -> tuple[str, bool]:
+        full = self._abs(path)
+
+        def run():
+            existed = os.path.exists(full)
+            try:
+                os.makedirs(os.path.dirname(full) or ".", exist_ok=True)
+                with open(full, "a" if append else "w", encoding="utf-8") as f:
+                    f.write(content)
+            except OSError as e:
+                return f"Error writing {full}: {e.strerror or e}", True, {}
+            verb = "appended to" if append else ("updated" if existed else "created")
+            msg = (f"File {verb} successfully at: {full}" if not append or not existed
+                   else f"The file {full} has been updated successfully.")
+            return msg, False, {"write_kind": "update" if existed else "create"}
+
+        if append:
+            return self.em.tool("Bash", {"command": f"printf %s {shell_quote(content)} >> {shell_quote(full)}",
+                                         "description": f"append to {path}"}, run)
+        return self.em.tool("Write", {"file_path": full, "content": content}, run)
+
+    def bash(self, command: str, description: str, env: dict | None = None) -> tuple[str, bool]:
+        def run():
+            try:
+                p = subprocess.run(["/bin/sh", "-c", command], cwd=self.cwd, capture_output=True, env=env)
+            except OSError as e:
+                return f"failed to run command: {e}", True, {"exit_code": 127}
+            out = (p.stdout + p.stderr).decode("utf-8", "replace").rstrip("\n")
+            extra: dict = {"exit_code": p.returncode}
+            if p.returncode != 0:
+                out = f"Exit code {p.returncode}\n{out}" if self.a.persona == "claude" else out
+            return out, p.returncode != 0, extra
+        return self.em.tool("Bash", {"command": command, "description": description}, run)
+
+    def commit(self, message: str) -> tuple[str, bool]:
+        def run():
+            # `git add -A && git commit -m MESSAGE`, without the shell; outside a
+            # work tree `git add` fails just the same.
+            env = git_env(self.cwd)
+            stdout, stderr, code = b"", b"", 0
+            for argv in (["git", "add", "-A"], ["git", "commit", "-m", message]):
+                try:
+                    p = subprocess.run(argv, cwd=self.cwd, capture_output=True, env=env)
+                except OSError as e:
+                    return f"failed to run git: {e}", True, {"exit_code": 127}
+                stdout, stderr, code = stdout + p.stdout, stderr + p.stderr, p.returncode
+                if code != 0:
+                    break
+            out = (stdout + stderr).decode("utf-8", "replace").rstrip("\n")
+            extra: dict = {"exit_code": code}
+            if code == 0:
+                extra.update(commit_summary(self.cwd, stdout.decode("utf-8", "replace")))
+            elif self.a.persona == "claude":
+                out = f"Exit code {p.returncode}\n{out}"
+            return out, code != 0, extra
+
+        return self.em.tool("Bash", {"command": f"git add -A && git commit -m {shell_quote(message)}",
+                                     "description": "commit changes"}, run)
+
+    def write_outside(self, path: str) -> None:
+        content = f"sim-agent write-outside probe {self.h[:8]}\n"
+
+        def run():
+            if not os.path.isabs(path):
+                return f"write-outside: {path} is not an absolute path", True, {}
+            try:
+                os.makedirs(os.path.dirname(path) or "/", exist_ok=True)
+                with open(path, "w", encoding="utf-8") as f:
+                    f.write(content)
+            except OSError as e:
+                return f"write-outside {path}: failed: {type(e).__name__}: {e.strerror or e}", True, {}
+            return f"write-outside {path}: succeeded", False, {}
+
+        out, _ = self.em.tool("Write", {"file_path": path, "content": content}, run)
+        self.reports.append(out)
+        self.em.text(out)
+
+    def spam(self, megabytes: float) -> None:
+        total = int(megabytes * 1024 * 1024)
+        chunk = 64 * 1024
+        sent = 0
+        n = 0
+        while sent < total:
+            size = min(chunk, total - sent)
+            seed = f"spam {n} {self.h[:16]} "
+            body = (seed * (size // len(seed) + 1))[:size]
+            self.em.text(body)
+            sent += size
+            n += 1
+        self.reports.append(f"spammed {sent} bytes in {n} messages")
+
+    # -------------------------------------------------------------- default
+    def default_behaviour(self) -> str:
+        prompt = self.a.prompt or ""
+        writable = os.access(self.cwd, os.W_OK) and is_git_worktree(self.cwd)
+        did = ""
+        if writable:
+            rel = f"sim/{self.h[:8]}.txt"
+            full = self._abs(rel)
+            first = next((ln.strip() for ln in prompt.splitlines() if ln.strip()), "(empty prompt)")[:72]
+            if os.path.exists(full):
+                try:
+                    with open(full, encoding="utf-8") as f:
+                        n = sum(1 for _ in f)
+                except OSError:
+                    n = 0
+                out, err = self.write(rel, f"revision {n + 1}: {self.h[:16]}\n", append=True)
+            else:
+                self.em.text(f"I'll record the task in {rel}.")
+                out, err = self.write(rel, f"sim-agent output for prompt {self.h}\ntask: {first}\n")
+            if not err:
+                out, err = self.commit(f"sim: {first}")
+                did = f" Wrote {rel} and committed it." if not err else f" Wrote {rel} (commit failed)."
+            else:
+                did = f" Could not write {rel}."
+        return default_answer(prompt, self.h, did)

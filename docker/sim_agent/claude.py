@@ -1,0 +1,357 @@
+"""The ``claude`` persona: Claude Code ``-p --output-format stream-json --verbose`` (2.1.x shapes)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+
+from .common import OUT, Args, Usage, now_iso, sha256_hex, tokens_for, uuid4_from
+
+CLAUDE_VERSION = "2.1.330-sim"
+
+CLAUDE_MODELS = {
+    "sonnet": "claude-sonnet-4-5",
+    "opus": "claude-opus-4-1",
+    "haiku": "claude-haiku-4-5",
+}
+CLAUDE_DEFAULT_MODEL = "claude-sonnet-4-5"
+
+CLAUDE_TOOLS = [
+    "Task", "Bash", "Glob", "Grep", "ExitPlanMode", "Read", "Edit", "MultiEdit", "Write",
+    "NotebookEdit", "WebFetch", "TodoWrite", "WebSearch", "BashOutput", "KillShell",
+]
+
+CLAUDE_VALUE_FLAGS = {
+    "--output-format", "--input-format", "--model", "--resume", "-r", "--max-turns", "--system-prompt",
+    "--append-system-prompt", "--permission-mode", "--allowedTools", "--allowed-tools", "--disallowedTools",
+    "--disallowed-tools", "--session-id", "--settings", "--mcp-config", "--add-dir", "--fallback-model",
+    "--max-budget-usd", "--agents", "--setting-sources", "--permission-prompt-tool", "--system-prompt-file",
+    "--append-system-prompt-file", "--debug-file", "--tools", "--plugin-dir", "--betas", "--json-schema",
+    "--effort",
+}
+
+
+def parse_claude(argv: list[str], a: Args) -> None:
+    positional: list[str] = []
+    i = 0
+    while i < len(argv):
+        tok = argv[i]
+        if tok == "--":
+            positional.extend(argv[i + 1:])
+            break
+        name, eq, val = tok.partition("=")
+        if tok.startswith("-") and tok != "-":
+            if name in CLAUDE_VALUE_FLAGS:
+                if not eq:
+                    i += 1
+                    val = argv[i] if i < len(argv) else ""
+                if name == "--output-format":
+                    a.output_format = val
+                elif name == "--model":
+                    a.model = val
+                elif name in ("--resume", "-r"):
+                    a.resume = val
+                elif name == "--max-turns":
+                    try:
+                        a.max_turns = int(val)
+                    except ValueError:
+                        pass
+                elif name == "--permission-mode":
+                    a.permission_mode = val
+                elif name == "--json-schema":
+                    read_schema(a, val)
+            elif name == "--verbose":
+                a.verbose = True
+            elif name in ("--dangerously-skip-permissions", "--allow-dangerously-skip-permissions"):
+                a.skip_permissions = True
+            # -p/--print and other boolean flags need nothing.
+        else:
+            positional.append(tok)
+        i += 1
+    if positional and positional[0] != "-":
+        a.prompt = " ".join(positional)
+
+
+class ClaudeEmitter:
+    """Writes Claude Code stream-json (2.1.x shapes)."""
+
+    def __init__(self, a: Args, session_id: str, exec_no: int, model: str, cwd: str, prior: dict) -> None:
+        self.a = a
+        self.session_id = session_id
+        self.exec_no = exec_no
+        self.model = model
+        self.cwd = cwd
+        self.prior = prior  # session totals before this execution
+        self.usage = Usage()
+        self.turns = 0
+        self.n_lines = 0
+        self.n_msgs = 0
+        self.t0 = time.monotonic()
+        self.stream = a.output_format == "stream-json"
+        self.texts: list[str] = []
+
+    # deterministic ids from the session id and counters
+    def _uuid(self) -> str:
+        self.n_lines += 1
+        h = hashlib.sha256(f"{self.session_id}:{self.exec_no}:{self.n_lines}".encode()).digest()
+        return uuid4_from(h)
+
+    def _id(self, prefix: str) -> str:
+        h = sha256_hex(f"{self.session_id}:{self.exec_no}:{prefix}:{self.n_msgs}")
+        return f"{prefix}_sim_{self.n_msgs:03d}_{h[:12]}"
+
+    def emit(self, obj: dict) -> None:
+        if self.stream:
+            OUT.line(obj)
+
+    def start(self) -> None:
+        perm = "bypassPermissions" if self.a.skip_permissions else self.a.permission_mode
+        self.emit({
+            "type": "system",
+            "subtype": "init",
+            "cwd": self.cwd,
+            "session_id": self.session_id,
+            "tools": CLAUDE_TOOLS,
+            "mcp_servers": [],
+            "model": self.model,
+            "permissionMode": perm,
+            "slash_commands": ["compact", "context", "cost", "init", "review"],
+            "apiKeySource": "ANTHROPIC_API_KEY" if os.environ.get("ANTHROPIC_API_KEY") else "none",
+            "claude_code_version": CLAUDE_VERSION,
+            "output_style": "default",
+            "agents": ["general-purpose", "Explore", "Plan"],
+            "skills": [],
+            "plugins": [],
+            "uuid": self._uuid(),
+            "memory_paths": {"auto": os.path.expanduser("~/.claude/projects/") + self.cwd.replace("/", "-") + "/memory/"},
+            "original_cwd": self.cwd,
+            "additional_directories": [],
+            "fast_mode_state": "off",
+        })
+
+    def _turn_usage(self, out_text: str) -> dict:
+        self.turns += 1
+        inp = 12000 + (len(self.a.prompt or "") // 4) + 100 * self.turns
+        out = tokens_for(out_text)
+        self.usage.input_tokens += inp
+        self.usage.output_tokens += out
+        return {"input_tokens": inp, "output_tokens": out, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+
+    def _assistant(self, content: list[dict], usage: dict) -> None:
+        self.emit({
+            "type": "assistant",
+            "message": {
+                "id": self._id("msg"),
+                "type": "message",
+                "role": "assistant",
+                "model": self.model,
+                "content": content,
+                "stop_reason": None,
+                "stop_sequence": None,
+                "usage": usage,
+                "context_management": None,
+            },
+            "parent_tool_use_id": None,
+            "session_id": self.session_id,
+            "uuid": self._uuid(),
+            "timestamp": now_iso(),
+        })
+
+    def text(self, text: str) -> None:
+        self.n_msgs += 1
+        self.texts.append(text)
+        self._assistant([{"type": "text", "text": text}], self._turn_usage(text))
+
+    def tool(self, name: str, tool_input: dict, run) -> tuple[str, bool]:
+        """Emit tool_use, run ``run()`` -> (output, is_error, extra), emit tool_result."""
+        self.n_msgs += 1
+        tool_id = self._id("toolu")
+        self._assistant(
+            [{"type": "tool_use", "id": tool_id, "name": name, "input": tool_input}],
+            self._turn_usage(json.dumps(tool_input)),
+        )
+        output, is_error, extra = run()
+        if extra.get("commit_sha"):
+            self.emit({
+                "type": "system", "subtype": "vcs_state_changed", "kind": "commit",
+                "branch": extra.get("branch", ""), "cwd": self.cwd, "uuid": self._uuid(),
+                "session_id": self.session_id,
+            })
+        result_block = {"tool_use_id": tool_id, "type": "tool_result", "content": output}
+        if name == "Bash" or is_error:
+            result_block["is_error"] = is_error
+        line = {
+            "type": "user",
+            "message": {"role": "user", "content": [result_block]},
+            "parent_tool_use_id": None,
+            "session_id": self.session_id,
+            "uuid": self._uuid(),
+            "timestamp": now_iso(),
+        }
+        if name == "Bash":
+            line["tool_use_result"] = {
+                "stdout": output, "stderr": "", "interrupted": False, "isImage": False,
+                "noOutputExpected": False,
+            }
+        elif name == "Write" and not is_error:
+            line["tool_use_result"] = {
+                "type": extra.get("write_kind", "create"), "filePath": tool_input.get("file_path"),
+                "content": tool_input.get("content"), "structuredPatch": [], "originalFile": None,
+                "userModified": False,
+            }
+        self.emit(line)
+        return output, is_error
+
+    def garbage(self) -> None:
+        if not self.stream:
+            return
+        OUT.write_bytes(b"this line is not JSON at all\n")
+        OUT.write_bytes(b"\xff\xfe invalid utf-8 \xc3\x28 bytes \xed\xa0\x80\n")
+        OUT.write_bytes(b'{"type":"assistant","message":{"content":[{"type":"text","text":"trunc\n')
+        OUT.write_bytes(b'{"type":"system","subtype":"sim_garbage","note":"bad \xff\xfe byte"}\n')
+        OUT.write_bytes(b"\n")
+        OUT.write_bytes(b"[sim] plain log line between events\n")
+
+    def _model_usage(self, inp: int, out: int, cost: float) -> dict:
+        return {
+            self.model: {
+                "inputTokens": inp, "outputTokens": out, "cacheReadInputTokens": 0,
+                "cacheCreationInputTokens": 0, "webSearchRequests": 0, "costUSD": cost,
+                "contextWindow": 200000, "maxOutputTokens": 64000, "thinkingTokens": 0,
+            }
+        }
+
+    def session_totals(self) -> dict:
+        return {
+            "input_tokens": int(self.prior.get("input_tokens", 0)) + self.usage.input_tokens,
+            "output_tokens": int(self.prior.get("output_tokens", 0)) + self.usage.output_tokens,
+            "cost_usd": round(float(self.prior.get("cost_usd", 0.0)) + self.usage.cost, 6),
+        }
+
+    def _usage_block(self, inp: int, out: int) -> dict:
+        return {
+            "input_tokens": inp, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0,
+            "output_tokens": out, "server_tool_use": {"web_search_requests": 0, "web_fetch_requests": 0},
+            "service_tier": "standard", "cache_creation": {"ephemeral_1h_input_tokens": 0, "ephemeral_5m_input_tokens": 0},
+        }
+
+    def finish(self, result_text: str, *, is_error: bool = False, subtype: str = "success",
+               terminal_reason: str = "completed", errors: list[str] | None = None,
+               api_error_status: int | None = None, api_error_type: str | None = None,
+               stop_reason: str = "end_turn", count_usage: bool = True, structured: object = None) -> None:
+        if subtype == "success" and not is_error and result_text and structured is None \
+                and (not self.texts or self.texts[-1] != result_text):
+            self.text(result_text)
+        totals = self.session_totals()
+        duration = int((time.monotonic() - self.t0) * 1000)
+        if count_usage and (self.usage.input_tokens or self.usage.output_tokens):
+            model_usage = self._model_usage(totals["input_tokens"], totals["output_tokens"], totals["cost_usd"])
+            since = self._model_usage(self.usage.input_tokens, self.usage.output_tokens, self.usage.cost)
+        else:
+            model_usage = (
+                self._model_usage(totals["input_tokens"], totals["output_tokens"], totals["cost_usd"])
+                if totals["input_tokens"] else {}
+            )
+            since = {}
+        result = {
+            "type": "result",
+            "subtype": subtype,
+            "is_error": is_error,
+            "duration_ms": duration,
+            "duration_api_ms": max(0, duration - 5),
+            "num_turns": max(1, self.turns),
+            "stop_reason": stop_reason,
+            "session_id": self.session_id,
+            "total_cost_usd": totals["cost_usd"],
+            "usage": self._usage_block(self.usage.input_tokens, self.usage.output_tokens),
+            "modelUsage": model_usage,
+            "permission_denials": [],
+            "terminal_reason": terminal_reason,
+            "api_error_status": api_error_status,
+            "uuid": self._uuid(),
+            "model_usage_since_last_result": since,
+        }
+        if api_error_type:
+            result["api_error_type"] = api_error_type
+        if structured is not None:
+            result["structured_output"] = structured
+        if subtype == "success":
+            result["result"] = result_text
+        else:
+            result["errors"] = errors if errors is not None else [result_text]
+            if result_text:
+                result["result"] = result_text
+        if self.stream:
+            self.emit(result)
+        elif self.a.output_format == "json":
+            OUT.line(result)
+        else:
+            OUT.text(result_text + "\n")
+
+    def finish_structured(self, result_text: str, value: object) -> None:
+        """With --json-schema the model answers by calling the StructuredOutput tool once at the end."""
+        if value is None:  # it answered in prose instead: no structured_output
+            self.finish(result_text)
+            return
+        self.tool("StructuredOutput", value if isinstance(value, dict) else {"value": value},
+                  lambda: ("Structured output provided successfully", False, {}))
+        self.finish(result_text, structured=value)
+
+    def api_error(self, status: int) -> None:
+        if status == 429:
+            err, etype = "rate_limit", "rate_limit_error"
+            text = ('API Error: 429 {"type":"error","error":{"type":"rate_limit_error","message":"This request would '
+                    'exceed the rate limit for your organization of 50 requests per minute (simulated)."}}')
+        else:
+            err, etype = "authentication_failed", "authentication_error"
+            text = "Invalid API key · Fix external API key"
+        for attempt in (1, 2):
+            self.emit({
+                "type": "system", "subtype": "api_retry", "attempt": attempt, "max_retries": 2,
+                "retry_delay_ms": 500 * attempt, "error_status": status, "error": err,
+                "session_id": self.session_id, "uuid": self._uuid(),
+            })
+        if status == 429:
+            self.emit({
+                "type": "rate_limit_event",
+                "rate_limit_info": {"status": "rejected", "rateLimitType": "five_hour",
+                                    "resetsAt": int(time.time()) + 3600},
+                "uuid": self._uuid(), "session_id": self.session_id,
+            })
+        zero = {"input_tokens": 0, "output_tokens": 0, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+        self.turns = 1
+        self.emit({
+            "type": "assistant",
+            "message": {
+                "id": uuid4_from(hashlib.sha256(f"{self.session_id}:{self.exec_no}:err".encode()).digest()),
+                "container": None, "model": "<synthetic>", "role": "assistant", "stop_reason": "stop_sequence",
+                "stop_sequence": "", "type": "message", "usage": zero,
+                "content": [{"type": "text", "text": text}], "context_management": None,
+            },
+            "parent_tool_use_id": None, "session_id": self.session_id, "uuid": self._uuid(),
+            "timestamp": now_iso(), "error": err, "is_api_error_message": True,
+            "api_error_status": status, "api_error_type": etype,
+        })
+        self.finish(text, is_error=True, subtype="success", terminal_reason="api_error",
+                    api_error_status=status, api_error_type=etype, stop_reason="stop_sequence", count_usage=False)
+
+
+def read_schema(a: Args, text: str) -> None:
+    try:
+        schema = json.loads(text)
+    except ValueError as e:
+        a.output_schema_error = f"--json-schema is not valid JSON: {e}"
+        return
+    if isinstance(schema, dict):
+        a.output_schema = schema
+    else:
+        a.output_schema_error = "--json-schema must be a JSON object"
+
+
+def model_for(requested: str | None) -> str:
+    return CLAUDE_MODELS.get(requested or "", requested or CLAUDE_DEFAULT_MODEL)
+
+
+Emitter = ClaudeEmitter
