@@ -12,7 +12,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 from cli_helpers import cli_env, run_cli
@@ -47,9 +49,13 @@ def ensure_image() -> str:
     want = inputs_hash(base_id)
     if _inspect(FIDELITY_IMAGE, f'{{{{ index .Config.Labels "{LABEL_KEY}" }}}}') == want:
         return FIDELITY_IMAGE
-    subprocess.run(["docker", "build", "-q", "-f", "docker/Dockerfile.fidelity", "--build-arg", f"BASE={FIDELITY_BASE}",
-                    "--label", f"{LABEL_KEY}={want}", "-t", FIDELITY_IMAGE, "."], cwd=REPO_ROOT, check=True,
-                   capture_output=True)
+    with tempfile.TemporaryDirectory() as ctx:  # only the inputs: the repo (with .venv) is no build context
+        for rel in INPUTS:
+            (Path(ctx) / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(REPO_ROOT / rel, Path(ctx) / rel)
+        subprocess.run(["docker", "build", "-q", "-f", "docker/Dockerfile.fidelity", "--build-arg",
+                        f"BASE={FIDELITY_BASE}", "--label", f"{LABEL_KEY}={want}", "-t", FIDELITY_IMAGE, "."],
+                       cwd=ctx, check=True, capture_output=True)
     return FIDELITY_IMAGE
 
 
