@@ -35,8 +35,8 @@ PORT = int(os.environ.get("FIDELITY_PORT", "18080"))
 STATE = Path(os.environ.get("FIDELITY_STATE", "/home/node/.fidelity"))
 LOCK = threading.Lock()
 
-COMMIT_1 = "git add -A && git commit -q -m 'fidelity: add notes.txt'"
-COMMIT_2 = "git add -A && git commit -q -m 'fidelity: edit notes.txt'"
+COMMIT_1 = "git add -A && git commit -m 'fidelity: add notes.txt'"
+COMMIT_2 = "git add -A && git commit -m 'fidelity: edit notes.txt'"
 WRITE = ("write", "notes.txt", "first line\n")
 EDIT = ("edit", "notes.txt", "first line", "edited line")
 
