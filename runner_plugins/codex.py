@@ -127,7 +127,10 @@ class CodexPlugin:
             # The final agent message is then the JSON answer; the host validates it.
             argv += ["--output-schema", schema_path(request.output_schema)]
         if request.system_prompt:
-            argv += ["-c", f"model_instructions_file={json.dumps(instructions_path(request.system_prompt))}"]
+            path = json.dumps(instructions_path(request.system_prompt))
+            # Codex before model_instructions_file (0.63 and older) reads the same
+            # file under the older name; newer versions only warn about it.
+            argv += ["-c", f"model_instructions_file={path}", "-c", f"experimental_instructions_file={path}"]
         if request.append_system_prompt:
             # A JSON string is a valid TOML basic string (same escapes, \uXXXX included).
             argv += ["-c", f"developer_instructions={json.dumps(request.append_system_prompt)}"]

@@ -240,6 +240,7 @@ def test_system_prompts_become_codex_settings():
     (path, body), = files.items()
     assert body == b'You review.\n"Be strict."' and path.startswith("/tmp/orchestrator/instructions-")
     assert argv[argv.index(f'model_instructions_file="{path}"') - 1] == "-c"
+    assert argv[argv.index(f'experimental_instructions_file="{path}"') - 1] == "-c"
     assert 'developer_instructions="Answer \\"yes\\" or no\\n"' in argv
     assert PLUGIN.container_files(request()) == {}
     assert not PLUGIN.capabilities.supports_max_turns
