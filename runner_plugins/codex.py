@@ -25,6 +25,12 @@ while the turn still "completes" with exit 0, so the plugin always passes
 
 ``--output-schema FILE`` makes the final agent message the JSON answer; the
 runner writes FILE into the container's /tmp first (``container_files``).
+
+A task's ``system_prompt`` replaces Codex's built-in instructions through the
+``model_instructions_file`` setting (a file, written like the schema);
+``append_system_prompt`` becomes ``developer_instructions``, a developer
+message after them. ``codex exec`` has no turn limit, so ``max_turns`` is
+refused when the task is scheduled (``capabilities.supports_max_turns``).
 """
 
 from __future__ import annotations
@@ -50,9 +56,9 @@ from ._jsonl import (
 )
 from .claude_code import MAX_ARG_STRLEN, prompt_via_stdin
 
-CODEX_HOME = "/home/node/.codex"
 SCHEMA_DIR = "/tmp/orchestrator"
 PROVIDER = "orc"
+CLI_RETRIES = 2
 USAGE_KEYS = ("input_tokens", "cached_input_tokens", "cache_write_input_tokens", "output_tokens",
               "reasoning_output_tokens")
 
@@ -67,6 +73,7 @@ class CodexPlugin:
         supports_streaming=False,  # items arrive whole, not as partial text
         supports_cost_limits=False,
         supports_output_schema=True,
+        supports_max_turns=False,
         auth_methods=("api_key",),
     )
 
@@ -83,7 +90,10 @@ class CodexPlugin:
 
     def prepare_environment(self, auth: AuthConfig, request: InstanceRequest) -> dict[str, str]:
         self.validate_environment(auth)
-        env = SecretEnv({"CODEX_HOME": CODEX_HOME}, secret_keys=frozenset({"OPENAI_API_KEY"}))
+        # No CODEX_HOME: codex refuses to start when that folder is missing (a
+        # fresh session volume has none), while its default, ~/.codex, it
+        # creates itself -- on the session volume, so resume still finds the thread.
+        env = SecretEnv({}, secret_keys=frozenset({"OPENAI_API_KEY"}))
         env.update(request.env)
         env["OPENAI_API_KEY"] = auth.openai_api_key or ""
         return env
@@ -106,12 +116,24 @@ class CodexPlugin:
                 "-m", request.model]
         base_url = (auth.openai_base_url if auth else None) or request.env.get("OPENAI_BASE_URL")
         if base_url:
+            # Two retries inside the CLI, like claude-code's CLAUDE_CODE_MAX_RETRIES:
+            # by default codex retries a 401 five times (12 s here) before failing,
+            # and the runner's own backoff handles what is worth retrying.
             provider = (f'{{name="{PROVIDER}",base_url={json.dumps(base_url)},'
-                        f'env_key="OPENAI_API_KEY",wire_api="responses"}}')
+                        f'env_key="OPENAI_API_KEY",wire_api="responses",'
+                        f'request_max_retries={CLI_RETRIES},stream_max_retries={CLI_RETRIES}}}')
             argv += ["-c", f"model_provider={PROVIDER}", "-c", f"model_providers.{PROVIDER}={provider}"]
         if request.output_schema is not None:
             # The final agent message is then the JSON answer; the host validates it.
             argv += ["--output-schema", schema_path(request.output_schema)]
+        if request.system_prompt:
+            path = json.dumps(instructions_path(request.system_prompt))
+            # Codex before model_instructions_file (0.63 and older) reads the same
+            # file under the older name; newer versions only warn about it.
+            argv += ["-c", f"model_instructions_file={path}", "-c", f"experimental_instructions_file={path}"]
+        if request.append_system_prompt:
+            # A JSON string is a valid TOML basic string (same escapes, \uXXXX included).
+            argv += ["-c", f"developer_instructions={json.dumps(request.append_system_prompt)}"]
         if resume_session_id:
             argv += ["resume", resume_session_id]
         if _codex_stdin(request.prompt):
@@ -125,10 +147,13 @@ class CodexPlugin:
         return argv
 
     def container_files(self, request: InstanceRequest) -> dict[str, bytes]:
-        """The schema file ``--output-schema`` names, on the container's /tmp (readable by node)."""
-        if request.output_schema is None:
-            return {}
-        return {schema_path(request.output_schema): schema_json(request.output_schema).encode("utf-8")}
+        """The files the argv names (output schema, instructions), on the container's /tmp (readable by node)."""
+        files: dict[str, bytes] = {}
+        if request.output_schema is not None:
+            files[schema_path(request.output_schema)] = schema_json(request.output_schema).encode("utf-8")
+        if request.system_prompt:
+            files[instructions_path(request.system_prompt)] = request.system_prompt.encode("utf-8")
+        return files
 
     def stdin_payload(self, request: InstanceRequest) -> bytes | None:
         """Prompt bytes for stdin when the argv carries ``-``; otherwise ``None`` (close stdin)."""
@@ -142,6 +167,12 @@ def schema_path(schema: dict[str, Any]) -> str:
     """Content-addressed, so a reused container never runs against another task's schema."""
     digest = hashlib.sha256(schema_json(schema).encode("utf-8")).hexdigest()[:16]
     return f"{SCHEMA_DIR}/output-schema-{digest}.json"
+
+
+def instructions_path(text: str) -> str:
+    """Content-addressed like the schema: a reused container never reads another task's instructions."""
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+    return f"{SCHEMA_DIR}/instructions-{digest}.md"
 
 
 def _codex_stdin(prompt: str) -> bool:

@@ -12,6 +12,8 @@
 #      (Dockerfile) and `orchestrator-test-agent` (docker/Dockerfile.test-agent),
 #      each skipped when the existing image carries a label with the sha256 of
 #      its inputs, and check the agent tools are on the image's PATH
+#   (the fidelity image, the real CLIs behind a scripted local API, is built by
+#   tests/fidelity_helpers.py on first use, from docker/Dockerfile.fidelity)
 #
 # Environment:
 #   BASE_IMAGE          base image to use (skips base detection)
@@ -20,7 +22,8 @@
 #   EXTRA_CA_SOURCE     dir whose *.crt are copied in (default /usr/local/share/ca-certificates)
 #   FORCE_REBUILD=1     rebuild images even when the labels match
 #   VERBOSE=1           stream `docker build` output instead of logging to a file
-#   SKIP_TEST_IMAGE=1   do not build the test agent image
+#   SKIP_TEST_IMAGE=1   do not build the test agent and fidelity images
+#   FIDELITY_IMAGE_NAME fidelity test image name (default orchestrator-fidelity)
 set -Eeuo pipefail
 
 IMAGE_NAME="${IMAGE_NAME:-claude-code}"

@@ -20,6 +20,7 @@ from orchestrator.runner.git_ops import (
     _import_branch_sync,
     _prepare_workspace_sync,
     import_branch,
+    kept_workspace,
     prepare_workspace,
     remove_workspace,
     validate_repository,
@@ -548,3 +549,13 @@ def test_agent_written_workspace_config_does_not_run_on_host(host, tmp_path):
     art = _import_branch_sync(host, ws, branch_name="evil", task_key="k", run_id="r")
     assert art.branch_final == "evil" and art.commit_count == 2
     assert not marker.exists()
+
+
+def test_kept_workspace_is_a_whole_clone_of_the_same_base(host, tmp_path):
+    ws = make_ws(host, tmp_path / "ws", changes=True)
+    kept = kept_workspace(ws, "main")
+    assert kept is not None and kept.base_commit == git(host, "rev-parse", "main") and kept.path == ws
+    assert kept_workspace(ws, "side") is None  # another base branch: not this task's clone
+    (ws / ".git" / "BASE_COMMIT").unlink()  # written last: a clone cut short has none
+    assert kept_workspace(ws, "main") is None
+    assert kept_workspace(tmp_path / "missing", "main") is None

@@ -195,7 +195,8 @@ def test_build_command_shapes():
                                   auth=AuthConfig(openai_api_key="k", openai_base_url="http://llm:8000/v1"))
     assert custom == BASE + ["-c", "model_provider=orc", "-c",
                              'model_providers.orc={name="orc",base_url="http://llm:8000/v1",'
-                             'env_key="OPENAI_API_KEY",wire_api="responses"}', "fix the bug"]
+                             'env_key="OPENAI_API_KEY",wire_api="responses",request_max_retries=2,stream_max_retries=2}',
+                             "fix the bug"]
     via_env = PLUGIN.build_command(request(env={"OPENAI_BASE_URL": "http://llm:8000/v1"}), resume_session_id=None)
     assert via_env == custom
     assert PLUGIN.build_command(request(prompt="-x"), resume_session_id=None)[-2:] == ["--", "-x"]
@@ -217,7 +218,7 @@ def test_environment_and_secrets():
     with pytest.raises(PreflightError, match="OPENAI_API_KEY"):
         PLUGIN.validate_environment(AuthConfig(api_key="anthropic-only"))
     env = PLUGIN.prepare_environment(AuthConfig(openai_api_key="sk-openai-secret"), request(env={"A": "1"}))
-    assert env["OPENAI_API_KEY"] == "sk-openai-secret" and env["CODEX_HOME"] == "/home/node/.codex"
+    assert env["OPENAI_API_KEY"] == "sk-openai-secret" and "CODEX_HOME" not in env
     assert env["A"] == "1"
     assert "sk-openai-secret" not in repr(env) and "sk-openai-secret" not in str(env)
 
@@ -230,3 +231,16 @@ def test_cost_estimate_from_pricing_table():
     assert estimate_cost("gpt-5-mini-2025", 1_000_000, 0, table) == pytest.approx(0.25)
     assert estimate_cost("o3", 10, 10, table) is None
     assert estimate_cost("gpt-5", 10, 10, None) is None
+
+
+def test_system_prompts_become_codex_settings():
+    req = request(system_prompt='You review.\n"Be strict."', append_system_prompt='Answer "yes" or no\n')
+    argv = PLUGIN.build_command(req, resume_session_id=None)
+    files = PLUGIN.container_files(req)
+    (path, body), = files.items()
+    assert body == b'You review.\n"Be strict."' and path.startswith("/tmp/orchestrator/instructions-")
+    assert argv[argv.index(f'model_instructions_file="{path}"') - 1] == "-c"
+    assert argv[argv.index(f'experimental_instructions_file="{path}"') - 1] == "-c"
+    assert 'developer_instructions="Answer \\"yes\\" or no\\n"' in argv
+    assert PLUGIN.container_files(request()) == {}
+    assert not PLUGIN.capabilities.supports_max_turns

@@ -28,6 +28,7 @@ import orjson
 
 from .. import events as E
 from ..errors import (
+    ConfigError,
     KeyConflictDifferentFingerprint,
     RunnerError,
     StrategyError,
@@ -189,6 +190,7 @@ class Engine:
 
     def schedule(self, ctx: StrategyContext, key: str, task: dict[str, Any], policy: Any) -> Handle:
         normalized = normalize_task(task, self.config.defaults, default_base_branch=ctx.base_branch)
+        refuse_unsupported(normalized)
         fp = fingerprint(normalized)
         recorded = self.state.tasks.get(key)
         if recorded is not None and recorded.fingerprint and recorded.fingerprint != fp:
@@ -444,6 +446,19 @@ class Engine:
                     await self.snapshot()
             self._log = None
         return self.state
+
+
+def refuse_unsupported(norm: dict[str, Any]) -> None:
+    """Refuse a task option its plugin's tool has no way to honour, before anything runs.
+
+    Ignoring it would run an agent the strategy did not ask for (no turn limit).
+    """
+    from ..runner.plugin import get_plugin
+
+    name = norm["plugin_name"]
+    if norm["runner"].get("max_turns") is not None and not get_plugin(name).capabilities.supports_max_turns:
+        raise ConfigError(f"plugin {name} has no turn limit: remove max_turns from the task (or runner.max_turns "
+                          "from the configuration), or use plugin claude-code")
 
 
 def task_result_from_payload(payload: dict[str, Any]) -> dict[str, Any]:

@@ -381,19 +381,31 @@ class DockerRunner:
                 unexpected.append(exc)
             first["duration_s"] = round(time.monotonic() - tc, 4)
 
-        try:
-            await anyio.to_thread.run_sync(_reset_workspace, workspace, limiter=self.host.limiter)
-        except RunnerError as exc:
-            failure = exc
+        kept = None
+        if request.session_id:
+            # Resuming the agent's session: its workspace holds the work that
+            # session remembers doing (files, commits). A fresh clone would lose
+            # it while the agent carries on as if it were there.
+            kept = await anyio.to_thread.run_sync(git_ops.kept_workspace, workspace, request.base_branch,
+                                                  limiter=self.host.limiter)
+        if kept is not None:
+            first["ws_info"] = kept
+            first["clone_s"] = 0.0
+            await container()
         else:
-            if selinux_enabled():
-                await clone()
-                if failure is None and not unexpected:
-                    await container()
+            try:
+                await anyio.to_thread.run_sync(_reset_workspace, workspace, limiter=self.host.limiter)
+            except RunnerError as exc:
+                failure = exc
             else:
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(container)
+                if selinux_enabled():
                     await clone()
+                    if failure is None and not unexpected:
+                        await container()
+                else:
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(container)
+                        await clone()
         if unexpected:
             raise unexpected[0]
         if failure is not None:
@@ -404,7 +416,7 @@ class DockerRunner:
         # duration_s: the workspace's own time (reset + clone), not the wait for the container
         self._emit(request, on_event, "runner.workspace.prepared", phase="workspace",
                    workspace_path=str(workspace), base_commit=first["ws_info"].base_commit,
-                   duration_s=first.pop("clone_s"))
+                   duration_s=first.pop("clone_s"), kept=kept is not None)
         return first, None
 
     async def _import_while_stopping(self, request: InstanceRequest, workspace: Path, ws_info: Any,

@@ -299,6 +299,23 @@ async def prepare_workspace(
     return await anyio.to_thread.run_sync(fn)
 
 
+def kept_workspace(workspace: Path, base_branch: str) -> WorkspaceInfo | None:
+    """The clone an interrupted execution left behind, if it is whole and of ``base_branch``.
+
+    BASE_COMMIT is written when the clone is complete, so a clone cut short is
+    not taken for one.
+    """
+    git_dir = Path(os.path.abspath(workspace)) / ".git"
+    try:
+        branch = (git_dir / "BASE_BRANCH").read_text(encoding="utf-8").strip()
+        commit = (git_dir / "BASE_COMMIT").read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    if branch != base_branch or not commit:
+        return None
+    return WorkspaceInfo(path=git_dir.parent, base_branch=branch, base_commit=commit)
+
+
 def reset_workspace(workspace: Path) -> None:
     """Replace whatever is at ``workspace`` with a new, empty directory.
 

@@ -29,6 +29,9 @@ class PluginCapabilities(msgspec.Struct, frozen=True, kw_only=True):
     supports_cost_limits: bool = False
     # The tool can be made to answer with JSON matching a schema (InstanceRequest.output_schema).
     supports_output_schema: bool = False
+    # The tool can stop after a number of turns (task field max_turns); a task
+    # that sets it on a plugin without is refused when it is scheduled.
+    supports_max_turns: bool = True
     auth_methods: tuple[str, ...] = ("oauth", "api_key")
 
 
