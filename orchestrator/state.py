@@ -37,6 +37,7 @@ from .events import (
     TASK_FAILED,
     TASK_INTERRUPTED,
     TASK_SCHEDULED,
+    TASK_SESSION,
     TASK_STARTED,
     Event,
     decode_line,
@@ -346,6 +347,12 @@ def apply(state: RunState, etype: str, sid: str, key: str | None, payload: dict[
                     task.session_id = payload["session_id"]
                 state.counters.failed += 1
                 state.counters.cost_usd += task.cost_usd or 0.0
+        elif etype == TASK_SESSION:
+            # Only a task that can still run again has a session worth keeping:
+            # a finished task's session is the one its terminal event recorded.
+            if task.state not in TERMINAL:
+                sid_value = payload.get("session_id")
+                task.session_id = sid_value if isinstance(sid_value, str) and sid_value else None
         elif etype == TASK_INTERRUPTED:
             if task.state not in TERMINAL and task.state != INTERRUPTED:
                 task.state = INTERRUPTED

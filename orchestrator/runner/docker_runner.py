@@ -29,6 +29,7 @@ from typing import Any
 
 import anyio
 import anyio.to_thread
+import msgspec
 
 from ..errors import PreflightError, ConfigError, ContainerError, GitError, RunnerError, TaskTimeoutError
 from ..jsonlog import ComponentLog, utc_now_iso
@@ -184,10 +185,23 @@ class DockerRunner:
                 self._emit(request, on_event, "runner.instance.failed", "error", phase="validate", error=str(exc))
                 return finish("failed", error_type=exc.category, error=str(exc))
 
-            # 2. workspace, while the container starts (3)
+            # 2. workspace, while the container starts (3); an interrupted task
+            # continues in the workspace it left, with its session
             workspace = git_ops.workspace_path(request.run_id, request.task_key)
             container_known = True  # from here on a failure or Ctrl+C stops the container
-            first, failure = await self._workspace_and_container(request, workspace, on_event)
+            kept = None
+            if request.resume_workspace:
+                kept = await anyio.to_thread.run_sync(git_ops.kept_workspace, workspace)
+                if isinstance(kept, str):
+                    # Its session refers to files that are gone: both start afresh.
+                    self._emit(request, on_event, "runner.session.reset", "warn", reason="workspace_missing",
+                               detail=kept, previous_session_id=request.session_id)
+                    request = msgspec.structs.replace(request, session_id=None, resume_workspace=False)
+                    kept = None
+            if kept is not None:
+                first, failure = await self._kept_workspace_and_container(request, kept, on_event)
+            else:
+                first, failure = await self._workspace_and_container(request, workspace, on_event)
             if failure is not None:
                 return finish("failed", error_type=failure.category, error=str(failure), workspace_path=str(workspace))
             ws_info = first.pop("ws_info")
@@ -351,6 +365,30 @@ class DockerRunner:
         self._emit(request, on_event, "runner.workspace.prepared", phase="workspace",
                    workspace_path=str(workspace), base_commit=first["ws_info"].base_commit,
                    duration_s=first.pop("clone_s"))
+        return first, None
+
+    async def _kept_workspace_and_container(self, request: InstanceRequest, kept: git_ops.WorkspaceInfo,
+                                            on_event: RunnerEventCallback | None) -> tuple[dict[str, Any], RunnerError | None]:
+        """The container for a task that continues in the workspace it left.
+
+        A container still running there belongs to the process that died: it is
+        restarted, which ends that process's agent, before any stale git lock
+        the agent left is cleared.
+        """
+        t = time.monotonic()
+        first: dict[str, Any] = {"ws_info": kept}
+        try:
+            first["ready"] = await ensure_container(self.host, request, workspace=kept.path,
+                                                    volume=self._volume_name(request), fresh_workspace=True)
+        except RunnerError as exc:
+            first["error"] = exc
+        first["duration_s"] = round(time.monotonic() - t, 4)
+        removed = []
+        if "ready" in first:
+            removed = await anyio.to_thread.run_sync(git_ops.clear_stale_git_locks, kept.path,
+                                                     limiter=self.host.limiter)
+        self._emit(request, on_event, "runner.workspace.kept", phase="workspace", workspace_path=str(kept.path),
+                   base_commit=kept.base_commit, session_id=request.session_id, stale_locks_removed=removed)
         return first, None
 
     async def _import_while_stopping(self, request: InstanceRequest, workspace: Path, ws_info: Any,

@@ -44,6 +44,8 @@ __all__ = [
     "import_branch",
     "remove_workspace",
     "reset_workspace",
+    "kept_workspace",
+    "clear_stale_git_locks",
     "_prepare_workspace_sync",
     "_import_branch_sync",
 ]
@@ -262,6 +264,51 @@ def reset_workspace(workspace: Path) -> None:
     workspace.mkdir()
     if os.name == "posix" and hasattr(os, "geteuid") and os.geteuid() == 0:
         os.chown(workspace, CONTAINER_UID, CONTAINER_GID)
+
+
+def kept_workspace(workspace: Path) -> WorkspaceInfo | str:
+    """The workspace an interrupted task left, or why it cannot be continued.
+
+    ``BASE_COMMIT`` is written once the clone is complete, so a workspace
+    without it was cut off while cloning and holds no agent work.
+    """
+    workspace = Path(os.path.abspath(workspace))
+    if not os.path.lexists(workspace):
+        return f"the workspace {workspace} no longer exists"
+    if workspace.is_symlink() or not workspace.is_dir():
+        return f"{workspace} is not a directory"
+    git_dir = workspace / ".git"
+    if git_dir.is_symlink() or not git_dir.is_dir():
+        return f"the workspace {workspace} has no .git directory"
+    try:
+        base_branch = (git_dir / "BASE_BRANCH").read_text(encoding="utf-8").strip()
+        base_commit = (git_dir / "BASE_COMMIT").read_text(encoding="utf-8").strip()
+    except OSError:
+        return f"the workspace {workspace} was not completely prepared (its clone was cut off)"
+    if not base_branch or not base_commit:
+        return f"the workspace {workspace} was not completely prepared (its clone was cut off)"
+    return WorkspaceInfo(path=workspace, base_branch=base_branch, base_commit=base_commit)
+
+
+def clear_stale_git_locks(workspace: Path) -> list[str]:
+    """Remove git lock files an agent killed mid-command left in its kept workspace.
+
+    Only called once the task's container has been (re)started, which ends any
+    agent process of the dead run: nothing can hold these locks any more, and a
+    left-over ``index.lock`` would make the resumed agent's every commit fail.
+    """
+    git_dir = Path(workspace) / ".git"
+    removed = []
+    for name in ("index.lock", "HEAD.lock", "config.lock", "packed-refs.lock"):
+        lock = git_dir / name
+        try:
+            lock.unlink()
+        except FileNotFoundError:
+            continue
+        except OSError:
+            continue
+        removed.append(name)
+    return removed
 
 
 def _chown_tree(root: Path, uid: int, gid: int) -> None:
