@@ -21,6 +21,7 @@ SCHEMA_VERSION = "1"
 IMPORT_POLICIES = ("auto", "never", "always")
 CONFLICT_POLICIES = ("fail", "overwrite", "suffix")
 EGRESS = ("online", "offline", "proxy")
+UNCOMMITTED_POLICIES = ("commit", "discard")
 
 
 class TaskDefaults(msgspec.Struct, frozen=True, kw_only=True):
@@ -42,7 +43,7 @@ TASK_FIELDS = frozenset({
     "prompt", "base_branch", "model", "import_policy", "import_conflict_policy", "skip_empty_import",
     "session_group_key", "resume_session_id", "plugin", "plugin_name", "system_prompt",
     "append_system_prompt", "max_turns", "command", "include_branches", "timeout_seconds",
-    "network_egress", "container_limits", "metadata",
+    "network_egress", "container_limits", "metadata", "uncommitted",
 })
 
 
@@ -102,6 +103,14 @@ def normalize_task(task: dict[str, Any], defaults: TaskDefaults, *, default_base
         "include_branches": list(include) if include else None,
         "timeout_seconds": task.get("timeout_seconds"),
     }
+    uncommitted = task.get("uncommitted")
+    if uncommitted is not None and uncommitted not in UNCOMMITTED_POLICIES:
+        raise ConfigError(f"task field uncommitted={uncommitted!r} is invalid; use one of "
+                          f"{', '.join(UNCOMMITTED_POLICIES)}")
+    if uncommitted == "discard":
+        # Only the non-default value is part of the input: inputs recorded before
+        # this field existed (all of them "commit") keep their fingerprints.
+        normalized["uncommitted"] = uncommitted
     return _drop_nulls(normalized)
 
 

@@ -79,6 +79,9 @@ class TaskState(msgspec.Struct, kw_only=True, gc=False):
     duration_s: float = 0.0
     branch_final: str | None = None
     attempts: int = 0
+    # Files the agent left uncommitted, and whether the runner committed them.
+    uncommitted_files: int = 0
+    auto_committed: bool = False
 
 
 class StrategyState(msgspec.Struct, kw_only=True):
@@ -326,6 +329,8 @@ def apply(state: RunState, etype: str, sid: str, key: str | None, payload: dict[
                 task.tokens_out = metrics.get("tokens_out", 0) or 0
                 task.duration_s = metrics.get("duration_s", 0.0) or 0.0
                 task.branch_final = artifact.get("branch_final")
+                task.uncommitted_files = artifact.get("uncommitted_files", 0) or 0
+                task.auto_committed = bool(artifact.get("auto_committed"))
                 if payload.get("session_id"):
                     task.session_id = payload["session_id"]
                 c = state.counters

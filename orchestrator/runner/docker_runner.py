@@ -51,6 +51,21 @@ MIN_FREE_BYTES = 200 << 20
 
 Pricing = Mapping[str, tuple[float, float]]
 
+# Run in the task's container after the agent exits: $1 is the policy, $2 the
+# commit message. Counts changed and untracked files (the repository's
+# .gitignore applies) and, under "commit", commits them. --no-verify: the
+# agent's hooks must not veto the commit that keeps its work.
+UNCOMMITTED_SCRIPT = (
+    'n=$(git status --porcelain --untracked-files=all | wc -l) || exit 3\n'
+    'echo "uncommitted=$n"\n'
+    'if [ "$n" -gt 0 ] && [ "$1" = commit ]; then\n'
+    '  git add -A && git commit -q --no-verify -m "$2" && echo committed\n'
+    'fi\n'
+)
+UNCOMMITTED_MESSAGE = ("Changes the agent left uncommitted\n\n"
+                       "The agent exited without committing these files; the orchestrator committed them "
+                       "(uncommitted: commit) so that its work reaches the task's branch.")
+
 
 def backoff_delay(attempt: int, *, base: float, factor: float, cap: float) -> float:
     """Delay before retry number ``attempt`` (0-based): base*factor^attempt, capped."""
@@ -236,6 +251,9 @@ class DockerRunner:
                 # The agent's write failed fast (EROFS) and it carried on; say why.
                 self._emit(request, on_event, "runner.workspace.read_only_write", "warn", detail=READ_ONLY_NOTE)
 
+            # 5a. what the agent left uncommitted: commit it (default) or count what is discarded
+            leftover = await self._uncommitted(request, plugin, on_event)
+
             # 5. collect: import the branch (per policy). The agent has finished, so
             # the finalize stop does not wait for the import: both take a tenth of a
             # second or so, and the task's end is the later of the two.
@@ -249,11 +267,16 @@ class DockerRunner:
                 return finish("failed", error_type=exc.category, error=str(exc), exit_code=out.exit_code,
                               final_message=self.sanitizer.scrub_text(outcome.final_message), **common)
 
+            if leftover is not None:
+                artifact = msgspec.structs.replace(artifact, uncommitted_files=leftover[0],
+                                                   auto_committed=leftover[1])
+
             # 6. cleanup: completion event first (it carries the workspace path), then delete
             metrics = self._metrics(request, outcome_total, time.monotonic() - t0)
             self._emit(request, on_event, "runner.instance.completed", workspace_path=str(workspace),
                        branch_imported=artifact.branch_final, duration_s=metrics.duration_s,
-                       retry_attempts=state["retry_attempts"])
+                       retry_attempts=state["retry_attempts"], uncommitted_files=artifact.uncommitted_files,
+                       auto_committed=artifact.auto_committed)
             await self._remove_workspace(workspace)
             return finish("success", artifact=artifact, exit_code=out.exit_code,
                           final_message=self.sanitizer.scrub_text(outcome.final_message),
@@ -366,6 +389,44 @@ class DockerRunner:
                    workspace_path=str(workspace), base_commit=first["ws_info"].base_commit,
                    duration_s=first.pop("clone_s"))
         return first, None
+
+    async def _uncommitted(self, request: InstanceRequest, plugin: RunnerPlugin,
+                           on_event: RunnerEventCallback | None) -> tuple[int, bool] | None:
+        """Changes the agent left uncommitted: (file count, committed?), or None when not looked at.
+
+        Agents in non-interactive mode often edit files and finish without
+        committing, and the import transfers commits only. Status and commit run
+        inside the task's container, as the agent's user: git there may run
+        filters and hooks the agent configured, which must never run on the
+        host. Review tasks (import_policy=never) and command tasks are left as
+        they are.
+        """
+        if request.import_policy == "never" or plugin.name == "command":
+            return None
+        t = time.monotonic()
+        try:
+            code, raw = await self.host.exec_simple(
+                request.container_name, ["sh", "-c", UNCOMMITTED_SCRIPT, "uncommitted", request.uncommitted,
+                                         UNCOMMITTED_MESSAGE])
+        except RunnerError as exc:
+            self._emit(request, on_event, "runner.uncommitted.failed", "warn", error=str(exc))
+            return None
+        text = raw.decode("utf-8", "replace")
+        found = [ln for ln in text.splitlines() if ln.startswith("uncommitted=")]
+        if not found:
+            self._emit(request, on_event, "runner.uncommitted.failed", "warn", exit_code=code,
+                       error=self.sanitizer.scrub_text(text.strip()[-500:]))
+            return None
+        count = int(found[0].split("=", 1)[1].strip() or 0)
+        committed = code == 0 and "committed" in text.splitlines()
+        if count and request.uncommitted == "commit" and not committed:
+            self._emit(request, on_event, "runner.uncommitted.failed", "warn", exit_code=code,
+                       error=self.sanitizer.scrub_text(text.strip()[-500:]))
+        if count:
+            self._emit(request, on_event, "runner.uncommitted", "warn" if not committed else "info",
+                       files=count, policy=request.uncommitted, auto_committed=committed,
+                       duration_s=round(time.monotonic() - t, 4))
+        return count, committed
 
     async def _kept_workspace_and_container(self, request: InstanceRequest, kept: git_ops.WorkspaceInfo,
                                             on_event: RunnerEventCallback | None) -> tuple[dict[str, Any], RunnerError | None]:
