@@ -37,6 +37,7 @@ from ..events import decode_line
 from ..fingerprint import TaskDefaults, fingerprint, normalize_task
 from ..jsonlog import ComponentLog
 from ..naming import branch_name, container_name, instance_id, short8
+from ..runner import check_model
 from ..runner.base import TaskRunner
 from ..runner.types import ContainerLimits, InstanceRequest, RunnerResult
 from ..state import COMPLETED, FAILED, RunState, apply, encode_snapshot, recover, write_snapshot_bytes
@@ -134,6 +135,7 @@ class Engine:
         self._limiter = anyio.CapacityLimiter(self.max_parallel)
         self._handles: dict[str, Handle] = {}
         self._live_sessions: dict[str, str] = {}
+        self._models_checked: set[tuple[str, str]] = set()
         self._tg: anyio.abc.TaskGroup | None = None
         self._log: EventLog | None = None
         self._reader: BinaryIO | None = None
@@ -188,6 +190,10 @@ class Engine:
 
     def schedule(self, ctx: StrategyContext, key: str, task: dict[str, Any], policy: Any) -> Handle:
         normalized = normalize_task(task, self.config.defaults, default_base_branch=ctx.base_branch)
+        pm = (normalized["plugin_name"], normalized["model"])
+        if pm not in self._models_checked:
+            check_model(*pm)  # a typo in a task's model: one clear message now, not a container error later
+            self._models_checked.add(pm)
         fp = fingerprint(normalized)
         recorded = self.state.tasks.get(key)
         if recorded is not None and recorded.fingerprint and recorded.fingerprint != fp:

@@ -6,6 +6,7 @@ Public surface::
     DockerRunner(auth=..., logs_dir=...)                          # TaskRunner for orchestration
     docker_available / image_exists / container_exists / list_containers /
     stop_run_containers / remove_containers                       # helpers for orchestration
+    check_model(plugin_name, model)                               # scheduling-time model check
 """
 
 from .base import RunnerEventCallback, TaskRunner
@@ -19,6 +20,7 @@ from .docker_containers import (
     stop_run_containers,
 )
 from .docker_runner import DockerRunner, run_instance
+from .plugin import check_model
 from .types import (
     AuthConfig,
     BranchArtifact,
@@ -41,6 +43,7 @@ __all__ = [
     "RunnerEventCallback",
     "RunnerResult",
     "TaskRunner",
+    "check_model",
     "container_exists",
     "docker_available",
     "image_exists",

@@ -507,10 +507,26 @@ class DockerRunner:
         previous: dict[str, float] | None = None
         last_exec: ExecOutput | None = None
         max_attempts = max(1, rc.max_attempts)
-        for n in range(max_attempts):
+        session_reset = False
+        n = 0
+        while True:
             resume = total["session_id"] if plugin.capabilities.supports_resume else None
             attempt = await self._attempt(request, plugin, workspace, on_event, resume, previous, n,
                                           first if n == 0 else None)
+            o = attempt.output.outcome if attempt.output is not None else None
+            if o is not None and o.is_error and o.error_category == "session_corrupted" and resume \
+                    and not session_reset:
+                # The tool cannot resume the recorded session: a new session in the
+                # same workspace, once, and at once (nothing transient to wait for).
+                session_reset = True
+                last_exec = attempt.output
+                total["session_id"] = None
+                previous = None
+                self._emit(request, on_event, "runner.session.reset", "warn", reason="session_corrupted",
+                           detail=self.sanitizer.scrub_text(str(o.error_message or ""))[:500],
+                           previous_session_id=resume)
+                n += 1
+                continue
             if attempt.output is not None:
                 last_exec = attempt.output
                 o = attempt.output.outcome
@@ -526,15 +542,17 @@ class DockerRunner:
             else:
                 retryable = bool(attempt.error and attempt.error.retryable)
                 reason = str(attempt.error)
-            if not retryable or n + 1 >= max_attempts:
+            retries_used = n - session_reset  # the fresh-session attempt is not a retry of a failure
+            if not retryable or retries_used + 1 >= max_attempts:
                 return attempt, total, last_exec
-            delay = backoff_delay(n, base=rc.backoff_base_s, factor=rc.backoff_factor, cap=rc.backoff_max_s)
-            state["retry_attempts"] = n + 1
+            delay = backoff_delay(retries_used, base=rc.backoff_base_s, factor=rc.backoff_factor,
+                                  cap=rc.backoff_max_s)
+            state["retry_attempts"] = retries_used + 1
             self._emit(request, on_event, "runner.retry.scheduled", "warn", attempt=n + 1,
                        delay_s=delay, reason=self.sanitizer.scrub_text(str(reason))[:500],
                        resume_session_id=total["session_id"])
             await anyio.sleep(delay)
-        raise AssertionError("unreachable")
+            n += 1
 
     async def _attempt(self, request, plugin, workspace, on_event, resume, previous, n, first=None) -> _Attempt:
         if first is not None:  # started alongside the clone
