@@ -44,6 +44,28 @@ from .types import AuthConfig, BranchArtifact, ErrorCategory, InstanceRequest, M
 
 IMAGE_HINT = "build it with scripts/setup-docker.sh or `docker build -t claude-code .`"
 STOP_TIMEOUT_S = 1
+# How long an agent still running when its task is stopped (Ctrl+C, timeout)
+# gets to exit after SIGTERM, so it can save its session. tini as PID 1 would
+# end the container (and the agent with it) at once on `docker stop`, so the
+# agent is signalled itself first; one that exits promptly costs nothing more.
+AGENT_STOP_GRACE_S = 10
+# Run in the container: SIGTERM every exec'd process (parent outside the
+# container, so ppid 0; PID 1 is tini, and this shell is excluded), then wait
+# for them to exit, at most $1 tenths of a second.
+END_AGENT_SCRIPT = (
+    'self=$$\n'
+    'pids=$(ps -eo pid=,ppid= | awk -v s="$self" \'$2 == 0 && $1 != 1 && $1 != s {print $1}\')\n'
+    '[ -n "$pids" ] || exit 0\n'
+    'kill -TERM $pids 2>/dev/null\n'
+    'i=0\n'
+    'while [ "$i" -lt "$1" ]; do\n'
+    '  alive=""\n'
+    '  for p in $pids; do kill -0 "$p" 2>/dev/null && alive="$alive $p"; done\n'
+    '  [ -n "$alive" ] || exit 0\n'
+    '  pids=$alive; sleep 0.1; i=$((i + 1))\n'
+    'done\n'
+    'exit 1\n'
+)
 READ_ONLY_NOTE = ("/workspace is mounted read-only for review tasks (import_policy=never, "
                   "review_workspace_mode=ro); the agent tried to write to it. Write to /tmp or /home/node instead")
 EVENT_STRING_LIMIT = 4000
@@ -149,6 +171,8 @@ class DockerRunner:
         self.pricing = dict(pricing or {})
         # Images known to exist (the CLI's pre-flight has just checked its image).
         self._images_seen: set[str] = set(known_images)
+        # Containers whose agent exec may still be running (cancelled or timed out mid-exec).
+        self._live_agents: set[str] = set()
         self._image_locks: dict[str, anyio.Lock] = {}
 
     async def aclose(self) -> None:
@@ -285,14 +309,14 @@ class DockerRunner:
             # A bug or a plugin error (ConfigError) after the container started:
             # do not leave it running, then let the error through.
             if container_known:
-                with anyio.CancelScope(shield=True), anyio.move_on_after(15):
+                with anyio.CancelScope(shield=True), anyio.move_on_after(AGENT_STOP_GRACE_S + 15):
                     await self._stop_quietly(request, on_event)
             self._emit(request, on_event, "runner.instance.error", "error", error=f"{type(exc).__name__}: {exc}")
             raise
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
                 if container_known:
-                    with anyio.move_on_after(15):
+                    with anyio.move_on_after(AGENT_STOP_GRACE_S + 15):
                         await self._stop_quietly(request, on_event)
                 self._emit(request, on_event, "runner.instance.interrupted", "warn",
                            workspace_path=str(workspace) if workspace else None)
@@ -599,6 +623,7 @@ class DockerRunner:
         t = time.monotonic()
         self._emit(request, on_event, "runner.exec.started", phase="execute", attempt=n,
                    resume_session_id=resume, prompt_via_stdin=payload is not None)
+        self._live_agents.add(request.container_name)
         try:
             with anyio.fail_after(request.timeout_seconds):
                 output = await run_exec(self.host, request.container_name, argv, env=env, parser=parser,
@@ -607,7 +632,9 @@ class DockerRunner:
             return _Attempt(error=TaskTimeoutError(
                 f"task exceeded its timeout of {request.timeout_seconds:g}s; container stopped and kept for resume"))
         except RunnerError as exc:
+            self._live_agents.discard(request.container_name)
             return _Attempt(error=exc)
+        self._live_agents.discard(request.container_name)
         self._emit(request, on_event, "runner.exec.finished", phase="execute", attempt=n,
                    exit_code=output.exit_code, is_error=output.outcome.is_error,
                    session_id=output.outcome.session_id, events=output.events,
@@ -645,7 +672,22 @@ class DockerRunner:
     async def _remove_workspace(self, workspace: Path) -> None:
         await anyio.to_thread.run_sync(git_ops.remove_workspace, workspace, limiter=self.host.limiter)
 
+    async def _end_agent(self, request: InstanceRequest, on_event: RunnerEventCallback | None) -> None:
+        """SIGTERM a still-running agent and wait up to the grace for it to exit."""
+        t = time.monotonic()
+        try:
+            with anyio.move_on_after(AGENT_STOP_GRACE_S + 3):
+                code, _ = await self.host.exec_simple(
+                    request.container_name, ["sh", "-c", END_AGENT_SCRIPT, "end-agent", str(AGENT_STOP_GRACE_S * 10)])
+                self._emit(request, on_event, "runner.agent.stopped", phase="stop", exited=code == 0,
+                           duration_s=round(time.monotonic() - t, 4))
+        except RunnerError as exc:  # the container is gone or stopping: the stop below still runs
+            self._emit(request, on_event, "runner.agent.stop_failed", "warn", error=str(exc))
+
     async def _stop_quietly(self, request: InstanceRequest, on_event: RunnerEventCallback | None) -> None:
+        if request.container_name in self._live_agents:
+            self._live_agents.discard(request.container_name)
+            await self._end_agent(request, on_event)
         t = time.monotonic()
         try:
             await self.host.stop(request.container_name, timeout=STOP_TIMEOUT_S)
