@@ -304,8 +304,12 @@ async def resume(args) -> int:
 
 
 async def _report_resume_plan(dirs: RunDirs, manifest: RunManifest, supports_resume: bool, fresh: bool) -> None:
-    """Say what --resume will do with each unfinished task (spec §7.4 statuses; diagnostic only)."""
-    from .runner.docker_containers import container_exists
+    """Say what --resume will do with each unfinished task (diagnostic only).
+
+    A task with a recorded session continues it in the workspace it left (the
+    container is re-created if it is gone); one whose workspace is gone, or
+    that never reported a session, starts afresh.
+    """
     from .runner.git_ops import workspace_path
     from .state import INTERRUPTED, RUNNING, recover
 
@@ -315,17 +319,14 @@ async def _report_resume_plan(dirs: RunDirs, manifest: RunManifest, supports_res
     for task in state.unfinished():
         if task.state not in (RUNNING, INTERRUPTED):
             continue
-        has_container = bool(task.container_name) and await container_exists(task.container_name)
         if fresh:
             status = "restart_fresh"
-        elif has_container and supports_resume and task.session_id:
-            status = "resume_session"
-        elif has_container:
-            status = "cannot_resume"
+        elif not (supports_resume and task.session_id):
+            status = "restart_no_session"
         elif workspace_path(manifest.run_id, task.key).exists():
-            status = "container_missing"
+            status = "resume_session"
         else:
-            status = "artifacts_missing"
+            status = "restart_workspace_missing"
         counts[status] = counts.get(status, 0) + 1
     done = state.counters.completed + state.counters.failed
     plan = ", ".join(f"{n} {s.replace('_', ' ')}" for s, n in sorted(counts.items())) or "no interrupted tasks"
