@@ -195,6 +195,11 @@ def classify_api_text(text: str) -> tuple[ErrorCategory, bool]:
 _SESSION_GONE = re.compile(r"No conversation found with session ID|thread/session not found", re.I)
 
 
+def session_gone(text: str) -> bool:
+    """Whether the tool said it cannot find the session it was asked to resume."""
+    return bool(_SESSION_GONE.search(text))
+
+
 def classify_crash(exit_code: int | None, text: str) -> tuple[ErrorCategory, bool]:
     """(category, retryable) when the tool ended without reporting a result."""
     if _SESSION_GONE.search(text):

@@ -230,3 +230,15 @@ def test_cost_estimate_from_pricing_table():
     assert estimate_cost("gpt-5-mini-2025", 1_000_000, 0, table) == pytest.approx(0.25)
     assert estimate_cost("o3", 10, 10, table) is None
     assert estimate_cost("gpt-5", 10, 10, None) is None
+
+
+def test_a_thread_codex_cannot_resume_is_session_corrupted():
+    # what `codex exec --json resume <id>` prints for a thread it does not have
+    parser = PLUGIN.new_parser()
+    parser.feed(b'{"type":"error","message":"thread/session not found: 019a-missing"}\n')
+    parser.feed_stderr(b"Error: thread/session not found: 019a-missing\n")
+    outcome = parser.finish(1)
+    assert (outcome.is_error, outcome.error_category, outcome.retryable) == (True, "session_corrupted", False)
+    crashed = PLUGIN.new_parser()
+    crashed.feed_stderr(b"Error: thread/session not found: 019a-missing\n")
+    assert crashed.finish(1).error_category == "session_corrupted"
