@@ -933,17 +933,29 @@ class Agent:
             rel = f"sim/{self.h[:8]}.txt"
             full = self._abs(rel)
             first = next((ln.strip() for ln in prompt.splitlines() if ln.strip()), "(empty prompt)")[:72]
-            if os.path.exists(full):
-                try:
-                    with open(full, encoding="utf-8") as f:
-                        n = sum(1 for _ in f)
-                except OSError:
-                    n = 0
+            try:
+                with open(full, encoding="utf-8") as f:
+                    lines = f.read().splitlines()
+            except OSError:
+                lines = None
+            # A resumed session remembers what it already did in this workspace
+            # (as a real agent does): the file already holds this prompt's work.
+            done = bool(self.a.resume) and bool(lines) and (
+                lines[0] == f"sim-agent output for prompt {self.h}" and len(lines) == 2
+                or lines[-1].startswith("revision ") and lines[-1].endswith(f": {self.h[:16]}"))
+            if done:
+                out, err = "", False
+                if git(self.cwd, "status", "--porcelain", "--", rel).stdout.strip():
+                    out, err = self.commit(f"sim: {first}")
+            elif lines is not None:
+                n = len(lines)
                 out, err = self.write(rel, f"revision {n + 1}: {self.h[:16]}\n", append=True)
             else:
                 self.em.text(f"I'll record the task in {rel}.")
                 out, err = self.write(rel, f"sim-agent output for prompt {self.h}\ntask: {first}\n")
-            if not err:
+            if done:
+                did = f" Wrote {rel} and committed it." if not err else f" Wrote {rel} (commit failed)."
+            elif not err:
                 out, err = self.commit(f"sim: {first}")
                 did = f" Wrote {rel} and committed it." if not err else f" Wrote {rel} (commit failed)."
             else:

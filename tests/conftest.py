@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-TEST_IMAGE = "orchestrator-test-agent"
+# A helper testing a changed docker/sim-agent.py builds it under its own tag and points here.
+TEST_IMAGE = os.environ.get("ORCHESTRATOR_TEST_IMAGE") or "orchestrator-test-agent"
 sys.path.insert(0, str(Path(__file__).parent))
 
 

@@ -427,3 +427,22 @@ def test_sim_agent_inside_test_image() -> None:
     assert "/usr/local/bin/orchestrator-sim-agent" in err
     rec = json.loads(err[-1])
     assert rec["task_key"] == "dock" and rec["argv0"] == "claude"
+
+
+def test_a_resumed_session_does_not_redo_the_default_work_it_already_left_in_its_workspace(repo, home):
+    first = claude("implement the greeting", cwd=repo, home=home)
+    sid = first.result["session_id"]
+    (path,) = (repo / "sim").iterdir()
+    before = path.read_text()
+    again = claude("implement the greeting", cwd=repo, home=home, extra=["--resume", sid])
+    assert again.rc == 0 and again.result["session_id"] == sid
+    assert path.read_text() == before  # a resumed agent knows it already did this
+    assert git_log(repo) == ["sim: implement the greeting", "init"]
+    assert again.result["result"] == first.result["result"]
+    # left uncommitted by an execution killed before its commit: the resumed one commits it
+    subprocess.run(["git", "reset", "-q", "--soft", "HEAD~1"], cwd=repo, check=True)
+    claude("implement the greeting", cwd=repo, home=home, extra=["--resume", sid])
+    assert git_log(repo) == ["sim: implement the greeting", "init"]
+    # a new session on the same branch still adds a revision, as before
+    claude("implement the greeting", cwd=repo, home=home)
+    assert path.read_text().splitlines()[-1].startswith("revision 3: ")
