@@ -8,11 +8,14 @@ caller's ``on_event``; never to ``events.jsonl``. Everything written, returned o
 raised passes through the sanitizer, which knows the exact credential values.
 
 Outcomes: ``success``; ``failed`` with ``error_type`` timeout|api|container|git|
-command; ``timeout``. Cancellation (Ctrl+C) is never a result: the container
-is stopped in a shielded scope, the workspace kept, and the cancellation
-re-raised. Transient failures (the plugin says retryable, or a Docker error
-matching the §3.7 patterns) are retried with exponential backoff, resuming the
-agent session on the same session volume.
+command|session_corrupted; ``timeout``. Cancellation (Ctrl+C) is never a
+result: a still-running agent gets its grace to exit, the container is stopped
+in a shielded scope, the workspace kept, and the cancellation re-raised. A
+request with ``resume_workspace`` continues in that kept workspace. Transient
+failures (the plugin says retryable, or a Docker error matching the §3.7
+patterns) are retried with exponential backoff, resuming the agent session on
+the same session volume; a session the agent cannot resume is replaced by a
+fresh one in the same workspace, once.
 """
 
 from __future__ import annotations
