@@ -449,10 +449,9 @@ class DockerRunner:
         if count and request.uncommitted == "commit" and not committed:
             self._emit(request, on_event, "runner.uncommitted.failed", "warn", exit_code=code,
                        error=self.sanitizer.scrub_text(text.strip()[-500:]))
-        if count:
-            self._emit(request, on_event, "runner.uncommitted", "warn" if not committed else "info",
-                       files=count, policy=request.uncommitted, auto_committed=committed,
-                       duration_s=round(time.monotonic() - t, 4))
+        level = "warn" if count and not committed else "info" if count else "debug"
+        self._emit(request, on_event, "runner.uncommitted", level, phase="collect", files=count,
+                   policy=request.uncommitted, auto_committed=committed, duration_s=round(time.monotonic() - t, 4))
         return count, committed
 
     async def _kept_workspace_and_container(self, request: InstanceRequest, kept: git_ops.WorkspaceInfo,
