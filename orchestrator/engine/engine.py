@@ -319,10 +319,9 @@ class Engine:
         if not isinstance(event, dict):
             return
         etype = event.get("type")
-        task = self.state.tasks.get(key)
         if etype == "runner.session.reset":
             self._live_sessions.pop(key, None)
-            if task is not None:
+            if self.state.tasks.get(key) is not None:
                 self.emit(E.TASK_SESSION, sid, {"key": key, "instance_id": inst, "session_id": None,
                                                 "reason": event.get("reason"), "detail": event.get("detail"),
                                                 "previous_session_id": event.get("previous_session_id")}, key=key)
@@ -331,8 +330,10 @@ class Engine:
         sid_value = event.get("session_id") or data.get("session_id")
         if isinstance(sid_value, str) and sid_value:
             self._live_sessions[key] = sid_value
-            if etype in ("runner.init", "runner.exec.finished") and task is not None \
-                    and task.session_id != sid_value and task.state == "RUNNING":
+            if etype not in ("runner.init", "runner.exec.finished"):
+                return
+            task = self.state.tasks.get(key)
+            if task is not None and task.session_id != sid_value and task.state == "RUNNING":
                 self.emit(E.TASK_SESSION, sid, {"key": key, "instance_id": inst, "session_id": sid_value}, key=key)
 
     async def _finish(self, sid: str, handle: Handle, inst: str, result: RunnerResult) -> None:
