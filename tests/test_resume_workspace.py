@@ -57,9 +57,10 @@ def runner_events(tmp_path: Path, run_id: str, message: str) -> list[dict]:
     return [r for r in map(json.loads, lines) if r.get("message") == message]
 
 
-def start_and_wait_for_the_agents_edit(tmp_path: Path, repo: Path, env: dict, *, durable_session: bool = False):
+def start_and_wait_for_the_agents_edit(tmp_path: Path, repo: Path, env: dict, *, durable_session: bool = False,
+                                       extra: tuple[str, ...] = ()):
     out = tmp_path / "out" / "first"
-    proc = start_cli([PROMPT, "--no-tui", *IMG], cwd=repo, env=env, out=out)
+    proc = start_cli([PROMPT, "--no-tui", *IMG, *extra], cwd=repo, env=env, out=out)
     run_id = wait_for(lambda: run_ids(tmp_path) and run_ids(tmp_path)[0])
     notes = wait_for(lambda: next((tmp_path / "ws" / run_id).glob("k_*/notes.txt"), None), timeout=120)
     if durable_session:  # the session id is in the log before the agent has finished anything
@@ -85,12 +86,13 @@ def session_events(events) -> list[dict]:
     return [e.payload for e in events if e.type == "task.session"]
 
 
-@pytest.mark.parametrize("stop", ["ctrl-c", "sigkill"])
+@pytest.mark.parametrize("stop", ["ctrl-c", "sigkill", "sigkill-codex"])
 def test_an_interrupted_task_resumes_its_session_in_the_workspace_it_left(stop, tmp_path):
     repo = make_repo(tmp_path / "repo")
-    env = cli_env(tmp_path)
-    proc, out, run_id, workspace = start_and_wait_for_the_agents_edit(tmp_path, repo, env,
-                                                                      durable_session=stop == "sigkill")
+    env = cli_env(tmp_path, OPENAI_API_KEY="sk-test-openai-0123456789abcdef0123")
+    extra = ("--plugin", "codex", "--model", "gpt-5-codex") if stop.endswith("codex") else ()
+    proc, out, run_id, workspace = start_and_wait_for_the_agents_edit(tmp_path, repo, env, extra=extra,
+                                                                      durable_session=stop != "ctrl-c")
     try:
         if stop == "ctrl-c":
             proc.send_signal(signal.SIGINT)
@@ -109,6 +111,7 @@ def test_an_interrupted_task_resumes_its_session_in_the_workspace_it_left(stop, 
         the_branch_holds_the_notes(repo, run_id, events)
         execs = sim_executions(run_id)
         assert [(x["session_id"], x["resumed"]) for x in execs] == [(session, False), (session, True)], execs
+        assert {x["persona"] for x in execs} == {"codex" if extra else "claude"}
         (started,) = [r for r in runner_events(tmp_path, run_id, "runner.exec.started") if r.get("resume_session_id")]
         assert started["resume_session_id"] == session
         (kept,) = runner_events(tmp_path, run_id, "runner.workspace.kept")
