@@ -306,9 +306,9 @@ async def resume(args) -> int:
 async def _report_resume_plan(dirs: RunDirs, manifest: RunManifest, supports_resume: bool, fresh: bool) -> None:
     """Say what --resume will do with each unfinished task (diagnostic only).
 
-    A task with a recorded session continues it in the workspace it left (the
-    container is re-created if it is gone); one whose workspace is gone, or
-    that never reported a session, starts afresh.
+    A task continues in the workspace it left (the container is re-created if
+    it is gone), with its session when it reported one; a task whose workspace
+    is gone starts afresh.
     """
     from .runner.git_ops import workspace_path
     from .state import INTERRUPTED, RUNNING, recover
@@ -321,12 +321,14 @@ async def _report_resume_plan(dirs: RunDirs, manifest: RunManifest, supports_res
             continue
         if fresh:
             status = "restart_fresh"
-        elif not (supports_resume and task.session_id):
-            status = "restart_no_session"
-        elif workspace_path(manifest.run_id, task.key).exists():
+        elif not supports_resume:
+            status = "restart"
+        elif not workspace_path(manifest.run_id, task.key).exists():
+            status = "restart_workspace_missing"
+        elif task.session_id:
             status = "resume_session"
         else:
-            status = "restart_workspace_missing"
+            status = "new_session_in_kept_workspace"
         counts[status] = counts.get(status, 0) + 1
     done = state.counters.completed + state.counters.failed
     plan = ", ".join(f"{n} {s.replace('_', ' ')}" for s, n in sorted(counts.items())) or "no interrupted tasks"

@@ -109,3 +109,36 @@ async def test_an_unknown_task_model_fails_the_strategy_at_scheduling_without_a_
     assert runner.calls == []
     assert "unknown model 'sonet' for plugin claude-code; use one of: haiku, opus, sonnet" in state.strategies["s1"].error
     assert not [e for e in read_events(engine.paths.events) if e.type.startswith("task.")]
+
+
+async def test_a_task_that_started_without_reporting_a_session_keeps_its_workspace_with_a_fresh_session(tmp_path):
+    class Silent:  # the agent was started but never printed its init line
+        async def run(self, request, *, on_event=None):
+            await anyio.sleep_forever()
+
+        async def aclose(self):
+            pass
+
+    engine = Engine(make_config(tmp_path), Silent())
+    with anyio.move_on_after(0.5):
+        await engine.run(one, prompt="do it", params={})
+    assert [e.payload.get("session_id") for e in read_events(engine.paths.events)
+            if e.type in ("task.session", "task.interrupted")] == [None]
+    runner = ScriptedRunner()
+    await run_engine(tmp_path, one, runner)
+    assert (runner.calls[0].session_id, runner.calls[0].resume_workspace) == (None, True)
+
+
+async def test_a_command_task_never_continues_a_workspace(tmp_path):
+    async def cmd(prompt, base_branch, ctx):
+        return await ctx.wait(ctx.run({"plugin": "command", "command": "true"}, key=ctx.key("c")))
+
+    async def hang(req):
+        await anyio.sleep_forever()
+
+    engine = Engine(make_config(tmp_path), ScriptedRunner(hang))
+    with anyio.move_on_after(0.5):
+        await engine.run(cmd, prompt="do it", params={})
+    runner = ScriptedRunner()
+    await run_engine(tmp_path, cmd, runner)
+    assert runner.calls[0].resume_workspace is False

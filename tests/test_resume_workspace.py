@@ -65,6 +65,8 @@ def start_and_wait_for_the_agents_edit(tmp_path: Path, repo: Path, env: dict, *,
     notes = wait_for(lambda: next((tmp_path / "ws" / run_id).glob("k_*/notes.txt"), None), timeout=120)
     if durable_session:  # the session id is in the log before the agent has finished anything
         wait_for(lambda: [e for e in check_log(events_path(tmp_path, run_id)) if e.type == "task.session"], timeout=30)
+    else:  # the runner has read the agent's init line (on a loaded machine it can lag behind the agent)
+        wait_for(lambda: runner_events(tmp_path, run_id, "runner.init"), timeout=30)
     return proc, out, run_id, notes.parent
 
 

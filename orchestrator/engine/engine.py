@@ -37,7 +37,7 @@ from ..events import decode_line
 from ..fingerprint import TaskDefaults, fingerprint, normalize_task
 from ..jsonlog import ComponentLog
 from ..naming import branch_name, container_name, instance_id, short8
-from ..runner import check_model
+from ..runner import check_model, supports_resume
 from ..runner.base import TaskRunner
 from ..runner.types import ContainerLimits, InstanceRequest, RunnerResult
 from ..state import COMPLETED, FAILED, RunState, apply, encode_snapshot, recover, write_snapshot_bytes
@@ -230,13 +230,15 @@ class Engine:
         session_id = norm.get("resume_session_id")
         recorded = self.state.tasks.get(key)
         resume_workspace = False
-        if recorded is not None and recorded.session_id and not self.config.resume_fresh \
-                and self.config.supports_resume:
-            # The persisted session id overrides the one in the task input; a task
-            # that ran before continues it in the workspace it left, so the agent's
-            # memory and its files match (a fresh clone would hide its edits).
-            session_id = recorded.session_id
-            resume_workspace = recorded.attempts > 0
+        if recorded is not None and recorded.attempts > 0 and not self.config.resume_fresh \
+                and self.config.supports_resume and supports_resume(norm["plugin_name"]):
+            # A task that ran before continues in the workspace it left (a fresh
+            # clone would hide its agent's edits), with its session when one was
+            # reported: the persisted id overrides the one in the task input. A
+            # command task has no session to continue and starts afresh.
+            resume_workspace = True
+            if recorded.session_id:
+                session_id = recorded.session_id
         options = dict(self.config.runner_options)
         return InstanceRequest(
             prompt=norm["prompt"], repo_path=self.config.repo_path, base_branch=norm["base_branch"],

@@ -20,7 +20,7 @@ from .docker_containers import (
     stop_run_containers,
 )
 from .docker_runner import DockerRunner, run_instance
-from .plugin import check_model
+from .plugin import check_model, supports_resume
 from .types import (
     AuthConfig,
     BranchArtifact,
@@ -51,4 +51,5 @@ __all__ = [
     "remove_containers",
     "run_instance",
     "stop_run_containers",
+    "supports_resume",
 ]

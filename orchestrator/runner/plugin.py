@@ -115,3 +115,8 @@ def check_model(plugin_name: str, model: str) -> None:
         names = ", ".join(sorted(k for k in models if "-" not in k)) or ", ".join(sorted(models))
         hint = " or a full model id starting with 'claude-'" if plugin_name == "claude-code" else ""
         raise ConfigError(f"unknown model {model!r} for plugin {plugin_name}; use one of: {names}{hint}")
+
+
+def supports_resume(plugin_name: str) -> bool:
+    """Whether the plugin's tool can continue a session (and so a task can continue its workspace)."""
+    return get_plugin(plugin_name).capabilities.supports_resume
