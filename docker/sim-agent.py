@@ -924,6 +924,19 @@ class Agent:
             n += 1
         self.reports.append(f"spammed {sent} bytes in {n} messages")
 
+    def _after_one_execution(self, rel: str, first: str) -> str | None:
+        """The file as one default execution leaves it, from the task's base commit (None: unknown)."""
+        try:
+            with open(os.path.join(self.cwd, ".git", "BASE_COMMIT"), encoding="utf-8") as f:
+                base = f.read().strip()
+        except OSError:
+            return None  # not a task workspace: nothing to tell this task's work from earlier work
+        shown = git(self.cwd, "show", f"{base}:{rel}")
+        if shown.returncode != 0:
+            return f"sim-agent output for prompt {self.h}\ntask: {first}\n"
+        n = len(shown.stdout.splitlines())
+        return shown.stdout + f"revision {n + 1}: {self.h[:16]}\n"
+
     # -------------------------------------------------------------- default
     def default_behaviour(self) -> str:
         prompt = self.a.prompt or ""
@@ -935,14 +948,15 @@ class Agent:
             first = next((ln.strip() for ln in prompt.splitlines() if ln.strip()), "(empty prompt)")[:72]
             try:
                 with open(full, encoding="utf-8") as f:
-                    lines = f.read().splitlines()
+                    text = f.read()
             except OSError:
-                lines = None
-            # A resumed session remembers what it already did in this workspace
-            # (as a real agent does): the file already holds this prompt's work.
-            done = bool(self.a.resume) and bool(lines) and (
-                lines[0] == f"sim-agent output for prompt {self.h}" and len(lines) == 2
-                or lines[-1].startswith("revision ") and lines[-1].endswith(f": {self.h[:16]}"))
+                text = None
+            lines = None if text is None else text.splitlines()
+            # An agent that finds its own finished work in the workspace (it was
+            # interrupted, and the task continues where it stopped) does not do it
+            # again, as a real agent would not. Its work is what one execution adds
+            # to the file as it was at the task's base commit.
+            done = text is not None and text == self._after_one_execution(rel, first)
             if done:
                 out, err = "", False
                 if git(self.cwd, "status", "--porcelain", "--", rel).stdout.strip():

@@ -429,20 +429,25 @@ def test_sim_agent_inside_test_image() -> None:
     assert rec["task_key"] == "dock" and rec["argv0"] == "claude"
 
 
-def test_a_resumed_session_does_not_redo_the_default_work_it_already_left_in_its_workspace(repo, home):
+def test_an_agent_does_not_redo_the_default_work_its_task_already_left_in_its_workspace(repo, home):
+    def head():
+        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+
+    (repo / ".git" / "BASE_COMMIT").write_text(head() + "\n")  # what the orchestrator records for a task
     first = claude("implement the greeting", cwd=repo, home=home)
     sid = first.result["session_id"]
     (path,) = (repo / "sim").iterdir()
     before = path.read_text()
     again = claude("implement the greeting", cwd=repo, home=home, extra=["--resume", sid])
     assert again.rc == 0 and again.result["session_id"] == sid
-    assert path.read_text() == before  # a resumed agent knows it already did this
+    assert path.read_text() == before  # it knows it already did this
     assert git_log(repo) == ["sim: implement the greeting", "init"]
     assert again.result["result"] == first.result["result"]
-    # left uncommitted by an execution killed before its commit: the resumed one commits it
+    # left uncommitted by an execution killed before its commit: the next one (even a new session) commits it
     subprocess.run(["git", "reset", "-q", "--soft", "HEAD~1"], cwd=repo, check=True)
-    claude("implement the greeting", cwd=repo, home=home, extra=["--resume", sid])
-    assert git_log(repo) == ["sim: implement the greeting", "init"]
-    # a new session on the same branch still adds a revision, as before
+    claude("implement the greeting", cwd=repo, home=home)
+    assert git_log(repo) == ["sim: implement the greeting", "init"] and path.read_text() == before
+    # a new task whose base already holds the file adds a revision, as before
+    (repo / ".git" / "BASE_COMMIT").write_text(head() + "\n")
     claude("implement the greeting", cwd=repo, home=home)
     assert path.read_text().splitlines()[-1].startswith("revision 3: ")
