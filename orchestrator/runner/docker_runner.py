@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import anyio.to_thread
 import msgspec
 
@@ -404,6 +405,11 @@ class DockerRunner:
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(container)
                     await clone()
+        # Ctrl+C while the clone's thread finished: the container task was cancelled
+        # and the group exits without raising, so the cancellation is only pending.
+        # Deliver it here; going on would find no container and fail the task
+        # (a KeyError), recording an interrupted task as failed for good.
+        await anyio.lowlevel.checkpoint_if_cancelled()
         if unexpected:
             raise unexpected[0]
         if failure is not None:
