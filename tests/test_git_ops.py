@@ -548,3 +548,25 @@ def test_agent_written_workspace_config_does_not_run_on_host(host, tmp_path):
     art = _import_branch_sync(host, ws, branch_name="evil", task_key="k", run_id="r")
     assert art.branch_final == "evil" and art.commit_count == 2
     assert not marker.exists()
+
+
+def test_a_kept_workspace_is_continued_only_when_whole(tmp_path):
+    """A crash mid-clone or mid-deletion must not leave a workspace a resumed task would continue in."""
+    from conftest import make_repo
+    from orchestrator.runner.git_ops import _prepare_workspace_sync, kept_workspace, remove_workspace
+
+    repo = make_repo(tmp_path / "repo")
+    ws = tmp_path / "ws" / "k_1"
+    info = _prepare_workspace_sync(repo, "main", ws)
+    kept = kept_workspace(ws)
+    assert not isinstance(kept, str) and kept.base_commit == info.base_commit
+    (ws / ".git" / "BASE_COMMIT").rename(ws / ".git" / "BASE_COMMIT.x")  # clone cut off before its end
+    assert "not completely prepared" in kept_workspace(ws)
+    (ws / ".git" / "BASE_COMMIT.x").rename(ws / ".git" / "BASE_COMMIT")
+    for name in ("HEAD", "objects"):  # a deletion cut off half-way
+        target = ws / ".git" / name
+        subprocess.run(["rm", "-rf", str(target)], check=True)
+    assert "no longer a git repository" in kept_workspace(ws)
+    remove_workspace(ws)
+    assert "no longer exists" in kept_workspace(ws)
+    assert list((tmp_path / "ws").iterdir()) == []  # nothing left beside it either

@@ -21,6 +21,7 @@ import os
 import shutil
 import stat
 import tempfile
+import threading
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
@@ -30,7 +31,7 @@ import msgspec
 
 from ..errors import GitError, PreflightError, UsageError
 from ..naming import short8
-from .git_cmd import check_branch_name, run_git
+from .git_cmd import check_branch_name, run_git, ws_git
 from .git_import import _import_branch_sync, import_branch
 from .types import IsolationMode
 
@@ -287,6 +288,8 @@ def kept_workspace(workspace: Path) -> WorkspaceInfo | str:
         return f"the workspace {workspace} was not completely prepared (its clone was cut off)"
     if not base_branch or not base_commit:
         return f"the workspace {workspace} was not completely prepared (its clone was cut off)"
+    if ws_git(workspace, ["rev-parse", "--verify", "-q", "HEAD^{commit}"], check=False).returncode != 0:
+        return f"the workspace {workspace} is no longer a git repository with a commit (damaged or partly deleted)"
     return WorkspaceInfo(path=workspace, base_branch=base_branch, base_commit=base_commit)
 
 
@@ -331,6 +334,13 @@ def remove_workspace(workspace: Path) -> None:
     if path.is_symlink() or not path.is_dir():
         path.unlink()
         return
+    # Out of the way first, in one atomic step: a crash during the deletion must
+    # not leave a half-deleted workspace where a resumed task would continue.
+    doomed = path.with_name(f"{path.name}.deleting-{os.getpid()}-{threading.get_ident()}")
+    try:
+        os.rename(path, doomed)
+    except OSError:
+        doomed = path
 
     def _retry(func, p, _exc):  # Windows: pack files are read-only
         try:
@@ -339,6 +349,6 @@ def remove_workspace(workspace: Path) -> None:
         except FileNotFoundError:
             pass
 
-    shutil.rmtree(path, onerror=_retry)
-    if os.path.lexists(path):
+    shutil.rmtree(doomed, onerror=_retry)
+    if os.path.lexists(doomed) or os.path.lexists(path):
         raise GitError(f"could not remove workspace {path}")
