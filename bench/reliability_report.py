@@ -48,6 +48,7 @@ def run(daemon_restart: bool) -> tuple[int, list[dict], dict[str, int], float]:
 
 def table(rows: list[dict], bad_inputs: dict[str, int]) -> str:
     crash = [r for r in rows if r["suite"] == "crash"]
+    crash_agent = [r for r in rows if r["suite"] == "crash-agent"]
     signals = [r for r in rows if r["suite"] == "signals"]
     faults = [r for r in rows if r["suite"] == "faults"]
     hostile = [r for r in rows if r["suite"] == "hostile"]
@@ -60,6 +61,11 @@ def table(rows: list[dict], bad_inputs: dict[str, int]) -> str:
         out.append(f"| SIGKILL + resume, {r['case']} ({r['runs']} runs to completion in {r['processes']} processes; "
                    f"{r['agent_executions']} agent executions for {r['keys']} task keys, 0 after a durable completion; "
                    f"kills landed: {phases}) | {r['kills_tried']} | {r['kills_survived']} |")
+    for r in crash_agent:
+        out.append(f"| SIGKILL while the agents work, then resume ({r['tasks']} tasks, {r['processes']} processes; "
+                   f"{r['agent_executions']} agent executions: {r['fresh_sessions']} sessions started, "
+                   f"{r['resumed_executions']} resumed in the kept workspace; no task's session started twice) | "
+                   f"{r['kills_tried']} | {r['kills_survived']} |")
     for r in signals:
         out.append(f"| SIGTERM, SIGINT, double SIGINT then resume | {r['signals_tried']} | {r['signals_survived']} |")
     for r in faults:

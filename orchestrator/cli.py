@@ -86,7 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--quiet", action="store_true", help="only the final summary")
     mgmt = p.add_argument_group("run management")
     mgmt.add_argument("--resume", metavar="RUN_ID", help="continue an interrupted run: nothing finished runs again")
-    mgmt.add_argument("--resume-fresh", action="store_true", help="with --resume: restart interrupted tasks without their agent sessions")
+    mgmt.add_argument("--resume-fresh", action="store_true",
+                      help="with --resume: restart interrupted tasks in a fresh clone with a fresh agent session "
+                           "(by default each continues its session in the workspace it left)")
     mgmt.add_argument("--list-runs", action="store_true", help="list runs with their status")
     mgmt.add_argument("--show-run", metavar="RUN_ID", help="show a run's details and summary")
     mgmt.add_argument("--follow", action="store_true", help="with --show-run: live dashboard of the run")

@@ -8,6 +8,9 @@ starts, so ``f.seek(e.start_offset); f.readline()`` returns exactly that event.
 Public types (docs/events.md documents every payload field):
 
 - ``task.scheduled|started|completed|failed|interrupted`` (``key`` required)
+- ``task.session``: the agent session a running task is in, written as soon as
+  the agent reports it (so a crash cannot lose it), or ``null`` with a
+  ``reason`` when the task gives up its session and starts a fresh one
 - ``strategy.started|completed`` (``key`` absent)
 - ``strategy.checkpoint``: the value a strategy got from ``ctx.now()``,
   ``ctx.rand()`` or ``ctx.sleep()``, replayed on resume.
@@ -28,11 +31,12 @@ TASK_STARTED = "task.started"
 TASK_COMPLETED = "task.completed"
 TASK_FAILED = "task.failed"
 TASK_INTERRUPTED = "task.interrupted"
+TASK_SESSION = "task.session"
 STRATEGY_STARTED = "strategy.started"
 STRATEGY_COMPLETED = "strategy.completed"
 STRATEGY_CHECKPOINT = "strategy.checkpoint"
 
-TASK_TYPES = frozenset({TASK_SCHEDULED, TASK_STARTED, TASK_COMPLETED, TASK_FAILED, TASK_INTERRUPTED})
+TASK_TYPES = frozenset({TASK_SCHEDULED, TASK_STARTED, TASK_COMPLETED, TASK_FAILED, TASK_INTERRUPTED, TASK_SESSION})
 STRATEGY_TYPES = frozenset({STRATEGY_STARTED, STRATEGY_COMPLETED, STRATEGY_CHECKPOINT})
 EVENT_TYPES = TASK_TYPES | STRATEGY_TYPES
 TERMINAL_TASK_TYPES = frozenset({TASK_COMPLETED, TASK_FAILED, TASK_INTERRUPTED})

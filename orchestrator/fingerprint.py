@@ -22,6 +22,7 @@ IMPORT_POLICIES = ("auto", "never", "always")
 CONFLICT_POLICIES = ("fail", "overwrite", "suffix")
 EGRESS = ("online", "offline", "proxy")
 PLUGIN_NAMES = ("claude-code", "codex", "command")
+UNCOMMITTED_POLICIES = ("commit", "discard")
 
 
 class TaskDefaults(msgspec.Struct, frozen=True, kw_only=True):
@@ -43,7 +44,7 @@ TASK_FIELDS = frozenset({
     "prompt", "base_branch", "model", "import_policy", "import_conflict_policy", "skip_empty_import",
     "session_group_key", "resume_session_id", "plugin", "plugin_name", "system_prompt",
     "append_system_prompt", "max_turns", "command", "include_branches", "timeout_seconds",
-    "network_egress", "container_limits", "metadata", "delete_branches", "output_schema",
+    "network_egress", "container_limits", "metadata", "delete_branches", "output_schema", "uncommitted",
 })
 
 
@@ -119,6 +120,14 @@ def normalize_task(task: dict[str, Any], defaults: TaskDefaults, *, default_base
     if delete is not None:  # only when present: every other task keeps its fingerprint
         normalized["delete_branches"] = list(delete)
         normalized["import_policy"] = "never"
+    uncommitted = task.get("uncommitted")
+    if uncommitted is not None and uncommitted not in UNCOMMITTED_POLICIES:
+        raise ConfigError(f"task field uncommitted={uncommitted!r} is invalid; use one of "
+                          f"{', '.join(UNCOMMITTED_POLICIES)}")
+    if uncommitted == "discard":
+        # Only the non-default value is part of the input: inputs recorded before
+        # this field existed (all of them "commit") keep their fingerprints.
+        normalized["uncommitted"] = uncommitted
     normalized = _drop_nulls(normalized)
     if output_schema is not None:
         # Absent (not null) without a schema, so recorded runs keep their fingerprints;

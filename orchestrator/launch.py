@@ -379,8 +379,12 @@ async def resume(args) -> int:
 
 
 async def _report_resume_plan(dirs: RunDirs, manifest: RunManifest, supports_resume: bool, fresh: bool) -> None:
-    """Say what --resume will do with each unfinished task (spec §7.4 statuses; diagnostic only)."""
-    from .runner.docker_containers import container_exists
+    """Say what --resume will do with each unfinished task (diagnostic only).
+
+    A task continues in the workspace it left (the container is re-created if
+    it is gone), with its session when it reported one; a task whose workspace
+    is gone starts afresh.
+    """
     from .runner.git_ops import workspace_path
     from .state import INTERRUPTED, RUNNING, recover
 
@@ -390,17 +394,16 @@ async def _report_resume_plan(dirs: RunDirs, manifest: RunManifest, supports_res
     for task in state.unfinished():
         if task.state not in (RUNNING, INTERRUPTED):
             continue
-        has_container = bool(task.container_name) and await container_exists(task.container_name)
         if fresh:
             status = "restart_fresh"
-        elif has_container and supports_resume and task.session_id:
+        elif not supports_resume:
+            status = "restart"
+        elif not workspace_path(manifest.run_id, task.key).exists():
+            status = "restart_workspace_missing"
+        elif task.session_id:
             status = "resume_session"
-        elif has_container:
-            status = "cannot_resume"
-        elif workspace_path(manifest.run_id, task.key).exists():
-            status = "container_missing"
         else:
-            status = "artifacts_missing"
+            status = "new_session_in_kept_workspace"
         counts[status] = counts.get(status, 0) + 1
     done = state.counters.completed + state.counters.failed
     plan = ", ".join(f"{n} {s.replace('_', ' ')}" for s, n in sorted(counts.items())) or "no interrupted tasks"

@@ -53,6 +53,7 @@ def build_summary(manifest: RunManifest, state: RunState) -> dict[str, Any]:
                 "branch_planned": t.branch_name, "duration_s": round(t.duration_s, 3), "cost_usd": t.cost_usd,
                 "tokens_in": t.tokens_in, "tokens_out": t.tokens_out, "error_type": t.error_type,
                 "error": t.message, "attempts": t.attempts,
+                "uncommitted_files": t.uncommitted_files, "auto_committed": t.auto_committed,
             })
             if t.branch_final and t.branch_final not in all_branches:
                 all_branches.append(t.branch_final)
@@ -161,6 +162,11 @@ def render_summary(summary: dict[str, Any], *, results_path: Path, wall_seconds:
                 tokens = fmt_tokens((t["tokens_in"] or 0) + (t["tokens_out"] or 0))
                 extra = "" if t["branch"] else " (no branch)"
                 lines.append(f"  ✓ {label}  {fmt_duration(t['duration_s'])} • {fmt_cost(t['cost_usd'])} • {tokens} tokens{extra}")
+                left = t.get("uncommitted_files") or 0
+                if left and t.get("auto_committed"):
+                    lines.append(f"      {left} file(s) the agent left uncommitted were committed for it")
+                elif left:
+                    lines.append(f"      ⚠ {left} file(s) the agent left uncommitted were discarded (uncommitted: discard)")
             elif t["state"] == "FAILED":
                 lines.append(f"  ✗ {label}  Failed ({t['error_type']}): {(t['error'] or '').splitlines()[0][:120] if t['error'] else ''}")
             else:

@@ -37,6 +37,7 @@ from .events import (
     TASK_FAILED,
     TASK_INTERRUPTED,
     TASK_SCHEDULED,
+    TASK_SESSION,
     TASK_STARTED,
     Event,
     decode_line,
@@ -78,6 +79,9 @@ class TaskState(msgspec.Struct, kw_only=True, gc=False):
     duration_s: float = 0.0
     branch_final: str | None = None
     attempts: int = 0
+    # Files the agent left uncommitted, and whether the runner committed them.
+    uncommitted_files: int = 0
+    auto_committed: bool = False
 
 
 class StrategyState(msgspec.Struct, kw_only=True):
@@ -325,6 +329,8 @@ def apply(state: RunState, etype: str, sid: str, key: str | None, payload: dict[
                 task.tokens_out = metrics.get("tokens_out", 0) or 0
                 task.duration_s = metrics.get("duration_s", 0.0) or 0.0
                 task.branch_final = artifact.get("branch_final")
+                task.uncommitted_files = artifact.get("uncommitted_files", 0) or 0
+                task.auto_committed = bool(artifact.get("auto_committed"))
                 if payload.get("session_id"):
                     task.session_id = payload["session_id"]
                 c = state.counters
@@ -346,6 +352,12 @@ def apply(state: RunState, etype: str, sid: str, key: str | None, payload: dict[
                     task.session_id = payload["session_id"]
                 state.counters.failed += 1
                 state.counters.cost_usd += task.cost_usd or 0.0
+        elif etype == TASK_SESSION:
+            # Only a task that can still run again has a session worth keeping:
+            # a finished task's session is the one its terminal event recorded.
+            if task.state not in TERMINAL:
+                sid_value = payload.get("session_id")
+                task.session_id = sid_value if isinstance(sid_value, str) and sid_value else None
         elif etype == TASK_INTERRUPTED:
             if task.state not in TERMINAL and task.state != INTERRUPTED:
                 task.state = INTERRUPTED

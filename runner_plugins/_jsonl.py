@@ -191,8 +191,20 @@ def classify_api_text(text: str) -> tuple[ErrorCategory, bool]:
     return "api", False
 
 
+# Claude Code: "No conversation found with session ID: <id>"; Codex: "thread/session not found: <id>".
+_SESSION_GONE = re.compile(r"No conversation found with session ID|thread/session not found", re.I)
+
+
+def session_gone(text: str) -> bool:
+    """Whether the tool said it cannot find the session it was asked to resume."""
+    return bool(_SESSION_GONE.search(text))
+
+
 def classify_crash(exit_code: int | None, text: str) -> tuple[ErrorCategory, bool]:
     """(category, retryable) when the tool ended without reporting a result."""
+    if _SESSION_GONE.search(text):
+        # Resuming a session the tool cannot find: the runner starts a new one.
+        return "session_corrupted", False
     if _AUTH.search(text):
         return "api", False
     if _RATE.search(text) or _TRANSIENT_API.search(text):

@@ -53,6 +53,7 @@ from ._jsonl import (
     classify_status,
     clip,
     parse_object,
+    session_gone,
 )
 from .claude_code import MAX_ARG_STRLEN, prompt_via_stdin
 
@@ -307,6 +308,8 @@ class CodexStreamParser(JsonLinesParser):
             message, status = _decode_error(failure)
             decided = classify_status(status) or classify_api_text(message)
             category, retryable = decided
+            if session_gone(message):  # `codex exec resume <id>` of a thread it does not have
+                category, retryable = "session_corrupted", False
         else:
             stderr = self._stderr.last_lines()
             category, retryable = classify_crash(exit_code, f"{stderr} {self._last_any_error or ''}")

@@ -107,7 +107,14 @@ def test_sigint_interrupts_and_resume_finishes_without_duplicates(tmp_path, repo
         return runs[0] if n == 3 else None
 
     run_id = wait_for(started)
-    time.sleep(1.5)  # the agents are mid-run
+
+    def agents_reported_their_sessions():
+        path = tmp_path / "logs" / run_id / "events.jsonl"
+        return sum(1 for e in read_events(path) if e.type == "task.session") == 3
+
+    # the agents are mid-run (on a loaded machine 1.5 s after task.started was sometimes before they began)
+    wait_for(agents_reported_their_sessions, timeout=120)
+    time.sleep(0.5)
     t0 = time.time()
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=30)

@@ -551,11 +551,23 @@ def test_agent_written_workspace_config_does_not_run_on_host(host, tmp_path):
     assert not marker.exists()
 
 
-def test_kept_workspace_is_a_whole_clone_of_the_same_base(host, tmp_path):
-    ws = make_ws(host, tmp_path / "ws", changes=True)
-    kept = kept_workspace(ws, "main")
-    assert kept is not None and kept.base_commit == git(host, "rev-parse", "main") and kept.path == ws
-    assert kept_workspace(ws, "side") is None  # another base branch: not this task's clone
-    (ws / ".git" / "BASE_COMMIT").unlink()  # written last: a clone cut short has none
-    assert kept_workspace(ws, "main") is None
-    assert kept_workspace(tmp_path / "missing", "main") is None
+def test_a_kept_workspace_is_continued_only_when_whole(tmp_path):
+    """A crash mid-clone or mid-deletion must not leave a workspace a resumed task would continue in."""
+    from conftest import make_repo
+    from orchestrator.runner.git_ops import _prepare_workspace_sync, kept_workspace, remove_workspace
+
+    repo = make_repo(tmp_path / "repo")
+    ws = tmp_path / "ws" / "k_1"
+    info = _prepare_workspace_sync(repo, "main", ws)
+    kept = kept_workspace(ws)
+    assert not isinstance(kept, str) and kept.base_commit == info.base_commit
+    (ws / ".git" / "BASE_COMMIT").rename(ws / ".git" / "BASE_COMMIT.x")  # clone cut off before its end
+    assert "not completely prepared" in kept_workspace(ws)
+    (ws / ".git" / "BASE_COMMIT.x").rename(ws / ".git" / "BASE_COMMIT")
+    for name in ("HEAD", "objects"):  # a deletion cut off half-way
+        target = ws / ".git" / name
+        subprocess.run(["rm", "-rf", str(target)], check=True)
+    assert "no longer a git repository" in kept_workspace(ws)
+    remove_workspace(ws)
+    assert "no longer exists" in kept_workspace(ws)
+    assert list((tmp_path / "ws").iterdir()) == []  # nothing left beside it either

@@ -22,4 +22,5 @@ async def test_simple_strategy_imports_a_branch_through_docker(tmp_path, git_rep
     assert branch.startswith("test_run_d_k") and result["final_message"] == "all done"
     assert git(git_repo, "show", f"{branch}:hello.txt") == "hi there"
     types = [e.type for e in read_events(engine.paths.events)]
-    assert types == ["strategy.started", "task.scheduled", "task.started", "task.completed", "strategy.completed"]
+    assert types == ["strategy.started", "task.scheduled", "task.started", "task.session", "task.completed",
+                     "strategy.completed"]

@@ -313,3 +313,12 @@ def test_environment_and_secrets():
     # both present: subscription token wins (spec §6.1) unless a custom endpoint forces API mode
     both = PLUGIN.prepare_environment(AuthConfig(oauth_token="o", api_key="k"), request())
     assert "CLAUDE_CODE_OAUTH_TOKEN" in both and "ANTHROPIC_API_KEY" not in both
+
+
+def test_a_conversation_claude_cannot_resume_is_session_corrupted():
+    from runner_plugins.claude_code import PLUGIN as CLAUDE
+
+    parser = CLAUDE.new_parser()
+    parser.feed_stderr(b"No conversation found with session ID: 3f1c-missing\n")
+    outcome = parser.finish(1)
+    assert (outcome.is_error, outcome.error_category, outcome.retryable) == (True, "session_corrupted", False)

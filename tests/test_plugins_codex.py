@@ -244,3 +244,15 @@ def test_system_prompts_become_codex_settings():
     assert 'developer_instructions="Answer \\"yes\\" or no\\n"' in argv
     assert PLUGIN.container_files(request()) == {}
     assert not PLUGIN.capabilities.supports_max_turns
+
+
+def test_a_thread_codex_cannot_resume_is_session_corrupted():
+    # what `codex exec --json resume <id>` prints for a thread it does not have
+    parser = PLUGIN.new_parser()
+    parser.feed(b'{"type":"error","message":"thread/session not found: 019a-missing"}\n')
+    parser.feed_stderr(b"Error: thread/session not found: 019a-missing\n")
+    outcome = parser.finish(1)
+    assert (outcome.is_error, outcome.error_category, outcome.retryable) == (True, "session_corrupted", False)
+    crashed = PLUGIN.new_parser()
+    crashed.feed_stderr(b"Error: thread/session not found: 019a-missing\n")
+    assert crashed.finish(1).error_category == "session_corrupted"

@@ -19,7 +19,9 @@ import json
 import os
 import random
 import signal
+import subprocess
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -38,6 +40,7 @@ from reliability_helpers import (
     record,
     remove_run_docker,
     run_ids,
+    run_volumes,
     running_containers,
     sigkill,
     start_cli,
@@ -221,3 +224,79 @@ def test_sigterm_and_sigint_interrupt_gracefully_and_a_second_sigint_exits_at_on
         record("signals", signals_tried=3, signals_survived=3)
     finally:
         remove_run_docker(run_id)
+
+
+AGENT_KILLS = int(os.environ.get("RELIABILITY_AGENT_KILLS", "8"))
+AGENT_WORK = "SIM: write a.txt one\nSIM: sleep 1\nSIM: append a.txt two\nSIM: sleep 1\nSIM: commit work\nSIM: print done"
+
+
+def _agents_at_work(tmp_path: Path, run_id: str | None, before: Counter) -> bool:
+    """Every unfinished task's agent has started an execution in this process (the sim agent's own record)."""
+    if run_id is None:
+        return False
+    finished = set(terminal_counts(check_log(events_path(tmp_path, run_id))))
+    now = agent_executions(run_id)
+    working = [k for k in now if k not in finished and now[k] > before.get(k, 0)]
+    waiting = [k for k in before if k not in finished and now[k] == before[k]]
+    return len(working) + len(finished) == 3 and not waiting
+
+
+def test_sigkill_during_the_agents_work_never_starts_a_tasks_session_twice(tmp_path):
+    """Kill -9 while agents work; every resume continues each task's own session in its kept workspace."""
+    repo = make_repo(tmp_path / "repo")
+    env = cli_env(tmp_path)
+    rng = random.Random("crash-agent")
+    run_id: str | None = None
+    kills = attempt = 0
+    try:
+        while True:
+            attempt += 1
+            before = agent_executions(run_id) if run_id else Counter()
+            cmd = ["--resume", run_id, "--no-tui"] if run_id else [AGENT_WORK, "--runs", "3", "--max-parallel", "3",
+                                                                   "--no-tui", *IMG]
+            out = tmp_path / "out" / f"p{attempt}"
+            proc = start_cli(cmd, cwd=repo, env=env, out=out)
+            run_id = run_id or wait_for(lambda: run_ids(tmp_path) and run_ids(tmp_path)[0])
+            killed = False
+            if kills < AGENT_KILLS:
+                while proc.poll() is None and not _agents_at_work(tmp_path, run_id, before):
+                    time.sleep(0.02)
+                time.sleep(rng.uniform(0.4, 1.6))  # somewhere in the agents' two seconds of work
+                if proc.poll() is None:
+                    sigkill(proc)
+                    kills += 1
+                    killed = True
+            if not killed:
+                rc, _, err = finish(proc, out)
+                assert rc == 0, f"process {attempt} exited {rc}: {err[-2000:]}"
+                if manifest(tmp_path, run_id)["status"] == "completed":
+                    break
+        events = check_log(events_path(tmp_path, run_id))
+        counts = terminal_counts(events)
+        assert len(counts) == 3 and set(counts.values()) == {1}, counts
+        per_key: dict[str, list[dict]] = {}
+        for volume in run_volumes(run_id):
+            mount = subprocess.run(["docker", "volume", "inspect", "-f", "{{.Mountpoint}}", volume],
+                                   capture_output=True, text=True).stdout.strip()
+            record_file = Path(mount) / ".sim-agent" / "executions.jsonl"
+            for line in record_file.read_text().splitlines() if record_file.exists() else []:
+                entry = json.loads(line)
+                per_key.setdefault(entry["task_key"], []).append(entry)
+        assert set(per_key) == set(counts), (sorted(per_key), sorted(counts))
+        fresh = {k: sum(not x["resumed"] for x in xs) for k, xs in per_key.items()}
+        assert set(fresh.values()) == {1}, f"a task's agent session was started more than once: {fresh}"
+        assert all(len({x["session_id"] for x in xs}) == 1 for xs in per_key.values()), per_key
+        resumed = sum(x["resumed"] for xs in per_key.values() for x in xs)
+        assert kills == AGENT_KILLS and resumed >= 1, (kills, resumed)
+        for e in events:
+            if e.type == "task.completed":
+                branch = e.payload["artifact"]["branch_final"]
+                assert git(repo, "show", f"{branch}:a.txt") == "one\ntwo"
+        check_snapshot_is_replay(tmp_path, run_id)
+        assert running_containers(run_id) == []
+        record("crash-agent", kills_tried=kills, kills_survived=kills, processes=attempt, tasks=len(counts),
+               agent_executions=sum(len(xs) for xs in per_key.values()), fresh_sessions=sum(fresh.values()),
+               resumed_executions=resumed)
+    finally:
+        for rid in {run_id, *run_ids(tmp_path)} - {None}:
+            remove_run_docker(rid)

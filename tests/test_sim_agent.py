@@ -499,3 +499,27 @@ def test_bad_output_answers_in_prose_on_every_resume(repo: Path, home: Path) -> 
     assert _valid(SCORE_SCHEMA, fresh.result["structured_output"])
     printed = claude('SIM: print-json {"score": 99}', cwd=repo, home=home, extra=extra)
     assert printed.result["structured_output"] == {"score": 99}  # SIM print overrides, even when invalid
+
+
+def test_an_agent_does_not_redo_the_default_work_its_task_already_left_in_its_workspace(repo, home):
+    def head():
+        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+
+    (repo / ".git" / "BASE_COMMIT").write_text(head() + "\n")  # what the orchestrator records for a task
+    first = claude("implement the greeting", cwd=repo, home=home)
+    sid = first.result["session_id"]
+    (path,) = (repo / "sim").iterdir()
+    before = path.read_text()
+    again = claude("implement the greeting", cwd=repo, home=home, extra=["--resume", sid])
+    assert again.rc == 0 and again.result["session_id"] == sid
+    assert path.read_text() == before  # it knows it already did this
+    assert git_log(repo) == ["sim: implement the greeting", "init"]
+    assert again.result["result"] == first.result["result"]
+    # left uncommitted by an execution killed before its commit: the next one (even a new session) commits it
+    subprocess.run(["git", "reset", "-q", "--soft", "HEAD~1"], cwd=repo, check=True)
+    claude("implement the greeting", cwd=repo, home=home)
+    assert git_log(repo) == ["sim: implement the greeting", "init"] and path.read_text() == before
+    # a new task whose base already holds the file adds a revision, as before
+    (repo / ".git" / "BASE_COMMIT").write_text(head() + "\n")
+    claude("implement the greeting", cwd=repo, home=home)
+    assert path.read_text().splitlines()[-1].startswith("revision 3: ")

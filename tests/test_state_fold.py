@@ -11,7 +11,7 @@ from orchestrator.state import RunState, apply, decode_snapshot, encode_snapshot
 
 # keys a bisect over the snapshot's lines must get right: escapes, non-ASCII, a lookalike separator
 KEYS = ["r/s1/k0", "r/s1/k1", 'r/s1/q"uote', "r/s1/back\\slash", "r/s1/é", 'r/s1/x":{"key":', "r/s1/k10", "r/s1/"]
-TYPES = ["task.scheduled", "task.started", "task.completed", "task.failed", "task.interrupted",
+TYPES = ["task.scheduled", "task.started", "task.completed", "task.failed", "task.interrupted", "task.session",
          "strategy.started", "strategy.checkpoint", "strategy.completed"]
 
 
@@ -23,6 +23,8 @@ def payload(etype, key, i):
                 "artifact": {"branch_final": f"b{i}"}}
     if etype == "task.failed":
         return {"key": key, "error_type": "api", "message": "x", "metrics": {"cost_usd": 0.25}}
+    if etype == "task.session":
+        return {"key": key, "session_id": f"sess{i}" if i % 3 else None, "reason": None if i % 3 else "session_corrupted"}
     if etype == "strategy.checkpoint":
         return {"seq": i % 3, "kind": "rand", "value": ["rand", i]}
     if etype == "strategy.completed":
@@ -104,3 +106,16 @@ def test_the_earlier_whole_document_layout_still_loads():
     loaded = decode_snapshot(legacy)
     assert list(loaded.tasks) == [KEYS[1], KEYS[0]] and loaded.counters == full.counters
     assert encode_snapshot(loaded) == encode_snapshot(full)
+
+
+def test_task_session_is_durable_while_the_task_runs_and_ignored_once_it_finished():
+    state = fold([("task.scheduled", KEYS[0]), ("task.started", KEYS[0])])
+    apply(state, "task.session", "s1", KEYS[0], {"key": KEYS[0], "session_id": "abc"}, 1000, "t")
+    assert state.tasks[KEYS[0]].session_id == "abc"  # known before any terminal or interrupted event
+    apply(state, "task.session", "s1", KEYS[0], {"key": KEYS[0], "session_id": None, "reason": "workspace_missing"},
+          1100, "t")
+    assert state.tasks[KEYS[0]].session_id is None  # a fresh start forgets the old session
+    apply(state, "task.session", "s1", KEYS[0], {"key": KEYS[0], "session_id": "def"}, 1200, "t")
+    apply(state, "task.completed", "s1", KEYS[0], {"key": KEYS[0], "session_id": "def"}, 1300, "t")
+    apply(state, "task.session", "s1", KEYS[0], {"key": KEYS[0], "session_id": "late"}, 1400, "t")
+    assert state.tasks[KEYS[0]].session_id == "def"

@@ -6,7 +6,7 @@ import os
 import subprocess
 
 from .answers import default_answer
-from .common import Args, commit_summary, git_env, is_git_worktree, shell_quote
+from .common import Args, commit_summary, git, git_env, is_git_worktree, shell_quote
 
 class Agent:
     def __init__(self, a: Args, em, cwd: str, prompt_hash: str) -> None:
@@ -117,6 +117,19 @@ class Agent:
             n += 1
         self.reports.append(f"spammed {sent} bytes in {n} messages")
 
+    def _after_one_execution(self, rel: str, first: str) -> str | None:
+        """The file as one default execution leaves it, from the task's base commit (None: unknown)."""
+        try:
+            with open(os.path.join(self.cwd, ".git", "BASE_COMMIT"), encoding="utf-8") as f:
+                base = f.read().strip()
+        except OSError:
+            return None  # not a task workspace: nothing to tell this task's work from earlier work
+        shown = git(self.cwd, "show", f"{base}:{rel}")
+        if shown.returncode != 0:
+            return f"sim-agent output for prompt {self.h}\ntask: {first}\n"
+        n = len(shown.stdout.splitlines())
+        return shown.stdout + f"revision {n + 1}: {self.h[:16]}\n"
+
     # -------------------------------------------------------------- default
     def default_behaviour(self) -> str:
         prompt = self.a.prompt or ""
@@ -126,17 +139,30 @@ class Agent:
             rel = f"sim/{self.h[:8]}.txt"
             full = self._abs(rel)
             first = next((ln.strip() for ln in prompt.splitlines() if ln.strip()), "(empty prompt)")[:72]
-            if os.path.exists(full):
-                try:
-                    with open(full, encoding="utf-8") as f:
-                        n = sum(1 for _ in f)
-                except OSError:
-                    n = 0
+            try:
+                with open(full, encoding="utf-8") as f:
+                    text = f.read()
+            except OSError:
+                text = None
+            lines = None if text is None else text.splitlines()
+            # An agent that finds its own finished work in the workspace (it was
+            # interrupted, and the task continues where it stopped) does not do it
+            # again, as a real agent would not. Its work is what one execution adds
+            # to the file as it was at the task's base commit.
+            done = text is not None and text == self._after_one_execution(rel, first)
+            if done:
+                out, err = "", False
+                if git(self.cwd, "status", "--porcelain", "--", rel).stdout.strip():
+                    out, err = self.commit(f"sim: {first}")
+            elif lines is not None:
+                n = len(lines)
                 out, err = self.write(rel, f"revision {n + 1}: {self.h[:16]}\n", append=True)
             else:
                 self.em.text(f"I'll record the task in {rel}.")
                 out, err = self.write(rel, f"sim-agent output for prompt {self.h}\ntask: {first}\n")
-            if not err:
+            if done:
+                did = f" Wrote {rel} and committed it." if not err else f" Wrote {rel} (commit failed)."
+            elif not err:
                 out, err = self.commit(f"sim: {first}")
                 did = f" Wrote {rel} and committed it." if not err else f" Wrote {rel} (commit failed)."
             else:

@@ -38,6 +38,7 @@ from ..events import decode_line
 from ..fingerprint import TaskDefaults, fingerprint, normalize_task
 from ..jsonlog import ComponentLog
 from ..naming import branch_name, container_name, instance_id, short8
+from ..runner import check_model, supports_resume
 from ..runner.base import TaskRunner
 from ..runner.types import ContainerLimits, InstanceRequest, RunnerResult
 from ..state import COMPLETED, FAILED, RunState, apply, encode_snapshot, recover, write_snapshot_bytes
@@ -96,6 +97,8 @@ class RetryPolicy(msgspec.Struct, frozen=True, kw_only=True):
         raise TypeError(f"policy must be a RetryPolicy or a dict, not {type(policy).__name__}")
 
     def retries(self, error_type: str | None) -> bool:
+        if error_type == "internal":
+            return False  # the orchestrator's own bug: running it again pays for it again
         wanted = {"container" if c in ("docker", "network") else c for c in self.retry_on}
         return error_type in wanted
 
@@ -136,6 +139,7 @@ class Engine:
         self._limiter = anyio.CapacityLimiter(self.max_parallel)
         self._handles: dict[str, Handle] = {}
         self._live_sessions: dict[str, str] = {}
+        self._models_checked: set[tuple[str, str]] = set()
         self._tg: anyio.abc.TaskGroup | None = None
         self._log: EventLog | None = None
         self._reader: BinaryIO | None = None
@@ -191,6 +195,10 @@ class Engine:
     def schedule(self, ctx: StrategyContext, key: str, task: dict[str, Any], policy: Any) -> Handle:
         normalized = normalize_task(task, self.config.defaults, default_base_branch=ctx.base_branch)
         refuse_unsupported(normalized)
+        pm = (normalized["plugin_name"], normalized["model"])
+        if pm not in self._models_checked:
+            check_model(*pm)  # a typo in a task's model: one clear message now, not a container error later
+            self._models_checked.add(pm)
         fp = fingerprint(normalized)
         recorded = self.state.tasks.get(key)
         if recorded is not None and recorded.fingerprint and recorded.fingerprint != fp:
@@ -226,16 +234,23 @@ class Engine:
         runner_cfg = norm["runner"]
         session_id = norm.get("resume_session_id")
         recorded = self.state.tasks.get(key)
-        if recorded is not None and recorded.session_id and not self.config.resume_fresh \
-                and self.config.supports_resume:
-            # spec §7.4: the persisted session id overrides the one in the task input
-            session_id = recorded.session_id
+        resume_workspace = False
+        if recorded is not None and recorded.attempts > 0 and not self.config.resume_fresh \
+                and self.config.supports_resume and supports_resume(norm["plugin_name"]):
+            # A task that ran before continues in the workspace it left (a fresh
+            # clone would hide its agent's edits), with its session when one was
+            # reported: the persisted id overrides the one in the task input. A
+            # command task has no session to continue and starts afresh.
+            resume_workspace = True
+            if recorded.session_id:
+                session_id = recorded.session_id
         options = dict(self.config.runner_options)
         return InstanceRequest(
             prompt=norm["prompt"], repo_path=self.config.repo_path, base_branch=norm["base_branch"],
             branch_name=bname, run_id=self.config.run_id, strategy_execution_id=ctx.strategy_execution_id,
             strategy_index=ctx.strategy_index, instance_id=inst, task_key=key, container_name=cname,
-            model=norm["model"], session_id=session_id, session_group_key=norm.get("session_group_key"),
+            model=norm["model"], session_id=session_id, resume_workspace=resume_workspace,
+            uncommitted=norm.get("uncommitted", "commit"), session_group_key=norm.get("session_group_key"),
             timeout_seconds=norm.get("timeout_seconds", self.config.defaults.timeout_seconds),
             container_limits=ContainerLimits(cpus=runner_cfg["container_limits"]["cpus"],
                                              memory=runner_cfg["container_limits"]["memory"]),
@@ -278,7 +293,8 @@ class Engine:
                               key=key)
                     started = True
                     self.runner_calls += 1
-                    result = await self.runner.run(request, on_event=lambda ev: self._on_runner_event(key, ev))
+                    result = await self.runner.run(
+                        request, on_event=lambda ev: self._on_runner_event(sid, key, inst, ev))
                 except anyio.get_cancelled_exc_class():
                     if started:
                         with anyio.CancelScope(shield=True):
@@ -291,22 +307,43 @@ class Engine:
                     result = RunnerResult(status="failed", instance_id=inst, error_type=exc.category,
                                           error=str(exc), container_name=cname)
                 except Exception as exc:  # a bug or an unexpected library error: fail the task, keep the run
+                    # "internal", not "container": retrying a bug would only pay for it again
                     self.olog.error(f"runner raised {type(exc).__name__}: {exc}", key=key,
                                     traceback=traceback.format_exc())
-                    result = RunnerResult(status="failed", instance_id=inst, error_type="container",
+                    result = RunnerResult(status="failed", instance_id=inst, error_type="internal",
                                           error=f"{type(exc).__name__}: {exc}", container_name=cname)
         except anyio.get_cancelled_exc_class():
             raise
         return result
 
-    def _on_runner_event(self, key: str, event: dict[str, Any]) -> None:
-        """Remember the agent session id as soon as the tool reports it (for task.interrupted)."""
+    def _on_runner_event(self, sid: str, key: str, inst: str, event: dict[str, Any]) -> None:
+        """Make the agent's session durable as soon as the tool reports it.
+
+        The first ``init`` line names the session; writing it to the log at once
+        (not only in ``task.interrupted``) lets a resume after SIGKILL, OOM or
+        power loss continue that session instead of paying for its work again.
+        A session the runner gave up (workspace gone, session unreadable) is
+        recorded as ``null`` with the reason.
+        """
         if not isinstance(event, dict):
+            return
+        etype = event.get("type")
+        if etype == "runner.session.reset":
+            self._live_sessions.pop(key, None)
+            if self.state.tasks.get(key) is not None:
+                self.emit(E.TASK_SESSION, sid, {"key": key, "instance_id": inst, "session_id": None,
+                                                "reason": event.get("reason"), "detail": event.get("detail"),
+                                                "previous_session_id": event.get("previous_session_id")}, key=key)
             return
         data = event.get("data") if isinstance(event.get("data"), dict) else {}
         sid_value = event.get("session_id") or data.get("session_id")
         if isinstance(sid_value, str) and sid_value:
             self._live_sessions[key] = sid_value
+            if etype not in ("runner.init", "runner.exec.finished"):
+                return
+            task = self.state.tasks.get(key)
+            if task is not None and task.session_id != sid_value and task.state == "RUNNING":
+                self.emit(E.TASK_SESSION, sid, {"key": key, "instance_id": inst, "session_id": sid_value}, key=key)
 
     async def _finish(self, sid: str, handle: Handle, inst: str, result: RunnerResult) -> None:
         key = handle.key

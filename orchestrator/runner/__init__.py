@@ -6,6 +6,7 @@ Public surface::
     DockerRunner(auth=..., logs_dir=...)                          # TaskRunner for orchestration
     docker_available / image_exists / container_exists / list_containers /
     stop_run_containers / remove_containers                       # helpers for orchestration
+    check_model(plugin_name, model)                               # scheduling-time model check
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ _EXPORTS = {
     "list_containers": "docker_containers", "remove_containers": "docker_containers",
     "stop_run_containers": "docker_containers",
     "DockerRunner": "docker_runner", "run_instance": "docker_runner",
+    "check_model": "plugin", "supports_resume": "plugin",
     "AuthConfig": "types", "BranchArtifact": "types", "ContainerLimits": "types", "InstanceRequest": "types",
     "Metrics": "types", "Hardening": "types", "RetryConfig": "types", "RunnerResult": "types",
 }
@@ -38,6 +40,7 @@ if TYPE_CHECKING:
         stop_run_containers,
     )
     from .docker_runner import DockerRunner, run_instance
+    from .plugin import check_model, supports_resume
     from .types import (AuthConfig, BranchArtifact, ContainerLimits, Hardening, InstanceRequest, Metrics,
                         RetryConfig, RunnerResult)
 
@@ -64,6 +67,7 @@ __all__ = [
     "RunnerEventCallback",
     "RunnerResult",
     "TaskRunner",
+    "check_model",
     "container_exists",
     "docker_available",
     "image_exists",
@@ -71,4 +75,5 @@ __all__ = [
     "remove_containers",
     "run_instance",
     "stop_run_containers",
+    "supports_resume",
 ]

@@ -325,11 +325,14 @@ async def ensure_container(host: DockerHost, request: InstanceRequest, *, worksp
     container (which creates a missing session volume) and start it. Only a
     name conflict leads to an inspect and the reuse decision.
 
-    ``fresh_workspace``: the workspace directory was just re-created. A container
-    still *running* then belongs to a process that died (SIGKILL leaves
-    ``sleep infinity`` and any agent exec running); its bind mount points at the
-    deleted directory, so an exec in it fails (exit 126). It is restarted instead
-    of reused: the stop ends the orphaned agent, the start binds the new directory.
+    ``fresh_workspace``: the first container of this task in this process (the
+    workspace was just re-created, or is the one an interrupted task left). A
+    container still *running* then belongs to a process that died (SIGKILL leaves
+    ``sleep infinity`` and any agent exec running): its agent must not keep
+    writing beside the resumed one, and after a re-clone its bind mount points
+    at the deleted directory (an exec in it fails, exit 126). It is restarted
+    instead of reused: the stop ends the orphaned agent, the start binds the
+    directory again.
     """
     import docker.errors
 

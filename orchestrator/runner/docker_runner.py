@@ -8,11 +8,14 @@ caller's ``on_event``; never to ``events.jsonl``. Everything written, returned o
 raised passes through the sanitizer, which knows the exact credential values.
 
 Outcomes: ``success``; ``failed`` with ``error_type`` timeout|api|container|git|
-command; ``timeout``. Cancellation (Ctrl+C) is never a result: the container
-is stopped in a shielded scope, the workspace kept, and the cancellation
-re-raised. Transient failures (the plugin says retryable, or a Docker error
-matching the §3.7 patterns) are retried with exponential backoff, resuming the
-agent session on the same session volume.
+command|session_corrupted; ``timeout``. Cancellation (Ctrl+C) is never a
+result: a still-running agent gets its grace to exit, the container is stopped
+in a shielded scope, the workspace kept, and the cancellation re-raised. A
+request with ``resume_workspace`` continues in that kept workspace. Transient
+failures (the plugin says retryable, or a Docker error matching the §3.7
+patterns) are retried with exponential backoff, resuming the agent session on
+the same session volume; a session the agent cannot resume is replaced by a
+fresh one in the same workspace, once.
 """
 
 from __future__ import annotations
@@ -28,8 +31,10 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import anyio
+import anyio.lowlevel
 import msgspec
 import anyio.to_thread
+import msgspec
 
 from ..errors import (ConfigError, ContainerError, GitError, PreflightError, ResourceLimitError, RunnerError,
                       SecretLeakError, TaskTimeoutError, UsageError)
@@ -46,12 +51,49 @@ from .types import AuthConfig, BranchArtifact, Hardening, ErrorCategory, Instanc
 
 IMAGE_HINT = "build it with scripts/setup-docker.sh or `docker build -t claude-code .`"
 STOP_TIMEOUT_S = 1
+# How long an agent still running when its task is stopped (Ctrl+C, timeout)
+# gets to exit after SIGTERM, so it can save its session. tini as PID 1 would
+# end the container (and the agent with it) at once on `docker stop`, so the
+# agent is signalled itself first; one that exits promptly costs nothing more.
+AGENT_STOP_GRACE_S = 10
+# Run in the container: SIGTERM every exec'd process (parent outside the
+# container, so ppid 0; PID 1 is tini, and this shell is excluded), then wait
+# for them to exit, at most $1 tenths of a second.
+END_AGENT_SCRIPT = (
+    'self=$$\n'
+    'pids=$(ps -eo pid=,ppid= | awk -v s="$self" \'$2 == 0 && $1 != 1 && $1 != s {print $1}\')\n'
+    '[ -n "$pids" ] || exit 0\n'
+    'kill -TERM $pids 2>/dev/null\n'
+    'i=0\n'
+    'while [ "$i" -lt "$1" ]; do\n'
+    '  alive=""\n'
+    '  for p in $pids; do kill -0 "$p" 2>/dev/null && alive="$alive $p"; done\n'
+    '  [ -n "$alive" ] || exit 0\n'
+    '  pids=$alive; sleep 0.1; i=$((i + 1))\n'
+    'done\n'
+    'exit 1\n'
+)
 READ_ONLY_NOTE = ("/workspace is mounted read-only for review tasks (import_policy=never, "
                   "review_workspace_mode=ro); the agent tried to write to it. Write to /tmp or /home/node instead")
 EVENT_STRING_LIMIT = 4000
 MIN_FREE_BYTES = 200 << 20
 
 Pricing = Mapping[str, tuple[float, float]]
+
+# Run in the task's container after the agent exits: $1 is the policy, $2 the
+# commit message. Counts changed and untracked files (the repository's
+# .gitignore applies) and, under "commit", commits them. --no-verify: the
+# agent's hooks must not veto the commit that keeps its work.
+UNCOMMITTED_SCRIPT = (
+    'n=$(git status --porcelain --untracked-files=all | wc -l) || exit 3\n'
+    'echo "uncommitted=$n"\n'
+    'if [ "$n" -gt 0 ] && [ "$1" = commit ]; then\n'
+    '  git add -A && git commit -q --no-verify -m "$2" && echo committed\n'
+    'fi\n'
+)
+UNCOMMITTED_MESSAGE = ("Changes the agent left uncommitted\n\n"
+                       "The agent exited without committing these files; the orchestrator committed them "
+                       "(uncommitted: commit) so that its work reaches the task's branch.")
 
 
 def backoff_delay(attempt: int, *, base: float, factor: float, cap: float) -> float:
@@ -147,6 +189,8 @@ class DockerRunner:
         self.pricing = dict(pricing or {})
         # Images known to exist (the CLI's pre-flight has just checked its image).
         self._images_seen: set[str] = set(known_images)
+        # Containers whose agent exec may still be running (cancelled or timed out mid-exec).
+        self._live_agents: set[str] = set()
         self._image_locks: dict[str, anyio.Lock] = {}
 
     async def aclose(self) -> None:
@@ -200,10 +244,23 @@ class DockerRunner:
                 self._emit(request, on_event, "runner.instance.failed", "error", phase="validate", error=str(exc))
                 return finish("failed", error_type=exc.category, error=str(exc))
 
-            # 2. workspace, while the container starts (3)
+            # 2. workspace, while the container starts (3); an interrupted task
+            # continues in the workspace it left, with its session
             workspace = git_ops.workspace_path(request.run_id, request.task_key)
             container_known = True  # from here on a failure or Ctrl+C stops the container
-            first, failure = await self._workspace_and_container(request, workspace, on_event)
+            kept = None
+            if request.resume_workspace:
+                kept = await anyio.to_thread.run_sync(git_ops.kept_workspace, workspace)
+                if isinstance(kept, str):
+                    # Its session refers to files that are gone: both start afresh.
+                    self._emit(request, on_event, "runner.session.reset", "warn", reason="workspace_missing",
+                               detail=kept, previous_session_id=request.session_id)
+                    request = msgspec.structs.replace(request, session_id=None, resume_workspace=False)
+                    kept = None
+            if kept is not None:
+                first, failure = await self._kept_workspace_and_container(request, kept, on_event)
+            else:
+                first, failure = await self._workspace_and_container(request, workspace, on_event)
             if failure is not None:
                 return finish("failed", error_type=failure.category, error=str(failure), workspace_path=str(workspace))
             ws_info = first.pop("ws_info")
@@ -255,6 +312,9 @@ class DockerRunner:
                 # The agent's write failed fast (EROFS) and it carried on; say why.
                 self._emit(request, on_event, "runner.workspace.read_only_write", "warn", detail=READ_ONLY_NOTE)
 
+            # 5a. what the agent left uncommitted: commit it (default) or count what is discarded
+            leftover = await self._uncommitted(request, plugin, on_event)
+
             # 5. collect: import the branch (per policy). The agent has finished, so
             # the finalize stop does not wait for the import: both take a tenth of a
             # second or so, and the task's end is the later of the two.
@@ -268,11 +328,16 @@ class DockerRunner:
                 return finish("failed", error_type=exc.category, error=str(exc), exit_code=out.exit_code,
                               final_message=self.sanitizer.scrub_text(outcome.final_message), **common)
 
+            if leftover is not None:
+                artifact = msgspec.structs.replace(artifact, uncommitted_files=leftover[0],
+                                                   auto_committed=leftover[1])
+
             # 6. cleanup: completion event first (it carries the workspace path), then delete
             metrics = self._metrics(request, outcome_total, time.monotonic() - t0)
             self._emit(request, on_event, "runner.instance.completed", workspace_path=str(workspace),
                        branch_imported=artifact.branch_final, duration_s=metrics.duration_s,
-                       retry_attempts=state["retry_attempts"])
+                       retry_attempts=state["retry_attempts"], uncommitted_files=artifact.uncommitted_files,
+                       auto_committed=artifact.auto_committed)
             await self._remove_workspace(workspace)
             return finish("success", artifact=artifact, exit_code=out.exit_code,
                           final_message=self.sanitizer.scrub_text(outcome.final_message),
@@ -282,14 +347,14 @@ class DockerRunner:
             # A bug or a plugin error (ConfigError) after the container started:
             # do not leave it running, then let the error through.
             if container_known:
-                with anyio.CancelScope(shield=True), anyio.move_on_after(15):
+                with anyio.CancelScope(shield=True), anyio.move_on_after(AGENT_STOP_GRACE_S + 15):
                     await self._stop_quietly(request, on_event)
             self._emit(request, on_event, "runner.instance.error", "error", error=f"{type(exc).__name__}: {exc}")
             raise
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
                 if container_known:
-                    with anyio.move_on_after(15):
+                    with anyio.move_on_after(AGENT_STOP_GRACE_S + 15):
                         await self._stop_quietly(request, on_event)
                 self._emit(request, on_event, "runner.instance.interrupted", "warn",
                            workspace_path=str(workspace) if workspace else None)
@@ -381,31 +446,24 @@ class DockerRunner:
                 unexpected.append(exc)
             first["duration_s"] = round(time.monotonic() - tc, 4)
 
-        kept = None
-        if request.session_id:
-            # Resuming the agent's session: its workspace holds the work that
-            # session remembers doing (files, commits). A fresh clone would lose
-            # it while the agent carries on as if it were there.
-            kept = await anyio.to_thread.run_sync(git_ops.kept_workspace, workspace, request.base_branch,
-                                                  limiter=self.host.limiter)
-        if kept is not None:
-            first["ws_info"] = kept
-            first["clone_s"] = 0.0
-            await container()
+        try:
+            await anyio.to_thread.run_sync(_reset_workspace, workspace, limiter=self.host.limiter)
+        except RunnerError as exc:
+            failure = exc
         else:
-            try:
-                await anyio.to_thread.run_sync(_reset_workspace, workspace, limiter=self.host.limiter)
-            except RunnerError as exc:
-                failure = exc
+            if selinux_enabled():
+                await clone()
+                if failure is None and not unexpected:
+                    await container()
             else:
-                if selinux_enabled():
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(container)
                     await clone()
-                    if failure is None and not unexpected:
-                        await container()
-                else:
-                    async with anyio.create_task_group() as tg:
-                        tg.start_soon(container)
-                        await clone()
+        # Ctrl+C while the clone's thread finished: the container task was cancelled
+        # and the group exits without raising, so the cancellation is only pending.
+        # Deliver it here; going on would find no container and fail the task
+        # (a KeyError), recording an interrupted task as failed for good.
+        await anyio.lowlevel.checkpoint_if_cancelled()
         if unexpected:
             raise unexpected[0]
         if failure is not None:
@@ -416,7 +474,68 @@ class DockerRunner:
         # duration_s: the workspace's own time (reset + clone), not the wait for the container
         self._emit(request, on_event, "runner.workspace.prepared", phase="workspace",
                    workspace_path=str(workspace), base_commit=first["ws_info"].base_commit,
-                   duration_s=first.pop("clone_s"), kept=kept is not None)
+                   duration_s=first.pop("clone_s"))
+        return first, None
+
+    async def _uncommitted(self, request: InstanceRequest, plugin: RunnerPlugin,
+                           on_event: RunnerEventCallback | None) -> tuple[int, bool] | None:
+        """Changes the agent left uncommitted: (file count, committed?), or None when not looked at.
+
+        Agents in non-interactive mode often edit files and finish without
+        committing, and the import transfers commits only. Status and commit run
+        inside the task's container, as the agent's user: git there may run
+        filters and hooks the agent configured, which must never run on the
+        host. Review tasks (import_policy=never) and command tasks are left as
+        they are.
+        """
+        if request.import_policy == "never" or plugin.name == "command":
+            return None
+        t = time.monotonic()
+        try:
+            code, raw = await self.host.exec_simple(
+                request.container_name, ["sh", "-c", UNCOMMITTED_SCRIPT, "uncommitted", request.uncommitted,
+                                         UNCOMMITTED_MESSAGE])
+        except RunnerError as exc:
+            self._emit(request, on_event, "runner.uncommitted.failed", "warn", error=str(exc))
+            return None
+        text = raw.decode("utf-8", "replace")
+        found = [ln for ln in text.splitlines() if ln.startswith("uncommitted=")]
+        if not found:
+            self._emit(request, on_event, "runner.uncommitted.failed", "warn", exit_code=code,
+                       error=self.sanitizer.scrub_text(text.strip()[-500:]))
+            return None
+        count = int(found[0].split("=", 1)[1].strip() or 0)
+        committed = code == 0 and "committed" in text.splitlines()
+        if count and request.uncommitted == "commit" and not committed:
+            self._emit(request, on_event, "runner.uncommitted.failed", "warn", exit_code=code,
+                       error=self.sanitizer.scrub_text(text.strip()[-500:]))
+        level = "warn" if count and not committed else "info" if count else "debug"
+        self._emit(request, on_event, "runner.uncommitted", level, phase="collect", files=count,
+                   policy=request.uncommitted, auto_committed=committed, duration_s=round(time.monotonic() - t, 4))
+        return count, committed
+
+    async def _kept_workspace_and_container(self, request: InstanceRequest, kept: git_ops.WorkspaceInfo,
+                                            on_event: RunnerEventCallback | None) -> tuple[dict[str, Any], RunnerError | None]:
+        """The container for a task that continues in the workspace it left.
+
+        A container still running there belongs to the process that died: it is
+        restarted, which ends that process's agent, before any stale git lock
+        the agent left is cleared.
+        """
+        t = time.monotonic()
+        first: dict[str, Any] = {"ws_info": kept}
+        try:
+            first["ready"] = await ensure_container(self.host, request, workspace=kept.path,
+                                                    volume=self._volume_name(request), fresh_workspace=True)
+        except RunnerError as exc:
+            first["error"] = exc
+        first["duration_s"] = round(time.monotonic() - t, 4)
+        removed = []
+        if "ready" in first:
+            removed = await anyio.to_thread.run_sync(git_ops.clear_stale_git_locks, kept.path,
+                                                     limiter=self.host.limiter)
+        self._emit(request, on_event, "runner.workspace.kept", phase="workspace", workspace_path=str(kept.path),
+                   base_commit=kept.base_commit, session_id=request.session_id, stale_locks_removed=removed)
         return first, None
 
     async def _import_while_stopping(self, request: InstanceRequest, workspace: Path, ws_info: Any,
@@ -480,6 +599,7 @@ class DockerRunner:
             reason = await anyio.to_thread.run_sync(lambda: watchdog.check(probe, workspace=walk))
             if reason:
                 tripped.append(reason)
+                self._live_agents.discard(request.container_name)  # killed, not given a grace to save a session
                 self._emit(request, on_event, "runner.limit.hit", "error", reason=reason)
                 # kill, not a graceful stop: a fork bomb has no session worth saving
                 try:
@@ -537,10 +657,26 @@ class DockerRunner:
         retries_before = state["retry_attempts"]
         last_exec: ExecOutput | None = None
         max_attempts = max(1, rc.max_attempts)
-        for n in range(max_attempts):
+        session_reset = False
+        n = 0
+        while True:
             resume = total["session_id"] if plugin.capabilities.supports_resume else None
             attempt = await self._attempt(request, plugin, workspace, on_event, resume, previous,
                                           n + 1 if follow_up else n, first if n == 0 else None)
+            o = attempt.output.outcome if attempt.output is not None else None
+            if o is not None and o.is_error and o.error_category == "session_corrupted" and resume \
+                    and not session_reset:
+                # The tool cannot resume the recorded session: a new session in the
+                # same workspace, once, and at once (nothing transient to wait for).
+                session_reset = True
+                last_exec = attempt.output
+                total["session_id"] = None
+                previous = None
+                self._emit(request, on_event, "runner.session.reset", "warn", reason="session_corrupted",
+                           detail=self.sanitizer.scrub_text(str(o.error_message or ""))[:500],
+                           previous_session_id=resume)
+                n += 1
+                continue
             if attempt.output is not None:
                 last_exec = attempt.output
                 o = attempt.output.outcome
@@ -557,15 +693,17 @@ class DockerRunner:
             else:
                 retryable = bool(attempt.error and attempt.error.retryable)
                 reason = str(attempt.error)
-            if not retryable or n + 1 >= max_attempts:
+            retries_used = n - session_reset  # the fresh-session attempt is not a retry of a failure
+            if not retryable or retries_used + 1 >= max_attempts:
                 return attempt, total, last_exec
-            delay = backoff_delay(n, base=rc.backoff_base_s, factor=rc.backoff_factor, cap=rc.backoff_max_s)
-            state["retry_attempts"] = retries_before + n + 1
+            delay = backoff_delay(retries_used, base=rc.backoff_base_s, factor=rc.backoff_factor,
+                                  cap=rc.backoff_max_s)
+            state["retry_attempts"] = retries_before + retries_used + 1
             self._emit(request, on_event, "runner.retry.scheduled", "warn", attempt=n + 1,
                        delay_s=delay, reason=self.sanitizer.scrub_text(str(reason))[:500],
                        resume_session_id=total["session_id"])
             await anyio.sleep(delay)
-        raise AssertionError("unreachable")
+            n += 1
 
     async def _attempt(self, request, plugin, workspace, on_event, resume, previous, n, first=None) -> _Attempt:
         if first is not None:  # started alongside the clone
@@ -620,6 +758,7 @@ class DockerRunner:
                    resume_session_id=resume, prompt_via_stdin=payload is not None)
         probe = await self._probe(request, workspace)
         tripped: list[str] = []
+        self._live_agents.add(request.container_name)
         try:
             with anyio.fail_after(request.timeout_seconds):
                 async with anyio.create_task_group() as tg:
@@ -633,9 +772,11 @@ class DockerRunner:
             return _Attempt(error=TaskTimeoutError(
                 f"task exceeded its timeout of {request.timeout_seconds:g}s; container stopped and kept for resume"))
         except RunnerError as exc:
+            self._live_agents.discard(request.container_name)
             if tripped:
                 return _Attempt(error=ResourceLimitError(tripped[0]))
             return _Attempt(error=exc)
+        self._live_agents.discard(request.container_name)
         # once more at the end: a runaway that finished between two looks still counts
         reason = tripped[0] if tripped else (await anyio.to_thread.run_sync(watchdog.check, probe) if probe else None)
         if reason:
@@ -733,7 +874,22 @@ class DockerRunner:
     async def _remove_workspace(self, workspace: Path) -> None:
         await anyio.to_thread.run_sync(git_ops.remove_workspace, workspace, limiter=self.host.limiter)
 
+    async def _end_agent(self, request: InstanceRequest, on_event: RunnerEventCallback | None) -> None:
+        """SIGTERM a still-running agent and wait up to the grace for it to exit."""
+        t = time.monotonic()
+        try:
+            with anyio.move_on_after(AGENT_STOP_GRACE_S + 3):
+                code, _ = await self.host.exec_simple(
+                    request.container_name, ["sh", "-c", END_AGENT_SCRIPT, "end-agent", str(AGENT_STOP_GRACE_S * 10)])
+                self._emit(request, on_event, "runner.agent.stopped", phase="stop", exited=code == 0,
+                           duration_s=round(time.monotonic() - t, 4))
+        except RunnerError as exc:  # the container is gone or stopping: the stop below still runs
+            self._emit(request, on_event, "runner.agent.stop_failed", "warn", error=str(exc))
+
     async def _stop_quietly(self, request: InstanceRequest, on_event: RunnerEventCallback | None) -> None:
+        if request.container_name in self._live_agents:
+            self._live_agents.discard(request.container_name)
+            await self._end_agent(request, on_event)
         t = time.monotonic()
         try:
             await self.host.stop(request.container_name, timeout=STOP_TIMEOUT_S)

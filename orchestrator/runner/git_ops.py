@@ -21,6 +21,7 @@ import os
 import shutil
 import stat
 import tempfile
+import threading
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
@@ -30,7 +31,7 @@ import msgspec
 
 from ..errors import GitError, PreflightError, UsageError
 from ..naming import short8
-from .git_cmd import check_branch_name, run_git
+from .git_cmd import check_branch_name, run_git, ws_git
 from .git_import import _import_branch_sync, import_branch
 from .types import IsolationMode
 
@@ -45,6 +46,8 @@ __all__ = [
     "import_branch",
     "remove_workspace",
     "reset_workspace",
+    "kept_workspace",
+    "clear_stale_git_locks",
     "_prepare_workspace_sync",
     "_import_branch_sync",
 ]
@@ -299,23 +302,6 @@ async def prepare_workspace(
     return await anyio.to_thread.run_sync(fn)
 
 
-def kept_workspace(workspace: Path, base_branch: str) -> WorkspaceInfo | None:
-    """The clone an interrupted execution left behind, if it is whole and of ``base_branch``.
-
-    BASE_COMMIT is written when the clone is complete, so a clone cut short is
-    not taken for one.
-    """
-    git_dir = Path(os.path.abspath(workspace)) / ".git"
-    try:
-        branch = (git_dir / "BASE_BRANCH").read_text(encoding="utf-8").strip()
-        commit = (git_dir / "BASE_COMMIT").read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError):
-        return None
-    if branch != base_branch or not commit:
-        return None
-    return WorkspaceInfo(path=git_dir.parent, base_branch=branch, base_commit=commit)
-
-
 def reset_workspace(workspace: Path) -> None:
     """Replace whatever is at ``workspace`` with a new, empty directory.
 
@@ -329,6 +315,53 @@ def reset_workspace(workspace: Path) -> None:
     workspace.mkdir()
     if os.name == "posix" and hasattr(os, "geteuid") and os.geteuid() == 0:
         os.chown(workspace, CONTAINER_UID, CONTAINER_GID)
+
+
+def kept_workspace(workspace: Path) -> WorkspaceInfo | str:
+    """The workspace an interrupted task left, or why it cannot be continued.
+
+    ``BASE_COMMIT`` is written once the clone is complete, so a workspace
+    without it was cut off while cloning and holds no agent work.
+    """
+    workspace = Path(os.path.abspath(workspace))
+    if not os.path.lexists(workspace):
+        return f"the workspace {workspace} no longer exists"
+    if workspace.is_symlink() or not workspace.is_dir():
+        return f"{workspace} is not a directory"
+    git_dir = workspace / ".git"
+    if git_dir.is_symlink() or not git_dir.is_dir():
+        return f"the workspace {workspace} has no .git directory"
+    try:
+        base_branch = (git_dir / "BASE_BRANCH").read_text(encoding="utf-8").strip()
+        base_commit = (git_dir / "BASE_COMMIT").read_text(encoding="utf-8").strip()
+    except OSError:
+        return f"the workspace {workspace} was not completely prepared (its clone was cut off)"
+    if not base_branch or not base_commit:
+        return f"the workspace {workspace} was not completely prepared (its clone was cut off)"
+    if ws_git(workspace, ["rev-parse", "--verify", "-q", "HEAD^{commit}"], check=False).returncode != 0:
+        return f"the workspace {workspace} is no longer a git repository with a commit (damaged or partly deleted)"
+    return WorkspaceInfo(path=workspace, base_branch=base_branch, base_commit=base_commit)
+
+
+def clear_stale_git_locks(workspace: Path) -> list[str]:
+    """Remove git lock files an agent killed mid-command left in its kept workspace.
+
+    Only called once the task's container has been (re)started, which ends any
+    agent process of the dead run: nothing can hold these locks any more, and a
+    left-over ``index.lock`` would make the resumed agent's every commit fail.
+    """
+    git_dir = Path(workspace) / ".git"
+    removed = []
+    for name in ("index.lock", "HEAD.lock", "config.lock", "packed-refs.lock"):
+        lock = git_dir / name
+        try:
+            lock.unlink()
+        except FileNotFoundError:
+            continue
+        except OSError:
+            continue
+        removed.append(name)
+    return removed
 
 
 def _chown_tree(root: Path, uid: int, gid: int) -> None:
@@ -351,6 +384,13 @@ def remove_workspace(workspace: Path) -> None:
     if path.is_symlink() or not path.is_dir():
         path.unlink()
         return
+    # Out of the way first, in one atomic step: a crash during the deletion must
+    # not leave a half-deleted workspace where a resumed task would continue.
+    doomed = path.with_name(f"{path.name}.deleting-{os.getpid()}-{threading.get_ident()}")
+    try:
+        os.rename(path, doomed)
+    except OSError:
+        doomed = path
 
     def _retry(func, p, _exc):  # Windows: pack files are read-only
         try:
@@ -359,6 +399,6 @@ def remove_workspace(workspace: Path) -> None:
         except FileNotFoundError:
             pass
 
-    shutil.rmtree(path, onerror=_retry)
-    if os.path.lexists(path):
+    shutil.rmtree(doomed, onerror=_retry)
+    if os.path.lexists(doomed) or os.path.lexists(path):
         raise GitError(f"could not remove workspace {path}")

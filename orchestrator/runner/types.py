@@ -14,7 +14,11 @@ import msgspec
 ImportPolicy = Literal["auto", "never", "always"]
 ConflictPolicy = Literal["fail", "overwrite", "suffix"]
 Status = Literal["success", "failed", "timeout", "interrupted"]
-ErrorCategory = Literal["timeout", "api", "container", "git", "command", "secret", "resource", "output_invalid"]
+# internal: the orchestrator's own bug (never retried); session_corrupted: the
+# agent could not resume its recorded session (the next attempt starts a new one).
+ErrorCategory = Literal["timeout", "api", "container", "git", "command", "secret", "resource", "output_invalid",
+                        "internal", "session_corrupted"]
+UncommittedPolicy = Literal["commit", "discard"]
 NetworkEgress = Literal["online", "offline", "proxy"]
 IsolationMode = Literal["full_copy", "shared_objects"]
 
@@ -87,6 +91,9 @@ class InstanceRequest(msgspec.Struct, frozen=True, kw_only=True):
     container_name: str
     model: str = "sonnet"
     session_id: str | None = None
+    # The task ran before and session_id is its session: continue in the
+    # workspace it left (a fresh clone and session if that workspace is gone).
+    resume_workspace: bool = False
     session_group_key: str | None = None
     timeout_seconds: float = 3600.0
     container_limits: ContainerLimits = ContainerLimits()
@@ -101,6 +108,8 @@ class InstanceRequest(msgspec.Struct, frozen=True, kw_only=True):
     import_policy: ImportPolicy = "auto"
     import_conflict_policy: ConflictPolicy = "fail"
     skip_empty_import: bool = True
+    # What happens to changes the agent left uncommitted when it exits.
+    uncommitted: UncommittedPolicy = "commit"
     # Shell command for the ``command`` plugin (evaluations, checks, merges).
     command: str | None = None
     # Further host branches made present in the isolated clone as read-only refs.
@@ -131,6 +140,9 @@ class BranchArtifact(msgspec.Struct, frozen=True, kw_only=True):
     commit_count: int = 0
     lines_added: int = 0
     lines_deleted: int = 0
+    # Files the agent left uncommitted, and whether the runner committed them.
+    uncommitted_files: int = 0
+    auto_committed: bool = False
 
 
 class Metrics(msgspec.Struct, frozen=True, kw_only=True):
