@@ -13,6 +13,10 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # Override to run the suite against another build, e.g. ORCHESTRATOR_TEST_IMAGE=orchestrator-test-agent:dev
 TEST_IMAGE = os.environ.get("ORCHESTRATOR_TEST_IMAGE", "orchestrator-test-agent")
+# The product image the test image is built FROM. A test image built under its own
+# tag sits on a product image under its own tag too: without this the staleness
+# check below compares it with the shared `claude-code` and rebuilds that one.
+TEST_BASE_IMAGE = os.environ.get("ORCHESTRATOR_TEST_BASE_IMAGE", "claude-code")
 sys.path.insert(0, str(Path(__file__).parent))
 
 
@@ -70,14 +74,14 @@ def _refresh_test_image() -> None:
 
     from orchestrator.image import test_image_is_current
 
-    if test_image_is_current("claude-code", TEST_IMAGE):
+    if test_image_is_current(TEST_BASE_IMAGE, TEST_IMAGE):
         return
     with open(Path(tempfile.gettempdir()) / "orchestrator-test-image.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if test_image_is_current("claude-code", TEST_IMAGE):
+        if test_image_is_current(TEST_BASE_IMAGE, TEST_IMAGE):
             return
         r = subprocess.run([str(Path(sys.executable).parent / "orchestrator"), "--build-image",
-                            "--docker-image", "claude-code", "--test-image", TEST_IMAGE],
+                            "--docker-image", TEST_BASE_IMAGE, "--test-image", TEST_IMAGE],
                            capture_output=True, text=True, timeout=3600)
         if r.returncode != 0:
             raise pytest.UsageError(f"{TEST_IMAGE} is older than docker/ and rebuilding it failed:\n"

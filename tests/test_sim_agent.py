@@ -235,9 +235,11 @@ def test_claude_fail(repo: Path, home: Path) -> None:
 def test_claude_ratelimit_then_success(repo: Path, home: Path) -> None:
     prompt = "SIM: ratelimit 2\nSIM: print finally"
     for _ in range(2):
-        r = claude(prompt, cwd=repo, home=home, env={"TASK_KEY": "rl"})
+        r = claude(prompt, cwd=repo, home=home, env={"TASK_KEY": "rl", "ANTHROPIC_API_KEY": "sk-ant-test"})
         assert r.rc == 1
-        assert r.of("rate_limit_event")[0]["rate_limit_info"]["status"] == "rejected"
+        # a plain API key's 429: retries and the error, no subscription limit event (as claude 2.1.330)
+        assert not r.of("rate_limit_event")
+        assert [e["error_status"] for e in r.of("system", "api_retry")] == [429, 429]
         synthetic = r.of("assistant")[-1]
         assert synthetic["error"] == "rate_limit" and synthetic["message"]["model"] == "<synthetic>"
         res = r.result
@@ -249,6 +251,32 @@ def test_claude_ratelimit_then_success(repo: Path, home: Path) -> None:
     ok = claude(prompt, cwd=repo, home=home, env={"TASK_KEY": "rl"})
     assert ok.rc == 0 and ok.result["result"] == "finally"
     assert [e["task_key"] for e in executions(home)].count("rl") == 3
+
+
+def test_claude_ratelimit_event_only_for_a_subscription_login(repo: Path, home: Path) -> None:
+    env = {"TASK_KEY": "sub", "CLAUDE_CODE_OAUTH_TOKEN": "sk-ant-oat-test", "ANTHROPIC_API_KEY": ""}
+    r = claude("SIM: ratelimit 1", cwd=repo, home=home, env=env)
+    assert r.rc == 1
+    assert r.of("rate_limit_event")[0]["rate_limit_info"]["status"] == "rejected"
+
+
+def test_claude_edit_is_an_edit_tool_call(repo: Path, home: Path) -> None:
+    r = claude("SIM: write notes.txt first line\nSIM: commit add\nSIM: edit notes.txt first => edited\n"
+               "SIM: commit edit\nSIM: edit notes.txt missing => x", cwd=repo, home=home)
+    assert r.rc == 0
+    assert (repo / "notes.txt").read_text() == "edited line\n"
+    assert git_log(repo)[:2] == ["edit", "add"]
+    uses = [c for e in r.of("assistant") for c in e["message"]["content"] if c["type"] == "tool_use"]
+    edits = [u for u in uses if u["name"] == "Edit"]
+    assert [e["input"]["old_string"] for e in edits] == ["first", "missing"]
+    results = r.of("user")
+    done = next(x["tool_use_result"] for x in results if "oldString" in x.get("tool_use_result", {}))
+    assert done["originalFile"] == "first line\n" and done["newString"] == "edited" and done["replaceAll"] is False
+    assert results[-1]["message"]["content"][0]["is_error"] is True  # old text not found
+    commits = [x["tool_use_result"]["gitOperation"]["commit"] for x in results
+               if "gitOperation" in x.get("tool_use_result", {})]
+    assert [c["kind"] for c in commits] == ["committed", "committed"] and commits[0]["branch"] == "main"
+    assert all(x["tool_result_meta"][0]["id"] == x["message"]["content"][0]["tool_use_id"] for x in results)
 
 
 def test_claude_authfail(repo: Path, home: Path) -> None:
@@ -381,6 +409,21 @@ def test_codex_ratelimit_and_auth(repo: Path, home: Path) -> None:
     assert codex("SIM: ratelimit 1", cwd=repo, home=home, env={"TASK_KEY": "c"}).rc == 0
     a = codex("SIM: authfail", cwd=repo, home=home)
     assert a.rc == 1 and "401" in a.events[-1]["error"]["message"]
+
+
+def test_codex_custom_provider_warns_about_model_metadata(repo: Path, home: Path) -> None:
+    provider = '{name="orc",base_url="http://127.0.0.1:9/v1",stream_max_retries=2}'
+    flags = ["-c", "model_provider=orc", "-c", f"model_providers.orc={provider}"]
+    r = run_sim(["exec", *CODEX_FLAGS, *flags, "SIM: edit notes.txt a => b\nSIM: print done"], cwd=repo,
+                home=home, persona="codex")
+    assert r.rc == 0, r.stderr
+    assert [e["type"] for e in r.events[:3]] == ["thread.started", "item.completed", "turn.started"]
+    warning = r.events[1]["item"]
+    assert warning["id"] == "item_0" and warning["type"] == "error" and "gpt-5" in warning["message"]
+    assert any("sed -i" in e["item"].get("command", "") for e in r.events if e["type"] == "item.started")
+    rl = run_sim(["exec", *CODEX_FLAGS, *flags, "SIM: ratelimit 1"], cwd=repo, home=home, persona="codex")
+    errors = [e["message"] for e in rl.events if e["type"] == "error"]
+    assert [m.split(" (")[0] for m in errors[:-1]] == ["Reconnecting... 1/2", "Reconnecting... 2/2"]
 
 
 def test_codex_fail(repo: Path, home: Path) -> None:

@@ -13,6 +13,7 @@ the prompt (other text is ignored):
 
     SIM: write <path> <text...>       write a file (\\n, \\t, \\\\ escapes; newline added)
     SIM: append <path> <text...>      append to a file (same escapes)
+    SIM: edit <path> <old> => <new>   replace the first <old> with <new> (claude: Edit tool; same escapes)
     SIM: commit <message...>          git add -A && git commit -m MESSAGE
     SIM: print <text...>              final result message (several prints join with \\n)
     SIM: print-json <json>            same, JSON text (re-serialised compactly if valid)

@@ -47,6 +47,36 @@ class Agent:
                                          "description": f"append to {path}"}, run)
         return self.em.tool("Write", {"file_path": full, "content": content}, run)
 
+    def edit(self, path: str, old: str, new: str) -> tuple[str, bool]:
+        """Replace the first ``old`` with ``new`` in a file (claude: the Edit tool; codex: a sed command)."""
+        full = self._abs(path)
+
+        def run():
+            try:
+                with open(full, encoding="utf-8") as f:
+                    original = f.read()
+            except OSError as e:
+                return f"<tool_use_error>File does not exist: {full} ({e.strerror or e})</tool_use_error>", True, {}
+            if old not in original:
+                return f"<tool_use_error>String to replace not found in file.\nString: {old}</tool_use_error>", True, {}
+            updated = original.replace(old, new, 1)
+            try:
+                with open(full, "w", encoding="utf-8") as f:
+                    f.write(updated)
+            except OSError as e:
+                return f"Error writing {full}: {e.strerror or e}", True, {}
+            line = next(i for i, ln in enumerate(original.splitlines(), 1) if old in ln) if "\n" not in old else 1
+            patch = [{"oldStart": line, "oldLines": 1, "newStart": line, "newLines": 1,
+                      "lines": [f"-{ln}" for ln in old.splitlines()] + [f"+{ln}" for ln in new.splitlines()]}]
+            return (f"The file {full} has been updated successfully.", False,
+                    {"original": original, "patch": patch})
+
+        if self.a.persona == "codex":
+            sed = "s/" + old.replace("/", "\\/") + "/" + new.replace("/", "\\/") + "/"
+            return self.em.tool("Bash", {"command": f"sed -i {shell_quote(sed)} {shell_quote(path)}"}, run)
+        return self.em.tool("Edit", {"file_path": full, "old_string": old, "new_string": new, "replace_all": False},
+                            run)
+
     def bash(self, command: str, description: str, env: dict | None = None) -> tuple[str, bool]:
         def run():
             try:

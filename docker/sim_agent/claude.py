@@ -23,6 +23,16 @@ CLAUDE_TOOLS = [
     "NotebookEdit", "WebFetch", "TodoWrite", "WebSearch", "BashOutput", "KillShell",
 ]
 
+CLAUDE_CAPABILITIES = ["interrupt_receipt_v1", "msg_lifecycle_v1", "sdk_mcp_manifests", "ui_surface_v1"]
+
+# Every result line carries these, success or API error.
+SUBAGENT_STATS = {
+    "spawned": 0, "requested": {"background": 0, "foreground": 0, "unset": 0}, "started_in_background": 0,
+    "max_depth": 0, "spawned_by_subagents": 0, "completed": 0, "failed": 0,
+    "killed": {"parent": 0, "user": 0, "system": 0},
+    "refused": {"depth_limit": 0, "concurrency_limit": 0, "budget": 0}, "by_type": {},
+}
+
 CLAUDE_VALUE_FLAGS = {
     "--output-format", "--input-format", "--model", "--resume", "-r", "--max-turns", "--system-prompt",
     "--append-system-prompt", "--permission-mode", "--allowedTools", "--allowed-tools", "--disallowedTools",
@@ -129,6 +139,18 @@ class ClaudeEmitter:
             "original_cwd": self.cwd,
             "additional_directories": [],
             "fast_mode_state": "off",
+            "capabilities": CLAUDE_CAPABILITIES,
+            "terminal_slash_commands": ["doctor", "color", "focus"],
+            "analytics_disabled": True,
+            "product_feedback_disabled": True,
+            # claude reports whether the base URL is Anthropic's own API
+            "served_by_anthropic": not os.environ.get("ANTHROPIC_BASE_URL"),
+            "messaging_socket_path": f"/tmp/cc-socks/{os.getpid()}.sock",
+            "fast_mode_disabled_reason": "sdk_opt_in_required",
+            "per_turn_effort_active": True,
+            "ultrathink_available": False,
+            "ultrathink_typed_raises": False,
+            "view_mode": "default",
         })
 
     def _turn_usage(self, out_text: str) -> dict:
@@ -195,12 +217,25 @@ class ClaudeEmitter:
                 "stdout": output, "stderr": "", "interrupted": False, "isImage": False,
                 "noOutputExpected": False,
             }
+            if extra.get("commit_sha"):
+                line["tool_use_result"]["gitOperation"] = {"commit": {
+                    "sha": extra["commit_sha"], "kind": "committed", "branch": extra.get("branch", "")}}
+        elif name == "Edit" and not is_error:
+            line["tool_use_result"] = {
+                "filePath": tool_input.get("file_path"), "oldString": tool_input.get("old_string"),
+                "newString": tool_input.get("new_string"), "originalFile": extra.get("original", ""),
+                "structuredPatch": extra.get("patch", []), "userModified": False,
+                "replaceAll": bool(tool_input.get("replace_all")),
+            }
         elif name == "Write" and not is_error:
             line["tool_use_result"] = {
                 "type": extra.get("write_kind", "create"), "filePath": tool_input.get("file_path"),
                 "content": tool_input.get("content"), "structuredPatch": [], "originalFile": None,
                 "userModified": False,
             }
+        # with --dangerously-skip-permissions every tool call is accepted by the mode
+        line["tool_result_meta"] = [{"id": tool_id, "permission_decision": {
+            "decision": "accept", "source": "config", "reason_type": "mode"}}]
         self.emit(line)
         return output, is_error
 
@@ -220,6 +255,8 @@ class ClaudeEmitter:
                 "inputTokens": inp, "outputTokens": out, "cacheReadInputTokens": 0,
                 "cacheCreationInputTokens": 0, "webSearchRequests": 0, "costUSD": cost,
                 "contextWindow": 200000, "maxOutputTokens": 64000, "thinkingTokens": 0,
+                "cacheCreationEphemeral5mInputTokens": 0, "cacheCreationEphemeral1hInputTokens": 0,
+                "canonicalModel": self.model, "provider": "firstParty", "costBasis": "list",
             }
         }
 
@@ -232,9 +269,11 @@ class ClaudeEmitter:
 
     def _usage_block(self, inp: int, out: int) -> dict:
         return {
+            "output_tokens_details": {"thinking_tokens": 0},
             "input_tokens": inp, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0,
             "output_tokens": out, "server_tool_use": {"web_search_requests": 0, "web_fetch_requests": 0},
             "service_tier": "standard", "cache_creation": {"ephemeral_1h_input_tokens": 0, "ephemeral_5m_input_tokens": 0},
+            "inference_geo": "", "iterations": [], "speed": "standard", "fallback_credit": None,
         }
 
     def finish(self, result_text: str, *, is_error: bool = False, subtype: str = "success",
@@ -269,10 +308,21 @@ class ClaudeEmitter:
             "modelUsage": model_usage,
             "permission_denials": [],
             "terminal_reason": terminal_reason,
+            "fast_mode_state": "off",
+            "fast_mode_disabled_reason": "sdk_opt_in_required",
+            "subagent_stats": json.loads(json.dumps(SUBAGENT_STATS)),
+            "safety_stops": 0,
             "api_error_status": api_error_status,
             "uuid": self._uuid(),
+            "queued_turn_count": 0,
+            "result_index": 0,
             "model_usage_since_last_result": since,
         }
+        if self.turns and api_error_status is None:
+            # latency figures exist only once the model answered
+            ttft = max(1, duration // 2)
+            result.update(ttft_ms=ttft, ttft_stream_ms=ttft, time_to_request_ms=max(0, ttft - 1),
+                          first_content_frame_ms=ttft)
         if api_error_type:
             result["api_error_type"] = api_error_type
         if structured is not None:
@@ -313,20 +363,27 @@ class ClaudeEmitter:
                 "retry_delay_ms": 500 * attempt, "error_status": status, "error": err,
                 "session_id": self.session_id, "uuid": self._uuid(),
             })
-        if status == 429:
+        # The five-hour/weekly limit event belongs to subscription (OAuth) logins;
+        # a plain API key's 429 is only retries and the error message.
+        if status == 429 and os.environ.get("CLAUDE_CODE_OAUTH_TOKEN") and not os.environ.get("ANTHROPIC_API_KEY"):
             self.emit({
                 "type": "rate_limit_event",
                 "rate_limit_info": {"status": "rejected", "rateLimitType": "five_hour",
                                     "resetsAt": int(time.time()) + 3600},
                 "uuid": self._uuid(), "session_id": self.session_id,
             })
-        zero = {"input_tokens": 0, "output_tokens": 0, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+        zero = {"output_tokens_details": None, "input_tokens": 0, "output_tokens": 0, "cache_creation_input_tokens": 0,
+                "cache_read_input_tokens": 0, "server_tool_use": {"web_search_requests": 0, "web_fetch_requests": 0},
+                "service_tier": None, "cache_creation": {"ephemeral_1h_input_tokens": 0, "ephemeral_5m_input_tokens": 0},
+                "inference_geo": None, "iterations": None, "speed": None, "fallback_credit": None}
         self.turns = 1
         self.emit({
             "type": "assistant",
             "message": {
+                "diagnostics": None,
                 "id": uuid4_from(hashlib.sha256(f"{self.session_id}:{self.exec_no}:err".encode()).digest()),
-                "container": None, "model": "<synthetic>", "role": "assistant", "stop_reason": "stop_sequence",
+                "container": None, "model": "<synthetic>", "role": "assistant", "stop_details": None,
+                "stop_reason": "stop_sequence",
                 "stop_sequence": "", "type": "message", "usage": zero,
                 "content": [{"type": "text", "text": text}], "context_management": None,
             },

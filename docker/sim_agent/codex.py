@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 
 from .common import OUT, Args, Usage, sha256_hex, shell_quote, tokens_for, warn
@@ -39,6 +40,10 @@ def parse_codex(argv: list[str], a: Args) -> None:
                     a.output_last_message = val
                 elif name == "--output-schema":
                     read_schema_file(a, val)
+                elif name in ("-c", "--config") and val.startswith("model_provider="):
+                    a.model_provider = val.partition("=")[2].strip().strip('"')
+                elif name in ("-c", "--config") and (m := re.search(r"stream_max_retries\s*=\s*(\d+)", val)):
+                    a.stream_retries = int(m.group(1))
             elif name in ("--json", "--experimental-json"):
                 a.json = True
             elif name == "--skip-git-repo-check":
@@ -90,6 +95,14 @@ class CodexEmitter:
 
     def start(self) -> None:
         self.emit({"type": "thread.started", "thread_id": self.session_id})
+        if self.a.model_provider not in (None, "openai"):
+            # codex takes model metadata from its provider's model list; the
+            # simulated custom provider lists none (as a scripted or self-hosted
+            # endpoint often does), so codex warns before the turn, as item_0.
+            self.emit({"type": "item.completed", "item": {
+                "id": self._item_id(), "type": "error",
+                "message": f"Model metadata for `{self.model}` not found. Defaulting to fallback metadata; "
+                           "this can degrade performance and cause issues."}})
         self.emit({"type": "turn.started"})
 
     def _count(self, text: str) -> None:
@@ -170,9 +183,11 @@ class CodexEmitter:
             base = ("unexpected status 401 Unauthorized: Incorrect API key provided. You can find your API key at "
                     "https://platform.openai.com/account/api-keys.")
             detail = base
-        for n in range(1, 6):
+        retries = self.a.stream_retries  # the provider's stream_max_retries (codex's default: 5)
+        for n in range(1, retries + 1):
             rid = sha256_hex(f"{self.session_id}:{self.exec_no}:{n}")[:32]
-            self.emit({"type": "error", "message": f"Reconnecting... {n}/5 ({detail}, request id: req_sim_{rid})"})
+            self.emit({"type": "error",
+                       "message": f"Reconnecting... {n}/{retries} ({detail}, request id: req_sim_{rid})"})
         rid = sha256_hex(f"{self.session_id}:{self.exec_no}:final")[:32]
         final = f"{base}, request id: req_sim_{rid}"
         self.emit({"type": "error", "message": final})

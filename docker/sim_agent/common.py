@@ -223,6 +223,8 @@ class Args:
     argv0: str = ""
     prompt: str | None = None
     model: str | None = None
+    model_provider: str | None = None  # codex -c model_provider=NAME
+    stream_retries: int = 5  # codex -c model_providers.X={...stream_max_retries=N}
     resume: str | None = None
     max_turns: int | None = None
     output_format: str = "text"

@@ -184,6 +184,13 @@ def run_step(a: Args, em, agent: Agent, verb: str, arg: str) -> None:
         if not content.endswith("\n"):
             content += "\n"
         agent.write(path, content, append=(verb == "append"))
+    elif verb == "edit":
+        path, _, rest = arg.partition(" ")
+        old, sep, new = rest.partition(" => ")
+        if not path or not sep or not old:
+            em.text("SIM: edit needs <path> <old text> => <new text>")
+            return
+        agent.edit(path, unescape(old), unescape(new))
     elif verb == "commit":
         agent.commit(arg or "sim: commit")
     elif verb == "print":
@@ -233,7 +240,7 @@ def run_step(a: Args, em, agent: Agent, verb: str, arg: str) -> None:
     else:
         em.text(f"(ignoring unknown SIM verb {verb!r})")
         return
-    if verb in ("write", "append", "commit", "write-outside", "exec") and agent.check_turns():
+    if verb in ("write", "append", "edit", "commit", "write-outside", "exec") and agent.check_turns():
         msg = f"Reached maximum number of turns ({a.max_turns})"
         if a.persona == "claude":
             em.turns = a.max_turns + 1
