@@ -45,6 +45,9 @@ class Probe(msgspec.Struct, kw_only=True):
     pids_limit: int = 0
     # the cgroup's counter covers the container's whole life: a reused container starts above 0
     pids_refused_start: int = 0
+    # free bytes of the workspace's filesystem when the task started: a drop past the limit
+    # triggers the (costlier) walk at once instead of at the next scheduled one
+    fs_free_start: int | None = None
 
 
 def cgroup_pids_events(container_id: str) -> str | None:
@@ -65,6 +68,14 @@ def cgroup_pids_events(container_id: str) -> str | None:
 def _refused_forks(path: str) -> int:
     fields = dict(line.split() for line in Path(path).read_text().splitlines() if line.strip())
     return int(fields.get("max", "0"))
+
+
+def _fs_free(path: str) -> int | None:
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
 
 
 def tree_size(root: str) -> int:
@@ -98,6 +109,7 @@ def make_probe(inspect: dict, *, workspace: Path | None, pids_limit: int, max_wo
     except (OSError, ValueError):
         events, refused = None, 0
     return Probe(pids_events=events, pids_refused_start=refused, tmp_path=tmp, workspace=ws,
+                 fs_free_start=_fs_free(ws) if ws else None,
                  workspace_start_bytes=tree_size(ws) if ws else 0,
                  max_workspace_bytes=max_workspace_mb * 1024 * 1024 if max_workspace_mb else None,
                  pids_limit=pids_limit)
@@ -119,6 +131,11 @@ def check(probe: Probe, *, workspace: bool = True) -> str | None:
                 return "the agent filled /tmp (its tmpfs has no space left); the task was stopped"
         except OSError:
             pass
+    if probe.workspace and probe.max_workspace_bytes and not workspace and probe.fs_free_start is not None:
+        # A fast writer fills gigabytes between two walks; the filesystem's free space is
+        # read in microseconds, and a drop past the limit walks the workspace now.
+        free = _fs_free(probe.workspace)
+        workspace = free is not None and probe.fs_free_start - free > probe.max_workspace_bytes
     if workspace and probe.workspace and probe.max_workspace_bytes:
         grown = tree_size(probe.workspace) - probe.workspace_start_bytes
         if grown > probe.max_workspace_bytes:
