@@ -759,15 +759,23 @@ class DockerRunner:
         probe = await self._probe(request, workspace)
         tripped: list[str] = []
         self._live_agents.add(request.container_name)
+        ran: dict[str, Any] = {}
         try:
             with anyio.fail_after(request.timeout_seconds):
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(self._watch, request, probe, tripped, on_event)
                     try:
-                        output = await run_exec(self.host, request.container_name, argv, env=env, parser=parser,
-                                                stdin_payload=payload, on_event=forward)
+                        ran["output"] = await run_exec(self.host, request.container_name, argv, env=env,
+                                                       parser=parser, stdin_payload=payload, on_event=forward)
+                    except RunnerError as exc:
+                        # Kept inside the group: leaving it would wrap the error in an
+                        # ExceptionGroup, and a Docker failure would pass for a bug of ours.
+                        ran["error"] = exc
                     finally:
                         tg.cancel_scope.cancel()
+            if "error" in ran:
+                raise ran["error"]
+            output = ran["output"]
         except TimeoutError:
             return _Attempt(error=TaskTimeoutError(
                 f"task exceeded its timeout of {request.timeout_seconds:g}s; container stopped and kept for resume"))
