@@ -9,6 +9,7 @@ a :class:`~orchestrator.errors.KeyConflictDifferentFingerprint`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import msgspec
@@ -48,7 +49,7 @@ TASK_FIELDS = frozenset({
 })
 
 
-def normalize_task(task: dict[str, Any], defaults: TaskDefaults, *, default_base_branch: str) -> dict[str, Any]:
+def normalize_task(task: Mapping[str, Any], defaults: TaskDefaults, *, default_base_branch: str) -> dict[str, Any]:
     """Validate a strategy's task dict and return the normalized input that is fingerprinted."""
     if not isinstance(task, dict):
         raise ConfigError(f"ctx.run expects a dict task input, got {type(task).__name__}")

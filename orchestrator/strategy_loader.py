@@ -33,6 +33,9 @@ from typing import Any, Literal, get_args, get_origin
 import msgspec
 
 from .errors import ConfigError, StrategyLoadError
+# Defined in the strategy authors' module; strategies used to import it from here, which keeps working.
+from .strategy import StrategyOptions
+from .strategy import strategy_options as strategy_options
 
 BUILTINS: dict[str, str] = {
     "simple": "strategies.simple:simple",
@@ -45,21 +48,6 @@ BUILTINS: dict[str, str] = {
 }
 
 _MISSING = object()
-
-
-class StrategyOptions(msgspec.Struct, frozen=True, kw_only=True):
-    prepare: Callable[[dict[str, Any], str], dict[str, Any]] | None = None
-    requires_resume: bool = False
-
-
-def strategy_options(*, prepare=None, requires_resume: bool = False):
-    """Attach loader options to a strategy function (see module docstring)."""
-
-    def deco(fn):
-        fn.__orchestrator_options__ = StrategyOptions(prepare=prepare, requires_resume=requires_resume)
-        return fn
-
-    return deco
 
 
 class ParamSpec(msgspec.Struct, frozen=True, kw_only=True):

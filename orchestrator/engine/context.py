@@ -10,30 +10,47 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar, cast, overload
 
 import anyio
 
 from ..errors import AggregateTaskFailed, StrategyErrors, TaskFailed
+from .task_types import (
+    BranchCleanupResult,
+    BranchCleanupTask,
+    KeyedTaskInput,
+    RetryPolicy,
+    RetryPolicyDict,
+    TaskInput,
+    TaskResult,
+)
 
 if TYPE_CHECKING:
     from .engine import Engine
 
-TaskResult = dict[str, Any]
+R = TypeVar("R")
+# covariant: a Handle[TaskResult] is usable where any Handle is expected
+R_co = TypeVar("R_co", covariant=True)
 
 
 @dataclass(eq=False)
-class Handle:
-    """A scheduled task. Opaque: pass it to ``ctx.wait``/``ctx.wait_all``."""
+class Handle(Generic[R_co]):
+    """A scheduled task. Opaque: pass it to ``ctx.wait``/``ctx.wait_all``.
+
+    ``R_co`` is what waiting on it returns: :class:`TaskResult`, or
+    :class:`BranchCleanupResult` for a ``delete_branches`` task.
+    """
 
     key: str
     scheduled_at: float
     _done: anyio.Event = field(default_factory=anyio.Event, repr=False)
-    _result: TaskResult | None = field(default=None, repr=False)
+    _result: Any = field(default=None, repr=False)
     _failure: tuple[str, str] | None = field(default=None, repr=False)
 
-    def _resolve(self, result: TaskResult) -> None:
+    def _resolve(self, result: Any) -> None:
         self._result = result
         self._done.set()
 
@@ -45,16 +62,26 @@ class Handle:
     def done(self) -> bool:
         return self._done.is_set()
 
-    def _outcome(self) -> TaskResult:
+    def _outcome(self) -> R_co:
         if self._failure is not None:
             raise TaskFailed(self.key, *self._failure)
         assert self._result is not None
-        return self._result
+        result: R_co = self._result
+        return result
 
 
-def collect_outcomes(outcomes, tolerate_failures: bool):
+@overload
+def collect_outcomes(outcomes: Iterable[Callable[[], R]], tolerate_failures: Literal[False]) -> list[R]: ...
+@overload
+def collect_outcomes(outcomes: Iterable[Callable[[], R]],
+                     tolerate_failures: Literal[True]) -> tuple[list[R], list[TaskFailed]]: ...
+@overload
+def collect_outcomes(outcomes: Iterable[Callable[[], R]],
+                     tolerate_failures: bool) -> list[R] | tuple[list[R], list[TaskFailed]]: ...
+def collect_outcomes(outcomes: Iterable[Callable[[], R]],
+                     tolerate_failures: bool) -> list[R] | tuple[list[R], list[TaskFailed]]:
     """``wait_all`` semantics over outcome callables (each returns a result or raises TaskFailed)."""
-    successes: list[TaskResult] = []
+    successes: list[R] = []
     failures: list[TaskFailed] = []
     for outcome in outcomes:
         try:
@@ -66,6 +93,72 @@ def collect_outcomes(outcomes, tolerate_failures: bool):
     if failures:
         raise AggregateTaskFailed([f.key for f in failures], failures)
     return successes
+
+
+ParallelItems = Sequence[tuple[TaskInput, str]] | Sequence[KeyedTaskInput]
+
+
+class Context(Protocol):
+    """What a strategy's ``ctx`` offers: annotate ``ctx: Context`` (from :mod:`orchestrator.strategy`).
+
+    The engine hands strategies a :class:`StrategyContext`; a wrapper that adds
+    behaviour around ``ctx`` (a budget, a replay for reporting) offers the same.
+    """
+
+    @property
+    def errors(self) -> type[StrategyErrors]:
+        """``ctx.errors.TaskFailed``, ``.AggregateTaskFailed``, ``.NoViableCandidates``, ..."""
+        ...
+
+    @property
+    def run_id(self) -> str: ...
+
+    @property
+    def strategy_execution_id(self) -> str:
+        """``s1`` … ``sN`` for the executions of ``--runs N``."""
+        ...
+
+    @property
+    def base_branch(self) -> str: ...
+
+    def key(self, *parts: object) -> str: ...
+
+    @overload
+    def run(self, task: BranchCleanupTask, *, key: str,
+            policy: RetryPolicy | RetryPolicyDict | None = None) -> Handle[BranchCleanupResult]: ...
+    @overload
+    def run(self, task: TaskInput, *, key: str,
+            policy: RetryPolicy | RetryPolicyDict | None = None) -> Handle[TaskResult]: ...
+
+    async def wait(self, handle: Handle[R]) -> R: ...
+
+    @overload
+    async def wait_all(self, handles: Sequence[Handle[R]], tolerate_failures: Literal[False] = False) -> list[R]: ...
+    @overload
+    async def wait_all(self, handles: Sequence[Handle[R]],
+                       tolerate_failures: Literal[True]) -> tuple[list[R], list[TaskFailed]]: ...
+    @overload
+    async def wait_all(self, handles: Sequence[Handle[R]],
+                       tolerate_failures: bool) -> list[R] | tuple[list[R], list[TaskFailed]]: ...
+
+    @overload
+    async def parallel(self, tasks: ParallelItems, tolerate_failures: Literal[False] = False) -> list[TaskResult]: ...
+    @overload
+    async def parallel(self, tasks: ParallelItems,
+                       tolerate_failures: Literal[True]) -> tuple[list[TaskResult], list[TaskFailed]]: ...
+    @overload
+    async def parallel(self, tasks: ParallelItems, tolerate_failures: bool
+                       ) -> list[TaskResult] | tuple[list[TaskResult], list[TaskFailed]]: ...
+
+    def now(self) -> float: ...
+
+    def rand(self) -> float: ...
+
+    async def sleep(self, seconds: float) -> None: ...
+
+    def supports_output_schema(self, plugin: str | None = None) -> bool: ...
+
+    def output_dir(self) -> Path: ...
 
 
 class StrategyContext:
@@ -83,7 +176,7 @@ class StrategyContext:
         self.requested_keys: set[str] = set()
 
     # -- keys
-    def key(self, *parts: Any) -> str:
+    def key(self, *parts: object) -> str:
         """A durable key namespaced by run and strategy execution: ``run/sid/<parts joined by />``."""
         if not parts:
             raise ValueError("ctx.key() needs at least one part")
@@ -95,7 +188,14 @@ class StrategyContext:
         return key if key.startswith(self._prefix) else self._prefix + key
 
     # -- tasks
-    def run(self, task: dict[str, Any], *, key: str, policy: Any = None) -> Handle:
+    @overload
+    def run(self, task: BranchCleanupTask, *, key: str,
+            policy: RetryPolicy | RetryPolicyDict | None = None) -> Handle[BranchCleanupResult]: ...
+    @overload
+    def run(self, task: TaskInput, *, key: str,
+            policy: RetryPolicy | RetryPolicyDict | None = None) -> Handle[TaskResult]: ...
+    def run(self, task: TaskInput | BranchCleanupTask, *, key: str,
+            policy: RetryPolicy | RetryPolicyDict | None = None) -> Handle[Any]:
         """Schedule a durable task and return its handle at once.
 
         Completed keys return their recorded result without running again; the
@@ -105,12 +205,21 @@ class StrategyContext:
         self.requested_keys.add(fq)
         return self._engine.schedule(self, fq, task, policy)
 
-    async def wait(self, handle: Handle) -> TaskResult:
+    async def wait(self, handle: Handle[R]) -> R:
         """The task's result, or ``TaskFailed(key, error_type, message)``."""
         await handle._done.wait()
         return handle._outcome()
 
-    async def wait_all(self, handles: list[Handle], tolerate_failures: bool = False):
+    @overload
+    async def wait_all(self, handles: Sequence[Handle[R]], tolerate_failures: Literal[False] = False) -> list[R]: ...
+    @overload
+    async def wait_all(self, handles: Sequence[Handle[R]],
+                       tolerate_failures: Literal[True]) -> tuple[list[R], list[TaskFailed]]: ...
+    @overload
+    async def wait_all(self, handles: Sequence[Handle[R]],
+                       tolerate_failures: bool) -> list[R] | tuple[list[R], list[TaskFailed]]: ...
+    async def wait_all(self, handles: Sequence[Handle[R]],
+                       tolerate_failures: bool = False) -> list[R] | tuple[list[R], list[TaskFailed]]:
         """Results in handle order, whatever order the tasks finished in.
 
         With ``tolerate_failures=True`` returns ``(successes, failures)`` where
@@ -121,22 +230,29 @@ class StrategyContext:
             await h._done.wait()
         return collect_outcomes([h._outcome for h in handles], tolerate_failures)
 
-    async def parallel(self, tasks: list[tuple[dict[str, Any], str]] | list[dict[str, Any]],
-                       tolerate_failures: bool = False):
+    @overload
+    async def parallel(self, tasks: ParallelItems, tolerate_failures: Literal[False] = False) -> list[TaskResult]: ...
+    @overload
+    async def parallel(self, tasks: ParallelItems,
+                       tolerate_failures: Literal[True]) -> tuple[list[TaskResult], list[TaskFailed]]: ...
+    @overload
+    async def parallel(self, tasks: ParallelItems, tolerate_failures: bool
+                       ) -> list[TaskResult] | tuple[list[TaskResult], list[TaskFailed]]: ...
+    async def parallel(self, tasks: ParallelItems,
+                       tolerate_failures: bool = False) -> list[TaskResult] | tuple[list[TaskResult], list[TaskFailed]]:
         """Schedule many and wait for all: items are ``(task, key)`` pairs or dicts with a ``key`` entry."""
-        handles = []
+        handles: list[Handle[TaskResult]] = []
         for item in tasks:
             if isinstance(item, tuple):
                 task, key = item
             else:
-                item = dict(item)
-                key = item.pop("key")
-                task = item
+                key = item["key"]
+                task = cast(TaskInput, {k: v for k, v in item.items() if k != "key"})
             handles.append(self.run(task, key=key))
         return await self.wait_all(handles, tolerate_failures=tolerate_failures)
 
     # -- recorded nondeterminism
-    def _checkpoint(self, kind: str, produce) -> Any:
+    def _checkpoint(self, kind: str, produce: Callable[[], Any]) -> Any:
         seq = self._checkpoint_seq
         self._checkpoint_seq += 1
         return self._engine.checkpoint(self, seq, kind, produce)
@@ -173,10 +289,15 @@ class StrategyContext:
             return False
         return get_plugin(plugin or self._engine.config.defaults.plugin_name).capabilities.supports_output_schema
 
-    def output_dir(self):
+    def output_dir(self) -> Path:
         """``results/<run_id>/strategy_output/``: where a strategy writes its own files.
 
         Writing files is a side effect; write only data derived from task results
         so a replay writes the same bytes.
         """
         return self._engine.strategy_output_dir()
+
+
+if TYPE_CHECKING:
+    def _engine_ctx_is_a_context(ctx: StrategyContext) -> Context:
+        return ctx  # mypy checks here that StrategyContext offers all of Context

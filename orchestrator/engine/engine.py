@@ -18,7 +18,7 @@ import math
 import os
 import time
 import traceback
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -43,6 +43,7 @@ from ..runner.base import TaskRunner
 from ..runner.types import ContainerLimits, InstanceRequest, RunnerResult
 from ..state import COMPLETED, FAILED, RunState, apply, encode_snapshot, recover, write_snapshot_bytes
 from .context import Handle, StrategyContext
+from .task_types import RetryPolicy, RetryPolicyDict
 
 StrategyFn = Callable[..., Awaitable[Any]]
 
@@ -69,41 +70,6 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True):
     structured_outputs: bool = True
     # Passed through to every InstanceRequest (docker_image, finalize, retry_config, ...).
     runner_options: dict[str, Any] = msgspec.field(default_factory=dict)
-
-
-class RetryPolicy(msgspec.Struct, frozen=True, kw_only=True):
-    """Orchestration-level retry of a task whose runner call failed to schedule or attach (spec §7.8).
-
-    Runner-level retries (rate limits, API errors, with session resume) happen
-    inside the runner; this policy re-dispatches the whole task under the same
-    key when the failure category is in ``retry_on``.
-    """
-
-    max_attempts: int = 3
-    base_s: float = 10.0
-    factor: float = 6.0
-    max_s: float = 360.0
-    retry_on: tuple[str, ...] = ("docker", "api", "network")
-
-    @classmethod
-    def coerce(cls, policy: Any) -> RetryPolicy | None:
-        if policy is None or isinstance(policy, RetryPolicy):
-            return policy
-        if isinstance(policy, dict):
-            backoff = policy.get("backoff") or {}
-            return cls(max_attempts=int(policy.get("max_attempts", 3)), base_s=float(backoff.get("base_s", 10)),
-                       factor=float(backoff.get("factor", 6)), max_s=float(backoff.get("max_s", 360)),
-                       retry_on=tuple(policy.get("retry_on", ("docker", "api", "network"))))
-        raise TypeError(f"policy must be a RetryPolicy or a dict, not {type(policy).__name__}")
-
-    def retries(self, error_type: str | None) -> bool:
-        if error_type == "internal":
-            return False  # the orchestrator's own bug: running it again pays for it again
-        wanted = {"container" if c in ("docker", "network") else c for c in self.retry_on}
-        return error_type in wanted
-
-    def delay(self, attempt: int) -> float:
-        return min(self.max_s, self.base_s * self.factor ** (attempt - 1))
 
 
 def auto_parallel(container_cpu: float) -> int:
@@ -192,7 +158,8 @@ class Engine:
     def _task_result(self, payload: dict[str, Any]) -> dict[str, Any]:
         return task_result_from_payload(payload)
 
-    def schedule(self, ctx: StrategyContext, key: str, task: dict[str, Any], policy: Any) -> Handle:
+    def schedule(self, ctx: StrategyContext, key: str, task: Mapping[str, Any],
+                 policy: RetryPolicy | RetryPolicyDict | None) -> Handle[Any]:
         normalized = normalize_task(task, self.config.defaults, default_base_branch=ctx.base_branch)
         refuse_unsupported(normalized)
         pm = (normalized["plugin_name"], normalized["model"])

@@ -1,0 +1,95 @@
+"""Everything a strategy author imports: ``from orchestrator.strategy import ...``.
+
+A strategy is ``async def strategy(prompt: str, base_branch: str, ctx: Context, *, param: T = default)``.
+Annotating ``ctx: Context`` lets an editor complete ``ctx.run``, ``ctx.wait`` and
+the keys of a result (``result["artifact"]["branch_final"]``), and lets a type
+checker flag a misspelt task field or result key. At run time nothing here
+checks types; the engine validates task inputs when they are scheduled.
+
+- ``Context``: the type of ``ctx``; ``Handle``: what ``ctx.run`` returns.
+- ``TaskInput``: the dict ``ctx.run`` takes (``KeyedTaskInput``: a ``ctx.parallel``
+  item with its ``key``; ``BranchCleanupTask``: a ``delete_branches`` task).
+- ``TaskResult`` with its ``Artifact`` and ``TaskMetrics``: what ``ctx.wait``
+  returns (``BranchCleanupResult`` for a cleanup task).
+- ``RetryPolicy`` / ``RetryPolicyDict``: ``ctx.run(..., policy=...)``.
+- the errors a strategy raises or catches, also reachable as ``ctx.errors.*``.
+- ``strategy_options``: the decorator for ``prepare=`` and ``requires_resume=``.
+
+Importing this module loads neither the Docker runner nor the CLI.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import msgspec
+
+from .engine.context import Context, Handle
+from .engine.task_types import (
+    Artifact,
+    BranchCleanupResult,
+    BranchCleanupTask,
+    ContainerLimitsInput,
+    ErrorType,
+    ImportConflictPolicy,
+    ImportPolicy,
+    KeyedTaskInput,
+    NetworkEgress,
+    PluginName,
+    RetryBackoff,
+    RetryCategory,
+    RetryPolicy,
+    RetryPolicyDict,
+    TaskInput,
+    TaskMetrics,
+    TaskResult,
+    UncommittedPolicy,
+)
+from .errors import (
+    AggregateTaskFailed,
+    ConfigError,
+    KeyConflictDifferentFingerprint,
+    NoViableCandidates,
+    NondeterminismError,
+    StrategyError,
+    StrategyErrors,
+    TaskFailed,
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# prepare(params, repo_path) -> params: runs once before the run starts; what it
+# returns is recorded as the run's parameters, so a resume never reads input files again.
+Prepare = Callable[[dict[str, Any], str], dict[str, Any]]
+
+
+class StrategyOptions(msgspec.Struct, frozen=True, kw_only=True):
+    prepare: Prepare | None = None
+    requires_resume: bool = False
+
+
+def strategy_options(*, prepare: Prepare | None = None, requires_resume: bool = False) -> Callable[[F], F]:
+    """Attach loader options to a strategy function.
+
+    ``prepare(params, repo_path)`` validates and loads input before the run
+    starts (raise ``ConfigError`` with a one-line message to refuse it);
+    ``requires_resume=True`` refuses a plugin that cannot resume agent sessions.
+    """
+
+    def deco(fn: F) -> F:
+        fn.__orchestrator_options__ = StrategyOptions(  # type: ignore[attr-defined]
+            prepare=prepare, requires_resume=requires_resume)
+        return fn
+
+    return deco
+
+
+__all__ = [
+    "AggregateTaskFailed", "Artifact", "BranchCleanupResult", "BranchCleanupTask", "ConfigError",
+    "ContainerLimitsInput", "Context", "ErrorType", "Handle", "ImportConflictPolicy", "ImportPolicy",
+    "KeyConflictDifferentFingerprint", "KeyedTaskInput", "NetworkEgress", "NoViableCandidates",
+    "NondeterminismError", "PluginName", "Prepare", "RetryBackoff", "RetryCategory", "RetryPolicy",
+    "RetryPolicyDict", "StrategyError", "StrategyErrors", "StrategyOptions", "TaskFailed", "TaskInput",
+    "TaskMetrics", "TaskResult", "UncommittedPolicy", "strategy_options",
+]
