@@ -6,10 +6,12 @@ Run it (from the repository you want to change):
 """
 
 import json
-from typing import Annotated
+from typing import Annotated, Any
+
+from orchestrator.strategy import Context, TaskResult
 
 
-def parse_verdict(text, count):
+def parse_verdict(text: str, count: int) -> dict[str, Any] | None:
     """The judge's {"winner": i, "reason": ...}, or None when it is not usable."""
     try:
         data = json.loads(text.strip())
@@ -23,8 +25,8 @@ def parse_verdict(text, count):
     return data
 
 
-async def parallel_then_judge(prompt, base_branch, ctx, *,
-                              drafts: Annotated[int, "how many drafts run in parallel"] = 2):
+async def parallel_then_judge(prompt: str, base_branch: str, ctx: Context, *,
+                              drafts: Annotated[int, "how many drafts run in parallel"] = 2) -> TaskResult:
     """Write several drafts in parallel, let a read-only judge pick one, return it."""
     # 1. Schedule every draft before awaiting any: they run in parallel.
     #    Keys come from data (the draft number), never from time or randomness.

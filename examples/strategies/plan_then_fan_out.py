@@ -11,10 +11,12 @@ parse prose. The ``command`` plugin cannot enforce a schema:
     orchestrator "add input validation to the CLI" --strategy examples/strategies/plan_then_fan_out.py -S max_steps=3
 """
 
-from typing import Annotated
+from typing import Annotated, Any
+
+from orchestrator.strategy import Context, TaskInput
 
 
-def plan_schema(max_steps: int) -> dict:
+def plan_schema(max_steps: int) -> dict[str, Any]:
     step = {"type": "object",
             "properties": {"title": {"type": "string"}, "instructions": {"type": "string"}},
             "required": ["title", "instructions"], "additionalProperties": False}
@@ -23,12 +25,12 @@ def plan_schema(max_steps: int) -> dict:
             "required": ["steps"], "additionalProperties": False}
 
 
-async def plan_then_fan_out(prompt, base_branch, ctx, *,
-                            max_steps: Annotated[int, "most steps the planner may propose"] = 3):
+async def plan_then_fan_out(prompt: str, base_branch: str, ctx: Context, *,
+                            max_steps: Annotated[int, "most steps the planner may propose"] = 3) -> dict[str, Any]:
     """Plan independent steps as structured output, then implement them in parallel."""
     if not ctx.supports_output_schema():
         raise ctx.errors.NoViableCandidates("plan-then-fan-out needs an agent plugin (claude-code or codex)")
-    planner = {"prompt": f"Split this task into at most {max_steps} independent steps that can be done in "
+    planner: TaskInput = {"prompt": f"Split this task into at most {max_steps} independent steps that can be done in "
                          f"parallel on separate branches. Do not modify any files.\n\nTask: {prompt}",
                "base_branch": base_branch, "import_policy": "never", "output_schema": plan_schema(max_steps)}
     plan = await ctx.wait(ctx.run(planner, key=ctx.key("plan")))

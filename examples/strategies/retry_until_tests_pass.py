@@ -12,16 +12,18 @@ command must not need to write into the repository; pytest gets
 
 from typing import Annotated
 
+from orchestrator.strategy import Context, TaskResult
 
-def branch_of(result):
+
+def branch_of(result: TaskResult) -> str:
     return result["artifact"]["branch_final"] or result["artifact"]["base"]
 
 
 async def retry_until_tests_pass(
-        prompt, base_branch, ctx, *,
+        prompt: str, base_branch: str, ctx: Context, *,
         test_command: Annotated[str, "shell command run on the branch; exit 0 means pass"]
         = "python -m pytest -q -p no:cacheprovider",
-        max_attempts: Annotated[int, "agent attempts (the first one plus fixes)"] = 3):
+        max_attempts: Annotated[int, "agent attempts (the first one plus fixes)"] = 3) -> TaskResult:
     """Implement, test in a container, and let the agent fix failures until the tests pass."""
     session = ctx.key("session")  # one agent session for the whole chain
     result = await ctx.wait(ctx.run({"prompt": prompt, "base_branch": base_branch, "session_group_key": session},

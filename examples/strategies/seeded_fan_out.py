@@ -7,15 +7,17 @@ again. Keys name the approach itself, so they do not depend on draw order.
     orchestrator "speed up the importer" --strategy examples/strategies/seeded_fan_out.py -S k=3
 """
 
-from typing import Annotated
+from typing import Annotated, Any
+
+from orchestrator.strategy import Context
 
 APPROACHES = ["write the tests first", "the smallest possible change", "refactor before changing behaviour",
               "a pure-function design", "defensive input validation"]
 
 
-async def seeded_fan_out(prompt, base_branch, ctx, *,
+async def seeded_fan_out(prompt: str, base_branch: str, ctx: Context, *,
                          k: Annotated[int, "how many approaches to try"] = 2,
-                         approaches: Annotated[list, "the pool to draw from"] = APPROACHES):
+                         approaches: Annotated[list[str], "the pool to draw from"] = APPROACHES) -> dict[str, Any]:
     """Draw k approaches with ctx.rand() and run one agent per approach in parallel."""
     pool = list(approaches)
     picked = [pool.pop(int(ctx.rand() * len(pool))) for _ in range(min(k, len(pool)))]

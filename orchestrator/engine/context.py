@@ -95,7 +95,7 @@ def collect_outcomes(outcomes: Iterable[Callable[[], R]],
     return successes
 
 
-ParallelItems = Sequence[tuple[TaskInput, str]] | Sequence[KeyedTaskInput]
+ParallelItems = Sequence[tuple[TaskInput, str] | KeyedTaskInput]
 
 
 class Context(Protocol):
