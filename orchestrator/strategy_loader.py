@@ -33,6 +33,7 @@ from typing import Any, Literal, get_args, get_origin
 import msgspec
 
 from .errors import ConfigError, StrategyLoadError
+
 # Defined in the strategy authors' module; strategies used to import it from here, which keeps working.
 from .strategy import StrategyOptions
 from .strategy import strategy_options as strategy_options

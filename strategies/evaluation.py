@@ -260,7 +260,7 @@ def primary_regressed(cmp: Comparison, cfg: ScoringConfig) -> bool:
 def check_scoring_params(primary_metric: str | None, direction: str, weights: dict, tolerance: float,
                          *, eval_command: str | None) -> None:
     """Raise ``ConfigError`` (one line) for inconsistent scoring parameters; used by ``prepare``."""
-    from orchestrator.errors import ConfigError
+    from orchestrator.strategy import ConfigError
 
     if eval_command and not primary_metric:
         raise ConfigError("-S eval_command needs -S primary_metric=<metric name printed by the command>")

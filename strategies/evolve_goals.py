@@ -31,7 +31,7 @@ from typing import Any, Literal
 import msgspec
 import yaml
 
-from orchestrator.errors import ConfigError
+from orchestrator.strategy import ConfigError
 
 DEFAULT_TIMEOUT = 300
 MAX_TIMEOUT = 24 * 3600

@@ -17,8 +17,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from orchestrator.errors import ConfigError
-from orchestrator.strategy_loader import strategy_options
+from orchestrator.strategy import ConfigError, strategy_options
 
 from . import schemas
 from ._json import ask_json, score_of

@@ -27,13 +27,12 @@ from typing import Annotated, Any, Literal
 
 import anyio
 
-from orchestrator.errors import ConfigError
-from orchestrator.strategy_loader import strategy_options
+from orchestrator.strategy import ConfigError, strategy_options
 
+from ._report import review_loop_sections as report_sections  # noqa: F401  (the run report's sections)
 from .evaluation import ScoringConfig, check_scoring_params, evaluation_from_task, to_json
 from .evolve_budget import BudgetedContext, BudgetExhausted, make_budget
 from .pipeline import Idea, PipelineConfig, command_task, run_idea, write_json
-from ._report import review_loop_sections as report_sections  # noqa: F401  (the run report's sections)
 
 MAX_IDEA_BYTES = 64 * 1024
 

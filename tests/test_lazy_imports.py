@@ -1,4 +1,4 @@
-"""Importing the TUI, a strategy or the strategy-facing engine does not load the Docker runner."""
+"""Importing the TUI, a strategy, the strategy authors' module or the strategy-facing engine does not load the Docker runner."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ HEAVY = ("orchestrator.runner.docker_runner", "orchestrator.runner.docker_contai
 
 
 @pytest.mark.parametrize("module", ["tui", "tui.dashboard", "tui.model", "strategies.simple", "strategies.tree_beam",
-                                    "strategies.evolve", "orchestrator", "orchestrator.engine.context"])
+                                    "strategies.evolve", "strategies.best_of_n", "strategies.review_loop",
+                                    "strategies.iterative", "strategies.plan_score_implement", "orchestrator",
+                                    "orchestrator.engine.context", "orchestrator.strategy"])
 def test_import_does_not_load_the_docker_runner(module):
     code = f"import sys, {module}; print(sorted(m for m in {HEAVY!r} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

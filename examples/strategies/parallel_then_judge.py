@@ -34,7 +34,7 @@ async def parallel_then_judge(prompt: str, base_branch: str, ctx: Context, *,
                for i in range(drafts)]
     ok, failed = await ctx.wait_all(handles, tolerate_failures=True)
     if not ok:
-        raise ctx.errors.NoViableCandidates(f"all {drafts} drafts failed")
+        raise ctx.errors.NoViableCandidates(f"all {drafts} drafts failed: {failed[0].message}")
 
     # 2. One judge reads the drafts' summaries. import_policy "never": it only reads.
     listing = "\n\n".join(f"Draft {i} ({r['artifact']['branch_final']}) says:\n{r['final_message'][-2000:]}"
