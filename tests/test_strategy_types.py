@@ -97,7 +97,14 @@ def test_mypy_completes_result_keys_and_flags_misspelt_ones(tmp_path):
     (tmp_path / "good_strategy.py").write_text(GOOD)
     (tmp_path / "bad_strategy.py").write_text(BAD)
     examples = sorted((REPO_ROOT / "examples" / "strategies").glob("*.py"))
-    out = mypy(tmp_path / "good_strategy.py", tmp_path / "bad_strategy.py", *examples, cwd=tmp_path)
+    # the typed snippets of the strategy authors' guide too
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", (REPO_ROOT / "docs" / "strategies.md").read_text(), re.S)
+              if "ctx: Context" in b]
+    assert len(blocks) >= 2
+    for i, block in enumerate(blocks):
+        (tmp_path / f"doc_block_{i}.py").write_text(block)
+    out = mypy(tmp_path / "good_strategy.py", tmp_path / "bad_strategy.py", *examples,
+               *sorted(tmp_path.glob("doc_block_*.py")), cwd=tmp_path)
     reported = {}
     for line in out.splitlines():
         m = re.match(r"(.+?):(\d+): error: (.*)", line)
