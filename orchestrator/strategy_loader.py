@@ -198,19 +198,36 @@ def _check_shape(fn: Callable[..., Any], name: str) -> None:
         raise StrategyLoadError(f"strategy {name!r} must take (prompt, base_branch, ctx) positionally")
 
 
-def _params_of(fn: Callable[..., Any]) -> dict[str, ParamSpec]:
+def _parameter_hints(fn: Callable[..., Any], names: list[str]) -> dict[str, Any]:
+    """The evaluated annotations of the parameters ``names`` only.
+
+    Only these are resolved: under ``from __future__ import annotations`` the
+    ``ctx: Context`` and return annotations may name what a strategy imports
+    for its type checker alone (``if TYPE_CHECKING:``), and that must not cost
+    the parameters their types.
+    """
+    inner = inspect.unwrap(fn)  # a decorator's wrapper: the names resolve where the function was written
+    raw = getattr(inner, "__annotations__", {})
+    wanted = types.SimpleNamespace(__annotations__={n: raw[n] for n in names if n in raw})
     try:
-        hints = typing.get_type_hints(fn, include_extras=True)
-    except Exception:
-        hints = {}
-    params: dict[str, ParamSpec] = {}
+        return typing.get_type_hints(wanted, globalns=getattr(inner, "__globals__", {}), include_extras=True)
+    except Exception as exc:
+        name = getattr(fn, "__name__", "strategy")
+        raise StrategyLoadError(f"strategy {name!r}: a parameter's annotation cannot be evaluated "
+                                f"({type(exc).__name__}: {exc}); import the names it uses at module level") from None
+
+
+def _params_of(fn: Callable[..., Any]) -> dict[str, ParamSpec]:
+    wanted = []
     positional = 0
     for p in inspect.signature(fn).parameters.values():
         if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and positional < 3:
             positional += 1
-            continue
-        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-            continue
+        elif p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            wanted.append(p)
+    hints = _parameter_hints(fn, [p.name for p in wanted])
+    params: dict[str, ParamSpec] = {}
+    for p in wanted:
         ann = hints.get(p.name, p.annotation)
         help_text = ""
         if get_origin(ann) is typing.Annotated:

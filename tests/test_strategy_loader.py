@@ -165,3 +165,50 @@ def test_string_parameters_get_the_typed_text_verbatim(tmp_path):
     params = parse_params(loaded, ["cmd=true", "n=3", "opt=007"])
     assert params == {"cmd": "true", "n": 3, "opt": "007"}
     assert parse_params(loaded, ['cmd=["a", "b"]'])["cmd"] == '["a", "b"]'
+
+
+def test_ctx_typed_through_a_type_checking_import_keeps_the_parameters_typed(tmp_path):
+    # Importing the types for the type checker alone is the idiomatic form; the
+    # unresolvable ``ctx: Context`` used to make every -S parameter an untyped string.
+    f = write(tmp_path / "typed.py", """
+        from __future__ import annotations
+
+        import functools
+        from typing import TYPE_CHECKING, Annotated
+
+        if TYPE_CHECKING:
+            from orchestrator.strategy import Context, TaskResult
+
+        def logged(fn):
+            @functools.wraps(fn)
+            async def wrapper(*args, **kwargs):
+                return await fn(*args, **kwargs)
+            return wrapper
+
+        async def strategy(prompt: str, base_branch: str, ctx: Context, *,
+                           n: Annotated[int, "how many drafts"] = 2) -> TaskResult:
+            raise NotImplementedError
+
+        @logged
+        async def wrapped(prompt: str, base_branch: str, ctx: Context, *, ratio: float = 0.5) -> TaskResult:
+            raise NotImplementedError
+    """)
+    loaded = load_strategy(str(f))
+    assert loaded.params["n"].type is int and loaded.params["n"].help == "how many drafts"
+    assert "-S n=<int>  how many drafts (default 2)" in loaded.describe()
+    with pytest.raises(ConfigError, match="strategy parameter n expects int, got 'abc'"):
+        parse_params(loaded, ["n=abc"])
+    assert load_strategy(f"{f}:wrapped").params["ratio"].type is float
+
+
+def test_a_parameter_annotation_that_cannot_be_evaluated_is_one_line(tmp_path):
+    f = write(tmp_path / "unresolved.py", """
+        from __future__ import annotations
+
+        async def strategy(prompt, base_branch, ctx, *, n: Count = 2):
+            return n
+    """)
+    with pytest.raises(StrategyLoadError) as err:
+        load_strategy(str(f))
+    assert str(err.value) == ("strategy 'strategy': a parameter's annotation cannot be evaluated "
+                              "(NameError: name 'Count' is not defined); import the names it uses at module level")
