@@ -6,6 +6,8 @@ The public surface (everything else is internal):
 - event log access: :func:`get_events_since`, :func:`subscribe`, :func:`read_events`
 - state: :class:`RunState`, :func:`recover`
 - the error tree: see :mod:`orchestrator.errors`
+
+Strategy authors import from :mod:`orchestrator.strategy` only.
 """
 
 from __future__ import annotations
