@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from ..errors import AggregateTaskFailed, StrategyErrors, TaskFailed
+from ..events import progress_record
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -180,3 +181,14 @@ class StrategyContext:
         so a replay writes the same bytes.
         """
         return self._engine.strategy_output_dir()
+
+    # -- output for people watching
+    def progress(self, **fields: Any) -> None:
+        """Publish where this execution has got to: a ``strategy.progress`` event the TUI shows.
+
+        Fields are those of :class:`orchestrator.events.Progress` (``phase``, ``step``,
+        ``of_total``, ``best``, ``frontier``, ``passing``, ``items``, ``text``). It is an
+        output, not a recorded input: it changes no key or fingerprint, and a resumed
+        run may publish it again.
+        """
+        self._engine.publish_progress(self.strategy_execution_id, progress_record(fields))
