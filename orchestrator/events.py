@@ -65,8 +65,9 @@ class Progress(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """Where a strategy execution has got to, in terms a person watching understands.
 
     Every field is optional; a strategy fills the ones that mean something for
-    it (tree-beam: depth of max depth, frontier, best score; evolve: cycle of
-    max cycles, goals passing of total). ``text`` is one free line.
+    it (tree-beam: depth of max depth, frontier, best score, evaluations done
+    of this depth's; evolve: cycle of max cycles, goals passing of total).
+    ``text`` is one free line saying it in words; the TUI shows it.
     """
 
     phase: str = ""  # what the step counts: "depth", "cycle", "round", ...
@@ -74,8 +75,8 @@ class Progress(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     of_total: int | None = None  # the most there can be
     best: float | None = None  # the best score so far
     frontier: int | None = None  # candidates still being expanded
-    passing: int | None = None  # items done or passing ...
-    items: int | None = None  # ... out of this many
+    done: int | None = None  # items done (or passing) ...
+    total: int | None = None  # ... out of this many
     text: str = ""
 
 

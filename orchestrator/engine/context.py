@@ -187,7 +187,7 @@ class StrategyContext:
         """Publish where this execution has got to: a ``strategy.progress`` event the TUI shows.
 
         Fields are those of :class:`orchestrator.events.Progress` (``phase``, ``step``,
-        ``of_total``, ``best``, ``frontier``, ``passing``, ``items``, ``text``). It is an
+        ``of_total``, ``best``, ``frontier``, ``done``, ``total``, ``text``). It is an
         output, not a recorded input: it changes no key or fingerprint, and a resumed
         run may publish it again.
         """
