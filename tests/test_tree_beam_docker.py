@@ -159,7 +159,7 @@ def test_cli_runs_tree_beam_and_writes_the_tree(tmp_path, workspace_root):
     shown = subprocess.run([str(cli), "--show-run", run_id], cwd=tmp_path, env=env, capture_output=True, text=True,
                            timeout=120)
     assert shown.returncode == 0, shown.stdout[-2000:] + shown.stderr[-2000:]
-    assert "tree validated" in shown.stdout
+    assert f"checked {len(tree['nodes'])} branch(es) in {repo}: every commit the run kept is on its branch" in shown.stdout
     assert json.loads(tree_file.read_text()) == json.loads(before)
 
 
