@@ -280,7 +280,8 @@ def replay_strategy(events_path: str | Path, strategy_fn: StrategyFn, *, output_
                                                       sid, out, prompt, base).result()
             error = None
             if exc is not None:
-                error = _describe(exc)
+                # the leaves say what went wrong; a task group's wrapper only says that something did
+                error = "; ".join(_describe(leaf) for leaf in _leaves(exc) if not isinstance(leaf, _EndOfLog))
                 owned = log is None
                 olog = log or ComponentLog(events_path.parent / "orchestration.jsonl", "orchestration", run_id)
                 try:
