@@ -369,9 +369,11 @@ def _detailed_card(model: RunModel, task: TaskState, now: float) -> Panel:
 class Dashboard:
     """Model + loops for one run; ``ticks`` and ``frames`` count render-loop iterations and redraws."""
 
-    def __init__(self, run_id: str, *, logs_dir: Path, state_dir: Path, results_dir: Path,
+    def __init__(self, run_id: str, *, logs_dir: Path, state_dir: Path, results_dir: Path | None = None,
                  console: Console | None = None, refresh_hz: float = 10, force_mode: str | None = None,
                  max_parallel: int | None = None) -> None:
+        # results_dir is no longer read (strategies' progress comes from the state now);
+        # it is still accepted so the monitor's callers and --results-dir keep working.
         if force_mode is not None and force_mode not in MODES:
             raise ValueError(f"display mode must be one of {', '.join(MODES)}, not {force_mode!r}")
         if refresh_hz <= 0:
