@@ -7,6 +7,7 @@
     │   └── PreflightError          the environment is not ready (Docker, git, auth, disk)
     ├── RunLockedError              another live process writes this run's log
     ├── SnapshotError               a state.json that fails its structural check (ValueError too)
+    ├── ReplayError                 a report's replay of a recorded strategy raised what the run never did
     ├── RunnerError                 raised at the runner boundary (Docker, git, agent)
     │   ├── GitError                clone/fetch/import failed (category "git")
     │   │   └── BranchExistsError   import_conflict_policy="fail" met an existing branch
@@ -58,6 +59,15 @@ class SnapshotError(OrchestratorError, ValueError):
 
     Loading falls back to the duplicate snapshot, then to a full replay of the
     log, so this only reaches callers that read a snapshot without its log.
+    """
+
+
+class ReplayError(OrchestratorError):
+    """Replaying a recorded strategy execution (for a report) raised what the recorded run never did.
+
+    A bug in the strategy or the code it calls, or a log the strategy no longer
+    matches. The report is partial; the traceback is in the run's
+    ``orchestration.jsonl``.
     """
 
 

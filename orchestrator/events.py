@@ -14,11 +14,15 @@ Public types (docs/events.md documents every payload field):
 - ``strategy.started|completed`` (``key`` absent)
 - ``strategy.checkpoint``: the value a strategy got from ``ctx.now()``,
   ``ctx.rand()`` or ``ctx.sleep()``, replayed on resume.
+- ``strategy.progress``: a :class:`Progress` record a strategy published with
+  ``ctx.progress(...)``. An output for people watching (the TUI), never an
+  input: it is not replayed, and a resumed run may publish it again.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from typing import Any
@@ -35,9 +39,10 @@ TASK_SESSION = "task.session"
 STRATEGY_STARTED = "strategy.started"
 STRATEGY_COMPLETED = "strategy.completed"
 STRATEGY_CHECKPOINT = "strategy.checkpoint"
+STRATEGY_PROGRESS = "strategy.progress"
 
 TASK_TYPES = frozenset({TASK_SCHEDULED, TASK_STARTED, TASK_COMPLETED, TASK_FAILED, TASK_INTERRUPTED, TASK_SESSION})
-STRATEGY_TYPES = frozenset({STRATEGY_STARTED, STRATEGY_COMPLETED, STRATEGY_CHECKPOINT})
+STRATEGY_TYPES = frozenset({STRATEGY_STARTED, STRATEGY_COMPLETED, STRATEGY_CHECKPOINT, STRATEGY_PROGRESS})
 EVENT_TYPES = TASK_TYPES | STRATEGY_TYPES
 TERMINAL_TASK_TYPES = frozenset({TASK_COMPLETED, TASK_FAILED, TASK_INTERRUPTED})
 
@@ -54,6 +59,49 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
 
 
 _decoder = msgspec.json.Decoder(Event)
+
+
+class Progress(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """Where a strategy execution has got to, in terms a person watching understands.
+
+    Every field is optional; a strategy fills the ones that mean something for
+    it (tree-beam: depth of max depth, frontier, best score, evaluations done
+    of this depth's; evolve: cycle of max cycles, goals passing of total).
+    ``text`` is one free line saying it in words; the TUI shows it.
+    """
+
+    phase: str = ""  # what the step counts: "depth", "cycle", "round", ...
+    step: int | None = None  # the current one, from 1
+    of_total: int | None = None  # the most there can be
+    best: float | None = None  # the best score so far
+    frontier: int | None = None  # candidates still being expanded
+    done: int | None = None  # items done (or passing) ...
+    total: int | None = None  # ... out of this many
+    text: str = ""
+
+
+def progress_record(fields: dict[str, Any]) -> Progress:
+    """A checked :class:`Progress` from ``ctx.progress(**fields)``; TypeError names a wrong field."""
+    unknown = sorted(set(fields) - set(Progress.__struct_fields__))
+    if unknown:
+        raise TypeError(f"ctx.progress() got unknown field(s) {', '.join(unknown)}; "
+                        f"known: {', '.join(Progress.__struct_fields__)}")
+    try:
+        record = msgspec.convert(fields, Progress)
+    except msgspec.ValidationError as exc:
+        raise TypeError(f"ctx.progress(): {exc}") from None
+    if record.best is not None and not math.isfinite(record.best):
+        # JSON has no NaN: the log would say null, so say it here too (the live fold must equal a replay's)
+        record = msgspec.structs.replace(record, best=None)
+    return record
+
+
+def progress_from_payload(payload: dict[str, Any]) -> Progress | None:
+    """The record a ``strategy.progress`` payload holds; None for a malformed one (never an error)."""
+    try:
+        return msgspec.convert(payload, Progress)
+    except msgspec.ValidationError:
+        return None
 
 
 _ts_cache: list = [None, ""]

@@ -554,16 +554,7 @@ async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resum
     manifest.exit_code = 1 if failed else 0
     write_manifest(dirs, manifest)
     summary = export(dirs, manifest, state)
-    after_run = getattr(prep.strategy.module, "after_run", None)
-    if after_run is not None:
-        try:
-            for line in after_run(repo_path=prep.repo, output_dir=dirs.results / run_id / "strategy_output",
-                                  state=state) or []:
-                print(line, file=sys.stderr)
-                olog.info(line)
-        except Exception as exc:  # cleanup after a finished run must not turn it into a failure
-            olog.warning(f"after-run step of {prep.strategy.name} failed: {exc}")
-            print(f"warning: after-run step of {prep.strategy.name} failed: {exc}", file=sys.stderr)
+    await _delete_unneeded_branches(prep, dirs, run_id, state, olog)
     await _write_report(dirs, manifest, prep.strategy.module, olog)
     olog.info("run finished", exit_code=manifest.exit_code, totals=summary["totals"])
     if prep.output == "json":
@@ -571,6 +562,35 @@ async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resum
     else:
         print(render_summary(summary, results_path=dirs.results / run_id, wall_seconds=wall), flush=True)
     return manifest.exit_code
+
+
+async def _delete_unneeded_branches(prep, dirs: RunDirs, run_id: str, state, olog: ComponentLog) -> None:
+    """After a finished run: delete the branches the strategy no longer needs, through the git layer.
+
+    A strategy names them (``branches_to_delete(output_dir, state) -> [branch]``) but
+    never runs git itself; the git layer deletes only branches this run created that
+    nobody moved or checked out since. Cleanup must not turn a finished run into a failure.
+    """
+    hook = getattr(prep.strategy.module, "branches_to_delete", None)
+    if hook is None:
+        return
+    from .runner import delete_run_branches
+
+    try:
+        names = list(hook(output_dir=dirs.results / run_id / "strategy_output", state=state) or [])
+        if not names:
+            return
+        outcome = await delete_run_branches(prep.repo, names, run_id=run_id)
+    except Exception as exc:
+        olog.warning(f"branch cleanup after {prep.strategy.name} failed: {exc}")
+        print(f"warning: branch cleanup after {prep.strategy.name} failed: {exc}", file=sys.stderr)
+        return
+    deleted = sum(1 for how in outcome.values() if how == "deleted")
+    kept = {name: how for name, how in outcome.items() if how not in ("deleted", "missing")}
+    line = (f"{prep.strategy.name}: deleted {deleted} branch(es) it no longer needs"
+            + (f"; kept {len(kept)}: " + ", ".join(f"{n} ({how})" for n, how in kept.items()) if kept else ""))
+    print(line, file=sys.stderr)
+    olog.info(line, outcome=outcome)
 
 
 async def _write_report(dirs: RunDirs, manifest: RunManifest, module, olog: ComponentLog):

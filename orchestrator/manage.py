@@ -84,10 +84,12 @@ async def show_run(run_id: str, follow: bool) -> int:
     print(f"Repository: {manifest.repo_path} (base {manifest.base_branch}); model {manifest.model}; "
           f"plugin {manifest.plugin}; image {manifest.docker_image}")
     print(f"Events: {dirs.events(run_id)}")
-    report = _strategy_report(manifest.strategy_name)
+    report = _strategy_hook(manifest.strategy_name, "show_run_report")
     if report is not None:
         try:
-            problems = report(run_id=run_id, dirs=dirs, manifest=manifest, state=state)
+            problems = list(await anyio.to_thread.run_sync(functools.partial(
+                report, run_id=run_id, dirs=dirs, manifest=manifest, state=state)) or [])
+            problems += await _check_claims(dirs, manifest, state)
         except Exception as exc:  # a report must not hide the summary
             print(f"strategy report failed: {exc}", file=sys.stderr)
             return 1
@@ -122,8 +124,14 @@ def show_run_html(run_id: str, *, open_browser: bool) -> int:
     return 0
 
 
-def _strategy_report(name: str):
-    """Strategies may provide ``show_run_report(run_id, dirs, manifest, state) -> list[problems]``."""
+def _strategy_hook(name: str, hook: str):
+    """A built-in strategy module's optional hook (``show_run_report``, ``claimed_branches``), or None.
+
+    ``show_run_report(run_id, dirs, manifest, state) -> list[problems]`` regenerates the
+    strategy's reports; ``claimed_branches(run_id, dirs, state) -> [(what, branch, commit)]``
+    lists the commits the run says its branches hold, which the git layer checks here
+    (a strategy never runs git itself).
+    """
     target = BUILTINS.get(name)
     if target is None:
         return None
@@ -133,7 +141,21 @@ def _strategy_report(name: str):
         module = importlib.import_module(target.split(":")[0])
     except ImportError:
         return None
-    return getattr(module, "show_run_report", None)
+    return getattr(module, hook, None)
+
+
+async def _check_claims(dirs: RunDirs, manifest, state: RunState) -> list[str]:
+    claimed = _strategy_hook(manifest.strategy_name, "claimed_branches")
+    claims = list(claimed(run_id=manifest.run_id, dirs=dirs, state=state) or []) if claimed is not None else []
+    if not claims:
+        return []
+    from .runner import unheld_branch_claims
+
+    verdicts = await unheld_branch_claims(manifest.repo_path, [(branch, commit) for _, branch, commit in claims])
+    problems = [f"{what}: {why}" for (what, _, _), why in zip(claims, verdicts, strict=True) if why is not None]
+    if not problems:
+        print(f"checked {len(claims)} branch(es) in {manifest.repo_path}: every commit the run kept is on its branch")
+    return problems
 
 
 async def cleanup_run(run_id: str) -> int:

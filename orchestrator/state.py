@@ -32,6 +32,7 @@ from .eventlog import iter_lines
 from .events import (
     STRATEGY_CHECKPOINT,
     STRATEGY_COMPLETED,
+    STRATEGY_PROGRESS,
     STRATEGY_STARTED,
     TASK_COMPLETED,
     TASK_FAILED,
@@ -40,7 +41,9 @@ from .events import (
     TASK_SESSION,
     TASK_STARTED,
     Event,
+    Progress,
     decode_line,
+    progress_from_payload,
 )
 
 PENDING, RUNNING, COMPLETED, FAILED, INTERRUPTED = "PENDING", "RUNNING", "COMPLETED", "FAILED", "INTERRUPTED"
@@ -94,6 +97,8 @@ class StrategyState(msgspec.Struct, kw_only=True):
     result: Any = None
     error: str | None = None
     checkpoints: list[Any] = msgspec.field(default_factory=list)
+    # The latest record the strategy published with ctx.progress(): display only.
+    progress: Progress | None = None
 
 
 class Counters(msgspec.Struct, kw_only=True):
@@ -379,6 +384,10 @@ def apply(state: RunState, etype: str, sid: str, key: str | None, payload: dict[
         seq = payload.get("seq", len(strat.checkpoints))
         if seq == len(strat.checkpoints):
             strat.checkpoints.append(payload.get("value"))
+    elif etype == STRATEGY_PROGRESS:
+        record = progress_from_payload(payload)
+        if record is not None:
+            strat.progress = record
     elif etype == STRATEGY_COMPLETED:
         if strat.status == "running":
             strat.status = payload.get("status", "success")

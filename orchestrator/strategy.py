@@ -14,6 +14,8 @@ checks types; the engine validates task inputs when they are scheduled.
 - ``RetryPolicy`` / ``RetryPolicyDict``: ``ctx.run(..., policy=...)``.
 - the errors a strategy raises or catches, also reachable as ``ctx.errors.*``.
 - ``strategy_options``: the decorator for ``prepare=`` and ``requires_resume=``.
+- ``replay_strategy``: re-run a recorded execution from its event log alone, for
+  a strategy's reports of finished or interrupted runs (``ReplayError`` when it breaks).
 
 Importing this module loads neither the Docker runner nor the CLI.
 """
@@ -21,7 +23,7 @@ Importing this module loads neither the Docker runner nor the CLI.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
@@ -52,10 +54,14 @@ from .errors import (
     KeyConflictDifferentFingerprint,
     NondeterminismError,
     NoViableCandidates,
+    ReplayError,
     StrategyError,
     StrategyErrors,
     TaskFailed,
 )
+
+if TYPE_CHECKING:
+    from .engine.replay import ReplayOutcome, replay_strategy
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -85,11 +91,21 @@ def strategy_options(*, prepare: Prepare | None = None, requires_resume: bool = 
     return deco
 
 
+def __getattr__(name: str) -> Any:
+    # A strategy's report hooks replay recorded runs; loading the replay machinery
+    # (state fold, event log) only then keeps a plain strategy import light.
+    if name in ("ReplayOutcome", "replay_strategy"):
+        from .engine import replay
+
+        return getattr(replay, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "AggregateTaskFailed", "Artifact", "BranchCleanupResult", "BranchCleanupTask", "ConfigError",
     "ContainerLimitsInput", "Context", "ErrorType", "Handle", "ImportConflictPolicy", "ImportPolicy",
     "KeyConflictDifferentFingerprint", "KeyedTaskInput", "NetworkEgress", "NoViableCandidates",
-    "NondeterminismError", "PluginName", "Prepare", "RetryBackoff", "RetryCategory", "RetryPolicy",
+    "NondeterminismError", "PluginName", "Prepare", "ReplayError", "ReplayOutcome", "RetryBackoff", "RetryCategory", "RetryPolicy",
     "RetryPolicyDict", "StrategyError", "StrategyErrors", "StrategyOptions", "TaskFailed", "TaskInput",
-    "TaskMetrics", "TaskResult", "UncommittedPolicy", "strategy_options",
+    "TaskMetrics", "TaskResult", "UncommittedPolicy", "replay_strategy", "strategy_options",
 ]

@@ -111,11 +111,13 @@ class _Loop:
                     "cycles": 0, "budget": self.ctx.summary(), "history": []}
         initial = measures
         stopped = "max-cycles"
+        self._publish(0, max_cycles, measures)
         for cycle in range(1, max_cycles + 1):
             if all(m.passed for m in measures.values()):
                 stopped = "all-passing"
                 break
             entry = self._new_entry(cycle, base, measures)
+            self._publish(cycle, max_cycles, measures)
             try:
                 base, measures = await self._cycle(entry, cycle, base, measures)
             except BudgetExhausted as exc:
@@ -126,6 +128,7 @@ class _Loop:
                 break
             self.history.append(entry)
             self._write_outputs(initial, measures)
+            self._publish(cycle, max_cycles, measures, f"last cycle: {entry['result']}")
             if entry["result"] == "failed":
                 self.failed_waves += 1
                 if self.failed_waves > self.max_failed_waves:
@@ -147,6 +150,7 @@ class _Loop:
             if all(m.passed for m in measures.values()):
                 stopped = "all-passing"
         self._write_outputs(initial, measures)
+        self._publish(len(self.history), max_cycles, measures, f"stopped: {stopped}")
         out = {
             "final_branch": base,
             "final_commit": head_of(measures),
@@ -294,6 +298,12 @@ class _Loop:
                 entry["quarantined"].append(gid)
 
     # -------------------------------------------------------------- outputs
+    def _publish(self, cycle: int, max_cycles: int, measures: dict[str, Measurement], doing: str = "") -> None:
+        """Tell people watching (the TUI) where the loop is: cycle, and goals passing on the current base."""
+        passing, total = sum(m.passed for m in measures.values()), len(self.goals)
+        self.ctx.progress(phase="cycle", step=cycle, of_total=max_cycles, done=passing, total=total,
+                          text=f"goals {passing}/{total} passing" + (f" · {doing}" if doing else ""))
+
     def _write_outputs(self, initial: dict[str, Measurement], current: dict[str, Measurement]) -> None:
         """Rewrite both files whole from task-derived data: a replay writes identical bytes."""
         out = self.ctx.output_dir()

@@ -388,14 +388,12 @@ async def tree_beam(prompt, base_branch, ctx, *,
                  "keep_rejected": keep_rejected, "ideas_context": ideas_context,
                  "dedupe_scope": dedupe_scope, "max_review_rounds": max_review_rounds, "test_command": test_command,
                  "debug_rounds": debug_rounds, "eval_timeout_s": eval_timeout_s})
-    observe = getattr(ctx, "observe_tree", None)
-    if observe is not None:
-        observe(tree)  # report-only replay renders whatever this tree reached
     out = output_root(ctx)
     timed = max_wall_s is not None
     budget = Budget(max_cost_usd=max_cost_usd, max_wall_s=max_wall_s, started_at=ctx.now() if timed else 0.0)
     ctx = Spending(ctx, budget)
     tree.budget = budget
+    _publish(ctx, tree, out)
 
     def over_budget() -> str | None:
         # ctx.now() only at sequential points: a resumed run must ask for the same checkpoints in the same order
@@ -414,13 +412,14 @@ async def tree_beam(prompt, base_branch, ctx, *,
                         "evaluation": tree.root_evaluation, "eval_log": root_log[-2000:] if root_ev.status == "ok" else "",
                         "rank_score": None, "root_comparison": None}
     if root_ev.status != "ok":
-        return _finish(tree, out, "root_evaluation_failed")
+        return _finish(ctx, tree, out, "root_evaluation_failed")
+    _publish(ctx, tree, out)
     missing = [m for m in [primary_metric, *sorted(weights or {})] if m not in root_ev.metrics]
     if missing:
         reported = ", ".join(sorted(root_ev.metrics)) or "none"
         line = (f"the evaluation command does not report {', '.join(repr(m) for m in missing)} "
                 f"(named by -S primary_metric/weights); it reports: {reported}")
-        _finish(tree, out, f"objective_metrics_missing: {line}", final_check=False)
+        _finish(ctx, tree, out, f"objective_metrics_missing: {line}", final_check=False)
         raise StrategyError(line)
 
     async def confirm_in_rank_order(queue: list[dict[str, Any]], slots: int) -> list[dict[str, Any]]:
@@ -490,7 +489,7 @@ async def tree_beam(prompt, base_branch, ctx, *,
             frontier = promote(chosen)
             tree.revivals.append({"after_round": round_no, "promoted": list(frontier),
                                   "confirmed_from_archive": [r["id"] for r in chosen]})
-            write_tree_report(tree.to_json(), out)
+            _publish(ctx, tree, out)
             if tree.budget_reason:
                 return await _end(tree, out, meter, f"budget: {tree.budget_reason}")
             continue
@@ -560,6 +559,7 @@ async def tree_beam(prompt, base_branch, ctx, *,
                                             "primary_regressed": False}, "promoted_to": None,
                                "artifacts": f"evals/{eid}"}
             record["evaluations"].append(eid)
+        _publish(ctx, tree, out)
         if (reason := over_budget()) is not None:
             for eid, _ in planned:
                 tree.evals[eid].update(status="skipped")
@@ -592,6 +592,7 @@ async def tree_beam(prompt, base_branch, ctx, *,
                                                        evaluation_from_json(rec["evaluation"]), scoring, confidence)
             rec["decision"].update(passed_gate=passed, promotion_reason=reason, primary_regressed=regressed,
                                    rank_score=rank_score(rec) if passed else None)
+            _publish(ctx, tree, out)
 
         async with anyio.create_task_group() as tg:
             for eid, _ in planned:
@@ -606,7 +607,7 @@ async def tree_beam(prompt, base_branch, ctx, *,
             tree.archive.append(r["id"])
         frontier = promote(chosen)
         record["promoted"] = list(frontier)
-        write_tree_report(tree.to_json(), out)  # progress: the tree so far
+        _publish(ctx, tree, out)
         if tree.budget_reason:
             return await _end(tree, out, meter, f"budget: {tree.budget_reason}")
         if max_total_evals is not None and tree.evals_used >= max_total_evals:
@@ -649,7 +650,7 @@ async def _end(tree: Tree, out, meter: Measurer, reason: str) -> dict[str, Any]:
         if verdict["check"]["passed"]:
             verdict.update(node=best["id"], beat_base=True)
     tree.best = verdict
-    return _finish(tree, out, reason)
+    return _finish(meter.ctx, tree, out, reason)
 
 
 def _node_key(n: dict[str, Any]) -> tuple:
@@ -658,10 +659,42 @@ def _node_key(n: dict[str, Any]) -> tuple:
     return (score is None, -(score or 0.0), delta is None, -(delta or 0.0), int(n["id"][1:]))
 
 
-def _finish(tree: Tree, out, reason: str, *, final_check: bool = True) -> dict[str, Any]:
+def _publish(ctx, tree: Tree, out) -> None:
+    """Write the tree so far and say where the search is.
+
+    Called at every point where the tree changed, so the files always hold
+    where the search got to: that is what a run interrupted there leaves, and
+    what a report replayed from the log of such a run shows. Both are derived
+    from task results only, so a resumed run writes and publishes the same.
+    """
+    data = tree.to_json()
+    write_tree_report(data, out)
+    ctx.progress(**tree_progress(data))
+
+
+def tree_progress(data: dict[str, Any]) -> dict[str, Any]:
+    """The ``ctx.progress`` fields for a tree (as ``Tree.to_json`` gives it)."""
+    current = data["depths"][-1] if data["depths"] else None
+    evals = {r["id"]: r for r in data["evaluations"]}
+    scores = [n["rank_score"] for n in data["nodes"] if n.get("rank_score") is not None]
+    done = sum(1 for e in current["evaluations"] if evals[e]["status"] != "pending") if current else 0
+    total = len(current["evaluations"]) if current else 0
+    if data["stop_reason"]:
+        text = f"stopped: {data['stop_reason']}"
+    elif current is None:
+        text = "measuring the base" if data["root_evaluation"] is None else "generating ideas"
+    else:
+        text = f"{done}/{total} candidates of this depth evaluated"
+    return {"phase": "depth", "step": current["depth"] if current else 0, "of_total": data["config"]["max_depth"],
+            "frontier": len(current["frontier"]) if current else len(data["nodes"]),
+            "best": max(scores) if scores else None, "done": done, "total": total, "text": text}
+
+
+def _finish(ctx, tree: Tree, out, reason: str, *, final_check: bool = True) -> dict[str, Any]:
     tree.stop_reason = reason
     data = tree.to_json()
     write_tree_report(data, out)
+    ctx.progress(**tree_progress(data))
     path = best_path(data)
     best = path[-1]
     return {"stop_reason": reason, "best_node": best["id"], "best_branch": best["branch"],
@@ -671,43 +704,59 @@ def _finish(tree: Tree, out, reason: str, *, final_check: bool = True) -> dict[s
 
 
 # ---- hooks the orchestrator command calls (see orchestrator/launch.py, manage.py) ----------
+# They only read files and the folded state: the orchestrator does the git work through its git layer.
 
 
 def _execution_dirs(output_dir: Path, state) -> list[tuple[str, Path]]:
-    from .tree_beam_replay import tree_executions
+    from .tree_beam_report import is_tree_execution
 
-    return [(sid, output_dir if sid == "s1" else output_dir / sid) for sid in tree_executions(state)]
+    return [(sid, output_dir if sid == "s1" else output_dir / sid) for sid in sorted(state.strategies)
+            if is_tree_execution(state, sid)]
 
 
-def after_run(*, repo_path: str, output_dir: Path, state) -> list[str]:
-    """After a finished run: delete the rejected candidates' branches listed in delete_branches.txt."""
-    from .tree_beam_report import delete_listed_branches
+def branches_to_delete(*, output_dir: Path, state) -> list[str]:
+    """After a finished run: the rejected candidates' branches that delete_branches.txt lists.
 
-    lines = []
+    The orchestrator deletes those its git layer confirms this run created and
+    nobody has moved or checked out since.
+    """
+    from .tree_beam_report import listed_branches
+
+    names: list[str] = []
     for sid, directory in _execution_dirs(Path(output_dir), state):
-        if state.strategies[sid].status != "success":
-            continue
-        outcomes = delete_listed_branches(repo_path, directory)
-        deleted = sum(1 for _, how in outcomes if how == "deleted")
-        moved = [b for b, how in outcomes if how == "moved"]
-        if outcomes:
-            lines.append(f"tree-beam {sid}: deleted {deleted} rejected candidate branch(es)"
-                         + (f"; kept {len(moved)} that moved since: {', '.join(moved)}" if moved else ""))
-    return lines
+        if state.strategies[sid].status == "success":
+            names += listed_branches(directory)
+    return names
 
 
 def show_run_report(*, run_id: str, dirs, manifest, state) -> list[str]:
-    """``--show-run``: regenerate tree.json / TREE_SUMMARY.md / tree.svg from the log and validate them."""
-    from .tree_beam_report import render_tree_report, validate_tree
+    """``--show-run``: regenerate tree.json / TREE_SUMMARY.md / tree.svg from the log and check them."""
+    from orchestrator.strategy import ReplayError
+
+    from .tree_beam_report import render_tree_report, tree_problems
 
     output_dir = dirs.results / run_id / "strategy_output"
-    written = render_tree_report(dirs.events(run_id), output_dir)
     problems = []
+    try:
+        render_tree_report(dirs.events(run_id), output_dir, prompt=manifest.prompt)
+    except ReplayError as exc:
+        problems.append(f"{exc}; traceback in {dirs.logs / run_id / 'orchestration.jsonl'}")
     for sid, directory in _execution_dirs(output_dir, state):
         tree_file = directory / "tree.json"
         if tree_file.exists():
             print(f"tree-beam {sid}: {directory / 'TREE_SUMMARY.md'} (regenerated from the event log)")
-            problems += [f"{sid}: {p}" for p in validate_tree(tree_file, manifest.repo_path)]
-    if written and not problems:
-        print("tree validated: every promoted commit is on its branch; frontier and depth records agree")
+            problems += [f"{sid}: {p}" for p in tree_problems(tree_file)]
     return problems
+
+
+def claimed_branches(*, run_id: str, dirs, state) -> list[tuple[str, str, str]]:
+    """``(what, branch, commit)``: every tree node's commit must be reachable from its branch."""
+    from .tree_beam_report import branch_claims
+
+    output_dir = dirs.results / run_id / "strategy_output"
+    claims = []
+    for sid, directory in _execution_dirs(output_dir, state):
+        if (directory / "tree.json").exists():
+            claims += [(f"{sid}: {node}", branch, commit)
+                       for node, branch, commit in branch_claims(directory / "tree.json")]
+    return claims

@@ -1,30 +1,35 @@
-"""tree-beam outputs: tree.json, TREE_SUMMARY.md, tree.svg, validation and branch cleanup.
+"""tree-beam outputs: tree.json, TREE_SUMMARY.md, tree.svg, and the checks of a tree.
 
-Public surface (the CLI's ``--show-run`` uses the first two):
+Public surface (the CLI's ``--show-run`` and post-run cleanup use the hooks in
+:mod:`strategies.tree_beam`, which call these):
 
 - ``render_tree_report(events_path, out_dir, *, sid=None) -> list[Path]``:
   rebuild the reports of every tree-beam execution from the event log alone,
-  for finished and interrupted runs alike (see :mod:`strategies.tree_beam_replay`).
-- ``validate_tree(tree, repo_path) -> list[str]``: problems found (empty = valid).
-- ``delete_listed_branches(repo_path, out_dir) -> list[tuple[str, str]]``: the
-  post-run branch cleanup the CLI runs after a successful tree-beam run.
+  for finished and interrupted runs alike, through the engine's
+  ``replay_strategy``.
+- ``tree_problems(tree) -> list[str]``: consistency problems (empty = valid).
+- ``branch_claims(tree)``: ``(node, branch, commit)`` the repository must hold.
+- ``listed_branches(out_dir)``: the branches ``delete_branches.txt`` lists.
 - ``write_tree_report(tree, out_dir)`` / ``best_path(tree)``: used by the strategy.
+
+Nothing here runs git: a strategy sees only ``ctx``. The orchestrator checks
+the claims and deletes the listed branches through its git layer.
 
 Branch cleanup contract: when a run finishes, ``strategy_output/delete_branches.txt``
 lists one ``<branch> <commit>`` per line (sorted; empty with ``keep_rejected``):
-branches this run's tasks created that no node keeps. The strategy cannot run
-git on the host, so the CLI deletes them after the run with
-``git update-ref -d refs/heads/<branch> <commit>``: a compare-and-delete that
-leaves a branch alone if anyone moved it since.
+branches this run's tasks created that no node keeps. After a successful run the
+orchestrator deletes those the git layer confirms this run created and nobody
+moved or checked out since.
 """
 
 from __future__ import annotations
 
 import html
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
+
+from orchestrator.strategy import ReplayError
 
 COLOURS = {"root": "#9e9e9e", "promoted": "#2e7d32", "below_beam": "#f9a825", "gate_failed": "#c62828",
            "failed": "#424242", "pending": "#e0e0e0"}
@@ -221,17 +226,15 @@ def write_tree_report(tree: dict[str, Any], out_dir: Path) -> list[Path]:
     return written
 
 
-# ---------------------------------------------------------------- host-side checks and cleanup
+# ---------------------------------------------------------------- checks and reports from the log
 
-def _git(repo: str | Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True)
+def tree_problems(tree: dict[str, Any] | str | Path) -> list[str]:
+    """Check a tree (dict or tree.json path) for consistency; returns the problems found.
 
-
-def validate_tree(tree: dict[str, Any] | str | Path, repo_path: str | Path) -> list[str]:
-    """Check a tree (dict or tree.json path) against the repository; returns the problems found.
-
-    Every node's commit must be reachable from its branch; parents, depths,
-    frontiers and promotions must agree with each other and with the evaluations.
+    Parents, depths, frontiers and promotions must agree with each other and
+    with the evaluations. That each node's commit is on its branch is a
+    question for the repository: :func:`branch_claims` lists those claims and
+    the orchestrator checks them through its git layer (``--show-run``).
     """
     if not isinstance(tree, dict):
         tree = json.loads(Path(tree).read_text("utf-8"))
@@ -250,11 +253,6 @@ def validate_tree(tree: dict[str, Any] | str | Path, repo_path: str | Path) -> l
                 problems.append(f"{n['id']}: no gated evaluation promoted it")
         if not n.get("commit") or not n.get("branch"):
             problems.append(f"{n['id']}: missing branch or commit")
-            continue
-        if _git(repo_path, "rev-parse", "--verify", "--quiet", f"refs/heads/{n['branch']}").returncode != 0:
-            problems.append(f"{n['id']}: branch {n['branch']} does not exist")
-        elif _git(repo_path, "merge-base", "--is-ancestor", n["commit"], f"refs/heads/{n['branch']}").returncode != 0:
-            problems.append(f"{n['id']}: commit {n['commit'][:12]} is not reachable from {n['branch']}")
     expanded: set[str] = set()
     prev_promoted = ["n0"]
     for d in tree["depths"]:
@@ -275,32 +273,54 @@ def validate_tree(tree: dict[str, Any] | str | Path, repo_path: str | Path) -> l
     return problems
 
 
-def delete_listed_branches(repo_path: str | Path, out_dir: str | Path) -> list[tuple[str, str]]:
-    """Delete the branches in ``out_dir/delete_branches.txt`` if they still point at the listed commit.
+def branch_claims(tree: dict[str, Any] | str | Path) -> list[tuple[str, str, str]]:
+    """``(node id, branch, commit)`` for every node: the commit must be reachable from the branch."""
+    if not isinstance(tree, dict):
+        tree = json.loads(Path(tree).read_text("utf-8"))
+    return [(n["id"], n["branch"], n["commit"]) for n in tree["nodes"] if n.get("commit") and n.get("branch")]
 
-    Returns ``(branch, outcome)`` with outcome ``deleted``, ``missing`` or ``moved`` (left alone).
-    """
+
+def listed_branches(out_dir: str | Path) -> list[str]:
+    """The branches ``out_dir/delete_branches.txt`` lists (the run's rejected candidates)."""
     listing = Path(out_dir) / "delete_branches.txt"
-    results = []
-    for line in listing.read_text("utf-8").splitlines() if listing.exists() else []:
-        branch, _, commit = line.strip().partition(" ")
-        if not branch:
-            continue
-        ref = f"refs/heads/{branch}"
-        if _git(repo_path, "rev-parse", "--verify", "--quiet", ref).returncode != 0:
-            results.append((branch, "missing"))
-            continue
-        done = _git(repo_path, "update-ref", "-d", ref, commit) if commit else None
-        results.append((branch, "deleted" if done is not None and done.returncode == 0 else "moved"))
-    return results
+    lines = listing.read_text("utf-8").splitlines() if listing.exists() else []
+    return [b for b in (line.strip().partition(" ")[0] for line in lines) if b]
 
 
-def render_tree_report(events_path: str | Path, out_dir: str | Path, *, sid: str | None = None) -> list[Path]:
-    """Regenerate tree.json / TREE_SUMMARY.md / tree.svg from the event log alone (see module docstring)."""
-    from .tree_beam_replay import replay_trees
+def is_tree_execution(state, sid: str) -> bool:
+    """Whether execution ``sid`` ran tree-beam: it evaluated a root under ``root/eval``."""
+    return f"{state.run_id}/{sid}/root/eval" in state.tasks
+
+
+def render_tree_report(events_path: str | Path, out_dir: str | Path, *, sid: str | None = None,
+                       prompt: str = "") -> list[Path]:
+    """Regenerate tree.json / TREE_SUMMARY.md / tree.svg from the event log alone.
+
+    The engine replays the strategy over the recorded results (``replay_strategy``),
+    into a scratch directory; the tree files it wrote there are the report. For an
+    interrupted run they hold the tree as far as the log goes (no stop reason). If
+    the replay raised something the run did not, the files it got to are still
+    written, then :class:`~orchestrator.errors.ReplayError` says so (the traceback is in the run's
+    ``orchestration.jsonl``).
+    """
+    import tempfile
+
+    from orchestrator.strategy import replay_strategy
+
+    from .tree_beam import tree_beam
 
     written: list[Path] = []
-    for execution, tree in replay_trees(Path(events_path), only=sid).items():
-        target = Path(out_dir) if execution == "s1" else Path(out_dir) / execution
-        written += write_tree_report(tree, target)
+    with tempfile.TemporaryDirectory(prefix="tree-replay-") as tmp:
+        outcomes = replay_strategy(events_path, tree_beam, output_dir=tmp, prompt=prompt,
+                                   executions=None if sid is None else [sid], select=is_tree_execution)
+        for outcome in outcomes:
+            execution = outcome.strategy_execution_id
+            sub = "" if execution == "s1" else execution
+            tree_file = Path(tmp) / sub / "tree.json"
+            if tree_file.exists():
+                written += write_tree_report(json.loads(tree_file.read_text("utf-8")), Path(out_dir) / sub)
+        failed = [o for o in outcomes if o.ended == "error"]
+    if failed:
+        raise ReplayError("; ".join(f"{o.strategy_execution_id}: replaying the strategy raised {o.error}"
+                                     for o in failed) + " (the report shows the tree up to there)")
     return written

@@ -12,7 +12,7 @@ from orchestrator.state import RunState, apply, decode_snapshot, encode_snapshot
 # keys a bisect over the snapshot's lines must get right: escapes, non-ASCII, a lookalike separator
 KEYS = ["r/s1/k0", "r/s1/k1", 'r/s1/q"uote', "r/s1/back\\slash", "r/s1/é", 'r/s1/x":{"key":', "r/s1/k10", "r/s1/"]
 TYPES = ["task.scheduled", "task.started", "task.completed", "task.failed", "task.interrupted", "task.session",
-         "strategy.started", "strategy.checkpoint", "strategy.completed"]
+         "strategy.started", "strategy.checkpoint", "strategy.progress", "strategy.completed"]
 
 
 def payload(etype, key, i):
@@ -29,6 +29,8 @@ def payload(etype, key, i):
         return {"seq": i % 3, "kind": "rand", "value": ["rand", i]}
     if etype == "strategy.completed":
         return {"status": "success", "result": i}
+    if etype == "strategy.progress":  # every fourth one malformed: the fold keeps the previous record
+        return {"phase": "depth", "step": i, "best": i / 2, "text": "é"} if i % 4 else {"step": "x"}
     return {"key": key}
 
 
@@ -119,3 +121,17 @@ def test_task_session_is_durable_while_the_task_runs_and_ignored_once_it_finishe
     apply(state, "task.completed", "s1", KEYS[0], {"key": KEYS[0], "session_id": "def"}, 1300, "t")
     apply(state, "task.session", "s1", KEYS[0], {"key": KEYS[0], "session_id": "late"}, 1400, "t")
     assert state.tasks[KEYS[0]].session_id == "def"
+
+
+def test_the_latest_well_formed_progress_record_is_kept_per_execution():
+    state = RunState(run_id="r")
+    apply(state, "strategy.started", "s1", None, {"name": "tree-beam"}, 0, "t")
+    apply(state, "strategy.started", "s2", None, {"name": "tree-beam"}, 1, "t")
+    apply(state, "strategy.progress", "s1", None, {"phase": "depth", "step": 1, "frontier": 2}, 2, "t")
+    apply(state, "strategy.progress", "s2", None, {"phase": "depth", "step": 3}, 3, "t")
+    apply(state, "strategy.progress", "s1", None, {"phase": "depth", "step": "two"}, 4, "t")  # malformed
+    apply(state, "strategy.progress", "s9", None, {"phase": "depth", "step": 1}, 5, "t")  # unknown execution
+    assert (state.strategies["s1"].progress.step, state.strategies["s1"].progress.frontier) == (1, 2)
+    assert state.strategies["s2"].progress.step == 3 and "s9" not in state.strategies
+    again = decode_snapshot(encode_snapshot(state))
+    assert again.strategies["s1"].progress == state.strategies["s1"].progress

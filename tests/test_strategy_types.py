@@ -156,11 +156,6 @@ def test_the_public_module_exports_what_a_strategy_needs():
     assert out.split("\n")[:2] == ["[] []", "[]"]
 
 
-# tree-beam's replay for --show-run still reads engine internals; it is becoming an engine
-# service in a parallel change, and this exemption goes when that lands.
-NOT_YET_PUBLIC_ONLY = {"tree_beam_replay.py", "tree_beam_report.py"}
-
-
 def orchestrator_imports(path):
     """(line, module) for every import of an orchestrator module in ``path``, nested ones included."""
     import ast
@@ -181,7 +176,7 @@ def orchestrator_imports(path):
 def test_strategies_and_examples_import_only_the_public_module():
     files = sorted((REPO_ROOT / "strategies").glob("*.py")) + sorted((REPO_ROOT / "examples").rglob("*.py"))
     assert len(files) > 10
-    offending = [f"{p.relative_to(REPO_ROOT)}:{line}: {module}" for p in files if p.name not in NOT_YET_PUBLIC_ONLY
+    offending = [f"{p.relative_to(REPO_ROOT)}:{line}: {module}" for p in files
                  for line, module in orchestrator_imports(p) if module != "orchestrator.strategy"]
     assert offending == [], "strategies may import from orchestrator.strategy only:\n" + "\n".join(offending)
 

@@ -18,7 +18,9 @@ from conftest import TEST_IMAGE, git, make_repo
 from docker_harness import run_with_docker
 from orchestrator.eventlog import read_events
 from strategies.tree_beam import tree_beam
-from strategies.tree_beam_report import delete_listed_branches, render_tree_report, validate_tree
+from orchestrator.runner import delete_run_branches
+from strategies.tree_beam_report import listed_branches, render_tree_report
+from tree_checks import validate_tree
 
 pytestmark = pytest.mark.docker
 
@@ -79,7 +81,7 @@ async def test_depth_two_tree_end_to_end(tmp_path, workspace_root):
     doomed = {b["branch"] for b in res["delete_branches"]}
     ev = {r["id"]: r for r in res["tree"]["evaluations"]}
     assert doomed == {ev["e0002"]["branch"], ev["e0004"]["branch"]}
-    assert sorted(delete_listed_branches(repo, out)) == sorted((b, "deleted") for b in doomed)
+    assert await delete_run_branches(repo, listed_branches(out), run_id="run_d") == {b: "deleted" for b in doomed}
     heads = git(repo, "for-each-ref", "--format=%(refname:short)", "refs/heads").split()
     assert not doomed & set(heads) and validate_tree(out / "tree.json", repo) == []
     assert validate_tree({**res["tree"], "nodes": [dict(n, commit="0" * 40) if n["id"] == "n2" else n
@@ -157,7 +159,7 @@ def test_cli_runs_tree_beam_and_writes_the_tree(tmp_path, workspace_root):
     shown = subprocess.run([str(cli), "--show-run", run_id], cwd=tmp_path, env=env, capture_output=True, text=True,
                            timeout=120)
     assert shown.returncode == 0, shown.stdout[-2000:] + shown.stderr[-2000:]
-    assert "tree validated" in shown.stdout
+    assert f"checked {len(tree['nodes'])} branch(es) in {repo}: every commit the run kept is on its branch" in shown.stdout
     assert json.loads(tree_file.read_text()) == json.loads(before)
 
 

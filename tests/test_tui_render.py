@@ -8,7 +8,6 @@ import sys
 import time
 
 import anyio
-import orjson
 import pytest
 from rich.console import Console
 
@@ -17,8 +16,8 @@ from orchestrator.events import encode_line, utc_ts
 from orchestrator.naming import short8
 from orchestrator.state import FAILED, RUNNING, load_snapshot
 from tui.dashboard import ENV_FORCE_MODE, Dashboard, choose_mode, render, run_dashboard
-from tui.model import RunModel, read_progress
-from tui.synthetic import synthetic_run, write_run
+from tui.model import RunModel
+from tui.synthetic import SynthEvent, synthetic_run, write_run
 
 W, H = 120, 40
 
@@ -138,25 +137,34 @@ async def test_each_strategy_execution_gets_its_own_section(tmp_path):
         assert re.search(rf"╭─ +{sid} best-of-n", text)
 
 
-async def test_tree_beam_and_evolve_progress_from_strategy_output(tmp_path):
-    out = tmp_path / "results" / "rt" / "strategy_output"
-    assert read_progress(out) is None  # absent files: no progress, no error
-    model = model_of(await make_run(tmp_path, "rt", 4, strategy="tree-beam", finish=False), "rt")
-    out.mkdir(parents=True)
-    (out / "tree.json").write_bytes(orjson.dumps({"nodes": [
-        {"id": "a", "depth": 0, "score": 5.0}, {"id": "b", "depth": 1, "score": 8.5},
-        {"id": "c", "depth": 2, "score": 7.0, "frontier": True}, {"id": "d", "depth": 2, "frontier": True}]}))
-    model.set_progress(read_progress(out))
-    assert "tree depth 2 · frontier 2 · best 8.5" in frame_text(model)
+def with_progress(events, *records):
+    """The run's events with ``strategy.progress`` records of execution s1 appended (the latest wins)."""
+    last = max(e.vt for e in events)
+    return events + [SynthEvent(last + 0.01 * (i + 1), "strategy.progress", "s1", None, r)
+                     for i, r in enumerate(records)]
 
-    (out / "tree.json").unlink()
-    (out / "cycle-history.jsonl").write_bytes(
-        b'{"cycle": 1, "goals_passing": 1, "goals_total": 5}\n{"cycle": 2, "goals_passing": 3, "goals_total": 5}\n{"cyc')
-    evolve = model_of(await make_run(tmp_path, "re", 4, strategy="evolve", finish=False), "re")
-    evolve.set_progress(read_progress(out))
-    assert "cycle 2 · goals 3/5 passing" in frame_text(evolve)
-    (out / "cycle-history.jsonl").write_bytes(b"not json\n")
-    assert read_progress(out) is None
+
+async def test_each_section_shows_its_strategys_latest_progress_record(tmp_path):
+    tree = with_progress(synthetic_run("rt", 4, strategy="tree-beam", finish=False),
+                         {"phase": "depth", "step": 1, "of_total": 3, "frontier": 1, "text": "generating ideas"},
+                         {"phase": "depth", "step": 2, "of_total": 3, "frontier": 2, "best": 8.5, "done": 1,
+                          "total": 4, "text": "1/4 candidates of this depth evaluated"})
+    await write_run(tree, run_id="rt", logs_dir=tmp_path / "logs", state_dir=tmp_path / "state")
+    model = model_of(tmp_path / "logs" / "rt" / "events.jsonl", "rt")
+    text = frame_text(model)
+    assert "depth 2/3 · frontier 2 · best 8.5 · 1/4 candidates of this depth evaluated" in text
+    assert "generating ideas" not in text  # only the latest record is shown
+
+    evolve = with_progress(synthetic_run("re", 4, strategy="evolve", finish=False),
+                           {"phase": "cycle", "step": 2, "of_total": 10, "done": 3, "total": 5},
+                           {"not a progress field": True, "step": "two"})  # malformed: ignored by the fold
+    await write_run(evolve, run_id="re", logs_dir=tmp_path / "logs", state_dir=tmp_path / "state")
+    model = model_of(tmp_path / "logs" / "re" / "events.jsonl", "re")
+    assert "cycle 2/10 · 3/5 done" in frame_text(model)
+    # the snapshot carries the record too: a dashboard that adopts it shows the same line
+    adopted = RunModel("re")
+    assert adopted.reconcile(load_snapshot([tmp_path / "state" / "re" / "state.json"]))
+    assert "cycle 2/10 · 3/5 done" in frame_text(adopted, now=time.time())
 
 
 async def test_reconciliation_adopts_a_snapshot_that_saw_more_events(tmp_path):
@@ -255,24 +263,23 @@ async def test_render_loop_keeps_ticking_through_a_burst_of_ten_thousand_events(
     assert dash.frames <= dash.ticks
 
 
-async def test_dashboard_reads_a_changed_snapshot_once_and_the_progress_files(tmp_path):
-    await make_run(tmp_path, "rsnap", 6, strategy="evolve")
-    out = tmp_path / "results" / "rsnap" / "strategy_output"
-    out.mkdir(parents=True)
-    (out / "cycle-history.jsonl").write_text('{"cycle": 4, "goals_passing": 2, "goals_total": 3}\n')
+async def test_dashboard_reads_a_changed_snapshot_once_with_the_progress_it_folded(tmp_path):
+    events = with_progress(synthetic_run("rsnap", 6, strategy="evolve"),
+                           {"phase": "cycle", "step": 4, "of_total": 10, "done": 2, "total": 3,
+                            "text": "goals 2/3 passing"})
+    await write_run(events, run_id="rsnap", logs_dir=tmp_path / "logs", state_dir=tmp_path / "state")
     dash = Dashboard("rsnap", logs_dir=tmp_path / "logs", state_dir=tmp_path / "state",
                      results_dir=tmp_path / "results", console=recording_console())
-    snapshot, progress = dash._read_side_files()
+    snapshot = dash._read_side_files()
     assert snapshot is not None and len(snapshot.tasks) == 6
-    assert progress is not None and (progress.cycle, progress.goals_passing, progress.goals_total) == (4, 2, 3)
-    assert dash._read_side_files()[0] is None  # unchanged since the last read: not decoded again
+    assert snapshot.strategies["s1"].progress.done == 2
+    assert dash._read_side_files() is None  # unchanged since the last read: not decoded again
     assert dash.model.reconcile(snapshot) and dash.model.summary(0).total == 6
-    dash.model.set_progress(progress)  # what the reconciliation loop does with them
     frame = dash.frame(time.time())
     console = recording_console()
     console.print(frame)
     text = console.export_text()
-    assert "cycle 4 · goals 2/3 passing" in text, text
+    assert "cycle 4/10 · goals 2/3 passing" in text, text
 
 
 async def test_more_executions_than_fit_are_folded_into_one_line(tmp_path):

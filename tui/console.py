@@ -7,7 +7,8 @@ Plain mode prints one line per interesting event, prefixed ``k<8hex>/inst-<5hex>
     k7aa12cc/inst-7a3f2: [COMPLETED] ✓ 3m 24s • $0.42 • 2.5k tokens • → best-of-n_run_20250114_k7aa12cc
     k2f88e01/inst-9d5e3: [FAILED] ✗ timeout: Timeout after 60m • 60m 00s • $2.41
 
-Strategy executions get ``s1: [STRATEGY] ...`` lines. Scheduling and
+Strategy executions get ``s1: [STRATEGY] ...`` lines (started, each progress
+record they publish, completed). Scheduling and
 checkpoint events are not shown: no timestamps, no debug noise.
 """
 
@@ -24,17 +25,19 @@ import orjson
 from orchestrator.eventlog import subscribe
 from orchestrator.events import (
     STRATEGY_COMPLETED,
+    STRATEGY_PROGRESS,
     STRATEGY_STARTED,
     TASK_COMPLETED,
     TASK_FAILED,
     TASK_INTERRUPTED,
     TASK_SCHEDULED,
     TASK_STARTED,
+    progress_from_payload,
     to_dict,
 )
 from orchestrator.naming import display_ids
 
-from .model import first_line, fmt_cost, fmt_duration, fmt_tokens
+from .model import first_line, fmt_cost, fmt_duration, fmt_progress, fmt_tokens
 
 RESET = "\x1b[0m"
 TAG_COLOR = {
@@ -110,6 +113,9 @@ def format_event(event: dict, *, color: bool) -> str | None:
         if payload.get("error"):
             line += f": {first_line(payload['error'], MESSAGE_LIMIT)}"
         return line
+    if etype == STRATEGY_PROGRESS:
+        text = fmt_progress(progress_from_payload(payload))
+        return f"{sid}: {_tag('STRATEGY', color)} {text}" if text else None
     return None
 
 

@@ -2,8 +2,7 @@
 
 Three loops share one model (spec §5.2): the event tail (file notifications
 through :func:`orchestrator.eventlog.subscribe`) folds events in as they land;
-a reconciliation loop reads ``state.json`` and the strategy progress files
-every 3 s; the render loop ticks at ``refresh_hz`` and only reads the model.
+a reconciliation loop reads ``state.json`` every 3 s; the render loop ticks at ``refresh_hz`` and only reads the model.
 A tick rebuilds the frame when the model changed or the displayed second moved
 and otherwise leaves the screen alone, so an idle 500-task run costs almost no
 CPU while a busy one is still capped at ``refresh_hz`` frames per second.
@@ -45,7 +44,7 @@ from orchestrator.state import (
     load_snapshot,
 )
 
-from .model import Progress, RunModel, Summary, fmt_cost, fmt_duration, fmt_tokens, read_progress
+from .model import RunModel, Summary, fmt_cost, fmt_duration, fmt_progress, fmt_tokens
 
 MODES = ("detailed", "compact", "dense")
 ENV_FORCE_MODE = "ORCHESTRATOR_TUI__FORCE_DISPLAY_MODE"
@@ -258,7 +257,7 @@ def _section(model: RunModel, strat: StrategyState, all_tasks: list[TaskState], 
         title.append(f" ({_params_text(strat.params, 40)})")
     title.append(f" · {strat.status} ", style=STRATEGY_BORDER.get(strat.status, ""))
     subtitle = Text(f" {_bar(done, total)} {done}/{total} done ")
-    extra = _progress_text(model.progress, strat.name)
+    extra = fmt_progress(strat.progress)
     if extra:
         subtitle.append(f"· {extra} ", style="bold")
     if hidden > 0:
@@ -283,20 +282,6 @@ def _urgency_key(model: RunModel):
 def _bar(done: int, total: int, width: int = 12) -> str:
     filled = round(width * done / total) if total else 0
     return "█" * filled + "░" * (width - filled)
-
-
-def _progress_text(progress: Progress | None, strategy_name: str) -> str:
-    if progress is None:
-        return ""
-    if progress.kind == "tree" and strategy_name in ("tree-beam", ""):
-        best = f"{progress.best:g}" if progress.best is not None else "-"
-        return (f"tree depth {progress.depth if progress.depth is not None else '-'} · "
-                f"frontier {progress.frontier if progress.frontier is not None else '-'} · best {best}")
-    if progress.kind == "evolve" and strategy_name in ("evolve", ""):
-        passing = "-" if progress.goals_passing is None else progress.goals_passing
-        total = "-" if progress.goals_total is None else progress.goals_total
-        return f"cycle {progress.cycle if progress.cycle is not None else '-'} · goals {passing}/{total} passing"
-    return ""
 
 
 def _card_head(model: RunModel, task: TaskState, now: float) -> tuple[str, str, str]:
@@ -384,9 +369,11 @@ def _detailed_card(model: RunModel, task: TaskState, now: float) -> Panel:
 class Dashboard:
     """Model + loops for one run; ``ticks`` and ``frames`` count render-loop iterations and redraws."""
 
-    def __init__(self, run_id: str, *, logs_dir: Path, state_dir: Path, results_dir: Path,
+    def __init__(self, run_id: str, *, logs_dir: Path, state_dir: Path, results_dir: Path | None = None,
                  console: Console | None = None, refresh_hz: float = 10, force_mode: str | None = None,
                  max_parallel: int | None = None) -> None:
+        # results_dir is no longer read (strategies' progress comes from the state now);
+        # it is still accepted so the monitor's callers and --results-dir keep working.
         if force_mode is not None and force_mode not in MODES:
             raise ValueError(f"display mode must be one of {', '.join(MODES)}, not {force_mode!r}")
         if refresh_hz <= 0:
@@ -394,7 +381,6 @@ class Dashboard:
         self.model = RunModel(run_id)
         self.events_path = Path(logs_dir) / run_id / "events.jsonl"
         self.snapshot_paths = [Path(state_dir) / run_id / "state.json", Path(logs_dir) / run_id / "state.json"]
-        self.output_dir = Path(results_dir) / run_id / "strategy_output"
         self.console = console or Console()
         self.period = 1.0 / refresh_hz
         self.force_mode = force_mode
@@ -464,13 +450,12 @@ class Dashboard:
 
     async def _reconcile_loop(self) -> None:
         while True:
-            snapshot, progress = await anyio.to_thread.run_sync(self._read_side_files)
+            snapshot = await anyio.to_thread.run_sync(self._read_side_files)
             self.model.reconcile(snapshot)
-            self.model.set_progress(progress)
             await anyio.sleep(RECONCILE_EVERY_S)
 
-    def _read_side_files(self) -> tuple[RunState | None, Progress | None]:
-        """The snapshot, when it changed and is worth decoding, and the strategy progress (worker thread)."""
+    def _read_side_files(self) -> RunState | None:
+        """The snapshot, when it changed and is worth decoding (worker thread)."""
         snapshot = None
         stamp = None
         for path in self.snapshot_paths:
@@ -493,7 +478,7 @@ class Dashboard:
                 snapshot = load_snapshot(self.snapshot_paths, log_size=log_size)
                 if snapshot is not None:
                     snapshot.tasks.load_all()  # here, not in the render loop's thread
-        return snapshot, read_progress(self.output_dir)
+        return snapshot
 
 
 async def run_dashboard(run_id: str, *, logs_dir: Path, state_dir: Path, results_dir: Path, stop: anyio.Event,

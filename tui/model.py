@@ -18,11 +18,9 @@ from __future__ import annotations
 
 import statistics
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import msgspec
-import orjson
 
 from orchestrator.events import (
     STRATEGY_STARTED,
@@ -32,6 +30,7 @@ from orchestrator.events import (
     TASK_SCHEDULED,
     TASK_STARTED,
     Event,
+    Progress,
 )
 from orchestrator.state import COMPLETED, FAILED, INTERRUPTED, PENDING, RUNNING, RunState, TaskState, apply
 
@@ -72,19 +71,6 @@ class TaskExtra(msgspec.Struct, kw_only=True):
     retry_attempts: int = 0
 
 
-class Progress(msgspec.Struct, frozen=True, kw_only=True):
-    """Strategy-specific progress read from ``results/<run>/strategy_output``."""
-
-    kind: str  # "tree" | "evolve"
-    depth: int | None = None
-    frontier: int | None = None
-    best: float | None = None
-    nodes: int | None = None
-    cycle: int | None = None
-    goals_passing: int | None = None
-    goals_total: int | None = None
-
-
 class Summary(msgspec.Struct, frozen=True, kw_only=True):
     """Aggregates the header, health line and footer show."""
 
@@ -114,7 +100,6 @@ class RunModel:
         self.first_ts: float | None = None
         self.last_ts: float | None = None
         self.reconciled = 0  # how many times a snapshot was adopted
-        self.progress: Progress | None = None
         self._summary_cache: tuple[int, Summary] | None = None
 
     # ---------------------------------------------------------------- feeding
@@ -198,11 +183,6 @@ class RunModel:
         self.version += 1
         return True
 
-    def set_progress(self, progress: Progress | None) -> None:
-        if progress != self.progress:
-            self.progress = progress
-            self.version += 1
-
     # ---------------------------------------------------------------- views
     @property
     def empty(self) -> bool:
@@ -280,86 +260,26 @@ def _activity_from_state(task: TaskState, prompt: str) -> str:
     return f"queued: {prompt}" if prompt else "queued"
 
 
-# ---------------------------------------------------------------- progress files
-
-
-def read_progress(output_dir: Path) -> Progress | None:
-    """Tree-beam's ``tree.json`` or evolve's ``cycle-history.jsonl``, if present and readable.
-
-    Their exact schemas belong to those strategies, so this reads defensively:
-    anything missing or malformed just means no progress line.
-    """
-    tree = _read_tree(output_dir / "tree.json")
-    if tree is not None:
-        return tree
-    return _read_cycles(output_dir / "cycle-history.jsonl")
-
-
-def _num(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-def _read_tree(path: Path) -> Progress | None:
-    try:
-        data = orjson.loads(path.read_bytes())
-    except (OSError, orjson.JSONDecodeError):
-        return None
-    if not isinstance(data, dict):
-        return None
-    nodes = data.get("nodes") or []
-    if isinstance(nodes, dict):
-        nodes = list(nodes.values())
-    nodes = [n for n in nodes if isinstance(n, dict)] if isinstance(nodes, list) else []
-    depth = _num(data.get("depth"))
-    if depth is None:
-        depths = [d for n in nodes if (d := _num(n.get("depth"))) is not None]
-        depth = max(depths) if depths else None
-    frontier = data.get("frontier")
-    depths_log = data.get("depths")
-    if frontier is None and isinstance(depths_log, list) and depths_log and isinstance(depths_log[-1], dict):
-        # tree-beam's tree.json: the newest depth record holds the frontier being expanded
-        frontier = depths_log[-1].get("promoted") if data.get("stop_reason") is None else []
-        depth = depth if depth is not None else _num(depths_log[-1].get("depth"))
-    if isinstance(frontier, list):
-        frontier_n: float | None = len(frontier)
-    else:
-        frontier_n = _num(frontier)
-        if frontier_n is None and nodes:
-            frontier_n = sum(1 for n in nodes if n.get("frontier") is True or n.get("status") == "frontier")
-    best = _num(data.get("best_score"))
-    if best is None and isinstance(data.get("best"), dict):
-        best = _num(data["best"].get("score"))
-    if best is None:
-        scores = [s for n in nodes if (s := _num(n.get("score", n.get("rank_score")))) is not None]
-        best = max(scores) if scores else None
-    return Progress(kind="tree", depth=None if depth is None else int(depth),
-                    frontier=None if frontier_n is None else int(frontier_n), best=best,
-                    nodes=len(nodes) if nodes else None)
-
-
-def _read_cycles(path: Path) -> Progress | None:
-    try:
-        with open(path, "rb") as fh:
-            size = fh.seek(0, 2)
-            fh.seek(max(0, size - 65536))
-            tail = fh.read()
-    except OSError:
-        return None
-    for line in reversed(tail.splitlines()):
-        try:
-            row = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            continue  # a torn last line or the cut first line of the tail
-        if not isinstance(row, dict):
-            continue
-        cycle, passing, total = (_num(row.get(k)) for k in ("cycle", "goals_passing", "goals_total"))
-        return Progress(kind="evolve", cycle=None if cycle is None else int(cycle),
-                        goals_passing=None if passing is None else int(passing),
-                        goals_total=None if total is None else int(total))
-    return None
-
-
 # ---------------------------------------------------------------- formatting shared by the views
+
+
+def fmt_progress(progress: Progress | None) -> str:
+    """A strategy's latest ``strategy.progress`` record as one line: ``depth 2/3 · frontier 2 · best 8.5 · ...``."""
+    if progress is None:
+        return ""
+    parts = []
+    if progress.phase and progress.step is not None:
+        parts.append(f"{progress.phase} {progress.step}" + (f"/{progress.of_total}" if progress.of_total else ""))
+    if progress.frontier is not None:
+        parts.append(f"frontier {progress.frontier}")
+    if progress.best is not None:
+        parts.append(f"best {progress.best:g}")
+    if progress.text:
+        parts.append(progress.text)
+    elif progress.done is not None and progress.total is not None:
+        parts.append(f"{progress.done}/{progress.total} done")
+    return " · ".join(parts)
+
 
 
 def fmt_duration(seconds: float | None) -> str:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar, cast
 import anyio
 
 from ..errors import AggregateTaskFailed, StrategyErrors, TaskFailed
+from ..events import progress_record
 from .task_types import (
     BranchCleanupResult,
     BranchCleanupTask,
@@ -160,6 +161,10 @@ class Context(Protocol):
 
     def output_dir(self) -> Path: ...
 
+    def progress(self, *, phase: str = "", step: int | None = None, of_total: int | None = None,
+                 best: float | None = None, frontier: int | None = None, done: int | None = None,
+                 total: int | None = None, text: str = "") -> None: ...
+
 
 class StrategyContext:
     """The ``ctx`` object handed to one strategy execution."""
@@ -296,6 +301,20 @@ class StrategyContext:
         so a replay writes the same bytes.
         """
         return self._engine.strategy_output_dir()
+
+    # -- output for people watching
+    def progress(self, *, phase: str = "", step: int | None = None, of_total: int | None = None,
+                 best: float | None = None, frontier: int | None = None, done: int | None = None,
+                 total: int | None = None, text: str = "") -> None:
+        """Publish where this execution has got to: a ``strategy.progress`` event the TUI shows.
+
+        The fields are those of :class:`orchestrator.events.Progress`. It is an
+        output, not a recorded input: it changes no key or fingerprint, and a resumed
+        run may publish it again.
+        """
+        self._engine.publish_progress(self.strategy_execution_id, progress_record({
+            "phase": phase, "step": step, "of_total": of_total, "best": best,
+            "frontier": frontier, "done": done, "total": total, "text": text}))
 
 
 if TYPE_CHECKING:

@@ -367,6 +367,13 @@ class Engine:
         self.emit(E.STRATEGY_CHECKPOINT, ctx.strategy_execution_id, {"seq": seq, "kind": kind, "value": [kind, value]})
         return value
 
+    def publish_progress(self, sid: str, record: E.Progress) -> None:
+        """Write a strategy's progress record, unless it is the one already folded (a resume re-entering)."""
+        strat = self.state.strategies.get(sid)
+        if strat is not None and strat.progress == record:
+            return
+        self.emit(E.STRATEGY_PROGRESS, sid, msgspec.to_builtins(record))
+
     # ------------------------------------------------------------ strategies
     def strategy_output_dir(self) -> Path:
         path = self.paths.results / "strategy_output"

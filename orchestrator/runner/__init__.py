@@ -7,6 +7,8 @@ Public surface::
     docker_available / image_exists / container_exists / list_containers /
     stop_run_containers / remove_containers                       # helpers for orchestration
     check_model(plugin_name, model)                               # scheduling-time model check
+    delete_run_branches(repo, names, run_id=...)                  # a run's own branches, safely
+    unheld_branch_claims(repo, [(branch, commit), ...])           # read-only: is each commit on its branch
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ _EXPORTS = {
     "stop_run_containers": "docker_containers",
     "DockerRunner": "docker_runner", "run_instance": "docker_runner",
     "check_model": "plugin", "supports_resume": "plugin",
+    "delete_run_branches": "git_cleanup", "unheld_branch_claims": "git_cleanup",
     "AuthConfig": "types", "BranchArtifact": "types", "ContainerLimits": "types", "InstanceRequest": "types",
     "Metrics": "types", "Hardening": "types", "RetryConfig": "types", "RunnerResult": "types",
 }
@@ -40,6 +43,7 @@ if TYPE_CHECKING:
         stop_run_containers,
     )
     from .docker_runner import DockerRunner, run_instance
+    from .git_cleanup import delete_run_branches, unheld_branch_claims
     from .plugin import check_model, supports_resume
     from .types import (AuthConfig, BranchArtifact, ContainerLimits, Hardening, InstanceRequest, Metrics,
                         RetryConfig, RunnerResult)
@@ -69,6 +73,7 @@ __all__ = [
     "TaskRunner",
     "check_model",
     "container_exists",
+    "delete_run_branches",
     "docker_available",
     "image_exists",
     "list_containers",
@@ -76,4 +81,5 @@ __all__ = [
     "run_instance",
     "stop_run_containers",
     "supports_resume",
+    "unheld_branch_claims",
 ]

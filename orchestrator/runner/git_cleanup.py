@@ -82,3 +82,28 @@ async def delete_run_branches(repo_path: str | os.PathLike[str], names: list[str
                               run_id: str) -> dict[str, str]:
     """Delete those of ``names`` that this run created and nobody uses; returns each name's outcome."""
     return await anyio.to_thread.run_sync(partial(_delete_run_branches_sync, repo_path, list(names), run_id))
+
+
+def _unheld_sync(repo_path: str | os.PathLike[str], claims: list[tuple[str, str]]) -> list[str | None]:
+    repo = Path(os.path.realpath(repo_path))
+    heads = _heads(repo)
+    out: list[str | None] = []
+    for branch, commit in claims:
+        if branch not in heads:
+            out.append(f"branch {branch} does not exist")
+        elif run_git(["merge-base", "--is-ancestor", commit, f"refs/heads/{branch}"], cwd=repo,
+                     check=False).returncode != 0:
+            out.append(f"commit {commit[:12]} is not reachable from {branch}")
+        else:
+            out.append(None)
+    return out
+
+
+async def unheld_branch_claims(repo_path: str | os.PathLike[str],
+                               claims: list[tuple[str, str]] | tuple[tuple[str, str], ...]) -> list[str | None]:
+    """For each ``(branch, commit)``: None if the commit is reachable from the branch, else why not.
+
+    Read-only: a report (``--show-run``) uses it to check that the commits a run
+    says it kept are still where it says.
+    """
+    return await anyio.to_thread.run_sync(partial(_unheld_sync, repo_path, list(claims)))

@@ -1,0 +1,295 @@
+"""Replaying a recorded strategy execution from its event log alone, for reports.
+
+:func:`replay_strategy` calls a strategy function again with a read-only
+``ctx`` that answers from the log: a recorded key returns its recorded result
+(or failure), ``ctx.now()``/``ctx.rand()``/``ctx.sleep()`` return the recorded
+values in order, and anything the run never recorded makes the replay stop
+there. Strategies are deterministic in what ``ctx`` gives them, so the replay
+takes the path the run took and leaves the strategy where the run was when the
+log ends: the files it writes to ``ctx.output_dir()`` (the directory the caller
+names) and the records it publishes with ``ctx.progress()`` are what the run
+had. Nothing here touches Docker, git or the network, and nothing is written
+to the run's own event log or results.
+
+How a replay ends (:attr:`ReplayOutcome.ended`):
+
+- ``returned``: the strategy returned; ``result`` is what it returned.
+- ``failed``: the strategy raised what the recorded run raised (its
+  ``strategy.completed`` says so); ``error`` is that error.
+- ``log_ended``: the log holds nothing more for it (an interrupted or live
+  run). This is the normal end of a partial replay and is not logged.
+- ``error``: an exception the recorded run did not raise: a bug in the
+  strategy or in code it calls, or a log the strategy no longer matches. It is
+  logged with its traceback to the run's ``orchestration.jsonl`` and returned
+  in ``error``, so a report can say it is incomplete and why.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import traceback
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Literal
+
+import anyio
+import anyio.lowlevel
+import msgspec
+
+from ..errors import StrategyErrors, TaskFailed
+from ..eventlog import iter_lines
+from ..events import Progress, decode_line, progress_record
+from ..jsonlog import ComponentLog
+from ..state import COMPLETED, FAILED, RunState, replay
+from .context import collect_outcomes
+from .engine import StrategyFn, task_result_from_payload
+
+Ended = Literal["returned", "failed", "log_ended", "error"]
+
+
+class ReplayOutcome(msgspec.Struct, frozen=True, kw_only=True):
+    """How one strategy execution's replay ended (see the module docstring)."""
+
+    strategy_execution_id: str
+    ended: Ended
+    result: Any = None
+    error: str | None = None
+    progress: tuple[Progress, ...] = ()  # every record it published, in order
+
+
+class _EndOfLog(BaseException):
+    """The run recorded no further clock reading: the replay stops here.
+
+    A BaseException, so a strategy's own ``except Exception`` cannot mistake it for a failure.
+    """
+
+
+class _Handle:
+    def __init__(self, key: str, result: dict[str, Any] | None, failure: tuple[str, str] | None) -> None:
+        self.key, self.result, self.failure = key, result, failure
+
+    @property
+    def done(self) -> bool:
+        return self.result is not None or self.failure is not None
+
+    def outcome(self) -> dict[str, Any]:
+        if self.failure is not None:
+            raise TaskFailed(self.key, *self.failure)
+        assert self.result is not None
+        return self.result
+
+
+class ReplayContext:
+    """A read-only ``ctx`` answering from a recorded run."""
+
+    errors = StrategyErrors
+
+    def __init__(self, state: RunState, events_path: Path, sid: str, out_dir: Path, base_branch: str) -> None:
+        self.run_id = state.run_id
+        self.strategy_execution_id = sid
+        self.strategy_index = int(sid[1:]) if sid[1:].isdigit() else 1
+        self.base_branch = base_branch
+        self.published: list[Progress] = []
+        self.requested_keys: set[str] = set()
+        self._state, self._events, self._out = state, events_path, out_dir
+        self._prefix = f"{state.run_id}/{sid}/"
+        self._seq = 0
+        self.answers = 0  # answers given so far: unchanged across a settle means the replay is stuck
+
+    # -- keys and tasks
+    def key(self, *parts: Any) -> str:
+        if not parts:
+            raise ValueError("ctx.key() needs at least one part")
+        return self._prefix + "/".join(str(p) for p in parts)
+
+    def _payload(self, offset: int) -> dict[str, Any]:
+        with open(self._events, "rb") as fh:
+            fh.seek(offset)
+            return decode_line(fh.readline()).payload
+
+    def run(self, task: dict[str, Any], *, key: str, policy: Any = None) -> _Handle:
+        self.answers += 1
+        fq = key if key.startswith(self._prefix) else self._prefix + key
+        self.requested_keys.add(fq)
+        rec = self._state.tasks.get(fq)
+        if rec is not None and rec.state == COMPLETED and rec.result_offset is not None:
+            return _Handle(fq, task_result_from_payload(self._payload(rec.result_offset)), None)
+        if rec is not None and rec.state == FAILED:
+            return _Handle(fq, None, (rec.error_type or "unknown", rec.message or ""))
+        return _Handle(fq, None, None)
+
+    async def wait(self, handle: _Handle) -> dict[str, Any]:
+        await anyio.lowlevel.checkpoint()
+        self.answers += 1
+        if not handle.done:
+            await anyio.sleep_forever()  # never recorded: the replay stops here
+        return handle.outcome()
+
+    async def wait_all(self, handles: list[_Handle], tolerate_failures: bool = False):
+        await anyio.lowlevel.checkpoint()
+        self.answers += 1
+        if not all(h.done for h in handles):
+            await anyio.sleep_forever()  # never recorded: the replay stops here
+        return collect_outcomes([h.outcome for h in handles], tolerate_failures)
+
+    async def parallel(self, tasks, tolerate_failures: bool = False):
+        handles = []
+        for item in tasks:
+            if isinstance(item, tuple):
+                task, key = item
+            else:
+                item = dict(item)
+                key = item.pop("key")
+                task = item
+            handles.append(self.run(task, key=key))
+        return await self.wait_all(handles, tolerate_failures=tolerate_failures)
+
+    # -- recorded nondeterminism
+    def _recorded(self) -> Any:
+        recorded = self._state.strategies[self.strategy_execution_id].checkpoints
+        if self._seq >= len(recorded):
+            raise _EndOfLog()
+        value = recorded[self._seq][1]
+        self._seq += 1
+        self.answers += 1
+        return value
+
+    def now(self) -> float:
+        return self._recorded()
+
+    def rand(self) -> float:
+        return self._recorded()
+
+    async def sleep(self, seconds: float) -> None:
+        self._recorded()  # the recorded deadline: a replay never waits for it
+        await anyio.lowlevel.checkpoint()
+
+    # -- facts and outputs
+    def supports_output_schema(self, plugin: str | None = None) -> bool:
+        """As recorded: a replay looks tasks up by key, so this only has to match what the run asked."""
+        return any("output_schema" in (t.input or {}) for t in self._state.tasks.values())
+
+    def output_dir(self) -> Path:
+        self._out.mkdir(parents=True, exist_ok=True)
+        return self._out
+
+    def progress(self, **fields: Any) -> None:
+        record = progress_record(fields)
+        if not self.published or self.published[-1] != record:
+            self.published.append(record)
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for sub in exc.exceptions for leaf in _leaves(sub)]
+    return [exc]
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+async def _replay_one(fn: StrategyFn, state: RunState, events_path: Path, sid: str, out_dir: Path,
+                      prompt: str, base_branch: str) -> tuple[ReplayContext, Ended, Any, BaseException | None]:
+    ctx = ReplayContext(state, events_path, sid, out_dir, base_branch)
+    params = dict(state.strategies[sid].params)
+    box: dict[str, Any] = {}
+
+    async with anyio.create_task_group() as tg:
+        async def drive() -> None:
+            try:
+                box["result"] = await fn(prompt, base_branch, ctx, **params)
+            except anyio.get_cancelled_exc_class():
+                raise
+            except BaseException as exc:  # noqa: BLE001 - classified below, never lost
+                box["exc"] = exc
+            tg.cancel_scope.cancel()
+
+        tg.start_soon(drive)
+        # "Every task is blocked" is a heuristic: a task group whose last child just finished looks
+        # blocked until the loop runs the completion callback. So let pending callbacks run and ask
+        # again, until the replay makes no progress in between.
+        while True:
+            await anyio.wait_all_tasks_blocked()
+            seen = ctx.answers
+            for _ in range(5):
+                await anyio.lowlevel.checkpoint()
+            await anyio.wait_all_tasks_blocked()
+            if ctx.answers == seen:
+                break
+        tg.cancel_scope.cancel()
+    if "result" in box:
+        return ctx, "returned", box["result"], None
+    exc = box.get("exc")
+    if exc is None:
+        return ctx, "log_ended", None, None
+    unexpected = [leaf for leaf in _leaves(exc) if not isinstance(leaf, _EndOfLog)]
+    if not unexpected:
+        return ctx, "log_ended", None, None
+    recorded = state.strategies[sid]
+    if recorded.status == "failed" and recorded.error in (_describe(exc), *map(_describe, unexpected)):
+        return ctx, "failed", None, None
+    return ctx, "error", None, exc
+
+
+def _run_id_of(events_path: Path) -> str:
+    for _, line in iter_lines(events_path):
+        try:
+            return decode_line(line).run_id
+        except msgspec.DecodeError:
+            continue
+    return ""
+
+
+def _first_base_branch(state: RunState, sid: str) -> str:
+    for task in state.tasks.values():  # scheduling order
+        if task.strategy_execution_id == sid and task.input.get("base_branch"):
+            return str(task.input["base_branch"])
+    return "main"
+
+
+def replay_strategy(events_path: str | Path, strategy_fn: StrategyFn, *, output_dir: str | Path | None = None,
+                    executions: Iterable[str] | None = None, prompt: str = "", base_branch: str | None = None,
+                    log: ComponentLog | None = None,
+                    select: Callable[[RunState, str], bool] | None = None) -> list[ReplayOutcome]:
+    """Replay ``strategy_fn`` over each recorded execution of ``events_path``; one outcome each, by id.
+
+    ``executions`` names the executions (default: every one recorded); ``select(state, sid)`` may
+    narrow them by what the run recorded. The strategy gets its recorded ``-S`` parameters, the
+    given ``prompt`` (agents' prompts are looked up by key, so it only matters to the strategy's
+    own outputs), ``base_branch`` (default: the base of the execution's first task), and
+    ``output_dir`` as ``ctx.output_dir()`` (default: a temporary directory, removed afterwards).
+    Safe to call from synchronous code and from inside a running event loop.
+    """
+    events_path = Path(events_path)
+    run_id = _run_id_of(events_path)
+    state = replay(events_path, run_id=run_id)
+    wanted = sorted(state.strategies) if executions is None else [s for s in executions if s in state.strategies]
+    if select is not None:
+        wanted = [s for s in wanted if select(state, s)]
+    outcomes: list[ReplayOutcome] = []
+    with tempfile.TemporaryDirectory(prefix="strategy-replay-") as tmp:
+        out = Path(output_dir) if output_dir is not None else Path(tmp)
+        for sid in wanted:
+            base = base_branch or _first_base_branch(state, sid)
+            # A loop of its own in a thread of its own: callable from sync code and from inside a
+            # running loop (the CLI), and "every task is blocked" then only sees the replay's tasks.
+            with ThreadPoolExecutor(max_workers=1) as pool:
+                ctx, ended, result, exc = pool.submit(anyio.run, _replay_one, strategy_fn, state, events_path,
+                                                      sid, out, prompt, base).result()
+            error = None
+            if exc is not None:
+                # the leaves say what went wrong; a task group's wrapper only says that something did
+                error = "; ".join(_describe(leaf) for leaf in _leaves(exc) if not isinstance(leaf, _EndOfLog))
+                owned = log is None
+                olog = log or ComponentLog(events_path.parent / "orchestration.jsonl", "orchestration", run_id)
+                try:
+                    olog.error(f"replay of strategy execution {sid} raised {error}", strategy_execution_id=sid,
+                               traceback="".join(traceback.format_exception(exc)))
+                finally:
+                    if owned:
+                        olog.close()
+            outcomes.append(ReplayOutcome(strategy_execution_id=sid, ended=ended, result=result, error=error,
+                                          progress=tuple(ctx.published)))
+    return outcomes
