@@ -148,12 +148,13 @@ def test_the_public_module_exports_what_a_strategy_needs():
         need = {"Context", "Handle", "TaskInput", "TaskResult", "Artifact", "TaskMetrics", "KeyedTaskInput",
                 "BranchCleanupTask", "BranchCleanupResult", "RetryPolicy", "RetryPolicyDict", "TaskFailed",
                 "AggregateTaskFailed", "NoViableCandidates", "KeyConflictDifferentFingerprint", "StrategyError",
-                "StrategyErrors", "ConfigError", "strategy_options"}
-        print(sorted(need - set(s.__all__)), sorted(n for n in s.__all__ if not hasattr(s, n)))
+                "StrategyErrors", "ConfigError", "strategy_options", "replay_strategy", "ReplayOutcome", "ReplayError"}
+        # what the import alone loaded, before the lazy replay exports are touched
         print(sorted(m for m in ("docker", "orchestrator.cli", "orchestrator.engine.engine") if m in sys.modules))
+        print(sorted(need - set(s.__all__)), sorted(n for n in s.__all__ if not hasattr(s, n)))
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.split("\n")[:2] == ["[] []", "[]"]
+    assert out.split("\n")[:2] == ["[]", "[] []"]
 
 
 def orchestrator_imports(path):
