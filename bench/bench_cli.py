@@ -29,6 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _perfdoc import replace_section  # noqa: E402
+
 ORCH = str(Path(sys.executable).parent / "orchestrator")
 IMAGE = os.environ.get("ORCHESTRATOR_TEST_IMAGE", "orchestrator-test-agent")
 

@@ -30,7 +30,7 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from orchestrator.runner import AuthConfig, DockerRunner, run_instance  # noqa: E402
+from orchestrator.runner import AuthConfig, DockerRunner, run_instance
 
 PROMPT = "SIM: write a.txt hi\nSIM: commit x"
 # The clone and the container create/start run at the same time, and so do the

@@ -46,9 +46,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from orchestrator.engine.testing import ScriptedRunner, failure, success  # noqa: E402
-from strategies.tree_beam import tree_beam  # noqa: E402
 from engine_helpers import run_engine  # noqa: E402
+
+from orchestrator.engine.testing import ScriptedRunner, success  # noqa: E402
+from strategies.tree_beam import tree_beam  # noqa: E402
 
 EFFECTS = {"good3": 0.03, "small1": 0.01, "bad2": -0.02, "noop": 0.0}
 KINDS = ["good3", "small1", "bad2", "noop", "noop"]

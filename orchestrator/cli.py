@@ -121,9 +121,8 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.test_image and not args.build_image:
         raise UsageError("--test-image only works together with --build-image")
     if args.build_image:
-        from .image import build_image
-
         from .config import load_config
+        from .image import build_image
 
         image = args.docker_image or load_config(config_file=args.config, cli_overrides={}).config.runner.docker_image
         build_image(image, test_image=args.test_image)

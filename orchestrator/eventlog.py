@@ -17,7 +17,7 @@ import os
 import socket
 import sys
 from collections.abc import AsyncIterator, Iterable, Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +81,7 @@ class WriterLock:
                 "wait for it to finish or stop it first"
             ) from None
         meta = {"pid": os.getpid(), "hostname": socket.gethostname(),
-                "started_at_iso": datetime.now(timezone.utc).isoformat(timespec="milliseconds")}
+                "started_at_iso": datetime.now(UTC).isoformat(timespec="milliseconds")}
         os.ftruncate(fd, 0)
         os.pwrite(fd, orjson.dumps(meta), 0)
         os.fsync(fd)

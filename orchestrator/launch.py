@@ -30,13 +30,23 @@ from .fingerprint import TaskDefaults
 from .image_tools import check_tools, required_tools
 from .jsonlog import ComponentLog
 from .jsonlog import configure as configure_logs
+from .retention import record_owner
 from .runner import AuthConfig, DockerRunner, Hardening, RetryConfig
 from .runner.docker_containers import docker_available, image_exists
 from .runner.git_ops import validate_repository, workspace_root
 from .runner.plugin import get_plugin
-from .retention import record_owner
-from .runs import (RUN_LOCK_LABEL, RUN_MANIFEST_LABEL, RunDirs, RunManifest, claim_run_id, cleanup_old_logs,
-                   is_live, now_iso, read_manifest, write_manifest)
+from .runs import (
+    RUN_LOCK_LABEL,
+    RUN_MANIFEST_LABEL,
+    RunDirs,
+    RunManifest,
+    claim_run_id,
+    cleanup_old_logs,
+    is_live,
+    now_iso,
+    read_manifest,
+    write_manifest,
+)
 from .sanitize import SECRET_ENV_VARS, default_sanitizer
 from .strategy_loader import LoadedStrategy, load_strategy, parse_params
 

@@ -6,7 +6,7 @@ import functools
 import shutil
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 import anyio
@@ -16,8 +16,17 @@ from .config import Config, load_config
 from .errors import PreflightError, UsageError
 from .jsonlog import ComponentLog
 from .results import build_summary, fmt_cost, render_summary
-from .runs import (RUN_LOCK_LABEL, RUN_MANIFEST_LABEL, RunDirs, is_live, list_run_ids, lock_holder, manifest_status,
-                   read_manifest, remove_run_state)
+from .runs import (
+    RUN_LOCK_LABEL,
+    RUN_MANIFEST_LABEL,
+    RunDirs,
+    is_live,
+    list_run_ids,
+    lock_holder,
+    manifest_status,
+    read_manifest,
+    remove_run_state,
+)
 from .state import FAILED, RunState, recover
 from .strategy_loader import BUILTINS, load_strategy
 

@@ -19,8 +19,17 @@ from typing import Annotated, Any, Literal
 from orchestrator.errors import ConfigError
 from orchestrator.strategy_loader import strategy_options
 
-from ._scoring import DEFAULT_CRITERIA, branch_of, concurrently, output_name, pick_best, review_task, score_with_repair, write_output
 from ._report import best_of_n_sections as report_sections  # noqa: F401  (the run report's sections)
+from ._scoring import (
+    DEFAULT_CRITERIA,
+    branch_of,
+    concurrently,
+    output_name,
+    pick_best,
+    review_task,
+    score_with_repair,
+    write_output,
+)
 
 TIE_BREAK = "highest score, then lowest generation index"
 ImportPolicy = Literal["auto", "never", "always"]

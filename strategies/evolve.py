@@ -25,6 +25,7 @@ from typing import Annotated, Any
 
 from orchestrator.strategy_loader import strategy_options
 
+from ._report import evolve_sections as report_sections  # noqa: F401  (the run report's sections)
 from .evolve_budget import BudgetedContext, BudgetExhausted, make_budget
 from .evolve_commands import Measurement
 from .evolve_goals import Goal, check_max_parallel, goals_from_param, prepare
@@ -38,7 +39,6 @@ from .evolve_wave import (
     measure_all,
     merge_wave,
 )
-from ._report import evolve_sections as report_sections  # noqa: F401  (the run report's sections)
 
 ATTEMPTS_KEPT = 5  # earlier attempts shown in a goal's next fix prompt
 TAIL_IN_NOTE = 300

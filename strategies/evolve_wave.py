@@ -69,10 +69,8 @@ def regressions(goals: list[Goal], before: dict[str, Measurement], after: dict[s
     out = []
     for g in goals:
         b, a = before[g.id], after[g.id]
-        if b.passed and not a.passed:
-            out.append(g.id)
-        elif g.metric is not None and b.value is not None and (
-                a.value is None or g.metric.worsening(b.value, a.value) > g.metric.tolerance):
+        if (b.passed and not a.passed) or (g.metric is not None and b.value is not None and (
+                a.value is None or g.metric.worsening(b.value, a.value) > g.metric.tolerance)):
             out.append(g.id)
     return out
 
@@ -110,10 +108,8 @@ def improvements(goals: list[Goal], before: dict[str, Measurement], after: dict[
     out = []
     for g in goals:
         b, a = before[g.id], after[g.id]
-        if not b.passed and a.passed:
-            out.append(g.id)
-        elif g.metric is not None and a.value is not None and (
-                b.value is None or -g.metric.worsening(b.value, a.value) > g.metric.tolerance):
+        if (not b.passed and a.passed) or (g.metric is not None and a.value is not None and (
+                b.value is None or -g.metric.worsening(b.value, a.value) > g.metric.tolerance)):
             out.append(g.id)
     return out
 

@@ -18,8 +18,16 @@ from typing import Annotated, Any
 from orchestrator.errors import ConfigError
 from orchestrator.strategy_loader import strategy_options
 
-from ._scoring import MESSAGE_CHARS, concurrently, output_name, pick_best, review_task, score_with_repair, tail, \
-    write_output
+from ._scoring import (
+    MESSAGE_CHARS,
+    concurrently,
+    output_name,
+    pick_best,
+    review_task,
+    score_with_repair,
+    tail,
+    write_output,
+)
 
 PLAN_CRITERIA = "whether following it would solve the task correctly and completely, its risks and its clarity"
 

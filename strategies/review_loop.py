@@ -30,10 +30,10 @@ import anyio
 from orchestrator.errors import ConfigError
 from orchestrator.strategy_loader import strategy_options
 
+from ._report import review_loop_sections as report_sections  # noqa: F401  (the run report's sections)
 from .evaluation import ScoringConfig, check_scoring_params, evaluation_from_task, to_json
 from .evolve_budget import BudgetedContext, BudgetExhausted, make_budget
 from .pipeline import Idea, PipelineConfig, command_task, run_idea, write_json
-from ._report import review_loop_sections as report_sections  # noqa: F401  (the run report's sections)
 
 MAX_IDEA_BYTES = 64 * 1024
 

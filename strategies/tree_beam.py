@@ -30,10 +30,9 @@ TREE_SUMMARY.md and tree.svg from the event log alone.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import hashlib
 import re
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import anyio
@@ -44,6 +43,7 @@ from orchestrator.strategy_loader import strategy_options
 
 from . import schemas
 from ._json import ask_json
+from ._report import tree_beam_sections as report_sections  # noqa: F401  (the run report's sections)
 from .budget import Budget
 from .evaluation import (
     Comparison,
@@ -66,7 +66,6 @@ from .tree_beam_measure import (
     unpaired_change,
 )
 from .tree_beam_report import best_path, write_tree_report
-from ._report import tree_beam_sections as report_sections  # noqa: F401  (the run report's sections)
 
 IdeasContext = Literal["node_plus_ancestors", "node_only", "global"]
 

@@ -13,11 +13,11 @@ from pathlib import Path
 import anyio
 
 sys.path.insert(0, str(Path(__file__).parent))
-from engine_helpers import make_config  # noqa: E402
+from engine_helpers import make_config
 
-from orchestrator.engine.engine import Engine  # noqa: E402
-from orchestrator.engine.testing import ScriptedRunner, success  # noqa: E402
-from orchestrator.naming import short8  # noqa: E402
+from orchestrator.engine.engine import Engine
+from orchestrator.engine.testing import ScriptedRunner, success
+from orchestrator.naming import short8
 
 
 async def pipeline(prompt, base_branch, ctx, *, width: int = 150):

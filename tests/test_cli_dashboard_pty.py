@@ -7,7 +7,6 @@ import subprocess
 import uuid
 
 import pytest
-
 from cli_helpers import ORCH, cli_env
 from conftest import TEST_IMAGE, make_repo
 from test_tui_pty import capture, sessions, tmux, wait_for  # noqa: F401

@@ -6,7 +6,6 @@ import subprocess
 import textwrap
 
 import pytest
-
 from cli_helpers import cli_env, run_cli
 from conftest import TEST_IMAGE, make_repo
 

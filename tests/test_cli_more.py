@@ -9,9 +9,9 @@ import subprocess
 import time
 
 import pytest
-
 from cli_helpers import ORCH, cli_env, only_run_id, run_cli, wait_for
 from conftest import TEST_IMAGE, git, make_repo
+
 from orchestrator.eventlog import read_events
 
 pytestmark = pytest.mark.docker

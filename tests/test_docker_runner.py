@@ -16,6 +16,7 @@ from pathlib import Path
 import anyio
 import msgspec
 import pytest
+from conftest import TEST_IMAGE as IMAGE
 
 from orchestrator.runner import (
     AuthConfig,
@@ -23,14 +24,13 @@ from orchestrator.runner import (
     DockerRunner,
     RetryConfig,
     container_exists,
+    git_ops,
     list_containers,
     run_instance,
     stop_run_containers,
 )
-from orchestrator.runner import git_ops
 from orchestrator.sanitize import Sanitizer
 
-from conftest import TEST_IMAGE as IMAGE  # noqa: E402
 SECRET = "plantedSecretValue-7f3a9c41d2"
 
 

@@ -7,13 +7,13 @@ import random
 import anyio
 import msgspec
 import pytest
-
 from engine_helpers import make_config, run_engine, strategy_results
+
 from orchestrator.engine.engine import Engine
 from orchestrator.engine.testing import ScriptedRunner, failure, success
-from orchestrator.errors import KeyConflictDifferentFingerprint, TaskFailed
+from orchestrator.errors import TaskFailed
 from orchestrator.eventlog import read_events
-from orchestrator.state import RunState, decode_snapshot, encode_snapshot, recover, replay
+from orchestrator.state import decode_snapshot, encode_snapshot, recover, replay
 
 
 async def fan_out(prompt, base_branch, ctx, n: int = 6):

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import anyio
-
 from engine_helpers import make_config, run_engine
+
 from orchestrator.engine.engine import Engine
 from orchestrator.engine.testing import ScriptedRunner, success
 from orchestrator.eventlog import read_events

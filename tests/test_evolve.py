@@ -15,8 +15,8 @@ import re
 
 import anyio
 import pytest
-
 from engine_helpers import run_engine
+
 from orchestrator.engine.testing import ScriptedRunner, failure, success
 from strategies.evolve import evolve
 

@@ -6,8 +6,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from conftest import git, make_repo
+
 from orchestrator.errors import ConfigError
 from orchestrator.strategy_loader import load_strategy, parse_params
 from strategies.evolve_commands import measure_command, merge_command, parse_measurement, parse_merge

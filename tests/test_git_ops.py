@@ -554,7 +554,8 @@ def test_agent_written_workspace_config_does_not_run_on_host(host, tmp_path):
 def test_a_kept_workspace_is_continued_only_when_whole(tmp_path):
     """A crash mid-clone or mid-deletion must not leave a workspace a resumed task would continue in."""
     from conftest import make_repo
-    from orchestrator.runner.git_ops import _prepare_workspace_sync, kept_workspace, remove_workspace
+
+    from orchestrator.runner.git_ops import _prepare_workspace_sync, remove_workspace
 
     repo = make_repo(tmp_path / "repo")
     ws = tmp_path / "ws" / "k_1"

@@ -12,7 +12,6 @@ import json
 import sys
 from pathlib import Path
 
-
 GOLDEN = Path(__file__).resolve().parent / "golden"
 sys.path.insert(0, str(GOLDEN))
 

@@ -5,10 +5,8 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
-
 from cli_helpers import cli_env, run_cli
 from conftest import REPO_ROOT, TEST_IMAGE, make_repo
 

@@ -7,7 +7,6 @@ import signal
 import time
 
 import pytest
-
 from conftest import git, make_repo
 from reliability_helpers import (
     IMG,

@@ -25,7 +25,6 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
 from conftest import git, make_repo
 from reliability_helpers import (
     IMG,

@@ -7,15 +7,12 @@ left running. Every case runs the real command (real Docker, git, sim agent).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
-
 from conftest import git, make_repo
-from orchestrator.naming import branch_name
 from reliability_helpers import (
     IMG,
     all_containers,
@@ -34,6 +31,8 @@ from reliability_helpers import (
     terminal_counts,
     wait_for,
 )
+
+from orchestrator.naming import branch_name
 
 pytestmark = pytest.mark.docker
 NO_DISK_MIN = {"ORCHESTRATOR_ORCHESTRATION__HARD_MIN_FREE_DISK_GB": "0",

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from conftest import git, make_repo
 from engine_helpers import run_engine
+
 from orchestrator.engine.testing import ScriptedRunner, success
 from orchestrator.report import write_report
 from orchestrator.runs import RunDirs, RunManifest

@@ -15,10 +15,10 @@ import signal
 from pathlib import Path
 
 import pytest
-
 from conftest import git, make_repo
 from reliability_helpers import (
     IMG,
+    _docker,
     check_log,
     check_snapshot_is_replay,
     cli_env,
@@ -31,7 +31,6 @@ from reliability_helpers import (
     sigkill,
     start_cli,
     wait_for,
-    _docker,
 )
 
 pytestmark = [pytest.mark.docker]

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import anyio
 import pytest
-
 from engine_helpers import run_engine
+
 from orchestrator.engine.testing import ScriptedRunner, failure, success
 from orchestrator.errors import ConfigError
 from orchestrator.naming import short8

@@ -15,8 +15,8 @@ from pathlib import Path
 import anyio
 import msgspec
 import pytest
-
 from engine_helpers import run_engine
+
 from orchestrator.engine.testing import ScriptedRunner, failure, success
 from orchestrator.errors import ConfigError
 from strategies.tree_beam import gate, idea_hash, parse_ideas, prepare, rank_key, select_beam, tree_beam

@@ -6,8 +6,8 @@ import io
 import re
 
 import anyio
-import pytest
 import orjson
+import pytest
 
 from orchestrator.eventlog import read_events
 from orchestrator.events import to_dict

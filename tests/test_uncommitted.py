@@ -10,7 +10,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from conftest import git, make_repo
 from reliability_helpers import IMG, check_log, cli_env, events_path, remove_run_docker, run_cli, run_ids
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.panel import Panel
@@ -460,7 +461,7 @@ class Dashboard:
             self.model.feed(ev)
             n += 1
             if n % 256 == 0:
-                await anyio.sleep(0)  # a burst of events must not starve the render loop
+                await anyio.lowlevel.checkpoint()  # a burst of events must not starve the render loop
 
     async def _reconcile_loop(self) -> None:
         while True:

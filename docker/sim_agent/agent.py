@@ -8,6 +8,7 @@ import subprocess
 from .answers import default_answer
 from .common import Args, commit_summary, git, git_env, is_git_worktree, shell_quote
 
+
 class Agent:
     def __init__(self, a: Args, em, cwd: str, prompt_hash: str) -> None:
         self.a = a

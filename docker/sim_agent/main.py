@@ -10,8 +10,22 @@ import time
 from . import claude, codex
 from .agent import Agent
 from .answers import schema_instance
-from .common import (OUT, Args, is_git_worktree, load_json, now_iso, parse_instructions, ratelimit_should_fail,
-                     record_execution, save_json, sha256_hex, sim_home, unescape, uuid4_from, uuid_str)
+from .common import (
+    OUT,
+    Args,
+    is_git_worktree,
+    load_json,
+    now_iso,
+    parse_instructions,
+    ratelimit_should_fail,
+    record_execution,
+    save_json,
+    sha256_hex,
+    sim_home,
+    unescape,
+    uuid4_from,
+    uuid_str,
+)
 
 # The answer given for an output schema after ``SIM: bad-output`` (in this session).
 BAD_OUTPUT = "This answer ignores the requested JSON schema (SIM: bad-output)."

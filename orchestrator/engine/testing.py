@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 
 from ..naming import short8
 from ..runner.types import BranchArtifact, InstanceRequest, Metrics, RunnerResult
@@ -67,7 +68,7 @@ class ScriptedRunner:
         if self.delay is not None:
             await anyio.sleep(self.delay(request))
         else:
-            await anyio.sleep(0)
+            await anyio.lowlevel.checkpoint()
         out = self.script(request)
         if inspect.isawaitable(out):
             out = await out

@@ -41,8 +41,16 @@ if TYPE_CHECKING:
     )
     from .docker_runner import DockerRunner, run_instance
     from .plugin import check_model, supports_resume
-    from .types import (AuthConfig, BranchArtifact, ContainerLimits, Hardening, InstanceRequest, Metrics,
-                        RetryConfig, RunnerResult)
+    from .types import (
+        AuthConfig,
+        BranchArtifact,
+        ContainerLimits,
+        Hardening,
+        InstanceRequest,
+        Metrics,
+        RetryConfig,
+        RunnerResult,
+    )
 
 
 def __getattr__(name: str) -> Any:
@@ -60,9 +68,9 @@ __all__ = [
     "ContainerLimits",
     "DockerHost",
     "DockerRunner",
+    "Hardening",
     "InstanceRequest",
     "Metrics",
-    "Hardening",
     "RetryConfig",
     "RunnerEventCallback",
     "RunnerResult",

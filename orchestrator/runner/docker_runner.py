@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import inspect
 import logging
-
 import os
 import shutil
 import time
@@ -32,12 +31,20 @@ from typing import Any, NamedTuple
 
 import anyio
 import anyio.lowlevel
-import msgspec
 import anyio.to_thread
 import msgspec
 
-from ..errors import (ConfigError, ContainerError, GitError, PreflightError, ResourceLimitError, RunnerError,
-                      SecretLeakError, TaskTimeoutError, UsageError)
+from ..errors import (
+    ConfigError,
+    ContainerError,
+    GitError,
+    PreflightError,
+    ResourceLimitError,
+    RunnerError,
+    SecretLeakError,
+    TaskTimeoutError,
+    UsageError,
+)
 from ..jsonlog import ComponentLog, utc_now_iso
 from ..naming import ghash, session_volume_name
 from ..sanitize import SECRET_ENV_VARS, Sanitizer, default_sanitizer
@@ -47,7 +54,7 @@ from .docker_containers import DockerHost, ensure_container, selinux_enabled, wo
 from .docker_exec import ExecOutput, run_exec
 from .git_cleanup import delete_run_branches
 from .plugin import AgentEvent, AgentOutcome, RunnerPlugin, get_plugin
-from .types import AuthConfig, BranchArtifact, Hardening, ErrorCategory, InstanceRequest, Metrics, RunnerResult
+from .types import AuthConfig, BranchArtifact, ErrorCategory, Hardening, InstanceRequest, Metrics, RunnerResult
 
 IMAGE_HINT = "build it with scripts/setup-docker.sh or `docker build -t claude-code .`"
 STOP_TIMEOUT_S = 1

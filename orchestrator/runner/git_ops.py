@@ -38,18 +38,18 @@ from .types import IsolationMode
 __all__ = [
     "RepoInfo",
     "WorkspaceInfo",
-    "workspace_root",
-    "workspace_path",
-    "validate_repository",
+    "_import_branch_sync",
+    "_prepare_workspace_sync",
+    "clear_stale_git_locks",
     "exclude_locally",
-    "prepare_workspace",
     "import_branch",
+    "kept_workspace",
+    "prepare_workspace",
     "remove_workspace",
     "reset_workspace",
-    "kept_workspace",
-    "clear_stale_git_locks",
-    "_prepare_workspace_sync",
-    "_import_branch_sync",
+    "validate_repository",
+    "workspace_path",
+    "workspace_root",
 ]
 
 logger = logging.getLogger("orchestrator.runner")
