@@ -27,6 +27,7 @@ from datetime import date
 from pathlib import Path
 
 import anyio
+import anyio.lowlevel
 import orjson
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,8 +35,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _perfdoc import replace_section  # noqa: E402
 
 sys.path.insert(0, str(ROOT))
-
-import anyio.lowlevel
 
 from orchestrator.eventlog import EventLog  # noqa: E402
 from orchestrator.events import encode_line  # noqa: E402
@@ -200,15 +199,16 @@ def main() -> None:
         for n in sizes:
             path = d / f"events_{n}.jsonl"
             make_log(path, n)
-            floor = median_time(lambda: read_and_parse(path), repeats)
-            full = median_time(lambda: replay(path, RunState(run_id=RUN)), repeats)
+            # (the default arguments bind this iteration's path and snapshots)
+            floor = median_time(lambda path=path: read_and_parse(path), repeats)
+            full = median_time(lambda path=path: replay(path, RunState(run_id=RUN)), repeats)
             state = replay(path, RunState(run_id=RUN))
             snaps = [d / f"state_{n}.json"]
             write_snapshot_bytes(encode_snapshot(state), snaps)
-            fresh = median_time(lambda: recover(RUN, path, snaps).running(), repeats)
+            fresh = median_time(lambda path=path, snaps=snaps: recover(RUN, path, snaps).running(), repeats)
             keys = [f"{RUN}/s1/gen/{i}" for i in range(0, len(state.tasks), max(1, len(state.tasks) // 500))]
             lookup = statistics.median(lookups(recover(RUN, path, snaps), keys) for _ in range(repeats))
-            decode_all = median_time(lambda: recover(RUN, path, snaps).tasks.load_all(), repeats)
+            decode_all = median_time(lambda path=path, snaps=snaps: recover(RUN, path, snaps).tasks.load_all(), repeats)
             rows.append((f"full replay, {n:,} events ({len(state.tasks):,} tasks)", f"{full:.2f} s = {n / full:,.0f} events/s",
                          f"{floor:.2f} s (read + orjson.loads)", f"{full / floor:.2f}x the floor"))
             rows.append((f"resume from fresh snapshot, {n:,} events", f"{fresh * 1000:.2f} ms",

@@ -257,7 +257,7 @@ def main() -> None:
             floor_tree = statistics.median(time_cp(repo, scratch, n))
             for mode in ("full_copy", "shared_objects"):
                 clones, imports = time_tasks(repo, scratch, mode, n)
-                totals = [c + i for c, i in zip(clones, imports)]
+                totals = [c + i for c, i in zip(clones, imports, strict=True)]
                 rows.append(
                     {
                         "repo": label,

@@ -97,7 +97,7 @@ class Landscape:
                     k = kinds if ref == "HEAD" else self.commit_kinds[ref]
                     line = json.dumps({"metrics": {"throughput": self.sample(k, req.task_key, i)}})
                     lines.append(f"@@orch-run {i} {label} 0 1 {line}")
-                return self._with_commit(success(req, final_message="\n".join(lines + [f"@@orch-done {len(lines)}"]),
+                return self._with_commit(success(req, final_message="\n".join([*lines, f"@@orch-done {len(lines)}"]),
                                                  exit_code=0), head)
             if req.command.startswith("python bench.py"):
                 out = json.dumps({"metrics": {"throughput": self.sample(kinds, req.task_key, 0)}})
@@ -116,7 +116,7 @@ class Landscape:
         kind = re.search(r"EFFECT: (\w+)", req.prompt).group(1)
         result = success(req, final_message="done")
         if req.branch_name:
-            kinds = self.branch_kinds.get(req.base_branch, ()) + (kind,)
+            kinds = (*self.branch_kinds.get(req.base_branch, ()), kind)
             self.branch_kinds[req.branch_name] = kinds
             self.head[req.branch_name] = result.artifact.commit
             self.commit_kinds[result.artifact.commit] = kinds

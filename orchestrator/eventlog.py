@@ -13,6 +13,7 @@ lands mid-line, and ignore a torn last line until its newline arrives.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import sys
@@ -89,10 +90,8 @@ class WriterLock:
 
     def release(self) -> None:
         if self._fd is not None:
-            try:
+            with contextlib.suppress(OSError):
                 os.ftruncate(self._fd, 0)
-            except OSError:
-                pass
             os.close(self._fd)  # closing drops the OS lock
             self._fd = None
 
@@ -191,10 +190,8 @@ class EventLog:
         finally:
             # Drain whatever is left, even when the run is being cancelled (Ctrl+C).
             with anyio.CancelScope(shield=True):
-                try:
+                with contextlib.suppress(OSError):  # already recorded; the run reports the failed write
                     await self._write_locked()
-                except OSError:
-                    pass  # already recorded; the run reports the failed write
             self._fh.close()
             self._lock.release()
         return False
@@ -266,10 +263,8 @@ class EventLog:
         except OSError:
             # Disk full or I/O error: cut whatever part of the batch reached the
             # file, so the log ends on a whole line at the last durable offset.
-            try:
+            with contextlib.suppress(OSError):
                 os.ftruncate(fh.fileno(), self._durable)
-            except OSError:
-                pass
             raise
 
     async def _flusher(self) -> None:

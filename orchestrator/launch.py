@@ -7,6 +7,7 @@ line and exit 2, and no run directory exists afterwards.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
@@ -182,10 +183,8 @@ def _guard(strategy: LoadedStrategy, config: Config, olog: ComponentLog | None =
 
 def _warm_imports() -> None:
     """Import docker-py (about 0.3 s of requests/urllib3) while pre-flight reads config and git."""
-    try:
-        import docker  # noqa: F401
-    except ImportError:
-        pass
+    with contextlib.suppress(ImportError):
+        import docker  # noqa: F401  (imported for its side effect: loading it now)
 
 
 class _EarlyCheck:
@@ -608,10 +607,9 @@ async def _storage_stop(err: OSError, dirs: RunDirs, manifest: RunManifest, olog
         await _stop_containers(run_id, olog)
     manifest.status = "interrupted"
     manifest.exit_code = 1
-    try:
+    # The manifest lives under the state dir; if that is full too, resume still works from the log.
+    with contextlib.suppress(OSError):
         write_manifest(dirs, manifest)
-    except OSError:
-        pass  # the manifest lives under the state dir; if that is full too, resume still works from the log
     olog.error(f"run stopped: cannot write its records: {err}")
     where = f" ({err.filename})" if getattr(err, "filename", None) else ""
     print(f"orchestrator: error: cannot write the run's records{where}: {err.strerror or err}; "

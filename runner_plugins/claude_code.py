@@ -71,7 +71,7 @@ class ModelTable(dict):
         )
 
     def get(self, key: Any, default: Any = None) -> Any:
-        return self[key] if key in self else default
+        return self.get(key, default)
 
 
 def prompt_via_stdin(prompt: str) -> bool:

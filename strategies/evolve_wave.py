@@ -257,7 +257,7 @@ async def merge_wave(ctx, key_parts: tuple, base: str, fixes: list[tuple[Goal, s
         if new_head:
             head = new_head
             resolved.append(goal.id)
-            remaining = [(goal, branch)] + rest  # the next step verifies the branch really is merged
+            remaining = [(goal, branch), *rest]  # the next step verifies the branch really is merged
         else:
             conflicts.append(goal.id)
             remaining = rest
@@ -295,7 +295,7 @@ async def bisect_wave(ctx, cycle: int, base: str, goals: list[Goal], wave: list[
     blamed: list[str] = []
     conflicts: list[str] = []
     for i, (goal, fix_branch) in enumerate(wave, start=1):
-        candidate = kept + [(goal, fix_branch)]
+        candidate = [*kept, (goal, fix_branch)]
         if full_wave_known and len(candidate) == len(wave):
             blamed.append(goal.id)
             break

@@ -524,7 +524,8 @@ async def tree_beam(prompt, base_branch, ctx, *,
             task = {"prompt": ideation_prompt(prompt, node, ideas_per_node,
                                               objective_text(tree, node, tried=False) + "\n\n" + context),
                     "base_branch": node["branch"], "import_policy": "never"}
-            generated[node_id] = await ask_json(ctx, task, (node_id, "ideas"),
+            # ideate runs to completion in this round's task group, so `generated` is this round's dict.
+            generated[node_id] = await ask_json(ctx, task, (node_id, "ideas"),  # noqa: B023
                                                 lambda d: parse_ideas(d, ideas_per_node), schemas.ideas(ideas_per_node))
 
         async with anyio.create_task_group() as tg:

@@ -281,7 +281,7 @@ def paired_change(runs: Runs, scoring: ScoringConfig, confidence: float) -> dict
     name = scoring.primary_metric
     p = [e.metrics.get(name) for e in runs.by_label.get("p", [])]
     c = [e.metrics.get(name) for e in runs.by_label.get("c", [])]
-    pairs = [(a, b) for a, b in zip(p, c) if a is not None and b is not None and math.isfinite(a) and math.isfinite(b)]
+    pairs = [(a, b) for a, b in zip(p, c, strict=False) if a is not None and b is not None and math.isfinite(a) and math.isfinite(b)]
     if not pairs or len(pairs) != len(p) or len(p) != len(c):
         return None
     return interval(relative_changes([a for a, _ in pairs], [b for _, b in pairs], scoring.direction), confidence)

@@ -10,6 +10,7 @@ tree with no stop reason. Nothing here touches Docker, git or the network.
 
 from __future__ import annotations
 
+import contextlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -127,10 +128,8 @@ async def _replay_one(state: RunState, events_path: Path, sid: str, scratch: Pat
 
     async with anyio.create_task_group() as tg:
         async def drive() -> None:
-            try:
+            with contextlib.suppress(Exception):
                 await tree_beam("", base_branch, ctx, **params)
-            except Exception:
-                pass
             tg.cancel_scope.cancel()
 
         tg.start_soon(drive)

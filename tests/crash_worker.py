@@ -27,7 +27,7 @@ async def pipeline(prompt, base_branch, ctx, *, width: int = 150):
     scores = [ctx.run({"prompt": f"score {r['final_message']}", "import_policy": "never"},
                       key=ctx.key("score", r["instance_id"])) for r in ok]
     scored = await ctx.wait_all(scores)
-    ranked = sorted(zip(scored, ok), key=lambda p: (p[0]["final_message"], p[1]["key"]))
+    ranked = sorted(zip(scored, ok, strict=True), key=lambda p: (p[0]["final_message"], p[1]["key"]))
     top = [p[1] for p in ranked[:10]]
     await ctx.sleep(0.01)
     refine = await ctx.wait_all([ctx.run({"prompt": f"refine {t['final_message']} {seed:.6f}"},

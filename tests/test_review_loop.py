@@ -82,7 +82,7 @@ def by_id(result):
 
 
 async def test_every_idea_ends_as_its_reviews_tests_and_evaluation_say(tmp_path):
-    engine, state, runner = await run(tmp_path)
+    _engine, state, runner = await run(tmp_path)
     s = state.strategies["s1"]
     assert s.status == "success", s.error
     out = by_id(s.result)

@@ -202,7 +202,7 @@ def _strategy_sections(model: RunModel, s: Summary, mode: str, width: int, avail
         needs.append(-(-n // per_row) * card_h if n else 1)
     rows = _share(needs, budget, card_h)
     out: list[RenderableType] = []
-    for sid, lines in zip(shown, rows):
+    for sid, lines in zip(shown, rows, strict=True):
         out.append(_section(model, _strategy(model, sid), by_sid.get(sid, []), mode, per_row, inner, lines, now))
     if hidden:
         status = Counter(_strategy(model, sid).status for sid in hidden)

@@ -182,19 +182,19 @@ class Agent:
             # to the file as it was at the task's base commit.
             done = text is not None and text == self._after_one_execution(rel, first)
             if done:
-                out, err = "", False
+                err = False
                 if git(self.cwd, "status", "--porcelain", "--", rel).stdout.strip():
-                    out, err = self.commit(f"sim: {first}")
+                    _out, err = self.commit(f"sim: {first}")
             elif lines is not None:
                 n = len(lines)
-                out, err = self.write(rel, f"revision {n + 1}: {self.h[:16]}\n", append=True)
+                _out, err = self.write(rel, f"revision {n + 1}: {self.h[:16]}\n", append=True)
             else:
                 self.em.text(f"I'll record the task in {rel}.")
-                out, err = self.write(rel, f"sim-agent output for prompt {self.h}\ntask: {first}\n")
+                _out, err = self.write(rel, f"sim-agent output for prompt {self.h}\ntask: {first}\n")
             if done:
                 did = f" Wrote {rel} and committed it." if not err else f" Wrote {rel} (commit failed)."
             elif not err:
-                out, err = self.commit(f"sim: {first}")
+                _out, err = self.commit(f"sim: {first}")
                 did = f" Wrote {rel} and committed it." if not err else f" Wrote {rel} (commit failed)."
             else:
                 did = f" Could not write {rel}."

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -64,10 +65,8 @@ def parse_claude(argv: list[str], a: Args) -> None:
                 elif name in ("--resume", "-r"):
                     a.resume = val
                 elif name == "--max-turns":
-                    try:
+                    with contextlib.suppress(ValueError):
                         a.max_turns = int(val)
-                    except ValueError:
-                        pass
                 elif name == "--permission-mode":
                     a.permission_mode = val
                 elif name == "--json-schema":

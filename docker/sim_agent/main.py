@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -216,10 +217,8 @@ def run_step(a: Args, em, agent: Agent, verb: str, arg: str) -> None:
             agent.prints.append(arg)
         return
     elif verb == "sleep":
-        try:
+        with contextlib.suppress(ValueError, IndexError):
             time.sleep(max(0.0, float(arg.split()[0])))
-        except (ValueError, IndexError):
-            pass
         return
     elif verb == "fail":
         code_s, _, msg = arg.partition(" ")

@@ -41,6 +41,6 @@ async def plan_then_fan_out(prompt, base_branch, ctx, *,
     return {
         "steps": [{"title": s["title"], "branch": (by_key[h.key]["artifact"]["branch_final"]
                                                    if h.key in by_key else None)}
-                  for s, h in zip(steps, handles)],
+                  for s, h in zip(steps, handles, strict=True)],
         "failed": [f"{f.key}: {f.error_type}" for f in failed],
     }

@@ -26,6 +26,6 @@ async def seeded_fan_out(prompt, base_branch, ctx, *,
     return {
         "picked": picked,
         "branches": {a: (by_key[h.key]["artifact"]["branch_final"] if h.key in by_key else None)
-                     for a, h in zip(picked, handles)},
+                     for a, h in zip(picked, handles, strict=True)},
         "failed": [f"{f.key}: {f.error_type}" for f in failed],
     }

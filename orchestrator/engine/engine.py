@@ -14,6 +14,7 @@ from the top. ``ctx.run`` on a key that completed returns the recorded result
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import time
@@ -506,10 +507,8 @@ def task_result_from_payload(payload: dict[str, Any]) -> dict[str, Any]:
     """
     message = payload.get("final_message", "")
     if payload.get("final_message_truncated") and payload.get("final_message_path"):
-        try:
+        with contextlib.suppress(OSError):
             message = Path(payload["final_message_path"]).read_text("utf-8")
-        except OSError:
-            pass
     return {
         "key": payload["key"],
         "instance_id": payload["instance_id"],

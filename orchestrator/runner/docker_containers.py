@@ -18,6 +18,7 @@ is retained); they are passed to each exec instead.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
@@ -161,10 +162,8 @@ class DockerHost:
         client = await self.client()
 
         def _stop():
-            try:
+            with contextlib.suppress(docker.errors.NotFound):
                 client.api.stop(name, timeout=max(0, int(timeout)))
-            except docker.errors.NotFound:
-                pass
 
         await self.call(f"stop container {name}", _stop)
 
@@ -174,10 +173,8 @@ class DockerHost:
         client = await self.client()
 
         def _rm():
-            try:
+            with contextlib.suppress(docker.errors.NotFound):
                 client.api.remove_container(name, force=True)
-            except docker.errors.NotFound:
-                pass
 
         await self.call(f"remove container {name}", _rm)
 
@@ -498,10 +495,8 @@ async def remove_run_volumes(run_id: str, *, host: DockerHost | None = None) -> 
     client = await host.client()
 
     def _rm(name: str) -> None:
-        try:
+        with contextlib.suppress(docker.errors.NotFound):
             client.api.remove_volume(name, force=True)
-        except docker.errors.NotFound:
-            pass
 
     for name in names:
         await host.call(f"remove volume {name}", _rm, name)

@@ -20,6 +20,7 @@ fresh one in the same workspace, once.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import os
@@ -603,7 +604,7 @@ class DockerRunner:
             await anyio.sleep(watchdog.WATCH_INTERVAL_S)
             looks += 1
             walk = looks % watchdog.WORKSPACE_EVERY == 0
-            reason = await anyio.to_thread.run_sync(lambda: watchdog.check(probe, workspace=walk))
+            reason = await anyio.to_thread.run_sync(functools.partial(watchdog.check, probe, workspace=walk))
             if reason:
                 tripped.append(reason)
                 self._live_agents.discard(request.container_name)  # killed, not given a grace to save a session

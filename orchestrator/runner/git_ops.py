@@ -114,7 +114,7 @@ def validate_repository(repo_path: str | os.PathLike[str], base_branch: str, *,
         raise PreflightError(str(exc)) from exc
     if proc.returncode != 0:
         raise PreflightError(f"not a git repository: {path}")
-    git_dir_s, bare_s = (proc.stdout.splitlines() + ["", ""])[:2]
+    git_dir_s, bare_s = ([*proc.stdout.splitlines(), "", ""])[:2]
     git_dir = Path(os.path.realpath(git_dir_s))
     if bare_s.strip() == "true":
         top = git_dir
