@@ -160,7 +160,7 @@ class EventLog:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             # Unbuffered: a failed write leaves nothing queued in a Python buffer
             # that a later flush or close() could append after the cut below.
-            fh = open(self.path, "ab+", buffering=0)
+            fh = open(self.path, "ab+", buffering=0)  # noqa: SIM115  (held open for the log's lifetime; close() closes it)
             size = fh.seek(0, os.SEEK_END)
             if size:
                 # A crash can leave a torn last line; cut it so every line we
@@ -394,7 +394,7 @@ async def _wakeups(directory: Path, poll_interval: float, stop: anyio.Event | No
     try:
         import watchfiles
 
-        if not directory.exists():
+        if not await anyio.Path(directory).exists():
             raise FileNotFoundError(directory)
         async for _ in watchfiles.awatch(directory, stop_event=stop, debounce=5, step=5,
                                          yield_on_timeout=True,

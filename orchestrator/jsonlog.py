@@ -63,7 +63,7 @@ class ComponentLog:
         self.dropped = 0  # lines lost to write errors (disk full) since the last good write
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._fh = open(self.path, "ab", buffering=0)
+            self._fh = open(self.path, "ab", buffering=0)  # noqa: SIM115  (held open for the log's lifetime)
             self._size = self._fh.tell()
 
     def _rotate(self) -> None:
@@ -82,7 +82,7 @@ class ComponentLog:
                 os.replace(self.path, self.path.with_name(f"{self.path.name}.1"))
         except OSError:
             pass  # keep appending to the same file rather than lose lines
-        self._fh = open(self.path, "ab", buffering=0)
+        self._fh = open(self.path, "ab", buffering=0)  # noqa: SIM115  (held open until the next rotation)
         self._size = self._fh.tell()
 
     def log(self, level: str, message: str, **fields: Any) -> None:

@@ -243,7 +243,7 @@ async def _prepare(args, loaded: LoadedConfig, docker: _EarlyCheck) -> Prepared:
     base_params = dict(config.strategy.get(strategy.name, {}))
     base_params.update(config.params)
     params = parse_params(strategy, args.params, base=base_params)
-    repo = str(Path(args.repo or ".").absolute())
+    repo = str(await anyio.Path(args.repo or ".").absolute())
     base_branch = config.orchestration.base_branch
     warnings: list[str] = []
     dirs = RunDirs.from_env()
@@ -286,7 +286,7 @@ async def start(args) -> int:
         runs=prep.runs, repo_path=prep.repo, base_branch=prep.base_branch, model=prep.model,
         plugin=prep.plugin_name, docker_image=prep.image, max_parallel=prep.max_parallel, dry_run=prep.dry_run,
         mode=prep.mode, config=redacted(prep.config),
-        config_file=str(Path(args.config).absolute()) if args.config else None,
+        config_file=str(await anyio.Path(args.config).absolute()) if args.config else None,
         cli_overrides=_cli_overrides(args), structured_outputs=True)
     write_manifest(dirs, manifest)
     return await execute(prep, dirs, manifest, resume_fresh=False)
@@ -357,7 +357,7 @@ async def resume(args) -> int:
         raise UsageError(f"run {manifest.run_id} is being written by a live process; wait for it or stop it first")
     # Today's configuration from the same sources as at the start (same file, same
     # flags): it differs from the recorded one only where something changed since.
-    config_file = manifest.config_file if manifest.config_file and Path(manifest.config_file).exists() else None
+    config_file = manifest.config_file if manifest.config_file and await anyio.Path(manifest.config_file).exists() else None
     current = load_config(config_file=config_file,
                           cli_overrides=deep_merge(manifest.cli_overrides, _cli_overrides(args)))
     default_sanitizer().add_secrets(v for k, v in current.environ.items() if k in SECRET_ENV_VARS)

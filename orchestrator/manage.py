@@ -261,7 +261,9 @@ async def clean_containers(dry_run: bool, force: bool, config_file: str | None =
     if dry_run:
         return 0
     if not force and sys.stdin.isatty():
-        answer = input(f"Remove {len(victims)} container(s)? [y/N] ")
+        # Blocking is fine: nothing else runs yet, and a worker thread blocked in
+        # input() would keep Ctrl+C from ending the prompt.
+        answer = input(f"Remove {len(victims)} container(s)? [y/N] ")  # noqa: ASYNC250
         if answer.strip().lower() not in ("y", "yes"):
             print("nothing removed")
             return 0

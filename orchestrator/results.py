@@ -124,7 +124,7 @@ def _short_key(key: str) -> str:
 def fmt_duration(seconds: float) -> str:
     if seconds < 10:
         return f"{seconds:.1f}s"
-    seconds = int(round(seconds))
+    seconds = round(seconds)
     if seconds < 60:
         return f"{seconds}s"
     m, s = divmod(seconds, 60)

@@ -48,7 +48,9 @@ def script(calls):
 
 
 async def main(out: Path, calls_path: Path) -> None:
-    with open(calls_path, "a") as calls:
+    # The scripted runner appends to it synchronously, as it would to a log; this
+    # worker only exists to be killed, nothing else shares its loop.
+    with open(calls_path, "a") as calls:  # noqa: ASYNC230
         runner = ScriptedRunner(script(calls), delay=lambda req: (int(short8(req.task_key), 16) % 60 + 20) / 1000)
         engine = Engine(make_config(out, max_parallel=8), runner)
         await engine.run(pipeline, prompt="p", params={}, runs=2)

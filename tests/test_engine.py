@@ -288,7 +288,7 @@ async def test_long_final_message_is_truncated_with_full_text_on_disk(tmp_path):
     ev = next(e for e in read_events(engine.paths.events) if e.type == "task.completed")
     assert ev.payload["final_message_truncated"] is True
     assert len(ev.payload["final_message"].encode()) <= 65536
-    assert open(ev.payload["final_message_path"], encoding="utf-8").read() == big
+    assert await anyio.Path(ev.payload["final_message_path"]).read_text(encoding="utf-8") == big
     assert state.strategies["s1"].result == 40000
 
 

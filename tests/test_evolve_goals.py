@@ -110,7 +110,7 @@ def test_limits_and_missing_file_are_config_errors(tmp_path):
         prepare({"goals": "GOALS.yaml", "max_cost_usd": 0}, str(tmp_path))
     with pytest.raises(ConfigError, match="retry_backoff_s must be a number >= 0"):
         prepare({"goals": "GOALS.yaml", "retry_backoff_s": -5}, str(tmp_path))
-    with pytest.raises(ConfigError, match="nope.yaml: goals file not found"):
+    with pytest.raises(ConfigError, match=r"nope\.yaml: goals file not found"):
         prepare({"goals": "nope.yaml"}, str(tmp_path))
     with pytest.raises(ConfigError, match="needs -S goals="):
         prepare({}, str(tmp_path))

@@ -333,7 +333,6 @@ def test_suffix_idempotency_with_provenance(host, tmp_path):
 
 def test_suffix_without_matching_provenance_creates_next(host, tmp_path):
     ws = make_ws(host, tmp_path / "ws", changes=True)
-    head = ws_head(ws)
     git(host, "branch", "b", "main~1")
     land(host, ws, "b_2")  # same HEAD, but no note: not ours
     kw = dict(branch_name="b", task_key="k", run_id="r", import_conflict_policy="suffix")
@@ -447,7 +446,7 @@ def test_workspace_gitfile_is_refused(host, tmp_path):
     ws = tmp_path / "ws"
     ws.mkdir()
     (ws / ".git").write_text(f"gitdir: {host / '.git'}\n")
-    with pytest.raises(GitError, match="no .git directory"):
+    with pytest.raises(GitError, match=r"no \.git directory"):
         _import_branch_sync(host, ws, branch_name="x", task_key="k", run_id="r")
 
 

@@ -297,12 +297,11 @@ class Engine:
                     result = await self.runner.run(
                         request, on_event=lambda ev: self._on_runner_event(sid, key, inst, ev))
                 except anyio.get_cancelled_exc_class():
-                    if started:
-                        with anyio.CancelScope(shield=True):
-                            payload = {"key": key, "instance_id": inst}
-                            if key in self._live_sessions:
-                                payload["session_id"] = self._live_sessions[key]
-                            self.emit(E.TASK_INTERRUPTED, sid, payload, key=key)
+                    if started:  # (no await here: the cancellation cannot interrupt the record)
+                        payload = {"key": key, "instance_id": inst}
+                        if key in self._live_sessions:
+                            payload["session_id"] = self._live_sessions[key]
+                        self.emit(E.TASK_INTERRUPTED, sid, payload, key=key)
                     raise
                 except RunnerError as exc:
                     result = RunnerResult(status="failed", instance_id=inst, error_type=exc.category,

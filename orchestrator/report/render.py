@@ -42,7 +42,7 @@ def _secs(v: float | None) -> str:
         return "–"
     if v < 60:
         return f"{v:.1f}s"
-    m, s = divmod(int(round(v)), 60)
+    m, s = divmod(round(v), 60)
     return f"{m}m {s:02d}s" if m < 60 else f"{m // 60}h {m % 60:02d}m"
 
 

@@ -156,7 +156,8 @@ class DockerHost:
 
         return await self.call(f"inspect image {image}", _get)
 
-    async def stop(self, name: str, *, timeout: float = 2) -> None:
+    # `timeout` is Docker's grace period before SIGKILL, not a deadline for this call.
+    async def stop(self, name: str, *, timeout: float = 2) -> None:  # noqa: ASYNC109
         import docker.errors
 
         client = await self.client()
@@ -427,7 +428,9 @@ def shared_host() -> DockerHost:
     return _shared_host
 
 
-async def docker_available(*, timeout: float = 3.0) -> tuple[bool, str]:
+# `timeout` is docker-py's socket timeout inside the worker thread: a cancel scope
+# cannot interrupt a blocking call in a thread.
+async def docker_available(*, timeout: float = 3.0) -> tuple[bool, str]:  # noqa: ASYNC109
     """Fast pre-flight check: can we reach the Docker daemon? Returns (ok, message)."""
     def _ping():
         client = default_client_factory(timeout=max(1, int(timeout)))
@@ -464,7 +467,8 @@ async def list_containers(run_id: str | None = None, *, host: DockerHost | None 
              "status": r.get("State"), "created": r.get("Created")} for r in rows]
 
 
-async def stop_run_containers(run_id: str, *, timeout: float = 2, host: DockerHost | None = None) -> int:
+# `timeout` is Docker's grace period before SIGKILL, not a deadline for this call.
+async def stop_run_containers(run_id: str, *, timeout: float = 2, host: DockerHost | None = None) -> int:  # noqa: ASYNC109
     """Stop every running container of ``run_id`` in parallel; returns how many were stopped."""
     host = host or shared_host()
     running = [c["name"] for c in await list_containers(run_id, host=host) if c["status"] == "running"]
