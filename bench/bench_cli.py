@@ -100,7 +100,8 @@ def main() -> None:
         cases = {
             "1 task": [*base, "SIM: write a.txt hi\nSIM: commit a"],
             "20 tasks, --max-parallel 20": [*base, "SIM: write a.txt hi\nSIM: commit a", "--runs", "20", "--max-parallel", "20"],
-            "best-of-n n=5, --max-parallel 10": [*base, "add a greeting", "--strategy", "best-of-n", "-S", "n=5", "--max-parallel", "10", "--dry-run"],
+            "best-of-n n=5, --max-parallel 10": [*base, "add a greeting", "--strategy", "best-of-n", "-S", "n=5",
+                                                 "--max-parallel", "10", "--dry-run"],
         }
         for name, cmd in cases.items():
             times = []

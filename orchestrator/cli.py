@@ -92,8 +92,10 @@ def build_parser() -> argparse.ArgumentParser:
     mgmt.add_argument("--list-runs", action="store_true", help="list runs with their status")
     mgmt.add_argument("--show-run", metavar="RUN_ID", help="show a run's details and summary")
     mgmt.add_argument("--follow", action="store_true", help="with --show-run: live dashboard of the run")
-    mgmt.add_argument("--html", action="store_true", help="with --show-run: rebuild results/RUN_ID/report.html from the event log and print its path")
-    mgmt.add_argument("--open", dest="open_report", action="store_true", help="with --show-run --html: open the report in a browser")
+    mgmt.add_argument("--html", action="store_true",
+                      help="with --show-run: rebuild results/RUN_ID/report.html from the event log and print its path")
+    mgmt.add_argument("--open", dest="open_report", action="store_true",
+                      help="with --show-run --html: open the report in a browser")
     mgmt.add_argument("--cleanup-run", metavar="RUN_ID", help="remove a run's containers, volumes, workspaces and state")
     mgmt.add_argument("--clean-containers", action="store_true", help="remove stopped orchestrator containers past retention")
     mgmt.add_argument("--dry-run-clean", dest="clean_dry_run", action="store_true", help=argparse.SUPPRESS)

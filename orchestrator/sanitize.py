@@ -75,7 +75,9 @@ class Sanitizer:
     @classmethod
     def from_environ(cls, environ: dict[str, str] | None = None) -> Sanitizer:
         environ = dict(os.environ if environ is None else environ)
-        values = [v for k, v in environ.items() if k in SECRET_ENV_VARS or (_SECRET_NAME.search(k) and k.startswith(("ORCHESTRATOR_", "ANTHROPIC_", "OPENAI_", "CLAUDE_")))]
+        prefixes = ("ORCHESTRATOR_", "ANTHROPIC_", "OPENAI_", "CLAUDE_")
+        values = [v for k, v in environ.items()
+                  if k in SECRET_ENV_VARS or (_SECRET_NAME.search(k) and k.startswith(prefixes))]
         return cls(values)
 
     def add_secrets(self, secrets: Iterable[str]) -> None:

@@ -51,11 +51,15 @@ async def evolve(prompt, base_branch, ctx, *,
                  max_cycles: Annotated[int, "stop after this many cycles"] = 10,
                  bisect_on_regression: Annotated[bool, "on a regression keep the fixes that break nothing"] = False,
                  quarantine_after: Annotated[int, "rolled-back fixes before a goal is quarantined"] = 3,
-                 recheck: Annotated[int, "re-runs of a check that newly fails on a wave before it counts as a regression (0: believe one run)"] = 1,
-                 max_failed_waves: Annotated[int, "waves in a row in which every fix task failed (quota, outage) before the run stops"] = 3,
+                 recheck: Annotated[int, "re-runs of a check that newly fails on a wave before it counts as a "
+                                         "regression (0: believe one run)"] = 1,
+                 max_failed_waves: Annotated[int, "waves in a row in which every fix task failed (quota, outage) "
+                                                  "before the run stops"] = 3,
                  retry_backoff_s: Annotated[float, "wait before retrying after such a wave; doubles each time"] = 60.0,
-                 max_cost_usd: Annotated[float | None, "start no new task once the run's tasks cost this many US dollars (null: no limit)"] = None,
-                 max_wall_s: Annotated[float | None, "start no new task once the run is this many seconds old (null: no limit)"] = None,
+                 max_cost_usd: Annotated[float | None, "start no new task once the run's tasks cost this many US "
+                                                       "dollars (null: no limit)"] = None,
+                 max_wall_s: Annotated[float | None, "start no new task once the run is this many seconds old "
+                                                     "(null: no limit)"] = None,
                  keep_branches: Annotated[bool, "keep the fix, merge and resolve branches instead of deleting them"] = False):
     """Keep a set of measurable goals passing: fix failing ones in parallel waves, revert regressions."""
     goal_list = goals_from_param(goals)

@@ -338,9 +338,9 @@ def prepare(params: dict[str, Any], repo_path: str) -> dict[str, Any]:
         if params.get(name, 0) < 0:
             raise ConfigError(f"-S {name} must be >= 0")
     paths = params.get("protected_paths")
-    if paths is not None and (not isinstance(paths, list) or not all(isinstance(p, str) and p and not p.startswith("/")
-                                                                      and ".." not in p and not any(c.isspace() or c in "*?[" for c in p)
-                                                                      for p in paths)):
+    if paths is not None and (not isinstance(paths, list) or not all(
+            isinstance(p, str) and p and not p.startswith("/") and ".." not in p
+            and not any(c.isspace() or c in "*?[" for c in p) for p in paths)):
         raise ConfigError('-S protected_paths must be a JSON list of repository-relative paths, e.g. ["bench.py", "bench/"]')
     return dict(params)
 
@@ -357,7 +357,8 @@ async def tree_beam(prompt, base_branch, ctx, *,
                     confirm_pairs: Annotated[int, "paired parent/candidate runs confirming a promotion (0 = none)"] = 10,
                     confidence: Annotated[float, "confidence of the intervals (two-sided)"] = 0.9,
                     eval_parallel: Annotated[int, "evaluations running at once (apart from agent tasks)"] = 1,
-                    protected_paths: Annotated[list | None, "paths always measured as on the base branch (default: files the eval command names, and bench/)"] = None,
+                    protected_paths: Annotated[list | None, "paths always measured as on the base branch (default: "
+                                                            "files the eval command names, and bench/)"] = None,
                     ideas_per_node: Annotated[int, "ideas generated per expanded node"] = 5,
                     max_depth: Annotated[int, "maximum tree depth"] = 3,
                     beam_width: Annotated[int, "nodes kept per depth across the whole frontier"] = 2,

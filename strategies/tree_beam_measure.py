@@ -92,7 +92,8 @@ def measure_command(eval_command: str, runs: list[tuple[str, str]], *, root: str
         "prep() {",
         "  d=\"$W/$1\"",
         "  c=$(resolve \"$2\") || exit 3",
-        "  $G clone -q --shared --no-checkout /workspace \"$d\" >/dev/null 2>&1 || { echo \"cannot clone /workspace\" >&2; exit 3; }",
+        "  $G clone -q --shared --no-checkout /workspace \"$d\" >/dev/null 2>&1"
+        " || { echo \"cannot clone /workspace\" >&2; exit 3; }",
         "  $G -C \"$d\" checkout -q --detach \"$c\" || { echo \"cannot check out $c\" >&2; exit 3; }",
         "  if [ -n \"$PROT\" ]; then",
         "    changed=$($G -C \"$d\" diff --name-only \"$ROOT\" \"$c\" -- $PROT | tr '\\n' ' ')",
@@ -281,7 +282,8 @@ def paired_change(runs: Runs, scoring: ScoringConfig, confidence: float) -> dict
     name = scoring.primary_metric
     p = [e.metrics.get(name) for e in runs.by_label.get("p", [])]
     c = [e.metrics.get(name) for e in runs.by_label.get("c", [])]
-    pairs = [(a, b) for a, b in zip(p, c, strict=False) if a is not None and b is not None and math.isfinite(a) and math.isfinite(b)]
+    pairs = [(a, b) for a, b in zip(p, c, strict=False)
+             if a is not None and b is not None and math.isfinite(a) and math.isfinite(b)]
     if not pairs or len(pairs) != len(p) or len(p) != len(c):
         return None
     return interval(relative_changes([a for a, _ in pairs], [b for _, b in pairs], scoring.direction), confidence)

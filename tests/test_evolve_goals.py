@@ -63,7 +63,8 @@ BAD = [
     ("writes: 3", "GOALS.yaml: goal 'lint-clean': field 'writes' must be a non-empty list of glob strings"),
     ("metric: {direction: up, threshold: 1}", "GOALS.yaml: goal 'lint-clean': field 'metric.direction' must be"),
     ("metric: {direction: lower}", "GOALS.yaml: goal 'lint-clean': field 'metric.threshold' must be a number"),
-    ("metric: {direction: lower, threshold: 1, tolerance: -1}", "GOALS.yaml: goal 'lint-clean': field 'metric.tolerance' must be a number >= 0"),
+    ("metric: {direction: lower, threshold: 1, tolerance: -1}",
+     "GOALS.yaml: goal 'lint-clean': field 'metric.tolerance' must be a number >= 0"),
     ("metric: {direction: lower, threshold: 1, key: x}", "GOALS.yaml: goal 'lint-clean': field 'metric.key' is unknown"),
     ("wieght: 3", "GOALS.yaml: goal 'lint-clean': unknown field 'wieght'"),
 ]

@@ -194,7 +194,10 @@ def test_build_command_shapes():
     assert PLUGIN.build_command(request(), resume_session_id="01a2-t") == [*BASE, "resume", "01a2-t", "fix the bug"]
     custom = PLUGIN.build_command(request(), resume_session_id=None,
                                   auth=AuthConfig(openai_api_key="k", openai_base_url="http://llm:8000/v1"))
-    assert custom == [*BASE, "-c", "model_provider=orc", "-c", 'model_providers.orc={name="orc",base_url="http://llm:8000/v1",' 'env_key="OPENAI_API_KEY",wire_api="responses",request_max_retries=2,stream_max_retries=2}', "fix the bug"]
+    assert custom == [*BASE, "-c", "model_provider=orc", "-c",
+                      'model_providers.orc={name="orc",base_url="http://llm:8000/v1",'
+                      'env_key="OPENAI_API_KEY",wire_api="responses",request_max_retries=2,stream_max_retries=2}',
+                      "fix the bug"]
     via_env = PLUGIN.build_command(request(env={"OPENAI_BASE_URL": "http://llm:8000/v1"}), resume_session_id=None)
     assert via_env == custom
     assert PLUGIN.build_command(request(prompt="-x"), resume_session_id=None)[-2:] == ["--", "-x"]

@@ -60,7 +60,8 @@ def run_one(tmp_path, repo, prompt, *, timeout=120, **env_extra):
     return result, run_id
 
 
-OOM_PY = ("import os\\np = os.getppid()\\nwhile p > 1:\\n    try:\\n        open(f'/proc/{p}/oom_score_adj', 'w').write('1000')\\n"
+OOM_PY = ("import os\\np = os.getppid()\\nwhile p > 1:\\n    try:\\n"
+          "        open(f'/proc/{p}/oom_score_adj', 'w').write('1000')\\n"
           "    except OSError:\\n        pass\\n    p = int(open(f'/proc/{p}/stat').read().rsplit(')', 1)[1].split()[1])\\n"
           "x = bytearray(512 * 1024 * 1024)\\nprint('allocated', len(x))\\n")
 

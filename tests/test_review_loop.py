@@ -158,7 +158,8 @@ def snapshot_tree(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-@pytest.mark.parametrize("hang_on", [("02-fixme/review/round-2/attempt-1",), ("01-good/eval", "06-repaired/review/round-1/attempt-2")])
+@pytest.mark.parametrize("hang_on", [("02-fixme/review/round-2/attempt-1",),
+                                     ("01-good/eval", "06-repaired/review/round-1/attempt-2")])
 async def test_interrupt_mid_review_or_mid_evaluation_then_resume(tmp_path, hang_on):
     ref_engine, ref_state, _ = await run(tmp_path / "ref")
 

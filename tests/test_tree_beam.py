@@ -127,7 +127,8 @@ async def test_two_depths_exact_gates_beam_ties_nan_and_failures(tmp_path):
         "e0001": "idea A", "e0002": "idea T", "e0003": "idea C", "e0004": "idea INC", "e0005": "idea B",
         "e0006": "idea FAILIMPL", "e0007": "idea NANREC", "e0008": "idea D", "e0009": "idea FAILEVAL",
         "e0010": "idea B"}
-    assert res["tree"]["depths"][1]["duplicates"] == [{"node": "n1", "title": "idea A", "hash": idea_hash("idea A", "FEATURE: A")}]
+    assert res["tree"]["depths"][1]["duplicates"] == [
+        {"node": "n1", "title": "idea A", "hash": idea_hash("idea A", "FEATURE: A")}]
     decisions = {e: (r["decision"]["passed_gate"], r["decision"]["promotion_reason"], r["decision"]["rank_score"])
                  for e, r in ev.items()}
     assert decisions == {

@@ -29,7 +29,8 @@ def default_answer(prompt: str, h: str, did: str) -> str:
         score = n_hash % 11
         return json.dumps({
             "score": score,
-            "rationale": f"Simulated review {h[:8]}: the change is {'solid' if score >= 7 else 'acceptable' if score >= 4 else 'weak'} "
+            "rationale": f"Simulated review {h[:8]}: the change is "
+                         f"{'solid' if score >= 7 else 'acceptable' if score >= 4 else 'weak'} "
                          f"(deterministic score {score}/10 derived from the prompt hash).",
         })
     if "json" in lower and "idea" in lower:

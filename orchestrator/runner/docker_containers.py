@@ -46,7 +46,8 @@ PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_prox
 
 # Spec §3.7 Docker patterns. Every daemon error message starts with "Error
 # response from daemon", so that phrase is removed before matching "daemon".
-_TRANSIENT = re.compile(r"(?i)connection refused|no such host|timeout|timed out|daemon|cannot connect|connection reset|ECONNREFUSED|ETIMEDOUT|ENETUNREACH")
+_TRANSIENT = re.compile(r"(?i)connection refused|no such host|timeout|timed out|daemon|cannot connect|connection reset"
+                        r"|ECONNREFUSED|ETIMEDOUT|ENETUNREACH")
 _DAEMON_PREFIX = re.compile(r"(?i)error response from daemon")
 
 DOCKER_START_HINT = (
