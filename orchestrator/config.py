@@ -247,6 +247,7 @@ def _env_to_dict(env: dict[str, str], source: str) -> dict[str, Any]:
     for name, raw in env.items():
         if not name.startswith("ORCHESTRATOR_") or name in PATH_VARS:
             continue
+        path: tuple[str, ...]
         if name in ALIASES:
             path = ALIASES[name]
         else:

@@ -14,6 +14,7 @@ lands mid-line, and ignore a torn last line until its newline arrives.
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import socket
 import sys
@@ -144,7 +145,7 @@ class EventLog:
         self.max_batch = max_batch
         self.sanitizer = sanitizer
         self._lock = WriterLock(self.path.with_name(self.path.name + LOCK_SUFFIX))
-        self._fh = None
+        self._fh: io.FileIO | None = None
         self._buffer: list[bytes] = []
         self._end = 0  # offset after the last appended (not necessarily written) byte
         self._durable = 0  # offset up to which the file is fsynced
@@ -192,7 +193,8 @@ class EventLog:
             with anyio.CancelScope(shield=True):
                 with contextlib.suppress(OSError):  # already recorded; the run reports the failed write
                     await self._write_locked()
-            self._fh.close()
+            if self._fh is not None:
+                self._fh.close()
             self._lock.release()
         return False
 
@@ -252,6 +254,7 @@ class EventLog:
         if not batch:
             return
         fh = self._fh
+        assert fh is not None, "event log is not open"
         chunks = batch if self.flush_policy == "per_event" else [b"".join(batch)]
         try:
             for data in chunks:

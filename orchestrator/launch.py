@@ -17,7 +17,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import anyio
 import msgspec
@@ -595,10 +595,14 @@ async def _write_report(dirs: RunDirs, manifest: RunManifest, module, olog: Comp
         return None
 
 
-def _first_leaf(group: BaseException) -> BaseException:
-    while isinstance(group, BaseExceptionGroup):
-        group = group.exceptions[0]
-    return group
+_E = TypeVar("_E", bound=BaseException)
+
+
+def _first_leaf(group: BaseExceptionGroup[_E]) -> _E:
+    leaf: BaseException = group
+    while isinstance(leaf, BaseExceptionGroup):
+        leaf = leaf.exceptions[0]
+    return cast(_E, leaf)  # every leaf of the group is an _E
 
 
 async def _storage_stop(err: OSError, dirs: RunDirs, manifest: RunManifest, olog: ComponentLog) -> int:

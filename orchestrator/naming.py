@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from typing import Any
 
 import rfc8785
 
@@ -23,7 +24,7 @@ def short8(value: str) -> str:
     return sha256_hex(value)[:8]
 
 
-def jcs_sha256(obj: object) -> str:
+def jcs_sha256(obj: Any) -> str:
     """SHA-256 hex of the RFC 8785 (JCS) encoding of ``obj``."""
     return hashlib.sha256(rfc8785.dumps(obj)).hexdigest()
 

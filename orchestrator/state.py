@@ -157,7 +157,7 @@ class TaskTable(MutableMapping[str, TaskState]):
             raise KeyError(key)
         return task
 
-    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+    def get(self, key: str, default: Any = None) -> Any:
         task = self._lookup(key)
         return default if task is None else task
 
@@ -268,8 +268,8 @@ class RunState(msgspec.Struct, kw_only=True):
     schema: int = 2
 
     def __post_init__(self) -> None:
-        if not isinstance(self.tasks, TaskTable):
-            self.tasks = TaskTable(dict(self.tasks))
+        if not isinstance(self.tasks, TaskTable):  # a caller or a decoder passed a plain dict
+            self.tasks = TaskTable(dict(self.tasks))  # type: ignore[unreachable]
 
     # -- convenience views
     def unfinished(self) -> list[TaskState]:

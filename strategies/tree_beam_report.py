@@ -24,7 +24,7 @@ import html
 import json
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 COLOURS = {"root": "#9e9e9e", "promoted": "#2e7d32", "below_beam": "#f9a825", "gate_failed": "#c62828",
            "failed": "#424242", "pending": "#e0e0e0"}
@@ -127,7 +127,7 @@ def summary_markdown(tree: dict[str, Any]) -> str:
 
 def _change(check: dict[str, Any] | None) -> str:
     change = (check or {}).get("change")
-    if not change:
+    if not change or check is None:  # (a change comes only from a check)
         return "-" if not check else f"({check.get('reason')})"
     pairs = check.get("pairs") or change.get("n")
     return (f"{100 * change['mean']:+.2f}% [{100 * change['low']:+.2f}%, {100 * change['high']:+.2f}%]"
@@ -234,7 +234,7 @@ def validate_tree(tree: dict[str, Any] | str | Path, repo_path: str | Path) -> l
     frontiers and promotions must agree with each other and with the evaluations.
     """
     if not isinstance(tree, dict):
-        tree = json.loads(Path(tree).read_text("utf-8"))
+        tree = cast(dict[str, Any], json.loads(Path(tree).read_text("utf-8")))
     problems: list[str] = []
     nodes = {n["id"]: n for n in tree["nodes"]}
     evals = {r["id"]: r for r in tree["evaluations"]}

@@ -165,6 +165,7 @@ class Engine:
     async def snapshot(self) -> None:
         """Write state.json (primary + duplicate) for events that are durable."""
         data = encode_snapshot(self.state)  # no await before this: a consistent fold
+        assert self._log is not None, "engine is not running"
         await self._log.flush()  # the snapshot never points past the durable log
         await anyio.to_thread.run_sync(write_snapshot_bytes, data, self.paths.snapshots)
 
@@ -325,8 +326,8 @@ class Engine:
         A session the runner gave up (workspace gone, session unreadable) is
         recorded as ``null`` with the reason.
         """
-        if not isinstance(event, dict):
-            return
+        if not isinstance(event, dict):  # a plugin's callback is not type-checked
+            return  # type: ignore[unreachable]
         etype = event.get("type")
         if etype == "runner.session.reset":
             self._live_sessions.pop(key, None)
@@ -335,7 +336,9 @@ class Engine:
                                                 "reason": event.get("reason"), "detail": event.get("detail"),
                                                 "previous_session_id": event.get("previous_session_id")}, key=key)
             return
-        data = event.get("data") if isinstance(event.get("data"), dict) else {}
+        data = event.get("data")
+        if not isinstance(data, dict):
+            data = {}
         sid_value = event.get("session_id") or data.get("session_id")
         if isinstance(sid_value, str) and sid_value:
             self._live_sessions[key] = sid_value
@@ -378,6 +381,7 @@ class Engine:
         if len(data) <= limit:
             return message, False, ""
         path = self.paths.final_messages / f"k{short8(key)}.txt"
+        assert self._log is not None, "engine is not running"
         scrub = self._log.sanitizer.scrub_text if self._log.sanitizer else (lambda s: s)
 
         def write() -> str:

@@ -141,7 +141,7 @@ def _scrub_struct(section: Any, scrub: Any) -> Any:
 
     if isinstance(section, InvalidSection):
         return InvalidSection(title=scrub(section.title), problem=scrub(section.problem))
-    return msgspec.convert(scrub(msgspec.to_builtins(section)), Section)  # type: ignore[arg-type]
+    return msgspec.convert(scrub(msgspec.to_builtins(section)), Section)
 
 
 @lru_cache(maxsize=4)

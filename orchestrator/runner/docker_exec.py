@@ -123,7 +123,7 @@ async def run_exec(host: DockerHost, container: str, argv: list[str], *, env: di
 
     try:
         async with anyio.create_task_group() as tg:
-            if want_stdin:
+            if stdin_payload is not None:
                 tg.start_soon(lambda: anyio.to_thread.run_sync(_send_stdin, sock, stdin_payload,
                                                                abandon_on_cancel=True))
             while True:

@@ -256,15 +256,16 @@ class DockerRunner:
             # continues in the workspace it left, with its session
             workspace = git_ops.workspace_path(request.run_id, request.task_key)
             container_known = True  # from here on a failure or Ctrl+C stops the container
-            kept = None
+            kept: git_ops.WorkspaceInfo | None = None
             if request.resume_workspace:
-                kept = await anyio.to_thread.run_sync(git_ops.kept_workspace, workspace)
-                if isinstance(kept, str):
+                found = await anyio.to_thread.run_sync(git_ops.kept_workspace, workspace)
+                if isinstance(found, str):
                     # Its session refers to files that are gone: both start afresh.
                     self._emit(request, on_event, "runner.session.reset", "warn", reason="workspace_missing",
-                               detail=kept, previous_session_id=request.session_id)
+                               detail=found, previous_session_id=request.session_id)
                     request = msgspec.structs.replace(request, session_id=None, resume_workspace=False)
-                    kept = None
+                else:
+                    kept = found
             if kept is not None:
                 first, failure = await self._kept_workspace_and_container(request, kept, on_event)
             else:
