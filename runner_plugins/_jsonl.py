@@ -141,6 +141,18 @@ def as_int(value: Any) -> int:
     return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
 
 
+def dict_at(obj: dict[str, Any], key: str) -> dict[str, Any]:
+    """``obj[key]`` if it is a JSON object, else an empty one: a tool's output may lack any field."""
+    value = obj.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def list_at(obj: dict[str, Any], key: str) -> list[Any]:
+    """``obj[key]`` if it is a JSON array, else an empty one."""
+    value = obj.get(key)
+    return value if isinstance(value, list) else []
+
+
 # --- error classification (spec §3.7) -------------------------------------------------
 
 _AUTH = re.compile(
