@@ -14,6 +14,7 @@ TaskResult, so the run summary shows its branch.
 
 from __future__ import annotations
 
+import functools
 from typing import Annotated, Any, Literal
 
 from orchestrator.errors import ConfigError
@@ -86,7 +87,7 @@ async def best_of_n(prompt, base_branch, ctx, *,
             rows[i].update(status="scored", rationale=verdict["rationale"])
             scored.append((verdict["score"], i, result))
 
-    await concurrently([lambda i=i: candidate(i) for i in range(n)])
+    await concurrently([functools.partial(candidate, i) for i in range(n)])
 
     report: dict[str, Any] = {"strategy_execution_id": ctx.strategy_execution_id, "n": n, "tie_break": TIE_BREAK,
                               "candidates": rows, "selected": None}

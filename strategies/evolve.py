@@ -229,7 +229,8 @@ class _Loop:
                                                            ("c", cycle, "wave"), self.recheck)
         entry["wave_commit"] = head_of(after)
         entry["regressed"], entry["flaky"] = regressed, flaky
-        new_branch, new_measures = merged.branch, after
+        new_branch: str | None = merged.branch
+        new_measures: dict[str, Measurement] | None = after
         included = [(g, b) for g, b in wave if g.id in merged.included]
         if regressed:
             new_branch, new_measures = None, None
@@ -240,7 +241,7 @@ class _Loop:
                 blamed = list(cut.blamed)
                 self._blame(entry, cut.blamed)
                 entry["conflicts"] += [g for g in cut.conflicts if g not in entry["conflicts"]]
-                if cut.branch is not None:
+                if cut.branch is not None and cut.measures is not None:  # (set together)
                     new_branch, new_measures = cut.branch, cut.measures
                     entry["wave_commit"] = head_of(cut.measures)
                     entry["kept"] = list(cut.kept)
@@ -260,9 +261,9 @@ class _Loop:
                     others = ", ".join(o.id for o, _ in included if o.id != g.id)
                     self._note(g.id, f"cycle {cycle}: the fix ({_said(summaries[g.id])}) was reverted together "
                                      f"with the fixes for {others}: the wave broke {broke}")
-            if new_branch is None:
-                entry.update(result="reverted", reason="regression")
-                return base, measures
+        if new_branch is None or new_measures is None:  # (only a regression clears them, both together)
+            entry.update(result="reverted", reason="regression")
+            return base, measures
         gained = improvements(goals, measures, new_measures)
         if not gained:
             for g, _ in included:

@@ -13,6 +13,7 @@ Winner: highest score, then the earliest angle in ``angles``. Output:
 
 from __future__ import annotations
 
+import functools
 from typing import Annotated, Any
 
 from orchestrator.errors import ConfigError
@@ -76,7 +77,7 @@ async def plan_score_implement(prompt, base_branch, ctx, *,
             rows[i].update(status="scored", rationale=verdict["rationale"])
             scored.append((verdict["score"], i, result))
 
-    await concurrently([lambda i=i, a=a: plan(i, a) for i, a in enumerate(angles)])
+    await concurrently([functools.partial(plan, i, a) for i, a in enumerate(angles)])
     report: dict[str, Any] = {"strategy_execution_id": ctx.strategy_execution_id, "plans": rows, "selected": None,
                               "tie_break": "highest score, then the earliest angle"}
     if not scored:

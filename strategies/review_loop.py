@@ -186,7 +186,8 @@ async def review_loop(prompt, base_branch, ctx, *,
     """Plan, implement, review (with fix rounds), test and evaluate each idea; rank by score."""
     if isinstance(ideas, str):  # called without prepare (a direct call): read now
         raise ConfigError("review-loop: ideas must be loaded by prepare; pass -S ideas=PATH on the command line")
-    items = [Idea(id=i["id"], title=i["title"], text=i["text"]) for i in (ideas or [])] or \
+    loaded: list[dict[str, str]] = ideas or []  # prepare replaced the path with the ideas it read
+    items = [Idea(id=i["id"], title=i["title"], text=i["text"]) for i in loaded] or \
         [Idea(id="01-prompt", title=title_of(prompt), text=prompt)]
     scoring = ScoringConfig(primary_metric=primary_metric, direction=direction, weights=weights or {},
                             tolerance=tolerance) if eval_command and primary_metric else None

@@ -225,8 +225,9 @@ class Tree:
                 runs += cfg["eval_repeats"]
             if (r.get("confirmation") or {}).get("pairs"):
                 runs += 2 * r["confirmation"]["pairs"]
-        if ((self.best or {}).get("check") or {}).get("pairs"):
-            runs += 2 * self.best["check"]["pairs"]
+        best_check = (self.best or {}).get("check") or {}
+        if best_check.get("pairs"):
+            runs += 2 * best_check["pairs"]
         return runs
 
     def to_json(self) -> dict[str, Any]:
@@ -639,6 +640,7 @@ async def _end(tree: Tree, out, meter: Measurer, reason: str) -> dict[str, Any]:
         budget_reason = meter.ctx._budget.exhausted(meter.ctx.now() if tree.config["max_wall_s"] else 0.0)
         if meter.cfg["confirm_pairs"] == 0 or budget_reason is not None:
             # no paired check (not asked for, or no budget left): the chain of confirmed promotions is the evidence
+            assert tree.root_evaluation is not None  # the root is measured before any candidate
             change = unpaired_change(evaluation_from_json(tree.root_evaluation), evaluation_from_json(best["evaluation"]),
                                      meter.scoring, meter.cfg["confidence"])
             passed, why = decide(change, meter.scoring.tolerance, strict_better=True) if change else (True, "no_interval")

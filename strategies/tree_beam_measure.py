@@ -146,14 +146,16 @@ def parse_runs(text: str, commit: str | None = None) -> Runs:
             _i, label, rc, attempts = parts[:4]
             last = parts[4] if len(parts) > 4 else ""
             if rc != "0":
-                ev = Evaluation(status="failed", commit=commit, error=f"command: exit code {rc}: {last.strip()[:300]}")
-                out.failed.append(ev.error)
+                error = f"command: exit code {rc}: {last.strip()[:300]}"
+                ev = Evaluation(status="failed", commit=commit, error=error)
+                out.failed.append(error)
             else:
                 try:
                     ev = parse_eval_output(last, commit=commit)
                 except EvalParseError as exc:
-                    ev = Evaluation(status="failed", commit=commit, error=f"unparsable: {exc}")
-                    out.failed.append(ev.error)
+                    error = f"unparsable: {exc}"
+                    ev = Evaluation(status="failed", commit=commit, error=error)
+                    out.failed.append(error)
             if attempts != "1" and rc == "0":
                 out.flaky += 1
             out.by_label.setdefault(label, []).append(ev)
@@ -378,7 +380,7 @@ class Measurer:
         out: dict[str, Any] = {"pairs": pairs, "change": None, "passed": False, "reason": "", "error": None,
                                "flaky_runs": parsed.flaky if parsed else 0, "parent": None, "candidate": None}
         if parsed is None or error or parsed.failed:
-            out.update(reason="confirmation_failed", error=error or parsed.failed[0])
+            out.update(reason="confirmation_failed", error=error or (parsed.failed[0] if parsed else "no runs"))
             return out
         parent = summarize(parsed.by_label.get("p", []), self.cfg["confidence"])
         cand = self.pin(summarize(parsed.by_label.get("c", []), self.cfg["confidence"]))

@@ -42,6 +42,7 @@ class _Handle:
     def outcome(self) -> dict[str, Any]:
         if self.failure is not None:
             raise TaskFailed(self.key, *self.failure)
+        assert self.result is not None, "outcome() of a task that has not finished"
         return self.result
 
 
