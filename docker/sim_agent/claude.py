@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import time
+from typing import Any
 
 from .common import OUT, Args, Usage, now_iso, sha256_hex, tokens_for, uuid4_from
 
@@ -203,7 +204,7 @@ class ClaudeEmitter:
         result_block = {"tool_use_id": tool_id, "type": "tool_result", "content": output}
         if name == "Bash" or is_error:
             result_block["is_error"] = is_error
-        line = {
+        line: dict[str, Any] = {
             "type": "user",
             "message": {"role": "user", "content": [result_block]},
             "parent_tool_use_id": None,
