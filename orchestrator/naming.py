@@ -59,7 +59,7 @@ def branch_name(strategy_name: str, run_id: str, key: str) -> str:
 
 
 def ghash(session_group_key: str, *, plugin: str | None = None, model: str | None = None) -> str:
-    """Session-group hash (spec §3.4). With plugin+model it is the global-scope variant."""
+    """Session-group hash, part of the session volume's name. With plugin+model it is the global-scope variant."""
     obj: dict[str, str] = {"session_group_key": session_group_key}
     if plugin is not None and model is not None:
         obj.update(plugin=plugin, model=model)

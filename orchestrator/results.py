@@ -1,4 +1,4 @@
-"""Results export (spec §4.10, §7.6): summary.json, branches.txt, metrics.csv and the human summary.
+"""Results export: summary.json, branches.txt, metrics.csv and the human summary.
 
 Everything here is computed from the folded run state plus the manifest, so
 ``--show-run`` on a finished run prints the same summary the run printed.

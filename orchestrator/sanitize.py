@@ -1,7 +1,7 @@
 """One sanitizer for everything the product writes.
 
 Every writer (event log, component logs, state snapshots, results files) passes
-its data through :class:`Sanitizer`. It removes the spec's secret patterns and,
+its data through :class:`Sanitizer`. It removes text shaped like a secret and,
 more importantly, the exact values of every secret the process knows about
 (configured API keys and tokens), because a random token does not always look
 like one. An agent that writes a key base64-, hex- or percent-encoded gets

@@ -8,8 +8,9 @@
   discarded as it arrives, so memory stays bounded even if an agent prints
   100 MB without a newline.
 * :class:`Tail` keeps the last N bytes of a stream (stderr, plain output).
-* :func:`classify_failure` maps error text and HTTP statuses to the spec's
-  categories (§3.7 retryable patterns).
+* :func:`classify_status`, :func:`classify_api_text` and :func:`classify_crash`
+  map HTTP statuses, error text and exit codes to error
+  categories, and says whether a retry can help (rate limits, overload, 5xx).
 * :class:`SecretEnv` is a ``dict`` whose ``repr`` masks credentials.
 """
 
@@ -153,7 +154,7 @@ def list_at(obj: dict[str, Any], key: str) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
-# --- error classification (spec §3.7) -------------------------------------------------
+# --- error classification: category, and whether a retry can help --------------------
 
 _AUTH = re.compile(
     r"\b40[13]\b|unauthori[sz]ed|forbidden|authentication|invalid api key|incorrect api key|"

@@ -318,8 +318,8 @@ class ClaudeStreamParser(JsonLinesParser):
         text = result.get("result") if isinstance(result.get("result"), str) else ""
         message = text or details or final or f"claude-code reported {result.get('subtype')}"
         if result.get("subtype") == "error_max_turns" or result.get("terminal_reason") == "max_turns":
-            # The turn budget is a tool-level limit (spec §3.7 "Timeout Handling"):
-            # the task failed; retrying the same budget would fail the same way.
+            # The turn budget is a limit like a timeout: the task failed, and
+            # retrying with the same budget would fail the same way.
             return "timeout", False, message
         status = result.get("api_error_status")
         if not isinstance(status, int) and self._api_error and isinstance(self._api_error.get("status"), int):

@@ -1,8 +1,9 @@
 """best-of-n: N candidates in parallel, each scored by a read-only reviewer, the best one wins.
 
-Keys (spec §4.4): ``gen/<i>`` for candidate ``i`` (0-based) and
-``score/<instance_id>/attempt-1|2`` for its reviewer. Each candidate is scored
-as soon as it finishes, so scoring overlaps generation; the outcome never
+Keys (stable across resumes, so a finished task is never paid for twice):
+``gen/<i>`` for candidate ``i`` (0-based) and ``score/<instance_id>/attempt-1|2``
+for its reviewer. Each candidate is scored as soon as it finishes, so scoring
+overlaps generation; the outcome never
 depends on completion order because keys come from data and the winner is
 chosen by (highest score, then lowest generation index).
 

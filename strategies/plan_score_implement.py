@@ -1,6 +1,6 @@
 """plan-score-implement: plans from several angles, each scored, the best one implemented.
 
-The spec's §1.3 example. Keys: ``plan/<angle>`` (read-only planners, one per
+Keys: ``plan/<angle>`` (read-only planners, one per
 angle, in parallel), ``score-plan/<instance_id>/attempt-1|2`` (a reviewer per
 plan with one repair attempt) and ``implement/plan/<instance_id>``. The
 implementation resumes the winning planner's agent session (same

@@ -1,4 +1,4 @@
-"""The --no-tui / --json / --quiet streams: line format (spec §7.2) and following a live log."""
+"""The --no-tui / --json / --quiet streams: line format (scripts grep for it) and following a live log."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The live dashboard: renderables over a :class:`~tui.model.RunModel`, and the loops that drive it.
 
-Three loops share one model (spec §5.2): the event tail (file notifications
+Three loops share one model, so that folding events never waits for drawing: the event tail (file notifications
 through :func:`orchestrator.eventlog.subscribe`) folds events in as they land;
 a reconciliation loop reads ``state.json`` and the strategy progress files
 every 3 s; the render loop ticks at ``refresh_hz`` and only reads the model.

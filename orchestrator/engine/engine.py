@@ -73,7 +73,7 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class RetryPolicy(msgspec.Struct, frozen=True, kw_only=True):
-    """Orchestration-level retry of a task whose runner call failed to schedule or attach (spec §7.8).
+    """Orchestration-level retry of a task whose runner call failed to schedule or attach.
 
     Runner-level retries (rate limits, API errors, with session resume) happen
     inside the runner; this policy re-dispatches the whole task under the same
@@ -468,7 +468,8 @@ class Engine:
                             interval_ms=self.config.flush_interval_ms, max_batch=self.config.flush_max_batch,
                             sanitizer=sanitizer) as log:
             self._log = log
-            for task in self.state.running():  # crash inference (spec §4.9)
+            # A task the log shows running was cut off by a crash: record it as interrupted so it resumes.
+            for task in self.state.running():
                 self.emit(E.TASK_INTERRUPTED, task.strategy_execution_id,
                           {"key": task.key, "instance_id": task.instance_id, "reason": "crash"}, key=task.key)
             try:

@@ -2,7 +2,7 @@
 
 Public surface::
 
-    run_instance(prompt, repo_path, **fields) -> RunnerResult   # spec §3.2
+    run_instance(prompt, repo_path, **fields) -> RunnerResult   # one task, ad hoc or scripted
     DockerRunner(auth=..., logs_dir=...)                          # TaskRunner for orchestration
     docker_available / image_exists / container_exists / list_containers /
     stop_run_containers / remove_containers                       # helpers for orchestration

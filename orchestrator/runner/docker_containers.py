@@ -5,9 +5,9 @@ All docker-py calls are blocking, so every one of them goes through
 :class:`anyio.CapacityLimiter`. One client (one connection pool) serves all
 tasks of a process. Library errors are translated into
 :class:`~orchestrator.errors.ContainerError` here, with ``retryable`` set from
-the spec's transient patterns (§3.7).
+the transient patterns below (errors that a retry can outlive).
 
-Container layout (spec §3.4): exactly three mounts -- the isolated clone at
+Container layout: exactly three mounts -- the isolated clone at
 ``/workspace`` (read-only for review tasks), the session volume at
 ``/home/node`` and a tmpfs at ``/tmp`` -- on a read-only root filesystem, as
 user ``node`` (uid 1000), with ``sleep infinity`` as the command so the agent
@@ -44,7 +44,8 @@ HOME_MOUNT = "/home/node"
 TMPFS_OPTIONS = "rw,exec,nosuid,nodev,size=256m,mode=1777"
 PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
 
-# Spec §3.7 Docker patterns. Every daemon error message starts with "Error
+# Docker errors a retry can outlive: the daemon or the network was briefly
+# unreachable or slow. Every daemon error message starts with "Error
 # response from daemon", so that phrase is removed before matching "daemon".
 _TRANSIENT = re.compile(r"(?i)connection refused|no such host|timeout|timed out|daemon|cannot connect|connection reset"
                         r"|ECONNREFUSED|ETIMEDOUT|ENETUNREACH")
@@ -206,7 +207,7 @@ def workspace_read_only(request: InstanceRequest) -> bool:
 
 
 def base_environment(request: InstanceRequest) -> dict[str, str]:
-    """Container environment (spec §3.4), without credentials."""
+    """Container environment (git identity, the task's names), without credentials."""
     env = {
         "GIT_AUTHOR_NAME": "AI Agent",
         "GIT_AUTHOR_EMAIL": "agent@orchestrator.local",
@@ -318,7 +319,7 @@ class ContainerReady:
 async def ensure_container(host: DockerHost, request: InstanceRequest, *, workspace: Path,
                            volume: str, fresh_workspace: bool = False,
                            hardening: Hardening | None = None) -> ContainerReady:
-    """Reuse, start, replace or create the task's container (spec §3.4 decision tree).
+    """Reuse, start, replace or create the task's container.
 
     The common case (no container yet) is one worker-thread hop: create the
     container (which creates a missing session volume) and start it. Only a

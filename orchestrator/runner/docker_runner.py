@@ -1,4 +1,4 @@
-"""The Docker runner: one task through the six phases of spec §3.3.
+"""The Docker runner: one task through six phases.
 
     validate -> workspace -> container -> execute (with retries) -> collect -> cleanup
 
@@ -12,8 +12,8 @@ command|session_corrupted; ``timeout``. Cancellation (Ctrl+C) is never a
 result: a still-running agent gets its grace to exit, the container is stopped
 in a shielded scope, the workspace kept, and the cancellation re-raised. A
 request with ``resume_workspace`` continues in that kept workspace. Transient
-failures (the plugin says retryable, or a Docker error matching the §3.7
-patterns) are retried with exponential backoff, resuming the agent session on
+failures (the plugin says retryable, or a Docker error matching the transient
+patterns in :mod:`.docker_containers`) are retried with exponential backoff, resuming the agent session on
 the same session volume; a session the agent cannot resume is replaced by a
 fresh one in the same workspace, once.
 """
@@ -928,7 +928,7 @@ def _auth_from_env() -> AuthConfig:
 async def run_instance(prompt: str, repo_path: str | Path, *, event_callback: RunnerEventCallback | None = None,
                        auth_config: AuthConfig | None = None, logs_dir: Path | str | None = None,
                        runner: DockerRunner | None = None, **fields: Any) -> RunnerResult:
-    """Run one task (spec §3.2): ``await run_instance("fix bug", repo)``.
+    """Run one task without the orchestration layer: ``await run_instance("fix bug", repo)``.
 
     ``fields`` are :class:`InstanceRequest` fields. Orchestration passes all
     names; for ad-hoc use the missing ones are derived from ``run_id`` (default

@@ -1,4 +1,4 @@
-"""Importing a finished workspace into the host repository (spec §3.5, §4.7).
+"""Importing a finished workspace into the host repository, idempotently (a resumed task imports once).
 
 Everything happens under the per-repository import lock, in this order:
 

@@ -1,4 +1,4 @@
-"""Git isolation for task workspaces (spec §3.5, §4.7).
+"""Git isolation for task workspaces: an agent never touches the host repository directly.
 
 Before the agent runs, :func:`prepare_workspace` makes a disconnected clone
 of the host repository holding only the base branch (plus any
