@@ -510,7 +510,7 @@ async def tree_beam(prompt, base_branch, ctx, *,
         # 1. context pack and ideas for every frontier node, in parallel
         generated: dict[str, list[dict[str, str]] | None] = {}
 
-        async def ideate(node_id: str) -> None:
+        async def ideate(node_id: str, generated: dict[str, list[dict[str, str]] | None]) -> None:
             node = tree.nodes[node_id]
             diffstat = None
             if node["parent"] is not None:
@@ -526,13 +526,12 @@ async def tree_beam(prompt, base_branch, ctx, *,
             task = {"prompt": ideation_prompt(prompt, node, ideas_per_node,
                                               objective_text(tree, node, tried=False) + "\n\n" + context),
                     "base_branch": node["branch"], "import_policy": "never"}
-            # ideate runs to completion in this round's task group, so `generated` is this round's dict.
-            generated[node_id] = await ask_json(ctx, task, (node_id, "ideas"),  # noqa: B023
+            generated[node_id] = await ask_json(ctx, task, (node_id, "ideas"),
                                                 lambda d: parse_ideas(d, ideas_per_node), schemas.ideas(ideas_per_node))
 
         async with anyio.create_task_group() as tg:
             for node_id in expandable:
-                tg.start_soon(ideate, node_id)
+                tg.start_soon(ideate, node_id, generated)
         # 2. dedupe and budget, in frontier then idea order: eval ids never depend on timing
         planned: list[tuple[str, dict[str, Any]]] = []
         for node_id in expandable:
