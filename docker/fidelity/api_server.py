@@ -272,6 +272,7 @@ def openai_items(answer: Any, tools: list[str]) -> list[dict[str, Any]]:
     else:
         command = answer[1]
     call = f"call_{uuid.uuid4().hex[:16]}"
+    args: dict[str, Any]
     if "exec_command" in tools:
         name, args = "exec_command", {"cmd": command, "workdir": "/workspace"}
     else:
@@ -321,7 +322,7 @@ class Handler(BaseHTTPRequestHandler):
         sys.stderr.write("fidelity-api: " + (format % args) + "\n")
 
     def do_GET(self) -> None:
-        body = {"data": [], "models": []} if "/models" in self.path else {"ok": True}
+        body: dict[str, Any] = {"data": [], "models": []} if "/models" in self.path else {"ok": True}
         log_request({"method": "GET", "path": self.path, "status": 200})
         self.send_json(200, body)
 
