@@ -29,6 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _perfdoc import replace_section  # noqa: E402
+
 ORCH = str(Path(sys.executable).parent / "orchestrator")
 IMAGE = os.environ.get("ORCHESTRATOR_TEST_IMAGE", "orchestrator-test-agent")
 
@@ -97,10 +98,10 @@ def main() -> None:
                    ORCHESTRATOR_STATE_DIR=str(tmp_path / "state"), ORCHESTRATOR_RESULTS_DIR=str(tmp_path / "results"))
         base = [ORCH, "--docker-image", IMAGE, "--quiet"]
         cases = {
-            "1 task": base + ["SIM: write a.txt hi\nSIM: commit a"],
-            "20 tasks, --max-parallel 20": base + ["SIM: write a.txt hi\nSIM: commit a", "--runs", "20", "--max-parallel", "20"],
-            "best-of-n n=5, --max-parallel 10": base + ["add a greeting", "--strategy", "best-of-n", "-S", "n=5",
-                                                         "--max-parallel", "10", "--dry-run"],
+            "1 task": [*base, "SIM: write a.txt hi\nSIM: commit a"],
+            "20 tasks, --max-parallel 20": [*base, "SIM: write a.txt hi\nSIM: commit a", "--runs", "20", "--max-parallel", "20"],
+            "best-of-n n=5, --max-parallel 10": [*base, "add a greeting", "--strategy", "best-of-n", "-S", "n=5",
+                                                 "--max-parallel", "10", "--dry-run"],
         }
         for name, cmd in cases.items():
             times = []

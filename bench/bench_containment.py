@@ -12,6 +12,7 @@ changed, 2,000 added lines) in a 2,000-file and a 20,000-file repository.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import platform
 import statistics
@@ -76,11 +77,11 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for files in (2_000, 20_000):
             repo, base, head = make_repo(Path(tmp), files)
-            scan = timed(lambda: scan_commits(repo, base, head, SECRETS), args.repeats)
+            scan = timed(functools.partial(scan_commits, repo, base, head, SECRETS), args.repeats)
             probe = Probe(workspace=str(repo), max_workspace_bytes=2048 * 2**20,
                           tmp_path="/tmp" if os.path.isdir("/tmp") else None)
-            look = timed(lambda: check(probe, workspace=False), args.repeats)
-            walk = timed(lambda: check(probe), args.repeats)
+            look = timed(functools.partial(check, probe, workspace=False), args.repeats)
+            walk = timed(functools.partial(check, probe), args.repeats)
             rows.append((files, scan, look, walk))
             print(f"{files} files: secret scan {scan:.1f} ms, watchdog look {look * 1000:.0f} µs, with the workspace walk "
                   f"{walk:.1f} ms", flush=True)

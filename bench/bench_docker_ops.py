@@ -14,6 +14,7 @@ containerd, the shims, runc and the kernel, not only this process.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import subprocess
 import tempfile
@@ -101,15 +102,11 @@ def main() -> None:
         measure("floor: `docker run --rm IMAGE true`", floor, n)
     finally:
         for name in names:
-            try:
+            with contextlib.suppress(docker.errors.NotFound):
                 api.remove_container(name, force=True)
-            except docker.errors.NotFound:
-                pass
         for i in range(n):
-            try:
+            with contextlib.suppress(docker.errors.NotFound):
                 api.remove_volume(f"{tag}_v{i}", force=True)
-            except docker.errors.NotFound:
-                pass
         subprocess.run(["rm", "-rf", str(tmp)])
 
 

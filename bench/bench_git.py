@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from orchestrator.runner.git_ops import _import_branch_sync, _prepare_workspace_sync  # noqa: E402
+from orchestrator.runner.git_ops import _import_branch_sync, _prepare_workspace_sync
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "performance.md"
@@ -164,10 +164,10 @@ def machine_info(cache: Path) -> dict[str, str]:
     try:
         df = subprocess.run(["df", "-hT", str(cache)], capture_output=True, text=True).stdout.splitlines()[-1].split()
         disk = f"{df[1]} on {df[0]}, {df[2]} total, {df[4]} free"
-    except Exception:  # noqa: BLE001 - informational only
+    except Exception:
         disk = "?"
     return {
-        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "nproc": str(os.cpu_count()),
         "ram": ram,
         "disk": disk,
@@ -257,7 +257,7 @@ def main() -> None:
             floor_tree = statistics.median(time_cp(repo, scratch, n))
             for mode in ("full_copy", "shared_objects"):
                 clones, imports = time_tasks(repo, scratch, mode, n)
-                totals = [c + i for c, i in zip(clones, imports)]
+                totals = [c + i for c, i in zip(clones, imports, strict=True)]
                 rows.append(
                     {
                         "repo": label,

@@ -30,7 +30,7 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from orchestrator.runner import AuthConfig, DockerRunner, run_instance  # noqa: E402
+from orchestrator.runner import AuthConfig, DockerRunner, run_instance
 
 PROMPT = "SIM: write a.txt hi\nSIM: commit x"
 # The clone and the container create/start run at the same time, and so do the
@@ -133,10 +133,10 @@ async def bench(args) -> dict:
     finally:
         await runner.aclose()
         for rid in cleanup_ids:
-            subprocess.run(f"docker rm -f $(docker ps -aq --filter label=run_id={rid}) >/dev/null 2>&1; "
-                           f"docker volume rm $(docker volume ls -q --filter label=run_id={rid}) >/dev/null 2>&1",
-                           shell=True)
-        subprocess.run(["rm", "-rf", str(tmp)])
+            await anyio.run_process(f"docker rm -f $(docker ps -aq --filter label=run_id={rid}) >/dev/null 2>&1; "
+                                    f"docker volume rm $(docker volume ls -q --filter label=run_id={rid}) >/dev/null 2>&1",
+                                    check=False)
+        await anyio.run_process(["rm", "-rf", str(tmp)], check=False)
     fl = results["floor"]
     results["ratio_one_task_to_docker_run"] = round(results["one_task_s"]["median"] / fl["docker_run_true_s"], 2)
     results[f"ratio_{args.parallel}_tasks_to_parallel_floor"] = round(

@@ -117,7 +117,7 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}, "
-          f"Python {platform.python_version()}; {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; "
+          f"Python {platform.python_version()}; {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC; "
           f"load average before: {' / '.join(f'{x:.1f}' for x in os.getloadavg())}")
     print("| case | CPU (one core) | CPU / wall | render ticks | frames drawn | events |")
     print("|---|---:|---:|---:|---:|---:|")

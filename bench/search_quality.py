@@ -46,9 +46,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from orchestrator.engine.testing import ScriptedRunner, failure, success  # noqa: E402
-from strategies.tree_beam import tree_beam  # noqa: E402
 from engine_helpers import run_engine  # noqa: E402
+
+from orchestrator.engine.testing import ScriptedRunner, success  # noqa: E402
+from strategies.tree_beam import tree_beam  # noqa: E402
 
 EFFECTS = {"good3": 0.03, "small1": 0.01, "bad2": -0.02, "noop": 0.0}
 KINDS = ["good3", "small1", "bad2", "noop", "noop"]
@@ -96,7 +97,7 @@ class Landscape:
                     k = kinds if ref == "HEAD" else self.commit_kinds[ref]
                     line = json.dumps({"metrics": {"throughput": self.sample(k, req.task_key, i)}})
                     lines.append(f"@@orch-run {i} {label} 0 1 {line}")
-                return self._with_commit(success(req, final_message="\n".join(lines + [f"@@orch-done {len(lines)}"]),
+                return self._with_commit(success(req, final_message="\n".join([*lines, f"@@orch-done {len(lines)}"]),
                                                  exit_code=0), head)
             if req.command.startswith("python bench.py"):
                 out = json.dumps({"metrics": {"throughput": self.sample(kinds, req.task_key, 0)}})
@@ -115,7 +116,7 @@ class Landscape:
         kind = re.search(r"EFFECT: (\w+)", req.prompt).group(1)
         result = success(req, final_message="done")
         if req.branch_name:
-            kinds = self.branch_kinds.get(req.base_branch, ()) + (kind,)
+            kinds = (*self.branch_kinds.get(req.base_branch, ()), kind)
             self.branch_kinds[req.branch_name] = kinds
             self.head[req.branch_name] = result.artifact.commit
             self.commit_kinds[result.artifact.commit] = kinds

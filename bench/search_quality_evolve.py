@@ -154,7 +154,7 @@ class World:
     def passing(self, fixes: frozenset) -> set[str]:
         ok = set(self.s.passes_initially)
         for gid in sorted(fixes):
-            made, broke = self.s.fixes[gid]
+            made, _broke = self.s.fixes[gid]
             ok |= made
         for gid in sorted(fixes):
             ok -= self.s.fixes[gid][1]

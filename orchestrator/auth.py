@@ -1,4 +1,4 @@
-"""Credential selection (spec §6.1): which secret each plugin gets, or a clear error."""
+"""Credential selection: which secret each plugin gets, or a clear error."""
 
 from __future__ import annotations
 

@@ -92,8 +92,10 @@ def build_parser() -> argparse.ArgumentParser:
     mgmt.add_argument("--list-runs", action="store_true", help="list runs with their status")
     mgmt.add_argument("--show-run", metavar="RUN_ID", help="show a run's details and summary")
     mgmt.add_argument("--follow", action="store_true", help="with --show-run: live dashboard of the run")
-    mgmt.add_argument("--html", action="store_true", help="with --show-run: rebuild results/RUN_ID/report.html from the event log and print its path")
-    mgmt.add_argument("--open", dest="open_report", action="store_true", help="with --show-run --html: open the report in a browser")
+    mgmt.add_argument("--html", action="store_true",
+                      help="with --show-run: rebuild results/RUN_ID/report.html from the event log and print its path")
+    mgmt.add_argument("--open", dest="open_report", action="store_true",
+                      help="with --show-run --html: open the report in a browser")
     mgmt.add_argument("--cleanup-run", metavar="RUN_ID", help="remove a run's containers, volumes, workspaces and state")
     mgmt.add_argument("--clean-containers", action="store_true", help="remove stopped orchestrator containers past retention")
     mgmt.add_argument("--dry-run-clean", dest="clean_dry_run", action="store_true", help=argparse.SUPPRESS)
@@ -121,9 +123,8 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.test_image and not args.build_image:
         raise UsageError("--test-image only works together with --build-image")
     if args.build_image:
-        from .image import build_image
-
         from .config import load_config
+        from .image import build_image
 
         image = args.docker_image or load_config(config_file=args.config, cli_overrides={}).config.runner.docker_image
         build_image(image, test_image=args.test_image)

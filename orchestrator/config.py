@@ -201,10 +201,12 @@ def load_file(path: Path) -> dict[str, Any]:
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
     try:
-        if path.suffix.lower() == ".json":
-            data = json.loads(text) if text.strip() else {}
-        else:
+        if path.suffix.lower() != ".json":
             data = yaml.safe_load(text) or {}
+        elif text.strip():
+            data = json.loads(text)
+        else:
+            data = {}
     except (yaml.YAMLError, json.JSONDecodeError) as exc:
         line = getattr(getattr(exc, "problem_mark", None), "line", None)
         line = line + 1 if line is not None else getattr(exc, "lineno", None)
@@ -245,6 +247,7 @@ def _env_to_dict(env: dict[str, str], source: str) -> dict[str, Any]:
     for name, raw in env.items():
         if not name.startswith("ORCHESTRATOR_") or name in PATH_VARS:
             continue
+        path: tuple[str, ...]
         if name in ALIASES:
             path = ALIASES[name]
         else:

@@ -84,7 +84,8 @@ def _credentials(environ: dict[str, str], configured: str, mode: str | None) -> 
             get_plugin(plugin).validate_environment(auth)
         except OrchestratorError:
             status = "fail" if plugin == configured else "warn"
-            out.append(Check(status, f"credentials for {plugin}", "not set" + (" (the configured plugin)" if status == "fail" else ""),
+            out.append(Check(status, f"credentials for {plugin}",
+                             "not set" + (" (the configured plugin)" if status == "fail" else ""),
                              f"set {' or '.join(names)} in the environment or ./.env (or rehearse with --dry-run)"))
             continue
         out.append(Check("ok", f"credentials for {plugin}", f"{', '.join(present)} set (value not shown)"))

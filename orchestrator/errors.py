@@ -29,6 +29,11 @@ boundary with ``raise ... from``, so callers only ever catch these.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # (a type only: the runner imports this module, not the other way)
+    from .runner.types import ErrorCategory
+
 
 class OrchestratorError(Exception):
     """Base of every error the orchestrator raises on purpose."""
@@ -74,7 +79,7 @@ class ReplayError(OrchestratorError):
 class RunnerError(OrchestratorError):
     """A task could not be executed. ``category`` is one of timeout|api|container|git|secret|resource."""
 
-    category = "container"
+    category: ErrorCategory = "container"
 
     def __init__(self, message: str, *, retryable: bool = False) -> None:
         super().__init__(message)

@@ -13,11 +13,13 @@ lands mid-line, and ignore a torn last line until its newline arrives.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import socket
 import sys
 from collections.abc import AsyncIterator, Iterable, Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +83,7 @@ class WriterLock:
                 "wait for it to finish or stop it first"
             ) from None
         meta = {"pid": os.getpid(), "hostname": socket.gethostname(),
-                "started_at_iso": datetime.now(timezone.utc).isoformat(timespec="milliseconds")}
+                "started_at_iso": datetime.now(UTC).isoformat(timespec="milliseconds")}
         os.ftruncate(fd, 0)
         os.pwrite(fd, orjson.dumps(meta), 0)
         os.fsync(fd)
@@ -89,10 +91,8 @@ class WriterLock:
 
     def release(self) -> None:
         if self._fd is not None:
-            try:
+            with contextlib.suppress(OSError):
                 os.ftruncate(self._fd, 0)
-            except OSError:
-                pass
             os.close(self._fd)  # closing drops the OS lock
             self._fd = None
 
@@ -145,7 +145,7 @@ class EventLog:
         self.max_batch = max_batch
         self.sanitizer = sanitizer
         self._lock = WriterLock(self.path.with_name(self.path.name + LOCK_SUFFIX))
-        self._fh = None
+        self._fh: io.FileIO | None = None
         self._buffer: list[bytes] = []
         self._end = 0  # offset after the last appended (not necessarily written) byte
         self._durable = 0  # offset up to which the file is fsynced
@@ -161,7 +161,7 @@ class EventLog:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             # Unbuffered: a failed write leaves nothing queued in a Python buffer
             # that a later flush or close() could append after the cut below.
-            fh = open(self.path, "ab+", buffering=0)
+            fh = open(self.path, "ab+", buffering=0)  # noqa: SIM115  (held open for the log's lifetime; close() closes it)
             size = fh.seek(0, os.SEEK_END)
             if size:
                 # A crash can leave a torn last line; cut it so every line we
@@ -191,11 +191,10 @@ class EventLog:
         finally:
             # Drain whatever is left, even when the run is being cancelled (Ctrl+C).
             with anyio.CancelScope(shield=True):
-                try:
+                with contextlib.suppress(OSError):  # already recorded; the run reports the failed write
                     await self._write_locked()
-                except OSError:
-                    pass  # already recorded; the run reports the failed write
-            self._fh.close()
+            if self._fh is not None:
+                self._fh.close()
             self._lock.release()
         return False
 
@@ -255,6 +254,7 @@ class EventLog:
         if not batch:
             return
         fh = self._fh
+        assert fh is not None, "event log is not open"
         chunks = batch if self.flush_policy == "per_event" else [b"".join(batch)]
         try:
             for data in chunks:
@@ -266,10 +266,8 @@ class EventLog:
         except OSError:
             # Disk full or I/O error: cut whatever part of the batch reached the
             # file, so the log ends on a whole line at the last durable offset.
-            try:
+            with contextlib.suppress(OSError):
                 os.ftruncate(fh.fileno(), self._durable)
-            except OSError:
-                pass
             raise
 
     async def _flusher(self) -> None:
@@ -399,7 +397,7 @@ async def _wakeups(directory: Path, poll_interval: float, stop: anyio.Event | No
     try:
         import watchfiles
 
-        if not directory.exists():
+        if not await anyio.Path(directory).exists():
             raise FileNotFoundError(directory)
         async for _ in watchfiles.awatch(directory, stop_event=stop, debounce=5, step=5,
                                          yield_on_timeout=True,

@@ -1,4 +1,4 @@
-"""Normalized task input and its fingerprint (spec §2.2, §6.1.1).
+"""Normalized task input and its fingerprint: what makes a resumed key's task "the same" task.
 
 A strategy hands ``ctx.run`` a plain dict. :func:`normalize_task` checks its
 fields, applies the run's defaults, drops ``metadata`` and ``null`` values and
@@ -27,7 +27,7 @@ UNCOMMITTED_POLICIES = ("commit", "discard")
 
 
 class TaskDefaults(msgspec.Struct, frozen=True, kw_only=True):
-    """Run-level defaults a task input inherits (spec §6.1.1 plus CLI/config)."""
+    """Run-level defaults a task input inherits (built-in defaults, then config and command line)."""
 
     model: str = "sonnet"
     plugin_name: str = "claude-code"

@@ -150,10 +150,10 @@ def _build_local_base(say: _Say, cache: Path) -> None:
     else:
         say(f"using cached rootfs {tarball}")
     say(f"importing {tarball} as {LOCAL_BASE}")
-    r = _docker("import", "-c", "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                "-c", "ENV LANG=C.UTF-8", "-c", 'CMD ["/bin/bash"]', str(tarball), LOCAL_BASE)
-    if r.returncode != 0:
-        raise PreflightError(f"docker import failed: {r.stderr.strip()[-300:]}")
+    imported = _docker("import", "-c", "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                       "-c", "ENV LANG=C.UTF-8", "-c", 'CMD ["/bin/bash"]', str(tarball), LOCAL_BASE)
+    if imported.returncode != 0:
+        raise PreflightError(f"docker import failed: {imported.stderr.strip()[-300:]}")
 
 
 def pick_base(say: _Say, cache: Path) -> str:

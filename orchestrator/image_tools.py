@@ -56,7 +56,7 @@ def probe_tools(image: str, *, refresh: bool = False) -> dict[str, str | None]:
     client = docker.from_env(timeout=PROBE_TIMEOUT_S)
     try:
         try:
-            image_id = client.images.get(image).id
+            image_id: str = client.images.get(image).attrs["Id"]
         except docker.errors.ImageNotFound:
             raise PreflightError(f"Docker image {image!r} not found; build it with: orchestrator --build-image"
                                  f"{'' if image == 'claude-code' else f' --docker-image {image}'}") from None

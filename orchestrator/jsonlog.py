@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ from .sanitize import Sanitizer, default_sanitizer
 
 
 def utc_now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
@@ -63,7 +63,7 @@ class ComponentLog:
         self.dropped = 0  # lines lost to write errors (disk full) since the last good write
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._fh = open(self.path, "ab", buffering=0)
+            self._fh = open(self.path, "ab", buffering=0)  # noqa: SIM115  (held open for the log's lifetime)
             self._size = self._fh.tell()
 
     def _rotate(self) -> None:
@@ -82,7 +82,7 @@ class ComponentLog:
                 os.replace(self.path, self.path.with_name(f"{self.path.name}.1"))
         except OSError:
             pass  # keep appending to the same file rather than lose lines
-        self._fh = open(self.path, "ab", buffering=0)
+        self._fh = open(self.path, "ab", buffering=0)  # noqa: SIM115  (held open until the next rotation)
         self._size = self._fh.tell()
 
     def log(self, level: str, message: str, **fields: Any) -> None:

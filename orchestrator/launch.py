@@ -7,6 +7,7 @@ line and exit 2, and no run directory exists afterwards.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
@@ -16,7 +17,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import anyio
 import msgspec
@@ -30,13 +31,23 @@ from .fingerprint import TaskDefaults
 from .image_tools import check_tools, required_tools
 from .jsonlog import ComponentLog
 from .jsonlog import configure as configure_logs
+from .retention import record_owner
 from .runner import AuthConfig, DockerRunner, Hardening, RetryConfig
 from .runner.docker_containers import docker_available, image_exists
 from .runner.git_ops import validate_repository, workspace_root
 from .runner.plugin import get_plugin
-from .retention import record_owner
-from .runs import (RUN_LOCK_LABEL, RUN_MANIFEST_LABEL, RunDirs, RunManifest, claim_run_id, cleanup_old_logs,
-                   is_live, now_iso, read_manifest, write_manifest)
+from .runs import (
+    RUN_LOCK_LABEL,
+    RUN_MANIFEST_LABEL,
+    RunDirs,
+    RunManifest,
+    claim_run_id,
+    cleanup_old_logs,
+    is_live,
+    now_iso,
+    read_manifest,
+    write_manifest,
+)
 from .sanitize import SECRET_ENV_VARS, default_sanitizer
 from .strategy_loader import LoadedStrategy, load_strategy, parse_params
 
@@ -172,10 +183,8 @@ def _guard(strategy: LoadedStrategy, config: Config, olog: ComponentLog | None =
 
 def _warm_imports() -> None:
     """Import docker-py (about 0.3 s of requests/urllib3) while pre-flight reads config and git."""
-    try:
-        import docker  # noqa: F401
-    except ImportError:
-        pass
+    with contextlib.suppress(ImportError):
+        import docker  # noqa: F401  (imported for its side effect: loading it now)
 
 
 class _EarlyCheck:
@@ -234,7 +243,7 @@ async def _prepare(args, loaded: LoadedConfig, docker: _EarlyCheck) -> Prepared:
     base_params = dict(config.strategy.get(strategy.name, {}))
     base_params.update(config.params)
     params = parse_params(strategy, args.params, base=base_params)
-    repo = str(Path(args.repo or ".").absolute())
+    repo = str(await anyio.Path(args.repo or ".").absolute())
     base_branch = config.orchestration.base_branch
     warnings: list[str] = []
     dirs = RunDirs.from_env()
@@ -277,7 +286,7 @@ async def start(args) -> int:
         runs=prep.runs, repo_path=prep.repo, base_branch=prep.base_branch, model=prep.model,
         plugin=prep.plugin_name, docker_image=prep.image, max_parallel=prep.max_parallel, dry_run=prep.dry_run,
         mode=prep.mode, config=redacted(prep.config),
-        config_file=str(Path(args.config).absolute()) if args.config else None,
+        config_file=str(await anyio.Path(args.config).absolute()) if args.config else None,
         cli_overrides=_cli_overrides(args), structured_outputs=True)
     write_manifest(dirs, manifest)
     return await execute(prep, dirs, manifest, resume_fresh=False)
@@ -348,7 +357,7 @@ async def resume(args) -> int:
         raise UsageError(f"run {manifest.run_id} is being written by a live process; wait for it or stop it first")
     # Today's configuration from the same sources as at the start (same file, same
     # flags): it differs from the recorded one only where something changed since.
-    config_file = manifest.config_file if manifest.config_file and Path(manifest.config_file).exists() else None
+    config_file = manifest.config_file if manifest.config_file and await anyio.Path(manifest.config_file).exists() else None
     current = load_config(config_file=config_file,
                           cli_overrides=deep_merge(manifest.cli_overrides, _cli_overrides(args)))
     default_sanitizer().add_secrets(v for k, v in current.environ.items() if k in SECRET_ENV_VARS)
@@ -606,10 +615,14 @@ async def _write_report(dirs: RunDirs, manifest: RunManifest, module, olog: Comp
         return None
 
 
-def _first_leaf(group: BaseException) -> BaseException:
-    while isinstance(group, BaseExceptionGroup):
-        group = group.exceptions[0]
-    return group
+_E = TypeVar("_E", bound=BaseException)
+
+
+def _first_leaf(group: BaseExceptionGroup[_E]) -> _E:
+    leaf: BaseException = group
+    while isinstance(leaf, BaseExceptionGroup):
+        leaf = leaf.exceptions[0]
+    return cast(_E, leaf)  # every leaf of the group is an _E
 
 
 async def _storage_stop(err: OSError, dirs: RunDirs, manifest: RunManifest, olog: ComponentLog) -> int:
@@ -618,10 +631,9 @@ async def _storage_stop(err: OSError, dirs: RunDirs, manifest: RunManifest, olog
         await _stop_containers(run_id, olog)
     manifest.status = "interrupted"
     manifest.exit_code = 1
-    try:
+    # The manifest lives under the state dir; if that is full too, resume still works from the log.
+    with contextlib.suppress(OSError):
         write_manifest(dirs, manifest)
-    except OSError:
-        pass  # the manifest lives under the state dir; if that is full too, resume still works from the log
     olog.error(f"run stopped: cannot write its records: {err}")
     where = f" ({err.filename})" if getattr(err, "filename", None) else ""
     print(f"orchestrator: error: cannot write the run's records{where}: {err.strerror or err}; "

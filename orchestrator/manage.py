@@ -6,7 +6,7 @@ import functools
 import shutil
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 import anyio
@@ -16,8 +16,17 @@ from .config import Config, load_config
 from .errors import PreflightError, UsageError
 from .jsonlog import ComponentLog
 from .results import build_summary, fmt_cost, render_summary
-from .runs import (RUN_LOCK_LABEL, RUN_MANIFEST_LABEL, RunDirs, is_live, list_run_ids, lock_holder, manifest_status,
-                   read_manifest, remove_run_state)
+from .runs import (
+    RUN_LOCK_LABEL,
+    RUN_MANIFEST_LABEL,
+    RunDirs,
+    is_live,
+    list_run_ids,
+    lock_holder,
+    manifest_status,
+    read_manifest,
+    remove_run_state,
+)
 from .state import FAILED, RunState, recover
 from .strategy_loader import BUILTINS, load_strategy
 
@@ -274,7 +283,9 @@ async def clean_containers(dry_run: bool, force: bool, config_file: str | None =
     if dry_run:
         return 0
     if not force and sys.stdin.isatty():
-        answer = input(f"Remove {len(victims)} container(s)? [y/N] ")
+        # Blocking is fine: nothing else runs yet, and a worker thread blocked in
+        # input() would keep Ctrl+C from ending the prompt.
+        answer = input(f"Remove {len(victims)} container(s)? [y/N] ")  # noqa: ASYNC250
         if answer.strip().lower() not in ("y", "yes"):
             print("nothing removed")
             return 0

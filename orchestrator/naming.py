@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from typing import Any
 
 import rfc8785
 
@@ -23,7 +24,7 @@ def short8(value: str) -> str:
     return sha256_hex(value)[:8]
 
 
-def jcs_sha256(obj: object) -> str:
+def jcs_sha256(obj: Any) -> str:
     """SHA-256 hex of the RFC 8785 (JCS) encoding of ``obj``."""
     return hashlib.sha256(rfc8785.dumps(obj)).hexdigest()
 
@@ -58,7 +59,7 @@ def branch_name(strategy_name: str, run_id: str, key: str) -> str:
 
 
 def ghash(session_group_key: str, *, plugin: str | None = None, model: str | None = None) -> str:
-    """Session-group hash (spec §3.4). With plugin+model it is the global-scope variant."""
+    """Session-group hash, part of the session volume's name. With plugin+model it is the global-scope variant."""
     obj: dict[str, str] = {"session_group_key": session_group_key}
     if plugin is not None and model is not None:
         obj.update(plugin=plugin, model=model)

@@ -1,4 +1,4 @@
-"""Results export (spec §4.10, §7.6): summary.json, branches.txt, metrics.csv and the human summary.
+"""Results export: summary.json, branches.txt, metrics.csv and the human summary.
 
 Everything here is computed from the folded run state plus the manifest, so
 ``--show-run`` on a finished run prints the same summary the run printed.
@@ -124,7 +124,7 @@ def _short_key(key: str) -> str:
 def fmt_duration(seconds: float) -> str:
     if seconds < 10:
         return f"{seconds:.1f}s"
-    seconds = int(round(seconds))
+    seconds = round(seconds)
     if seconds < 60:
         return f"{seconds}s"
     m, s = divmod(seconds, 60)
@@ -168,7 +168,8 @@ def render_summary(summary: dict[str, Any], *, results_path: Path, wall_seconds:
                 elif left:
                     lines.append(f"      ⚠ {left} file(s) the agent left uncommitted were discarded (uncommitted: discard)")
             elif t["state"] == "FAILED":
-                lines.append(f"  ✗ {label}  Failed ({t['error_type']}): {(t['error'] or '').splitlines()[0][:120] if t['error'] else ''}")
+                first_line = (t["error"] or "").splitlines()[0][:120] if t["error"] else ""
+                lines.append(f"  ✗ {label}  Failed ({t['error_type']}): {first_line}")
             else:
                 lines.append(f"  … {label}  {t['state'].lower()}")
         if s["selected_branch"] == summary["base_branch"]:
@@ -185,7 +186,8 @@ def render_summary(summary: dict[str, Any], *, results_path: Path, wall_seconds:
     if wall_seconds is not None:
         lines.append(f"  Total Duration: {fmt_duration(wall_seconds)}")
     simulated = " (simulated: nothing was spent)" if summary.get("dry_run") else ""
-    lines += [f"  Total Cost: {fmt_cost(t['cost_usd'])}{simulated}", f"  Tokens: {fmt_tokens(t['tokens_in'])} in / {fmt_tokens(t['tokens_out'])} out",
+    lines += [f"  Total Cost: {fmt_cost(t['cost_usd'])}{simulated}",
+              f"  Tokens: {fmt_tokens(t['tokens_in'])} in / {fmt_tokens(t['tokens_out'])} out",
               f"  Success Rate: {rate}", ""]
     finals = summary["final_branches"]
     if not finals:

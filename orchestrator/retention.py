@@ -17,6 +17,7 @@ owner record and no manifest here) is left alone.
 
 from __future__ import annotations
 
+import functools
 import shutil
 import time
 from datetime import datetime
@@ -119,7 +120,7 @@ async def expire_leftovers(dirs: RunDirs, config: Config, olog: ComponentLog, *,
     root = workspace_root()
     stale = await anyio.to_thread.run_sync(lambda: expired_workspaces(root, dirs, config, current=current))
     for path in stale:
-        await anyio.to_thread.run_sync(lambda p=path: shutil.rmtree(p, ignore_errors=True))
+        await anyio.to_thread.run_sync(functools.partial(shutil.rmtree, path, ignore_errors=True))
     if stale:
         olog.info("removed expired workspaces", workspaces=[str(p) for p in stale])
 

@@ -1,7 +1,7 @@
 """One sanitizer for everything the product writes.
 
 Every writer (event log, component logs, state snapshots, results files) passes
-its data through :class:`Sanitizer`. It removes the spec's secret patterns and,
+its data through :class:`Sanitizer`. It removes text shaped like a secret and,
 more importantly, the exact values of every secret the process knows about
 (configured API keys and tokens), because a random token does not always look
 like one. An agent that writes a key base64-, hex- or percent-encoded gets
@@ -75,7 +75,9 @@ class Sanitizer:
     @classmethod
     def from_environ(cls, environ: dict[str, str] | None = None) -> Sanitizer:
         environ = dict(os.environ if environ is None else environ)
-        values = [v for k, v in environ.items() if k in SECRET_ENV_VARS or (_SECRET_NAME.search(k) and k.startswith(("ORCHESTRATOR_", "ANTHROPIC_", "OPENAI_", "CLAUDE_")))]
+        prefixes = ("ORCHESTRATOR_", "ANTHROPIC_", "OPENAI_", "CLAUDE_")
+        values = [v for k, v in environ.items()
+                  if k in SECRET_ENV_VARS or (_SECRET_NAME.search(k) and k.startswith(prefixes))]
         return cls(values)
 
     def add_secrets(self, secrets: Iterable[str]) -> None:

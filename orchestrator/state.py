@@ -162,7 +162,7 @@ class TaskTable(MutableMapping[str, TaskState]):
             raise KeyError(key)
         return task
 
-    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+    def get(self, key: str, default: Any = None) -> Any:
         task = self._lookup(key)
         return default if task is None else task
 
@@ -170,9 +170,8 @@ class TaskTable(MutableMapping[str, TaskState]):
         return isinstance(key, str) and self._lookup(key) is not None
 
     def __setitem__(self, key: str, task: TaskState) -> None:
-        if self._base is not None and key not in self._live:
-            if key == self._last_miss or self._lookup(key) is None:
-                self._added += 1
+        if self._base is not None and key not in self._live and (key == self._last_miss or self._lookup(key) is None):
+            self._added += 1
         self._live[key] = task
 
     def __delitem__(self, key: str) -> None:
@@ -274,8 +273,8 @@ class RunState(msgspec.Struct, kw_only=True):
     schema: int = 2
 
     def __post_init__(self) -> None:
-        if not isinstance(self.tasks, TaskTable):
-            self.tasks = TaskTable(dict(self.tasks))
+        if not isinstance(self.tasks, TaskTable):  # a caller or a decoder passed a plain dict
+            self.tasks = TaskTable(dict(self.tasks))  # type: ignore[unreachable]
 
     # -- convenience views
     def unfinished(self) -> list[TaskState]:
@@ -363,13 +362,12 @@ def apply(state: RunState, etype: str, sid: str, key: str | None, payload: dict[
             if task.state not in TERMINAL:
                 sid_value = payload.get("session_id")
                 task.session_id = sid_value if isinstance(sid_value, str) and sid_value else None
-        elif etype == TASK_INTERRUPTED:
-            if task.state not in TERMINAL and task.state != INTERRUPTED:
-                task.state = INTERRUPTED
-                task.interrupted_at = ts
-                if payload.get("session_id"):
-                    task.session_id = payload["session_id"]
-                state.counters.interrupted += 1
+        elif etype == TASK_INTERRUPTED and task.state not in TERMINAL and task.state != INTERRUPTED:
+            task.state = INTERRUPTED
+            task.interrupted_at = ts
+            if payload.get("session_id"):
+                task.session_id = payload["session_id"]
+            state.counters.interrupted += 1
         return
     strat = state.strategies.get(sid)
     if etype == STRATEGY_STARTED:
@@ -388,12 +386,11 @@ def apply(state: RunState, etype: str, sid: str, key: str | None, payload: dict[
         record = progress_from_payload(payload)
         if record is not None:
             strat.progress = record
-    elif etype == STRATEGY_COMPLETED:
-        if strat.status == "running":
-            strat.status = payload.get("status", "success")
-            strat.completed_at = ts
-            strat.result = payload.get("result")
-            strat.error = payload.get("error")
+    elif etype == STRATEGY_COMPLETED and strat.status == "running":
+        strat.status = payload.get("status", "success")
+        strat.completed_at = ts
+        strat.result = payload.get("result")
+        strat.error = payload.get("error")
 
 
 def apply_event(state: RunState, ev: Event) -> None:

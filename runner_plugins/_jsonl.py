@@ -8,8 +8,9 @@
   discarded as it arrives, so memory stays bounded even if an agent prints
   100 MB without a newline.
 * :class:`Tail` keeps the last N bytes of a stream (stderr, plain output).
-* :func:`classify_failure` maps error text and HTTP statuses to the spec's
-  categories (§3.7 retryable patterns).
+* :func:`classify_status`, :func:`classify_api_text` and :func:`classify_crash`
+  map HTTP statuses, error text and exit codes to error
+  categories, and says whether a retry can help (rate limits, overload, 5xx).
 * :class:`SecretEnv` is a ``dict`` whose ``repr`` masks credentials.
 """
 
@@ -141,7 +142,19 @@ def as_int(value: Any) -> int:
     return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
 
 
-# --- error classification (spec §3.7) -------------------------------------------------
+def dict_at(obj: dict[str, Any], key: str) -> dict[str, Any]:
+    """``obj[key]`` if it is a JSON object, else an empty one: a tool's output may lack any field."""
+    value = obj.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def list_at(obj: dict[str, Any], key: str) -> list[Any]:
+    """``obj[key]`` if it is a JSON array, else an empty one."""
+    value = obj.get(key)
+    return value if isinstance(value, list) else []
+
+
+# --- error classification: category, and whether a retry can help --------------------
 
 _AUTH = re.compile(
     r"\b40[13]\b|unauthori[sz]ed|forbidden|authentication|invalid api key|incorrect api key|"

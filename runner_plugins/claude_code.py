@@ -39,6 +39,8 @@ from ._jsonl import (
     classify_crash,
     classify_status,
     clip,
+    dict_at,
+    list_at,
     parse_object,
 )
 
@@ -71,7 +73,7 @@ class ModelTable(dict):
         )
 
     def get(self, key: Any, default: Any = None) -> Any:
-        return self[key] if key in self else default
+        return self.get(key, default)
 
 
 def prompt_via_stdin(prompt: str) -> bool:
@@ -208,7 +210,7 @@ class ClaudeStreamParser(JsonLinesParser):
         if kind == "user":
             return self._on_user(obj)
         if kind == "rate_limit_event":
-            info = obj.get("rate_limit_info") if isinstance(obj.get("rate_limit_info"), dict) else {}
+            info = dict_at(obj, "rate_limit_info")
             if info.get("status") == "rejected":
                 self._rate_limited = True
             return [AgentEvent(kind="rate_limit", data={k: info.get(k) for k in ("status", "rateLimitType", "resetsAt")})]
@@ -237,7 +239,7 @@ class ClaudeStreamParser(JsonLinesParser):
         return [AgentEvent(kind="other", data={"type": "system", "subtype": clip(str(subtype), 200)})]
 
     def _on_assistant(self, obj: dict[str, Any]) -> list[AgentEvent]:
-        message = obj.get("message") if isinstance(obj.get("message"), dict) else {}
+        message = dict_at(obj, "message")
         events: list[AgentEvent] = []
         texts: list[str] = []
         for block in _blocks(message.get("content")):
@@ -261,7 +263,7 @@ class ClaudeStreamParser(JsonLinesParser):
         return events
 
     def _on_user(self, obj: dict[str, Any]) -> list[AgentEvent]:
-        message = obj.get("message") if isinstance(obj.get("message"), dict) else {}
+        message = dict_at(obj, "message")
         events = []
         for block in _blocks(message.get("content")):
             if block.get("type") == "tool_result":
@@ -311,13 +313,13 @@ class ClaudeStreamParser(JsonLinesParser):
         )
 
     def _classify_result(self, result: dict[str, Any], final: str) -> tuple[ErrorCategory, bool, str]:
-        errors = result.get("errors") if isinstance(result.get("errors"), list) else []
+        errors = list_at(result, "errors")
         details = "; ".join(str(e) for e in errors)
         text = result.get("result") if isinstance(result.get("result"), str) else ""
         message = text or details or final or f"claude-code reported {result.get('subtype')}"
         if result.get("subtype") == "error_max_turns" or result.get("terminal_reason") == "max_turns":
-            # The turn budget is a tool-level limit (spec §3.7 "Timeout Handling"):
-            # the task failed; retrying the same budget would fail the same way.
+            # The turn budget is a limit like a timeout: the task failed, and
+            # retrying with the same budget would fail the same way.
             return "timeout", False, message
         status = result.get("api_error_status")
         if not isinstance(status, int) and self._api_error and isinstance(self._api_error.get("status"), int):
@@ -326,7 +328,9 @@ class ClaudeStreamParser(JsonLinesParser):
         if decided is None:
             hint = " ".join(str(x) for x in (text, details, result.get("api_error_type") or "",
                                               (self._api_error or {}).get("error") or ""))
-            decided = ("api", True) if self._rate_limited else classify_api_text(hint)
+            if self._rate_limited:
+                return "api", True, message
+            decided = classify_api_text(hint)
         return decided[0], decided[1], message
 
     def _no_result(self, exit_code: int | None) -> AgentOutcome:
@@ -401,10 +405,10 @@ def _usage_of(result: dict[str, Any]) -> tuple[int, int, float | None]:
     if isinstance(since, dict):
         tokens_in, tokens_out, cost = _model_usage_totals(since)
         return tokens_in, tokens_out, round(cost, 10)
-    usage = result.get("usage") if isinstance(result.get("usage"), dict) else {}
+    usage = dict_at(result, "usage")
     total = result.get("total_cost_usd")
-    cost = float(total) if isinstance(total, (int, float)) and not isinstance(total, bool) else None
-    return _input_tokens(usage), as_int(usage.get("output_tokens")), cost
+    total_cost = float(total) if isinstance(total, (int, float)) and not isinstance(total, bool) else None
+    return _input_tokens(usage), as_int(usage.get("output_tokens")), total_cost
 
 
 def _cumulative_of(result: dict[str, Any]) -> dict[str, float]:

@@ -39,6 +39,8 @@ import hashlib
 import json
 from typing import Any
 
+import msgspec
+
 from orchestrator.errors import ConfigError, PreflightError
 from orchestrator.runner.plugin import AgentEvent, AgentOutcome, PluginCapabilities
 from orchestrator.runner.structured import schema_json
@@ -52,6 +54,7 @@ from ._jsonl import (
     classify_crash,
     classify_status,
     clip,
+    dict_at,
     parse_object,
     session_gone,
 )
@@ -215,11 +218,11 @@ class CodexStreamParser(JsonLinesParser):
             return self._on_item(kind, obj["item"])
         if kind == "turn.completed":
             self._completed = True
-            usage = obj.get("usage") if isinstance(obj.get("usage"), dict) else {}
+            usage = dict_at(obj, "usage")
             self._usage = usage
             return [AgentEvent(kind="usage", data={k: as_int(usage.get(k)) for k in USAGE_KEYS if k in usage})]
         if kind == "turn.failed":
-            error = obj.get("error") if isinstance(obj.get("error"), dict) else {}
+            error = dict_at(obj, "error")
             self._failed = str(error.get("message") or "turn failed")
             return [AgentEvent(kind="error", data={"message": clip(self._failed, 8192), "fatal": True})]
         if kind == "error":
@@ -297,11 +300,11 @@ class CodexStreamParser(JsonLinesParser):
         cumulative = {k: float(as_int(self._usage.get(k))) for k in USAGE_KEYS if k in self._usage} \
             if self._usage else {}
         tokens_in, tokens_out = self._per_run(cumulative)
-        base = dict(final_message=self._last_message or "", session_id=self.session_id, tokens_in=tokens_in,
-                    tokens_out=tokens_out, cost_usd=None, exit_code=exit_code, cumulative=cumulative)
+        base = AgentOutcome(final_message=self._last_message or "", session_id=self.session_id, tokens_in=tokens_in,
+                            tokens_out=tokens_out, cost_usd=None, exit_code=exit_code, cumulative=cumulative)
         ok_exit = exit_code in (0, None)
         if self._completed and self._failed is None and ok_exit:
-            return AgentOutcome(**base)
+            return base
         category: ErrorCategory
         failure = self._failed or self._last_error
         if failure is not None:
@@ -321,8 +324,8 @@ class CodexStreamParser(JsonLinesParser):
             detail = stderr or self._last_any_error
             if detail:
                 message += f": {detail}"
-        return AgentOutcome(**base, is_error=True, error_category=category, error_message=message,
-                            retryable=retryable)
+        return msgspec.structs.replace(base, is_error=True, error_category=category, error_message=message,
+                                       retryable=retryable)
 
     def _per_run(self, cumulative: dict[str, float]) -> tuple[int, int]:
         tokens_in = int(cumulative.get("input_tokens", 0))
@@ -343,7 +346,7 @@ def _decode_error(text: str) -> tuple[str, int | None]:
         except ValueError:
             return text, None
         if isinstance(body, dict):
-            inner = body.get("error") if isinstance(body.get("error"), dict) else {}
+            inner = dict_at(body, "error")
             message = inner.get("message") or body.get("message") or text
             status = body.get("status") if isinstance(body.get("status"), int) else None
             kind = inner.get("type")

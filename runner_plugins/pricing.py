@@ -1,4 +1,4 @@
-"""Cost estimates from token counts, for tools that report none (spec §3.8 graceful degradation).
+"""Cost estimates from token counts, for tools that report none (an estimate beats no cost at all).
 
 The table is supplied by configuration: model name -> (USD per million input
 tokens, USD per million output tokens). No prices are built in, because they

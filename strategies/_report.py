@@ -169,7 +169,7 @@ def evolve_sections(run: dict[str, Any]) -> list[dict[str, Any]]:
     for g, v in goals.items():
         if isinstance((v or {}).get("value_before"), (int, float)):
             values[g] = [[0, float(v["value_before"])]]
-    rows = []
+    rows: list[list[Any]] = []
     for h in history:
         cycle = h.get("cycle", len(rows) + 1)
         if h.get("result") == "improved":

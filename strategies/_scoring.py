@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Callable, Coroutine
+from typing import Any, cast
 
 import anyio
 
@@ -39,7 +39,7 @@ def tail(text: str | None, limit: int) -> str:
 def branch_of(result: dict[str, Any]) -> str:
     """The branch that holds a result's work: its imported branch, else the base it started from."""
     artifact = result.get("artifact") or {}
-    return artifact.get("branch_final") or artifact.get("base")
+    return cast(str, artifact.get("branch_final") or artifact.get("base"))  # every task result names its base
 
 
 async def score_with_repair(ctx, task: dict[str, Any], key_parts: tuple) -> dict[str, Any]:
@@ -95,7 +95,7 @@ def review_task(*, prompt: str, subject: str, subject_text: str, base: str, bran
     return task
 
 
-async def concurrently(fns: list[Callable[[], Awaitable[None]]]) -> None:
+async def concurrently(fns: list[Callable[[], Coroutine[Any, Any, None]]]) -> None:
     """Run ``fns`` concurrently; a single error surfaces as itself, not as an ExceptionGroup.
 
     Strategy code may fan out like this because the outcome depends only on

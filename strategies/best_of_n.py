@@ -1,8 +1,9 @@
 """best-of-n: N candidates in parallel, each scored by a read-only reviewer, the best one wins.
 
-Keys (spec §4.4): ``gen/<i>`` for candidate ``i`` (0-based) and
-``score/<instance_id>/attempt-1|2`` for its reviewer. Each candidate is scored
-as soon as it finishes, so scoring overlaps generation; the outcome never
+Keys (stable across resumes, so a finished task is never paid for twice):
+``gen/<i>`` for candidate ``i`` (0-based) and ``score/<instance_id>/attempt-1|2``
+for its reviewer. Each candidate is scored as soon as it finishes, so scoring
+overlaps generation; the outcome never
 depends on completion order because keys come from data and the winner is
 chosen by (highest score, then lowest generation index).
 
@@ -14,6 +15,7 @@ TaskResult, so the run summary shows its branch.
 
 from __future__ import annotations
 
+import functools
 from typing import Annotated, Any, Literal
 
 from orchestrator.strategy import ConfigError, strategy_options
@@ -85,7 +87,7 @@ async def best_of_n(prompt, base_branch, ctx, *,
             rows[i].update(status="scored", rationale=verdict["rationale"])
             scored.append((verdict["score"], i, result))
 
-    await concurrently([lambda i=i: candidate(i) for i in range(n)])
+    await concurrently([functools.partial(candidate, i) for i in range(n)])
 
     report: dict[str, Any] = {"strategy_execution_id": ctx.strategy_execution_id, "n": n, "tie_break": TIE_BREAK,
                               "candidates": rows, "selected": None}

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
 import msgspec
 
@@ -272,6 +272,10 @@ def check_scoring_params(primary_metric: str | None, direction: str, weights: di
         raise ConfigError(f"-S tolerance must be a non-negative number (relative, 0.01 = 1%), got {tolerance!r}")
 
 
+@overload
+def evaluation_from_json(data: dict[str, Any]) -> Evaluation: ...
+@overload
+def evaluation_from_json(data: None) -> None: ...
 def evaluation_from_json(data: dict[str, Any] | None) -> Evaluation | None:
     """Inverse of ``to_json`` for an :class:`Evaluation` (a null metric was NaN)."""
     if data is None:

@@ -51,11 +51,15 @@ async def evolve(prompt, base_branch, ctx, *,
                  max_cycles: Annotated[int, "stop after this many cycles"] = 10,
                  bisect_on_regression: Annotated[bool, "on a regression keep the fixes that break nothing"] = False,
                  quarantine_after: Annotated[int, "rolled-back fixes before a goal is quarantined"] = 3,
-                 recheck: Annotated[int, "re-runs of a check that newly fails on a wave before it counts as a regression (0: believe one run)"] = 1,
-                 max_failed_waves: Annotated[int, "waves in a row in which every fix task failed (quota, outage) before the run stops"] = 3,
+                 recheck: Annotated[int, "re-runs of a check that newly fails on a wave before it counts as a "
+                                         "regression (0: believe one run)"] = 1,
+                 max_failed_waves: Annotated[int, "waves in a row in which every fix task failed (quota, outage) "
+                                                  "before the run stops"] = 3,
                  retry_backoff_s: Annotated[float, "wait before retrying after such a wave; doubles each time"] = 60.0,
-                 max_cost_usd: Annotated[float | None, "start no new task once the run's tasks cost this many US dollars (null: no limit)"] = None,
-                 max_wall_s: Annotated[float | None, "start no new task once the run is this many seconds old (null: no limit)"] = None,
+                 max_cost_usd: Annotated[float | None, "start no new task once the run's tasks cost this many US "
+                                                       "dollars (null: no limit)"] = None,
+                 max_wall_s: Annotated[float | None, "start no new task once the run is this many seconds old "
+                                                     "(null: no limit)"] = None,
                  keep_branches: Annotated[bool, "keep the fix, merge and resolve branches instead of deleting them"] = False):
     """Keep a set of measurable goals passing: fix failing ones in parallel waves, revert regressions."""
     goal_list = goals_from_param(goals)
@@ -229,7 +233,8 @@ class _Loop:
                                                            ("c", cycle, "wave"), self.recheck)
         entry["wave_commit"] = head_of(after)
         entry["regressed"], entry["flaky"] = regressed, flaky
-        new_branch, new_measures = merged.branch, after
+        new_branch: str | None = merged.branch
+        new_measures: dict[str, Measurement] | None = after
         included = [(g, b) for g, b in wave if g.id in merged.included]
         if regressed:
             new_branch, new_measures = None, None
@@ -240,7 +245,7 @@ class _Loop:
                 blamed = list(cut.blamed)
                 self._blame(entry, cut.blamed)
                 entry["conflicts"] += [g for g in cut.conflicts if g not in entry["conflicts"]]
-                if cut.branch is not None:
+                if cut.branch is not None and cut.measures is not None:  # (set together)
                     new_branch, new_measures = cut.branch, cut.measures
                     entry["wave_commit"] = head_of(cut.measures)
                     entry["kept"] = list(cut.kept)
@@ -260,9 +265,9 @@ class _Loop:
                     others = ", ".join(o.id for o, _ in included if o.id != g.id)
                     self._note(g.id, f"cycle {cycle}: the fix ({_said(summaries[g.id])}) was reverted together "
                                      f"with the fixes for {others}: the wave broke {broke}")
-            if new_branch is None:
-                entry.update(result="reverted", reason="regression")
-                return base, measures
+        if new_branch is None or new_measures is None:  # (only a regression clears them, both together)
+            entry.update(result="reverted", reason="regression")
+            return base, measures
         gained = improvements(goals, measures, new_measures)
         if not gained:
             for g, _ in included:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard
 
 import msgspec
 import yaml
@@ -67,7 +67,7 @@ class Goal(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
     metric: Metric | None = None
 
 
-def _is_number(v: Any) -> bool:
+def _is_number(v: Any) -> TypeGuard[int | float]:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 

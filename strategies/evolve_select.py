@@ -92,7 +92,7 @@ def globs_may_overlap(a: str, b: str) -> bool:
     contradict each other.
     """
     sa, sb = _segments(a), _segments(b)
-    for x, y in zip(sa, sb):
+    for x, y in zip(sa, sb, strict=False):  # a longer glob is a directory prefix case (see below)
         if "**" in x or "**" in y:
             return True
         if not _segments_may_match(x, y):

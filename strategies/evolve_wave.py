@@ -69,10 +69,8 @@ def regressions(goals: list[Goal], before: dict[str, Measurement], after: dict[s
     out = []
     for g in goals:
         b, a = before[g.id], after[g.id]
-        if b.passed and not a.passed:
-            out.append(g.id)
-        elif g.metric is not None and b.value is not None and (
-                a.value is None or g.metric.worsening(b.value, a.value) > g.metric.tolerance):
+        if (b.passed and not a.passed) or (g.metric is not None and b.value is not None and (
+                a.value is None or g.metric.worsening(b.value, a.value) > g.metric.tolerance)):
             out.append(g.id)
     return out
 
@@ -110,10 +108,8 @@ def improvements(goals: list[Goal], before: dict[str, Measurement], after: dict[
     out = []
     for g in goals:
         b, a = before[g.id], after[g.id]
-        if not b.passed and a.passed:
-            out.append(g.id)
-        elif g.metric is not None and a.value is not None and (
-                b.value is None or -g.metric.worsening(b.value, a.value) > g.metric.tolerance):
+        if (not b.passed and a.passed) or (g.metric is not None and a.value is not None and (
+                b.value is None or -g.metric.worsening(b.value, a.value) > g.metric.tolerance)):
             out.append(g.id)
     return out
 
@@ -261,7 +257,7 @@ async def merge_wave(ctx, key_parts: tuple, base: str, fixes: list[tuple[Goal, s
         if new_head:
             head = new_head
             resolved.append(goal.id)
-            remaining = [(goal, branch)] + rest  # the next step verifies the branch really is merged
+            remaining = [(goal, branch), *rest]  # the next step verifies the branch really is merged
         else:
             conflicts.append(goal.id)
             remaining = rest
@@ -299,7 +295,7 @@ async def bisect_wave(ctx, cycle: int, base: str, goals: list[Goal], wave: list[
     blamed: list[str] = []
     conflicts: list[str] = []
     for i, (goal, fix_branch) in enumerate(wave, start=1):
-        candidate = kept + [(goal, fix_branch)]
+        candidate = [*kept, (goal, fix_branch)]
         if full_wave_known and len(candidate) == len(wave):
             blamed.append(goal.id)
             break

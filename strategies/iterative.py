@@ -1,7 +1,8 @@
 """iterative: generate, then review and improve the same work N times in one agent session.
 
-Keys (spec §4.4): ``gen``, ``review/iter-<n>/attempt-1|2`` (a read-only reviewer
-on the current branch answering ``{score, feedback}``, one repair attempt) and
+Keys (stable across resumes, so a finished task is never paid for twice):
+``gen``, ``review/iter-<n>/attempt-1|2`` (a read-only reviewer on the current
+branch answering ``{score, feedback}``, one repair attempt) and
 ``improve/iter-<n>``. Every generation/improvement task shares one
 ``session_group_key`` per strategy execution and resumes the previous task's
 ``session_id`` on the previous branch, so the agent keeps its context and each

@@ -143,7 +143,10 @@ def command_task(command: str, branch: str, *, timeout: float | None = None) -> 
     return task
 
 
-async def evaluate(ctx, command: str, branch: str, key_parts: tuple, *, timeout: float | None = None) -> tuple[Evaluation, str]:
+# `timeout` becomes the task's timeout_seconds, enforced inside the container.
+async def evaluate(
+    ctx, command: str, branch: str, key_parts: tuple, *, timeout: float | None = None  # noqa: ASYNC109
+) -> tuple[Evaluation, str]:
     """Run the eval command on ``branch``; returns the evaluation and its log text."""
     handle = ctx.run(command_task(command, branch, timeout=timeout), key=ctx.key(*key_parts))
     try:

@@ -1,6 +1,6 @@
 """plan-score-implement: plans from several angles, each scored, the best one implemented.
 
-The spec's §1.3 example. Keys: ``plan/<angle>`` (read-only planners, one per
+Keys: ``plan/<angle>`` (read-only planners, one per
 angle, in parallel), ``score-plan/<instance_id>/attempt-1|2`` (a reviewer per
 plan with one repair attempt) and ``implement/plan/<instance_id>``. The
 implementation resumes the winning planner's agent session (same
@@ -13,6 +13,7 @@ Winner: highest score, then the earliest angle in ``angles``. Output:
 
 from __future__ import annotations
 
+import functools
 from typing import Annotated, Any
 
 from orchestrator.strategy import ConfigError, strategy_options
@@ -75,7 +76,7 @@ async def plan_score_implement(prompt, base_branch, ctx, *,
             rows[i].update(status="scored", rationale=verdict["rationale"])
             scored.append((verdict["score"], i, result))
 
-    await concurrently([lambda i=i, a=a: plan(i, a) for i, a in enumerate(angles)])
+    await concurrently([functools.partial(plan, i, a) for i, a in enumerate(angles)])
     report: dict[str, Any] = {"strategy_execution_id": ctx.strategy_execution_id, "plans": rows, "selected": None,
                               "tie_break": "highest score, then the earliest angle"}
     if not scored:

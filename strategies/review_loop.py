@@ -170,19 +170,23 @@ def _fmt(x: Any) -> str:
 async def review_loop(prompt, base_branch, ctx, *,
                       ideas: Annotated[str | None, "idea file or directory (one idea per file); default: the prompt"] = None,
                       max_review_rounds: Annotated[int, "coder fix rounds after a rejection"] = 2,
-                      test_command: Annotated[str | None, "shell command run on the final branch; non-zero stops the idea"] = None,
+                      test_command: Annotated[str | None,
+                                              "shell command run on the final branch; non-zero stops the idea"] = None,
                       eval_command: Annotated[str | None, "evaluation command (last stdout line: JSON metrics)"] = None,
                       primary_metric: Annotated[str | None, "metric that decides better/worse"] = None,
                       direction: Annotated[Literal["max", "min"], "whether the primary metric should go up or down"] = "max",
                       weights: Annotated[dict, "weights of other metrics, e.g. {\"latency_ms\": -0.5}"] = {},  # noqa: B006
                       tolerance: Annotated[float, "relative noise band (0.01 = 1%)"] = 0.01,
                       eval_timeout_s: Annotated[float | None, "timeout of one evaluation"] = None,
-                      max_cost_usd: Annotated[float | None, "start no new task once the run's tasks cost this many US dollars (null: no limit)"] = None,
-                      max_wall_s: Annotated[float | None, "start no new task once the run is this many seconds old (null: no limit)"] = None):
+                      max_cost_usd: Annotated[float | None, "start no new task once the run's tasks cost this many US "
+                                                            "dollars (null: no limit)"] = None,
+                      max_wall_s: Annotated[float | None, "start no new task once the run is this many seconds old "
+                                                          "(null: no limit)"] = None):
     """Plan, implement, review (with fix rounds), test and evaluate each idea; rank by score."""
     if isinstance(ideas, str):  # called without prepare (a direct call): read now
         raise ConfigError("review-loop: ideas must be loaded by prepare; pass -S ideas=PATH on the command line")
-    items = [Idea(id=i["id"], title=i["title"], text=i["text"]) for i in (ideas or [])] or \
+    loaded: list[dict[str, str]] = ideas or []  # prepare replaced the path with the ideas it read
+    items = [Idea(id=i["id"], title=i["title"], text=i["text"]) for i in loaded] or \
         [Idea(id="01-prompt", title=title_of(prompt), text=prompt)]
     scoring = ScoringConfig(primary_metric=primary_metric, direction=direction, weights=weights or {},
                             tolerance=tolerance) if eval_command and primary_metric else None

@@ -224,8 +224,9 @@ class Tree:
                 runs += cfg["eval_repeats"]
             if (r.get("confirmation") or {}).get("pairs"):
                 runs += 2 * r["confirmation"]["pairs"]
-        if ((self.best or {}).get("check") or {}).get("pairs"):
-            runs += 2 * self.best["check"]["pairs"]
+        best_check = (self.best or {}).get("check") or {}
+        if best_check.get("pairs"):
+            runs += 2 * best_check["pairs"]
         return runs
 
     def to_json(self) -> dict[str, Any]:
@@ -337,9 +338,9 @@ def prepare(params: dict[str, Any], repo_path: str) -> dict[str, Any]:
         if params.get(name, 0) < 0:
             raise ConfigError(f"-S {name} must be >= 0")
     paths = params.get("protected_paths")
-    if paths is not None and (not isinstance(paths, list) or not all(isinstance(p, str) and p and not p.startswith("/")
-                                                                      and ".." not in p and not any(c.isspace() or c in "*?[" for c in p)
-                                                                      for p in paths)):
+    if paths is not None and (not isinstance(paths, list) or not all(
+            isinstance(p, str) and p and not p.startswith("/") and ".." not in p
+            and not any(c.isspace() or c in "*?[" for c in p) for p in paths)):
         raise ConfigError('-S protected_paths must be a JSON list of repository-relative paths, e.g. ["bench.py", "bench/"]')
     return dict(params)
 
@@ -356,7 +357,8 @@ async def tree_beam(prompt, base_branch, ctx, *,
                     confirm_pairs: Annotated[int, "paired parent/candidate runs confirming a promotion (0 = none)"] = 10,
                     confidence: Annotated[float, "confidence of the intervals (two-sided)"] = 0.9,
                     eval_parallel: Annotated[int, "evaluations running at once (apart from agent tasks)"] = 1,
-                    protected_paths: Annotated[list | None, "paths always measured as on the base branch (default: files the eval command names, and bench/)"] = None,
+                    protected_paths: Annotated[list | None, "paths always measured as on the base branch (default: "
+                                                            "files the eval command names, and bench/)"] = None,
                     ideas_per_node: Annotated[int, "ideas generated per expanded node"] = 5,
                     max_depth: Annotated[int, "maximum tree depth"] = 3,
                     beam_width: Annotated[int, "nodes kept per depth across the whole frontier"] = 2,
@@ -506,7 +508,7 @@ async def tree_beam(prompt, base_branch, ctx, *,
         # 1. context pack and ideas for every frontier node, in parallel
         generated: dict[str, list[dict[str, str]] | None] = {}
 
-        async def ideate(node_id: str) -> None:
+        async def ideate(node_id: str, generated: dict[str, list[dict[str, str]] | None]) -> None:
             node = tree.nodes[node_id]
             diffstat = None
             if node["parent"] is not None:
@@ -527,7 +529,7 @@ async def tree_beam(prompt, base_branch, ctx, *,
 
         async with anyio.create_task_group() as tg:
             for node_id in expandable:
-                tg.start_soon(ideate, node_id)
+                tg.start_soon(ideate, node_id, generated)
         # 2. dedupe and budget, in frontier then idea order: eval ids never depend on timing
         planned: list[tuple[str, dict[str, Any]]] = []
         for node_id in expandable:
@@ -637,6 +639,7 @@ async def _end(tree: Tree, out, meter: Measurer, reason: str) -> dict[str, Any]:
         budget_reason = meter.ctx._budget.exhausted(meter.ctx.now() if tree.config["max_wall_s"] else 0.0)
         if meter.cfg["confirm_pairs"] == 0 or budget_reason is not None:
             # no paired check (not asked for, or no budget left): the chain of confirmed promotions is the evidence
+            assert tree.root_evaluation is not None  # the root is measured before any candidate
             change = unpaired_change(evaluation_from_json(tree.root_evaluation), evaluation_from_json(best["evaluation"]),
                                      meter.scoring, meter.cfg["confidence"])
             passed, why = decide(change, meter.scoring.tolerance, strict_better=True) if change else (True, "no_interval")

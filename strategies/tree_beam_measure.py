@@ -92,7 +92,8 @@ def measure_command(eval_command: str, runs: list[tuple[str, str]], *, root: str
         "prep() {",
         "  d=\"$W/$1\"",
         "  c=$(resolve \"$2\") || exit 3",
-        "  $G clone -q --shared --no-checkout /workspace \"$d\" >/dev/null 2>&1 || { echo \"cannot clone /workspace\" >&2; exit 3; }",
+        "  $G clone -q --shared --no-checkout /workspace \"$d\" >/dev/null 2>&1"
+        " || { echo \"cannot clone /workspace\" >&2; exit 3; }",
         "  $G -C \"$d\" checkout -q --detach \"$c\" || { echo \"cannot check out $c\" >&2; exit 3; }",
         "  if [ -n \"$PROT\" ]; then",
         "    changed=$($G -C \"$d\" diff --name-only \"$ROOT\" \"$c\" -- $PROT | tr '\\n' ' ')",
@@ -145,14 +146,16 @@ def parse_runs(text: str, commit: str | None = None) -> Runs:
             _i, label, rc, attempts = parts[:4]
             last = parts[4] if len(parts) > 4 else ""
             if rc != "0":
-                ev = Evaluation(status="failed", commit=commit, error=f"command: exit code {rc}: {last.strip()[:300]}")
-                out.failed.append(ev.error)
+                error = f"command: exit code {rc}: {last.strip()[:300]}"
+                ev = Evaluation(status="failed", commit=commit, error=error)
+                out.failed.append(error)
             else:
                 try:
                     ev = parse_eval_output(last, commit=commit)
                 except EvalParseError as exc:
-                    ev = Evaluation(status="failed", commit=commit, error=f"unparsable: {exc}")
-                    out.failed.append(ev.error)
+                    error = f"unparsable: {exc}"
+                    ev = Evaluation(status="failed", commit=commit, error=error)
+                    out.failed.append(error)
             if attempts != "1" and rc == "0":
                 out.flaky += 1
             out.by_label.setdefault(label, []).append(ev)
@@ -281,7 +284,8 @@ def paired_change(runs: Runs, scoring: ScoringConfig, confidence: float) -> dict
     name = scoring.primary_metric
     p = [e.metrics.get(name) for e in runs.by_label.get("p", [])]
     c = [e.metrics.get(name) for e in runs.by_label.get("c", [])]
-    pairs = [(a, b) for a, b in zip(p, c) if a is not None and b is not None and math.isfinite(a) and math.isfinite(b)]
+    pairs = [(a, b) for a, b in zip(p, c, strict=False)
+             if a is not None and b is not None and math.isfinite(a) and math.isfinite(b)]
     if not pairs or len(pairs) != len(p) or len(p) != len(c):
         return None
     return interval(relative_changes([a for a, _ in pairs], [b for _, b in pairs], scoring.direction), confidence)
@@ -376,7 +380,7 @@ class Measurer:
         out: dict[str, Any] = {"pairs": pairs, "change": None, "passed": False, "reason": "", "error": None,
                                "flaky_runs": parsed.flaky if parsed else 0, "parent": None, "candidate": None}
         if parsed is None or error or parsed.failed:
-            out.update(reason="confirmation_failed", error=error or parsed.failed[0])
+            out.update(reason="confirmation_failed", error=error or (parsed.failed[0] if parsed else "no runs"))
             return out
         parent = summarize(parsed.by_label.get("p", []), self.cfg["confidence"])
         cand = self.pin(summarize(parsed.by_label.get("c", []), self.cfg["confidence"]))

@@ -27,7 +27,7 @@ from __future__ import annotations
 import html
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from orchestrator.strategy import ReplayError
 
@@ -132,7 +132,7 @@ def summary_markdown(tree: dict[str, Any]) -> str:
 
 def _change(check: dict[str, Any] | None) -> str:
     change = (check or {}).get("change")
-    if not change:
+    if not change or check is None:  # (a change comes only from a check)
         return "-" if not check else f"({check.get('reason')})"
     pairs = check.get("pairs") or change.get("n")
     return (f"{100 * change['mean']:+.2f}% [{100 * change['low']:+.2f}%, {100 * change['high']:+.2f}%]"
@@ -237,7 +237,7 @@ def tree_problems(tree: dict[str, Any] | str | Path) -> list[str]:
     the orchestrator checks them through its git layer (``--show-run``).
     """
     if not isinstance(tree, dict):
-        tree = json.loads(Path(tree).read_text("utf-8"))
+        tree = cast(dict[str, Any], json.loads(Path(tree).read_text("utf-8")))
     problems: list[str] = []
     nodes = {n["id"]: n for n in tree["nodes"]}
     evals = {r["id"]: r for r in tree["evaluations"]}

@@ -13,11 +13,11 @@ from pathlib import Path
 import anyio
 
 sys.path.insert(0, str(Path(__file__).parent))
-from engine_helpers import make_config  # noqa: E402
+from engine_helpers import make_config
 
-from orchestrator.engine.engine import Engine  # noqa: E402
-from orchestrator.engine.testing import ScriptedRunner, success  # noqa: E402
-from orchestrator.naming import short8  # noqa: E402
+from orchestrator.engine.engine import Engine
+from orchestrator.engine.testing import ScriptedRunner, success
+from orchestrator.naming import short8
 
 
 async def pipeline(prompt, base_branch, ctx, *, width: int = 150):
@@ -27,7 +27,7 @@ async def pipeline(prompt, base_branch, ctx, *, width: int = 150):
     scores = [ctx.run({"prompt": f"score {r['final_message']}", "import_policy": "never"},
                       key=ctx.key("score", r["instance_id"])) for r in ok]
     scored = await ctx.wait_all(scores)
-    ranked = sorted(zip(scored, ok), key=lambda p: (p[0]["final_message"], p[1]["key"]))
+    ranked = sorted(zip(scored, ok, strict=True), key=lambda p: (p[0]["final_message"], p[1]["key"]))
     top = [p[1] for p in ranked[:10]]
     await ctx.sleep(0.01)
     refine = await ctx.wait_all([ctx.run({"prompt": f"refine {t['final_message']} {seed:.6f}"},
@@ -48,7 +48,9 @@ def script(calls):
 
 
 async def main(out: Path, calls_path: Path) -> None:
-    with open(calls_path, "a") as calls:
+    # The scripted runner appends to it synchronously, as it would to a log; this
+    # worker only exists to be killed, nothing else shares its loop.
+    with open(calls_path, "a") as calls:  # noqa: ASYNC230
         runner = ScriptedRunner(script(calls), delay=lambda req: (int(short8(req.task_key), 16) % 60 + 20) / 1000)
         engine = Engine(make_config(out, max_parallel=8), runner)
         await engine.run(pipeline, prompt="p", params={}, runs=2)

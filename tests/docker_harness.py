@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from conftest import TEST_IMAGE
+
 from orchestrator.engine.engine import Engine, EngineConfig
 from orchestrator.fingerprint import TaskDefaults
 from orchestrator.runner import AuthConfig, DockerRunner, RetryConfig

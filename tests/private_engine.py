@@ -18,6 +18,7 @@ tests that need it to look remote use the archive path, which never bind mounts)
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import os
@@ -153,10 +154,8 @@ class PrivateEngine:
         pid = self.pid
         if pid is None:
             return
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, sig)  # this engine's own pid: nothing else is signalled
-        except ProcessLookupError:
-            pass
         deadline = time.time() + timeout
         while time.time() < deadline:
             try:

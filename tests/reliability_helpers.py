@@ -18,7 +18,8 @@ from collections import Counter
 from pathlib import Path
 
 from cli_helpers import ORCH, cli_env, run_cli, wait_for  # noqa: F401  (re-exported for the suites)
-from conftest import TEST_IMAGE, git  # noqa: F401
+from conftest import TEST_IMAGE, git
+
 from orchestrator.eventlog import iter_lines
 from orchestrator.events import decode_line
 from orchestrator.naming import safe_component

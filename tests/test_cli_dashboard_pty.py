@@ -7,7 +7,6 @@ import subprocess
 import uuid
 
 import pytest
-
 from cli_helpers import ORCH, cli_env
 from conftest import TEST_IMAGE, make_repo
 from test_tui_pty import capture, sessions, tmux, wait_for  # noqa: F401
@@ -15,7 +14,7 @@ from test_tui_pty import capture, sessions, tmux, wait_for  # noqa: F401
 pytestmark = [pytest.mark.docker, pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed")]
 
 
-def _terminal(tmp_path, sessions):
+def _terminal(tmp_path, sessions):  # noqa: F811  (pytest passes the imported fixture by name)
     """A repository, the env exports for the command, and a fresh 140x45 tmux shell."""
     repo = make_repo(tmp_path / "repo")
     env = cli_env(tmp_path)

@@ -6,7 +6,6 @@ import subprocess
 import textwrap
 
 import pytest
-
 from cli_helpers import cli_env, run_cli
 from conftest import TEST_IMAGE, make_repo
 
@@ -42,13 +41,16 @@ CASES = {
     "bad_base_name": (lambda t, r: (["do it", "--base-branch", "--upload-pack=x"], {}), []),
     "unknown_strategy": (lambda t, r: (["do it", "--strategy", "best-of-five"], {}), ["best-of-five", "best-of-n"]),
     "missing_file": (lambda t, r: (["do it", "--strategy", str(t / "nope.py")], {}), ["does not exist"]),
-    "syntax_error": (lambda t, r: (["do it", "--strategy", str(write(t / "bad.py", "async def strategy(p, b, ctx):\n    return (\n"))], {}),
+    "syntax_error": (lambda t, r: (["do it", "--strategy",
+                                    str(write(t / "bad.py", "async def strategy(p, b, ctx):\n    return (\n"))], {}),
                      ["bad.py:", "syntax error"]),
-    "no_strategy_fn": (lambda t, r: (["do it", "--strategy", str(write(t / "empty.py", "X = 1\n"))], {}), ["no strategy function"]),
+    "no_strategy_fn": (lambda t, r: (["do it", "--strategy", str(write(t / "empty.py", "X = 1\n"))], {}),
+                       ["no strategy function"]),
     "unknown_param": (lambda t, r: (["do it", "--strategy", "simple", "-S", "n=3"], {}), ["'n'", "import_policy"]),
     "bad_param_type": (lambda t, r: (["do it", "--strategy", "simple", "-S", "import_policy=sometimes"], {}), ["import_policy"]),
     "param_missing_equals": (lambda t, r: (["do it", "-S", "import_policy"], {}), ["missing '='"]),
-    "malformed_yaml": (lambda t, r: (["do it", "--config", str(write(t / "c.yaml", "runner: [unclosed\n"))], {}), ["c.yaml", "YAML"]),
+    "malformed_yaml": (lambda t, r: (["do it", "--config", str(write(t / "c.yaml", "runner: [unclosed\n"))], {}),
+                       ["c.yaml", "YAML"]),
     "malformed_json": (lambda t, r: (["do it", "--config", str(write(t / "c.json", "{nope"))], {}), ["c.json", "JSON"]),
     "unknown_config_key": (lambda t, r: (["do it", "--config", str(write(t / "c.yaml", "runner:\n  cpu_count: 3\n"))], {}),
                            ["runner.cpu_count", "c.yaml"]),
@@ -58,7 +60,8 @@ CASES = {
     "unknown_model": (lambda t, r: (["do it", "--model", "gpt-17"], {}), ["gpt-17"]),
     "unknown_plugin": (lambda t, r: (["do it", "--plugin", "cursor"], {}), ["cursor", "claude-code"]),
     "docker_unreachable": (lambda t, r: (["do it"], {"DOCKER_HOST": "unix:///nonexistent/docker.sock"}), ["Docker"]),
-    "missing_image": (lambda t, r: (["do it", "--docker-image", "no-such-image:42"], {}), ["no-such-image:42", "setup-docker.sh"]),
+    "missing_image": (lambda t, r: (["do it", "--docker-image", "no-such-image:42"], {}),
+                      ["no-such-image:42", "setup-docker.sh"]),
     "missing_credentials": (lambda t, r: (["do it"], {"ANTHROPIC_API_KEY": ""}), ["ANTHROPIC_API_KEY"]),
     "resume_unknown": (lambda t, r: (["--resume", "run_19990101_000000"], {}), ["run_19990101_000000"]),
     "max_parallel_zero": (lambda t, r: (["do it", "--max-parallel", "0"], {}), ["--max-parallel"]),

@@ -9,9 +9,9 @@ import subprocess
 import time
 
 import pytest
-
 from cli_helpers import ORCH, cli_env, only_run_id, run_cli, wait_for
 from conftest import TEST_IMAGE, git, make_repo
+
 from orchestrator.eventlog import read_events
 
 pytestmark = pytest.mark.docker
@@ -296,7 +296,7 @@ def test_orphan_scan_never_removes_a_live_run_from_another_directory(tmp_path):
         assert others["unknown"][0] in present and others["missing"][0] in present  # unknown: kept
         assert stopped["interrupted"][0] in present  # a resumable run of another directory: kept
         assert stopped["completed"][0] not in present  # a finished one past retention: removed
-        out, err = resumed.communicate(timeout=180)
+        _out, err = resumed.communicate(timeout=180)
         assert resumed.returncode == 0, err
         assert [e.type for e in read_events(events_a)].count("task.completed") == 1
     finally:

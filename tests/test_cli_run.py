@@ -9,9 +9,9 @@ import subprocess
 import time
 
 import pytest
-
 from cli_helpers import ORCH, TEST_KEY, cli_env, only_run_id, run_cli, wait_for
 from conftest import TEST_IMAGE, git, make_repo
+
 from orchestrator.eventlog import read_events
 from orchestrator.naming import ghash, session_volume_name
 from orchestrator.state import encode_snapshot, replay
@@ -117,7 +117,7 @@ def test_sigint_interrupts_and_resume_finishes_without_duplicates(tmp_path, repo
     time.sleep(0.5)
     t0 = time.time()
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=30)
+    _out, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err
     assert time.time() - t0 < 10
     assert f"Resume with: orchestrator --resume {run_id}" in err

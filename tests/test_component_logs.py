@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from cli_helpers import cli_env, run_cli
 from conftest import TEST_IMAGE, make_repo
+
 from orchestrator.jsonlog import ComponentLog
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import textwrap
 
 import pytest
-
 from engine_helpers import run_engine
+
 from orchestrator.engine.determinism import Reporter, guard_module
 from orchestrator.engine.testing import ScriptedRunner
 from orchestrator.errors import NondeterminismError

@@ -16,6 +16,7 @@ from pathlib import Path
 import anyio
 import msgspec
 import pytest
+from conftest import TEST_IMAGE as IMAGE
 
 from orchestrator.runner import (
     AuthConfig,
@@ -23,14 +24,13 @@ from orchestrator.runner import (
     DockerRunner,
     RetryConfig,
     container_exists,
+    git_ops,
     list_containers,
     run_instance,
     stop_run_containers,
 )
-from orchestrator.runner import git_ops
 from orchestrator.sanitize import Sanitizer
 
-from conftest import TEST_IMAGE as IMAGE  # noqa: E402
 SECRET = "plantedSecretValue-7f3a9c41d2"
 
 
@@ -98,7 +98,7 @@ async def test_task_writes_and_commits_branch_is_imported(repo, run_id, runner):
     # success: workspace removed after the completion event that names it
     events = runner_events(runner)
     done = [e for e in events if e["message"] == "runner.instance.completed"]
-    assert done and not Path(done[0]["workspace_path"]).exists()
+    assert done and not await anyio.Path(done[0]["workspace_path"]).exists()
     assert res.workspace_path is None
     assert inspect(res.container_name)["State"]["Running"] is False  # finalize: stopped, kept
     # the git layer's audit line for the import reaches runner.jsonl with its fields
@@ -128,7 +128,7 @@ async def test_review_task_cannot_write_workspace_and_gets_no_branch(repo, run_i
 async def test_container_cannot_see_host_repo_other_workspaces_or_docker_socket(repo, run_id, runner):
     # task A fails, so its workspace stays on the host
     a = await run_instance("", repo, runner=runner, **fields(run_id, key="A", plugin_name="command", command="false"))
-    assert a.status == "failed" and Path(a.workspace_path).is_dir()
+    assert a.status == "failed" and await anyio.Path(a.workspace_path).is_dir()
     probes = [str(repo), a.workspace_path, str(Path(a.workspace_path).parent), "/var/run/docker.sock",
               "/run/docker.sock"]
     script = "; ".join(f"if test -e '{p}'; then echo VISIBLE:{p}; fi" for p in probes)
@@ -167,7 +167,7 @@ async def test_timeout_stops_quickly(repo, run_id, runner):
     assert res.status == "timeout" and res.error_type == "timeout"
     assert elapsed < 8
     assert inspect(res.container_name)["State"]["Running"] is False
-    assert Path(res.workspace_path).is_dir()  # kept for resume/debugging
+    assert await anyio.Path(res.workspace_path).is_dir()  # kept for resume/debugging
 
 
 async def test_offline_network_has_only_loopback(repo, run_id, runner):

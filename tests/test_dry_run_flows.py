@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from cli_helpers import cli_env, only_run_id, run_cli
 from conftest import TEST_IMAGE, git, make_repo
 from strategies.tree_beam_report import best_path

@@ -7,13 +7,13 @@ import random
 import anyio
 import msgspec
 import pytest
-
 from engine_helpers import make_config, run_engine, strategy_results
+
 from orchestrator.engine.engine import Engine
 from orchestrator.engine.testing import ScriptedRunner, failure, success
-from orchestrator.errors import KeyConflictDifferentFingerprint, TaskFailed
+from orchestrator.errors import TaskFailed
 from orchestrator.eventlog import read_events
-from orchestrator.state import RunState, decode_snapshot, encode_snapshot, recover, replay
+from orchestrator.state import decode_snapshot, encode_snapshot, recover, replay
 
 
 async def fan_out(prompt, base_branch, ctx, n: int = 6):
@@ -37,7 +37,7 @@ async def test_wait_all_keeps_handle_order_whatever_the_completion_order(tmp_pat
         rng = random.Random(seed)
         delays = {}
 
-        def delay(req):
+        def delay(req, delays=delays, rng=rng):  # bound to this seed's table and generator
             return delays.setdefault(req.task_key, rng.random() / 200)
 
         _, state = await run_engine(tmp_path / str(seed), fan_out, ScriptedRunner(by_prompt, delay=delay))
@@ -225,7 +225,7 @@ async def test_max_parallel_pool_bounds_concurrency_and_is_fifo(tmp_path):
 
 
 async def test_snapshot_equals_full_replay_and_corrupt_snapshot_falls_back(tmp_path):
-    engine, state = await run_engine(tmp_path, fan_out, ScriptedRunner(by_prompt), runs=3)
+    engine, _state = await run_engine(tmp_path, fan_out, ScriptedRunner(by_prompt), runs=3)
     full = replay(engine.paths.events, run_id="run_t")
     assert encode_snapshot(full) == engine.paths.state_primary.read_bytes()
     assert encode_snapshot(full) == engine.paths.state_duplicate.read_bytes()
@@ -285,10 +285,10 @@ async def test_long_final_message_is_truncated_with_full_text_on_disk(tmp_path):
         return len((await ctx.wait(ctx.run({"prompt": "p"}, key=ctx.key("big"))))["final_message"])
 
     engine, state = await run_engine(tmp_path, strat, ScriptedRunner(lambda r: success(r, final_message=big)))
-    ev = [e for e in read_events(engine.paths.events) if e.type == "task.completed"][0]
+    ev = next(e for e in read_events(engine.paths.events) if e.type == "task.completed")
     assert ev.payload["final_message_truncated"] is True
     assert len(ev.payload["final_message"].encode()) <= 65536
-    assert open(ev.payload["final_message_path"], encoding="utf-8").read() == big
+    assert await anyio.Path(ev.payload["final_message_path"]).read_text(encoding="utf-8") == big
     assert state.strategies["s1"].result == 40000
 
 
@@ -336,7 +336,7 @@ async def test_a_task_the_strategy_never_waits_for_is_interrupted_when_the_run_e
 
     runner = ScriptedRunner(lambda req: success(req), delay=lambda req: 30 if req.prompt == "slow" else 0.05)
     with anyio.fail_after(10):  # the run does not wait 30 s for the forgotten task
-        engine, state = await run_engine(tmp_path, fire_and_forget, runner)
+        _engine, state = await run_engine(tmp_path, fire_and_forget, runner)
     assert state.strategies["s1"].status == "success"
     assert state.tasks["run_t/s1/awaited"].state == "COMPLETED"
     assert state.tasks["run_t/s1/forgotten"].state == "INTERRUPTED"

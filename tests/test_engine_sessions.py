@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import anyio
-
 from engine_helpers import make_config, run_engine
+
 from orchestrator.engine.engine import Engine
 from orchestrator.engine.testing import ScriptedRunner, success
 from orchestrator.eventlog import read_events
@@ -40,8 +40,8 @@ async def test_the_session_is_in_the_log_while_the_task_runs_and_a_crash_resume_
     assert events[types.index("task.session")].payload["session_id"] == "sess-live"
     # a crash: the log ends while the task runs (no task.interrupted, no snapshot)
     cut = next(e.start_offset for e in events if e.type == "task.interrupted")
-    with open(engine.paths.events, "r+b") as fh:
-        fh.truncate(cut)
+    async with await anyio.open_file(engine.paths.events, "r+b") as fh:
+        await fh.truncate(cut)
     for snap in engine.paths.snapshots:
         snap.unlink(missing_ok=True)
     runner = ScriptedRunner()

@@ -5,12 +5,10 @@ Real command, real git, real Docker, the sim agent.
 
 from __future__ import annotations
 
-import json
 import signal
 from pathlib import Path
 
 import pytest
-
 from conftest import git, make_repo
 from reliability_helpers import (
     IMG,

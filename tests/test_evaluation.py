@@ -27,7 +27,8 @@ def ev(**metrics) -> Evaluation:
 # ------------------------------------------------------------------ parsing
 
 def test_last_line_is_parsed_and_earlier_output_ignored():
-    out = 'warming up\n{"metrics": {"old": 1}}\nrunning...\n{"metrics": {"throughput": 120, "lat": 8.5}, "valid": true, "expected": 10, "ok": 10}\n\n'
+    out = ('warming up\n{"metrics": {"old": 1}}\nrunning...\n'
+           '{"metrics": {"throughput": 120, "lat": 8.5}, "valid": true, "expected": 10, "ok": 10}\n\n')
     e = parse_eval_output(out, commit="abc")
     assert e.metrics == {"throughput": 120.0, "lat": 8.5}
     assert (e.status, e.valid, e.expected, e.ok, e.commit, e.complete) == ("ok", True, 10, 10, "abc", True)

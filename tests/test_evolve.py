@@ -15,8 +15,8 @@ import re
 
 import anyio
 import pytest
-
 from engine_helpers import run_engine
+
 from orchestrator.engine.testing import ScriptedRunner, failure, success
 from strategies.evolve import evolve
 
@@ -58,7 +58,7 @@ class Repo:
         merged = dict(fh)
         for path in set(fb) | set(fh) | set(fo):
             b, h, o = fb.get(path), fh.get(path), fo.get(path)
-            if o == b or o == h:
+            if o in (b, h):
                 continue
             if h == b:
                 new = o
@@ -221,7 +221,7 @@ def assert_commit_chain(entries, first_base):
 
 async def test_parallel_waves_conflict_resolution_revert_learning_and_quarantine(tmp_path):
     w = world()
-    engine, state = await run_engine(tmp_path, evolve, ScriptedRunner(w), params={"goals": GOALS})
+    _engine, state = await run_engine(tmp_path, evolve, ScriptedRunner(w), params={"goals": GOALS})
     s = state.strategies["s1"]
     assert s.status == "success", s.error
     expected = [
@@ -278,7 +278,7 @@ async def test_failed_resolution_and_failed_fix(tmp_path):
     w = world(resolve={"c2": "fail"})
     w.fixes = dict(FIXES, a=lambda f, n: None)  # the agent for a changes nothing, every time
     goals = [g for g in GOALS if g["id"] in ("c1", "c2", "a")]
-    _, state = await run_engine(tmp_path, evolve, ScriptedRunner(w),
+    _, _state = await run_engine(tmp_path, evolve, ScriptedRunner(w),
                                 params={"goals": goals, "max_parallel": 3, "max_cycles": 3})
     entries = history(tmp_path)
     assert project(entries) == [
@@ -293,7 +293,7 @@ async def test_failed_resolution_and_failed_fix(tmp_path):
 async def test_bisect_keeps_the_innocent_fix_and_blames_the_culprit(tmp_path):
     w = world()
     runner = ScriptedRunner(w)
-    _, state = await run_engine(tmp_path, evolve, runner, params={"goals": GOALS, "bisect_on_regression": True})
+    _, _state = await run_engine(tmp_path, evolve, runner, params={"goals": GOALS, "bisect_on_regression": True})
     entries = history(tmp_path)
     assert project(entries) == [
         (1, ["c1", "c2", "a"], "improved", 4, ["c1", "c2", "a"], [], [], ["c2"], [], []),
@@ -312,7 +312,7 @@ async def test_bisect_keeps_the_innocent_fix_and_blames_the_culprit(tmp_path):
 async def test_bisect_with_the_culprit_first(tmp_path):
     w = world()
     goals = [dict(g, weight=10) if g["id"] == "d" else g for g in GOALS if g["id"] in ("keep", "a", "b", "d")]
-    _, state = await run_engine(tmp_path, evolve, ScriptedRunner(w),
+    _, _state = await run_engine(tmp_path, evolve, ScriptedRunner(w),
                                 params={"goals": goals, "bisect_on_regression": True, "quarantine_after": 1})
     entries = history(tmp_path)
     assert project(entries) == [

@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import git, make_repo
 from docker_harness import run_with_docker
+
 from orchestrator.eventlog import read_events
 from orchestrator.state import COMPLETED
 from strategies.evolve import evolve
@@ -93,8 +93,8 @@ async def test_evolve_end_to_end_with_conflict_revert_and_quarantine(tmp_path, w
 async def run_until(tmp_path, repo, fn, *, event_type, key_suffix, run_id, params, prompt):
     """Like ``run_with_docker`` but cancels the run the moment ``event_type`` is logged for ``key_suffix``."""
     import anyio
-
     from conftest import TEST_IMAGE
+
     from orchestrator.engine.engine import Engine, EngineConfig
     from orchestrator.fingerprint import TaskDefaults
     from orchestrator.runner import AuthConfig, DockerRunner, RetryConfig

@@ -6,8 +6,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from conftest import git, make_repo
+
 from orchestrator.errors import ConfigError
 from orchestrator.strategy_loader import load_strategy, parse_params
 from strategies.evolve_commands import measure_command, merge_command, parse_measurement, parse_merge
@@ -63,7 +63,8 @@ BAD = [
     ("writes: 3", "GOALS.yaml: goal 'lint-clean': field 'writes' must be a non-empty list of glob strings"),
     ("metric: {direction: up, threshold: 1}", "GOALS.yaml: goal 'lint-clean': field 'metric.direction' must be"),
     ("metric: {direction: lower}", "GOALS.yaml: goal 'lint-clean': field 'metric.threshold' must be a number"),
-    ("metric: {direction: lower, threshold: 1, tolerance: -1}", "GOALS.yaml: goal 'lint-clean': field 'metric.tolerance' must be a number >= 0"),
+    ("metric: {direction: lower, threshold: 1, tolerance: -1}",
+     "GOALS.yaml: goal 'lint-clean': field 'metric.tolerance' must be a number >= 0"),
     ("metric: {direction: lower, threshold: 1, key: x}", "GOALS.yaml: goal 'lint-clean': field 'metric.key' is unknown"),
     ("wieght: 3", "GOALS.yaml: goal 'lint-clean': unknown field 'wieght'"),
 ]
@@ -110,7 +111,7 @@ def test_limits_and_missing_file_are_config_errors(tmp_path):
         prepare({"goals": "GOALS.yaml", "max_cost_usd": 0}, str(tmp_path))
     with pytest.raises(ConfigError, match="retry_backoff_s must be a number >= 0"):
         prepare({"goals": "GOALS.yaml", "retry_backoff_s": -5}, str(tmp_path))
-    with pytest.raises(ConfigError, match="nope.yaml: goals file not found"):
+    with pytest.raises(ConfigError, match=r"nope\.yaml: goals file not found"):
         prepare({"goals": "nope.yaml"}, str(tmp_path))
     with pytest.raises(ConfigError, match="needs -S goals="):
         prepare({}, str(tmp_path))

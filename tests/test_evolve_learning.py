@@ -132,7 +132,7 @@ async def test_a_real_regression_survives_the_recheck(tmp_path):
     w = world()
     runner = ScriptedRunner(w)
     goals = [g for g in GOALS if g["id"] in ("keep", "d")]
-    _, state = await run_engine(tmp_path, evolve, runner,
+    _, _state = await run_engine(tmp_path, evolve, runner,
                                 params={"goals": goals, "quarantine_after": 1, "recheck": 2})
     entries = history(tmp_path)
     assert project(entries) == [(1, ["d"], "reverted", 1, [], ["keep"], [], [], ["d"], ["d"]),

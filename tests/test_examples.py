@@ -9,10 +9,10 @@ from collections import Counter
 
 import anyio
 import pytest
-
 from conftest import REPO_ROOT, git
 from docker_harness import run_with_docker
 from engine_helpers import make_config, run_engine
+
 from orchestrator.engine.engine import Engine
 from orchestrator.engine.testing import ScriptedRunner, failure, success
 from orchestrator.eventlog import read_events

@@ -14,19 +14,18 @@ import signal
 import subprocess
 
 import pytest
-
 from cli_helpers import ORCH, only_run_id, run_cli, wait_for
 from conftest import REPO_ROOT, git, make_repo
 from fidelity_helpers import (
+    MODELS,
     ensure_image,
     events,
-    MODELS,
-    final_facts,
     fidelity_env,
+    final_facts,
     one,
     remove_run_resources,
-    runner_events,
     run_orchestrator,
+    runner_events,
     scripted,
     server_requests,
 )

@@ -18,9 +18,9 @@ import json
 import subprocess
 
 import pytest
-
 from conftest import TEST_IMAGE
 from fidelity_helpers import API, OPENAI_KEY, ensure_image
+
 from orchestrator.runner.plugin import get_plugin
 from orchestrator.runner.types import AuthConfig, InstanceRequest
 

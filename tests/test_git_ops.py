@@ -333,7 +333,6 @@ def test_suffix_idempotency_with_provenance(host, tmp_path):
 
 def test_suffix_without_matching_provenance_creates_next(host, tmp_path):
     ws = make_ws(host, tmp_path / "ws", changes=True)
-    head = ws_head(ws)
     git(host, "branch", "b", "main~1")
     land(host, ws, "b_2")  # same HEAD, but no note: not ours
     kw = dict(branch_name="b", task_key="k", run_id="r", import_conflict_policy="suffix")
@@ -447,7 +446,7 @@ def test_workspace_gitfile_is_refused(host, tmp_path):
     ws = tmp_path / "ws"
     ws.mkdir()
     (ws / ".git").write_text(f"gitdir: {host / '.git'}\n")
-    with pytest.raises(GitError, match="no .git directory"):
+    with pytest.raises(GitError, match=r"no \.git directory"):
         _import_branch_sync(host, ws, branch_name="x", task_key="k", run_id="r")
 
 
@@ -554,7 +553,8 @@ def test_agent_written_workspace_config_does_not_run_on_host(host, tmp_path):
 def test_a_kept_workspace_is_continued_only_when_whole(tmp_path):
     """A crash mid-clone or mid-deletion must not leave a workspace a resumed task would continue in."""
     from conftest import make_repo
-    from orchestrator.runner.git_ops import _prepare_workspace_sync, kept_workspace, remove_workspace
+
+    from orchestrator.runner.git_ops import _prepare_workspace_sync, remove_workspace
 
     repo = make_repo(tmp_path / "repo")
     ws = tmp_path / "ws" / "k_1"

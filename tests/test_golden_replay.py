@@ -12,7 +12,6 @@ import json
 import sys
 from pathlib import Path
 
-
 GOLDEN = Path(__file__).resolve().parent / "golden"
 sys.path.insert(0, str(GOLDEN))
 
@@ -79,7 +78,7 @@ async def test_changed_task_input_fails_as_nondeterministic(tmp_path):
 
 
 async def test_strategy_that_stopped_asking_for_recorded_keys_is_reported(tmp_path):
-    engine, runner, events = await replay_with(tmp_path, judge_fewer_candidates)
+    _engine, runner, events = await replay_with(tmp_path, judge_fewer_candidates)
     completed = [e for e in read_events(events) if e.type == "strategy.completed"][-1]
     assert runner.calls == []
     unvisited = completed.payload["unvisited_keys"]

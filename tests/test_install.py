@@ -5,12 +5,10 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
-
 from cli_helpers import cli_env, run_cli
-from conftest import REPO_ROOT, TEST_IMAGE, make_repo
+from conftest import REPO_ROOT, TEST_BASE_IMAGE, TEST_IMAGE, make_repo
 
 INSTALL_IMAGE = "orchestrator-test-install"  # this test's own tag: shared images are never rebuilt here
 NOCODEX_IMAGE = "orchestrator-test-nocodex"
@@ -114,13 +112,13 @@ def test_test_image_staleness_follows_the_agent_sources(tmp_path):
             pytest.fail("Docker engine unreachable on CI")
         pytest.skip("Docker engine unreachable")
     src = source_dir()
-    assert test_image_is_current("claude-code", TEST_IMAGE, src)  # conftest rebuilt it if it was stale
+    assert test_image_is_current(TEST_BASE_IMAGE, TEST_IMAGE, src)  # conftest rebuilt it if it was stale
     copy = tmp_path / "src"
     shutil.copytree(src / "docker", copy / "docker")
     shutil.copy(src / "Dockerfile", copy / "Dockerfile")
     agent = next(p for p in sorted((copy / "docker").rglob("*.py")))
     agent.write_text(agent.read_text() + "\n# changed\n")
-    assert not test_image_is_current("claude-code", TEST_IMAGE, copy)
+    assert not test_image_is_current(TEST_BASE_IMAGE, TEST_IMAGE, copy)
 
 
 @pytest.mark.docker

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-
 from conftest import git
 from docker_harness import run_with_docker
+
 from orchestrator.eventlog import read_events
 from strategies.simple import simple
 

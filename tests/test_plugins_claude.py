@@ -310,7 +310,8 @@ def test_environment_and_secrets():
     assert env["ANTHROPIC_API_KEY"] == "sk-ant-secret" and env["ANTHROPIC_BASE_URL"] == "http://proxy:8080"
     assert env["CLAUDE_CODE_MAX_RETRIES"] == "5" and "CLAUDE_CODE_OAUTH_TOKEN" not in env
     assert "sk-ant-secret" not in repr(env)
-    # both present: subscription token wins (spec §6.1) unless a custom endpoint forces API mode
+    # both present: the subscription token wins (it is what the user pays for already) unless a custom
+    # endpoint forces API mode
     both = PLUGIN.prepare_environment(AuthConfig(oauth_token="o", api_key="k"), request())
     assert "CLAUDE_CODE_OAUTH_TOKEN" in both and "ANTHROPIC_API_KEY" not in both
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 from pathlib import Path
@@ -114,7 +115,7 @@ def random_chunks(data: bytes, rng: random.Random) -> list[int]:
 
 def multibyte_splits(data: bytes) -> list[int]:
     cuts = [i for i in range(1, len(data)) if 0x80 <= data[i] < 0xC0]
-    return [b - a for a, b in zip([0] + cuts, cuts)]
+    return [b - a for a, b in itertools.pairwise([0, *cuts])]
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
@@ -189,14 +190,14 @@ def test_plugin_lookup_and_capabilities():
 
 
 def test_build_command_shapes():
-    assert PLUGIN.build_command(request(), resume_session_id=None) == BASE + ["fix the bug"]
-    assert PLUGIN.build_command(request(), resume_session_id="01a2-t") == BASE + ["resume", "01a2-t", "fix the bug"]
+    assert PLUGIN.build_command(request(), resume_session_id=None) == [*BASE, "fix the bug"]
+    assert PLUGIN.build_command(request(), resume_session_id="01a2-t") == [*BASE, "resume", "01a2-t", "fix the bug"]
     custom = PLUGIN.build_command(request(), resume_session_id=None,
                                   auth=AuthConfig(openai_api_key="k", openai_base_url="http://llm:8000/v1"))
-    assert custom == BASE + ["-c", "model_provider=orc", "-c",
-                             'model_providers.orc={name="orc",base_url="http://llm:8000/v1",'
-                             'env_key="OPENAI_API_KEY",wire_api="responses",request_max_retries=2,stream_max_retries=2}',
-                             "fix the bug"]
+    assert custom == [*BASE, "-c", "model_provider=orc", "-c",
+                      'model_providers.orc={name="orc",base_url="http://llm:8000/v1",'
+                      'env_key="OPENAI_API_KEY",wire_api="responses",request_max_retries=2,stream_max_retries=2}',
+                      "fix the bug"]
     via_env = PLUGIN.build_command(request(env={"OPENAI_BASE_URL": "http://llm:8000/v1"}), resume_session_id=None)
     assert via_env == custom
     assert PLUGIN.build_command(request(prompt="-x"), resume_session_id=None)[-2:] == ["--", "-x"]

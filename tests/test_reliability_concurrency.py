@@ -7,7 +7,6 @@ import signal
 import time
 
 import pytest
-
 from conftest import git, make_repo
 from reliability_helpers import (
     IMG,
@@ -52,7 +51,7 @@ def test_two_resumes_of_one_run_at_once_the_second_is_refused(stagger, tmp_path)
         results = [finish(a, tmp_path / "out" / "a"), finish(b, tmp_path / "out" / "b")]
         codes = sorted(rc for rc, _, _ in results)
         assert codes == [0, 2], [(rc, err[-1500:]) for rc, _, err in results]
-        rc, _, err = next(r for r in results if r[0] == 2)
+        _rc, _, err = next(r for r in results if r[0] == 2)
         # one error line, no traceback (a loser that started at the same instant may have
         # printed the informational "Resuming ..." line before the log lock refused it)
         errors = [ln for ln in err.strip().splitlines() if ln.startswith("orchestrator: error: ")]

@@ -14,10 +14,9 @@ import json
 import subprocess
 
 import pytest
-
+from cli_helpers import TEST_KEY
 from conftest import git, make_repo
 from reliability_helpers import IMG, cli_env, events_path, record, remove_run_docker, run_cli, run_ids
-from cli_helpers import TEST_KEY
 
 pytestmark = pytest.mark.docker
 

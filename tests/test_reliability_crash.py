@@ -25,7 +25,6 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
 from conftest import git, make_repo
 from reliability_helpers import (
     IMG,
@@ -189,7 +188,7 @@ def test_sigterm_and_sigint_interrupt_gracefully_and_a_second_sigint_exits_at_on
         cmd = ["--resume", run_ids(tmp_path)[0], "--no-tui"] if n else [prompt, "--runs", "2", "--no-tui", *IMG]
         proc = start_cli(cmd, cwd=repo, env=env, out=out)
         run_id = wait_for(lambda: run_ids(tmp_path) and run_ids(tmp_path)[0])
-        wait_for(lambda: sum(e.type == "task.started" for e in check_log(events_path(tmp_path, run_id)))
+        wait_for(lambda run_id=run_id, n=n: sum(e.type == "task.started" for e in check_log(events_path(tmp_path, run_id)))
                  >= 2 * (n + 1), timeout=60)
         time.sleep(1.0)
         t0 = time.monotonic()

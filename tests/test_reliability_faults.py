@@ -7,15 +7,12 @@ left running. Every case runs the real command (real Docker, git, sim agent).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
-
 from conftest import git, make_repo
-from orchestrator.naming import branch_name
 from reliability_helpers import (
     IMG,
     all_containers,
@@ -34,6 +31,8 @@ from reliability_helpers import (
     terminal_counts,
     wait_for,
 )
+
+from orchestrator.naming import branch_name
 
 pytestmark = pytest.mark.docker
 NO_DISK_MIN = {"ORCHESTRATOR_ORCHESTRATION__HARD_MIN_FREE_DISK_GB": "0",
@@ -61,7 +60,8 @@ def run_one(tmp_path, repo, prompt, *, timeout=120, **env_extra):
     return result, run_id
 
 
-OOM_PY = ("import os\\np = os.getppid()\\nwhile p > 1:\\n    try:\\n        open(f'/proc/{p}/oom_score_adj', 'w').write('1000')\\n"
+OOM_PY = ("import os\\np = os.getppid()\\nwhile p > 1:\\n    try:\\n"
+          "        open(f'/proc/{p}/oom_score_adj', 'w').write('1000')\\n"
           "    except OSError:\\n        pass\\n    p = int(open(f'/proc/{p}/stat').read().rsplit(')', 1)[1].split()[1])\\n"
           "x = bytearray(512 * 1024 * 1024)\\nprint('allocated', len(x))\\n")
 

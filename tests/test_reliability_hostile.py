@@ -17,7 +17,6 @@ import subprocess
 import textwrap
 
 import pytest
-
 from conftest import git, make_repo
 from reliability_helpers import (
     IMG,

@@ -13,7 +13,6 @@ import textwrap
 import time
 
 import pytest
-
 from conftest import make_repo
 from reliability_helpers import IMG, cli_env, events_path, record, remove_run_docker, run_cli, run_ids
 

@@ -17,10 +17,9 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from conftest import make_repo
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from conftest import make_repo
 from reliability_helpers import (
     IMG,
     all_containers,

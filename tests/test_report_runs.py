@@ -23,7 +23,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from cli_helpers import TEST_KEY, cli_env, run_cli
 from conftest import TEST_IMAGE, make_repo
 from test_evolve_docker import GOALS_YAML

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
+import anyio
 from conftest import git, make_repo
 from engine_helpers import run_engine
+
 from orchestrator.engine.testing import ScriptedRunner, success
 from orchestrator.report import write_report
 from orchestrator.runs import RunDirs, RunManifest
@@ -114,5 +115,5 @@ async def test_a_custom_strategy_adds_sections_and_a_broken_one_is_named(tmp_pat
     # rebuilt by loading the strategy file from the manifest: the same bytes
     again = write_report(dirs, manifest).read_text("utf-8")
     assert again == page
-    subprocess.run(["git", "branch", "-D", "cand0"], cwd=repo, check=True, capture_output=True)
+    await anyio.run_process(["git", "branch", "-D", "cand0"], cwd=repo)
     assert write_report(dirs, manifest).read_text("utf-8") == page  # the commit is still there, by sha

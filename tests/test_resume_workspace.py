@@ -15,10 +15,10 @@ import signal
 from pathlib import Path
 
 import pytest
-
 from conftest import git, make_repo
 from reliability_helpers import (
     IMG,
+    _docker,
     check_log,
     check_snapshot_is_replay,
     cli_env,
@@ -31,7 +31,6 @@ from reliability_helpers import (
     sigkill,
     start_cli,
     wait_for,
-    _docker,
 )
 
 pytestmark = [pytest.mark.docker]
@@ -154,7 +153,7 @@ def test_a_deleted_workspace_restarts_fresh_with_a_fresh_session_and_the_log_say
 def test_resume_fresh_starts_a_fresh_clone_with_a_fresh_session(tmp_path):
     repo = make_repo(tmp_path / "repo")
     env = cli_env(tmp_path)
-    proc, out, run_id, workspace = start_and_wait_for_the_agents_edit(tmp_path, repo, env)
+    proc, out, run_id, _workspace = start_and_wait_for_the_agents_edit(tmp_path, repo, env)
     try:
         proc.send_signal(signal.SIGINT)
         rc, _, err = finish(proc, out, timeout=60)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import anyio
 import pytest
-
 from engine_helpers import run_engine
+
 from orchestrator.engine.testing import ScriptedRunner, failure, success
 from orchestrator.errors import ConfigError
 from orchestrator.naming import short8
@@ -82,7 +82,7 @@ def by_id(result):
 
 
 async def test_every_idea_ends_as_its_reviews_tests_and_evaluation_say(tmp_path):
-    engine, state, runner = await run(tmp_path)
+    _engine, state, runner = await run(tmp_path)
     s = state.strategies["s1"]
     assert s.status == "success", s.error
     out = by_id(s.result)
@@ -158,7 +158,8 @@ def snapshot_tree(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-@pytest.mark.parametrize("hang_on", [("02-fixme/review/round-2/attempt-1",), ("01-good/eval", "06-repaired/review/round-1/attempt-2")])
+@pytest.mark.parametrize("hang_on", [("02-fixme/review/round-2/attempt-1",),
+                                     ("01-good/eval", "06-repaired/review/round-1/attempt-2")])
 async def test_interrupt_mid_review_or_mid_evaluation_then_resume(tmp_path, hang_on):
     ref_engine, ref_state, _ = await run(tmp_path / "ref")
 

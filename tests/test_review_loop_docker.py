@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import git, make_repo
 from docker_harness import run_with_docker
+
 from strategies.review_loop import prepare, review_loop
 
 pytestmark = pytest.mark.docker

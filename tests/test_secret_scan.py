@@ -6,8 +6,8 @@ import base64
 import urllib.parse
 
 import pytest
-
 from conftest import git, make_repo
+
 from orchestrator.runner.secret_scan import scan_commits, scan_diff
 from orchestrator.sanitize import Sanitizer
 

@@ -70,7 +70,7 @@ def test_snapshot_then_rest_equals_full_fold_and_reapplying_never_double_counts(
 
 
 @settings(max_examples=200, deadline=None)
-@given(events, st.lists(st.sampled_from(KEYS + ["r/s1/none", "a", "\uffff"]), max_size=12))
+@given(events, st.lists(st.sampled_from([*KEYS, "r/s1/none", "a", "\uffff"]), max_size=12))
 def test_lookups_in_a_loaded_snapshot_decode_only_what_they_touch(evs, probes):
     full = fold(evs)
     loaded = decode_snapshot(encode_snapshot(full))

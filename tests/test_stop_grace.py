@@ -11,9 +11,17 @@ import signal
 import time
 
 import pytest
-
 from conftest import make_repo
-from reliability_helpers import IMG, cli_env, finish, remove_run_docker, run_ids, running_containers, start_cli, wait_for
+from reliability_helpers import (
+    IMG,
+    cli_env,
+    finish,
+    remove_run_docker,
+    run_ids,
+    running_containers,
+    start_cli,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.docker]
 

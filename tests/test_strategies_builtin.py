@@ -8,8 +8,8 @@ from collections import Counter
 
 import anyio
 import pytest
-
 from engine_helpers import make_config, run_engine
+
 from orchestrator.engine.engine import Engine
 from orchestrator.engine.testing import ScriptedRunner, failure, success
 from orchestrator.errors import ConfigError

@@ -29,9 +29,9 @@ from collections import Counter
 
 import anyio
 import pytest
-
 from conftest import TEST_IMAGE, git
 from docker_harness import run_with_docker
+
 from orchestrator.eventlog import read_events
 from orchestrator.runner.docker_containers import list_containers, remove_containers, remove_run_volumes
 from strategies.best_of_n import best_of_n

@@ -93,7 +93,7 @@ def test_load_errors_are_one_line_naming_the_problem(tmp_path):
         load_strategy(str(short))
     with pytest.raises(StrategyLoadError, match="unknown strategy 'best-of-three'; use one of simple, best-of-n"):
         load_strategy("best-of-three")
-    with pytest.raises(StrategyLoadError, match="cannot import strategy module 'no_such_pkg.x'"):
+    with pytest.raises(StrategyLoadError, match=r"cannot import strategy module 'no_such_pkg\.x'"):
         load_strategy("no_such_pkg.x:f")
 
 

@@ -147,6 +147,7 @@ PLAIN_FINGERPRINT = "8ee8f6e70486e900afa396828d4c1c09be365896dc9223268bfefdfae70
 
 async def _ask(tmp_path, script):
     from engine_helpers import run_engine
+
     from orchestrator.engine.testing import ScriptedRunner
     from strategies import schemas
     from strategies._json import ask_json
@@ -209,8 +210,9 @@ async def test_a_run_recorded_before_structured_answers_resumes_with_free_text_t
     import json
 
     from engine_helpers import run_engine
+
     from orchestrator.engine.testing import ScriptedRunner, success
-    from orchestrator.runs import RunDirs, read_manifest, write_manifest, RunManifest
+    from orchestrator.runs import RunDirs, RunManifest, read_manifest, write_manifest
     from strategies._scoring import score_with_repair
 
     dirs = RunDirs(logs=tmp_path / "logs", state=tmp_path / "state", results=tmp_path / "results")

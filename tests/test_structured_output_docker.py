@@ -15,8 +15,8 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-
 from conftest import TEST_IMAGE, make_repo
+
 from orchestrator.runner import AuthConfig, DockerRunner, RetryConfig, run_instance
 from orchestrator.sanitize import Sanitizer
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import anyio
 import msgspec
 import pytest
-
 from engine_helpers import run_engine
+
 from orchestrator.engine.testing import ScriptedRunner, failure, success
 from orchestrator.errors import ConfigError
 from strategies.tree_beam import gate, idea_hash, parse_ideas, prepare, rank_key, select_beam, tree_beam
@@ -127,7 +127,8 @@ async def test_two_depths_exact_gates_beam_ties_nan_and_failures(tmp_path):
         "e0001": "idea A", "e0002": "idea T", "e0003": "idea C", "e0004": "idea INC", "e0005": "idea B",
         "e0006": "idea FAILIMPL", "e0007": "idea NANREC", "e0008": "idea D", "e0009": "idea FAILEVAL",
         "e0010": "idea B"}
-    assert res["tree"]["depths"][1]["duplicates"] == [{"node": "n1", "title": "idea A", "hash": idea_hash("idea A", "FEATURE: A")}]
+    assert res["tree"]["depths"][1]["duplicates"] == [
+        {"node": "n1", "title": "idea A", "hash": idea_hash("idea A", "FEATURE: A")}]
     decisions = {e: (r["decision"]["passed_gate"], r["decision"]["promotion_reason"], r["decision"]["rank_score"])
                  for e, r in ev.items()}
     assert decisions == {
@@ -234,7 +235,8 @@ async def run_until_hung(coro, runner, marker):
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(go)
-        while not any(marker in k for k in runner.per_key) and not finished.is_set():
+        # Polls: nothing signals the runner's first call for the marked task.
+        while not any(marker in k for k in runner.per_key) and not finished.is_set():  # noqa: ASYNC110
             await anyio.sleep(0.02)
         await anyio.sleep(0.3)
         tg.cancel_scope.cancel()

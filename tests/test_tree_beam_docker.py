@@ -13,9 +13,9 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import TEST_IMAGE, git, make_repo
 from docker_harness import run_with_docker
+
 from orchestrator.eventlog import read_events
 from strategies.tree_beam import tree_beam
 from orchestrator.runner import delete_run_branches
@@ -91,8 +91,8 @@ async def test_depth_two_tree_end_to_end(tmp_path, workspace_root):
 async def run_until(tmp_path, repo, key_suffix):
     """The docker harness's run, cancelled as soon as a task whose key ends with ``key_suffix`` completes."""
     import anyio
-
     from conftest import TEST_IMAGE
+
     from orchestrator.engine.engine import Engine, EngineConfig
     from orchestrator.fingerprint import TaskDefaults
     from orchestrator.runner import AuthConfig, DockerRunner, RetryConfig

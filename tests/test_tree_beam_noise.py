@@ -13,10 +13,10 @@ import re
 
 import anyio
 import pytest
+from test_tree_beam import BASE, EFFECT, ROOT_COMMIT, World, measure_spec, run, with_commit
 
 from orchestrator.engine.testing import ScriptedRunner, failure, success
 from strategies.tree_beam_measure import decide, interval, measure_command, parse_runs, t_quantile
-from test_tree_beam import BASE, EFFECT, ROOT_COMMIT, World, measure_spec, run, with_commit
 
 EFFECT.update({"NOOP": 0, "NOOP2": 0, "SMALLNEG": -0.5, "GAME": 0, "SHRINK": 0, "BUG": 0, "FIX": 0})
 

@@ -1,4 +1,4 @@
-"""The --no-tui / --json / --quiet streams: line format (spec §7.2) and following a live log."""
+"""The --no-tui / --json / --quiet streams: line format (scripts grep for it) and following a live log."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import io
 import re
 
 import anyio
-import pytest
 import orjson
+import pytest
 
 from orchestrator.eventlog import read_events
 from orchestrator.events import to_dict

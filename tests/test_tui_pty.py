@@ -63,7 +63,7 @@ def test_monitor_shows_a_live_run_and_leaves_the_terminal_clean(tmp_path, sessio
             time.sleep(0.05)
         monitor = (f"{sys.executable} -m tui --run-id {run_id} --logs-dir {logs} --state-dir {state} "
                    f"--results-dir {tmp_path / 'results'} --max-parallel 4")
-        for key in ("q", "C-c"):
+        for _key in ("q", "C-c"):  # one monitor for each exit key sent below
             name = f"tui-{uuid.uuid4().hex[:8]}"
             sessions.append(name)
             tmux("new-session", "-d", "-s", name, "-x", "120", "-y", "40", "bash --norc --noprofile")
@@ -78,7 +78,7 @@ def test_monitor_shows_a_live_run_and_leaves_the_terminal_clean(tmp_path, sessio
         later = wait_for(sessions[0], lambda s: done_count(s) > done_count(first), timeout=20)
         second = wait_for(sessions[1], lambda s: "[compact]" in s)  # a second monitor on the same run
         assert f"🚀 {run_id}" in later and f"🚀 {run_id}" in second
-        for name, key in zip(sessions, ("q", "C-c")):
+        for name, key in zip(sessions, ("q", "C-c"), strict=True):
             tmux("send-keys", "-t", name, key)
             # (the echoed command contains "EXIT=$?" and "BEFORE-$((40+2))"; their outputs do not)
             after = wait_for(name, lambda s: re.search(r"EXIT=\d", s), timeout=10)

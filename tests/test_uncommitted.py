@@ -10,7 +10,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from conftest import git, make_repo
 from reliability_helpers import IMG, check_log, cli_env, events_path, remove_run_docker, run_cli, run_ids
 
@@ -62,7 +61,7 @@ def test_changes_the_agent_left_uncommitted_are_committed_in_a_commit_of_their_o
 
 
 def test_discard_keeps_the_old_behaviour_and_says_how_many_files_were_left_behind(tmp_path):
-    repo, payload, row, stdout = run(tmp_path, "-S", "uncommitted=discard")
+    _repo, payload, row, stdout = run(tmp_path, "-S", "uncommitted=discard")
     artifact = payload["artifact"]
     assert artifact["branch_final"] is None and artifact["has_changes"] is False
     assert (artifact["uncommitted_files"], artifact["auto_committed"]) == (2, False)
@@ -71,7 +70,7 @@ def test_discard_keeps_the_old_behaviour_and_says_how_many_files_were_left_behin
 
 
 def test_review_tasks_that_never_import_are_untouched(tmp_path):
-    repo, payload, row, _ = run(tmp_path, "-S", "import_policy=never")
+    _repo, payload, _row, _ = run(tmp_path, "-S", "import_policy=never")
     artifact = payload["artifact"]
     assert (artifact["uncommitted_files"], artifact["auto_committed"]) == (0, False)
     assert artifact["branch_final"] is None

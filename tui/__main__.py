@@ -1,4 +1,4 @@
-"""Standalone monitor: ``python -m tui --run-id RUN_ID`` (spec §5.6).
+"""Standalone monitor: ``python -m tui --run-id RUN_ID``.
 
 Read-only: it tails ``logs/<run_id>/events.jsonl`` and reads ``state.json``
 snapshots, never takes the writer lock, so any number of monitors can watch a

@@ -1,7 +1,7 @@
-"""The console streams for ``--no-tui`` (plain), ``--json`` and ``--quiet`` (spec §5.5, §7.2).
+"""The console streams for ``--no-tui`` (plain), ``--json`` and ``--quiet``.
 
 Plain mode prints one line per interesting event, prefixed ``k<8hex>/inst-<5hex>:``
-(the MUST format of §7.2) followed by a coloured tag::
+(a stable format that scripts grep for) followed by a coloured tag::
 
     k7aa12cc/inst-7a3f2: [STARTED] → best-of-n_run_20250114_k7aa12cc (sonnet)
     k7aa12cc/inst-7a3f2: [COMPLETED] ✓ 3m 24s • $0.42 • 2.5k tokens • → best-of-n_run_20250114_k7aa12cc

@@ -1,6 +1,6 @@
 """The live dashboard: renderables over a :class:`~tui.model.RunModel`, and the loops that drive it.
 
-Three loops share one model (spec §5.2): the event tail (file notifications
+Three loops share one model, so that folding events never waits for drawing: the event tail (file notifications
 through :func:`orchestrator.eventlog.subscribe`) folds events in as they land;
 a reconciliation loop reads ``state.json`` every 3 s; the render loop ticks at ``refresh_hz`` and only reads the model.
 A tick rebuilds the frame when the model changed or the displayed second moved
@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.panel import Panel
@@ -200,7 +201,7 @@ def _strategy_sections(model: RunModel, s: Summary, mode: str, width: int, avail
         needs.append(-(-n // per_row) * card_h if n else 1)
     rows = _share(needs, budget, card_h)
     out: list[RenderableType] = []
-    for sid, lines in zip(shown, rows):
+    for sid, lines in zip(shown, rows, strict=True):
         out.append(_section(model, _strategy(model, sid), by_sid.get(sid, []), mode, per_row, inner, lines, now))
     if hidden:
         status = Counter(_strategy(model, sid).status for sid in hidden)
@@ -446,7 +447,7 @@ class Dashboard:
             self.model.feed(ev)
             n += 1
             if n % 256 == 0:
-                await anyio.sleep(0)  # a burst of events must not starve the render loop
+                await anyio.lowlevel.checkpoint()  # a burst of events must not starve the render loop
 
     async def _reconcile_loop(self) -> None:
         while True:

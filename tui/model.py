@@ -3,7 +3,7 @@
 The model is the run's :class:`~orchestrator.state.RunState` (the same pure fold
 the engine keeps) plus a few display-only extras per task: the activity line,
 cached epoch timestamps and the artifact's line counts. Feeding an event never
-renders anything; the render loop reads the model on its own clock (spec §5.2).
+renders anything; the render loop reads the model on its own clock, so a burst of events costs folds, not frames.
 
 ``version`` increases on every change, so a renderer can skip rebuilding a frame
 when neither the model nor the displayed second has moved.

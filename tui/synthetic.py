@@ -1,7 +1,7 @@
 """Synthetic runs: realistic ``events.jsonl`` + ``state.json`` without Docker or agents.
 
 Used by the TUI tests and ``bench/bench_tui.py``, and handy for trying layouts
-(spec §5.6: "test display layouts without running instances")::
+without running any instance::
 
     python -m tui.synthetic --run-id demo --tasks 60 --duration 30 &
     python -m tui --run-id demo

@@ -272,6 +272,7 @@ def openai_items(answer: Any, tools: list[str]) -> list[dict[str, Any]]:
     else:
         command = answer[1]
     call = f"call_{uuid.uuid4().hex[:16]}"
+    args: dict[str, Any]
     if "exec_command" in tools:
         name, args = "exec_command", {"cmd": command, "workdir": "/workspace"}
     else:
@@ -317,20 +318,20 @@ def openai_error(status: int) -> dict[str, Any]:
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+    def log_message(self, format: str, *args: Any) -> None:
         sys.stderr.write("fidelity-api: " + (format % args) + "\n")
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-        body = {"data": [], "models": []} if "/models" in self.path else {"ok": True}
+    def do_GET(self) -> None:
+        body: dict[str, Any] = {"data": [], "models": []} if "/models" in self.path else {"ok": True}
         log_request({"method": "GET", "path": self.path, "status": 200})
         self.send_json(200, body)
 
-    def do_HEAD(self) -> None:  # noqa: N802
+    def do_HEAD(self) -> None:
         self.send_response(200)
         self.send_header("Content-Length", "0")
         self.end_headers()
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
         try:

@@ -5,6 +5,6 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
 
-from sim_agent.main import entry  # noqa: E402
+from sim_agent.main import entry
 
 entry()

@@ -8,6 +8,7 @@ import subprocess
 from .answers import default_answer
 from .common import Args, commit_summary, git, git_env, is_git_worktree, shell_quote
 
+
 class Agent:
     def __init__(self, a: Args, em, cwd: str, prompt_hash: str) -> None:
         self.a = a
@@ -181,19 +182,19 @@ class Agent:
             # to the file as it was at the task's base commit.
             done = text is not None and text == self._after_one_execution(rel, first)
             if done:
-                out, err = "", False
+                err = False
                 if git(self.cwd, "status", "--porcelain", "--", rel).stdout.strip():
-                    out, err = self.commit(f"sim: {first}")
+                    _out, err = self.commit(f"sim: {first}")
             elif lines is not None:
                 n = len(lines)
-                out, err = self.write(rel, f"revision {n + 1}: {self.h[:16]}\n", append=True)
+                _out, err = self.write(rel, f"revision {n + 1}: {self.h[:16]}\n", append=True)
             else:
                 self.em.text(f"I'll record the task in {rel}.")
-                out, err = self.write(rel, f"sim-agent output for prompt {self.h}\ntask: {first}\n")
+                _out, err = self.write(rel, f"sim-agent output for prompt {self.h}\ntask: {first}\n")
             if done:
                 did = f" Wrote {rel} and committed it." if not err else f" Wrote {rel} (commit failed)."
             elif not err:
-                out, err = self.commit(f"sim: {first}")
+                _out, err = self.commit(f"sim: {first}")
                 did = f" Wrote {rel} and committed it." if not err else f" Wrote {rel} (commit failed)."
             else:
                 did = f" Could not write {rel}."

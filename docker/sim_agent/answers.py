@@ -29,7 +29,8 @@ def default_answer(prompt: str, h: str, did: str) -> str:
         score = n_hash % 11
         return json.dumps({
             "score": score,
-            "rationale": f"Simulated review {h[:8]}: the change is {'solid' if score >= 7 else 'acceptable' if score >= 4 else 'weak'} "
+            "rationale": f"Simulated review {h[:8]}: the change is "
+                         f"{'solid' if score >= 7 else 'acceptable' if score >= 4 else 'weak'} "
                          f"(deterministic score {score}/10 derived from the prompt hash).",
         })
     if "json" in lower and "idea" in lower:
@@ -81,8 +82,10 @@ def schema_instance(schema: object, seed: str, path: str = "$", depth: int = 0) 
     if kind is None:
         kind = "object" if "properties" in schema else "array" if "items" in schema else "string"
     if kind == "object":
-        props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
-        return {name: schema_instance(sub, seed, f"{path}.{name}", depth + 1) for name, sub in props.items()}
+        fields = schema.get("properties")
+        if not isinstance(fields, dict):
+            fields = {}
+        return {name: schema_instance(sub, seed, f"{path}.{name}", depth + 1) for name, sub in fields.items()}
     if kind == "array":
         low = int(schema.get("minItems", 0))
         high = int(schema.get("maxItems", max(low, DEFAULT_ARRAY_ITEMS)))

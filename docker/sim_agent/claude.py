@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import time
+from typing import Any
 
 from .common import OUT, Args, Usage, now_iso, sha256_hex, tokens_for, uuid4_from
 
@@ -64,10 +66,8 @@ def parse_claude(argv: list[str], a: Args) -> None:
                 elif name in ("--resume", "-r"):
                     a.resume = val
                 elif name == "--max-turns":
-                    try:
+                    with contextlib.suppress(ValueError):
                         a.max_turns = int(val)
-                    except ValueError:
-                        pass
                 elif name == "--permission-mode":
                     a.permission_mode = val
                 elif name == "--json-schema":
@@ -204,7 +204,7 @@ class ClaudeEmitter:
         result_block = {"tool_use_id": tool_id, "type": "tool_result", "content": output}
         if name == "Bash" or is_error:
             result_block["is_error"] = is_error
-        line = {
+        line: dict[str, Any] = {
             "type": "user",
             "message": {"role": "user", "content": [result_block]},
             "parent_tool_use_id": None,

@@ -104,7 +104,7 @@ class Out:
             sys.stdout.buffer.flush()
         except BrokenPipeError:
             try:
-                sys.stdout = None  # type: ignore[assignment]
+                sys.stdout = None
             finally:
                 os._exit(141)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -10,8 +11,22 @@ import time
 from . import claude, codex
 from .agent import Agent
 from .answers import schema_instance
-from .common import (OUT, Args, is_git_worktree, load_json, now_iso, parse_instructions, ratelimit_should_fail,
-                     record_execution, save_json, sha256_hex, sim_home, unescape, uuid4_from, uuid_str)
+from .common import (
+    OUT,
+    Args,
+    is_git_worktree,
+    load_json,
+    now_iso,
+    parse_instructions,
+    ratelimit_should_fail,
+    record_execution,
+    save_json,
+    sha256_hex,
+    sim_home,
+    unescape,
+    uuid4_from,
+    uuid_str,
+)
 
 # The answer given for an output schema after ``SIM: bad-output`` (in this session).
 BAD_OUTPUT = "This answer ignores the requested JSON schema (SIM: bad-output)."
@@ -96,7 +111,7 @@ class Session:
         self.data: dict = {}
         self.session_id = ""
         self.exec_no = 1
-        self.em = None
+        self.em: claude.ClaudeEmitter | codex.CodexEmitter | None = None
 
     def open(self, prompt_hash: str) -> bool:
         """Resume or start the session; False (after printing the CLI's error) if it does not exist."""
@@ -130,7 +145,7 @@ class Session:
 
     def record(self, prompt_hash: str, **extra: object) -> None:
         a = self.a
-        entry = {
+        entry: dict[str, object] = {
             "ts": now_iso(), "task_key": os.environ.get("TASK_KEY"), "argv0": os.path.basename(a.argv0),
             "session_id": self.session_id, "resumed": self.resumed, "prompt_sha256": prompt_hash,
             "persona": a.persona, "model": self.model, "cwd": self.cwd,
@@ -139,6 +154,7 @@ class Session:
         record_execution(entry)
 
     def save(self) -> None:
+        assert self.em is not None, "save() before the emitter exists"
         data = {
             "persona": self.a.persona, "session_id": self.session_id, "model": self.model,
             "executions": self.exec_no, "totals": self.em.session_totals(), "updated": now_iso(), "cwd": self.cwd,
@@ -202,10 +218,8 @@ def run_step(a: Args, em, agent: Agent, verb: str, arg: str) -> None:
             agent.prints.append(arg)
         return
     elif verb == "sleep":
-        try:
+        with contextlib.suppress(ValueError, IndexError):
             time.sleep(max(0.0, float(arg.split()[0])))
-        except (ValueError, IndexError):
-            pass
         return
     elif verb == "fail":
         code_s, _, msg = arg.partition(" ")
@@ -243,7 +257,7 @@ def run_step(a: Args, em, agent: Agent, verb: str, arg: str) -> None:
     if verb in ("write", "append", "edit", "commit", "write-outside", "exec") and agent.check_turns():
         msg = f"Reached maximum number of turns ({a.max_turns})"
         if a.persona == "claude":
-            em.turns = a.max_turns + 1
+            em.turns = (a.max_turns or 0) + 1  # (check_turns() is only true with a --max-turns)
             em.finish("", is_error=True, subtype="error_max_turns", terminal_reason="max_turns",
                       errors=[msg], stop_reason="tool_use")
             raise Stop(1)

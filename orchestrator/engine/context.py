@@ -1,4 +1,4 @@
-"""``ctx``: the whole surface a strategy sees (spec §4.3).
+"""``ctx``: the whole surface a strategy sees.
 
 Strategies are deterministic ``async def`` functions. Everything that could
 differ between the first run and a replay (task results, time, randomness,

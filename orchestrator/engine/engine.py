@@ -14,6 +14,7 @@ from the top. ``ctx.run`` on a key that completed returns the recorded result
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import time
@@ -130,6 +131,7 @@ class Engine:
     async def snapshot(self) -> None:
         """Write state.json (primary + duplicate) for events that are durable."""
         data = encode_snapshot(self.state)  # no await before this: a consistent fold
+        assert self._log is not None, "engine is not running"
         await self._log.flush()  # the snapshot never points past the durable log
         await anyio.to_thread.run_sync(write_snapshot_bytes, data, self.paths.snapshots)
 
@@ -263,12 +265,11 @@ class Engine:
                     result = await self.runner.run(
                         request, on_event=lambda ev: self._on_runner_event(sid, key, inst, ev))
                 except anyio.get_cancelled_exc_class():
-                    if started:
-                        with anyio.CancelScope(shield=True):
-                            payload = {"key": key, "instance_id": inst}
-                            if key in self._live_sessions:
-                                payload["session_id"] = self._live_sessions[key]
-                            self.emit(E.TASK_INTERRUPTED, sid, payload, key=key)
+                    if started:  # (no await here: the cancellation cannot interrupt the record)
+                        payload = {"key": key, "instance_id": inst}
+                        if key in self._live_sessions:
+                            payload["session_id"] = self._live_sessions[key]
+                        self.emit(E.TASK_INTERRUPTED, sid, payload, key=key)
                     raise
                 except RunnerError as exc:
                     result = RunnerResult(status="failed", instance_id=inst, error_type=exc.category,
@@ -292,8 +293,8 @@ class Engine:
         A session the runner gave up (workspace gone, session unreadable) is
         recorded as ``null`` with the reason.
         """
-        if not isinstance(event, dict):
-            return
+        if not isinstance(event, dict):  # a plugin's callback is not type-checked
+            return  # type: ignore[unreachable]
         etype = event.get("type")
         if etype == "runner.session.reset":
             self._live_sessions.pop(key, None)
@@ -302,7 +303,9 @@ class Engine:
                                                 "reason": event.get("reason"), "detail": event.get("detail"),
                                                 "previous_session_id": event.get("previous_session_id")}, key=key)
             return
-        data = event.get("data") if isinstance(event.get("data"), dict) else {}
+        data = event.get("data")
+        if not isinstance(data, dict):
+            data = {}
         sid_value = event.get("session_id") or data.get("session_id")
         if isinstance(sid_value, str) and sid_value:
             self._live_sessions[key] = sid_value
@@ -345,6 +348,7 @@ class Engine:
         if len(data) <= limit:
             return message, False, ""
         path = self.paths.final_messages / f"k{short8(key)}.txt"
+        assert self._log is not None, "engine is not running"
         scrub = self._log.sanitizer.scrub_text if self._log.sanitizer else (lambda s: s)
 
         def write() -> str:
@@ -438,7 +442,8 @@ class Engine:
                             interval_ms=self.config.flush_interval_ms, max_batch=self.config.flush_max_batch,
                             sanitizer=sanitizer) as log:
             self._log = log
-            for task in self.state.running():  # crash inference (spec §4.9)
+            # A task the log shows running was cut off by a crash: record it as interrupted so it resumes.
+            for task in self.state.running():
                 self.emit(E.TASK_INTERRUPTED, task.strategy_execution_id,
                           {"key": task.key, "instance_id": task.instance_id, "reason": "crash"}, key=task.key)
             try:
@@ -480,10 +485,8 @@ def task_result_from_payload(payload: dict[str, Any]) -> dict[str, Any]:
     """
     message = payload.get("final_message", "")
     if payload.get("final_message_truncated") and payload.get("final_message_path"):
-        try:
+        with contextlib.suppress(OSError):
             message = Path(payload["final_message_path"]).read_text("utf-8")
-        except OSError:
-            pass
     return {
         "key": payload["key"],
         "instance_id": payload["instance_id"],

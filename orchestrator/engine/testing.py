@@ -14,9 +14,10 @@ from collections.abc import Callable
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 
 from ..naming import short8
-from ..runner.types import BranchArtifact, InstanceRequest, Metrics, RunnerResult
+from ..runner.types import BranchArtifact, ErrorCategory, InstanceRequest, Metrics, RunnerResult
 
 Script = Callable[[InstanceRequest], Any]
 
@@ -44,7 +45,7 @@ def success(request: InstanceRequest, *, final_message: str = "done", has_change
     )
 
 
-def failure(request: InstanceRequest, *, error_type: str = "api", message: str = "boom") -> RunnerResult:
+def failure(request: InstanceRequest, *, error_type: ErrorCategory = "api", message: str = "boom") -> RunnerResult:
     return RunnerResult(status="failed", instance_id=request.instance_id, error_type=error_type, error=message,
                         container_name=request.container_name)
 
@@ -67,7 +68,7 @@ class ScriptedRunner:
         if self.delay is not None:
             await anyio.sleep(self.delay(request))
         else:
-            await anyio.sleep(0)
+            await anyio.lowlevel.checkpoint()
         out = self.script(request)
         if inspect.isawaitable(out):
             out = await out

@@ -16,8 +16,15 @@ from pathlib import Path
 from typing import Any
 
 from ..eventlog import read_events
-from ..events import (STRATEGY_COMPLETED, STRATEGY_STARTED, TASK_COMPLETED, TASK_FAILED, TASK_INTERRUPTED,
-                      TASK_SCHEDULED, TASK_STARTED)
+from ..events import (
+    STRATEGY_COMPLETED,
+    STRATEGY_STARTED,
+    TASK_COMPLETED,
+    TASK_FAILED,
+    TASK_INTERRUPTED,
+    TASK_SCHEDULED,
+    TASK_STARTED,
+)
 from ..runner.git_cmd import run_git
 from ..runs import RunDirs, RunManifest
 

@@ -42,7 +42,7 @@ def _secs(v: float | None) -> str:
         return "–"
     if v < 60:
         return f"{v:.1f}s"
-    m, s = divmod(int(round(v)), 60)
+    m, s = divmod(round(v), 60)
     return f"{m}m {s:02d}s" if m < 60 else f"{m // 60}h {m % 60:02d}m"
 
 
@@ -141,7 +141,7 @@ def _scrub_struct(section: Any, scrub: Any) -> Any:
 
     if isinstance(section, InvalidSection):
         return InvalidSection(title=scrub(section.title), problem=scrub(section.problem))
-    return msgspec.convert(scrub(msgspec.to_builtins(section)), Section)  # type: ignore[arg-type]
+    return msgspec.convert(scrub(msgspec.to_builtins(section)), Section)
 
 
 @lru_cache(maxsize=4)

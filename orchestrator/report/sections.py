@@ -102,7 +102,7 @@ def validate(raw: Any) -> Section | InvalidSection:
     """One section dict -> its typed form, or an :class:`InvalidSection` saying why not."""
     title = raw.get("title", "untitled section") if isinstance(raw, dict) else "untitled section"
     try:
-        return msgspec.convert(raw, Section)  # type: ignore[arg-type]
+        return msgspec.convert(raw, Section)
     except msgspec.ValidationError as exc:
         return InvalidSection(title=str(title), problem=str(exc))
 

@@ -2,7 +2,7 @@
 
 Public surface::
 
-    run_instance(prompt, repo_path, **fields) -> RunnerResult   # spec §3.2
+    run_instance(prompt, repo_path, **fields) -> RunnerResult   # one task, ad hoc or scripted
     DockerRunner(auth=..., logs_dir=...)                          # TaskRunner for orchestration
     docker_available / image_exists / container_exists / list_containers /
     stop_run_containers / remove_containers                       # helpers for orchestration
@@ -45,8 +45,16 @@ if TYPE_CHECKING:
     from .docker_runner import DockerRunner, run_instance
     from .git_cleanup import delete_run_branches, unheld_branch_claims
     from .plugin import check_model, supports_resume
-    from .types import (AuthConfig, BranchArtifact, ContainerLimits, Hardening, InstanceRequest, Metrics,
-                        RetryConfig, RunnerResult)
+    from .types import (
+        AuthConfig,
+        BranchArtifact,
+        ContainerLimits,
+        Hardening,
+        InstanceRequest,
+        Metrics,
+        RetryConfig,
+        RunnerResult,
+    )
 
 
 def __getattr__(name: str) -> Any:
@@ -64,9 +72,9 @@ __all__ = [
     "ContainerLimits",
     "DockerHost",
     "DockerRunner",
+    "Hardening",
     "InstanceRequest",
     "Metrics",
-    "Hardening",
     "RetryConfig",
     "RunnerEventCallback",
     "RunnerResult",

@@ -5,9 +5,9 @@ All docker-py calls are blocking, so every one of them goes through
 :class:`anyio.CapacityLimiter`. One client (one connection pool) serves all
 tasks of a process. Library errors are translated into
 :class:`~orchestrator.errors.ContainerError` here, with ``retryable`` set from
-the spec's transient patterns (§3.7).
+the transient patterns below (errors that a retry can outlive).
 
-Container layout (spec §3.4): exactly three mounts -- the isolated clone at
+Container layout: exactly three mounts -- the isolated clone at
 ``/workspace`` (read-only for review tasks), the session volume at
 ``/home/node`` and a tmpfs at ``/tmp`` -- on a read-only root filesystem, as
 user ``node`` (uid 1000), with ``sleep infinity`` as the command so the agent
@@ -18,6 +18,7 @@ is retained); they are passed to each exec instead.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
@@ -43,9 +44,11 @@ HOME_MOUNT = "/home/node"
 TMPFS_OPTIONS = "rw,exec,nosuid,nodev,size=256m,mode=1777"
 PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
 
-# Spec §3.7 Docker patterns. Every daemon error message starts with "Error
+# Docker errors a retry can outlive: the daemon or the network was briefly
+# unreachable or slow. Every daemon error message starts with "Error
 # response from daemon", so that phrase is removed before matching "daemon".
-_TRANSIENT = re.compile(r"(?i)connection refused|no such host|timeout|timed out|daemon|cannot connect|connection reset|ECONNREFUSED|ETIMEDOUT|ENETUNREACH")
+_TRANSIENT = re.compile(r"(?i)connection refused|no such host|timeout|timed out|daemon|cannot connect|connection reset"
+                        r"|ECONNREFUSED|ETIMEDOUT|ENETUNREACH")
 _DAEMON_PREFIX = re.compile(r"(?i)error response from daemon")
 
 DOCKER_START_HINT = (
@@ -155,16 +158,15 @@ class DockerHost:
 
         return await self.call(f"inspect image {image}", _get)
 
-    async def stop(self, name: str, *, timeout: float = 2) -> None:
+    # `timeout` is Docker's grace period before SIGKILL, not a deadline for this call.
+    async def stop(self, name: str, *, timeout: float = 2) -> None:  # noqa: ASYNC109
         import docker.errors
 
         client = await self.client()
 
         def _stop():
-            try:
+            with contextlib.suppress(docker.errors.NotFound):
                 client.api.stop(name, timeout=max(0, int(timeout)))
-            except docker.errors.NotFound:
-                pass
 
         await self.call(f"stop container {name}", _stop)
 
@@ -174,10 +176,8 @@ class DockerHost:
         client = await self.client()
 
         def _rm():
-            try:
+            with contextlib.suppress(docker.errors.NotFound):
                 client.api.remove_container(name, force=True)
-            except docker.errors.NotFound:
-                pass
 
         await self.call(f"remove container {name}", _rm)
 
@@ -207,7 +207,7 @@ def workspace_read_only(request: InstanceRequest) -> bool:
 
 
 def base_environment(request: InstanceRequest) -> dict[str, str]:
-    """Container environment (spec §3.4), without credentials."""
+    """Container environment (git identity, the task's names), without credentials."""
     env = {
         "GIT_AUTHOR_NAME": "AI Agent",
         "GIT_AUTHOR_EMAIL": "agent@orchestrator.local",
@@ -319,7 +319,7 @@ class ContainerReady:
 async def ensure_container(host: DockerHost, request: InstanceRequest, *, workspace: Path,
                            volume: str, fresh_workspace: bool = False,
                            hardening: Hardening | None = None) -> ContainerReady:
-    """Reuse, start, replace or create the task's container (spec §3.4 decision tree).
+    """Reuse, start, replace or create the task's container.
 
     The common case (no container yet) is one worker-thread hop: create the
     container (which creates a missing session volume) and start it. Only a
@@ -430,7 +430,9 @@ def shared_host() -> DockerHost:
     return _shared_host
 
 
-async def docker_available(*, timeout: float = 3.0) -> tuple[bool, str]:
+# `timeout` is docker-py's socket timeout inside the worker thread: a cancel scope
+# cannot interrupt a blocking call in a thread.
+async def docker_available(*, timeout: float = 3.0) -> tuple[bool, str]:  # noqa: ASYNC109
     """Fast pre-flight check: can we reach the Docker daemon? Returns (ok, message)."""
     def _ping():
         client = default_client_factory(timeout=max(1, int(timeout)))
@@ -467,7 +469,8 @@ async def list_containers(run_id: str | None = None, *, host: DockerHost | None 
              "status": r.get("State"), "created": r.get("Created")} for r in rows]
 
 
-async def stop_run_containers(run_id: str, *, timeout: float = 2, host: DockerHost | None = None) -> int:
+# `timeout` is Docker's grace period before SIGKILL, not a deadline for this call.
+async def stop_run_containers(run_id: str, *, timeout: float = 2, host: DockerHost | None = None) -> int:  # noqa: ASYNC109
     """Stop every running container of ``run_id`` in parallel; returns how many were stopped."""
     host = host or shared_host()
     running = [c["name"] for c in await list_containers(run_id, host=host) if c["status"] == "running"]
@@ -498,10 +501,8 @@ async def remove_run_volumes(run_id: str, *, host: DockerHost | None = None) -> 
     client = await host.client()
 
     def _rm(name: str) -> None:
-        try:
+        with contextlib.suppress(docker.errors.NotFound):
             client.api.remove_volume(name, force=True)
-        except docker.errors.NotFound:
-            pass
 
     for name in names:
         await host.call(f"remove volume {name}", _rm, name)

@@ -13,6 +13,7 @@ the exec'd process with it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket as pysocket
 from collections.abc import Awaitable, Callable
@@ -76,10 +77,8 @@ def _send_stdin(sock: Any, payload: bytes) -> None:
     try:
         raw.sendall(payload)
     finally:
-        try:
+        with contextlib.suppress(OSError):
             raw.shutdown(pysocket.SHUT_WR)
-        except OSError:
-            pass
 
 
 def _append_tail(tail: bytearray, data: bytes) -> None:
@@ -124,7 +123,7 @@ async def run_exec(host: DockerHost, container: str, argv: list[str], *, env: di
 
     try:
         async with anyio.create_task_group() as tg:
-            if want_stdin:
+            if stdin_payload is not None:
                 tg.start_soon(lambda: anyio.to_thread.run_sync(_send_stdin, sock, stdin_payload,
                                                                abandon_on_cancel=True))
             while True:
@@ -154,14 +153,10 @@ async def run_exec(host: DockerHost, container: str, argv: list[str], *, env: di
                     await _emit(parser.feed(data))
     finally:
         raw = _raw_socket(sock)
-        try:
+        with contextlib.suppress(OSError):
             raw.shutdown(pysocket.SHUT_RDWR)
-        except OSError:
-            pass
-        try:
+        with contextlib.suppress(OSError):
             sock.close()
-        except OSError:
-            pass
 
     exit_code = await _exit_code(host, exec_id)
     if stream_error is not None and exit_code is None:

@@ -1,4 +1,4 @@
-"""The Docker runner: one task through the six phases of spec §3.3.
+"""The Docker runner: one task through six phases.
 
     validate -> workspace -> container -> execute (with retries) -> collect -> cleanup
 
@@ -12,17 +12,17 @@ command|session_corrupted; ``timeout``. Cancellation (Ctrl+C) is never a
 result: a still-running agent gets its grace to exit, the container is stopped
 in a shielded scope, the workspace kept, and the cancellation re-raised. A
 request with ``resume_workspace`` continues in that kept workspace. Transient
-failures (the plugin says retryable, or a Docker error matching the §3.7
-patterns) are retried with exponential backoff, resuming the agent session on
+failures (the plugin says retryable, or a Docker error matching the transient
+patterns in :mod:`.docker_containers`) are retried with exponential backoff, resuming the agent session on
 the same session volume; a session the agent cannot resume is replaced by a
 fresh one in the same workspace, once.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
-
 import os
 import shutil
 import time
@@ -32,12 +32,20 @@ from typing import Any, NamedTuple
 
 import anyio
 import anyio.lowlevel
-import msgspec
 import anyio.to_thread
 import msgspec
 
-from ..errors import (ConfigError, ContainerError, GitError, PreflightError, ResourceLimitError, RunnerError,
-                      SecretLeakError, TaskTimeoutError, UsageError)
+from ..errors import (
+    ConfigError,
+    ContainerError,
+    GitError,
+    PreflightError,
+    ResourceLimitError,
+    RunnerError,
+    SecretLeakError,
+    TaskTimeoutError,
+    UsageError,
+)
 from ..jsonlog import ComponentLog, utc_now_iso
 from ..naming import ghash, session_volume_name
 from ..sanitize import SECRET_ENV_VARS, Sanitizer, default_sanitizer
@@ -47,7 +55,7 @@ from .docker_containers import DockerHost, ensure_container, selinux_enabled, wo
 from .docker_exec import ExecOutput, run_exec
 from .git_cleanup import delete_run_branches
 from .plugin import AgentEvent, AgentOutcome, RunnerPlugin, get_plugin
-from .types import AuthConfig, BranchArtifact, Hardening, ErrorCategory, InstanceRequest, Metrics, RunnerResult
+from .types import AuthConfig, BranchArtifact, ErrorCategory, Hardening, InstanceRequest, Metrics, RunnerResult
 
 IMAGE_HINT = "build it with scripts/setup-docker.sh or `docker build -t claude-code .`"
 STOP_TIMEOUT_S = 1
@@ -248,15 +256,16 @@ class DockerRunner:
             # continues in the workspace it left, with its session
             workspace = git_ops.workspace_path(request.run_id, request.task_key)
             container_known = True  # from here on a failure or Ctrl+C stops the container
-            kept = None
+            kept: git_ops.WorkspaceInfo | None = None
             if request.resume_workspace:
-                kept = await anyio.to_thread.run_sync(git_ops.kept_workspace, workspace)
-                if isinstance(kept, str):
+                found = await anyio.to_thread.run_sync(git_ops.kept_workspace, workspace)
+                if isinstance(found, str):
                     # Its session refers to files that are gone: both start afresh.
                     self._emit(request, on_event, "runner.session.reset", "warn", reason="workspace_missing",
-                               detail=kept, previous_session_id=request.session_id)
+                               detail=found, previous_session_id=request.session_id)
                     request = msgspec.structs.replace(request, session_id=None, resume_workspace=False)
-                    kept = None
+                else:
+                    kept = found
             if kept is not None:
                 first, failure = await self._kept_workspace_and_container(request, kept, on_event)
             else:
@@ -596,7 +605,7 @@ class DockerRunner:
             await anyio.sleep(watchdog.WATCH_INTERVAL_S)
             looks += 1
             walk = looks % watchdog.WORKSPACE_EVERY == 0
-            reason = await anyio.to_thread.run_sync(lambda: watchdog.check(probe, workspace=walk))
+            reason = await anyio.to_thread.run_sync(functools.partial(watchdog.check, probe, workspace=walk))
             if reason:
                 tripped.append(reason)
                 self._live_agents.discard(request.container_name)  # killed, not given a grace to save a session
@@ -919,7 +928,7 @@ def _auth_from_env() -> AuthConfig:
 async def run_instance(prompt: str, repo_path: str | Path, *, event_callback: RunnerEventCallback | None = None,
                        auth_config: AuthConfig | None = None, logs_dir: Path | str | None = None,
                        runner: DockerRunner | None = None, **fields: Any) -> RunnerResult:
-    """Run one task (spec §3.2): ``await run_instance("fix bug", repo)``.
+    """Run one task without the orchestration layer: ``await run_instance("fix bug", repo)``.
 
     ``fields`` are :class:`InstanceRequest` fields. Orchestration passes all
     names; for ad-hoc use the missing ones are derived from ``run_id`` (default

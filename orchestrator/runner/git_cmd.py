@@ -13,6 +13,7 @@ import contextlib
 import os
 import re
 import subprocess
+import sys
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -216,7 +217,7 @@ def import_lock(git_dir: Path) -> Iterator[None]:
             os.close(fd)
 
 
-if os.name == "nt":  # pragma: no cover - exercised on Windows only
+if sys.platform == "win32":  # pragma: no cover - exercised on Windows only
     import msvcrt
     import time
 

@@ -1,4 +1,4 @@
-"""Importing a finished workspace into the host repository (spec §3.5, §4.7).
+"""Importing a finished workspace into the host repository, idempotently (a resumed task imports once).
 
 Everything happens under the per-repository import lock, in this order:
 
@@ -18,6 +18,7 @@ never touched, and the branch checked out there is never overwritten.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -147,10 +148,8 @@ def _dir_size(path: Path) -> int:
     total = 0
     for dirpath, _dirs, files in os.walk(path):
         for name in files:
-            try:
+            with contextlib.suppress(OSError):
                 total += os.lstat(os.path.join(dirpath, name)).st_size
-            except OSError:
-                pass
     return total
 
 

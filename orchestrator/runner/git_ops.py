@@ -1,4 +1,4 @@
-"""Git isolation for task workspaces (spec §3.5, §4.7).
+"""Git isolation for task workspaces: an agent never touches the host repository directly.
 
 Before the agent runs, :func:`prepare_workspace` makes a disconnected clone
 of the host repository holding only the base branch (plus any
@@ -38,18 +38,18 @@ from .types import IsolationMode
 __all__ = [
     "RepoInfo",
     "WorkspaceInfo",
-    "workspace_root",
-    "workspace_path",
-    "validate_repository",
+    "_import_branch_sync",
+    "_prepare_workspace_sync",
+    "clear_stale_git_locks",
     "exclude_locally",
-    "prepare_workspace",
     "import_branch",
+    "kept_workspace",
+    "prepare_workspace",
     "remove_workspace",
     "reset_workspace",
-    "kept_workspace",
-    "clear_stale_git_locks",
-    "_prepare_workspace_sync",
-    "_import_branch_sync",
+    "validate_repository",
+    "workspace_path",
+    "workspace_root",
 ]
 
 logger = logging.getLogger("orchestrator.runner")
@@ -114,7 +114,7 @@ def validate_repository(repo_path: str | os.PathLike[str], base_branch: str, *,
         raise PreflightError(str(exc)) from exc
     if proc.returncode != 0:
         raise PreflightError(f"not a git repository: {path}")
-    git_dir_s, bare_s = (proc.stdout.splitlines() + ["", ""])[:2]
+    git_dir_s, bare_s = ([*proc.stdout.splitlines(), "", ""])[:2]
     git_dir = Path(os.path.realpath(git_dir_s))
     if bare_s.strip() == "true":
         top = git_dir

@@ -1,4 +1,4 @@
-"""The runner plugin interface (spec §3.8).
+"""The runner plugin interface: what the Docker runner needs to know about one agent tool.
 
 A plugin knows one agent tool: which models it accepts, how to build its
 command line and environment, and how to parse what it prints. It never

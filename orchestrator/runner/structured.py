@@ -49,7 +49,7 @@ def parse_answer(structured: Any, final_message: str) -> tuple[Any, str | None]:
         text = fenced.group(1)
     try:
         return json.loads(text), None
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:
         return None, f"the answer is not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
 
 
