@@ -105,7 +105,8 @@ __all__ = [
     "AggregateTaskFailed", "Artifact", "BranchCleanupResult", "BranchCleanupTask", "ConfigError",
     "ContainerLimitsInput", "Context", "ErrorType", "Handle", "ImportConflictPolicy", "ImportPolicy",
     "KeyConflictDifferentFingerprint", "KeyedTaskInput", "NetworkEgress", "NoViableCandidates",
-    "NondeterminismError", "PluginName", "Prepare", "ReplayError", "ReplayOutcome", "RetryBackoff", "RetryCategory", "RetryPolicy",
-    "RetryPolicyDict", "StrategyError", "StrategyErrors", "StrategyOptions", "TaskFailed", "TaskInput",
+    "NondeterminismError", "PluginName", "Prepare", "ReplayError", "ReplayOutcome", "RetryBackoff",
+    "RetryCategory", "RetryPolicy", "RetryPolicyDict", "StrategyError", "StrategyErrors", "StrategyOptions",
+    "TaskFailed", "TaskInput",
     "TaskMetrics", "TaskResult", "UncommittedPolicy", "replay_strategy", "strategy_options",
 ]

@@ -275,9 +275,8 @@ def tree_problems(tree: dict[str, Any] | str | Path) -> list[str]:
 
 def branch_claims(tree: dict[str, Any] | str | Path) -> list[tuple[str, str, str]]:
     """``(node id, branch, commit)`` for every node: the commit must be reachable from the branch."""
-    if not isinstance(tree, dict):
-        tree = json.loads(Path(tree).read_text("utf-8"))
-    return [(n["id"], n["branch"], n["commit"]) for n in tree["nodes"] if n.get("commit") and n.get("branch")]
+    data: dict[str, Any] = tree if isinstance(tree, dict) else json.loads(Path(tree).read_text("utf-8"))
+    return [(n["id"], n["branch"], n["commit"]) for n in data["nodes"] if n.get("commit") and n.get("branch")]
 
 
 def listed_branches(out_dir: str | Path) -> list[str]:

@@ -15,8 +15,9 @@ import json
 import pytest
 from cli_helpers import cli_env, only_run_id, run_cli
 from conftest import TEST_IMAGE, git, make_repo
-from strategies.tree_beam_report import best_path
 from tree_checks import validate_tree
+
+from strategies.tree_beam_report import best_path
 
 pytestmark = pytest.mark.docker
 

@@ -6,8 +6,8 @@ import json
 
 import anyio
 import pytest
-
 from engine_helpers import run_engine
+
 from orchestrator.engine import replay_strategy
 from orchestrator.engine.testing import ScriptedRunner, failure, success
 from orchestrator.errors import ReplayError, StrategyError
@@ -61,7 +61,7 @@ async def test_an_interrupted_run_replays_quietly_up_to_where_its_log_ends(tmp_p
     with anyio.move_on_after(30):
         async with anyio.create_task_group() as tg:
             tg.start_soon(run_engine, tmp_path, steps, runner)
-            while not runner.per_key.get("run_t/s1/step/2"):
+            while not runner.per_key.get("run_t/s1/step/2"):  # noqa: ASYNC110 - the scripted runner signals nothing
                 await anyio.sleep(0.02)
             tg.cancel_scope.cancel()
 
@@ -101,8 +101,9 @@ async def test_an_exception_the_run_never_raised_is_logged_with_its_traceback_an
 
 
 async def test_tree_beam_report_says_when_its_replay_broke(tmp_path, monkeypatch):
-    import strategies.tree_beam as tb
     from test_tree_beam import run
+
+    import strategies.tree_beam as tb
     from strategies.tree_beam_report import render_tree_report
 
     engine, _, _ = await run(tmp_path)

@@ -7,10 +7,10 @@ import json
 import time
 
 import pytest
-from rich.console import Console
-
 from cli_helpers import cli_env, only_run_id, run_cli
 from conftest import TEST_IMAGE, make_repo
+from rich.console import Console
+
 from orchestrator.eventlog import read_events
 from tui.dashboard import Dashboard
 from tui.model import fmt_progress

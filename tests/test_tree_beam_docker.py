@@ -15,12 +15,12 @@ import json
 import pytest
 from conftest import TEST_IMAGE, git, make_repo
 from docker_harness import run_with_docker
+from tree_checks import validate_tree
 
 from orchestrator.eventlog import read_events
-from strategies.tree_beam import tree_beam
 from orchestrator.runner import delete_run_branches
+from strategies.tree_beam import tree_beam
 from strategies.tree_beam_report import listed_branches, render_tree_report
-from tree_checks import validate_tree
 
 pytestmark = pytest.mark.docker
 

@@ -15,4 +15,4 @@ def validate_tree(tree, repo) -> list[str]:
     claims = branch_claims(tree)
     with ThreadPoolExecutor(max_workers=1) as pool:
         verdicts = pool.submit(anyio.run, unheld_branch_claims, repo, [(b, c) for _, b, c in claims]).result()
-    return tree_problems(tree) + [f"{node}: {why}" for (node, _, _), why in zip(claims, verdicts) if why]
+    return tree_problems(tree) + [f"{node}: {why}" for (node, _, _), why in zip(claims, verdicts, strict=True) if why]

@@ -100,7 +100,7 @@ class RunModel:
         self.first_ts: float | None = None
         self.last_ts: float | None = None
         self.reconciled = 0  # how many times a snapshot was adopted
-        self._summary_cache: tuple[int, Summary] | None = None
+        self._summary_cache: tuple[int, dict[str, Any]] | None = None
 
     # ---------------------------------------------------------------- feeding
     def feed(self, ev: Event) -> None:

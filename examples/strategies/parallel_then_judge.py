@@ -32,7 +32,7 @@ async def parallel_then_judge(prompt: str, base_branch: str, ctx: Context, *,
     #    Keys come from data (the draft number), never from time or randomness.
     handles = [ctx.run({"prompt": prompt, "base_branch": base_branch}, key=ctx.key("draft", i))
                for i in range(drafts)]
-    ok, _failed = await ctx.wait_all(handles, tolerate_failures=True)
+    ok, failed = await ctx.wait_all(handles, tolerate_failures=True)
     if not ok:
         raise ctx.errors.NoViableCandidates(f"all {drafts} drafts failed: {failed[0].message}")
 

@@ -202,7 +202,7 @@ async def _replay_one(fn: StrategyFn, state: RunState, events_path: Path, sid: s
                 box["result"] = await fn(prompt, base_branch, ctx, **params)
             except anyio.get_cancelled_exc_class():
                 raise
-            except BaseException as exc:  # noqa: BLE001 - classified below, never lost
+            except BaseException as exc:  # classified below, never lost
                 box["exc"] = exc
             tg.cancel_scope.cancel()
 
