@@ -7,7 +7,7 @@ import json
 import os
 import time
 
-from .common import OUT, Args, Usage, now_iso, sha256_hex, tokens_for, uuid4_from
+from .common import OUT, Args, Usage, now_iso, sha256_hex, split_argv, tokens_for, uuid4_from
 
 CLAUDE_VERSION = "2.1.330-sim"
 
@@ -44,42 +44,29 @@ CLAUDE_VALUE_FLAGS = {
 
 
 def parse_claude(argv: list[str], a: Args) -> None:
-    positional: list[str] = []
-    i = 0
-    while i < len(argv):
-        tok = argv[i]
-        if tok == "--":
-            positional.extend(argv[i + 1:])
-            break
-        name, eq, val = tok.partition("=")
-        if tok.startswith("-") and tok != "-":
-            if name in CLAUDE_VALUE_FLAGS:
-                if not eq:
-                    i += 1
-                    val = argv[i] if i < len(argv) else ""
-                if name == "--output-format":
-                    a.output_format = val
-                elif name == "--model":
-                    a.model = val
-                elif name in ("--resume", "-r"):
-                    a.resume = val
-                elif name == "--max-turns":
-                    try:
-                        a.max_turns = int(val)
-                    except ValueError:
-                        pass
-                elif name == "--permission-mode":
-                    a.permission_mode = val
-                elif name == "--json-schema":
-                    read_schema(a, val)
-            elif name == "--verbose":
-                a.verbose = True
-            elif name in ("--dangerously-skip-permissions", "--allow-dangerously-skip-permissions"):
-                a.skip_permissions = True
-            # -p/--print and other boolean flags need nothing.
-        else:
-            positional.append(tok)
-        i += 1
+    options, positional = split_argv(argv, CLAUDE_VALUE_FLAGS)
+    for name, val in options:
+        if val is not None:
+            if name == "--output-format":
+                a.output_format = val
+            elif name == "--model":
+                a.model = val
+            elif name in ("--resume", "-r"):
+                a.resume = val
+            elif name == "--max-turns":
+                try:
+                    a.max_turns = int(val)
+                except ValueError:
+                    pass
+            elif name == "--permission-mode":
+                a.permission_mode = val
+            elif name == "--json-schema":
+                read_schema(a, val)
+        elif name == "--verbose":
+            a.verbose = True
+        elif name in ("--dangerously-skip-permissions", "--allow-dangerously-skip-permissions"):
+            a.skip_permissions = True
+        # -p/--print and other boolean flags need nothing.
     if positional and positional[0] != "-":
         a.prompt = " ".join(positional)
 
