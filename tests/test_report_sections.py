@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.report.sections import CompareSection, InvalidSection, TreeSection, commits_of, validate
+from orchestrator.report.sections import (
+    CompareSection,
+    InvalidSection,
+    TreeSection,
+    commits_of,
+    validate,
+)
 
 SHA_A, SHA_B, SHA_C = "a" * 40, "b" * 40, "c" * 40
 

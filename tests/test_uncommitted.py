@@ -147,13 +147,13 @@ def bare_container():
         exec_in(name, "chown", "-R", "node", "/workspace", user="root")
         yield name
     finally:
-        subprocess.run(["docker", "rm", "-f", name], capture_output=True)
+        subprocess.run(["docker", "rm", "-f", name], capture_output=True, check=False)
 
 
 def exec_in(container: str, *argv: str, user: str = "node", detach: bool = False) -> subprocess.CompletedProcess:
     flags = ["-d"] if detach else []
     return subprocess.run(["docker", "exec", *flags, "-u", user, "-w", "/workspace", container, *argv],
-                          capture_output=True, timeout=120)
+                          capture_output=True, timeout=120, check=False)
 
 
 def test_the_agent_wrapper_keeps_the_agents_output_and_status_and_adds_the_count_last(bare_container):
