@@ -6,7 +6,16 @@ import json
 import re
 import sys
 
-from .common import OUT, Args, Usage, sha256_hex, shell_quote, split_argv, tokens_for, warn
+from .common import (
+    OUT,
+    Args,
+    BaseEmitter,
+    sha256_hex,
+    shell_quote,
+    split_argv,
+    tokens_for,
+    warn,
+)
 
 CODEX_VERSION = "0.169.0-sim"
 CODEX_DEFAULT_MODEL = "gpt-5-codex"
@@ -55,25 +64,12 @@ def parse_codex(argv: list[str], a: Args) -> None:
         a.prompt = " ".join(positional)
 
 
-class CodexEmitter:
+class CodexEmitter(BaseEmitter):
     """Writes ``codex exec --json`` events (0.16x shapes)."""
 
     def __init__(self, a: Args, session_id: str, exec_no: int, model: str, cwd: str, prior: dict) -> None:
-        self.a = a
-        self.session_id = session_id
-        self.exec_no = exec_no
-        self.model = model
-        self.cwd = cwd
-        self.prior = prior
-        self.usage = Usage()
-        self.turns = 0
+        super().__init__(a, session_id, exec_no, model, cwd, prior, stream=a.json)
         self.item_no = 0
-        self.stream = a.json
-        self.texts: list[str] = []
-
-    def emit(self, obj: dict) -> None:
-        if self.stream:
-            OUT.line(obj)
 
     def _item_id(self) -> str:
         iid = f"item_{self.item_no}"

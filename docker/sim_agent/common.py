@@ -282,3 +282,24 @@ class Usage:
     def cost(self) -> float:
         return round(self.input_tokens * PRICE_IN + self.output_tokens * PRICE_OUT, 6)
 
+
+
+class BaseEmitter:
+    """What both personas' writers share: the execution they write for, its usage, and the stream switch."""
+
+    def __init__(self, a: Args, session_id: str, exec_no: int, model: str, cwd: str, prior: dict,
+                 stream: bool) -> None:
+        self.a = a
+        self.session_id = session_id
+        self.exec_no = exec_no
+        self.model = model
+        self.cwd = cwd
+        self.prior = prior  # session totals before this execution
+        self.usage = Usage()
+        self.turns = 0
+        self.stream = stream  # False: plain-text output, no JSON lines
+        self.texts: list[str] = []
+
+    def emit(self, obj: dict) -> None:
+        if self.stream:
+            OUT.line(obj)
