@@ -39,6 +39,7 @@ PHASES = {
     "runner.workspace.prepared": "clone",
     "runner.container.ready": "container create/start",
     "runner.exec.finished": "exec (agent)",
+    "runner.uncommitted": "uncommitted check",
     "runner.import.finished": "import",
     "runner.container.stopped": "stop",
 }

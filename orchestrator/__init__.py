@@ -12,8 +12,9 @@ Strategy authors import from :mod:`orchestrator.strategy` only.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
+
+from ._lazy import lazy_attr
 
 # Lazy re-exports: ``import orchestrator.x`` runs this file first, and loading
 # the engine (and with it the runner) here would make every submodule import,
@@ -48,12 +49,7 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+    return lazy_attr(__name__, _EXPORTS, name)
 
 
 __all__ = [

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -111,6 +113,26 @@ def pytest_collection_modifyitems(config, items):
 def pytest_runtest_setup(item):
     if _DOCKER_PROBLEM is not None and "docker" in item.keywords:
         pytest.fail(f"Docker is required here (CI or scripts/test.sh) but not ready: {_DOCKER_PROBLEM}", pytrace=False)
+
+
+@pytest.fixture
+def run_id(tmp_path, monkeypatch):
+    """A fresh run id for tests that drive the runner directly, with a workspace root of its own.
+
+    The run's containers and session volumes are removed afterwards: the
+    machine's Docker engine is shared.
+    """
+    rid = "t" + uuid.uuid4().hex[:10]
+    monkeypatch.setenv("ORCHESTRATOR_WORKSPACE_ROOT", str(tmp_path / "ws"))
+    yield rid
+    subprocess.run(f"docker rm -f $(docker ps -aq --filter label=run_id={rid}) >/dev/null 2>&1; "
+                   f"docker volume rm $(docker volume ls -q --filter label=run_id={rid}) >/dev/null 2>&1",
+                   shell=True, check=False)
+
+
+def runner_log(runner) -> list[dict]:
+    """Every record a DockerRunner wrote to its runner.jsonl."""
+    return [json.loads(line) for line in runner.log_path.read_text().splitlines()]
 
 
 @pytest.fixture

@@ -59,3 +59,26 @@ def test_docker_py_is_pinned_below_the_next_major_and_its_internals_are_there():
 
     assert callable(dsocket.next_frame_header) and callable(dsocket.read_exactly) and dsocket.SocketError
     assert callable(APIClient._disable_socket_timeout)
+
+
+def _split_stderr(frames: list[bytes]) -> tuple[bytes, int | None]:
+    """Feed stderr frames through _take_uncommitted as run_exec does: (the agent's stderr, the count)."""
+    from orchestrator.runner.docker_exec import _take_uncommitted
+
+    held, agent, count = b"", b"", None
+    for data in frames:
+        data, held, counted = _take_uncommitted(held + data)
+        agent += data
+        count = counted if counted is not None else count
+    return agent + held, count
+
+
+@pytest.mark.parametrize("agent", [b"", b"plain\n", b"no newline", b"\n\n", b"looks like \n@@orchestrator-unc",
+                                   b"\n@@orchestrator-uncommitted=", b"x\n@@orchestrator-uncommitted=12 not it\n"])
+def test_the_wrappers_count_comes_out_of_stderr_wherever_the_frames_cut_it(agent):
+    """However the daemon's reads cut the stream, the agent's stderr is what it wrote and the count is found."""
+    stream = agent + b"\n@@orchestrator-uncommitted=37\n"
+    for cut in range(len(stream) + 1):
+        for cut2 in range(cut, len(stream) + 1):
+            assert _split_stderr([stream[:cut], stream[cut:cut2], stream[cut2:]]) == (agent, 37), (cut, cut2)
+    assert _split_stderr([agent[:3], agent[3:]]) == (agent, None)

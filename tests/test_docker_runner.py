@@ -10,13 +10,13 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-import uuid
 from pathlib import Path
 
 import anyio
 import msgspec
 import pytest
 from conftest import TEST_IMAGE as IMAGE
+from conftest import runner_log
 
 from orchestrator.runner import (
     AuthConfig,
@@ -54,16 +54,6 @@ def repo(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def run_id(tmp_path: Path, monkeypatch):
-    rid = "t" + uuid.uuid4().hex[:10]
-    monkeypatch.setenv("ORCHESTRATOR_WORKSPACE_ROOT", str(tmp_path / "ws"))
-    yield rid
-    subprocess.run(f"docker rm -f $(docker ps -aq --filter label=run_id={rid}) >/dev/null 2>&1; "
-                   f"docker volume rm $(docker volume ls -q --filter label=run_id={rid}) >/dev/null 2>&1",
-                   shell=True)
-
-
-@pytest.fixture
 async def runner(tmp_path: Path):
     r = DockerRunner(auth=AuthConfig(api_key=SECRET), logs_dir=tmp_path / "logs",
                      sanitizer=Sanitizer(), pricing={"sonnet": (0.003, 0.015)})
@@ -76,10 +66,6 @@ def fields(run_id: str, key: str = "task", **kw):
                 retry_config=RetryConfig(max_attempts=3, backoff_base_s=0.05, backoff_factor=2, backoff_max_s=0.2))
     base.update(kw)
     return base
-
-
-def runner_events(runner: DockerRunner) -> list[dict]:
-    return [json.loads(line) for line in runner.log_path.read_text().splitlines()]
 
 
 def inspect(name: str) -> dict:
@@ -96,7 +82,7 @@ async def test_task_writes_and_commits_branch_is_imported(repo, run_id, runner):
     assert git(repo, "show", "feat_one:a.txt") == "hi\n"
     assert res.session_id and res.metrics.tokens_in > 0 and res.metrics.cost_usd is not None
     # success: workspace removed after the completion event that names it
-    events = runner_events(runner)
+    events = runner_log(runner)
     done = [e for e in events if e["message"] == "runner.instance.completed"]
     assert done and not await anyio.Path(done[0]["workspace_path"]).exists()
     assert res.workspace_path is None
@@ -144,7 +130,7 @@ async def test_ratelimited_task_retries_and_resumes_the_same_session(repo, run_i
                              **fields(run_id, key="rl"))
     assert res.status == "success", res.error
     assert res.retry_attempts == 2
-    events = runner_events(runner)
+    events = runner_log(runner)
     finished = [e for e in events if e["message"] == "runner.exec.finished"]
     assert len(finished) == 3
     sessions = {e["session_id"] for e in finished}
@@ -208,7 +194,7 @@ async def test_cancellation_stops_container_and_propagates(repo, run_id, runner)
     assert len(names) == 1
     assert inspect(names[0])["State"]["Running"] is False
     assert git_ops.workspace_path(run_id, "task").is_dir()
-    assert any(e["message"] == "runner.instance.interrupted" for e in runner_events(runner))
+    assert any(e["message"] == "runner.instance.interrupted" for e in runner_log(runner))
 
 
 async def test_secrets_never_reach_logs_or_results(repo, run_id, runner, tmp_path):
@@ -285,7 +271,7 @@ async def test_labels_and_mounts_exactly_as_specified(repo, run_id, runner):
     info2 = inspect(rev.container_name)
     m2 = {m["Destination"]: m for m in info2["Mounts"]}
     assert m2["/workspace"]["RW"] is False and m2["/home/node"]["Name"] == mounts["/home/node"]["Name"]
-    assert any(e["message"] == "runner.container.replaced" for e in runner_events(runner))
+    assert any(e["message"] == "runner.container.replaced" for e in runner_log(runner))
     assert await stop_run_containers(run_id) == 0  # finalize=True stopped it already
 
 
@@ -320,7 +306,7 @@ async def test_large_prompt_goes_through_stdin(repo, run_id, runner):
     res = await run_instance(prompt, repo, runner=runner, **fields(run_id))
     assert res.status == "success", res.error
     assert res.final_message == "big-ok"
-    started = [e for e in runner_events(runner) if e["message"] == "runner.exec.started"]
+    started = [e for e in runner_log(runner) if e["message"] == "runner.exec.started"]
     assert started[-1]["prompt_via_stdin"] is True
 
 

@@ -55,12 +55,18 @@ def repo(tmp_path):
     remove_run_resources(tmp_path / "state")
 
 
+def run_to_end(tmp_path, repo, plugin: str, prompt: str, *args: str, rc: int = 0,
+               outcome: str = "task.completed") -> tuple[str, dict]:
+    """Run the command to its end: check its exit status, return the run id and the task's one ``outcome`` event."""
+    result = run_orchestrator(tmp_path, repo, plugin, prompt, *args)
+    assert result.returncode == rc, result.stdout + result.stderr
+    run_id = only_run_id(tmp_path)
+    return run_id, one(events(tmp_path, run_id), outcome)
+
+
 @pytest.mark.parametrize("plugin", PLUGINS)
 def test_success_brings_the_agents_commits_back_as_a_branch(tmp_path, repo, fidelity_image, plugin):
-    result = run_orchestrator(tmp_path, repo, plugin, "FIDELITY: success")
-    assert result.returncode == 0, result.stdout + result.stderr
-    run_id = only_run_id(tmp_path)
-    done = one(events(tmp_path, run_id), "task.completed")
+    run_id, done = run_to_end(tmp_path, repo, plugin, "FIDELITY: success")
     branch = done["artifact"]["branch_final"]
     assert git(repo, "log", "--format=%s", f"main..{branch}").splitlines() == [
         "fidelity: edit notes.txt", "fidelity: add notes.txt"]
@@ -94,11 +100,8 @@ def test_system_prompt_replaces_and_append_adds(tmp_path, repo, fidelity_image, 
 
 
 def test_max_turns_stops_claude_code_with_a_timeout_error(tmp_path, repo, fidelity_image):
-    result = run_orchestrator(tmp_path, repo, "claude-code", "FIDELITY: maxturns", "--strategy", STRATEGY,
-                              "-S", "max_turns=2")
-    assert result.returncode == 1, result.stdout + result.stderr
-    run_id = only_run_id(tmp_path)
-    failed = one(events(tmp_path, run_id), "task.failed")
+    run_id, failed = run_to_end(tmp_path, repo, "claude-code", "FIDELITY: maxturns", "--strategy", STRATEGY,
+                                "-S", "max_turns=2", rc=1, outcome="task.failed")
     assert failed["error_type"] == "timeout", failed  # a turn budget: retrying the same budget fails the same way
     assert len(scripted(server_requests(run_id))) == 2
 
@@ -119,10 +122,7 @@ def retries_scheduled(tmp_path, run_id) -> int:
 
 @pytest.mark.parametrize("plugin", PLUGINS)
 def test_a_429_then_success_finishes_the_work_once(tmp_path, repo, fidelity_image, plugin):
-    result = run_orchestrator(tmp_path, repo, plugin, "FIDELITY: ratelimit")
-    assert result.returncode == 0, result.stdout + result.stderr
-    run_id = only_run_id(tmp_path)
-    done = one(events(tmp_path, run_id), "task.completed")
+    run_id, done = run_to_end(tmp_path, repo, plugin, "FIDELITY: ratelimit")
     assert git(repo, "log", "--format=%s", f"main..{done['artifact']['branch_final']}") == "fidelity: add notes.txt"
     requests = server_requests(run_id)
     assert [r["status"] for r in scripted(requests)].count(429) == 1
@@ -135,10 +135,7 @@ def test_a_429_then_success_finishes_the_work_once(tmp_path, repo, fidelity_imag
 
 @pytest.mark.parametrize("plugin", PLUGINS)
 def test_a_401_fails_the_task_without_runner_retries(tmp_path, repo, fidelity_image, plugin):
-    result = run_orchestrator(tmp_path, repo, plugin, "FIDELITY: auth")
-    assert result.returncode == 1, result.stdout + result.stderr
-    run_id = only_run_id(tmp_path)
-    failed = one(events(tmp_path, run_id), "task.failed")
+    run_id, failed = run_to_end(tmp_path, repo, plugin, "FIDELITY: auth", rc=1, outcome="task.failed")
     assert failed["error_type"] == "api", failed
     assert retries_scheduled(tmp_path, run_id) == 0
     statuses = [r["status"] for r in scripted(server_requests(run_id))]
@@ -199,11 +196,8 @@ SCHEMA = {"type": "object", "properties": {"score": {"type": "integer"}, "verdic
 @pytest.mark.parametrize("plugin", PLUGINS)
 @pytest.mark.parametrize("script", ["structured", "structured-repair"])
 def test_structured_output_comes_back_validated(tmp_path, repo, fidelity_image, plugin, script):
-    result = run_orchestrator(tmp_path, repo, plugin, f"FIDELITY: {script}", "--strategy", STRATEGY,
+    run_id, done = run_to_end(tmp_path, repo, plugin, f"FIDELITY: {script}", "--strategy", STRATEGY,
                               "-S", f"output_schema={json.dumps(SCHEMA)}")
-    assert result.returncode == 0, result.stdout + result.stderr
-    run_id = only_run_id(tmp_path)
-    done = one(events(tmp_path, run_id), "task.completed")
     assert done["output"] == {"score": 7, "verdict": "ship it"}
     log = runner_events(tmp_path, run_id)
     repairs = [e for e in log if e.get("message") == "runner.output.invalid"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -28,3 +29,17 @@ def test_lazy_re_exports_still_resolve():
     assert out.strip() == "[] []"
     with pytest.raises(AttributeError):
         __import__("orchestrator").no_such_name  # noqa: B018
+
+
+@pytest.mark.parametrize(("package", "name"), [("orchestrator", "RunState"), ("orchestrator.runner", "AuthConfig")])
+def test_lazy_re_export_is_cached_on_the_package(package, name):
+    """The first read imports the submodule; the value then sits in the package's namespace."""
+    code = (f"import importlib; p = importlib.import_module({package!r}); before = {name!r} in vars(p); "
+            f"v = getattr(p, {name!r}); print(before, vars(p).get({name!r}) is v, v.__name__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "True", name]
+
+
+def test_unknown_name_names_the_package():
+    with pytest.raises(AttributeError, match=re.escape("module 'orchestrator.runner' has no attribute 'no_such_name'")):
+        __import__("orchestrator.runner").runner.no_such_name  # noqa: B018

@@ -9,9 +9,11 @@ first execution left puts ``notes.txt`` on the task's branch.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import signal
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -69,6 +71,31 @@ def start_and_wait_for_the_agents_edit(tmp_path: Path, repo: Path, env: dict, *,
     return proc, out, run_id, notes.parent
 
 
+@contextlib.contextmanager
+def interrupted_first_run(tmp_path: Path, repo: Path, env: dict, *, stop: str = "ctrl-c",
+                          extra: tuple[str, ...] = ()) -> Iterator[tuple[str, Path]]:
+    """The first execution, stopped once the agent has written notes.txt: (run id, its workspace).
+
+    ``stop``: "ctrl-c" (the command must exit 130) or "sigkill" (the process dies
+    at once, so the test waits for the session id to be in the log first). The
+    run's containers and volumes are removed afterwards.
+    """
+    proc, out, run_id, workspace = start_and_wait_for_the_agents_edit(tmp_path, repo, env, extra=extra,
+                                                                      durable_session=stop != "ctrl-c")
+    try:
+        if stop == "ctrl-c":
+            proc.send_signal(signal.SIGINT)
+            rc, _, err = finish(proc, out, timeout=60)
+            assert rc == 130, err
+        else:
+            sigkill(proc)
+        yield run_id, workspace
+    finally:
+        if proc.poll() is None:
+            sigkill(proc)
+        remove_run_docker(run_id)
+
+
 def resume(tmp_path: Path, repo: Path, env: dict, run_id: str, *extra: str) -> str:
     out = tmp_path / "out" / f"resume{len(list((tmp_path / 'out').glob('resume*.out')))}"
     rc, _, err = finish(start_cli(["--resume", run_id, "--no-tui", *extra], cwd=repo, env=env, out=out), out)
@@ -92,15 +119,8 @@ def test_an_interrupted_task_resumes_its_session_in_the_workspace_it_left(stop, 
     repo = make_repo(tmp_path / "repo")
     env = cli_env(tmp_path, OPENAI_API_KEY="sk-test-openai-0123456789abcdef0123")
     extra = ("--plugin", "codex", "--model", "gpt-5-codex") if stop.endswith("codex") else ()
-    proc, out, run_id, workspace = start_and_wait_for_the_agents_edit(tmp_path, repo, env, extra=extra,
-                                                                      durable_session=stop != "ctrl-c")
-    try:
-        if stop == "ctrl-c":
-            proc.send_signal(signal.SIGINT)
-            rc, _, err = finish(proc, out, timeout=60)
-            assert rc == 130, err
-        else:
-            sigkill(proc)
+    with interrupted_first_run(tmp_path, repo, env, stop="ctrl-c" if stop == "ctrl-c" else "sigkill",
+                               extra=extra) as (run_id, workspace):
         events = check_log(events_path(tmp_path, run_id))
         recorded = [e.payload.get("session_id") for e in events if e.type in ("task.session", "task.interrupted")]
         session = recorded[0]
@@ -119,20 +139,12 @@ def test_an_interrupted_task_resumes_its_session_in_the_workspace_it_left(stop, 
         assert kept["workspace_path"] == str(workspace)
         check_snapshot_is_replay(tmp_path, run_id)
         assert running_containers(run_id) == []
-    finally:
-        if proc.poll() is None:
-            sigkill(proc)
-        remove_run_docker(run_id)
 
 
 def test_a_deleted_workspace_restarts_fresh_with_a_fresh_session_and_the_log_says_why(tmp_path):
     repo = make_repo(tmp_path / "repo")
     env = cli_env(tmp_path)
-    proc, out, run_id, workspace = start_and_wait_for_the_agents_edit(tmp_path, repo, env)
-    try:
-        proc.send_signal(signal.SIGINT)
-        rc, _, err = finish(proc, out, timeout=60)
-        assert rc == 130, err
+    with interrupted_first_run(tmp_path, repo, env) as (run_id, workspace):
         shutil.rmtree(workspace)  # deleted by hand
         resume(tmp_path, repo, env, run_id)
         events = check_log(events_path(tmp_path, run_id))
@@ -144,20 +156,12 @@ def test_a_deleted_workspace_restarts_fresh_with_a_fresh_session_and_the_log_say
         assert len(execs) == 2 and execs[1]["resumed"] is False and execs[1]["session_id"] != old, execs
         assert sessions[-1]["session_id"] == execs[1]["session_id"]  # the new session is durable too
         assert runner_events(tmp_path, run_id, "runner.workspace.prepared")[-1]["workspace_path"] == str(workspace)
-    finally:
-        if proc.poll() is None:
-            sigkill(proc)
-        remove_run_docker(run_id)
 
 
 def test_resume_fresh_starts_a_fresh_clone_with_a_fresh_session(tmp_path):
     repo = make_repo(tmp_path / "repo")
     env = cli_env(tmp_path)
-    proc, out, run_id, _workspace = start_and_wait_for_the_agents_edit(tmp_path, repo, env)
-    try:
-        proc.send_signal(signal.SIGINT)
-        rc, _, err = finish(proc, out, timeout=60)
-        assert rc == 130, err
+    with interrupted_first_run(tmp_path, repo, env) as (run_id, _workspace):
         resume(tmp_path, repo, env, run_id, "--resume-fresh")
         execs = sim_executions(run_id)
         assert len(execs) == 2 and execs[1]["resumed"] is False and execs[1]["session_id"] != execs[0]["session_id"]
@@ -167,7 +171,3 @@ def test_resume_fresh_starts_a_fresh_clone_with_a_fresh_session(tmp_path):
         (done,) = [e for e in events if e.type == "task.completed"]
         # the fresh clone had no notes.txt and the agent (its marker says it ran before) committed nothing
         assert not (done.payload.get("artifact") or {}).get("branch_final")
-    finally:
-        if proc.poll() is None:
-            sigkill(proc)
-        remove_run_docker(run_id)

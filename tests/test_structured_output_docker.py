@@ -9,13 +9,11 @@ writes into the container). ``SIM: print`` lines override the answer, and
 from __future__ import annotations
 
 import json
-import subprocess
-import uuid
 from pathlib import Path
 
 import jsonschema
 import pytest
-from conftest import TEST_IMAGE, make_repo
+from conftest import TEST_IMAGE, make_repo, runner_log
 
 from orchestrator.runner import AuthConfig, DockerRunner, RetryConfig, run_instance
 from orchestrator.sanitize import Sanitizer
@@ -28,16 +26,6 @@ SCHEMA = {
     "required": ["score", "rationale"],
     "additionalProperties": False,
 }
-
-
-@pytest.fixture
-def run_id(tmp_path: Path, monkeypatch):
-    rid = "so" + uuid.uuid4().hex[:10]
-    monkeypatch.setenv("ORCHESTRATOR_WORKSPACE_ROOT", str(tmp_path / "ws"))
-    yield rid
-    subprocess.run(f"docker rm -f $(docker ps -aq --filter label=run_id={rid}) >/dev/null 2>&1; "
-                   f"docker volume rm $(docker volume ls -q --filter label=run_id={rid}) >/dev/null 2>&1",
-                   shell=True)
 
 
 @pytest.fixture
@@ -55,10 +43,6 @@ def fields(run_id: str, key: str = "task", **kw):
     return base
 
 
-def events(runner: DockerRunner) -> list[dict]:
-    return [json.loads(line) for line in runner.log_path.read_text().splitlines()]
-
-
 @pytest.mark.parametrize("plugin", ["claude-code", "codex"])
 async def test_answer_is_validated_and_returned_as_output(tmp_path, run_id, runner, plugin):
     repo = make_repo(tmp_path / "repo")
@@ -68,7 +52,7 @@ async def test_answer_is_validated_and_returned_as_output(tmp_path, run_id, runn
     assert res.status == "success", res.error
     jsonschema.validate(res.output, SCHEMA)
     assert json.loads(res.final_message) == res.output
-    assert not [e for e in events(runner) if e["message"] == "runner.output.invalid"]
+    assert not [e for e in runner_log(runner) if e["message"] == "runner.output.invalid"]
 
 
 async def test_invalid_answer_gets_one_repair_turn_in_the_same_session(tmp_path, run_id, runner):
@@ -77,7 +61,7 @@ async def test_invalid_answer_gets_one_repair_turn_in_the_same_session(tmp_path,
                              **fields(run_id))
     assert res.status == "success", res.error
     jsonschema.validate(res.output, SCHEMA)  # the repair turn's answer
-    log = events(runner)
+    log = runner_log(runner)
     (invalid,) = [e for e in log if e["message"] == "runner.output.invalid"]
     assert "score" in invalid["violation"] and "10" in invalid["violation"]
     starts = [e for e in log if e["message"] == "runner.exec.started"]
@@ -92,7 +76,7 @@ async def test_answer_still_invalid_after_repair_fails_with_output_invalid(tmp_p
     assert res.status == "failed" and res.error_type == "output_invalid"
     assert "output_schema" in res.error and "not JSON" in res.error
     assert res.output is None
-    assert len([e for e in events(runner) if e["message"] == "runner.exec.started"]) == 2
+    assert len([e for e in runner_log(runner) if e["message"] == "runner.exec.started"]) == 2
 
 
 async def test_command_plugin_refuses_output_schema(tmp_path, run_id, runner):

@@ -9,7 +9,16 @@ import os
 import time
 from typing import Any
 
-from .common import OUT, Args, Usage, now_iso, sha256_hex, tokens_for, uuid4_from
+from .common import (
+    OUT,
+    Args,
+    BaseEmitter,
+    now_iso,
+    sha256_hex,
+    split_argv,
+    tokens_for,
+    uuid4_from,
+)
 
 CLAUDE_VERSION = "2.1.330-sim"
 
@@ -46,61 +55,39 @@ CLAUDE_VALUE_FLAGS = {
 
 
 def parse_claude(argv: list[str], a: Args) -> None:
-    positional: list[str] = []
-    i = 0
-    while i < len(argv):
-        tok = argv[i]
-        if tok == "--":
-            positional.extend(argv[i + 1:])
-            break
-        name, eq, val = tok.partition("=")
-        if tok.startswith("-") and tok != "-":
-            if name in CLAUDE_VALUE_FLAGS:
-                if not eq:
-                    i += 1
-                    val = argv[i] if i < len(argv) else ""
-                if name == "--output-format":
-                    a.output_format = val
-                elif name == "--model":
-                    a.model = val
-                elif name in ("--resume", "-r"):
-                    a.resume = val
-                elif name == "--max-turns":
-                    with contextlib.suppress(ValueError):
-                        a.max_turns = int(val)
-                elif name == "--permission-mode":
-                    a.permission_mode = val
-                elif name == "--json-schema":
-                    read_schema(a, val)
-            elif name == "--verbose":
-                a.verbose = True
-            elif name in ("--dangerously-skip-permissions", "--allow-dangerously-skip-permissions"):
-                a.skip_permissions = True
-            # -p/--print and other boolean flags need nothing.
-        else:
-            positional.append(tok)
-        i += 1
+    options, positional = split_argv(argv, CLAUDE_VALUE_FLAGS)
+    for name, val in options:
+        if val is not None:
+            if name == "--output-format":
+                a.output_format = val
+            elif name == "--model":
+                a.model = val
+            elif name in ("--resume", "-r"):
+                a.resume = val
+            elif name == "--max-turns":
+                with contextlib.suppress(ValueError):
+                    a.max_turns = int(val)
+            elif name == "--permission-mode":
+                a.permission_mode = val
+            elif name == "--json-schema":
+                read_schema(a, val)
+        elif name == "--verbose":
+            a.verbose = True
+        elif name in ("--dangerously-skip-permissions", "--allow-dangerously-skip-permissions"):
+            a.skip_permissions = True
+        # -p/--print and other boolean flags need nothing.
     if positional and positional[0] != "-":
         a.prompt = " ".join(positional)
 
 
-class ClaudeEmitter:
+class ClaudeEmitter(BaseEmitter):
     """Writes Claude Code stream-json (2.1.x shapes)."""
 
     def __init__(self, a: Args, session_id: str, exec_no: int, model: str, cwd: str, prior: dict) -> None:
-        self.a = a
-        self.session_id = session_id
-        self.exec_no = exec_no
-        self.model = model
-        self.cwd = cwd
-        self.prior = prior  # session totals before this execution
-        self.usage = Usage()
-        self.turns = 0
+        super().__init__(a, session_id, exec_no, model, cwd, prior, stream=a.output_format == "stream-json")
         self.n_lines = 0
         self.n_msgs = 0
         self.t0 = time.monotonic()
-        self.stream = a.output_format == "stream-json"
-        self.texts: list[str] = []
 
     # deterministic ids from the session id and counters
     def _uuid(self) -> str:
@@ -111,10 +98,6 @@ class ClaudeEmitter:
     def _id(self, prefix: str) -> str:
         h = sha256_hex(f"{self.session_id}:{self.exec_no}:{prefix}:{self.n_msgs}")
         return f"{prefix}_sim_{self.n_msgs:03d}_{h[:12]}"
-
-    def emit(self, obj: dict) -> None:
-        if self.stream:
-            OUT.line(obj)
 
     def start(self) -> None:
         perm = "bypassPermissions" if self.a.skip_permissions else self.a.permission_mode

@@ -6,7 +6,16 @@ import json
 import re
 import sys
 
-from .common import OUT, Args, Usage, sha256_hex, shell_quote, tokens_for, warn
+from .common import (
+    OUT,
+    Args,
+    BaseEmitter,
+    sha256_hex,
+    shell_quote,
+    split_argv,
+    tokens_for,
+    warn,
+)
 
 CODEX_VERSION = "0.169.0-sim"
 CODEX_DEFAULT_MODEL = "gpt-5-codex"
@@ -19,42 +28,29 @@ CODEX_VALUE_FLAGS = {
 
 
 def parse_codex(argv: list[str], a: Args) -> None:
-    positional: list[str] = []
-    i = 0
-    while i < len(argv):
-        tok = argv[i]
-        if tok == "--":
-            positional.extend(argv[i + 1:])
-            break
-        name, eq, val = tok.partition("=")
-        if tok.startswith("-") and tok != "-":
-            if name in CODEX_VALUE_FLAGS:
-                if not eq:
-                    i += 1
-                    val = argv[i] if i < len(argv) else ""
-                if name in ("-m", "--model"):
-                    a.model = val
-                elif name in ("-C", "--cd"):
-                    a.cd = val
-                elif name in ("-o", "--output-last-message"):
-                    a.output_last_message = val
-                elif name == "--output-schema":
-                    read_schema_file(a, val)
-                elif name in ("-c", "--config") and val.startswith("model_provider="):
-                    a.model_provider = val.partition("=")[2].strip().strip('"')
-                elif name in ("-c", "--config") and (m := re.search(r"stream_max_retries\s*=\s*(\d+)", val)):
-                    a.stream_retries = int(m.group(1))
-            elif name in ("--json", "--experimental-json"):
-                a.json = True
-            elif name == "--skip-git-repo-check":
-                a.skip_git_repo_check = True
-            elif name in ("--dangerously-bypass-approvals-and-sandbox", "--yolo"):
-                a.skip_permissions = True
-            elif name == "--last":
-                a.resume_last = True
-        else:
-            positional.append(tok)
-        i += 1
+    options, positional = split_argv(argv, CODEX_VALUE_FLAGS)
+    for name, val in options:
+        if val is not None:
+            if name in ("-m", "--model"):
+                a.model = val
+            elif name in ("-C", "--cd"):
+                a.cd = val
+            elif name in ("-o", "--output-last-message"):
+                a.output_last_message = val
+            elif name == "--output-schema":
+                read_schema_file(a, val)
+            elif name in ("-c", "--config") and val.startswith("model_provider="):
+                a.model_provider = val.partition("=")[2].strip().strip('"')
+            elif name in ("-c", "--config") and (m := re.search(r"stream_max_retries\s*=\s*(\d+)", val)):
+                a.stream_retries = int(m.group(1))
+        elif name in ("--json", "--experimental-json"):
+            a.json = True
+        elif name == "--skip-git-repo-check":
+            a.skip_git_repo_check = True
+        elif name in ("--dangerously-bypass-approvals-and-sandbox", "--yolo"):
+            a.skip_permissions = True
+        elif name == "--last":
+            a.resume_last = True
     # positional: [exec|e] [resume THREAD_ID] [PROMPT]
     if positional and positional[0] in ("exec", "e"):
         a.codex_subcommand = "exec"
@@ -68,25 +64,12 @@ def parse_codex(argv: list[str], a: Args) -> None:
         a.prompt = " ".join(positional)
 
 
-class CodexEmitter:
+class CodexEmitter(BaseEmitter):
     """Writes ``codex exec --json`` events (0.16x shapes)."""
 
     def __init__(self, a: Args, session_id: str, exec_no: int, model: str, cwd: str, prior: dict) -> None:
-        self.a = a
-        self.session_id = session_id
-        self.exec_no = exec_no
-        self.model = model
-        self.cwd = cwd
-        self.prior = prior
-        self.usage = Usage()
-        self.turns = 0
+        super().__init__(a, session_id, exec_no, model, cwd, prior, stream=a.json)
         self.item_no = 0
-        self.stream = a.json
-        self.texts: list[str] = []
-
-    def emit(self, obj: dict) -> None:
-        if self.stream:
-            OUT.line(obj)
 
     def _item_id(self) -> str:
         iid = f"item_{self.item_no}"

@@ -214,6 +214,36 @@ def commit_summary(cwd: str, commit_stdout: str) -> dict:
     return {"commit_sha": r.stdout.strip(), "branch": b.stdout.strip()}
 
 
+def split_argv(argv: list[str], value_flags: set[str]) -> tuple[list[tuple[str, str | None]], list[str]]:
+    """A CLI's options, in order, and its positional words, the way both real CLIs read them.
+
+    An option named in ``value_flags`` takes a value (``--flag=v`` or ``--flag v``;
+    ``""`` when argv ends first); any other option is a switch, paired with None.
+    ``--`` ends the options, and a lone ``-`` (read stdin) is positional.
+    """
+    options: list[tuple[str, str | None]] = []
+    positional: list[str] = []
+    i = 0
+    while i < len(argv):
+        tok = argv[i]
+        if tok == "--":
+            positional.extend(argv[i + 1:])
+            break
+        name, eq, val = tok.partition("=")
+        if tok.startswith("-") and tok != "-":
+            if name in value_flags:
+                if not eq:
+                    i += 1
+                    val = argv[i] if i < len(argv) else ""
+                options.append((name, val))
+            else:
+                options.append((name, None))
+        else:
+            positional.append(tok)
+        i += 1
+    return options, positional
+
+
 def shell_quote(s: str) -> str:
     return "'" + s.replace("'", "'\\''") + "'"
 
@@ -252,3 +282,24 @@ class Usage:
     def cost(self) -> float:
         return round(self.input_tokens * PRICE_IN + self.output_tokens * PRICE_OUT, 6)
 
+
+
+class BaseEmitter:
+    """What both personas' writers share: the execution they write for, its usage, and the stream switch."""
+
+    def __init__(self, a: Args, session_id: str, exec_no: int, model: str, cwd: str, prior: dict,
+                 stream: bool) -> None:
+        self.a = a
+        self.session_id = session_id
+        self.exec_no = exec_no
+        self.model = model
+        self.cwd = cwd
+        self.prior = prior  # session totals before this execution
+        self.usage = Usage()
+        self.turns = 0
+        self.stream = stream  # False: plain-text output, no JSON lines
+        self.texts: list[str] = []
+
+    def emit(self, obj: dict) -> None:
+        if self.stream:
+            OUT.line(obj)

@@ -7,8 +7,9 @@ runs); see :mod:`orchestrator.engine.replay`.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
+
+from .._lazy import lazy_attr
 
 # Lazy, like the package root: a strategy importing the engine's context loads nothing more.
 _EXPORTS = {"ReplayOutcome": "replay", "replay_strategy": "replay"}
@@ -18,12 +19,7 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+    return lazy_attr(__name__, _EXPORTS, name)
 
 
 __all__ = ["ReplayOutcome", "replay_strategy"]

@@ -60,14 +60,24 @@ class ChartSection(msgspec.Struct, frozen=True, kw_only=True, tag="chart", tag_f
     x_integer: bool = False
 
 
-class TreeNode(msgspec.Struct, frozen=True, kw_only=True):
+class Openable(msgspec.Struct, frozen=True, kw_only=True):
+    """What a tree node and a compared item have in common: the reader opens it to see
+    its ``details`` and the diff of its ``commit``, and the strategy may mark it (``highlight``).
+
+    The two stay separate structs because they are different things to the author:
+    a node has an ``id`` and a ``parent`` in a tree, an item is one of a row of candidates.
+    """
+
+    highlight: bool = False
+    details: dict[str, Any] = {}
+    commit: str | None = None
+
+
+class TreeNode(Openable, frozen=True, kw_only=True):
     id: str
     parent: str | None = None
     label: str = ""
     status: str = ""
-    highlight: bool = False
-    details: dict[str, Any] = {}
-    commit: str | None = None
 
 
 class TreeSection(msgspec.Struct, frozen=True, kw_only=True, tag="tree", tag_field="type"):
@@ -76,12 +86,9 @@ class TreeSection(msgspec.Struct, frozen=True, kw_only=True, tag="tree", tag_fie
     note: str = ""
 
 
-class CompareItem(msgspec.Struct, frozen=True, kw_only=True):
+class CompareItem(Openable, frozen=True, kw_only=True):
     label: str
     subtitle: str = ""
-    highlight: bool = False
-    details: dict[str, Any] = {}
-    commit: str | None = None
 
 
 class CompareSection(msgspec.Struct, frozen=True, kw_only=True, tag="compare", tag_field="type"):
@@ -111,7 +118,9 @@ def commits_of(sections: list[Any]) -> list[str]:
     """The commits whose diffs the sections show (tree nodes and compared items)."""
     out: list[str] = []
     for s in sections:
-        items: list[Any] = list(getattr(s, "nodes", []) or []) + list(getattr(s, "items", []) or [])
-        out += [i.commit for i in items if getattr(i, "commit", None)]
+        if isinstance(s, TreeSection):
+            out += [n.commit for n in s.nodes if n.commit]
+        elif isinstance(s, CompareSection):
+            out += [i.commit for i in s.items if i.commit]
     return out
 

@@ -13,8 +13,9 @@ Public surface::
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
+
+from .._lazy import lazy_attr
 
 # Lazy re-exports: importing one runner module (say ``runner.types`` from the
 # engine, or the TUI through it) must not load docker-py and the Docker runner.
@@ -58,12 +59,7 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+    return lazy_attr(__name__, _EXPORTS, name)
 
 
 __all__ = [

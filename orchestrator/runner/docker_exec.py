@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import socket as pysocket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -31,6 +32,11 @@ _log = logging.getLogger(__name__)  # runner.jsonl (the Docker runner forwards o
 EROFS_MARKER = b"Read-only file system"
 TAIL_BYTES = 8192
 STDOUT, STDERR = 1, 2
+# The last line an agent exec's wrapper writes to stderr after the agent exits
+# (see docker_runner.AGENT_WRAPPER_SCRIPT): how many files the agent left
+# uncommitted. It is taken out of the stream before the parser or the stderr
+# tail sees it, so the agent's own output reads exactly as without the wrapper.
+UNCOMMITTED_LINE = re.compile(rb"\n@@orchestrator-uncommitted=(\d+)\n")
 
 
 @dataclass
@@ -42,6 +48,9 @@ class ExecOutput:
     saw_erofs: bool = False
     events: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    # Files the agent left uncommitted, as the wrapper counted them once it exited
+    # (None: no wrapper, or it did not get to count).
+    uncommitted: int | None = None
 
 
 def _raw_socket(sock: Any) -> Any:
@@ -89,8 +98,12 @@ def _append_tail(tail: bytearray, data: bytes) -> None:
 
 async def run_exec(host: DockerHost, container: str, argv: list[str], *, env: dict[str, str],
                    parser: StreamParser, stdin_payload: bytes | None,
-                   on_event: Callable[[AgentEvent], Awaitable[None] | None]) -> ExecOutput:
+                   on_event: Callable[[AgentEvent], Awaitable[None] | None],
+                   wrapped: bool = False) -> ExecOutput:
     """Run ``argv`` in ``container`` as ``node`` in /workspace and parse its stdout.
+
+    ``wrapped``: ``argv`` is the agent under the wrapper that counts what it
+    left uncommitted; the count is read from (and taken out of) its stderr.
 
     Raises :class:`ContainerError` when Docker cannot run the exec. Cancellation
     propagates after the connection is closed.
@@ -112,6 +125,8 @@ async def run_exec(host: DockerHost, container: str, argv: list[str], *, env: di
     saw_erofs = False
     n_events = 0
     stream_error: str | None = None
+    uncommitted: int | None = None
+    held = b""  # stderr bytes that may be the start of the wrapper's line, cut by a frame boundary
 
     async def _emit(events: list[AgentEvent]) -> None:
         nonlocal n_events
@@ -145,12 +160,21 @@ async def run_exec(host: DockerHost, container: str, argv: list[str], *, env: di
                 if EROFS_MARKER in data:
                     saw_erofs = True
                 if stream == STDERR:
-                    _append_tail(stderr_tail, data)
-                    if feed_stderr is not None:
-                        await _emit(list(feed_stderr(data) or []))
+                    if wrapped:
+                        data, held, counted = _take_uncommitted(held + data)
+                        if counted is not None:
+                            uncommitted = counted
+                    if data:
+                        _append_tail(stderr_tail, data)
+                        if feed_stderr is not None:
+                            await _emit(list(feed_stderr(data) or []))
                 else:
                     _append_tail(stdout_tail, data)
                     await _emit(parser.feed(data))
+        if held:  # the stream ended inside what only looked like the wrapper's line: it was the agent's
+            _append_tail(stderr_tail, held)
+            if feed_stderr is not None:
+                await _emit(list(feed_stderr(held) or []))
     finally:
         raw = _raw_socket(sock)
         with contextlib.suppress(OSError):
@@ -165,7 +189,32 @@ async def run_exec(host: DockerHost, container: str, argv: list[str], *, env: di
     outcome = parser.finish(exit_code)
     return ExecOutput(outcome=outcome, exit_code=exit_code, stderr_tail=bytes(stderr_tail),
                       stdout_tail=bytes(stdout_tail), saw_erofs=saw_erofs, events=n_events,
-                      extra={"stream_error": stream_error} if stream_error else {})
+                      extra={"stream_error": stream_error} if stream_error else {}, uncommitted=uncommitted)
+
+
+def _take_uncommitted(data: bytes) -> tuple[bytes, bytes, int | None]:
+    """Split stderr bytes into (the agent's bytes, bytes held for the next frame, the wrapper's count).
+
+    The wrapper's line is written once, after the agent exited, but the
+    daemon's reads of the pipe may cut it; a tail that could be its start
+    waits for the next frame.
+    """
+    count = None
+    for m in UNCOMMITTED_LINE.finditer(data):
+        count = int(m.group(1))
+    if count is not None:
+        data = UNCOMMITTED_LINE.sub(b"", data)
+    cut = data.rfind(b"\n")
+    if cut >= 0 and _could_start_line(data[cut:]):
+        return data[:cut], data[cut:], count
+    return data, b"", count
+
+
+def _could_start_line(tail: bytes) -> bool:
+    prefix = b"\n@@orchestrator-uncommitted="
+    if len(tail) <= len(prefix):
+        return prefix.startswith(tail)
+    return tail.startswith(prefix) and tail[len(prefix):].isdigit()
 
 
 async def _exit_code(host: DockerHost, exec_id: str) -> int | None:

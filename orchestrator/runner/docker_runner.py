@@ -65,11 +65,15 @@ STOP_TIMEOUT_S = 1
 # agent is signalled itself first; one that exits promptly costs nothing more.
 AGENT_STOP_GRACE_S = 10
 # Run in the container: SIGTERM every exec'd process (parent outside the
-# container, so ppid 0; PID 1 is tini, and this shell is excluded), then wait
-# for them to exit, at most $1 tenths of a second.
+# container, so ppid 0; PID 1 is tini, and this shell is excluded), and the
+# agent under an agent wrapper (AGENT_WRAPPER_SCRIPT, named by its first
+# line), then wait for them to exit, at most $1 tenths of a second.
 END_AGENT_SCRIPT = (
     'self=$$\n'
-    'pids=$(ps -eo pid=,ppid= | awk -v s="$self" \'$2 == 0 && $1 != 1 && $1 != s {print $1}\')\n'
+    'pids=$(ps -eo pid=,ppid=,args= | awk -v s="$self" \'\n'
+    '  $2 == 0 && $1 != 1 && $1 != s {print $1; if (index($0, "# orchestrator-agent-wrapper")) w[$1] = 1; next}\n'
+    '  {pid[NR] = $1; parent[NR] = $2}\n'
+    '  END {for (i in pid) if (parent[i] in w) print pid[i]}\')\n'
     '[ -n "$pids" ] || exit 0\n'
     'kill -TERM $pids 2>/dev/null\n'
     'i=0\n'
@@ -98,6 +102,20 @@ UNCOMMITTED_SCRIPT = (
     'if [ "$n" -gt 0 ] && [ "$1" = commit ]; then\n'
     '  git add -A && git commit -q --no-verify -m "$2" && echo committed\n'
     'fi\n'
+)
+# The agent of a task whose uncommitted work is looked at runs under this
+# wrapper, so that the look costs no `docker exec` of its own: once the agent
+# exits, the wrapper counts what it left (as UNCOMMITTED_SCRIPT does, without
+# taking git's optional index lock), writes the count as its last stderr line
+# (taken out of the stream by run_exec) and exits with the agent's status.
+# Only when there is something to commit does a second exec follow.
+AGENT_WRAPPER_SCRIPT = (
+    '# orchestrator-agent-wrapper\n'
+    '"$@"\n'
+    'rc=$?\n'
+    'n=$(GIT_OPTIONAL_LOCKS=0 git status --porcelain --untracked-files=all 2>/dev/null | wc -l)\n'
+    'printf \'\\n@@orchestrator-uncommitted=%s\\n\' "$n" >&2\n'
+    'exit "$rc"\n'
 )
 UNCOMMITTED_MESSAGE = ("Changes the agent left uncommitted\n\n"
                        "The agent exited without committing these files; the orchestrator committed them "
@@ -322,7 +340,7 @@ class DockerRunner:
                 self._emit(request, on_event, "runner.workspace.read_only_write", "warn", detail=READ_ONLY_NOTE)
 
             # 5a. what the agent left uncommitted: commit it (default) or count what is discarded
-            leftover = await self._uncommitted(request, plugin, on_event)
+            leftover = await self._uncommitted(request, plugin, on_event, out.uncommitted)
 
             # 5. collect: import the branch (per policy). The agent has finished, so
             # the finalize stop does not wait for the import: both take a tenth of a
@@ -487,7 +505,7 @@ class DockerRunner:
         return first, None
 
     async def _uncommitted(self, request: InstanceRequest, plugin: RunnerPlugin,
-                           on_event: RunnerEventCallback | None) -> tuple[int, bool] | None:
+                           on_event: RunnerEventCallback | None, counted: int | None) -> tuple[int, bool] | None:
         """Changes the agent left uncommitted: (file count, committed?), or None when not looked at.
 
         Agents in non-interactive mode often edit files and finish without
@@ -495,11 +513,17 @@ class DockerRunner:
         inside the task's container, as the agent's user: git there may run
         filters and hooks the agent configured, which must never run on the
         host. Review tasks (import_policy=never) and command tasks are left as
-        they are.
+        they are. ``counted``: the agent wrapper's count, taken when the agent
+        exited; with nothing to commit it is the answer, and no exec is needed.
         """
-        if request.import_policy == "never" or plugin.name == "command":
+        if not _looks_at_uncommitted(request, plugin):
             return None
         t = time.monotonic()
+        if counted is not None and (counted == 0 or request.uncommitted != "commit"):
+            self._emit(request, on_event, "runner.uncommitted", "warn" if counted else "debug", phase="collect",
+                       files=counted, policy=request.uncommitted, auto_committed=False,
+                       duration_s=round(time.monotonic() - t, 4))
+            return counted, False
         try:
             code, raw = await self.host.exec_simple(
                 request.container_name, ["sh", "-c", UNCOMMITTED_SCRIPT, "uncommitted", request.uncommitted,
@@ -742,6 +766,9 @@ class DockerRunner:
         if self.dry_run and request.plugin_name != "command":
             # Dry run: the deterministic simulated agent answers in the same container, at no cost.
             argv = ["orchestrator-sim-agent", "--as", "codex" if argv[0] == "codex" else "claude", *argv[1:]]
+        wrapped = _looks_at_uncommitted(request, plugin)
+        if wrapped:
+            argv = ["sh", "-c", AGENT_WRAPPER_SCRIPT, "orchestrator-agent", *argv]
         env = dict(request.env)
         try:
             env.update(plugin.prepare_environment(self.auth, request))
@@ -775,7 +802,8 @@ class DockerRunner:
                     tg.start_soon(self._watch, request, probe, tripped, on_event)
                     try:
                         ran["output"] = await run_exec(self.host, request.container_name, argv, env=env,
-                                                       parser=parser, stdin_payload=payload, on_event=forward)
+                                                       parser=parser, stdin_payload=payload, on_event=forward,
+                                                       wrapped=wrapped)
                     except RunnerError as exc:
                         # Kept inside the group: leaving it would wrap the error in an
                         # ExceptionGroup, and a Docker failure would pass for a bug of ours.
@@ -915,6 +943,11 @@ class DockerRunner:
             return
         self._emit(request, on_event, "runner.container.stopped", phase="stop",
                    container=request.container_name, duration_s=round(time.monotonic() - t, 4))
+
+
+def _looks_at_uncommitted(request: InstanceRequest, plugin: RunnerPlugin) -> bool:
+    """Whether what the agent leaves uncommitted is counted (and, per policy, committed) after it exits."""
+    return request.import_policy != "never" and plugin.name != "command"
 
 
 def _auth_from_env() -> AuthConfig:

@@ -1,0 +1,23 @@
+"""Lazy re-exports for package ``__init__`` modules.
+
+A package that re-exports names from its submodules would otherwise import all
+of them on ``import package.anything``; with this, a name's submodule is loaded
+the first time someone reads the name, and the value is then cached on the
+package so later reads are plain attribute look-ups.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Any
+
+
+def lazy_attr(package: str, exports: dict[str, str], name: str) -> Any:
+    """The value of ``name`` from ``package.<exports[name]>``, for a package's module ``__getattr__``."""
+    module = exports.get(name)
+    if module is None:
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{package}.{module}"), name)
+    setattr(sys.modules[package], name, value)
+    return value
