@@ -1,7 +1,7 @@
 """Run the reliability suites and print the counts table of docs/reliability.md.
 
     uv run python bench/reliability_report.py                    # everything but the daemon restart
-    uv run python bench/reliability_report.py --daemon-restart   # also restart dockerd (disrupts Docker users)
+    uv run python bench/reliability_report.py --daemon-restart   # also the engine restart (on a private dockerd)
 
 Each test appends its counts to the file named by RELIABILITY_REPORT
 (tests/reliability_helpers.py:record); the bad-input count comes from the

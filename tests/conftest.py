@@ -63,3 +63,26 @@ def workspace_root(tmp_path, monkeypatch):
     root = tmp_path / "ws"
     monkeypatch.setenv("ORCHESTRATOR_WORKSPACE_ROOT", str(root))
     return root
+
+
+@pytest.fixture(scope="session")
+def private_engine():
+    """A second dockerd of the test session's own, with the test image loaded.
+
+    Tests that stop, kill or restart an engine use this one: the host's engine is
+    shared by everyone on the machine and is never signalled (see private_engine.py).
+    """
+    from private_engine import PrivateEngine, private_engine_missing
+
+    why = private_engine_missing()
+    if why:
+        if os.environ.get("CI"):
+            pytest.fail(f"cannot start a private Docker engine: {why}")
+        pytest.skip(f"cannot start a private Docker engine: {why}")
+    engine = PrivateEngine()
+    try:
+        engine.start()
+        engine.load_image(TEST_IMAGE)
+        yield engine
+    finally:
+        engine.close()

@@ -18,6 +18,7 @@ from conftest import git, make_repo
 from orchestrator.naming import branch_name
 from reliability_helpers import (
     IMG,
+    all_containers,
     check_log,
     check_snapshot_is_replay,
     cli_env,
@@ -247,43 +248,21 @@ def test_base_branch_moving_mid_run_keeps_the_snapshot_the_task_started_from(tmp
         remove_run_docker(run_id)
 
 
-def _docker_pid() -> int:
-    return int(Path("/var/run/docker.pid").read_text().strip())
-
-
-def _docker_ok() -> bool:
-    return subprocess.run(["docker", "info"], capture_output=True).returncode == 0
-
-
-def _start_dockerd(old_pid: int) -> None:
-    """Start a detached dockerd once the old one has fully exited; retry if it dies at start."""
-    wait_for(lambda: not Path(f"/proc/{old_pid}").exists(), timeout=60, interval=0.2)
-    for _ in range(3):
-        with open("/var/log/dockerd.log", "ab") as log:
-            subprocess.Popen(["dockerd"], stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
-        try:
-            wait_for(_docker_ok, timeout=60, interval=0.5)
-            return
-        except AssertionError:
-            time.sleep(2)
-    raise AssertionError("dockerd did not come back; see /var/log/dockerd.log")
-
-
 @pytest.mark.slow
 @pytest.mark.daemon_restart
-def test_docker_daemon_restart_mid_run_then_resume_finishes(tmp_path, repo):
-    """Disrupts every Docker user of the machine: CI runs it alone (tests are sequential there)."""
-    env = cli_env(tmp_path)
+def test_docker_daemon_restart_mid_run_then_resume_finishes(tmp_path, repo, private_engine, monkeypatch):
+    """The engine the run uses restarts under it. That engine is the session's private
+    one (own socket, roots, pid file and bridge): the host's engine is never touched.
+    Containers there run offline, as the private bridge has no route out."""
+    monkeypatch.setenv("DOCKER_HOST", private_engine.url)  # the run and the helpers' docker CLI
+    env = cli_env(tmp_path, ORCHESTRATOR_RUNNER__NETWORK_EGRESS="offline")
     prompt = "SIM: write a.txt hello\nSIM: commit a\nSIM: sleep 6\nSIM: print done"
     out = tmp_path / "out" / "daemon"
     proc = start_cli([prompt, "--runs", "2", "--no-tui", *IMG], cwd=repo, env=env, out=out)
     run_id = _started(tmp_path, 2)
     time.sleep(1)
-    old_pid = _docker_pid()
     try:
-        os.kill(old_pid, 15)  # the daemon's own pid file: nothing else is signalled
-        wait_for(lambda: not _docker_ok(), timeout=60, interval=0.2)
-        _start_dockerd(old_pid)
+        private_engine.restart()  # SIGTERM to its own pid, then the same dockerd again
         rc, _, err = finish(proc, out, timeout=180)
         assert rc in (0, 1, 130), err
         assert "Traceback" not in err, err
@@ -300,8 +279,13 @@ def test_docker_daemon_restart_mid_run_then_resume_finishes(tmp_path, repo):
                 assert e.payload["error_type"] in ("container", "api"), e.payload
         check_snapshot_is_replay(tmp_path, run_id)
         assert running_containers(run_id) == []
-        record("faults", fault="docker daemon restart", survived=1, outcome=f"exit {rc}")
+        # The run's containers were on the private engine, and none on the host's.
+        assert all_containers(run_id)
+        on_host = subprocess.run(["docker", "-H", "unix:///var/run/docker.sock", "ps", "-aq", "--filter",
+                                  f"label=run_id={run_id}"], capture_output=True, text=True).stdout.split()
+        assert on_host == []
+        record("faults", fault="docker daemon restart (private engine)", survived=1, outcome=f"exit {rc}")
     finally:
-        if not _docker_ok():
-            _start_dockerd(old_pid)  # whatever happened, later tests need the engine back
+        if not private_engine.answering():
+            private_engine.start()  # whatever happened, later tests on it need the engine back
         remove_run_docker(run_id)
