@@ -71,7 +71,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--model", help="model name (default: sonnet)")
     run.add_argument("--plugin", help="agent tool: claude-code (default), codex, or command")
     run.add_argument("--docker-image", help="agent image (default: claude-code)")
-    run.add_argument("--max-parallel", type=int, help="tasks running at once (default: auto from CPUs)")
+    run.add_argument("--max-parallel", type=int, help="tasks running at once (default: auto from CPUs; with hosts: "
+                     "the sum of their slots, and this caps it)")
+    run.add_argument("--docker-host", dest="docker_hosts", action="append", default=[], metavar="NAME=URL[:N]",
+                     help="place tasks on this Docker engine too (repeatable; ssh://, tcp://, unix:// or 'local'; "
+                     "N: its slots)")
+    run.add_argument("--sync-image", action="store_true", default=None,
+                     help="copy the run's image to hosts that lack it (docker save | docker load)")
     run.add_argument("--config", help="configuration file, YAML or JSON (default: ./orchestrator.yaml if present)")
     run.add_argument("--mode", choices=["api", "subscription"], help="Claude authentication mode")
     run.add_argument("--safe-fsync", choices=["interval", "per_event"], help="event log flush policy")

@@ -77,6 +77,11 @@ def _cli_overrides(args) -> dict[str, Any]:
     put("orchestration", "max_parallel_tasks", args.max_parallel)
     put("orchestration", "require_clean_wt", args.require_clean_wt)
     put("runner", "docker_image", args.docker_image)
+    if getattr(args, "docker_hosts", None):
+        from .runner.hosts import parse_host_flag
+
+        put("runner", "hosts", [parse_host_flag(text) for text in args.docker_hosts])
+    put("runner", "sync_image", getattr(args, "sync_image", None))
     put("runner", "plugin", args.plugin)
     put("events", "flush_policy", args.safe_fsync)
     if args.debug:
@@ -114,6 +119,14 @@ def _max_parallel(config: Config) -> int:
     if config.orchestration.max_parallel_instances is not None:
         print("warning: orchestration.max_parallel_instances is deprecated; use max_parallel_tasks", file=sys.stderr)
         value = config.orchestration.max_parallel_instances
+    if config.runner.hosts:
+        # Each host has its own slots; a given --max-parallel caps their sum.
+        total = sum(spec.max_parallel for spec in _host_specs(config))
+        if value == "auto":
+            return total
+        if not isinstance(value, int) or value < 1:
+            raise ConfigError(f"--max-parallel must be at least 1 (got {value})")
+        return min(total, value)
     if value == "auto":
         return auto_parallel(config.runner.container_cpu)
     if not isinstance(value, int) or value < 1:
@@ -132,6 +145,26 @@ def _check_disk(path: Path, config: Config, warnings: list[str]) -> None:
     if free_gb < config.orchestration.min_free_disk_gb:
         warnings.append(f"only {free_gb:.1f} GB free under {probe} (recommended: "
                         f"{config.orchestration.min_free_disk_gb:g} GB)")
+
+
+def _host_specs(config: Config):
+    from .runner.hosts import resolve_hosts
+
+    return resolve_hosts(config.runner.hosts)
+
+
+async def _check_hosts(config: Config, image: str) -> None:
+    from .runner.images import preflight_images
+
+    specs = await anyio.to_thread.run_sync(_host_specs, config)
+    await preflight_images(specs, image, sync=config.runner.sync_image)
+
+
+async def _check_engines(config: Config, image: str) -> None:
+    if config.runner.hosts:
+        await _check_hosts(config, image)
+    else:
+        await _check_docker(image)
 
 
 async def _check_docker(image: str) -> None:
@@ -205,7 +238,7 @@ async def prepare(args) -> Prepared:
     docker = _EarlyCheck()
     outcome: dict[str, Any] = {}
     async with anyio.create_task_group() as tg:
-        tg.start_soon(docker.run, _check_docker, loaded.config.runner.docker_image)
+        tg.start_soon(docker.run, _check_engines, loaded.config, loaded.config.runner.docker_image)
         try:
             outcome["prep"] = await _prepare(args, loaded, docker)
         except Exception as exc:  # raised below, outside the task group, unwrapped
@@ -290,10 +323,12 @@ async def resume(args) -> int:
         plugin.validate_environment(auth)
     default_sanitizer().add_secrets(auth.secret_values())
     await anyio.to_thread.run_sync(validate_repository, manifest.repo_path, manifest.base_branch)
-    await _check_docker(manifest.docker_image)
+    await _check_engines(loaded.config, manifest.docker_image)
     prep = Prepared(loaded_config=loaded, strategy=strategy, params=manifest.params, prompt=manifest.prompt,
                     repo=manifest.repo_path, base_branch=manifest.base_branch, model=manifest.model,
-                    plugin_name=manifest.plugin, image=manifest.docker_image, max_parallel=manifest.max_parallel,
+                    plugin_name=manifest.plugin, image=manifest.docker_image,
+                    # The hosts may have changed since the run started: their slots decide.
+                    max_parallel=_max_parallel(loaded.config) if loaded.config.runner.hosts else manifest.max_parallel,
                     runs=manifest.runs, auth=auth, dry_run=manifest.dry_run, mode=manifest.mode,
                     output=output_mode(args))
     await _report_resume_plan(dirs, manifest, plugin.capabilities.supports_resume, args.resume_fresh)
@@ -380,6 +415,31 @@ async def _watch_signals(scope: anyio.CancelScope, flag: _Interrupt, ui_stop: an
             scope.cancel()
 
 
+def _make_runner(prep: Prepared, log_dir: Path, olog: ComponentLog):
+    """One DockerRunner, or with runner.hosts one per engine under a placing runner."""
+    config = prep.config
+
+    def make(host=None) -> DockerRunner:
+        return DockerRunner(auth=prep.auth, logs_dir=log_dir, sanitizer=default_sanitizer(),
+                            pricing=config.model_pricing(), dry_run=prep.dry_run, known_images=(prep.image,),
+                            host=host)
+
+    if not config.runner.hosts:
+        return make()
+    from .runner.hosts import MultiHostRunner
+
+    specs = _host_specs(config)
+    olog.info("docker hosts", hosts=[{"name": s.name, "engine": s.shown, "max_parallel": s.max_parallel}
+                                     for s in specs])
+
+    def host_event(event: dict) -> None:
+        olog.warning(event["type"], **{k: v for k, v in event.items() if k != "type"})
+        if event["type"] == "runner.host.down":
+            print(f"warning: Docker host {event['host']} is down: {event['reason']}", file=sys.stderr, flush=True)
+
+    return MultiHostRunner(specs, make, on_host_event=host_event)
+
+
 async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resume_fresh: bool) -> int:
     from .results import export, render_summary
 
@@ -403,8 +463,7 @@ async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resum
     if removed:
         olog.info("removed old logs", runs=removed)
     _guard(prep.strategy, config, olog)
-    runner = DockerRunner(auth=prep.auth, logs_dir=log_dir, sanitizer=default_sanitizer(),
-                          pricing=config.model_pricing(), dry_run=prep.dry_run, known_images=(prep.image,))
+    runner = _make_runner(prep, log_dir, olog)
     engine = Engine(_engine_config(prep, dirs, run_id, resume_fresh=resume_fresh), runner, log=olog)
     engine.on_divergence = lambda sid, keys: print(
         f"warning: strategy {sid} no longer asks for {len(keys)} recorded task(s): {', '.join(keys[:5])}"

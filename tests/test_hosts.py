@@ -1,0 +1,224 @@
+"""Several Docker engines for one run (runner.hosts / --docker-host).
+
+The second engine is the session's private dockerd (tests/private_engine.py):
+it shares no images with the host engine, and the runner treats every
+configured non-local engine as remote, so its tasks move in and out through
+the archive API only (no bind mount), which these tests check on the
+containers themselves.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from cli_helpers import cli_env, only_run_id, run_cli
+from conftest import TEST_IMAGE, git, make_repo
+from orchestrator.errors import ConfigError, GitError
+from orchestrator.runner import archive
+from orchestrator.runner.git_ops import _prepare_workspace_sync
+from orchestrator.runner.hosts import parse_host_flag, redact_url, resolve_hosts
+from reliability_helpers import check_log, check_snapshot_is_replay, events_path
+
+NO_DISK_MIN = {"ORCHESTRATOR_ORCHESTRATION__HARD_MIN_FREE_DISK_GB": "0",
+               "ORCHESTRATOR_ORCHESTRATION__MIN_FREE_DISK_GB": "0",
+               "ORCHESTRATOR_RUNNER__NETWORK_EGRESS": "offline"}
+
+
+# ---------------------------------------------------------------- configuration
+
+
+@pytest.mark.parametrize(("flag", "entry"), [
+    ("big1=ssh://ci@big1:16", {"name": "big1", "docker": "ssh://ci@big1", "max_parallel": 16}),
+    ("big1=ssh://ci@big1", {"name": "big1", "docker": "ssh://ci@big1"}),
+    ("b=tcp://h:2376", {"name": "b", "docker": "tcp://h:2376"}),
+    ("b=tcp://h:2376:8", {"name": "b", "docker": "tcp://h:2376", "max_parallel": 8}),
+    ("local=local:3", {"name": "local", "docker": "local", "max_parallel": 3}),
+    ("b=unix:///run/x.sock:2", {"name": "b", "docker": "unix:///run/x.sock", "max_parallel": 2}),
+])
+def test_docker_host_flag(flag, entry):
+    assert parse_host_flag(flag) == entry
+
+
+def test_host_urls_never_show_a_password_or_query():
+    assert redact_url("ssh://ci:hunter2@big1:22") == "ssh://ci:***@big1:22"
+    assert "tok" not in redact_url("tcp://h:2376?token=tok")
+    assert redact_url("ssh://ci@big1") == "ssh://ci@big1"
+
+
+@pytest.mark.parametrize(("entries", "words"), [
+    ([{"name": "big1"}], ["big1", "docker: URL"]),
+    ([{"name": "a", "docker": "http://x"}], ["ssh://"]),
+    ([{"name": "local"}, {"name": "local"}], ["twice"]),
+    ([{"name": "a", "docker": "ssh://a", "max_parallel": 0}], ["max_parallel"]),
+    ([{"name": "a b", "docker": "ssh://a"}], ["host name"]),
+])
+def test_bad_host_entries_are_one_clear_error(entries, words):
+    with pytest.raises(ConfigError) as info:
+        resolve_hosts(entries)
+    assert all(w in str(info.value) for w in words), str(info.value)
+
+
+def test_bad_docker_host_flag_is_one_line_exit_2(tmp_path):
+    repo = make_repo(tmp_path / "repo")
+    result = run_cli(["x", "--docker-host", "nourl", "--no-tui"], cwd=repo, env=cli_env(tmp_path))
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "NAME=URL" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "state").exists() or not any((tmp_path / "state").iterdir())
+
+
+# ---------------------------------------------------------------- the bundle
+
+
+def wgit(cwd, *args: str) -> str:
+    """git in a task clone (owned by the container user, so git needs to be told it is safe)."""
+    return git(cwd, "-c", "safe.directory=*", *args)
+
+
+def _clone_with_agent_commit(tmp_path: Path) -> tuple[Path, Path, Path, str, str]:
+    """A repo, a task clone of it at the base, and a second clone where 'the agent' committed."""
+    repo = make_repo(tmp_path / "repo")
+    local = _prepare_workspace_sync(repo, "main", tmp_path / "ws_local").path
+    agent = _prepare_workspace_sync(repo, "main", tmp_path / "ws_agent").path
+    base = wgit(local, "rev-parse", "HEAD")
+    (agent / "new.txt").write_text("agent work\n")
+    wgit(agent, "add", "-A")
+    wgit(agent, "-c", "user.email=a@b", "-c", "user.name=A", "commit", "-q", "-m", "agent")
+    head = wgit(agent, "rev-parse", "HEAD")
+    bundle = tmp_path / "result.bundle"
+    wgit(agent, "bundle", "create", "-q", str(bundle), "HEAD", "--not", base)
+    return repo, local, bundle, base, head
+
+
+def test_good_bundle_moves_the_clone_to_the_agents_commit(tmp_path):
+    _, local, bundle, _, head = _clone_with_agent_commit(tmp_path)
+    archive.import_bundle(local, bundle, head)
+    assert wgit(local, "rev-parse", "HEAD") == head
+    assert (local / "new.txt").read_text() == "agent work\n"
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage"])
+def test_corrupt_bundle_is_a_git_error_and_changes_nothing(tmp_path, damage):
+    repo, local, bundle, base, head = _clone_with_agent_commit(tmp_path)
+    data = bundle.read_bytes()
+    bundle.write_bytes(data[: len(data) // 2] if damage == "truncated" else data[:60] + b"\0" * (len(data) - 60))
+    refs_before = git(repo, "for-each-ref")
+    with pytest.raises(GitError) as info:
+        archive.import_bundle(local, bundle, head)
+    assert info.value.category == "git"
+    assert "bundle" in str(info.value)
+    assert wgit(local, "rev-parse", "HEAD") == base
+    assert git(repo, "for-each-ref") == refs_before
+
+
+# ---------------------------------------------------------------- two real engines
+
+
+def _score_approach(i: int) -> str:
+    return (f"SIM: write c{i}.txt candidate {i}\nSIM: commit add c{i}\n"
+            f'SIM: print SIM: print-json {{"score": {i}, "rationale": "ok"}}')
+
+
+def _host_containers(url: str | None, run_id: str) -> list[dict]:
+    base = ["docker"] + (["-H", url] if url else [])
+    names = subprocess.run([*base, "ps", "-aq", "--filter", f"label=run_id={run_id}"], capture_output=True,
+                           text=True).stdout.split()
+    if not names:
+        return []
+    return json.loads(subprocess.run([*base, "inspect", *names], capture_output=True, text=True).stdout)
+
+
+def _remove_run(url: str | None, run_id: str) -> None:
+    base = ["docker"] + (["-H", url] if url else [])
+    names = [c["Id"] for c in _host_containers(url, run_id)]
+    if names:
+        subprocess.run([*base, "rm", "-f", *names], capture_output=True)
+    vols = subprocess.run([*base, "volume", "ls", "-q", "--filter", f"label=run_id={run_id}"], capture_output=True,
+                          text=True).stdout.split()
+    if vols:
+        subprocess.run([*base, "volume", "rm", "-f", *vols], capture_output=True)
+
+
+
+@pytest.mark.docker
+def test_best_of_n_over_two_engines_imports_and_notes_every_branch(tmp_path, private_engine):
+    repo = make_repo(tmp_path / "repo")
+    env = cli_env(tmp_path, **NO_DISK_MIN)
+    approaches = json.dumps([_score_approach(i) for i in range(4)])
+    result = run_cli(["add a file", "--strategy", "best-of-n", "-S", "n=4", "-S", f"approaches={approaches}",
+                      "--no-tui", "--docker-image", TEST_IMAGE, "--docker-host", "local=local:2",
+                      "--docker-host", f"b={private_engine.url}:2"], cwd=repo, env=env, timeout=600)
+    run_id = only_run_id(tmp_path)
+    try:
+        assert result.returncode == 0, result.stderr
+        events = check_log(events_path(tmp_path, run_id))
+        check_snapshot_is_replay(tmp_path, run_id)
+        completed = [e for e in events if e.type == "task.completed"]
+        gens = [e for e in completed if "/gen/" in e.key]
+        assert len(gens) == 4 and len({e.key for e in completed}) == len(completed)
+        for e in gens:
+            branch = e.payload["artifact"]["branch_final"]
+            i = int(e.key.rsplit("/", 1)[1])
+            assert git(repo, "show", f"{branch}:c{i}.txt") == f"candidate {i}"
+            note = git(repo, "notes", "--ref", "orchestrator", "show", branch)
+            assert f"task_key={e.key}" in note and run_id in note
+        local = _host_containers(None, run_id)
+        remote = _host_containers(private_engine.url, run_id)
+        assert local and remote, "both engines ran tasks"
+        assert {c["Config"]["Labels"]["orchestrator.host"] for c in local} == {"local"}
+        assert {c["Config"]["Labels"]["orchestrator.host"] for c in remote} == {"b"}
+        # The remote engine never bind-mounted this machine's directories: archive path only.
+        for c in remote:
+            ws = next(m for m in c["Mounts"] if m["Destination"] == "/workspace")
+            assert ws["Type"] == "volume", ws
+        for c in local:
+            ws = next(m for m in c["Mounts"] if m["Destination"] == "/workspace")
+            assert ws["Type"] == "bind", ws
+        # Reviewers (import_policy never) on the remote engine returned nothing.
+        assert all(e.payload["artifact"]["branch_final"] is None for e in completed if "/score/" in e.key)
+    finally:
+        _remove_run(None, run_id)
+        _remove_run(private_engine.url, run_id)
+
+
+@pytest.mark.docker
+def test_image_missing_on_a_host_stops_with_the_fix_or_is_synced(tmp_path, private_engine):
+    tag = f"{TEST_IMAGE}:h18sync"
+    subprocess.run(["docker", "tag", TEST_IMAGE, tag], check=True)
+    repo = make_repo(tmp_path / "repo")
+    env = cli_env(tmp_path, **NO_DISK_MIN)
+    args = ["SIM: write s.txt synced\nSIM: commit s", "--no-tui", "--docker-image", tag,
+            "--docker-host", f"b={private_engine.url}:1"]
+    try:
+        private_engine.docker("rmi", tag)
+        refused = run_cli(args, cwd=repo, env=env)
+        assert refused.returncode == 2, refused.stderr
+        line = refused.stderr.strip()
+        assert "\n" not in line and "host b" in line and f"docker save {tag} | docker -H {private_engine.url} load" \
+            in line and "--sync-image" in line, line
+        synced = run_cli([*args, "--sync-image"], cwd=repo, env=env, timeout=900)
+        assert synced.returncode == 0, synced.stderr
+        assert "syncing image to host b" in synced.stderr
+        want = subprocess.run(["docker", "image", "inspect", "-f", "{{.Id}}", tag], capture_output=True,
+                              text=True).stdout.strip()
+        got = private_engine.docker("image", "inspect", "-f", "{{.Id}}", tag).stdout.strip()
+        assert got == want
+        run_id = only_run_id(tmp_path)
+        events = check_log(events_path(tmp_path, run_id))
+        (done,) = [e for e in events if e.type == "task.completed"]
+        assert git(repo, "show", f"{done.payload['artifact']['branch_final']}:s.txt") == "synced"
+        _remove_run(private_engine.url, run_id)
+    finally:
+        private_engine.docker("rmi", tag)
+        subprocess.run(["docker", "rmi", tag], capture_output=True)
+
+
+def test_host_config_redacted_in_the_manifest():
+    from orchestrator.config import Config, redacted
+
+    config = msgspec.convert({"runner": {"hosts": [{"name": "b", "docker": "ssh://ci:pw123@big1"}]}}, Config)
+    assert "pw123" not in json.dumps(redacted(config))
