@@ -66,6 +66,8 @@ def redact_url(url: str | None) -> str:
         return "local engine"
     parts = urlsplit(url)
     netloc = parts.netloc
+    if ":" not in netloc.rpartition("@")[0] and not parts.query and not parts.fragment:
+        return url  # nothing secret-looking; urlunsplit would also turn unix:/// into unix:/
     if "@" in netloc:
         userinfo, _, hostport = netloc.rpartition("@")
         user = userinfo.split(":", 1)[0]
