@@ -101,6 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
     mgmt.add_argument("--dry-run-clean", dest="clean_dry_run", action="store_true", help=argparse.SUPPRESS)
     mgmt.add_argument("--force", action="store_true", help="with --clean-containers: do not ask for confirmation")
     mgmt.add_argument("--help-strategy", metavar="NAME", help="show a strategy's parameters")
+    mgmt.add_argument("--hosts", dest="check_hosts", action="store_true",
+                      help="check every Docker host: version, image, free slots, round-trip time")
     return p
 
 
@@ -109,9 +111,11 @@ def _dispatch(args: argparse.Namespace) -> int:
 
     from . import launch
 
-    management = [args.resume, args.list_runs, args.show_run, args.cleanup_run, args.clean_containers, args.help_strategy]
+    management = [args.resume, args.list_runs, args.show_run, args.cleanup_run, args.clean_containers, args.help_strategy,
+                  args.check_hosts]
     if sum(bool(x) for x in management) > 1:
-        raise UsageError("use only one of --resume, --list-runs, --show-run, --cleanup-run, --clean-containers, --help-strategy")
+        raise UsageError("use only one of --resume, --list-runs, --show-run, --cleanup-run, --clean-containers, "
+                         "--help-strategy, --hosts")
     if args.resume_fresh and not args.resume:
         raise UsageError("--resume-fresh only works together with --resume RUN_ID")
     if args.follow and not args.show_run:
@@ -124,10 +128,17 @@ def _dispatch(args: argparse.Namespace) -> int:
         return manage.list_runs()
     if args.show_run:
         return anyio.run(manage.show_run, args.show_run, args.follow)
-    if args.cleanup_run:
-        return anyio.run(manage.cleanup_run, args.cleanup_run)
-    if args.clean_containers:
-        return anyio.run(manage.clean_containers, args.dry_run or args.clean_dry_run, args.force)
+    if args.check_hosts or args.cleanup_run or args.clean_containers:
+        from .config import load_config
+
+        config = load_config(config_file=args.config, cli_overrides=launch._cli_overrides(args)).config
+        if args.check_hosts:
+            from .hosts_cli import check_hosts
+
+            return anyio.run(check_hosts, config)
+        if args.cleanup_run:
+            return anyio.run(manage.cleanup_run, args.cleanup_run, config)
+        return anyio.run(manage.clean_containers, args.dry_run or args.clean_dry_run, args.force, config)
     if args.resume:
         if args.prompt:
             raise UsageError("--resume takes no prompt: the run keeps its own")

@@ -178,6 +178,8 @@ def test_best_of_n_over_two_engines_imports_and_notes_every_branch(tmp_path, pri
         for c in local:
             ws = next(m for m in c["Mounts"] if m["Destination"] == "/workspace")
             assert ws["Type"] == "bind", ws
+        started_hosts = {e.payload["host"] for e in events if e.type == "task.started"}
+        assert started_hosts == {"local", "b"}
         # Reviewers (import_policy never) on the remote engine returned nothing.
         assert all(e.payload["artifact"]["branch_final"] is None for e in completed if "/score/" in e.key)
     finally:
@@ -222,3 +224,50 @@ def test_host_config_redacted_in_the_manifest():
 
     config = msgspec.convert({"runner": {"hosts": [{"name": "b", "docker": "ssh://ci:pw123@big1"}]}}, Config)
     assert "pw123" not in json.dumps(redacted(config))
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_engine_killed_mid_run_its_tasks_rerun_on_the_other(tmp_path, private_engine):
+    """SIGKILL to the private dockerd while two tasks run there: they fail there as a
+    container error naming the host, are placed again on the local engine, and every
+    key completes exactly once with its branch."""
+    from reliability_helpers import start_cli, finish, run_ids, wait_for
+
+    repo = make_repo(tmp_path / "repo")
+    env = cli_env(tmp_path, ORCHESTRATOR_RUNNER__BACKOFF_BASE_S="0.5", ORCHESTRATOR_RUNNER__BACKOFF_FACTOR="1",
+                  **NO_DISK_MIN)
+    prompt = "SIM: write a.txt $TASK\nSIM: commit a\nSIM: sleep 10\nSIM: print done"
+    out = tmp_path / "out" / "kill"
+    proc = start_cli([prompt, "--runs", "4", "--no-tui", "--docker-image", TEST_IMAGE,
+                      "--docker-host", "local=local:2", "--docker-host", f"b={private_engine.url}:2"],
+                     cwd=repo, env=env, out=out)
+    run_id = wait_for(lambda: run_ids(tmp_path) and run_ids(tmp_path)[0], timeout=120)
+    try:
+        def two_agents_on_b():
+            ids = private_engine.docker("ps", "-q", "--filter", f"label=run_id={run_id}").stdout.split()
+            runner_log = tmp_path / "logs" / run_id / "runner.jsonl"
+            execs = runner_log.read_text().count('"runner.exec.started"') if runner_log.exists() else 0
+            return len(ids) == 2 and execs >= 4
+        wait_for(two_agents_on_b, timeout=180, interval=0.5)
+        private_engine.kill()
+        rc, _, err = finish(proc, out, timeout=600)
+        assert rc == 0, err
+        assert "Traceback" not in err
+        assert "Docker host b is down" in err
+        events = check_log(events_path(tmp_path, run_id))
+        check_snapshot_is_replay(tmp_path, run_id)
+        completed = [e for e in events if e.type == "task.completed"]
+        assert sorted(e.key for e in completed) == sorted({e.key for e in completed}) and len(completed) == 4
+        assert not [e for e in events if e.type == "task.failed"]
+        for e in completed:
+            assert git(repo, "show", f"{e.payload['artifact']['branch_final']}:a.txt") == "$TASK"
+        runner_log = (tmp_path / "logs" / run_id / "runner.jsonl").read_text()
+        assert runner_log.count('"runner.host.replaced"') == 2, "the two tasks on b were placed again"
+        local = _host_containers(None, run_id)
+        assert len(local) == 4, "all four ended on the local engine (two of them after b died)"
+    finally:
+        if not private_engine.answering():
+            private_engine.start()  # later tests use the engine
+        _remove_run(None, run_id)
+        _remove_run(private_engine.url, run_id)

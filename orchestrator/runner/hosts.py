@@ -76,6 +76,20 @@ def redact_url(url: str | None) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
 
 
+def _hide_secrets(url: str) -> None:
+    """A password or query value in a host URL may show up in a library's error text:
+    the sanitizer removes it from everything written."""
+    from urllib.parse import parse_qsl
+
+    from ..sanitize import default_sanitizer
+
+    parts = urlsplit(url)
+    userinfo = parts.netloc.rpartition("@")[0]
+    values = [userinfo.split(":", 1)[1]] if ":" in userinfo else []
+    values += [v for _, v in parse_qsl(parts.query) if v]
+    default_sanitizer().add_secrets(v for v in values if len(v) >= 4)
+
+
 def parse_host_flag(text: str) -> dict[str, Any]:
     """``--docker-host NAME=URL[:N]`` as a ``runner.hosts`` entry.
 
@@ -163,6 +177,7 @@ def resolve_hosts(entries: Sequence[Any]) -> list[HostSpec]:
         if context:
             url, tls = _context_endpoint(context)
         elif url:
+            _hide_secrets(url)
             scheme = urlsplit(url).scheme
             if scheme not in _SCHEMES:
                 raise ConfigError(f"runner.hosts: host {name!r} URL {redact_url(url)!r} must start with "
@@ -247,11 +262,20 @@ class MultiHostRunner:
         self.probe_interval_s = probe_interval_s
         self._waiters = _Waiters()
         self._on_host_event = on_host_event
+        self._reserved: dict[str, tuple[_Slot, InstanceRequest]] = {}
 
     # ---- status ---------------------------------------------------------
 
     def status(self) -> list[HostStatus]:
         return [HostStatus(s.spec.name, s.running, max(0, s.free), s.down, s.reason) for s in self.slots]
+
+    def _task_event(self, request: InstanceRequest, on_event: RunnerEventCallback | None, type_: str,
+                    level: str = "info", **fields: Any) -> None:
+        """A placement event of one task: to runner.jsonl and to the caller, like the runner's own."""
+        ids = {"run_id": request.run_id, "instance_id": request.instance_id, "task_key": request.task_key}
+        self.slots[0].runner.log.log(level, type_, **ids, **fields)
+        if on_event is not None:
+            on_event({"type": type_, **ids, **fields})
 
     def _event(self, type_: str, **fields: Any) -> None:
         if self._on_host_event is not None:
@@ -334,24 +358,33 @@ class MultiHostRunner:
         slot.running -= 1
         self._waiters.notify()
 
-    async def run(self, request: InstanceRequest, *, on_event: RunnerEventCallback | None = None) -> RunnerResult:
+    async def _first_slot(self, request: InstanceRequest,
+                          on_event: RunnerEventCallback | None) -> tuple[_Slot, InstanceRequest]:
         prefer: _Slot | None = None
         if request.session_id:
             prefer = await self._session_home(request)
             if prefer is None:
                 # The engine with the session volume is gone: start the agent afresh elsewhere.
                 self._event("runner.host.session_lost", task_key=request.task_key, session_id=request.session_id)
-                if on_event is not None:
-                    on_event({"type": "runner.host.session_lost", "task_key": request.task_key,
-                              "session_id": request.session_id})
+                self._task_event(request, on_event, "runner.host.session_lost", "warn",
+                                 session_id=request.session_id)
                 request = msgspec.structs.replace(request, session_id=None)
+        return await self._acquire(set(), prefer), request
+
+    async def reserve(self, request: InstanceRequest) -> str:
+        """Choose the task's engine (and take its slot) before it starts, so the
+        ``task.started`` record can name it; the next :meth:`run` of the task uses it."""
+        slot, placed = await self._first_slot(request, None)
+        self._reserved[request.instance_id] = (slot, placed)
+        return slot.spec.name
+
+    async def run(self, request: InstanceRequest, *, on_event: RunnerEventCallback | None = None) -> RunnerResult:
+        reserved = self._reserved.pop(request.instance_id, None)
+        slot, request = reserved if reserved is not None else await self._first_slot(request, on_event)
         tried: set[str] = set()
         while True:
-            slot = await self._acquire(tried, prefer)
-            prefer = None
             name = slot.spec.name
-            if on_event is not None:
-                on_event({"type": "runner.host.assigned", "task_key": request.task_key, "host": name})
+            self._task_event(request, on_event, "runner.host.assigned", host=name)
             try:
                 result = await slot.runner.run(request, on_event=on_event)
             except RunnerError as exc:
@@ -366,13 +399,12 @@ class MultiHostRunner:
             message = f"Docker host {name} stopped answering: {result.error or 'no answer'}"
             self._mark_down(slot, message)
             tried.add(name)
-            if on_event is not None:
-                on_event({"type": "runner.host.replaced", "task_key": request.task_key, "host": name,
-                          "error": message})
+            self._task_event(request, on_event, "runner.host.replaced", "warn", host=name, error=message)
             if all(s.down or s.spec.name in tried for s in self.slots):
                 return msgspec.structs.replace(result, error=message)
             # Placed again on another engine, fresh: the session volume stayed on the dead one.
             request = msgspec.structs.replace(request, session_id=None)
+            slot = await self._acquire(tried, None)
 
     async def aclose(self) -> None:
         for slot in self.slots:
