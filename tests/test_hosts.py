@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from pathlib import Path
 
 import msgspec
@@ -269,5 +270,95 @@ def test_engine_killed_mid_run_its_tasks_rerun_on_the_other(tmp_path, private_en
     finally:
         if not private_engine.answering():
             private_engine.start()  # later tests use the engine
+        _remove_run(None, run_id)
+        _remove_run(private_engine.url, run_id)
+
+
+def _interrupted_run_on_two_hosts(tmp_path, repo, engine, env):
+    """Two tasks, one per engine, interrupted mid-agent. Returns (run_id, key -> host)."""
+    import signal as _signal
+
+    from reliability_helpers import finish, run_ids, start_cli, wait_for
+
+    prompt = "SIM: write a.txt $TASK\nSIM: commit a\nSIM: sleep 30\nSIM: print done"
+    out = tmp_path / "out" / "first"
+    proc = start_cli([prompt, "--runs", "2", "--no-tui", "--docker-image", TEST_IMAGE,
+                      "--docker-host", "local=local:1", "--docker-host", f"b={engine.url}:1"],
+                     cwd=repo, env=env, out=out)
+    def run_started():
+        assert proc.poll() is None, out.with_suffix(".err").read_text()
+        return run_ids(tmp_path) and run_ids(tmp_path)[0]
+    run_id = wait_for(run_started, timeout=300)
+
+    def sessions_known():
+        events = check_log(events_path(tmp_path, run_id))
+        log = tmp_path / "logs" / run_id / "runner.jsonl"
+        text = log.read_text() if log.exists() else ""
+        return len([e for e in events if e.type == "task.started"]) == 2 and text.count('"runner.init"') >= 2
+    wait_for(sessions_known, timeout=180, interval=0.5)
+    time.sleep(1)
+    proc.send_signal(_signal.SIGINT)
+    rc, _, err = finish(proc, out, timeout=120)
+    assert rc == 130, err
+    events = check_log(events_path(tmp_path, run_id))
+    hosts = {e.key: e.payload["host"] for e in events if e.type == "task.started"}
+    assert sorted(hosts.values()) == ["b", "local"]
+    interrupted = [e for e in events if e.type == "task.interrupted"]
+    assert len(interrupted) == 2 and all(e.payload.get("session_id") for e in interrupted), interrupted
+    return run_id, hosts
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_resume_after_engine_restart_keeps_each_session_on_its_engine(tmp_path, private_engine):
+    """Interrupt, restart the private engine (only private engines are ever restarted: the
+    host's engine stays up, so 'both engines restart' is the private one here), resume
+    with the hosts listed the other way round and b given more slots: without session
+    affinity both tasks would go to b; each resumes its agent session where its volume is."""
+    repo = make_repo(tmp_path / "repo")
+    env = cli_env(tmp_path, **NO_DISK_MIN)
+    run_id, first_hosts = _interrupted_run_on_two_hosts(tmp_path, repo, private_engine, env)
+    try:
+        private_engine.restart()
+        n_before = len(check_log(events_path(tmp_path, run_id)))
+        result = run_cli(["--resume", run_id, "--no-tui", "--docker-host", f"b={private_engine.url}:3",
+                          "--docker-host", "local=local:1"], cwd=repo, env=env, timeout=300)
+        assert result.returncode == 0, result.stderr
+        events = check_log(events_path(tmp_path, run_id))
+        check_snapshot_is_replay(tmp_path, run_id)
+        resumed = [e for e in events[n_before:] if e.type == "task.started"]
+        assert {e.key: e.payload["host"] for e in resumed} == first_hosts
+        assert all(e.payload["session_id"] for e in resumed)
+        completed = [e for e in events if e.type == "task.completed"]
+        assert sorted(e.key for e in completed) == sorted(first_hosts)
+        for e in completed:
+            assert git(repo, "show", f"{e.payload['artifact']['branch_final']}:a.txt") == "$TASK"
+    finally:
+        _remove_run(None, run_id)
+        _remove_run(private_engine.url, run_id)
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_resume_without_the_engine_holding_a_session_restarts_it_fresh(tmp_path, private_engine):
+    """The host set changed: b is gone at resume. Its task starts afresh on the local
+    engine, the runner's log says the session was lost, and both tasks finish once."""
+    repo = make_repo(tmp_path / "repo")
+    env = cli_env(tmp_path, **NO_DISK_MIN)
+    run_id, first_hosts = _interrupted_run_on_two_hosts(tmp_path, repo, private_engine, env)
+    try:
+        n_before = len(check_log(events_path(tmp_path, run_id)))
+        result = run_cli(["--resume", run_id, "--no-tui", "--docker-host", "local=local:2"], cwd=repo, env=env,
+                         timeout=300)
+        assert result.returncode == 0, result.stderr
+        events = check_log(events_path(tmp_path, run_id))
+        resumed = [e for e in events[n_before:] if e.type == "task.started"]
+        assert {e.payload["host"] for e in resumed} == {"local"}
+        lost = [k for k, h in first_hosts.items() if h == "b"]
+        runner_log = (tmp_path / "logs" / run_id / "runner.jsonl").read_text()
+        assert runner_log.count('"runner.host.session_lost"') == 1 and lost[0] in runner_log
+        completed = [e for e in events if e.type == "task.completed"]
+        assert sorted(e.key for e in completed) == sorted(first_hosts)
+    finally:
         _remove_run(None, run_id)
         _remove_run(private_engine.url, run_id)

@@ -37,6 +37,7 @@ from .types import InstanceRequest, RunnerResult
 
 LOCAL = "local"
 PROBE_INTERVAL_S = 30.0
+WATCH_INTERVAL_S = 10.0
 DEFAULT_HOST_SLOTS = 4
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _SCHEMES = ("ssh", "tcp", "unix", "npipe")
@@ -250,7 +251,7 @@ class MultiHostRunner:
 
     def __init__(self, specs: Sequence[HostSpec], make_runner: Callable[[DockerHost], Any], *,
                  on_host_event: Callable[[dict[str, Any]], None] | None = None,
-                 probe_interval_s: float = PROBE_INTERVAL_S) -> None:
+                 probe_interval_s: float = PROBE_INTERVAL_S, watch_interval_s: float = WATCH_INTERVAL_S) -> None:
         if not specs:
             raise ConfigError("runner.hosts is empty")
         self.slots = [_Slot(spec, make_runner(docker_host(spec))) for spec in specs]
@@ -260,6 +261,7 @@ class MultiHostRunner:
         for slot in self.slots[1:]:
             logging.getLogger("orchestrator.runner").removeHandler(slot.runner._forward)
         self.probe_interval_s = probe_interval_s
+        self.watch_interval_s = watch_interval_s
         self._waiters = _Waiters()
         self._on_host_event = on_host_event
         self._reserved: dict[str, tuple[_Slot, InstanceRequest]] = {}
@@ -386,7 +388,7 @@ class MultiHostRunner:
             name = slot.spec.name
             self._task_event(request, on_event, "runner.host.assigned", host=name)
             try:
-                result = await slot.runner.run(request, on_event=on_event)
+                result = await self._run_watched(slot, request, on_event)
             except RunnerError as exc:
                 result = RunnerResult(status="failed", instance_id=request.instance_id, error_type=exc.category,
                                       error=str(exc), container_name=request.container_name)
@@ -394,7 +396,7 @@ class MultiHostRunner:
                 self._release(slot)
             if result.status == "success" or result.error_type != "container":
                 return result
-            if await self._answers(slot):
+            if not slot.down and await self._answers(slot):
                 return result
             message = f"Docker host {name} stopped answering: {result.error or 'no answer'}"
             self._mark_down(slot, message)
@@ -405,6 +407,34 @@ class MultiHostRunner:
             # Placed again on another engine, fresh: the session volume stayed on the dead one.
             request = msgspec.structs.replace(request, session_id=None)
             slot = await self._acquire(tried, None)
+
+    async def _run_watched(self, slot: _Slot, request: InstanceRequest,
+                           on_event: RunnerEventCallback | None) -> RunnerResult:
+        """The task on its engine, while the engine is asked every ``watch_interval_s``
+        whether it still answers: a dead engine would otherwise cost the runner's
+        whole retry schedule (minutes) before the task could move elsewhere."""
+        outcome: dict[str, RunnerResult] = {}
+
+        async def task(scope: anyio.CancelScope) -> None:
+            outcome["result"] = await slot.runner.run(request, on_event=on_event)
+            scope.cancel()
+
+        async def watch(scope: anyio.CancelScope) -> None:
+            while True:
+                await anyio.sleep(self.watch_interval_s)
+                if slot.down or not await self._answers(slot):
+                    self._mark_down(slot, f"Docker host {slot.spec.name} stopped answering")
+                    scope.cancel()
+                    return
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(task, tg.cancel_scope)
+            tg.start_soon(watch, tg.cancel_scope)
+        if "result" in outcome:
+            return outcome["result"]
+        # The watcher stopped the task: the runner has stopped what it could, shielded.
+        return RunnerResult(status="failed", instance_id=request.instance_id, error_type="container",
+                            error="no answer while the task ran", container_name=request.container_name)
 
     async def aclose(self) -> None:
         for slot in self.slots:
