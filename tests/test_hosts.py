@@ -362,3 +362,30 @@ def test_resume_without_the_engine_holding_a_session_restarts_it_fresh(tmp_path,
     finally:
         _remove_run(None, run_id)
         _remove_run(private_engine.url, run_id)
+
+
+@pytest.mark.docker
+def test_hosts_check_and_cleanup_run_cover_every_engine(tmp_path, private_engine):
+    repo = make_repo(tmp_path / "repo")
+    env = cli_env(tmp_path, **NO_DISK_MIN)
+    hosts = ["--docker-host", "local=local:1", "--docker-host", f"b={private_engine.url}:1"]
+    checked = run_cli(["--hosts", "--docker-image", TEST_IMAGE, *hosts,
+                       "--docker-host", "gone=unix:///nonexistent/docker.sock"], cwd=repo, env=env)
+    assert checked.returncode == 1, checked.stderr
+    lines = {line.split()[0]: line for line in checked.stdout.splitlines() if line.strip()}
+    assert " up " in lines["b"] and "image orchestrator-test-agent: same" in lines["b"] and "rtt" in lines["b"]
+    assert "DOWN" in lines["gone"]
+    result = run_cli(["SIM: write a.txt x\nSIM: commit a", "--runs", "2", "--no-tui", "--docker-image", TEST_IMAGE,
+                      *hosts], cwd=repo, env=env, timeout=300)
+    run_id = only_run_id(tmp_path)
+    try:
+        assert result.returncode == 0, result.stderr
+        assert _host_containers(private_engine.url, run_id), "one task ran on b"
+        cleaned = run_cli(["--cleanup-run", run_id, *hosts], cwd=repo, env=env)
+        assert cleaned.returncode == 0, cleaned.stderr
+        assert _host_containers(private_engine.url, run_id) == [] and _host_containers(None, run_id) == []
+        left = private_engine.docker("volume", "ls", "-q", "--filter", f"label=run_id={run_id}").stdout.split()
+        assert left == [], left
+    finally:
+        _remove_run(None, run_id)
+        _remove_run(private_engine.url, run_id)
