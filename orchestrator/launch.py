@@ -415,7 +415,7 @@ async def _watch_signals(scope: anyio.CancelScope, flag: _Interrupt, ui_stop: an
             scope.cancel()
 
 
-def _make_runner(prep: Prepared, log_dir: Path, olog: ComponentLog):
+def _make_runner(prep: Prepared, log_dir: Path, olog: ComponentLog, stop_run=None):
     """One DockerRunner, or with runner.hosts one per engine under a placing runner."""
     config = prep.config
 
@@ -437,7 +437,13 @@ def _make_runner(prep: Prepared, log_dir: Path, olog: ComponentLog):
         if event["type"] == "runner.host.down":
             print(f"warning: Docker host {event['host']} is down: {event['reason']}", file=sys.stderr, flush=True)
 
-    return MultiHostRunner(specs, make, on_host_event=host_event)
+    def all_down() -> None:
+        olog.error("every Docker host is down; stopping the run (resumable)")
+        print("error: every Docker host is down; stopping the run", file=sys.stderr, flush=True)
+        if stop_run is not None:
+            stop_run()
+
+    return MultiHostRunner(specs, make, on_host_event=host_event, on_all_down=all_down if stop_run else None)
 
 
 async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resume_fresh: bool) -> int:
@@ -463,7 +469,9 @@ async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resum
     if removed:
         olog.info("removed old logs", runs=removed)
     _guard(prep.strategy, config, olog)
-    runner = _make_runner(prep, log_dir, olog)
+    run_scope_box: list[anyio.CancelScope] = []
+    # With several hosts, all of them down stops the run the way Ctrl+C does: resumably.
+    runner = _make_runner(prep, log_dir, olog, stop_run=lambda: [s.cancel() for s in run_scope_box])
     engine = Engine(_engine_config(prep, dirs, run_id, resume_fresh=resume_fresh), runner, log=olog)
     engine.on_divergence = lambda sid, keys: print(
         f"warning: strategy {sid} no longer asks for {len(keys)} recorded task(s): {', '.join(keys[:5])}"
@@ -483,6 +491,7 @@ async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resum
                 # a second. Only other, dead runs' containers are touched.
                 outer.start_soon(_clean_orphans, dirs, config, olog, run_id)
             with anyio.CancelScope() as run_scope:
+                run_scope_box.append(run_scope)
                 outer.start_soon(_watch_signals_until, run_scope, flag, watcher_scope,
                                  ui_stop if prep.output == "dashboard" else None)
                 await engine.run(prep.strategy.fn, prompt=prep.prompt, params=prep.params, runs=prep.runs,

@@ -389,3 +389,42 @@ def test_hosts_check_and_cleanup_run_cover_every_engine(tmp_path, private_engine
     finally:
         _remove_run(None, run_id)
         _remove_run(private_engine.url, run_id)
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_all_hosts_down_stops_the_run_resumably(tmp_path, private_engine):
+    """The run's only engine is killed mid-run: the run stops like Ctrl+C (exit 130, tasks
+    interrupted, none failed); after the engine is back, --resume finishes every task once."""
+    from reliability_helpers import finish, run_ids, start_cli, wait_for
+
+    repo = make_repo(tmp_path / "repo")
+    env = cli_env(tmp_path, **NO_DISK_MIN)
+    hosts = ["--docker-host", f"b={private_engine.url}:2"]
+    out = tmp_path / "out" / "alldown"
+    proc = start_cli(["SIM: write a.txt x\nSIM: commit a\nSIM: sleep 20\nSIM: print done", "--runs", "2",
+                      "--no-tui", "--docker-image", TEST_IMAGE, *hosts], cwd=repo, env=env, out=out)
+    run_id = wait_for(lambda: run_ids(tmp_path) and run_ids(tmp_path)[0], timeout=300)
+    try:
+        def both_running():
+            log = tmp_path / "logs" / run_id / "runner.jsonl"
+            return log.exists() and log.read_text().count('"runner.exec.started"') >= 2
+        wait_for(both_running, timeout=180, interval=0.5)
+        private_engine.kill()
+        rc, _, err = finish(proc, out, timeout=300)
+        assert rc == 130, err
+        assert "every Docker host is down" in err and f"orchestrator --resume {run_id}" in err
+        events = check_log(events_path(tmp_path, run_id))
+        check_snapshot_is_replay(tmp_path, run_id)
+        assert not [e for e in events if e.type in ("task.failed", "task.completed")]
+        assert len([e for e in events if e.type == "task.interrupted"]) == 2
+        private_engine.start()
+        resumed = run_cli(["--resume", run_id, "--no-tui", *hosts], cwd=repo, env=env, timeout=300)
+        assert resumed.returncode == 0, resumed.stderr
+        events = check_log(events_path(tmp_path, run_id))
+        completed = [e for e in events if e.type == "task.completed"]
+        assert len(completed) == 2 and len({e.key for e in completed}) == 2
+    finally:
+        if not private_engine.answering():
+            private_engine.start()
+        _remove_run(private_engine.url, run_id)

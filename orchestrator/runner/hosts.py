@@ -251,6 +251,7 @@ class MultiHostRunner:
 
     def __init__(self, specs: Sequence[HostSpec], make_runner: Callable[[DockerHost], Any], *,
                  on_host_event: Callable[[dict[str, Any]], None] | None = None,
+                 on_all_down: Callable[[], None] | None = None,
                  probe_interval_s: float = PROBE_INTERVAL_S, watch_interval_s: float = WATCH_INTERVAL_S) -> None:
         if not specs:
             raise ConfigError("runner.hosts is empty")
@@ -264,6 +265,10 @@ class MultiHostRunner:
         self.watch_interval_s = watch_interval_s
         self._waiters = _Waiters()
         self._on_host_event = on_host_event
+        # Called once when every host is down: the run stops, resumably, instead of
+        # failing its tasks one by one (without it, placement raises AllHostsDown).
+        self._on_all_down = on_all_down
+        self._all_down_told = False
         self._reserved: dict[str, tuple[_Slot, InstanceRequest]] = {}
 
     # ---- status ---------------------------------------------------------
@@ -310,6 +315,7 @@ class MultiHostRunner:
                 await slot.runner.host.aclose()  # a fresh connection: the old pool may be dead
                 if await self._answers(slot):
                     slot.down, slot.reason = False, ""
+                    self._all_down_told = False
                     self._event("runner.host.up", host=slot.spec.name)
                     self._waiters.notify()
 
@@ -351,10 +357,22 @@ class MultiHostRunner:
                 return slot
             if all(s.down or s.spec.name in exclude for s in self.slots):
                 names = ", ".join(s.spec.name for s in self.slots)
-                raise AllHostsDown(f"every Docker host is down or already failed this task ({names}); "
-                                   "the run stops here: fix the hosts and resume it")
+                if not self._stop_when_all_down():
+                    raise AllHostsDown(f"every Docker host is down or already failed this task ({names}); "
+                                       "fix the hosts and resume the run")
+                # Every host is down: the caller was told to stop the run (resumably);
+                # until it does, keep probing in case a host comes back.
             with anyio.move_on_after(1.0):  # also wakes for the next probe of a down host
                 await self._waiters.changed.wait()
+
+    def _stop_when_all_down(self) -> bool:
+        """True when every host is down and the caller stops the run on that (told once)."""
+        if self._on_all_down is None or not all(s.down for s in self.slots):
+            return False
+        if not self._all_down_told:
+            self._all_down_told = True
+            self._on_all_down()
+        return True
 
     def _release(self, slot: _Slot) -> None:
         slot.running -= 1
@@ -402,7 +420,7 @@ class MultiHostRunner:
             self._mark_down(slot, message)
             tried.add(name)
             self._task_event(request, on_event, "runner.host.replaced", "warn", host=name, error=message)
-            if all(s.down or s.spec.name in tried for s in self.slots):
+            if all(s.down or s.spec.name in tried for s in self.slots) and not self._stop_when_all_down():
                 return msgspec.structs.replace(result, error=message)
             # Placed again on another engine, fresh: the session volume stayed on the dead one.
             request = msgspec.structs.replace(request, session_id=None)
