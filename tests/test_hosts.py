@@ -151,7 +151,7 @@ def test_best_of_n_over_two_engines_imports_and_notes_every_branch(tmp_path, pri
     env = cli_env(tmp_path, **NO_DISK_MIN)
     approaches = json.dumps([_score_approach(i) for i in range(4)])
     result = run_cli(["add a file", "--strategy", "best-of-n", "-S", "n=4", "-S", f"approaches={approaches}",
-                      "--no-tui", "--docker-image", TEST_IMAGE, "--docker-host", "local=local:2",
+                      "--no-tui", "--docker-image", private_engine.image, "--docker-host", "local=local:2",
                       "--docker-host", f"b={private_engine.url}:2"], cwd=repo, env=env, timeout=600)
     run_id = only_run_id(tmp_path)
     try:
@@ -191,7 +191,7 @@ def test_best_of_n_over_two_engines_imports_and_notes_every_branch(tmp_path, pri
 @pytest.mark.docker
 def test_image_missing_on_a_host_stops_with_the_fix_or_is_synced(tmp_path, private_engine):
     tag = f"{TEST_IMAGE}:h18sync"
-    subprocess.run(["docker", "tag", TEST_IMAGE, tag], check=True)
+    subprocess.run(["docker", "tag", private_engine.image, tag], check=True)
     repo = make_repo(tmp_path / "repo")
     env = cli_env(tmp_path, **NO_DISK_MIN)
     args = ["SIM: write s.txt synced\nSIM: commit s", "--no-tui", "--docker-image", tag,
@@ -240,7 +240,7 @@ def test_engine_killed_mid_run_its_tasks_rerun_on_the_other(tmp_path, private_en
                   **NO_DISK_MIN)
     prompt = "SIM: write a.txt $TASK\nSIM: commit a\nSIM: sleep 10\nSIM: print done"
     out = tmp_path / "out" / "kill"
-    proc = start_cli([prompt, "--runs", "4", "--no-tui", "--docker-image", TEST_IMAGE,
+    proc = start_cli([prompt, "--runs", "4", "--no-tui", "--docker-image", private_engine.image,
                       "--docker-host", "local=local:2", "--docker-host", f"b={private_engine.url}:2"],
                      cwd=repo, env=env, out=out)
     run_id = wait_for(lambda: run_ids(tmp_path) and run_ids(tmp_path)[0], timeout=120)
@@ -282,7 +282,7 @@ def _interrupted_run_on_two_hosts(tmp_path, repo, engine, env):
 
     prompt = "SIM: write a.txt $TASK\nSIM: commit a\nSIM: sleep 30\nSIM: print done"
     out = tmp_path / "out" / "first"
-    proc = start_cli([prompt, "--runs", "2", "--no-tui", "--docker-image", TEST_IMAGE,
+    proc = start_cli([prompt, "--runs", "2", "--no-tui", "--docker-image", engine.image,
                       "--docker-host", "local=local:1", "--docker-host", f"b={engine.url}:1"],
                      cwd=repo, env=env, out=out)
     def run_started():
@@ -369,14 +369,14 @@ def test_hosts_check_and_cleanup_run_cover_every_engine(tmp_path, private_engine
     repo = make_repo(tmp_path / "repo")
     env = cli_env(tmp_path, **NO_DISK_MIN)
     hosts = ["--docker-host", "local=local:1", "--docker-host", f"b={private_engine.url}:1"]
-    checked = run_cli(["--hosts", "--docker-image", TEST_IMAGE, *hosts,
+    checked = run_cli(["--hosts", "--docker-image", private_engine.image, *hosts,
                        "--docker-host", "gone=unix:///nonexistent/docker.sock"], cwd=repo, env=env)
     assert checked.returncode == 1, checked.stderr
     lines = {line.split()[0]: line for line in checked.stdout.splitlines() if line.strip()}
-    assert " up " in lines["b"] and "image orchestrator-test-agent: same" in lines["b"] and "rtt" in lines["b"]
+    assert " up " in lines["b"] and f"image {private_engine.image}: same" in lines["b"] and "rtt" in lines["b"]
     assert "DOWN" in lines["gone"]
-    result = run_cli(["SIM: write a.txt x\nSIM: commit a", "--runs", "2", "--no-tui", "--docker-image", TEST_IMAGE,
-                      *hosts], cwd=repo, env=env, timeout=300)
+    result = run_cli(["SIM: write a.txt x\nSIM: commit a", "--runs", "2", "--no-tui", "--docker-image",
+                      private_engine.image, *hosts], cwd=repo, env=env, timeout=300)
     run_id = only_run_id(tmp_path)
     try:
         assert result.returncode == 0, result.stderr
@@ -403,7 +403,7 @@ def test_all_hosts_down_stops_the_run_resumably(tmp_path, private_engine):
     hosts = ["--docker-host", f"b={private_engine.url}:2"]
     out = tmp_path / "out" / "alldown"
     proc = start_cli(["SIM: write a.txt x\nSIM: commit a\nSIM: sleep 20\nSIM: print done", "--runs", "2",
-                      "--no-tui", "--docker-image", TEST_IMAGE, *hosts], cwd=repo, env=env, out=out)
+                      "--no-tui", "--docker-image", private_engine.image, *hosts], cwd=repo, env=env, out=out)
     run_id = wait_for(lambda: run_ids(tmp_path) and run_ids(tmp_path)[0], timeout=300)
     try:
         def both_running():
@@ -428,3 +428,45 @@ def test_all_hosts_down_stops_the_run_resumably(tmp_path, private_engine):
         if not private_engine.answering():
             private_engine.start()
         _remove_run(private_engine.url, run_id)
+
+
+@pytest.mark.docker
+def test_read_only_archive_copy_cannot_be_changed_by_the_agent(tmp_path, private_engine):
+    """Review tasks on a remote engine: the copied clone is root-owned without write bits,
+    in a volume that was not filled from the image (so its root is root's too)."""
+    import anyio
+
+    from orchestrator.runner.docker_containers import host_config_kwargs
+    from orchestrator.runner.hosts import HostSpec, docker_host
+    from orchestrator.runner.types import InstanceRequest
+
+    repo = make_repo(tmp_path / "repo")
+    ws = _prepare_workspace_sync(repo, "main", tmp_path / "ws").path
+    request = InstanceRequest(prompt="p", repo_path=str(repo), branch_name="b", run_id="run_ro", instance_id="i",
+                              strategy_execution_id="s1", task_key="k", container_name="h18-ro-test",
+                              import_policy="never")
+    mount = next(m for m in host_config_kwargs(request, workspace=ws, volume="v", workspace_volume="wv")["mounts"]
+                 if m["Target"] == "/workspace")
+    nocopy = ":nocopy" if (mount.get("VolumeOptions") or {}).get("NoCopy") else ""
+    name, volume = "h18-ro-test", "h18-ro-test-vol"
+    private_engine.docker("run", "-d", "--name", name, "--network", "none", "--read-only", "-v",
+                          f"{volume}:/workspace{nocopy}", private_engine.image, "sleep", "infinity", check=True)
+
+    async def check():
+        host = docker_host(HostSpec("b", private_engine.url, 1))
+        try:
+            await archive.copy_in(host, name, ws, read_only=True)
+            edit = await host.exec_simple(name, ["sh", "-c", "echo x >> /workspace/README.md"])
+            add = await host.exec_simple(name, ["touch", "/workspace/new.txt"])
+            read = await host.exec_simple(name, ["cat", "/workspace/README.md"])
+            return edit, add, read
+        finally:
+            await host.aclose()
+
+    try:
+        edit, add, read = anyio.run(check)
+        assert edit[0] != 0 and add[0] != 0, (edit, add)
+        assert read == (0, b"# demo\n")
+    finally:
+        private_engine.docker("rm", "-f", name)
+        private_engine.docker("volume", "rm", "-f", volume)

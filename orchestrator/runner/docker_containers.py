@@ -286,7 +286,10 @@ def host_config_kwargs(request: InstanceRequest, *, workspace: Path, volume: str
         # the container create (no separate volume call per task); an existing one
         # (the session group's, or a resumed run's) is mounted as it is.
         "mounts": [Mount(target=HOME_MOUNT, source=volume, type="volume", labels=volume_labels(request))]
-        + ([Mount(target=WORKSPACE_MOUNT, source=workspace_volume, type="volume", labels=volume_labels(request))]
+        # A read-only workspace volume starts empty and root-owned (no_copy: not filled
+        # from the image's node-owned /workspace), so the agent cannot add files to it.
+        + ([Mount(target=WORKSPACE_MOUNT, source=workspace_volume, type="volume", labels=volume_labels(request),
+                  no_copy=workspace_read_only(request))]
            if workspace_volume else []),
         "tmpfs": {"/tmp": TMPFS_OPTIONS},
         "read_only": True,
