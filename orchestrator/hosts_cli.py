@@ -15,7 +15,13 @@ import anyio
 
 from .config import Config
 from .errors import RunnerError
-from .runner.docker_containers import DockerHost, list_containers, remove_containers, remove_run_volumes
+from .runner.docker_containers import (
+    WORKSPACE_VOLUME_PREFIX,
+    DockerHost,
+    list_containers,
+    remove_containers,
+    remove_run_volumes,
+)
 from .runner.hosts import HostSpec, docker_host, resolve_hosts
 from .runner.images import image_id
 
@@ -29,14 +35,14 @@ def engines(config: Config) -> list[tuple[str, DockerHost]]:
 
 async def _workspace_volumes(host: DockerHost, run_id: str | None, names: list[str]) -> list[str]:
     """The per-task /workspace volumes (remote engines) of these containers or of a run."""
-    filters: dict[str, Any] = {"name": "orc_ws_"}
+    filters: dict[str, Any] = {"name": WORKSPACE_VOLUME_PREFIX}
     if run_id:
         filters["label"] = [f"run_id={run_id}"]
     listing = await host.api("list volumes", "volumes", filters=filters)
-    found = [v["Name"] for v in (listing or {}).get("Volumes") or [] if v["Name"].startswith("orc_ws_")]
+    found = [v["Name"] for v in (listing or {}).get("Volumes") or [] if v["Name"].startswith(WORKSPACE_VOLUME_PREFIX)]
     if run_id:
         return found
-    wanted = {f"orc_ws_{n}" for n in names}
+    wanted = {f"{WORKSPACE_VOLUME_PREFIX}{n}" for n in names}
     return [v for v in found if v in wanted]
 
 

@@ -25,7 +25,7 @@ from typing import Any
 import anyio.to_thread
 
 from ..errors import GitError
-from .docker_containers import HOME_MOUNT, WORKSPACE_MOUNT, DockerHost
+from .docker_containers import WORKSPACE_MOUNT, DockerHost
 from .git_cmd import run_git
 
 CONTAINER_UID = 1000
@@ -33,11 +33,6 @@ CONTAINER_UID = 1000
 BUNDLE_PATH = f"{WORKSPACE_MOUNT}/.git/orchestrator-result.bundle"
 # Spill the tar to disk beyond this size: a 20k-file clone should not sit in memory.
 SPOOL_BYTES = 32 << 20
-
-
-def workspace_volume_name(container_name: str) -> str:
-    """The per-task volume that holds /workspace on a remote engine."""
-    return f"orc_ws_{container_name}"
 
 
 def tar_workspace(workspace: Path, *, read_only: bool) -> tempfile.SpooledTemporaryFile:
@@ -146,7 +141,7 @@ def import_bundle(workspace: Path, bundle: Path, head: str) -> None:
         raise GitError(f"the result bundle is corrupt or truncated ({bundle.stat().st_size} bytes): "
                        f"{(verify.stderr or verify.stdout).strip()[-300:]}")
     fetch = run_git(["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", str(bundle),
-                     f"HEAD:refs/orchestrator/result"], cwd=workspace, check=False)
+                     "HEAD:refs/orchestrator/result"], cwd=workspace, check=False)
     if fetch.returncode != 0:
         raise GitError(f"fetching the result bundle failed: {(fetch.stderr or fetch.stdout).strip()[-300:]}")
     got = run_git(["rev-parse", "--verify", "refs/orchestrator/result^{commit}"], cwd=workspace).stdout.strip()
@@ -158,5 +153,4 @@ def import_bundle(workspace: Path, bundle: Path, head: str) -> None:
     bundle.unlink(missing_ok=True)
 
 
-__all__ = ["BUNDLE_PATH", "HOME_MOUNT", "bundle_out", "copy_in", "import_bundle", "tar_workspace",
-           "workspace_volume_name"]
+__all__ = ["BUNDLE_PATH", "bundle_out", "copy_in", "import_bundle", "tar_workspace"]

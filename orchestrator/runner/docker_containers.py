@@ -40,6 +40,8 @@ DEFAULT_CLIENT_TIMEOUT_S = 60
 DEFAULT_THREADS = 32
 WORKSPACE_MOUNT = "/workspace"
 HOME_MOUNT = "/home/node"
+# Remote engines (archive path): the per-task volume that holds /workspace.
+WORKSPACE_VOLUME_PREFIX = "orc_ws_"
 TMPFS_OPTIONS = "rw,exec,nosuid,nodev,size=256m,mode=1777"
 PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
 
@@ -348,7 +350,7 @@ async def ensure_container(host: DockerHost, request: InstanceRequest, *, worksp
 
     client = await host.client()
     name = request.container_name
-    ws_volume = f"orc_ws_{name}" if host.archive else None
+    ws_volume = f"{WORKSPACE_VOLUME_PREFIX}{name}" if host.archive else None
     spec = create_kwargs(request, workspace=workspace, volume=volume)
     spec["labels"] = host_labels(request, host.name)
 
