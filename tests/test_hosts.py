@@ -99,7 +99,7 @@ def test_good_bundle_moves_the_clone_to_the_agents_commit(tmp_path):
     _, local, bundle, _, head = _clone_with_agent_commit(tmp_path)
     archive.import_bundle(local, bundle, head)
     assert wgit(local, "rev-parse", "HEAD") == head
-    assert (local / "new.txt").read_text() == "agent work\n"
+    assert wgit(local, "show", "HEAD:new.txt") == "agent work"
 
 
 @pytest.mark.parametrize("damage", ["truncated", "garbage"])
