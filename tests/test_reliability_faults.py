@@ -7,7 +7,6 @@ left running. Every case runs the real command (real Docker, git, sim agent).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import time
 from pathlib import Path
