@@ -283,3 +283,32 @@ async def test_more_executions_than_fit_are_folded_into_one_line(tmp_path):
     assert 5 <= len(shown) < 20
     assert f"… {20 - len(shown)} more executions: {20 - len(shown)} running" in text
     assert "▶ " in text.splitlines()[-2]  # the footer is still there
+
+
+def test_health_line_shows_running_tasks_per_docker_host():
+    """With runner.hosts, task.started carries host: the health line counts running tasks per host."""
+    from orchestrator.events import TASK_STARTED
+
+    run_id = "run_hosts"
+    model = RunModel(run_id)
+    hosts = ["local", "b", "b", "local"]
+    for n, ev in enumerate(synthetic_run(run_id, 4, finish=False)):
+        payload = dict(ev.payload)
+        if ev.type == TASK_STARTED:
+            payload["host"] = hosts[int(ev.key.rsplit("/", 1)[1])]
+        model.feed_raw(ev.type, ev.sid, ev.key, payload, n * 100, utc_ts())
+    running = {k: 0 for k in ("local", "b")}
+    for key, task in model.state.tasks.items():
+        if task.state == RUNNING:
+            running[hosts[int(key.rsplit("/", 1)[1])]] += 1
+    assert sum(running.values()) > 0
+    text = frame_text(model)
+    health = next(line for line in text.splitlines() if line.startswith("health"))
+    assert f"hosts local ▶{running['local']} · b ▶{running['b']}" in health, health
+
+
+def test_health_line_has_no_hosts_without_them(tmp_path):
+    model = RunModel("run_plain")
+    for n, ev in enumerate(synthetic_run("run_plain", 4, finish=False)):
+        model.feed_raw(ev.type, ev.sid, ev.key, ev.payload, n * 100, utc_ts())
+    assert "hosts" not in next(line for line in frame_text(model).splitlines() if line.startswith("health"))

@@ -85,7 +85,8 @@ def render(model: RunModel, *, width: int, height: int, now: float, mode: str | 
     """One complete frame of the dashboard, fitted to ``width`` x ``height``."""
     summary = model.summary(now)
     chosen = choose_mode(summary.total, mode)
-    parts: list[RenderableType] = [_header(model, summary), _health(summary, max_parallel, chosen)]
+    parts: list[RenderableType] = [_header(model, summary),
+                                   _health(summary, max_parallel, chosen, model.hosts_running())]
     avail = max(0, height - 4)  # header, health line, 2-line footer
     if waiting_for and model.empty:
         parts.append(Text(f"waiting for events in {waiting_for} …", style="italic"))
@@ -130,11 +131,15 @@ def _header(model: RunModel, s: Summary) -> Text:
     return _one_line(text)
 
 
-def _health(s: Summary, max_parallel: int | None, mode: str) -> Text:
+def _health(s: Summary, max_parallel: int | None, mode: str, hosts: dict[str, int] | None = None) -> Text:
     limit = str(max_parallel) if max_parallel else "?"
     rate = f"${s.cost_per_min:.2f}/min" if s.cost_per_min is not None else "N/A"
     text = Text.assemble(("health ", "dim"), f"queue {s.pending} · running {s.running}/{limit} · ",
                          f"cost rate {rate} · avg task {fmt_duration(s.avg_duration_s)}  ", (f"[{mode}]", "dim"))
+    if hosts:
+        # Several Docker engines: where the running tasks are (from task.started's host).
+        text.append("  hosts ", style="dim")
+        text.append(" · ".join(f"{name} ▶{n}" for name, n in hosts.items()))
     return _one_line(text)
 
 

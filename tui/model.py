@@ -70,6 +70,7 @@ class TaskExtra(msgspec.Struct, kw_only=True):
     lines_added: int = 0
     lines_deleted: int = 0
     retry_attempts: int = 0
+    host: str | None = None  # the Docker host of its latest start (runner.hosts)
 
 
 class Progress(msgspec.Struct, frozen=True, kw_only=True):
@@ -148,6 +149,7 @@ class RunModel:
         elif etype == TASK_STARTED:
             extra.started = epoch
             extra.ended = None
+            extra.host = payload.get("host")
             task = self.state.tasks.get(key)
             attempt = task.attempts if task is not None else 1
             doing = extra.prompt or f"running {payload.get('model') or ''}".rstrip()
@@ -168,6 +170,18 @@ class RunModel:
             extra.ended = epoch
             reason = payload.get("reason")
             extra.activity = f"interrupted ({reason})" if reason else "interrupted"
+
+    def hosts_running(self) -> dict[str, int]:
+        """Running tasks per Docker host, in the order hosts first appear; {} without hosts."""
+        out: dict[str, int] = {}
+        for key, extra in self.extras.items():
+            if extra.host is None:
+                continue
+            out.setdefault(extra.host, 0)
+            task = self.state.tasks.get(key)
+            if task is not None and task.state == RUNNING:
+                out[extra.host] += 1
+        return out
 
     # ---------------------------------------------------------------- reconciliation
     def reconcile(self, snapshot: RunState | None) -> bool:

@@ -288,9 +288,14 @@ class Engine:
                 self.queued -= 1
                 started = False
                 try:
-                    self.emit(E.TASK_STARTED, sid, {"key": key, "instance_id": inst, "container_name": cname,
-                                                     "model": norm["model"], "session_id": request.session_id},
-                              key=key)
+                    payload = {"key": key, "instance_id": inst, "container_name": cname,
+                               "model": norm["model"], "session_id": request.session_id}
+                    # A runner over several Docker engines chooses the task's engine first,
+                    # so the record names where it runs.
+                    reserve = getattr(self.runner, "reserve", None)
+                    if reserve is not None:
+                        payload["host"] = await reserve(request)
+                    self.emit(E.TASK_STARTED, sid, payload, key=key)
                     started = True
                     self.runner_calls += 1
                     result = await self.runner.run(

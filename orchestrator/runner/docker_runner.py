@@ -41,7 +41,7 @@ from ..errors import (ConfigError, ContainerError, GitError, PreflightError, Res
 from ..jsonlog import ComponentLog, utc_now_iso
 from ..naming import ghash, session_volume_name
 from ..sanitize import SECRET_ENV_VARS, Sanitizer, default_sanitizer
-from . import git_cmd, git_ops, secret_scan, structured, watchdog
+from . import archive, git_cmd, git_ops, secret_scan, structured, watchdog
 from .base import RunnerEventCallback
 from .docker_containers import DockerHost, ensure_container, selinux_enabled, workspace_read_only
 from .docker_exec import ExecOutput, run_exec
@@ -319,6 +319,8 @@ class DockerRunner:
             # the finalize stop does not wait for the import: both take a tenth of a
             # second or so, and the task's end is the later of the two.
             try:
+                if self.host.archive and request.import_policy != "never":
+                    await self._archive_bundle_out(request, workspace, ws_info, on_event)
                 artifact = await self._import_while_stopping(request, workspace, ws_info, on_event)
             except RunnerError as exc:
                 if not request.finalize:
@@ -466,6 +468,8 @@ class DockerRunner:
         await anyio.lowlevel.checkpoint_if_cancelled()
         if unexpected:
             raise unexpected[0]
+        if failure is None and self.host.archive and first.get("ready") is not None:
+            failure = await self._archive_copy_in(request, workspace, first["ready"], on_event)
         if failure is not None:
             if "ready" in first:
                 await self._stop_quietly(request, on_event)
@@ -633,6 +637,32 @@ class DockerRunner:
         raise SecretLeakError(f"the agent committed what looks like a credential, so its branch was not imported: "
                               f"{where}. The workspace {workspace} is kept for inspection; set "
                               f"runner.secret_scan: warn to import such branches anyway")
+
+    async def _archive_copy_in(self, request: InstanceRequest, workspace: Path, ready: Any,
+                               on_event: RunnerEventCallback | None) -> RunnerError | None:
+        """Remote engine: the clone travels into the container's /workspace volume.
+
+        A container that already existed (a resumed task) keeps the workspace its
+        volume holds, as a kept bind-mounted workspace would."""
+        if ready.action not in ("created", "replaced"):
+            return None
+        t = time.monotonic()
+        try:
+            sent = await archive.copy_in(self.host, request.container_name, workspace,
+                                         read_only=workspace_read_only(request))
+        except RunnerError as exc:
+            return exc
+        self._emit(request, on_event, "runner.archive.copied_in", phase="workspace", host=self.host.name,
+                   bytes=sent, duration_s=round(time.monotonic() - t, 4))
+        return None
+
+    async def _archive_bundle_out(self, request: InstanceRequest, workspace: Path, ws_info: Any,
+                                  on_event: RunnerEventCallback | None) -> None:
+        """Remote engine: the agent's commits come back as a git bundle into the local clone."""
+        t = time.monotonic()
+        got = await archive.bundle_out(self.host, request.container_name, workspace, ws_info.base_commit)
+        self._emit(request, on_event, "runner.archive.bundle_read", phase="import", host=self.host.name,
+                   bytes=got["bytes"], head=got["head"], duration_s=round(time.monotonic() - t, 4))
 
     def _volume_name(self, request: InstanceRequest) -> str:
         sgk = request.session_group_key or request.task_key
