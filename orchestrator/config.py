@@ -370,6 +370,10 @@ def recorded_config(data: dict[str, Any], source: str) -> Config:
 # Sections whose settings cannot change what a task does or produces: a resumed
 # run takes them from today's configuration, the rest from what it recorded.
 PRESENTATION_SECTIONS = ("tui", "logging")
+# Settings that say only where tasks run, not what they do: a resumed run takes
+# them from today's configuration too, so it goes on when the set of Docker
+# hosts changed in between (an engine gone for good, one added).
+PLACEMENT_KEYS = ("runner.hosts", "runner.sync_image")
 
 
 def changed_keys(recorded: Config, current: Config) -> list[str]:
@@ -388,4 +392,5 @@ def changed_keys(recorded: Config, current: Config) -> list[str]:
         if section in PRESENTATION_SECTIONS:
             continue
         walk(a.get(section), b.get(section), section)
-    return [k for k in out if k not in ("orchestration.max_parallel_tasks", "orchestration.max_parallel_instances")]
+    return [k for k in out if k not in ("orchestration.max_parallel_tasks", "orchestration.max_parallel_instances",
+                                        *PLACEMENT_KEYS)]

@@ -118,10 +118,11 @@ def _read_prompt(args, config: Config) -> str:
     return prompt
 
 
-def _max_parallel(config: Config) -> int:
+def _max_parallel(config: Config, value: int | str | None = None) -> int:
     # The deprecated max_parallel_instances was folded into this key per source
     # by load_config, so the command line still wins over it.
-    value = config.orchestration.max_parallel_tasks
+    if value is None:
+        value = config.orchestration.max_parallel_tasks
     if config.runner.hosts:
         # Each host has its own slots; a given --max-parallel caps their sum.
         total = sum(spec.max_parallel for spec in _host_specs(config))
@@ -357,7 +358,7 @@ def check_resume_flags(args) -> None:
 
 def _resumed_config(dirs: RunDirs, manifest: RunManifest, current: LoadedConfig) -> LoadedConfig:
     """The recorded configuration, with today's settings only where they cannot change a result."""
-    from .config import PRESENTATION_SECTIONS, changed_keys, recorded_config
+    from .config import PLACEMENT_KEYS, PRESENTATION_SECTIONS, changed_keys, recorded_config
 
     if not manifest.config:  # a manifest from before configurations were recorded
         return current
@@ -369,6 +370,9 @@ def _resumed_config(dirs: RunDirs, manifest: RunManifest, current: LoadedConfig)
         print(f"note: the run keeps the configuration it started with; changed since, not applied: {shown}",
               file=sys.stderr, flush=True)
     config = msgspec.structs.replace(config, **{s: getattr(current.config, s) for s in PRESENTATION_SECTIONS})
+    placement = {key.split(".", 1)[1]: getattr(current.config.runner, key.split(".", 1)[1])
+                 for key in PLACEMENT_KEYS}
+    config = msgspec.structs.replace(config, runner=msgspec.structs.replace(config.runner, **placement))
     return LoadedConfig(config=config, environ=current.environ,
                         sources=[f"{where} (recorded when the run started)", *current.sources])
 
@@ -402,8 +406,10 @@ async def resume(args) -> int:
     prep = Prepared(loaded_config=loaded, strategy=strategy, params=manifest.params, prompt=manifest.prompt,
                     repo=manifest.repo_path, base_branch=manifest.base_branch, model=manifest.model,
                     plugin_name=manifest.plugin, image=manifest.docker_image,
-                    # The hosts may have changed since the run started: their slots decide.
-                    max_parallel=_max_parallel(loaded.config) if loaded.config.runner.hosts else manifest.max_parallel,
+                    # The hosts may have changed since the run started: their slots decide,
+                    # under the cap given now or at the start.
+                    max_parallel=_max_parallel(loaded.config, args.max_parallel) if loaded.config.runner.hosts
+                    else manifest.max_parallel,
                     runs=manifest.runs, auth=auth, dry_run=manifest.dry_run, mode=manifest.mode,
                     output=output_mode(args))
     await _report_resume_plan(dirs, manifest, plugin.capabilities.supports_resume, args.resume_fresh)
