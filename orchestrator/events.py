@@ -14,6 +14,10 @@ Public types (docs/events.md documents every payload field):
 - ``strategy.started|completed`` (``key`` absent)
 - ``strategy.checkpoint``: the value a strategy got from ``ctx.now()``,
   ``ctx.rand()`` or ``ctx.sleep()``, replayed on resume.
+- ``hosts.status`` (``key`` absent, ``strategy_execution_id`` empty): the
+  run's Docker hosts (``runner.hosts``) with their slots and whether each is
+  down, written when the run (re)starts and whenever a host goes down or
+  comes back.
 """
 
 from __future__ import annotations
@@ -35,10 +39,12 @@ TASK_SESSION = "task.session"
 STRATEGY_STARTED = "strategy.started"
 STRATEGY_COMPLETED = "strategy.completed"
 STRATEGY_CHECKPOINT = "strategy.checkpoint"
+HOSTS_STATUS = "hosts.status"
 
 TASK_TYPES = frozenset({TASK_SCHEDULED, TASK_STARTED, TASK_COMPLETED, TASK_FAILED, TASK_INTERRUPTED, TASK_SESSION})
 STRATEGY_TYPES = frozenset({STRATEGY_STARTED, STRATEGY_COMPLETED, STRATEGY_CHECKPOINT})
-EVENT_TYPES = TASK_TYPES | STRATEGY_TYPES
+RUN_TYPES = frozenset({HOSTS_STATUS})
+EVENT_TYPES = TASK_TYPES | STRATEGY_TYPES | RUN_TYPES
 TERMINAL_TASK_TYPES = frozenset({TASK_COMPLETED, TASK_FAILED, TASK_INTERRUPTED})
 
 

@@ -569,6 +569,13 @@ async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resum
     runner = _make_runner(prep, log_dir, olog, stop_run=lambda: [s.cancel() for s in run_scope_box])
     engine = Engine(_engine_config(prep, dirs, run_id, resume_fresh=resume_fresh,
                                    structured_outputs=manifest.structured_outputs), runner, log=olog)
+    if hasattr(runner, "status_table"):
+        # The dashboard reads only events and state: the hosts, their slots and
+        # which are down reach it as hosts.status events.
+        from .events import HOSTS_STATUS
+
+        engine.note_run_event(HOSTS_STATUS, {"hosts": runner.status_table()})
+        runner.on_status = lambda table: engine.note_run_event(HOSTS_STATUS, {"hosts": table})
     engine.on_divergence = lambda sid, keys: print(
         f"warning: strategy {sid} no longer asks for {len(keys)} recorded task(s): {', '.join(keys[:5])}"
         + (" ..." if len(keys) > 5 else ""), file=sys.stderr)

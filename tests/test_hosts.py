@@ -231,8 +231,9 @@ def test_host_config_redacted_in_the_manifest():
 @pytest.mark.slow
 def test_engine_killed_mid_run_its_tasks_rerun_on_the_other(tmp_path, private_engine):
     """SIGKILL to the private dockerd while two tasks run there: they fail there as a
-    container error naming the host, are placed again on the local engine, and every
-    key completes exactly once with its branch."""
+    docker error naming the host, are placed again on the local engine (events.jsonl
+    says so: task.session null, reason host_down), and every key completes exactly
+    once with its branch."""
     from reliability_helpers import start_cli, finish, run_ids, wait_for
 
     repo = make_repo(tmp_path / "repo")
@@ -264,7 +265,22 @@ def test_engine_killed_mid_run_its_tasks_rerun_on_the_other(tmp_path, private_en
         for e in completed:
             assert git(repo, "show", f"{e.payload['artifact']['branch_final']}:a.txt") == "$TASK"
         runner_log = (tmp_path / "logs" / run_id / "runner.jsonl").read_text()
-        assert runner_log.count('"runner.host.replaced"') == 2, "the two tasks on b were placed again"
+        replaced = [json.loads(line) for line in runner_log.splitlines() if '"runner.host.replaced"' in line]
+        assert len(replaced) == 2, "the two tasks on b were placed again"
+        assert all(r["error_type"] == "docker" and r["error"].startswith("Docker host b stopped answering")
+                   for r in replaced), replaced
+        started_on_b = {e.key for e in events if e.type == "task.started" and e.payload["host"] == "b"}
+        moved = [e for e in events if e.type == "task.session" and e.payload.get("reason") == "host_down"]
+        assert {e.key for e in moved} == started_on_b and len(moved) == 2, moved
+        for e in moved:
+            assert e.payload["session_id"] is None and e.payload["host"] == "local"
+            assert e.payload["error_type"] == "docker" and "Docker host b stopped answering" in e.payload["detail"]
+        # The dashboard's host line: b was marked down in the event log.
+        statuses = [e.payload["hosts"] for e in events if e.type == "hosts.status"]
+        assert statuses[0] == [{"name": "local", "max_parallel": 2, "down": False},
+                               {"name": "b", "max_parallel": 2, "down": False}]
+        assert any(h["name"] == "b" and h["down"] and "Docker host b" in h["reason"]
+                   for table in statuses for h in table), statuses
         local = _host_containers(None, run_id)
         assert len(local) == 4, "all four ended on the local engine (two of them after b died)"
     finally:
@@ -342,7 +358,8 @@ def test_resume_after_engine_restart_keeps_each_session_on_its_engine(tmp_path, 
 @pytest.mark.slow
 def test_resume_without_the_engine_holding_a_session_restarts_it_fresh(tmp_path, private_engine):
     """The host set changed: b is gone at resume. Its task starts afresh on the local
-    engine, the runner's log says the session was lost, and both tasks finish once."""
+    engine, the event log says the session was lost (task.session null, reason
+    host_gone), and both tasks finish once."""
     repo = make_repo(tmp_path / "repo")
     env = cli_env(tmp_path, **NO_DISK_MIN)
     run_id, first_hosts = _interrupted_run_on_two_hosts(tmp_path, repo, private_engine, env)
@@ -355,8 +372,15 @@ def test_resume_without_the_engine_holding_a_session_restarts_it_fresh(tmp_path,
         resumed = [e for e in events[n_before:] if e.type == "task.started"]
         assert {e.payload["host"] for e in resumed} == {"local"}
         lost = [k for k, h in first_hosts.items() if h == "b"]
-        runner_log = (tmp_path / "logs" / run_id / "runner.jsonl").read_text()
-        assert runner_log.count('"runner.host.session_lost"') == 1 and lost[0] in runner_log
+        gone = [e for e in events[n_before:] if e.type == "task.session" and e.payload.get("reason") == "host_gone"]
+        assert [e.key for e in gone] == lost, gone
+        assert gone[0].payload["session_id"] is None and gone[0].payload["previous_session_id"]
+        assert gone[0].payload["host"] == "local" and "session volume" in gone[0].payload["detail"]
+        # The other task resumed its session on the local engine: no reset for it.
+        assert not [e for e in events[n_before:] if e.type == "task.session" and e.key != lost[0]
+                    and e.payload["session_id"] is None]
+        statuses = [e.payload["hosts"] for e in events[n_before:] if e.type == "hosts.status"]
+        assert statuses == [[{"name": "local", "max_parallel": 2, "down": False}]]
         completed = [e for e in events if e.type == "task.completed"]
         assert sorted(e.key for e in completed) == sorted(first_hosts)
     finally:
@@ -418,6 +442,7 @@ def test_all_hosts_down_stops_the_run_resumably(tmp_path, private_engine):
         check_snapshot_is_replay(tmp_path, run_id)
         assert not [e for e in events if e.type in ("task.failed", "task.completed")]
         assert len([e for e in events if e.type == "task.interrupted"]) == 2
+        assert [h["down"] for e in events if e.type == "hosts.status" for h in e.payload["hosts"]] == [False, True]
         private_engine.start()
         resumed = run_cli(["--resume", run_id, "--no-tui", *hosts], cwd=repo, env=env, timeout=300)
         assert resumed.returncode == 0, resumed.stderr

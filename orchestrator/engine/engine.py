@@ -99,7 +99,11 @@ class RetryPolicy(msgspec.Struct, frozen=True, kw_only=True):
     def retries(self, error_type: str | None) -> bool:
         if error_type == "internal":
             return False  # the orchestrator's own bug: running it again pays for it again
-        wanted = {"container" if c in ("docker", "network") else c for c in self.retry_on}
+        # "docker" and "network" name Docker trouble in general: a failed container
+        # ("container") as well as a host of runner.hosts that stopped answering ("docker").
+        wanted = set(self.retry_on)
+        if wanted & {"docker", "network"}:
+            wanted |= {"container", "docker"}
         return error_type in wanted
 
     def delay(self, attempt: int) -> float:
@@ -144,6 +148,8 @@ class Engine:
         self._log: EventLog | None = None
         self._reader: BinaryIO | None = None
         self._snapshot_wanted = anyio.Event()
+        # Run-level events (hosts.status) told before the log is open wait here.
+        self._pending_run_events: list[tuple[str, dict[str, Any]]] = []
         self.queued = 0
         self.runner_calls = 0
         self.resumed = False
@@ -160,6 +166,14 @@ class Engine:
         if etype in E.TERMINAL_TASK_TYPES or etype == E.STRATEGY_COMPLETED:
             self._snapshot_wanted.set()
         return written
+
+    def note_run_event(self, etype: str, payload: dict[str, Any]) -> None:
+        """A run-level event (no strategy, no key): written now, or as soon as the run's log opens."""
+        if self._log is None:
+            self._pending_run_events.append((etype, payload))
+            return
+        self.emit(etype, "", payload)
+        self._snapshot_wanted.set()  # a reader of state.json alone sees it soon too
 
     async def snapshot(self) -> None:
         """Write state.json (primary + duplicate) for events that are durable."""
@@ -336,9 +350,14 @@ class Engine:
         if etype == "runner.session.reset":
             self._live_sessions.pop(key, None)
             if self.state.tasks.get(key) is not None:
-                self.emit(E.TASK_SESSION, sid, {"key": key, "instance_id": inst, "session_id": None,
-                                                "reason": event.get("reason"), "detail": event.get("detail"),
-                                                "previous_session_id": event.get("previous_session_id")}, key=key)
+                payload = {"key": key, "instance_id": inst, "session_id": None, "reason": event.get("reason"),
+                           "detail": event.get("detail"), "previous_session_id": event.get("previous_session_id")}
+                # Several Docker hosts: the host the task starts afresh on (its own went away).
+                if event.get("host"):
+                    payload["host"] = event["host"]
+                if event.get("error_type"):
+                    payload["error_type"] = event["error_type"]
+                self.emit(E.TASK_SESSION, sid, payload, key=key)
             return
         data = event.get("data") if isinstance(event.get("data"), dict) else {}
         sid_value = event.get("session_id") or data.get("session_id")
@@ -472,6 +491,9 @@ class Engine:
             for task in self.state.running():  # crash inference (spec §4.9)
                 self.emit(E.TASK_INTERRUPTED, task.strategy_execution_id,
                           {"key": task.key, "instance_id": task.instance_id, "reason": "crash"}, key=task.key)
+            pending, self._pending_run_events = self._pending_run_events, []
+            for etype, payload in pending:
+                self.emit(etype, "", payload)
             try:
                 async with anyio.create_task_group() as tg:
                     self._tg = tg

@@ -530,10 +530,18 @@ class DockerRunner:
         first: dict[str, Any] = {"ws_info": kept}
         try:
             first["ready"] = await ensure_container(self.host, request, workspace=kept.path,
-                                                    volume=self._volume_name(request), fresh_workspace=True)
+                                                    volume=self._volume_name(request), fresh_workspace=True,
+                                                    hardening=self.hardening)
         except RunnerError as exc:
             first["error"] = exc
         first["duration_s"] = round(time.monotonic() - t, 4)
+        if self.host.archive and first.get("ready") is not None:
+            # A remote engine: a container that still exists keeps the work in its
+            # workspace volume; a new one gets the kept clone through the archive API.
+            failure = await self._archive_copy_in(request, kept.path, first["ready"], on_event)
+            if failure is not None:
+                await self._stop_quietly(request, on_event)
+                return first, failure
         removed = []
         if "ready" in first:
             removed = await anyio.to_thread.run_sync(git_ops.clear_stale_git_locks, kept.path,

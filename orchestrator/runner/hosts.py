@@ -10,9 +10,10 @@ travels through the archive API (see archive.py).
 over one :class:`DockerRunner` per engine. A task goes to the engine with the
 most free slots (ties: the one listed first); a task resuming an agent session
 goes to the engine that holds its session volume. An engine that stops
-answering is marked down, its task fails there as a container error naming it
-and is placed again on another engine, fresh; a down engine is probed again
-every 30 s.
+answering is marked down, its task fails there as a ``docker`` error naming it
+and is placed again on another engine, fresh (the caller hears of it as a
+``runner.session.reset`` with reason ``host_down``); a down engine is probed
+again every 30 s.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from urllib.parse import urlsplit, urlunsplit
 import anyio
 import msgspec
 
-from ..errors import ConfigError, ContainerError, PreflightError, RunnerError
+from ..errors import ConfigError, HostDownError, PreflightError, RunnerError
 from .base import RunnerEventCallback
 from .docker_containers import DEFAULT_CLIENT_TIMEOUT_S, DEFAULT_THREADS, DockerHost, default_client_factory
 from .types import InstanceRequest, RunnerResult
@@ -242,7 +243,7 @@ class _Waiters:
         self.changed = anyio.Event()
 
 
-class AllHostsDown(ContainerError):
+class AllHostsDown(HostDownError):
     """Every configured engine has stopped answering."""
 
 
@@ -269,12 +270,25 @@ class MultiHostRunner:
         # failing its tasks one by one (without it, placement raises AllHostsDown).
         self._on_all_down = on_all_down
         self._all_down_told = False
-        self._reserved: dict[str, tuple[_Slot, InstanceRequest]] = {}
+        # Told the whole host table whenever a host goes down or comes back (the
+        # orchestration records it as a hosts.status event, which the dashboard reads).
+        self.on_status: Callable[[list[dict[str, Any]]], None] | None = None
+        # instance_id -> (slot, request as placed, events for the caller once run() has its callback)
+        self._reserved: dict[str, tuple[_Slot, InstanceRequest, list[dict[str, Any]]]] = {}
 
     # ---- status ---------------------------------------------------------
 
     def status(self) -> list[HostStatus]:
         return [HostStatus(s.spec.name, s.running, max(0, s.free), s.down, s.reason) for s in self.slots]
+
+    def status_table(self) -> list[dict[str, Any]]:
+        """The hosts, their slots and whether each is down: the ``hosts.status`` payload's list."""
+        return [{"name": s.spec.name, "max_parallel": s.spec.max_parallel, "down": s.down,
+                 **({"reason": s.reason} if s.down and s.reason else {})} for s in self.slots]
+
+    def _status_changed(self) -> None:
+        if self.on_status is not None:
+            self.on_status(self.status_table())
 
     def _task_event(self, request: InstanceRequest, on_event: RunnerEventCallback | None, type_: str,
                     level: str = "info", **fields: Any) -> None:
@@ -304,6 +318,7 @@ class MultiHostRunner:
         if not slot.down:
             slot.down, slot.reason = True, reason
             self._event("runner.host.down", host=slot.spec.name, reason=reason)
+            self._status_changed()
         slot.next_probe = time.monotonic() + self.probe_interval_s
         self._waiters.notify()
 
@@ -317,6 +332,7 @@ class MultiHostRunner:
                     slot.down, slot.reason = False, ""
                     self._all_down_told = False
                     self._event("runner.host.up", host=slot.spec.name)
+                    self._status_changed()
                     self._waiters.notify()
 
     # ---- placement ----------------------------------------------------------
@@ -378,29 +394,40 @@ class MultiHostRunner:
         slot.running -= 1
         self._waiters.notify()
 
-    async def _first_slot(self, request: InstanceRequest,
-                          on_event: RunnerEventCallback | None) -> tuple[_Slot, InstanceRequest]:
+    async def _first_slot(self, request: InstanceRequest) -> tuple[_Slot, InstanceRequest, list[dict[str, Any]]]:
         prefer: _Slot | None = None
+        told: list[dict[str, Any]] = []
         if request.session_id:
             prefer = await self._session_home(request)
-            if prefer is None:
-                # The engine with the session volume is gone: start the agent afresh elsewhere.
-                self._event("runner.host.session_lost", task_key=request.task_key, session_id=request.session_id)
-                self._task_event(request, on_event, "runner.host.session_lost", "warn",
-                                 session_id=request.session_id)
-                request = msgspec.structs.replace(request, session_id=None)
-        return await self._acquire(set(), prefer), request
+        slot = await self._acquire(set(), prefer)
+        if request.session_id and prefer is None:
+            # No answering engine holds the session volume (its host is gone or no
+            # longer configured): the agent starts a fresh session where it is placed.
+            volume = self.slots[0].runner._volume_name(request)
+            told.append({"type": "runner.session.reset", "reason": "host_gone", "host": slot.spec.name,
+                         "previous_session_id": request.session_id,
+                         "detail": f"no answering Docker host holds the session volume {volume}; "
+                                   f"a fresh session starts on host {slot.spec.name}"})
+            self._event("runner.host.session_lost", task_key=request.task_key, session_id=request.session_id,
+                        host=slot.spec.name)
+            request = msgspec.structs.replace(request, session_id=None)
+        return slot, request, told
+
+    def _tell(self, request: InstanceRequest, on_event: RunnerEventCallback | None, told: list[dict[str, Any]]) -> None:
+        for event in told:
+            fields = {k: v for k, v in event.items() if k != "type"}
+            self._task_event(request, on_event, event["type"], "warn", **fields)
 
     async def reserve(self, request: InstanceRequest) -> str:
         """Choose the task's engine (and take its slot) before it starts, so the
         ``task.started`` record can name it; the next :meth:`run` of the task uses it."""
-        slot, placed = await self._first_slot(request, None)
-        self._reserved[request.instance_id] = (slot, placed)
-        return slot.spec.name
+        self._reserved[request.instance_id] = await self._first_slot(request)
+        return self._reserved[request.instance_id][0].spec.name
 
     async def run(self, request: InstanceRequest, *, on_event: RunnerEventCallback | None = None) -> RunnerResult:
         reserved = self._reserved.pop(request.instance_id, None)
-        slot, request = reserved if reserved is not None else await self._first_slot(request, on_event)
+        slot, request, told = reserved if reserved is not None else await self._first_slot(request)
+        self._tell(request, on_event, told)
         tried: set[str] = set()
         while True:
             name = slot.spec.name
@@ -412,19 +439,28 @@ class MultiHostRunner:
                                       error=str(exc), container_name=request.container_name)
             finally:
                 self._release(slot)
-            if result.status == "success" or result.error_type != "container":
+            if result.status == "success" or result.error_type not in ("container", "docker"):
                 return result
             if not slot.down and await self._answers(slot):
                 return result
+            # The engine itself is gone, not just the container: a "docker" failure
+            # naming the host, and the task moves to another host.
             message = f"Docker host {name} stopped answering: {result.error or 'no answer'}"
             self._mark_down(slot, message)
             tried.add(name)
-            self._task_event(request, on_event, "runner.host.replaced", "warn", host=name, error=message)
+            failed = msgspec.structs.replace(result, error_type="docker", error=message)
+            self._task_event(request, on_event, "runner.host.replaced", "warn", host=name, error=message,
+                             error_type="docker")
             if all(s.down or s.spec.name in tried for s in self.slots) and not self._stop_when_all_down():
-                return msgspec.structs.replace(result, error=message)
-            # Placed again on another engine, fresh: the session volume stayed on the dead one.
-            request = msgspec.structs.replace(request, session_id=None)
+                return failed
             slot = await self._acquire(tried, None)
+            # Placed again on another engine, fresh: the session volume and the
+            # agent's work in the workspace volume stayed on the dead one.
+            self._tell(request, on_event, [{
+                "type": "runner.session.reset", "reason": "host_down", "host": slot.spec.name,
+                "previous_session_id": request.session_id, "error_type": "docker",
+                "detail": f"{message}; the task starts afresh on host {slot.spec.name}"}])
+            request = msgspec.structs.replace(request, session_id=None, resume_workspace=False)
 
     async def _run_watched(self, slot: _Slot, request: InstanceRequest,
                            on_event: RunnerEventCallback | None) -> RunnerResult:
@@ -451,7 +487,7 @@ class MultiHostRunner:
         if "result" in outcome:
             return outcome["result"]
         # The watcher stopped the task: the runner has stopped what it could, shielded.
-        return RunnerResult(status="failed", instance_id=request.instance_id, error_type="container",
+        return RunnerResult(status="failed", instance_id=request.instance_id, error_type="docker",
                             error="no answer while the task ran", container_name=request.container_name)
 
     async def aclose(self) -> None:
