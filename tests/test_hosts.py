@@ -181,10 +181,48 @@ def test_best_of_n_over_two_engines_imports_and_notes_every_branch(tmp_path, pri
             assert ws["Type"] == "bind", ws
         started_hosts = {e.payload["host"] for e in events if e.type == "task.started"}
         assert started_hosts == {"local", "b"}
+        # The watchdog reads this machine's /proc and cgroups: never for a remote engine's container.
+        runner_log = [json.loads(line) for line in (tmp_path / "logs" / run_id / "runner.jsonl").read_text()
+                      .splitlines()]
+        skipped = {r["task_key"] for r in runner_log if r.get("message") == "runner.watchdog.skipped"}
+        on_b = {e.key for e in events if e.type == "task.started" and e.payload["host"] == "b"}
+        assert skipped == on_b, (skipped, on_b)
         # Reviewers (import_policy never) on the remote engine returned nothing.
         assert all(e.payload["artifact"]["branch_final"] is None for e in completed if "/score/" in e.key)
     finally:
         _remove_run(None, run_id)
+        _remove_run(private_engine.url, run_id)
+
+
+@pytest.mark.docker
+def test_bundle_spoiled_inside_the_container_fails_the_task_as_git_and_imports_nothing(tmp_path, private_engine):
+    """The agent leaves a process behind that waits for the result bundle the
+    orchestrator creates in the container and cuts it short. The truncated bundle
+    really travels through the archive API: the task fails with error_type git,
+    and the repository gets no branch and no provenance note."""
+    repo = make_repo(tmp_path / "repo")
+    env = cli_env(tmp_path, **NO_DISK_MIN)
+    refs_before = git(repo, "for-each-ref")
+    spoiler = ("sh -c 'b=.git/orchestrator-result.bundle; until [ -s $b ]; do :; done; "
+               "printf \"# v2 git bundle\\n\" > $b' >/dev/null 2>&1 &")
+    prompt = f"SIM: write a.txt work\nSIM: commit a\nSIM: exec {spoiler}\nSIM: print done"
+    result = run_cli([prompt, "--no-tui", "--docker-image", private_engine.image,
+                      "--docker-host", f"b={private_engine.url}:1"], cwd=repo, env=env, timeout=300)
+    run_id = only_run_id(tmp_path)
+    try:
+        assert result.returncode != 0, result.stderr
+        assert "Traceback" not in result.stderr
+        events = check_log(events_path(tmp_path, run_id))
+        (failed,) = [e for e in events if e.type == "task.failed"]
+        assert failed.payload["error_type"] == "git", failed.payload
+        assert "result bundle is corrupt or truncated" in failed.payload["message"], failed.payload["message"]
+        assert not [e for e in events if e.type == "task.completed"]
+        runner_log = (tmp_path / "logs" / run_id / "runner.jsonl").read_text()
+        assert '"runner.archive.copied_in"' in runner_log  # the archive path, not a bind mount
+        # Nothing half-imported: no branch, no note, no ref of any kind.
+        assert git(repo, "for-each-ref") == refs_before
+        assert git(repo, "notes", "--ref", "orchestrator", "list") == ""
+    finally:
         _remove_run(private_engine.url, run_id)
 
 

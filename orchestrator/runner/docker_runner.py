@@ -587,8 +587,17 @@ class DockerRunner:
             raise result["error"]
         return result["artifact"]
 
-    async def _probe(self, request: InstanceRequest, workspace: Path) -> watchdog.Probe | None:
+    async def _probe(self, request: InstanceRequest, workspace: Path,
+                     on_event: RunnerEventCallback | None = None) -> watchdog.Probe | None:
         """Where the watchdog reads this container's numbers (None when the container cannot be inspected)."""
+        if self.host.archive:
+            # Another machine's engine: its container's pid, cgroup and /tmp are not
+            # on this machine (a pid here would be some other process), and the agent
+            # writes a volume there, not the local clone. Only the container's own
+            # limits apply.
+            self._emit(request, on_event, "runner.watchdog.skipped", host=self.host.name,
+                       reason="remote engine: only the container's limits apply")
+            return None
         try:
             info = await self.host.api(f"inspect container {request.container_name}", "inspect_container",
                                        request.container_name)
@@ -794,7 +803,7 @@ class DockerRunner:
         t = time.monotonic()
         self._emit(request, on_event, "runner.exec.started", phase="execute", attempt=n,
                    resume_session_id=resume, prompt_via_stdin=payload is not None)
-        probe = await self._probe(request, workspace)
+        probe = await self._probe(request, workspace, on_event)
         tripped: list[str] = []
         self._live_agents.add(request.container_name)
         ran: dict[str, Any] = {}
