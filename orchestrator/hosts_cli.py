@@ -46,13 +46,18 @@ async def _workspace_volumes(host: DockerHost, run_id: str | None, names: list[s
     return [v for v in found if v in wanted]
 
 
-async def remove_with_workspaces(host: DockerHost, names: list[str], run_id: str | None = None) -> int:
-    """Remove containers, then the workspace volumes they leave behind; returns volumes removed."""
+async def remove_with_workspaces(host: DockerHost, names: list[str], run_id: str | None = None) -> list[str]:
+    """Remove containers, then the workspace volumes they leave behind; returns the volumes removed."""
     await remove_containers(names, host=host)
     volumes = await _workspace_volumes(host, run_id, names)
     for volume in volumes:
         await host.api(f"remove volume {volume}", "remove_volume", volume, force=True)
-    return len(volumes)
+    return volumes
+
+
+async def workspace_volumes_of(host: DockerHost, names: list[str]) -> list[str]:
+    """The workspace volumes (remote engines) that removing these containers also removes."""
+    return await _workspace_volumes(host, None, names)
 
 
 async def cleanup_run_everywhere(config: Config, run_id: str) -> tuple[int, int]:
@@ -61,7 +66,7 @@ async def cleanup_run_everywhere(config: Config, run_id: str) -> tuple[int, int]
     for label, host in engines(config):
         try:
             names = [c["name"] for c in await list_containers(run_id, host=host)]
-            volumes += await remove_with_workspaces(host, names, run_id)
+            volumes += len(await remove_with_workspaces(host, names, run_id))
             volumes += len(await remove_run_volumes(run_id, host=host))
             containers += len(names)
         except RunnerError as exc:

@@ -272,7 +272,7 @@ async def clean_containers(dry_run: bool, force: bool, config: Config | None = N
 async def _clean_containers_on_hosts(dirs: RunDirs, config: Config, dry_run: bool, force: bool) -> int:
     """--clean-containers with runner.hosts: the same selection on every engine."""
     from .errors import RunnerError
-    from .hosts_cli import engines, remove_with_workspaces
+    from .hosts_cli import engines, remove_with_workspaces, workspace_volumes_of
 
     found: list[tuple[str, Any, list[dict[str, Any]]]] = []
     for label, host in engines(config):
@@ -286,6 +286,13 @@ async def _clean_containers_on_hosts(dirs: RunDirs, config: Config, dry_run: boo
         for c in victims:
             print(f"{'would remove' if dry_run else 'remove'} {c['name']} on {label} ({c['status']}, "
                   f"run {c['labels'].get('run_id', '?')}, {_age_hours(c):.1f} h old)")
+        if victims:
+            try:
+                # A remote engine's task keeps its workspace in a volume: it goes with the container.
+                for volume in await workspace_volumes_of(host, [c["name"] for c in victims]):
+                    print(f"{'would remove' if dry_run else 'remove'} workspace volume {volume} on {label}")
+            except RunnerError as exc:
+                print(f"warning: Docker host {label}: cannot list workspace volumes: {exc}")
     total = sum(len(v) for _, _, v in found)
     try:
         if not total:

@@ -533,3 +533,35 @@ def test_read_only_archive_copy_cannot_be_changed_by_the_agent(tmp_path, private
     finally:
         private_engine.docker("rm", "-f", name)
         private_engine.docker("volume", "rm", "-f", volume)
+
+
+@pytest.mark.docker
+def test_clean_containers_on_a_remote_engine_lists_and_removes_its_workspace_volume(tmp_path, private_engine):
+    """A stopped task container past retention on b goes, and with it the volume that
+    held its workspace (the archive path's orc_ws_<name>); both are named first."""
+    import os
+
+    repo = make_repo(tmp_path / "repo")
+    env = cli_env(tmp_path, **NO_DISK_MIN)
+    name = f"orch-cc-remote-{os.getpid()}"
+    volume = f"orc_ws_{name}"
+    hosts = ["--docker-host", f"b={private_engine.url}:1"]
+    try:
+        private_engine.docker("volume", "create", "--label", f"run_id=run_cc_{os.getpid()}", volume, check=True)
+        private_engine.docker("run", "--name", name, "--network", "none", "--label", "orchestrator=true",
+                              "--label", f"run_id=run_cc_{os.getpid()}",
+                              "--label", "orchestrator.last_active_ts=2020-01-01T00:00:00.000Z",
+                              "-v", f"{volume}:/workspace", private_engine.image, "true", check=True)
+        listed = run_cli(["--clean-containers", "--dry-run", *hosts], cwd=repo, env=env)
+        assert listed.returncode == 0, listed.stderr
+        assert f"would remove {name} on b" in listed.stdout, listed.stdout
+        assert f"would remove workspace volume {volume} on b" in listed.stdout, listed.stdout
+        assert private_engine.docker("volume", "ls", "-q", "--filter", f"name={volume}").stdout.split() == [volume]
+        removed = run_cli(["--clean-containers", "--force", *hosts], cwd=repo, env=env)
+        assert removed.returncode == 0, removed.stderr
+        assert f"remove workspace volume {volume} on b" in removed.stdout, removed.stdout
+        assert private_engine.docker("ps", "-aq", "--filter", f"name={name}").stdout.split() == []
+        assert private_engine.docker("volume", "ls", "-q", "--filter", f"name={volume}").stdout.split() == []
+    finally:
+        private_engine.docker("rm", "-f", name)
+        private_engine.docker("volume", "rm", "-f", volume)
