@@ -196,15 +196,22 @@ def test_best_of_n_over_two_engines_imports_and_notes_every_branch(tmp_path, pri
 
 @pytest.mark.docker
 def test_bundle_spoiled_inside_the_container_fails_the_task_as_git_and_imports_nothing(tmp_path, private_engine):
-    """The agent leaves a process behind that waits for the result bundle the
-    orchestrator creates in the container and cuts it short. The truncated bundle
-    really travels through the archive API: the task fails with error_type git,
-    and the repository gets no branch and no provenance note."""
+    """The agent bundles its own commits, keeps the first half of that bundle, and
+    leaves a process behind that swaps the half in for the result bundle the
+    orchestrator creates in the container, the moment it appears. The truncated
+    bundle really travels through the archive API: the task fails with
+    error_type git, and the repository gets no branch and no provenance note."""
     repo = make_repo(tmp_path / "repo")
     env = cli_env(tmp_path, **NO_DISK_MIN)
     refs_before = git(repo, "for-each-ref")
-    spoiler = ("sh -c 'b=.git/orchestrator-result.bundle; until [ -s $b ]; do :; done; "
-               "printf \"# v2 git bundle\\n\" > $b' >/dev/null 2>&1 &")
+    # Python, not a shell loop: the swap must land before the orchestrator reads the
+    # bundle back (a few API round trips later), and a fork per step is too slow.
+    swap = ("import os,itertools; b='.git/orchestrator-result.bundle'; "
+            "any(os.path.isfile(b) and os.path.getsize(b) for _ in itertools.count()); "
+            "os.replace('.git/half.bundle', b)")
+    spoiler = ("git bundle create -q .git/full.bundle HEAD --not $(cat .git/BASE_COMMIT) && "
+               "head -c $(( $(wc -c < .git/full.bundle) / 2 )) .git/full.bundle > .git/half.bundle && "
+               f'(python3 -c "{swap}" >/dev/null 2>&1 &)')
     prompt = f"SIM: write a.txt work\nSIM: commit a\nSIM: exec {spoiler}\nSIM: print done"
     result = run_cli([prompt, "--no-tui", "--docker-image", private_engine.image,
                       "--docker-host", f"b={private_engine.url}:1"], cwd=repo, env=env, timeout=300)
@@ -215,7 +222,8 @@ def test_bundle_spoiled_inside_the_container_fails_the_task_as_git_and_imports_n
         events = check_log(events_path(tmp_path, run_id))
         (failed,) = [e for e in events if e.type == "task.failed"]
         assert failed.payload["error_type"] == "git", failed.payload
-        assert "result bundle is corrupt or truncated" in failed.payload["message"], failed.payload["message"]
+        message = failed.payload["message"]
+        assert "result bundle is corrupt or truncated" in message and "early EOF" in message, message
         assert not [e for e in events if e.type == "task.completed"]
         runner_log = (tmp_path / "logs" / run_id / "runner.jsonl").read_text()
         assert '"runner.archive.copied_in"' in runner_log  # the archive path, not a bind mount

@@ -139,14 +139,21 @@ def import_bundle(workspace: Path, bundle: Path, head: str) -> None:
     fetched commit is the one the container reported; otherwise GitError, with
     the clone (and so the user's repository) untouched.
     """
+    size = bundle.stat().st_size
+
+    def said(proc) -> str:
+        return "; ".join((proc.stderr or proc.stdout).strip().splitlines())[-300:]
+
+    # `bundle verify` reads the header (refs, prerequisites); a pack cut short
+    # shows only when the fetch indexes it.
     verify = run_git(["bundle", "verify", "-q", str(bundle)], cwd=workspace, check=False)
     if verify.returncode != 0:
-        raise GitError(f"the result bundle is corrupt or truncated ({bundle.stat().st_size} bytes): "
-                       f"{(verify.stderr or verify.stdout).strip()[-300:]}")
+        raise GitError(f"the result bundle is corrupt or truncated ({size} bytes): {said(verify)}")
     fetch = run_git(["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", str(bundle),
                      "HEAD:refs/orchestrator/result"], cwd=workspace, check=False)
     if fetch.returncode != 0:
-        raise GitError(f"fetching the result bundle failed: {(fetch.stderr or fetch.stdout).strip()[-300:]}")
+        raise GitError(f"the result bundle is corrupt or truncated ({size} bytes): fetching it failed: "
+                       f"{said(fetch)}")
     got = run_git(["rev-parse", "--verify", "refs/orchestrator/result^{commit}"], cwd=workspace).stdout.strip()
     if got != head:
         raise GitError(f"the result bundle holds {got[:12]}, but the container's HEAD is {head[:12]}")
