@@ -402,33 +402,43 @@ def test_resume_after_engine_restart_keeps_each_session_on_its_engine(tmp_path, 
 
 @pytest.mark.docker
 @pytest.mark.slow
-def test_resume_without_the_engine_holding_a_session_restarts_it_fresh(tmp_path, private_engine):
-    """The host set changed: b is gone at resume. Its task starts afresh on the local
-    engine, the event log says the session was lost (task.session null, reason
-    host_gone), and both tasks finish once."""
+@pytest.mark.parametrize("left", ["local", "b"])
+def test_resume_without_the_engine_holding_a_session_restarts_it_fresh(tmp_path, private_engine, left):
+    """The host set changed: only ``left`` is configured at resume. The other host's
+    task starts a fresh session on ``left``, the event log says so (task.session
+    null, reason host_gone), and both tasks finish once with their file. With b
+    left, the task that ran locally continues in its kept clone, which travels to
+    b's new container through the archive API (it had no bind mount to keep)."""
     repo = make_repo(tmp_path / "repo")
     env = cli_env(tmp_path, **NO_DISK_MIN)
     run_id, first_hosts = _interrupted_run_on_two_hosts(tmp_path, repo, private_engine, env)
+    url = "local" if left == "local" else private_engine.url
     try:
         n_before = len(check_log(events_path(tmp_path, run_id)))
-        result = run_cli(["--resume", run_id, "--no-tui", "--docker-host", "local=local:2"], cwd=repo, env=env,
+        result = run_cli(["--resume", run_id, "--no-tui", "--docker-host", f"{left}={url}:2"], cwd=repo, env=env,
                          timeout=300)
         assert result.returncode == 0, result.stderr
         events = check_log(events_path(tmp_path, run_id))
         resumed = [e for e in events[n_before:] if e.type == "task.started"]
-        assert {e.payload["host"] for e in resumed} == {"local"}
-        lost = [k for k, h in first_hosts.items() if h == "b"]
+        assert {e.payload["host"] for e in resumed} == {left}
+        lost = [k for k, h in first_hosts.items() if h != left]
         gone = [e for e in events[n_before:] if e.type == "task.session" and e.payload.get("reason") == "host_gone"]
         assert [e.key for e in gone] == lost, gone
         assert gone[0].payload["session_id"] is None and gone[0].payload["previous_session_id"]
-        assert gone[0].payload["host"] == "local" and "session volume" in gone[0].payload["detail"]
-        # The other task resumed its session on the local engine: no reset for it.
+        assert gone[0].payload["host"] == left and "session volume" in gone[0].payload["detail"]
+        # The other task resumed its session where it was: no reset for it.
         assert not [e for e in events[n_before:] if e.type == "task.session" and e.key != lost[0]
                     and e.payload["session_id"] is None]
         statuses = [e.payload["hosts"] for e in events[n_before:] if e.type == "hosts.status"]
-        assert statuses == [[{"name": "local", "max_parallel": 2, "down": False}]]
+        assert statuses == [[{"name": left, "max_parallel": 2, "down": False}]]
         completed = [e for e in events if e.type == "task.completed"]
         assert sorted(e.key for e in completed) == sorted(first_hosts)
+        for e in completed:
+            assert git(repo, "show", f"{e.payload['artifact']['branch_final']}:a.txt") == "$TASK"
+        if left == "b":
+            runner_log = (tmp_path / "logs" / run_id / "runner.jsonl").read_text()
+            copied = [json.loads(line) for line in runner_log.splitlines() if '"runner.archive.copied_in"' in line]
+            assert lost[0] in {c["task_key"] for c in copied}, "the kept clone was copied into b"
     finally:
         _remove_run(None, run_id)
         _remove_run(private_engine.url, run_id)
