@@ -583,3 +583,47 @@ def test_clean_containers_on_a_remote_engine_lists_and_removes_its_workspace_vol
     finally:
         private_engine.docker("rm", "-f", name)
         private_engine.docker("volume", "rm", "-f", volume)
+
+
+@pytest.mark.parametrize("raised", ["git", "config"])
+def test_an_error_raised_by_a_hosts_runner_reaches_the_caller_unwrapped(raised):
+    """The host watcher runs the task in a task group: an error the engine's runner
+    raises must come out as itself (a RunnerError becomes the task's failure with its
+    category; anything else keeps its type), not as an ExceptionGroup that the
+    orchestration would report as an internal error."""
+    import anyio
+
+    from orchestrator.errors import ConfigError, GitError
+    from orchestrator.jsonlog import ComponentLog
+    from orchestrator.runner.hosts import HostSpec, MultiHostRunner
+    from orchestrator.runner.types import InstanceRequest
+
+    class Raising:
+        """An engine's runner that raises before it gets anywhere (no Docker is touched)."""
+
+        def __init__(self, host):
+            self.host = host
+            self.log = ComponentLog(None, "runner", "run_x")
+
+        async def run(self, request, *, on_event=None):
+            raise GitError("the clone failed") if raised == "git" else ConfigError("plugin says no")
+
+        async def aclose(self):
+            await self.host.aclose()
+
+    request = InstanceRequest(prompt="p", repo_path="/nonexistent", branch_name="b", run_id="run_x", instance_id="i",
+                              strategy_execution_id="s1", task_key="k", container_name="c")
+
+    async def go():
+        runner = MultiHostRunner([HostSpec("only", None, 1)], Raising)
+        try:
+            return await runner.run(request)
+        finally:
+            await runner.aclose()
+
+    if raised == "git":
+        result = anyio.run(go)
+        assert result.status == "failed" and result.error_type == "git" and result.error == "the clone failed"
+    else:
+        with pytest.raises(ConfigError, match="plugin says no"):
+            anyio.run(go)

@@ -467,10 +467,16 @@ class MultiHostRunner:
         """The task on its engine, while the engine is asked every ``watch_interval_s``
         whether it still answers: a dead engine would otherwise cost the runner's
         whole retry schedule (minutes) before the task could move elsewhere."""
-        outcome: dict[str, RunnerResult] = {}
+        outcome: dict[str, Any] = {}
 
         async def task(scope: anyio.CancelScope) -> None:
-            outcome["result"] = await slot.runner.run(request, on_event=on_event)
+            try:
+                outcome["result"] = await slot.runner.run(request, on_event=on_event)
+            except Exception as exc:
+                # Kept inside the group and raised below as itself: leaving the group it
+                # would be wrapped in an ExceptionGroup, which the caller's `except
+                # RunnerError` misses (a git failure would be reported as our own bug).
+                outcome["error"] = exc
             scope.cancel()
 
         async def watch(scope: anyio.CancelScope) -> None:
@@ -484,6 +490,8 @@ class MultiHostRunner:
         async with anyio.create_task_group() as tg:
             tg.start_soon(task, tg.cancel_scope)
             tg.start_soon(watch, tg.cancel_scope)
+        if "error" in outcome:
+            raise outcome["error"]
         if "result" in outcome:
             return outcome["result"]
         # The watcher stopped the task: the runner has stopped what it could, shielded.
