@@ -627,3 +627,13 @@ def test_an_error_raised_by_a_hosts_runner_reaches_the_caller_unwrapped(raised):
     else:
         with pytest.raises(ConfigError, match="plugin says no"):
             anyio.run(go)
+
+
+def test_retry_policy_docker_covers_a_dead_host_and_a_failed_container():
+    from orchestrator.engine.engine import RetryPolicy
+
+    default = RetryPolicy()
+    assert default.retries("docker") and default.retries("container")
+    assert RetryPolicy(retry_on=("network",)).retries("docker")
+    assert not RetryPolicy(retry_on=("api",)).retries("docker")
+    assert not default.retries("internal")
