@@ -71,7 +71,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--model", help="model name (default: sonnet)")
     run.add_argument("--plugin", help="agent tool: claude-code (default), codex, or command")
     run.add_argument("--docker-image", help="agent image (default: claude-code)")
-    run.add_argument("--max-parallel", type=int, help="tasks running at once (default: auto from CPUs)")
+    run.add_argument("--max-parallel", type=int, help="tasks running at once (default: auto from CPUs; with hosts: "
+                     "the sum of their slots, and this caps it)")
+    run.add_argument("--docker-host", dest="docker_hosts", action="append", default=[], metavar="NAME=URL[:N]",
+                     help="place tasks on this Docker engine too (repeatable; ssh://, tcp://, unix:// or 'local'; "
+                     "N: its slots)")
+    run.add_argument("--sync-image", action="store_true", default=None,
+                     help="copy the run's image to hosts that lack it (docker save | docker load)")
     run.add_argument("--config", help="configuration file, YAML or JSON (default: ./orchestrator.yaml if present)")
     run.add_argument("--mode", choices=["api", "subscription"], help="Claude authentication mode")
     run.add_argument("--safe-fsync", choices=["interval", "per_event"], help="event log flush policy")
@@ -107,6 +113,8 @@ def build_parser() -> argparse.ArgumentParser:
     setup.add_argument("--test-image", metavar="NAME", help=argparse.SUPPRESS)  # scripts/setup-docker.sh
     setup.add_argument("--doctor", action="store_true",
                        help="check Docker, the image and its tools, credentials, disk, the repository and directories")
+    mgmt.add_argument("--hosts", dest="check_hosts", action="store_true",
+                      help="check every Docker host: version, image, free slots, round-trip time")
     return p
 
 
@@ -116,10 +124,10 @@ def _dispatch(args: argparse.Namespace) -> int:
     from . import launch
 
     management = [args.resume, args.list_runs, args.show_run, args.cleanup_run, args.clean_containers, args.help_strategy,
-                  args.build_image, args.doctor]
+                  args.build_image, args.doctor, args.check_hosts]
     if sum(bool(x) for x in management) > 1:
         raise UsageError("use only one of --resume, --list-runs, --show-run, --cleanup-run, --clean-containers, "
-                         "--help-strategy, --build-image, --doctor")
+                         "--help-strategy, --build-image, --doctor, --hosts")
     if args.test_image and not args.build_image:
         raise UsageError("--test-image only works together with --build-image")
     if args.build_image:
@@ -153,10 +161,17 @@ def _dispatch(args: argparse.Namespace) -> int:
         return manage.show_run_html(args.show_run, open_browser=args.open_report)
     if args.show_run:
         return anyio.run(manage.show_run, args.show_run, args.follow)
-    if args.cleanup_run:
-        return anyio.run(manage.cleanup_run, args.cleanup_run)
-    if args.clean_containers:
-        return anyio.run(manage.clean_containers, args.dry_run or args.clean_dry_run, args.force, args.config)
+    if args.check_hosts or args.cleanup_run or args.clean_containers:
+        from .config import load_config
+
+        config = load_config(config_file=args.config, cli_overrides=launch._cli_overrides(args)).config
+        if args.check_hosts:
+            from .hosts_cli import check_hosts
+
+            return anyio.run(check_hosts, config)
+        if args.cleanup_run:
+            return anyio.run(manage.cleanup_run, args.cleanup_run, config)
+        return anyio.run(manage.clean_containers, args.dry_run or args.clean_dry_run, args.force, config)
     if args.resume:
         launch.check_resume_flags(args)
         return anyio.run(launch.resume, args)

@@ -28,7 +28,19 @@ class ContainerLimitsConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=
     nofile: Annotated[int, msgspec.Meta(ge=256)] = 4096
 
 
+class HostConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """One Docker engine of ``runner.hosts``: ``{name: local}``, ``{name, docker: URL}`` or ``{name, context}``."""
+
+    name: str
+    docker: str | None = None  # ssh://user@host, tcp://host:2376, unix:///path
+    context: str | None = None  # a `docker context` name
+    max_parallel: int | None = None
+
+
 class RunnerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    # Docker engines to place tasks on; empty: the one local engine, as always.
+    hosts: list[HostConfig] = msgspec.field(default_factory=list)
+    sync_image: bool = False
     docker_image: str = "claude-code"
     plugin: str = "claude-code"
     container_cpu: float = 2
@@ -325,7 +337,13 @@ def redacted(config: Config) -> dict[str, Any]:
     """The resolved config for the log (it holds no secrets, but scrub anyway)."""
     from .sanitize import default_sanitizer
 
-    return default_sanitizer().scrub(msgspec.to_builtins(config))
+    data = msgspec.to_builtins(config)
+    from .runner.hosts import redact_url
+
+    for host in data.get("runner", {}).get("hosts") or []:
+        if host.get("docker"):
+            host["docker"] = redact_url(host["docker"])  # a password in a host URL is never written
+    return default_sanitizer().scrub(data)
 
 
 def recorded_config(data: dict[str, Any], source: str) -> Config:
@@ -355,6 +373,10 @@ def recorded_config(data: dict[str, Any], source: str) -> Config:
 # Sections whose settings cannot change what a task does or produces: a resumed
 # run takes them from today's configuration, the rest from what it recorded.
 PRESENTATION_SECTIONS = ("tui", "logging")
+# Settings that say only where tasks run, not what they do: a resumed run takes
+# them from today's configuration too, so it goes on when the set of Docker
+# hosts changed in between (an engine gone for good, one added).
+PLACEMENT_KEYS = ("runner.hosts", "runner.sync_image")
 
 
 def changed_keys(recorded: Config, current: Config) -> list[str]:
@@ -373,4 +395,5 @@ def changed_keys(recorded: Config, current: Config) -> list[str]:
         if section in PRESENTATION_SECTIONS:
             continue
         walk(a.get(section), b.get(section), section)
-    return [k for k in out if k not in ("orchestration.max_parallel_tasks", "orchestration.max_parallel_instances")]
+    return [k for k in out if k not in ("orchestration.max_parallel_tasks", "orchestration.max_parallel_instances",
+                                        *PLACEMENT_KEYS)]

@@ -12,6 +12,7 @@
     │   ├── GitError                clone/fetch/import failed (category "git")
     │   │   └── BranchExistsError   import_conflict_policy="fail" met an existing branch
     │   ├── ContainerError          Docker failed or the container died (category "container")
+    │   │   └── HostDownError       a Docker host of runner.hosts stopped answering ("docker")
     │   ├── AgentError              the agent CLI reported an API/auth/rate-limit error ("api")
     │   ├── SecretLeakError         the agent committed a credential; its branch was not imported ("secret")
     │   ├── ResourceLimitError      a runaway agent hit a container limit and was stopped ("resource")
@@ -77,7 +78,7 @@ class ReplayError(OrchestratorError):
 
 
 class RunnerError(OrchestratorError):
-    """A task could not be executed. ``category`` is one of timeout|api|container|git|secret|resource."""
+    """A task could not be executed. ``category`` is one of timeout|api|container|docker|git|secret|resource."""
 
     category: ErrorCategory = "container"
 
@@ -100,6 +101,16 @@ class ContainerError(RunnerError):
     """Docker could not create, start or exec the container, or it died."""
 
     category = "container"
+
+
+class HostDownError(ContainerError):
+    """The Docker host the task ran on (one of ``runner.hosts``) stopped answering.
+
+    Not the container's fault: the same task can run on another host, so the
+    message names the host that went away.
+    """
+
+    category = "docker"
 
 
 class AgentError(RunnerError):

@@ -17,6 +17,10 @@ Public types (docs/events.md documents every payload field):
 - ``strategy.progress``: a :class:`Progress` record a strategy published with
   ``ctx.progress(...)``. An output for people watching (the TUI), never an
   input: it is not replayed, and a resumed run may publish it again.
+- ``hosts.status`` (``key`` absent, ``strategy_execution_id`` empty): the
+  run's Docker hosts (``runner.hosts``) with their slots and whether each is
+  down, written when the run (re)starts and whenever a host goes down or
+  comes back.
 """
 
 from __future__ import annotations
@@ -40,10 +44,12 @@ STRATEGY_STARTED = "strategy.started"
 STRATEGY_COMPLETED = "strategy.completed"
 STRATEGY_CHECKPOINT = "strategy.checkpoint"
 STRATEGY_PROGRESS = "strategy.progress"
+HOSTS_STATUS = "hosts.status"
 
 TASK_TYPES = frozenset({TASK_SCHEDULED, TASK_STARTED, TASK_COMPLETED, TASK_FAILED, TASK_INTERRUPTED, TASK_SESSION})
 STRATEGY_TYPES = frozenset({STRATEGY_STARTED, STRATEGY_COMPLETED, STRATEGY_CHECKPOINT, STRATEGY_PROGRESS})
-EVENT_TYPES = TASK_TYPES | STRATEGY_TYPES
+RUN_TYPES = frozenset({HOSTS_STATUS})
+EVENT_TYPES = TASK_TYPES | STRATEGY_TYPES | RUN_TYPES
 TERMINAL_TASK_TYPES = frozenset({TASK_COMPLETED, TASK_FAILED, TASK_INTERRUPTED})
 
 

@@ -92,6 +92,11 @@ def _cli_overrides(args) -> dict[str, Any]:
     put("orchestration", "max_parallel_tasks", args.max_parallel)
     put("orchestration", "require_clean_wt", args.require_clean_wt)
     put("runner", "docker_image", args.docker_image)
+    if getattr(args, "docker_hosts", None):
+        from .runner.hosts import parse_host_flag
+
+        put("runner", "hosts", [parse_host_flag(text) for text in args.docker_hosts])
+    put("runner", "sync_image", getattr(args, "sync_image", None))
     put("runner", "plugin", args.plugin)
     put("events", "flush_policy", args.safe_fsync)
     if args.debug:
@@ -124,10 +129,19 @@ def _read_prompt(args, config: Config) -> str:
     return prompt
 
 
-def _max_parallel(config: Config) -> int:
+def _max_parallel(config: Config, value: int | str | None = None) -> int:
     # The deprecated max_parallel_instances was folded into this key per source
     # by load_config, so the command line still wins over it.
-    value = config.orchestration.max_parallel_tasks
+    if value is None:
+        value = config.orchestration.max_parallel_tasks
+    if config.runner.hosts:
+        # Each host has its own slots; a given --max-parallel caps their sum.
+        total = sum(spec.max_parallel for spec in _host_specs(config))
+        if value == "auto":
+            return total
+        if not isinstance(value, int) or value < 1:
+            raise ConfigError(f"--max-parallel must be at least 1 (got {value})")
+        return min(total, value)
     if value == "auto":
         return auto_parallel(config.runner.container_cpu)
     if not isinstance(value, int) or value < 1:
@@ -143,6 +157,26 @@ def _check_disk(path: Path, config: Config, warnings: list[str]) -> None:
         raise PreflightError(f"only {check.detail}; {check.fix}")
     if check.status == "warn":
         warnings.append(f"only {check.detail} ({check.fix})")
+
+
+def _host_specs(config: Config):
+    from .runner.hosts import resolve_hosts
+
+    return resolve_hosts(config.runner.hosts)
+
+
+async def _check_hosts(config: Config, image: str) -> None:
+    from .runner.images import preflight_images
+
+    specs = await anyio.to_thread.run_sync(_host_specs, config)
+    await preflight_images(specs, image, sync=config.runner.sync_image)
+
+
+async def _check_engines(config: Config, image: str, tools: tuple[str, ...] = ()) -> None:
+    if config.runner.hosts:
+        await _check_hosts(config, image)
+    else:
+        await _check_docker(image, tools)
 
 
 async def _check_docker(image: str, tools: tuple[str, ...] = ()) -> None:
@@ -218,7 +252,7 @@ async def prepare(args) -> Prepared:
     docker = _EarlyCheck()
     outcome: dict[str, Any] = {}
     async with anyio.create_task_group() as tg:
-        tg.start_soon(docker.run, _check_docker, loaded.config.runner.docker_image,
+        tg.start_soon(docker.run, _check_engines, loaded.config, loaded.config.runner.docker_image,
                       required_tools(loaded.config.runner.plugin, dry_run=args.dry_run))
         try:
             outcome["prep"] = await _prepare(args, loaded, docker)
@@ -333,7 +367,7 @@ def check_resume_flags(args) -> None:
 
 def _resumed_config(dirs: RunDirs, manifest: RunManifest, current: LoadedConfig) -> LoadedConfig:
     """The recorded configuration, with today's settings only where they cannot change a result."""
-    from .config import PRESENTATION_SECTIONS, changed_keys, recorded_config
+    from .config import PLACEMENT_KEYS, PRESENTATION_SECTIONS, changed_keys, recorded_config
 
     if not manifest.config:  # a manifest from before configurations were recorded
         return current
@@ -345,6 +379,9 @@ def _resumed_config(dirs: RunDirs, manifest: RunManifest, current: LoadedConfig)
         print(f"note: the run keeps the configuration it started with; changed since, not applied: {shown}",
               file=sys.stderr, flush=True)
     config = msgspec.structs.replace(config, **{s: getattr(current.config, s) for s in PRESENTATION_SECTIONS})
+    placement = {key.split(".", 1)[1]: getattr(current.config.runner, key.split(".", 1)[1])
+                 for key in PLACEMENT_KEYS}
+    config = msgspec.structs.replace(config, runner=msgspec.structs.replace(config.runner, **placement))
     return LoadedConfig(config=config, environ=current.environ,
                         sources=[f"{where} (recorded when the run started)", *current.sources])
 
@@ -374,10 +411,14 @@ async def resume(args) -> int:
         plugin.validate_environment(auth)
     default_sanitizer().add_secrets(auth.secret_values())
     await anyio.to_thread.run_sync(validate_repository, manifest.repo_path, manifest.base_branch)
-    await _check_docker(manifest.docker_image, required_tools(manifest.plugin, dry_run=manifest.dry_run))
+    await _check_engines(loaded.config, manifest.docker_image, required_tools(manifest.plugin, dry_run=manifest.dry_run))
     prep = Prepared(loaded_config=loaded, strategy=strategy, params=manifest.params, prompt=manifest.prompt,
                     repo=manifest.repo_path, base_branch=manifest.base_branch, model=manifest.model,
-                    plugin_name=manifest.plugin, image=manifest.docker_image, max_parallel=max_parallel,
+                    plugin_name=manifest.plugin, image=manifest.docker_image,
+                    # The hosts may have changed since the run started: their slots decide,
+                    # under the cap given now or at the start.
+                    max_parallel=_max_parallel(loaded.config, args.max_parallel) if loaded.config.runner.hosts
+                    else manifest.max_parallel,
                     runs=manifest.runs, auth=auth, dry_run=manifest.dry_run, mode=manifest.mode,
                     output=output_mode(args))
     await _report_resume_plan(dirs, manifest, plugin.capabilities.supports_resume, args.resume_fresh)
@@ -470,6 +511,41 @@ async def _watch_signals(scope: anyio.CancelScope, flag: _Interrupt, ui_stop: an
             scope.cancel()
 
 
+def _make_runner(prep: Prepared, log_dir: Path, olog: ComponentLog, stop_run=None):
+    """One DockerRunner, or with runner.hosts one per engine under a placing runner."""
+    config = prep.config
+
+    limits = config.runner.container_limits
+    hardening = Hardening(pids_limit=limits.pids_limit, nofile=limits.nofile, secret_scan=config.runner.secret_scan,
+                          max_workspace_mb=config.runner.max_workspace_mb)
+
+    def make(host=None) -> DockerRunner:
+        return DockerRunner(auth=prep.auth, logs_dir=log_dir, sanitizer=default_sanitizer(),
+                            pricing=config.model_pricing(), dry_run=prep.dry_run, known_images=(prep.image,),
+                            host=host, hardening=hardening)
+
+    if not config.runner.hosts:
+        return make()
+    from .runner.hosts import MultiHostRunner
+
+    specs = _host_specs(config)
+    olog.info("docker hosts", hosts=[{"name": s.name, "engine": s.shown, "max_parallel": s.max_parallel}
+                                     for s in specs])
+
+    def host_event(event: dict) -> None:
+        olog.warning(event["type"], **{k: v for k, v in event.items() if k != "type"})
+        if event["type"] == "runner.host.down":
+            print(f"warning: Docker host {event['host']} is down: {event['reason']}", file=sys.stderr, flush=True)
+
+    def all_down() -> None:
+        olog.error("every Docker host is down; stopping the run (resumable)")
+        print("error: every Docker host is down; stopping the run", file=sys.stderr, flush=True)
+        if stop_run is not None:
+            stop_run()
+
+    return MultiHostRunner(specs, make, on_host_event=host_event, on_all_down=all_down if stop_run else None)
+
+
 async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resume_fresh: bool) -> int:
     from .results import export, render_summary
 
@@ -497,14 +573,18 @@ async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resum
     if removed:
         olog.info("removed old logs", runs=removed)
     _guard(prep.strategy, config, olog)
-    limits = config.runner.container_limits
-    hardening = Hardening(pids_limit=limits.pids_limit, nofile=limits.nofile, secret_scan=config.runner.secret_scan,
-                          max_workspace_mb=config.runner.max_workspace_mb)
-    runner = DockerRunner(auth=prep.auth, logs_dir=log_dir, sanitizer=default_sanitizer(),
-                          pricing=config.model_pricing(), dry_run=prep.dry_run, known_images=(prep.image,),
-                          hardening=hardening)
+    run_scope_box: list[anyio.CancelScope] = []
+    # With several hosts, all of them down stops the run the way Ctrl+C does: resumably.
+    runner = _make_runner(prep, log_dir, olog, stop_run=lambda: [s.cancel() for s in run_scope_box])
     engine = Engine(_engine_config(prep, dirs, run_id, resume_fresh=resume_fresh,
                                    structured_outputs=manifest.structured_outputs), runner, log=olog)
+    if hasattr(runner, "status_table"):
+        # The dashboard reads only events and state: the hosts, their slots and
+        # which are down reach it as hosts.status events.
+        from .events import HOSTS_STATUS
+
+        engine.note_run_event(HOSTS_STATUS, {"hosts": runner.status_table()})
+        runner.on_status = lambda table: engine.note_run_event(HOSTS_STATUS, {"hosts": table})
     engine.on_divergence = lambda sid, keys: print(
         f"warning: strategy {sid} no longer asks for {len(keys)} recorded task(s): {', '.join(keys[:5])}"
         + (" ..." if len(keys) > 5 else ""), file=sys.stderr)
@@ -523,6 +603,7 @@ async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resum
                 # a second. Only other, dead runs' containers are touched.
                 outer.start_soon(_clean_orphans, dirs, config, olog, run_id)
             with anyio.CancelScope() as run_scope:
+                run_scope_box.append(run_scope)
                 outer.start_soon(_watch_signals_until, run_scope, flag, watcher_scope,
                                  ui_stop if prep.output == "dashboard" else None)
                 await engine.run(prep.strategy.fn, prompt=prep.prompt, params=prep.params, runs=prep.runs,

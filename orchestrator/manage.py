@@ -167,7 +167,7 @@ async def _check_claims(dirs: RunDirs, manifest, state: RunState) -> list[str]:
     return problems
 
 
-async def cleanup_run(run_id: str) -> int:
+async def cleanup_run(run_id: str, config: Config | None = None) -> int:
     from .runner.docker_containers import docker_available, list_containers, remove_containers, remove_run_volumes
     from .runner.git_ops import workspace_root
 
@@ -175,16 +175,21 @@ async def cleanup_run(run_id: str) -> int:
     read_manifest(dirs, run_id)
     if is_live(dirs, run_id):
         raise UsageError(f"run {run_id} is live; stop it before cleaning it up")
-    ok, message = await docker_available()
-    if not ok:
-        raise PreflightError(message)
-    names = [c["name"] for c in await list_containers(run_id)]
-    await remove_containers(names)
-    volumes = await remove_run_volumes(run_id)
+    if config is not None and config.runner.hosts:
+        from .hosts_cli import cleanup_run_everywhere
+
+        n_containers, n_volumes = await cleanup_run_everywhere(config, run_id)
+    else:
+        ok, message = await docker_available()
+        if not ok:
+            raise PreflightError(message)
+        names = [c["name"] for c in await list_containers(run_id)]
+        await remove_containers(names)
+        n_containers, n_volumes = len(names), len(await remove_run_volumes(run_id))
     ws = workspace_root() / run_id
     shutil.rmtree(ws, ignore_errors=True)
     remove_run_state(dirs, run_id)
-    print(f"removed {len(names)} container(s), {len(volumes)} volume(s), workspaces under {ws} and "
+    print(f"removed {n_containers} container(s), {n_volumes} volume(s), workspaces under {ws} and "
           f"{dirs.state / run_id}; logs and results are kept ({dirs.logs / run_id}, {dirs.results / run_id})")
     return 0
 
@@ -214,10 +219,11 @@ def _retention_hours(container: dict[str, Any], dirs: RunDirs, config: Config, c
     return config.runner.success_retention_hours
 
 
-async def _candidates(dirs: RunDirs, config: Config, *, current: str | None, include_running_unknown: bool):
+async def _candidates(dirs: RunDirs, config: Config, *, current: str | None, include_running_unknown: bool,
+                      host=None):
     from .runner.docker_containers import list_containers
 
-    rows = await list_containers()
+    rows = await list_containers(host=host)
     # Hundreds of retained containers mean as many file checks (and a state
     # replay per run): on a worker thread, since a run may be going on meanwhile.
     return await anyio.to_thread.run_sync(functools.partial(
@@ -265,14 +271,16 @@ async def clean_orphans(dirs: RunDirs, config: Config, olog: ComponentLog, *, cu
         olog.info("removed orphan containers", containers=victims)
 
 
-async def clean_containers(dry_run: bool, force: bool, config_file: str | None = None) -> int:
+async def clean_containers(dry_run: bool, force: bool, config: Config | None = None) -> int:
     from .runner.docker_containers import docker_available, remove_containers
 
+    dirs = RunDirs.from_env()
+    config = config or load_config(config_file=None, cli_overrides={}).config
+    if config.runner.hosts:
+        return await _clean_containers_on_hosts(dirs, config, dry_run, force)
     ok, message = await docker_available()
     if not ok:
         raise PreflightError(message)
-    dirs = RunDirs.from_env()
-    config = load_config(config_file=config_file, cli_overrides={}).config  # --config sets the retention
     victims = await _candidates(dirs, config, current=None, include_running_unknown=False)
     if not victims:
         print("no stopped orchestrator containers past retention")
@@ -292,3 +300,49 @@ async def clean_containers(dry_run: bool, force: bool, config_file: str | None =
     await remove_containers([c["name"] for c in victims])
     print(f"removed {len(victims)} container(s)")
     return 0
+
+
+async def _clean_containers_on_hosts(dirs: RunDirs, config: Config, dry_run: bool, force: bool) -> int:
+    """--clean-containers with runner.hosts: the same selection on every engine."""
+    from .errors import RunnerError
+    from .hosts_cli import engines, remove_with_workspaces, workspace_volumes_of
+
+    found: list[tuple[str, Any, list[dict[str, Any]]]] = []
+    for label, host in engines(config):
+        try:
+            victims = await _candidates(dirs, config, current=None, include_running_unknown=False, host=host)
+        except RunnerError as exc:
+            print(f"warning: Docker host {label} skipped: {exc}")
+            await host.aclose()
+            continue
+        found.append((label, host, victims))
+        for c in victims:
+            print(f"{'would remove' if dry_run else 'remove'} {c['name']} on {label} ({c['status']}, "
+                  f"run {c['labels'].get('run_id', '?')}, {_age_hours(c):.1f} h old)")
+        if victims:
+            try:
+                # A remote engine's task keeps its workspace in a volume: it goes with the container.
+                for volume in await workspace_volumes_of(host, [c["name"] for c in victims]):
+                    print(f"{'would remove' if dry_run else 'remove'} workspace volume {volume} on {label}")
+            except RunnerError as exc:
+                print(f"warning: Docker host {label}: cannot list workspace volumes: {exc}")
+    total = sum(len(v) for _, _, v in found)
+    try:
+        if not total:
+            print("no stopped orchestrator containers past retention")
+            return 0
+        if dry_run:
+            return 0
+        if not force and sys.stdin.isatty():
+            answer = input(f"Remove {total} container(s)? [y/N] ")
+            if answer.strip().lower() not in ("y", "yes"):
+                print("nothing removed")
+                return 0
+        for _, host, victims in found:
+            if victims:
+                await remove_with_workspaces(host, [c["name"] for c in victims])
+        print(f"removed {total} container(s)")
+        return 0
+    finally:
+        for _, host, _ in found:
+            await host.aclose()

@@ -30,6 +30,7 @@ import msgspec
 from .errors import SnapshotError
 from .eventlog import iter_lines
 from .events import (
+    HOSTS_STATUS,
     STRATEGY_CHECKPOINT,
     STRATEGY_COMPLETED,
     STRATEGY_PROGRESS,
@@ -264,6 +265,14 @@ def _by_seq(task: TaskState) -> int:
     return task.seq
 
 
+class HostState(msgspec.Struct, kw_only=True):
+    """One Docker host of ``runner.hosts``, as the latest ``hosts.status`` described it."""
+
+    max_parallel: int = 0
+    down: bool = False
+    reason: str | None = None
+
+
 class RunState(msgspec.Struct, kw_only=True):
     run_id: str
     last_event_start_offset: int = -1
@@ -271,6 +280,8 @@ class RunState(msgspec.Struct, kw_only=True):
     strategies: dict[str, StrategyState] = msgspec.field(default_factory=dict)
     counters: Counters = msgspec.field(default_factory=Counters)
     schema: int = 2
+    # The Docker hosts of the current process, by name (empty without runner.hosts).
+    hosts: dict[str, HostState] = msgspec.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not isinstance(self.tasks, TaskTable):  # a caller or a decoder passed a plain dict
@@ -369,6 +380,12 @@ def apply(state: RunState, etype: str, sid: str, key: str | None, payload: dict[
                 task.session_id = payload["session_id"]
             state.counters.interrupted += 1
         return
+    if etype == HOSTS_STATUS:
+        # The whole table each time: a resume with other hosts replaces the old set.
+        state.hosts = {h["name"]: HostState(max_parallel=int(h.get("max_parallel") or 0), down=bool(h.get("down")),
+                                            reason=h.get("reason"))
+                       for h in payload.get("hosts") or () if isinstance(h, dict) and h.get("name")}
+        return
     strat = state.strategies.get(sid)
     if etype == STRATEGY_STARTED:
         if strat is None:
@@ -444,6 +461,7 @@ class _SnapshotHeader(msgspec.Struct, kw_only=True):
     task_bytes: int = 0
     task_crc32: int = 0
     open_keys: list[str] = msgspec.field(default_factory=list)
+    hosts: dict[str, HostState] = msgspec.field(default_factory=dict)
 
 
 class _SnapshotDocument(msgspec.Struct, kw_only=True):
@@ -589,7 +607,7 @@ def _encode_snapshot(state: RunState) -> bytes:
     header = _encoder.encode(_SnapshotHeader(
         run_id=state.run_id, last_event_start_offset=state.last_event_start_offset, strategies=state.strategies,
         counters=state.counters, task_count=len(table), task_bytes=sum(len(p) for p in pieces), task_crc32=crc,
-        open_keys=open_keys))
+        open_keys=open_keys, hosts=state.hosts))
     return b"".join((header[:-1], _HEADER_END, b"\n", *pieces, _TRAILER))
 
 
@@ -613,7 +631,7 @@ def decode_snapshot(buf: mmap.mmap | bytes) -> RunState:
     if (header.task_count == 0) != (header.task_bytes == 0) or (header.task_bytes and buf[end - 1] != 0x0A):
         raise SnapshotError("the task lines do not match the header")
     state = RunState(run_id=header.run_id, last_event_start_offset=header.last_event_start_offset,
-                     strategies=header.strategies, counters=header.counters)
+                     strategies=header.strategies, counters=header.counters, hosts=header.hosts)
     if not header.task_count:
         return state
     try:  # the ends of the task lines: the cheap part of a structural check

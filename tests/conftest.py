@@ -158,9 +158,14 @@ def private_engine():
             pytest.fail(f"cannot start a private Docker engine: {why}")
         pytest.skip(f"cannot start a private Docker engine: {why}")
     engine = PrivateEngine()
+    # Our own tag on today's test image: other sessions may rebuild the shared tag
+    # meanwhile, and the run's pre-flight rightly refuses engines whose IDs differ.
+    engine.image = f"{TEST_IMAGE}:private-{os.getpid()}"
+    subprocess.run(["docker", "tag", TEST_IMAGE, engine.image], check=True, capture_output=True)
     try:
         engine.start()
-        engine.load_image(TEST_IMAGE)
+        engine.load_image(engine.image)
         yield engine
     finally:
         engine.close()
+        subprocess.run(["docker", "rmi", engine.image], capture_output=True)

@@ -71,6 +71,7 @@ class PrivateEngine:
         self.log = self.root / "dockerd.log"
         self.bridge = f"{name}{os.getpid() % 100000}"[:15]
         self.pid: int | None = None
+        self.image = ""  # the image tag loaded into it (the conftest fixture pins one)
         self._bridge_made = False
 
     # ------------------------------------------------------------ the bridge

@@ -258,7 +258,8 @@ def test_docker_daemon_restart_mid_run_then_resume_finishes(tmp_path, repo, priv
     env = cli_env(tmp_path, ORCHESTRATOR_RUNNER__NETWORK_EGRESS="offline")
     prompt = "SIM: write a.txt hello\nSIM: commit a\nSIM: sleep 6\nSIM: print done"
     out = tmp_path / "out" / "daemon"
-    proc = start_cli([prompt, "--runs", "2", "--no-tui", *IMG], cwd=repo, env=env, out=out)
+    proc = start_cli([prompt, "--runs", "2", "--no-tui", "--docker-image", private_engine.image], cwd=repo, env=env,
+                     out=out)
     run_id = _started(tmp_path, 2)
     time.sleep(1)
     try:

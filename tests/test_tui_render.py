@@ -291,3 +291,94 @@ async def test_more_executions_than_fit_are_folded_into_one_line(tmp_path):
     assert 5 <= len(shown) < 20
     assert f"… {20 - len(shown)} more executions: {20 - len(shown)} running" in text
     assert "▶ " in text.splitlines()[-2]  # the footer is still there
+
+
+def test_health_line_shows_running_tasks_per_docker_host():
+    """With runner.hosts, task.started carries host: the health line counts running tasks per host."""
+    from orchestrator.events import TASK_STARTED
+
+    run_id = "run_hosts"
+    model = RunModel(run_id)
+    hosts = ["local", "b", "b", "local"]
+    for n, ev in enumerate(synthetic_run(run_id, 4, finish=False)):
+        payload = dict(ev.payload)
+        if ev.type == TASK_STARTED:
+            payload["host"] = hosts[int(ev.key.rsplit("/", 1)[1])]
+        model.feed_raw(ev.type, ev.sid, ev.key, payload, n * 100, utc_ts())
+    running = {k: 0 for k in ("local", "b")}
+    for key, task in model.state.tasks.items():
+        if task.state == RUNNING:
+            running[hosts[int(key.rsplit("/", 1)[1])]] += 1
+    assert sum(running.values()) > 0
+    text = frame_text(model)
+    health = next(line for line in text.splitlines() if line.startswith("health"))
+    assert f"hosts local ▶{running['local']} · b ▶{running['b']}" in health, health
+
+
+def test_health_line_has_no_hosts_without_them(tmp_path):
+    model = RunModel("run_plain")
+    for n, ev in enumerate(synthetic_run("run_plain", 4, finish=False)):
+        model.feed_raw(ev.type, ev.sid, ev.key, ev.payload, n * 100, utc_ts())
+    assert "hosts" not in next(line for line in frame_text(model).splitlines() if line.startswith("health"))
+
+
+def _hosts_model(run_id: str, placed: list[str]):
+    """A run over hosts local:2 and b:2 with tasks placed as ``placed`` says (by task index)."""
+    from orchestrator.events import HOSTS_STATUS, TASK_STARTED
+
+    model = RunModel(run_id)
+    n = 0
+    model.feed_raw(HOSTS_STATUS, "", None, {"hosts": [{"name": "local", "max_parallel": 2, "down": False},
+                                                      {"name": "b", "max_parallel": 2, "down": False}]},
+                   n, utc_ts())
+    for ev in synthetic_run(run_id, len(placed), finish=False):
+        n += 100
+        payload = dict(ev.payload)
+        if ev.type == TASK_STARTED:
+            payload["host"] = placed[int(ev.key.rsplit("/", 1)[1])]
+        model.feed_raw(ev.type, ev.sid, ev.key, payload, n, utc_ts())
+    return model, n
+
+
+def _health_line(model) -> str:
+    return next(line for line in frame_text(model, width=200).splitlines() if line.startswith("health"))
+
+
+def test_health_line_shows_free_slots_and_a_down_host_from_hosts_status_events():
+    """hosts.status gives each host's slots and whether it is down; task.session with a host
+    (its host went away) moves the task's count to the host it now runs on."""
+    from orchestrator.events import HOSTS_STATUS, TASK_SESSION
+
+    model, n = _hosts_model("run_hosts_status", ["local", "b", "b", "local"])
+    running = {k: [t for t in model.state.tasks.values()
+                   if t.state == RUNNING and model.extras[t.key].host == k] for k in ("local", "b")}
+    assert running["b"], "the synthetic run has a task running on b"
+    assert f"hosts local ▶{len(running['local'])} {2 - len(running['local'])} free · " \
+           f"b ▶{len(running['b'])} {2 - len(running['b'])} free" in _health_line(model)
+
+    model.feed_raw(HOSTS_STATUS, "", None, {"hosts": [
+        {"name": "local", "max_parallel": 2, "down": False},
+        {"name": "b", "max_parallel": 2, "down": True, "reason": "Docker host b stopped answering"}]},
+        n + 100, utc_ts())
+    moved = running["b"][0]
+    model.feed_raw(TASK_SESSION, moved.strategy_execution_id, moved.key,
+                   {"key": moved.key, "instance_id": moved.instance_id, "session_id": None, "reason": "host_down",
+                    "host": "local", "error_type": "docker", "detail": "Docker host b stopped answering"},
+                   n + 200, utc_ts())
+    on_local = len(running["local"]) + 1
+    health = _health_line(model)
+    assert f"hosts local ▶{on_local} {max(0, 2 - on_local)} free · b ▶{len(running['b']) - 1} down" in health, health
+    assert model.state.hosts["b"].down and model.state.hosts["b"].reason == "Docker host b stopped answering"
+
+
+def test_hosts_status_survives_a_snapshot_and_a_resume_replaces_the_set():
+    from orchestrator.events import HOSTS_STATUS
+    from orchestrator.state import decode_snapshot, encode_snapshot
+
+    model, n = _hosts_model("run_hosts_snap", ["local", "b"])
+    again = decode_snapshot(encode_snapshot(model.state))
+    assert again.hosts == model.state.hosts and set(again.hosts) == {"local", "b"}
+    # A resume with only the local engine: the new table replaces the old one.
+    model.feed_raw(HOSTS_STATUS, "", None, {"hosts": [{"name": "local", "max_parallel": 3, "down": False}]},
+                   n + 100, utc_ts())
+    assert list(model.state.hosts) == ["local"] and model.state.hosts["local"].max_parallel == 3

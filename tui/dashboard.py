@@ -45,7 +45,7 @@ from orchestrator.state import (
     load_snapshot,
 )
 
-from .model import RunModel, Summary, fmt_cost, fmt_duration, fmt_progress, fmt_tokens
+from .model import HostLine, RunModel, Summary, fmt_cost, fmt_duration, fmt_progress, fmt_tokens
 
 MODES = ("detailed", "compact", "dense")
 ENV_FORCE_MODE = "ORCHESTRATOR_TUI__FORCE_DISPLAY_MODE"
@@ -85,7 +85,8 @@ def render(model: RunModel, *, width: int, height: int, now: float, mode: str | 
     """One complete frame of the dashboard, fitted to ``width`` x ``height``."""
     summary = model.summary(now)
     chosen = choose_mode(summary.total, mode)
-    parts: list[RenderableType] = [_header(model, summary), _health(summary, max_parallel, chosen)]
+    parts: list[RenderableType] = [_header(model, summary),
+                                   _health(summary, max_parallel, chosen, model.hosts())]
     avail = max(0, height - 4)  # header, health line, 2-line footer
     if waiting_for and model.empty:
         parts.append(Text(f"waiting for events in {waiting_for} …", style="italic"))
@@ -130,11 +131,22 @@ def _header(model: RunModel, s: Summary) -> Text:
     return _one_line(text)
 
 
-def _health(s: Summary, max_parallel: int | None, mode: str) -> Text:
+def _health(s: Summary, max_parallel: int | None, mode: str, hosts: list[HostLine] | None = None) -> Text:
     limit = str(max_parallel) if max_parallel else "?"
     rate = f"${s.cost_per_min:.2f}/min" if s.cost_per_min is not None else "N/A"
     text = Text.assemble(("health ", "dim"), f"queue {s.pending} · running {s.running}/{limit} · ",
                          f"cost rate {rate} · avg task {fmt_duration(s.avg_duration_s)}  ", (f"[{mode}]", "dim"))
+    if hosts:
+        # Several Docker engines: per host the running tasks, its free slots, or that it is down.
+        text.append("  hosts ", style="dim")
+        for i, h in enumerate(hosts):
+            if i:
+                text.append(" · ")
+            text.append(f"{h.name} ▶{h.running}")
+            if h.down:
+                text.append(" down", style="bold red")
+            elif h.free is not None:
+                text.append(f" {h.free} free", style="dim")
     return _one_line(text)
 
 

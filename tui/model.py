@@ -28,6 +28,7 @@ from orchestrator.events import (
     TASK_FAILED,
     TASK_INTERRUPTED,
     TASK_SCHEDULED,
+    TASK_SESSION,
     TASK_STARTED,
     Event,
     Progress,
@@ -69,6 +70,14 @@ class TaskExtra(msgspec.Struct, kw_only=True):
     lines_added: int = 0
     lines_deleted: int = 0
     retry_attempts: int = 0
+    host: str | None = None  # the Docker host of its latest start (runner.hosts)
+
+
+class HostLine(msgspec.Struct, frozen=True):
+    name: str
+    running: int
+    free: int | None  # None when the host's slots are not known
+    down: bool
 
 
 class Summary(msgspec.Struct, frozen=True, kw_only=True):
@@ -133,6 +142,7 @@ class RunModel:
         elif etype == TASK_STARTED:
             extra.started = epoch
             extra.ended = None
+            extra.host = payload.get("host")
             task = self.state.tasks.get(key)
             attempt = task.attempts if task is not None else 1
             doing = extra.prompt or f"running {payload.get('model') or ''}".rstrip()
@@ -149,10 +159,45 @@ class RunModel:
             extra.ended = epoch
             extra.retry_attempts = payload.get("retry_attempts") or 0
             extra.activity = f"{payload.get('error_type') or 'error'}: {first_line(payload.get('message'))}"
+        elif etype == TASK_SESSION and payload.get("host"):
+            # Its host went away: the task started afresh on this one.
+            extra.host = payload["host"]
+            reason = payload.get("reason") or "session reset"
+            extra.activity = f"moved to host {payload['host']} ({reason})"
         elif etype == TASK_INTERRUPTED:
             extra.ended = epoch
             reason = payload.get("reason")
             extra.activity = f"interrupted ({reason})" if reason else "interrupted"
+
+    def hosts_running(self) -> dict[str, int]:
+        """Running tasks per Docker host, in the order hosts first appear; {} without hosts."""
+        out: dict[str, int] = {}
+        for key, extra in self.extras.items():
+            if extra.host is None:
+                continue
+            out.setdefault(extra.host, 0)
+            task = self.state.tasks.get(key)
+            if task is not None and task.state == RUNNING:
+                out[extra.host] += 1
+        return out
+
+    def hosts(self) -> list[HostLine]:
+        """One line per Docker host: running tasks, free slots, down; [] without hosts.
+
+        The hosts, their slots and which are down come from the latest
+        ``hosts.status`` (folded into the state); the running tasks from where
+        each task was last placed (``task.started``, or ``task.session`` when
+        its host went away). A log without ``hosts.status`` (a run from before
+        it existed) still shows the running tasks per host.
+        """
+        running = self.hosts_running()
+        if not self.state.hosts:
+            return [HostLine(name, n, None, False) for name, n in running.items()]
+        out = []
+        for name, host in self.state.hosts.items():
+            n = running.get(name, 0)
+            out.append(HostLine(name, n, 0 if host.down else max(0, host.max_parallel - n), host.down))
+        return out
 
     # ---------------------------------------------------------------- reconciliation
     def reconcile(self, snapshot: RunState | None) -> bool:

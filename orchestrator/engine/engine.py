@@ -111,6 +111,8 @@ class Engine:
         self._log: EventLog | None = None
         self._reader: BinaryIO | None = None
         self._snapshot_wanted = anyio.Event()
+        # Run-level events (hosts.status) told before the log is open wait here.
+        self._pending_run_events: list[tuple[str, dict[str, Any]]] = []
         self.queued = 0
         self.runner_calls = 0
         self.resumed = False
@@ -127,6 +129,14 @@ class Engine:
         if etype in E.TERMINAL_TASK_TYPES or etype == E.STRATEGY_COMPLETED:
             self._snapshot_wanted.set()
         return written
+
+    def note_run_event(self, etype: str, payload: dict[str, Any]) -> None:
+        """A run-level event (no strategy, no key): written now, or as soon as the run's log opens."""
+        if self._log is None:
+            self._pending_run_events.append((etype, payload))
+            return
+        self.emit(etype, "", payload)
+        self._snapshot_wanted.set()  # a reader of state.json alone sees it soon too
 
     async def snapshot(self) -> None:
         """Write state.json (primary + duplicate) for events that are durable."""
@@ -257,9 +267,14 @@ class Engine:
                 self.queued -= 1
                 started = False
                 try:
-                    self.emit(E.TASK_STARTED, sid, {"key": key, "instance_id": inst, "container_name": cname,
-                                                     "model": norm["model"], "session_id": request.session_id},
-                              key=key)
+                    payload = {"key": key, "instance_id": inst, "container_name": cname,
+                               "model": norm["model"], "session_id": request.session_id}
+                    # A runner over several Docker engines chooses the task's engine first,
+                    # so the record names where it runs.
+                    reserve = getattr(self.runner, "reserve", None)
+                    if reserve is not None:
+                        payload["host"] = await reserve(request)
+                    self.emit(E.TASK_STARTED, sid, payload, key=key)
                     started = True
                     self.runner_calls += 1
                     result = await self.runner.run(
@@ -299,9 +314,14 @@ class Engine:
         if etype == "runner.session.reset":
             self._live_sessions.pop(key, None)
             if self.state.tasks.get(key) is not None:
-                self.emit(E.TASK_SESSION, sid, {"key": key, "instance_id": inst, "session_id": None,
-                                                "reason": event.get("reason"), "detail": event.get("detail"),
-                                                "previous_session_id": event.get("previous_session_id")}, key=key)
+                payload = {"key": key, "instance_id": inst, "session_id": None, "reason": event.get("reason"),
+                           "detail": event.get("detail"), "previous_session_id": event.get("previous_session_id")}
+                # Several Docker hosts: the host the task starts afresh on (its own went away).
+                if event.get("host"):
+                    payload["host"] = event["host"]
+                if event.get("error_type"):
+                    payload["error_type"] = event["error_type"]
+                self.emit(E.TASK_SESSION, sid, payload, key=key)
             return
         data = event.get("data")
         if not isinstance(data, dict):
@@ -446,6 +466,9 @@ class Engine:
             for task in self.state.running():
                 self.emit(E.TASK_INTERRUPTED, task.strategy_execution_id,
                           {"key": task.key, "instance_id": task.instance_id, "reason": "crash"}, key=task.key)
+            pending, self._pending_run_events = self._pending_run_events, []
+            for etype, payload in pending:
+                self.emit(etype, "", payload)
             try:
                 async with anyio.create_task_group() as tg:
                     self._tg = tg

@@ -19,11 +19,11 @@ ImportPolicy = Literal["auto", "never", "always"]
 ImportConflictPolicy = Literal["fail", "overwrite", "suffix"]
 NetworkEgress = Literal["online", "offline", "proxy"]
 UncommittedPolicy = Literal["commit", "discard"]
-# What ``TaskFailed.error_type`` can be; a retry policy also accepts "docker" and
-# "network", both meaning "container".
-ErrorType = Literal["timeout", "api", "container", "git", "command", "secret", "resource", "output_invalid",
-                    "internal", "session_corrupted"]
-RetryCategory = ErrorType | Literal["docker", "network"]
+# What ``TaskFailed.error_type`` can be ("docker": a host of runner.hosts stopped
+# answering). In a retry policy, "docker" and "network" cover "container" too.
+ErrorType = Literal["timeout", "api", "container", "docker", "git", "command", "secret", "resource",
+                    "output_invalid", "internal", "session_corrupted"]
+RetryCategory = ErrorType | Literal["network"]
 
 
 class ContainerLimitsInput(TypedDict, total=False):
@@ -167,7 +167,11 @@ class RetryPolicy(msgspec.Struct, frozen=True, kw_only=True):
     def retries(self, error_type: str | None) -> bool:
         if error_type == "internal":
             return False  # the orchestrator's own bug: running it again pays for it again
-        wanted = {"container" if c in ("docker", "network") else c for c in self.retry_on}
+        # "docker" and "network" name Docker trouble in general: a failed container
+        # ("container") as well as a host of runner.hosts that stopped answering ("docker").
+        wanted = set(self.retry_on)
+        if wanted & {"docker", "network"}:
+            wanted |= {"container", "docker"}
         return error_type in wanted
 
     def delay(self, attempt: int) -> float:

@@ -41,6 +41,8 @@ DEFAULT_CLIENT_TIMEOUT_S = 60
 DEFAULT_THREADS = 32
 WORKSPACE_MOUNT = "/workspace"
 HOME_MOUNT = "/home/node"
+# Remote engines (archive path): the per-task volume that holds /workspace.
+WORKSPACE_VOLUME_PREFIX = "orc_ws_"
 TMPFS_OPTIONS = "rw,exec,nosuid,nodev,size=256m,mode=1777"
 PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
 
@@ -82,8 +84,14 @@ class DockerHost:
     """One docker client plus the thread limiter every blocking call runs under."""
 
     def __init__(self, client_factory: Callable[[], Any] | None = None,
-                 limiter: anyio.CapacityLimiter | None = None) -> None:
+                 limiter: anyio.CapacityLimiter | None = None, *, name: str | None = None,
+                 archive: bool = False) -> None:
         self._factory = client_factory or default_client_factory
+        # name: the configured host (runner.hosts) this engine is, None without hosts.
+        # archive: the engine cannot see this machine's directories, so the workspace
+        # travels as a tar stream into a per-task volume (see archive.py).
+        self.name = name
+        self.archive = archive
         self._client: Any = None
         self._client_lock = threading.Lock()
         self.limiter = limiter or anyio.CapacityLimiter(DEFAULT_THREADS)
@@ -238,6 +246,13 @@ def container_labels(request: InstanceRequest) -> dict[str, str]:
     }
 
 
+def host_labels(request: InstanceRequest, host_name: str | None) -> dict[str, str]:
+    labels = container_labels(request)
+    if host_name is not None:
+        labels["orchestrator.host"] = host_name
+    return labels
+
+
 def parse_nano_cpus(cpus: float) -> int:
     return int(float(cpus) * 1_000_000_000)
 
@@ -260,7 +275,9 @@ def volume_labels(request: InstanceRequest) -> dict[str, str]:
 
 
 def host_config_kwargs(request: InstanceRequest, *, workspace: Path, volume: str,
-                       hardening: Hardening | None = None) -> dict[str, Any]:
+                       hardening: Hardening | None = None, workspace_volume: str | None = None) -> dict[str, Any]:
+    """``workspace_volume``: a remote engine's per-task volume for /workspace instead
+    of the bind mount (writable, so the archive copy can land in it)."""
     from docker.types import Mount, Ulimit
 
     hardening = hardening or Hardening()
@@ -268,11 +285,16 @@ def host_config_kwargs(request: InstanceRequest, *, workspace: Path, volume: str
     if selinux_enabled():
         mode += ",z"
     kwargs: dict[str, Any] = {
-        "binds": [f"{workspace}:{WORKSPACE_MOUNT}:{mode}"],
+        "binds": [] if workspace_volume else [f"{workspace}:{WORKSPACE_MOUNT}:{mode}"],
         # The daemon creates a missing named volume with these labels as part of
         # the container create (no separate volume call per task); an existing one
         # (the session group's, or a resumed run's) is mounted as it is.
-        "mounts": [Mount(target=HOME_MOUNT, source=volume, type="volume", labels=volume_labels(request))],
+        "mounts": [Mount(target=HOME_MOUNT, source=volume, type="volume", labels=volume_labels(request))]
+        # A read-only workspace volume starts empty and root-owned (no_copy: not filled
+        # from the image's node-owned /workspace), so the agent cannot add files to it.
+        + ([Mount(target=WORKSPACE_MOUNT, source=workspace_volume, type="volume", labels=volume_labels(request),
+                  no_copy=workspace_read_only(request))]
+           if workspace_volume else []),
         "tmpfs": {"/tmp": TMPFS_OPTIONS},
         "read_only": True,
         "nano_cpus": parse_nano_cpus(request.container_limits.cpus),
@@ -292,14 +314,18 @@ def host_config_kwargs(request: InstanceRequest, *, workspace: Path, volume: str
     return kwargs
 
 
-def mounts_match(info: dict, *, workspace: Path, volume: str, read_only: bool) -> tuple[bool, str]:
+def mounts_match(info: dict, *, workspace: Path, volume: str, read_only: bool,
+                 workspace_volume: str | None = None) -> tuple[bool, str]:
     """Whether an existing container has exactly the mounts this request needs."""
     mounts = {m.get("Destination"): m for m in info.get("Mounts") or []}
     ws = mounts.get(WORKSPACE_MOUNT)
     home = mounts.get(HOME_MOUNT)
     if ws is None or home is None:
         return False, "missing /workspace or /home/node mount"
-    if os.path.realpath(ws.get("Source", "")) != os.path.realpath(workspace):
+    if workspace_volume is not None:
+        if ws.get("Name") != workspace_volume:
+            return False, "workspace volume changed"
+    elif os.path.realpath(ws.get("Source", "")) != os.path.realpath(workspace):
         return False, "workspace path changed"
     if bool(ws.get("RW")) == read_only:
         return False, "workspace must be read-only" if read_only else "workspace must be writable"
@@ -338,22 +364,24 @@ async def ensure_container(host: DockerHost, request: InstanceRequest, *, worksp
 
     client = await host.client()
     name = request.container_name
+    ws_volume = f"{WORKSPACE_VOLUME_PREFIX}{name}" if host.archive else None
+    spec = create_kwargs(request, workspace=workspace, volume=volume)
+    spec["labels"] = host_labels(request, host.name)
 
     def _create_and_start() -> dict | None:
         """Create+start; returns the existing container's inspect data on a name conflict."""
         host_config = client.api.create_host_config(**host_config_kwargs(request, workspace=workspace, volume=volume,
-                                                                         hardening=hardening))
+                                                                         hardening=hardening,
+                                                                         workspace_volume=ws_volume))
         try:
-            created = client.api.create_container(host_config=host_config,
-                                                  **create_kwargs(request, workspace=workspace, volume=volume))
+            created = client.api.create_container(host_config=host_config, **spec)
         except docker.errors.APIError as exc:
             if exc.status_code != 409:
                 raise
             try:
                 return client.api.inspect_container(name)
             except docker.errors.NotFound:  # removed meanwhile: try once more
-                created = client.api.create_container(host_config=host_config,
-                                                      **create_kwargs(request, workspace=workspace, volume=volume))
+                created = client.api.create_container(host_config=host_config, **spec)
         client.api.start(created["Id"])
         return None
 
@@ -361,7 +389,7 @@ async def ensure_container(host: DockerHost, request: InstanceRequest, *, worksp
     action, reason = "created", ""
     if existing is not None:
         ok, reason = mounts_match(existing, workspace=workspace, volume=volume,
-                                  read_only=workspace_read_only(request))
+                                  read_only=workspace_read_only(request), workspace_volume=ws_volume)
         if not request.reuse_container:
             ok, reason = False, "reuse_container is false"
         if ok:

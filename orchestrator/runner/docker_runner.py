@@ -49,7 +49,7 @@ from ..errors import (
 from ..jsonlog import ComponentLog, utc_now_iso
 from ..naming import ghash, session_volume_name
 from ..sanitize import SECRET_ENV_VARS, Sanitizer, default_sanitizer
-from . import git_cmd, git_ops, secret_scan, structured, watchdog
+from . import archive, git_cmd, git_ops, secret_scan, structured, watchdog
 from .base import RunnerEventCallback
 from .docker_containers import DockerHost, ensure_container, selinux_enabled, workspace_read_only
 from .docker_exec import ExecOutput, run_exec
@@ -346,6 +346,8 @@ class DockerRunner:
             # the finalize stop does not wait for the import: both take a tenth of a
             # second or so, and the task's end is the later of the two.
             try:
+                if self.host.archive and request.import_policy != "never":
+                    await self._archive_bundle_out(request, workspace, ws_info, on_event)
                 artifact = await self._import_while_stopping(request, workspace, ws_info, on_event)
             except RunnerError as exc:
                 if not request.finalize:
@@ -493,6 +495,8 @@ class DockerRunner:
         await anyio.lowlevel.checkpoint_if_cancelled()
         if unexpected:
             raise unexpected[0]
+        if failure is None and self.host.archive and first.get("ready") is not None:
+            failure = await self._archive_copy_in(request, workspace, first["ready"], on_event)
         if failure is not None:
             if "ready" in first:
                 await self._stop_quietly(request, on_event)
@@ -559,10 +563,18 @@ class DockerRunner:
         first: dict[str, Any] = {"ws_info": kept}
         try:
             first["ready"] = await ensure_container(self.host, request, workspace=kept.path,
-                                                    volume=self._volume_name(request), fresh_workspace=True)
+                                                    volume=self._volume_name(request), fresh_workspace=True,
+                                                    hardening=self.hardening)
         except RunnerError as exc:
             first["error"] = exc
         first["duration_s"] = round(time.monotonic() - t, 4)
+        if self.host.archive and first.get("ready") is not None:
+            # A remote engine: a container that still exists keeps the work in its
+            # workspace volume; a new one gets the kept clone through the archive API.
+            failure = await self._archive_copy_in(request, kept.path, first["ready"], on_event)
+            if failure is not None:
+                await self._stop_quietly(request, on_event)
+                return first, failure
         removed = []
         if "ready" in first:
             removed = await anyio.to_thread.run_sync(git_ops.clear_stale_git_locks, kept.path,
@@ -608,8 +620,17 @@ class DockerRunner:
             raise result["error"]
         return result["artifact"]
 
-    async def _probe(self, request: InstanceRequest, workspace: Path) -> watchdog.Probe | None:
+    async def _probe(self, request: InstanceRequest, workspace: Path,
+                     on_event: RunnerEventCallback | None = None) -> watchdog.Probe | None:
         """Where the watchdog reads this container's numbers (None when the container cannot be inspected)."""
+        if self.host.archive:
+            # Another machine's engine: its container's pid, cgroup and /tmp are not
+            # on this machine (a pid here would be some other process), and the agent
+            # writes a volume there, not the local clone. Only the container's own
+            # limits apply.
+            self._emit(request, on_event, "runner.watchdog.skipped", host=self.host.name,
+                       reason="remote engine: only the container's limits apply")
+            return None
         try:
             info = await self.host.api(f"inspect container {request.container_name}", "inspect_container",
                                        request.container_name)
@@ -666,6 +687,32 @@ class DockerRunner:
         raise SecretLeakError(f"the agent committed what looks like a credential, so its branch was not imported: "
                               f"{where}. The workspace {workspace} is kept for inspection; set "
                               f"runner.secret_scan: warn to import such branches anyway")
+
+    async def _archive_copy_in(self, request: InstanceRequest, workspace: Path, ready: Any,
+                               on_event: RunnerEventCallback | None) -> RunnerError | None:
+        """Remote engine: the clone travels into the container's /workspace volume.
+
+        A container that already existed (a resumed task) keeps the workspace its
+        volume holds, as a kept bind-mounted workspace would."""
+        if ready.action not in ("created", "replaced"):
+            return None
+        t = time.monotonic()
+        try:
+            sent = await archive.copy_in(self.host, request.container_name, workspace,
+                                         read_only=workspace_read_only(request))
+        except RunnerError as exc:
+            return exc
+        self._emit(request, on_event, "runner.archive.copied_in", phase="workspace", host=self.host.name,
+                   bytes=sent, duration_s=round(time.monotonic() - t, 4))
+        return None
+
+    async def _archive_bundle_out(self, request: InstanceRequest, workspace: Path, ws_info: Any,
+                                  on_event: RunnerEventCallback | None) -> None:
+        """Remote engine: the agent's commits come back as a git bundle into the local clone."""
+        t = time.monotonic()
+        got = await archive.bundle_out(self.host, request.container_name, workspace, ws_info.base_commit)
+        self._emit(request, on_event, "runner.archive.bundle_read", phase="import", host=self.host.name,
+                   bytes=got["bytes"], head=got["head"], duration_s=round(time.monotonic() - t, 4))
 
     def _volume_name(self, request: InstanceRequest) -> str:
         sgk = request.session_group_key or request.task_key
@@ -792,7 +839,7 @@ class DockerRunner:
         t = time.monotonic()
         self._emit(request, on_event, "runner.exec.started", phase="execute", attempt=n,
                    resume_session_id=resume, prompt_via_stdin=payload is not None)
-        probe = await self._probe(request, workspace)
+        probe = await self._probe(request, workspace, on_event)
         tripped: list[str] = []
         self._live_agents.add(request.container_name)
         ran: dict[str, Any] = {}

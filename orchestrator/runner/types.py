@@ -15,8 +15,9 @@ ImportPolicy = Literal["auto", "never", "always"]
 ConflictPolicy = Literal["fail", "overwrite", "suffix"]
 Status = Literal["success", "failed", "timeout", "interrupted"]
 # internal: the orchestrator's own bug (never retried); session_corrupted: the
-# agent could not resume its recorded session (the next attempt starts a new one).
-ErrorCategory = Literal["timeout", "api", "container", "git", "command", "secret", "resource", "output_invalid",
+# agent could not resume its recorded session (the next attempt starts a new one);
+# docker: the Docker host of runner.hosts the task ran on stopped answering.
+ErrorCategory = Literal["timeout", "api", "container", "docker", "git", "command", "secret", "resource", "output_invalid",
                         "internal", "session_corrupted"]
 UncommittedPolicy = Literal["commit", "discard"]
 NetworkEgress = Literal["online", "offline", "proxy"]

@@ -15,8 +15,10 @@ limit was hit:
 
 All three are read from this machine (the cgroup file, the container's root
 through ``/proc/<pid>/root``, the bind-mounted workspace). A check whose
-source is not visible here (another host's engine) is skipped, and
-the container's own limits still hold.
+source is not visible here is skipped, and the container's own limits still
+hold. On a remote engine of ``runner.hosts`` (archive path) none of them is
+made: the container's pid and cgroup belong to the other machine, and the
+agent writes a volume there (see ``DockerRunner._probe``).
 """
 
 from __future__ import annotations

@@ -1,0 +1,123 @@
+"""``orchestrator --hosts`` and the multi-host side of the cleanup commands.
+
+With ``runner.hosts`` configured (or ``--docker-host`` given), the cleanup
+commands visit every engine, not only the local one; ``--hosts`` checks each
+engine: does it answer (and how fast), its Docker version, whether it has the
+run's image with this machine's image ID, and how many slots are free.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import anyio
+
+from .config import Config
+from .errors import RunnerError
+from .runner.docker_containers import (
+    WORKSPACE_VOLUME_PREFIX,
+    DockerHost,
+    list_containers,
+    remove_containers,
+    remove_run_volumes,
+)
+from .runner.hosts import HostSpec, docker_host, resolve_hosts
+from .runner.images import image_id
+
+
+def engines(config: Config) -> list[tuple[str, DockerHost]]:
+    """(label, DockerHost) for every engine the configuration names; the local one without hosts."""
+    if not config.runner.hosts:
+        return [("local", DockerHost(name="local"))]
+    return [(spec.shown, docker_host(spec)) for spec in resolve_hosts(config.runner.hosts)]
+
+
+async def _workspace_volumes(host: DockerHost, run_id: str | None, names: list[str]) -> list[str]:
+    """The per-task /workspace volumes (remote engines) of these containers or of a run."""
+    filters: dict[str, Any] = {"name": WORKSPACE_VOLUME_PREFIX}
+    if run_id:
+        filters["label"] = [f"run_id={run_id}"]
+    listing = await host.api("list volumes", "volumes", filters=filters)
+    found = [v["Name"] for v in (listing or {}).get("Volumes") or [] if v["Name"].startswith(WORKSPACE_VOLUME_PREFIX)]
+    if run_id:
+        return found
+    wanted = {f"{WORKSPACE_VOLUME_PREFIX}{n}" for n in names}
+    return [v for v in found if v in wanted]
+
+
+async def remove_with_workspaces(host: DockerHost, names: list[str], run_id: str | None = None) -> list[str]:
+    """Remove containers, then the workspace volumes they leave behind; returns the volumes removed."""
+    await remove_containers(names, host=host)
+    volumes = await _workspace_volumes(host, run_id, names)
+    for volume in volumes:
+        await host.api(f"remove volume {volume}", "remove_volume", volume, force=True)
+    return volumes
+
+
+async def workspace_volumes_of(host: DockerHost, names: list[str]) -> list[str]:
+    """The workspace volumes (remote engines) that removing these containers also removes."""
+    return await _workspace_volumes(host, None, names)
+
+
+async def cleanup_run_everywhere(config: Config, run_id: str) -> tuple[int, int]:
+    """--cleanup-run on every engine: (containers, volumes) removed."""
+    containers = volumes = 0
+    for label, host in engines(config):
+        try:
+            names = [c["name"] for c in await list_containers(run_id, host=host)]
+            volumes += len(await remove_with_workspaces(host, names, run_id))
+            volumes += len(await remove_run_volumes(run_id, host=host))
+            containers += len(names)
+        except RunnerError as exc:
+            print(f"warning: Docker host {label} not cleaned: {exc}")
+        finally:
+            await host.aclose()
+    return containers, volumes
+
+
+async def _check_one(spec: HostSpec, image: str, reference: str | None) -> dict[str, Any]:
+    host = docker_host(spec)
+    row: dict[str, Any] = {"name": spec.name, "engine": spec.shown, "ok": False}
+    try:
+        with anyio.fail_after(30):
+            t = time.monotonic()
+            await host.api(f"ping {spec.name}", "ping")
+            row["rtt_ms"] = round((time.monotonic() - t) * 1000, 1)
+            row["version"] = (await host.api(f"version of {spec.name}", "version")).get("Version", "?")
+            found = await image_id(host, image)
+            running = [c for c in await list_containers(host=host) if c["status"] == "running"]
+    except (RunnerError, TimeoutError) as exc:
+        row["error"] = str(exc) or "no answer within 30 s"
+        return row
+    finally:
+        await host.aclose()
+    row["image"] = "missing" if found is None else ("same" if reference in (None, found) else "different build")
+    row["free_slots"] = max(0, spec.max_parallel - len(running))
+    row["max_parallel"] = spec.max_parallel
+    row["ok"] = row["image"] == "same"
+    return row
+
+
+async def check_hosts(config: Config) -> int:
+    """``orchestrator --hosts``: one line per engine; exit 1 when any is down or lacks the image."""
+    image = config.runner.docker_image
+    specs = resolve_hosts(config.runner.hosts) if config.runner.hosts else [HostSpec("local", None, 0)]
+    local = DockerHost(name="local")
+    try:
+        reference = await image_id(local, image)
+    except RunnerError:
+        reference = None
+    finally:
+        await local.aclose()
+    rows = [await _check_one(spec, image, reference) for spec in specs]
+    for row in rows:
+        if "error" in row:
+            print(f"{row['name']:<12} DOWN  {row['engine']}: {row['error']}")
+            continue
+        print(f"{row['name']:<12} up    Docker {row['version']}, rtt {row['rtt_ms']} ms, image {image}: "
+              f"{row['image']}, free slots {row['free_slots']}/{row['max_parallel']}  ({row['engine']})")
+    bad = [r for r in rows if not r["ok"]]
+    if bad:
+        print(f"{len(bad)} of {len(rows)} host(s) not ready; a missing image: rerun with --sync-image")
+    return 1 if bad else 0

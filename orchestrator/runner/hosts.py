@@ -1,0 +1,507 @@
+"""Several Docker engines for one run: which engines, and which task goes where.
+
+``runner.hosts`` (or repeated ``--docker-host NAME=URL[:N]``) lists engines:
+``{name: local}`` is this machine's engine (bind mounts, as without hosts);
+``{name, docker: URL}`` and ``{name, context: NAME}`` are engines reached the
+way the Docker CLI reaches them, and are treated as remote: the workspace
+travels through the archive API (see archive.py).
+
+:class:`MultiHostRunner` is a :class:`~orchestrator.runner.base.TaskRunner`
+over one :class:`DockerRunner` per engine. A task goes to the engine with the
+most free slots (ties: the one listed first); a task resuming an agent session
+goes to the engine that holds its session volume. An engine that stops
+answering is marked down, its task fails there as a ``docker`` error naming it
+and is placed again on another engine, fresh (the caller hears of it as a
+``runner.session.reset`` with reason ``host_down``); a down engine is probed
+again every 30 s.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import anyio
+import msgspec
+
+from ..errors import ConfigError, HostDownError, PreflightError, RunnerError
+from .base import RunnerEventCallback
+from .docker_containers import DEFAULT_CLIENT_TIMEOUT_S, DEFAULT_THREADS, DockerHost, default_client_factory
+from .types import InstanceRequest, RunnerResult
+
+LOCAL = "local"
+PROBE_INTERVAL_S = 30.0
+WATCH_INTERVAL_S = 10.0
+DEFAULT_HOST_SLOTS = 4
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+_SCHEMES = ("ssh", "tcp", "unix", "npipe")
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    """One configured engine, resolved to a URL (None: the local engine)."""
+
+    name: str
+    url: str | None
+    max_parallel: int
+    tls: Any = None  # docker.tls.TLSConfig for tcp:// engines that use TLS
+
+    @property
+    def remote(self) -> bool:
+        return self.url is not None
+
+    @property
+    def shown(self) -> str:
+        return f"{self.name} ({redact_url(self.url)})" if self.url else self.name
+
+
+def redact_url(url: str | None) -> str:
+    """A host URL fit for logs: any password and query string are replaced."""
+    if not url:
+        return "local engine"
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    if ":" not in netloc.rpartition("@")[0] and not parts.query and not parts.fragment:
+        return url  # nothing secret-looking; urlunsplit would also turn unix:/// into unix:/
+    if "@" in netloc:
+        userinfo, _, hostport = netloc.rpartition("@")
+        user = userinfo.split(":", 1)[0]
+        netloc = f"{user}:***@{hostport}" if ":" in userinfo else f"{user}@{hostport}"
+    query = "***" if parts.query else ""
+    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+
+
+def _hide_secrets(url: str) -> None:
+    """A password or query value in a host URL may show up in a library's error text:
+    the sanitizer removes it from everything written."""
+    from urllib.parse import parse_qsl
+
+    from ..sanitize import default_sanitizer
+
+    parts = urlsplit(url)
+    userinfo = parts.netloc.rpartition("@")[0]
+    values = [userinfo.split(":", 1)[1]] if ":" in userinfo else []
+    values += [v for _, v in parse_qsl(parts.query) if v]
+    default_sanitizer().add_secrets(v for v in values if len(v) >= 4)
+
+
+def parse_host_flag(text: str) -> dict[str, Any]:
+    """``--docker-host NAME=URL[:N]`` as a ``runner.hosts`` entry.
+
+    ``N`` is the host's slot count. A ``tcp://`` URL always names its port, so
+    ``tcp://h:2376`` has no slot count and ``tcp://h:2376:8`` has 8; for
+    ``ssh://`` a trailing number is the slot count (``ssh://u@h:2222:8`` for a
+    custom ssh port). ``NAME=local[:N]`` is this machine's engine.
+    """
+    name, sep, rest = text.partition("=")
+    if not sep or not name or not rest:
+        raise ConfigError(f"--docker-host {text!r}: expected NAME=URL[:N], e.g. big1=ssh://ci@big1:16")
+    slots: int | None = None
+    head, colon, tail = rest.rpartition(":")
+    if colon and tail.isdigit():
+        is_tcp_port = head.startswith("tcp://") and head.count(":") == 1
+        if not is_tcp_port and (head == LOCAL or "://" in head):
+            slots, rest = int(tail), head
+    entry: dict[str, Any] = {"name": name, "docker": rest}
+    if slots is not None:
+        entry["max_parallel"] = slots
+    return entry
+
+
+def _context_endpoint(context: str) -> tuple[str, Any]:
+    """The engine URL (and TLS settings) of a ``docker context``."""
+    try:
+        proc = subprocess.run(["docker", "context", "inspect", context], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise PreflightError(f"cannot read docker context {context!r}: {exc}") from None
+    if proc.returncode != 0:
+        raise PreflightError(f"docker context {context!r} not found; list them with `docker context ls`")
+    info = json.loads(proc.stdout)[0]
+    endpoint = (info.get("Endpoints") or {}).get("docker") or {}
+    url = endpoint.get("Host")
+    if not url:
+        raise PreflightError(f"docker context {context!r} has no Docker endpoint")
+    tls = None
+    tls_dir = Path((info.get("Storage") or {}).get("TLSPath") or "") / "docker"
+    if url.startswith("tcp://") and (tls_dir / "ca.pem").exists():
+        import docker.tls
+
+        cert = (str(tls_dir / "cert.pem"), str(tls_dir / "key.pem")) if (tls_dir / "cert.pem").exists() else None
+        tls = docker.tls.TLSConfig(client_cert=cert, ca_cert=str(tls_dir / "ca.pem"),
+                                   verify=not endpoint.get("SkipTLSVerify"))
+    return url, tls
+
+
+def _tls_from_env(url: str) -> Any:
+    """``tcp://`` engines use TLS the way the Docker CLI does: DOCKER_CERT_PATH or ~/.docker."""
+    import os
+
+    if not url.startswith("tcp://"):
+        return None
+    cert_dir = Path(os.environ.get("DOCKER_CERT_PATH") or Path.home() / ".docker")
+    if not (cert_dir / "ca.pem").exists():
+        return None
+    import docker.tls
+
+    cert = (str(cert_dir / "cert.pem"), str(cert_dir / "key.pem")) if (cert_dir / "cert.pem").exists() else None
+    return docker.tls.TLSConfig(client_cert=cert, ca_cert=str(cert_dir / "ca.pem"),
+                                verify=os.environ.get("DOCKER_TLS_VERIFY", "1") not in ("", "0"))
+
+
+def resolve_hosts(entries: Sequence[Any]) -> list[HostSpec]:
+    """Validate ``runner.hosts`` entries (HostConfig structs or dicts) into specs."""
+    specs: list[HostSpec] = []
+    seen: set[str] = set()
+    for raw in entries:
+        entry = msgspec.to_builtins(raw) if not isinstance(raw, dict) else raw
+        name = str(entry.get("name") or "")
+        if not _NAME_RE.match(name):
+            raise ConfigError(f"runner.hosts: host name {name!r} must be letters, digits, '.', '_' or '-'")
+        if name in seen:
+            raise ConfigError(f"runner.hosts: host {name!r} is listed twice; give each engine its own name")
+        seen.add(name)
+        url, context = entry.get("docker"), entry.get("context")
+        if url == LOCAL:
+            url = None  # `--docker-host NAME=local`: this machine's engine under another name
+        if url and context:
+            raise ConfigError(f"runner.hosts: host {name!r} has both docker and context; keep one")
+        slots = entry.get("max_parallel")
+        if slots is not None and (not isinstance(slots, int) or slots < 1):
+            raise ConfigError(f"runner.hosts: host {name!r} max_parallel must be a whole number of at least 1")
+        tls = None
+        if context:
+            url, tls = _context_endpoint(context)
+        elif url:
+            _hide_secrets(url)
+            scheme = urlsplit(url).scheme
+            if scheme not in _SCHEMES:
+                raise ConfigError(f"runner.hosts: host {name!r} URL {redact_url(url)!r} must start with "
+                                  "ssh://, tcp:// or unix://")
+            tls = _tls_from_env(url)
+        elif name != LOCAL and entry.get("docker") != LOCAL:
+            raise ConfigError(f"runner.hosts: host {name!r} needs docker: URL or context: NAME "
+                              f"(only the host named {LOCAL!r} means this machine's engine)")
+        specs.append(HostSpec(name=name, url=url, max_parallel=slots or DEFAULT_HOST_SLOTS, tls=tls))
+    return specs
+
+
+def client_factory(spec: HostSpec, timeout: int = DEFAULT_CLIENT_TIMEOUT_S) -> Callable[[], Any]:
+    if spec.url is None:
+        return lambda: default_client_factory(timeout=timeout)
+
+    def make():
+        import docker
+
+        return docker.DockerClient(base_url=spec.url, tls=spec.tls, timeout=timeout, max_pool_size=DEFAULT_THREADS,
+                                   use_ssh_client=spec.url.startswith("ssh://"))
+    return make
+
+
+def docker_host(spec: HostSpec, limiter: anyio.CapacityLimiter | None = None) -> DockerHost:
+    return DockerHost(client_factory(spec), limiter, name=spec.name, archive=spec.remote)
+
+
+# ---------------------------------------------------------------- placement
+
+
+@dataclass
+class _Slot:
+    spec: HostSpec
+    runner: Any  # DockerRunner
+    running: int = 0
+    down: bool = False
+    next_probe: float = 0.0
+    reason: str = ""
+
+    @property
+    def free(self) -> int:
+        return 0 if self.down else self.spec.max_parallel - self.running
+
+
+@dataclass
+class HostStatus:
+    name: str
+    running: int
+    free: int
+    down: bool
+    reason: str = ""
+
+
+@dataclass
+class _Waiters:
+    changed: anyio.Event = field(default_factory=anyio.Event)
+
+    def notify(self) -> None:
+        self.changed.set()
+        self.changed = anyio.Event()
+
+
+class AllHostsDown(HostDownError):
+    """Every configured engine has stopped answering."""
+
+
+class MultiHostRunner:
+    """A TaskRunner that places each task on one of several Docker engines."""
+
+    def __init__(self, specs: Sequence[HostSpec], make_runner: Callable[[DockerHost], Any], *,
+                 on_host_event: Callable[[dict[str, Any]], None] | None = None,
+                 on_all_down: Callable[[], None] | None = None,
+                 probe_interval_s: float = PROBE_INTERVAL_S, watch_interval_s: float = WATCH_INTERVAL_S) -> None:
+        if not specs:
+            raise ConfigError("runner.hosts is empty")
+        self.slots = [_Slot(spec, make_runner(docker_host(spec))) for spec in specs]
+        # Each DockerRunner forwards the git layer's log lines to runner.jsonl; one is enough.
+        import logging
+
+        for slot in self.slots[1:]:
+            logging.getLogger("orchestrator.runner").removeHandler(slot.runner._forward)
+        self.probe_interval_s = probe_interval_s
+        self.watch_interval_s = watch_interval_s
+        self._waiters = _Waiters()
+        self._on_host_event = on_host_event
+        # Called once when every host is down: the run stops, resumably, instead of
+        # failing its tasks one by one (without it, placement raises AllHostsDown).
+        self._on_all_down = on_all_down
+        self._all_down_told = False
+        # Told the whole host table whenever a host goes down or comes back (the
+        # orchestration records it as a hosts.status event, which the dashboard reads).
+        self.on_status: Callable[[list[dict[str, Any]]], None] | None = None
+        # instance_id -> (slot, request as placed, events for the caller once run() has its callback)
+        self._reserved: dict[str, tuple[_Slot, InstanceRequest, list[dict[str, Any]]]] = {}
+
+    # ---- status ---------------------------------------------------------
+
+    def status(self) -> list[HostStatus]:
+        return [HostStatus(s.spec.name, s.running, max(0, s.free), s.down, s.reason) for s in self.slots]
+
+    def status_table(self) -> list[dict[str, Any]]:
+        """The hosts, their slots and whether each is down: the ``hosts.status`` payload's list."""
+        return [{"name": s.spec.name, "max_parallel": s.spec.max_parallel, "down": s.down,
+                 **({"reason": s.reason} if s.down and s.reason else {})} for s in self.slots]
+
+    def _status_changed(self) -> None:
+        if self.on_status is not None:
+            self.on_status(self.status_table())
+
+    def _task_event(self, request: InstanceRequest, on_event: RunnerEventCallback | None, type_: str,
+                    level: str = "info", **fields: Any) -> None:
+        """A placement event of one task: to runner.jsonl and to the caller, like the runner's own."""
+        ids = {"run_id": request.run_id, "instance_id": request.instance_id, "task_key": request.task_key}
+        self.slots[0].runner.log.log(level, type_, **ids, **fields)
+        if on_event is not None:
+            on_event({"type": type_, **ids, **fields})
+
+    def _event(self, type_: str, **fields: Any) -> None:
+        if self._on_host_event is not None:
+            self._on_host_event({"type": type_, **fields})
+
+    # ---- health -----------------------------------------------------------
+
+    async def _answers(self, slot: _Slot, timeout: float = 10.0) -> bool:
+        host: DockerHost = slot.runner.host
+
+        try:
+            with anyio.fail_after(timeout):
+                await host.api(f"ping {slot.spec.name}", "ping")
+            return True
+        except (RunnerError, TimeoutError):
+            return False
+
+    def _mark_down(self, slot: _Slot, reason: str) -> None:
+        if not slot.down:
+            slot.down, slot.reason = True, reason
+            self._event("runner.host.down", host=slot.spec.name, reason=reason)
+            self._status_changed()
+        slot.next_probe = time.monotonic() + self.probe_interval_s
+        self._waiters.notify()
+
+    async def _probe_down_hosts(self) -> None:
+        now = time.monotonic()
+        for slot in self.slots:
+            if slot.down and now >= slot.next_probe:
+                slot.next_probe = now + self.probe_interval_s
+                await slot.runner.host.aclose()  # a fresh connection: the old pool may be dead
+                if await self._answers(slot):
+                    slot.down, slot.reason = False, ""
+                    self._all_down_told = False
+                    self._event("runner.host.up", host=slot.spec.name)
+                    self._status_changed()
+                    self._waiters.notify()
+
+    # ---- placement ----------------------------------------------------------
+
+    async def _holds_volume(self, slot: _Slot, volume: str) -> bool:
+        try:
+            await slot.runner.host.api(f"inspect volume {volume}", "inspect_volume", volume)
+            return True
+        except RunnerError:
+            return False
+
+    async def _session_home(self, request: InstanceRequest) -> _Slot | None:
+        """The engine that holds this task's session volume, if any answers."""
+        volume = self.slots[0].runner._volume_name(request)
+        for slot in self.slots:
+            if not slot.down and await self._holds_volume(slot, volume):
+                return slot
+        return None
+
+    def _pick(self, exclude: set[str]) -> _Slot | None:
+        best: _Slot | None = None
+        for slot in self.slots:  # ties go to the host listed first
+            if slot.spec.name in exclude or slot.free <= 0:
+                continue
+            if best is None or slot.free > best.free:
+                best = slot
+        return best
+
+    async def _acquire(self, exclude: set[str], prefer: _Slot | None) -> _Slot:
+        while True:
+            await self._probe_down_hosts()
+            if prefer is not None and not prefer.down and prefer.free > 0:
+                slot = prefer
+            else:
+                slot = self._pick(exclude)
+            if slot is not None:
+                slot.running += 1
+                return slot
+            if all(s.down or s.spec.name in exclude for s in self.slots):
+                names = ", ".join(s.spec.name for s in self.slots)
+                if not self._stop_when_all_down():
+                    raise AllHostsDown(f"every Docker host is down or already failed this task ({names}); "
+                                       "fix the hosts and resume the run")
+                # Every host is down: the caller was told to stop the run (resumably);
+                # until it does, keep probing in case a host comes back.
+            with anyio.move_on_after(1.0):  # also wakes for the next probe of a down host
+                await self._waiters.changed.wait()
+
+    def _stop_when_all_down(self) -> bool:
+        """True when every host is down and the caller stops the run on that (told once)."""
+        if self._on_all_down is None or not all(s.down for s in self.slots):
+            return False
+        if not self._all_down_told:
+            self._all_down_told = True
+            self._on_all_down()
+        return True
+
+    def _release(self, slot: _Slot) -> None:
+        slot.running -= 1
+        self._waiters.notify()
+
+    async def _first_slot(self, request: InstanceRequest) -> tuple[_Slot, InstanceRequest, list[dict[str, Any]]]:
+        prefer: _Slot | None = None
+        told: list[dict[str, Any]] = []
+        if request.session_id:
+            prefer = await self._session_home(request)
+        slot = await self._acquire(set(), prefer)
+        if request.session_id and prefer is None:
+            # No answering engine holds the session volume (its host is gone or no
+            # longer configured): the agent starts a fresh session where it is placed.
+            volume = self.slots[0].runner._volume_name(request)
+            told.append({"type": "runner.session.reset", "reason": "host_gone", "host": slot.spec.name,
+                         "previous_session_id": request.session_id,
+                         "detail": f"no answering Docker host holds the session volume {volume}; "
+                                   f"a fresh session starts on host {slot.spec.name}"})
+            self._event("runner.host.session_lost", task_key=request.task_key, session_id=request.session_id,
+                        host=slot.spec.name)
+            request = msgspec.structs.replace(request, session_id=None)
+        return slot, request, told
+
+    def _tell(self, request: InstanceRequest, on_event: RunnerEventCallback | None, told: list[dict[str, Any]]) -> None:
+        for event in told:
+            fields = {k: v for k, v in event.items() if k != "type"}
+            self._task_event(request, on_event, event["type"], "warn", **fields)
+
+    async def reserve(self, request: InstanceRequest) -> str:
+        """Choose the task's engine (and take its slot) before it starts, so the
+        ``task.started`` record can name it; the next :meth:`run` of the task uses it."""
+        self._reserved[request.instance_id] = await self._first_slot(request)
+        return self._reserved[request.instance_id][0].spec.name
+
+    async def run(self, request: InstanceRequest, *, on_event: RunnerEventCallback | None = None) -> RunnerResult:
+        reserved = self._reserved.pop(request.instance_id, None)
+        slot, request, told = reserved if reserved is not None else await self._first_slot(request)
+        self._tell(request, on_event, told)
+        tried: set[str] = set()
+        while True:
+            name = slot.spec.name
+            self._task_event(request, on_event, "runner.host.assigned", host=name)
+            try:
+                result = await self._run_watched(slot, request, on_event)
+            except RunnerError as exc:
+                result = RunnerResult(status="failed", instance_id=request.instance_id, error_type=exc.category,
+                                      error=str(exc), container_name=request.container_name)
+            finally:
+                self._release(slot)
+            if result.status == "success" or result.error_type not in ("container", "docker"):
+                return result
+            if not slot.down and await self._answers(slot):
+                return result
+            # The engine itself is gone, not just the container: a "docker" failure
+            # naming the host, and the task moves to another host.
+            message = f"Docker host {name} stopped answering: {result.error or 'no answer'}"
+            self._mark_down(slot, message)
+            tried.add(name)
+            failed = msgspec.structs.replace(result, error_type="docker", error=message)
+            self._task_event(request, on_event, "runner.host.replaced", "warn", host=name, error=message,
+                             error_type="docker")
+            if all(s.down or s.spec.name in tried for s in self.slots) and not self._stop_when_all_down():
+                return failed
+            slot = await self._acquire(tried, None)
+            # Placed again on another engine, fresh: the session volume and the
+            # agent's work in the workspace volume stayed on the dead one.
+            self._tell(request, on_event, [{
+                "type": "runner.session.reset", "reason": "host_down", "host": slot.spec.name,
+                "previous_session_id": request.session_id, "error_type": "docker",
+                "detail": f"{message}; the task starts afresh on host {slot.spec.name}"}])
+            request = msgspec.structs.replace(request, session_id=None, resume_workspace=False)
+
+    async def _run_watched(self, slot: _Slot, request: InstanceRequest,
+                           on_event: RunnerEventCallback | None) -> RunnerResult:
+        """The task on its engine, while the engine is asked every ``watch_interval_s``
+        whether it still answers: a dead engine would otherwise cost the runner's
+        whole retry schedule (minutes) before the task could move elsewhere."""
+        outcome: dict[str, Any] = {}
+
+        async def task(scope: anyio.CancelScope) -> None:
+            try:
+                outcome["result"] = await slot.runner.run(request, on_event=on_event)
+            except Exception as exc:
+                # Kept inside the group and raised below as itself: leaving the group it
+                # would be wrapped in an ExceptionGroup, which the caller's `except
+                # RunnerError` misses (a git failure would be reported as our own bug).
+                outcome["error"] = exc
+            scope.cancel()
+
+        async def watch(scope: anyio.CancelScope) -> None:
+            while True:
+                await anyio.sleep(self.watch_interval_s)
+                if slot.down or not await self._answers(slot):
+                    self._mark_down(slot, f"Docker host {slot.spec.name} stopped answering")
+                    scope.cancel()
+                    return
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(task, tg.cancel_scope)
+            tg.start_soon(watch, tg.cancel_scope)
+        if "error" in outcome:
+            raise outcome["error"]
+        if "result" in outcome:
+            return outcome["result"]
+        # The watcher stopped the task: the runner has stopped what it could, shielded.
+        return RunnerResult(status="failed", instance_id=request.instance_id, error_type="docker",
+                            error="no answer while the task ran", container_name=request.container_name)
+
+    async def aclose(self) -> None:
+        for slot in self.slots:
+            await slot.runner.aclose()
+
+
+__all__ = ["AllHostsDown", "HostSpec", "HostStatus", "MultiHostRunner", "client_factory", "docker_host",
+           "parse_host_flag", "redact_url", "resolve_hosts"]

@@ -1,0 +1,135 @@
+"""The run's image on every engine: the same image ID everywhere, or a clear stop.
+
+Agents on different engines must run the same bits, so the pre-flight compares
+image IDs (not tags). An engine that lacks the image, or has another build
+under the same tag, gets it streamed from this machine's engine
+(``docker save | docker load`` through the API, with a progress line) when
+``--sync-image`` is given; otherwise the run stops with one line naming the
+host and the command that fixes it.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+
+import anyio
+import anyio.to_thread
+
+from ..errors import PreflightError, RunnerError
+from .docker_containers import DockerHost
+from .hosts import HostSpec, docker_host, redact_url
+
+ProgressFn = Callable[[str], None]
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+async def image_id(host: DockerHost, image: str) -> str | None:
+    import docker.errors
+
+    client = await host.client()
+
+    def _get() -> str | None:
+        try:
+            return client.api.inspect_image(image)["Id"]
+        except docker.errors.NotFound:
+            return None
+
+    return await host.call(f"inspect image {image}", _get)
+
+
+def fix_command(spec: HostSpec, image: str) -> str:
+    target = f"-H {redact_url(spec.url)}" if spec.url else ""
+    return f"docker save {image} | docker {target} load".replace("  ", " ")
+
+
+def _counting(chunks: Iterator[bytes], name: str, total: int, progress: ProgressFn) -> Iterator[bytes]:
+    sent, last = 0, 0.0
+    for chunk in chunks:
+        sent += len(chunk)
+        now = time.monotonic()
+        if now - last >= 2.0:
+            last = now
+            pct = f" ({100 * sent // total}%)" if total else ""
+            progress(f"syncing image to host {name}: {sent >> 20} MiB of about {total >> 20} MiB{pct}")
+        yield chunk
+    progress(f"syncing image to host {name}: {sent >> 20} MiB sent, loading")
+
+
+async def sync_image(source: DockerHost, target: DockerHost, spec: HostSpec, image: str,
+                     progress: ProgressFn = _stderr) -> int:
+    """Stream ``image`` from ``source`` into ``target``; returns the bytes sent."""
+    src = await source.client()
+    dst = await target.client()
+    info = await source.call(f"inspect image {image}", src.api.inspect_image, image)
+    total = int(info.get("Size") or 0)
+    counter: dict[str, int] = {"bytes": 0}
+
+    def _stream() -> None:
+        chunks = src.api.get_image(image, chunk_size=1 << 20)
+
+        def counted():
+            for chunk in _counting(chunks, spec.name, total, progress):
+                counter["bytes"] += len(chunk)
+                yield chunk
+
+        for _ in dst.api.load_image(counted(), quiet=True):
+            pass
+
+    await target.call(f"load image {image} on host {spec.name}", _stream)
+    return counter["bytes"]
+
+
+async def preflight_images(specs: Sequence[HostSpec], image: str, *, sync: bool,
+                           progress: ProgressFn = _stderr) -> dict[str, str]:
+    """Every host has ``image`` with this machine's image ID (syncing it if asked).
+
+    Returns host name -> image ID. Raises PreflightError naming the host.
+    """
+    local = DockerHost(name="local")
+    hosts = {spec.name: docker_host(spec) for spec in specs}
+    try:
+        try:
+            reference = await image_id(local, image)
+        except RunnerError as exc:
+            reference = None
+            if any(not s.remote for s in specs) or sync:
+                raise PreflightError(f"this machine's Docker engine does not answer: {exc}") from None
+        ids: dict[str, str] = {}
+        for spec in specs:
+            host = hosts[spec.name]
+            try:
+                with anyio.fail_after(60):
+                    found = await image_id(host, image)
+            except (RunnerError, TimeoutError) as exc:
+                raise PreflightError(f"Docker host {spec.shown} does not answer: {exc}; "
+                                     "check it with `orchestrator --hosts`") from None
+            if reference is None:
+                if found is None:
+                    raise PreflightError(f"Docker image {image!r} not found on host {spec.name} nor on this machine; "
+                                         f"build it with scripts/setup-docker.sh (or: docker build -t {image} .)")
+                reference = found
+            if found != reference:
+                if not sync or not spec.remote:
+                    what = "lacks" if found is None else "has a different build of"
+                    raise PreflightError(f"Docker host {spec.name} {what} image {image!r} (want ID {reference[:19]}); "
+                                         f"fix: {fix_command(spec, image)}  (or pass --sync-image)")
+                progress(f"host {spec.name} {'lacks' if found is None else 'has another build of'} {image}: syncing it")
+                await sync_image(local, host, spec, image, progress)
+                found = await image_id(host, image)
+                if found != reference:
+                    raise PreflightError(f"image sync to host {spec.name} ended with ID {found} instead of "
+                                         f"{reference[:19]}; try: {fix_command(spec, image)}")
+            ids[spec.name] = found
+        return ids
+    finally:
+        await local.aclose()
+        for host in hosts.values():
+            await host.aclose()
+
+
+__all__ = ["fix_command", "image_id", "preflight_images", "sync_image"]
