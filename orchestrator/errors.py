@@ -100,7 +100,7 @@ class BranchExistsError(GitError):
 class ContainerError(RunnerError):
     """Docker could not create, start or exec the container, or it died."""
 
-    category = "container"
+    category: ErrorCategory = "container"
 
 
 class HostDownError(ContainerError):

@@ -399,11 +399,10 @@ async def resume(args) -> int:
                           cli_overrides=deep_merge(manifest.cli_overrides, _cli_overrides(args)))
     default_sanitizer().add_secrets(v for k, v in current.environ.items() if k in SECRET_ENV_VARS)
     loaded = _resumed_config(dirs, manifest, current)
-    max_parallel = manifest.max_parallel
     if args.max_parallel is not None:
         if args.max_parallel < 1:
             raise ConfigError(f"--max-parallel must be at least 1 (got {args.max_parallel})")
-        max_parallel = manifest.max_parallel = args.max_parallel
+        manifest.max_parallel = args.max_parallel
     strategy = load_strategy(manifest.strategy_spec)
     plugin = _check_plugin(manifest.plugin, manifest.model, strategy)
     auth = resolve_auth(loaded.environ, plugin=manifest.plugin, mode=manifest.mode, dry_run=manifest.dry_run)
@@ -575,7 +574,12 @@ async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resum
     _guard(prep.strategy, config, olog)
     run_scope_box: list[anyio.CancelScope] = []
     # With several hosts, all of them down stops the run the way Ctrl+C does: resumably.
-    runner = _make_runner(prep, log_dir, olog, stop_run=lambda: [s.cancel() for s in run_scope_box])
+
+    def stop_run() -> None:
+        for scope in run_scope_box:
+            scope.cancel()
+
+    runner = _make_runner(prep, log_dir, olog, stop_run=stop_run)
     engine = Engine(_engine_config(prep, dirs, run_id, resume_fresh=resume_fresh,
                                    structured_outputs=manifest.structured_outputs), runner, log=olog)
     if hasattr(runner, "status_table"):

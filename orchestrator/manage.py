@@ -334,7 +334,7 @@ async def _clean_containers_on_hosts(dirs: RunDirs, config: Config, dry_run: boo
         if dry_run:
             return 0
         if not force and sys.stdin.isatty():
-            answer = input(f"Remove {total} container(s)? [y/N] ")
+            answer = await anyio.to_thread.run_sync(input, f"Remove {total} container(s)? [y/N] ")
             if answer.strip().lower() not in ("y", "yes"):
                 print("nothing removed")
                 return 0

@@ -43,7 +43,8 @@ def tar_workspace(workspace: Path, *, read_only: bool) -> tempfile.SpooledTempor
     others: the volume must be mounted writable for the copy to land, so the
     ownership is what keeps the agent from changing it.
     """
-    out = tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES)
+    # Handed to the caller, who streams it to Docker and closes it.
+    out = tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES)  # noqa: SIM115
 
     def owner(info: tarfile.TarInfo) -> tarfile.TarInfo:
         info.uname = info.gname = ""

@@ -196,11 +196,13 @@ def client_factory(spec: HostSpec, timeout: int = DEFAULT_CLIENT_TIMEOUT_S) -> C
     if spec.url is None:
         return lambda: default_client_factory(timeout=timeout)
 
+    url = spec.url
+
     def make():
         import docker
 
-        return docker.DockerClient(base_url=spec.url, tls=spec.tls, timeout=timeout, max_pool_size=DEFAULT_THREADS,
-                                   use_ssh_client=spec.url.startswith("ssh://"))
+        return docker.DockerClient(base_url=url, tls=spec.tls, timeout=timeout, max_pool_size=DEFAULT_THREADS,
+                                   use_ssh_client=url.startswith("ssh://"))
     return make
 
 
@@ -304,11 +306,11 @@ class MultiHostRunner:
 
     # ---- health -----------------------------------------------------------
 
-    async def _answers(self, slot: _Slot, timeout: float = 10.0) -> bool:
+    async def _answers(self, slot: _Slot, within_s: float = 10.0) -> bool:
         host: DockerHost = slot.runner.host
 
         try:
-            with anyio.fail_after(timeout):
+            with anyio.fail_after(within_s):
                 await host.api(f"ping {slot.spec.name}", "ping")
             return True
         except (RunnerError, TimeoutError):
@@ -364,10 +366,7 @@ class MultiHostRunner:
     async def _acquire(self, exclude: set[str], prefer: _Slot | None) -> _Slot:
         while True:
             await self._probe_down_hosts()
-            if prefer is not None and not prefer.down and prefer.free > 0:
-                slot = prefer
-            else:
-                slot = self._pick(exclude)
+            slot = prefer if prefer is not None and not prefer.down and prefer.free > 0 else self._pick(exclude)
             if slot is not None:
                 slot.running += 1
                 return slot
