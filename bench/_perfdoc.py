@@ -15,5 +15,5 @@ def replace_section(heading: str, section: str) -> None:
         current = current.rstrip() + "\n\n" + section
     else:
         end = current.find("\n## ", start + len(heading))
-        current = current[:start] + section + (current[end + 1:] if end != -1 else "")
+        current = current[:start] + section + (current[end + 1 :] if end != -1 else "")
     DOC.write_text(current)

@@ -72,8 +72,12 @@ def timed(cmd: list[str], cwd: Path, env: dict[str, str], case: str | None = Non
 def floor_parallel(n: int) -> float:
     c0, t0 = busy_cpu_s(), time.perf_counter()
     with ThreadPoolExecutor(n) as pool:
-        list(pool.map(lambda _: subprocess.run(["docker", "run", "--rm", IMAGE, "true"], check=True,
-                                               capture_output=True), range(n)))
+        list(
+            pool.map(
+                lambda _: subprocess.run(["docker", "run", "--rm", IMAGE, "true"], check=True, capture_output=True),
+                range(n),
+            )
+        )
     CPU.setdefault("floor20", []).append(busy_cpu_s() - c0)
     return time.perf_counter() - t0
 
@@ -93,15 +97,36 @@ def main() -> None:
     load_before, retained = os.getloadavg(), retained_containers()
     with tempfile.TemporaryDirectory() as tmp:
         tmp_path = Path(tmp)
-        env = dict(os.environ, ANTHROPIC_API_KEY="sk-ant-bench-000000000000000000",
-                   ORCHESTRATOR_WORKSPACE_ROOT=str(tmp_path / "ws"), ORCHESTRATOR_LOGS_DIR=str(tmp_path / "logs"),
-                   ORCHESTRATOR_STATE_DIR=str(tmp_path / "state"), ORCHESTRATOR_RESULTS_DIR=str(tmp_path / "results"))
+        env = dict(
+            os.environ,
+            ANTHROPIC_API_KEY="sk-ant-bench-000000000000000000",
+            ORCHESTRATOR_WORKSPACE_ROOT=str(tmp_path / "ws"),
+            ORCHESTRATOR_LOGS_DIR=str(tmp_path / "logs"),
+            ORCHESTRATOR_STATE_DIR=str(tmp_path / "state"),
+            ORCHESTRATOR_RESULTS_DIR=str(tmp_path / "results"),
+        )
         base = [ORCH, "--docker-image", IMAGE, "--quiet"]
         cases = {
             "1 task": [*base, "SIM: write a.txt hi\nSIM: commit a"],
-            "20 tasks, --max-parallel 20": [*base, "SIM: write a.txt hi\nSIM: commit a", "--runs", "20", "--max-parallel", "20"],
-            "best-of-n n=5, --max-parallel 10": [*base, "add a greeting", "--strategy", "best-of-n", "-S", "n=5",
-                                                 "--max-parallel", "10", "--dry-run"],
+            "20 tasks, --max-parallel 20": [
+                *base,
+                "SIM: write a.txt hi\nSIM: commit a",
+                "--runs",
+                "20",
+                "--max-parallel",
+                "20",
+            ],
+            "best-of-n n=5, --max-parallel 10": [
+                *base,
+                "add a greeting",
+                "--strategy",
+                "best-of-n",
+                "-S",
+                "n=5",
+                "--max-parallel",
+                "10",
+                "--dry-run",
+            ],
         }
         for name, cmd in cases.items():
             times = []
@@ -109,54 +134,91 @@ def main() -> None:
                 repo = make_repo(tmp_path / f"repo_{len(results)}_{i}")
                 times.append(timed(cmd, repo, env, case=name))
             results[name], runs_of[name] = statistics.median(times), len(times)
-            print(f"{name:36s} {results[name]:6.2f} s  (runs: {', '.join(f'{t:.2f}' for t in times)}; "
-                  f"machine CPU {statistics.median(CPU[name]):.2f} s)", flush=True)
+            print(
+                f"{name:36s} {results[name]:6.2f} s  (runs: {', '.join(f'{t:.2f}' for t in times)}; "
+                f"machine CPU {statistics.median(CPU[name]):.2f} s)",
+                flush=True,
+            )
         # The runs above share one state directory, so only the first one listed every
         # retained container for the orphan cleanup (at most once per 5 minutes). A
         # run in a fresh state directory does, too: one such 20-task run.
         fresh = dict(env, ORCHESTRATOR_STATE_DIR=str(tmp_path / "state_fresh"))
         name = "20 tasks, fresh state dir"
-        results[name], runs_of[name] = timed(cases["20 tasks, --max-parallel 20"],
-                                             make_repo(tmp_path / "repo_fresh"), fresh, case=name), 1
+        results[name], runs_of[name] = (
+            timed(cases["20 tasks, --max-parallel 20"], make_repo(tmp_path / "repo_fresh"), fresh, case=name),
+            1,
+        )
         print(f"{name:36s} {results[name]:6.2f} s  (machine CPU {CPU[name][0]:.2f} s)", flush=True)
-        one = statistics.median(timed(["docker", "run", "--rm", IMAGE, "true"], tmp_path, env) for _ in range(args.repeats))
+        one = statistics.median(
+            timed(["docker", "run", "--rm", IMAGE, "true"], tmp_path, env) for _ in range(args.repeats)
+        )
         par = statistics.median(floor_parallel(20) for _ in range(3))
         src = make_repo(tmp_path / "clone_src")
-        clone = statistics.median(timed(["git", "clone", "-q", "--no-hardlinks", "--single-branch", str(src),
-                                         str(tmp_path / f"c{i}")], tmp_path, env) for i in range(args.repeats))
+        clone = statistics.median(
+            timed(
+                ["git", "clone", "-q", "--no-hardlinks", "--single-branch", str(src), str(tmp_path / f"c{i}")],
+                tmp_path,
+                env,
+            )
+            for i in range(args.repeats)
+        )
     print(f"floor: docker run --rm true {one:.2f} s; 20 in parallel {par:.2f} s; git clone {clone:.3f} s")
 
     def cpu(case: str) -> str:
         return f"{statistics.median(CPU[case]):.1f} s" if CPU.get(case) else ""
 
-    rows = [("1 task", results["1 task"], "<= 1.5 s", f"{results['1 task'] / one:.1f}x one `docker run --rm true`",
-             cpu("1 task")),
-            ("20 tasks at parallelism 20", results["20 tasks, --max-parallel 20"], f"<= 1.5x floor = {1.5 * par:.1f} s",
-             f"{results['20 tasks, --max-parallel 20'] / par:.2f}x the 20-parallel floor",
-             cpu("20 tasks, --max-parallel 20")),
-            (f"20 tasks, first run in a state directory (orphan scan of {retained} containers)",
-             results["20 tasks, fresh state dir"], "", f"{results['20 tasks, fresh state dir'] / par:.2f}x",
-             cpu("20 tasks, fresh state dir")),
-            ("best-of-n n=5 (+5 scorings) at parallelism 10", results["best-of-n n=5, --max-parallel 10"], "<= 4 s", "",
-             cpu("best-of-n n=5, --max-parallel 10"))]
+    rows = [
+        (
+            "1 task",
+            results["1 task"],
+            "<= 1.5 s",
+            f"{results['1 task'] / one:.1f}x one `docker run --rm true`",
+            cpu("1 task"),
+        ),
+        (
+            "20 tasks at parallelism 20",
+            results["20 tasks, --max-parallel 20"],
+            f"<= 1.5x floor = {1.5 * par:.1f} s",
+            f"{results['20 tasks, --max-parallel 20'] / par:.2f}x the 20-parallel floor",
+            cpu("20 tasks, --max-parallel 20"),
+        ),
+        (
+            f"20 tasks, first run in a state directory (orphan scan of {retained} containers)",
+            results["20 tasks, fresh state dir"],
+            "",
+            f"{results['20 tasks, fresh state dir'] / par:.2f}x",
+            cpu("20 tasks, fresh state dir"),
+        ),
+        (
+            "best-of-n n=5 (+5 scorings) at parallelism 10",
+            results["best-of-n n=5, --max-parallel 10"],
+            "<= 4 s",
+            "",
+            cpu("best-of-n n=5, --max-parallel 10"),
+        ),
+    ]
     table = ["| case | median wall time | target | vs floor | machine CPU (median) |", "|---|---|---|---|---|"]
     table += [f"| {a} | {b:.2f} s | {c} | {d} | {e} |" for a, b, c, d, e in rows]
-    table.append(f"| floor: `docker run --rm {IMAGE} true` | {one:.2f} s (1), {par:.2f} s (20 in parallel) | | | "
-                 f"{cpu('floor20')} (20 in parallel) |")
+    table.append(
+        f"| floor: `docker run --rm {IMAGE} true` | {one:.2f} s (1), {par:.2f} s (20 in parallel) | | | "
+        f"{cpu('floor20')} (20 in parallel) |"
+    )
     table.append(f"| floor: `git clone --no-hardlinks` (50 files) | {clone:.3f} s | | | |")
     text = "\n".join(table)
     print(text)
     if args.write_doc:
         load = os.getloadavg()
         counts = "; ".join(f"{name}: {n}" for name, n in runs_of.items())
-        section = (f"## End to end (the orchestrator command)\n\nMeasured with `uv run python bench/bench_cli.py "
-                   f"--repeats {args.repeats} --write-doc` on {date.today()}: {platform.machine()}, {os.cpu_count()} "
-                   f"CPUs, Linux {platform.release()}; load average {load_before[0]:.1f} before and {load[0]:.1f} at "
-                   f"the end; {retained} stopped orchestrator containers retained on the host at the start. Wall "
-                   f"time from process start to exit, median of the runs ({counts}). Machine CPU is the busy time "
-                   "of all CPUs during a run (the Docker daemon, runc and containers included), from /proc/stat. "
-                   "The peer implementation of the same spec took 3.7 s for 1 task, 14.2 s for 20 tasks and 8.7 s "
-                   f"for best-of-n n=5 on this kind of machine.\n\n{text}\n")
+        section = (
+            f"## End to end (the orchestrator command)\n\nMeasured with `uv run python bench/bench_cli.py "
+            f"--repeats {args.repeats} --write-doc` on {date.today()}: {platform.machine()}, {os.cpu_count()} "
+            f"CPUs, Linux {platform.release()}; load average {load_before[0]:.1f} before and {load[0]:.1f} at "
+            f"the end; {retained} stopped orchestrator containers retained on the host at the start. Wall "
+            f"time from process start to exit, median of the runs ({counts}). Machine CPU is the busy time "
+            "of all CPUs during a run (the Docker daemon, runc and containers included), from /proc/stat. "
+            "The peer implementation of the same spec took 3.7 s for 1 task, 14.2 s for 20 tasks and 8.7 s "
+            f"for best-of-n n=5 on this kind of machine.\n\n{text}\n"
+        )
         replace_section("## End to end (the orchestrator command)", section)
 
 

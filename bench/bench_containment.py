@@ -52,8 +52,9 @@ def make_repo(root: Path, files: int) -> tuple[Path, str, str]:
     git(repo, "commit", "-q", "-m", "base")
     base = git(repo, "rev-parse", "HEAD")
     for i in range(20):
-        (repo / f"pkg{i}" / f"new{i}.py").write_text("".join(f"value_{j} = compute({j}, 'text {j}')\n"
-                                                             for j in range(100)))
+        (repo / f"pkg{i}" / f"new{i}.py").write_text(
+            "".join(f"value_{j} = compute({j}, 'text {j}')\n" for j in range(100))
+        )
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "agent work")
     return repo, base, git(repo, "rev-parse", "HEAD")
@@ -78,28 +79,42 @@ def main() -> int:
         for files in (2_000, 20_000):
             repo, base, head = make_repo(Path(tmp), files)
             scan = timed(functools.partial(scan_commits, repo, base, head, SECRETS), args.repeats)
-            probe = Probe(workspace=str(repo), max_workspace_bytes=2048 * 2**20,
-                          tmp_path="/tmp" if os.path.isdir("/tmp") else None)
+            probe = Probe(
+                workspace=str(repo),
+                max_workspace_bytes=2048 * 2**20,
+                tmp_path="/tmp" if os.path.isdir("/tmp") else None,
+            )
             look = timed(functools.partial(check, probe, workspace=False), args.repeats)
             walk = timed(functools.partial(check, probe), args.repeats)
             rows.append((files, scan, look, walk))
-            print(f"{files} files: secret scan {scan:.1f} ms, watchdog look {look * 1000:.0f} µs, with the workspace walk "
-                  f"{walk:.1f} ms", flush=True)
+            print(
+                f"{files} files: secret scan {scan:.1f} ms, watchdog look {look * 1000:.0f} µs, with the workspace walk "
+                f"{walk:.1f} ms",
+                flush=True,
+            )
     load = os.getloadavg()[0]
-    section = "\n".join([
-        "## Containment (secret scan, watchdog)", "",
-        f"`uv run python bench/bench_containment.py --write-doc` on {platform.node()} ({os.cpu_count()} CPUs), "
-        f"{date.today().isoformat()}, load average {load:.1f}; medians of {args.repeats}. A task that changed 20 files "
-        "(2,000 added lines):", "",
-        "| repository | secret scan (once per task, before the import) | watchdog look (every 2 s) | "
-        "look with the workspace walk (every 10 s) |",
-        "|---|---|---|---|",
-        *[f"| {files:,} files | {scan:.1f} ms | {look * 1000:.0f} µs | {walk:.1f} ms |" for files, scan, look, walk in rows],
-        "",
-        "The scan is one `git diff` process plus a pass over the added lines; it grows with the size of the "
-        "change more than with the repository. The workspace walk grows with the checkout, which is why it runs "
-        "on every fifth look only: on a 20,000-file repository that is a few percent of one CPU per running agent, at most.",
-        ""])
+    section = "\n".join(
+        [
+            "## Containment (secret scan, watchdog)",
+            "",
+            f"`uv run python bench/bench_containment.py --write-doc` on {platform.node()} ({os.cpu_count()} CPUs), "
+            f"{date.today().isoformat()}, load average {load:.1f}; medians of {args.repeats}. A task that changed 20 files "
+            "(2,000 added lines):",
+            "",
+            "| repository | secret scan (once per task, before the import) | watchdog look (every 2 s) | "
+            "look with the workspace walk (every 10 s) |",
+            "|---|---|---|---|",
+            *[
+                f"| {files:,} files | {scan:.1f} ms | {look * 1000:.0f} µs | {walk:.1f} ms |"
+                for files, scan, look, walk in rows
+            ],
+            "",
+            "The scan is one `git diff` process plus a pass over the added lines; it grows with the size of the "
+            "change more than with the repository. The workspace walk grows with the checkout, which is why it runs "
+            "on every fifth look only: on a 20,000-file repository that is a few percent of one CPU per running agent, at most.",
+            "",
+        ]
+    )
     if args.write_doc:
         replace_section("## Containment (secret scan, watchdog)", section)
     return 0

@@ -26,8 +26,15 @@ from pathlib import Path
 import docker
 from docker.types import Mount
 
-AGENT = ["claude", "-p", "SIM: write a.txt hi\nSIM: commit a", "--output-format", "stream-json", "--verbose",
-         "--dangerously-skip-permissions"]
+AGENT = [
+    "claude",
+    "-p",
+    "SIM: write a.txt hi\nSIM: commit a",
+    "--output-format",
+    "stream-json",
+    "--verbose",
+    "--dangerously-skip-permissions",
+]
 GIT_ENV = {"GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@x", "GIT_COMMITTER_NAME": "b", "GIT_COMMITTER_EMAIL": "b@x"}
 
 
@@ -73,31 +80,56 @@ def main() -> None:
         host_config = api.create_host_config(
             binds=[f"{tmp / f'w{i}'}:/workspace:rw"],
             mounts=[Mount(target="/home/node", source=f"{tag}_v{i}", type="volume", labels={"bench": tag})],
-            tmpfs={"/tmp": "rw,exec,nosuid,nodev,size=256m,mode=1777"}, read_only=True,
-            nano_cpus=2_000_000_000, mem_limit="4g", security_opt=["no-new-privileges"])
-        created = api.create_container(image=args.image, command=["sleep", "infinity"], name=names[i], user="node",
-                                       working_dir="/workspace", environment=GIT_ENV, labels={"bench": tag},
-                                       host_config=host_config)
+            tmpfs={"/tmp": "rw,exec,nosuid,nodev,size=256m,mode=1777"},
+            read_only=True,
+            nano_cpus=2_000_000_000,
+            mem_limit="4g",
+            security_opt=["no-new-privileges"],
+        )
+        created = api.create_container(
+            image=args.image,
+            command=["sleep", "infinity"],
+            name=names[i],
+            user="node",
+            working_dir="/workspace",
+            environment=GIT_ENV,
+            labels={"bench": tag},
+            host_config=host_config,
+        )
         api.start(created["Id"])
 
     def exec_(i: int, argv: list[str]) -> None:
-        exec_id = api.exec_create(names[i], argv, user="node", workdir="/workspace",
-                                  environment={"ANTHROPIC_API_KEY": "bench-not-a-key", "TASK_KEY": f"k{i}"})["Id"]
+        exec_id = api.exec_create(
+            names[i],
+            argv,
+            user="node",
+            workdir="/workspace",
+            environment={"ANTHROPIC_API_KEY": "bench-not-a-key", "TASK_KEY": f"k{i}"},
+        )["Id"]
         api.exec_start(exec_id)
         code = api.exec_inspect(exec_id)["ExitCode"]
         if code != 0:
             raise SystemExit(f"{argv[0]} exited {code} in {names[i]}")
 
     def floor() -> None:
-        list(pool.map(lambda _: subprocess.run(["docker", "run", "--rm", args.image, "true"], check=True,
-                                               capture_output=True), range(n)))
+        list(
+            pool.map(
+                lambda _: subprocess.run(
+                    ["docker", "run", "--rm", args.image, "true"], check=True, capture_output=True
+                ),
+                range(n),
+            )
+        )
 
     print(f"| {n} at once | wall | machine CPU | CPU per container |\n|---|---|---|---|")
     try:
         measure("create + start", lambda: list(pool.map(create_start, range(n))), n)
         measure("`docker exec true`", lambda: list(pool.map(lambda i: exec_(i, ["true"]), range(n))), n)
-        measure("exec of the simulated agent (write + commit)", lambda: list(pool.map(lambda i: exec_(i, AGENT),
-                                                                                   range(n))), n)
+        measure(
+            "exec of the simulated agent (write + commit)",
+            lambda: list(pool.map(lambda i: exec_(i, AGENT), range(n))),
+            n,
+        )
         measure("stop (1 s grace, tini)", lambda: list(pool.map(lambda i: api.stop(names[i], timeout=1), range(n))), n)
         measure("floor: `docker run --rm IMAGE true`", floor, n)
     finally:

@@ -58,11 +58,22 @@ paid up front on every resume (1.31 s at 1M events before this layout).
 
 def payload(i: int) -> dict:
     key = f"{RUN}/s1/gen/{i}"
-    return {"key": key, "instance_id": f"{i:016x}", "artifact": {"type": "branch", "branch_planned": f"b_{i}",
-            "branch_final": f"b_{i}", "base": "main", "commit": f"{i:040x}", "has_changes": True},
-            "metrics": {"tokens_in": 1200, "tokens_out": 300, "cost_usd": 0.012, "duration_s": 12.5},
-            "final_message": "Implemented the change and added tests.", "final_message_truncated": False,
-            "final_message_path": ""}
+    return {
+        "key": key,
+        "instance_id": f"{i:016x}",
+        "artifact": {
+            "type": "branch",
+            "branch_planned": f"b_{i}",
+            "branch_final": f"b_{i}",
+            "base": "main",
+            "commit": f"{i:040x}",
+            "has_changes": True,
+        },
+        "metrics": {"tokens_in": 1200, "tokens_out": 300, "cost_usd": 0.012, "duration_s": 12.5},
+        "final_message": "Implemented the change and added tests.",
+        "final_message_truncated": False,
+        "final_message_path": "",
+    }
 
 
 async def appends(n: int, policy: str, directory: Path) -> float:
@@ -87,8 +98,9 @@ def raw_appends(n: int, per_line: bool, directory: Path) -> float:
         offset = 0
         batch = []
         for p in payloads:
-            line = orjson.dumps({"type": "task.completed", "start_offset": offset, "payload": p},
-                                option=orjson.OPT_APPEND_NEWLINE)
+            line = orjson.dumps(
+                {"type": "task.completed", "start_offset": offset, "payload": p}, option=orjson.OPT_APPEND_NEWLINE
+            )
             offset += len(line)
             if per_line:
                 fh.write(line)
@@ -119,20 +131,45 @@ def make_log(path: Path, n_events: int) -> None:
         buf = []
         while written < n_events:
             key = f"{RUN}/s1/gen/{i}"
-            for etype, p in (("task.scheduled", {"key": key, "instance_id": f"{i:016x}", "container_name": f"c{i}",
-                                                 "model": "sonnet", "task_fingerprint_hash": f"{i:064x}",
-                                                 "branch_name": f"b_{i}"}),
-                             ("task.started", {"key": key, "instance_id": f"{i:016x}", "container_name": f"c{i}",
-                                               "model": "sonnet"}),
-                             ("task.completed", payload(i))):
-                line = encode_line(etype, ts="2026-11-22T00:00:00.000Z", run_id=RUN, strategy_execution_id="s1",
-                                   start_offset=offset, payload=p, key=key)
+            for etype, p in (
+                (
+                    "task.scheduled",
+                    {
+                        "key": key,
+                        "instance_id": f"{i:016x}",
+                        "container_name": f"c{i}",
+                        "model": "sonnet",
+                        "task_fingerprint_hash": f"{i:064x}",
+                        "branch_name": f"b_{i}",
+                    },
+                ),
+                (
+                    "task.started",
+                    {"key": key, "instance_id": f"{i:016x}", "container_name": f"c{i}", "model": "sonnet"},
+                ),
+                ("task.completed", payload(i)),
+            ):
+                line = encode_line(
+                    etype,
+                    ts="2026-11-22T00:00:00.000Z",
+                    run_id=RUN,
+                    strategy_execution_id="s1",
+                    start_offset=offset,
+                    payload=p,
+                    key=key,
+                )
                 buf.append(line)
                 offset += len(line)
                 written += 1
             if i == 0:
-                line = encode_line("strategy.started", ts="2026-11-22T00:00:00.000Z", run_id=RUN,
-                                   strategy_execution_id="s1", start_offset=offset, payload={"name": "b", "params": {}})
+                line = encode_line(
+                    "strategy.started",
+                    ts="2026-11-22T00:00:00.000Z",
+                    run_id=RUN,
+                    strategy_execution_id="s1",
+                    start_offset=offset,
+                    payload={"name": "b", "params": {}},
+                )
                 buf.append(line)
                 offset += len(line)
                 written += 1
@@ -171,9 +208,15 @@ def read_and_parse(path: Path) -> int:
 
 def machine() -> str:
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    fs = subprocess.run(["df", "-T", tempfile.gettempdir()], capture_output=True, text=True).stdout.splitlines()[-1].split()[1]
-    return (f"{platform.machine()}, {os.cpu_count()} CPUs, {mem:.0f} GiB RAM, Linux {platform.release()}, "
-            f"Python {platform.python_version()}, {fs} at {tempfile.gettempdir()}")
+    fs = (
+        subprocess.run(["df", "-T", tempfile.gettempdir()], capture_output=True, text=True)
+        .stdout.splitlines()[-1]
+        .split()[1]
+    )
+    return (
+        f"{platform.machine()}, {os.cpu_count()} CPUs, {mem:.0f} GiB RAM, Linux {platform.release()}, "
+        f"Python {platform.python_version()}, {fs} at {tempfile.gettempdir()}"
+    )
 
 
 def main() -> None:
@@ -192,10 +235,22 @@ def main() -> None:
         raw_batch = statistics.median(raw_appends(n_interval, False, d) for _ in range(repeats))
         per_event = statistics.median(anyio.run(appends, n_per_event, "per_event", d) for _ in range(repeats))
         raw_line = statistics.median(raw_appends(n_per_event, True, d) for _ in range(repeats))
-        rows.append(("appends, `interval`", f"{interval:,.0f} events/s", f"{raw_batch:,.0f} events/s (batch fsync)",
-                     f"{raw_batch / interval:.2f}x slower than raw"))
-        rows.append(("appends, `per_event`", f"{per_event:,.0f} events/s", f"{raw_line:,.0f} events/s (fsync per line)",
-                     f"{raw_line / per_event:.2f}x slower than raw"))
+        rows.append(
+            (
+                "appends, `interval`",
+                f"{interval:,.0f} events/s",
+                f"{raw_batch:,.0f} events/s (batch fsync)",
+                f"{raw_batch / interval:.2f}x slower than raw",
+            )
+        )
+        rows.append(
+            (
+                "appends, `per_event`",
+                f"{per_event:,.0f} events/s",
+                f"{raw_line:,.0f} events/s (fsync per line)",
+                f"{raw_line / per_event:.2f}x slower than raw",
+            )
+        )
         for n in sizes:
             path = d / f"events_{n}.jsonl"
             make_log(path, n)
@@ -209,10 +264,22 @@ def main() -> None:
             keys = [f"{RUN}/s1/gen/{i}" for i in range(0, len(state.tasks), max(1, len(state.tasks) // 500))]
             lookup = statistics.median(lookups(recover(RUN, path, snaps), keys) for _ in range(repeats))
             decode_all = median_time(lambda path=path, snaps=snaps: recover(RUN, path, snaps).tasks.load_all(), repeats)
-            rows.append((f"full replay, {n:,} events ({len(state.tasks):,} tasks)", f"{full:.2f} s = {n / full:,.0f} events/s",
-                         f"{floor:.2f} s (read + orjson.loads)", f"{full / floor:.2f}x the floor"))
-            rows.append((f"resume from fresh snapshot, {n:,} events", f"{fresh * 1000:.2f} ms",
-                         f"{snaps[0].stat().st_size / 1e6:.0f} MB snapshot", f"{full / fresh:,.0f}x faster than full replay"))
+            rows.append(
+                (
+                    f"full replay, {n:,} events ({len(state.tasks):,} tasks)",
+                    f"{full:.2f} s = {n / full:,.0f} events/s",
+                    f"{floor:.2f} s (read + orjson.loads)",
+                    f"{full / floor:.2f}x the floor",
+                )
+            )
+            rows.append(
+                (
+                    f"resume from fresh snapshot, {n:,} events",
+                    f"{fresh * 1000:.2f} ms",
+                    f"{snaps[0].stat().st_size / 1e6:.0f} MB snapshot",
+                    f"{full / fresh:,.0f}x faster than full replay",
+                )
+            )
             rows.append((f"then: lookup of one task, {n:,} events", f"{lookup * 1e6:.0f} us", "", ""))
             rows.append((f"then: decode every task, {n:,} events", f"{decode_all:.2f} s", "", ""))
             path.unlink()
@@ -221,11 +288,13 @@ def main() -> None:
     text = "\n".join(table)
     print(text)
     if args.write_doc:
-        section = (f"## Event log and resume\n\nMeasured with `uv run python bench/bench_events.py --write-doc` "
-                   f"on {date.today()}: {machine()}; load average {os.getloadavg()[0]:.1f} at the end. "
-                   f"Medians of {repeats} runs.\n\n{text}\n\n"
-                   "Targets (issue 2): `interval` appends >= 100,000 events/s and within 3x of the raw baseline; "
-                   "full replay >= 200,000 events/s; resume from a fresh snapshot under 100 ms.\n" + NOTE)
+        section = (
+            f"## Event log and resume\n\nMeasured with `uv run python bench/bench_events.py --write-doc` "
+            f"on {date.today()}: {machine()}; load average {os.getloadavg()[0]:.1f} at the end. "
+            f"Medians of {repeats} runs.\n\n{text}\n\n"
+            "Targets (issue 2): `interval` appends >= 100,000 events/s and within 3x of the raw baseline; "
+            "full replay >= 200,000 events/s; resume from a fresh snapshot under 100 ms.\n" + NOTE
+        )
         replace_section("## Event log and resume", section)
 
 

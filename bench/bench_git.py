@@ -62,9 +62,7 @@ def _fast_import(repo: Path, files: int, size: int, seed: int) -> None:
     rng = random.Random(seed)
     repo.mkdir(parents=True)
     git(repo, "init", "-q", "-b", "main")
-    proc = subprocess.Popen(
-        ["git", "fast-import", "--quiet"], cwd=repo, env=ENV, stdin=subprocess.PIPE
-    )
+    proc = subprocess.Popen(["git", "fast-import", "--quiet"], cwd=repo, env=ENV, stdin=subprocess.PIPE)
     assert proc.stdin is not None
     w = proc.stdin.write
     raw = max(1, size * 3 // 4)

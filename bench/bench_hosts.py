@@ -48,8 +48,13 @@ def make_repo(path: Path, files: int) -> Path:
         d.mkdir(exist_ok=True)
         (d / f"f{i}.txt").write_text(f"file {i}\n" + "x" * 200 + "\n")
     (path / "README.md").write_text("# bench\n")
-    env = {**os.environ, "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@x", "GIT_COMMITTER_NAME": "b",
-           "GIT_COMMITTER_EMAIL": "b@x"}
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "b",
+        "GIT_AUTHOR_EMAIL": "b@x",
+        "GIT_COMMITTER_NAME": "b",
+        "GIT_COMMITTER_EMAIL": "b@x",
+    }
     subprocess.run(["git", "add", "-A"], cwd=path, check=True)
     subprocess.run(["git", "commit", "-q", "-m", "init"], cwd=path, check=True, env=env)
     return path
@@ -72,8 +77,15 @@ async def one_task(runner, repo: Path, run_id: str) -> dict:
             phases["import_s"] = e["duration_s"]
 
     t0 = time.perf_counter()
-    result = await run_instance(PROMPT, repo, runner=runner, run_id=run_id, docker_image=IMAGE,
-                                network_egress="offline", event_callback=on_event)
+    result = await run_instance(
+        PROMPT,
+        repo,
+        runner=runner,
+        run_id=run_id,
+        docker_image=IMAGE,
+        network_egress="offline",
+        event_callback=on_event,
+    )
     phases["wall_s"] = time.perf_counter() - t0
     if result.status != "success":
         raise SystemExit(f"task failed: {result.error_type}: {result.error}")
@@ -82,12 +94,14 @@ async def one_task(runner, repo: Path, run_id: str) -> dict:
 
 def cleanup(url: str | None, run_id: str) -> None:
     base = ["docker"] + (["-H", url] if url else [])
-    ids = subprocess.run([*base, "ps", "-aq", "--filter", f"label=run_id={run_id}"], capture_output=True,
-                         text=True).stdout.split()
+    ids = subprocess.run(
+        [*base, "ps", "-aq", "--filter", f"label=run_id={run_id}"], capture_output=True, text=True
+    ).stdout.split()
     if ids:
         subprocess.run([*base, "rm", "-f", *ids], capture_output=True)
-    vols = subprocess.run([*base, "volume", "ls", "-q", "--filter", f"label=run_id={run_id}"], capture_output=True,
-                          text=True).stdout.split()
+    vols = subprocess.run(
+        [*base, "volume", "ls", "-q", "--filter", f"label=run_id={run_id}"], capture_output=True, text=True
+    ).stdout.split()
     if vols:
         subprocess.run([*base, "volume", "rm", "-f", *vols], capture_output=True)
 
@@ -97,8 +111,10 @@ async def per_task(engine: PrivateEngine, repo: Path, repeats: int, tag: str) ->
     from orchestrator.runner.hosts import HostSpec, docker_host
 
     out: dict = {}
-    for label, spec in (("bind mount (local engine)", HostSpec("local", None, 1)),
-                        ("archive (second engine)", HostSpec("b", engine.url, 1))):
+    for label, spec in (
+        ("bind mount (local engine)", HostSpec("local", None, 1)),
+        ("archive (second engine)", HostSpec("b", engine.url, 1)),
+    ):
         runner = DockerRunner(host=docker_host(spec), dry_run=True)
         rows = []
         try:
@@ -116,14 +132,36 @@ async def per_task(engine: PrivateEngine, repo: Path, repeats: int, tag: str) ->
 def twenty_over_two(engine: PrivateEngine, workdir: Path) -> dict:
     repo = make_repo(workdir / "repo20", 10)
     env = {k: v for k, v in os.environ.items() if not k.startswith("ORCHESTRATOR_")}
-    env.update(ORCHESTRATOR_WORKSPACE_ROOT=str(workdir / "ws"), ORCHESTRATOR_LOGS_DIR=str(workdir / "logs"),
-               ORCHESTRATOR_STATE_DIR=str(workdir / "state"), ORCHESTRATOR_RESULTS_DIR=str(workdir / "results"),
-               ORCHESTRATOR_RUNNER__NETWORK_EGRESS="offline", ORCHESTRATOR_ORCHESTRATION__MIN_FREE_DISK_GB="0")
+    env.update(
+        ORCHESTRATOR_WORKSPACE_ROOT=str(workdir / "ws"),
+        ORCHESTRATOR_LOGS_DIR=str(workdir / "logs"),
+        ORCHESTRATOR_STATE_DIR=str(workdir / "state"),
+        ORCHESTRATOR_RESULTS_DIR=str(workdir / "results"),
+        ORCHESTRATOR_RUNNER__NETWORK_EGRESS="offline",
+        ORCHESTRATOR_ORCHESTRATION__MIN_FREE_DISK_GB="0",
+    )
     orch = str(Path(sys.executable).parent / "orchestrator")
     t0 = time.perf_counter()
-    proc = subprocess.run([orch, PROMPT, "--runs", "20", "--dry-run", "--no-tui", "--docker-image", IMAGE,
-                           "--docker-host", "local=local:2", "--docker-host", f"b={engine.url}:2"],
-                          cwd=repo, env=env, capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            orch,
+            PROMPT,
+            "--runs",
+            "20",
+            "--dry-run",
+            "--no-tui",
+            "--docker-image",
+            IMAGE,
+            "--docker-host",
+            "local=local:2",
+            "--docker-host",
+            f"b={engine.url}:2",
+        ],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         raise SystemExit(f"20-task run failed: {proc.stderr[-2000:]}")
@@ -134,8 +172,9 @@ def twenty_over_two(engine: PrivateEngine, workdir: Path) -> dict:
         if e.get("type") == "task.started":
             h = e["payload"].get("host")
             hosts[h] = hosts.get(h, 0) + 1
-    branches = subprocess.run(["git", "branch", "--list", "simple_*"], cwd=repo, capture_output=True,
-                              text=True).stdout.split()
+    branches = subprocess.run(
+        ["git", "branch", "--list", "simple_*"], cwd=repo, capture_output=True, text=True
+    ).stdout.split()
     cleanup(None, run_id)
     cleanup(engine.url, run_id)
     return {"wall_s": wall, "tasks_per_host": hosts, "branches": len(branches)}
@@ -156,9 +195,11 @@ def main() -> None:
         print(f"private engine up and image loaded in {time.perf_counter() - t:.1f} s", flush=True)
         small = make_repo(workdir / "small", 0)
         big = make_repo(workdir / "big", args.files)
-        report = {"small": anyio.run(per_task, engine, small, args.repeats, "small"),
-                  "big": anyio.run(per_task, engine, big, max(1, args.repeats // 2), "big"),
-                  "twenty": twenty_over_two(engine, workdir)}
+        report = {
+            "small": anyio.run(per_task, engine, small, args.repeats, "small"),
+            "big": anyio.run(per_task, engine, big, max(1, args.repeats // 2), "big"),
+            "twenty": twenty_over_two(engine, workdir),
+        }
         print(json.dumps(report, indent=2))
     finally:
         engine.close()

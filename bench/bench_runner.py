@@ -75,10 +75,16 @@ async def floor(image: str, repo: Path, tmp: Path, parallel: int, repeat: int) -
     par = time.perf_counter() - t
     clones = []
     for i in range(repeat):
-        clones.append(await timed_process("git", "clone", "-q", "--no-hardlinks", "--single-branch",
-                                          str(repo), str(tmp / f"clone{i}")))
-    return {"docker_run_true_s": statistics.median(one), f"docker_run_true_x{parallel}_s": par,
-            "git_clone_s": statistics.median(clones)}
+        clones.append(
+            await timed_process(
+                "git", "clone", "-q", "--no-hardlinks", "--single-branch", str(repo), str(tmp / f"clone{i}")
+            )
+        )
+    return {
+        "docker_run_true_s": statistics.median(one),
+        f"docker_run_true_x{parallel}_s": par,
+        "git_clone_s": statistics.median(clones),
+    }
 
 
 def phase_table(log_path: Path, run_ids: set[str]) -> dict[str, float]:
@@ -94,9 +100,12 @@ async def bench(args) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="bench_runner_"))
     os.environ["ORCHESTRATOR_WORKSPACE_ROOT"] = str(tmp / "ws")
     repo = make_repo(tmp)
-    results: dict = {"machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} CPUs, "
-                                f"{platform.system()} {platform.release()}",
-                     "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "image": args.image}
+    results: dict = {
+        "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} CPUs, "
+        f"{platform.system()} {platform.release()}",
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "image": args.image,
+    }
     results["floor"] = await floor(args.image, repo, tmp, args.parallel, args.repeat)
     runner = DockerRunner(auth=AuthConfig(api_key="bench-not-a-real-key"), logs_dir=tmp / "logs")
     run_ids: list[str] = []
@@ -104,8 +113,15 @@ async def bench(args) -> dict:
 
     async def one(run_id: str, key: str) -> float:
         t = time.perf_counter()
-        res = await run_instance(PROMPT, repo, runner=runner, run_id=run_id, task_key=key,
-                                 docker_image=args.image, branch_name=f"bench_{run_id}_{key}")
+        res = await run_instance(
+            PROMPT,
+            repo,
+            runner=runner,
+            run_id=run_id,
+            task_key=key,
+            docker_image=args.image,
+            branch_name=f"bench_{run_id}_{key}",
+        )
         if res.status != "success" or not res.has_changes:
             raise SystemExit(f"bench task failed: {res.status} {res.error}")
         return time.perf_counter() - t
@@ -119,8 +135,7 @@ async def bench(args) -> dict:
             rid = "b1" + uuid.uuid4().hex[:8]
             run_ids.append(rid)
             singles.append(await one(rid, "k"))
-        results["one_task_s"] = {"median": round(statistics.median(singles), 3),
-                                 "all": [round(s, 3) for s in singles]}
+        results["one_task_s"] = {"median": round(statistics.median(singles), 3), "all": [round(s, 3) for s in singles]}
         results["one_task_phases_s"] = phase_table(runner.log_path, set(run_ids))
 
         rid = "bn" + uuid.uuid4().hex[:8]
@@ -134,14 +149,17 @@ async def bench(args) -> dict:
     finally:
         await runner.aclose()
         for rid in cleanup_ids:
-            await anyio.run_process(f"docker rm -f $(docker ps -aq --filter label=run_id={rid}) >/dev/null 2>&1; "
-                                    f"docker volume rm $(docker volume ls -q --filter label=run_id={rid}) >/dev/null 2>&1",
-                                    check=False)
+            await anyio.run_process(
+                f"docker rm -f $(docker ps -aq --filter label=run_id={rid}) >/dev/null 2>&1; "
+                f"docker volume rm $(docker volume ls -q --filter label=run_id={rid}) >/dev/null 2>&1",
+                check=False,
+            )
         await anyio.run_process(["rm", "-rf", str(tmp)], check=False)
     fl = results["floor"]
     results["ratio_one_task_to_docker_run"] = round(results["one_task_s"]["median"] / fl["docker_run_true_s"], 2)
     results[f"ratio_{args.parallel}_tasks_to_parallel_floor"] = round(
-        results[f"{args.parallel}_tasks_wall_s"] / fl[f"docker_run_true_x{args.parallel}_s"], 2)
+        results[f"{args.parallel}_tasks_wall_s"] / fl[f"docker_run_true_x{args.parallel}_s"], 2
+    )
     return results
 
 

@@ -41,8 +41,14 @@ def terminal() -> Console:
 
 
 async def measure(root: Path, run_id: str, seconds: float) -> dict[str, float]:
-    dash = Dashboard(run_id, logs_dir=root / "logs", state_dir=root / "state", results_dir=root / "results",
-                     console=terminal(), refresh_hz=10)
+    dash = Dashboard(
+        run_id,
+        logs_dir=root / "logs",
+        state_dir=root / "state",
+        results_dir=root / "results",
+        console=terminal(),
+        refresh_hz=10,
+    )
     stop = anyio.Event()
     out: dict[str, float] = {}
 
@@ -67,9 +73,25 @@ async def measure(root: Path, run_id: str, seconds: float) -> dict[str, float]:
 def live_once(seconds: float) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        writer = subprocess.Popen([sys.executable, "-m", "tui.synthetic", "--run-id", "bench", "--tasks", str(TASKS),
-                                   "--max-parallel", "20", "--duration", str(seconds), "--logs-dir",
-                                   str(root / "logs"), "--state-dir", str(root / "state")])
+        writer = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tui.synthetic",
+                "--run-id",
+                "bench",
+                "--tasks",
+                str(TASKS),
+                "--max-parallel",
+                "20",
+                "--duration",
+                str(seconds),
+                "--logs-dir",
+                str(root / "logs"),
+                "--state-dir",
+                str(root / "state"),
+            ]
+        )
         try:
             while not (root / "logs" / "bench" / "events.jsonl").exists():
                 time.sleep(0.02)
@@ -82,9 +104,24 @@ def live_once(seconds: float) -> dict[str, float]:
 def idle_once(seconds: float) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        subprocess.run([sys.executable, "-m", "tui.synthetic", "--run-id", "bench", "--tasks", str(TASKS),
-                        "--duration", "0", "--logs-dir", str(root / "logs"), "--state-dir", str(root / "state")],
-                       check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "tui.synthetic",
+                "--run-id",
+                "bench",
+                "--tasks",
+                str(TASKS),
+                "--duration",
+                "0",
+                "--logs-dir",
+                str(root / "logs"),
+                "--state-dir",
+                str(root / "state"),
+            ],
+            check=True,
+        )
         result = anyio.run(measure, root, "bench", seconds)
         result["frame_ms"] = frame_cost_ms(root / "logs" / "bench" / "events.jsonl")
         return result
@@ -97,8 +134,9 @@ def frame_cost_ms(events_path: Path, frames: int = 50) -> float:
         model.feed(ev)
     console = terminal()
     times = []
-    with Live(console=console, screen=True, auto_refresh=False, transient=True, redirect_stdout=False,
-              redirect_stderr=False) as live:
+    with Live(
+        console=console, screen=True, auto_refresh=False, transient=True, redirect_stdout=False, redirect_stderr=False
+    ) as live:
         for i in range(frames):
             t0 = time.process_time()  # CPU, not wall: the machine may be busy
             live.update(render(model, width=120, height=40, now=model.last_ts + i), refresh=True)
@@ -107,8 +145,10 @@ def frame_cost_ms(events_path: Path, frames: int = 50) -> float:
 
 
 def row(label: str, r: dict[str, float]) -> str:
-    return (f"| {label} | {r['cpu_pct']:.1f}% | {r['cpu_s']:.2f} s / {r['wall_s']:.1f} s | "
-            f"{r['ticks'] / r['wall_s']:.1f} Hz | {r['frames'] / r['wall_s']:.1f}/s | {int(r['events'])} |")
+    return (
+        f"| {label} | {r['cpu_pct']:.1f}% | {r['cpu_s']:.2f} s / {r['wall_s']:.1f} s | "
+        f"{r['ticks'] / r['wall_s']:.1f} Hz | {r['frames'] / r['wall_s']:.1f}/s | {int(r['events'])} |"
+    )
 
 
 def main() -> int:
@@ -116,9 +156,11 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
-    print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}, "
-          f"Python {platform.python_version()}; {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC; "
-          f"load average before: {' / '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}, "
+        f"Python {platform.python_version()}; {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC; "
+        f"load average before: {' / '.join(f'{x:.1f}' for x in os.getloadavg())}"
+    )
     print("| case | CPU (one core) | CPU / wall | render ticks | frames drawn | events |")
     print("|---|---:|---:|---:|---:|---:|")
     live = []
@@ -129,8 +171,10 @@ def main() -> int:
     idle = idle_once(args.seconds / 2)
     print(row("finished 500-task run (idle)", idle))
     print(f"one full 500-task frame (build + draw, 120x40): CPU {idle['frame_ms']:.1f} ms (median of 50)")
-    print(f"median CPU following the live run: {statistics.median(r['cpu_pct'] for r in live):.1f}% of one core; "
-          f"load average after: {' / '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    print(
+        f"median CPU following the live run: {statistics.median(r['cpu_pct'] for r in live):.1f}% of one core; "
+        f"load average after: {' / '.join(f'{x:.1f}' for x in os.getloadavg())}"
+    )
     return 0
 
 

@@ -62,7 +62,7 @@ BEGIN, END = "<!-- evolve:begin -->", "<!-- evolve:end -->"
 def _unit(*parts) -> float:
     """A deterministic number in [0, 1) from the parts (seeded noise that a replay reproduces)."""
     digest = hashlib.sha256("/".join(str(p) for p in parts).encode()).digest()
-    return int.from_bytes(digest[:8], "big") / 2 ** 64
+    return int.from_bytes(digest[:8], "big") / 2**64
 
 
 class Scenario:
@@ -84,8 +84,7 @@ class Scenario:
         self.quota_cycles = 0
 
     def goal(self, gid: str, weight: float) -> None:
-        self.goals.append({"id": gid, "description": f"goal {gid}", "check": f"./checks/{gid}.sh",
-                           "weight": weight})
+        self.goals.append({"id": gid, "description": f"goal {gid}", "check": f"./checks/{gid}.sh", "weight": weight})
 
 
 def flaky_scenario(seed: int) -> Scenario:
@@ -162,13 +161,15 @@ class World:
 
     def __call__(self, req):
         from orchestrator.engine.testing import success
+
         self.tasks += 1
         parts = req.task_key.split("/")[2:]
         if getattr(req, "delete_branches", ()):
             for name in req.delete_branches:
                 self.branches.pop(name, None)
-            return success(req, final_message="".join(f"@@branch deleted: {n}\n" for n in req.delete_branches),
-                           has_changes=False)
+            return success(
+                req, final_message="".join(f"@@branch deleted: {n}\n" for n in req.delete_branches), has_changes=False
+            )
         if req.plugin_name == "command" and req.import_policy == "never":
             self.checks += 1
             gid = parts[-1]
@@ -178,9 +179,12 @@ class World:
             if ok and p is not None and _unit(self.s.seed, req.task_key) < p:
                 ok = False  # the flaky check fails whatever the code
             head = hashlib.sha1(",".join(sorted(fixes)).encode()).hexdigest()
-            return success(req, has_changes=False,
-                           final_message=f"{gid}: {'ok' if ok else 'FAILED'}\n@@evolve stderr\n\n"
-                                         f"@@evolve end exit={0 if ok else 1} head={head}\n")
+            return success(
+                req,
+                has_changes=False,
+                final_message=f"{gid}: {'ok' if ok else 'FAILED'}\n@@evolve stderr\n\n"
+                f"@@evolve end exit={0 if ok else 1} head={head}\n",
+            )
         if req.plugin_name == "command":  # a merge
             head = set(self.branches[req.base_branch])
             lines = []
@@ -193,6 +197,7 @@ class World:
         gid = parts[-1]
         if parts[0] == "c" and int(parts[1]) <= self.s.quota_cycles:
             from orchestrator.engine.testing import failure
+
             return failure(req, error_type="api", message="429: quota exhausted, try again later")
         if self.s.fixes.get(gid) is None:
             return success(req, final_message="I looked but found nothing to change.", has_changes=False)
@@ -214,22 +219,31 @@ async def run_one(scenario: Scenario, tmp: Path, extra: dict | None = None) -> d
     params = {k: v for k, v in {**scenario.params, **(extra or {})}.items() if k in known}
 
     world = World(scenario)
-    cfg = EngineConfig(run_id="run_b", repo_path=str(tmp), logs_dir=str(tmp / "logs"), state_dir=str(tmp / "state"),
-                       results_dir=str(tmp / "results"))
+    cfg = EngineConfig(
+        run_id="run_b",
+        repo_path=str(tmp),
+        logs_dir=str(tmp / "logs"),
+        state_dir=str(tmp / "state"),
+        results_dir=str(tmp / "results"),
+    )
     engine = Engine(cfg, ScriptedRunner(world))
-    state = await engine.run(evolve, prompt="keep the project healthy",
-                             params={"goals": scenario.goals, **params})
+    state = await engine.run(evolve, prompt="keep the project healthy", params={"goals": scenario.goals, **params})
     s = state.strategies["s1"]
     if s.status != "success":
         raise RuntimeError(f"{scenario.name} seed {scenario.seed}: {s.error}")
     result = s.result
     history = result["history"]
     blamed = {g for e in history for g in e.get("blamed", [])}
-    final = world.branches.get(result["final_branch"], frozenset()) if result["final_branch"] != "main" \
-        else frozenset()
+    final = world.branches.get(result["final_branch"], frozenset()) if result["final_branch"] != "main" else frozenset()
     passing_end = world.passing(final)
-    out = {"checks": world.checks, "agents": world.agents, "tasks": world.tasks, "cycles": len(history),
-           "passing_end": len(passing_end), "goals": len(scenario.goals)}
+    out = {
+        "checks": world.checks,
+        "agents": world.agents,
+        "tasks": world.tasks,
+        "cycles": len(history),
+        "passing_end": len(passing_end),
+        "goals": len(scenario.goals),
+    }
     if scenario.name == "flaky":
         out["innocent_blamed"] = bool(blamed & scenario.innocent)
         out["innocent_quarantined"] = bool(set(result["quarantined"]) & scenario.innocent)
@@ -245,8 +259,12 @@ async def run_one(scenario: Scenario, tmp: Path, extra: dict | None = None) -> d
     return out
 
 
-SCENARIOS = (("flaky", flaky_scenario, None), ("idle-heaviest", idle_scenario, None),
-             ("quota", quota_scenario, None), ("flaky-recheck-2", flaky_scenario, {"recheck": 2}))
+SCENARIOS = (
+    ("flaky", flaky_scenario, None),
+    ("idle-heaviest", idle_scenario, None),
+    ("quota", quota_scenario, None),
+    ("flaky-recheck-2", flaky_scenario, {"recheck": 2}),
+)
 
 
 def run_variant(runs: int, first_seed: int, names: tuple[str, ...]) -> dict:
@@ -276,21 +294,32 @@ def summarize(results: dict[str, list[dict]]) -> dict:
         return statistics.fmean(r[key] for r in rows)
 
     def common(rows):
-        return {"runs": len(rows), "checks": mean(rows, "checks"), "agents": mean(rows, "agents"),
-                "tasks": mean(rows, "tasks"), "cycles": mean(rows, "cycles")}
+        return {
+            "runs": len(rows),
+            "checks": mean(rows, "checks"),
+            "agents": mean(rows, "agents"),
+            "tasks": mean(rows, "tasks"),
+            "cycles": mean(rows, "cycles"),
+        }
 
     out = {}
     for name, rows in results.items():
         if name.startswith("flaky"):
-            out[name] = {**common(rows), "innocent_blamed": rate(rows, "innocent_blamed"),
-                         "innocent_quarantined": rate(rows, "innocent_quarantined"),
-                         "innocent_fixed": mean(rows, "innocent_fixed"),
-                         "culprit_kept_out": rate(rows, "culprit_kept_out")}
+            out[name] = {
+                **common(rows),
+                "innocent_blamed": rate(rows, "innocent_blamed"),
+                "innocent_quarantined": rate(rows, "innocent_quarantined"),
+                "innocent_fixed": mean(rows, "innocent_fixed"),
+                "culprit_kept_out": rate(rows, "culprit_kept_out"),
+            }
         elif name == "quota":
             out[name] = {**common(rows), "all_fixed": rate(rows, "all_fixed")}
         else:
-            out[name] = {**common(rows), "all_lighter_fixed": rate(rows, "all_lighter_fixed"),
-                         "lighter_fixed": mean(rows, "lighter_fixed")}
+            out[name] = {
+                **common(rows),
+                "all_lighter_fixed": rate(rows, "all_lighter_fixed"),
+                "lighter_fixed": mean(rows, "lighter_fixed"),
+            }
     return out
 
 
@@ -300,9 +329,23 @@ def run_before(ref: str, runs: int, first_seed: int) -> dict:
         archive = subprocess.run(["git", "archive", ref, "strategies"], cwd=ROOT, capture_output=True, check=True)
         subprocess.run(["tar", "-x", "-C", d], input=archive.stdout, check=True)
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([d, str(ROOT)]))
-        proc = subprocess.run([sys.executable, __file__, "--variant-json", "--runs", str(runs), "--seed",
-                               str(first_seed), "--scenarios", "flaky,idle-heaviest,quota"],
-                              cwd=d, env=env, capture_output=True, text=True)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--variant-json",
+                "--runs",
+                str(runs),
+                "--seed",
+                str(first_seed),
+                "--scenarios",
+                "flaky,idle-heaviest,quota",
+            ],
+            cwd=d,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         if proc.returncode != 0:
             raise SystemExit(f"the 'before' run with {ref} failed:\n{proc.stderr[-3000:]}")
         return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -326,7 +369,7 @@ def section(before: dict, after: dict, ref: str, runs: int, first_seed: int, sha
         "Measured with `uv run python bench/search_quality_evolve.py --runs "
         f"{runs} --before-ref {ref} --write-doc`: the real evolve strategy through the engine with the scripted "
         f"runner, {runs} seeded runs per scenario (seeds {first_seed}..{first_seed + runs - 1}), default "
-        "parameters except `max_parallel`. \"Before\" is the strategy at "
+        'parameters except `max_parallel`. "Before" is the strategy at '
         f"`{ref}` (commit {sha}), on the same seeds.",
         "",
         "**A flaky check.** Three goals pass from the start; one of them is flaky and fails 10-30 % of its "
@@ -386,7 +429,7 @@ def write_doc(text: str) -> None:
     current = DOC.read_text("utf-8") if DOC.exists() else "# Search quality\n"
     start, end = current.find(BEGIN), current.find(END)
     if start != -1 and end != -1:
-        current = current[:start] + text + current[end + len(END):].lstrip("\n")
+        current = current[:start] + text + current[end + len(END) :].lstrip("\n")
     else:
         current = current.rstrip("\n") + "\n\n" + text
     DOC.write_text(current, "utf-8")
@@ -409,8 +452,9 @@ def main() -> None:
     sys.path.insert(0, str(ROOT))
     before = run_before(args.before_ref, args.runs, args.seed)
     after = summarize(run_variant(args.runs, args.seed, tuple(name for name, _, _ in SCENARIOS)))
-    sha = subprocess.run(["git", "rev-parse", "--short", args.before_ref], cwd=ROOT, capture_output=True,
-                         text=True, check=True).stdout.strip()
+    sha = subprocess.run(
+        ["git", "rev-parse", "--short", args.before_ref], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.strip()
     text = section(before, after, args.before_ref, args.runs, args.seed, sha)
     print(text)
     if args.write_doc:

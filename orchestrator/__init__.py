@@ -20,13 +20,30 @@ from ._lazy import lazy_attr
 # the engine (and with it the runner) here would make every submodule import,
 # the TUI's and the strategies' included, pay for all of it.
 _EXPORTS = {
-    "Handle": "engine.context", "StrategyContext": "engine.context",
-    "Engine": "engine.engine", "EngineConfig": "engine.engine",
-    "get_events_since": "eventlog", "read_events": "eventlog", "subscribe": "eventlog",
-    "RunState": "state", "recover": "state",
-    **{name: "errors" for name in ("AggregateTaskFailed", "ConfigError", "KeyConflictDifferentFingerprint",
-                                   "NoViableCandidates", "OrchestratorError", "RunLockedError", "RunnerError",
-                                   "StrategyError", "TaskFailed", "UsageError")},
+    "Handle": "engine.context",
+    "StrategyContext": "engine.context",
+    "Engine": "engine.engine",
+    "EngineConfig": "engine.engine",
+    "get_events_since": "eventlog",
+    "read_events": "eventlog",
+    "subscribe": "eventlog",
+    "RunState": "state",
+    "recover": "state",
+    **{
+        name: "errors"
+        for name in (
+            "AggregateTaskFailed",
+            "ConfigError",
+            "KeyConflictDifferentFingerprint",
+            "NoViableCandidates",
+            "OrchestratorError",
+            "RunLockedError",
+            "RunnerError",
+            "StrategyError",
+            "TaskFailed",
+            "UsageError",
+        )
+    },
 }
 
 if TYPE_CHECKING:
@@ -53,7 +70,23 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "AggregateTaskFailed", "ConfigError", "Engine", "EngineConfig", "Handle", "KeyConflictDifferentFingerprint",
-    "NoViableCandidates", "OrchestratorError", "RunLockedError", "RunState", "RunnerError", "StrategyContext",
-    "StrategyError", "TaskFailed", "UsageError", "get_events_since", "read_events", "recover", "subscribe",
+    "AggregateTaskFailed",
+    "ConfigError",
+    "Engine",
+    "EngineConfig",
+    "Handle",
+    "KeyConflictDifferentFingerprint",
+    "NoViableCandidates",
+    "OrchestratorError",
+    "RunLockedError",
+    "RunState",
+    "RunnerError",
+    "StrategyContext",
+    "StrategyError",
+    "TaskFailed",
+    "UsageError",
+    "get_events_since",
+    "read_events",
+    "recover",
+    "subscribe",
 ]

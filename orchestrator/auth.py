@@ -27,7 +27,9 @@ def resolve_auth(environ: dict[str, str], *, plugin: str, mode: str | None = Non
         return AuthConfig(openai_api_key=openai_key, openai_base_url=openai_url)
     if mode == "api":
         if not api_key:
-            raise PreflightError("--mode api needs ANTHROPIC_API_KEY (optionally ANTHROPIC_BASE_URL for a custom endpoint)")
+            raise PreflightError(
+                "--mode api needs ANTHROPIC_API_KEY (optionally ANTHROPIC_BASE_URL for a custom endpoint)"
+            )
         return AuthConfig(api_key=api_key, base_url=base_url, openai_api_key=openai_key)
     if mode == "subscription":
         if not oauth:
@@ -37,5 +39,7 @@ def resolve_auth(environ: dict[str, str], *, plugin: str, mode: str | None = Non
         return AuthConfig(oauth_token=oauth, openai_api_key=openai_key)
     if api_key:
         return AuthConfig(api_key=api_key, base_url=base_url, openai_api_key=openai_key)
-    raise PreflightError("no credentials: set CLAUDE_CODE_OAUTH_TOKEN (subscription) or ANTHROPIC_API_KEY (API), "
-                         "in the environment or in ./.env; or rehearse with --dry-run")
+    raise PreflightError(
+        "no credentials: set CLAUDE_CODE_OAUTH_TOKEN (subscription) or ANTHROPIC_API_KEY (API), "
+        "in the environment or in ./.env; or rehearse with --dry-run"
+    )

@@ -56,35 +56,66 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="orchestrator", description="Run AI coding agents in parallel, each in its own container "
-                "and git clone, driven by a durable strategy; every agent's work comes back as a branch.",
-                epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = _Parser(
+        prog="orchestrator",
+        description="Run AI coding agents in parallel, each in its own container "
+        "and git clone, driven by a durable strategy; every agent's work comes back as a branch.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("prompt", nargs="?", help="what the agents should do ('-' reads it from standard input)")
     p.add_argument("--version", action=_VersionAction, help="show the version and exit")
     run = p.add_argument_group("run")
-    run.add_argument("--strategy", help="built-in name, path/to/file.py[:func] or package.module:func (default: simple)")
-    run.add_argument("-S", dest="params", action="append", default=[], metavar="KEY=VALUE",
-                     help="strategy parameter (repeatable; typed: int, float, bool, JSON list/object, else string)")
+    run.add_argument(
+        "--strategy", help="built-in name, path/to/file.py[:func] or package.module:func (default: simple)"
+    )
+    run.add_argument(
+        "-S",
+        dest="params",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="strategy parameter (repeatable; typed: int, float, bool, JSON list/object, else string)",
+    )
     run.add_argument("--runs", "--executions", type=int, help="parallel strategy executions in this run (default 1)")
     run.add_argument("--repo", help="repository to work on (default: current directory)")
     run.add_argument("--base-branch", help="branch the agents start from (default: main)")
     run.add_argument("--model", help="model name (default: sonnet)")
     run.add_argument("--plugin", help="agent tool: claude-code (default), codex, or command")
     run.add_argument("--docker-image", help="agent image (default: claude-code)")
-    run.add_argument("--max-parallel", type=int, help="tasks running at once (default: auto from CPUs; with hosts: "
-                     "the sum of their slots, and this caps it)")
-    run.add_argument("--docker-host", dest="docker_hosts", action="append", default=[], metavar="NAME=URL[:N]",
-                     help="place tasks on this Docker engine too (repeatable; ssh://, tcp://, unix:// or 'local'; "
-                     "N: its slots)")
-    run.add_argument("--sync-image", action="store_true", default=None,
-                     help="copy the run's image to hosts that lack it (docker save | docker load)")
+    run.add_argument(
+        "--max-parallel",
+        type=int,
+        help="tasks running at once (default: auto from CPUs; with hosts: the sum of their slots, and this caps it)",
+    )
+    run.add_argument(
+        "--docker-host",
+        dest="docker_hosts",
+        action="append",
+        default=[],
+        metavar="NAME=URL[:N]",
+        help="place tasks on this Docker engine too (repeatable; ssh://, tcp://, unix:// or 'local'; N: its slots)",
+    )
+    run.add_argument(
+        "--sync-image",
+        action="store_true",
+        default=None,
+        help="copy the run's image to hosts that lack it (docker save | docker load)",
+    )
     run.add_argument("--config", help="configuration file, YAML or JSON (default: ./orchestrator.yaml if present)")
     run.add_argument("--mode", choices=["api", "subscription"], help="Claude authentication mode")
     run.add_argument("--safe-fsync", choices=["interval", "per_event"], help="event log flush policy")
-    run.add_argument("--require-clean-wt", action="store_true", default=None,
-                     help="refuse to start when the repository has uncommitted changes")
-    run.add_argument("--dry-run", action="store_true",
-                     help="real engine, git, Docker and command tasks; agent tasks answered by a simulated agent, no cost")
+    run.add_argument(
+        "--require-clean-wt",
+        action="store_true",
+        default=None,
+        help="refuse to start when the repository has uncommitted changes",
+    )
+    run.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="real engine, git, Docker and command tasks; agent tasks answered by a simulated agent, no cost",
+    )
     run.add_argument("--debug", action="store_true", help="also print component logs to stderr")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--no-tui", action="store_true", help="one line per event instead of the dashboard")
@@ -92,29 +123,50 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--quiet", action="store_true", help="only the final summary")
     mgmt = p.add_argument_group("run management")
     mgmt.add_argument("--resume", metavar="RUN_ID", help="continue an interrupted run: nothing finished runs again")
-    mgmt.add_argument("--resume-fresh", action="store_true",
-                      help="with --resume: restart interrupted tasks in a fresh clone with a fresh agent session "
-                           "(by default each continues its session in the workspace it left)")
+    mgmt.add_argument(
+        "--resume-fresh",
+        action="store_true",
+        help="with --resume: restart interrupted tasks in a fresh clone with a fresh agent session "
+        "(by default each continues its session in the workspace it left)",
+    )
     mgmt.add_argument("--list-runs", action="store_true", help="list runs with their status")
     mgmt.add_argument("--show-run", metavar="RUN_ID", help="show a run's details and summary")
     mgmt.add_argument("--follow", action="store_true", help="with --show-run: live dashboard of the run")
-    mgmt.add_argument("--html", action="store_true",
-                      help="with --show-run: rebuild results/RUN_ID/report.html from the event log and print its path")
-    mgmt.add_argument("--open", dest="open_report", action="store_true",
-                      help="with --show-run --html: open the report in a browser")
-    mgmt.add_argument("--cleanup-run", metavar="RUN_ID", help="remove a run's containers, volumes, workspaces and state")
-    mgmt.add_argument("--clean-containers", action="store_true", help="remove stopped orchestrator containers past retention")
+    mgmt.add_argument(
+        "--html",
+        action="store_true",
+        help="with --show-run: rebuild results/RUN_ID/report.html from the event log and print its path",
+    )
+    mgmt.add_argument(
+        "--open", dest="open_report", action="store_true", help="with --show-run --html: open the report in a browser"
+    )
+    mgmt.add_argument(
+        "--cleanup-run", metavar="RUN_ID", help="remove a run's containers, volumes, workspaces and state"
+    )
+    mgmt.add_argument(
+        "--clean-containers", action="store_true", help="remove stopped orchestrator containers past retention"
+    )
     mgmt.add_argument("--dry-run-clean", dest="clean_dry_run", action="store_true", help=argparse.SUPPRESS)
     mgmt.add_argument("--force", action="store_true", help="with --clean-containers: do not ask for confirmation")
     mgmt.add_argument("--help-strategy", metavar="NAME", help="show a strategy's parameters")
     setup = p.add_argument_group("setup")
-    setup.add_argument("--build-image", action="store_true",
-                       help="build the agent image (--docker-image, default claude-code) from the installed sources")
+    setup.add_argument(
+        "--build-image",
+        action="store_true",
+        help="build the agent image (--docker-image, default claude-code) from the installed sources",
+    )
     setup.add_argument("--test-image", metavar="NAME", help=argparse.SUPPRESS)  # scripts/setup-docker.sh
-    setup.add_argument("--doctor", action="store_true",
-                       help="check Docker, the image and its tools, credentials, disk, the repository and directories")
-    mgmt.add_argument("--hosts", dest="check_hosts", action="store_true",
-                      help="check every Docker host: version, image, free slots, round-trip time")
+    setup.add_argument(
+        "--doctor",
+        action="store_true",
+        help="check Docker, the image and its tools, credentials, disk, the repository and directories",
+    )
+    mgmt.add_argument(
+        "--hosts",
+        dest="check_hosts",
+        action="store_true",
+        help="check every Docker host: version, image, free slots, round-trip time",
+    )
     return p
 
 
@@ -123,11 +175,22 @@ def _dispatch(args: argparse.Namespace) -> int:
 
     from . import launch
 
-    management = [args.resume, args.list_runs, args.show_run, args.cleanup_run, args.clean_containers, args.help_strategy,
-                  args.build_image, args.doctor, args.check_hosts]
+    management = [
+        args.resume,
+        args.list_runs,
+        args.show_run,
+        args.cleanup_run,
+        args.clean_containers,
+        args.help_strategy,
+        args.build_image,
+        args.doctor,
+        args.check_hosts,
+    ]
     if sum(bool(x) for x in management) > 1:
-        raise UsageError("use only one of --resume, --list-runs, --show-run, --cleanup-run, --clean-containers, "
-                         "--help-strategy, --build-image, --doctor, --hosts")
+        raise UsageError(
+            "use only one of --resume, --list-runs, --show-run, --cleanup-run, --clean-containers, "
+            "--help-strategy, --build-image, --doctor, --hosts"
+        )
     if args.test_image and not args.build_image:
         raise UsageError("--test-image only works together with --build-image")
     if args.build_image:

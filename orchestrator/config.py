@@ -124,10 +124,13 @@ class Config(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 
 # Environment variables that are not config keys.
-PATH_VARS = {"ORCHESTRATOR_LOGS_DIR", "ORCHESTRATOR_STATE_DIR", "ORCHESTRATOR_RESULTS_DIR",
-             "ORCHESTRATOR_WORKSPACE_ROOT"}
-ALIASES = {"ORCHESTRATOR_DEFAULT_MODEL": ("orchestration", "default_model"),
-           "ORCHESTRATOR_DEBUG": ("logging", "debug")}
+PATH_VARS = {
+    "ORCHESTRATOR_LOGS_DIR",
+    "ORCHESTRATOR_STATE_DIR",
+    "ORCHESTRATOR_RESULTS_DIR",
+    "ORCHESTRATOR_WORKSPACE_ROOT",
+}
+ALIASES = {"ORCHESTRATOR_DEFAULT_MODEL": ("orchestration", "default_model"), "ORCHESTRATOR_DEBUG": ("logging", "debug")}
 
 
 def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -156,8 +159,10 @@ def _normalize(data: dict[str, Any], source: str, warnings: list[str] | None = N
         nested = events.pop("flush_policy")
         unknown = sorted(set(nested) - {"mode", "interval_ms", "max_batch"})
         if unknown:
-            raise ConfigError(f"{source}: unknown configuration key 'events.flush_policy.{unknown[0]}' "
-                              "(use mode, interval_ms or max_batch)")
+            raise ConfigError(
+                f"{source}: unknown configuration key 'events.flush_policy.{unknown[0]}' "
+                "(use mode, interval_ms or max_batch)"
+            )
         if "mode" in nested:
             events["flush_policy"] = nested["mode"]
         for key in ("interval_ms", "max_batch"):
@@ -179,8 +184,9 @@ def _normalize(data: dict[str, Any], source: str, warnings: list[str] | None = N
         if value is not None:
             orch.setdefault("max_parallel_tasks", value)
             if warnings is not None:
-                warnings.append(f"warning: {source}: orchestration.max_parallel_instances is deprecated; "
-                                "use max_parallel_tasks")
+                warnings.append(
+                    f"warning: {source}: orchestration.max_parallel_instances is deprecated; use max_parallel_tasks"
+                )
         out["orchestration"] = orch
     return out
 
@@ -224,7 +230,9 @@ def load_file(path: Path) -> dict[str, Any]:
         line = line + 1 if line is not None else getattr(exc, "lineno", None)
         where = f"{path}:{line}" if line else str(path)
         reason = getattr(exc, "problem", None) or getattr(exc, "msg", None) or str(exc).splitlines()[0]
-        raise ConfigError(f"{where}: malformed {'JSON' if path.suffix.lower() == '.json' else 'YAML'}: {reason}") from None
+        raise ConfigError(
+            f"{where}: malformed {'JSON' if path.suffix.lower() == '.json' else 'YAML'}: {reason}"
+        ) from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of sections (runner:, orchestration:, ...)")
     return data
@@ -263,7 +271,7 @@ def _env_to_dict(env: dict[str, str], source: str) -> dict[str, Any]:
         if name in ALIASES:
             path = ALIASES[name]
         else:
-            rest = name[len("ORCHESTRATOR_"):]
+            rest = name[len("ORCHESTRATOR_") :]
             if "__" not in rest:
                 continue  # other ORCHESTRATOR_* variables are read where they are used
             path = tuple(p.lower() for p in rest.split("__"))
@@ -274,8 +282,10 @@ def _env_to_dict(env: dict[str, str], source: str) -> dict[str, Any]:
         for p in path[:-1]:
             node = node.setdefault(p, {})
             if not isinstance(node, dict):
-                raise ConfigError(f"{source} variable {name}: {'.'.join(path[:-1])} is also set as a single value; "
-                                  "set one form or the other")
+                raise ConfigError(
+                    f"{source} variable {name}: {'.'.join(path[:-1])} is also set as a single value; "
+                    "set one form or the other"
+                )
         node[path[-1]] = value
         _validate(_nest(path, value), f"{source} variable {name}")
     return out
@@ -297,8 +307,13 @@ class LoadedConfig(msgspec.Struct, frozen=True, kw_only=True):
     warnings: list[str] = msgspec.field(default_factory=list)  # one line each, for stderr
 
 
-def load_config(*, config_file: str | None, cli_overrides: dict[str, Any], cwd: Path | None = None,
-                environ: dict[str, str] | None = None) -> LoadedConfig:
+def load_config(
+    *,
+    config_file: str | None,
+    cli_overrides: dict[str, Any],
+    cwd: Path | None = None,
+    environ: dict[str, str] | None = None,
+) -> LoadedConfig:
     cwd = cwd or Path.cwd()
     environ = dict(os.environ if environ is None else environ)
     sources = ["defaults"]
@@ -366,8 +381,10 @@ def recorded_config(data: dict[str, Any], source: str) -> Config:
     try:
         return msgspec.convert(known, Config, strict=False)
     except msgspec.ValidationError as exc:
-        raise ConfigError(f"{source}: the recorded configuration is not valid for this version: {_explain(exc)}; "
-                          "finish the run with the version that started it") from None
+        raise ConfigError(
+            f"{source}: the recorded configuration is not valid for this version: {_explain(exc)}; "
+            "finish the run with the version that started it"
+        ) from None
 
 
 # Sections whose settings cannot change what a task does or produces: a resumed
@@ -395,5 +412,8 @@ def changed_keys(recorded: Config, current: Config) -> list[str]:
         if section in PRESENTATION_SECTIONS:
             continue
         walk(a.get(section), b.get(section), section)
-    return [k for k in out if k not in ("orchestration.max_parallel_tasks", "orchestration.max_parallel_instances",
-                                        *PLACEMENT_KEYS)]
+    return [
+        k
+        for k in out
+        if k not in ("orchestration.max_parallel_tasks", "orchestration.max_parallel_instances", *PLACEMENT_KEYS)
+    ]

@@ -61,14 +61,32 @@ def _image(image: str, plugin: str) -> list[Check]:
         if version is not None:
             out.append(Check("ok", f"{tool} in {image}", version))
         elif tool in needed:
-            out.append(Check("fail", f"{tool} in {image}", f"missing (plugin {plugin} runs it)",
-                             f"orchestrator --build-image --docker-image {image}"))
+            out.append(
+                Check(
+                    "fail",
+                    f"{tool} in {image}",
+                    f"missing (plugin {plugin} runs it)",
+                    f"orchestrator --build-image --docker-image {image}",
+                )
+            )
         elif tool == "orchestrator-sim-agent":
-            out.append(Check("warn", f"{tool} in {image}", "missing: --dry-run cannot work with this image",
-                             "orchestrator --build-image"))
+            out.append(
+                Check(
+                    "warn",
+                    f"{tool} in {image}",
+                    "missing: --dry-run cannot work with this image",
+                    "orchestrator --build-image",
+                )
+            )
         else:
-            out.append(Check("warn", f"{tool} in {image}", "missing: plugins that run it cannot use this image",
-                             "orchestrator --build-image"))
+            out.append(
+                Check(
+                    "warn",
+                    f"{tool} in {image}",
+                    "missing: plugins that run it cannot use this image",
+                    "orchestrator --build-image",
+                )
+            )
     return out
 
 
@@ -84,9 +102,14 @@ def _credentials(environ: dict[str, str], configured: str, mode: str | None) -> 
             get_plugin(plugin).validate_environment(auth)
         except OrchestratorError:
             status = "fail" if plugin == configured else "warn"
-            out.append(Check(status, f"credentials for {plugin}",
-                             "not set" + (" (the configured plugin)" if status == "fail" else ""),
-                             f"set {' or '.join(names)} in the environment or ./.env (or rehearse with --dry-run)"))
+            out.append(
+                Check(
+                    status,
+                    f"credentials for {plugin}",
+                    "not set" + (" (the configured plugin)" if status == "fail" else ""),
+                    f"set {' or '.join(names)} in the environment or ./.env (or rehearse with --dry-run)",
+                )
+            )
             continue
         out.append(Check("ok", f"credentials for {plugin}", f"{', '.join(present)} set (value not shown)"))
     return out
@@ -111,20 +134,31 @@ def _repository(repo: str, base_branch: str) -> list[Check]:
     try:
         info = validate_repository(repo, base_branch)
     except OrchestratorError as exc:
-        return [Check("fail", "repository", str(exc), "run from a git repository or pass --repo PATH --base-branch NAME")]
+        return [
+            Check("fail", "repository", str(exc), "run from a git repository or pass --repo PATH --base-branch NAME")
+        ]
     out = [Check("ok", "repository", str(info.path))]
     out.append(Check("ok", "base branch", base_branch))
     if info.dirty:
-        out.append(Check("warn", "working tree", "uncommitted changes: agents start from the last commit",
-                         "commit or stash them"))
+        out.append(
+            Check(
+                "warn", "working tree", "uncommitted changes: agents start from the last commit", "commit or stash them"
+            )
+        )
     ident = {}
     for key in ("user.name", "user.email"):
         r = subprocess.run(["git", "config", "--get", key], cwd=info.path, capture_output=True, text=True)
         ident[key] = r.stdout.strip()
     missing = [k for k, v in ident.items() if not v]
     if missing:
-        out.append(Check("warn", "git identity", f"{' and '.join(missing)} not set for {info.path}",
-                         " && ".join(f'git config --global {k} "..."' for k in missing)))
+        out.append(
+            Check(
+                "warn",
+                "git identity",
+                f"{' and '.join(missing)} not set for {info.path}",
+                " && ".join(f'git config --global {k} "..."' for k in missing),
+            )
+        )
     else:
         out.append(Check("ok", "git identity", f"{ident['user.name']} <{ident['user.email']}>"))
     return out
@@ -139,8 +173,12 @@ def _writable(path: Path, label: str, env_var: str) -> Check:
         os.close(fd)
         os.unlink(name)
     except OSError as exc:
-        return Check("fail", f"{label} directory", f"{path} is not writable ({exc.strerror})",
-                     f"fix its permissions or set {env_var} to a writable directory")
+        return Check(
+            "fail",
+            f"{label} directory",
+            f"{path} is not writable ({exc.strerror})",
+            f"fix its permissions or set {env_var} to a writable directory",
+        )
     return Check("ok", f"{label} directory", f"{path} writable" + ("" if path.exists() else " (will be created)"))
 
 

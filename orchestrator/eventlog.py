@@ -82,8 +82,11 @@ class WriterLock:
                 f"(pid {meta.get('pid', '?')} on {meta.get('hostname', '?')}, since {meta.get('started_at_iso', '?')}); "
                 "wait for it to finish or stop it first"
             ) from None
-        meta = {"pid": os.getpid(), "hostname": socket.gethostname(),
-                "started_at_iso": datetime.now(UTC).isoformat(timespec="milliseconds")}
+        meta = {
+            "pid": os.getpid(),
+            "hostname": socket.gethostname(),
+            "started_at_iso": datetime.now(UTC).isoformat(timespec="milliseconds"),
+        }
         os.ftruncate(fd, 0)
         os.pwrite(fd, orjson.dumps(meta), 0)
         os.fsync(fd)
@@ -134,8 +137,16 @@ class EventLog:
     the surrounding scope is cancelled (Ctrl+C).
     """
 
-    def __init__(self, path: Path, *, run_id: str, flush_policy: str = "interval",
-                 interval_ms: int = 50, max_batch: int = 256, sanitizer=None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        run_id: str,
+        flush_policy: str = "interval",
+        interval_ms: int = 50,
+        max_batch: int = 256,
+        sanitizer=None,
+    ) -> None:
         if flush_policy not in ("interval", "per_event"):
             raise ValueError(f"flush policy must be 'interval' or 'per_event', not {flush_policy!r}")
         self.path = Path(path)
@@ -207,8 +218,9 @@ class EventLog:
     def durable_offset(self) -> int:
         return self._durable
 
-    def append(self, event_type: str, *, strategy_execution_id: str, payload: dict[str, Any],
-               key: str | None = None) -> tuple[int, str, dict[str, Any]]:
+    def append(
+        self, event_type: str, *, strategy_execution_id: str, payload: dict[str, Any], key: str | None = None
+    ) -> tuple[int, str, dict[str, Any]]:
         """Buffer one event; returns ``(start_offset, ts, payload as written)``. Never blocks."""
         if self._error is not None:
             raise self._error
@@ -219,8 +231,16 @@ class EventLog:
         ts = utc_ts()
         offset = self._end
         eid = new_event_id()
-        line = encode_line(event_type, ts=ts, run_id=self.run_id, strategy_execution_id=strategy_execution_id,
-                           start_offset=offset, payload=payload, key=key, event_id=eid)
+        line = encode_line(
+            event_type,
+            ts=ts,
+            run_id=self.run_id,
+            strategy_execution_id=strategy_execution_id,
+            start_offset=offset,
+            payload=payload,
+            key=key,
+            event_id=eid,
+        )
         self._buffer.append(line)
         self._end += len(line)
         if len(self._buffer) == 1 or len(self._buffer) >= self.max_batch or self.flush_policy == "per_event":
@@ -260,7 +280,7 @@ class EventLog:
             for data in chunks:
                 view = memoryview(data)
                 while view:
-                    view = view[fh.write(view):]
+                    view = view[fh.write(view) :]
                 os.fsync(fh.fileno())
                 self._durable += len(data)
         except OSError:
@@ -347,9 +367,15 @@ def read_events(path: Path, offset: int = 0) -> Iterator[Event]:
             continue
 
 
-def get_events_since(run_id: str, offset: int | None = None, since_ts: str | None = None,
-                     types: Iterable[str] | None = None, limit: int | None = None,
-                     *, logs_dir: str | Path = "logs") -> list[dict[str, Any]]:
+def get_events_since(
+    run_id: str,
+    offset: int | None = None,
+    since_ts: str | None = None,
+    types: Iterable[str] | None = None,
+    limit: int | None = None,
+    *,
+    logs_dir: str | Path = "logs",
+) -> list[dict[str, Any]]:
     """Historical events of a run, as dicts, filtered by offset, timestamp and type."""
     path = Path(logs_dir) / run_id / "events.jsonl"
     if not path.exists():
@@ -367,8 +393,9 @@ def get_events_since(run_id: str, offset: int | None = None, since_ts: str | Non
     return out
 
 
-async def subscribe(path: str | Path, offset: int = 0, *, poll_interval: float = 0.05,
-                    stop: anyio.Event | None = None) -> AsyncIterator[Event]:
+async def subscribe(
+    path: str | Path, offset: int = 0, *, poll_interval: float = 0.05, stop: anyio.Event | None = None
+) -> AsyncIterator[Event]:
     """Follow a (possibly live) event log from ``offset``, yielding events as they land.
 
     One file watcher (inotify/kqueue through watchfiles) wakes the reader; it
@@ -399,9 +426,14 @@ async def _wakeups(directory: Path, poll_interval: float, stop: anyio.Event | No
 
         if not await anyio.Path(directory).exists():
             raise FileNotFoundError(directory)
-        async for _ in watchfiles.awatch(directory, stop_event=stop, debounce=5, step=5,
-                                         yield_on_timeout=True,
-                                         rust_timeout=max(1, int(poll_interval * 1000))):
+        async for _ in watchfiles.awatch(
+            directory,
+            stop_event=stop,
+            debounce=5,
+            step=5,
+            yield_on_timeout=True,
+            rust_timeout=max(1, int(poll_interval * 1000)),
+        ):
             yield None
     except (ImportError, OSError, RuntimeError):
         while stop is None or not stop.is_set():

@@ -90,8 +90,9 @@ def progress_record(fields: dict[str, Any]) -> Progress:
     """A checked :class:`Progress` from ``ctx.progress(**fields)``; TypeError names a wrong field."""
     unknown = sorted(set(fields) - set(Progress.__struct_fields__))
     if unknown:
-        raise TypeError(f"ctx.progress() got unknown field(s) {', '.join(unknown)}; "
-                        f"known: {', '.join(Progress.__struct_fields__)}")
+        raise TypeError(
+            f"ctx.progress() got unknown field(s) {', '.join(unknown)}; known: {', '.join(Progress.__struct_fields__)}"
+        )
     try:
         record = msgspec.convert(fields, Progress)
     except msgspec.ValidationError as exc:
@@ -139,9 +140,17 @@ def new_event_id() -> str:
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
-def encode_line(event_type: str, *, ts: str, run_id: str, strategy_execution_id: str,
-                start_offset: int, payload: dict[str, Any], key: str | None = None,
-                event_id: str | None = None) -> bytes:
+def encode_line(
+    event_type: str,
+    *,
+    ts: str,
+    run_id: str,
+    strategy_execution_id: str,
+    start_offset: int,
+    payload: dict[str, Any],
+    key: str | None = None,
+    event_id: str | None = None,
+) -> bytes:
     """Encode one event as a UTF-8 JSON line (with trailing newline)."""
     record: dict[str, Any] = {
         "id": event_id or new_event_id(),

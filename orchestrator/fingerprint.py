@@ -41,12 +41,32 @@ class TaskDefaults(msgspec.Struct, frozen=True, kw_only=True):
     timeout_seconds: float = 3600.0
 
 
-TASK_FIELDS = frozenset({
-    "prompt", "base_branch", "model", "import_policy", "import_conflict_policy", "skip_empty_import",
-    "session_group_key", "resume_session_id", "plugin", "plugin_name", "system_prompt",
-    "append_system_prompt", "max_turns", "command", "include_branches", "timeout_seconds",
-    "network_egress", "container_limits", "metadata", "delete_branches", "output_schema", "uncommitted",
-})
+TASK_FIELDS = frozenset(
+    {
+        "prompt",
+        "base_branch",
+        "model",
+        "import_policy",
+        "import_conflict_policy",
+        "skip_empty_import",
+        "session_group_key",
+        "resume_session_id",
+        "plugin",
+        "plugin_name",
+        "system_prompt",
+        "append_system_prompt",
+        "max_turns",
+        "command",
+        "include_branches",
+        "timeout_seconds",
+        "network_egress",
+        "container_limits",
+        "metadata",
+        "delete_branches",
+        "output_schema",
+        "uncommitted",
+    }
+)
 
 
 def normalize_task(task: Mapping[str, Any], defaults: TaskDefaults, *, default_base_branch: str) -> dict[str, Any]:
@@ -56,15 +76,15 @@ def normalize_task(task: Mapping[str, Any], defaults: TaskDefaults, *, default_b
     unknown = set(task) - TASK_FIELDS
     if unknown:
         raise ConfigError(
-            f"unknown task field(s) {', '.join(sorted(unknown))}; accepted: {', '.join(sorted(TASK_FIELDS))}")
+            f"unknown task field(s) {', '.join(sorted(unknown))}; accepted: {', '.join(sorted(TASK_FIELDS))}"
+        )
     plugin = task.get("plugin_name") or task.get("plugin") or defaults.plugin_name
     command = task.get("command")
     prompt = task.get("prompt")
     delete = task.get("delete_branches")
     if delete is not None:
         # A housekeeping task: the runner deletes this run's own branches and runs nothing.
-        if (not isinstance(delete, (list, tuple)) or not delete
-                or not all(isinstance(b, str) and b for b in delete)):
+        if not isinstance(delete, (list, tuple)) or not delete or not all(isinstance(b, str) and b for b in delete):
             raise ConfigError("task field delete_branches must be a non-empty list of branch names")
         if command is not None or task.get("plugin") or task.get("plugin_name") or task.get("include_branches"):
             raise ConfigError("a delete_branches task runs nothing else: drop command, plugin and include_branches")
@@ -123,8 +143,9 @@ def normalize_task(task: Mapping[str, Any], defaults: TaskDefaults, *, default_b
         normalized["import_policy"] = "never"
     uncommitted = task.get("uncommitted")
     if uncommitted is not None and uncommitted not in UNCOMMITTED_POLICIES:
-        raise ConfigError(f"task field uncommitted={uncommitted!r} is invalid; use one of "
-                          f"{', '.join(UNCOMMITTED_POLICIES)}")
+        raise ConfigError(
+            f"task field uncommitted={uncommitted!r} is invalid; use one of {', '.join(UNCOMMITTED_POLICIES)}"
+        )
     if uncommitted == "discard":
         # Only the non-default value is part of the input: inputs recorded before
         # this field existed (all of them "commit") keep their fingerprints.
@@ -143,8 +164,10 @@ def _check_output_schema(schema: Any, plugin: str) -> None:
 
     check_schema(schema)
     if plugin in PLUGIN_NAMES and not get_plugin(plugin).capabilities.supports_output_schema:
-        raise ConfigError(f"plugin {plugin!r} cannot enforce output_schema; drop output_schema from the task "
-                          "or use an agent plugin (claude-code, codex)")
+        raise ConfigError(
+            f"plugin {plugin!r} cannot enforce output_schema; drop output_schema from the task "
+            "or use an agent plugin (claude-code, codex)"
+        )
 
 
 def _drop_nulls(obj: Any) -> Any:

@@ -115,8 +115,10 @@ async def check_hosts(config: Config) -> int:
         if "error" in row:
             print(f"{row['name']:<12} DOWN  {row['engine']}: {row['error']}")
             continue
-        print(f"{row['name']:<12} up    Docker {row['version']}, rtt {row['rtt_ms']} ms, image {image}: "
-              f"{row['image']}, free slots {row['free_slots']}/{row['max_parallel']}  ({row['engine']})")
+        print(
+            f"{row['name']:<12} up    Docker {row['version']}, rtt {row['rtt_ms']} ms, image {image}: "
+            f"{row['image']}, free slots {row['free_slots']}/{row['max_parallel']}  ({row['engine']})"
+        )
     bad = [r for r in rows if not r["ok"]]
     if bad:
         print(f"{len(bad)} of {len(rows)} host(s) not ready; a missing image: rerun with --sync-image")

@@ -51,8 +51,10 @@ def source_dir() -> Path:
     for candidate in (pkg / "_image", pkg.parent):
         if (candidate / "Dockerfile").is_file() and (candidate / "docker").is_dir():
             return candidate
-    raise PreflightError(f"the image sources (Dockerfile, docker/) are missing next to {pkg}; "
-                         "reinstall orchestrator (uv tool install --reinstall orchestrator)")
+    raise PreflightError(
+        f"the image sources (Dockerfile, docker/) are missing next to {pkg}; "
+        "reinstall orchestrator (uv tool install --reinstall orchestrator)"
+    )
 
 
 def cache_dir() -> Path:
@@ -75,8 +77,10 @@ def _docker(*args: str, timeout: float | None = None) -> subprocess.CompletedPro
     try:
         return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout)
     except FileNotFoundError:
-        raise PreflightError("the docker command is not installed; install Docker Engine "
-                             "(Linux: apt-get install docker.io) or Docker Desktop") from None
+        raise PreflightError(
+            "the docker command is not installed; install Docker Engine "
+            "(Linux: apt-get install docker.io) or Docker Desktop"
+        ) from None
     except subprocess.TimeoutExpired:
         return subprocess.CompletedProcess(["docker", *args], 124, "", f"timed out after {timeout:g} s")
 
@@ -114,8 +118,10 @@ def _inputs_hash(ctx: Path, base: str, files: list[str]) -> str:
 
 def _build_local_base(say: _Say, cache: Path) -> None:
     if os.geteuid() != 0:
-        raise PreflightError(f"{UPSTREAM_BASE} cannot be pulled and building {LOCAL_BASE} with debootstrap needs "
-                             "root; set BASE_IMAGE to an image you have")
+        raise PreflightError(
+            f"{UPSTREAM_BASE} cannot be pulled and building {LOCAL_BASE} with debootstrap needs "
+            "root; set BASE_IMAGE to an image you have"
+        )
     tarball = cache / "bookworm-minbase.tar"
     logs = cache / "logs"
     if not tarball.is_file() or tarball.stat().st_size == 0:
@@ -130,8 +136,11 @@ def _build_local_base(say: _Say, cache: Path) -> None:
         try:
             say(f"debootstrap bookworm (minbase) into {rootfs} (about a minute; log: {logs / 'debootstrap.log'})")
             with open(logs / "debootstrap.log", "w") as log:
-                r = subprocess.run(["debootstrap", "--variant=minbase", "--include=ca-certificates", "bookworm",
-                                    str(rootfs)], stdout=log, stderr=subprocess.STDOUT)
+                r = subprocess.run(
+                    ["debootstrap", "--variant=minbase", "--include=ca-certificates", "bookworm", str(rootfs)],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
             if r.returncode != 0:
                 raise PreflightError(f"debootstrap failed, see {logs / 'debootstrap.log'}")
             for junk in ("var/cache/apt/archives", "var/lib/apt/lists", "tmp"):
@@ -150,8 +159,17 @@ def _build_local_base(say: _Say, cache: Path) -> None:
     else:
         say(f"using cached rootfs {tarball}")
     say(f"importing {tarball} as {LOCAL_BASE}")
-    imported = _docker("import", "-c", "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                       "-c", "ENV LANG=C.UTF-8", "-c", 'CMD ["/bin/bash"]', str(tarball), LOCAL_BASE)
+    imported = _docker(
+        "import",
+        "-c",
+        "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "-c",
+        "ENV LANG=C.UTF-8",
+        "-c",
+        'CMD ["/bin/bash"]',
+        str(tarball),
+        LOCAL_BASE,
+    )
     if imported.returncode != 0:
         raise PreflightError(f"docker import failed: {imported.stderr.strip()[-300:]}")
 
@@ -179,8 +197,18 @@ def pick_base(say: _Say, cache: Path) -> str:
     return LOCAL_BASE
 
 
-def _build(say: _Say, name: str, dockerfile: str, ctx: Path, inputs: str, build_args: dict[str, str],
-           log_path: Path, *, force: bool, verbose: bool) -> bool:
+def _build(
+    say: _Say,
+    name: str,
+    dockerfile: str,
+    ctx: Path,
+    inputs: str,
+    build_args: dict[str, str],
+    log_path: Path,
+    *,
+    force: bool,
+    verbose: bool,
+) -> bool:
     current = image_label(name)
     if not force and current == inputs:
         say(f"{name} is up to date (inputs sha256 {inputs[:12]})")
@@ -228,9 +256,11 @@ def build_image(image: str = "claude-code", *, test_image: str | None = None) ->
     (cache / "logs").mkdir(parents=True, exist_ok=True)
     r = _docker("info", "--format", "{{.ServerVersion}}", timeout=30)
     if r.returncode != 0:
-        raise PreflightError("cannot reach the Docker engine (docker info failed); start it "
-                             "(Linux: sudo systemctl start docker, or scripts/setup-docker.sh as root) "
-                             "or add your user to the docker group")
+        raise PreflightError(
+            "cannot reach the Docker engine (docker info failed); start it "
+            "(Linux: sudo systemctl start docker, or scripts/setup-docker.sh as root) "
+            "or add your user to the docker group"
+        )
     say(f"Docker engine reachable (server {r.stdout.strip()}); sources: {src}")
     base = pick_base(say, cache)
     base_id = image_id(base) or base
@@ -254,14 +284,32 @@ def build_image(image: str = "claude-code", *, test_image: str | None = None) ->
         say(f"extra CA certificates from {ca_source}: {len(ca_files)}")
         # The product image does not depend on the test image's Dockerfile.
         product_inputs = [f for f in files if f != TEST_DOCKERFILE] + ca_files
-        built = _build(say, image, "Dockerfile", ctx, _inputs_hash(ctx, base_id, product_inputs), {"BASE_IMAGE": base},
-               cache / "logs" / f"build-{_safe(image)}.log", force=force, verbose=verbose)
+        built = _build(
+            say,
+            image,
+            "Dockerfile",
+            ctx,
+            _inputs_hash(ctx, base_id, product_inputs),
+            {"BASE_IMAGE": base},
+            cache / "logs" / f"build-{_safe(image)}.log",
+            force=force,
+            verbose=verbose,
+        )
         if test_image:
             if TEST_DOCKERFILE not in files:
                 raise PreflightError(f"{TEST_DOCKERFILE} is missing from {src}")
             test_inputs = [f for f in files if f != "Dockerfile"]
-            _build(say, test_image, TEST_DOCKERFILE, ctx, _inputs_hash(ctx, image_id(image) or image, test_inputs),
-                   {"BASE": image}, cache / "logs" / f"build-{_safe(test_image)}.log", force=force, verbose=verbose)
+            _build(
+                say,
+                test_image,
+                TEST_DOCKERFILE,
+                ctx,
+                _inputs_hash(ctx, image_id(image) or image, test_inputs),
+                {"BASE": image},
+                cache / "logs" / f"build-{_safe(test_image)}.log",
+                force=force,
+                verbose=verbose,
+            )
     from .image_tools import probe_tools
 
     # A new image id is probed anyway (the cache is per id); refresh covers a forced rebuild.

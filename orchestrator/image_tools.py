@@ -19,12 +19,14 @@ PROBE_TIMEOUT_S = 120
 # Prints "<tool> <first line of --version>" or "<tool> -" when it is not on PATH.
 # The simulated agent has no --version (it would answer as an agent), and the
 # test image links claude/codex to it: those are reported as "simulated".
-_PROBE = ('sim=$(readlink -f "$(command -v orchestrator-sim-agent)" 2>/dev/null); '
-          'for t in ' + " ".join(TOOLS) + '; do '
-          'p=$(command -v "$t" 2>/dev/null) || { echo "$t -"; continue; }; '
-          'if [ -n "$sim" ] && [ "$(readlink -f "$p")" = "$sim" ]; then '
-          '[ "$t" = orchestrator-sim-agent ] && echo "$t present" || echo "$t simulated"; continue; fi; '
-          'v=$("$t" --version 2>/dev/null </dev/null | head -n 1); echo "$t ${v:-?}"; done')
+_PROBE = (
+    'sim=$(readlink -f "$(command -v orchestrator-sim-agent)" 2>/dev/null); '
+    "for t in " + " ".join(TOOLS) + "; do "
+    'p=$(command -v "$t" 2>/dev/null) || { echo "$t -"; continue; }; '
+    'if [ -n "$sim" ] && [ "$(readlink -f "$p")" = "$sim" ]; then '
+    '[ "$t" = orchestrator-sim-agent ] && echo "$t present" || echo "$t simulated"; continue; fi; '
+    'v=$("$t" --version 2>/dev/null </dev/null | head -n 1); echo "$t ${v:-?}"; done'
+)
 
 
 def required_tools(plugin_name: str, *, dry_run: bool) -> tuple[str, ...]:
@@ -58,8 +60,10 @@ def probe_tools(image: str, *, refresh: bool = False) -> dict[str, str | None]:
         try:
             image_id: str = client.images.get(image).attrs["Id"]
         except docker.errors.ImageNotFound:
-            raise PreflightError(f"Docker image {image!r} not found; build it with: orchestrator --build-image"
-                                 f"{'' if image == 'claude-code' else f' --docker-image {image}'}") from None
+            raise PreflightError(
+                f"Docker image {image!r} not found; build it with: orchestrator --build-image"
+                f"{'' if image == 'claude-code' else f' --docker-image {image}'}"
+            ) from None
         cache = _cache_file(image_id)
         if not refresh:
             try:
@@ -67,12 +71,20 @@ def probe_tools(image: str, *, refresh: bool = False) -> dict[str, str | None]:
             except (OSError, ValueError):
                 pass
         try:
-            out = client.containers.run(image, ["sh", "-c", _PROBE], entrypoint=[], remove=True,
-                                        network_disabled=True, labels={"orchestrator.probe": "true"},
-                                        stdout=True, stderr=False)
+            out = client.containers.run(
+                image,
+                ["sh", "-c", _PROBE],
+                entrypoint=[],
+                remove=True,
+                network_disabled=True,
+                labels={"orchestrator.probe": "true"},
+                stdout=True,
+                stderr=False,
+            )
         except docker.errors.DockerException as exc:
-            raise PreflightError(f"cannot run a container from {image!r} to check its tools: "
-                                 f"{str(exc).splitlines()[0][:200]}") from None
+            raise PreflightError(
+                f"cannot run a container from {image!r} to check its tools: {str(exc).splitlines()[0][:200]}"
+            ) from None
     finally:
         client.close()
     tools: dict[str, str | None] = {}
@@ -95,6 +107,8 @@ def check_tools(image: str, needed: tuple[str, ...]) -> dict[str, str | None]:
     tools = probe_tools(image)
     missing = [t for t in needed if tools.get(t) is None]
     if missing:
-        raise PreflightError(f"Docker image {image!r} has no {', '.join(missing)} on its PATH; rebuild it with "
-                             "orchestrator --build-image or pick another --docker-image")
+        raise PreflightError(
+            f"Docker image {image!r} has no {', '.join(missing)} on its PATH; rebuild it with "
+            "orchestrator --build-image or pick another --docker-image"
+        )
     return tools

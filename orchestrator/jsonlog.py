@@ -36,8 +36,9 @@ DEFAULT_BACKUPS = 3
 _settings: dict[str, Any] = {"max_bytes": DEFAULT_MAX_BYTES, "backups": DEFAULT_BACKUPS, "echo": None}
 
 
-def configure(*, max_bytes: int | None = None, backups: int | None = None,
-              echo: Callable[[str], None] | None = None) -> None:
+def configure(
+    *, max_bytes: int | None = None, backups: int | None = None, echo: Callable[[str], None] | None = None
+) -> None:
     """Process-wide defaults: rotation size (0 = never), backups kept, and the debug echo (None = off)."""
     if max_bytes is not None:
         _settings["max_bytes"] = max_bytes
@@ -47,9 +48,17 @@ def configure(*, max_bytes: int | None = None, backups: int | None = None,
 
 
 class ComponentLog:
-    def __init__(self, path: str | Path | None, component: str, run_id: str | None = None,
-                 sanitizer: Sanitizer | None = None, echo=None, *, max_bytes: int | None = None,
-                 backups: int | None = None) -> None:
+    def __init__(
+        self,
+        path: str | Path | None,
+        component: str,
+        run_id: str | None = None,
+        sanitizer: Sanitizer | None = None,
+        echo=None,
+        *,
+        max_bytes: int | None = None,
+        backups: int | None = None,
+    ) -> None:
         self.path = Path(path) if path else None
         self.component = component
         self.run_id = run_id
@@ -86,8 +95,13 @@ class ComponentLog:
         self._size = self._fh.tell()
 
     def log(self, level: str, message: str, **fields: Any) -> None:
-        record = {"timestamp": utc_now_iso(), "component": self.component, "level": level,
-                  "run_id": self.run_id, "message": message}
+        record = {
+            "timestamp": utc_now_iso(),
+            "component": self.component,
+            "level": level,
+            "run_id": self.run_id,
+            "message": message,
+        }
         record.update(fields)
         data = orjson.dumps(self.sanitizer.scrub(record), default=str) + b"\n"
         with self._lock:

@@ -185,8 +185,10 @@ async def _check_docker(image: str, tools: tuple[str, ...] = ()) -> None:
         raise PreflightError(message)
     if not await image_exists(image):
         build = "orchestrator --build-image" + ("" if image == "claude-code" else f" --docker-image {image}")
-        raise PreflightError(f"Docker image {image!r} not found; build it with {build} "
-                             f"(scripts/setup-docker.sh in a checkout) or pass --docker-image")
+        raise PreflightError(
+            f"Docker image {image!r} not found; build it with {build} "
+            f"(scripts/setup-docker.sh in a checkout) or pass --docker-image"
+        )
     if tools:
         # The same probe as --doctor (cached per image id): a missing CLI fails here, not in every task.
         await anyio.to_thread.run_sync(check_tools, image, tools)
@@ -199,8 +201,10 @@ def _check_plugin(plugin_name: str, model: str, strategy: LoadedStrategy):
         names = ", ".join(sorted(k for k in models if "-" not in k)) or ", ".join(sorted(models))
         raise ConfigError(f"unknown model {model!r} for plugin {plugin_name}; use one of: {names}")
     if strategy.options.requires_resume and not plugin.capabilities.supports_resume:
-        raise PreflightError(f"strategy {strategy.name} resumes agent sessions, which plugin {plugin_name} cannot do; "
-                             "choose another --plugin")
+        raise PreflightError(
+            f"strategy {strategy.name} resumes agent sessions, which plugin {plugin_name} cannot do; "
+            "choose another --plugin"
+        )
     return plugin
 
 
@@ -252,8 +256,13 @@ async def prepare(args) -> Prepared:
     docker = _EarlyCheck()
     outcome: dict[str, Any] = {}
     async with anyio.create_task_group() as tg:
-        tg.start_soon(docker.run, _check_engines, loaded.config, loaded.config.runner.docker_image,
-                      required_tools(loaded.config.runner.plugin, dry_run=args.dry_run))
+        tg.start_soon(
+            docker.run,
+            _check_engines,
+            loaded.config,
+            loaded.config.runner.docker_image,
+            required_tools(loaded.config.runner.plugin, dry_run=args.dry_run),
+        )
         try:
             outcome["prep"] = await _prepare(args, loaded, docker)
         except Exception as exc:  # raised below, outside the task group, unwrapped
@@ -283,8 +292,9 @@ async def _prepare(args, loaded: LoadedConfig, docker: _EarlyCheck) -> Prepared:
     dirs = RunDirs.from_env()
     # The run's own folders (logs/, results/, orchestrator_state/ by default in
     # the current directory) are not the user's changes, from the first run on.
-    info = await anyio.to_thread.run_sync(functools.partial(
-        validate_repository, repo, base_branch, ignore=(dirs.logs, dirs.state, dirs.results)))
+    info = await anyio.to_thread.run_sync(
+        functools.partial(validate_repository, repo, base_branch, ignore=(dirs.logs, dirs.state, dirs.results))
+    )
     repo = str(info.path)
     if info.dirty:
         if config.orchestration.require_clean_wt:
@@ -302,10 +312,24 @@ async def _prepare(args, loaded: LoadedConfig, docker: _EarlyCheck) -> Prepared:
     _check_disk(dirs.logs, config, warnings)
     _check_disk(workspace_root(), config, warnings)
     await docker.result()
-    return Prepared(loaded_config=loaded, strategy=strategy, params=params, prompt=prompt, repo=repo,
-                    base_branch=base_branch, model=model, plugin_name=plugin_name, image=config.runner.docker_image,
-                    max_parallel=max_parallel, runs=config.orchestration.runs, auth=auth, dry_run=args.dry_run,
-                    mode=args.mode, output=output_mode(args), warnings=warnings)
+    return Prepared(
+        loaded_config=loaded,
+        strategy=strategy,
+        params=params,
+        prompt=prompt,
+        repo=repo,
+        base_branch=base_branch,
+        model=model,
+        plugin_name=plugin_name,
+        image=config.runner.docker_image,
+        max_parallel=max_parallel,
+        runs=config.orchestration.runs,
+        auth=auth,
+        dry_run=args.dry_run,
+        mode=args.mode,
+        output=output_mode(args),
+        warnings=warnings,
+    )
 
 
 async def start(args) -> int:
@@ -315,13 +339,26 @@ async def start(args) -> int:
     run_id = claim_run_id(dirs)
     record_owner(dirs, run_id)
     manifest = RunManifest(
-        run_id=run_id, created_at=now_iso(), prompt=prep.prompt,
-        strategy_spec=_absolute_spec(prep.strategy.spec), strategy_name=prep.strategy.name, params=prep.params,
-        runs=prep.runs, repo_path=prep.repo, base_branch=prep.base_branch, model=prep.model,
-        plugin=prep.plugin_name, docker_image=prep.image, max_parallel=prep.max_parallel, dry_run=prep.dry_run,
-        mode=prep.mode, config=redacted(prep.config),
+        run_id=run_id,
+        created_at=now_iso(),
+        prompt=prep.prompt,
+        strategy_spec=_absolute_spec(prep.strategy.spec),
+        strategy_name=prep.strategy.name,
+        params=prep.params,
+        runs=prep.runs,
+        repo_path=prep.repo,
+        base_branch=prep.base_branch,
+        model=prep.model,
+        plugin=prep.plugin_name,
+        docker_image=prep.image,
+        max_parallel=prep.max_parallel,
+        dry_run=prep.dry_run,
+        mode=prep.mode,
+        config=redacted(prep.config),
         config_file=str(await anyio.Path(args.config).absolute()) if args.config else None,
-        cli_overrides=_cli_overrides(args), structured_outputs=True)
+        cli_overrides=_cli_overrides(args),
+        structured_outputs=True,
+    )
     write_manifest(dirs, manifest)
     return await execute(prep, dirs, manifest, resume_fresh=False)
 
@@ -350,19 +387,32 @@ def _absolute_spec(spec: str) -> str:
 # Flags that shape what a task does or produces. A resumed run keeps what it
 # started with: a different value would make every recorded task a different
 # one, and the work already paid for would be done again (or refused).
-RECORDED_FLAGS = (("prompt", "a prompt"), ("strategy", "--strategy"), ("params", "-S"), ("runs", "--runs"),
-                  ("repo", "--repo"), ("base_branch", "--base-branch"), ("model", "--model"),
-                  ("plugin", "--plugin"), ("docker_image", "--docker-image"), ("config", "--config"),
-                  ("mode", "--mode"), ("safe_fsync", "--safe-fsync"), ("require_clean_wt", "--require-clean-wt"),
-                  ("dry_run", "--dry-run"))
+RECORDED_FLAGS = (
+    ("prompt", "a prompt"),
+    ("strategy", "--strategy"),
+    ("params", "-S"),
+    ("runs", "--runs"),
+    ("repo", "--repo"),
+    ("base_branch", "--base-branch"),
+    ("model", "--model"),
+    ("plugin", "--plugin"),
+    ("docker_image", "--docker-image"),
+    ("config", "--config"),
+    ("mode", "--mode"),
+    ("safe_fsync", "--safe-fsync"),
+    ("require_clean_wt", "--require-clean-wt"),
+    ("dry_run", "--dry-run"),
+)
 RESUME_FLAGS = "--max-parallel, --no-tui, --json, --quiet, --debug, --resume-fresh"
 
 
 def check_resume_flags(args) -> None:
     given = [flag for dest, flag in RECORDED_FLAGS if getattr(args, dest, None) not in (None, False, [])]
     if given:
-        raise UsageError(f"{', '.join(given)} cannot be used with --resume: the run keeps the configuration it "
-                         f"started with (allowed with --resume: {RESUME_FLAGS}); start a new run to change it")
+        raise UsageError(
+            f"{', '.join(given)} cannot be used with --resume: the run keeps the configuration it "
+            f"started with (allowed with --resume: {RESUME_FLAGS}); start a new run to change it"
+        )
 
 
 def _resumed_config(dirs: RunDirs, manifest: RunManifest, current: LoadedConfig) -> LoadedConfig:
@@ -376,14 +426,17 @@ def _resumed_config(dirs: RunDirs, manifest: RunManifest, current: LoadedConfig)
     changed = changed_keys(config, current.config)
     if changed:
         shown = ", ".join(changed[:6]) + (f" and {len(changed) - 6} more" if len(changed) > 6 else "")
-        print(f"note: the run keeps the configuration it started with; changed since, not applied: {shown}",
-              file=sys.stderr, flush=True)
+        print(
+            f"note: the run keeps the configuration it started with; changed since, not applied: {shown}",
+            file=sys.stderr,
+            flush=True,
+        )
     config = msgspec.structs.replace(config, **{s: getattr(current.config, s) for s in PRESENTATION_SECTIONS})
-    placement = {key.split(".", 1)[1]: getattr(current.config.runner, key.split(".", 1)[1])
-                 for key in PLACEMENT_KEYS}
+    placement = {key.split(".", 1)[1]: getattr(current.config.runner, key.split(".", 1)[1]) for key in PLACEMENT_KEYS}
     config = msgspec.structs.replace(config, runner=msgspec.structs.replace(config.runner, **placement))
-    return LoadedConfig(config=config, environ=current.environ,
-                        sources=[f"{where} (recorded when the run started)", *current.sources])
+    return LoadedConfig(
+        config=config, environ=current.environ, sources=[f"{where} (recorded when the run started)", *current.sources]
+    )
 
 
 async def resume(args) -> int:
@@ -394,9 +447,12 @@ async def resume(args) -> int:
         raise UsageError(f"run {manifest.run_id} is being written by a live process; wait for it or stop it first")
     # Today's configuration from the same sources as at the start (same file, same
     # flags): it differs from the recorded one only where something changed since.
-    config_file = manifest.config_file if manifest.config_file and await anyio.Path(manifest.config_file).exists() else None
-    current = load_config(config_file=config_file,
-                          cli_overrides=deep_merge(manifest.cli_overrides, _cli_overrides(args)))
+    config_file = (
+        manifest.config_file if manifest.config_file and await anyio.Path(manifest.config_file).exists() else None
+    )
+    current = load_config(
+        config_file=config_file, cli_overrides=deep_merge(manifest.cli_overrides, _cli_overrides(args))
+    )
     default_sanitizer().add_secrets(v for k, v in current.environ.items() if k in SECRET_ENV_VARS)
     loaded = _resumed_config(dirs, manifest, current)
     if args.max_parallel is not None:
@@ -410,16 +466,30 @@ async def resume(args) -> int:
         plugin.validate_environment(auth)
     default_sanitizer().add_secrets(auth.secret_values())
     await anyio.to_thread.run_sync(validate_repository, manifest.repo_path, manifest.base_branch)
-    await _check_engines(loaded.config, manifest.docker_image, required_tools(manifest.plugin, dry_run=manifest.dry_run))
-    prep = Prepared(loaded_config=loaded, strategy=strategy, params=manifest.params, prompt=manifest.prompt,
-                    repo=manifest.repo_path, base_branch=manifest.base_branch, model=manifest.model,
-                    plugin_name=manifest.plugin, image=manifest.docker_image,
-                    # The hosts may have changed since the run started: their slots decide,
-                    # under the cap given now or at the start.
-                    max_parallel=_max_parallel(loaded.config, args.max_parallel) if loaded.config.runner.hosts
-                    else manifest.max_parallel,
-                    runs=manifest.runs, auth=auth, dry_run=manifest.dry_run, mode=manifest.mode,
-                    output=output_mode(args))
+    await _check_engines(
+        loaded.config, manifest.docker_image, required_tools(manifest.plugin, dry_run=manifest.dry_run)
+    )
+    prep = Prepared(
+        loaded_config=loaded,
+        strategy=strategy,
+        params=manifest.params,
+        prompt=manifest.prompt,
+        repo=manifest.repo_path,
+        base_branch=manifest.base_branch,
+        model=manifest.model,
+        plugin_name=manifest.plugin,
+        image=manifest.docker_image,
+        # The hosts may have changed since the run started: their slots decide,
+        # under the cap given now or at the start.
+        max_parallel=_max_parallel(loaded.config, args.max_parallel)
+        if loaded.config.runner.hosts
+        else manifest.max_parallel,
+        runs=manifest.runs,
+        auth=auth,
+        dry_run=manifest.dry_run,
+        mode=manifest.mode,
+        output=output_mode(args),
+    )
     await _report_resume_plan(dirs, manifest, plugin.capabilities.supports_resume, args.resume_fresh)
     manifest.status = "running"
     manifest.finished_at = None
@@ -437,8 +507,11 @@ async def _report_resume_plan(dirs: RunDirs, manifest: RunManifest, supports_res
     from .runner.git_ops import workspace_path
     from .state import INTERRUPTED, RUNNING, recover
 
-    state = recover(manifest.run_id, dirs.events(manifest.run_id),
-                    [dirs.state / manifest.run_id / "state.json", dirs.logs / manifest.run_id / "state.json"])
+    state = recover(
+        manifest.run_id,
+        dirs.events(manifest.run_id),
+        [dirs.state / manifest.run_id / "state.json", dirs.logs / manifest.run_id / "state.json"],
+    )
     counts: dict[str, int] = {}
     for task in state.unfinished():
         if task.state not in (RUNNING, INTERRUPTED):
@@ -456,36 +529,63 @@ async def _report_resume_plan(dirs: RunDirs, manifest: RunManifest, supports_res
         counts[status] = counts.get(status, 0) + 1
     done = state.counters.completed + state.counters.failed
     plan = ", ".join(f"{n} {s.replace('_', ' ')}" for s, n in sorted(counts.items())) or "no interrupted tasks"
-    print(f"Resuming {manifest.run_id}: {done} task(s) already finished stay as they are; {plan}.",
-          file=sys.stderr, flush=True)
+    print(
+        f"Resuming {manifest.run_id}: {done} task(s) already finished stay as they are; {plan}.",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
-def _engine_config(prep: Prepared, dirs: RunDirs, run_id: str, *, resume_fresh: bool,
-                   structured_outputs: bool = True) -> EngineConfig:
+def _engine_config(
+    prep: Prepared, dirs: RunDirs, run_id: str, *, resume_fresh: bool, structured_outputs: bool = True
+) -> EngineConfig:
     c = prep.config
     r = c.runner
     o = c.orchestration
     plugin = get_plugin(prep.plugin_name)
     return EngineConfig(
-        run_id=run_id, repo_path=prep.repo, base_branch=prep.base_branch, strategy_name=prep.strategy.name,
-        logs_dir=str(dirs.logs), state_dir=str(dirs.state), results_dir=str(dirs.results),
+        run_id=run_id,
+        repo_path=prep.repo,
+        base_branch=prep.base_branch,
+        strategy_name=prep.strategy.name,
+        logs_dir=str(dirs.logs),
+        state_dir=str(dirs.state),
+        results_dir=str(dirs.results),
         max_parallel=prep.max_parallel,
-        defaults=TaskDefaults(model=prep.model, plugin_name=prep.plugin_name, import_policy=o.import_policy,
-                              import_conflict_policy=o.import_conflict_policy, skip_empty_import=o.skip_empty_import,
-                              container_cpus=r.container_cpu, container_memory=r.container_memory,
-                              network_egress=r.network_egress, max_turns=r.max_turns,
-                              timeout_seconds=r.container_timeout_seconds),
-        flush_policy=c.events.flush_policy, flush_interval_ms=c.events.interval_ms, flush_max_batch=c.events.max_batch,
-        max_final_message_bytes=c.events.max_final_message_bytes, snapshot_interval_s=c.events.snapshot_interval_s,
-        resume_fresh=resume_fresh, supports_resume=plugin.capabilities.supports_resume,
+        defaults=TaskDefaults(
+            model=prep.model,
+            plugin_name=prep.plugin_name,
+            import_policy=o.import_policy,
+            import_conflict_policy=o.import_conflict_policy,
+            skip_empty_import=o.skip_empty_import,
+            container_cpus=r.container_cpu,
+            container_memory=r.container_memory,
+            network_egress=r.network_egress,
+            max_turns=r.max_turns,
+            timeout_seconds=r.container_timeout_seconds,
+        ),
+        flush_policy=c.events.flush_policy,
+        flush_interval_ms=c.events.interval_ms,
+        flush_max_batch=c.events.max_batch,
+        max_final_message_bytes=c.events.max_final_message_bytes,
+        snapshot_interval_s=c.events.snapshot_interval_s,
+        resume_fresh=resume_fresh,
+        supports_resume=plugin.capabilities.supports_resume,
         structured_outputs=structured_outputs,
         runner_options={
-            "docker_image": prep.image, "reuse_container": r.reuse_container, "finalize": r.finalize,
-            "review_workspace_mode": r.review_workspace_mode, "isolation_mode": r.isolation_mode,
+            "docker_image": prep.image,
+            "reuse_container": r.reuse_container,
+            "finalize": r.finalize,
+            "review_workspace_mode": r.review_workspace_mode,
+            "isolation_mode": r.isolation_mode,
             "session_volume_scope": r.session_volume_scope,
             "labels": {RUN_LOCK_LABEL: str(dirs.lock(run_id)), RUN_MANIFEST_LABEL: str(dirs.manifest(run_id))},
-            "retry_config": RetryConfig(max_attempts=r.max_attempts, backoff_base_s=r.backoff_base_s,
-                                        backoff_factor=r.backoff_factor, backoff_max_s=r.backoff_max_s),
+            "retry_config": RetryConfig(
+                max_attempts=r.max_attempts,
+                backoff_base_s=r.backoff_base_s,
+                backoff_factor=r.backoff_factor,
+                backoff_max_s=r.backoff_max_s,
+            ),
         },
     )
 
@@ -505,8 +605,11 @@ async def _watch_signals(scope: anyio.CancelScope, flag: _Interrupt, ui_stop: an
             flag.requested = True
             if ui_stop is not None:
                 ui_stop.set()  # close the dashboard now, so the acknowledgement below shows at once
-            print("\nInterrupting: stopping containers and saving state (Ctrl+C again to exit at once)...",
-                  file=sys.stderr, flush=True)
+            print(
+                "\nInterrupting: stopping containers and saving state (Ctrl+C again to exit at once)...",
+                file=sys.stderr,
+                flush=True,
+            )
             scope.cancel()
 
 
@@ -515,21 +618,33 @@ def _make_runner(prep: Prepared, log_dir: Path, olog: ComponentLog, stop_run=Non
     config = prep.config
 
     limits = config.runner.container_limits
-    hardening = Hardening(pids_limit=limits.pids_limit, nofile=limits.nofile, secret_scan=config.runner.secret_scan,
-                          max_workspace_mb=config.runner.max_workspace_mb)
+    hardening = Hardening(
+        pids_limit=limits.pids_limit,
+        nofile=limits.nofile,
+        secret_scan=config.runner.secret_scan,
+        max_workspace_mb=config.runner.max_workspace_mb,
+    )
 
     def make(host=None) -> DockerRunner:
-        return DockerRunner(auth=prep.auth, logs_dir=log_dir, sanitizer=default_sanitizer(),
-                            pricing=config.model_pricing(), dry_run=prep.dry_run, known_images=(prep.image,),
-                            host=host, hardening=hardening)
+        return DockerRunner(
+            auth=prep.auth,
+            logs_dir=log_dir,
+            sanitizer=default_sanitizer(),
+            pricing=config.model_pricing(),
+            dry_run=prep.dry_run,
+            known_images=(prep.image,),
+            host=host,
+            hardening=hardening,
+        )
 
     if not config.runner.hosts:
         return make()
     from .runner.hosts import MultiHostRunner
 
     specs = _host_specs(config)
-    olog.info("docker hosts", hosts=[{"name": s.name, "engine": s.shown, "max_parallel": s.max_parallel}
-                                     for s in specs])
+    olog.info(
+        "docker hosts", hosts=[{"name": s.name, "engine": s.shown, "max_parallel": s.max_parallel} for s in specs]
+    )
 
     def host_event(event: dict) -> None:
         olog.warning(event["type"], **{k: v for k, v in event.items() if k != "type"})
@@ -555,19 +670,30 @@ async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resum
     echo = (lambda line: print(line, file=sys.stderr)) if config.logging.debug else None
     # Every component log of this process (the runner's and the TUI's too) rotates
     # at the configured size and, with --debug, streams to stderr.
-    configure_logs(max_bytes=int(config.logging.max_component_log_mb * 1024 * 1024),
-                   backups=config.logging.component_log_backups, echo=echo)
+    configure_logs(
+        max_bytes=int(config.logging.max_component_log_mb * 1024 * 1024),
+        backups=config.logging.component_log_backups,
+        echo=echo,
+    )
     olog = ComponentLog(log_dir / "orchestration.jsonl", "orchestration", run_id)
-    olog.info("run starting", config=redacted(config), sources=prep.loaded_config.sources,
-              strategy=prep.strategy.name, params=prep.params, resume=resume_fresh or manifest.status == "running")
+    olog.info(
+        "run starting",
+        config=redacted(config),
+        sources=prep.loaded_config.sources,
+        strategy=prep.strategy.name,
+        params=prep.params,
+        resume=resume_fresh or manifest.status == "running",
+    )
     if prep.dry_run and prep.output != "json":
         print("DRY RUN: agent tasks are answered by a deterministic simulated agent; nothing is spent.", flush=True)
     for w in prep.warnings:
         print(f"warning: {w}", file=sys.stderr)
         olog.warning(w)
     if prep.max_parallel * config.runner.container_cpu > (os.cpu_count() or 1):
-        olog.warning(f"max_parallel={prep.max_parallel} x {config.runner.container_cpu} CPUs oversubscribes "
-                     f"this host's {os.cpu_count()} CPUs")
+        olog.warning(
+            f"max_parallel={prep.max_parallel} x {config.runner.container_cpu} CPUs oversubscribes "
+            f"this host's {os.cpu_count()} CPUs"
+        )
     removed = cleanup_old_logs(dirs, config.logging.retention_days, keep={run_id})
     if removed:
         olog.info("removed old logs", runs=removed)
@@ -580,8 +706,11 @@ async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resum
             scope.cancel()
 
     runner = _make_runner(prep, log_dir, olog, stop_run=stop_run)
-    engine = Engine(_engine_config(prep, dirs, run_id, resume_fresh=resume_fresh,
-                                   structured_outputs=manifest.structured_outputs), runner, log=olog)
+    engine = Engine(
+        _engine_config(prep, dirs, run_id, resume_fresh=resume_fresh, structured_outputs=manifest.structured_outputs),
+        runner,
+        log=olog,
+    )
     if hasattr(runner, "status_table"):
         # The dashboard reads only events and state: the hosts, their slots and
         # which are down reach it as hosts.status events.
@@ -591,7 +720,9 @@ async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resum
         runner.on_status = lambda table: engine.note_run_event(HOSTS_STATUS, {"hosts": table})
     engine.on_divergence = lambda sid, keys: print(
         f"warning: strategy {sid} no longer asks for {len(keys)} recorded task(s): {', '.join(keys[:5])}"
-        + (" ..." if len(keys) > 5 else ""), file=sys.stderr)
+        + (" ..." if len(keys) > 5 else ""),
+        file=sys.stderr,
+    )
     flag = _Interrupt()
     started = time.monotonic()
     ui_stop = anyio.Event()
@@ -608,10 +739,16 @@ async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resum
                 outer.start_soon(_clean_orphans, dirs, config, olog, run_id)
             with anyio.CancelScope() as run_scope:
                 run_scope_box.append(run_scope)
-                outer.start_soon(_watch_signals_until, run_scope, flag, watcher_scope,
-                                 ui_stop if prep.output == "dashboard" else None)
-                await engine.run(prep.strategy.fn, prompt=prep.prompt, params=prep.params, runs=prep.runs,
-                                 name=prep.strategy.name)
+                outer.start_soon(
+                    _watch_signals_until,
+                    run_scope,
+                    flag,
+                    watcher_scope,
+                    ui_stop if prep.output == "dashboard" else None,
+                )
+                await engine.run(
+                    prep.strategy.fn, prompt=prep.prompt, params=prep.params, runs=prep.runs, name=prep.strategy.name
+                )
             if flag.requested:
                 with anyio.CancelScope(shield=True):
                     await _stop_containers(run_id, olog)
@@ -681,8 +818,9 @@ async def _delete_unneeded_branches(prep, dirs: RunDirs, run_id: str, state, olo
         return
     deleted = sum(1 for how in outcome.values() if how == "deleted")
     kept = {name: how for name, how in outcome.items() if how not in ("deleted", "missing")}
-    line = (f"{prep.strategy.name}: deleted {deleted} branch(es) it no longer needs"
-            + (f"; kept {len(kept)}: " + ", ".join(f"{n} ({how})" for n, how in kept.items()) if kept else ""))
+    line = f"{prep.strategy.name}: deleted {deleted} branch(es) it no longer needs" + (
+        f"; kept {len(kept)}: " + ", ".join(f"{n} ({how})" for n, how in kept.items()) if kept else ""
+    )
     print(line, file=sys.stderr)
     olog.info(line, outcome=outcome)
 
@@ -695,8 +833,11 @@ async def _write_report(dirs: RunDirs, manifest: RunManifest, module, olog: Comp
         return await anyio.to_thread.run_sync(lambda: write_report(dirs, manifest, module=module))
     except Exception as exc:
         olog.warning(f"run report not written: {exc}")
-        print(f"warning: run report not written: {exc} (rebuild it with orchestrator --show-run "
-              f"{manifest.run_id} --html)", file=sys.stderr)
+        print(
+            f"warning: run report not written: {exc} (rebuild it with orchestrator --show-run "
+            f"{manifest.run_id} --html)",
+            file=sys.stderr,
+        )
         return None
 
 
@@ -721,8 +862,12 @@ async def _storage_stop(err: OSError, dirs: RunDirs, manifest: RunManifest, olog
         write_manifest(dirs, manifest)
     olog.error(f"run stopped: cannot write its records: {err}")
     where = f" ({err.filename})" if getattr(err, "filename", None) else ""
-    print(f"orchestrator: error: cannot write the run's records{where}: {err.strerror or err}; "
-          f"free space, then resume with: orchestrator --resume {run_id}", file=sys.stderr, flush=True)
+    print(
+        f"orchestrator: error: cannot write the run's records{where}: {err.strerror or err}; "
+        f"free space, then resume with: orchestrator --resume {run_id}",
+        file=sys.stderr,
+        flush=True,
+    )
     return 1
 
 
@@ -766,8 +911,9 @@ def _orphan_scan_marker(dirs: RunDirs) -> Path:
     return Path(tempfile.gettempdir()) / "orchestrator-orphan-scans" / key
 
 
-async def _watch_signals_until(run_scope: anyio.CancelScope, flag: _Interrupt, watcher_scope: anyio.CancelScope,
-                               ui_stop: anyio.Event | None = None) -> None:
+async def _watch_signals_until(
+    run_scope: anyio.CancelScope, flag: _Interrupt, watcher_scope: anyio.CancelScope, ui_stop: anyio.Event | None = None
+) -> None:
     with watcher_scope:
         await _watch_signals(run_scope, flag, ui_stop)
 
@@ -792,8 +938,12 @@ async def _output(prep: Prepared, dirs: RunDirs, run_id: str, stop: anyio.Event)
     from tui.dashboard import run_dashboard
 
     tlog = ComponentLog(dirs.logs / run_id / "tui.jsonl", "tui", run_id)
-    tlog.info("output started", mode=prep.output, force_display_mode=prep.config.tui.force_display_mode,
-              refresh_hz=prep.config.tui.refresh_hz)
+    tlog.info(
+        "output started",
+        mode=prep.output,
+        force_display_mode=prep.config.tui.force_display_mode,
+        refresh_hz=prep.config.tui.refresh_hz,
+    )
     try:
         await _render(prep, dirs, run_id, stop, run_dashboard, stream_console)
     finally:
@@ -803,8 +953,15 @@ async def _output(prep: Prepared, dirs: RunDirs, run_id: str, stop: anyio.Event)
 
 async def _render(prep: Prepared, dirs: RunDirs, run_id: str, stop: anyio.Event, run_dashboard, stream_console) -> None:
     if prep.output == "dashboard":
-        await run_dashboard(run_id, logs_dir=dirs.logs, state_dir=dirs.state, results_dir=dirs.results, stop=stop,
-                            max_parallel=prep.max_parallel, force_mode=prep.config.tui.force_display_mode,
-                            refresh_hz=prep.config.tui.refresh_hz)
+        await run_dashboard(
+            run_id,
+            logs_dir=dirs.logs,
+            state_dir=dirs.state,
+            results_dir=dirs.results,
+            stop=stop,
+            max_parallel=prep.max_parallel,
+            force_mode=prep.config.tui.force_display_mode,
+            refresh_hz=prep.config.tui.refresh_hz,
+        )
     else:
         await stream_console(run_id, logs_dir=dirs.logs, mode=prep.output, stop=stop)

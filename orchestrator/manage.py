@@ -35,14 +35,15 @@ def help_strategy(name: str) -> int:
     strategy = load_strategy(name)
     print(strategy.describe())
     if name in BUILTINS:
-        print(f"\nexample: orchestrator \"PROMPT\" --strategy {name}"
-              + "".join(f" -S {p.name}=..." for p in strategy.params.values() if p.required))
+        print(
+            f'\nexample: orchestrator "PROMPT" --strategy {name}'
+            + "".join(f" -S {p.name}=..." for p in strategy.params.values() if p.required)
+        )
     return 0
 
 
 def _state(dirs: RunDirs, run_id: str) -> RunState:
-    return recover(run_id, dirs.events(run_id),
-                   [dirs.state / run_id / "state.json", dirs.logs / run_id / "state.json"])
+    return recover(run_id, dirs.events(run_id), [dirs.state / run_id / "state.json", dirs.logs / run_id / "state.json"])
 
 
 def list_runs() -> int:
@@ -80,8 +81,13 @@ async def show_run(run_id: str, follow: bool) -> int:
     if follow:
         from tui.dashboard import monitor
 
-        await monitor(run_id, logs_dir=dirs.logs, state_dir=dirs.state, results_dir=dirs.results,
-                      max_parallel=manifest.max_parallel)
+        await monitor(
+            run_id,
+            logs_dir=dirs.logs,
+            state_dir=dirs.state,
+            results_dir=dirs.results,
+            max_parallel=manifest.max_parallel,
+        )
         return 0
     state = _state(dirs, run_id)
     live = is_live(dirs, run_id)
@@ -90,14 +96,20 @@ async def show_run(run_id: str, follow: bool) -> int:
         summary["status"] = "live"
     print(render_summary(summary, results_path=dirs.results / run_id))
     print(f"\nPrompt: {manifest.prompt[:200]}{'…' if len(manifest.prompt) > 200 else ''}")
-    print(f"Repository: {manifest.repo_path} (base {manifest.base_branch}); model {manifest.model}; "
-          f"plugin {manifest.plugin}; image {manifest.docker_image}")
+    print(
+        f"Repository: {manifest.repo_path} (base {manifest.base_branch}); model {manifest.model}; "
+        f"plugin {manifest.plugin}; image {manifest.docker_image}"
+    )
     print(f"Events: {dirs.events(run_id)}")
     report = _strategy_hook(manifest.strategy_name, "show_run_report")
     if report is not None:
         try:
-            problems = list(await anyio.to_thread.run_sync(functools.partial(
-                report, run_id=run_id, dirs=dirs, manifest=manifest, state=state)) or [])
+            problems = list(
+                await anyio.to_thread.run_sync(
+                    functools.partial(report, run_id=run_id, dirs=dirs, manifest=manifest, state=state)
+                )
+                or []
+            )
             problems += await _check_claims(dirs, manifest, state)
         except Exception as exc:  # a report must not hide the summary
             print(f"strategy report failed: {exc}", file=sys.stderr)
@@ -189,8 +201,10 @@ async def cleanup_run(run_id: str, config: Config | None = None) -> int:
     ws = workspace_root() / run_id
     shutil.rmtree(ws, ignore_errors=True)
     remove_run_state(dirs, run_id)
-    print(f"removed {n_containers} container(s), {n_volumes} volume(s), workspaces under {ws} and "
-          f"{dirs.state / run_id}; logs and results are kept ({dirs.logs / run_id}, {dirs.results / run_id})")
+    print(
+        f"removed {n_containers} container(s), {n_volumes} volume(s), workspaces under {ws} and "
+        f"{dirs.state / run_id}; logs and results are kept ({dirs.logs / run_id}, {dirs.results / run_id})"
+    )
     return 0
 
 
@@ -207,7 +221,9 @@ def _age_hours(container: dict[str, Any]) -> float:
     return (time.time() - when) / 3600
 
 
-def _retention_hours(container: dict[str, Any], dirs: RunDirs, config: Config, cache: dict[str, RunState | None]) -> float:
+def _retention_hours(
+    container: dict[str, Any], dirs: RunDirs, config: Config, cache: dict[str, RunState | None]
+) -> float:
     run_id = container["labels"].get("run_id", "")
     if run_id not in cache:
         cache[run_id] = _state(dirs, run_id) if dirs.events(run_id).exists() else None
@@ -219,19 +235,22 @@ def _retention_hours(container: dict[str, Any], dirs: RunDirs, config: Config, c
     return config.runner.success_retention_hours
 
 
-async def _candidates(dirs: RunDirs, config: Config, *, current: str | None, include_running_unknown: bool,
-                      host=None):
+async def _candidates(dirs: RunDirs, config: Config, *, current: str | None, include_running_unknown: bool, host=None):
     from .runner.docker_containers import list_containers
 
     rows = await list_containers(host=host)
     # Hundreds of retained containers mean as many file checks (and a state
     # replay per run): on a worker thread, since a run may be going on meanwhile.
-    return await anyio.to_thread.run_sync(functools.partial(
-        _select_candidates, rows, dirs, config, current=current, include_running_unknown=include_running_unknown))
+    return await anyio.to_thread.run_sync(
+        functools.partial(
+            _select_candidates, rows, dirs, config, current=current, include_running_unknown=include_running_unknown
+        )
+    )
 
 
-def _select_candidates(rows: list[dict[str, Any]], dirs: RunDirs, config: Config, *, current: str | None,
-                       include_running_unknown: bool) -> list[dict[str, Any]]:
+def _select_candidates(
+    rows: list[dict[str, Any]], dirs: RunDirs, config: Config, *, current: str | None, include_running_unknown: bool
+) -> list[dict[str, Any]]:
     cache: dict[str, RunState | None] = {}
     out = []
     for c in rows:
@@ -286,8 +305,10 @@ async def clean_containers(dry_run: bool, force: bool, config: Config | None = N
         print("no stopped orchestrator containers past retention")
         return 0
     for c in victims:
-        print(f"{'would remove' if dry_run else 'remove'} {c['name']} ({c['status']}, "
-              f"run {c['labels'].get('run_id', '?')}, {_age_hours(c):.1f} h old)")
+        print(
+            f"{'would remove' if dry_run else 'remove'} {c['name']} ({c['status']}, "
+            f"run {c['labels'].get('run_id', '?')}, {_age_hours(c):.1f} h old)"
+        )
     if dry_run:
         return 0
     if not force and sys.stdin.isatty():
@@ -317,8 +338,10 @@ async def _clean_containers_on_hosts(dirs: RunDirs, config: Config, dry_run: boo
             continue
         found.append((label, host, victims))
         for c in victims:
-            print(f"{'would remove' if dry_run else 'remove'} {c['name']} on {label} ({c['status']}, "
-                  f"run {c['labels'].get('run_id', '?')}, {_age_hours(c):.1f} h old)")
+            print(
+                f"{'would remove' if dry_run else 'remove'} {c['name']} on {label} ({c['status']}, "
+                f"run {c['labels'].get('run_id', '?')}, {_age_hours(c):.1f} h old)"
+            )
         if victims:
             try:
                 # A remote engine's task keeps its workspace in a volume: it goes with the container.

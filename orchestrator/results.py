@@ -48,35 +48,64 @@ def build_summary(manifest: RunManifest, state: RunState) -> dict[str, Any]:
         tasks.sort(key=lambda t: (t.scheduled_at or "", t.key))
         rows = []
         for t in tasks:
-            rows.append({
-                "key": t.key, "instance_id": t.instance_id, "state": t.state, "branch": t.branch_final,
-                "branch_planned": t.branch_name, "duration_s": round(t.duration_s, 3), "cost_usd": t.cost_usd,
-                "tokens_in": t.tokens_in, "tokens_out": t.tokens_out, "error_type": t.error_type,
-                "error": t.message, "attempts": t.attempts,
-                "uncommitted_files": t.uncommitted_files, "auto_committed": t.auto_committed,
-            })
+            rows.append(
+                {
+                    "key": t.key,
+                    "instance_id": t.instance_id,
+                    "state": t.state,
+                    "branch": t.branch_final,
+                    "branch_planned": t.branch_name,
+                    "duration_s": round(t.duration_s, 3),
+                    "cost_usd": t.cost_usd,
+                    "tokens_in": t.tokens_in,
+                    "tokens_out": t.tokens_out,
+                    "error_type": t.error_type,
+                    "error": t.message,
+                    "attempts": t.attempts,
+                    "uncommitted_files": t.uncommitted_files,
+                    "auto_committed": t.auto_committed,
+                }
+            )
             if t.branch_final and t.branch_final not in all_branches:
                 all_branches.append(t.branch_final)
-        strategies.append({
-            "strategy_execution_id": sid, "name": strat.name, "params": strat.params, "status": strat.status,
-            "error": strat.error, "selected_branch": _selected_branch(strat.result), "result": strat.result,
-            "tasks": rows,
-        })
+        strategies.append(
+            {
+                "strategy_execution_id": sid,
+                "name": strat.name,
+                "params": strat.params,
+                "status": strat.status,
+                "error": strat.error,
+                "selected_branch": _selected_branch(strat.result),
+                "result": strat.result,
+                "tasks": rows,
+            }
+        )
     c = state.counters
     finished = c.completed + c.failed
     total_cost = sum((t.cost_usd or 0.0) for t in state.tasks.values())
     cost_known = any(t.cost_usd is not None for t in state.tasks.values())
     return {
-        "run_id": manifest.run_id, "dry_run": manifest.dry_run, "strategy": manifest.strategy_name,
-        "strategy_spec": manifest.strategy_spec, "params": manifest.params, "runs": manifest.runs,
-        "model": manifest.model, "plugin": manifest.plugin, "repo": manifest.repo_path,
-        "base_branch": manifest.base_branch, "created_at": manifest.created_at, "finished_at": manifest.finished_at,
+        "run_id": manifest.run_id,
+        "dry_run": manifest.dry_run,
+        "strategy": manifest.strategy_name,
+        "strategy_spec": manifest.strategy_spec,
+        "params": manifest.params,
+        "runs": manifest.runs,
+        "model": manifest.model,
+        "plugin": manifest.plugin,
+        "repo": manifest.repo_path,
+        "base_branch": manifest.base_branch,
+        "created_at": manifest.created_at,
+        "finished_at": manifest.finished_at,
         "status": manifest.status,
         "totals": {
-            "tasks": len(state.tasks), "completed": c.completed, "failed": c.failed,
+            "tasks": len(state.tasks),
+            "completed": c.completed,
+            "failed": c.failed,
             "interrupted": sum(1 for t in state.tasks.values() if t.state == INTERRUPTED),
             "cost_usd": round(total_cost, 6) if cost_known else None,
-            "tokens_in": c.tokens_in, "tokens_out": c.tokens_out,
+            "tokens_in": c.tokens_in,
+            "tokens_out": c.tokens_out,
             "success_rate": round(c.completed / finished, 4) if finished else None,
         },
         "strategies": strategies,
@@ -100,18 +129,48 @@ def metrics_csv(state: RunState) -> str:
     """One row per finished task in completion order, with running totals (a time series)."""
     buf = io.StringIO()
     w = csv.writer(buf)
-    w.writerow(["timestamp", "key", "instance_id", "strategy_execution_id", "state", "duration_s", "cost_usd",
-                "tokens_in", "tokens_out", "branch", "tasks_finished", "cumulative_cost_usd", "cumulative_tokens"])
-    done = sorted((t for t in state.tasks.values() if t.state in (COMPLETED, FAILED)),
-                  key=lambda t: (t.completed_at or "", t.key))
+    w.writerow(
+        [
+            "timestamp",
+            "key",
+            "instance_id",
+            "strategy_execution_id",
+            "state",
+            "duration_s",
+            "cost_usd",
+            "tokens_in",
+            "tokens_out",
+            "branch",
+            "tasks_finished",
+            "cumulative_cost_usd",
+            "cumulative_tokens",
+        ]
+    )
+    done = sorted(
+        (t for t in state.tasks.values() if t.state in (COMPLETED, FAILED)), key=lambda t: (t.completed_at or "", t.key)
+    )
     cost = 0.0
     tokens = 0
     for i, t in enumerate(done, 1):
         cost += t.cost_usd or 0.0
         tokens += t.tokens_in + t.tokens_out
-        w.writerow([t.completed_at, t.key, t.instance_id, t.strategy_execution_id, t.state, round(t.duration_s, 3),
-                    "" if t.cost_usd is None else t.cost_usd, t.tokens_in, t.tokens_out, t.branch_final or "", i,
-                    round(cost, 6), tokens])
+        w.writerow(
+            [
+                t.completed_at,
+                t.key,
+                t.instance_id,
+                t.strategy_execution_id,
+                t.state,
+                round(t.duration_s, 3),
+                "" if t.cost_usd is None else t.cost_usd,
+                t.tokens_in,
+                t.tokens_out,
+                t.branch_final or "",
+                i,
+                round(cost, 6),
+                tokens,
+            ]
+        )
     return buf.getvalue()
 
 
@@ -143,8 +202,11 @@ def fmt_cost(cost: float | None) -> str:
 
 
 def render_summary(summary: dict[str, Any], *, results_path: Path, wall_seconds: float | None = None) -> str:
-    lines = [f"═══ Run {'Complete' if summary['status'] == 'completed' else summary['status'].title()}: "
-             f"{summary['run_id']} ═══", ""]
+    lines = [
+        f"═══ Run {'Complete' if summary['status'] == 'completed' else summary['status'].title()}: "
+        f"{summary['run_id']} ═══",
+        "",
+    ]
     if summary.get("dry_run"):
         lines += ["DRY RUN: agent tasks were answered by the simulated agent; nothing was spent.", ""]
     lines.append(f"Strategy: {summary['strategy']}")
@@ -161,12 +223,16 @@ def render_summary(summary: dict[str, Any], *, results_path: Path, wall_seconds:
             if t["state"] == "COMPLETED":
                 tokens = fmt_tokens((t["tokens_in"] or 0) + (t["tokens_out"] or 0))
                 extra = "" if t["branch"] else " (no branch)"
-                lines.append(f"  ✓ {label}  {fmt_duration(t['duration_s'])} • {fmt_cost(t['cost_usd'])} • {tokens} tokens{extra}")
+                lines.append(
+                    f"  ✓ {label}  {fmt_duration(t['duration_s'])} • {fmt_cost(t['cost_usd'])} • {tokens} tokens{extra}"
+                )
                 left = t.get("uncommitted_files") or 0
                 if left and t.get("auto_committed"):
                     lines.append(f"      {left} file(s) the agent left uncommitted were committed for it")
                 elif left:
-                    lines.append(f"      ⚠ {left} file(s) the agent left uncommitted were discarded (uncommitted: discard)")
+                    lines.append(
+                        f"      ⚠ {left} file(s) the agent left uncommitted were discarded (uncommitted: discard)"
+                    )
             elif t["state"] == "FAILED":
                 first_line = (t["error"] or "").splitlines()[0][:120] if t["error"] else ""
                 lines.append(f"  ✗ {label}  Failed ({t['error_type']}): {first_line}")
@@ -181,18 +247,26 @@ def render_summary(summary: dict[str, Any], *, results_path: Path, wall_seconds:
         lines.append("")
     t = summary["totals"]
     rate = f"{t['completed']}/{t['completed'] + t['failed']} tasks" + (
-        f" ({t['success_rate'] * 100:.0f}%)" if t["success_rate"] is not None else "")
+        f" ({t['success_rate'] * 100:.0f}%)" if t["success_rate"] is not None else ""
+    )
     lines += ["Summary:"]
     if wall_seconds is not None:
         lines.append(f"  Total Duration: {fmt_duration(wall_seconds)}")
     simulated = " (simulated: nothing was spent)" if summary.get("dry_run") else ""
-    lines += [f"  Total Cost: {fmt_cost(t['cost_usd'])}{simulated}",
-              f"  Tokens: {fmt_tokens(t['tokens_in'])} in / {fmt_tokens(t['tokens_out'])} out",
-              f"  Success Rate: {rate}", ""]
+    lines += [
+        f"  Total Cost: {fmt_cost(t['cost_usd'])}{simulated}",
+        f"  Tokens: {fmt_tokens(t['tokens_in'])} in / {fmt_tokens(t['tokens_out'])} out",
+        f"  Success Rate: {rate}",
+        "",
+    ]
     finals = summary["final_branches"]
     if not finals:
-        lines += [f"No branch to merge: the run left {summary['base_branch']} as the best result.", "",
-                  f"Full results: {results_path}/", f"Report: {results_path}/report.html"]
+        lines += [
+            f"No branch to merge: the run left {summary['base_branch']} as the best result.",
+            "",
+            f"Full results: {results_path}/",
+            f"Report: {results_path}/report.html",
+        ]
         return "\n".join(lines)
     lines.append(f"Final branches ({len(finals)}):")
     lines += [f"  {b}" for b in finals]

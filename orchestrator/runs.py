@@ -33,9 +33,11 @@ class RunDirs(msgspec.Struct, frozen=True, kw_only=True):
     def from_env(cls, environ: dict[str, str] | None = None, cwd: Path | None = None) -> RunDirs:
         env = os.environ if environ is None else environ
         cwd = cwd or Path.cwd()
-        return cls(logs=Path(env.get("ORCHESTRATOR_LOGS_DIR") or cwd / "logs").absolute(),
-                   state=Path(env.get("ORCHESTRATOR_STATE_DIR") or cwd / "orchestrator_state").absolute(),
-                   results=Path(env.get("ORCHESTRATOR_RESULTS_DIR") or cwd / "results").absolute())
+        return cls(
+            logs=Path(env.get("ORCHESTRATOR_LOGS_DIR") or cwd / "logs").absolute(),
+            state=Path(env.get("ORCHESTRATOR_STATE_DIR") or cwd / "orchestrator_state").absolute(),
+            results=Path(env.get("ORCHESTRATOR_RESULTS_DIR") or cwd / "results").absolute(),
+        )
 
     def events(self, run_id: str) -> Path:
         return self.logs / run_id / "events.jsonl"

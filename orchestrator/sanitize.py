@@ -48,7 +48,7 @@ def _base64_cores(secret: bytes) -> set[str]:
     cores = set()
     for shift in range(3):
         encoded = base64.b64encode(b"\0" * shift + secret).decode()
-        core = encoded[{0: 0, 1: 2, 2: 3}[shift]:(len(secret) + shift) // 3 * 4]
+        core = encoded[{0: 0, 1: 2, 2: 3}[shift] : (len(secret) + shift) // 3 * 4]
         cores.add(core)
         cores.add(core.replace("+", "-").replace("/", "_"))
     return cores
@@ -76,8 +76,9 @@ class Sanitizer:
     def from_environ(cls, environ: dict[str, str] | None = None) -> Sanitizer:
         environ = dict(os.environ if environ is None else environ)
         prefixes = ("ORCHESTRATOR_", "ANTHROPIC_", "OPENAI_", "CLAUDE_")
-        values = [v for k, v in environ.items()
-                  if k in SECRET_ENV_VARS or (_SECRET_NAME.search(k) and k.startswith(prefixes))]
+        values = [
+            v for k, v in environ.items() if k in SECRET_ENV_VARS or (_SECRET_NAME.search(k) and k.startswith(prefixes))
+        ]
         return cls(values)
 
     def add_secrets(self, secrets: Iterable[str]) -> None:

@@ -123,8 +123,7 @@ class TaskTable(MutableMapping[str, TaskState]):
     fold mutates.
     """
 
-    def __init__(self, tasks: dict[str, TaskState] | None = None, *,
-                 base: _SnapshotTasks | None = None) -> None:
+    def __init__(self, tasks: dict[str, TaskState] | None = None, *, base: _SnapshotTasks | None = None) -> None:
         self._live: dict[str, TaskState] = tasks if tasks is not None else {}
         self._base = base
         # where each key decoded from the base sits in it: re-encoding copies around them
@@ -247,8 +246,9 @@ class TaskTable(MutableMapping[str, TaskState]):
     def _rebuild(self, exc: Exception) -> None:
         """A record passed the load-time check but does not decode: take the tasks from the log."""
         if self.fallback is None:
-            raise SnapshotError(f"a task record does not decode ({exc}); delete the snapshot to rebuild it "
-                                "from events.jsonl") from None
+            raise SnapshotError(
+                f"a task record does not decode ({exc}); delete the snapshot to rebuild it from events.jsonl"
+            ) from None
         base, self._base = self._base, None
         self._merge(self.fallback())
         if base is not None:
@@ -299,8 +299,9 @@ class RunState(msgspec.Struct, kw_only=True):
         return [s for s in self.strategies.values() if s.status == "running"]
 
 
-def apply(state: RunState, etype: str, sid: str, key: str | None, payload: dict[str, Any],
-          offset: int, ts: str) -> None:
+def apply(
+    state: RunState, etype: str, sid: str, key: str | None, payload: dict[str, Any], offset: int, ts: str
+) -> None:
     """Fold one event into ``state`` (idempotent for offsets already applied)."""
     if offset <= state.last_event_start_offset:
         return
@@ -309,8 +310,9 @@ def apply(state: RunState, etype: str, sid: str, key: str | None, payload: dict[
         task = state.tasks.get(key)
         if etype == TASK_SCHEDULED:
             if task is None:
-                task = state.tasks[key] = TaskState(key=key, instance_id=payload["instance_id"],
-                                                    strategy_execution_id=sid, seq=state.counters.scheduled)
+                task = state.tasks[key] = TaskState(
+                    key=key, instance_id=payload["instance_id"], strategy_execution_id=sid, seq=state.counters.scheduled
+                )
                 state.counters.scheduled += 1
             task.fingerprint = payload.get("task_fingerprint_hash", "")
             task.input = payload.get("input", task.input)
@@ -382,9 +384,13 @@ def apply(state: RunState, etype: str, sid: str, key: str | None, payload: dict[
         return
     if etype == HOSTS_STATUS:
         # The whole table each time: a resume with other hosts replaces the old set.
-        state.hosts = {h["name"]: HostState(max_parallel=int(h.get("max_parallel") or 0), down=bool(h.get("down")),
-                                            reason=h.get("reason"))
-                       for h in payload.get("hosts") or () if isinstance(h, dict) and h.get("name")}
+        state.hosts = {
+            h["name"]: HostState(
+                max_parallel=int(h.get("max_parallel") or 0), down=bool(h.get("down")), reason=h.get("reason")
+            )
+            for h in payload.get("hosts") or ()
+            if isinstance(h, dict) and h.get("name")
+        }
         return
     strat = state.strategies.get(sid)
     if etype == STRATEGY_STARTED:
@@ -466,11 +472,13 @@ class _SnapshotHeader(msgspec.Struct, kw_only=True):
 
 class _SnapshotDocument(msgspec.Struct, kw_only=True):
     """A schema-2 snapshot decoded in one go."""
+
     tasks: list[TaskState] = msgspec.field(default_factory=list)
 
 
 class _WholeSnapshot(msgspec.Struct, kw_only=True):
     """The layout before schema 2: a plain document with tasks by key."""
+
     run_id: str
     last_event_start_offset: int = -1
     tasks: dict[str, TaskState] = msgspec.field(default_factory=dict)
@@ -493,8 +501,9 @@ def _sort_key(task: TaskState) -> bytes:
 class _SnapshotTasks:
     """The task lines of one snapshot, in a memory map (or bytes), read on demand."""
 
-    def __init__(self, buf: mmap.mmap | bytes, start: int, end: int, count: int, open_keys: list[str],
-                 crc32: int) -> None:
+    def __init__(
+        self, buf: mmap.mmap | bytes, start: int, end: int, count: int, open_keys: list[str], crc32: int
+    ) -> None:
         self.buf = buf
         self.start, self.end = start, end  # the task lines: buf[start:end], ending in "\n"
         self.count = count
@@ -513,9 +522,9 @@ class _SnapshotTasks:
             ls = buf.rfind(b"\n", lo - 1, mid) + 1
             nl = buf.find(b"\n", mid)
             sep = buf.find(_AFTER_KEY, ls, nl)
-            if sep < 0 or buf[ls:ls + len(_RECORD_START)] != _RECORD_START:
+            if sep < 0 or buf[ls : ls + len(_RECORD_START)] != _RECORD_START:
                 raise SnapshotError(f"the task record at byte {ls} does not start with its key")
-            k = buf[ls + len(_RECORD_START):sep]
+            k = buf[ls + len(_RECORD_START) : sep]
             if k == ek:
                 return True, ls, nl - 1 if buf[nl - 1] == 0x2C else nl  # without the "," separator
             if k < ek:
@@ -538,7 +547,7 @@ class _SnapshotTasks:
         """
         if self.intact is None:
             with memoryview(self.buf) as view:
-                self.intact = zlib.crc32(view[self.start:self.end]) == self.crc32
+                self.intact = zlib.crc32(view[self.start : self.end]) == self.crc32
         if not self.intact:
             raise SnapshotError("the task lines do not match their checksum")
 
@@ -587,7 +596,7 @@ def _encode_snapshot(state: RunState) -> bytes:
             line = _encoder.encode(live[k])
             span = table._spans.get(k)
             if span is not None:  # decoded from the base: replace its line in place
-                pieces += (buf[pos:span[0]], line)
+                pieces += (buf[pos : span[0]], line)
                 pos = span[1]
                 continue
             _, at, _ = base.locate(ek)  # new: insert before the first greater key
@@ -595,19 +604,28 @@ def _encode_snapshot(state: RunState) -> bytes:
                 pieces += (buf[pos:at], line + b",\n")
                 pos = at
             else:
-                pieces += (buf[pos:base.end - 1], b",\n" + line)
+                pieces += (buf[pos : base.end - 1], b",\n" + line)
                 pos = base.end - 1
-        pieces.append(buf[pos:base.end])
+        pieces.append(buf[pos : base.end])
         still_open = {k for k in base.open_keys if k not in live}
         still_open.update(k for k, t in live.items() if t.state not in TERMINAL)
         open_keys = sorted(still_open)
     crc = 0
     for piece in pieces:
         crc = zlib.crc32(piece, crc)
-    header = _encoder.encode(_SnapshotHeader(
-        run_id=state.run_id, last_event_start_offset=state.last_event_start_offset, strategies=state.strategies,
-        counters=state.counters, task_count=len(table), task_bytes=sum(len(p) for p in pieces), task_crc32=crc,
-        open_keys=open_keys, hosts=state.hosts))
+    header = _encoder.encode(
+        _SnapshotHeader(
+            run_id=state.run_id,
+            last_event_start_offset=state.last_event_start_offset,
+            strategies=state.strategies,
+            counters=state.counters,
+            task_count=len(table),
+            task_bytes=sum(len(p) for p in pieces),
+            task_crc32=crc,
+            open_keys=open_keys,
+            hosts=state.hosts,
+        )
+    )
     return b"".join((header[:-1], _HEADER_END, b"\n", *pieces, _TRAILER))
 
 
@@ -619,10 +637,10 @@ def decode_snapshot(buf: mmap.mmap | bytes) -> RunState:
     last task records.
     """
     nl = buf.find(b"\n")
-    if nl < 0 or buf[nl - len(_HEADER_END):nl] != _HEADER_END:
+    if nl < 0 or buf[nl - len(_HEADER_END) : nl] != _HEADER_END:
         return _decode_whole(bytes(buf))
     try:
-        header = _header_decoder.decode(buf[:nl - len(_HEADER_END)] + b"}")
+        header = _header_decoder.decode(buf[: nl - len(_HEADER_END)] + b"}")
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise SnapshotError(f"header: {exc}") from None
     start, end = nl + 1, nl + 1 + header.task_bytes
@@ -630,17 +648,23 @@ def decode_snapshot(buf: mmap.mmap | bytes) -> RunState:
         raise SnapshotError("the length or closing bytes do not match the header (torn or edited)")
     if (header.task_count == 0) != (header.task_bytes == 0) or (header.task_bytes and buf[end - 1] != 0x0A):
         raise SnapshotError("the task lines do not match the header")
-    state = RunState(run_id=header.run_id, last_event_start_offset=header.last_event_start_offset,
-                     strategies=header.strategies, counters=header.counters, hosts=header.hosts)
+    state = RunState(
+        run_id=header.run_id,
+        last_event_start_offset=header.last_event_start_offset,
+        strategies=header.strategies,
+        counters=header.counters,
+        hosts=header.hosts,
+    )
     if not header.task_count:
         return state
     try:  # the ends of the task lines: the cheap part of a structural check
-        _task_decoder.decode(buf[start:buf.find(b"\n", start)].rstrip(b","))
-        _task_decoder.decode(buf[buf.rfind(b"\n", start - 1, end - 1) + 1:end - 1])
+        _task_decoder.decode(buf[start : buf.find(b"\n", start)].rstrip(b","))
+        _task_decoder.decode(buf[buf.rfind(b"\n", start - 1, end - 1) + 1 : end - 1])
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise SnapshotError(f"task records: {exc}") from None
-    state.tasks = TaskTable(base=_SnapshotTasks(buf, start, end, header.task_count, header.open_keys,
-                                                header.task_crc32))
+    state.tasks = TaskTable(
+        base=_SnapshotTasks(buf, start, end, header.task_count, header.open_keys, header.task_crc32)
+    )
     return state
 
 
@@ -651,8 +675,13 @@ def _decode_whole(data: bytes) -> RunState:
         raise SnapshotError(str(exc)) from None
     for i, task in enumerate(whole.tasks.values()):
         task.seq = i
-    return RunState(run_id=whole.run_id, last_event_start_offset=whole.last_event_start_offset,
-                    tasks=TaskTable(whole.tasks), strategies=whole.strategies, counters=whole.counters)
+    return RunState(
+        run_id=whole.run_id,
+        last_event_start_offset=whole.last_event_start_offset,
+        tasks=TaskTable(whole.tasks),
+        strategies=whole.strategies,
+        counters=whole.counters,
+    )
 
 
 def write_snapshot_bytes(data: bytes, paths: list[Path]) -> None:

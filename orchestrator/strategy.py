@@ -85,7 +85,8 @@ def strategy_options(*, prepare: Prepare | None = None, requires_resume: bool = 
 
     def deco(fn: F) -> F:
         fn.__orchestrator_options__ = StrategyOptions(  # type: ignore[attr-defined]
-            prepare=prepare, requires_resume=requires_resume)
+            prepare=prepare, requires_resume=requires_resume
+        )
         return fn
 
     return deco
@@ -102,11 +103,38 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "AggregateTaskFailed", "Artifact", "BranchCleanupResult", "BranchCleanupTask", "ConfigError",
-    "ContainerLimitsInput", "Context", "ErrorType", "Handle", "ImportConflictPolicy", "ImportPolicy",
-    "KeyConflictDifferentFingerprint", "KeyedTaskInput", "NetworkEgress", "NoViableCandidates",
-    "NondeterminismError", "PluginName", "Prepare", "ReplayError", "ReplayOutcome", "RetryBackoff",
-    "RetryCategory", "RetryPolicy", "RetryPolicyDict", "StrategyError", "StrategyErrors", "StrategyOptions",
-    "TaskFailed", "TaskInput",
-    "TaskMetrics", "TaskResult", "UncommittedPolicy", "replay_strategy", "strategy_options",
+    "AggregateTaskFailed",
+    "Artifact",
+    "BranchCleanupResult",
+    "BranchCleanupTask",
+    "ConfigError",
+    "ContainerLimitsInput",
+    "Context",
+    "ErrorType",
+    "Handle",
+    "ImportConflictPolicy",
+    "ImportPolicy",
+    "KeyConflictDifferentFingerprint",
+    "KeyedTaskInput",
+    "NetworkEgress",
+    "NoViableCandidates",
+    "NondeterminismError",
+    "PluginName",
+    "Prepare",
+    "ReplayError",
+    "ReplayOutcome",
+    "RetryBackoff",
+    "RetryCategory",
+    "RetryPolicy",
+    "RetryPolicyDict",
+    "StrategyError",
+    "StrategyErrors",
+    "StrategyOptions",
+    "TaskFailed",
+    "TaskInput",
+    "TaskMetrics",
+    "TaskResult",
+    "UncommittedPolicy",
+    "replay_strategy",
+    "strategy_options",
 ]

@@ -104,14 +104,21 @@ def load_strategy(spec: str) -> LoadedStrategy:
         else:
             raise StrategyLoadError(
                 f"unknown strategy {spec!r}; use one of {', '.join(BUILTINS)}, a file like ./my_strategy.py "
-                "or package.module:function")
+                "or package.module:function"
+            )
     if not inspect.iscoroutinefunction(fn):
         where = getattr(module, "__file__", None) or module.__name__  # a file, not its synthetic module name
         raise StrategyLoadError(f"strategy {name!r} in {where} must be an 'async def' function")
     _check_shape(fn, name)
-    return LoadedStrategy(name=_display_name(name), spec=spec, fn=fn, module=module, params=_params_of(fn),
-                          options=getattr(fn, "__orchestrator_options__", StrategyOptions()),
-                          source=getattr(module, "__file__", None) or module.__name__)
+    return LoadedStrategy(
+        name=_display_name(name),
+        spec=spec,
+        fn=fn,
+        module=module,
+        params=_params_of(fn),
+        options=getattr(fn, "__orchestrator_options__", StrategyOptions()),
+        source=getattr(module, "__file__", None) or module.__name__,
+    )
 
 
 def _display_name(name: str) -> str:
@@ -128,9 +135,13 @@ def _import_module(module_name: str, spec: str) -> types.ModuleType:
     except SyntaxError as exc:
         raise StrategyLoadError(f"{exc.filename}:{exc.lineno}: syntax error in strategy: {exc.msg}") from None
     except ModuleNotFoundError as exc:
-        raise StrategyLoadError(f"cannot import strategy module {module_name!r} ({exc}); check --strategy {spec}") from None
+        raise StrategyLoadError(
+            f"cannot import strategy module {module_name!r} ({exc}); check --strategy {spec}"
+        ) from None
     except Exception as exc:
-        raise StrategyLoadError(f"importing strategy module {module_name!r} failed: {type(exc).__name__}: {exc}") from None
+        raise StrategyLoadError(
+            f"importing strategy module {module_name!r} failed: {type(exc).__name__}: {exc}"
+        ) from None
 
 
 def _import_file(path: Path) -> types.ModuleType:
@@ -168,8 +179,9 @@ def _import_file(path: Path) -> types.ModuleType:
 def _is_strategy_shape(fn: Any) -> bool:
     if not inspect.iscoroutinefunction(fn):
         return False
-    positional = [p for p in inspect.signature(fn).parameters.values()
-                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    positional = [
+        p for p in inspect.signature(fn).parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
     return len(positional) >= 3
 
 
@@ -182,13 +194,17 @@ def _pick_function(module: types.ModuleType, func_name: str | None, path: str) -
     fn = getattr(module, "strategy", None)
     if fn is not None and callable(fn):
         return fn
-    candidates = [v for k, v in vars(module).items()
-                  if not k.startswith("_") and getattr(v, "__module__", None) == module.__name__ and _is_strategy_shape(v)]
+    candidates = [
+        v
+        for k, v in vars(module).items()
+        if not k.startswith("_") and getattr(v, "__module__", None) == module.__name__ and _is_strategy_shape(v)
+    ]
     if len(candidates) == 1:
         return candidates[0]
     if not candidates:
         raise StrategyLoadError(
-            f"strategy file {path} has no strategy function; define 'async def strategy(prompt, base_branch, ctx)'")
+            f"strategy file {path} has no strategy function; define 'async def strategy(prompt, base_branch, ctx)'"
+        )
     names = ", ".join(sorted(c.__name__ for c in candidates))
     raise StrategyLoadError(f"strategy file {path} has several strategy functions ({names}); pick one with {path}:NAME")
 
@@ -213,8 +229,10 @@ def _parameter_hints(fn: Callable[..., Any], names: list[str]) -> dict[str, Any]
         return typing.get_type_hints(wanted, globalns=getattr(inner, "__globals__", {}), include_extras=True)
     except Exception as exc:
         name = getattr(fn, "__name__", "strategy")
-        raise StrategyLoadError(f"strategy {name!r}: a parameter's annotation cannot be evaluated "
-                                f"({type(exc).__name__}: {exc}); import the names it uses at module level") from None
+        raise StrategyLoadError(
+            f"strategy {name!r}: a parameter's annotation cannot be evaluated "
+            f"({type(exc).__name__}: {exc}); import the names it uses at module level"
+        ) from None
 
 
 def _params_of(fn: Callable[..., Any]) -> dict[str, ParamSpec]:
@@ -236,8 +254,9 @@ def _params_of(fn: Callable[..., Any]) -> dict[str, ParamSpec]:
         if ann is inspect.Parameter.empty:
             ann = type(p.default) if p.default is not inspect.Parameter.empty and p.default is not None else str
         required = p.default is inspect.Parameter.empty
-        params[p.name] = ParamSpec(name=p.name, type=ann, default=None if required else p.default,
-                                   required=required, help=help_text)
+        params[p.name] = ParamSpec(
+            name=p.name, type=ann, default=None if required else p.default, required=required, help=help_text
+        )
     return params
 
 

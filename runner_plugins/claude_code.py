@@ -147,8 +147,15 @@ class ClaudeCodePlugin:
                 trailer = ["--", request.prompt]  # keep it from being read as an option
             else:
                 argv.append(request.prompt)
-        argv += ["--output-format", "stream-json", "--verbose", "--model", model,
-                 "--permission-mode", "bypassPermissions"]
+        argv += [
+            "--output-format",
+            "stream-json",
+            "--verbose",
+            "--model",
+            model,
+            "--permission-mode",
+            "bypassPermissions",
+        ]
         if resume_session_id:
             argv += ["--resume", resume_session_id]
         if request.system_prompt:
@@ -213,11 +220,23 @@ class ClaudeStreamParser(JsonLinesParser):
             info = dict_at(obj, "rate_limit_info")
             if info.get("status") == "rejected":
                 self._rate_limited = True
-            return [AgentEvent(kind="rate_limit", data={k: info.get(k) for k in ("status", "rateLimitType", "resetsAt")})]
+            return [
+                AgentEvent(kind="rate_limit", data={k: info.get(k) for k in ("status", "rateLimitType", "resetsAt")})
+            ]
         if kind == "result":
             self._results.append(obj)
-            data = {k: obj.get(k) for k in ("subtype", "is_error", "num_turns", "total_cost_usd", "session_id",
-                                            "api_error_status", "terminal_reason")}
+            data = {
+                k: obj.get(k)
+                for k in (
+                    "subtype",
+                    "is_error",
+                    "num_turns",
+                    "total_cost_usd",
+                    "session_id",
+                    "api_error_status",
+                    "terminal_reason",
+                )
+            }
             return [AgentEvent(kind="result", data=data)]
         return [AgentEvent(kind="other", data={"type": clip(str(kind), 200)})]
 
@@ -228,13 +247,19 @@ class ClaudeStreamParser(JsonLinesParser):
                 self.session_id = obj["session_id"]
             if isinstance(obj.get("model"), str):
                 self.model = obj["model"]
-            data = {"session_id": self.session_id, "model": self.model,
-                    "version": obj.get("claude_code_version"), "permission_mode": obj.get("permissionMode")}
+            data = {
+                "session_id": self.session_id,
+                "model": self.model,
+                "version": obj.get("claude_code_version"),
+                "permission_mode": obj.get("permissionMode"),
+            }
             return [AgentEvent(kind="init", data=data)]
         if subtype == "api_retry":
             self._last_retry = obj
-            data = {"retrying": True, **{k: obj.get(k) for k in ("attempt", "max_retries", "error_status", "error",
-                                                                  "retry_delay_ms")}}
+            data = {
+                "retrying": True,
+                **{k: obj.get(k) for k in ("attempt", "max_retries", "error_status", "error", "retry_delay_ms")},
+            }
             return [AgentEvent(kind="error", data=data)]
         return [AgentEvent(kind="other", data={"type": "system", "subtype": clip(str(subtype), 200)})]
 
@@ -248,18 +273,33 @@ class ClaudeStreamParser(JsonLinesParser):
                 texts.append(block["text"])
                 events.append(AgentEvent(kind="text", data={"text": clip(block["text"])}))
             elif btype == "tool_use":
-                events.append(AgentEvent(kind="tool_use", data={
-                    "id": block.get("id"), "name": block.get("name"), "input": _clip_json(block.get("input"))}))
+                events.append(
+                    AgentEvent(
+                        kind="tool_use",
+                        data={
+                            "id": block.get("id"),
+                            "name": block.get("name"),
+                            "input": _clip_json(block.get("input")),
+                        },
+                    )
+                )
         if texts:
             self._last_text = "\n".join(texts)
         if obj.get("error") or obj.get("is_api_error_message"):
-            self._api_error = {"error": obj.get("error"), "status": obj.get("api_error_status"),
-                               "text": "\n".join(texts)}
+            self._api_error = {
+                "error": obj.get("error"),
+                "status": obj.get("api_error_status"),
+                "text": "\n".join(texts),
+            }
             events.append(AgentEvent(kind="error", data={k: clip(v) for k, v in self._api_error.items()}))
         usage = message.get("usage")
         if isinstance(usage, dict):
-            events.append(AgentEvent(kind="usage", data={
-                "input_tokens": _input_tokens(usage), "output_tokens": as_int(usage.get("output_tokens"))}))
+            events.append(
+                AgentEvent(
+                    kind="usage",
+                    data={"input_tokens": _input_tokens(usage), "output_tokens": as_int(usage.get("output_tokens"))},
+                )
+            )
         return events
 
     def _on_user(self, obj: dict[str, Any]) -> list[AgentEvent]:
@@ -267,10 +307,16 @@ class ClaudeStreamParser(JsonLinesParser):
         events = []
         for block in _blocks(message.get("content")):
             if block.get("type") == "tool_result":
-                events.append(AgentEvent(kind="tool_result", data={
-                    "tool_use_id": block.get("tool_use_id"),
-                    "is_error": bool(block.get("is_error")),
-                    "content": clip(_content_text(block.get("content")), 8 * 1024)}))
+                events.append(
+                    AgentEvent(
+                        kind="tool_result",
+                        data={
+                            "tool_use_id": block.get("tool_use_id"),
+                            "is_error": bool(block.get("is_error")),
+                            "content": clip(_content_text(block.get("content")), 8 * 1024),
+                        },
+                    )
+                )
         return events
 
     # -- outcome ----------------------------------------------------------------------
@@ -326,8 +372,10 @@ class ClaudeStreamParser(JsonLinesParser):
             status = self._api_error["status"]
         decided = classify_status(status if isinstance(status, int) else None)
         if decided is None:
-            hint = " ".join(str(x) for x in (text, details, result.get("api_error_type") or "",
-                                              (self._api_error or {}).get("error") or ""))
+            hint = " ".join(
+                str(x)
+                for x in (text, details, result.get("api_error_type") or "", (self._api_error or {}).get("error") or "")
+            )
             if self._rate_limited:
                 return "api", True, message
             decided = classify_api_text(hint)
@@ -381,8 +429,11 @@ def _clip_json(value: Any, limit: int = 16 * 1024) -> Any:
 
 
 def _input_tokens(usage: dict[str, Any]) -> int:
-    return (as_int(usage.get("input_tokens")) + as_int(usage.get("cache_creation_input_tokens"))
-            + as_int(usage.get("cache_read_input_tokens")))
+    return (
+        as_int(usage.get("input_tokens"))
+        + as_int(usage.get("cache_creation_input_tokens"))
+        + as_int(usage.get("cache_read_input_tokens"))
+    )
 
 
 def _model_usage_totals(model_usage: dict[str, Any]) -> tuple[int, int, float]:
@@ -391,8 +442,11 @@ def _model_usage_totals(model_usage: dict[str, Any]) -> tuple[int, int, float]:
     for entry in model_usage.values():
         if not isinstance(entry, dict):
             continue
-        tokens_in += (as_int(entry.get("inputTokens")) + as_int(entry.get("cacheReadInputTokens"))
-                      + as_int(entry.get("cacheCreationInputTokens")))
+        tokens_in += (
+            as_int(entry.get("inputTokens"))
+            + as_int(entry.get("cacheReadInputTokens"))
+            + as_int(entry.get("cacheCreationInputTokens"))
+        )
         tokens_out += as_int(entry.get("outputTokens"))
         if isinstance(entry.get("costUSD"), (int, float)):
             cost += float(entry["costUSD"])

@@ -63,8 +63,13 @@ from .claude_code import MAX_ARG_STRLEN, prompt_via_stdin
 SCHEMA_DIR = "/tmp/orchestrator"
 PROVIDER = "orc"
 CLI_RETRIES = 2
-USAGE_KEYS = ("input_tokens", "cached_input_tokens", "cache_write_input_tokens", "output_tokens",
-              "reasoning_output_tokens")
+USAGE_KEYS = (
+    "input_tokens",
+    "cached_input_tokens",
+    "cache_write_input_tokens",
+    "output_tokens",
+    "reasoning_output_tokens",
+)
 
 
 class CodexPlugin:
@@ -89,8 +94,9 @@ class CodexPlugin:
 
     def validate_environment(self, auth: AuthConfig) -> None:
         if not auth.openai_api_key:
-            raise PreflightError("codex needs credentials: set OPENAI_API_KEY "
-                                 "(and OPENAI_BASE_URL for a custom endpoint)")
+            raise PreflightError(
+                "codex needs credentials: set OPENAI_API_KEY (and OPENAI_BASE_URL for a custom endpoint)"
+            )
 
     def prepare_environment(self, auth: AuthConfig, request: InstanceRequest) -> dict[str, str]:
         self.validate_environment(auth)
@@ -115,17 +121,29 @@ class CodexPlugin:
             raise ConfigError("codex needs a model name (-m)")
         if not request.prompt.strip():
             raise ConfigError("codex needs a non-empty prompt")
-        argv = ["codex", "exec", "--json", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox",
-                "-c", "analytics.enabled=false", "-c", "features.unbounded_connection_retries=false",
-                "-m", request.model]
+        argv = [
+            "codex",
+            "exec",
+            "--json",
+            "--skip-git-repo-check",
+            "--dangerously-bypass-approvals-and-sandbox",
+            "-c",
+            "analytics.enabled=false",
+            "-c",
+            "features.unbounded_connection_retries=false",
+            "-m",
+            request.model,
+        ]
         base_url = (auth.openai_base_url if auth else None) or request.env.get("OPENAI_BASE_URL")
         if base_url:
             # Two retries inside the CLI, like claude-code's CLAUDE_CODE_MAX_RETRIES:
             # by default codex retries a 401 five times (12 s here) before failing,
             # and the runner's own backoff handles what is worth retrying.
-            provider = (f'{{name="{PROVIDER}",base_url={json.dumps(base_url)},'
-                        f'env_key="OPENAI_API_KEY",wire_api="responses",'
-                        f'request_max_retries={CLI_RETRIES},stream_max_retries={CLI_RETRIES}}}')
+            provider = (
+                f'{{name="{PROVIDER}",base_url={json.dumps(base_url)},'
+                f'env_key="OPENAI_API_KEY",wire_api="responses",'
+                f"request_max_retries={CLI_RETRIES},stream_max_retries={CLI_RETRIES}}}"
+            )
             argv += ["-c", f"model_provider={PROVIDER}", "-c", f"model_providers.{PROVIDER}={provider}"]
         if request.output_schema is not None:
             # The final agent message is then the JSON answer; the host validates it.
@@ -244,18 +262,37 @@ class CodexStreamParser(JsonLinesParser):
             return []
         if itype == "command_execution":
             if kind == "item.started":
-                return [AgentEvent(kind="tool_use", data={"id": item.get("id"), "name": "command_execution",
-                                                          "input": {"command": clip(item.get("command"), 8192)}})]
+                return [
+                    AgentEvent(
+                        kind="tool_use",
+                        data={
+                            "id": item.get("id"),
+                            "name": "command_execution",
+                            "input": {"command": clip(item.get("command"), 8192)},
+                        },
+                    )
+                ]
             if done:
                 code = item.get("exit_code")
                 failed = item.get("status") == "failed" or (isinstance(code, int) and code != 0)
-                return [AgentEvent(kind="tool_result", data={
-                    "tool_use_id": item.get("id"), "is_error": failed, "exit_code": code,
-                    "content": clip(item.get("aggregated_output") or "", 8192)})]
+                return [
+                    AgentEvent(
+                        kind="tool_result",
+                        data={
+                            "tool_use_id": item.get("id"),
+                            "is_error": failed,
+                            "exit_code": code,
+                            "content": clip(item.get("aggregated_output") or "", 8192),
+                        },
+                    )
+                ]
             return []
         if itype in ("file_change", "mcp_tool_call", "web_search") and done:
-            data = {"id": item.get("id"), "name": itype,
-                    "input": {k: clip(v, 8192) for k, v in item.items() if k not in ("id", "type")}}
+            data = {
+                "id": item.get("id"),
+                "name": itype,
+                "input": {k: clip(v, 8192) for k, v in item.items() if k not in ("id", "type")},
+            }
             return [AgentEvent(kind="tool_use", data=data)]
         if itype == "error":  # non-fatal warning item (e.g. unknown model metadata)
             return [AgentEvent(kind="error", data={"message": clip(str(item.get("message")), 8192), "fatal": False})]
@@ -271,14 +308,30 @@ class CodexStreamParser(JsonLinesParser):
             self._last_message = msg["message"]
             return [AgentEvent(kind="text", data={"text": clip(msg["message"])})]
         if mtype == "exec_command_begin":
-            return [AgentEvent(kind="tool_use", data={"id": msg.get("call_id"), "name": "exec_command",
-                                                      "input": {"command": msg.get("command"), "cwd": msg.get("cwd")}})]
+            return [
+                AgentEvent(
+                    kind="tool_use",
+                    data={
+                        "id": msg.get("call_id"),
+                        "name": "exec_command",
+                        "input": {"command": msg.get("command"), "cwd": msg.get("cwd")},
+                    },
+                )
+            ]
         if mtype == "exec_command_end":
             code = msg.get("exit_code")
             output = f"{msg.get('stdout') or ''}{msg.get('stderr') or ''}"
-            return [AgentEvent(kind="tool_result", data={
-                "tool_use_id": msg.get("call_id"), "exit_code": code,
-                "is_error": isinstance(code, int) and code != 0, "content": clip(output, 8192)})]
+            return [
+                AgentEvent(
+                    kind="tool_result",
+                    data={
+                        "tool_use_id": msg.get("call_id"),
+                        "exit_code": code,
+                        "is_error": isinstance(code, int) and code != 0,
+                        "content": clip(output, 8192),
+                    },
+                )
+            ]
         if mtype == "task_complete":
             self._completed = True
             if isinstance(msg.get("last_agent_message"), str):
@@ -297,11 +350,19 @@ class CodexStreamParser(JsonLinesParser):
     def finish(self, exit_code: int | None) -> AgentOutcome:
         # Events of an unterminated last line; the runner may log them after finish().
         self.final_events = [e for line in self._lines.flush() for e in self._handle_line(line)]
-        cumulative = {k: float(as_int(self._usage.get(k))) for k in USAGE_KEYS if k in self._usage} \
-            if self._usage else {}
+        cumulative = (
+            {k: float(as_int(self._usage.get(k))) for k in USAGE_KEYS if k in self._usage} if self._usage else {}
+        )
         tokens_in, tokens_out = self._per_run(cumulative)
-        base = AgentOutcome(final_message=self._last_message or "", session_id=self.session_id, tokens_in=tokens_in,
-                            tokens_out=tokens_out, cost_usd=None, exit_code=exit_code, cumulative=cumulative)
+        base = AgentOutcome(
+            final_message=self._last_message or "",
+            session_id=self.session_id,
+            tokens_in=tokens_in,
+            tokens_out=tokens_out,
+            cost_usd=None,
+            exit_code=exit_code,
+            cumulative=cumulative,
+        )
         ok_exit = exit_code in (0, None)
         if self._completed and self._failed is None and ok_exit:
             return base
@@ -324,8 +385,9 @@ class CodexStreamParser(JsonLinesParser):
             detail = stderr or self._last_any_error
             if detail:
                 message += f": {detail}"
-        return msgspec.structs.replace(base, is_error=True, error_category=category, error_message=message,
-                                       retryable=retryable)
+        return msgspec.structs.replace(
+            base, is_error=True, error_category=category, error_message=message, retryable=retryable
+        )
 
     def _per_run(self, cumulative: dict[str, float]) -> tuple[int, int]:
         tokens_in = int(cumulative.get("input_tokens", 0))

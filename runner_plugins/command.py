@@ -69,15 +69,23 @@ class CommandOutputParser:
     def finish(self, exit_code: int | None) -> AgentOutcome:
         final = self._stdout.text()
         if self._stdout.truncated:
-            final = (f"[output truncated: showing the last {len(final.encode('utf-8'))} of "
-                     f"{self._stdout.total} bytes]\n{final}")
+            final = (
+                f"[output truncated: showing the last {len(final.encode('utf-8'))} of "
+                f"{self._stdout.total} bytes]\n{final}"
+            )
         if exit_code == 0:
             return AgentOutcome(final_message=final, exit_code=0)
         tail = self._stderr.last_lines() or self._stdout.last_lines()
         status = f"exited with status {exit_code}" if exit_code is not None else "ended without an exit status"
         message = f"command {status}" + (f": {tail}" if tail else "")
-        return AgentOutcome(final_message=final, exit_code=exit_code, is_error=True, retryable=False,
-                            error_category=None, error_message=message)
+        return AgentOutcome(
+            final_message=final,
+            exit_code=exit_code,
+            is_error=True,
+            retryable=False,
+            error_category=None,
+            error_message=message,
+        )
 
 
 PLUGIN = CommandPlugin()

@@ -24,8 +24,10 @@ T = TypeVar("T")
 
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.S | re.I)
 
-STRICT_PREFIX = ("Your previous answer could not be parsed. Reply with ONLY the JSON value described below: "
-                 "no prose, no code fences.\n\n")
+STRICT_PREFIX = (
+    "Your previous answer could not be parsed. Reply with ONLY the JSON value described below: "
+    "no prose, no code fences.\n\n"
+)
 
 
 def extract_json(text: str | None) -> Any:
@@ -84,8 +86,13 @@ def answer_of(result: dict[str, Any]) -> Any:
     return output if output is not None else extract_json(result.get("final_message"))
 
 
-async def ask_json(ctx, task: dict[str, Any], key_parts: tuple, validate: Callable[[Any], T | None],
-                   schema: dict[str, Any] | None = None) -> T | None:
+async def ask_json(
+    ctx,
+    task: dict[str, Any],
+    key_parts: tuple,
+    validate: Callable[[Any], T | None],
+    schema: dict[str, Any] | None = None,
+) -> T | None:
     """Run ``task`` (keys ``<key_parts>/attempt-1`` and ``attempt-2``) until its answer validates.
 
     ``schema`` (see ``strategies/schemas.py``) becomes the task's ``output_schema``

@@ -53,10 +53,15 @@ async def score_with_repair(ctx, task: dict[str, Any], key_parts: tuple) -> dict
     for attempt in (1, 2):
         prompt = task["prompt"]
         if attempt == 2:
-            prompt = (STRICT_PREFIX + prompt + "\n\nYour previous answer, which was not valid, was:\n"
-                      + tail(previous, PREVIOUS_ANSWER_CHARS))
-        handle = ctx.run(with_schema(ctx, dict(task, prompt=prompt), schemas.SCORE),
-                         key=ctx.key(*key_parts, f"attempt-{attempt}"))
+            prompt = (
+                STRICT_PREFIX
+                + prompt
+                + "\n\nYour previous answer, which was not valid, was:\n"
+                + tail(previous, PREVIOUS_ANSWER_CHARS)
+            )
+        handle = ctx.run(
+            with_schema(ctx, dict(task, prompt=prompt), schemas.SCORE), key=ctx.key(*key_parts, f"attempt-{attempt}")
+        )
         try:
             result = await ctx.wait(handle)
         except ctx.errors.TaskFailed as exc:
@@ -68,8 +73,9 @@ async def score_with_repair(ctx, task: dict[str, Any], key_parts: tuple) -> dict
     return {"score": None, "attempts": 2, "error": "reviewer answer was not valid {score, rationale} JSON twice"}
 
 
-def review_task(*, prompt: str, subject: str, subject_text: str, base: str, branch: str,
-                criteria: str, model: str | None) -> dict[str, Any]:
+def review_task(
+    *, prompt: str, subject: str, subject_text: str, base: str, branch: str, criteria: str, model: str | None
+) -> dict[str, Any]:
     """A read-only reviewer task over ``branch`` (the base branch is made present for diffs)."""
     lines = [
         f"You are reviewing {subject} for the task below. Do not modify any files.",

@@ -52,20 +52,28 @@ def generation_prompt(prompt: str, approaches: list[str], i: int) -> str:
 
 
 @strategy_options(prepare=_prepare)
-async def best_of_n(prompt, base_branch, ctx, *,
-                    n: Annotated[int, "number of candidates generated in parallel"] = 5,
-                    model: Annotated[str | None, "model for the candidates; unset: the run's --model"] = None,
-                    scorer_model: Annotated[str | None, "model for the reviewers; unset: the run's --model"] = None,
-                    criteria: Annotated[str, "what the reviewer judges"] = DEFAULT_CRITERIA,
-                    approaches: Annotated[list, "optional hints; candidate i gets approaches[i % len]"] = [],  # noqa: B006
-                    import_policy: Annotated[ImportPolicy, "branch creation for candidates"] = "auto"):
+async def best_of_n(
+    prompt,
+    base_branch,
+    ctx,
+    *,
+    n: Annotated[int, "number of candidates generated in parallel"] = 5,
+    model: Annotated[str | None, "model for the candidates; unset: the run's --model"] = None,
+    scorer_model: Annotated[str | None, "model for the reviewers; unset: the run's --model"] = None,
+    criteria: Annotated[str, "what the reviewer judges"] = DEFAULT_CRITERIA,
+    approaches: Annotated[list, "optional hints; candidate i gets approaches[i % len]"] = [],  # noqa: B006
+    import_policy: Annotated[ImportPolicy, "branch creation for candidates"] = "auto",
+):
     """N candidates in parallel, each scored 0-10 by a reviewer; returns the best one."""
     rows: list[dict[str, Any]] = [{} for _ in range(n)]
     scored: list[tuple[float, int, dict[str, Any]]] = []
 
     async def candidate(i: int) -> None:
-        task: dict[str, Any] = {"prompt": generation_prompt(prompt, approaches, i), "base_branch": base_branch,
-                                "import_policy": import_policy}
+        task: dict[str, Any] = {
+            "prompt": generation_prompt(prompt, approaches, i),
+            "base_branch": base_branch,
+            "import_policy": import_policy,
+        }
         if model:
             task["model"] = model
         key = ctx.key("gen", i)
@@ -75,12 +83,25 @@ async def best_of_n(prompt, base_branch, ctx, *,
             rows[i] = {"index": i, "key": key, "status": "failed", "error": f"{exc.error_type}: {exc.message}"}
             return
         branch = branch_of(result)
-        review = review_task(prompt=prompt, subject="one candidate solution", subject_text=result["final_message"],
-                             base=base_branch, branch=branch, criteria=criteria, model=scorer_model)
+        review = review_task(
+            prompt=prompt,
+            subject="one candidate solution",
+            subject_text=result["final_message"],
+            base=base_branch,
+            branch=branch,
+            criteria=criteria,
+            model=scorer_model,
+        )
         verdict = await score_with_repair(ctx, review, ("score", result["instance_id"]))
-        rows[i] = {"index": i, "key": key, "instance_id": result["instance_id"], "branch": branch,
-                   "has_changes": result["artifact"]["has_changes"], "attempts": verdict["attempts"],
-                   "score": verdict["score"]}
+        rows[i] = {
+            "index": i,
+            "key": key,
+            "instance_id": result["instance_id"],
+            "branch": branch,
+            "has_changes": result["artifact"]["has_changes"],
+            "attempts": verdict["attempts"],
+            "score": verdict["score"],
+        }
         if verdict["score"] is None:
             rows[i].update(status="unscorable", error=verdict["error"])
         else:
@@ -89,17 +110,22 @@ async def best_of_n(prompt, base_branch, ctx, *,
 
     await concurrently([functools.partial(candidate, i) for i in range(n)])
 
-    report: dict[str, Any] = {"strategy_execution_id": ctx.strategy_execution_id, "n": n, "tie_break": TIE_BREAK,
-                              "candidates": rows, "selected": None}
+    report: dict[str, Any] = {
+        "strategy_execution_id": ctx.strategy_execution_id,
+        "n": n,
+        "tie_break": TIE_BREAK,
+        "candidates": rows,
+        "selected": None,
+    }
     if not scored:
         write_output(ctx, "scores", "json", report)
         failed = sum(r["status"] == "failed" for r in rows)
         raise ctx.errors.NoViableCandidates(
             f"none of {n} candidates could be scored ({failed} failed, {n - failed} unscorable); "
-            f"see strategy_output/{output_name(ctx, 'scores', 'json')}")
+            f"see strategy_output/{output_name(ctx, 'scores', 'json')}"
+        )
     score, index, best = pick_best(scored)
-    report["selected"] = {"index": index, "instance_id": best["instance_id"], "branch": branch_of(best),
-                          "score": score}
+    report["selected"] = {"index": index, "instance_id": best["instance_id"], "branch": branch_of(best), "score": score}
     write_output(ctx, "scores", "json", report)
     write_output(ctx, "best_branch", "txt", branch_of(best) + "\n")
     return best

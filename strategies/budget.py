@@ -55,5 +55,9 @@ class Budget:
         return None
 
     def summary(self, now: float) -> dict[str, Any]:
-        return {"cost_usd": round(self.cost_usd, 6), "wall_s": round(now - self.started_at, 3),
-                "max_cost_usd": self.max_cost_usd, "max_wall_s": self.max_wall_s}
+        return {
+            "cost_usd": round(self.cost_usd, 6),
+            "wall_s": round(now - self.started_at, 3),
+            "max_cost_usd": self.max_cost_usd,
+            "max_wall_s": self.max_wall_s,
+        }

@@ -115,8 +115,12 @@ def _check_recommendation(rec: Any) -> dict[str, Any]:
     reasons = rec.get("reasons", [])
     if not isinstance(reasons, list) or not all(isinstance(r, str) for r in reasons):
         raise EvalParseError("recommendation.reasons must be a list of strings")
-    return {"should_explore": rec["should_explore"], "grade": rec["grade"],
-            "score": None if score is None else float(score), "reasons": list(reasons)}
+    return {
+        "should_explore": rec["should_explore"],
+        "grade": rec["grade"],
+        "score": None if score is None else float(score),
+        "reasons": list(reasons),
+    }
 
 
 def parse_eval_output(stdout: str, *, commit: str | None = None) -> Evaluation:
@@ -150,8 +154,15 @@ def parse_eval_output(stdout: str, *, commit: str | None = None) -> Evaluation:
             raise EvalParseError(f"'{field}' must be an integer")
         counters[field] = value
     rec = data.get("recommendation")
-    return Evaluation(status="ok", metrics=clean, valid=valid, expected=counters["expected"], ok=counters["ok"],
-                      recommendation=None if rec is None else _check_recommendation(rec), commit=commit)
+    return Evaluation(
+        status="ok",
+        metrics=clean,
+        valid=valid,
+        expected=counters["expected"],
+        ok=counters["ok"],
+        recommendation=None if rec is None else _check_recommendation(rec),
+        commit=commit,
+    )
 
 
 def evaluation_from_task(result: dict[str, Any] | None, failure: Exception | None = None) -> Evaluation:
@@ -202,13 +213,29 @@ def compare(candidate: Evaluation, baseline: Evaluation, cfg: ScoringConfig) -> 
     if candidate.recommendation is not None:
         rec = candidate.recommendation
         should = rec["should_explore"] and candidate.complete
-        return Comparison(primary_baseline=base_p, primary_candidate=cand_p, primary_delta=delta,
-                          primary_change=change, score=_finite(rec["score"]), grade=rec["grade"],
-                          should_explore=should, reasons=list(rec["reasons"]) + reasons, source="recommendation")
+        return Comparison(
+            primary_baseline=base_p,
+            primary_candidate=cand_p,
+            primary_delta=delta,
+            primary_change=change,
+            score=_finite(rec["score"]),
+            grade=rec["grade"],
+            should_explore=should,
+            reasons=list(rec["reasons"]) + reasons,
+            source="recommendation",
+        )
     if change is None:
         reasons.insert(0, "primary_metric_missing")
-        return Comparison(primary_baseline=base_p, primary_candidate=cand_p, primary_delta=None,
-                          primary_change=None, score=None, grade="weak", should_explore=False, reasons=reasons)
+        return Comparison(
+            primary_baseline=base_p,
+            primary_candidate=cand_p,
+            primary_delta=None,
+            primary_change=None,
+            score=None,
+            grade="weak",
+            should_explore=False,
+            reasons=reasons,
+        )
     band = cfg.tolerance  # relative band; _relative already divides by |baseline|
     if change > band:
         primary = "improved"
@@ -246,8 +273,16 @@ def compare(candidate: Evaluation, baseline: Evaluation, cfg: ScoringConfig) -> 
     else:
         grade = "mixed"
     should = grade in ("strong", "promising") and candidate.complete
-    return Comparison(primary_baseline=base_p, primary_candidate=cand_p, primary_delta=delta,
-                      primary_change=change, score=score, grade=grade, should_explore=should, reasons=reasons)
+    return Comparison(
+        primary_baseline=base_p,
+        primary_candidate=cand_p,
+        primary_delta=delta,
+        primary_change=change,
+        score=score,
+        grade=grade,
+        should_explore=should,
+        reasons=reasons,
+    )
 
 
 def primary_regressed(cmp: Comparison, cfg: ScoringConfig) -> bool:
@@ -257,8 +292,9 @@ def primary_regressed(cmp: Comparison, cfg: ScoringConfig) -> bool:
     return cmp.primary_change is not None and cmp.primary_change < -cfg.tolerance
 
 
-def check_scoring_params(primary_metric: str | None, direction: str, weights: dict, tolerance: float,
-                         *, eval_command: str | None) -> None:
+def check_scoring_params(
+    primary_metric: str | None, direction: str, weights: dict, tolerance: float, *, eval_command: str | None
+) -> None:
     """Raise ``ConfigError`` (one line) for inconsistent scoring parameters; used by ``prepare``."""
     from orchestrator.strategy import ConfigError
 

@@ -45,44 +45,73 @@ TAIL_IN_NOTE = 300
 
 
 @strategy_options(prepare=prepare)
-async def evolve(prompt, base_branch, ctx, *,
-                 goals: Annotated[str | list | dict, "goals file (YAML, see docs/evolve.md)"],
-                 max_parallel: Annotated[int, "goals fixed per wave, 1 = sequential (at most 5)"] = 3,
-                 max_cycles: Annotated[int, "stop after this many cycles"] = 10,
-                 bisect_on_regression: Annotated[bool, "on a regression keep the fixes that break nothing"] = False,
-                 quarantine_after: Annotated[int, "rolled-back fixes before a goal is quarantined"] = 3,
-                 recheck: Annotated[int, "re-runs of a check that newly fails on a wave before it counts as a "
-                                         "regression (0: believe one run)"] = 1,
-                 max_failed_waves: Annotated[int, "waves in a row in which every fix task failed (quota, outage) "
-                                                  "before the run stops"] = 3,
-                 retry_backoff_s: Annotated[float, "wait before retrying after such a wave; doubles each time"] = 60.0,
-                 max_cost_usd: Annotated[float | None, "start no new task once the run's tasks cost this many US "
-                                                       "dollars (null: no limit)"] = None,
-                 max_wall_s: Annotated[float | None, "start no new task once the run is this many seconds old "
-                                                     "(null: no limit)"] = None,
-                 keep_branches: Annotated[bool, "keep the fix, merge and resolve branches instead of deleting them"] = False):
+async def evolve(
+    prompt,
+    base_branch,
+    ctx,
+    *,
+    goals: Annotated[str | list | dict, "goals file (YAML, see docs/evolve.md)"],
+    max_parallel: Annotated[int, "goals fixed per wave, 1 = sequential (at most 5)"] = 3,
+    max_cycles: Annotated[int, "stop after this many cycles"] = 10,
+    bisect_on_regression: Annotated[bool, "on a regression keep the fixes that break nothing"] = False,
+    quarantine_after: Annotated[int, "rolled-back fixes before a goal is quarantined"] = 3,
+    recheck: Annotated[
+        int, "re-runs of a check that newly fails on a wave before it counts as a regression (0: believe one run)"
+    ] = 1,
+    max_failed_waves: Annotated[
+        int, "waves in a row in which every fix task failed (quota, outage) before the run stops"
+    ] = 3,
+    retry_backoff_s: Annotated[float, "wait before retrying after such a wave; doubles each time"] = 60.0,
+    max_cost_usd: Annotated[
+        float | None, "start no new task once the run's tasks cost this many US dollars (null: no limit)"
+    ] = None,
+    max_wall_s: Annotated[
+        float | None, "start no new task once the run is this many seconds old (null: no limit)"
+    ] = None,
+    keep_branches: Annotated[bool, "keep the fix, merge and resolve branches instead of deleting them"] = False,
+):
     """Keep a set of measurable goals passing: fix failing ones in parallel waves, revert regressions."""
     goal_list = goals_from_param(goals)
     max_parallel = check_max_parallel(max_parallel)
     bctx = BudgetedContext(ctx, make_budget(ctx, max_cost_usd, max_wall_s))
-    loop = _Loop(bctx, prompt, goal_list, max_parallel=max_parallel, bisect=bisect_on_regression,
-                 quarantine_after=max(1, quarantine_after), recheck=max(0, recheck),
-                 max_failed_waves=max(0, max_failed_waves), retry_backoff_s=max(0.0, float(retry_backoff_s)))
+    loop = _Loop(
+        bctx,
+        prompt,
+        goal_list,
+        max_parallel=max_parallel,
+        bisect=bisect_on_regression,
+        quarantine_after=max(1, quarantine_after),
+        recheck=max(0, recheck),
+        max_failed_waves=max(0, max_failed_waves),
+        retry_backoff_s=max(0.0, float(retry_backoff_s)),
+    )
     out = await loop.run(base_branch, max_cycles)
     if not keep_branches:
         # Only the final branch is worth keeping; the working branches are noise in the user's repository.
         doomed = [b for b in bctx.branches if b not in (out["final_branch"], base_branch)]
         out["branches"] = await bctx.delete_branches(doomed, ctx.key("cleanup", "branches"))
     else:
-        out["branches"] = {"deleted": [], "kept": {b: "keep_branches" for b in bctx.branches
-                                                    if b != out["final_branch"]}}
+        out["branches"] = {
+            "deleted": [],
+            "kept": {b: "keep_branches" for b in bctx.branches if b != out["final_branch"]},
+        }
     return out
 
 
 class _Loop:
-    def __init__(self, ctx, prompt: str, goals: list[Goal], *, max_parallel: int, bisect: bool,
-                 quarantine_after: int, recheck: int = 1, max_failed_waves: int = 3,
-                 retry_backoff_s: float = 60.0) -> None:
+    def __init__(
+        self,
+        ctx,
+        prompt: str,
+        goals: list[Goal],
+        *,
+        max_parallel: int,
+        bisect: bool,
+        quarantine_after: int,
+        recheck: int = 1,
+        max_failed_waves: int = 3,
+        retry_backoff_s: float = 60.0,
+    ) -> None:
         self.ctx, self.prompt, self.goals = ctx, prompt, goals
         self.by_id = {g.id: g for g in goals}
         self.max_parallel, self.bisect, self.quarantine_after = max_parallel, bisect, quarantine_after
@@ -103,16 +132,26 @@ class _Loop:
         self.summary_name = f"evolve_summary{suffix}.md"
 
     def _eligible(self, measures: dict[str, Measurement]) -> list[Goal]:
-        return [g for g in self.goals if not measures[g.id].passed and g.id not in self.quarantined
-                and g.id not in self.no_change]
+        return [
+            g
+            for g in self.goals
+            if not measures[g.id].passed and g.id not in self.quarantined and g.id not in self.no_change
+        ]
 
     async def run(self, base: str, max_cycles: int) -> dict[str, Any]:
         stop_reason = ""
         try:
             measures = await measure_all(self.ctx, self.goals, base, ("initial", "measure"))
         except BudgetExhausted as exc:
-            return {"final_branch": base, "final_commit": None, "stopped": "budget", "stop_reason": str(exc),
-                    "cycles": 0, "budget": self.ctx.summary(), "history": []}
+            return {
+                "final_branch": base,
+                "final_commit": None,
+                "stopped": "budget",
+                "stop_reason": str(exc),
+                "cycles": 0,
+                "budget": self.ctx.summary(),
+                "history": [],
+            }
         initial = measures
         stopped = "max-cycles"
         self._publish(0, max_cycles, measures)
@@ -139,8 +178,9 @@ class _Loop:
                     entry.pop("retry_after_s", None)  # no retry follows
                     self._write_outputs(initial, measures)
                     stopped = "fixes-failing"
-                    stop_reason = (f"every fix task failed in {self.failed_waves} waves in a row "
-                                   f"(last: {entry['reason']})")
+                    stop_reason = (
+                        f"every fix task failed in {self.failed_waves} waves in a row (last: {entry['reason']})"
+                    )
                     break
                 if cycle < max_cycles and entry.get("retry_after_s"):
                     await self.ctx.sleep(entry["retry_after_s"])
@@ -164,9 +204,15 @@ class _Loop:
             "goals_total": len(self.goals),
             "goals_passing_before": sum(m.passed for m in initial.values()),
             "goals_passing_after": sum(m.passed for m in measures.values()),
-            "goals": {g.id: {"before": initial[g.id].passed, "after": measures[g.id].passed,
-                             "value_before": initial[g.id].value, "value_after": measures[g.id].value}
-                      for g in self.goals},
+            "goals": {
+                g.id: {
+                    "before": initial[g.id].passed,
+                    "after": measures[g.id].passed,
+                    "value_before": initial[g.id].value,
+                    "value_after": measures[g.id].value,
+                }
+                for g in self.goals
+            },
             "quarantined": list(self.quarantined),
             "history": self.history,
         }
@@ -177,25 +223,49 @@ class _Loop:
     def _new_entry(self, cycle: int, base: str, measures: dict[str, Measurement]) -> dict[str, Any]:
         passing = sum(m.passed for m in measures.values())
         return {
-            "cycle": cycle, "goal_ids": [], "result": "idle", "reason": "", "base_commit": head_of(measures),
-            "wave_commit": None, "goals_passing": passing, "goals_total": len(self.goals), "parallel": False,
+            "cycle": cycle,
+            "goal_ids": [],
+            "result": "idle",
+            "reason": "",
+            "base_commit": head_of(measures),
+            "wave_commit": None,
+            "goals_passing": passing,
+            "goals_total": len(self.goals),
+            "parallel": False,
             "goals_passing_before": passing,
-            "fixed": [], "regressed": [], "conflicts": [], "resolved": [], "blamed": [], "not_fixed": [],
-            "quarantined": [], "skipped": {}, "base_branch": base, "flaky": [], "fix_failed": [],
+            "fixed": [],
+            "regressed": [],
+            "conflicts": [],
+            "resolved": [],
+            "blamed": [],
+            "not_fixed": [],
+            "quarantined": [],
+            "skipped": {},
+            "base_branch": base,
+            "flaky": [],
+            "fix_failed": [],
         }
 
     async def _cycle(self, entry: dict[str, Any], cycle: int, base: str, measures: dict[str, Measurement]):
         """One cycle, filling ``entry``; returns the base after it and the measurements on that base."""
         ctx, goals = self.ctx, self.goals
         failing = [g for g in goals if not measures[g.id].passed and g.id not in self.quarantined]
-        picked, skipped = select_goals([g for g in failing if g.id not in self.no_change], self.max_parallel,
-                                       frozenset(self.learned), self.idle_counts)
-        skipped.update({gid: "changed nothing on this base" for gid in self.no_change
-                        if gid in {g.id for g in failing}})
+        picked, skipped = select_goals(
+            [g for g in failing if g.id not in self.no_change],
+            self.max_parallel,
+            frozenset(self.learned),
+            self.idle_counts,
+        )
+        skipped.update(
+            {gid: "changed nothing on this base" for gid in self.no_change if gid in {g.id for g in failing}}
+        )
         entry["skipped"] = skipped
         if not picked:
-            entry["reason"] = ("every failing goal is quarantined" if not any(g.id in self.no_change for g in failing)
-                               else "no failing goal left to try on this base")
+            entry["reason"] = (
+                "every failing goal is quarantined"
+                if not any(g.id in self.no_change for g in failing)
+                else "no failing goal left to try on this base"
+            )
             return base, measures
         entry["goal_ids"] = [g.id for g in picked]
         entry["parallel"] = len(picked) > 1
@@ -214,8 +284,11 @@ class _Loop:
             if entry["fix_failed"]:
                 # Quota exhaustion or a broken container says nothing about the goals: try again later.
                 first = next(f for f in fixes if f.failed)
-                entry.update(result="failed", reason=f"every fix task failed ({first.note})",
-                             retry_after_s=self.retry_backoff_s * (2 ** self.failed_waves))
+                entry.update(
+                    result="failed",
+                    reason=f"every fix task failed ({first.note})",
+                    retry_after_s=self.retry_backoff_s * (2**self.failed_waves),
+                )
             else:
                 entry["reason"] = "no fix produced a change"
             return base, measures
@@ -223,14 +296,18 @@ class _Loop:
         merged = await merge_wave(ctx, ("c", cycle), base, wave)
         entry["conflicts"], entry["resolved"] = list(merged.conflicts), list(merged.resolved)
         for gid in merged.conflicts:
-            self._note(gid, f"cycle {cycle}: the fix ({_said(summaries[gid])}) conflicted with other fixes of "
-                            "the wave and was left out")
+            self._note(
+                gid,
+                f"cycle {cycle}: the fix ({_said(summaries[gid])}) conflicted with other fixes of "
+                "the wave and was left out",
+            )
         if merged.branch is None:
             entry.update(result="reverted", reason=merged.error or "merge failed")
             return base, measures
         after = await measure_all(ctx, goals, merged.branch, ("c", cycle, "wave", "measure"))
-        regressed, after, flaky = await confirm_regressions(ctx, goals, measures, after, merged.branch,
-                                                           ("c", cycle, "wave"), self.recheck)
+        regressed, after, flaky = await confirm_regressions(
+            ctx, goals, measures, after, merged.branch, ("c", cycle, "wave"), self.recheck
+        )
         entry["wave_commit"] = head_of(after)
         entry["regressed"], entry["flaky"] = regressed, flaky
         new_branch: str | None = merged.branch
@@ -240,8 +317,16 @@ class _Loop:
             new_branch, new_measures = None, None
             blamed: list[str] = []
             if self.bisect and len(included) > 1:
-                cut = await bisect_wave(ctx, cycle, base, goals, included, measures,
-                                        full_wave_known=not merged.resolved, reruns=self.recheck)
+                cut = await bisect_wave(
+                    ctx,
+                    cycle,
+                    base,
+                    goals,
+                    included,
+                    measures,
+                    full_wave_known=not merged.resolved,
+                    reruns=self.recheck,
+                )
                 blamed = list(cut.blamed)
                 self._blame(entry, cut.blamed)
                 entry["conflicts"] += [g for g in cut.conflicts if g not in entry["conflicts"]]
@@ -259,12 +344,16 @@ class _Loop:
             broke = self._broke(regressed, after)
             for g, _ in included:
                 if g.id in blamed:
-                    self._note(g.id, f"cycle {cycle}: the fix ({_said(summaries[g.id])}) was reverted because "
-                                     f"it broke {broke}")
+                    self._note(
+                        g.id, f"cycle {cycle}: the fix ({_said(summaries[g.id])}) was reverted because it broke {broke}"
+                    )
                 elif not blamed and new_branch is None:
                     others = ", ".join(o.id for o, _ in included if o.id != g.id)
-                    self._note(g.id, f"cycle {cycle}: the fix ({_said(summaries[g.id])}) was reverted together "
-                                     f"with the fixes for {others}: the wave broke {broke}")
+                    self._note(
+                        g.id,
+                        f"cycle {cycle}: the fix ({_said(summaries[g.id])}) was reverted together "
+                        f"with the fixes for {others}: the wave broke {broke}",
+                    )
         if new_branch is None or new_measures is None:  # (only a regression clears them, both together)
             entry.update(result="reverted", reason="regression")
             return base, measures
@@ -272,13 +361,19 @@ class _Loop:
         if not gained:
             for g, _ in included:
                 m = new_measures[g.id]
-                self._note(g.id, f"cycle {cycle}: the fix ({_said(summaries[g.id])}) was merged but the check "
-                                 f"still failed: {_tail(m.output)}")
+                self._note(
+                    g.id,
+                    f"cycle {cycle}: the fix ({_said(summaries[g.id])}) was merged but the check "
+                    f"still failed: {_tail(m.output)}",
+                )
             entry.update(result="reverted", reason="no goal improved")
             return base, measures
         entry["fixed"] = gained
-        entry.update(result="conflict" if entry["conflicts"] else "improved", base_branch=new_branch,
-                     goals_passing=sum(m.passed for m in new_measures.values()))
+        entry.update(
+            result="conflict" if entry["conflicts"] else "improved",
+            base_branch=new_branch,
+            goals_passing=sum(m.passed for m in new_measures.values()),
+        )
         self.no_change.clear()  # a new base: an agent that found nothing to do may now find something
         return new_branch, new_measures
 
@@ -306,8 +401,14 @@ class _Loop:
     def _publish(self, cycle: int, max_cycles: int, measures: dict[str, Measurement], doing: str = "") -> None:
         """Tell people watching (the TUI) where the loop is: cycle, and goals passing on the current base."""
         passing, total = sum(m.passed for m in measures.values()), len(self.goals)
-        self.ctx.progress(phase="cycle", step=cycle, of_total=max_cycles, done=passing, total=total,
-                          text=f"goals {passing}/{total} passing" + (f" · {doing}" if doing else ""))
+        self.ctx.progress(
+            phase="cycle",
+            step=cycle,
+            of_total=max_cycles,
+            done=passing,
+            total=total,
+            text=f"goals {passing}/{total} passing" + (f" · {doing}" if doing else ""),
+        )
 
     def _write_outputs(self, initial: dict[str, Measurement], current: dict[str, Measurement]) -> None:
         """Rewrite both files whole from task-derived data: a replay writes identical bytes."""
@@ -318,13 +419,16 @@ class _Loop:
 
     def _summary(self, initial: dict[str, Measurement], current: dict[str, Measurement]) -> str:
         total = len(self.goals)
-        lines = ["# evolve summary", "",
-                 f"Goals passing: {sum(m.passed for m in initial.values())}/{total} before, "
-                 f"{sum(m.passed for m in current.values())}/{total} after.", ""]
+        lines = [
+            "# evolve summary",
+            "",
+            f"Goals passing: {sum(m.passed for m in initial.values())}/{total} before, "
+            f"{sum(m.passed for m in current.values())}/{total} after.",
+            "",
+        ]
         if self.quarantined:
             lines += ["Quarantined (their fixes kept breaking other goals): " + ", ".join(self.quarantined), ""]
-        lines += ["| cycle | goals | result | passing before | passing after | notes |",
-                  "|---|---|---|---|---|---|"]
+        lines += ["| cycle | goals | result | passing before | passing after | notes |", "|---|---|---|---|---|---|"]
         for e in self.history:
             notes = []
             for field in ("fixed", "regressed", "conflicts", "resolved", "blamed", "quarantined", "not_fixed"):
@@ -332,8 +436,10 @@ class _Loop:
                     notes.append(f"{field.replace('_', ' ')}: {', '.join(e[field])}")
             if e.get("reason"):
                 notes.append(e["reason"])
-            lines.append(f"| {e['cycle']} | {', '.join(e['goal_ids']) or '-'} | {e['result']} | "
-                         f"{e['goals_passing_before']}/{total} | {e['goals_passing']}/{total} | {'; '.join(notes)} |")
+            lines.append(
+                f"| {e['cycle']} | {', '.join(e['goal_ids']) or '-'} | {e['result']} | "
+                f"{e['goals_passing_before']}/{total} | {e['goals_passing']}/{total} | {'; '.join(notes)} |"
+            )
         lines += ["", "| goal | before | after |", "|---|---|---|"]
         for g in self.goals:
             lines.append(f"| {g.id} | {_status(initial[g.id])} | {_status(current[g.id])} |")

@@ -72,7 +72,7 @@ class BudgetedContext:
 
     async def wait_all(self, handles, tolerate_failures: bool = False):
         out = await self._ctx.wait_all(handles, tolerate_failures=tolerate_failures)
-        for result in (out[0] if tolerate_failures else out):
+        for result in out[0] if tolerate_failures else out:
             self._seen(result)
         return out
 
@@ -98,8 +98,11 @@ class BudgetedContext:
         if not names:
             return {"deleted": [], "kept": {}}
         try:
-            result = await self._ctx.wait(self._ctx.run(
-                {"prompt": f"delete {len(names)} working branch(es)", "delete_branches": list(names)}, key=key))
+            result = await self._ctx.wait(
+                self._ctx.run(
+                    {"prompt": f"delete {len(names)} working branch(es)", "delete_branches": list(names)}, key=key
+                )
+            )
         except self._ctx.errors.TaskFailed as exc:
             return {"deleted": [], "kept": {n: f"cleanup failed: {exc.message}" for n in names}}
         deleted, kept = [], {}

@@ -55,7 +55,7 @@ def measure_command(goal: Goal) -> str:
     q = shlex.quote
     run = f"/bin/sh -c {q(goal.check)}"
     return (
-        'out=$(mktemp /tmp/evolve-out.XXXXXX); err=$(mktemp /tmp/evolve-err.XXXXXX); '
+        "out=$(mktemp /tmp/evolve-out.XXXXXX); err=$(mktemp /tmp/evolve-err.XXXXXX); "
         f'if command -v timeout >/dev/null 2>&1; then timeout -k 5 {goal.timeout} {run} >"$out" 2>"$err" </dev/null; '
         f'else {run} >"$out" 2>"$err" </dev/null; fi; rc=$?; '
         f'[ "$rc" = 124 ] && echo "check timed out after {goal.timeout}s" >>"$err"; '
@@ -65,8 +65,14 @@ def measure_command(goal: Goal) -> str:
 
 
 def measure_task(goal: Goal, base_branch: str) -> dict[str, Any]:
-    return {"prompt": f"evolve: measure goal {goal.id}", "plugin": "command", "command": measure_command(goal),
-            "base_branch": base_branch, "import_policy": "never", "timeout_seconds": goal.timeout + 60}
+    return {
+        "prompt": f"evolve: measure goal {goal.id}",
+        "plugin": "command",
+        "command": measure_command(goal),
+        "base_branch": base_branch,
+        "import_policy": "never",
+        "timeout_seconds": goal.timeout + 60,
+    }
 
 
 def parse_metric(goal: Goal, stdout: str) -> float | None:
@@ -89,10 +95,15 @@ def parse_measurement(goal: Goal, final_message: str) -> Measurement:
     """Read a measure task's stdout; output without the end marker counts as a failing check."""
     ends = list(_END.finditer(final_message or ""))
     if not ends:
-        return Measurement(goal_id=goal.id, passed=False, exit_code=None, output=(final_message or "")[-STDOUT_TAIL:],
-                           error="the check's output has no end marker (output cut short?)")
+        return Measurement(
+            goal_id=goal.id,
+            passed=False,
+            exit_code=None,
+            output=(final_message or "")[-STDOUT_TAIL:],
+            error="the check's output has no end marker (output cut short?)",
+        )
     end = ends[-1]
-    body = final_message[:end.start()]
+    body = final_message[: end.start()]
     stdout, sep, stderr = body.rpartition("\n@@evolve stderr\n")
     if not sep:
         stdout, stderr = body, ""
@@ -104,8 +115,9 @@ def parse_measurement(goal: Goal, final_message: str) -> Measurement:
         passed = goal.metric.meets(value)
     else:
         value, passed = None, exit_code == 0
-    return Measurement(goal_id=goal.id, passed=passed, exit_code=exit_code, value=value, head=end.group(2),
-                       output=output)
+    return Measurement(
+        goal_id=goal.id, passed=passed, exit_code=exit_code, value=value, head=end.group(2), output=output
+    )
 
 
 def failed_measurement(goal: Goal, message: str) -> Measurement:
@@ -120,14 +132,21 @@ def merge_command(branches: list[str]) -> str:
             f"if git merge-base --is-ancestor {q} HEAD; then echo '@@evolve already {b}'; "
             f"elif git merge --no-edit {q} >/tmp/evolve-merge.log 2>&1; then echo '@@evolve merged {b}'; "
             f"else cat /tmp/evolve-merge.log; git merge --abort >/dev/null 2>&1 || git reset -q --hard HEAD; "
-            f"echo '@@evolve conflict {b}'; exit 0; fi")
+            f"echo '@@evolve conflict {b}'; exit 0; fi"
+        )
     return "\n".join(lines)
 
 
 def merge_task(base_branch: str, branches: list[str]) -> dict[str, Any]:
-    return {"prompt": "evolve: merge the wave's fix branches", "plugin": "command",
-            "command": merge_command(branches), "base_branch": base_branch, "include_branches": list(branches),
-            "import_policy": "auto", "timeout_seconds": 600}
+    return {
+        "prompt": "evolve: merge the wave's fix branches",
+        "plugin": "command",
+        "command": merge_command(branches),
+        "base_branch": base_branch,
+        "include_branches": list(branches),
+        "import_policy": "auto",
+        "timeout_seconds": 600,
+    }
 
 
 class MergeReport(msgspec.Struct, frozen=True, kw_only=True):

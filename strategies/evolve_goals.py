@@ -76,8 +76,9 @@ def _goal(raw: Any, index: int, where: str) -> Goal:
         raise ConfigError(f"{where}: goals[{index}] must be a mapping with id, description, check, weight")
     gid = raw.get("id")
     if not isinstance(gid, str) or not _ID.match(gid):
-        raise ConfigError(f"{where}: goals[{index}]: field 'id' must be a kebab-case string "
-                          f"(like 'lint-clean'), got {gid!r}")
+        raise ConfigError(
+            f"{where}: goals[{index}]: field 'id' must be a kebab-case string (like 'lint-clean'), got {gid!r}"
+        )
     at = f"{where}: goal {gid!r}"
     unknown = sorted(set(raw) - _GOAL_FIELDS)
     if unknown:
@@ -96,14 +97,20 @@ def _goal(raw: Any, index: int, where: str) -> Goal:
     if writes is not None:
         if isinstance(writes, str):
             writes = [writes]
-        if (not isinstance(writes, list) or not writes
-                or not all(isinstance(w, str) and w.strip() for w in writes)):
+        if not isinstance(writes, list) or not writes or not all(isinstance(w, str) and w.strip() for w in writes):
             raise ConfigError(f"{at}: field 'writes' must be a non-empty list of glob strings")
         if any(w.strip().startswith("/") or ".." in w.split("/") for w in writes):
             raise ConfigError(f"{at}: field 'writes' holds repository-relative globs (no leading '/', no '..')")
         writes = tuple(w.strip() for w in writes)
-    return Goal(id=gid, description=raw["description"].strip(), check=raw["check"].strip(), weight=float(weight),
-                timeout=int(timeout), writes=writes, metric=_metric(raw.get("metric"), at))
+    return Goal(
+        id=gid,
+        description=raw["description"].strip(),
+        check=raw["check"].strip(),
+        weight=float(weight),
+        timeout=int(timeout),
+        writes=writes,
+        metric=_metric(raw.get("metric"), at),
+    )
 
 
 def _metric(raw: Any, at: str) -> Metric | None:
@@ -113,8 +120,9 @@ def _metric(raw: Any, at: str) -> Metric | None:
         raise ConfigError(f"{at}: field 'metric' must be a mapping with direction and threshold")
     unknown = sorted(set(raw) - _METRIC_FIELDS)
     if unknown:
-        raise ConfigError(f"{at}: field 'metric.{unknown[0]}' is unknown "
-                          f"(allowed: {', '.join(sorted(_METRIC_FIELDS))})")
+        raise ConfigError(
+            f"{at}: field 'metric.{unknown[0]}' is unknown (allowed: {', '.join(sorted(_METRIC_FIELDS))})"
+        )
     direction = raw.get("direction")
     if direction not in ("higher", "lower"):
         raise ConfigError(f"{at}: field 'metric.direction' must be 'higher' or 'lower', got {direction!r}")
@@ -126,8 +134,7 @@ def _metric(raw: Any, at: str) -> Metric | None:
     key = raw.get("json_key")
     if key is not None and (not isinstance(key, str) or not key.strip() or "" in key.split(".")):
         raise ConfigError(f"{at}: field 'metric.json_key' must be a dotted key like 'totals.percent'")
-    return Metric(direction=direction, threshold=float(raw["threshold"]), json_key=key,
-                  tolerance=float(tolerance))
+    return Metric(direction=direction, threshold=float(raw["threshold"]), json_key=key, tolerance=float(tolerance))
 
 
 def validate_goals(data: Any, where: str = "goals") -> list[Goal]:
@@ -180,8 +187,10 @@ def goals_from_param(value: Any) -> list[Goal]:
 
 def check_max_parallel(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_PARALLEL_CAP:
-        raise ConfigError(f"evolve: -S max_parallel must be a whole number from 1 to {MAX_PARALLEL_CAP} "
-                          f"(1 = sequential), got {value!r}")
+        raise ConfigError(
+            f"evolve: -S max_parallel must be a whole number from 1 to {MAX_PARALLEL_CAP} "
+            f"(1 = sequential), got {value!r}"
+        )
     return value
 
 

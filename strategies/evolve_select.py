@@ -34,20 +34,87 @@ _IGNORED_PREFIXES = ("/dev/", "/proc/", "/sys/", "/tmp/", "/usr/", "/bin/", "/et
 # Tools whose verdict depends on the whole project: a fix for such a goal may
 # touch any file, and any other goal's fix may break it. Only a goal's own
 # ``writes`` narrows them.
-_WHOLE_PROJECT = frozenset({
-    "pytest", "py.test", "tox", "nox", "unittest", "nose2", "ruff", "flake8", "pylint", "pyflakes", "pycodestyle",
-    "black", "isort", "mypy", "pyright", "pytype", "bandit", "coverage", "eslint", "tsc", "prettier", "jest",
-    "vitest", "mocha", "npm", "yarn", "pnpm", "npx", "go", "golangci-lint", "staticcheck", "cargo", "clippy-driver",
-    "make", "cmake", "ctest", "mvn", "gradle", "gradlew", "bazel", "rubocop", "rspec", "rake", "phpunit",
-    "shellcheck", "pre-commit", "dotnet",
-})
+_WHOLE_PROJECT = frozenset(
+    {
+        "pytest",
+        "py.test",
+        "tox",
+        "nox",
+        "unittest",
+        "nose2",
+        "ruff",
+        "flake8",
+        "pylint",
+        "pyflakes",
+        "pycodestyle",
+        "black",
+        "isort",
+        "mypy",
+        "pyright",
+        "pytype",
+        "bandit",
+        "coverage",
+        "eslint",
+        "tsc",
+        "prettier",
+        "jest",
+        "vitest",
+        "mocha",
+        "npm",
+        "yarn",
+        "pnpm",
+        "npx",
+        "go",
+        "golangci-lint",
+        "staticcheck",
+        "cargo",
+        "clippy-driver",
+        "make",
+        "cmake",
+        "ctest",
+        "mvn",
+        "gradle",
+        "gradlew",
+        "bazel",
+        "rubocop",
+        "rspec",
+        "rake",
+        "phpunit",
+        "shellcheck",
+        "pre-commit",
+        "dotnet",
+    }
+)
 # Launchers that run the tool named after them (``python -m pytest``, ``uv run mypy``).
-_LAUNCHERS = {"python": ("-m",), "python3": ("-m",), "uv": ("run",), "poetry": ("run",), "pipx": ("run",),
-              "pdm": ("run",), "hatch": ("run",), "env": (), "timeout": (), "nice": (), "exec": (), "time": (),
-              "uvx": (), "npx": (), "sh": ("-c",), "bash": ("-c",), "zsh": ("-c",)}
+_LAUNCHERS = {
+    "python": ("-m",),
+    "python3": ("-m",),
+    "uv": ("run",),
+    "poetry": ("run",),
+    "pipx": ("run",),
+    "pdm": ("run",),
+    "hatch": ("run",),
+    "env": (),
+    "timeout": (),
+    "nice": (),
+    "exec": (),
+    "time": (),
+    "uvx": (),
+    "npx": (),
+    "sh": ("-c",),
+    "bash": ("-c",),
+    "zsh": ("-c",),
+}
 _SHELLS = ("sh", "bash", "zsh")
-_IMPLIED = {"make": "Makefile", "npm": "package.json", "yarn": "package.json", "pnpm": "package.json",
-            "tox": "tox.ini", "just": "justfile", "cargo": "Cargo.toml"}
+_IMPLIED = {
+    "make": "Makefile",
+    "npm": "package.json",
+    "yarn": "package.json",
+    "pnpm": "package.json",
+    "tox": "tox.ini",
+    "just": "justfile",
+    "cargo": "Cargo.toml",
+}
 
 
 def _segments(glob: str) -> list[str]:
@@ -63,7 +130,7 @@ def _literal_ends(seg: str) -> tuple[str, str]:
     """The literal text before the first and after the last wildcard character."""
     first = next(i for i, c in enumerate(seg) if c in _WILD)
     last = max(i for i, c in enumerate(seg) if c in _WILD or c in "]}")
-    return seg[:first], seg[last + 1:]
+    return seg[:first], seg[last + 1 :]
 
 
 def _segments_may_match(a: str, b: str) -> bool:
@@ -140,8 +207,11 @@ def _commands(command: str) -> list[str]:
             start, launcher_args = True, None
             continue
         word, ends = (raw[:-1], True) if raw.endswith(";") else (raw, False)
-        if start and word and not (
-                "=" in word and not word.startswith(("-", "=")) and word.split("=", 1)[0].isidentifier()):
+        if (
+            start
+            and word
+            and not ("=" in word and not word.startswith(("-", "=")) and word.split("=", 1)[0].isidentifier())
+        ):
             # (a VAR=value before the command is skipped)
             if launcher_args is not None and out and out[-1] in _SHELLS and prev == "-c":
                 out += _commands(word)  # sh -c "pytest -q": the script is a command line of its own
@@ -178,9 +248,12 @@ def independent(a: Goal, b: Goal) -> bool:
     return not any(globs_may_overlap(x, y) for x in footprint(a) for y in footprint(b))
 
 
-def select_goals(failing: Iterable[Goal], max_parallel: int,
-                 learned_conflicts: frozenset[frozenset[str]] = frozenset(),
-                 idle_counts: Mapping[str, int] | None = None) -> tuple[list[Goal], dict[str, str]]:
+def select_goals(
+    failing: Iterable[Goal],
+    max_parallel: int,
+    learned_conflicts: frozenset[frozenset[str]] = frozenset(),
+    idle_counts: Mapping[str, int] | None = None,
+) -> tuple[list[Goal], dict[str, str]]:
     """Up to ``max_parallel`` goals by weight (ties by id), each independent of those picked before it.
 
     ``idle_counts`` (goal id -> fixes that changed nothing) ranks before the

@@ -69,15 +69,24 @@ def regressions(goals: list[Goal], before: dict[str, Measurement], after: dict[s
     out = []
     for g in goals:
         b, a = before[g.id], after[g.id]
-        if (b.passed and not a.passed) or (g.metric is not None and b.value is not None and (
-                a.value is None or g.metric.worsening(b.value, a.value) > g.metric.tolerance)):
+        if (b.passed and not a.passed) or (
+            g.metric is not None
+            and b.value is not None
+            and (a.value is None or g.metric.worsening(b.value, a.value) > g.metric.tolerance)
+        ):
             out.append(g.id)
     return out
 
 
-async def confirm_regressions(ctx, goals: list[Goal], before: dict[str, Measurement],
-                              after: dict[str, Measurement], branch: str, key_parts: tuple,
-                              reruns: int) -> tuple[list[str], dict[str, Measurement], list[str]]:
+async def confirm_regressions(
+    ctx,
+    goals: list[Goal],
+    before: dict[str, Measurement],
+    after: dict[str, Measurement],
+    branch: str,
+    key_parts: tuple,
+    reruns: int,
+) -> tuple[list[str], dict[str, Measurement], list[str]]:
     """Re-run each regressed goal's check up to ``reruns`` times on ``branch`` before believing it.
 
     A check that passes (or is back within tolerance) on a re-run was flaky: it
@@ -108,8 +117,11 @@ def improvements(goals: list[Goal], before: dict[str, Measurement], after: dict[
     out = []
     for g in goals:
         b, a = before[g.id], after[g.id]
-        if (not b.passed and a.passed) or (g.metric is not None and a.value is not None and (
-                b.value is None or -g.metric.worsening(b.value, a.value) > g.metric.tolerance)):
+        if (not b.passed and a.passed) or (
+            g.metric is not None
+            and a.value is not None
+            and (b.value is None or -g.metric.worsening(b.value, a.value) > g.metric.tolerance)
+        ):
             out.append(g.id)
     return out
 
@@ -122,8 +134,9 @@ def _others(goal: Goal, goals: list[Goal]) -> str:
     return "\n".join(lines) if lines else "- (none)"
 
 
-def fix_prompt(user_prompt: str, goal: Goal, measured: Measurement, goals: list[Goal],
-               attempts: list[str] | tuple[str, ...] = ()) -> str:
+def fix_prompt(
+    user_prompt: str, goal: Goal, measured: Measurement, goals: list[Goal], attempts: list[str] | tuple[str, ...] = ()
+) -> str:
     tail = measured.output[-OUTPUT_IN_PROMPT:] if measured.output else "(no output)"
     state = f"exit status {measured.exit_code}" if measured.exit_code is not None else (measured.error or "unknown")
     lines = [
@@ -137,15 +150,19 @@ def fix_prompt(user_prompt: str, goal: Goal, measured: Measurement, goals: list[
         m = goal.metric
         where = f"JSON key `{m.json_key}` of its output" if m.json_key else "the last line of its output"
         best = "higher" if m.direction == "higher" else "lower"
-        lines.append(f"This goal is a number read from {where}; {best} is better and it passes at "
-                     f"{'>=' if best == 'higher' else '<='} {m.threshold:g}. Currently: "
-                     f"{'unreadable' if measured.value is None else f'{measured.value:g}'}.")
+        lines.append(
+            f"This goal is a number read from {where}; {best} is better and it passes at "
+            f"{'>=' if best == 'higher' else '<='} {m.threshold:g}. Currently: "
+            f"{'unreadable' if measured.value is None else f'{measured.value:g}'}."
+        )
     if goal.writes:
         lines.append("The fix is expected to touch only: " + ", ".join(goal.writes))
     lines += [
         "",
         f"The check currently fails ({state}). The last part of its output:",
-        "```", tail, "```",
+        "```",
+        tail,
+        "```",
         "",
         "These other checks must keep passing; do not break them:",
         _others(goal, goals),
@@ -158,25 +175,49 @@ def fix_prompt(user_prompt: str, goal: Goal, measured: Measurement, goals: list[
     return "\n".join(lines)
 
 
-async def fix_wave(ctx, cycle: int, user_prompt: str, base: str, picked: list[Goal], goals: list[Goal],
-                   measures: dict[str, Measurement], attempts: dict[str, list[str]] | None = None) -> list[Fix]:
+async def fix_wave(
+    ctx,
+    cycle: int,
+    user_prompt: str,
+    base: str,
+    picked: list[Goal],
+    goals: list[Goal],
+    measures: dict[str, Measurement],
+    attempts: dict[str, list[str]] | None = None,
+) -> list[Fix]:
     """One agent task per picked goal, each on its own branch from the cycle's base, in parallel."""
     attempts = attempts or {}
-    handles = [(g, ctx.run({"prompt": fix_prompt(user_prompt, g, measures[g.id], goals, attempts.get(g.id, ())),
-                            "base_branch": base, "import_policy": "auto"}, key=ctx.key("c", cycle, "fix", g.id)))
-               for g in picked]
+    handles = [
+        (
+            g,
+            ctx.run(
+                {
+                    "prompt": fix_prompt(user_prompt, g, measures[g.id], goals, attempts.get(g.id, ())),
+                    "base_branch": base,
+                    "import_policy": "auto",
+                },
+                key=ctx.key("c", cycle, "fix", g.id),
+            ),
+        )
+        for g in picked
+    ]
     fixes = []
     for goal, handle in handles:
         try:
             result = await ctx.wait(handle)
         except ctx.errors.TaskFailed as exc:
-            fixes.append(Fix(goal_id=goal.id, branch=None, failed=True,
-                             note=f"fix failed ({exc.error_type}): {(exc.message or '').strip()[:200]}"))
+            fixes.append(
+                Fix(
+                    goal_id=goal.id,
+                    branch=None,
+                    failed=True,
+                    note=f"fix failed ({exc.error_type}): {(exc.message or '').strip()[:200]}",
+                )
+            )
             continue
         branch = (result.get("artifact") or {}).get("branch_final")
         summary = " ".join((result.get("final_message") or "").split())[-SUMMARY_IN_PROMPT:]
-        fixes.append(Fix(goal_id=goal.id, branch=branch, note="" if branch else "fix changed nothing",
-                         summary=summary))
+        fixes.append(Fix(goal_id=goal.id, branch=branch, note="" if branch else "fix changed nothing", summary=summary))
     return fixes
 
 
@@ -186,22 +227,25 @@ async def fix_wave(ctx, cycle: int, user_prompt: str, base: str, picked: list[Go
 def resolve_prompt(goal: Goal, branch: str, merged: list[Goal]) -> str:
     # First lines only: the full descriptions belong to the fixes that are already done.
     done = "\n".join(f"- {g.id}: {g.description.splitlines()[0]} (check `{g.check}`)" for g in merged) or "- (none)"
-    return "\n".join([
-        f"Merge the git branch `{branch}` into the current branch and resolve the conflicts.",
-        f"Run `git merge --no-edit {branch}`: it stops with conflicts. Edit the conflicting files so that",
-        "the fixes already on the current branch and the fix on the merged branch both keep working,",
-        "then `git add -A` and `git commit --no-edit` to conclude the merge. Do not rebase or reset.",
-        "",
-        "Fixes already on the current branch:",
-        done,
-        "",
-        f"The branch being merged fixes goal `{goal.id}`: {goal.description}",
-        f"Its check must pass after the merge: `{goal.check}`",
-    ])
+    return "\n".join(
+        [
+            f"Merge the git branch `{branch}` into the current branch and resolve the conflicts.",
+            f"Run `git merge --no-edit {branch}`: it stops with conflicts. Edit the conflicting files so that",
+            "the fixes already on the current branch and the fix on the merged branch both keep working,",
+            "then `git add -A` and `git commit --no-edit` to conclude the merge. Do not rebase or reset.",
+            "",
+            "Fixes already on the current branch:",
+            done,
+            "",
+            f"The branch being merged fixes goal `{goal.id}`: {goal.description}",
+            f"Its check must pass after the merge: `{goal.check}`",
+        ]
+    )
 
 
-async def merge_wave(ctx, key_parts: tuple, base: str, fixes: list[tuple[Goal, str]], *,
-                     resolve: bool = True) -> WaveMerge:
+async def merge_wave(
+    ctx, key_parts: tuple, base: str, fixes: list[tuple[Goal, str]], *, resolve: bool = True
+) -> WaveMerge:
     """Merge the fix branches in order inside a container, never in the user's working tree.
 
     The merge command stops at the first conflicting branch (see
@@ -222,11 +266,17 @@ async def merge_wave(ctx, key_parts: tuple, base: str, fixes: list[tuple[Goal, s
     while remaining:
         step += 1
         try:
-            result = await ctx.wait(ctx.run(merge_task(head, [b for _, b in remaining]),
-                                            key=ctx.key(*key_parts, "merge", step)))
+            result = await ctx.wait(
+                ctx.run(merge_task(head, [b for _, b in remaining]), key=ctx.key(*key_parts, "merge", step))
+            )
         except ctx.errors.TaskFailed as exc:
-            return WaveMerge(branch=None, included=tuple(included), conflicts=tuple(conflicts),
-                             resolved=tuple(resolved), error=f"merge task failed ({exc.error_type}): {exc.message}")
+            return WaveMerge(
+                branch=None,
+                included=tuple(included),
+                conflicts=tuple(conflicts),
+                resolved=tuple(resolved),
+                error=f"merge task failed ({exc.error_type}): {exc.message}",
+            )
         head = (result.get("artifact") or {}).get("branch_final") or head
         report = parse_merge(result["final_message"])
         for branch in report.merged:
@@ -239,7 +289,7 @@ async def merge_wave(ctx, key_parts: tuple, base: str, fixes: list[tuple[Goal, s
             break
         at = next(i for i, (_, b) in enumerate(remaining) if b == report.conflict)
         goal, branch = remaining[at]
-        rest = remaining[at + 1:]
+        rest = remaining[at + 1 :]
         if not resolve or goal.id in attempted:
             conflicts.append(goal.id)
             remaining = rest
@@ -247,10 +297,17 @@ async def merge_wave(ctx, key_parts: tuple, base: str, fixes: list[tuple[Goal, s
         attempted.add(goal.id)
         merged_goals = [goal_of[b] for b in goal_of if goal_of[b].id in included]
         try:
-            fixed = await ctx.wait(ctx.run(
-                {"prompt": resolve_prompt(goal, branch, merged_goals), "base_branch": head,
-                 "include_branches": [branch], "import_policy": "auto"},
-                key=ctx.key(*key_parts, "resolve", goal.id)))
+            fixed = await ctx.wait(
+                ctx.run(
+                    {
+                        "prompt": resolve_prompt(goal, branch, merged_goals),
+                        "base_branch": head,
+                        "include_branches": [branch],
+                        "import_policy": "auto",
+                    },
+                    key=ctx.key(*key_parts, "resolve", goal.id),
+                )
+            )
             new_head = (fixed.get("artifact") or {}).get("branch_final")
         except ctx.errors.TaskFailed:
             new_head = None
@@ -262,8 +319,9 @@ async def merge_wave(ctx, key_parts: tuple, base: str, fixes: list[tuple[Goal, s
             conflicts.append(goal.id)
             remaining = rest
     if not included:
-        return WaveMerge(branch=None, included=(), conflicts=tuple(conflicts), resolved=tuple(resolved),
-                         error="no fix branch merged")
+        return WaveMerge(
+            branch=None, included=(), conflicts=tuple(conflicts), resolved=tuple(resolved), error="no fix branch merged"
+        )
     resolved_in = tuple(g for g in resolved if g in included)
     return WaveMerge(branch=head, included=tuple(included), conflicts=tuple(conflicts), resolved=resolved_in)
 
@@ -279,8 +337,17 @@ class Bisect(msgspec.Struct, frozen=True, kw_only=True):
     conflicts: tuple[str, ...]
 
 
-async def bisect_wave(ctx, cycle: int, base: str, goals: list[Goal], wave: list[tuple[Goal, str]],
-                      before: dict[str, Measurement], *, full_wave_known: bool, reruns: int = 0) -> Bisect:
+async def bisect_wave(
+    ctx,
+    cycle: int,
+    base: str,
+    goals: list[Goal],
+    wave: list[tuple[Goal, str]],
+    before: dict[str, Measurement],
+    *,
+    full_wave_known: bool,
+    reruns: int = 0,
+) -> Bisect:
     """Keep the largest prefix-greedy subset of the wave that regresses nothing.
 
     Branches are tried in wave order: each is merged on top of the branches kept
@@ -309,5 +376,10 @@ async def bisect_wave(ctx, cycle: int, base: str, goals: list[Goal], wave: list[
             blamed.append(goal.id)
             continue
         kept, branch, measures = candidate, merged.branch, m
-    return Bisect(kept=tuple(g.id for g, _ in kept), branch=branch, measures=measures, blamed=tuple(blamed),
-                  conflicts=tuple(conflicts))
+    return Bisect(
+        kept=tuple(g.id for g, _ in kept),
+        branch=branch,
+        measures=measures,
+        blamed=tuple(blamed),
+        conflicts=tuple(conflicts),
+    )

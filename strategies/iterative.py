@@ -47,34 +47,48 @@ def feedback_of(data: Any) -> dict[str, Any] | None:
 def _review_prompt(prompt: str, base_branch: str, branch: str, summary: str, criteria: str) -> str:
     lines = ["You are reviewing work done for the task below. Do not modify any files.", "", "Task:", prompt, ""]
     if branch != base_branch:
-        lines += [f"The work is checked out in the current directory; see it with `git diff {base_branch}...HEAD`.",
-                  ""]
-    lines += ["The author's summary ends with:", tail(summary, MESSAGE_CHARS), "",
-              f"Judge it on: {criteria}. Give feedback the author can act on.",
-              f"Reply with ONLY a JSON object: {REVIEW_SCHEMA}"]
+        lines += [f"The work is checked out in the current directory; see it with `git diff {base_branch}...HEAD`.", ""]
+    lines += [
+        "The author's summary ends with:",
+        tail(summary, MESSAGE_CHARS),
+        "",
+        f"Judge it on: {criteria}. Give feedback the author can act on.",
+        f"Reply with ONLY a JSON object: {REVIEW_SCHEMA}",
+    ]
     return "\n".join(lines)
 
 
 @strategy_options(prepare=_prepare, requires_resume=True)
-async def iterative(prompt, base_branch, ctx, *,
-                    iterations: Annotated[int, "review+improve rounds after the first generation"] = 3,
-                    model: Annotated[str | None, "model for generation and improvements"] = None,
-                    reviewer_model: Annotated[str | None, "model for the reviews"] = None,
-                    criteria: Annotated[str, "what the reviewer judges"] = DEFAULT_CRITERIA,
-                    target_score: Annotated[float | None, "stop early once a review scores at least this"] = None):
+async def iterative(
+    prompt,
+    base_branch,
+    ctx,
+    *,
+    iterations: Annotated[int, "review+improve rounds after the first generation"] = 3,
+    model: Annotated[str | None, "model for generation and improvements"] = None,
+    reviewer_model: Annotated[str | None, "model for the reviews"] = None,
+    criteria: Annotated[str, "what the reviewer judges"] = DEFAULT_CRITERIA,
+    target_score: Annotated[float | None, "stop early once a review scores at least this"] = None,
+):
     """Generate once, then review and improve it in the same agent session N times."""
     session = ctx.key("chain")  # one session volume per strategy execution
     extra = {"model": model} if model else {}
-    current = await ctx.wait(ctx.run({"prompt": prompt, "base_branch": base_branch, "session_group_key": session,
-                                      **extra}, key=ctx.key("gen")))
-    history: list[dict[str, Any]] = [{"step": "gen", "instance_id": current["instance_id"],
-                                      "branch": branch_of(current)}]
+    current = await ctx.wait(
+        ctx.run(
+            {"prompt": prompt, "base_branch": base_branch, "session_group_key": session, **extra}, key=ctx.key("gen")
+        )
+    )
+    history: list[dict[str, Any]] = [
+        {"step": "gen", "instance_id": current["instance_id"], "branch": branch_of(current)}
+    ]
     stopped = "completed all iterations"
     for n in range(1, iterations + 1):
         branch = branch_of(current)
-        review: dict[str, Any] = {"prompt": _review_prompt(prompt, base_branch, branch, current["final_message"],
-                                                           criteria),
-                                  "base_branch": branch, "import_policy": "never"}
+        review: dict[str, Any] = {
+            "prompt": _review_prompt(prompt, base_branch, branch, current["final_message"], criteria),
+            "base_branch": branch,
+            "import_policy": "never",
+        }
         if branch != base_branch:
             review["include_branches"] = [base_branch]
         if reviewer_model:
@@ -89,10 +103,14 @@ async def iterative(prompt, base_branch, ctx, *,
             stopped = f"review {n} reached the target score {target_score}"
             break
         improve = {
-            "prompt": (f"A reviewer scored your work {verdict['score']:g}/10 and said:\n{verdict['feedback']}\n\n"
-                       f"Improve your implementation of the original task accordingly and commit the changes.\n\n"
-                       f"Original task:\n{prompt}"),
-            "base_branch": branch, "session_group_key": session, "resume_session_id": current["session_id"],
+            "prompt": (
+                f"A reviewer scored your work {verdict['score']:g}/10 and said:\n{verdict['feedback']}\n\n"
+                f"Improve your implementation of the original task accordingly and commit the changes.\n\n"
+                f"Original task:\n{prompt}"
+            ),
+            "base_branch": branch,
+            "session_group_key": session,
+            "resume_session_id": current["session_id"],
             **extra,
         }
         try:
@@ -101,9 +119,19 @@ async def iterative(prompt, base_branch, ctx, *,
             stopped = f"improvement {n} failed ({exc.error_type}): {exc.message}"
             history.append({"step": f"improve/iter-{n}", "error": f"{exc.error_type}: {exc.message}"})
             break
-        history.append({"step": f"improve/iter-{n}", "instance_id": current["instance_id"],
-                        "branch": branch_of(current)})
-    write_output(ctx, "iterations", "json", {"strategy_execution_id": ctx.strategy_execution_id,
-                                             "iterations": iterations, "stopped": stopped, "steps": history,
-                                             "final_branch": branch_of(current)})
+        history.append(
+            {"step": f"improve/iter-{n}", "instance_id": current["instance_id"], "branch": branch_of(current)}
+        )
+    write_output(
+        ctx,
+        "iterations",
+        "json",
+        {
+            "strategy_execution_id": ctx.strategy_execution_id,
+            "iterations": iterations,
+            "stopped": stopped,
+            "steps": history,
+            "final_branch": branch_of(current),
+        },
+    )
     return current

@@ -42,8 +42,17 @@ REVIEW_DIFF_LIMIT = 40_000
 LOG_TAIL = 4_000
 
 # Statuses an idea can end with; only "completed" went through every configured step.
-STATUSES = ("completed", "plan_failed", "code_failed", "no_changes", "rejected", "review_invalid",
-            "fix_failed", "tests_failed", "eval_failed")
+STATUSES = (
+    "completed",
+    "plan_failed",
+    "code_failed",
+    "no_changes",
+    "rejected",
+    "review_invalid",
+    "fix_failed",
+    "tests_failed",
+    "eval_failed",
+)
 
 
 class Idea(msgspec.Struct, frozen=True, kw_only=True):
@@ -65,44 +74,51 @@ class PipelineConfig(msgspec.Struct, frozen=True, kw_only=True):
 
 # ---------------------------------------------------------------- prompts
 
+
 def _objective(objective: str) -> str:
     return f"{objective.strip()}\n\n" if objective else ""
 
 
 def plan_prompt(goal: str, idea: Idea, objective: str = "") -> str:
-    return (f"Role: planner\n\nOverall goal: {goal}\n\n{_objective(objective)}Idea to implement:\n{idea.text}\n\n"
-            "Read the repository and write a concrete implementation plan for this idea: the files to change, "
-            "the steps, and how to check the result. End with a section titled RISKS listing what could go wrong. "
-            "Do not modify any files.")
+    return (
+        f"Role: planner\n\nOverall goal: {goal}\n\n{_objective(objective)}Idea to implement:\n{idea.text}\n\n"
+        "Read the repository and write a concrete implementation plan for this idea: the files to change, "
+        "the steps, and how to check the result. End with a section titled RISKS listing what could go wrong. "
+        "Do not modify any files."
+    )
 
 
 def code_prompt(goal: str, idea: Idea, plan: str, objective: str = "") -> str:
-    bench = ("You may run the evaluation command yourself to check your change before committing.\n"
-             if objective else "")
-    return (f"Role: coder\n\nOverall goal: {goal}\n\n{_objective(objective)}Idea to implement:\n{idea.text}\n\n"
-            f"Plan:\n{plan}\n\n{bench}"
-            "Implement the plan in this repository. Keep the change focused on this one idea and commit it.")
+    bench = "You may run the evaluation command yourself to check your change before committing.\n" if objective else ""
+    return (
+        f"Role: coder\n\nOverall goal: {goal}\n\n{_objective(objective)}Idea to implement:\n{idea.text}\n\n"
+        f"Plan:\n{plan}\n\n{bench}"
+        "Implement the plan in this repository. Keep the change focused on this one idea and commit it."
+    )
 
 
 def debug_prompt(test_command: str, log: str) -> str:
-    return ("Role: coder\n\nYour change fails the tests. Find the cause, fix it on your branch and commit.\n\n"
-            f"Test command: {test_command}\n\nIts output (the end):\n{_tail(log, 3000)}")
+    return (
+        "Role: coder\n\nYour change fails the tests. Find the cause, fix it on your branch and commit.\n\n"
+        f"Test command: {test_command}\n\nIts output (the end):\n{_tail(log, 3000)}"
+    )
 
 
 def fix_prompt(issues: list[str]) -> str:
     listed = "\n".join(f"- {i}" for i in issues) or "- (the reviewer gave no details)"
-    return ("Role: coder\n\nThe reviewer rejected your change. Fix these issues on your branch and commit:\n"
-            f"{listed}")
+    return f"Role: coder\n\nThe reviewer rejected your change. Fix these issues on your branch and commit:\n{listed}"
 
 
 def review_prompt(goal: str, idea: Idea, plan: str, diff: str, n: int) -> str:
     if len(diff) > REVIEW_DIFF_LIMIT:
         diff = diff[:REVIEW_DIFF_LIMIT] + "\n[diff truncated]"
-    return (f"Role: reviewer\nRound: review-{n}\n\nOverall goal: {goal}\n\nIdea:\n{idea.text}\n\nPlan:\n{plan}\n\n"
-            f"Cumulative diff of the change (the checked-out branch):\n{diff}\n\n"
-            "Review the change for correctness and safety only; tests and docs are not required for approval "
-            "(a separate test gate runs them). Do not modify any files. Reply with ONLY a JSON object: "
-            '{"verdict": "APPROVE" or "REJECT", "issues": ["concrete problem to fix", ...]}')
+    return (
+        f"Role: reviewer\nRound: review-{n}\n\nOverall goal: {goal}\n\nIdea:\n{idea.text}\n\nPlan:\n{plan}\n\n"
+        f"Cumulative diff of the change (the checked-out branch):\n{diff}\n\n"
+        "Review the change for correctness and safety only; tests and docs are not required for approval "
+        "(a separate test gate runs them). Do not modify any files. Reply with ONLY a JSON object: "
+        '{"verdict": "APPROVE" or "REJECT", "issues": ["concrete problem to fix", ...]}'
+    )
 
 
 def parse_review(data: Any) -> dict[str, Any] | None:
@@ -113,11 +129,11 @@ def parse_review(data: Any) -> dict[str, Any] | None:
     issues = data.get("issues", [])
     if verdict not in ("APPROVE", "REJECT") or not isinstance(issues, list):
         return None
-    return {"verdict": verdict, "issues": [i if isinstance(i, str) else json.dumps(i, sort_keys=True)
-                                           for i in issues]}
+    return {"verdict": verdict, "issues": [i if isinstance(i, str) else json.dumps(i, sort_keys=True) for i in issues]}
 
 
 # ---------------------------------------------------------------- helpers
+
 
 def _tail(text: str | None, limit: int = LOG_TAIL) -> str:
     text = text or ""
@@ -145,7 +161,12 @@ def command_task(command: str, branch: str, *, timeout: float | None = None) -> 
 
 # `timeout` becomes the task's timeout_seconds, enforced inside the container.
 async def evaluate(
-    ctx, command: str, branch: str, key_parts: tuple, *, timeout: float | None = None  # noqa: ASYNC109
+    ctx,
+    command: str,
+    branch: str,
+    key_parts: tuple,
+    *,
+    timeout: float | None = None,  # noqa: ASYNC109
 ) -> tuple[Evaluation, str]:
     """Run the eval command on ``branch``; returns the evaluation and its log text."""
     handle = ctx.run(command_task(command, branch, timeout=timeout), key=ctx.key(*key_parts))
@@ -157,8 +178,10 @@ async def evaluate(
 
 
 async def _diff(ctx, prefix: tuple, n: int, branch: str, base_commit: str) -> str:
-    handle = ctx.run(command_task(f"git diff --no-ext-diff --no-color {base_commit} HEAD", branch),
-                     key=ctx.key(*prefix, "diff", f"round-{n}"))
+    handle = ctx.run(
+        command_task(f"git diff --no-ext-diff --no-color {base_commit} HEAD", branch),
+        key=ctx.key(*prefix, "diff", f"round-{n}"),
+    )
     try:
         return (await ctx.wait(handle))["final_message"] or ""
     except ctx.errors.TaskFailed as exc:
@@ -177,10 +200,20 @@ async def _resolve(baseline: Baseline) -> Evaluation | None:
     return await value if inspect.isawaitable(value) else value
 
 
-async def run_idea(ctx, idea: Idea, *, goal: str, base_branch: str, key_prefix: tuple, cfg: PipelineConfig,
-                   baseline: Baseline = None, root: Baseline = None,
-                   out_dir: Path | None = None, objective: str = "",
-                   evaluator: Callable[[str, tuple], Awaitable[tuple[Evaluation, str]]] | None = None) -> dict[str, Any]:
+async def run_idea(
+    ctx,
+    idea: Idea,
+    *,
+    goal: str,
+    base_branch: str,
+    key_prefix: tuple,
+    cfg: PipelineConfig,
+    baseline: Baseline = None,
+    root: Baseline = None,
+    out_dir: Path | None = None,
+    objective: str = "",
+    evaluator: Callable[[str, tuple], Awaitable[tuple[Evaluation, str]]] | None = None,
+) -> dict[str, Any]:
     """Run one idea through the pipeline and return its outcome (a JSON-ready dict).
 
     ``baseline`` is what the evaluation is compared with (``comparison``);
@@ -191,10 +224,24 @@ async def run_idea(ctx, idea: Idea, *, goal: str, base_branch: str, key_prefix: 
     ``evaluator(branch, key_parts)`` replaces the single evaluation run.
     """
     prefix = tuple(key_prefix)
-    out: dict[str, Any] = {"idea_id": idea.id, "title": idea.title, "idea": idea.text, "status": "",
-                           "base_branch": base_branch, "base_commit": None, "plan": None, "branch": None,
-                           "commit": None, "coder_session_id": None, "rounds": [], "tests": None,
-                           "evaluation": None, "comparison": None, "root_comparison": None, "error": None}
+    out: dict[str, Any] = {
+        "idea_id": idea.id,
+        "title": idea.title,
+        "idea": idea.text,
+        "status": "",
+        "base_branch": base_branch,
+        "base_commit": None,
+        "plan": None,
+        "branch": None,
+        "commit": None,
+        "coder_session_id": None,
+        "rounds": [],
+        "tests": None,
+        "evaluation": None,
+        "comparison": None,
+        "root_comparison": None,
+        "error": None,
+    }
     _write(out_dir, "idea.md", f"# {idea.title}\n\n{idea.text}\n")
 
     def finish(status: str, error: str | None = None) -> dict[str, Any]:
@@ -205,8 +252,12 @@ async def run_idea(ctx, idea: Idea, *, goal: str, base_branch: str, key_prefix: 
 
     # 1. plan (read-only: its artifact commit is the base commit the diffs start from)
     try:
-        planned = await ctx.wait(ctx.run({"prompt": plan_prompt(goal, idea, objective), "base_branch": base_branch,
-                                          "import_policy": "never"}, key=ctx.key(*prefix, "plan")))
+        planned = await ctx.wait(
+            ctx.run(
+                {"prompt": plan_prompt(goal, idea, objective), "base_branch": base_branch, "import_policy": "never"},
+                key=ctx.key(*prefix, "plan"),
+            )
+        )
     except ctx.errors.TaskFailed as exc:
         return finish("plan_failed", f"{exc.error_type}: {_tail(exc.message, 400)}")
     plan = planned["final_message"] or ""
@@ -217,8 +268,16 @@ async def run_idea(ctx, idea: Idea, *, goal: str, base_branch: str, key_prefix: 
     # 2. code, then review/fix rounds
     group = ctx.key(*prefix, "coder")
     try:
-        coded = await ctx.wait(ctx.run({"prompt": code_prompt(goal, idea, plan, objective), "base_branch": base_branch,
-                                        "session_group_key": group}, key=ctx.key(*prefix, "code", "round-1")))
+        coded = await ctx.wait(
+            ctx.run(
+                {
+                    "prompt": code_prompt(goal, idea, plan, objective),
+                    "base_branch": base_branch,
+                    "session_group_key": group,
+                },
+                key=ctx.key(*prefix, "code", "round-1"),
+            )
+        )
     except ctx.errors.TaskFailed as exc:
         return finish("code_failed", f"{exc.error_type}: {_tail(exc.message, 400)}")
     branch = (coded.get("artifact") or {}).get("branch_final")
@@ -231,14 +290,24 @@ async def run_idea(ctx, idea: Idea, *, goal: str, base_branch: str, key_prefix: 
     for n in range(1, rounds + 1):
         diff = await _diff(ctx, prefix, n, branch, base_commit)
         _write(out_dir, f"diff_round_{n}.diff", diff)
-        record: dict[str, Any] = {"round": n, "branch": branch, "commit": commit, "session_id": session,
-                                  "verdict": None, "issues": []}
+        record: dict[str, Any] = {
+            "round": n,
+            "branch": branch,
+            "commit": commit,
+            "session_id": session,
+            "verdict": None,
+            "issues": [],
+        }
         out["rounds"].append(record)
         if not cfg.review:
             break
-        review = await ask_json(ctx, {"prompt": review_prompt(goal, idea, plan, diff, n), "base_branch": branch,
-                                      "import_policy": "never"}, (*prefix, "review", f"round-{n}"), parse_review,
-                              schemas.VERDICT)
+        review = await ask_json(
+            ctx,
+            {"prompt": review_prompt(goal, idea, plan, diff, n), "base_branch": branch, "import_policy": "never"},
+            (*prefix, "review", f"round-{n}"),
+            parse_review,
+            schemas.VERDICT,
+        )
         if review is None:
             _write(out_dir, f"review_round_{n}.md", "# Review: invalid\n\nNo valid verdict after one repair attempt.\n")
             return finish("review_invalid", f"round {n}: the review was not valid JSON after one repair attempt")
@@ -250,9 +319,17 @@ async def run_idea(ctx, idea: Idea, *, goal: str, base_branch: str, key_prefix: 
         if n == rounds:
             return finish("rejected", f"still rejected after {cfg.max_review_rounds} fix round(s)")
         try:
-            fixed = await ctx.wait(ctx.run({"prompt": fix_prompt(review["issues"]), "base_branch": branch,
-                                            "session_group_key": group, "resume_session_id": session},
-                                           key=ctx.key(*prefix, "code", f"round-{n + 1}")))
+            fixed = await ctx.wait(
+                ctx.run(
+                    {
+                        "prompt": fix_prompt(review["issues"]),
+                        "base_branch": branch,
+                        "session_group_key": group,
+                        "resume_session_id": session,
+                    },
+                    key=ctx.key(*prefix, "code", f"round-{n + 1}"),
+                )
+            )
         except ctx.errors.TaskFailed as exc:
             return finish("fix_failed", f"round {n + 1}: {exc.error_type}: {_tail(exc.message, 400)}")
         if (fixed.get("artifact") or {}).get("branch_final"):  # no commit: same branch, same head
@@ -270,29 +347,56 @@ async def run_idea(ctx, idea: Idea, *, goal: str, base_branch: str, key_prefix: 
             except ctx.errors.TaskFailed as exc:
                 log, code = f"[{exc.error_type}] {exc.message}", None
                 _write(out_dir, "tests.log", log)
-                out["tests"] = {"passed": False, "exit_code": code, "error_type": exc.error_type,
-                                "log_tail": _tail(log), "debug_rounds": attempt}
+                out["tests"] = {
+                    "passed": False,
+                    "exit_code": code,
+                    "error_type": exc.error_type,
+                    "log_tail": _tail(log),
+                    "debug_rounds": attempt,
+                }
                 if attempt == cfg.debug_rounds:
-                    return finish("tests_failed", f"tests failed ({exc.error_type})"
-                                  + (f" after {attempt} debug round(s)" if attempt else ""))
+                    return finish(
+                        "tests_failed",
+                        f"tests failed ({exc.error_type})" + (f" after {attempt} debug round(s)" if attempt else ""),
+                    )
                 try:
-                    fixed = await ctx.wait(ctx.run(
-                        {"prompt": debug_prompt(cfg.test_command, log), "base_branch": branch,
-                         "session_group_key": group, "resume_session_id": session},
-                        key=ctx.key(*prefix, "code", f"debug-{attempt + 1}")))
+                    fixed = await ctx.wait(
+                        ctx.run(
+                            {
+                                "prompt": debug_prompt(cfg.test_command, log),
+                                "base_branch": branch,
+                                "session_group_key": group,
+                                "resume_session_id": session,
+                            },
+                            key=ctx.key(*prefix, "code", f"debug-{attempt + 1}"),
+                        )
+                    )
                 except ctx.errors.TaskFailed as fexc:
                     return finish("tests_failed", f"tests failed; the debug round failed too ({fexc.error_type})")
                 if (fixed.get("artifact") or {}).get("branch_final"):
                     branch, commit = fixed["artifact"]["branch_final"], fixed["artifact"].get("commit")
-                    out["rounds"].append({"round": len(out["rounds"]) + 1, "branch": branch, "commit": commit,
-                                          "session_id": fixed.get("session_id") or session, "verdict": None,
-                                          "issues": [], "debug": True})
+                    out["rounds"].append(
+                        {
+                            "round": len(out["rounds"]) + 1,
+                            "branch": branch,
+                            "commit": commit,
+                            "session_id": fixed.get("session_id") or session,
+                            "verdict": None,
+                            "issues": [],
+                            "debug": True,
+                        }
+                    )
                 session = fixed.get("session_id") or session
                 out.update(branch=branch, coder_session_id=session)
                 continue
             _write(out_dir, "tests.log", log)
-            out["tests"] = {"passed": True, "exit_code": code, "error_type": None, "log_tail": _tail(log),
-                            "debug_rounds": attempt}
+            out["tests"] = {
+                "passed": True,
+                "exit_code": code,
+                "error_type": None,
+                "log_tail": _tail(log),
+                "debug_rounds": attempt,
+            }
             break
 
     # 4. evaluation
@@ -300,8 +404,9 @@ async def run_idea(ctx, idea: Idea, *, goal: str, base_branch: str, key_prefix: 
         if evaluator is not None:
             evaluation, log = await evaluator(branch, (*prefix, "eval"))
         else:
-            evaluation, log = await evaluate(ctx, cfg.eval_command, branch, (*prefix, "eval"),
-                                             timeout=cfg.eval_timeout_s)
+            evaluation, log = await evaluate(
+                ctx, cfg.eval_command, branch, (*prefix, "eval"), timeout=cfg.eval_timeout_s
+            )
         _write(out_dir, "eval.log", log)
         out["evaluation"] = to_json(evaluation)
         out["commit"] = evaluation.commit

@@ -45,31 +45,53 @@ def _prepare(params: dict[str, Any], repo_path: str) -> dict[str, Any]:
 
 
 @strategy_options(prepare=_prepare)
-async def plan_score_implement(prompt, base_branch, ctx, *,
-                               angles: Annotated[list, "one planner per angle"] =
-                               ["performance", "simplicity", "extensibility"],  # noqa: B006
-                               model: Annotated[str | None, "model for planners and the implementation"] = None,
-                               scorer_model: Annotated[str | None, "model for the plan reviewers"] = None):
+async def plan_score_implement(
+    prompt,
+    base_branch,
+    ctx,
+    *,
+    angles: Annotated[list, "one planner per angle"] = ["performance", "simplicity", "extensibility"],  # noqa: B006
+    model: Annotated[str | None, "model for planners and the implementation"] = None,
+    scorer_model: Annotated[str | None, "model for the plan reviewers"] = None,
+):
     """Plan from several angles, score the plans, implement the best one in the planner's session."""
     extra = {"model": model} if model else {}
     rows: list[dict[str, Any]] = [{} for _ in angles]
     scored: list[tuple[float, int, dict[str, Any]]] = []
 
     async def plan(i: int, angle: str) -> None:
-        task = {"prompt": (f"Write a detailed, step-by-step implementation plan for the task below, with a focus on "
-                           f"{angle}. Do not modify any files: reply with the plan only.\n\nTask:\n{prompt}"),
-                "base_branch": base_branch, "import_policy": "never",
-                "session_group_key": ctx.key("plan", angle), **extra}
+        task = {
+            "prompt": (
+                f"Write a detailed, step-by-step implementation plan for the task below, with a focus on "
+                f"{angle}. Do not modify any files: reply with the plan only.\n\nTask:\n{prompt}"
+            ),
+            "base_branch": base_branch,
+            "import_policy": "never",
+            "session_group_key": ctx.key("plan", angle),
+            **extra,
+        }
         try:
             result = await ctx.wait(ctx.run(task, key=ctx.key("plan", angle)))
         except ctx.errors.TaskFailed as exc:
             rows[i] = {"angle": angle, "status": "failed", "error": f"{exc.error_type}: {exc.message}"}
             return
-        review = review_task(prompt=prompt, subject="an implementation plan", subject_text=result["final_message"],
-                             base=base_branch, branch=base_branch, criteria=PLAN_CRITERIA, model=scorer_model)
+        review = review_task(
+            prompt=prompt,
+            subject="an implementation plan",
+            subject_text=result["final_message"],
+            base=base_branch,
+            branch=base_branch,
+            criteria=PLAN_CRITERIA,
+            model=scorer_model,
+        )
         verdict = await score_with_repair(ctx, review, ("score-plan", result["instance_id"]))
-        rows[i] = {"angle": angle, "instance_id": result["instance_id"], "score": verdict["score"],
-                   "attempts": verdict["attempts"], "plan": result["final_message"]}
+        rows[i] = {
+            "angle": angle,
+            "instance_id": result["instance_id"],
+            "score": verdict["score"],
+            "attempts": verdict["attempts"],
+            "plan": result["final_message"],
+        }
         if verdict["score"] is None:
             rows[i].update(status="unscorable", error=verdict["error"])
         else:
@@ -77,20 +99,29 @@ async def plan_score_implement(prompt, base_branch, ctx, *,
             scored.append((verdict["score"], i, result))
 
     await concurrently([functools.partial(plan, i, a) for i, a in enumerate(angles)])
-    report: dict[str, Any] = {"strategy_execution_id": ctx.strategy_execution_id, "plans": rows, "selected": None,
-                              "tie_break": "highest score, then the earliest angle"}
+    report: dict[str, Any] = {
+        "strategy_execution_id": ctx.strategy_execution_id,
+        "plans": rows,
+        "selected": None,
+        "tie_break": "highest score, then the earliest angle",
+    }
     if not scored:
         write_output(ctx, "plans", "json", report)
         raise ctx.errors.NoViableCandidates(
-            f"none of {len(angles)} plans could be scored; see strategy_output/{output_name(ctx, 'plans', 'json')}")
+            f"none of {len(angles)} plans could be scored; see strategy_output/{output_name(ctx, 'plans', 'json')}"
+        )
     score, index, best = pick_best(scored)
     angle = angles[index]
     report["selected"] = {"angle": angle, "instance_id": best["instance_id"], "score": score}
     write_output(ctx, "plans", "json", report)
     implement = {
-        "prompt": (f"Implement the plan you wrote (focus: {angle}) with all details, then commit your changes.\n\n"
-                   f"Task:\n{prompt}\n\nThe plan:\n{tail(best['final_message'], MESSAGE_CHARS)}"),
-        "base_branch": base_branch, "session_group_key": ctx.key("plan", angle),
-        "resume_session_id": best["session_id"], **extra,
+        "prompt": (
+            f"Implement the plan you wrote (focus: {angle}) with all details, then commit your changes.\n\n"
+            f"Task:\n{prompt}\n\nThe plan:\n{tail(best['final_message'], MESSAGE_CHARS)}"
+        ),
+        "base_branch": base_branch,
+        "session_group_key": ctx.key("plan", angle),
+        "resume_session_id": best["session_id"],
+        **extra,
     }
     return await ctx.wait(ctx.run(implement, key=ctx.key("implement", "plan", best["instance_id"])))

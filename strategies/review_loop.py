@@ -86,8 +86,13 @@ def prepare(params: dict[str, Any], repo_path: str) -> dict[str, Any]:
         out["ideas"] = load_ideas(out["ideas"], repo_path)
     if out.get("max_review_rounds", 2) < 0:
         raise ConfigError("-S max_review_rounds must be >= 0")
-    check_scoring_params(out.get("primary_metric"), out.get("direction", "max"), out.get("weights") or {},
-                         out.get("tolerance", 0.01), eval_command=out.get("eval_command"))
+    check_scoring_params(
+        out.get("primary_metric"),
+        out.get("direction", "max"),
+        out.get("weights") or {},
+        out.get("tolerance", 0.01),
+        eval_command=out.get("eval_command"),
+    )
     for name in ("max_cost_usd", "max_wall_s"):
         value = out.get(name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
@@ -103,17 +108,36 @@ def output_root(ctx) -> Path:
 
 def rank_outcomes(outcomes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Ideas by score (desc), then primary delta (desc), then idea id; unscored ideas last."""
+
     def key(o: dict[str, Any]):
         cmp = o.get("comparison") or {}
         score, delta = cmp.get("score"), cmp.get("primary_delta")
-        return (o["status"] != "completed", score is None, -(score or 0.0), delta is None, -(delta or 0.0),
-                o["idea_id"])
+        return (
+            o["status"] != "completed",
+            score is None,
+            -(score or 0.0),
+            delta is None,
+            -(delta or 0.0),
+            o["idea_id"],
+        )
+
     rows = []
     for rank, o in enumerate(sorted(outcomes, key=key), 1):
         cmp = o.get("comparison") or {}
-        rows.append({"rank": rank, "idea_id": o["idea_id"], "title": o["title"], "status": o["status"],
-                     "score": cmp.get("score"), "grade": cmp.get("grade"), "primary_delta": cmp.get("primary_delta"),
-                     "verdicts": [r["verdict"] for r in o["rounds"]], "branch": o["branch"], "error": o["error"]})
+        rows.append(
+            {
+                "rank": rank,
+                "idea_id": o["idea_id"],
+                "title": o["title"],
+                "status": o["status"],
+                "score": cmp.get("score"),
+                "grade": cmp.get("grade"),
+                "primary_delta": cmp.get("primary_delta"),
+                "verdicts": [r["verdict"] for r in o["rounds"]],
+                "branch": o["branch"],
+                "error": o["error"],
+            }
+        )
     return rows
 
 
@@ -123,42 +147,52 @@ BEATS_BASE = ("strong", "promising")
 def beats_base(row: dict[str, Any]) -> bool:
     """A completed idea whose evaluation is better than the base's and whose primary metric is not worse."""
     delta = row.get("primary_delta")
-    return (row["status"] == "completed" and row.get("grade") in BEATS_BASE
-            and delta is not None and delta >= 0)
+    return row["status"] == "completed" and row.get("grade") in BEATS_BASE and delta is not None and delta >= 0
 
 
 def pick_best(rows: list[dict[str, Any]], evaluated: bool) -> tuple[dict[str, Any] | None, str]:
     """The best idea and a one-line verdict. With an evaluation the base is a candidate: a regression never wins."""
     if not evaluated:
         best = next((r for r in rows if r["status"] == "completed"), None)
-        return best, (f"best: {best['idea_id']} (not evaluated: the top completed idea)" if best
-                      else "no idea completed")
+        return best, (
+            f"best: {best['idea_id']} (not evaluated: the top completed idea)" if best else "no idea completed"
+        )
     best = next((r for r in rows if beats_base(r)), None)
     if best is not None:
         return best, f"best: {best['idea_id']} beat the base (score {_fmt(best['score'])}, grade {best['grade']})"
     top = next((r for r in rows if r["status"] == "completed"), None)
     if top is None:
         return None, "nothing beat the base: no idea completed"
-    return None, (f"nothing beat the base: the top completed idea, {top['idea_id']}, scored {_fmt(top['score'])} "
-                  f"(grade {top['grade'] or '-'}, primary delta {_fmt(top['primary_delta'])})")
+    return None, (
+        f"nothing beat the base: the top completed idea, {top['idea_id']}, scored {_fmt(top['score'])} "
+        f"(grade {top['grade'] or '-'}, primary delta {_fmt(top['primary_delta'])})"
+    )
 
 
-def ranking_markdown(rows: list[dict[str, Any]], baseline: dict[str, Any] | None, verdict: str = "",
-                     stop_reason: str | None = None) -> str:
+def ranking_markdown(
+    rows: list[dict[str, Any]], baseline: dict[str, Any] | None, verdict: str = "", stop_reason: str | None = None
+) -> str:
     lines = ["# review-loop: ideas ranked by score", ""]
     if verdict:
         lines += [verdict[:1].upper() + verdict[1:] + ".", ""]
     if stop_reason:
         lines += [f"Stopped early: {stop_reason}.", ""]
     if baseline is not None:
-        lines += [f"Baseline ({baseline.get('status')}): metrics {baseline.get('metrics')}"
-                  + (f", error {baseline['error']}" if baseline.get("error") else ""), ""]
-    lines += ["| rank | idea | status | score | grade | primary delta | verdicts | branch |",
-              "|---|---|---|---|---|---|---|---|"]
+        lines += [
+            f"Baseline ({baseline.get('status')}): metrics {baseline.get('metrics')}"
+            + (f", error {baseline['error']}" if baseline.get("error") else ""),
+            "",
+        ]
+    lines += [
+        "| rank | idea | status | score | grade | primary delta | verdicts | branch |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         verdicts = " -> ".join(v or "?" for v in r["verdicts"]) or "-"
-        lines.append(f"| {r['rank']} | {r['idea_id']}: {r['title']} | {r['status']} | {_fmt(r['score'])} | "
-                     f"{r['grade'] or '-'} | {_fmt(r['primary_delta'])} | {verdicts} | {r['branch'] or '-'} |")
+        lines.append(
+            f"| {r['rank']} | {r['idea_id']}: {r['title']} | {r['status']} | {_fmt(r['score'])} | "
+            f"{r['grade'] or '-'} | {_fmt(r['primary_delta'])} | {verdicts} | {r['branch'] or '-'} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -167,38 +201,56 @@ def _fmt(x: Any) -> str:
 
 
 @strategy_options(prepare=prepare)
-async def review_loop(prompt, base_branch, ctx, *,
-                      ideas: Annotated[str | None, "idea file or directory (one idea per file); default: the prompt"] = None,
-                      max_review_rounds: Annotated[int, "coder fix rounds after a rejection"] = 2,
-                      test_command: Annotated[str | None,
-                                              "shell command run on the final branch; non-zero stops the idea"] = None,
-                      eval_command: Annotated[str | None, "evaluation command (last stdout line: JSON metrics)"] = None,
-                      primary_metric: Annotated[str | None, "metric that decides better/worse"] = None,
-                      direction: Annotated[Literal["max", "min"], "whether the primary metric should go up or down"] = "max",
-                      weights: Annotated[dict, "weights of other metrics, e.g. {\"latency_ms\": -0.5}"] = {},  # noqa: B006
-                      tolerance: Annotated[float, "relative noise band (0.01 = 1%)"] = 0.01,
-                      eval_timeout_s: Annotated[float | None, "timeout of one evaluation"] = None,
-                      max_cost_usd: Annotated[float | None, "start no new task once the run's tasks cost this many US "
-                                                            "dollars (null: no limit)"] = None,
-                      max_wall_s: Annotated[float | None, "start no new task once the run is this many seconds old "
-                                                          "(null: no limit)"] = None):
+async def review_loop(
+    prompt,
+    base_branch,
+    ctx,
+    *,
+    ideas: Annotated[str | None, "idea file or directory (one idea per file); default: the prompt"] = None,
+    max_review_rounds: Annotated[int, "coder fix rounds after a rejection"] = 2,
+    test_command: Annotated[str | None, "shell command run on the final branch; non-zero stops the idea"] = None,
+    eval_command: Annotated[str | None, "evaluation command (last stdout line: JSON metrics)"] = None,
+    primary_metric: Annotated[str | None, "metric that decides better/worse"] = None,
+    direction: Annotated[Literal["max", "min"], "whether the primary metric should go up or down"] = "max",
+    weights: Annotated[dict, 'weights of other metrics, e.g. {"latency_ms": -0.5}'] = {},  # noqa: B006
+    tolerance: Annotated[float, "relative noise band (0.01 = 1%)"] = 0.01,
+    eval_timeout_s: Annotated[float | None, "timeout of one evaluation"] = None,
+    max_cost_usd: Annotated[
+        float | None, "start no new task once the run's tasks cost this many US dollars (null: no limit)"
+    ] = None,
+    max_wall_s: Annotated[
+        float | None, "start no new task once the run is this many seconds old (null: no limit)"
+    ] = None,
+):
     """Plan, implement, review (with fix rounds), test and evaluate each idea; rank by score."""
     if isinstance(ideas, str):  # called without prepare (a direct call): read now
         raise ConfigError("review-loop: ideas must be loaded by prepare; pass -S ideas=PATH on the command line")
     loaded: list[dict[str, str]] = ideas or []  # prepare replaced the path with the ideas it read
-    items = [Idea(id=i["id"], title=i["title"], text=i["text"]) for i in loaded] or \
-        [Idea(id="01-prompt", title=title_of(prompt), text=prompt)]
-    scoring = ScoringConfig(primary_metric=primary_metric, direction=direction, weights=weights or {},
-                            tolerance=tolerance) if eval_command and primary_metric else None
-    cfg = PipelineConfig(review=True, max_review_rounds=max_review_rounds, test_command=test_command,
-                         eval_command=eval_command, eval_timeout_s=eval_timeout_s, scoring=scoring)
+    items = [Idea(id=i["id"], title=i["title"], text=i["text"]) for i in loaded] or [
+        Idea(id="01-prompt", title=title_of(prompt), text=prompt)
+    ]
+    scoring = (
+        ScoringConfig(primary_metric=primary_metric, direction=direction, weights=weights or {}, tolerance=tolerance)
+        if eval_command and primary_metric
+        else None
+    )
+    cfg = PipelineConfig(
+        review=True,
+        max_review_rounds=max_review_rounds,
+        test_command=test_command,
+        eval_command=eval_command,
+        eval_timeout_s=eval_timeout_s,
+        scoring=scoring,
+    )
     root = output_root(ctx)
     ctx = BudgetedContext(ctx, make_budget(ctx, max_cost_usd, max_wall_s))
 
     baseline_get = None
     baseline_json: dict[str, Any] | None = None
     if eval_command:
-        handle = ctx.run(command_task(eval_command, base_branch, timeout=eval_timeout_s), key=ctx.key("baseline", "eval"))
+        handle = ctx.run(
+            command_task(eval_command, base_branch, timeout=eval_timeout_s), key=ctx.key("baseline", "eval")
+        )
 
         async def baseline_get():
             try:
@@ -210,13 +262,28 @@ async def review_loop(prompt, base_branch, ctx, *,
 
     async def one(i: int, idea: Idea) -> None:
         try:
-            outcomes[i] = await run_idea(ctx, idea, goal=prompt, base_branch=base_branch,
-                                         key_prefix=("idea", idea.id), cfg=cfg, baseline=baseline_get,
-                                         out_dir=root / idea.id)
+            outcomes[i] = await run_idea(
+                ctx,
+                idea,
+                goal=prompt,
+                base_branch=base_branch,
+                key_prefix=("idea", idea.id),
+                cfg=cfg,
+                baseline=baseline_get,
+                out_dir=root / idea.id,
+            )
         except BudgetExhausted as exc:
             # The budget ran out between two of this idea's steps: what it finished stays in the event log.
-            outcomes[i] = {"idea_id": idea.id, "title": idea.title, "idea": idea.text, "status": "budget_stopped",
-                           "rounds": [], "comparison": None, "branch": None, "error": str(exc)}
+            outcomes[i] = {
+                "idea_id": idea.id,
+                "title": idea.title,
+                "idea": idea.text,
+                "status": "budget_stopped",
+                "rounds": [],
+                "comparison": None,
+                "branch": None,
+                "error": str(exc),
+            }
 
     async with anyio.create_task_group() as tg:
         for i, idea in enumerate(items):

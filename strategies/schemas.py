@@ -19,30 +19,37 @@ from typing import Any
 
 
 def _object(properties: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "object", "properties": properties, "required": list(properties),
-            "additionalProperties": False}
+    return {"type": "object", "properties": properties, "required": list(properties), "additionalProperties": False}
 
 
-SCORE = _object({
-    "score": {"type": "number", "minimum": 0, "maximum": 10, "description": "0 (useless) to 10 (excellent)"},
-    "rationale": {"type": "string", "description": "one short paragraph"},
-})
+SCORE = _object(
+    {
+        "score": {"type": "number", "minimum": 0, "maximum": 10, "description": "0 (useless) to 10 (excellent)"},
+        "rationale": {"type": "string", "description": "one short paragraph"},
+    }
+)
 
-FEEDBACK = _object({
-    "score": {"type": "number", "minimum": 0, "maximum": 10, "description": "0 (useless) to 10 (excellent)"},
-    "feedback": {"type": "string", "description": "the most important concrete improvements"},
-})
+FEEDBACK = _object(
+    {
+        "score": {"type": "number", "minimum": 0, "maximum": 10, "description": "0 (useless) to 10 (excellent)"},
+        "feedback": {"type": "string", "description": "the most important concrete improvements"},
+    }
+)
 
-VERDICT = _object({
-    "verdict": {"type": "string", "enum": ["APPROVE", "REJECT"]},
-    "issues": {"type": "array", "items": {"type": "string"}, "description": "concrete problems to fix"},
-})
+VERDICT = _object(
+    {
+        "verdict": {"type": "string", "enum": ["APPROVE", "REJECT"]},
+        "issues": {"type": "array", "items": {"type": "string"}, "description": "concrete problems to fix"},
+    }
+)
 
 
 def ideas(count: int) -> dict[str, Any]:
     """``{"ideas": [{title, description}]}`` with exactly ``count`` ideas."""
-    idea = _object({
-        "title": {"type": "string", "description": "a short name for the change"},
-        "description": {"type": "string", "description": "what to change and why it should help"},
-    })
+    idea = _object(
+        {
+            "title": {"type": "string", "description": "a short name for the change"},
+            "description": {"type": "string", "description": "what to change and why it should help"},
+        }
+    )
     return _object({"ideas": {"type": "array", "items": idea, "minItems": count, "maxItems": count}})

@@ -5,8 +5,14 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 
-async def simple(prompt, base_branch, ctx, *,
-                 import_policy: Annotated[Literal["auto", "never", "always"], "when to create the branch"] = "auto"):
+async def simple(
+    prompt,
+    base_branch,
+    ctx,
+    *,
+    import_policy: Annotated[Literal["auto", "never", "always"], "when to create the branch"] = "auto",
+):
     """Run the prompt once and return its result."""
-    return await ctx.wait(ctx.run({"prompt": prompt, "base_branch": base_branch, "import_policy": import_policy},
-                                  key=ctx.key("task")))
+    return await ctx.wait(
+        ctx.run({"prompt": prompt, "base_branch": base_branch, "import_policy": import_policy}, key=ctx.key("task"))
+    )

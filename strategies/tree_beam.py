@@ -71,6 +71,7 @@ IdeasContext = Literal["node_plus_ancestors", "node_only", "global"]
 
 # ---------------------------------------------------------------- pure decision logic
 
+
 def idea_hash(title: str, description: str) -> str:
     """Normalized text hash: case, bullets, punctuation and spacing do not make an idea new."""
     lines = [re.sub(r"^\s*(?:[-*+•]|\d+[.)])\s*", "", ln) for ln in f"{title}\n{description}".lower().splitlines()]
@@ -140,11 +141,14 @@ def parse_ideas(data: Any, limit: int) -> list[dict[str, str]] | None:
 
 # ---------------------------------------------------------------- prompts and context
 
+
 def ideation_prompt(goal: str, node: dict[str, Any], k: int, context: str) -> str:
-    return (f"Role: ideator\nNode: {node['id']}\n\nOverall goal: {goal}\n\n{context}\n\n"
-            f"Propose {k} new improvement ideas for the code in this repository, each a single focused change "
-            "that can be implemented and measured on its own, different from the ideas listed above. Do not modify "
-            'any files. Reply with ONLY JSON: {"ideas": [{"title": "...", "description": "..."}]}')
+    return (
+        f"Role: ideator\nNode: {node['id']}\n\nOverall goal: {goal}\n\n{context}\n\n"
+        f"Propose {k} new improvement ideas for the code in this repository, each a single focused change "
+        "that can be implemented and measured on its own, different from the ideas listed above. Do not modify "
+        'any files. Reply with ONLY JSON: {"ideas": [{"title": "...", "description": "..."}]}'
+    )
 
 
 def _outcome_line(r: dict[str, Any]) -> str:
@@ -152,8 +156,10 @@ def _outcome_line(r: dict[str, Any]) -> str:
     result = f"result {cmp.get('score')} ({cmp.get('grade')})" if cmp else r["status"]
     change = (r.get("confirmation") or {}).get("change")
     if change:
-        result += (f", confirmed change {100 * change['mean']:+.2f}% "
-                   f"(interval {100 * change['low']:+.2f}%..{100 * change['high']:+.2f}%)")
+        result += (
+            f", confirmed change {100 * change['mean']:+.2f}% "
+            f"(interval {100 * change['low']:+.2f}%..{100 * change['high']:+.2f}%)"
+        )
     gate_txt = "kept" if r.get("promoted_to") else f"dropped: {r['decision']['promotion_reason']}"
     return f"- {r['idea']['title']}: {result}, {gate_txt}"
 
@@ -169,6 +175,7 @@ def context_pack(tree: Tree, node: dict[str, Any], diffstat: str | None, mode: s
 
 
 # ---------------------------------------------------------------- the tree being built
+
 
 class Tree:
     """Nodes, evaluations and depth records; a pure function of task results."""
@@ -230,22 +237,30 @@ class Tree:
         return runs
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": "tree-beam", "config": self.config, "root_evaluation": self.root_evaluation,
-                "root_measurement": self.root_measurement,
-                "stop_reason": self.stop_reason, "evals_used": self.evals_used,
-                "eval_runs": self.eval_runs(),
-                "spent": {"cost_usd": round(self.budget.cost_usd, 6) if self.budget else 0.0},
-                "best": self.best,
-                "flagged_protected": sorted(r["id"] for r in self.evals.values() if r.get("protected_changed")),
-                "flaky_runs": sum(r.get("flaky_runs", 0) for r in self.evals.values())
-                + self.root_measurement.get("flaky_runs", 0),
-                "archive": list(self.archive), "revivals": self.revivals,
-                "nodes": list(self.nodes.values()), "evaluations": list(self.evals.values()),
-                "depths": self.depths,
-                "delete_branches": [] if self.config["keep_rejected"] else self.delete_list()}
+        return {
+            "kind": "tree-beam",
+            "config": self.config,
+            "root_evaluation": self.root_evaluation,
+            "root_measurement": self.root_measurement,
+            "stop_reason": self.stop_reason,
+            "evals_used": self.evals_used,
+            "eval_runs": self.eval_runs(),
+            "spent": {"cost_usd": round(self.budget.cost_usd, 6) if self.budget else 0.0},
+            "best": self.best,
+            "flagged_protected": sorted(r["id"] for r in self.evals.values() if r.get("protected_changed")),
+            "flaky_runs": sum(r.get("flaky_runs", 0) for r in self.evals.values())
+            + self.root_measurement.get("flaky_runs", 0),
+            "archive": list(self.archive),
+            "revivals": self.revivals,
+            "nodes": list(self.nodes.values()),
+            "evaluations": list(self.evals.values()),
+            "depths": self.depths,
+            "delete_branches": [] if self.config["keep_rejected"] else self.delete_list(),
+        }
 
 
 # ---------------------------------------------------------------- objective shown to the agents
+
 
 def _values(ev: dict[str, Any] | None, confidence: float) -> str:
     if not ev or ev.get("status") != "ok":
@@ -254,8 +269,11 @@ def _values(ev: dict[str, Any] | None, confidence: float) -> str:
     parts = []
     for name, value in sorted((ev.get("metrics") or {}).items()):
         st = stats.get(name)
-        spread = (f" (median of {st['n']} runs, {confidence:.0%} interval of the mean {st['low']:g}..{st['high']:g})"
-                  if st and st["n"] > 1 else "")
+        spread = (
+            f" (median of {st['n']} runs, {confidence:.0%} interval of the mean {st['low']:g}..{st['high']:g})"
+            if st and st["n"] > 1
+            else ""
+        )
         parts.append(f"{name}={_fmt_num(value)}{spread}")
     return "; ".join(parts) or "(no metrics)"
 
@@ -269,18 +287,28 @@ def objective_text(tree: Tree, node: dict[str, Any], *, tried: bool) -> str:
     cfg = tree.config
     better = "higher" if cfg["direction"] == "max" else "lower"
     unit = f" (unit: {cfg['metric_unit']})" if cfg.get("metric_unit") else ""
-    lines = [f"Objective: {'maximise' if cfg['direction'] == 'max' else 'minimise'} the metric "
-             f"`{cfg['primary_metric']}`{unit}; {better} is better."]
+    lines = [
+        f"Objective: {'maximise' if cfg['direction'] == 'max' else 'minimise'} the metric "
+        f"`{cfg['primary_metric']}`{unit}; {better} is better."
+    ]
     if cfg["weights"]:
-        lines.append("Other metrics in the score (weight per relative change; positive = higher is better): "
-                     + ", ".join(f"{k}={v:g}" for k, v in sorted(cfg["weights"].items())))
-    lines.append(f"Evaluation command (run from the repository root; its last stdout line is JSON with a "
-                 f"\"metrics\" object): {cfg['eval_command']}")
-    lines.append(f"Each candidate is measured {cfg['eval_repeats']} time(s); a change is kept only when it beats "
-                 "its parent by more than the measurement noise.")
+        lines.append(
+            "Other metrics in the score (weight per relative change; positive = higher is better): "
+            + ", ".join(f"{k}={v:g}" for k, v in sorted(cfg["weights"].items()))
+        )
+    lines.append(
+        f"Evaluation command (run from the repository root; its last stdout line is JSON with a "
+        f'"metrics" object): {cfg["eval_command"]}'
+    )
+    lines.append(
+        f"Each candidate is measured {cfg['eval_repeats']} time(s); a change is kept only when it beats "
+        "its parent by more than the measurement noise."
+    )
     if cfg["protected_paths"]:
-        lines.append("Protected evaluator: " + ", ".join(cfg["protected_paths"]) + " are always taken from the base "
-                     "branch when measuring, so changing them has no effect (and is flagged).")
+        lines.append(
+            "Protected evaluator: " + ", ".join(cfg["protected_paths"]) + " are always taken from the base "
+            "branch when measuring, so changing them has no effect (and is flagged)."
+        )
     lines.append(f"Values at this node ({node['id']}): {_values(node.get('evaluation'), cfg['confidence'])}")
     lines.append(f"Values at the root (base branch): {_values(tree.root_evaluation, cfg['confidence'])}")
     log = (node.get("eval_log") or "").strip()
@@ -316,12 +344,18 @@ def screened_change(parent: Evaluation, cand: Evaluation, scoring: ScoringConfig
 
 # ---------------------------------------------------------------- the strategy
 
+
 def prepare(params: dict[str, Any], repo_path: str) -> dict[str, Any]:
     """Check the parameters before the run starts (one clear line per problem)."""
     if not params.get("eval_command"):
-        raise ConfigError("tree-beam needs -S eval_command=\"...\" (prints JSON metrics as its last line)")
-    check_scoring_params(params.get("primary_metric"), params.get("direction", "max"), params.get("weights") or {},
-                         params.get("tolerance", 0.01), eval_command=params["eval_command"])
+        raise ConfigError('tree-beam needs -S eval_command="..." (prints JSON metrics as its last line)')
+    check_scoring_params(
+        params.get("primary_metric"),
+        params.get("direction", "max"),
+        params.get("weights") or {},
+        params.get("tolerance", 0.01),
+        eval_command=params["eval_command"],
+    )
     for name in ("ideas_per_node", "max_depth", "beam_width", "eval_repeats", "eval_parallel"):
         if params.get(name, 1) < 1:
             raise ConfigError(f"-S {name} must be >= 1")
@@ -338,58 +372,101 @@ def prepare(params: dict[str, Any], repo_path: str) -> dict[str, Any]:
         if params.get(name, 0) < 0:
             raise ConfigError(f"-S {name} must be >= 0")
     paths = params.get("protected_paths")
-    if paths is not None and (not isinstance(paths, list) or not all(
-            isinstance(p, str) and p and not p.startswith("/") and ".." not in p
-            and not any(c.isspace() or c in "*?[" for c in p) for p in paths)):
-        raise ConfigError('-S protected_paths must be a JSON list of repository-relative paths, e.g. ["bench.py", "bench/"]')
+    if paths is not None and (
+        not isinstance(paths, list)
+        or not all(
+            isinstance(p, str)
+            and p
+            and not p.startswith("/")
+            and ".." not in p
+            and not any(c.isspace() or c in "*?[" for c in p)
+            for p in paths
+        )
+    ):
+        raise ConfigError(
+            '-S protected_paths must be a JSON list of repository-relative paths, e.g. ["bench.py", "bench/"]'
+        )
     return dict(params)
 
 
 @strategy_options(prepare=prepare)
-async def tree_beam(prompt, base_branch, ctx, *,
-                    eval_command: Annotated[str | None, "evaluation command (last stdout line: JSON metrics)"] = None,
-                    primary_metric: Annotated[str | None, "metric that decides better/worse"] = None,
-                    direction: Annotated[Literal["max", "min"], "whether the primary metric should go up or down"] = "max",
-                    metric_unit: Annotated[str, "unit of the primary metric, shown to the agents (e.g. ops/s)"] = "",
-                    weights: Annotated[dict, "weights of other metrics, e.g. {\"latency_ms\": -0.5}"] = {},  # noqa: B006
-                    tolerance: Annotated[float, "relative band: an interval narrower than this is 'tight' (0.01 = 1%)"] = 0.01,
-                    eval_repeats: Annotated[int, "runs of the evaluation per candidate (median and interval)"] = 3,
-                    confirm_pairs: Annotated[int, "paired parent/candidate runs confirming a promotion (0 = none)"] = 10,
-                    confidence: Annotated[float, "confidence of the intervals (two-sided)"] = 0.9,
-                    eval_parallel: Annotated[int, "evaluations running at once (apart from agent tasks)"] = 1,
-                    protected_paths: Annotated[list | None, "paths always measured as on the base branch (default: "
-                                                            "files the eval command names, and bench/)"] = None,
-                    ideas_per_node: Annotated[int, "ideas generated per expanded node"] = 5,
-                    max_depth: Annotated[int, "maximum tree depth"] = 3,
-                    beam_width: Annotated[int, "nodes kept per depth across the whole frontier"] = 2,
-                    max_total_evals: Annotated[int | None, "budget of candidate evaluations for the run"] = None,
-                    max_cost_usd: Annotated[float | None, "no new task starts once the run's tasks cost this much"] = None,
-                    max_wall_s: Annotated[float | None, "no new task starts once the run has lasted this long"] = None,
-                    keep_rejected: Annotated[bool, "keep branches of candidates that were not promoted"] = False,
-                    ideas_context: Annotated[IdeasContext, "what the idea generator is told"] = "node_plus_ancestors",
-                    dedupe_scope: Annotated[Literal["path", "run"], "dedupe ideas on the node's path or the whole run"] = "path",
-                    max_review_rounds: Annotated[int, "review rounds per idea (0 = implement only)"] = 0,
-                    test_command: Annotated[str | None, "shell command gating each candidate before evaluation"] = None,
-                    debug_rounds: Annotated[int, "fix rounds for a coder whose candidate failed the tests"] = 1,
-                    eval_timeout_s: Annotated[float | None, "timeout of one evaluation run"] = None):
+async def tree_beam(
+    prompt,
+    base_branch,
+    ctx,
+    *,
+    eval_command: Annotated[str | None, "evaluation command (last stdout line: JSON metrics)"] = None,
+    primary_metric: Annotated[str | None, "metric that decides better/worse"] = None,
+    direction: Annotated[Literal["max", "min"], "whether the primary metric should go up or down"] = "max",
+    metric_unit: Annotated[str, "unit of the primary metric, shown to the agents (e.g. ops/s)"] = "",
+    weights: Annotated[dict, 'weights of other metrics, e.g. {"latency_ms": -0.5}'] = {},  # noqa: B006
+    tolerance: Annotated[float, "relative band: an interval narrower than this is 'tight' (0.01 = 1%)"] = 0.01,
+    eval_repeats: Annotated[int, "runs of the evaluation per candidate (median and interval)"] = 3,
+    confirm_pairs: Annotated[int, "paired parent/candidate runs confirming a promotion (0 = none)"] = 10,
+    confidence: Annotated[float, "confidence of the intervals (two-sided)"] = 0.9,
+    eval_parallel: Annotated[int, "evaluations running at once (apart from agent tasks)"] = 1,
+    protected_paths: Annotated[
+        list | None, "paths always measured as on the base branch (default: files the eval command names, and bench/)"
+    ] = None,
+    ideas_per_node: Annotated[int, "ideas generated per expanded node"] = 5,
+    max_depth: Annotated[int, "maximum tree depth"] = 3,
+    beam_width: Annotated[int, "nodes kept per depth across the whole frontier"] = 2,
+    max_total_evals: Annotated[int | None, "budget of candidate evaluations for the run"] = None,
+    max_cost_usd: Annotated[float | None, "no new task starts once the run's tasks cost this much"] = None,
+    max_wall_s: Annotated[float | None, "no new task starts once the run has lasted this long"] = None,
+    keep_rejected: Annotated[bool, "keep branches of candidates that were not promoted"] = False,
+    ideas_context: Annotated[IdeasContext, "what the idea generator is told"] = "node_plus_ancestors",
+    dedupe_scope: Annotated[Literal["path", "run"], "dedupe ideas on the node's path or the whole run"] = "path",
+    max_review_rounds: Annotated[int, "review rounds per idea (0 = implement only)"] = 0,
+    test_command: Annotated[str | None, "shell command gating each candidate before evaluation"] = None,
+    debug_rounds: Annotated[int, "fix rounds for a coder whose candidate failed the tests"] = 1,
+    eval_timeout_s: Annotated[float | None, "timeout of one evaluation run"] = None,
+):
     """Global beam search over a tree of evaluated code states."""
     if not eval_command or not primary_metric:
         raise ConfigError("tree-beam needs -S eval_command and -S primary_metric")
-    scoring = ScoringConfig(primary_metric=primary_metric, direction=direction, weights=weights or {},
-                            tolerance=tolerance)
-    pipe = PipelineConfig(review=max_review_rounds > 0, max_review_rounds=max_review_rounds,
-                          test_command=test_command, eval_command=eval_command, eval_timeout_s=eval_timeout_s,
-                          scoring=scoring, debug_rounds=debug_rounds)
+    scoring = ScoringConfig(
+        primary_metric=primary_metric, direction=direction, weights=weights or {}, tolerance=tolerance
+    )
+    pipe = PipelineConfig(
+        review=max_review_rounds > 0,
+        max_review_rounds=max_review_rounds,
+        test_command=test_command,
+        eval_command=eval_command,
+        eval_timeout_s=eval_timeout_s,
+        scoring=scoring,
+        debug_rounds=debug_rounds,
+    )
     protected = list(default_protected_paths(eval_command) if protected_paths is None else protected_paths)
-    tree = Tree({"base_branch": base_branch, "eval_command": eval_command, "primary_metric": primary_metric,
-                 "direction": direction, "metric_unit": metric_unit, "weights": weights or {}, "tolerance": tolerance,
-                 "eval_repeats": eval_repeats, "confirm_pairs": confirm_pairs, "confidence": confidence,
-                 "eval_parallel": eval_parallel, "protected_paths": protected,
-                 "ideas_per_node": ideas_per_node, "max_depth": max_depth, "beam_width": beam_width,
-                 "max_total_evals": max_total_evals, "max_cost_usd": max_cost_usd, "max_wall_s": max_wall_s,
-                 "keep_rejected": keep_rejected, "ideas_context": ideas_context,
-                 "dedupe_scope": dedupe_scope, "max_review_rounds": max_review_rounds, "test_command": test_command,
-                 "debug_rounds": debug_rounds, "eval_timeout_s": eval_timeout_s})
+    tree = Tree(
+        {
+            "base_branch": base_branch,
+            "eval_command": eval_command,
+            "primary_metric": primary_metric,
+            "direction": direction,
+            "metric_unit": metric_unit,
+            "weights": weights or {},
+            "tolerance": tolerance,
+            "eval_repeats": eval_repeats,
+            "confirm_pairs": confirm_pairs,
+            "confidence": confidence,
+            "eval_parallel": eval_parallel,
+            "protected_paths": protected,
+            "ideas_per_node": ideas_per_node,
+            "max_depth": max_depth,
+            "beam_width": beam_width,
+            "max_total_evals": max_total_evals,
+            "max_cost_usd": max_cost_usd,
+            "max_wall_s": max_wall_s,
+            "keep_rejected": keep_rejected,
+            "ideas_context": ideas_context,
+            "dedupe_scope": dedupe_scope,
+            "max_review_rounds": max_review_rounds,
+            "test_command": test_command,
+            "debug_rounds": debug_rounds,
+            "eval_timeout_s": eval_timeout_s,
+        }
+    )
     out = output_root(ctx)
     timed = max_wall_s is not None
     budget = Budget(max_cost_usd=max_cost_usd, max_wall_s=max_wall_s, started_at=ctx.now() if timed else 0.0)
@@ -409,18 +486,30 @@ async def tree_beam(prompt, base_branch, ctx, *,
     meter.root_commit = root_ev.commit or "HEAD"
     meter.root_expected = root_ev.expected
     evaluations: dict[str, Evaluation] = {"n0": root_ev}
-    tree.nodes["n0"] = {"id": "n0", "parent": None, "depth": 0, "branch": base_branch, "commit": root_ev.commit,
-                        "eval_id": None, "idea_chain": [], "metrics": tree.root_evaluation["metrics"],
-                        "evaluation": tree.root_evaluation, "eval_log": root_log[-2000:] if root_ev.status == "ok" else "",
-                        "rank_score": None, "root_comparison": None}
+    tree.nodes["n0"] = {
+        "id": "n0",
+        "parent": None,
+        "depth": 0,
+        "branch": base_branch,
+        "commit": root_ev.commit,
+        "eval_id": None,
+        "idea_chain": [],
+        "metrics": tree.root_evaluation["metrics"],
+        "evaluation": tree.root_evaluation,
+        "eval_log": root_log[-2000:] if root_ev.status == "ok" else "",
+        "rank_score": None,
+        "root_comparison": None,
+    }
     if root_ev.status != "ok":
         return _finish(ctx, tree, out, "root_evaluation_failed")
     _publish(ctx, tree, out)
     missing = [m for m in [primary_metric, *sorted(weights or {})] if m not in root_ev.metrics]
     if missing:
         reported = ", ".join(sorted(root_ev.metrics)) or "none"
-        line = (f"the evaluation command does not report {', '.join(repr(m) for m in missing)} "
-                f"(named by -S primary_metric/weights); it reports: {reported}")
+        line = (
+            f"the evaluation command does not report {', '.join(repr(m) for m in missing)} "
+            f"(named by -S primary_metric/weights); it reports: {reported}"
+        )
         _finish(ctx, tree, out, f"objective_metrics_missing: {line}", final_check=False)
         raise StrategyError(line)
 
@@ -431,23 +520,30 @@ async def tree_beam(prompt, base_branch, ctx, *,
             if (reason := over_budget()) is not None:
                 tree.budget_reason = reason
                 break
-            batch, queue[:] = queue[:slots - len(chosen)], queue[slots - len(chosen):]
+            batch, queue[:] = queue[: slots - len(chosen)], queue[slots - len(chosen) :]
 
             async def one(r: dict[str, Any]) -> None:
                 parent = tree.nodes[r["parent"]]
                 if confirm_pairs == 0:
-                    change = screened_change(evaluations[r["parent"]], evaluation_from_json(r["evaluation"]),
-                                             scoring, confidence)
-                    passed, reason = (decide(change, tolerance) if change else (True, "no_interval"))
-                    r["confirmation"] = {"pairs": 0, "change": change, "passed": passed, "reason": reason,
-                                         "basis": "screening_runs"}
+                    change = screened_change(
+                        evaluations[r["parent"]], evaluation_from_json(r["evaluation"]), scoring, confidence
+                    )
+                    passed, reason = decide(change, tolerance) if change else (True, "no_interval")
+                    r["confirmation"] = {
+                        "pairs": 0,
+                        "change": change,
+                        "passed": passed,
+                        "reason": reason,
+                        "basis": "screening_runs",
+                    }
                 else:
                     r["confirmation"] = await meter.confirm(r["branch"], (r["id"], "confirm"), parent["commit"])
                 if r["confirmation"]["passed"]:
                     chosen.append(r)
                 else:
-                    r["decision"].update(passed_gate=False,
-                                         promotion_reason=f"not_confirmed:{r['confirmation']['reason']}")
+                    r["decision"].update(
+                        passed_gate=False, promotion_reason=f"not_confirmed:{r['confirmation']['reason']}"
+                    )
 
             async with anyio.create_task_group() as tg:
                 for r in batch:
@@ -465,13 +561,22 @@ async def tree_beam(prompt, base_branch, ctx, *,
             r["promoted_to"] = node_id
             r["decision"]["promotion_reason"] = f"promoted ({r['confirmation']['reason']})"
             evaluations[node_id] = evaluation_from_json(r["evaluation"])
-            tree.nodes[node_id] = {"id": node_id, "parent": r["parent"], "depth": parent["depth"] + 1,
-                                   "branch": r["branch"], "commit": r["commit"], "eval_id": r["id"],
-                                   "idea_chain": parent["idea_chain"] + [{"eval_id": r["id"], "title": r["idea"]["title"]}],
-                                   "metrics": r["evaluation"]["metrics"], "evaluation": r["evaluation"],
-                                   "eval_log": r.get("eval_log", ""), "rank_score": r["decision"]["rank_score"],
-                                   "root_comparison": r["root_comparison"], "confirmation": r["confirmation"],
-                                   "protected_changed": r.get("protected_changed", [])}
+            tree.nodes[node_id] = {
+                "id": node_id,
+                "parent": r["parent"],
+                "depth": parent["depth"] + 1,
+                "branch": r["branch"],
+                "commit": r["commit"],
+                "eval_id": r["id"],
+                "idea_chain": parent["idea_chain"] + [{"eval_id": r["id"], "title": r["idea"]["title"]}],
+                "metrics": r["evaluation"]["metrics"],
+                "evaluation": r["evaluation"],
+                "eval_log": r.get("eval_log", ""),
+                "rank_score": r["decision"]["rank_score"],
+                "root_comparison": r["root_comparison"],
+                "confirmation": r["confirmation"],
+                "protected_changed": r.get("protected_changed", []),
+            }
             new.append(node_id)
         return new
 
@@ -489,8 +594,13 @@ async def tree_beam(prompt, base_branch, ctx, *,
                 if r["decision"]["promotion_reason"] == "below_beam":
                     tree.archive.append(r["id"])
             frontier = promote(chosen)
-            tree.revivals.append({"after_round": round_no, "promoted": list(frontier),
-                                  "confirmed_from_archive": [r["id"] for r in chosen]})
+            tree.revivals.append(
+                {
+                    "after_round": round_no,
+                    "promoted": list(frontier),
+                    "confirmed_from_archive": [r["id"] for r in chosen],
+                }
+            )
             _publish(ctx, tree, out)
             if tree.budget_reason:
                 return await _end(tree, out, meter, f"budget: {tree.budget_reason}")
@@ -502,8 +612,15 @@ async def tree_beam(prompt, base_branch, ctx, *,
             return await _end(tree, out, meter, f"budget: {reason}")
         round_no += 1
         depth = round_no
-        record: dict[str, Any] = {"depth": depth, "frontier": list(expandable), "ideas": {}, "duplicates": [],
-                                  "evaluations": [], "promoted": [], "budget_hit": False}
+        record: dict[str, Any] = {
+            "depth": depth,
+            "frontier": list(expandable),
+            "ideas": {},
+            "duplicates": [],
+            "evaluations": [],
+            "promoted": [],
+            "budget_hit": False,
+        }
         tree.depths.append(record)
         # 1. context pack and ideas for every frontier node, in parallel
         generated: dict[str, list[dict[str, str]] | None] = {}
@@ -513,19 +630,27 @@ async def tree_beam(prompt, base_branch, ctx, *,
             diffstat = None
             if node["parent"] is not None:
                 parent = tree.nodes[node["parent"]]
-                cmd = (f"echo 'root -> node:'; git diff --stat {tree.nodes['n0']['commit']} HEAD; "
-                       f"echo 'parent -> node:'; git diff --stat {parent['commit']} HEAD")
+                cmd = (
+                    f"echo 'root -> node:'; git diff --stat {tree.nodes['n0']['commit']} HEAD; "
+                    f"echo 'parent -> node:'; git diff --stat {parent['commit']} HEAD"
+                )
                 try:
-                    diffstat = (await ctx.wait(ctx.run(command_task(cmd, node["branch"]),
-                                                       key=ctx.key(node_id, "context"))))["final_message"]
+                    diffstat = (
+                        await ctx.wait(ctx.run(command_task(cmd, node["branch"]), key=ctx.key(node_id, "context")))
+                    )["final_message"]
                 except ctx.errors.TaskFailed as exc:
                     diffstat = f"(diff stat unavailable: {exc.error_type})"
             context = context_pack(tree, node, diffstat, ideas_context)
-            task = {"prompt": ideation_prompt(prompt, node, ideas_per_node,
-                                              objective_text(tree, node, tried=False) + "\n\n" + context),
-                    "base_branch": node["branch"], "import_policy": "never"}
-            generated[node_id] = await ask_json(ctx, task, (node_id, "ideas"),
-                                                lambda d: parse_ideas(d, ideas_per_node), schemas.ideas(ideas_per_node))
+            task = {
+                "prompt": ideation_prompt(
+                    prompt, node, ideas_per_node, objective_text(tree, node, tried=False) + "\n\n" + context
+                ),
+                "base_branch": node["branch"],
+                "import_policy": "never",
+            }
+            generated[node_id] = await ask_json(
+                ctx, task, (node_id, "ideas"), lambda d: parse_ideas(d, ideas_per_node), schemas.ideas(ideas_per_node)
+            )
 
         async with anyio.create_task_group() as tg:
             for node_id in expandable:
@@ -535,8 +660,9 @@ async def tree_beam(prompt, base_branch, ctx, *,
         for node_id in expandable:
             ideas = generated[node_id]
             record["ideas"][node_id] = None if ideas is None else len(ideas)
-            seen = tree.seen_hashes(node_id, dedupe_scope) | {r["idea"]["hash"] for _, r in planned
-                                                              if dedupe_scope == "run" or r["parent"] == node_id}
+            seen = tree.seen_hashes(node_id, dedupe_scope) | {
+                r["idea"]["hash"] for _, r in planned if dedupe_scope == "run" or r["parent"] == node_id
+            }
             for idea in ideas or []:
                 h = idea_hash(idea["title"], idea["description"])
                 if h in seen:
@@ -548,18 +674,44 @@ async def tree_beam(prompt, base_branch, ctx, *,
                 seen.add(h)
                 tree.evals_used += 1
                 eid = f"e{tree.evals_used:04d}"
-                planned.append((eid, {"id": eid, "parent": node_id, "depth": tree.nodes[node_id]["depth"] + 1,
-                                      "idea": {"title": idea["title"], "description": idea["description"], "hash": h}}))
+                planned.append(
+                    (
+                        eid,
+                        {
+                            "id": eid,
+                            "parent": node_id,
+                            "depth": tree.nodes[node_id]["depth"] + 1,
+                            "idea": {"title": idea["title"], "description": idea["description"], "hash": h},
+                        },
+                    )
+                )
         # 3. implement and evaluate every planned idea, in parallel
         for eid, rec in planned:
-            tree.evals[eid] = {**rec, "status": "pending", "branch": None, "commit": None, "evaluation": None,
-                               "parent_comparison": None, "root_comparison": None, "screen_change": None,
-                               "confirmation": None, "protected_changed": [], "flaky_runs": 0,
-                               "rounds": [], "error": None,
-                               "decision": {"gate_basis": "parent_relative", "rank_basis": "root_relative",
-                                            "passed_gate": False, "rank_score": None, "promotion_reason": "pending",
-                                            "primary_regressed": False}, "promoted_to": None,
-                               "artifacts": f"evals/{eid}"}
+            tree.evals[eid] = {
+                **rec,
+                "status": "pending",
+                "branch": None,
+                "commit": None,
+                "evaluation": None,
+                "parent_comparison": None,
+                "root_comparison": None,
+                "screen_change": None,
+                "confirmation": None,
+                "protected_changed": [],
+                "flaky_runs": 0,
+                "rounds": [],
+                "error": None,
+                "decision": {
+                    "gate_basis": "parent_relative",
+                    "rank_basis": "root_relative",
+                    "passed_gate": False,
+                    "rank_score": None,
+                    "promotion_reason": "pending",
+                    "primary_regressed": False,
+                },
+                "promoted_to": None,
+                "artifacts": f"evals/{eid}",
+            }
             record["evaluations"].append(eid)
         _publish(ctx, tree, out)
         if (reason := over_budget()) is not None:
@@ -571,37 +723,60 @@ async def tree_beam(prompt, base_branch, ctx, *,
         async def implement(eid: str) -> None:
             rec = tree.evals[eid]
             parent = tree.nodes[rec["parent"]]
-            idea = Idea(id=eid, title=rec["idea"]["title"], text=f"{rec['idea']['title']}\n\n{rec['idea']['description']}")
+            idea = Idea(
+                id=eid, title=rec["idea"]["title"], text=f"{rec['idea']['title']}\n\n{rec['idea']['description']}"
+            )
             info: dict[str, Any] = {}
 
             async def evaluator(branch: str, key_parts: tuple) -> tuple[Evaluation, str]:
                 return await meter.screen(branch, key_parts, info)
 
-            outcome = await run_idea(ctx, idea, goal=prompt, base_branch=parent["branch"], key_prefix=(eid,),
-                                     cfg=pipe, baseline=evaluations[rec["parent"]], root=root_ev,
-                                     out_dir=out / "evals" / eid, objective=objective_text(tree, parent, tried=True),
-                                     evaluator=evaluator)
-            rec.update(status=outcome["status"], branch=outcome["branch"], commit=outcome["commit"],
-                       evaluation=outcome["evaluation"], parent_comparison=outcome["comparison"],
-                       root_comparison=outcome["root_comparison"], rounds=outcome["rounds"], error=outcome["error"],
-                       protected_changed=info.get("protected_changed", []), flaky_runs=info.get("flaky_runs", 0),
-                       eval_log=(info.get("log") or "")[-2000:])
+            outcome = await run_idea(
+                ctx,
+                idea,
+                goal=prompt,
+                base_branch=parent["branch"],
+                key_prefix=(eid,),
+                cfg=pipe,
+                baseline=evaluations[rec["parent"]],
+                root=root_ev,
+                out_dir=out / "evals" / eid,
+                objective=objective_text(tree, parent, tried=True),
+                evaluator=evaluator,
+            )
+            rec.update(
+                status=outcome["status"],
+                branch=outcome["branch"],
+                commit=outcome["commit"],
+                evaluation=outcome["evaluation"],
+                parent_comparison=outcome["comparison"],
+                root_comparison=outcome["root_comparison"],
+                rounds=outcome["rounds"],
+                error=outcome["error"],
+                protected_changed=info.get("protected_changed", []),
+                flaky_runs=info.get("flaky_runs", 0),
+                eval_log=(info.get("log") or "")[-2000:],
+            )
             if outcome.get("tests"):
                 rec["tests"] = {k: outcome["tests"][k] for k in ("passed", "debug_rounds") if k in outcome["tests"]}
             passed, reason, regressed = gate(rec, scoring)
             if passed and rec["evaluation"]:
-                rec["screen_change"] = screened_change(evaluations[rec["parent"]],
-                                                       evaluation_from_json(rec["evaluation"]), scoring, confidence)
-            rec["decision"].update(passed_gate=passed, promotion_reason=reason, primary_regressed=regressed,
-                                   rank_score=rank_score(rec) if passed else None)
+                rec["screen_change"] = screened_change(
+                    evaluations[rec["parent"]], evaluation_from_json(rec["evaluation"]), scoring, confidence
+                )
+            rec["decision"].update(
+                passed_gate=passed,
+                promotion_reason=reason,
+                primary_regressed=regressed,
+                rank_score=rank_score(rec) if passed else None,
+            )
             _publish(ctx, tree, out)
 
         async with anyio.create_task_group() as tg:
             for eid, _ in planned:
                 tg.start_soon(implement, eid)
         # 4. confirm the best screened candidates (rank order) until the beam is full; the rest is archived
-        screened = sorted((tree.evals[e] for e, _ in planned if tree.evals[e]["decision"]["passed_gate"]),
-                          key=rank_key)
+        screened = sorted((tree.evals[e] for e, _ in planned if tree.evals[e]["decision"]["passed_gate"]), key=rank_key)
         queue = list(screened)
         chosen = await confirm_in_rank_order(queue, beam_width)
         for r in queue:
@@ -640,11 +815,22 @@ async def _end(tree: Tree, out, meter: Measurer, reason: str) -> dict[str, Any]:
         if meter.cfg["confirm_pairs"] == 0 or budget_reason is not None:
             # no paired check (not asked for, or no budget left): the chain of confirmed promotions is the evidence
             assert tree.root_evaluation is not None  # the root is measured before any candidate
-            change = unpaired_change(evaluation_from_json(tree.root_evaluation), evaluation_from_json(best["evaluation"]),
-                                     meter.scoring, meter.cfg["confidence"])
-            passed, why = decide(change, meter.scoring.tolerance, strict_better=True) if change else (True, "no_interval")
-            verdict["check"] = {"pairs": 0, "change": change, "passed": passed, "reason": why,
-                                "basis": "separate_measurements" + ("; budget spent" if budget_reason else "")}
+            change = unpaired_change(
+                evaluation_from_json(tree.root_evaluation),
+                evaluation_from_json(best["evaluation"]),
+                meter.scoring,
+                meter.cfg["confidence"],
+            )
+            passed, why = (
+                decide(change, meter.scoring.tolerance, strict_better=True) if change else (True, "no_interval")
+            )
+            verdict["check"] = {
+                "pairs": 0,
+                "change": change,
+                "passed": passed,
+                "reason": why,
+                "basis": "separate_measurements" + ("; budget spent" if budget_reason else ""),
+            }
         else:
             check = await meter.confirm(best["branch"], ("final", "confirm"), tree.nodes["n0"]["commit"])
             if check.get("change") and check["reason"] != "incomplete_evaluation":
@@ -688,9 +874,16 @@ def tree_progress(data: dict[str, Any]) -> dict[str, Any]:
         text = "measuring the base" if data["root_evaluation"] is None else "generating ideas"
     else:
         text = f"{done}/{total} candidates of this depth evaluated"
-    return {"phase": "depth", "step": current["depth"] if current else 0, "of_total": data["config"]["max_depth"],
-            "frontier": len(current["frontier"]) if current else len(data["nodes"]),
-            "best": max(scores) if scores else None, "done": done, "total": total, "text": text}
+    return {
+        "phase": "depth",
+        "step": current["depth"] if current else 0,
+        "of_total": data["config"]["max_depth"],
+        "frontier": len(current["frontier"]) if current else len(data["nodes"]),
+        "best": max(scores) if scores else None,
+        "done": done,
+        "total": total,
+        "text": text,
+    }
 
 
 def _finish(ctx, tree: Tree, out, reason: str, *, final_check: bool = True) -> dict[str, Any]:
@@ -700,10 +893,17 @@ def _finish(ctx, tree: Tree, out, reason: str, *, final_check: bool = True) -> d
     ctx.progress(**tree_progress(data))
     path = best_path(data)
     best = path[-1]
-    return {"stop_reason": reason, "best_node": best["id"], "best_branch": best["branch"],
-            "best_path": [n["id"] for n in path], "beat_base": bool((tree.best or {}).get("beat_base")),
-            "evals_used": tree.evals_used, "spent": data["spent"],
-            "delete_branches": data["delete_branches"], "tree": data}
+    return {
+        "stop_reason": reason,
+        "best_node": best["id"],
+        "best_branch": best["branch"],
+        "best_path": [n["id"] for n in path],
+        "beat_base": bool((tree.best or {}).get("beat_base")),
+        "evals_used": tree.evals_used,
+        "spent": data["spent"],
+        "delete_branches": data["delete_branches"],
+        "tree": data,
+    }
 
 
 # ---- hooks the orchestrator command calls (see orchestrator/launch.py, manage.py) ----------
@@ -713,8 +913,11 @@ def _finish(ctx, tree: Tree, out, reason: str, *, final_check: bool = True) -> d
 def _execution_dirs(output_dir: Path, state) -> list[tuple[str, Path]]:
     from .tree_beam_report import is_tree_execution
 
-    return [(sid, output_dir if sid == "s1" else output_dir / sid) for sid in sorted(state.strategies)
-            if is_tree_execution(state, sid)]
+    return [
+        (sid, output_dir if sid == "s1" else output_dir / sid)
+        for sid in sorted(state.strategies)
+        if is_tree_execution(state, sid)
+    ]
 
 
 def branches_to_delete(*, output_dir: Path, state) -> list[str]:
@@ -760,6 +963,7 @@ def claimed_branches(*, run_id: str, dirs, state) -> list[tuple[str, str, str]]:
     claims = []
     for sid, directory in _execution_dirs(output_dir, state):
         if (directory / "tree.json").exists():
-            claims += [(f"{sid}: {node}", branch, commit)
-                       for node, branch, commit in branch_claims(directory / "tree.json")]
+            claims += [
+                (f"{sid}: {node}", branch, commit) for node, branch, commit in branch_claims(directory / "tree.json")
+            ]
     return claims

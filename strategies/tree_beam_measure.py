@@ -45,6 +45,7 @@ LOG_MARK = "| "
 
 # ---------------------------------------------------------------- the script
 
+
 def default_protected_paths(eval_command: str) -> list[str]:
     """Files the evaluation command names (``bench.py``, ``./scripts/run.sh``), and ``bench/``."""
     try:
@@ -66,15 +67,17 @@ def default_protected_paths(eval_command: str) -> list[str]:
     return paths + (["bench/"] if "bench/" not in paths else [])
 
 
-def measure_command(eval_command: str, runs: list[tuple[str, str]], *, root: str = "HEAD",
-                    protected: list[str] | tuple[str, ...] = ()) -> str:
+def measure_command(
+    eval_command: str, runs: list[tuple[str, str]], *, root: str = "HEAD", protected: list[str] | tuple[str, ...] = ()
+) -> str:
     """A POSIX sh script running ``eval_command`` once per ``(label, ref)`` in ``runs``, in order.
 
     ``ref`` is a commit id or ``HEAD`` (the task's checked-out branch); ``root``
     is the commit whose protected paths every run uses.
     """
-    header = json.dumps({"runs": [list(r) for r in runs], "root": root, "protected": list(protected)},
-                        separators=(",", ":"))
+    header = json.dumps(
+        {"runs": [list(r) for r in runs], "root": root, "protected": list(protected)}, separators=(",", ":")
+    )
     refs: dict[str, str] = {}
     for label, ref in runs:
         if refs.setdefault(label, ref) != ref:
@@ -85,30 +88,30 @@ def measure_command(eval_command: str, runs: list[tuple[str, str]], *, root: str
         "set -u -f",  # -f: no globbing, a protected path is a path
         "G='git -c safe.directory=* -c advice.detachedHead=false'",
         "W=$(mktemp -d /tmp/orch-eval.XXXXXX) || exit 3",
-        "resolve() { if [ \"$1\" = HEAD ]; then $G -C /workspace rev-parse HEAD; else echo \"$1\"; fi; }",
+        'resolve() { if [ "$1" = HEAD ]; then $G -C /workspace rev-parse HEAD; else echo "$1"; fi; }',
         f"ROOT=$(resolve {q(root)}) || exit 3",
         f"PROT={q(' '.join(protected))}",
         f"CMD={q(eval_command)}",
         "prep() {",
-        "  d=\"$W/$1\"",
-        "  c=$(resolve \"$2\") || exit 3",
-        "  $G clone -q --shared --no-checkout /workspace \"$d\" >/dev/null 2>&1"
-        " || { echo \"cannot clone /workspace\" >&2; exit 3; }",
-        "  $G -C \"$d\" checkout -q --detach \"$c\" || { echo \"cannot check out $c\" >&2; exit 3; }",
-        "  if [ -n \"$PROT\" ]; then",
-        "    changed=$($G -C \"$d\" diff --name-only \"$ROOT\" \"$c\" -- $PROT | tr '\\n' ' ')",
-        f"    [ -n \"$changed\" ] && echo \"{PROTECTED_MARK}$1 $changed\"",
-        "    for p in $PROT; do rm -rf \"$d/$p\"; $G -C \"$d\" checkout -q \"$ROOT\" -- \"$p\" 2>/dev/null; done",
+        '  d="$W/$1"',
+        '  c=$(resolve "$2") || exit 3',
+        '  $G clone -q --shared --no-checkout /workspace "$d" >/dev/null 2>&1'
+        ' || { echo "cannot clone /workspace" >&2; exit 3; }',
+        '  $G -C "$d" checkout -q --detach "$c" || { echo "cannot check out $c" >&2; exit 3; }',
+        '  if [ -n "$PROT" ]; then',
+        '    changed=$($G -C "$d" diff --name-only "$ROOT" "$c" -- $PROT | tr \'\\n\' \' \')',
+        f'    [ -n "$changed" ] && echo "{PROTECTED_MARK}$1 $changed"',
+        '    for p in $PROT; do rm -rf "$d/$p"; $G -C "$d" checkout -q "$ROOT" -- "$p" 2>/dev/null; done',
         "  fi",
         "  return 0",
         "}",
-        "once() { ( cd \"$W/$1\" && sh -c \"$CMD\" ) >\"$W/out\" 2>\"$W/err\"; }",
+        'once() { ( cd "$W/$1" && sh -c "$CMD" ) >"$W/out" 2>"$W/err"; }',
         "run() {",
-        "  a=1; once \"$2\"; rc=$?",
-        "  if [ $rc -ne 0 ]; then a=2; once \"$2\"; rc=$?; fi",
+        '  a=1; once "$2"; rc=$?',
+        '  if [ $rc -ne 0 ]; then a=2; once "$2"; rc=$?; fi',
         "  if [ $rc -eq 0 ]; then last=$(grep -v '^[[:space:]]*$' \"$W/out\" | tail -n 1)",
         "  else last=$(tail -c 300 \"$W/err\" | tr '\\n' ' '); fi",
-        f"  echo \"{RUN_MARK}$1 $2 $rc $a $last\"",
+        f'  echo "{RUN_MARK}$1 $2 $rc $a $last"',
         "}",
     ]
     for label, ref in refs.items():
@@ -116,11 +119,12 @@ def measure_command(eval_command: str, runs: list[tuple[str, str]], *, root: str
     for i, (label, _ref) in enumerate(runs):
         lines.append(f"run {i} {q(label)}")
     # the last run's own output, trimmed, for the agents' prompts and eval.log
-    lines += [f"tail -n 20 \"$W/out\" | sed 's/^/{LOG_MARK}/'", f"echo {DONE_MARK} {len(runs)}", "rm -rf \"$W\""]
+    lines += [f"tail -n 20 \"$W/out\" | sed 's/^/{LOG_MARK}/'", f"echo {DONE_MARK} {len(runs)}", 'rm -rf "$W"']
     return "\n".join(lines) + "\n"
 
 
 # ---------------------------------------------------------------- parsing
+
 
 class Runs:
     """Parsed runs of one measurement task: evaluations per label, in run order."""
@@ -140,7 +144,7 @@ def parse_runs(text: str, commit: str | None = None) -> Runs:
     log = []
     for line in (text or "").splitlines():
         if line.startswith(RUN_MARK):
-            parts = line[len(RUN_MARK):].split(" ", 4)
+            parts = line[len(RUN_MARK) :].split(" ", 4)
             if len(parts) < 4:
                 continue
             _i, label, rc, attempts = parts[:4]
@@ -161,17 +165,18 @@ def parse_runs(text: str, commit: str | None = None) -> Runs:
             out.by_label.setdefault(label, []).append(ev)
             out.order.append((label, ev))
         elif line.startswith(PROTECTED_MARK):
-            label, _, paths = line[len(PROTECTED_MARK):].partition(" ")
+            label, _, paths = line[len(PROTECTED_MARK) :].partition(" ")
             out.protected_changed[label] = sorted(p for p in paths.split() if p)
         elif line.startswith(DONE_MARK):
             out.complete = True
         elif line.startswith(LOG_MARK):
-            log.append(line[len(LOG_MARK):])
+            log.append(line[len(LOG_MARK) :])
     out.log = "\n".join(log)
     return out
 
 
 # ---------------------------------------------------------------- statistics
+
 
 def _betacf(a: float, b: float, x: float) -> float:
     # Continued fraction of the regularized incomplete beta function (Lentz's method).
@@ -231,8 +236,14 @@ def interval(values: list[float], confidence: float) -> dict[str, Any]:
     if n >= 2:
         hw = t_quantile(0.5 + confidence / 2, n - 1) * statistics.stdev(values) / math.sqrt(n)
     r = lambda x: round(x, 9)  # noqa: E731 - float noise makes JSON unstable
-    return {"n": n, "median": r(statistics.median(values)), "mean": r(mean), "low": r(mean - hw),
-            "high": r(mean + hw), "half_width": r(hw)}
+    return {
+        "n": n,
+        "median": r(statistics.median(values)),
+        "mean": r(mean),
+        "low": r(mean - hw),
+        "high": r(mean + hw),
+        "half_width": r(hw),
+    }
 
 
 def summarize(samples: list[Evaluation], confidence: float) -> Evaluation:
@@ -255,10 +266,17 @@ def summarize(samples: list[Evaluation], confidence: float) -> Evaluation:
     metrics = {k: (v["median"] if v else float("nan")) for k, v in stats.items()}
     first = samples[0]
     oks = {s.ok for s in samples}
-    return Evaluation(status="ok", metrics=metrics, valid=all(s.valid for s in samples), expected=first.expected,
-                      ok=min((o for o in oks if o is not None), default=None) if oks != {None} else None,
-                      recommendation=first.recommendation if len(samples) == 1 else None,
-                      commit=first.commit, samples=len(samples), stats={k: v for k, v in stats.items() if v})
+    return Evaluation(
+        status="ok",
+        metrics=metrics,
+        valid=all(s.valid for s in samples),
+        expected=first.expected,
+        ok=min((o for o in oks if o is not None), default=None) if oks != {None} else None,
+        recommendation=first.recommendation if len(samples) == 1 else None,
+        commit=first.commit,
+        samples=len(samples),
+        stats={k: v for k, v in stats.items() if v},
+    )
 
 
 def relative_changes(parent: list[float], candidate: list[float], direction: str) -> list[float]:
@@ -284,15 +302,19 @@ def paired_change(runs: Runs, scoring: ScoringConfig, confidence: float) -> dict
     name = scoring.primary_metric
     p = [e.metrics.get(name) for e in runs.by_label.get("p", [])]
     c = [e.metrics.get(name) for e in runs.by_label.get("c", [])]
-    pairs = [(a, b) for a, b in zip(p, c, strict=False)
-             if a is not None and b is not None and math.isfinite(a) and math.isfinite(b)]
+    pairs = [
+        (a, b)
+        for a, b in zip(p, c, strict=False)
+        if a is not None and b is not None and math.isfinite(a) and math.isfinite(b)
+    ]
     if not pairs or len(pairs) != len(p) or len(p) != len(c):
         return None
     return interval(relative_changes([a for a, _ in pairs], [b for _, b in pairs], scoring.direction), confidence)
 
 
-def unpaired_change(parent: Evaluation, candidate: Evaluation, scoring: ScoringConfig,
-                    confidence: float) -> dict[str, Any] | None:
+def unpaired_change(
+    parent: Evaluation, candidate: Evaluation, scoring: ScoringConfig, confidence: float
+) -> dict[str, Any] | None:
     """Welch-style interval of the relative change of means between two separate measurements."""
     sp, sc = (parent.stats or {}).get(scoring.primary_metric), (candidate.stats or {}).get(scoring.primary_metric)
     if not sp or not sc:
@@ -308,11 +330,18 @@ def unpaired_change(parent: Evaluation, candidate: Evaluation, scoring: ScoringC
     df = max(1, min(sp["n"], sc["n"]) - 1)
     hw = t_quantile(0.5 + confidence / 2, df) * err if err else 0.0
     r = lambda x: round(x, 9)  # noqa: E731
-    return {"n": min(sp["n"], sc["n"]), "median": r(mean), "mean": r(mean), "low": r(mean - hw), "high": r(mean + hw),
-            "half_width": r(hw)}
+    return {
+        "n": min(sp["n"], sc["n"]),
+        "median": r(mean),
+        "mean": r(mean),
+        "low": r(mean - hw),
+        "high": r(mean + hw),
+        "half_width": r(hw),
+    }
 
 
 # ---------------------------------------------------------------- measuring in a run
+
 
 class Spending:
     """``ctx`` that charges every finished task's cost to the run's budget."""
@@ -338,14 +367,19 @@ class Measurer:
         self.root_commit = "HEAD"
         self.root_expected: int | None = None
 
-    async def runs(self, branch: str, key_parts: tuple, runs: list[tuple[str, str]]) -> tuple[Runs | None, str | None, str]:
+    async def runs(
+        self, branch: str, key_parts: tuple, runs: list[tuple[str, str]]
+    ) -> tuple[Runs | None, str | None, str]:
         """``(parsed runs, evaluated commit, error)``; parsed runs is None when the task itself failed."""
-        cmd = measure_command(self.cfg["eval_command"], runs, root=self.root_commit,
-                              protected=self.cfg["protected_paths"])
+        cmd = measure_command(
+            self.cfg["eval_command"], runs, root=self.root_commit, protected=self.cfg["protected_paths"]
+        )
         timeout = self.cfg["eval_timeout_s"]
         async with self.limiter:
-            handle = self.ctx.run(command_task(cmd, branch, timeout=timeout * 2 * len(runs) if timeout else None),
-                                  key=self.ctx.key(*key_parts))
+            handle = self.ctx.run(
+                command_task(cmd, branch, timeout=timeout * 2 * len(runs) if timeout else None),
+                key=self.ctx.key(*key_parts),
+            )
             try:
                 result = await self.ctx.wait(handle)
             except self.ctx.errors.TaskFailed as exc:
@@ -367,18 +401,32 @@ class Measurer:
         if parsed is None or error:
             info.update(flaky_runs=parsed.flaky if parsed else 0, protected_changed=[])
             return Evaluation(status="failed", commit=commit, error=error), error
-        info.update(flaky_runs=parsed.flaky, failed_runs=len(parsed.failed),
-                    protected_changed=parsed.protected_changed.get("c", []), log=parsed.log,
-                    samples=parsed.by_label.get("c", []))
+        info.update(
+            flaky_runs=parsed.flaky,
+            failed_runs=len(parsed.failed),
+            protected_changed=parsed.protected_changed.get("c", []),
+            log=parsed.log,
+            samples=parsed.by_label.get("c", []),
+        )
         ev = summarize(parsed.by_label.get("c", []), self.cfg["confidence"])
         return self.pin(msgspec.structs.replace(ev, commit=commit)), parsed.log
 
     async def confirm(self, branch: str, key_parts: tuple, parent_commit: str | None) -> dict[str, Any]:
         """Parent and candidate re-measured paired, interleaved (p c p c ...), in one container."""
         pairs = self.cfg["confirm_pairs"]
-        parsed, _commit, error = await self.runs(branch, key_parts, [("p", parent_commit or "HEAD"), ("c", "HEAD")] * pairs)
-        out: dict[str, Any] = {"pairs": pairs, "change": None, "passed": False, "reason": "", "error": None,
-                               "flaky_runs": parsed.flaky if parsed else 0, "parent": None, "candidate": None}
+        parsed, _commit, error = await self.runs(
+            branch, key_parts, [("p", parent_commit or "HEAD"), ("c", "HEAD")] * pairs
+        )
+        out: dict[str, Any] = {
+            "pairs": pairs,
+            "change": None,
+            "passed": False,
+            "reason": "",
+            "error": None,
+            "flaky_runs": parsed.flaky if parsed else 0,
+            "parent": None,
+            "candidate": None,
+        }
         if parsed is None or error or parsed.failed:
             out.update(reason="confirmation_failed", error=error or (parsed.failed[0] if parsed else "no runs"))
             return out
@@ -409,7 +457,13 @@ def merge_measurements(a: Evaluation, b: Evaluation) -> Evaluation:
         mean = (sa["mean"] * sa["n"] + sb["mean"] * sb["n"]) / n
         median = (sa["median"] * sa["n"] + sb["median"] * sb["n"]) / n
         hw = min(sa["half_width"], sb["half_width"]) if sa["n"] and sb["n"] else max(sa["half_width"], sb["half_width"])
-        stats[name] = {"n": n, "median": round(median, 9), "mean": round(mean, 9), "low": round(mean - hw, 9),
-                       "high": round(mean + hw, 9), "half_width": round(hw, 9)}
+        stats[name] = {
+            "n": n,
+            "median": round(median, 9),
+            "mean": round(mean, 9),
+            "low": round(mean - hw, 9),
+            "high": round(mean + hw, 9),
+            "half_width": round(hw, 9),
+        }
     metrics = {k: v["median"] for k, v in stats.items()}
     return msgspec.structs.replace(a, metrics=metrics, stats=stats, samples=a.samples + b.samples)

@@ -31,8 +31,14 @@ from typing import Any, cast
 
 from orchestrator.strategy import ReplayError
 
-COLOURS = {"root": "#9e9e9e", "promoted": "#2e7d32", "below_beam": "#f9a825", "gate_failed": "#c62828",
-           "failed": "#424242", "pending": "#e0e0e0"}
+COLOURS = {
+    "root": "#9e9e9e",
+    "promoted": "#2e7d32",
+    "below_beam": "#f9a825",
+    "gate_failed": "#c62828",
+    "failed": "#424242",
+    "pending": "#e0e0e0",
+}
 
 
 def _num(node_id: str) -> int:
@@ -84,24 +90,33 @@ def summary_markdown(tree: dict[str, Any]) -> str:
     root = tree.get("root_evaluation") or {}
     lines = ["# tree-beam summary", "", "## Run configuration", ""]
     lines += [f"- {k}: `{json.dumps(v)}`" for k, v in cfg.items()]
-    lines += ["", f"Root baseline ({cfg['base_branch']}): status {root.get('status', '-')}, "
-              f"metrics `{json.dumps(root.get('metrics'))}`" + (f", error: {root['error']}" if root.get("error") else ""),
-              "", f"Stop reason: **{tree.get('stop_reason') or 'interrupted (run not finished)'}**; "
-              f"evaluations used: {tree.get('evals_used', 0)}"
-              + (f"; benchmark runs: {tree['eval_runs']}" if "eval_runs" in tree else "")
-              + (f"; flaky runs (failed once, passed on the retry): {tree['flaky_runs']}" if tree.get("flaky_runs") else "")
-              + (f"; cost: ${tree['spent']['cost_usd']:.4f}" if tree.get("spent") else ""), ""]
+    lines += [
+        "",
+        f"Root baseline ({cfg['base_branch']}): status {root.get('status', '-')}, "
+        f"metrics `{json.dumps(root.get('metrics'))}`" + (f", error: {root['error']}" if root.get("error") else ""),
+        "",
+        f"Stop reason: **{tree.get('stop_reason') or 'interrupted (run not finished)'}**; "
+        f"evaluations used: {tree.get('evals_used', 0)}"
+        + (f"; benchmark runs: {tree['eval_runs']}" if "eval_runs" in tree else "")
+        + (f"; flaky runs (failed once, passed on the retry): {tree['flaky_runs']}" if tree.get("flaky_runs") else "")
+        + (f"; cost: ${tree['spent']['cost_usd']:.4f}" if tree.get("spent") else ""),
+        "",
+    ]
     lines += _result_lines(tree)
     evals = {r["id"]: r for r in tree["evaluations"]}
     for d in tree["depths"]:
-        lines += [f"## Depth {d['depth']}", "",
-                  f"Frontier: {', '.join(d['frontier'])}; ideas per node: "
-                  + ", ".join(f"{k}={_fmt(v)}" for k, v in d["ideas"].items())
-                  + (f"; duplicates skipped: {len(d['duplicates'])}" if d["duplicates"] else "")
-                  + ("; budget reached at this depth" if d.get("budget_hit") else ""), "",
-                  "| eval | parent | idea | status | parent score (grade) | confirmed change vs parent | root score "
-                  "| gate | decision | node | flags |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+        lines += [
+            f"## Depth {d['depth']}",
+            "",
+            f"Frontier: {', '.join(d['frontier'])}; ideas per node: "
+            + ", ".join(f"{k}={_fmt(v)}" for k, v in d["ideas"].items())
+            + (f"; duplicates skipped: {len(d['duplicates'])}" if d["duplicates"] else "")
+            + ("; budget reached at this depth" if d.get("budget_hit") else ""),
+            "",
+            "| eval | parent | idea | status | parent score (grade) | confirmed change vs parent | root score "
+            "| gate | decision | node | flags |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
         for eid in d["evaluations"]:
             r = evals[eid]
             pc, rc = r.get("parent_comparison") or {}, r.get("root_comparison") or {}
@@ -110,23 +125,35 @@ def summary_markdown(tree: dict[str, Any]) -> str:
                 flags.append("changed protected " + " ".join(r["protected_changed"]))
             if r.get("flaky_runs"):
                 flags.append(f"{r['flaky_runs']} flaky run(s)")
-            lines.append(f"| {eid} | {r['parent']} | {r['idea']['title']} | {r['status']} | "
-                         f"{_fmt(pc.get('score'))} ({pc.get('grade') or '-'}) | {_change(r.get('confirmation'))} | "
-                         f"{_fmt(rc.get('score'))} | "
-                         f"{'pass' if r['decision']['passed_gate'] else 'fail'} | {r['decision']['promotion_reason']} | "
-                         f"{r.get('promoted_to') or '-'} | {'; '.join(flags) or '-'} |")
+            lines.append(
+                f"| {eid} | {r['parent']} | {r['idea']['title']} | {r['status']} | "
+                f"{_fmt(pc.get('score'))} ({pc.get('grade') or '-'}) | {_change(r.get('confirmation'))} | "
+                f"{_fmt(rc.get('score'))} | "
+                f"{'pass' if r['decision']['passed_gate'] else 'fail'} | {r['decision']['promotion_reason']} | "
+                f"{r.get('promoted_to') or '-'} | {'; '.join(flags) or '-'} |"
+            )
         lines.append("")
     path = best_path(tree)
     lines += ["## Best path", ""]
     for n in path:
         idea = n["idea_chain"][-1]["title"] if n["idea_chain"] else "(root)"
-        lines.append(f"1. {n['id']} `{n['branch']}` @ {str(n.get('commit'))[:12]}: {idea}; "
-                     f"rank score {_fmt(n.get('rank_score'))}; metrics `{json.dumps(n.get('metrics'))}`")
-    lines += ["", "## Artifacts", "", "- tree.json: every node and evaluation with both comparisons and decisions",
-              "- tree.svg: the tree, coloured by gate outcome", "- evals/<eval id>/: idea.md, plan.md, "
-              "diff_round_<n>.diff, review_round_<n>.md, tests.log, eval.log, summary.json"]
+        lines.append(
+            f"1. {n['id']} `{n['branch']}` @ {str(n.get('commit'))[:12]}: {idea}; "
+            f"rank score {_fmt(n.get('rank_score'))}; metrics `{json.dumps(n.get('metrics'))}`"
+        )
+    lines += [
+        "",
+        "## Artifacts",
+        "",
+        "- tree.json: every node and evaluation with both comparisons and decisions",
+        "- tree.svg: the tree, coloured by gate outcome",
+        "- evals/<eval id>/: idea.md, plan.md, "
+        "diff_round_<n>.diff, review_round_<n>.md, tests.log, eval.log, summary.json",
+    ]
     if tree.get("stop_reason"):
-        lines.append(f"- delete_branches.txt: {len(tree.get('delete_branches', []))} branch(es) to delete after the run")
+        lines.append(
+            f"- delete_branches.txt: {len(tree.get('delete_branches', []))} branch(es) to delete after the run"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -135,8 +162,9 @@ def _change(check: dict[str, Any] | None) -> str:
     if not change or check is None:  # (a change comes only from a check)
         return "-" if not check else f"({check.get('reason')})"
     pairs = check.get("pairs") or change.get("n")
-    return (f"{100 * change['mean']:+.2f}% [{100 * change['low']:+.2f}%, {100 * change['high']:+.2f}%]"
-            + (f" over {pairs} pairs" if check.get("pairs") else " (separate runs)"))
+    return f"{100 * change['mean']:+.2f}% [{100 * change['low']:+.2f}%, {100 * change['high']:+.2f}%]" + (
+        f" over {pairs} pairs" if check.get("pairs") else " (separate runs)"
+    )
 
 
 def _result_lines(tree: dict[str, Any]) -> list[str]:
@@ -147,21 +175,31 @@ def _result_lines(tree: dict[str, Any]) -> list[str]:
         conf = tree["config"].get("confidence", 0.9)
         lines += ["## Result", ""]
         if best.get("beat_base"):
-            lines.append(f"**{best['node']} beat the base**: its change against the base, measured paired "
-                         f"(base and candidate alternating in one container), is {_change(check)} "
-                         f"({conf:.0%} interval of the mean relative change of `{tree['config']['primary_metric']}`).")
+            lines.append(
+                f"**{best['node']} beat the base**: its change against the base, measured paired "
+                f"(base and candidate alternating in one container), is {_change(check)} "
+                f"({conf:.0%} interval of the mean relative change of `{tree['config']['primary_metric']}`)."
+            )
         elif best.get("candidate"):
-            lines.append(f"**Nothing beat the base.** The best candidate, {best['candidate']}, measured "
-                         f"{_change(check)} against the base ({conf:.0%} interval): not clearly better, so the "
-                         "base branch stays the best.")
+            lines.append(
+                f"**Nothing beat the base.** The best candidate, {best['candidate']}, measured "
+                f"{_change(check)} against the base ({conf:.0%} interval): not clearly better, so the "
+                "base branch stays the best."
+            )
         else:
-            lines.append("**Nothing beat the base.** No candidate was confirmed better than its parent; "
-                         "the base branch stays the best.")
+            lines.append(
+                "**Nothing beat the base.** No candidate was confirmed better than its parent; "
+                "the base branch stays the best."
+            )
         lines.append("")
     flagged = [r for r in tree.get("evaluations", []) if r.get("protected_changed")]
     if flagged:
-        lines += ["## Protected evaluator", "", "These candidates changed a protected path; they were measured with "
-                  "the base branch's version of it:", ""]
+        lines += [
+            "## Protected evaluator",
+            "",
+            "These candidates changed a protected path; they were measured with the base branch's version of it:",
+            "",
+        ]
         lines += [f"- {r['id']} ({r['idea']['title']}): {', '.join(r['protected_changed'])}" for r in flagged]
         lines.append("")
     return lines
@@ -188,9 +226,11 @@ def tree_svg(tree: dict[str, Any]) -> str:
             pos[ident] = (offset + i * w_step + w_step // 2, 40 + depth * h_step)
     # an eval's parent is a node id; draw from the eval that created that node (or the root)
     eval_of_node = {v: k for k, v in node_of_eval.items() if v}
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-           f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">',
-           '<rect width="100%" height="100%" fill="white"/>']
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">',
+        '<rect width="100%" height="100%" fill="white"/>',
+    ]
     for eid, parent in parent_of.items():
         src = pos["n0"] if parent == "n0" else pos.get(eval_of_node.get(parent, ""), pos["n0"])
         dst = pos[eid]
@@ -199,14 +239,18 @@ def tree_svg(tree: dict[str, Any]) -> str:
         for ident, outcome, label, tip in items:
             x, y = pos[ident]
             score = "" if ident == "n0" else tip.rsplit("score ", 1)[-1]
-            out.append(f'<g><title>{html.escape(tip or "root (base branch)")}</title>'
-                       f'<circle cx="{x}" cy="{y}" r="{radius}" fill="{COLOURS[outcome]}" stroke="#333"/>'
-                       f'<text x="{x}" y="{y - 2}" text-anchor="middle" fill="white">{html.escape(label)}</text>'
-                       f'<text x="{x}" y="{y + 12}" text-anchor="middle" fill="white">{html.escape(score)}</text></g>')
+            out.append(
+                f"<g><title>{html.escape(tip or 'root (base branch)')}</title>"
+                f'<circle cx="{x}" cy="{y}" r="{radius}" fill="{COLOURS[outcome]}" stroke="#333"/>'
+                f'<text x="{x}" y="{y - 2}" text-anchor="middle" fill="white">{html.escape(label)}</text>'
+                f'<text x="{x}" y="{y + 12}" text-anchor="middle" fill="white">{html.escape(score)}</text></g>'
+            )
     legend_y = height - 12
     for i, (name, colour) in enumerate(COLOURS.items()):
-        out.append(f'<rect x="{10 + i * 105}" y="{legend_y - 9}" width="10" height="10" fill="{colour}"/>'
-                   f'<text x="{24 + i * 105}" y="{legend_y}">{name}</text>')
+        out.append(
+            f'<rect x="{10 + i * 105}" y="{legend_y - 9}" width="10" height="10" fill="{colour}"/>'
+            f'<text x="{24 + i * 105}" y="{legend_y}">{name}</text>'
+        )
     out.append("</svg>")
     return "\n".join(out) + "\n"
 
@@ -215,8 +259,11 @@ def write_tree_report(tree: dict[str, Any], out_dir: Path) -> list[Path]:
     """Write tree.json, TREE_SUMMARY.md, tree.svg (and delete_branches.txt once finished)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    files = {"tree.json": json.dumps(tree, indent=2, allow_nan=False) + "\n",
-             "TREE_SUMMARY.md": summary_markdown(tree), "tree.svg": tree_svg(tree)}
+    files = {
+        "tree.json": json.dumps(tree, indent=2, allow_nan=False) + "\n",
+        "TREE_SUMMARY.md": summary_markdown(tree),
+        "tree.svg": tree_svg(tree),
+    }
     if tree.get("stop_reason"):
         files["delete_branches.txt"] = "".join(f"{b['branch']} {b['commit']}\n" for b in tree["delete_branches"])
     written = []
@@ -227,6 +274,7 @@ def write_tree_report(tree: dict[str, Any], out_dir: Path) -> list[Path]:
 
 
 # ---------------------------------------------------------------- checks and reports from the log
+
 
 def tree_problems(tree: dict[str, Any] | str | Path) -> list[str]:
     """Check a tree (dict or tree.json path) for consistency; returns the problems found.
@@ -291,8 +339,9 @@ def is_tree_execution(state, sid: str) -> bool:
     return f"{state.run_id}/{sid}/root/eval" in state.tasks
 
 
-def render_tree_report(events_path: str | Path, out_dir: str | Path, *, sid: str | None = None,
-                       prompt: str = "") -> list[Path]:
+def render_tree_report(
+    events_path: str | Path, out_dir: str | Path, *, sid: str | None = None, prompt: str = ""
+) -> list[Path]:
     """Regenerate tree.json / TREE_SUMMARY.md / tree.svg from the event log alone.
 
     The engine replays the strategy over the recorded results (``replay_strategy``),
@@ -310,8 +359,14 @@ def render_tree_report(events_path: str | Path, out_dir: str | Path, *, sid: str
 
     written: list[Path] = []
     with tempfile.TemporaryDirectory(prefix="tree-replay-") as tmp:
-        outcomes = replay_strategy(events_path, tree_beam, output_dir=tmp, prompt=prompt,
-                                   executions=None if sid is None else [sid], select=is_tree_execution)
+        outcomes = replay_strategy(
+            events_path,
+            tree_beam,
+            output_dir=tmp,
+            prompt=prompt,
+            executions=None if sid is None else [sid],
+            select=is_tree_execution,
+        )
         for outcome in outcomes:
             execution = outcome.strategy_execution_id
             sub = "" if execution == "s1" else execution
@@ -320,6 +375,8 @@ def render_tree_report(events_path: str | Path, out_dir: str | Path, *, sid: str
                 written += write_tree_report(json.loads(tree_file.read_text("utf-8")), Path(out_dir) / sub)
         failed = [o for o in outcomes if o.ended == "error"]
     if failed:
-        raise ReplayError("; ".join(f"{o.strategy_execution_id}: replaying the strategy raised {o.error}"
-                                     for o in failed) + " (the report shows the tree up to there)")
+        raise ReplayError(
+            "; ".join(f"{o.strategy_execution_id}: replaying the strategy raised {o.error}" for o in failed)
+            + " (the report shows the tree up to there)"
+        )
     return written

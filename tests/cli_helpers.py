@@ -13,17 +13,22 @@ TEST_KEY = "sk-ant-test-key-0123456789abcdef0123"
 
 
 def cli_env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ORCHESTRATOR_", "ANTHROPIC_", "CLAUDE_", "OPENAI_"))}
-    env.update(ANTHROPIC_API_KEY=TEST_KEY, ORCHESTRATOR_WORKSPACE_ROOT=str(tmp_path / "ws"),
-               ORCHESTRATOR_LOGS_DIR=str(tmp_path / "logs"), ORCHESTRATOR_STATE_DIR=str(tmp_path / "state"),
-               ORCHESTRATOR_RESULTS_DIR=str(tmp_path / "results"))
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("ORCHESTRATOR_", "ANTHROPIC_", "CLAUDE_", "OPENAI_"))
+    }
+    env.update(
+        ANTHROPIC_API_KEY=TEST_KEY,
+        ORCHESTRATOR_WORKSPACE_ROOT=str(tmp_path / "ws"),
+        ORCHESTRATOR_LOGS_DIR=str(tmp_path / "logs"),
+        ORCHESTRATOR_STATE_DIR=str(tmp_path / "state"),
+        ORCHESTRATOR_RESULTS_DIR=str(tmp_path / "results"),
+    )
     env.update(extra)
     return env
 
 
 def run_cli(args: list[str], *, cwd: Path, env: dict[str, str], timeout: float = 180, input: str | None = None):
-    return subprocess.run([ORCH, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout,
-                          input=input)
+    return subprocess.run([ORCH, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, input=input)
 
 
 def only_run_id(tmp_path: Path) -> str:

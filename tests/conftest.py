@@ -82,12 +82,23 @@ def _refresh_test_image() -> None:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if test_image_is_current(TEST_BASE_IMAGE, TEST_IMAGE):
             return
-        r = subprocess.run([str(Path(sys.executable).parent / "orchestrator"), "--build-image",
-                            "--docker-image", TEST_BASE_IMAGE, "--test-image", TEST_IMAGE],
-                           capture_output=True, text=True, timeout=3600)
+        r = subprocess.run(
+            [
+                str(Path(sys.executable).parent / "orchestrator"),
+                "--build-image",
+                "--docker-image",
+                TEST_BASE_IMAGE,
+                "--test-image",
+                TEST_IMAGE,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=3600,
+        )
         if r.returncode != 0:
-            raise pytest.UsageError(f"{TEST_IMAGE} is older than docker/ and rebuilding it failed:\n"
-                                    f"{r.stdout[-2000:]}{r.stderr[-2000:]}")
+            raise pytest.UsageError(
+                f"{TEST_IMAGE} is older than docker/ and rebuilding it failed:\n{r.stdout[-2000:]}{r.stderr[-2000:]}"
+            )
 
 
 _DOCKER_PROBLEM: str | None = None
@@ -125,9 +136,12 @@ def run_id(tmp_path, monkeypatch):
     rid = "t" + uuid.uuid4().hex[:10]
     monkeypatch.setenv("ORCHESTRATOR_WORKSPACE_ROOT", str(tmp_path / "ws"))
     yield rid
-    subprocess.run(f"docker rm -f $(docker ps -aq --filter label=run_id={rid}) >/dev/null 2>&1; "
-                   f"docker volume rm $(docker volume ls -q --filter label=run_id={rid}) >/dev/null 2>&1",
-                   shell=True, check=False)
+    subprocess.run(
+        f"docker rm -f $(docker ps -aq --filter label=run_id={rid}) >/dev/null 2>&1; "
+        f"docker volume rm $(docker volume ls -q --filter label=run_id={rid}) >/dev/null 2>&1",
+        shell=True,
+        check=False,
+    )
 
 
 def runner_log(runner) -> list[dict]:

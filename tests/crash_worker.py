@@ -24,16 +24,28 @@ async def pipeline(prompt, base_branch, ctx, *, width: int = 150):
     seed = ctx.rand()  # recorded: the replay must see the same value
     gens = [ctx.run({"prompt": f"gen {i}"}, key=ctx.key("gen", i)) for i in range(width)]
     ok, failed = await ctx.wait_all(gens, tolerate_failures=True)
-    scores = [ctx.run({"prompt": f"score {r['final_message']}", "import_policy": "never"},
-                      key=ctx.key("score", r["instance_id"])) for r in ok]
+    scores = [
+        ctx.run(
+            {"prompt": f"score {r['final_message']}", "import_policy": "never"}, key=ctx.key("score", r["instance_id"])
+        )
+        for r in ok
+    ]
     scored = await ctx.wait_all(scores)
     ranked = sorted(zip(scored, ok, strict=True), key=lambda p: (p[0]["final_message"], p[1]["key"]))
     top = [p[1] for p in ranked[:10]]
     await ctx.sleep(0.01)
-    refine = await ctx.wait_all([ctx.run({"prompt": f"refine {t['final_message']} {seed:.6f}"},
-                                         key=ctx.key("refine", t["instance_id"])) for t in top])
-    return {"failed": sorted(f.key for f in failed), "top": [t["key"] for t in top],
-            "refined": [r["final_message"] for r in refine], "seed": seed}
+    refine = await ctx.wait_all(
+        [
+            ctx.run({"prompt": f"refine {t['final_message']} {seed:.6f}"}, key=ctx.key("refine", t["instance_id"]))
+            for t in top
+        ]
+    )
+    return {
+        "failed": sorted(f.key for f in failed),
+        "top": [t["key"] for t in top],
+        "refined": [r["final_message"] for r in refine],
+        "seed": seed,
+    }
 
 
 def script(calls):
@@ -42,8 +54,10 @@ def script(calls):
         calls.flush()
         if req.prompt == "gen 7":
             from orchestrator.engine.testing import failure
+
             return failure(req, error_type="api", message="permanently rate limited")
         return success(req, final_message=f"msg-{short8(req.prompt)}")
+
     return run
 
 

@@ -14,17 +14,35 @@ from orchestrator.fingerprint import TaskDefaults
 from orchestrator.runner import AuthConfig, DockerRunner, RetryConfig
 
 
-async def run_with_docker(tmp_path: Path, repo: Path, fn, *, params=None, prompt="do it", run_id="run_d",
-                          strategy_name="test", runs=1, max_parallel=4, cancel_after: float | None = None,
-                          plugin="claude-code"):
+async def run_with_docker(
+    tmp_path: Path,
+    repo: Path,
+    fn,
+    *,
+    params=None,
+    prompt="do it",
+    run_id="run_d",
+    strategy_name="test",
+    runs=1,
+    max_parallel=4,
+    cancel_after: float | None = None,
+    plugin="claude-code",
+):
     import anyio
 
     cfg = EngineConfig(
-        run_id=run_id, repo_path=str(repo), strategy_name=strategy_name, logs_dir=str(tmp_path / "logs"),
-        state_dir=str(tmp_path / "state"), results_dir=str(tmp_path / "results"), max_parallel=max_parallel,
+        run_id=run_id,
+        repo_path=str(repo),
+        strategy_name=strategy_name,
+        logs_dir=str(tmp_path / "logs"),
+        state_dir=str(tmp_path / "state"),
+        results_dir=str(tmp_path / "results"),
+        max_parallel=max_parallel,
         defaults=TaskDefaults(plugin_name=plugin, container_cpus=1, container_memory="1g", timeout_seconds=120),
-        runner_options={"docker_image": TEST_IMAGE,
-                        "retry_config": RetryConfig(max_attempts=3, backoff_base_s=0.2, backoff_factor=2, backoff_max_s=1)},
+        runner_options={
+            "docker_image": TEST_IMAGE,
+            "retry_config": RetryConfig(max_attempts=3, backoff_base_s=0.2, backoff_factor=2, backoff_max_s=1),
+        },
     )
     runner = DockerRunner(auth=AuthConfig(api_key="sk-test-not-a-real-key-000000"), logs_dir=tmp_path / "logs" / run_id)
     engine = Engine(cfg, runner)

@@ -8,8 +8,14 @@ from orchestrator.engine.engine import Engine, EngineConfig
 
 
 def make_config(tmp_path: Path, run_id: str = "run_t", **kw) -> EngineConfig:
-    return EngineConfig(run_id=run_id, repo_path=str(tmp_path), logs_dir=str(tmp_path / "logs"),
-                        state_dir=str(tmp_path / "state"), results_dir=str(tmp_path / "results"), **kw)
+    return EngineConfig(
+        run_id=run_id,
+        repo_path=str(tmp_path),
+        logs_dir=str(tmp_path / "logs"),
+        state_dir=str(tmp_path / "state"),
+        results_dir=str(tmp_path / "results"),
+        **kw,
+    )
 
 
 async def run_engine(tmp_path, fn, runner, *, params=None, runs=1, **kw):

@@ -53,22 +53,41 @@ def ensure_image() -> str:
         for rel in INPUTS:
             (Path(ctx) / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(REPO_ROOT / rel, Path(ctx) / rel)
-        subprocess.run(["docker", "build", "-q", "-f", "docker/Dockerfile.fidelity", "--build-arg",
-                        f"BASE={FIDELITY_BASE}", "--label", f"{LABEL_KEY}={want}", "-t", FIDELITY_IMAGE, "."],
-                       cwd=ctx, check=True, capture_output=True)
+        subprocess.run(
+            [
+                "docker",
+                "build",
+                "-q",
+                "-f",
+                "docker/Dockerfile.fidelity",
+                "--build-arg",
+                f"BASE={FIDELITY_BASE}",
+                "--label",
+                f"{LABEL_KEY}={want}",
+                "-t",
+                FIDELITY_IMAGE,
+                ".",
+            ],
+            cwd=ctx,
+            check=True,
+            capture_output=True,
+        )
     return FIDELITY_IMAGE
 
 
 def fidelity_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     # Both CLIs are pointed at the in-container server the way a user points
     # them at any endpoint: the plugins turn these into the CLI's own settings.
-    return cli_env(tmp_path, ANTHROPIC_BASE_URL=API, OPENAI_API_KEY=OPENAI_KEY, OPENAI_BASE_URL=f"{API}/v1",
-                   **extra)
+    return cli_env(tmp_path, ANTHROPIC_BASE_URL=API, OPENAI_API_KEY=OPENAI_KEY, OPENAI_BASE_URL=f"{API}/v1", **extra)
 
 
 def run_orchestrator(tmp_path: Path, repo: Path, plugin: str, prompt: str, *args: str, env=None, timeout=240):
-    return run_cli([prompt, "--plugin", plugin, "--model", MODELS[plugin], "--docker-image", FIDELITY_IMAGE,
-                    "--no-tui", *args], cwd=repo, env=env or fidelity_env(tmp_path), timeout=timeout)
+    return run_cli(
+        [prompt, "--plugin", plugin, "--model", MODELS[plugin], "--docker-image", FIDELITY_IMAGE, "--no-tui", *args],
+        cwd=repo,
+        env=env or fidelity_env(tmp_path),
+        timeout=timeout,
+    )
 
 
 def events(tmp_path: Path, run_id: str) -> list[dict]:
@@ -89,13 +108,32 @@ def one(evs: list[dict], kind: str) -> dict:
 
 def server_requests(run_id: str) -> list[dict]:
     """What the scripted API recorded, read from the run's session volume."""
-    vols = subprocess.run(["docker", "volume", "ls", "-q", "--filter", f"name=orc_home_{run_id}"], capture_output=True,
-                          text=True, check=True).stdout.split()
+    vols = subprocess.run(
+        ["docker", "volume", "ls", "-q", "--filter", f"name=orc_home_{run_id}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     vols = [v for v in vols if v.startswith(f"orc_home_{run_id}_g")]  # not run ids that extend this one
     assert len(vols) == 1, vols
-    out = subprocess.run(["docker", "run", "--rm", "--network", "none", "-v", f"{vols[0]}:/h:ro", "--entrypoint",
-                          "cat", FIDELITY_IMAGE, "/h/.fidelity/requests.jsonl"], capture_output=True, text=True,
-                         check=True).stdout
+    out = subprocess.run(
+        [
+            "docker",
+            "run",
+            "--rm",
+            "--network",
+            "none",
+            "-v",
+            f"{vols[0]}:/h:ro",
+            "--entrypoint",
+            "cat",
+            FIDELITY_IMAGE,
+            "/h/.fidelity/requests.jsonl",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return [json.loads(line) for line in out.splitlines() if line.strip()]
 
 
@@ -115,12 +153,14 @@ def remove_run_resources(state_dir: Path) -> None:
     if not state_dir.exists():
         return
     for run in (p.name for p in state_dir.iterdir() if p.is_dir()):
-        ids = subprocess.run(["docker", "ps", "-aq", "--filter", f"label=run_id={run}"], capture_output=True,
-                             text=True).stdout.split()
+        ids = subprocess.run(
+            ["docker", "ps", "-aq", "--filter", f"label=run_id={run}"], capture_output=True, text=True
+        ).stdout.split()
         if ids:
             subprocess.run(["docker", "rm", "-f", *ids], capture_output=True)
-        vols = subprocess.run(["docker", "volume", "ls", "-q", "--filter", f"name=orc_home_{run}_g"],
-                              capture_output=True, text=True).stdout.split()
+        vols = subprocess.run(
+            ["docker", "volume", "ls", "-q", "--filter", f"name=orc_home_{run}_g"], capture_output=True, text=True
+        ).stdout.split()
         vols = [v for v in vols if v.startswith(f"orc_home_{run}_g")]
         if vols:
             subprocess.run(["docker", "volume", "rm", "-f", *vols], capture_output=True)

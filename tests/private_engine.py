@@ -103,8 +103,9 @@ class PrivateEngine:
         return env
 
     def docker(self, *args: str, check: bool = False, timeout: float = 600) -> subprocess.CompletedProcess:
-        return subprocess.run(["docker", "-H", self.url, *args], capture_output=True, text=True,
-                              check=check, timeout=timeout)
+        return subprocess.run(
+            ["docker", "-H", self.url, *args], capture_output=True, text=True, check=check, timeout=timeout
+        )
 
     def answering(self) -> bool:
         try:
@@ -129,10 +130,22 @@ class PrivateEngine:
             self._make_bridge()
         config = self.root / "daemon.json"
         config.write_text(json.dumps({}))  # never the host's /etc/docker/daemon.json
-        args = ["dockerd", "--config-file", str(config), "--host", self.url,
-                "--data-root", str(self.root / "data"), "--exec-root", str(self.root / "exec"),
-                "--pidfile", str(self.pidfile), f"--bridge={self.bridge}", "--iptables=false",
-                "--ip-masq=false"]
+        args = [
+            "dockerd",
+            "--config-file",
+            str(config),
+            "--host",
+            self.url,
+            "--data-root",
+            str(self.root / "data"),
+            "--exec-root",
+            str(self.root / "exec"),
+            "--pidfile",
+            str(self.pidfile),
+            f"--bridge={self.bridge}",
+            "--iptables=false",
+            "--ip-masq=false",
+        ]
         with open(self.log, "ab") as log:
             proc = subprocess.Popen(args, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
         self.pid = proc.pid
@@ -204,8 +217,9 @@ class PrivateEngine:
     def load_image(self, image: str, source_env: dict[str, str] | None = None) -> None:
         """``docker save IMAGE | docker -H private load`` from the host engine."""
         save = subprocess.Popen(["docker", "save", image], stdout=subprocess.PIPE, env=source_env)
-        load = subprocess.run(["docker", "-H", self.url, "load", "-q"], stdin=save.stdout, capture_output=True,
-                              text=True, timeout=900)
+        load = subprocess.run(
+            ["docker", "-H", self.url, "load", "-q"], stdin=save.stdout, capture_output=True, text=True, timeout=900
+        )
         save.stdout.close()
         if save.wait(timeout=60) != 0 or load.returncode != 0:
             raise RuntimeError(f"docker save | docker load of {image} failed: {load.stderr.strip()}")
@@ -218,8 +232,11 @@ class PrivateEngine:
         finally:
             self._delete_bridge()
             # Whatever the engine left mounted under its roots must go before the files.
-            mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()
-                      if line.split()[1].startswith(str(self.root))]
+            mounts = [
+                line.split()[1]
+                for line in Path("/proc/mounts").read_text().splitlines()
+                if line.split()[1].startswith(str(self.root))
+            ]
             for mount in sorted(mounts, key=len, reverse=True):
                 _cmd("umount", "-l", mount, check=False)
             shutil.rmtree(self.root, ignore_errors=True)

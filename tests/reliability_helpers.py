@@ -34,8 +34,14 @@ IMG = ["--docker-image", TEST_IMAGE]
 def start_cli(args: list[str], *, cwd: Path, env: dict[str, str], out: Path) -> subprocess.Popen:
     """Start the command with stdout/stderr in files (a killed process never blocks a pipe)."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    return subprocess.Popen([ORCH, *args], cwd=cwd, env=env, stdout=open(out.with_suffix(".out"), "wb"),
-                            stderr=open(out.with_suffix(".err"), "wb"), start_new_session=True)
+    return subprocess.Popen(
+        [ORCH, *args],
+        cwd=cwd,
+        env=env,
+        stdout=open(out.with_suffix(".out"), "wb"),
+        stderr=open(out.with_suffix(".err"), "wb"),
+        start_new_session=True,
+    )
 
 
 def finish(proc: subprocess.Popen, out: Path, timeout: float = 180) -> tuple[int, str, str]:
@@ -165,7 +171,9 @@ def normalized_branches(repo: Path, events, run_id: str, strategy: str) -> dict[
     # tree-beam's after-run hook deletes the rejected candidates' branches it listed
     results = repo.parent / "results" / run_id / "strategy_output"
     listed = results / "delete_branches.txt"
-    deleted = {ln.split(" ", 1)[0] for ln in listed.read_text().splitlines() if ln.strip()} if listed.exists() else set()
+    deleted = (
+        {ln.split(" ", 1)[0] for ln in listed.read_text().splitlines() if ln.strip()} if listed.exists() else set()
+    )
     assert set(trees) == set(by_branch) - deleted, (sorted(trees), sorted(by_branch), sorted(deleted))
     return {by_branch[name]: tree for name, tree in trees.items()}
 

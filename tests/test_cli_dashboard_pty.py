@@ -28,8 +28,10 @@ def _terminal(tmp_path, sessions):  # noqa: F811  (pytest passes the imported fi
 def test_dashboard_during_a_real_run_then_summary_and_clean_terminal(tmp_path, sessions):  # noqa: F811
     repo, exports, name = _terminal(tmp_path, sessions)
     prompt = "SIM: write a.txt hi\\nSIM: commit a\\nSIM: sleep 4\\nSIM: print finished"
-    cmd = (f"cd {repo} && export {exports} && {ORCH} \"$(printf '{prompt}')\" --runs 2 --max-parallel 2 "
-           f"--docker-image {TEST_IMAGE}; echo EXIT=$?")
+    cmd = (
+        f"cd {repo} && export {exports} && {ORCH} \"$(printf '{prompt}')\" --runs 2 --max-parallel 2 "
+        f"--docker-image {TEST_IMAGE}; echo EXIT=$?"
+    )
     tmux("send-keys", "-t", name, cmd, "Enter")
     # wait for the strategy's own section, not just the first (empty) frame
     live = wait_for(name, lambda s: "simple" in s and "[detailed]" in s and "EXIT=" not in s, timeout=60)
@@ -46,21 +48,36 @@ def test_dashboard_during_a_real_run_then_summary_and_clean_terminal(tmp_path, s
     follow = f"{name}-f"
     sessions.append(follow)
     tmux("new-session", "-d", "-s", follow, "-x", "140", "-y", "45", "bash --norc --noprofile")
-    tmux("send-keys", "-t", follow, f"cd {repo} && export {exports} && {ORCH} --show-run {run_id} --follow; "
-         "echo EXIT=$?", "Enter")
+    tmux(
+        "send-keys",
+        "-t",
+        follow,
+        f"cd {repo} && export {exports} && {ORCH} --show-run {run_id} --follow; echo EXIT=$?",
+        "Enter",
+    )
     wait_for(follow, lambda s: run_id in s and "[detailed]" in s, timeout=30)
     tmux("send-keys", "-t", follow, "q")
     wait_for(follow, lambda s: "EXIT=0" in s, timeout=15)
-    assert subprocess.run(["git", "branch", "--list", "simple_*"], cwd=repo, capture_output=True,
-                          text=True).stdout.count("simple_") == 2
+    assert (
+        subprocess.run(["git", "branch", "--list", "simple_*"], cwd=repo, capture_output=True, text=True).stdout.count(
+            "simple_"
+        )
+        == 2
+    )
 
 
 def test_ctrl_c_under_the_dashboard_acknowledges_at_once_and_exits_130(tmp_path, sessions):  # noqa: F811
     import time
 
     repo, exports, name = _terminal(tmp_path, sessions)
-    tmux("send-keys", "-t", name, f"cd {repo} && export {exports} && {ORCH} 'SIM: sleep 60' --runs 2 "
-         f"--max-parallel 2 --docker-image {TEST_IMAGE}; echo EXIT=$?", "Enter")
+    tmux(
+        "send-keys",
+        "-t",
+        name,
+        f"cd {repo} && export {exports} && {ORCH} 'SIM: sleep 60' --runs 2 "
+        f"--max-parallel 2 --docker-image {TEST_IMAGE}; echo EXIT=$?",
+        "Enter",
+    )
     wait_for(name, lambda s: "simple" in s and "[detailed]" in s and "2 running" in s, timeout=60)
     t0 = time.monotonic()
     tmux("send-keys", "-t", name, "C-c")

@@ -41,27 +41,44 @@ CASES = {
     "bad_base_name": (lambda t, r: (["do it", "--base-branch", "--upload-pack=x"], {}), []),
     "unknown_strategy": (lambda t, r: (["do it", "--strategy", "best-of-five"], {}), ["best-of-five", "best-of-n"]),
     "missing_file": (lambda t, r: (["do it", "--strategy", str(t / "nope.py")], {}), ["does not exist"]),
-    "syntax_error": (lambda t, r: (["do it", "--strategy",
-                                    str(write(t / "bad.py", "async def strategy(p, b, ctx):\n    return (\n"))], {}),
-                     ["bad.py:", "syntax error"]),
-    "no_strategy_fn": (lambda t, r: (["do it", "--strategy", str(write(t / "empty.py", "X = 1\n"))], {}),
-                       ["no strategy function"]),
+    "syntax_error": (
+        lambda t, r: (
+            ["do it", "--strategy", str(write(t / "bad.py", "async def strategy(p, b, ctx):\n    return (\n"))],
+            {},
+        ),
+        ["bad.py:", "syntax error"],
+    ),
+    "no_strategy_fn": (
+        lambda t, r: (["do it", "--strategy", str(write(t / "empty.py", "X = 1\n"))], {}),
+        ["no strategy function"],
+    ),
     "unknown_param": (lambda t, r: (["do it", "--strategy", "simple", "-S", "n=3"], {}), ["'n'", "import_policy"]),
-    "bad_param_type": (lambda t, r: (["do it", "--strategy", "simple", "-S", "import_policy=sometimes"], {}), ["import_policy"]),
+    "bad_param_type": (
+        lambda t, r: (["do it", "--strategy", "simple", "-S", "import_policy=sometimes"], {}),
+        ["import_policy"],
+    ),
     "param_missing_equals": (lambda t, r: (["do it", "-S", "import_policy"], {}), ["missing '='"]),
-    "malformed_yaml": (lambda t, r: (["do it", "--config", str(write(t / "c.yaml", "runner: [unclosed\n"))], {}),
-                       ["c.yaml", "YAML"]),
+    "malformed_yaml": (
+        lambda t, r: (["do it", "--config", str(write(t / "c.yaml", "runner: [unclosed\n"))], {}),
+        ["c.yaml", "YAML"],
+    ),
     "malformed_json": (lambda t, r: (["do it", "--config", str(write(t / "c.json", "{nope"))], {}), ["c.json", "JSON"]),
-    "unknown_config_key": (lambda t, r: (["do it", "--config", str(write(t / "c.yaml", "runner:\n  cpu_count: 3\n"))], {}),
-                           ["runner.cpu_count", "c.yaml"]),
-    "config_wrong_type": (lambda t, r: (["do it", "--config", str(write(t / "c.yaml", "runner:\n  container_cpu: lots\n"))], {}),
-                          ["container_cpu"]),
+    "unknown_config_key": (
+        lambda t, r: (["do it", "--config", str(write(t / "c.yaml", "runner:\n  cpu_count: 3\n"))], {}),
+        ["runner.cpu_count", "c.yaml"],
+    ),
+    "config_wrong_type": (
+        lambda t, r: (["do it", "--config", str(write(t / "c.yaml", "runner:\n  container_cpu: lots\n"))], {}),
+        ["container_cpu"],
+    ),
     "env_unknown_key": (lambda t, r: (["do it"], {"ORCHESTRATOR_RUNNER__NOPE": "1"}), ["ORCHESTRATOR_RUNNER__NOPE"]),
     "unknown_model": (lambda t, r: (["do it", "--model", "gpt-17"], {}), ["gpt-17"]),
     "unknown_plugin": (lambda t, r: (["do it", "--plugin", "cursor"], {}), ["cursor", "claude-code"]),
     "docker_unreachable": (lambda t, r: (["do it"], {"DOCKER_HOST": "unix:///nonexistent/docker.sock"}), ["Docker"]),
-    "missing_image": (lambda t, r: (["do it", "--docker-image", "no-such-image:42"], {}),
-                      ["no-such-image:42", "setup-docker.sh"]),
+    "missing_image": (
+        lambda t, r: (["do it", "--docker-image", "no-such-image:42"], {}),
+        ["no-such-image:42", "setup-docker.sh"],
+    ),
     "missing_credentials": (lambda t, r: (["do it"], {"ANTHROPIC_API_KEY": ""}), ["ANTHROPIC_API_KEY"]),
     "resume_unknown": (lambda t, r: (["--resume", "run_19990101_000000"], {}), ["run_19990101_000000"]),
     "max_parallel_zero": (lambda t, r: (["do it", "--max-parallel", "0"], {}), ["--max-parallel"]),
@@ -72,15 +89,24 @@ CASES = {
     "unknown_flag": (lambda t, r: (["do it", "--frobnicate"], {}), ["--frobnicate"]),
     "resume_fresh_alone": (lambda t, r: (["do it", "--resume-fresh"], {}), ["--resume"]),
     # a resumed run keeps its configuration: a flag that would change it is named, before anything else
-    "resume_with_model": (lambda t, r: (["--resume", "run_19990101_000000", "--model", "opus"], {}),
-                          ["--model", "cannot be used with --resume", "--max-parallel"]),
-    "resume_with_params": (lambda t, r: (["--resume", "run_19990101_000000", "-S", "n=2", "--strategy", "best-of-n"], {}),
-                           ["--strategy, -S", "cannot be used with --resume"]),
+    "resume_with_model": (
+        lambda t, r: (["--resume", "run_19990101_000000", "--model", "opus"], {}),
+        ["--model", "cannot be used with --resume", "--max-parallel"],
+    ),
+    "resume_with_params": (
+        lambda t, r: (["--resume", "run_19990101_000000", "-S", "n=2", "--strategy", "best-of-n"], {}),
+        ["--strategy, -S", "cannot be used with --resume"],
+    ),
     "resume_with_config": (lambda t, r: (["--resume", "run_19990101_000000", "--config", "x.yaml"], {}), ["--config"]),
     "resume_with_prompt": (lambda t, r: (["do it", "--resume", "run_19990101_000000"], {}), ["prompt", "--resume"]),
     # flags that cannot change a result are accepted: the error is about the unknown run
-    "resume_allowed_flags": (lambda t, r: (["--resume", "run_19990101_000000", "--resume-fresh", "--max-parallel", "3",
-                                            "--quiet", "--debug"], {}), ["no run 'run_19990101_000000'"]),
+    "resume_allowed_flags": (
+        lambda t, r: (
+            ["--resume", "run_19990101_000000", "--resume-fresh", "--max-parallel", "3", "--quiet", "--debug"],
+            {},
+        ),
+        ["no run 'run_19990101_000000'"],
+    ),
 }
 
 
@@ -98,8 +124,14 @@ def test_bad_input_gets_one_line_and_exit_2(case, tmp_path, repo):
 @pytest.mark.docker
 def test_resume_of_a_live_run_is_refused(tmp_path, repo):
     env = cli_env(tmp_path)
-    proc = subprocess.Popen([*__import__("cli_helpers").ORCH.split(), "SIM: sleep 30", "--no-tui", *IMG],
-                            cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [*__import__("cli_helpers").ORCH.split(), "SIM: sleep 30", "--no-tui", *IMG],
+        cwd=repo,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         import time
 
@@ -124,8 +156,30 @@ def test_resume_of_a_live_run_is_refused(tmp_path, repo):
 def test_help_lists_every_flag(tmp_path):
     result = run_cli(["--help"], cwd=tmp_path, env=cli_env(tmp_path))
     assert result.returncode == 0
-    for flag in ["--strategy", "-S", "--runs", "--repo", "--base-branch", "--model", "--plugin", "--docker-image",
-                 "--max-parallel", "--config", "--mode", "--safe-fsync", "--require-clean-wt", "--no-tui", "--json",
-                 "--quiet", "--resume", "--resume-fresh", "--list-runs", "--show-run", "--cleanup-run",
-                 "--clean-containers", "--dry-run", "--force"]:
+    for flag in [
+        "--strategy",
+        "-S",
+        "--runs",
+        "--repo",
+        "--base-branch",
+        "--model",
+        "--plugin",
+        "--docker-image",
+        "--max-parallel",
+        "--config",
+        "--mode",
+        "--safe-fsync",
+        "--require-clean-wt",
+        "--no-tui",
+        "--json",
+        "--quiet",
+        "--resume",
+        "--resume-fresh",
+        "--list-runs",
+        "--show-run",
+        "--cleanup-run",
+        "--clean-containers",
+        "--dry-run",
+        "--force",
+    ]:
         assert flag in result.stdout, flag

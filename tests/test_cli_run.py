@@ -60,14 +60,18 @@ def test_full_run_with_two_executions(tmp_path, repo):
 
 
 def test_prompt_reaches_the_agent_byte_for_byte(tmp_path, repo):
-    prompt = 'Say "hi" and \'bye\'\n\ttabs, $HOME, `backticks`, emoji 🚀🧪, ünïcödé\n' + ("0123456789abcdef" * 6400)
+    prompt = "Say \"hi\" and 'bye'\n\ttabs, $HOME, `backticks`, emoji 🚀🧪, ünïcödé\n" + ("0123456789abcdef" * 6400)
     assert len(prompt.encode()) > 100_000
     result = run_cli([prompt, "--no-tui", *IMG], cwd=repo, env=cli_env(tmp_path))
     assert result.returncode == 0, result.stderr
     run_id = only_run_id(tmp_path)
     volume = session_volume_name(run_id, ghash(f"{run_id}/s1/task"))
-    record = subprocess.run(["docker", "run", "--rm", "-v", f"{volume}:/h", TEST_IMAGE, "cat", "/h/.sim-agent/executions.jsonl"],
-                            capture_output=True, text=True, check=True).stdout
+    record = subprocess.run(
+        ["docker", "run", "--rm", "-v", f"{volume}:/h", TEST_IMAGE, "cat", "/h/.sim-agent/executions.jsonl"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     executions = [json.loads(line) for line in record.splitlines()]
     assert [e["prompt_sha256"] for e in executions] == [hashlib.sha256(prompt.encode()).hexdigest()]
     subprocess.run(["docker", "volume", "rm", "-f", volume], capture_output=True)
@@ -82,8 +86,9 @@ def test_failed_strategy_exits_1_with_the_failure_in_the_summary(tmp_path, repo)
 
 
 def test_dry_run_needs_no_credentials_and_says_so(tmp_path, repo):
-    result = run_cli(["add a greeting", "--dry-run", "--no-tui", *IMG], cwd=repo,
-                     env=cli_env(tmp_path, ANTHROPIC_API_KEY=""))
+    result = run_cli(
+        ["add a greeting", "--dry-run", "--no-tui", *IMG], cwd=repo, env=cli_env(tmp_path, ANTHROPIC_API_KEY="")
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[0].startswith("DRY RUN")
     summary = json.loads((tmp_path / "results" / only_run_id(tmp_path) / "summary.json").read_text())
@@ -94,8 +99,14 @@ def test_dry_run_needs_no_credentials_and_says_so(tmp_path, repo):
 def test_sigint_interrupts_and_resume_finishes_without_duplicates(tmp_path, repo):
     env = cli_env(tmp_path)
     prompt = "SIM: write work.txt data\nSIM: commit work\nSIM: sleep 6\nSIM: print finished"
-    proc = subprocess.Popen([ORCH, prompt, "--runs", "3", "--max-parallel", "3", "--no-tui", *IMG], cwd=repo, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [ORCH, prompt, "--runs", "3", "--max-parallel", "3", "--no-tui", *IMG],
+        cwd=repo,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
     def started():
         state = tmp_path / "state"
@@ -127,8 +138,9 @@ def test_sigint_interrupts_and_resume_finishes_without_duplicates(tmp_path, repo
     state = json.loads((tmp_path / "state" / run_id / "state.json").read_text())
     assert {t["state"] for t in state["tasks"]} == {"INTERRUPTED"}
     assert all(t["interrupted_at"] for t in state["tasks"])
-    running = subprocess.run(["docker", "ps", "-q", "--filter", f"label=run_id={run_id}"], capture_output=True,
-                             text=True).stdout.split()
+    running = subprocess.run(
+        ["docker", "ps", "-q", "--filter", f"label=run_id={run_id}"], capture_output=True, text=True
+    ).stdout.split()
     assert running == []
     manifest = json.loads((tmp_path / "state" / run_id / "run.json").read_text())
     assert manifest["status"] == "interrupted"
@@ -139,8 +151,12 @@ def test_sigint_interrupts_and_resume_finishes_without_duplicates(tmp_path, repo
     events = list(read_events(events_path))
     sessions = {e.key: e.payload.get("session_id") for e in events if e.type == "task.interrupted"}
     assert all(sessions.values()), sessions  # the agent sessions were captured at interruption
-    resumed = {e.key: e.payload.get("session_id") for e in events if e.type == "task.started"
-               and e.start_offset > max(x.start_offset for x in events if x.type == "task.interrupted")}
+    resumed = {
+        e.key: e.payload.get("session_id")
+        for e in events
+        if e.type == "task.started"
+        and e.start_offset > max(x.start_offset for x in events if x.type == "task.interrupted")
+    }
     assert resumed == sessions  # each task resumed its own agent session
     completed = [e.key for e in events if e.type == "task.completed"]
     assert len(completed) == 3 and len(set(completed)) == 3
@@ -167,15 +183,21 @@ def test_management_commands(tmp_path, repo):
     assert shown.returncode == 0 and f"simple_{run_id}_k" in shown.stdout
     dry = run_cli(["--clean-containers", "--dry-run"], cwd=repo, env=env)
     assert dry.returncode == 0
-    names = subprocess.run(["docker", "ps", "-a", "-q", "--filter", f"label=run_id={run_id}"], capture_output=True,
-                           text=True).stdout.split()
+    names = subprocess.run(
+        ["docker", "ps", "-a", "-q", "--filter", f"label=run_id={run_id}"], capture_output=True, text=True
+    ).stdout.split()
     assert len(names) == 1  # kept (stopped) for retention; dry run removed nothing
     cleaned = run_cli(["--cleanup-run", run_id], cwd=repo, env=env)
     assert cleaned.returncode == 0, cleaned.stderr
-    assert subprocess.run(["docker", "ps", "-a", "-q", "--filter", f"label=run_id={run_id}"], capture_output=True,
-                          text=True).stdout.split() == []
-    volumes = subprocess.run(["docker", "volume", "ls", "-q", "--filter", f"name=orc_home_{run_id}"],
-                             capture_output=True, text=True).stdout.split()
+    assert (
+        subprocess.run(
+            ["docker", "ps", "-a", "-q", "--filter", f"label=run_id={run_id}"], capture_output=True, text=True
+        ).stdout.split()
+        == []
+    )
+    volumes = subprocess.run(
+        ["docker", "volume", "ls", "-q", "--filter", f"name=orc_home_{run_id}"], capture_output=True, text=True
+    ).stdout.split()
     assert volumes == []
     assert not (tmp_path / "state" / run_id).exists()
     gone = run_cli(["--show-run", run_id], cwd=repo, env=env)
@@ -187,16 +209,23 @@ def test_management_commands(tmp_path, repo):
 @pytest.mark.slow
 def test_ctrl_c_with_20_running_containers_exits_130_within_10s(tmp_path, repo):
     env = cli_env(tmp_path)
-    proc = subprocess.Popen([ORCH, "SIM: sleep 60", "--runs", "20", "--max-parallel", "20", "--no-tui", *IMG],
-                            cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [ORCH, "SIM: sleep 60", "--runs", "20", "--max-parallel", "20", "--no-tui", *IMG],
+        cwd=repo,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
     def all_running():
         state = tmp_path / "state"
         runs = [p.name for p in state.iterdir()] if state.exists() else []
         if not runs:
             return None
-        out = subprocess.run(["docker", "ps", "-q", "--filter", f"label=run_id={runs[0]}"], capture_output=True,
-                             text=True).stdout.split()
+        out = subprocess.run(
+            ["docker", "ps", "-q", "--filter", f"label=run_id={runs[0]}"], capture_output=True, text=True
+        ).stdout.split()
         path = tmp_path / "logs" / runs[0] / "runner.jsonl"
         execs = path.read_text().count('"runner.exec.started"') if path.exists() else 0
         return runs[0] if len(out) == 20 and execs == 20 else None
@@ -214,16 +243,20 @@ def test_ctrl_c_with_20_running_containers_exits_130_within_10s(tmp_path, repo):
     assert elapsed < 10, f"took {elapsed:.1f}s"
     events = list(read_events(tmp_path / "logs" / run_id / "events.jsonl"))
     assert [e.type for e in events].count("task.interrupted") == 20
-    assert subprocess.run(["docker", "ps", "-q", "--filter", f"label=run_id={run_id}"], capture_output=True,
-                          text=True).stdout.split() == []
-    names = subprocess.run(["docker", "ps", "-aq", "--filter", f"label=run_id={run_id}"], capture_output=True,
-                           text=True).stdout.split()
+    assert (
+        subprocess.run(
+            ["docker", "ps", "-q", "--filter", f"label=run_id={run_id}"], capture_output=True, text=True
+        ).stdout.split()
+        == []
+    )
+    names = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", f"label=run_id={run_id}"], capture_output=True, text=True
+    ).stdout.split()
     subprocess.run(["docker", "rm", "-f", *names], capture_output=True)
 
 
 def _start_and_interrupt(tmp_path, repo, env, args, n_tasks):
-    proc = subprocess.Popen([ORCH, *args], cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen([ORCH, *args], cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def started():
         state = tmp_path / "state"
@@ -252,14 +285,16 @@ def test_resume_keeps_the_configuration_recorded_when_the_run_started(tmp_path, 
     prompt = "SIM: write work.txt data\nSIM: commit work\nSIM: sleep 8\nSIM: print finished"
     run_id = _start_and_interrupt(tmp_path, repo, env, [prompt, "--runs", "2", "--no-tui", *IMG], 2)
     events_path = tmp_path / "logs" / run_id / "events.jsonl"
-    scheduled = {e.key: e.payload["task_fingerprint_hash"] for e in read_events(events_path)
-                 if e.type == "task.scheduled"}
+    scheduled = {
+        e.key: e.payload["task_fingerprint_hash"] for e in read_events(events_path) if e.type == "task.scheduled"
+    }
     assert len(scheduled) == 2
 
     # Between run and resume: everything that shapes a task's input changes.
     (repo / "orchestrator.yaml").write_text(
         "runner:\n  container_memory: 2g\n  max_turns: 9\n  network_egress: offline\n"
-        "orchestration:\n  import_policy: never\n")
+        "orchestration:\n  import_policy: never\n"
+    )
     del env["ORCHESTRATOR_RUNNER__CONTAINER_CPU"]
     manifest_path = tmp_path / "state" / run_id / "run.json"
     manifest = json.loads(manifest_path.read_text())
@@ -270,9 +305,13 @@ def test_resume_keeps_the_configuration_recorded_when_the_run_started(tmp_path, 
     manifest_path.write_text(json.dumps(manifest))
 
     before = events_path.read_bytes()
-    for flags, named in ((["--model", "opus"], "--model"), (["-S", "import_policy=never"], "-S"),
-                         (["--config", str(repo / "orchestrator.yaml")], "--config"),
-                         (["--docker-image", TEST_IMAGE], "--docker-image"), (["--dry-run"], "--dry-run")):
+    for flags, named in (
+        (["--model", "opus"], "--model"),
+        (["-S", "import_policy=never"], "-S"),
+        (["--config", str(repo / "orchestrator.yaml")], "--config"),
+        (["--docker-image", TEST_IMAGE], "--docker-image"),
+        (["--dry-run"], "--dry-run"),
+    ):
         refused = run_cli(["--resume", run_id, "--no-tui", *flags], cwd=repo, env=env)
         assert refused.returncode == 2, (flags, refused.stderr)
         lines = refused.stderr.strip().splitlines()
@@ -290,8 +329,9 @@ def test_resume_keeps_the_configuration_recorded_when_the_run_started(tmp_path, 
     events = list(read_events(events_path))
     assert {e.key: e.payload["task_fingerprint_hash"] for e in events if e.type == "task.scheduled"} == scheduled
     assert sorted(e.key for e in events if e.type == "task.completed") == sorted(scheduled)  # once each
-    resumed = {e.key: e.payload.get("session_id") for e in events
-               if e.type == "task.started" and e.start_offset >= len(before)}
+    resumed = {
+        e.key: e.payload.get("session_id") for e in events if e.type == "task.started" and e.start_offset >= len(before)
+    }
     interrupted = {e.key: e.payload.get("session_id") for e in events if e.type == "task.interrupted"}
     assert len(resumed) == 2 and resumed == interrupted  # each continued the session it had (when one was seen)
     summary = json.loads((tmp_path / "results" / run_id / "summary.json").read_text())

@@ -41,8 +41,12 @@ def test_a_reopened_log_counts_what_is_already_there(tmp_path):
 @pytest.mark.docker
 def test_debug_streams_every_component_log_to_stderr(tmp_path):
     repo = make_repo(tmp_path / "repo")
-    r = run_cli(["SIM: done", "--dry-run", "--no-tui", "--debug", "--docker-image", TEST_IMAGE], cwd=repo,
-                env=cli_env(tmp_path), timeout=300)
+    r = run_cli(
+        ["SIM: done", "--dry-run", "--no-tui", "--debug", "--docker-image", TEST_IMAGE],
+        cwd=repo,
+        env=cli_env(tmp_path),
+        timeout=300,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     components = set()
     for line in r.stderr.splitlines():

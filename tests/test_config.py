@@ -26,33 +26,41 @@ def test_documented_yaml_is_valid_and_matches_defaults(tmp_path):
 
 
 def test_precedence_cli_over_env_over_dotenv_over_file(tmp_path):
-    (tmp_path / "orchestrator.yaml").write_text("runner:\n  container_memory: 1g\n  container_cpu: 1\n"
-                                               "orchestration:\n  default_model: haiku\n  runs: 2\n")
-    (tmp_path / ".env").write_text("ORCHESTRATOR_RUNNER__CONTAINER_MEMORY=2g\nexport ORCHESTRATOR_ORCHESTRATION__RUNS=3\n"
-                                   "ANTHROPIC_API_KEY='sk-from-dotenv-123456'\n")
+    (tmp_path / "orchestrator.yaml").write_text(
+        "runner:\n  container_memory: 1g\n  container_cpu: 1\norchestration:\n  default_model: haiku\n  runs: 2\n"
+    )
+    (tmp_path / ".env").write_text(
+        "ORCHESTRATOR_RUNNER__CONTAINER_MEMORY=2g\nexport ORCHESTRATOR_ORCHESTRATION__RUNS=3\n"
+        "ANTHROPIC_API_KEY='sk-from-dotenv-123456'\n"
+    )
     env = {"ORCHESTRATOR_RUNNER__CONTAINER_MEMORY": "3g"}
-    loaded = load_config(config_file=None, cli_overrides={"orchestration": {"default_model": "opus"}}, cwd=tmp_path,
-                         environ=env)
+    loaded = load_config(
+        config_file=None, cli_overrides={"orchestration": {"default_model": "opus"}}, cwd=tmp_path, environ=env
+    )
     c = loaded.config
-    assert c.runner.container_memory == "3g"          # env beats .env and file
-    assert c.orchestration.runs == 3                  # .env beats file
-    assert c.runner.container_cpu == 1                # file beats defaults, deep merge keeps siblings
-    assert c.orchestration.default_model == "opus"    # CLI beats everything
+    assert c.runner.container_memory == "3g"  # env beats .env and file
+    assert c.orchestration.runs == 3  # .env beats file
+    assert c.runner.container_cpu == 1  # file beats defaults, deep merge keeps siblings
+    assert c.orchestration.default_model == "opus"  # CLI beats everything
     assert loaded.environ["ANTHROPIC_API_KEY"] == "sk-from-dotenv-123456"
 
 
 def test_strategy_defaults_from_env_use_dashed_names(tmp_path):
-    c = load_config(config_file=None, cli_overrides={}, cwd=tmp_path,
-                    environ={"ORCHESTRATOR_STRATEGY__BEST_OF_N__N": "5"}).config
+    c = load_config(
+        config_file=None, cli_overrides={}, cwd=tmp_path, environ={"ORCHESTRATOR_STRATEGY__BEST_OF_N__N": "5"}
+    ).config
     assert c.strategy == {"best-of-n": {"n": 5}}
 
 
-@pytest.mark.parametrize("text,needle", [
-    ("runner:\n  nope: 1\n", "runner.nope"),
-    ("runner:\n  container_cpu: many\n", "container_cpu"),
-    ("events:\n  flush_policy: sometimes\n", "flush_policy"),
-    ("- a list\n", "mapping"),
-])
+@pytest.mark.parametrize(
+    "text,needle",
+    [
+        ("runner:\n  nope: 1\n", "runner.nope"),
+        ("runner:\n  container_cpu: many\n", "container_cpu"),
+        ("events:\n  flush_policy: sometimes\n", "flush_policy"),
+        ("- a list\n", "mapping"),
+    ],
+)
 def test_bad_config_file_names_the_key_and_file(tmp_path, text, needle):
     path = tmp_path / "bad.yaml"
     path.write_text(text)
@@ -63,7 +71,9 @@ def test_bad_config_file_names_the_key_and_file(tmp_path, text, needle):
 
 def test_bad_environment_variable_is_named(tmp_path):
     with pytest.raises(ConfigError, match="ORCHESTRATOR_RUNNER__CONTAINER_CPU"):
-        load_config(config_file=None, cli_overrides={}, cwd=tmp_path, environ={"ORCHESTRATOR_RUNNER__CONTAINER_CPU": "x"})
+        load_config(
+            config_file=None, cli_overrides={}, cwd=tmp_path, environ={"ORCHESTRATOR_RUNNER__CONTAINER_CPU": "x"}
+        )
 
 
 def test_auth_mode_selection():
@@ -97,12 +107,24 @@ def test_summary_never_offers_to_merge_the_base_branch(tmp_path):
     from orchestrator.runs import RunManifest
     from orchestrator.state import RunState, StrategyState
 
-    manifest = RunManifest(run_id="run_x", created_at="t", prompt="p", strategy_spec="evolve", strategy_name="evolve",
-                           params={}, runs=1, repo_path="/r", base_branch="main", model="sonnet",
-                           plugin="claude-code", docker_image="claude-code", max_parallel=2, status="completed")
+    manifest = RunManifest(
+        run_id="run_x",
+        created_at="t",
+        prompt="p",
+        strategy_spec="evolve",
+        strategy_name="evolve",
+        params={},
+        runs=1,
+        repo_path="/r",
+        base_branch="main",
+        model="sonnet",
+        plugin="claude-code",
+        docker_image="claude-code",
+        max_parallel=2,
+        status="completed",
+    )
     state = RunState(run_id="run_x")
-    state.strategies["s1"] = StrategyState(id="s1", name="evolve", status="success",
-                                           result={"final_branch": "main"})
+    state.strategies["s1"] = StrategyState(id="s1", name="evolve", status="success", result={"final_branch": "main"})
     summary = build_summary(manifest, state)
     assert summary["final_branches"] == []
     text = render_summary(summary, results_path=tmp_path)
@@ -112,25 +134,37 @@ def test_summary_never_offers_to_merge_the_base_branch(tmp_path):
 def test_spec_forms_of_the_configuration_are_accepted(tmp_path):
     (tmp_path / "orchestrator.yaml").write_text(
         "events:\n  flush_policy:\n    mode: per_event\n    interval_ms: 20\n    max_batch: 64\n"
-        "orchestration:\n  max_parallel_instances: 3\n")
-    loaded = load_config(config_file=None, cli_overrides={}, cwd=tmp_path,
-                         environ={"ORCHESTRATOR_TUI__REFRESH_RATE": "100"})
+        "orchestration:\n  max_parallel_instances: 3\n"
+    )
+    loaded = load_config(
+        config_file=None, cli_overrides={}, cwd=tmp_path, environ={"ORCHESTRATOR_TUI__REFRESH_RATE": "100"}
+    )
     c = loaded.config
     assert (c.events.flush_policy, c.events.interval_ms, c.events.max_batch) == ("per_event", 20, 64)
-    assert c.tui.refresh_hz == 10.0                   # 100 ms per frame
+    assert c.tui.refresh_hz == 10.0  # 100 ms per frame
     assert c.orchestration.max_parallel_tasks == 3
     assert len(loaded.warnings) == 1 and "max_parallel_instances is deprecated" in loaded.warnings[0]
 
 
 def test_nested_flush_policy_from_the_environment_and_its_precedence(tmp_path):
     (tmp_path / "orchestrator.yaml").write_text("events:\n  flush_policy: per_event\n  interval_ms: 5\n")
-    c = load_config(config_file=None, cli_overrides={}, cwd=tmp_path,
-                    environ={"ORCHESTRATOR_EVENTS__FLUSH_POLICY__MODE": "interval",
-                             "ORCHESTRATOR_EVENTS__FLUSH_POLICY__MAX_BATCH": "9"}).config
+    c = load_config(
+        config_file=None,
+        cli_overrides={},
+        cwd=tmp_path,
+        environ={
+            "ORCHESTRATOR_EVENTS__FLUSH_POLICY__MODE": "interval",
+            "ORCHESTRATOR_EVENTS__FLUSH_POLICY__MAX_BATCH": "9",
+        },
+    ).config
     assert (c.events.flush_policy, c.events.interval_ms, c.events.max_batch) == ("interval", 5, 9)
     # --safe-fsync (the command line) beats the nested form in the environment.
-    c = load_config(config_file=None, cli_overrides={"events": {"flush_policy": "per_event"}}, cwd=tmp_path,
-                    environ={"ORCHESTRATOR_EVENTS__FLUSH_POLICY__MODE": "interval"}).config
+    c = load_config(
+        config_file=None,
+        cli_overrides={"events": {"flush_policy": "per_event"}},
+        cwd=tmp_path,
+        environ={"ORCHESTRATOR_EVENTS__FLUSH_POLICY__MODE": "interval"},
+    ).config
     assert c.events.flush_policy == "per_event"
 
 
@@ -138,22 +172,30 @@ def test_command_line_max_parallel_beats_the_deprecated_alias(tmp_path):
     from orchestrator.launch import _max_parallel
 
     (tmp_path / "orchestrator.yaml").write_text("orchestration:\n  max_parallel_instances: 4\n")
-    loaded = load_config(config_file=None, cli_overrides={"orchestration": {"max_parallel_tasks": 8}}, cwd=tmp_path,
-                         environ={})
+    loaded = load_config(
+        config_file=None, cli_overrides={"orchestration": {"max_parallel_tasks": 8}}, cwd=tmp_path, environ={}
+    )
     assert _max_parallel(loaded.config) == 8
     # The alias in the environment beats the canonical key in the file (a higher source).
     (tmp_path / "orchestrator.yaml").write_text("orchestration:\n  max_parallel_tasks: 2\n")
-    loaded = load_config(config_file=None, cli_overrides={}, cwd=tmp_path,
-                         environ={"ORCHESTRATOR_ORCHESTRATION__MAX_PARALLEL_INSTANCES": "5"})
+    loaded = load_config(
+        config_file=None,
+        cli_overrides={},
+        cwd=tmp_path,
+        environ={"ORCHESTRATOR_ORCHESTRATION__MAX_PARALLEL_INSTANCES": "5"},
+    )
     assert _max_parallel(loaded.config) == 5
     assert len(loaded.warnings) == 1
 
 
-@pytest.mark.parametrize("text,needle", [
-    ("events:\n  flush_policy:\n    mode: sometimes\n", "flush_policy"),
-    ("events:\n  flush_policy:\n    every: 3\n", "events.flush_policy.every"),
-    ("tui:\n  refresh_rate: 0\n", "tui.refresh_rate"),
-])
+@pytest.mark.parametrize(
+    "text,needle",
+    [
+        ("events:\n  flush_policy:\n    mode: sometimes\n", "flush_policy"),
+        ("events:\n  flush_policy:\n    every: 3\n", "events.flush_policy.every"),
+        ("tui:\n  refresh_rate: 0\n", "tui.refresh_rate"),
+    ],
+)
 def test_bad_spec_forms_name_the_key(tmp_path, text, needle):
     path = tmp_path / "bad.yaml"
     path.write_text(text)
@@ -166,10 +208,11 @@ def test_dotenv_inline_comments_quotes_and_bad_lines(tmp_path):
     from orchestrator.config import read_dotenv
 
     env = tmp_path / ".env"
-    env.write_text('ANTHROPIC_API_KEY=sk-abc123 # the team key\nexport NAME="a \\"quoted\\" word"\n'
-                   "RAW='${NOT_EXPANDED}'\n\n# a comment\n")
-    assert read_dotenv(env) == {"ANTHROPIC_API_KEY": "sk-abc123", "NAME": 'a "quoted" word',
-                                "RAW": "${NOT_EXPANDED}"}
+    env.write_text(
+        'ANTHROPIC_API_KEY=sk-abc123 # the team key\nexport NAME="a \\"quoted\\" word"\n'
+        "RAW='${NOT_EXPANDED}'\n\n# a comment\n"
+    )
+    assert read_dotenv(env) == {"ANTHROPIC_API_KEY": "sk-abc123", "NAME": 'a "quoted" word', "RAW": "${NOT_EXPANDED}"}
     env.write_text("GOOD=1\nANTHROPIC_API_KEY sk-typo\n")
     with pytest.raises(ConfigError) as err:
         read_dotenv(env)

@@ -43,8 +43,11 @@ def run_worker(out: Path, calls: Path, *, kill: tuple[str, float] | None):
     t0 = time.monotonic()
     while proc.poll() is None:
         grown = (events.stat().st_size if events.exists() else 0) - start
-        if (how == "bytes" and grown >= amount) or (how == "seconds" and time.monotonic() - t0 >= amount) \
-                or time.monotonic() - t0 > 60:
+        if (
+            (how == "bytes" and grown >= amount)
+            or (how == "seconds" and time.monotonic() - t0 >= amount)
+            or time.monotonic() - t0 > 60
+        ):
             proc.send_signal(signal.SIGKILL)
             proc.wait()
             return False
@@ -57,10 +60,13 @@ def test_sigkill_at_random_moments_never_reruns_durably_completed_tasks(tmp_path
     reference = tmp_path / "reference"
     run_worker(reference, tmp_path / "ref_calls.log", kill=None)
     ref_state = replay(reference / "logs" / "run_t" / "events.jsonl", run_id="run_t")
+
     # ctx.rand() differs between two separate runs, so compare what does not depend on it
     def essentials(state):
-        return {sid: (s.status, s.result["failed"], s.result["top"], len(s.result["refined"]))
-                for sid, s in state.strategies.items()}
+        return {
+            sid: (s.status, s.result["failed"], s.result["top"], len(s.result["refined"]))
+            for sid, s in state.strategies.items()
+        }
 
     expected = essentials(ref_state)
     assert len(ref_state.tasks) > 250
@@ -83,7 +89,9 @@ def test_sigkill_at_random_moments_never_reruns_durably_completed_tasks(tmp_path
             kill = ("bytes", rng.uniform(2_000, 30_000))
         finished = run_worker(out, calls, kill=kill)
         started = {line.split(" ", 1)[1] for line in calls.read_text().splitlines() if line.startswith("start ")}
-        assert not (started & before), f"process {attempt} re-ran durably finished tasks: {sorted(started & before)[:5]}"
+        assert not (started & before), (
+            f"process {attempt} re-ran durably finished tasks: {sorted(started & before)[:5]}"
+        )
         if finished:
             break
         kills += 1
@@ -98,7 +106,9 @@ def test_sigkill_at_random_moments_never_reruns_durably_completed_tasks(tmp_path
     assert essentials(final) == expected
     for sid, strat in final.strategies.items():
         # the seed drawn before the first crash is the one every later process replayed
-        first = next(e for e in read_events(events) if e.type == "strategy.checkpoint" and e.strategy_execution_id == sid)
+        first = next(
+            e for e in read_events(events) if e.type == "strategy.checkpoint" and e.strategy_execution_id == sid
+        )
         assert strat.result["seed"] == first.payload["value"][1]
     per_key = {}
     for e in read_events(events):

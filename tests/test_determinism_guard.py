@@ -93,6 +93,7 @@ def test_strict_mode_raises_naming_the_site(tmp_path, call):
 def test_off_mode_leaves_the_module_alone(tmp_path):
     mod, messages, _ = guarded(tmp_path, "off")
     import time
+
     assert mod.time is time
     mod.via_module()
     assert messages == []

@@ -73,8 +73,18 @@ def _split_stderr(frames: list[bytes]) -> tuple[bytes, int | None]:
     return agent + held, count
 
 
-@pytest.mark.parametrize("agent", [b"", b"plain\n", b"no newline", b"\n\n", b"looks like \n@@orchestrator-unc",
-                                   b"\n@@orchestrator-uncommitted=", b"x\n@@orchestrator-uncommitted=12 not it\n"])
+@pytest.mark.parametrize(
+    "agent",
+    [
+        b"",
+        b"plain\n",
+        b"no newline",
+        b"\n\n",
+        b"looks like \n@@orchestrator-unc",
+        b"\n@@orchestrator-uncommitted=",
+        b"x\n@@orchestrator-uncommitted=12 not it\n",
+    ],
+)
 def test_the_wrappers_count_comes_out_of_stderr_wherever_the_frames_cut_it(agent):
     """However the daemon's reads cut the stream, the agent's stderr is what it wrote and the count is found."""
     stream = agent + b"\n@@orchestrator-uncommitted=37\n"

@@ -55,15 +55,23 @@ def repo(tmp_path: Path) -> Path:
 
 @pytest.fixture
 async def runner(tmp_path: Path):
-    r = DockerRunner(auth=AuthConfig(api_key=SECRET), logs_dir=tmp_path / "logs",
-                     sanitizer=Sanitizer(), pricing={"sonnet": (0.003, 0.015)})
+    r = DockerRunner(
+        auth=AuthConfig(api_key=SECRET),
+        logs_dir=tmp_path / "logs",
+        sanitizer=Sanitizer(),
+        pricing={"sonnet": (0.003, 0.015)},
+    )
     yield r
     await r.aclose()
 
 
 def fields(run_id: str, key: str = "task", **kw):
-    base = dict(run_id=run_id, task_key=key, docker_image=IMAGE,
-                retry_config=RetryConfig(max_attempts=3, backoff_base_s=0.05, backoff_factor=2, backoff_max_s=0.2))
+    base = dict(
+        run_id=run_id,
+        task_key=key,
+        docker_image=IMAGE,
+        retry_config=RetryConfig(max_attempts=3, backoff_base_s=0.05, backoff_factor=2, backoff_max_s=0.2),
+    )
     base.update(kw)
     return base
 
@@ -73,8 +81,12 @@ def inspect(name: str) -> dict:
 
 
 async def test_task_writes_and_commits_branch_is_imported(repo, run_id, runner):
-    res = await run_instance("SIM: write a.txt hi\nSIM: write b.txt one\\ntwo\nSIM: commit add files", repo,
-                             runner=runner, **fields(run_id, branch_name="feat_one"))
+    res = await run_instance(
+        "SIM: write a.txt hi\nSIM: write b.txt one\\ntwo\nSIM: commit add files",
+        repo,
+        runner=runner,
+        **fields(run_id, branch_name="feat_one"),
+    )
     assert res.status == "success", res.error
     art = res.artifact
     assert art is not None and art.has_changes and art.branch_final == "feat_one"
@@ -95,16 +107,24 @@ async def test_task_writes_and_commits_branch_is_imported(repo, run_id, runner):
 
 
 async def test_review_task_cannot_write_workspace_and_gets_no_branch(repo, run_id, runner):
-    res = await run_instance("SIM: exec echo x > /workspace/a.txt\nSIM: fail 1 write failed", repo, runner=runner,
-                             **fields(run_id, import_policy="never", branch_name="rev_b"))
+    res = await run_instance(
+        "SIM: exec echo x > /workspace/a.txt\nSIM: fail 1 write failed",
+        repo,
+        runner=runner,
+        **fields(run_id, import_policy="never", branch_name="rev_b"),
+    )
     assert res.status == "failed"
     assert "read-only" in res.error and "/workspace" in res.error
     assert res.artifact is None
     assert "rev_b" not in git(repo, "branch")
 
     # a review that only reads succeeds with an artifact without changes
-    ok = await run_instance("SIM: print looks good", repo, runner=runner,
-                            **fields(run_id, key="rev2", import_policy="never", branch_name="rev_c"))
+    ok = await run_instance(
+        "SIM: print looks good",
+        repo,
+        runner=runner,
+        **fields(run_id, key="rev2", import_policy="never", branch_name="rev_c"),
+    )
     assert ok.status == "success", ok.error
     assert ok.artifact.has_changes is False and ok.artifact.branch_final is None
     assert ok.artifact.commit == git(repo, "rev-parse", "main").strip()
@@ -115,8 +135,13 @@ async def test_container_cannot_see_host_repo_other_workspaces_or_docker_socket(
     # task A fails, so its workspace stays on the host
     a = await run_instance("", repo, runner=runner, **fields(run_id, key="A", plugin_name="command", command="false"))
     assert a.status == "failed" and await anyio.Path(a.workspace_path).is_dir()
-    probes = [str(repo), a.workspace_path, str(Path(a.workspace_path).parent), "/var/run/docker.sock",
-              "/run/docker.sock"]
+    probes = [
+        str(repo),
+        a.workspace_path,
+        str(Path(a.workspace_path).parent),
+        "/var/run/docker.sock",
+        "/run/docker.sock",
+    ]
     script = "; ".join(f"if test -e '{p}'; then echo VISIBLE:{p}; fi" for p in probes)
     script += "; ls /workspace; git -C /workspace remote"
     b = await run_instance("", repo, runner=runner, **fields(run_id, key="B", plugin_name="command", command=script))
@@ -126,8 +151,9 @@ async def test_container_cannot_see_host_repo_other_workspaces_or_docker_socket(
 
 
 async def test_ratelimited_task_retries_and_resumes_the_same_session(repo, run_id, runner):
-    res = await run_instance("SIM: ratelimit 2\nSIM: write r.txt ok\nSIM: commit r", repo, runner=runner,
-                             **fields(run_id, key="rl"))
+    res = await run_instance(
+        "SIM: ratelimit 2\nSIM: write r.txt ok\nSIM: commit r", repo, runner=runner, **fields(run_id, key="rl")
+    )
     assert res.status == "success", res.error
     assert res.retry_attempts == 2
     events = runner_log(runner)
@@ -140,9 +166,18 @@ async def test_ratelimited_task_retries_and_resumes_the_same_session(repo, run_i
     volumes = {e["volume"] for e in events if e["message"] == "runner.container.ready"}
     assert len(volumes) == 1
     # the sim agent recorded three executions of this task in the session volume
-    check = await run_instance("", repo, runner=runner, **fields(
-        run_id, key="rl-check", session_group_key="rl", plugin_name="command",
-        command="grep -c '\"task_key\": *\"rl\"' /home/node/.sim-agent/executions.jsonl"))
+    check = await run_instance(
+        "",
+        repo,
+        runner=runner,
+        **fields(
+            run_id,
+            key="rl-check",
+            session_group_key="rl",
+            plugin_name="command",
+            command='grep -c \'"task_key": *"rl"\' /home/node/.sim-agent/executions.jsonl',
+        ),
+    )
     assert check.final_message.strip() == "3"
 
 
@@ -157,12 +192,17 @@ async def test_timeout_stops_quickly(repo, run_id, runner):
 
 
 async def test_offline_network_has_only_loopback(repo, run_id, runner):
-    res = await run_instance("", repo, runner=runner, **fields(
-        run_id, plugin_name="command", network_egress="offline", command="ls /sys/class/net"))
+    res = await run_instance(
+        "",
+        repo,
+        runner=runner,
+        **fields(run_id, plugin_name="command", network_egress="offline", command="ls /sys/class/net"),
+    )
     assert res.status == "success", res.error
     assert res.final_message.split() == ["lo"]
-    online = await run_instance("", repo, runner=runner, **fields(
-        run_id, key="on", plugin_name="command", command="ls /sys/class/net"))
+    online = await run_instance(
+        "", repo, runner=runner, **fields(run_id, key="on", plugin_name="command", command="ls /sys/class/net")
+    )
     assert "eth0" in online.final_message.split()
 
 
@@ -199,8 +239,13 @@ async def test_cancellation_stops_container_and_propagates(repo, run_id, runner)
 
 async def test_secrets_never_reach_logs_or_results(repo, run_id, runner, tmp_path):
     seen: list[dict] = []
-    res = await run_instance(f"SIM: exec echo $ANTHROPIC_API_KEY\nSIM: print the key is {SECRET}", repo,
-                             runner=runner, event_callback=seen.append, **fields(run_id))
+    res = await run_instance(
+        f"SIM: exec echo $ANTHROPIC_API_KEY\nSIM: print the key is {SECRET}",
+        repo,
+        runner=runner,
+        event_callback=seen.append,
+        **fields(run_id),
+    )
     assert res.status == "success", res.error
     assert "[REDACTED]" in res.final_message
     assert SECRET not in msgspec.json.encode(res).decode()
@@ -216,12 +261,17 @@ async def test_secrets_never_reach_logs_or_results(repo, run_id, runner, tmp_pat
 
 
 async def test_command_plugin_success_and_failure(repo, run_id, runner):
-    ok = await run_instance("", repo, runner=runner, **fields(
-        run_id, plugin_name="command", command="echo line1; echo line2"))
+    ok = await run_instance(
+        "", repo, runner=runner, **fields(run_id, plugin_name="command", command="echo line1; echo line2")
+    )
     assert ok.status == "success" and ok.final_message.strip() == "line1\nline2"
     assert ok.artifact is not None and ok.artifact.has_changes is False
-    bad = await run_instance("", repo, runner=runner, **fields(
-        run_id, key="bad", plugin_name="command", command="echo doing; echo broken-thing >&2; exit 7"))
+    bad = await run_instance(
+        "",
+        repo,
+        runner=runner,
+        **fields(run_id, key="bad", plugin_name="command", command="echo doing; echo broken-thing >&2; exit 7"),
+    )
     assert bad.status == "failed" and bad.error_type == "command" and bad.exit_code == 7
     assert "broken-thing" in bad.error
     assert bad.retry_attempts == 0
@@ -230,24 +280,51 @@ async def test_command_plugin_success_and_failure(repo, run_id, runner):
 async def test_include_branches_visible_in_workspace(repo, run_id, runner):
     git(repo, "branch", "feature-x")
     git(repo, "branch", "hidden-y")
-    res = await run_instance("", repo, runner=runner, **fields(
-        run_id, plugin_name="command", command="git branch --format='%(refname:short)'",
-        include_branches=("feature-x",)))
+    res = await run_instance(
+        "",
+        repo,
+        runner=runner,
+        **fields(
+            run_id,
+            plugin_name="command",
+            command="git branch --format='%(refname:short)'",
+            include_branches=("feature-x",),
+        ),
+    )
     assert res.status == "success", res.error
     assert sorted(res.final_message.split()) == ["feature-x", "main"]
 
 
 async def test_labels_and_mounts_exactly_as_specified(repo, run_id, runner):
-    res = await run_instance("", repo, runner=runner, **fields(
-        run_id, key="lbl", strategy_execution_id="se1", strategy_index=2, session_group_key="grp",
-        plugin_name="command", command="true", finalize=False,
-        container_limits=ContainerLimits(cpus=1.5, memory="1g")))
+    res = await run_instance(
+        "",
+        repo,
+        runner=runner,
+        **fields(
+            run_id,
+            key="lbl",
+            strategy_execution_id="se1",
+            strategy_index=2,
+            session_group_key="grp",
+            plugin_name="command",
+            command="true",
+            finalize=False,
+            container_limits=ContainerLimits(cpus=1.5, memory="1g"),
+        ),
+    )
     assert res.status == "success", res.error
     info = inspect(res.container_name)
     assert info["State"]["Running"] is True  # finalize=False leaves it running
     labels = info["Config"]["Labels"]
-    expected = {"orchestrator": "true", "run_id": run_id, "strategy_execution_id": "se1", "strategy_index": "2",
-                "task_key": "lbl", "session_group_key": "grp", "instance_id": res.instance_id}
+    expected = {
+        "orchestrator": "true",
+        "run_id": run_id,
+        "strategy_execution_id": "se1",
+        "strategy_index": "2",
+        "task_key": "lbl",
+        "session_group_key": "grp",
+        "instance_id": res.instance_id,
+    }
     assert {k: labels.get(k) for k in expected} == expected
     assert labels["orchestrator.last_active_ts"].endswith("Z")
     mounts = {m["Destination"]: m for m in info["Mounts"]}
@@ -264,9 +341,21 @@ async def test_labels_and_mounts_exactly_as_specified(repo, run_id, runner):
     assert env["TASK_KEY"] == "lbl" and env["SESSION_GROUP_KEY"] == "grp" and env["GIT_AUTHOR_NAME"] == "AI Agent"
 
     # same task as a review: the RW container is replaced by one with a RO workspace, same volume
-    rev = await run_instance("", repo, runner=runner, **fields(
-        run_id, key="lbl", strategy_execution_id="se1", strategy_index=2, session_group_key="grp",
-        plugin_name="command", command="touch /workspace/x 2>&1; echo done", import_policy="never"))
+    rev = await run_instance(
+        "",
+        repo,
+        runner=runner,
+        **fields(
+            run_id,
+            key="lbl",
+            strategy_execution_id="se1",
+            strategy_index=2,
+            session_group_key="grp",
+            plugin_name="command",
+            command="touch /workspace/x 2>&1; echo done",
+            import_policy="never",
+        ),
+    )
     assert "Read-only file system" in rev.final_message
     info2 = inspect(rev.container_name)
     m2 = {m["Destination"]: m for m in info2["Mounts"]}
@@ -281,8 +370,12 @@ async def test_reuse_keeps_container_and_missing_image_fails_clearly(repo, run_i
     second = await run_instance("", repo, runner=runner, **fields(run_id, plugin_name="command", command="true"))
     assert second.status == "success" and inspect(second.container_name)["Id"] == cid
     assert await container_exists(first.container_name)
-    missing = await run_instance("", repo, runner=runner, **fields(
-        run_id, key="m", plugin_name="command", command="true", docker_image="orchestrator-no-such-image"))
+    missing = await run_instance(
+        "",
+        repo,
+        runner=runner,
+        **fields(run_id, key="m", plugin_name="command", command="true", docker_image="orchestrator-no-such-image"),
+    )
     assert missing.status == "failed" and missing.error_type == "container"
     assert "scripts/setup-docker.sh" in missing.error
 
@@ -312,8 +405,13 @@ async def test_large_prompt_goes_through_stdin(repo, run_id, runner):
 
 async def test_review_agent_write_fails_fast_with_clear_message(repo, run_id, runner):
     seen: list[dict] = []
-    res = await run_instance("SIM: write a.txt hi\nSIM: commit c\nSIM: print reviewed", repo, runner=runner,
-                             event_callback=seen.append, **fields(run_id, import_policy="never"))
+    res = await run_instance(
+        "SIM: write a.txt hi\nSIM: commit c\nSIM: print reviewed",
+        repo,
+        runner=runner,
+        event_callback=seen.append,
+        **fields(run_id, import_policy="never"),
+    )
     # the write fails inside the agent; an agent that carries on still delivers its review
     assert res.status == "success", res.error
     assert res.artifact.has_changes is False and res.artifact.branch_final is None
@@ -359,10 +457,12 @@ async def test_transient_docker_error_is_retried(repo, run_id, tmp_path):
         def close(self):
             self._real.close()
 
-    async with DockerRunner(auth=AuthConfig(api_key=SECRET), logs_dir=tmp_path / "logs2",
-                            client_factory=FlakyClient) as r:
+    async with DockerRunner(
+        auth=AuthConfig(api_key=SECRET), logs_dir=tmp_path / "logs2", client_factory=FlakyClient
+    ) as r:
         res = await run_instance("", repo, runner=r, **fields(run_id, plugin_name="command", command="echo ok"))
-        nofail = await run_instance("", repo, runner=r, **fields(run_id, key="k2", plugin_name="command",
-                                                                   command="exit 3"))
+        nofail = await run_instance(
+            "", repo, runner=r, **fields(run_id, key="k2", plugin_name="command", command="exit 3")
+        )
     assert res.status == "success" and res.retry_attempts == 1 and res.final_message.strip() == "ok"
     assert nofail.status == "failed" and nofail.retry_attempts == 0  # a command failure is not retried

@@ -35,11 +35,33 @@ def test_dry_run_tree_beam_grows_to_max_depth(tmp_path):
     # answered the ideator with a review score, so the run stopped after two idea tasks
     # (frontier_empty, 0 evaluations). With output_schema it answers with ideas.
     repo = make_repo(tmp_path / "repo", {"bench.py": BENCH})
-    result = run_cli(["raise the benchmark score", "--strategy", "tree-beam", "--dry-run", "--no-tui", *IMG,
-                      "-S", "eval_command=python3 bench.py", "-S", "primary_metric=throughput",
-                      "-S", "ideas_per_node=2", "-S", "max_depth=2", "-S", "beam_width=1",
-                      "-S", "max_total_evals=6", "-S", "test_command=python3 bench.py"],
-                     cwd=repo, env=cli_env(tmp_path), timeout=600)
+    result = run_cli(
+        [
+            "raise the benchmark score",
+            "--strategy",
+            "tree-beam",
+            "--dry-run",
+            "--no-tui",
+            *IMG,
+            "-S",
+            "eval_command=python3 bench.py",
+            "-S",
+            "primary_metric=throughput",
+            "-S",
+            "ideas_per_node=2",
+            "-S",
+            "max_depth=2",
+            "-S",
+            "beam_width=1",
+            "-S",
+            "max_total_evals=6",
+            "-S",
+            "test_command=python3 bench.py",
+        ],
+        cwd=repo,
+        env=cli_env(tmp_path),
+        timeout=600,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     out = tmp_path / "results" / only_run_id(tmp_path) / "strategy_output"
     tree = json.loads((out / "tree.json").read_text())
@@ -64,8 +86,12 @@ def test_dry_run_tree_beam_grows_to_max_depth(tmp_path):
 
 def test_dry_run_best_of_n_scores_every_candidate(tmp_path):
     repo = make_repo(tmp_path / "repo")
-    result = run_cli(["add a README section", "--strategy", "best-of-n", "-S", "n=3", "--dry-run", "--no-tui",
-                      *IMG], cwd=repo, env=cli_env(tmp_path), timeout=600)
+    result = run_cli(
+        ["add a README section", "--strategy", "best-of-n", "-S", "n=3", "--dry-run", "--no-tui", *IMG],
+        cwd=repo,
+        env=cli_env(tmp_path),
+        timeout=600,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     out = tmp_path / "results" / only_run_id(tmp_path) / "strategy_output"
     report = json.loads((out / "scores.json").read_text())
@@ -77,9 +103,25 @@ def test_dry_run_best_of_n_scores_every_candidate(tmp_path):
 
 def test_dry_run_review_loop_runs_its_review_rounds(tmp_path):
     repo = make_repo(tmp_path / "repo", {"bench.py": BENCH})
-    result = run_cli(["make the solver faster", "--strategy", "review-loop", "-S", "test_command=true",
-                      "-S", "eval_command=python3 bench.py", "-S", "primary_metric=throughput",
-                      "--dry-run", "--no-tui", *IMG], cwd=repo, env=cli_env(tmp_path), timeout=600)
+    result = run_cli(
+        [
+            "make the solver faster",
+            "--strategy",
+            "review-loop",
+            "-S",
+            "test_command=true",
+            "-S",
+            "eval_command=python3 bench.py",
+            "-S",
+            "primary_metric=throughput",
+            "--dry-run",
+            "--no-tui",
+            *IMG,
+        ],
+        cwd=repo,
+        env=cli_env(tmp_path),
+        timeout=600,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     out = tmp_path / "results" / only_run_id(tmp_path) / "strategy_output"
     (summary_path,) = out.glob("*/summary.json")
@@ -107,9 +149,23 @@ goals:
 
 def test_dry_run_evolve_runs_a_wave_and_its_gate(tmp_path):
     repo = make_repo(tmp_path / "repo", {"keep.txt": "keep\n", "GOALS.yaml": GOALS})
-    result = run_cli(["keep the project healthy", "--strategy", "evolve", "-S", "goals=GOALS.yaml",
-                      "-S", "max_cycles=3", "--dry-run", "--no-tui", *IMG],
-                     cwd=repo, env=cli_env(tmp_path), timeout=600)
+    result = run_cli(
+        [
+            "keep the project healthy",
+            "--strategy",
+            "evolve",
+            "-S",
+            "goals=GOALS.yaml",
+            "-S",
+            "max_cycles=3",
+            "--dry-run",
+            "--no-tui",
+            *IMG,
+        ],
+        cwd=repo,
+        env=cli_env(tmp_path),
+        timeout=600,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     run_id = only_run_id(tmp_path)
     summary = json.loads((tmp_path / "results" / run_id / "summary.json").read_text())
@@ -119,6 +175,7 @@ def test_dry_run_evolve_runs_a_wave_and_its_gate(tmp_path):
     cycles = [json.loads(line) for line in (out / "cycle-history.jsonl").read_text().splitlines()]
     # one wave fixed the failing goal, and its gate (every goal measured on the merged wave) kept it
     assert [(c["goal_ids"], c["result"], c["fixed"], c["regressed"]) for c in cycles] == [
-        (["work"], "improved", ["work"], [])], cycles
+        (["work"], "improved", ["work"], [])
+    ], cycles
     final = strategy["result"]["final_branch"]
     assert git(repo, "ls-tree", "--name-only", final, "sim/")

@@ -20,8 +20,12 @@ async def fan_out(prompt, base_branch, ctx, n: int = 6):
     handles = [ctx.run({"prompt": f"{prompt} #{i}"}, key=ctx.key("gen", i)) for i in range(n)]
     ok, failed = await ctx.wait_all(handles, tolerate_failures=True)
     best = max(ok, key=lambda r: (len(r["final_message"]), r["key"]))
-    return {"order": [r["key"].rsplit("/", 1)[1] for r in ok], "failed": [f.key for f in failed],
-            "best": best["key"], "messages": [r["final_message"] for r in ok]}
+    return {
+        "order": [r["key"].rsplit("/", 1)[1] for r in ok],
+        "failed": [f.key for f in failed],
+        "best": best["key"],
+        "messages": [r["final_message"] for r in ok],
+    }
 
 
 def by_prompt(req):
@@ -128,7 +132,9 @@ async def test_failed_task_replays_as_the_same_exception(tmp_path):
 
     await run_engine(tmp_path, strat, ScriptedRunner(lambda r: failure(r, error_type="timeout", message="too slow")))
     # Resume: the strategy is finished, so force re-entry by deleting its completion from state
-    engine = Engine(make_config(tmp_path / "b"), ScriptedRunner(lambda r: failure(r, error_type="timeout", message="too slow")))
+    engine = Engine(
+        make_config(tmp_path / "b"), ScriptedRunner(lambda r: failure(r, error_type="timeout", message="too slow"))
+    )
     await engine.run(strat, prompt="p", params={})
     state = engine.state
     state.strategies["s1"].status = "running"
@@ -153,6 +159,7 @@ async def test_same_key_with_different_input_is_a_conflict_before_anything_runs(
     _, state = await run_engine(tmp_path, conflicted, runner)
     msg = state.strategies["s1"].result
     assert "run_t/s1/k" in msg and msg.count("fingerprint") == 1
+
     # across a resume: the recorded fingerprint wins
     async def changed(prompt, base_branch, ctx):
         return await ctx.wait(ctx.run({"prompt": "three"}, key=ctx.key("k")))
@@ -170,11 +177,23 @@ def test_fingerprint_ignores_metadata_nulls_and_explicit_defaults():
 
     d = TaskDefaults()
     base = normalize_task({"prompt": "p"}, d, default_base_branch="main")
-    same = normalize_task({"prompt": "p", "model": "sonnet", "import_policy": "auto", "metadata": {"x": 1},
-                           "session_group_key": None, "base_branch": "main"}, d, default_base_branch="main")
+    same = normalize_task(
+        {
+            "prompt": "p",
+            "model": "sonnet",
+            "import_policy": "auto",
+            "metadata": {"x": 1},
+            "session_group_key": None,
+            "base_branch": "main",
+        },
+        d,
+        default_base_branch="main",
+    )
     assert fingerprint(base) == fingerprint(same)
     assert base["schema_version"] == "1" and "metadata" not in base
-    assert fingerprint(base) != fingerprint(normalize_task({"prompt": "p", "model": "opus"}, d, default_base_branch="main"))
+    assert fingerprint(base) != fingerprint(
+        normalize_task({"prompt": "p", "model": "opus"}, d, default_base_branch="main")
+    )
     with pytest.raises(Exception, match="unknown task field"):
         normalize_task({"prompt": "p", "promt": "typo"}, d, default_base_branch="main")
 
@@ -295,9 +314,11 @@ async def test_long_final_message_is_truncated_with_full_text_on_disk(tmp_path):
 async def test_changed_strategy_reports_recorded_keys_it_no_longer_asks_for(tmp_path):
     await run_engine(tmp_path, fan_out, ScriptedRunner(by_prompt), params={"n": 3})
     engine = Engine(make_config(tmp_path), ScriptedRunner())
-    engine.recover_state = lambda: (setattr(engine, "state", recover("run_t", engine.paths.events, [])),
-                                    setattr(engine, "resumed", True),
-                                    setattr(engine.state.strategies["s1"], "status", "running"))
+    engine.recover_state = lambda: (
+        setattr(engine, "state", recover("run_t", engine.paths.events, [])),
+        setattr(engine, "resumed", True),
+        setattr(engine.state.strategies["s1"], "status", "running"),
+    )
     await engine.run(fan_out, prompt="do it", params={"n": 1})
     assert engine.state.strategies["s1"].status == "success"
     completed = [e for e in read_events(engine.paths.events) if e.type == "strategy.completed"][-1]
@@ -317,9 +338,13 @@ async def test_retry_policy_redispatches_only_the_listed_failure_categories(tmp_
 
     async def strat(prompt, base_branch, ctx):
         policy = {"max_attempts": 3, "backoff": {"base_s": 0.01, "factor": 1}, "retry_on": ["docker"]}
-        ok, failed = await ctx.wait_all([ctx.run({"prompt": "docker-blip"}, key=ctx.key("a"), policy=policy),
-                                         ctx.run({"prompt": "bad-git"}, key=ctx.key("b"), policy=policy)],
-                                        tolerate_failures=True)
+        ok, failed = await ctx.wait_all(
+            [
+                ctx.run({"prompt": "docker-blip"}, key=ctx.key("a"), policy=policy),
+                ctx.run({"prompt": "bad-git"}, key=ctx.key("b"), policy=policy),
+            ],
+            tolerate_failures=True,
+        )
         return [len(ok), [f.error_type for f in failed]]
 
     engine, state = await run_engine(tmp_path, strat, ScriptedRunner(flaky))

@@ -72,8 +72,11 @@ async def test_a_runner_bug_is_internal_and_never_retried_by_a_policy(tmp_path):
         raise KeyError("a bug in the runner")
 
     async def with_policy(prompt, base_branch, ctx):
-        policy = {"max_attempts": 3, "backoff": {"base_s": 0.01, "factor": 1, "max_s": 0.01},
-                  "retry_on": ["container", "internal"]}
+        policy = {
+            "max_attempts": 3,
+            "backoff": {"base_s": 0.01, "factor": 1, "max_s": 0.01},
+            "retry_on": ["container", "internal"],
+        }
         try:
             await ctx.wait(ctx.run({"prompt": prompt}, key=ctx.key("t"), policy=policy))
         except ctx.errors.TaskFailed as exc:
@@ -107,7 +110,9 @@ async def test_an_unknown_task_model_fails_the_strategy_at_scheduling_without_a_
     runner = ScriptedRunner(lambda req: success(req))
     engine, state = await run_engine(tmp_path, typo, runner)
     assert runner.calls == []
-    assert "unknown model 'sonet' for plugin claude-code; use one of: haiku, opus, sonnet" in state.strategies["s1"].error
+    assert (
+        "unknown model 'sonet' for plugin claude-code; use one of: haiku, opus, sonnet" in state.strategies["s1"].error
+    )
     assert not [e for e in read_events(engine.paths.events) if e.type.startswith("task.")]
 
 
@@ -122,8 +127,11 @@ async def test_a_task_that_started_without_reporting_a_session_keeps_its_workspa
     engine = Engine(make_config(tmp_path), Silent())
     with anyio.move_on_after(0.5):
         await engine.run(one, prompt="do it", params={})
-    assert [e.payload.get("session_id") for e in read_events(engine.paths.events)
-            if e.type in ("task.session", "task.interrupted")] == [None]
+    assert [
+        e.payload.get("session_id")
+        for e in read_events(engine.paths.events)
+        if e.type in ("task.session", "task.interrupted")
+    ] == [None]
     runner = ScriptedRunner()
     await run_engine(tmp_path, one, runner)
     assert (runner.calls[0].session_id, runner.calls[0].resume_workspace) == (None, True)

@@ -28,13 +28,13 @@ from test_resume_workspace import PROMPT, runner_events, sim_executions
 
 pytestmark = [pytest.mark.docker]
 
-STRATEGY = '''
+STRATEGY = """
 async def one(prompt, base_branch, ctx, *, model: str = "sonnet"):
     policy = {"max_attempts": 3, "backoff": {"base_s": 0.1, "factor": 1, "max_s": 0.1},
               "retry_on": ["container", "internal", "api"]}
     return await ctx.wait(ctx.run({"prompt": prompt, "base_branch": base_branch, "model": model},
                                   key=ctx.key("task"), policy=policy))
-'''
+"""
 
 
 def run_one(tmp_path: Path, *params: str, env_extra: dict | None = None):
@@ -84,8 +84,11 @@ def test_a_session_the_agent_cannot_resume_starts_a_fresh_one_in_the_same_worksp
         proc.send_signal(signal.SIGINT)
         rc, _, err = finish(proc, out, timeout=60)
         assert rc == 130, err
-        (old,) = {e.payload.get("session_id") for e in check_log(events_path(tmp_path, run_id))
-                  if e.type == "task.interrupted"}
+        (old,) = {
+            e.payload.get("session_id")
+            for e in check_log(events_path(tmp_path, run_id))
+            if e.type == "task.interrupted"
+        }
         # the session is lost: the agent CLI will answer "No conversation found"
         (volume,) = run_volumes(run_id)
         mount = Path(_docker("volume", "inspect", "-f", "{{.Mountpoint}}", volume).strip())

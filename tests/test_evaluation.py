@@ -26,9 +26,12 @@ def ev(**metrics) -> Evaluation:
 
 # ------------------------------------------------------------------ parsing
 
+
 def test_last_line_is_parsed_and_earlier_output_ignored():
-    out = ('warming up\n{"metrics": {"old": 1}}\nrunning...\n'
-           '{"metrics": {"throughput": 120, "lat": 8.5}, "valid": true, "expected": 10, "ok": 10}\n\n')
+    out = (
+        'warming up\n{"metrics": {"old": 1}}\nrunning...\n'
+        '{"metrics": {"throughput": 120, "lat": 8.5}, "valid": true, "expected": 10, "ok": 10}\n\n'
+    )
     e = parse_eval_output(out, commit="abc")
     assert e.metrics == {"throughput": 120.0, "lat": 8.5}
     assert (e.status, e.valid, e.expected, e.ok, e.commit, e.complete) == ("ok", True, 10, 10, "abc", True)
@@ -39,17 +42,20 @@ def test_nan_metric_is_accepted_as_nan():
     assert math.isnan(e.metrics["x"])
 
 
-@pytest.mark.parametrize("text, why", [
-    ("", "printed nothing"),
-    ("all good\n", "not JSON"),
-    ("[1, 2]", "must be a JSON object"),
-    ('{"score": 3}', "'metrics' object"),
-    ('{"metrics": {"x": "fast"}}', "metric 'x' is not a number"),
-    ('{"metrics": {"x": true}}', "metric 'x' is not a number"),
-    ('{"metrics": {}, "valid": "yes"}', "'valid' must be"),
-    ('{"metrics": {}, "ok": 1.5}', "'ok' must be an integer"),
-    ('{"metrics": {}, "recommendation": {"should_explore": true, "grade": "great"}}', "grade must be one of"),
-])
+@pytest.mark.parametrize(
+    "text, why",
+    [
+        ("", "printed nothing"),
+        ("all good\n", "not JSON"),
+        ("[1, 2]", "must be a JSON object"),
+        ('{"score": 3}', "'metrics' object"),
+        ('{"metrics": {"x": "fast"}}', "metric 'x' is not a number"),
+        ('{"metrics": {"x": true}}', "metric 'x' is not a number"),
+        ('{"metrics": {}, "valid": "yes"}', "'valid' must be"),
+        ('{"metrics": {}, "ok": 1.5}', "'ok' must be an integer"),
+        ('{"metrics": {}, "recommendation": {"should_explore": true, "grade": "great"}}', "grade must be one of"),
+    ],
+)
 def test_contract_violations_have_one_line_reasons(text, why):
     with pytest.raises(EvalParseError, match=why):
         parse_eval_output(text)
@@ -155,7 +161,13 @@ def test_recommendation_replaces_builtin_scoring_but_keeps_the_delta():
     rec = {"should_explore": True, "grade": "mixed", "score": 3.5, "reasons": ["custom"]}
     cand = Evaluation(status="ok", metrics={"throughput": 90.0}, recommendation=rec)
     c = compare(cand, ev(throughput=100), CFG)
-    assert (c.source, c.score, c.grade, c.should_explore, c.reasons) == ("recommendation", 3.5, "mixed", True, ["custom"])
+    assert (c.source, c.score, c.grade, c.should_explore, c.reasons) == (
+        "recommendation",
+        3.5,
+        "mixed",
+        True,
+        ["custom"],
+    )
     assert c.primary_delta == -10.0 and primary_regressed(c, CFG)  # the numeric guard still sees the regression
 
 

@@ -39,8 +39,13 @@ text = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=40
 
 
 @settings(max_examples=30, deadline=None)
-@given(st.lists(st.dictionaries(text, st.one_of(text, st.integers(), st.floats(allow_nan=False, allow_infinity=False))),
-                min_size=1, max_size=30))
+@given(
+    st.lists(
+        st.dictionaries(text, st.one_of(text, st.integers(), st.floats(allow_nan=False, allow_infinity=False))),
+        min_size=1,
+        max_size=30,
+    )
+)
 def test_every_start_offset_seeks_to_its_own_line(tmp_path_factory, payloads):
     path = tmp_path_factory.mktemp("log") / "events.jsonl"
     anyio.run(write_events, path, payloads)

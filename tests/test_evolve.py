@@ -111,8 +111,10 @@ class World:
     def measure(self, req, gid):
         files = self.repo.files(req.base_branch)
         ok = self.checks[gid](files)
-        out = f"checked {gid}\n@@evolve stderr\n\n@@evolve end exit={0 if ok else 1} " \
-              f"head={self.repo.branches[req.base_branch]}\n"
+        out = (
+            f"checked {gid}\n@@evolve stderr\n\n@@evolve end exit={0 if ok else 1} "
+            f"head={self.repo.branches[req.base_branch]}\n"
+        )
         return success(req, final_message=out, has_changes=False)
 
     def fix(self, req, cycle, gid):
@@ -179,8 +181,12 @@ GOALS = [
     goal("d", 5, "test -f done_d.txt"),
 ]
 CHECKS = {
-    "keep": lambda f: "keep.txt" in f, "c1": lambda f: "c1.txt" in f, "c2": lambda f: "c2.txt" in f,
-    "a": lambda f: "done_a.txt" in f, "b": lambda f: "done_b.txt" in f, "d": lambda f: "done_d.txt" in f,
+    "keep": lambda f: "keep.txt" in f,
+    "c1": lambda f: "c1.txt" in f,
+    "c2": lambda f: "c2.txt" in f,
+    "a": lambda f: "done_a.txt" in f,
+    "b": lambda f: "done_b.txt" in f,
+    "d": lambda f: "done_d.txt" in f,
 }
 FIXES = {
     "c1": lambda f, n: {"c1.txt": "ok", "shared.txt": "one"},  # c1 and c2 conflict on shared.txt
@@ -200,8 +206,18 @@ def history(tmp_path) -> list[dict]:
     return [json.loads(line) for line in text.splitlines()]
 
 
-FIELDS = ("cycle", "goal_ids", "result", "goals_passing", "fixed", "regressed", "conflicts", "resolved", "blamed",
-          "quarantined")
+FIELDS = (
+    "cycle",
+    "goal_ids",
+    "result",
+    "goals_passing",
+    "fixed",
+    "regressed",
+    "conflicts",
+    "resolved",
+    "blamed",
+    "quarantined",
+)
 
 
 def project(entries):
@@ -278,8 +294,9 @@ async def test_failed_resolution_and_failed_fix(tmp_path):
     w = world(resolve={"c2": "fail"})
     w.fixes = dict(FIXES, a=lambda f, n: None)  # the agent for a changes nothing, every time
     goals = [g for g in GOALS if g["id"] in ("c1", "c2", "a")]
-    _, _state = await run_engine(tmp_path, evolve, ScriptedRunner(w),
-                                params={"goals": goals, "max_parallel": 3, "max_cycles": 3})
+    _, _state = await run_engine(
+        tmp_path, evolve, ScriptedRunner(w), params={"goals": goals, "max_parallel": 3, "max_cycles": 3}
+    )
     entries = history(tmp_path)
     assert project(entries) == [
         (1, ["c1", "c2", "a"], "conflict", 1, ["c1"], [], ["c2"], [], [], []),
@@ -312,8 +329,12 @@ async def test_bisect_keeps_the_innocent_fix_and_blames_the_culprit(tmp_path):
 async def test_bisect_with_the_culprit_first(tmp_path):
     w = world()
     goals = [dict(g, weight=10) if g["id"] == "d" else g for g in GOALS if g["id"] in ("keep", "a", "b", "d")]
-    _, _state = await run_engine(tmp_path, evolve, ScriptedRunner(w),
-                                params={"goals": goals, "bisect_on_regression": True, "quarantine_after": 1})
+    _, _state = await run_engine(
+        tmp_path,
+        evolve,
+        ScriptedRunner(w),
+        params={"goals": goals, "bisect_on_regression": True, "quarantine_after": 1},
+    )
     entries = history(tmp_path)
     assert project(entries) == [
         # d alone regresses (blamed, quarantined at once); a then a+b are measured clean
@@ -326,16 +347,23 @@ async def test_bisect_with_the_culprit_first(tmp_path):
 async def test_metric_goal_regression_beyond_tolerance_reverts(tmp_path):
     # "speed" is a number (lower is better). Fixing "a" makes it slower by 3 > tolerance 2: reverted.
     repo = Repo({"speed": "10"})
-    goals = [goal("speed", 1, "cat speed", metric={"direction": "lower", "threshold": 20, "tolerance": 2}),
-             goal("a", 5, "test -f done_a.txt")]
+    goals = [
+        goal("speed", 1, "cat speed", metric={"direction": "lower", "threshold": 20, "tolerance": 2}),
+        goal("a", 5, "test -f done_a.txt"),
+    ]
     w = World(repo, {}, {"a": lambda f, n: {"done_a.txt": "ok", "speed": str(10 + 3 * n)}})
 
     def measure(req, gid):
         files = repo.files(req.base_branch)
         stdout = files["speed"] if gid == "speed" else ""
         ok = gid == "speed" or "done_a.txt" in files
-        return success(req, has_changes=False, final_message=(
-            f"{stdout}\n@@evolve stderr\n\n@@evolve end exit={0 if ok else 1} head={repo.branches[req.base_branch]}\n"))
+        return success(
+            req,
+            has_changes=False,
+            final_message=(
+                f"{stdout}\n@@evolve stderr\n\n@@evolve end exit={0 if ok else 1} head={repo.branches[req.base_branch]}\n"
+            ),
+        )
 
     w.measure = measure
     _, state = await run_engine(tmp_path, evolve, ScriptedRunner(w), params={"goals": goals, "max_cycles": 2})
@@ -352,10 +380,14 @@ async def test_metric_goal_regression_beyond_tolerance_reverts(tmp_path):
 # ---------------------------------------------------------------- durability
 
 
-@pytest.mark.parametrize("slow,done_before", [
-    (r"/c/2/fix/d$", "run_t/s1/c/2/fix/b"),  # mid-wave: b's fix finished, d's is running
-    (r"/c/1/merge/2$", "run_t/s1/c/1/resolve/c2"),  # mid-merge: conflict resolved, continuation merge running
-], ids=["mid-wave", "mid-merge"])
+@pytest.mark.parametrize(
+    "slow,done_before",
+    [
+        (r"/c/2/fix/d$", "run_t/s1/c/2/fix/b"),  # mid-wave: b's fix finished, d's is running
+        (r"/c/1/merge/2$", "run_t/s1/c/1/resolve/c2"),  # mid-merge: conflict resolved, continuation merge running
+    ],
+    ids=["mid-wave", "mid-merge"],
+)
 async def test_interrupt_and_resume_gives_the_same_history_without_rerunning_fixes(tmp_path, slow, done_before):
     params = {"goals": GOALS}
     straight = world()
@@ -391,9 +423,14 @@ async def test_task_shapes_fix_prompts_and_merge_order(tmp_path):
     assert (measure.plugin_name, measure.import_policy, measure.base_branch) == ("command", "never", "main")
     fix = by_key["c/1/fix/a"]
     assert fix.plugin_name == "claude-code" and fix.base_branch == "main" and fix.import_policy == "auto"
-    for text in ("Overall objective: do it", "make a pass\nsecond line", "`test -f done_a.txt`",
-                 "checked a",  # the failing output's tail
-                 "- keep: `test -f keep.txt`", "- b: `test -f done_b.txt`"):
+    for text in (
+        "Overall objective: do it",
+        "make a pass\nsecond line",
+        "`test -f done_a.txt`",
+        "checked a",  # the failing output's tail
+        "- keep: `test -f keep.txt`",
+        "- b: `test -f done_b.txt`",
+    ):
         assert text in fix.prompt
     merge = by_key["c/1/merge/1"]
     assert merge.base_branch == "main" and merge.import_policy == "auto"

@@ -21,8 +21,12 @@ pytestmark = pytest.mark.docker
 
 
 def sim_goal(gid, weight, check, *sim):
-    return {"id": gid, "description": "\n".join([f"make {gid} pass", *(f"SIM: {s}" for s in sim)]),
-            "check": check, "weight": weight}
+    return {
+        "id": gid,
+        "description": "\n".join([f"make {gid} pass", *(f"SIM: {s}" for s in sim)]),
+        "check": check,
+        "weight": weight,
+    }
 
 
 GOALS = [
@@ -31,8 +35,18 @@ GOALS = [
     sim_goal("c2", 8, "test -f c2.txt", "write c2.txt ok", "write shared.txt two", "commit fix c2"),
     sim_goal("d", 5, "test -f done_d.txt", "write done_d.txt ok", "exec rm keep.txt", "commit fix d"),
 ]
-FIELDS = ("cycle", "goal_ids", "result", "goals_passing", "fixed", "regressed", "conflicts", "resolved", "blamed",
-          "quarantined")
+FIELDS = (
+    "cycle",
+    "goal_ids",
+    "result",
+    "goals_passing",
+    "fixed",
+    "regressed",
+    "conflicts",
+    "resolved",
+    "blamed",
+    "quarantined",
+)
 
 
 def history(tmp_path, run_id):
@@ -62,9 +76,15 @@ def make_project(tmp_path):
 async def test_evolve_end_to_end_with_conflict_revert_and_quarantine(tmp_path, workspace_root):
     repo = make_project(tmp_path)
     start = git(repo, "rev-parse", "main")
-    engine = await run_with_docker(tmp_path, repo, evolve, run_id="run_e", strategy_name="evolve",
-                                   prompt="keep the project healthy",
-                                   params={"goals": GOALS, "max_parallel": 2, "quarantine_after": 2})
+    engine = await run_with_docker(
+        tmp_path,
+        repo,
+        evolve,
+        run_id="run_e",
+        strategy_name="evolve",
+        prompt="keep the project healthy",
+        params={"goals": GOALS, "max_parallel": 2, "quarantine_after": 2},
+    )
     s = engine.state.strategies["s1"]
     assert s.status == "success", s.error
     entries = history(tmp_path, "run_e")
@@ -100,17 +120,25 @@ async def run_until(tmp_path, repo, fn, *, event_type, key_suffix, run_id, param
     from orchestrator.runner import AuthConfig, DockerRunner, RetryConfig
 
     cfg = EngineConfig(
-        run_id=run_id, repo_path=str(repo), strategy_name="evolve", logs_dir=str(tmp_path / "logs"),
-        state_dir=str(tmp_path / "state"), results_dir=str(tmp_path / "results"), max_parallel=4,
+        run_id=run_id,
+        repo_path=str(repo),
+        strategy_name="evolve",
+        logs_dir=str(tmp_path / "logs"),
+        state_dir=str(tmp_path / "state"),
+        results_dir=str(tmp_path / "results"),
+        max_parallel=4,
         defaults=TaskDefaults(plugin_name="claude-code", container_cpus=1, container_memory="1g", timeout_seconds=120),
-        runner_options={"docker_image": TEST_IMAGE,
-                        "retry_config": RetryConfig(max_attempts=3, backoff_base_s=0.2, backoff_factor=2, backoff_max_s=1)},
+        runner_options={
+            "docker_image": TEST_IMAGE,
+            "retry_config": RetryConfig(max_attempts=3, backoff_base_s=0.2, backoff_factor=2, backoff_max_s=1),
+        },
     )
     runner = DockerRunner(auth=AuthConfig(api_key="sk-test-not-a-real-key-000000"), logs_dir=tmp_path / "logs" / run_id)
     engine = Engine(cfg, runner)
     scope = anyio.CancelScope()
-    engine.listeners.append(lambda etype, sid, key, *_: scope.cancel()
-                            if etype == event_type and key and key.endswith(key_suffix) else None)
+    engine.listeners.append(
+        lambda etype, sid, key, *_: scope.cancel() if etype == event_type and key and key.endswith(key_suffix) else None
+    )
     try:
         with scope:
             await engine.run(fn, prompt=prompt, params=params)
@@ -119,16 +147,24 @@ async def run_until(tmp_path, repo, fn, *, event_type, key_suffix, run_id, param
     return engine
 
 
-@pytest.mark.parametrize("event_type,key_suffix", [
-    ("task.completed", "/c/1/fix/c1"),  # mid-wave: c2's fix (sleeping) is still running
-    ("task.started", "/c/1/merge/2"),  # mid-merge: the continuation merge after the resolution
-], ids=["mid-wave", "mid-merge"])
-async def test_evolve_interrupted_resumes_without_rerunning_finished_tasks(tmp_path, workspace_root, event_type,
-                                                                          key_suffix):
+@pytest.mark.parametrize(
+    "event_type,key_suffix",
+    [
+        ("task.completed", "/c/1/fix/c1"),  # mid-wave: c2's fix (sleeping) is still running
+        ("task.started", "/c/1/merge/2"),  # mid-merge: the continuation merge after the resolution
+    ],
+    ids=["mid-wave", "mid-merge"],
+)
+async def test_evolve_interrupted_resumes_without_rerunning_finished_tasks(
+    tmp_path, workspace_root, event_type, key_suffix
+):
     repo = make_project(tmp_path)
     slow_c2 = dict(GOALS[2], description=GOALS[2]["description"] + "\nSIM: sleep 2")
-    kw = dict(run_id="run_r", prompt="keep the project healthy",
-              params={"goals": [GOALS[0], GOALS[1], slow_c2], "max_parallel": 2})
+    kw = dict(
+        run_id="run_r",
+        prompt="keep the project healthy",
+        params={"goals": [GOALS[0], GOALS[1], slow_c2], "max_parallel": 2},
+    )
     first = await run_until(tmp_path, repo, evolve, event_type=event_type, key_suffix=key_suffix, **kw)
     assert first.state.strategies["s1"].status == "running"  # really interrupted mid-cycle
     n_first = len(list(read_events(first.paths.events)))
@@ -179,9 +215,25 @@ def test_cli_runs_evolve_from_a_goals_file(tmp_path):
     from conftest import TEST_IMAGE
 
     repo = make_repo(tmp_path / "repo", {"README.md": "# demo\n", "keep.txt": "keep\n", "GOALS.yaml": GOALS_YAML})
-    result = run_cli(["keep the project healthy", "--strategy", "evolve", "-S", "goals=GOALS.yaml",
-                      "-S", "max_parallel=2", "-S", "max_cycles=4", "--no-tui", "--docker-image", TEST_IMAGE],
-                     cwd=repo, env=cli_env(tmp_path), timeout=300)
+    result = run_cli(
+        [
+            "keep the project healthy",
+            "--strategy",
+            "evolve",
+            "-S",
+            "goals=GOALS.yaml",
+            "-S",
+            "max_parallel=2",
+            "-S",
+            "max_cycles=4",
+            "--no-tui",
+            "--docker-image",
+            TEST_IMAGE,
+        ],
+        cwd=repo,
+        env=cli_env(tmp_path),
+        timeout=300,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     run_id = only_run_id(tmp_path)
     out = tmp_path / "results" / run_id

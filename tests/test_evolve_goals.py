@@ -42,11 +42,24 @@ def test_a_good_file_becomes_the_recorded_param(tmp_path):
     params = prepare({"goals": "GOALS.yaml", "max_parallel": 3, "max_cycles": 10}, str(tmp_path))
     assert params["max_parallel"] == 3
     assert params["goals"] == [
-        {"id": "lint-clean", "description": "ruff reports nothing", "check": "ruff check .", "weight": 5.0,
-         "timeout": 300, "writes": None, "metric": None},
-        {"id": "coverage", "description": "coverage stays high", "check": "python -m coverage report --format=total",
-         "weight": 2.5, "timeout": 60, "writes": ["tests/**"],
-         "metric": {"direction": "higher", "threshold": 80.0, "json_key": None, "tolerance": 0.5}},
+        {
+            "id": "lint-clean",
+            "description": "ruff reports nothing",
+            "check": "ruff check .",
+            "weight": 5.0,
+            "timeout": 300,
+            "writes": None,
+            "metric": None,
+        },
+        {
+            "id": "coverage",
+            "description": "coverage stays high",
+            "check": "python -m coverage report --format=total",
+            "weight": 2.5,
+            "timeout": 60,
+            "writes": ["tests/**"],
+            "metric": {"direction": "higher", "threshold": 80.0, "json_key": None, "tolerance": 0.5},
+        },
     ]
     # the recorded form validates to the same goals (resume never reads the file again)
     assert goals_from_param(params["goals"]) == load_goals_file(tmp_path / "GOALS.yaml")
@@ -63,9 +76,14 @@ BAD = [
     ("writes: 3", "GOALS.yaml: goal 'lint-clean': field 'writes' must be a non-empty list of glob strings"),
     ("metric: {direction: up, threshold: 1}", "GOALS.yaml: goal 'lint-clean': field 'metric.direction' must be"),
     ("metric: {direction: lower}", "GOALS.yaml: goal 'lint-clean': field 'metric.threshold' must be a number"),
-    ("metric: {direction: lower, threshold: 1, tolerance: -1}",
-     "GOALS.yaml: goal 'lint-clean': field 'metric.tolerance' must be a number >= 0"),
-    ("metric: {direction: lower, threshold: 1, key: x}", "GOALS.yaml: goal 'lint-clean': field 'metric.key' is unknown"),
+    (
+        "metric: {direction: lower, threshold: 1, tolerance: -1}",
+        "GOALS.yaml: goal 'lint-clean': field 'metric.tolerance' must be a number >= 0",
+    ),
+    (
+        "metric: {direction: lower, threshold: 1, key: x}",
+        "GOALS.yaml: goal 'lint-clean': field 'metric.key' is unknown",
+    ),
     ("wieght: 3", "GOALS.yaml: goal 'lint-clean': unknown field 'wieght'"),
 ]
 
@@ -81,15 +99,20 @@ def test_an_invalid_goal_fails_with_one_line_naming_goal_and_field(tmp_path, lin
     assert str(err.value).startswith(message) and "\n" not in str(err.value)
 
 
-@pytest.mark.parametrize("text,message", [
-    ("goals: []\nversion: 1\n", "GOALS.yaml: field 'goals' must be a non-empty list"),
-    ("version: 2\ngoals: []\n", "GOALS.yaml: field 'version' must be 1, got 2"),
-    ("version: 1\ngoals:\n  - id: Lint_Clean\n", "GOALS.yaml: goals[0]: field 'id' must be a kebab-case string"),
-    ("version: 1\ngoals: [{id: a, description: d, check: c, weight: 1}, {id: a, description: d, check: c, weight: 2}]",
-     "GOALS.yaml: goal 'a': field 'id' is used by more than one goal"),
-    ("version: 1\ngoals: [unclosed\n", "GOALS.yaml: line 3 is not valid YAML"),
-    ("version: 1\ngoals: []\nextra: 1\n", "GOALS.yaml: unknown top-level field 'extra'"),
-])
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("goals: []\nversion: 1\n", "GOALS.yaml: field 'goals' must be a non-empty list"),
+        ("version: 2\ngoals: []\n", "GOALS.yaml: field 'version' must be 1, got 2"),
+        ("version: 1\ngoals:\n  - id: Lint_Clean\n", "GOALS.yaml: goals[0]: field 'id' must be a kebab-case string"),
+        (
+            "version: 1\ngoals: [{id: a, description: d, check: c, weight: 1}, {id: a, description: d, check: c, weight: 2}]",
+            "GOALS.yaml: goal 'a': field 'id' is used by more than one goal",
+        ),
+        ("version: 1\ngoals: [unclosed\n", "GOALS.yaml: line 3 is not valid YAML"),
+        ("version: 1\ngoals: []\nextra: 1\n", "GOALS.yaml: unknown top-level field 'extra'"),
+    ],
+)
 def test_invalid_files(tmp_path, text, message):
     write(tmp_path, text)
     with pytest.raises(ConfigError) as err:
@@ -121,29 +144,42 @@ def test_loader_sees_the_parameters():
     loaded = load_strategy("evolve")
     assert loaded.options.prepare is prepare and loaded.params["goals"].required
     params = parse_params(loaded, ["goals=GOALS.yaml", "max_parallel=1", "bisect_on_regression=true"])
-    assert params == {"goals": "GOALS.yaml", "max_parallel": 1, "bisect_on_regression": True, "max_cycles": 10,
-                      "quarantine_after": 3, "recheck": 1, "max_failed_waves": 3, "retry_backoff_s": 60.0,
-                      "max_cost_usd": None, "max_wall_s": None, "keep_branches": False}
+    assert params == {
+        "goals": "GOALS.yaml",
+        "max_parallel": 1,
+        "bisect_on_regression": True,
+        "max_cycles": 10,
+        "quarantine_after": 3,
+        "recheck": 1,
+        "max_failed_waves": 3,
+        "retry_backoff_s": 60.0,
+        "max_cost_usd": None,
+        "max_wall_s": None,
+        "keep_branches": False,
+    }
 
 
 # ---------------------------------------------------------------- independence
 
 
-@pytest.mark.parametrize("a,b,overlap", [
-    ("src/*.py", "docs/*.md", False),
-    ("src/*.py", "src/app.py", True),
-    ("src/*.py", "src/app.js", False),
-    ("src/**", "src/deep/x.txt", True),
-    ("**/*.py", "docs/readme.md", True),  # '**' may be anything: conservative
-    ("src", "src/a.py", True),  # a directory covers what is below it
-    ("src/a*.py", "src/b*.py", False),  # literal prefixes contradict
-    ("src/*_test.py", "src/*.js", False),  # literal suffixes contradict
-    ("src/*_test.py", "src/*.py", True),
-    ("src/{a,b}.py", "src/a.py", True),  # braces are not understood: conservative
-    ("a/[xy].txt", "a/z.txt", False),
-    ("./README.md", "README.md", True),
-    (".", "anything/at/all", True),
-])
+@pytest.mark.parametrize(
+    "a,b,overlap",
+    [
+        ("src/*.py", "docs/*.md", False),
+        ("src/*.py", "src/app.py", True),
+        ("src/*.py", "src/app.js", False),
+        ("src/**", "src/deep/x.txt", True),
+        ("**/*.py", "docs/readme.md", True),  # '**' may be anything: conservative
+        ("src", "src/a.py", True),  # a directory covers what is below it
+        ("src/a*.py", "src/b*.py", False),  # literal prefixes contradict
+        ("src/*_test.py", "src/*.js", False),  # literal suffixes contradict
+        ("src/*_test.py", "src/*.py", True),
+        ("src/{a,b}.py", "src/a.py", True),  # braces are not understood: conservative
+        ("a/[xy].txt", "a/z.txt", False),
+        ("./README.md", "README.md", True),
+        (".", "anything/at/all", True),
+    ],
+)
 def test_glob_overlap_is_conservative(a, b, overlap):
     assert globs_may_overlap(a, b) is overlap
     assert globs_may_overlap(b, a) is overlap
@@ -228,13 +264,30 @@ def test_measure_command_times_out_and_reads_metrics(tmp_path):
     slow = Goal(id="slow", description="d", check="sleep 5", weight=1, timeout=1)
     m = parse_measurement(slow, sh(repo, measure_command(slow)).stdout)
     assert not m.passed and m.exit_code == 124 and "timed out after 1s" in m.output
-    last_line = goals_from_param([{"id": "cov", "description": "d", "check": "printf 'total\\n81.5%%\\n'",
-                                   "weight": 1, "metric": {"direction": "higher", "threshold": 80}}])[0]
+    last_line = goals_from_param(
+        [
+            {
+                "id": "cov",
+                "description": "d",
+                "check": "printf 'total\\n81.5%%\\n'",
+                "weight": 1,
+                "metric": {"direction": "higher", "threshold": 80},
+            }
+        ]
+    )[0]
     m = parse_measurement(last_line, sh(repo, measure_command(last_line)).stdout)
     assert m.passed and m.value == 81.5
-    keyed = goals_from_param([{"id": "size", "description": "d", "weight": 1,
-                               "check": "echo 'log line'; echo '{\"stats\": {\"kb\": 120}}'; exit 1",
-                               "metric": {"direction": "lower", "threshold": 100, "json_key": "stats.kb"}}])[0]
+    keyed = goals_from_param(
+        [
+            {
+                "id": "size",
+                "description": "d",
+                "weight": 1,
+                "check": "echo 'log line'; echo '{\"stats\": {\"kb\": 120}}'; exit 1",
+                "metric": {"direction": "lower", "threshold": 100, "json_key": "stats.kb"},
+            }
+        ]
+    )[0]
     m = parse_measurement(keyed, sh(repo, measure_command(keyed)).stdout)
     assert not m.passed and m.value == 120.0
     assert not parse_measurement(keyed, "garbage without a marker").passed
@@ -242,8 +295,12 @@ def test_measure_command_times_out_and_reads_metrics(tmp_path):
 
 def test_merge_command_stops_at_the_first_conflict_and_skips_merged_branches(tmp_path):
     repo = make_repo(tmp_path / "r", {"README.md": "base\n"})
-    for branch, path, text in (("fa", "a.txt", "a"), ("fb", "shared.txt", "one"), ("fc", "shared.txt", "two"),
-                               ("fd", "d.txt", "d")):
+    for branch, path, text in (
+        ("fa", "a.txt", "a"),
+        ("fb", "shared.txt", "one"),
+        ("fc", "shared.txt", "two"),
+        ("fd", "d.txt", "d"),
+    ):
         git(repo, "checkout", "-q", "-b", branch, "main")
         (repo / path).write_text(text + "\n")
         git(repo, "add", "-A")
@@ -264,10 +321,19 @@ def test_merge_command_stops_at_the_first_conflict_and_skips_merged_branches(tmp
 def test_cli_rejects_an_invalid_goals_file_before_anything_runs(tmp_path):
     from cli_helpers import cli_env, run_cli
 
-    repo = make_repo(tmp_path / "repo", {"GOALS.yaml": "version: 1\ngoals:\n  - id: lint-clean\n    description: d\n"
-                                                       "    check: ruff check .\n    weight: lots\n"})
-    result = run_cli(["keep the project healthy", "--strategy", "evolve", "-S", "goals=GOALS.yaml", "--no-tui"],
-                     cwd=repo, env=cli_env(tmp_path), timeout=60)
+    repo = make_repo(
+        tmp_path / "repo",
+        {
+            "GOALS.yaml": "version: 1\ngoals:\n  - id: lint-clean\n    description: d\n"
+            "    check: ruff check .\n    weight: lots\n"
+        },
+    )
+    result = run_cli(
+        ["keep the project healthy", "--strategy", "evolve", "-S", "goals=GOALS.yaml", "--no-tui"],
+        cwd=repo,
+        env=cli_env(tmp_path),
+        timeout=60,
+    )
     assert result.returncode == 2
     assert "GOALS.yaml: goal 'lint-clean': field 'weight' must be a number greater than 0" in result.stderr
     assert not (tmp_path / "logs").exists() or not any((tmp_path / "logs").iterdir())

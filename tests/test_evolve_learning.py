@@ -21,11 +21,17 @@ def _calls(runner, *parts):
 
 
 async def test_an_idle_heaviest_goal_hands_the_wave_to_lighter_goals(tmp_path):
-    goals = [goal("heavy", 9, "test -f heavy.txt"), goal("light", 5, "test -f light.txt"),
-             goal("lighter", 3, "test -f lighter.txt")]
+    goals = [
+        goal("heavy", 9, "test -f heavy.txt"),
+        goal("light", 5, "test -f light.txt"),
+        goal("lighter", 3, "test -f lighter.txt"),
+    ]
     checks = {g["id"]: (lambda f, gid=g["id"]: f"{gid}.txt" in f) for g in goals}
-    fixes = {"heavy": lambda f, n: None,  # the agent never finds anything to change
-             "light": lambda f, n: {"light.txt": "ok"}, "lighter": lambda f, n: {"lighter.txt": "ok"}}
+    fixes = {
+        "heavy": lambda f, n: None,  # the agent never finds anything to change
+        "light": lambda f, n: {"light.txt": "ok"},
+        "lighter": lambda f, n: {"lighter.txt": "ok"},
+    }
     w = World(Repo({"README.md": "r"}), checks, fixes)
     _, state = await run_engine(tmp_path, evolve, ScriptedRunner(w), params={"goals": goals, "max_parallel": 1})
     s = state.strategies["s1"]
@@ -55,8 +61,9 @@ async def test_a_wave_whose_every_fix_task_fails_is_retried_after_a_backoff(tmp_
         return w(req)
 
     goals = [g for g in GOALS if g["id"] in ("keep", "a", "b")]
-    _, state = await run_engine(tmp_path, evolve, ScriptedRunner(script),
-                                params={"goals": goals, "retry_backoff_s": 0.01})
+    _, state = await run_engine(
+        tmp_path, evolve, ScriptedRunner(script), params={"goals": goals, "retry_backoff_s": 0.01}
+    )
     s = state.strategies["s1"]
     assert s.status == "success", s.error
     entries = history(tmp_path)
@@ -80,8 +87,9 @@ async def test_failing_fix_tasks_stop_the_run_after_max_failed_waves_with_the_re
         return w(req)
 
     goals = [g for g in GOALS if g["id"] in ("keep", "a")]
-    _, state = await run_engine(tmp_path, evolve, ScriptedRunner(script),
-                                params={"goals": goals, "retry_backoff_s": 0, "max_failed_waves": 1})
+    _, state = await run_engine(
+        tmp_path, evolve, ScriptedRunner(script), params={"goals": goals, "retry_backoff_s": 0, "max_failed_waves": 1}
+    )
     result = state.strategies["s1"].result
     assert [(e["result"], e.get("retry_after_s")) for e in history(tmp_path)] == [("failed", 0), ("failed", None)]
     assert result["stopped"] == "fixes-failing" and result["final_branch"] == "main"
@@ -96,11 +104,11 @@ async def test_the_next_fix_prompt_says_what_was_tried_and_why_it_was_reverted(t
     assert sorted(prompts) == ["c/2", "c/4", "c/5", "c/6"]
     assert "Earlier attempts" not in prompts["c/2"]
     # cycle 2 reverted b and d together; cycle 4 blamed d alone
-    assert ("cycle 2: the fix (the agent said: 'fixed d') was reverted together with the fixes for b: "
-            "the wave broke goal `keep` (check `test -f keep.txt`, which then printed: 'checked keep')") \
-        in prompts["c/4"]
-    assert ("cycle 4: the fix (the agent said: 'fixed d') was reverted because it broke goal `keep`"
-            in prompts["c/5"])
+    assert (
+        "cycle 2: the fix (the agent said: 'fixed d') was reverted together with the fixes for b: "
+        "the wave broke goal `keep` (check `test -f keep.txt`, which then printed: 'checked keep')"
+    ) in prompts["c/4"]
+    assert "cycle 4: the fix (the agent said: 'fixed d') was reverted because it broke goal `keep`" in prompts["c/5"]
     assert len({prompts["c/4"], prompts["c/5"], prompts["c/6"]}) == 3  # never byte-identical again
     assert prompts["c/6"].count("\n- cycle ") == 3
 
@@ -113,8 +121,11 @@ async def test_a_flaky_check_is_rerun_and_the_innocent_fix_is_not_blamed(tmp_pat
         # "keep" fails the first time it is measured on cycle 1's wave, then passes again
         if parts[-1] == "keep" and parts[:4] == ["c", "1", "wave", "measure"]:
             head = w.repo.branches[req.base_branch]
-            return success(req, has_changes=False, final_message=(
-                f"Connection reset by peer\n@@evolve stderr\n\n@@evolve end exit=1 head={head}\n"))
+            return success(
+                req,
+                has_changes=False,
+                final_message=(f"Connection reset by peer\n@@evolve stderr\n\n@@evolve end exit=1 head={head}\n"),
+            )
         return w(req)
 
     goals = [g for g in GOALS if g["id"] in ("keep", "a")]
@@ -132,13 +143,16 @@ async def test_a_real_regression_survives_the_recheck(tmp_path):
     w = world()
     runner = ScriptedRunner(w)
     goals = [g for g in GOALS if g["id"] in ("keep", "d")]
-    _, _state = await run_engine(tmp_path, evolve, runner,
-                                params={"goals": goals, "quarantine_after": 1, "recheck": 2})
+    _, _state = await run_engine(tmp_path, evolve, runner, params={"goals": goals, "quarantine_after": 1, "recheck": 2})
     entries = history(tmp_path)
-    assert project(entries) == [(1, ["d"], "reverted", 1, [], ["keep"], [], [], ["d"], ["d"]),
-                                (2, [], "idle", 1, [], [], [], [], [], [])]
+    assert project(entries) == [
+        (1, ["d"], "reverted", 1, [], ["keep"], [], [], ["d"], ["d"]),
+        (2, [], "idle", 1, [], [], [], [], [], []),
+    ]
     assert sorted("/".join(key_parts(c)) for c in _calls(runner, "recheck")) == [
-        "c/1/wave/recheck/1/keep", "c/1/wave/recheck/2/keep"]
+        "c/1/wave/recheck/1/keep",
+        "c/1/wave/recheck/2/keep",
+    ]
 
 
 async def test_cost_budget_starts_no_new_task_and_keeps_the_last_clean_base(tmp_path):
@@ -175,8 +189,11 @@ async def test_working_branches_are_deleted_at_the_end_except_the_final_one(tmp_
     result = state.strategies["s1"].result
     created = {c.branch_name for c in runner.calls if not c.delete_branches} & set(w.deleted)
     # every fix, merge, resolve and bisect branch the run made, and nothing else
-    kinds = {"/".join(p for p in key_parts(c) if not p.isdigit() and p not in GOALS_IDS)
-             for c in runner.calls if c.branch_name in w.deleted}
+    kinds = {
+        "/".join(p for p in key_parts(c) if not p.isdigit() and p not in GOALS_IDS)
+        for c in runner.calls
+        if c.branch_name in w.deleted
+    }
     assert kinds == {"c/fix", "c/merge", "c/resolve"}
     assert set(w.deleted) == created and result["final_branch"] not in w.deleted
     assert set(w.repo.branches) == {"main", result["final_branch"]}
@@ -192,8 +209,9 @@ async def test_keep_branches_keeps_them(tmp_path):
     _, state = await run_engine(tmp_path, evolve, runner, params={"goals": goals, "keep_branches": True})
     assert not [c for c in runner.calls if c.delete_branches]
     result = state.strategies["s1"].result
-    assert sorted(result["branches"]["kept"]) == sorted(b for b in w.repo.branches
-                                                        if b not in ("main", result["final_branch"]))
+    assert sorted(result["branches"]["kept"]) == sorted(
+        b for b in w.repo.branches if b not in ("main", result["final_branch"])
+    )
 
 
 async def test_a_budgeted_run_resumed_mid_wave_decides_the_same(tmp_path):

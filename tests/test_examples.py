@@ -30,8 +30,7 @@ def example(name):
 
 def test_every_example_loads_through_the_cli_loader():
     names = sorted(p.name for p in EXAMPLES.glob("*.py"))
-    assert names == ["parallel_then_judge.py", "plan_then_fan_out.py", "retry_until_tests_pass.py",
-                     "seeded_fan_out.py"]
+    assert names == ["parallel_then_judge.py", "plan_then_fan_out.py", "retry_until_tests_pass.py", "seeded_fan_out.py"]
     for name in names:
         loaded = example(name)
         assert loaded.name == name.removesuffix(".py")
@@ -61,12 +60,14 @@ def judge_script(verdict):
 
 async def test_parallel_then_judge_returns_the_judged_draft(tmp_path):
     fn = example("parallel_then_judge.py").fn
-    _, state = await run_engine(tmp_path / "a", fn, ScriptedRunner(judge_script('{"winner": 1, "reason": "r"}')),
-                                params={"drafts": 3})
+    _, state = await run_engine(
+        tmp_path / "a", fn, ScriptedRunner(judge_script('{"winner": 1, "reason": "r"}')), params={"drafts": 3}
+    )
     assert state.strategies["s1"].result["final_message"] == "draft 2"  # ok = [draft 0, draft 2]
     for verdict in ('{"winner": 5}', "I like the second one", '{"winner": true}'):
-        _, state = await run_engine(tmp_path / str(uuid.uuid4()), fn, ScriptedRunner(judge_script(verdict)),
-                                    params={"drafts": 3})
+        _, state = await run_engine(
+            tmp_path / str(uuid.uuid4()), fn, ScriptedRunner(judge_script(verdict)), params={"drafts": 3}
+        )
         assert state.strategies["s1"].result["final_message"] == "draft 0"  # unusable verdict: first draft
 
 
@@ -161,8 +162,9 @@ async def test_seeded_fan_out_draws_with_ctx_rand_and_replays_the_same_draw(tmp_
     assert not {c.task_key for c in runner.calls} & first_done  # the same draw: nothing finished runs again
     checkpoints = [e for e in read_events(engine2.paths.events) if e.type == "strategy.checkpoint"]
     assert [e.payload["kind"] for e in checkpoints] == ["rand", "rand", "rand"]
-    assert Counter(e.key for e in read_events(engine2.paths.events) if e.type == "task.completed") == \
-        Counter({k: 1 for k in state.tasks})
+    assert Counter(e.key for e in read_events(engine2.paths.events) if e.type == "task.completed") == Counter(
+        {k: 1 for k in state.tasks}
+    )
 
 
 # ------------------------------------------------------------------ plan-then-fan-out (output_schema)
@@ -172,8 +174,12 @@ async def test_plan_then_fan_out_reads_the_validated_output(tmp_path):
     import jsonschema
 
     fn = example("plan_then_fan_out.py").fn
-    plan = {"steps": [{"title": "parse", "instructions": "validate flags"},
-                      {"title": "report", "instructions": "print errors"}]}
+    plan = {
+        "steps": [
+            {"title": "parse", "instructions": "validate flags"},
+            {"title": "report", "instructions": "print errors"},
+        ]
+    }
 
     def script(req):
         if req.task_key.endswith("/plan"):
@@ -232,8 +238,14 @@ async def test_retry_until_tests_pass_through_docker(tmp_path, git_repo, workspa
     # The check fails until ok.txt exists and prints SIM lines that the fix prompt carries to the agent.
     check = 'test -f ok.txt || { echo; echo "SIM: write ok.txt fixed"; echo "SIM: commit fix tests"; exit 1; }'
     fn = example("retry_until_tests_pass.py").fn
-    engine = await run_with_docker(tmp_path, git_repo, fn, run_id=rid, prompt="make the tests pass",
-                                   params={"test_command": check, "max_attempts": 3})
+    engine = await run_with_docker(
+        tmp_path,
+        git_repo,
+        fn,
+        run_id=rid,
+        prompt="make the tests pass",
+        params={"test_command": check, "max_attempts": 3},
+    )
     s1 = engine.state.strategies["s1"]
     assert s1.status == "success", s1.error
     assert s1.result["key"] == f"{rid}/s1/attempt/2"
@@ -250,8 +262,9 @@ async def test_retry_until_tests_pass_through_docker(tmp_path, git_repo, workspa
 async def test_plan_then_fan_out_through_docker(tmp_path, git_repo, workspace_root, rid):
     # The sim agent answers the planner's schema with an instance of it: 3 distinct steps.
     fn = example("plan_then_fan_out.py").fn
-    engine = await run_with_docker(tmp_path, git_repo, fn, run_id=rid, prompt="add input validation",
-                                   params={"max_steps": 3})
+    engine = await run_with_docker(
+        tmp_path, git_repo, fn, run_id=rid, prompt="add input validation", params={"max_steps": 3}
+    )
     s1 = engine.state.strategies["s1"]
     assert s1.status == "success", s1.error
     steps = s1.result["steps"]

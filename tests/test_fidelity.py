@@ -55,8 +55,9 @@ def repo(tmp_path):
     remove_run_resources(tmp_path / "state")
 
 
-def run_to_end(tmp_path, repo, plugin: str, prompt: str, *args: str, rc: int = 0,
-               outcome: str = "task.completed") -> tuple[str, dict]:
+def run_to_end(
+    tmp_path, repo, plugin: str, prompt: str, *args: str, rc: int = 0, outcome: str = "task.completed"
+) -> tuple[str, dict]:
     """Run the command to its end: check its exit status, return the run id and the task's one ``outcome`` event."""
     result = run_orchestrator(tmp_path, repo, plugin, prompt, *args)
     assert result.returncode == rc, result.stdout + result.stderr
@@ -69,7 +70,9 @@ def test_success_brings_the_agents_commits_back_as_a_branch(tmp_path, repo, fide
     run_id, done = run_to_end(tmp_path, repo, plugin, "FIDELITY: success")
     branch = done["artifact"]["branch_final"]
     assert git(repo, "log", "--format=%s", f"main..{branch}").splitlines() == [
-        "fidelity: edit notes.txt", "fidelity: add notes.txt"]
+        "fidelity: edit notes.txt",
+        "fidelity: add notes.txt",
+    ]
     assert git(repo, "show", f"{branch}:notes.txt") == "edited line"
     facts = final_facts(done["final_message"])
     assert facts["tool_results"] == 4
@@ -87,9 +90,18 @@ STRATEGY = f"{REPO_ROOT}/tests/fixtures/fidelity_strategy.py:fidelity"
 
 @pytest.mark.parametrize("plugin", PLUGINS)
 def test_system_prompt_replaces_and_append_adds(tmp_path, repo, fidelity_image, plugin):
-    result = run_orchestrator(tmp_path, repo, plugin, "FIDELITY: prompts", "--strategy", STRATEGY,
-                              "-S", "system_prompt=SYS-MARKER: you are a fidelity probe.",
-                              "-S", "append_system_prompt=APPEND-MARKER: answer briefly.")
+    result = run_orchestrator(
+        tmp_path,
+        repo,
+        plugin,
+        "FIDELITY: prompts",
+        "--strategy",
+        STRATEGY,
+        "-S",
+        "system_prompt=SYS-MARKER: you are a fidelity probe.",
+        "-S",
+        "append_system_prompt=APPEND-MARKER: answer briefly.",
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     requests = scripted(server_requests(only_run_id(tmp_path)))
     assert requests
@@ -100,15 +112,26 @@ def test_system_prompt_replaces_and_append_adds(tmp_path, repo, fidelity_image, 
 
 
 def test_max_turns_stops_claude_code_with_a_timeout_error(tmp_path, repo, fidelity_image):
-    run_id, failed = run_to_end(tmp_path, repo, "claude-code", "FIDELITY: maxturns", "--strategy", STRATEGY,
-                                "-S", "max_turns=2", rc=1, outcome="task.failed")
+    run_id, failed = run_to_end(
+        tmp_path,
+        repo,
+        "claude-code",
+        "FIDELITY: maxturns",
+        "--strategy",
+        STRATEGY,
+        "-S",
+        "max_turns=2",
+        rc=1,
+        outcome="task.failed",
+    )
     assert failed["error_type"] == "timeout", failed  # a turn budget: retrying the same budget fails the same way
     assert len(scripted(server_requests(run_id))) == 2
 
 
 def test_max_turns_on_codex_is_refused_when_scheduled(tmp_path, repo, fidelity_image):
-    result = run_orchestrator(tmp_path, repo, "codex", "FIDELITY: maxturns", "--strategy", STRATEGY,
-                              "-S", "max_turns=2")
+    result = run_orchestrator(
+        tmp_path, repo, "codex", "FIDELITY: maxturns", "--strategy", STRATEGY, "-S", "max_turns=2"
+    )
     assert result.returncode != 0
     out = result.stdout + result.stderr
     assert "plugin codex has no turn limit: remove max_turns from the task" in out, out
@@ -147,18 +170,39 @@ def test_a_401_fails_the_task_without_runner_retries(tmp_path, repo, fidelity_im
 @pytest.mark.parametrize("plugin", PLUGINS)
 def test_interrupted_mid_turn_then_resume_continues_the_same_session(tmp_path, repo, fidelity_image, plugin):
     env = fidelity_env(tmp_path)
-    proc = subprocess.Popen([ORCH, "FIDELITY: interrupt", "--plugin", plugin, "--model", MODELS[plugin],
-                             "--docker-image", fidelity_image, "--no-tui"], cwd=repo, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            ORCH,
+            "FIDELITY: interrupt",
+            "--plugin",
+            plugin,
+            "--model",
+            MODELS[plugin],
+            "--docker-image",
+            fidelity_image,
+            "--no-tui",
+        ],
+        cwd=repo,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
+
         def stalled():
             state = tmp_path / "state"
             runs = [p.name for p in state.iterdir()] if state.exists() else []
             if not runs or not (tmp_path / "logs" / runs[0] / "events.jsonl").exists():
                 return None
             names = [e["payload"]["container_name"] for e in events(tmp_path, runs[0]) if e["type"] == "task.scheduled"]
-            probe = subprocess.run(["docker", "exec", names[0], "test", "-f", "/home/node/.fidelity/stalled"],
-                                   capture_output=True) if names else None
+            probe = (
+                subprocess.run(
+                    ["docker", "exec", names[0], "test", "-f", "/home/node/.fidelity/stalled"], capture_output=True
+                )
+                if names
+                else None
+            )
             return runs[0] if probe is not None and probe.returncode == 0 else None
 
         # the agent wrote and committed, and its next model call is in flight
@@ -179,7 +223,9 @@ def test_interrupted_mid_turn_then_resume_continues_the_same_session(tmp_path, r
     assert done["session_id"] == interrupted["session_id"]
     assert done["artifact"].get("branch_final"), done
     assert git(repo, "log", "--format=%s", f"main..{done['artifact']['branch_final']}").splitlines() == [
-        "fidelity: edit notes.txt", "fidelity: add notes.txt"]
+        "fidelity: edit notes.txt",
+        "fidelity: add notes.txt",
+    ]
     assert git(repo, "show", f"{done['artifact']['branch_final']}:notes.txt") == "edited line"
     facts = final_facts(done["final_message"])
     # The resumed turn carried the interrupted one's history: its two tool results and the first prompt.
@@ -189,15 +235,27 @@ def test_interrupted_mid_turn_then_resume_continues_the_same_session(tmp_path, r
     assert 100 * len(after) <= done["metrics"]["tokens_in"] <= 100 * len(answered)
 
 
-SCHEMA = {"type": "object", "properties": {"score": {"type": "integer"}, "verdict": {"type": "string"}},
-          "required": ["score", "verdict"], "additionalProperties": False}
+SCHEMA = {
+    "type": "object",
+    "properties": {"score": {"type": "integer"}, "verdict": {"type": "string"}},
+    "required": ["score", "verdict"],
+    "additionalProperties": False,
+}
 
 
 @pytest.mark.parametrize("plugin", PLUGINS)
 @pytest.mark.parametrize("script", ["structured", "structured-repair"])
 def test_structured_output_comes_back_validated(tmp_path, repo, fidelity_image, plugin, script):
-    run_id, done = run_to_end(tmp_path, repo, plugin, f"FIDELITY: {script}", "--strategy", STRATEGY,
-                              "-S", f"output_schema={json.dumps(SCHEMA)}")
+    run_id, done = run_to_end(
+        tmp_path,
+        repo,
+        plugin,
+        f"FIDELITY: {script}",
+        "--strategy",
+        STRATEGY,
+        "-S",
+        f"output_schema={json.dumps(SCHEMA)}",
+    )
     assert done["output"] == {"score": 7, "verdict": "ship it"}
     log = runner_events(tmp_path, run_id)
     repairs = [e for e in log if e.get("message") == "runner.output.invalid"]

@@ -25,15 +25,24 @@ from orchestrator.runner.plugin import get_plugin
 from orchestrator.runner.types import AuthConfig, InstanceRequest
 
 pytestmark = [pytest.mark.docker, pytest.mark.fidelity]
-AUTH = AuthConfig(api_key="sk-ant-fidelity-0123456789abcdef", base_url=API, openai_api_key=OPENAI_KEY,
-                  openai_base_url=f"{API}/v1")
+AUTH = AuthConfig(
+    api_key="sk-ant-fidelity-0123456789abcdef", base_url=API, openai_api_key=OPENAI_KEY, openai_base_url=f"{API}/v1"
+)
 MODELS = {"claude-code": "sonnet", "codex": "gpt-5"}
-REAL = {"success": "FIDELITY: success", "resume": "FIDELITY: success", "429": "FIDELITY: ratelimit-always",
-        "401": "FIDELITY: auth"}
+REAL = {
+    "success": "FIDELITY: success",
+    "resume": "FIDELITY: success",
+    "429": "FIDELITY: ratelimit-always",
+    "401": "FIDELITY: auth",
+}
 # The same steps the scripted API asks the real CLIs for: write, commit, edit, commit.
-SIM = {"success": "SIM: write notes.txt first line\nSIM: commit fidelity: add notes.txt\n"
-                  "SIM: edit notes.txt first line => edited line\nSIM: commit fidelity: edit notes.txt\nSIM: print done",
-       "resume": "SIM: print done again", "429": "SIM: ratelimit 1", "401": "SIM: authfail"}
+SIM = {
+    "success": "SIM: write notes.txt first line\nSIM: commit fidelity: add notes.txt\n"
+    "SIM: edit notes.txt first line => edited line\nSIM: commit fidelity: edit notes.txt\nSIM: print done",
+    "resume": "SIM: print done again",
+    "429": "SIM: ratelimit 1",
+    "401": "SIM: authfail",
+}
 
 
 def json_type(value) -> str:
@@ -78,18 +87,43 @@ def shapes(lines: list[dict]) -> dict[str, set[str]]:
 def capture(image: str, plugin_name: str, prompts: dict[str, str]) -> dict[str, list[dict]]:
     """Run each scenario in one container, the way the runner runs the CLI; the JSON lines it printed."""
     plugin = get_plugin(plugin_name)
-    cid = subprocess.run(["docker", "run", "-d", "--rm", "--network", "none", image, "sleep", "infinity"],
-                         capture_output=True, text=True, check=True).stdout.strip()
+    cid = subprocess.run(
+        ["docker", "run", "-d", "--rm", "--network", "none", image, "sleep", "infinity"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     try:
-        subprocess.run(["docker", "exec", "-w", "/workspace", cid, "sh", "-c",
-                        "git init -q && git config user.email d@example.com && git config user.name D && "
-                        "git commit -q --allow-empty -m init"], check=True, capture_output=True)
+        subprocess.run(
+            [
+                "docker",
+                "exec",
+                "-w",
+                "/workspace",
+                cid,
+                "sh",
+                "-c",
+                "git init -q && git config user.email d@example.com && git config user.name D && "
+                "git commit -q --allow-empty -m init",
+            ],
+            check=True,
+            capture_output=True,
+        )
         out: dict[str, list[dict]] = {}
         session = None
         for scenario, prompt in prompts.items():
-            req = InstanceRequest(prompt=prompt, repo_path="/repo", branch_name="b", run_id="r",
-                                  strategy_execution_id="s", instance_id="i", task_key=f"shape-{scenario}",
-                                  container_name=cid, model=MODELS[plugin_name], plugin_name=plugin_name)
+            req = InstanceRequest(
+                prompt=prompt,
+                repo_path="/repo",
+                branch_name="b",
+                run_id="r",
+                strategy_execution_id="s",
+                instance_id="i",
+                task_key=f"shape-{scenario}",
+                container_name=cid,
+                model=MODELS[plugin_name],
+                plugin_name=plugin_name,
+            )
             resume = session if scenario == "resume" else None
             if plugin_name == "codex":
                 argv = plugin.build_command(req, resume_session_id=resume, auth=AUTH)
@@ -97,8 +131,12 @@ def capture(image: str, plugin_name: str, prompts: dict[str, str]) -> dict[str, 
                 argv = plugin.build_command(req, resume_session_id=resume)
             env = plugin.prepare_environment(AUTH, req)
             env_args = [a for k, v in env.items() for a in ("-e", f"{k}={v}")]
-            run = subprocess.run(["docker", "exec", "-w", "/workspace", *env_args, cid, *argv], capture_output=True,
-                                 text=True, timeout=180)
+            run = subprocess.run(
+                ["docker", "exec", "-w", "/workspace", *env_args, cid, *argv],
+                capture_output=True,
+                text=True,
+                timeout=180,
+            )
             lines = [json.loads(x) for x in run.stdout.splitlines() if x.startswith("{")]
             assert lines, f"{image} {plugin_name} {scenario}: no JSON output; stderr: {run.stderr[-2000:]}"
             out[scenario] = lines

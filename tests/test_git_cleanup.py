@@ -27,8 +27,15 @@ def _branch(repo: Path, name: str, text: str, *, key: str | None = None, run_id:
     return sha
 
 
-FIX, MERGE, OTHER, BUSY = (branch_name("evolve", run, key) for run, key in (
-    ("r1", "r1/s1/c/1/fix/a"), ("r1", "r1/s1/c/1/merge/1"), ("r2", "r2/s1/c/1/fix/a"), ("r1", "r1/s1/c/2/fix/b")))
+FIX, MERGE, OTHER, BUSY = (
+    branch_name("evolve", run, key)
+    for run, key in (
+        ("r1", "r1/s1/c/1/fix/a"),
+        ("r1", "r1/s1/c/1/merge/1"),
+        ("r2", "r2/s1/c/1/fix/a"),
+        ("r1", "r1/s1/c/2/fix/b"),
+    )
+)
 
 
 @pytest.fixture
@@ -50,9 +57,15 @@ def heads(repo: Path) -> set[str]:
 
 async def test_only_this_runs_unused_branches_are_deleted(repo):
     outcome = await delete_run_branches(repo, [FIX, MERGE, OTHER, "feature", "mine", BUSY, "gone"], run_id="r1")
-    assert outcome == {FIX: "deleted", MERGE: "deleted", OTHER: "not created by this run",
-                       "feature": "not created by this run", "mine": "not created by this run",
-                       BUSY: "checked out", "gone": "missing"}
+    assert outcome == {
+        FIX: "deleted",
+        MERGE: "deleted",
+        OTHER: "not created by this run",
+        "feature": "not created by this run",
+        "mine": "not created by this run",
+        BUSY: "checked out",
+        "gone": "missing",
+    }
     assert heads(repo) == {"main", OTHER, "feature", "mine", BUSY}
     # asking again is harmless (a resumed run repeats its cleanup)
     assert await delete_run_branches(repo, [FIX], run_id="r1") == {FIX: "missing"}
@@ -63,15 +76,26 @@ async def test_a_suffixed_import_is_ours_and_a_run_id_prefix_is_not(repo):
     r10 = branch_name("evolve", "r10", "r10/s1/c/1/fix/a")
     _branch(repo, r10, "f", key="r10/s1/c/1/fix/a", run_id="r10")
     assert await delete_run_branches(repo, [FIX + "_2", r10], run_id="r1") == {
-        FIX + "_2": "deleted", r10: "not created by this run"}
+        FIX + "_2": "deleted",
+        r10: "not created by this run",
+    }
 
 
 async def test_the_docker_runner_deletes_without_a_container(repo, tmp_path):
     runner = DockerRunner(logs_dir=tmp_path / "logs", client_factory=_no_docker)
-    req = InstanceRequest(prompt="cleanup", repo_path=str(repo), branch_name="unused", run_id="r1",
-                          strategy_execution_id="s1", instance_id="i1", task_key="r1/s1/cleanup/branches",
-                          container_name="c1", plugin_name="command", import_policy="never",
-                          delete_branches=(FIX, OTHER))
+    req = InstanceRequest(
+        prompt="cleanup",
+        repo_path=str(repo),
+        branch_name="unused",
+        run_id="r1",
+        strategy_execution_id="s1",
+        instance_id="i1",
+        task_key="r1/s1/cleanup/branches",
+        container_name="c1",
+        plugin_name="command",
+        import_policy="never",
+        delete_branches=(FIX, OTHER),
+    )
     try:
         result = await runner.run(req)
     finally:

@@ -38,9 +38,7 @@ IDENTITY = {
 
 def git(cwd: Path, *args: str, check: bool = True) -> str:
     env = {**os.environ, **IDENTITY}
-    proc = subprocess.run(
-        ["git", "-c", "safe.directory=*", *args], cwd=cwd, env=env, capture_output=True, text=True
-    )
+    proc = subprocess.run(["git", "-c", "safe.directory=*", *args], cwd=cwd, env=env, capture_output=True, text=True)
     if check and proc.returncode != 0:
         raise AssertionError(f"git {args} failed: {proc.stderr}")
     return proc.stdout.strip()
@@ -95,7 +93,9 @@ def make_ws(host: Path, ws: Path, *, changes: bool, n: int = 0, **kw) -> Path:
 
 def land(host: Path, ws: Path, branch: str) -> None:
     """Put the workspace HEAD on ``branch`` of the host behind the API's back."""
-    git(host, "fetch", "-q", "--upload-pack=git -c 'safe.directory=*' upload-pack", str(ws), f"HEAD:refs/heads/{branch}")
+    git(
+        host, "fetch", "-q", "--upload-pack=git -c 'safe.directory=*' upload-pack", str(ws), f"HEAD:refs/heads/{branch}"
+    )
 
 
 def ws_head(ws: Path) -> str:
@@ -292,9 +292,7 @@ def test_policy_matrix(host, tmp_path, policy, conflict, skip_empty, changes, pr
         assert heads(host)[name] == other
     assert "task_key=task-1; run_id=run1" in note(host, head)
     # every other branch is untouched
-    assert {k: v for k, v in heads(host).items() if k != expected} == {
-        k: v for k, v in before.items() if k != expected
-    }
+    assert {k: v for k, v in heads(host).items() if k != expected} == {k: v for k, v in before.items() if k != expected}
     # crash window: the same call again is a no-op returning the same artifact
     assert _import_branch_sync(host, ws, **kw) == art
     assert heads(host)[expected] == head and f"{expected}_2" not in heads(host)
@@ -382,8 +380,14 @@ def test_host_tree_index_head_untouched(host, tmp_path):
     before = _snapshot(host)
     for i, conflict in enumerate(["fail", "overwrite", "suffix", "suffix"]):
         ws = make_ws(host, tmp_path / f"ws{i}", changes=True, n=i)
-        _import_branch_sync(host, ws, branch_name="feature", task_key=f"k{i}", run_id="r",
-                            import_conflict_policy=conflict if i else "fail")
+        _import_branch_sync(
+            host,
+            ws,
+            branch_name="feature",
+            task_key=f"k{i}",
+            run_id="r",
+            import_conflict_policy=conflict if i else "fail",
+        )
     assert _snapshot(host) == before
     assert validate_repository(host, "main").dirty is True
 
@@ -410,12 +414,16 @@ def test_refuses_to_overwrite_the_head_branch_of_a_bare_repository(host, tmp_pat
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.lists(st.text(alphabet="abzAZ09_-", min_size=1, max_size=8), min_size=1, max_size=3).map("/".join)
-       .filter(lambda n: not n.startswith("-")))
+@given(
+    st.lists(st.text(alphabet="abzAZ09_-", min_size=1, max_size=8), min_size=1, max_size=3)
+    .map("/".join)
+    .filter(lambda n: not n.startswith("-"))
+)
 def test_plain_branch_names_skip_git_only_when_git_accepts_them(name):
     # check_branch_name accepts these without running git (the fast path); git agrees.
     assert subprocess.run(["git", "check-ref-format", f"refs/heads/{name}"]).returncode == 0
     from orchestrator.runner import git_cmd
+
     assert git_cmd._PLAIN_NAME.fullmatch(name) and git_cmd.check_branch_name(name) == name
 
 
@@ -479,8 +487,14 @@ async def test_async_import_does_not_block_loop_and_serializes(host, tmp_path):
     alias.symlink_to(host)
 
     async def one(i, ws):
-        results[i] = await import_branch(alias if i % 2 else host, ws, branch_name="same", task_key=f"k{i}", run_id="r",
-                                         import_conflict_policy="suffix")
+        results[i] = await import_branch(
+            alias if i % 2 else host,
+            ws,
+            branch_name="same",
+            task_key=f"k{i}",
+            run_id="r",
+            import_conflict_policy="suffix",
+        )
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(ticker)
@@ -495,8 +509,9 @@ async def test_async_import_does_not_block_loop_and_serializes(host, tmp_path):
 
 def _mp_import(args):
     host, ws, name, key, conflict = args
-    art = _import_branch_sync(Path(host), Path(ws), branch_name=name, task_key=key, run_id="race",
-                              import_conflict_policy=conflict)
+    art = _import_branch_sync(
+        Path(host), Path(ws), branch_name=name, task_key=key, run_id="race", import_conflict_policy=conflict
+    )
     return key, art.branch_final, art.commit
 
 

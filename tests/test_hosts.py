@@ -25,22 +25,27 @@ from orchestrator.runner import archive
 from orchestrator.runner.git_ops import _prepare_workspace_sync
 from orchestrator.runner.hosts import parse_host_flag, redact_url, resolve_hosts
 
-NO_DISK_MIN = {"ORCHESTRATOR_ORCHESTRATION__HARD_MIN_FREE_DISK_GB": "0",
-               "ORCHESTRATOR_ORCHESTRATION__MIN_FREE_DISK_GB": "0",
-               "ORCHESTRATOR_RUNNER__NETWORK_EGRESS": "offline"}
+NO_DISK_MIN = {
+    "ORCHESTRATOR_ORCHESTRATION__HARD_MIN_FREE_DISK_GB": "0",
+    "ORCHESTRATOR_ORCHESTRATION__MIN_FREE_DISK_GB": "0",
+    "ORCHESTRATOR_RUNNER__NETWORK_EGRESS": "offline",
+}
 
 
 # ---------------------------------------------------------------- configuration
 
 
-@pytest.mark.parametrize(("flag", "entry"), [
-    ("big1=ssh://ci@big1:16", {"name": "big1", "docker": "ssh://ci@big1", "max_parallel": 16}),
-    ("big1=ssh://ci@big1", {"name": "big1", "docker": "ssh://ci@big1"}),
-    ("b=tcp://h:2376", {"name": "b", "docker": "tcp://h:2376"}),
-    ("b=tcp://h:2376:8", {"name": "b", "docker": "tcp://h:2376", "max_parallel": 8}),
-    ("local=local:3", {"name": "local", "docker": "local", "max_parallel": 3}),
-    ("b=unix:///run/x.sock:2", {"name": "b", "docker": "unix:///run/x.sock", "max_parallel": 2}),
-])
+@pytest.mark.parametrize(
+    ("flag", "entry"),
+    [
+        ("big1=ssh://ci@big1:16", {"name": "big1", "docker": "ssh://ci@big1", "max_parallel": 16}),
+        ("big1=ssh://ci@big1", {"name": "big1", "docker": "ssh://ci@big1"}),
+        ("b=tcp://h:2376", {"name": "b", "docker": "tcp://h:2376"}),
+        ("b=tcp://h:2376:8", {"name": "b", "docker": "tcp://h:2376", "max_parallel": 8}),
+        ("local=local:3", {"name": "local", "docker": "local", "max_parallel": 3}),
+        ("b=unix:///run/x.sock:2", {"name": "b", "docker": "unix:///run/x.sock", "max_parallel": 2}),
+    ],
+)
 def test_docker_host_flag(flag, entry):
     assert parse_host_flag(flag) == entry
 
@@ -51,13 +56,16 @@ def test_host_urls_never_show_a_password_or_query():
     assert redact_url("ssh://ci@big1") == "ssh://ci@big1"
 
 
-@pytest.mark.parametrize(("entries", "words"), [
-    ([{"name": "big1"}], ["big1", "docker: URL"]),
-    ([{"name": "a", "docker": "http://x"}], ["ssh://"]),
-    ([{"name": "local"}, {"name": "local"}], ["twice"]),
-    ([{"name": "a", "docker": "ssh://a", "max_parallel": 0}], ["max_parallel"]),
-    ([{"name": "a b", "docker": "ssh://a"}], ["host name"]),
-])
+@pytest.mark.parametrize(
+    ("entries", "words"),
+    [
+        ([{"name": "big1"}], ["big1", "docker: URL"]),
+        ([{"name": "a", "docker": "http://x"}], ["ssh://"]),
+        ([{"name": "local"}, {"name": "local"}], ["twice"]),
+        ([{"name": "a", "docker": "ssh://a", "max_parallel": 0}], ["max_parallel"]),
+        ([{"name": "a b", "docker": "ssh://a"}], ["host name"]),
+    ],
+)
 def test_bad_host_entries_are_one_clear_error(entries, words):
     with pytest.raises(ConfigError) as info:
         resolve_hosts(entries)
@@ -120,14 +128,17 @@ def test_corrupt_bundle_is_a_git_error_and_changes_nothing(tmp_path, damage):
 
 
 def _score_approach(i: int) -> str:
-    return (f"SIM: write c{i}.txt candidate {i}\nSIM: commit add c{i}\n"
-            f'SIM: print SIM: print-json {{"score": {i}, "rationale": "ok"}}')
+    return (
+        f"SIM: write c{i}.txt candidate {i}\nSIM: commit add c{i}\n"
+        f'SIM: print SIM: print-json {{"score": {i}, "rationale": "ok"}}'
+    )
 
 
 def _host_containers(url: str | None, run_id: str) -> list[dict]:
     base = ["docker"] + (["-H", url] if url else [])
-    names = subprocess.run([*base, "ps", "-aq", "--filter", f"label=run_id={run_id}"], capture_output=True,
-                           text=True).stdout.split()
+    names = subprocess.run(
+        [*base, "ps", "-aq", "--filter", f"label=run_id={run_id}"], capture_output=True, text=True
+    ).stdout.split()
     if not names:
         return []
     return json.loads(subprocess.run([*base, "inspect", *names], capture_output=True, text=True).stdout)
@@ -138,11 +149,11 @@ def _remove_run(url: str | None, run_id: str) -> None:
     names = [c["Id"] for c in _host_containers(url, run_id)]
     if names:
         subprocess.run([*base, "rm", "-f", *names], capture_output=True)
-    vols = subprocess.run([*base, "volume", "ls", "-q", "--filter", f"label=run_id={run_id}"], capture_output=True,
-                          text=True).stdout.split()
+    vols = subprocess.run(
+        [*base, "volume", "ls", "-q", "--filter", f"label=run_id={run_id}"], capture_output=True, text=True
+    ).stdout.split()
     if vols:
         subprocess.run([*base, "volume", "rm", "-f", *vols], capture_output=True)
-
 
 
 @pytest.mark.docker
@@ -150,9 +161,27 @@ def test_best_of_n_over_two_engines_imports_and_notes_every_branch(tmp_path, pri
     repo = make_repo(tmp_path / "repo")
     env = cli_env(tmp_path, **NO_DISK_MIN)
     approaches = json.dumps([_score_approach(i) for i in range(4)])
-    result = run_cli(["add a file", "--strategy", "best-of-n", "-S", "n=4", "-S", f"approaches={approaches}",
-                      "--no-tui", "--docker-image", private_engine.image, "--docker-host", "local=local:2",
-                      "--docker-host", f"b={private_engine.url}:2"], cwd=repo, env=env, timeout=600)
+    result = run_cli(
+        [
+            "add a file",
+            "--strategy",
+            "best-of-n",
+            "-S",
+            "n=4",
+            "-S",
+            f"approaches={approaches}",
+            "--no-tui",
+            "--docker-image",
+            private_engine.image,
+            "--docker-host",
+            "local=local:2",
+            "--docker-host",
+            f"b={private_engine.url}:2",
+        ],
+        cwd=repo,
+        env=env,
+        timeout=600,
+    )
     run_id = only_run_id(tmp_path)
     try:
         assert result.returncode == 0, result.stderr
@@ -182,8 +211,9 @@ def test_best_of_n_over_two_engines_imports_and_notes_every_branch(tmp_path, pri
         started_hosts = {e.payload["host"] for e in events if e.type == "task.started"}
         assert started_hosts == {"local", "b"}
         # The watchdog reads this machine's /proc and cgroups: never for a remote engine's container.
-        runner_log = [json.loads(line) for line in (tmp_path / "logs" / run_id / "runner.jsonl").read_text()
-                      .splitlines()]
+        runner_log = [
+            json.loads(line) for line in (tmp_path / "logs" / run_id / "runner.jsonl").read_text().splitlines()
+        ]
         skipped = {r["task_key"] for r in runner_log if r.get("message") == "runner.watchdog.skipped"}
         on_b = {e.key for e in events if e.type == "task.started" and e.payload["host"] == "b"}
         assert skipped == on_b, (skipped, on_b)
@@ -206,15 +236,23 @@ def test_bundle_spoiled_inside_the_container_fails_the_task_as_git_and_imports_n
     refs_before = git(repo, "for-each-ref")
     # Python, not a shell loop: the swap must land before the orchestrator reads the
     # bundle back (a few API round trips later), and a fork per step is too slow.
-    swap = ("import os,itertools; b='.git/orchestrator-result.bundle'; "
-            "any(os.path.isfile(b) and os.path.getsize(b) for _ in itertools.count()); "
-            "os.replace('.git/half.bundle', b)")
-    spoiler = ("git bundle create -q .git/full.bundle HEAD --not $(cat .git/BASE_COMMIT) && "
-               "head -c $(( $(wc -c < .git/full.bundle) / 2 )) .git/full.bundle > .git/half.bundle && "
-               f'(python3 -c "{swap}" >/dev/null 2>&1 &)')
+    swap = (
+        "import os,itertools; b='.git/orchestrator-result.bundle'; "
+        "any(os.path.isfile(b) and os.path.getsize(b) for _ in itertools.count()); "
+        "os.replace('.git/half.bundle', b)"
+    )
+    spoiler = (
+        "git bundle create -q .git/full.bundle HEAD --not $(cat .git/BASE_COMMIT) && "
+        "head -c $(( $(wc -c < .git/full.bundle) / 2 )) .git/full.bundle > .git/half.bundle && "
+        f'(python3 -c "{swap}" >/dev/null 2>&1 &)'
+    )
     prompt = f"SIM: write a.txt work\nSIM: commit a\nSIM: exec {spoiler}\nSIM: print done"
-    result = run_cli([prompt, "--no-tui", "--docker-image", private_engine.image,
-                      "--docker-host", f"b={private_engine.url}:1"], cwd=repo, env=env, timeout=300)
+    result = run_cli(
+        [prompt, "--no-tui", "--docker-image", private_engine.image, "--docker-host", f"b={private_engine.url}:1"],
+        cwd=repo,
+        env=env,
+        timeout=300,
+    )
     run_id = only_run_id(tmp_path)
     try:
         assert result.returncode != 0, result.stderr
@@ -240,20 +278,31 @@ def test_image_missing_on_a_host_stops_with_the_fix_or_is_synced(tmp_path, priva
     subprocess.run(["docker", "tag", private_engine.image, tag], check=True)
     repo = make_repo(tmp_path / "repo")
     env = cli_env(tmp_path, **NO_DISK_MIN)
-    args = ["SIM: write s.txt synced\nSIM: commit s", "--no-tui", "--docker-image", tag,
-            "--docker-host", f"b={private_engine.url}:1"]
+    args = [
+        "SIM: write s.txt synced\nSIM: commit s",
+        "--no-tui",
+        "--docker-image",
+        tag,
+        "--docker-host",
+        f"b={private_engine.url}:1",
+    ]
     try:
         private_engine.docker("rmi", tag)
         refused = run_cli(args, cwd=repo, env=env)
         assert refused.returncode == 2, refused.stderr
         line = refused.stderr.strip()
-        assert "\n" not in line and "host b" in line and f"docker save {tag} | docker -H {private_engine.url} load" \
-            in line and "--sync-image" in line, line
+        assert (
+            "\n" not in line
+            and "host b" in line
+            and f"docker save {tag} | docker -H {private_engine.url} load" in line
+            and "--sync-image" in line
+        ), line
         synced = run_cli([*args, "--sync-image"], cwd=repo, env=env, timeout=900)
         assert synced.returncode == 0, synced.stderr
         assert "syncing image to host b" in synced.stderr
-        want = subprocess.run(["docker", "image", "inspect", "-f", "{{.Id}}", tag], capture_output=True,
-                              text=True).stdout.strip()
+        want = subprocess.run(
+            ["docker", "image", "inspect", "-f", "{{.Id}}", tag], capture_output=True, text=True
+        ).stdout.strip()
         got = private_engine.docker("image", "inspect", "-f", "{{.Id}}", tag).stdout.strip()
         assert got == want
         run_id = only_run_id(tmp_path)
@@ -283,20 +332,37 @@ def test_engine_killed_mid_run_its_tasks_rerun_on_the_other(tmp_path, private_en
     from reliability_helpers import finish, run_ids, start_cli, wait_for
 
     repo = make_repo(tmp_path / "repo")
-    env = cli_env(tmp_path, ORCHESTRATOR_RUNNER__BACKOFF_BASE_S="0.5", ORCHESTRATOR_RUNNER__BACKOFF_FACTOR="1",
-                  **NO_DISK_MIN)
+    env = cli_env(
+        tmp_path, ORCHESTRATOR_RUNNER__BACKOFF_BASE_S="0.5", ORCHESTRATOR_RUNNER__BACKOFF_FACTOR="1", **NO_DISK_MIN
+    )
     prompt = "SIM: write a.txt $TASK\nSIM: commit a\nSIM: sleep 10\nSIM: print done"
     out = tmp_path / "out" / "kill"
-    proc = start_cli([prompt, "--runs", "4", "--no-tui", "--docker-image", private_engine.image,
-                      "--docker-host", "local=local:2", "--docker-host", f"b={private_engine.url}:2"],
-                     cwd=repo, env=env, out=out)
+    proc = start_cli(
+        [
+            prompt,
+            "--runs",
+            "4",
+            "--no-tui",
+            "--docker-image",
+            private_engine.image,
+            "--docker-host",
+            "local=local:2",
+            "--docker-host",
+            f"b={private_engine.url}:2",
+        ],
+        cwd=repo,
+        env=env,
+        out=out,
+    )
     run_id = wait_for(lambda: run_ids(tmp_path) and run_ids(tmp_path)[0], timeout=120)
     try:
+
         def two_agents_on_b():
             ids = private_engine.docker("ps", "-q", "--filter", f"label=run_id={run_id}").stdout.split()
             runner_log = tmp_path / "logs" / run_id / "runner.jsonl"
             execs = runner_log.read_text().count('"runner.exec.started"') if runner_log.exists() else 0
             return len(ids) == 2 and execs >= 4
+
         wait_for(two_agents_on_b, timeout=180, interval=0.5)
         private_engine.kill()
         rc, _, err = finish(proc, out, timeout=600)
@@ -313,8 +379,9 @@ def test_engine_killed_mid_run_its_tasks_rerun_on_the_other(tmp_path, private_en
         runner_log = (tmp_path / "logs" / run_id / "runner.jsonl").read_text()
         replaced = [json.loads(line) for line in runner_log.splitlines() if '"runner.host.replaced"' in line]
         assert len(replaced) == 2, "the two tasks on b were placed again"
-        assert all(r["error_type"] == "docker" and r["error"].startswith("Docker host b stopped answering")
-                   for r in replaced), replaced
+        assert all(
+            r["error_type"] == "docker" and r["error"].startswith("Docker host b stopped answering") for r in replaced
+        ), replaced
         started_on_b = {e.key for e in events if e.type == "task.started" and e.payload["host"] == "b"}
         moved = [e for e in events if e.type == "task.session" and e.payload.get("reason") == "host_down"]
         assert {e.key for e in moved} == started_on_b and len(moved) == 2, moved
@@ -323,10 +390,13 @@ def test_engine_killed_mid_run_its_tasks_rerun_on_the_other(tmp_path, private_en
             assert e.payload["error_type"] == "docker" and "Docker host b stopped answering" in e.payload["detail"]
         # The dashboard's host line: b was marked down in the event log.
         statuses = [e.payload["hosts"] for e in events if e.type == "hosts.status"]
-        assert statuses[0] == [{"name": "local", "max_parallel": 2, "down": False},
-                               {"name": "b", "max_parallel": 2, "down": False}]
-        assert any(h["name"] == "b" and h["down"] and "Docker host b" in h["reason"]
-                   for table in statuses for h in table), statuses
+        assert statuses[0] == [
+            {"name": "local", "max_parallel": 2, "down": False},
+            {"name": "b", "max_parallel": 2, "down": False},
+        ]
+        assert any(
+            h["name"] == "b" and h["down"] and "Docker host b" in h["reason"] for table in statuses for h in table
+        ), statuses
         local = _host_containers(None, run_id)
         assert len(local) == 4, "all four ended on the local engine (two of them after b died)"
     finally:
@@ -344,12 +414,28 @@ def _interrupted_run_on_two_hosts(tmp_path, repo, engine, env):
 
     prompt = "SIM: write a.txt $TASK\nSIM: commit a\nSIM: sleep 30\nSIM: print done"
     out = tmp_path / "out" / "first"
-    proc = start_cli([prompt, "--runs", "2", "--no-tui", "--docker-image", engine.image,
-                      "--docker-host", "local=local:1", "--docker-host", f"b={engine.url}:1"],
-                     cwd=repo, env=env, out=out)
+    proc = start_cli(
+        [
+            prompt,
+            "--runs",
+            "2",
+            "--no-tui",
+            "--docker-image",
+            engine.image,
+            "--docker-host",
+            "local=local:1",
+            "--docker-host",
+            f"b={engine.url}:1",
+        ],
+        cwd=repo,
+        env=env,
+        out=out,
+    )
+
     def run_started():
         assert proc.poll() is None, out.with_suffix(".err").read_text()
         return run_ids(tmp_path) and run_ids(tmp_path)[0]
+
     run_id = wait_for(run_started, timeout=300)
 
     def sessions_known():
@@ -357,6 +443,7 @@ def _interrupted_run_on_two_hosts(tmp_path, repo, engine, env):
         log = tmp_path / "logs" / run_id / "runner.jsonl"
         text = log.read_text() if log.exists() else ""
         return len([e for e in events if e.type == "task.started"]) == 2 and text.count('"runner.init"') >= 2
+
     wait_for(sessions_known, timeout=180, interval=0.5)
     time.sleep(1)
     proc.send_signal(_signal.SIGINT)
@@ -383,8 +470,20 @@ def test_resume_after_engine_restart_keeps_each_session_on_its_engine(tmp_path, 
     try:
         private_engine.restart()
         n_before = len(check_log(events_path(tmp_path, run_id)))
-        result = run_cli(["--resume", run_id, "--no-tui", "--docker-host", f"b={private_engine.url}:3",
-                          "--docker-host", "local=local:1"], cwd=repo, env=env, timeout=300)
+        result = run_cli(
+            [
+                "--resume",
+                run_id,
+                "--no-tui",
+                "--docker-host",
+                f"b={private_engine.url}:3",
+                "--docker-host",
+                "local=local:1",
+            ],
+            cwd=repo,
+            env=env,
+            timeout=300,
+        )
         assert result.returncode == 0, result.stderr
         events = check_log(events_path(tmp_path, run_id))
         check_snapshot_is_replay(tmp_path, run_id)
@@ -415,8 +514,9 @@ def test_resume_without_the_engine_holding_a_session_restarts_it_fresh(tmp_path,
     url = "local" if left == "local" else private_engine.url
     try:
         n_before = len(check_log(events_path(tmp_path, run_id)))
-        result = run_cli(["--resume", run_id, "--no-tui", "--docker-host", f"{left}={url}:2"], cwd=repo, env=env,
-                         timeout=300)
+        result = run_cli(
+            ["--resume", run_id, "--no-tui", "--docker-host", f"{left}={url}:2"], cwd=repo, env=env, timeout=300
+        )
         assert result.returncode == 0, result.stderr
         events = check_log(events_path(tmp_path, run_id))
         resumed = [e for e in events[n_before:] if e.type == "task.started"]
@@ -427,8 +527,11 @@ def test_resume_without_the_engine_holding_a_session_restarts_it_fresh(tmp_path,
         assert gone[0].payload["session_id"] is None and gone[0].payload["previous_session_id"]
         assert gone[0].payload["host"] == left and "session volume" in gone[0].payload["detail"]
         # The other task resumed its session where it was: no reset for it.
-        assert not [e for e in events[n_before:] if e.type == "task.session" and e.key != lost[0]
-                    and e.payload["session_id"] is None]
+        assert not [
+            e
+            for e in events[n_before:]
+            if e.type == "task.session" and e.key != lost[0] and e.payload["session_id"] is None
+        ]
         statuses = [e.payload["hosts"] for e in events[n_before:] if e.type == "hosts.status"]
         assert statuses == [[{"name": left, "max_parallel": 2, "down": False}]]
         completed = [e for e in events if e.type == "task.completed"]
@@ -449,14 +552,36 @@ def test_hosts_check_and_cleanup_run_cover_every_engine(tmp_path, private_engine
     repo = make_repo(tmp_path / "repo")
     env = cli_env(tmp_path, **NO_DISK_MIN)
     hosts = ["--docker-host", "local=local:1", "--docker-host", f"b={private_engine.url}:1"]
-    checked = run_cli(["--hosts", "--docker-image", private_engine.image, *hosts,
-                       "--docker-host", "gone=unix:///nonexistent/docker.sock"], cwd=repo, env=env)
+    checked = run_cli(
+        [
+            "--hosts",
+            "--docker-image",
+            private_engine.image,
+            *hosts,
+            "--docker-host",
+            "gone=unix:///nonexistent/docker.sock",
+        ],
+        cwd=repo,
+        env=env,
+    )
     assert checked.returncode == 1, checked.stderr
     lines = {line.split()[0]: line for line in checked.stdout.splitlines() if line.strip()}
     assert " up " in lines["b"] and f"image {private_engine.image}: same" in lines["b"] and "rtt" in lines["b"]
     assert "DOWN" in lines["gone"]
-    result = run_cli(["SIM: write a.txt x\nSIM: commit a", "--runs", "2", "--no-tui", "--docker-image",
-                      private_engine.image, *hosts], cwd=repo, env=env, timeout=300)
+    result = run_cli(
+        [
+            "SIM: write a.txt x\nSIM: commit a",
+            "--runs",
+            "2",
+            "--no-tui",
+            "--docker-image",
+            private_engine.image,
+            *hosts,
+        ],
+        cwd=repo,
+        env=env,
+        timeout=300,
+    )
     run_id = only_run_id(tmp_path)
     try:
         assert result.returncode == 0, result.stderr
@@ -482,13 +607,27 @@ def test_all_hosts_down_stops_the_run_resumably(tmp_path, private_engine):
     env = cli_env(tmp_path, **NO_DISK_MIN)
     hosts = ["--docker-host", f"b={private_engine.url}:2"]
     out = tmp_path / "out" / "alldown"
-    proc = start_cli(["SIM: write a.txt x\nSIM: commit a\nSIM: sleep 20\nSIM: print done", "--runs", "2",
-                      "--no-tui", "--docker-image", private_engine.image, *hosts], cwd=repo, env=env, out=out)
+    proc = start_cli(
+        [
+            "SIM: write a.txt x\nSIM: commit a\nSIM: sleep 20\nSIM: print done",
+            "--runs",
+            "2",
+            "--no-tui",
+            "--docker-image",
+            private_engine.image,
+            *hosts,
+        ],
+        cwd=repo,
+        env=env,
+        out=out,
+    )
     run_id = wait_for(lambda: run_ids(tmp_path) and run_ids(tmp_path)[0], timeout=300)
     try:
+
         def both_running():
             log = tmp_path / "logs" / run_id / "runner.jsonl"
             return log.exists() and log.read_text().count('"runner.exec.started"') >= 2
+
         wait_for(both_running, timeout=180, interval=0.5)
         private_engine.kill()
         rc, _, err = finish(proc, out, timeout=300)
@@ -523,15 +662,39 @@ def test_read_only_archive_copy_cannot_be_changed_by_the_agent(tmp_path, private
 
     repo = make_repo(tmp_path / "repo")
     ws = _prepare_workspace_sync(repo, "main", tmp_path / "ws").path
-    request = InstanceRequest(prompt="p", repo_path=str(repo), branch_name="b", run_id="run_ro", instance_id="i",
-                              strategy_execution_id="s1", task_key="k", container_name="h18-ro-test",
-                              import_policy="never")
-    mount = next(m for m in host_config_kwargs(request, workspace=ws, volume="v", workspace_volume="wv")["mounts"]
-                 if m["Target"] == "/workspace")
+    request = InstanceRequest(
+        prompt="p",
+        repo_path=str(repo),
+        branch_name="b",
+        run_id="run_ro",
+        instance_id="i",
+        strategy_execution_id="s1",
+        task_key="k",
+        container_name="h18-ro-test",
+        import_policy="never",
+    )
+    mount = next(
+        m
+        for m in host_config_kwargs(request, workspace=ws, volume="v", workspace_volume="wv")["mounts"]
+        if m["Target"] == "/workspace"
+    )
     nocopy = ":nocopy" if (mount.get("VolumeOptions") or {}).get("NoCopy") else ""
     name, volume = "h18-ro-test", "h18-ro-test-vol"
-    private_engine.docker("run", "-d", "--name", name, "--network", "none", "--read-only", "-v",
-                          f"{volume}:/workspace{nocopy}", private_engine.image, "sleep", "infinity", check=True)
+    private_engine.docker(
+        "run",
+        "-d",
+        "--name",
+        name,
+        "--network",
+        "none",
+        "--read-only",
+        "-v",
+        f"{volume}:/workspace{nocopy}",
+        private_engine.image,
+        "sleep",
+        "infinity",
+        check=True,
+    )
 
     async def check():
         host = docker_host(HostSpec("b", private_engine.url, 1))
@@ -566,10 +729,24 @@ def test_clean_containers_on_a_remote_engine_lists_and_removes_its_workspace_vol
     hosts = ["--docker-host", f"b={private_engine.url}:1"]
     try:
         private_engine.docker("volume", "create", "--label", f"run_id=run_cc_{os.getpid()}", volume, check=True)
-        private_engine.docker("run", "--name", name, "--network", "none", "--label", "orchestrator=true",
-                              "--label", f"run_id=run_cc_{os.getpid()}",
-                              "--label", "orchestrator.last_active_ts=2020-01-01T00:00:00.000Z",
-                              "-v", f"{volume}:/workspace", private_engine.image, "true", check=True)
+        private_engine.docker(
+            "run",
+            "--name",
+            name,
+            "--network",
+            "none",
+            "--label",
+            "orchestrator=true",
+            "--label",
+            f"run_id=run_cc_{os.getpid()}",
+            "--label",
+            "orchestrator.last_active_ts=2020-01-01T00:00:00.000Z",
+            "-v",
+            f"{volume}:/workspace",
+            private_engine.image,
+            "true",
+            check=True,
+        )
         listed = run_cli(["--clean-containers", "--dry-run", *hosts], cwd=repo, env=env)
         assert listed.returncode == 0, listed.stderr
         assert f"would remove {name} on b" in listed.stdout, listed.stdout
@@ -611,8 +788,16 @@ def test_an_error_raised_by_a_hosts_runner_reaches_the_caller_unwrapped(raised):
         async def aclose(self):
             await self.host.aclose()
 
-    request = InstanceRequest(prompt="p", repo_path="/nonexistent", branch_name="b", run_id="run_x", instance_id="i",
-                              strategy_execution_id="s1", task_key="k", container_name="c")
+    request = InstanceRequest(
+        prompt="p",
+        repo_path="/nonexistent",
+        branch_name="b",
+        run_id="run_x",
+        instance_id="i",
+        strategy_execution_id="s1",
+        task_key="k",
+        container_name="c",
+    )
 
     async def go():
         runner = MultiHostRunner([HostSpec("only", None, 1)], Raising)

@@ -25,9 +25,14 @@ def test_uv_tool_install_then_build_image_doctor_and_dry_run_outside_the_checkou
     assert uv, "uv is needed for this test (scripts/setup.sh installs it)"
     src = tmp_path / "clone"
     subprocess.run(["git", "clone", "-q", str(REPO_ROOT), str(src)], check=True)
-    env = cli_env(tmp_path, UV_TOOL_DIR=str(tmp_path / "tools"), UV_TOOL_BIN_DIR=str(tmp_path / "bin"),
-                  UV_PYTHON_DOWNLOADS="never", ORCHESTRATOR_CACHE_DIR=str(tmp_path / "cache"),
-                  OPENAI_API_KEY="sk-openai-test-0123456789abcdef")
+    env = cli_env(
+        tmp_path,
+        UV_TOOL_DIR=str(tmp_path / "tools"),
+        UV_TOOL_BIN_DIR=str(tmp_path / "bin"),
+        UV_PYTHON_DOWNLOADS="never",
+        ORCHESTRATOR_CACHE_DIR=str(tmp_path / "cache"),
+        OPENAI_API_KEY="sk-openai-test-0123456789abcdef",
+    )
     env.pop("VIRTUAL_ENV", None)
     r = subprocess.run([uv, "tool", "install", str(src)], env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, _out(r)
@@ -46,9 +51,19 @@ def test_uv_tool_install_then_build_image_doctor_and_dry_run_outside_the_checkou
     assert r.returncode == 0, _out(r)
     lines = r.stdout.splitlines()
     assert not [line for line in lines if line.startswith("fail")], r.stdout
-    for name in ("docker engine", f"claude in {INSTALL_IMAGE}", f"codex in {INSTALL_IMAGE}", f"git in {INSTALL_IMAGE}",
-                 "credentials for claude-code", "credentials for codex", "repository", "base branch", "git identity",
-                 "state directory", "logs directory"):
+    for name in (
+        "docker engine",
+        f"claude in {INSTALL_IMAGE}",
+        f"codex in {INSTALL_IMAGE}",
+        f"git in {INSTALL_IMAGE}",
+        "credentials for claude-code",
+        "credentials for codex",
+        "repository",
+        "base branch",
+        "git identity",
+        "state directory",
+        "logs directory",
+    ):
         assert any(line.startswith("ok") and f"  {name}:" in line for line in lines), (name, r.stdout)
     assert env["ANTHROPIC_API_KEY"] not in _out(r) and env["OPENAI_API_KEY"] not in _out(r)
 
@@ -71,8 +86,12 @@ def test_doctor_reports_each_failure_with_its_fix(tmp_path):
 @pytest.mark.docker
 def test_doctor_sees_the_tools_of_the_test_image(tmp_path):
     repo = make_repo(tmp_path / "repo")
-    r = run_cli(["--doctor", "--docker-image", TEST_IMAGE], cwd=repo,
-                env=cli_env(tmp_path, ORCHESTRATOR_CACHE_DIR=str(tmp_path / "cache")), timeout=300)
+    r = run_cli(
+        ["--doctor", "--docker-image", TEST_IMAGE],
+        cwd=repo,
+        env=cli_env(tmp_path, ORCHESTRATOR_CACHE_DIR=str(tmp_path / "cache")),
+        timeout=300,
+    )
     assert f"ok    claude in {TEST_IMAGE}: simulated" in r.stdout, r.stdout
     assert f"ok    git in {TEST_IMAGE}: git version" in r.stdout, r.stdout
     assert "fail  credentials for claude-code" not in r.stdout  # cli_env sets a test key
@@ -80,10 +99,17 @@ def test_doctor_sees_the_tools_of_the_test_image(tmp_path):
 
 
 def _build_nocodex() -> None:
-    dockerfile = (f"FROM {TEST_IMAGE}\nUSER root\nRUN rm -f /usr/local/bin/codex\nUSER node\n"
-                  "LABEL org.orchestrator.test=nocodex\n")
-    r = subprocess.run(["docker", "build", "-q", "-t", NOCODEX_IMAGE, "-"], input=dockerfile, text=True,
-                       capture_output=True, timeout=600)
+    dockerfile = (
+        f"FROM {TEST_IMAGE}\nUSER root\nRUN rm -f /usr/local/bin/codex\nUSER node\n"
+        "LABEL org.orchestrator.test=nocodex\n"
+    )
+    r = subprocess.run(
+        ["docker", "build", "-q", "-t", NOCODEX_IMAGE, "-"],
+        input=dockerfile,
+        text=True,
+        capture_output=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr
 
 
@@ -91,13 +117,20 @@ def _build_nocodex() -> None:
 def test_preflight_refuses_an_image_without_the_plugins_tool(tmp_path):
     _build_nocodex()
     repo = make_repo(tmp_path / "repo")
-    env = cli_env(tmp_path, OPENAI_API_KEY="sk-openai-test-0123456789abcdef",
-                  ORCHESTRATOR_CACHE_DIR=str(tmp_path / "cache"))
-    r = run_cli(["do it", "--plugin", "codex", "--model", "gpt-5", "--docker-image", NOCODEX_IMAGE, "--no-tui"],
-                cwd=repo, env=env, timeout=300)
+    env = cli_env(
+        tmp_path, OPENAI_API_KEY="sk-openai-test-0123456789abcdef", ORCHESTRATOR_CACHE_DIR=str(tmp_path / "cache")
+    )
+    r = run_cli(
+        ["do it", "--plugin", "codex", "--model", "gpt-5", "--docker-image", NOCODEX_IMAGE, "--no-tui"],
+        cwd=repo,
+        env=env,
+        timeout=300,
+    )
     assert r.returncode == 2, _out(r)
     lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and "codex" in lines[0] and NOCODEX_IMAGE in lines[0] and "--build-image" in lines[0], r.stderr
+    assert len(lines) == 1 and "codex" in lines[0] and NOCODEX_IMAGE in lines[0] and "--build-image" in lines[0], (
+        r.stderr
+    )
     assert not (tmp_path / "state").exists() or not any((tmp_path / "state").iterdir())
     # The same image is fine for the claude-code plugin: only the tools a run executes are required.
     r = run_cli(["SIM: done", "--docker-image", NOCODEX_IMAGE, "--no-tui"], cwd=repo, env=env, timeout=300)
@@ -142,15 +175,24 @@ def test_build_image_with_a_missing_base_image_names_it(tmp_path):
 @pytest.mark.slow
 def test_setup_docker_script_builds_through_build_image(tmp_path):
     """scripts/setup-docker.sh is a thin caller of --build-image (own tags: the shared images are not touched)."""
-    env = {**os.environ, "IMAGE_NAME": INSTALL_IMAGE, "TEST_IMAGE_NAME": f"{INSTALL_IMAGE}:sim",
-           "ORCHESTRATOR_CACHE_DIR": str(tmp_path / "cache")}
-    r = subprocess.run(["bash", str(REPO_ROOT / "scripts" / "setup-docker.sh")], env=env, capture_output=True,
-                       text=True, timeout=1800)
+    env = {
+        **os.environ,
+        "IMAGE_NAME": INSTALL_IMAGE,
+        "TEST_IMAGE_NAME": f"{INSTALL_IMAGE}:sim",
+        "ORCHESTRATOR_CACHE_DIR": str(tmp_path / "cache"),
+    }
+    r = subprocess.run(
+        ["bash", str(REPO_ROOT / "scripts" / "setup-docker.sh")], env=env, capture_output=True, text=True, timeout=1800
+    )
     assert r.returncode == 0, _out(r)
     assert "[build-image" in r.stdout and f"done: images {INSTALL_IMAGE} and {INSTALL_IMAGE}:sim ready" in r.stdout
     from orchestrator.image import test_image_is_current
 
     assert test_image_is_current(INSTALL_IMAGE, f"{INSTALL_IMAGE}:sim")
-    r = subprocess.run(["docker", "run", "--rm", f"{INSTALL_IMAGE}:sim", "sh", "-c",
-                        'readlink -f "$(command -v claude)"'], capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        ["docker", "run", "--rm", f"{INSTALL_IMAGE}:sim", "sh", "-c", 'readlink -f "$(command -v claude)"'],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.stdout.strip() == "/usr/local/bin/orchestrator-sim-agent", _out(r)

@@ -13,8 +13,9 @@ pytestmark = pytest.mark.docker
 
 
 async def test_simple_strategy_imports_a_branch_through_docker(tmp_path, git_repo, workspace_root):
-    engine = await run_with_docker(tmp_path, git_repo, simple,
-                                   prompt="SIM: write hello.txt hi there\nSIM: commit add hello\nSIM: print all done")
+    engine = await run_with_docker(
+        tmp_path, git_repo, simple, prompt="SIM: write hello.txt hi there\nSIM: commit add hello\nSIM: print all done"
+    )
     state = engine.state
     assert state.strategies["s1"].status == "success", state.strategies["s1"].error
     result = state.strategies["s1"].result
@@ -22,5 +23,11 @@ async def test_simple_strategy_imports_a_branch_through_docker(tmp_path, git_rep
     assert branch.startswith("test_run_d_k") and result["final_message"] == "all done"
     assert git(git_repo, "show", f"{branch}:hello.txt") == "hi there"
     types = [e.type for e in read_events(engine.paths.events)]
-    assert types == ["strategy.started", "task.scheduled", "task.started", "task.session", "task.completed",
-                     "strategy.completed"]
+    assert types == [
+        "strategy.started",
+        "task.scheduled",
+        "task.started",
+        "task.session",
+        "task.completed",
+        "strategy.completed",
+    ]

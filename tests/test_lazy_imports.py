@@ -11,10 +11,24 @@ import pytest
 HEAVY = ("orchestrator.runner.docker_runner", "orchestrator.runner.docker_containers", "docker")
 
 
-@pytest.mark.parametrize("module", ["tui", "tui.dashboard", "tui.model", "strategies.simple", "strategies.tree_beam",
-                                    "strategies.evolve", "strategies.best_of_n", "strategies.review_loop",
-                                    "strategies.iterative", "strategies.plan_score_implement", "orchestrator",
-                                    "orchestrator.engine.context", "orchestrator.strategy"])
+@pytest.mark.parametrize(
+    "module",
+    [
+        "tui",
+        "tui.dashboard",
+        "tui.model",
+        "strategies.simple",
+        "strategies.tree_beam",
+        "strategies.evolve",
+        "strategies.best_of_n",
+        "strategies.review_loop",
+        "strategies.iterative",
+        "strategies.plan_score_implement",
+        "orchestrator",
+        "orchestrator.engine.context",
+        "orchestrator.strategy",
+    ],
+)
 def test_import_does_not_load_the_docker_runner(module):
     code = f"import sys, {module}; print(sorted(m for m in {HEAVY!r} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
@@ -22,9 +36,11 @@ def test_import_does_not_load_the_docker_runner(module):
 
 
 def test_lazy_re_exports_still_resolve():
-    code = ("from orchestrator import Engine, RunState, TaskFailed; from orchestrator.runner import DockerRunner, "
-            "AuthConfig; import orchestrator, orchestrator.runner as r; print(sorted(set(orchestrator.__all__) - "
-            "set(dir(orchestrator)) - set(orchestrator._EXPORTS)), sorted(set(r.__all__) - set(r._EXPORTS)))")
+    code = (
+        "from orchestrator import Engine, RunState, TaskFailed; from orchestrator.runner import DockerRunner, "
+        "AuthConfig; import orchestrator, orchestrator.runner as r; print(sorted(set(orchestrator.__all__) - "
+        "set(dir(orchestrator)) - set(orchestrator._EXPORTS)), sorted(set(r.__all__) - set(r._EXPORTS)))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[] []"
     with pytest.raises(AttributeError):
@@ -34,8 +50,10 @@ def test_lazy_re_exports_still_resolve():
 @pytest.mark.parametrize(("package", "name"), [("orchestrator", "RunState"), ("orchestrator.runner", "AuthConfig")])
 def test_lazy_re_export_is_cached_on_the_package(package, name):
     """The first read imports the submodule; the value then sits in the package's namespace."""
-    code = (f"import importlib; p = importlib.import_module({package!r}); before = {name!r} in vars(p); "
-            f"v = getattr(p, {name!r}); print(before, vars(p).get({name!r}) is v, v.__name__)")
+    code = (
+        f"import importlib; p = importlib.import_module({package!r}); before = {name!r} in vars(p); "
+        f"v = getattr(p, {name!r}); print(before, vars(p).get({name!r}) is v, v.__name__)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "True", name]
 

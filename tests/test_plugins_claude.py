@@ -31,57 +31,188 @@ def _result_text(name: str) -> str:
 # (final, session_id, tokens_in, tokens_out, cost, num_turns, is_error, category, retryable, exit_code)
 EXPECTED = {
     "claude_2.1.330-local_auth401.jsonl": (
-        "Invalid API key · Fix external API key", "25698ccc-1002-4126-8f05-6a4befc2d6b3",
-        0, 0, 0.0, 1, True, "api", False, 1),
+        "Invalid API key · Fix external API key",
+        "25698ccc-1002-4126-8f05-6a4befc2d6b3",
+        0,
+        0,
+        0.0,
+        1,
+        True,
+        "api",
+        False,
+        1,
+    ),
     "claude_2.1.330-local_ratelimit429.jsonl": (
         "API Error: Request rejected (429) · This request would exceed the rate limit for your organization "
         "(mock) of 50 requests per minute. For details, refer to: https://docs.claude.com/en/api/rate-limits.",
-        "1f3f8238-b6bb-4cbb-994f-d889ed8d9d7a", 0, 0, 0.0, 1, True, "api", True, 1),
+        "1f3f8238-b6bb-4cbb-994f-d889ed8d9d7a",
+        0,
+        0,
+        0.0,
+        1,
+        True,
+        "api",
+        True,
+        1,
+    ),
     # model_usage_since_last_result (38682 in / 119 out / $0.078554), not the cumulative $0.155332.
     "claude_2.1.330-local_resume.jsonl": (
-        "Done: edited hello.txt in the resumed session", "8cf203f6-45ed-4c5e-8e87-7a9e284e3e09",
-        38682, 119, 0.078554, 3, False, None, False, 0),
+        "Done: edited hello.txt in the resumed session",
+        "8cf203f6-45ed-4c5e-8e87-7a9e284e3e09",
+        38682,
+        119,
+        0.078554,
+        3,
+        False,
+        None,
+        False,
+        0,
+    ),
     "claude_2.1.330-local_success.jsonl": (
-        "Done: created hello.txt", "8cf203f6-45ed-4c5e-8e87-7a9e284e3e09", 37864, 105, 0.076778, 3,
-        False, None, False, 0),
+        "Done: created hello.txt",
+        "8cf203f6-45ed-4c5e-8e87-7a9e284e3e09",
+        37864,
+        105,
+        0.076778,
+        3,
+        False,
+        None,
+        False,
+        0,
+    ),
     "claude_2.1.330-local_transient429.jsonl": (
-        "Done: created hello.txt", "9c8947bd-21bc-46cb-83bf-c6acb9a193a5", 37816, 92, 0.076552, 3,
-        False, None, False, 0),
+        "Done: created hello.txt",
+        "9c8947bd-21bc-46cb-83bf-c6acb9a193a5",
+        37816,
+        92,
+        0.076552,
+        3,
+        False,
+        None,
+        False,
+        0,
+    ),
     # 16 + 23996 + 70367 = 94379
     "claude_cc-executor_1.jsonl": (
-        FROM_RESULT, "4c4af66a-5593-42fd-817d-42dd102478f3", 94379, 1884, 0.6989115, 7, False, None, False, 0),
+        FROM_RESULT,
+        "4c4af66a-5593-42fd-817d-42dd102478f3",
+        94379,
+        1884,
+        0.6989115,
+        7,
+        False,
+        None,
+        False,
+        0,
+    ),
     # 10 + 21570 + 0
     "claude_gleam-sdk_1.jsonl": (
-        "4", "1d1e46f9-35c7-4834-b529-846d5bb82288", 21580, 25, 0.1354875, 1, False, None, False, 0),
+        "4",
+        "1d1e46f9-35c7-4834-b529-846d5bb82288",
+        21580,
+        25,
+        0.1354875,
+        1,
+        False,
+        None,
+        False,
+        0,
+    ),
     # 18 + 25067 + 17254; modelUsage cost differs, total_cost_usd is used without since_last_result
     "claude_gleam-sdk_2.jsonl": (
-        "Here are the files in the current directory.", "40e7b02d-c0f9-4876-9010-f514d4eb0603",
-        42339, 424, 0.24722425, 2, False, None, False, 0),
+        "Here are the files in the current directory.",
+        "40e7b02d-c0f9-4876-9010-f514d4eb0603",
+        42339,
+        424,
+        0.24722425,
+        2,
+        False,
+        None,
+        False,
+        0,
+    ),
     # usage is 0 although modelUsage is not: usage + total_cost_usd are what this CLI gives per run
     "claude_hive-mind-api404_1.jsonl": (
         'API Error: 404 {"type":"error","error":{"type":"not_found_error","message":"model: oups"},'
         '"request_id":"req_011CVk2vdLxynFeaMQaoKZPH"}',
-        "16a26db9-fd28-4a13-b08f-8b06aed6552c", 0, 0, 0.027108, 1, True, "api", False, 1),
+        "16a26db9-fd28-4a13-b08f-8b06aed6552c",
+        0,
+        0,
+        0.027108,
+        1,
+        True,
+        "api",
+        False,
+        1,
+    ),
     # Three results from different sessions: the first successful one wins; its result is "" so the
     # final message is the last assistant text; num_turns -1 becomes None.
     "claude_rust-claude-codes_1.jsonl": (
         "Hello! I'm ready to help you with your Rust project. I can see you're working on the "
         "`feature/basic-message-types` branch with some modifications to `src/io.rs` and a test case file."
         "\n\nWhat would you like me to help you with today?",
-        "aa276296-4409-42ca-9ac0-b0ae4e6cad19", 0, 0, 0.0001096, None, False, None, False, 0),
+        "aa276296-4409-42ca-9ac0-b0ae4e6cad19",
+        0,
+        0,
+        0.0001096,
+        None,
+        False,
+        None,
+        False,
+        0,
+    ),
     # 10 + 5534 + 32197; denied tool results do not make the task fail
     "claude_rust-claude-codes_2.jsonl": (
-        FROM_RESULT, "1f2f4a66-82a4-42e2-b93d-089998d779e6", 37741, 368, 0.0395976, 4, False, None, False, 0),
+        FROM_RESULT,
+        "1f2f4a66-82a4-42e2-b93d-089998d779e6",
+        37741,
+        368,
+        0.0395976,
+        4,
+        False,
+        None,
+        False,
+        0,
+    ),
     # 2409 + 29104 + 1617801; max turns: a tool-level limit -> "timeout", not retryable
     "claude_unattributed-maxturns_1.jsonl": (
-        "", "495cc7e5-d22e-4192-92ba-4ce2d14827a6", 1649314, 15946, 1.4020935, 41, True, "timeout", False, 1),
+        "",
+        "495cc7e5-d22e-4192-92ba-4ce2d14827a6",
+        1649314,
+        15946,
+        1.4020935,
+        41,
+        True,
+        "timeout",
+        False,
+        1,
+    ),
     # abridged result: no session id (taken from init), no cost
     "claude_unattributed-ratelimit_1.jsonl": (
-        "You've hit your session limit · resets 9am (Europe/Berlin)", "a74d2edb-d7df-475f-ad7f-2c89def2ca88",
-        0, 0, None, None, True, "api", True, 1),
+        "You've hit your session limit · resets 9am (Europe/Berlin)",
+        "a74d2edb-d7df-475f-ad7f-2c89def2ca88",
+        0,
+        0,
+        None,
+        None,
+        True,
+        "api",
+        True,
+        1,
+    ),
     # only an "allowed" rate_limit_event: no result at all -> container failure, not retryable
     "claude_unattributed-ratelimit_2.jsonl": (
-        "", "ef6991ec-b324-40c8-ac80-cf2d8982ebf7", 0, 0, None, None, True, "container", False, 1),
+        "",
+        "ef6991ec-b324-40c8-ac80-cf2d8982ebf7",
+        0,
+        0,
+        None,
+        None,
+        True,
+        "container",
+        False,
+        1,
+    ),
 }
 
 
@@ -97,7 +228,7 @@ def run(data: bytes, exit_code: int | None, chunks: list[int] | None = None, pre
     else:
         pos = 0
         for size in chunks:
-            events += parser.feed(data[pos:pos + size])
+            events += parser.feed(data[pos : pos + size])
             pos += size
         events += parser.feed(data[pos:])
     outcome = parser.finish(exit_code)
@@ -155,8 +286,11 @@ def test_multibyte_split_points_exist_in_some_fixture():
 
 
 def test_resume_usage_and_cumulative():
-    out, _ = run((FIXTURES / "claude_2.1.330-local_resume.jsonl").read_bytes(), 0,
-                 previous={"cost_usd": 0.076778, "tokens_in": 37864, "tokens_out": 105})
+    out, _ = run(
+        (FIXTURES / "claude_2.1.330-local_resume.jsonl").read_bytes(),
+        0,
+        previous={"cost_usd": 0.076778, "tokens_in": 37864, "tokens_out": 105},
+    )
     assert out.cost_usd == pytest.approx(0.078554)
     assert (out.tokens_in, out.tokens_out) == (38682, 119)
     assert out.cumulative == {"cost_usd": pytest.approx(0.155332), "tokens_in": 76546, "tokens_out": 224}
@@ -168,9 +302,15 @@ def _line(obj) -> bytes:
 
 def test_first_success_result_wins_over_spurious_error_result():
     data = (FIXTURES / "claude_gleam-sdk_1.jsonl").read_bytes() + _line(
-        {"type": "result", "subtype": "error_during_execution", "is_error": True, "num_turns": 0,
-         "session_id": "1d1e46f9-35c7-4834-b529-846d5bb82288",
-         "errors": ["only prompt commands are supported in streaming mode"]})
+        {
+            "type": "result",
+            "subtype": "error_during_execution",
+            "is_error": True,
+            "num_turns": 0,
+            "session_id": "1d1e46f9-35c7-4834-b529-846d5bb82288",
+            "errors": ["only prompt commands are supported in streaming mode"],
+        }
+    )
     out, _ = run(data, 1)
     assert (out.is_error, out.final_message, out.num_turns) == (False, "4", 1)
 
@@ -178,16 +318,27 @@ def test_first_success_result_wins_over_spurious_error_result():
 def test_garbage_and_invalid_utf8_are_skipped():
     clean = (FIXTURES / "claude_2.1.330-local_success.jsonl").read_bytes()
     lines = clean.splitlines(keepends=True)
-    noise = [b"not json at all\n", b"\xff\xfe\xfa garbage \xc3\n", b"[1, 2, 3]\n", b"{broken json\n", b"\n",
-             b"   \n", b'"a string"\n', b"{\"type\": 42}\n", b"\x00\x01\x02\n"]
+    noise = [
+        b"not json at all\n",
+        b"\xff\xfe\xfa garbage \xc3\n",
+        b"[1, 2, 3]\n",
+        b"{broken json\n",
+        b"\n",
+        b"   \n",
+        b'"a string"\n',
+        b'{"type": 42}\n',
+        b"\x00\x01\x02\n",
+    ]
     mixed = b"".join(line + noise[i % len(noise)] for i, line in enumerate(lines))
     assert run(mixed, 0)[0] == run(clean, 0)[0]
 
 
 def test_invalid_utf8_inside_a_json_string_is_replaced():
-    data = (b'{"type":"system","subtype":"init","session_id":"s1","model":"m"}\n'
-            b'{"type":"result","subtype":"success","is_error":false,"result":"caf\xc3 ok \xff","session_id":"s1",'
-            b'"num_turns":1,"total_cost_usd":0.5,"usage":{"input_tokens":1,"output_tokens":2}}\n')
+    data = (
+        b'{"type":"system","subtype":"init","session_id":"s1","model":"m"}\n'
+        b'{"type":"result","subtype":"success","is_error":false,"result":"caf\xc3 ok \xff","session_id":"s1",'
+        b'"num_turns":1,"total_cost_usd":0.5,"usage":{"input_tokens":1,"output_tokens":2}}\n'
+    )
     out, _ = run(data, 0)
     assert out.final_message == "caf\ufffd ok \ufffd"
     assert (out.session_id, out.tokens_in, out.tokens_out, out.cost_usd) == ("s1", 1, 2, 0.5)
@@ -203,7 +354,7 @@ def test_huge_single_line_is_bounded():
         events += parser.feed(line)
     peak = 0
     for i in range(0, len(huge), 1 << 20):
-        events += parser.feed(huge[i:i + (1 << 20)])
+        events += parser.feed(huge[i : i + (1 << 20)])
         peak = max(peak, parser._lines.buffered)
     for line in lines[3:]:
         events += parser.feed(line)
@@ -234,14 +385,33 @@ def test_no_result_classification_from_stderr_and_exit():
     killed.feed(init)
     assert (killed.finish(137).error_category, killed.finish(137).retryable) == ("container", True)
     retried = PLUGIN.new_parser()
-    retried.feed(init + _line({"type": "system", "subtype": "api_retry", "attempt": 1, "error_status": 529,
-                               "error": "overloaded", "session_id": "s9"}))
+    retried.feed(
+        init
+        + _line(
+            {
+                "type": "system",
+                "subtype": "api_retry",
+                "attempt": 1,
+                "error_status": 529,
+                "error": "overloaded",
+                "session_id": "s9",
+            }
+        )
+    )
     assert (retried.finish(None).error_category, retried.finish(None).retryable) == ("api", True)
 
 
 def request(**kw) -> InstanceRequest:
-    base = dict(prompt="fix the bug", repo_path="/repo", branch_name="b", run_id="r", strategy_execution_id="se",
-                instance_id="i", task_key="k", container_name="c")
+    base = dict(
+        prompt="fix the bug",
+        repo_path="/repo",
+        branch_name="b",
+        run_id="r",
+        strategy_execution_id="se",
+        instance_id="i",
+        task_key="k",
+        container_name="c",
+    )
     base.update(kw)
     return InstanceRequest(**base)
 
@@ -254,11 +424,24 @@ def test_plugin_lookup_and_capabilities():
 
 def test_build_command_shapes():
     argv = PLUGIN.build_command(request(), resume_session_id=None)
-    assert argv == ["claude", "-p", "fix the bug", "--output-format", "stream-json", "--verbose", "--model", "sonnet",
-                    "--permission-mode", "bypassPermissions"]
-    argv = PLUGIN.build_command(request(model="claude-opus-4-5-20251101", system_prompt="be terse",
-                                        append_system_prompt="and kind", max_turns=12),
-                                resume_session_id="8cf203f6-45ed-4c5e-8e87-7a9e284e3e09")
+    assert argv == [
+        "claude",
+        "-p",
+        "fix the bug",
+        "--output-format",
+        "stream-json",
+        "--verbose",
+        "--model",
+        "sonnet",
+        "--permission-mode",
+        "bypassPermissions",
+    ]
+    argv = PLUGIN.build_command(
+        request(
+            model="claude-opus-4-5-20251101", system_prompt="be terse", append_system_prompt="and kind", max_turns=12
+        ),
+        resume_session_id="8cf203f6-45ed-4c5e-8e87-7a9e284e3e09",
+    )
     assert argv[argv.index("--model") + 1] == "claude-opus-4-5-20251101"
     assert argv[argv.index("--resume") + 1] == "8cf203f6-45ed-4c5e-8e87-7a9e284e3e09"
     assert argv[argv.index("--system-prompt") + 1] == "be terse"
@@ -288,7 +471,9 @@ def test_prompts_reach_the_agent_byte_for_byte():
 def test_known_models():
     models = PLUGIN.known_models()
     assert {"sonnet", "opus", "haiku"} <= set(models)
-    assert "claude-sonnet-4-5-20250929" in models and models["claude-sonnet-4-5-20250929"] == "claude-sonnet-4-5-20250929"
+    assert (
+        "claude-sonnet-4-5-20250929" in models and models["claude-sonnet-4-5-20250929"] == "claude-sonnet-4-5-20250929"
+    )
     assert "gpt-5" not in models and "oups" not in models and "claude-" not in models
     with pytest.raises(ConfigError, match="oups"):
         PLUGIN.build_command(request(model="oups"), resume_session_id=None)
@@ -301,12 +486,17 @@ def test_environment_and_secrets():
     env = PLUGIN.prepare_environment(AuthConfig(oauth_token="oat-secret-1"), request(env={"FOO": "bar"}))
     assert env["CLAUDE_CODE_OAUTH_TOKEN"] == "oat-secret-1" and "ANTHROPIC_API_KEY" not in env
     assert env["FOO"] == "bar" and env["CLAUDE_CODE_MAX_RETRIES"] == "2"
-    for key in ("DISABLE_TELEMETRY", "DISABLE_ERROR_REPORTING", "DISABLE_AUTOUPDATER",
-                "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"):
+    for key in (
+        "DISABLE_TELEMETRY",
+        "DISABLE_ERROR_REPORTING",
+        "DISABLE_AUTOUPDATER",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC",
+    ):
         assert env[key] == "1"
     assert "oat-secret-1" not in repr(env) and "oat-secret-1" not in str(env)
-    env = PLUGIN.prepare_environment(AuthConfig(api_key="sk-ant-secret", base_url="http://proxy:8080"),
-                                     request(env={"CLAUDE_CODE_MAX_RETRIES": "5"}))
+    env = PLUGIN.prepare_environment(
+        AuthConfig(api_key="sk-ant-secret", base_url="http://proxy:8080"), request(env={"CLAUDE_CODE_MAX_RETRIES": "5"})
+    )
     assert env["ANTHROPIC_API_KEY"] == "sk-ant-secret" and env["ANTHROPIC_BASE_URL"] == "http://proxy:8080"
     assert env["CLAUDE_CODE_MAX_RETRIES"] == "5" and "CLAUDE_CODE_OAUTH_TOKEN" not in env
     assert "sk-ant-secret" not in repr(env)

@@ -20,8 +20,11 @@ LAST_AGENT_MESSAGE = object()  # long text: the last agent_message item of the f
 
 
 def _last_agent_message(name: str) -> str:
-    texts = [o["item"]["text"] for o in map(json.loads, (FIXTURES / name).read_text().splitlines())
-             if o.get("type") == "item.completed" and o["item"].get("type") == "agent_message"]
+    texts = [
+        o["item"]["text"]
+        for o in map(json.loads, (FIXTURES / name).read_text().splitlines())
+        if o.get("type") == "item.completed" and o["item"].get("type") == "agent_message"
+    ]
     return texts[-1]
 
 
@@ -29,48 +32,175 @@ def _last_agent_message(name: str) -> str:
 # (final, session_id, tokens_in, tokens_out, is_error, category, retryable, exit_code, error_message contains)
 EXPECTED = {
     "codex_0.169.0-local_auth401.jsonl": (
-        "", "01a20268-6646-7bf3-b6a7-355c79cef9d2", 0, 0, True, "api", False, 1, "401 Unauthorized"),
+        "",
+        "01a20268-6646-7bf3-b6a7-355c79cef9d2",
+        0,
+        0,
+        True,
+        "api",
+        False,
+        1,
+        "401 Unauthorized",
+    ),
     "codex_0.169.0-local_ratelimit429.jsonl": (
-        "", "01a20268-6652-7a80-ae93-085f8eb49767", 0, 0, True, "api", True, 1, "429 Too Many Requests"),
+        "",
+        "01a20268-6652-7a80-ae93-085f8eb49767",
+        0,
+        0,
+        True,
+        "api",
+        True,
+        1,
+        "429 Too Many Requests",
+    ),
     # cumulative over the thread; no previous given here, so the whole counters
     "codex_0.169.0-local_resume.jsonl": (
-        "Done: edited hello.txt in the resumed session", "01a20268-664f-7090-9974-96ca9c44508b",
-        56582, 366, False, None, False, 0, None),
+        "Done: edited hello.txt in the resumed session",
+        "01a20268-664f-7090-9974-96ca9c44508b",
+        56582,
+        366,
+        False,
+        None,
+        False,
+        0,
+        None,
+    ),
     "codex_0.169.0-local_success.jsonl": (
-        "Done", "01a20268-664f-7090-9974-96ca9c44508b", 27751, 199, False, None, False, 0, None),
+        "Done",
+        "01a20268-664f-7090-9974-96ca9c44508b",
+        27751,
+        199,
+        False,
+        None,
+        False,
+        0,
+        None,
+    ),
     "codex_hive-mind-auth401_1.jsonl": (
-        "", "019a72db-80ed-7911-8a8a-94994ffc009b", 0, 0, True, "api", False, 1,
-        "exceeded retry limit, last status: 401 Unauthorized"),
+        "",
+        "019a72db-80ed-7911-8a8a-94994ffc009b",
+        0,
+        0,
+        True,
+        "api",
+        False,
+        1,
+        "exceeded retry limit, last status: 401 Unauthorized",
+    ),
     "codex_hive-mind-success_1.jsonl": (
-        LAST_AGENT_MESSAGE, "019a3fe0-82fb-7e31-8e96-1d5c0544fd8a", 177136, 2836, False, None, False, 0, None),
+        LAST_AGENT_MESSAGE,
+        "019a3fe0-82fb-7e31-8e96-1d5c0544fd8a",
+        177136,
+        2836,
+        False,
+        None,
+        False,
+        0,
+        None,
+    ),
     "codex_hive-mind-usagelimit_1.jsonl": (
-        "", "019a77e4-0716-7152-8396-b642e26c3e20", 0, 0, True, "api", True, 1, "usage limit"),
+        "",
+        "019a77e4-0716-7152-8396-b642e26c3e20",
+        0,
+        0,
+        True,
+        "api",
+        True,
+        1,
+        "usage limit",
+    ),
     "codex_openai-docs_1.jsonl": (
-        "Yep — there’s a `README.md` in the repository root.", "0199a213-81c0-7800-8aa1-bbab2a035a53",
-        24763, 122, False, None, False, 0, None),
+        "Yep — there’s a `README.md` in the repository root.",
+        "0199a213-81c0-7800-8aa1-bbab2a035a53",
+        24763,
+        122,
+        False,
+        None,
+        False,
+        0,
+        None,
+    ),
     # a failed command inside a completed turn is not a task failure
     "codex_rust-codex-codes_1.jsonl": (
-        "The command exited with code `42`.", "019c8143-0e53-7271-89e8-3eec4d067c77", 15086, 114,
-        False, None, False, 0, None),
+        "The command exited with code `42`.",
+        "019c8143-0e53-7271-89e8-3eec4d067c77",
+        15086,
+        114,
+        False,
+        None,
+        False,
+        0,
+        None,
+    ),
     "codex_rust-codex-codes_2.jsonl": (
         "`echo step1` → `step1`  \n`echo step2` → `step2`  \n`echo step3` → `step3`",
-        "019c8143-abe2-7722-9bd1-fd70f687175b", 30669, 205, False, None, False, 0, None),
+        "019c8143-abe2-7722-9bd1-fd70f687175b",
+        30669,
+        205,
+        False,
+        None,
+        False,
+        0,
+        None,
+    ),
     "codex_rust-codex-codes_3.jsonl": (
         "Updated `test.txt` via a direct file edit. It now contains:\n\n`new content`",
-        "019c8143-62bb-7e43-8f0a-66dac76af4d4", 22857, 250, False, None, False, 0, None),
+        "019c8143-62bb-7e43-8f0a-66dac76af4d4",
+        22857,
+        250,
+        False,
+        None,
+        False,
+        0,
+        None,
+    ),
     "codex_unattributed-0.149_1.jsonl": (
-        "PONG", "01a02ac4-a618-7f10-a528-c07b0cc55ee2", 18293, 6, False, None, False, 0, None),
+        "PONG",
+        "01a02ac4-a618-7f10-a528-c07b0cc55ee2",
+        18293,
+        6,
+        False,
+        None,
+        False,
+        0,
+        None,
+    ),
     # warning item before turn.started is not fatal; the JSON-encoded 400 is unwrapped
     "codex_unattributed-0.149_2.jsonl": (
-        "", "01a02ac5-169e-79f2-91a8-8ec3ae756bb4", 0, 0, True, "api", False, 1,
-        "The 'definitely-not-a-real-model' model is not supported when using Codex with a ChatGPT account."),
+        "",
+        "01a02ac5-169e-79f2-91a8-8ec3ae756bb4",
+        0,
+        0,
+        True,
+        "api",
+        False,
+        1,
+        "The 'definitely-not-a-real-model' model is not supported when using Codex with a ChatGPT account.",
+    ),
     "codex_vibe-kanban-legacy_1.jsonl": (
-        "", None, 0, 0, True, "api", False, 1, "Missing environment variable: `OPENAI_API_KEY`"),
+        "",
+        None,
+        0,
+        0,
+        True,
+        "api",
+        False,
+        1,
+        "Missing environment variable: `OPENAI_API_KEY`",
+    ),
     "codex_vibe-kanban-legacy_2.jsonl": (
         "I can see the directory structure of your project. This appears to be a Rust project with a "
         "frontend/backend architecture, using pnpm for package management. The project includes various "
         "configuration files, documentation, and development assets.",
-        None, 0, 0, False, None, False, 0, None),
+        None,
+        0,
+        0,
+        False,
+        None,
+        False,
+        0,
+        None,
+    ),
 }
 
 
@@ -83,7 +213,7 @@ def run(data: bytes, exit_code: int | None, chunks: list[int] | None = None, pre
     events = []
     pos = 0
     for size in chunks or []:
-        events += parser.feed(data[pos:pos + size])
+        events += parser.feed(data[pos : pos + size])
         pos += size
     events += parser.feed(data[pos:])
     outcome = parser.finish(exit_code)
@@ -143,7 +273,7 @@ def test_resume_usage_is_the_difference_from_previous():
 def test_garbage_and_huge_lines_are_skipped():
     clean = (FIXTURES / "codex_openai-docs_1.jsonl").read_bytes()
     lines = clean.splitlines(keepends=True)
-    noise = b"garbage\n\xff\xfe\xc3(\n[]\n{\"no\": \n"
+    noise = b'garbage\n\xff\xfe\xc3(\n[]\n{"no": \n'
     huge = b'{"type":"item.completed","item":{"type":"agent_message","text":"' + b"y" * (20 << 20) + b'"}}\n'
     parser = PLUGIN.new_parser()
     events = []
@@ -152,7 +282,7 @@ def test_garbage_and_huge_lines_are_skipped():
         events += parser.feed(line + noise)
         if i == 4:
             for j in range(0, len(huge), 3 << 20):
-                events += parser.feed(huge[j:j + (3 << 20)])
+                events += parser.feed(huge[j : j + (3 << 20)])
                 peak = max(peak, parser._lines.buffered)
     assert peak <= 8 << 20
     assert any(e.data.get("skipped_oversized_lines") == 1 for e in events)
@@ -172,14 +302,35 @@ def test_crash_without_turn_end():
 
 
 def request(**kw) -> InstanceRequest:
-    base = dict(prompt="fix the bug", repo_path="/repo", branch_name="b", run_id="r", strategy_execution_id="se",
-                instance_id="i", task_key="k", container_name="c", model="gpt-5", plugin_name="codex")
+    base = dict(
+        prompt="fix the bug",
+        repo_path="/repo",
+        branch_name="b",
+        run_id="r",
+        strategy_execution_id="se",
+        instance_id="i",
+        task_key="k",
+        container_name="c",
+        model="gpt-5",
+        plugin_name="codex",
+    )
     base.update(kw)
     return InstanceRequest(**base)
 
 
-BASE = ["codex", "exec", "--json", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox",
-        "-c", "analytics.enabled=false", "-c", "features.unbounded_connection_retries=false", "-m", "gpt-5"]
+BASE = [
+    "codex",
+    "exec",
+    "--json",
+    "--skip-git-repo-check",
+    "--dangerously-bypass-approvals-and-sandbox",
+    "-c",
+    "analytics.enabled=false",
+    "-c",
+    "features.unbounded_connection_retries=false",
+    "-m",
+    "gpt-5",
+]
 
 
 def test_plugin_lookup_and_capabilities():
@@ -192,12 +343,18 @@ def test_plugin_lookup_and_capabilities():
 def test_build_command_shapes():
     assert PLUGIN.build_command(request(), resume_session_id=None) == [*BASE, "fix the bug"]
     assert PLUGIN.build_command(request(), resume_session_id="01a2-t") == [*BASE, "resume", "01a2-t", "fix the bug"]
-    custom = PLUGIN.build_command(request(), resume_session_id=None,
-                                  auth=AuthConfig(openai_api_key="k", openai_base_url="http://llm:8000/v1"))
-    assert custom == [*BASE, "-c", "model_provider=orc", "-c",
-                      'model_providers.orc={name="orc",base_url="http://llm:8000/v1",'
-                      'env_key="OPENAI_API_KEY",wire_api="responses",request_max_retries=2,stream_max_retries=2}',
-                      "fix the bug"]
+    custom = PLUGIN.build_command(
+        request(), resume_session_id=None, auth=AuthConfig(openai_api_key="k", openai_base_url="http://llm:8000/v1")
+    )
+    assert custom == [
+        *BASE,
+        "-c",
+        "model_provider=orc",
+        "-c",
+        'model_providers.orc={name="orc",base_url="http://llm:8000/v1",'
+        'env_key="OPENAI_API_KEY",wire_api="responses",request_max_retries=2,stream_max_retries=2}',
+        "fix the bug",
+    ]
     via_env = PLUGIN.build_command(request(env={"OPENAI_BASE_URL": "http://llm:8000/v1"}), resume_session_id=None)
     assert via_env == custom
     assert PLUGIN.build_command(request(prompt="-x"), resume_session_id=None)[-2:] == ["--", "-x"]
@@ -238,7 +395,7 @@ def test_system_prompts_become_codex_settings():
     req = request(system_prompt='You review.\n"Be strict."', append_system_prompt='Answer "yes" or no\n')
     argv = PLUGIN.build_command(req, resume_session_id=None)
     files = PLUGIN.container_files(req)
-    (path, body), = files.items()
+    ((path, body),) = files.items()
     assert body == b'You review.\n"Be strict."' and path.startswith("/tmp/orchestrator/instructions-")
     assert argv[argv.index(f'model_instructions_file="{path}"') - 1] == "-c"
     assert argv[argv.index(f'experimental_instructions_file="{path}"') - 1] == "-c"

@@ -14,8 +14,17 @@ from runner_plugins.command import OUTPUT_LIMIT, PLUGIN
 
 
 def request(**kw) -> InstanceRequest:
-    base = dict(prompt="", repo_path="/repo", branch_name="b", run_id="r", strategy_execution_id="se",
-                instance_id="i", task_key="k", container_name="c", plugin_name="command")
+    base = dict(
+        prompt="",
+        repo_path="/repo",
+        branch_name="b",
+        run_id="r",
+        strategy_execution_id="se",
+        instance_id="i",
+        task_key="k",
+        container_name="c",
+        plugin_name="command",
+    )
     base.update(kw)
     return InstanceRequest(**base)
 
@@ -26,7 +35,7 @@ def execute(command: str, chunk: int = 4096):
     proc = subprocess.run(argv, capture_output=True, check=False)
     parser = PLUGIN.new_parser()
     for i in range(0, len(proc.stdout), chunk):
-        assert parser.feed(proc.stdout[i:i + chunk]) == []
+        assert parser.feed(proc.stdout[i : i + chunk]) == []
     parser.feed_stderr(proc.stderr)
     return parser.finish(proc.returncode)
 
@@ -43,7 +52,10 @@ def test_lookup_capabilities_and_environment():
 
 def test_build_command():
     assert PLUGIN.build_command(request(command="pytest -q && echo 'ok'"), resume_session_id=None) == [
-        "/bin/sh", "-c", "pytest -q && echo 'ok'"]
+        "/bin/sh",
+        "-c",
+        "pytest -q && echo 'ok'",
+    ]
     for empty in (None, "", "   "):
         with pytest.raises(ConfigError):
             PLUGIN.build_command(request(command=empty), resume_session_id=None)
@@ -67,7 +79,7 @@ def test_nonzero_exit_is_a_plain_task_failure():
 
 
 def test_huge_output_is_bounded_to_the_tail():
-    out = execute("i=0; while [ $i -lt 30000 ]; do echo \"row $i ünï\"; i=$((i+1)); done", chunk=7)
+    out = execute('i=0; while [ $i -lt 30000 ]; do echo "row $i ünï"; i=$((i+1)); done', chunk=7)
     assert out.final_message.startswith("[output truncated: showing the last ")
     body = out.final_message.split("]\n", 1)[1]
     assert len(body.encode()) <= OUTPUT_LIMIT
@@ -84,7 +96,7 @@ def test_chunking_and_utf8_splits_are_invisible():
         parser, pos = PLUGIN.new_parser(), 0
         while pos < len(data):
             step = rng.randint(1, 7)
-            parser.feed(data[pos:pos + step])
+            parser.feed(data[pos : pos + step])
             pos += step
         assert parser.finish(0) == expected
     assert expected.final_message.endswith("\ufffd tail")

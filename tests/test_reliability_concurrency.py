@@ -75,8 +75,9 @@ def test_two_runs_on_one_repository_at_once_do_not_interfere(tmp_path):
     procs = []
     for name in ("one", "two"):
         prompt = f"SIM: write {name}.txt {name}\nSIM: commit {name}\nSIM: sleep 1\nSIM: print {name}"
-        procs.append((name, start_cli([prompt, "--runs", "2", "--no-tui", *IMG], cwd=repo, env=env,
-                                      out=tmp_path / "out" / name)))
+        procs.append(
+            (name, start_cli([prompt, "--runs", "2", "--no-tui", *IMG], cwd=repo, env=env, out=tmp_path / "out" / name))
+        )
     all_branches = []
     try:
         for name, proc in procs:

@@ -22,8 +22,9 @@ pytestmark = pytest.mark.docker
 
 
 def _inspect(run_id: str) -> list[dict]:
-    names = subprocess.run(["docker", "ps", "-aq", "--filter", f"label=run_id={run_id}"], capture_output=True,
-                           text=True, check=True).stdout.split()
+    names = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", f"label=run_id={run_id}"], capture_output=True, text=True, check=True
+    ).stdout.split()
     return json.loads(subprocess.run(["docker", "inspect", *names], capture_output=True, text=True, check=True).stdout)
 
 
@@ -47,9 +48,10 @@ def test_task_containers_drop_every_capability_and_limit_processes_and_open_file
     repo = make_repo(tmp_path / "repo")
     env = cli_env(tmp_path, ORCHESTRATOR_RUNNER__CONTAINER_LIMITS__PIDS_LIMIT="300")
     lines = ["#!/bin/sh", "touch /tmp/owned"]
-    lines += [f"if {cmd} >/dev/null 2>&1; then echo '{name}: yes'; else echo '{name}: no'; fi"
-              for name, cmd in PROBES.items()]
-    lines += ["echo \"nofile: $(ulimit -n)\""]
+    lines += [
+        f"if {cmd} >/dev/null 2>&1; then echo '{name}: yes'; else echo '{name}: no'; fi" for name, cmd in PROBES.items()
+    ]
+    lines += ['echo "nofile: $(ulimit -n)"']
     script = "\n".join(lines).replace("\\", "\\\\").replace("\n", "\\n") + "\\n"
     prompt = f"SIM: write probe.sh {script}\nSIM: exec sh probe.sh > probe.out 2>&1\nSIM: commit probe\nSIM: print done"
     result = run_cli([prompt, "--no-tui", *IMG], cwd=repo, env=env)
@@ -67,8 +69,12 @@ def test_task_containers_drop_every_capability_and_limit_processes_and_open_file
         out = dict(line.split(": ", 1) for line in git(repo, "show", f"{branch}:probe.out").splitlines())
         assert {name: out[name] for name in PROBES} == {name: "no" for name in PROBES}, out
         assert out["nofile"] == "4096"
-        record("hostile", tried=len(PROBES) + 1, contained=len(PROBES) + 1,
-               what="raw socket, mount, unshare -r/-m, /proc/sys write, chown, capabilities, open files")
+        record(
+            "hostile",
+            tried=len(PROBES) + 1,
+            contained=len(PROBES) + 1,
+            what="raw socket, mount, unshare -r/-m, /proc/sys write, chown, capabilities, open files",
+        )
     finally:
         remove_run_docker(run_id)
 
@@ -82,12 +88,15 @@ def _run_leak(tmp_path, content_cmd: str, **env_extra):
     return repo, run_id, result
 
 
-@pytest.mark.parametrize("how,command", [
-    ("plain", f"SIM: write config.env ANTHROPIC_API_KEY={TEST_KEY}"),
-    ("base64", "SIM: write config.env blob=" + base64.b64encode(b"{\"k\": \"" + TEST_KEY.encode() + b"\"}").decode()),
-    ("hex", "SIM: write config.env k=" + TEST_KEY.encode().hex()),
-    ("token shape", "SIM: write config.env GITHUB_TOKEN=ghp_" + "a1B2" * 9),
-])
+@pytest.mark.parametrize(
+    "how,command",
+    [
+        ("plain", f"SIM: write config.env ANTHROPIC_API_KEY={TEST_KEY}"),
+        ("base64", "SIM: write config.env blob=" + base64.b64encode(b'{"k": "' + TEST_KEY.encode() + b'"}').decode()),
+        ("hex", "SIM: write config.env k=" + TEST_KEY.encode().hex()),
+        ("token shape", "SIM: write config.env GITHUB_TOKEN=ghp_" + "a1B2" * 9),
+    ],
+)
 def test_a_branch_holding_a_credential_is_not_imported(tmp_path, how, command):
     repo, run_id, result = _run_leak(tmp_path, command)
     try:
@@ -102,14 +111,17 @@ def test_a_branch_holding_a_credential_is_not_imported(tmp_path, how, command):
             assert TEST_KEY.encode().hex() not in path.read_text(errors="replace"), path
         workspaces = list((tmp_path / "ws").rglob("config.env"))
         assert workspaces, "the workspace is kept for inspection"
-        record("commit scan", tried=1, handled=1, what=f"credential committed ({how}): import refused, error_type secret")
+        record(
+            "commit scan", tried=1, handled=1, what=f"credential committed ({how}): import refused, error_type secret"
+        )
     finally:
         remove_run_docker(run_id)
 
 
 def test_secret_scan_warn_imports_and_reports(tmp_path):
-    repo, run_id, result = _run_leak(tmp_path, f"SIM: write config.env KEY={TEST_KEY}",
-                                     ORCHESTRATOR_RUNNER__SECRET_SCAN="warn")
+    repo, run_id, result = _run_leak(
+        tmp_path, f"SIM: write config.env KEY={TEST_KEY}", ORCHESTRATOR_RUNNER__SECRET_SCAN="warn"
+    )
     try:
         assert result.returncode == 0, result.stderr
         (branch,) = json.loads((tmp_path / "results" / run_id / "summary.json").read_text())["branches"]
@@ -126,8 +138,10 @@ def test_a_symlink_to_a_host_path_stays_a_symlink_object(tmp_path):
     env = cli_env(tmp_path)
     secret_file = tmp_path / "host-secret.txt"
     secret_file.write_text("host only\n")
-    prompt = (f"SIM: exec ln -s {secret_file} host-link\nSIM: exec ln -s /etc/passwd passwd-link\n"
-              "SIM: commit links\nSIM: print done")
+    prompt = (
+        f"SIM: exec ln -s {secret_file} host-link\nSIM: exec ln -s /etc/passwd passwd-link\n"
+        "SIM: commit links\nSIM: print done"
+    )
     result = run_cli([prompt, "--no-tui", *IMG], cwd=repo, env=env)
     (run_id,) = run_ids(tmp_path)
     try:

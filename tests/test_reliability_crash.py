@@ -50,14 +50,32 @@ from reliability_helpers import (
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 KILLS = int(os.environ.get("RELIABILITY_KILLS", "30"))
-EVAL = ("python3 -c \"import glob,hashlib,json;f=sorted(glob.glob('sim/*.txt'));"
-        "h=hashlib.sha256(''.join(f).encode()).hexdigest();"
-        "print(json.dumps({'metrics':{'score':10+len(f)+int(h[:2],16)/1000}}))\"")
+EVAL = (
+    "python3 -c \"import glob,hashlib,json;f=sorted(glob.glob('sim/*.txt'));"
+    "h=hashlib.sha256(''.join(f).encode()).hexdigest();"
+    "print(json.dumps({'metrics':{'score':10+len(f)+int(h[:2],16)/1000}}))\""
+)
 
 CASES = {
     "best-of-n": (["implement the greeting", "--strategy", "best-of-n", "-S", "n=4"], "best-of-n"),
-    "tree-beam": (["make it better", "--strategy", "tree-beam", "-S", f"eval_command={EVAL}", "-S", "primary_metric=score",
-                   "-S", "ideas_per_node=2", "-S", "max_depth=2", "-S", "beam_width=1"], "tree-beam"),
+    "tree-beam": (
+        [
+            "make it better",
+            "--strategy",
+            "tree-beam",
+            "-S",
+            f"eval_command={EVAL}",
+            "-S",
+            "primary_metric=score",
+            "-S",
+            "ideas_per_node=2",
+            "-S",
+            "max_depth=2",
+            "-S",
+            "beam_width=1",
+        ],
+        "tree-beam",
+    ),
 }
 
 
@@ -137,8 +155,11 @@ def test_sigkill_at_random_moments_then_resume_equals_an_uninterrupted_run(case,
             # after every process: the log is whole, and nothing durably finished ran again
             events = check_log(events_path(tmp_path, run_id))
             after_exec = agent_executions(run_id)
-            rerun = {k: (before_exec.get(k, 0), after_exec.get(k, 0)) for k in before_done
-                     if after_exec.get(k, 0) != before_exec.get(k, 0)}
+            rerun = {
+                k: (before_exec.get(k, 0), after_exec.get(k, 0))
+                for k in before_done
+                if after_exec.get(k, 0) != before_exec.get(k, 0)
+            }
             assert not rerun, f"process {attempt} ran the agent again for finished keys: {rerun}"
             assert set(terminal_counts(events).values()) <= {1}, terminal_counts(events)
             if manifest(tmp_path, run_id)["status"] == "completed":
@@ -157,9 +178,17 @@ def test_sigkill_at_random_moments_then_resume_equals_an_uninterrupted_run(case,
                     (tmp_path / d).rename(tmp_path / f"{d}.done{attempt}")
         check_final(tmp_path, repo, run_id, strategy, expected)
         executions = agent_executions(run_id)
-        record("crash", case=case, kills_tried=kills, kills_survived=kills, processes=attempt, phases=phases,
-               runs=runs_finished + 1, agent_executions=executions_total + sum(executions.values()),
-               keys=keys_total + len(executions))
+        record(
+            "crash",
+            case=case,
+            kills_tried=kills,
+            kills_survived=kills,
+            processes=attempt,
+            phases=phases,
+            runs=runs_finished + 1,
+            agent_executions=executions_total + sum(executions.values()),
+            keys=keys_total + len(executions),
+        )
     finally:
         for rid in {run_id, *run_ids(tmp_path)} - {None}:
             remove_run_docker(rid)
@@ -188,8 +217,12 @@ def test_sigterm_and_sigint_interrupt_gracefully_and_a_second_sigint_exits_at_on
         cmd = ["--resume", run_ids(tmp_path)[0], "--no-tui"] if n else [prompt, "--runs", "2", "--no-tui", *IMG]
         proc = start_cli(cmd, cwd=repo, env=env, out=out)
         run_id = wait_for(lambda: run_ids(tmp_path) and run_ids(tmp_path)[0])
-        wait_for(lambda run_id=run_id, n=n: sum(e.type == "task.started" for e in check_log(events_path(tmp_path, run_id)))
-                 >= 2 * (n + 1), timeout=60)
+        wait_for(
+            lambda run_id=run_id, n=n: (
+                sum(e.type == "task.started" for e in check_log(events_path(tmp_path, run_id))) >= 2 * (n + 1)
+            ),
+            timeout=60,
+        )
         time.sleep(1.0)
         t0 = time.monotonic()
         proc.send_signal(sig)
@@ -226,7 +259,9 @@ def test_sigterm_and_sigint_interrupt_gracefully_and_a_second_sigint_exits_at_on
 
 
 AGENT_KILLS = int(os.environ.get("RELIABILITY_AGENT_KILLS", "8"))
-AGENT_WORK = "SIM: write a.txt one\nSIM: sleep 1\nSIM: append a.txt two\nSIM: sleep 1\nSIM: commit work\nSIM: print done"
+AGENT_WORK = (
+    "SIM: write a.txt one\nSIM: sleep 1\nSIM: append a.txt two\nSIM: sleep 1\nSIM: commit work\nSIM: print done"
+)
 
 
 def _agents_at_work(tmp_path: Path, run_id: str | None, before: Counter) -> bool:
@@ -251,8 +286,11 @@ def test_sigkill_during_the_agents_work_never_starts_a_tasks_session_twice(tmp_p
         while True:
             attempt += 1
             before = agent_executions(run_id) if run_id else Counter()
-            cmd = ["--resume", run_id, "--no-tui"] if run_id else [AGENT_WORK, "--runs", "3", "--max-parallel", "3",
-                                                                   "--no-tui", *IMG]
+            cmd = (
+                ["--resume", run_id, "--no-tui"]
+                if run_id
+                else [AGENT_WORK, "--runs", "3", "--max-parallel", "3", "--no-tui", *IMG]
+            )
             out = tmp_path / "out" / f"p{attempt}"
             proc = start_cli(cmd, cwd=repo, env=env, out=out)
             run_id = run_id or wait_for(lambda: run_ids(tmp_path) and run_ids(tmp_path)[0])
@@ -275,8 +313,9 @@ def test_sigkill_during_the_agents_work_never_starts_a_tasks_session_twice(tmp_p
         assert len(counts) == 3 and set(counts.values()) == {1}, counts
         per_key: dict[str, list[dict]] = {}
         for volume in run_volumes(run_id):
-            mount = subprocess.run(["docker", "volume", "inspect", "-f", "{{.Mountpoint}}", volume],
-                                   capture_output=True, text=True).stdout.strip()
+            mount = subprocess.run(
+                ["docker", "volume", "inspect", "-f", "{{.Mountpoint}}", volume], capture_output=True, text=True
+            ).stdout.strip()
             record_file = Path(mount) / ".sim-agent" / "executions.jsonl"
             for line in record_file.read_text().splitlines() if record_file.exists() else []:
                 entry = json.loads(line)
@@ -293,9 +332,16 @@ def test_sigkill_during_the_agents_work_never_starts_a_tasks_session_twice(tmp_p
                 assert git(repo, "show", f"{branch}:a.txt") == "one\ntwo"
         check_snapshot_is_replay(tmp_path, run_id)
         assert running_containers(run_id) == []
-        record("crash-agent", kills_tried=kills, kills_survived=kills, processes=attempt, tasks=len(counts),
-               agent_executions=sum(len(xs) for xs in per_key.values()), fresh_sessions=sum(fresh.values()),
-               resumed_executions=resumed)
+        record(
+            "crash-agent",
+            kills_tried=kills,
+            kills_survived=kills,
+            processes=attempt,
+            tasks=len(counts),
+            agent_executions=sum(len(xs) for xs in per_key.values()),
+            fresh_sessions=sum(fresh.values()),
+            resumed_executions=resumed,
+        )
     finally:
         for rid in {run_id, *run_ids(tmp_path)} - {None}:
             remove_run_docker(rid)

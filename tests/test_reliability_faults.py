@@ -35,8 +35,10 @@ from reliability_helpers import (
 from orchestrator.naming import branch_name
 
 pytestmark = pytest.mark.docker
-NO_DISK_MIN = {"ORCHESTRATOR_ORCHESTRATION__HARD_MIN_FREE_DISK_GB": "0",
-               "ORCHESTRATOR_ORCHESTRATION__MIN_FREE_DISK_GB": "0"}
+NO_DISK_MIN = {
+    "ORCHESTRATOR_ORCHESTRATION__HARD_MIN_FREE_DISK_GB": "0",
+    "ORCHESTRATOR_ORCHESTRATION__MIN_FREE_DISK_GB": "0",
+}
 
 
 @pytest.fixture
@@ -60,10 +62,12 @@ def run_one(tmp_path, repo, prompt, *, timeout=120, **env_extra):
     return result, run_id
 
 
-OOM_PY = ("import os\\np = os.getppid()\\nwhile p > 1:\\n    try:\\n"
-          "        open(f'/proc/{p}/oom_score_adj', 'w').write('1000')\\n"
-          "    except OSError:\\n        pass\\n    p = int(open(f'/proc/{p}/stat').read().rsplit(')', 1)[1].split()[1])\\n"
-          "x = bytearray(512 * 1024 * 1024)\\nprint('allocated', len(x))\\n")
+OOM_PY = (
+    "import os\\np = os.getppid()\\nwhile p > 1:\\n    try:\\n"
+    "        open(f'/proc/{p}/oom_score_adj', 'w').write('1000')\\n"
+    "    except OSError:\\n        pass\\n    p = int(open(f'/proc/{p}/stat').read().rsplit(')', 1)[1].split()[1])\\n"
+    "x = bytearray(512 * 1024 * 1024)\\nprint('allocated', len(x))\\n"
+)
 
 
 @pytest.mark.parametrize("victim", ["tool", "agent"])
@@ -109,8 +113,10 @@ def test_hanging_agent_times_out(tmp_path, repo):
 
 @pytest.mark.parametrize("case", ["garbage", "spam"])
 def test_garbage_and_huge_output_complete_with_bounded_records(case, tmp_path, repo):
-    prompt = {"garbage": "SIM: garbage\nSIM: print after the garbage",
-              "spam": "SIM: spam 100\nSIM: print after the spam"}[case]
+    prompt = {
+        "garbage": "SIM: garbage\nSIM: print after the garbage",
+        "spam": "SIM: spam 100\nSIM: print after the spam",
+    }[case]
     t0 = time.monotonic()
     result, run_id = run_one(tmp_path, repo, prompt, timeout=240)
     try:
@@ -123,8 +129,13 @@ def test_garbage_and_huge_output_complete_with_bounded_records(case, tmp_path, r
             for p in (tmp_path / d).rglob("*"):
                 if p.is_file():
                     assert p.stat().st_size < 20 << 20, (p, p.stat().st_size)
-        record("faults", fault=f"agent output: {case}", survived=1, outcome="task.completed",
-               seconds=round(time.monotonic() - t0, 1))
+        record(
+            "faults",
+            fault=f"agent output: {case}",
+            survived=1,
+            outcome="task.completed",
+            seconds=round(time.monotonic() - t0, 1),
+        )
     finally:
         remove_run_docker(run_id)
 
@@ -178,8 +189,9 @@ def test_logs_disk_fills_up_mid_run_then_resume_finishes(tmp_path, repo, small_t
 
 def test_workspace_disk_full_is_a_categorized_failure(tmp_path, repo, small_tmpfs):
     ws = small_tmpfs("ws_fs", "2m")
-    result, run_id = run_one(tmp_path, repo, "SIM: write a.txt x\nSIM: commit a",
-                             ORCHESTRATOR_WORKSPACE_ROOT=str(ws), **NO_DISK_MIN)
+    result, run_id = run_one(
+        tmp_path, repo, "SIM: write a.txt x\nSIM: commit a", ORCHESTRATOR_WORKSPACE_ROOT=str(ws), **NO_DISK_MIN
+    )
     try:
         got = outcome(tmp_path, run_id)
         assert result.returncode == 1, result.stderr
@@ -198,6 +210,7 @@ def _started(tmp_path: Path, n: int = 1):
         path = events_path(tmp_path, ids[0])
         started = sum(e.type == "task.started" for e in check_log(path)) if path.exists() else 0
         return ids[0] if started >= n else None
+
     return wait_for(ready)
 
 
@@ -226,8 +239,9 @@ def test_base_branch_moving_mid_run_keeps_the_snapshot_the_task_started_from(tmp
     env = cli_env(tmp_path)
     start_commit = git(repo, "rev-parse", "main")
     out = tmp_path / "out" / "move"
-    proc = start_cli(["SIM: write feature.txt new\nSIM: commit feature\nSIM: sleep 2", "--no-tui", *IMG],
-                     cwd=repo, env=env, out=out)
+    proc = start_cli(
+        ["SIM: write feature.txt new\nSIM: commit feature\nSIM: sleep 2", "--no-tui", *IMG], cwd=repo, env=env, out=out
+    )
     run_id = _started(tmp_path)
     runner_log = tmp_path / "logs" / run_id / "runner.jsonl"
     wait_for(lambda: runner_log.exists() and "runner.exec.started" in runner_log.read_text())  # cloned already
@@ -258,8 +272,9 @@ def test_docker_daemon_restart_mid_run_then_resume_finishes(tmp_path, repo, priv
     env = cli_env(tmp_path, ORCHESTRATOR_RUNNER__NETWORK_EGRESS="offline")
     prompt = "SIM: write a.txt hello\nSIM: commit a\nSIM: sleep 6\nSIM: print done"
     out = tmp_path / "out" / "daemon"
-    proc = start_cli([prompt, "--runs", "2", "--no-tui", "--docker-image", private_engine.image], cwd=repo, env=env,
-                     out=out)
+    proc = start_cli(
+        [prompt, "--runs", "2", "--no-tui", "--docker-image", private_engine.image], cwd=repo, env=env, out=out
+    )
     run_id = _started(tmp_path, 2)
     time.sleep(1)
     try:
@@ -282,8 +297,11 @@ def test_docker_daemon_restart_mid_run_then_resume_finishes(tmp_path, repo, priv
         assert running_containers(run_id) == []
         # The run's containers were on the private engine, and none on the host's.
         assert all_containers(run_id)
-        on_host = subprocess.run(["docker", "-H", "unix:///var/run/docker.sock", "ps", "-aq", "--filter",
-                                  f"label=run_id={run_id}"], capture_output=True, text=True).stdout.split()
+        on_host = subprocess.run(
+            ["docker", "-H", "unix:///var/run/docker.sock", "ps", "-aq", "--filter", f"label=run_id={run_id}"],
+            capture_output=True,
+            text=True,
+        ).stdout.split()
         assert on_host == []
         record("faults", fault="docker daemon restart (private engine)", survived=1, outcome=f"exit {rc}")
     finally:

@@ -52,8 +52,10 @@ def probe_script(host_repo: str, workspace_root: str) -> str:
         "write_home": "touch /home/node/ok",
         "net_devices_besides_lo": "ls /sys/class/net | grep -qv '^lo$'",
         "default_route": "grep -qv '^Iface' /proc/net/route",
-        "loopback_refused": ("python3 -c \"import socket\ntry:\n socket.create_connection(('127.0.0.1', 9), 2)\n"
-                             "except ConnectionRefusedError:\n raise SystemExit(0)\nraise SystemExit(1)\""),
+        "loopback_refused": (
+            "python3 -c \"import socket\ntry:\n socket.create_connection(('127.0.0.1', 9), 2)\n"
+            'except ConnectionRefusedError:\n raise SystemExit(0)\nraise SystemExit(1)"'
+        ),
     }
     lines = ["#!/bin/sh"]
     for name, cmd in probes.items():
@@ -65,8 +67,10 @@ def test_an_agent_cannot_reach_the_host_other_workspaces_or_the_network(tmp_path
     repo = make_repo(tmp_path / "repo")
     env = cli_env(tmp_path, ORCHESTRATOR_RUNNER__NETWORK_EGRESS="offline")
     script = probe_script(str(repo), str(tmp_path / "ws")).replace("\\", "\\\\").replace("\n", "\\n")
-    prompt = (f"SIM: write probe.sh {script}\nSIM: exec sh probe.sh > probe.out 2>&1\n"
-              "SIM: write-outside /etc/x\nSIM: write-outside /home/node/../../x\nSIM: commit probe\nSIM: print done")
+    prompt = (
+        f"SIM: write probe.sh {script}\nSIM: exec sh probe.sh > probe.out 2>&1\n"
+        "SIM: write-outside /etc/x\nSIM: write-outside /home/node/../../x\nSIM: commit probe\nSIM: print done"
+    )
     result = run_cli([prompt, "--runs", "2", "--no-tui", *IMG], cwd=repo, env=env)
     (run_id,) = run_ids(tmp_path)
     try:
@@ -76,10 +80,19 @@ def test_an_agent_cannot_reach_the_host_other_workspaces_or_the_network(tmp_path
         for branch in summary["branches"]:
             verdicts = dict(line.split(": ") for line in git(repo, "show", f"{branch}:probe.out").splitlines())
             assert verdicts == {
-                "docker_socket": "no", "host_repo": "no", "host_workspaces": "no", "host_root_files": "no",
-                "write_etc": "no", "write_usr": "no", "write_root": "no", "write_parent": "no",
-                "write_tmp": "yes", "write_home": "yes",
-                "net_devices_besides_lo": "no", "default_route": "no", "loopback_refused": "yes",
+                "docker_socket": "no",
+                "host_repo": "no",
+                "host_workspaces": "no",
+                "host_root_files": "no",
+                "write_etc": "no",
+                "write_usr": "no",
+                "write_root": "no",
+                "write_parent": "no",
+                "write_tmp": "yes",
+                "write_home": "yes",
+                "net_devices_besides_lo": "no",
+                "default_route": "no",
+                "loopback_refused": "yes",
             }, verdicts
         assert not (repo / "pwned").exists() and not (tmp_path / "ws" / "pwned").exists()
         runner_log = (tmp_path / "logs" / run_id / "runner.jsonl").read_text()
@@ -90,12 +103,26 @@ def test_an_agent_cannot_reach_the_host_other_workspaces_or_the_network(tmp_path
         remove_run_docker(run_id)
 
 
-HOSTILE_KEYS = ["../../etc/passwd", "with space", "--upload-pack=touch /tmp/pwned", "new\nline", "ünïcødé 🚀",
-                "refs/heads/main", "x.lock", "..", "-", "a" * 300, "semi;colon$(id)`id`", "@{-1}", "trailing."]
+HOSTILE_KEYS = [
+    "../../etc/passwd",
+    "with space",
+    "--upload-pack=touch /tmp/pwned",
+    "new\nline",
+    "ünïcødé 🚀",
+    "refs/heads/main",
+    "x.lock",
+    "..",
+    "-",
+    "a" * 300,
+    "semi;colon$(id)`id`",
+    "@{-1}",
+    "trailing.",
+]
 
 
 def hostile_strategy_file(path) -> str:
-    path.write_text(textwrap.dedent(f'''
+    path.write_text(
+        textwrap.dedent(f"""
         KEYS = {HOSTILE_KEYS!r}
 
 
@@ -103,7 +130,8 @@ def hostile_strategy_file(path) -> str:
             handles = [ctx.run({{"prompt": f"SIM: write f{{i}}.txt {{i}}\\nSIM: commit c{{i}}"}}, key=ctx.key(k))
                        for i, k in enumerate(KEYS)]
             return await ctx.wait_all(handles)
-    '''))
+    """)
+    )
     return str(path)
 
 
@@ -130,7 +158,11 @@ def test_hostile_keys_and_strategy_names_give_valid_branch_and_container_names(t
         assert len(names) == len(HOSTILE_KEYS)
         assert all(DOCKER_NAME.match(n) for n in names), names
         assert running_containers(run_id) == []
-        record("bad input", tried=len(HOSTILE_KEYS) + 1, handled=len(HOSTILE_KEYS) + 1,
-               what="hostile task keys + unicode strategy name")
+        record(
+            "bad input",
+            tried=len(HOSTILE_KEYS) + 1,
+            handled=len(HOSTILE_KEYS) + 1,
+            what="hostile task keys + unicode strategy name",
+        )
     finally:
         remove_run_docker(run_id)

@@ -23,7 +23,8 @@ NORMAL = "SIM: write ok.txt fine\\nSIM: commit ok\\nSIM: print ok"
 
 def _strategy(tmp_path, hostile: str) -> str:
     path = tmp_path / "pair.py"
-    path.write_text(textwrap.dedent(f'''
+    path.write_text(
+        textwrap.dedent(f'''
         async def pair(prompt, base_branch, ctx):
             bad = ctx.run({{"prompt": {hostile!r}}}, key=ctx.key("runaway"))
             good = ctx.run({{"prompt": "{NORMAL}"}}, key=ctx.key("normal"))
@@ -34,7 +35,8 @@ def _strategy(tmp_path, hostile: str) -> str:
                 except ctx.errors.TaskFailed as exc:
                     out[name] = exc.error_type
             return out
-    '''))
+    ''')
+    )
     return str(path)
 
 
@@ -42,8 +44,12 @@ def _run(tmp_path, hostile: str, **env_extra):
     repo = make_repo(tmp_path / "repo")
     env = cli_env(tmp_path, **env_extra)
     t0 = time.monotonic()
-    result = run_cli(["go", "--strategy", _strategy(tmp_path, hostile), "--max-parallel", "2", "--no-tui", *IMG],
-                     cwd=repo, env=env, timeout=300)
+    result = run_cli(
+        ["go", "--strategy", _strategy(tmp_path, hostile), "--max-parallel", "2", "--no-tui", *IMG],
+        cwd=repo,
+        env=env,
+        timeout=300,
+    )
     elapsed = time.monotonic() - t0
     (run_id,) = run_ids(tmp_path)
     events = [json.loads(line) for line in events_path(tmp_path, run_id).read_text().splitlines() if line.strip()]
@@ -52,12 +58,19 @@ def _run(tmp_path, hostile: str, **env_extra):
     return result, run_id, failed, done, elapsed
 
 
-@pytest.mark.parametrize("name,hostile,expect,env", [
-    ("fork bomb", "SIM: exec sh -c 'b() { b | b & }; b; sleep 600'", "process limit", {}),
-    ("/tmp filler", "SIM: exec sh -c 'cat /dev/zero > /tmp/fill; sleep 600'", "filled /tmp", {}),
-    ("workspace writer", "SIM: exec sh -c 'while true; do head -c 1048576 /dev/zero >> big.bin; done'",
-     "runner.max_workspace_mb (20 MB)", {"ORCHESTRATOR_RUNNER__MAX_WORKSPACE_MB": "20"}),
-])
+@pytest.mark.parametrize(
+    "name,hostile,expect,env",
+    [
+        ("fork bomb", "SIM: exec sh -c 'b() { b | b & }; b; sleep 600'", "process limit", {}),
+        ("/tmp filler", "SIM: exec sh -c 'cat /dev/zero > /tmp/fill; sleep 600'", "filled /tmp", {}),
+        (
+            "workspace writer",
+            "SIM: exec sh -c 'while true; do head -c 1048576 /dev/zero >> big.bin; done'",
+            "runner.max_workspace_mb (20 MB)",
+            {"ORCHESTRATOR_RUNNER__MAX_WORKSPACE_MB": "20"},
+        ),
+    ],
+)
 def test_a_runaway_agent_fails_with_a_reason_and_the_other_task_completes(tmp_path, name, hostile, expect, env):
     result, run_id, failed, done, elapsed = _run(tmp_path, hostile, **env)
     try:

@@ -35,7 +35,8 @@ from reliability_helpers import (
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 secret_values = st.text(alphabet=string.ascii_letters + string.digits + "-_", min_size=24, max_size=48).map(
-    lambda s: "sk-ant-" + s)
+    lambda s: "sk-ant-" + s
+)
 LEAKS = {
     "agent echoes the env var": "SIM: exec echo $ANTHROPIC_API_KEY\nSIM: exec env\n",
     "agent prints the key": "SIM: print the key is {secret}\n",
@@ -45,8 +46,12 @@ SCANNED = {"files": 0, "examples": 0, "leaks": 0}
 
 
 @settings(max_examples=5, deadline=None, suppress_health_check=list(HealthCheck))
-@given(secret=secret_values, other=secret_values, where=st.sampled_from(["environment", ".env file"]),
-       leak=st.sampled_from(sorted(LEAKS)))
+@given(
+    secret=secret_values,
+    other=secret_values,
+    where=st.sampled_from(["environment", ".env file"]),
+    leak=st.sampled_from(sorted(LEAKS)),
+)
 def test_configured_secrets_never_appear_in_any_output(secret, other, where, leak):
     tmp_path = Path(tempfile.mkdtemp(prefix="secrets-"))
     try:
@@ -80,8 +85,9 @@ def test_configured_secrets_never_appear_in_any_output(secret, other, where, lea
             runner_log = (tmp_path / "logs" / run_id / "runner.jsonl").read_text()
             assert "[REDACTED]" in runner_log + (tmp_path / "logs" / run_id / "events.jsonl").read_text()
             SCANNED["examples"] += 1
-            record("secrets", example=SCANNED["examples"], where=where, leak=leak, leaked=0,
-                   files_scanned=SCANNED["files"])
+            record(
+                "secrets", example=SCANNED["examples"], where=where, leak=leak, leaked=0, files_scanned=SCANNED["files"]
+            )
         finally:
             remove_run_docker(run_id)
     finally:

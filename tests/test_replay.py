@@ -46,7 +46,9 @@ async def test_a_finished_run_replays_to_its_result_progress_and_files(tmp_path)
     (outcome,) = replay_strategy(engine.paths.events, steps, output_dir=tmp_path / "replayed")
     assert (outcome.strategy_execution_id, outcome.ended, outcome.error) == ("s1", "returned", None)
     assert outcome.result == ["did 0", "did 1", "did 2"]
-    assert [p.step for p in outcome.progress] == [0, 1, 2, 3] and outcome.progress[-1] == state.strategies["s1"].progress
+    assert [p.step for p in outcome.progress] == [0, 1, 2, 3] and outcome.progress[-1] == state.strategies[
+        "s1"
+    ].progress
     assert (tmp_path / "replayed" / "said.txt").read_text() == "did 0,did 1,did 2"
     assert orchestration_log(tmp_path) == []
 
@@ -133,7 +135,10 @@ async def test_tree_beam_report_says_when_its_replay_broke(tmp_path, monkeypatch
     from orchestrator.runs import RunDirs
 
     dirs = RunDirs(logs=tmp_path / "logs", state=tmp_path / "state", results=tmp_path / "results")
-    problems = tb.show_run_report(run_id="run_t", dirs=dirs, manifest=SimpleNamespace(prompt="do it"),
-                                  state=engine.state)
-    assert problems == [f"s1: replaying the strategy raised RuntimeError: report bug (the report shows the tree up "
-                        f"to there); traceback in {tmp_path / 'logs' / 'run_t' / 'orchestration.jsonl'}"]
+    problems = tb.show_run_report(
+        run_id="run_t", dirs=dirs, manifest=SimpleNamespace(prompt="do it"), state=engine.state
+    )
+    assert problems == [
+        f"s1: replaying the strategy raised RuntimeError: report bug (the report shows the tree up "
+        f"to there); traceback in {tmp_path / 'logs' / 'run_t' / 'orchestration.jsonl'}"
+    ]

@@ -31,8 +31,10 @@ from test_tree_beam_docker import BENCH, GOAL
 pytestmark = pytest.mark.docker
 
 IMG = ["--no-tui", "--docker-image", TEST_IMAGE]
-SCORED = ("SIM: write a.txt from candidate zero\nSIM: commit add a\n"
-          "SIM: print SIM: print-json {\"score\": 7, \"rationale\": \"small and clear\"}\n")
+SCORED = (
+    "SIM: write a.txt from candidate zero\nSIM: commit add a\n"
+    'SIM: print SIM: print-json {"score": 7, "rationale": "small and clear"}\n'
+)
 
 
 def _run(base: Path, name: str, repo_files: dict[str, str], args: list[str]) -> dict:
@@ -45,8 +47,15 @@ def _run(base: Path, name: str, repo_files: dict[str, str], args: list[str]) -> 
     run_id = run_dir.name
     report = root / "results" / run_id / "report.html"
     assert f"Report: {root / 'results' / run_id}/report.html" in done.stdout
-    return {"root": root, "repo": repo, "env": env, "run_id": run_id, "report": report,
-            "html": report.read_text("utf-8"), "events": root / "logs" / run_id / "events.jsonl"}
+    return {
+        "root": root,
+        "repo": repo,
+        "env": env,
+        "run_id": run_id,
+        "report": report,
+        "html": report.read_text("utf-8"),
+        "events": root / "logs" / run_id / "events.jsonl",
+    }
 
 
 @pytest.fixture(scope="module")
@@ -58,19 +67,66 @@ def runs(tmp_path_factory):
     (ideas / "slow.md").write_text("use a slow path\nSIM[coder]: write slow.txt 1\nSIM[coder]: commit slow path\n")
     return {
         # the key in the prompt is shown in every task's prompt: the report must not show it
-        "best-of-n": _run(base, "bon", {"README.md": "# demo\n"},
-                          [SCORED + f"the key is {TEST_KEY}\n", "--strategy", "best-of-n", "-S", "n=3"]),
-        "tree-beam": _run(base, "tb", {"bench.py": BENCH},
-                          [GOAL, "--strategy", "tree-beam", "-S", "eval_command=python3 bench.py",
-                           "-S", "primary_metric=throughput", "-S", "ideas_per_node=2", "-S", "max_depth=2",
-                           "-S", "beam_width=1"]),
-        "evolve": _run(base, "ev", {"README.md": "# demo\n", "keep.txt": "keep\n", "GOALS.yaml": GOALS_YAML},
-                       ["keep the project healthy", "--strategy", "evolve", "-S", "goals=GOALS.yaml",
-                        "-S", "max_parallel=2", "-S", "max_cycles=4"]),
-        "review-loop": _run(base, "rl", {"bench.py": BENCH},
-                            ["make the solver faster", "--strategy", "review-loop", "-S", f"ideas={ideas}",
-                             "-S", "max_review_rounds=1", "-S", "eval_command=python3 bench.py",
-                             "-S", "primary_metric=throughput"]),
+        "best-of-n": _run(
+            base,
+            "bon",
+            {"README.md": "# demo\n"},
+            [SCORED + f"the key is {TEST_KEY}\n", "--strategy", "best-of-n", "-S", "n=3"],
+        ),
+        "tree-beam": _run(
+            base,
+            "tb",
+            {"bench.py": BENCH},
+            [
+                GOAL,
+                "--strategy",
+                "tree-beam",
+                "-S",
+                "eval_command=python3 bench.py",
+                "-S",
+                "primary_metric=throughput",
+                "-S",
+                "ideas_per_node=2",
+                "-S",
+                "max_depth=2",
+                "-S",
+                "beam_width=1",
+            ],
+        ),
+        "evolve": _run(
+            base,
+            "ev",
+            {"README.md": "# demo\n", "keep.txt": "keep\n", "GOALS.yaml": GOALS_YAML},
+            [
+                "keep the project healthy",
+                "--strategy",
+                "evolve",
+                "-S",
+                "goals=GOALS.yaml",
+                "-S",
+                "max_parallel=2",
+                "-S",
+                "max_cycles=4",
+            ],
+        ),
+        "review-loop": _run(
+            base,
+            "rl",
+            {"bench.py": BENCH},
+            [
+                "make the solver faster",
+                "--strategy",
+                "review-loop",
+                "-S",
+                f"ideas={ideas}",
+                "-S",
+                "max_review_rounds=1",
+                "-S",
+                "eval_command=python3 bench.py",
+                "-S",
+                "primary_metric=throughput",
+            ],
+        ),
     }
 
 
@@ -90,8 +146,11 @@ def test_report_names_every_task_and_branch_and_is_self_contained(runs, strategy
     events = _events(run["events"])
     keys = {e["key"] for e in events if e["type"] == "task.scheduled"}
     assert keys and all(f'data-key="{k}"' in page for k in keys)
-    branches = {e["payload"]["artifact"]["branch_final"] for e in events
-                if e["type"] == "task.completed" and (e["payload"].get("artifact") or {}).get("branch_final")}
+    branches = {
+        e["payload"]["artifact"]["branch_final"]
+        for e in events
+        if e["type"] == "task.completed" and (e["payload"].get("artifact") or {}).get("branch_final")
+    }
     assert branches and all(b in page for b in branches)
     # self-contained: no external reference of any kind
     assert not re.search(r'(src|href)\s*=\s*"(https?:)?//', page)
@@ -102,9 +161,8 @@ def test_report_names_every_task_and_branch_and_is_self_contained(runs, strategy
 def test_best_of_n_report_shows_scores_side_by_side_and_marks_the_winner(runs):
     run = runs["best-of-n"]
     page = run["html"]
-    assert page.count('class="item') == 3 and page.count("badge win\">winner") == 1
-    scores = [e["payload"] for e in _events(run["events"])
-              if e["type"] == "task.completed" and "/score/" in e["key"]]
+    assert page.count('class="item') == 3 and page.count('badge win">winner') == 1
+    scores = [e["payload"] for e in _events(run["events"]) if e["type"] == "task.completed" and "/score/" in e["key"]]
     assert len(scores) >= 3
     for answer in scores:  # each reviewer's structured answer (or its JSON text) is on the page
         output = answer.get("output") or json.loads(answer["final_message"].split("print-json", 1)[-1])
@@ -190,14 +248,22 @@ def browser():
 
     opts = webdriver.ChromeOptions()
     opts.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--window-size=1440,1000", "--host-resolver-rules=MAP * ~NOTFOUND"):
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--window-size=1440,1000",
+        "--host-resolver-rules=MAP * ~NOTFOUND",
+    ):
         opts.add_argument(arg)
     opts.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
     driver.execute_cdp_cmd("Network.enable", {})
-    driver.execute_cdp_cmd("Network.emulateNetworkConditions", {"offline": True, "latency": 0,
-                                                                 "downloadThroughput": -1, "uploadThroughput": -1})
+    driver.execute_cdp_cmd(
+        "Network.emulateNetworkConditions",
+        {"offline": True, "latency": 0, "downloadThroughput": -1, "uploadThroughput": -1},
+    )
     yield driver
     driver.quit()
 
@@ -271,8 +337,9 @@ def test_an_interrupted_run_gets_a_report_and_its_resume_shows_the_interruption(
     repo = make_repo(tmp_path / "repo")
     env = cli_env(tmp_path)
     prompt = "SIM: write work.txt data\nSIM: commit work\nSIM: sleep 5\nSIM: print finished"
-    proc = subprocess.Popen([ORCH, prompt, *IMG], cwd=repo, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [ORCH, prompt, *IMG], cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
     def started():
         runs = [p.name for p in (tmp_path / "state").iterdir()] if (tmp_path / "state").exists() else []
@@ -281,8 +348,13 @@ def test_an_interrupted_run_gets_a_report_and_its_resume_shows_the_interruption(
 
     try:
         run_id = wait_for(started, timeout=120)
-        wait_for(lambda: (tmp_path / "logs" / run_id / "runner.jsonl").exists()
-                 and '"runner.exec.started"' in (tmp_path / "logs" / run_id / "runner.jsonl").read_text(), timeout=60)
+        wait_for(
+            lambda: (
+                (tmp_path / "logs" / run_id / "runner.jsonl").exists()
+                and '"runner.exec.started"' in (tmp_path / "logs" / run_id / "runner.jsonl").read_text()
+            ),
+            timeout=60,
+        )
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=60)
     finally:

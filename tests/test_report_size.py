@@ -31,10 +31,22 @@ def _branches(repo: Path, count: int) -> list[str]:
 
 
 def _manifest(tmp_path: Path, repo: Path, strategy_spec: str, name: str) -> RunManifest:
-    return RunManifest(run_id="run_t", created_at="2026-11-23T00:00:00.000Z", prompt="make it so",
-                       strategy_spec=strategy_spec, strategy_name=name, params={}, runs=1, repo_path=str(repo),
-                       base_branch="main", model="sonnet", plugin="claude-code", docker_image="img", max_parallel=4,
-                       status="completed")
+    return RunManifest(
+        run_id="run_t",
+        created_at="2026-11-23T00:00:00.000Z",
+        prompt="make it so",
+        strategy_spec=strategy_spec,
+        strategy_name=name,
+        params={},
+        runs=1,
+        repo_path=str(repo),
+        base_branch="main",
+        model="sonnet",
+        plugin="claude-code",
+        docker_image="img",
+        max_parallel=4,
+        status="completed",
+    )
 
 
 def _dirs(tmp_path: Path) -> RunDirs:
@@ -51,8 +63,10 @@ async def test_a_200_task_run_report_stays_under_5_mb_with_long_diffs_cut(tmp_pa
         artifact = result.artifact
         import msgspec
 
-        return msgspec.structs.replace(result, artifact=msgspec.structs.replace(
-            artifact, branch_final=f"cand{i}", commit=shas[i], lines_added=LINES))
+        return msgspec.structs.replace(
+            result,
+            artifact=msgspec.structs.replace(artifact, branch_final=f"cand{i}", commit=shas[i], lines_added=LINES),
+        )
 
     async def many(prompt, base_branch, ctx):
         return await ctx.wait_all([ctx.run({"prompt": f"candidate {i}"}, key=ctx.key("c", i)) for i in range(TASKS)])
@@ -67,7 +81,7 @@ async def test_a_200_task_run_report_stays_under_5_mb_with_long_diffs_cut(tmp_pa
     assert f"git diff main...{shas[-1]}" in page
 
 
-MODULE = '''
+MODULE = """
 async def two(prompt, base_branch, ctx):
     a = await ctx.wait(ctx.run({"prompt": "one"}, key=ctx.key("one")))
     return {"picked": a["artifact"]["branch_final"]}
@@ -83,7 +97,7 @@ def report_sections(run):
         {"type": "text", "title": "Picked", "text": "picked " + str(run["execution"]["result"]["picked"])},
         {"type": "table", "title": "Broken", "columns": "not a list"},
     ]
-'''
+"""
 
 
 async def test_a_custom_strategy_adds_sections_and_a_broken_one_is_named(tmp_path):
@@ -101,8 +115,9 @@ async def test_a_custom_strategy_adds_sections_and_a_broken_one_is_named(tmp_pat
         import msgspec
 
         r = success(req)
-        return msgspec.structs.replace(r, artifact=msgspec.structs.replace(r.artifact, branch_final="cand0",
-                                                                           commit=sha))
+        return msgspec.structs.replace(
+            r, artifact=msgspec.structs.replace(r.artifact, branch_final="cand0", commit=sha)
+        )
 
     await run_engine(tmp_path, module.two, ScriptedRunner(script))
     dirs = _dirs(tmp_path)

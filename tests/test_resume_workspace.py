@@ -37,9 +37,11 @@ from reliability_helpers import (
 
 pytestmark = [pytest.mark.docker]
 
-PROMPT = ('SIM: exec if [ -f "$HOME/.first-done" ]; then git add -A && git commit -qm "notes, resumed"; '
-          'else touch "$HOME/.first-done"; echo work > notes.txt; sleep 600; fi\n'
-          "SIM: print done")
+PROMPT = (
+    'SIM: exec if [ -f "$HOME/.first-done" ]; then git add -A && git commit -qm "notes, resumed"; '
+    'else touch "$HOME/.first-done"; echo work > notes.txt; sleep 600; fi\n'
+    "SIM: print done"
+)
 
 
 def sim_executions(run_id: str) -> list[dict]:
@@ -58,8 +60,9 @@ def runner_events(tmp_path: Path, run_id: str, message: str) -> list[dict]:
     return [r for r in map(json.loads, lines) if r.get("message") == message]
 
 
-def start_and_wait_for_the_agents_edit(tmp_path: Path, repo: Path, env: dict, *, durable_session: bool = False,
-                                       extra: tuple[str, ...] = ()):
+def start_and_wait_for_the_agents_edit(
+    tmp_path: Path, repo: Path, env: dict, *, durable_session: bool = False, extra: tuple[str, ...] = ()
+):
     out = tmp_path / "out" / "first"
     proc = start_cli([PROMPT, "--no-tui", *IMG, *extra], cwd=repo, env=env, out=out)
     run_id = wait_for(lambda: run_ids(tmp_path) and run_ids(tmp_path)[0])
@@ -72,16 +75,18 @@ def start_and_wait_for_the_agents_edit(tmp_path: Path, repo: Path, env: dict, *,
 
 
 @contextlib.contextmanager
-def interrupted_first_run(tmp_path: Path, repo: Path, env: dict, *, stop: str = "ctrl-c",
-                          extra: tuple[str, ...] = ()) -> Iterator[tuple[str, Path]]:
+def interrupted_first_run(
+    tmp_path: Path, repo: Path, env: dict, *, stop: str = "ctrl-c", extra: tuple[str, ...] = ()
+) -> Iterator[tuple[str, Path]]:
     """The first execution, stopped once the agent has written notes.txt: (run id, its workspace).
 
     ``stop``: "ctrl-c" (the command must exit 130) or "sigkill" (the process dies
     at once, so the test waits for the session id to be in the log first). The
     run's containers and volumes are removed afterwards.
     """
-    proc, out, run_id, workspace = start_and_wait_for_the_agents_edit(tmp_path, repo, env, extra=extra,
-                                                                      durable_session=stop != "ctrl-c")
+    proc, out, run_id, workspace = start_and_wait_for_the_agents_edit(
+        tmp_path, repo, env, extra=extra, durable_session=stop != "ctrl-c"
+    )
     try:
         if stop == "ctrl-c":
             proc.send_signal(signal.SIGINT)
@@ -119,8 +124,10 @@ def test_an_interrupted_task_resumes_its_session_in_the_workspace_it_left(stop, 
     repo = make_repo(tmp_path / "repo")
     env = cli_env(tmp_path, OPENAI_API_KEY="sk-test-openai-0123456789abcdef0123")
     extra = ("--plugin", "codex", "--model", "gpt-5-codex") if stop.endswith("codex") else ()
-    with interrupted_first_run(tmp_path, repo, env, stop="ctrl-c" if stop == "ctrl-c" else "sigkill",
-                               extra=extra) as (run_id, workspace):
+    with interrupted_first_run(tmp_path, repo, env, stop="ctrl-c" if stop == "ctrl-c" else "sigkill", extra=extra) as (
+        run_id,
+        workspace,
+    ):
         events = check_log(events_path(tmp_path, run_id))
         recorded = [e.payload.get("session_id") for e in events if e.type in ("task.session", "task.interrupted")]
         session = recorded[0]

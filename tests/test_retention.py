@@ -18,18 +18,38 @@ OLD = "2001-01-01T00:00:00.000Z"
 
 
 def _fake_run(dirs: RunDirs, ws_root: Path, run_id: str, status: str, finished_at: str | None) -> tuple[Path, str]:
-    write_manifest(dirs, RunManifest(
-        run_id=run_id, created_at=OLD, prompt="p", strategy_spec="simple", strategy_name="simple", params={}, runs=1,
-        repo_path="/nowhere", base_branch="main", model="sonnet", plugin="claude-code", docker_image=TEST_IMAGE,
-        max_parallel=1, dry_run=True, status=status, finished_at=finished_at))
+    write_manifest(
+        dirs,
+        RunManifest(
+            run_id=run_id,
+            created_at=OLD,
+            prompt="p",
+            strategy_spec="simple",
+            strategy_name="simple",
+            params={},
+            runs=1,
+            repo_path="/nowhere",
+            base_branch="main",
+            model="sonnet",
+            plugin="claude-code",
+            docker_image=TEST_IMAGE,
+            max_parallel=1,
+            dry_run=True,
+            status=status,
+            finished_at=finished_at,
+        ),
+    )
     ws = ws_root / run_id / "k_0123abcd"
     ws.mkdir(parents=True)
     (ws / "left.txt").write_text("what the agent did\n")
     for p in (ws / "left.txt", ws, ws.parent):
         os.utime(p, (978307200, 978307200))  # 2001
     volume = f"orc_home_{run_id}_g00000000"
-    subprocess.run(["docker", "volume", "create", "--label", "orchestrator=true", "--label", f"run_id={run_id}",
-                    volume], check=True, capture_output=True)
+    subprocess.run(
+        ["docker", "volume", "create", "--label", "orchestrator=true", "--label", f"run_id={run_id}", volume],
+        check=True,
+        capture_output=True,
+    )
     return ws.parent, volume
 
 
@@ -42,12 +62,17 @@ def test_a_run_start_expires_finished_runs_leftovers_but_not_resumable_ones(tmp_
     env = cli_env(tmp_path)
     ws_root = Path(env["ORCHESTRATOR_WORKSPACE_ROOT"])
     dirs = RunDirs(state=tmp_path / "state", logs=tmp_path / "logs", results=tmp_path / "results")
-    other = RunDirs(state=tmp_path / "elsewhere" / "state", logs=tmp_path / "elsewhere" / "logs",
-                    results=tmp_path / "elsewhere" / "results")
+    other = RunDirs(
+        state=tmp_path / "elsewhere" / "state",
+        logs=tmp_path / "elsewhere" / "logs",
+        results=tmp_path / "elsewhere" / "results",
+    )
     tag = f"{os.getpid()}"
     runs = {
-        "failed": (dirs, "failed", OLD), "interrupted": (dirs, "interrupted", None),
-        "crashed": (dirs, "running", None), "fresh": (dirs, "completed", now_iso()),
+        "failed": (dirs, "failed", OLD),
+        "interrupted": (dirs, "interrupted", None),
+        "crashed": (dirs, "running", None),
+        "fresh": (dirs, "completed", now_iso()),
         "other_dir": (other, "completed", OLD),
     }
     made: dict[str, tuple[Path, str]] = {}
@@ -67,7 +92,9 @@ def test_a_run_start_expires_finished_runs_leftovers_but_not_resumable_ones(tmp_
         os.utime(unknown, (978307200, 978307200))
 
         repo = make_repo(tmp_path / "repo")
-        r = run_cli(["SIM: done", "--dry-run", "--no-tui", "--docker-image", TEST_IMAGE], cwd=repo, env=env, timeout=300)
+        r = run_cli(
+            ["SIM: done", "--dry-run", "--no-tui", "--docker-image", TEST_IMAGE], cwd=repo, env=env, timeout=300
+        )
         assert r.returncode == 0, r.stdout + r.stderr
 
         volumes = _volumes()

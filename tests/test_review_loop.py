@@ -67,8 +67,15 @@ def ideas_list():
     return [{"id": i, "title": f"Idea {i}", "text": f"Do {i}"} for i in IDEAS]
 
 
-PARAMS = {"max_review_rounds": 1, "test_command": "pytest -q", "eval_command": "python bench.py --json",
-          "primary_metric": "throughput", "direction": "max", "weights": {}, "tolerance": 0.01}
+PARAMS = {
+    "max_review_rounds": 1,
+    "test_command": "pytest -q",
+    "eval_command": "python bench.py --json",
+    "primary_metric": "throughput",
+    "direction": "max",
+    "weights": {},
+    "tolerance": 0.01,
+}
 
 
 async def run(tmp_path, runner=None, **kw):
@@ -87,8 +94,13 @@ async def test_every_idea_ends_as_its_reviews_tests_and_evaluation_say(tmp_path)
     assert s.status == "success", s.error
     out = by_id(s.result)
     assert {k: v["status"] for k, v in out.items()} == {
-        "01-good": "completed", "02-fixme": "completed", "03-stubborn": "rejected", "04-flaky": "tests_failed",
-        "05-garbage": "review_invalid", "06-repaired": "completed"}
+        "01-good": "completed",
+        "02-fixme": "completed",
+        "03-stubborn": "rejected",
+        "04-flaky": "tests_failed",
+        "05-garbage": "review_invalid",
+        "06-repaired": "completed",
+    }
     assert [r["verdict"] for r in out["01-good"]["rounds"]] == ["APPROVE"]
     assert [r["verdict"] for r in out["02-fixme"]["rounds"]] == ["REJECT", "APPROVE"]
     assert [r["verdict"] for r in out["03-stubborn"]["rounds"]] == ["REJECT", "REJECT"]
@@ -111,9 +123,14 @@ async def test_every_idea_ends_as_its_reviews_tests_and_evaluation_say(tmp_path)
     assert "FAILED test_parser.py::test_empty" in out["04-flaky"]["tests"]["log_tail"]
     # an invalid review is repaired exactly once, then the idea is excluded
     assert {k for k in keys if k.startswith(prefix + "05-garbage/review/")} == {
-        prefix + "05-garbage/review/round-1/attempt-1", prefix + "05-garbage/review/round-1/attempt-2"}
+        prefix + "05-garbage/review/round-1/attempt-1",
+        prefix + "05-garbage/review/round-1/attempt-2",
+    }
     assert prefix + "05-garbage/tests" not in keys
-    assert prefix + "06-repaired/review/round-1/attempt-2" in keys and out["06-repaired"]["rounds"][0]["verdict"] == "APPROVE"
+    assert (
+        prefix + "06-repaired/review/round-1/attempt-2" in keys
+        and out["06-repaired"]["rounds"][0]["verdict"] == "APPROVE"
+    )
     assert all(n == 1 for n in runner.per_key.values())
 
 
@@ -139,8 +156,16 @@ async def test_artifacts_per_idea_and_ranking(tmp_path):
     out = engine.paths.results / "strategy_output"
     d = out / "02-fixme"
     assert sorted(p.name for p in d.iterdir()) == [
-        "diff_round_1.diff", "diff_round_2.diff", "eval.log", "idea.md", "plan.md", "review_round_1.md",
-        "review_round_2.md", "summary.json", "tests.log"]
+        "diff_round_1.diff",
+        "diff_round_2.diff",
+        "eval.log",
+        "idea.md",
+        "plan.md",
+        "review_round_1.md",
+        "review_round_2.md",
+        "summary.json",
+        "tests.log",
+    ]
     assert (d / "review_round_1.md").read_text().startswith("# Review round 1: REJECT")
     fix_branch = f"simple_run_t_k{short8('run_t/s1/idea/02-fixme/code/round-2')}"
     assert (d / "diff_round_2.diff").read_text() == f"diff of {fix_branch} (diff/round-2)"
@@ -149,8 +174,14 @@ async def test_artifacts_per_idea_and_ranking(tmp_path):
     assert summary["evaluation"]["metrics"] == {"throughput": 90.0}
     assert not (out / "03-stubborn" / "tests.log").exists() and not (out / "03-stubborn" / "eval.log").exists()
     ranking = json.loads((out / "ranking.json").read_text())
-    assert [r["idea_id"] for r in ranking] == ["01-good", "06-repaired", "02-fixme", "03-stubborn", "04-flaky",
-                                              "05-garbage"]
+    assert [r["idea_id"] for r in ranking] == [
+        "01-good",
+        "06-repaired",
+        "02-fixme",
+        "03-stubborn",
+        "04-flaky",
+        "05-garbage",
+    ]
     assert "| 1 | 01-good: Idea 01-good | completed | 20 | strong |" in (out / "ideas.md").read_text()
 
 
@@ -158,8 +189,9 @@ def snapshot_tree(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-@pytest.mark.parametrize("hang_on", [("02-fixme/review/round-2/attempt-1",),
-                                     ("01-good/eval", "06-repaired/review/round-1/attempt-2")])
+@pytest.mark.parametrize(
+    "hang_on", [("02-fixme/review/round-2/attempt-1",), ("01-good/eval", "06-repaired/review/round-1/attempt-2")]
+)
 async def test_interrupt_mid_review_or_mid_evaluation_then_resume(tmp_path, hang_on):
     ref_engine, ref_state, _ = await run(tmp_path / "ref")
 
@@ -179,8 +211,9 @@ async def test_interrupt_mid_review_or_mid_evaluation_then_resume(tmp_path, hang
     assert not done_before & set(second.per_key), "a finished task ran again"
     assert all(any(k.endswith(h) for k in second.per_key) for h in hang_on)
     assert state.strategies["s1"].result == ref_state.strategies["s1"].result
-    assert snapshot_tree(engine.paths.results / "strategy_output") == \
-        snapshot_tree(ref_engine.paths.results / "strategy_output")
+    assert snapshot_tree(engine.paths.results / "strategy_output") == snapshot_tree(
+        ref_engine.paths.results / "strategy_output"
+    )
 
 
 def test_prepare_reads_a_directory_in_sorted_order(tmp_path):
@@ -191,7 +224,8 @@ def test_prepare_reads_a_directory_in_sorted_order(tmp_path):
     out = prepare({"ideas": str(d), "max_review_rounds": 2, "eval_command": None}, str(tmp_path))
     assert out["ideas"] == [
         {"id": "01-a-first", "title": "Cache parsed headers", "text": "Cache parsed headers"},
-        {"id": "02-b-second", "title": "Faster tokenizer", "text": "# Faster tokenizer\nuse a table"}]
+        {"id": "02-b-second", "title": "Faster tokenizer", "text": "# Faster tokenizer\nuse a table"},
+    ]
     assert load_ideas(str(d / "a_first.md"), str(tmp_path))[0]["id"] == "01-a-first"
     assert load_ideas("ideas", str(tmp_path))[1]["title"] == "Faster tokenizer"  # relative to the repo
 
@@ -213,8 +247,11 @@ async def test_prompt_is_the_idea_when_no_ideas_given(tmp_path):
     assert [o["idea_id"] for o in result["ideas"]] == ["01-prompt"] and result["ideas"][0]["idea"] == "do it"
     assert result["ideas"][0]["status"] == "completed" and result["baseline"] is None
     assert sorted(k.split("/s1/")[1] for k in runner.per_key) == [
-        "idea/01-prompt/code/round-1", "idea/01-prompt/diff/round-1", "idea/01-prompt/plan",
-        "idea/01-prompt/review/round-1/attempt-1"]
+        "idea/01-prompt/code/round-1",
+        "idea/01-prompt/diff/round-1",
+        "idea/01-prompt/plan",
+        "idea/01-prompt/review/round-1/attempt-1",
+    ]
 
 
 # ---------------------------------------------------------------- "best" and budgets
@@ -225,21 +262,22 @@ def regressing_script(req):
     values = {"01-good": 50, "02-fixme": 99.5, "06-repaired": 70}
     key = req.task_key
     if key.endswith("/eval") and "/idea/" in key:
-        return success(req, final_message=json.dumps({"metrics": {"throughput": values[idea_of(key)]}}),
-                       exit_code=0)
+        return success(req, final_message=json.dumps({"metrics": {"throughput": values[idea_of(key)]}}), exit_code=0)
     return script(req)
 
 
 async def test_a_regression_is_never_best_and_the_base_wins_when_nothing_beat_it(tmp_path):
     ideas = [i for i in ideas_list() if i["id"] in ("01-good", "02-fixme", "06-repaired")]
-    engine, state = await run_engine(tmp_path, review_loop, ScriptedRunner(regressing_script),
-                                     params={**PARAMS, "ideas": ideas})
+    engine, state = await run_engine(
+        tmp_path, review_loop, ScriptedRunner(regressing_script), params={**PARAMS, "ideas": ideas}
+    )
     result = state.strategies["s1"].result
     assert [r["idea_id"] for r in result["ranking"]] == ["02-fixme", "06-repaired", "01-good"]
     assert result["ranking"][0]["grade"] == "mixed"  # -0.5 %: within the noise band, still not better
     assert result["best"] is None and result["best_branch"] == "main"
-    assert result["verdict"] == ("nothing beat the base: the top completed idea, 02-fixme, scored -0.5 "
-                                 "(grade mixed, primary delta -0.5)")
+    assert result["verdict"] == (
+        "nothing beat the base: the top completed idea, 02-fixme, scored -0.5 (grade mixed, primary delta -0.5)"
+    )
     ideas_md = (engine.paths.results / "strategy_output" / "ideas.md").read_text()
     assert "Nothing beat the base: the top completed idea, 02-fixme" in ideas_md
     assert _selected_branch(result) == "main"  # what the run summary reports as selected
@@ -255,8 +293,9 @@ async def test_best_is_the_top_idea_that_beat_the_base(tmp_path):
 async def test_cost_budget_stops_new_tasks_and_reports_the_best_so_far(tmp_path):
     # every scripted task costs $0.01: six plans and six coders spend $0.12, past the limit before any review
     runner = ScriptedRunner(script)
-    engine, state = await run_engine(tmp_path, review_loop, runner,
-                                     params={**PARAMS, "ideas": ideas_list(), "max_cost_usd": 0.1})
+    engine, state = await run_engine(
+        tmp_path, review_loop, runner, params={**PARAMS, "ideas": ideas_list(), "max_cost_usd": 0.1}
+    )
     s = state.strategies["s1"]
     assert s.status == "success", s.error
     result = s.result

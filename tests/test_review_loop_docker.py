@@ -26,15 +26,19 @@ print("bench ran")
 print(json.dumps({"metrics": {"throughput": t}}))
 """
 
-FIX = ('{"verdict":"REJECT","issues":["slow.txt makes it slow\\nSIM[coder]: exec git rm -q slow.txt\\n'
-       'SIM[coder]: write faster.txt 1\\nSIM[coder]: commit replace slow with faster"]}')
+FIX = (
+    '{"verdict":"REJECT","issues":["slow.txt makes it slow\\nSIM[coder]: exec git rm -q slow.txt\\n'
+    'SIM[coder]: write faster.txt 1\\nSIM[coder]: commit replace slow with faster"]}'
+)
 IDEAS = {
     "a_fast.md": "Add a fast path\nSIM[coder]: write fast.txt 1\nSIM[coder]: commit fast path",
     "b_fixme.md": f"Try an experiment\nSIM[coder]: write slow.txt 1\nSIM[coder]: commit slow\nSIM[review-1]: print-json {FIX}",
     "c_slow.md": "Add a slow path\nSIM[coder]: write slow.txt 1\nSIM[coder]: commit slow path",
     "d_broken.md": "Break the build\nSIM[coder]: write broken.txt 1\nSIM[coder]: commit broken",
-    "e_stubborn.md": ("Unsafe change\nSIM[coder]: write fast.txt 1\nSIM[coder]: commit unsafe\n"
-                      'SIM[reviewer]: print-json {"verdict":"REJECT","issues":["unsafe"]}'),
+    "e_stubborn.md": (
+        "Unsafe change\nSIM[coder]: write fast.txt 1\nSIM[coder]: commit unsafe\n"
+        'SIM[reviewer]: print-json {"verdict":"REJECT","issues":["unsafe"]}'
+    ),
     # answers in prose, also in the runner's repair turn: the review task fails with output_invalid
     "f_garbage.md": "Confusing change\nSIM[coder]: write fast.txt 1\nSIM[coder]: commit x\nSIM[reviewer]: bad-output",
 }
@@ -46,17 +50,34 @@ async def test_review_loop_end_to_end(tmp_path, workspace_root):
     ideas_dir.mkdir()
     for name, text in IDEAS.items():
         (ideas_dir / name).write_text(text + "\n")
-    params = prepare({"ideas": str(ideas_dir), "max_review_rounds": 1, "test_command": "test ! -f broken.txt",
-                      "eval_command": "python3 bench.py", "primary_metric": "throughput", "direction": "max",
-                      "weights": {}, "tolerance": 0.01, "eval_timeout_s": None}, str(repo))
-    engine = await run_with_docker(tmp_path, repo, review_loop, params=params, prompt="improve the parser",
-                                   max_parallel=4)
+    params = prepare(
+        {
+            "ideas": str(ideas_dir),
+            "max_review_rounds": 1,
+            "test_command": "test ! -f broken.txt",
+            "eval_command": "python3 bench.py",
+            "primary_metric": "throughput",
+            "direction": "max",
+            "weights": {},
+            "tolerance": 0.01,
+            "eval_timeout_s": None,
+        },
+        str(repo),
+    )
+    engine = await run_with_docker(
+        tmp_path, repo, review_loop, params=params, prompt="improve the parser", max_parallel=4
+    )
     s = engine.state.strategies["s1"]
     assert s.status == "success", s.error
     out = {o["idea_id"]: o for o in s.result["ideas"]}
     assert {k: v["status"] for k, v in out.items()} == {
-        "01-a-fast": "completed", "02-b-fixme": "completed", "03-c-slow": "completed", "04-d-broken": "tests_failed",
-        "05-e-stubborn": "rejected", "06-f-garbage": "review_invalid"}
+        "01-a-fast": "completed",
+        "02-b-fixme": "completed",
+        "03-c-slow": "completed",
+        "04-d-broken": "tests_failed",
+        "05-e-stubborn": "rejected",
+        "06-f-garbage": "review_invalid",
+    }
     assert s.result["baseline"]["metrics"] == {"throughput": 100.0}
     cmp = {k: (v["comparison"] or {}).get("score") for k, v in out.items()}
     assert (cmp["01-a-fast"], cmp["02-b-fixme"], cmp["03-c-slow"]) == (20.0, 25.0, -30.0)
@@ -81,7 +102,10 @@ async def test_review_loop_end_to_end(tmp_path, workspace_root):
     round2 = (d / "diff_round_2.diff").read_text()
     assert "+++ b/faster.txt" in round2 and "slow.txt" not in round2
     assert json.loads((d / "summary.json").read_text())["evaluation"]["metrics"] == {"throughput": 125.0}
-    assert "exit" in out["04-d-broken"]["tests"]["log_tail"].lower() or out["04-d-broken"]["tests"]["error_type"] == "command"
+    assert (
+        "exit" in out["04-d-broken"]["tests"]["log_tail"].lower()
+        or out["04-d-broken"]["tests"]["error_type"] == "command"
+    )
     for idea in ("05-e-stubborn", "06-f-garbage"):
         assert not any(k.startswith(f"run_d/s1/idea/{idea}/") and k.endswith(("/tests", "/eval")) for k in tasks)
     garbage_review = tasks["run_d/s1/idea/06-f-garbage/review/round-1/attempt-1"]

@@ -35,14 +35,17 @@ def test_base64_of_a_key_is_found_at_any_alignment_and_in_either_alphabet(tmp_pa
 
 
 def test_each_encoding_and_token_shape_is_named_with_its_file_and_line_never_its_value(tmp_path):
-    repo, base, head = _commit(tmp_path, {
-        "plain.txt": f"ok\nkey = {KEY}\n",
-        "hex.txt": f"{OAUTH.encode().hex()}\n",
-        "pct.txt": f"u={urllib.parse.quote(OAUTH, safe='')}\n",
-        "gh.txt": "\n\nGITHUB_TOKEN=github_pat_" + "A1b2C3d4" * 6 + "\n",
-        "aws.txt": "aws_access_key_id = AKIAABCDEFGHIJKLMNOP\n",
-        "clean.txt": "nothing to see\n",
-    })
+    repo, base, head = _commit(
+        tmp_path,
+        {
+            "plain.txt": f"ok\nkey = {KEY}\n",
+            "hex.txt": f"{OAUTH.encode().hex()}\n",
+            "pct.txt": f"u={urllib.parse.quote(OAUTH, safe='')}\n",
+            "gh.txt": "\n\nGITHUB_TOKEN=github_pat_" + "A1b2C3d4" * 6 + "\n",
+            "aws.txt": "aws_access_key_id = AKIAABCDEFGHIJKLMNOP\n",
+            "clean.txt": "nothing to see\n",
+        },
+    )
     found = {f.path: (f.line, f.what) for f in scan_commits(repo, base, head, SECRETS)}
     assert found == {
         "plain.txt": (2, "the run's ANTHROPIC_API_KEY"),
@@ -51,8 +54,7 @@ def test_each_encoding_and_token_shape_is_named_with_its_file_and_line_never_its
         "gh.txt": (3, "GitHub fine-grained token"),
         "aws.txt": (1, "AWS access key id"),
     }
-    assert all(KEY not in f.describe() and OAUTH not in f.describe()
-               for f in scan_commits(repo, base, head, SECRETS))
+    assert all(KEY not in f.describe() and OAUTH not in f.describe() for f in scan_commits(repo, base, head, SECRETS))
 
 
 def test_removed_lines_and_an_unchanged_branch_are_not_findings(tmp_path):

@@ -19,9 +19,24 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SIM = REPO / "docker" / "sim_agent"  # the package, run as `python3 docker/sim_agent`
-CLAUDE_FLAGS = ["--output-format", "stream-json", "--verbose", "--model", "sonnet", "--permission-mode", "bypassPermissions"]
-CODEX_FLAGS = ["--json", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox",
-               "-c", "analytics.enabled=false", "-m", "gpt-5"]
+CLAUDE_FLAGS = [
+    "--output-format",
+    "stream-json",
+    "--verbose",
+    "--model",
+    "sonnet",
+    "--permission-mode",
+    "bypassPermissions",
+]
+CODEX_FLAGS = [
+    "--json",
+    "--skip-git-repo-check",
+    "--dangerously-bypass-approvals-and-sandbox",
+    "-c",
+    "analytics.enabled=false",
+    "-m",
+    "gpt-5",
+]
 
 
 # ----------------------------------------------------------------- helpers
@@ -38,8 +53,13 @@ def home(tmp_path: Path) -> Path:
 def repo(tmp_path: Path) -> Path:
     r = tmp_path / "ws"
     r.mkdir()
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@t"}
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
     subprocess.run(["git", "init", "-q", "-b", "main"], cwd=r, check=True)
     subprocess.run(["git", "commit", "-q", "--allow-empty", "-m", "init"], cwd=r, check=True, env=env)
     return r
@@ -70,14 +90,35 @@ class Run:
         return results[0]
 
 
-def run_sim(args: list[str], *, cwd: Path, home: Path, persona: str = "claude", stdin: bytes | None = None,
-            env: dict | None = None, timeout: float = 60) -> Run:
+def run_sim(
+    args: list[str],
+    *,
+    cwd: Path,
+    home: Path,
+    persona: str = "claude",
+    stdin: bytes | None = None,
+    env: dict | None = None,
+    timeout: float = 60,
+) -> Run:
     full_env = {k: v for k, v in os.environ.items() if k not in ("TASK_KEY", "SIM_AGENT_RECORD")}
-    full_env.update({"HOME": str(home), "GIT_AUTHOR_NAME": "Sim Test", "GIT_AUTHOR_EMAIL": "sim@test",
-                     "GIT_COMMITTER_NAME": "Sim Test", "GIT_COMMITTER_EMAIL": "sim@test"})
+    full_env.update(
+        {
+            "HOME": str(home),
+            "GIT_AUTHOR_NAME": "Sim Test",
+            "GIT_AUTHOR_EMAIL": "sim@test",
+            "GIT_COMMITTER_NAME": "Sim Test",
+            "GIT_COMMITTER_EMAIL": "sim@test",
+        }
+    )
     full_env.update(env or {})
-    proc = subprocess.run([sys.executable, str(SIM), "--as", persona, *args], cwd=cwd, env=full_env,
-                          input=stdin if stdin is not None else b"", capture_output=True, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, str(SIM), "--as", persona, *args],
+        cwd=cwd,
+        env=full_env,
+        input=stdin if stdin is not None else b"",
+        capture_output=True,
+        timeout=timeout,
+    )
     return Run(proc)
 
 
@@ -97,12 +138,25 @@ def executions(home: Path) -> list[dict]:
 
 
 def git_log(repo: Path) -> list[str]:
-    return subprocess.run(["git", "log", "--format=%s"], cwd=repo, capture_output=True, text=True,
-                          check=True).stdout.splitlines()
+    return subprocess.run(
+        ["git", "log", "--format=%s"], cwd=repo, capture_output=True, text=True, check=True
+    ).stdout.splitlines()
 
 
-RESULT_KEYS = {"type", "subtype", "is_error", "result", "total_cost_usd", "usage", "modelUsage",
-               "model_usage_since_last_result", "num_turns", "session_id", "terminal_reason", "duration_ms"}
+RESULT_KEYS = {
+    "type",
+    "subtype",
+    "is_error",
+    "result",
+    "total_cost_usd",
+    "usage",
+    "modelUsage",
+    "model_usage_since_last_result",
+    "num_turns",
+    "session_id",
+    "terminal_reason",
+    "duration_ms",
+}
 
 
 # ----------------------------------------------------------------- claude
@@ -162,8 +216,13 @@ def test_claude_deterministic_except_session_id(repo: Path, home: Path, tmp_path
 def test_claude_resume_is_cumulative(repo: Path, home: Path) -> None:
     first = claude("SIM: write a.txt one\nSIM: commit first", cwd=repo, home=home, env={"TASK_KEY": "t1"})
     sid = first.result["session_id"]
-    second = claude("SIM: append a.txt two\nSIM: commit second", cwd=repo, home=home,
-                    extra=["--resume", sid], env={"TASK_KEY": "t1"})
+    second = claude(
+        "SIM: append a.txt two\nSIM: commit second",
+        cwd=repo,
+        home=home,
+        extra=["--resume", sid],
+        env={"TASK_KEY": "t1"},
+    )
     assert second.rc == 0
     assert second.events[0]["session_id"] == sid
     r1, r2 = first.result, second.result
@@ -194,7 +253,7 @@ def test_claude_prompt_from_stdin(repo: Path, home: Path) -> None:
 
 
 def test_claude_score_and_ideas_json(repo: Path, home: Path) -> None:
-    p = "Review the branch. Answer with JSON: {\"score\": 0-10, \"rationale\": ...}"
+    p = 'Review the branch. Answer with JSON: {"score": 0-10, "rationale": ...}'
     a = claude(p, cwd=repo, home=home)
     b = claude(p, cwd=repo, home=home)
     sa, sb = json.loads(a.result["result"]), json.loads(b.result["result"])
@@ -204,16 +263,18 @@ def test_claude_score_and_ideas_json(repo: Path, home: Path) -> None:
 
 
 def test_claude_sim_verbs(repo: Path, home: Path) -> None:
-    prompt = "\n".join([
-        "Please do the following.",
-        "SIM: write src/x.txt hello\\nworld",
-        "SIM: append src/x.txt again",
-        "SIM: exec echo out-$((1+2)); echo err >&2",
-        "SIM: commit add x",
-        "SIM: print first line",
-        'SIM: print-json {"ok": true}',
-        "unrelated text SIM: print not-an-instruction",
-    ])
+    prompt = "\n".join(
+        [
+            "Please do the following.",
+            "SIM: write src/x.txt hello\\nworld",
+            "SIM: append src/x.txt again",
+            "SIM: exec echo out-$((1+2)); echo err >&2",
+            "SIM: commit add x",
+            "SIM: print first line",
+            'SIM: print-json {"ok": true}',
+            "unrelated text SIM: print not-an-instruction",
+        ]
+    )
     r = claude(prompt, cwd=repo, home=home)
     assert r.rc == 0
     assert (repo / "src" / "x.txt").read_text() == "hello\nworld\nagain\n"
@@ -261,8 +322,12 @@ def test_claude_ratelimit_event_only_for_a_subscription_login(repo: Path, home: 
 
 
 def test_claude_edit_is_an_edit_tool_call(repo: Path, home: Path) -> None:
-    r = claude("SIM: write notes.txt first line\nSIM: commit add\nSIM: edit notes.txt first => edited\n"
-               "SIM: commit edit\nSIM: edit notes.txt missing => x", cwd=repo, home=home)
+    r = claude(
+        "SIM: write notes.txt first line\nSIM: commit add\nSIM: edit notes.txt first => edited\n"
+        "SIM: commit edit\nSIM: edit notes.txt missing => x",
+        cwd=repo,
+        home=home,
+    )
     assert r.rc == 0
     assert (repo / "notes.txt").read_text() == "edited line\n"
     assert git_log(repo)[:2] == ["edit", "add"]
@@ -273,8 +338,11 @@ def test_claude_edit_is_an_edit_tool_call(repo: Path, home: Path) -> None:
     done = next(x["tool_use_result"] for x in results if "oldString" in x.get("tool_use_result", {}))
     assert done["originalFile"] == "first line\n" and done["newString"] == "edited" and done["replaceAll"] is False
     assert results[-1]["message"]["content"][0]["is_error"] is True  # old text not found
-    commits = [x["tool_use_result"]["gitOperation"]["commit"] for x in results
-               if "gitOperation" in x.get("tool_use_result", {})]
+    commits = [
+        x["tool_use_result"]["gitOperation"]["commit"]
+        for x in results
+        if "gitOperation" in x.get("tool_use_result", {})
+    ]
     assert [c["kind"] for c in commits] == ["committed", "committed"] and commits[0]["branch"] == "main"
     assert all(x["tool_result_meta"][0]["id"] == x["message"]["content"][0]["tool_use_id"] for x in results)
 
@@ -314,8 +382,14 @@ def test_claude_write_outside_reports(repo: Path, home: Path, tmp_path: Path) ->
 
 def test_claude_hang_and_sleep(repo: Path, home: Path) -> None:
     env = {**os.environ, "HOME": str(home)}
-    proc = subprocess.Popen([sys.executable, str(SIM), "-p", "SIM: hang", *CLAUDE_FLAGS], cwd=repo, env=env,
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, str(SIM), "-p", "SIM: hang", *CLAUDE_FLAGS],
+        cwd=repo,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         first = json.loads(proc.stdout.readline())
         assert first["subtype"] == "init"
@@ -339,8 +413,21 @@ def test_claude_max_turns(repo: Path, home: Path) -> None:
 def test_claude_refuses_skip_permissions_as_root(repo: Path, home: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "IS_SANDBOX"}
     env["HOME"] = str(home)
-    p = subprocess.run([sys.executable, str(SIM), "-p", "x", "--dangerously-skip-permissions",
-                        "--output-format", "stream-json", "--verbose"], cwd=repo, env=env, capture_output=True)
+    p = subprocess.run(
+        [
+            sys.executable,
+            str(SIM),
+            "-p",
+            "x",
+            "--dangerously-skip-permissions",
+            "--output-format",
+            "stream-json",
+            "--verbose",
+        ],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+    )
     assert p.returncode == 1 and b"root" in p.stderr
 
 
@@ -350,8 +437,13 @@ def test_record_env_and_argv0_persona(repo: Path, home: Path, tmp_path: Path) ->
     (bindir / "codex").symlink_to(SIM)
     rec = tmp_path / "rec" / "x.jsonl"
     env = {**os.environ, "HOME": str(home), "SIM_AGENT_RECORD": str(rec), "TASK_KEY": "k"}
-    p = subprocess.run([sys.executable, str(bindir / "codex"), "exec", "--json", "SIM: print hi"], cwd=repo,
-                       env=env, capture_output=True, check=True)
+    p = subprocess.run(
+        [sys.executable, str(bindir / "codex"), "exec", "--json", "SIM: print hi"],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        check=True,
+    )
     assert json.loads(p.stdout.splitlines()[0])["type"] == "thread.started"
     [line] = [json.loads(x) for x in rec.read_text().splitlines()]
     assert line["argv0"] == "codex" and line["task_key"] == "k"
@@ -375,8 +467,13 @@ def test_codex_success_shapes(repo: Path, home: Path) -> None:
     assert [i["id"] for i in items] == [f"item_{n}" for n in range(len(items))]
     assert items[-1]["type"] == "agent_message" and items[-1]["text"].startswith("Done")
     usage = r.events[-1]["usage"]
-    assert set(usage) == {"input_tokens", "cached_input_tokens", "cache_write_input_tokens", "output_tokens",
-                          "reasoning_output_tokens"}
+    assert set(usage) == {
+        "input_tokens",
+        "cached_input_tokens",
+        "cache_write_input_tokens",
+        "output_tokens",
+        "reasoning_output_tokens",
+    }
     assert len(git_log(repo)) == 2
 
 
@@ -392,10 +489,13 @@ def test_codex_resume_cumulative(repo: Path, home: Path) -> None:
 
 
 def test_codex_stdin_prompt_and_exec_failure(repo: Path, home: Path) -> None:
-    r = run_sim(["exec", *CODEX_FLAGS, "-"], cwd=repo, home=home, persona="codex",
-                stdin=b"SIM: exec exit 3\nSIM: print done")
+    r = run_sim(
+        ["exec", *CODEX_FLAGS, "-"], cwd=repo, home=home, persona="codex", stdin=b"SIM: exec exit 3\nSIM: print done"
+    )
     assert r.rc == 0
-    cmd = next(e["item"] for e in r.events if e["type"] == "item.completed" and e["item"]["type"] == "command_execution")
+    cmd = next(
+        e["item"] for e in r.events if e["type"] == "item.completed" and e["item"]["type"] == "command_execution"
+    )
     assert cmd["exit_code"] == 3 and cmd["status"] == "failed"
 
 
@@ -414,8 +514,12 @@ def test_codex_ratelimit_and_auth(repo: Path, home: Path) -> None:
 def test_codex_custom_provider_warns_about_model_metadata(repo: Path, home: Path) -> None:
     provider = '{name="orc",base_url="http://127.0.0.1:9/v1",stream_max_retries=2}'
     flags = ["-c", "model_provider=orc", "-c", f"model_providers.orc={provider}"]
-    r = run_sim(["exec", *CODEX_FLAGS, *flags, "SIM: edit notes.txt a => b\nSIM: print done"], cwd=repo,
-                home=home, persona="codex")
+    r = run_sim(
+        ["exec", *CODEX_FLAGS, *flags, "SIM: edit notes.txt a => b\nSIM: print done"],
+        cwd=repo,
+        home=home,
+        persona="codex",
+    )
     assert r.rc == 0, r.stderr
     assert [e["type"] for e in r.events[:3]] == ["thread.started", "item.completed", "turn.started"]
     warning = r.events[1]["item"]
@@ -443,17 +547,21 @@ def test_codex_requires_git_repo_check_flag(tmp_path: Path, home: Path) -> None:
 def test_sim_agent_inside_test_image() -> None:
     # conftest skips it locally, and fails it on CI, when Docker or the image is missing
     from conftest import TEST_IMAGE
+
     script = (
         "set -e; cd /tmp && git init -q -b main ws && cd ws && "
         "git -c user.name=t -c user.email=t@t commit -q --allow-empty -m init && "
         "GIT_AUTHOR_NAME=t GIT_AUTHOR_EMAIL=t@t GIT_COMMITTER_NAME=t GIT_COMMITTER_EMAIL=t@t TASK_KEY=dock "
-        "claude -p \"$1\" --output-format stream-json --verbose --model sonnet "
+        'claude -p "$1" --output-format stream-json --verbose --model sonnet '
         "--dangerously-skip-permissions && git log --format=%s -1 >&2 && "
-        "readlink -f \"$(command -v claude)\" >&2 && tail -n1 ~/.sim-agent/executions.jsonl >&2"
+        'readlink -f "$(command -v claude)" >&2 && tail -n1 ~/.sim-agent/executions.jsonl >&2'
     )
     prompt = "SIM: write hello.txt hi\nSIM: commit add hello\nSIM: print done in docker"
-    p = subprocess.run(["docker", "run", "--rm", "--user", "node", TEST_IMAGE, "sh", "-c", script,
-                        "sh", prompt], capture_output=True, timeout=120)
+    p = subprocess.run(
+        ["docker", "run", "--rm", "--user", "node", TEST_IMAGE, "sh", "-c", script, "sh", prompt],
+        capture_output=True,
+        timeout=120,
+    )
     assert p.returncode == 0, p.stderr.decode()
     events = [json.loads(x) for x in p.stdout.splitlines() if x.strip()]
     assert events[0]["type"] == "system" and events[0]["cwd"] == "/tmp/ws"
@@ -469,18 +577,33 @@ def test_sim_agent_inside_test_image() -> None:
 
 IDEAS_SCHEMA = {
     "type": "object",
-    "properties": {"ideas": {"type": "array", "minItems": 4, "maxItems": 4, "items": {
-        "type": "object", "properties": {"title": {"type": "string", "minLength": 3},
-                                         "description": {"type": "string"}},
-        "required": ["title", "description"], "additionalProperties": False}}},
-    "required": ["ideas"], "additionalProperties": False,
+    "properties": {
+        "ideas": {
+            "type": "array",
+            "minItems": 4,
+            "maxItems": 4,
+            "items": {
+                "type": "object",
+                "properties": {"title": {"type": "string", "minLength": 3}, "description": {"type": "string"}},
+                "required": ["title", "description"],
+                "additionalProperties": False,
+            },
+        }
+    },
+    "required": ["ideas"],
+    "additionalProperties": False,
 }
-SCORE_SCHEMA = {"type": "object", "properties": {"score": {"type": "number", "minimum": 0, "maximum": 10},
-                                                 "rationale": {"type": "string"},
-                                                 "verdict": {"enum": ["APPROVE", "REQUEST_CHANGES"]},
-                                                 "passed": {"type": "boolean"},
-                                                 "count": {"type": "integer", "exclusiveMinimum": 0}},
-                "required": ["score", "rationale", "verdict", "passed", "count"]}
+SCORE_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "score": {"type": "number", "minimum": 0, "maximum": 10},
+        "rationale": {"type": "string"},
+        "verdict": {"enum": ["APPROVE", "REQUEST_CHANGES"]},
+        "passed": {"type": "boolean"},
+        "count": {"type": "integer", "exclusiveMinimum": 0},
+    },
+    "required": ["score", "rationale", "verdict", "passed", "count"],
+}
 
 
 def _valid(schema: dict, value: object) -> bool:
@@ -524,8 +647,12 @@ def test_codex_answers_output_schema_file(repo: Path, home: Path, tmp_path: Path
     assert r.rc == 0, r.stderr
     messages = [e["item"]["text"] for e in r.of("item.completed") if e["item"]["type"] == "agent_message"]
     assert _valid(SCORE_SCHEMA, json.loads(messages[-1]))
-    missing = run_sim(["exec", *CODEX_FLAGS, "--output-schema", str(tmp_path / "nope.json"), "x"], cwd=repo,
-                      home=home, persona="codex")
+    missing = run_sim(
+        ["exec", *CODEX_FLAGS, "--output-schema", str(tmp_path / "nope.json"), "x"],
+        cwd=repo,
+        home=home,
+        persona="codex",
+    )
     assert missing.rc == 1 and "nope.json" in missing.stderr
 
 
@@ -535,8 +662,7 @@ def test_bad_output_answers_in_prose_on_every_resume(repo: Path, home: Path) -> 
     assert r.rc == 0 and "structured_output" not in r.result
     with pytest.raises(ValueError):
         json.loads(r.result["result"])
-    resumed = claude("Answer again with JSON.", cwd=repo, home=home,
-                     extra=[*extra, "--resume", r.result["session_id"]])
+    resumed = claude("Answer again with JSON.", cwd=repo, home=home, extra=[*extra, "--resume", r.result["session_id"]])
     assert "structured_output" not in resumed.result
     fresh = claude("Answer again with JSON.", cwd=repo, home=home, extra=extra)
     assert _valid(SCORE_SCHEMA, fresh.result["structured_output"])

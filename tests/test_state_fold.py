@@ -11,20 +11,37 @@ from orchestrator.state import RunState, apply, decode_snapshot, encode_snapshot
 
 # keys a bisect over the snapshot's lines must get right: escapes, non-ASCII, a lookalike separator
 KEYS = ["r/s1/k0", "r/s1/k1", 'r/s1/q"uote', "r/s1/back\\slash", "r/s1/é", 'r/s1/x":{"key":', "r/s1/k10", "r/s1/"]
-TYPES = ["task.scheduled", "task.started", "task.completed", "task.failed", "task.interrupted", "task.session",
-         "strategy.started", "strategy.checkpoint", "strategy.progress", "strategy.completed"]
+TYPES = [
+    "task.scheduled",
+    "task.started",
+    "task.completed",
+    "task.failed",
+    "task.interrupted",
+    "task.session",
+    "strategy.started",
+    "strategy.checkpoint",
+    "strategy.progress",
+    "strategy.completed",
+]
 
 
 def payload(etype, key, i):
     if etype == "task.scheduled":
         return {"key": key, "instance_id": f"i{key[-1]}", "task_fingerprint_hash": "f", "container_name": "c"}
     if etype == "task.completed":
-        return {"key": key, "metrics": {"cost_usd": 0.5, "tokens_in": 10, "tokens_out": 5, "duration_s": 1.0},
-                "artifact": {"branch_final": f"b{i}"}}
+        return {
+            "key": key,
+            "metrics": {"cost_usd": 0.5, "tokens_in": 10, "tokens_out": 5, "duration_s": 1.0},
+            "artifact": {"branch_final": f"b{i}"},
+        }
     if etype == "task.failed":
         return {"key": key, "error_type": "api", "message": "x", "metrics": {"cost_usd": 0.25}}
     if etype == "task.session":
-        return {"key": key, "session_id": f"sess{i}" if i % 3 else None, "reason": None if i % 3 else "session_corrupted"}
+        return {
+            "key": key,
+            "session_id": f"sess{i}" if i % 3 else None,
+            "reason": None if i % 3 else "session_corrupted",
+        }
     if etype == "strategy.checkpoint":
         return {"seq": i % 3, "kind": "rand", "value": ["rand", i]}
     if etype == "strategy.completed":
@@ -66,7 +83,8 @@ def test_snapshot_then_rest_equals_full_fold_and_reapplying_never_double_counts(
     assert c.scheduled == len(full.tasks)
     # plain JSON: every task record, sorted by key
     assert msgspec.json.decode(encode_snapshot(full))["tasks"] == msgspec.to_builtins(
-        sorted(full.tasks.values(), key=lambda t: msgspec.json.encode(t.key)))
+        sorted(full.tasks.values(), key=lambda t: msgspec.json.encode(t.key))
+    )
 
 
 @settings(max_examples=200, deadline=None)
@@ -88,7 +106,7 @@ def test_lookups_in_a_loaded_snapshot_decode_only_what_they_touch(evs, probes):
 def test_a_torn_or_edited_snapshot_fails_only_with_snapshot_error(evs, cut, byte):
     data = encode_snapshot(fold(evs))
     cut = cut % len(data)
-    for bad in (data[:cut], data[:cut] + byte + data[cut + 1:]):
+    for bad in (data[:cut], data[:cut] + byte + data[cut + 1 :]):
         if bad == data:
             continue
         # either refused at load, or a record that does not decode is refused when touched;
@@ -102,9 +120,16 @@ def test_a_torn_or_edited_snapshot_fails_only_with_snapshot_error(evs, cut, byte
 
 def test_the_earlier_whole_document_layout_still_loads():
     full = fold([("task.scheduled", KEYS[1]), ("task.scheduled", KEYS[0]), ("task.completed", KEYS[1])])
-    legacy = msgspec.json.encode({"run_id": "r", "last_event_start_offset": full.last_event_start_offset,
-                                  "tasks": {k: msgspec.structs.asdict(t) for k, t in full.tasks.items()},
-                                  "strategies": {}, "counters": full.counters, "schema": 1})
+    legacy = msgspec.json.encode(
+        {
+            "run_id": "r",
+            "last_event_start_offset": full.last_event_start_offset,
+            "tasks": {k: msgspec.structs.asdict(t) for k, t in full.tasks.items()},
+            "strategies": {},
+            "counters": full.counters,
+            "schema": 1,
+        }
+    )
     loaded = decode_snapshot(legacy)
     assert list(loaded.tasks) == [KEYS[1], KEYS[0]] and loaded.counters == full.counters
     assert encode_snapshot(loaded) == encode_snapshot(full)
@@ -114,8 +139,15 @@ def test_task_session_is_durable_while_the_task_runs_and_ignored_once_it_finishe
     state = fold([("task.scheduled", KEYS[0]), ("task.started", KEYS[0])])
     apply(state, "task.session", "s1", KEYS[0], {"key": KEYS[0], "session_id": "abc"}, 1000, "t")
     assert state.tasks[KEYS[0]].session_id == "abc"  # known before any terminal or interrupted event
-    apply(state, "task.session", "s1", KEYS[0], {"key": KEYS[0], "session_id": None, "reason": "workspace_missing"},
-          1100, "t")
+    apply(
+        state,
+        "task.session",
+        "s1",
+        KEYS[0],
+        {"key": KEYS[0], "session_id": None, "reason": "workspace_missing"},
+        1100,
+        "t",
+    )
     assert state.tasks[KEYS[0]].session_id is None  # a fresh start forgets the old session
     apply(state, "task.session", "s1", KEYS[0], {"key": KEYS[0], "session_id": "def"}, 1200, "t")
     apply(state, "task.completed", "s1", KEYS[0], {"key": KEYS[0], "session_id": "def"}, 1300, "t")

@@ -25,13 +25,13 @@ from reliability_helpers import (
 
 pytestmark = [pytest.mark.docker]
 
-STRATEGY = '''
+STRATEGY = """
 async def slow_saver(prompt, base_branch, ctx):
     command = ("trap 'sleep 2; echo saved > saved.txt; exit 0' TERM; echo started > started.txt; "
                "while :; do sleep 0.1; done")
     return await ctx.wait(ctx.run({"plugin": "command", "command": command, "base_branch": base_branch},
                                   key=ctx.key("task")))
-'''
+"""
 
 
 def test_ctrl_c_gives_a_live_agent_its_grace_to_save_its_work(tmp_path):

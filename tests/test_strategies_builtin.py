@@ -60,12 +60,15 @@ def output(engine, name):
 
 
 async def test_best_of_n_selects_highest_score_with_lowest_index_tie_break(tmp_path):
-    answers = {0: ['{"score": 6, "rationale": "ok"}'],
-               1: ['Here you go: ```json\n{"score": 8, "rationale": "good"}\n```'],
-               2: ['{"score": 8, "rationale": "also good"}'],
-               3: ['{"score": 2, "rationale": "weak"}']}
-    runner = ScriptedRunner(bon_script(answers), delay=lambda req: 0.02 * (3 - int(part(req, 1)))
-                            if part(req, 0) == "gen" else 0)  # later candidates finish first
+    answers = {
+        0: ['{"score": 6, "rationale": "ok"}'],
+        1: ['Here you go: ```json\n{"score": 8, "rationale": "good"}\n```'],
+        2: ['{"score": 8, "rationale": "also good"}'],
+        3: ['{"score": 2, "rationale": "weak"}'],
+    }
+    runner = ScriptedRunner(
+        bon_script(answers), delay=lambda req: 0.02 * (3 - int(part(req, 1))) if part(req, 0) == "gen" else 0
+    )  # later candidates finish first
     engine, state = await run_engine(tmp_path, best_of_n, runner, params={"n": 4})
     s1 = state.strategies["s1"]
     assert s1.status == "success", s1.error
@@ -88,10 +91,12 @@ async def test_best_of_n_selects_highest_score_with_lowest_index_tie_break(tmp_p
 
 
 async def test_best_of_n_repairs_once_and_excludes_unscorable_and_failed(tmp_path):
-    answers = {0: ["I think it is fine", '{"score": 3, "rationale": "fixed"}'],
-               1: ['{"score": "9", "rationale": "string score"}', '{"score": 11, "rationale": "out of range"}'],
-               2: ["FAIL"],
-               4: ['{"score": 1, "rationale": "x"}']}
+    answers = {
+        0: ["I think it is fine", '{"score": 3, "rationale": "fixed"}'],
+        1: ['{"score": "9", "rationale": "string score"}', '{"score": 11, "rationale": "out of range"}'],
+        2: ["FAIL"],
+        4: ['{"score": 1, "rationale": "x"}'],
+    }
     runner = ScriptedRunner(bon_script(answers, failing={3}))
     engine, state = await run_engine(tmp_path, best_of_n, runner, params={"n": 5})
     assert state.strategies["s1"].result["key"] == "run_t/s1/gen/0"  # 3 beats 1; 9/11 never coerced
@@ -106,13 +111,17 @@ async def test_best_of_n_repairs_once_and_excludes_unscorable_and_failed(tmp_pat
 
 async def test_best_of_n_with_nothing_scorable_fails_with_no_viable_candidates(tmp_path):
     answers = {0: ["nope", "still nope"], 1: ["FAIL"]}
-    engine, state = await run_engine(tmp_path, best_of_n, ScriptedRunner(bon_script(answers, failing={2})),
-                                     params={"n": 3})
+    engine, state = await run_engine(
+        tmp_path, best_of_n, ScriptedRunner(bon_script(answers, failing={2})), params={"n": 3}
+    )
     s1 = state.strategies["s1"]
     assert s1.status == "failed" and s1.error.startswith("NoViableCandidates")
     report = json.loads(output(engine, "scores.json"))
-    assert report["selected"] is None and [r["status"] for r in report["candidates"]] == \
-        ["unscorable", "unscorable", "failed"]
+    assert report["selected"] is None and [r["status"] for r in report["candidates"]] == [
+        "unscorable",
+        "unscorable",
+        "failed",
+    ]
     assert not (engine.paths.results / "strategy_output" / "best_branch.txt").exists()
 
 
@@ -120,13 +129,17 @@ async def test_best_of_n_runs_n_writes_one_score_file_per_execution(tmp_path):
     answers = {i: [f'{{"score": {i + 1}, "rationale": "r"}}'] for i in range(2)}
     runner = ScriptedRunner(bon_script(answers))
     engine, state = await run_engine(tmp_path, best_of_n, runner, params={"n": 2}, runs=3)
-    assert {sid: s.status for sid, s in state.strategies.items()} == {"s1": "success", "s2": "success",
-                                                                      "s3": "success"}
+    assert {sid: s.status for sid, s in state.strategies.items()} == {"s1": "success", "s2": "success", "s3": "success"}
     assert {s.result["key"] for s in state.strategies.values()} == {f"run_t/s{k}/gen/1" for k in (1, 2, 3)}
     out = engine.paths.results / "strategy_output"
     assert sorted(p.name for p in out.iterdir()) == [
-        "best_branch.txt", "best_branch_s2.txt", "best_branch_s3.txt", "scores.json", "scores_s2.json",
-        "scores_s3.json"]
+        "best_branch.txt",
+        "best_branch_s2.txt",
+        "best_branch_s3.txt",
+        "scores.json",
+        "scores_s2.json",
+        "scores_s3.json",
+    ]
     for k, name in ((2, "best_branch_s2.txt"), (3, "best_branch_s3.txt")):
         assert (out / name).read_text().strip() == state.strategies[f"s{k}"].result["artifact"]["branch_final"]
     assert len(runner.calls) == 3 * 4
@@ -185,22 +198,37 @@ async def assert_resume_matches_uninterrupted(tmp_path, fn, script, *, params, b
     return runner2
 
 
-BON_ANSWERS = {0: ["bad", '{"score": 5, "rationale": "a"}'], 1: ['{"score": 7, "rationale": "b"}'],
-               2: ['{"score": 7, "rationale": "c"}']}
+BON_ANSWERS = {
+    0: ["bad", '{"score": 5, "rationale": "a"}'],
+    1: ['{"score": 7, "rationale": "b"}'],
+    2: ['{"score": 7, "rationale": "c"}'],
+}
 
 
 async def test_best_of_n_resumes_after_generation_without_duplicates(tmp_path):
     runner2 = await assert_resume_matches_uninterrupted(
-        tmp_path, best_of_n, bon_script(BON_ANSWERS), params={"n": 3}, outputs=("scores.json", "best_branch.txt"),
-        blocked=lambda req: part(req, 0) == "score", count=3)
+        tmp_path,
+        best_of_n,
+        bon_script(BON_ANSWERS),
+        params={"n": 3},
+        outputs=("scores.json", "best_branch.txt"),
+        blocked=lambda req: part(req, 0) == "score",
+        count=3,
+    )
     assert all(part(c, 0) == "score" for c in runner2.calls)
 
 
 async def test_best_of_n_resumes_mid_scoring_without_duplicates(tmp_path):
     # candidate 0's repair attempt is running when the run is interrupted; 1 and 2 are scored
     runner2 = await assert_resume_matches_uninterrupted(
-        tmp_path, best_of_n, bon_script(BON_ANSWERS), params={"n": 3}, outputs=("scores.json", "best_branch.txt"),
-        blocked=lambda req: req.task_key.endswith("attempt-2"), count=1)
+        tmp_path,
+        best_of_n,
+        bon_script(BON_ANSWERS),
+        params={"n": 3},
+        outputs=("scores.json", "best_branch.txt"),
+        blocked=lambda req: req.task_key.endswith("attempt-2"),
+        count=1,
+    )
     assert [c.task_key.split("/")[-1] for c in runner2.calls] == ["attempt-2"]
 
 
@@ -214,8 +242,9 @@ def iterative_script(scores, *, bad_review_at=None):
             n = int(part(req, 1).removeprefix("iter-"))
             if n == bad_review_at:
                 return success(req, final_message="no json here", has_changes=False)
-            return success(req, final_message=json.dumps({"score": scores[n - 1], "feedback": f"fix thing {n}"}),
-                           has_changes=False)
+            return success(
+                req, final_message=json.dumps({"score": scores[n - 1], "feedback": f"fix thing {n}"}), has_changes=False
+            )
         return success(req, final_message=f"{step} done", session_id="sess-chain")
 
     return script
@@ -225,8 +254,15 @@ async def test_iterative_chains_reviews_and_improvements_in_one_session(tmp_path
     runner = ScriptedRunner(iterative_script([4, 6, 8]))
     engine, state = await run_engine(tmp_path, iterative, runner, params={"iterations": 3})
     keys = [c.task_key.removeprefix("run_t/s1/") for c in runner.calls]
-    assert keys == ["gen", "review/iter-1/attempt-1", "improve/iter-1", "review/iter-2/attempt-1", "improve/iter-2",
-                    "review/iter-3/attempt-1", "improve/iter-3"]
+    assert keys == [
+        "gen",
+        "review/iter-1/attempt-1",
+        "improve/iter-1",
+        "review/iter-2/attempt-1",
+        "improve/iter-2",
+        "review/iter-3/attempt-1",
+        "improve/iter-3",
+    ]
     by_key = {c.task_key.removeprefix("run_t/s1/"): c for c in runner.calls}
     chain = {by_key[k].session_group_key for k in ("gen", "improve/iter-1", "improve/iter-2", "improve/iter-3")}
     assert chain == {"run_t/s1/chain"}
@@ -251,16 +287,24 @@ async def test_iterative_stops_at_target_score_or_unusable_review(tmp_path):
 
     runner = ScriptedRunner(iterative_script([5, 9, 10], bad_review_at=2))
     engine, state = await run_engine(tmp_path / "b", iterative, runner, params={"iterations": 3})
-    assert [c.task_key.split("/", 2)[2] for c in runner.calls][-2:] == ["review/iter-2/attempt-1",
-                                                                        "review/iter-2/attempt-2"]
+    assert [c.task_key.split("/", 2)[2] for c in runner.calls][-2:] == [
+        "review/iter-2/attempt-1",
+        "review/iter-2/attempt-2",
+    ]
     assert state.strategies["s1"].result["key"] == "run_t/s1/improve/iter-1"
     assert "review 2 was unusable" in json.loads(output(engine, "iterations.json"))["stopped"]
 
 
 async def test_iterative_resumes_mid_chain_without_duplicates(tmp_path):
     runner2 = await assert_resume_matches_uninterrupted(
-        tmp_path, iterative, iterative_script([3, 5]), params={"iterations": 2}, outputs=("iterations.json",),
-        blocked=lambda req: req.task_key.endswith("improve/iter-2"), count=1)
+        tmp_path,
+        iterative,
+        iterative_script([3, 5]),
+        params={"iterations": 2},
+        outputs=("iterations.json",),
+        blocked=lambda req: req.task_key.endswith("improve/iter-2"),
+        count=1,
+    )
     assert [c.task_key for c in runner2.calls] == ["run_t/s1/improve/iter-2"]
 
 
@@ -283,9 +327,11 @@ def psi_script(plan_scores):
 
 
 async def test_plan_score_implement_implements_the_best_plan_in_its_session(tmp_path):
-    scores = {"performance": ['{"score": 6, "rationale": "p"}'],
-              "simplicity": ["hmm", '{"score": 8, "rationale": "s"}'],
-              "extensibility": ['{"score": 8, "rationale": "e"}']}
+    scores = {
+        "performance": ['{"score": 6, "rationale": "p"}'],
+        "simplicity": ["hmm", '{"score": 8, "rationale": "s"}'],
+        "extensibility": ['{"score": 8, "rationale": "e"}'],
+    }
     runner = ScriptedRunner(psi_script(scores))
     engine, state = await run_engine(tmp_path, plan_score_implement, runner)
     plans = {part(c, 1): c for c in runner.calls if part(c, 0) == "plan"}
@@ -304,8 +350,14 @@ async def test_plan_score_implement_implements_the_best_plan_in_its_session(tmp_
 async def test_plan_score_implement_resumes_mid_scoring_and_validates_angles(tmp_path):
     scores = {"a": ['{"score": 3, "rationale": "p"}'], "b": ["x", '{"score": 4, "rationale": "s"}']}
     await assert_resume_matches_uninterrupted(
-        tmp_path, plan_score_implement, psi_script(scores), params={"angles": ["a", "b"]}, outputs=("plans.json",),
-        blocked=lambda req: req.task_key.endswith("attempt-2"), count=1)
+        tmp_path,
+        plan_score_implement,
+        psi_script(scores),
+        params={"angles": ["a", "b"]},
+        outputs=("plans.json",),
+        blocked=lambda req: req.task_key.endswith("attempt-2"),
+        count=1,
+    )
     loaded = load_strategy("plan-score-implement")
     with pytest.raises(ConfigError, match="duplicates"):
         loaded.options.prepare(parse_params(loaded, ['angles=["a","a"]']), ".")
@@ -319,8 +371,12 @@ async def test_every_builtin_runs_n_independent_executions(tmp_path):
             return success(req, final_message='{"score": 5, "rationale": "r", "feedback": "f"}', has_changes=False)
         return success(req, final_message="PLAN[x] done")
 
-    for fn, params in ((simple, {}), (best_of_n, {"n": 2}), (iterative, {"iterations": 1}),
-                       (plan_score_implement, {"angles": ["x", "y"]})):
+    for fn, params in (
+        (simple, {}),
+        (best_of_n, {"n": 2}),
+        (iterative, {"iterations": 1}),
+        (plan_score_implement, {"angles": ["x", "y"]}),
+    ):
         runner = ScriptedRunner(script)
         _, state = await run_engine(tmp_path / fn.__name__, fn, runner, params=params, runs=2)
         assert {sid: s.status for sid, s in state.strategies.items()} == {"s1": "success", "s2": "success"}

@@ -60,10 +60,12 @@ def sim_print(text: str) -> str:
     return "SIM: print " + text.replace("\\", "\\\\")
 
 
-SCORED_7 = "SIM: write a.txt from candidate zero\nSIM: commit add a\n" + \
-    sim_print('SIM: print-json {"score": 7, "rationale": "solid"}')
-NEEDS_REPAIR = "SIM: write b.txt from candidate one\nSIM: commit add b\n" + \
-    sim_print('SIM: print-json {"score": 42, "rationale": "out of range"}')
+SCORED_7 = "SIM: write a.txt from candidate zero\nSIM: commit add a\n" + sim_print(
+    'SIM: print-json {"score": 7, "rationale": "solid"}'
+)
+NEEDS_REPAIR = "SIM: write b.txt from candidate one\nSIM: commit add b\n" + sim_print(
+    'SIM: print-json {"score": 42, "rationale": "out of range"}'
+)
 FAILS = "SIM: fail 1 boom"
 UNSCORABLE = sim_print("SIM: bad-output")
 
@@ -77,8 +79,14 @@ def report(engine, name):
 
 
 async def test_best_of_n_scores_repairs_excludes_failures_and_picks_the_best(tmp_path, git_repo, workspace_root, rid):
-    engine = await run_with_docker(tmp_path, git_repo, run_id=rid, fn=best_of_n, prompt="add a greeting file",
-                                   params={"n": 3, "approaches": [SCORED_7, NEEDS_REPAIR, FAILS]})
+    engine = await run_with_docker(
+        tmp_path,
+        git_repo,
+        run_id=rid,
+        fn=best_of_n,
+        prompt="add a greeting file",
+        params={"n": 3, "approaches": [SCORED_7, NEEDS_REPAIR, FAILS]},
+    )
     s1 = engine.state.strategies["s1"]
     assert s1.status == "success", s1.error
     scores = report(engine, "scores.json")
@@ -93,8 +101,12 @@ async def test_best_of_n_scores_repairs_excludes_failures_and_picks_the_best(tmp
     assert "42" in invalid[0]["violation"]
     index = 0 if rows[0]["score"] >= repaired["score"] else 1  # highest score, ties to the lower index
     best = s1.result["artifact"]["branch_final"]
-    assert scores["selected"] == {"index": index, "instance_id": s1.result["instance_id"], "branch": best,
-                                  "score": rows[index]["score"]}
+    assert scores["selected"] == {
+        "index": index,
+        "instance_id": s1.result["instance_id"],
+        "branch": best,
+        "score": rows[index]["score"],
+    }
     assert (engine.paths.results / "strategy_output" / "best_branch.txt").read_text() == best + "\n"
     assert git(git_repo, "show", f"{best}:{'ab'[index]}.txt") == f"from candidate {['zero', 'one'][index]}"
     # reviewers ran read-only: no branch was imported for any score task; the repair was no extra task
@@ -106,8 +118,9 @@ async def test_best_of_n_scores_repairs_excludes_failures_and_picks_the_best(tmp
 
 
 async def test_best_of_n_with_only_unscorable_candidates_fails(tmp_path, git_repo, workspace_root, rid):
-    engine = await run_with_docker(tmp_path, git_repo, run_id=rid, fn=best_of_n, prompt="add a file",
-                                   params={"n": 2, "approaches": [UNSCORABLE]})
+    engine = await run_with_docker(
+        tmp_path, git_repo, run_id=rid, fn=best_of_n, prompt="add a file", params={"n": 2, "approaches": [UNSCORABLE]}
+    )
     s1 = engine.state.strategies["s1"]
     assert s1.status == "failed" and s1.error.startswith("NoViableCandidates"), s1.error
     rows = report(engine, "scores.json")["candidates"]
@@ -119,8 +132,9 @@ async def test_best_of_n_with_only_unscorable_candidates_fails(tmp_path, git_rep
 async def test_best_of_n_survives_interruption_and_resume_through_docker(tmp_path, git_repo, workspace_root, rid):
     # Candidate 1 blocks in its first execution only: the marker lives in the
     # task's session volume, which the resumed execution mounts again.
-    slow_once = "SIM: exec test -f ~/.slept || { touch ~/.slept; sleep 120; }\n" + \
-        sim_print('SIM: print-json {"score": 9, "rationale": "late but good"}')
+    slow_once = "SIM: exec test -f ~/.slept || { touch ~/.slept; sleep 120; }\n" + sim_print(
+        'SIM: print-json {"score": 9, "rationale": "late but good"}'
+    )
     params = {"n": 2, "approaches": [sim_print('SIM: print-json {"score": 5, "rationale": "ok"}'), slow_once]}
     first = await run_with_docker(tmp_path, git_repo, run_id=rid, fn=best_of_n, params=params, cancel_after=8)
     done_first = {e.key for e in events_by_type(first, "task.completed")}
@@ -135,18 +149,25 @@ async def test_best_of_n_survives_interruption_and_resume_through_docker(tmp_pat
     assert set(completed.values()) == {1}  # every key completed exactly once across both processes
     assert len(completed) == 4  # 2 generations + 2 first-attempt reviews
     started_again = {e.key for e in events_by_type(second, "task.started")} - {
-        e.key for e in events_by_type(first, "task.started")}
+        e.key for e in events_by_type(first, "task.started")
+    }
     assert not started_again & done_first
 
 
 async def test_iterative_improves_in_one_resumed_session(tmp_path, git_repo, workspace_root, rid):
-    engine = await run_with_docker(tmp_path, git_repo, run_id=rid, fn=iterative,
-                                   prompt="write a haiku about git", params={"iterations": 2})
+    engine = await run_with_docker(
+        tmp_path, git_repo, run_id=rid, fn=iterative, prompt="write a haiku about git", params={"iterations": 2}
+    )
     s1 = engine.state.strategies["s1"]
     assert s1.status == "success", s1.error
     completed = {e.key.split("/s1/")[1]: e.payload for e in events_by_type(engine, "task.completed")}
-    assert sorted(completed) == ["gen", "improve/iter-1", "improve/iter-2", "review/iter-1/attempt-1",
-                                 "review/iter-2/attempt-1"]
+    assert sorted(completed) == [
+        "gen",
+        "improve/iter-1",
+        "improve/iter-2",
+        "review/iter-1/attempt-1",
+        "review/iter-2/attempt-1",
+    ]
     chain = [completed[k] for k in ("gen", "improve/iter-1", "improve/iter-2")]
     assert len({p["session_id"] for p in chain}) == 1  # the agent resumed the same session each time
     final = s1.result["artifact"]["branch_final"]
@@ -158,9 +179,14 @@ async def test_iterative_improves_in_one_resumed_session(tmp_path, git_repo, wor
 
 
 async def test_plan_score_implement_resumes_the_winning_planner(tmp_path, git_repo, workspace_root, rid):
-    engine = await run_with_docker(tmp_path, git_repo, run_id=rid, fn=plan_score_implement,
-                                   prompt="add input validation",
-                                   params={"angles": ["performance", "simplicity"]})
+    engine = await run_with_docker(
+        tmp_path,
+        git_repo,
+        run_id=rid,
+        fn=plan_score_implement,
+        prompt="add input validation",
+        params={"angles": ["performance", "simplicity"]},
+    )
     s1 = engine.state.strategies["s1"]
     assert s1.status == "success", s1.error
     plans = report(engine, "plans.json")
@@ -170,17 +196,43 @@ async def test_plan_score_implement_resumes_the_winning_planner(tmp_path, git_re
     winner = engine.state.tasks[f"{rid}/s1/plan/{plans['selected']['angle']}"]
     assert s1.result["key"] == f"{rid}/s1/implement/plan/{winner.instance_id}"
     assert s1.result["session_id"] == winner.session_id
-    assert s1.result["artifact"]["has_changes"] and git(git_repo, "rev-list", "--count",
-                                                        f"main..{s1.result['artifact']['branch_final']}") == "1"
+    assert (
+        s1.result["artifact"]["has_changes"]
+        and git(git_repo, "rev-list", "--count", f"main..{s1.result['artifact']['branch_final']}") == "1"
+    )
 
 
 async def test_cli_best_of_n_dry_run_writes_scores_and_summary(tmp_path, git_repo):
-    env = dict(os.environ, ANTHROPIC_API_KEY="sk-test-dummy-key-0000000000",
-               ORCHESTRATOR_WORKSPACE_ROOT=str(tmp_path / "ws"))
-    proc = await anyio.to_thread.run_sync(lambda: subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", "add a README section", "--strategy", "best-of-n", "-S", "n=2",
-         "--runs", "2", "--repo", str(git_repo), "--docker-image", TEST_IMAGE, "--no-tui", "--dry-run"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300))
+    env = dict(
+        os.environ, ANTHROPIC_API_KEY="sk-test-dummy-key-0000000000", ORCHESTRATOR_WORKSPACE_ROOT=str(tmp_path / "ws")
+    )
+    proc = await anyio.to_thread.run_sync(
+        lambda: subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "orchestrator.cli",
+                "add a README section",
+                "--strategy",
+                "best-of-n",
+                "-S",
+                "n=2",
+                "--runs",
+                "2",
+                "--repo",
+                str(git_repo),
+                "--docker-image",
+                TEST_IMAGE,
+                "--no-tui",
+                "--dry-run",
+            ],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    )
     (run_dir,) = (tmp_path / "results").iterdir()
     try:
         check_cli_outputs(proc, run_dir, git_repo)
@@ -191,13 +243,21 @@ async def test_cli_best_of_n_dry_run_writes_scores_and_summary(tmp_path, git_rep
 def check_cli_outputs(proc, run_dir, git_repo):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = run_dir / "strategy_output"
-    assert sorted(p.name for p in out.iterdir()) == ["best_branch.txt", "best_branch_s2.txt", "scores.json",
-                                                     "scores_s2.json"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "best_branch.txt",
+        "best_branch_s2.txt",
+        "scores.json",
+        "scores_s2.json",
+    ]
     summary = json.loads((run_dir / "summary.json").read_text())
     selected = {st["strategy_execution_id"]: st["selected_branch"] for st in summary["strategies"]}
     assert summary["dry_run"] and summary["status"] == "completed" and summary["totals"]["failed"] == 0
     for name, sid in (("best_branch.txt", "s1"), ("best_branch_s2.txt", "s2")):
         branch = (out / name).read_text().strip()
         assert selected[sid] == branch and git(git_repo, "rev-parse", "--verify", branch)
-        assert json.loads((out / name.replace("best_branch", "scores").replace(".txt", ".json")).read_text())[
-            "selected"]["branch"] == branch
+        assert (
+            json.loads((out / name.replace("best_branch", "scores").replace(".txt", ".json")).read_text())["selected"][
+                "branch"
+            ]
+            == branch
+        )

@@ -10,8 +10,16 @@ import pytest
 STRATEGIES = sorted((Path(__file__).parent.parent / "strategies").glob("*.py"))
 # The runner and git belong to the orchestrator; the log, the state fold and the engine's
 # machinery are reached through ctx (or, for reports, orchestrator.engine.replay_strategy).
-FORBIDDEN = ("subprocess", "orchestrator.runner", "orchestrator.state", "orchestrator.eventlog",
-             "orchestrator.engine.engine", "orchestrator.engine.replay", "orchestrator.launch", "orchestrator.manage")
+FORBIDDEN = (
+    "subprocess",
+    "orchestrator.runner",
+    "orchestrator.state",
+    "orchestrator.eventlog",
+    "orchestrator.engine.engine",
+    "orchestrator.engine.replay",
+    "orchestrator.launch",
+    "orchestrator.manage",
+)
 
 
 def imported(path: Path) -> set[str]:

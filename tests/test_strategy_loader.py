@@ -38,8 +38,11 @@ def test_builtin_parameters_and_help():
     assert bon.params["n"].default == 5 and bon.params["n"].type is int
     assert "-S n=<int>  number of candidates generated in parallel (default 5)" in bon.describe()
     assert load_strategy("iterative").params["iterations"].default == 3
-    assert load_strategy("plan-score-implement").params["angles"].default == ["performance", "simplicity",
-                                                                              "extensibility"]
+    assert load_strategy("plan-score-implement").params["angles"].default == [
+        "performance",
+        "simplicity",
+        "extensibility",
+    ]
 
 
 def test_file_file_func_and_module_func(tmp_path, monkeypatch):
@@ -63,8 +66,10 @@ def test_file_file_func_and_module_func(tmp_path, monkeypatch):
 
 
 def test_single_public_async_function_is_picked_without_a_name(tmp_path):
-    f = write(tmp_path / "one.py", "async def explore(prompt, base_branch, ctx):\n    return 1\n"
-                                   "async def _helper(a, b, c):\n    return 2\n")
+    f = write(
+        tmp_path / "one.py",
+        "async def explore(prompt, base_branch, ctx):\n    return 1\nasync def _helper(a, b, c):\n    return 2\n",
+    )
     assert load_strategy(str(f)).fn.__name__ == "explore"
 
 
@@ -82,7 +87,9 @@ def test_load_errors_are_one_line_naming_the_problem(tmp_path):
     with pytest.raises(StrategyLoadError, match="has no strategy function; define 'async def strategy"):
         load_strategy(str(none))
     several = write(tmp_path / "several.py", "async def a(p, b, ctx):\n    pass\nasync def b(p, b2, ctx):\n    pass\n")
-    with pytest.raises(StrategyLoadError, match=r"several strategy functions \(a, b\); pick one with .*several\.py:NAME"):
+    with pytest.raises(
+        StrategyLoadError, match=r"several strategy functions \(a, b\); pick one with .*several\.py:NAME"
+    ):
         load_strategy(str(several))
     sync = write(tmp_path / "sync.py", "def strategy(prompt, base_branch, ctx):\n    return 1\n")
     with pytest.raises(StrategyLoadError) as err:
@@ -99,27 +106,48 @@ def test_load_errors_are_one_line_naming_the_problem(tmp_path):
 
 def test_s_values_are_typed_and_defaults_filled(tmp_path):
     loaded = load_strategy(str(write(tmp_path / "typed.py", SHAPED)))
-    params = parse_params(loaded, ["n=7", "mode=slow", "ratio=2", "flag=true", 'tags=["a","b"]',
-                                   'extra={"k": 1}', "model=opus", "name=42"])
-    assert params == {"n": 7, "mode": "slow", "ratio": 2.0, "flag": True, "tags": ["a", "b"], "extra": {"k": 1},
-                      "model": "opus", "name": "42"}
+    params = parse_params(
+        loaded,
+        ["n=7", "mode=slow", "ratio=2", "flag=true", 'tags=["a","b"]', 'extra={"k": 1}', "model=opus", "name=42"],
+    )
+    assert params == {
+        "n": 7,
+        "mode": "slow",
+        "ratio": 2.0,
+        "flag": True,
+        "tags": ["a", "b"],
+        "extra": {"k": 1},
+        "model": "opus",
+        "name": "42",
+    }
     assert parse_params(loaded, ["model=none"])["model"] is None
     defaults = parse_params(loaded, [])
-    assert defaults == {"n": 2, "mode": "fast", "ratio": 0.5, "flag": False, "tags": [], "extra": {}, "model": None,
-                        "name": "x"}
+    assert defaults == {
+        "n": 2,
+        "mode": "fast",
+        "ratio": 0.5,
+        "flag": False,
+        "tags": [],
+        "extra": {},
+        "model": None,
+        "name": "x",
+    }
     assert parse_params(loaded, [], base={"n": 3})["n"] == 3  # config-file values, overridden by -S
     assert parse_params(loaded, ["n=4"], base={"n": 3})["n"] == 4
 
 
-@pytest.mark.parametrize("pair, message", [
-    ("n=abc", "strategy parameter n expects int, got 'abc'"),
-    ("n=1.5", "strategy parameter n expects int, got 1.5"),
-    ("flag=yes", "strategy parameter flag expects bool, got 'yes'"),
-    ("mode=medium", "strategy parameter mode expects fast|slow, got 'medium'"),
-    ("tags=notalist", "strategy parameter tags expects list, got 'notalist'"),
-    ("extra=[1]", "strategy parameter extra expects dict, got [1]"),
-    ("ratio=x", "strategy parameter ratio expects float, got 'x'"),
-])
+@pytest.mark.parametrize(
+    "pair, message",
+    [
+        ("n=abc", "strategy parameter n expects int, got 'abc'"),
+        ("n=1.5", "strategy parameter n expects int, got 1.5"),
+        ("flag=yes", "strategy parameter flag expects bool, got 'yes'"),
+        ("mode=medium", "strategy parameter mode expects fast|slow, got 'medium'"),
+        ("tags=notalist", "strategy parameter tags expects list, got 'notalist'"),
+        ("extra=[1]", "strategy parameter extra expects dict, got [1]"),
+        ("ratio=x", "strategy parameter ratio expects float, got 'x'"),
+    ],
+)
 def test_bad_s_values_name_the_parameter_and_type(tmp_path, pair, message):
     loaded = load_strategy(str(write(tmp_path / "typed.py", SHAPED)))
     with pytest.raises(ConfigError) as err:
@@ -131,22 +159,27 @@ def test_unknown_key_lists_accepted_ones_and_missing_equals_is_explained(tmp_pat
     loaded = load_strategy(str(write(tmp_path / "typed.py", SHAPED)))
     with pytest.raises(ConfigError) as err:
         parse_params(loaded, ["count=3"])
-    assert str(err.value) == ("strategy strategy has no parameter 'count'; "
-                              "accepted: n, mode, ratio, flag, tags, extra, model, name")
+    assert str(err.value) == (
+        "strategy strategy has no parameter 'count'; accepted: n, mode, ratio, flag, tags, extra, model, name"
+    )
     with pytest.raises(ConfigError, match=r"-S 'n' is missing '='; write -S key=value \(accepted keys: n, mode"):
         parse_params(loaded, ["n"])
     # dashes in keys are accepted for underscores
-    f = write(tmp_path / "dash.py", "async def strategy(prompt, base_branch, ctx, *, max_rounds: int = 1):\n"
-                                    "    return 1\n")
+    f = write(
+        tmp_path / "dash.py", "async def strategy(prompt, base_branch, ctx, *, max_rounds: int = 1):\n    return 1\n"
+    )
     assert parse_params(load_strategy(str(f)), ["max-rounds=2"]) == {"max_rounds": 2}
 
 
 def test_required_parameters_must_be_given(tmp_path):
-    f = write(tmp_path / "req.py", """
+    f = write(
+        tmp_path / "req.py",
+        """
         from typing import Annotated
         async def strategy(prompt, base_branch, ctx, *, target: Annotated[str, "file to fix"], n: int = 1):
             return target
-    """)
+    """,
+    )
     loaded = load_strategy(str(f))
     assert loaded.params["target"].required
     with pytest.raises(ConfigError) as err:
@@ -159,8 +192,10 @@ def test_string_parameters_get_the_typed_text_verbatim(tmp_path):
     from orchestrator.strategy_loader import load_strategy, parse_params
 
     path = tmp_path / "s.py"
-    path.write_text("async def strategy(prompt, base_branch, ctx, *, cmd: str = 'x', n: int = 1, "
-                    "opt: str | None = None):\n    return cmd\n")
+    path.write_text(
+        "async def strategy(prompt, base_branch, ctx, *, cmd: str = 'x', n: int = 1, "
+        "opt: str | None = None):\n    return cmd\n"
+    )
     loaded = load_strategy(str(path))
     params = parse_params(loaded, ["cmd=true", "n=3", "opt=007"])
     assert params == {"cmd": "true", "n": 3, "opt": "007"}
@@ -170,7 +205,9 @@ def test_string_parameters_get_the_typed_text_verbatim(tmp_path):
 def test_ctx_typed_through_a_type_checking_import_keeps_the_parameters_typed(tmp_path):
     # Importing the types for the type checker alone is the idiomatic form; the
     # unresolvable ``ctx: Context`` used to make every -S parameter an untyped string.
-    f = write(tmp_path / "typed.py", """
+    f = write(
+        tmp_path / "typed.py",
+        """
         from __future__ import annotations
 
         import functools
@@ -192,7 +229,8 @@ def test_ctx_typed_through_a_type_checking_import_keeps_the_parameters_typed(tmp
         @logged
         async def wrapped(prompt: str, base_branch: str, ctx: Context, *, ratio: float = 0.5) -> TaskResult:
             raise NotImplementedError
-    """)
+    """,
+    )
     loaded = load_strategy(str(f))
     assert loaded.params["n"].type is int and loaded.params["n"].help == "how many drafts"
     assert "-S n=<int>  how many drafts (default 2)" in loaded.describe()
@@ -202,13 +240,18 @@ def test_ctx_typed_through_a_type_checking_import_keeps_the_parameters_typed(tmp
 
 
 def test_a_parameter_annotation_that_cannot_be_evaluated_is_one_line(tmp_path):
-    f = write(tmp_path / "unresolved.py", """
+    f = write(
+        tmp_path / "unresolved.py",
+        """
         from __future__ import annotations
 
         async def strategy(prompt, base_branch, ctx, *, n: Count = 2):
             return n
-    """)
+    """,
+    )
     with pytest.raises(StrategyLoadError) as err:
         load_strategy(str(f))
-    assert str(err.value) == ("strategy 'strategy': a parameter's annotation cannot be evaluated "
-                              "(NameError: name 'Count' is not defined); import the names it uses at module level")
+    assert str(err.value) == (
+        "strategy 'strategy': a parameter's annotation cannot be evaluated "
+        "(NameError: name 'Count' is not defined); import the names it uses at module level"
+    )

@@ -18,7 +18,7 @@ from engine_helpers import run_engine
 from orchestrator.engine.testing import ScriptedRunner, failure, success
 from orchestrator.strategy_loader import load_strategy, parse_params
 
-GOOD = '''\
+GOOD = """\
 from typing import Annotated, Any
 
 from orchestrator.strategy import (BranchCleanupResult, Context, KeyedTaskInput, RetryPolicy, TaskFailed,
@@ -63,10 +63,10 @@ async def strategy(prompt: str, base_branch: str, ctx: Context, *,
             "review": checked["output"], "every": len(every), "both": [r["exit_code"] for r in both],
             "again": [r["session_id"] for r in again], "lost": len(lost), "cleanup": cleanup["final_message"],
             "why": why, "now": ctx.now() > 0, "rand": 0 <= ctx.rand() < 1, "sid": ctx.strategy_execution_id}
-'''
+"""
 
 # Each line marked ``# E: text`` must be reported by mypy with that text; no other line may be.
-BAD = '''\
+BAD = """\
 from orchestrator.strategy import Context, TaskInput
 
 
@@ -82,12 +82,22 @@ async def strategy(prompt: str, base_branch: str, ctx: Context) -> object:
     cleaned = await ctx.wait(ctx.run({"delete_branches": ["x"]}, key="d"))
     gone = cleaned["artifact"]["branch_final"]  # E: Value of type "None" is not indexable
     return branch, message, first, gone
-'''
+"""
 
 
 def mypy(*paths, cwd):
-    cmd = [sys.executable, "-m", "mypy", "--strict", "--follow-imports=silent", "--no-error-summary",
-           "--show-error-codes", "--cache-dir", str(cwd / ".mypy_cache"), *map(str, paths)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "mypy",
+        "--strict",
+        "--follow-imports=silent",
+        "--no-error-summary",
+        "--show-error-codes",
+        "--cache-dir",
+        str(cwd / ".mypy_cache"),
+        *map(str, paths),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd)
     assert proc.returncode in (0, 1), proc.stderr  # 2: mypy itself failed
     return proc.stdout
@@ -98,20 +108,31 @@ def test_mypy_completes_result_keys_and_flags_misspelt_ones(tmp_path):
     (tmp_path / "bad_strategy.py").write_text(BAD)
     examples = sorted((REPO_ROOT / "examples" / "strategies").glob("*.py"))
     # the typed snippets of the strategy authors' guide too
-    blocks = [b for b in re.findall(r"```python\n(.*?)```", (REPO_ROOT / "docs" / "strategies.md").read_text(), re.S)
-              if "ctx: Context" in b]
+    blocks = [
+        b
+        for b in re.findall(r"```python\n(.*?)```", (REPO_ROOT / "docs" / "strategies.md").read_text(), re.S)
+        if "ctx: Context" in b
+    ]
     assert len(blocks) >= 2
     for i, block in enumerate(blocks):
         (tmp_path / f"doc_block_{i}.py").write_text(block)
-    out = mypy(tmp_path / "good_strategy.py", tmp_path / "bad_strategy.py", *examples,
-               *sorted(tmp_path.glob("doc_block_*.py")), cwd=tmp_path)
+    out = mypy(
+        tmp_path / "good_strategy.py",
+        tmp_path / "bad_strategy.py",
+        *examples,
+        *sorted(tmp_path.glob("doc_block_*.py")),
+        cwd=tmp_path,
+    )
     reported = {}
     for line in out.splitlines():
         m = re.match(r"(.+?):(\d+): error: (.*)", line)
         if m:
             reported.setdefault((m.group(1).rsplit("/", 1)[-1], int(m.group(2))), []).append(m.group(3))
-    expected = {("bad_strategy.py", i): text.split("  # E: ", 1)[1]
-                for i, text in enumerate(BAD.splitlines(), 1) if "  # E: " in text}
+    expected = {
+        ("bad_strategy.py", i): text.split("  # E: ", 1)[1]
+        for i, text in enumerate(BAD.splitlines(), 1)
+        if "  # E: " in text
+    }
     assert len(expected) == 7
     for where, text in expected.items():
         assert any(text in msg for msg in reported.get(where, [])), (where, text, out)
@@ -135,10 +156,23 @@ async def test_the_typed_strategy_runs_through_the_loader_and_the_engine(tmp_pat
     _, state = await run_engine(tmp_path / "run", loaded.fn, ScriptedRunner(script), params=params)
     s1 = state.strategies["s1"]
     assert s1.status == "success", s1.error
-    assert s1.result == {"branch": s1.result["branch"], "commit": s1.result["commit"], "changed": True,
-                         "cost": 0.01, "errors": [], "review": {"ok": True}, "every": 2, "both": [None, None],
-                         "again": [s1.result["again"][0]], "lost": 0, "cleanup": "done", "why": "exit 1",
-                         "now": True, "rand": True, "sid": "s1"}
+    assert s1.result == {
+        "branch": s1.result["branch"],
+        "commit": s1.result["commit"],
+        "changed": True,
+        "cost": 0.01,
+        "errors": [],
+        "review": {"ok": True},
+        "every": 2,
+        "both": [None, None],
+        "again": [s1.result["again"][0]],
+        "lost": 0,
+        "cleanup": "done",
+        "why": "exit 1",
+        "now": True,
+        "rand": True,
+        "sid": "s1",
+    }
     assert s1.result["branch"].startswith("simple_run_t_")
 
 
@@ -165,8 +199,12 @@ def orchestrator_imports(path):
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             found += [(node.lineno, a.name) for a in node.names if a.name.split(".")[0] == "orchestrator"]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module \
-                and node.module.split(".")[0] == "orchestrator":
+        elif (
+            isinstance(node, ast.ImportFrom)
+            and node.level == 0
+            and node.module
+            and node.module.split(".")[0] == "orchestrator"
+        ):
             if node.module == "orchestrator":  # from orchestrator import x: x is the module imported
                 found += [(node.lineno, f"orchestrator.{a.name}") for a in node.names]
             else:
@@ -177,15 +215,25 @@ def orchestrator_imports(path):
 def test_strategies_and_examples_import_only_the_public_module():
     files = sorted((REPO_ROOT / "strategies").glob("*.py")) + sorted((REPO_ROOT / "examples").rglob("*.py"))
     assert len(files) > 10
-    offending = [f"{p.relative_to(REPO_ROOT)}:{line}: {module}" for p in files
-                 for line, module in orchestrator_imports(p) if module != "orchestrator.strategy"]
+    offending = [
+        f"{p.relative_to(REPO_ROOT)}:{line}: {module}"
+        for p in files
+        for line, module in orchestrator_imports(p)
+        if module != "orchestrator.strategy"
+    ]
     assert offending == [], "strategies may import from orchestrator.strategy only:\n" + "\n".join(offending)
 
 
 def test_the_import_scan_sees_every_form(tmp_path):
     src = tmp_path / "s.py"
-    src.write_text("import orchestrator.errors\nfrom orchestrator import strategy, engine\n"
-                   "def f():\n    from orchestrator.engine.context import Handle\n"
-                   "from .budget import Budget\nimport orchestratorx\n")
-    assert orchestrator_imports(src) == [(1, "orchestrator.errors"), (2, "orchestrator.strategy"),
-                                         (2, "orchestrator.engine"), (4, "orchestrator.engine.context")]
+    src.write_text(
+        "import orchestrator.errors\nfrom orchestrator import strategy, engine\n"
+        "def f():\n    from orchestrator.engine.context import Handle\n"
+        "from .budget import Budget\nimport orchestratorx\n"
+    )
+    assert orchestrator_imports(src) == [
+        (1, "orchestrator.errors"),
+        (2, "orchestrator.strategy"),
+        (2, "orchestrator.engine"),
+        (4, "orchestrator.engine.context"),
+    ]

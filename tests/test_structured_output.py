@@ -28,8 +28,16 @@ SCHEMA = {
 
 
 def request(**kw) -> InstanceRequest:
-    base = dict(prompt="rate it", repo_path="/r", branch_name="b", run_id="r", strategy_execution_id="s",
-                instance_id="i", task_key="k", container_name="c")
+    base = dict(
+        prompt="rate it",
+        repo_path="/r",
+        branch_name="b",
+        run_id="r",
+        strategy_execution_id="s",
+        instance_id="i",
+        task_key="k",
+        container_name="c",
+    )
     base.update(kw)
     return InstanceRequest(**base)
 
@@ -68,8 +76,17 @@ def test_codex_passes_a_schema_file_it_asks_the_runner_to_write() -> None:
 def test_claude_parser_reads_structured_output() -> None:
     parser = CLAUDE.new_parser()
     answer = {"score": 7, "rationale": "fine"}
-    line = {"type": "result", "subtype": "success", "is_error": False, "num_turns": 2, "session_id": "s",
-            "result": json.dumps(answer), "structured_output": answer, "total_cost_usd": 0.01, "usage": {}}
+    line = {
+        "type": "result",
+        "subtype": "success",
+        "is_error": False,
+        "num_turns": 2,
+        "session_id": "s",
+        "result": json.dumps(answer),
+        "structured_output": answer,
+        "total_cost_usd": 0.01,
+        "usage": {},
+    }
     parser.feed((json.dumps(line) + "\n").encode())
     outcome = parser.finish(0)
     assert outcome.structured_output == answer and not outcome.is_error
@@ -78,15 +95,18 @@ def test_claude_parser_reads_structured_output() -> None:
     assert plain.finish(0).structured_output is None
 
 
-@pytest.mark.parametrize(("structured_value", "text", "ok"), [
-    ({"score": 3, "rationale": "x"}, "ignored", True),
-    (None, '{"score": 3, "rationale": "x"}', True),
-    (None, '```json\n{"score": 3, "rationale": "x"}\n```', True),
-    (None, "Sure! here it is", False),
-    (None, "", False),
-    (None, '{"score": 30, "rationale": "x"}', False),
-    ({"score": 3}, "", False),
-])
+@pytest.mark.parametrize(
+    ("structured_value", "text", "ok"),
+    [
+        ({"score": 3, "rationale": "x"}, "ignored", True),
+        (None, '{"score": 3, "rationale": "x"}', True),
+        (None, '```json\n{"score": 3, "rationale": "x"}\n```', True),
+        (None, "Sure! here it is", False),
+        (None, "", False),
+        (None, '{"score": 30, "rationale": "x"}', False),
+        ({"score": 3}, "", False),
+    ],
+)
 def test_checked_answer(structured_value, text, ok) -> None:
     value, violation = structured.checked_answer(SCHEMA, structured_value, text)
     assert (violation is None) == ok
@@ -126,11 +146,14 @@ def test_recorded_fingerprint_of_a_plain_task_is_stable() -> None:
     assert fingerprint(plain) == PLAIN_FINGERPRINT
 
 
-@pytest.mark.parametrize(("schema", "plugin", "needle"), [
-    ("not a schema", None, "JSON Schema object"),
-    ({"type": "no-such-type"}, None, "not a valid JSON Schema"),
-    ({"type": "object"}, "command", "cannot enforce output_schema"),
-])
+@pytest.mark.parametrize(
+    ("schema", "plugin", "needle"),
+    [
+        ("not a schema", None, "JSON Schema object"),
+        ({"type": "no-such-type"}, None, "not a valid JSON Schema"),
+        ({"type": "object"}, "command", "cannot enforce output_schema"),
+    ],
+)
 def test_bad_output_schema_is_one_clear_config_error(schema, plugin, needle) -> None:
     task = {"prompt": "x", "output_schema": schema}
     if plugin:
@@ -139,7 +162,9 @@ def test_bad_output_schema_is_one_clear_config_error(schema, plugin, needle) -> 
         normalize_task(task, TaskDefaults(), default_base_branch="main")
 
 
-PLAIN_FINGERPRINT = "8ee8f6e70486e900afa396828d4c1c09be365896dc9223268bfefdfae707de13"  # computed before output_schema existed
+PLAIN_FINGERPRINT = (
+    "8ee8f6e70486e900afa396828d4c1c09be365896dc9223268bfefdfae707de13"  # computed before output_schema existed
+)
 
 
 # ------------------------------------------------------------------ strategies: ask_json and scoring
@@ -154,8 +179,13 @@ async def _ask(tmp_path, script):
     from strategies._scoring import score_with_repair
 
     async def strategy(prompt, base_branch, ctx):
-        ideas = await ask_json(ctx, {"prompt": "ideas please", "import_policy": "never"}, ("ideas",),
-                               lambda d: d.get("ideas") if isinstance(d, dict) else None, schemas.ideas(2))
+        ideas = await ask_json(
+            ctx,
+            {"prompt": "ideas please", "import_policy": "never"},
+            ("ideas",),
+            lambda d: d.get("ideas") if isinstance(d, dict) else None,
+            schemas.ideas(2),
+        )
         score = await score_with_repair(ctx, {"prompt": "score it", "import_policy": "never"}, ("score",))
         return {"ideas": ideas, "score": score}
 
@@ -195,8 +225,11 @@ async def test_ask_json_falls_back_to_free_text_where_the_plugin_cannot_enforce_
     def script(req):
         assert req.output_schema is None
         if "/ideas/" in req.task_key:
-            return success(req, has_changes=False,
-                           final_message='Sure: ```json\n{"ideas": [{"title": "a", "description": "x"}]}\n```')
+            return success(
+                req,
+                has_changes=False,
+                final_message='Sure: ```json\n{"ideas": [{"title": "a", "description": "x"}]}\n```',
+            )
         return success(req, has_changes=False, final_message='{"score": 3, "rationale": "meh"}')
 
     state, _ = await _ask(tmp_path, script)
@@ -216,9 +249,21 @@ async def test_a_run_recorded_before_structured_answers_resumes_with_free_text_t
     from strategies._scoring import score_with_repair
 
     dirs = RunDirs(logs=tmp_path / "logs", state=tmp_path / "state", results=tmp_path / "results")
-    old = {"run_id": "run_old", "created_at": "2026-01-01T00:00:00.000Z", "prompt": "p", "strategy_spec": "simple",
-           "strategy_name": "simple", "params": {}, "runs": 1, "repo_path": str(tmp_path), "base_branch": "main",
-           "model": "sonnet", "plugin": "claude-code", "docker_image": "img", "max_parallel": 2}
+    old = {
+        "run_id": "run_old",
+        "created_at": "2026-01-01T00:00:00.000Z",
+        "prompt": "p",
+        "strategy_spec": "simple",
+        "strategy_name": "simple",
+        "params": {},
+        "runs": 1,
+        "repo_path": str(tmp_path),
+        "base_branch": "main",
+        "model": "sonnet",
+        "plugin": "claude-code",
+        "docker_image": "img",
+        "max_parallel": 2,
+    }
     (dirs.state / "run_old").mkdir(parents=True)
     dirs.manifest("run_old").write_text(json.dumps(old))
     assert read_manifest(dirs, "run_old").structured_outputs is False

@@ -30,15 +30,24 @@ SCHEMA = {
 
 @pytest.fixture
 async def runner(tmp_path: Path):
-    r = DockerRunner(auth=AuthConfig(api_key="sk-ant-test-0000", openai_api_key="sk-test-0000"),
-                     logs_dir=tmp_path / "logs", sanitizer=Sanitizer())
+    r = DockerRunner(
+        auth=AuthConfig(api_key="sk-ant-test-0000", openai_api_key="sk-test-0000"),
+        logs_dir=tmp_path / "logs",
+        sanitizer=Sanitizer(),
+    )
     yield r
     await r.aclose()
 
 
 def fields(run_id: str, key: str = "task", **kw):
-    base = dict(run_id=run_id, task_key=key, docker_image=TEST_IMAGE, import_policy="never",
-                output_schema=SCHEMA, retry_config=RetryConfig(max_attempts=1))
+    base = dict(
+        run_id=run_id,
+        task_key=key,
+        docker_image=TEST_IMAGE,
+        import_policy="never",
+        output_schema=SCHEMA,
+        retry_config=RetryConfig(max_attempts=1),
+    )
     base.update(kw)
     return base
 
@@ -47,8 +56,7 @@ def fields(run_id: str, key: str = "task", **kw):
 async def test_answer_is_validated_and_returned_as_output(tmp_path, run_id, runner, plugin):
     repo = make_repo(tmp_path / "repo")
     model = "sonnet" if plugin == "claude-code" else "gpt-5-codex"
-    res = await run_instance("Rate the README.", repo, runner=runner,
-                             **fields(run_id, plugin_name=plugin, model=model))
+    res = await run_instance("Rate the README.", repo, runner=runner, **fields(run_id, plugin_name=plugin, model=model))
     assert res.status == "success", res.error
     jsonschema.validate(res.output, SCHEMA)
     assert json.loads(res.final_message) == res.output
@@ -57,8 +65,9 @@ async def test_answer_is_validated_and_returned_as_output(tmp_path, run_id, runn
 
 async def test_invalid_answer_gets_one_repair_turn_in_the_same_session(tmp_path, run_id, runner):
     repo = make_repo(tmp_path / "repo")
-    res = await run_instance('SIM: print-json {"score": 42, "rationale": "too high"}', repo, runner=runner,
-                             **fields(run_id))
+    res = await run_instance(
+        'SIM: print-json {"score": 42, "rationale": "too high"}', repo, runner=runner, **fields(run_id)
+    )
     assert res.status == "success", res.error
     jsonschema.validate(res.output, SCHEMA)  # the repair turn's answer
     log = runner_log(runner)

@@ -49,7 +49,7 @@ def bench_line(feats) -> tuple[int, str]:
 def measure_spec(req):
     """The runs a measurement task asks for (its first line), or None for other commands."""
     first = req.command.splitlines()[0]
-    return json.loads(first[len("# orch-measure "):]) if first.startswith("# orch-measure ") else None
+    return json.loads(first[len("# orch-measure ") :]) if first.startswith("# orch-measure ") else None
 
 
 class World:
@@ -70,13 +70,18 @@ class World:
             spec = measure_spec(req)
             if spec is not None:
                 feats = self.features[req.base_branch]
-                lines = [self.run_line(i, label, feats if ref == "HEAD" else self.at_commit[ref])
-                         for i, (label, ref) in enumerate(spec["runs"])]
+                lines = [
+                    self.run_line(i, label, feats if ref == "HEAD" else self.at_commit[ref])
+                    for i, (label, ref) in enumerate(spec["runs"])
+                ]
                 tail = ["| bench", f"| {bench_line(feats)[1]}"]
-                return with_commit(success(req, final_message="\n".join(lines + tail + [f"@@orch-done {len(lines)}"]),
-                                           exit_code=0), head)
-            return with_commit(success(req, final_message=f"output of {req.command[:20]} on {req.base_branch}",
-                                       exit_code=0), head)
+                return with_commit(
+                    success(req, final_message="\n".join(lines + tail + [f"@@orch-done {len(lines)}"]), exit_code=0),
+                    head,
+                )
+            return with_commit(
+                success(req, final_message=f"output of {req.command[:20]} on {req.base_branch}", exit_code=0), head
+            )
         role = re.search(r"^Role: (\w+)", req.prompt, re.M).group(1)
         if role == "ideator":
             node = re.search(r"^Node: (n\d+)", req.prompt, re.M).group(1)
@@ -98,12 +103,26 @@ class World:
         return result
 
 
-BASE = {"eval_command": "python bench.py --json", "primary_metric": "throughput", "direction": "max", "weights": {},
-        "tolerance": 0.01, "ideas_per_node": 4, "max_depth": 2, "beam_width": 2, "max_total_evals": None,
-        "keep_rejected": False, "ideas_context": "node_plus_ancestors", "dedupe_scope": "path",
-        "max_review_rounds": 0, "test_command": None, "eval_timeout_s": None,
-        # one run per candidate and the smallest paired confirmation: the scripted benchmark has no noise
-        "eval_repeats": 1, "confirm_pairs": 2}
+BASE = {
+    "eval_command": "python bench.py --json",
+    "primary_metric": "throughput",
+    "direction": "max",
+    "weights": {},
+    "tolerance": 0.01,
+    "ideas_per_node": 4,
+    "max_depth": 2,
+    "beam_width": 2,
+    "max_total_evals": None,
+    "keep_rejected": False,
+    "ideas_context": "node_plus_ancestors",
+    "dedupe_scope": "path",
+    "max_review_rounds": 0,
+    "test_command": None,
+    "eval_timeout_s": None,
+    # one run per candidate and the smallest paired confirmation: the scripted benchmark has no noise
+    "eval_repeats": 1,
+    "confirm_pairs": 2,
+}
 
 
 async def run(tmp_path, world=None, runner=None, **params):
@@ -124,16 +143,31 @@ async def test_two_depths_exact_gates_beam_ties_nan_and_failures(tmp_path):
     ev = evals(res)
     # which idea got which eval id: frontier order, then idea order; the duplicate "A" under n1 is skipped
     assert {e: r["idea"]["title"] for e, r in ev.items()} == {
-        "e0001": "idea A", "e0002": "idea T", "e0003": "idea C", "e0004": "idea INC", "e0005": "idea B",
-        "e0006": "idea FAILIMPL", "e0007": "idea NANREC", "e0008": "idea D", "e0009": "idea FAILEVAL",
-        "e0010": "idea B"}
+        "e0001": "idea A",
+        "e0002": "idea T",
+        "e0003": "idea C",
+        "e0004": "idea INC",
+        "e0005": "idea B",
+        "e0006": "idea FAILIMPL",
+        "e0007": "idea NANREC",
+        "e0008": "idea D",
+        "e0009": "idea FAILEVAL",
+        "e0010": "idea B",
+    }
     assert res["tree"]["depths"][1]["duplicates"] == [
-        {"node": "n1", "title": "idea A", "hash": idea_hash("idea A", "FEATURE: A")}]
-    decisions = {e: (r["decision"]["passed_gate"], r["decision"]["promotion_reason"], r["decision"]["rank_score"])
-                 for e, r in ev.items()}
+        {"node": "n1", "title": "idea A", "hash": idea_hash("idea A", "FEATURE: A")}
+    ]
+    decisions = {
+        e: (r["decision"]["passed_gate"], r["decision"]["promotion_reason"], r["decision"]["rank_score"])
+        for e, r in ev.items()
+    }
     assert decisions == {
         "e0001": (True, "promoted (improved_tight_interval)", 20.0),
-        "e0002": (True, "promoted (improved_tight_interval)", 20.0),  # tie with e0001, lower id first: both fit the beam
+        "e0002": (
+            True,
+            "promoted (improved_tight_interval)",
+            20.0,
+        ),  # tie with e0001, lower id first: both fit the beam
         "e0003": (False, "primary_metric_regressed", None),
         "e0004": (False, "incomplete_evaluation", None),
         "e0005": (True, "promoted (improved_tight_interval)", 30.0),
@@ -149,8 +183,12 @@ async def test_two_depths_exact_gates_beam_ties_nan_and_failures(tmp_path):
     assert "exit code 2" in ev["e0009"]["error"] and ev["e0006"]["error"].startswith("agent: model refused")
     nodes = {n["id"]: n for n in res["tree"]["nodes"]}
     assert {n: (v["parent"], v["depth"], v["eval_id"]) for n, v in nodes.items()} == {
-        "n0": (None, 0, None), "n1": ("n0", 1, "e0001"), "n2": ("n0", 1, "e0002"),
-        "n3": ("n1", 2, "e0005"), "n4": ("n2", 2, "e0010")}
+        "n0": (None, 0, None),
+        "n1": ("n0", 1, "e0001"),
+        "n2": ("n0", 1, "e0002"),
+        "n3": ("n1", 2, "e0005"),
+        "n4": ("n2", 2, "e0010"),
+    }
     assert nodes["n3"]["metrics"] == {"throughput": 130.0}
     assert [c["title"] for c in nodes["n3"]["idea_chain"]] == ["idea A", "idea B"]
     assert [d["promoted"] for d in res["tree"]["depths"]] == [["n1", "n2"], ["n3", "n4"]]
@@ -158,7 +196,8 @@ async def test_two_depths_exact_gates_beam_ties_nan_and_failures(tmp_path):
     assert res["best_branch"] == nodes["n3"]["branch"]
     # rejected candidates' branches go to the delete list; node branches stay
     assert sorted(b["branch"] for b in res["delete_branches"]) == sorted(
-        ev[e]["branch"] for e in ("e0003", "e0004", "e0007", "e0008", "e0009"))
+        ev[e]["branch"] for e in ("e0003", "e0004", "e0007", "e0008", "e0009")
+    )
     # the idea JSON for n2 was repaired once; every task ran exactly once
     assert "run_t/s1/n2/ideas/attempt-2" in runner.per_key and "run_t/s1/n1/ideas/attempt-2" not in runner.per_key
     assert all(n == 1 for n in runner.per_key.values())
@@ -214,6 +253,7 @@ async def test_run_scope_dedupe_and_keep_rejected(tmp_path):
 async def test_failed_root_evaluation_stops_before_any_idea(tmp_path):
     def script(req):
         return failure(req, error_type="command", message="exit code 1\nno bench.py")
+
     _, state, runner = await run(tmp_path, runner=ScriptedRunner(script))
     res = state.strategies["s1"].result
     assert res["stop_reason"] == "root_evaluation_failed" and list(runner.per_key) == ["run_t/s1/root/eval"]
@@ -299,24 +339,42 @@ async def test_partial_render_shows_what_finished(tmp_path):
 
 # ------------------------------------------------------------------ pure pieces
 
+
 def rec(eid, *, passed=True, score=None, delta=None):
-    return {"id": eid, "decision": {"passed_gate": passed, "rank_score": score},
-            "root_comparison": {"score": score, "primary_delta": delta}}
+    return {
+        "id": eid,
+        "decision": {"passed_gate": passed, "rank_score": score},
+        "root_comparison": {"score": score, "primary_delta": delta},
+    }
 
 
 def test_rank_order_score_then_delta_then_id_missing_last():
-    records = [rec("e0004", score=None, delta=None), rec("e0003", score=5.0, delta=1.0), rec("e0002", score=5.0, delta=2.0),
-               rec("e0001", score=5.0, delta=2.0), rec("e0005", score=9.0, passed=False)]
+    records = [
+        rec("e0004", score=None, delta=None),
+        rec("e0003", score=5.0, delta=1.0),
+        rec("e0002", score=5.0, delta=2.0),
+        rec("e0001", score=5.0, delta=2.0),
+        rec("e0005", score=9.0, passed=False),
+    ]
     assert [r["id"] for r in sorted(records, key=rank_key)] == ["e0005", "e0001", "e0002", "e0003", "e0004"]
     assert [r["id"] for r in select_beam(records, 3)] == ["e0001", "e0002", "e0003"]
 
 
 def test_gate_mixed_needs_no_primary_regression():
     from strategies.evaluation import ScoringConfig
+
     cfg = ScoringConfig(primary_metric="t", tolerance=0.01)
     base = {"status": "completed", "evaluation": {"status": "ok", "metrics": {"t": 1.0}}}
-    mixed_rec = {"score": 0.0, "grade": "mixed", "should_explore": False, "reasons": ["primary_metric_regressed"],
-                 "primary_delta": -0.5, "primary_change": -0.05, "primary_baseline": 10.0, "primary_candidate": 9.5}
+    mixed_rec = {
+        "score": 0.0,
+        "grade": "mixed",
+        "should_explore": False,
+        "reasons": ["primary_metric_regressed"],
+        "primary_delta": -0.5,
+        "primary_change": -0.05,
+        "primary_baseline": 10.0,
+        "primary_candidate": 9.5,
+    }
     assert gate({**base, "parent_comparison": mixed_rec}, cfg) == (False, "primary_metric_regressed", True)
     flat = dict(mixed_rec, reasons=["primary_metric_flat"], primary_delta=-0.05, primary_change=-0.005)
     assert gate({**base, "parent_comparison": flat}, cfg) == (True, "mixed_without_primary_regression", False)
@@ -326,16 +384,21 @@ def test_idea_hash_normalizes_and_parse_ideas_validates():
     assert idea_hash("Cache  Results!", "- use an LRU\n") == idea_hash("cache results", "1. Use an LRU")
     assert idea_hash("Cache results", "x") != idea_hash("Cache results", "y")
     assert parse_ideas({"ideas": [{"title": "a", "description": "b"}, {"title": ""}, "x"]}, 5) == [
-        {"title": "a", "description": "b"}]
+        {"title": "a", "description": "b"}
+    ]
     assert parse_ideas({"ideas": []}, 5) is None and parse_ideas("nope", 5) is None
     assert len(parse_ideas([{"title": str(i)} for i in range(9)], 3)) == 3
 
 
 def test_best_path_prefers_lower_node_id_on_full_tie():
-    tree = {"nodes": [{"id": "n0", "parent": None}, {"id": "n1", "parent": "n0", "rank_score": 3.0,
-                                                     "root_comparison": {"primary_delta": 1.0}},
-                      {"id": "n2", "parent": "n0", "rank_score": 3.0, "root_comparison": {"primary_delta": 1.0}},
-                      {"id": "n10", "parent": "n1", "rank_score": 3.0, "root_comparison": {"primary_delta": 1.0}}]}
+    tree = {
+        "nodes": [
+            {"id": "n0", "parent": None},
+            {"id": "n1", "parent": "n0", "rank_score": 3.0, "root_comparison": {"primary_delta": 1.0}},
+            {"id": "n2", "parent": "n0", "rank_score": 3.0, "root_comparison": {"primary_delta": 1.0}},
+            {"id": "n10", "parent": "n1", "rank_score": 3.0, "root_comparison": {"primary_delta": 1.0}},
+        ]
+    }
     assert [n["id"] for n in best_path(tree)] == ["n0", "n1"]
 
 

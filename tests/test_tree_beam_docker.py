@@ -37,14 +37,29 @@ def idea(title, path):
     return {"title": title, "description": f"SIM[coder]: write {path} 1\nSIM[coder]: commit {title}"}
 
 
-GOAL = ("make the solver faster\n"
-        f"SIM[n0]: print-json {json.dumps({'ideas': [idea('fast path', 'fast.txt'), idea('slow path', 'slow.txt')]})}\n"
-        f"SIM[n1]: print-json {json.dumps({'ideas': [idea('faster path', 'faster.txt'), idea('notes', 'notes.txt')]})}\n")
+GOAL = (
+    "make the solver faster\n"
+    f"SIM[n0]: print-json {json.dumps({'ideas': [idea('fast path', 'fast.txt'), idea('slow path', 'slow.txt')]})}\n"
+    f"SIM[n1]: print-json {json.dumps({'ideas': [idea('faster path', 'faster.txt'), idea('notes', 'notes.txt')]})}\n"
+)
 
-PARAMS = {"eval_command": "python3 bench.py", "primary_metric": "throughput", "direction": "max", "weights": {},
-          "tolerance": 0.01, "ideas_per_node": 2, "max_depth": 2, "beam_width": 1, "max_total_evals": None,
-          "keep_rejected": False, "ideas_context": "node_plus_ancestors", "dedupe_scope": "path",
-          "max_review_rounds": 0, "test_command": None, "eval_timeout_s": None}
+PARAMS = {
+    "eval_command": "python3 bench.py",
+    "primary_metric": "throughput",
+    "direction": "max",
+    "weights": {},
+    "tolerance": 0.01,
+    "ideas_per_node": 2,
+    "max_depth": 2,
+    "beam_width": 1,
+    "max_total_evals": None,
+    "keep_rejected": False,
+    "ideas_context": "node_plus_ancestors",
+    "dedupe_scope": "path",
+    "max_review_rounds": 0,
+    "test_command": None,
+    "eval_timeout_s": None,
+}
 
 
 def check_tree(engine, repo):
@@ -53,15 +68,20 @@ def check_tree(engine, repo):
     res = s.result
     ev = {r["id"]: r for r in res["tree"]["evaluations"]}
     assert {e: (r["idea"]["title"], r["decision"]["passed_gate"], r.get("promoted_to")) for e, r in ev.items()} == {
-        "e0001": ("fast path", True, "n1"), "e0002": ("slow path", False, None),
-        "e0003": ("faster path", True, "n2"), "e0004": ("notes", True, None)}
+        "e0001": ("fast path", True, "n1"),
+        "e0002": ("slow path", False, None),
+        "e0003": ("faster path", True, "n2"),
+        "e0004": ("notes", True, None),
+    }
     assert ev["e0002"]["decision"]["promotion_reason"] == "primary_metric_regressed"
     assert ev["e0004"]["decision"]["promotion_reason"] == "below_beam"
     assert ev["e0003"]["parent_comparison"]["score"] == pytest.approx(100 * 25 / 120)
     assert ev["e0003"]["root_comparison"]["score"] == 45.0
     assert (res["stop_reason"], res["best_path"]) == ("max_depth", ["n0", "n1", "n2"])
     n2 = res["tree"]["nodes"][2]
-    assert git(repo, "show", f"{n2['branch']}:faster.txt") == "1" and git(repo, "show", f"{n2['branch']}:fast.txt") == "1"
+    assert (
+        git(repo, "show", f"{n2['branch']}:faster.txt") == "1" and git(repo, "show", f"{n2['branch']}:fast.txt") == "1"
+    )
     assert git(repo, "rev-parse", n2["branch"]) == n2["commit"]
     return res
 
@@ -84,8 +104,16 @@ async def test_depth_two_tree_end_to_end(tmp_path, workspace_root):
     assert await delete_run_branches(repo, listed_branches(out), run_id="run_d") == {b: "deleted" for b in doomed}
     heads = git(repo, "for-each-ref", "--format=%(refname:short)", "refs/heads").split()
     assert not doomed & set(heads) and validate_tree(out / "tree.json", repo) == []
-    assert validate_tree({**res["tree"], "nodes": [dict(n, commit="0" * 40) if n["id"] == "n2" else n
-                                                   for n in res["tree"]["nodes"]]}, repo) != []
+    assert (
+        validate_tree(
+            {
+                **res["tree"],
+                "nodes": [dict(n, commit="0" * 40) if n["id"] == "n2" else n for n in res["tree"]["nodes"]],
+            },
+            repo,
+        )
+        != []
+    )
 
 
 async def run_until(tmp_path, repo, key_suffix):
@@ -97,17 +125,28 @@ async def run_until(tmp_path, repo, key_suffix):
     from orchestrator.fingerprint import TaskDefaults
     from orchestrator.runner import AuthConfig, DockerRunner, RetryConfig
 
-    cfg = EngineConfig(run_id="run_d", repo_path=str(repo), strategy_name="test", logs_dir=str(tmp_path / "logs"),
-                       state_dir=str(tmp_path / "state"), results_dir=str(tmp_path / "results"), max_parallel=4,
-                       defaults=TaskDefaults(plugin_name="claude-code", container_cpus=1, container_memory="1g",
-                                             timeout_seconds=120),
-                       runner_options={"docker_image": TEST_IMAGE, "retry_config": RetryConfig(max_attempts=3)})
-    runner = DockerRunner(auth=AuthConfig(api_key="sk-test-not-a-real-key-000000"), logs_dir=tmp_path / "logs" / "run_d")
+    cfg = EngineConfig(
+        run_id="run_d",
+        repo_path=str(repo),
+        strategy_name="test",
+        logs_dir=str(tmp_path / "logs"),
+        state_dir=str(tmp_path / "state"),
+        results_dir=str(tmp_path / "results"),
+        max_parallel=4,
+        defaults=TaskDefaults(plugin_name="claude-code", container_cpus=1, container_memory="1g", timeout_seconds=120),
+        runner_options={"docker_image": TEST_IMAGE, "retry_config": RetryConfig(max_attempts=3)},
+    )
+    runner = DockerRunner(
+        auth=AuthConfig(api_key="sk-test-not-a-real-key-000000"), logs_dir=tmp_path / "logs" / "run_d"
+    )
     engine = Engine(cfg, runner)
     try:
         with anyio.CancelScope() as scope:
-            engine.listeners.append(lambda etype, sid, key, payload, offset, ts: scope.cancel()
-                                    if etype == "task.completed" and key and key.endswith(key_suffix) else None)
+            engine.listeners.append(
+                lambda etype, sid, key, payload, offset, ts: (
+                    scope.cancel() if etype == "task.completed" and key and key.endswith(key_suffix) else None
+                )
+            )
             await engine.run(tree_beam, prompt=GOAL, params=PARAMS)
     finally:
         await runner.aclose()
@@ -121,7 +160,7 @@ async def test_interrupted_tree_resumes_without_rerunning_work(tmp_path, workspa
     assert "run_d/s1/e0003/code/round-1" in done_first and "run_d/s1/e0003/eval" not in done_first
     engine = await run_with_docker(tmp_path, repo, tree_beam, params=PARAMS, prompt=GOAL, max_parallel=4)
     check_tree(engine, repo)
-    later = list(read_events(engine.paths.events))[len(events):]
+    later = list(read_events(engine.paths.events))[len(events) :]
     rerun = {e.key for e in later if e.type == "task.started"} & done_first
     assert not rerun, f"finished tasks ran again: {sorted(rerun)}"
     assert "run_d/s1/e0003/eval" in {e.key for e in later if e.type == "task.completed"}
@@ -134,11 +173,31 @@ def test_cli_runs_tree_beam_and_writes_the_tree(tmp_path, workspace_root):
     from pathlib import Path
 
     repo = make_repo(tmp_path / "repo", {"bench.py": BENCH})
-    env = dict(os.environ, ANTHROPIC_API_KEY="sk-test-dummy-key-0000000000", ORCHESTRATOR_WORKSPACE_ROOT=str(workspace_root))
+    env = dict(
+        os.environ, ANTHROPIC_API_KEY="sk-test-dummy-key-0000000000", ORCHESTRATOR_WORKSPACE_ROOT=str(workspace_root)
+    )
     cli = Path(sys.executable).with_name("orchestrator")
-    args = [str(cli), GOAL, "--strategy", "tree-beam", "--repo", str(repo), "--docker-image", TEST_IMAGE,
-            "--no-tui", "-S", "eval_command=python3 bench.py", "-S", "primary_metric=throughput",
-            "-S", "ideas_per_node=2", "-S", "max_depth=2", "-S", "beam_width=1"]
+    args = [
+        str(cli),
+        GOAL,
+        "--strategy",
+        "tree-beam",
+        "--repo",
+        str(repo),
+        "--docker-image",
+        TEST_IMAGE,
+        "--no-tui",
+        "-S",
+        "eval_command=python3 bench.py",
+        "-S",
+        "primary_metric=throughput",
+        "-S",
+        "ideas_per_node=2",
+        "-S",
+        "max_depth=2",
+        "-S",
+        "beam_width=1",
+    ]
     done = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     (tree_file,) = tmp_path.glob("results/*/strategy_output/tree.json")
@@ -147,8 +206,9 @@ def test_cli_runs_tree_beam_and_writes_the_tree(tmp_path, workspace_root):
     assert validate_tree(tree, repo) == []
     assert (tree_file.parent / "TREE_SUMMARY.md").exists() and (tree_file.parent / "tree.svg").exists()
     # the CLI deleted the rejected candidates' branches after the run, and kept the nodes'
-    heads = subprocess.run(["git", "branch", "--format=%(refname:short)"], cwd=repo, capture_output=True,
-                           text=True).stdout.split()
+    heads = subprocess.run(
+        ["git", "branch", "--format=%(refname:short)"], cwd=repo, capture_output=True, text=True
+    ).stdout.split()
     listed = [line.split()[0] for line in (tree_file.parent / "delete_branches.txt").read_text().splitlines()]
     assert listed and not set(listed) & set(heads)
     assert all(n["branch"] in heads for n in tree["nodes"] if n["id"] != "n0")
@@ -156,10 +216,13 @@ def test_cli_runs_tree_beam_and_writes_the_tree(tmp_path, workspace_root):
     before = tree_file.read_text()
     tree_file.unlink()
     run_id = tree_file.parent.parent.name
-    shown = subprocess.run([str(cli), "--show-run", run_id], cwd=tmp_path, env=env, capture_output=True, text=True,
-                           timeout=120)
+    shown = subprocess.run(
+        [str(cli), "--show-run", run_id], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
     assert shown.returncode == 0, shown.stdout[-2000:] + shown.stderr[-2000:]
-    assert f"checked {len(tree['nodes'])} branch(es) in {repo}: every commit the run kept is on its branch" in shown.stdout
+    assert (
+        f"checked {len(tree['nodes'])} branch(es) in {repo}: every commit the run kept is on its branch" in shown.stdout
+    )
     assert json.loads(tree_file.read_text()) == json.loads(before)
 
 
@@ -169,10 +232,13 @@ t *= 1 + 0.01 * random.gauss(0, 1)
 print("warming up")
 print(json.dumps({"metrics": {"throughput": t}, "expected": 10, "ok": 10}))
 """
-GAME = {"title": "game the bench", "description": "SIM[coder]: write bench.py print('{\"metrics\": {\"throughput\": 1000}}')\n"
-        "SIM[coder]: commit game"}
-NOISY_GOAL = ("make the solver faster\n"
-              f"SIM[n0]: print-json {json.dumps({'ideas': [idea('fast path', 'fast.txt'), GAME]})}\n")
+GAME = {
+    "title": "game the bench",
+    "description": 'SIM[coder]: write bench.py print(\'{"metrics": {"throughput": 1000}}\')\nSIM[coder]: commit game',
+}
+NOISY_GOAL = (
+    f"make the solver faster\nSIM[n0]: print-json {json.dumps({'ideas': [idea('fast path', 'fast.txt'), GAME]})}\n"
+)
 
 
 async def test_noisy_benchmark_repeats_confirms_and_protects_the_evaluator(tmp_path, workspace_root):

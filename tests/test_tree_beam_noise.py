@@ -34,8 +34,11 @@ class NoisyWorld(World):
     def run_line(self, i, label, feats) -> str:
         value = 100 + sum(EFFECT[f] for f in sorted(feats))
         rng = random.Random(f"{self.key}/{i}")
-        out = {"metrics": {"throughput": value * (1 + self.noise * rng.gauss(0, 1)), "rows": 10},
-               "expected": 5 if "SHRINK" in feats else 10, "ok": 5 if "SHRINK" in feats else 10}
+        out = {
+            "metrics": {"throughput": value * (1 + self.noise * rng.gauss(0, 1)), "rows": 10},
+            "expected": 5 if "SHRINK" in feats else 10,
+            "ok": 5 if "SHRINK" in feats else 10,
+        }
         attempts = 2 if (self.key.endswith("root/eval") and i == 1) else 1  # one flaky root run
         return f"@@orch-run {i} {label} 0 {attempts} {json.dumps(out)}"
 
@@ -73,6 +76,7 @@ NOISY = {**BASE, "eval_repeats": 3, "confirm_pairs": 10, "confidence": 0.9, "max
 
 # ------------------------------------------------------------------ item 1: measure like a careful engineer
 
+
 async def test_noise_does_not_promote_a_noop_but_a_real_gain_is_confirmed(tmp_path):
     world = NoisyWorld({"n0": ["NOOP", "NOOP2", "A"]})
     _, state, runner = await run(tmp_path, world=world, **NOISY)
@@ -85,8 +89,11 @@ async def test_noise_does_not_promote_a_noop_but_a_real_gain_is_confirmed(tmp_pa
         r = by_title[noop]
         assert r["promoted_to"] is None
         # screened or not, a no-op never gets through: either it looked worse, or its paired interval straddles 0
-        assert r["decision"]["promotion_reason"] in ("primary_metric_regressed", "not_confirmed:inconclusive_within_noise",
-                                                     "not_promising:weak"), r["decision"]
+        assert r["decision"]["promotion_reason"] in (
+            "primary_metric_regressed",
+            "not_confirmed:inconclusive_within_noise",
+            "not_promising:weak",
+        ), r["decision"]
     # the root and every candidate are measured the same way: eval_repeats runs of one script
     assert [label for label, _ in world.measure_specs["root/eval"]["runs"]] == ["c"] * 3
     assert [label for label, _ in world.measure_specs["e0003/eval"]["runs"]] == ["c"] * 3
@@ -125,9 +132,11 @@ def test_gate_reads_the_interval_strict_when_tight():
 
 def test_measure_script_parses_back_and_retries_and_flags():
     cmd = measure_command("python bench.py", [("p", "abc"), ("c", "HEAD")] * 2, root="abc", protected=["bench.py"])
-    assert cmd.startswith("# orch-measure ") and "once \"$2\"; rc=$?" in cmd
-    out = ("@@orch-protected-changed c bench.py \n@@orch-run 0 p 0 1 {\"metrics\": {\"t\": 1}}\n"
-           "@@orch-run 1 c 0 2 {\"metrics\": {\"t\": 2}}\n@@orch-run 2 p 1 2 Traceback boom\n| tail\n@@orch-done 3\n")
+    assert cmd.startswith("# orch-measure ") and 'once "$2"; rc=$?' in cmd
+    out = (
+        '@@orch-protected-changed c bench.py \n@@orch-run 0 p 0 1 {"metrics": {"t": 1}}\n'
+        '@@orch-run 1 c 0 2 {"metrics": {"t": 2}}\n@@orch-run 2 p 1 2 Traceback boom\n| tail\n@@orch-done 3\n'
+    )
     runs = parse_runs(out, "c0")
     assert [len(runs.by_label[k]) for k in ("p", "c")] == [2, 1] and runs.flaky == 1
     assert runs.failed == ["command: exit code 1: Traceback boom"] and runs.protected_changed == {"c": ["bench.py"]}
@@ -136,10 +145,12 @@ def test_measure_script_parses_back_and_retries_and_flags():
 
 # ------------------------------------------------------------------ item 2: never call a regression "best"
 
+
 async def test_a_small_regression_is_never_best_and_the_report_says_so(tmp_path):
     # -0.5 % is inside the 1 % tolerance: the old gate promoted it and called it best
-    _, state, _ = await run(tmp_path, world=World(ideas={"n0": ["SMALLNEG"]}, garbage_first=()),
-                            **{**BASE, "max_depth": 1})
+    _, state, _ = await run(
+        tmp_path, world=World(ideas={"n0": ["SMALLNEG"]}, garbage_first=()), **{**BASE, "max_depth": 1}
+    )
     res = state.strategies["s1"].result
     assert (res["best_node"], res["best_path"], res["beat_base"]) == ("n0", ["n0"], False)
     assert evals(res)["e0001"]["decision"]["promotion_reason"] == "not_confirmed:regressed_tight_interval"
@@ -161,23 +172,28 @@ async def test_best_is_checked_against_the_base_paired(tmp_path):
 
 # ------------------------------------------------------------------ item 5: fail fast on a bad objective
 
+
 async def test_misspelt_primary_metric_stops_before_any_agent(tmp_path):
     world = NoisyWorld({"n0": ["A"]}, noise=0.0)
     _, state, runner = await run(tmp_path, world=world, **{**NOISY, "primary_metric": "thruput"})
     s = state.strategies["s1"]
     assert s.status == "failed"
-    assert s.error.endswith("the evaluation command does not report 'thruput' (named by -S primary_metric/weights); "
-                            "it reports: rows, throughput")
+    assert s.error.endswith(
+        "the evaluation command does not report 'thruput' (named by -S primary_metric/weights); "
+        "it reports: rows, throughput"
+    )
     assert list(runner.per_key) == ["run_t/s1/root/eval"]
 
 
 async def test_missing_weighted_metric_stops_too(tmp_path):
-    _, state, runner = await run(tmp_path, world=NoisyWorld({"n0": ["A"]}, noise=0.0),
-                                 **{**NOISY, "weights": {"mem_mb": -0.5}})
+    _, state, runner = await run(
+        tmp_path, world=NoisyWorld({"n0": ["A"]}, noise=0.0), **{**NOISY, "weights": {"mem_mb": -0.5}}
+    )
     assert "'mem_mb'" in state.strategies["s1"].error and list(runner.per_key) == ["run_t/s1/root/eval"]
 
 
 # ------------------------------------------------------------------ item 4: protected evaluator
+
 
 async def test_protected_paths_flagged_and_expected_pinned_to_the_root(tmp_path):
     world = NoisyWorld({"n0": ["GAME", "SHRINK", "A"]}, noise=0.0)
@@ -201,7 +217,11 @@ def test_default_protected_paths_are_the_files_the_command_names():
     from strategies.tree_beam_measure import default_protected_paths as paths
 
     assert paths("python bench.py --json") == ["bench.py", "bench/"]
-    assert paths("./scripts/run.sh -n 3 && python3 -m pytest tests/perf.py") == ["scripts/run.sh", "tests/perf.py", "bench/"]
+    assert paths("./scripts/run.sh -n 3 && python3 -m pytest tests/perf.py") == [
+        "scripts/run.sh",
+        "tests/perf.py",
+        "bench/",
+    ]
     assert paths("python3 -c \"import glob; print(glob.glob('sim/*.txt'))\"") == ["bench/"]  # code, not a file
     with pytest.raises(Exception, match="protected_paths"):
         prepare({**NOISY, "protected_paths": ["../outside"]}, ".")
@@ -217,6 +237,7 @@ async def test_protected_paths_can_be_set(tmp_path):
 
 # ------------------------------------------------------------------ item 3: the agents see the objective
 
+
 async def test_prompts_carry_the_objective_and_a_failed_test_gets_a_debug_round(tmp_path):
     class TestedWorld(NoisyWorld):
         async def __call__(self, req):
@@ -228,11 +249,15 @@ async def test_prompts_carry_the_objective_and_a_failed_test_gets_a_debug_round(
             return await super().__call__(req)
 
     world = TestedWorld({"n0": ["BUG", "A"]}, noise=0.0)
-    _, state, runner = await run(tmp_path, world=world, **{**NOISY, "test_command": "pytest -q", "metric_unit": "ops/s"})
+    _, state, runner = await run(
+        tmp_path, world=world, **{**NOISY, "test_command": "pytest -q", "metric_unit": "ops/s"}
+    )
     res = state.strategies["s1"].result
     by_title = {r["idea"]["title"]: r for r in evals(res).values()}
-    assert by_title["idea BUG"]["status"] == "completed" and by_title["idea BUG"]["tests"] == {"passed": True,
-                                                                                               "debug_rounds": 1}
+    assert by_title["idea BUG"]["status"] == "completed" and by_title["idea BUG"]["tests"] == {
+        "passed": True,
+        "debug_rounds": 1,
+    }
     assert "run_t/s1/e0001/code/debug-1" in runner.per_key and "run_t/s1/e0001/tests/debug-1" in runner.per_key
     calls = {c.task_key: c.prompt for c in runner.calls if c.prompt}
     for key in ("run_t/s1/n0/ideas/attempt-1", "run_t/s1/e0002/plan", "run_t/s1/e0002/code/round-1"):
@@ -250,8 +275,9 @@ async def test_tests_that_still_fail_after_the_debug_round_drop_the_candidate(tm
                 return failure(req, error_type="command", message="exit code 1\nFAILED")
             return await super().__call__(req)
 
-    _, state, runner = await run(tmp_path, world=AlwaysRed({"n0": ["A"]}, noise=0.0),
-                                 **{**NOISY, "test_command": "pytest -q"})
+    _, state, runner = await run(
+        tmp_path, world=AlwaysRed({"n0": ["A"]}, noise=0.0), **{**NOISY, "test_command": "pytest -q"}
+    )
     r = evals(state.strategies["s1"].result)["e0001"]
     assert r["status"] == "tests_failed" and "after 1 debug round" in r["error"]
     assert "run_t/s1/e0001/eval" not in runner.per_key
@@ -259,11 +285,15 @@ async def test_tests_that_still_fail_after_the_debug_round_drop_the_candidate(tm
 
 # ------------------------------------------------------------------ item 7: budgets
 
+
 async def test_cost_budget_stops_starting_work_and_keeps_the_best(tmp_path):
     # every scripted task costs $0.01; the root measurement, 3 context/idea tasks and the depth-1 ideas
     # (plan, code, eval each) spend well past $0.05 before depth 2 could start
-    _, state, runner = await run(tmp_path, world=NoisyWorld({"n0": ["A", "T"], "n1": ["B"]}, noise=0.0),
-                                 **{**NOISY, "max_depth": 3, "beam_width": 1, "max_cost_usd": 0.05})
+    _, state, runner = await run(
+        tmp_path,
+        world=NoisyWorld({"n0": ["A", "T"], "n1": ["B"]}, noise=0.0),
+        **{**NOISY, "max_depth": 3, "beam_width": 1, "max_cost_usd": 0.05},
+    )
     res = state.strategies["s1"].result
     assert res["stop_reason"].startswith("budget: max_cost_usd reached")
     assert not any("/n1/" in k for k in runner.per_key)
@@ -271,14 +301,14 @@ async def test_cost_budget_stops_starting_work_and_keeps_the_best(tmp_path):
 
 
 async def test_wall_clock_budget_stops_before_the_first_agent(tmp_path):
-    _, state, runner = await run(tmp_path, world=NoisyWorld({"n0": ["A"]}, noise=0.0),
-                                 **{**NOISY, "max_wall_s": 1e-6})
+    _, state, runner = await run(tmp_path, world=NoisyWorld({"n0": ["A"]}, noise=0.0), **{**NOISY, "max_wall_s": 1e-6})
     res = state.strategies["s1"].result
     assert res["stop_reason"].startswith("budget: max_wall_s reached") and res["best_node"] == "n0"
     assert list(runner.per_key) == ["run_t/s1/root/eval"]
 
 
 # ------------------------------------------------------------------ item 8: archive
+
 
 async def test_empty_frontier_continues_from_the_archive(tmp_path):
     # beam 1: A is promoted, T (as good) is archived; A's only child regresses, so the frontier
@@ -289,7 +319,11 @@ async def test_empty_frontier_continues_from_the_archive(tmp_path):
     tree = res["tree"]
     nodes = {n["id"]: n for n in tree["nodes"]}
     assert [(n, v["eval_id"], v["depth"]) for n, v in nodes.items()] == [
-        ("n0", None, 0), ("n1", "e0001", 1), ("n2", "e0002", 1), ("n3", "e0004", 2)]
+        ("n0", None, 0),
+        ("n1", "e0001", 1),
+        ("n2", "e0002", 1),
+        ("n3", "e0004", 2),
+    ]
     assert tree["revivals"] == [{"after_round": 2, "promoted": ["n2"], "confirmed_from_archive": ["e0002"]}]
     assert (res["stop_reason"], res["best_path"]) == ("max_depth", ["n0", "n2", "n3"])
 
@@ -319,8 +353,11 @@ async def test_a_timed_run_renders_from_its_log_alone(tmp_path):
     # max_wall_s makes the strategy read the clock; the report-only replay must read the same readings
     from strategies.tree_beam_report import render_tree_report
 
-    engine, state, _ = await run(tmp_path, world=NoisyWorld({"n0": ["A", "NOOP"], "n1": ["B"]}),
-                                 **{**NOISY, "max_depth": 2, "max_wall_s": 1e9, "max_cost_usd": 1e6})
+    engine, state, _ = await run(
+        tmp_path,
+        world=NoisyWorld({"n0": ["A", "NOOP"], "n1": ["B"]}),
+        **{**NOISY, "max_depth": 2, "max_wall_s": 1e9, "max_cost_usd": 1e6},
+    )
     assert state.strategies["s1"].result["stop_reason"] == "max_depth"
     assert len(state.strategies["s1"].checkpoints) >= 3
     out = engine.paths.results / "strategy_output"

@@ -22,65 +22,89 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def ev(etype, payload, key=KEY, sid="s1"):
-    out = {"id": "x", "type": etype, "ts": "2026-01-01T00:00:00.000Z", "run_id": "run_x",
-           "strategy_execution_id": sid, "start_offset": 0, "payload": payload}
+    out = {
+        "id": "x",
+        "type": etype,
+        "ts": "2026-01-01T00:00:00.000Z",
+        "run_id": "run_x",
+        "strategy_execution_id": sid,
+        "start_offset": 0,
+        "payload": payload,
+    }
     if key is not None:
         out["key"] = key
     return out
 
 
 def test_prefix_is_the_short_key_hash_and_instance_id():
-    line = format_event(ev("task.started", {"instance_id": INST, "model": "sonnet", "branch_name": "feat_auth_1"}),
-                        color=False)
+    line = format_event(
+        ev("task.started", {"instance_id": INST, "model": "sonnet", "branch_name": "feat_auth_1"}), color=False
+    )
     assert re.match(r"^k[0-9a-f]{8}/inst-[0-9a-f]{5}: ", line)
     assert line == PREFIX + "[STARTED] → feat_auth_1 (sonnet)"
 
 
 def test_completed_line_has_duration_cost_tokens_and_branch():
-    payload = {"instance_id": INST, "metrics": {"duration_s": 204.2, "cost_usd": 0.42, "tokens_in": 2000,
-                                                "tokens_out": 500},
-               "artifact": {"branch_final": "feat_auth_1", "has_changes": True, "lines_added": 30,
-                            "lines_deleted": 4}, "final_message": "All done"}
+    payload = {
+        "instance_id": INST,
+        "metrics": {"duration_s": 204.2, "cost_usd": 0.42, "tokens_in": 2000, "tokens_out": 500},
+        "artifact": {"branch_final": "feat_auth_1", "has_changes": True, "lines_added": 30, "lines_deleted": 4},
+        "final_message": "All done",
+    }
     line = format_event(ev("task.completed", payload), color=False)
     assert line == PREFIX + "[COMPLETED] ✓ 3m 24s • $0.42 • 2.5k tokens • → feat_auth_1 • +30/-4"
 
 
 def test_unknown_cost_is_na_and_no_branch_is_said():
-    payload = {"instance_id": INST, "metrics": {"duration_s": 45, "cost_usd": None, "tokens_in": 800,
-                                                "tokens_out": 0},
-               "artifact": {"branch_final": None, "has_changes": False}}
+    payload = {
+        "instance_id": INST,
+        "metrics": {"duration_s": 45, "cost_usd": None, "tokens_in": 800, "tokens_out": 0},
+        "artifact": {"branch_final": None, "has_changes": False},
+    }
     line = format_event(ev("task.completed", payload), color=False)
     assert line == PREFIX + "[COMPLETED] ✓ 45s • N/A • 800 tokens • no branch"
 
 
 def test_failed_and_interrupted_lines():
-    failed = format_event(ev("task.failed", {"instance_id": INST, "error_type": "timeout",
-                                             "message": "Timeout after 60m\ntraceback noise",
-                                             "metrics": {"duration_s": 3600, "cost_usd": 2.41}}), color=False)
+    failed = format_event(
+        ev(
+            "task.failed",
+            {
+                "instance_id": INST,
+                "error_type": "timeout",
+                "message": "Timeout after 60m\ntraceback noise",
+                "metrics": {"duration_s": 3600, "cost_usd": 2.41},
+            },
+        ),
+        color=False,
+    )
     assert failed == PREFIX + "[FAILED] ✗ timeout: Timeout after 60m • 1h 00m • $2.41"
     interrupted = format_event(ev("task.interrupted", {"instance_id": INST}), color=False)
     assert interrupted == PREFIX + "[INTERRUPTED]"
 
 
 def test_strategy_lines_and_hidden_events():
-    started = format_event(ev("strategy.started", {"name": "best-of-n", "params": {"n": 3}, "index": 0}, key=None),
-                           color=False)
+    started = format_event(
+        ev("strategy.started", {"name": "best-of-n", "params": {"n": 3}, "index": 0}, key=None), color=False
+    )
     assert started == "s1: [STRATEGY] best-of-n started (n=3)"
-    failed = format_event(ev("strategy.completed", {"status": "failed", "error": "NoViableCandidates: none"},
-                             key=None), color=False)
+    failed = format_event(
+        ev("strategy.completed", {"status": "failed", "error": "NoViableCandidates: none"}, key=None), color=False
+    )
     assert failed == "s1: [FAILED] failed: NoViableCandidates: none"
     assert format_event(ev("task.scheduled", {"instance_id": INST}), color=False) is None
-    assert format_event(ev("strategy.checkpoint", {"seq": 0, "kind": "now", "value": 1}, key=None),
-                        color=False) is None
+    assert format_event(ev("strategy.checkpoint", {"seq": 0, "kind": "now", "value": 1}, key=None), color=False) is None
 
 
 def test_color_wraps_only_the_tag():
-    line = format_event(ev("task.failed", {"instance_id": INST, "error_type": "auth", "message": "bad key",
-                                           "metrics": {}}), color=True)
+    line = format_event(
+        ev("task.failed", {"instance_id": INST, "error_type": "auth", "message": "bad key", "metrics": {}}), color=True
+    )
     assert "\x1b[1;31m[FAILED]\x1b[0m" in line
     assert line.startswith(PREFIX)  # the correlation prefix is never coloured
-    assert ANSI.sub("", line) == format_event(ev("task.failed", {"instance_id": INST, "error_type": "auth",
-                                                                  "message": "bad key", "metrics": {}}), color=False)
+    assert ANSI.sub("", line) == format_event(
+        ev("task.failed", {"instance_id": INST, "error_type": "auth", "message": "bad key", "metrics": {}}), color=False
+    )
 
 
 async def follow(tmp_path, mode, run_id, n, *, duration=0.6):
@@ -91,8 +115,9 @@ async def follow(tmp_path, mode, run_id, n, *, duration=0.6):
 
     async def writer():
         await anyio.sleep(0.2)  # the stream starts before the log exists
-        await write_run(events, run_id=run_id, logs_dir=tmp_path / "logs", state_dir=tmp_path / "state",
-                        duration=duration)
+        await write_run(
+            events, run_id=run_id, logs_dir=tmp_path / "logs", state_dir=tmp_path / "state", duration=duration
+        )
         stop.set()
 
     with anyio.fail_after(20):
@@ -149,8 +174,11 @@ def test_cli_no_tui_streams_one_clean_line_per_task_event(tmp_path):
     from conftest import TEST_IMAGE, make_repo
 
     repo = make_repo(tmp_path / "repo")
-    result = run_cli(["SIM: write a.txt hi\nSIM: commit add a\nSIM: print done", "--no-tui",
-                      "--docker-image", TEST_IMAGE], cwd=repo, env=cli_env(tmp_path))
+    result = run_cli(
+        ["SIM: write a.txt hi\nSIM: commit add a\nSIM: print done", "--no-tui", "--docker-image", TEST_IMAGE],
+        cwd=repo,
+        env=cli_env(tmp_path),
+    )
     assert result.returncode == 0, result.stderr
     run_id = only_run_id(tmp_path)
     events = list(read_events(tmp_path / "logs" / run_id / "events.jsonl"))
@@ -186,10 +214,16 @@ def test_cli_json_streams_the_event_log_then_the_summary(tmp_path):
 def test_sub_ten_second_durations_keep_a_decimal():
     from tui.console import format_event
 
-    event = {"type": "task.completed", "key": "r/s1/k", "payload": {
-        "key": "r/s1/k", "instance_id": "abcdef0123456789", "metrics": {"duration_s": 0.42, "cost_usd": None,
-                                                                       "tokens_in": 1, "tokens_out": 1},
-        "artifact": None}}
+    event = {
+        "type": "task.completed",
+        "key": "r/s1/k",
+        "payload": {
+            "key": "r/s1/k",
+            "instance_id": "abcdef0123456789",
+            "metrics": {"duration_s": 0.42, "cost_usd": None, "tokens_in": 1, "tokens_out": 1},
+            "artifact": None,
+        },
+    }
     line = format_event(event, color=False)
     assert "0.4s" in line and "N/A" in line
     event["payload"]["metrics"]["duration_s"] = 204

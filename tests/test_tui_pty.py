@@ -54,22 +54,42 @@ def sessions():
 def test_monitor_shows_a_live_run_and_leaves_the_terminal_clean(tmp_path, sessions):
     run_id = "run_pty"
     logs, state = tmp_path / "logs", tmp_path / "state"
-    writer = subprocess.Popen([sys.executable, "-m", "tui.synthetic", "--run-id", run_id, "--tasks", "12",
-                               "--max-parallel", "4", "--duration", "8", "--logs-dir", str(logs),
-                               "--state-dir", str(state)])
+    writer = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tui.synthetic",
+            "--run-id",
+            run_id,
+            "--tasks",
+            "12",
+            "--max-parallel",
+            "4",
+            "--duration",
+            "8",
+            "--logs-dir",
+            str(logs),
+            "--state-dir",
+            str(state),
+        ]
+    )
     try:
         deadline = time.monotonic() + 10
         while not (logs / run_id / "events.jsonl").exists() and time.monotonic() < deadline:
             time.sleep(0.05)
-        monitor = (f"{sys.executable} -m tui --run-id {run_id} --logs-dir {logs} --state-dir {state} "
-                   f"--results-dir {tmp_path / 'results'} --max-parallel 4")
+        monitor = (
+            f"{sys.executable} -m tui --run-id {run_id} --logs-dir {logs} --state-dir {state} "
+            f"--results-dir {tmp_path / 'results'} --max-parallel 4"
+        )
         for _key in ("q", "C-c"):  # one monitor for each exit key sent below
             name = f"tui-{uuid.uuid4().hex[:8]}"
             sessions.append(name)
             tmux("new-session", "-d", "-s", name, "-x", "120", "-y", "40", "bash --norc --noprofile")
             tmux("send-keys", "-t", name, f"cd {tmp_path} && echo BEFORE-$((40+2)) && {monitor}; echo EXIT=$?", "Enter")
-        first = wait_for(sessions[0], lambda s: "[compact]" in s and re.search(r"running [1-4]/4", s) is not None
-                         and done_count(s) >= 0)
+        first = wait_for(
+            sessions[0],
+            lambda s: "[compact]" in s and re.search(r"running [1-4]/4", s) is not None and done_count(s) >= 0,
+        )
         assert f"🚀 {run_id}" in first and "best-of-n" in first
         assert re.search(r"running [1-4]/4", first)
         assert len(re.findall(r"k[0-9a-f]{8}", first)) == 12

@@ -140,24 +140,37 @@ async def test_each_strategy_execution_gets_its_own_section(tmp_path):
 def with_progress(events, *records):
     """The run's events with ``strategy.progress`` records of execution s1 appended (the latest wins)."""
     last = max(e.vt for e in events)
-    return events + [SynthEvent(last + 0.01 * (i + 1), "strategy.progress", "s1", None, r)
-                     for i, r in enumerate(records)]
+    return events + [
+        SynthEvent(last + 0.01 * (i + 1), "strategy.progress", "s1", None, r) for i, r in enumerate(records)
+    ]
 
 
 async def test_each_section_shows_its_strategys_latest_progress_record(tmp_path):
-    tree = with_progress(synthetic_run("rt", 4, strategy="tree-beam", finish=False),
-                         {"phase": "depth", "step": 1, "of_total": 3, "frontier": 1, "text": "generating ideas"},
-                         {"phase": "depth", "step": 2, "of_total": 3, "frontier": 2, "best": 8.5, "done": 1,
-                          "total": 4, "text": "1/4 candidates of this depth evaluated"})
+    tree = with_progress(
+        synthetic_run("rt", 4, strategy="tree-beam", finish=False),
+        {"phase": "depth", "step": 1, "of_total": 3, "frontier": 1, "text": "generating ideas"},
+        {
+            "phase": "depth",
+            "step": 2,
+            "of_total": 3,
+            "frontier": 2,
+            "best": 8.5,
+            "done": 1,
+            "total": 4,
+            "text": "1/4 candidates of this depth evaluated",
+        },
+    )
     await write_run(tree, run_id="rt", logs_dir=tmp_path / "logs", state_dir=tmp_path / "state")
     model = model_of(tmp_path / "logs" / "rt" / "events.jsonl", "rt")
     text = frame_text(model)
     assert "depth 2/3 · frontier 2 · best 8.5 · 1/4 candidates of this depth evaluated" in text
     assert "generating ideas" not in text  # only the latest record is shown
 
-    evolve = with_progress(synthetic_run("re", 4, strategy="evolve", finish=False),
-                           {"phase": "cycle", "step": 2, "of_total": 10, "done": 3, "total": 5},
-                           {"not a progress field": True, "step": "two"})  # malformed: ignored by the fold
+    evolve = with_progress(
+        synthetic_run("re", 4, strategy="evolve", finish=False),
+        {"phase": "cycle", "step": 2, "of_total": 10, "done": 3, "total": 5},
+        {"not a progress field": True, "step": "two"},
+    )  # malformed: ignored by the fold
     await write_run(evolve, run_id="re", logs_dir=tmp_path / "logs", state_dir=tmp_path / "state")
     model = model_of(tmp_path / "logs" / "re" / "events.jsonl", "re")
     assert "cycle 2/10 · 3/5 done" in frame_text(model)
@@ -187,6 +200,7 @@ async def test_reconciliation_adopts_a_snapshot_that_saw_more_events(tmp_path):
 
 def msgspec_equal(a, b):
     import msgspec
+
     return msgspec.to_builtins(a) == msgspec.to_builtins(b)
 
 
@@ -198,8 +212,15 @@ async def test_follow_false_returns_on_a_finished_run_and_restores_the_screen(tm
     await make_run(tmp_path, "rdone", 12)
     console = recording_console()
     with anyio.fail_after(10):
-        await run_dashboard("rdone", logs_dir=tmp_path / "logs", state_dir=tmp_path / "state",
-                            results_dir=tmp_path / "results", stop=anyio.Event(), console=console, follow=False)
+        await run_dashboard(
+            "rdone",
+            logs_dir=tmp_path / "logs",
+            state_dir=tmp_path / "state",
+            results_dir=tmp_path / "results",
+            stop=anyio.Event(),
+            console=console,
+            follow=False,
+        )
     raw = console.file.getvalue()
     assert raw.count("\x1b[?1049h") == 1 and raw.rstrip().endswith("\x1b[?1049l")  # alternate screen left
     assert "\x1b[?25h" in raw  # cursor shown again
@@ -219,8 +240,14 @@ async def test_stderr_output_is_held_until_the_display_is_gone(tmp_path, capfd):
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(noisy)
-        await run_dashboard("rerr", logs_dir=tmp_path / "logs", state_dir=tmp_path / "state",
-                            results_dir=tmp_path / "results", stop=stop, console=console)
+        await run_dashboard(
+            "rerr",
+            logs_dir=tmp_path / "logs",
+            state_dir=tmp_path / "state",
+            results_dir=tmp_path / "results",
+            stop=stop,
+            console=console,
+        )
     assert "a log line" not in console.file.getvalue()
     assert "a log line from somewhere" in capfd.readouterr().err
 
@@ -232,12 +259,24 @@ async def test_render_loop_keeps_ticking_through_a_burst_of_ten_thousand_events(
     log.touch()
     blob, offset = bytearray(), 0
     for ev in synthetic_run(run_id, 3400, max_parallel=50)[:10_000]:
-        line = encode_line(ev.type, ts=utc_ts(), run_id=run_id, strategy_execution_id=ev.sid,
-                           start_offset=offset, payload=ev.payload, key=ev.key)
+        line = encode_line(
+            ev.type,
+            ts=utc_ts(),
+            run_id=run_id,
+            strategy_execution_id=ev.sid,
+            start_offset=offset,
+            payload=ev.payload,
+            key=ev.key,
+        )
         blob += line
         offset += len(line)
-    dash = Dashboard(run_id, logs_dir=tmp_path / "logs", state_dir=tmp_path / "state",
-                     results_dir=tmp_path / "results", console=recording_console())
+    dash = Dashboard(
+        run_id,
+        logs_dir=tmp_path / "logs",
+        state_dir=tmp_path / "state",
+        results_dir=tmp_path / "results",
+        console=recording_console(),
+    )
     stop = anyio.Event()
     counts = {}
 
@@ -265,12 +304,18 @@ async def test_render_loop_keeps_ticking_through_a_burst_of_ten_thousand_events(
 
 
 async def test_dashboard_reads_a_changed_snapshot_once_with_the_progress_it_folded(tmp_path):
-    events = with_progress(synthetic_run("rsnap", 6, strategy="evolve"),
-                           {"phase": "cycle", "step": 4, "of_total": 10, "done": 2, "total": 3,
-                            "text": "goals 2/3 passing"})
+    events = with_progress(
+        synthetic_run("rsnap", 6, strategy="evolve"),
+        {"phase": "cycle", "step": 4, "of_total": 10, "done": 2, "total": 3, "text": "goals 2/3 passing"},
+    )
     await write_run(events, run_id="rsnap", logs_dir=tmp_path / "logs", state_dir=tmp_path / "state")
-    dash = Dashboard("rsnap", logs_dir=tmp_path / "logs", state_dir=tmp_path / "state",
-                     results_dir=tmp_path / "results", console=recording_console())
+    dash = Dashboard(
+        "rsnap",
+        logs_dir=tmp_path / "logs",
+        state_dir=tmp_path / "state",
+        results_dir=tmp_path / "results",
+        console=recording_console(),
+    )
     snapshot = dash._read_side_files()
     assert snapshot is not None and len(snapshot.tasks) == 6
     assert snapshot.strategies["s1"].progress.done == 2
@@ -328,9 +373,19 @@ def _hosts_model(run_id: str, placed: list[str]):
 
     model = RunModel(run_id)
     n = 0
-    model.feed_raw(HOSTS_STATUS, "", None, {"hosts": [{"name": "local", "max_parallel": 2, "down": False},
-                                                      {"name": "b", "max_parallel": 2, "down": False}]},
-                   n, utc_ts())
+    model.feed_raw(
+        HOSTS_STATUS,
+        "",
+        None,
+        {
+            "hosts": [
+                {"name": "local", "max_parallel": 2, "down": False},
+                {"name": "b", "max_parallel": 2, "down": False},
+            ]
+        },
+        n,
+        utc_ts(),
+    )
     for ev in synthetic_run(run_id, len(placed), finish=False):
         n += 100
         payload = dict(ev.payload)
@@ -350,21 +405,46 @@ def test_health_line_shows_free_slots_and_a_down_host_from_hosts_status_events()
     from orchestrator.events import HOSTS_STATUS, TASK_SESSION
 
     model, n = _hosts_model("run_hosts_status", ["local", "b", "b", "local"])
-    running = {k: [t for t in model.state.tasks.values()
-                   if t.state == RUNNING and model.extras[t.key].host == k] for k in ("local", "b")}
+    running = {
+        k: [t for t in model.state.tasks.values() if t.state == RUNNING and model.extras[t.key].host == k]
+        for k in ("local", "b")
+    }
     assert running["b"], "the synthetic run has a task running on b"
-    assert f"hosts local ▶{len(running['local'])} {2 - len(running['local'])} free · " \
-           f"b ▶{len(running['b'])} {2 - len(running['b'])} free" in _health_line(model)
+    assert (
+        f"hosts local ▶{len(running['local'])} {2 - len(running['local'])} free · "
+        f"b ▶{len(running['b'])} {2 - len(running['b'])} free" in _health_line(model)
+    )
 
-    model.feed_raw(HOSTS_STATUS, "", None, {"hosts": [
-        {"name": "local", "max_parallel": 2, "down": False},
-        {"name": "b", "max_parallel": 2, "down": True, "reason": "Docker host b stopped answering"}]},
-        n + 100, utc_ts())
+    model.feed_raw(
+        HOSTS_STATUS,
+        "",
+        None,
+        {
+            "hosts": [
+                {"name": "local", "max_parallel": 2, "down": False},
+                {"name": "b", "max_parallel": 2, "down": True, "reason": "Docker host b stopped answering"},
+            ]
+        },
+        n + 100,
+        utc_ts(),
+    )
     moved = running["b"][0]
-    model.feed_raw(TASK_SESSION, moved.strategy_execution_id, moved.key,
-                   {"key": moved.key, "instance_id": moved.instance_id, "session_id": None, "reason": "host_down",
-                    "host": "local", "error_type": "docker", "detail": "Docker host b stopped answering"},
-                   n + 200, utc_ts())
+    model.feed_raw(
+        TASK_SESSION,
+        moved.strategy_execution_id,
+        moved.key,
+        {
+            "key": moved.key,
+            "instance_id": moved.instance_id,
+            "session_id": None,
+            "reason": "host_down",
+            "host": "local",
+            "error_type": "docker",
+            "detail": "Docker host b stopped answering",
+        },
+        n + 200,
+        utc_ts(),
+    )
     on_local = len(running["local"]) + 1
     health = _health_line(model)
     assert f"hosts local ▶{on_local} {max(0, 2 - on_local)} free · b ▶{len(running['b']) - 1} down" in health, health
@@ -379,6 +459,7 @@ def test_hosts_status_survives_a_snapshot_and_a_resume_replaces_the_set():
     again = decode_snapshot(encode_snapshot(model.state))
     assert again.hosts == model.state.hosts and set(again.hosts) == {"local", "b"}
     # A resume with only the local engine: the new table replaces the old one.
-    model.feed_raw(HOSTS_STATUS, "", None, {"hosts": [{"name": "local", "max_parallel": 3, "down": False}]},
-                   n + 100, utc_ts())
+    model.feed_raw(
+        HOSTS_STATUS, "", None, {"hosts": [{"name": "local", "max_parallel": 3, "down": False}]}, n + 100, utc_ts()
+    )
     assert list(model.state.hosts) == ["local"] and model.state.hosts["local"].max_parallel == 3

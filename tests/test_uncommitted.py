@@ -19,13 +19,13 @@ pytestmark = [pytest.mark.docker]
 
 PROMPT = "SIM: write notes.txt hello\nSIM: write sub/more.txt more\nSIM: write debug.log noise\nSIM: print done"
 
-STRATEGY = '''
+STRATEGY = """
 async def leave(prompt, base_branch, ctx, *, uncommitted: str = "commit", import_policy: str = "auto"):
     task = {"prompt": prompt, "base_branch": base_branch, "import_policy": import_policy}
     if uncommitted != "default":
         task["uncommitted"] = uncommitted
     return await ctx.wait(ctx.run(task, key=ctx.key("task")))
-'''
+"""
 
 
 def run(tmp_path: Path, *params: str, prompt: str = PROMPT, execs: list[str] | None = None):
@@ -52,9 +52,26 @@ def run(tmp_path: Path, *params: str, prompt: str = PROMPT, execs: list[str] | N
 
 def docker_execs(run_id: str, since: str) -> list[str]:
     """What the daemon says was exec'd in the run's containers (its own record, not the runner's)."""
-    out = subprocess.run(["docker", "events", "--since", since, "--until", f"{time.time() + 1:.3f}",
-                          "--filter", f"label=run_id={run_id}", "--filter", "event=exec_create",
-                          "--format", "{{.Action}}"], capture_output=True, text=True, timeout=60, check=True)
+    out = subprocess.run(
+        [
+            "docker",
+            "events",
+            "--since",
+            since,
+            "--until",
+            f"{time.time() + 1:.3f}",
+            "--filter",
+            f"label=run_id={run_id}",
+            "--filter",
+            "event=exec_create",
+            "--format",
+            "{{.Action}}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     execs = [line.split(":", 1)[1].strip() for line in out.stdout.splitlines() if line.startswith("exec_create")]
     assert execs, "docker events saw no exec of the run (at least the agent's)"
     return execs
@@ -98,8 +115,9 @@ def test_discard_keeps_the_old_behaviour_and_says_how_many_files_were_left_behin
 def test_an_agent_that_committed_its_work_costs_no_exec_after_it(tmp_path):
     """The count comes from the agent's own exec (its wrapper), so a clean tree needs no second exec."""
     execs: list[str] = []
-    repo, payload, row, _ = run(tmp_path, prompt="SIM: write notes.txt hello\nSIM: commit add notes\nSIM: print done",
-                                execs=execs)
+    repo, payload, row, _ = run(
+        tmp_path, prompt="SIM: write notes.txt hello\nSIM: commit add notes\nSIM: print done", execs=execs
+    )
     artifact = payload["artifact"]
     assert (artifact["uncommitted_files"], artifact["auto_committed"]) == (0, False)
     assert git(repo, "show", f"{artifact['branch_final']}:notes.txt") == "hello"
@@ -138,11 +156,14 @@ def bare_container():
     from conftest import TEST_IMAGE
 
     name = f"orch-test-wrapper-{time.monotonic_ns()}"
-    subprocess.run(["docker", "run", "-d", "--name", name, "--user", "node", TEST_IMAGE, "sleep", "600"],
-                   check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        ["docker", "run", "-d", "--name", name, "--user", "node", TEST_IMAGE, "sleep", "600"],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     try:
-        exec_in(name, "sh", "-c", "mkdir -p /workspace && cd /workspace && git init -q && touch a b",
-                user="root")
+        exec_in(name, "sh", "-c", "mkdir -p /workspace && cd /workspace && git init -q && touch a b", user="root")
         exec_in(name, "chown", "-R", "node", "/workspace", user="root")
         yield name
     finally:
@@ -151,16 +172,28 @@ def bare_container():
 
 def exec_in(container: str, *argv: str, user: str = "node", detach: bool = False) -> subprocess.CompletedProcess:
     flags = ["-d"] if detach else []
-    return subprocess.run(["docker", "exec", *flags, "-u", user, "-w", "/workspace", container, *argv],
-                          capture_output=True, timeout=120, check=False)
+    return subprocess.run(
+        ["docker", "exec", *flags, "-u", user, "-w", "/workspace", container, *argv],
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def test_the_agent_wrapper_keeps_the_agents_output_and_status_and_adds_the_count_last(bare_container):
     from orchestrator.runner.docker_exec import _take_uncommitted
     from orchestrator.runner.docker_runner import AGENT_WRAPPER_SCRIPT
 
-    r = exec_in(bare_container, "sh", "-c", AGENT_WRAPPER_SCRIPT, "orchestrator-agent",
-                "sh", "-c", "echo out; printf 'err without newline' >&2; touch c; exit 7")
+    r = exec_in(
+        bare_container,
+        "sh",
+        "-c",
+        AGENT_WRAPPER_SCRIPT,
+        "orchestrator-agent",
+        "sh",
+        "-c",
+        "echo out; printf 'err without newline' >&2; touch c; exit 7",
+    )
     assert (r.returncode, r.stdout) == (7, b"out\n")
     agent_stderr, held, count = _take_uncommitted(r.stderr)
     assert (agent_stderr + held, count) == (b"err without newline", 3)  # a, b and the agent's c
@@ -170,7 +203,9 @@ def test_stopping_a_wrapped_agent_signals_the_agent_and_waits_for_it(bare_contai
     """END_AGENT_SCRIPT reaches through the wrapper: the agent gets SIGTERM and its grace to save."""
     from orchestrator.runner.docker_runner import AGENT_WRAPPER_SCRIPT, END_AGENT_SCRIPT
 
-    agent = "trap 'sleep 1; echo saved > saved.txt; exit 0' TERM; echo started > started.txt; while :; do sleep 0.1; done"
+    agent = (
+        "trap 'sleep 1; echo saved > saved.txt; exit 0' TERM; echo started > started.txt; while :; do sleep 0.1; done"
+    )
     exec_in(bare_container, "sh", "-c", AGENT_WRAPPER_SCRIPT, "orchestrator-agent", "sh", "-c", agent, detach=True)
     wait_for(lambda: exec_in(bare_container, "test", "-e", "started.txt").returncode == 0, timeout=60)
     r = exec_in(bare_container, "sh", "-c", END_AGENT_SCRIPT, "end-agent", "100")

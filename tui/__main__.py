@@ -27,10 +27,12 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--mode", choices=MODES, help="force the display mode (default: by task count)")
     ap.add_argument("--max-parallel", type=int, help="show running tasks against this limit")
     ap.add_argument("--refresh-hz", type=float, default=10.0)
-    ap.add_argument("--exit-when-done", action="store_true",
-                    help="return once every strategy execution has completed")
-    ap.add_argument("--stream", choices=("plain", "json"),
-                    help="print events as lines (like --no-tui / --json) instead of the dashboard")
+    ap.add_argument("--exit-when-done", action="store_true", help="return once every strategy execution has completed")
+    ap.add_argument(
+        "--stream",
+        choices=("plain", "json"),
+        help="print events as lines (like --no-tui / --json) instead of the dashboard",
+    )
     return ap
 
 
@@ -43,9 +45,16 @@ async def _watch_signals(stop: anyio.Event) -> None:
 
 async def _amain(args: argparse.Namespace) -> None:
     if not args.stream:
-        await monitor(args.run_id, logs_dir=args.logs_dir, state_dir=args.state_dir, results_dir=args.results_dir,
-                      refresh_hz=args.refresh_hz, follow=not args.exit_when_done, force_mode=args.mode,
-                      max_parallel=args.max_parallel)
+        await monitor(
+            args.run_id,
+            logs_dir=args.logs_dir,
+            state_dir=args.state_dir,
+            results_dir=args.results_dir,
+            refresh_hz=args.refresh_hz,
+            follow=not args.exit_when_done,
+            force_mode=args.mode,
+            max_parallel=args.max_parallel,
+        )
         return
     stop = anyio.Event()
     async with anyio.create_task_group() as tg:
@@ -58,8 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     run_dir = args.logs_dir / args.run_id
     if not run_dir.is_dir():
-        print(f"no run {args.run_id!r}: {run_dir} does not exist (use --logs-dir to point at the logs)",
-              file=sys.stderr)
+        print(
+            f"no run {args.run_id!r}: {run_dir} does not exist (use --logs-dir to point at the logs)", file=sys.stderr
+        )
         return 2
     try:
         anyio.run(_amain, args)

@@ -41,11 +41,11 @@ from .model import first_line, fmt_cost, fmt_duration, fmt_progress, fmt_tokens
 
 RESET = "\x1b[0m"
 TAG_COLOR = {
-    "STARTED": "\x1b[1;36m",      # bold cyan
-    "COMPLETED": "\x1b[1;32m",    # bold green
-    "FAILED": "\x1b[1;31m",       # bold red
+    "STARTED": "\x1b[1;36m",  # bold cyan
+    "COMPLETED": "\x1b[1;32m",  # bold green
+    "FAILED": "\x1b[1;31m",  # bold red
     "INTERRUPTED": "\x1b[1;33m",  # bold yellow
-    "STRATEGY": "\x1b[1;35m",     # bold magenta
+    "STRATEGY": "\x1b[1;35m",  # bold magenta
 }
 MESSAGE_LIMIT = 160
 
@@ -128,8 +128,15 @@ def _use_color(file: TextIO, color: bool | None) -> bool:
     return bool(isatty and isatty())
 
 
-async def stream_console(run_id: str, *, logs_dir: Path, mode: Literal["plain", "json", "quiet"],
-                         stop: anyio.Event, file: TextIO = sys.stdout, color: bool | None = None) -> None:
+async def stream_console(
+    run_id: str,
+    *,
+    logs_dir: Path,
+    mode: Literal["plain", "json", "quiet"],
+    stop: anyio.Event,
+    file: TextIO = sys.stdout,
+    color: bool | None = None,
+) -> None:
     """Follow ``logs/<run_id>/events.jsonl`` from the start until ``stop`` is set and the log is drained."""
     if mode not in ("plain", "json", "quiet"):
         raise ValueError(f"console mode must be plain, json or quiet, not {mode!r}")

@@ -54,8 +54,7 @@ RECONCILE_EVERY_S = 3.0
 SNAPSHOT_ALWAYS_BYTES = 4 << 20  # snapshots up to this size are decoded on every change
 
 STATUS_ICON = {PENDING: "⏳", RUNNING: "🔄", COMPLETED: "✅", FAILED: "❌", INTERRUPTED: "💤"}
-STATUS_STYLE = {PENDING: "blue", RUNNING: "bold yellow", COMPLETED: "dim", FAILED: "bold red",
-                INTERRUPTED: "magenta"}
+STATUS_STYLE = {PENDING: "blue", RUNNING: "bold yellow", COMPLETED: "dim", FAILED: "bold red", INTERRUPTED: "magenta"}
 # Cards that need attention come first when not all of them fit.
 URGENCY = {FAILED: 0, RUNNING: 1, INTERRUPTED: 2, PENDING: 3, COMPLETED: 4}
 STRATEGY_BORDER = {"running": "cyan", "success": "green", "failed": "red", "canceled": "yellow"}
@@ -80,13 +79,20 @@ def choose_mode(n_tasks: int, forced: str | None = None) -> str:
 # ---------------------------------------------------------------- frame
 
 
-def render(model: RunModel, *, width: int, height: int, now: float, mode: str | None = None,
-           max_parallel: int | None = None, waiting_for: str | None = None) -> RenderableType:
+def render(
+    model: RunModel,
+    *,
+    width: int,
+    height: int,
+    now: float,
+    mode: str | None = None,
+    max_parallel: int | None = None,
+    waiting_for: str | None = None,
+) -> RenderableType:
     """One complete frame of the dashboard, fitted to ``width`` x ``height``."""
     summary = model.summary(now)
     chosen = choose_mode(summary.total, mode)
-    parts: list[RenderableType] = [_header(model, summary),
-                                   _health(summary, max_parallel, chosen, model.hosts())]
+    parts: list[RenderableType] = [_header(model, summary), _health(summary, max_parallel, chosen, model.hosts())]
     avail = max(0, height - 4)  # header, health line, 2-line footer
     if waiting_for and model.empty:
         parts.append(Text(f"waiting for events in {waiting_for} …", style="italic"))
@@ -134,8 +140,12 @@ def _header(model: RunModel, s: Summary) -> Text:
 def _health(s: Summary, max_parallel: int | None, mode: str, hosts: list[HostLine] | None = None) -> Text:
     limit = str(max_parallel) if max_parallel else "?"
     rate = f"${s.cost_per_min:.2f}/min" if s.cost_per_min is not None else "N/A"
-    text = Text.assemble(("health ", "dim"), f"queue {s.pending} · running {s.running}/{limit} · ",
-                         f"cost rate {rate} · avg task {fmt_duration(s.avg_duration_s)}  ", (f"[{mode}]", "dim"))
+    text = Text.assemble(
+        ("health ", "dim"),
+        f"queue {s.pending} · running {s.running}/{limit} · ",
+        f"cost rate {rate} · avg task {fmt_duration(s.avg_duration_s)}  ",
+        (f"[{mode}]", "dim"),
+    )
     if hosts:
         # Several Docker engines: per host the running tasks, its free slots, or that it is down.
         text.append("  hosts ", style="dim")
@@ -155,14 +165,17 @@ def _footer(model: RunModel, s: Summary) -> Text:
     line1 = Text.assemble(
         f"⏱ {fmt_duration(s.runtime_s)}  💰 {cost}  ",
         f"tokens {fmt_tokens(s.tokens_in)} in / {fmt_tokens(s.tokens_out)} out  ",
-        (f"▶ {s.running} running  ", "yellow"), (f"✅ {s.completed} done  ", "green"),
-        (f"❌ {s.failed} failed  ", "bold red" if s.failed else ""), f"⏳ {s.pending} queued",
+        (f"▶ {s.running} running  ", "yellow"),
+        (f"✅ {s.completed} done  ", "green"),
+        (f"❌ {s.failed} failed  ", "bold red" if s.failed else ""),
+        f"⏳ {s.pending} queued",
     )
     if s.interrupted:
         line1.append(f"  💤 {s.interrupted} interrupted", style="magenta")
     warnings = _warnings(model, s)
-    line2 = Text(" · ".join(w for w, _ in warnings) if warnings else "no warnings",
-                 style=warnings[0][1] if warnings else "dim")
+    line2 = Text(
+        " · ".join(w for w, _ in warnings) if warnings else "no warnings", style=warnings[0][1] if warnings else "dim"
+    )
     return Text("\n").join([_one_line(line1), _one_line(line2)])
 
 
@@ -174,22 +187,27 @@ def _warnings(model: RunModel, s: Summary) -> list[tuple[str, str]]:
         if st.status == "failed":
             out.append((f"✗ {st.id} failed: {st.error or 'unknown error'}", "bold red"))
     if s.failed:
-        last = max((t for t in model.state.tasks.values() if t.state == FAILED),
-                   key=lambda t: t.completed_at or "")
-        out.append((f"⚠ {s.failed} failed, last k{short8(last.key)} {last.error_type}: {last.message or ''}",
-                    "bold red"))
+        last = max((t for t in model.state.tasks.values() if t.state == FAILED), key=lambda t: t.completed_at or "")
+        out.append(
+            (f"⚠ {s.failed} failed, last k{short8(last.key)} {last.error_type}: {last.message or ''}", "bold red")
+        )
     if model.finished:
         done = Counter(st.status for st in model.state.strategies.values())
-        out.append(("run finished: " + ", ".join(f"{n} {status}" for status, n in sorted(done.items())),
-                    "bold green" if set(done) == {"success"} else "bold"))
+        out.append(
+            (
+                "run finished: " + ", ".join(f"{n} {status}" for status, n in sorted(done.items())),
+                "bold green" if set(done) == {"success"} else "bold",
+            )
+        )
     return out
 
 
 # ---------------------------------------------------------------- strategy sections
 
 
-def _strategy_sections(model: RunModel, s: Summary, mode: str, width: int, avail: int,
-                       now: float) -> list[RenderableType]:
+def _strategy_sections(
+    model: RunModel, s: Summary, mode: str, width: int, avail: int, now: float
+) -> list[RenderableType]:
     by_sid: dict[str, list[TaskState]] = {}
     for task in model.state.tasks.values():
         by_sid.setdefault(task.strategy_execution_id, []).append(task)
@@ -205,7 +223,7 @@ def _strategy_sections(model: RunModel, s: Summary, mode: str, width: int, avail
     shown = sids
     if len(sids) * 3 > avail:
         shown = sids[: max(1, (avail - 1) // 3)]
-    hidden = sids[len(shown):]
+    hidden = sids[len(shown) :]
     budget = max(0, avail - 2 * len(shown) - (1 if hidden else 0))
     needs = []
     for sid in shown:
@@ -217,8 +235,12 @@ def _strategy_sections(model: RunModel, s: Summary, mode: str, width: int, avail
         out.append(_section(model, _strategy(model, sid), by_sid.get(sid, []), mode, per_row, inner, lines, now))
     if hidden:
         status = Counter(_strategy(model, sid).status for sid in hidden)
-        out.append(Text(f"… {len(hidden)} more executions: "
-                        + ", ".join(f"{n} {k}" for k, n in sorted(status.items())), style="dim"))
+        out.append(
+            Text(
+                f"… {len(hidden)} more executions: " + ", ".join(f"{n} {k}" for k, n in sorted(status.items())),
+                style="dim",
+            )
+        )
     return out
 
 
@@ -247,8 +269,16 @@ def _share(needs: list[int], budget: int, unit: int) -> list[int]:
     return out
 
 
-def _section(model: RunModel, strat: StrategyState, all_tasks: list[TaskState], mode: str, per_row: int,
-             inner: int, lines: int, now: float) -> Panel:
+def _section(
+    model: RunModel,
+    strat: StrategyState,
+    all_tasks: list[TaskState],
+    mode: str,
+    per_row: int,
+    inner: int,
+    lines: int,
+    now: float,
+) -> Panel:
     card_h = CARD_HEIGHT[mode]
     capacity = (lines // card_h) * per_row
     tasks = all_tasks
@@ -277,18 +307,27 @@ def _section(model: RunModel, strat: StrategyState, all_tasks: list[TaskState], 
         subtitle.append(f"· {hidden} more not shown (urgent first) ", style="dim")
     if strat.status == "failed" and strat.error:
         subtitle.append(f"· {strat.error[:60]} ", style="red")
-    return Panel(body, title=title, title_align="left",
-                 subtitle=subtitle, subtitle_align="left",
-                 border_style=STRATEGY_BORDER.get(strat.status, "cyan"), height=lines + 2, padding=(0, 1))
+    return Panel(
+        body,
+        title=title,
+        title_align="left",
+        subtitle=subtitle,
+        subtitle_align="left",
+        border_style=STRATEGY_BORDER.get(strat.status, "cyan"),
+        height=lines + 2,
+        padding=(0, 1),
+    )
 
 
 def _urgency_key(model: RunModel):
     """Failed, running, interrupted, queued, then the most recently finished; older runs first within a state."""
+
     def key(task: TaskState) -> tuple[int, float]:
         extra = model.extras.get(task.key)
         if task.state == COMPLETED:
             return URGENCY[COMPLETED], -((extra.ended if extra else None) or 0.0)
         return URGENCY.get(task.state, 5), (extra.started if extra else None) or 0.0
+
     return key
 
 
@@ -298,8 +337,7 @@ def _bar(done: int, total: int, width: int = 12) -> str:
 
 
 def _card_head(model: RunModel, task: TaskState, now: float) -> tuple[str, str, str]:
-    return (STATUS_ICON.get(task.state, "?"), f"k{short8(task.key)}",
-            fmt_duration(model.task_runtime(task, now)))
+    return (STATUS_ICON.get(task.state, "?"), f"k{short8(task.key)}", fmt_duration(model.task_runtime(task, now)))
 
 
 def _cell_grid(model: RunModel, tasks: list[TaskState], mode: str, per_row: int, inner: int, now: float) -> Text:
@@ -314,8 +352,12 @@ def _cell_grid(model: RunModel, tasks: list[TaskState], mode: str, per_row: int,
             cell.truncate(CARD_WIDTH["dense"] - 1, overflow="ellipsis", pad=True)
         else:
             extra = model.extras.get(task.key)
-            cell = Text.assemble(f"{icon} ", (kid, style), f" {runtime:>7} {cost:>6} ",
-                                 ((extra.activity if extra else ""), "italic" if task.state != FAILED else "red"))
+            cell = Text.assemble(
+                f"{icon} ",
+                (kid, style),
+                f" {runtime:>7} {cost:>6} ",
+                ((extra.activity if extra else ""), "italic" if task.state != FAILED else "red"),
+            )
         cells.append(cell)
     if not cells:
         return Text()
@@ -323,7 +365,7 @@ def _cell_grid(model: RunModel, tasks: list[TaskState], mode: str, per_row: int,
         width = max(20, inner // per_row - 1)
         for c in cells:
             c.truncate(width, overflow="ellipsis", pad=True)
-    rows = [Text(" ").join(cells[i:i + per_row]) for i in range(0, len(cells), per_row)]
+    rows = [Text(" ").join(cells[i : i + per_row]) for i in range(0, len(cells), per_row)]
     grid = Text("\n").join(rows)
     grid.no_wrap = True
     grid.overflow = "ellipsis"
@@ -337,7 +379,7 @@ def _detailed_grid(model: RunModel, tasks: list[TaskState], per_row: int, now: f
         grid.add_column(ratio=1)
     cards = [_detailed_card(model, t, now) for t in tasks]
     for i in range(0, len(cards), per_row):
-        row = cards[i:i + per_row]
+        row = cards[i : i + per_row]
         grid.add_row(*row, *([""] * (per_row - len(row))))
     return grid
 
@@ -350,8 +392,10 @@ def _detailed_card(model: RunModel, task: TaskState, now: float) -> Panel:
     if task.model:
         head.append(f"  {task.model}", style="dim")
     tokens = task.tokens_in + task.tokens_out
-    metrics = Text(f"tokens {fmt_tokens(task.tokens_in)} in / {fmt_tokens(task.tokens_out)} out / "
-                   f"{fmt_tokens(tokens)} total · {fmt_cost(task.cost_usd) if task.state in (COMPLETED, FAILED) else '$…'}")
+    metrics = Text(
+        f"tokens {fmt_tokens(task.tokens_in)} in / {fmt_tokens(task.tokens_out)} out / "
+        f"{fmt_tokens(tokens)} total · {fmt_cost(task.cost_usd) if task.state in (COMPLETED, FAILED) else '$…'}"
+    )
     if task.state == FAILED:
         # The full error text, as much as two lines of the card hold.
         message = f"{task.error_type or 'error'}: {task.message or ''}".replace("\n", " ")
@@ -361,19 +405,26 @@ def _detailed_card(model: RunModel, task: TaskState, now: float) -> Panel:
     else:
         activity = _one_line(Text(extra.activity if extra else "", style="italic"))
         if task.state == COMPLETED:
-            changes = (f"+{extra.lines_added}/-{extra.lines_deleted}" if extra and extra.has_changes
-                       else "no changes")
+            changes = f"+{extra.lines_added}/-{extra.lines_deleted}" if extra and extra.has_changes else "no changes"
             last = Text(f"→ {task.branch_final or 'no branch'} ({changes})", style="green")
         else:
             last = Text(f"branch {task.branch_name or '-'}", style="dim")
-    lines: list[RenderableType] = [_one_line(head), activity, _one_line(metrics)] if task.state != FAILED \
+    lines: list[RenderableType] = (
+        [_one_line(head), activity, _one_line(metrics)]
+        if task.state != FAILED
         else [_one_line(head), _one_line(metrics), activity]
+    )
     if task.state != FAILED:
         lines.append(_one_line(last))
-    return Panel(Group(*lines), title=Text(kid, style="bold" if task.state != COMPLETED else "dim"),
-                 title_align="left", height=CARD_HEIGHT["detailed"], padding=(0, 1),
-                 border_style={RUNNING: "yellow", FAILED: "red", COMPLETED: "bright_black"}.get(task.state, "blue"),
-                 style="dim" if task.state == COMPLETED else "")
+    return Panel(
+        Group(*lines),
+        title=Text(kid, style="bold" if task.state != COMPLETED else "dim"),
+        title_align="left",
+        height=CARD_HEIGHT["detailed"],
+        padding=(0, 1),
+        border_style={RUNNING: "yellow", FAILED: "red", COMPLETED: "bright_black"}.get(task.state, "blue"),
+        style="dim" if task.state == COMPLETED else "",
+    )
 
 
 # ---------------------------------------------------------------- loops
@@ -382,9 +433,18 @@ def _detailed_card(model: RunModel, task: TaskState, now: float) -> Panel:
 class Dashboard:
     """Model + loops for one run; ``ticks`` and ``frames`` count render-loop iterations and redraws."""
 
-    def __init__(self, run_id: str, *, logs_dir: Path, state_dir: Path, results_dir: Path | None = None,
-                 console: Console | None = None, refresh_hz: float = 10, force_mode: str | None = None,
-                 max_parallel: int | None = None) -> None:
+    def __init__(
+        self,
+        run_id: str,
+        *,
+        logs_dir: Path,
+        state_dir: Path,
+        results_dir: Path | None = None,
+        console: Console | None = None,
+        refresh_hz: float = 10,
+        force_mode: str | None = None,
+        max_parallel: int | None = None,
+    ) -> None:
         # results_dir is no longer read (strategies' progress comes from the state now);
         # it is still accepted so the monitor's callers and --results-dir keep working.
         if force_mode is not None and force_mode not in MODES:
@@ -411,8 +471,15 @@ class Dashboard:
             return None
         self._last_frame_key = key
         self.frames += 1
-        return render(self.model, width=width, height=height, now=now, mode=self.force_mode,
-                      max_parallel=self.max_parallel, waiting_for=str(self.events_path))
+        return render(
+            self.model,
+            width=width,
+            height=height,
+            now=now,
+            mode=self.force_mode,
+            max_parallel=self.max_parallel,
+            waiting_for=str(self.events_path),
+        )
 
     async def run(self, stop: anyio.Event, *, follow: bool = True) -> None:
         ingest_stop = anyio.Event()
@@ -422,9 +489,17 @@ class Dashboard:
             tg.start_soon(self._ingest, ingest_stop)
             tg.start_soon(self._reconcile_loop)
             try:
-                with contextlib.redirect_stderr(held), \
-                        Live(console=self.console, screen=True, auto_refresh=False, redirect_stdout=False,
-                             redirect_stderr=False, transient=True) as live:
+                with (
+                    contextlib.redirect_stderr(held),
+                    Live(
+                        console=self.console,
+                        screen=True,
+                        auto_refresh=False,
+                        redirect_stdout=False,
+                        redirect_stderr=False,
+                        transient=True,
+                    ) as live,
+                ):
                     await self._render_loop(live, stop, follow)
             finally:
                 ingest_stop.set()
@@ -494,9 +569,19 @@ class Dashboard:
         return snapshot
 
 
-async def run_dashboard(run_id: str, *, logs_dir: Path, state_dir: Path, results_dir: Path, stop: anyio.Event,
-                        console: Console | None = None, refresh_hz: float = 10, follow: bool = True,
-                        force_mode: str | None = None, max_parallel: int | None = None) -> None:
+async def run_dashboard(
+    run_id: str,
+    *,
+    logs_dir: Path,
+    state_dir: Path,
+    results_dir: Path,
+    stop: anyio.Event,
+    console: Console | None = None,
+    refresh_hz: float = 10,
+    follow: bool = True,
+    force_mode: str | None = None,
+    max_parallel: int | None = None,
+) -> None:
     """Show the live dashboard of ``run_id`` until ``stop`` is set.
 
     With ``follow=False`` it also returns once every strategy execution has
@@ -504,8 +589,16 @@ async def run_dashboard(run_id: str, *, logs_dir: Path, state_dir: Path, results
     pins the display mode; ``max_parallel`` is shown as the running limit.
     The display uses the alternate screen, so the terminal is left as it was.
     """
-    dash = Dashboard(run_id, logs_dir=logs_dir, state_dir=state_dir, results_dir=results_dir, console=console,
-                     refresh_hz=refresh_hz, force_mode=force_mode, max_parallel=max_parallel)
+    dash = Dashboard(
+        run_id,
+        logs_dir=logs_dir,
+        state_dir=state_dir,
+        results_dir=results_dir,
+        console=console,
+        refresh_hz=refresh_hz,
+        force_mode=force_mode,
+        max_parallel=max_parallel,
+    )
     await dash.run(stop, follow=follow)
 
 
@@ -532,8 +625,17 @@ async def quit_on_keys(stop: anyio.Event, fd: int | None = None) -> None:
         termios.tcsetattr(fd, termios.TCSADRAIN, saved)
 
 
-async def monitor(run_id: str, *, logs_dir: Path, state_dir: Path, results_dir: Path, follow: bool = True,
-                  refresh_hz: float = 10, force_mode: str | None = None, max_parallel: int | None = None) -> None:
+async def monitor(
+    run_id: str,
+    *,
+    logs_dir: Path,
+    state_dir: Path,
+    results_dir: Path,
+    follow: bool = True,
+    refresh_hz: float = 10,
+    force_mode: str | None = None,
+    max_parallel: int | None = None,
+) -> None:
     """The standalone monitor: the dashboard until q, Esc, Ctrl+C or SIGTERM (read-only, takes no lock)."""
     import signal
 
@@ -548,6 +650,15 @@ async def monitor(run_id: str, *, logs_dir: Path, state_dir: Path, results_dir: 
     async with anyio.create_task_group() as tg:
         tg.start_soon(watch_signals)
         tg.start_soon(quit_on_keys, stop)
-        await run_dashboard(run_id, logs_dir=logs_dir, state_dir=state_dir, results_dir=results_dir, stop=stop,
-                            refresh_hz=refresh_hz, follow=follow, force_mode=force_mode, max_parallel=max_parallel)
+        await run_dashboard(
+            run_id,
+            logs_dir=logs_dir,
+            state_dir=state_dir,
+            results_dir=results_dir,
+            stop=stop,
+            refresh_hz=refresh_hz,
+            follow=follow,
+            force_mode=force_mode,
+            max_parallel=max_parallel,
+        )
         tg.cancel_scope.cancel()

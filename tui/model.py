@@ -115,8 +115,7 @@ class RunModel:
     def feed(self, ev: Event) -> None:
         self.feed_raw(ev.type, ev.strategy_execution_id, ev.key, ev.payload, ev.start_offset, ev.ts)
 
-    def feed_raw(self, etype: str, sid: str, key: str | None, payload: dict[str, Any], offset: int,
-                 ts: str) -> None:
+    def feed_raw(self, etype: str, sid: str, key: str | None, payload: dict[str, Any], offset: int, ts: str) -> None:
         epoch = parse_ts(ts)
         if epoch is not None:
             if self.first_ts is None or epoch < self.first_ts:
@@ -267,11 +266,22 @@ class RunModel:
         stale = None
         if not self.finished and self.last_ts is not None:
             stale = max(0.0, now - self.last_ts)
-        return Summary(total=len(state.tasks), pending=counts[PENDING], running=counts[RUNNING],
-                       completed=counts[COMPLETED], failed=counts[FAILED], interrupted=counts[INTERRUPTED],
-                       cost_usd=c.cost_usd, cost_known=counts["cost_known"], tokens_in=c.tokens_in,
-                       tokens_out=c.tokens_out, runtime_s=runtime, cost_per_min=cost_per_min,
-                       avg_duration_s=counts["avg"], stale_s=stale)
+        return Summary(
+            total=len(state.tasks),
+            pending=counts[PENDING],
+            running=counts[RUNNING],
+            completed=counts[COMPLETED],
+            failed=counts[FAILED],
+            interrupted=counts[INTERRUPTED],
+            cost_usd=c.cost_usd,
+            cost_known=counts["cost_known"],
+            tokens_in=c.tokens_in,
+            tokens_out=c.tokens_out,
+            runtime_s=runtime,
+            cost_per_min=cost_per_min,
+            avg_duration_s=counts["avg"],
+            stale_s=stale,
+        )
 
     def _counts(self) -> dict[str, Any]:
         """Per-state counts and the mean duration, recomputed only when the model changed."""
@@ -324,7 +334,6 @@ def fmt_progress(progress: Progress | None) -> str:
     elif progress.done is not None and progress.total is not None:
         parts.append(f"{progress.done}/{progress.total} done")
     return " · ".join(parts)
-
 
 
 def fmt_duration(seconds: float | None) -> str:

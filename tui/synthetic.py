@@ -43,9 +43,18 @@ class SynthEvent(NamedTuple):
     payload: dict[str, Any]
 
 
-def synthetic_run(run_id: str, n_tasks: int, *, executions: int = 1, max_parallel: int = 8,
-                  strategy: str = "best-of-n", model: str = "sonnet", seed: int = 0, fail_every: int = 17,
-                  finish: bool = True) -> list[SynthEvent]:
+def synthetic_run(
+    run_id: str,
+    n_tasks: int,
+    *,
+    executions: int = 1,
+    max_parallel: int = 8,
+    strategy: str = "best-of-n",
+    model: str = "sonnet",
+    seed: int = 0,
+    fail_every: int = 17,
+    finish: bool = True,
+) -> list[SynthEvent]:
     """Events of a run with ``n_tasks`` tasks split over ``executions`` strategy executions.
 
     Every ``fail_every``-th task fails (0: none); every 20th reports cost N/A.
@@ -55,20 +64,39 @@ def synthetic_run(run_id: str, n_tasks: int, *, executions: int = 1, max_paralle
     events: list[SynthEvent] = []
     sids = [f"s{i + 1}" for i in range(executions)]
     for index, sid in enumerate(sids):
-        events.append(SynthEvent(0.0, STRATEGY_STARTED, sid, None,
-                                 {"name": strategy, "params": {"n": n_tasks // executions or 1}, "index": index}))
+        events.append(
+            SynthEvent(
+                0.0,
+                STRATEGY_STARTED,
+                sid,
+                None,
+                {"name": strategy, "params": {"n": n_tasks // executions or 1}, "index": index},
+            )
+        )
     tasks = []
     for i in range(n_tasks):
         sid = sids[i % executions]
         key = f"{run_id}/{sid}/task/{i}"
         tasks.append((sid, key))
-        events.append(SynthEvent(0.01 * i, TASK_SCHEDULED, sid, key, {
-            "key": key, "instance_id": instance_id(run_id, sid, key),
-            "container_name": container_name(run_id, int(sid[1:]) - 1, key), "model": model,
-            "task_fingerprint_hash": f"{i:064x}", "branch_name": branch_name(strategy, run_id, key),
-            "session_group_key": None, "plugin": "claude-code",
-            "input": {"prompt": f"Implement variant {i} of the feature", "model": model},
-        }))
+        events.append(
+            SynthEvent(
+                0.01 * i,
+                TASK_SCHEDULED,
+                sid,
+                key,
+                {
+                    "key": key,
+                    "instance_id": instance_id(run_id, sid, key),
+                    "container_name": container_name(run_id, int(sid[1:]) - 1, key),
+                    "model": model,
+                    "task_fingerprint_hash": f"{i:064x}",
+                    "branch_name": branch_name(strategy, run_id, key),
+                    "session_group_key": None,
+                    "plugin": "claude-code",
+                    "input": {"prompt": f"Implement variant {i} of the feature", "model": model},
+                },
+            )
+        )
     free = [0.01 * n_tasks] * max_parallel  # when each worker slot is next free
     heapq.heapify(free)
     ends = []
@@ -78,28 +106,76 @@ def synthetic_run(run_id: str, n_tasks: int, *, executions: int = 1, max_paralle
         end = start + duration
         heapq.heappush(free, end)
         inst = instance_id(run_id, sid, key)
-        events.append(SynthEvent(start, TASK_STARTED, sid, key, {
-            "key": key, "instance_id": inst, "container_name": container_name(run_id, int(sid[1:]) - 1, key),
-            "model": model, "session_id": None}))
+        events.append(
+            SynthEvent(
+                start,
+                TASK_STARTED,
+                sid,
+                key,
+                {
+                    "key": key,
+                    "instance_id": inst,
+                    "container_name": container_name(run_id, int(sid[1:]) - 1, key),
+                    "model": model,
+                    "session_id": None,
+                },
+            )
+        )
         cost = None if i % 20 == 19 else round(rng.uniform(0.02, 0.6), 4)
         tokens_in, tokens_out = rng.randint(2000, 40000), rng.randint(200, 6000)
         metrics = {"tokens_in": tokens_in, "tokens_out": tokens_out, "cost_usd": cost, "duration_s": duration}
         if fail_every and i % fail_every == fail_every - 1:
-            events.append(SynthEvent(end, TASK_FAILED, sid, key, {
-                "key": key, "instance_id": inst, "error_type": "timeout",
-                "message": f"Timeout after {int(duration)}s waiting for the agent", "metrics": metrics,
-                "session_id": f"sess-{i}", "exit_code": None, "status": "timeout", "retry_attempts": 2}))
+            events.append(
+                SynthEvent(
+                    end,
+                    TASK_FAILED,
+                    sid,
+                    key,
+                    {
+                        "key": key,
+                        "instance_id": inst,
+                        "error_type": "timeout",
+                        "message": f"Timeout after {int(duration)}s waiting for the agent",
+                        "metrics": metrics,
+                        "session_id": f"sess-{i}",
+                        "exit_code": None,
+                        "status": "timeout",
+                        "retry_attempts": 2,
+                    },
+                )
+            )
         else:
             added = rng.randint(1, 200)
-            events.append(SynthEvent(end, TASK_COMPLETED, sid, key, {
-                "key": key, "instance_id": inst,
-                "artifact": {"type": "branch", "branch_planned": branch_name(strategy, run_id, key),
-                             "branch_final": branch_name(strategy, run_id, key), "base": "main",
-                             "commit": f"{i:040x}", "has_changes": True, "commit_count": 1,
-                             "lines_added": added, "lines_deleted": added // 3},
-                "metrics": metrics, "final_message": f"Implemented variant {i}: added {added} lines and tests.",
-                "final_message_truncated": False, "final_message_path": "", "session_id": f"sess-{i}",
-                "exit_code": 0, "retry_attempts": 0}))
+            events.append(
+                SynthEvent(
+                    end,
+                    TASK_COMPLETED,
+                    sid,
+                    key,
+                    {
+                        "key": key,
+                        "instance_id": inst,
+                        "artifact": {
+                            "type": "branch",
+                            "branch_planned": branch_name(strategy, run_id, key),
+                            "branch_final": branch_name(strategy, run_id, key),
+                            "base": "main",
+                            "commit": f"{i:040x}",
+                            "has_changes": True,
+                            "commit_count": 1,
+                            "lines_added": added,
+                            "lines_deleted": added // 3,
+                        },
+                        "metrics": metrics,
+                        "final_message": f"Implemented variant {i}: added {added} lines and tests.",
+                        "final_message_truncated": False,
+                        "final_message_path": "",
+                        "session_id": f"sess-{i}",
+                        "exit_code": 0,
+                        "retry_attempts": 0,
+                    },
+                )
+            )
         ends.append(end)
     last = max(ends, default=0.0)
     if finish:
@@ -111,8 +187,15 @@ def synthetic_run(run_id: str, n_tasks: int, *, executions: int = 1, max_paralle
     return events
 
 
-async def write_run(events: list[SynthEvent], *, run_id: str, logs_dir: Path, state_dir: Path,
-                    duration: float = 0.0, snapshot_every_s: float = 1.0) -> None:
+async def write_run(
+    events: list[SynthEvent],
+    *,
+    run_id: str,
+    logs_dir: Path,
+    state_dir: Path,
+    duration: float = 0.0,
+    snapshot_every_s: float = 1.0,
+) -> None:
     """Append ``events`` with the real event-log writer, paced over ``duration`` seconds,
     writing ``state.json`` (primary + duplicate) like the engine does."""
     path = Path(logs_dir) / run_id / "events.jsonl"
@@ -147,10 +230,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--state-dir", type=Path, default=Path("orchestrator_state"))
     ap.add_argument("--unfinished", action="store_true", help="stop half way, leaving tasks running")
     args = ap.parse_args(argv)
-    events = synthetic_run(args.run_id, args.tasks, executions=args.executions, max_parallel=args.max_parallel,
-                           finish=not args.unfinished)
-    anyio.run(lambda: write_run(events, run_id=args.run_id, logs_dir=args.logs_dir, state_dir=args.state_dir,
-                                duration=args.duration))
+    events = synthetic_run(
+        args.run_id, args.tasks, executions=args.executions, max_parallel=args.max_parallel, finish=not args.unfinished
+    )
+    anyio.run(
+        lambda: write_run(
+            events, run_id=args.run_id, logs_dir=args.logs_dir, state_dir=args.state_dir, duration=args.duration
+        )
+    )
     return 0
 
 

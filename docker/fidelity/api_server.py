@@ -59,8 +59,14 @@ BAD_ANSWER = {"score": "seven"}
 
 def facts(req: dict[str, Any], kind: str) -> str:
     """A line the tests read from the final answer: what the server saw."""
-    return json.dumps({"tool_results": count_tool_results(req, kind), "user_prompts": count_prompts(req, kind),
-                       "served_429": counter("429")}, sort_keys=True)
+    return json.dumps(
+        {
+            "tool_results": count_tool_results(req, kind),
+            "user_prompts": count_prompts(req, kind),
+            "served_429": counter("429"),
+        },
+        sort_keys=True,
+    )
 
 
 # -- state -------------------------------------------------------------------------
@@ -101,8 +107,11 @@ def all_text(req: dict[str, Any], kind: str) -> str:
 def system_text(req: dict[str, Any], kind: str) -> str:
     if kind == "anthropic":
         return text_of(req.get("system"))
-    developer = [text_of(i.get("content")) for i in req.get("input") or []
-                 if isinstance(i, dict) and i.get("role") in ("developer", "system")]
+    developer = [
+        text_of(i.get("content"))
+        for i in req.get("input") or []
+        if isinstance(i, dict) and i.get("role") in ("developer", "system")
+    ]
     return "\n".join([str(req.get("instructions") or ""), *developer])
 
 
@@ -115,18 +124,28 @@ def script_name(req: dict[str, Any], kind: str) -> str | None:
 
 def count_tool_results(req: dict[str, Any], kind: str) -> int:
     if kind == "anthropic":
-        return sum(1 for m in req.get("messages") or [] if isinstance(m.get("content"), list)
-                   for b in m["content"] if isinstance(b, dict) and b.get("type") == "tool_result")
-    return sum(1 for i in req.get("input") or [] if isinstance(i, dict)
-               and str(i.get("type", "")).endswith("call_output"))
+        return sum(
+            1
+            for m in req.get("messages") or []
+            if isinstance(m.get("content"), list)
+            for b in m["content"]
+            if isinstance(b, dict) and b.get("type") == "tool_result"
+        )
+    return sum(
+        1 for i in req.get("input") or [] if isinstance(i, dict) and str(i.get("type", "")).endswith("call_output")
+    )
 
 
 def count_prompts(req: dict[str, Any], kind: str) -> int:
     if kind == "anthropic":
-        return sum(1 for m in req.get("messages") or [] if m.get("role") == "user"
-                   and "FIDELITY:" in text_of(m.get("content")))
-    return sum(1 for i in req.get("input") or [] if isinstance(i, dict) and i.get("role") == "user"
-               and "FIDELITY:" in text_of(i.get("content")))
+        return sum(
+            1 for m in req.get("messages") or [] if m.get("role") == "user" and "FIDELITY:" in text_of(m.get("content"))
+        )
+    return sum(
+        1
+        for i in req.get("input") or []
+        if isinstance(i, dict) and i.get("role") == "user" and "FIDELITY:" in text_of(i.get("content"))
+    )
 
 
 def tool_names(req: dict[str, Any]) -> list[str]:
@@ -157,7 +176,7 @@ def plan(req: dict[str, Any], kind: str) -> tuple[int, Any]:
     if stall is not None:
         marker = STATE / "stalled"
         if marker.exists():  # resumed: the stall is behind us
-            actions = actions[:stall] + actions[stall + 1:]
+            actions = actions[:stall] + actions[stall + 1 :]
         elif step == stall:
             marker.write_text(str(time.time()))
             time.sleep(600)  # the test interrupts the run while this model call waits
@@ -188,8 +207,13 @@ def structured_answer(req: dict[str, Any], kind: str, *, repair: bool) -> Any:
 def count_repairs(req: dict[str, Any], kind: str) -> int:
     """User messages carrying the host's repair prompt."""
     items = req.get("messages") if kind == "anthropic" else req.get("input")
-    return sum(1 for m in items or [] if isinstance(m, dict) and m.get("role") == "user"
-               and "does not match the required JSON schema" in text_of(m.get("content")))
+    return sum(
+        1
+        for m in items or []
+        if isinstance(m, dict)
+        and m.get("role") == "user"
+        and "does not match the required JSON schema" in text_of(m.get("content"))
+    )
 
 
 def tool_results_since_prompt(req: dict[str, Any]) -> int:
@@ -224,30 +248,71 @@ def anthropic_blocks(answer: Any) -> tuple[list[dict[str, Any]], str]:
     if isinstance(answer, str):
         return [{"type": "text", "text": answer}], "end_turn"
     name, args = anthropic_tool(answer)
-    return [{"type": "text", "text": f"Next: {answer[0]}."},
-            {"type": "tool_use", "id": f"toolu_{uuid.uuid4().hex[:20]}", "name": name, "input": args}], "tool_use"
+    return [
+        {"type": "text", "text": f"Next: {answer[0]}."},
+        {"type": "tool_use", "id": f"toolu_{uuid.uuid4().hex[:20]}", "name": name, "input": args},
+    ], "tool_use"
 
 
 def anthropic_sse(req: dict[str, Any], blocks: list[dict[str, Any]], stop: str) -> list[tuple[str, dict]]:
     msg_id = f"msg_{uuid.uuid4().hex[:20]}"
     usage = {"input_tokens": 100, "output_tokens": 1, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
-    out: list[tuple[str, dict]] = [("message_start", {"type": "message_start", "message": {
-        "id": msg_id, "type": "message", "role": "assistant", "model": req.get("model", "claude"), "content": [],
-        "stop_reason": None, "stop_sequence": None, "usage": usage}})]
+    out: list[tuple[str, dict]] = [
+        (
+            "message_start",
+            {
+                "type": "message_start",
+                "message": {
+                    "id": msg_id,
+                    "type": "message",
+                    "role": "assistant",
+                    "model": req.get("model", "claude"),
+                    "content": [],
+                    "stop_reason": None,
+                    "stop_sequence": None,
+                    "usage": usage,
+                },
+            },
+        )
+    ]
     for i, block in enumerate(blocks):
         if block["type"] == "text":
-            out.append(("content_block_start", {"type": "content_block_start", "index": i,
-                                                "content_block": {"type": "text", "text": ""}}))
-            out.append(("content_block_delta", {"type": "content_block_delta", "index": i,
-                                                "delta": {"type": "text_delta", "text": block["text"]}}))
+            out.append(
+                (
+                    "content_block_start",
+                    {"type": "content_block_start", "index": i, "content_block": {"type": "text", "text": ""}},
+                )
+            )
+            out.append(
+                (
+                    "content_block_delta",
+                    {"type": "content_block_delta", "index": i, "delta": {"type": "text_delta", "text": block["text"]}},
+                )
+            )
         else:
             start = {k: block[k] for k in ("type", "id", "name")} | {"input": {}}
             out.append(("content_block_start", {"type": "content_block_start", "index": i, "content_block": start}))
-            out.append(("content_block_delta", {"type": "content_block_delta", "index": i, "delta": {
-                "type": "input_json_delta", "partial_json": json.dumps(block["input"])}}))
+            out.append(
+                (
+                    "content_block_delta",
+                    {
+                        "type": "content_block_delta",
+                        "index": i,
+                        "delta": {"type": "input_json_delta", "partial_json": json.dumps(block["input"])},
+                    },
+                )
+            )
         out.append(("content_block_stop", {"type": "content_block_stop", "index": i}))
-    out.append(("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None},
-                                  "usage": {"output_tokens": 20}}))
+    out.append(
+        (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": stop, "stop_sequence": None},
+                "usage": {"output_tokens": 20},
+            },
+        )
+    )
     out.append(("message_stop", {"type": "message_stop"}))
     return out
 
@@ -263,8 +328,15 @@ def anthropic_error(status: int) -> dict[str, Any]:
 
 def openai_items(answer: Any, tools: list[str]) -> list[dict[str, Any]]:
     if isinstance(answer, str):
-        return [{"type": "message", "id": f"msg_{uuid.uuid4().hex[:16]}", "role": "assistant", "status": "completed",
-                 "content": [{"type": "output_text", "text": answer, "annotations": []}]}]
+        return [
+            {
+                "type": "message",
+                "id": f"msg_{uuid.uuid4().hex[:16]}",
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": answer, "annotations": []}],
+            }
+        ]
     if answer[0] == "write":
         command = f"printf '%s' {sh_quote(answer[2])} > {answer[1]}"
     elif answer[0] == "edit":
@@ -277,8 +349,16 @@ def openai_items(answer: Any, tools: list[str]) -> list[dict[str, Any]]:
         name, args = "exec_command", {"cmd": command, "workdir": "/workspace"}
     else:
         name, args = "shell", {"command": ["bash", "-lc", command], "workdir": "/workspace"}
-    return [{"type": "function_call", "id": f"fc_{uuid.uuid4().hex[:16]}", "call_id": call, "name": name,
-             "arguments": json.dumps(args), "status": "completed"}]
+    return [
+        {
+            "type": "function_call",
+            "id": f"fc_{uuid.uuid4().hex[:16]}",
+            "call_id": call,
+            "name": name,
+            "arguments": json.dumps(args),
+            "status": "completed",
+        }
+    ]
 
 
 def sh_quote(text: str) -> str:
@@ -288,21 +368,45 @@ def sh_quote(text: str) -> str:
 def openai_sse(items: list[dict[str, Any]], model: str) -> list[tuple[str, dict]]:
     rid = f"resp_{uuid.uuid4().hex[:20]}"
     base = {"id": rid, "object": "response", "created_at": int(time.time()), "model": model}
-    out: list[tuple[str, dict]] = [("response.created", {"type": "response.created", "response": {
-        **base, "status": "in_progress", "output": []}})]
+    out: list[tuple[str, dict]] = [
+        ("response.created", {"type": "response.created", "response": {**base, "status": "in_progress", "output": []}})
+    ]
     for i, item in enumerate(items):
-        out.append(("response.output_item.added", {"type": "response.output_item.added", "output_index": i,
-                                                   "item": item}))
+        out.append(
+            ("response.output_item.added", {"type": "response.output_item.added", "output_index": i, "item": item})
+        )
         if item["type"] == "message":
-            out.append(("response.output_text.delta", {"type": "response.output_text.delta", "output_index": i,
-                                                       "item_id": item["id"], "content_index": 0,
-                                                       "delta": item["content"][0]["text"]}))
-        out.append(("response.output_item.done", {"type": "response.output_item.done", "output_index": i,
-                                                  "item": item}))
-    usage = {"input_tokens": 100, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 20,
-             "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 120}
-    out.append(("response.completed", {"type": "response.completed", "response": {
-        **base, "status": "completed", "output": items, "usage": usage}}))
+            out.append(
+                (
+                    "response.output_text.delta",
+                    {
+                        "type": "response.output_text.delta",
+                        "output_index": i,
+                        "item_id": item["id"],
+                        "content_index": 0,
+                        "delta": item["content"][0]["text"],
+                    },
+                )
+            )
+        out.append(
+            ("response.output_item.done", {"type": "response.output_item.done", "output_index": i, "item": item})
+        )
+    usage = {
+        "input_tokens": 100,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": 20,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": 120,
+    }
+    out.append(
+        (
+            "response.completed",
+            {
+                "type": "response.completed",
+                "response": {**base, "status": "completed", "output": items, "usage": usage},
+            },
+        )
+    )
     return out
 
 
@@ -348,10 +452,20 @@ class Handler(BaseHTTPRequestHandler):
             self.send_json(404, {"error": {"type": "not_found_error", "message": f"no route {path}"}})
             return
         status, answer = plan(req, kind)
-        log_request({"method": "POST", "path": path, "status": status, "script": script_name(req, kind),
-                     "step": count_tool_results(req, kind), "model": req.get("model"),
-                     "stream": bool(req.get("stream")), "system": system_text(req, kind),
-                     "tools": tool_names(req), "answer": answer if isinstance(answer, str) else list(answer or [])})
+        log_request(
+            {
+                "method": "POST",
+                "path": path,
+                "status": status,
+                "script": script_name(req, kind),
+                "step": count_tool_results(req, kind),
+                "model": req.get("model"),
+                "stream": bool(req.get("stream")),
+                "system": system_text(req, kind),
+                "tools": tool_names(req),
+                "answer": answer if isinstance(answer, str) else list(answer or []),
+            }
+        )
         if status != 200:
             body = anthropic_error(status) if kind == "anthropic" else openai_error(status)
             self.send_json(status, body, retry_after=status == 429)
@@ -361,9 +475,19 @@ class Handler(BaseHTTPRequestHandler):
             if req.get("stream"):
                 self.send_sse(anthropic_sse(req, blocks, stop))
             else:
-                self.send_json(200, {"id": f"msg_{uuid.uuid4().hex[:20]}", "type": "message", "role": "assistant",
-                                     "model": req.get("model"), "content": blocks, "stop_reason": stop,
-                                     "stop_sequence": None, "usage": {"input_tokens": 100, "output_tokens": 20}})
+                self.send_json(
+                    200,
+                    {
+                        "id": f"msg_{uuid.uuid4().hex[:20]}",
+                        "type": "message",
+                        "role": "assistant",
+                        "model": req.get("model"),
+                        "content": blocks,
+                        "stop_reason": stop,
+                        "stop_sequence": None,
+                        "usage": {"input_tokens": 100, "output_tokens": 20},
+                    },
+                )
             return
         self.send_sse(openai_sse(openai_items(answer, tool_names(req)), str(req.get("model") or "")))
 

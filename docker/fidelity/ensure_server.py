@@ -27,8 +27,14 @@ def main() -> None:
     if listening():
         return
     with open("/tmp/fidelity-api.log", "ab") as log:
-        subprocess.Popen([sys.executable, "-S", os.path.join(HERE, "api_server.py")], stdin=subprocess.DEVNULL,
-                         stdout=log, stderr=log, start_new_session=True, close_fds=True)
+        subprocess.Popen(
+            [sys.executable, "-S", os.path.join(HERE, "api_server.py")],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+            close_fds=True,
+        )
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         if listening():

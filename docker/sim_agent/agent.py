@@ -39,13 +39,22 @@ class Agent:
             except OSError as e:
                 return f"Error writing {full}: {e.strerror or e}", True, {}
             verb = "appended to" if append else ("updated" if existed else "created")
-            msg = (f"File {verb} successfully at: {full}" if not append or not existed
-                   else f"The file {full} has been updated successfully.")
+            msg = (
+                f"File {verb} successfully at: {full}"
+                if not append or not existed
+                else f"The file {full} has been updated successfully."
+            )
             return msg, False, {"write_kind": "update" if existed else "create"}
 
         if append:
-            return self.em.tool("Bash", {"command": f"printf %s {shell_quote(content)} >> {shell_quote(full)}",
-                                         "description": f"append to {path}"}, run)
+            return self.em.tool(
+                "Bash",
+                {
+                    "command": f"printf %s {shell_quote(content)} >> {shell_quote(full)}",
+                    "description": f"append to {path}",
+                },
+                run,
+            )
         return self.em.tool("Write", {"file_path": full, "content": content}, run)
 
     def edit(self, path: str, old: str, new: str) -> tuple[str, bool]:
@@ -67,16 +76,23 @@ class Agent:
             except OSError as e:
                 return f"Error writing {full}: {e.strerror or e}", True, {}
             line = next(i for i, ln in enumerate(original.splitlines(), 1) if old in ln) if "\n" not in old else 1
-            patch = [{"oldStart": line, "oldLines": 1, "newStart": line, "newLines": 1,
-                      "lines": [f"-{ln}" for ln in old.splitlines()] + [f"+{ln}" for ln in new.splitlines()]}]
-            return (f"The file {full} has been updated successfully.", False,
-                    {"original": original, "patch": patch})
+            patch = [
+                {
+                    "oldStart": line,
+                    "oldLines": 1,
+                    "newStart": line,
+                    "newLines": 1,
+                    "lines": [f"-{ln}" for ln in old.splitlines()] + [f"+{ln}" for ln in new.splitlines()],
+                }
+            ]
+            return (f"The file {full} has been updated successfully.", False, {"original": original, "patch": patch})
 
         if self.a.persona == "codex":
             sed = "s/" + old.replace("/", "\\/") + "/" + new.replace("/", "\\/") + "/"
             return self.em.tool("Bash", {"command": f"sed -i {shell_quote(sed)} {shell_quote(path)}"}, run)
-        return self.em.tool("Edit", {"file_path": full, "old_string": old, "new_string": new, "replace_all": False},
-                            run)
+        return self.em.tool(
+            "Edit", {"file_path": full, "old_string": old, "new_string": new, "replace_all": False}, run
+        )
 
     def bash(self, command: str, description: str, env: dict | None = None) -> tuple[str, bool]:
         def run():
@@ -89,6 +105,7 @@ class Agent:
             if p.returncode != 0:
                 out = f"Exit code {p.returncode}\n{out}" if self.a.persona == "claude" else out
             return out, p.returncode != 0, extra
+
         return self.em.tool("Bash", {"command": command, "description": description}, run)
 
     def commit(self, message: str) -> tuple[str, bool]:
@@ -113,8 +130,11 @@ class Agent:
                 out = f"Exit code {p.returncode}\n{out}"
             return out, code != 0, extra
 
-        return self.em.tool("Bash", {"command": f"git add -A && git commit -m {shell_quote(message)}",
-                                     "description": "commit changes"}, run)
+        return self.em.tool(
+            "Bash",
+            {"command": f"git add -A && git commit -m {shell_quote(message)}", "description": "commit changes"},
+            run,
+        )
 
     def write_outside(self, path: str) -> None:
         content = f"sim-agent write-outside probe {self.h[:8]}\n"

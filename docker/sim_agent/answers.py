@@ -14,8 +14,18 @@ import hashlib
 import json
 import re
 
-THEMES = ["caching", "error handling", "test coverage", "logging", "performance", "documentation",
-          "refactoring", "input validation", "configuration", "observability"]
+THEMES = [
+    "caching",
+    "error handling",
+    "test coverage",
+    "logging",
+    "performance",
+    "documentation",
+    "refactoring",
+    "input validation",
+    "configuration",
+    "observability",
+]
 DEFAULT_ARRAY_ITEMS = 3
 MAX_DEPTH = 12
 
@@ -27,22 +37,26 @@ def default_answer(prompt: str, h: str, did: str) -> str:
         return json.dumps({"verdict": "APPROVE", "issues": []})
     if "json" in lower and "score" in lower:
         score = n_hash % 11
-        return json.dumps({
-            "score": score,
-            "rationale": f"Simulated review {h[:8]}: the change is "
-                         f"{'solid' if score >= 7 else 'acceptable' if score >= 4 else 'weak'} "
-                         f"(deterministic score {score}/10 derived from the prompt hash).",
-        })
+        return json.dumps(
+            {
+                "score": score,
+                "rationale": f"Simulated review {h[:8]}: the change is "
+                f"{'solid' if score >= 7 else 'acceptable' if score >= 4 else 'weak'} "
+                f"(deterministic score {score}/10 derived from the prompt hash).",
+            }
+        )
     if "json" in lower and "idea" in lower:
         m = re.search(r"(\d+)\s+(?:\w+\s+){0,3}ideas", lower)
         count = max(1, min(10, int(m.group(1)))) if m else 3
         ideas = []
         for i in range(count):
             t = THEMES[(n_hash + i) % len(THEMES)]
-            ideas.append({
-                "title": f"Improve {t}",
-                "description": f"Simulated idea {i + 1} ({h[i:i + 6]}): improve {t} in the affected module.",
-            })
+            ideas.append(
+                {
+                    "title": f"Improve {t}",
+                    "description": f"Simulated idea {i + 1} ({h[i : i + 6]}): improve {t} in the affected module.",
+                }
+            )
         return json.dumps({"ideas": ideas})
     return f"Done: simulated work for task {h[:8]}.{did}".strip()
 

@@ -30,26 +30,69 @@ CLAUDE_MODELS = {
 CLAUDE_DEFAULT_MODEL = "claude-sonnet-4-5"
 
 CLAUDE_TOOLS = [
-    "Task", "Bash", "Glob", "Grep", "ExitPlanMode", "Read", "Edit", "MultiEdit", "Write",
-    "NotebookEdit", "WebFetch", "TodoWrite", "WebSearch", "BashOutput", "KillShell",
+    "Task",
+    "Bash",
+    "Glob",
+    "Grep",
+    "ExitPlanMode",
+    "Read",
+    "Edit",
+    "MultiEdit",
+    "Write",
+    "NotebookEdit",
+    "WebFetch",
+    "TodoWrite",
+    "WebSearch",
+    "BashOutput",
+    "KillShell",
 ]
 
 CLAUDE_CAPABILITIES = ["interrupt_receipt_v1", "msg_lifecycle_v1", "sdk_mcp_manifests", "ui_surface_v1"]
 
 # Every result line carries these, success or API error.
 SUBAGENT_STATS = {
-    "spawned": 0, "requested": {"background": 0, "foreground": 0, "unset": 0}, "started_in_background": 0,
-    "max_depth": 0, "spawned_by_subagents": 0, "completed": 0, "failed": 0,
+    "spawned": 0,
+    "requested": {"background": 0, "foreground": 0, "unset": 0},
+    "started_in_background": 0,
+    "max_depth": 0,
+    "spawned_by_subagents": 0,
+    "completed": 0,
+    "failed": 0,
     "killed": {"parent": 0, "user": 0, "system": 0},
-    "refused": {"depth_limit": 0, "concurrency_limit": 0, "budget": 0}, "by_type": {},
+    "refused": {"depth_limit": 0, "concurrency_limit": 0, "budget": 0},
+    "by_type": {},
 }
 
 CLAUDE_VALUE_FLAGS = {
-    "--output-format", "--input-format", "--model", "--resume", "-r", "--max-turns", "--system-prompt",
-    "--append-system-prompt", "--permission-mode", "--allowedTools", "--allowed-tools", "--disallowedTools",
-    "--disallowed-tools", "--session-id", "--settings", "--mcp-config", "--add-dir", "--fallback-model",
-    "--max-budget-usd", "--agents", "--setting-sources", "--permission-prompt-tool", "--system-prompt-file",
-    "--append-system-prompt-file", "--debug-file", "--tools", "--plugin-dir", "--betas", "--json-schema",
+    "--output-format",
+    "--input-format",
+    "--model",
+    "--resume",
+    "-r",
+    "--max-turns",
+    "--system-prompt",
+    "--append-system-prompt",
+    "--permission-mode",
+    "--allowedTools",
+    "--allowed-tools",
+    "--disallowedTools",
+    "--disallowed-tools",
+    "--session-id",
+    "--settings",
+    "--mcp-config",
+    "--add-dir",
+    "--fallback-model",
+    "--max-budget-usd",
+    "--agents",
+    "--setting-sources",
+    "--permission-prompt-tool",
+    "--system-prompt-file",
+    "--append-system-prompt-file",
+    "--debug-file",
+    "--tools",
+    "--plugin-dir",
+    "--betas",
+    "--json-schema",
     "--effort",
 }
 
@@ -101,40 +144,44 @@ class ClaudeEmitter(BaseEmitter):
 
     def start(self) -> None:
         perm = "bypassPermissions" if self.a.skip_permissions else self.a.permission_mode
-        self.emit({
-            "type": "system",
-            "subtype": "init",
-            "cwd": self.cwd,
-            "session_id": self.session_id,
-            "tools": CLAUDE_TOOLS,
-            "mcp_servers": [],
-            "model": self.model,
-            "permissionMode": perm,
-            "slash_commands": ["compact", "context", "cost", "init", "review"],
-            "apiKeySource": "ANTHROPIC_API_KEY" if os.environ.get("ANTHROPIC_API_KEY") else "none",
-            "claude_code_version": CLAUDE_VERSION,
-            "output_style": "default",
-            "agents": ["general-purpose", "Explore", "Plan"],
-            "skills": [],
-            "plugins": [],
-            "uuid": self._uuid(),
-            "memory_paths": {"auto": os.path.expanduser("~/.claude/projects/") + self.cwd.replace("/", "-") + "/memory/"},
-            "original_cwd": self.cwd,
-            "additional_directories": [],
-            "fast_mode_state": "off",
-            "capabilities": CLAUDE_CAPABILITIES,
-            "terminal_slash_commands": ["doctor", "color", "focus"],
-            "analytics_disabled": True,
-            "product_feedback_disabled": True,
-            # claude reports whether the base URL is Anthropic's own API
-            "served_by_anthropic": not os.environ.get("ANTHROPIC_BASE_URL"),
-            "messaging_socket_path": f"/tmp/cc-socks/{os.getpid()}.sock",
-            "fast_mode_disabled_reason": "sdk_opt_in_required",
-            "per_turn_effort_active": True,
-            "ultrathink_available": False,
-            "ultrathink_typed_raises": False,
-            "view_mode": "default",
-        })
+        self.emit(
+            {
+                "type": "system",
+                "subtype": "init",
+                "cwd": self.cwd,
+                "session_id": self.session_id,
+                "tools": CLAUDE_TOOLS,
+                "mcp_servers": [],
+                "model": self.model,
+                "permissionMode": perm,
+                "slash_commands": ["compact", "context", "cost", "init", "review"],
+                "apiKeySource": "ANTHROPIC_API_KEY" if os.environ.get("ANTHROPIC_API_KEY") else "none",
+                "claude_code_version": CLAUDE_VERSION,
+                "output_style": "default",
+                "agents": ["general-purpose", "Explore", "Plan"],
+                "skills": [],
+                "plugins": [],
+                "uuid": self._uuid(),
+                "memory_paths": {
+                    "auto": os.path.expanduser("~/.claude/projects/") + self.cwd.replace("/", "-") + "/memory/"
+                },
+                "original_cwd": self.cwd,
+                "additional_directories": [],
+                "fast_mode_state": "off",
+                "capabilities": CLAUDE_CAPABILITIES,
+                "terminal_slash_commands": ["doctor", "color", "focus"],
+                "analytics_disabled": True,
+                "product_feedback_disabled": True,
+                # claude reports whether the base URL is Anthropic's own API
+                "served_by_anthropic": not os.environ.get("ANTHROPIC_BASE_URL"),
+                "messaging_socket_path": f"/tmp/cc-socks/{os.getpid()}.sock",
+                "fast_mode_disabled_reason": "sdk_opt_in_required",
+                "per_turn_effort_active": True,
+                "ultrathink_available": False,
+                "ultrathink_typed_raises": False,
+                "view_mode": "default",
+            }
+        )
 
     def _turn_usage(self, out_text: str) -> dict:
         self.turns += 1
@@ -142,27 +189,34 @@ class ClaudeEmitter(BaseEmitter):
         out = tokens_for(out_text)
         self.usage.input_tokens += inp
         self.usage.output_tokens += out
-        return {"input_tokens": inp, "output_tokens": out, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+        return {
+            "input_tokens": inp,
+            "output_tokens": out,
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": 0,
+        }
 
     def _assistant(self, content: list[dict], usage: dict) -> None:
-        self.emit({
-            "type": "assistant",
-            "message": {
-                "id": self._id("msg"),
-                "type": "message",
-                "role": "assistant",
-                "model": self.model,
-                "content": content,
-                "stop_reason": None,
-                "stop_sequence": None,
-                "usage": usage,
-                "context_management": None,
-            },
-            "parent_tool_use_id": None,
-            "session_id": self.session_id,
-            "uuid": self._uuid(),
-            "timestamp": now_iso(),
-        })
+        self.emit(
+            {
+                "type": "assistant",
+                "message": {
+                    "id": self._id("msg"),
+                    "type": "message",
+                    "role": "assistant",
+                    "model": self.model,
+                    "content": content,
+                    "stop_reason": None,
+                    "stop_sequence": None,
+                    "usage": usage,
+                    "context_management": None,
+                },
+                "parent_tool_use_id": None,
+                "session_id": self.session_id,
+                "uuid": self._uuid(),
+                "timestamp": now_iso(),
+            }
+        )
 
     def text(self, text: str) -> None:
         self.n_msgs += 1
@@ -179,11 +233,17 @@ class ClaudeEmitter(BaseEmitter):
         )
         output, is_error, extra = run()
         if extra.get("commit_sha"):
-            self.emit({
-                "type": "system", "subtype": "vcs_state_changed", "kind": "commit",
-                "branch": extra.get("branch", ""), "cwd": self.cwd, "uuid": self._uuid(),
-                "session_id": self.session_id,
-            })
+            self.emit(
+                {
+                    "type": "system",
+                    "subtype": "vcs_state_changed",
+                    "kind": "commit",
+                    "branch": extra.get("branch", ""),
+                    "cwd": self.cwd,
+                    "uuid": self._uuid(),
+                    "session_id": self.session_id,
+                }
+            )
         result_block = {"tool_use_id": tool_id, "type": "tool_result", "content": output}
         if name == "Bash" or is_error:
             result_block["is_error"] = is_error
@@ -197,28 +257,39 @@ class ClaudeEmitter(BaseEmitter):
         }
         if name == "Bash":
             line["tool_use_result"] = {
-                "stdout": output, "stderr": "", "interrupted": False, "isImage": False,
+                "stdout": output,
+                "stderr": "",
+                "interrupted": False,
+                "isImage": False,
                 "noOutputExpected": False,
             }
             if extra.get("commit_sha"):
-                line["tool_use_result"]["gitOperation"] = {"commit": {
-                    "sha": extra["commit_sha"], "kind": "committed", "branch": extra.get("branch", "")}}
+                line["tool_use_result"]["gitOperation"] = {
+                    "commit": {"sha": extra["commit_sha"], "kind": "committed", "branch": extra.get("branch", "")}
+                }
         elif name == "Edit" and not is_error:
             line["tool_use_result"] = {
-                "filePath": tool_input.get("file_path"), "oldString": tool_input.get("old_string"),
-                "newString": tool_input.get("new_string"), "originalFile": extra.get("original", ""),
-                "structuredPatch": extra.get("patch", []), "userModified": False,
+                "filePath": tool_input.get("file_path"),
+                "oldString": tool_input.get("old_string"),
+                "newString": tool_input.get("new_string"),
+                "originalFile": extra.get("original", ""),
+                "structuredPatch": extra.get("patch", []),
+                "userModified": False,
                 "replaceAll": bool(tool_input.get("replace_all")),
             }
         elif name == "Write" and not is_error:
             line["tool_use_result"] = {
-                "type": extra.get("write_kind", "create"), "filePath": tool_input.get("file_path"),
-                "content": tool_input.get("content"), "structuredPatch": [], "originalFile": None,
+                "type": extra.get("write_kind", "create"),
+                "filePath": tool_input.get("file_path"),
+                "content": tool_input.get("content"),
+                "structuredPatch": [],
+                "originalFile": None,
                 "userModified": False,
             }
         # with --dangerously-skip-permissions every tool call is accepted by the mode
-        line["tool_result_meta"] = [{"id": tool_id, "permission_decision": {
-            "decision": "accept", "source": "config", "reason_type": "mode"}}]
+        line["tool_result_meta"] = [
+            {"id": tool_id, "permission_decision": {"decision": "accept", "source": "config", "reason_type": "mode"}}
+        ]
         self.emit(line)
         return output, is_error
 
@@ -235,11 +306,20 @@ class ClaudeEmitter(BaseEmitter):
     def _model_usage(self, inp: int, out: int, cost: float) -> dict:
         return {
             self.model: {
-                "inputTokens": inp, "outputTokens": out, "cacheReadInputTokens": 0,
-                "cacheCreationInputTokens": 0, "webSearchRequests": 0, "costUSD": cost,
-                "contextWindow": 200000, "maxOutputTokens": 64000, "thinkingTokens": 0,
-                "cacheCreationEphemeral5mInputTokens": 0, "cacheCreationEphemeral1hInputTokens": 0,
-                "canonicalModel": self.model, "provider": "firstParty", "costBasis": "list",
+                "inputTokens": inp,
+                "outputTokens": out,
+                "cacheReadInputTokens": 0,
+                "cacheCreationInputTokens": 0,
+                "webSearchRequests": 0,
+                "costUSD": cost,
+                "contextWindow": 200000,
+                "maxOutputTokens": 64000,
+                "thinkingTokens": 0,
+                "cacheCreationEphemeral5mInputTokens": 0,
+                "cacheCreationEphemeral1hInputTokens": 0,
+                "canonicalModel": self.model,
+                "provider": "firstParty",
+                "costBasis": "list",
             }
         }
 
@@ -253,18 +333,40 @@ class ClaudeEmitter(BaseEmitter):
     def _usage_block(self, inp: int, out: int) -> dict:
         return {
             "output_tokens_details": {"thinking_tokens": 0},
-            "input_tokens": inp, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0,
-            "output_tokens": out, "server_tool_use": {"web_search_requests": 0, "web_fetch_requests": 0},
-            "service_tier": "standard", "cache_creation": {"ephemeral_1h_input_tokens": 0, "ephemeral_5m_input_tokens": 0},
-            "inference_geo": "", "iterations": [], "speed": "standard", "fallback_credit": None,
+            "input_tokens": inp,
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": 0,
+            "output_tokens": out,
+            "server_tool_use": {"web_search_requests": 0, "web_fetch_requests": 0},
+            "service_tier": "standard",
+            "cache_creation": {"ephemeral_1h_input_tokens": 0, "ephemeral_5m_input_tokens": 0},
+            "inference_geo": "",
+            "iterations": [],
+            "speed": "standard",
+            "fallback_credit": None,
         }
 
-    def finish(self, result_text: str, *, is_error: bool = False, subtype: str = "success",
-               terminal_reason: str = "completed", errors: list[str] | None = None,
-               api_error_status: int | None = None, api_error_type: str | None = None,
-               stop_reason: str = "end_turn", count_usage: bool = True, structured: object = None) -> None:
-        if subtype == "success" and not is_error and result_text and structured is None \
-                and (not self.texts or self.texts[-1] != result_text):
+    def finish(
+        self,
+        result_text: str,
+        *,
+        is_error: bool = False,
+        subtype: str = "success",
+        terminal_reason: str = "completed",
+        errors: list[str] | None = None,
+        api_error_status: int | None = None,
+        api_error_type: str | None = None,
+        stop_reason: str = "end_turn",
+        count_usage: bool = True,
+        structured: object = None,
+    ) -> None:
+        if (
+            subtype == "success"
+            and not is_error
+            and result_text
+            and structured is None
+            and (not self.texts or self.texts[-1] != result_text)
+        ):
             self.text(result_text)
         totals = self.session_totals()
         duration = int((time.monotonic() - self.t0) * 1000)
@@ -274,7 +376,8 @@ class ClaudeEmitter(BaseEmitter):
         else:
             model_usage = (
                 self._model_usage(totals["input_tokens"], totals["output_tokens"], totals["cost_usd"])
-                if totals["input_tokens"] else {}
+                if totals["input_tokens"]
+                else {}
             )
             since = {}
         result = {
@@ -304,8 +407,9 @@ class ClaudeEmitter(BaseEmitter):
         if self.turns and api_error_status is None:
             # latency figures exist only once the model answered
             ttft = max(1, duration // 2)
-            result.update(ttft_ms=ttft, ttft_stream_ms=ttft, time_to_request_ms=max(0, ttft - 1),
-                          first_content_frame_ms=ttft)
+            result.update(
+                ttft_ms=ttft, ttft_stream_ms=ttft, time_to_request_ms=max(0, ttft - 1), first_content_frame_ms=ttft
+            )
         if api_error_type:
             result["api_error_type"] = api_error_type
         if structured is not None:
@@ -328,54 +432,104 @@ class ClaudeEmitter(BaseEmitter):
         if value is None:  # it answered in prose instead: no structured_output
             self.finish(result_text)
             return
-        self.tool("StructuredOutput", value if isinstance(value, dict) else {"value": value},
-                  lambda: ("Structured output provided successfully", False, {}))
+        self.tool(
+            "StructuredOutput",
+            value if isinstance(value, dict) else {"value": value},
+            lambda: ("Structured output provided successfully", False, {}),
+        )
         self.finish(result_text, structured=value)
 
     def api_error(self, status: int) -> None:
         if status == 429:
             err, etype = "rate_limit", "rate_limit_error"
-            text = ('API Error: 429 {"type":"error","error":{"type":"rate_limit_error","message":"This request would '
-                    'exceed the rate limit for your organization of 50 requests per minute (simulated)."}}')
+            text = (
+                'API Error: 429 {"type":"error","error":{"type":"rate_limit_error","message":"This request would '
+                'exceed the rate limit for your organization of 50 requests per minute (simulated)."}}'
+            )
         else:
             err, etype = "authentication_failed", "authentication_error"
             text = "Invalid API key · Fix external API key"
         for attempt in (1, 2):
-            self.emit({
-                "type": "system", "subtype": "api_retry", "attempt": attempt, "max_retries": 2,
-                "retry_delay_ms": 500 * attempt, "error_status": status, "error": err,
-                "session_id": self.session_id, "uuid": self._uuid(),
-            })
+            self.emit(
+                {
+                    "type": "system",
+                    "subtype": "api_retry",
+                    "attempt": attempt,
+                    "max_retries": 2,
+                    "retry_delay_ms": 500 * attempt,
+                    "error_status": status,
+                    "error": err,
+                    "session_id": self.session_id,
+                    "uuid": self._uuid(),
+                }
+            )
         # The five-hour/weekly limit event belongs to subscription (OAuth) logins;
         # a plain API key's 429 is only retries and the error message.
         if status == 429 and os.environ.get("CLAUDE_CODE_OAUTH_TOKEN") and not os.environ.get("ANTHROPIC_API_KEY"):
-            self.emit({
-                "type": "rate_limit_event",
-                "rate_limit_info": {"status": "rejected", "rateLimitType": "five_hour",
-                                    "resetsAt": int(time.time()) + 3600},
-                "uuid": self._uuid(), "session_id": self.session_id,
-            })
-        zero = {"output_tokens_details": None, "input_tokens": 0, "output_tokens": 0, "cache_creation_input_tokens": 0,
-                "cache_read_input_tokens": 0, "server_tool_use": {"web_search_requests": 0, "web_fetch_requests": 0},
-                "service_tier": None, "cache_creation": {"ephemeral_1h_input_tokens": 0, "ephemeral_5m_input_tokens": 0},
-                "inference_geo": None, "iterations": None, "speed": None, "fallback_credit": None}
+            self.emit(
+                {
+                    "type": "rate_limit_event",
+                    "rate_limit_info": {
+                        "status": "rejected",
+                        "rateLimitType": "five_hour",
+                        "resetsAt": int(time.time()) + 3600,
+                    },
+                    "uuid": self._uuid(),
+                    "session_id": self.session_id,
+                }
+            )
+        zero = {
+            "output_tokens_details": None,
+            "input_tokens": 0,
+            "output_tokens": 0,
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": 0,
+            "server_tool_use": {"web_search_requests": 0, "web_fetch_requests": 0},
+            "service_tier": None,
+            "cache_creation": {"ephemeral_1h_input_tokens": 0, "ephemeral_5m_input_tokens": 0},
+            "inference_geo": None,
+            "iterations": None,
+            "speed": None,
+            "fallback_credit": None,
+        }
         self.turns = 1
-        self.emit({
-            "type": "assistant",
-            "message": {
-                "diagnostics": None,
-                "id": uuid4_from(hashlib.sha256(f"{self.session_id}:{self.exec_no}:err".encode()).digest()),
-                "container": None, "model": "<synthetic>", "role": "assistant", "stop_details": None,
-                "stop_reason": "stop_sequence",
-                "stop_sequence": "", "type": "message", "usage": zero,
-                "content": [{"type": "text", "text": text}], "context_management": None,
-            },
-            "parent_tool_use_id": None, "session_id": self.session_id, "uuid": self._uuid(),
-            "timestamp": now_iso(), "error": err, "is_api_error_message": True,
-            "api_error_status": status, "api_error_type": etype,
-        })
-        self.finish(text, is_error=True, subtype="success", terminal_reason="api_error",
-                    api_error_status=status, api_error_type=etype, stop_reason="stop_sequence", count_usage=False)
+        self.emit(
+            {
+                "type": "assistant",
+                "message": {
+                    "diagnostics": None,
+                    "id": uuid4_from(hashlib.sha256(f"{self.session_id}:{self.exec_no}:err".encode()).digest()),
+                    "container": None,
+                    "model": "<synthetic>",
+                    "role": "assistant",
+                    "stop_details": None,
+                    "stop_reason": "stop_sequence",
+                    "stop_sequence": "",
+                    "type": "message",
+                    "usage": zero,
+                    "content": [{"type": "text", "text": text}],
+                    "context_management": None,
+                },
+                "parent_tool_use_id": None,
+                "session_id": self.session_id,
+                "uuid": self._uuid(),
+                "timestamp": now_iso(),
+                "error": err,
+                "is_api_error_message": True,
+                "api_error_status": status,
+                "api_error_type": etype,
+            }
+        )
+        self.finish(
+            text,
+            is_error=True,
+            subtype="success",
+            terminal_reason="api_error",
+            api_error_status=status,
+            api_error_type=etype,
+            stop_reason="stop_sequence",
+            count_usage=False,
+        )
 
 
 def read_schema(a: Args, text: str) -> None:

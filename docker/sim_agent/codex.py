@@ -21,9 +21,28 @@ CODEX_VERSION = "0.169.0-sim"
 CODEX_DEFAULT_MODEL = "gpt-5-codex"
 
 CODEX_VALUE_FLAGS = {
-    "-m", "--model", "-c", "--config", "-s", "--sandbox", "-C", "--cd", "--color", "-o",
-    "--output-last-message", "-p", "--profile", "-i", "--image", "--output-schema", "--add-dir",
-    "-a", "--ask-for-approval", "--enable", "--disable", "--local-provider",
+    "-m",
+    "--model",
+    "-c",
+    "--config",
+    "-s",
+    "--sandbox",
+    "-C",
+    "--cd",
+    "--color",
+    "-o",
+    "--output-last-message",
+    "-p",
+    "--profile",
+    "-i",
+    "--image",
+    "--output-schema",
+    "--add-dir",
+    "-a",
+    "--ask-for-approval",
+    "--enable",
+    "--disable",
+    "--local-provider",
 }
 
 
@@ -82,10 +101,17 @@ class CodexEmitter(BaseEmitter):
             # codex takes model metadata from its provider's model list; the
             # simulated custom provider lists none (as a scripted or self-hosted
             # endpoint often does), so codex warns before the turn, as item_0.
-            self.emit({"type": "item.completed", "item": {
-                "id": self._item_id(), "type": "error",
-                "message": f"Model metadata for `{self.model}` not found. Defaulting to fallback metadata; "
-                           "this can degrade performance and cause issues."}})
+            self.emit(
+                {
+                    "type": "item.completed",
+                    "item": {
+                        "id": self._item_id(),
+                        "type": "error",
+                        "message": f"Model metadata for `{self.model}` not found. Defaulting to fallback metadata; "
+                        "this can degrade performance and cause issues.",
+                    },
+                }
+            )
         self.emit({"type": "turn.started"})
 
     def _count(self, text: str) -> None:
@@ -106,13 +132,23 @@ class CodexEmitter(BaseEmitter):
         command = f"/bin/sh -lc {shell_quote(command)}"
         self._count(command)
         iid = self._item_id()
-        item = {"id": iid, "type": "command_execution", "command": command, "aggregated_output": "",
-                "exit_code": None, "status": "in_progress"}
+        item = {
+            "id": iid,
+            "type": "command_execution",
+            "command": command,
+            "aggregated_output": "",
+            "exit_code": None,
+            "status": "in_progress",
+        }
         self.emit({"type": "item.started", "item": item})
         output, is_error, extra = run()
         code = extra.get("exit_code", 1 if is_error else 0)
-        done = dict(item, aggregated_output=output if output.endswith("\n") or not output else output + "\n",
-                    exit_code=code, status="failed" if code else "completed")
+        done = dict(
+            item,
+            aggregated_output=output if output.endswith("\n") or not output else output + "\n",
+            exit_code=code,
+            status="failed" if code else "completed",
+        )
         self.emit({"type": "item.completed", "item": done})
         return output, is_error
 
@@ -150,10 +186,18 @@ class CodexEmitter(BaseEmitter):
         if result_text and (not self.texts or self.texts[-1] != result_text):
             self.text(result_text)
         totals = self.session_totals()
-        self.emit({"type": "turn.completed", "usage": {
-            "input_tokens": totals["input_tokens"], "cached_input_tokens": 0, "cache_write_input_tokens": 0,
-            "output_tokens": totals["output_tokens"], "reasoning_output_tokens": 0,
-        }})
+        self.emit(
+            {
+                "type": "turn.completed",
+                "usage": {
+                    "input_tokens": totals["input_tokens"],
+                    "cached_input_tokens": 0,
+                    "cache_write_input_tokens": 0,
+                    "output_tokens": totals["output_tokens"],
+                    "reasoning_output_tokens": 0,
+                },
+            }
+        )
         self._write_last(result_text)
         if not self.stream:
             OUT.text(result_text + "\n")
@@ -163,14 +207,17 @@ class CodexEmitter(BaseEmitter):
             detail = "exceeded retry limit, last status: 429 Too Many Requests"
             base = detail
         else:
-            base = ("unexpected status 401 Unauthorized: Incorrect API key provided. You can find your API key at "
-                    "https://platform.openai.com/account/api-keys.")
+            base = (
+                "unexpected status 401 Unauthorized: Incorrect API key provided. You can find your API key at "
+                "https://platform.openai.com/account/api-keys."
+            )
             detail = base
         retries = self.a.stream_retries  # the provider's stream_max_retries (codex's default: 5)
         for n in range(1, retries + 1):
             rid = sha256_hex(f"{self.session_id}:{self.exec_no}:{n}")[:32]
-            self.emit({"type": "error",
-                       "message": f"Reconnecting... {n}/{retries} ({detail}, request id: req_sim_{rid})"})
+            self.emit(
+                {"type": "error", "message": f"Reconnecting... {n}/{retries} ({detail}, request id: req_sim_{rid})"}
+            )
         rid = sha256_hex(f"{self.session_id}:{self.exec_no}:final")[:32]
         final = f"{base}, request id: req_sim_{rid}"
         self.emit({"type": "error", "message": final})

@@ -109,7 +109,9 @@ class Out:
                 os._exit(141)
 
     def line(self, obj: dict) -> None:
-        self.write_bytes(json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogateescape") + b"\n")
+        self.write_bytes(
+            json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogateescape") + b"\n"
+        )
 
     def text(self, s: str) -> None:
         self.write_bytes(s.encode("utf-8", "surrogateescape"))
@@ -227,7 +229,7 @@ def split_argv(argv: list[str], value_flags: set[str]) -> tuple[list[tuple[str, 
     while i < len(argv):
         tok = argv[i]
         if tok == "--":
-            positional.extend(argv[i + 1:])
+            positional.extend(argv[i + 1 :])
             break
         name, eq, val = tok.partition("=")
         if tok.startswith("-") and tok != "-":
@@ -272,7 +274,6 @@ class Args:
     output_schema_error: str | None = None
 
 
-
 class Usage:
     def __init__(self) -> None:
         self.input_tokens = 0
@@ -283,12 +284,10 @@ class Usage:
         return round(self.input_tokens * PRICE_IN + self.output_tokens * PRICE_OUT, 6)
 
 
-
 class BaseEmitter:
     """What both personas' writers share: the execution they write for, its usage, and the stream switch."""
 
-    def __init__(self, a: Args, session_id: str, exec_no: int, model: str, cwd: str, prior: dict,
-                 stream: bool) -> None:
+    def __init__(self, a: Args, session_id: str, exec_no: int, model: str, cwd: str, prior: dict, stream: bool) -> None:
         self.a = a
         self.session_id = session_id
         self.exec_no = exec_no

@@ -40,7 +40,7 @@ def parse_args(argv: list[str]) -> Args:
     for idx, tok in enumerate(rest):
         if tok == "--as" and idx + 1 < len(rest):
             persona = rest[idx + 1]
-            del rest[idx:idx + 2]
+            del rest[idx : idx + 2]
             break
         if tok.startswith("--as="):
             persona = tok.split("=", 1)[1]
@@ -79,8 +79,10 @@ def refusal(a: Args, cwd: str) -> int | None:
     """The exit code of a refusal the real CLI makes before doing anything, else None."""
     if a.persona == "claude":
         if a.skip_permissions and os.geteuid() == 0 and not os.environ.get("IS_SANDBOX"):
-            print("--dangerously-skip-permissions cannot be used with root/sudo privileges for security reasons",
-                  file=sys.stderr)
+            print(
+                "--dangerously-skip-permissions cannot be used with root/sudo privileges for security reasons",
+                file=sys.stderr,
+            )
             return 1
         if a.output_format == "stream-json" and not a.verbose:
             print("Error: When using --print, --output-format=stream-json requires --verbose", file=sys.stderr)
@@ -117,11 +119,14 @@ class Session:
         """Resume or start the session; False (after printing the CLI's error) if it does not exist."""
         a = self.a
         if a.resume_last:
-            names = [n for n in os.listdir(self.dir) if n.endswith(".json") and not n.startswith(".")] \
-                if os.path.isdir(self.dir) else []
+            names = (
+                [n for n in os.listdir(self.dir) if n.endswith(".json") and not n.startswith(".")]
+                if os.path.isdir(self.dir)
+                else []
+            )
             cands = sorted((os.path.join(self.dir, n) for n in names), key=os.path.getmtime)
             cands = [p for p in cands if (load_json(p) or {}).get("persona") == a.persona]
-            a.resume = os.path.basename(cands[-1])[:-len(".json")] if cands else None
+            a.resume = os.path.basename(cands[-1])[: -len(".json")] if cands else None
         if not self.resumed:
             self.session_id = new_session_id(a.persona)
             return True
@@ -146,9 +151,15 @@ class Session:
     def record(self, prompt_hash: str, **extra: object) -> None:
         a = self.a
         entry: dict[str, object] = {
-            "ts": now_iso(), "task_key": os.environ.get("TASK_KEY"), "argv0": os.path.basename(a.argv0),
-            "session_id": self.session_id, "resumed": self.resumed, "prompt_sha256": prompt_hash,
-            "persona": a.persona, "model": self.model, "cwd": self.cwd,
+            "ts": now_iso(),
+            "task_key": os.environ.get("TASK_KEY"),
+            "argv0": os.path.basename(a.argv0),
+            "session_id": self.session_id,
+            "resumed": self.resumed,
+            "prompt_sha256": prompt_hash,
+            "persona": a.persona,
+            "model": self.model,
+            "cwd": self.cwd,
         }
         entry.update(extra)
         record_execution(entry)
@@ -156,8 +167,13 @@ class Session:
     def save(self) -> None:
         assert self.em is not None, "save() before the emitter exists"
         data = {
-            "persona": self.a.persona, "session_id": self.session_id, "model": self.model,
-            "executions": self.exec_no, "totals": self.em.session_totals(), "updated": now_iso(), "cwd": self.cwd,
+            "persona": self.a.persona,
+            "session_id": self.session_id,
+            "model": self.model,
+            "executions": self.exec_no,
+            "totals": self.em.session_totals(),
+            "updated": now_iso(),
+            "cwd": self.cwd,
         }
         if self.data.get("bad_output"):
             data["bad_output"] = True
@@ -258,8 +274,14 @@ def run_step(a: Args, em, agent: Agent, verb: str, arg: str) -> None:
         msg = f"Reached maximum number of turns ({a.max_turns})"
         if a.persona == "claude":
             em.turns = (a.max_turns or 0) + 1  # (check_turns() is only true with a --max-turns)
-            em.finish("", is_error=True, subtype="error_max_turns", terminal_reason="max_turns",
-                      errors=[msg], stop_reason="tool_use")
+            em.finish(
+                "",
+                is_error=True,
+                subtype="error_max_turns",
+                terminal_reason="max_turns",
+                errors=[msg],
+                stop_reason="tool_use",
+            )
             raise Stop(1)
 
 
@@ -330,8 +352,7 @@ def main(argv: list[str]) -> int:
         if a.output_schema is None:
             em.finish(final)
         else:
-            final, value = structured_answer(a, final, from_steps, bool(session.data.get("bad_output")),
-                                             prompt_hash)
+            final, value = structured_answer(a, final, from_steps, bool(session.data.get("bad_output")), prompt_hash)
             em.finish_structured(final, value)
         return 0
     finally:

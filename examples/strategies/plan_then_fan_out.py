@@ -17,32 +17,48 @@ from orchestrator.strategy import Context, TaskInput
 
 
 def plan_schema(max_steps: int) -> dict[str, Any]:
-    step = {"type": "object",
-            "properties": {"title": {"type": "string"}, "instructions": {"type": "string"}},
-            "required": ["title", "instructions"], "additionalProperties": False}
-    return {"type": "object",
-            "properties": {"steps": {"type": "array", "items": step, "minItems": 1, "maxItems": max_steps}},
-            "required": ["steps"], "additionalProperties": False}
+    step = {
+        "type": "object",
+        "properties": {"title": {"type": "string"}, "instructions": {"type": "string"}},
+        "required": ["title", "instructions"],
+        "additionalProperties": False,
+    }
+    return {
+        "type": "object",
+        "properties": {"steps": {"type": "array", "items": step, "minItems": 1, "maxItems": max_steps}},
+        "required": ["steps"],
+        "additionalProperties": False,
+    }
 
 
-async def plan_then_fan_out(prompt: str, base_branch: str, ctx: Context, *,
-                            max_steps: Annotated[int, "most steps the planner may propose"] = 3) -> dict[str, Any]:
+async def plan_then_fan_out(
+    prompt: str, base_branch: str, ctx: Context, *, max_steps: Annotated[int, "most steps the planner may propose"] = 3
+) -> dict[str, Any]:
     """Plan independent steps as structured output, then implement them in parallel."""
     if not ctx.supports_output_schema():
         raise ctx.errors.NoViableCandidates("plan-then-fan-out needs an agent plugin (claude-code or codex)")
-    planner: TaskInput = {"prompt": f"Split this task into at most {max_steps} independent steps that can be done in "
-                         f"parallel on separate branches. Do not modify any files.\n\nTask: {prompt}",
-               "base_branch": base_branch, "import_policy": "never", "output_schema": plan_schema(max_steps)}
+    planner: TaskInput = {
+        "prompt": f"Split this task into at most {max_steps} independent steps that can be done in "
+        f"parallel on separate branches. Do not modify any files.\n\nTask: {prompt}",
+        "base_branch": base_branch,
+        "import_policy": "never",
+        "output_schema": plan_schema(max_steps),
+    }
     plan = await ctx.wait(ctx.run(planner, key=ctx.key("plan")))
     steps = plan["output"]["steps"]  # already validated against the schema
-    handles = [ctx.run({"prompt": f"{prompt}\n\nDo only this part: {s['title']}\n{s['instructions']}",
-                        "base_branch": base_branch}, key=ctx.key("step", i))
-               for i, s in enumerate(steps)]
+    handles = [
+        ctx.run(
+            {"prompt": f"{prompt}\n\nDo only this part: {s['title']}\n{s['instructions']}", "base_branch": base_branch},
+            key=ctx.key("step", i),
+        )
+        for i, s in enumerate(steps)
+    ]
     ok, failed = await ctx.wait_all(handles, tolerate_failures=True)
     by_key = {r["key"]: r for r in ok}
     return {
-        "steps": [{"title": s["title"], "branch": (by_key[h.key]["artifact"]["branch_final"]
-                                                   if h.key in by_key else None)}
-                  for s, h in zip(steps, handles, strict=True)],
+        "steps": [
+            {"title": s["title"], "branch": (by_key[h.key]["artifact"]["branch_final"] if h.key in by_key else None)}
+            for s, h in zip(steps, handles, strict=True)
+        ],
         "failed": [f"{f.key}: {f.error_type}" for f in failed],
     }

@@ -20,19 +20,29 @@ def branch_of(result: TaskResult) -> str:
 
 
 async def retry_until_tests_pass(
-        prompt: str, base_branch: str, ctx: Context, *,
-        test_command: Annotated[str, "shell command run on the branch; exit 0 means pass"]
-        = "python -m pytest -q -p no:cacheprovider",
-        max_attempts: Annotated[int, "agent attempts (the first one plus fixes)"] = 3) -> TaskResult:
+    prompt: str,
+    base_branch: str,
+    ctx: Context,
+    *,
+    test_command: Annotated[
+        str, "shell command run on the branch; exit 0 means pass"
+    ] = "python -m pytest -q -p no:cacheprovider",
+    max_attempts: Annotated[int, "agent attempts (the first one plus fixes)"] = 3,
+) -> TaskResult:
     """Implement, test in a container, and let the agent fix failures until the tests pass."""
     session = ctx.key("session")  # one agent session for the whole chain
-    result = await ctx.wait(ctx.run({"prompt": prompt, "base_branch": base_branch, "session_group_key": session},
-                                    key=ctx.key("attempt", 1)))
+    result = await ctx.wait(
+        ctx.run({"prompt": prompt, "base_branch": base_branch, "session_group_key": session}, key=ctx.key("attempt", 1))
+    )
     for attempt in range(1, max_attempts + 1):
         branch = branch_of(result)
         try:
-            await ctx.wait(ctx.run({"plugin": "command", "command": test_command, "base_branch": branch,
-                                    "import_policy": "never"}, key=ctx.key("test", attempt)))
+            await ctx.wait(
+                ctx.run(
+                    {"plugin": "command", "command": test_command, "base_branch": branch, "import_policy": "never"},
+                    key=ctx.key("test", attempt),
+                )
+            )
             return result  # the passing attempt: the summary shows its branch
         except ctx.errors.TaskFailed as exc:
             if exc.error_type != "command":
@@ -40,11 +50,18 @@ async def retry_until_tests_pass(
             failure = exc.message
         if attempt == max_attempts:
             break
-        result = await ctx.wait(ctx.run({
-            "prompt": (f"The tests fail on your work (`{test_command}`):\n{failure}\n\n"
-                       f"Fix the code so they pass, then commit. The original task was:\n{prompt}"),
-            "base_branch": branch,
-            "session_group_key": session,
-            "resume_session_id": result["session_id"],
-        }, key=ctx.key("attempt", attempt + 1)))
+        result = await ctx.wait(
+            ctx.run(
+                {
+                    "prompt": (
+                        f"The tests fail on your work (`{test_command}`):\n{failure}\n\n"
+                        f"Fix the code so they pass, then commit. The original task was:\n{prompt}"
+                    ),
+                    "base_branch": branch,
+                    "session_group_key": session,
+                    "resume_session_id": result["session_id"],
+                },
+                key=ctx.key("attempt", attempt + 1),
+            )
+        )
     raise ctx.errors.NoViableCandidates(f"tests still fail after {max_attempts} attempts; last branch {branch}")

@@ -74,13 +74,16 @@ class Handle(Generic[R_co]):
 @overload
 def collect_outcomes(outcomes: Iterable[Callable[[], R]], tolerate_failures: Literal[False]) -> list[R]: ...
 @overload
-def collect_outcomes(outcomes: Iterable[Callable[[], R]],
-                     tolerate_failures: Literal[True]) -> tuple[list[R], list[TaskFailed]]: ...
+def collect_outcomes(
+    outcomes: Iterable[Callable[[], R]], tolerate_failures: Literal[True]
+) -> tuple[list[R], list[TaskFailed]]: ...
 @overload
-def collect_outcomes(outcomes: Iterable[Callable[[], R]],
-                     tolerate_failures: bool) -> list[R] | tuple[list[R], list[TaskFailed]]: ...
-def collect_outcomes(outcomes: Iterable[Callable[[], R]],
-                     tolerate_failures: bool) -> list[R] | tuple[list[R], list[TaskFailed]]:
+def collect_outcomes(
+    outcomes: Iterable[Callable[[], R]], tolerate_failures: bool
+) -> list[R] | tuple[list[R], list[TaskFailed]]: ...
+def collect_outcomes(
+    outcomes: Iterable[Callable[[], R]], tolerate_failures: bool
+) -> list[R] | tuple[list[R], list[TaskFailed]]:
     """``wait_all`` semantics over outcome callables (each returns a result or raises TaskFailed)."""
     successes: list[R] = []
     failures: list[TaskFailed] = []
@@ -125,31 +128,37 @@ class Context(Protocol):
     def key(self, *parts: object) -> str: ...
 
     @overload
-    def run(self, task: BranchCleanupTask, *, key: str,
-            policy: RetryPolicy | RetryPolicyDict | None = None) -> Handle[BranchCleanupResult]: ...
+    def run(
+        self, task: BranchCleanupTask, *, key: str, policy: RetryPolicy | RetryPolicyDict | None = None
+    ) -> Handle[BranchCleanupResult]: ...
     @overload
-    def run(self, task: TaskInput, *, key: str,
-            policy: RetryPolicy | RetryPolicyDict | None = None) -> Handle[TaskResult]: ...
+    def run(
+        self, task: TaskInput, *, key: str, policy: RetryPolicy | RetryPolicyDict | None = None
+    ) -> Handle[TaskResult]: ...
 
     async def wait(self, handle: Handle[R]) -> R: ...
 
     @overload
     async def wait_all(self, handles: Sequence[Handle[R]], tolerate_failures: Literal[False] = False) -> list[R]: ...
     @overload
-    async def wait_all(self, handles: Sequence[Handle[R]],
-                       tolerate_failures: Literal[True]) -> tuple[list[R], list[TaskFailed]]: ...
+    async def wait_all(
+        self, handles: Sequence[Handle[R]], tolerate_failures: Literal[True]
+    ) -> tuple[list[R], list[TaskFailed]]: ...
     @overload
-    async def wait_all(self, handles: Sequence[Handle[R]],
-                       tolerate_failures: bool) -> list[R] | tuple[list[R], list[TaskFailed]]: ...
+    async def wait_all(
+        self, handles: Sequence[Handle[R]], tolerate_failures: bool
+    ) -> list[R] | tuple[list[R], list[TaskFailed]]: ...
 
     @overload
     async def parallel(self, tasks: ParallelItems, tolerate_failures: Literal[False] = False) -> list[TaskResult]: ...
     @overload
-    async def parallel(self, tasks: ParallelItems,
-                       tolerate_failures: Literal[True]) -> tuple[list[TaskResult], list[TaskFailed]]: ...
+    async def parallel(
+        self, tasks: ParallelItems, tolerate_failures: Literal[True]
+    ) -> tuple[list[TaskResult], list[TaskFailed]]: ...
     @overload
-    async def parallel(self, tasks: ParallelItems, tolerate_failures: bool
-                       ) -> list[TaskResult] | tuple[list[TaskResult], list[TaskFailed]]: ...
+    async def parallel(
+        self, tasks: ParallelItems, tolerate_failures: bool
+    ) -> list[TaskResult] | tuple[list[TaskResult], list[TaskFailed]]: ...
 
     def now(self) -> float: ...
 
@@ -161,9 +170,18 @@ class Context(Protocol):
 
     def output_dir(self) -> Path: ...
 
-    def progress(self, *, phase: str = "", step: int | None = None, of_total: int | None = None,
-                 best: float | None = None, frontier: int | None = None, done: int | None = None,
-                 total: int | None = None, text: str = "") -> None: ...
+    def progress(
+        self,
+        *,
+        phase: str = "",
+        step: int | None = None,
+        of_total: int | None = None,
+        best: float | None = None,
+        frontier: int | None = None,
+        done: int | None = None,
+        total: int | None = None,
+        text: str = "",
+    ) -> None: ...
 
 
 class StrategyContext:
@@ -194,13 +212,16 @@ class StrategyContext:
 
     # -- tasks
     @overload
-    def run(self, task: BranchCleanupTask, *, key: str,
-            policy: RetryPolicy | RetryPolicyDict | None = None) -> Handle[BranchCleanupResult]: ...
+    def run(
+        self, task: BranchCleanupTask, *, key: str, policy: RetryPolicy | RetryPolicyDict | None = None
+    ) -> Handle[BranchCleanupResult]: ...
     @overload
-    def run(self, task: TaskInput, *, key: str,
-            policy: RetryPolicy | RetryPolicyDict | None = None) -> Handle[TaskResult]: ...
-    def run(self, task: TaskInput | BranchCleanupTask, *, key: str,
-            policy: RetryPolicy | RetryPolicyDict | None = None) -> Handle[Any]:
+    def run(
+        self, task: TaskInput, *, key: str, policy: RetryPolicy | RetryPolicyDict | None = None
+    ) -> Handle[TaskResult]: ...
+    def run(
+        self, task: TaskInput | BranchCleanupTask, *, key: str, policy: RetryPolicy | RetryPolicyDict | None = None
+    ) -> Handle[Any]:
         """Schedule a durable task and return its handle at once.
 
         Completed keys return their recorded result without running again; the
@@ -218,13 +239,16 @@ class StrategyContext:
     @overload
     async def wait_all(self, handles: Sequence[Handle[R]], tolerate_failures: Literal[False] = False) -> list[R]: ...
     @overload
-    async def wait_all(self, handles: Sequence[Handle[R]],
-                       tolerate_failures: Literal[True]) -> tuple[list[R], list[TaskFailed]]: ...
+    async def wait_all(
+        self, handles: Sequence[Handle[R]], tolerate_failures: Literal[True]
+    ) -> tuple[list[R], list[TaskFailed]]: ...
     @overload
-    async def wait_all(self, handles: Sequence[Handle[R]],
-                       tolerate_failures: bool) -> list[R] | tuple[list[R], list[TaskFailed]]: ...
-    async def wait_all(self, handles: Sequence[Handle[R]],
-                       tolerate_failures: bool = False) -> list[R] | tuple[list[R], list[TaskFailed]]:
+    async def wait_all(
+        self, handles: Sequence[Handle[R]], tolerate_failures: bool
+    ) -> list[R] | tuple[list[R], list[TaskFailed]]: ...
+    async def wait_all(
+        self, handles: Sequence[Handle[R]], tolerate_failures: bool = False
+    ) -> list[R] | tuple[list[R], list[TaskFailed]]:
         """Results in handle order, whatever order the tasks finished in.
 
         With ``tolerate_failures=True`` returns ``(successes, failures)`` where
@@ -238,13 +262,16 @@ class StrategyContext:
     @overload
     async def parallel(self, tasks: ParallelItems, tolerate_failures: Literal[False] = False) -> list[TaskResult]: ...
     @overload
-    async def parallel(self, tasks: ParallelItems,
-                       tolerate_failures: Literal[True]) -> tuple[list[TaskResult], list[TaskFailed]]: ...
+    async def parallel(
+        self, tasks: ParallelItems, tolerate_failures: Literal[True]
+    ) -> tuple[list[TaskResult], list[TaskFailed]]: ...
     @overload
-    async def parallel(self, tasks: ParallelItems, tolerate_failures: bool
-                       ) -> list[TaskResult] | tuple[list[TaskResult], list[TaskFailed]]: ...
-    async def parallel(self, tasks: ParallelItems,
-                       tolerate_failures: bool = False) -> list[TaskResult] | tuple[list[TaskResult], list[TaskFailed]]:
+    async def parallel(
+        self, tasks: ParallelItems, tolerate_failures: bool
+    ) -> list[TaskResult] | tuple[list[TaskResult], list[TaskFailed]]: ...
+    async def parallel(
+        self, tasks: ParallelItems, tolerate_failures: bool = False
+    ) -> list[TaskResult] | tuple[list[TaskResult], list[TaskFailed]]:
         """Schedule many and wait for all: items are ``(task, key)`` pairs or dicts with a ``key`` entry."""
         handles: list[Handle[TaskResult]] = []
         for item in tasks:
@@ -303,20 +330,42 @@ class StrategyContext:
         return self._engine.strategy_output_dir()
 
     # -- output for people watching
-    def progress(self, *, phase: str = "", step: int | None = None, of_total: int | None = None,
-                 best: float | None = None, frontier: int | None = None, done: int | None = None,
-                 total: int | None = None, text: str = "") -> None:
+    def progress(
+        self,
+        *,
+        phase: str = "",
+        step: int | None = None,
+        of_total: int | None = None,
+        best: float | None = None,
+        frontier: int | None = None,
+        done: int | None = None,
+        total: int | None = None,
+        text: str = "",
+    ) -> None:
         """Publish where this execution has got to: a ``strategy.progress`` event the TUI shows.
 
         The fields are those of :class:`orchestrator.events.Progress`. It is an
         output, not a recorded input: it changes no key or fingerprint, and a resumed
         run may publish it again.
         """
-        self._engine.publish_progress(self.strategy_execution_id, progress_record({
-            "phase": phase, "step": step, "of_total": of_total, "best": best,
-            "frontier": frontier, "done": done, "total": total, "text": text}))
+        self._engine.publish_progress(
+            self.strategy_execution_id,
+            progress_record(
+                {
+                    "phase": phase,
+                    "step": step,
+                    "of_total": of_total,
+                    "best": best,
+                    "frontier": frontier,
+                    "done": done,
+                    "total": total,
+                    "text": text,
+                }
+            ),
+        )
 
 
 if TYPE_CHECKING:
+
     def _engine_ctx_is_a_context(ctx: StrategyContext) -> Context:
         return ctx  # mypy checks here that StrategyContext offers all of Context

@@ -30,8 +30,11 @@ ADVICE = {
 
 _FORBIDDEN = {
     _time: {"time", "time_ns", "monotonic", "monotonic_ns", "perf_counter", "sleep"},
-    _random: {n for n in dir(_random) if not n.startswith("_") and callable(getattr(_random, n))
-              and n not in {"Random", "SystemRandom"}},
+    _random: {
+        n
+        for n in dir(_random)
+        if not n.startswith("_") and callable(getattr(_random, n)) and n not in {"Random", "SystemRandom"}
+    },
     _uuid: {"uuid1", "uuid4"},
 }
 
@@ -49,8 +52,10 @@ class Reporter:
             return
         frame = sys._getframe(2)
         site = (frame.f_code.co_filename, frame.f_lineno, what)
-        msg = (f"{site[0]}:{site[1]}: strategy code called {what} directly; "
-               f"its value is not replayed on resume ({ADVICE[family]})")
+        msg = (
+            f"{site[0]}:{site[1]}: strategy code called {what} directly; "
+            f"its value is not replayed on resume ({ADVICE[family]})"
+        )
         if self.mode == "strict":
             raise NondeterminismError(msg)
         if site not in self.seen:

@@ -94,8 +94,9 @@ class RunPaths:
 
 
 class Engine:
-    def __init__(self, config: EngineConfig, runner: TaskRunner, *, log: ComponentLog | None = None,
-                 determinism_reporter=None) -> None:
+    def __init__(
+        self, config: EngineConfig, runner: TaskRunner, *, log: ComponentLog | None = None, determinism_reporter=None
+    ) -> None:
         self.config = config
         self.runner = runner
         self.paths = RunPaths(config)
@@ -170,8 +171,9 @@ class Engine:
     def _task_result(self, payload: dict[str, Any]) -> dict[str, Any]:
         return task_result_from_payload(payload)
 
-    def schedule(self, ctx: StrategyContext, key: str, task: Mapping[str, Any],
-                 policy: RetryPolicy | RetryPolicyDict | None) -> Handle[Any]:
+    def schedule(
+        self, ctx: StrategyContext, key: str, task: Mapping[str, Any], policy: RetryPolicy | RetryPolicyDict | None
+    ) -> Handle[Any]:
         normalized = normalize_task(task, self.config.defaults, default_base_branch=ctx.base_branch)
         refuse_unsupported(normalized)
         pm = (normalized["plugin_name"], normalized["model"])
@@ -197,25 +199,41 @@ class Engine:
         cname = container_name(self.config.run_id, ctx.strategy_index, key)
         bname = branch_name(self.config.strategy_name, self.config.run_id, key)
         if recorded is None:
-            self.emit(E.TASK_SCHEDULED, sid, {
-                "key": key, "instance_id": inst, "container_name": cname, "model": normalized["model"],
-                "task_fingerprint_hash": fp, "branch_name": bname,
-                "session_group_key": normalized.get("session_group_key"),
-                "plugin": normalized["plugin_name"], "input": normalized,
-            }, key=key)
+            self.emit(
+                E.TASK_SCHEDULED,
+                sid,
+                {
+                    "key": key,
+                    "instance_id": inst,
+                    "container_name": cname,
+                    "model": normalized["model"],
+                    "task_fingerprint_hash": fp,
+                    "branch_name": bname,
+                    "session_group_key": normalized.get("session_group_key"),
+                    "plugin": normalized["plugin_name"],
+                    "input": normalized,
+                },
+                key=key,
+            )
         assert self._tg is not None
         self.queued += 1
         self._tg.start_soon(self._execute, ctx, handle, normalized, inst, cname, bname, RetryPolicy.coerce(policy))
         return handle
 
-    def _request(self, ctx: StrategyContext, key: str, norm: dict[str, Any], inst: str, cname: str,
-                 bname: str) -> InstanceRequest:
+    def _request(
+        self, ctx: StrategyContext, key: str, norm: dict[str, Any], inst: str, cname: str, bname: str
+    ) -> InstanceRequest:
         runner_cfg = norm["runner"]
         session_id = norm.get("resume_session_id")
         recorded = self.state.tasks.get(key)
         resume_workspace = False
-        if recorded is not None and recorded.attempts > 0 and not self.config.resume_fresh \
-                and self.config.supports_resume and supports_resume(norm["plugin_name"]):
+        if (
+            recorded is not None
+            and recorded.attempts > 0
+            and not self.config.resume_fresh
+            and self.config.supports_resume
+            and supports_resume(norm["plugin_name"])
+        ):
             # A task that ran before continues in the workspace it left (a fresh
             # clone would hide its agent's edits), with its session when one was
             # reported: the persisted id overrides the one in the task input. A
@@ -225,50 +243,87 @@ class Engine:
                 session_id = recorded.session_id
         options = dict(self.config.runner_options)
         return InstanceRequest(
-            prompt=norm["prompt"], repo_path=self.config.repo_path, base_branch=norm["base_branch"],
-            branch_name=bname, run_id=self.config.run_id, strategy_execution_id=ctx.strategy_execution_id,
-            strategy_index=ctx.strategy_index, instance_id=inst, task_key=key, container_name=cname,
-            model=norm["model"], session_id=session_id, resume_workspace=resume_workspace,
-            uncommitted=norm.get("uncommitted", "commit"), session_group_key=norm.get("session_group_key"),
+            prompt=norm["prompt"],
+            repo_path=self.config.repo_path,
+            base_branch=norm["base_branch"],
+            branch_name=bname,
+            run_id=self.config.run_id,
+            strategy_execution_id=ctx.strategy_execution_id,
+            strategy_index=ctx.strategy_index,
+            instance_id=inst,
+            task_key=key,
+            container_name=cname,
+            model=norm["model"],
+            session_id=session_id,
+            resume_workspace=resume_workspace,
+            uncommitted=norm.get("uncommitted", "commit"),
+            session_group_key=norm.get("session_group_key"),
             timeout_seconds=norm.get("timeout_seconds", self.config.defaults.timeout_seconds),
-            container_limits=ContainerLimits(cpus=runner_cfg["container_limits"]["cpus"],
-                                             memory=runner_cfg["container_limits"]["memory"]),
-            plugin_name=norm["plugin_name"], system_prompt=norm.get("system_prompt"),
+            container_limits=ContainerLimits(
+                cpus=runner_cfg["container_limits"]["cpus"], memory=runner_cfg["container_limits"]["memory"]
+            ),
+            plugin_name=norm["plugin_name"],
+            system_prompt=norm.get("system_prompt"),
             output_schema=norm.get("output_schema"),
-            append_system_prompt=norm.get("append_system_prompt"), max_turns=runner_cfg.get("max_turns"),
-            import_policy=norm["import_policy"], import_conflict_policy=norm["import_conflict_policy"],
-            skip_empty_import=norm["skip_empty_import"], command=norm.get("command"),
+            append_system_prompt=norm.get("append_system_prompt"),
+            max_turns=runner_cfg.get("max_turns"),
+            import_policy=norm["import_policy"],
+            import_conflict_policy=norm["import_conflict_policy"],
+            skip_empty_import=norm["skip_empty_import"],
+            command=norm.get("command"),
             include_branches=tuple(norm.get("include_branches") or ()),
             delete_branches=tuple(norm.get("delete_branches") or ()),
-            network_egress=runner_cfg["network_egress"], **options,
+            network_egress=runner_cfg["network_egress"],
+            **options,
         )
 
-    async def _execute(self, ctx: StrategyContext, handle: Handle, norm: dict[str, Any], inst: str,
-                       cname: str, bname: str, policy: RetryPolicy | None = None) -> None:
+    async def _execute(
+        self,
+        ctx: StrategyContext,
+        handle: Handle,
+        norm: dict[str, Any],
+        inst: str,
+        cname: str,
+        bname: str,
+        policy: RetryPolicy | None = None,
+    ) -> None:
         key, sid = handle.key, ctx.strategy_execution_id
         attempt = 1
         while True:
             request = self._request(ctx, key, norm, inst, cname, bname)
             result = await self._attempt(sid, key, inst, cname, norm, request)
-            if result.status == "success" or policy is None or attempt >= policy.max_attempts \
-                    or not policy.retries(result.error_type):
+            if (
+                result.status == "success"
+                or policy is None
+                or attempt >= policy.max_attempts
+                or not policy.retries(result.error_type)
+            ):
                 break
-            self.olog.warning(f"task {key} failed ({result.error_type}); retrying under its policy",
-                              attempt=attempt, delay_s=policy.delay(attempt))
+            self.olog.warning(
+                f"task {key} failed ({result.error_type}); retrying under its policy",
+                attempt=attempt,
+                delay_s=policy.delay(attempt),
+            )
             await anyio.sleep(policy.delay(attempt))
             attempt += 1
         with anyio.CancelScope(shield=True):  # the runner is done: its result must reach the log
             await self._finish(sid, handle, inst, result)
 
-    async def _attempt(self, sid: str, key: str, inst: str, cname: str, norm: dict[str, Any],
-                       request: InstanceRequest) -> RunnerResult:
+    async def _attempt(
+        self, sid: str, key: str, inst: str, cname: str, norm: dict[str, Any], request: InstanceRequest
+    ) -> RunnerResult:
         try:
             async with self._limiter:
                 self.queued -= 1
                 started = False
                 try:
-                    payload = {"key": key, "instance_id": inst, "container_name": cname,
-                               "model": norm["model"], "session_id": request.session_id}
+                    payload = {
+                        "key": key,
+                        "instance_id": inst,
+                        "container_name": cname,
+                        "model": norm["model"],
+                        "session_id": request.session_id,
+                    }
                     # A runner over several Docker engines chooses the task's engine first,
                     # so the record names where it runs.
                     reserve = getattr(self.runner, "reserve", None)
@@ -278,7 +333,8 @@ class Engine:
                     started = True
                     self.runner_calls += 1
                     result = await self.runner.run(
-                        request, on_event=lambda ev: self._on_runner_event(sid, key, inst, ev))
+                        request, on_event=lambda ev: self._on_runner_event(sid, key, inst, ev)
+                    )
                 except anyio.get_cancelled_exc_class():
                     if started:  # (no await here: the cancellation cannot interrupt the record)
                         payload = {"key": key, "instance_id": inst}
@@ -287,14 +343,21 @@ class Engine:
                         self.emit(E.TASK_INTERRUPTED, sid, payload, key=key)
                     raise
                 except RunnerError as exc:
-                    result = RunnerResult(status="failed", instance_id=inst, error_type=exc.category,
-                                          error=str(exc), container_name=cname)
+                    result = RunnerResult(
+                        status="failed", instance_id=inst, error_type=exc.category, error=str(exc), container_name=cname
+                    )
                 except Exception as exc:  # a bug or an unexpected library error: fail the task, keep the run
                     # "internal", not "container": retrying a bug would only pay for it again
-                    self.olog.error(f"runner raised {type(exc).__name__}: {exc}", key=key,
-                                    traceback=traceback.format_exc())
-                    result = RunnerResult(status="failed", instance_id=inst, error_type="internal",
-                                          error=f"{type(exc).__name__}: {exc}", container_name=cname)
+                    self.olog.error(
+                        f"runner raised {type(exc).__name__}: {exc}", key=key, traceback=traceback.format_exc()
+                    )
+                    result = RunnerResult(
+                        status="failed",
+                        instance_id=inst,
+                        error_type="internal",
+                        error=f"{type(exc).__name__}: {exc}",
+                        container_name=cname,
+                    )
         except anyio.get_cancelled_exc_class():
             raise
         return result
@@ -314,8 +377,14 @@ class Engine:
         if etype == "runner.session.reset":
             self._live_sessions.pop(key, None)
             if self.state.tasks.get(key) is not None:
-                payload = {"key": key, "instance_id": inst, "session_id": None, "reason": event.get("reason"),
-                           "detail": event.get("detail"), "previous_session_id": event.get("previous_session_id")}
+                payload = {
+                    "key": key,
+                    "instance_id": inst,
+                    "session_id": None,
+                    "reason": event.get("reason"),
+                    "detail": event.get("detail"),
+                    "previous_session_id": event.get("previous_session_id"),
+                }
                 # Several Docker hosts: the host the task starts afresh on (its own went away).
                 if event.get("host"):
                     payload["host"] = event["host"]
@@ -341,10 +410,15 @@ class Engine:
         if result.status == "success":
             message, truncated, path = await self._bound_message(key, result.final_message)
             payload = {
-                "key": key, "instance_id": inst,
+                "key": key,
+                "instance_id": inst,
                 "artifact": msgspec.to_builtins(result.artifact) if result.artifact else None,
-                "metrics": metrics, "final_message": message, "final_message_truncated": truncated,
-                "final_message_path": path, "session_id": result.session_id, "exit_code": result.exit_code,
+                "metrics": metrics,
+                "final_message": message,
+                "final_message_truncated": truncated,
+                "final_message_path": path,
+                "session_id": result.session_id,
+                "exit_code": result.exit_code,
                 "retry_attempts": result.retry_attempts,
             }
             if result.output is not None:
@@ -355,9 +429,17 @@ class Engine:
         else:
             error_type = result.error_type or ("timeout" if result.status == "timeout" else "container")
             message = result.error or f"task ended with status {result.status}"
-            payload = {"key": key, "instance_id": inst, "error_type": error_type, "message": message,
-                       "metrics": metrics, "session_id": result.session_id, "exit_code": result.exit_code,
-                       "status": result.status, "retry_attempts": result.retry_attempts}
+            payload = {
+                "key": key,
+                "instance_id": inst,
+                "error_type": error_type,
+                "message": message,
+                "metrics": metrics,
+                "session_id": result.session_id,
+                "exit_code": result.exit_code,
+                "status": result.status,
+                "retry_attempts": result.retry_attempts,
+            }
             self.emit(E.TASK_FAILED, sid, payload, key=key)
             recorded = self.state.tasks[key]
             handle._fail(recorded.error_type or error_type, recorded.message or "")
@@ -384,8 +466,10 @@ class Engine:
         if seq < len(strat.checkpoints):
             recorded_kind, value = strat.checkpoints[seq]
             if recorded_kind != kind:
-                self.olog.warning(f"strategy asked for ctx.{kind}() where the recorded run asked for "
-                                  f"ctx.{recorded_kind}() (checkpoint {seq}); the strategy is not deterministic")
+                self.olog.warning(
+                    f"strategy asked for ctx.{kind}() where the recorded run asked for "
+                    f"ctx.{recorded_kind}() (checkpoint {seq}); the strategy is not deterministic"
+                )
             return value
         value = produce()
         self.emit(E.STRATEGY_CHECKPOINT, ctx.strategy_execution_id, {"seq": seq, "kind": kind, "value": [kind, value]})
@@ -404,8 +488,7 @@ class Engine:
         path.mkdir(parents=True, exist_ok=True)
         return path
 
-    async def _run_strategy(self, index: int, fn: StrategyFn, name: str, prompt: str,
-                            params: dict[str, Any]) -> None:
+    async def _run_strategy(self, index: int, fn: StrategyFn, name: str, prompt: str, params: dict[str, Any]) -> None:
         sid = f"s{index}"
         recorded = self.state.strategies.get(sid)
         if recorded is not None and recorded.status != "running":
@@ -418,16 +501,23 @@ class Engine:
         except anyio.get_cancelled_exc_class():
             raise
         except StrategyError as exc:
-            self.emit(E.STRATEGY_COMPLETED, sid, {"status": "failed", "error": f"{type(exc).__name__}: {exc}",
-                                                  **self._unvisited(ctx)})
+            self.emit(
+                E.STRATEGY_COMPLETED,
+                sid,
+                {"status": "failed", "error": f"{type(exc).__name__}: {exc}", **self._unvisited(ctx)},
+            )
             return
         except Exception as exc:
             self.olog.error(f"strategy {sid} raised {type(exc).__name__}: {exc}", traceback=traceback.format_exc())
-            self.emit(E.STRATEGY_COMPLETED, sid, {"status": "failed", "error": f"{type(exc).__name__}: {exc}",
-                                                  **self._unvisited(ctx)})
+            self.emit(
+                E.STRATEGY_COMPLETED,
+                sid,
+                {"status": "failed", "error": f"{type(exc).__name__}: {exc}", **self._unvisited(ctx)},
+            )
             return
-        self.emit(E.STRATEGY_COMPLETED, sid, {"status": "success", "result": to_jsonable(result),
-                                              **self._unvisited(ctx)})
+        self.emit(
+            E.STRATEGY_COMPLETED, sid, {"status": "success", "result": to_jsonable(result), **self._unvisited(ctx)}
+        )
 
     def _unvisited(self, ctx: StrategyContext) -> dict[str, Any]:
         """Recorded keys the (possibly changed) strategy never asked for again on resume."""
@@ -436,8 +526,9 @@ class Engine:
         recorded = {k for k, t in self.state.tasks.items() if t.strategy_execution_id == ctx.strategy_execution_id}
         missing = sorted(recorded - ctx.requested_keys)
         if missing:
-            self.olog.warning(f"strategy {ctx.strategy_execution_id} no longer asks for recorded keys: "
-                              + ", ".join(missing))
+            self.olog.warning(
+                f"strategy {ctx.strategy_execution_id} no longer asks for recorded keys: " + ", ".join(missing)
+            )
             if self.on_divergence is not None:
                 self.on_divergence(ctx.strategy_execution_id, missing)
             return {"unvisited_keys": missing}
@@ -448,8 +539,9 @@ class Engine:
         self.state = recover(self.config.run_id, self.paths.events, self.paths.snapshots)
         self.resumed = self.state.last_event_start_offset >= 0
 
-    async def run(self, fn: StrategyFn, *, prompt: str, params: dict[str, Any], runs: int = 1,
-                  name: str | None = None) -> RunState:
+    async def run(
+        self, fn: StrategyFn, *, prompt: str, params: dict[str, Any], runs: int = 1, name: str | None = None
+    ) -> RunState:
         """Run (or resume) ``runs`` executions of ``fn`` to completion; returns the final state.
 
         Cancelling the surrounding scope interrupts the run: running tasks are
@@ -458,14 +550,23 @@ class Engine:
         name = name or self.config.strategy_name
         self.recover_state()
         sanitizer = getattr(self.olog, "sanitizer", None)
-        async with EventLog(self.paths.events, run_id=self.config.run_id, flush_policy=self.config.flush_policy,
-                            interval_ms=self.config.flush_interval_ms, max_batch=self.config.flush_max_batch,
-                            sanitizer=sanitizer) as log:
+        async with EventLog(
+            self.paths.events,
+            run_id=self.config.run_id,
+            flush_policy=self.config.flush_policy,
+            interval_ms=self.config.flush_interval_ms,
+            max_batch=self.config.flush_max_batch,
+            sanitizer=sanitizer,
+        ) as log:
             self._log = log
             # A task the log shows running was cut off by a crash: record it as interrupted so it resumes.
             for task in self.state.running():
-                self.emit(E.TASK_INTERRUPTED, task.strategy_execution_id,
-                          {"key": task.key, "instance_id": task.instance_id, "reason": "crash"}, key=task.key)
+                self.emit(
+                    E.TASK_INTERRUPTED,
+                    task.strategy_execution_id,
+                    {"key": task.key, "instance_id": task.instance_id, "reason": "crash"},
+                    key=task.key,
+                )
             pending, self._pending_run_events = self._pending_run_events, []
             for etype, payload in pending:
                 self.emit(etype, "", payload)
@@ -496,8 +597,10 @@ def refuse_unsupported(norm: dict[str, Any]) -> None:
 
     name = norm["plugin_name"]
     if norm["runner"].get("max_turns") is not None and not get_plugin(name).capabilities.supports_max_turns:
-        raise ConfigError(f"plugin {name} has no turn limit: remove max_turns from the task (or runner.max_turns "
-                          "from the configuration), or use plugin claude-code")
+        raise ConfigError(
+            f"plugin {name} has no turn limit: remove max_turns from the task (or runner.max_turns "
+            "from the configuration), or use plugin claude-code"
+        )
 
 
 def task_result_from_payload(payload: dict[str, Any]) -> dict[str, Any]:

@@ -190,13 +190,15 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-async def _replay_one(fn: StrategyFn, state: RunState, events_path: Path, sid: str, out_dir: Path,
-                      prompt: str, base_branch: str) -> tuple[ReplayContext, Ended, Any, BaseException | None]:
+async def _replay_one(
+    fn: StrategyFn, state: RunState, events_path: Path, sid: str, out_dir: Path, prompt: str, base_branch: str
+) -> tuple[ReplayContext, Ended, Any, BaseException | None]:
     ctx = ReplayContext(state, events_path, sid, out_dir, base_branch)
     params = dict(state.strategies[sid].params)
     box: dict[str, Any] = {}
 
     async with anyio.create_task_group() as tg:
+
         async def drive() -> None:
             try:
                 box["result"] = await fn(prompt, base_branch, ctx, **params)
@@ -249,10 +251,17 @@ def _first_base_branch(state: RunState, sid: str) -> str:
     return "main"
 
 
-def replay_strategy(events_path: str | Path, strategy_fn: StrategyFn, *, output_dir: str | Path | None = None,
-                    executions: Iterable[str] | None = None, prompt: str = "", base_branch: str | None = None,
-                    log: ComponentLog | None = None,
-                    select: Callable[[RunState, str], bool] | None = None) -> list[ReplayOutcome]:
+def replay_strategy(
+    events_path: str | Path,
+    strategy_fn: StrategyFn,
+    *,
+    output_dir: str | Path | None = None,
+    executions: Iterable[str] | None = None,
+    prompt: str = "",
+    base_branch: str | None = None,
+    log: ComponentLog | None = None,
+    select: Callable[[RunState, str], bool] | None = None,
+) -> list[ReplayOutcome]:
     """Replay ``strategy_fn`` over each recorded execution of ``events_path``; one outcome each, by id.
 
     ``executions`` names the executions (default: every one recorded); ``select(state, sid)`` may
@@ -276,8 +285,9 @@ def replay_strategy(events_path: str | Path, strategy_fn: StrategyFn, *, output_
             # A loop of its own in a thread of its own: callable from sync code and from inside a
             # running loop (the CLI), and "every task is blocked" then only sees the replay's tasks.
             with ThreadPoolExecutor(max_workers=1) as pool:
-                ctx, ended, result, exc = pool.submit(anyio.run, _replay_one, strategy_fn, state, events_path,
-                                                      sid, out, prompt, base).result()
+                ctx, ended, result, exc = pool.submit(
+                    anyio.run, _replay_one, strategy_fn, state, events_path, sid, out, prompt, base
+                ).result()
             error = None
             if exc is not None:
                 # the leaves say what went wrong; a task group's wrapper only says that something did
@@ -285,11 +295,17 @@ def replay_strategy(events_path: str | Path, strategy_fn: StrategyFn, *, output_
                 owned = log is None
                 olog = log or ComponentLog(events_path.parent / "orchestration.jsonl", "orchestration", run_id)
                 try:
-                    olog.error(f"replay of strategy execution {sid} raised {error}", strategy_execution_id=sid,
-                               traceback="".join(traceback.format_exception(exc)))
+                    olog.error(
+                        f"replay of strategy execution {sid} raised {error}",
+                        strategy_execution_id=sid,
+                        traceback="".join(traceback.format_exception(exc)),
+                    )
                 finally:
                     if owned:
                         olog.close()
-            outcomes.append(ReplayOutcome(strategy_execution_id=sid, ended=ended, result=result, error=error,
-                                          progress=tuple(ctx.published)))
+            outcomes.append(
+                ReplayOutcome(
+                    strategy_execution_id=sid, ended=ended, result=result, error=error, progress=tuple(ctx.published)
+                )
+            )
     return outcomes

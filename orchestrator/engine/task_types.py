@@ -21,8 +21,19 @@ NetworkEgress = Literal["online", "offline", "proxy"]
 UncommittedPolicy = Literal["commit", "discard"]
 # What ``TaskFailed.error_type`` can be ("docker": a host of runner.hosts stopped
 # answering). In a retry policy, "docker" and "network" cover "container" too.
-ErrorType = Literal["timeout", "api", "container", "docker", "git", "command", "secret", "resource",
-                    "output_invalid", "internal", "session_corrupted"]
+ErrorType = Literal[
+    "timeout",
+    "api",
+    "container",
+    "docker",
+    "git",
+    "command",
+    "secret",
+    "resource",
+    "output_invalid",
+    "internal",
+    "session_corrupted",
+]
 RetryCategory = ErrorType | Literal["network"]
 
 
@@ -159,9 +170,13 @@ class RetryPolicy(msgspec.Struct, frozen=True, kw_only=True):
             return policy
         if isinstance(policy, dict):
             backoff = policy.get("backoff") or {}
-            return cls(max_attempts=int(policy.get("max_attempts", 3)), base_s=float(backoff.get("base_s", 10)),
-                       factor=float(backoff.get("factor", 6)), max_s=float(backoff.get("max_s", 360)),
-                       retry_on=tuple(policy.get("retry_on", ("docker", "api", "network"))))
+            return cls(
+                max_attempts=int(policy.get("max_attempts", 3)),
+                base_s=float(backoff.get("base_s", 10)),
+                factor=float(backoff.get("factor", 6)),
+                max_s=float(backoff.get("max_s", 360)),
+                retry_on=tuple(policy.get("retry_on", ("docker", "api", "network"))),
+            )
         raise TypeError(f"policy must be a RetryPolicy or a dict, not {type(policy).__name__}")
 
     def retries(self, error_type: str | None) -> bool:

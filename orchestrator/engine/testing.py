@@ -22,9 +22,17 @@ from ..runner.types import BranchArtifact, ErrorCategory, InstanceRequest, Metri
 Script = Callable[[InstanceRequest], Any]
 
 
-def success(request: InstanceRequest, *, final_message: str = "done", has_changes: bool = True,
-            tokens: tuple[int, int] = (100, 50), cost: float | None = 0.01, session_id: str | None = None,
-            exit_code: int | None = None, output: Any = None) -> RunnerResult:
+def success(
+    request: InstanceRequest,
+    *,
+    final_message: str = "done",
+    has_changes: bool = True,
+    tokens: tuple[int, int] = (100, 50),
+    cost: float | None = 0.01,
+    session_id: str | None = None,
+    exit_code: int | None = None,
+    output: Any = None,
+) -> RunnerResult:
     """A plausible successful result for ``request`` (deterministic in the request).
 
     ``output``: the answer to the request's ``output_schema`` (the runner validates real ones).
@@ -33,27 +41,41 @@ def success(request: InstanceRequest, *, final_message: str = "done", has_change
     never = request.import_policy == "never"
     changed = has_changes and not never
     return RunnerResult(
-        status="success", instance_id=request.instance_id,
-        artifact=BranchArtifact(branch_planned=request.branch_name,
-                                branch_final=request.branch_name if changed else None,
-                                base=request.base_branch, commit=commit if changed else "0" * 40,
-                                has_changes=changed, commit_count=1 if changed else 0),
-        final_message=final_message, metrics=Metrics(tokens_in=tokens[0], tokens_out=tokens[1], cost_usd=cost,
-                                                      duration_s=0.0),
-        session_id=session_id or f"sess-{short8(request.task_key)}", exit_code=exit_code,
-        container_name=request.container_name, output=output,
+        status="success",
+        instance_id=request.instance_id,
+        artifact=BranchArtifact(
+            branch_planned=request.branch_name,
+            branch_final=request.branch_name if changed else None,
+            base=request.base_branch,
+            commit=commit if changed else "0" * 40,
+            has_changes=changed,
+            commit_count=1 if changed else 0,
+        ),
+        final_message=final_message,
+        metrics=Metrics(tokens_in=tokens[0], tokens_out=tokens[1], cost_usd=cost, duration_s=0.0),
+        session_id=session_id or f"sess-{short8(request.task_key)}",
+        exit_code=exit_code,
+        container_name=request.container_name,
+        output=output,
     )
 
 
 def failure(request: InstanceRequest, *, error_type: ErrorCategory = "api", message: str = "boom") -> RunnerResult:
-    return RunnerResult(status="failed", instance_id=request.instance_id, error_type=error_type, error=message,
-                        container_name=request.container_name)
+    return RunnerResult(
+        status="failed",
+        instance_id=request.instance_id,
+        error_type=error_type,
+        error=message,
+        container_name=request.container_name,
+    )
 
 
 class ScriptedRunner:
     """A :class:`~orchestrator.runner.base.TaskRunner` driven by a function."""
 
-    def __init__(self, script: Script | None = None, *, delay: Callable[[InstanceRequest], float] | None = None) -> None:
+    def __init__(
+        self, script: Script | None = None, *, delay: Callable[[InstanceRequest], float] | None = None
+    ) -> None:
         self.script = script or (lambda req: success(req))
         self.delay = delay
         self.calls: list[InstanceRequest] = []

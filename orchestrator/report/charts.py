@@ -45,39 +45,58 @@ def timeline_svg(tasks: list[dict[str, Any]], span_s: float, *, width: int = 960
     plot_w = width - label_w - 20
     height = top + row_h * max(len(tasks), 1) + 10
     span = max(span_s, 0.001)
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" class="timeline" width="{width}" height="{height}" '
-           f'viewBox="0 0 {width} {height}" role="img" aria-label="task timeline">']
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="timeline" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" role="img" aria-label="task timeline">'
+    ]
     for tick in _ticks(0, span):
         x = label_w + plot_w * tick / span
-        out.append(f'<line x1="{_n(x)}" y1="{top - 4}" x2="{_n(x)}" y2="{height - 6}" class="grid"/>'
-                   f'<text x="{_n(x)}" y="{top - 8}" class="tick" text-anchor="middle">{_fmt_tick(tick)}s</text>')
+        out.append(
+            f'<line x1="{_n(x)}" y1="{top - 4}" x2="{_n(x)}" y2="{height - 6}" class="grid"/>'
+            f'<text x="{_n(x)}" y="{top - 8}" class="tick" text-anchor="middle">{_fmt_tick(tick)}s</text>'
+        )
     for i, t in enumerate(tasks):
         y = top + i * row_h
-        out.append(f'<text x="{label_w - 6}" y="{y + 11}" class="label" text-anchor="end">'
-                   f'{escape(t["short_key"][-40:])}</text>')
+        out.append(
+            f'<text x="{label_w - 6}" y="{y + 11}" class="label" text-anchor="end">'
+            f"{escape(t['short_key'][-40:])}</text>"
+        )
         for a in t["spans"]:
             end = span if a["end"] is None else a["end"]
             x0 = label_w + plot_w * a["start"] / span
             w = max(plot_w * (end - a["start"]) / span, 2.0)
             colour = OUTCOME_COLOURS.get(a["outcome"], "#64748b")
-            tip = f'{t["short_key"]}: {a["outcome"]}{" (resumed)" if a["resumed"] else ""}, ' \
-                  f'{_n(a["start"])}s to {_n(end)}s'
+            tip = (
+                f"{t['short_key']}: {a['outcome']}{' (resumed)' if a['resumed'] else ''}, "
+                f"{_n(a['start'])}s to {_n(end)}s"
+            )
             stroke = ' stroke="#111" stroke-dasharray="3 2"' if a["resumed"] else ""
-            out.append(f'<rect x="{_n(x0)}" y="{y + 2}" width="{_n(w)}" height="{row_h - 5}" rx="2" '
-                       f'fill="{colour}"{stroke}><title>{escape(tip)}</title></rect>')
+            out.append(
+                f'<rect x="{_n(x0)}" y="{y + 2}" width="{_n(w)}" height="{row_h - 5}" rx="2" '
+                f'fill="{colour}"{stroke}><title>{escape(tip)}</title></rect>'
+            )
     out.append("</svg>")
     return "".join(out)
 
 
-def line_chart_svg(series: list[Any], *, x_label: str = "", y_label: str = "", x_integer: bool = False,
-                   width: int = 640, height: int = 280) -> str:
+def line_chart_svg(
+    series: list[Any],
+    *,
+    x_label: str = "",
+    y_label: str = "",
+    x_integer: bool = False,
+    width: int = 640,
+    height: int = 280,
+) -> str:
     """Lines with markers over a shared x axis, a legend under the plot."""
     pts = [(x, y) for s in series for (x, y) in s.points]
     left, right, top, bottom = 64, 16, 16, 44
     legend_h = 18 * ((len(series) + 2) // 3)
     total_h = height + legend_h
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" width="{width}" height="{total_h}" '
-           f'viewBox="0 0 {width} {total_h}" role="img" aria-label="{escape(y_label or "chart")}">']
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" width="{width}" height="{total_h}" '
+        f'viewBox="0 0 {width} {total_h}" role="img" aria-label="{escape(y_label or "chart")}">'
+    ]
     if not pts:
         out.append(f'<text x="{width / 2}" y="{height / 2}" text-anchor="middle" class="tick">no data</text></svg>')
         return "".join(out)
@@ -98,30 +117,41 @@ def line_chart_svg(series: list[Any], *, x_label: str = "", y_label: str = "", x
         return top + ph * (1 - (y - y0) / (y1 - y0))
 
     for t in _ticks(y0, y1):
-        out.append(f'<line x1="{left}" y1="{_n(sy(t))}" x2="{width - right}" y2="{_n(sy(t))}" class="grid"/>'
-                   f'<text x="{left - 6}" y="{_n(sy(t) + 4)}" class="tick" text-anchor="end">{_fmt_tick(t)}</text>')
+        out.append(
+            f'<line x1="{left}" y1="{_n(sy(t))}" x2="{width - right}" y2="{_n(sy(t))}" class="grid"/>'
+            f'<text x="{left - 6}" y="{_n(sy(t) + 4)}" class="tick" text-anchor="end">{_fmt_tick(t)}</text>'
+        )
     xticks = [float(v) for v in range(int(x0), int(x1) + 1)] if x_integer and x1 - x0 <= 30 else _ticks(x0, x1)
     for t in xticks:
-        out.append(f'<text x="{_n(sx(t))}" y="{top + ph + 16}" class="tick" text-anchor="middle">'
-                   f'{_fmt_tick(t)}</text>')
-    out.append(f'<line x1="{left}" y1="{top + ph}" x2="{width - right}" y2="{top + ph}" class="axis"/>'
-               f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + ph}" class="axis"/>')
+        out.append(f'<text x="{_n(sx(t))}" y="{top + ph + 16}" class="tick" text-anchor="middle">{_fmt_tick(t)}</text>')
+    out.append(
+        f'<line x1="{left}" y1="{top + ph}" x2="{width - right}" y2="{top + ph}" class="axis"/>'
+        f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + ph}" class="axis"/>'
+    )
     if x_label:
-        out.append(f'<text x="{left + pw / 2}" y="{height - 8}" class="axis-label" text-anchor="middle">'
-                   f'{escape(x_label)}</text>')
+        out.append(
+            f'<text x="{left + pw / 2}" y="{height - 8}" class="axis-label" text-anchor="middle">'
+            f"{escape(x_label)}</text>"
+        )
     if y_label:
-        out.append(f'<text x="14" y="{top + ph / 2}" class="axis-label" text-anchor="middle" '
-                   f'transform="rotate(-90 14 {_n(top + ph / 2)})">{escape(y_label)}</text>')
+        out.append(
+            f'<text x="14" y="{top + ph / 2}" class="axis-label" text-anchor="middle" '
+            f'transform="rotate(-90 14 {_n(top + ph / 2)})">{escape(y_label)}</text>'
+        )
     for i, s in enumerate(series):
         colour = PALETTE[i % len(PALETTE)]
         path = " ".join(f"{'M' if j == 0 else 'L'}{_n(sx(x))},{_n(sy(y))}" for j, (x, y) in enumerate(s.points))
         if len(s.points) > 1 and getattr(s, "line", True):
             out.append(f'<path d="{path}" fill="none" stroke="{colour}" stroke-width="2"/>')
         for x, y in s.points:
-            out.append(f'<circle cx="{_n(sx(x))}" cy="{_n(sy(y))}" r="3.5" fill="{colour}">'
-                       f'<title>{escape(s.name)}: {_fmt_tick(x)}, {_fmt_tick(y)}</title></circle>')
+            out.append(
+                f'<circle cx="{_n(sx(x))}" cy="{_n(sy(y))}" r="3.5" fill="{colour}">'
+                f"<title>{escape(s.name)}: {_fmt_tick(x)}, {_fmt_tick(y)}</title></circle>"
+            )
         lx, ly = left + (i % 3) * (pw / 3), height + 4 + 18 * (i // 3)
-        out.append(f'<rect x="{_n(lx)}" y="{_n(ly)}" width="10" height="10" fill="{colour}"/>'
-                   f'<text x="{_n(lx + 14)}" y="{_n(ly + 9)}" class="tick">{escape(s.name[:40])}</text>')
+        out.append(
+            f'<rect x="{_n(lx)}" y="{_n(ly)}" width="10" height="10" fill="{colour}"/>'
+            f'<text x="{_n(lx + 14)}" y="{_n(ly + 9)}" class="tick">{escape(s.name[:40])}</text>'
+        )
     out.append("</svg>")
     return "".join(out)

@@ -75,31 +75,65 @@ def collect_events(events_path: Path) -> tuple[dict[str, dict[str, Any]], dict[s
         p = ev.payload
         if ev.type == STRATEGY_STARTED:
             executions[ev.strategy_execution_id] = {
-                "id": ev.strategy_execution_id, "name": p.get("name", ""), "params": p.get("params") or {},
-                "status": "running", "result": None, "error": None, "started_at": ev.ts, "completed_at": None}
+                "id": ev.strategy_execution_id,
+                "name": p.get("name", ""),
+                "params": p.get("params") or {},
+                "status": "running",
+                "result": None,
+                "error": None,
+                "started_at": ev.ts,
+                "completed_at": None,
+            }
             continue
         if ev.type == STRATEGY_COMPLETED:
-            ex = executions.setdefault(ev.strategy_execution_id, {"id": ev.strategy_execution_id, "name": "",
-                                                                  "params": {}, "started_at": None})
-            ex.update(status=p.get("status", "success"), result=p.get("result"), error=p.get("error"),
-                      completed_at=ev.ts)
+            ex = executions.setdefault(
+                ev.strategy_execution_id, {"id": ev.strategy_execution_id, "name": "", "params": {}, "started_at": None}
+            )
+            ex.update(
+                status=p.get("status", "success"), result=p.get("result"), error=p.get("error"), completed_at=ev.ts
+            )
             continue
         if ev.key is None:
             continue
         t = tasks.get(ev.key)
         if t is None:
-            t = tasks[ev.key] = {"key": ev.key, "short_key": short_key(ev.key), "execution": ev.strategy_execution_id,
-                                 "order": len(tasks), "state": "PENDING", "scheduled_at": None, "attempts": [],
-                                 "plugin": None, "model": None, "prompt": "", "input": {}, "result": None,
-                                 "error_type": None, "error": None, "instance_id": None}
+            t = tasks[ev.key] = {
+                "key": ev.key,
+                "short_key": short_key(ev.key),
+                "execution": ev.strategy_execution_id,
+                "order": len(tasks),
+                "state": "PENDING",
+                "scheduled_at": None,
+                "attempts": [],
+                "plugin": None,
+                "model": None,
+                "prompt": "",
+                "input": {},
+                "result": None,
+                "error_type": None,
+                "error": None,
+                "instance_id": None,
+            }
         if ev.type == TASK_SCHEDULED:
             inp = p.get("input") or {}
-            t.update(scheduled_at=t["scheduled_at"] or ev.ts, plugin=p.get("plugin"), model=p.get("model"),
-                     prompt=inp.get("prompt", ""), input=inp, instance_id=p.get("instance_id"))
+            t.update(
+                scheduled_at=t["scheduled_at"] or ev.ts,
+                plugin=p.get("plugin"),
+                model=p.get("model"),
+                prompt=inp.get("prompt", ""),
+                input=inp,
+                instance_id=p.get("instance_id"),
+            )
         elif ev.type == TASK_STARTED:
             t["state"] = "RUNNING"
-            t["attempts"].append({"start": ev.ts, "end": None, "outcome": "running",
-                                  "resumed": bool(p.get("resumed") or p.get("resume_session_id"))})
+            t["attempts"].append(
+                {
+                    "start": ev.ts,
+                    "end": None,
+                    "outcome": "running",
+                    "resumed": bool(p.get("resumed") or p.get("resume_session_id")),
+                }
+            )
         elif ev.type in (TASK_COMPLETED, TASK_FAILED, TASK_INTERRUPTED):
             outcome = {TASK_COMPLETED: "completed", TASK_FAILED: "failed", TASK_INTERRUPTED: "interrupted"}[ev.type]
             if t["attempts"] and t["attempts"][-1]["end"] is None:
@@ -118,8 +152,11 @@ def _diff(repo: Path, base: str, commit: str) -> dict[str, Any]:
     """The change a branch holds against the base it started from (three-dot: from their merge base)."""
     proc = run_git(["diff", "--no-color", "--no-ext-diff", "-M", f"{base}...{commit}"], cwd=repo, check=False)
     if proc.returncode != 0:
-        return {"available": False, "note": "the commit is no longer in the repository (branch deleted and "
-                                            "garbage-collected), so its diff cannot be shown"}
+        return {
+            "available": False,
+            "note": "the commit is no longer in the repository (branch deleted and "
+            "garbage-collected), so its diff cannot be shown",
+        }
     text = proc.stdout
     files: list[dict[str, Any]] = []
     for line in text.splitlines():
@@ -134,9 +171,15 @@ def _diff(repo: Path, base: str, commit: str) -> dict[str, Any]:
     truncated = len(text) > DIFF_CHARS or len(lines) > DIFF_LINES
     if truncated:
         text = "".join(lines[:DIFF_LINES])[:DIFF_CHARS]
-    return {"available": True, "text": text, "truncated": truncated, "files": files,
-            "added": sum(f["added"] for f in files), "deleted": sum(f["deleted"] for f in files),
-            "full_command": f"git diff {base}...{commit}"}
+    return {
+        "available": True,
+        "text": text,
+        "truncated": truncated,
+        "files": files,
+        "added": sum(f["added"] for f in files),
+        "deleted": sum(f["deleted"] for f in files),
+        "full_command": f"git diff {base}...{commit}",
+    }
 
 
 def collect_diffs(repo: Path, base: str, commits: Iterable[str]) -> dict[str, dict[str, Any]]:
@@ -147,8 +190,10 @@ def collect_diffs(repo: Path, base: str, commits: Iterable[str]) -> dict[str, di
         if commit in diffs or not _SHA.match(commit):
             continue
         if used >= RUN_DIFF_BUDGET:
-            diffs[commit] = {"available": False, "note": "left out: the report's size budget for diffs is spent; "
-                                                         f"run git diff {base}...{commit}"}
+            diffs[commit] = {
+                "available": False,
+                "note": f"left out: the report's size budget for diffs is spent; run git diff {base}...{commit}",
+            }
             continue
         d = _diff(repo, base, commit)
         used += len(d.get("text", ""))
@@ -175,37 +220,73 @@ def task_rows(tasks: dict[str, dict[str, Any]], run_start: float | None) -> list
             s, e = _ts(a["start"]), _ts(a["end"])
             if s is None or run_start is None:
                 continue
-            spans.append({"start": round(s - run_start, 3), "end": None if e is None else round(e - run_start, 3),
-                          "outcome": a["outcome"], "resumed": a["resumed"]})
-        rows.append({
-            "key": t["key"], "short_key": t["short_key"], "execution": t["execution"], "state": t["state"],
-            "instance_id": t["instance_id"],
-            "plugin": t["plugin"], "model": t["model"], "prompt": prompt, "prompt_cut": prompt_cut,
-            "branch": artifact.get("branch_final"), "commit": artifact.get("commit") if artifact.get("branch_final")
-            else None, "base": artifact.get("base"), "lines_added": artifact.get("lines_added"),
-            "lines_deleted": artifact.get("lines_deleted"), "commit_count": artifact.get("commit_count"),
-            "cost_usd": metrics.get("cost_usd"), "tokens_in": metrics.get("tokens_in") or 0,
-            "tokens_out": metrics.get("tokens_out") or 0, "duration_s": metrics.get("duration_s"),
-            "final_message": message, "final_message_cut": cut, "error_type": t["error_type"], "error": t["error"],
-            "attempts": len(t["attempts"]), "interruptions": sum(1 for a in t["attempts"]
-                                                                  if a["outcome"] == "interrupted"),
-            "retries": result.get("retry_attempts") or 0, "spans": spans, "result": t["result"],
-        })
+            spans.append(
+                {
+                    "start": round(s - run_start, 3),
+                    "end": None if e is None else round(e - run_start, 3),
+                    "outcome": a["outcome"],
+                    "resumed": a["resumed"],
+                }
+            )
+        rows.append(
+            {
+                "key": t["key"],
+                "short_key": t["short_key"],
+                "execution": t["execution"],
+                "state": t["state"],
+                "instance_id": t["instance_id"],
+                "plugin": t["plugin"],
+                "model": t["model"],
+                "prompt": prompt,
+                "prompt_cut": prompt_cut,
+                "branch": artifact.get("branch_final"),
+                "commit": artifact.get("commit") if artifact.get("branch_final") else None,
+                "base": artifact.get("base"),
+                "lines_added": artifact.get("lines_added"),
+                "lines_deleted": artifact.get("lines_deleted"),
+                "commit_count": artifact.get("commit_count"),
+                "cost_usd": metrics.get("cost_usd"),
+                "tokens_in": metrics.get("tokens_in") or 0,
+                "tokens_out": metrics.get("tokens_out") or 0,
+                "duration_s": metrics.get("duration_s"),
+                "final_message": message,
+                "final_message_cut": cut,
+                "error_type": t["error_type"],
+                "error": t["error"],
+                "attempts": len(t["attempts"]),
+                "interruptions": sum(1 for a in t["attempts"] if a["outcome"] == "interrupted"),
+                "retries": result.get("retry_attempts") or 0,
+                "spans": spans,
+                "result": t["result"],
+            }
+        )
     return rows
 
 
-def header(manifest: RunManifest, tasks: list[dict[str, Any]], run_start: float | None,
-           run_end: float | None) -> dict[str, Any]:
+def header(
+    manifest: RunManifest, tasks: list[dict[str, Any]], run_start: float | None, run_end: float | None
+) -> dict[str, Any]:
     costs = [t["cost_usd"] for t in tasks if t["cost_usd"] is not None]
     return {
-        "run_id": manifest.run_id, "prompt": manifest.prompt, "strategy": manifest.strategy_name,
-        "params": manifest.params, "runs": manifest.runs, "status": manifest.status, "dry_run": manifest.dry_run,
-        "repo": manifest.repo_path, "base_branch": manifest.base_branch, "model": manifest.model,
-        "plugin": manifest.plugin, "created_at": manifest.created_at, "finished_at": manifest.finished_at,
+        "run_id": manifest.run_id,
+        "prompt": manifest.prompt,
+        "strategy": manifest.strategy_name,
+        "params": manifest.params,
+        "runs": manifest.runs,
+        "status": manifest.status,
+        "dry_run": manifest.dry_run,
+        "repo": manifest.repo_path,
+        "base_branch": manifest.base_branch,
+        "model": manifest.model,
+        "plugin": manifest.plugin,
+        "created_at": manifest.created_at,
+        "finished_at": manifest.finished_at,
         "duration_s": None if run_start is None or run_end is None else round(run_end - run_start, 3),
         "cost_usd": round(sum(costs), 6) if costs else None,
-        "tokens_in": sum(t["tokens_in"] for t in tasks), "tokens_out": sum(t["tokens_out"] for t in tasks),
-        "tasks": len(tasks), "completed": sum(1 for t in tasks if t["state"] == "COMPLETED"),
+        "tokens_in": sum(t["tokens_in"] for t in tasks),
+        "tokens_out": sum(t["tokens_out"] for t in tasks),
+        "tasks": len(tasks),
+        "completed": sum(1 for t in tasks if t["state"] == "COMPLETED"),
         "failed": sum(1 for t in tasks if t["state"] == "FAILED"),
         "interrupted": sum(1 for t in tasks if t["interruptions"]),
     }
@@ -224,5 +305,9 @@ def gather(dirs: RunDirs, manifest: RunManifest) -> dict[str, Any]:
     run_start = min(known_starts) if known_starts else None
     run_end = max(known_ends) if known_ends else None
     rows = task_rows(raw_tasks, run_start)
-    return {"header": header(manifest, rows, run_start, run_end), "tasks": rows, "executions": executions,
-            "span_s": 0.0 if run_start is None or run_end is None else round(run_end - run_start, 3)}
+    return {
+        "header": header(manifest, rows, run_start, run_end),
+        "tasks": rows,
+        "executions": executions,
+        "span_s": 0.0 if run_start is None or run_end is None else round(run_end - run_start, 3),
+    }

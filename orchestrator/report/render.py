@@ -26,14 +26,18 @@ _FORMATTER = HtmlFormatter(cssclass="hl", nowrap=False)
 
 @lru_cache(maxsize=1)
 def _env() -> jinja2.Environment:
-    env = jinja2.Environment(loader=jinja2.PackageLoader("orchestrator.report", "templates"),
-                             autoescape=True, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("orchestrator.report", "templates"),
+        autoescape=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
     env.filters["money"] = lambda v: "N/A" if v is None else f"${v:.2f}"
     env.filters["tokens"] = lambda n: f"{n / 1000:.1f}k" if (n or 0) >= 1000 else str(n or 0)
     env.filters["secs"] = _secs
     env.filters["cell"] = _cell
-    env.filters["pretty"] = lambda v: v if isinstance(v, str) else json.dumps(v, indent=2, sort_keys=True,
-                                                                               default=str)
+    env.filters["pretty"] = lambda v: v if isinstance(v, str) else json.dumps(v, indent=2, sort_keys=True, default=str)
     return env
 
 
@@ -62,8 +66,10 @@ def _highlight_diffs(diffs: dict[str, dict[str, Any]], base: str) -> dict[str, d
     for commit, diff in diffs.items():
         if diff.get("available") and diff.get("text"):
             if used >= RUN_DIFF_HTML_BUDGET:
-                diff = {"available": False, "note": "left out: the report's size budget for diffs is spent; "
-                                                    f"run git diff {base}...{commit}"}
+                diff = {
+                    "available": False,
+                    "note": f"left out: the report's size budget for diffs is spent; run git diff {base}...{commit}",
+                }
             else:
                 html = highlight(diff["text"], DiffLexer(), _FORMATTER)
                 used += len(html)
@@ -98,8 +104,11 @@ def _rendered_section(section: Any) -> dict[str, Any]:
     kind = type(section).__name__
     out: dict[str, Any] = {"kind": kind, "s": section}
     if kind == "ChartSection":
-        out["svg"] = Markup(line_chart_svg(section.series, x_label=section.x_label, y_label=section.y_label,
-                                           x_integer=section.x_integer))
+        out["svg"] = Markup(
+            line_chart_svg(
+                section.series, x_label=section.x_label, y_label=section.y_label, x_integer=section.x_integer
+            )
+        )
     if kind == "TreeSection":
         children: dict[str | None, list[Any]] = {}
         ids = {n.id for n in section.nodes}
@@ -127,10 +136,21 @@ def render_report(dirs: RunDirs, manifest: RunManifest, *, module: types.ModuleT
     diffs = _highlight_diffs({c: scrub(d) for c, d in diffs.items()}, manifest.base_branch)
     for e in executions:
         e["sections"] = [_rendered_section(_scrub_struct(s, scrub)) for s in e["sections"]]
-    html = _env().get_template("report.html.j2").render(
-        h=data["header"], tasks=data["tasks"], executions=executions, diffs=diffs, note=note,
-        timeline=Markup(timeline_svg(data["tasks"], data["span_s"])), css=Markup(_static("report.css")),
-        js=Markup(_static("report.js")), hl_css=Markup(_FORMATTER.get_style_defs(".hl")))
+    html = (
+        _env()
+        .get_template("report.html.j2")
+        .render(
+            h=data["header"],
+            tasks=data["tasks"],
+            executions=executions,
+            diffs=diffs,
+            note=note,
+            timeline=Markup(timeline_svg(data["tasks"], data["span_s"])),
+            css=Markup(_static("report.css")),
+            js=Markup(_static("report.js")),
+            hl_css=Markup(_FORMATTER.get_style_defs(".hl")),
+        )
+    )
     return html.encode("utf-8")
 
 

@@ -123,4 +123,3 @@ def commits_of(sections: list[Any]) -> list[str]:
         elif isinstance(s, CompareSection):
             out += [i.commit for i in s.items if i.commit]
     return out
-

@@ -20,16 +20,29 @@ from .._lazy import lazy_attr
 # Lazy re-exports: importing one runner module (say ``runner.types`` from the
 # engine, or the TUI through it) must not load docker-py and the Docker runner.
 _EXPORTS = {
-    "RunnerEventCallback": "base", "TaskRunner": "base",
-    "DockerHost": "docker_containers", "container_exists": "docker_containers",
-    "docker_available": "docker_containers", "image_exists": "docker_containers",
-    "list_containers": "docker_containers", "remove_containers": "docker_containers",
+    "RunnerEventCallback": "base",
+    "TaskRunner": "base",
+    "DockerHost": "docker_containers",
+    "container_exists": "docker_containers",
+    "docker_available": "docker_containers",
+    "image_exists": "docker_containers",
+    "list_containers": "docker_containers",
+    "remove_containers": "docker_containers",
     "stop_run_containers": "docker_containers",
-    "DockerRunner": "docker_runner", "run_instance": "docker_runner",
-    "check_model": "plugin", "supports_resume": "plugin",
-    "delete_run_branches": "git_cleanup", "unheld_branch_claims": "git_cleanup",
-    "AuthConfig": "types", "BranchArtifact": "types", "ContainerLimits": "types", "InstanceRequest": "types",
-    "Metrics": "types", "Hardening": "types", "RetryConfig": "types", "RunnerResult": "types",
+    "DockerRunner": "docker_runner",
+    "run_instance": "docker_runner",
+    "check_model": "plugin",
+    "supports_resume": "plugin",
+    "delete_run_branches": "git_cleanup",
+    "unheld_branch_claims": "git_cleanup",
+    "AuthConfig": "types",
+    "BranchArtifact": "types",
+    "ContainerLimits": "types",
+    "InstanceRequest": "types",
+    "Metrics": "types",
+    "Hardening": "types",
+    "RetryConfig": "types",
+    "RunnerResult": "types",
 }
 
 if TYPE_CHECKING:

@@ -66,13 +66,13 @@ def tar_workspace(workspace: Path, *, read_only: bool) -> tempfile.SpooledTempor
 
 async def copy_in(host: DockerHost, container: str, workspace: Path, *, read_only: bool) -> int:
     """Copy the local clone into the container's /workspace; returns the bytes sent."""
-    data = await anyio.to_thread.run_sync(lambda: tar_workspace(workspace, read_only=read_only),
-                                          limiter=host.limiter)
+    data = await anyio.to_thread.run_sync(lambda: tar_workspace(workspace, read_only=read_only), limiter=host.limiter)
     try:
         size = data.seek(0, os.SEEK_END)
         data.seek(0)
-        ok = await host.api(f"copy workspace into {container}", "put_archive", container, WORKSPACE_MOUNT,
-                            _chunks(data))
+        ok = await host.api(
+            f"copy workspace into {container}", "put_archive", container, WORKSPACE_MOUNT, _chunks(data)
+        )
     finally:
         data.close()
     if not ok:
@@ -107,8 +107,11 @@ async def bundle_out(host: DockerHost, container: str, workspace: Path, base_com
         raise GitError(f"cannot read the workspace HEAD in {container}: {head[-500:]}")
     if head == base_commit:
         return {"head": head, "bytes": 0}
-    code, out = await _exec(host, container, ["git", "-C", WORKSPACE_MOUNT, "bundle", "create", "-q", BUNDLE_PATH,
-                                              "HEAD", "--not", base_commit])
+    code, out = await _exec(
+        host,
+        container,
+        ["git", "-C", WORKSPACE_MOUNT, "bundle", "create", "-q", BUNDLE_PATH, "HEAD", "--not", base_commit],
+    )
     if code != 0:
         raise GitError(f"git bundle of the agent's commits failed in {container}: {out[-500:]}")
     stream, _stat = await host.api(f"read the result bundle from {container}", "get_archive", container, BUNDLE_PATH)
@@ -150,19 +153,24 @@ def import_bundle(workspace: Path, bundle: Path, head: str) -> None:
     verify = run_git(["bundle", "verify", "-q", str(bundle)], cwd=workspace, check=False)
     if verify.returncode != 0:
         raise GitError(f"the result bundle is corrupt or truncated ({size} bytes): {said(verify)}")
-    fetch = run_git(["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", str(bundle),
-                     "HEAD:refs/orchestrator/result"], cwd=workspace, check=False)
+    fetch = run_git(
+        ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", str(bundle), "HEAD:refs/orchestrator/result"],
+        cwd=workspace,
+        check=False,
+    )
     if fetch.returncode != 0:
-        raise GitError(f"the result bundle is corrupt or truncated ({size} bytes): fetching it failed: "
-                       f"{said(fetch)}")
+        raise GitError(f"the result bundle is corrupt or truncated ({size} bytes): fetching it failed: {said(fetch)}")
     got = run_git(["rev-parse", "--verify", "refs/orchestrator/result^{commit}"], cwd=workspace).stdout.strip()
     if got != head:
         raise GitError(f"the result bundle holds {got[:12]}, but the container's HEAD is {head[:12]}")
     # The import reads only commits (HEAD, its history and diffs), so moving the branch
     # is enough; `reset --hard` would also re-read every file of the work tree, whose
     # index the chown to the container user has made stale (7 s on 20k files).
-    run_git(["update-ref", "-m", "orchestrator: the agent's commits from the result bundle", "HEAD", head],
-            cwd=workspace, what="moving the clone to the agent's commit")
+    run_git(
+        ["update-ref", "-m", "orchestrator: the agent's commits from the result bundle", "HEAD", head],
+        cwd=workspace,
+        what="moving the clone to the agent's commit",
+    )
     run_git(["update-ref", "-d", "refs/orchestrator/result"], cwd=workspace, check=False)
     bundle.unlink(missing_ok=True)
 

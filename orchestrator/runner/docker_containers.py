@@ -49,8 +49,10 @@ PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_prox
 # Docker errors a retry can outlive: the daemon or the network was briefly
 # unreachable or slow. Every daemon error message starts with "Error
 # response from daemon", so that phrase is removed before matching "daemon".
-_TRANSIENT = re.compile(r"(?i)connection refused|no such host|timeout|timed out|daemon|cannot connect|connection reset"
-                        r"|ECONNREFUSED|ETIMEDOUT|ENETUNREACH")
+_TRANSIENT = re.compile(
+    r"(?i)connection refused|no such host|timeout|timed out|daemon|cannot connect|connection reset"
+    r"|ECONNREFUSED|ETIMEDOUT|ENETUNREACH"
+)
 _DAEMON_PREFIX = re.compile(r"(?i)error response from daemon")
 
 DOCKER_START_HINT = (
@@ -75,17 +77,25 @@ def translate_docker_error(exc: BaseException, what: str) -> RunnerError:
     if isinstance(exc, RunnerError):
         return exc
     message = f"{what}: {exc}"
-    retryable = isinstance(exc, OSError) or is_transient(str(exc)) or type(exc).__name__ in (
-        "ConnectionError", "ReadTimeout", "ConnectTimeout", "Timeout")
+    retryable = (
+        isinstance(exc, OSError)
+        or is_transient(str(exc))
+        or type(exc).__name__ in ("ConnectionError", "ReadTimeout", "ConnectTimeout", "Timeout")
+    )
     return ContainerError(message, retryable=retryable)
 
 
 class DockerHost:
     """One docker client plus the thread limiter every blocking call runs under."""
 
-    def __init__(self, client_factory: Callable[[], Any] | None = None,
-                 limiter: anyio.CapacityLimiter | None = None, *, name: str | None = None,
-                 archive: bool = False) -> None:
+    def __init__(
+        self,
+        client_factory: Callable[[], Any] | None = None,
+        limiter: anyio.CapacityLimiter | None = None,
+        *,
+        name: str | None = None,
+        archive: bool = False,
+    ) -> None:
         self._factory = client_factory or default_client_factory
         # name: the configured host (runner.hosts) this engine is, None without hosts.
         # archive: the engine cannot see this machine's directories, so the workspace
@@ -274,8 +284,14 @@ def volume_labels(request: InstanceRequest) -> dict[str, str]:
     return {"orchestrator": "true", "run_id": request.run_id}
 
 
-def host_config_kwargs(request: InstanceRequest, *, workspace: Path, volume: str,
-                       hardening: Hardening | None = None, workspace_volume: str | None = None) -> dict[str, Any]:
+def host_config_kwargs(
+    request: InstanceRequest,
+    *,
+    workspace: Path,
+    volume: str,
+    hardening: Hardening | None = None,
+    workspace_volume: str | None = None,
+) -> dict[str, Any]:
     """``workspace_volume``: a remote engine's per-task volume for /workspace instead
     of the bind mount (writable, so the archive copy can land in it)."""
     from docker.types import Mount, Ulimit
@@ -292,9 +308,19 @@ def host_config_kwargs(request: InstanceRequest, *, workspace: Path, volume: str
         "mounts": [Mount(target=HOME_MOUNT, source=volume, type="volume", labels=volume_labels(request))]
         # A read-only workspace volume starts empty and root-owned (no_copy: not filled
         # from the image's node-owned /workspace), so the agent cannot add files to it.
-        + ([Mount(target=WORKSPACE_MOUNT, source=workspace_volume, type="volume", labels=volume_labels(request),
-                  no_copy=workspace_read_only(request))]
-           if workspace_volume else []),
+        + (
+            [
+                Mount(
+                    target=WORKSPACE_MOUNT,
+                    source=workspace_volume,
+                    type="volume",
+                    labels=volume_labels(request),
+                    no_copy=workspace_read_only(request),
+                )
+            ]
+            if workspace_volume
+            else []
+        ),
         "tmpfs": {"/tmp": TMPFS_OPTIONS},
         "read_only": True,
         "nano_cpus": parse_nano_cpus(request.container_limits.cpus),
@@ -314,8 +340,9 @@ def host_config_kwargs(request: InstanceRequest, *, workspace: Path, volume: str
     return kwargs
 
 
-def mounts_match(info: dict, *, workspace: Path, volume: str, read_only: bool,
-                 workspace_volume: str | None = None) -> tuple[bool, str]:
+def mounts_match(
+    info: dict, *, workspace: Path, volume: str, read_only: bool, workspace_volume: str | None = None
+) -> tuple[bool, str]:
     """Whether an existing container has exactly the mounts this request needs."""
     mounts = {m.get("Destination"): m for m in info.get("Mounts") or []}
     ws = mounts.get(WORKSPACE_MOUNT)
@@ -342,9 +369,15 @@ class ContainerReady:
     reason: str = ""
 
 
-async def ensure_container(host: DockerHost, request: InstanceRequest, *, workspace: Path,
-                           volume: str, fresh_workspace: bool = False,
-                           hardening: Hardening | None = None) -> ContainerReady:
+async def ensure_container(
+    host: DockerHost,
+    request: InstanceRequest,
+    *,
+    workspace: Path,
+    volume: str,
+    fresh_workspace: bool = False,
+    hardening: Hardening | None = None,
+) -> ContainerReady:
     """Reuse, start, replace or create the task's container.
 
     The common case (no container yet) is one worker-thread hop: create the
@@ -370,9 +403,11 @@ async def ensure_container(host: DockerHost, request: InstanceRequest, *, worksp
 
     def _create_and_start() -> dict | None:
         """Create+start; returns the existing container's inspect data on a name conflict."""
-        host_config = client.api.create_host_config(**host_config_kwargs(request, workspace=workspace, volume=volume,
-                                                                         hardening=hardening,
-                                                                         workspace_volume=ws_volume))
+        host_config = client.api.create_host_config(
+            **host_config_kwargs(
+                request, workspace=workspace, volume=volume, hardening=hardening, workspace_volume=ws_volume
+            )
+        )
         try:
             created = client.api.create_container(host_config=host_config, **spec)
         except docker.errors.APIError as exc:
@@ -388,8 +423,13 @@ async def ensure_container(host: DockerHost, request: InstanceRequest, *, worksp
     existing = await host.call(f"create container {name}", _create_and_start)
     action, reason = "created", ""
     if existing is not None:
-        ok, reason = mounts_match(existing, workspace=workspace, volume=volume,
-                                  read_only=workspace_read_only(request), workspace_volume=ws_volume)
+        ok, reason = mounts_match(
+            existing,
+            workspace=workspace,
+            volume=volume,
+            read_only=workspace_read_only(request),
+            workspace_volume=ws_volume,
+        )
         if not request.reuse_container:
             ok, reason = False, "reuse_container is false"
         if ok:
@@ -399,8 +439,12 @@ async def ensure_container(host: DockerHost, request: InstanceRequest, *, worksp
             if running:
                 await host.stop(name, timeout=0)
             await host.api(f"start container {name}", "start", name)
-            return ContainerReady(name, "restarted" if running else "started", volume,
-                                  "left running by a process that exited" if running else "")
+            return ContainerReady(
+                name,
+                "restarted" if running else "started",
+                volume,
+                "left running by a process that exited" if running else "",
+            )
         await host.remove(name)
         existing = await host.call(f"create container {name}", _create_and_start)
         if existing is not None:
@@ -438,9 +482,15 @@ async def _ensure_home_writable(host: DockerHost, request: InstanceRequest, volu
     client = await host.client()
 
     def _fix():
-        client.containers.run(request.docker_image, ["chown", "1000:1000", HOME_MOUNT], entrypoint=[],
-                              user="0", remove=True, network_mode="none",
-                              mounts=[Mount(target=HOME_MOUNT, source=volume, type="volume")])
+        client.containers.run(
+            request.docker_image,
+            ["chown", "1000:1000", HOME_MOUNT],
+            entrypoint=[],
+            user="0",
+            remove=True,
+            network_mode="none",
+            mounts=[Mount(target=HOME_MOUNT, source=volume, type="volume")],
+        )
 
     await host.call(f"chown session volume {volume}", _fix)
 
@@ -462,6 +512,7 @@ def shared_host() -> DockerHost:
 # cannot interrupt a blocking call in a thread.
 async def docker_available(*, timeout: float = 3.0) -> tuple[bool, str]:  # noqa: ASYNC109
     """Fast pre-flight check: can we reach the Docker daemon? Returns (ok, message)."""
+
     def _ping():
         client = default_client_factory(timeout=max(1, int(timeout)))
         try:
@@ -493,8 +544,15 @@ async def list_containers(run_id: str | None = None, *, host: DockerHost | None 
     host = host or shared_host()
     filters = {"label": ["orchestrator=true"] + ([f"run_id={run_id}"] if run_id else [])}
     rows = await host.api("list containers", "containers", all=True, filters=filters)
-    return [{"name": (r.get("Names") or ["/?"])[0].lstrip("/"), "labels": r.get("Labels") or {},
-             "status": r.get("State"), "created": r.get("Created")} for r in rows]
+    return [
+        {
+            "name": (r.get("Names") or ["/?"])[0].lstrip("/"),
+            "labels": r.get("Labels") or {},
+            "status": r.get("State"),
+            "created": r.get("Created"),
+        }
+        for r in rows
+    ]
 
 
 # `timeout` is Docker's grace period before SIGKILL, not a deadline for this call.

@@ -96,10 +96,17 @@ def _append_tail(tail: bytearray, data: bytes) -> None:
         del tail[: len(tail) - TAIL_BYTES]
 
 
-async def run_exec(host: DockerHost, container: str, argv: list[str], *, env: dict[str, str],
-                   parser: StreamParser, stdin_payload: bytes | None,
-                   on_event: Callable[[AgentEvent], Awaitable[None] | None],
-                   wrapped: bool = False) -> ExecOutput:
+async def run_exec(
+    host: DockerHost,
+    container: str,
+    argv: list[str],
+    *,
+    env: dict[str, str],
+    parser: StreamParser,
+    stdin_payload: bytes | None,
+    on_event: Callable[[AgentEvent], Awaitable[None] | None],
+    wrapped: bool = False,
+) -> ExecOutput:
     """Run ``argv`` in ``container`` as ``node`` in /workspace and parse its stdout.
 
     ``wrapped``: ``argv`` is the agent under the wrapper that counts what it
@@ -113,8 +120,16 @@ async def run_exec(host: DockerHost, container: str, argv: list[str], *, env: di
     want_stdin = stdin_payload is not None
 
     def _start():
-        exec_id = api.exec_create(container, argv, stdout=True, stderr=True, stdin=want_stdin,
-                                  user="node", environment=env, workdir=WORKSPACE_MOUNT)["Id"]
+        exec_id = api.exec_create(
+            container,
+            argv,
+            stdout=True,
+            stderr=True,
+            stdin=want_stdin,
+            user="node",
+            environment=env,
+            workdir=WORKSPACE_MOUNT,
+        )["Id"]
         sock = api.exec_start(exec_id, socket=True)
         api._disable_socket_timeout(sock)
         return exec_id, sock
@@ -139,19 +154,22 @@ async def run_exec(host: DockerHost, container: str, argv: list[str], *, env: di
     try:
         async with anyio.create_task_group() as tg:
             if stdin_payload is not None:
-                tg.start_soon(lambda: anyio.to_thread.run_sync(_send_stdin, sock, stdin_payload,
-                                                               abandon_on_cancel=True))
+                tg.start_soon(
+                    lambda: anyio.to_thread.run_sync(_send_stdin, sock, stdin_payload, abandon_on_cancel=True)
+                )
             while True:
                 try:
-                    frame = await anyio.to_thread.run_sync(_read_frame, sock, abandon_on_cancel=True,
-                                                           limiter=host.limiter)
+                    frame = await anyio.to_thread.run_sync(
+                        _read_frame, sock, abandon_on_cancel=True, limiter=host.limiter
+                    )
                 except StreamBroken as exc:
                     # Also what a container stopped under the exec (Ctrl+C, timeout)
                     # can look like: the exit code below decides whether the exec
                     # ended; the break itself goes to runner.jsonl and the output.
                     stream_error = str(exc)
-                    _log.warning("the agent's output stream broke", extra={"container": container,
-                                                                           "stream_error": stream_error})
+                    _log.warning(
+                        "the agent's output stream broke", extra={"container": container, "stream_error": stream_error}
+                    )
                     await _emit([AgentEvent(kind="error", data={"stream_error": stream_error})])
                     break
                 if frame is None:
@@ -184,12 +202,20 @@ async def run_exec(host: DockerHost, container: str, argv: list[str], *, env: di
 
     exit_code = await _exit_code(host, exec_id)
     if stream_error is not None and exit_code is None:
-        raise ContainerError(f"the agent's output stream broke ({stream_error}) and its exit status is unknown",
-                             retryable=True)
+        raise ContainerError(
+            f"the agent's output stream broke ({stream_error}) and its exit status is unknown", retryable=True
+        )
     outcome = parser.finish(exit_code)
-    return ExecOutput(outcome=outcome, exit_code=exit_code, stderr_tail=bytes(stderr_tail),
-                      stdout_tail=bytes(stdout_tail), saw_erofs=saw_erofs, events=n_events,
-                      extra={"stream_error": stream_error} if stream_error else {}, uncommitted=uncommitted)
+    return ExecOutput(
+        outcome=outcome,
+        exit_code=exit_code,
+        stderr_tail=bytes(stderr_tail),
+        stdout_tail=bytes(stdout_tail),
+        saw_erofs=saw_erofs,
+        events=n_events,
+        extra={"stream_error": stream_error} if stream_error else {},
+        uncommitted=uncommitted,
+    )
 
 
 def _take_uncommitted(data: bytes) -> tuple[bytes, bytes, int | None]:
@@ -214,7 +240,7 @@ def _could_start_line(tail: bytes) -> bool:
     prefix = b"\n@@orchestrator-uncommitted="
     if len(tail) <= len(prefix):
         return prefix.startswith(tail)
-    return tail.startswith(prefix) and tail[len(prefix):].isdigit()
+    return tail.startswith(prefix) and tail[len(prefix) :].isdigit()
 
 
 async def _exit_code(host: DockerHost, exec_id: str) -> int | None:

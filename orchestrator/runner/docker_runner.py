@@ -69,24 +69,26 @@ AGENT_STOP_GRACE_S = 10
 # agent under an agent wrapper (AGENT_WRAPPER_SCRIPT, named by its first
 # line), then wait for them to exit, at most $1 tenths of a second.
 END_AGENT_SCRIPT = (
-    'self=$$\n'
+    "self=$$\n"
     'pids=$(ps -eo pid=,ppid=,args= | awk -v s="$self" \'\n'
     '  $2 == 0 && $1 != 1 && $1 != s {print $1; if (index($0, "# orchestrator-agent-wrapper")) w[$1] = 1; next}\n'
-    '  {pid[NR] = $1; parent[NR] = $2}\n'
-    '  END {for (i in pid) if (parent[i] in w) print pid[i]}\')\n'
+    "  {pid[NR] = $1; parent[NR] = $2}\n"
+    "  END {for (i in pid) if (parent[i] in w) print pid[i]}')\n"
     '[ -n "$pids" ] || exit 0\n'
-    'kill -TERM $pids 2>/dev/null\n'
-    'i=0\n'
+    "kill -TERM $pids 2>/dev/null\n"
+    "i=0\n"
     'while [ "$i" -lt "$1" ]; do\n'
     '  alive=""\n'
     '  for p in $pids; do kill -0 "$p" 2>/dev/null && alive="$alive $p"; done\n'
     '  [ -n "$alive" ] || exit 0\n'
-    '  pids=$alive; sleep 0.1; i=$((i + 1))\n'
-    'done\n'
-    'exit 1\n'
+    "  pids=$alive; sleep 0.1; i=$((i + 1))\n"
+    "done\n"
+    "exit 1\n"
 )
-READ_ONLY_NOTE = ("/workspace is mounted read-only for review tasks (import_policy=never, "
-                  "review_workspace_mode=ro); the agent tried to write to it. Write to /tmp or /home/node instead")
+READ_ONLY_NOTE = (
+    "/workspace is mounted read-only for review tasks (import_policy=never, "
+    "review_workspace_mode=ro); the agent tried to write to it. Write to /tmp or /home/node instead"
+)
 EVENT_STRING_LIMIT = 4000
 MIN_FREE_BYTES = 200 << 20
 
@@ -97,11 +99,11 @@ Pricing = Mapping[str, tuple[float, float]]
 # .gitignore applies) and, under "commit", commits them. --no-verify: the
 # agent's hooks must not veto the commit that keeps its work.
 UNCOMMITTED_SCRIPT = (
-    'n=$(git status --porcelain --untracked-files=all | wc -l) || exit 3\n'
+    "n=$(git status --porcelain --untracked-files=all | wc -l) || exit 3\n"
     'echo "uncommitted=$n"\n'
     'if [ "$n" -gt 0 ] && [ "$1" = commit ]; then\n'
     '  git add -A && git commit -q --no-verify -m "$2" && echo committed\n'
-    'fi\n'
+    "fi\n"
 )
 # The agent of a task whose uncommitted work is looked at runs under this
 # wrapper, so that the look costs no `docker exec` of its own: once the agent
@@ -110,16 +112,18 @@ UNCOMMITTED_SCRIPT = (
 # (taken out of the stream by run_exec) and exits with the agent's status.
 # Only when there is something to commit does a second exec follow.
 AGENT_WRAPPER_SCRIPT = (
-    '# orchestrator-agent-wrapper\n'
+    "# orchestrator-agent-wrapper\n"
     '"$@"\n'
-    'rc=$?\n'
-    'n=$(GIT_OPTIONAL_LOCKS=0 git status --porcelain --untracked-files=all 2>/dev/null | wc -l)\n'
-    'printf \'\\n@@orchestrator-uncommitted=%s\\n\' "$n" >&2\n'
+    "rc=$?\n"
+    "n=$(GIT_OPTIONAL_LOCKS=0 git status --porcelain --untracked-files=all 2>/dev/null | wc -l)\n"
+    "printf '\\n@@orchestrator-uncommitted=%s\\n' \"$n\" >&2\n"
     'exit "$rc"\n'
 )
-UNCOMMITTED_MESSAGE = ("Changes the agent left uncommitted\n\n"
-                       "The agent exited without committing these files; the orchestrator committed them "
-                       "(uncommitted: commit) so that its work reaches the task's branch.")
+UNCOMMITTED_MESSAGE = (
+    "Changes the agent left uncommitted\n\n"
+    "The agent exited without committing these files; the orchestrator committed them "
+    "(uncommitted: commit) so that its work reaches the task's branch."
+)
 
 
 def backoff_delay(attempt: int, *, base: float, factor: float, cap: float) -> float:
@@ -134,8 +138,10 @@ def _check_disk_space(workspace: Path) -> None:
         probe = probe.parent
     free = shutil.disk_usage(probe).free
     if free < MIN_FREE_BYTES:
-        raise GitError(f"insufficient disk space for the workspace: {free // (1 << 20)} MiB free under {probe} "
-                       f"(need at least {MIN_FREE_BYTES >> 20} MiB); free space or set ORCHESTRATOR_WORKSPACE_ROOT")
+        raise GitError(
+            f"insufficient disk space for the workspace: {free // (1 << 20)} MiB free under {probe} "
+            f"(need at least {MIN_FREE_BYTES >> 20} MiB); free space or set ORCHESTRATOR_WORKSPACE_ROOT"
+        )
 
 
 def _reset_workspace(workspace: Path) -> None:
@@ -191,11 +197,20 @@ class _ForwardToComponentLog(logging.Handler):
 class DockerRunner:
     """:class:`~orchestrator.runner.base.TaskRunner` that runs each task in its own container."""
 
-    def __init__(self, *, auth: AuthConfig | None = None, logs_dir: Path | str | None = None,
-                 sanitizer: Sanitizer | None = None, client_factory=None,
-                 limiter: anyio.CapacityLimiter | None = None, pricing: Pricing | None = None,
-                 host: DockerHost | None = None, dry_run: bool = False,
-                 known_images: tuple[str, ...] = (), hardening: Hardening | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        auth: AuthConfig | None = None,
+        logs_dir: Path | str | None = None,
+        sanitizer: Sanitizer | None = None,
+        client_factory=None,
+        limiter: anyio.CapacityLimiter | None = None,
+        pricing: Pricing | None = None,
+        host: DockerHost | None = None,
+        dry_run: bool = False,
+        known_images: tuple[str, ...] = (),
+        hardening: Hardening | None = None,
+    ) -> None:
         self.auth = auth or AuthConfig()
         self.hardening = hardening or Hardening()
         self.dry_run = dry_run
@@ -232,8 +247,14 @@ class DockerRunner:
 
     # ---- events -------------------------------------------------------------
 
-    def _emit(self, request: InstanceRequest, on_event: RunnerEventCallback | None, type_: str,
-              level: str = "info", **fields: Any) -> None:
+    def _emit(
+        self,
+        request: InstanceRequest,
+        on_event: RunnerEventCallback | None,
+        type_: str,
+        level: str = "info",
+        **fields: Any,
+    ) -> None:
         ids = {"run_id": request.run_id, "instance_id": request.instance_id, "task_key": request.task_key}
         self.log.log(level, type_, **ids, **fields)
         if on_event is not None:
@@ -256,11 +277,16 @@ class DockerRunner:
         def finish(status, **kw) -> RunnerResult:
             err = kw.pop("error", None)
             return RunnerResult(
-                status=status, instance_id=request.instance_id, started_at=started_at,
-                completed_at=utc_now_iso(), container_name=request.container_name,
+                status=status,
+                instance_id=request.instance_id,
+                started_at=started_at,
+                completed_at=utc_now_iso(),
+                container_name=request.container_name,
                 log_path=str(self.log_path) if self.log_path else None,
                 error=self.sanitizer.scrub_text(err) if err else None,
-                retry_attempts=state["retry_attempts"], **kw)
+                retry_attempts=state["retry_attempts"],
+                **kw,
+            )
 
         try:
             # 1. validate
@@ -279,8 +305,15 @@ class DockerRunner:
                 found = await anyio.to_thread.run_sync(git_ops.kept_workspace, workspace)
                 if isinstance(found, str):
                     # Its session refers to files that are gone: both start afresh.
-                    self._emit(request, on_event, "runner.session.reset", "warn", reason="workspace_missing",
-                               detail=found, previous_session_id=request.session_id)
+                    self._emit(
+                        request,
+                        on_event,
+                        "runner.session.reset",
+                        "warn",
+                        reason="workspace_missing",
+                        detail=found,
+                        previous_session_id=request.session_id,
+                    )
                     request = msgspec.structs.replace(request, session_id=None, resume_workspace=False)
                 else:
                     kept = found
@@ -294,7 +327,8 @@ class DockerRunner:
 
             # 3 + 4. container and execution, with retries
             attempt, outcome_total, last_exec = await self._execute_with_retries(
-                request, plugin, workspace, on_event, state, first)
+                request, plugin, workspace, on_event, state, first
+            )
             metrics = self._metrics(request, outcome_total, time.monotonic() - t0)
             session_id = outcome_total.get("session_id")
             common = dict(metrics=metrics, session_id=session_id, workspace_path=str(workspace))
@@ -302,10 +336,23 @@ class DockerRunner:
             if attempt.error is not None:
                 status = "timeout" if attempt.error.category == "timeout" else "failed"
                 await self._stop_quietly(request, on_event)
-                self._emit(request, on_event, "runner.instance.failed", "error", phase="execute",
-                           error=str(attempt.error), error_type=attempt.error.category, status=status)
-                return finish(status, error_type=attempt.error.category, error=str(attempt.error),
-                              exit_code=last_exec.exit_code if last_exec else None, **common)
+                self._emit(
+                    request,
+                    on_event,
+                    "runner.instance.failed",
+                    "error",
+                    phase="execute",
+                    error=str(attempt.error),
+                    error_type=attempt.error.category,
+                    status=status,
+                )
+                return finish(
+                    status,
+                    error_type=attempt.error.category,
+                    error=str(attempt.error),
+                    exit_code=last_exec.exit_code if last_exec else None,
+                    **common,
+                )
 
             out = attempt.output
             assert out is not None
@@ -313,25 +360,51 @@ class DockerRunner:
             if outcome.is_error or (out.exit_code not in (0, None) and plugin.name == "command"):
                 error_type, message = self._failure(request, plugin, out)
                 await self._stop_quietly(request, on_event)
-                self._emit(request, on_event, "runner.instance.failed", "error", phase="execute",
-                           error=message, error_type=error_type, exit_code=out.exit_code)
-                return finish("failed", error_type=error_type, error=message, exit_code=out.exit_code,
-                              final_message=self.sanitizer.scrub_text(outcome.final_message), **common)
+                self._emit(
+                    request,
+                    on_event,
+                    "runner.instance.failed",
+                    "error",
+                    phase="execute",
+                    error=message,
+                    error_type=error_type,
+                    exit_code=out.exit_code,
+                )
+                return finish(
+                    "failed",
+                    error_type=error_type,
+                    error=message,
+                    exit_code=out.exit_code,
+                    final_message=self.sanitizer.scrub_text(outcome.final_message),
+                    **common,
+                )
 
             output = None
             if request.output_schema is not None:
-                checked = await self._structured_output(request, plugin, workspace, on_event, state, out,
-                                                        outcome_total)
+                checked = await self._structured_output(request, plugin, workspace, on_event, state, out, outcome_total)
                 metrics = self._metrics(request, outcome_total, time.monotonic() - t0)
                 session_id = outcome_total.get("session_id")
                 common = dict(metrics=metrics, session_id=session_id, workspace_path=str(workspace))
                 if isinstance(checked, _Failure):
                     await self._stop_quietly(request, on_event)
-                    self._emit(request, on_event, "runner.instance.failed", "error", phase="output",
-                               error=checked.message, error_type=checked.error_type, exit_code=checked.exit_code)
-                    return finish(checked.status, error_type=checked.error_type, error=checked.message,
-                                  exit_code=checked.exit_code,
-                                  final_message=self.sanitizer.scrub_text(checked.final_message), **common)
+                    self._emit(
+                        request,
+                        on_event,
+                        "runner.instance.failed",
+                        "error",
+                        phase="output",
+                        error=checked.message,
+                        error_type=checked.error_type,
+                        exit_code=checked.exit_code,
+                    )
+                    return finish(
+                        checked.status,
+                        error_type=checked.error_type,
+                        error=checked.message,
+                        exit_code=checked.exit_code,
+                        final_message=self.sanitizer.scrub_text(checked.final_message),
+                        **common,
+                    )
                 out, output = checked
                 outcome = out.outcome
 
@@ -352,26 +425,51 @@ class DockerRunner:
             except RunnerError as exc:
                 if not request.finalize:
                     await self._stop_quietly(request, on_event)
-                self._emit(request, on_event, "runner.instance.failed", "error", phase="import",
-                           error=str(exc), error_type=exc.category)
-                return finish("failed", error_type=exc.category, error=str(exc), exit_code=out.exit_code,
-                              final_message=self.sanitizer.scrub_text(outcome.final_message), **common)
+                self._emit(
+                    request,
+                    on_event,
+                    "runner.instance.failed",
+                    "error",
+                    phase="import",
+                    error=str(exc),
+                    error_type=exc.category,
+                )
+                return finish(
+                    "failed",
+                    error_type=exc.category,
+                    error=str(exc),
+                    exit_code=out.exit_code,
+                    final_message=self.sanitizer.scrub_text(outcome.final_message),
+                    **common,
+                )
 
             if leftover is not None:
-                artifact = msgspec.structs.replace(artifact, uncommitted_files=leftover[0],
-                                                   auto_committed=leftover[1])
+                artifact = msgspec.structs.replace(artifact, uncommitted_files=leftover[0], auto_committed=leftover[1])
 
             # 6. cleanup: completion event first (it carries the workspace path), then delete
             metrics = self._metrics(request, outcome_total, time.monotonic() - t0)
-            self._emit(request, on_event, "runner.instance.completed", workspace_path=str(workspace),
-                       branch_imported=artifact.branch_final, duration_s=metrics.duration_s,
-                       retry_attempts=state["retry_attempts"], uncommitted_files=artifact.uncommitted_files,
-                       auto_committed=artifact.auto_committed)
+            self._emit(
+                request,
+                on_event,
+                "runner.instance.completed",
+                workspace_path=str(workspace),
+                branch_imported=artifact.branch_final,
+                duration_s=metrics.duration_s,
+                retry_attempts=state["retry_attempts"],
+                uncommitted_files=artifact.uncommitted_files,
+                auto_committed=artifact.auto_committed,
+            )
             await self._remove_workspace(workspace)
-            return finish("success", artifact=artifact, exit_code=out.exit_code,
-                          final_message=self.sanitizer.scrub_text(outcome.final_message),
-                          metrics=metrics, session_id=session_id, workspace_path=None,
-                          output=self.sanitizer.scrub(output))  # like final_message: no secret leaves
+            return finish(
+                "success",
+                artifact=artifact,
+                exit_code=out.exit_code,
+                final_message=self.sanitizer.scrub_text(outcome.final_message),
+                metrics=metrics,
+                session_id=session_id,
+                workspace_path=None,
+                output=self.sanitizer.scrub(output),
+            )  # like final_message: no secret leaves
         except Exception as exc:
             # A bug or a plugin error (ConfigError) after the container started:
             # do not leave it running, then let the error through.
@@ -385,8 +483,13 @@ class DockerRunner:
                 if container_known:
                     with anyio.move_on_after(AGENT_STOP_GRACE_S + 15):
                         await self._stop_quietly(request, on_event)
-                self._emit(request, on_event, "runner.instance.interrupted", "warn",
-                           workspace_path=str(workspace) if workspace else None)
+                self._emit(
+                    request,
+                    on_event,
+                    "runner.instance.interrupted",
+                    "warn",
+                    workspace_path=str(workspace) if workspace else None,
+                )
             raise
 
     # ---- phases -----------------------------------------------------------------
@@ -398,25 +501,41 @@ class DockerRunner:
             outcome = await delete_run_branches(request.repo_path, request.delete_branches, run_id=request.run_id)
         except (GitError, UsageError) as exc:
             self._emit(request, on_event, "runner.instance.failed", "error", phase="delete_branches", error=str(exc))
-            return RunnerResult(status="failed", instance_id=request.instance_id, error_type="git", error=str(exc),
-                                started_at=started_at, completed_at=utc_now_iso())
+            return RunnerResult(
+                status="failed",
+                instance_id=request.instance_id,
+                error_type="git",
+                error=str(exc),
+                started_at=started_at,
+                completed_at=utc_now_iso(),
+            )
         self._emit(request, on_event, "runner.branches.deleted", outcome=outcome)
         message = "".join(f"@@branch {state}: {name}\n" for name, state in outcome.items())
-        return RunnerResult(status="success", instance_id=request.instance_id, final_message=message,
-                            started_at=started_at, completed_at=utc_now_iso(), exit_code=0)
+        return RunnerResult(
+            status="success",
+            instance_id=request.instance_id,
+            final_message=message,
+            started_at=started_at,
+            completed_at=utc_now_iso(),
+            exit_code=0,
+        )
 
     def _validate_request(self, request: InstanceRequest) -> RunnerPlugin:
         plugin = get_plugin(request.plugin_name)
         models = plugin.known_models()
         if models is not None and request.model not in models:
-            raise ConfigError(f"model {request.model!r} is not known to plugin {plugin.name}; "
-                              f"choose one of: {', '.join(sorted(models))}")
+            raise ConfigError(
+                f"model {request.model!r} is not known to plugin {plugin.name}; "
+                f"choose one of: {', '.join(sorted(models))}"
+            )
         if request.plugin_name == "command" and not request.command:
             raise ConfigError("the command plugin needs request.command")
         if request.output_schema is not None:
             if not plugin.capabilities.supports_output_schema:
-                raise ConfigError(f"plugin {plugin.name} cannot enforce output_schema; drop output_schema "
-                                  "or use an agent plugin (claude-code, codex)")
+                raise ConfigError(
+                    f"plugin {plugin.name} cannot enforce output_schema; drop output_schema "
+                    "or use an agent plugin (claude-code, codex)"
+                )
             structured.check_schema(request.output_schema)
         return plugin
 
@@ -431,8 +550,9 @@ class DockerRunner:
                 raise ContainerError(f"image {image} not found; {IMAGE_HINT}")
             self._images_seen.add(image)
 
-    async def _workspace_and_container(self, request: InstanceRequest, workspace: Path,
-                                       on_event: RunnerEventCallback | None) -> tuple[dict[str, Any], RunnerError | None]:
+    async def _workspace_and_container(
+        self, request: InstanceRequest, workspace: Path, on_event: RunnerEventCallback | None
+    ) -> tuple[dict[str, Any], RunnerError | None]:
         """Clone the workspace and create/start the first attempt's container at the same time.
 
         Creating and starting the container is the slowest step before the agent
@@ -455,8 +575,13 @@ class DockerRunner:
             nonlocal failure
             try:
                 first["ws_info"] = await git_ops.prepare_workspace(
-                    request.repo_path, request.base_branch, workspace, isolation_mode=request.isolation_mode,
-                    include_branches=request.include_branches, into_empty_dir=True)
+                    request.repo_path,
+                    request.base_branch,
+                    workspace,
+                    isolation_mode=request.isolation_mode,
+                    include_branches=request.include_branches,
+                    into_empty_dir=True,
+                )
             except RunnerError as exc:
                 failure = exc
             except Exception as exc:  # re-raised below, outside the task group, unwrapped
@@ -466,9 +591,14 @@ class DockerRunner:
         async def container() -> None:
             tc = time.monotonic()
             try:
-                first["ready"] = await ensure_container(self.host, request, workspace=workspace,
-                                                        volume=self._volume_name(request), fresh_workspace=True,
-                                                        hardening=self.hardening)
+                first["ready"] = await ensure_container(
+                    self.host,
+                    request,
+                    workspace=workspace,
+                    volume=self._volume_name(request),
+                    fresh_workspace=True,
+                    hardening=self.hardening,
+                )
             except RunnerError as exc:
                 first["error"] = exc
             except Exception as exc:
@@ -503,13 +633,20 @@ class DockerRunner:
             self._emit(request, on_event, "runner.instance.failed", "error", phase="workspace", error=str(failure))
             return first, failure
         # duration_s: the workspace's own time (reset + clone), not the wait for the container
-        self._emit(request, on_event, "runner.workspace.prepared", phase="workspace",
-                   workspace_path=str(workspace), base_commit=first["ws_info"].base_commit,
-                   duration_s=first.pop("clone_s"))
+        self._emit(
+            request,
+            on_event,
+            "runner.workspace.prepared",
+            phase="workspace",
+            workspace_path=str(workspace),
+            base_commit=first["ws_info"].base_commit,
+            duration_s=first.pop("clone_s"),
+        )
         return first, None
 
-    async def _uncommitted(self, request: InstanceRequest, plugin: RunnerPlugin,
-                           on_event: RunnerEventCallback | None, counted: int | None) -> tuple[int, bool] | None:
+    async def _uncommitted(
+        self, request: InstanceRequest, plugin: RunnerPlugin, on_event: RunnerEventCallback | None, counted: int | None
+    ) -> tuple[int, bool] | None:
         """Changes the agent left uncommitted: (file count, committed?), or None when not looked at.
 
         Agents in non-interactive mode often edit files and finish without
@@ -524,35 +661,66 @@ class DockerRunner:
             return None
         t = time.monotonic()
         if counted is not None and (counted == 0 or request.uncommitted != "commit"):
-            self._emit(request, on_event, "runner.uncommitted", "warn" if counted else "debug", phase="collect",
-                       files=counted, policy=request.uncommitted, auto_committed=False,
-                       duration_s=round(time.monotonic() - t, 4))
+            self._emit(
+                request,
+                on_event,
+                "runner.uncommitted",
+                "warn" if counted else "debug",
+                phase="collect",
+                files=counted,
+                policy=request.uncommitted,
+                auto_committed=False,
+                duration_s=round(time.monotonic() - t, 4),
+            )
             return counted, False
         try:
             code, raw = await self.host.exec_simple(
-                request.container_name, ["sh", "-c", UNCOMMITTED_SCRIPT, "uncommitted", request.uncommitted,
-                                         UNCOMMITTED_MESSAGE])
+                request.container_name,
+                ["sh", "-c", UNCOMMITTED_SCRIPT, "uncommitted", request.uncommitted, UNCOMMITTED_MESSAGE],
+            )
         except RunnerError as exc:
             self._emit(request, on_event, "runner.uncommitted.failed", "warn", error=str(exc))
             return None
         text = raw.decode("utf-8", "replace")
         found = [ln for ln in text.splitlines() if ln.startswith("uncommitted=")]
         if not found:
-            self._emit(request, on_event, "runner.uncommitted.failed", "warn", exit_code=code,
-                       error=self.sanitizer.scrub_text(text.strip()[-500:]))
+            self._emit(
+                request,
+                on_event,
+                "runner.uncommitted.failed",
+                "warn",
+                exit_code=code,
+                error=self.sanitizer.scrub_text(text.strip()[-500:]),
+            )
             return None
         count = int(found[0].split("=", 1)[1].strip() or 0)
         committed = code == 0 and "committed" in text.splitlines()
         if count and request.uncommitted == "commit" and not committed:
-            self._emit(request, on_event, "runner.uncommitted.failed", "warn", exit_code=code,
-                       error=self.sanitizer.scrub_text(text.strip()[-500:]))
+            self._emit(
+                request,
+                on_event,
+                "runner.uncommitted.failed",
+                "warn",
+                exit_code=code,
+                error=self.sanitizer.scrub_text(text.strip()[-500:]),
+            )
         level = "warn" if count and not committed else "info" if count else "debug"
-        self._emit(request, on_event, "runner.uncommitted", level, phase="collect", files=count,
-                   policy=request.uncommitted, auto_committed=committed, duration_s=round(time.monotonic() - t, 4))
+        self._emit(
+            request,
+            on_event,
+            "runner.uncommitted",
+            level,
+            phase="collect",
+            files=count,
+            policy=request.uncommitted,
+            auto_committed=committed,
+            duration_s=round(time.monotonic() - t, 4),
+        )
         return count, committed
 
-    async def _kept_workspace_and_container(self, request: InstanceRequest, kept: git_ops.WorkspaceInfo,
-                                            on_event: RunnerEventCallback | None) -> tuple[dict[str, Any], RunnerError | None]:
+    async def _kept_workspace_and_container(
+        self, request: InstanceRequest, kept: git_ops.WorkspaceInfo, on_event: RunnerEventCallback | None
+    ) -> tuple[dict[str, Any], RunnerError | None]:
         """The container for a task that continues in the workspace it left.
 
         A container still running there belongs to the process that died: it is
@@ -562,9 +730,14 @@ class DockerRunner:
         t = time.monotonic()
         first: dict[str, Any] = {"ws_info": kept}
         try:
-            first["ready"] = await ensure_container(self.host, request, workspace=kept.path,
-                                                    volume=self._volume_name(request), fresh_workspace=True,
-                                                    hardening=self.hardening)
+            first["ready"] = await ensure_container(
+                self.host,
+                request,
+                workspace=kept.path,
+                volume=self._volume_name(request),
+                fresh_workspace=True,
+                hardening=self.hardening,
+            )
         except RunnerError as exc:
             first["error"] = exc
         first["duration_s"] = round(time.monotonic() - t, 4)
@@ -577,14 +750,24 @@ class DockerRunner:
                 return first, failure
         removed = []
         if "ready" in first:
-            removed = await anyio.to_thread.run_sync(git_ops.clear_stale_git_locks, kept.path,
-                                                     limiter=self.host.limiter)
-        self._emit(request, on_event, "runner.workspace.kept", phase="workspace", workspace_path=str(kept.path),
-                   base_commit=kept.base_commit, session_id=request.session_id, stale_locks_removed=removed)
+            removed = await anyio.to_thread.run_sync(
+                git_ops.clear_stale_git_locks, kept.path, limiter=self.host.limiter
+            )
+        self._emit(
+            request,
+            on_event,
+            "runner.workspace.kept",
+            phase="workspace",
+            workspace_path=str(kept.path),
+            base_commit=kept.base_commit,
+            session_id=request.session_id,
+            stale_locks_removed=removed,
+        )
         return first, None
 
-    async def _import_while_stopping(self, request: InstanceRequest, workspace: Path, ws_info: Any,
-                                     on_event: RunnerEventCallback | None) -> BranchArtifact:
+    async def _import_while_stopping(
+        self, request: InstanceRequest, workspace: Path, ws_info: Any, on_event: RunnerEventCallback | None
+    ) -> BranchArtifact:
         """Phase 5 (import per policy) with the finalize stop running alongside."""
         result: dict[str, Any] = {}
 
@@ -592,23 +775,39 @@ class DockerRunner:
             t = time.monotonic()
             try:
                 if request.import_policy == "never":
-                    artifact = BranchArtifact(branch_planned=request.branch_name, branch_final=None,
-                                              base=request.base_branch, commit=ws_info.base_commit,
-                                              has_changes=False)
+                    artifact = BranchArtifact(
+                        branch_planned=request.branch_name,
+                        branch_final=None,
+                        base=request.base_branch,
+                        commit=ws_info.base_commit,
+                        has_changes=False,
+                    )
                 else:
                     await self._scan_for_secrets(request, workspace, ws_info, on_event)
                     artifact = await git_ops.import_branch(
-                        request.repo_path, workspace, branch_name=request.branch_name,
-                        task_key=request.task_key, run_id=request.run_id, import_policy=request.import_policy,
+                        request.repo_path,
+                        workspace,
+                        branch_name=request.branch_name,
+                        task_key=request.task_key,
+                        run_id=request.run_id,
+                        import_policy=request.import_policy,
                         import_conflict_policy=request.import_conflict_policy,
-                        skip_empty_import=request.skip_empty_import)
+                        skip_empty_import=request.skip_empty_import,
+                    )
             except Exception as exc:  # raised below, outside the task group, unwrapped
                 result["error"] = exc
                 return
             result["artifact"] = artifact
-            self._emit(request, on_event, "runner.import.finished", phase="import",
-                       branch=artifact.branch_final, has_changes=artifact.has_changes,
-                       commit_count=artifact.commit_count, duration_s=round(time.monotonic() - t, 4))
+            self._emit(
+                request,
+                on_event,
+                "runner.import.finished",
+                phase="import",
+                branch=artifact.branch_final,
+                has_changes=artifact.has_changes,
+                commit_count=artifact.commit_count,
+                duration_s=round(time.monotonic() - t, 4),
+            )
 
         if request.finalize:
             async with anyio.create_task_group() as tg:
@@ -620,28 +819,45 @@ class DockerRunner:
             raise result["error"]
         return result["artifact"]
 
-    async def _probe(self, request: InstanceRequest, workspace: Path,
-                     on_event: RunnerEventCallback | None = None) -> watchdog.Probe | None:
+    async def _probe(
+        self, request: InstanceRequest, workspace: Path, on_event: RunnerEventCallback | None = None
+    ) -> watchdog.Probe | None:
         """Where the watchdog reads this container's numbers (None when the container cannot be inspected)."""
         if self.host.archive:
             # Another machine's engine: its container's pid, cgroup and /tmp are not
             # on this machine (a pid here would be some other process), and the agent
             # writes a volume there, not the local clone. Only the container's own
             # limits apply.
-            self._emit(request, on_event, "runner.watchdog.skipped", host=self.host.name,
-                       reason="remote engine: only the container's limits apply")
+            self._emit(
+                request,
+                on_event,
+                "runner.watchdog.skipped",
+                host=self.host.name,
+                reason="remote engine: only the container's limits apply",
+            )
             return None
         try:
-            info = await self.host.api(f"inspect container {request.container_name}", "inspect_container",
-                                       request.container_name)
+            info = await self.host.api(
+                f"inspect container {request.container_name}", "inspect_container", request.container_name
+            )
         except RunnerError:
             return None
-        return await anyio.to_thread.run_sync(lambda: watchdog.make_probe(
-            info, workspace=workspace, pids_limit=self.hardening.pids_limit,
-            max_workspace_mb=self.hardening.max_workspace_mb))
+        return await anyio.to_thread.run_sync(
+            lambda: watchdog.make_probe(
+                info,
+                workspace=workspace,
+                pids_limit=self.hardening.pids_limit,
+                max_workspace_mb=self.hardening.max_workspace_mb,
+            )
+        )
 
-    async def _watch(self, request: InstanceRequest, probe: watchdog.Probe | None, tripped: list[str],
-                     on_event: RunnerEventCallback | None) -> None:
+    async def _watch(
+        self,
+        request: InstanceRequest,
+        probe: watchdog.Probe | None,
+        tripped: list[str],
+        on_event: RunnerEventCallback | None,
+    ) -> None:
         """Stop the container when the agent runs away; the exec then ends and the attempt reports why."""
         if probe is None:
             return
@@ -662,8 +878,9 @@ class DockerRunner:
                     await self._stop_quietly(request, on_event)
                 return
 
-    async def _scan_for_secrets(self, request: InstanceRequest, workspace: Path, ws_info: Any,
-                                on_event: RunnerEventCallback | None) -> None:
+    async def _scan_for_secrets(
+        self, request: InstanceRequest, workspace: Path, ws_info: Any, on_event: RunnerEventCallback | None
+    ) -> None:
         """Refuse (or report) a branch whose commits contain a credential, before it reaches the repository."""
         if self.hardening.secret_scan == "off":
             return
@@ -674,22 +891,38 @@ class DockerRunner:
             return secret_scan.scan_commits(workspace, ws_info.base_commit, head, self.auth.labelled_secrets())
 
         findings = await anyio.to_thread.run_sync(scan)
-        self._emit(request, on_event, "runner.secret_scan.finished", phase="import", findings=len(findings),
-                   duration_s=round(time.monotonic() - t, 4))
+        self._emit(
+            request,
+            on_event,
+            "runner.secret_scan.finished",
+            phase="import",
+            findings=len(findings),
+            duration_s=round(time.monotonic() - t, 4),
+        )
         if not findings:
             return
-        where = "; ".join(f.describe() for f in findings[:10]) + (f"; and {len(findings) - 10} more"
-                                                                   if len(findings) > 10 else "")
+        where = "; ".join(f.describe() for f in findings[:10]) + (
+            f"; and {len(findings) - 10} more" if len(findings) > 10 else ""
+        )
         if self.hardening.secret_scan == "warn":
-            self._emit(request, on_event, "runner.secret_scan.warning", "warn", findings=where,
-                       detail="imported anyway (runner.secret_scan: warn)")
+            self._emit(
+                request,
+                on_event,
+                "runner.secret_scan.warning",
+                "warn",
+                findings=where,
+                detail="imported anyway (runner.secret_scan: warn)",
+            )
             return
-        raise SecretLeakError(f"the agent committed what looks like a credential, so its branch was not imported: "
-                              f"{where}. The workspace {workspace} is kept for inspection; set "
-                              f"runner.secret_scan: warn to import such branches anyway")
+        raise SecretLeakError(
+            f"the agent committed what looks like a credential, so its branch was not imported: "
+            f"{where}. The workspace {workspace} is kept for inspection; set "
+            f"runner.secret_scan: warn to import such branches anyway"
+        )
 
-    async def _archive_copy_in(self, request: InstanceRequest, workspace: Path, ready: Any,
-                               on_event: RunnerEventCallback | None) -> RunnerError | None:
+    async def _archive_copy_in(
+        self, request: InstanceRequest, workspace: Path, ready: Any, on_event: RunnerEventCallback | None
+    ) -> RunnerError | None:
         """Remote engine: the clone travels into the container's /workspace volume.
 
         A container that already existed (a resumed task) keeps the workspace its
@@ -698,21 +931,38 @@ class DockerRunner:
             return None
         t = time.monotonic()
         try:
-            sent = await archive.copy_in(self.host, request.container_name, workspace,
-                                         read_only=workspace_read_only(request))
+            sent = await archive.copy_in(
+                self.host, request.container_name, workspace, read_only=workspace_read_only(request)
+            )
         except RunnerError as exc:
             return exc
-        self._emit(request, on_event, "runner.archive.copied_in", phase="workspace", host=self.host.name,
-                   bytes=sent, duration_s=round(time.monotonic() - t, 4))
+        self._emit(
+            request,
+            on_event,
+            "runner.archive.copied_in",
+            phase="workspace",
+            host=self.host.name,
+            bytes=sent,
+            duration_s=round(time.monotonic() - t, 4),
+        )
         return None
 
-    async def _archive_bundle_out(self, request: InstanceRequest, workspace: Path, ws_info: Any,
-                                  on_event: RunnerEventCallback | None) -> None:
+    async def _archive_bundle_out(
+        self, request: InstanceRequest, workspace: Path, ws_info: Any, on_event: RunnerEventCallback | None
+    ) -> None:
         """Remote engine: the agent's commits come back as a git bundle into the local clone."""
         t = time.monotonic()
         got = await archive.bundle_out(self.host, request.container_name, workspace, ws_info.base_commit)
-        self._emit(request, on_event, "runner.archive.bundle_read", phase="import", host=self.host.name,
-                   bytes=got["bytes"], head=got["head"], duration_s=round(time.monotonic() - t, 4))
+        self._emit(
+            request,
+            on_event,
+            "runner.archive.bundle_read",
+            phase="import",
+            host=self.host.name,
+            bytes=got["bytes"],
+            head=got["head"],
+            duration_s=round(time.monotonic() - t, 4),
+        )
 
     def _volume_name(self, request: InstanceRequest) -> str:
         sgk = request.session_group_key or request.task_key
@@ -722,8 +972,9 @@ class DockerRunner:
             g = ghash(sgk)
         return session_volume_name(request.run_id, g, scope=request.session_volume_scope)
 
-    async def _execute_with_retries(self, request, plugin, workspace, on_event, state, first=None,
-                                    follow_up: bool = False):
+    async def _execute_with_retries(
+        self, request, plugin, workspace, on_event, state, first=None, follow_up: bool = False
+    ):
         """Phases 3-4 with retries. Returns (last attempt, accumulated usage, last exec output).
 
         ``first``: the outcome of the first attempt's container start, made
@@ -741,20 +992,39 @@ class DockerRunner:
         n = 0
         while True:
             resume = total["session_id"] if plugin.capabilities.supports_resume else None
-            attempt = await self._attempt(request, plugin, workspace, on_event, resume, previous,
-                                          n + 1 if follow_up else n, first if n == 0 else None)
+            attempt = await self._attempt(
+                request,
+                plugin,
+                workspace,
+                on_event,
+                resume,
+                previous,
+                n + 1 if follow_up else n,
+                first if n == 0 else None,
+            )
             o = attempt.output.outcome if attempt.output is not None else None
-            if o is not None and o.is_error and o.error_category == "session_corrupted" and resume \
-                    and not session_reset:
+            if (
+                o is not None
+                and o.is_error
+                and o.error_category == "session_corrupted"
+                and resume
+                and not session_reset
+            ):
                 # The tool cannot resume the recorded session: a new session in the
                 # same workspace, once, and at once (nothing transient to wait for).
                 session_reset = True
                 last_exec = attempt.output
                 total["session_id"] = None
                 previous = None
-                self._emit(request, on_event, "runner.session.reset", "warn", reason="session_corrupted",
-                           detail=self.sanitizer.scrub_text(str(o.error_message or ""))[:500],
-                           previous_session_id=resume)
+                self._emit(
+                    request,
+                    on_event,
+                    "runner.session.reset",
+                    "warn",
+                    reason="session_corrupted",
+                    detail=self.sanitizer.scrub_text(str(o.error_message or ""))[:500],
+                    previous_session_id=resume,
+                )
                 n += 1
                 continue
             if attempt.output is not None:
@@ -776,12 +1046,18 @@ class DockerRunner:
             retries_used = n - session_reset  # the fresh-session attempt is not a retry of a failure
             if not retryable or retries_used + 1 >= max_attempts:
                 return attempt, total, last_exec
-            delay = backoff_delay(retries_used, base=rc.backoff_base_s, factor=rc.backoff_factor,
-                                  cap=rc.backoff_max_s)
+            delay = backoff_delay(retries_used, base=rc.backoff_base_s, factor=rc.backoff_factor, cap=rc.backoff_max_s)
             state["retry_attempts"] = retries_before + retries_used + 1
-            self._emit(request, on_event, "runner.retry.scheduled", "warn", attempt=n + 1,
-                       delay_s=delay, reason=self.sanitizer.scrub_text(str(reason))[:500],
-                       resume_session_id=total["session_id"])
+            self._emit(
+                request,
+                on_event,
+                "runner.retry.scheduled",
+                "warn",
+                attempt=n + 1,
+                delay_s=delay,
+                reason=self.sanitizer.scrub_text(str(reason))[:500],
+                resume_session_id=total["session_id"],
+            )
             await anyio.sleep(delay)
             n += 1
 
@@ -794,17 +1070,38 @@ class DockerRunner:
             t = time.monotonic()
             try:
                 # attempt 0 follows a fresh clone; retries reuse the same workspace and container
-                ready = await ensure_container(self.host, request, workspace=workspace,
-                                               volume=self._volume_name(request), fresh_workspace=n == 0,
-                                               hardening=self.hardening)
+                ready = await ensure_container(
+                    self.host,
+                    request,
+                    workspace=workspace,
+                    volume=self._volume_name(request),
+                    fresh_workspace=n == 0,
+                    hardening=self.hardening,
+                )
             except RunnerError as exc:
                 return _Attempt(error=exc)
             duration = round(time.monotonic() - t, 4)
         if ready.action == "replaced":
-            self._emit(request, on_event, "runner.container.replaced", "warn", container=ready.name,
-                       reason=ready.reason, volume=ready.volume)
-        self._emit(request, on_event, "runner.container.ready", phase="container", action=ready.action,
-                   container=ready.name, volume=ready.volume, attempt=n, duration_s=duration)
+            self._emit(
+                request,
+                on_event,
+                "runner.container.replaced",
+                "warn",
+                container=ready.name,
+                reason=ready.reason,
+                volume=ready.volume,
+            )
+        self._emit(
+            request,
+            on_event,
+            "runner.container.ready",
+            phase="container",
+            action=ready.action,
+            container=ready.name,
+            volume=ready.volume,
+            attempt=n,
+            duration_s=duration,
+        )
 
         if "auth" in inspect.signature(plugin.build_command).parameters:
             argv = plugin.build_command(request, resume_session_id=resume, auth=self.auth)
@@ -837,8 +1134,15 @@ class DockerRunner:
             self._emit(request, on_event, f"runner.{event.kind}", "debug", data=_clip(event.data))
 
         t = time.monotonic()
-        self._emit(request, on_event, "runner.exec.started", phase="execute", attempt=n,
-                   resume_session_id=resume, prompt_via_stdin=payload is not None)
+        self._emit(
+            request,
+            on_event,
+            "runner.exec.started",
+            phase="execute",
+            attempt=n,
+            resume_session_id=resume,
+            prompt_via_stdin=payload is not None,
+        )
         probe = await self._probe(request, workspace, on_event)
         tripped: list[str] = []
         self._live_agents.add(request.container_name)
@@ -848,9 +1152,16 @@ class DockerRunner:
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(self._watch, request, probe, tripped, on_event)
                     try:
-                        ran["output"] = await run_exec(self.host, request.container_name, argv, env=env,
-                                                       parser=parser, stdin_payload=payload, on_event=forward,
-                                                       wrapped=wrapped)
+                        ran["output"] = await run_exec(
+                            self.host,
+                            request.container_name,
+                            argv,
+                            env=env,
+                            parser=parser,
+                            stdin_payload=payload,
+                            on_event=forward,
+                            wrapped=wrapped,
+                        )
                     except RunnerError as exc:
                         # Kept inside the group: leaving it would wrap the error in an
                         # ExceptionGroup, and a Docker failure would pass for a bug of ours.
@@ -861,8 +1172,11 @@ class DockerRunner:
                 raise ran["error"]
             output = ran["output"]
         except TimeoutError:
-            return _Attempt(error=TaskTimeoutError(
-                f"task exceeded its timeout of {request.timeout_seconds:g}s; container stopped and kept for resume"))
+            return _Attempt(
+                error=TaskTimeoutError(
+                    f"task exceeded its timeout of {request.timeout_seconds:g}s; container stopped and kept for resume"
+                )
+            )
         except RunnerError as exc:
             self._live_agents.discard(request.container_name)
             if tripped:
@@ -874,29 +1188,52 @@ class DockerRunner:
         if reason:
             self._emit(request, on_event, "runner.limit.hit", "error", reason=reason)
             return _Attempt(error=ResourceLimitError(reason))
-        self._emit(request, on_event, "runner.exec.finished", phase="execute", attempt=n,
-                   exit_code=output.exit_code, is_error=output.outcome.is_error,
-                   session_id=output.outcome.session_id, events=output.events,
-                   duration_s=round(time.monotonic() - t, 4))
+        self._emit(
+            request,
+            on_event,
+            "runner.exec.finished",
+            phase="execute",
+            attempt=n,
+            exit_code=output.exit_code,
+            is_error=output.outcome.is_error,
+            session_id=output.outcome.session_id,
+            events=output.events,
+            duration_s=round(time.monotonic() - t, 4),
+        )
         return _Attempt(output=output)
 
     async def _write_container_file(self, container: str, path: str, content: bytes) -> RunnerError | None:
         """Write ``content`` to ``path`` inside the container (as node, so the tool can read it)."""
         argv = ["/bin/sh", "-c", 'mkdir -p "$(dirname "$1")" && cat > "$1"', "sh", path]
         try:
-            out = await run_exec(self.host, container, argv, env={}, parser=get_plugin("command").new_parser(),
-                                 stdin_payload=content, on_event=lambda event: None)
+            out = await run_exec(
+                self.host,
+                container,
+                argv,
+                env={},
+                parser=get_plugin("command").new_parser(),
+                stdin_payload=content,
+                on_event=lambda event: None,
+            )
         except RunnerError as exc:
             return exc
         if out.exit_code != 0:
             detail = out.stderr_tail.decode("utf-8", "replace").strip()[-500:]
-            return ContainerError(f"could not write {path} in container {container} "
-                                  f"(exit {out.exit_code}): {detail}", retryable=False)
+            return ContainerError(
+                f"could not write {path} in container {container} (exit {out.exit_code}): {detail}", retryable=False
+            )
         return None
 
-    async def _structured_output(self, request: InstanceRequest, plugin: RunnerPlugin, workspace: Path,
-                                 on_event: RunnerEventCallback | None, state: dict[str, Any], out: ExecOutput,
-                                 total: dict[str, Any]) -> tuple[ExecOutput, Any] | _Failure:
+    async def _structured_output(
+        self,
+        request: InstanceRequest,
+        plugin: RunnerPlugin,
+        workspace: Path,
+        on_event: RunnerEventCallback | None,
+        state: dict[str, Any],
+        out: ExecOutput,
+        total: dict[str, Any],
+    ) -> tuple[ExecOutput, Any] | _Failure:
         """Validate the answer against ``output_schema``; one repair turn in the same session if it fails.
 
         Returns (the execution whose answer is valid, the parsed answer), or the
@@ -908,10 +1245,12 @@ class DockerRunner:
         if violation is None:
             return out, value
         self._emit(request, on_event, "runner.output.invalid", "warn", violation=violation, repair=True)
-        repair = msgspec.structs.replace(request, prompt=structured.repair_prompt(violation),
-                                         session_id=total.get("session_id"))
-        attempt, extra, last = await self._execute_with_retries(repair, plugin, workspace, on_event, state,
-                                                                follow_up=True)
+        repair = msgspec.structs.replace(
+            request, prompt=structured.repair_prompt(violation), session_id=total.get("session_id")
+        )
+        attempt, extra, last = await self._execute_with_retries(
+            repair, plugin, workspace, on_event, state, follow_up=True
+        )
         total["tokens_in"] += extra["tokens_in"]
         total["tokens_out"] += extra["tokens_out"]
         if extra["cost"] is not None:
@@ -919,21 +1258,25 @@ class DockerRunner:
         total["session_id"] = extra["session_id"] or total.get("session_id")
         if attempt.error is not None:
             status = "timeout" if attempt.error.category == "timeout" else "failed"
-            return _Failure(status, attempt.error.category, str(attempt.error),
-                            last.exit_code if last else None, "")
+            return _Failure(status, attempt.error.category, str(attempt.error), last.exit_code if last else None, "")
         repaired = attempt.output
         assert repaired is not None
         if repaired.outcome.is_error:
             error_type, message = self._failure(request, plugin, repaired)
             return _Failure("failed", error_type, message, repaired.exit_code, repaired.outcome.final_message)
-        value, violation = structured.checked_answer(schema, repaired.outcome.structured_output,
-                                                     repaired.outcome.final_message)
+        value, violation = structured.checked_answer(
+            schema, repaired.outcome.structured_output, repaired.outcome.final_message
+        )
         if violation is None:
             self._emit(request, on_event, "runner.output.repaired")
             return repaired, value
-        return _Failure("failed", "output_invalid",
-                        f"the agent's answer does not match output_schema, even after a repair turn: {violation}",
-                        repaired.exit_code, repaired.outcome.final_message)
+        return _Failure(
+            "failed",
+            "output_invalid",
+            f"the agent's answer does not match output_schema, even after a repair turn: {violation}",
+            repaired.exit_code,
+            repaired.outcome.final_message,
+        )
 
     def _failure(self, request: InstanceRequest, plugin: RunnerPlugin, out: ExecOutput) -> tuple[ErrorCategory, str]:
         o: AgentOutcome = out.outcome
@@ -951,8 +1294,10 @@ class DockerRunner:
             message = f"{READ_ONLY_NOTE}. Agent error: {message}"
         if out.exit_code == 137:
             # SIGKILL from inside the container is nearly always the kernel's OOM killer
-            message = (f"{message} (killed by SIGKILL: most likely out of memory under the container limit of "
-                       f"{request.container_limits.memory}; raise runner.container_memory)")
+            message = (
+                f"{message} (killed by SIGKILL: most likely out of memory under the container limit of "
+                f"{request.container_limits.memory}; raise runner.container_memory)"
+            )
         return category, self.sanitizer.scrub_text(message)
 
     def _metrics(self, request: InstanceRequest, total: dict[str, Any], duration: float) -> Metrics:
@@ -960,8 +1305,9 @@ class DockerRunner:
         if cost is None and (total["tokens_in"] or total["tokens_out"]) and request.model in self.pricing:
             per_in, per_out = self.pricing[request.model]
             cost = round(total["tokens_in"] / 1000 * per_in + total["tokens_out"] / 1000 * per_out, 6)
-        return Metrics(tokens_in=total["tokens_in"], tokens_out=total["tokens_out"], cost_usd=cost,
-                       duration_s=round(duration, 3))
+        return Metrics(
+            tokens_in=total["tokens_in"], tokens_out=total["tokens_out"], cost_usd=cost, duration_s=round(duration, 3)
+        )
 
     async def _remove_workspace(self, workspace: Path) -> None:
         await anyio.to_thread.run_sync(git_ops.remove_workspace, workspace, limiter=self.host.limiter)
@@ -972,9 +1318,16 @@ class DockerRunner:
         try:
             with anyio.move_on_after(AGENT_STOP_GRACE_S + 3):
                 code, _ = await self.host.exec_simple(
-                    request.container_name, ["sh", "-c", END_AGENT_SCRIPT, "end-agent", str(AGENT_STOP_GRACE_S * 10)])
-                self._emit(request, on_event, "runner.agent.stopped", phase="stop", exited=code == 0,
-                           duration_s=round(time.monotonic() - t, 4))
+                    request.container_name, ["sh", "-c", END_AGENT_SCRIPT, "end-agent", str(AGENT_STOP_GRACE_S * 10)]
+                )
+                self._emit(
+                    request,
+                    on_event,
+                    "runner.agent.stopped",
+                    phase="stop",
+                    exited=code == 0,
+                    duration_s=round(time.monotonic() - t, 4),
+                )
         except RunnerError as exc:  # the container is gone or stopping: the stop below still runs
             self._emit(request, on_event, "runner.agent.stop_failed", "warn", error=str(exc))
 
@@ -988,8 +1341,14 @@ class DockerRunner:
         except RunnerError as exc:
             self._emit(request, on_event, "runner.container.stop_failed", "warn", error=str(exc))
             return
-        self._emit(request, on_event, "runner.container.stopped", phase="stop",
-                   container=request.container_name, duration_s=round(time.monotonic() - t, 4))
+        self._emit(
+            request,
+            on_event,
+            "runner.container.stopped",
+            phase="stop",
+            container=request.container_name,
+            duration_s=round(time.monotonic() - t, 4),
+        )
 
 
 def _looks_at_uncommitted(request: InstanceRequest, plugin: RunnerPlugin) -> bool:
@@ -998,16 +1357,25 @@ def _looks_at_uncommitted(request: InstanceRequest, plugin: RunnerPlugin) -> boo
 
 
 def _auth_from_env() -> AuthConfig:
-    return AuthConfig(oauth_token=os.environ.get("CLAUDE_CODE_OAUTH_TOKEN"),
-                      api_key=os.environ.get("ANTHROPIC_API_KEY"),
-                      base_url=os.environ.get("ANTHROPIC_BASE_URL"),
-                      openai_api_key=os.environ.get("OPENAI_API_KEY"),
-                      openai_base_url=os.environ.get("OPENAI_BASE_URL"))
+    return AuthConfig(
+        oauth_token=os.environ.get("CLAUDE_CODE_OAUTH_TOKEN"),
+        api_key=os.environ.get("ANTHROPIC_API_KEY"),
+        base_url=os.environ.get("ANTHROPIC_BASE_URL"),
+        openai_api_key=os.environ.get("OPENAI_API_KEY"),
+        openai_base_url=os.environ.get("OPENAI_BASE_URL"),
+    )
 
 
-async def run_instance(prompt: str, repo_path: str | Path, *, event_callback: RunnerEventCallback | None = None,
-                       auth_config: AuthConfig | None = None, logs_dir: Path | str | None = None,
-                       runner: DockerRunner | None = None, **fields: Any) -> RunnerResult:
+async def run_instance(
+    prompt: str,
+    repo_path: str | Path,
+    *,
+    event_callback: RunnerEventCallback | None = None,
+    auth_config: AuthConfig | None = None,
+    logs_dir: Path | str | None = None,
+    runner: DockerRunner | None = None,
+    **fields: Any,
+) -> RunnerResult:
     """Run one task without the orchestration layer: ``await run_instance("fix bug", repo)``.
 
     ``fields`` are :class:`InstanceRequest` fields. Orchestration passes all
@@ -1025,8 +1393,15 @@ async def run_instance(prompt: str, repo_path: str | Path, *, event_callback: Ru
     fields.setdefault("instance_id", naming.instance_id(run_id, sid, task_key))
     fields.setdefault("container_name", naming.container_name(run_id, sidx, task_key))
     fields.setdefault("branch_name", naming.branch_name("adhoc", run_id, task_key))
-    request = InstanceRequest(prompt=prompt, repo_path=str(repo_path), run_id=run_id, task_key=task_key,
-                              strategy_execution_id=sid, strategy_index=sidx, **fields)
+    request = InstanceRequest(
+        prompt=prompt,
+        repo_path=str(repo_path),
+        run_id=run_id,
+        task_key=task_key,
+        strategy_execution_id=sid,
+        strategy_index=sidx,
+        **fields,
+    )
     if runner is not None:
         return await runner.run(request, on_event=event_callback)
     async with DockerRunner(auth=auth_config or _auth_from_env(), logs_dir=logs_dir) as own:

@@ -72,14 +72,18 @@ def _delete_run_branches_sync(repo_path: str | os.PathLike[str], names: list[str
             else:
                 proc = run_git(["update-ref", "-d", f"refs/heads/{name}", sha], cwd=repo, check=False)
                 outcome[name] = DELETED if proc.returncode == 0 else MOVED
-    logger.info("git branch cleanup for run %s: %s", run_id,
-                ", ".join(f"{n} {o}" for n, o in outcome.items()) or "nothing asked",
-                extra={"run_id": run_id, "outcome": outcome})
+    logger.info(
+        "git branch cleanup for run %s: %s",
+        run_id,
+        ", ".join(f"{n} {o}" for n, o in outcome.items()) or "nothing asked",
+        extra={"run_id": run_id, "outcome": outcome},
+    )
     return outcome
 
 
-async def delete_run_branches(repo_path: str | os.PathLike[str], names: list[str] | tuple[str, ...], *,
-                              run_id: str) -> dict[str, str]:
+async def delete_run_branches(
+    repo_path: str | os.PathLike[str], names: list[str] | tuple[str, ...], *, run_id: str
+) -> dict[str, str]:
     """Delete those of ``names`` that this run created and nobody uses; returns each name's outcome."""
     return await anyio.to_thread.run_sync(partial(_delete_run_branches_sync, repo_path, list(names), run_id))
 
@@ -91,16 +95,19 @@ def _unheld_sync(repo_path: str | os.PathLike[str], claims: list[tuple[str, str]
     for branch, commit in claims:
         if branch not in heads:
             out.append(f"branch {branch} does not exist")
-        elif run_git(["merge-base", "--is-ancestor", commit, f"refs/heads/{branch}"], cwd=repo,
-                     check=False).returncode != 0:
+        elif (
+            run_git(["merge-base", "--is-ancestor", commit, f"refs/heads/{branch}"], cwd=repo, check=False).returncode
+            != 0
+        ):
             out.append(f"commit {commit[:12]} is not reachable from {branch}")
         else:
             out.append(None)
     return out
 
 
-async def unheld_branch_claims(repo_path: str | os.PathLike[str],
-                               claims: list[tuple[str, str]] | tuple[tuple[str, str], ...]) -> list[str | None]:
+async def unheld_branch_claims(
+    repo_path: str | os.PathLike[str], claims: list[tuple[str, str]] | tuple[tuple[str, str], ...]
+) -> list[str | None]:
     """For each ``(branch, commit)``: None if the commit is reachable from the branch, else why not.
 
     Read-only: a report (``--show-run``) uses it to check that the commits a run

@@ -62,7 +62,9 @@ def _read_ws_file(workspace: Path, name: str) -> str:
     try:
         value = path.read_text(encoding="utf-8").strip()
     except OSError as exc:
-        raise GitError(f"workspace {workspace} was not prepared by the orchestrator: {path} unreadable ({exc})") from exc
+        raise GitError(
+            f"workspace {workspace} was not prepared by the orchestrator: {path} unreadable ({exc})"
+        ) from exc
     if not value:
         raise GitError(f"workspace {workspace}: {path} is empty")
     return value
@@ -113,8 +115,12 @@ def _ensure_note(repo: Path, commit: str, task_key: str, run_id: str) -> None:
     message = f"task_key={_encode_key(task_key)}; run_id={_encode_key(run_id)}"
     # Usually the commit has no note yet: one `notes add` (without -f, so it
     # refuses to replace a note) does it. Otherwise look at the note first.
-    if run_git(["notes", f"--ref={NOTES_REF}", "add", "-m", message, commit], cwd=repo, env=_NOTES_IDENTITY,
-               check=False).returncode == 0:
+    if (
+        run_git(
+            ["notes", f"--ref={NOTES_REF}", "add", "-m", message, commit], cwd=repo, env=_NOTES_IDENTITY, check=False
+        ).returncode
+        == 0
+    ):
         return
     lines = _note_lines(repo, commit)
     if _note_has_key(lines, task_key):
@@ -239,8 +245,10 @@ def _import_branch_sync(
             target = branch_name
             force = False
             pattern = re.compile(rf"^{re.escape(branch_name)}(_[0-9]+)?$")
-            own = sorted((n for n, sha in heads.items() if pattern.match(n)
-                          and _note_has_key(_note_lines(repo, sha), task_key)), key=lambda n: (len(n), n))
+            own = sorted(
+                (n for n, sha in heads.items() if pattern.match(n) and _note_has_key(_note_lines(repo, sha), task_key)),
+                key=lambda n: (len(n), n),
+            )
             if own:
                 target, force = own[0], True
                 outcome = "replaced_own_attempt"

@@ -95,8 +95,9 @@ def workspace_path(run_id: str, task_key: str) -> Path:
 # Preflight
 
 
-def validate_repository(repo_path: str | os.PathLike[str], base_branch: str, *,
-                        ignore: Sequence[str | os.PathLike[str]] = ()) -> RepoInfo:
+def validate_repository(
+    repo_path: str | os.PathLike[str], base_branch: str, *, ignore: Sequence[str | os.PathLike[str]] = ()
+) -> RepoInfo:
     """Check that ``repo_path`` is a git repository with ``base_branch``.
 
     ``ignore``: folders whose contents never make the tree dirty (the
@@ -139,18 +140,14 @@ def validate_repository(repo_path: str | os.PathLike[str], base_branch: str, *,
     commit = run_git(["rev-parse", "--verify", "-q", f"refs/heads/{base_branch}^{{commit}}"], cwd=top, check=False)
     if commit.returncode != 0:
         shown = ", ".join(heads[:8]) + (f", ... ({len(heads)} in all)" if len(heads) > 8 else "")
-        raise PreflightError(
-            f"base branch {base_branch!r} not found in {top}; existing branches: {shown or '(none)'}"
-        )
+        raise PreflightError(f"base branch {base_branch!r} not found in {top}; existing branches: {shown or '(none)'}")
 
     dirty = False
     if bare_s.strip() != "true":
         excluded = [f":(exclude,literal){rel}" for rel in paths_inside(top, ignore)]
         status = run_git(["status", "--porcelain", "--", ".", *excluded], cwd=top, check=False)
         dirty = status.returncode != 0 or bool(status.stdout.strip())
-    return RepoInfo(
-        path=top, git_dir=git_dir, base_branch=base_branch, base_commit=commit.stdout.strip(), dirty=dirty
-    )
+    return RepoInfo(path=top, git_dir=git_dir, base_branch=base_branch, base_commit=commit.stdout.strip(), dirty=dirty)
 
 
 def paths_inside(top: Path, paths: Sequence[str | os.PathLike[str]]) -> list[str]:
@@ -239,8 +236,7 @@ def _prepare_workspace_sync(
     clone = ["clone", "--quiet", f"--branch={base_branch}", "--single-branch"]
     if isolation_mode == "shared_objects":
         logger.warning(
-            "isolation_mode=shared_objects: workspace %s borrows objects from %s via git alternates; "
-            "reduced isolation",
+            "isolation_mode=shared_objects: workspace %s borrows objects from %s via git alternates; reduced isolation",
             workspace,
             repo,
             extra={"workspace": str(workspace), "isolation_mode": isolation_mode},

@@ -134,8 +134,9 @@ def _context_endpoint(context: str) -> tuple[str, Any]:
         import docker.tls
 
         cert = (str(tls_dir / "cert.pem"), str(tls_dir / "key.pem")) if (tls_dir / "cert.pem").exists() else None
-        tls = docker.tls.TLSConfig(client_cert=cert, ca_cert=str(tls_dir / "ca.pem"),
-                                   verify=not endpoint.get("SkipTLSVerify"))
+        tls = docker.tls.TLSConfig(
+            client_cert=cert, ca_cert=str(tls_dir / "ca.pem"), verify=not endpoint.get("SkipTLSVerify")
+        )
     return url, tls
 
 
@@ -151,8 +152,11 @@ def _tls_from_env(url: str) -> Any:
     import docker.tls
 
     cert = (str(cert_dir / "cert.pem"), str(cert_dir / "key.pem")) if (cert_dir / "cert.pem").exists() else None
-    return docker.tls.TLSConfig(client_cert=cert, ca_cert=str(cert_dir / "ca.pem"),
-                                verify=os.environ.get("DOCKER_TLS_VERIFY", "1") not in ("", "0"))
+    return docker.tls.TLSConfig(
+        client_cert=cert,
+        ca_cert=str(cert_dir / "ca.pem"),
+        verify=os.environ.get("DOCKER_TLS_VERIFY", "1") not in ("", "0"),
+    )
 
 
 def resolve_hosts(entries: Sequence[Any]) -> list[HostSpec]:
@@ -182,12 +186,15 @@ def resolve_hosts(entries: Sequence[Any]) -> list[HostSpec]:
             _hide_secrets(url)
             scheme = urlsplit(url).scheme
             if scheme not in _SCHEMES:
-                raise ConfigError(f"runner.hosts: host {name!r} URL {redact_url(url)!r} must start with "
-                                  "ssh://, tcp:// or unix://")
+                raise ConfigError(
+                    f"runner.hosts: host {name!r} URL {redact_url(url)!r} must start with ssh://, tcp:// or unix://"
+                )
             tls = _tls_from_env(url)
         elif name != LOCAL and entry.get("docker") != LOCAL:
-            raise ConfigError(f"runner.hosts: host {name!r} needs docker: URL or context: NAME "
-                              f"(only the host named {LOCAL!r} means this machine's engine)")
+            raise ConfigError(
+                f"runner.hosts: host {name!r} needs docker: URL or context: NAME "
+                f"(only the host named {LOCAL!r} means this machine's engine)"
+            )
         specs.append(HostSpec(name=name, url=url, max_parallel=slots or DEFAULT_HOST_SLOTS, tls=tls))
     return specs
 
@@ -201,8 +208,14 @@ def client_factory(spec: HostSpec, timeout: int = DEFAULT_CLIENT_TIMEOUT_S) -> C
     def make():
         import docker
 
-        return docker.DockerClient(base_url=url, tls=spec.tls, timeout=timeout, max_pool_size=DEFAULT_THREADS,
-                                   use_ssh_client=url.startswith("ssh://"))
+        return docker.DockerClient(
+            base_url=url,
+            tls=spec.tls,
+            timeout=timeout,
+            max_pool_size=DEFAULT_THREADS,
+            use_ssh_client=url.startswith("ssh://"),
+        )
+
     return make
 
 
@@ -252,10 +265,16 @@ class AllHostsDown(HostDownError):
 class MultiHostRunner:
     """A TaskRunner that places each task on one of several Docker engines."""
 
-    def __init__(self, specs: Sequence[HostSpec], make_runner: Callable[[DockerHost], Any], *,
-                 on_host_event: Callable[[dict[str, Any]], None] | None = None,
-                 on_all_down: Callable[[], None] | None = None,
-                 probe_interval_s: float = PROBE_INTERVAL_S, watch_interval_s: float = WATCH_INTERVAL_S) -> None:
+    def __init__(
+        self,
+        specs: Sequence[HostSpec],
+        make_runner: Callable[[DockerHost], Any],
+        *,
+        on_host_event: Callable[[dict[str, Any]], None] | None = None,
+        on_all_down: Callable[[], None] | None = None,
+        probe_interval_s: float = PROBE_INTERVAL_S,
+        watch_interval_s: float = WATCH_INTERVAL_S,
+    ) -> None:
         if not specs:
             raise ConfigError("runner.hosts is empty")
         self.slots = [_Slot(spec, make_runner(docker_host(spec))) for spec in specs]
@@ -285,15 +304,28 @@ class MultiHostRunner:
 
     def status_table(self) -> list[dict[str, Any]]:
         """The hosts, their slots and whether each is down: the ``hosts.status`` payload's list."""
-        return [{"name": s.spec.name, "max_parallel": s.spec.max_parallel, "down": s.down,
-                 **({"reason": s.reason} if s.down and s.reason else {})} for s in self.slots]
+        return [
+            {
+                "name": s.spec.name,
+                "max_parallel": s.spec.max_parallel,
+                "down": s.down,
+                **({"reason": s.reason} if s.down and s.reason else {}),
+            }
+            for s in self.slots
+        ]
 
     def _status_changed(self) -> None:
         if self.on_status is not None:
             self.on_status(self.status_table())
 
-    def _task_event(self, request: InstanceRequest, on_event: RunnerEventCallback | None, type_: str,
-                    level: str = "info", **fields: Any) -> None:
+    def _task_event(
+        self,
+        request: InstanceRequest,
+        on_event: RunnerEventCallback | None,
+        type_: str,
+        level: str = "info",
+        **fields: Any,
+    ) -> None:
         """A placement event of one task: to runner.jsonl and to the caller, like the runner's own."""
         ids = {"run_id": request.run_id, "instance_id": request.instance_id, "task_key": request.task_key}
         self.slots[0].runner.log.log(level, type_, **ids, **fields)
@@ -373,8 +405,10 @@ class MultiHostRunner:
             if all(s.down or s.spec.name in exclude for s in self.slots):
                 names = ", ".join(s.spec.name for s in self.slots)
                 if not self._stop_when_all_down():
-                    raise AllHostsDown(f"every Docker host is down or already failed this task ({names}); "
-                                       "fix the hosts and resume the run")
+                    raise AllHostsDown(
+                        f"every Docker host is down or already failed this task ({names}); "
+                        "fix the hosts and resume the run"
+                    )
                 # Every host is down: the caller was told to stop the run (resumably);
                 # until it does, keep probing in case a host comes back.
             with anyio.move_on_after(1.0):  # also wakes for the next probe of a down host
@@ -403,12 +437,22 @@ class MultiHostRunner:
             # No answering engine holds the session volume (its host is gone or no
             # longer configured): the agent starts a fresh session where it is placed.
             volume = self.slots[0].runner._volume_name(request)
-            told.append({"type": "runner.session.reset", "reason": "host_gone", "host": slot.spec.name,
-                         "previous_session_id": request.session_id,
-                         "detail": f"no answering Docker host holds the session volume {volume}; "
-                                   f"a fresh session starts on host {slot.spec.name}"})
-            self._event("runner.host.session_lost", task_key=request.task_key, session_id=request.session_id,
-                        host=slot.spec.name)
+            told.append(
+                {
+                    "type": "runner.session.reset",
+                    "reason": "host_gone",
+                    "host": slot.spec.name,
+                    "previous_session_id": request.session_id,
+                    "detail": f"no answering Docker host holds the session volume {volume}; "
+                    f"a fresh session starts on host {slot.spec.name}",
+                }
+            )
+            self._event(
+                "runner.host.session_lost",
+                task_key=request.task_key,
+                session_id=request.session_id,
+                host=slot.spec.name,
+            )
             request = msgspec.structs.replace(request, session_id=None)
         return slot, request, told
 
@@ -434,8 +478,13 @@ class MultiHostRunner:
             try:
                 result = await self._run_watched(slot, request, on_event)
             except RunnerError as exc:
-                result = RunnerResult(status="failed", instance_id=request.instance_id, error_type=exc.category,
-                                      error=str(exc), container_name=request.container_name)
+                result = RunnerResult(
+                    status="failed",
+                    instance_id=request.instance_id,
+                    error_type=exc.category,
+                    error=str(exc),
+                    container_name=request.container_name,
+                )
             finally:
                 self._release(slot)
             if result.status == "success" or result.error_type not in ("container", "docker"):
@@ -448,21 +497,33 @@ class MultiHostRunner:
             self._mark_down(slot, message)
             tried.add(name)
             failed = msgspec.structs.replace(result, error_type="docker", error=message)
-            self._task_event(request, on_event, "runner.host.replaced", "warn", host=name, error=message,
-                             error_type="docker")
+            self._task_event(
+                request, on_event, "runner.host.replaced", "warn", host=name, error=message, error_type="docker"
+            )
             if all(s.down or s.spec.name in tried for s in self.slots) and not self._stop_when_all_down():
                 return failed
             slot = await self._acquire(tried, None)
             # Placed again on another engine, fresh: the session volume and the
             # agent's work in the workspace volume stayed on the dead one.
-            self._tell(request, on_event, [{
-                "type": "runner.session.reset", "reason": "host_down", "host": slot.spec.name,
-                "previous_session_id": request.session_id, "error_type": "docker",
-                "detail": f"{message}; the task starts afresh on host {slot.spec.name}"}])
+            self._tell(
+                request,
+                on_event,
+                [
+                    {
+                        "type": "runner.session.reset",
+                        "reason": "host_down",
+                        "host": slot.spec.name,
+                        "previous_session_id": request.session_id,
+                        "error_type": "docker",
+                        "detail": f"{message}; the task starts afresh on host {slot.spec.name}",
+                    }
+                ],
+            )
             request = msgspec.structs.replace(request, session_id=None, resume_workspace=False)
 
-    async def _run_watched(self, slot: _Slot, request: InstanceRequest,
-                           on_event: RunnerEventCallback | None) -> RunnerResult:
+    async def _run_watched(
+        self, slot: _Slot, request: InstanceRequest, on_event: RunnerEventCallback | None
+    ) -> RunnerResult:
         """The task on its engine, while the engine is asked every ``watch_interval_s``
         whether it still answers: a dead engine would otherwise cost the runner's
         whole retry schedule (minutes) before the task could move elsewhere."""
@@ -494,13 +555,27 @@ class MultiHostRunner:
         if "result" in outcome:
             return outcome["result"]
         # The watcher stopped the task: the runner has stopped what it could, shielded.
-        return RunnerResult(status="failed", instance_id=request.instance_id, error_type="docker",
-                            error="no answer while the task ran", container_name=request.container_name)
+        return RunnerResult(
+            status="failed",
+            instance_id=request.instance_id,
+            error_type="docker",
+            error="no answer while the task ran",
+            container_name=request.container_name,
+        )
 
     async def aclose(self) -> None:
         for slot in self.slots:
             await slot.runner.aclose()
 
 
-__all__ = ["AllHostsDown", "HostSpec", "HostStatus", "MultiHostRunner", "client_factory", "docker_host",
-           "parse_host_flag", "redact_url", "resolve_hosts"]
+__all__ = [
+    "AllHostsDown",
+    "HostSpec",
+    "HostStatus",
+    "MultiHostRunner",
+    "client_factory",
+    "docker_host",
+    "parse_host_flag",
+    "redact_url",
+    "resolve_hosts",
+]

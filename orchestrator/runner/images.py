@@ -60,8 +60,9 @@ def _counting(chunks: Iterator[bytes], name: str, total: int, progress: Progress
     progress(f"syncing image to host {name}: {sent >> 20} MiB sent, loading")
 
 
-async def sync_image(source: DockerHost, target: DockerHost, spec: HostSpec, image: str,
-                     progress: ProgressFn = _stderr) -> int:
+async def sync_image(
+    source: DockerHost, target: DockerHost, spec: HostSpec, image: str, progress: ProgressFn = _stderr
+) -> int:
     """Stream ``image`` from ``source`` into ``target``; returns the bytes sent."""
     src = await source.client()
     dst = await target.client()
@@ -84,8 +85,9 @@ async def sync_image(source: DockerHost, target: DockerHost, spec: HostSpec, ima
     return counter["bytes"]
 
 
-async def preflight_images(specs: Sequence[HostSpec], image: str, *, sync: bool,
-                           progress: ProgressFn = _stderr) -> dict[str, str]:
+async def preflight_images(
+    specs: Sequence[HostSpec], image: str, *, sync: bool, progress: ProgressFn = _stderr
+) -> dict[str, str]:
     """Every host has ``image`` with this machine's image ID (syncing it if asked).
 
     Returns host name -> image ID. Raises PreflightError naming the host.
@@ -106,24 +108,31 @@ async def preflight_images(specs: Sequence[HostSpec], image: str, *, sync: bool,
                 with anyio.fail_after(60):
                     found = await image_id(host, image)
             except (RunnerError, TimeoutError) as exc:
-                raise PreflightError(f"Docker host {spec.shown} does not answer: {exc}; "
-                                     "check it with `orchestrator --hosts`") from None
+                raise PreflightError(
+                    f"Docker host {spec.shown} does not answer: {exc}; check it with `orchestrator --hosts`"
+                ) from None
             if reference is None:
                 if found is None:
-                    raise PreflightError(f"Docker image {image!r} not found on host {spec.name} nor on this machine; "
-                                         f"build it with scripts/setup-docker.sh (or: docker build -t {image} .)")
+                    raise PreflightError(
+                        f"Docker image {image!r} not found on host {spec.name} nor on this machine; "
+                        f"build it with scripts/setup-docker.sh (or: docker build -t {image} .)"
+                    )
                 reference = found
             if found != reference:
                 if not sync or not spec.remote:
                     what = "lacks" if found is None else "has a different build of"
-                    raise PreflightError(f"Docker host {spec.name} {what} image {image!r} (want ID {reference[:19]}); "
-                                         f"fix: {fix_command(spec, image)}  (or pass --sync-image)")
+                    raise PreflightError(
+                        f"Docker host {spec.name} {what} image {image!r} (want ID {reference[:19]}); "
+                        f"fix: {fix_command(spec, image)}  (or pass --sync-image)"
+                    )
                 progress(f"host {spec.name} {'lacks' if found is None else 'has another build of'} {image}: syncing it")
                 await sync_image(local, host, spec, image, progress)
                 found = await image_id(host, image)
                 if found != reference:
-                    raise PreflightError(f"image sync to host {spec.name} ended with ID {found} instead of "
-                                         f"{reference[:19]}; try: {fix_command(spec, image)}")
+                    raise PreflightError(
+                        f"image sync to host {spec.name} ended with ID {found} instead of "
+                        f"{reference[:19]}; try: {fix_command(spec, image)}"
+                    )
             ids[spec.name] = found
         return ids
     finally:

@@ -128,6 +128,8 @@ def scan_commits(workspace: Path, base_commit: str, head: str, secrets: Iterable
     """
     if head == base_commit:
         return []
-    diff = ws_git(workspace, ["diff", "--no-ext-diff", "--no-textconv", "--no-color", "--text", "-U0",
-                              "--no-renames", base_commit, head]).stdout
+    diff = ws_git(
+        workspace,
+        ["diff", "--no-ext-diff", "--no-textconv", "--no-color", "--text", "-U0", "--no-renames", base_commit, head],
+    ).stdout
     return scan_diff(diff, secrets)

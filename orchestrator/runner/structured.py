@@ -24,7 +24,9 @@ _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.S | re.I)
 def check_schema(schema: Any) -> None:
     """Raise :class:`ConfigError` unless ``schema`` is a usable JSON Schema object."""
     if not isinstance(schema, dict):
-        raise ConfigError(f"task field output_schema must be a JSON Schema object (a dict), got {type(schema).__name__}")
+        raise ConfigError(
+            f"task field output_schema must be a JSON Schema object (a dict), got {type(schema).__name__}"
+        )
     try:
         json.dumps(schema, allow_nan=False)
     except (TypeError, ValueError) as exc:
@@ -74,8 +76,10 @@ def checked_answer(schema: dict[str, Any], structured: Any, final_message: str) 
 
 
 def repair_prompt(violation: str) -> str:
-    return ("Your final answer does not match the required JSON schema: "
-            f"{violation}. Answer again with only the corrected JSON value; it must match the schema exactly.")
+    return (
+        "Your final answer does not match the required JSON schema: "
+        f"{violation}. Answer again with only the corrected JSON value; it must match the schema exactly."
+    )
 
 
 def schema_json(schema: dict[str, Any]) -> str:

@@ -17,8 +17,19 @@ Status = Literal["success", "failed", "timeout", "interrupted"]
 # internal: the orchestrator's own bug (never retried); session_corrupted: the
 # agent could not resume its recorded session (the next attempt starts a new one);
 # docker: the Docker host of runner.hosts the task ran on stopped answering.
-ErrorCategory = Literal["timeout", "api", "container", "docker", "git", "command", "secret", "resource", "output_invalid",
-                        "internal", "session_corrupted"]
+ErrorCategory = Literal[
+    "timeout",
+    "api",
+    "container",
+    "docker",
+    "git",
+    "command",
+    "secret",
+    "resource",
+    "output_invalid",
+    "internal",
+    "session_corrupted",
+]
 UncommittedPolicy = Literal["commit", "discard"]
 NetworkEgress = Literal["online", "offline", "proxy"]
 IsolationMode = Literal["full_copy", "shared_objects"]
@@ -65,8 +76,11 @@ class AuthConfig(msgspec.Struct, frozen=True, kw_only=True):
 
     def labelled_secrets(self) -> list[tuple[str, str]]:
         """(what it is, value) for each credential given; the label is safe to print."""
-        pairs = (("CLAUDE_CODE_OAUTH_TOKEN", self.oauth_token), ("ANTHROPIC_API_KEY", self.api_key),
-                 ("OPENAI_API_KEY", self.openai_api_key))
+        pairs = (
+            ("CLAUDE_CODE_OAUTH_TOKEN", self.oauth_token),
+            ("ANTHROPIC_API_KEY", self.api_key),
+            ("OPENAI_API_KEY", self.openai_api_key),
+        )
         return [(label, value) for label, value in pairs if value]
 
 

@@ -56,11 +56,13 @@ def cgroup_pids_events(container_id: str) -> str | None:
     """The container's ``pids.events`` (cgroup v1 or v2; systemd or cgroupfs driver), or None."""
     if not container_id:
         return None
-    for pattern in (f"/sys/fs/cgroup/system.slice/docker-{container_id}.scope/pids.events",
-                    f"/sys/fs/cgroup/docker/{container_id}/pids.events",
-                    f"/sys/fs/cgroup/pids/docker/{container_id}/pids.events",
-                    f"/sys/fs/cgroup/pids/system.slice/docker-{container_id}.scope/pids.events",
-                    f"/sys/fs/cgroup/*/docker-{container_id}.scope/pids.events"):
+    for pattern in (
+        f"/sys/fs/cgroup/system.slice/docker-{container_id}.scope/pids.events",
+        f"/sys/fs/cgroup/docker/{container_id}/pids.events",
+        f"/sys/fs/cgroup/pids/docker/{container_id}/pids.events",
+        f"/sys/fs/cgroup/pids/system.slice/docker-{container_id}.scope/pids.events",
+        f"/sys/fs/cgroup/*/docker-{container_id}.scope/pids.events",
+    ):
         found = glob.glob(pattern)
         if found:
             return found[0]
@@ -110,11 +112,16 @@ def make_probe(inspect: dict, *, workspace: Path | None, pids_limit: int, max_wo
         refused = _refused_forks(events) if events else 0
     except (OSError, ValueError):
         events, refused = None, 0
-    return Probe(pids_events=events, pids_refused_start=refused, tmp_path=tmp, workspace=ws,
-                 fs_free_start=_fs_free(ws) if ws else None,
-                 workspace_start_bytes=tree_size(ws) if ws else 0,
-                 max_workspace_bytes=max_workspace_mb * 1024 * 1024 if max_workspace_mb else None,
-                 pids_limit=pids_limit)
+    return Probe(
+        pids_events=events,
+        pids_refused_start=refused,
+        tmp_path=tmp,
+        workspace=ws,
+        fs_free_start=_fs_free(ws) if ws else None,
+        workspace_start_bytes=tree_size(ws) if ws else 0,
+        max_workspace_bytes=max_workspace_mb * 1024 * 1024 if max_workspace_mb else None,
+        pids_limit=pids_limit,
+    )
 
 
 def check(probe: Probe, *, workspace: bool = True) -> str | None:
@@ -122,8 +129,10 @@ def check(probe: Probe, *, workspace: bool = True) -> str | None:
     if probe.pids_events:
         try:
             if _refused_forks(probe.pids_events) > probe.pids_refused_start:
-                return (f"the agent hit the container's process limit ({probe.pids_limit} processes): a fork bomb "
-                        "or a runaway process; raise runner.container_limits.pids_limit if the task needs more")
+                return (
+                    f"the agent hit the container's process limit ({probe.pids_limit} processes): a fork bomb "
+                    "or a runaway process; raise runner.container_limits.pids_limit if the task needs more"
+                )
         except (OSError, ValueError):
             pass
     if probe.tmp_path:
@@ -141,6 +150,8 @@ def check(probe: Probe, *, workspace: bool = True) -> str | None:
     if workspace and probe.workspace and probe.max_workspace_bytes:
         grown = tree_size(probe.workspace) - probe.workspace_start_bytes
         if grown > probe.max_workspace_bytes:
-            return (f"the agent wrote more than runner.max_workspace_mb ({probe.max_workspace_bytes // 2**20} MB) "
-                    f"into its workspace ({grown // 2**20} MB); the task was stopped")
+            return (
+                f"the agent wrote more than runner.max_workspace_mb ({probe.max_workspace_bytes // 2**20} MB) "
+                f"into its workspace ({grown // 2**20} MB); the task was stopped"
+            )
     return None

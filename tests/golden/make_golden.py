@@ -1,6 +1,6 @@
 """Regenerate tests/golden/judge.jsonl (only when the event format changes on purpose).
 
-    uv run python tests/golden/make_golden.py
+uv run python tests/golden/make_golden.py
 """
 
 from __future__ import annotations
@@ -32,7 +32,9 @@ def script(req):
 
 async def main() -> None:
     tmp = Path(tempfile.mkdtemp())
-    await Engine(make_config(tmp, run_id="run_golden"), ScriptedRunner(script)).run(judge, prompt="add a flag", params={})
+    await Engine(make_config(tmp, run_id="run_golden"), ScriptedRunner(script)).run(
+        judge, prompt="add a flag", params={}
+    )
     shutil.copy(tmp / "logs" / "run_golden" / "events.jsonl", HERE / "judge.jsonl")
 
 
