@@ -181,8 +181,8 @@ def exec_in(container: str, *argv: str, user: str = "node", detach: bool = False
 
 
 def test_the_agent_wrapper_keeps_the_agents_output_and_status_and_adds_the_count_last(bare_container):
+    from orchestrator.runner.docker_agent import AGENT_WRAPPER_SCRIPT
     from orchestrator.runner.docker_exec import _take_uncommitted
-    from orchestrator.runner.docker_runner import AGENT_WRAPPER_SCRIPT
 
     r = exec_in(
         bare_container,
@@ -201,7 +201,8 @@ def test_the_agent_wrapper_keeps_the_agents_output_and_status_and_adds_the_count
 
 def test_stopping_a_wrapped_agent_signals_the_agent_and_waits_for_it(bare_container):
     """END_AGENT_SCRIPT reaches through the wrapper: the agent gets SIGTERM and its grace to save."""
-    from orchestrator.runner.docker_runner import AGENT_WRAPPER_SCRIPT, END_AGENT_SCRIPT
+    from orchestrator.runner.docker_agent import AGENT_WRAPPER_SCRIPT
+    from orchestrator.runner.docker_core import END_AGENT_SCRIPT
 
     agent = (
         "trap 'sleep 1; echo saved > saved.txt; exit 0' TERM; echo started > started.txt; while :; do sleep 0.1; done"

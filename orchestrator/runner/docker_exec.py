@@ -33,7 +33,7 @@ EROFS_MARKER = b"Read-only file system"
 TAIL_BYTES = 8192
 STDOUT, STDERR = 1, 2
 # The last line an agent exec's wrapper writes to stderr after the agent exits
-# (see docker_runner.AGENT_WRAPPER_SCRIPT): how many files the agent left
+# (see docker_agent.AGENT_WRAPPER_SCRIPT): how many files the agent left
 # uncommitted. It is taken out of the stream before the parser or the stderr
 # tail sees it, so the agent's own output reads exactly as without the wrapper.
 UNCOMMITTED_LINE = re.compile(rb"\n@@orchestrator-uncommitted=(\d+)\n")

@@ -20,11 +20,8 @@ fresh one in the same workspace, once.
 
 from __future__ import annotations
 
-import functools
-import inspect
 import logging
 import os
-import shutil
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -35,129 +32,33 @@ import anyio.lowlevel
 import anyio.to_thread
 import msgspec
 
-from ..errors import (
-    ConfigError,
-    ContainerError,
-    GitError,
-    PreflightError,
-    ResourceLimitError,
-    RunnerError,
-    SecretLeakError,
-    TaskTimeoutError,
-    UsageError,
-)
+from ..errors import ConfigError, ContainerError, GitError, RunnerError, UsageError
 from ..jsonlog import ComponentLog, utc_now_iso
-from ..naming import ghash, session_volume_name
-from ..sanitize import SECRET_ENV_VARS, Sanitizer, default_sanitizer
-from . import archive, git_cmd, git_ops, secret_scan, structured, watchdog
+from ..sanitize import Sanitizer, default_sanitizer
+from . import git_ops, structured
 from .base import RunnerEventCallback
-from .docker_containers import DockerHost, ensure_container, selinux_enabled, workspace_read_only
-from .docker_exec import ExecOutput, run_exec
+from .docker_agent import AgentExec
+from .docker_collect import CollectSteps
+from .docker_containers import DockerHost, workspace_read_only
+from .docker_core import AGENT_STOP_GRACE_S
+from .docker_exec import ExecOutput
+from .docker_workspace import WorkspaceSteps
 from .git_cleanup import delete_run_branches
-from .plugin import AgentEvent, AgentOutcome, RunnerPlugin, get_plugin
-from .types import AuthConfig, BranchArtifact, ErrorCategory, Hardening, InstanceRequest, Metrics, RunnerResult
+from .plugin import AgentOutcome, RunnerPlugin, get_plugin
+from .types import AuthConfig, ErrorCategory, Hardening, InstanceRequest, Metrics, RunnerResult
 
 IMAGE_HINT = "build it with scripts/setup-docker.sh or `docker build -t claude-code .`"
-STOP_TIMEOUT_S = 1
-# How long an agent still running when its task is stopped (Ctrl+C, timeout)
-# gets to exit after SIGTERM, so it can save its session. tini as PID 1 would
-# end the container (and the agent with it) at once on `docker stop`, so the
-# agent is signalled itself first; one that exits promptly costs nothing more.
-AGENT_STOP_GRACE_S = 10
-# Run in the container: SIGTERM every exec'd process (parent outside the
-# container, so ppid 0; PID 1 is tini, and this shell is excluded), and the
-# agent under an agent wrapper (AGENT_WRAPPER_SCRIPT, named by its first
-# line), then wait for them to exit, at most $1 tenths of a second.
-END_AGENT_SCRIPT = (
-    "self=$$\n"
-    'pids=$(ps -eo pid=,ppid=,args= | awk -v s="$self" \'\n'
-    '  $2 == 0 && $1 != 1 && $1 != s {print $1; if (index($0, "# orchestrator-agent-wrapper")) w[$1] = 1; next}\n'
-    "  {pid[NR] = $1; parent[NR] = $2}\n"
-    "  END {for (i in pid) if (parent[i] in w) print pid[i]}')\n"
-    '[ -n "$pids" ] || exit 0\n'
-    "kill -TERM $pids 2>/dev/null\n"
-    "i=0\n"
-    'while [ "$i" -lt "$1" ]; do\n'
-    '  alive=""\n'
-    '  for p in $pids; do kill -0 "$p" 2>/dev/null && alive="$alive $p"; done\n'
-    '  [ -n "$alive" ] || exit 0\n'
-    "  pids=$alive; sleep 0.1; i=$((i + 1))\n"
-    "done\n"
-    "exit 1\n"
-)
 READ_ONLY_NOTE = (
     "/workspace is mounted read-only for review tasks (import_policy=never, "
     "review_workspace_mode=ro); the agent tried to write to it. Write to /tmp or /home/node instead"
 )
-EVENT_STRING_LIMIT = 4000
-MIN_FREE_BYTES = 200 << 20
 
 Pricing = Mapping[str, tuple[float, float]]
-
-# Run in the task's container after the agent exits: $1 is the policy, $2 the
-# commit message. Counts changed and untracked files (the repository's
-# .gitignore applies) and, under "commit", commits them. --no-verify: the
-# agent's hooks must not veto the commit that keeps its work.
-UNCOMMITTED_SCRIPT = (
-    "n=$(git status --porcelain --untracked-files=all | wc -l) || exit 3\n"
-    'echo "uncommitted=$n"\n'
-    'if [ "$n" -gt 0 ] && [ "$1" = commit ]; then\n'
-    '  git add -A && git commit -q --no-verify -m "$2" && echo committed\n'
-    "fi\n"
-)
-# The agent of a task whose uncommitted work is looked at runs under this
-# wrapper, so that the look costs no `docker exec` of its own: once the agent
-# exits, the wrapper counts what it left (as UNCOMMITTED_SCRIPT does, without
-# taking git's optional index lock), writes the count as its last stderr line
-# (taken out of the stream by run_exec) and exits with the agent's status.
-# Only when there is something to commit does a second exec follow.
-AGENT_WRAPPER_SCRIPT = (
-    "# orchestrator-agent-wrapper\n"
-    '"$@"\n'
-    "rc=$?\n"
-    "n=$(GIT_OPTIONAL_LOCKS=0 git status --porcelain --untracked-files=all 2>/dev/null | wc -l)\n"
-    "printf '\\n@@orchestrator-uncommitted=%s\\n' \"$n\" >&2\n"
-    'exit "$rc"\n'
-)
-UNCOMMITTED_MESSAGE = (
-    "Changes the agent left uncommitted\n\n"
-    "The agent exited without committing these files; the orchestrator committed them "
-    "(uncommitted: commit) so that its work reaches the task's branch."
-)
 
 
 def backoff_delay(attempt: int, *, base: float, factor: float, cap: float) -> float:
     """Delay before retry number ``attempt`` (0-based): base*factor^attempt, capped."""
     return min(base * (factor**attempt), cap)
-
-
-def _check_disk_space(workspace: Path) -> None:
-    """Fail before cloning when the workspace filesystem is nearly full."""
-    probe = workspace
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    free = shutil.disk_usage(probe).free
-    if free < MIN_FREE_BYTES:
-        raise GitError(
-            f"insufficient disk space for the workspace: {free // (1 << 20)} MiB free under {probe} "
-            f"(need at least {MIN_FREE_BYTES >> 20} MiB); free space or set ORCHESTRATOR_WORKSPACE_ROOT"
-        )
-
-
-def _reset_workspace(workspace: Path) -> None:
-    _check_disk_space(workspace)
-    git_ops.reset_workspace(workspace)
-
-
-def _clip(obj: Any) -> Any:
-    """Bound the size of strings in agent events written to runner.jsonl."""
-    if isinstance(obj, str):
-        return obj if len(obj) <= EVENT_STRING_LIMIT else obj[:EVENT_STRING_LIMIT] + f"...[{len(obj)} chars]"
-    if isinstance(obj, dict):
-        return {k: _clip(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_clip(v) for v in obj]
-    return obj
 
 
 class _Failure(NamedTuple):
@@ -168,14 +69,6 @@ class _Failure(NamedTuple):
     message: str
     exit_code: int | None
     final_message: str
-
-
-class _Attempt:
-    """What one execution attempt produced (an exec output or an error)."""
-
-    def __init__(self, output: ExecOutput | None = None, error: RunnerError | None = None) -> None:
-        self.output = output
-        self.error = error
 
 
 _STANDARD_RECORD_FIELDS = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
@@ -194,7 +87,7 @@ class _ForwardToComponentLog(logging.Handler):
         self.target.log(level, record.getMessage(), **extra)
 
 
-class DockerRunner:
+class DockerRunner(WorkspaceSteps, AgentExec, CollectSteps):
     """:class:`~orchestrator.runner.base.TaskRunner` that runs each task in its own container."""
 
     def __init__(
@@ -244,24 +137,6 @@ class DockerRunner:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
-
-    # ---- events -------------------------------------------------------------
-
-    def _emit(
-        self,
-        request: InstanceRequest,
-        on_event: RunnerEventCallback | None,
-        type_: str,
-        level: str = "info",
-        **fields: Any,
-    ) -> None:
-        ids = {"run_id": request.run_id, "instance_id": request.instance_id, "task_key": request.task_key}
-        self.log.log(level, type_, **ids, **fields)
-        if on_event is not None:
-            try:
-                on_event(self.sanitizer.scrub({"type": type_, **ids, **fields}))
-            except Exception as exc:  # a broken consumer must not break the task
-                self.log.warning("runner.callback_failed", error=f"{type(exc).__name__}: {exc}")
 
     # ---- the pipeline ---------------------------------------------------------
 
@@ -550,428 +425,6 @@ class DockerRunner:
                 raise ContainerError(f"image {image} not found; {IMAGE_HINT}")
             self._images_seen.add(image)
 
-    async def _workspace_and_container(
-        self, request: InstanceRequest, workspace: Path, on_event: RunnerEventCallback | None
-    ) -> tuple[dict[str, Any], RunnerError | None]:
-        """Clone the workspace and create/start the first attempt's container at the same time.
-
-        Creating and starting the container is the slowest step before the agent
-        runs (about 0.2 s of daemon, runc and kernel work), so it does not wait
-        for the clone: the workspace is first replaced by an empty directory, the
-        container bind-mounts that directory, and the clone fills the same
-        directory (same inode, so the container sees it). The agent's exec waits
-        for both. On SELinux hosts the ``z`` relabel
-        happens when the container is created, so there the clone comes first.
-
-        Returns ``({"ws_info", "ready" | "error", "duration_s"}, None)`` or the
-        workspace failure (the container, if it was started, is stopped again).
-        """
-        t = time.monotonic()
-        first: dict[str, Any] = {}
-        failure: RunnerError | None = None
-        unexpected: list[BaseException] = []
-
-        async def clone() -> None:
-            nonlocal failure
-            try:
-                first["ws_info"] = await git_ops.prepare_workspace(
-                    request.repo_path,
-                    request.base_branch,
-                    workspace,
-                    isolation_mode=request.isolation_mode,
-                    include_branches=request.include_branches,
-                    into_empty_dir=True,
-                )
-            except RunnerError as exc:
-                failure = exc
-            except Exception as exc:  # re-raised below, outside the task group, unwrapped
-                unexpected.append(exc)
-            first["clone_s"] = round(time.monotonic() - t, 4)
-
-        async def container() -> None:
-            tc = time.monotonic()
-            try:
-                first["ready"] = await ensure_container(
-                    self.host,
-                    request,
-                    workspace=workspace,
-                    volume=self._volume_name(request),
-                    fresh_workspace=True,
-                    hardening=self.hardening,
-                )
-            except RunnerError as exc:
-                first["error"] = exc
-            except Exception as exc:
-                unexpected.append(exc)
-            first["duration_s"] = round(time.monotonic() - tc, 4)
-
-        try:
-            await anyio.to_thread.run_sync(_reset_workspace, workspace, limiter=self.host.limiter)
-        except RunnerError as exc:
-            failure = exc
-        else:
-            if selinux_enabled():
-                await clone()
-                if failure is None and not unexpected:
-                    await container()
-            else:
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(container)
-                    await clone()
-        # Ctrl+C while the clone's thread finished: the container task was cancelled
-        # and the group exits without raising, so the cancellation is only pending.
-        # Deliver it here; going on would find no container and fail the task
-        # (a KeyError), recording an interrupted task as failed for good.
-        await anyio.lowlevel.checkpoint_if_cancelled()
-        if unexpected:
-            raise unexpected[0]
-        if failure is None and self.host.archive and first.get("ready") is not None:
-            failure = await self._archive_copy_in(request, workspace, first["ready"], on_event)
-        if failure is not None:
-            if "ready" in first:
-                await self._stop_quietly(request, on_event)
-            self._emit(request, on_event, "runner.instance.failed", "error", phase="workspace", error=str(failure))
-            return first, failure
-        # duration_s: the workspace's own time (reset + clone), not the wait for the container
-        self._emit(
-            request,
-            on_event,
-            "runner.workspace.prepared",
-            phase="workspace",
-            workspace_path=str(workspace),
-            base_commit=first["ws_info"].base_commit,
-            duration_s=first.pop("clone_s"),
-        )
-        return first, None
-
-    async def _uncommitted(
-        self, request: InstanceRequest, plugin: RunnerPlugin, on_event: RunnerEventCallback | None, counted: int | None
-    ) -> tuple[int, bool] | None:
-        """Changes the agent left uncommitted: (file count, committed?), or None when not looked at.
-
-        Agents in non-interactive mode often edit files and finish without
-        committing, and the import transfers commits only. Status and commit run
-        inside the task's container, as the agent's user: git there may run
-        filters and hooks the agent configured, which must never run on the
-        host. Review tasks (import_policy=never) and command tasks are left as
-        they are. ``counted``: the agent wrapper's count, taken when the agent
-        exited; with nothing to commit it is the answer, and no exec is needed.
-        """
-        if not _looks_at_uncommitted(request, plugin):
-            return None
-        t = time.monotonic()
-        if counted is not None and (counted == 0 or request.uncommitted != "commit"):
-            self._emit(
-                request,
-                on_event,
-                "runner.uncommitted",
-                "warn" if counted else "debug",
-                phase="collect",
-                files=counted,
-                policy=request.uncommitted,
-                auto_committed=False,
-                duration_s=round(time.monotonic() - t, 4),
-            )
-            return counted, False
-        try:
-            code, raw = await self.host.exec_simple(
-                request.container_name,
-                ["sh", "-c", UNCOMMITTED_SCRIPT, "uncommitted", request.uncommitted, UNCOMMITTED_MESSAGE],
-            )
-        except RunnerError as exc:
-            self._emit(request, on_event, "runner.uncommitted.failed", "warn", error=str(exc))
-            return None
-        text = raw.decode("utf-8", "replace")
-        found = [ln for ln in text.splitlines() if ln.startswith("uncommitted=")]
-        if not found:
-            self._emit(
-                request,
-                on_event,
-                "runner.uncommitted.failed",
-                "warn",
-                exit_code=code,
-                error=self.sanitizer.scrub_text(text.strip()[-500:]),
-            )
-            return None
-        count = int(found[0].split("=", 1)[1].strip() or 0)
-        committed = code == 0 and "committed" in text.splitlines()
-        if count and request.uncommitted == "commit" and not committed:
-            self._emit(
-                request,
-                on_event,
-                "runner.uncommitted.failed",
-                "warn",
-                exit_code=code,
-                error=self.sanitizer.scrub_text(text.strip()[-500:]),
-            )
-        level = "warn" if count and not committed else "info" if count else "debug"
-        self._emit(
-            request,
-            on_event,
-            "runner.uncommitted",
-            level,
-            phase="collect",
-            files=count,
-            policy=request.uncommitted,
-            auto_committed=committed,
-            duration_s=round(time.monotonic() - t, 4),
-        )
-        return count, committed
-
-    async def _kept_workspace_and_container(
-        self, request: InstanceRequest, kept: git_ops.WorkspaceInfo, on_event: RunnerEventCallback | None
-    ) -> tuple[dict[str, Any], RunnerError | None]:
-        """The container for a task that continues in the workspace it left.
-
-        A container still running there belongs to the process that died: it is
-        restarted, which ends that process's agent, before any stale git lock
-        the agent left is cleared.
-        """
-        t = time.monotonic()
-        first: dict[str, Any] = {"ws_info": kept}
-        try:
-            first["ready"] = await ensure_container(
-                self.host,
-                request,
-                workspace=kept.path,
-                volume=self._volume_name(request),
-                fresh_workspace=True,
-                hardening=self.hardening,
-            )
-        except RunnerError as exc:
-            first["error"] = exc
-        first["duration_s"] = round(time.monotonic() - t, 4)
-        if self.host.archive and first.get("ready") is not None:
-            # A remote engine: a container that still exists keeps the work in its
-            # workspace volume; a new one gets the kept clone through the archive API.
-            failure = await self._archive_copy_in(request, kept.path, first["ready"], on_event)
-            if failure is not None:
-                await self._stop_quietly(request, on_event)
-                return first, failure
-        removed = []
-        if "ready" in first:
-            removed = await anyio.to_thread.run_sync(
-                git_ops.clear_stale_git_locks, kept.path, limiter=self.host.limiter
-            )
-        self._emit(
-            request,
-            on_event,
-            "runner.workspace.kept",
-            phase="workspace",
-            workspace_path=str(kept.path),
-            base_commit=kept.base_commit,
-            session_id=request.session_id,
-            stale_locks_removed=removed,
-        )
-        return first, None
-
-    async def _import_while_stopping(
-        self, request: InstanceRequest, workspace: Path, ws_info: Any, on_event: RunnerEventCallback | None
-    ) -> BranchArtifact:
-        """Phase 5 (import per policy) with the finalize stop running alongside."""
-        result: dict[str, Any] = {}
-
-        async def collect() -> None:
-            t = time.monotonic()
-            try:
-                if request.import_policy == "never":
-                    artifact = BranchArtifact(
-                        branch_planned=request.branch_name,
-                        branch_final=None,
-                        base=request.base_branch,
-                        commit=ws_info.base_commit,
-                        has_changes=False,
-                    )
-                else:
-                    await self._scan_for_secrets(request, workspace, ws_info, on_event)
-                    artifact = await git_ops.import_branch(
-                        request.repo_path,
-                        workspace,
-                        branch_name=request.branch_name,
-                        task_key=request.task_key,
-                        run_id=request.run_id,
-                        import_policy=request.import_policy,
-                        import_conflict_policy=request.import_conflict_policy,
-                        skip_empty_import=request.skip_empty_import,
-                    )
-            except Exception as exc:  # raised below, outside the task group, unwrapped
-                result["error"] = exc
-                return
-            result["artifact"] = artifact
-            self._emit(
-                request,
-                on_event,
-                "runner.import.finished",
-                phase="import",
-                branch=artifact.branch_final,
-                has_changes=artifact.has_changes,
-                commit_count=artifact.commit_count,
-                duration_s=round(time.monotonic() - t, 4),
-            )
-
-        if request.finalize:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(self._stop_quietly, request, on_event)
-                await collect()
-        else:
-            await collect()
-        if "error" in result:
-            raise result["error"]
-        return result["artifact"]
-
-    async def _probe(
-        self, request: InstanceRequest, workspace: Path, on_event: RunnerEventCallback | None = None
-    ) -> watchdog.Probe | None:
-        """Where the watchdog reads this container's numbers (None when the container cannot be inspected)."""
-        if self.host.archive:
-            # Another machine's engine: its container's pid, cgroup and /tmp are not
-            # on this machine (a pid here would be some other process), and the agent
-            # writes a volume there, not the local clone. Only the container's own
-            # limits apply.
-            self._emit(
-                request,
-                on_event,
-                "runner.watchdog.skipped",
-                host=self.host.name,
-                reason="remote engine: only the container's limits apply",
-            )
-            return None
-        try:
-            info = await self.host.api(
-                f"inspect container {request.container_name}", "inspect_container", request.container_name
-            )
-        except RunnerError:
-            return None
-        return await anyio.to_thread.run_sync(
-            lambda: watchdog.make_probe(
-                info,
-                workspace=workspace,
-                pids_limit=self.hardening.pids_limit,
-                max_workspace_mb=self.hardening.max_workspace_mb,
-            )
-        )
-
-    async def _watch(
-        self,
-        request: InstanceRequest,
-        probe: watchdog.Probe | None,
-        tripped: list[str],
-        on_event: RunnerEventCallback | None,
-    ) -> None:
-        """Stop the container when the agent runs away; the exec then ends and the attempt reports why."""
-        if probe is None:
-            return
-        looks = 0
-        while True:
-            await anyio.sleep(watchdog.WATCH_INTERVAL_S)
-            looks += 1
-            walk = looks % watchdog.WORKSPACE_EVERY == 0
-            reason = await anyio.to_thread.run_sync(functools.partial(watchdog.check, probe, workspace=walk))
-            if reason:
-                tripped.append(reason)
-                self._live_agents.discard(request.container_name)  # killed, not given a grace to save a session
-                self._emit(request, on_event, "runner.limit.hit", "error", reason=reason)
-                # kill, not a graceful stop: a fork bomb has no session worth saving
-                try:
-                    await self.host.api(f"kill container {request.container_name}", "kill", request.container_name)
-                except RunnerError:
-                    await self._stop_quietly(request, on_event)
-                return
-
-    async def _scan_for_secrets(
-        self, request: InstanceRequest, workspace: Path, ws_info: Any, on_event: RunnerEventCallback | None
-    ) -> None:
-        """Refuse (or report) a branch whose commits contain a credential, before it reaches the repository."""
-        if self.hardening.secret_scan == "off":
-            return
-        t = time.monotonic()
-
-        def scan() -> list[Any]:
-            head = git_cmd.ws_git(workspace, ["rev-parse", "--verify", "HEAD^{commit}"]).stdout.strip()
-            return secret_scan.scan_commits(workspace, ws_info.base_commit, head, self.auth.labelled_secrets())
-
-        findings = await anyio.to_thread.run_sync(scan)
-        self._emit(
-            request,
-            on_event,
-            "runner.secret_scan.finished",
-            phase="import",
-            findings=len(findings),
-            duration_s=round(time.monotonic() - t, 4),
-        )
-        if not findings:
-            return
-        where = "; ".join(f.describe() for f in findings[:10]) + (
-            f"; and {len(findings) - 10} more" if len(findings) > 10 else ""
-        )
-        if self.hardening.secret_scan == "warn":
-            self._emit(
-                request,
-                on_event,
-                "runner.secret_scan.warning",
-                "warn",
-                findings=where,
-                detail="imported anyway (runner.secret_scan: warn)",
-            )
-            return
-        raise SecretLeakError(
-            f"the agent committed what looks like a credential, so its branch was not imported: "
-            f"{where}. The workspace {workspace} is kept for inspection; set "
-            f"runner.secret_scan: warn to import such branches anyway"
-        )
-
-    async def _archive_copy_in(
-        self, request: InstanceRequest, workspace: Path, ready: Any, on_event: RunnerEventCallback | None
-    ) -> RunnerError | None:
-        """Remote engine: the clone travels into the container's /workspace volume.
-
-        A container that already existed (a resumed task) keeps the workspace its
-        volume holds, as a kept bind-mounted workspace would."""
-        if ready.action not in ("created", "replaced"):
-            return None
-        t = time.monotonic()
-        try:
-            sent = await archive.copy_in(
-                self.host, request.container_name, workspace, read_only=workspace_read_only(request)
-            )
-        except RunnerError as exc:
-            return exc
-        self._emit(
-            request,
-            on_event,
-            "runner.archive.copied_in",
-            phase="workspace",
-            host=self.host.name,
-            bytes=sent,
-            duration_s=round(time.monotonic() - t, 4),
-        )
-        return None
-
-    async def _archive_bundle_out(
-        self, request: InstanceRequest, workspace: Path, ws_info: Any, on_event: RunnerEventCallback | None
-    ) -> None:
-        """Remote engine: the agent's commits come back as a git bundle into the local clone."""
-        t = time.monotonic()
-        got = await archive.bundle_out(self.host, request.container_name, workspace, ws_info.base_commit)
-        self._emit(
-            request,
-            on_event,
-            "runner.archive.bundle_read",
-            phase="import",
-            host=self.host.name,
-            bytes=got["bytes"],
-            head=got["head"],
-            duration_s=round(time.monotonic() - t, 4),
-        )
-
-    def _volume_name(self, request: InstanceRequest) -> str:
-        sgk = request.session_group_key or request.task_key
-        if request.session_volume_scope == "global":
-            g = ghash(sgk, plugin=request.plugin_name, model=request.model)
-        else:
-            g = ghash(sgk)
-        return session_volume_name(request.run_id, g, scope=request.session_volume_scope)
-
     async def _execute_with_retries(
         self, request, plugin, workspace, on_event, state, first=None, follow_up: bool = False
     ):
@@ -1061,169 +514,6 @@ class DockerRunner:
             await anyio.sleep(delay)
             n += 1
 
-    async def _attempt(self, request, plugin, workspace, on_event, resume, previous, n, first=None) -> _Attempt:
-        if first is not None:  # started alongside the clone
-            if "error" in first:
-                return _Attempt(error=first["error"])
-            ready, duration = first["ready"], first["duration_s"]
-        else:
-            t = time.monotonic()
-            try:
-                # attempt 0 follows a fresh clone; retries reuse the same workspace and container
-                ready = await ensure_container(
-                    self.host,
-                    request,
-                    workspace=workspace,
-                    volume=self._volume_name(request),
-                    fresh_workspace=n == 0,
-                    hardening=self.hardening,
-                )
-            except RunnerError as exc:
-                return _Attempt(error=exc)
-            duration = round(time.monotonic() - t, 4)
-        if ready.action == "replaced":
-            self._emit(
-                request,
-                on_event,
-                "runner.container.replaced",
-                "warn",
-                container=ready.name,
-                reason=ready.reason,
-                volume=ready.volume,
-            )
-        self._emit(
-            request,
-            on_event,
-            "runner.container.ready",
-            phase="container",
-            action=ready.action,
-            container=ready.name,
-            volume=ready.volume,
-            attempt=n,
-            duration_s=duration,
-        )
-
-        if "auth" in inspect.signature(plugin.build_command).parameters:
-            argv = plugin.build_command(request, resume_session_id=resume, auth=self.auth)
-        else:
-            argv = plugin.build_command(request, resume_session_id=resume)
-        if self.dry_run and request.plugin_name != "command":
-            # Dry run: the deterministic simulated agent answers in the same container, at no cost.
-            argv = ["orchestrator-sim-agent", "--as", "codex" if argv[0] == "codex" else "claude", *argv[1:]]
-        wrapped = _looks_at_uncommitted(request, plugin)
-        if wrapped:
-            argv = ["sh", "-c", AGENT_WRAPPER_SCRIPT, "orchestrator-agent", *argv]
-        env = dict(request.env)
-        try:
-            env.update(plugin.prepare_environment(self.auth, request))
-        except PreflightError:
-            if not self.dry_run:
-                raise
-            # the simulated agent needs no credentials
-        self.sanitizer.add_secrets(v for k, v in env.items() if k in SECRET_ENV_VARS)
-        stdin_fn = getattr(plugin, "stdin_payload", None)
-        payload = stdin_fn(request) if stdin_fn is not None else None
-        files_fn = getattr(plugin, "container_files", None)
-        for path, content in (files_fn(request) if files_fn is not None else {}).items():
-            failure = await self._write_container_file(request.container_name, path, content)
-            if failure is not None:
-                return _Attempt(error=failure)
-        parser = plugin.new_parser(previous=previous)
-
-        def forward(event: AgentEvent) -> None:
-            self._emit(request, on_event, f"runner.{event.kind}", "debug", data=_clip(event.data))
-
-        t = time.monotonic()
-        self._emit(
-            request,
-            on_event,
-            "runner.exec.started",
-            phase="execute",
-            attempt=n,
-            resume_session_id=resume,
-            prompt_via_stdin=payload is not None,
-        )
-        probe = await self._probe(request, workspace, on_event)
-        tripped: list[str] = []
-        self._live_agents.add(request.container_name)
-        ran: dict[str, Any] = {}
-        try:
-            with anyio.fail_after(request.timeout_seconds):
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(self._watch, request, probe, tripped, on_event)
-                    try:
-                        ran["output"] = await run_exec(
-                            self.host,
-                            request.container_name,
-                            argv,
-                            env=env,
-                            parser=parser,
-                            stdin_payload=payload,
-                            on_event=forward,
-                            wrapped=wrapped,
-                        )
-                    except RunnerError as exc:
-                        # Kept inside the group: leaving it would wrap the error in an
-                        # ExceptionGroup, and a Docker failure would pass for a bug of ours.
-                        ran["error"] = exc
-                    finally:
-                        tg.cancel_scope.cancel()
-            if "error" in ran:
-                raise ran["error"]
-            output = ran["output"]
-        except TimeoutError:
-            return _Attempt(
-                error=TaskTimeoutError(
-                    f"task exceeded its timeout of {request.timeout_seconds:g}s; container stopped and kept for resume"
-                )
-            )
-        except RunnerError as exc:
-            self._live_agents.discard(request.container_name)
-            if tripped:
-                return _Attempt(error=ResourceLimitError(tripped[0]))
-            return _Attempt(error=exc)
-        self._live_agents.discard(request.container_name)
-        # once more at the end: a runaway that finished between two looks still counts
-        reason = tripped[0] if tripped else (await anyio.to_thread.run_sync(watchdog.check, probe) if probe else None)
-        if reason:
-            self._emit(request, on_event, "runner.limit.hit", "error", reason=reason)
-            return _Attempt(error=ResourceLimitError(reason))
-        self._emit(
-            request,
-            on_event,
-            "runner.exec.finished",
-            phase="execute",
-            attempt=n,
-            exit_code=output.exit_code,
-            is_error=output.outcome.is_error,
-            session_id=output.outcome.session_id,
-            events=output.events,
-            duration_s=round(time.monotonic() - t, 4),
-        )
-        return _Attempt(output=output)
-
-    async def _write_container_file(self, container: str, path: str, content: bytes) -> RunnerError | None:
-        """Write ``content`` to ``path`` inside the container (as node, so the tool can read it)."""
-        argv = ["/bin/sh", "-c", 'mkdir -p "$(dirname "$1")" && cat > "$1"', "sh", path]
-        try:
-            out = await run_exec(
-                self.host,
-                container,
-                argv,
-                env={},
-                parser=get_plugin("command").new_parser(),
-                stdin_payload=content,
-                on_event=lambda event: None,
-            )
-        except RunnerError as exc:
-            return exc
-        if out.exit_code != 0:
-            detail = out.stderr_tail.decode("utf-8", "replace").strip()[-500:]
-            return ContainerError(
-                f"could not write {path} in container {container} (exit {out.exit_code}): {detail}", retryable=False
-            )
-        return None
-
     async def _structured_output(
         self,
         request: InstanceRequest,
@@ -1308,52 +598,6 @@ class DockerRunner:
         return Metrics(
             tokens_in=total["tokens_in"], tokens_out=total["tokens_out"], cost_usd=cost, duration_s=round(duration, 3)
         )
-
-    async def _remove_workspace(self, workspace: Path) -> None:
-        await anyio.to_thread.run_sync(git_ops.remove_workspace, workspace, limiter=self.host.limiter)
-
-    async def _end_agent(self, request: InstanceRequest, on_event: RunnerEventCallback | None) -> None:
-        """SIGTERM a still-running agent and wait up to the grace for it to exit."""
-        t = time.monotonic()
-        try:
-            with anyio.move_on_after(AGENT_STOP_GRACE_S + 3):
-                code, _ = await self.host.exec_simple(
-                    request.container_name, ["sh", "-c", END_AGENT_SCRIPT, "end-agent", str(AGENT_STOP_GRACE_S * 10)]
-                )
-                self._emit(
-                    request,
-                    on_event,
-                    "runner.agent.stopped",
-                    phase="stop",
-                    exited=code == 0,
-                    duration_s=round(time.monotonic() - t, 4),
-                )
-        except RunnerError as exc:  # the container is gone or stopping: the stop below still runs
-            self._emit(request, on_event, "runner.agent.stop_failed", "warn", error=str(exc))
-
-    async def _stop_quietly(self, request: InstanceRequest, on_event: RunnerEventCallback | None) -> None:
-        if request.container_name in self._live_agents:
-            self._live_agents.discard(request.container_name)
-            await self._end_agent(request, on_event)
-        t = time.monotonic()
-        try:
-            await self.host.stop(request.container_name, timeout=STOP_TIMEOUT_S)
-        except RunnerError as exc:
-            self._emit(request, on_event, "runner.container.stop_failed", "warn", error=str(exc))
-            return
-        self._emit(
-            request,
-            on_event,
-            "runner.container.stopped",
-            phase="stop",
-            container=request.container_name,
-            duration_s=round(time.monotonic() - t, 4),
-        )
-
-
-def _looks_at_uncommitted(request: InstanceRequest, plugin: RunnerPlugin) -> bool:
-    """Whether what the agent leaves uncommitted is counted (and, per policy, committed) after it exits."""
-    return request.import_policy != "never" and plugin.name != "command"
 
 
 def _auth_from_env() -> AuthConfig:

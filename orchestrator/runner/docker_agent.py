@@ -1,0 +1,386 @@
+"""The agent's execution in its task's container: one attempt, and what it left uncommitted.
+
+An attempt makes sure the container runs, builds the agent's command (under
+the agent wrapper when its uncommitted work is looked at), writes the plugin's
+files into the container, and runs the exec under the task's timeout with the
+resource watchdog alongside.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import anyio.to_thread
+
+from ..errors import ContainerError, PreflightError, ResourceLimitError, RunnerError, TaskTimeoutError
+from ..sanitize import SECRET_ENV_VARS
+from . import watchdog
+from .base import RunnerEventCallback
+from .docker_containers import ensure_container
+from .docker_core import RunnerCore
+from .docker_exec import ExecOutput, run_exec
+from .plugin import AgentEvent, RunnerPlugin, get_plugin
+from .types import InstanceRequest
+
+EVENT_STRING_LIMIT = 4000
+
+# Run in the task's container after the agent exits: $1 is the policy, $2 the
+# commit message. Counts changed and untracked files (the repository's
+# .gitignore applies) and, under "commit", commits them. --no-verify: the
+# agent's hooks must not veto the commit that keeps its work.
+UNCOMMITTED_SCRIPT = (
+    "n=$(git status --porcelain --untracked-files=all | wc -l) || exit 3\n"
+    'echo "uncommitted=$n"\n'
+    'if [ "$n" -gt 0 ] && [ "$1" = commit ]; then\n'
+    '  git add -A && git commit -q --no-verify -m "$2" && echo committed\n'
+    "fi\n"
+)
+# The agent of a task whose uncommitted work is looked at runs under this
+# wrapper, so that the look costs no `docker exec` of its own: once the agent
+# exits, the wrapper counts what it left (as UNCOMMITTED_SCRIPT does, without
+# taking git's optional index lock), writes the count as its last stderr line
+# (taken out of the stream by run_exec) and exits with the agent's status.
+# Only when there is something to commit does a second exec follow.
+AGENT_WRAPPER_SCRIPT = (
+    "# orchestrator-agent-wrapper\n"
+    '"$@"\n'
+    "rc=$?\n"
+    "n=$(GIT_OPTIONAL_LOCKS=0 git status --porcelain --untracked-files=all 2>/dev/null | wc -l)\n"
+    "printf '\\n@@orchestrator-uncommitted=%s\\n' \"$n\" >&2\n"
+    'exit "$rc"\n'
+)
+UNCOMMITTED_MESSAGE = (
+    "Changes the agent left uncommitted\n\n"
+    "The agent exited without committing these files; the orchestrator committed them "
+    "(uncommitted: commit) so that its work reaches the task's branch."
+)
+
+
+def _clip(obj: Any) -> Any:
+    """Bound the size of strings in agent events written to runner.jsonl."""
+    if isinstance(obj, str):
+        return obj if len(obj) <= EVENT_STRING_LIMIT else obj[:EVENT_STRING_LIMIT] + f"...[{len(obj)} chars]"
+    if isinstance(obj, dict):
+        return {k: _clip(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clip(v) for v in obj]
+    return obj
+
+
+class _Attempt:
+    """What one execution attempt produced (an exec output or an error)."""
+
+    def __init__(self, output: ExecOutput | None = None, error: RunnerError | None = None) -> None:
+        self.output = output
+        self.error = error
+
+
+class AgentExec(RunnerCore):
+    """The execute phase's steps of :class:`~.docker_runner.DockerRunner`."""
+
+    async def _attempt(self, request, plugin, workspace, on_event, resume, previous, n, first=None) -> _Attempt:
+        if first is not None:  # started alongside the clone
+            if "error" in first:
+                return _Attempt(error=first["error"])
+            ready, duration = first["ready"], first["duration_s"]
+        else:
+            t = time.monotonic()
+            try:
+                # attempt 0 follows a fresh clone; retries reuse the same workspace and container
+                ready = await ensure_container(
+                    self.host,
+                    request,
+                    workspace=workspace,
+                    volume=self._volume_name(request),
+                    fresh_workspace=n == 0,
+                    hardening=self.hardening,
+                )
+            except RunnerError as exc:
+                return _Attempt(error=exc)
+            duration = round(time.monotonic() - t, 4)
+        if ready.action == "replaced":
+            self._emit(
+                request,
+                on_event,
+                "runner.container.replaced",
+                "warn",
+                container=ready.name,
+                reason=ready.reason,
+                volume=ready.volume,
+            )
+        self._emit(
+            request,
+            on_event,
+            "runner.container.ready",
+            phase="container",
+            action=ready.action,
+            container=ready.name,
+            volume=ready.volume,
+            attempt=n,
+            duration_s=duration,
+        )
+
+        if "auth" in inspect.signature(plugin.build_command).parameters:
+            argv = plugin.build_command(request, resume_session_id=resume, auth=self.auth)
+        else:
+            argv = plugin.build_command(request, resume_session_id=resume)
+        if self.dry_run and request.plugin_name != "command":
+            # Dry run: the deterministic simulated agent answers in the same container, at no cost.
+            argv = ["orchestrator-sim-agent", "--as", "codex" if argv[0] == "codex" else "claude", *argv[1:]]
+        wrapped = _looks_at_uncommitted(request, plugin)
+        if wrapped:
+            argv = ["sh", "-c", AGENT_WRAPPER_SCRIPT, "orchestrator-agent", *argv]
+        env = dict(request.env)
+        try:
+            env.update(plugin.prepare_environment(self.auth, request))
+        except PreflightError:
+            if not self.dry_run:
+                raise
+            # the simulated agent needs no credentials
+        self.sanitizer.add_secrets(v for k, v in env.items() if k in SECRET_ENV_VARS)
+        stdin_fn = getattr(plugin, "stdin_payload", None)
+        payload = stdin_fn(request) if stdin_fn is not None else None
+        files_fn = getattr(plugin, "container_files", None)
+        for path, content in (files_fn(request) if files_fn is not None else {}).items():
+            failure = await self._write_container_file(request.container_name, path, content)
+            if failure is not None:
+                return _Attempt(error=failure)
+        parser = plugin.new_parser(previous=previous)
+
+        def forward(event: AgentEvent) -> None:
+            self._emit(request, on_event, f"runner.{event.kind}", "debug", data=_clip(event.data))
+
+        t = time.monotonic()
+        self._emit(
+            request,
+            on_event,
+            "runner.exec.started",
+            phase="execute",
+            attempt=n,
+            resume_session_id=resume,
+            prompt_via_stdin=payload is not None,
+        )
+        probe = await self._probe(request, workspace, on_event)
+        tripped: list[str] = []
+        self._live_agents.add(request.container_name)
+        ran: dict[str, Any] = {}
+        try:
+            with anyio.fail_after(request.timeout_seconds):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(self._watch, request, probe, tripped, on_event)
+                    try:
+                        ran["output"] = await run_exec(
+                            self.host,
+                            request.container_name,
+                            argv,
+                            env=env,
+                            parser=parser,
+                            stdin_payload=payload,
+                            on_event=forward,
+                            wrapped=wrapped,
+                        )
+                    except RunnerError as exc:
+                        # Kept inside the group: leaving it would wrap the error in an
+                        # ExceptionGroup, and a Docker failure would pass for a bug of ours.
+                        ran["error"] = exc
+                    finally:
+                        tg.cancel_scope.cancel()
+            if "error" in ran:
+                raise ran["error"]
+            output = ran["output"]
+        except TimeoutError:
+            return _Attempt(
+                error=TaskTimeoutError(
+                    f"task exceeded its timeout of {request.timeout_seconds:g}s; container stopped and kept for resume"
+                )
+            )
+        except RunnerError as exc:
+            self._live_agents.discard(request.container_name)
+            if tripped:
+                return _Attempt(error=ResourceLimitError(tripped[0]))
+            return _Attempt(error=exc)
+        self._live_agents.discard(request.container_name)
+        # once more at the end: a runaway that finished between two looks still counts
+        reason = tripped[0] if tripped else (await anyio.to_thread.run_sync(watchdog.check, probe) if probe else None)
+        if reason:
+            self._emit(request, on_event, "runner.limit.hit", "error", reason=reason)
+            return _Attempt(error=ResourceLimitError(reason))
+        self._emit(
+            request,
+            on_event,
+            "runner.exec.finished",
+            phase="execute",
+            attempt=n,
+            exit_code=output.exit_code,
+            is_error=output.outcome.is_error,
+            session_id=output.outcome.session_id,
+            events=output.events,
+            duration_s=round(time.monotonic() - t, 4),
+        )
+        return _Attempt(output=output)
+
+    async def _write_container_file(self, container: str, path: str, content: bytes) -> RunnerError | None:
+        """Write ``content`` to ``path`` inside the container (as node, so the tool can read it)."""
+        argv = ["/bin/sh", "-c", 'mkdir -p "$(dirname "$1")" && cat > "$1"', "sh", path]
+        try:
+            out = await run_exec(
+                self.host,
+                container,
+                argv,
+                env={},
+                parser=get_plugin("command").new_parser(),
+                stdin_payload=content,
+                on_event=lambda event: None,
+            )
+        except RunnerError as exc:
+            return exc
+        if out.exit_code != 0:
+            detail = out.stderr_tail.decode("utf-8", "replace").strip()[-500:]
+            return ContainerError(
+                f"could not write {path} in container {container} (exit {out.exit_code}): {detail}", retryable=False
+            )
+        return None
+
+    async def _probe(
+        self, request: InstanceRequest, workspace: Path, on_event: RunnerEventCallback | None = None
+    ) -> watchdog.Probe | None:
+        """Where the watchdog reads this container's numbers (None when the container cannot be inspected)."""
+        if self.host.archive:
+            # Another machine's engine: its container's pid, cgroup and /tmp are not
+            # on this machine (a pid here would be some other process), and the agent
+            # writes a volume there, not the local clone. Only the container's own
+            # limits apply.
+            self._emit(
+                request,
+                on_event,
+                "runner.watchdog.skipped",
+                host=self.host.name,
+                reason="remote engine: only the container's limits apply",
+            )
+            return None
+        try:
+            info = await self.host.api(
+                f"inspect container {request.container_name}", "inspect_container", request.container_name
+            )
+        except RunnerError:
+            return None
+        return await anyio.to_thread.run_sync(
+            lambda: watchdog.make_probe(
+                info,
+                workspace=workspace,
+                pids_limit=self.hardening.pids_limit,
+                max_workspace_mb=self.hardening.max_workspace_mb,
+            )
+        )
+
+    async def _watch(
+        self,
+        request: InstanceRequest,
+        probe: watchdog.Probe | None,
+        tripped: list[str],
+        on_event: RunnerEventCallback | None,
+    ) -> None:
+        """Stop the container when the agent runs away; the exec then ends and the attempt reports why."""
+        if probe is None:
+            return
+        looks = 0
+        while True:
+            await anyio.sleep(watchdog.WATCH_INTERVAL_S)
+            looks += 1
+            walk = looks % watchdog.WORKSPACE_EVERY == 0
+            reason = await anyio.to_thread.run_sync(functools.partial(watchdog.check, probe, workspace=walk))
+            if reason:
+                tripped.append(reason)
+                self._live_agents.discard(request.container_name)  # killed, not given a grace to save a session
+                self._emit(request, on_event, "runner.limit.hit", "error", reason=reason)
+                # kill, not a graceful stop: a fork bomb has no session worth saving
+                try:
+                    await self.host.api(f"kill container {request.container_name}", "kill", request.container_name)
+                except RunnerError:
+                    await self._stop_quietly(request, on_event)
+                return
+
+    async def _uncommitted(
+        self, request: InstanceRequest, plugin: RunnerPlugin, on_event: RunnerEventCallback | None, counted: int | None
+    ) -> tuple[int, bool] | None:
+        """Changes the agent left uncommitted: (file count, committed?), or None when not looked at.
+
+        Agents in non-interactive mode often edit files and finish without
+        committing, and the import transfers commits only. Status and commit run
+        inside the task's container, as the agent's user: git there may run
+        filters and hooks the agent configured, which must never run on the
+        host. Review tasks (import_policy=never) and command tasks are left as
+        they are. ``counted``: the agent wrapper's count, taken when the agent
+        exited; with nothing to commit it is the answer, and no exec is needed.
+        """
+        if not _looks_at_uncommitted(request, plugin):
+            return None
+        t = time.monotonic()
+        if counted is not None and (counted == 0 or request.uncommitted != "commit"):
+            self._emit(
+                request,
+                on_event,
+                "runner.uncommitted",
+                "warn" if counted else "debug",
+                phase="collect",
+                files=counted,
+                policy=request.uncommitted,
+                auto_committed=False,
+                duration_s=round(time.monotonic() - t, 4),
+            )
+            return counted, False
+        try:
+            code, raw = await self.host.exec_simple(
+                request.container_name,
+                ["sh", "-c", UNCOMMITTED_SCRIPT, "uncommitted", request.uncommitted, UNCOMMITTED_MESSAGE],
+            )
+        except RunnerError as exc:
+            self._emit(request, on_event, "runner.uncommitted.failed", "warn", error=str(exc))
+            return None
+        text = raw.decode("utf-8", "replace")
+        found = [ln for ln in text.splitlines() if ln.startswith("uncommitted=")]
+        if not found:
+            self._emit(
+                request,
+                on_event,
+                "runner.uncommitted.failed",
+                "warn",
+                exit_code=code,
+                error=self.sanitizer.scrub_text(text.strip()[-500:]),
+            )
+            return None
+        count = int(found[0].split("=", 1)[1].strip() or 0)
+        committed = code == 0 and "committed" in text.splitlines()
+        if count and request.uncommitted == "commit" and not committed:
+            self._emit(
+                request,
+                on_event,
+                "runner.uncommitted.failed",
+                "warn",
+                exit_code=code,
+                error=self.sanitizer.scrub_text(text.strip()[-500:]),
+            )
+        level = "warn" if count and not committed else "info" if count else "debug"
+        self._emit(
+            request,
+            on_event,
+            "runner.uncommitted",
+            level,
+            phase="collect",
+            files=count,
+            policy=request.uncommitted,
+            auto_committed=committed,
+            duration_s=round(time.monotonic() - t, 4),
+        )
+        return count, committed
+
+
+def _looks_at_uncommitted(request: InstanceRequest, plugin: RunnerPlugin) -> bool:
+    """Whether what the agent leaves uncommitted is counted (and, per policy, committed) after it exits."""
+    return request.import_policy != "never" and plugin.name != "command"

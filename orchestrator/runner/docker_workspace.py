@@ -1,0 +1,215 @@
+"""A task's workspace and first container: a fresh clone, or the workspace a resumed task left.
+
+On a remote engine (``host.archive``) the local clone is also copied into the
+container's ``/workspace`` volume.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import anyio.to_thread
+
+from ..errors import GitError, RunnerError
+from . import archive, git_ops
+from .base import RunnerEventCallback
+from .docker_containers import ensure_container, selinux_enabled, workspace_read_only
+from .docker_core import RunnerCore
+from .types import InstanceRequest
+
+MIN_FREE_BYTES = 200 << 20
+
+
+def _check_disk_space(workspace: Path) -> None:
+    """Fail before cloning when the workspace filesystem is nearly full."""
+    probe = workspace
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    free = shutil.disk_usage(probe).free
+    if free < MIN_FREE_BYTES:
+        raise GitError(
+            f"insufficient disk space for the workspace: {free // (1 << 20)} MiB free under {probe} "
+            f"(need at least {MIN_FREE_BYTES >> 20} MiB); free space or set ORCHESTRATOR_WORKSPACE_ROOT"
+        )
+
+
+def _reset_workspace(workspace: Path) -> None:
+    _check_disk_space(workspace)
+    git_ops.reset_workspace(workspace)
+
+
+class WorkspaceSteps(RunnerCore):
+    """The workspace phase's steps of :class:`~.docker_runner.DockerRunner`."""
+
+    async def _workspace_and_container(
+        self, request: InstanceRequest, workspace: Path, on_event: RunnerEventCallback | None
+    ) -> tuple[dict[str, Any], RunnerError | None]:
+        """Clone the workspace and create/start the first attempt's container at the same time.
+
+        Creating and starting the container is the slowest step before the agent
+        runs (about 0.2 s of daemon, runc and kernel work), so it does not wait
+        for the clone: the workspace is first replaced by an empty directory, the
+        container bind-mounts that directory, and the clone fills the same
+        directory (same inode, so the container sees it). The agent's exec waits
+        for both. On SELinux hosts the ``z`` relabel
+        happens when the container is created, so there the clone comes first.
+
+        Returns ``({"ws_info", "ready" | "error", "duration_s"}, None)`` or the
+        workspace failure (the container, if it was started, is stopped again).
+        """
+        t = time.monotonic()
+        first: dict[str, Any] = {}
+        failure: RunnerError | None = None
+        unexpected: list[BaseException] = []
+
+        async def clone() -> None:
+            nonlocal failure
+            try:
+                first["ws_info"] = await git_ops.prepare_workspace(
+                    request.repo_path,
+                    request.base_branch,
+                    workspace,
+                    isolation_mode=request.isolation_mode,
+                    include_branches=request.include_branches,
+                    into_empty_dir=True,
+                )
+            except RunnerError as exc:
+                failure = exc
+            except Exception as exc:  # re-raised below, outside the task group, unwrapped
+                unexpected.append(exc)
+            first["clone_s"] = round(time.monotonic() - t, 4)
+
+        async def container() -> None:
+            tc = time.monotonic()
+            try:
+                first["ready"] = await ensure_container(
+                    self.host,
+                    request,
+                    workspace=workspace,
+                    volume=self._volume_name(request),
+                    fresh_workspace=True,
+                    hardening=self.hardening,
+                )
+            except RunnerError as exc:
+                first["error"] = exc
+            except Exception as exc:
+                unexpected.append(exc)
+            first["duration_s"] = round(time.monotonic() - tc, 4)
+
+        try:
+            await anyio.to_thread.run_sync(_reset_workspace, workspace, limiter=self.host.limiter)
+        except RunnerError as exc:
+            failure = exc
+        else:
+            if selinux_enabled():
+                await clone()
+                if failure is None and not unexpected:
+                    await container()
+            else:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(container)
+                    await clone()
+        # Ctrl+C while the clone's thread finished: the container task was cancelled
+        # and the group exits without raising, so the cancellation is only pending.
+        # Deliver it here; going on would find no container and fail the task
+        # (a KeyError), recording an interrupted task as failed for good.
+        await anyio.lowlevel.checkpoint_if_cancelled()
+        if unexpected:
+            raise unexpected[0]
+        if failure is None and self.host.archive and first.get("ready") is not None:
+            failure = await self._archive_copy_in(request, workspace, first["ready"], on_event)
+        if failure is not None:
+            if "ready" in first:
+                await self._stop_quietly(request, on_event)
+            self._emit(request, on_event, "runner.instance.failed", "error", phase="workspace", error=str(failure))
+            return first, failure
+        # duration_s: the workspace's own time (reset + clone), not the wait for the container
+        self._emit(
+            request,
+            on_event,
+            "runner.workspace.prepared",
+            phase="workspace",
+            workspace_path=str(workspace),
+            base_commit=first["ws_info"].base_commit,
+            duration_s=first.pop("clone_s"),
+        )
+        return first, None
+
+    async def _kept_workspace_and_container(
+        self, request: InstanceRequest, kept: git_ops.WorkspaceInfo, on_event: RunnerEventCallback | None
+    ) -> tuple[dict[str, Any], RunnerError | None]:
+        """The container for a task that continues in the workspace it left.
+
+        A container still running there belongs to the process that died: it is
+        restarted, which ends that process's agent, before any stale git lock
+        the agent left is cleared.
+        """
+        t = time.monotonic()
+        first: dict[str, Any] = {"ws_info": kept}
+        try:
+            first["ready"] = await ensure_container(
+                self.host,
+                request,
+                workspace=kept.path,
+                volume=self._volume_name(request),
+                fresh_workspace=True,
+                hardening=self.hardening,
+            )
+        except RunnerError as exc:
+            first["error"] = exc
+        first["duration_s"] = round(time.monotonic() - t, 4)
+        if self.host.archive and first.get("ready") is not None:
+            # A remote engine: a container that still exists keeps the work in its
+            # workspace volume; a new one gets the kept clone through the archive API.
+            failure = await self._archive_copy_in(request, kept.path, first["ready"], on_event)
+            if failure is not None:
+                await self._stop_quietly(request, on_event)
+                return first, failure
+        removed = []
+        if "ready" in first:
+            removed = await anyio.to_thread.run_sync(
+                git_ops.clear_stale_git_locks, kept.path, limiter=self.host.limiter
+            )
+        self._emit(
+            request,
+            on_event,
+            "runner.workspace.kept",
+            phase="workspace",
+            workspace_path=str(kept.path),
+            base_commit=kept.base_commit,
+            session_id=request.session_id,
+            stale_locks_removed=removed,
+        )
+        return first, None
+
+    async def _archive_copy_in(
+        self, request: InstanceRequest, workspace: Path, ready: Any, on_event: RunnerEventCallback | None
+    ) -> RunnerError | None:
+        """Remote engine: the clone travels into the container's /workspace volume.
+
+        A container that already existed (a resumed task) keeps the workspace its
+        volume holds, as a kept bind-mounted workspace would."""
+        if ready.action not in ("created", "replaced"):
+            return None
+        t = time.monotonic()
+        try:
+            sent = await archive.copy_in(
+                self.host, request.container_name, workspace, read_only=workspace_read_only(request)
+            )
+        except RunnerError as exc:
+            return exc
+        self._emit(
+            request,
+            on_event,
+            "runner.archive.copied_in",
+            phase="workspace",
+            host=self.host.name,
+            bytes=sent,
+            duration_s=round(time.monotonic() - t, 4),
+        )
+        return None
