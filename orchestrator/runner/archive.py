@@ -27,6 +27,7 @@ import anyio.to_thread
 from ..errors import GitError
 from .docker_containers import WORKSPACE_MOUNT, DockerHost
 from .git_cmd import run_git
+from .git_ops import STALE_LOCK_NAMES
 
 CONTAINER_UID = 1000
 # Inside the clone's .git, so it is never part of the agent's work tree.
@@ -93,6 +94,24 @@ def _chunks(fh: Any, size: int = 1 << 20):
 async def _exec(host: DockerHost, container: str, cmd: list[str]) -> tuple[int, str]:
     code, out = await host.exec_simple(container, cmd)
     return code, (out or b"").decode("utf-8", "replace").strip()
+
+
+async def clear_stale_git_locks(host: DockerHost, container: str) -> list[str]:
+    """Remove the git locks a killed agent left in the container's /workspace volume.
+
+    The remote counterpart of :func:`.git_ops.clear_stale_git_locks`: the work
+    lives in the volume, not in the local clone. Runs as the agent's user, as
+    git there does. Returns the names removed.
+    """
+    script = (
+        'cd "$1/.git" 2>/dev/null || exit 0\n'
+        "shift\n"
+        'for f in "$@"; do if [ -e "$f" ] && rm -f "$f"; then echo "removed=$f"; fi; done\n'
+    )
+    code, out = await _exec(host, container, ["sh", "-c", script, "clear-locks", WORKSPACE_MOUNT, *STALE_LOCK_NAMES])
+    if code != 0:
+        raise GitError(f"could not clear stale git locks in {container}: {out[-500:]}")
+    return [line.split("=", 1)[1] for line in out.splitlines() if line.startswith("removed=")]
 
 
 async def bundle_out(host: DockerHost, container: str, workspace: Path, base_commit: str) -> dict[str, Any]:

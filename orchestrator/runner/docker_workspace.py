@@ -170,8 +170,15 @@ class WorkspaceSteps(RunnerCore):
             if failure is not None:
                 await self._stop_quietly(request, on_event)
                 return first, failure
-        removed = []
-        if "ready" in first:
+        removed: list[str] = []
+        if "ready" in first and self.host.archive:
+            # The agent's git ran in the engine's volume: its locks are there, not in the local clone.
+            try:
+                removed = await archive.clear_stale_git_locks(self.host, request.container_name)
+            except RunnerError as exc:
+                await self._stop_quietly(request, on_event)
+                return first, exc
+        elif "ready" in first:
             removed = await anyio.to_thread.run_sync(
                 git_ops.clear_stale_git_locks, kept.path, limiter=self.host.limiter
             )

@@ -339,6 +339,11 @@ def kept_workspace(workspace: Path) -> WorkspaceInfo | str:
     return WorkspaceInfo(path=workspace, base_branch=base_branch, base_commit=base_commit)
 
 
+# The lock files a git command killed mid-way leaves in .git and that block the
+# next one: the index (every add and commit), HEAD, config and packed refs.
+STALE_LOCK_NAMES = ("index.lock", "HEAD.lock", "config.lock", "packed-refs.lock")
+
+
 def clear_stale_git_locks(workspace: Path) -> list[str]:
     """Remove git lock files an agent killed mid-command left in its kept workspace.
 
@@ -348,7 +353,7 @@ def clear_stale_git_locks(workspace: Path) -> list[str]:
     """
     git_dir = Path(workspace) / ".git"
     removed = []
-    for name in ("index.lock", "HEAD.lock", "config.lock", "packed-refs.lock"):
+    for name in STALE_LOCK_NAMES:
         lock = git_dir / name
         try:
             lock.unlink()
