@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import anyio.lowlevel
 import anyio.to_thread
 
 from ..errors import ContainerError, PreflightError, ResourceLimitError, RunnerError, TaskTimeoutError

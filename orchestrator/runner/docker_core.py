@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import anyio.lowlevel
 import anyio.to_thread
 
 from ..errors import RunnerError

@@ -16,6 +16,12 @@ failures (the plugin says retryable, or a Docker error matching the transient
 patterns in :mod:`.docker_containers`) are retried with exponential backoff, resuming the agent session on
 the same session volume; a session the agent cannot resume is replaced by a
 fresh one in the same workspace, once.
+
+The phases' steps live in their own modules, which :class:`DockerRunner`
+inherits: :mod:`.docker_workspace` (the clone, or the kept workspace of a
+resumed task, and the first container), :mod:`.docker_agent` (one execution
+attempt and the agent's uncommitted work), :mod:`.docker_collect` (secret scan
+and import) and :mod:`.docker_core` (events and stopping the container).
 """
 
 from __future__ import annotations
@@ -28,7 +34,6 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import anyio
-import anyio.lowlevel
 import anyio.to_thread
 import msgspec
 
