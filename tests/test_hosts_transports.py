@@ -1,0 +1,121 @@
+"""The ways Docker users reach a remote engine, each for real on this machine.
+
+Every form ends on the session's private dockerd (tests/private_engine.py):
+``tcp://127.0.0.1:PORT`` with ``--tlsverify`` and a throwaway CA, ``ssh://``
+through a private ``sshd`` on 127.0.0.1 whose ``docker system dial-stdio``
+talks to the private engine, and a ``docker context`` in a temporary
+DOCKER_CONFIG. Nothing listens anywhere but 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+from cli_helpers import cli_env, only_run_id, run_cli
+from conftest import git, make_repo
+from private_engine import client_cert_dir, make_ca
+from reliability_helpers import check_log, events_path
+from test_hosts import NO_DISK_MIN, _host_containers, _remove_run
+
+PROMPT = "SIM: write t.txt {word}\nSIM: commit t"
+
+
+def _config(tmp_path: Path, hosts: list[dict]) -> Path:
+    path = tmp_path / "hosts.yaml"
+    path.write_text(yaml.safe_dump({"runner": {"hosts": hosts}}))
+    return path
+
+
+def _check_placed_and_imported(tmp_path: Path, repo: Path, result, engine, host: str, word: str) -> str:
+    """The one task ran on ``host`` (the private engine, archive path) and its branch was imported."""
+    run_id = only_run_id(tmp_path)
+    assert result.returncode == 0, result.stderr
+    events = check_log(events_path(tmp_path, run_id))
+    assert {e.payload["host"] for e in events if e.type == "task.started"} == {host}
+    (done,) = [e for e in events if e.type == "task.completed"]
+    assert git(repo, "show", f"{done.payload['artifact']['branch_final']}:t.txt") == word
+    containers = _host_containers(engine.url, run_id)
+    assert containers and {c["Config"]["Labels"]["orchestrator.host"] for c in containers} == {host}
+    ws = next(m for m in containers[0]["Mounts"] if m["Destination"] == "/workspace")
+    assert ws["Type"] == "volume", ws
+    return run_id
+
+
+# ---------------------------------------------------------------- tcp:// with TLS
+
+
+@pytest.mark.docker
+def test_tcp_tls_host_places_a_task_and_imports_its_branch(tmp_path, private_engine):
+    certs = client_cert_dir(tmp_path / "certs", private_engine.ca)
+    config = _config(tmp_path, [{"name": "t", "docker": private_engine.tls_url, "cert_path": str(certs)}])
+    repo = make_repo(tmp_path / "repo")
+    # Where a proxy re-signs traffic, these name the proxy's CA: the engine's own CA
+    # (cert_path) must still be the one its certificate is checked against.
+    other = make_ca(tmp_path / "proxy-ca", name="proxy-ca")[0]
+    env = cli_env(tmp_path, **NO_DISK_MIN, REQUESTS_CA_BUNDLE=str(other), CURL_CA_BUNDLE=str(other))
+    args = ["--config", str(config), "--docker-image", private_engine.image]
+    result = run_cli([PROMPT.format(word="tls"), "--no-tui", *args], cwd=repo, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr
+    run_id = only_run_id(tmp_path)
+    try:
+        _check_placed_and_imported(tmp_path, repo, result, private_engine, "t", "tls")
+        checked = run_cli(["--hosts", *args], cwd=repo, env=env)
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+        assert " up " in checked.stdout and "rtt" in checked.stdout, checked.stdout
+    finally:
+        _remove_run(private_engine.url, run_id)
+
+
+@pytest.mark.docker
+def test_tcp_tls_with_the_wrong_ca_is_one_line_naming_the_host(tmp_path, private_engine):
+    """Client certificate from the engine's CA, but a ca.pem of another CA: the engine's
+    certificate is not trusted. One line at pre-flight names the host, no traceback."""
+    certs = client_cert_dir(tmp_path / "certs", private_engine.ca)
+    other = make_ca(tmp_path / "other", name="other-ca")
+    shutil.copy(other[0], certs / "ca.pem")
+    config = _config(tmp_path, [{"name": "wrongca", "docker": private_engine.tls_url, "cert_path": str(certs)}])
+    repo = make_repo(tmp_path / "repo")
+    env = cli_env(tmp_path, **NO_DISK_MIN)
+    result = run_cli(
+        [PROMPT.format(word="x"), "--no-tui", "--config", str(config), "--docker-image", private_engine.image],
+        cwd=repo,
+        env=env,
+        timeout=300,
+    )
+    assert result.returncode != 0
+    line = result.stderr.strip()
+    assert "\n" not in line and "Traceback" not in line, line
+    assert "wrongca" in line and "certificate" in line.lower(), line
+
+
+@pytest.mark.docker
+def test_a_password_in_a_host_url_is_never_shown_or_written(tmp_path, private_engine):
+    """docker-py refuses a URL with user:password, and its error repeats the URL:
+    the line the user sees and every file the run writes keep the password out."""
+    port = private_engine.tls_url.rsplit(":", 1)[1]
+    secret = "pw-s3cret-9431"
+    repo = make_repo(tmp_path / "repo")
+    env = cli_env(tmp_path, **NO_DISK_MIN)
+    result = run_cli(
+        [
+            PROMPT.format(word="x"),
+            "--no-tui",
+            "--docker-image",
+            private_engine.image,
+            "--docker-host",
+            f"p=tcp://ci:{secret}@127.0.0.1:{port}",
+        ],
+        cwd=repo,
+        env=env,
+        timeout=300,
+    )
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr and result.stderr.strip().count("\n") == 0, result.stderr
+    assert "host p" in result.stderr or "'p'" in result.stderr, result.stderr
+    assert secret not in result.stdout + result.stderr
+    for path in tmp_path.rglob("*"):
+        if path.is_file() and "repo" not in path.relative_to(tmp_path).parts[:1]:
+            assert secret.encode() not in path.read_bytes(), path
