@@ -9,14 +9,18 @@ DOCKER_CONFIG. Nothing listens anywhere but 127.0.0.1.
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 from cli_helpers import cli_env, only_run_id, run_cli
 from conftest import git, make_repo
-from private_engine import client_cert_dir, make_ca
+from private_engine import client_cert_dir, free_port, make_ca
 from reliability_helpers import check_log, events_path
 from test_hosts import NO_DISK_MIN, _host_containers, _remove_run
 
@@ -119,3 +123,107 @@ def test_a_password_in_a_host_url_is_never_shown_or_written(tmp_path, private_en
     for path in tmp_path.rglob("*"):
         if path.is_file() and "repo" not in path.relative_to(tmp_path).parts[:1]:
             assert secret.encode() not in path.read_bytes(), path
+
+
+# ---------------------------------------------------------------- ssh://
+
+
+@pytest.fixture
+def sshd(tmp_path, private_engine):
+    """A private sshd on 127.0.0.1 whose ``docker`` talks to the private engine.
+
+    Returns (url, env): the client side uses this test's key and known_hosts
+    through an ``ssh`` on PATH that adds ``-F`` (docker-py runs ``ssh`` by name,
+    and OpenSSH reads ~/.ssh of the passwd entry, whatever HOME says).
+    """
+    if not Path("/usr/sbin/sshd").exists() or shutil.which("ssh") is None or os.geteuid() != 0:
+        pytest.skip("openssh-server/openssh-client (scripts/setup.sh installs them) and root are needed")
+    d = tmp_path / "ssh"
+    (d / "bin").mkdir(parents=True)
+    for key in ("host_key", "id_client"):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / key)], check=True)
+    port = free_port()
+    user = subprocess.run(["id", "-un"], capture_output=True, text=True, check=True).stdout.strip()
+    client_pub = (d / "id_client.pub").read_text().strip()
+    # The remote side's `docker system dial-stdio` reaches the private engine.
+    (d / "authorized_keys").write_text(f'environment="DOCKER_HOST={private_engine.url}" {client_pub}\n')
+    (d / "sshd_config").write_text(
+        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {d / 'host_key'}\nPidFile {d / 'sshd.pid'}\n"
+        f"AuthorizedKeysFile {d / 'authorized_keys'}\nPermitRootLogin prohibit-password\n"
+        "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n"
+        "PermitUserEnvironment yes\n"
+    )
+    host_pub = (d / "host_key.pub").read_text().split()
+    (d / "known_hosts").write_text(f"[127.0.0.1]:{port} {host_pub[0]} {host_pub[1]}\n")
+    (d / "ssh_config").write_text(
+        f"Host 127.0.0.1\n  IdentityFile {d / 'id_client'}\n  IdentitiesOnly yes\n"
+        f"  UserKnownHostsFile {d / 'known_hosts'}\n  StrictHostKeyChecking yes\n  BatchMode yes\n"
+    )
+    wrapper = d / "bin" / "ssh"
+    wrapper.write_text(f'#!/bin/sh\nexec {shutil.which("ssh")} -F {d / "ssh_config"} "$@"\n')
+    wrapper.chmod(0o755)
+    Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege-separation directory
+    proc = subprocess.Popen(
+        ["/usr/sbin/sshd", "-D", "-f", str(d / "sshd_config"), "-E", str(d / "sshd.log")],
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        env = {"PATH": f"{d / 'bin'}:{os.environ['PATH']}"}
+        deadline = time.time() + 30
+        while subprocess.run([str(wrapper), "-p", str(port), f"{user}@127.0.0.1", "true"]).returncode != 0:
+            assert proc.poll() is None and time.time() < deadline, (d / "sshd.log").read_text()
+            time.sleep(0.3)
+        yield f"ssh://{user}@127.0.0.1:{port}", env
+    finally:
+        proc.send_signal(signal.SIGTERM)  # this sshd's own pid only
+        proc.wait(timeout=30)
+
+
+@pytest.mark.docker
+def test_ssh_host_places_a_task_imports_its_branch_and_reports_up(tmp_path, private_engine, sshd):
+    url, ssh_env = sshd
+    repo = make_repo(tmp_path / "repo")
+    env = cli_env(tmp_path, **NO_DISK_MIN, **ssh_env)
+    args = ["--docker-image", private_engine.image, "--docker-host", f"s={url}:1"]
+    checked = run_cli(["--hosts", *args], cwd=repo, env=env, timeout=120)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    (row,) = [line for line in checked.stdout.splitlines() if line.startswith("s ")]
+    assert " up " in row and "rtt" in row and f"image {private_engine.image}: same" in row, row
+    result = run_cli([PROMPT.format(word="ssh"), "--no-tui", *args], cwd=repo, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr
+    run_id = only_run_id(tmp_path)
+    try:
+        _check_placed_and_imported(tmp_path, repo, result, private_engine, "s", "ssh")
+    finally:
+        _remove_run(private_engine.url, run_id)
+
+
+# ---------------------------------------------------------------- docker context
+
+
+@pytest.mark.docker
+def test_context_host_places_a_task_and_imports_its_branch(tmp_path, private_engine):
+    docker_config = tmp_path / "docker-config"
+    docker_config.mkdir()
+    created = subprocess.run(
+        ["docker", "--config", str(docker_config), "context", "create", "orc-private",
+         "--docker", f"host={private_engine.url}"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert created.returncode == 0, created.stderr
+    config = _config(tmp_path, [{"name": "c", "context": "orc-private", "max_parallel": 1}])
+    repo = make_repo(tmp_path / "repo")
+    env = cli_env(tmp_path, **NO_DISK_MIN, DOCKER_CONFIG=str(docker_config))
+    result = run_cli(
+        [PROMPT.format(word="ctx"), "--no-tui", "--config", str(config), "--docker-image", private_engine.image],
+        cwd=repo,
+        env=env,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    run_id = only_run_id(tmp_path)
+    try:
+        _check_placed_and_imported(tmp_path, repo, result, private_engine, "c", "ctx")
+    finally:
+        _remove_run(private_engine.url, run_id)
