@@ -227,3 +227,36 @@ def test_context_host_places_a_task_and_imports_its_branch(tmp_path, private_eng
         _check_placed_and_imported(tmp_path, repo, result, private_engine, "c", "ctx")
     finally:
         _remove_run(private_engine.url, run_id)
+
+
+# ---------------------------------------------------------------- cert_path checks
+
+
+@pytest.mark.parametrize(
+    ("entry", "words"),
+    [
+        ({"name": "t", "docker": "tcp://h:2376"}, ["'t'", "ca.pem, cert.pem, key.pem"]),
+        ({"name": "t", "docker": "ssh://ci@h"}, ["'t'", "tcp://"]),
+        ({"name": "t", "context": "x"}, ["'t'", "context"]),
+    ],
+)
+def test_bad_cert_path_is_one_clear_error(tmp_path, entry, words):
+    from orchestrator.errors import ConfigError
+    from orchestrator.runner.hosts import resolve_hosts
+
+    entry = {**entry, "cert_path": str(tmp_path)}
+    with pytest.raises(ConfigError) as info:
+        resolve_hosts([entry])
+    assert all(w in str(info.value) for w in words), str(info.value)
+
+
+def test_cert_path_is_read_from_the_config_file(tmp_path):
+    from orchestrator.config import load_config
+    from orchestrator.runner.hosts import resolve_hosts
+
+    certs = client_cert_dir(tmp_path / "certs", make_ca(tmp_path / "ca"))
+    config = _config(tmp_path, [{"name": "t", "docker": "tcp://127.0.0.1:2376", "cert_path": str(certs)}])
+    loaded = load_config(config_file=str(config), cli_overrides={}, cwd=tmp_path, environ={}).config
+    (spec,) = resolve_hosts(loaded.runner.hosts)
+    assert spec.tls is not None and spec.tls.verify
+    assert spec.tls.ca == str(certs / "ca.pem") and spec.tls.cert == (str(certs / "cert.pem"), str(certs / "key.pem"))
