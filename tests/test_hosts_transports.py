@@ -93,6 +93,8 @@ def test_tcp_tls_with_the_wrong_ca_is_one_line_naming_the_host(tmp_path, private
     line = result.stderr.strip()
     assert "\n" not in line and "Traceback" not in line, line
     assert "wrongca" in line and "certificate" in line.lower(), line
+    # The fix is the CA file, not starting Docker: the line says which file.
+    assert str(certs / "ca.pem") in line and "start Docker" not in line, line
 
 
 @pytest.mark.docker

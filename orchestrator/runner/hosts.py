@@ -225,6 +225,22 @@ def resolve_hosts(entries: Sequence[Any]) -> list[HostSpec]:
     return specs
 
 
+def _tls_error(tls: TLSFiles, text: str) -> ContainerError:
+    """A failed TLS handshake as its fix: which file to change, not "start Docker"."""
+    reason = re.search(r"certificate verify failed: ([^('\"]+)", text)
+    if reason:
+        return ContainerError(
+            f"the engine's TLS certificate is not trusted by {tls.ca} ({reason.group(1).strip()}); "
+            "use the ca.pem of the CA that signed the engine's certificate"
+        )
+    detail = re.search(r"SSLError\((.*)\)\)", text)
+    return ContainerError(
+        f"TLS handshake with the engine failed ({(detail.group(1) if detail else text)[:200]}); "
+        f"check that {tls.ca} and the client certificate {tls.cert[0] if tls.cert else '(none)'} "
+        "come from the CA the engine was started with (--tlscacert)"
+    )
+
+
 def _keep_engine_ca(api: Any, url: str) -> None:
     """requests lets REQUESTS_CA_BUNDLE or CURL_CA_BUNDLE replace the CA a session was
     given, so with either set (common where a proxy re-signs traffic) the engine's own
@@ -265,6 +281,8 @@ def client_factory(spec: HostSpec, timeout: int = DEFAULT_CLIENT_TIMEOUT_S) -> C
             # docker-py repeats the URL it was given, password and all, and this
             # text reaches the terminal (only the files the run writes are sanitized).
             text = str(exc)
+            if spec.tls and "SSL" in text:
+                raise _tls_error(spec.tls, text) from None
             if url not in text:
                 raise
             raise ContainerError(text.replace(url, redact_url(url)), retryable=True) from None
