@@ -205,18 +205,25 @@ def test_ssh_host_places_a_task_imports_its_branch_and_reports_up(tmp_path, priv
 
 
 @pytest.mark.docker
-def test_context_host_places_a_task_and_imports_its_branch(tmp_path, private_engine):
+@pytest.mark.parametrize("endpoint", ["unix", "tcp-tls"])
+def test_context_host_places_a_task_and_imports_its_branch(tmp_path, private_engine, endpoint):
     docker_config = tmp_path / "docker-config"
     docker_config.mkdir()
+    if endpoint == "unix":
+        spec = f"host={private_engine.url}"
+    else:  # the context keeps its own copy of the TLS files
+        certs = client_cert_dir(tmp_path / "certs", private_engine.ca)
+        spec = f"host={private_engine.tls_url},ca={certs / 'ca.pem'},cert={certs / 'cert.pem'},key={certs / 'key.pem'}"
     created = subprocess.run(
-        ["docker", "--config", str(docker_config), "context", "create", "orc-private",
-         "--docker", f"host={private_engine.url}"],
-        capture_output=True, text=True,
-    )  # fmt: skip
+        ["docker", "--config", str(docker_config), "context", "create", "orc-private", "--docker", spec],
+        capture_output=True,
+        text=True,
+    )
     assert created.returncode == 0, created.stderr
     config = _config(tmp_path, [{"name": "c", "context": "orc-private", "max_parallel": 1}])
     repo = make_repo(tmp_path / "repo")
-    env = cli_env(tmp_path, **NO_DISK_MIN, DOCKER_CONFIG=str(docker_config))
+    other = make_ca(tmp_path / "proxy-ca", name="proxy-ca")[0]  # must not replace the context's CA
+    env = cli_env(tmp_path, **NO_DISK_MIN, DOCKER_CONFIG=str(docker_config), REQUESTS_CA_BUNDLE=str(other))
     result = run_cli(
         [PROMPT.format(word="ctx"), "--no-tui", "--config", str(config), "--docker-image", private_engine.image],
         cwd=repo,
