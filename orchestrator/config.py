@@ -35,6 +35,9 @@ class HostConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     docker: str | None = None  # ssh://user@host, tcp://host:2376, unix:///path
     context: str | None = None  # a `docker context` name
     max_parallel: int | None = None
+    # tcp:// with TLS: a directory holding ca.pem, cert.pem and key.pem (what the
+    # Docker CLI reads from DOCKER_CERT_PATH); without it, DOCKER_CERT_PATH or ~/.docker.
+    cert_path: str | None = None
 
 
 class RunnerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -20,6 +20,11 @@ if [ "$(id -u)" = 0 ] && ! { command -v chromium >/dev/null 2>&1 && command -v c
     echo "==> installing chromium and chromium-driver"
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
 fi
+if [ "$(id -u)" = 0 ] && ! { command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ]; } ; then
+    # a private sshd on 127.0.0.1 is the ssh:// Docker host of the multi-host tests
+    echo "==> installing openssh-server and openssh-client"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server openssh-client >/dev/null
+fi
 echo "==> Python environment (uv sync)"
 uv sync --frozen --quiet
 echo "==> Docker engine and images"

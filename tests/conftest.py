@@ -171,7 +171,8 @@ def private_engine():
         if os.environ.get("CI"):
             pytest.fail(f"cannot start a private Docker engine: {why}")
         pytest.skip(f"cannot start a private Docker engine: {why}")
-    engine = PrivateEngine()
+    # tls: it also listens on tcp://127.0.0.1:<port> with --tlsverify (the tcp:// host tests)
+    engine = PrivateEngine(tls=True)
     # Our own tag on today's test image: other sessions may rebuild the shared tag
     # meanwhile, and the run's pre-flight rightly refuses engines whose IDs differ.
     engine.image = f"{TEST_IMAGE}:private-{os.getpid()}"

@@ -24,6 +24,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -48,6 +49,52 @@ def _used_networks() -> list[ipaddress.IPv4Network]:
     return nets
 
 
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _openssl(*args: str) -> None:
+    _cmd("openssl", *args)
+
+
+def make_ca(directory: Path, name: str = "test-ca") -> tuple[Path, Path]:
+    """A throwaway certificate authority: (ca.pem, ca-key.pem)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    ca, key = directory / "ca.pem", directory / "ca-key.pem"
+    _openssl(
+        "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+        "-keyout", str(key), "-out", str(ca), "-subj", f"/CN={name}",
+    )  # fmt: skip
+    return ca, key
+
+
+def sign_cert(ca: tuple[Path, Path], cert: Path, key: Path, usage: str) -> None:
+    """A key and a certificate for 127.0.0.1 signed by ``ca``; usage serverAuth or clientAuth."""
+    csr = cert.with_suffix(".csr")
+    ext = cert.with_suffix(".ext")
+    ext.write_text(f"subjectAltName=IP:127.0.0.1\nextendedKeyUsage={usage}\n")
+    _openssl(
+        "req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(csr), "-subj", "/CN=127.0.0.1",
+    )  # fmt: skip
+    _openssl(
+        "x509", "-req", "-in", str(csr), "-CA", str(ca[0]), "-CAkey", str(ca[1]), "-CAcreateserial",
+        "-out", str(cert), "-days", "2", "-extfile", str(ext),
+    )  # fmt: skip
+    csr.unlink()
+    ext.unlink()
+
+
+def client_cert_dir(directory: Path, ca: tuple[Path, Path]) -> Path:
+    """A DOCKER_CERT_PATH-style directory (ca.pem, cert.pem, key.pem) for a client of ``ca``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    shutil.copy(ca[0], directory / "ca.pem")
+    sign_cert(ca, directory / "cert.pem", directory / "key.pem", "clientAuth")
+    return directory
+
+
 def private_engine_missing() -> str:
     """Why a private engine cannot start here, or '' when it can."""
     if os.geteuid() != 0:
@@ -61,7 +108,7 @@ def private_engine_missing() -> str:
 class PrivateEngine:
     """One private ``dockerd``; ``start``/``stop``/``kill``/``restart`` touch only its own pid."""
 
-    def __init__(self, name: str = "orc2") -> None:
+    def __init__(self, name: str = "orc2", tls: bool = False) -> None:
         # Short paths: the engine's containerd socket lives under the exec root and
         # unix socket paths are limited to 108 bytes.
         self.root = Path(tempfile.mkdtemp(prefix=f"{name}-", dir="/tmp"))
@@ -73,6 +120,14 @@ class PrivateEngine:
         self.pid: int | None = None
         self.image = ""  # the image tag loaded into it (the conftest fixture pins one)
         self._bridge_made = False
+        # tls: the engine also listens on tcp://127.0.0.1:<tls_port> and wants a client
+        # certificate signed by its own throwaway CA (self.ca; client_cert_dir makes one).
+        self.tls_url = ""
+        self.ca: tuple[Path, Path] | None = None
+        if tls:
+            self.ca = make_ca(self.root / "tls")
+            sign_cert(self.ca, self.root / "tls" / "server.pem", self.root / "tls" / "server-key.pem", "serverAuth")
+            self.tls_url = f"tcp://127.0.0.1:{free_port()}"
 
     # ------------------------------------------------------------ the bridge
 
@@ -146,6 +201,12 @@ class PrivateEngine:
             "--iptables=false",
             "--ip-masq=false",
         ]
+        if self.tls_url:
+            tls = self.root / "tls"
+            args += [
+                "--host", self.tls_url, "--tlsverify", f"--tlscacert={tls / 'ca.pem'}",
+                f"--tlscert={tls / 'server.pem'}", f"--tlskey={tls / 'server-key.pem'}",
+            ]  # fmt: skip
         with open(self.log, "ab") as log:
             proc = subprocess.Popen(args, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
         self.pid = proc.pid

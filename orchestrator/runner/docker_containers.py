@@ -113,6 +113,8 @@ class DockerHost:
         if self._client is None:
             try:
                 return await anyio.to_thread.run_sync(self._connect, limiter=self.limiter)
+            except RunnerError:
+                raise  # the client factory already said what is wrong (a host's TLS files, say)
             except Exception as exc:
                 raise ContainerError(f"cannot connect to Docker: {exc}; {DOCKER_START_HINT}", retryable=True) from exc
         return self._client

@@ -31,7 +31,7 @@ from urllib.parse import urlsplit, urlunsplit
 import anyio
 import msgspec
 
-from ..errors import ConfigError, HostDownError, PreflightError, RunnerError
+from ..errors import ConfigError, ContainerError, HostDownError, PreflightError, RunnerError
 from .base import RunnerEventCallback
 from .docker_containers import DEFAULT_CLIENT_TIMEOUT_S, DEFAULT_THREADS, DockerHost, default_client_factory
 from .types import InstanceRequest, RunnerResult
@@ -45,13 +45,29 @@ _SCHEMES = ("ssh", "tcp", "unix", "npipe")
 
 
 @dataclass(frozen=True)
+class TLSFiles:
+    """Where a tcp:// engine's TLS material is; docker-py's TLSConfig is built from it
+    in the thread that makes the client (importing docker-py on the event loop while
+    the launcher warms it up in another thread can fail half-way)."""
+
+    ca: str
+    cert: tuple[str, str] | None
+    verify: bool
+
+    def config(self) -> Any:
+        import docker.tls
+
+        return docker.tls.TLSConfig(client_cert=self.cert, ca_cert=self.ca, verify=self.verify)
+
+
+@dataclass(frozen=True)
 class HostSpec:
     """One configured engine, resolved to a URL (None: the local engine)."""
 
     name: str
     url: str | None
     max_parallel: int
-    tls: Any = None  # docker.tls.TLSConfig for tcp:// engines that use TLS
+    tls: TLSFiles | None = None  # tcp:// engines that use TLS
 
     @property
     def remote(self) -> bool:
@@ -115,7 +131,7 @@ def parse_host_flag(text: str) -> dict[str, Any]:
     return entry
 
 
-def _context_endpoint(context: str) -> tuple[str, Any]:
+def _context_endpoint(context: str) -> tuple[str, TLSFiles | None]:
     """The engine URL (and TLS settings) of a ``docker context``."""
     try:
         proc = subprocess.run(["docker", "context", "inspect", context], capture_output=True, text=True, timeout=30)
@@ -128,19 +144,19 @@ def _context_endpoint(context: str) -> tuple[str, Any]:
     url = endpoint.get("Host")
     if not url:
         raise PreflightError(f"docker context {context!r} has no Docker endpoint")
-    tls = None
+    tls: TLSFiles | None = None
     tls_dir = Path((info.get("Storage") or {}).get("TLSPath") or "") / "docker"
     if url.startswith("tcp://") and (tls_dir / "ca.pem").exists():
-        import docker.tls
-
-        cert = (str(tls_dir / "cert.pem"), str(tls_dir / "key.pem")) if (tls_dir / "cert.pem").exists() else None
-        tls = docker.tls.TLSConfig(
-            client_cert=cert, ca_cert=str(tls_dir / "ca.pem"), verify=not endpoint.get("SkipTLSVerify")
-        )
+        tls = _tls_config(tls_dir, verify=not endpoint.get("SkipTLSVerify"))
     return url, tls
 
 
-def _tls_from_env(url: str) -> Any:
+def _tls_config(cert_dir: Path, verify: bool) -> TLSFiles:
+    cert = (str(cert_dir / "cert.pem"), str(cert_dir / "key.pem")) if (cert_dir / "cert.pem").exists() else None
+    return TLSFiles(ca=str(cert_dir / "ca.pem"), cert=cert, verify=verify)
+
+
+def _tls_from_env(url: str) -> TLSFiles | None:
     """``tcp://`` engines use TLS the way the Docker CLI does: DOCKER_CERT_PATH or ~/.docker."""
     import os
 
@@ -149,14 +165,21 @@ def _tls_from_env(url: str) -> Any:
     cert_dir = Path(os.environ.get("DOCKER_CERT_PATH") or Path.home() / ".docker")
     if not (cert_dir / "ca.pem").exists():
         return None
-    import docker.tls
+    return _tls_config(cert_dir, verify=os.environ.get("DOCKER_TLS_VERIFY", "1") not in ("", "0"))
 
-    cert = (str(cert_dir / "cert.pem"), str(cert_dir / "key.pem")) if (cert_dir / "cert.pem").exists() else None
-    return docker.tls.TLSConfig(
-        client_cert=cert,
-        ca_cert=str(cert_dir / "ca.pem"),
-        verify=os.environ.get("DOCKER_TLS_VERIFY", "1") not in ("", "0"),
-    )
+
+def _tls_from_cert_path(name: str, url: str | None, cert_path: str) -> TLSFiles:
+    """A host's own ``cert_path``: ca.pem, cert.pem and key.pem, always verified."""
+    if not url or not url.startswith("tcp://"):
+        raise ConfigError(f"runner.hosts: host {name!r} has cert_path but TLS is only for tcp:// URLs")
+    cert_dir = Path(cert_path).expanduser()
+    missing = [f for f in ("ca.pem", "cert.pem", "key.pem") if not (cert_dir / f).is_file()]
+    if missing:
+        raise ConfigError(
+            f"runner.hosts: host {name!r} cert_path {str(cert_dir)!r} lacks {', '.join(missing)} "
+            "(it needs ca.pem, cert.pem and key.pem, as DOCKER_CERT_PATH does)"
+        )
+    return _tls_config(cert_dir, verify=True)
 
 
 def resolve_hosts(entries: Sequence[Any]) -> list[HostSpec]:
@@ -179,7 +202,9 @@ def resolve_hosts(entries: Sequence[Any]) -> list[HostSpec]:
         slots = entry.get("max_parallel")
         if slots is not None and (not isinstance(slots, int) or slots < 1):
             raise ConfigError(f"runner.hosts: host {name!r} max_parallel must be a whole number of at least 1")
-        tls = None
+        tls: TLSFiles | None = None
+        if context and entry.get("cert_path"):
+            raise ConfigError(f"runner.hosts: host {name!r} has cert_path and context; a context keeps its own TLS")
         if context:
             url, tls = _context_endpoint(context)
         elif url:
@@ -189,7 +214,8 @@ def resolve_hosts(entries: Sequence[Any]) -> list[HostSpec]:
                 raise ConfigError(
                     f"runner.hosts: host {name!r} URL {redact_url(url)!r} must start with ssh://, tcp:// or unix://"
                 )
-            tls = _tls_from_env(url)
+            cert_path = entry.get("cert_path")
+            tls = _tls_from_cert_path(name, url, cert_path) if cert_path else _tls_from_env(url)
         elif name != LOCAL and entry.get("docker") != LOCAL:
             raise ConfigError(
                 f"runner.hosts: host {name!r} needs docker: URL or context: NAME "
@@ -197,6 +223,33 @@ def resolve_hosts(entries: Sequence[Any]) -> list[HostSpec]:
             )
         specs.append(HostSpec(name=name, url=url, max_parallel=slots or DEFAULT_HOST_SLOTS, tls=tls))
     return specs
+
+
+def _tls_error(tls: TLSFiles, text: str) -> ContainerError:
+    """A failed TLS handshake as its fix: which file to change, not "start Docker"."""
+    reason = re.search(r"certificate verify failed: ([^('\"]+)", text)
+    if reason:
+        return ContainerError(
+            f"the engine's TLS certificate is not trusted by {tls.ca} ({reason.group(1).strip()}); "
+            "use the ca.pem of the CA that signed the engine's certificate"
+        )
+    detail = re.search(r"SSLError\((.*)\)\)", text)
+    return ContainerError(
+        f"TLS handshake with the engine failed ({(detail.group(1) if detail else text)[:200]}); "
+        f"check that {tls.ca} and the client certificate {tls.cert[0] if tls.cert else '(none)'} "
+        "come from the CA the engine was started with (--tlscacert)"
+    )
+
+
+def _keep_engine_ca(api: Any, url: str) -> None:
+    """requests lets REQUESTS_CA_BUNDLE or CURL_CA_BUNDLE replace the CA a session was
+    given, so with either set (common where a proxy re-signs traffic) the engine's own
+    CA was never used and every TLS engine failed verification. The environment is
+    no longer consulted for this client; its proxy settings are copied in by hand."""
+    import requests.utils
+
+    api.trust_env = False
+    api.proxies.update(requests.utils.get_environ_proxies("https://" + url.split("://", 1)[1]))
 
 
 def client_factory(spec: HostSpec, timeout: int = DEFAULT_CLIENT_TIMEOUT_S) -> Callable[[], Any]:
@@ -207,14 +260,32 @@ def client_factory(spec: HostSpec, timeout: int = DEFAULT_CLIENT_TIMEOUT_S) -> C
 
     def make():
         import docker
+        import docker.constants
 
-        return docker.DockerClient(
-            base_url=url,
-            tls=spec.tls,
-            timeout=timeout,
-            max_pool_size=DEFAULT_THREADS,
-            use_ssh_client=url.startswith("ssh://"),
-        )
+        try:
+            client = docker.DockerClient(
+                base_url=url,
+                tls=spec.tls.config() if spec.tls else False,
+                timeout=timeout,
+                max_pool_size=DEFAULT_THREADS,
+                use_ssh_client=url.startswith("ssh://"),
+                # With TLS, the API version is asked for only once the CA is fixed below.
+                version=docker.constants.MINIMUM_DOCKER_API_VERSION if spec.tls else None,
+            )
+            if spec.tls:
+                api: Any = client.api
+                _keep_engine_ca(api, url)
+                api._version = api._retrieve_server_version()
+            return client
+        except Exception as exc:
+            # docker-py repeats the URL it was given, password and all, and this
+            # text reaches the terminal (only the files the run writes are sanitized).
+            text = str(exc)
+            if spec.tls and "SSL" in text:
+                raise _tls_error(spec.tls, text) from None
+            if url not in text:
+                raise
+            raise ContainerError(text.replace(url, redact_url(url)), retryable=True) from None
 
     return make
 

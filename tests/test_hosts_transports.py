@@ -1,0 +1,271 @@
+"""The ways Docker users reach a remote engine, each for real on this machine.
+
+Every form ends on the session's private dockerd (tests/private_engine.py):
+``tcp://127.0.0.1:PORT`` with ``--tlsverify`` and a throwaway CA, ``ssh://``
+through a private ``sshd`` on 127.0.0.1 whose ``docker system dial-stdio``
+talks to the private engine, and a ``docker context`` in a temporary
+DOCKER_CONFIG. Nothing listens anywhere but 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from cli_helpers import cli_env, only_run_id, run_cli
+from conftest import git, make_repo
+from private_engine import client_cert_dir, free_port, make_ca
+from reliability_helpers import check_log, events_path
+from test_hosts import NO_DISK_MIN, _host_containers, _remove_run
+
+PROMPT = "SIM: write t.txt {word}\nSIM: commit t"
+
+
+def _config(tmp_path: Path, hosts: list[dict]) -> Path:
+    path = tmp_path / "hosts.yaml"
+    path.write_text(yaml.safe_dump({"runner": {"hosts": hosts}}))
+    return path
+
+
+def _check_placed_and_imported(tmp_path: Path, repo: Path, result, engine, host: str, word: str) -> str:
+    """The one task ran on ``host`` (the private engine, archive path) and its branch was imported."""
+    run_id = only_run_id(tmp_path)
+    assert result.returncode == 0, result.stderr
+    events = check_log(events_path(tmp_path, run_id))
+    assert {e.payload["host"] for e in events if e.type == "task.started"} == {host}
+    (done,) = [e for e in events if e.type == "task.completed"]
+    assert git(repo, "show", f"{done.payload['artifact']['branch_final']}:t.txt") == word
+    containers = _host_containers(engine.url, run_id)
+    assert containers and {c["Config"]["Labels"]["orchestrator.host"] for c in containers} == {host}
+    ws = next(m for m in containers[0]["Mounts"] if m["Destination"] == "/workspace")
+    assert ws["Type"] == "volume", ws
+    return run_id
+
+
+# ---------------------------------------------------------------- tcp:// with TLS
+
+
+@pytest.mark.docker
+def test_tcp_tls_host_places_a_task_and_imports_its_branch(tmp_path, private_engine):
+    certs = client_cert_dir(tmp_path / "certs", private_engine.ca)
+    config = _config(tmp_path, [{"name": "t", "docker": private_engine.tls_url, "cert_path": str(certs)}])
+    repo = make_repo(tmp_path / "repo")
+    # Where a proxy re-signs traffic, these name the proxy's CA: the engine's own CA
+    # (cert_path) must still be the one its certificate is checked against.
+    other = make_ca(tmp_path / "proxy-ca", name="proxy-ca")[0]
+    env = cli_env(tmp_path, **NO_DISK_MIN, REQUESTS_CA_BUNDLE=str(other), CURL_CA_BUNDLE=str(other))
+    args = ["--config", str(config), "--docker-image", private_engine.image]
+    result = run_cli([PROMPT.format(word="tls"), "--no-tui", *args], cwd=repo, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr
+    run_id = only_run_id(tmp_path)
+    try:
+        _check_placed_and_imported(tmp_path, repo, result, private_engine, "t", "tls")
+        checked = run_cli(["--hosts", *args], cwd=repo, env=env)
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+        assert " up " in checked.stdout and "rtt" in checked.stdout, checked.stdout
+    finally:
+        _remove_run(private_engine.url, run_id)
+
+
+@pytest.mark.docker
+def test_tcp_tls_with_the_wrong_ca_is_one_line_naming_the_host(tmp_path, private_engine):
+    """Client certificate from the engine's CA, but a ca.pem of another CA: the engine's
+    certificate is not trusted. One line at pre-flight names the host, no traceback."""
+    certs = client_cert_dir(tmp_path / "certs", private_engine.ca)
+    other = make_ca(tmp_path / "other", name="other-ca")
+    shutil.copy(other[0], certs / "ca.pem")
+    config = _config(tmp_path, [{"name": "wrongca", "docker": private_engine.tls_url, "cert_path": str(certs)}])
+    repo = make_repo(tmp_path / "repo")
+    env = cli_env(tmp_path, **NO_DISK_MIN)
+    result = run_cli(
+        [PROMPT.format(word="x"), "--no-tui", "--config", str(config), "--docker-image", private_engine.image],
+        cwd=repo,
+        env=env,
+        timeout=300,
+    )
+    assert result.returncode != 0
+    line = result.stderr.strip()
+    assert "\n" not in line and "Traceback" not in line, line
+    assert "wrongca" in line and "certificate" in line.lower(), line
+    # The fix is the CA file, not starting Docker: the line says which file.
+    assert str(certs / "ca.pem") in line and "start Docker" not in line, line
+
+
+@pytest.mark.docker
+def test_a_password_in_a_host_url_is_never_shown_or_written(tmp_path, private_engine):
+    """docker-py refuses a URL with user:password, and its error repeats the URL:
+    the line the user sees and every file the run writes keep the password out."""
+    port = private_engine.tls_url.rsplit(":", 1)[1]
+    secret = "pw-s3cret-9431"
+    repo = make_repo(tmp_path / "repo")
+    env = cli_env(tmp_path, **NO_DISK_MIN)
+    result = run_cli(
+        [
+            PROMPT.format(word="x"),
+            "--no-tui",
+            "--docker-image",
+            private_engine.image,
+            "--docker-host",
+            f"p=tcp://ci:{secret}@127.0.0.1:{port}",
+        ],
+        cwd=repo,
+        env=env,
+        timeout=300,
+    )
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr and result.stderr.strip().count("\n") == 0, result.stderr
+    assert "host p" in result.stderr or "'p'" in result.stderr, result.stderr
+    assert secret not in result.stdout + result.stderr
+    for path in tmp_path.rglob("*"):
+        if path.is_file() and "repo" not in path.relative_to(tmp_path).parts[:1]:
+            assert secret.encode() not in path.read_bytes(), path
+
+
+# ---------------------------------------------------------------- ssh://
+
+
+@pytest.fixture
+def sshd(tmp_path, private_engine):
+    """A private sshd on 127.0.0.1 whose ``docker`` talks to the private engine.
+
+    Returns (url, env): the client side uses this test's key and known_hosts
+    through an ``ssh`` on PATH that adds ``-F`` (docker-py runs ``ssh`` by name,
+    and OpenSSH reads ~/.ssh of the passwd entry, whatever HOME says).
+    """
+    if not Path("/usr/sbin/sshd").exists() or shutil.which("ssh") is None or os.geteuid() != 0:
+        pytest.skip("openssh-server/openssh-client (scripts/setup.sh installs them) and root are needed")
+    d = tmp_path / "ssh"
+    (d / "bin").mkdir(parents=True)
+    for key in ("host_key", "id_client"):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / key)], check=True)
+    port = free_port()
+    user = subprocess.run(["id", "-un"], capture_output=True, text=True, check=True).stdout.strip()
+    client_pub = (d / "id_client.pub").read_text().strip()
+    # The remote side's `docker system dial-stdio` reaches the private engine.
+    (d / "authorized_keys").write_text(f'environment="DOCKER_HOST={private_engine.url}" {client_pub}\n')
+    (d / "sshd_config").write_text(
+        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {d / 'host_key'}\nPidFile {d / 'sshd.pid'}\n"
+        f"AuthorizedKeysFile {d / 'authorized_keys'}\nPermitRootLogin prohibit-password\n"
+        "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n"
+        "PermitUserEnvironment yes\n"
+    )
+    host_pub = (d / "host_key.pub").read_text().split()
+    (d / "known_hosts").write_text(f"[127.0.0.1]:{port} {host_pub[0]} {host_pub[1]}\n")
+    (d / "ssh_config").write_text(
+        f"Host 127.0.0.1\n  IdentityFile {d / 'id_client'}\n  IdentitiesOnly yes\n"
+        f"  UserKnownHostsFile {d / 'known_hosts'}\n  StrictHostKeyChecking yes\n  BatchMode yes\n"
+    )
+    wrapper = d / "bin" / "ssh"
+    wrapper.write_text(f'#!/bin/sh\nexec {shutil.which("ssh")} -F {d / "ssh_config"} "$@"\n')
+    wrapper.chmod(0o755)
+    Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege-separation directory
+    proc = subprocess.Popen(
+        ["/usr/sbin/sshd", "-D", "-f", str(d / "sshd_config"), "-E", str(d / "sshd.log")],
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        env = {"PATH": f"{d / 'bin'}:{os.environ['PATH']}"}
+        deadline = time.time() + 30
+        while subprocess.run([str(wrapper), "-p", str(port), f"{user}@127.0.0.1", "true"]).returncode != 0:
+            assert proc.poll() is None and time.time() < deadline, (d / "sshd.log").read_text()
+            time.sleep(0.3)
+        yield f"ssh://{user}@127.0.0.1:{port}", env
+    finally:
+        proc.send_signal(signal.SIGTERM)  # this sshd's own pid only
+        proc.wait(timeout=30)
+
+
+@pytest.mark.docker
+def test_ssh_host_places_a_task_imports_its_branch_and_reports_up(tmp_path, private_engine, sshd):
+    url, ssh_env = sshd
+    repo = make_repo(tmp_path / "repo")
+    env = cli_env(tmp_path, **NO_DISK_MIN, **ssh_env)
+    args = ["--docker-image", private_engine.image, "--docker-host", f"s={url}:1"]
+    checked = run_cli(["--hosts", *args], cwd=repo, env=env, timeout=120)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    (row,) = [line for line in checked.stdout.splitlines() if line.startswith("s ")]
+    assert " up " in row and "rtt" in row and f"image {private_engine.image}: same" in row, row
+    result = run_cli([PROMPT.format(word="ssh"), "--no-tui", *args], cwd=repo, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr
+    run_id = only_run_id(tmp_path)
+    try:
+        _check_placed_and_imported(tmp_path, repo, result, private_engine, "s", "ssh")
+    finally:
+        _remove_run(private_engine.url, run_id)
+
+
+# ---------------------------------------------------------------- docker context
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("endpoint", ["unix", "tcp-tls"])
+def test_context_host_places_a_task_and_imports_its_branch(tmp_path, private_engine, endpoint):
+    docker_config = tmp_path / "docker-config"
+    docker_config.mkdir()
+    if endpoint == "unix":
+        spec = f"host={private_engine.url}"
+    else:  # the context keeps its own copy of the TLS files
+        certs = client_cert_dir(tmp_path / "certs", private_engine.ca)
+        spec = f"host={private_engine.tls_url},ca={certs / 'ca.pem'},cert={certs / 'cert.pem'},key={certs / 'key.pem'}"
+    created = subprocess.run(
+        ["docker", "--config", str(docker_config), "context", "create", "orc-private", "--docker", spec],
+        capture_output=True,
+        text=True,
+    )
+    assert created.returncode == 0, created.stderr
+    config = _config(tmp_path, [{"name": "c", "context": "orc-private", "max_parallel": 1}])
+    repo = make_repo(tmp_path / "repo")
+    other = make_ca(tmp_path / "proxy-ca", name="proxy-ca")[0]  # must not replace the context's CA
+    env = cli_env(tmp_path, **NO_DISK_MIN, DOCKER_CONFIG=str(docker_config), REQUESTS_CA_BUNDLE=str(other))
+    result = run_cli(
+        [PROMPT.format(word="ctx"), "--no-tui", "--config", str(config), "--docker-image", private_engine.image],
+        cwd=repo,
+        env=env,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    run_id = only_run_id(tmp_path)
+    try:
+        _check_placed_and_imported(tmp_path, repo, result, private_engine, "c", "ctx")
+    finally:
+        _remove_run(private_engine.url, run_id)
+
+
+# ---------------------------------------------------------------- cert_path checks
+
+
+@pytest.mark.parametrize(
+    ("entry", "words"),
+    [
+        ({"name": "t", "docker": "tcp://h:2376"}, ["'t'", "ca.pem, cert.pem, key.pem"]),
+        ({"name": "t", "docker": "ssh://ci@h"}, ["'t'", "tcp://"]),
+        ({"name": "t", "context": "x"}, ["'t'", "context"]),
+    ],
+)
+def test_bad_cert_path_is_one_clear_error(tmp_path, entry, words):
+    from orchestrator.errors import ConfigError
+    from orchestrator.runner.hosts import resolve_hosts
+
+    entry = {**entry, "cert_path": str(tmp_path)}
+    with pytest.raises(ConfigError) as info:
+        resolve_hosts([entry])
+    assert all(w in str(info.value) for w in words), str(info.value)
+
+
+def test_cert_path_is_read_from_the_config_file(tmp_path):
+    from orchestrator.config import load_config
+    from orchestrator.runner.hosts import resolve_hosts
+
+    certs = client_cert_dir(tmp_path / "certs", make_ca(tmp_path / "ca"))
+    config = _config(tmp_path, [{"name": "t", "docker": "tcp://127.0.0.1:2376", "cert_path": str(certs)}])
+    loaded = load_config(config_file=str(config), cli_overrides={}, cwd=tmp_path, environ={}).config
+    (spec,) = resolve_hosts(loaded.runner.hosts)
+    assert spec.tls is not None and spec.tls.verify
+    assert spec.tls.ca == str(certs / "ca.pem") and spec.tls.cert == (str(certs / "cert.pem"), str(certs / "key.pem"))
