@@ -23,7 +23,14 @@ fi
 if [ "$(id -u)" = 0 ] && ! { command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ]; } ; then
     # a private sshd on 127.0.0.1 is the ssh:// Docker host of the multi-host tests
     echo "==> installing openssh-server and openssh-client"
+    # The package would start a machine-wide sshd on port 22; the tests start their own
+    # on 127.0.0.1 only, so service starts are refused while it installs.
+    made_policy=0
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+        printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && made_policy=1
+    fi
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server openssh-client >/dev/null
+    if [ "$made_policy" = 1 ]; then rm -f /usr/sbin/policy-rc.d; fi
 fi
 echo "==> Python environment (uv sync)"
 uv sync --frozen --quiet
