@@ -96,6 +96,26 @@ async def _exec(host: DockerHost, container: str, cmd: list[str]) -> tuple[int, 
     return code, (out or b"").decode("utf-8", "replace").strip()
 
 
+async def workspace_holds_a_clone(host: DockerHost, container: str) -> bool:
+    """Whether the container's /workspace volume holds a git clone (a copy-in landed there)."""
+    code, _ = await _exec(host, container, ["test", "-e", f"{WORKSPACE_MOUNT}/.git"])
+    return code == 0
+
+
+async def empty_workspace(host: DockerHost, container: str) -> None:
+    """Remove everything in the container's /workspace volume, as root (a read-only
+    workspace's files are root's)."""
+    code, out = await host.exec_simple(
+        container,
+        ["find", WORKSPACE_MOUNT, "-mindepth", "1", "-maxdepth", "1", "-exec", "rm", "-rf", "{}", "+"],
+        user="root",
+    )
+    if code != 0:
+        raise GitError(
+            f"could not empty the workspace in {container}: {(out or b'').decode('utf-8', 'replace')[-500:]}"
+        )
+
+
 async def clear_stale_git_locks(host: DockerHost, container: str) -> list[str]:
     """Remove the git locks a killed agent left in the container's /workspace volume.
 

@@ -122,7 +122,7 @@ class WorkspaceSteps(RunnerCore):
         if unexpected:
             raise unexpected[0]
         if failure is None and self.host.archive and first.get("ready") is not None:
-            failure = await self._archive_copy_in(request, workspace, first["ready"], on_event)
+            failure = await self._archive_copy_in(request, workspace, first["ready"], on_event, fresh=True)
         if failure is not None:
             if "ready" in first:
                 await self._stop_quietly(request, on_event)
@@ -166,7 +166,7 @@ class WorkspaceSteps(RunnerCore):
         if self.host.archive and first.get("ready") is not None:
             # A remote engine: a container that still exists keeps the work in its
             # workspace volume; a new one gets the kept clone through the archive API.
-            failure = await self._archive_copy_in(request, kept.path, first["ready"], on_event)
+            failure = await self._archive_copy_in(request, kept.path, first["ready"], on_event, fresh=False)
             if failure is not None:
                 await self._stop_quietly(request, on_event)
                 return first, failure
@@ -195,14 +195,30 @@ class WorkspaceSteps(RunnerCore):
         return first, None
 
     async def _archive_copy_in(
-        self, request: InstanceRequest, workspace: Path, ready: Any, on_event: RunnerEventCallback | None
+        self,
+        request: InstanceRequest,
+        workspace: Path,
+        ready: Any,
+        on_event: RunnerEventCallback | None,
+        *,
+        fresh: bool,
     ) -> RunnerError | None:
         """Remote engine: the clone travels into the container's /workspace volume.
 
-        A container that already existed (a resumed task) keeps the workspace its
-        volume holds, as a kept bind-mounted workspace would."""
-        if ready.action not in ("created", "replaced"):
-            return None
+        A container that already existed keeps what its volume holds only on the
+        kept-workspace resume path, and only if a clone is there: an earlier
+        attempt may have failed between creating the container and copying in, and
+        reusing its empty volume would run the agent with no clone. A fresh
+        workspace always replaces what the volume holds, as a fresh bind-mounted
+        clone would."""
+        try:
+            if ready.action not in ("created", "replaced"):
+                if fresh:
+                    await archive.empty_workspace(self.host, request.container_name)
+                elif await archive.workspace_holds_a_clone(self.host, request.container_name):
+                    return None
+        except RunnerError as exc:
+            return exc
         t = time.monotonic()
         try:
             sent = await archive.copy_in(
