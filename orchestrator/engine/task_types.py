@@ -14,26 +14,19 @@ from typing import Any, Literal, NotRequired, TypedDict
 
 import msgspec
 
+from ..runner.types import (
+    ConflictPolicy,
+    ErrorCategory,
+    ImportPolicy,
+    NetworkEgress,
+    UncommittedPolicy,
+)
+
 PluginName = Literal["claude-code", "codex", "command"]
-ImportPolicy = Literal["auto", "never", "always"]
-ImportConflictPolicy = Literal["fail", "overwrite", "suffix"]
-NetworkEgress = Literal["online", "offline", "proxy"]
-UncommittedPolicy = Literal["commit", "discard"]
-# What ``TaskFailed.error_type`` can be ("docker": a host of runner.hosts stopped
-# answering). In a retry policy, "docker" and "network" cover "container" too.
-ErrorType = Literal[
-    "timeout",
-    "api",
-    "container",
-    "docker",
-    "git",
-    "command",
-    "secret",
-    "resource",
-    "output_invalid",
-    "internal",
-    "session_corrupted",
-]
+# The values a task input and a result may hold are the runner's own: one
+# definition, so a new error category or policy reaches the strategy's types too.
+ImportConflictPolicy = ConflictPolicy
+ErrorType = ErrorCategory
 RetryCategory = ErrorType | Literal["network"]
 
 
