@@ -34,6 +34,11 @@ CONTAINER_UID = 1000
 BUNDLE_PATH = f"{WORKSPACE_MOUNT}/.git/orchestrator-result.bundle"
 # Spill the tar to disk beyond this size: a 20k-file clone should not sit in memory.
 SPOOL_BYTES = 32 << 20
+# The copy-in's first and last tar member: the engine extracts in order and the
+# last one overwrites the first, so "partial" is left only by a copy cut off
+# midway. A kept workspace volume is trusted only without it.
+COPY_MARK = ".git/orchestrator-copy-in"
+COPY_MARK_PATH = f"{WORKSPACE_MOUNT}/{COPY_MARK}"
 
 
 def tar_workspace(workspace: Path, *, read_only: bool) -> tempfile.SpooledTemporaryFile:
@@ -59,8 +64,15 @@ def tar_workspace(workspace: Path, *, read_only: bool) -> tempfile.SpooledTempor
             info.uid = info.gid = CONTAINER_UID
         return info
 
+    def mark(tar: tarfile.TarFile, text: bytes) -> None:
+        info = owner(tarfile.TarInfo(COPY_MARK))
+        info.size, info.mode = len(text), 0o644
+        tar.addfile(info, io.BytesIO(text))
+
     with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        mark(tar, b"partial\n")
         tar.add(str(workspace), arcname=".", recursive=True, filter=owner)
+        mark(tar, b"complete\n")
     out.seek(0)
     return out
 
@@ -97,18 +109,26 @@ async def _exec(host: DockerHost, container: str, cmd: list[str]) -> tuple[int, 
 
 
 async def workspace_holds_a_clone(host: DockerHost, container: str) -> bool:
-    """Whether the container's /workspace volume holds a git clone (a copy-in landed there)."""
-    code, _ = await _exec(host, container, ["test", "-e", f"{WORKSPACE_MOUNT}/.git"])
+    """Whether the container's /workspace volume holds a whole copied-in clone.
+
+    An empty volume (the copy never started) or a copy cut off midway (its mark
+    still says partial) does not; a volume from before the mark existed, with a
+    clone in it, does, so its agent's uncommitted work is kept."""
+    script = f'[ -e "{WORKSPACE_MOUNT}/.git" ] && ! grep -qx partial "{COPY_MARK_PATH}" 2>/dev/null'
+    code, _ = await _exec(host, container, ["sh", "-c", script])
     return code == 0
 
 
-async def empty_workspace(host: DockerHost, container: str) -> None:
-    """Remove everything in the container's /workspace volume, as root (a read-only
-    workspace's files are root's)."""
+async def empty_workspace(host: DockerHost, container: str, *, read_only: bool) -> None:
+    """Remove everything in the container's /workspace volume.
+
+    As the files' owner: root in a container whose user is not root has no
+    capabilities, so it cannot remove the agent's files, and the agent's user
+    cannot remove a read-only copy's (root's) files."""
     code, out = await host.exec_simple(
         container,
         ["find", WORKSPACE_MOUNT, "-mindepth", "1", "-maxdepth", "1", "-exec", "rm", "-rf", "{}", "+"],
-        user="root",
+        user="root" if read_only else "node",
     )
     if code != 0:
         raise GitError(

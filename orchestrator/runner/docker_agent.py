@@ -102,6 +102,10 @@ class AgentExec(RunnerCore):
                 )
             except RunnerError as exc:
                 return _Attempt(error=exc)
+            if self.host.archive:
+                failure = await self._archive_copy_in(request, workspace, ready, on_event, fresh=False)
+                if failure is not None:
+                    return _Attempt(error=failure)
             duration = round(time.monotonic() - t, 4)
         if ready.action == "replaced":
             self._emit(

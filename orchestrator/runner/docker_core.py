@@ -19,9 +19,9 @@ from ..errors import RunnerError
 from ..jsonlog import ComponentLog
 from ..naming import ghash, session_volume_name
 from ..sanitize import Sanitizer
-from . import git_ops
+from . import archive, git_ops
 from .base import RunnerEventCallback
-from .docker_containers import DockerHost
+from .docker_containers import ContainerReady, DockerHost, workspace_read_only
 from .types import AuthConfig, Hardening, InstanceRequest
 
 STOP_TIMEOUT_S = 1
@@ -134,3 +134,43 @@ class RunnerCore:
             container=request.container_name,
             duration_s=round(time.monotonic() - t, 4),
         )
+
+    async def _archive_copy_in(
+        self,
+        request: InstanceRequest,
+        workspace: Path,
+        ready: ContainerReady,
+        on_event: RunnerEventCallback | None,
+        *,
+        fresh: bool,
+    ) -> RunnerError | None:
+        """Remote engine: the clone travels into the container's /workspace volume.
+
+        ``fresh``: the first attempt on a fresh clone, so the volume must hold that
+        clone and nothing else; a volume an existing container kept is emptied
+        first. Otherwise (a retry, or a resumed task's kept workspace) the volume
+        keeps the agent's work when it holds a whole clone; an earlier attempt may
+        have failed before its copy-in or in the middle of it (a link to the
+        engine that broke), and an agent must never run in an empty or half-copied
+        workspace, so then the clone is copied in again."""
+        name = request.container_name
+        try:
+            if not fresh and await archive.workspace_holds_a_clone(self.host, name):
+                return None
+            read_only = workspace_read_only(request)
+            if not (fresh and ready.action == "created"):
+                await archive.empty_workspace(self.host, name, read_only=read_only)
+            t = time.monotonic()
+            sent = await archive.copy_in(self.host, name, workspace, read_only=read_only)
+        except RunnerError as exc:
+            return exc
+        self._emit(
+            request,
+            on_event,
+            "runner.archive.copied_in",
+            phase="workspace",
+            host=self.host.name,
+            bytes=sent,
+            duration_s=round(time.monotonic() - t, 4),
+        )
+        return None

@@ -18,7 +18,7 @@ import anyio.to_thread
 from ..errors import GitError, RunnerError
 from . import archive, git_ops
 from .base import RunnerEventCallback
-from .docker_containers import ensure_container, selinux_enabled, workspace_read_only
+from .docker_containers import ensure_container, selinux_enabled
 from .docker_core import RunnerCore
 from .types import InstanceRequest
 
@@ -122,7 +122,9 @@ class WorkspaceSteps(RunnerCore):
         if unexpected:
             raise unexpected[0]
         if failure is None and self.host.archive and first.get("ready") is not None:
-            failure = await self._archive_copy_in(request, workspace, first["ready"], on_event, fresh=True)
+            self._copy_failed_is_attempt_error(
+                first, await self._archive_copy_in(request, workspace, first["ready"], on_event, fresh=True)
+            )
         if failure is not None:
             if "ready" in first:
                 await self._stop_quietly(request, on_event)
@@ -164,12 +166,11 @@ class WorkspaceSteps(RunnerCore):
             first["error"] = exc
         first["duration_s"] = round(time.monotonic() - t, 4)
         if self.host.archive and first.get("ready") is not None:
-            # A remote engine: a container that still exists keeps the work in its
-            # workspace volume; a new one gets the kept clone through the archive API.
-            failure = await self._archive_copy_in(request, kept.path, first["ready"], on_event, fresh=False)
-            if failure is not None:
-                await self._stop_quietly(request, on_event)
-                return first, failure
+            # A remote engine: the workspace volume keeps the work when it holds a
+            # whole clone; otherwise the kept clone travels in through the archive API.
+            self._copy_failed_is_attempt_error(
+                first, await self._archive_copy_in(request, kept.path, first["ready"], on_event, fresh=False)
+            )
         removed: list[str] = []
         if "ready" in first and self.host.archive:
             # The agent's git ran in the engine's volume: its locks are there, not in the local clone.
@@ -194,45 +195,11 @@ class WorkspaceSteps(RunnerCore):
         )
         return first, None
 
-    async def _archive_copy_in(
-        self,
-        request: InstanceRequest,
-        workspace: Path,
-        ready: Any,
-        on_event: RunnerEventCallback | None,
-        *,
-        fresh: bool,
-    ) -> RunnerError | None:
-        """Remote engine: the clone travels into the container's /workspace volume.
-
-        A container that already existed keeps what its volume holds only on the
-        kept-workspace resume path, and only if a clone is there: an earlier
-        attempt may have failed between creating the container and copying in, and
-        reusing its empty volume would run the agent with no clone. A fresh
-        workspace always replaces what the volume holds, as a fresh bind-mounted
-        clone would."""
-        try:
-            if ready.action not in ("created", "replaced"):
-                if fresh:
-                    await archive.empty_workspace(self.host, request.container_name)
-                elif await archive.workspace_holds_a_clone(self.host, request.container_name):
-                    return None
-        except RunnerError as exc:
-            return exc
-        t = time.monotonic()
-        try:
-            sent = await archive.copy_in(
-                self.host, request.container_name, workspace, read_only=workspace_read_only(request)
-            )
-        except RunnerError as exc:
-            return exc
-        self._emit(
-            request,
-            on_event,
-            "runner.archive.copied_in",
-            phase="workspace",
-            host=self.host.name,
-            bytes=sent,
-            duration_s=round(time.monotonic() - t, 4),
-        )
-        return None
+    @staticmethod
+    def _copy_failed_is_attempt_error(first: dict[str, Any], failure: RunnerError | None) -> None:
+        """A failed copy-in fails the first attempt, as a container that did not start
+        does: a transient one (a link to the engine that broke) is retried, and the
+        retry copies the clone in again (see ``_archive_copy_in``)."""
+        if failure is not None:
+            first.pop("ready")
+            first["error"] = failure

@@ -1,0 +1,89 @@
+"""The link to a remote engine breaks while a task's container is being set up.
+
+A remote engine is reached over a connection that can drop (an ssh pipe, a TCP
+link). Here the ``orchestrator`` command reaches the session's private engine
+through tests/engine_proxy.py, which drops the connection carrying one chosen
+request, once. The task must come through: the runner retries, and the retry
+finds the container the failed attempt created, whose /workspace volume is
+empty or holds half a copy. An agent must never run there; the clone is copied
+in again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+from cli_helpers import cli_env, only_run_id, run_cli
+from conftest import git, make_repo
+from engine_proxy import EngineProxy
+from reliability_helpers import check_log, events_path
+from test_hosts import NO_DISK_MIN, _remove_run
+
+PUT_ARCHIVE = rb"PUT /[^ ]*/containers/[^/ ]+/archive\?path=%2Fworkspace"
+# The container set-up's exec that checks the session volume is writable.
+SETUP_EXEC = rb'"Cmd": \["test", "-w", "/home/node"\]'
+
+
+@pytest.fixture
+def proxy_dir():
+    # A unix socket path is limited to 108 bytes, too short for some tmp_path names.
+    path = Path(tempfile.mkdtemp(prefix="prx-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize(
+    ("cut", "after"),
+    [
+        pytest.param(PUT_ARCHIVE, 0, id="copy-in-never-arrives"),
+        # Part of the tar reaches the engine, which extracts what it got: the volume
+        # holds a half-copied .git that must not pass for a clone.
+        pytest.param(PUT_ARCHIVE, 60_000, id="copy-in-cut-midway"),
+        # The attempt fails before any copy-in; the retry reuses the running container.
+        pytest.param(SETUP_EXEC, 0, id="container-setup-cut"),
+    ],
+)
+def test_a_dropped_link_during_set_up_is_retried_and_the_agent_gets_the_whole_clone(
+    tmp_path, private_engine, proxy_dir, cut, after
+):
+    # Incompressible and larger than the part of the copy that gets through.
+    repo = make_repo(tmp_path / "repo", {"README.md": "# demo\n", "blob.hex": os.urandom(150_000).hex()})
+    proxy = EngineProxy(private_engine.socket, proxy_dir / "engine.sock", cut=cut, after=after)
+    env = cli_env(
+        tmp_path, ORCHESTRATOR_RUNNER__BACKOFF_BASE_S="0.2", ORCHESTRATOR_RUNNER__BACKOFF_FACTOR="1", **NO_DISK_MIN
+    )
+    prompt = "SIM: write t.txt linked\nSIM: commit t"
+    run_id = None
+    try:
+        result = run_cli(
+            [prompt, "--no-tui", "--docker-image", private_engine.image, "--docker-host", f"far={proxy.url}:1"],
+            cwd=repo,
+            env=env,
+            timeout=300,
+        )
+        run_id = only_run_id(tmp_path)
+        assert proxy.cuts == 1
+        assert result.returncode == 0, result.stderr
+        (done,) = [e for e in check_log(events_path(tmp_path, run_id)) if e.type == "task.completed"]
+        branch = done.payload["artifact"]["branch_final"]
+        assert git(repo, "show", f"{branch}:t.txt") == "linked"
+        # The agent worked in the whole clone: the base commit's files came with it.
+        assert git(repo, "show", f"{branch}:blob.hex") == (repo / "blob.hex").read_text()
+
+        log = [json.loads(line) for line in (tmp_path / "logs" / run_id / "runner.jsonl").read_text().splitlines()]
+        messages = [r.get("message") for r in log]
+        retry = messages.index("runner.retry.scheduled")
+        assert "runner.archive.copied_in" in messages[retry:], messages
+        ready = [r for r in log if r.get("message") == "runner.container.ready"]
+        # The retry found the container the failed attempt left and kept it.
+        assert ready[-1]["action"] == "reused", ready
+    finally:
+        proxy.close()
+        if run_id:
+            _remove_run(private_engine.url, run_id)
