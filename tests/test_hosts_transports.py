@@ -269,3 +269,29 @@ def test_cert_path_is_read_from_the_config_file(tmp_path):
     (spec,) = resolve_hosts(loaded.runner.hosts)
     assert spec.tls is not None and spec.tls.verify
     assert spec.tls.ca == str(certs / "ca.pem") and spec.tls.cert == (str(certs / "cert.pem"), str(certs / "key.pem"))
+
+
+@pytest.mark.docker
+def test_tcp_tls_with_a_client_certificate_the_engine_rejects_is_one_line(tmp_path, private_engine):
+    """The engine's CA is trusted, but the client certificate comes from another CA:
+    the engine refuses the client. One line names the host and the client
+    certificate to replace, no traceback, nothing of the run's is left half-made."""
+    certs = client_cert_dir(tmp_path / "certs", make_ca(tmp_path / "stranger", name="stranger-ca"))
+    shutil.copy(private_engine.ca[0], certs / "ca.pem")
+    config = _config(tmp_path, [{"name": "strangerclient", "docker": private_engine.tls_url, "cert_path": str(certs)}])
+    repo = make_repo(tmp_path / "repo")
+    env = cli_env(tmp_path, **NO_DISK_MIN)
+    args = ["--config", str(config), "--docker-image", private_engine.image]
+    result = run_cli([PROMPT.format(word="x"), "--no-tui", *args], cwd=repo, env=env, timeout=300)
+    assert result.returncode != 0
+    line = result.stderr.strip()
+    assert "\n" not in line and "Traceback" not in line, line
+    assert "strangerclient" in line and "start Docker" not in line, line
+    # The fix is the client certificate, not the CA file that is right.
+    assert "refused this client's TLS certificate" in line and f"replace {certs / 'cert.pem'}" in line, line
+    assert not (tmp_path / "logs").exists() or not list((tmp_path / "logs").iterdir())
+    checked = run_cli(["--hosts", *args], cwd=repo, env=env)
+    assert checked.returncode == 1 and "Traceback" not in checked.stderr
+    assert "strangerclient DOWN" in checked.stdout and "refused this client's TLS certificate" in checked.stdout
+    # The host answers no one: copying the image there is not the fix.
+    assert "--sync-image" not in checked.stdout, checked.stdout

@@ -233,6 +233,19 @@ def _tls_error(tls: TLSFiles, text: str) -> ContainerError:
             f"the engine's TLS certificate is not trusted by {tls.ca} ({reason.group(1).strip()}); "
             "use the ca.pem of the CA that signed the engine's certificate"
         )
+    # The engine's alert about the certificate this client showed (or did not show).
+    refused = re.search(r"ALERT_(BAD_CERTIFICATE|UNKNOWN_CA|CERTIFICATE_\w+)|CERTIFICATE_REQUIRED", text)
+    if refused:
+        shown = tls.cert[0] if tls.cert else None
+        return ContainerError(
+            f"the engine refused this client's TLS certificate ({refused.group(0).lower()}): "
+            + (
+                f"replace {shown} and its key.pem with a client certificate signed by the CA the engine "
+                "was started with (--tlscacert)"
+                if shown
+                else f"put cert.pem and key.pem signed by the engine's CA (--tlscacert) beside {tls.ca}"
+            )
+        )
     detail = re.search(r"SSLError\((.*)\)\)", text)
     return ContainerError(
         f"TLS handshake with the engine failed ({(detail.group(1) if detail else text)[:200]}); "
