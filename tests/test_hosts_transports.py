@@ -295,3 +295,49 @@ def test_tcp_tls_with_a_client_certificate_the_engine_rejects_is_one_line(tmp_pa
     assert "strangerclient DOWN" in checked.stdout and "refused this client's TLS certificate" in checked.stdout
     # The host answers no one: copying the image there is not the fix.
     assert "--sync-image" not in checked.stdout, checked.stdout
+
+
+@pytest.mark.docker
+def test_ssh_host_runs_eight_tasks_at_once(tmp_path, private_engine, sshd):
+    """Eight tasks at once on one ssh:// host. docker-py made a new ssh connection for
+    every API call: the burst of handshakes went past sshd's MaxStartups (10), the
+    dropped ones reached tasks as Broken pipe, and ssh's complaints reached the
+    terminal. Then pooled connections broke on reuse (a response closed the ssh
+    process's stdout; closing a connection whose ssh had exited raised). Every
+    task must come through, with nothing retried and nothing from ssh on stderr."""
+    url, ssh_env = sshd
+    repo = make_repo(tmp_path / "repo")
+    env = cli_env(tmp_path, **NO_DISK_MIN, **ssh_env)
+    args = ["--docker-image", private_engine.image, "--docker-host", f"s={url}:8"]
+    result = run_cli([PROMPT.format(word="$TASK"), "--runs", "8", "--no-tui", *args], cwd=repo, env=env, timeout=600)
+    run_id = only_run_id(tmp_path)
+    try:
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr
+        events = check_log(events_path(tmp_path, run_id))
+        done = [e for e in events if e.type == "task.completed"]
+        assert len(done) == 8 and not [e for e in events if e.type == "task.failed"]
+        for e in done:
+            assert git(repo, "show", f"{e.payload['artifact']['branch_final']}:t.txt")
+        assert "kex_exchange" not in result.stderr and "Connection reset" not in result.stderr, result.stderr
+        runner_log = (tmp_path / "logs" / run_id / "runner.jsonl").read_text()
+        assert "runner.retry.scheduled" not in runner_log
+    finally:
+        _remove_run(private_engine.url, run_id)
+
+
+@pytest.mark.docker
+def test_ssh_host_that_refuses_the_login_is_one_line_naming_the_host(tmp_path, private_engine, sshd):
+    """ssh refuses the login (no such user): pre-flight stops with one line that names
+    the host and says what ssh said, at once (no retries of a refusal), no traceback."""
+    url, ssh_env = sshd
+    port = url.rsplit(":", 1)[1]
+    repo = make_repo(tmp_path / "repo")
+    env = cli_env(tmp_path, **NO_DISK_MIN, **ssh_env)
+    args = ["--docker-image", private_engine.image, "--docker-host", f"refuser=ssh://nosuchuser@127.0.0.1:{port}:1"]
+    result = run_cli([PROMPT.format(word="x"), "--no-tui", *args], cwd=repo, env=env, timeout=300)
+    assert result.returncode != 0
+    line = result.stderr.strip()
+    assert "\n" not in line and "Traceback" not in line, line
+    assert "refuser" in line and "Permission denied" in line, line
+    checked = run_cli(["--hosts", *args], cwd=repo, env=env, timeout=120)
+    assert checked.returncode == 1 and "refuser" in checked.stdout and "Permission denied" in checked.stdout

@@ -270,6 +270,7 @@ def client_factory(spec: HostSpec, timeout: int = DEFAULT_CLIENT_TIMEOUT_S) -> C
         return lambda: default_client_factory(timeout=timeout)
 
     url = spec.url
+    ssh = url.startswith("ssh://")
 
     def make():
         import docker
@@ -281,13 +282,19 @@ def client_factory(spec: HostSpec, timeout: int = DEFAULT_CLIENT_TIMEOUT_S) -> C
                 tls=spec.tls.config() if spec.tls else False,
                 timeout=timeout,
                 max_pool_size=DEFAULT_THREADS,
-                use_ssh_client=url.startswith("ssh://"),
-                # With TLS, the API version is asked for only once the CA is fixed below.
-                version=docker.constants.MINIMUM_DOCKER_API_VERSION if spec.tls else None,
+                use_ssh_client=ssh,
+                # With TLS or ssh, the API version is asked for only once the
+                # transport is set up below.
+                version=docker.constants.MINIMUM_DOCKER_API_VERSION if spec.tls or ssh else None,
             )
+            api: Any = client.api
             if spec.tls:
-                api: Any = client.api
                 _keep_engine_ca(api, url)
+            if ssh:
+                from .ssh_transport import use_pooled_ssh
+
+                use_pooled_ssh(api, url, timeout, DEFAULT_THREADS)
+            if spec.tls or ssh:
                 api._version = api._retrieve_server_version()
             return client
         except Exception as exc:
