@@ -24,7 +24,9 @@ from pathlib import Path
 
 # The answer to an exec create: {"Id":"<64 hex>"}.
 EXEC_ID = re.compile(rb'"Id"\s*:\s*"([0-9a-f]{64})"')
-REQUEST_LINE = re.compile(rb"(?:^|\r\n)((?:GET|HEAD|POST|PUT|DELETE) /\S* HTTP/1\.[01])\r\n")
+# Anywhere in the client's bytes: on a kept-alive connection a request follows the
+# previous one's body directly.
+REQUEST_LINE = re.compile(rb"((?:GET|HEAD|POST|PUT|DELETE) /\S* HTTP/1\.[01])\r\n")
 
 
 class EngineProxy:
