@@ -98,7 +98,7 @@ async def one_task(runner, repo: Path, run_id: str) -> dict:
     )
     phases["wall_s"] = time.perf_counter() - t0
     if result.status != "success":
-        raise SystemExit(f"task failed: {result.error_type}: {result.error}")
+        raise SystemExit(f"task {run_id} failed: {result.error_type}: {result.error}")
     return phases
 
 
