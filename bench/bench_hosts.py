@@ -15,6 +15,14 @@ The same task on the local engine takes the bind-mount path.
    small repository and for one of ``--files`` files.
 3. 20 tasks with ``orchestrator --runs 20`` over local:2 + private:2, wall time
    and where they ran.
+
+    uv run python bench/bench_hosts.py --latency 0,10,25 [--repeats 5]
+
+4. instead: the archive-path task of 1. on the small repository, straight to the
+   second engine and then through tests/engine_proxy.py holding every chunk
+   each given number of milliseconds in each direction (a round trip costs
+   twice that): a userspace proxy on loopback standing in for a distant link.
+   Also the Docker API requests one task makes, by kind.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -34,6 +43,7 @@ import anyio
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
+from engine_proxy import EngineProxy  # noqa: E402
 from private_engine import PrivateEngine  # noqa: E402
 
 IMAGE = "orchestrator-test-agent"
@@ -88,7 +98,7 @@ async def one_task(runner, repo: Path, run_id: str) -> dict:
     )
     phases["wall_s"] = time.perf_counter() - t0
     if result.status != "success":
-        raise SystemExit(f"task failed: {result.error_type}: {result.error}")
+        raise SystemExit(f"task {run_id} failed: {result.error_type}: {result.error}")
     return phases
 
 
@@ -126,6 +136,57 @@ async def per_task(engine: PrivateEngine, repo: Path, repeats: int, tag: str) ->
             await runner.aclose()
         rows = rows[1:]
         out[label] = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
+    return out
+
+
+def request_kind(line: str) -> str:
+    """A Docker API request line, without its ids and version: ``POST /v1.41/exec/<id>/start`` -> ``POST exec start``."""
+    method, path = line.split()[:2]
+    parts = [p for p in path.split("?")[0].split("/") if p and not p.startswith("v1.")]
+    if parts and parts[0] in ("containers", "exec", "images", "volumes") and len(parts) >= 2:
+        if parts[1] in ("create", "json"):
+            return f"{method} {parts[0]} {parts[1]}"
+        parts = [parts[0], *parts[2:]]
+    query = "?path=" + path.split("?path=")[1][:40] if "?path=" in path else ""
+    return f"{method} {' '.join(parts)}{query}"
+
+
+async def through_proxy(engine: PrivateEngine, repo: Path, repeats: int, delays: list[float]) -> dict:
+    from orchestrator.runner import DockerRunner
+    from orchestrator.runner.hosts import HostSpec, docker_host
+
+    out: dict = {}
+    for delay in [None, *delays]:
+        label = "no proxy" if delay is None else f"proxy {delay:g} ms one way"
+        proxy_dir = Path(tempfile.mkdtemp(prefix="bprx-", dir="/tmp"))
+        proxy = None
+        url = engine.url
+        if delay is not None:
+            proxy = EngineProxy(engine.socket, proxy_dir / "engine.sock", delay_ms=delay)
+            url = proxy.url
+        runner = DockerRunner(host=docker_host(HostSpec("b", url, 1)), dry_run=True)
+        rows, kinds = [], {}
+        try:
+            for i in range(repeats + 1):  # the first warms the image check and the client
+                run_id = f"benchlat_{i}_{int((delay or 0) * 10)}_{'p' if proxy else 'n'}"
+                seen = len(proxy.requests) if proxy else 0
+                rows.append(await one_task(runner, repo, run_id))
+                if proxy and i == repeats:
+                    for line in proxy.requests[seen:]:
+                        k = request_kind(line)
+                        kinds[k] = kinds.get(k, 0) + 1
+                if proxy:
+                    rows[-1]["requests"] = len(proxy.requests) - seen
+                cleanup(engine.url, run_id)
+        finally:
+            await runner.aclose()
+            if proxy:
+                proxy.close()
+            shutil.rmtree(proxy_dir, ignore_errors=True)
+        rows = rows[1:]
+        out[label] = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
+        if kinds:
+            out[label]["requests_by_kind"] = kinds
     return out
 
 
@@ -184,7 +245,16 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--files", type=int, default=20000)
+    ap.add_argument(
+        "--latency",
+        metavar="MS[,MS...]",
+        help="only the archive-path task on the small repository, through a proxy adding MS each way",
+    )
     args = ap.parse_args()
+    try:
+        delays = [float(x) for x in args.latency.split(",")] if args.latency else []
+    except ValueError:
+        raise SystemExit(f"--latency {args.latency!r}: give milliseconds separated by commas, e.g. 0,10,25") from None
     engine = PrivateEngine("orcB")
     workdir = Path(tempfile.mkdtemp(prefix="bench-hosts-"))
     os.environ["ORCHESTRATOR_WORKSPACE_ROOT"] = str(workdir / "ws")
@@ -194,6 +264,9 @@ def main() -> None:
         engine.load_image(IMAGE)
         print(f"private engine up and image loaded in {time.perf_counter() - t:.1f} s", flush=True)
         small = make_repo(workdir / "small", 0)
+        if delays:
+            print(json.dumps({"latency": anyio.run(through_proxy, engine, small, args.repeats, delays)}, indent=2))
+            return
         big = make_repo(workdir / "big", args.files)
         report = {
             "small": anyio.run(per_task, engine, small, args.repeats, "small"),

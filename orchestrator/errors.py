@@ -12,7 +12,8 @@
     │   ├── GitError                clone/fetch/import failed (category "git")
     │   │   └── BranchExistsError   import_conflict_policy="fail" met an existing branch
     │   ├── ContainerError          Docker failed or the container died (category "container")
-    │   │   └── HostDownError       a Docker host of runner.hosts stopped answering ("docker")
+    │   │   ├── HostDownError       a Docker host of runner.hosts stopped answering ("docker")
+    │   │   └── AgentStreamLostError  the link carrying the agent's output broke; the agent still ran
     │   ├── AgentError              the agent CLI reported an API/auth/rate-limit error ("api")
     │   ├── SecretLeakError         the agent committed a credential; its branch was not imported ("secret")
     │   ├── ResourceLimitError      a runaway agent hit a container limit and was stopped ("resource")
@@ -111,6 +112,19 @@ class HostDownError(ContainerError):
     """
 
     category = "docker"
+
+
+class AgentStreamLostError(ContainerError):
+    """The connection carrying the agent's output broke while the agent was still running.
+
+    The engine still answers, so the host is not down: only the stream of this
+    exec was lost (a dropped link to a remote engine). The agent may go on
+    working in its container, so it must be ended before any retry starts
+    another one in the same workspace. Transient: the retry resumes the session.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retryable=True)
 
 
 class AgentError(RunnerError):

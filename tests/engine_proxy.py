@@ -14,10 +14,19 @@ the engine's socket, so nothing listens on any network address.
 from __future__ import annotations
 
 import contextlib
+import queue
 import re
 import socket
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
+
+# The answer to an exec create: {"Id":"<64 hex>"}.
+EXEC_ID = re.compile(rb'"Id"\s*:\s*"([0-9a-f]{64})"')
+# Anywhere in the client's bytes: on a kept-alive connection a request follows the
+# previous one's body directly.
+REQUEST_LINE = re.compile(rb"((?:GET|HEAD|POST|PUT|DELETE) /\S* HTTP/1\.[01])\r\n")
 
 
 class EngineProxy:
@@ -29,18 +38,44 @@ class EngineProxy:
     request still reach the engine first (0: none, the request never arrives;
     more: the engine has begun to act on it, as when a link drops mid-upload).
     ``cuts`` counts what was cut.
+
+    ``exec_of``: instead of ``cut``, a regex over the body of an exec create
+    (the command it runs, such as the agent's); the proxy reads the exec's id
+    from the engine's answer and cuts the connection that starts that exec,
+    which carries its output stream. ``hold``: seconds the matched connection
+    keeps streaming before it is cut (a link that drops while a long exec
+    runs; the engine never hears of it).
+
+    ``delay_ms``: every chunk is held that long in each direction before it is
+    forwarded (a round trip costs about twice that), the way a distant link
+    delays it; the bytes and their order are untouched.
     """
 
     def __init__(
-        self, upstream: Path, listen: Path, *, cut: bytes | None = None, times: int = 1, after: int = 0
+        self,
+        upstream: Path,
+        listen: Path,
+        *,
+        cut: bytes | None = None,
+        times: int = 1,
+        after: int = 0,
+        exec_of: bytes | None = None,
+        hold: float = 0.0,
+        delay_ms: float = 0.0,
     ) -> None:
         self.upstream = str(upstream)
         self.listen = listen
         self.url = f"unix://{listen}"
         self._cut = re.compile(cut) if cut else None
+        self._exec_of = re.compile(exec_of) if exec_of else None
         self._left = times
         self._after = after
+        self._hold = hold
+        self._delay = delay_ms / 1000
         self.cuts = 0
+        self.cut_exec: str | None = None  # the id of the exec whose stream was cut
+        # Every request line the client sent, in order (API round trips).
+        self.requests: list[str] = []
         self._lock = threading.Lock()
         self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._server.bind(str(listen))
@@ -63,8 +98,9 @@ class EngineProxy:
             except OSError:
                 client.close()
                 continue
+            conn: dict[str, bool] = {}  # shared by the connection's two directions
             for src, dst, inspect in ((client, engine, True), (engine, client, False)):
-                t = threading.Thread(target=self._pump, args=(src, dst, inspect, client, engine), daemon=True)
+                t = threading.Thread(target=self._pump, args=(src, dst, inspect, conn, client, engine), daemon=True)
                 t.start()
                 self._threads.append(t)
 
@@ -78,34 +114,102 @@ class EngineProxy:
             self.cuts += 1
             return True
 
-    def _pump(self, src: socket.socket, dst: socket.socket, inspect: bool, *pair: socket.socket) -> None:
+    def _learn_exec(self, data: bytes) -> bool:
+        """An exec create's answer on a connection whose request matched ``exec_of``: cut its start."""
+        m = EXEC_ID.search(data)
+        if m is None:
+            return False
+        with self._lock:
+            if self._left > 0 and self._cut is None:
+                self.cut_exec = m.group(1).decode()
+                self._cut = re.compile(rb"POST /[^ ]*/exec/" + m.group(1) + rb"/start ")
+        return True
+
+    def _pump(
+        self, src: socket.socket, dst: socket.socket, inspect: bool, conn: dict[str, bool], *pair: socket.socket
+    ) -> None:
         # The tail of the previous read joins the next one, so a request line split
         # across two reads is still seen.
         tail = b""
         budget: int | None = None  # bytes still forwarded before a cut
+        send, flush = self._delayed(dst) if self._delay else (dst.sendall, None)
         try:
             while True:
                 data = src.recv(1 << 16)
                 if not data:
                     break
-                if inspect and budget is None:
-                    window = tail + data
-                    if self._should_cut(window):
+                window = tail + data
+                tail_before, tail = tail, window[-512:]
+                if inspect:
+                    # A request line split across two reads is seen whole in the window, and
+                    # counted once: by the read that completes it.
+                    self.requests.extend(
+                        m.group(1).decode() for m in REQUEST_LINE.finditer(window) if m.end() > len(tail_before)
+                    )
+                if not inspect:
+                    # Not the window: its tail may hold an earlier answer's "Id".
+                    if conn.get("exec_create") and self._learn_exec(data):
+                        conn["exec_create"] = False
+                    send(data)
+                    continue
+                if self._exec_of is not None and self._cut is None and self._exec_of.search(window):
+                    conn["exec_create"] = True
+                if budget is None and self._should_cut(window):
+                    if self._hold:
+                        timer = threading.Timer(self._hold, self._drop, args=pair)
+                        timer.daemon = True
+                        timer.start()
+                    else:
                         budget = self._after
-                    tail = window[-512:]
                 if budget is not None:
-                    dst.sendall(data[:budget])
+                    send(data[:budget])
                     budget -= min(budget, len(data))
                     if budget == 0:
                         break
                     continue
-                dst.sendall(data)
+                send(data)
         except OSError:
             pass
+        if flush is not None:
+            flush()  # what was read before the end still arrives, late
+        self._drop(*pair)
+
+    @staticmethod
+    def _drop(*pair: socket.socket) -> None:
         for s in pair:
             with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)
             s.close()
+
+    def _delayed(self, dst: socket.socket) -> tuple[Callable[[bytes], None], Callable[[], None]]:
+        """A send that forwards each chunk ``delay`` after it was read, in order, without holding up the reads."""
+        q: queue.SimpleQueue[tuple[float, bytes]] = queue.SimpleQueue()
+
+        def writer() -> None:
+            while True:
+                due, data = q.get()
+                if not data:
+                    return
+                wait = due - time.monotonic()
+                if wait > 0:
+                    time.sleep(wait)
+                try:
+                    dst.sendall(data)
+                except OSError:
+                    return
+
+        t = threading.Thread(target=writer, name="engine-proxy-delay", daemon=True)
+        t.start()
+        self._threads.append(t)
+
+        def send(data: bytes) -> None:
+            q.put((time.monotonic() + self._delay, data))
+
+        def flush() -> None:
+            q.put((0.0, b""))
+            t.join()
+
+        return send, flush
 
     def close(self) -> None:
         self._closed = True

@@ -87,3 +87,68 @@ def test_a_dropped_link_during_set_up_is_retried_and_the_agent_gets_the_whole_cl
         proxy.close()
         if run_id:
             _remove_run(private_engine.url, run_id)
+
+
+# The agent's exec create: its command runs under the agent wrapper, whose first
+# line names it (JSON-escaped in the request body).
+AGENT_EXEC = rb"# orchestrator-agent-wrapper\\n"
+# Every execution of the agent appends one "run" line and, after the sleep in
+# which the link drops, one "end" line: two agents in one workspace would leave
+# two "end" lines.
+MID_AGENT_PROMPT = (
+    "SIM: append log.txt run\nSIM: commit a\nSIM: sleep 8\nSIM: append log.txt end\nSIM: write b.txt two\nSIM: commit b"
+)
+
+
+@pytest.mark.docker
+def test_a_link_dropped_while_the_agent_runs_ends_that_agent_and_resumes_its_session(
+    tmp_path, private_engine, proxy_dir
+):
+    repo = make_repo(tmp_path / "repo")
+    base = git(repo, "rev-parse", "HEAD")
+    # The agent's output stream is cut 3 s in: it has committed "a" and sleeps.
+    proxy = EngineProxy(private_engine.socket, proxy_dir / "engine.sock", exec_of=AGENT_EXEC, hold=3.0)
+    env = cli_env(
+        tmp_path, ORCHESTRATOR_RUNNER__BACKOFF_BASE_S="0.2", ORCHESTRATOR_RUNNER__BACKOFF_FACTOR="1", **NO_DISK_MIN
+    )
+    run_id = None
+    try:
+        result = run_cli(
+            [
+                MID_AGENT_PROMPT,
+                "--no-tui",
+                "--docker-image",
+                private_engine.image,
+                "--docker-host",
+                f"far={proxy.url}:1",
+            ],
+            cwd=repo,
+            env=env,
+            timeout=300,
+        )
+        run_id = only_run_id(tmp_path)
+        log = [json.loads(line) for line in (tmp_path / "logs" / run_id / "runner.jsonl").read_text().splitlines()]
+        messages = [r.get("message") for r in log]
+        assert proxy.cuts == 1, messages
+        assert result.returncode == 0, (result.stderr, messages)
+        (done,) = [e for e in check_log(events_path(tmp_path, run_id)) if e.type == "task.completed"]
+        branch = done.payload["artifact"]["branch_final"]
+        # The first agent was ended before the second began: one "end" line. The
+        # resumed agent ran the whole prompt again in the same workspace, on top
+        # of the first one's committed "a".
+        assert git(repo, "show", f"{branch}:log.txt").splitlines() == ["run", "run", "end"]
+        assert git(repo, "show", f"{branch}:b.txt") == "two"
+        assert git(repo, "log", "--format=%s", f"{base}..{branch}").splitlines() == ["b", "a", "a"]
+
+        retry = messages.index("runner.retry.scheduled")
+        scheduled = log[retry]
+        assert "broke while the agent was still running" in scheduled["reason"], scheduled
+        stopped = [r for r in log[:retry] if r.get("message") == "runner.agent.stopped"]
+        assert stopped and stopped[-1]["exited"] is True, messages
+        (first, second) = [r for r in log if r.get("message") == "runner.exec.started"]
+        assert first["resume_session_id"] is None
+        assert second["resume_session_id"] and second["resume_session_id"] == scheduled["resume_session_id"]
+    finally:
+        proxy.close()
+        if run_id:
+            _remove_run(private_engine.url, run_id)

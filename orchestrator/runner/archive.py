@@ -32,6 +32,16 @@ from .git_ops import STALE_LOCK_NAMES
 CONTAINER_UID = 1000
 # Inside the clone's .git, so it is never part of the agent's work tree.
 BUNDLE_PATH = f"{WORKSPACE_MOUNT}/.git/orchestrator-result.bundle"
+# Run in the container after the agent: $1 the workspace, $2 the base commit.
+# Prints head=SHA; when the agent committed, bundles its commits (HEAD --not the
+# base) to BUNDLE_PATH and prints "bundled". Exit 3: no HEAD to read.
+BUNDLE_SCRIPT = (
+    'head=$(git -C "$1" rev-parse --verify "HEAD^{commit}" 2>&1) || { echo "$head"; exit 3; }\n'
+    'echo "head=$head"\n'
+    '[ "$head" = "$2" ] && exit 0\n'
+    f'git -C "$1" bundle create -q {BUNDLE_PATH} HEAD --not "$2" 2>&1 || exit 4\n'
+    "echo bundled\n"
+)
 # Spill the tar to disk beyond this size: a 20k-file clone should not sit in memory.
 SPOOL_BYTES = 32 << 20
 # The copy-in's first and last tar member: the engine extracts in order and the
@@ -161,18 +171,18 @@ async def bundle_out(host: DockerHost, container: str, workspace: Path, base_com
     commit (the local clone then stays at the base commit, as a bind-mounted
     workspace would).
     """
-    code, head = await _exec(host, container, ["git", "-C", WORKSPACE_MOUNT, "rev-parse", "--verify", "HEAD^{commit}"])
-    if code != 0:
-        raise GitError(f"cannot read the workspace HEAD in {container}: {head[-500:]}")
-    if head == base_commit:
-        return {"head": head, "bytes": 0}
-    code, out = await _exec(
-        host,
-        container,
-        ["git", "-C", WORKSPACE_MOUNT, "bundle", "create", "-q", BUNDLE_PATH, "HEAD", "--not", base_commit],
-    )
+    # One exec for both steps: over a distant link every exec costs three round trips.
+    code, out = await _exec(host, container, ["sh", "-c", BUNDLE_SCRIPT, "bundle-out", WORKSPACE_MOUNT, base_commit])
+    lines = out.splitlines()
+    head = next((ln.split("=", 1)[1] for ln in lines if ln.startswith("head=")), "")
+    if code == 3 or not head:
+        raise GitError(f"cannot read the workspace HEAD in {container}: {out[-500:]}")
     if code != 0:
         raise GitError(f"git bundle of the agent's commits failed in {container}: {out[-500:]}")
+    if head == base_commit:
+        return {"head": head, "bytes": 0}
+    if "bundled" not in lines:  # never taken for "no commits": the agent's work would be dropped
+        raise GitError(f"git bundle of the agent's commits in {container} did not report success: {out[-500:]}")
     stream, _stat = await host.api(f"read the result bundle from {container}", "get_archive", container, BUNDLE_PATH)
     raw = await host.call(f"read the result bundle from {container}", lambda: b"".join(stream))
     bundle = await anyio.to_thread.run_sync(_bundle_from_tar, raw, workspace, limiter=host.limiter)

@@ -17,7 +17,14 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
-from ..errors import ContainerError, PreflightError, ResourceLimitError, RunnerError, TaskTimeoutError
+from ..errors import (
+    AgentStreamLostError,
+    ContainerError,
+    PreflightError,
+    ResourceLimitError,
+    RunnerError,
+    TaskTimeoutError,
+)
 from ..sanitize import SECRET_ENV_VARS
 from . import watchdog
 from .base import RunnerEventCallback
@@ -73,11 +80,18 @@ def _clip(obj: Any) -> Any:
 
 
 class _Attempt:
-    """What one execution attempt produced (an exec output or an error)."""
+    """What one execution attempt produced (an exec output or an error).
 
-    def __init__(self, output: ExecOutput | None = None, error: RunnerError | None = None) -> None:
+    ``session_id``: the agent's session when the attempt failed after the agent
+    announced it (its output stream was lost), so the retry can resume it.
+    """
+
+    def __init__(
+        self, output: ExecOutput | None = None, error: RunnerError | None = None, session_id: str | None = None
+    ) -> None:
         self.output = output
         self.error = error
+        self.session_id = session_id
 
 
 class AgentExec(RunnerCore):
@@ -90,6 +104,13 @@ class AgentExec(RunnerCore):
             ready, duration = first["ready"], first["duration_s"]
         else:
             t = time.monotonic()
+            if request.container_name in self._live_agents and not await self._end_orphan(request, on_event):
+                return _Attempt(
+                    error=AgentStreamLostError(
+                        f"the agent of the previous attempt may still be running in container "
+                        f"{request.container_name}, which cannot be reached to end it; no second agent was started"
+                    )
+                )
             try:
                 # attempt 0 follows a fresh clone; retries reuse the same workspace and container
                 ready = await ensure_container(
@@ -203,6 +224,12 @@ class AgentExec(RunnerCore):
                     f"task exceeded its timeout of {request.timeout_seconds:g}s; container stopped and kept for resume"
                 )
             )
+        except AgentStreamLostError as exc:
+            # The agent may still be working: ended now, so it spends nothing more
+            # during the backoff (a retry tries again if this fails).
+            self._emit(request, on_event, "runner.exec.stream_lost", "warn", attempt=n, error=str(exc))
+            await self._end_orphan(request, on_event)
+            return _Attempt(error=exc, session_id=parser.finish(None).session_id)
         except RunnerError as exc:
             self._live_agents.discard(request.container_name)
             if tripped:

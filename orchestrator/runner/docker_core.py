@@ -97,8 +97,8 @@ class RunnerCore:
 
     # ---- stopping -------------------------------------------------------------
 
-    async def _end_agent(self, request: InstanceRequest, on_event: RunnerEventCallback | None) -> None:
-        """SIGTERM a still-running agent and wait up to the grace for it to exit."""
+    async def _end_agent(self, request: InstanceRequest, on_event: RunnerEventCallback | None) -> bool:
+        """SIGTERM a still-running agent and wait up to the grace for it to exit; True once it has."""
         t = time.monotonic()
         try:
             with anyio.move_on_after(AGENT_STOP_GRACE_S + 3):
@@ -113,8 +113,30 @@ class RunnerCore:
                     exited=code == 0,
                     duration_s=round(time.monotonic() - t, 4),
                 )
+                return code == 0
         except RunnerError as exc:  # the container is gone or stopping: the stop below still runs
             self._emit(request, on_event, "runner.agent.stop_failed", "warn", error=str(exc))
+        return False
+
+    async def _end_orphan(self, request: InstanceRequest, on_event: RunnerEventCallback | None) -> bool:
+        """End the agent of an attempt that lost its output stream; True once no agent runs.
+
+        The agent may still be working in its container, and a retry would start
+        a second one in the same workspace. It gets its grace to save its
+        session (which the retry resumes); one that does not exit, or a container
+        that cannot be reached to ask, is ended by stopping the container (the
+        retry starts it again). While neither works the agent stays listed as
+        live, and every retry first tries again.
+        """
+        if not await self._end_agent(request, on_event):
+            try:
+                await self.host.stop(request.container_name, timeout=STOP_TIMEOUT_S)
+            except RunnerError as exc:
+                self._emit(request, on_event, "runner.container.stop_failed", "warn", error=str(exc))
+                return False
+            self._emit(request, on_event, "runner.container.stopped", phase="stop", container=request.container_name)
+        self._live_agents.discard(request.container_name)
+        return True
 
     async def _stop_quietly(self, request: InstanceRequest, on_event: RunnerEventCallback | None) -> None:
         if request.container_name in self._live_agents:

@@ -24,7 +24,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
-from ..errors import ContainerError
+from ..errors import AgentStreamLostError, ContainerError
 from .docker_containers import WORKSPACE_MOUNT, DockerHost
 from .plugin import AgentEvent, AgentOutcome, StreamParser
 
@@ -200,7 +200,7 @@ async def run_exec(
         with contextlib.suppress(OSError):
             sock.close()
 
-    exit_code = await _exit_code(host, exec_id)
+    exit_code = await _exit_code(host, exec_id, container)
     if stream_error is not None and exit_code is None:
         raise ContainerError(
             f"the agent's output stream broke ({stream_error}) and its exit status is unknown", retryable=True
@@ -243,7 +243,7 @@ def _could_start_line(tail: bytes) -> bool:
     return tail.startswith(prefix) and tail[len(prefix) :].isdigit()
 
 
-async def _exit_code(host: DockerHost, exec_id: str) -> int | None:
+async def _exit_code(host: DockerHost, exec_id: str, container_name: str) -> int | None:
     """Exit code of a finished exec. The stream has ended, so it is normally set at once."""
     delay = 0.005
     for _ in range(12):
@@ -253,5 +253,10 @@ async def _exit_code(host: DockerHost, exec_id: str) -> int | None:
         await anyio.sleep(delay)
         delay = min(delay * 2, 0.5)
     if info.get("Running"):
-        raise ContainerError("the agent's output stream closed but the process is still running")
+        # A process whose stdout and stderr are still open: what ended was the
+        # connection carrying them, not the agent.
+        raise AgentStreamLostError(
+            f"the connection carrying the agent's output in container {container_name} broke "
+            "while the agent was still running (a dropped link to the engine)"
+        )
     return None

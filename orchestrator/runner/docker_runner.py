@@ -499,6 +499,8 @@ class DockerRunner(WorkspaceSteps, AgentExec, CollectSteps):
                 retryable = o.is_error and o.retryable
                 reason = o.error_message or o.final_message
             else:
+                if attempt.session_id:  # the agent's stream was lost after it announced its session
+                    total["session_id"] = attempt.session_id
                 retryable = bool(attempt.error and attempt.error.retryable)
                 reason = str(attempt.error)
             retries_used = n - session_reset  # the fresh-session attempt is not a retry of a failure
