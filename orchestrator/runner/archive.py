@@ -172,7 +172,14 @@ async def bundle_out(host: DockerHost, container: str, workspace: Path, base_com
     workspace would).
     """
     # One exec for both steps: over a distant link every exec costs three round trips.
-    code, out = await _exec(host, container, ["sh", "-c", BUNDLE_SCRIPT, "bundle-out", WORKSPACE_MOUNT, base_commit])
+    cmd = ["sh", "-c", BUNDLE_SCRIPT, "bundle-out", WORKSPACE_MOUNT, base_commit]
+    # The engine now and then loses the output of a short exec that succeeded
+    # (an exit 0 with nothing to read). The script may run again as it is: it
+    # only reads HEAD and rewrites the bundle.
+    for _ in range(3):
+        code, out = await _exec(host, container, cmd)
+        if code != 0 or out:
+            break
     lines = out.splitlines()
     head = next((ln.split("=", 1)[1] for ln in lines if ln.startswith("head=")), "")
     if code == 3 or not head:
