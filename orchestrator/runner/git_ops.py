@@ -289,6 +289,7 @@ _RACE_MARKERS = (
     "missing blob",
     "missing tree",
     "is corrupt",
+    "repository corruption",
 )
 LOCAL_CLONE_ATTEMPTS = 3
 
@@ -339,9 +340,9 @@ def _clone_retrying_races(clone: list[str], repo: Path, workspace: Path, isolati
             if workspace.is_dir():
                 _empty_dir(workspace)
     raise GitError(
-        f"could not clone {repo} after {len(attempts)} attempts: its object store kept changing during "
-        f"the copy (a git gc, repack or maintenance running in it?). Let it finish and rerun. "
-        f"Last error: {failures[-1]}"
+        f"could not clone {repo} after {len(attempts)} attempts: reading its objects kept failing "
+        f"(a git gc, repack or maintenance running in it: let it finish and rerun; "
+        f"or a damaged repository: check it with `git -C {repo} fsck`). Last error: {failures[-1]}"
     )
 
 
