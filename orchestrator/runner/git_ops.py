@@ -291,6 +291,7 @@ _RACE_MARKERS = (
     "is corrupt",
     "repository corruption",
 )
+_NOT_RACES = ("No space left on device", "Disk quota exceeded", "Permission denied")
 LOCAL_CLONE_ATTEMPTS = 3
 
 
@@ -325,11 +326,12 @@ def _clone_retrying_races(clone: list[str], repo: Path, workspace: Path, isolati
             return
         except GitError as exc:
             message = str(exc)
-            if not any(m in message for m in _RACE_MARKERS):
+            # A full disk also fails the copy, but another attempt cannot help.
+            if not any(m in message for m in _RACE_MARKERS) or any(m in message for m in _NOT_RACES):
                 raise
             failures.append(message.strip().splitlines()[-1] if message.strip() else message)
             logger.warning(
-                "clone of %s failed (attempt %d of %d), most likely a concurrent git gc/repack in it; retrying: %s",
+                "clone of %s failed (attempt %d of %d), most likely a concurrent git gc/repack in it: %s",
                 repo,
                 n,
                 len(attempts),
