@@ -244,11 +244,13 @@ def _prepare_workspace_sync(
         clone.append("--shared")
     else:
         clone.append("--no-hardlinks")
-    # Parallel checkout (one worker per CPU) roughly halves the clone of a large
-    # tree; it is command-line config only, nothing is written anywhere.
-    run_git(["-c", "checkout.workers=0", *clone, "--", str(repo), str(workspace)], what="git clone")
+    _clone_retrying_races(clone, repo, workspace, isolation_mode)
 
     run_git(["remote", "remove", "origin"], cwd=workspace, what="git remote remove origin")
+    # git < 2.40 leaves the clone's refs/remotes/origin/HEAD symref behind,
+    # pointing at the branch it just deleted: `git fsck` in the workspace then
+    # fails on an "invalid sha1 pointer", which an agent would take for damage.
+    run_git(["update-ref", "-d", "--no-deref", "refs/remotes/origin/HEAD"], cwd=workspace, check=False)
     extra = [b for b in dict.fromkeys(include_branches) if b != base_branch]
     if extra:
         refspecs = [f"refs/heads/{b}:refs/heads/{b}" for b in extra]
@@ -270,6 +272,80 @@ def _prepare_workspace_sync(
     if os.name == "posix" and hasattr(os, "geteuid") and os.geteuid() == 0:
         _chown_tree(workspace, CONTAINER_UID, CONTAINER_GID)
     return WorkspaceInfo(path=workspace, base_branch=base_branch, base_commit=base_commit)
+
+
+# A local-path clone copies the source's objects directory file by file; a
+# `git gc`/`repack`/`maintenance` or a commit in the user's repository at the
+# same moment deletes or renames files the copy has already listed, so the
+# copy dies with one of these. Nothing is wrong with the repository itself.
+_RACE_MARKERS = (
+    "failed to copy file",
+    "failed to create link",
+    "failed to start iterator",
+    "failed to iterate",
+    "No such file or directory",
+    "unable to read",
+    "bad object",
+    "missing blob",
+    "missing tree",
+    "is corrupt",
+    "repository corruption",
+)
+_NOT_RACES = ("No space left on device", "Disk quota exceeded", "Permission denied")
+LOCAL_CLONE_ATTEMPTS = 3
+
+
+def _empty_dir(path: Path) -> None:
+    # The directory itself stays (it may be bind-mounted into a starting container).
+    for entry in os.scandir(path):
+        if entry.is_dir(follow_symlinks=False):
+            remove_workspace(Path(entry.path))
+        else:
+            os.unlink(entry.path)
+
+
+def _clone_retrying_races(clone: list[str], repo: Path, workspace: Path, isolation_mode: IsolationMode) -> None:
+    """Clone, repeating when the source's object store changed under the copy.
+
+    The fast file copy is tried ``LOCAL_CLONE_ATTEMPTS`` times; a ``full_copy``
+    then makes one last clone through the pack protocol (``--no-local``),
+    which reads objects the way a fetch does and so is consistent against a
+    concurrent repack, at the cost of packing every object (only paid here).
+    ``shared_objects`` has no such fallback: its clone borrows the live store.
+    """
+    # Parallel checkout (one worker per CPU) roughly halves the clone of a large
+    # tree; it is command-line config only, nothing is written anywhere.
+    base = ["-c", "checkout.workers=0", *clone]
+    attempts = [base] * LOCAL_CLONE_ATTEMPTS
+    if isolation_mode == "full_copy":
+        attempts.append([*base, "--no-local"])
+    failures: list[str] = []
+    for n, args in enumerate(attempts, 1):
+        try:
+            run_git([*args, "--", str(repo), str(workspace)], what="git clone")
+            return
+        except GitError as exc:
+            message = str(exc)
+            # A full disk also fails the copy, but another attempt cannot help.
+            if not any(m in message for m in _RACE_MARKERS) or any(m in message for m in _NOT_RACES):
+                raise
+            failures.append(message.strip().splitlines()[-1] if message.strip() else message)
+            logger.warning(
+                "clone of %s failed (attempt %d of %d), most likely a concurrent git gc/repack in it: %s",
+                repo,
+                n,
+                len(attempts),
+                failures[-1],
+                extra={"workspace": str(workspace)},
+            )
+            # git removes what it cloned on failure, but not the directory we made.
+            if workspace.is_dir():
+                _empty_dir(workspace)
+    raise GitError(
+        f"could not clone {repo} after {len(attempts)} attempts: reading its objects kept failing "
+        f"(a git gc, repack or maintenance running in it: let it finish and rerun; "
+        f"or a damaged repository: check it with `git -C {repo} fsck`). Last error: {failures[-1]}"
+    )
 
 
 async def prepare_workspace(
