@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -184,3 +185,12 @@ def private_engine():
     finally:
         engine.close()
         subprocess.run(["docker", "rmi", engine.image], capture_output=True)
+
+
+@pytest.fixture
+def proxy_dir():
+    """A short directory for tests/engine_proxy.py's socket."""
+    # A unix socket path is limited to 108 bytes, too short for some tmp_path names.
+    path = Path(tempfile.mkdtemp(prefix="prx-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)

@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import subprocess
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -187,3 +188,33 @@ def record(suite: str, **counts) -> None:
     if target:
         with open(target, "a") as fh:
             fh.write(json.dumps({"suite": suite, **counts}) + "\n")
+
+
+def wait_run_started(proc: subprocess.Popen, out: Path, tmp_path: Path, timeout: float = 300) -> str:
+    """The id of the run ``proc`` started (it must still be running meanwhile)."""
+
+    def started():
+        assert proc.poll() is None, out.with_suffix(".err").read_text()
+        return run_ids(tmp_path) and run_ids(tmp_path)[0]
+
+    return wait_for(started, timeout=timeout)
+
+
+def interrupt_when_sessions_known(
+    proc: subprocess.Popen, out: Path, tmp_path: Path, run_id: str, tasks: int, timeout: float = 300
+) -> list:
+    """Ctrl+C once ``tasks`` tasks have started and their agents announced a session;
+    the run must stop resumably (exit 130). Returns the run's events."""
+
+    def sessions_known():
+        events = check_log(events_path(tmp_path, run_id))
+        log = tmp_path / "logs" / run_id / "runner.jsonl"
+        text = log.read_text() if log.exists() else ""
+        return len([e for e in events if e.type == "task.started"]) == tasks and text.count('"runner.init"') >= tasks
+
+    wait_for(sessions_known, timeout=timeout, interval=0.5)
+    time.sleep(1)
+    proc.send_signal(signal.SIGINT)
+    rc, _, err = finish(proc, out, timeout=120)
+    assert rc == 130, err
+    return check_log(events_path(tmp_path, run_id))

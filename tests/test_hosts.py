@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from pathlib import Path
 
 import msgspec
@@ -408,9 +407,8 @@ def test_engine_killed_mid_run_its_tasks_rerun_on_the_other(tmp_path, private_en
 
 def _interrupted_run_on_two_hosts(tmp_path, repo, engine, env):
     """Two tasks, one per engine, interrupted mid-agent. Returns (run_id, key -> host)."""
-    import signal as _signal
 
-    from reliability_helpers import finish, run_ids, start_cli, wait_for
+    from reliability_helpers import interrupt_when_sessions_known, start_cli, wait_run_started
 
     prompt = "SIM: write a.txt $TASK\nSIM: commit a\nSIM: sleep 30\nSIM: print done"
     out = tmp_path / "out" / "first"
@@ -432,24 +430,8 @@ def _interrupted_run_on_two_hosts(tmp_path, repo, engine, env):
         out=out,
     )
 
-    def run_started():
-        assert proc.poll() is None, out.with_suffix(".err").read_text()
-        return run_ids(tmp_path) and run_ids(tmp_path)[0]
-
-    run_id = wait_for(run_started, timeout=300)
-
-    def sessions_known():
-        events = check_log(events_path(tmp_path, run_id))
-        log = tmp_path / "logs" / run_id / "runner.jsonl"
-        text = log.read_text() if log.exists() else ""
-        return len([e for e in events if e.type == "task.started"]) == 2 and text.count('"runner.init"') >= 2
-
-    wait_for(sessions_known, timeout=180, interval=0.5)
-    time.sleep(1)
-    proc.send_signal(_signal.SIGINT)
-    rc, _, err = finish(proc, out, timeout=120)
-    assert rc == 130, err
-    events = check_log(events_path(tmp_path, run_id))
+    run_id = wait_run_started(proc, out, tmp_path)
+    events = interrupt_when_sessions_known(proc, out, tmp_path, run_id, tasks=2, timeout=180)
     hosts = {e.key: e.payload["host"] for e in events if e.type == "task.started"}
     assert sorted(hosts.values()) == ["b", "local"]
     interrupted = [e for e in events if e.type == "task.interrupted"]

@@ -13,9 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
-from pathlib import Path
 
 import pytest
 from cli_helpers import cli_env, only_run_id, run_cli
@@ -27,14 +24,6 @@ from test_hosts import NO_DISK_MIN, _remove_run
 PUT_ARCHIVE = rb"PUT /[^ ]*/containers/[^/ ]+/archive\?path=%2Fworkspace"
 # The container set-up's exec that checks the session volume is writable.
 SETUP_EXEC = rb'"Cmd": \["test", "-w", "/home/node"\]'
-
-
-@pytest.fixture
-def proxy_dir():
-    # A unix socket path is limited to 108 bytes, too short for some tmp_path names.
-    path = Path(tempfile.mkdtemp(prefix="prx-", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.mark.docker

@@ -10,9 +10,6 @@ which lists every request it forwards.
 from __future__ import annotations
 
 import re
-import shutil
-import tempfile
-from pathlib import Path
 
 import pytest
 from cli_helpers import cli_env, only_run_id, run_cli
@@ -22,14 +19,6 @@ from reliability_helpers import check_log, events_path
 from test_hosts import NO_DISK_MIN, _remove_run
 
 EXEC_CREATE = re.compile(r"^POST /[^ ]*/containers/[^/ ]+/exec HTTP")
-
-
-@pytest.fixture
-def proxy_dir():
-    # A unix socket path is limited to 108 bytes, too short for some tmp_path names.
-    path = Path(tempfile.mkdtemp(prefix="prx-", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.mark.docker

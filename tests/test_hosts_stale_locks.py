@@ -14,7 +14,14 @@ import subprocess
 import pytest
 from cli_helpers import cli_env, run_cli
 from conftest import git, make_repo
-from reliability_helpers import check_log, events_path, finish, run_ids, start_cli, wait_for
+from reliability_helpers import (
+    check_log,
+    events_path,
+    finish,
+    start_cli,
+    wait_for,
+    wait_run_started,
+)
 
 NO_DISK_MIN = {
     "ORCHESTRATOR_ORCHESTRATION__HARD_MIN_FREE_DISK_GB": "0",
@@ -50,12 +57,7 @@ def test_resume_on_a_remote_engine_clears_stale_git_locks_in_the_workspace_volum
     proc = start_cli([prompt, "--no-tui", "--docker-image", private_engine.image, *hosts], cwd=repo, env=env, out=out)
     run_id = None
     try:
-
-        def run_started():
-            assert proc.poll() is None, out.with_suffix(".err").read_text()
-            return run_ids(tmp_path) and run_ids(tmp_path)[0]
-
-        run_id = wait_for(run_started, timeout=300)
+        run_id = wait_run_started(proc, out, tmp_path)
 
         def committed_container():
             assert proc.poll() is None, out.with_suffix(".err").read_text()

@@ -9,14 +9,19 @@ its bridge deleted when the test ends, pass or fail.
 
 from __future__ import annotations
 
-import signal
 import subprocess
-import time
 
 import pytest
 from cli_helpers import cli_env, run_cli
 from conftest import git, make_repo
-from reliability_helpers import check_log, check_snapshot_is_replay, events_path, finish, run_ids, start_cli, wait_for
+from reliability_helpers import (
+    check_log,
+    check_snapshot_is_replay,
+    events_path,
+    interrupt_when_sessions_known,
+    start_cli,
+    wait_run_started,
+)
 
 NO_DISK_MIN = {
     "ORCHESTRATOR_ORCHESTRATION__HARD_MIN_FREE_DISK_GB": "0",
@@ -109,25 +114,8 @@ def test_resume_after_both_engines_restart_keeps_each_session_on_its_engine(tmp_
     )  # fmt: skip
     run_id = ""
     try:
-
-        def run_started():
-            assert proc.poll() is None, out.with_suffix(".err").read_text()
-            return run_ids(tmp_path) and run_ids(tmp_path)[0]
-
-        run_id = wait_for(run_started, timeout=300)
-
-        def sessions_known():
-            events = check_log(events_path(tmp_path, run_id))
-            log = tmp_path / "logs" / run_id / "runner.jsonl"
-            text = log.read_text() if log.exists() else ""
-            return len([e for e in events if e.type == "task.started"]) == 2 and text.count('"runner.init"') >= 2
-
-        wait_for(sessions_known, timeout=300, interval=0.5)
-        time.sleep(1)
-        proc.send_signal(signal.SIGINT)
-        rc, _, err = finish(proc, out, timeout=120)
-        assert rc == 130, err
-        events = check_log(events_path(tmp_path, run_id))
+        run_id = wait_run_started(proc, out, tmp_path)
+        events = interrupt_when_sessions_known(proc, out, tmp_path, run_id, tasks=2)
         first_hosts = {e.key: e.payload["host"] for e in events if e.type == "task.started"}
         assert sorted(first_hosts.values()) == ["b", "c"], first_hosts
         interrupted = {e.key: e.payload.get("session_id") for e in events if e.type == "task.interrupted"}
