@@ -417,9 +417,11 @@ class MultiHostRunner:
         level: str = "info",
         **fields: Any,
     ) -> None:
-        """A placement event of one task: to runner.jsonl and to the caller, through the
-        runner's own emitter (same ids, same scrubbing, a failing callback contained)."""
-        self.slots[0].runner._emit(request, on_event, type_, level, **fields)
+        """A placement event of one task: to runner.jsonl and to the caller, like the runner's own."""
+        ids = {"run_id": request.run_id, "instance_id": request.instance_id, "task_key": request.task_key}
+        self.slots[0].runner.log.log(level, type_, **ids, **fields)
+        if on_event is not None:
+            on_event({"type": type_, **ids, **fields})
 
     def _event(self, type_: str, **fields: Any) -> None:
         if self._on_host_event is not None:
