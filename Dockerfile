@@ -11,8 +11,10 @@ ARG BASE_IMAGE=debian:bookworm-slim
 FROM ${BASE_IMAGE}
 
 ARG DEBIAN_FRONTEND=noninteractive
-ARG CLAUDE_CODE_PACKAGE=@anthropic-ai/claude-code
-ARG CODEX_PACKAGE=@openai/codex
+# Empty means the pin in docker/cli-versions.env; scripts/cli-drift.sh passes
+# "latest" to see what a newer release prints.
+ARG CLAUDE_CODE_VERSION=
+ARG CODEX_VERSION=
 
 ENV LANG=C.UTF-8 \
     NODE_EXTRA_CA_CERTS=/etc/ssl/certs/ca-certificates.crt \
@@ -36,8 +38,13 @@ COPY docker/extra-ca/ /usr/local/share/ca-certificates/orchestrator-extra/
 RUN find /usr/local/share/ca-certificates/orchestrator-extra -type f ! -name '*.crt' -delete \
  && update-ca-certificates
 
-# 3. The agent CLIs.
-RUN npm install -g "${CLAUDE_CODE_PACKAGE}" "${CODEX_PACKAGE}" \
+# 3. The agent CLIs, at the exact versions pinned in docker/cli-versions.env
+#    (a build argument overrides a pin): an unpinned install would give every
+#    build whatever the registry released that day.
+COPY docker/cli-versions.env /usr/local/share/orchestrator/cli-versions.env
+RUN claude="${CLAUDE_CODE_VERSION}" codex="${CODEX_VERSION}" \
+ && . /usr/local/share/orchestrator/cli-versions.env \
+ && npm install -g "@anthropic-ai/claude-code@${claude:-$CLAUDE_CODE_VERSION}" "@openai/codex@${codex:-$CODEX_VERSION}" \
  && npm cache clean --force \
  && rm -rf /root/.npm /tmp/*
 

@@ -48,6 +48,7 @@ def _docker_engine() -> Check:
 
 
 def _image(image: str, plugin: str) -> list[Check]:
+    from .cli_pins import mismatches, pinned_versions
     from .image_tools import TOOLS, probe_tools, required_tools
 
     try:
@@ -56,10 +57,29 @@ def _image(image: str, plugin: str) -> list[Check]:
         return [Check("fail", f"image {image}", str(exc), f"orchestrator --build-image --docker-image {image}")]
     out = [Check("ok", f"image {image}", "present")]
     needed = set(required_tools(plugin, dry_run=False))
+    try:
+        pins = pinned_versions()
+    except OrchestratorError as exc:
+        out.append(Check("warn", "agent CLI pins", str(exc), "reinstall orchestrator"))
+        pins = {}
+    wrong = mismatches(tools, pins)
     for tool in TOOLS:
         version = tools.get(tool)
-        if version is not None:
-            out.append(Check("ok", f"{tool} in {image}", version))
+        if tool in wrong:
+            got, pinned = wrong[tool]
+            # An image from before the pins (or built by hand) runs a CLI whose
+            # output the plugins were not checked against.
+            out.append(
+                Check(
+                    "warn",
+                    f"{tool} in {image}",
+                    f"{got or version} (pinned: {pinned})",
+                    f"orchestrator --build-image --docker-image {image}",
+                )
+            )
+        elif version is not None:
+            pinned_note = f" (pinned: {pins[tool]})" if tool in pins and version != "simulated" else ""
+            out.append(Check("ok", f"{tool} in {image}", version + pinned_note))
         elif tool in needed:
             out.append(
                 Check(

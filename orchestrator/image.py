@@ -36,6 +36,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .cli_pins import CLIS, PINS_FILE, installed_version, mismatches, read_pins
 from .errors import PreflightError
 
 LABEL_KEY = "org.orchestrator.inputs-sha256"
@@ -262,6 +263,12 @@ def build_image(image: str = "claude-code", *, test_image: str | None = None) ->
             "or add your user to the docker group"
         )
     say(f"Docker engine reachable (server {r.stdout.strip()}); sources: {src}")
+    pins = read_pins(src / PINS_FILE)
+    say(
+        "agent CLIs: "
+        + ", ".join(f"{CLIS[tool][1]}@{version}" for tool, version in pins.items())
+        + f" (pinned in {PINS_FILE})"
+    )
     base = pick_base(say, cache)
     base_id = image_id(base) or base
     force = bool(os.environ.get("FORCE_REBUILD"))
@@ -317,6 +324,14 @@ def build_image(image: str = "claude-code", *, test_image: str | None = None) ->
     missing = [t for t in ("claude", "codex", "git", "orchestrator-sim-agent") if tools.get(t) is None]
     if missing:
         raise PreflightError(f"{image} does not have {', '.join(missing)} on PATH; rebuild with FORCE_REBUILD=1")
+    wrong = mismatches(tools, pins)
+    if wrong:
+        raise PreflightError(
+            f"{image} has "
+            + ", ".join(f"{tool} {got or '?'} where {PINS_FILE} pins {pinned}" for tool, (got, pinned) in wrong.items())
+            + "; rebuild with FORCE_REBUILD=1"
+        )
+    say("installed: " + ", ".join(f"{tool} {installed_version(tools[tool])}" for tool in pins))
     say(f"done: {image}{f' and {test_image}' if test_image else ''} ready (base {base})")
     return BuildResult(image=image, test_image=test_image, base=base)
 

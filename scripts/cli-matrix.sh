@@ -7,8 +7,9 @@
 #   scripts/cli-matrix.sh current 2.1.330/0.169.0  # any pairs: CLAUDE/CODEX npm versions, or "current"
 #
 # Each pair becomes the image orchestrator-cli-matrix:<claude>-<codex> (built
-# from the top-level Dockerfile with CLAUDE_CODE_PACKAGE / CODEX_PACKAGE) and,
-# on top of it, its fidelity image. "current" uses the existing claude-code image.
+# from the top-level Dockerfile with the build args CLAUDE_CODE_VERSION /
+# CODEX_VERSION in place of the pins) and, on top of it, its fidelity image.
+# "current" uses the existing claude-code image (the pinned versions).
 # Needs what scripts/setup-docker.sh prepares (a base image, Docker). Results
 # and logs go to ${MATRIX_DIR:-/tmp/orchestrator-cli-matrix}.
 # Exit status: 0 when every pair passed every test, else 1.
@@ -23,40 +24,8 @@ if [ "$#" = 0 ]; then
     set -- current 2.0.8/0.63.0
 fi
 
-base_image() {
-    local candidate
-    for candidate in "${BASE_IMAGE:-}" debian:bookworm-slim orchestrator-base:bookworm; do
-        if [ -n "$candidate" ] && docker image inspect "$candidate" >/dev/null 2>&1; then
-            echo "$candidate"
-            return 0
-        fi
-    done
-    echo "cli-matrix: no base image; run scripts/setup-docker.sh first" >&2
-    exit 1
-}
-
-build_pair() {
-    # $1 claude version, $2 codex version, $3 tag
-    local ctx log
-    ctx="$(mktemp -d /tmp/orchestrator-matrix-ctx.XXXXXX)"
-    cp "$REPO_ROOT/Dockerfile" "$ctx/"
-    cp -r "$REPO_ROOT/docker" "$ctx/docker"
-    # The host's extra CA certificates (an intercepting proxy's), as setup-docker.sh does.
-    find "${EXTRA_CA_SOURCE:-/usr/local/share/ca-certificates}" -type f -name '*.crt' \
-        -exec cp {} "$ctx/docker/extra-ca/" \; 2>/dev/null || true
-    log="$OUT/build-$3.log"
-    log="${log//:/_}"
-    echo "cli-matrix: building $3 (claude-code@$1, codex@$2; log $log)" >&2
-    if ! docker build -f "$ctx/Dockerfile" -t "$3" --build-arg "BASE_IMAGE=$(base_image)" \
-            --build-arg "CLAUDE_CODE_PACKAGE=@anthropic-ai/claude-code@$1" \
-            --build-arg "CODEX_PACKAGE=@openai/codex@$2" "$ctx" >"$log" 2>&1; then
-        rm -rf "$ctx"
-        tail -n 20 "$log" >&2
-        echo "cli-matrix: build of $3 failed (log $log)" >&2
-        return 1
-    fi
-    rm -rf "$ctx"
-}
+# shellcheck source=scripts/cli-image.sh
+. "$REPO_ROOT/scripts/cli-image.sh"
 
 columns=()
 for pair in "$@"; do
@@ -69,7 +38,7 @@ for pair in "$@"; do
             *) echo "cli-matrix: '$pair' is not CLAUDE/CODEX (e.g. 2.0.8/0.63.0) or 'current'" >&2; exit 2 ;;
         esac
         image="orchestrator-cli-matrix:$claude-$codex"
-        build_pair "$claude" "$codex" "$image" || { columns+=("$pair|build failed|"); continue; }
+        build_cli_image "$claude" "$codex" "$image" "$OUT" || { columns+=("$pair|build failed|"); continue; }
     fi
     claude_v="$(docker run --rm "$image" claude --version 2>/dev/null | head -n 1 | cut -d' ' -f1)"
     codex_v="$(docker run --rm "$image" codex --version 2>/dev/null | head -n 1 | awk '{print $NF}')"

@@ -10,6 +10,8 @@ import pytest
 from cli_helpers import cli_env, run_cli
 from conftest import REPO_ROOT, TEST_BASE_IMAGE, TEST_IMAGE, make_repo
 
+from orchestrator.cli_pins import PINS_FILE, read_pins
+
 INSTALL_IMAGE = "orchestrator-test-install"  # this test's own tag: shared images are never rebuilt here
 NOCODEX_IMAGE = "orchestrator-test-nocodex"
 
@@ -46,6 +48,10 @@ def test_uv_tool_install_then_build_image_doctor_and_dry_run_outside_the_checkou
     assert r.returncode == 0, _out(r)
     assert "site-packages" in r.stdout  # built from package data, not from the checkout
     assert f"done: {INSTALL_IMAGE} ready" in r.stdout
+    pins = read_pins(REPO_ROOT / PINS_FILE)
+    # the pinned versions are named before the build and confirmed after it
+    assert f"@anthropic-ai/claude-code@{pins['claude']}, @openai/codex@{pins['codex']}" in r.stdout, r.stdout
+    assert f"installed: claude {pins['claude']}, codex {pins['codex']}" in r.stdout, r.stdout
 
     r = run("--doctor", "--docker-image", INSTALL_IMAGE)
     assert r.returncode == 0, _out(r)
@@ -65,6 +71,10 @@ def test_uv_tool_install_then_build_image_doctor_and_dry_run_outside_the_checkou
         "logs directory",
     ):
         assert any(line.startswith("ok") and f"  {name}:" in line for line in lines), (name, r.stdout)
+    for tool in ("claude", "codex"):
+        assert any(f"  {tool} in {INSTALL_IMAGE}:" in line and f"(pinned: {pins[tool]})" in line for line in lines), (
+            r.stdout
+        )
     assert env["ANTHROPIC_API_KEY"] not in _out(r) and env["OPENAI_API_KEY"] not in _out(r)
 
     r = run("add a file", "--dry-run", "--no-tui", "--docker-image", INSTALL_IMAGE)
