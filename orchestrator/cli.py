@@ -84,6 +84,26 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--plugin", help="agent tool: claude-code (default), codex, or command")
     run.add_argument("--docker-image", help="agent image (default: claude-code)")
     run.add_argument(
+        "--env-image", metavar="IMAGE", help="the project's environment: agents run in IMAGE with the agent tools added"
+    )
+    run.add_argument(
+        "--env-dockerfile",
+        metavar="PATH",
+        help="the project's environment built from this Dockerfile of the repository",
+    )
+    run.add_argument(
+        "--env-setup",
+        metavar="CMD",
+        action="append",
+        help="a setup command run once at the base commit before any task (repeatable)",
+    )
+    run.add_argument(
+        "--no-devcontainer",
+        action="store_true",
+        default=None,
+        help="ignore the repository's .devcontainer/devcontainer.json",
+    )
+    run.add_argument(
         "--max-parallel",
         type=int,
         help="tasks running at once (default: auto from CPUs; with hosts: the sum of their slots, and this caps it)",

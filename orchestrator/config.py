@@ -67,6 +67,19 @@ class RunnerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     failure_retention_hours: float = 24
 
 
+class EnvironmentConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The project's own toolchain for agents and evaluations (see docs/environment.md)."""
+
+    # The user's image (a registry name or a local tag), or a Dockerfile in the
+    # repository built with its own folder as context; at most one of them.
+    image: str | None = None
+    dockerfile: str | None = None
+    # Shell commands run once, as root, in /workspace at the base commit.
+    setup: list[str] = msgspec.field(default_factory=list)
+    # Use the repository's .devcontainer/devcontainer.json when nothing above is set.
+    devcontainer: bool = True
+
+
 class OrchestrationConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     default_model: str = "sonnet"
     base_branch: str = "main"
@@ -106,6 +119,7 @@ class LoggingConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 class Config(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     runner: RunnerConfig = msgspec.field(default_factory=RunnerConfig)
+    environment: EnvironmentConfig = msgspec.field(default_factory=EnvironmentConfig)
     orchestration: OrchestrationConfig = msgspec.field(default_factory=OrchestrationConfig)
     events: EventsConfig = msgspec.field(default_factory=EventsConfig)
     tui: TuiConfig = msgspec.field(default_factory=TuiConfig)

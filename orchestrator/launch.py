@@ -92,6 +92,11 @@ def _cli_overrides(args) -> dict[str, Any]:
     put("orchestration", "max_parallel_tasks", args.max_parallel)
     put("orchestration", "require_clean_wt", args.require_clean_wt)
     put("runner", "docker_image", args.docker_image)
+    put("environment", "image", getattr(args, "env_image", None))
+    put("environment", "dockerfile", getattr(args, "env_dockerfile", None))
+    put("environment", "setup", getattr(args, "env_setup", None))
+    if getattr(args, "no_devcontainer", None):
+        put("environment", "devcontainer", False)
     if getattr(args, "docker_hosts", None):
         from .runner.hosts import parse_host_flag
 
@@ -312,6 +317,7 @@ async def _prepare(args, loaded: LoadedConfig, docker: _EarlyCheck) -> Prepared:
     _check_disk(dirs.logs, config, warnings)
     _check_disk(workspace_root(), config, warnings)
     await docker.result()
+    image = await _environment_image(config, repo, info.base_commit, dry_run=args.dry_run)
     return Prepared(
         loaded_config=loaded,
         strategy=strategy,
@@ -321,7 +327,7 @@ async def _prepare(args, loaded: LoadedConfig, docker: _EarlyCheck) -> Prepared:
         base_branch=base_branch,
         model=model,
         plugin_name=plugin_name,
-        image=config.runner.docker_image,
+        image=image,
         max_parallel=max_parallel,
         runs=config.orchestration.runs,
         auth=auth,
@@ -330,6 +336,46 @@ async def _prepare(args, loaded: LoadedConfig, docker: _EarlyCheck) -> Prepared:
         output=output_mode(args),
         warnings=warnings,
     )
+
+
+async def _environment_image(config: Config, repo: str, base_commit: str, *, dry_run: bool) -> str:
+    """The image every container of the run uses: the project's environment when it has one."""
+    from . import environment
+    from .image import cache_dir
+
+    env = config.environment
+    spec = await anyio.to_thread.run_sync(
+        functools.partial(
+            environment.resolve,
+            repo,
+            base_commit,
+            image=env.image,
+            dockerfile=env.dockerfile,
+            setup=list(env.setup),
+            use_devcontainer=env.devcontainer,
+        )
+    )
+    if spec is None:
+        return config.runner.docker_image
+    for note in spec.notes:
+        print(note, file=sys.stderr)
+
+    def say(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    image = await anyio.to_thread.run_sync(
+        functools.partial(
+            environment.build,
+            spec,
+            repo=repo,
+            commit=base_commit,
+            agent_image=config.runner.docker_image,
+            say=say,
+            log_dir=cache_dir() / "logs",
+        )
+    )
+    await anyio.to_thread.run_sync(check_tools, image, required_tools(config.runner.plugin, dry_run=dry_run))
+    return image
 
 
 async def start(args) -> int:

@@ -65,6 +65,7 @@ class RunnerCore:
     host: DockerHost
     # Containers whose agent exec may still be running (cancelled or timed out mid-exec).
     _live_agents: set[str]
+    _seeds: dict[str, str | None]
 
     # ---- events -------------------------------------------------------------
 

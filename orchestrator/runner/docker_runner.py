@@ -130,6 +130,7 @@ class DockerRunner(WorkspaceSteps, AgentExec, CollectSteps):
         self._images_seen: set[str] = set(known_images)
         # Containers whose agent exec may still be running (cancelled or timed out mid-exec).
         self._live_agents: set[str] = set()
+        self._seeds: dict[str, str | None] = {}
         self._image_locks: dict[str, anyio.Lock] = {}
 
     async def aclose(self) -> None:

@@ -91,6 +91,12 @@ class RetryConfig(msgspec.Struct, frozen=True, kw_only=True):
     backoff_max_s: float = 360.0
 
 
+# An image label naming a directory in the image whose contents are copied into
+# each task's workspace before its first exec (files git ignores that setup
+# made once, such as node_modules/ or .venv/).
+SEED_LABEL = "org.orchestrator.workspace-seed"
+
+
 class InstanceRequest(msgspec.Struct, frozen=True, kw_only=True):
     """Everything ``run_instance()`` needs to run exactly one task."""
 

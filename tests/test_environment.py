@@ -1,0 +1,294 @@
+"""The project's environment: agents and evaluations run with the project's own toolchain.
+
+Reading a devcontainer or the configuration runs against real git repositories;
+the end-to-end tests run the real `orchestrator` command on projects whose
+tests need their toolchain (pytest and an editable install, an npm dependency),
+with real Docker and the simulated agent running the project's tests inside
+the environment.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+from cli_helpers import cli_env, only_run_id, run_cli
+from conftest import TEST_BASE_IMAGE, git, make_repo
+
+from orchestrator.environment import SetupCommand, resolve
+from orchestrator.errors import ConfigError
+
+LOCAL_BASE = "orchestrator-base:bookworm"  # Debian minbase, made by scripts/setup-docker.sh: no python, no pip
+
+
+def _resolve(repo: Path, **kw):
+    params = {"image": None, "dockerfile": None, "setup": [], "use_devcontainer": True} | kw
+    return resolve(str(repo), git(repo, "rev-parse", "HEAD"), **params)
+
+
+def test_a_devcontainer_with_comments_and_every_command_form_is_read(tmp_path):
+    repo = make_repo(
+        tmp_path / "r",
+        {
+            ".devcontainer/devcontainer.json": """{
+  // JSON with comments and trailing commas, as VS Code writes it
+  "name": "demo",
+  "image": "python:3.12-bookworm",
+  "containerEnv": {"WS": "${containerWorkspaceFolder}/src", "P": "${containerEnv:PATH}:/x",},
+  "remoteEnv": {"TOKEN_FROM_HOST": "${localEnv:TOKEN}"},
+  "onCreateCommand": "pip install -e .",
+  "updateContentCommand": ["make", "deps"],
+  "postCreateCommand": {"a": "echo a", "b": ["echo", "b"]},
+  "features": {"ghcr.io/devcontainers/features/node:1": {}},
+  "forwardPorts": [8000],
+}"""
+        },
+    )
+    spec = _resolve(repo)
+    assert spec.source == ".devcontainer/devcontainer.json"
+    assert spec.image == "python:3.12-bookworm"
+    assert spec.env == {"WS": "/workspace/src", "P": "${PATH}:/x"}
+    assert spec.setup == (
+        SetupCommand(label="onCreateCommand", shell="pip install -e ."),
+        SetupCommand(label="updateContentCommand", argv=("make", "deps")),
+        SetupCommand(label="postCreateCommand.a", shell="echo a"),
+        SetupCommand(label="postCreateCommand.b", argv=("echo", "b")),
+    )
+    # one line names what is not supported; a host variable never reaches the image
+    assert spec.notes[0] == ".devcontainer/devcontainer.json: not supported here, ignored: features, forwardPorts"
+    assert any("localEnv" in note for note in spec.notes)
+
+
+def test_a_devcontainer_build_resolves_its_paths_from_its_own_folder(tmp_path):
+    repo = make_repo(
+        tmp_path / "r",
+        {
+            ".devcontainer/devcontainer.json": '{"build": {"dockerfile": "Dockerfile", "context": "..", '
+            '"args": {"V": "1"}, "cacheFrom": "x"}}',
+            ".devcontainer/Dockerfile": "FROM scratch\n",
+        },
+    )
+    spec = _resolve(repo)
+    assert (spec.dockerfile, spec.context, spec.build_args) == (".devcontainer/Dockerfile", "", {"V": "1"})
+    assert spec.notes == (".devcontainer/devcontainer.json: not supported here, ignored: build.cacheFrom",)
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ('{"dockerComposeFile": "compose.yml", "service": "app"}', "Docker Compose environments are not supported"),
+        ('{"name": "nothing to run"}', "names no `image` and no `build.dockerfile`"),
+        ('{"image": "x", ', "is not valid JSON"),
+        ('{"image": "x", "postCreateCommand": 3}', "postCreateCommand must be a string"),
+        ('{"build": {"dockerfile": "../../Dockerfile"}}', "points outside the repository"),
+    ],
+)
+def test_a_devcontainer_that_cannot_work_is_refused_in_one_line(tmp_path, text, message):
+    repo = make_repo(tmp_path / "r", {".devcontainer.json": text})
+    with pytest.raises(ConfigError, match=message) as info:
+        _resolve(repo)
+    assert "\n" not in str(info.value)
+
+
+def test_the_configuration_wins_over_a_devcontainer_and_is_read_at_the_base_commit(tmp_path):
+    repo = make_repo(tmp_path / "r", {".devcontainer.json": '{"image": "a"}', "env/Dockerfile": "FROM scratch\n"})
+    spec = _resolve(repo, dockerfile="env/Dockerfile", setup=["make"])
+    assert (spec.dockerfile, spec.context, spec.image) == ("env/Dockerfile", "env", None)
+    assert spec.setup == (SetupCommand(label="environment.setup[0]", shell="make"),)
+    assert "devcontainer is not" in spec.notes[0]
+    assert _resolve(repo, use_devcontainer=False) is None
+    with pytest.raises(ConfigError, match="does not exist at the base commit"):
+        _resolve(repo, dockerfile="env/Missing")
+    # a file only in the working tree is not the base commit's
+    (repo / "later.json").write_text("{}")
+    assert _resolve(make_repo(tmp_path / "plain")) is None
+
+
+# ---------------------------------------------------------------- end to end
+
+
+def _run(repo: Path, tmp_path: Path, prompt: str, *extra: str, timeout: float = 900):
+    env = cli_env(tmp_path)
+    return run_cli([prompt, "--repo", str(repo), "--dry-run", "--no-tui", *extra], cwd=repo, env=env, timeout=timeout)
+
+
+def _branch_file(repo: Path, path: str) -> str:
+    branches = git(repo, "branch", "--format=%(refname:short)").split()
+    made = [b for b in branches if b != "main"]
+    assert made, branches
+    return git(repo, "show", f"{made[-1]}:{path}")
+
+
+TESTS_THEN_COMMIT = "SIM: exec ({cmd}) > result.txt 2>&1; echo exit=$? >> result.txt\nSIM: commit ran the tests"
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_a_python_project_gets_pytest_and_its_editable_install_from_its_devcontainer(tmp_path):
+    repo = make_repo(
+        tmp_path / "py",
+        {
+            ".devcontainer/devcontainer.json": json.dumps(
+                {
+                    "image": LOCAL_BASE,
+                    "containerEnv": {"DEMO_FLAG": "on"},
+                    "onCreateCommand": "apt-get update -qq && apt-get install -y -qq --no-install-recommends "
+                    "python3-pip python3-venv >/dev/null",
+                    "postCreateCommand": {
+                        "venv": ["python3", "-m", "venv", ".venv"],
+                        "deps": ".venv/bin/pip install -q pytest -e .",
+                    },
+                }
+            ),
+            "pyproject.toml": '[project]\nname = "demo"\nversion = "0.1"\n[build-system]\nrequires = ["setuptools"]\n'
+            'build-backend = "setuptools.build_meta"\n[tool.setuptools]\npy-modules = ["demo"]\n',
+            "demo.py": "def add(a, b):\n    return a + b\n",
+            "tests/test_demo.py": "import os\nimport demo\n\ndef test_add():\n    assert demo.add(1, 2) == 3\n"
+            '    assert os.environ["DEMO_FLAG"] == "on"\n',
+            ".gitignore": ".venv/\n*.egg-info/\n__pycache__/\n",
+        },
+    )
+    r = _run(repo, tmp_path, TESTS_THEN_COMMIT.format(cmd=".venv/bin/python -m pytest -q"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    result = _branch_file(repo, "result.txt")
+    assert "1 passed" in result and "exit=0" in result, result
+    # what the setup made inside the repository came to the task, and was not committed as the agent's work
+    made = [b for b in git(repo, "branch", "--format=%(refname:short)").split() if b != "main"]
+    changed = git(repo, "diff", "--name-only", "main", made[0]).split()
+    assert changed == ["result.txt"], changed
+
+
+def _node_repo(path: Path, nonce: str) -> Path:
+    package = {"name": "demo", "version": "1.0.0", "description": nonce, "dependencies": {"is-number": "7.0.0"}}
+    lock = {
+        "name": "demo",
+        "version": "1.0.0",
+        "lockfileVersion": 3,
+        "requires": True,
+        "packages": {
+            "": {"name": "demo", "version": "1.0.0", "dependencies": {"is-number": "7.0.0"}},
+            "node_modules/is-number": {
+                "version": "7.0.0",
+                "resolved": "https://registry.npmjs.org/is-number/-/is-number-7.0.0.tgz",
+                "integrity": "sha512-41Cifkg6e8TylSpdtTpeLVMqvSBEVzTttHvERD741+pnZ8ANv0004MRL43QKPDlK9cGvNp6NZWZUBlbGXYxxng==",
+                "engines": {"node": ">=0.12.0"},
+            },
+        },
+    }
+    return make_repo(
+        path,
+        {
+            # the agent image has Node and npm: a stand-in for a user's Node image
+            ".devcontainer/devcontainer.json": json.dumps({"image": TEST_BASE_IMAGE, "postCreateCommand": "npm ci"}),
+            "package.json": json.dumps(package, indent=2) + "\n",
+            "package-lock.json": json.dumps(lock, indent=2) + "\n",
+            "test.js": "const isNumber = require('is-number');\nif (!isNumber(5)) process.exit(1);\n"
+            "console.log('node test passed');\n",
+            ".gitignore": "node_modules/\n",
+        },
+    )
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_a_node_project_runs_npm_ci_once_and_every_task_gets_its_own_node_modules(tmp_path):
+    repo = _node_repo(tmp_path / "node", uuid.uuid4().hex)  # a new lock input: the first run sets up
+    prompt = (
+        "SIM: exec node test.js > result.txt 2>&1; echo exit=$? >> result.txt; "
+        "md5sum node_modules/is-number/index.js > seen.txt; echo changed >> node_modules/is-number/index.js\n"
+        "SIM: commit ran the tests"
+    )
+    r = _run(repo, tmp_path / "a", prompt, "--strategy", "best-of-n", "-S", "n=2")
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    assert "environment: setup postCreateCommand: npm ci" in out
+    branches = [b for b in git(repo, "branch", "--format=%(refname:short)").split() if b != "main"]
+    results = {git(repo, "show", f"{b}:result.txt") for b in branches}
+    assert all("node test passed" in text and "exit=0" in text for text in results), results
+    # each task saw the files as setup left them, whatever the other task did to its own copy
+    seen = [git(repo, "show", f"{b}:seen.txt") for b in branches if b.startswith("best-of-n")]
+    assert len(seen) >= 2 and len(set(seen)) == 1, seen
+
+    # the same base again: nothing is built and no setup runs
+    r = _run(repo, tmp_path / "b", prompt)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    assert "(cached)" in out and "environment: setup" not in out, out
+
+    # a changed lock file runs the setup again
+    lock = json.loads((repo / "package-lock.json").read_text())
+    lock["name"] = "demo-renamed"
+    (repo / "package-lock.json").write_text(json.dumps(lock, indent=2) + "\n")
+    git(repo, "commit", "-qam", "lock changed")
+    r = _run(repo, tmp_path / "c", prompt)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "environment: setup postCreateCommand: npm ci" in r.stderr
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_a_devcontainer_dockerfile_is_built_from_the_base_commit(tmp_path):
+    repo = make_repo(
+        tmp_path / "df",
+        {
+            ".devcontainer/devcontainer.json": json.dumps(
+                {
+                    "build": {"dockerfile": "Dockerfile", "context": "..", "args": {"MARK": "from-args"}},
+                    "postCreateCommand": ["sh", "-c", "cat /etc/env-mark > made-by-setup.txt"],
+                }
+            ),
+            ".devcontainer/Dockerfile": f"FROM {LOCAL_BASE}\nARG MARK\nCOPY marker.txt /etc/from-context\n"
+            'RUN echo "$MARK" > /etc/env-mark\n',
+            "marker.txt": "committed\n",
+            ".gitignore": "made-by-setup.txt\n",
+        },
+    )
+    (repo / "marker.txt").write_text("uncommitted edit\n")  # the build context is the commit, not the work tree
+    r = _run(
+        repo,
+        tmp_path,
+        TESTS_THEN_COMMIT.format(cmd="cat /etc/env-mark /etc/from-context made-by-setup.txt; git --version"),
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    result = _branch_file(repo, "result.txt")
+    assert result.splitlines()[:3] == ["from-args", "committed", "from-args"], result
+    assert "git version" in result and "exit=0" in result
+
+
+@pytest.mark.docker
+def test_a_failing_setup_stops_the_run_before_any_task_with_its_last_lines(tmp_path):
+    script = "; ".join(f"echo line-{i}" for i in range(1, 41)) + "; exit 7"
+    repo = make_repo(
+        tmp_path / "bad", {".devcontainer.json": json.dumps({"image": TEST_BASE_IMAGE, "onCreateCommand": script})}
+    )
+    r = _run(repo, tmp_path, "SIM: print never")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "the setup failed (.devcontainer.json, onCreateCommand, exit 7)" in r.stderr
+    shown = r.stderr.split("its last 30 lines of output:")[1].split()
+    assert shown[0] == "line-11" and shown[-1] == "line-40", r.stderr
+    assert "Traceback" not in r.stderr
+    # no run was started: nothing to resume, nothing written
+    assert not (tmp_path / "state").exists() or not list((tmp_path / "state").iterdir())
+
+
+def test_image_and_dockerfile_together_are_refused(tmp_path):
+    repo = make_repo(tmp_path / "r")
+    r = _run(repo, tmp_path, "x", "--env-image", "a", "--env-dockerfile", "Dockerfile", timeout=120)
+    assert r.returncode == 2
+    assert (
+        r.stderr.strip()
+        .splitlines()[-1]
+        .startswith("orchestrator: error: environment.image and environment.dockerfile")
+    )
+
+
+@pytest.mark.docker
+def test_a_task_runs_in_the_agent_image_when_the_project_has_no_environment(tmp_path):
+    repo = make_repo(tmp_path / "plain")
+    r = _run(repo, tmp_path, "SIM: write a.txt x\nSIM: commit a", timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "environment:" not in r.stderr
+    manifest = json.loads((tmp_path / "state" / only_run_id(tmp_path) / "run.json").read_text())
+    assert manifest["docker_image"] == "claude-code"
