@@ -502,6 +502,7 @@ def _build_layer(
     tag = f"orchestrator-env-layer:{key}"
     if _image_id(tag) is not None:
         return tag
+    _check_base(base)
     say(f"environment: adding the agent tools to {base}")
     with tempfile.TemporaryDirectory(prefix="orchestrator-env.") as tmp:
         for rel in files:
@@ -533,6 +534,25 @@ def _build_layer(
             raise EnvironmentSetupError(f"the environment image {base} cannot run agents: {reason}")
         raise EnvironmentSetupError(f"adding the agent tools to {base} failed; the last lines:\n" + "\n".join(tail))
     return tag
+
+
+def _check_base(base: str) -> None:
+    """One line, before any build, when the user's image cannot take the agent tools."""
+    probe = _docker(
+        "run", "--rm", "--network", "none", "--user", "0", "--entrypoint", "/bin/sh", base, "-c",
+        "ldd --version 2>&1 | head -n 1; command -v apt-get || echo no-apt",
+    )  # fmt: skip
+    said = probe.stdout.decode(errors="replace").lower()
+    if probe.returncode != 0 and not said:
+        raise EnvironmentSetupError(
+            f"the environment image {base} has no /bin/sh; agents need a Debian- or Ubuntu-based image "
+            f"({(_said(probe).splitlines() or [''])[0][:160]})"
+        )
+    if "glibc" not in said and "gnu libc" not in said:
+        raise EnvironmentSetupError(
+            f"the environment image {base} has no glibc (Alpine or another musl image?); "
+            "the agent CLIs need a Debian- or Ubuntu-based image"
+        )
 
 
 _COLLECT_SEED = f"""set -e

@@ -10,6 +10,7 @@ the environment.
 from __future__ import annotations
 
 import json
+import subprocess
 import uuid
 from pathlib import Path
 
@@ -239,8 +240,9 @@ def test_a_devcontainer_dockerfile_is_built_from_the_base_commit(tmp_path):
                     "postCreateCommand": ["sh", "-c", "cat /etc/env-mark > made-by-setup.txt"],
                 }
             ),
+            # an image with a uid-1000 user of its own, as devcontainer images often have
             ".devcontainer/Dockerfile": f"FROM {LOCAL_BASE}\nARG MARK\nCOPY marker.txt /etc/from-context\n"
-            'RUN echo "$MARK" > /etc/env-mark\n',
+            'RUN echo "$MARK" > /etc/env-mark && useradd -u 1000 -m vscode\n',
             "marker.txt": "committed\n",
             ".gitignore": "made-by-setup.txt\n",
         },
@@ -249,12 +251,32 @@ def test_a_devcontainer_dockerfile_is_built_from_the_base_commit(tmp_path):
     r = _run(
         repo,
         tmp_path,
-        TESTS_THEN_COMMIT.format(cmd="cat /etc/env-mark /etc/from-context made-by-setup.txt; git --version"),
+        TESTS_THEN_COMMIT.format(cmd="cat /etc/env-mark /etc/from-context made-by-setup.txt; git --version; id -u"),
     )
     assert r.returncode == 0, r.stdout + r.stderr
     result = _branch_file(repo, "result.txt")
     assert result.splitlines()[:3] == ["from-args", "committed", "from-args"], result
     assert "git version" in result and "exit=0" in result
+    assert result.splitlines()[-2] == "1000", result  # the agent ran as uid 1000, the image's own user
+
+
+@pytest.mark.docker
+def test_an_image_that_cannot_take_the_agent_tools_is_refused_in_one_line(tmp_path):
+    tag = f"orchestrator-test-noshell:{uuid.uuid4().hex[:8]}"
+    ctx = tmp_path / "ctx"
+    ctx.mkdir()
+    (ctx / "Dockerfile").write_text(
+        f"FROM {TEST_BASE_IMAGE} AS src\nFROM scratch\nCOPY --from=src /usr/bin/tini-static /tini\n"
+    )
+    subprocess.run(["docker", "build", "-q", "-t", tag, str(ctx)], check=True, capture_output=True)
+    try:
+        repo = make_repo(tmp_path / "r", {".devcontainer.json": json.dumps({"image": tag})})
+        r = _run(repo, tmp_path, "SIM: print never", timeout=300)
+        assert r.returncode == 1, r.stdout + r.stderr
+        last = r.stderr.strip().splitlines()[-1]
+        assert last.startswith(f"orchestrator: error: the environment image {tag} has no /bin/sh"), r.stderr
+    finally:
+        subprocess.run(["docker", "rmi", "-f", tag], capture_output=True)
 
 
 @pytest.mark.docker
