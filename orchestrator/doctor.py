@@ -202,6 +202,62 @@ def _writable(path: Path, label: str, env_var: str) -> Check:
     return Check("ok", f"{label} directory", f"{path} writable" + ("" if path.exists() else " (will be created)"))
 
 
+def _environment(args, config, repo: str, base_branch: str, agent_image: str, plugin: str) -> list[Check]:
+    """Find or build the project's environment (setup included) and look for the tools inside it."""
+    import subprocess
+
+    from . import environment
+    from .image import cache_dir
+    from .image_tools import probe_tools, required_tools
+
+    found = subprocess.run(
+        ["git", "-C", repo, "rev-parse", "--verify", "-q", f"{base_branch}^{{commit}}"], capture_output=True
+    )
+    if found.returncode != 0:
+        return []  # the repository check says what is wrong
+    commit = found.stdout.decode().strip()
+    env = config.environment
+    try:
+        spec = environment.resolve(
+            repo,
+            commit,
+            image=getattr(args, "env_image", None) or env.image,
+            dockerfile=getattr(args, "env_dockerfile", None) or env.dockerfile,
+            setup=list(getattr(args, "env_setup", None) or env.setup),
+            use_devcontainer=env.devcontainer and not getattr(args, "no_devcontainer", None),
+        )
+    except OrchestratorError as exc:
+        return [Check("fail", "environment", str(exc), "see docs/environment.md")]
+    if spec is None:
+        return [Check("ok", "environment", f"none set: runs use the agent image {agent_image} as it is")]
+    out = [Check("warn", "environment", note) for note in spec.notes]
+    try:
+        image = environment.build(
+            spec,
+            repo=repo,
+            commit=commit,
+            agent_image=agent_image,
+            say=lambda line: print(line, file=sys.stderr, flush=True),
+            log_dir=cache_dir() / "logs",
+        )
+        tools = probe_tools(image)
+    except OrchestratorError as exc:
+        lines = str(exc).splitlines()
+        for line in lines[1:]:
+            print(f"  {line}", file=sys.stderr)
+        return [
+            *out,
+            Check("fail", "environment", lines[0], "fix the setup (its output is above) and run --doctor again"),
+        ]
+    out.append(Check("ok", "environment", f"{spec.source}: image {image}"))
+    for tool in dict.fromkeys(("git", *required_tools(plugin, dry_run=False), "orchestrator-sim-agent")):
+        if tools.get(tool) is None:
+            out.append(Check("fail", f"{tool} in the environment", "missing", "see docs/environment.md"))
+        else:
+            out.append(Check("ok", f"{tool} in the environment", tools[tool] or "present"))
+    return out
+
+
 def checks(args) -> list[Check]:
     from .config import load_config
     from .runner.git_ops import workspace_root
@@ -226,6 +282,12 @@ def checks(args) -> list[Check]:
     out.append(disk_check(dirs.logs, "logs", o.min_free_disk_gb, o.hard_min_free_disk_gb))
     out.append(disk_check(workspace_root(), "workspaces", o.min_free_disk_gb, o.hard_min_free_disk_gb))
     out.extend(_repository(str(Path(args.repo or ".").absolute()), args.base_branch or o.base_branch))
+    if engine.status == "ok":
+        out.extend(
+            _environment(
+                args, config, str(Path(args.repo or ".").absolute()), args.base_branch or o.base_branch, image, plugin
+            )
+        )
     out.append(_writable(dirs.state, "state", "ORCHESTRATOR_STATE_DIR"))
     out.append(_writable(dirs.logs, "logs", "ORCHESTRATOR_LOGS_DIR"))
     out.append(_writable(dirs.results, "results", "ORCHESTRATOR_RESULTS_DIR"))

@@ -314,3 +314,37 @@ def test_a_task_runs_in_the_agent_image_when_the_project_has_no_environment(tmp_
     assert "environment:" not in r.stderr
     manifest = json.loads((tmp_path / "state" / only_run_id(tmp_path) / "run.json").read_text())
     assert manifest["docker_image"] == "claude-code"
+
+
+@pytest.mark.docker
+def test_doctor_builds_the_environment_and_reports_its_tools_or_the_failed_setup(tmp_path):
+    env = cli_env(tmp_path)
+    repo = make_repo(tmp_path / "ok")
+    r = run_cli(
+        ["--doctor", "--repo", str(repo), "--env-setup", f"echo {uuid.uuid4().hex} > /etc/made"],
+        cwd=repo,
+        env=env,
+        timeout=600,
+    )
+    lines = r.stdout.splitlines()
+    assert any(
+        line.startswith("ok    environment: the environment configuration: image orchestrator-env:") for line in lines
+    ), r.stdout
+    for tool in ("git", "claude", "orchestrator-sim-agent"):
+        assert any(line.startswith(f"ok    {tool} in the environment:") for line in lines), r.stdout
+
+    bad = make_repo(
+        tmp_path / "bad",
+        {
+            ".devcontainer.json": json.dumps(
+                {"image": TEST_BASE_IMAGE, "postCreateCommand": "echo broken-step >&2; exit 3"}
+            )
+        },
+    )
+    r = run_cli(["--doctor", "--repo", str(bad)], cwd=bad, env=env, timeout=600)
+    assert r.returncode == 1
+    assert any(
+        line.startswith("fail  environment: the setup failed (.devcontainer.json, postCreateCommand, exit 3)")
+        for line in r.stdout.splitlines()
+    ), r.stdout
+    assert "broken-step" in r.stderr
