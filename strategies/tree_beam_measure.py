@@ -98,6 +98,10 @@ def measure_command(
         '  $G clone -q --shared --no-checkout /workspace "$d" >/dev/null 2>&1'
         ' || { echo "cannot clone /workspace" >&2; exit 3; }',
         '  $G -C "$d" checkout -q --detach "$c" || { echo "cannot check out $c" >&2; exit 3; }',
+        # What git ignores but the project needs to run (a .venv/ or node_modules/ the
+        # environment's setup made) is not in a clone: it comes from the workspace.
+        "  $G -C /workspace ls-files -z --others --ignored --exclude-standard --directory"
+        ' | (cd /workspace && tar --null -T - -cf - 2>/dev/null) | tar -C "$d" -xf - 2>/dev/null',
         '  if [ -n "$PROT" ]; then',
         '    changed=$($G -C "$d" diff --name-only "$ROOT" "$c" -- $PROT | tr \'\\n\' \' \')',
         f'    [ -n "$changed" ] && echo "{PROTECTED_MARK}$1 $changed"',

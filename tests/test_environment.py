@@ -125,32 +125,35 @@ def _branch_file(repo: Path, path: str) -> str:
 TESTS_THEN_COMMIT = "SIM: exec ({cmd}) > result.txt 2>&1; echo exit=$? >> result.txt\nSIM: commit ran the tests"
 
 
+def _python_repo(path: Path, extra: dict[str, str] | None = None) -> Path:
+    """A Python project whose tests need pytest and the package installed in editable mode."""
+    files = {
+        ".devcontainer/devcontainer.json": json.dumps(
+            {
+                "image": LOCAL_BASE,
+                "containerEnv": {"DEMO_FLAG": "on"},
+                "onCreateCommand": "apt-get update -qq && apt-get install -y -qq --no-install-recommends "
+                "python3-pip python3-venv >/dev/null",
+                "postCreateCommand": {
+                    "venv": ["python3", "-m", "venv", ".venv"],
+                    "deps": ".venv/bin/pip install -q pytest -e .",
+                },
+            }
+        ),
+        "pyproject.toml": '[project]\nname = "demo"\nversion = "0.1"\n[build-system]\nrequires = ["setuptools"]\n'
+        'build-backend = "setuptools.build_meta"\n[tool.setuptools]\npy-modules = ["demo"]\n',
+        "demo.py": "def add(a, b):\n    return a + b\n",
+        "tests/test_demo.py": "import os\nimport demo\n\ndef test_add():\n    assert demo.add(1, 2) == 3\n"
+        '    assert os.environ["DEMO_FLAG"] == "on"\n',
+        ".gitignore": ".venv/\n*.egg-info/\n__pycache__/\n",
+    }
+    return make_repo(path, files | (extra or {}))
+
+
 @pytest.mark.docker
 @pytest.mark.slow
 def test_a_python_project_gets_pytest_and_its_editable_install_from_its_devcontainer(tmp_path):
-    repo = make_repo(
-        tmp_path / "py",
-        {
-            ".devcontainer/devcontainer.json": json.dumps(
-                {
-                    "image": LOCAL_BASE,
-                    "containerEnv": {"DEMO_FLAG": "on"},
-                    "onCreateCommand": "apt-get update -qq && apt-get install -y -qq --no-install-recommends "
-                    "python3-pip python3-venv >/dev/null",
-                    "postCreateCommand": {
-                        "venv": ["python3", "-m", "venv", ".venv"],
-                        "deps": ".venv/bin/pip install -q pytest -e .",
-                    },
-                }
-            ),
-            "pyproject.toml": '[project]\nname = "demo"\nversion = "0.1"\n[build-system]\nrequires = ["setuptools"]\n'
-            'build-backend = "setuptools.build_meta"\n[tool.setuptools]\npy-modules = ["demo"]\n',
-            "demo.py": "def add(a, b):\n    return a + b\n",
-            "tests/test_demo.py": "import os\nimport demo\n\ndef test_add():\n    assert demo.add(1, 2) == 3\n"
-            '    assert os.environ["DEMO_FLAG"] == "on"\n',
-            ".gitignore": ".venv/\n*.egg-info/\n__pycache__/\n",
-        },
-    )
+    repo = _python_repo(tmp_path / "py")
     r = _run(repo, tmp_path, TESTS_THEN_COMMIT.format(cmd=".venv/bin/python -m pytest -q"))
     assert r.returncode == 0, r.stdout + r.stderr
     result = _branch_file(repo, "result.txt")
@@ -348,3 +351,48 @@ def test_doctor_builds_the_environment_and_reports_its_tools_or_the_failed_setup
         for line in r.stdout.splitlines()
     ), r.stdout
     assert "broken-step" in r.stderr
+
+
+# Times the project's test suite; valid only when the tests ran and passed. Each
+# committed sim/*.txt (one per implemented idea) is worth 10.
+TIMED_TESTS = """import json, os, subprocess, time
+t = time.monotonic()
+run = subprocess.run([".venv/bin/python", "-m", "pytest", "-q"], capture_output=True, text=True)
+n = len(os.listdir("sim")) if os.path.isdir("sim") else 0
+print(run.stdout[-500:], run.stderr[-500:])
+print(json.dumps({"metrics": {"throughput": 100 + 10 * n, "test_s": time.monotonic() - t}, "valid": run.returncode == 0}))
+"""
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_a_tree_beam_dry_run_evaluates_the_base_and_its_candidates_in_the_environment(tmp_path):
+    repo = _python_repo(tmp_path / "tb", {"bench_eval.py": TIMED_TESTS})
+    r = _run(
+        repo,
+        tmp_path,
+        "make the tests faster",
+        "--strategy",
+        "tree-beam",
+        "-S",
+        "eval_command=python3 bench_eval.py",
+        "-S",
+        "primary_metric=throughput",
+        "-S",
+        "ideas_per_node=2",
+        "-S",
+        "max_depth=1",
+        "-S",
+        "beam_width=1",
+        "-S",
+        "max_total_evals=3",
+    )
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    tree = json.loads((tmp_path / "results" / only_run_id(tmp_path) / "strategy_output" / "tree.json").read_text())
+    root = tree["nodes"][0]
+    assert root["id"] == "n0"
+    evals = tree["evaluations"]
+    assert evals, tree
+    for e in evals:
+        assert e["evaluation"]["valid"] is True, e["evaluation"]
+        assert e["evaluation"]["metrics"]["throughput"] > 100, e["evaluation"]

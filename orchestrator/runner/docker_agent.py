@@ -28,11 +28,11 @@ from ..errors import (
 from ..sanitize import SECRET_ENV_VARS
 from . import watchdog
 from .base import RunnerEventCallback
-from .docker_containers import ensure_container, workspace_read_only
+from .docker_containers import ensure_container
 from .docker_core import RunnerCore
 from .docker_exec import ExecOutput, run_exec
 from .plugin import AgentEvent, RunnerPlugin, get_plugin
-from .types import SEED_LABEL, InstanceRequest
+from .types import InstanceRequest
 
 EVENT_STRING_LIMIT = 4000
 
@@ -150,9 +150,6 @@ class AgentExec(RunnerCore):
             duration_s=duration,
         )
 
-        failure = await self._restore_seed(request)
-        if failure is not None:
-            return _Attempt(error=failure)
         if "auth" in inspect.signature(plugin.build_command).parameters:
             argv = plugin.build_command(request, resume_session_id=resume, auth=self.auth)
         else:
@@ -257,61 +254,6 @@ class AgentExec(RunnerCore):
             duration_s=round(time.monotonic() - t, 4),
         )
         return _Attempt(output=output)
-
-    async def _seed_dir(self, image: str) -> str | None:
-        """The directory the image names with :data:`SEED_LABEL`, or None (looked up once per image)."""
-        if image not in self._seeds:
-            client = await self.host.client()
-
-            def _inspect() -> str | None:
-                labels = client.api.inspect_image(image).get("Config", {}).get("Labels") or {}
-                return labels.get(SEED_LABEL) or None
-
-            self._seeds[image] = await self.host.call(f"inspect image {image}", _inspect)
-        return self._seeds[image]
-
-    async def _restore_seed(self, request: InstanceRequest) -> RunnerError | None:
-        """Copy the image's workspace seed into the workspace, once per workspace.
-
-        An image may carry files that belong in the workspace but that git
-        ignores (a project's ``node_modules/`` or ``.venv/`` made once at image
-        build time). Each workspace gets its own copy, so one task changing
-        them cannot change another's; the mark in the git dir keeps a retry or
-        a resumed session from copying over what the agent did since.
-        """
-        try:
-            seed = await self._seed_dir(request.docker_image)
-        except RunnerError as exc:
-            return exc
-        if seed is None or workspace_read_only(request):
-            return None  # a read-only review workspace cannot take it, and a review only reads
-        argv = [
-            "/bin/sh",
-            "-c",
-            'mark="$(git rev-parse --git-dir)/orchestrator-seeded" && '
-            '{ [ -e "$mark" ] || { cp -a "$1"/. . && : > "$mark"; }; }',
-            "sh",
-            seed,
-        ]
-        try:
-            out = await run_exec(
-                self.host,
-                request.container_name,
-                argv,
-                env={},
-                parser=get_plugin("command").new_parser(),
-                stdin_payload=None,
-                on_event=lambda event: None,
-            )
-        except RunnerError as exc:
-            return exc
-        if out.exit_code != 0:
-            detail = out.stderr_tail.decode("utf-8", "replace").strip()[-500:]
-            return ContainerError(
-                f"could not copy the environment's files ({seed}) into the workspace (exit {out.exit_code}): {detail}",
-                retryable=False,
-            )
-        return None
 
     async def _write_container_file(self, container: str, path: str, content: bytes) -> RunnerError | None:
         """Write ``content`` to ``path`` inside the container (as node, so the tool can read it)."""

@@ -22,6 +22,7 @@ from ..sanitize import Sanitizer
 from . import archive, git_ops
 from .base import RunnerEventCallback
 from .docker_containers import ContainerReady, DockerHost, workspace_read_only
+from .seed import SeedCache
 from .types import AuthConfig, Hardening, InstanceRequest
 
 STOP_TIMEOUT_S = 1
@@ -65,7 +66,7 @@ class RunnerCore:
     host: DockerHost
     # Containers whose agent exec may still be running (cancelled or timed out mid-exec).
     _live_agents: set[str]
-    _seeds: dict[str, str | None]
+    seeds: SeedCache
 
     # ---- events -------------------------------------------------------------
 

@@ -50,6 +50,7 @@ from .docker_exec import ExecOutput
 from .docker_workspace import WorkspaceSteps
 from .git_cleanup import delete_run_branches
 from .plugin import AgentOutcome, RunnerPlugin, get_plugin
+from .seed import SeedCache
 from .types import AuthConfig, ErrorCategory, Hardening, InstanceRequest, Metrics, RunnerResult
 
 IMAGE_HINT = "build it with scripts/setup-docker.sh or `docker build -t claude-code .`"
@@ -130,7 +131,7 @@ class DockerRunner(WorkspaceSteps, AgentExec, CollectSteps):
         self._images_seen: set[str] = set(known_images)
         # Containers whose agent exec may still be running (cancelled or timed out mid-exec).
         self._live_agents: set[str] = set()
-        self._seeds: dict[str, str | None] = {}
+        self.seeds = SeedCache(git_ops.workspace_root() / ".seeds")
         self._image_locks: dict[str, anyio.Lock] = {}
 
     async def aclose(self) -> None:

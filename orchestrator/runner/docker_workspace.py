@@ -20,6 +20,7 @@ from . import archive, git_ops
 from .base import RunnerEventCallback
 from .docker_containers import ensure_container, selinux_enabled
 from .docker_core import RunnerCore
+from .seed import copy_seed
 from .types import InstanceRequest
 
 MIN_FREE_BYTES = 200 << 20
@@ -78,6 +79,9 @@ class WorkspaceSteps(RunnerCore):
                     include_branches=request.include_branches,
                     into_empty_dir=True,
                 )
+                seed = await self.seeds.for_image(self.host, request.docker_image)
+                if seed is not None:
+                    await anyio.to_thread.run_sync(copy_seed, seed, workspace, limiter=self.host.limiter)
             except RunnerError as exc:
                 failure = exc
             except Exception as exc:  # re-raised below, outside the task group, unwrapped

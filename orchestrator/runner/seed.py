@@ -1,0 +1,96 @@
+"""Workspace seeds: files an image carries for every workspace, copied into each task's clone.
+
+An image may name, with the label :data:`~.types.SEED_LABEL`, a directory
+whose contents belong in the workspace but that git ignores: a project's
+``node_modules/`` or ``.venv/``, made once when the image was built. The
+runner takes that directory out of the image once per image id, into a cache
+beside the workspaces, and copies it into each fresh clone on the host before
+the agent or command starts. Copying on the host (not inside the container)
+means a read-only review or evaluation workspace gets it too, and a remote
+engine gets it with the clone it already receives; a copy per workspace means
+one task changing those files cannot change another's.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from ..errors import ContainerError
+from .docker_containers import DockerHost
+from .types import SEED_LABEL
+
+
+class SeedCache:
+    """The seed directory of each image, taken out once per image id under ``root``."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._found: dict[str, Path | None] = {}
+        self._locks: dict[str, anyio.Lock] = {}
+
+    async def for_image(self, host: DockerHost, image: str) -> Path | None:
+        """The host directory holding ``image``'s seed, or None when it has none."""
+        if image in self._found:
+            return self._found[image]
+        lock = self._locks.setdefault(image, anyio.Lock())
+        async with lock:
+            if image not in self._found:
+                client = await host.client()
+                self._found[image] = await host.call(
+                    f"take the workspace seed out of {image}", self._take, client, image
+                )
+        return self._found[image]
+
+    def _take(self, client: Any, image: str) -> Path | None:
+        info = client.api.inspect_image(image)
+        seed = ((info.get("Config") or {}).get("Labels") or {}).get(SEED_LABEL)
+        if not seed:
+            return None
+        target = self.root / info["Id"].replace("sha256:", "")[:24]
+        if target.is_dir():
+            return target
+        self.root.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".seed-", dir=self.root))
+        try:
+            container = client.api.create_container(image, command=["true"], labels={"orchestrator.seed": "true"})
+            try:
+                stream, _ = client.api.get_archive(container["Id"], seed)
+                # a seed can be hundreds of MB (node_modules): through a file, not memory
+                with tempfile.TemporaryFile(dir=self.root) as spool:
+                    for chunk in stream:
+                        spool.write(chunk)
+                    spool.seek(0)
+                    with tarfile.open(fileobj=spool) as tar:
+                        tar.extractall(tmp / "x", filter="tar")
+            finally:
+                client.api.remove_container(container["Id"], force=True)
+            # the archive holds the directory itself: <name>/...
+            (inner,) = list((tmp / "x").iterdir())
+            try:
+                os.replace(inner, target)
+            except OSError:
+                if not target.is_dir():
+                    raise
+                # another process took it out first: same image id, same files
+        except OSError as exc:
+            raise ContainerError(f"cannot keep the workspace seed of {image} under {self.root}: {exc}") from None
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return target
+
+
+def copy_seed(seed: Path, workspace: Path) -> None:
+    """Copy the seed's files into ``workspace`` (owners and modes kept, as the image had them)."""
+    run = subprocess.run(["cp", "-a", f"{seed}/.", f"{workspace}/"], capture_output=True, text=True)
+    if run.returncode != 0:
+        raise ContainerError(
+            f"cannot copy the environment's files into {workspace}: {run.stderr.strip()[:300]}", retryable=False
+        )
