@@ -218,7 +218,11 @@ def _hosts(config) -> list[Check]:
     for spec in specs:
         name, detail = f"docker host {spec.name}", f"transport {spec.transport} ({spec.shown_url})"
         risk = transport_risk(spec)
-        out.append(Check("warn", name, f"{detail}: {risk[0]}", risk[1]) if risk else Check("ok", name, detail))
+        if risk is None:
+            out.append(Check("ok", name, detail))
+        else:
+            why = f", {risk.why}" if risk.why else ""
+            out.append(Check("warn", name, f"{detail}{why}: {risk.exposed}", risk.fix))
     return out
 
 

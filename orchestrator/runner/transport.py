@@ -14,6 +14,7 @@ network traffic.
 from __future__ import annotations
 
 import ipaddress
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -72,22 +73,34 @@ def refuse_plain_tcp(spec: HostSpec) -> None:
     )
 
 
-def transport_risk(spec: HostSpec) -> tuple[str, str] | None:
-    """(what is exposed, the fix) for an engine reached without protection; None when protected."""
+@dataclass(frozen=True)
+class Risk:
+    """What an engine reached without protection exposes, and the fix."""
+
+    how: str  # how it is reached, as the warning says it
+    exposed: str
+    fix: str
+    why: str = ""  # the setting that made it so, when the label does not say
+
+
+def transport_risk(spec: HostSpec) -> Risk | None:
+    """The risk of an engine reached without protection; None when its traffic is protected."""
     label = transport_of(spec)
     if label == PLAIN_INSECURE:
-        return (
-            "plain TCP (insecure: true): every agent's API key and the repository cross the network in clear text",
+        return Risk(
+            "plain TCP (insecure: true)",
+            "every agent's API key and the repository cross the network in clear text",
             "use ssh:// or TLS (see docs/scaling.md)",
         )
     if label == TLS_UNVERIFIED:
         why = (
             f"docker context {spec.context!r} has SkipTLSVerify" if spec.context else "DOCKER_TLS_VERIFY is empty or 0"
         )
-        return (
-            f"TLS without checking the engine's certificate ({why}): anyone on the path can pose as the "
-            "engine and read every agent's API key and the repository",
+        return Risk(
+            "TLS without checking the engine's certificate",
+            "anyone on the path can pose as the engine and read every agent's API key and the repository",
             "give it the engine's CA (ca.pem) and verify the certificate",
+            why,
         )
     return None
 
@@ -95,7 +108,10 @@ def transport_risk(spec: HostSpec) -> tuple[str, str] | None:
 def transport_warning(spec: HostSpec) -> str | None:
     """The warning a run prints on every start for an engine reached without protection."""
     risk = transport_risk(spec)
-    return f"Docker host {spec.name} ({spec.shown_url}) uses {risk[0]}; {risk[1]}" if risk else None
+    if risk is None:
+        return None
+    how = f"{risk.how} ({risk.why})" if risk.why else risk.how
+    return f"Docker host {spec.name} ({spec.shown_url}) uses {how}: {risk.exposed}; {risk.fix}"
 
 
 def transport_warnings(specs: list[HostSpec]) -> list[str]:
@@ -109,6 +125,7 @@ __all__ = [
     "SSH",
     "TLS_UNVERIFIED",
     "TLS_VERIFIED",
+    "Risk",
     "is_loopback",
     "refuse_plain_tcp",
     "transport_of",
