@@ -321,3 +321,21 @@ def test_insecure_true_runs_over_plain_tcp_and_warns_on_every_start(tmp_path, pr
         proxy.close()
         for run_id in run_ids:
             _remove_run(private_engine.url, run_id)
+
+
+def test_tls_without_verification_from_the_environment_warns_naming_the_host(no_network, tmp_path, monkeypatch):
+    """DOCKER_CERT_PATH with DOCKER_TLS_VERIFY=0 (as the Docker CLI reads them): TLS to
+    another machine is allowed, but the engine is unchecked, and the warning says why."""
+    certs = tmp_path / "certs"
+    certs.mkdir()
+    (certs / "ca.pem").write_text("not read until a client is made\n")
+    monkeypatch.setenv("DOCKER_CERT_PATH", str(certs))
+    monkeypatch.setenv("DOCKER_TLS_VERIFY", "0")
+    (spec,) = resolve_hosts([{"name": "far", "docker": "tcp://192.0.2.10:2376"}])
+    assert spec.transport == "TLS unverified"
+    (warning,) = transport_warnings([spec])
+    assert warning.startswith("Docker host far (tcp://192.0.2.10:2376) uses TLS without checking"), warning
+    assert "DOCKER_TLS_VERIFY" in warning, warning
+    monkeypatch.setenv("DOCKER_TLS_VERIFY", "1")
+    (spec,) = resolve_hosts([{"name": "far", "docker": "tcp://192.0.2.10:2376"}])
+    assert spec.transport == "TLS verified" and transport_warnings([spec]) == []

@@ -410,9 +410,10 @@ def test_a_context_that_skips_tls_verification_works_and_warns_naming_the_host(t
     (row,) = [line for line in checked.stdout.splitlines() if line.startswith("unverified ")]
     assert " up " in row and "transport TLS unverified" in row, row
     assert warning in checked.stderr and "SkipTLSVerify" in checked.stderr, checked.stderr
+    assert "InsecureRequestWarning" not in checked.stderr, checked.stderr
     result = run_cli([PROMPT.format(word="skip"), "--no-tui", *args], cwd=repo, env=env, timeout=300)
     assert result.returncode == 0, result.stderr
-    assert result.stderr.count(warning) == 1, result.stderr
+    assert result.stderr.count(warning) == 1 and "InsecureRequestWarning" not in result.stderr, result.stderr
     run_id = only_run_id(tmp_path)
     try:
         _check_placed_and_imported(tmp_path, repo, result, private_engine, "unverified", "skip")

@@ -316,6 +316,14 @@ def client_factory(spec: HostSpec, timeout: int = DEFAULT_CLIENT_TIMEOUT_S) -> C
         import docker
         import docker.constants
 
+        if spec.tls and not spec.tls.verify:
+            import warnings
+
+            import urllib3
+
+            # urllib3 would say so on stderr, mid-run, with a source line; the run
+            # already warns once per start, naming the host (transport.py).
+            warnings.filterwarnings("ignore", category=urllib3.exceptions.InsecureRequestWarning)
         try:
             client = docker.DockerClient(
                 base_url=url,
