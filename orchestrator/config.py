@@ -38,6 +38,10 @@ class HostConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # tcp:// with TLS: a directory holding ca.pem, cert.pem and key.pem (what the
     # Docker CLI reads from DOCKER_CERT_PATH); without it, DOCKER_CERT_PATH or ~/.docker.
     cert_path: str | None = None
+    # Plain tcp:// (no TLS) to an engine on another machine is refused: credentials and
+    # the repository would cross the network in clear text. true accepts that, with a
+    # warning on every start.
+    insecure: bool = False
 
 
 class RunnerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -1,5 +1,8 @@
 """``orchestrator --doctor``: is this machine ready to run agents? One line per check.
 
+With ``runner.hosts`` (or ``--docker-host``), each engine's transport security
+is shown too; the engines themselves are checked by ``--hosts``.
+
 Each line is ``ok``, ``warn`` or ``fail``, what was found, and for anything
 but ``ok`` the command or setting that fixes it. The exit status is 1 when any
 check fails. Credentials are reported by variable name only, never by value.
@@ -258,6 +261,27 @@ def _environment(args, config, repo: str, base_branch: str, agent_image: str, pl
     return out
 
 
+def _hosts(config) -> list[Check]:
+    """What protects each configured engine's traffic; read from the configuration, no connection made."""
+    from .runner.hosts import resolve_hosts
+    from .runner.transport import transport_risk
+
+    try:
+        specs = resolve_hosts(config.runner.hosts)
+    except OrchestratorError as exc:
+        return [Check("fail", "docker hosts", str(exc))]
+    out = []
+    for spec in specs:
+        name, detail = f"docker host {spec.name}", f"transport {spec.transport} ({spec.shown_url})"
+        risk = transport_risk(spec)
+        if risk is None:
+            out.append(Check("ok", name, detail))
+        else:
+            why = f", {risk.why}" if risk.why else ""
+            out.append(Check("warn", name, f"{detail}{why}: {risk.exposed}", risk.fix))
+    return out
+
+
 def checks(args) -> list[Check]:
     from .config import load_config
     from .runner.git_ops import workspace_root
@@ -265,7 +289,12 @@ def checks(args) -> list[Check]:
 
     out: list[Check] = []
     try:
-        loaded = load_config(config_file=args.config, cli_overrides={})
+        overrides = {}
+        if getattr(args, "docker_hosts", None):
+            from .runner.hosts import parse_host_flag
+
+            overrides = {"runner": {"hosts": [parse_host_flag(text) for text in args.docker_hosts]}}
+        loaded = load_config(config_file=args.config, cli_overrides=overrides)
     except OrchestratorError as exc:
         return [Check("fail", "configuration", str(exc), "correct the file or variable named")]
     config = loaded.config
@@ -277,6 +306,8 @@ def checks(args) -> list[Check]:
     if engine.status == "ok":
         out.extend(_image(image, plugin))
     out.extend(_credentials(loaded.environ, plugin, args.mode))
+    if config.runner.hosts:
+        out.extend(_hosts(config))
     dirs = RunDirs.from_env()
     o = config.orchestration
     out.append(disk_check(dirs.logs, "logs", o.min_free_disk_gb, o.hard_min_free_disk_gb))

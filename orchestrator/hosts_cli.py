@@ -3,11 +3,13 @@
 With ``runner.hosts`` configured (or ``--docker-host`` given), the cleanup
 commands visit every engine, not only the local one; ``--hosts`` checks each
 engine: does it answer (and how fast), its Docker version, whether it has the
-run's image with this machine's image ID, and how many slots are free.
+run's image with this machine's image ID, how many slots are free, and what
+protects its traffic (ssh, TLS verified or not, or plain TCP).
 """
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import Any
 
@@ -24,6 +26,7 @@ from .runner.docker_containers import (
 )
 from .runner.hosts import HostSpec, docker_host, resolve_hosts
 from .runner.images import image_id
+from .runner.transport import transport_warnings
 
 
 def engines(config: Config) -> list[tuple[str, DockerHost]]:
@@ -78,7 +81,7 @@ async def cleanup_run_everywhere(config: Config, run_id: str) -> tuple[int, int]
 
 async def _check_one(spec: HostSpec, image: str, reference: str | None) -> dict[str, Any]:
     host = docker_host(spec)
-    row: dict[str, Any] = {"name": spec.name, "engine": spec.shown, "ok": False}
+    row: dict[str, Any] = {"name": spec.name, "engine": spec.shown, "transport": spec.transport, "ok": False}
     try:
         with anyio.fail_after(30):
             t = time.monotonic()
@@ -121,12 +124,15 @@ async def check_hosts(config: Config) -> int:
             tg.start_soon(check, i, spec)
     for row in rows:
         if "error" in row:
-            print(f"{row['name']:<12} DOWN  {row['engine']}: {row['error']}")
+            print(f"{row['name']:<12} DOWN  {row['engine']}, transport {row['transport']}: {row['error']}")
             continue
         print(
             f"{row['name']:<12} up    Docker {row['version']}, rtt {row['rtt_ms']} ms, image {image}: "
-            f"{row['image']}, free slots {row['free_slots']}/{row['max_parallel']}  ({row['engine']})"
+            f"{row['image']}, free slots {row['free_slots']}/{row['max_parallel']}, "
+            f"transport {row['transport']}  ({row['engine']})"
         )
+    for warning in transport_warnings(specs):
+        print(f"warning: {warning}", file=sys.stderr)
     bad = [r for r in rows if not r["ok"]]
     if bad:
         fixes = []

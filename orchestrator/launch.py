@@ -172,8 +172,13 @@ def _host_specs(config: Config):
 
 async def _check_hosts(config: Config, image: str) -> None:
     from .runner.images import preflight_images
+    from .runner.transport import transport_warnings
 
     specs = await anyio.to_thread.run_sync(_host_specs, config)
+    # Every start and every resume says it again: accepting the risk once is not
+    # forgetting it.
+    for warning in transport_warnings(specs):
+        print(f"warning: {warning}", file=sys.stderr, flush=True)
     await preflight_images(specs, image, sync=config.runner.sync_image)
 
 
@@ -686,11 +691,17 @@ def _make_runner(prep: Prepared, log_dir: Path, olog: ComponentLog, stop_run=Non
     if not config.runner.hosts:
         return make()
     from .runner.hosts import MultiHostRunner
+    from .runner.transport import transport_warnings
 
     specs = _host_specs(config)
     olog.info(
-        "docker hosts", hosts=[{"name": s.name, "engine": s.shown, "max_parallel": s.max_parallel} for s in specs]
+        "docker hosts",
+        hosts=[
+            {"name": s.name, "engine": s.shown, "max_parallel": s.max_parallel, "transport": s.transport} for s in specs
+        ],
     )
+    for warning in transport_warnings(specs):
+        olog.warning(warning)
 
     def host_event(event: dict) -> None:
         olog.warning(event["type"], **{k: v for k, v in event.items() if k != "type"})

@@ -7,8 +7,9 @@ connection at a chosen request, the way a dropped link does: both sides are
 closed with nothing answered. Nothing in the product is stubbed; docker-py sees
 a real broken connection.
 
-It listens on a unix socket in the test's temporary directory and forwards to
-the engine's socket, so nothing listens on any network address.
+It listens on a unix socket in the test's temporary directory (or, for the
+plain ``tcp://`` tests, on 127.0.0.1 only) and forwards to the engine's socket,
+so nothing listens on any other network address.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ class EngineProxy:
     def __init__(
         self,
         upstream: Path,
-        listen: Path,
+        listen: Path | None,
         *,
         cut: bytes | None = None,
         times: int = 1,
@@ -65,7 +66,6 @@ class EngineProxy:
     ) -> None:
         self.upstream = str(upstream)
         self.listen = listen
-        self.url = f"unix://{listen}"
         self._cut = re.compile(cut) if cut else None
         self._exec_of = re.compile(exec_of) if exec_of else None
         self._left = times
@@ -77,8 +77,15 @@ class EngineProxy:
         # Every request line the client sent, in order (API round trips).
         self.requests: list[str] = []
         self._lock = threading.Lock()
-        self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._server.bind(str(listen))
+        if listen is None:  # plain TCP on loopback, the way `dockerd -H tcp://127.0.0.1:PORT` listens
+            self._server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            self._server.bind(("127.0.0.1", 0))
+            self.port = self._server.getsockname()[1]
+            self.url = f"tcp://127.0.0.1:{self.port}"
+        else:
+            self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self._server.bind(str(listen))
+            self.url = f"unix://{listen}"
         self._server.listen(64)
         self._closed = False
         self._threads: list[threading.Thread] = []
@@ -216,4 +223,5 @@ class EngineProxy:
         try:
             self._server.close()
         finally:
-            self.listen.unlink(missing_ok=True)
+            if self.listen is not None:
+                self.listen.unlink(missing_ok=True)

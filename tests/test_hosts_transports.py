@@ -69,6 +69,7 @@ def test_tcp_tls_host_places_a_task_and_imports_its_branch(tmp_path, private_eng
         checked = run_cli(["--hosts", *args], cwd=repo, env=env)
         assert checked.returncode == 0, checked.stdout + checked.stderr
         assert " up " in checked.stdout and "rtt" in checked.stdout, checked.stdout
+        assert "transport TLS verified" in checked.stdout and "warning" not in checked.stderr, checked
     finally:
         _remove_run(private_engine.url, run_id)
 
@@ -192,6 +193,7 @@ def test_ssh_host_places_a_task_imports_its_branch_and_reports_up(tmp_path, priv
     assert checked.returncode == 0, checked.stdout + checked.stderr
     (row,) = [line for line in checked.stdout.splitlines() if line.startswith("s ")]
     assert " up " in row and "rtt" in row and f"image {private_engine.image}: same" in row, row
+    assert "transport ssh" in row, row
     result = run_cli([PROMPT.format(word="ssh"), "--no-tui", *args], cwd=repo, env=env, timeout=300)
     assert result.returncode == 0, result.stderr
     run_id = only_run_id(tmp_path)
@@ -341,3 +343,119 @@ def test_ssh_host_that_refuses_the_login_is_one_line_naming_the_host(tmp_path, p
     assert "refuser" in line and "Permission denied" in line, line
     checked = run_cli(["--hosts", *args], cwd=repo, env=env, timeout=120)
     assert checked.returncode == 1 and "refuser" in checked.stdout and "Permission denied" in checked.stdout
+
+
+# ---------------------------------------------------------------- transport security (issue 31)
+
+
+def test_the_ssh_command_keeps_host_key_checking():
+    """Nothing the orchestrator adds to ``ssh`` loosens host-key checking: no
+    StrictHostKeyChecking (=no or accept-new), no known-hosts file of its own (an
+    empty or /dev/null one trusts any key), and BatchMode so an unknown key fails
+    instead of asking."""
+    from orchestrator.runner.ssh_transport import ssh_command
+
+    args = ssh_command("big1", "ci", "2222")
+    options = [args[i + 1] for i, a in enumerate(args) if a == "-o"]
+    assert "BatchMode=yes" in options, args
+    keys = {o.split("=", 1)[0].lower() for o in options}
+    assert not keys & {"stricthostkeychecking", "userknownhostsfile", "globalknownhostsfile", "checkhostip"}, args
+    assert not any("/dev/null" in a or "known_hosts" in a.lower() for a in args), args
+    assert args[-3:-1] == ["--", "big1"] and args[args.index("-l") : args.index("-l") + 2] == ["-l", "ci"]
+
+
+@pytest.mark.docker
+def test_an_ssh_host_with_an_unknown_host_key_is_refused_not_trusted(tmp_path, private_engine, sshd):
+    """The engine's ssh host key is not in known_hosts (a new machine, or one posing as
+    it): ssh refuses it, and so does the orchestrator; it never trusts the key."""
+    url, ssh_env = sshd
+    (tmp_path / "ssh" / "known_hosts").write_text("")
+    config = tmp_path / "ssh" / "ssh_config"
+    # ssh's own default (ask, which BatchMode turns into a refusal), not the fixture's "yes".
+    config.write_text(config.read_text().replace("  StrictHostKeyChecking yes\n", ""))
+    repo = make_repo(tmp_path / "repo")
+    env = cli_env(tmp_path, **NO_DISK_MIN, **ssh_env)
+    args = ["--docker-image", private_engine.image, "--docker-host", f"unknownkey={url}:1"]
+    checked = run_cli(["--hosts", *args], cwd=repo, env=env, timeout=120)
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    (row,) = [line for line in checked.stdout.splitlines() if line.startswith("unknownkey ")]
+    assert "DOWN" in row and "transport ssh" in row and "Host key verification failed" in row, row
+    result = run_cli([PROMPT.format(word="x"), "--no-tui", *args], cwd=repo, env=env, timeout=300)
+    assert result.returncode != 0 and "Host key verification failed" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr and result.stderr.strip().count("\n") == 0, result.stderr
+
+
+@pytest.mark.docker
+def test_a_context_that_skips_tls_verification_works_and_warns_naming_the_host(tmp_path, private_engine):
+    """A docker context with skip-tls-verify and no CA of its own: TLS, the engine's
+    certificate unchecked (it was plain HTTP to a TLS port), and a warning naming
+    the host on --hosts and on the run's start."""
+    docker_config = tmp_path / "docker-config"
+    docker_config.mkdir()
+    certs = client_cert_dir(tmp_path / "certs", private_engine.ca)
+    spec = f"host={private_engine.tls_url},cert={certs / 'cert.pem'},key={certs / 'key.pem'},skip-tls-verify=true"
+    created = subprocess.run(
+        ["docker", "--config", str(docker_config), "context", "create", "orc-skip", "--docker", spec],
+        capture_output=True,
+        text=True,
+    )
+    assert created.returncode == 0, created.stderr
+    config = _config(tmp_path, [{"name": "unverified", "context": "orc-skip", "max_parallel": 1}])
+    repo = make_repo(tmp_path / "repo")
+    env = cli_env(tmp_path, **NO_DISK_MIN, DOCKER_CONFIG=str(docker_config))
+    args = ["--config", str(config), "--docker-image", private_engine.image]
+    warning = "warning: Docker host unverified (" + private_engine.tls_url + ") uses TLS without checking"
+    checked = run_cli(["--hosts", *args], cwd=repo, env=env, timeout=120)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    (row,) = [line for line in checked.stdout.splitlines() if line.startswith("unverified ")]
+    assert " up " in row and "transport TLS unverified" in row, row
+    assert warning in checked.stderr and "SkipTLSVerify" in checked.stderr, checked.stderr
+    assert "InsecureRequestWarning" not in checked.stderr, checked.stderr
+    result = run_cli([PROMPT.format(word="skip"), "--no-tui", *args], cwd=repo, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.count(warning) == 1 and "InsecureRequestWarning" not in result.stderr, result.stderr
+    run_id = only_run_id(tmp_path)
+    try:
+        _check_placed_and_imported(tmp_path, repo, result, private_engine, "unverified", "skip")
+    finally:
+        _remove_run(private_engine.url, run_id)
+
+
+def test_doctor_shows_each_hosts_transport_security(tmp_path):
+    """--doctor reads the transports from the configuration (no engine is contacted):
+    ssh, TLS verified, TLS unverified (a SkipTLSVerify context), plain on loopback,
+    plain with insecure: true; the last two that expose credentials are warnings."""
+    from test_hosts_plain_tcp import guard_log, guarded_env
+
+    docker_config = tmp_path / "docker-config"
+    docker_config.mkdir()
+    created = subprocess.run(
+        ["docker", "--config", str(docker_config), "context", "create", "orc-skip", "--docker",
+         "host=tcp://ctx.far.test:2376,skip-tls-verify=true"],
+        capture_output=True,
+        text=True,
+    )  # fmt: skip
+    assert created.returncode == 0, created.stderr
+    certs = client_cert_dir(tmp_path / "certs", make_ca(tmp_path / "ca"))
+    config = _config(
+        tmp_path,
+        [
+            {"name": "viassh", "docker": "ssh://ci@ssh.far.test"},
+            {"name": "viatls", "docker": "tcp://tls.far.test:2376", "cert_path": str(certs)},
+            {"name": "viaskip", "context": "orc-skip"},
+            {"name": "vialo", "docker": "tcp://127.0.0.1:2375"},
+            {"name": "viaplain", "docker": "tcp://plain.far.test:2375", "insecure": True},
+        ],
+    )
+    repo = make_repo(tmp_path / "repo")
+    env = guarded_env(tmp_path, DOCKER_CONFIG=str(docker_config))
+    result = run_cli(["--doctor", "--config", str(config), "--docker-image", "no-such-image-h31"], cwd=repo, env=env)
+    lines = {line.split(":")[0].split()[-1]: line for line in result.stdout.splitlines() if "docker host " in line}
+    assert lines["viassh"].startswith("ok ") and "transport ssh" in lines["viassh"], lines
+    assert lines["viatls"].startswith("ok ") and "transport TLS verified" in lines["viatls"], lines
+    assert lines["viaskip"].startswith("warn") and "transport TLS unverified" in lines["viaskip"], lines
+    assert "docker context 'orc-skip' has SkipTLSVerify" in lines["viaskip"], lines
+    assert lines["vialo"].startswith("ok ") and "transport plain (loopback)" in lines["vialo"], lines
+    assert lines["viaplain"].startswith("warn") and "transport plain (insecure)" in lines["viaplain"], lines
+    assert "clear text" in lines["viaplain"], lines
+    assert guard_log(env) == []

@@ -34,6 +34,7 @@ import msgspec
 from ..errors import ConfigError, ContainerError, HostDownError, PreflightError, RunnerError
 from .base import RunnerEventCallback
 from .docker_containers import DEFAULT_CLIENT_TIMEOUT_S, DEFAULT_THREADS, DockerHost, default_client_factory
+from .transport import refuse_plain_tcp
 from .types import InstanceRequest, RunnerResult
 
 LOCAL = "local"
@@ -50,7 +51,7 @@ class TLSFiles:
     in the thread that makes the client (importing docker-py on the event loop while
     the launcher warms it up in another thread can fail half-way)."""
 
-    ca: str
+    ca: str | None  # None: the system's CAs (or none, unverified)
     cert: tuple[str, str] | None
     verify: bool
 
@@ -68,10 +69,23 @@ class HostSpec:
     url: str | None
     max_parallel: int
     tls: TLSFiles | None = None  # tcp:// engines that use TLS
+    insecure: bool = False  # plain tcp:// to another machine, accepted with a warning
+    context: str | None = None  # the docker context the URL and TLS came from
 
     @property
     def remote(self) -> bool:
         return self.url is not None
+
+    @property
+    def transport(self) -> str:
+        """ssh, TLS verified, TLS unverified, plain (loopback), plain (insecure) or local socket."""
+        from .transport import transport_of
+
+        return transport_of(self)
+
+    @property
+    def shown_url(self) -> str:
+        return redact_url(self.url)
 
     @property
     def shown(self) -> str:
@@ -122,7 +136,10 @@ def parse_host_flag(text: str) -> dict[str, Any]:
     slots: int | None = None
     head, colon, tail = rest.rpartition(":")
     if colon and tail.isdigit():
-        is_tcp_port = head.startswith("tcp://") and head.count(":") == 1
+        # The port of a tcp:// URL: nothing after its host (past any user:password@
+        # and an IPv6 [address]) names one yet.
+        hostpart = head.removeprefix("tcp://").rpartition("@")[2]
+        is_tcp_port = head.startswith("tcp://") and ":" not in hostpart.rpartition("]")[2]
         if not is_tcp_port and (head == LOCAL or "://" in head):
             slots, rest = int(tail), head
     entry: dict[str, Any] = {"name": name, "docker": rest}
@@ -146,14 +163,19 @@ def _context_endpoint(context: str) -> tuple[str, TLSFiles | None]:
         raise PreflightError(f"docker context {context!r} has no Docker endpoint")
     tls: TLSFiles | None = None
     tls_dir = Path((info.get("Storage") or {}).get("TLSPath") or "") / "docker"
-    if url.startswith("tcp://") and (tls_dir / "ca.pem").exists():
-        tls = _tls_config(tls_dir, verify=not endpoint.get("SkipTLSVerify"))
+    skip_verify = bool(endpoint.get("SkipTLSVerify"))
+    # As the Docker CLI does: TLS when the context has TLS files or skips verification
+    # (TLS with no CA of its own then; the connection is encrypted, the engine unchecked).
+    has_files = any((tls_dir / f).exists() for f in ("ca.pem", "cert.pem"))
+    if url.startswith("tcp://") and (has_files or skip_verify):
+        tls = _tls_config(tls_dir, verify=not skip_verify)
     return url, tls
 
 
 def _tls_config(cert_dir: Path, verify: bool) -> TLSFiles:
     cert = (str(cert_dir / "cert.pem"), str(cert_dir / "key.pem")) if (cert_dir / "cert.pem").exists() else None
-    return TLSFiles(ca=str(cert_dir / "ca.pem"), cert=cert, verify=verify)
+    ca = str(cert_dir / "ca.pem") if (cert_dir / "ca.pem").exists() else None
+    return TLSFiles(ca=ca, cert=cert, verify=verify)
 
 
 def _tls_from_env(url: str) -> TLSFiles | None:
@@ -205,6 +227,9 @@ def resolve_hosts(entries: Sequence[Any]) -> list[HostSpec]:
         tls: TLSFiles | None = None
         if context and entry.get("cert_path"):
             raise ConfigError(f"runner.hosts: host {name!r} has cert_path and context; a context keeps its own TLS")
+        insecure = entry.get("insecure", False)
+        if not isinstance(insecure, bool):
+            raise ConfigError(f"runner.hosts: host {name!r} insecure must be true or false")
         if context:
             url, tls = _context_endpoint(context)
         elif url:
@@ -221,16 +246,31 @@ def resolve_hosts(entries: Sequence[Any]) -> list[HostSpec]:
                 f"runner.hosts: host {name!r} needs docker: URL or context: NAME "
                 f"(only the host named {LOCAL!r} means this machine's engine)"
             )
-        specs.append(HostSpec(name=name, url=url, max_parallel=slots or DEFAULT_HOST_SLOTS, tls=tls))
+        if insecure and not (url or "").startswith("tcp://"):
+            raise ConfigError(
+                f"runner.hosts: host {name!r} has insecure: true, which only plain tcp:// engines need; remove it"
+            )
+        spec = HostSpec(
+            name=name,
+            url=url,
+            max_parallel=slots or DEFAULT_HOST_SLOTS,
+            tls=tls,
+            insecure=insecure,
+            context=context or None,
+        )
+        # Here, before any client exists: making one already talks to the engine.
+        refuse_plain_tcp(spec)
+        specs.append(spec)
     return specs
 
 
 def _tls_error(tls: TLSFiles, text: str) -> ContainerError:
     """A failed TLS handshake as its fix: which file to change, not "start Docker"."""
+    ca = tls.ca or "the system's CAs"
     reason = re.search(r"certificate verify failed: ([^('\"]+)", text)
     if reason:
         return ContainerError(
-            f"the engine's TLS certificate is not trusted by {tls.ca} ({reason.group(1).strip()}); "
+            f"the engine's TLS certificate is not trusted by {ca} ({reason.group(1).strip()}); "
             "use the ca.pem of the CA that signed the engine's certificate"
         )
     # The engine's alert about the certificate this client showed (or did not show).
@@ -243,13 +283,13 @@ def _tls_error(tls: TLSFiles, text: str) -> ContainerError:
                 f"replace {shown} and its key.pem with a client certificate signed by the CA the engine "
                 "was started with (--tlscacert)"
                 if shown
-                else f"put cert.pem and key.pem signed by the engine's CA (--tlscacert) beside {tls.ca}"
+                else f"put cert.pem and key.pem signed by the engine's CA (--tlscacert) beside {ca}"
             )
         )
     detail = re.search(r"SSLError\((.*)\)\)", text)
     return ContainerError(
         f"TLS handshake with the engine failed ({(detail.group(1) if detail else text)[:200]}); "
-        f"check that {tls.ca} and the client certificate {tls.cert[0] if tls.cert else '(none)'} "
+        f"check that {ca} and the client certificate {tls.cert[0] if tls.cert else '(none)'} "
         "come from the CA the engine was started with (--tlscacert)"
     )
 
@@ -276,6 +316,14 @@ def client_factory(spec: HostSpec, timeout: int = DEFAULT_CLIENT_TIMEOUT_S) -> C
         import docker
         import docker.constants
 
+        if spec.tls and not spec.tls.verify:
+            import warnings
+
+            import urllib3
+
+            # urllib3 would say so on stderr, mid-run, with a source line; the run
+            # already warns once per start, naming the host (transport.py).
+            warnings.filterwarnings("ignore", category=urllib3.exceptions.InsecureRequestWarning)
         try:
             client = docker.DockerClient(
                 base_url=url,

@@ -48,16 +48,27 @@ def _gate(host: str) -> threading.BoundedSemaphore:
         return _gates.setdefault(host, threading.BoundedSemaphore(HANDSHAKES))
 
 
+def ssh_command(host: str, user: str | None = None, port: str | None = None) -> list[str]:
+    """The ``ssh`` command line of one connection.
+
+    Host keys are checked as the user's own ``ssh`` checks them: nothing here
+    sets ``StrictHostKeyChecking`` or ``UserKnownHostsFile``, and with
+    ``BatchMode`` an unknown or changed key fails the connection instead of
+    asking (a man in the middle would otherwise get the agents' credentials).
+    """
+    args = ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={CONNECT_TIMEOUT_S}"]
+    # A link that died is noticed within a minute and a half instead of never.
+    args += ["-o", "ServerAliveInterval=30", "-o", "ServerAliveCountMax=3"]
+    if user:
+        args += ["-l", user]
+    if port:
+        args += ["-p", str(port)]
+    return [*args, "--", host, REMOTE_COMMAND]
+
+
 class _Socket(_SSHSocket):
     def connect(self, **kwargs: Any) -> None:
-        args = ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={CONNECT_TIMEOUT_S}"]
-        # A link that died is noticed within a minute and a half instead of never.
-        args += ["-o", "ServerAliveInterval=30", "-o", "ServerAliveCountMax=3"]
-        if self.user:
-            args += ["-l", self.user]
-        if self.port:
-            args += ["-p", self.port]
-        args += ["--", self.host, REMOTE_COMMAND]
+        args = ssh_command(self.host, self.user, self.port)
         env = dict(os.environ)
         env.pop("LD_LIBRARY_PATH", None)
         env.pop("SSL_CERT_FILE", None)

@@ -1,0 +1,135 @@
+"""How each Docker engine's traffic is protected, and the refusal of plain TCP.
+
+Everything a task needs crosses the link to its engine: the agent's API key or
+OAuth token (in each exec's environment, inside the API request) and the
+repository (the copy-in tar). Over ``ssh://`` or TLS with a verified
+certificate nobody on the path can read or alter it. Over plain ``tcp://``
+everyone on the path can, and the engine itself gives root to anyone who can
+reach its port. So a plain ``tcp://`` engine is accepted only on a loopback
+address (or where a host says ``insecure: true``, with a warning every start),
+and the decision is taken from the URL alone: resolving a name would itself be
+network traffic.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+from ..errors import PreflightError
+
+if TYPE_CHECKING:
+    from .hosts import HostSpec
+
+LOCAL_SOCKET = "local socket"
+SSH = "ssh"
+TLS_VERIFIED = "TLS verified"
+TLS_UNVERIFIED = "TLS unverified"
+PLAIN_LOOPBACK = "plain (loopback)"
+PLAIN_INSECURE = "plain (insecure)"
+# Only this name counts as loopback without a lookup; any other is another machine.
+LOOPBACK_NAMES = ("localhost", "localhost.")
+
+
+def is_loopback(url: str) -> bool:
+    """Whether a ``tcp://`` URL names this machine's loopback, decided without DNS."""
+    host = urlsplit(url).hostname or ""
+    if host in LOOPBACK_NAMES:
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    mapped = getattr(address, "ipv4_mapped", None)  # ::ffff:127.0.0.1
+    return address.is_loopback or (mapped is not None and mapped.is_loopback)
+
+
+def transport_of(spec: HostSpec) -> str:
+    """One of the labels above: what protects this engine's traffic."""
+    url = spec.url
+    if url is None or not url.startswith(("tcp://", "ssh://")):
+        return LOCAL_SOCKET  # this machine's engine, unix:// or npipe://: no network in between
+    if url.startswith("ssh://"):
+        return SSH
+    if spec.tls is not None:
+        return TLS_VERIFIED if spec.tls.verify else TLS_UNVERIFIED
+    return PLAIN_LOOPBACK if is_loopback(url) else PLAIN_INSECURE
+
+
+def refuse_plain_tcp(spec: HostSpec) -> None:
+    """Pre-flight, before any connection: plain ``tcp://`` to another machine needs ``insecure: true``."""
+    if transport_of(spec) != PLAIN_INSECURE or spec.insecure:
+        return
+    where = f"docker context {spec.context!r} points it at " if spec.context else ""
+    host = urlsplit(spec.url or "").hostname or "HOST"
+    host = f"[{host}]" if ":" in host else host  # an IPv6 address
+    raise PreflightError(
+        f"Docker host {spec.name}: {where}{spec.shown_url} is plain TCP without TLS, so every agent's API key "
+        "and the repository would cross the network in clear text (and the engine gives root to anyone who "
+        f"reaches its port); use ssh://USER@{host}, or TLS: cert_path in runner.hosts (a directory with "
+        "ca.pem, cert.pem and key.pem), or a docker context created with ca=, cert= and key="
+    )
+
+
+@dataclass(frozen=True)
+class Risk:
+    """What an engine reached without protection exposes, and the fix."""
+
+    how: str  # how it is reached, as the warning says it
+    exposed: str
+    fix: str
+    why: str = ""  # the setting that made it so, when the label does not say
+
+
+def transport_risk(spec: HostSpec) -> Risk | None:
+    """The risk of an engine reached without protection; None when its traffic is protected."""
+    label = transport_of(spec)
+    if label == PLAIN_INSECURE:
+        return Risk(
+            "plain TCP (insecure: true)",
+            "every agent's API key and the repository cross the network in clear text",
+            "use ssh:// or TLS (see docs/scaling.md)",
+        )
+    if label == TLS_UNVERIFIED:
+        why = (
+            f"docker context {spec.context!r} has SkipTLSVerify" if spec.context else "DOCKER_TLS_VERIFY is empty or 0"
+        )
+        return Risk(
+            "TLS without checking the engine's certificate",
+            "anyone on the path can pose as the engine and read every agent's API key and the repository",
+            "give it the engine's CA (ca.pem) and verify the certificate",
+            why,
+        )
+    return None
+
+
+def transport_warning(spec: HostSpec) -> str | None:
+    """The warning a run prints on every start for an engine reached without protection."""
+    risk = transport_risk(spec)
+    if risk is None:
+        return None
+    how = f"{risk.how} ({risk.why})" if risk.why else risk.how
+    return f"Docker host {spec.name} ({spec.shown_url}) uses {how}: {risk.exposed}; {risk.fix}"
+
+
+def transport_warnings(specs: list[HostSpec]) -> list[str]:
+    return [w for w in map(transport_warning, specs) if w]
+
+
+__all__ = [
+    "LOCAL_SOCKET",
+    "PLAIN_INSECURE",
+    "PLAIN_LOOPBACK",
+    "SSH",
+    "TLS_UNVERIFIED",
+    "TLS_VERIFIED",
+    "Risk",
+    "is_loopback",
+    "refuse_plain_tcp",
+    "transport_of",
+    "transport_risk",
+    "transport_warning",
+    "transport_warnings",
+]
