@@ -254,9 +254,13 @@ async def test_failed_root_evaluation_stops_before_any_idea(tmp_path):
     def script(req):
         return failure(req, error_type="command", message="exit code 1\nno bench.py")
 
-    _, state, runner = await run(tmp_path, runner=ScriptedRunner(script))
-    res = state.strategies["s1"].result
-    assert res["stop_reason"] == "root_evaluation_failed" and list(runner.per_key) == ["run_t/s1/root/eval"]
+    engine, state, runner = await run(tmp_path, runner=ScriptedRunner(script))
+    s1 = state.strategies["s1"]
+    assert (s1.status, list(runner.per_key)) == ("failed", ["run_t/s1/root/eval"])
+    assert s1.error.startswith("BaseEvaluationFailed: the evaluation of the base cannot be used: it did not run")
+    assert "no bench.py" in s1.error and "command: python bench.py --json" in s1.error
+    tree = json.loads((engine.paths.results / "strategy_output" / "tree.json").read_text())
+    assert tree["stop_reason"] == "root_evaluation_failed"
 
 
 async def test_review_rounds_in_tree_beam_use_the_pipeline(tmp_path):
