@@ -207,10 +207,11 @@ class BaseEvaluationFailed(StrategyError):
     """
 
     def __init__(self, reason: str, *, command: str, output: str = "") -> None:
-        lines = [ln.rstrip() for ln in (output or "").rstrip().splitlines()][-OUTPUT_TAIL_LINES:]
+        lines = [ln.rstrip() for ln in (output or "").rstrip().lstrip("\n").splitlines()][-OUTPUT_TAIL_LINES:]
         text = f"the evaluation of the base cannot be used: {reason}\n  command: {command}"
         if lines:
-            text += f"\n  its output (last {len(lines)} lines):\n" + "\n".join(f"  | {ln}" for ln in lines)
+            count = "line" if len(lines) == 1 else f"{len(lines)} lines"
+            text += f"\n  its output (last {count}):\n" + "\n".join(f"  | {ln}" for ln in lines)
         else:
             text += "\n  it printed nothing"
         super().__init__(text)

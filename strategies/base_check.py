@@ -129,7 +129,7 @@ def unusable_evaluation(ev: Evaluation, needed: list[str]) -> tuple[str, str] | 
     return None
 
 
-def tests_cannot_run(run: BaseRun) -> str | None:
+def why_tests_cannot_run(run: BaseRun) -> str | None:
     """Why a test command could not run on the base, or None when it ran (its tests passing or not)."""
     if run.error is not None:
         return f"its task ended without the command's exit status ({run.error})"

@@ -33,7 +33,7 @@ import anyio
 from orchestrator.strategy import BaseEvaluationFailed, ConfigError, strategy_options
 
 from ._report import review_loop_sections as report_sections  # noqa: F401  (the run report's sections)
-from .base_check import evaluation_of, run_on_base, summary_of, tests_cannot_run, unusable_evaluation
+from .base_check import evaluation_of, run_on_base, summary_of, unusable_evaluation, why_tests_cannot_run
 from .evaluation import Evaluation, ScoringConfig, check_scoring_params, to_json
 from .evolve_budget import BudgetedContext, BudgetExhausted, make_budget
 from .pipeline import Idea, PipelineConfig, run_idea, write_json
@@ -268,7 +268,7 @@ async def review_loop(
         needed = [primary_metric, *sorted(weights or {})] if primary_metric else []
         if (stop := unusable_evaluation(baseline, needed)) is not None:
             raise BaseEvaluationFailed(stop[1], command=eval_command, output=eval_run.output)
-    if test_command and tests_run is not None and (why := tests_cannot_run(tests_run)) is not None:
+    if test_command and tests_run is not None and (why := why_tests_cannot_run(tests_run)) is not None:
         raise BaseEvaluationFailed(why, command=test_command, output=tests_run.output)
 
     outcomes: list[dict[str, Any] | None] = [None] * len(items)
