@@ -44,7 +44,7 @@ from orchestrator.strategy import BaseEvaluationFailed, ConfigError, strategy_op
 from . import schemas
 from ._json import ask_json
 from ._report import tree_beam_sections as report_sections  # noqa: F401  (the run report's sections)
-from .base_check import unusable_evaluation
+from .base_check import run_on_base, unusable_evaluation, why_tests_cannot_run
 from .budget import Budget
 from .evaluation import (
     Comparison,
@@ -481,8 +481,12 @@ async def tree_beam(
         return budget.exhausted(ctx.now() if timed else 0.0)
 
     meter = Measurer(ctx, tree.config, scoring)
+    # The test gate runs on the base alongside the root's measurement: one that cannot run at all
+    # would fail every candidate after it was paid for.
+    tests_get = run_on_base(ctx, test_command, base_branch, ("root", "tests")) if test_command else None
     root_info: dict[str, Any] = {}
     root_ev, root_log = await meter.screen(base_branch, ("root", "eval"), root_info)
+    tests_run = await tests_get() if tests_get is not None else None
     tree.root_evaluation = to_json(root_ev)
     tree.root_measurement = {"flaky_runs": root_info.get("flaky_runs", 0)}
     meter.root_commit = root_ev.commit or "HEAD"
@@ -508,6 +512,9 @@ async def tree_beam(
         _finish(ctx, tree, out, stop_reason, final_check=False)
         output = "\n".join(t for t in (root_info.get("log", ""), root_info.get("err_log", "")) if t.strip())
         raise BaseEvaluationFailed(why, command=eval_command, output=output)
+    if test_command and tests_run is not None and (why := why_tests_cannot_run(tests_run)) is not None:
+        _finish(ctx, tree, out, "root_tests_cannot_run", final_check=False)
+        raise BaseEvaluationFailed(why, command=test_command, output=tests_run.output)
     _publish(ctx, tree, out)
 
     async def confirm_in_rank_order(queue: list[dict[str, Any]], slots: int) -> list[dict[str, Any]]:
