@@ -57,6 +57,7 @@ class BaseRun(msgspec.Struct, frozen=True, kw_only=True):
     stdout: str = ""
     stderr: str = ""
     error: str | None = None  # the task itself failed: why
+    commit: str | None = None  # the base commit the command ran on
 
     @property
     def output(self) -> str:
@@ -93,7 +94,8 @@ def run_on_base(ctx, command: str, branch: str, key_parts: tuple, *, timeout: fl
             done = await ctx.wait(handle)
         except ctx.errors.TaskFailed as exc:
             return BaseRun(exit_code=None, stderr=exc.message, error=f"{exc.error_type}: {_first_line(exc.message)}")
-        return parse_base_run(done.get("final_message") or "")
+        run = parse_base_run(done.get("final_message") or "")
+        return msgspec.structs.replace(run, commit=(done.get("artifact") or {}).get("commit"))
 
     return result
 
@@ -104,12 +106,14 @@ def evaluation_of(run: BaseRun) -> Evaluation:
         return Evaluation(status="failed", error=run.error)
     if run.exit_code != 0:
         return Evaluation(
-            status="failed", error=f"command: exit status {run.exit_code}: {_first_line(run.stderr or run.stdout)}"
+            status="failed",
+            commit=run.commit,
+            error=f"command: exit status {run.exit_code}: {_first_line(run.stderr or run.stdout)}",
         )
     try:
-        return parse_eval_output(run.stdout)
+        return parse_eval_output(run.stdout, commit=run.commit)
     except EvalParseError as exc:
-        return Evaluation(status="failed", error=f"unparsable: {exc}")
+        return Evaluation(status="failed", commit=run.commit, error=f"unparsable: {exc}")
 
 
 def unusable_evaluation(ev: Evaluation, needed: list[str]) -> tuple[str, str] | None:
