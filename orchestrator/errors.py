@@ -22,6 +22,7 @@
         ├── TaskFailed              ctx.wait() on a failed task
         ├── AggregateTaskFailed     ctx.wait_all() when one or more tasks failed
         ├── NoViableCandidates      a selection strategy has nothing left to choose
+        ├── BaseEvaluationFailed    the evaluation of the base branch cannot be used: the run stops
         ├── KeyConflictDifferentFingerprint   same key, different task input
         └── NondeterminismError     strict mode: strategy code called a wall-clock/random API
 
@@ -191,6 +192,41 @@ class NoViableCandidates(StrategyError):
         super().__init__(message)
 
 
+OUTPUT_TAIL_LINES = 20
+
+
+class BaseEvaluationFailed(StrategyError):
+    """A strategy's evaluation of the base branch cannot be used, so the run stops before any agent task.
+
+    Raised by a strategy (tree-beam, evolve, review-loop) when the command that
+    measures the base could not run, reports ``valid: false``, or lacks a metric
+    the run needs: every candidate would be measured against nothing, so going
+    on would only spend money. The message names ``command``, ``reason`` and the
+    last ``OUTPUT_TAIL_LINES`` lines of the command's ``output``; the run ends
+    with exit code 1 and the message in ``summary.json``.
+    """
+
+    def __init__(self, reason: str, *, command: str, output: str = "") -> None:
+        lines = [ln.rstrip() for ln in (output or "").rstrip().lstrip("\n").splitlines()][-OUTPUT_TAIL_LINES:]
+        text = f"the evaluation of the base cannot be used: {reason}\n  command: {command}"
+        if lines:
+            count = "line" if len(lines) == 1 else f"{len(lines)} lines"
+            text += f"\n  its output (last {count}):\n" + "\n".join(f"  | {ln}" for ln in lines)
+        else:
+            text += "\n  it printed nothing"
+        super().__init__(text)
+        self.reason = reason
+        self.command = command
+        self.output = "\n".join(lines)
+
+    def __reduce__(self):  # keep the fields through pickling/copying
+        return (_base_evaluation_failed, (self.reason, self.command, self.output))
+
+
+def _base_evaluation_failed(reason: str, command: str, output: str) -> BaseEvaluationFailed:
+    return BaseEvaluationFailed(reason, command=command, output=output)
+
+
 class KeyConflictDifferentFingerprint(StrategyError):
     """The same durable key was scheduled with a different task input."""
 
@@ -214,5 +250,6 @@ class StrategyErrors:
     TaskFailed = TaskFailed
     AggregateTaskFailed = AggregateTaskFailed
     NoViableCandidates = NoViableCandidates
+    BaseEvaluationFailed = BaseEvaluationFailed
     KeyConflictDifferentFingerprint = KeyConflictDifferentFingerprint
     NondeterminismError = NondeterminismError

@@ -243,7 +243,10 @@ def render_summary(summary: dict[str, Any], *, results_path: Path, wall_seconds:
         elif s["selected_branch"]:
             lines.append(f"  → Selected: {s['selected_branch']}")
         if s["status"] == "failed":
-            lines.append(f"  ✗ strategy failed: {s['error']}")
+            # a multi-line reason (a base evaluation's output) stays indented under its strategy
+            first, *rest = (s["error"] or "").splitlines() or [""]
+            lines.append(f"  ✗ strategy failed: {first}")
+            lines += [f"    {ln}" for ln in rest]
         lines.append("")
     t = summary["totals"]
     rate = f"{t['completed']}/{t['completed'] + t['failed']} tasks" + (

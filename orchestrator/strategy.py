@@ -50,6 +50,7 @@ from .engine.task_types import (
 )
 from .errors import (
     AggregateTaskFailed,
+    BaseEvaluationFailed,
     ConfigError,
     KeyConflictDifferentFingerprint,
     NondeterminismError,
@@ -105,6 +106,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "AggregateTaskFailed",
     "Artifact",
+    "BaseEvaluationFailed",
     "BranchCleanupResult",
     "BranchCleanupTask",
     "ConfigError",

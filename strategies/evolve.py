@@ -23,11 +23,11 @@ from collections import Counter
 from itertools import combinations
 from typing import Annotated, Any
 
-from orchestrator.strategy import strategy_options
+from orchestrator.strategy import BaseEvaluationFailed, strategy_options
 
 from ._report import evolve_sections as report_sections  # noqa: F401  (the run report's sections)
 from .evolve_budget import BudgetedContext, BudgetExhausted, make_budget
-from .evolve_commands import Measurement
+from .evolve_commands import Measurement, cannot_run
 from .evolve_goals import Goal, check_max_parallel, goals_from_param, prepare
 from .evolve_select import select_goals
 from .evolve_wave import (
@@ -152,6 +152,7 @@ class _Loop:
                 "budget": self.ctx.summary(),
                 "history": [],
             }
+        self._stop_if_a_check_cannot_run(measures, max_cycles)
         initial = measures
         stopped = "max-cycles"
         self._publish(0, max_cycles, measures)
@@ -219,6 +220,23 @@ class _Loop:
         if self.ctx.budget is not None:
             out["budget"] = self.ctx.summary()
         return out
+
+    def _stop_if_a_check_cannot_run(self, measures: dict[str, Measurement], max_cycles: int) -> None:
+        """Stop before any agent task when a check measured nothing on the base (see ``cannot_run``).
+
+        No fix can make such a goal pass (an agent cannot install the missing
+        tool), and the gate cannot protect it: the run would only spend money.
+        """
+        broken = [(g, why) for g in self.goals if (why := cannot_run(g, measures[g.id])) is not None]
+        if not broken:
+            return
+        goal, why = broken[0]
+        others = [g.id for g, _ in broken[1:]]
+        reason = f"goal {goal.id!r}: {why}" + (
+            f" (and {len(others)} more goal(s) whose check cannot run: {', '.join(others)})" if others else ""
+        )
+        self._publish(0, max_cycles, measures, f"stopped: goal {goal.id!r}'s check cannot run on the base")
+        raise BaseEvaluationFailed(reason, command=goal.check, output=measures[goal.id].output)
 
     def _new_entry(self, cycle: int, base: str, measures: dict[str, Measurement]) -> dict[str, Any]:
         passing = sum(m.passed for m in measures.values())

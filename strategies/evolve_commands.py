@@ -120,6 +120,29 @@ def parse_measurement(goal: Goal, final_message: str) -> Measurement:
     )
 
 
+# The statuses POSIX sh itself sets when it cannot execute a command: the check never ran.
+SHELL_COULD_NOT_RUN = {126: "found but not executable", 127: "command not found"}
+
+
+def cannot_run(goal: Goal, m: Measurement) -> str | None:
+    """Why ``goal``'s check measured nothing on this commit, or None when it ran (passing or failing).
+
+    A check cannot run when its measuring task ended without the check's exit
+    status (container failure, task timeout, output cut short), when the shell
+    reports 126 or 127, or when a metric goal printed no readable number.
+    Anything else, a crash or an interpreter's own error included, is a failing
+    check: that is how a broken program fails, and fixing it is evolve's job.
+    """
+    if m.error is not None:
+        return f"its measuring task ended without a result: {(m.error.splitlines() or [''])[0][:300]}"
+    if m.exit_code in SHELL_COULD_NOT_RUN:
+        return f"the shell could not run it: exit status {m.exit_code} ({SHELL_COULD_NOT_RUN[m.exit_code]})"
+    if goal.metric is not None and m.value is None:
+        where = f"key {goal.metric.json_key!r} of its JSON" if goal.metric.json_key else "its last stdout line"
+        return f"its metric has no number ({where}), so better or worse cannot be told"
+    return None
+
+
 def failed_measurement(goal: Goal, message: str) -> Measurement:
     return Measurement(goal_id=goal.id, passed=False, exit_code=None, output=message[-STDOUT_TAIL:], error=message)
 

@@ -9,9 +9,12 @@
 Ideas come from a file, every file of a directory (sorted by name), or the
 prompt itself. ``prepare`` reads them before the run starts, so their text is
 part of the recorded parameters and a resume never re-reads changed files.
-All ideas run in parallel (within the pool) through :func:`strategies.pipeline.run_idea`;
-the base branch is evaluated once (``baseline/eval``) and every idea's
-evaluation is scored against it. The base is a candidate too: ``best`` is
+All ideas run in parallel (within the pool) through :func:`strategies.pipeline.run_idea`.
+Before any of them starts, the base branch is evaluated once (``baseline/eval``)
+and the test command run on it (``baseline/tests``); the run stops there
+(``BaseEvaluationFailed``, exit 1) when the evaluation cannot be used or the test
+command cannot run at all (see :mod:`strategies.base_check`). Every idea's
+evaluation is scored against the base's. The base is a candidate too: ``best`` is
 the top idea only when it beats the base (grade strong or promising, primary
 metric not worse); otherwise the result says "nothing beat the base" and
 ``best_branch`` is the base branch. ``max_cost_usd`` / ``max_wall_s`` stop
@@ -27,12 +30,13 @@ from typing import Annotated, Any, Literal
 
 import anyio
 
-from orchestrator.strategy import ConfigError, strategy_options
+from orchestrator.strategy import BaseEvaluationFailed, ConfigError, strategy_options
 
 from ._report import review_loop_sections as report_sections  # noqa: F401  (the run report's sections)
-from .evaluation import ScoringConfig, check_scoring_params, evaluation_from_task, to_json
+from .base_check import evaluation_of, run_on_base, summary_of, unusable_evaluation, why_tests_cannot_run
+from .evaluation import Evaluation, ScoringConfig, check_scoring_params, to_json
 from .evolve_budget import BudgetedContext, BudgetExhausted, make_budget
-from .pipeline import Idea, PipelineConfig, command_task, run_idea, write_json
+from .pipeline import Idea, PipelineConfig, run_idea, write_json
 
 MAX_IDEA_BYTES = 64 * 1024
 
@@ -245,18 +249,27 @@ async def review_loop(
     root = output_root(ctx)
     ctx = BudgetedContext(ctx, make_budget(ctx, max_cost_usd, max_wall_s))
 
-    baseline_get = None
+    # The base is checked before any agent task (both commands in parallel): an evaluation that
+    # cannot be used, or a test command that cannot run, would fail every idea after it was paid for.
+    eval_get = (
+        run_on_base(ctx, eval_command, base_branch, ("baseline", "eval"), timeout=eval_timeout_s)
+        if eval_command
+        else None
+    )
+    tests_get = run_on_base(ctx, test_command, base_branch, ("baseline", "tests")) if test_command else None
+    eval_run = await eval_get() if eval_get is not None else None
+    tests_run = await tests_get() if tests_get is not None else None
+    baseline: Evaluation | None = None
     baseline_json: dict[str, Any] | None = None
-    if eval_command:
-        handle = ctx.run(
-            command_task(eval_command, base_branch, timeout=eval_timeout_s), key=ctx.key("baseline", "eval")
-        )
-
-        async def baseline_get():
-            try:
-                return evaluation_from_task(await ctx.wait(handle))
-            except ctx.errors.TaskFailed as exc:
-                return evaluation_from_task(None, exc)
+    if eval_command and eval_run is not None:
+        baseline = evaluation_of(eval_run)
+        baseline_json = to_json(baseline)
+        write_json(root / "baseline.json", baseline_json)
+        needed = [primary_metric, *sorted(weights or {})] if primary_metric else []
+        if (stop := unusable_evaluation(baseline, needed)) is not None:
+            raise BaseEvaluationFailed(stop[1], command=eval_command, output=eval_run.output)
+    if test_command and tests_run is not None and (why := why_tests_cannot_run(tests_run)) is not None:
+        raise BaseEvaluationFailed(why, command=test_command, output=tests_run.output)
 
     outcomes: list[dict[str, Any] | None] = [None] * len(items)
 
@@ -269,7 +282,7 @@ async def review_loop(
                 base_branch=base_branch,
                 key_prefix=("idea", idea.id),
                 cfg=cfg,
-                baseline=baseline_get,
+                baseline=baseline,
                 out_dir=root / idea.id,
             )
         except BudgetExhausted as exc:
@@ -288,9 +301,6 @@ async def review_loop(
     async with anyio.create_task_group() as tg:
         for i, idea in enumerate(items):
             tg.start_soon(one, i, idea)
-    if baseline_get is not None:
-        baseline_json = to_json(await baseline_get())
-        write_json(root / "baseline.json", baseline_json)
     rows = rank_outcomes([o for o in outcomes if o is not None])
     write_json(root / "ranking.json", rows)
     evaluated = scoring is not None and baseline_json is not None
@@ -298,6 +308,8 @@ async def review_loop(
     stop_reason = ctx.stop_reason
     (root / "ideas.md").write_text(ranking_markdown(rows, baseline_json, verdict, stop_reason), "utf-8")
     out = {"best": best, "verdict": verdict, "ranking": rows, "baseline": baseline_json, "ideas": outcomes}
+    if tests_run is not None:
+        out["base_tests"] = summary_of(tests_run)  # failing tests on the base are allowed, and worth knowing
     if evaluated:
         # The base is a candidate: when no idea beat it, the base is what the run selects.
         out["best_branch"] = best["branch"] if best is not None else base_branch

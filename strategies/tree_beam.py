@@ -7,8 +7,9 @@
         -S ideas_per_node=5 -S max_depth=3 -S beam_width=2
 
 A node is a commit on a kept branch plus its measurement; the root is the base
-branch, measured first (and the run stops at once if it does not report the
-objective's metrics). Expanding a depth: every frontier node gets a context
+branch, measured first; the run stops at once (``BaseEvaluationFailed``, exit 1)
+when that measurement fails, reports ``valid: false`` or lacks the objective's
+metrics. Expanding a depth: every frontier node gets a context
 pack (diff stats, the ideas tried on its path) and an idea-generation task
 whose prompt carries the objective; new ideas (deduplicated by normalized text
 hash) get sequential evaluation ids, each runs the shared per-idea pipeline
@@ -38,11 +39,12 @@ from typing import Annotated, Any, Literal
 import anyio
 import msgspec
 
-from orchestrator.strategy import ConfigError, StrategyError, strategy_options
+from orchestrator.strategy import BaseEvaluationFailed, ConfigError, strategy_options
 
 from . import schemas
 from ._json import ask_json
 from ._report import tree_beam_sections as report_sections  # noqa: F401  (the run report's sections)
+from .base_check import run_on_base, unusable_evaluation, why_tests_cannot_run
 from .budget import Budget
 from .evaluation import (
     Comparison,
@@ -479,8 +481,12 @@ async def tree_beam(
         return budget.exhausted(ctx.now() if timed else 0.0)
 
     meter = Measurer(ctx, tree.config, scoring)
+    # The test gate runs on the base alongside the root's measurement: one that cannot run at all
+    # would fail every candidate after it was paid for.
+    tests_get = run_on_base(ctx, test_command, base_branch, ("root", "tests")) if test_command else None
     root_info: dict[str, Any] = {}
     root_ev, root_log = await meter.screen(base_branch, ("root", "eval"), root_info)
+    tests_run = await tests_get() if tests_get is not None else None
     tree.root_evaluation = to_json(root_ev)
     tree.root_measurement = {"flaky_runs": root_info.get("flaky_runs", 0)}
     meter.root_commit = root_ev.commit or "HEAD"
@@ -500,18 +506,16 @@ async def tree_beam(
         "rank_score": None,
         "root_comparison": None,
     }
-    if root_ev.status != "ok":
-        return _finish(ctx, tree, out, "root_evaluation_failed")
+    if (stop := unusable_evaluation(root_ev, [primary_metric, *sorted(weights or {})])) is not None:
+        # Every candidate would be measured against this: stop before any agent task spends money.
+        stop_reason, why = stop
+        _finish(ctx, tree, out, stop_reason, final_check=False)
+        output = "\n".join(t for t in (root_info.get("log", ""), root_info.get("err_log", "")) if t.strip())
+        raise BaseEvaluationFailed(why, command=eval_command, output=output)
+    if test_command and tests_run is not None and (cannot := why_tests_cannot_run(tests_run)) is not None:
+        _finish(ctx, tree, out, "root_tests_cannot_run", final_check=False)
+        raise BaseEvaluationFailed(cannot, command=test_command, output=tests_run.output)
     _publish(ctx, tree, out)
-    missing = [m for m in [primary_metric, *sorted(weights or {})] if m not in root_ev.metrics]
-    if missing:
-        reported = ", ".join(sorted(root_ev.metrics)) or "none"
-        line = (
-            f"the evaluation command does not report {', '.join(repr(m) for m in missing)} "
-            f"(named by -S primary_metric/weights); it reports: {reported}"
-        )
-        _finish(ctx, tree, out, f"objective_metrics_missing: {line}", final_check=False)
-        raise StrategyError(line)
 
     async def confirm_in_rank_order(queue: list[dict[str, Any]], slots: int) -> list[dict[str, Any]]:
         """Confirm the best-ranked screened candidates until ``slots`` pass (or none is left)."""

@@ -10,6 +10,7 @@ fair: both commits see the same machine, the same load, the same moment.
 
 Each run prints one line ``@@orch-run <i> <label> <exit code> <attempts> <last stdout line>``;
 a candidate that changed a protected path gets ``@@orch-protected-changed <label> <paths>``.
+The last run's last 20 stdout lines follow as ``| <line>``, its stderr's as ``!| <line>``.
 The first line of the script is ``# orch-measure <json>`` naming the runs, so a
 scripted benchmark (tests, bench/search_quality.py) can answer without a shell.
 
@@ -41,6 +42,7 @@ RUN_MARK = "@@orch-run "
 PROTECTED_MARK = "@@orch-protected-changed "
 DONE_MARK = "@@orch-done"
 LOG_MARK = "| "
+ERR_MARK = "!| "
 
 
 # ---------------------------------------------------------------- the script
@@ -122,8 +124,14 @@ def measure_command(
         lines.append(f"prep {q(label)} {q(ref)}")
     for i, (label, _ref) in enumerate(runs):
         lines.append(f"run {i} {q(label)}")
-    # the last run's own output, trimmed, for the agents' prompts and eval.log
-    lines += [f"tail -n 20 \"$W/out\" | sed 's/^/{LOG_MARK}/'", f"echo {DONE_MARK} {len(runs)}", 'rm -rf "$W"']
+    # the last run's own output, trimmed, for the agents' prompts and eval.log; its stderr for
+    # a base evaluation that cannot be used (the run stops showing both)
+    lines += [
+        f"tail -n 20 \"$W/out\" | sed 's/^/{LOG_MARK}/'",
+        f"tail -n 20 \"$W/err\" | sed 's/^/{ERR_MARK}/'",
+        f"echo {DONE_MARK} {len(runs)}",
+        'rm -rf "$W"',
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -140,12 +148,13 @@ class Runs:
         self.failed: list[str] = []  # runs that failed twice: the reasons
         self.protected_changed: dict[str, list[str]] = {}
         self.log = ""
+        self.err_log = ""  # the last run's stderr, trimmed
         self.complete = False
 
 
 def parse_runs(text: str, commit: str | None = None) -> Runs:
     out = Runs()
-    log = []
+    log, err_log = [], []
     for line in (text or "").splitlines():
         if line.startswith(RUN_MARK):
             parts = line[len(RUN_MARK) :].split(" ", 4)
@@ -175,7 +184,10 @@ def parse_runs(text: str, commit: str | None = None) -> Runs:
             out.complete = True
         elif line.startswith(LOG_MARK):
             log.append(line[len(LOG_MARK) :])
+        elif line.startswith(ERR_MARK):
+            err_log.append(line[len(ERR_MARK) :])
     out.log = "\n".join(log)
+    out.err_log = "\n".join(err_log)
     return out
 
 
@@ -403,13 +415,19 @@ class Measurer:
     async def screen(self, branch: str, key_parts: tuple, info: dict[str, Any]) -> tuple[Evaluation, str]:
         parsed, commit, error = await self.runs(branch, key_parts, [("c", "HEAD")] * self.cfg["eval_repeats"])
         if parsed is None or error:
-            info.update(flaky_runs=parsed.flaky if parsed else 0, protected_changed=[])
+            info.update(
+                flaky_runs=parsed.flaky if parsed else 0,
+                protected_changed=[],
+                log=parsed.log if parsed else "",
+                err_log=parsed.err_log if parsed else error,  # the task failed: its message is the output
+            )
             return Evaluation(status="failed", commit=commit, error=error), error
         info.update(
             flaky_runs=parsed.flaky,
             failed_runs=len(parsed.failed),
             protected_changed=parsed.protected_changed.get("c", []),
             log=parsed.log,
+            err_log=parsed.err_log,
             samples=parsed.by_label.get("c", []),
         )
         ev = summarize(parsed.by_label.get("c", []), self.cfg["confidence"])

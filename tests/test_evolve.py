@@ -438,3 +438,63 @@ async def test_task_shapes_fix_prompts_and_merge_order(tmp_path):
     assert merge.command.index(merge.include_branches[0]) < merge.command.index(merge.include_branches[1])
     wave = by_key["c/1/wave/measure/keep"]
     assert wave.base_branch == merge.branch_name  # the gate measures the merged wave
+
+
+# ---------------------------------------------------------------- fail fast on the base
+
+
+def base_world(exit_codes: dict[str, int], stdout: dict[str, str], broken: tuple[str, ...] = ()):
+    """Every check answers on the base with the given status and stdout; ``broken`` measuring tasks fail."""
+    repo = Repo({"keep.txt": "k"})
+    w = World(repo, {}, {gid: (lambda f, n: {"x": "1"}) for gid in exit_codes})
+
+    def measure(req, gid):
+        if gid in broken:
+            return failure(req, error_type="container", message="the container died")
+        return success(
+            req,
+            has_changes=False,
+            final_message=(
+                f"{stdout.get(gid, '')}\n@@evolve stderr\nsh: 1: tool: not found\n"
+                f"@@evolve end exit={exit_codes[gid]} head={repo.branches[req.base_branch]}\n"
+            ),
+        )
+
+    w.measure = measure
+    return w
+
+
+@pytest.mark.parametrize(
+    ("exit_codes", "stdout", "broken", "reason"),
+    [
+        ({"a": 127, "b": 1}, {}, (), "goal 'a': the shell could not run it: exit status 127 (command not found)"),
+        (
+            {"a": 0, "b": 126},
+            {},
+            (),
+            "goal 'b': the shell could not run it: exit status 126 (found but not executable)",
+        ),
+        ({"a": 1, "b": 1}, {}, ("b",), "goal 'b': its measuring task ended without a result: measuring failed"),
+        ({"a": 1, "b": 0}, {"b": "no number here"}, (), "goal 'b': its metric has no number (its last stdout line)"),
+    ],
+)
+async def test_a_check_that_cannot_run_on_the_base_stops_before_any_fix(tmp_path, exit_codes, stdout, broken, reason):
+    goals = [goal("a", 2, "a-check"), goal("b", 1, "b-check", metric={"direction": "higher", "threshold": 5})]
+    runner = ScriptedRunner(base_world(exit_codes, stdout, broken))
+    _, state = await run_engine(tmp_path, evolve, runner, params={"goals": goals, "max_cycles": 2})
+    s = state.strategies["s1"]
+    assert s.status == "failed"
+    first = s.error.splitlines()[0]
+    assert first.startswith("BaseEvaluationFailed: the evaluation of the base cannot be used: " + reason), first
+    check = "a-check" if reason.startswith("goal 'a'") else "b-check"
+    assert s.error.splitlines()[1] == f"  command: {check}"
+    assert sorted(k.split("/s1/")[1] for k in runner.per_key) == ["initial/measure/a", "initial/measure/b"]
+
+
+async def test_a_check_that_merely_fails_on_the_base_goes_to_an_agent(tmp_path):
+    # exit 1 with an interpreter's error (a missing module) is how failing tests look too
+    goals = [goal("a", 2, "python3 -m pytest")]
+    runner = ScriptedRunner(base_world({"a": 1}, {"a": "/usr/bin/python3: No module named pytest"}))
+    _, state = await run_engine(tmp_path, evolve, runner, params={"goals": goals, "max_cycles": 1})
+    assert state.strategies["s1"].status == "success", state.strategies["s1"].error
+    assert "c/1/fix/a" in {k.split("/s1/")[1] for k in runner.per_key}

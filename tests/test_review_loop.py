@@ -37,6 +37,8 @@ def script(req):
     key = req.task_key
     if key.endswith("/baseline/eval"):
         return success(req, final_message='bench v1\n{"metrics": {"throughput": 100}}', exit_code=0)
+    if key.endswith("/baseline/tests"):
+        return success(req, final_message="3 passed\n@@orch-base stderr\n\n@@orch-base exit=0\n", exit_code=0)
     idea = IDEAS[idea_of(key)]
     part = key.split("/idea/")[1].split("/", 1)[1]
     if part == "plan":
@@ -301,7 +303,7 @@ async def test_cost_budget_stops_new_tasks_and_reports_the_best_so_far(tmp_path)
     result = s.result
     started = [k.split("/s1/")[1] for k in runner.per_key]
     assert not [k for k in started if k.endswith(("/tests", "/eval")) and k.startswith("idea/")]
-    assert len(started) <= 1 + 6 + 6 + 6  # baseline, plans, coders and at most the diffs in flight
+    assert len(started) <= 2 + 6 + 6 + 6  # the base's eval and tests, plans, coders and the diffs in flight
     assert result["budget"]["cost_usd"] >= 0.1
     assert {o["status"] for o in result["ideas"]} == {"budget_stopped"}
     assert result["stopped"] == "budget" and result["stop_reason"].startswith("max_cost_usd reached")

@@ -254,9 +254,50 @@ async def test_failed_root_evaluation_stops_before_any_idea(tmp_path):
     def script(req):
         return failure(req, error_type="command", message="exit code 1\nno bench.py")
 
-    _, state, runner = await run(tmp_path, runner=ScriptedRunner(script))
-    res = state.strategies["s1"].result
-    assert res["stop_reason"] == "root_evaluation_failed" and list(runner.per_key) == ["run_t/s1/root/eval"]
+    engine, state, runner = await run(tmp_path, runner=ScriptedRunner(script))
+    s1 = state.strategies["s1"]
+    assert (s1.status, list(runner.per_key)) == ("failed", ["run_t/s1/root/eval"])
+    assert s1.error.startswith("BaseEvaluationFailed: the evaluation of the base cannot be used: it did not run")
+    assert "no bench.py" in s1.error and "command: python bench.py --json" in s1.error
+    tree = json.loads((engine.paths.results / "strategy_output" / "tree.json").read_text())
+    assert tree["stop_reason"] == "root_evaluation_failed"
+
+
+@pytest.mark.parametrize(
+    ("root_answer", "params", "expected"),
+    [
+        (
+            {"root/eval": "invalid"},
+            {},
+            ["it reports valid: false", "command: python bench.py --json", "| No module named pytest"],
+        ),
+        (
+            {"root/tests": "\n@@orch-base stderr\nsh: 1: pytest: not found\n@@orch-base exit=127\n"},
+            {"test_command": "pytest -q"},
+            ["exit status 127 (command not found)", "command: pytest -q", "| sh: 1: pytest: not found"],
+        ),
+    ],
+)
+async def test_an_unusable_base_stops_before_any_idea(tmp_path, root_answer, params, expected):
+    world = World()
+
+    def script(req):
+        key = req.task_key.split("/s1/")[1]
+        if root_answer.get(key) == "invalid":
+            runs = measure_spec(req)["runs"]
+            line = json.dumps({"metrics": {"throughput": 100}, "valid": False})
+            lines = [f"@@orch-run {i} c 0 1 {line}" for i in range(len(runs))]
+            text = "\n".join([*lines, f"| {line}", "!| No module named pytest", f"@@orch-done {len(runs)}"])
+            return with_commit(success(req, final_message=text, exit_code=0), ROOT_COMMIT)
+        if key in root_answer:
+            return success(req, final_message=root_answer[key], exit_code=0)
+        return world(req)
+
+    _, state, runner = await run(tmp_path, runner=ScriptedRunner(script), **params)
+    s1 = state.strategies["s1"]
+    assert s1.status == "failed" and all(k.split("/s1/")[1].startswith("root/") for k in runner.per_key)
+    for text in expected:
+        assert text in s1.error, (text, s1.error)
 
 
 async def test_review_rounds_in_tree_beam_use_the_pipeline(tmp_path):

@@ -178,9 +178,9 @@ async def test_misspelt_primary_metric_stops_before_any_agent(tmp_path):
     _, state, runner = await run(tmp_path, world=world, **{**NOISY, "primary_metric": "thruput"})
     s = state.strategies["s1"]
     assert s.status == "failed"
-    assert s.error.endswith(
-        "the evaluation command does not report 'thruput' (named by -S primary_metric/weights); "
-        "it reports: rows, throughput"
+    assert s.error.splitlines()[0] == (
+        "BaseEvaluationFailed: the evaluation of the base cannot be used: it does not report 'thruput' "
+        "(named by -S primary_metric/weights); it reports: rows, throughput"
     )
     assert list(runner.per_key) == ["run_t/s1/root/eval"]
 

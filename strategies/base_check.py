@@ -1,0 +1,152 @@
+"""Checking the base branch before any agent task: a run whose yardstick is broken stops there.
+
+tree-beam, evolve and review-loop measure the base first. When that
+measurement cannot be used, every candidate would be compared with nothing, so
+the strategy raises :class:`orchestrator.strategy.BaseEvaluationFailed` (exit 1,
+with the command and the last lines of its output) instead of spending money.
+
+An evaluation of the base cannot be used when it:
+
+- did not run to a result: its task failed (a non-zero exit, a timeout, a
+  broken container) or its last stdout line is not the contract's JSON;
+- reports ``valid: false``;
+- lacks a metric the run needs (the primary metric, a weighted one).
+
+A test command on the base is held to less: failing tests may be what the run
+is for. It stops the run only when it *cannot run*: its task ended without the
+command's exit status (timeout, container), or the shell reports 126 (found but
+not executable) or 127 (command not found), the statuses POSIX ``sh`` itself
+sets when it cannot execute a command.
+
+Commands on the base run through :func:`base_command`, which keeps stdout and
+stderr apart and always exits 0 with the command's status on a marker line, so
+the task's result carries both streams whatever the command did.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from typing import Any
+
+import msgspec
+
+from .evaluation import EvalParseError, Evaluation, parse_eval_output
+from .pipeline import command_task
+
+STDERR_MARK = "@@orch-base stderr"
+_END = re.compile(r"^@@orch-base exit=(-?\d+)\s*$", re.M)
+STDERR_LINES = 20
+SHELL_COULD_NOT_RUN = {126: "found but not executable", 127: "command not found"}
+
+
+def base_command(command: str) -> str:
+    """``command`` under ``/bin/sh -c``, stdout as is, then its stderr's last lines and its exit status."""
+    return (
+        "err=$(mktemp /tmp/orch-base-err.XXXXXX) || exit 3; "
+        f'/bin/sh -c {shlex.quote(command)} 2>"$err" </dev/null; rc=$?; '
+        f'printf "\\n{STDERR_MARK}\\n"; tail -n {STDERR_LINES} "$err"; '
+        'printf "\\n@@orch-base exit=%s\\n" "$rc"; rm -f "$err"; exit 0'
+    )
+
+
+class BaseRun(msgspec.Struct, frozen=True, kw_only=True):
+    """One command's run on the base: its exit status (None: it never reported one) and its output."""
+
+    exit_code: int | None
+    stdout: str = ""
+    stderr: str = ""
+    error: str | None = None  # the task itself failed: why
+    commit: str | None = None  # the base commit the command ran on
+
+    @property
+    def output(self) -> str:
+        """Stdout, then stderr: what the stop shows (its last lines)."""
+        parts = [self.stdout.rstrip("\n")] if self.stdout.strip() else []
+        if self.stderr.strip():
+            parts.append(self.stderr.rstrip("\n"))
+        return "\n".join(parts)
+
+
+def parse_base_run(final_message: str) -> BaseRun:
+    """Read a :func:`base_command` task's stdout; output without the markers is plain stdout of a success."""
+    text = final_message or ""
+    ends = list(_END.finditer(text))
+    if not ends:
+        return BaseRun(exit_code=0, stdout=text)
+    end = ends[-1]
+    body = text[: end.start()]
+    stdout, sep, stderr = body.rpartition(f"\n{STDERR_MARK}\n")
+    if not sep:
+        stdout, stderr = body, ""
+    return BaseRun(exit_code=int(end.group(1)), stdout=stdout.rstrip("\n"), stderr=stderr.rstrip("\n"))
+
+
+def run_on_base(ctx, command: str, branch: str, key_parts: tuple, *, timeout: float | None = None):
+    """Schedule ``command`` on ``branch``; returns an awaitable of its :class:`BaseRun`.
+
+    Scheduling and waiting are apart so several checks of the base run in parallel.
+    """
+    handle = ctx.run(command_task(base_command(command), branch, timeout=timeout), key=ctx.key(*key_parts))
+
+    async def result() -> BaseRun:
+        try:
+            done = await ctx.wait(handle)
+        except ctx.errors.TaskFailed as exc:
+            return BaseRun(exit_code=None, stderr=exc.message, error=f"{exc.error_type}: {_first_line(exc.message)}")
+        run = parse_base_run(done.get("final_message") or "")
+        return msgspec.structs.replace(run, commit=(done.get("artifact") or {}).get("commit"))
+
+    return result
+
+
+def evaluation_of(run: BaseRun) -> Evaluation:
+    """The :class:`Evaluation` a base run of the eval command stands for."""
+    if run.error is not None:
+        return Evaluation(status="failed", error=run.error)
+    if run.exit_code != 0:
+        return Evaluation(
+            status="failed",
+            commit=run.commit,
+            error=f"command: exit status {run.exit_code}: {_first_line(run.stderr or run.stdout)}",
+        )
+    try:
+        return parse_eval_output(run.stdout, commit=run.commit)
+    except EvalParseError as exc:
+        return Evaluation(status="failed", commit=run.commit, error=f"unparsable: {exc}")
+
+
+def unusable_evaluation(ev: Evaluation, needed: list[str]) -> tuple[str, str] | None:
+    """``(stop reason, why)`` when the base's evaluation cannot anchor a run, else None."""
+    if ev.status != "ok":
+        return "root_evaluation_failed", f"it did not run to a result ({_first_line(ev.error or '')})"
+    if not ev.valid:
+        return "root_evaluation_invalid", "it reports valid: false"
+    missing = [m for m in needed if m not in ev.metrics]
+    if missing:
+        reported = ", ".join(sorted(ev.metrics)) or "none"
+        line = (
+            f"it does not report {', '.join(repr(m) for m in missing)} "
+            f"(named by -S primary_metric/weights); it reports: {reported}"
+        )
+        return f"objective_metrics_missing: {line}", line
+    return None
+
+
+def why_tests_cannot_run(run: BaseRun) -> str | None:
+    """Why a test command could not run on the base, or None when it ran (its tests passing or not)."""
+    if run.error is not None:
+        return f"its task ended without the command's exit status ({run.error})"
+    if run.exit_code in SHELL_COULD_NOT_RUN:
+        return f"the shell could not run it: exit status {run.exit_code} ({SHELL_COULD_NOT_RUN[run.exit_code]})"
+    return None
+
+
+def summary_of(run: BaseRun) -> dict[str, Any]:
+    """What a result records of a base run: status and the output's last lines."""
+    tail = run.output.splitlines()[-STDERR_LINES:]
+    return {"exit_code": run.exit_code, "error": run.error, "log_tail": "\n".join(tail)}
+
+
+def _first_line(text: str) -> str:
+    return (text.strip().splitlines() or [""])[0][:300]

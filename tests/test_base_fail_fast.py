@@ -1,0 +1,172 @@
+"""Fail fast on the base: tree-beam, evolve and review-loop stop before any agent task when the
+evaluation of the base cannot be used, with exit 1, the command and the last lines of its output.
+
+The real ``orchestrator`` command, ``--dry-run``, real Docker and git. The evaluations fail the
+way they do in an image without the project's toolchain: a Python module that is not installed,
+a tool that is not on the PATH. A base whose evaluation works goes on as before
+(tests/test_dry_run_flows.py).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from cli_helpers import cli_env, only_run_id, run_cli
+from conftest import TEST_IMAGE, make_repo
+
+from orchestrator.eventlog import read_events
+
+pytestmark = pytest.mark.docker
+
+IMG = ["--docker-image", TEST_IMAGE]
+
+# What the issue's bench_eval.py did: time the project's tests, and say the timing is unusable
+# when they cannot run. The runner's own error goes to stderr, as an uncaptured child's would.
+BENCH_EVAL = """import json, subprocess, sys, time
+t = time.monotonic()
+p = subprocess.run([sys.executable, "-m", "no_such_test_runner", "-q"], capture_output=True, text=True)
+print("ran the test suite")
+sys.stderr.write(p.stderr)
+print(json.dumps({"metrics": {"seconds": time.monotonic() - t}, "valid": p.returncode == 0}))
+"""
+
+CRASHING_BENCH = """import json
+print("loading the benchmark")
+import no_such_benchmark_lib
+print(json.dumps({"metrics": {"throughput": 1}}))
+"""
+
+
+def run(tmp_path, repo, args):
+    result = run_cli([*args, "--dry-run", "--no-tui", *IMG], cwd=repo, env=cli_env(tmp_path), timeout=600)
+    run_id = only_run_id(tmp_path)
+    events = list(read_events(tmp_path / "logs" / run_id / "events.jsonl"))
+    summary = json.loads((tmp_path / "results" / run_id / "summary.json").read_text())
+    return result, events, summary
+
+
+def assert_stopped_before_any_agent(result, events, summary, *expected):
+    out = result.stdout + result.stderr
+    assert result.returncode == 1, out[-3000:]
+    scheduled = [e.payload for e in events if e.type == "task.scheduled"]
+    assert scheduled and {p["plugin"] for p in scheduled} == {"command"}, scheduled
+    started = {e.key for e in events if e.type == "task.started"}
+    assert started <= {p["key"] for p in scheduled}
+    (strategy,) = summary["strategies"]
+    assert strategy["status"] == "failed" and summary["status"] == "completed"
+    error = strategy["error"]
+    assert error.startswith("BaseEvaluationFailed: the evaluation of the base cannot be used"), error
+    for text in expected:
+        assert text in error, (text, error)
+        assert text in out, (text, out[-3000:])
+    assert "Kept main" not in out
+
+
+def test_tree_beam_stops_when_the_base_reports_valid_false(tmp_path):
+    repo = make_repo(tmp_path / "repo", {"bench_eval.py": BENCH_EVAL})
+    result, events, summary = run(
+        tmp_path,
+        repo,
+        [
+            "make the tests faster",
+            "--strategy",
+            "tree-beam",
+            "-S",
+            "eval_command=python3 bench_eval.py",
+            "-S",
+            "primary_metric=seconds",
+            "-S",
+            "direction=min",
+        ],
+    )
+    assert_stopped_before_any_agent(
+        result,
+        events,
+        summary,
+        "it reports valid: false",
+        "command: python3 bench_eval.py",
+        "No module named no_such_test_runner",
+        "ran the test suite",
+    )
+
+
+def test_evolve_stops_when_a_check_cannot_run_on_the_base(tmp_path):
+    goals = """\
+version: 1
+goals:
+  - id: keep
+    description: keep.txt stays
+    check: test -f keep.txt
+    weight: 1
+  - id: tests
+    description: the test suite passes
+    check: echo collecting; no_such_test_runner -q tests
+    weight: 5
+"""
+    repo = make_repo(tmp_path / "repo", {"keep.txt": "keep\n", "GOALS.yaml": goals})
+    result, events, summary = run(
+        tmp_path, repo, ["keep the project healthy", "--strategy", "evolve", "-S", "goals=GOALS.yaml"]
+    )
+    assert_stopped_before_any_agent(
+        result,
+        events,
+        summary,
+        "goal 'tests': the shell could not run it: exit status 127 (command not found)",
+        "command: echo collecting; no_such_test_runner -q tests",
+        "no_such_test_runner: not found",
+        "collecting",
+    )
+
+
+def test_review_loop_stops_when_the_base_evaluation_crashes(tmp_path):
+    repo = make_repo(tmp_path / "repo", {"bench.py": CRASHING_BENCH})
+    result, events, summary = run(
+        tmp_path,
+        repo,
+        [
+            "make the solver faster",
+            "--strategy",
+            "review-loop",
+            "-S",
+            "eval_command=python3 bench.py",
+            "-S",
+            "primary_metric=throughput",
+        ],
+    )
+    assert_stopped_before_any_agent(
+        result,
+        events,
+        summary,
+        "it did not run to a result (command: exit status 1",
+        "command: python3 bench.py",
+        "ModuleNotFoundError: No module named 'no_such_benchmark_lib'",
+        "loading the benchmark",
+    )
+
+
+def test_review_loop_stops_when_its_test_command_cannot_run_on_the_base(tmp_path):
+    repo = make_repo(tmp_path / "repo", {"bench.py": 'print(\'{"metrics": {"throughput": 1}}\')\n'})
+    result, events, summary = run(
+        tmp_path,
+        repo,
+        [
+            "make the solver faster",
+            "--strategy",
+            "review-loop",
+            "-S",
+            "test_command=no_such_test_runner -q",
+            "-S",
+            "eval_command=python3 bench.py",
+            "-S",
+            "primary_metric=throughput",
+        ],
+    )
+    assert_stopped_before_any_agent(
+        result,
+        events,
+        summary,
+        "the shell could not run it: exit status 127 (command not found)",
+        "command: no_such_test_runner -q",
+        "no_such_test_runner: not found",
+    )
