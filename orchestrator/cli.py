@@ -79,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--runs", "--executions", type=int, help="parallel strategy executions in this run (default 1)")
     run.add_argument("--repo", help="repository to work on (default: current directory)")
-    run.add_argument("--base-branch", help="branch the agents start from (default: main)")
+    run.add_argument("--base-branch", help="branch the agents start from (default: main, else the current branch)")
     run.add_argument("--model", help="model name (default: sonnet)")
     run.add_argument("--plugin", help="agent tool: claude-code (default), codex, or command")
     run.add_argument("--docker-image", help="agent image (default: claude-code)")

@@ -69,7 +69,8 @@ class RunnerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 class OrchestrationConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     default_model: str = "sonnet"
-    base_branch: str = "main"
+    # None: `main` when the repository has it, else its current branch (the run says which).
+    base_branch: str | None = None
     strategy: str = "simple"
     runs: int = 1
     max_parallel_tasks: int | Literal["auto"] = "auto"

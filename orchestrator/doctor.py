@@ -148,26 +148,36 @@ def disk_check(path: Path, label: str, min_gb: float, hard_min_gb: float) -> Che
     return Check("ok", f"free disk ({label})", detail)
 
 
-def _repository(repo: str, base_branch: str) -> list[Check]:
-    from .runner.git_ops import validate_repository
+def _repository(repo: str, base_branch: str | None, ignore: tuple[Path, ...] = ()) -> list[Check]:
+    from .runner.git_ops import open_repository, resolve_base_branch, validate_repository
 
+    # The path and the branch are told apart: a repository without the branch
+    # asked for is still a repository, and the fix is another branch name.
     try:
-        info = validate_repository(repo, base_branch)
+        top, _, _ = open_repository(repo)
     except OrchestratorError as exc:
-        return [
-            Check("fail", "repository", str(exc), "run from a git repository or pass --repo PATH --base-branch NAME")
-        ]
-    out = [Check("ok", "repository", str(info.path))]
-    out.append(Check("ok", "base branch", base_branch))
-    if info.dirty:
-        out.append(
-            Check(
-                "warn", "working tree", "uncommitted changes: agents start from the last commit", "commit or stash them"
+        return [Check("fail", "repository", str(exc), "run from a git repository or pass --repo PATH")]
+    out = [Check("ok", "repository", str(top))]
+    try:
+        base = resolve_base_branch(top, base_branch)
+    except OrchestratorError as exc:
+        # Its message is "what is wrong; what to do": the doctor's detail and fix.
+        detail, _, fix = str(exc).partition("; ")
+        out.append(Check("fail", "base branch", detail, fix or "pass --base-branch NAME"))
+    else:
+        out.append(Check("ok", "base branch", base.name + (f" ({base.chosen})" if base.chosen else "")))
+        if validate_repository(top, base.name, ignore=ignore).dirty:
+            out.append(
+                Check(
+                    "warn",
+                    "working tree",
+                    "uncommitted changes: agents start from the last commit",
+                    "commit or stash them",
+                )
             )
-        )
     ident = {}
     for key in ("user.name", "user.email"):
-        r = subprocess.run(["git", "config", "--get", key], cwd=info.path, capture_output=True, text=True)
+        r = subprocess.run(["git", "config", "--get", key], cwd=top, capture_output=True, text=True)
         ident[key] = r.stdout.strip()
     missing = [k for k, v in ident.items() if not v]
     if missing:
@@ -175,7 +185,7 @@ def _repository(repo: str, base_branch: str) -> list[Check]:
             Check(
                 "warn",
                 "git identity",
-                f"{' and '.join(missing)} not set for {info.path}",
+                f"{' and '.join(missing)} not set for {top}",
                 " && ".join(f'git config --global {k} "..."' for k in missing),
             )
         )
@@ -225,7 +235,13 @@ def checks(args) -> list[Check]:
     o = config.orchestration
     out.append(disk_check(dirs.logs, "logs", o.min_free_disk_gb, o.hard_min_free_disk_gb))
     out.append(disk_check(workspace_root(), "workspaces", o.min_free_disk_gb, o.hard_min_free_disk_gb))
-    out.extend(_repository(str(Path(args.repo or ".").absolute()), args.base_branch or o.base_branch))
+    out.extend(
+        _repository(
+            str(Path(args.repo or ".").absolute()),
+            args.base_branch or o.base_branch,
+            ignore=(dirs.logs, dirs.state, dirs.results),
+        )
+    )
     out.append(_writable(dirs.state, "state", "ORCHESTRATOR_STATE_DIR"))
     out.append(_writable(dirs.logs, "logs", "ORCHESTRATOR_LOGS_DIR"))
     out.append(_writable(dirs.results, "results", "ORCHESTRATOR_RESULTS_DIR"))

@@ -72,6 +72,7 @@ class Prepared:
     mode: str | None
     output: str
     warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # one line each, shown as the run starts
 
     @property
     def config(self) -> Config:
@@ -296,6 +297,10 @@ async def _prepare(args, loaded: LoadedConfig, docker: _EarlyCheck) -> Prepared:
         functools.partial(validate_repository, repo, base_branch, ignore=(dirs.logs, dirs.state, dirs.results))
     )
     repo = str(info.path)
+    base_branch = info.base_branch
+    notes = []
+    if info.base_branch_chosen:
+        notes.append(f"Base branch: {base_branch} ({info.base_branch_chosen}; choose another with --base-branch NAME)")
     if info.dirty:
         if config.orchestration.require_clean_wt:
             raise PreflightError(f"{repo} has uncommitted changes and --require-clean-wt is set; commit or stash them")
@@ -329,6 +334,7 @@ async def _prepare(args, loaded: LoadedConfig, docker: _EarlyCheck) -> Prepared:
         mode=args.mode,
         output=output_mode(args),
         warnings=warnings,
+        notes=notes,
     )
 
 
@@ -423,6 +429,10 @@ def _resumed_config(dirs: RunDirs, manifest: RunManifest, current: LoadedConfig)
         return current
     where = dirs.manifest(manifest.run_id)
     config = recorded_config(manifest.config, str(where))
+    if current.config.orchestration.base_branch is None:
+        # Not given today: it would resolve to a branch again, and the run keeps the one it started from.
+        base = msgspec.structs.replace(current.config.orchestration, base_branch=config.orchestration.base_branch)
+        current = msgspec.structs.replace(current, config=msgspec.structs.replace(current.config, orchestration=base))
     changed = changed_keys(config, current.config)
     if changed:
         shown = ", ".join(changed[:6]) + (f" and {len(changed) - 6} more" if len(changed) > 6 else "")
@@ -686,6 +696,10 @@ async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resum
     )
     if prep.dry_run and prep.output != "json":
         print("DRY RUN: agent tasks are answered by a deterministic simulated agent; nothing is spent.", flush=True)
+    for note in prep.notes:
+        if prep.output != "json":
+            print(note, flush=True)
+        olog.info(note)
     for w in prep.warnings:
         print(f"warning: {w}", file=sys.stderr)
         olog.warning(w)
