@@ -2,7 +2,9 @@
 
 Each line is ``ok``, ``warn`` or ``fail``, what was found, and for anything
 but ``ok`` the command or setting that fixes it. The exit status is 1 when any
-check fails. Credentials are reported by variable name only, never by value.
+check fails. ``--doctor --dry-run`` checks what a dry run needs: the simulated
+agent in the image, and no credentials (missing ones are only a warning).
+Credentials are reported by variable name only, never by value.
 The checks that a run's pre-flight also makes use the same functions
 (``image_tools``, ``validate_repository``, ``resolve_auth``, the plugins'
 ``validate_environment``), so the doctor and a run never disagree.
@@ -47,7 +49,7 @@ def _docker_engine() -> Check:
     return Check("ok", "docker engine", message)
 
 
-def _image(image: str, plugin: str) -> list[Check]:
+def _image(image: str, plugin: str, dry_run: bool = False) -> list[Check]:
     from .cli_pins import mismatches, pinned_versions
     from .image_tools import TOOLS, probe_tools, required_tools
 
@@ -56,7 +58,7 @@ def _image(image: str, plugin: str) -> list[Check]:
     except OrchestratorError as exc:
         return [Check("fail", f"image {image}", str(exc), f"orchestrator --build-image --docker-image {image}")]
     out = [Check("ok", f"image {image}", "present")]
-    needed = set(required_tools(plugin, dry_run=False))
+    needed = set(required_tools(plugin, dry_run=dry_run))
     try:
         pins = pinned_versions()
     except OrchestratorError as exc:
@@ -85,7 +87,7 @@ def _image(image: str, plugin: str) -> list[Check]:
                 Check(
                     "fail",
                     f"{tool} in {image}",
-                    f"missing (plugin {plugin} runs it)",
+                    "missing (a dry run runs it)" if dry_run else f"missing (plugin {plugin} runs it)",
                     f"orchestrator --build-image --docker-image {image}",
                 )
             )
@@ -110,7 +112,7 @@ def _image(image: str, plugin: str) -> list[Check]:
     return out
 
 
-def _credentials(environ: dict[str, str], configured: str, mode: str | None) -> list[Check]:
+def _credentials(environ: dict[str, str], configured: str, mode: str | None, dry_run: bool = False) -> list[Check]:
     from .auth import resolve_auth
     from .runner.plugin import get_plugin
 
@@ -121,13 +123,21 @@ def _credentials(environ: dict[str, str], configured: str, mode: str | None) -> 
             auth = resolve_auth(environ, plugin=plugin, mode=mode if plugin == "claude-code" else None)
             get_plugin(plugin).validate_environment(auth)
         except OrchestratorError:
-            status = "fail" if plugin == configured else "warn"
+            # A dry run's agent is simulated: it needs no credentials, a real run does.
+            status = "fail" if plugin == configured and not dry_run else "warn"
+            if plugin != configured:
+                detail = "not set"
+            elif dry_run:
+                detail = "not set (a dry run needs none; a real run with the configured plugin does)"
+            else:
+                detail = "not set (the configured plugin)"
             out.append(
                 Check(
                     status,
                     f"credentials for {plugin}",
-                    "not set" + (" (the configured plugin)" if status == "fail" else ""),
-                    f"set {' or '.join(names)} in the environment or ./.env (or rehearse with --dry-run)",
+                    detail,
+                    f"set {' or '.join(names)} in the environment or ./.env"
+                    + ("" if dry_run else " (or rehearse with --dry-run)"),
                 )
             )
             continue
@@ -225,12 +235,13 @@ def checks(args) -> list[Check]:
     config = loaded.config
     out.append(Check("ok", "configuration", ", ".join(loaded.sources)))
     image = args.docker_image or config.runner.docker_image
+    dry_run = bool(getattr(args, "dry_run", False))
     plugin = args.plugin or config.runner.plugin
     engine = _docker_engine()
     out.append(engine)
     if engine.status == "ok":
-        out.extend(_image(image, plugin))
-    out.extend(_credentials(loaded.environ, plugin, args.mode))
+        out.extend(_image(image, plugin, dry_run))
+    out.extend(_credentials(loaded.environ, plugin, args.mode, dry_run))
     dirs = RunDirs.from_env()
     o = config.orchestration
     out.append(disk_check(dirs.logs, "logs", o.min_free_disk_gb, o.hard_min_free_disk_gb))
@@ -255,5 +266,7 @@ def doctor(args) -> int:
         print(check.line(), flush=True)
     failed = sum(c.status == "fail" for c in results)
     warned = sum(c.status == "warn" for c in results)
-    print(f"{failed} failed, {warned} warnings, {len(results) - failed - warned} ok", file=sys.stderr)
+    what = " (checked what a dry run needs)" if getattr(args, "dry_run", False) else ""
+    warnings = f"{warned} warning" + ("" if warned == 1 else "s")
+    print(f"{failed} failed, {warnings}, {len(results) - failed - warned} ok{what}", file=sys.stderr)
     return 1 if failed else 0

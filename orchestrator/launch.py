@@ -452,7 +452,12 @@ def _resumed_config(dirs: RunDirs, manifest: RunManifest, current: LoadedConfig)
 async def resume(args) -> int:
     check_resume_flags(args)
     dirs = RunDirs.from_env()
-    manifest = read_manifest(dirs, args.resume)
+    try:
+        manifest = read_manifest(dirs, args.resume)
+    except UsageError as exc:
+        from .locate import check_run_id, not_here_hint
+
+        raise UsageError(not_here_hint(check_run_id(args.resume), dirs) or str(exc)) from None
     if is_live(dirs, manifest.run_id):
         raise UsageError(f"run {manifest.run_id} is being written by a live process; wait for it or stop it first")
     # Today's configuration from the same sources as at the start (same file, same

@@ -200,8 +200,10 @@ def test_management_commands(tmp_path, repo):
     ).stdout.split()
     assert volumes == []
     assert not (tmp_path / "state" / run_id).exists()
-    gone = run_cli(["--show-run", run_id], cwd=repo, env=env)
-    assert gone.returncode == 2
+    # What cleanup kept (logs, results) is still shown; the run is no longer resumable.
+    kept = run_cli(["--show-run", run_id], cwd=repo, env=env)
+    assert kept.returncode == 0 and "Cleaned up" in kept.stdout and "Resume with" not in kept.stdout
+    assert run_cli(["--resume", run_id], cwd=repo, env=env).returncode == 2
     helped = run_cli(["--help-strategy", "simple"], cwd=repo, env=env)
     assert helped.returncode == 0 and "import_policy" in helped.stdout
 
