@@ -543,12 +543,35 @@ async def _report_resume_plan(dirs: RunDirs, manifest: RunManifest, supports_res
             status = "new_session_in_kept_workspace"
         counts[status] = counts.get(status, 0) + 1
     done = state.counters.completed + state.counters.failed
-    plan = ", ".join(f"{n} {s.replace('_', ' ')}" for s, n in sorted(counts.items())) or "no interrupted tasks"
+    plan = ", ".join(_resume_phrase(s, n) for s, n in sorted(counts.items())) or "no interrupted tasks"
     print(
-        f"Resuming {manifest.run_id}: {done} task(s) already finished stay as they are; {plan}.",
+        f"Resuming {manifest.run_id}: {_tasks(done)} already finished {'stays' if done == 1 else 'stay'} "
+        f"as {'it is' if done == 1 else 'they are'}; {plan}.",
         file=sys.stderr,
         flush=True,
     )
+
+
+# What --resume does with an unfinished task: (one task, several tasks).
+_RESUME_PLANS = {
+    "resume_session": ("resumes its agent session", "resume their agent sessions"),
+    "new_session_in_kept_workspace": (
+        "starts a new session in its kept workspace",
+        "start new sessions in their kept workspaces",
+    ),
+    "restart_workspace_missing": ("restarts (its workspace is gone)", "restart (their workspaces are gone)"),
+    "restart_fresh": ("restarts in a fresh clone (--resume-fresh)", "restart in fresh clones (--resume-fresh)"),
+    "restart": ("restarts (the plugin cannot resume sessions)", "restart (the plugin cannot resume sessions)"),
+}
+
+
+def _tasks(n: int) -> str:
+    return f"{n} task" if n == 1 else f"{n} tasks"
+
+
+def _resume_phrase(status: str, n: int) -> str:
+    one, many = _RESUME_PLANS.get(status, (status.replace("_", " "), status.replace("_", " ")))
+    return f"{_tasks(n)} {one if n == 1 else many}"
 
 
 def _engine_config(
