@@ -199,8 +199,11 @@ def _check_plugin(plugin_name: str, model: str, strategy: LoadedStrategy):
     plugin = get_plugin(plugin_name)
     models = plugin.known_models()
     if models is not None and model not in models:
+        from .strategy_loader import did_you_mean
+
         names = ", ".join(sorted(k for k in models if "-" not in k)) or ", ".join(sorted(models))
-        raise ConfigError(f"unknown model {model!r} for plugin {plugin_name}; use one of: {names}")
+        guess = did_you_mean(model, sorted(models))
+        raise ConfigError(f"unknown model {model!r} for plugin {plugin_name}{guess}; use one of: {names}")
     if strategy.options.requires_resume and not plugin.capabilities.supports_resume:
         raise PreflightError(
             f"strategy {strategy.name} resumes agent sessions, which plugin {plugin_name} cannot do; "

@@ -62,6 +62,11 @@ CASES = {
         lambda t, r: (["do it", "--strategy", "best-of-n", "-S", "nn=3"], {}),
         ["has no parameter 'nn' (did you mean n?)"],
     ),
+    "config_key_near_miss": (
+        lambda t, r: (["do it", "--config", str(write(t / "c.yaml", "runner:\n  docker_imge: x\n"))], {}),
+        ["'runner.docker_imge' (did you mean runner.docker_image?)"],
+    ),
+    "model_near_miss": (lambda t, r: (["do it", "--model", "sonet"], {}), ["'sonet'", "(did you mean sonnet?)"]),
     "bad_param_type": (
         lambda t, r: (["do it", "--strategy", "simple", "-S", "import_policy=sometimes"], {}),
         ["import_policy"],
