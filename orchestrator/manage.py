@@ -54,7 +54,7 @@ def list_runs(repo: str | None = None) -> int:
     if repo is not None:
         top = str(repository_top(repo))
         found = [run for run in found if run.manifest.repo_path == top]
-        where = f"runs of {top}, wherever they were started (current folder, its own, every one this host recorded)"
+        where = f"runs of {top} in every folder that holds some (this one, the repository's, each this host recorded)"
     else:
         where = f"runs under {here.state} (orchestrator --list-runs --repo PATH: a repository's runs, from anywhere)"
     if not found:
