@@ -79,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--runs", "--executions", type=int, help="parallel strategy executions in this run (default 1)")
     run.add_argument("--repo", help="repository to work on (default: current directory)")
-    run.add_argument("--base-branch", help="branch the agents start from (default: main)")
+    run.add_argument("--base-branch", help="branch the agents start from (default: main, else the current branch)")
     run.add_argument("--model", help="model name (default: sonnet)")
     run.add_argument("--plugin", help="agent tool: claude-code (default), codex, or command")
     run.add_argument("--docker-image", help="agent image (default: claude-code)")
@@ -239,11 +239,11 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.help_strategy:
         return manage.help_strategy(args.help_strategy)
     if args.list_runs:
-        return manage.list_runs()
+        return manage.list_runs(args.repo)
     if args.show_run and args.html:
-        return manage.show_run_html(args.show_run, open_browser=args.open_report)
+        return manage.show_run_html(args.show_run, open_browser=args.open_report, repo=args.repo)
     if args.show_run:
-        return anyio.run(manage.show_run, args.show_run, args.follow)
+        return anyio.run(manage.show_run, args.show_run, args.follow, args.repo)
     if args.check_hosts or args.cleanup_run or args.clean_containers:
         from .config import load_config
 
@@ -253,7 +253,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 
             return anyio.run(check_hosts, config)
         if args.cleanup_run:
-            return anyio.run(manage.cleanup_run, args.cleanup_run, config)
+            return anyio.run(manage.cleanup_run, args.cleanup_run, config, args.repo)
         return anyio.run(manage.clean_containers, args.dry_run or args.clean_dry_run, args.force, config)
     if args.resume:
         launch.check_resume_flags(args)

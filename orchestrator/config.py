@@ -86,7 +86,8 @@ class EnvironmentConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True
 
 class OrchestrationConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     default_model: str = "sonnet"
-    base_branch: str = "main"
+    # None: `main` when the repository has it, else its current branch (the run says which).
+    base_branch: str | None = None
     strategy: str = "simple"
     runs: int = 1
     max_parallel_tasks: int | Literal["auto"] = "auto"
@@ -226,12 +227,27 @@ def _explain(exc: msgspec.ValidationError) -> str:
         field = text.split("`")[1]
         where = text.split("at `$")[-1].rstrip("`") if "at `$" in text else ""
         key = (where.strip(".").replace("[", ".").replace("]", "").replace("'", "") + "." + field).strip(".")
-        return f"unknown configuration key {key!r}"
+        return f"unknown configuration key {key!r}{_key_guess(key)}"
     if " - at `$" in text:
         msg, where = text.split(" - at `$", 1)
         key = where.rstrip("`").strip(".").replace("[", ".").replace("]", "").replace("'", "")
         return f"{key}: {msg}"
     return text
+
+
+def _key_guess(key: str) -> str:
+    """`` (did you mean runner.docker_image?)`` for a mistyped key of a known section, else ``""``."""
+    from .strategy_loader import did_you_mean
+
+    *parents, last = key.split(".")
+    struct: Any = Config
+    for name in parents:
+        fields = {f.encode_name: f.type for f in msgspec.structs.fields(struct)}
+        struct = fields.get(name)
+        if not (isinstance(struct, type) and issubclass(struct, msgspec.Struct)):
+            return ""
+    names = [f.encode_name for f in msgspec.structs.fields(struct)]
+    return did_you_mean(last, names, prefix="".join(f"{p}." for p in parents))
 
 
 def load_file(path: Path) -> dict[str, Any]:

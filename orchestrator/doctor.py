@@ -5,7 +5,9 @@ is shown too; the engines themselves are checked by ``--hosts``.
 
 Each line is ``ok``, ``warn`` or ``fail``, what was found, and for anything
 but ``ok`` the command or setting that fixes it. The exit status is 1 when any
-check fails. Credentials are reported by variable name only, never by value.
+check fails. ``--doctor --dry-run`` checks what a dry run needs: the simulated
+agent in the image, and no credentials (missing ones are only a warning).
+Credentials are reported by variable name only, never by value.
 The checks that a run's pre-flight also makes use the same functions
 (``image_tools``, ``validate_repository``, ``resolve_auth``, the plugins'
 ``validate_environment``), so the doctor and a run never disagree.
@@ -50,7 +52,7 @@ def _docker_engine() -> Check:
     return Check("ok", "docker engine", message)
 
 
-def _image(image: str, plugin: str) -> list[Check]:
+def _image(image: str, plugin: str, dry_run: bool = False) -> list[Check]:
     from .cli_pins import mismatches, pinned_versions
     from .image_tools import TOOLS, probe_tools, required_tools
 
@@ -59,7 +61,7 @@ def _image(image: str, plugin: str) -> list[Check]:
     except OrchestratorError as exc:
         return [Check("fail", f"image {image}", str(exc), f"orchestrator --build-image --docker-image {image}")]
     out = [Check("ok", f"image {image}", "present")]
-    needed = set(required_tools(plugin, dry_run=False))
+    needed = set(required_tools(plugin, dry_run=dry_run))
     try:
         pins = pinned_versions()
     except OrchestratorError as exc:
@@ -88,7 +90,7 @@ def _image(image: str, plugin: str) -> list[Check]:
                 Check(
                     "fail",
                     f"{tool} in {image}",
-                    f"missing (plugin {plugin} runs it)",
+                    "missing (a dry run runs it)" if dry_run else f"missing (plugin {plugin} runs it)",
                     f"orchestrator --build-image --docker-image {image}",
                 )
             )
@@ -113,7 +115,7 @@ def _image(image: str, plugin: str) -> list[Check]:
     return out
 
 
-def _credentials(environ: dict[str, str], configured: str, mode: str | None) -> list[Check]:
+def _credentials(environ: dict[str, str], configured: str, mode: str | None, dry_run: bool = False) -> list[Check]:
     from .auth import resolve_auth
     from .runner.plugin import get_plugin
 
@@ -124,13 +126,21 @@ def _credentials(environ: dict[str, str], configured: str, mode: str | None) -> 
             auth = resolve_auth(environ, plugin=plugin, mode=mode if plugin == "claude-code" else None)
             get_plugin(plugin).validate_environment(auth)
         except OrchestratorError:
-            status = "fail" if plugin == configured else "warn"
+            # A dry run's agent is simulated: it needs no credentials, a real run does.
+            status = "fail" if plugin == configured and not dry_run else "warn"
+            if plugin != configured:
+                detail = "not set"
+            elif dry_run:
+                detail = "not set (a dry run needs none; a real run with the configured plugin does)"
+            else:
+                detail = "not set (the configured plugin)"
             out.append(
                 Check(
                     status,
                     f"credentials for {plugin}",
-                    "not set" + (" (the configured plugin)" if status == "fail" else ""),
-                    f"set {' or '.join(names)} in the environment or ./.env (or rehearse with --dry-run)",
+                    detail,
+                    f"set {' or '.join(names)} in the environment or ./.env"
+                    + ("" if dry_run else " (or rehearse with --dry-run)"),
                 )
             )
             continue
@@ -151,26 +161,36 @@ def disk_check(path: Path, label: str, min_gb: float, hard_min_gb: float) -> Che
     return Check("ok", f"free disk ({label})", detail)
 
 
-def _repository(repo: str, base_branch: str) -> list[Check]:
-    from .runner.git_ops import validate_repository
+def _repository(repo: str, base_branch: str | None, ignore: tuple[Path, ...] = ()) -> list[Check]:
+    from .runner.git_ops import open_repository, resolve_base_branch, validate_repository
 
+    # The path and the branch are told apart: a repository without the branch
+    # asked for is still a repository, and the fix is another branch name.
     try:
-        info = validate_repository(repo, base_branch)
+        top, _, _ = open_repository(repo)
     except OrchestratorError as exc:
-        return [
-            Check("fail", "repository", str(exc), "run from a git repository or pass --repo PATH --base-branch NAME")
-        ]
-    out = [Check("ok", "repository", str(info.path))]
-    out.append(Check("ok", "base branch", base_branch))
-    if info.dirty:
-        out.append(
-            Check(
-                "warn", "working tree", "uncommitted changes: agents start from the last commit", "commit or stash them"
+        return [Check("fail", "repository", str(exc), "run from a git repository or pass --repo PATH")]
+    out = [Check("ok", "repository", str(top))]
+    try:
+        base = resolve_base_branch(top, base_branch)
+    except OrchestratorError as exc:
+        # Its message is "what is wrong; what to do": the doctor's detail and fix.
+        detail, _, fix = str(exc).partition("; ")
+        out.append(Check("fail", "base branch", detail, fix or "pass --base-branch NAME"))
+    else:
+        out.append(Check("ok", "base branch", base.name + (f" ({base.chosen})" if base.chosen else "")))
+        if validate_repository(top, base.name, ignore=ignore).dirty:
+            out.append(
+                Check(
+                    "warn",
+                    "working tree",
+                    "uncommitted changes: agents start from the last commit",
+                    "commit or stash them",
+                )
             )
-        )
     ident = {}
     for key in ("user.name", "user.email"):
-        r = subprocess.run(["git", "config", "--get", key], cwd=info.path, capture_output=True, text=True)
+        r = subprocess.run(["git", "config", "--get", key], cwd=top, capture_output=True, text=True)
         ident[key] = r.stdout.strip()
     missing = [k for k, v in ident.items() if not v]
     if missing:
@@ -178,7 +198,7 @@ def _repository(repo: str, base_branch: str) -> list[Check]:
             Check(
                 "warn",
                 "git identity",
-                f"{' and '.join(missing)} not set for {info.path}",
+                f"{' and '.join(missing)} not set for {top}",
                 " && ".join(f'git config --global {k} "..."' for k in missing),
             )
         )
@@ -205,19 +225,24 @@ def _writable(path: Path, label: str, env_var: str) -> Check:
     return Check("ok", f"{label} directory", f"{path} writable" + ("" if path.exists() else " (will be created)"))
 
 
-def _environment(args, config, repo: str, base_branch: str, agent_image: str, plugin: str) -> list[Check]:
+def _environment(args, config, repo: str, base_branch: str | None, agent_image: str, plugin: str) -> list[Check]:
     """Find or build the project's environment (setup included) and look for the tools inside it."""
-    import subprocess
-
     from . import environment
     from .image import cache_dir
     from .image_tools import probe_tools, required_tools
+    from .runner.git_ops import open_repository, resolve_base_branch
 
+    try:
+        top, _, _ = open_repository(repo)
+        base = resolve_base_branch(top, base_branch)
+    except OrchestratorError:
+        return []  # the repository check says what is wrong
     found = subprocess.run(
-        ["git", "-C", repo, "rev-parse", "--verify", "-q", f"{base_branch}^{{commit}}"], capture_output=True
+        ["git", "-C", str(top), "rev-parse", "--verify", "-q", f"{base.name}^{{commit}}"], capture_output=True
     )
     if found.returncode != 0:
-        return []  # the repository check says what is wrong
+        return []
+    repo = str(top)
     commit = found.stdout.decode().strip()
     env = config.environment
     try:
@@ -300,19 +325,26 @@ def checks(args) -> list[Check]:
     config = loaded.config
     out.append(Check("ok", "configuration", ", ".join(loaded.sources)))
     image = args.docker_image or config.runner.docker_image
+    dry_run = bool(getattr(args, "dry_run", False))
     plugin = args.plugin or config.runner.plugin
     engine = _docker_engine()
     out.append(engine)
     if engine.status == "ok":
-        out.extend(_image(image, plugin))
-    out.extend(_credentials(loaded.environ, plugin, args.mode))
+        out.extend(_image(image, plugin, dry_run))
+    out.extend(_credentials(loaded.environ, plugin, args.mode, dry_run))
     if config.runner.hosts:
         out.extend(_hosts(config))
     dirs = RunDirs.from_env()
     o = config.orchestration
     out.append(disk_check(dirs.logs, "logs", o.min_free_disk_gb, o.hard_min_free_disk_gb))
     out.append(disk_check(workspace_root(), "workspaces", o.min_free_disk_gb, o.hard_min_free_disk_gb))
-    out.extend(_repository(str(Path(args.repo or ".").absolute()), args.base_branch or o.base_branch))
+    out.extend(
+        _repository(
+            str(Path(args.repo or ".").absolute()),
+            args.base_branch or o.base_branch,
+            ignore=(dirs.logs, dirs.state, dirs.results),
+        )
+    )
     if engine.status == "ok":
         out.extend(
             _environment(
@@ -332,5 +364,7 @@ def doctor(args) -> int:
         print(check.line(), flush=True)
     failed = sum(c.status == "fail" for c in results)
     warned = sum(c.status == "warn" for c in results)
-    print(f"{failed} failed, {warned} warnings, {len(results) - failed - warned} ok", file=sys.stderr)
+    what = " (checked what a dry run needs)" if getattr(args, "dry_run", False) else ""
+    warnings = f"{warned} warning" + ("" if warned == 1 else "s")
+    print(f"{failed} failed, {warnings}, {len(results) - failed - warned} ok{what}", file=sys.stderr)
     return 1 if failed else 0

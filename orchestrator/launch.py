@@ -72,6 +72,7 @@ class Prepared:
     mode: str | None
     output: str
     warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # one line each, shown as the run starts
 
     @property
     def config(self) -> Config:
@@ -208,8 +209,11 @@ def _check_plugin(plugin_name: str, model: str, strategy: LoadedStrategy):
     plugin = get_plugin(plugin_name)
     models = plugin.known_models()
     if models is not None and model not in models:
+        from .strategy_loader import did_you_mean
+
         names = ", ".join(sorted(k for k in models if "-" not in k)) or ", ".join(sorted(models))
-        raise ConfigError(f"unknown model {model!r} for plugin {plugin_name}; use one of: {names}")
+        guess = did_you_mean(model, sorted(models))
+        raise ConfigError(f"unknown model {model!r} for plugin {plugin_name}{guess}; use one of: {names}")
     if strategy.options.requires_resume and not plugin.capabilities.supports_resume:
         raise PreflightError(
             f"strategy {strategy.name} resumes agent sessions, which plugin {plugin_name} cannot do; "
@@ -306,6 +310,10 @@ async def _prepare(args, loaded: LoadedConfig, docker: _EarlyCheck) -> Prepared:
         functools.partial(validate_repository, repo, base_branch, ignore=(dirs.logs, dirs.state, dirs.results))
     )
     repo = str(info.path)
+    base_branch = info.base_branch
+    notes = []
+    if info.base_branch_chosen:
+        notes.append(f"Base branch: {base_branch} ({info.base_branch_chosen}; choose another with --base-branch NAME)")
     if info.dirty:
         if config.orchestration.require_clean_wt:
             raise PreflightError(f"{repo} has uncommitted changes and --require-clean-wt is set; commit or stash them")
@@ -340,6 +348,7 @@ async def _prepare(args, loaded: LoadedConfig, docker: _EarlyCheck) -> Prepared:
         mode=args.mode,
         output=output_mode(args),
         warnings=warnings,
+        notes=notes,
     )
 
 
@@ -474,6 +483,10 @@ def _resumed_config(dirs: RunDirs, manifest: RunManifest, current: LoadedConfig)
         return current
     where = dirs.manifest(manifest.run_id)
     config = recorded_config(manifest.config, str(where))
+    if current.config.orchestration.base_branch is None:
+        # Not given today: it would resolve to a branch again, and the run keeps the one it started from.
+        base = msgspec.structs.replace(current.config.orchestration, base_branch=config.orchestration.base_branch)
+        current = msgspec.structs.replace(current, config=msgspec.structs.replace(current.config, orchestration=base))
     changed = changed_keys(config, current.config)
     if changed:
         shown = ", ".join(changed[:6]) + (f" and {len(changed) - 6} more" if len(changed) > 6 else "")
@@ -493,7 +506,12 @@ def _resumed_config(dirs: RunDirs, manifest: RunManifest, current: LoadedConfig)
 async def resume(args) -> int:
     check_resume_flags(args)
     dirs = RunDirs.from_env()
-    manifest = read_manifest(dirs, args.resume)
+    try:
+        manifest = read_manifest(dirs, args.resume)
+    except UsageError as exc:
+        from .locate import check_run_id, not_here_hint
+
+        raise UsageError(not_here_hint(check_run_id(args.resume), dirs) or str(exc)) from None
     if is_live(dirs, manifest.run_id):
         raise UsageError(f"run {manifest.run_id} is being written by a live process; wait for it or stop it first")
     # Today's configuration from the same sources as at the start (same file, same
@@ -579,12 +597,35 @@ async def _report_resume_plan(dirs: RunDirs, manifest: RunManifest, supports_res
             status = "new_session_in_kept_workspace"
         counts[status] = counts.get(status, 0) + 1
     done = state.counters.completed + state.counters.failed
-    plan = ", ".join(f"{n} {s.replace('_', ' ')}" for s, n in sorted(counts.items())) or "no interrupted tasks"
+    plan = ", ".join(_resume_phrase(s, n) for s, n in sorted(counts.items())) or "no interrupted tasks"
     print(
-        f"Resuming {manifest.run_id}: {done} task(s) already finished stay as they are; {plan}.",
+        f"Resuming {manifest.run_id}: {_tasks(done)} already finished {'stays' if done == 1 else 'stay'} "
+        f"as {'it is' if done == 1 else 'they are'}; {plan}.",
         file=sys.stderr,
         flush=True,
     )
+
+
+# What --resume does with an unfinished task: (one task, several tasks).
+_RESUME_PLANS = {
+    "resume_session": ("resumes its agent session", "resume their agent sessions"),
+    "new_session_in_kept_workspace": (
+        "starts a new session in its kept workspace",
+        "start new sessions in their kept workspaces",
+    ),
+    "restart_workspace_missing": ("restarts (its workspace is gone)", "restart (their workspaces are gone)"),
+    "restart_fresh": ("restarts in a fresh clone (--resume-fresh)", "restart in fresh clones (--resume-fresh)"),
+    "restart": ("restarts (the plugin cannot resume sessions)", "restart (the plugin cannot resume sessions)"),
+}
+
+
+def _tasks(n: int) -> str:
+    return f"{n} task" if n == 1 else f"{n} tasks"
+
+
+def _resume_phrase(status: str, n: int) -> str:
+    one, many = _RESUME_PLANS.get(status, (status.replace("_", " "), status.replace("_", " ")))
+    return f"{_tasks(n)} {one if n == 1 else many}"
 
 
 def _engine_config(
@@ -743,6 +784,10 @@ async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resum
     )
     if prep.dry_run and prep.output != "json":
         print("DRY RUN: agent tasks are answered by a deterministic simulated agent; nothing is spent.", flush=True)
+    for note in prep.notes:
+        if prep.output != "json":
+            print(note, flush=True)
+        olog.info(note)
     for w in prep.warnings:
         print(f"warning: {w}", file=sys.stderr)
         olog.warning(w)

@@ -21,7 +21,6 @@ from .runs import (
     RUN_MANIFEST_LABEL,
     RunDirs,
     is_live,
-    list_run_ids,
     lock_holder,
     manifest_status,
     read_manifest,
@@ -46,38 +45,63 @@ def _state(dirs: RunDirs, run_id: str) -> RunState:
     return recover(run_id, dirs.events(run_id), [dirs.state / run_id / "state.json", dirs.logs / run_id / "state.json"])
 
 
-def list_runs() -> int:
-    dirs = RunDirs.from_env()
-    ids = list_run_ids(dirs)
-    if not ids:
-        print(f"no runs under {dirs.state}")
+def list_runs(repo: str | None = None) -> int:
+    from .locate import repository_top, run_folders, runs_in
+
+    here = RunDirs.from_env()
+    folders = run_folders(repo, here)
+    found = [run for dirs in folders for run in runs_in(dirs)]
+    if repo is not None:
+        top = str(repository_top(repo))
+        found = [run for run in found if run.manifest.repo_path == top]
+        where = f"runs of {top} in every folder that holds some (this one, the repository's, each this host recorded)"
+    else:
+        where = f"runs under {here.state} (orchestrator --list-runs --repo PATH: a repository's runs, from anywhere)"
+    if not found:
+        print(f"no {where}")
         return 0
+    print(where, file=sys.stderr)
     rows = []
-    for run_id in ids:
-        try:
-            m = read_manifest(dirs, run_id)
-        except UsageError:
-            continue
-        live = is_live(dirs, run_id)
+    for run in found:
+        m = run.manifest
+        live = is_live(run.dirs, m.run_id)
         # A manifest left at "running" by a process that died is a run to resume.
-        status = "live" if live else "interrupted" if m.status == "running" else m.status
-        rows.append((status, run_id, m))
+        status = "live" if live else "cleaned" if run.cleaned else "interrupted" if m.status == "running" else m.status
+        rows.append((status, m.run_id, run))
     # Runs that can be resumed first: they hold work already paid for.
     rows.sort(key=lambda row: (row[0] != "interrupted", row[1]))
-    print(f"{'RUN ID':<24} {'STATUS':<12} {'STRATEGY':<22} {'TASKS':>9} {'COST':>8}  CREATED")
-    for status, run_id, m in rows:
-        state = _state(dirs, run_id)
+    elsewhere = any(run.dirs.state != here.state for _, _, run in rows)
+    print(
+        f"{'RUN ID':<24} {'STATUS':<12} {'STRATEGY':<22} {'TASKS':>9} {'COST':>8}  "
+        + (f"{'CREATED':<24}  STATE FOLDER" if elsewhere else "CREATED")
+    )
+    for status, run_id, run in rows:
+        m = run.manifest
+        state = _state(run.dirs, run_id)
         done = state.counters.completed + state.counters.failed
         cost_known = any(t.cost_usd is not None for t in state.tasks.values())
         cost = fmt_cost(state.counters.cost_usd if cost_known else None)
         strategy = m.strategy_name + (f" x{m.runs}" if m.runs > 1 else "") + (" (dry)" if m.dry_run else "")
-        print(f"{run_id:<24} {status:<12} {strategy:<22} {done:>4}/{len(state.tasks):<4} {cost:>8}  {m.created_at}")
+        print(
+            f"{run_id:<24} {status:<12} {strategy:<22} {done:>4}/{len(state.tasks):<4} {cost:>8}  {m.created_at}"
+            + (f"  {run.dirs.state}" if elsewhere else "")
+        )
     return 0
 
 
-async def show_run(run_id: str, follow: bool) -> int:
-    dirs = RunDirs.from_env()
-    manifest = read_manifest(dirs, run_id)
+def _locate(run_id: str, repo: str | None):
+    from .locate import locate_run
+
+    here = RunDirs.from_env()
+    run = locate_run(run_id, repo=repo, here=here)
+    if run.dirs.state != here.state:
+        print(f"run {run_id} is under {run.dirs.state} (where it was started)", file=sys.stderr)
+    return run
+
+
+async def show_run(run_id: str, follow: bool, repo: str | None = None) -> int:
+    run = _locate(run_id, repo)
+    dirs, manifest = run.dirs, run.manifest
     if follow:
         from tui.dashboard import monitor
 
@@ -118,17 +142,22 @@ async def show_run(run_id: str, follow: bool) -> int:
             for p in problems:
                 print(f"✗ {p}")
             return 1
-    if manifest.status == "interrupted" and not live:
+    if run.cleaned:
+        print(
+            f"\nCleaned up (orchestrator --cleanup-run): its containers, workspaces and state are gone, "
+            f"so it cannot be resumed; its logs and results are kept ({dirs.logs / run_id}, {dirs.results / run_id})"
+        )
+    elif manifest.status == "interrupted" and not live:
         print(f"\nResume with: orchestrator --resume {run_id}")
     return 0
 
 
-def show_run_html(run_id: str, *, open_browser: bool) -> int:
+def show_run_html(run_id: str, *, open_browser: bool, repo: str | None = None) -> int:
     """Rebuild ``results/<run_id>/report.html`` from the event log; print its path."""
     from .report import write_report
 
-    dirs = RunDirs.from_env()
-    manifest = read_manifest(dirs, run_id)
+    run = _locate(run_id, repo)
+    dirs, manifest = run.dirs, run.manifest
     if not dirs.events(run_id).exists():
         raise UsageError(f"run {run_id} has no event log at {dirs.events(run_id)}; nothing to build a report from")
     path = write_report(dirs, manifest)
@@ -179,12 +208,12 @@ async def _check_claims(dirs: RunDirs, manifest, state: RunState) -> list[str]:
     return problems
 
 
-async def cleanup_run(run_id: str, config: Config | None = None) -> int:
+async def cleanup_run(run_id: str, config: Config | None = None, repo: str | None = None) -> int:
     from .runner.docker_containers import docker_available, list_containers, remove_containers, remove_run_volumes
     from .runner.git_ops import workspace_root
 
-    dirs = RunDirs.from_env()
-    read_manifest(dirs, run_id)
+    run = _locate(run_id, repo)
+    dirs = run.dirs
     if is_live(dirs, run_id):
         raise UsageError(f"run {run_id} is live; stop it before cleaning it up")
     if config is not None and config.runner.hosts:
@@ -199,13 +228,50 @@ async def cleanup_run(run_id: str, config: Config | None = None) -> int:
         await remove_containers(names)
         n_containers, n_volumes = len(names), len(await remove_run_volumes(run_id))
     ws = workspace_root() / run_id
+    had_workspaces = ws.exists()
     shutil.rmtree(ws, ignore_errors=True)
+    _keep_manifest(run)
     remove_run_state(dirs, run_id)
-    print(
-        f"removed {n_containers} container(s), {n_volumes} volume(s), workspaces under {ws} and "
-        f"{dirs.state / run_id}; logs and results are kept ({dirs.logs / run_id}, {dirs.results / run_id})"
-    )
+    print(_cleanup_line(run, n_containers, n_volumes, ws if had_workspaces else None))
     return 0
+
+
+def _keep_manifest(run) -> None:
+    """Copy the manifest next to the kept logs, so ``--show-run`` still reads them (never ``--resume``)."""
+    from .locate import kept_manifest
+
+    target = kept_manifest(run.dirs, run.manifest.run_id)
+    if run.cleaned or not target.parent.is_dir():
+        return  # already kept, or the logs are gone (retention): nothing left to show
+    try:
+        target.write_bytes(run.dirs.manifest(run.manifest.run_id).read_bytes())
+    except OSError as exc:
+        print(f"warning: could not keep the run's manifest with its logs ({exc}); --show-run will not find it")
+
+
+def _cleanup_line(run, n_containers: int, n_volumes: int, ws) -> str:
+    dirs, run_id = run.dirs, run.manifest.run_id
+    removed = [_count(n_containers, "container"), _count(n_volumes, "volume")]
+    if ws is not None:
+        removed.append(f"the workspaces ({ws})")
+    if not run.cleaned:
+        removed.append(f"the state ({dirs.state / run_id})")
+    kept = [
+        f"the {what} ({path})"
+        for what, path in (("logs", dirs.logs / run_id), ("results", dirs.results / run_id))
+        if path.exists()
+    ]
+    kept.append(f"its branches in {run.manifest.repo_path}")
+    readable = f"; orchestrator --show-run {run_id} still reads them" if (dirs.logs / run_id).exists() else ""
+    return f"removed {_and(removed)}; kept {_and(kept)}{readable}; the run can no longer be resumed"
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def _and(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
 def _age_hours(container: dict[str, Any]) -> float:

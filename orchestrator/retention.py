@@ -37,14 +37,17 @@ RESUMABLE = ("running", "interrupted")
 class Owner(msgspec.Struct, frozen=True):
     state: str
     logs: str
+    results: str = ""  # absent in records written before management commands read them
 
 
 def record_owner(dirs: RunDirs, run_id: str) -> None:
-    """Remember which directories hold ``run_id`` (read by other directories' cleanup)."""
+    """Remember which directories hold ``run_id`` (read by other directories' cleanup and by ``--show-run``)."""
     path = host_claims() / run_id / "owner.json"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(msgspec.json.encode(Owner(state=str(dirs.state), logs=str(dirs.logs))))
+        path.write_bytes(
+            msgspec.json.encode(Owner(state=str(dirs.state), logs=str(dirs.logs), results=str(dirs.results)))
+        )
     except OSError:
         pass  # without it this run's leftovers are only expired from its own directory
 

@@ -102,8 +102,9 @@ def load_strategy(spec: str) -> LoadedStrategy:
                 raise StrategyLoadError(f"module {path_part} has no function {func_name!r}")
             name = func_name
         else:
+            guess = did_you_mean(spec.strip().lower().replace("_", "-"), list(BUILTINS))
             raise StrategyLoadError(
-                f"unknown strategy {spec!r}; use one of {', '.join(BUILTINS)}, a file like ./my_strategy.py "
+                f"unknown strategy {spec!r}{guess}; use one of {', '.join(BUILTINS)}, a file like ./my_strategy.py "
                 "or package.module:function"
             )
     if not inspect.iscoroutinefunction(fn):
@@ -119,6 +120,16 @@ def load_strategy(spec: str) -> LoadedStrategy:
         options=getattr(fn, "__orchestrator_options__", StrategyOptions()),
         source=getattr(module, "__file__", None) or module.__name__,
     )
+
+
+def did_you_mean(word: str, choices: list[str], prefix: str = "") -> str:
+    """`` (did you mean X?)`` for the choice nearest to a mistyped ``word`` (``prefix`` before it), or ``""``."""
+    import difflib
+
+    if word in choices:  # reached only after a normalization (best_of_n -> best-of-n)
+        return f" (did you mean {prefix}{word}?)"
+    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
+    return f" (did you mean {prefix}{close[0]}?)" if close else ""
 
 
 def _display_name(name: str) -> str:
@@ -356,7 +367,8 @@ def parse_params(loaded: LoadedStrategy, pairs: list[str], *, base: dict[str, An
     for key, value in values.items():
         spec = loaded.params.get(key)
         if spec is None:
-            raise ConfigError(f"strategy {loaded.name} has no parameter {key!r}; accepted: {accepted}")
+            guess = did_you_mean(key, list(loaded.params))
+            raise ConfigError(f"strategy {loaded.name} has no parameter {key!r}{guess}; accepted: {accepted}")
         if key in raw_text and _accepts_text(spec.type):
             # A string parameter gets exactly what was typed: -S test_command=true is the shell
             # command `true`, not the boolean True.

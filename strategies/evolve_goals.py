@@ -219,6 +219,8 @@ def prepare(params: dict[str, Any], repo_path: str) -> dict[str, Any]:
     if isinstance(value, str):
         given = Path(value).expanduser()
         candidates = [given] if given.is_absolute() else [Path(repo_path) / given, Path.cwd() / given]
+        # Run from the repository itself, both are one file: named once in the message.
+        candidates = list({p.resolve(): p for p in candidates}.values())
         found = next((p for p in candidates if p.is_file()), None)
         if found is None:
             tried = " or ".join(str(p) for p in candidates)

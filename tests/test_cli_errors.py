@@ -53,6 +53,20 @@ CASES = {
         ["no strategy function"],
     ),
     "unknown_param": (lambda t, r: (["do it", "--strategy", "simple", "-S", "n=3"], {}), ["'n'", "import_policy"]),
+    # a near miss is named (issue 30): an underscore for a hyphen, a doubled letter
+    "strategy_near_miss": (
+        lambda t, r: (["do it", "--strategy", "best_of_n"], {}),
+        ["unknown strategy 'best_of_n' (did you mean best-of-n?)"],
+    ),
+    "param_near_miss": (
+        lambda t, r: (["do it", "--strategy", "best-of-n", "-S", "nn=3"], {}),
+        ["has no parameter 'nn' (did you mean n?)"],
+    ),
+    "config_key_near_miss": (
+        lambda t, r: (["do it", "--config", str(write(t / "c.yaml", "runner:\n  docker_imge: x\n"))], {}),
+        ["'runner.docker_imge' (did you mean runner.docker_image?)"],
+    ),
+    "model_near_miss": (lambda t, r: (["do it", "--model", "sonet"], {}), ["'sonet'", "(did you mean sonnet?)"]),
     "bad_param_type": (
         lambda t, r: (["do it", "--strategy", "simple", "-S", "import_policy=sometimes"], {}),
         ["import_policy"],
@@ -183,3 +197,12 @@ def test_help_lists_every_flag(tmp_path):
         "--force",
     ]:
         assert flag in result.stdout, flag
+
+
+@pytest.mark.docker
+def test_a_missing_goals_file_is_named_once(tmp_path, repo):
+    # Run from the repository, "relative to the repository" and "relative to here" are one path.
+    result = run_cli(["do it", "--strategy", "evolve", "-S", "goals=nope.yaml", *IMG], cwd=repo, env=cli_env(tmp_path))
+    assert_clean_usage_error(result, tmp_path, "nope.yaml: goals file not found (looked for ")
+    line = result.stderr.strip()
+    assert line.count("nope.yaml") == 2 and " or " not in line, line  # the value, then the one path looked at

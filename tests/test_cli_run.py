@@ -147,7 +147,8 @@ def test_sigint_interrupts_and_resume_finishes_without_duplicates(tmp_path, repo
 
     result = run_cli(["--resume", run_id, "--no-tui"], cwd=repo, env=env)
     assert result.returncode == 0, result.stderr
-    assert f"Resuming {run_id}: 0 task(s) already finished stay as they are; 3 resume session" in result.stderr
+    said = f"Resuming {run_id}: 0 tasks already finished stay as they are; 3 tasks resume their agent sessions."
+    assert said in result.stderr
     events = list(read_events(events_path))
     sessions = {e.key: e.payload.get("session_id") for e in events if e.type == "task.interrupted"}
     assert all(sessions.values()), sessions  # the agent sessions were captured at interruption
@@ -200,8 +201,10 @@ def test_management_commands(tmp_path, repo):
     ).stdout.split()
     assert volumes == []
     assert not (tmp_path / "state" / run_id).exists()
-    gone = run_cli(["--show-run", run_id], cwd=repo, env=env)
-    assert gone.returncode == 2
+    # What cleanup kept (logs, results) is still shown; the run is no longer resumable.
+    kept = run_cli(["--show-run", run_id], cwd=repo, env=env)
+    assert kept.returncode == 0 and "Cleaned up" in kept.stdout and "Resume with" not in kept.stdout
+    assert run_cli(["--resume", run_id], cwd=repo, env=env).returncode == 2
     helped = run_cli(["--help-strategy", "simple"], cwd=repo, env=env)
     assert helped.returncode == 0 and "import_policy" in helped.stdout
 

@@ -98,8 +98,12 @@ def test_load_errors_are_one_line_naming_the_problem(tmp_path):
     short = write(tmp_path / "short.py", "async def strategy(prompt, ctx):\n    return 1\n")
     with pytest.raises(StrategyLoadError, match=r"must take \(prompt, base_branch, ctx\)"):
         load_strategy(str(short))
-    with pytest.raises(StrategyLoadError, match="unknown strategy 'best-of-three'; use one of simple, best-of-n"):
+    with pytest.raises(
+        StrategyLoadError, match=r"unknown strategy 'best-of-three' \(did you mean best-of-n\?\); use one of simple, "
+    ):
         load_strategy("best-of-three")
+    with pytest.raises(StrategyLoadError, match="unknown strategy 'zzz'; use one of simple, best-of-n"):
+        load_strategy("zzz")  # nothing close: no guess
     with pytest.raises(StrategyLoadError, match=r"cannot import strategy module 'no_such_pkg\.x'"):
         load_strategy("no_such_pkg.x:f")
 

@@ -36,17 +36,21 @@ from .git_import import _import_branch_sync, import_branch
 from .types import IsolationMode
 
 __all__ = [
+    "BaseBranch",
     "RepoInfo",
     "WorkspaceInfo",
     "_import_branch_sync",
     "_prepare_workspace_sync",
     "clear_stale_git_locks",
+    "current_branch",
     "exclude_locally",
     "import_branch",
     "kept_workspace",
+    "open_repository",
     "prepare_workspace",
     "remove_workspace",
     "reset_workspace",
+    "resolve_base_branch",
     "validate_repository",
     "workspace_path",
     "workspace_root",
@@ -64,6 +68,7 @@ class RepoInfo(msgspec.Struct, frozen=True, kw_only=True):
     base_branch: str
     base_commit: str
     dirty: bool
+    base_branch_chosen: str = ""  # how it was chosen when none was given ("" when it was)
 
 
 class WorkspaceInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -95,14 +100,50 @@ def workspace_path(run_id: str, task_key: str) -> Path:
 # Preflight
 
 
+DEFAULT_BASE_BRANCH = "main"
+
+
+class BaseBranch(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    commit: str
+    # How it was chosen without --base-branch, for the one line a run prints
+    # ("" when it was named by the user or the configuration).
+    chosen: str = ""
+
+
 def validate_repository(
-    repo_path: str | os.PathLike[str], base_branch: str, *, ignore: Sequence[str | os.PathLike[str]] = ()
+    repo_path: str | os.PathLike[str], base_branch: str | None, *, ignore: Sequence[str | os.PathLike[str]] = ()
 ) -> RepoInfo:
     """Check that ``repo_path`` is a git repository with ``base_branch``.
 
-    ``ignore``: folders whose contents never make the tree dirty (the
-    orchestrator's own output folders when they live inside the repository).
-    Raises :class:`PreflightError` with a one-line message otherwise.
+    ``base_branch=None``: ``main`` when it exists, else the branch checked out
+    (see :func:`resolve_base_branch`). ``ignore``: folders whose contents never
+    make the tree dirty (the orchestrator's own output folders when they live
+    inside the repository). Raises :class:`PreflightError` with a one-line
+    message otherwise.
+    """
+    top, git_dir, bare = open_repository(repo_path)
+    base = resolve_base_branch(top, base_branch)
+    dirty = False
+    if not bare:
+        excluded = [f":(exclude,literal){rel}" for rel in paths_inside(top, ignore)]
+        status = run_git(["status", "--porcelain", "--", ".", *excluded], cwd=top, check=False)
+        dirty = status.returncode != 0 or bool(status.stdout.strip())
+    return RepoInfo(
+        path=top,
+        git_dir=git_dir,
+        base_branch=base.name,
+        base_commit=base.commit,
+        dirty=dirty,
+        base_branch_chosen=base.chosen,
+    )
+
+
+def open_repository(repo_path: str | os.PathLike[str]) -> tuple[Path, Path, bool]:
+    """``(top, git_dir, bare)`` of the repository at ``repo_path``, which has at least one commit.
+
+    Raises :class:`PreflightError` naming what is wrong with the path itself
+    (missing, not a directory, not a repository, no commits yet).
     """
     path = Path(repo_path).expanduser()
     if not path.exists():
@@ -117,37 +158,100 @@ def validate_repository(
         raise PreflightError(f"not a git repository: {path}")
     git_dir_s, bare_s = ([*proc.stdout.splitlines(), "", ""])[:2]
     git_dir = Path(os.path.realpath(git_dir_s))
-    if bare_s.strip() == "true":
+    bare = bare_s.strip() == "true"
+    if bare:
         top = git_dir
     else:
         top_proc = run_git(["rev-parse", "--show-toplevel"], cwd=path, check=False)
         if top_proc.returncode != 0 or not top_proc.stdout.strip():
             raise PreflightError(f"not a git work tree: {path}")
         top = Path(os.path.realpath(top_proc.stdout.strip()))
-
-    heads = _local_branches(top)
-    if not heads and run_git(["rev-parse", "--verify", "-q", "HEAD"], cwd=top, check=False).returncode != 0:
+    if not _local_branches(top) and run_git(["rev-parse", "--verify", "-q", "HEAD"], cwd=top, check=False).returncode:
         raise PreflightError(f"repository has no commits yet: {top} (make an initial commit first)")
+    return top, git_dir, bare
 
+
+def resolve_base_branch(top: Path, requested: str | None) -> BaseBranch:
+    """The base branch and its commit: ``requested``, or without one ``main``, else the current branch.
+
+    Raises :class:`PreflightError` with one line that says what to do: for a
+    branch that is missing, the likely names first (``main``, ``master``, the
+    current branch); for one that exists only on a remote, the commands that
+    make it local.
+    """
+    chosen = ""
+    if requested is None:
+        current = current_branch(top)
+        if _branch_commit(top, DEFAULT_BASE_BRANCH) is not None:
+            requested, chosen = DEFAULT_BASE_BRANCH, "the default"
+        elif current is not None and _branch_commit(top, current) is not None:
+            requested, chosen = current, f"the current branch; there is no {DEFAULT_BASE_BRANCH}"
+        else:
+            where = "HEAD is detached" if current is None else f"the current branch {current!r} has no commits"
+            raise PreflightError(
+                f"no base branch: {top} has no {DEFAULT_BASE_BRANCH!r} and {where}; "
+                f"pass --base-branch {_branch_list(top)}"
+            )
     try:
-        check_branch_name(base_branch, what="base branch name", repo=top)
+        check_branch_name(requested, what="base branch name", repo=top)
     except GitError as exc:
         raise PreflightError(str(exc).replace("\n", " ")) from exc
-    fmt = run_git(["check-ref-format", "--branch", base_branch], cwd=top, check=False)
-    if fmt.returncode != 0 or fmt.stdout.strip() != base_branch:
-        raise PreflightError(f"invalid base branch name {base_branch!r}: not a valid branch name")
+    fmt = run_git(["check-ref-format", "--branch", requested], cwd=top, check=False)
+    if fmt.returncode != 0 or fmt.stdout.strip() != requested:
+        raise PreflightError(f"invalid base branch name {requested!r}: not a valid branch name")
+    commit = _branch_commit(top, requested)
+    if commit is None:
+        raise PreflightError(_missing_branch(top, requested))
+    return BaseBranch(name=requested, commit=commit, chosen=chosen)
 
-    commit = run_git(["rev-parse", "--verify", "-q", f"refs/heads/{base_branch}^{{commit}}"], cwd=top, check=False)
-    if commit.returncode != 0:
-        shown = ", ".join(heads[:8]) + (f", ... ({len(heads)} in all)" if len(heads) > 8 else "")
-        raise PreflightError(f"base branch {base_branch!r} not found in {top}; existing branches: {shown or '(none)'}")
 
-    dirty = False
-    if bare_s.strip() != "true":
-        excluded = [f":(exclude,literal){rel}" for rel in paths_inside(top, ignore)]
-        status = run_git(["status", "--porcelain", "--", ".", *excluded], cwd=top, check=False)
-        dirty = status.returncode != 0 or bool(status.stdout.strip())
-    return RepoInfo(path=top, git_dir=git_dir, base_branch=base_branch, base_commit=commit.stdout.strip(), dirty=dirty)
+def current_branch(top: Path) -> str | None:
+    """The branch HEAD names (born or not), or None when HEAD is detached."""
+    proc = run_git(["symbolic-ref", "-q", "--short", "HEAD"], cwd=top, check=False)
+    if proc.returncode != 0:
+        return None
+    return proc.stdout.strip() or None
+
+
+def _branch_commit(top: Path, name: str) -> str | None:
+    proc = run_git(["rev-parse", "--verify", "-q", f"refs/heads/{name}^{{commit}}"], cwd=top, check=False)
+    if proc.returncode != 0:
+        return None
+    return proc.stdout.strip() or None
+
+
+def _missing_branch(top: Path, name: str) -> str:
+    remotes = run_git(["for-each-ref", "--format=%(refname:short)", "refs/remotes/"], cwd=top, check=False)
+    tracking = [r for r in remotes.stdout.splitlines() if r and not r.endswith("/HEAD")]
+    if name in tracking:
+        # --base-branch origin/x: a remote-tracking branch, which a clone cannot start from by that name.
+        remote, _, local = name.partition("/")
+        return (
+            f"base branch {name!r} is a remote-tracking branch, not a local one; make it local with "
+            f"git fetch {remote} && git branch {local} {name}, then pass --base-branch {local}"
+        )
+    on_remote = [r for r in tracking if r.partition("/")[2] == name]
+    if on_remote:
+        remote = on_remote[0].partition("/")[0]
+        return (
+            f"base branch {name!r} exists only on remote {remote} ({on_remote[0]}); make it local with "
+            f"git fetch {remote} && git branch {name} {on_remote[0]}"
+        )
+    hint = " (or git fetch it first if it is on a remote)" if tracking else ""
+    return f"base branch {name!r} not found in {top}; pass --base-branch {_branch_list(top)}{hint}"
+
+
+def _branch_list(top: Path, limit: int = 8) -> str:
+    heads = _local_branches(top)
+    if not heads:
+        return "NAME (the repository has no branches)"
+    # The names a user most likely meant come first, not whatever sorts first
+    # (a run's own branches, e.g. best-of-n_run_..., sort before "main").
+    current = current_branch(top)
+    likely = [b for b in dict.fromkeys((DEFAULT_BASE_BRANCH, "master", current)) if b in heads]
+    ordered = likely + [b for b in heads if b not in likely]
+    shown = ", ".join(ordered[:limit]) + (f", ... ({len(heads)} in all)" if len(heads) > limit else "")
+    return f"with one of: {shown}"
 
 
 def paths_inside(top: Path, paths: Sequence[str | os.PathLike[str]]) -> list[str]:
