@@ -389,6 +389,10 @@ async def _environment_image(config: Config, repo: str, base_commit: str, *, dry
         )
     )
     await anyio.to_thread.run_sync(check_tools, image, required_tools(config.runner.plugin, dry_run=dry_run))
+    if config.runner.hosts:
+        # Built on this machine's engine: the other engines get it like the agent
+        # image (with --sync-image), or are named as lacking it.
+        await _check_hosts(config, image)
     return image
 
 

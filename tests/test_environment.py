@@ -396,3 +396,51 @@ def test_a_tree_beam_dry_run_evaluates_the_base_and_its_candidates_in_the_enviro
     for e in evals:
         assert e["evaluation"]["valid"] is True, e["evaluation"]
         assert e["evaluation"]["metrics"]["throughput"] > 100, e["evaluation"]
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_the_environment_reaches_another_engine_with_sync_image(tmp_path, private_engine):
+    from test_hosts import NO_DISK_MIN, _remove_run
+
+    nonce = uuid.uuid4().hex
+    repo = make_repo(
+        tmp_path / "repo",
+        {
+            ".devcontainer.json": json.dumps(
+                {
+                    "image": TEST_BASE_IMAGE,
+                    "onCreateCommand": f"echo {nonce} > /etc/env-marker && mkdir -p build && echo seeded > build/seed.txt",
+                }
+            ),
+            ".gitignore": "build/\n",
+        },
+    )
+    env = cli_env(tmp_path, **NO_DISK_MIN)
+    args = [
+        "SIM: exec cat /etc/env-marker build/seed.txt > out.txt\nSIM: commit out",
+        "--dry-run",
+        "--no-tui",
+        "--docker-host",
+        f"b={private_engine.url}:1",
+    ]
+    refused = run_cli(args, cwd=repo, env=env, timeout=900)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "--sync-image" in refused.stderr.strip().splitlines()[-1], refused.stderr
+    synced = run_cli([*args, "--sync-image"], cwd=repo, env=env, timeout=900)
+    assert synced.returncode == 0, synced.stdout + synced.stderr
+    assert "syncing image to host b" in synced.stderr
+    run_id = next(
+        p.name
+        for p in (tmp_path / "state").iterdir()
+        if json.loads((p / "run.json").read_text())["dry_run"] and (p / "run.json").exists()
+    )
+    try:
+        runner_log = (tmp_path / "logs" / run_id / "runner.jsonl").read_text()
+        assert '"runner.archive.copied_in"' in runner_log  # it ran on the other engine, from a copied-in clone
+        assert _branch_file(repo, "out.txt").split() == [nonce, "seeded"]
+    finally:
+        _remove_run(private_engine.url, run_id)
+        images = private_engine.docker("images", "-q", "orchestrator-env").stdout.split()
+        if images:
+            private_engine.docker("rmi", "-f", *images)
