@@ -42,13 +42,14 @@ def inputs_hash(base_id: str) -> str:
     return hashlib.sha256(("\n".join(lines) + "\n").encode()).hexdigest()
 
 
-def ensure_image() -> str:
-    base_id = _inspect(FIDELITY_BASE, "{{.Id}}")
+def ensure_image(base: str = FIDELITY_BASE, tag: str = FIDELITY_IMAGE) -> str:
+    """The fidelity image on top of ``base`` (by default the agent image), built when its inputs changed."""
+    base_id = _inspect(base, "{{.Id}}")
     if base_id is None:
-        raise RuntimeError(f"image {FIDELITY_BASE} missing: run scripts/setup-docker.sh")
+        raise RuntimeError(f"image {base} missing: run scripts/setup-docker.sh")
     want = inputs_hash(base_id)
-    if _inspect(FIDELITY_IMAGE, f'{{{{ index .Config.Labels "{LABEL_KEY}" }}}}') == want:
-        return FIDELITY_IMAGE
+    if _inspect(tag, f'{{{{ index .Config.Labels "{LABEL_KEY}" }}}}') == want:
+        return tag
     with tempfile.TemporaryDirectory() as ctx:  # only the inputs: the repo (with .venv) is no build context
         for rel in INPUTS:
             (Path(ctx) / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -61,18 +62,18 @@ def ensure_image() -> str:
                 "-f",
                 "docker/Dockerfile.fidelity",
                 "--build-arg",
-                f"BASE={FIDELITY_BASE}",
+                f"BASE={base}",
                 "--label",
                 f"{LABEL_KEY}={want}",
                 "-t",
-                FIDELITY_IMAGE,
+                tag,
                 ".",
             ],
             cwd=ctx,
             check=True,
             capture_output=True,
         )
-    return FIDELITY_IMAGE
+    return tag
 
 
 def fidelity_env(tmp_path: Path, **extra: str) -> dict[str, str]:

@@ -444,3 +444,38 @@ def test_the_environment_reaches_another_engine_with_sync_image(tmp_path, privat
         images = private_engine.docker("images", "-q", "orchestrator-env").stdout.split()
         if images:
             private_engine.docker("rmi", "-f", *images)
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+@pytest.mark.fidelity
+def test_the_real_claude_code_runs_the_projects_tests_in_the_environment(tmp_path):
+    from fidelity_helpers import ensure_image, fidelity_env, remove_run_resources
+
+    repo = _python_repo(tmp_path / "py", {"run-tests.sh": ".venv/bin/python -m pytest -q\n"})
+    # the environment as a run builds it
+    r = _run(repo, tmp_path / "dry", "SIM: print ok")
+    assert r.returncode == 0, r.stdout + r.stderr
+    manifest = json.loads((tmp_path / "dry" / "state" / only_run_id(tmp_path / "dry") / "run.json").read_text())
+    env_image = manifest["docker_image"]
+    assert env_image.startswith("orchestrator-env:")
+    # the real CLIs of that environment, behind the scripted API
+    image = ensure_image(env_image, f"orchestrator-fidelity:env-{env_image.split(':')[1][:12]}")
+    env = fidelity_env(tmp_path / "real")
+    try:
+        r = run_cli(
+            [
+                "FIDELITY: tests",
+                *("--plugin", "claude-code", "--model", "sonnet", "--docker-image", image),
+                *("--no-devcontainer", "--no-tui"),
+            ],
+            cwd=repo,
+            env=env,
+            timeout=600,
+        )
+        assert r.returncode == 0, r.stdout + r.stderr
+        output = _branch_file(repo, "test-output.txt")
+        assert "1 passed" in output and "exit=0" in output, output
+    finally:
+        remove_run_resources(tmp_path / "real" / "state")
+        subprocess.run(["docker", "rmi", image], capture_output=True)

@@ -49,6 +49,11 @@ SCRIPTS: dict[str, list[tuple]] = {
     "interrupt": [WRITE, ("bash", COMMIT_1), ("stall",), EDIT, ("bash", COMMIT_2)],
     "maxturns": [("bash", f"echo turn {i}") for i in range(6)],
     "prompts": [],
+    # the project's own tests, through the Bash tool, in whatever environment the container has
+    "tests": [
+        ("bash", "sh run-tests.sh > test-output.txt 2>&1; echo exit=$? >> test-output.txt"),
+        ("bash", "git add test-output.txt && git commit -m 'fidelity: test output'"),
+    ],
     "structured": [],
     "structured-repair": [],
 }
