@@ -298,6 +298,9 @@ async def review_loop(
     stop_reason = ctx.stop_reason
     (root / "ideas.md").write_text(ranking_markdown(rows, baseline_json, verdict, stop_reason), "utf-8")
     out = {"best": best, "verdict": verdict, "ranking": rows, "baseline": baseline_json, "ideas": outcomes}
+    # What the run recommends merging: the best idea (it passed its review and its tests), the base
+    # when an evaluation found nothing better, else nothing (no idea passed its gates).
+    out["selected_branch"] = best["branch"] if best is not None else (base_branch if evaluated else None)
     if evaluated:
         # The base is a candidate: when no idea beat it, the base is what the run selects.
         out["best_branch"] = best["branch"] if best is not None else base_branch
