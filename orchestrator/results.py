@@ -15,7 +15,7 @@ import msgspec
 
 from .runs import RunDirs, RunManifest
 from .sanitize import default_sanitizer
-from .selection import UNFINISHED, claims, selected_of, selection
+from .selection import UNFINISHED, claims, selected_of, selection, verdict
 from .state import COMPLETED, FAILED, INTERRUPTED, RunState, write_snapshot_bytes
 
 
@@ -80,6 +80,13 @@ def build_summary(manifest: RunManifest, state: RunState, unheld: dict[str, str]
                 "params": strat.params,
                 "status": strat.status,
                 "error": strat.error,
+                "verdict": verdict(
+                    run_status=manifest.status,
+                    status=strat.status,
+                    error=strat.error,
+                    result=strat.result,
+                    base_branch=manifest.base_branch,
+                ),
                 "selected_branch": chosen["branch"],
                 "selection_note": chosen["note"],
                 "result": strat.result,
@@ -248,8 +255,10 @@ def render_summary(summary: dict[str, Any], *, results_path: Path, wall_seconds:
                 lines.append(f"  … {label}  {t['state'].lower()}")
         if s["status"] == "failed":
             lines.append(f"  ✗ strategy failed: {s['error']}")
+        elif s.get("verdict") and summary["status"] not in UNFINISHED:
+            lines.append(f"  Verdict: {s['verdict']}")
         if s["selected_branch"] == summary["base_branch"]:
-            lines.append(f"  → Kept {s['selected_branch']}: no candidate improved on it")
+            lines.append(f"  → Kept {s['selected_branch']}: nothing to merge")
         elif s["selected_branch"]:
             lines.append(f"  → Selected: {s['selected_branch']}")
         elif summary["status"] not in UNFINISHED and s.get("selection_note"):

@@ -10,6 +10,7 @@ selected none recommends none of them.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -75,6 +76,27 @@ def selection(
     if unheld and branch in unheld:
         return {"branch": None, "kept_base": False, "note": f"selected {branch}, but {unheld[branch]}"}
     return {"branch": branch, "kept_base": False, "note": ""}
+
+
+def verdict(*, run_status: str, status: str, error: str | None, result: Any, base_branch: str) -> str:
+    """One line saying what the execution concluded: its own ``verdict`` when it gives one, else what it returned."""
+    if run_status in UNFINISHED:
+        return "not finished: nothing is decided yet"
+    if status != "success":
+        return f"{status}: {error.splitlines()[0][:160]}" if error else status
+    if isinstance(result, dict) and isinstance(result.get("verdict"), str) and result["verdict"].strip():
+        return result["verdict"].strip().splitlines()[0][:1000]
+    if result is None:
+        return "returned nothing"
+    branch, _ = selected_of(result)
+    if isinstance(result, dict) and isinstance(result.get("artifact"), dict):
+        return (
+            f"returned one task's result: branch {branch}" if branch else "returned one task's result, with no branch"
+        )
+    if branch is not None:
+        return "kept the base branch" if branch == base_branch else f"returned branch {branch}"
+    text = json.dumps(result, sort_keys=True, default=str)
+    return "returned " + (text if len(text) <= 160 else text[:159] + "…")
 
 
 def claims(run_status: str, executions: list[tuple[str, Any]], base_branch: str) -> list[tuple[str, str | None]]:

@@ -169,6 +169,20 @@ def pick_best(rows: list[dict[str, Any]], evaluated: bool) -> tuple[dict[str, An
     )
 
 
+def ranking_line(rows: list[dict[str, Any]], tests: dict[str, Any]) -> str:
+    """``1. 02-x score 25, tests passed; 2. 01-y tests_failed`` (the summary's ranking, in one line)."""
+    parts = []
+    for r in rows:
+        shown = [f"score {_fmt(r['score'])}"] if r["score"] is not None else []
+        if r["status"] != "completed":
+            shown.append(r["status"])
+        t = tests.get(r["idea_id"])
+        if t is not None and r["status"] == "completed":
+            shown.append("tests passed" if t.get("passed") else "tests failed")
+        parts.append(f"{r['rank']}. {r['idea_id']} " + ", ".join(shown))
+    return "; ".join(parts)
+
+
 def ranking_markdown(
     rows: list[dict[str, Any]], baseline: dict[str, Any] | None, verdict: str = "", stop_reason: str | None = None
 ) -> str:
@@ -297,7 +311,14 @@ async def review_loop(
     best, verdict = pick_best(rows, evaluated)
     stop_reason = ctx.stop_reason
     (root / "ideas.md").write_text(ranking_markdown(rows, baseline_json, verdict, stop_reason), "utf-8")
-    out = {"best": best, "verdict": verdict, "ranking": rows, "baseline": baseline_json, "ideas": outcomes}
+    tests = {o["idea_id"]: o.get("tests") for o in outcomes if o is not None}
+    out = {
+        "best": best,
+        "verdict": f"{verdict}; ranking: {ranking_line(rows, tests)}" if rows else verdict,
+        "ranking": rows,
+        "baseline": baseline_json,
+        "ideas": outcomes,
+    }
     # What the run recommends merging: the best idea (it passed its review and its tests), the base
     # when an evaluation found nothing better, else nothing (no idea passed its gates).
     out["selected_branch"] = best["branch"] if best is not None else (base_branch if evaluated else None)

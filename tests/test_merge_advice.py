@@ -14,6 +14,7 @@ import re
 import pytest
 from cli_helpers import cli_env, only_run_id, run_cli
 from conftest import TEST_IMAGE, git, make_repo
+from markupsafe import escape
 from reliability_helpers import (
     check_log,
     events_path,
@@ -116,3 +117,70 @@ def test_interrupted_tree_beam_recommends_no_merge_and_shows_the_resume(tmp_path
             proc.wait(timeout=30)
         if run_id:
             remove_run_docker(run_id)
+
+
+# ---------------------------------------------------------------- the verdict line of each built-in strategy
+
+GOALS = """\
+version: 1
+goals:
+  - id: keep
+    description: keep.txt stays
+    check: test -f keep.txt
+    weight: 1
+  - id: work
+    description: the project records simulated work under sim/
+    check: test -n "$(ls sim 2>/dev/null)"
+    weight: 5
+"""
+EVAL = ["-S", "eval_command=python3 bench.py", "-S", "primary_metric=throughput"]
+VERDICT_RUNS = {
+    "best-of-n": (["-S", "n=3"], {}),
+    "review-loop": (["-S", "test_command=true", *EVAL], {"bench.py": BENCH}),
+    "tree-beam": ([*EVAL, "-S", "ideas_per_node=2", "-S", "max_depth=1", "-S", "beam_width=1"], {"bench.py": BENCH}),
+    # the evaluator itself is broken: the old summary said "no candidate improved on it"
+    "tree-beam-broken": ([*EVAL, "-S", "ideas_per_node=1", "-S", "max_depth=1"], {"bench.py": "raise SystemExit(3)\n"}),
+    "evolve": (["-S", "goals=GOALS.yaml", "-S", "max_cycles=2"], {"keep.txt": "keep\n", "GOALS.yaml": GOALS}),
+    "simple": (["-S", "import_policy=always"], {}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(VERDICT_RUNS))
+def test_each_strategy_states_one_verdict_line_everywhere(tmp_path, name):
+    args, files = VERDICT_RUNS[name]
+    repo = make_repo(tmp_path / "repo", files or None)
+    strategy = name.removesuffix("-broken")
+    done = run_cli(
+        ["raise the benchmark", "--strategy", strategy, *args, "--dry-run", "--no-tui", *IMG],
+        cwd=repo,
+        env=cli_env(tmp_path),
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    run_id = only_run_id(tmp_path)
+    lines = [ln.strip() for ln in done.stdout.splitlines() if ln.strip().startswith("Verdict: ")]
+    assert len(lines) == 1, done.stdout
+    line = lines[0].removeprefix("Verdict: ")
+    (s,) = json.loads((tmp_path / "results" / run_id / "summary.json").read_text())["strategies"]
+    assert s["verdict"] == line
+    page = (tmp_path / "results" / run_id / "report.html").read_text("utf-8")
+    assert str(escape(line)) in page
+    snapshot = re.sub(r"run_\d{8}_\d{6}_k[0-9a-f]{8}", "RUN_k", line)
+    assert re.fullmatch(VERDICTS[name], snapshot), snapshot
+
+
+# The simulated agent answers from the prompt, so each dry run's verdict is fixed; run ids are masked.
+VERDICTS = {
+    "best-of-n": re.escape("gen/0 won with score 9.5 (others: gen/1 9.5, gen/2 9.5, tie: lowest index wins)"),
+    "evolve": re.escape("goals passing 1/2 → 2/2 after 1 cycle(s); stopped: all-passing"),
+    "review-loop": re.escape(
+        "best: 01-prompt beat the base (score 10, grade strong); ranking: 1. 01-prompt score 10, tests passed"
+    ),
+    "simple": re.escape("returned one task's result: branch simple_RUN_k"),
+    "tree-beam": re.escape(
+        "n1 beat the base: throughput 100 → 110, change +10.00% [+10.00%, +10.00%] over 10 pairs; stopped: max_depth"
+    ),
+    "tree-beam-broken": re.escape(
+        "nothing beat the base: the evaluation of the base itself failed (command: exit code 3)"
+    ),
+}

@@ -17,7 +17,7 @@ from pygments.lexers import DiffLexer
 
 from ..runs import RunDirs, RunManifest
 from ..sanitize import default_sanitizer
-from ..selection import UNFINISHED, claims, selection, unheld_branches
+from ..selection import UNFINISHED, claims, selection, unheld_branches, verdict
 from .charts import line_chart_svg, timeline_svg
 from .data import RUN_DIFF_HTML_BUDGET, collect_diffs, gather
 from .sections import InvalidSection, commits_of, validate
@@ -139,7 +139,16 @@ def render_report(dirs: RunDirs, manifest: RunManifest, *, module: types.ModuleT
             base_branch=manifest.base_branch,
             unheld=unheld,
         )
-        executions.append({"id": sid, "execution": ex, "sections": sections, "selection": scrub(chosen)})
+        said = verdict(
+            run_status=manifest.status,
+            status=ex["status"],
+            error=ex.get("error"),
+            result=ex["result"],
+            base_branch=manifest.base_branch,
+        )
+        executions.append(
+            {"id": sid, "execution": ex, "sections": sections, "selection": scrub(chosen), "verdict": scrub(said)}
+        )
     commits = [t["commit"] for t in data["tasks"] if t["commit"]]
     for e in executions:
         commits += commits_of(e["sections"])
