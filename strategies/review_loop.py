@@ -309,6 +309,10 @@ async def review_loop(
     write_json(root / "ranking.json", rows)
     evaluated = scoring is not None and baseline_json is not None
     best, verdict = pick_best(rows, evaluated)
+    if evaluated and best is None and (baseline_json or {}).get("status") != "ok":
+        # Without a measured base nothing can be compared: say so rather than blame the ideas.
+        error = str((baseline_json or {}).get("error") or "no error recorded").strip().splitlines() or ["?"]
+        verdict = f"nothing beat the base: the evaluation of the base itself failed ({error[0][:160].rstrip(': ')})"
     stop_reason = ctx.stop_reason
     (root / "ideas.md").write_text(ranking_markdown(rows, baseline_json, verdict, stop_reason), "utf-8")
     tests = {o["idea_id"]: o.get("tests") for o in outcomes if o is not None}

@@ -137,6 +137,7 @@ EVAL = ["-S", "eval_command=python3 bench.py", "-S", "primary_metric=throughput"
 VERDICT_RUNS = {
     "best-of-n": (["-S", "n=3"], {}),
     "review-loop": (["-S", "test_command=true", *EVAL], {"bench.py": BENCH}),
+    "review-loop-broken": (["-S", "test_command=true", *EVAL], {"bench.py": "raise SystemExit(3)\n"}),
     "tree-beam": ([*EVAL, "-S", "ideas_per_node=2", "-S", "max_depth=1", "-S", "beam_width=1"], {"bench.py": BENCH}),
     # the evaluator itself is broken: the old summary said "no candidate improved on it"
     "tree-beam-broken": ([*EVAL, "-S", "ideas_per_node=1", "-S", "max_depth=1"], {"bench.py": "raise SystemExit(3)\n"}),
@@ -175,6 +176,10 @@ VERDICTS = {
     "evolve": re.escape("goals passing 1/2 → 2/2 after 1 cycle(s); stopped: all-passing"),
     "review-loop": re.escape(
         "best: 01-prompt beat the base (score 10, grade strong); ranking: 1. 01-prompt score 10, tests passed"
+    ),
+    "review-loop-broken": re.escape(
+        "nothing beat the base: the evaluation of the base itself failed (command: command exited with status 3); "
+        "ranking: 1. 01-prompt eval_failed"
     ),
     "simple": re.escape("returned one task's result: branch simple_RUN_k"),
     "tree-beam": re.escape(
