@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 
 import pytest
 from cli_helpers import cli_env, only_run_id, run_cli
 from conftest import TEST_IMAGE, git, make_repo
 from markupsafe import escape
 from reliability_helpers import (
+    all_containers,
     check_log,
     events_path,
     finish,
@@ -26,6 +28,30 @@ from reliability_helpers import (
 )
 
 pytestmark = pytest.mark.docker
+
+
+@pytest.fixture(autouse=True)
+def _remove_run_containers(tmp_path):
+    """Finished runs keep their stopped containers for retention; the test machine is shared.
+
+    Only this test's containers (their manifest label points into tmp_path), and a
+    run's volumes only once no container of that run id is left (another test's
+    run may have started in the same second).
+    """
+    yield
+    state = tmp_path / "state"
+    for run in state.iterdir() if state.exists() else []:
+        mine = f"label=orchestrator.run_manifest={run / 'run.json'}"
+        names = subprocess.run(
+            ["docker", "ps", "-a", "--filter", f"label=run_id={run.name}", "--filter", mine, "--format", "{{.Names}}"],
+            capture_output=True,
+            text=True,
+        ).stdout.split()
+        if names:
+            subprocess.run(["docker", "rm", "-f", *names], capture_output=True)
+        if not all_containers(run.name):
+            remove_run_docker(run.name)
+
 
 IMG = ["--docker-image", TEST_IMAGE]
 
@@ -85,7 +111,6 @@ def test_interrupted_tree_beam_recommends_no_merge_and_shows_the_resume(tmp_path
     args += ["-S", "ideas_per_node=2", "-S", "max_depth=2", "-S", "beam_width=1"]
     out = tmp_path / "out" / "run"
     proc = start_cli(args, cwd=repo, env=env, out=out)
-    run_id = None
     try:
         run_id = wait_run_started(proc, out, tmp_path)
 
@@ -115,8 +140,6 @@ def test_interrupted_tree_beam_recommends_no_merge_and_shows_the_resume(tmp_path
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=30)
-        if run_id:
-            remove_run_docker(run_id)
 
 
 # ---------------------------------------------------------------- the verdict line of each built-in strategy
