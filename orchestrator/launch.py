@@ -763,7 +763,8 @@ def _make_runner(prep: Prepared, log_dir: Path, olog: ComponentLog, stop_run=Non
 
 
 async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resume_fresh: bool) -> int:
-    from .results import export, render_summary
+    from .results import export, render_summary, selection_claims
+    from .selection import unheld_branches
 
     run_id = manifest.run_id
     log_dir = dirs.logs / run_id
@@ -890,8 +891,12 @@ async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resum
     manifest.finished_at = now_iso()
     manifest.exit_code = 1 if failed else 0
     write_manifest(dirs, manifest)
-    summary = export(dirs, manifest, state)
     await _delete_unneeded_branches(prep, dirs, run_id, state, olog)
+    # Merge advice only for a selected branch that still holds what the run recorded.
+    unheld = await anyio.to_thread.run_sync(
+        functools.partial(unheld_branches, manifest.repo_path, selection_claims(manifest, state))
+    )
+    summary = export(dirs, manifest, state, unheld)
     await _write_report(dirs, manifest, prep.strategy.module, olog)
     olog.info("run finished", exit_code=manifest.exit_code, totals=summary["totals"])
     if prep.output == "json":

@@ -15,7 +15,7 @@ import anyio.to_thread
 from .config import Config, load_config
 from .errors import PreflightError, UsageError
 from .jsonlog import ComponentLog
-from .results import build_summary, fmt_cost, render_summary
+from .results import build_summary, fmt_cost, render_summary, selection_claims
 from .runs import (
     RUN_LOCK_LABEL,
     RUN_MANIFEST_LABEL,
@@ -26,6 +26,7 @@ from .runs import (
     read_manifest,
     remove_run_state,
 )
+from .selection import unheld_branches
 from .state import FAILED, RunState, recover
 from .strategy_loader import BUILTINS, load_strategy
 
@@ -115,9 +116,12 @@ async def show_run(run_id: str, follow: bool, repo: str | None = None) -> int:
         return 0
     state = _state(dirs, run_id)
     live = is_live(dirs, run_id)
-    summary = build_summary(manifest, state)
     if live:
-        summary["status"] = "live"
+        manifest.status = "live"  # whatever the manifest says, nothing is decided while it runs
+    unheld = await anyio.to_thread.run_sync(
+        functools.partial(unheld_branches, manifest.repo_path, selection_claims(manifest, state))
+    )
+    summary = build_summary(manifest, state, unheld)
     print(render_summary(summary, results_path=dirs.results / run_id))
     print(f"\nPrompt: {manifest.prompt[:200]}{'…' if len(manifest.prompt) > 200 else ''}")
     print(
@@ -147,8 +151,6 @@ async def show_run(run_id: str, follow: bool, repo: str | None = None) -> int:
             f"\nCleaned up (orchestrator --cleanup-run): its containers, workspaces and state are gone, "
             f"so it cannot be resumed; its logs and results are kept ({dirs.logs / run_id}, {dirs.results / run_id})"
         )
-    elif manifest.status == "interrupted" and not live:
-        print(f"\nResume with: orchestrator --resume {run_id}")
     return 0
 
 

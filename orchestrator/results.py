@@ -15,32 +15,29 @@ import msgspec
 
 from .runs import RunDirs, RunManifest
 from .sanitize import default_sanitizer
+from .selection import UNFINISHED, claims, selected_of, selection, verdict
 from .state import COMPLETED, FAILED, INTERRUPTED, RunState, write_snapshot_bytes
 
 
 def _selected_branch(result: Any) -> str | None:
-    if isinstance(result, dict):
-        artifact = result.get("artifact")
-        if isinstance(artifact, dict):
-            return artifact.get("branch_final")
-        for key in ("selected_branch", "best_branch", "final_branch", "branch"):
-            if isinstance(result.get(key), str):
-                return result[key]
-    return None
+    return selected_of(result)[0]
 
 
-def _final_branches(strategies: list[dict[str, Any]], created: list[str], base: str) -> list[str]:
-    """What each execution selected; every created branch only when no execution selects anything.
+def _final_branches(strategies: list[dict[str, Any]], base: str) -> list[str]:
+    """The branches the executions selected: the merge advice, never a branch nobody chose.
 
     The base branch is where the run started, never a result to merge.
     """
-    selected = [s["selected_branch"] for s in strategies if s["selected_branch"]]
-    if not selected:
-        return list(created)
-    return [b for b in selected if b != base]
+    return list(dict.fromkeys(s["selected_branch"] for s in strategies if s["selected_branch"] not in (None, base)))
 
 
-def build_summary(manifest: RunManifest, state: RunState) -> dict[str, Any]:
+def selection_claims(manifest: RunManifest, state: RunState) -> list[tuple[str, str | None]]:
+    """The selected ``(branch, commit)`` pairs to check in the repository before advising a merge."""
+    return claims(manifest.status, [(s.status, s.result) for s in state.strategies.values()], manifest.base_branch)
+
+
+def build_summary(manifest: RunManifest, state: RunState, unheld: dict[str, str] | None = None) -> dict[str, Any]:
+    """The run's summary; ``unheld`` names selected branches that no longer hold the run's commit."""
     strategies = []
     all_branches: list[str] = []
     for sid, strat in sorted(state.strategies.items(), key=lambda kv: int(kv[0][1:]) if kv[0][1:].isdigit() else 0):
@@ -68,6 +65,14 @@ def build_summary(manifest: RunManifest, state: RunState) -> dict[str, Any]:
             )
             if t.branch_final and t.branch_final not in all_branches:
                 all_branches.append(t.branch_final)
+        chosen = selection(
+            run_status=manifest.status,
+            status=strat.status,
+            error=strat.error,
+            result=strat.result,
+            base_branch=manifest.base_branch,
+            unheld=unheld,
+        )
         strategies.append(
             {
                 "strategy_execution_id": sid,
@@ -75,7 +80,15 @@ def build_summary(manifest: RunManifest, state: RunState) -> dict[str, Any]:
                 "params": strat.params,
                 "status": strat.status,
                 "error": strat.error,
-                "selected_branch": _selected_branch(strat.result),
+                "verdict": verdict(
+                    run_status=manifest.status,
+                    status=strat.status,
+                    error=strat.error,
+                    result=strat.result,
+                    base_branch=manifest.base_branch,
+                ),
+                "selected_branch": chosen["branch"],
+                "selection_note": chosen["note"],
                 "result": strat.result,
                 "tasks": rows,
             }
@@ -110,13 +123,15 @@ def build_summary(manifest: RunManifest, state: RunState) -> dict[str, Any]:
         },
         "strategies": strategies,
         "branches": all_branches,
-        "final_branches": _final_branches(strategies, all_branches, manifest.base_branch),
+        "final_branches": _final_branches(strategies, manifest.base_branch),
     }
 
 
-def export(dirs: RunDirs, manifest: RunManifest, state: RunState) -> dict[str, Any]:
+def export(
+    dirs: RunDirs, manifest: RunManifest, state: RunState, unheld: dict[str, str] | None = None
+) -> dict[str, Any]:
     """Write results/<run_id>/{summary.json, branches.txt, metrics.csv}; return the summary."""
-    summary = default_sanitizer().scrub(build_summary(manifest, state))
+    summary = default_sanitizer().scrub(build_summary(manifest, state, unheld))
     out = dirs.results / manifest.run_id
     (out / "strategy_output").mkdir(parents=True, exist_ok=True)
     write_snapshot_bytes(msgspec.json.format(msgspec.json.encode(summary), indent=2) + b"\n", [out / "summary.json"])
@@ -238,15 +253,19 @@ def render_summary(summary: dict[str, Any], *, results_path: Path, wall_seconds:
                 lines.append(f"  ✗ {label}  Failed ({t['error_type']}): {first_line}")
             else:
                 lines.append(f"  … {label}  {t['state'].lower()}")
-        if s["selected_branch"] == summary["base_branch"]:
-            lines.append(f"  → Kept {s['selected_branch']}: no candidate improved on it")
-        elif s["selected_branch"]:
-            lines.append(f"  → Selected: {s['selected_branch']}")
         if s["status"] == "failed":
             # a multi-line reason (a base evaluation's output) stays indented under its strategy
             first, *rest = (s["error"] or "").splitlines() or [""]
             lines.append(f"  ✗ strategy failed: {first}")
             lines += [f"    {ln}" for ln in rest]
+        elif s.get("verdict") and summary["status"] not in UNFINISHED:
+            lines.append(f"  Verdict: {s['verdict']}")
+        if s["selected_branch"] == summary["base_branch"]:
+            lines.append(f"  → Kept {s['selected_branch']}: nothing to merge")
+        elif s["selected_branch"]:
+            lines.append(f"  → Selected: {s['selected_branch']}")
+        elif summary["status"] not in UNFINISHED and s.get("selection_note"):
+            lines.append(f"  → Nothing selected: {s['selection_note']}")
         lines.append("")
     t = summary["totals"]
     rate = f"{t['completed']}/{t['completed'] + t['failed']} tasks" + (
@@ -262,22 +281,35 @@ def render_summary(summary: dict[str, Any], *, results_path: Path, wall_seconds:
         f"  Success Rate: {rate}",
         "",
     ]
+    where = ["", f"Full results: {results_path}/", f"Report: {results_path}/report.html"]
+    if summary["status"] in UNFINISHED:
+        # Nothing is decided until the strategy finishes: no branch of an unfinished run is advice.
+        if summary["status"] == "live":
+            lines.append("Still running: nothing is selected yet.")
+        else:
+            lines += [
+                "Not finished: nothing was selected, so there is no branch to merge yet.",
+                f"Resume with: orchestrator --resume {summary['run_id']}",
+            ]
+        return "\n".join(lines + where)
     finals = summary["final_branches"]
     if not finals:
-        lines += [
-            f"No branch to merge: the run left {summary['base_branch']} as the best result.",
-            "",
-            f"Full results: {results_path}/",
-            f"Report: {results_path}/report.html",
-        ]
-        return "\n".join(lines)
+        kept = [s for s in summary["strategies"] if s["selected_branch"] == summary["base_branch"]]
+        why = (
+            f"the run left {summary['base_branch']} as the best result"
+            if kept
+            else "no strategy execution selected a branch"
+        )
+        lines.append(f"No branch to merge: {why}.")
+        created = summary.get("branches") or []
+        if created:
+            lines.append(f"The run created {len(created)} branch(es), listed in {results_path}/branches.txt.")
+        return "\n".join(lines + where)
     lines.append(f"Final branches ({len(finals)}):")
     lines += [f"  {b}" for b in finals]
-    if finals:
-        base = summary["base_branch"]
-        lines += ["", "To compare implementations:", f"  git diff {base}..{finals[0]}"]
-        if len(finals) > 1:
-            lines.append(f"  git diff {finals[0]}..{finals[1]}")
-        lines += ["", "To merge selected solution:", f"  git merge {finals[0]}"]
-    lines += ["", f"Full results: {results_path}/", f"Report: {results_path}/report.html"]
-    return "\n".join(lines)
+    base = summary["base_branch"]
+    lines += ["", "To compare implementations:", f"  git diff {base}..{finals[0]}"]
+    if len(finals) > 1:
+        lines.append(f"  git diff {finals[0]}..{finals[1]}")
+    lines += ["", "To merge selected solution:", f"  git merge {finals[0]}"]
+    return "\n".join(lines + where)

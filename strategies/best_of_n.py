@@ -128,4 +128,18 @@ async def best_of_n(
     report["selected"] = {"index": index, "instance_id": best["instance_id"], "branch": branch_of(best), "score": score}
     write_output(ctx, "scores", "json", report)
     write_output(ctx, "best_branch", "txt", branch_of(best) + "\n")
-    return best
+    # The winner's TaskResult (so the run selects its branch), plus the one line the summary shows.
+    return {**best, "verdict": verdict_line(rows, index, score)}
+
+
+def verdict_line(rows: list[dict[str, Any]], index: int, score: float) -> str:
+    """``gen/1 won with score 8 (others: gen/0 6, gen/2 8, tie: lowest index wins; gen/3 failed)``."""
+    others = []
+    for r in rows:
+        if r["index"] == index:
+            continue
+        shown = f"{r['score']:g}" if r.get("score") is not None else r["status"]
+        others.append(f"gen/{r['index']} {shown}")
+    tie = any(r["index"] != index and r.get("score") == score for r in rows)
+    tail = ", tie: lowest index wins" if tie else ""
+    return f"gen/{index} won with score {score:g}" + (f" (others: {', '.join(others)}{tail})" if others else "")

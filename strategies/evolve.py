@@ -86,6 +86,7 @@ async def evolve(
         retry_backoff_s=max(0.0, float(retry_backoff_s)),
     )
     out = await loop.run(base_branch, max_cycles)
+    out["verdict"] = verdict_line(out)
     if not keep_branches:
         # Only the final branch is worth keeping; the working branches are noise in the user's repository.
         doomed = [b for b in bctx.branches if b not in (out["final_branch"], base_branch)]
@@ -482,3 +483,18 @@ def _write(path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text, "utf-8")
     os.replace(tmp, path)
+
+
+def verdict_line(out: dict[str, Any]) -> str:
+    """Goals passing before -> after, the cycles spent, why it stopped, and the goals that could not move."""
+    why = f" ({out['stop_reason']})" if out.get("stop_reason") else ""
+    if out.get("goals_total") is None:
+        return f"stopped before the goals were measured: {out['stopped']}{why}"
+    total = out["goals_total"]
+    line = (
+        f"goals passing {out['goals_passing_before']}/{total} → {out['goals_passing_after']}/{total} "
+        f"after {out['cycles']} cycle(s); stopped: {out['stopped']}{why}"
+    )
+    if out.get("quarantined"):
+        line += f"; could not move: {', '.join(out['quarantined'])}"
+    return line

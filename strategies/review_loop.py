@@ -173,6 +173,20 @@ def pick_best(rows: list[dict[str, Any]], evaluated: bool) -> tuple[dict[str, An
     )
 
 
+def ranking_line(rows: list[dict[str, Any]], tests: dict[str, Any]) -> str:
+    """``1. 02-x score 25, tests passed; 2. 01-y tests_failed`` (the summary's ranking, in one line)."""
+    parts = []
+    for r in rows:
+        shown = [f"score {_fmt(r['score'])}"] if r["score"] is not None else []
+        if r["status"] != "completed":
+            shown.append(r["status"])
+        t = tests.get(r["idea_id"])
+        if t is not None and r["status"] == "completed":
+            shown.append("tests passed" if t.get("passed") else "tests failed")
+        parts.append(f"{r['rank']}. {r['idea_id']} " + ", ".join(shown))
+    return "; ".join(parts)
+
+
 def ranking_markdown(
     rows: list[dict[str, Any]], baseline: dict[str, Any] | None, verdict: str = "", stop_reason: str | None = None
 ) -> str:
@@ -305,11 +319,25 @@ async def review_loop(
     write_json(root / "ranking.json", rows)
     evaluated = scoring is not None and baseline_json is not None
     best, verdict = pick_best(rows, evaluated)
+    if evaluated and best is None and (baseline_json or {}).get("status") != "ok":
+        # Without a measured base nothing can be compared: say so rather than blame the ideas.
+        error = str((baseline_json or {}).get("error") or "no error recorded").strip().splitlines() or ["?"]
+        verdict = f"nothing beat the base: the evaluation of the base itself failed ({error[0][:160].rstrip(': ')})"
     stop_reason = ctx.stop_reason
     (root / "ideas.md").write_text(ranking_markdown(rows, baseline_json, verdict, stop_reason), "utf-8")
-    out = {"best": best, "verdict": verdict, "ranking": rows, "baseline": baseline_json, "ideas": outcomes}
+    tests = {o["idea_id"]: o.get("tests") for o in outcomes if o is not None}
+    out = {
+        "best": best,
+        "verdict": f"{verdict}; ranking: {ranking_line(rows, tests)}" if rows else verdict,
+        "ranking": rows,
+        "baseline": baseline_json,
+        "ideas": outcomes,
+    }
     if tests_run is not None:
         out["base_tests"] = summary_of(tests_run)  # failing tests on the base are allowed, and worth knowing
+    # What the run recommends merging: the best idea (it passed its review and its tests), the base
+    # when an evaluation found nothing better, else nothing (no idea passed its gates).
+    out["selected_branch"] = best["branch"] if best is not None else (base_branch if evaluated else None)
     if evaluated:
         # The base is a candidate: when no idea beat it, the base is what the run selects.
         out["best_branch"] = best["branch"] if best is not None else base_branch

@@ -66,7 +66,7 @@ from .tree_beam_measure import (
     merge_measurements,
     unpaired_change,
 )
-from .tree_beam_report import best_path, write_tree_report
+from .tree_beam_report import best_path, tree_verdict, write_tree_report
 
 IdeasContext = Literal["node_plus_ancestors", "node_only", "global"]
 
@@ -898,6 +898,7 @@ def _finish(ctx, tree: Tree, out, reason: str, *, final_check: bool = True) -> d
     path = best_path(data)
     best = path[-1]
     return {
+        "verdict": tree_verdict(data),
         "stop_reason": reason,
         "best_node": best["id"],
         "best_branch": best["branch"],

@@ -167,6 +167,41 @@ def _change(check: dict[str, Any] | None) -> str:
     )
 
 
+def _metric(node: dict[str, Any] | None, name: str) -> str:
+    value = ((node or {}).get("metrics") or {}).get(name)
+    return "?" if value is None else f"{value:g}"
+
+
+def tree_verdict(tree: dict[str, Any]) -> str:
+    """The run summary's one line: the best node and its confirmed change, or why nothing beat the base."""
+    nodes = {n["id"]: n for n in tree["nodes"]}
+    metric = tree["config"]["primary_metric"]
+    stop = f"; stopped: {tree['stop_reason']}" if tree.get("stop_reason") else ""
+    if tree.get("stop_reason") == "root_evaluation_failed":
+        error = (tree.get("root_evaluation") or {}).get("error") or "no error recorded"
+        first = error.strip().splitlines()[0][:160].rstrip(": ") if error.strip() else "no error recorded"
+        return f"nothing beat the base: the evaluation of the base itself failed ({first})"
+    best = tree.get("best")
+    evaluated = len([r for r in tree.get("evaluations", []) if r.get("status") != "pending"])
+    if best is None:
+        return f"nothing selected: the search stopped before its final check{stop}"
+    check = best.get("check")
+    if best.get("beat_base"):
+        node = nodes.get(best["node"])
+        return (
+            f"{best['node']} beat the base: {metric} {_metric(nodes.get('n0'), metric)} → "
+            f"{_metric(node, metric)}, change {_change(check)}{stop}"
+        )
+    if best.get("candidate"):
+        why = (check or {}).get("reason") or "not clearly better"
+        error = (check or {}).get("error")
+        return (
+            f"nothing beat the base: the best candidate, {best['candidate']}, measured {_change(check)} "
+            f"against it ({why}{': ' + str(error)[:120] if error else ''}){stop}"
+        )
+    return f"nothing beat the base: no candidate was confirmed better than its parent ({evaluated} evaluated){stop}"
+
+
 def _result_lines(tree: dict[str, Any]) -> list[str]:
     best = tree.get("best")
     lines = []

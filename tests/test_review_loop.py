@@ -278,7 +278,9 @@ async def test_a_regression_is_never_best_and_the_base_wins_when_nothing_beat_it
     assert result["ranking"][0]["grade"] == "mixed"  # -0.5 %: within the noise band, still not better
     assert result["best"] is None and result["best_branch"] == "main"
     assert result["verdict"] == (
-        "nothing beat the base: the top completed idea, 02-fixme, scored -0.5 (grade mixed, primary delta -0.5)"
+        "nothing beat the base: the top completed idea, 02-fixme, scored -0.5 (grade mixed, primary delta -0.5); "
+        "ranking: 1. 02-fixme score -0.5, tests passed; 2. 06-repaired score -30, tests passed; "
+        "3. 01-good score -50, tests passed"
     )
     ideas_md = (engine.paths.results / "strategy_output" / "ideas.md").read_text()
     assert "Nothing beat the base: the top completed idea, 02-fixme" in ideas_md
@@ -289,7 +291,12 @@ async def test_best_is_the_top_idea_that_beat_the_base(tmp_path):
     _, state, _ = await run(tmp_path)
     result = state.strategies["s1"].result
     assert result["best"]["idea_id"] == "01-good" and result["best_branch"] == result["best"]["branch"]
-    assert result["verdict"] == "best: 01-good beat the base (score 20, grade strong)"
+    # the summary's verdict line: the winner, then the whole ranking with scores and test outcomes
+    assert result["verdict"] == (
+        "best: 01-good beat the base (score 20, grade strong); ranking: 1. 01-good score 20, tests passed; "
+        "2. 06-repaired score 0.5, tests passed; 3. 02-fixme score -10, tests passed; 4. 03-stubborn rejected; "
+        "5. 04-flaky tests_failed; 6. 05-garbage review_invalid"
+    )
 
 
 async def test_cost_budget_stops_new_tasks_and_reports_the_best_so_far(tmp_path):

@@ -17,6 +17,7 @@ from pygments.lexers import DiffLexer
 
 from ..runs import RunDirs, RunManifest
 from ..sanitize import default_sanitizer
+from ..selection import UNFINISHED, claims, selection, unheld_branches, verdict
 from .charts import line_chart_svg, timeline_svg
 from .data import RUN_DIFF_HTML_BUDGET, collect_diffs, gather
 from .sections import InvalidSection, commits_of, validate
@@ -123,10 +124,31 @@ def render_report(dirs: RunDirs, manifest: RunManifest, *, module: types.ModuleT
     scrub = default_sanitizer().scrub
     hook, note = _strategy_module(manifest, module)
     executions = []
-    for sid, ex in sorted(data["executions"].items(), key=lambda kv: kv[0]):
+    # The same choice the console summary and summary.json report (orchestrator.selection).
+    ordered = sorted(data["executions"].items(), key=lambda kv: kv[0])
+    pairs = claims(manifest.status, [(ex["status"], ex["result"]) for _, ex in ordered], manifest.base_branch)
+    unheld = unheld_branches(manifest.repo_path, pairs)
+    for sid, ex in ordered:
         tasks = [t for t in data["tasks"] if t["execution"] == sid]
         sections = _sections_for(hook, ex, tasks) if hook is not None else []
-        executions.append({"id": sid, "execution": ex, "sections": sections})
+        chosen = selection(
+            run_status=manifest.status,
+            status=ex["status"],
+            error=ex.get("error"),
+            result=ex["result"],
+            base_branch=manifest.base_branch,
+            unheld=unheld,
+        )
+        said = verdict(
+            run_status=manifest.status,
+            status=ex["status"],
+            error=ex.get("error"),
+            result=ex["result"],
+            base_branch=manifest.base_branch,
+        )
+        executions.append(
+            {"id": sid, "execution": ex, "sections": sections, "selection": scrub(chosen), "verdict": scrub(said)}
+        )
     commits = [t["commit"] for t in data["tasks"] if t["commit"]]
     for e in executions:
         commits += commits_of(e["sections"])
@@ -141,6 +163,7 @@ def render_report(dirs: RunDirs, manifest: RunManifest, *, module: types.ModuleT
         .get_template("report.html.j2")
         .render(
             h=data["header"],
+            unfinished=manifest.status in UNFINISHED,
             tasks=data["tasks"],
             executions=executions,
             diffs=diffs,

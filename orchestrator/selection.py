@@ -1,0 +1,143 @@
+"""Which branch a strategy execution selected, and whether it is merge advice.
+
+The console summary, ``summary.json`` and the report all ask these functions,
+so they cannot disagree. A branch is merge advice only when the run finished,
+the execution succeeded, the strategy itself named the branch (a winner that
+passed the strategy's own gates: tests, confirmation against the base) and the
+branch still holds what the run recorded. A run that created branches but
+selected none recommends none of them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from .errors import GitError
+
+# Run states in which nothing is decided yet: the strategy may still pick another branch.
+UNFINISHED = ("interrupted", "running", "live")
+
+
+def selected_of(result: Any) -> tuple[str | None, str | None]:
+    """``(branch, commit)`` the strategy's return value names as its choice, or ``(None, None)``.
+
+    A TaskResult selects its branch; otherwise the first of ``selected_branch``,
+    ``best_branch``, ``final_branch``, ``branch`` that is a string.
+    """
+    if not isinstance(result, dict):
+        return None, None
+    artifact = result.get("artifact")
+    if isinstance(artifact, dict):
+        branch = artifact.get("branch_final")
+        return (branch, artifact.get("commit")) if isinstance(branch, str) else (None, None)
+    for key in ("selected_branch", "best_branch", "final_branch", "branch"):
+        if isinstance(result.get(key), str):
+            commit = next(
+                (
+                    result[c]
+                    for c in ("selected_commit", "best_commit", "final_commit")
+                    if isinstance(result.get(c), str)
+                ),
+                None,
+            )
+            return result[key], commit
+    return None, None
+
+
+def selection(
+    *,
+    run_status: str,
+    status: str,
+    error: str | None,
+    result: Any,
+    base_branch: str,
+    unheld: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """One execution's choice: ``{"branch", "kept_base", "note"}``.
+
+    ``branch`` is the selected branch (the base branch when the strategy kept
+    it), or None with ``note`` saying why nothing was selected. ``unheld``
+    maps branches to why they no longer hold the run's commit (see
+    :func:`unheld_branches`).
+    """
+    if run_status in UNFINISHED:
+        return {"branch": None, "kept_base": False, "note": "the run did not finish, so nothing is selected yet"}
+    if status != "success":
+        why = f": {error.splitlines()[0][:160]}" if error else ""
+        return {"branch": None, "kept_base": False, "note": f"the strategy {status}{why}"}
+    branch, _ = selected_of(result)
+    if branch is None:
+        return {"branch": None, "kept_base": False, "note": "the strategy selected no branch"}
+    if branch == base_branch:
+        return {"branch": branch, "kept_base": True, "note": ""}
+    if unheld and branch in unheld:
+        return {"branch": None, "kept_base": False, "note": f"selected {branch}, but {unheld[branch]}"}
+    return {"branch": branch, "kept_base": False, "note": ""}
+
+
+def verdict(*, run_status: str, status: str, error: str | None, result: Any, base_branch: str) -> str:
+    """One line saying what the execution concluded: its own ``verdict`` when it gives one, else what it returned."""
+    if run_status in UNFINISHED:
+        return "not finished: nothing is decided yet"
+    if status != "success":
+        return f"{status}: {error.splitlines()[0][:160]}" if error else status
+    if isinstance(result, dict) and isinstance(result.get("verdict"), str) and result["verdict"].strip():
+        return result["verdict"].strip().splitlines()[0][:1000]
+    if result is None:
+        return "returned nothing"
+    branch, _ = selected_of(result)
+    if isinstance(result, dict) and isinstance(result.get("artifact"), dict):
+        return (
+            f"returned one task's result: branch {branch}" if branch else "returned one task's result, with no branch"
+        )
+    if branch is not None:
+        return "kept the base branch" if branch == base_branch else f"returned branch {branch}"
+    text = json.dumps(result, sort_keys=True, default=str)
+    return "returned " + (text if len(text) <= 160 else text[:159] + "…")
+
+
+def claims(run_status: str, executions: list[tuple[str, Any]], base_branch: str) -> list[tuple[str, str | None]]:
+    """The ``(branch, commit)`` pairs to check for ``[(status, result), ...]`` of a finished run."""
+    if run_status in UNFINISHED:
+        return []
+    out: list[tuple[str, str | None]] = []
+    for status, result in executions:
+        branch, commit = selected_of(result) if status == "success" else (None, None)
+        if branch and branch != base_branch and (branch, commit) not in out:
+            out.append((branch, commit))
+    return out
+
+
+def unheld_branches(repo_path: str | os.PathLike[str], pairs: list[tuple[str, str | None]]) -> dict[str, str]:
+    """For each selected ``(branch, commit)`` that cannot be merged as recorded: why.
+
+    Blocking (runs git): call it from a worker thread in async code. A branch
+    that is gone, or no longer contains the commit the run recorded, is no
+    advice to merge.
+    """
+    from .runner.git_cmd import check_branch_name, run_git
+
+    if not pairs:
+        return {}
+    repo = Path(repo_path)
+    if not repo.is_dir():
+        return {b: f"the repository {repo} is not there to check it" for b, _ in pairs}
+    out: dict[str, str] = {}
+    for branch, commit in pairs:
+        try:
+            check_branch_name(branch)
+            head = run_git(
+                ["rev-parse", "--verify", "--quiet", f"refs/heads/{branch}^{{commit}}"], cwd=repo, check=False
+            )
+            if head.returncode != 0:
+                out[branch] = f"branch {branch} no longer exists in {repo}"
+            elif commit and head.stdout.strip() != commit:
+                held = run_git(["merge-base", "--is-ancestor", commit, f"refs/heads/{branch}"], cwd=repo, check=False)
+                if held.returncode != 0:
+                    out[branch] = f"branch {branch} no longer holds the run's commit {commit[:12]}"
+        except (GitError, ValueError) as exc:
+            out[branch] = f"branch {branch} could not be checked: {exc}"
+    return out
