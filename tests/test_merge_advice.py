@@ -160,10 +160,7 @@ EVAL = ["-S", "eval_command=python3 bench.py", "-S", "primary_metric=throughput"
 VERDICT_RUNS = {
     "best-of-n": (["-S", "n=3"], {}),
     "review-loop": (["-S", "test_command=true", *EVAL], {"bench.py": BENCH}),
-    "review-loop-broken": (["-S", "test_command=true", *EVAL], {"bench.py": "raise SystemExit(3)\n"}),
     "tree-beam": ([*EVAL, "-S", "ideas_per_node=2", "-S", "max_depth=1", "-S", "beam_width=1"], {"bench.py": BENCH}),
-    # the evaluator itself is broken: the old summary said "no candidate improved on it"
-    "tree-beam-broken": ([*EVAL, "-S", "ideas_per_node=1", "-S", "max_depth=1"], {"bench.py": "raise SystemExit(3)\n"}),
     "evolve": (["-S", "goals=GOALS.yaml", "-S", "max_cycles=2"], {"keep.txt": "keep\n", "GOALS.yaml": GOALS}),
     "simple": (["-S", "import_policy=always"], {}),
 }
@@ -173,9 +170,8 @@ VERDICT_RUNS = {
 def test_each_strategy_states_one_verdict_line_everywhere(tmp_path, name):
     args, files = VERDICT_RUNS[name]
     repo = make_repo(tmp_path / "repo", files or None)
-    strategy = name.removesuffix("-broken")
     done = run_cli(
-        ["raise the benchmark", "--strategy", strategy, *args, "--dry-run", "--no-tui", *IMG],
+        ["raise the benchmark", "--strategy", name, *args, "--dry-run", "--no-tui", *IMG],
         cwd=repo,
         env=cli_env(tmp_path),
         timeout=600,
@@ -200,15 +196,32 @@ VERDICTS = {
     "review-loop": re.escape(
         "best: 01-prompt beat the base (score 10, grade strong); ranking: 1. 01-prompt score 10, tests passed"
     ),
-    "review-loop-broken": re.escape(
-        "nothing beat the base: the evaluation of the base itself failed (command: command exited with status 3); "
-        "ranking: 1. 01-prompt eval_failed"
-    ),
     "simple": re.escape("returned one task's result: branch simple_RUN_k"),
     "tree-beam": re.escape(
         "n1 beat the base: throughput 100 → 110, change +10.00% [+10.00%, +10.00%] over 10 pairs; stopped: max_depth"
     ),
-    "tree-beam-broken": re.escape(
-        "nothing beat the base: the evaluation of the base itself failed (command: exit code 3)"
-    ),
 }
+
+
+# The evaluator itself is broken: the old summary said "no candidate improved on it" and advised a merge.
+BROKEN_RUNS = {
+    "review-loop": ["-S", "test_command=true", *EVAL],
+    "tree-beam": [*EVAL, "-S", "ideas_per_node=1", "-S", "max_depth=1"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN_RUNS))
+def test_a_broken_evaluator_is_named_as_the_reason_and_nothing_is_advised(tmp_path, name):
+    repo = make_repo(tmp_path / "repo", {"bench.py": "raise SystemExit(3)\n"})
+    done = run_cli(
+        ["raise the benchmark", "--strategy", name, *BROKEN_RUNS[name], "--dry-run", "--no-tui", *IMG],
+        cwd=repo,
+        env=cli_env(tmp_path),
+        timeout=600,
+    )
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "strategy failed: BaseEvaluationFailed: the evaluation of the base cannot be used" in done.stdout
+    assert "git merge" not in done.stdout and "Kept main" not in done.stdout and "Verdict:" not in done.stdout
+    run_id = only_run_id(tmp_path)
+    (s,) = json.loads((tmp_path / "results" / run_id / "summary.json").read_text())["strategies"]
+    assert s["selected_branch"] is None
