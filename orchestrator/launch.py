@@ -818,6 +818,18 @@ async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resum
         runner,
         log=olog,
     )
+    from .events import RUN_STARTED
+
+    # The dashboard reads only events and state: what this start printed before it
+    # took the screen (a dry run, the start-up warnings) stays visible there.
+    engine.note_run_event(
+        RUN_STARTED,
+        {
+            "dry_run": prep.dry_run,
+            "resumed": resume_fresh or manifest.status == "running",
+            "warnings": list(prep.warnings),
+        },
+    )
     if hasattr(runner, "status_table"):
         # The dashboard reads only events and state: the hosts, their slots and
         # which are down reach it as hosts.status events.

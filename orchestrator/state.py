@@ -31,6 +31,7 @@ from .errors import SnapshotError
 from .eventlog import iter_lines
 from .events import (
     HOSTS_STATUS,
+    RUN_STARTED,
     STRATEGY_CHECKPOINT,
     STRATEGY_COMPLETED,
     STRATEGY_PROGRESS,
@@ -282,6 +283,9 @@ class RunState(msgspec.Struct, kw_only=True):
     schema: int = 2
     # The Docker hosts of the current process, by name (empty without runner.hosts).
     hosts: dict[str, HostState] = msgspec.field(default_factory=dict)
+    # From run.started: a dry run, and the start-up warnings of every start and resume.
+    dry_run: bool = False
+    warnings: list[str] = msgspec.field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not isinstance(self.tasks, TaskTable):  # a caller or a decoder passed a plain dict
@@ -381,6 +385,12 @@ def apply(
             if payload.get("session_id"):
                 task.session_id = payload["session_id"]
             state.counters.interrupted += 1
+        return
+    if etype == RUN_STARTED:
+        state.dry_run = bool(payload.get("dry_run"))
+        for warning in payload.get("warnings") or ():
+            if isinstance(warning, str) and warning not in state.warnings:
+                state.warnings.append(warning)
         return
     if etype == HOSTS_STATUS:
         # The whole table each time: a resume with other hosts replaces the old set.

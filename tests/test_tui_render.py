@@ -463,3 +463,37 @@ def test_hosts_status_survives_a_snapshot_and_a_resume_replaces_the_set():
         HOSTS_STATUS, "", None, {"hosts": [{"name": "local", "max_parallel": 3, "down": False}]}, n + 100, utc_ts()
     )
     assert list(model.state.hosts) == ["local"] and model.state.hosts["local"].max_parallel == 3
+
+
+def test_the_header_marks_a_dry_run_and_start_up_warnings_stay_in_the_footer():
+    """A start-up warning is printed before the dashboard takes the screen: it used to scroll away
+    while the footer said 'no warnings'. The header had no DRY RUN marker and showed unset
+    parameters as model=None."""
+    from orchestrator.events import RUN_STARTED
+
+    model = RunModel("run_dry")
+    first = "/repo has uncommitted changes; agents start from the last commit of main"
+    model.feed_raw(RUN_STARTED, "", None, {"dry_run": True, "resumed": False, "warnings": [first]}, 0, utc_ts())
+    for n, ev in enumerate(synthetic_run("run_dry", 3, finish=False), start=1):
+        payload = dict(ev.payload)
+        if ev.type == "strategy.started":
+            payload["params"] = {"model": None, "scorer_model": None, "n": 3}
+        model.feed_raw(ev.type, ev.sid, ev.key, payload, n * 100, utc_ts())
+    text = frame_text(model, width=200)
+    header = text.splitlines()[0]
+    assert "DRY RUN" in header and "None" not in header, header
+    assert "no warnings" not in text
+    assert f"1 start-up warning, latest: {first}" in text
+    # a resume adds its own; the count grows and the latest is shown
+    model.feed_raw(
+        RUN_STARTED, "", None, {"dry_run": True, "resumed": True, "warnings": ["only 3 GB free"]}, 9999, utc_ts()
+    )
+    assert "2 start-up warnings, latest: only 3 GB free" in frame_text(model, width=200)
+
+
+def test_a_long_parameter_line_is_cut_between_parameters_never_mid_name():
+    from tui.dashboard import _params_text
+
+    shown = _params_text({"max_total_evals": 12, "max_wall_seconds": 3600, "ideas_per_node": 3}, limit=45)
+    assert shown.endswith("…") and "max_wall_" not in shown.replace("max_wall_seconds=3600", ""), shown
+    assert shown == "max_total_evals=12, max_wall_seconds=3600…"

@@ -109,8 +109,13 @@ def _one_line(text: Text) -> Text:
 
 
 def _params_text(params: dict[str, Any], limit: int = 60) -> str:
-    shown = ", ".join(f"{k}={v}" for k, v in params.items() if not isinstance(v, (dict, list)))
-    return shown if len(shown) <= limit else shown[: limit - 1] + "…"
+    # A parameter left unset says nothing: "model=None" only takes room.
+    shown = ", ".join(f"{k}={v}" for k, v in params.items() if v is not None and not isinstance(v, (dict, list)))
+    if len(shown) <= limit:
+        return shown
+    # cut at a parameter's end, never mid-name
+    cut = shown[: limit - 1]
+    return (cut[: cut.rfind(", ")] if ", " in cut else cut) + "…"
 
 
 def _header(model: RunModel, s: Summary) -> Text:
@@ -125,8 +130,12 @@ def _header(model: RunModel, s: Summary) -> Text:
         top = models.most_common(1)[0][0]
         model_name = top + (f" +{len(models) - 1}" if len(models) > 1 else "")
     else:
-        model_name = str(strategies[0].params.get("model", "-")) if strategies else "-"
-    text = Text.assemble(("🚀 ", ""), (model.run_id, "bold"), "  ", (desc, "bold cyan"))
+        model_name = str(strategies[0].params.get("model") or "-") if strategies else "-"
+    text = Text.assemble(("🚀 ", ""), (model.run_id, "bold"), "  ")
+    if model.state.dry_run:
+        text.append("DRY RUN", style="bold black on yellow")
+        text.append("  ")
+    text.append(desc, style="bold cyan")
     if params:
         text.append(f" ({params})", style="cyan")
     text.append(f"  model {model_name}  ")
@@ -181,6 +190,11 @@ def _footer(model: RunModel, s: Summary) -> Text:
 
 def _warnings(model: RunModel, s: Summary) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
+    started = model.state.warnings
+    if started:
+        # Printed before the dashboard took the screen, so they would scroll away: the count and the latest stay.
+        count = f"{len(started)} start-up warning{'s' if len(started) > 1 else ''}"
+        out.append((f"⚠ {count}, latest: {started[-1]}", "yellow"))
     if s.stale_s is not None and s.stale_s > STALE_AFTER_S:
         out.append((f"⚠ no events for {int(s.stale_s)}s", "bold yellow"))
     for st in model.state.strategies.values():
