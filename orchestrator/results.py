@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from pathlib import Path
 from typing import Any
 
@@ -226,8 +227,10 @@ def render_summary(summary: dict[str, Any], *, results_path: Path, wall_seconds:
         lines += ["DRY RUN: agent tasks were answered by the simulated agent; nothing was spent.", ""]
     lines.append(f"Strategy: {summary['strategy']}")
     for k, v in (summary.get("params") or {}).items():
-        text = v if isinstance(v, (str, int, float, bool)) else "…"
-        lines.append(f"  {k}: {text}")
+        if v is None:
+            continue  # left unset: the strategy's default applies, and "model: …" said nothing
+        text = v if isinstance(v, (str, int, float, bool)) else json.dumps(v, separators=(", ", ": "))
+        lines.append(f"  {k}: {text if len(str(text)) <= 120 else str(text)[:119] + '…'}")
     lines += ["", f"Runs: {summary['runs']}", "", "Results by strategy:", ""]
     for s in summary["strategies"]:
         idx = s["strategy_execution_id"].lstrip("s")

@@ -187,13 +187,14 @@ def test_cli_no_tui_streams_one_clean_line_per_task_event(tmp_path):
     prefix = display_ids(scheduled.key, scheduled.payload["instance_id"])
     lines = result.stdout.splitlines()
     assert "\x1b[" not in result.stdout  # piped: no colour
-    assert lines[:4] == [
+    assert lines[0] == "Base branch: main (the default; choose another with --base-branch NAME)"
+    assert lines[1:5] == [
         "s1: [STRATEGY] simple started (import_policy=auto)",
         f"{prefix}: [STARTED] → {scheduled.payload['branch_name']} ({scheduled.payload['model']})",
         format_event(to_dict(completed), color=False),
         "s1: [STRATEGY] success",
     ]
-    assert f"→ {completed.payload['artifact']['branch_final']} • +1/-0" in lines[2]
+    assert f"→ {completed.payload['artifact']['branch_final']} • +1/-0" in lines[3]
 
 
 @pytest.mark.docker
@@ -228,3 +229,59 @@ def test_sub_ten_second_durations_keep_a_decimal():
     assert "0.4s" in line and "N/A" in line
     event["payload"]["metrics"]["duration_s"] = 204
     assert "3m 24s" in format_event(event, color=False)
+
+
+def test_a_start_line_leaves_out_unset_parameters_and_never_cuts_a_name():
+    from tui.console import MESSAGE_LIMIT
+
+    params = {"model": None, "scorer_model": None, "n": 3}
+    line = format_event(
+        {
+            "type": "strategy.started",
+            "strategy_execution_id": "s1",
+            "key": None,
+            "payload": {"name": "best-of-n", "params": params},
+        },
+        color=False,
+    )
+    assert line == "s1: [STRATEGY] best-of-n started (n=3)"
+    many = {f"parameter_number_{i}": i for i in range(30)}
+    line = format_event(
+        {
+            "type": "strategy.started",
+            "strategy_execution_id": "s1",
+            "key": None,
+            "payload": {"name": "x", "params": many},
+        },
+        color=False,
+    )
+    shown = line.split(" started (", 1)[1].rstrip(")")
+    assert len(shown) <= MESSAGE_LIMIT and shown.endswith("…")
+    assert all(re.fullmatch(r"parameter_number_\d+=\d+", part) for part in shown.rstrip("…").split(", ")), shown
+
+
+def test_the_final_summary_leaves_out_unset_parameters(tmp_path):
+    from orchestrator.results import render_summary
+
+    summary = {
+        "run_id": "run_x",
+        "status": "completed",
+        "strategy": "best-of-n",
+        "params": {"model": None, "n": 3, "goals": ["a", "b"]},
+        "runs": 1,
+        "strategies": [],
+        "totals": {
+            "completed": 0,
+            "failed": 0,
+            "duration_s": 0,
+            "cost_usd": 0,
+            "tokens_in": 0,
+            "tokens_out": 0,
+            "success_rate": None,
+        },
+        "base_branch": "main",
+        "branches": [],
+        "final_branches": [],
+    }
+    text = render_summary(summary, results_path=tmp_path)
+    assert "model:" not in text and "  n: 3" in text and '  goals: ["a", "b"]' in text

@@ -65,11 +65,21 @@ def _metrics(payload: dict[str, Any], *, tokens: bool) -> list[str]:
     return parts
 
 
+def params_text(params: dict[str, Any], limit: int) -> str:
+    """``k=v, ...`` of the parameters that have a value, cut between two parameters, never mid-name."""
+    # A parameter left unset says nothing: "model=None" only takes room.
+    shown = ", ".join(f"{k}={v}" for k, v in params.items() if v is not None and not isinstance(v, (dict, list)))
+    if len(shown) <= limit:
+        return shown
+    cut = shown[: limit - 1]
+    return (cut[: cut.rfind(", ")] if ", " in cut else cut) + "…"
+
+
 def _params(params: Any) -> str:
     if not isinstance(params, dict) or not params:
         return ""
-    shown = ", ".join(f"{k}={v}" for k, v in params.items() if not isinstance(v, (dict, list)))
-    return f" ({shown[:MESSAGE_LIMIT]})" if shown else ""
+    shown = params_text(params, MESSAGE_LIMIT)
+    return f" ({shown})" if shown else ""
 
 
 def format_event(event: dict, *, color: bool) -> str | None:

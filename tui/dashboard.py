@@ -45,6 +45,7 @@ from orchestrator.state import (
     load_snapshot,
 )
 
+from .console import params_text
 from .model import HostLine, RunModel, Summary, fmt_cost, fmt_duration, fmt_progress, fmt_tokens
 
 MODES = ("detailed", "compact", "dense")
@@ -109,13 +110,7 @@ def _one_line(text: Text) -> Text:
 
 
 def _params_text(params: dict[str, Any], limit: int = 60) -> str:
-    # A parameter left unset says nothing: "model=None" only takes room.
-    shown = ", ".join(f"{k}={v}" for k, v in params.items() if v is not None and not isinstance(v, (dict, list)))
-    if len(shown) <= limit:
-        return shown
-    # cut at a parameter's end, never mid-name
-    cut = shown[: limit - 1]
-    return (cut[: cut.rfind(", ")] if ", " in cut else cut) + "…"
+    return params_text(params, limit)
 
 
 def _header(model: RunModel, s: Summary) -> Text:
