@@ -21,7 +21,19 @@ from conftest import TEST_BASE_IMAGE, git, make_repo
 from orchestrator.environment import SetupCommand, resolve
 from orchestrator.errors import ConfigError
 
-LOCAL_BASE = "orchestrator-base:bookworm"  # Debian minbase, made by scripts/setup-docker.sh: no python, no pip
+
+def _local_debian() -> str:
+    """The plain Debian image scripts/setup-docker.sh based the agent image on (no python, no pip)."""
+    for name in ("orchestrator-base:bookworm", "debian:bookworm-slim"):
+        try:
+            if subprocess.run(["docker", "image", "inspect", name], capture_output=True, timeout=30).returncode == 0:
+                return name
+        except (OSError, subprocess.TimeoutExpired):
+            break
+    return "orchestrator-base:bookworm"  # missing: the Docker tests fail naming it
+
+
+LOCAL_BASE = _local_debian()
 
 
 def _resolve(repo: Path, **kw):
