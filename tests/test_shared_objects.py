@@ -186,6 +186,21 @@ async def test_gc_prune_in_the_user_repository_while_tasks_run_breaks_no_task(re
         assert git(repo, "rev-list", "--count", branch) == "5"  # initial + 3 + the agent's commit
 
 
+async def test_a_resumed_shared_objects_task_continues_in_its_kept_workspace(repo_with_history, run_id, runner):
+    """The kept workspace's container mounts the run's store again: the work the
+    first attempt left uncommitted is committed by the resumed agent and imported."""
+    repo = repo_with_history
+    first = await run_instance(
+        "SIM: write kept.txt first half\nSIM: fail 1 interrupted", repo, runner=runner, **fields(run_id, "r")
+    )
+    assert first.status == "failed" and first.error_type != "git", first.error
+    await runner.host.remove(first.container_name)  # a fresh container must mount the store again
+    res = await run_instance("SIM: commit resumed", repo, runner=runner, **fields(run_id, "r", resume_workspace=True))
+    assert res.status == "success", res.error
+    assert any(e["message"] == "runner.workspace.kept" for e in runner_log(runner))
+    assert git(repo, "show", f"{res.artifact.branch_final}:kept.txt") == "first half"
+
+
 async def test_repository_unusable_inside_the_container_fails_as_git(repo_with_history, run_id, runner):
     """A kept workspace whose alternates name the user's repository (what
     shared_objects made before): fine on the host, empty inside the container.
