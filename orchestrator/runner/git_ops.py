@@ -334,8 +334,10 @@ def _prepare_workspace_sync(
         if object_store is None:
             object_store = _ensure_object_store_sync(repo, workspace, [base_branch, *include_branches])
         source = object_store
-        logger.info(
-            "isolation_mode=shared_objects: workspace %s borrows objects from the run's object store %s",
+        # The spec asks for a warning: the clone is not a copy of its own.
+        logger.warning(
+            "isolation_mode=shared_objects: workspace %s borrows objects via git alternates from the run's "
+            "read-only object store %s",
             workspace,
             object_store,
             extra={"workspace": str(workspace), "isolation_mode": isolation_mode},
