@@ -131,6 +131,18 @@ async def test_a_container_cannot_write_into_the_shared_store(repo_with_history,
     git(store.parent, "fsck", "--connectivity-only")  # raises if the store lost anything
 
 
+async def test_the_agents_first_git_add_copies_no_borrowed_object(repo_with_history, run_id, runner):
+    """git cannot freshen an object in the read-only store, so it writes a copy of
+    every file it hashes again into the workspace: the checkout must not look
+    changed to the agent's first `git add` (it did after the chown to the container user)."""
+    count = "git add -A && find .git/objects -type f ! -path '*/info/*' | wc -l"
+    res = await run_instance(
+        "", repo_with_history, runner=runner, **fields(run_id, "a", plugin_name="command", command=count)
+    )
+    assert res.status == "success", res.error
+    assert res.final_message.strip() == "0", res.final_message
+
+
 @pytest.fixture
 def repo_with_history(tmp_path: Path) -> Path:
     repo = make_repo(tmp_path / "repo")

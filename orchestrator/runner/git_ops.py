@@ -22,6 +22,7 @@ import shutil
 import stat
 import tempfile
 import threading
+import time
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
@@ -374,8 +375,13 @@ def _prepare_workspace_sync(
         # written it another way, e.g. through a symlink in the path).
         alternates.write_text(f"{os.path.realpath(object_store)}/objects\n", encoding="utf-8")
 
-    if os.name == "posix" and hasattr(os, "geteuid") and os.geteuid() == 0:
+    as_root = os.name == "posix" and hasattr(os, "geteuid") and os.geteuid() == 0
+    if as_root:
         _chown_tree(workspace, CONTAINER_UID, CONTAINER_GID)
+    if object_store is not None:
+        _settle_index(workspace)
+        if as_root:
+            os.lchown(git_dir / "index", CONTAINER_UID, CONTAINER_GID)
     return WorkspaceInfo(path=workspace, base_branch=base_branch, base_commit=base_commit)
 
 
@@ -546,6 +552,26 @@ def clear_stale_git_locks(workspace: Path) -> list[str]:
             continue
         removed.append(name)
     return removed
+
+
+def _settle_index(workspace: Path) -> None:
+    """Make the checkout look unchanged to the agent's first ``git add``.
+
+    ``git add`` hashes again, and writes, every file whose stat data differ from
+    the index (the chown to the container user changes owner and ctime) and
+    every "racily clean" file (modified in the same second the index was
+    written: most of a fresh checkout). Writing an object that exists in the
+    read-only store fails to freshen it there, so git writes a copy into the
+    workspace: the whole checkout again. Files are dated two seconds back and
+    the index records their stat data, so none of this happens.
+    """
+    past = time.time() - 2
+    for dirpath, dirnames, filenames in os.walk(workspace):
+        if dirpath == str(workspace):
+            dirnames[:] = [d for d in dirnames if d != ".git"]
+        for name in filenames:
+            os.utime(os.path.join(dirpath, name), (past, past), follow_symlinks=False)
+    run_git(["update-index", "-q", "--refresh"], cwd=workspace, check=False)
 
 
 def _chown_tree(root: Path, uid: int, gid: int) -> None:
