@@ -207,8 +207,9 @@ def render(info: dict[str, str], rows: list[dict], runs: dict[str, int]) -> str:
         )
     lines += [
         "",
-        "Reading: `shared_objects` skips copying the object store (alternates point at the host",
-        "repository), so its clone cost is mostly the checkout; `full_copy` pays for a physical",
+        "Reading: `shared_objects` skips copying the object store (alternates point at the run's",
+        "object store, made by the first task of the run and only refreshed by a `git fetch`",
+        "after it), so its clone cost is mostly the checkout; `full_copy` pays for a physical",
         "copy of every object file (`--no-hardlinks`) plus the checkout. Import cost does not",
         "depend on the repository size, only on the changeset. For the large repository most",
         "of the clone is writing the 20k-file checkout: a separate `git clone --no-checkout`",

@@ -176,7 +176,9 @@ def private_engine():
     engine = PrivateEngine(tls=True)
     # Our own tag on today's test image: other sessions may rebuild the shared tag
     # meanwhile, and the run's pre-flight rightly refuses engines whose IDs differ.
-    engine.image = f"{TEST_IMAGE}:private-{os.getpid()}"
+    # (TEST_IMAGE may carry a tag of its own: ORCHESTRATOR_TEST_IMAGE=orchestrator-test-agent:dev)
+    name = TEST_IMAGE.rsplit(":", 1)[0] if ":" in TEST_IMAGE.rsplit("/", 1)[-1] else TEST_IMAGE
+    engine.image = f"{name}:private-{os.getpid()}"
     subprocess.run(["docker", "tag", TEST_IMAGE, engine.image], check=True, capture_output=True)
     try:
         engine.start()

@@ -21,6 +21,7 @@ from orchestrator.runner.git_ops import (
     _prepare_workspace_sync,
     import_branch,
     kept_workspace,
+    object_store_path,
     prepare_workspace,
     remove_workspace,
     validate_repository,
@@ -200,13 +201,45 @@ def test_include_branches_and_head_stays_on_base(host, tmp_path):
         _prepare_workspace_sync(host, "main", tmp_path / "ws2", include_branches=["nosuch"])
 
 
-def test_shared_objects_warns_and_uses_alternates(host, tmp_path, caplog):
-    ws = tmp_path / "ws"
+def test_shared_objects_borrow_from_the_runs_store_not_the_users_repository(host, tmp_path, caplog):
+    run = tmp_path / "run"
+    ws = run / "k_a"
     with caplog.at_level(logging.WARNING, logger="orchestrator.runner"):
         _prepare_workspace_sync(host, "main", ws, isolation_mode="shared_objects")
-    assert (ws / ".git" / "objects" / "info" / "alternates").exists()
+    store = object_store_path(ws, host)
+    assert store.parent == run.resolve() and store.name.startswith("objects_")
+    alternates = (ws / ".git" / "objects" / "info" / "alternates").read_text()
+    assert alternates == f"{store / 'objects'}\n" and str(host) not in alternates
     assert any("shared_objects" in r.getMessage() for r in caplog.records)
     assert git(ws, "remote") == ""
+    assert git(store, "config", "gc.auto") == "0"
+
+    # main moves on and the old history is rewritten and pruned from the user's repository:
+    # the first workspace still reads everything, and the next task sees the new main
+    old = git(host, "rev-parse", "main")
+    git(host, "checkout", "-q", "--orphan", "rewritten")
+    git(host, "commit", "-qm", "rewritten")
+    git(host, "branch", "-M", "rewritten", "main")
+    git(host, "branch", "-f", "side", "main")
+    git(host, "reflog", "expire", "--expire=now", "--all")
+    git(host, "gc", "-q", "--prune=now")
+    assert subprocess.run(["git", "-C", str(host), "cat-file", "-e", old]).returncode != 0
+    git(ws, "fsck", "--connectivity-only")
+    ws2 = run / "k_b"
+    _prepare_workspace_sync(host, "main", ws2, isolation_mode="shared_objects", include_branches=["side"])
+    assert git(ws2, "rev-parse", "HEAD") == git(host, "rev-parse", "main") != old
+    assert git(ws2, "rev-parse", "side") == git(host, "rev-parse", "side")
+    assert git(ws, "rev-parse", "HEAD") == old
+
+
+def test_a_half_made_object_store_is_made_again(host, tmp_path):
+    ws = tmp_path / "run" / "k_a"
+    store = object_store_path(ws, host)
+    partial = store.with_name(store.name + ".partial")
+    partial.mkdir(parents=True)
+    (partial / "junk").write_text("a crash left this")
+    _prepare_workspace_sync(host, "main", ws, isolation_mode="shared_objects")
+    assert not partial.exists() and git(ws, "rev-parse", "HEAD") == git(host, "rev-parse", "main")
 
 
 def test_prepare_replaces_leftover_workspace(host, tmp_path):

@@ -692,3 +692,45 @@ def test_an_agent_does_not_redo_the_default_work_its_task_already_left_in_its_wo
     (repo / ".git" / "BASE_COMMIT").write_text(head() + "\n")
     claude("implement the greeting", cwd=repo, home=home)
     assert path.read_text().splitlines()[-1].startswith("revision 3: ")
+
+
+def _unusable_clone(tmp_path: Path) -> Path:
+    """A clone whose objects lived in a repository that is gone: every commit fails."""
+    src, ws = tmp_path / "gone", tmp_path / "broken"
+    subprocess.run(["git", "init", "-q", "-b", "main", str(src)], check=True)
+    subprocess.run(
+        [
+            "git",
+            "-C",
+            str(src),
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            "i",
+        ],
+        check=True,
+    )
+    subprocess.run(["git", "clone", "-q", "--shared", str(src), str(ws)], check=True)
+    subprocess.run(["rm", "-rf", str(src)], check=True)
+    return ws
+
+
+@pytest.mark.parametrize("prompt", ["SIM: write a.txt x\nSIM: commit c\nSIM: print never", "no SIM line: default work"])
+def test_a_commit_git_refuses_is_the_agents_failure(tmp_path: Path, home: Path, prompt: str) -> None:
+    ws = _unusable_clone(tmp_path)
+    claude_run = claude(prompt, cwd=ws, home=home)
+    assert claude_run.rc == 1
+    assert claude_run.result["is_error"] is True and claude_run.result["subtype"] == "error_during_execution"
+    assert "git commit failed" in claude_run.result["result"]
+    codex_run = codex(prompt, cwd=ws, home=home)
+    assert codex_run.rc == 1 and codex_run.of("turn.failed"), codex_run.raw[-500:]
+
+
+def test_nothing_to_commit_is_not_a_failure(repo: Path, home: Path) -> None:
+    r = claude("SIM: commit nothing here\nSIM: print fine", cwd=repo, home=home)
+    assert r.rc == 0 and r.result["is_error"] is False and r.result["result"] == "fine"

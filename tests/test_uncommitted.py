@@ -165,6 +165,8 @@ def bare_container():
     try:
         exec_in(name, "sh", "-c", "mkdir -p /workspace && cd /workspace && git init -q && touch a b", user="root")
         exec_in(name, "chown", "-R", "node", "/workspace", user="root")
+        # a base commit, as every task's clone has (the wrapper checks git can read it)
+        exec_in(name, "git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "base")
         yield name
     finally:
         subprocess.run(["docker", "rm", "-f", name], capture_output=True, check=False)
@@ -197,6 +199,24 @@ def test_the_agent_wrapper_keeps_the_agents_output_and_status_and_adds_the_count
     assert (r.returncode, r.stdout) == (7, b"out\n")
     agent_stderr, held, count = _take_uncommitted(r.stderr)
     assert (agent_stderr + held, count) == (b"err without newline", 3)  # a, b and the agent's c
+
+
+def test_the_agent_wrapper_does_not_start_the_agent_when_git_cannot_read_the_base_commit(bare_container):
+    """The repository is unusable inside the container (here its objects are gone):
+    the agent is not started, and the wrapper's marked line carries git's cause."""
+    from orchestrator.runner.docker_agent import AGENT_WRAPPER_SCRIPT, _git_unusable
+    from orchestrator.runner.docker_exec import ExecOutput
+    from orchestrator.runner.plugin import AgentOutcome
+
+    assert exec_in(bare_container, "find", ".git/objects", "-type", "f", "-delete").returncode == 0
+    r = exec_in(bare_container, "sh", "-c", AGENT_WRAPPER_SCRIPT, "orchestrator-agent", "sh", "-c", "touch ran")
+    assert r.returncode == 125 and r.stdout == b""
+    assert exec_in(bare_container, "test", "-e", "ran").returncode != 0, "the agent ran"
+    error = _git_unusable(ExecOutput(outcome=AgentOutcome(), exit_code=r.returncode, stderr_tail=r.stderr))
+    assert error is not None and error.category == "git"
+    assert "unusable inside its container" in str(error) and "HEAD" in str(error), error
+    # an agent's own exit status 125, without the wrapper's line, is the agent's
+    assert _git_unusable(ExecOutput(outcome=AgentOutcome(), exit_code=125, stderr_tail=b"boom\n")) is None
 
 
 def test_stopping_a_wrapped_agent_signals_the_agent_and_waits_for_it(bare_container):

@@ -8,6 +8,9 @@ import subprocess
 from .answers import default_answer
 from .common import Args, commit_summary, git, git_env, is_git_worktree, shell_quote
 
+# What `git commit` says when there is nothing to commit: not a failure.
+NOTHING_TO_COMMIT = ("nothing to commit", "nothing added to commit", "no changes added to commit")
+
 
 class Agent:
     def __init__(self, a: Args, em, cwd: str, prompt_hash: str) -> None:
@@ -18,6 +21,10 @@ class Agent:
         self.prints: list[str] = []
         self.reports: list[str] = []
         self.tool_turns = 0
+        # Why a commit failed (None: none did). A commit that finds nothing to
+        # commit is not a failure; one git refuses is, and the agent reports it
+        # as its result, as an agent that checks its work would.
+        self.commit_failure: str | None = None
 
     def _abs(self, path: str) -> str:
         return path if os.path.isabs(path) else os.path.join(self.cwd, path)
@@ -126,8 +133,11 @@ class Agent:
             extra: dict = {"exit_code": code}
             if code == 0:
                 extra.update(commit_summary(self.cwd, stdout.decode("utf-8", "replace")))
-            elif self.a.persona == "claude":
-                out = f"Exit code {p.returncode}\n{out}"
+            else:
+                if not any(s in out for s in NOTHING_TO_COMMIT):
+                    self.commit_failure = " ".join(out.split())[-500:] or f"git exited with {code}"
+                if self.a.persona == "claude":
+                    out = f"Exit code {p.returncode}\n{out}"
             return out, code != 0, extra
 
         return self.em.tool(

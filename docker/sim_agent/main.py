@@ -225,6 +225,8 @@ def run_step(a: Args, em, agent: Agent, verb: str, arg: str) -> None:
         agent.edit(path, unescape(old), unescape(new))
     elif verb == "commit":
         agent.commit(arg or "sim: commit")
+        if agent.commit_failure is not None:
+            raise Stop(commit_failed(em, agent.commit_failure))
     elif verb == "print":
         agent.prints.append(unescape(arg))
     elif verb == "print-json":
@@ -285,6 +287,14 @@ def run_step(a: Args, em, agent: Agent, verb: str, arg: str) -> None:
             raise Stop(1)
 
 
+def commit_failed(em, cause: str) -> int:
+    """End the execution as a failure because a commit failed; returns the exit code."""
+    msg = f"git commit failed, so the work is not committed: {cause}"
+    em.text(f"Error: {msg}")
+    em.finish(msg, is_error=True, subtype="error_during_execution", terminal_reason="error", errors=[msg])
+    return 1
+
+
 def structured_answer(a: Args, final: str, from_steps: bool, bad: bool, prompt_hash: str) -> tuple[str, object]:
     """(final text, structured object or None) for a task with an output schema.
 
@@ -343,6 +353,8 @@ def main(argv: list[str]) -> int:
         if not steps or (session.data.get("bad_output") and not (agent.prints or agent.reports)):
             final = agent.default_behaviour()
             from_steps = False
+            if agent.commit_failure is not None:
+                return commit_failed(em, agent.commit_failure)
         elif agent.prints:
             final, from_steps = "\n".join(agent.prints + agent.reports), True
         elif agent.reports:

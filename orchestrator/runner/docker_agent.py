@@ -20,6 +20,7 @@ import anyio.to_thread
 from ..errors import (
     AgentStreamLostError,
     ContainerError,
+    GitError,
     PreflightError,
     ResourceLimitError,
     RunnerError,
@@ -53,8 +54,21 @@ UNCOMMITTED_SCRIPT = (
 # taking git's optional index lock), writes the count as its last stderr line
 # (taken out of the stream by run_exec) and exits with the agent's status.
 # Only when there is something to commit does a second exec follow.
+#
+# Before the agent starts, the wrapper checks that git can read the task's
+# commit and its tree: a repository that is unusable inside the container (its
+# alternates name a store the container does not have, its objects are
+# unreadable) would fail every commit of the agent, and the task would end
+# "completed" with no branch. It then writes the cause on one marked stderr
+# line and exits GIT_UNUSABLE_EXIT without starting the agent.
+GIT_UNUSABLE_EXIT = 125
+GIT_UNUSABLE_MARK = b"\n@@orchestrator-git-unusable="
 AGENT_WRAPPER_SCRIPT = (
     "# orchestrator-agent-wrapper\n"
+    'cause=$(git cat-file -e "HEAD^{tree}" 2>&1) || {\n'
+    "  printf '\\n@@orchestrator-git-unusable=%s\\n' \"$(printf %s \"$cause\" | tr '\\n' ' ')\" >&2\n"
+    f"  exit {GIT_UNUSABLE_EXIT}\n"
+    "}\n"
     '"$@"\n'
     "rc=$?\n"
     "n=$(GIT_OPTIONAL_LOCKS=0 git status --porcelain --untracked-files=all 2>/dev/null | wc -l)\n"
@@ -236,6 +250,9 @@ class AgentExec(RunnerCore):
                 return _Attempt(error=ResourceLimitError(tripped[0]))
             return _Attempt(error=exc)
         self._live_agents.discard(request.container_name)
+        unusable = _git_unusable(output) if wrapped else None
+        if unusable is not None:
+            return _Attempt(error=unusable)
         # once more at the end: a runaway that finished between two looks still counts
         reason = tripped[0] if tripped else (await anyio.to_thread.run_sync(watchdog.check, probe) if probe else None)
         if reason:
@@ -409,6 +426,21 @@ class AgentExec(RunnerCore):
             duration_s=round(time.monotonic() - t, 4),
         )
         return count, committed
+
+
+def _git_unusable(output: ExecOutput) -> GitError | None:
+    """The wrapper's finding that git cannot read the task's commit in the container, if it made one."""
+    if output.exit_code != GIT_UNUSABLE_EXIT:
+        return None
+    tail = output.stderr_tail
+    at = tail.rfind(GIT_UNUSABLE_MARK)
+    if at < 0:  # the agent's own exit status 125
+        return None
+    cause = tail[at + len(GIT_UNUSABLE_MARK) :].decode("utf-8", "replace").strip() or "git exited with an error"
+    return GitError(
+        f"the task's repository is unusable inside its container, so the agent was not started: "
+        f"git cannot read the base commit there ({cause[-500:]})"
+    )
 
 
 def _looks_at_uncommitted(request: InstanceRequest, plugin: RunnerPlugin) -> bool:

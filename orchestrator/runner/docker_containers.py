@@ -7,9 +7,11 @@ tasks of a process. Library errors are translated into
 :class:`~orchestrator.errors.ContainerError` here, with ``retryable`` set from
 the transient patterns below (errors that a retry can outlive).
 
-Container layout: exactly three mounts -- the isolated clone at
+Container layout: three mounts -- the isolated clone at
 ``/workspace`` (read-only for review tasks), the session volume at
-``/home/node`` and a tmpfs at ``/tmp`` -- on a read-only root filesystem, as
+``/home/node`` and a tmpfs at ``/tmp`` -- plus, with ``isolation_mode:
+shared_objects`` on the local engine, the run's object store read-only at the
+path the clone's alternates name; on a read-only root filesystem, as
 user ``node`` (uid 1000), with ``sleep infinity`` as the command so the agent
 runs through ``docker exec``. Credentials are *not* part of the container
 configuration (``docker inspect`` would show them for as long as the container
@@ -286,6 +288,16 @@ def volume_labels(request: InstanceRequest) -> dict[str, str]:
     return {"orchestrator": "true", "run_id": request.run_id}
 
 
+def shared_objects_dir(request: InstanceRequest, workspace: Path, *, archive: bool) -> Path | None:
+    """The object store a ``shared_objects`` workspace borrows from, when the container
+    must mount it (local engine only: a remote engine gets full copies)."""
+    if request.isolation_mode != "shared_objects" or archive:
+        return None
+    from .git_ops import object_store_objects
+
+    return object_store_objects(workspace, request.repo_path)
+
+
 def host_config_kwargs(
     request: InstanceRequest,
     *,
@@ -293,17 +305,23 @@ def host_config_kwargs(
     volume: str,
     hardening: Hardening | None = None,
     workspace_volume: str | None = None,
+    objects: Path | None = None,
 ) -> dict[str, Any]:
     """``workspace_volume``: a remote engine's per-task volume for /workspace instead
-    of the bind mount (writable, so the archive copy can land in it)."""
+    of the bind mount (writable, so the archive copy can land in it).
+    ``objects``: the run's object store (``shared_objects``), mounted read-only at
+    its own path, which is the path the clone's alternates name."""
     from docker.types import Mount, Ulimit
 
     hardening = hardening or Hardening()
     mode = "ro" if workspace_read_only(request) else "rw"
-    if selinux_enabled():
-        mode += ",z"
+    relabel = ",z" if selinux_enabled() else ""
+    binds = [] if workspace_volume else [f"{workspace}:{WORKSPACE_MOUNT}:{mode}{relabel}"]
+    if objects is not None:
+        # Read-only: no container can add, change or delete what every task borrows.
+        binds.append(f"{objects}:{objects}:ro{relabel}")
     kwargs: dict[str, Any] = {
-        "binds": [] if workspace_volume else [f"{workspace}:{WORKSPACE_MOUNT}:{mode}"],
+        "binds": binds,
         # The daemon creates a missing named volume with these labels as part of
         # the container create (no separate volume call per task); an existing one
         # (the session group's, or a resumed run's) is mounted as it is.
@@ -343,10 +361,20 @@ def host_config_kwargs(
 
 
 def mounts_match(
-    info: dict, *, workspace: Path, volume: str, read_only: bool, workspace_volume: str | None = None
+    info: dict,
+    *,
+    workspace: Path,
+    volume: str,
+    read_only: bool,
+    workspace_volume: str | None = None,
+    objects: Path | None = None,
 ) -> tuple[bool, str]:
     """Whether an existing container has exactly the mounts this request needs."""
     mounts = {m.get("Destination"): m for m in info.get("Mounts") or []}
+    if objects is not None:
+        store = mounts.get(str(objects))
+        if store is None or store.get("RW") or os.path.realpath(store.get("Source", "")) != str(objects):
+            return False, "the object store must be mounted read-only at the path the alternates name"
     ws = mounts.get(WORKSPACE_MOUNT)
     home = mounts.get(HOME_MOUNT)
     if ws is None or home is None:
@@ -400,6 +428,7 @@ async def ensure_container(
     client = await host.client()
     name = request.container_name
     ws_volume = f"{WORKSPACE_VOLUME_PREFIX}{name}" if host.archive else None
+    objects = shared_objects_dir(request, workspace, archive=host.archive)
     spec = create_kwargs(request, workspace=workspace, volume=volume)
     spec["labels"] = host_labels(request, host.name)
 
@@ -407,7 +436,12 @@ async def ensure_container(
         """Create+start; returns the existing container's inspect data on a name conflict."""
         host_config = client.api.create_host_config(
             **host_config_kwargs(
-                request, workspace=workspace, volume=volume, hardening=hardening, workspace_volume=ws_volume
+                request,
+                workspace=workspace,
+                volume=volume,
+                hardening=hardening,
+                workspace_volume=ws_volume,
+                objects=objects,
             )
         )
         try:
@@ -431,6 +465,7 @@ async def ensure_container(
             volume=volume,
             read_only=workspace_read_only(request),
             workspace_volume=ws_volume,
+            objects=objects,
         )
         if not request.reuse_container:
             ok, reason = False, "reuse_container is false"

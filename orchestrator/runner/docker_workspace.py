@@ -67,6 +67,7 @@ class WorkspaceSteps(RunnerCore):
         first: dict[str, Any] = {}
         failure: RunnerError | None = None
         unexpected: list[BaseException] = []
+        mode, store = request.isolation_mode, None
 
         async def clone() -> None:
             nonlocal failure
@@ -75,9 +76,10 @@ class WorkspaceSteps(RunnerCore):
                     request.repo_path,
                     request.base_branch,
                     workspace,
-                    isolation_mode=request.isolation_mode,
+                    isolation_mode=mode,
                     include_branches=request.include_branches,
                     into_empty_dir=True,
+                    object_store=store,
                 )
                 seed = await self.seeds.for_image(self.host, request.docker_image)
                 if seed is not None:
@@ -107,6 +109,12 @@ class WorkspaceSteps(RunnerCore):
 
         try:
             await anyio.to_thread.run_sync(_reset_workspace, workspace, limiter=self.host.limiter)
+            if mode == "shared_objects" and self.host.archive:
+                mode = "full_copy"
+                self._remote_full_copy_notice(request, on_event)
+            elif mode == "shared_objects":
+                # Before the container: it mounts the store, which must exist by then.
+                store = await self._object_store(request, workspace)
         except RunnerError as exc:
             failure = exc
         else:
@@ -158,6 +166,9 @@ class WorkspaceSteps(RunnerCore):
         t = time.monotonic()
         first: dict[str, Any] = {"ws_info": kept}
         try:
+            if request.isolation_mode == "shared_objects" and not self.host.archive:
+                # The container mounts the store its clone borrows from.
+                await self._object_store(request, kept.path)
             first["ready"] = await ensure_container(
                 self.host,
                 request,
@@ -198,6 +209,34 @@ class WorkspaceSteps(RunnerCore):
             stale_locks_removed=removed,
         )
         return first, None
+
+    async def _object_store(self, request: InstanceRequest, workspace: Path) -> Path:
+        """Make or refresh the run's object store (``shared_objects`` on the local engine).
+
+        Hard links where the filesystem allows, except under SELinux: the
+        container's ``z`` relabel would then relabel the user's own object files.
+        """
+        return await git_ops.ensure_object_store(
+            request.repo_path,
+            workspace,
+            [request.base_branch, *request.include_branches],
+            hardlinks=not selinux_enabled(),
+        )
+
+    def _remote_full_copy_notice(self, request: InstanceRequest, on_event: RunnerEventCallback | None) -> None:
+        """A remote engine cannot mount this machine's object store: the task gets a full copy."""
+        self._emit(
+            request,
+            on_event,
+            "runner.workspace.full_copy",
+            "warn",
+            phase="workspace",
+            host=self.host.name,
+            detail=(
+                f"isolation_mode shared_objects applies to the local engine only; "
+                f"this task on host {self.host.name} gets a full copy of the repository"
+            ),
+        )
 
     @staticmethod
     def _copy_failed_is_attempt_error(first: dict[str, Any], failure: RunnerError | None) -> None:

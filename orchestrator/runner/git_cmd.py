@@ -199,14 +199,21 @@ def _thread_lock_for(key: str) -> threading.Lock:
 @contextlib.contextmanager
 def import_lock(git_dir: Path) -> Iterator[None]:
     """Hold ``<git_dir>/.orc_import.lock`` exclusively (threads and processes)."""
-    real = os.path.realpath(git_dir)
-    key = os.path.normcase(real)
+    with dir_lock(git_dir, LOCK_FILE_NAME):
+        yield
+
+
+@contextlib.contextmanager
+def dir_lock(directory: Path, name: str) -> Iterator[None]:
+    """Hold the lock file ``<directory>/<name>`` exclusively (threads and processes)."""
+    real = os.path.realpath(directory)
+    path = os.path.join(real, name)
+    key = os.path.normcase(path)
     with _thread_lock_for(key):
-        path = os.path.join(real, LOCK_FILE_NAME)
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
-            raise GitError(f"cannot open import lock {path}: {exc}") from exc
+            raise GitError(f"cannot open lock file {path}: {exc}") from exc
         try:
             _os_lock(fd)
             try:

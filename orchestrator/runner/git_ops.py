@@ -22,6 +22,7 @@ import shutil
 import stat
 import tempfile
 import threading
+import time
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
@@ -31,7 +32,7 @@ import msgspec
 
 from ..errors import GitError, PreflightError, UsageError
 from ..naming import short8
-from .git_cmd import check_branch_name, run_git, ws_git
+from .git_cmd import WORKSPACE_UPLOAD_PACK, check_branch_name, dir_lock, run_git, ws_git
 from .git_import import _import_branch_sync, import_branch
 from .types import IsolationMode
 
@@ -43,9 +44,11 @@ __all__ = [
     "_prepare_workspace_sync",
     "clear_stale_git_locks",
     "current_branch",
+    "ensure_object_store",
     "exclude_locally",
     "import_branch",
     "kept_workspace",
+    "object_store_objects",
     "open_repository",
     "prepare_workspace",
     "remove_workspace",
@@ -94,6 +97,25 @@ def workspace_path(run_id: str, task_key: str) -> Path:
     if not run_id or run_id in (".", "..") or any(sep in run_id for sep in ("/", "\\", "\0")):
         raise UsageError(f"run id {run_id!r} cannot be used as a directory name")
     return workspace_root() / run_id / f"k_{short8(task_key)}"
+
+
+def object_store_path(workspace: Path, repo_path: str | os.PathLike[str]) -> Path:
+    """The run's object store for ``repo_path``: ``<run folder>/objects_<short8(repo)>.git``.
+
+    A sibling of the task workspaces (``workspace.parent`` is the run's folder),
+    so it goes with them (retention, ``--cleanup-run``).
+    """
+    run_dir = Path(os.path.realpath(Path(os.path.abspath(workspace)).parent))
+    return run_dir / f"{OBJECT_STORE_PREFIX}{short8(os.path.realpath(repo_path))}.git"
+
+
+def object_store_objects(workspace: Path, repo_path: str | os.PathLike[str]) -> Path:
+    """The objects directory a ``shared_objects`` workspace's alternates name (and the
+    container mounts read-only at that same path)."""
+    return object_store_path(workspace, repo_path) / "objects"
+
+
+OBJECT_STORE_PREFIX = "objects_"
 
 
 # ---------------------------------------------------------------------------
@@ -308,6 +330,77 @@ def _local_branches(repo: Path) -> list[str]:
 # Workspace preparation
 
 
+def _ensure_object_store_sync(
+    repo_path: str | os.PathLike[str], workspace: Path, branches: Sequence[str], *, hardlinks: bool = True
+) -> Path:
+    """Make or refresh the run's object store that ``shared_objects`` workspaces borrow from.
+
+    The store is a bare clone of the user's repository in the run's folder,
+    made once per run (hard links where the filesystem allows, so it costs
+    next to no disk; a copy otherwise). Later tasks only fetch ``branches``
+    into it, so a branch that moved in the user's repository is seen. Nothing
+    is ever deleted from it while the run lasts (``gc.auto=0``, no prune): the
+    objects a running task borrows stay, whatever happens in the user's
+    repository (a ``git gc --prune=now``, a history rewrite). Containers mount
+    its ``objects`` directory read-only. Returns the store's path.
+    """
+    for name in branches:
+        check_branch_name(name, what="branch name")
+    repo = Path(os.path.realpath(repo_path))
+    if not repo.is_dir():
+        raise GitError(f"repository path does not exist: {repo}")
+    store = object_store_path(workspace, repo)
+    store.parent.mkdir(parents=True, exist_ok=True)
+    with dir_lock(store.parent, f".{store.name}.lock"):
+        if store.is_dir():
+            refspecs = [f"+refs/heads/{b}:refs/heads/{b}" for b in dict.fromkeys(branches)]
+            if refspecs:
+                # The pack protocol, not a file copy: consistent against a gc in the
+                # user's repository, and only the objects the store lacks travel.
+                run_git(
+                    [
+                        "fetch",
+                        "--quiet",
+                        "--no-tags",
+                        "--no-auto-gc",
+                        "--no-write-fetch-head",
+                        f"--upload-pack={WORKSPACE_UPLOAD_PACK}",
+                        "--",
+                        str(repo),
+                        *refspecs,
+                    ],
+                    cwd=store,
+                    what=f"refreshing the run's object store {store}",
+                )
+            return store
+        # Built aside and renamed into place: a crash leaves no half-made store.
+        partial = store.with_name(f"{store.name}.partial")
+        if os.path.lexists(partial):
+            remove_workspace(partial)
+        partial.mkdir()
+        clone = ["clone", "--quiet", "--bare"] + ([] if hardlinks else ["--no-hardlinks"])
+        _clone_retrying_races(clone, repo, partial, "full_copy")
+        run_git(["config", "gc.auto", "0"], cwd=partial, what="configuring the object store")
+        run_git(["config", "maintenance.auto", "false"], cwd=partial, what="configuring the object store")
+        run_git(["remote", "remove", "origin"], cwd=partial, check=False)
+        os.rename(partial, store)
+        logger.info(
+            "made the run's object store %s from %s",
+            store,
+            repo,
+            extra={"object_store": str(store), "hardlinks": hardlinks},
+        )
+    return store
+
+
+async def ensure_object_store(
+    repo_path: str | os.PathLike[str], workspace: Path, branches: Sequence[str], *, hardlinks: bool = True
+) -> Path:
+    """Async wrapper of :func:`_ensure_object_store_sync` (runs in a worker thread)."""
+    fn = partial(_ensure_object_store_sync, repo_path, workspace, tuple(branches), hardlinks=hardlinks)
+    return await anyio.to_thread.run_sync(fn)
+
+
 def _prepare_workspace_sync(
     repo_path: str | os.PathLike[str],
     base_branch: str,
@@ -316,7 +409,10 @@ def _prepare_workspace_sync(
     isolation_mode: IsolationMode = "full_copy",
     include_branches: Sequence[str] = (),
     into_empty_dir: bool = False,
+    object_store: Path | None = None,
 ) -> WorkspaceInfo:
+    """``object_store``: for ``shared_objects``, the store :func:`_ensure_object_store_sync`
+    has just made or refreshed (made here when not given)."""
     if isolation_mode not in ("full_copy", "shared_objects"):
         raise UsageError(f"unknown isolation_mode {isolation_mode!r}; use 'full_copy' or 'shared_objects'")
     check_branch_name(base_branch, what="base branch name")
@@ -338,17 +434,23 @@ def _prepare_workspace_sync(
         workspace.parent.mkdir(parents=True, exist_ok=True)
 
     clone = ["clone", "--quiet", f"--branch={base_branch}", "--single-branch"]
+    source = repo
     if isolation_mode == "shared_objects":
+        if object_store is None:
+            object_store = _ensure_object_store_sync(repo, workspace, [base_branch, *include_branches])
+        source = object_store
+        # The spec asks for a warning: the clone is not a copy of its own.
         logger.warning(
-            "isolation_mode=shared_objects: workspace %s borrows objects from %s via git alternates; reduced isolation",
+            "isolation_mode=shared_objects: workspace %s borrows objects via git alternates from the run's "
+            "read-only object store %s",
             workspace,
-            repo,
+            object_store,
             extra={"workspace": str(workspace), "isolation_mode": isolation_mode},
         )
         clone.append("--shared")
     else:
         clone.append("--no-hardlinks")
-    _clone_retrying_races(clone, repo, workspace, isolation_mode)
+    _clone_retrying_races(clone, source, workspace, isolation_mode)
 
     run_git(["remote", "remove", "origin"], cwd=workspace, what="git remote remove origin")
     # git < 2.40 leaves the clone's refs/remotes/origin/HEAD symref behind,
@@ -359,7 +461,7 @@ def _prepare_workspace_sync(
     if extra:
         refspecs = [f"refs/heads/{b}:refs/heads/{b}" for b in extra]
         run_git(
-            ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--no-auto-gc", "--", str(repo), *refspecs],
+            ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--no-auto-gc", "--", str(source), *refspecs],
             cwd=workspace,
             what=f"fetching include_branches {', '.join(extra)}",
         )
@@ -372,9 +474,18 @@ def _prepare_workspace_sync(
     alternates = git_dir / "objects" / "info" / "alternates"
     if isolation_mode == "full_copy" and alternates.exists():
         raise GitError(f"full_copy clone {workspace} unexpectedly has an alternates file; isolation broken")
+    if object_store is not None:
+        # Exactly the path the container mounts the store at (git may have
+        # written it another way, e.g. through a symlink in the path).
+        alternates.write_text(f"{os.path.realpath(object_store)}/objects\n", encoding="utf-8")
 
-    if os.name == "posix" and hasattr(os, "geteuid") and os.geteuid() == 0:
+    as_root = os.name == "posix" and hasattr(os, "geteuid") and os.geteuid() == 0
+    if as_root:
         _chown_tree(workspace, CONTAINER_UID, CONTAINER_GID)
+    if object_store is not None:
+        _settle_index(workspace)
+        if as_root:
+            os.lchown(git_dir / "index", CONTAINER_UID, CONTAINER_GID)
     return WorkspaceInfo(path=workspace, base_branch=base_branch, base_commit=base_commit)
 
 
@@ -460,6 +571,7 @@ async def prepare_workspace(
     isolation_mode: IsolationMode = "full_copy",
     include_branches: Sequence[str] = (),
     into_empty_dir: bool = False,
+    object_store: Path | None = None,
 ) -> WorkspaceInfo:
     """Clone ``base_branch`` of ``repo_path`` into ``workspace`` (replacing any old one).
 
@@ -474,6 +586,7 @@ async def prepare_workspace(
         isolation_mode=isolation_mode,
         include_branches=tuple(include_branches),
         into_empty_dir=into_empty_dir,
+        object_store=object_store,
     )
     return await anyio.to_thread.run_sync(fn)
 
@@ -543,6 +656,26 @@ def clear_stale_git_locks(workspace: Path) -> list[str]:
             continue
         removed.append(name)
     return removed
+
+
+def _settle_index(workspace: Path) -> None:
+    """Make the checkout look unchanged to the agent's first ``git add``.
+
+    ``git add`` hashes again, and writes, every file whose stat data differ from
+    the index (the chown to the container user changes owner and ctime) and
+    every "racily clean" file (modified in the same second the index was
+    written: most of a fresh checkout). Writing an object that exists in the
+    read-only store fails to freshen it there, so git writes a copy into the
+    workspace: the whole checkout again. Files are dated two seconds back and
+    the index records their stat data, so none of this happens.
+    """
+    past = time.time() - 2
+    for dirpath, dirnames, filenames in os.walk(workspace):
+        if dirpath == str(workspace):
+            dirnames[:] = [d for d in dirnames if d != ".git"]
+        for name in filenames:
+            os.utime(os.path.join(dirpath, name), (past, past), follow_symlinks=False)
+    run_git(["update-index", "-q", "--refresh"], cwd=workspace, check=False)
 
 
 def _chown_tree(root: Path, uid: int, gid: int) -> None:
