@@ -136,8 +136,13 @@ async def stream_console(
     stop: anyio.Event,
     file: TextIO = sys.stdout,
     color: bool | None = None,
+    since: int = 0,
 ) -> None:
-    """Follow ``logs/<run_id>/events.jsonl`` from the start until ``stop`` is set and the log is drained."""
+    """Follow ``logs/<run_id>/events.jsonl`` from the start until ``stop`` is set and the log is drained.
+
+    Events that start before byte ``since`` (what a resumed run had written
+    before) are read for context but not shown.
+    """
     if mode not in ("plain", "json", "quiet"):
         raise ValueError(f"console mode must be plain, json or quiet, not {mode!r}")
     path = Path(logs_dir) / run_id / "events.jsonl"
@@ -146,13 +151,15 @@ async def stream_console(
     async for ev in subscribe(path, 0, stop=stop):
         if mode == "quiet":
             continue  # still drained, so the caller's stop/drain contract holds in every mode
+        if ev.type == TASK_SCHEDULED and ev.key and ev.payload.get("branch_name"):
+            branches[ev.key] = ev.payload["branch_name"]
+        if ev.start_offset < since:
+            continue
         event = to_dict(ev)
         if mode == "json":
             file.write(orjson.dumps(event).decode() + "\n")
         else:
-            if ev.type == TASK_SCHEDULED and ev.key and ev.payload.get("branch_name"):
-                branches[ev.key] = ev.payload["branch_name"]
-            elif ev.type == TASK_STARTED and ev.key in branches:
+            if ev.type == TASK_STARTED and ev.key in branches:
                 event["payload"] = {**event["payload"], "branch_name": branches[ev.key]}
             line = format_event(event, color=use_color)
             if line is None:
