@@ -8,7 +8,8 @@ passed at the start of the cycle is reverted as a whole (or, with
 ``bisect_on_regression``, cut down to the fixes that break nothing); otherwise
 the base advances to the wave branch. A check that newly fails is re-run before
 it counts as a regression; a goal whose agent changed nothing is set aside until
-the base moves; a wave whose every fix task failed is retried after a pause;
+the base moves, and so is a goal whose fixes were reverted ``rest_after`` times in
+a row with its check still failing (it rests); a wave whose every fix task failed is retried after a pause;
 each goal's next fix prompt lists its earlier attempts. The loop ends when
 every goal passes, after ``max_cycles``, when no failing goal is left to try,
 after ``max_failed_waves`` failed waves in a row, or when a budget is spent;
