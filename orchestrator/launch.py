@@ -73,6 +73,8 @@ class Prepared:
     output: str
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # one line each, shown as the run starts
+    # On --resume, the event log's size before it: the console shows only what is new.
+    console_from: int = 0
 
     @property
     def config(self) -> Config:
@@ -525,6 +527,8 @@ async def resume(args) -> int:
         raise UsageError(not_here_hint(check_run_id(args.resume), dirs) or str(exc)) from None
     if is_live(dirs, manifest.run_id):
         raise UsageError(f"run {manifest.run_id} is being written by a live process; wait for it or stop it first")
+    if manifest.status == "completed":
+        return await _already_finished(dirs, manifest, output_mode(args))
     # Today's configuration from the same sources as at the start (same file, same
     # flags): it differs from the recorded one only where something changed since.
     config_file = (
@@ -571,10 +575,40 @@ async def resume(args) -> int:
         output=output_mode(args),
     )
     await _report_resume_plan(dirs, manifest, plugin.capabilities.supports_resume, args.resume_fresh)
+    # Earlier lines are not reprinted: they would look like finished work running again.
+    events = dirs.events(manifest.run_id)
+    prep.console_from = (await anyio.Path(events).stat()).st_size if await anyio.Path(events).exists() else 0
     manifest.status = "running"
     manifest.finished_at = None
     write_manifest(dirs, manifest)
     return await execute(prep, dirs, manifest, resume_fresh=args.resume_fresh)
+
+
+async def _already_finished(dirs: RunDirs, manifest: RunManifest, output: str) -> int:
+    """``--resume`` of a run that finished: one line saying so, then its summary; nothing runs again."""
+    from .results import build_summary, render_summary, selection_claims
+    from .selection import unheld_branches
+    from .state import recover
+
+    run_id = manifest.run_id
+    state = recover(
+        run_id, dirs.events(run_id), [dirs.state / run_id / "state.json", dirs.logs / run_id / "state.json"]
+    )
+    unheld = await anyio.to_thread.run_sync(
+        functools.partial(unheld_branches, manifest.repo_path, selection_claims(manifest, state))
+    )
+    summary = build_summary(manifest, state, unheld)
+    print(
+        f"Run {run_id} already finished{f' at {manifest.finished_at}' if manifest.finished_at else ''}; "
+        "nothing to resume. Its summary:",
+        file=sys.stderr,
+        flush=True,
+    )
+    if output == "json":
+        print(msgspec.json.encode({"type": "run.summary", "summary": summary}).decode(), flush=True)
+    elif output != "quiet":
+        print(render_summary(summary, results_path=dirs.results / run_id), flush=True)
+    return manifest.exit_code or 0
 
 
 async def _report_resume_plan(dirs: RunDirs, manifest: RunManifest, supports_resume: bool, fresh: bool) -> None:
@@ -1094,4 +1128,4 @@ async def _render(prep: Prepared, dirs: RunDirs, run_id: str, stop: anyio.Event,
             refresh_hz=prep.config.tui.refresh_hz,
         )
     else:
-        await stream_console(run_id, logs_dir=dirs.logs, mode=prep.output, stop=stop)
+        await stream_console(run_id, logs_dir=dirs.logs, mode=prep.output, stop=stop, since=prep.console_from)

@@ -8,7 +8,8 @@ passed at the start of the cycle is reverted as a whole (or, with
 ``bisect_on_regression``, cut down to the fixes that break nothing); otherwise
 the base advances to the wave branch. A check that newly fails is re-run before
 it counts as a regression; a goal whose agent changed nothing is set aside until
-the base moves; a wave whose every fix task failed is retried after a pause;
+the base moves, and so is a goal whose fixes were reverted ``rest_after`` times in
+a row with its check still failing (it rests); a wave whose every fix task failed is retried after a pause;
 each goal's next fix prompt lists its earlier attempts. The loop ends when
 every goal passes, after ``max_cycles``, when no failing goal is left to try,
 after ``max_failed_waves`` failed waves in a row, or when a budget is spent;
@@ -41,6 +42,7 @@ from .evolve_wave import (
 )
 
 ATTEMPTS_KEPT = 5  # earlier attempts shown in a goal's next fix prompt
+REST_AFTER = 2  # reverted attempts in a row on one goal before it rests (until the base moves)
 TAIL_IN_NOTE = 300
 
 
@@ -55,6 +57,9 @@ async def evolve(
     max_cycles: Annotated[int, "stop after this many cycles"] = 10,
     bisect_on_regression: Annotated[bool, "on a regression keep the fixes that break nothing"] = False,
     quarantine_after: Annotated[int, "rolled-back fixes before a goal is quarantined"] = 3,
+    rest_after: Annotated[
+        int, "reverted attempts in a row on one goal before it rests and the next failing goal gets the wave"
+    ] = REST_AFTER,
     recheck: Annotated[
         int, "re-runs of a check that newly fails on a wave before it counts as a regression (0: believe one run)"
     ] = 1,
@@ -81,6 +86,7 @@ async def evolve(
         max_parallel=max_parallel,
         bisect=bisect_on_regression,
         quarantine_after=max(1, quarantine_after),
+        rest_after=max(1, rest_after),
         recheck=max(0, recheck),
         max_failed_waves=max(0, max_failed_waves),
         retry_backoff_s=max(0.0, float(retry_backoff_s)),
@@ -109,6 +115,7 @@ class _Loop:
         max_parallel: int,
         bisect: bool,
         quarantine_after: int,
+        rest_after: int = REST_AFTER,
         recheck: int = 1,
         max_failed_waves: int = 3,
         retry_backoff_s: float = 60.0,
@@ -118,6 +125,11 @@ class _Loop:
         self.max_parallel, self.bisect, self.quarantine_after = max_parallel, bisect, quarantine_after
         self.recheck, self.max_failed_waves, self.retry_backoff_s = recheck, max_failed_waves, retry_backoff_s
         self.strikes: Counter[str] = Counter()
+        # Reverted attempts in a row per goal; at rest_after the goal rests (goal id -> why)
+        # until the base moves, so one goal that cannot move does not take every cycle.
+        self.rest_after = rest_after
+        self.reverted_in_a_row: Counter[str] = Counter()
+        self.resting: dict[str, str] = {}
         self.quarantined: list[str] = []
         self.learned: set[frozenset[str]] = set()
         # Goals whose agent changed nothing on the current base: retried only once the base moves.
@@ -136,7 +148,10 @@ class _Loop:
         return [
             g
             for g in self.goals
-            if not measures[g.id].passed and g.id not in self.quarantined and g.id not in self.no_change
+            if not measures[g.id].passed
+            and g.id not in self.quarantined
+            and g.id not in self.no_change
+            and g.id not in self.resting
         ]
 
     async def run(self, base: str, max_cycles: int) -> dict[str, Any]:
@@ -171,6 +186,7 @@ class _Loop:
                 self.history.append(entry)
                 stopped, stop_reason = "budget", str(exc)
                 break
+            self._track_rest(entry)
             self.history.append(entry)
             self._write_outputs(initial, measures)
             self._publish(cycle, max_cycles, measures, f"last cycle: {entry['result']}")
@@ -216,6 +232,8 @@ class _Loop:
                 for g in self.goals
             },
             "quarantined": list(self.quarantined),
+            "resting": dict(self.resting),
+            "could_not_move": self._could_not_move(measures),
             "history": self.history,
         }
         if self.ctx.budget is not None:
@@ -270,7 +288,7 @@ class _Loop:
         ctx, goals = self.ctx, self.goals
         failing = [g for g in goals if not measures[g.id].passed and g.id not in self.quarantined]
         picked, skipped = select_goals(
-            [g for g in failing if g.id not in self.no_change],
+            [g for g in failing if g.id not in self.no_change and g.id not in self.resting],
             self.max_parallel,
             frozenset(self.learned),
             self.idle_counts,
@@ -278,11 +296,18 @@ class _Loop:
         skipped.update(
             {gid: "changed nothing on this base" for gid in self.no_change if gid in {g.id for g in failing}}
         )
+        skipped.update(
+            {
+                gid: f"resting after {self.rest_after} reverted attempts in a row"
+                for gid in self.resting
+                if gid in {g.id for g in failing} and gid not in skipped
+            }
+        )
         entry["skipped"] = skipped
         if not picked:
             entry["reason"] = (
                 "every failing goal is quarantined"
-                if not any(g.id in self.no_change for g in failing)
+                if not any(g.id in self.no_change or g.id in self.resting for g in failing)
                 else "no failing goal left to try on this base"
             )
             return base, measures
@@ -396,6 +421,40 @@ class _Loop:
         self.no_change.clear()  # a new base: an agent that found nothing to do may now find something
         return new_branch, new_measures
 
+    def _track_rest(self, entry: dict[str, Any]) -> None:
+        """Count reverted attempts in a row per goal; at ``rest_after`` the goal rests until the base moves."""
+        if entry["result"] in ("improved", "conflict"):
+            # A new base: every goal may move now, and counts start again.
+            self.reverted_in_a_row.clear()
+            self.resting.clear()
+            return
+        if entry["result"] != "reverted" or entry["reason"] == "regression":
+            # A failed wave (quota, outage) says nothing about its goals, and a fix that broke
+            # another goal is the quarantine's business (quarantine_after): the row is broken.
+            for gid in entry["goal_ids"]:
+                self.reverted_in_a_row.pop(gid, None)
+            return
+        for gid in entry["goal_ids"]:
+            self.reverted_in_a_row[gid] += 1
+            if self.reverted_in_a_row[gid] >= self.rest_after and gid not in self.resting:
+                why = _REVERT_WHY.get(entry["reason"], entry["reason"])
+                self.resting[gid] = f"{self.reverted_in_a_row[gid]} attempts in a row reverted; last: {why}"
+                entry.setdefault("resting", []).append(gid)
+
+    def _could_not_move(self, measures: dict[str, Measurement]) -> dict[str, str]:
+        """Each goal still failing that the loop gave up on, and why."""
+        out: dict[str, str] = {}
+        for g in self.goals:
+            if measures[g.id].passed:
+                continue
+            if g.id in self.quarantined:
+                out[g.id] = f"quarantined: its fixes broke other goals {self.strikes[g.id]} time(s)"
+            elif g.id in self.resting:
+                out[g.id] = self.resting[g.id]
+            elif g.id in self.no_change:
+                out[g.id] = "its agent changed nothing"
+        return out
+
     def _note(self, gid: str, text: str) -> None:
         notes = self.attempts.setdefault(gid, [])
         notes.append(text)
@@ -447,10 +506,22 @@ class _Loop:
         ]
         if self.quarantined:
             lines += ["Quarantined (their fixes kept breaking other goals): " + ", ".join(self.quarantined), ""]
+        stuck = self._could_not_move(current)
+        if stuck:
+            lines += ["Could not move:", *(f"- {gid}: {why}" for gid, why in stuck.items()), ""]
         lines += ["| cycle | goals | result | passing before | passing after | notes |", "|---|---|---|---|---|---|"]
         for e in self.history:
             notes = []
-            for field in ("fixed", "regressed", "conflicts", "resolved", "blamed", "quarantined", "not_fixed"):
+            for field in (
+                "fixed",
+                "regressed",
+                "conflicts",
+                "resolved",
+                "blamed",
+                "quarantined",
+                "not_fixed",
+                "resting",
+            ):
                 if e.get(field):
                     notes.append(f"{field.replace('_', ' ')}: {', '.join(e[field])}")
             if e.get("reason"):
@@ -463,6 +534,10 @@ class _Loop:
         for g in self.goals:
             lines.append(f"| {g.id} | {_status(initial[g.id])} | {_status(current[g.id])} |")
         return "\n".join(lines) + "\n"
+
+
+# A reverted cycle's reason, as said of one goal that could not move.
+_REVERT_WHY = {"no goal improved": "its check still failed after the fix"}
 
 
 def _said(summary: str) -> str:
@@ -495,6 +570,9 @@ def verdict_line(out: dict[str, Any]) -> str:
         f"goals passing {out['goals_passing_before']}/{total} → {out['goals_passing_after']}/{total} "
         f"after {out['cycles']} cycle(s); stopped: {out['stopped']}{why}"
     )
-    if out.get("quarantined"):
-        line += f"; could not move: {', '.join(out['quarantined'])}"
+    stuck = out.get("could_not_move")
+    if stuck is None and out.get("quarantined"):  # a result recorded before could_not_move existed
+        stuck = {gid: "quarantined" for gid in out["quarantined"]}
+    if stuck:
+        line += "; could not move: " + "; ".join(f"{gid} ({why})" for gid, why in stuck.items())
     return line

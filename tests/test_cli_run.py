@@ -149,6 +149,9 @@ def test_sigint_interrupts_and_resume_finishes_without_duplicates(tmp_path, repo
     assert result.returncode == 0, result.stderr
     said = f"Resuming {run_id}: 0 tasks already finished stay as they are; 3 tasks resume their agent sessions."
     assert said in result.stderr
+    # only what is new is printed: the earlier run's [STARTED]/[INTERRUPTED] lines are not shown again
+    assert "[INTERRUPTED]" not in result.stdout, result.stdout
+    assert result.stdout.count("[STARTED]") == 3 and result.stdout.count("[COMPLETED]") == 3, result.stdout
     events = list(read_events(events_path))
     sessions = {e.key: e.payload.get("session_id") for e in events if e.type == "task.interrupted"}
     assert all(sessions.values()), sessions  # the agent sessions were captured at interruption
@@ -165,10 +168,14 @@ def test_sigint_interrupts_and_resume_finishes_without_duplicates(tmp_path, repo
     assert len(branches) == 3 and all(b.startswith(f"simple_{run_id}_k") for b in branches)
     assert not any(b.endswith(("_2", "_3")) for b in git(repo, "branch", "--format=%(refname:short)").split())
 
-    # resuming a finished run does nothing and changes nothing
+    # resuming a finished run does nothing and changes nothing; it says so and shows the summary
     before = events_path.read_bytes()
     again = run_cli(["--resume", run_id, "--no-tui"], cwd=repo, env=env)
     assert again.returncode == 0
+    assert f"Run {run_id} already finished" in again.stderr and "nothing to resume" in again.stderr
+    assert "Resuming" not in again.stderr
+    assert "[STARTED]" not in again.stdout and "[COMPLETED]" not in again.stdout, again.stdout
+    assert all(b in again.stdout for b in branches), again.stdout
     after = list(read_events(events_path))
     assert [e.type for e in after if e.start_offset >= len(before)] == []
 

@@ -15,6 +15,7 @@ import json
 import pytest
 from cli_helpers import cli_env, only_run_id, run_cli
 from conftest import TEST_IMAGE, git, make_repo
+from screen_checks import check_screen
 from tree_checks import validate_tree
 
 from strategies.tree_beam_report import best_path
@@ -63,7 +64,11 @@ def test_dry_run_tree_beam_grows_to_max_depth(tmp_path):
         timeout=600,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    out = tmp_path / "results" / only_run_id(tmp_path) / "strategy_output"
+    run_id = only_run_id(tmp_path)
+    # its measurement tasks (command tasks whose script and output carry marker lines) stay readable
+    seen = check_screen(tmp_path / "logs" / run_id, run_id, result.stdout + result.stderr)
+    assert seen["no_branch_tasks"] >= 4 and seen["frames"] > 10, seen
+    out = tmp_path / "results" / run_id / "strategy_output"
     tree = json.loads((out / "tree.json").read_text())
     assert tree["stop_reason"] == "max_depth", tree["stop_reason"]
     assert [n["id"] for n in tree["nodes"]] == ["n0", "n1", "n2"]
@@ -123,7 +128,10 @@ def test_dry_run_review_loop_runs_its_review_rounds(tmp_path):
         timeout=600,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    out = tmp_path / "results" / only_run_id(tmp_path) / "strategy_output"
+    run_id = only_run_id(tmp_path)
+    seen = check_screen(tmp_path / "logs" / run_id, run_id, result.stdout + result.stderr)
+    assert seen["no_branch_tasks"] >= 2, seen  # its test/eval commands and its reviews make no branch
+    out = tmp_path / "results" / run_id / "strategy_output"
     (summary_path,) = out.glob("*/summary.json")
     summary = json.loads(summary_path.read_text())
     assert summary["status"] == "completed", summary
@@ -168,6 +176,8 @@ def test_dry_run_evolve_runs_a_wave_and_its_gate(tmp_path):
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     run_id = only_run_id(tmp_path)
+    seen = check_screen(tmp_path / "logs" / run_id, run_id, result.stdout + result.stderr)
+    assert seen["no_branch_tasks"] >= 2, seen  # its goal measurements
     summary = json.loads((tmp_path / "results" / run_id / "summary.json").read_text())
     (strategy,) = summary["strategies"]
     assert strategy["result"]["stopped"] == "all-passing", strategy["result"]

@@ -250,3 +250,70 @@ def test_cli_runs_evolve_from_a_goals_file(tmp_path):
     assert "1/3 before, 3/3 after" in (out / "strategy_output" / "evolve_summary.md").read_text()
     # the fix and resolve branches were deleted through the runner; the user's branch and the result stay
     assert set(git(repo, "for-each-ref", "--format=%(refname:short)", "refs/heads/").split()) == {"main", final}
+
+
+STUCK_YAML = """\
+version: 1
+goals:
+  - id: stuck
+    description: |
+      make stuck pass (its check looks for a file no fix writes)
+      SIM: write stuck_try.txt tried
+      SIM: commit try stuck
+    check: test -f never_written.txt
+    weight: 9
+  - id: other
+    description: |
+      add other.txt
+      SIM: write other.txt ok
+      SIM: commit fix other
+    check: test -f other.txt
+    weight: 5
+"""
+
+
+def test_cli_dry_run_rests_a_goal_that_cannot_move_and_reaches_the_next(tmp_path):
+    # issue 30: a goal whose check no fix can pass took all 6 cycles ("reverted | no goal
+    # improved" each time) and the second failing goal was never tried.
+    from cli_helpers import cli_env, only_run_id, run_cli
+    from conftest import TEST_IMAGE
+
+    repo = make_repo(tmp_path / "repo", {"README.md": "# demo\n", "GOALS.yaml": STUCK_YAML})
+    result = run_cli(
+        [
+            "keep the project healthy",
+            "--strategy",
+            "evolve",
+            "-S",
+            "goals=GOALS.yaml",
+            "-S",
+            "max_parallel=1",
+            "-S",
+            "max_cycles=6",
+            "--dry-run",
+            "--no-tui",
+            "--docker-image",
+            TEST_IMAGE,
+        ],
+        cwd=repo,
+        env=cli_env(tmp_path),
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    run_id = only_run_id(tmp_path)
+    entries = history(tmp_path, run_id)
+    tried = [(e["goal_ids"], e["result"]) for e in entries]
+    # two reverted attempts on `stuck` (the default rest_after), then `other` gets the wave
+    assert tried[:3] == [(["stuck"], "reverted"), (["stuck"], "reverted"), (["other"], "improved")], tried
+    assert entries[1]["resting"] == ["stuck"] and "resting" in entries[2]["skipped"]["stuck"]
+    summary = json.loads((tmp_path / "results" / run_id / "summary.json").read_text())
+    (strategy,) = summary["strategies"]
+    res = strategy["result"]
+    assert res["goals"]["other"]["after"] is True and res["goals"]["stuck"]["after"] is False
+    why = res["could_not_move"]["stuck"]
+    assert "2 attempts in a row reverted" in why and "its check still failed after the fix" in why, why
+    # the verdict (summary.json, console) says which goal could not move and why
+    assert "could not move: stuck (" in strategy["verdict"], strategy["verdict"]
+    assert "could not move: stuck (" in result.stdout, result.stdout[-2000:]
+    md = (tmp_path / "results" / run_id / "strategy_output" / "evolve_summary.md").read_text()
+    assert "Could not move:" in md and "- stuck:" in md

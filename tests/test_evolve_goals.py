@@ -150,6 +150,7 @@ def test_loader_sees_the_parameters():
         "bisect_on_regression": True,
         "max_cycles": 10,
         "quarantine_after": 3,
+        "rest_after": 2,
         "recheck": 1,
         "max_failed_waves": 3,
         "retry_backoff_s": 60.0,

@@ -17,7 +17,7 @@ from tui.synthetic import synthetic_run, write_run
 
 KEY = "run_x/s1/impl/0"
 INST = "7a3f2c9e01b2c3d4"
-PREFIX = display_ids(KEY, INST) + ": "
+PREFIX = display_ids(KEY, INST) + ": impl/0 "  # the spec's ids, then the readable key the summary uses
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
@@ -36,12 +36,30 @@ def ev(etype, payload, key=KEY, sid="s1"):
     return out
 
 
-def test_prefix_is_the_short_key_hash_and_instance_id():
+def test_prefix_is_the_short_key_hash_and_instance_id_then_the_readable_key():
     line = format_event(
         ev("task.started", {"instance_id": INST, "model": "sonnet", "branch_name": "feat_auth_1"}), color=False
     )
-    assert re.match(r"^k[0-9a-f]{8}/inst-[0-9a-f]{5}: ", line)
+    assert re.match(r"^k[0-9a-f]{8}/inst-[0-9a-f]{5}: impl/0 ", line)
     assert line == PREFIX + "[STARTED] → feat_auth_1 (sonnet)"
+    # several strategy executions (--runs N) may share a key: the execution leads
+    several = format_event(ev("task.started", {"instance_id": INST, "model": "sonnet"}), color=False, several=True)
+    assert several == display_ids(KEY, INST) + ": s1/impl/0 [STARTED] (sonnet)"
+
+
+def test_a_command_task_shows_no_model_and_a_failure_no_marker_lines():
+    started = format_event(
+        ev("task.started", {"instance_id": INST, "model": "sonnet", "plugin": "command"}), color=False
+    )
+    assert started == PREFIX + "[STARTED] (command)"
+    failed = format_event(
+        ev(
+            "task.failed",
+            {"instance_id": INST, "error_type": "command", "message": "@@evolve stderr\nno pytest", "metrics": {}},
+        ),
+        color=False,
+    )
+    assert failed == PREFIX + "[FAILED] ✗ command: no pytest • - • N/A"
 
 
 def test_completed_line_has_duration_cost_tokens_and_branch():
@@ -138,8 +156,8 @@ async def test_plain_stream_follows_a_live_run_to_the_end(tmp_path):
     assert len(started) == len(finished) == 6
     scheduled = {e.key: e.payload for e in events if e.type == "task.scheduled"}
     for key, payload in scheduled.items():
-        prefix = display_ids(key, payload["instance_id"])
-        assert f"{prefix}: [STARTED] → {payload['branch_name']} (sonnet)" in lines
+        prefix = f"{display_ids(key, payload['instance_id'])}: {key.split('/', 2)[2]}"
+        assert f"{prefix} [STARTED] → {payload['branch_name']} (sonnet)" in lines
     assert len(lines) == 2 + 12  # no line for scheduling events
 
 
@@ -184,13 +202,14 @@ def test_cli_no_tui_streams_one_clean_line_per_task_event(tmp_path):
     events = list(read_events(tmp_path / "logs" / run_id / "events.jsonl"))
     scheduled = next(e for e in events if e.type == "task.scheduled")
     completed = next(e for e in events if e.type == "task.completed")
-    prefix = display_ids(scheduled.key, scheduled.payload["instance_id"])
+    # the spec's ids, then the simple strategy's one task named as in summary.json
+    prefix = display_ids(scheduled.key, scheduled.payload["instance_id"]) + ": task"
     lines = result.stdout.splitlines()
     assert "\x1b[" not in result.stdout  # piped: no colour
     assert lines[0] == "Base branch: main (the default; choose another with --base-branch NAME)"
     assert lines[1:5] == [
         "s1: [STRATEGY] simple started (import_policy=auto)",
-        f"{prefix}: [STARTED] → {scheduled.payload['branch_name']} ({scheduled.payload['model']})",
+        f"{prefix} [STARTED] → {scheduled.payload['branch_name']} ({scheduled.payload['model']})",
         format_event(to_dict(completed), color=False),
         "s1: [STRATEGY] success",
     ]

@@ -92,7 +92,7 @@ def test_monitor_shows_a_live_run_and_leaves_the_terminal_clean(tmp_path, sessio
         )
         assert f"🚀 {run_id}" in first and "best-of-n" in first
         assert re.search(r"running [1-4]/4", first)
-        assert len(re.findall(r"k[0-9a-f]{8}", first)) == 12
+        assert len(re.findall(r"\btask/\d+", first)) == 12  # each task by its readable key
         assert "BEFORE-42" not in first and "EXIT=" not in first  # the alternate screen hides the shell
         # The display keeps up with the writer: more tasks finish while we watch.
         later = wait_for(sessions[0], lambda s: done_count(s) > done_count(first), timeout=20)

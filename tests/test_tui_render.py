@@ -13,7 +13,6 @@ from rich.console import Console
 
 from orchestrator.eventlog import read_events
 from orchestrator.events import encode_line, utc_ts
-from orchestrator.naming import short8
 from orchestrator.state import FAILED, RUNNING, load_snapshot
 from tui.dashboard import ENV_FORCE_MODE, Dashboard, choose_mode, render, run_dashboard
 from tui.model import RunModel
@@ -42,7 +41,12 @@ def frame_text(model, *, now=None, width=W, height=H, **kw):
 
 
 def kid(task):
-    return f"k{short8(task.key)}"
+    """The task's readable key, as the dashboard (and the run summary) names it."""
+    return task.key.split("/", 2)[2]
+
+
+def shows(task, text):
+    return re.search(rf"{re.escape(kid(task))}(?!\d)", text) is not None
 
 
 async def test_one_task_run_is_detailed_with_activity_tokens_cost_and_branch(tmp_path):
@@ -51,7 +55,7 @@ async def test_one_task_run_is_detailed_with_activity_tokens_cost_and_branch(tmp
     text = frame_text(model)
     task = next(iter(model.state.tasks.values()))
     assert "[detailed]" in text
-    assert kid(task) in text and f"inst-{task.instance_id[:5]}" in text
+    assert shows(task, text) and f"inst-{task.instance_id[:5]}" in text
     assert "Implemented variant 0" in text  # the activity line: the agent's final message
     assert f"tokens {task.tokens_in / 1000:.1f}k in" in text
     assert f"${task.cost_usd:.2f}" in text
@@ -63,7 +67,7 @@ async def test_failed_task_card_shows_its_error_text_and_footer_warns(tmp_path):
     path = await make_run(tmp_path, "rf", 1, fail_every=1)
     text = frame_text(model_of(path, "rf"))
     assert "timeout: Timeout after" in text and "waiting for the agent" in text
-    assert re.search(r"⚠ 1 failed, last k[0-9a-f]{8} timeout", text)
+    assert re.search(r"⚠ 1 failed, last task/\d+ timeout", text)
 
 
 async def test_twelve_tasks_are_compact_with_every_task_cost_and_runtime(tmp_path):
@@ -72,7 +76,7 @@ async def test_twelve_tasks_are_compact_with_every_task_cost_and_runtime(tmp_pat
     text = frame_text(model)
     assert "[compact]" in text
     for task in model.state.tasks.values():
-        line = next(ln for ln in text.splitlines() if kid(task) in ln)
+        line = next(ln for ln in text.splitlines() if shows(task, ln))
         if task.state == RUNNING:
             assert "🔄" in line
         else:
@@ -87,7 +91,7 @@ async def test_sixty_tasks_are_dense_and_all_fit_in_forty_lines(tmp_path):
     text = frame_text(model)
     assert "[dense]" in text
     assert len(text.splitlines()) <= H
-    assert all(kid(t) in text for t in model.state.tasks.values())
+    assert all(shows(t, text) for t in model.state.tasks.values())
     s = model.summary(model.last_ts)
     assert f"queue {s.pending} · running {s.running}/?" in text
     assert f"{s.completed + s.failed}/60 done" in text
@@ -100,8 +104,8 @@ async def test_five_hundred_tasks_fit_the_screen_urgent_first(tmp_path):
     lines = text.splitlines()
     assert "[dense]" in text and len(lines) <= H
     urgent = [t for t in model.state.tasks.values() if t.state in (FAILED, RUNNING)]
-    assert urgent and all(kid(t) in text for t in urgent)  # nothing that needs attention is hidden
-    shown = len(re.findall(r"k[0-9a-f]{8}", "\n".join(lines[3:-2])))
+    assert urgent and all(shows(t, text) for t in urgent)  # nothing that needs attention is hidden
+    shown = len(re.findall(r"\btask/\d+", "\n".join(lines[3:-2])))
     assert f"{500 - shown} more not shown (urgent first)" in text
     s = model.summary(model.last_ts)
     assert f"running {s.running}/20" in text

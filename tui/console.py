@@ -1,11 +1,18 @@
 """The console streams for ``--no-tui`` (plain), ``--json`` and ``--quiet``.
 
 Plain mode prints one line per interesting event, prefixed ``k<8hex>/inst-<5hex>:``
-(a stable format that scripts grep for) followed by a coloured tag::
+(the spec's stable format that scripts grep for), then the task's readable key
+(as the run summary names it; ``s2/...`` when the run has several strategy
+executions) and a coloured tag::
 
-    k7aa12cc/inst-7a3f2: [STARTED] → best-of-n_run_20250114_k7aa12cc (sonnet)
-    k7aa12cc/inst-7a3f2: [COMPLETED] ✓ 3m 24s • $0.42 • 2.5k tokens • → best-of-n_run_20250114_k7aa12cc
-    k2f88e01/inst-9d5e3: [FAILED] ✗ timeout: Timeout after 60m • 60m 00s • $2.41
+    k7aa12cc/inst-7a3f2: impl/0 [STARTED] → best-of-n_run_20250114_k7aa12cc (sonnet)
+    k7aa12cc/inst-7a3f2: impl/0 [COMPLETED] ✓ 3m 24s • $0.42 • 2.5k tokens • → best-of-n_run_20250114_k7aa12cc
+    k19bb44a/inst-8b4c1: score/0 [STARTED] (sonnet)
+    k4f465253/inst-c1be7: e0001/measure/g1 [STARTED] (command)
+    k2f88e01/inst-9d5e3: impl/1 [FAILED] ✗ timeout: Timeout after 60m • 60m 00s • $2.41
+
+A task that makes no branch (a review, a measurement) shows none; a command
+task shows no model. Marker lines strategies parse (``@@...``) are never shown.
 
 Strategy executions get ``s1: [STRATEGY] ...`` lines (started, each progress
 record they publish, completed). Scheduling and
@@ -37,7 +44,7 @@ from orchestrator.events import (
 )
 from orchestrator.naming import display_ids
 
-from .model import first_line, fmt_cost, fmt_duration, fmt_progress, fmt_tokens
+from .model import first_line, fmt_cost, fmt_duration, fmt_progress, fmt_tokens, makes_branch, task_label
 
 RESET = "\x1b[0m"
 TAG_COLOR = {
@@ -82,21 +89,25 @@ def _params(params: Any) -> str:
     return f" ({shown})" if shown else ""
 
 
-def format_event(event: dict, *, color: bool) -> str | None:
+def format_event(event: dict, *, color: bool, several: bool = False) -> str | None:
     """The plain-mode line for one event (a dict in the events.jsonl shape), or None if not shown.
 
-    ``task.started`` payloads may carry ``branch_name`` (the stream copies it
-    from the task's ``task.scheduled`` event, where the engine records it).
+    ``task.started`` payloads may carry ``branch_name`` and ``plugin`` (the
+    stream copies them from the task's ``task.scheduled`` event, where the
+    engine records them; it copies the branch only for a task that makes one).
+    ``several``: the run has more than one strategy execution.
     """
     etype = event.get("type")
     payload = event.get("payload") or {}
     key = event.get("key")
     if etype in (TASK_STARTED, TASK_COMPLETED, TASK_FAILED, TASK_INTERRUPTED) and key:
-        prefix = display_ids(key, str(payload.get("instance_id") or "?????")) + ": "
+        prefix = f"{display_ids(key, str(payload.get('instance_id') or '?????'))}: {task_label(key, several)} "
         if etype == TASK_STARTED:
-            target = payload.get("branch_name") or payload.get("container_name") or ""
+            target = payload.get("branch_name") or ""
             line = _tag("STARTED", color) + (f" → {target}" if target else "")
-            if payload.get("model"):
+            if payload.get("plugin") == "command":
+                line += " (command)"
+            elif payload.get("model"):
                 line += f" ({payload['model']})"
             return prefix + line
         if etype == TASK_COMPLETED:
@@ -146,25 +157,39 @@ async def stream_console(
     stop: anyio.Event,
     file: TextIO = sys.stdout,
     color: bool | None = None,
+    since: int = 0,
 ) -> None:
-    """Follow ``logs/<run_id>/events.jsonl`` from the start until ``stop`` is set and the log is drained."""
+    """Follow ``logs/<run_id>/events.jsonl`` from the start until ``stop`` is set and the log is drained.
+
+    Events that start before byte ``since`` (what a resumed run had written
+    before) are read for context but not shown.
+    """
     if mode not in ("plain", "json", "quiet"):
         raise ValueError(f"console mode must be plain, json or quiet, not {mode!r}")
     path = Path(logs_dir) / run_id / "events.jsonl"
     use_color = _use_color(file, color)
-    branches: dict[str, str] = {}
+    scheduled: dict[str, dict[str, Any]] = {}
+    executions: set[str] = set()
     async for ev in subscribe(path, 0, stop=stop):
         if mode == "quiet":
             continue  # still drained, so the caller's stop/drain contract holds in every mode
+        if ev.type == STRATEGY_STARTED:
+            executions.add(ev.strategy_execution_id)
+        if ev.type == TASK_SCHEDULED and ev.key:
+            task_input = ev.payload.get("input")
+            shown = {"plugin": ev.payload.get("plugin") or (task_input or {}).get("plugin_name")}
+            if ev.payload.get("branch_name") and makes_branch(task_input):
+                shown["branch_name"] = ev.payload["branch_name"]
+            scheduled[ev.key] = shown
+        if ev.start_offset < since:
+            continue
         event = to_dict(ev)
         if mode == "json":
             file.write(orjson.dumps(event).decode() + "\n")
         else:
-            if ev.type == TASK_SCHEDULED and ev.key and ev.payload.get("branch_name"):
-                branches[ev.key] = ev.payload["branch_name"]
-            elif ev.type == TASK_STARTED and ev.key in branches:
-                event["payload"] = {**event["payload"], "branch_name": branches[ev.key]}
-            line = format_event(event, color=use_color)
+            if ev.type == TASK_STARTED and ev.key in scheduled:
+                event["payload"] = {**event["payload"], **scheduled[ev.key]}
+            line = format_event(event, color=use_color, several=len(executions) > 1)
             if line is None:
                 continue
             file.write(line + "\n")

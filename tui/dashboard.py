@@ -32,7 +32,6 @@ from rich.table import Table
 from rich.text import Text
 
 from orchestrator.eventlog import subscribe
-from orchestrator.naming import short8
 from orchestrator.state import (
     COMPLETED,
     FAILED,
@@ -46,7 +45,17 @@ from orchestrator.state import (
 )
 
 from .console import params_text
-from .model import HostLine, RunModel, Summary, fmt_cost, fmt_duration, fmt_progress, fmt_tokens
+from .model import (
+    HostLine,
+    RunModel,
+    Summary,
+    fmt_cost,
+    fmt_duration,
+    fmt_progress,
+    fmt_tokens,
+    task_label,
+    without_protocol,
+)
 
 MODES = ("detailed", "compact", "dense")
 ENV_FORCE_MODE = "ORCHESTRATOR_TUI__FORCE_DISPLAY_MODE"
@@ -198,7 +207,11 @@ def _warnings(model: RunModel, s: Summary) -> list[tuple[str, str]]:
     if s.failed:
         last = max((t for t in model.state.tasks.values() if t.state == FAILED), key=lambda t: t.completed_at or "")
         out.append(
-            (f"⚠ {s.failed} failed, last k{short8(last.key)} {last.error_type}: {last.message or ''}", "bold red")
+            (
+                f"⚠ {s.failed} failed, last {model.label(last.key)} {last.error_type}: "
+                f"{without_protocol(last.message)}",
+                "bold red",
+            )
         )
     if model.finished:
         done = Counter(st.status for st in model.state.strategies.values())
@@ -346,7 +359,8 @@ def _bar(done: int, total: int, width: int = 12) -> str:
 
 
 def _card_head(model: RunModel, task: TaskState, now: float) -> tuple[str, str, str]:
-    return (STATUS_ICON.get(task.state, "?"), f"k{short8(task.key)}", fmt_duration(model.task_runtime(task, now)))
+    # Cards sit in their strategy execution's panel: the key without it is enough.
+    return (STATUS_ICON.get(task.state, "?"), task_label(task.key), fmt_duration(model.task_runtime(task, now)))
 
 
 def _cell_grid(model: RunModel, tasks: list[TaskState], mode: str, per_row: int, inner: int, now: float) -> Text:
@@ -398,7 +412,7 @@ def _detailed_card(model: RunModel, task: TaskState, now: float) -> Panel:
     extra = model.extras.get(task.key)
     style = STATUS_STYLE.get(task.state, "")
     head = Text.assemble(f"{icon} ", (task.state.lower(), style), f"  {runtime}  inst-{task.instance_id[:5]}")
-    if task.model:
+    if task.model and (extra is None or extra.plugin != "command"):
         head.append(f"  {task.model}", style="dim")
     tokens = task.tokens_in + task.tokens_out
     metrics = Text(
@@ -407,7 +421,7 @@ def _detailed_card(model: RunModel, task: TaskState, now: float) -> Panel:
     )
     if task.state == FAILED:
         # The full error text, as much as two lines of the card hold.
-        message = f"{task.error_type or 'error'}: {task.message or ''}".replace("\n", " ")
+        message = f"{task.error_type or 'error'}: {without_protocol(task.message)}"
         activity = Text(message, style="red")
         activity.no_wrap = False
         last = Text("")
@@ -416,6 +430,8 @@ def _detailed_card(model: RunModel, task: TaskState, now: float) -> Panel:
         if task.state == COMPLETED:
             changes = f"+{extra.lines_added}/-{extra.lines_deleted}" if extra and extra.has_changes else "no changes"
             last = Text(f"→ {task.branch_final or 'no branch'} ({changes})", style="green")
+        elif extra is not None and not extra.makes_branch:
+            last = Text("makes no branch", style="dim")
         else:
             last = Text(f"branch {task.branch_name or '-'}", style="dim")
     lines: list[RenderableType] = (

@@ -49,13 +49,70 @@ def parse_ts(ts: str | None) -> float | None:
 
 
 def first_line(text: Any, limit: int = ACTIVITY_LIMIT) -> str:
+    """The first non-blank line a user should read: lines starting ``@@`` are skipped.
+
+    Strategies' command tasks talk to their strategy through marker lines
+    (``@@orch-run ...``, ``@@evolve end ...``): the strategy parses them, the
+    screen must not show them.
+    """
     if not isinstance(text, str):
         return ""
     for line in text.splitlines():
         line = line.strip()
-        if line:
+        if line and not line.startswith(PROTOCOL_PREFIX):
             return line[:limit]
     return ""
+
+
+PROTOCOL_PREFIX = "@@"
+
+
+def without_protocol(text: Any) -> str:
+    """``text`` on one line, its ``@@`` marker lines left out."""
+    if not isinstance(text, str):
+        return ""
+    return " ".join(ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith(PROTOCOL_PREFIX))
+
+
+def command_line(command: Any, limit: int = ACTIVITY_LIMIT) -> str:
+    """What a command task runs, as ``$ <first line>``: shell comments (``# orch-measure {...}``) skipped."""
+    # (a script that prints marker lines is a strategy's own wrapper: just "command")
+    if not isinstance(command, str):
+        return ""
+    for line in command.splitlines():
+        line = line.strip()
+        if line and not line.startswith(("#", PROTOCOL_PREFIX)):
+            # A strategy's wrapper script (it prints markers for its strategy) is no
+            # command a user typed: it is named, not shown.
+            return "command" if PROTOCOL_PREFIX in line else f"$ {line}"[:limit]
+    return "command"
+
+
+def task_label(key: str, several: bool = False) -> str:
+    """A task's readable key, as the summary names it: ``run/s1/e0001/plan`` -> ``e0001/plan``.
+
+    With several strategy executions (``--runs N``) their tasks may share a
+    key, so the execution leads: ``s2/e0001/plan``.
+    """
+    parts = key.split("/", 2)
+    if len(parts) != 3:
+        return key
+    return f"{parts[1]}/{parts[2]}" if several else parts[2]
+
+
+def makes_branch(task_input: Any) -> bool:
+    """False for a task that never imports its work (reviews, measurements): it makes no branch."""
+    return not (isinstance(task_input, dict) and task_input.get("import_policy") == "never")
+
+
+def task_doing(task_input: Any) -> str:
+    """One line saying what a task does: its prompt, or for a bare command task its command."""
+    if not isinstance(task_input, dict):
+        return ""
+    prompt = task_input.get("prompt")
+    if task_input.get("plugin_name") == "command" and (not prompt or prompt == task_input.get("command")):
+        return command_line(task_input.get("command"))
+    return first_line(prompt)
 
 
 class TaskExtra(msgspec.Struct, kw_only=True):
@@ -71,6 +128,7 @@ class TaskExtra(msgspec.Struct, kw_only=True):
     lines_deleted: int = 0
     retry_attempts: int = 0
     host: str | None = None  # the Docker host of its latest start (runner.hosts)
+    makes_branch: bool = True
 
 
 class HostLine(msgspec.Struct, frozen=True):
@@ -136,7 +194,8 @@ class RunModel:
             extra = self.extras[key] = TaskExtra()
         if etype == TASK_SCHEDULED:
             extra.plugin = payload.get("plugin")
-            extra.prompt = first_line((payload.get("input") or {}).get("prompt"))
+            extra.prompt = task_doing(payload.get("input"))
+            extra.makes_branch = makes_branch(payload.get("input"))
             extra.activity = f"queued: {extra.prompt}" if extra.prompt else "queued"
         elif etype == TASK_STARTED:
             extra.started = epoch
@@ -215,7 +274,8 @@ class RunModel:
             if extra.ended is None and task.state in (COMPLETED, FAILED):
                 extra.ended = parse_ts(task.completed_at)
             if not extra.prompt:
-                extra.prompt = first_line(task.input.get("prompt"))
+                extra.prompt = task_doing(task.input)
+            extra.makes_branch = makes_branch(task.input)
             if not extra.activity or extra.activity.startswith("queued"):
                 extra.activity = _activity_from_state(task, extra.prompt)
         stamps = [ts for t in snapshot.tasks.values() for ts in (t.scheduled_at, t.completed_at)]
@@ -228,6 +288,10 @@ class RunModel:
         return True
 
     # ---------------------------------------------------------------- views
+    def label(self, key: str) -> str:
+        """The task's readable key (see :func:`task_label`)."""
+        return task_label(key, several=len(self.state.strategies) > 1)
+
     @property
     def empty(self) -> bool:
         """Nothing known about the run yet (no event read, no snapshot adopted)."""
