@@ -15,7 +15,8 @@ the prompt (other text is ignored):
     SIM: append <path> <text...>      append to a file (same escapes)
     SIM: edit <path> <old> => <new>   replace the first <old> with <new> (claude: Edit tool; same escapes)
     SIM: commit <message...>          git add -A && git commit -m MESSAGE (a commit git refuses ends
-                                      the execution as a failure; nothing to commit does not)
+                                      the execution as a failure; nothing to commit, or a read-only
+                                      workspace (a review task's), does not)
     SIM: print <text...>              final result message (several prints join with \\n)
     SIM: print-json <json>            same, JSON text (re-serialised compactly if valid)
     SIM: sleep <seconds>              sleep

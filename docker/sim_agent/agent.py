@@ -134,7 +134,10 @@ class Agent:
             if code == 0:
                 extra.update(commit_summary(self.cwd, stdout.decode("utf-8", "replace")))
             else:
-                if not any(s in out for s in NOTHING_TO_COMMIT):
+                # A read-only workspace (a review task's) refuses every write: the
+                # agent sees the error and goes on with its review, as a real one
+                # would. Any other refusal means the work is lost: a failure.
+                if not any(s in out for s in NOTHING_TO_COMMIT) and "Read-only file system" not in out:
                     self.commit_failure = " ".join(out.split())[-500:] or f"git exited with {code}"
                 if self.a.persona == "claude":
                     out = f"Exit code {p.returncode}\n{out}"
