@@ -14,10 +14,10 @@ from typing import Any
 
 import msgspec
 
-from .runs import RunDirs, RunManifest
-from .sanitize import default_sanitizer
-from .selection import UNFINISHED, claims, selected_of, selection, verdict
-from .state import COMPLETED, FAILED, INTERRUPTED, RunState, write_snapshot_bytes
+from ..log.runs import RunDirs, RunManifest
+from ..log.state import COMPLETED, FAILED, INTERRUPTED, RunState, write_snapshot_bytes
+from ..report.selection import UNFINISHED, claims, selected_of, selection, verdict
+from ..sanitize import default_sanitizer
 
 
 def _selected_branch(result: Any) -> str | None:
