@@ -344,3 +344,36 @@ async def test_report_sections_show_the_synthesis_beside_the_candidates_with_pro
     rows = sections[2]["rows"]
     assert [r[3] for r in rows] == ["gen/0", "gen/1", "new"] and sections[2]["highlight"] == [2]
     assert synthesize_sections({"execution": {"result": None}, "tasks": []}) == []
+
+
+# ---------------------------------------------------------------- resume and --runs
+
+
+async def test_a_resume_after_the_synthesis_pays_for_nothing_twice_and_decides_the_same(tmp_path):
+    from test_strategies_builtin import assert_resume_matches_uninterrupted
+
+    runner2 = await assert_resume_matches_uninterrupted(
+        tmp_path,
+        synthesize,
+        script({0: 8, 1: 6}, rescore=(9, 8)),
+        params={"n": 2, "test_command": "make test"},
+        outputs=("synthesis.json", "best_branch.txt"),
+        blocked=lambda req: req.task_key.split("/")[2] == "rescore",
+        count=2,
+    )
+    # generation, scoring, the synthesizer and the tests finished before the interruption
+    assert {c.task_key.split("/")[2] for c in runner2.calls} <= {"rescore", "diffs"}
+
+
+async def test_runs_2_makes_two_independent_syntheses_with_their_own_output_files(tmp_path):
+    runner = ScriptedRunner(script({0: 8, 1: 6}))
+    engine, state = await run_engine(tmp_path, synthesize, runner, params={"n": 2}, runs=2)
+    assert {sid: s.status for sid, s in state.strategies.items()} == {"s1": "success", "s2": "success"}
+    assert {s.result["key"] for s in state.strategies.values()} == {"run_t/s1/synth", "run_t/s2/synth"}
+    out = engine.paths.results / "strategy_output"
+    assert sorted(p.name for p in out.iterdir()) == [
+        "best_branch.txt",
+        "best_branch_s2.txt",
+        "synthesis.json",
+        "synthesis_s2.json",
+    ]

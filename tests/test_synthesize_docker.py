@@ -143,3 +143,24 @@ def test_from_run_refuses_an_unknown_run_in_one_line(tmp_path):
     assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
     assert "-S from_run=run_19990101_000000: no run" in done.stderr
     assert not (tmp_path / "state").exists() or not any((tmp_path / "state").iterdir())
+
+
+def test_a_dry_run_rehearses_every_step(tmp_path):
+    repo = make_repo(tmp_path / "repo")
+    env = cli_env(tmp_path)
+    done = run_cli(
+        ["add a greeting", "--strategy", "synthesize", "-S", "n=2", "-S", "test_command=true", "--dry-run", *IMG],
+        cwd=repo,
+        env=env,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    run_id = only_run_id(tmp_path)
+    (ex,) = _summary(tmp_path, run_id)["strategies"]
+    keys = {t["key"].split("/", 2)[2] for t in ex["tasks"]}
+    assert {"gen/0", "gen/1", "synth", "diffs", "tests/synthesis", "tests/gen/0", "tests/gen/1"} <= keys
+    assert {"rescore/synthesis/attempt-1", "rescore/candidate/attempt-1"} <= keys
+    assert all(t["state"] == "COMPLETED" for t in ex["tasks"])
+    # the simulated synthesizer writes a file of its own: provenance says it is new
+    assert ex["result"]["provenance"] and {h["source"] for h in ex["result"]["provenance"]} == {"new"}
+    assert f"Verdict: {ex['verdict']}" in done.stdout
