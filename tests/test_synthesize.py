@@ -377,3 +377,71 @@ async def test_runs_2_makes_two_independent_syntheses_with_their_own_output_file
         "synthesis.json",
         "synthesis_s2.json",
     ]
+
+
+# ---------------------------------------------------------------- from_run resolution
+
+
+def _recorded_run(tmp_path, repo, *, run_id, status, tasks):
+    """A run's manifest and summary.json as a finished (or unfinished) run leaves them."""
+    from orchestrator.runs import RunDirs, RunManifest, write_manifest
+
+    dirs = RunDirs(logs=tmp_path / "logs", state=tmp_path / "state", results=tmp_path / "results")
+    (dirs.state / run_id).mkdir(parents=True)
+    manifest = RunManifest(
+        run_id=run_id,
+        created_at="2026-01-01T00:00:00Z",
+        prompt="p",
+        strategy_spec="best-of-n",
+        strategy_name="best-of-n",
+        params={},
+        runs=1,
+        repo_path=str(repo),
+        base_branch="main",
+        model="m",
+        plugin="claude",
+        docker_image="i",
+        max_parallel=1,
+        status=status,
+    )
+    write_manifest(dirs, manifest)
+    (dirs.results / run_id).mkdir(parents=True)
+    summary = {"strategies": [{"tasks": [{"key": k, "branch": b, "state": s} for k, b, s in tasks]}]}
+    (dirs.results / run_id / "summary.json").write_text(json.dumps(summary))
+    return dirs
+
+
+def test_from_run_resolves_a_finished_runs_branches_in_key_order_and_refuses_what_cannot_be_taken(
+    tmp_path, monkeypatch
+):
+    from orchestrator.strategy import finished_run_branches
+
+    repo = make_repo(tmp_path / "repo")
+    for b in ("gen-2", "gen-10", "gen-0"):
+        git(repo, "branch", b)
+    monkeypatch.setenv("ORCHESTRATOR_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("ORCHESTRATOR_LOGS_DIR", str(tmp_path / "logs"))
+    monkeypatch.setenv("ORCHESTRATOR_RESULTS_DIR", str(tmp_path / "results"))
+    tasks = [
+        ("run_a/s1/gen/10", "gen-10", "COMPLETED"),
+        ("run_a/s1/gen/2", "gen-2", "COMPLETED"),
+        ("run_a/s1/score/x/attempt-1", None, "COMPLETED"),  # reviewers make no branch
+        ("run_a/s1/gen/0", "gen-0", "COMPLETED"),
+        ("run_a/s1/gen/3", "main", "COMPLETED"),  # a candidate that changed nothing: the base
+        ("run_a/s1/gen/4", "gen-4", "FAILED"),
+    ]
+    _recorded_run(tmp_path, repo, run_id="run_a", status="completed", tasks=tasks)
+    assert finished_run_branches("run_a", str(repo)) == ["gen-0", "gen-2", "gen-10"]
+
+    _recorded_run(tmp_path, repo, run_id="run_b", status="interrupted", tasks=tasks)
+    with pytest.raises(ConfigError, match=re.escape("the run is interrupted, not finished; resume it first")):
+        finished_run_branches("run_b", str(repo))
+    other = make_repo(tmp_path / "other")
+    with pytest.raises(ConfigError, match="the run worked on .*repo, not .*other; run from that repository"):
+        finished_run_branches("run_a", str(other))
+    _recorded_run(tmp_path, repo, run_id="run_c", status="completed", tasks=[("run_c/s1/gen/0", "gone", "COMPLETED")])
+    with pytest.raises(ConfigError, match="branch gone of that run no longer exists in"):
+        finished_run_branches("run_c", str(repo))
+    _recorded_run(tmp_path, repo, run_id="run_d", status="completed", tasks=[("run_d/s1/task", "main", "COMPLETED")])
+    with pytest.raises(ConfigError, match="the run created no branches to take"):
+        finished_run_branches("run_d", str(repo))
