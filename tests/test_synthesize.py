@@ -437,7 +437,7 @@ def test_from_run_resolves_a_finished_runs_branches_in_key_order_and_refuses_wha
     with pytest.raises(ConfigError, match=re.escape("the run is interrupted, not finished; resume it first")):
         finished_run_branches("run_b", str(repo))
     other = make_repo(tmp_path / "other")
-    with pytest.raises(ConfigError, match="the run worked on .*repo, not .*other; run from that repository"):
+    with pytest.raises(ConfigError, match=r"the run worked on .*repo, not .*other; run from that repository"):
         finished_run_branches("run_a", str(other))
     _recorded_run(tmp_path, repo, run_id="run_c", status="completed", tasks=[("run_c/s1/gen/0", "gone", "COMPLETED")])
     with pytest.raises(ConfigError, match="branch gone of that run no longer exists in"):
