@@ -22,7 +22,7 @@ examples:
   orchestrator --resume run_20250114_123456
   orchestrator --list-runs
 
-strategies: simple, best-of-n, iterative, plan-score-implement, tree-beam, evolve, review-loop,
+strategies: simple, best-of-n, iterative, plan-score-implement, tree-beam, evolve, review-loop, synthesize,
 or a file (./my_strategy.py[:func]) or module (pkg.mod:func). See their parameters with
   orchestrator --help-strategy NAME
 
