@@ -101,14 +101,14 @@ def finished_run_branches(run_id: str, repo_path: str) -> list[str]:
 
     Blocking (reads the run's summary, runs git): call it from ``prepare``.
     """
-    from .run_branches import finished_run_branches as find
+    from .app.run_branches import finished_run_branches as find
 
     return find(run_id, repo_path)
 
 
 def absent_branches(repo_path: str, names: list[str]) -> list[str]:
     """Those of ``names`` that are not branches of ``repo_path``. Blocking: call it from ``prepare``."""
-    from .run_branches import absent_branches as absent
+    from .app.run_branches import absent_branches as absent
 
     return absent(repo_path, names)
 

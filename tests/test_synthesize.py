@@ -384,7 +384,7 @@ async def test_runs_2_makes_two_independent_syntheses_with_their_own_output_file
 
 def _recorded_run(tmp_path, repo, *, run_id, status, tasks):
     """A run's manifest and summary.json as a finished (or unfinished) run leaves them."""
-    from orchestrator.runs import RunDirs, RunManifest, write_manifest
+    from orchestrator.log.runs import RunDirs, RunManifest, write_manifest
 
     dirs = RunDirs(logs=tmp_path / "logs", state=tmp_path / "state", results=tmp_path / "results")
     (dirs.state / run_id).mkdir(parents=True)
