@@ -19,8 +19,8 @@ from tree_checks import validate_tree
 
 from orchestrator.log.eventlog import read_events
 from orchestrator.runner import delete_run_branches
-from strategies.tree_beam import tree_beam
-from strategies.tree_beam_report import listed_branches, render_tree_report
+from strategies.tree_beam import render_tree_report, tree_beam
+from strategies.tree_beam_report import listed_branches
 
 pytestmark = pytest.mark.docker
 

@@ -45,7 +45,7 @@ from ..log.runs import (
 from ..runner import AuthConfig, DockerRunner, Hardening, RetryConfig
 from ..runner.docker_containers import docker_available, image_exists
 from ..runner.git_ops import validate_repository, workspace_root
-from ..runner.plugin import get_plugin
+from ..runner.registry import get_plugin
 from ..sanitize import SECRET_ENV_VARS, default_sanitizer
 from ..strategy_loader import LoadedStrategy, load_strategy, parse_params
 from .auth import resolve_auth
@@ -211,7 +211,7 @@ def _check_plugin(plugin_name: str, model: str, strategy: LoadedStrategy):
     plugin = get_plugin(plugin_name)
     models = plugin.known_models()
     if models is not None and model not in models:
-        from ..strategy_loader import did_you_mean
+        from ..parsing import did_you_mean
 
         names = ", ".join(sorted(k for k in models if "-" not in k)) or ", ".join(sorted(models))
         guess = did_you_mean(model, sorted(models))
@@ -364,7 +364,7 @@ async def _prepare(args, loaded: LoadedConfig, docker: _EarlyCheck) -> Prepared:
 async def _environment_image(config: Config, repo: str, base_commit: str, *, dry_run: bool) -> str:
     """The image every container of the run uses: the project's environment when it has one."""
     from ..agent_image import environment
-    from ..agent_image.build import cache_dir
+    from ..agent_image.paths import cache_dir
 
     env = config.environment
     spec = await anyio.to_thread.run_sync(

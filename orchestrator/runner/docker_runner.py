@@ -49,7 +49,8 @@ from .docker_core import AGENT_STOP_GRACE_S
 from .docker_exec import ExecOutput
 from .docker_workspace import WorkspaceSteps
 from .git_cleanup import delete_run_branches
-from .plugin import AgentOutcome, RunnerPlugin, get_plugin
+from .plugin import AgentOutcome, RunnerPlugin
+from .registry import get_plugin
 from .seed import SeedCache
 from .types import AuthConfig, ErrorCategory, Hardening, InstanceRequest, Metrics, RunnerResult
 
