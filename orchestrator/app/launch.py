@@ -587,17 +587,14 @@ async def resume(args) -> int:
 async def _already_finished(dirs: RunDirs, manifest: RunManifest, output: str) -> int:
     """``--resume`` of a run that finished: one line saying so, then its summary; nothing runs again."""
     from ..log.state import recover
-    from ..report.selection import unheld_branches
-    from .results import build_summary, render_summary, selection_claims
+    from .results import build_summary, check_repository, render_summary
 
     run_id = manifest.run_id
     state = recover(
         run_id, dirs.events(run_id), [dirs.state / run_id / "state.json", dirs.logs / run_id / "state.json"]
     )
-    unheld = await anyio.to_thread.run_sync(
-        functools.partial(unheld_branches, manifest.repo_path, selection_claims(manifest, state))
-    )
-    summary = build_summary(manifest, state, unheld)
+    checked = await anyio.to_thread.run_sync(check_repository, manifest, state)
+    summary = build_summary(manifest, state, checked)
     print(
         f"Run {run_id} already finished{f' at {manifest.finished_at}' if manifest.finished_at else ''}; "
         "nothing to resume. Its summary:",
@@ -804,8 +801,7 @@ def _make_runner(prep: Prepared, log_dir: Path, olog: ComponentLog, stop_run=Non
 
 
 async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resume_fresh: bool) -> int:
-    from ..report.selection import unheld_branches
-    from .results import export, render_summary, selection_claims
+    from .results import check_repository, export, render_summary
 
     run_id = manifest.run_id
     log_dir = dirs.logs / run_id
@@ -946,10 +942,8 @@ async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resum
     write_manifest(dirs, manifest)
     await _delete_unneeded_branches(prep, dirs, run_id, state, olog)
     # Merge advice only for a selected branch that still holds what the run recorded.
-    unheld = await anyio.to_thread.run_sync(
-        functools.partial(unheld_branches, manifest.repo_path, selection_claims(manifest, state))
-    )
-    summary = export(dirs, manifest, state, unheld)
+    checked = await anyio.to_thread.run_sync(check_repository, manifest, state)
+    summary = export(dirs, manifest, state, checked)
     await _write_report(dirs, manifest, prep.strategy.module, olog)
     olog.info("run finished", exit_code=manifest.exit_code, totals=summary["totals"])
     if prep.output == "json":
