@@ -51,6 +51,8 @@ class RunnerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     sync_image: bool = False
     docker_image: str = "claude-code"
     plugin: str = "claude-code"
+    # More plugins, beyond the built-in ones: name -> importable module that defines PLUGIN.
+    plugin_modules: dict[str, str] = msgspec.field(default_factory=dict)
     container_cpu: float = 2
     container_memory: str = "4g"
     container_timeout_seconds: float = 3600

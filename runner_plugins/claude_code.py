@@ -92,7 +92,37 @@ class ClaudeCodePlugin:
         supports_cost_limits=False,
         supports_output_schema=True,
         auth_methods=("oauth", "api_key"),
+        auth_env=("CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_API_KEY"),
+        image_tools=("claude", "git"),
+        simulated_as="claude",
+        model_hint=" or a full model id starting with 'claude-'",
     )
+
+    def resolve_auth(self, environ: dict[str, str], *, mode: str | None) -> AuthConfig:
+        """``--mode api`` uses ``ANTHROPIC_API_KEY`` (with optional ``ANTHROPIC_BASE_URL``);
+        otherwise an OAuth token means subscription mode, an API key alone means API mode."""
+        oauth = environ.get("CLAUDE_CODE_OAUTH_TOKEN") or None
+        api_key = environ.get("ANTHROPIC_API_KEY") or None
+        base_url = environ.get("ANTHROPIC_BASE_URL") or None
+        openai_key = environ.get("OPENAI_API_KEY") or None
+        if mode == "api":
+            if not api_key:
+                raise PreflightError(
+                    "--mode api needs ANTHROPIC_API_KEY (optionally ANTHROPIC_BASE_URL for a custom endpoint)"
+                )
+            return AuthConfig(api_key=api_key, base_url=base_url, openai_api_key=openai_key)
+        if mode == "subscription":
+            if not oauth:
+                raise PreflightError("--mode subscription needs CLAUDE_CODE_OAUTH_TOKEN (from `claude setup-token`)")
+            return AuthConfig(oauth_token=oauth, openai_api_key=openai_key)
+        if oauth:
+            return AuthConfig(oauth_token=oauth, openai_api_key=openai_key)
+        if api_key:
+            return AuthConfig(api_key=api_key, base_url=base_url, openai_api_key=openai_key)
+        raise PreflightError(
+            "no credentials: set CLAUDE_CODE_OAUTH_TOKEN (subscription) or ANTHROPIC_API_KEY (API), "
+            "in the environment or in ./.env; or rehearse with --dry-run"
+        )
 
     def known_models(self) -> dict[str, str] | None:
         return ModelTable(_ALIASES)

@@ -84,7 +84,17 @@ class CodexPlugin:
         supports_output_schema=True,
         supports_max_turns=False,
         auth_methods=("api_key",),
+        auth_env=("OPENAI_API_KEY",),
+        image_tools=("codex", "git"),
+        simulated_as="codex",
     )
+
+    def resolve_auth(self, environ: dict[str, str], *, mode: str | None) -> AuthConfig:
+        """``OPENAI_API_KEY`` (with optional ``OPENAI_BASE_URL``); codex has no subscription mode here."""
+        openai_key = environ.get("OPENAI_API_KEY") or None
+        if not openai_key:
+            raise PreflightError("no credentials for codex: set OPENAI_API_KEY (or use --dry-run to rehearse)")
+        return AuthConfig(openai_api_key=openai_key, openai_base_url=environ.get("OPENAI_BASE_URL") or None)
 
     def known_models(self) -> dict[str, str] | None:
         # Any non-empty model name is passed to ``-m`` unchanged: providers behind

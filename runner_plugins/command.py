@@ -31,7 +31,14 @@ class CommandPlugin:
         supports_streaming=True,
         supports_cost_limits=False,
         auth_methods=(),
+        image_tools=(),
+        runs_command=True,
+        exit_code_is_verdict=True,
+        makes_commits=False,
     )
+
+    def resolve_auth(self, environ: dict[str, str], *, mode: str | None) -> AuthConfig:
+        return AuthConfig()
 
     def known_models(self) -> dict[str, str] | None:
         return None  # no model: whatever the request says is ignored

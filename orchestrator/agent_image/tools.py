@@ -33,13 +33,17 @@ _PROBE = (
 def required_tools(plugin_name: str, *, dry_run: bool) -> tuple[str, ...]:
     """The tools a run with this plugin executes inside the image (agents commit with git).
 
-    A ``command`` run executes only its own command line, in any image.
+    A ``command`` run executes only its own command line, in any image; a dry
+    run's agent is the simulated one.
     """
-    if plugin_name == "command":
+    from ..runner.registry import get_plugin
+
+    caps = get_plugin(plugin_name).capabilities
+    if not caps.image_tools:
         return ()
-    if dry_run:
+    if dry_run and caps.simulated_as is not None:
         return ("orchestrator-sim-agent", "git")
-    return ({"claude-code": "claude", "codex": "codex"}.get(plugin_name, plugin_name), "git")
+    return caps.image_tools
 
 
 def _cache_file(image_id: str) -> Path:

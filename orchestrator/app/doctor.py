@@ -25,8 +25,6 @@ from pathlib import Path
 
 from ..errors import OrchestratorError
 
-AUTH_VARS = {"claude-code": ("CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_API_KEY"), "codex": ("OPENAI_API_KEY",)}
-
 
 @dataclass(frozen=True)
 class Check:
@@ -116,14 +114,18 @@ def _image(image: str, plugin: str, dry_run: bool = False) -> list[Check]:
 
 
 def _credentials(environ: dict[str, str], configured: str, mode: str | None, dry_run: bool = False) -> list[Check]:
-    from ..runner.registry import get_plugin
+    from ..runner.registry import PLUGIN_MODULES, get_plugin
     from .auth import resolve_auth
 
     out = []
-    for plugin, names in AUTH_VARS.items():
+    for plugin in PLUGIN_MODULES:
+        caps = get_plugin(plugin).capabilities
+        names = caps.auth_env
+        if not names:
+            continue  # it needs no credentials
         present = [n for n in names if environ.get(n)]
         try:
-            auth = resolve_auth(environ, plugin=plugin, mode=mode if plugin == "claude-code" else None)
+            auth = resolve_auth(environ, plugin=plugin, mode=mode if "oauth" in caps.auth_methods else None)
             get_plugin(plugin).validate_environment(auth)
         except OrchestratorError:
             # A dry run's agent is simulated: it needs no credentials, a real run does.
@@ -320,6 +322,9 @@ def checks(args) -> list[Check]:
 
             overrides = {"runner": {"hosts": [parse_host_flag(text) for text in args.docker_hosts]}}
         loaded = load_config(config_file=args.config, cli_overrides=overrides)
+        from ..runner.registry import register_plugins
+
+        register_plugins(loaded.config.runner.plugin_modules)
     except OrchestratorError as exc:
         return [Check("fail", "configuration", str(exc), "correct the file or variable named")]
     config = loaded.config

@@ -45,7 +45,7 @@ from ..log.runs import (
 from ..runner import AuthConfig, DockerRunner, Hardening, RetryConfig
 from ..runner.docker_containers import docker_available, image_exists
 from ..runner.git_ops import validate_repository, workspace_root
-from ..runner.registry import get_plugin
+from ..runner.registry import get_plugin, register_plugins
 from ..sanitize import SECRET_ENV_VARS, default_sanitizer
 from ..strategy_loader import LoadedStrategy, load_strategy, parse_params
 from .auth import resolve_auth
@@ -267,18 +267,14 @@ async def prepare(args) -> Prepared:
 
     threading.Thread(target=_warm_imports, daemon=True).start()
     loaded = load_config(config_file=args.config, cli_overrides=_cli_overrides(args))
+    register_plugins(loaded.config.runner.plugin_modules)
+    tools = required_tools(loaded.config.runner.plugin, dry_run=args.dry_run)
     # The Docker check (a few daemon round trips) runs while git validates the
     # repository; a failure of an earlier check is still the one reported.
     docker = _EarlyCheck()
     outcome: dict[str, Any] = {}
     async with anyio.create_task_group() as tg:
-        tg.start_soon(
-            docker.run,
-            _check_engines,
-            loaded.config,
-            loaded.config.runner.docker_image,
-            required_tools(loaded.config.runner.plugin, dry_run=args.dry_run),
-        )
+        tg.start_soon(docker.run, _check_engines, loaded.config, loaded.config.runner.docker_image, tools)
         try:
             outcome["prep"] = await _prepare(args, loaded, docker)
         except Exception as exc:  # raised below, outside the task group, unwrapped
@@ -549,6 +545,7 @@ async def resume(args) -> int:
             raise ConfigError(f"--max-parallel must be at least 1 (got {args.max_parallel})")
         manifest.max_parallel = args.max_parallel
     strategy = load_strategy(manifest.strategy_spec)
+    register_plugins(loaded.config.runner.plugin_modules)
     plugin = _check_plugin(manifest.plugin, manifest.model, strategy)
     auth = resolve_auth(loaded.environ, plugin=manifest.plugin, mode=manifest.mode, dry_run=manifest.dry_run)
     if not manifest.dry_run:

@@ -16,13 +16,13 @@ import msgspec
 
 from ..errors import ConfigError
 from ..naming import jcs_sha256
+from ..runner.registry import PLUGIN_MODULES, get_plugin
 
 SCHEMA_VERSION = "1"
 
 IMPORT_POLICIES = ("auto", "never", "always")
 CONFLICT_POLICIES = ("fail", "overwrite", "suffix")
 EGRESS = ("online", "offline", "proxy")
-PLUGIN_NAMES = ("claude-code", "codex", "command")
 UNCOMMITTED_POLICIES = ("commit", "discard")
 
 
@@ -90,9 +90,9 @@ def normalize_task(task: Mapping[str, Any], defaults: TaskDefaults, *, default_b
             raise ConfigError("a delete_branches task runs nothing else: drop command, plugin and include_branches")
         plugin, command = "command", None
         prompt = prompt or f"delete {len(delete)} working branch(es)"
-    elif plugin == "command":
+    elif get_plugin(plugin).capabilities.runs_command:
         if not isinstance(command, str) or not command.strip():
-            raise ConfigError("a task with plugin 'command' needs a non-empty 'command' string")
+            raise ConfigError(f"a task with plugin {plugin!r} needs a non-empty 'command' string")
         prompt = prompt if prompt is not None else command
     elif not isinstance(prompt, str) or not prompt:
         raise ConfigError("every agent task needs a non-empty 'prompt' string")
@@ -159,14 +159,13 @@ def normalize_task(task: Mapping[str, Any], defaults: TaskDefaults, *, default_b
 
 
 def _check_output_schema(schema: Any, plugin: str) -> None:
-    from ..runner.registry import get_plugin
     from ..runner.structured import check_schema
 
     check_schema(schema)
-    if plugin in PLUGIN_NAMES and not get_plugin(plugin).capabilities.supports_output_schema:
+    if plugin in PLUGIN_MODULES and not get_plugin(plugin).capabilities.supports_output_schema:
+        able = ", ".join(p for p in PLUGIN_MODULES if get_plugin(p).capabilities.supports_output_schema)
         raise ConfigError(
-            f"plugin {plugin!r} cannot enforce output_schema; drop output_schema from the task "
-            "or use an agent plugin (claude-code, codex)"
+            f"plugin {plugin!r} cannot enforce output_schema; drop output_schema from the task or use one of: {able}"
         )
 
 

@@ -169,9 +169,10 @@ class AgentExec(RunnerCore):
             argv = plugin.build_command(request, resume_session_id=resume, auth=self.auth)
         else:
             argv = plugin.build_command(request, resume_session_id=resume)
-        if self.dry_run and request.plugin_name != "command":
+        persona = plugin.capabilities.simulated_as
+        if self.dry_run and persona is not None:
             # Dry run: the deterministic simulated agent answers in the same container, at no cost.
-            argv = ["orchestrator-sim-agent", "--as", "codex" if argv[0] == "codex" else "claude", *argv[1:]]
+            argv = ["orchestrator-sim-agent", "--as", persona, *argv[1:]]
         wrapped = _looks_at_uncommitted(request, plugin)
         if wrapped:
             argv = ["sh", "-c", AGENT_WRAPPER_SCRIPT, "orchestrator-agent", *argv]
@@ -446,4 +447,4 @@ def _git_unusable(output: ExecOutput) -> GitError | None:
 
 def _looks_at_uncommitted(request: InstanceRequest, plugin: RunnerPlugin) -> bool:
     """Whether what the agent leaves uncommitted is counted (and, per policy, committed) after it exits."""
-    return request.import_policy != "never" and plugin.name != "command"
+    return request.import_policy != "never" and plugin.capabilities.makes_commits

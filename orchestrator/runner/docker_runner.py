@@ -52,7 +52,7 @@ from .docker_workspace import WorkspaceSteps
 from .git_cleanup import delete_run_branches
 from .git_cmd import run_git
 from .plugin import AgentOutcome, RunnerPlugin
-from .registry import get_plugin
+from .registry import check_model, get_plugin
 from .seed import SeedCache
 from .types import AuthConfig, BranchArtifact, ErrorCategory, Hardening, InstanceRequest, Metrics, RunnerResult
 
@@ -242,7 +242,7 @@ class DockerRunner(WorkspaceSteps, AgentExec, CollectSteps):
             out = attempt.output
             assert out is not None
             outcome = out.outcome
-            if outcome.is_error or (out.exit_code not in (0, None) and plugin.name == "command"):
+            if outcome.is_error or (out.exit_code not in (0, None) and plugin.capabilities.exit_code_is_verdict):
                 error_type, message = self._failure(request, plugin, out)
                 await self._stop_quietly(request, on_event)
                 self._emit(
@@ -425,19 +425,14 @@ class DockerRunner(WorkspaceSteps, AgentExec, CollectSteps):
 
     def _validate_request(self, request: InstanceRequest) -> RunnerPlugin:
         plugin = get_plugin(request.plugin_name)
-        models = plugin.known_models()
-        if models is not None and request.model not in models:
-            raise ConfigError(
-                f"model {request.model!r} is not known to plugin {plugin.name}; "
-                f"choose one of: {', '.join(sorted(models))}"
-            )
-        if request.plugin_name == "command" and not request.command:
-            raise ConfigError("the command plugin needs request.command")
+        # the same check, and the same message, as when the task was scheduled
+        check_model(plugin.name, request.model)
+        if plugin.capabilities.runs_command and not request.command:
+            raise ConfigError(f"the {plugin.name} plugin needs request.command")
         if request.output_schema is not None:
             if not plugin.capabilities.supports_output_schema:
                 raise ConfigError(
-                    f"plugin {plugin.name} cannot enforce output_schema; drop output_schema "
-                    "or use an agent plugin (claude-code, codex)"
+                    f"plugin {plugin.name!r} cannot enforce output_schema; drop output_schema from the task"
                 )
             structured.check_schema(request.output_schema)
         return plugin
@@ -602,7 +597,7 @@ class DockerRunner(WorkspaceSteps, AgentExec, CollectSteps):
         o: AgentOutcome = out.outcome
         if o.error_category is not None:
             category: ErrorCategory = o.error_category
-        elif plugin.name == "command":
+        elif plugin.capabilities.exit_code_is_verdict:
             category = "command"
         else:
             category = "api"

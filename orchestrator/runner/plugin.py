@@ -31,6 +31,20 @@ class PluginCapabilities(msgspec.Struct, frozen=True, kw_only=True):
     # that sets it on a plugin without is refused when it is scheduled.
     supports_max_turns: bool = True
     auth_methods: tuple[str, ...] = ("oauth", "api_key")
+    # The environment variables its credentials come from, in the order --doctor shows them.
+    auth_env: tuple[str, ...] = ()
+    # The executables the agent image must hold for it (a dry run needs the simulated agent instead).
+    image_tools: tuple[str, ...] = ("git",)
+    # It runs the task's ``command`` (and nothing else without one): no agent, no prompt.
+    runs_command: bool = False
+    # Its exit code is the task's verdict: non-zero fails the task as a ``command`` error.
+    exit_code_is_verdict: bool = False
+    # Its work is a commit on a branch: what it leaves uncommitted is counted and imported.
+    makes_commits: bool = True
+    # The persona the simulated agent speaks in a dry run (``claude`` or ``codex``); None: run it for real.
+    simulated_as: str | None = None
+    # Said after the list of known models when a model name is unknown.
+    model_hint: str = ""
 
 
 AgentEventKind = Literal["init", "text", "tool_use", "tool_result", "usage", "rate_limit", "error", "result", "other"]
@@ -80,6 +94,9 @@ class RunnerPlugin(Protocol):
 
     def known_models(self) -> dict[str, str] | None:
         """Friendly name -> concrete model id; ``None`` means any model name is accepted."""
+
+    def resolve_auth(self, environ: dict[str, str], *, mode: str | None) -> AuthConfig:
+        """Its credentials from ``environ``; :class:`~orchestrator.errors.PreflightError` naming what to set."""
 
     def validate_environment(self, auth: AuthConfig) -> None:
         """Raise :class:`~orchestrator.errors.PreflightError` naming the variables to set."""

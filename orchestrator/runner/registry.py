@@ -20,12 +20,38 @@ PLUGIN_MODULES = {
 }
 
 
+BUILT_IN = frozenset(PLUGIN_MODULES)
+
+
 def get_plugin(name: str) -> RunnerPlugin:
     module_name = PLUGIN_MODULES.get(name)
     if module_name is None:
         raise ConfigError(f"unknown plugin {name!r}; choose one of: {', '.join(sorted(PLUGIN_MODULES))}")
-    module = importlib.import_module(module_name)
-    return module.PLUGIN
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"plugin {name!r}: cannot import its module {module_name} ({exc})") from None
+    plugin = getattr(module, "PLUGIN", None)
+    if not isinstance(plugin, RunnerPlugin) or plugin.name != name:
+        raise ConfigError(
+            f"plugin {name!r}: module {module_name} must define PLUGIN, a runner plugin named {name!r} "
+            "(see orchestrator.runner.plugin.RunnerPlugin)"
+        )
+    return plugin
+
+
+def register_plugins(modules: dict[str, str]) -> None:
+    """Add plugins from the configuration (``runner.plugin_modules``: name -> importable module).
+
+    A plugin outside this package is one module defining ``PLUGIN``; naming it
+    here (or in the configuration) is all it takes. A built-in name cannot be
+    taken over.
+    """
+    for name, module_name in modules.items():
+        if name in BUILT_IN and PLUGIN_MODULES[name] != module_name:
+            raise ConfigError(f"runner.plugin_modules: {name!r} is a built-in plugin; give yours another name")
+        PLUGIN_MODULES[name] = module_name
+        get_plugin(name)  # a module that is not there, or not a plugin, is one line now, not a failed task
 
 
 def check_model(plugin_name: str, model: str) -> None:
@@ -38,7 +64,7 @@ def check_model(plugin_name: str, model: str) -> None:
     models = plugin.known_models()
     if models is not None and model not in models:
         names = ", ".join(sorted(k for k in models if "-" not in k)) or ", ".join(sorted(models))
-        hint = " or a full model id starting with 'claude-'" if plugin_name == "claude-code" else ""
+        hint = plugin.capabilities.model_hint
         raise ConfigError(f"unknown model {model!r} for plugin {plugin_name}; use one of: {names}{hint}")
 
 
