@@ -25,7 +25,8 @@ from pathlib import Path
 import pytest
 from cli_helpers import TEST_KEY, cli_env, run_cli
 from conftest import TEST_IMAGE, make_repo
-from test_evolve_docker import GOALS_YAML
+from screen_checks import protocol_lines
+from test_evolve_docker import GOALS_YAML, STUCK_YAML
 from test_tree_beam_docker import BENCH, GOAL
 
 pytestmark = pytest.mark.docker
@@ -58,22 +59,37 @@ def _run(base: Path, name: str, repo_files: dict[str, str], args: list[str]) -> 
     }
 
 
+class _Runs(dict):
+    """The strategies' runs, each made the first time a test asks for it (so ``-k evolve`` runs only evolve)."""
+
+    def __init__(self, base: Path) -> None:
+        super().__init__()
+        self.base = base
+
+    def __missing__(self, strategy: str) -> dict:
+        self[strategy] = _make_run(self.base, strategy)
+        return self[strategy]
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    base = tmp_path_factory.mktemp("reports")
+    return _Runs(tmp_path_factory.mktemp("reports"))
+
+
+def _make_run(base: Path, strategy: str) -> dict:
     ideas = base / "ideas"
-    ideas.mkdir()
+    ideas.mkdir(exist_ok=True)
     (ideas / "fast.md").write_text("use a fast path\nSIM[coder]: write fast.txt 1\nSIM[coder]: commit fast path\n")
     (ideas / "slow.md").write_text("use a slow path\nSIM[coder]: write slow.txt 1\nSIM[coder]: commit slow path\n")
-    return {
+    makers = {
         # the key in the prompt is shown in every task's prompt: the report must not show it
-        "best-of-n": _run(
+        "best-of-n": lambda: _run(
             base,
             "bon",
             {"README.md": "# demo\n"},
             [SCORED + f"the key is {TEST_KEY}\n", "--strategy", "best-of-n", "-S", "n=3"],
         ),
-        "tree-beam": _run(
+        "tree-beam": lambda: _run(
             base,
             "tb",
             {"bench.py": BENCH},
@@ -93,7 +109,7 @@ def runs(tmp_path_factory):
                 "beam_width=1",
             ],
         ),
-        "evolve": _run(
+        "evolve": lambda: _run(
             base,
             "ev",
             {"README.md": "# demo\n", "keep.txt": "keep\n", "GOALS.yaml": GOALS_YAML},
@@ -109,7 +125,7 @@ def runs(tmp_path_factory):
                 "max_cycles=4",
             ],
         ),
-        "review-loop": _run(
+        "review-loop": lambda: _run(
             base,
             "rl",
             {"bench.py": BENCH},
@@ -127,7 +143,42 @@ def runs(tmp_path_factory):
                 "primary_metric=throughput",
             ],
         ),
+        # a goal no fix can move, then one that moves (issue 30: the report must say which could not move)
+        "evolve-stuck": lambda: _run(
+            base,
+            "evs",
+            {"README.md": "# demo\n", "GOALS.yaml": STUCK_YAML},
+            [
+                "keep the project healthy",
+                "--strategy",
+                "evolve",
+                "-S",
+                "goals=GOALS.yaml",
+                "-S",
+                "max_parallel=1",
+                "-S",
+                "max_cycles=6",
+            ],
+        ),
+        # tests but no evaluation: nothing is scored (issue 30: the report said "score None")
+        "review-loop-tests": lambda: _run(
+            base,
+            "rlt",
+            {"README.md": "# demo\n"},
+            [
+                "make the solver faster",
+                "--strategy",
+                "review-loop",
+                "-S",
+                f"ideas={ideas}",
+                "-S",
+                "max_review_rounds=1",
+                "-S",
+                "test_command=test -f fast.txt",
+            ],
+        ),
     }
+    return makers[strategy]()
 
 
 def _events(path: Path) -> list[dict]:
@@ -212,6 +263,68 @@ def test_review_loop_report_shows_rounds_verdicts_and_scores(runs):
         for r in idea["rounds"]:
             assert r["verdict"] in page
     assert "Ideas ranked" in page
+
+
+def _outputs(page: str) -> list[str]:
+    """What each task card shows but its prompt and its diff, tags stripped."""
+    texts = []
+    for chunk in page.split('<tr class="task-detail">')[1:]:
+        card = chunk.split("</details>", 1)[0]
+        card = re.sub(r'<h3>Prompt</h3><pre class="msg">.*?</pre>', "", card, flags=re.S)
+        card = re.sub(r'<div class="diff">.*?</pre></div>\s*</div>', "", card, flags=re.S)
+        texts.append(html.unescape(re.sub(r"<[^>]+>", " ", card)))
+    return texts
+
+
+def _strategy_part(page: str) -> str:
+    return html.unescape(re.sub(r"<[^>]+>", " ", page.split('class="card strategy"', 1)[1].split('id="timeline"')[0]))
+
+
+@pytest.mark.parametrize("strategy", ["best-of-n", "tree-beam", "evolve", "review-loop", "review-loop-tests"])
+def test_task_cards_show_fields_not_protocol_lines_or_raw_json(runs, strategy):
+    # issue 30: cards showed a reviewer's raw JSON answer and the @@orch-base / @@orch-run /
+    # @@evolve lines of the strategies' wrapper scripts, and their scripts as the command
+    run = runs[strategy]
+    page = run["html"]
+    events = _events(run["events"])
+    tasks = [e for e in events if e["type"] == "task.scheduled"]
+    outputs = _outputs(page)
+    assert len(outputs) == len(tasks), (len(outputs), len(tasks))
+    for text in outputs:
+        assert protocol_lines(text) == [], text
+        assert '{"' not in text, text
+    commands = [html.unescape(c) for c in re.findall(r'<pre class="msg command">(.*?)</pre>', page, re.S)]
+    for text in commands:
+        assert protocol_lines(text) == [] and "orch-" not in text, text
+    assert protocol_lines(_strategy_part(page)) == []
+
+
+def test_review_loop_report_shows_tests_and_no_score_none(runs):
+    run = runs["review-loop-tests"]
+    part = _strategy_part(run["html"])
+    assert "None" not in part and '{"' not in part, part
+    result = _strategy_result(run)
+    rows = {r["idea_id"]: r for r in result["ranking"]}
+    assert rows["01-fast"]["status"] == "completed" and rows["02-slow"]["status"] == "tests_failed", rows
+    table = run["html"].split("<h3>Ideas ranked</h3>")[1].split("</table>")[0]
+    cells = [re.findall(r"<td>(.*?)</td>", tr) for tr in re.findall(r"<tr[^>]*>(.*?)</tr>", table, re.S)[1:]]
+    by_idea = {c[1]: c for c in cells}
+    assert by_idea["01-fast"][3:6] == ["completed", "passed", "not scored"], by_idea
+    assert by_idea["02-slow"][3] == "tests failed" and by_idea["02-slow"][4].startswith("failed"), by_idea
+    assert "completed · tests passed · not scored" in run["html"]
+
+
+def test_evolve_report_lists_the_goals_that_could_not_move(runs):
+    run = runs["evolve-stuck"]
+    result = _strategy_result(run)
+    why = result["could_not_move"]["stuck"]
+    assert "attempts in a row reverted" in why, result
+    part = _strategy_part(run["html"])
+    assert "Goals that could not move" in part
+    table = run["html"].split("<h3>Goals that could not move</h3>")[1].split("</table>")[0]
+    reverted = sum(1 for h in result["history"] if "stuck" in h["goal_ids"] and h["result"] == "reverted")
+    assert reverted >= 2
+    assert f"<td>stuck</td><td>{reverted}</td><td>{html.escape(why)}</td>" in table, table
 
 
 @pytest.mark.parametrize("strategy", ["best-of-n", "tree-beam", "evolve", "review-loop"])
@@ -326,6 +439,84 @@ def test_clicking_a_tree_node_shows_its_detail(browser, runs):
     shown = [d for d in details if d.is_displayed()]
     assert len(shown) == 1 and shown[0].get_attribute("id") == other.get_attribute("data-target")
     assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
+
+
+_CARD_TEXTS = """
+return [...document.querySelectorAll('#tasks .output, #tasks pre.command')].map(e => e.textContent);
+"""
+
+
+@pytest.mark.parametrize("strategy", ["review-loop-tests", "evolve-stuck"])
+def test_browser_report_shows_no_score_none_raw_json_or_protocol_lines(browser, runs, strategy):
+    # issue 30: "score None", raw structured-output JSON and @@ wrapper lines in the review-loop and evolve reports
+    _load(browser, runs[strategy]["report"])
+    strategy_text = browser.execute_script("return document.querySelector('.card.strategy').innerText")
+    assert "None" not in strategy_text and '{"' not in strategy_text, strategy_text
+    assert protocol_lines(strategy_text) == []
+    cards = browser.execute_script(_CARD_TEXTS)
+    assert len(cards) >= len(browser.execute_script("return document.querySelectorAll('#tasks .task-row')"))
+    for text in cards:
+        assert '{"' not in text and protocol_lines(text) == [], text
+    assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
+
+
+def test_browser_review_loop_ranking_reads_tests_and_scores(browser, runs):
+    from selenium.webdriver.common.by import By
+
+    _load(browser, runs["review-loop-tests"]["report"])
+    (table,) = [
+        s.find_element(By.TAG_NAME, "table")
+        for s in browser.find_elements(By.CSS_SELECTOR, ".section-TableSection")
+        if s.find_element(By.TAG_NAME, "h3").text == "Ideas ranked"
+    ]
+    header = [th.text for th in table.find_elements(By.CSS_SELECTOR, "thead th")]
+    assert "tests" in header and "score" in header, header
+    rows = {
+        cells[header.index("idea")]: cells
+        for cells in (
+            [td.text for td in tr.find_elements(By.TAG_NAME, "td")]
+            for tr in table.find_elements(By.CSS_SELECTOR, "tbody tr")
+        )
+    }
+    assert rows["01-fast"][header.index("tests")] == "passed" and rows["01-fast"][header.index("score")] == "not scored"
+    assert rows["02-slow"][header.index("tests")].startswith("failed"), rows
+
+
+def test_browser_evolve_lists_could_not_move_and_draws_equal_goals_apart(browser, runs):
+    from selenium.webdriver.common.by import By
+
+    run = runs["evolve-stuck"]
+    _load(browser, run["report"])
+    sections = {s.find_element(By.TAG_NAME, "h3").text: s for s in browser.find_elements(By.CSS_SELECTOR, ".section")}
+    stuck = sections["Goals that could not move"]
+    assert stuck.is_displayed()
+    (row,) = [
+        [td.text for td in tr.find_elements(By.TAG_NAME, "td")]
+        for tr in stuck.find_elements(By.CSS_SELECTOR, "tbody tr")
+    ]
+    assert row[0] == "stuck" and int(row[1]) >= 2 and "attempts in a row reverted" in row[2], row
+
+    # c1 and c2 of the other evolve run pass and fail together: their lines must not be drawn over each other
+    _load(browser, runs["evolve"]["report"])
+    chart = next(
+        s
+        for s in browser.find_elements(By.CSS_SELECTOR, ".section-ChartSection")
+        if s.find_element(By.TAG_NAME, "h3").text.startswith("Goals passing by cycle")
+    )
+    lines = browser.execute_script(
+        "return [...arguments[0].querySelectorAll('path[fill=\"none\"]')].map(p => {"
+        "const r = p.getBoundingClientRect(); return {d: p.getAttribute('d'), dash: p.getAttribute('stroke-dasharray'),"
+        " top: r.top, bottom: r.bottom}; })",
+        chart,
+    )
+    goals = _strategy_result(runs["evolve"])["goals"]
+    assert len(lines) == len(goals), lines
+    assert len({ln["d"] for ln in lines}) == len(lines), lines  # no two lines on the same pixels
+    assert len({ln["dash"] for ln in lines}) == len(lines), lines  # and each drawn its own way
+    assert len({(round(ln["top"]), round(ln["bottom"])) for ln in lines}) == len(lines), lines
+    legend = chart.text
+    for goal in goals:
+        assert goal in legend
 
 
 def test_an_interrupted_run_gets_a_report_and_its_resume_shows_the_interruption(tmp_path):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import types
 from functools import lru_cache
 from importlib import resources
@@ -18,6 +17,7 @@ from pygments.lexers import DiffLexer
 from ..runs import RunDirs, RunManifest
 from ..sanitize import default_sanitizer
 from ..selection import UNFINISHED, claims, selection, unheld_branches, verdict
+from .cards import SCRIPT_NOTE, task_card
 from .charts import line_chart_svg, timeline_svg
 from .data import RUN_DIFF_HTML_BUDGET, collect_diffs, gather
 from .sections import InvalidSection, commits_of, validate
@@ -38,7 +38,8 @@ def _env() -> jinja2.Environment:
     env.filters["tokens"] = lambda n: f"{n / 1000:.1f}k" if (n or 0) >= 1000 else str(n or 0)
     env.filters["secs"] = _secs
     env.filters["cell"] = _cell
-    env.filters["pretty"] = lambda v: v if isinstance(v, str) else json.dumps(v, indent=2, sort_keys=True, default=str)
+    # A parameter left at null has no value to show (the dashboard leaves them out too).
+    env.filters["given"] = lambda d: {k: v for k, v in (d or {}).items() if v is not None}
     return env
 
 
@@ -56,8 +57,10 @@ def _cell(v: Any) -> str:
         return "–"
     if isinstance(v, float):
         return f"{v:.4g}"
-    if isinstance(v, (list, dict)):
-        return json.dumps(v, sort_keys=True, default=str)
+    if isinstance(v, dict):  # a table cell has no room for a nested table: ``key: value`` pairs
+        return ", ".join(f"{k}: {_cell(x)}" for k, x in v.items()) or "–"
+    if isinstance(v, list):
+        return ", ".join(_cell(x) for x in v) or "–"
     return str(v)
 
 
@@ -79,7 +82,9 @@ def _highlight_diffs(diffs: dict[str, dict[str, Any]], base: str) -> dict[str, d
     return out
 
 
-def _strategy_module(manifest: RunManifest, module: types.ModuleType | None) -> tuple[Any, str | None]:
+def _strategy_module(
+    manifest: RunManifest, module: types.ModuleType | None
+) -> tuple[types.ModuleType | None, str | None]:
     if module is None:
         from ..strategy_loader import load_strategy
 
@@ -87,11 +92,11 @@ def _strategy_module(manifest: RunManifest, module: types.ModuleType | None) -> 
             module = load_strategy(manifest.strategy_spec).module
         except Exception as exc:  # the file may have moved since the run: the generic parts still render
             return None, f"strategy sections left out: could not load {manifest.strategy_spec} ({exc})"
-    return getattr(module, "report_sections", None), None
+    return module, None
 
 
 def _sections_for(hook: Any, execution: dict[str, Any], tasks: list[dict[str, Any]]) -> list[Any]:
-    run = {"execution": execution, "tasks": [{k: v for k, v in t.items() if k != "spans"} for t in tasks]}
+    run = {"execution": execution, "tasks": [{k: v for k, v in t.items() if k not in ("spans", "card")} for t in tasks]}
     try:
         raw = hook(run) or []
     except Exception as exc:  # a broken section must not cost the user the rest of the report
@@ -122,7 +127,11 @@ def _rendered_section(section: Any) -> dict[str, Any]:
 def render_report(dirs: RunDirs, manifest: RunManifest, *, module: types.ModuleType | None = None) -> bytes:
     data = gather(dirs, manifest)
     scrub = default_sanitizer().scrub
-    hook, note = _strategy_module(manifest, module)
+    loaded, note = _strategy_module(manifest, module)
+    hook = getattr(loaded, "report_sections", None)
+    refine = getattr(loaded, "report_task", None)
+    for t in data["tasks"]:  # before the sanitizer runs: the card is made of the task's own text
+        t["card"] = task_card(t, refine)
     executions = []
     # The same choice the console summary and summary.json report (orchestrator.selection).
     ordered = sorted(data["executions"].items(), key=lambda kv: kv[0])
@@ -172,6 +181,7 @@ def render_report(dirs: RunDirs, manifest: RunManifest, *, module: types.ModuleT
             css=Markup(_static("report.css")),
             js=Markup(_static("report.js")),
             hl_css=Markup(_FORMATTER.get_style_defs(".hl")),
+            script_note=SCRIPT_NOTE,
         )
     )
     return html.encode("utf-8")
