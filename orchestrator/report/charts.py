@@ -44,7 +44,7 @@ def _fmt_tick(v: float) -> str:
 # few pixels each (the tooltips keep the exact values).
 DASHES = ("", "6 3", "2 3", "8 3 2 3", "12 4", "4 2 1 2")
 SHAPES = ("circle", "square", "triangle", "diamond", "down", "cross")
-OVERLAP_SHIFT_PX = 3.0
+OVERLAP_SHIFT_PX = 4.0
 
 
 def _offsets(series: list[Any]) -> list[float]:
