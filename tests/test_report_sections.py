@@ -110,6 +110,9 @@ def test_a_card_reads_a_json_answer_as_fields_and_keeps_a_diff_hunk():
         }
     )
     assert review["fields"] == {"verdict": "APPROVE", "issues": ["a", "b"]} and review["output"] == "Looks fine."
+    prose = 'I set {"debug": true} in config.json, then ran the tests.'
+    coder = task_card({"plugin": "claude-code", "final_message": prose, "result": {}})
+    assert coder["fields"] == {} and coder["output"] == prose  # JSON quoted in prose stays where it was written
     diff = "diff --git a/x b/x\n@@ -1 +1 @@\n-a\n+b"
     shown = task_card({"plugin": "command", "command": "git diff", "final_message": diff, "result": {}})
     assert shown["output"] == diff and shown["command"] == "git diff" and not shown["script"]

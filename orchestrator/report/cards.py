@@ -71,13 +71,38 @@ def json_objects(text: str) -> tuple[list[dict[str, Any]], str]:
     return found, "".join(rest).strip()
 
 
-def _fields_of(result: dict[str, Any], text: str) -> tuple[dict[str, Any], str]:
+def trailing_object(text: str) -> tuple[dict[str, Any] | None, str]:
+    """The JSON object ``text`` ends with (an agent's answer after its prose), and the text before it."""
+    stripped = text.rstrip()
+    if not stripped.endswith("}"):
+        return None, text
+    decoder = json.JSONDecoder()
+    i, tries = len(stripped), 0
+    while tries < MAX_JSON_STARTS:
+        i = stripped.rfind("{", 0, i)
+        if i < 0:
+            break
+        tries += 1
+        try:
+            obj, end = decoder.raw_decode(stripped, i)
+        except ValueError:
+            continue
+        if end == len(stripped) and isinstance(obj, dict) and obj:
+            return obj, stripped[:i].strip()
+    return None, text
+
+
+def _fields_of(result: dict[str, Any], text: str, command: bool) -> tuple[dict[str, Any], str]:
     output = result.get("output")
-    objects, rest = json_objects(text)
+    if command:  # a command's stdout: whatever JSON it printed is data
+        objects, rest = json_objects(text)
+        return _named(objects), rest if objects else text
+    answer, before = trailing_object(text)
     if isinstance(output, dict) and output:
-        # A structured answer: its fields, and the text the agent wrote beside the JSON.
-        return output, rest if objects else text
-    return _named(objects), rest if objects else text
+        # A structured answer: its fields, and the text the agent wrote before the JSON.
+        return output, before if answer is not None else text
+    # An agent's prose keeps any JSON it quotes; only a closing answer is read as fields.
+    return (answer, before) if answer is not None else ({}, text)
 
 
 def _named(objects: list[dict[str, Any]]) -> dict[str, Any]:
@@ -91,7 +116,7 @@ def task_card(task: dict[str, Any], refine: Any = None) -> dict[str, Any]:
     result = task.get("result") or {}
     command = task.get("command") if task.get("plugin") == "command" else None
     script = isinstance(command, str) and is_script(command)
-    fields, output = _fields_of(result, without_markers(task.get("final_message") or ""))
+    fields, output = _fields_of(result, without_markers(task.get("final_message") or ""), command is not None)
     card: dict[str, Any] = {
         "command": None if script else command,
         "script": script,
@@ -112,7 +137,7 @@ def task_card(task: dict[str, Any], refine: Any = None) -> dict[str, Any]:
                 card["fields"] = better["fields"]
     for key in ("output", "stderr"):  # whatever a hook said, no marker line reaches the page
         card[key] = without_markers(card[key] or "")
-    objects, rest = json_objects(card["output"])
+    objects, rest = json_objects(card["output"]) if command is not None else ([], "")
     if objects:  # a command that prints JSON (an evaluation's metrics) reads as fields too
         card["fields"] = {**card["fields"], **_named(objects)}
         card["output"] = rest
