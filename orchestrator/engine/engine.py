@@ -1,7 +1,7 @@
 """The durable engine: schedules tasks, records every step, replays on resume.
 
 One :class:`Engine` drives one run. It owns the event log writer, the folded
-:class:`~orchestrator.state.RunState`, the max-parallel pool and the snapshot
+:class:`~orchestrator.log.state.RunState`, the max-parallel pool and the snapshot
 task, and it talks to the runner layer only through the
 :class:`~orchestrator.runner.base.TaskRunner` protocol.
 
@@ -27,23 +27,23 @@ import anyio
 import msgspec
 import orjson
 
-from .. import events as E
 from ..errors import (
     ConfigError,
     KeyConflictDifferentFingerprint,
     RunnerError,
     StrategyError,
 )
-from ..eventlog import EventLog, iter_lines
-from ..events import decode_line
-from ..fingerprint import TaskDefaults, fingerprint, normalize_task
 from ..jsonlog import ComponentLog
+from ..log import events as E
+from ..log.eventlog import EventLog, iter_lines
+from ..log.events import decode_line
+from ..log.state import COMPLETED, FAILED, RunState, apply, encode_snapshot, recover, write_snapshot_bytes
 from ..naming import branch_name, container_name, instance_id, short8
 from ..runner import check_model, supports_resume
 from ..runner.base import TaskRunner
 from ..runner.types import ContainerLimits, InstanceRequest, RunnerResult
-from ..state import COMPLETED, FAILED, RunState, apply, encode_snapshot, recover, write_snapshot_bytes
 from .context import Handle, StrategyContext
+from .fingerprint import TaskDefaults, fingerprint, normalize_task
 from .task_types import RetryPolicy, RetryPolicyDict
 
 StrategyFn = Callable[..., Awaitable[Any]]
@@ -593,7 +593,7 @@ def refuse_unsupported(norm: dict[str, Any]) -> None:
 
     Ignoring it would run an agent the strategy did not ask for (no turn limit).
     """
-    from ..runner.plugin import get_plugin
+    from ..runner.registry import get_plugin
 
     name = norm["plugin_name"]
     if norm["runner"].get("max_turns") is not None and not get_plugin(name).capabilities.supports_max_turns:

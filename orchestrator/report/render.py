@@ -14,13 +14,13 @@ from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import DiffLexer
 
-from ..runs import RunDirs, RunManifest
+from ..log.runs import RunDirs, RunManifest
 from ..sanitize import default_sanitizer
-from ..selection import UNFINISHED, claims, selection, unheld_branches, verdict
 from .cards import SCRIPT_NOTE, task_card
 from .charts import line_chart_svg, timeline_svg
 from .data import RUN_DIFF_HTML_BUDGET, collect_diffs, gather
 from .sections import InvalidSection, commits_of, validate
+from .selection import UNFINISHED, claims, selection, unheld_branches, verdict
 
 _FORMATTER = HtmlFormatter(cssclass="hl", nowrap=False)
 
@@ -133,7 +133,7 @@ def render_report(dirs: RunDirs, manifest: RunManifest, *, module: types.ModuleT
     for t in data["tasks"]:  # before the sanitizer runs: the card is made of the task's own text
         t["card"] = task_card(t, refine)
     executions = []
-    # The same choice the console summary and summary.json report (orchestrator.selection).
+    # The same choice the console summary and summary.json report (orchestrator.report.selection).
     ordered = sorted(data["executions"].items(), key=lambda kv: kv[0])
     pairs = claims(manifest.status, [(ex["status"], ex["result"]) for _, ex in ordered], manifest.base_branch)
     unheld = unheld_branches(manifest.repo_path, pairs)

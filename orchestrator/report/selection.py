@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .errors import GitError
+from ..errors import GitError
 
 # Run states in which nothing is decided yet: the strategy may still pick another branch.
 UNFINISHED = ("interrupted", "running", "live")
@@ -118,7 +118,7 @@ def unheld_branches(repo_path: str | os.PathLike[str], pairs: list[tuple[str, st
     that is gone, or no longer contains the commit the run recorded, is no
     advice to merge.
     """
-    from .runner.git_cmd import check_branch_name, run_git
+    from ..runner.git_cmd import check_branch_name, run_git
 
     if not pairs:
         return {}
@@ -141,3 +141,22 @@ def unheld_branches(repo_path: str | os.PathLike[str], pairs: list[tuple[str, st
         except (GitError, ValueError) as exc:
             out[branch] = f"branch {branch} could not be checked: {exc}"
     return out
+
+
+def missing_branches(repo_path: str | os.PathLike[str], names: set[str]) -> frozenset[str]:
+    """Those of ``names`` that are no longer branches of the repository (one git call).
+
+    Blocking (runs git). A run's strategy may delete its working branches at the
+    end (tree-beam, evolve): what it created is history, what is left is the result.
+    """
+    from ..runner.git_cmd import run_git
+
+    if not names:
+        return frozenset()
+    repo = Path(repo_path)
+    if not repo.is_dir():
+        return frozenset()
+    heads = run_git(["for-each-ref", "--format=%(refname:strip=2)", "refs/heads/"], cwd=repo, check=False)
+    if heads.returncode != 0:
+        return frozenset()
+    return frozenset(names - set(heads.stdout.splitlines()))
