@@ -106,6 +106,8 @@ class StrategyHooks(msgspec.Struct, frozen=True, kw_only=True):
 
     - ``report_sections(run: dict) -> list[dict]``: its sections of the HTML run
       report (see :mod:`orchestrator.report.sections` for the section shapes);
+    - ``report_task(task: dict) -> dict | None``: a refined card for one of its
+      tasks in the report (a command task's output read as fields, say);
     - ``branches_to_delete(run: RunView) -> list[str]``: after a finished run, the
       working branches it no longer needs; the orchestrator's git layer deletes
       those this run created and nobody moved since;
@@ -118,6 +120,7 @@ class StrategyHooks(msgspec.Struct, frozen=True, kw_only=True):
     """
 
     report_sections: Callable[[dict[str, Any]], list[dict[str, Any]]] | None = None
+    report_task: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None
     branches_to_delete: Callable[[RunView], list[str]] | None = None
     show_run_report: Callable[[RunView], list[str]] | None = None
     claimed_branches: Callable[[RunView], list[tuple[str, str, str]]] | None = None

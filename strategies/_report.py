@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._json import extract_json
+from ._report_tasks import report_task
 
 LOG_CHARS = 3_000
 
@@ -136,7 +137,7 @@ def tree_beam_sections(run: dict[str, Any]) -> list[dict[str, Any]]:
             "details": {
                 "metrics": root.get("metrics"),
                 "root evaluation": tree.get("root_evaluation"),
-                "evaluation output": _tail(_message(by_key.get("root/eval"))),
+                "evaluation output": _eval_output(by_key.get("root/eval")),
             },
         }
     ]
@@ -175,7 +176,7 @@ def tree_beam_sections(run: dict[str, Any]) -> list[dict[str, Any]]:
                     "metrics": evaluation.get("metrics"),
                     "against parent": cmp_parent or None,
                     "against root": ev.get("root_comparison"),
-                    "evaluation output": _tail(_message(by_key.get(f"{eid}/eval"))),
+                    "evaluation output": _eval_output(by_key.get(f"{eid}/eval")),
                     **{
                         k: v
                         for k, v in ev.items()
@@ -236,6 +237,21 @@ def tree_beam_sections(run: dict[str, Any]) -> list[dict[str, Any]]:
     return sections
 
 
+def _eval_output(task: dict[str, Any] | None) -> Any:
+    """A measurement task's output as its runs and its last run's output, not its marker lines."""
+    if task is None:
+        return None
+    card = report_task(task)
+    if not card:
+        return _tail(_message(task)) or None
+    shown = dict(card.get("fields") or {})
+    if card.get("output"):
+        shown["output of the last run"] = _tail(card["output"])
+    if card.get("stderr"):
+        shown["stderr of the last run"] = _tail(card["stderr"])
+    return shown
+
+
 def _fmt_metric(value: float | None, name: str) -> str:
     return "" if value is None else f"{name}={value:.4g}"
 
@@ -290,6 +306,49 @@ def evolve_sections(run: dict[str, Any]) -> list[dict[str, Any]]:
             f"(of {result.get('goals_total')}). Final branch: {result.get('final_branch')}.",
         }
     ]
+    tried: dict[str, int] = {}
+    reverted: dict[str, int] = {}
+    for h in history:
+        for g in h.get("goal_ids") or []:
+            tried[g] = tried.get(g, 0) + 1
+            if h.get("result") == "reverted":
+                reverted[g] = reverted.get(g, 0) + 1
+    stuck = result.get("could_not_move")
+    if not isinstance(stuck, dict):  # a result recorded before could_not_move existed
+        stuck = {g: "quarantined" for g in result.get("quarantined") or []}
+    if goals:
+        sections.append(
+            {
+                "type": "table",
+                "title": "Goals",
+                "columns": ["goal", "before", "after", "value before → after", "waves that tried it", "reverted"],
+                "rows": [
+                    [
+                        g,
+                        _passing((v or {}).get("before")),
+                        _passing((v or {}).get("after")),
+                        f"{_num((v or {}).get('value_before'))} → {_num((v or {}).get('value_after'))}"
+                        if (v or {}).get("value_before") is not None or (v or {}).get("value_after") is not None
+                        else "–",
+                        tried.get(g, 0),
+                        reverted.get(g, 0),
+                    ]
+                    for g, v in goals.items()
+                ],
+                "highlight": [i for i, v in enumerate(goals.values()) if (v or {}).get("after")],
+                "note": "Highlighted: goals passing at the end.",
+            }
+        )
+    if stuck:
+        sections.append(
+            {
+                "type": "table",
+                "title": "Goals that could not move",
+                "columns": ["goal", "reverted attempts", "why"],
+                "rows": [[g, reverted.get(g, 0), why] for g, why in stuck.items()],
+                "note": "The loop gave these goals a rest (or quarantined them) and moved on to the others.",
+            }
+        )
     if series:
         sections.append(
             {
@@ -339,47 +398,99 @@ def evolve_sections(run: dict[str, Any]) -> list[dict[str, Any]]:
 # ---------------------------------------------------------------- review-loop
 
 
+def _passing(x: Any) -> str:
+    return "passing" if x else "failing"
+
+
+def _num(x: Any) -> str:
+    return f"{x:g}" if isinstance(x, (int, float)) and not isinstance(x, bool) else "–"
+
+
+def _tests_said(tests: Any, status: Any, has_command: bool = True) -> str:
+    """``passed``, ``failed (exit 1)``, or why there is no result: never a bare None."""
+    if isinstance(tests, dict):
+        if tests.get("passed"):
+            return "passed"
+        why = f"exit {tests['exit_code']}" if tests.get("exit_code") is not None else tests.get("error_type")
+        return f"failed ({why})" if why else "failed"
+    if not has_command:
+        return "no test command"
+    return "not run" if status == "completed" or status == "tests_failed" else f"not reached ({status})"
+
+
+def _score_said(score: Any, grade: Any) -> str:
+    if not isinstance(score, (int, float)) or isinstance(score, bool):
+        return "not scored"
+    return f"score {score:g}" + (f" ({grade})" if grade else "")
+
+
+def _comparison_fields(comparison: dict[str, Any]) -> dict[str, Any]:
+    base, cand = comparison.get("primary_baseline"), comparison.get("primary_candidate")
+    change = comparison.get("primary_change")
+    moved = f"{_num(base)} → {_num(cand)}" + (f" ({change:+.1%})" if isinstance(change, (int, float)) else "")
+    return {
+        "score": _num(comparison.get("score")),
+        "grade": comparison.get("grade"),
+        "primary metric, base → idea": moved,
+        "why": ", ".join(str(r).replace("_", " ") for r in comparison.get("reasons") or []) or None,
+    }
+
+
+def _round_said(r: dict[str, Any]) -> str:
+    head = f"round {r.get('round')}: " + ("debug fix" if r.get("debug") else (r.get("verdict") or "no verdict"))
+    issues = [str(i) for i in r.get("issues") or []]
+    return head + (" — " + "; ".join(issues) if issues else "")
+
+
 def review_loop_sections(run: dict[str, Any]) -> list[dict[str, Any]]:
     result = run["execution"].get("result")
     if not isinstance(result, dict):
         return []
     best = (result.get("best") or {}).get("idea_id") if isinstance(result.get("best"), dict) else None
     ranking = [r for r in result.get("ranking") or [] if isinstance(r, dict)]
+    ideas = [i for i in result.get("ideas") or [] if isinstance(i, dict)]
+    tests_of = {i.get("idea_id"): i.get("tests") for i in ideas}
+    has_tests = bool((run["execution"].get("params") or {}).get("test_command"))
     rows = [
         [
             r.get("rank"),
             r.get("idea_id"),
             r.get("title"),
-            r.get("status"),
-            r.get("score"),
-            r.get("grade"),
-            ", ".join(r.get("verdicts") or []),
+            str(r.get("status") or "").replace("_", " "),
+            _tests_said(tests_of.get(r.get("idea_id")), r.get("status"), has_tests),
+            _num(r.get("score")) if r.get("score") is not None else "not scored",
+            r.get("grade") or "–",
+            " → ".join(v or "?" for v in r.get("verdicts") or []) or "–",
             r.get("branch"),
         ]
         for r in ranking
     ]
     items = []
-    for idea in result.get("ideas") or []:
-        if not isinstance(idea, dict):
-            continue
-        tests = idea.get("tests") or {}
+    for idea in ideas:
+        tests = idea.get("tests")
         comparison = idea.get("comparison") or {}
+        status = idea.get("status")
+        said = [str(status or "").replace("_", " ") or "?"]
+        if tests is not None or (has_tests and status == "completed"):
+            said.append(f"tests {_tests_said(tests, status)}")
+        said.append(_score_said(comparison.get("score"), comparison.get("grade")))
+        metrics = (idea.get("evaluation") or {}).get("metrics")
         items.append(
             {
                 "label": idea.get("title") or idea.get("idea_id", "idea"),
-                "subtitle": f"{idea.get('status')} · score {comparison.get('score')}",
+                "subtitle": " · ".join(said),
                 "highlight": idea.get("idea_id") == best,
                 "commit": idea.get("commit"),
                 "details": {
-                    "status": idea.get("status"),
+                    "status": str(status or "").replace("_", " "),
                     "branch": idea.get("branch"),
-                    "rounds": [
-                        {"round": r.get("round"), "verdict": r.get("verdict"), "issues": r.get("issues")}
-                        for r in idea.get("rounds") or []
-                    ],
-                    "tests": tests or None,
-                    "metrics": (idea.get("evaluation") or {}).get("metrics"),
-                    "comparison": comparison or None,
+                    "review rounds": [_round_said(r) for r in idea.get("rounds") or [] if isinstance(r, dict)],
+                    "tests": _tests_said(tests, status, has_tests),
+                    "test output": _tail((tests or {}).get("log_tail"), 1500) or None,
+                    "metrics": ", ".join(f"{k}={_num(v)}" for k, v in metrics.items())
+                    if isinstance(metrics, dict)
+                    else None,
+                    "against the base": _comparison_fields(comparison) if comparison else "not compared",
                     "error": idea.get("error"),
                 },
             }
@@ -390,11 +501,25 @@ def review_loop_sections(run: dict[str, Any]) -> list[dict[str, Any]]:
             {
                 "type": "table",
                 "title": "Ideas ranked",
-                "columns": ["rank", "idea", "title", "status", "score", "grade", "verdicts", "branch"],
+                "columns": ["rank", "idea", "title", "status", "tests", "score", "grade", "reviews", "branch"],
                 "rows": rows,
                 "highlight": [i for i, r in enumerate(ranking) if r.get("idea_id") == best],
+                "note": "Ranked by score against the base when an evaluation ran; an idea is scored only "
+                "when its evaluation ran and the base's did too.",
             }
         )
+    base_tests = result.get("base_tests")
+    baseline = result.get("baseline")
+    base_said = []
+    if isinstance(baseline, dict):
+        metrics = baseline.get("metrics")
+        shown = ", ".join(f"{k}={_num(v)}" for k, v in metrics.items()) if isinstance(metrics, dict) else ""
+        base_said.append(f"evaluation {baseline.get('status')}" + (f": {shown}" if shown else ""))
+    if isinstance(base_tests, dict):
+        passed = base_tests.get("exit_code") == 0 and not base_tests.get("error")
+        base_said.append(f"tests {_tests_said(dict(base_tests, passed=passed), 'completed')}")
+    if base_said:
+        sections.append({"type": "text", "title": "The base", "text": "; ".join(base_said) + "."})
     if items:
         sections.append({"type": "compare", "title": "Each idea's rounds, tests and score", "items": items})
     return sections

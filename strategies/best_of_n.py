@@ -21,6 +21,7 @@ from typing import Annotated, Any, Literal
 from orchestrator.strategy import ConfigError, strategy_options
 
 from ._report import best_of_n_sections as report_sections  # noqa: F401  (the run report's sections)
+from ._report_tasks import report_task  # noqa: F401  (its command tasks in the report)
 from ._scoring import (
     DEFAULT_CRITERIA,
     branch_of,

@@ -27,6 +27,7 @@ from typing import Annotated, Any
 from orchestrator.strategy import BaseEvaluationFailed, Context, strategy_options
 
 from ._report import evolve_sections as report_sections  # noqa: F401  (the run report's sections)
+from ._report_tasks import report_task  # noqa: F401  (its command tasks in the report)
 from .evolve_budget import BudgetedContext, BudgetExhausted, make_budget
 from .evolve_commands import Measurement, cannot_run
 from .evolve_goals import Goal, check_max_parallel, goals_from_param, prepare

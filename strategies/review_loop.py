@@ -33,6 +33,7 @@ import anyio
 from orchestrator.strategy import BaseEvaluationFailed, ConfigError, strategy_options
 
 from ._report import review_loop_sections as report_sections  # noqa: F401  (the run report's sections)
+from ._report_tasks import report_task  # noqa: F401  (its command tasks in the report)
 from .base_check import evaluation_of, run_on_base, summary_of, unusable_evaluation, why_tests_cannot_run
 from .evaluation import Evaluation, ScoringConfig, check_scoring_params, to_json
 from .evolve_budget import BudgetedContext, BudgetExhausted, make_budget

@@ -39,6 +39,7 @@ from typing import Annotated, Any, Literal
 from orchestrator.strategy import ConfigError, absent_branches, finished_run_branches, strategy_options
 
 from ._report import synthesize_sections as report_sections  # noqa: F401  (the run report's sections)
+from ._report_tasks import report_task  # noqa: F401  (its command tasks in the report)
 from ._scoring import (
     DEFAULT_CRITERIA,
     branch_of,

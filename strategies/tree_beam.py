@@ -44,6 +44,7 @@ from orchestrator.strategy import BaseEvaluationFailed, ConfigError, Context, Ru
 from . import schemas
 from ._json import ask_json
 from ._report import tree_beam_sections as report_sections  # noqa: F401  (the run report's sections)
+from ._report_tasks import report_task  # noqa: F401  (its command tasks in the report)
 from .base_check import run_on_base, unusable_evaluation, why_tests_cannot_run
 from .budget import Budget
 from .evaluation import (

@@ -18,6 +18,13 @@ from tui.dashboard import render
 from tui.model import RunModel
 
 INTERNALS = re.compile(r"@@|# orch-measure")
+# A diff's hunk header is output a reader wants (a report card may show a diff).
+DIFF_HUNK = re.compile(r"@@ -\d+(,\d+)? \+\d+(,\d+)? @@")
+
+
+def protocol_lines(text: str) -> list[str]:
+    """The lines of ``text`` that are strategies' internals (marker lines, a measure script's header)."""
+    return [ln for ln in text.splitlines() if INTERNALS.search(DIFF_HUNK.sub("", ln))]
 
 
 def check_screen(run_dir: Path, run_id: str, console_text: str) -> dict[str, int]:

@@ -25,7 +25,8 @@ from pathlib import Path
 import pytest
 from cli_helpers import TEST_KEY, cli_env, run_cli
 from conftest import TEST_IMAGE, make_repo
-from test_evolve_docker import GOALS_YAML
+from screen_checks import protocol_lines
+from test_evolve_docker import GOALS_YAML, STUCK_YAML
 from test_synthesize_docker import APPROACHES, CALC, CANDIDATES, GOOD_SYNTH, TESTS
 from test_tree_beam_docker import BENCH, GOAL
 
@@ -139,6 +140,40 @@ def runs(tmp_path_factory):
                     "eval_command=python3 bench.py",
                     "-S",
                     "primary_metric=throughput",
+                ],
+            ),
+            # a goal no fix can move, then one that moves (issue 30: the report must say which could not move)
+            "evolve-stuck": lambda: _run(
+                base,
+                "evs",
+                {"README.md": "# demo\n", "GOALS.yaml": STUCK_YAML},
+                [
+                    "keep the project healthy",
+                    "--strategy",
+                    "evolve",
+                    "-S",
+                    "goals=GOALS.yaml",
+                    "-S",
+                    "max_parallel=1",
+                    "-S",
+                    "max_cycles=6",
+                ],
+            ),
+            # tests but no evaluation: nothing is scored (issue 30: the report said "score None")
+            "review-loop-tests": lambda: _run(
+                base,
+                "rlt",
+                {"README.md": "# demo\n"},
+                [
+                    "make the solver faster",
+                    "--strategy",
+                    "review-loop",
+                    "-S",
+                    f"ideas={ideas}",
+                    "-S",
+                    "max_review_rounds=1",
+                    "-S",
+                    "test_command=test -f fast.txt",
                 ],
             ),
             "synthesize": lambda: _run(
@@ -259,6 +294,70 @@ def test_synthesize_report_shows_the_synthesis_beside_the_candidates_with_proven
     assert [(f, src) for f, _, src in cells] == [(h["file"], h["source"]) for h in result["provenance"]]
     assert {src for _, _, src in cells} == {"gen/0", "gen/1", "new"}
     assert f"Verdict:</strong> {result['verdict']}" in html.unescape(page)
+
+
+def _outputs(page: str) -> list[str]:
+    """What each task card shows but its prompt and its diff, tags stripped."""
+    texts = []
+    for chunk in page.split('<tr class="task-detail">')[1:]:
+        card = chunk.split("</details>", 1)[0]
+        card = re.sub(r'<h3>Prompt</h3><pre class="msg">.*?</pre>', "", card, flags=re.S)
+        card = re.sub(r'<div class="diff">.*?</pre></div>\s*</div>', "", card, flags=re.S)
+        texts.append(html.unescape(re.sub(r"<[^>]+>", " ", card)))
+    return texts
+
+
+def _strategy_part(page: str) -> str:
+    return html.unescape(re.sub(r"<[^>]+>", " ", page.split('class="card strategy"', 1)[1].split('id="timeline"')[0]))
+
+
+@pytest.mark.parametrize(
+    "strategy", ["best-of-n", "tree-beam", "evolve", "review-loop", "review-loop-tests", "synthesize"]
+)
+def test_task_cards_show_fields_not_protocol_lines_or_raw_json(runs, strategy):
+    # issue 30: cards showed a reviewer's raw JSON answer and the @@orch-base / @@orch-run /
+    # @@evolve lines of the strategies' wrapper scripts, and their scripts as the command
+    run = runs[strategy]
+    page = run["html"]
+    events = _events(run["events"])
+    tasks = [e for e in events if e["type"] == "task.scheduled"]
+    outputs = _outputs(page)
+    assert len(outputs) == len(tasks), (len(outputs), len(tasks))
+    for text in outputs:
+        assert protocol_lines(text) == [], text
+        assert '{"' not in text, text
+    commands = [html.unescape(c) for c in re.findall(r'<pre class="msg command">(.*?)</pre>', page, re.S)]
+    for text in commands:
+        assert protocol_lines(text) == [] and "orch-" not in text, text
+    assert protocol_lines(_strategy_part(page)) == []
+
+
+def test_review_loop_report_shows_tests_and_no_score_none(runs):
+    run = runs["review-loop-tests"]
+    part = _strategy_part(run["html"])
+    assert "None" not in part and '{"' not in part, part
+    result = _strategy_result(run)
+    rows = {r["idea_id"]: r for r in result["ranking"]}
+    assert rows["01-fast"]["status"] == "completed" and rows["02-slow"]["status"] == "tests_failed", rows
+    table = run["html"].split("<h3>Ideas ranked</h3>")[1].split("</table>")[0]
+    cells = [re.findall(r"<td>(.*?)</td>", tr) for tr in re.findall(r"<tr[^>]*>(.*?)</tr>", table, re.S)[1:]]
+    by_idea = {c[1]: c for c in cells}
+    assert by_idea["01-fast"][3:6] == ["completed", "passed", "not scored"], by_idea
+    assert by_idea["02-slow"][3] == "tests failed" and by_idea["02-slow"][4].startswith("failed"), by_idea
+    assert "completed · tests passed · not scored" in run["html"]
+
+
+def test_evolve_report_lists_the_goals_that_could_not_move(runs):
+    run = runs["evolve-stuck"]
+    result = _strategy_result(run)
+    why = result["could_not_move"]["stuck"]
+    assert "attempts in a row reverted" in why, result
+    part = _strategy_part(run["html"])
+    assert "Goals that could not move" in part
+    table = run["html"].split("<h3>Goals that could not move</h3>")[1].split("</table>")[0]
+    reverted = sum(1 for h in result["history"] if "stuck" in h["goal_ids"] and h["result"] == "reverted")
+    assert reverted >= 2
+    assert f"<td>stuck</td><td>{reverted}</td><td>{html.escape(why)}</td>" in table, table
 
 
 @pytest.mark.parametrize("strategy", ["best-of-n", "tree-beam", "evolve", "review-loop", "synthesize"])
@@ -400,6 +499,84 @@ def test_the_synthesis_section_in_the_browser_marks_the_selected_synthesis_and_e
     chosen.find_element(By.TAG_NAME, "summary").click()
     assert "return a * b" in chosen.find_element(By.TAG_NAME, "details").text
     assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
+
+
+_CARD_TEXTS = """
+return [...document.querySelectorAll('#tasks .output, #tasks pre.command')].map(e => e.textContent);
+"""
+
+
+@pytest.mark.parametrize("strategy", ["review-loop-tests", "evolve-stuck"])
+def test_browser_report_shows_no_score_none_raw_json_or_protocol_lines(browser, runs, strategy):
+    # issue 30: "score None", raw structured-output JSON and @@ wrapper lines in the review-loop and evolve reports
+    _load(browser, runs[strategy]["report"])
+    strategy_text = browser.execute_script("return document.querySelector('.card.strategy').innerText")
+    assert "None" not in strategy_text and '{"' not in strategy_text, strategy_text
+    assert protocol_lines(strategy_text) == []
+    cards = browser.execute_script(_CARD_TEXTS)
+    assert len(cards) >= len(browser.execute_script("return document.querySelectorAll('#tasks .task-row')"))
+    for text in cards:
+        assert '{"' not in text and protocol_lines(text) == [], text
+    assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
+
+
+def test_browser_review_loop_ranking_reads_tests_and_scores(browser, runs):
+    from selenium.webdriver.common.by import By
+
+    _load(browser, runs["review-loop-tests"]["report"])
+    (table,) = [
+        s.find_element(By.TAG_NAME, "table")
+        for s in browser.find_elements(By.CSS_SELECTOR, ".section-TableSection")
+        if s.find_element(By.TAG_NAME, "h3").text == "Ideas ranked"
+    ]
+    header = [th.text for th in table.find_elements(By.CSS_SELECTOR, "thead th")]
+    assert "tests" in header and "score" in header, header
+    rows = {
+        cells[header.index("idea")]: cells
+        for cells in (
+            [td.text for td in tr.find_elements(By.TAG_NAME, "td")]
+            for tr in table.find_elements(By.CSS_SELECTOR, "tbody tr")
+        )
+    }
+    assert rows["01-fast"][header.index("tests")] == "passed" and rows["01-fast"][header.index("score")] == "not scored"
+    assert rows["02-slow"][header.index("tests")].startswith("failed"), rows
+
+
+def test_browser_evolve_lists_could_not_move_and_draws_equal_goals_apart(browser, runs):
+    from selenium.webdriver.common.by import By
+
+    run = runs["evolve-stuck"]
+    _load(browser, run["report"])
+    sections = {s.find_element(By.TAG_NAME, "h3").text: s for s in browser.find_elements(By.CSS_SELECTOR, ".section")}
+    stuck = sections["Goals that could not move"]
+    assert stuck.is_displayed()
+    (row,) = [
+        [td.text for td in tr.find_elements(By.TAG_NAME, "td")]
+        for tr in stuck.find_elements(By.CSS_SELECTOR, "tbody tr")
+    ]
+    assert row[0] == "stuck" and int(row[1]) >= 2 and "attempts in a row reverted" in row[2], row
+
+    # c1 and c2 of the other evolve run pass and fail together: their lines must not be drawn over each other
+    _load(browser, runs["evolve"]["report"])
+    chart = next(
+        s
+        for s in browser.find_elements(By.CSS_SELECTOR, ".section-ChartSection")
+        if s.find_element(By.TAG_NAME, "h3").text.startswith("Goals passing by cycle")
+    )
+    lines = browser.execute_script(
+        "return [...arguments[0].querySelectorAll('path[fill=\"none\"]')].map(p => {"
+        "const r = p.getBoundingClientRect(); return {d: p.getAttribute('d'), dash: p.getAttribute('stroke-dasharray'),"
+        " top: r.top, bottom: r.bottom}; })",
+        chart,
+    )
+    goals = _strategy_result(runs["evolve"])["goals"]
+    assert len(lines) == len(goals), lines
+    assert len({ln["d"] for ln in lines}) == len(lines), lines  # no two lines on the same pixels
+    assert len({ln["dash"] for ln in lines}) == len(lines), lines  # and each drawn its own way
+    assert len({(round(ln["top"]), round(ln["bottom"])) for ln in lines}) == len(lines), lines
+    legend = chart.text
+    for goal in goals:
+        assert goal in legend
 
 
 def test_an_interrupted_run_gets_a_report_and_its_resume_shows_the_interruption(tmp_path):

@@ -94,3 +94,101 @@ def test_commits_of_lists_tree_then_compare_commits_in_order():
         InvalidSection(title="bad", problem="p"),
     ]
     assert commits_of(sections) == [SHA_A, SHA_B, SHA_C]
+
+
+# ---------------------------------------------------------------- task cards and charts (issue 30)
+
+
+def test_a_card_reads_a_json_answer_as_fields_and_keeps_a_diff_hunk():
+    from orchestrator.report.cards import task_card
+
+    review = task_card(
+        {
+            "plugin": "claude-code",
+            "final_message": 'Looks fine.\n{"verdict": "APPROVE", "issues": ["a", "b"]}',
+            "result": {},
+        }
+    )
+    assert review["fields"] == {"verdict": "APPROVE", "issues": ["a", "b"]} and review["output"] == "Looks fine."
+    prose = 'I set {"debug": true} in config.json, then ran the tests.'
+    coder = task_card({"plugin": "claude-code", "final_message": prose, "result": {}})
+    assert coder["fields"] == {} and coder["output"] == prose  # JSON quoted in prose stays where it was written
+    diff = "diff --git a/x b/x\n@@ -1 +1 @@\n-a\n+b"
+    shown = task_card({"plugin": "command", "command": "git diff", "final_message": diff, "result": {}})
+    assert shown["output"] == diff and shown["command"] == "git diff" and not shown["script"]
+
+
+def test_a_card_hides_a_wrapper_script_and_its_marker_lines_whatever_the_strategy_says():
+    from orchestrator.report.cards import task_card
+
+    task = {
+        "plugin": "command",
+        "command": 'sh -c "make"; printf "@@orch-base exit=%s" "$rc"',
+        "final_message": "built\n@@orch-base stderr\n@@orch-base exit=0\n",
+        "result": {},
+    }
+    generic = task_card(task)
+    assert generic["command"] is None and generic["script"] and generic["output"] == "built"
+    refined = task_card(task, lambda t: {"command": "make", "output": "built\n@@leak 1", "fields": {"exit status": 0}})
+    assert refined["command"] == "make" and refined["output"] == "built" and refined["fields"] == {"exit status": 0}
+    assert task_card(task, lambda t: 1 / 0) == generic  # a broken hook keeps the generic card
+
+
+def test_the_built_in_cards_read_each_wrapper_into_fields():
+    from strategies._report_tasks import report_task
+    from strategies.base_check import base_command
+    from strategies.evolve_commands import measure_command
+    from strategies.evolve_goals import Goal
+    from strategies.tree_beam_measure import measure_command as measure_runs
+
+    base = report_task(
+        {
+            "plugin": "command",
+            "command": base_command("python3 -m pytest -q 'tests/a b.py'"),
+            "final_message": "1 failed\n\n@@orch-base stderr\nNo module named pytest\n\n@@orch-base exit=1\n",
+        }
+    )
+    assert base == {
+        "command": "python3 -m pytest -q 'tests/a b.py'",
+        "fields": {"exit status": 1},
+        "output": "1 failed",
+        "stderr": "No module named pytest",
+    }
+    goal = Goal(id="g", description="d", check="test -f it's.txt", weight=1)
+    evolve = report_task(
+        {
+            "plugin": "command",
+            "command": measure_command(goal),
+            "final_message": "\n@@evolve stderr\n\n@@evolve end exit=1 head=" + "a" * 40 + "\n",
+        }
+    )
+    assert evolve is not None and evolve["command"] == "test -f it's.txt"
+    assert evolve["fields"] == {"exit status": 1, "measured on commit": "a" * 12}
+    runs = report_task(
+        {
+            "plugin": "command",
+            "command": measure_runs("python3 bench.py", [("c", "HEAD")]),
+            "final_message": '@@orch-run 0 c 0 1 {"metrics": {"t": 5}}\n| {"metrics": {"t": 5}}\n@@orch-done 1\n',
+        }
+    )
+    assert runs is not None and runs["command"] == "python3 bench.py"
+    assert runs["fields"]["runs"] == [
+        {"run": "0", "commit": "c", "exit status": "0", "attempts": "1", "last line": {"metrics": {"t": 5}}}
+    ]
+
+
+def test_chart_series_with_the_same_values_are_drawn_apart():
+    import re
+
+    from orchestrator.report.charts import line_chart_svg
+    from orchestrator.report.sections import Series
+
+    same = [(0.0, 0.0), (1.0, 1.0)]
+    svg = line_chart_svg(
+        [Series(name="a", points=same), Series(name="b", points=same), Series(name="c", points=[(0, 5)])]
+    )
+    paths = re.findall(r'<path d="([^"]+)" fill="none" stroke="[^"]+" stroke-width="2"([^/]*)/>', svg)
+    assert len(paths) == 2 and paths[0][0] != paths[1][0] and paths[0][1] != paths[1][1], paths
+    assert svg.count("<circle") == 3 and svg.count("<rect") == 3  # each series its own marker (points, legend)
+    alone = line_chart_svg([Series(name="a", points=same)])
+    assert '<path d="M64,236 L624,16"' in alone  # a series that shares nothing is not moved

@@ -41,8 +41,18 @@ def test_the_loader_finds_the_hooks_once_and_refuses_a_hook_that_is_not_a_functi
     path.write_text(HOOKED)
     loaded = load_strategy(str(path))
     assert loaded.hooks.branches_to_delete is not None and loaded.hooks.show_run_report is not None
-    assert loaded.hooks.claimed_branches is None and loaded.hooks.report_sections is None
-    assert set(HOOK_NAMES) == {"report_sections", "branches_to_delete", "show_run_report", "claimed_branches"}
+    assert (
+        loaded.hooks.claimed_branches is None
+        and loaded.hooks.report_sections is None
+        and loaded.hooks.report_task is None
+    )
+    assert set(HOOK_NAMES) == {
+        "report_sections",
+        "report_task",
+        "branches_to_delete",
+        "show_run_report",
+        "claimed_branches",
+    }
     tree = load_strategy("tree-beam").hooks
     assert all(getattr(tree, name) is not None for name in HOOK_NAMES)
     assert load_strategy("simple").hooks == StrategyHooks()

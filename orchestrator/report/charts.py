@@ -39,6 +39,47 @@ def _fmt_tick(v: float) -> str:
     return f"{v:.3g}" if abs(v) < 1000 else f"{v:,.0f}"
 
 
+# Series that share values must stay apart: each gets its own dash pattern and
+# marker shape, and series that would be drawn over one another are shifted a
+# few pixels each (the tooltips keep the exact values).
+DASHES = ("", "6 3", "2 3", "8 3 2 3", "12 4", "4 2 1 2")
+SHAPES = ("circle", "square", "triangle", "diamond", "down", "cross")
+OVERLAP_SHIFT_PX = 4.0
+
+
+def _offsets(series: list[Any]) -> list[float]:
+    """A vertical pixel shift per series: 0 unless some point is shared with another series."""
+    seen: dict[tuple[float, float], int] = {}
+    for s in series:
+        for p in set(map(tuple, s.points)):
+            seen[p] = seen.get(p, 0) + 1
+    sharing = [i for i, s in enumerate(series) if any(seen[tuple(p)] > 1 for p in s.points)]
+    out = [0.0] * len(series)
+    mid = (len(sharing) - 1) / 2
+    for rank, i in enumerate(sharing):
+        out[i] = (rank - mid) * OVERLAP_SHIFT_PX
+    return out
+
+
+def _marker(i: int, x: float, y: float, colour: str, tip: str) -> str:
+    shape, r = SHAPES[i % len(SHAPES)], 3.5
+    title = f"<title>{escape(tip)}</title>"
+    if shape == "circle":
+        return f'<circle cx="{_n(x)}" cy="{_n(y)}" r="{r}" fill="{colour}">{title}</circle>'
+    if shape == "square":
+        return f'<rect x="{_n(x - r)}" y="{_n(y - r)}" width="{r * 2}" height="{r * 2}" fill="{colour}">{title}</rect>'
+    if shape == "cross":
+        d = f"M{_n(x - r)},{_n(y - r)}L{_n(x + r)},{_n(y + r)}M{_n(x - r)},{_n(y + r)}L{_n(x + r)},{_n(y - r)}"
+        return f'<path d="{d}" stroke="{colour}" stroke-width="2" fill="none">{title}</path>'
+    corners = {
+        "triangle": [(0, -r - 1), (r + 0.5, r), (-r - 0.5, r)],
+        "down": [(0, r + 1), (r + 0.5, -r), (-r - 0.5, -r)],
+        "diamond": [(0, -r - 1), (r + 1, 0), (0, r + 1), (-r - 1, 0)],
+    }[shape]
+    pts = " ".join(f"{_n(x + dx)},{_n(y + dy)}" for dx, dy in corners)
+    return f'<polygon points="{pts}" fill="{colour}">{title}</polygon>'
+
+
 def timeline_svg(tasks: list[dict[str, Any]], span_s: float, *, width: int = 960) -> str:
     """A Gantt chart: one row per task, one bar per attempt, coloured by how it ended."""
     label_w, row_h, top = 260, 16, 24
@@ -138,20 +179,25 @@ def line_chart_svg(
             f'<text x="14" y="{top + ph / 2}" class="axis-label" text-anchor="middle" '
             f'transform="rotate(-90 14 {_n(top + ph / 2)})">{escape(y_label)}</text>'
         )
+    offsets = _offsets(series)
     for i, s in enumerate(series):
         colour = PALETTE[i % len(PALETTE)]
-        path = " ".join(f"{'M' if j == 0 else 'L'}{_n(sx(x))},{_n(sy(y))}" for j, (x, y) in enumerate(s.points))
+        dash = DASHES[i % len(DASHES)]
+        dy = offsets[i]
+        out.append(f'<g class="series" data-series="{escape(s.name)}">')
+        path = " ".join(f"{'M' if j == 0 else 'L'}{_n(sx(x))},{_n(sy(y) + dy)}" for j, (x, y) in enumerate(s.points))
         if len(s.points) > 1 and getattr(s, "line", True):
-            out.append(f'<path d="{path}" fill="none" stroke="{colour}" stroke-width="2"/>')
+            dashed = f' stroke-dasharray="{dash}"' if dash else ""
+            out.append(f'<path d="{path}" fill="none" stroke="{colour}" stroke-width="2"{dashed}/>')
         for x, y in s.points:
-            out.append(
-                f'<circle cx="{_n(sx(x))}" cy="{_n(sy(y))}" r="3.5" fill="{colour}">'
-                f"<title>{escape(s.name)}: {_fmt_tick(x)}, {_fmt_tick(y)}</title></circle>"
-            )
+            out.append(_marker(i, sx(x), sy(y) + dy, colour, f"{s.name}: {_fmt_tick(x)}, {_fmt_tick(y)}"))
         lx, ly = left + (i % 3) * (pw / 3), height + 4 + 18 * (i // 3)
+        sample = f' stroke-dasharray="{dash}"' if dash else ""
         out.append(
-            f'<rect x="{_n(lx)}" y="{_n(ly)}" width="10" height="10" fill="{colour}"/>'
-            f'<text x="{_n(lx + 14)}" y="{_n(ly + 9)}" class="tick">{escape(s.name[:40])}</text>'
+            f'<line x1="{_n(lx)}" y1="{_n(ly + 5)}" x2="{_n(lx + 22)}" y2="{_n(ly + 5)}" stroke="{colour}" '
+            f'stroke-width="2"{sample}/>{_marker(i, lx + 11, ly + 5, colour, s.name)}'
+            f'<text x="{_n(lx + 28)}" y="{_n(ly + 9)}" class="tick">{escape(s.name[:40])}</text>'
         )
+        out.append("</g>")
     out.append("</svg>")
     return "".join(out)

@@ -239,6 +239,7 @@ def task_rows(tasks: dict[str, dict[str, Any]], run_start: float | None) -> list
                 "model": t["model"],
                 "prompt": prompt,
                 "prompt_cut": prompt_cut,
+                "command": _clip(t["input"].get("command"), limit)[0] if t["plugin"] == "command" else None,
                 "branch": artifact.get("branch_final"),
                 "commit": artifact.get("commit") if artifact.get("branch_final") else None,
                 "base": artifact.get("base"),

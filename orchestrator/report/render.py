@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -19,6 +18,7 @@ from ..log.runs import RunDirs, RunManifest
 if TYPE_CHECKING:
     from ..strategy import StrategyHooks
 from ..sanitize import default_sanitizer
+from .cards import SCRIPT_NOTE, task_card
 from .charts import line_chart_svg, timeline_svg
 from .data import RUN_DIFF_HTML_BUDGET, collect_diffs, gather
 from .sections import InvalidSection, commits_of, validate
@@ -40,7 +40,8 @@ def _env() -> jinja2.Environment:
     env.filters["tokens"] = lambda n: f"{n / 1000:.1f}k" if (n or 0) >= 1000 else str(n or 0)
     env.filters["secs"] = _secs
     env.filters["cell"] = _cell
-    env.filters["pretty"] = lambda v: v if isinstance(v, str) else json.dumps(v, indent=2, sort_keys=True, default=str)
+    # A parameter left at null has no value to show (the dashboard leaves them out too).
+    env.filters["given"] = lambda d: {k: v for k, v in (d or {}).items() if v is not None}
     return env
 
 
@@ -58,8 +59,10 @@ def _cell(v: Any) -> str:
         return "–"
     if isinstance(v, float):
         return f"{v:.4g}"
-    if isinstance(v, (list, dict)):
-        return json.dumps(v, sort_keys=True, default=str)
+    if isinstance(v, dict):  # a table cell has no room for a nested table: ``key: value`` pairs
+        return ", ".join(f"{k}: {_cell(x)}" for k, x in v.items()) or "–"
+    if isinstance(v, list):
+        return ", ".join(_cell(x) for x in v) or "–"
     return str(v)
 
 
@@ -81,7 +84,7 @@ def _highlight_diffs(diffs: dict[str, dict[str, Any]], base: str) -> dict[str, d
     return out
 
 
-def _strategy_sections(manifest: RunManifest, hooks: StrategyHooks | None) -> tuple[Any, str | None]:
+def _strategy_hooks(manifest: RunManifest, hooks: StrategyHooks | None) -> tuple[StrategyHooks | None, str | None]:
     if hooks is None:
         from ..strategy_loader import load_strategy
 
@@ -89,11 +92,11 @@ def _strategy_sections(manifest: RunManifest, hooks: StrategyHooks | None) -> tu
             hooks = load_strategy(manifest.strategy_spec).hooks
         except Exception as exc:  # the file may have moved since the run: the generic parts still render
             return None, f"strategy sections left out: could not load {manifest.strategy_spec} ({exc})"
-    return hooks.report_sections, None
+    return hooks, None
 
 
 def _sections_for(hook: Any, execution: dict[str, Any], tasks: list[dict[str, Any]]) -> list[Any]:
-    run = {"execution": execution, "tasks": [{k: v for k, v in t.items() if k != "spans"} for t in tasks]}
+    run = {"execution": execution, "tasks": [{k: v for k, v in t.items() if k not in ("spans", "card")} for t in tasks]}
     try:
         raw = hook(run) or []
     except Exception as exc:  # a broken section must not cost the user the rest of the report
@@ -124,7 +127,11 @@ def _rendered_section(section: Any) -> dict[str, Any]:
 def render_report(dirs: RunDirs, manifest: RunManifest, *, hooks: StrategyHooks | None = None) -> bytes:
     data = gather(dirs, manifest)
     scrub = default_sanitizer().scrub
-    hook, note = _strategy_sections(manifest, hooks)
+    found, note = _strategy_hooks(manifest, hooks)
+    hook = found.report_sections if found else None
+    refine = found.report_task if found else None
+    for t in data["tasks"]:  # before the sanitizer runs: the card is made of the task's own text
+        t["card"] = task_card(t, refine)
     executions = []
     # The same choice the console summary and summary.json report (orchestrator.report.selection).
     ordered = sorted(data["executions"].items(), key=lambda kv: kv[0])
@@ -174,6 +181,7 @@ def render_report(dirs: RunDirs, manifest: RunManifest, *, hooks: StrategyHooks 
             css=Markup(_static("report.css")),
             js=Markup(_static("report.js")),
             hl_css=Markup(_FORMATTER.get_style_defs(".hl")),
+            script_note=SCRIPT_NOTE,
         )
     )
     return html.encode("utf-8")

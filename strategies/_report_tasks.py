@@ -1,0 +1,98 @@
+"""How the built-in strategies' command tasks read in the run report (``report_task(task)``).
+
+Their wrapper scripts print marker lines for the strategy (see base_check,
+evolve_commands, tree_beam_measure). The report's generic card only hides
+those lines; this reads them into fields: the user's command, its exit status,
+its standard error, each measured run.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from typing import Any
+
+from .base_check import parse_base_run
+from .evolve_commands import parse_merge
+from .tree_beam_measure import DONE_MARK, RUN_MARK, parse_runs
+
+# What the wrappers run, shell-quoted: ``/bin/sh -c <command>`` (base check, evolve's
+# measure) or ``CMD=<command>`` (tree-beam's measure). shlex.quote gives one of these shapes.
+_QUOTED = r"""('[^']*'(?:"'"'[^']*')*|[^\s;'"<>|&]+)"""
+_INNER = re.compile(rf"(?:/bin/sh -c |^CMD=){_QUOTED}", re.M)
+_BASE_END = re.compile(r"^@@orch-base exit=(-?\d+)\s*$", re.M)
+_EVOLVE_END = re.compile(r"^@@evolve end exit=(-?\d+) head=([0-9a-f]*)\s*$", re.M)
+_EVOLVE_STDERR = "\n@@evolve stderr\n"
+
+
+def _inner_command(script: str) -> str | None:
+    m = _INNER.search(script)
+    if m is None:
+        return None
+    try:
+        parts = shlex.split(m.group(1))
+    except ValueError:
+        return None
+    return parts[0] if len(parts) == 1 else None
+
+
+def _as_json(line: str) -> Any:
+    """An evaluation's last line is its JSON metrics: shown as fields, not as JSON text."""
+    try:
+        value = json.loads(line)
+    except ValueError:
+        return line
+    return value if isinstance(value, dict) else line
+
+
+def report_task(task: dict[str, Any]) -> dict[str, Any] | None:
+    """The card of one of a built-in strategy's command tasks, or None to keep the generic one."""
+    if task.get("plugin") != "command":
+        return None
+    script = task.get("command") or ""
+    text = task.get("final_message") or ""
+    out: dict[str, Any] = {}
+    inner = _inner_command(script)
+    if inner is not None:
+        out["command"] = inner
+    if _BASE_END.search(text):
+        run = parse_base_run(text)
+        out.update(fields={"exit status": run.exit_code}, output=run.stdout, stderr=run.stderr)
+    elif (end := _EVOLVE_END.search(text)) is not None:
+        body = text[: end.start()]
+        stdout, sep, stderr = body.rpartition(_EVOLVE_STDERR)
+        if not sep:
+            stdout, stderr = body, ""
+        out.update(
+            fields={"exit status": int(end.group(1)), "measured on commit": end.group(2)[:12] or None},
+            output=stdout.strip("\n"),
+            stderr=stderr.strip("\n"),
+        )
+    elif RUN_MARK.strip() in text or DONE_MARK in text:
+        runs = parse_runs(text)
+        rows = []
+        for line in text.splitlines():
+            if line.startswith(RUN_MARK):
+                parts = line[len(RUN_MARK) :].split(" ", 4)
+                if len(parts) >= 4:
+                    rows.append(
+                        {
+                            "run": parts[0],
+                            "commit": parts[1],
+                            "exit status": parts[2],
+                            "attempts": parts[3],
+                            "last line": _as_json(parts[4]) if len(parts) > 4 else "",
+                        }
+                    )
+        fields: dict[str, Any] = {"runs": rows or None}
+        if runs.protected_changed:
+            fields["protected paths it changed (put back before measuring)"] = runs.protected_changed
+        if not runs.complete:
+            fields["complete"] = "no: the script stopped before its last run"
+        out.update(fields=fields, output=runs.log, stderr=runs.err_log)
+    elif "@@evolve " in text:
+        merged = parse_merge(text)
+        out["fields"] = {"merged": list(merged.merged) or None, "conflict": merged.conflict}
+        out["output"] = "\n".join(ln for ln in text.splitlines() if not ln.startswith("@@"))
+    return out or None
