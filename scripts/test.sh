@@ -27,7 +27,8 @@ bash scripts/lint.sh
 # Docker was just set up: a Docker test that cannot run is a failure, not a skip.
 export ORCHESTRATOR_TESTS_REQUIRE_DOCKER=1
 set +e
-uv run pytest -q -p no:cacheprovider "$@"
+# the slowest tests are printed at the end: docs/reliability.md lists them with their reasons
+uv run pytest -q -p no:cacheprovider --durations=25 "$@"
 status=$?
 set -e
 if [ "$status" = 5 ]; then
