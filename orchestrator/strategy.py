@@ -51,6 +51,7 @@ from .engine.task_types import (
 from .errors import (
     AggregateTaskFailed,
     BaseEvaluationFailed,
+    BudgetReached,
     ConfigError,
     KeyConflictDifferentFingerprint,
     NondeterminismError,
@@ -109,6 +110,7 @@ __all__ = [
     "BaseEvaluationFailed",
     "BranchCleanupResult",
     "BranchCleanupTask",
+    "BudgetReached",
     "ConfigError",
     "ContainerLimitsInput",
     "Context",
