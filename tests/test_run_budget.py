@@ -83,7 +83,10 @@ def test_best_of_n_stops_at_the_cap_with_its_exit_code_and_spend(tmp_path):
     reached = [e for e in events if e["type"] == "budget.reached"]
     assert len(reached) == 1 and reached[0]["payload"]["max_cost_usd"] == cap
     listed = run_cli(["--list-runs"], cwd=repo, env=env)
-    assert "budget_reached" in listed.stdout, listed.stdout
+    assert "budget_reached" in listed.stdout and "cap: $" in listed.stdout, listed.stdout
+    report = (tmp_path / "results" / run_id / "report.html").read_text()
+    spend_card = report[report.index('id="spend"') :]
+    assert "the cap was reached" in spend_card and "<svg" in spend_card and "cap (now $0.15)" in spend_card
 
 
 def test_runs_share_one_cap(tmp_path):
@@ -143,6 +146,9 @@ def test_resume_with_a_higher_cap_finishes_and_runs_no_task_twice(tmp_path):
     assert summary["status"] == "completed" and summary["strategies"][0]["status"] == "success"
     assert summary["budget"]["max_cost_usd"] == 5 and summary["budget"]["reached"] is False
     assert summary["budget"]["spent_cost_usd"] == pytest.approx(6 * TASK_COST, rel=0.05)
+    # The report's spend chart steps the cap up where the resume raised it.
+    report = (tmp_path / "results" / run_id / "report.html").read_text()
+    assert "cap (now $5.00)" in report and "$0.10" not in report.split('id="spend"')[1].split("</p>")[0]
 
 
 def test_max_tokens_caps_subscription_mode_where_max_cost_is_refused(tmp_path):
