@@ -308,3 +308,22 @@ def test_live_usage_stops_new_tasks_before_the_running_one_completes(tmp_path):
     order = [e["type"] for e in events]
     assert order.index("budget.reached") < order.index("task.completed")
     assert _started(events) == [f"{run_id}/s1/long"]
+
+
+def test_a_built_in_strategy_returns_its_best_so_far_at_the_cap(tmp_path):
+    """iterative: the cap refuses the first improvement; the generated candidate is returned and selected."""
+    repo = make_repo(tmp_path / "repo")
+    r = run_cli(
+        ["SIM: write f.txt x", "--strategy", "iterative", "-S", "iterations=3", "--max-cost", "0.1", *DRY],
+        cwd=repo,
+        env=cli_env(tmp_path),
+        timeout=300,
+    )
+    assert r.returncode == EXIT_BUDGET_REACHED, r.stdout + r.stderr
+    run_id = only_run_id(tmp_path)
+    started = [k.removeprefix(f"{run_id}/s1/") for k in _started(_events(tmp_path, run_id))]
+    assert started == ["gen", "review/iter-1/attempt-1"], started
+    strat = _summary(tmp_path, run_id)["strategies"][0]
+    assert strat["status"] == "budget_reached"
+    gen_branch = next(t["branch"] for t in strat["tasks"] if t["key"].endswith("/gen"))
+    assert strat["selected_branch"] == gen_branch and gen_branch
