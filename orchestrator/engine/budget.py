@@ -138,7 +138,8 @@ class Budget:
 
     def usage(self, key: str, data: Mapping[str, Any]) -> None:
         """One usage line of a running agent: ``{input_tokens, output_tokens}`` it just spent."""
-        tokens_in = _int(data.get("input_tokens")) + _int(data.get("cached_input_tokens"))
+        # (claude-code's parser already adds cache reads and writes in; codex's input_tokens includes its cached ones)
+        tokens_in = _int(data.get("input_tokens"))
         tokens_out = _int(data.get("output_tokens"))
         if not tokens_in and not tokens_out:
             return
