@@ -36,9 +36,9 @@ from _perfdoc import replace_section  # noqa: E402
 
 sys.path.insert(0, str(ROOT))
 
-from orchestrator.eventlog import EventLog  # noqa: E402
-from orchestrator.events import encode_line  # noqa: E402
-from orchestrator.state import RunState, encode_snapshot, recover, replay, write_snapshot_bytes  # noqa: E402
+from orchestrator.log.eventlog import EventLog  # noqa: E402
+from orchestrator.log.events import encode_line  # noqa: E402
+from orchestrator.log.state import RunState, encode_snapshot, recover, replay, write_snapshot_bytes  # noqa: E402
 
 RUN = "run_bench"
 NOTE = """

@@ -29,7 +29,7 @@ import anyio
 from rich.console import Console
 from rich.live import Live
 
-from orchestrator.eventlog import read_events
+from orchestrator.log.eventlog import read_events
 from tui.dashboard import Dashboard, render
 from tui.model import RunModel
 

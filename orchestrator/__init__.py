@@ -24,11 +24,11 @@ _EXPORTS = {
     "StrategyContext": "engine.context",
     "Engine": "engine.engine",
     "EngineConfig": "engine.engine",
-    "get_events_since": "eventlog",
-    "read_events": "eventlog",
-    "subscribe": "eventlog",
-    "RunState": "state",
-    "recover": "state",
+    "get_events_since": "log.eventlog",
+    "read_events": "log.eventlog",
+    "subscribe": "log.eventlog",
+    "RunState": "log.state",
+    "recover": "log.state",
     **{
         name: "errors"
         for name in (
@@ -61,8 +61,8 @@ if TYPE_CHECKING:
         TaskFailed,
         UsageError,
     )
-    from .eventlog import get_events_since, read_events, subscribe
-    from .state import RunState, recover
+    from .log.eventlog import get_events_since, read_events, subscribe
+    from .log.state import RunState, recover
 
 
 def __getattr__(name: str) -> Any:

@@ -14,6 +14,9 @@ checks types; the engine validates task inputs when they are scheduled.
 - ``RetryPolicy`` / ``RetryPolicyDict``: ``ctx.run(..., policy=...)``.
 - the errors a strategy raises or catches, also reachable as ``ctx.errors.*``.
 - ``strategy_options``: the decorator for ``prepare=`` and ``requires_resume=``.
+- ``finished_run_branches`` / ``absent_branches``: for a ``prepare`` hook that takes
+  existing branches as input (another run's, or named ones); the list it returns is
+  recorded, so the strategy itself never reads another run's files.
 - ``replay_strategy``: re-run a recorded execution from its event log alone, for
   a strategy's reports of finished or interrupted runs (``ReplayError`` when it breaks).
 
@@ -94,6 +97,23 @@ def strategy_options(*, prepare: Prepare | None = None, requires_resume: bool = 
     return deco
 
 
+def finished_run_branches(run_id: str, repo_path: str) -> list[str]:
+    """The branches finished run ``run_id`` made in ``repo_path`` (task-key order); ``ConfigError`` otherwise.
+
+    Blocking (reads the run's summary, runs git): call it from ``prepare``.
+    """
+    from .app.run_branches import finished_run_branches as find
+
+    return find(run_id, repo_path)
+
+
+def absent_branches(repo_path: str, names: list[str]) -> list[str]:
+    """Those of ``names`` that are not branches of ``repo_path``. Blocking: call it from ``prepare``."""
+    from .app.run_branches import absent_branches as absent
+
+    return absent(repo_path, names)
+
+
 def __getattr__(name: str) -> Any:
     # A strategy's report hooks replay recorded runs; loading the replay machinery
     # (state fold, event log) only then keeps a plain strategy import light.
@@ -139,6 +159,8 @@ __all__ = [
     "TaskMetrics",
     "TaskResult",
     "UncommittedPolicy",
+    "absent_branches",
+    "finished_run_branches",
     "replay_strategy",
     "strategy_options",
 ]

@@ -46,6 +46,7 @@ BUILTINS: dict[str, str] = {
     "tree-beam": "strategies.tree_beam:tree_beam",
     "evolve": "strategies.evolve:evolve",
     "review-loop": "strategies.review_loop:review_loop",
+    "synthesize": "strategies.synthesize:synthesize",
 }
 
 _MISSING = object()

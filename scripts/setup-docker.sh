@@ -4,7 +4,7 @@
 #
 #   1. install docker.io if neither docker nor dockerd exists (root only)
 #   2. start dockerd in the background if `docker info` fails (root only)
-#   3-5. `orchestrator --build-image` (orchestrator/image.py): pick a base image
+#   3-5. `orchestrator --build-image` (orchestrator/agent_image/build.py): pick a base image
 #      ($BASE_IMAGE, else a local debian:bookworm-slim, else a local
 #      orchestrator-base:bookworm, else pull debian:bookworm-slim, else build
 #      orchestrator-base:bookworm with debootstrap, root only), put the host's
@@ -95,7 +95,7 @@ fi
 
 # ------------------------------------------------- 3-5. base image, CA certs, images
 # The image build lives in the product (`orchestrator --build-image`, from
-# orchestrator/image.py) so that an installed orchestrator builds the same image
+# orchestrator/agent_image/build.py) so that an installed orchestrator builds the same image
 # as a checkout; this script only provisions the host and calls it. It reads
 # BASE_IMAGE, EXTRA_CA_SOURCE, FORCE_REBUILD, VERBOSE and ORCHESTRATOR_CACHE_DIR
 # from the environment.

@@ -2,10 +2,25 @@
 # The test command: set up everything, lint and type-check (scripts/lint.sh),
 # then run the whole suite (unit, real git, real Docker with the simulated
 # agent, and the real `orchestrator` command).
+#
+# bash scripts/test.sh --quick is the edit-test loop's tier: lint and every
+# test that needs no Docker and is not a torture test (marker "slow"), on both
+# cores. It needs only uv, no Docker engine and no images.
 set -Eeuo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-bash scripts/setup.sh
 export UV_PYTHON_DOWNLOADS=never
+if [ "${1:-}" = "--quick" ]; then
+    shift
+    uv sync --frozen --quiet
+    bash scripts/lint.sh
+    set +e
+    uv run pytest -q -p no:cacheprovider -m "not docker and not slow" -n 2 "$@"
+    status=$?
+    set -e
+    [ "$status" = 5 ] && { echo "pytest collected no tests: that is a failure here" >&2; exit 1; }
+    exit "$status"
+fi
+bash scripts/setup.sh
 # Findings of ruff or mypy fail the run before any test starts: they are cheap
 # to see and a red lint is as much a failure as a red test.
 bash scripts/lint.sh

@@ -398,3 +398,107 @@ def review_loop_sections(run: dict[str, Any]) -> list[dict[str, Any]]:
     if items:
         sections.append({"type": "compare", "title": "Each idea's rounds, tests and score", "items": items})
     return sections
+
+
+# ---------------------------------------------------------------- synthesize
+
+
+def synthesize_sections(run: dict[str, Any]) -> list[dict[str, Any]]:
+    result = run["execution"].get("result")
+    if not isinstance(result, dict) or not isinstance(result.get("candidates"), list):
+        return []
+    synthesis = result.get("synthesis") if isinstance(result.get("synthesis"), dict) else {}
+    selected = (result.get("selected") or {}).get("which") if isinstance(result.get("selected"), dict) else None
+    top = result.get("top") or []
+    hunks = [h for h in result.get("provenance") or [] if isinstance(h, dict)]
+    marks: dict[str, int] = {}
+    for h in hunks:
+        marks[str(h.get("source"))] = marks.get(str(h.get("source")), 0) + 1
+
+    def tests_text(t: Any) -> str:
+        if not isinstance(t, dict):
+            return ""
+        return "tests passed" if t.get("passed") else f"tests failed (exit {t.get('exit_code')})"
+
+    items: list[dict[str, Any]] = []
+    if synthesis:
+        rescore = synthesis.get("candidate_rescore") or {}
+        shown = [f"score {synthesis['score']:g} side by side" if synthesis.get("score") is not None else ""]
+        shown += [tests_text(synthesis.get("tests")), str(synthesis.get("status") or "")]
+        items.append(
+            {
+                "label": "synthesis",
+                "subtitle": " · ".join(s for s in shown if s),
+                "highlight": selected == "synthesis",
+                "commit": synthesis.get("commit"),
+                "details": {
+                    "combines": ", ".join(top),
+                    "branch": synthesis.get("branch"),
+                    "status": synthesis.get("status"),
+                    "why": synthesis.get("why"),
+                    "score side by side": synthesis.get("score"),
+                    "rationale": synthesis.get("rationale"),
+                    "compared with": rescore.get("label"),
+                    "its score side by side": rescore.get("score"),
+                    "tests": synthesis.get("tests"),
+                    "hunks by source": ", ".join(f"{src}: {n}" for src, n in marks.items()) or None,
+                },
+            }
+        )
+    for c in result["candidates"]:
+        if not isinstance(c, dict):
+            continue
+        label = str(c.get("label", ""))
+        shown = [f"score {c['score']:g}" if c.get("score") is not None else str(c.get("status") or "")]
+        shown += [tests_text(c.get("tests")), "in the synthesis" if label in top else ""]
+        if marks.get(label):
+            shown.append(f"{marks[label]} hunk(s) taken")
+        items.append(
+            {
+                "label": label,
+                "subtitle": " · ".join(s for s in shown if s),
+                "highlight": selected == label,
+                "commit": c.get("commit"),
+                "details": {
+                    "branch": c.get("branch"),
+                    "status": c.get("status"),
+                    "score": c.get("score"),
+                    "rationale": c.get("rationale"),
+                    "tests": c.get("tests"),
+                    "error": c.get("error"),
+                },
+            }
+        )
+    sections: list[dict[str, Any]] = [
+        {"type": "text", "title": "Outcome", "text": str(result.get("verdict") or "")},
+        {
+            "type": "compare",
+            "title": "The synthesis beside the candidates",
+            "items": items,
+            "note": "Highlighted: the selected branch. The synthesis is selected only if its tests pass (when "
+            "given) and the side-by-side review scores it at least as high as the best candidate.",
+        },
+    ]
+    if hunks:
+        sections.append(
+            {
+                "type": "table",
+                "title": "Where each hunk of the synthesis came from",
+                "columns": ["file", "hunk", "lines", "from", "match", "also in"],
+                "rows": [
+                    [
+                        h.get("file"),
+                        h.get("header"),
+                        f"+{h.get('added', 0)} -{h.get('removed', 0)}",
+                        h.get("source"),
+                        h.get("match"),
+                        ", ".join(h.get("also_in") or []),
+                    ]
+                    for h in hunks
+                ],
+                "highlight": [i for i, h in enumerate(hunks) if h.get("source") == "new"],
+                "note": "A hunk comes from the candidate whose own diff holds most of its changed lines; "
+                "highlighted hunks are new: no candidate holds half of their lines.",
+            }
+        )
+    return sections

@@ -911,7 +911,7 @@ def _finish(ctx, tree: Tree, out, reason: str, *, final_check: bool = True) -> d
     }
 
 
-# ---- hooks the orchestrator command calls (see orchestrator/launch.py, manage.py) ----------
+# ---- hooks the orchestrator command calls (see orchestrator/app/launch.py, app/manage.py) ----------
 # They only read files and the folded state: the orchestrator does the git work through its git layer.
 
 

@@ -75,7 +75,7 @@ def _refresh_test_image() -> None:
     import fcntl
     import tempfile
 
-    from orchestrator.image import test_image_is_current
+    from orchestrator.agent_image.build import test_image_is_current
 
     if test_image_is_current(TEST_BASE_IMAGE, TEST_IMAGE):
         return

@@ -10,7 +10,7 @@ from pathlib import Path
 from conftest import TEST_IMAGE
 
 from orchestrator.engine.engine import Engine, EngineConfig
-from orchestrator.fingerprint import TaskDefaults
+from orchestrator.engine.fingerprint import TaskDefaults
 from orchestrator.runner import AuthConfig, DockerRunner, RetryConfig
 
 

@@ -21,10 +21,10 @@ from pathlib import Path
 from cli_helpers import ORCH, cli_env, run_cli, wait_for  # noqa: F401  (re-exported for the suites)
 from conftest import TEST_IMAGE, git
 
-from orchestrator.eventlog import iter_lines
-from orchestrator.events import decode_line
+from orchestrator.log.eventlog import iter_lines
+from orchestrator.log.events import decode_line
+from orchestrator.log.state import encode_snapshot, replay
 from orchestrator.naming import safe_component
-from orchestrator.state import encode_snapshot, replay
 
 IMG = ["--docker-image", TEST_IMAGE]
 

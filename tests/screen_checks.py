@@ -13,7 +13,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from orchestrator.eventlog import read_events
+from orchestrator.log.eventlog import read_events
 from tui.dashboard import render
 from tui.model import RunModel
 

@@ -15,7 +15,7 @@ import pytest
 from cli_helpers import cli_env, only_run_id, run_cli
 from conftest import TEST_IMAGE, make_repo
 
-from orchestrator.eventlog import read_events
+from orchestrator.log.eventlog import read_events
 
 pytestmark = pytest.mark.docker
 

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from orchestrator.engine.budget import DEFAULT_RATE, Budget, BudgetCap, rate_for
-from orchestrator.events import BUDGET_CAP, BUDGET_REACHED, BUDGET_SPEND
-from orchestrator.state import RunState, apply, decode_snapshot, encode_snapshot
+from orchestrator.log.events import BUDGET_CAP, BUDGET_REACHED, BUDGET_SPEND
+from orchestrator.log.state import RunState, apply, decode_snapshot, encode_snapshot
 
 
 def _budget(cap: BudgetCap, reached: list[int] | None = None) -> tuple[Budget, RunState, list[tuple[str, dict]]]:

@@ -12,7 +12,7 @@ import pytest
 from cli_helpers import ORCH, cli_env, only_run_id, run_cli, wait_for
 from conftest import TEST_IMAGE, git, make_repo
 
-from orchestrator.eventlog import read_events
+from orchestrator.log.eventlog import read_events
 
 pytestmark = pytest.mark.docker
 IMG = ["--docker-image", TEST_IMAGE]

@@ -10,7 +10,7 @@ import pytest
 from conftest import REPO_ROOT, TEST_BASE_IMAGE
 from shape_drift import version_diff
 
-from orchestrator.cli_pins import PINS_FILE, installed_version, mismatches, read_pins
+from orchestrator.agent_image.pins import PINS_FILE, installed_version, mismatches, read_pins
 from orchestrator.errors import PreflightError
 
 PINS = read_pins(REPO_ROOT / PINS_FILE)

@@ -12,9 +12,9 @@ import pytest
 from cli_helpers import ORCH, TEST_KEY, cli_env, only_run_id, run_cli, wait_for
 from conftest import TEST_IMAGE, git, make_repo
 
-from orchestrator.eventlog import read_events
+from orchestrator.log.eventlog import read_events
+from orchestrator.log.state import encode_snapshot, replay
 from orchestrator.naming import ghash, session_volume_name
-from orchestrator.state import encode_snapshot, replay
 
 pytestmark = pytest.mark.docker
 IMG = ["--docker-image", TEST_IMAGE]

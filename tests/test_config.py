@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.auth import resolve_auth
+from orchestrator.app.auth import resolve_auth
 from orchestrator.config import load_config
 from orchestrator.errors import ConfigError, PreflightError
 
@@ -93,7 +93,7 @@ def test_auth_mode_selection():
 def test_run_ids_are_unique_across_state_folders_in_the_same_second(tmp_path):
     from datetime import datetime
 
-    from orchestrator.runs import RunDirs, claim_run_id
+    from orchestrator.log.runs import RunDirs, claim_run_id
 
     when = datetime(2001, 2, 3, 4, 5, 6)
     a = RunDirs(logs=tmp_path / "a/logs", state=tmp_path / "a/state", results=tmp_path / "a/results")
@@ -103,9 +103,9 @@ def test_run_ids_are_unique_across_state_folders_in_the_same_second(tmp_path):
 
 
 def test_summary_never_offers_to_merge_the_base_branch(tmp_path):
-    from orchestrator.results import build_summary, render_summary
-    from orchestrator.runs import RunManifest
-    from orchestrator.state import RunState, StrategyState
+    from orchestrator.app.results import build_summary, render_summary
+    from orchestrator.log.runs import RunManifest
+    from orchestrator.log.state import RunState, StrategyState
 
     manifest = RunManifest(
         run_id="run_x",
@@ -169,7 +169,7 @@ def test_nested_flush_policy_from_the_environment_and_its_precedence(tmp_path):
 
 
 def test_command_line_max_parallel_beats_the_deprecated_alias(tmp_path):
-    from orchestrator.launch import _max_parallel
+    from orchestrator.app.launch import _max_parallel
 
     (tmp_path / "orchestrator.yaml").write_text("orchestration:\n  max_parallel_instances: 4\n")
     loaded = load_config(

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.eventlog import iter_lines, read_events
-from orchestrator.events import decode_line
-from orchestrator.state import encode_snapshot, load_snapshot, replay
+from orchestrator.log.eventlog import iter_lines, read_events
+from orchestrator.log.events import decode_line
+from orchestrator.log.state import encode_snapshot, load_snapshot, replay
 
 WORKER = str(Path(__file__).parent / "crash_worker.py")
 

@@ -12,8 +12,8 @@ from engine_helpers import make_config, run_engine, strategy_results
 from orchestrator.engine.engine import Engine
 from orchestrator.engine.testing import ScriptedRunner, failure, success
 from orchestrator.errors import TaskFailed
-from orchestrator.eventlog import read_events
-from orchestrator.state import decode_snapshot, encode_snapshot, recover, replay
+from orchestrator.log.eventlog import read_events
+from orchestrator.log.state import decode_snapshot, encode_snapshot, recover, replay
 
 
 async def fan_out(prompt, base_branch, ctx, n: int = 6):
@@ -173,7 +173,7 @@ async def test_same_key_with_different_input_is_a_conflict_before_anything_runs(
 
 
 def test_fingerprint_ignores_metadata_nulls_and_explicit_defaults():
-    from orchestrator.fingerprint import TaskDefaults, fingerprint, normalize_task
+    from orchestrator.engine.fingerprint import TaskDefaults, fingerprint, normalize_task
 
     d = TaskDefaults()
     base = normalize_task({"prompt": "p"}, d, default_base_branch="main")

@@ -7,7 +7,7 @@ from engine_helpers import make_config, run_engine
 
 from orchestrator.engine.engine import Engine
 from orchestrator.engine.testing import ScriptedRunner, success
-from orchestrator.eventlog import read_events
+from orchestrator.log.eventlog import read_events
 from orchestrator.runner.types import RunnerResult
 
 

@@ -18,7 +18,7 @@ import pytest
 from cli_helpers import cli_env, only_run_id, run_cli
 from conftest import TEST_BASE_IMAGE, git, make_repo
 
-from orchestrator.environment import SetupCommand, resolve
+from orchestrator.agent_image.environment import SetupCommand, resolve
 from orchestrator.errors import ConfigError
 
 

@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from orchestrator.errors import RunLockedError
-from orchestrator.eventlog import EventLog, WriterLock, get_events_since, iter_lines, read_events, subscribe
-from orchestrator.events import TASK_SCHEDULED, decode_line
+from orchestrator.log.eventlog import EventLog, WriterLock, get_events_since, iter_lines, read_events, subscribe
+from orchestrator.log.events import TASK_SCHEDULED, decode_line
 
 
 async def write_events(path, payloads, **kw):
@@ -126,7 +126,7 @@ def test_second_writer_in_another_process_is_refused(tmp_path):
     path = tmp_path / "events.jsonl"
     code = textwrap.dedent(f"""
         import anyio, sys
-        from orchestrator.eventlog import EventLog
+        from orchestrator.log.eventlog import EventLog
         async def main():
             async with EventLog({str(path)!r}, run_id="r"):
                 print("locked", flush=True)
@@ -160,7 +160,7 @@ async def test_subscribe_follows_a_live_writer_in_another_process(tmp_path):
     path = tmp_path / "events.jsonl"
     code = textwrap.dedent(f"""
         import anyio
-        from orchestrator.eventlog import EventLog
+        from orchestrator.log.eventlog import EventLog
         async def main():
             async with EventLog({str(path)!r}, run_id="r") as log:
                 for i in range(5):

@@ -13,8 +13,8 @@ import pytest
 from conftest import git, make_repo
 from docker_harness import run_with_docker
 
-from orchestrator.eventlog import read_events
-from orchestrator.state import COMPLETED
+from orchestrator.log.eventlog import read_events
+from orchestrator.log.state import COMPLETED
 from strategies.evolve import evolve
 
 pytestmark = pytest.mark.docker
@@ -116,7 +116,7 @@ async def run_until(tmp_path, repo, fn, *, event_type, key_suffix, run_id, param
     from conftest import TEST_IMAGE
 
     from orchestrator.engine.engine import Engine, EngineConfig
-    from orchestrator.fingerprint import TaskDefaults
+    from orchestrator.engine.fingerprint import TaskDefaults
     from orchestrator.runner import AuthConfig, DockerRunner, RetryConfig
 
     cfg = EngineConfig(

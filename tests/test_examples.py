@@ -14,9 +14,9 @@ from docker_harness import run_with_docker
 from engine_helpers import make_config, run_engine
 
 from orchestrator.engine.engine import Engine
+from orchestrator.engine.fingerprint import TaskDefaults
 from orchestrator.engine.testing import ScriptedRunner, failure, success
-from orchestrator.eventlog import read_events
-from orchestrator.fingerprint import TaskDefaults
+from orchestrator.log.eventlog import read_events
 from orchestrator.runner.docker_containers import list_containers, remove_containers, remove_run_volumes
 from orchestrator.strategy_loader import load_strategy, parse_params
 

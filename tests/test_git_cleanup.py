@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from conftest import git, make_repo
 
+from orchestrator.engine.fingerprint import TaskDefaults, fingerprint, normalize_task
 from orchestrator.errors import ConfigError
-from orchestrator.fingerprint import TaskDefaults, fingerprint, normalize_task
 from orchestrator.naming import branch_name
 from orchestrator.runner import DockerRunner, InstanceRequest
 from orchestrator.runner.git_cleanup import delete_run_branches

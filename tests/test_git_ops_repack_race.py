@@ -73,6 +73,7 @@ def test_fresh_clone_passes_fsck(tmp_path):
     assert git(ws, "for-each-ref", "refs/remotes/").stdout == ""
 
 
+@pytest.mark.slow
 def test_clone_survives_concurrent_repack_and_gc(tmp_path, caplog):
     """Bounded stress: 30 clones while another thread commits and repacks.
 

@@ -19,7 +19,7 @@ from engine_helpers import make_config  # noqa: E402
 from golden_strategies import judge, judge_changed_prompt, judge_fewer_candidates  # noqa: E402
 
 from orchestrator.engine.engine import Engine  # noqa: E402
-from orchestrator.eventlog import read_events  # noqa: E402
+from orchestrator.log.eventlog import read_events  # noqa: E402
 
 
 class NoRunner:

@@ -187,7 +187,7 @@ def test_plain_tcp_to_another_machine_is_refused_before_any_connection(no_networ
     """The run's own pre-flight (launch._check_hosts), in this process: it raises before
     it makes a client (docker-py talks to the engine as the client is made), and no
     name is looked up, no network socket made."""
-    from orchestrator import launch
+    from orchestrator.app import launch
     from orchestrator.config import load_config
 
     host = url.rpartition("@")[2].removeprefix("tcp://").rpartition(":")[0]

@@ -10,7 +10,7 @@ import pytest
 from cli_helpers import cli_env, run_cli
 from conftest import REPO_ROOT, TEST_BASE_IMAGE, TEST_IMAGE, make_repo
 
-from orchestrator.cli_pins import PINS_FILE, read_pins
+from orchestrator.agent_image.pins import PINS_FILE, read_pins
 
 INSTALL_IMAGE = "orchestrator-test-install"  # this test's own tag: shared images are never rebuilt here
 NOCODEX_IMAGE = "orchestrator-test-nocodex"
@@ -148,7 +148,7 @@ def test_preflight_refuses_an_image_without_the_plugins_tool(tmp_path):
 
 
 def test_test_image_staleness_follows_the_agent_sources(tmp_path):
-    from orchestrator.image import source_dir, test_image_is_current
+    from orchestrator.agent_image.build import source_dir, test_image_is_current
 
     if not shutil.which("docker") or subprocess.run(["docker", "info"], capture_output=True).returncode != 0:
         if os.environ.get("CI"):
@@ -196,7 +196,7 @@ def test_setup_docker_script_builds_through_build_image(tmp_path):
     )
     assert r.returncode == 0, _out(r)
     assert "[build-image" in r.stdout and f"done: images {INSTALL_IMAGE} and {INSTALL_IMAGE}:sim ready" in r.stdout
-    from orchestrator.image import test_image_is_current
+    from orchestrator.agent_image.build import test_image_is_current
 
     assert test_image_is_current(INSTALL_IMAGE, f"{INSTALL_IMAGE}:sim")
     r = subprocess.run(

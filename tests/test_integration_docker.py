@@ -6,7 +6,7 @@ import pytest
 from conftest import git
 from docker_harness import run_with_docker
 
-from orchestrator.eventlog import read_events
+from orchestrator.log.eventlog import read_events
 from strategies.simple import simple
 
 pytestmark = pytest.mark.docker

@@ -11,7 +11,7 @@ from engine_helpers import run_engine
 from orchestrator.engine import replay_strategy
 from orchestrator.engine.testing import ScriptedRunner, failure, success
 from orchestrator.errors import ReplayError, StrategyError
-from orchestrator.eventlog import read_events
+from orchestrator.log.eventlog import read_events
 
 
 async def steps(prompt, base_branch, ctx, *, n=3):
@@ -132,7 +132,7 @@ async def test_tree_beam_report_says_when_its_replay_broke(tmp_path, monkeypatch
     # --show-run's hook turns it into a problem line (exit 1) instead of a silent partial report
     from types import SimpleNamespace
 
-    from orchestrator.runs import RunDirs
+    from orchestrator.log.runs import RunDirs
 
     dirs = RunDirs(logs=tmp_path / "logs", state=tmp_path / "state", results=tmp_path / "results")
     problems = tb.show_run_report(

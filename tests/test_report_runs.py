@@ -26,6 +26,7 @@ import pytest
 from cli_helpers import TEST_KEY, cli_env, run_cli
 from conftest import TEST_IMAGE, make_repo
 from test_evolve_docker import GOALS_YAML
+from test_synthesize_docker import APPROACHES, CALC, CANDIDATES, GOOD_SYNTH, TESTS
 from test_tree_beam_docker import BENCH, GOAL
 
 pytestmark = pytest.mark.docker
@@ -58,6 +59,18 @@ def _run(base: Path, name: str, repo_files: dict[str, str], args: list[str]) -> 
     }
 
 
+class LazyRuns(dict):
+    """Each strategy's run is made when a test first asks for it, so ``-k synthesize`` runs one, not five."""
+
+    def __init__(self, makers: dict) -> None:
+        super().__init__()
+        self.makers = makers
+
+    def __missing__(self, name: str) -> dict:
+        self[name] = self.makers[name]()
+        return self[name]
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     base = tmp_path_factory.mktemp("reports")
@@ -65,69 +78,86 @@ def runs(tmp_path_factory):
     ideas.mkdir()
     (ideas / "fast.md").write_text("use a fast path\nSIM[coder]: write fast.txt 1\nSIM[coder]: commit fast path\n")
     (ideas / "slow.md").write_text("use a slow path\nSIM[coder]: write slow.txt 1\nSIM[coder]: commit slow path\n")
-    return {
-        # the key in the prompt is shown in every task's prompt: the report must not show it
-        "best-of-n": _run(
-            base,
-            "bon",
-            {"README.md": "# demo\n"},
-            [SCORED + f"the key is {TEST_KEY}\n", "--strategy", "best-of-n", "-S", "n=3"],
-        ),
-        "tree-beam": _run(
-            base,
-            "tb",
-            {"bench.py": BENCH},
-            [
-                GOAL,
-                "--strategy",
-                "tree-beam",
-                "-S",
-                "eval_command=python3 bench.py",
-                "-S",
-                "primary_metric=throughput",
-                "-S",
-                "ideas_per_node=2",
-                "-S",
-                "max_depth=2",
-                "-S",
-                "beam_width=1",
-            ],
-        ),
-        "evolve": _run(
-            base,
-            "ev",
-            {"README.md": "# demo\n", "keep.txt": "keep\n", "GOALS.yaml": GOALS_YAML},
-            [
-                "keep the project healthy",
-                "--strategy",
-                "evolve",
-                "-S",
-                "goals=GOALS.yaml",
-                "-S",
-                "max_parallel=2",
-                "-S",
-                "max_cycles=4",
-            ],
-        ),
-        "review-loop": _run(
-            base,
-            "rl",
-            {"bench.py": BENCH},
-            [
-                "make the solver faster",
-                "--strategy",
-                "review-loop",
-                "-S",
-                f"ideas={ideas}",
-                "-S",
-                "max_review_rounds=1",
-                "-S",
-                "eval_command=python3 bench.py",
-                "-S",
-                "primary_metric=throughput",
-            ],
-        ),
-    }
+    return LazyRuns(
+        {
+            # the key in the prompt is shown in every task's prompt: the report must not show it
+            "best-of-n": lambda: _run(
+                base,
+                "bon",
+                {"README.md": "# demo\n"},
+                [SCORED + f"the key is {TEST_KEY}\n", "--strategy", "best-of-n", "-S", "n=3"],
+            ),
+            "tree-beam": lambda: _run(
+                base,
+                "tb",
+                {"bench.py": BENCH},
+                [
+                    GOAL,
+                    "--strategy",
+                    "tree-beam",
+                    "-S",
+                    "eval_command=python3 bench.py",
+                    "-S",
+                    "primary_metric=throughput",
+                    "-S",
+                    "ideas_per_node=2",
+                    "-S",
+                    "max_depth=2",
+                    "-S",
+                    "beam_width=1",
+                ],
+            ),
+            "evolve": lambda: _run(
+                base,
+                "ev",
+                {"README.md": "# demo\n", "keep.txt": "keep\n", "GOALS.yaml": GOALS_YAML},
+                [
+                    "keep the project healthy",
+                    "--strategy",
+                    "evolve",
+                    "-S",
+                    "goals=GOALS.yaml",
+                    "-S",
+                    "max_parallel=2",
+                    "-S",
+                    "max_cycles=4",
+                ],
+            ),
+            "review-loop": lambda: _run(
+                base,
+                "rl",
+                {"bench.py": BENCH},
+                [
+                    "make the solver faster",
+                    "--strategy",
+                    "review-loop",
+                    "-S",
+                    f"ideas={ideas}",
+                    "-S",
+                    "max_review_rounds=1",
+                    "-S",
+                    "eval_command=python3 bench.py",
+                    "-S",
+                    "primary_metric=throughput",
+                ],
+            ),
+            "synthesize": lambda: _run(
+                base,
+                "syn",
+                {"calc.py": CALC},
+                [
+                    CANDIDATES + GOOD_SYNTH,
+                    "--strategy",
+                    "synthesize",
+                    "-S",
+                    "n=2",
+                    *APPROACHES,
+                    "-S",
+                    f"test_command={TESTS}",
+                ],
+            ),
+        }
+    )
 
 
 def _events(path: Path) -> list[dict]:
@@ -139,7 +169,7 @@ def _strategy_result(run: dict) -> dict:
     return done["payload"]["result"]
 
 
-@pytest.mark.parametrize("strategy", ["best-of-n", "tree-beam", "evolve", "review-loop"])
+@pytest.mark.parametrize("strategy", ["best-of-n", "tree-beam", "evolve", "review-loop", "synthesize"])
 def test_report_names_every_task_and_branch_and_is_self_contained(runs, strategy):
     run = runs[strategy]
     page = run["html"]
@@ -214,7 +244,24 @@ def test_review_loop_report_shows_rounds_verdicts_and_scores(runs):
     assert "Ideas ranked" in page
 
 
-@pytest.mark.parametrize("strategy", ["best-of-n", "tree-beam", "evolve", "review-loop"])
+def test_synthesize_report_shows_the_synthesis_beside_the_candidates_with_provenance(runs):
+    run = runs["synthesize"]
+    page = run["html"]
+    result = _strategy_result(run)
+    synthesis = result["synthesis"]
+    assert "The synthesis beside the candidates" in page and "Where each hunk of the synthesis came from" in page
+    assert page.count('class="item') == 3 and page.count('badge win">winner') == 1  # synthesis + 2 candidates
+    winning_item = page.split('class="item hi"')[1].split('class="item')[0]
+    assert winning_item.startswith("><h3>synthesis") and synthesis["branch"] in winning_item
+    assert "tests passed" in winning_item and "<summary>diff</summary>" in winning_item
+    table = page.split("Where each hunk of the synthesis came from")[1].split("</table>")[0]
+    cells = re.findall(r"<tr[^>]*><td>([^<]*)</td><td>([^<]*)</td><td>[^<]*</td><td>([^<]*)</td>", table)
+    assert [(f, src) for f, _, src in cells] == [(h["file"], h["source"]) for h in result["provenance"]]
+    assert {src for _, _, src in cells} == {"gen/0", "gen/1", "new"}
+    assert f"Verdict:</strong> {result['verdict']}" in html.unescape(page)
+
+
+@pytest.mark.parametrize("strategy", ["best-of-n", "tree-beam", "evolve", "review-loop", "synthesize"])
 def test_show_run_html_rebuilds_the_same_report_from_the_event_log(runs, strategy):
     run = runs[strategy]
     results = run["root"] / "results" / run["run_id"]
@@ -292,7 +339,7 @@ def test_request_log_sees_a_page_that_reaches_out(browser, tmp_path):
     assert any(u.startswith("http://127.0.0.1:9/") for u in _requests(browser))
 
 
-@pytest.mark.parametrize("strategy", ["best-of-n", "tree-beam", "evolve", "review-loop"])
+@pytest.mark.parametrize("strategy", ["best-of-n", "tree-beam", "evolve", "review-loop", "synthesize"])
 def test_report_loads_offline_without_errors_or_requests(browser, runs, strategy):
     report = runs[strategy]["report"]
     _load(browser, report)
@@ -325,6 +372,33 @@ def test_clicking_a_tree_node_shows_its_detail(browser, runs):
     other.click()
     shown = [d for d in details if d.is_displayed()]
     assert len(shown) == 1 and shown[0].get_attribute("id") == other.get_attribute("data-target")
+    assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
+
+
+def test_the_synthesis_section_in_the_browser_marks_the_selected_synthesis_and_each_hunks_source(browser, runs):
+    from selenium.webdriver.common.by import By
+
+    run = runs["synthesize"]
+    _load(browser, run["report"])
+    (chosen,) = browser.find_elements(By.CSS_SELECTOR, ".compare .item.hi")
+    assert chosen.is_displayed() and chosen.find_element(By.TAG_NAME, "h3").text == "synthesis winner"
+    labels = [i.find_element(By.TAG_NAME, "h3").text for i in browser.find_elements(By.CSS_SELECTOR, ".compare .item")]
+    assert labels == ["synthesis winner", "gen/0", "gen/1"]
+    (table,) = [
+        t
+        for t in browser.find_elements(By.CSS_SELECTOR, ".section-TableSection")
+        if t.find_element(By.TAG_NAME, "h3").text == "Where each hunk of the synthesis came from"
+    ]
+    rows = [
+        [td.text for td in tr.find_elements(By.TAG_NAME, "td")]
+        for tr in table.find_elements(By.CSS_SELECTOR, "tbody tr")
+    ]
+    assert sorted(r[3] for r in rows) == ["gen/0", "gen/1", "new"]
+    (new_row,) = table.find_elements(By.CSS_SELECTOR, "tbody tr.hi")
+    assert new_row.find_elements(By.TAG_NAME, "td")[3].text == "new"
+    # the synthesis's diff opens in place
+    chosen.find_element(By.TAG_NAME, "summary").click()
+    assert "return a * b" in chosen.find_element(By.TAG_NAME, "details").text
     assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
 
 

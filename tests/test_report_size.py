@@ -5,12 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import anyio
+import pytest
 from conftest import git, make_repo
 from engine_helpers import run_engine
 
 from orchestrator.engine.testing import ScriptedRunner, success
+from orchestrator.log.runs import RunDirs, RunManifest
 from orchestrator.report import write_report
-from orchestrator.runs import RunDirs, RunManifest
 
 TASKS = 200
 LINES = 2_500  # per branch: ~40 KB of diff each, ~8 MB for the run before any cut
@@ -53,6 +54,7 @@ def _dirs(tmp_path: Path) -> RunDirs:
     return RunDirs(logs=tmp_path / "logs", state=tmp_path / "state", results=tmp_path / "results")
 
 
+@pytest.mark.slow
 async def test_a_200_task_run_report_stays_under_5_mb_with_long_diffs_cut(tmp_path):
     repo = make_repo(tmp_path / "repo")
     shas = _branches(repo, TASKS)

@@ -12,7 +12,7 @@ import pytest
 from cli_helpers import cli_env, run_cli
 from conftest import TEST_IMAGE, make_repo
 
-from orchestrator.runs import RunDirs, RunManifest, host_claims, now_iso, write_manifest
+from orchestrator.log.runs import RunDirs, RunManifest, host_claims, now_iso, write_manifest
 
 OLD = "2001-01-01T00:00:00.000Z"
 

@@ -9,10 +9,10 @@ import anyio
 import pytest
 from engine_helpers import run_engine
 
+from orchestrator.app.results import _selected_branch
 from orchestrator.engine.testing import ScriptedRunner, failure, success
 from orchestrator.errors import ConfigError
 from orchestrator.naming import short8
-from orchestrator.results import _selected_branch
 from strategies.review_loop import load_ideas, prepare, review_loop
 
 APPROVE = '{"verdict": "APPROVE", "issues": []}'

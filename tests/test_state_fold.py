@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from orchestrator.errors import SnapshotError
-from orchestrator.state import RunState, apply, decode_snapshot, encode_snapshot
+from orchestrator.log.state import RunState, apply, decode_snapshot, encode_snapshot
 
 # keys a bisect over the snapshot's lines must get right: escapes, non-ASCII, a lookalike separator
 KEYS = ["r/s1/k0", "r/s1/k1", 'r/s1/q"uote', "r/s1/back\\slash", "r/s1/é", 'r/s1/x":{"key":', "r/s1/k10", "r/s1/"]

@@ -13,7 +13,7 @@ from engine_helpers import make_config, run_engine
 from orchestrator.engine.engine import Engine
 from orchestrator.engine.testing import ScriptedRunner, failure, success
 from orchestrator.errors import ConfigError
-from orchestrator.eventlog import read_events
+from orchestrator.log.eventlog import read_events
 from orchestrator.strategy_loader import load_strategy, parse_params
 from strategies._json import STRICT_PREFIX
 from strategies.best_of_n import best_of_n

@@ -32,7 +32,7 @@ import pytest
 from conftest import TEST_IMAGE, git
 from docker_harness import run_with_docker
 
-from orchestrator.eventlog import read_events
+from orchestrator.log.eventlog import read_events
 from orchestrator.runner.docker_containers import list_containers, remove_containers, remove_run_volumes
 from strategies.best_of_n import best_of_n
 from strategies.iterative import iterative
@@ -211,7 +211,7 @@ async def test_cli_best_of_n_dry_run_writes_scores_and_summary(tmp_path, git_rep
             [
                 sys.executable,
                 "-m",
-                "orchestrator.cli",
+                "orchestrator.app.cli",
                 "add a README section",
                 "--strategy",
                 "best-of-n",

@@ -13,12 +13,12 @@ STRATEGIES = sorted((Path(__file__).parent.parent / "strategies").glob("*.py"))
 FORBIDDEN = (
     "subprocess",
     "orchestrator.runner",
-    "orchestrator.state",
-    "orchestrator.eventlog",
+    "orchestrator.log.state",
+    "orchestrator.log.eventlog",
     "orchestrator.engine.engine",
     "orchestrator.engine.replay",
-    "orchestrator.launch",
-    "orchestrator.manage",
+    "orchestrator.app.launch",
+    "orchestrator.app.manage",
 )
 
 

@@ -26,7 +26,7 @@ async def strategy(prompt, base_branch, ctx, *, n: Annotated[int, "how many"] = 
 """
 
 
-@pytest.mark.parametrize("name", ["simple", "best-of-n", "iterative", "plan-score-implement"])
+@pytest.mark.parametrize("name", ["simple", "best-of-n", "iterative", "plan-score-implement", "synthesize"])
 def test_builtin_names_load_with_their_display_name(name):
     loaded = load_strategy(name)
     assert loaded.name == name and loaded.spec == name

@@ -11,7 +11,7 @@ from cli_helpers import cli_env, only_run_id, run_cli
 from conftest import TEST_IMAGE, make_repo
 from rich.console import Console
 
-from orchestrator.eventlog import read_events
+from orchestrator.log.eventlog import read_events
 from tui.dashboard import Dashboard
 from tui.model import fmt_progress
 
@@ -152,6 +152,6 @@ def test_evolve_run_publishes_its_progress_to_the_log_console_and_dashboard(tmp_
     }
     assert "s1: [STRATEGY] cycle 1/3 · goals 1/1 passing · stopped: all-passing" in result.stdout
     assert "cycle 1/3 · goals 1/1 passing · stopped: all-passing" in dashboard_text(tmp_path, run_id)
-    from orchestrator.events import Progress
+    from orchestrator.log.events import Progress
 
     assert fmt_progress(Progress(**records[-1])) == "cycle 1/3 · goals 1/1 passing · stopped: all-passing"

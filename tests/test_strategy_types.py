@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 from conftest import REPO_ROOT
 from engine_helpers import run_engine
 
@@ -103,6 +104,7 @@ def mypy(*paths, cwd):
     return proc.stdout
 
 
+@pytest.mark.slow
 def test_mypy_completes_result_keys_and_flags_misspelt_ones(tmp_path):
     (tmp_path / "good_strategy.py").write_text(GOOD)
     (tmp_path / "bad_strategy.py").write_text(BAD)
@@ -184,7 +186,7 @@ def test_the_public_module_exports_what_a_strategy_needs():
                 "AggregateTaskFailed", "NoViableCandidates", "KeyConflictDifferentFingerprint", "StrategyError",
                 "StrategyErrors", "ConfigError", "strategy_options", "replay_strategy", "ReplayOutcome", "ReplayError"}
         # what the import alone loaded, before the lazy replay exports are touched
-        print(sorted(m for m in ("docker", "orchestrator.cli", "orchestrator.engine.engine") if m in sys.modules))
+        print(sorted(m for m in ("docker", "orchestrator.app.cli", "orchestrator.engine.engine") if m in sys.modules))
         print(sorted(need - set(s.__all__)), sorted(n for n in s.__all__ if not hasattr(s, n)))
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

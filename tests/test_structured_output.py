@@ -11,8 +11,8 @@ import json
 
 import pytest
 
+from orchestrator.engine.fingerprint import TaskDefaults, fingerprint, normalize_task
 from orchestrator.errors import ConfigError
-from orchestrator.fingerprint import TaskDefaults, fingerprint, normalize_task
 from orchestrator.runner import structured
 from orchestrator.runner.types import InstanceRequest
 from runner_plugins.claude_code import PLUGIN as CLAUDE
@@ -245,7 +245,7 @@ async def test_a_run_recorded_before_structured_answers_resumes_with_free_text_t
     from engine_helpers import run_engine
 
     from orchestrator.engine.testing import ScriptedRunner, success
-    from orchestrator.runs import RunDirs, RunManifest, read_manifest, write_manifest
+    from orchestrator.log.runs import RunDirs, RunManifest, read_manifest, write_manifest
     from strategies._scoring import score_with_repair
 
     dirs = RunDirs(logs=tmp_path / "logs", state=tmp_path / "state", results=tmp_path / "results")

@@ -17,7 +17,7 @@ from conftest import TEST_IMAGE, git, make_repo
 from docker_harness import run_with_docker
 from tree_checks import validate_tree
 
-from orchestrator.eventlog import read_events
+from orchestrator.log.eventlog import read_events
 from orchestrator.runner import delete_run_branches
 from strategies.tree_beam import tree_beam
 from strategies.tree_beam_report import listed_branches, render_tree_report
@@ -122,7 +122,7 @@ async def run_until(tmp_path, repo, key_suffix):
     from conftest import TEST_IMAGE
 
     from orchestrator.engine.engine import Engine, EngineConfig
-    from orchestrator.fingerprint import TaskDefaults
+    from orchestrator.engine.fingerprint import TaskDefaults
     from orchestrator.runner import AuthConfig, DockerRunner, RetryConfig
 
     cfg = EngineConfig(

@@ -9,8 +9,8 @@ import anyio
 import orjson
 import pytest
 
-from orchestrator.eventlog import read_events
-from orchestrator.events import to_dict
+from orchestrator.log.eventlog import read_events
+from orchestrator.log.events import to_dict
 from orchestrator.naming import display_ids
 from tui.console import format_event, stream_console
 from tui.synthetic import synthetic_run, write_run
@@ -280,7 +280,7 @@ def test_a_start_line_leaves_out_unset_parameters_and_never_cuts_a_name():
 
 
 def test_the_final_summary_leaves_out_unset_parameters(tmp_path):
-    from orchestrator.results import render_summary
+    from orchestrator.app.results import render_summary
 
     summary = {
         "run_id": "run_x",

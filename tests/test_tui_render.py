@@ -11,9 +11,9 @@ import anyio
 import pytest
 from rich.console import Console
 
-from orchestrator.eventlog import read_events
-from orchestrator.events import encode_line, utc_ts
-from orchestrator.state import FAILED, RUNNING, load_snapshot
+from orchestrator.log.eventlog import read_events
+from orchestrator.log.events import encode_line, utc_ts
+from orchestrator.log.state import FAILED, RUNNING, load_snapshot
 from tui.dashboard import ENV_FORCE_MODE, Dashboard, choose_mode, render, run_dashboard
 from tui.model import RunModel
 from tui.synthetic import SynthEvent, synthetic_run, write_run
@@ -344,7 +344,7 @@ async def test_more_executions_than_fit_are_folded_into_one_line(tmp_path):
 
 def test_health_line_shows_running_tasks_per_docker_host():
     """With runner.hosts, task.started carries host: the health line counts running tasks per host."""
-    from orchestrator.events import TASK_STARTED
+    from orchestrator.log.events import TASK_STARTED
 
     run_id = "run_hosts"
     model = RunModel(run_id)
@@ -373,7 +373,7 @@ def test_health_line_has_no_hosts_without_them(tmp_path):
 
 def _hosts_model(run_id: str, placed: list[str]):
     """A run over hosts local:2 and b:2 with tasks placed as ``placed`` says (by task index)."""
-    from orchestrator.events import HOSTS_STATUS, TASK_STARTED
+    from orchestrator.log.events import HOSTS_STATUS, TASK_STARTED
 
     model = RunModel(run_id)
     n = 0
@@ -406,7 +406,7 @@ def _health_line(model) -> str:
 def test_health_line_shows_free_slots_and_a_down_host_from_hosts_status_events():
     """hosts.status gives each host's slots and whether it is down; task.session with a host
     (its host went away) moves the task's count to the host it now runs on."""
-    from orchestrator.events import HOSTS_STATUS, TASK_SESSION
+    from orchestrator.log.events import HOSTS_STATUS, TASK_SESSION
 
     model, n = _hosts_model("run_hosts_status", ["local", "b", "b", "local"])
     running = {
@@ -456,8 +456,8 @@ def test_health_line_shows_free_slots_and_a_down_host_from_hosts_status_events()
 
 
 def test_hosts_status_survives_a_snapshot_and_a_resume_replaces_the_set():
-    from orchestrator.events import HOSTS_STATUS
-    from orchestrator.state import decode_snapshot, encode_snapshot
+    from orchestrator.log.events import HOSTS_STATUS
+    from orchestrator.log.state import decode_snapshot, encode_snapshot
 
     model, n = _hosts_model("run_hosts_snap", ["local", "b"])
     again = decode_snapshot(encode_snapshot(model.state))
@@ -473,7 +473,7 @@ def test_the_header_marks_a_dry_run_and_start_up_warnings_stay_in_the_footer():
     """A start-up warning is printed before the dashboard takes the screen: it used to scroll away
     while the footer said 'no warnings'. The header had no DRY RUN marker and showed unset
     parameters as model=None."""
-    from orchestrator.events import RUN_STARTED
+    from orchestrator.log.events import RUN_STARTED
 
     model = RunModel("run_dry")
     first = "/repo has uncommitted changes; agents start from the last commit of main"
@@ -505,7 +505,7 @@ def test_a_long_parameter_line_is_cut_between_parameters_never_mid_name():
 
 def test_the_header_shows_the_spend_against_the_cap_from_the_budget_events():
     """Issue 29: the dashboard reads the spending cap and the live spend from state alone (budget.* events)."""
-    from orchestrator.events import BUDGET_CAP, BUDGET_REACHED, BUDGET_SPEND
+    from orchestrator.log.events import BUDGET_CAP, BUDGET_REACHED, BUDGET_SPEND
 
     model = RunModel("run_cap")
     model.feed_raw(BUDGET_CAP, "", None, {"max_cost_usd": 0.5, "max_tokens": None, "on_reached": "finish"}, 0, utc_ts())

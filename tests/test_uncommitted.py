@@ -134,8 +134,8 @@ def test_review_tasks_that_never_import_are_untouched(tmp_path):
 
 
 def test_the_uncommitted_policy_does_not_change_recorded_fingerprints():
+    from orchestrator.engine.fingerprint import TaskDefaults, fingerprint, normalize_task
     from orchestrator.errors import ConfigError
-    from orchestrator.fingerprint import TaskDefaults, fingerprint, normalize_task
 
     def fp(task):
         return fingerprint(normalize_task(task, TaskDefaults(), default_base_branch="main"))

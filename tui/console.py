@@ -29,8 +29,8 @@ from typing import Any, Literal, TextIO
 import anyio
 import orjson
 
-from orchestrator.eventlog import subscribe
-from orchestrator.events import (
+from orchestrator.log.eventlog import subscribe
+from orchestrator.log.events import (
     STRATEGY_COMPLETED,
     STRATEGY_PROGRESS,
     STRATEGY_STARTED,

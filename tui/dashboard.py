@@ -1,7 +1,7 @@
 """The live dashboard: renderables over a :class:`~tui.model.RunModel`, and the loops that drive it.
 
 Three loops share one model, so that folding events never waits for drawing: the event tail (file notifications
-through :func:`orchestrator.eventlog.subscribe`) folds events in as they land;
+through :func:`orchestrator.log.eventlog.subscribe`) folds events in as they land;
 a reconciliation loop reads ``state.json`` every 3 s; the render loop ticks at ``refresh_hz`` and only reads the model.
 A tick rebuilds the frame when the model changed or the displayed second moved
 and otherwise leaves the screen alone, so an idle 500-task run costs almost no
@@ -31,8 +31,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from orchestrator.eventlog import subscribe
-from orchestrator.state import (
+from orchestrator.log.eventlog import subscribe
+from orchestrator.log.state import (
     COMPLETED,
     FAILED,
     INTERRUPTED,

@@ -1,6 +1,6 @@
 """The dashboard's in-memory model of one run, fed by events and reconciled from snapshots.
 
-The model is the run's :class:`~orchestrator.state.RunState` (the same pure fold
+The model is the run's :class:`~orchestrator.log.state.RunState` (the same pure fold
 the engine keeps) plus a few display-only extras per task: the activity line,
 cached epoch timestamps and the artifact's line counts. Feeding an event never
 renders anything; the render loop reads the model on its own clock, so a burst of events costs folds, not frames.
@@ -22,7 +22,7 @@ from typing import Any
 
 import msgspec
 
-from orchestrator.events import (
+from orchestrator.log.events import (
     STRATEGY_STARTED,
     TASK_COMPLETED,
     TASK_FAILED,
@@ -33,7 +33,7 @@ from orchestrator.events import (
     Event,
     Progress,
 )
-from orchestrator.state import COMPLETED, FAILED, INTERRUPTED, PENDING, RUNNING, RunState, TaskState, apply
+from orchestrator.log.state import COMPLETED, FAILED, INTERRUPTED, PENDING, RUNNING, RunState, TaskState, apply
 
 ACTIVITY_LIMIT = 240  # characters of a final message or error kept for the activity line
 

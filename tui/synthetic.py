@@ -22,8 +22,8 @@ from typing import Any, NamedTuple
 
 import anyio
 
-from orchestrator.eventlog import EventLog
-from orchestrator.events import (
+from orchestrator.log.eventlog import EventLog
+from orchestrator.log.events import (
     STRATEGY_COMPLETED,
     STRATEGY_STARTED,
     TASK_COMPLETED,
@@ -31,8 +31,8 @@ from orchestrator.events import (
     TASK_SCHEDULED,
     TASK_STARTED,
 )
+from orchestrator.log.state import RunState, apply, encode_snapshot, write_snapshot_bytes
 from orchestrator.naming import branch_name, container_name, instance_id
-from orchestrator.state import RunState, apply, encode_snapshot, write_snapshot_bytes
 
 
 class SynthEvent(NamedTuple):

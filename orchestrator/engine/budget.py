@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from .. import events as E
+from ..log import events as E
 
 # USD per token (input, output) used to price live usage lines when the
 # configuration has no ``pricing`` entry for the model: Claude Sonnet's list

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar, cast
 import anyio
 
 from ..errors import AggregateTaskFailed, BudgetReached, StrategyErrors, TaskFailed
-from ..events import progress_record
+from ..log.events import progress_record
 from .task_types import (
     BranchCleanupResult,
     BranchCleanupTask,
@@ -346,7 +346,7 @@ class StrategyContext:
     ) -> None:
         """Publish where this execution has got to: a ``strategy.progress`` event the TUI shows.
 
-        The fields are those of :class:`orchestrator.events.Progress`. It is an
+        The fields are those of :class:`orchestrator.log.events.Progress`. It is an
         output, not a recorded input: it changes no key or fingerprint, and a resumed
         run may publish it again.
         """

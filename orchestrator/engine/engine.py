@@ -1,7 +1,7 @@
 """The durable engine: schedules tasks, records every step, replays on resume.
 
 One :class:`Engine` drives one run. It owns the event log writer, the folded
-:class:`~orchestrator.state.RunState`, the max-parallel pool and the snapshot
+:class:`~orchestrator.log.state.RunState`, the max-parallel pool and the snapshot
 task, and it talks to the runner layer only through the
 :class:`~orchestrator.runner.base.TaskRunner` protocol.
 
@@ -27,7 +27,6 @@ import anyio
 import msgspec
 import orjson
 
-from .. import events as E
 from ..errors import (
     BudgetReached,
     ConfigError,
@@ -35,17 +34,18 @@ from ..errors import (
     RunnerError,
     StrategyError,
 )
-from ..eventlog import EventLog, iter_lines
-from ..events import decode_line
-from ..fingerprint import TaskDefaults, fingerprint, normalize_task
 from ..jsonlog import ComponentLog
+from ..log import events as E
+from ..log.eventlog import EventLog, iter_lines
+from ..log.events import decode_line
+from ..log.state import COMPLETED, FAILED, RunState, apply, encode_snapshot, recover, write_snapshot_bytes
 from ..naming import branch_name, container_name, instance_id, short8
 from ..runner import check_model, supports_resume
 from ..runner.base import TaskRunner
 from ..runner.types import ContainerLimits, InstanceRequest, RunnerResult
-from ..state import COMPLETED, FAILED, RunState, apply, encode_snapshot, recover, write_snapshot_bytes
 from .budget import Budget, BudgetCap, is_agent_task
 from .context import Handle, StrategyContext
+from .fingerprint import TaskDefaults, fingerprint, normalize_task
 from .task_types import RetryPolicy, RetryPolicyDict
 
 StrategyFn = Callable[..., Awaitable[Any]]

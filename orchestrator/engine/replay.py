@@ -38,10 +38,10 @@ import anyio.lowlevel
 import msgspec
 
 from ..errors import BudgetReached, StrategyErrors, TaskFailed
-from ..eventlog import iter_lines
-from ..events import Progress, decode_line, progress_record
 from ..jsonlog import ComponentLog
-from ..state import COMPLETED, FAILED, RunState, replay
+from ..log.eventlog import iter_lines
+from ..log.events import Progress, decode_line, progress_record
+from ..log.state import COMPLETED, FAILED, RunState, replay
 from .context import collect_outcomes
 from .engine import StrategyFn, task_result_from_payload
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import types
 from pathlib import Path
 
-from ..runs import RunDirs, RunManifest
+from ..log.runs import RunDirs, RunManifest
 from .render import render_report
 
 __all__ = ["report_path", "write_report"]
@@ -28,7 +28,7 @@ def write_report(dirs: RunDirs, manifest: RunManifest, *, module: types.ModuleTy
     async code. ``module`` is the strategy's module when the caller has it
     loaded; otherwise it is loaded from the manifest's strategy spec.
     """
-    from ..state import write_snapshot_bytes
+    from ..log.state import write_snapshot_bytes
 
     data = render_report(dirs, manifest, module=module)
     target = report_path(dirs, manifest.run_id)

@@ -15,8 +15,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ..eventlog import read_events
-from ..events import (
+from ..log.eventlog import read_events
+from ..log.events import (
     STRATEGY_COMPLETED,
     STRATEGY_STARTED,
     TASK_COMPLETED,
@@ -25,8 +25,8 @@ from ..events import (
     TASK_SCHEDULED,
     TASK_STARTED,
 )
+from ..log.runs import RunDirs, RunManifest
 from ..runner.git_cmd import run_git
-from ..runs import RunDirs, RunManifest
 
 # A report must open quickly and stay small: one diff over this is cut with a
 # note, and once all diffs together pass the run budget the rest are left out.

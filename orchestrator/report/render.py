@@ -15,12 +15,12 @@ from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import DiffLexer
 
-from ..runs import RunDirs, RunManifest
+from ..log.runs import RunDirs, RunManifest
 from ..sanitize import default_sanitizer
-from ..selection import UNFINISHED, claims, selection, unheld_branches, verdict
 from .charts import line_chart_svg, timeline_svg
 from .data import RUN_DIFF_HTML_BUDGET, collect_diffs, gather
 from .sections import InvalidSection, commits_of, validate
+from .selection import UNFINISHED, claims, selection, unheld_branches, verdict
 from .spend import spend_chart_svg, spend_over_time
 
 _FORMATTER = HtmlFormatter(cssclass="hl", nowrap=False)
@@ -126,7 +126,7 @@ def render_report(dirs: RunDirs, manifest: RunManifest, *, module: types.ModuleT
     scrub = default_sanitizer().scrub
     hook, note = _strategy_module(manifest, module)
     executions = []
-    # The same choice the console summary and summary.json report (orchestrator.selection).
+    # The same choice the console summary and summary.json report (orchestrator.report.selection).
     ordered = sorted(data["executions"].items(), key=lambda kv: kv[0])
     pairs = claims(manifest.status, [(ex["status"], ex["result"]) for _, ex in ordered], manifest.base_branch)
     unheld = unheld_branches(manifest.repo_path, pairs)

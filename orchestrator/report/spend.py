@@ -6,8 +6,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ..eventlog import read_events
-from ..events import BUDGET_CAP, BUDGET_REACHED, BUDGET_SPEND
+from ..log.eventlog import read_events
+from ..log.events import BUDGET_CAP, BUDGET_REACHED, BUDGET_SPEND
 from .charts import line_chart_svg
 from .sections import Series
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .errors import PreflightError
-from .runner.types import AuthConfig
+from ..errors import PreflightError
+from ..runner.types import AuthConfig
 
 
 def resolve_auth(environ: dict[str, str], *, plugin: str, mode: str | None = None, dry_run: bool = False) -> AuthConfig:

@@ -36,8 +36,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .cli_pins import CLIS, PINS_FILE, installed_version, mismatches, read_pins
-from .errors import PreflightError
+from ..errors import PreflightError
+from .pins import CLIS, PINS_FILE, installed_version, mismatches, read_pins
 
 LABEL_KEY = "org.orchestrator.inputs-sha256"
 LOCAL_BASE = "orchestrator-base:bookworm"
@@ -48,7 +48,8 @@ _SKIP_PARTS = {"__pycache__", ".pytest_cache"}
 
 def source_dir() -> Path:
     """Where the Dockerfile and ``docker/`` are: package data when installed, the checkout otherwise."""
-    pkg = Path(__file__).resolve().parent
+    # the orchestrator package: an installed wheel keeps the sources in orchestrator/_image/
+    pkg = Path(__file__).resolve().parent.parent
     for candidate in (pkg / "_image", pkg.parent):
         if (candidate / "Dockerfile").is_file() and (candidate / "docker").is_dir():
             return candidate
@@ -317,7 +318,7 @@ def build_image(image: str = "claude-code", *, test_image: str | None = None) ->
                 force=force,
                 verbose=verbose,
             )
-    from .image_tools import probe_tools
+    from .tools import probe_tools
 
     # A new image id is probed anyway (the cache is per id); refresh covers a forced rebuild.
     tools = probe_tools(image, refresh=built)

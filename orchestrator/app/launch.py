@@ -22,22 +22,15 @@ from typing import Any, TypeVar, cast
 import anyio
 import msgspec
 
-from . import run_budget
-from .auth import resolve_auth
-from .config import Config, LoadedConfig, deep_merge, load_config, redacted
-from .engine.determinism import Reporter, guard_module
-from .engine.engine import Engine, EngineConfig, auto_parallel
-from .errors import ConfigError, GitError, PreflightError, RunLockedError, UsageError
-from .fingerprint import TaskDefaults
-from .image_tools import check_tools, required_tools
-from .jsonlog import ComponentLog
-from .jsonlog import configure as configure_logs
-from .retention import record_owner
-from .runner import AuthConfig, DockerRunner, Hardening, RetryConfig
-from .runner.docker_containers import docker_available, image_exists
-from .runner.git_ops import validate_repository, workspace_root
-from .runner.plugin import get_plugin
-from .runs import (
+from ..agent_image.tools import check_tools, required_tools
+from ..config import Config, LoadedConfig, deep_merge, load_config, redacted
+from ..engine.determinism import Reporter, guard_module
+from ..engine.engine import Engine, EngineConfig, auto_parallel
+from ..engine.fingerprint import TaskDefaults
+from ..errors import ConfigError, GitError, PreflightError, RunLockedError, UsageError
+from ..jsonlog import ComponentLog
+from ..jsonlog import configure as configure_logs
+from ..log.runs import (
     RUN_LOCK_LABEL,
     RUN_MANIFEST_LABEL,
     RunDirs,
@@ -49,8 +42,15 @@ from .runs import (
     read_manifest,
     write_manifest,
 )
-from .sanitize import SECRET_ENV_VARS, default_sanitizer
-from .strategy_loader import LoadedStrategy, load_strategy, parse_params
+from ..runner import AuthConfig, DockerRunner, Hardening, RetryConfig
+from ..runner.docker_containers import docker_available, image_exists
+from ..runner.git_ops import validate_repository, workspace_root
+from ..runner.plugin import get_plugin
+from ..sanitize import SECRET_ENV_VARS, default_sanitizer
+from ..strategy_loader import LoadedStrategy, load_strategy, parse_params
+from . import run_budget
+from .auth import resolve_auth
+from .retention import record_owner
 
 MAX_PROMPT_BYTES = 10 * 1024 * 1024
 
@@ -102,7 +102,7 @@ def _cli_overrides(args) -> dict[str, Any]:
     if getattr(args, "no_devcontainer", None):
         put("environment", "devcontainer", False)
     if getattr(args, "docker_hosts", None):
-        from .runner.hosts import parse_host_flag
+        from ..runner.hosts import parse_host_flag
 
         put("runner", "hosts", [parse_host_flag(text) for text in args.docker_hosts])
     put("runner", "sync_image", getattr(args, "sync_image", None))
@@ -171,14 +171,14 @@ def _check_disk(path: Path, config: Config, warnings: list[str]) -> None:
 
 
 def _host_specs(config: Config):
-    from .runner.hosts import resolve_hosts
+    from ..runner.hosts import resolve_hosts
 
     return resolve_hosts(config.runner.hosts)
 
 
 async def _check_hosts(config: Config, image: str) -> None:
-    from .runner.images import preflight_images
-    from .runner.transport import transport_warnings
+    from ..runner.images import preflight_images
+    from ..runner.transport import transport_warnings
 
     specs = await anyio.to_thread.run_sync(_host_specs, config)
     # Every start and every resume says it again: accepting the risk once is not
@@ -214,7 +214,7 @@ def _check_plugin(plugin_name: str, model: str, strategy: LoadedStrategy):
     plugin = get_plugin(plugin_name)
     models = plugin.known_models()
     if models is not None and model not in models:
-        from .strategy_loader import did_you_mean
+        from ..strategy_loader import did_you_mean
 
         names = ", ".join(sorted(k for k in models if "-" not in k)) or ", ".join(sorted(models))
         guess = did_you_mean(model, sorted(models))
@@ -367,8 +367,8 @@ async def _prepare(args, loaded: LoadedConfig, docker: _EarlyCheck) -> Prepared:
 
 async def _environment_image(config: Config, repo: str, base_commit: str, *, dry_run: bool) -> str:
     """The image every container of the run uses: the project's environment when it has one."""
-    from . import environment
-    from .image import cache_dir
+    from ..agent_image import environment
+    from ..agent_image.build import cache_dir
 
     env = config.environment
     spec = await anyio.to_thread.run_sync(
@@ -446,7 +446,7 @@ async def _exclude_output_folders(repo: str, dirs: RunDirs) -> None:
     So ``git status`` (the user's, and the next run's clean-tree check) never
     shows them; ``.git/info/exclude`` is never committed, unlike ``.gitignore``.
     """
-    from .runner.git_ops import exclude_locally
+    from ..runner.git_ops import exclude_locally
 
     try:
         await anyio.to_thread.run_sync(exclude_locally, repo, (dirs.logs, dirs.state, dirs.results))
@@ -494,7 +494,7 @@ def check_resume_flags(args) -> None:
 
 def _resumed_config(dirs: RunDirs, manifest: RunManifest, current: LoadedConfig) -> LoadedConfig:
     """The recorded configuration, with today's settings only where they cannot change a result."""
-    from .config import PLACEMENT_KEYS, PRESENTATION_SECTIONS, RESUME_SECTIONS, changed_keys, recorded_config
+    from ..config import PLACEMENT_KEYS, PRESENTATION_SECTIONS, RESUME_SECTIONS, changed_keys, recorded_config
 
     if not manifest.config:  # a manifest from before configurations were recorded
         return current
@@ -558,7 +558,7 @@ async def resume(args) -> int:
         loaded.config, plugin_name=manifest.plugin, model=manifest.model, mode=manifest.mode, auth=auth
     )
     if manifest.status == run_budget.BUDGET_REACHED:
-        from .state import recover
+        from ..log.state import recover
 
         recorded = recover(manifest.run_id, dirs.events(manifest.run_id), [dirs.state / manifest.run_id / "state.json"])
         run_budget.check_resume(loaded.config, recorded.budget, manifest.run_id)
@@ -600,9 +600,9 @@ async def resume(args) -> int:
 
 async def _already_finished(dirs: RunDirs, manifest: RunManifest, output: str) -> int:
     """``--resume`` of a run that finished: one line saying so, then its summary; nothing runs again."""
+    from ..log.state import recover
+    from ..report.selection import unheld_branches
     from .results import build_summary, render_summary, selection_claims
-    from .selection import unheld_branches
-    from .state import recover
 
     run_id = manifest.run_id
     state = recover(
@@ -632,8 +632,8 @@ async def _report_resume_plan(dirs: RunDirs, manifest: RunManifest, supports_res
     it is gone), with its session when it reported one; a task whose workspace
     is gone starts afresh.
     """
-    from .runner.git_ops import workspace_path
-    from .state import INTERRUPTED, RUNNING, recover
+    from ..log.state import INTERRUPTED, RUNNING, recover
+    from ..runner.git_ops import workspace_path
 
     state = recover(
         manifest.run_id,
@@ -792,8 +792,8 @@ def _make_runner(prep: Prepared, log_dir: Path, olog: ComponentLog, stop_run=Non
 
     if not config.runner.hosts:
         return make()
-    from .runner.hosts import MultiHostRunner
-    from .runner.transport import transport_warnings
+    from ..runner.hosts import MultiHostRunner
+    from ..runner.transport import transport_warnings
 
     specs = _host_specs(config)
     olog.info(
@@ -820,8 +820,8 @@ def _make_runner(prep: Prepared, log_dir: Path, olog: ComponentLog, stop_run=Non
 
 
 async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resume_fresh: bool) -> int:
+    from ..report.selection import unheld_branches
     from .results import export, render_summary, selection_claims
-    from .selection import unheld_branches
 
     run_id = manifest.run_id
     log_dir = dirs.logs / run_id
@@ -875,7 +875,7 @@ async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resum
         runner,
         log=olog,
     )
-    from .events import RUN_STARTED
+    from ..log.events import RUN_STARTED
 
     # The dashboard reads only events and state: what this start printed before it
     # took the screen (a dry run, the start-up warnings) stays visible there.
@@ -890,7 +890,7 @@ async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resum
     if hasattr(runner, "status_table"):
         # The dashboard reads only events and state: the hosts, their slots and
         # which are down reach it as hosts.status events.
-        from .events import HOSTS_STATUS
+        from ..log.events import HOSTS_STATUS
 
         engine.note_run_event(HOSTS_STATUS, {"hosts": runner.status_table()})
         runner.on_status = lambda table: engine.note_run_event(HOSTS_STATUS, {"hosts": table})
@@ -992,7 +992,7 @@ async def _delete_unneeded_branches(prep, dirs: RunDirs, run_id: str, state, olo
     hook = getattr(prep.strategy.module, "branches_to_delete", None)
     if hook is None:
         return
-    from .runner import delete_run_branches
+    from ..runner import delete_run_branches
 
     try:
         names = list(hook(output_dir=dirs.results / run_id / "strategy_output", state=state) or [])
@@ -1014,7 +1014,7 @@ async def _delete_unneeded_branches(prep, dirs: RunDirs, run_id: str, state, olo
 
 async def _write_report(dirs: RunDirs, manifest: RunManifest, module, olog: ComponentLog):
     """Write results/<run_id>/report.html; a report that cannot be written never fails the run."""
-    from .report import write_report
+    from ..report import write_report
 
     try:
         return await anyio.to_thread.run_sync(lambda: write_report(dirs, manifest, module=module))
@@ -1106,7 +1106,7 @@ async def _watch_signals_until(
 
 
 async def _stop_containers(run_id: str, olog: ComponentLog) -> None:
-    from .runner.docker_containers import stop_run_containers
+    from ..runner.docker_containers import stop_run_containers
 
     try:
         with anyio.fail_after(15):

@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .errors import GitError
+from ..errors import GitError
 
 # Run states in which nothing is decided yet: the strategy may still pick another branch.
 UNFINISHED = ("interrupted", "running", "live")
@@ -120,7 +120,7 @@ def unheld_branches(repo_path: str | os.PathLike[str], pairs: list[tuple[str, st
     that is gone, or no longer contains the commit the run recorded, is no
     advice to merge.
     """
-    from .runner.git_cmd import check_branch_name, run_git
+    from ..runner.git_cmd import check_branch_name, run_git
 
     if not pairs:
         return {}

@@ -14,8 +14,8 @@ from typing import Any
 
 import msgspec
 
-from .errors import ConfigError
-from .naming import jcs_sha256
+from ..errors import ConfigError
+from ..naming import jcs_sha256
 
 SCHEMA_VERSION = "1"
 
@@ -159,8 +159,8 @@ def normalize_task(task: Mapping[str, Any], defaults: TaskDefaults, *, default_b
 
 
 def _check_output_schema(schema: Any, plugin: str) -> None:
-    from .runner.plugin import get_plugin
-    from .runner.structured import check_schema
+    from ..runner.plugin import get_plugin
+    from ..runner.structured import check_schema
 
     check_schema(schema)
     if plugin in PLUGIN_NAMES and not get_plugin(plugin).capabilities.supports_output_schema:

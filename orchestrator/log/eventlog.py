@@ -27,7 +27,7 @@ import anyio
 import msgspec
 import orjson
 
-from .errors import RunLockedError
+from ..errors import RunLockedError
 from .events import EVENT_TYPES, Event, decode_line, encode_line, new_event_id, utc_ts
 
 LOCK_SUFFIX = ".lock"

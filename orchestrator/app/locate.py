@@ -3,7 +3,7 @@
 A run is written under the directory it was started from (or the
 ``ORCHESTRATOR_*_DIR`` overrides), which need not be the repository it works
 on. Each run records its directories host-wide next to its run-id claim
-(:func:`orchestrator.retention.record_owner`), so a run is found by its id from
+(:func:`orchestrator.app.retention.record_owner`), so a run is found by its id from
 anywhere, and ``--repo PATH`` finds a repository's runs wherever they were
 started. After ``--cleanup-run`` only the logs and results are left; a copy of
 the manifest kept with the logs lets ``--show-run`` still read them.
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import msgspec
 
-from .errors import UsageError
-from .runs import RunDirs, RunManifest, host_claims, list_run_ids, read_manifest
+from ..errors import UsageError
+from ..log.runs import RunDirs, RunManifest, host_claims, list_run_ids, read_manifest
 
 KEPT_MANIFEST = "run.json"  # in logs/<run_id>/ after --cleanup-run
 
@@ -60,8 +60,8 @@ def repository_dirs(repo: str) -> RunDirs:
 
 
 def repository_top(repo: str) -> Path:
-    from .errors import PreflightError
-    from .runner.git_ops import open_repository
+    from ..errors import PreflightError
+    from ..runner.git_ops import open_repository
 
     try:
         return open_repository(repo)[0]

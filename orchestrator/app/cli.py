@@ -11,7 +11,7 @@ import argparse
 import sys
 from typing import NoReturn
 
-from .errors import OrchestratorError, RunLockedError, UsageError
+from ..errors import OrchestratorError, RunLockedError, UsageError
 
 EPILOG = """\
 examples:
@@ -22,7 +22,7 @@ examples:
   orchestrator --resume run_20250114_123456
   orchestrator --list-runs
 
-strategies: simple, best-of-n, iterative, plan-score-implement, tree-beam, evolve, review-loop,
+strategies: simple, best-of-n, iterative, plan-score-implement, tree-beam, evolve, review-loop, synthesize,
 or a file (./my_strategy.py[:func]) or module (pkg.mod:func). See their parameters with
   orchestrator --help-strategy NAME
 
@@ -220,8 +220,8 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.test_image and not args.build_image:
         raise UsageError("--test-image only works together with --build-image")
     if args.build_image:
-        from .config import load_config
-        from .image import build_image
+        from ..agent_image.build import build_image
+        from ..config import load_config
 
         image = args.docker_image or load_config(config_file=args.config, cli_overrides={}).config.runner.docker_image
         build_image(image, test_image=args.test_image)
@@ -251,7 +251,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.show_run:
         return anyio.run(manage.show_run, args.show_run, args.follow, args.repo)
     if args.check_hosts or args.cleanup_run or args.clean_containers:
-        from .config import load_config
+        from ..config import load_config
 
         config = load_config(config_file=args.config, cli_overrides=launch._cli_overrides(args)).config
         if args.check_hosts:

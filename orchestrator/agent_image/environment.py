@@ -51,8 +51,8 @@ from typing import Any
 
 import msgspec
 
-from .errors import ConfigError, OrchestratorError
-from .runner.types import SEED_LABEL
+from ..errors import ConfigError, OrchestratorError
+from ..runner.types import SEED_LABEL
 
 DEVCONTAINER_PATHS = (".devcontainer/devcontainer.json", ".devcontainer.json")
 LIFECYCLE = ("onCreateCommand", "updateContentCommand", "postCreateCommand")
@@ -399,7 +399,7 @@ def build(
     log_dir: Path,
 ) -> str:
     """Build (or find cached) the environment image for ``spec`` at ``commit``; its name."""
-    from .image import source_dir
+    from .build import source_dir
 
     log_dir.mkdir(parents=True, exist_ok=True)
     agent_id = _image_id(agent_image)
@@ -475,7 +475,7 @@ def _build_user_image(
     # The context is the base commit's tree, not the working tree: every
     # task starts from that commit, and uncommitted files never leave the host.
     archive = _git(repo, "archive", "--format=tar", f"{commit}:{context}" if context else commit).stdout
-    cmd = ["docker", "build", "-f", rel, "-t", tag, "--label", "orchestrator.environment=base"]
+    cmd = ["docker", "build", "-f", rel, "-t", tag, "--label", "orchestrator.agent_image.environment=base"]
     for k, v in sorted(spec.build_args.items()):
         cmd += ["--build-arg", f"{k}={v}"]
     if spec.target:
@@ -521,7 +521,7 @@ def _build_layer(
                 "--build-arg",
                 f"AGENT_IMAGE={agent_image}",
                 "--label",
-                "orchestrator.environment=layer",
+                "orchestrator.agent_image.environment=layer",
                 tmp,
             ],
             prefix="  layer| ",
@@ -587,7 +587,7 @@ def _run_setup(
         "--workdir",
         WORKSPACE,
         "--label",
-        "orchestrator.environment=setup",
+        "orchestrator.agent_image.environment=setup",
         "--entrypoint",
         "sleep",
         base,
@@ -659,7 +659,7 @@ def _run_setup(
             "--change",
             f"LABEL {INPUTS_LABEL}={digest}",
             "--change",
-            "LABEL orchestrator.environment=image",
+            "LABEL orchestrator.agent_image.environment=image",
             *seed_label,
             "--change",
             "USER node",

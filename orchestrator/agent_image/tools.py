@@ -12,7 +12,7 @@ import json
 import os
 from pathlib import Path
 
-from .errors import PreflightError
+from ..errors import PreflightError
 
 TOOLS = ("claude", "codex", "git", "orchestrator-sim-agent")
 PROBE_TIMEOUT_S = 120
@@ -42,7 +42,7 @@ def required_tools(plugin_name: str, *, dry_run: bool) -> tuple[str, ...]:
 
 
 def _cache_file(image_id: str) -> Path:
-    from .image import cache_dir
+    from .build import cache_dir
 
     return cache_dir() / "image-tools" / (image_id.replace("sha256:", "") + ".json")
 

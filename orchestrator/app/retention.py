@@ -26,10 +26,10 @@ from typing import Any
 
 import msgspec
 
-from .config import Config
-from .errors import UsageError
-from .jsonlog import ComponentLog
-from .runs import RunDirs, host_claims, is_live, read_manifest
+from ..config import Config
+from ..errors import UsageError
+from ..jsonlog import ComponentLog
+from ..log.runs import RunDirs, host_claims, is_live, read_manifest
 
 RESUMABLE = ("running", "interrupted", "budget_reached")
 
@@ -116,9 +116,9 @@ async def expire_leftovers(dirs: RunDirs, config: Config, olog: ComponentLog, *,
     """Remove expired workspaces and run-scoped session volumes of runs that cannot be resumed."""
     import anyio.to_thread
 
-    from .naming import safe_component
-    from .runner.docker_containers import shared_host
-    from .runner.git_ops import workspace_root
+    from ..naming import safe_component
+    from ..runner.docker_containers import shared_host
+    from ..runner.git_ops import workspace_root
 
     root = workspace_root()
     stale = await anyio.to_thread.run_sync(lambda: expired_workspaces(root, dirs, config, current=current))

@@ -12,11 +12,10 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
-from .config import Config, load_config
-from .errors import PreflightError, UsageError
-from .jsonlog import ComponentLog
-from .results import build_summary, fmt_cost, render_summary, selection_claims
-from .runs import (
+from ..config import Config, load_config
+from ..errors import PreflightError, UsageError
+from ..jsonlog import ComponentLog
+from ..log.runs import (
     RUN_LOCK_LABEL,
     RUN_MANIFEST_LABEL,
     RunDirs,
@@ -26,9 +25,10 @@ from .runs import (
     read_manifest,
     remove_run_state,
 )
-from .selection import unheld_branches
-from .state import FAILED, RunState, recover
-from .strategy_loader import BUILTINS, load_strategy
+from ..log.state import FAILED, RunState, recover
+from ..report.selection import unheld_branches
+from ..strategy_loader import BUILTINS, load_strategy
+from .results import build_summary, fmt_cost, render_summary, selection_claims
 
 
 def help_strategy(name: str) -> int:
@@ -158,7 +158,7 @@ async def show_run(run_id: str, follow: bool, repo: str | None = None) -> int:
 
 def show_run_html(run_id: str, *, open_browser: bool, repo: str | None = None) -> int:
     """Rebuild ``results/<run_id>/report.html`` from the event log; print its path."""
-    from .report import write_report
+    from ..report import write_report
 
     run = _locate(run_id, repo)
     dirs, manifest = run.dirs, run.manifest
@@ -203,7 +203,7 @@ async def _check_claims(dirs: RunDirs, manifest, state: RunState) -> list[str]:
     claims = list(claimed(run_id=manifest.run_id, dirs=dirs, state=state) or []) if claimed is not None else []
     if not claims:
         return []
-    from .runner import unheld_branch_claims
+    from ..runner import unheld_branch_claims
 
     verdicts = await unheld_branch_claims(manifest.repo_path, [(branch, commit) for _, branch, commit in claims])
     problems = [f"{what}: {why}" for (what, _, _), why in zip(claims, verdicts, strict=True) if why is not None]
@@ -213,8 +213,8 @@ async def _check_claims(dirs: RunDirs, manifest, state: RunState) -> list[str]:
 
 
 async def cleanup_run(run_id: str, config: Config | None = None, repo: str | None = None) -> int:
-    from .runner.docker_containers import docker_available, list_containers, remove_containers, remove_run_volumes
-    from .runner.git_ops import workspace_root
+    from ..runner.docker_containers import docker_available, list_containers, remove_containers, remove_run_volumes
+    from ..runner.git_ops import workspace_root
 
     run = _locate(run_id, repo)
     dirs = run.dirs
@@ -306,7 +306,7 @@ def _retention_hours(
 
 
 async def _candidates(dirs: RunDirs, config: Config, *, current: str | None, include_running_unknown: bool, host=None):
-    from .runner.docker_containers import list_containers
+    from ..runner.docker_containers import list_containers
 
     rows = await list_containers(host=host)
     # Hundreds of retained containers mean as many file checks (and a state
@@ -341,7 +341,7 @@ def _select_candidates(
 
 async def clean_orphans(dirs: RunDirs, config: Config, olog: ComponentLog, *, current: str) -> None:
     """On start: remove containers of unknown or finished runs that are past retention."""
-    from .runner.docker_containers import remove_containers
+    from ..runner.docker_containers import remove_containers
 
     victims = []
     for c in await _candidates(dirs, config, current=current, include_running_unknown=True):
@@ -361,7 +361,7 @@ async def clean_orphans(dirs: RunDirs, config: Config, olog: ComponentLog, *, cu
 
 
 async def clean_containers(dry_run: bool, force: bool, config: Config | None = None) -> int:
-    from .runner.docker_containers import docker_available, remove_containers
+    from ..runner.docker_containers import docker_available, remove_containers
 
     dirs = RunDirs.from_env()
     config = config or load_config(config_file=None, cli_overrides={}).config
@@ -395,7 +395,7 @@ async def clean_containers(dry_run: bool, force: bool, config: Config | None = N
 
 async def _clean_containers_on_hosts(dirs: RunDirs, config: Config, dry_run: bool, force: bool) -> int:
     """--clean-containers with runner.hosts: the same selection on every engine."""
-    from .errors import RunnerError
+    from ..errors import RunnerError
     from .hosts_cli import engines, remove_with_workspaces, workspace_volumes_of
 
     found: list[tuple[str, Any, list[dict[str, Any]]]] = []

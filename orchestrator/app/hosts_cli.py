@@ -15,18 +15,18 @@ from typing import Any
 
 import anyio
 
-from .config import Config
-from .errors import RunnerError
-from .runner.docker_containers import (
+from ..config import Config
+from ..errors import RunnerError
+from ..runner.docker_containers import (
     WORKSPACE_VOLUME_PREFIX,
     DockerHost,
     list_containers,
     remove_containers,
     remove_run_volumes,
 )
-from .runner.hosts import HostSpec, docker_host, resolve_hosts
-from .runner.images import image_id
-from .runner.transport import transport_warnings
+from ..runner.hosts import HostSpec, docker_host, resolve_hosts
+from ..runner.images import image_id
+from ..runner.transport import transport_warnings
 
 
 def engines(config: Config) -> list[tuple[str, DockerHost]]:

@@ -19,7 +19,7 @@ from typing import Any
 
 import msgspec
 
-from .errors import UsageError
+from ..errors import UsageError
 from .eventlog import WriterLock
 from .state import write_snapshot_bytes
 
@@ -118,7 +118,7 @@ def claim_run_id(dirs: RunDirs, when: datetime | None = None) -> str:
 
 
 def write_manifest(dirs: RunDirs, manifest: RunManifest) -> None:
-    from .sanitize import default_sanitizer
+    from ..sanitize import default_sanitizer
 
     data = msgspec.json.encode(default_sanitizer().scrub(msgspec.to_builtins(manifest)))
     write_snapshot_bytes(data, [dirs.manifest(manifest.run_id)])

@@ -14,11 +14,11 @@ from typing import Any
 
 import msgspec
 
+from ..log.runs import RunDirs, RunManifest
+from ..log.state import COMPLETED, FAILED, INTERRUPTED, RunState, write_snapshot_bytes
+from ..report.selection import UNFINISHED, claims, selected_of, selection, verdict
+from ..sanitize import default_sanitizer
 from .run_budget import spend_text, summary_of
-from .runs import RunDirs, RunManifest
-from .sanitize import default_sanitizer
-from .selection import UNFINISHED, claims, selected_of, selection, verdict
-from .state import COMPLETED, FAILED, INTERRUPTED, RunState, write_snapshot_bytes
 
 
 def _selected_branch(result: Any) -> str | None:

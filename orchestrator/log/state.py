@@ -27,7 +27,7 @@ from typing import Any
 
 import msgspec
 
-from .errors import SnapshotError
+from ..errors import SnapshotError
 from .eventlog import iter_lines
 from .events import (
     BUDGET_CAP,

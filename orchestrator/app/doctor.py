@@ -23,7 +23,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import OrchestratorError
+from ..errors import OrchestratorError
 
 AUTH_VARS = {"claude-code": ("CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_API_KEY"), "codex": ("OPENAI_API_KEY",)}
 
@@ -43,7 +43,7 @@ class Check:
 def _docker_engine() -> Check:
     import anyio
 
-    from .runner.docker_containers import DOCKER_START_HINT, docker_available
+    from ..runner.docker_containers import DOCKER_START_HINT, docker_available
 
     # The run's pre-flight check, with more patience: a busy daemon is not a missing one.
     ok, message = anyio.run(lambda: docker_available(timeout=10.0))
@@ -53,8 +53,8 @@ def _docker_engine() -> Check:
 
 
 def _image(image: str, plugin: str, dry_run: bool = False) -> list[Check]:
-    from .cli_pins import mismatches, pinned_versions
-    from .image_tools import TOOLS, probe_tools, required_tools
+    from ..agent_image.pins import mismatches, pinned_versions
+    from ..agent_image.tools import TOOLS, probe_tools, required_tools
 
     try:
         tools = probe_tools(image)
@@ -116,8 +116,8 @@ def _image(image: str, plugin: str, dry_run: bool = False) -> list[Check]:
 
 
 def _credentials(environ: dict[str, str], configured: str, mode: str | None, dry_run: bool = False) -> list[Check]:
+    from ..runner.plugin import get_plugin
     from .auth import resolve_auth
-    from .runner.plugin import get_plugin
 
     out = []
     for plugin, names in AUTH_VARS.items():
@@ -162,7 +162,7 @@ def disk_check(path: Path, label: str, min_gb: float, hard_min_gb: float) -> Che
 
 
 def _repository(repo: str, base_branch: str | None, ignore: tuple[Path, ...] = ()) -> list[Check]:
-    from .runner.git_ops import open_repository, resolve_base_branch, validate_repository
+    from ..runner.git_ops import open_repository, resolve_base_branch, validate_repository
 
     # The path and the branch are told apart: a repository without the branch
     # asked for is still a repository, and the fix is another branch name.
@@ -227,10 +227,10 @@ def _writable(path: Path, label: str, env_var: str) -> Check:
 
 def _environment(args, config, repo: str, base_branch: str | None, agent_image: str, plugin: str) -> list[Check]:
     """Find or build the project's environment (setup included) and look for the tools inside it."""
-    from . import environment
-    from .image import cache_dir
-    from .image_tools import probe_tools, required_tools
-    from .runner.git_ops import open_repository, resolve_base_branch
+    from ..agent_image import environment
+    from ..agent_image.build import cache_dir
+    from ..agent_image.tools import probe_tools, required_tools
+    from ..runner.git_ops import open_repository, resolve_base_branch
 
     try:
         top, _, _ = open_repository(repo)
@@ -288,8 +288,8 @@ def _environment(args, config, repo: str, base_branch: str | None, agent_image: 
 
 def _hosts(config) -> list[Check]:
     """What protects each configured engine's traffic; read from the configuration, no connection made."""
-    from .runner.hosts import resolve_hosts
-    from .runner.transport import transport_risk
+    from ..runner.hosts import resolve_hosts
+    from ..runner.transport import transport_risk
 
     try:
         specs = resolve_hosts(config.runner.hosts)
@@ -308,15 +308,15 @@ def _hosts(config) -> list[Check]:
 
 
 def checks(args) -> list[Check]:
-    from .config import load_config
-    from .runner.git_ops import workspace_root
-    from .runs import RunDirs
+    from ..config import load_config
+    from ..log.runs import RunDirs
+    from ..runner.git_ops import workspace_root
 
     out: list[Check] = []
     try:
         overrides = {}
         if getattr(args, "docker_hosts", None):
-            from .runner.hosts import parse_host_flag
+            from ..runner.hosts import parse_host_flag
 
             overrides = {"runner": {"hosts": [parse_host_flag(text) for text in args.docker_hosts]}}
         loaded = load_config(config_file=args.config, cli_overrides=overrides)

@@ -1,0 +1,388 @@
+"""synthesize: score candidates, combine the best k into one branch, keep it only when it earns it.
+
+::
+
+    orchestrator "fix the parser" --strategy synthesize -S n=4 -S k=3 -S test_command="pytest -q"
+    orchestrator "fix the parser" --strategy synthesize -S from_run=run_20250114_123456
+    orchestrator "fix the parser" --strategy synthesize -S 'branches=["fix-a", "fix-b"]'
+
+Candidates are generated as best-of-n does (``gen/<i>``, each scored by a
+read-only reviewer under ``score/<instance_id>/attempt-1|2``), or taken from
+existing branches (``branch/<i>``, reviewed under ``score/branch-<i>/...``):
+``-S branches=[...]`` or ``-S from_run=RUN_ID`` (``prepare`` resolves that run's
+branches before the run starts and records them as ``branches``, so a resume
+never looks at the other run again).
+
+The top ``k`` by score (ties: the lower index) go to one synthesizer agent
+(``synth``) that starts from the base with those branches present and is asked
+to combine their best parts. With ``test_command``, the command runs on the
+synthesis (``tests/synthesis``) and on each of the top k (``tests/gen/<i>``);
+the best single candidate is the top-scored one whose tests pass. The synthesis
+and that candidate are then re-scored side by side by the same reviewer schema
+(``rescore/synthesis``, ``rescore/candidate``). The synthesis is selected only
+if its tests pass (when given) and its score is at least the candidate's;
+otherwise the candidate is, and the verdict says why.
+
+Provenance: a read-only command task (``diffs``) prints the synthesis's and
+each top candidate's diff against the base; every hunk of the synthesis is
+attributed to the candidate holding most of its changed lines, or ``new``
+(:mod:`strategies.synthesize_provenance`). Outputs: ``synthesis.json`` (the
+whole record, also the strategy's result, so ``summary.json`` carries it) and
+``best_branch.txt``.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Annotated, Any, Literal
+
+from orchestrator.strategy import ConfigError, absent_branches, finished_run_branches, strategy_options
+
+from ._report import synthesize_sections as report_sections  # noqa: F401  (the run report's sections)
+from ._scoring import (
+    DEFAULT_CRITERIA,
+    branch_of,
+    concurrently,
+    output_name,
+    review_task,
+    score_with_repair,
+    write_output,
+)
+from .base_check import run_on_base
+from .best_of_n import generation_prompt
+from .pipeline import command_task
+from .synthesize_provenance import diff_command, provenance, provenance_counts, split_diffs
+
+ImportPolicy = Literal["auto", "never", "always"]
+TIE_BREAK = "highest score, then lowest index"
+
+
+def _prepare(params: dict[str, Any], repo_path: str) -> dict[str, Any]:
+    out = dict(params)
+    for name in ("n", "k"):
+        value = out.get(name, 3)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"synthesize: -S {name} must be a whole number >= 1, got {value!r}")
+    branches = out.get("branches") or []
+    if not isinstance(branches, list) or not all(isinstance(b, str) and b.strip() for b in branches):
+        raise ConfigError('synthesize: -S branches must be a JSON list of branch names, e.g. ["fix-a","fix-b"]')
+    if out.get("from_run") and branches:
+        raise ConfigError("synthesize: give -S branches or -S from_run, not both")
+    approaches = out.get("approaches") or []
+    if not all(isinstance(a, str) and a.strip() for a in approaches):
+        raise ConfigError("synthesize: -S approaches must be a JSON list of non-empty strings")
+    if out.get("from_run"):
+        out["branches"] = finished_run_branches(str(out["from_run"]), repo_path)
+    elif branches:
+        gone = absent_branches(repo_path, branches)
+        if gone:
+            raise ConfigError(f"synthesize: -S branches: {gone[0]} is not a branch of {repo_path}")
+        out["branches"] = list(dict.fromkeys(branches))
+    return out
+
+
+def synthesis_prompt(prompt: str, base: str, top: list[dict[str, Any]]) -> str:
+    listed = "\n".join(
+        f"- {r['branch']} (score {r['score']:g}): {(r.get('rationale') or '').strip()[:400]}" for r in top
+    )
+    return (
+        "Role: synthesizer\n\n"
+        f"Task:\n{prompt}\n\n"
+        f"Several candidate solutions to this task are on these branches, best reviewed first:\n{listed}\n\n"
+        f"The current directory is the base branch {base}; every candidate branch is present, so "
+        f"`git diff {base}...BRANCH` shows what it changed. Combine the best parts of these candidates "
+        "into one solution here: take each good change from the candidate that does it best, reconcile "
+        "changes that overlap, and leave out what is wrong or redundant. Then commit the result."
+    )
+
+
+def side_by_side(
+    *,
+    prompt: str,
+    base: str,
+    branch: str,
+    other: str,
+    subject: str,
+    subject_text: str,
+    criteria: str,
+    model: str | None,
+) -> dict[str, Any]:
+    """A reviewer of ``branch`` that also has ``other`` present to compare with (the same score schema)."""
+    task = review_task(
+        prompt=prompt,
+        subject=subject,
+        subject_text=subject_text,
+        base=base,
+        branch=branch,
+        criteria=criteria,
+        model=model,
+    )
+    lead, _, rest = task["prompt"].partition("\n")
+    compare = (
+        f"For comparison, another solution to the same task is on branch {other} "
+        f"(`git diff {base}...{other}`). Score the work in the current directory on the same 0-10 scale, "
+        "judged against that one."
+    )
+    task["prompt"] = f"Role: reviewer\n\n{lead}\n{compare}\n{rest}"
+    task["include_branches"] = list(dict.fromkeys([base, other]))
+    return task
+
+
+def _fmt(x: Any) -> str:
+    return "-" if x is None else f"{x:g}"
+
+
+@strategy_options(prepare=_prepare)
+async def synthesize(
+    prompt,
+    base_branch,
+    ctx,
+    *,
+    n: Annotated[int, "number of candidates generated (unless branches or from_run is given)"] = 3,
+    k: Annotated[int, "how many of the best-scored candidates the synthesizer combines"] = 3,
+    branches: Annotated[list, "existing branches to take as the candidates instead of generating them"] = [],  # noqa: B006
+    from_run: Annotated[str | None, "take a finished run's branches as the candidates"] = None,
+    test_command: Annotated[
+        str | None, "shell command run on the synthesis and each top candidate; non-zero: tests failed"
+    ] = None,
+    model: Annotated[str | None, "model for the candidates; unset: the run's --model"] = None,
+    synth_model: Annotated[str | None, "model for the synthesizer; unset: the run's --model"] = None,
+    scorer_model: Annotated[str | None, "model for the reviewers; unset: the run's --model"] = None,
+    criteria: Annotated[str, "what the reviewer judges"] = DEFAULT_CRITERIA,
+    approaches: Annotated[list, "optional hints; candidate i gets approaches[i % len]"] = [],  # noqa: B006
+    import_policy: Annotated[ImportPolicy, "branch creation for candidates and the synthesis"] = "auto",
+):
+    """Score candidates, combine the best k into one branch; it wins only if it tests and scores as well."""
+    given = list(branches or [])
+    count = len(given) if given else n
+    rows: list[dict[str, Any]] = [{} for _ in range(count)]
+    results: dict[int, dict[str, Any]] = {}
+
+    async def review(i: int, label: str, branch: str, text: str, key_parts: tuple) -> None:
+        task = review_task(
+            prompt=prompt,
+            subject="one candidate solution",
+            subject_text=text,
+            base=base_branch,
+            branch=branch,
+            criteria=criteria,
+            model=scorer_model,
+        )
+        task["prompt"] = "Role: reviewer\n\n" + task["prompt"]
+        verdict = await score_with_repair(ctx, task, key_parts)
+        rows[i].update(attempts=verdict["attempts"], score=verdict["score"])
+        if verdict["score"] is None:
+            rows[i].update(status="unscorable", error=verdict["error"])
+        else:
+            rows[i].update(status="scored", rationale=verdict["rationale"])
+
+    async def generated(i: int) -> None:
+        task: dict[str, Any] = {
+            "prompt": generation_prompt(prompt, approaches, i),
+            "base_branch": base_branch,
+            "import_policy": import_policy,
+        }
+        if model:
+            task["model"] = model
+        key = ctx.key("gen", i)
+        label = f"gen/{i}"
+        try:
+            result = await ctx.wait(ctx.run(task, key=key))
+        except ctx.errors.TaskFailed as exc:
+            rows[i] = {"index": i, "label": label, "key": key, "status": "failed", "score": None}
+            rows[i]["error"] = f"{exc.error_type}: {exc.message}"
+            return
+        results[i] = result
+        rows[i] = {
+            "index": i,
+            "label": label,
+            "key": key,
+            "instance_id": result["instance_id"],
+            "branch": branch_of(result),
+            "commit": result["artifact"].get("commit"),
+            "has_changes": result["artifact"]["has_changes"],
+        }
+        await review(i, label, branch_of(result), result["final_message"] or "", ("score", result["instance_id"]))
+
+    async def existing(i: int) -> None:
+        label = f"branch/{i}"
+        rows[i] = {"index": i, "label": label, "branch": given[i], "commit": None}
+        note = f"(an existing branch, {given[i]}; there is no agent message: read its diff)"
+        await review(i, label, given[i], note, ("score", f"branch-{i}"))
+
+    one = existing if given else generated
+    await concurrently([functools.partial(one, i) for i in range(count)])
+
+    scored = sorted((r for r in rows if r.get("status") == "scored"), key=lambda r: (-r["score"], r["index"]))
+    record: dict[str, Any] = {
+        "strategy_execution_id": ctx.strategy_execution_id,
+        "source": "from_run" if from_run else ("branches" if given else "generated"),
+        "from_run": from_run,
+        "k": k,
+        "tie_break": TIE_BREAK,
+        "test_command": test_command,
+        "candidates": rows,
+        "top": [],
+        "synthesis": None,
+        "provenance": [],
+        "selected": None,
+    }
+    if not scored:
+        write_output(ctx, "synthesis", "json", record)
+        failed = sum(r.get("status") == "failed" for r in rows)
+        raise ctx.errors.NoViableCandidates(
+            f"none of {count} candidates could be scored ({failed} failed, {count - failed} unscorable); "
+            f"see strategy_output/{output_name(ctx, 'synthesis', 'json')}"
+        )
+    top = scored[:k]
+    record["top"] = [r["label"] for r in top]
+
+    # The top candidates' tests run while the synthesizer works: they do not depend on it.
+    tests: dict[str, Any] = {}
+    waits = {}
+    if test_command:
+        for r in top:
+            waits[r["label"]] = run_on_base(ctx, test_command, r["branch"], ("tests", *r["label"].split("/")))
+
+    synthesis: dict[str, Any] = {"status": "skipped", "branch": None, "tests": None, "score": None}
+    record["synthesis"] = synthesis
+    synth_result: dict[str, Any] | None = None
+    if len(top) < 2:
+        synthesis["why"] = "nothing to combine: " + (
+            "only one candidate could be scored" if len(scored) < 2 else f"k={k} takes only the best candidate"
+        )
+    else:
+        task: dict[str, Any] = {
+            "prompt": synthesis_prompt(prompt, base_branch, top),
+            "base_branch": base_branch,
+            "include_branches": [r["branch"] for r in top],
+            "import_policy": import_policy,
+        }
+        if synth_model or model:
+            task["model"] = synth_model or model
+        try:
+            synth_result = await ctx.wait(ctx.run(task, key=ctx.key("synth")))
+        except ctx.errors.TaskFailed as exc:
+            synthesis.update(status="failed", why=f"the synthesizer failed ({exc.error_type}): {exc.message[:300]}")
+        else:
+            synth_branch = (synth_result.get("artifact") or {}).get("branch_final")
+            synthesis.update(
+                instance_id=synth_result["instance_id"],
+                branch=synth_branch,
+                commit=(synth_result.get("artifact") or {}).get("commit"),
+            )
+            if not synth_branch or not synth_result["artifact"].get("has_changes"):
+                synthesis.update(status="no_changes", why="the synthesizer committed no changes")
+                synth_result = None
+            else:
+                synthesis["status"] = "made"
+                if test_command:
+                    waits["synthesis"] = run_on_base(ctx, test_command, synth_branch, ("tests", "synthesis"))
+
+    for label, get in waits.items():
+        run = await get()
+        tests[label] = {"passed": run.exit_code == 0, "exit_code": run.exit_code, "error": run.error}
+        tests[label]["output"] = run.output[-2000:]
+    for r in top:
+        if r["label"] in tests:
+            r["tests"] = tests[r["label"]]
+    # The best single candidate: the top-scored one whose tests pass (when there are tests).
+    best = next((r for r in top if not test_command or tests[r["label"]]["passed"]), top[0])
+
+    if synth_result is not None:
+        synthesis["tests"] = tests.get("synthesis")
+        synth_branch = synthesis["branch"]
+        # Provenance and the side-by-side review need only the synthesis: all three run together.
+        diffs_handle = ctx.run(
+            dict(
+                command_task(
+                    diff_command(base_branch, [("synthesis", "HEAD")] + [(r["label"], r["branch"]) for r in top]),
+                    synth_branch,
+                ),
+                include_branches=list(dict.fromkeys([base_branch, *(r["branch"] for r in top)])),
+            ),
+            key=ctx.key("diffs"),
+        )
+        common = {"prompt": prompt, "base": base_branch, "criteria": criteria, "model": scorer_model}
+        side: dict[str, dict[str, Any]] = {}
+
+        async def rescore(which: str, branch: str, other: str, subject: str, text: str) -> None:
+            task = side_by_side(branch=branch, other=other, subject=subject, subject_text=text, **common)
+            side[which] = await score_with_repair(ctx, task, ("rescore", which))
+
+        best_text = (results[best["index"]]["final_message"] or "") if best["index"] in results else ""
+        await concurrently(
+            [
+                functools.partial(
+                    rescore,
+                    "synthesis",
+                    synth_branch,
+                    best["branch"],
+                    "a synthesis of several candidate solutions",
+                    synth_result["final_message"] or "",
+                ),
+                functools.partial(
+                    rescore, "candidate", best["branch"], synth_branch, "one candidate solution", best_text
+                ),
+            ]
+        )
+        synthesis["score"] = side["synthesis"]["score"]
+        synthesis["rationale"] = side["synthesis"].get("rationale") or side["synthesis"].get("error")
+        synthesis["candidate_rescore"] = {
+            "label": best["label"],
+            "score": side["candidate"]["score"],
+            "rationale": side["candidate"].get("rationale") or side["candidate"].get("error"),
+        }
+        try:
+            diffs = split_diffs((await ctx.wait(diffs_handle))["final_message"] or "")
+        except ctx.errors.TaskFailed as exc:
+            synthesis["provenance_error"] = f"{exc.error_type}: {exc.message[:300]}"
+        else:
+            record["provenance"] = provenance(
+                diffs.get("synthesis", ""), [(r["label"], diffs.get(r["label"], "")) for r in top]
+            )
+
+    won, why = _decide(synthesis, best, test_command)
+    synthesis["selected"] = won
+    if won:
+        chosen: dict[str, Any] = dict(synth_result or {})
+        record["selected"] = {"which": "synthesis", "branch": synthesis["branch"], "score": synthesis["score"]}
+    else:
+        chosen = dict(results.get(best["index"]) or {"selected_branch": best["branch"]})
+        record["selected"] = {"which": best["label"], "branch": best["branch"], "score": best["score"]}
+    record["why"] = why
+    record["verdict"] = verdict_line(record, best, won, why)
+    write_output(ctx, "synthesis", "json", record)
+    write_output(ctx, "best_branch", "txt", record["selected"]["branch"] + "\n")
+    return {**chosen, **{k_: v for k_, v in record.items() if k_ != "strategy_execution_id"}}
+
+
+def _decide(synthesis: dict[str, Any], best: dict[str, Any], test_command: str | None) -> tuple[bool, str]:
+    """Whether the synthesis is selected over ``best``, and why (one clause)."""
+    label = best["label"]
+    if synthesis["status"] != "made":
+        return False, synthesis.get("why") or "there is no synthesis"
+    if test_command and not (synthesis.get("tests") or {}).get("passed"):
+        t = synthesis.get("tests") or {}
+        how = f"exit {t['exit_code']}" if t.get("exit_code") is not None else (t.get("error") or "did not run")
+        return False, f"the synthesis failed its tests ({how})"
+    mine, theirs = synthesis.get("score"), (synthesis.get("candidate_rescore") or {}).get("score")
+    if mine is None:
+        return False, "the side-by-side review could not score the synthesis"
+    if theirs is None:
+        return False, f"the side-by-side review could not score {label}, so the synthesis is not shown to beat it"
+    if mine < theirs:
+        return False, f"the synthesis scored {_fmt(mine)} < {label}'s {_fmt(theirs)} side by side"
+    tested = ", tests passed" if test_command else ""
+    return True, f"the synthesis scored {_fmt(mine)} >= {label}'s {_fmt(theirs)} side by side{tested}"
+
+
+def verdict_line(record: dict[str, Any], best: dict[str, Any], won: bool, why: str) -> str:
+    """``synthesis of gen/0, gen/1 selected: ...; hunks: 1 gen/0, 1 gen/1, 1 new`` or ``gen/0 stays best: ...``."""
+    counts = provenance_counts(record["provenance"])
+    order = [*record["top"], "new"]  # candidates in rank order, then what the synthesizer wrote
+    hunks = ", ".join(f"{counts[src]} {src}" for src in order if src in counts)
+    tail = f"; hunks: {hunks}" if hunks else ""
+    if won:
+        return f"synthesis of {', '.join(record['top'])} selected: {why}{tail}"
+    return f"{best['label']} stays best (score {_fmt(best['score'])}): {why}{tail}"
