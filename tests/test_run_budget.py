@@ -89,6 +89,7 @@ def test_best_of_n_stops_at_the_cap_with_its_exit_code_and_spend(tmp_path):
     report = (tmp_path / "results" / run_id / "report.html").read_text()
     spend_card = report[report.index('id="spend"') :]
     assert "the cap was reached" in spend_card and "<svg" in spend_card and "cap (now $0.15)" in spend_card
+    assert "(the best so far: the spending cap stopped it)" in report
     # The report's replay of best-of-n takes the run's path: refused tasks raise BudgetReached there too.
     assert "replay of strategy execution" not in (tmp_path / "logs" / run_id / "orchestration.jsonl").read_text()
 
