@@ -189,6 +189,7 @@ class BudgetReached(TaskFailed):
 
     def __init__(self, key: str, message: str = "the run's spending cap is reached") -> None:
         super().__init__(key, "budget_reached", message)
+        self.args = (f"task {key} not started: {message}",)  # it did not fail: it never ran
 
     def __reduce__(self):  # keep the fields through pickling/copying
         return (type(self), (self.key, self.message))

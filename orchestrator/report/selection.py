@@ -67,6 +67,8 @@ def selection(
     """
     if run_status in UNFINISHED:
         return {"branch": None, "kept_base": False, "note": "the run did not finish, so nothing is selected yet"}
+    if status == "budget_reached" and selected_of(result)[0] is None:
+        return {"branch": None, "kept_base": False, "note": "the spending cap stopped it before it had a result"}
     if status not in DECIDED or (status != "success" and selected_of(result)[0] is None):
         why = f": {error.splitlines()[0][:160]}" if error else ""
         return {"branch": None, "kept_base": False, "note": f"the strategy {status}{why}"}
@@ -84,6 +86,8 @@ def verdict(*, run_status: str, status: str, error: str | None, result: Any, bas
     """One line saying what the execution concluded: its own ``verdict`` when it gives one, else what it returned."""
     if run_status in UNFINISHED:
         return "not finished: nothing is decided yet"
+    if status == "budget_reached" and result is None:
+        return "stopped at the spending cap" + (f": {error.splitlines()[0][:160]}" if error else "")
     if status not in DECIDED or (status != "success" and result is None):
         return f"{status}: {error.splitlines()[0][:160]}" if error else status
     if isinstance(result, dict) and isinstance(result.get("verdict"), str) and result["verdict"].strip():
