@@ -19,6 +19,7 @@ import msgspec
 import yaml
 
 from .errors import ConfigError
+from .parsing import did_you_mean, parse_value
 
 
 class ContainerLimitsConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -247,8 +248,6 @@ def _explain(exc: msgspec.ValidationError) -> str:
 
 def _key_guess(key: str) -> str:
     """`` (did you mean runner.docker_image?)`` for a mistyped key of a known section, else ``""``."""
-    from .strategy_loader import did_you_mean
-
     *parents, last = key.split(".")
     struct: Any = Config
     for name in parents:
@@ -308,8 +307,6 @@ def read_dotenv(path: Path) -> dict[str, str]:
 
 
 def _env_to_dict(env: dict[str, str], source: str) -> dict[str, Any]:
-    from .strategy_loader import parse_value
-
     out: dict[str, Any] = {}
     for name, raw in env.items():
         if not name.startswith("ORCHESTRATOR_") or name in PATH_VARS:
@@ -397,11 +394,9 @@ def load_config(
 
 def redacted(config: Config) -> dict[str, Any]:
     """The resolved config for the log (it holds no secrets, but scrub anyway)."""
-    from .sanitize import default_sanitizer
+    from .sanitize import default_sanitizer, redact_url
 
     data = msgspec.to_builtins(config)
-    from .runner.hosts import redact_url
-
     for host in data.get("runner", {}).get("hosts") or []:
         if host.get("docker"):
             host["docker"] = redact_url(host["docker"])  # a password in a host URL is never written

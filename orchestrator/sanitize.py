@@ -17,6 +17,7 @@ import re
 import urllib.parse
 from collections.abc import Iterable
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 REDACTED = "[REDACTED]"
 
@@ -118,3 +119,19 @@ _default = Sanitizer.from_environ()
 def default_sanitizer() -> Sanitizer:
     """The process-wide sanitizer; the CLI adds configured secrets to it at start."""
     return _default
+
+
+def redact_url(url: str | None) -> str:
+    """A host URL fit for logs: any password and query string are replaced."""
+    if not url:
+        return "local engine"
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    if ":" not in netloc.rpartition("@")[0] and not parts.query and not parts.fragment:
+        return url  # nothing secret-looking; urlunsplit would also turn unix:/// into unix:/
+    if "@" in netloc:
+        userinfo, _, hostport = netloc.rpartition("@")
+        user = userinfo.split(":", 1)[0]
+        netloc = f"{user}:***@{hostport}" if ":" in userinfo else f"{user}@{hostport}"
+    query = "***" if parts.query else ""
+    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))

@@ -33,6 +33,7 @@ from typing import Any, Literal, get_args, get_origin
 import msgspec
 
 from .errors import ConfigError, StrategyLoadError
+from .parsing import did_you_mean, parse_value
 
 # Defined in the strategy authors' module; strategies used to import it from here, which keeps working.
 from .strategy import StrategyOptions
@@ -121,16 +122,6 @@ def load_strategy(spec: str) -> LoadedStrategy:
         options=getattr(fn, "__orchestrator_options__", StrategyOptions()),
         source=getattr(module, "__file__", None) or module.__name__,
     )
-
-
-def did_you_mean(word: str, choices: list[str], prefix: str = "") -> str:
-    """`` (did you mean X?)`` for the choice nearest to a mistyped ``word`` (``prefix`` before it), or ``""``."""
-    import difflib
-
-    if word in choices:  # reached only after a normalization (best_of_n -> best-of-n)
-        return f" (did you mean {prefix}{word}?)"
-    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
-    return f" (did you mean {prefix}{close[0]}?)" if close else ""
 
 
 def _display_name(name: str) -> str:
@@ -282,27 +273,6 @@ def _type_name(t: Any) -> str:
 
 
 # ---------------------------------------------------------------- -S parsing
-
-
-def parse_value(raw: str) -> Any:
-    """-S value typing: int, float, bool, JSON list/object, else the string itself."""
-    low = raw.strip().lower()
-    if low in ("true", "false"):
-        return low == "true"
-    try:
-        return int(raw)
-    except ValueError:
-        pass
-    try:
-        return float(raw)
-    except ValueError:
-        pass
-    if raw.strip()[:1] in ("[", "{"):
-        try:
-            return json.loads(raw)
-        except json.JSONDecodeError:
-            pass
-    return raw
 
 
 def coerce(spec: ParamSpec, value: Any) -> Any:

@@ -25,7 +25,7 @@ check, or the base is the best. Measuring lives in
 
 Every step is a durable task, so the event log is the manifest: a resumed run
 re-derives the same tree and re-runs nothing that finished, and
-:func:`strategies.tree_beam_report.render_tree_report` rebuilds tree.json,
+:func:`render_tree_report` rebuilds tree.json,
 TREE_SUMMARY.md and tree.svg from the event log alone.
 """
 
@@ -66,7 +66,7 @@ from .tree_beam_measure import (
     merge_measurements,
     unpaired_change,
 )
-from .tree_beam_report import best_path, tree_verdict, write_tree_report
+from .tree_beam_report import best_path, is_tree_execution, tree_verdict, write_tree_report
 
 IdeasContext = Literal["node_plus_ancestors", "node_only", "global"]
 
@@ -944,7 +944,7 @@ def show_run_report(*, run_id: str, dirs, manifest, state) -> list[str]:
     """``--show-run``: regenerate tree.json / TREE_SUMMARY.md / tree.svg from the log and check them."""
     from orchestrator.strategy import ReplayError
 
-    from .tree_beam_report import render_tree_report, tree_problems
+    from .tree_beam_report import tree_problems
 
     output_dir = dirs.results / run_id / "strategy_output"
     problems = []
@@ -972,3 +972,45 @@ def claimed_branches(*, run_id: str, dirs, state) -> list[tuple[str, str, str]]:
                 (f"{sid}: {node}", branch, commit) for node, branch, commit in branch_claims(directory / "tree.json")
             ]
     return claims
+
+
+def render_tree_report(
+    events_path: str | Path, out_dir: str | Path, *, sid: str | None = None, prompt: str = ""
+) -> list[Path]:
+    """Regenerate tree.json / TREE_SUMMARY.md / tree.svg from the event log alone.
+
+    The engine replays the strategy over the recorded results (``replay_strategy``),
+    into a scratch directory; the tree files it wrote there are the report. For an
+    interrupted run they hold the tree as far as the log goes (no stop reason). If
+    the replay raised something the run did not, the files it got to are still
+    written, then :class:`~orchestrator.errors.ReplayError` says so (the traceback is in the run's
+    ``orchestration.jsonl``).
+    """
+    import json
+    import tempfile
+
+    from orchestrator.strategy import ReplayError, replay_strategy
+
+    written: list[Path] = []
+    with tempfile.TemporaryDirectory(prefix="tree-replay-") as tmp:
+        outcomes = replay_strategy(
+            events_path,
+            tree_beam,
+            output_dir=tmp,
+            prompt=prompt,
+            executions=None if sid is None else [sid],
+            select=is_tree_execution,
+        )
+        for outcome in outcomes:
+            execution = outcome.strategy_execution_id
+            sub = "" if execution == "s1" else execution
+            tree_file = Path(tmp) / sub / "tree.json"
+            if tree_file.exists():
+                written += write_tree_report(json.loads(tree_file.read_text("utf-8")), Path(out_dir) / sub)
+        failed = [o for o in outcomes if o.ended == "error"]
+    if failed:
+        raise ReplayError(
+            "; ".join(f"{o.strategy_execution_id}: replaying the strategy raised {o.error}" for o in failed)
+            + " (the report shows the tree up to there)"
+        )
+    return written

@@ -3,10 +3,6 @@
 Public surface (the CLI's ``--show-run`` and post-run cleanup use the hooks in
 :mod:`strategies.tree_beam`, which call these):
 
-- ``render_tree_report(events_path, out_dir, *, sid=None) -> list[Path]``:
-  rebuild the reports of every tree-beam execution from the event log alone,
-  for finished and interrupted runs alike, through the engine's
-  ``replay_strategy``.
 - ``tree_problems(tree) -> list[str]``: consistency problems (empty = valid).
 - ``branch_claims(tree)``: ``(node, branch, commit)`` the repository must hold.
 - ``listed_branches(out_dir)``: the branches ``delete_branches.txt`` lists.
@@ -28,8 +24,6 @@ import html
 import json
 from pathlib import Path
 from typing import Any, cast
-
-from orchestrator.strategy import ReplayError
 
 COLOURS = {
     "root": "#9e9e9e",
@@ -372,46 +366,3 @@ def listed_branches(out_dir: str | Path) -> list[str]:
 def is_tree_execution(state, sid: str) -> bool:
     """Whether execution ``sid`` ran tree-beam: it evaluated a root under ``root/eval``."""
     return f"{state.run_id}/{sid}/root/eval" in state.tasks
-
-
-def render_tree_report(
-    events_path: str | Path, out_dir: str | Path, *, sid: str | None = None, prompt: str = ""
-) -> list[Path]:
-    """Regenerate tree.json / TREE_SUMMARY.md / tree.svg from the event log alone.
-
-    The engine replays the strategy over the recorded results (``replay_strategy``),
-    into a scratch directory; the tree files it wrote there are the report. For an
-    interrupted run they hold the tree as far as the log goes (no stop reason). If
-    the replay raised something the run did not, the files it got to are still
-    written, then :class:`~orchestrator.errors.ReplayError` says so (the traceback is in the run's
-    ``orchestration.jsonl``).
-    """
-    import tempfile
-
-    from orchestrator.strategy import replay_strategy
-
-    from .tree_beam import tree_beam
-
-    written: list[Path] = []
-    with tempfile.TemporaryDirectory(prefix="tree-replay-") as tmp:
-        outcomes = replay_strategy(
-            events_path,
-            tree_beam,
-            output_dir=tmp,
-            prompt=prompt,
-            executions=None if sid is None else [sid],
-            select=is_tree_execution,
-        )
-        for outcome in outcomes:
-            execution = outcome.strategy_execution_id
-            sub = "" if execution == "s1" else execution
-            tree_file = Path(tmp) / sub / "tree.json"
-            if tree_file.exists():
-                written += write_tree_report(json.loads(tree_file.read_text("utf-8")), Path(out_dir) / sub)
-        failed = [o for o in outcomes if o.ended == "error"]
-    if failed:
-        raise ReplayError(
-            "; ".join(f"{o.strategy_execution_id}: replaying the strategy raised {o.error}" for o in failed)
-            + " (the report shows the tree up to there)"
-        )
-    return written

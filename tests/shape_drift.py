@@ -14,7 +14,7 @@ import subprocess
 
 from fidelity_helpers import API, OPENAI_KEY
 
-from orchestrator.runner.plugin import get_plugin
+from orchestrator.runner.registry import get_plugin
 from orchestrator.runner.types import AuthConfig, InstanceRequest
 
 AUTH = AuthConfig(

@@ -103,6 +103,11 @@ async def test_the_docker_runner_deletes_without_a_container(repo, tmp_path):
     assert result.status == "success", result.error
     assert result.final_message == f"@@branch deleted: {FIX}\n@@branch not created by this run: {OTHER}\n"
     assert FIX not in heads(repo) and OTHER in heads(repo)
+    # task.completed carries an artifact object for every successful task: this one made no branch
+    art = result.artifact
+    assert art is not None
+    assert (art.branch_planned, art.branch_final, art.base, art.has_changes) == ("unused", None, "main", False)
+    assert art.commit == git(repo, "rev-parse", "main").strip()
 
 
 def _no_docker():

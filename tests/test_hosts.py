@@ -22,7 +22,8 @@ from reliability_helpers import check_log, check_snapshot_is_replay, events_path
 from orchestrator.errors import ConfigError, GitError
 from orchestrator.runner import archive
 from orchestrator.runner.git_ops import _prepare_workspace_sync
-from orchestrator.runner.hosts import parse_host_flag, redact_url, resolve_hosts
+from orchestrator.runner.hosts import parse_host_flag, resolve_hosts
+from orchestrator.sanitize import redact_url
 
 NO_DISK_MIN = {
     "ORCHESTRATOR_ORCHESTRATION__HARD_MIN_FREE_DISK_GB": "0",

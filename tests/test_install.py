@@ -148,7 +148,8 @@ def test_preflight_refuses_an_image_without_the_plugins_tool(tmp_path):
 
 
 def test_test_image_staleness_follows_the_agent_sources(tmp_path):
-    from orchestrator.agent_image.build import source_dir, test_image_is_current
+    from orchestrator.agent_image.build import test_image_is_current
+    from orchestrator.agent_image.paths import source_dir
 
     if not shutil.which("docker") or subprocess.run(["docker", "info"], capture_output=True).returncode != 0:
         if os.environ.get("CI"):

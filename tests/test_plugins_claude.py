@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import ConfigError, PreflightError
-from orchestrator.runner.plugin import RunnerPlugin, get_plugin
+from orchestrator.runner.plugin import RunnerPlugin
+from orchestrator.runner.registry import get_plugin
 from orchestrator.runner.types import AuthConfig, InstanceRequest
 from runner_plugins._jsonl import LineBuffer
 from runner_plugins.claude_code import PLUGIN, PROMPT_ARGV_LIMIT

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import ConfigError, PreflightError
-from orchestrator.runner.plugin import RunnerPlugin, get_plugin
+from orchestrator.runner.plugin import RunnerPlugin
+from orchestrator.runner.registry import get_plugin
 from orchestrator.runner.types import AuthConfig, InstanceRequest
 from runner_plugins.codex import PLUGIN
 

@@ -8,7 +8,8 @@ import subprocess
 import pytest
 
 from orchestrator.errors import ConfigError
-from orchestrator.runner.plugin import RunnerPlugin, get_plugin
+from orchestrator.runner.plugin import RunnerPlugin
+from orchestrator.runner.registry import get_plugin
 from orchestrator.runner.types import AuthConfig, InstanceRequest
 from runner_plugins.command import OUTPUT_LIMIT, PLUGIN
 

@@ -106,7 +106,7 @@ async def test_tree_beam_report_says_when_its_replay_broke(tmp_path, monkeypatch
     from test_tree_beam import run
 
     import strategies.tree_beam as tb
-    from strategies.tree_beam_report import render_tree_report
+    from strategies.tree_beam import render_tree_report
 
     engine, _, _ = await run(tmp_path)
     real = tb.tree_beam

@@ -35,7 +35,12 @@ def payload(etype, key, i):
             "artifact": {"branch_final": f"b{i}"},
         }
     if etype == "task.failed":
-        return {"key": key, "error_type": "api", "message": "x", "metrics": {"cost_usd": 0.25}}
+        return {
+            "key": key,
+            "error_type": "api",
+            "message": "x",
+            "metrics": {"cost_usd": 0.25, "tokens_in": 7, "tokens_out": 1},
+        }
     if etype == "task.session":
         return {
             "key": key,
@@ -167,3 +172,12 @@ def test_the_latest_well_formed_progress_record_is_kept_per_execution():
     assert state.strategies["s2"].progress.step == 3 and "s9" not in state.strategies
     again = decode_snapshot(encode_snapshot(state))
     assert again.strategies["s1"].progress == state.strategies["s1"].progress
+
+
+def test_a_failed_task_counts_the_tokens_it_was_paid_for():
+    """A run whose tasks all failed shows the tokens behind its cost, not a cost with 0 tokens."""
+    state = fold([("task.scheduled", KEYS[0]), ("task.started", KEYS[0]), ("task.failed", KEYS[0])])
+    task = state.tasks[KEYS[0]]
+    assert (task.state, task.cost_usd, task.tokens_in, task.tokens_out) == ("FAILED", 0.25, 7, 1)
+    c = state.counters
+    assert (c.failed, c.cost_usd, c.tokens_in, c.tokens_out) == (1, 0.25, 7, 1)

@@ -19,8 +19,17 @@ from engine_helpers import run_engine
 
 from orchestrator.engine.testing import ScriptedRunner, failure, success
 from orchestrator.errors import ConfigError
-from strategies.tree_beam import gate, idea_hash, parse_ideas, prepare, rank_key, select_beam, tree_beam
-from strategies.tree_beam_report import best_path, render_tree_report
+from strategies.tree_beam import (
+    gate,
+    idea_hash,
+    parse_ideas,
+    prepare,
+    rank_key,
+    render_tree_report,
+    select_beam,
+    tree_beam,
+)
+from strategies.tree_beam_report import best_path
 
 EFFECT = {"A": 20, "T": 20, "C": -5, "INC": 50, "B": 10, "FAILIMPL": 0, "NANREC": 2, "D": 0.5, "FAILEVAL": 0}
 IDEAS = {"n0": ["A", "T", "C", "INC"], "n1": ["B", "FAILIMPL", "NANREC", "A"], "n2": ["D", "FAILEVAL", "B"]}

@@ -19,8 +19,8 @@ from tree_checks import validate_tree
 
 from orchestrator.log.eventlog import read_events
 from orchestrator.runner import delete_run_branches
-from strategies.tree_beam import tree_beam
-from strategies.tree_beam_report import listed_branches, render_tree_report
+from strategies.tree_beam import render_tree_report, tree_beam
+from strategies.tree_beam_report import listed_branches
 
 pytestmark = pytest.mark.docker
 
@@ -212,6 +212,15 @@ def test_cli_runs_tree_beam_and_writes_the_tree(tmp_path, workspace_root):
     listed = [line.split()[0] for line in (tree_file.parent / "delete_branches.txt").read_text().splitlines()]
     assert listed and not set(listed) & set(heads)
     assert all(n["branch"] in heads for n in tree["nodes"] if n["id"] != "n0")
+    # the results name what is left, not what the clean-up deleted
+    results = tree_file.parent.parent
+    in_txt = (results / "branches.txt").read_text().split()
+    summary = json.loads((results / "summary.json").read_text())
+    assert in_txt == summary["branches"] and in_txt and set(in_txt) <= set(heads)
+    assert not set(listed) & set(in_txt)
+    rows = [t for s in summary["strategies"] for t in s["tasks"] if t["branch"] in listed]
+    assert rows and all(t["branch_deleted"] for t in rows)
+    assert "(deleted by the strategy's clean-up)" in done.stdout + done.stderr
     # --show-run regenerates the report from the event log alone and validates it
     before = tree_file.read_text()
     tree_file.unlink()

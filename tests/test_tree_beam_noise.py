@@ -351,7 +351,7 @@ async def test_resume_after_a_confirmation_rebuilds_the_same_tree(tmp_path, hang
 
 async def test_a_timed_run_renders_from_its_log_alone(tmp_path):
     # max_wall_s makes the strategy read the clock; the report-only replay must read the same readings
-    from strategies.tree_beam_report import render_tree_report
+    from strategies.tree_beam import render_tree_report
 
     engine, state, _ = await run(
         tmp_path,

@@ -37,34 +37,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import PreflightError
+from .paths import cache_dir, source_dir
 from .pins import CLIS, PINS_FILE, installed_version, mismatches, read_pins
+from .tools import probe_tools
 
 LABEL_KEY = "org.orchestrator.inputs-sha256"
 LOCAL_BASE = "orchestrator-base:bookworm"
 UPSTREAM_BASE = "debian:bookworm-slim"
 TEST_DOCKERFILE = "docker/Dockerfile.test-agent"
 _SKIP_PARTS = {"__pycache__", ".pytest_cache"}
-
-
-def source_dir() -> Path:
-    """Where the Dockerfile and ``docker/`` are: package data when installed, the checkout otherwise."""
-    # the orchestrator package: an installed wheel keeps the sources in orchestrator/_image/
-    pkg = Path(__file__).resolve().parent.parent
-    for candidate in (pkg / "_image", pkg.parent):
-        if (candidate / "Dockerfile").is_file() and (candidate / "docker").is_dir():
-            return candidate
-    raise PreflightError(
-        f"the image sources (Dockerfile, docker/) are missing next to {pkg}; "
-        "reinstall orchestrator (uv tool install --reinstall orchestrator)"
-    )
-
-
-def cache_dir() -> Path:
-    if os.environ.get("ORCHESTRATOR_CACHE_DIR"):
-        return Path(os.environ["ORCHESTRATOR_CACHE_DIR"])
-    if os.geteuid() == 0:
-        return Path("/var/cache/orchestrator")
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "orchestrator"
 
 
 class _Say:
@@ -318,7 +299,6 @@ def build_image(image: str = "claude-code", *, test_image: str | None = None) ->
                 force=force,
                 verbose=verbose,
             )
-    from .tools import probe_tools
 
     # A new image id is probed anyway (the cache is per id); refresh covers a forced rebuild.
     tools = probe_tools(image, refresh=built)

@@ -399,7 +399,7 @@ def build(
     log_dir: Path,
 ) -> str:
     """Build (or find cached) the environment image for ``spec`` at ``commit``; its name."""
-    from .build import source_dir
+    from .paths import source_dir
 
     log_dir.mkdir(parents=True, exist_ok=True)
     agent_id = _image_id(agent_image)

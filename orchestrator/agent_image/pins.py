@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 from ..errors import PreflightError
+from .paths import source_dir
 
 PINS_FILE = "docker/cli-versions.env"
 # tool on the image's PATH -> (variable in the pins file, npm package)
@@ -44,8 +45,6 @@ def read_pins(path: Path) -> dict[str, str]:
 
 def pinned_versions() -> dict[str, str]:
     """Tool -> the version this orchestrator's image sources pin (``{"claude": "2.1.330", ...}``)."""
-    from .build import source_dir
-
     return read_pins(source_dir() / PINS_FILE)
 
 

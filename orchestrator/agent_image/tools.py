@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 from ..errors import PreflightError
+from .paths import cache_dir
 
 TOOLS = ("claude", "codex", "git", "orchestrator-sim-agent")
 PROBE_TIMEOUT_S = 120
@@ -42,8 +43,6 @@ def required_tools(plugin_name: str, *, dry_run: bool) -> tuple[str, ...]:
 
 
 def _cache_file(image_id: str) -> Path:
-    from .build import cache_dir
-
     return cache_dir() / "image-tools" / (image_id.replace("sha256:", "") + ".json")
 
 

@@ -116,7 +116,7 @@ def _image(image: str, plugin: str, dry_run: bool = False) -> list[Check]:
 
 
 def _credentials(environ: dict[str, str], configured: str, mode: str | None, dry_run: bool = False) -> list[Check]:
-    from ..runner.plugin import get_plugin
+    from ..runner.registry import get_plugin
     from .auth import resolve_auth
 
     out = []
@@ -228,7 +228,7 @@ def _writable(path: Path, label: str, env_var: str) -> Check:
 def _environment(args, config, repo: str, base_branch: str | None, agent_image: str, plugin: str) -> list[Check]:
     """Find or build the project's environment (setup included) and look for the tools inside it."""
     from ..agent_image import environment
-    from ..agent_image.build import cache_dir
+    from ..agent_image.paths import cache_dir
     from ..agent_image.tools import probe_tools, required_tools
     from ..runner.git_ops import open_repository, resolve_base_branch
 

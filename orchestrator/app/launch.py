@@ -45,7 +45,7 @@ from ..log.runs import (
 from ..runner import AuthConfig, DockerRunner, Hardening, RetryConfig
 from ..runner.docker_containers import docker_available, image_exists
 from ..runner.git_ops import validate_repository, workspace_root
-from ..runner.plugin import get_plugin
+from ..runner.registry import get_plugin
 from ..sanitize import SECRET_ENV_VARS, default_sanitizer
 from ..strategy_loader import LoadedStrategy, load_strategy, parse_params
 from . import run_budget
@@ -214,7 +214,7 @@ def _check_plugin(plugin_name: str, model: str, strategy: LoadedStrategy):
     plugin = get_plugin(plugin_name)
     models = plugin.known_models()
     if models is not None and model not in models:
-        from ..strategy_loader import did_you_mean
+        from ..parsing import did_you_mean
 
         names = ", ".join(sorted(k for k in models if "-" not in k)) or ", ".join(sorted(models))
         guess = did_you_mean(model, sorted(models))
@@ -368,7 +368,7 @@ async def _prepare(args, loaded: LoadedConfig, docker: _EarlyCheck) -> Prepared:
 async def _environment_image(config: Config, repo: str, base_commit: str, *, dry_run: bool) -> str:
     """The image every container of the run uses: the project's environment when it has one."""
     from ..agent_image import environment
-    from ..agent_image.build import cache_dir
+    from ..agent_image.paths import cache_dir
 
     env = config.environment
     spec = await anyio.to_thread.run_sync(
@@ -601,17 +601,14 @@ async def resume(args) -> int:
 async def _already_finished(dirs: RunDirs, manifest: RunManifest, output: str) -> int:
     """``--resume`` of a run that finished: one line saying so, then its summary; nothing runs again."""
     from ..log.state import recover
-    from ..report.selection import unheld_branches
-    from .results import build_summary, render_summary, selection_claims
+    from .results import build_summary, check_repository, render_summary
 
     run_id = manifest.run_id
     state = recover(
         run_id, dirs.events(run_id), [dirs.state / run_id / "state.json", dirs.logs / run_id / "state.json"]
     )
-    unheld = await anyio.to_thread.run_sync(
-        functools.partial(unheld_branches, manifest.repo_path, selection_claims(manifest, state))
-    )
-    summary = build_summary(manifest, state, unheld)
+    checked = await anyio.to_thread.run_sync(check_repository, manifest, state)
+    summary = build_summary(manifest, state, checked)
     print(
         f"Run {run_id} already finished{f' at {manifest.finished_at}' if manifest.finished_at else ''}; "
         "nothing to resume. Its summary:",
@@ -820,8 +817,7 @@ def _make_runner(prep: Prepared, log_dir: Path, olog: ComponentLog, stop_run=Non
 
 
 async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resume_fresh: bool) -> int:
-    from ..report.selection import unheld_branches
-    from .results import export, render_summary, selection_claims
+    from .results import check_repository, export, render_summary
 
     run_id = manifest.run_id
     log_dir = dirs.logs / run_id
@@ -969,10 +965,8 @@ async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resum
     if manifest.status == "completed":  # a run stopped at its cap still needs its branches to go on
         await _delete_unneeded_branches(prep, dirs, run_id, state, olog)
     # Merge advice only for a selected branch that still holds what the run recorded.
-    unheld = await anyio.to_thread.run_sync(
-        functools.partial(unheld_branches, manifest.repo_path, selection_claims(manifest, state))
-    )
-    summary = export(dirs, manifest, state, unheld)
+    checked = await anyio.to_thread.run_sync(check_repository, manifest, state)
+    summary = export(dirs, manifest, state, checked)
     await _write_report(dirs, manifest, prep.strategy.module, olog)
     olog.info("run finished", exit_code=manifest.exit_code, totals=summary["totals"])
     if prep.output == "json":

@@ -26,9 +26,8 @@ from ..log.runs import (
     remove_run_state,
 )
 from ..log.state import FAILED, RunState, recover
-from ..report.selection import unheld_branches
 from ..strategy_loader import BUILTINS, load_strategy
-from .results import build_summary, fmt_cost, render_summary, selection_claims
+from .results import build_summary, check_repository, fmt_cost, render_summary
 
 
 def help_strategy(name: str) -> int:
@@ -120,10 +119,8 @@ async def show_run(run_id: str, follow: bool, repo: str | None = None) -> int:
     live = is_live(dirs, run_id)
     if live:
         manifest.status = "live"  # whatever the manifest says, nothing is decided while it runs
-    unheld = await anyio.to_thread.run_sync(
-        functools.partial(unheld_branches, manifest.repo_path, selection_claims(manifest, state))
-    )
-    summary = build_summary(manifest, state, unheld)
+    checked = await anyio.to_thread.run_sync(check_repository, manifest, state)
+    summary = build_summary(manifest, state, checked)
     print(render_summary(summary, results_path=dirs.results / run_id))
     print(f"\nPrompt: {manifest.prompt[:200]}{'…' if len(manifest.prompt) > 200 else ''}")
     print(

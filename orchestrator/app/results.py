@@ -10,13 +10,13 @@ import csv
 import io
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
 from ..log.runs import RunDirs, RunManifest
 from ..log.state import COMPLETED, FAILED, INTERRUPTED, RunState, write_snapshot_bytes
-from ..report.selection import UNFINISHED, claims, selected_of, selection, verdict
+from ..report.selection import UNFINISHED, claims, missing_branches, selected_of, selection, unheld_branches, verdict
 from ..sanitize import default_sanitizer
 from .run_budget import spend_text, summary_of
 
@@ -38,8 +38,28 @@ def selection_claims(manifest: RunManifest, state: RunState) -> list[tuple[str, 
     return claims(manifest.status, [(s.status, s.result) for s in state.strategies.values()], manifest.base_branch)
 
 
-def build_summary(manifest: RunManifest, state: RunState, unheld: dict[str, str] | None = None) -> dict[str, Any]:
-    """The run's summary; ``unheld`` names selected branches that no longer hold the run's commit."""
+class RepositoryCheck(NamedTuple):
+    """What the repository says about the run's branches when the summary is written."""
+
+    # selected branches that no longer hold the commit the run recorded: why
+    unheld: dict[str, str]
+    # branches the run created that are gone (a strategy's clean-up deleted them)
+    gone: frozenset[str] = frozenset()
+
+
+def check_repository(manifest: RunManifest, state: RunState) -> RepositoryCheck:
+    """Blocking (runs git): call it from a worker thread in async code."""
+    made = {t.branch_final for t in state.tasks.values() if t.branch_final}
+    return RepositoryCheck(
+        unheld=unheld_branches(manifest.repo_path, selection_claims(manifest, state)),
+        gone=missing_branches(manifest.repo_path, made),
+    )
+
+
+def build_summary(manifest: RunManifest, state: RunState, repo: RepositoryCheck | None = None) -> dict[str, Any]:
+    """The run's summary, with what ``repo`` found in the repository (nothing checked without it)."""
+    unheld = repo.unheld if repo else None
+    gone = repo.gone if repo else frozenset()
     strategies = []
     all_branches: list[str] = []
     for sid, strat in sorted(state.strategies.items(), key=lambda kv: int(kv[0][1:]) if kv[0][1:].isdigit() else 0):
@@ -63,9 +83,10 @@ def build_summary(manifest: RunManifest, state: RunState, unheld: dict[str, str]
                     "attempts": t.attempts,
                     "uncommitted_files": t.uncommitted_files,
                     "auto_committed": t.auto_committed,
+                    "branch_deleted": bool(t.branch_final and t.branch_final in gone),
                 }
             )
-            if t.branch_final and t.branch_final not in all_branches:
+            if t.branch_final and t.branch_final not in all_branches and t.branch_final not in gone:
                 all_branches.append(t.branch_final)
         chosen = selection(
             run_status=manifest.status,
@@ -131,10 +152,10 @@ def build_summary(manifest: RunManifest, state: RunState, unheld: dict[str, str]
 
 
 def export(
-    dirs: RunDirs, manifest: RunManifest, state: RunState, unheld: dict[str, str] | None = None
+    dirs: RunDirs, manifest: RunManifest, state: RunState, repo: RepositoryCheck | None = None
 ) -> dict[str, Any]:
     """Write results/<run_id>/{summary.json, branches.txt, metrics.csv}; return the summary."""
-    summary = default_sanitizer().scrub(build_summary(manifest, state, unheld))
+    summary = default_sanitizer().scrub(build_summary(manifest, state, repo))
     out = dirs.results / manifest.run_id
     (out / "strategy_output").mkdir(parents=True, exist_ok=True)
     write_snapshot_bytes(msgspec.json.format(msgspec.json.encode(summary), indent=2) + b"\n", [out / "summary.json"])
@@ -250,7 +271,13 @@ def render_summary(summary: dict[str, Any], *, results_path: Path, wall_seconds:
             label = t["branch"] or _short_key(t["key"])
             if t["state"] == "COMPLETED":
                 tokens = fmt_tokens((t["tokens_in"] or 0) + (t["tokens_out"] or 0))
-                extra = "" if t["branch"] else " (no branch)"
+                extra = (
+                    " (deleted by the strategy's clean-up)"
+                    if t.get("branch_deleted")
+                    else ""
+                    if t["branch"]
+                    else " (no branch)"
+                )
                 lines.append(
                     f"  ✓ {label}  {fmt_duration(t['duration_s'])} • {fmt_cost(t['cost_usd'])} • {tokens} tokens{extra}"
                 )

@@ -317,7 +317,7 @@ class StrategyContext:
         Strategies fall back to reading JSON from free text when it cannot (the ``command`` plugin),
         and in a resumed run that started before structured answers existed.
         """
-        from ..runner.plugin import get_plugin
+        from ..runner.registry import get_plugin
 
         if not self._engine.config.structured_outputs:
             return False

@@ -665,7 +665,7 @@ def refuse_unsupported(norm: dict[str, Any]) -> None:
 
     Ignoring it would run an agent the strategy did not ask for (no turn limit).
     """
-    from ..runner.plugin import get_plugin
+    from ..runner.registry import get_plugin
 
     name = norm["plugin_name"]
     if norm["runner"].get("max_turns") is not None and not get_plugin(name).capabilities.supports_max_turns:

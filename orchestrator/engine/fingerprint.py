@@ -159,7 +159,7 @@ def normalize_task(task: Mapping[str, Any], defaults: TaskDefaults, *, default_b
 
 
 def _check_output_schema(schema: Any, plugin: str) -> None:
-    from ..runner.plugin import get_plugin
+    from ..runner.registry import get_plugin
     from ..runner.structured import check_schema
 
     check_schema(schema)

@@ -409,11 +409,17 @@ def apply(
                 task.message = payload.get("message")
                 metrics = payload.get("metrics") or {}
                 task.cost_usd = metrics.get("cost_usd")
+                # a failed agent was paid for what it read and wrote: its tokens count as its cost does
+                task.tokens_in = metrics.get("tokens_in", 0) or 0
+                task.tokens_out = metrics.get("tokens_out", 0) or 0
                 task.duration_s = metrics.get("duration_s", 0.0) or 0.0
                 if payload.get("session_id"):
                     task.session_id = payload["session_id"]
-                state.counters.failed += 1
-                state.counters.cost_usd += task.cost_usd or 0.0
+                c = state.counters
+                c.failed += 1
+                c.cost_usd += task.cost_usd or 0.0
+                c.tokens_in += task.tokens_in
+                c.tokens_out += task.tokens_out
         elif etype == TASK_SESSION:
             # Only a task that can still run again has a session worth keeping:
             # a finished task's session is the one its terminal event recorded.

@@ -147,3 +147,22 @@ def unheld_branches(repo_path: str | os.PathLike[str], pairs: list[tuple[str, st
         except (GitError, ValueError) as exc:
             out[branch] = f"branch {branch} could not be checked: {exc}"
     return out
+
+
+def missing_branches(repo_path: str | os.PathLike[str], names: set[str]) -> frozenset[str]:
+    """Those of ``names`` that are no longer branches of the repository (one git call).
+
+    Blocking (runs git). A run's strategy may delete its working branches at the
+    end (tree-beam, evolve): what it created is history, what is left is the result.
+    """
+    from ..runner.git_cmd import run_git
+
+    if not names:
+        return frozenset()
+    repo = Path(repo_path)
+    if not repo.is_dir():
+        return frozenset()
+    heads = run_git(["for-each-ref", "--format=%(refname:strip=2)", "refs/heads/"], cwd=repo, check=False)
+    if heads.returncode != 0:
+        return frozenset()
+    return frozenset(names - set(heads.stdout.splitlines()))

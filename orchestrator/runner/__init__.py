@@ -31,8 +31,8 @@ _EXPORTS = {
     "stop_run_containers": "docker_containers",
     "DockerRunner": "docker_runner",
     "run_instance": "docker_runner",
-    "check_model": "plugin",
-    "supports_resume": "plugin",
+    "check_model": "registry",
+    "supports_resume": "registry",
     "delete_run_branches": "git_cleanup",
     "unheld_branch_claims": "git_cleanup",
     "AuthConfig": "types",
@@ -58,7 +58,7 @@ if TYPE_CHECKING:
     )
     from .docker_runner import DockerRunner, run_instance
     from .git_cleanup import delete_run_branches, unheld_branch_claims
-    from .plugin import check_model, supports_resume
+    from .registry import check_model, supports_resume
     from .types import (
         AuthConfig,
         BranchArtifact,

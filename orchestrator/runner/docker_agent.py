@@ -32,7 +32,8 @@ from .base import RunnerEventCallback
 from .docker_containers import ensure_container
 from .docker_core import RunnerCore
 from .docker_exec import ExecOutput, run_exec
-from .plugin import AgentEvent, RunnerPlugin, get_plugin
+from .plugin import AgentEvent, RunnerPlugin
+from .registry import get_plugin
 from .types import InstanceRequest
 
 EVENT_STRING_LIMIT = 4000

@@ -26,6 +26,7 @@ and import) and :mod:`.docker_core` (events and stopping the container).
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
@@ -49,9 +50,11 @@ from .docker_core import AGENT_STOP_GRACE_S
 from .docker_exec import ExecOutput
 from .docker_workspace import WorkspaceSteps
 from .git_cleanup import delete_run_branches
-from .plugin import AgentOutcome, RunnerPlugin, get_plugin
+from .git_cmd import run_git
+from .plugin import AgentOutcome, RunnerPlugin
+from .registry import get_plugin
 from .seed import SeedCache
-from .types import AuthConfig, ErrorCategory, Hardening, InstanceRequest, Metrics, RunnerResult
+from .types import AuthConfig, BranchArtifact, ErrorCategory, Hardening, InstanceRequest, Metrics, RunnerResult
 
 IMAGE_HINT = "build it with scripts/setup-docker.sh or `docker build -t claude-code .`"
 READ_ONLY_NOTE = (
@@ -393,9 +396,27 @@ class DockerRunner(WorkspaceSteps, AgentExec, CollectSteps):
             )
         self._emit(request, on_event, "runner.branches.deleted", outcome=outcome)
         message = "".join(f"@@branch {state}: {name}\n" for name, state in outcome.items())
+        # A successful task always has an artifact: this one made no branch, and
+        # its commit is the base's, as for any task that changed nothing.
+        base = await anyio.to_thread.run_sync(
+            functools.partial(
+                run_git,
+                ["rev-parse", "--verify", "-q", f"{request.base_branch}^{{commit}}"],
+                cwd=Path(request.repo_path),
+                check=False,
+            )
+        )
+        artifact = BranchArtifact(
+            branch_planned=request.branch_name,
+            branch_final=None,
+            base=request.base_branch,
+            commit=base.stdout.strip(),
+            has_changes=False,
+        )
         return RunnerResult(
             status="success",
             instance_id=request.instance_id,
+            artifact=artifact,
             final_message=message,
             started_at=started_at,
             completed_at=utc_now_iso(),

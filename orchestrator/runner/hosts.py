@@ -26,12 +26,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import anyio
 import msgspec
 
 from ..errors import ConfigError, ContainerError, HostDownError, PreflightError, RunnerError
+from ..sanitize import redact_url
 from .base import RunnerEventCallback
 from .docker_containers import DEFAULT_CLIENT_TIMEOUT_S, DEFAULT_THREADS, DockerHost, default_client_factory
 from .transport import refuse_plain_tcp
@@ -90,22 +91,6 @@ class HostSpec:
     @property
     def shown(self) -> str:
         return f"{self.name} ({redact_url(self.url)})" if self.url else self.name
-
-
-def redact_url(url: str | None) -> str:
-    """A host URL fit for logs: any password and query string are replaced."""
-    if not url:
-        return "local engine"
-    parts = urlsplit(url)
-    netloc = parts.netloc
-    if ":" not in netloc.rpartition("@")[0] and not parts.query and not parts.fragment:
-        return url  # nothing secret-looking; urlunsplit would also turn unix:/// into unix:/
-    if "@" in netloc:
-        userinfo, _, hostport = netloc.rpartition("@")
-        user = userinfo.split(":", 1)[0]
-        netloc = f"{user}:***@{hostport}" if ":" in userinfo else f"{user}@{hostport}"
-    query = "***" if parts.query else ""
-    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
 
 
 def _hide_secrets(url: str) -> None:

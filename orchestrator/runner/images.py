@@ -18,8 +18,9 @@ import anyio
 import anyio.to_thread
 
 from ..errors import PreflightError, RunnerError
+from ..sanitize import redact_url
 from .docker_containers import DockerHost
-from .hosts import HostSpec, docker_host, redact_url
+from .hosts import HostSpec, docker_host
 
 ProgressFn = Callable[[str], None]
 

@@ -1,0 +1,194 @@
+"""The folder tree is the layering: these tests keep it true.
+
+Read from the source (every import statement, those inside functions
+included, but not those under ``if TYPE_CHECKING:``), so an import hidden in a
+function to dodge a cycle is caught as surely as one at the top of a module.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("orchestrator", "tui", "runner_plugins", "strategies")
+REGISTRY = "orchestrator.runner.registry"
+
+
+def _modules() -> dict[str, tuple[Path, bool]]:
+    found = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            is_package = parts[-1] == "__init__"
+            if is_package:
+                parts = parts[:-1]
+            found[".".join(parts)] = (path, is_package)
+    return found
+
+
+MODULES = _modules()
+
+
+def _known(name: str) -> str | None:
+    parts = name.split(".")
+    while parts and ".".join(parts) not in MODULES:
+        parts.pop()
+    return ".".join(parts) if parts else None
+
+
+def _imports(name: str, source: str | None = None) -> set[str]:
+    """The project modules ``name`` imports, resolved (``from .x import y`` -> ``pkg.x`` or ``pkg.x.y``)."""
+    path, is_package = MODULES.get(name, (None, False))
+    if source is None:
+        assert path is not None
+        source = path.read_text("utf-8")
+    package = name if is_package else name.rpartition(".")[0]
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                for other in child.orelse:
+                    visit(other)
+                continue
+            if isinstance(child, ast.Import):
+                found.update(a.name for a in child.names)
+            elif isinstance(child, ast.ImportFrom):
+                if child.level:
+                    base = package.split(".")
+                    base = base[: len(base) - child.level + 1]
+                    target = ".".join(base + ([child.module] if child.module else []))
+                else:
+                    target = child.module or ""
+                found.add(target)
+                found.update(f"{target}.{a.name}" for a in child.names)
+            visit(child)
+
+    visit(ast.parse(source))
+    resolved = {m for m in (_known(f) for f in found) if m is not None and m != name}
+    # importing a.b.c runs a/__init__ and a/b/__init__ first
+    for module in list(resolved):
+        parts = module.split(".")
+        resolved.update(
+            p for p in (".".join(parts[:i]) for i in range(1, len(parts))) if not name.startswith(p + ".") and p != name
+        )
+    return resolved
+
+
+def _registry_modules() -> set[str]:
+    from orchestrator.runner.registry import PLUGIN_MODULES
+
+    return set(PLUGIN_MODULES.values())
+
+
+def _graph() -> dict[str, set[str]]:
+    graph = {name: _imports(name) for name in MODULES}
+    # The registry loads its plugins by name: that is an import all the same.
+    graph[REGISTRY] |= _registry_modules() | {"runner_plugins"}
+    return graph
+
+
+GRAPH = _graph()
+
+
+def _under(name: str, *packages: str) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in packages)
+
+
+def test_the_engine_runner_report_and_log_never_import_the_application_layer_or_the_tui():
+    low = ("orchestrator.engine", "orchestrator.runner", "orchestrator.report", "orchestrator.log")
+    offending = sorted(
+        f"{m} imports {t}"
+        for m, targets in GRAPH.items()
+        if _under(m, *low)
+        for t in targets
+        if _under(t, "orchestrator.app", "tui")
+    )
+    assert offending == []
+
+
+def test_only_the_application_layer_imports_the_tui():
+    offending = sorted(
+        f"{m} imports {t}"
+        for m, targets in GRAPH.items()
+        if _under(m, "orchestrator") and not _under(m, "orchestrator.app")
+        for t in targets
+        if _under(t, "tui")
+    )
+    assert offending == []
+
+
+def test_configuration_is_on_the_ground_floor():
+    """config imports nothing of the project but the ground-floor helpers."""
+    ground = {"orchestrator", "orchestrator.errors", "orchestrator.parsing", "orchestrator.sanitize"}
+    # errors names the runner's error categories (a plain Literal): that is all it needs
+    assert GRAPH["orchestrator.config"] <= ground
+    assert GRAPH["orchestrator.errors"] <= {"orchestrator", "orchestrator.runner", "orchestrator.runner.types"}
+
+
+def test_nothing_but_the_registry_imports_a_plugin():
+    importers = sorted(
+        m
+        for m, targets in GRAPH.items()
+        if not _under(m, "runner_plugins") and any(_under(t, "runner_plugins") for t in targets)
+    )
+    assert importers == [REGISTRY]
+    # and the registry's names are the only place a plugin module is named
+    named = sorted(
+        str(path.relative_to(ROOT))
+        for name, (path, _) in MODULES.items()
+        if name != REGISTRY
+        and not _under(name, "runner_plugins")
+        and any(mod in path.read_text("utf-8") for mod in _registry_modules())
+    )
+    assert named == []
+
+
+def test_there_is_no_import_cycle():
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+    counter = 0
+
+    def connect(v: str) -> None:
+        nonlocal counter
+        index[v] = low[v] = counter
+        counter += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in GRAPH[v]:
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in GRAPH:
+        if v not in index:
+            connect(v)
+    assert cycles == []
+
+
+def test_the_layer_checks_see_imports_inside_functions_but_not_type_only_ones():
+    """The reader is what the checks stand on: a function-level import is an edge."""
+    source = (
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from ..log.state import RunState\n"
+        "def f():\n    from ..app import launch\n"
+    )
+    found = _imports("orchestrator.engine.probe", source)
+    assert "orchestrator.app.launch" in found
+    assert "orchestrator.log.state" not in found
