@@ -186,3 +186,29 @@ def test_iter_lines_skips_torn_tail(tmp_path):
     path.write_bytes(b'{"a":1}\n{"b":2}\n{"c":')
     assert [line for _, line in iter_lines(path)] == [b'{"a":1}\n', b'{"b":2}\n']
     assert os.path.getsize(path) == 21  # readers never modify the file
+
+
+async def test_a_corrupt_line_in_the_middle_is_skipped_counted_and_logged_never_silently(tmp_path, caplog):
+    from orchestrator.log.eventlog import LogReader, skipped_lines
+    from orchestrator.log.state import recover
+
+    path = tmp_path / "events.jsonl"
+    await write_events(path, [{"i": i, "key": f"run_t/s1/k{i}", "instance_id": f"i{i}"} for i in range(5)])
+    lines = path.read_bytes().splitlines(keepends=True)
+    bad_at = sum(len(x) for x in lines[:2])
+    lines[2] = b'{"not an event": \n'
+    path.write_bytes(b"".join(lines) + b'{"torn tail')  # a cut-short last write is not corruption
+    reader = LogReader(path)
+    with caplog.at_level("WARNING", logger="orchestrator.log.eventlog"):
+        assert [ev.payload["i"] for _, ev in reader.events()] == [0, 1, 3, 4]
+    assert [s.offset for s in reader.skipped] == [bad_at]
+    assert f"the line at byte {bad_at} is not an event" in caplog.text
+    assert [s.offset for s in skipped_lines(path)] == [bad_at]
+    # the fold recover() uses reads through the same reader: the other four are folded
+    state = recover("run_t", path, [])
+    assert sorted(state.tasks) == [f"run_t/s1/k{i}" for i in (0, 1, 3, 4)]
+    # the readers of the public API skip it too, and a sound log reports nothing
+    assert len(list(read_events(path))) == 4
+    sound = tmp_path / "sound.jsonl"
+    await write_events(sound, [{"i": 0}])
+    assert skipped_lines(sound) == []

@@ -533,6 +533,11 @@ async def resume(args) -> int:
         raise UsageError(not_here_hint(check_run_id(args.resume), dirs) or str(exc)) from None
     if is_live(dirs, manifest.run_id):
         raise UsageError(f"run {manifest.run_id} is being written by a live process; wait for it or stop it first")
+    from .locate import unreadable_lines_warning
+
+    warning = await anyio.to_thread.run_sync(unreadable_lines_warning, dirs.events(manifest.run_id))
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
     if manifest.status == "completed":
         return await _already_finished(dirs, manifest, output_mode(args))
     # Today's configuration from the same sources as at the start (same file, same

@@ -166,3 +166,16 @@ def not_here_hint(run_id: str, here: RunDirs) -> str | None:
         f"ORCHESTRATOR_RESULTS_DIR={dirs.results} orchestrator --resume {run_id}"
     )
     return f"run {run_id} was started from another folder (its state is under {dirs.state}); resume it with: {how}"
+
+
+def unreadable_lines_warning(events_path: Path) -> str | None:
+    """One line about lines of a run's event log that are not events, or None when it is sound.
+
+    Blocking (reads the whole log): call it from a worker thread in async code.
+    """
+    from ..log.eventlog import describe_skipped, skipped_lines
+
+    if not events_path.exists():
+        return None
+    skipped = skipped_lines(events_path)
+    return describe_skipped(events_path, skipped) if skipped else None

@@ -115,6 +115,11 @@ async def show_run(run_id: str, follow: bool, repo: str | None = None) -> int:
             max_parallel=manifest.max_parallel,
         )
         return 0
+    from .locate import unreadable_lines_warning
+
+    warning = await anyio.to_thread.run_sync(unreadable_lines_warning, dirs.events(run_id))
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
     state = _state(dirs, run_id)
     live = is_live(dirs, run_id)
     if live:

@@ -36,7 +36,7 @@ from ..errors import (
 )
 from ..jsonlog import ComponentLog
 from ..log import events as E
-from ..log.eventlog import EventLog, iter_lines
+from ..log.eventlog import EventLog, LogReader
 from ..log.events import decode_line
 from ..log.state import COMPLETED, FAILED, RunState, apply, encode_snapshot, recover, write_snapshot_bytes
 from ..naming import branch_name, container_name, instance_id, short8
@@ -708,10 +708,4 @@ def to_jsonable(value: Any) -> Any:
 
 
 def load_recorded_events(path: Path) -> list[E.Event]:
-    out = []
-    for _, line in iter_lines(path):
-        try:
-            out.append(decode_line(line))
-        except msgspec.DecodeError:
-            continue
-    return out
+    return [ev for _, ev in LogReader(path).events()]

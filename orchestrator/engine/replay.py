@@ -39,7 +39,7 @@ import msgspec
 
 from ..errors import BudgetReached, StrategyErrors, TaskFailed
 from ..jsonlog import ComponentLog
-from ..log.eventlog import iter_lines
+from ..log.eventlog import LogReader
 from ..log.events import Progress, decode_line, progress_record
 from ..log.state import COMPLETED, FAILED, RunState, replay
 from .context import collect_outcomes
@@ -247,11 +247,8 @@ async def _replay_one(
 
 
 def _run_id_of(events_path: Path) -> str:
-    for _, line in iter_lines(events_path):
-        try:
-            return decode_line(line).run_id
-        except msgspec.DecodeError:
-            continue
+    for _, ev in LogReader(events_path).events():
+        return ev.run_id
     return ""
 
 

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import os
 import socket
 import sys
 from collections.abc import AsyncIterator, Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import anyio
 import msgspec
@@ -29,6 +30,8 @@ import orjson
 
 from ..errors import RunLockedError
 from .events import EVENT_TYPES, Event, decode_line, encode_line, new_event_id, utc_ts
+
+_log = logging.getLogger(__name__)
 
 LOCK_SUFFIX = ".lock"
 
@@ -358,13 +361,70 @@ def iter_lines(path: Path, offset: int = 0) -> Iterator[tuple[int, bytes]]:
             pos += last_nl + 1
 
 
-def read_events(path: Path, offset: int = 0) -> Iterator[Event]:
-    """Decode every complete event from ``offset``; a line that does not decode is skipped."""
-    for _, line in iter_lines(path, offset):
+class SkippedLine(NamedTuple):
+    """A complete line of the log that is not an event (a corrupt or hand-edited line)."""
+
+    offset: int
+    reason: str
+
+
+class LogReader:
+    """The one way every consumer reads an event log: the fold, resume, replay, the TUI, reports.
+
+    A complete line that does not decode is skipped, so one bad line cannot
+    stop a run from being read; but it is never skipped silently: each one is
+    logged and kept in ``skipped``, for ``--show-run`` and ``--resume`` to say so.
+    (A last line without its newline is a write cut short, not corruption: it is
+    not a complete line and is not read at all.)
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.skipped: list[SkippedLine] = []
+
+    def decode(self, offset: int, line: bytes) -> Event | None:
         try:
-            yield decode_line(line)
-        except msgspec.DecodeError:
-            continue
+            return decode_line(line)
+        except msgspec.DecodeError as exc:
+            if not any(s.offset == offset for s in self.skipped):
+                self.skipped.append(SkippedLine(offset, str(exc)))
+                _log.warning("%s: the line at byte %d is not an event and was skipped: %s", self.path, offset, exc)
+            return None
+
+    def events(self, offset: int = 0, *, until: int | None = None) -> Iterator[tuple[int, Event]]:
+        """``(start_offset, event)`` for every complete, decodable line from ``offset`` (to ``until``)."""
+        if not self.path.exists():
+            return
+        for start, line in iter_lines(self.path, offset):
+            if until is not None and start > until:
+                return
+            ev = self.decode(start, line)
+            if ev is not None:
+                yield start, ev
+
+
+def skipped_lines(path: str | Path) -> list[SkippedLine]:
+    """Read the whole log once and return the lines that are not events (empty: the log is sound)."""
+    reader = LogReader(path)
+    for _ in reader.events():
+        pass
+    return reader.skipped
+
+
+def describe_skipped(path: str | Path, skipped: list[SkippedLine]) -> str:
+    """One line for a user about lines a log reader skipped."""
+    first = skipped[0]
+    more = f" (and {len(skipped) - 1} more)" if len(skipped) > 1 else ""
+    return (
+        f"warning: {path}: {len(skipped)} line(s) are not events and were skipped, "
+        f"first at byte {first.offset}{more}: {first.reason}; what they recorded is missing from this view"
+    )
+
+
+def read_events(path: Path, offset: int = 0) -> Iterator[Event]:
+    """Decode every complete event from ``offset``; a line that does not decode is skipped and logged."""
+    for _, ev in LogReader(path).events(offset):
+        yield ev
 
 
 def get_events_since(
@@ -404,6 +464,7 @@ async def subscribe(
     """
     path = Path(path)
     pos = offset
+    reader = LogReader(path)
 
     def read_new() -> list[tuple[int, bytes]]:
         return list(iter_lines(path, pos)) if path.exists() else []
@@ -411,10 +472,9 @@ async def subscribe(
     async for _ in _wakeups(path.parent, poll_interval, stop):
         for start, line in await anyio.to_thread.run_sync(read_new):
             pos = start + len(line)
-            try:
-                yield decode_line(line)
-            except msgspec.DecodeError:
-                continue
+            ev = reader.decode(start, line)
+            if ev is not None:
+                yield ev
         if stop is not None and stop.is_set():
             return
 

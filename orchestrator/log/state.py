@@ -28,7 +28,7 @@ from typing import Any
 import msgspec
 
 from ..errors import SnapshotError
-from .eventlog import iter_lines
+from .eventlog import LogReader
 from .events import (
     BUDGET_CAP,
     BUDGET_REACHED,
@@ -47,7 +47,6 @@ from .events import (
     TASK_STARTED,
     Event,
     Progress,
-    decode_line,
     progress_from_payload,
 )
 
@@ -481,19 +480,21 @@ def apply_event(state: RunState, ev: Event) -> None:
     apply(state, ev.type, ev.strategy_execution_id, ev.key, ev.payload, ev.start_offset, ev.ts)
 
 
-def replay(path: Path, state: RunState | None = None, *, run_id: str = "", until: int | None = None) -> RunState:
-    """Fold every complete event of ``path`` after the state's offset (up to ``until``) into ``state``."""
+def replay(
+    path: Path,
+    state: RunState | None = None,
+    *,
+    run_id: str = "",
+    until: int | None = None,
+    reader: LogReader | None = None,
+) -> RunState:
+    """Fold every complete event of ``path`` after the state's offset (up to ``until``) into ``state``.
+
+    ``reader`` keeps the lines that were not events (one is made if not given).
+    """
     state = state or RunState(run_id=run_id)
-    if not Path(path).exists():
-        return state
     start = state.last_event_start_offset + 1 if state.last_event_start_offset >= 0 else 0
-    for offset, line in iter_lines(Path(path), start):
-        if until is not None and offset > until:
-            break
-        try:
-            ev = decode_line(line)
-        except msgspec.DecodeError:
-            continue
+    for offset, ev in (reader or LogReader(path)).events(start, until=until):
         apply(state, ev.type, ev.strategy_execution_id, ev.key, ev.payload, offset, ev.ts)
     return state
 
