@@ -26,6 +26,7 @@ Importing this module loads neither the Docker runner nor the CLI.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
@@ -80,6 +81,52 @@ class StrategyOptions(msgspec.Struct, frozen=True, kw_only=True):
     requires_resume: bool = False
 
 
+class RunView(msgspec.Struct, frozen=True, kw_only=True):
+    """What a strategy's after-run hooks see of a run: a small public view, read-only.
+
+    ``executions`` maps each strategy execution id (``s1``, ``s2``, ...) to how it
+    ended (``success``, ``failed``, ``interrupted``, ...); ``task_keys`` are the
+    durable keys of every task the run scheduled.
+    """
+
+    run_id: str
+    prompt: str
+    repo_path: str
+    base_branch: str
+    events_path: Path
+    logs_dir: Path
+    output_dir: Path  # results/<run_id>/strategy_output: what the strategy wrote
+    executions: dict[str, str]
+    task_keys: frozenset[str]
+
+
+class StrategyHooks(msgspec.Struct, frozen=True, kw_only=True):
+    """A strategy module's optional after-run hooks, found once by the loader.
+
+    A strategy defines any of them as module-level functions of these names:
+
+    - ``report_sections(run: dict) -> list[dict]``: its sections of the HTML run
+      report (see :mod:`orchestrator.report.sections` for the section shapes);
+    - ``branches_to_delete(run: RunView) -> list[str]``: after a finished run, the
+      working branches it no longer needs; the orchestrator's git layer deletes
+      those this run created and nobody moved since;
+    - ``show_run_report(run: RunView) -> list[str]``: ``--show-run`` regenerates the
+      strategy's own reports; the problems it finds (empty: none);
+    - ``claimed_branches(run: RunView) -> list[tuple[str, str, str]]``: ``(what,
+      branch, commit)`` the repository must hold, checked by ``--show-run``.
+
+    Hooks read files and the view; they never run git themselves.
+    """
+
+    report_sections: Callable[[dict[str, Any]], list[dict[str, Any]]] | None = None
+    branches_to_delete: Callable[[RunView], list[str]] | None = None
+    show_run_report: Callable[[RunView], list[str]] | None = None
+    claimed_branches: Callable[[RunView], list[tuple[str, str, str]]] | None = None
+
+
+HOOK_NAMES = tuple(StrategyHooks.__struct_fields__)
+
+
 def strategy_options(*, prepare: Prepare | None = None, requires_resume: bool = False) -> Callable[[F], F]:
     """Attach loader options to a strategy function.
 
@@ -125,6 +172,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "HOOK_NAMES",
     "AggregateTaskFailed",
     "Artifact",
     "BaseEvaluationFailed",
@@ -151,8 +199,10 @@ __all__ = [
     "RetryCategory",
     "RetryPolicy",
     "RetryPolicyDict",
+    "RunView",
     "StrategyError",
     "StrategyErrors",
+    "StrategyHooks",
     "StrategyOptions",
     "TaskFailed",
     "TaskInput",

@@ -36,7 +36,7 @@ from .errors import ConfigError, StrategyLoadError
 from .parsing import did_you_mean, parse_value
 
 # Defined in the strategy authors' module; strategies used to import it from here, which keeps working.
-from .strategy import StrategyOptions
+from .strategy import HOOK_NAMES, StrategyHooks, StrategyOptions
 from .strategy import strategy_options as strategy_options
 
 BUILTINS: dict[str, str] = {
@@ -72,6 +72,7 @@ class LoadedStrategy(msgspec.Struct, frozen=True, kw_only=True):
     params: dict[str, ParamSpec]
     options: StrategyOptions
     source: str  # file path or module name, for messages
+    hooks: StrategyHooks = StrategyHooks()
 
     def describe(self) -> str:
         lines = [f"{self.name}: {(inspect.getdoc(self.fn) or '').splitlines()[0] if inspect.getdoc(self.fn) else ''}"]
@@ -121,7 +122,22 @@ def load_strategy(spec: str) -> LoadedStrategy:
         params=_params_of(fn),
         options=getattr(fn, "__orchestrator_options__", StrategyOptions()),
         source=getattr(module, "__file__", None) or module.__name__,
+        hooks=_hooks_of(module, name),
     )
+
+
+def _hooks_of(module: types.ModuleType, name: str) -> StrategyHooks:
+    """The module's after-run hooks (see :class:`~orchestrator.strategy.StrategyHooks`), found once here."""
+    found = {}
+    for hook in HOOK_NAMES:
+        value = getattr(module, hook, None)
+        if value is None:
+            continue
+        if not callable(value):
+            where = getattr(module, "__file__", None) or module.__name__
+            raise StrategyLoadError(f"{hook} in {where} (strategy {name!r}) must be a function; rename it or define it")
+        found[hook] = value
+    return StrategyHooks(**found)
 
 
 def _display_name(name: str) -> str:

@@ -24,7 +24,7 @@ from collections import Counter
 from itertools import combinations
 from typing import Annotated, Any
 
-from orchestrator.strategy import BaseEvaluationFailed, strategy_options
+from orchestrator.strategy import BaseEvaluationFailed, Context, strategy_options
 
 from ._report import evolve_sections as report_sections  # noqa: F401  (the run report's sections)
 from .evolve_budget import BudgetedContext, BudgetExhausted, make_budget
@@ -50,7 +50,7 @@ TAIL_IN_NOTE = 300
 async def evolve(
     prompt,
     base_branch,
-    ctx,
+    ctx: Context,
     *,
     goals: Annotated[str | list | dict, "goals file (YAML, see docs/evolve.md)"],
     max_parallel: Annotated[int, "goals fixed per wave, 1 = sequential (at most 5)"] = 3,

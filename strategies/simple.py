@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
+from orchestrator.strategy import Context
+
 
 async def simple(
     prompt,
     base_branch,
-    ctx,
+    ctx: Context,
     *,
     import_policy: Annotated[Literal["auto", "never", "always"], "when to create the branch"] = "auto",
 ):

@@ -39,7 +39,7 @@ from typing import Annotated, Any, Literal
 import anyio
 import msgspec
 
-from orchestrator.strategy import BaseEvaluationFailed, ConfigError, strategy_options
+from orchestrator.strategy import BaseEvaluationFailed, ConfigError, Context, RunView, strategy_options
 
 from . import schemas
 from ._json import ask_json
@@ -395,7 +395,7 @@ def prepare(params: dict[str, Any], repo_path: str) -> dict[str, Any]:
 async def tree_beam(
     prompt,
     base_branch,
-    ctx,
+    ctx: Context,
     *,
     eval_command: Annotated[str | None, "evaluation command (last stdout line: JSON metrics)"] = None,
     primary_metric: Annotated[str | None, "metric that decides better/worse"] = None,
@@ -915,17 +915,16 @@ def _finish(ctx, tree: Tree, out, reason: str, *, final_check: bool = True) -> d
 # They only read files and the folded state: the orchestrator does the git work through its git layer.
 
 
-def _execution_dirs(output_dir: Path, state) -> list[tuple[str, Path]]:
-    from .tree_beam_report import is_tree_execution
-
+def _execution_dirs(run: RunView) -> list[tuple[str, Path]]:
+    """``(sid, output folder)`` of each tree-beam execution of the run (a tree evaluates its root first)."""
     return [
-        (sid, output_dir if sid == "s1" else output_dir / sid)
-        for sid in sorted(state.strategies)
-        if is_tree_execution(state, sid)
+        (sid, run.output_dir if sid == "s1" else run.output_dir / sid)
+        for sid in sorted(run.executions)
+        if f"{run.run_id}/{sid}/root/eval" in run.task_keys
     ]
 
 
-def branches_to_delete(*, output_dir: Path, state) -> list[str]:
+def branches_to_delete(run: RunView) -> list[str]:
     """After a finished run: the rejected candidates' branches that delete_branches.txt lists.
 
     The orchestrator deletes those its git layer confirms this run created and
@@ -934,25 +933,24 @@ def branches_to_delete(*, output_dir: Path, state) -> list[str]:
     from .tree_beam_report import listed_branches
 
     names: list[str] = []
-    for sid, directory in _execution_dirs(Path(output_dir), state):
-        if state.strategies[sid].status == "success":
+    for sid, directory in _execution_dirs(run):
+        if run.executions[sid] == "success":
             names += listed_branches(directory)
     return names
 
 
-def show_run_report(*, run_id: str, dirs, manifest, state) -> list[str]:
+def show_run_report(run: RunView) -> list[str]:
     """``--show-run``: regenerate tree.json / TREE_SUMMARY.md / tree.svg from the log and check them."""
     from orchestrator.strategy import ReplayError
 
     from .tree_beam_report import tree_problems
 
-    output_dir = dirs.results / run_id / "strategy_output"
     problems = []
     try:
-        render_tree_report(dirs.events(run_id), output_dir, prompt=manifest.prompt)
+        render_tree_report(run.events_path, run.output_dir, prompt=run.prompt)
     except ReplayError as exc:
-        problems.append(f"{exc}; traceback in {dirs.logs / run_id / 'orchestration.jsonl'}")
-    for sid, directory in _execution_dirs(output_dir, state):
+        problems.append(f"{exc}; traceback in {run.logs_dir / 'orchestration.jsonl'}")
+    for sid, directory in _execution_dirs(run):
         tree_file = directory / "tree.json"
         if tree_file.exists():
             print(f"tree-beam {sid}: {directory / 'TREE_SUMMARY.md'} (regenerated from the event log)")
@@ -960,13 +958,12 @@ def show_run_report(*, run_id: str, dirs, manifest, state) -> list[str]:
     return problems
 
 
-def claimed_branches(*, run_id: str, dirs, state) -> list[tuple[str, str, str]]:
+def claimed_branches(run: RunView) -> list[tuple[str, str, str]]:
     """``(what, branch, commit)``: every tree node's commit must be reachable from its branch."""
     from .tree_beam_report import branch_claims
 
-    output_dir = dirs.results / run_id / "strategy_output"
     claims = []
-    for sid, directory in _execution_dirs(output_dir, state):
+    for sid, directory in _execution_dirs(run):
         if (directory / "tree.json").exists():
             claims += [
                 (f"{sid}: {node}", branch, commit) for node, branch, commit in branch_claims(directory / "tree.json")

@@ -145,6 +145,41 @@ def test_nothing_but_the_registry_imports_a_plugin():
     assert named == []
 
 
+def _package(module: str) -> str:
+    parts = module.split(".")
+    if parts[0] == "orchestrator" and len(parts) > 1 and parts[1] in SUBPACKAGES:
+        return f"orchestrator.{parts[1]}"
+    return module if parts[0] == "orchestrator" else parts[0]
+
+
+SUBPACKAGES = ("app", "log", "engine", "runner", "report", "agent_image")
+GROUND = {"orchestrator", "orchestrator._lazy", "orchestrator.errors", "orchestrator.sanitize", "orchestrator.naming"}
+# What each package may import, as docs/architecture.md says it in words.
+ALLOWED = {
+    "orchestrator.config": {"orchestrator.errors", "orchestrator.parsing", "orchestrator.sanitize"},
+    "orchestrator.jsonlog": {"orchestrator.sanitize"},
+    "orchestrator.log": {"orchestrator.errors", "orchestrator.sanitize"},
+    "orchestrator.runner": GROUND | {"orchestrator.jsonlog", "runner_plugins"},
+    "runner_plugins": {"orchestrator", "orchestrator.errors", "orchestrator.runner"},
+    "orchestrator.engine": GROUND | {"orchestrator.jsonlog", "orchestrator.log", "orchestrator.runner"},
+    "orchestrator.strategy": {"orchestrator.errors", "orchestrator.engine", "orchestrator.app"},
+    "orchestrator.strategy_loader": {"orchestrator.errors", "orchestrator.parsing", "orchestrator.strategy"},
+    "orchestrator.report": GROUND | {"orchestrator.log", "orchestrator.runner", "orchestrator.strategy_loader"},
+    "orchestrator.agent_image": {"orchestrator.errors", "orchestrator.runner"},
+    "tui": {"orchestrator", "orchestrator.log", "orchestrator.naming"},
+    "strategies": {"orchestrator", "orchestrator.strategy"},
+}
+
+
+def test_each_package_imports_only_what_the_architecture_document_allows():
+    found: dict[str, set[str]] = {}
+    for module, targets in GRAPH.items():
+        package = _package(module)
+        found.setdefault(package, set()).update(t for t in map(_package, targets) if t != package)
+    extra = {p: sorted(found.get(p, set()) - allowed) for p, allowed in ALLOWED.items()}
+    assert {p: e for p, e in extra.items() if e} == {}
+
+
 def test_there_is_no_import_cycle():
     index: dict[str, int] = {}
     low: dict[str, int] = {}

@@ -130,14 +130,21 @@ async def test_tree_beam_report_says_when_its_replay_broke(tmp_path, monkeypatch
     assert [n["id"] for n in tree["nodes"]] == ["n0"] and tree["stop_reason"] is None
     assert any("RuntimeError: report bug" in r.get("traceback", "") for r in orchestration_log(tmp_path))
     # --show-run's hook turns it into a problem line (exit 1) instead of a silent partial report
-    from types import SimpleNamespace
+    from orchestrator.strategy import RunView
 
-    from orchestrator.log.runs import RunDirs
-
-    dirs = RunDirs(logs=tmp_path / "logs", state=tmp_path / "state", results=tmp_path / "results")
-    problems = tb.show_run_report(
-        run_id="run_t", dirs=dirs, manifest=SimpleNamespace(prompt="do it"), state=engine.state
+    state = engine.state
+    view = RunView(
+        run_id="run_t",
+        prompt="do it",
+        repo_path=str(tmp_path / "repo"),
+        base_branch="main",
+        events_path=engine.paths.events,
+        logs_dir=tmp_path / "logs" / "run_t",
+        output_dir=tmp_path / "results" / "run_t" / "strategy_output",
+        executions={sid: s.status for sid, s in state.strategies.items()},
+        task_keys=frozenset(state.tasks),
     )
+    problems = tb.show_run_report(view)
     assert problems == [
         f"s1: replaying the strategy raised RuntimeError: report bug (the report shows the tree up "
         f"to there); traceback in {tmp_path / 'logs' / 'run_t' / 'orchestration.jsonl'}"

@@ -953,7 +953,7 @@ async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resum
         write_manifest(dirs, manifest)
         olog.info("run interrupted")
         with anyio.CancelScope(shield=True):
-            await _write_report(dirs, manifest, prep.strategy.module, olog)
+            await _write_report(dirs, manifest, prep.strategy.hooks, olog)
         print(f"Run interrupted. Resume with: orchestrator --resume {run_id}", file=sys.stderr, flush=True)
         return 130
     failed = any(s.status not in ("success", run_budget.BUDGET_REACHED) for s in state.strategies.values())
@@ -968,11 +968,11 @@ async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resum
         manifest.exit_code = run_budget.EXIT_BUDGET_REACHED
     write_manifest(dirs, manifest)
     if manifest.status == "completed":  # a run stopped at its cap still needs its branches to go on
-        await _delete_unneeded_branches(prep, dirs, run_id, state, olog)
+        await _delete_unneeded_branches(prep, dirs, manifest, state, olog)
     # Merge advice only for a selected branch that still holds what the run recorded.
     checked = await anyio.to_thread.run_sync(check_repository, manifest, state)
     summary = export(dirs, manifest, state, checked)
-    await _write_report(dirs, manifest, prep.strategy.module, olog)
+    await _write_report(dirs, manifest, prep.strategy.hooks, olog)
     olog.info("run finished", exit_code=manifest.exit_code, totals=summary["totals"])
     if prep.output == "json":
         print(msgspec.json.encode({"type": "run.summary", "summary": summary}).decode(), flush=True)
@@ -981,20 +981,22 @@ async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resum
     return manifest.exit_code
 
 
-async def _delete_unneeded_branches(prep, dirs: RunDirs, run_id: str, state, olog: ComponentLog) -> None:
+async def _delete_unneeded_branches(prep, dirs: RunDirs, manifest: RunManifest, state, olog: ComponentLog) -> None:
     """After a finished run: delete the branches the strategy no longer needs, through the git layer.
 
-    A strategy names them (``branches_to_delete(output_dir, state) -> [branch]``) but
-    never runs git itself; the git layer deletes only branches this run created that
-    nobody moved or checked out since. Cleanup must not turn a finished run into a failure.
+    A strategy names them (its ``branches_to_delete`` hook) but never runs git
+    itself; the git layer deletes only branches this run created that nobody
+    moved or checked out since. Cleanup must not turn a finished run into a failure.
     """
-    hook = getattr(prep.strategy.module, "branches_to_delete", None)
+    hook = prep.strategy.hooks.branches_to_delete
     if hook is None:
         return
     from ..runner import delete_run_branches
+    from .results import run_view
 
+    run_id = manifest.run_id
     try:
-        names = list(hook(output_dir=dirs.results / run_id / "strategy_output", state=state) or [])
+        names = list(hook(run_view(dirs, manifest, state)) or [])
         if not names:
             return
         outcome = await delete_run_branches(prep.repo, names, run_id=run_id)
@@ -1011,12 +1013,12 @@ async def _delete_unneeded_branches(prep, dirs: RunDirs, run_id: str, state, olo
     olog.info(line, outcome=outcome)
 
 
-async def _write_report(dirs: RunDirs, manifest: RunManifest, module, olog: ComponentLog):
+async def _write_report(dirs: RunDirs, manifest: RunManifest, hooks, olog: ComponentLog):
     """Write results/<run_id>/report.html; a report that cannot be written never fails the run."""
     from ..report import write_report
 
     try:
-        return await anyio.to_thread.run_sync(lambda: write_report(dirs, manifest, module=module))
+        return await anyio.to_thread.run_sync(lambda: write_report(dirs, manifest, hooks=hooks))
     except Exception as exc:
         olog.warning(f"run report not written: {exc}")
         print(

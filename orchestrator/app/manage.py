@@ -7,7 +7,7 @@ import shutil
 import sys
 import time
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.to_thread
@@ -19,6 +19,7 @@ from ..log.runs import (
     RUN_LOCK_LABEL,
     RUN_MANIFEST_LABEL,
     RunDirs,
+    RunManifest,
     is_live,
     lock_holder,
     manifest_status,
@@ -28,6 +29,9 @@ from ..log.runs import (
 from ..log.state import FAILED, RunState, recover
 from ..strategy_loader import BUILTINS, load_strategy
 from .results import build_summary, check_repository, fmt_cost, render_summary
+
+if TYPE_CHECKING:
+    from ..strategy import RunView, StrategyHooks
 
 
 def help_strategy(name: str) -> int:
@@ -133,16 +137,14 @@ async def show_run(run_id: str, follow: bool, repo: str | None = None) -> int:
         f"plugin {manifest.plugin}; image {manifest.docker_image}"
     )
     print(f"Events: {dirs.events(run_id)}")
-    report = _strategy_hook(manifest.strategy_name, "show_run_report")
-    if report is not None:
+    hooks = _strategy_hooks(manifest)
+    if hooks.show_run_report is not None:
+        from .results import run_view
+
+        view = run_view(dirs, manifest, state)
         try:
-            problems = list(
-                await anyio.to_thread.run_sync(
-                    functools.partial(report, run_id=run_id, dirs=dirs, manifest=manifest, state=state)
-                )
-                or []
-            )
-            problems += await _check_claims(dirs, manifest, state)
+            problems = list(await anyio.to_thread.run_sync(hooks.show_run_report, view) or [])
+            problems += await _check_claims(manifest, hooks, view)
         except Exception as exc:  # a report must not hide the summary
             print(f"strategy report failed: {exc}", file=sys.stderr)
             return 1
@@ -180,29 +182,25 @@ def show_run_html(run_id: str, *, open_browser: bool, repo: str | None = None) -
     return 0
 
 
-def _strategy_hook(name: str, hook: str):
-    """A built-in strategy module's optional hook (``show_run_report``, ``claimed_branches``), or None.
+def _strategy_hooks(manifest: RunManifest) -> StrategyHooks:
+    """The run's strategy's after-run hooks; none when its file cannot be loaded any more.
 
-    ``show_run_report(run_id, dirs, manifest, state) -> list[problems]`` regenerates the
-    strategy's reports; ``claimed_branches(run_id, dirs, state) -> [(what, branch, commit)]``
-    lists the commits the run says its branches hold, which the git layer checks here
-    (a strategy never runs git itself).
+    The summary never depends on them: a strategy file moved or edited since the
+    run only costs its own reports, with one line saying so.
     """
-    target = BUILTINS.get(name)
-    if target is None:
-        return None
-    import importlib
+    from ..strategy import StrategyHooks
 
     try:
-        module = importlib.import_module(target.split(":")[0])
-    except ImportError:
-        return None
-    return getattr(module, hook, None)
+        return load_strategy(manifest.strategy_spec).hooks
+    except Exception as exc:
+        print(f"strategy reports left out: could not load {manifest.strategy_spec} ({exc})", file=sys.stderr)
+        return StrategyHooks()
 
 
-async def _check_claims(dirs: RunDirs, manifest, state: RunState) -> list[str]:
-    claimed = _strategy_hook(manifest.strategy_name, "claimed_branches")
-    claims = list(claimed(run_id=manifest.run_id, dirs=dirs, state=state) or []) if claimed is not None else []
+async def _check_claims(manifest: RunManifest, hooks: StrategyHooks, view: RunView) -> list[str]:
+    """The commits the strategy says its branches hold, checked by the git layer (a strategy never runs git)."""
+    claimed = hooks.claimed_branches
+    claims = list(claimed(view) or []) if claimed is not None else []
     if not claims:
         return []
     from ..runner import unheld_branch_claims

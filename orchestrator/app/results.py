@@ -18,6 +18,7 @@ from ..log.runs import RunDirs, RunManifest
 from ..log.state import COMPLETED, FAILED, INTERRUPTED, RunState, write_snapshot_bytes
 from ..report.selection import UNFINISHED, claims, missing_branches, selected_of, selection, unheld_branches, verdict
 from ..sanitize import default_sanitizer
+from ..strategy import RunView
 from .run_budget import spend_text, summary_of
 
 
@@ -360,3 +361,19 @@ def render_summary(summary: dict[str, Any], *, results_path: Path, wall_seconds:
         lines.append(f"  git diff {finals[0]}..{finals[1]}")
     lines += ["", "To merge selected solution:", f"  git merge {finals[0]}"]
     return "\n".join(lines + where)
+
+
+def run_view(dirs: RunDirs, manifest: RunManifest, state: RunState) -> RunView:
+    """The public view of a run that a strategy's after-run hooks receive."""
+    run_id = manifest.run_id
+    return RunView(
+        run_id=run_id,
+        prompt=manifest.prompt,
+        repo_path=manifest.repo_path,
+        base_branch=manifest.base_branch,
+        events_path=dirs.events(run_id),
+        logs_dir=dirs.logs / run_id,
+        output_dir=dirs.results / run_id / "strategy_output",
+        executions={sid: s.status for sid, s in state.strategies.items()},
+        task_keys=frozenset(state.tasks),
+    )

@@ -8,10 +8,13 @@ strategy's ``report_sections(run)`` (see :mod:`orchestrator.report.sections`).
 
 from __future__ import annotations
 
-import types
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..log.runs import RunDirs, RunManifest
+
+if TYPE_CHECKING:
+    from ..strategy import StrategyHooks
 from .render import render_report
 
 __all__ = ["report_path", "write_report"]
@@ -21,16 +24,16 @@ def report_path(dirs: RunDirs, run_id: str) -> Path:
     return dirs.results / run_id / "report.html"
 
 
-def write_report(dirs: RunDirs, manifest: RunManifest, *, module: types.ModuleType | None = None) -> Path:
+def write_report(dirs: RunDirs, manifest: RunManifest, *, hooks: StrategyHooks | None = None) -> Path:
     """Render and atomically write the report; return its path.
 
     Blocking (it reads the log and runs git): call it from a worker thread in
-    async code. ``module`` is the strategy's module when the caller has it
-    loaded; otherwise it is loaded from the manifest's strategy spec.
+    async code. ``hooks`` are the strategy's when the caller has it loaded;
+    otherwise it is loaded from the manifest's strategy spec.
     """
     from ..log.state import write_snapshot_bytes
 
-    data = render_report(dirs, manifest, module=module)
+    data = render_report(dirs, manifest, hooks=hooks)
     target = report_path(dirs, manifest.run_id)
     target.parent.mkdir(parents=True, exist_ok=True)
     write_snapshot_bytes(data, [target])

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import types
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jinja2
 from markupsafe import Markup
@@ -16,6 +15,9 @@ from pygments.formatters import HtmlFormatter
 from pygments.lexers import DiffLexer
 
 from ..log.runs import RunDirs, RunManifest
+
+if TYPE_CHECKING:
+    from ..strategy import StrategyHooks
 from ..sanitize import default_sanitizer
 from .charts import line_chart_svg, timeline_svg
 from .data import RUN_DIFF_HTML_BUDGET, collect_diffs, gather
@@ -80,15 +82,15 @@ def _highlight_diffs(diffs: dict[str, dict[str, Any]], base: str) -> dict[str, d
     return out
 
 
-def _strategy_module(manifest: RunManifest, module: types.ModuleType | None) -> tuple[Any, str | None]:
-    if module is None:
+def _strategy_sections(manifest: RunManifest, hooks: StrategyHooks | None) -> tuple[Any, str | None]:
+    if hooks is None:
         from ..strategy_loader import load_strategy
 
         try:
-            module = load_strategy(manifest.strategy_spec).module
+            hooks = load_strategy(manifest.strategy_spec).hooks
         except Exception as exc:  # the file may have moved since the run: the generic parts still render
             return None, f"strategy sections left out: could not load {manifest.strategy_spec} ({exc})"
-    return getattr(module, "report_sections", None), None
+    return hooks.report_sections, None
 
 
 def _sections_for(hook: Any, execution: dict[str, Any], tasks: list[dict[str, Any]]) -> list[Any]:
@@ -120,11 +122,11 @@ def _rendered_section(section: Any) -> dict[str, Any]:
     return out
 
 
-def render_report(dirs: RunDirs, manifest: RunManifest, *, module: types.ModuleType | None = None) -> bytes:
+def render_report(dirs: RunDirs, manifest: RunManifest, *, hooks: StrategyHooks | None = None) -> bytes:
     data = gather(dirs, manifest)
     spend = spend_over_time(dirs.events(manifest.run_id))
     scrub = default_sanitizer().scrub
-    hook, note = _strategy_module(manifest, module)
+    hook, note = _strategy_sections(manifest, hooks)
     executions = []
     # The same choice the console summary and summary.json report (orchestrator.report.selection).
     ordered = sorted(data["executions"].items(), key=lambda kv: kv[0])
