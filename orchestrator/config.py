@@ -125,6 +125,15 @@ class LoggingConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     component_log_backups: int = 3
 
 
+class BudgetConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The run-wide spending cap (``--max-cost``, ``--max-tokens``; see docs/cli.md)."""
+
+    max_cost_usd: Annotated[float, msgspec.Meta(gt=0)] | None = None
+    max_tokens: Annotated[int, msgspec.Meta(gt=0)] | None = None
+    # finish: running agent tasks finish; stop: they are interrupted like Ctrl+C, sessions kept
+    on_reached: Literal["finish", "stop"] = "finish"
+
+
 class Config(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     runner: RunnerConfig = msgspec.field(default_factory=RunnerConfig)
     environment: EnvironmentConfig = msgspec.field(default_factory=EnvironmentConfig)
@@ -132,6 +141,7 @@ class Config(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     events: EventsConfig = msgspec.field(default_factory=EventsConfig)
     tui: TuiConfig = msgspec.field(default_factory=TuiConfig)
     logging: LoggingConfig = msgspec.field(default_factory=LoggingConfig)
+    budget: BudgetConfig = msgspec.field(default_factory=BudgetConfig)
     # pricing.<provider>.<model>.{input_per_1k_usd, output_per_1k_usd}
     pricing: dict[str, dict[str, dict[str, float]]] = msgspec.field(default_factory=dict)
     # Default strategy parameters: strategy.<name with _ for ->.<param>
@@ -424,6 +434,9 @@ def recorded_config(data: dict[str, Any], source: str) -> Config:
 # Sections whose settings cannot change what a task does or produces: a resumed
 # run takes them from today's configuration, the rest from what it recorded.
 PRESENTATION_SECTIONS = ("tui", "logging")
+# The spending cap is not a task input either: a resume may raise it
+# (``--resume RUN_ID --max-cost HIGHER``) and no recorded task changes.
+RESUME_SECTIONS = ("budget",)
 # Settings that say only where tasks run, not what they do: a resumed run takes
 # them from today's configuration too, so it goes on when the set of Docker
 # hosts changed in between (an engine gone for good, one added).
@@ -443,7 +456,7 @@ def changed_keys(recorded: Config, current: Config) -> list[str]:
             out.append(prefix)
 
     for section in sorted(set(a) | set(b)):
-        if section in PRESENTATION_SECTIONS:
+        if section in PRESENTATION_SECTIONS or section in RESUME_SECTIONS:
             continue
         walk(a.get(section), b.get(section), section)
     return [

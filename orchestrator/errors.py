@@ -20,6 +20,7 @@
     │   └── TaskTimeoutError        the container-level timeout expired ("timeout")
     └── StrategyError               raised to or by strategy code
         ├── TaskFailed              ctx.wait() on a failed task
+        │   └── BudgetReached       the run's spending cap is reached: no new agent task starts
         ├── AggregateTaskFailed     ctx.wait_all() when one or more tasks failed
         ├── NoViableCandidates      a selection strategy has nothing left to choose
         ├── BaseEvaluationFailed    the evaluation of the base branch cannot be used: the run stops
@@ -176,6 +177,24 @@ class TaskFailed(StrategyError):
         return (type(self), (self.key, self.error_type, self.message))
 
 
+class BudgetReached(TaskFailed):
+    """The run's spending cap (``--max-cost`` / ``--max-tokens``) is reached: this agent task does not start.
+
+    Raised by ``ctx.run`` of a new agent task once the cap is reached, and by
+    ``ctx.wait`` on an agent task that was still waiting for a slot then. A
+    subclass of :class:`TaskFailed`, so a strategy that tolerates failed tasks
+    keeps going with what it has; catch it to return the best result so far.
+    Nothing is recorded as failed: ``--resume RUN_ID --max-cost HIGHER`` runs it.
+    """
+
+    def __init__(self, key: str, message: str = "the run's spending cap is reached") -> None:
+        super().__init__(key, "budget_reached", message)
+        self.args = (f"task {key} not started: {message}",)  # it did not fail: it never ran
+
+    def __reduce__(self):  # keep the fields through pickling/copying
+        return (type(self), (self.key, self.message))
+
+
 class AggregateTaskFailed(StrategyError):
     """Raised by ``ctx.wait_all()`` when any task failed and failures are not tolerated."""
 
@@ -248,6 +267,7 @@ class StrategyErrors:
     """The namespace exposed as ``ctx.errors``."""
 
     TaskFailed = TaskFailed
+    BudgetReached = BudgetReached
     AggregateTaskFailed = AggregateTaskFailed
     NoViableCandidates = NoViableCandidates
     BaseEvaluationFailed = BaseEvaluationFailed

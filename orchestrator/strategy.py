@@ -55,6 +55,7 @@ from .engine.task_types import (
 from .errors import (
     AggregateTaskFailed,
     BaseEvaluationFailed,
+    BudgetReached,
     ConfigError,
     KeyConflictDifferentFingerprint,
     NondeterminismError,
@@ -180,6 +181,7 @@ __all__ = [
     "BaseEvaluationFailed",
     "BranchCleanupResult",
     "BranchCleanupTask",
+    "BudgetReached",
     "ConfigError",
     "ContainerLimitsInput",
     "Context",

@@ -101,8 +101,9 @@ async def ask_json(
     task = with_schema(ctx, task, schema)
     for attempt in (1, 2):
         prompt = task["prompt"] if attempt == 1 else STRICT_PREFIX + task["prompt"]
-        handle = ctx.run(dict(task, prompt=prompt), key=ctx.key(*key_parts, f"attempt-{attempt}"))
         try:
+            # (inside: at the run's spending cap ctx.run itself raises BudgetReached, a TaskFailed)
+            handle = ctx.run(dict(task, prompt=prompt), key=ctx.key(*key_parts, f"attempt-{attempt}"))
             result = await ctx.wait(handle)
         except ctx.errors.TaskFailed:
             return None  # a failed review is unusable, not unparsable: no repair

@@ -59,10 +59,12 @@ async def score_with_repair(ctx, task: dict[str, Any], key_parts: tuple) -> dict
                 + "\n\nYour previous answer, which was not valid, was:\n"
                 + tail(previous, PREVIOUS_ANSWER_CHARS)
             )
-        handle = ctx.run(
-            with_schema(ctx, dict(task, prompt=prompt), schemas.SCORE), key=ctx.key(*key_parts, f"attempt-{attempt}")
-        )
         try:
+            # (inside: at the run's spending cap ctx.run itself raises BudgetReached, a TaskFailed)
+            handle = ctx.run(
+                with_schema(ctx, dict(task, prompt=prompt), schemas.SCORE),
+                key=ctx.key(*key_parts, f"attempt-{attempt}"),
+            )
             result = await ctx.wait(handle)
         except ctx.errors.TaskFailed as exc:
             return {"score": None, "attempts": attempt, "error": f"reviewer failed ({exc.error_type}): {exc.message}"}

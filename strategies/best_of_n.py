@@ -68,6 +68,7 @@ async def best_of_n(
     """N candidates in parallel, each scored 0-10 by a reviewer; returns the best one."""
     rows: list[dict[str, Any]] = [{} for _ in range(n)]
     scored: list[tuple[float, int, dict[str, Any]]] = []
+    finished: list[tuple[int, dict[str, Any]]] = []  # candidates that produced a result, scored or not
 
     async def candidate(i: int) -> None:
         task: dict[str, Any] = {
@@ -94,6 +95,7 @@ async def best_of_n(
             model=scorer_model,
         )
         verdict = await score_with_repair(ctx, review, ("score", result["instance_id"]))
+        finished.append((i, result))
         rows[i] = {
             "index": i,
             "key": key,
@@ -105,6 +107,7 @@ async def best_of_n(
         }
         if verdict["score"] is None:
             rows[i].update(status="unscorable", error=verdict["error"])
+
         else:
             rows[i].update(status="scored", rationale=verdict["rationale"])
             scored.append((verdict["score"], i, result))
@@ -118,6 +121,13 @@ async def best_of_n(
         "candidates": rows,
         "selected": None,
     }
+    if not scored and finished and any("budget_reached" in str(r.get("error", "")) for r in rows):
+        # The spending cap stopped the reviews: the best so far is the first finished candidate, unscored.
+        index, best = min(finished, key=lambda t: t[0])
+        report["selected"] = {"index": index, "instance_id": best["instance_id"], "branch": branch_of(best)}
+        write_output(ctx, "scores", "json", report)
+        write_output(ctx, "best_branch", "txt", branch_of(best) + "\n")
+        return {**best, "verdict": f"gen/{index} kept unscored: the spending cap was reached before any review"}
     if not scored:
         write_output(ctx, "scores", "json", report)
         failed = sum(r["status"] == "failed" for r in rows)

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from orchestrator.strategy import BudgetReached
+
 from .budget import Budget
 
 
@@ -56,7 +58,12 @@ class BudgetedContext:
         reason = self.exhausted()
         if reason is not None:
             raise BudgetExhausted(reason)
-        return self._ctx.run(task, key=key, policy=policy)
+        try:
+            return self._ctx.run(task, key=key, policy=policy)
+        except BudgetReached as exc:
+            # The run-wide cap (an engine hook) ends the strategy the same way as its own budget.
+            self.stop_reason = exc.message
+            raise BudgetExhausted(exc.message) from None
 
     def _seen(self, result) -> None:
         if self.budget is not None:

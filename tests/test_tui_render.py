@@ -501,3 +501,20 @@ def test_a_long_parameter_line_is_cut_between_parameters_never_mid_name():
     shown = _params_text({"max_total_evals": 12, "max_wall_seconds": 3600, "ideas_per_node": 3}, limit=45)
     assert shown.endswith("…") and "max_wall_" not in shown.replace("max_wall_seconds=3600", ""), shown
     assert shown == "max_total_evals=12, max_wall_seconds=3600…"
+
+
+def test_the_header_shows_the_spend_against_the_cap_from_the_budget_events():
+    """Issue 29: the dashboard reads the spending cap and the live spend from state alone (budget.* events)."""
+    from orchestrator.log.events import BUDGET_CAP, BUDGET_REACHED, BUDGET_SPEND
+
+    model = RunModel("run_cap")
+    model.feed_raw(BUDGET_CAP, "", None, {"max_cost_usd": 0.5, "max_tokens": None, "on_reached": "finish"}, 0, utc_ts())
+    for n, ev in enumerate(synthetic_run("run_cap", 2, finish=False), start=1):
+        model.feed_raw(ev.type, ev.sid, ev.key, dict(ev.payload), n * 100, utc_ts())
+    model.feed_raw(BUDGET_SPEND, "", None, {"task": "k1", "tokens": 12000, "cost_usd": 0.21}, 5000, utc_ts())
+    header = frame_text(model, width=200).splitlines()[0]
+    assert "$0.21/$0.50" in header and "cap reached" not in header, header
+    model.feed_raw(BUDGET_SPEND, "", None, {"task": "k2", "tokens": 20000, "cost_usd": 0.3}, 5100, utc_ts())
+    model.feed_raw(BUDGET_REACHED, "", None, {"spent_cost_usd": 0.51}, 5200, utc_ts())
+    header = frame_text(model, width=200).splitlines()[0]
+    assert "$0.51/$0.50 cap reached" in header, header

@@ -67,7 +67,13 @@ STATUS_ICON = {PENDING: "⏳", RUNNING: "🔄", COMPLETED: "✅", FAILED: "❌",
 STATUS_STYLE = {PENDING: "blue", RUNNING: "bold yellow", COMPLETED: "dim", FAILED: "bold red", INTERRUPTED: "magenta"}
 # Cards that need attention come first when not all of them fit.
 URGENCY = {FAILED: 0, RUNNING: 1, INTERRUPTED: 2, PENDING: 3, COMPLETED: 4}
-STRATEGY_BORDER = {"running": "cyan", "success": "green", "failed": "red", "canceled": "yellow"}
+STRATEGY_BORDER = {
+    "running": "cyan",
+    "success": "green",
+    "failed": "red",
+    "canceled": "yellow",
+    "budget_reached": "magenta",
+}
 
 # (lines per card, minimum cell width) per mode; the detailed card is a 4-line panel.
 CARD_HEIGHT = {"detailed": 6, "compact": 1, "dense": 1}
@@ -139,6 +145,10 @@ def _header(model: RunModel, s: Summary) -> Text:
     if model.state.dry_run:
         text.append("DRY RUN", style="bold black on yellow")
         text.append("  ")
+    budget = model.state.budget
+    if budget is not None:  # early in the line: a narrow terminal cuts the end, never the spend
+        text.append(budget_text(budget), style="bold red" if budget.reached else "magenta")
+        text.append("  ")
     text.append(desc, style="bold cyan")
     if params:
         text.append(f" ({params})", style="cyan")
@@ -148,6 +158,17 @@ def _header(model: RunModel, s: Summary) -> Text:
     text.append(f"❌ {s.failed} failed ", style="red" if s.failed else "")
     text.append(f" ⏱ {fmt_duration(s.runtime_s)}")
     return _one_line(text)
+
+
+def budget_text(budget: Any) -> str:
+    """``💰 $0.21/$0.50`` (and tokens when they are capped): the run's spend against its cap."""
+    parts = []
+    if budget.max_cost_usd is not None or budget.max_tokens is None:
+        cap = f"/${budget.max_cost_usd:.2f}" if budget.max_cost_usd is not None else ""
+        parts.append(f"${budget.spent_cost_usd:.2f}{cap}")
+    if budget.max_tokens is not None:
+        parts.append(f"{fmt_tokens(budget.spent_tokens)}/{fmt_tokens(budget.max_tokens)} tok")
+    return "💰 " + " · ".join(parts) + (" cap reached" if budget.reached else "")
 
 
 def _health(s: Summary, max_parallel: int | None, mode: str, hosts: list[HostLine] | None = None) -> Text:

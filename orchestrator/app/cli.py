@@ -124,6 +124,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--config", help="configuration file, YAML or JSON (default: ./orchestrator.yaml if present)")
     run.add_argument("--mode", choices=["api", "subscription"], help="Claude authentication mode")
+    run.add_argument(
+        "--max-cost", type=float, metavar="USD", help="spending cap of the whole run in USD (also with --resume)"
+    )
+    run.add_argument(
+        "--max-tokens", type=int, metavar="N", help="cap on the tokens the whole run's agents use (also with --resume)"
+    )
     run.add_argument("--safe-fsync", choices=["interval", "per_event"], help="event log flush policy")
     run.add_argument(
         "--require-clean-wt",

@@ -48,6 +48,7 @@ from ..runner.git_ops import validate_repository, workspace_root
 from ..runner.registry import get_plugin, register_plugins
 from ..sanitize import SECRET_ENV_VARS, default_sanitizer
 from ..strategy_loader import LoadedStrategy, load_strategy, parse_params
+from . import run_budget
 from .auth import resolve_auth
 from .retention import record_owner
 
@@ -107,6 +108,8 @@ def _cli_overrides(args) -> dict[str, Any]:
     put("runner", "sync_image", getattr(args, "sync_image", None))
     put("runner", "plugin", args.plugin)
     put("events", "flush_policy", args.safe_fsync)
+    put("budget", "max_cost_usd", getattr(args, "max_cost", None))
+    put("budget", "max_tokens", getattr(args, "max_tokens", None))
     if args.debug:
         put("logging", "debug", True)
     return over
@@ -324,6 +327,7 @@ async def _prepare(args, loaded: LoadedConfig, docker: _EarlyCheck) -> Prepared:
     auth = resolve_auth(loaded.environ, plugin=plugin_name, mode=args.mode, dry_run=args.dry_run)
     if not args.dry_run:
         plugin.validate_environment(auth)
+    run_budget.check_measurable(config, plugin_name=plugin_name, model=model, mode=args.mode, auth=auth)
     default_sanitizer().add_secrets(auth.secret_values())
     _check_disk(dirs.logs, config, warnings)
     _check_disk(workspace_root(), config, warnings)
@@ -472,7 +476,7 @@ RECORDED_FLAGS = (
     ("require_clean_wt", "--require-clean-wt"),
     ("dry_run", "--dry-run"),
 )
-RESUME_FLAGS = "--max-parallel, --no-tui, --json, --quiet, --debug, --resume-fresh"
+RESUME_FLAGS = "--max-parallel, --max-cost, --max-tokens, --no-tui, --json, --quiet, --debug, --resume-fresh"
 
 
 def check_resume_flags(args) -> None:
@@ -486,7 +490,7 @@ def check_resume_flags(args) -> None:
 
 def _resumed_config(dirs: RunDirs, manifest: RunManifest, current: LoadedConfig) -> LoadedConfig:
     """The recorded configuration, with today's settings only where they cannot change a result."""
-    from ..config import PLACEMENT_KEYS, PRESENTATION_SECTIONS, changed_keys, recorded_config
+    from ..config import PLACEMENT_KEYS, PRESENTATION_SECTIONS, RESUME_SECTIONS, changed_keys, recorded_config
 
     if not manifest.config:  # a manifest from before configurations were recorded
         return current
@@ -504,7 +508,9 @@ def _resumed_config(dirs: RunDirs, manifest: RunManifest, current: LoadedConfig)
             file=sys.stderr,
             flush=True,
         )
-    config = msgspec.structs.replace(config, **{s: getattr(current.config, s) for s in PRESENTATION_SECTIONS})
+    config = msgspec.structs.replace(
+        config, **{s: getattr(current.config, s) for s in (*PRESENTATION_SECTIONS, *RESUME_SECTIONS)}
+    )
     placement = {key.split(".", 1)[1]: getattr(current.config.runner, key.split(".", 1)[1]) for key in PLACEMENT_KEYS}
     config = msgspec.structs.replace(config, runner=msgspec.structs.replace(config.runner, **placement))
     return LoadedConfig(
@@ -550,6 +556,14 @@ async def resume(args) -> int:
     auth = resolve_auth(loaded.environ, plugin=manifest.plugin, mode=manifest.mode, dry_run=manifest.dry_run)
     if not manifest.dry_run:
         plugin.validate_environment(auth)
+    run_budget.check_measurable(
+        loaded.config, plugin_name=manifest.plugin, model=manifest.model, mode=manifest.mode, auth=auth
+    )
+    if manifest.status == run_budget.BUDGET_REACHED:
+        from ..log.state import recover
+
+        recorded = recover(manifest.run_id, dirs.events(manifest.run_id), [dirs.state / manifest.run_id / "state.json"])
+        run_budget.check_resume(loaded.config, recorded.budget, manifest.run_id)
     default_sanitizer().add_secrets(auth.secret_values())
     await anyio.to_thread.run_sync(validate_repository, manifest.repo_path, manifest.base_branch)
     await _check_engines(
@@ -708,6 +722,8 @@ def _engine_config(
         resume_fresh=resume_fresh,
         supports_resume=plugin.capabilities.supports_resume,
         structured_outputs=structured_outputs,
+        budget=run_budget.cap_of(c),
+        budget_rates=run_budget.rates_of(c, prep.plugin_name),
         runner_options={
             "docker_image": prep.image,
             "reuse_container": r.reuse_container,
@@ -907,7 +923,7 @@ async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resum
                 await engine.run(
                     prep.strategy.fn, prompt=prep.prompt, params=prep.params, runs=prep.runs, name=prep.strategy.name
                 )
-            if flag.requested:
+            if flag.requested or (engine.budget_stopped and config.budget.on_reached == "stop"):
                 with anyio.CancelScope(shield=True):
                     await _stop_containers(run_id, olog)
             watcher_scope.cancel()
@@ -928,7 +944,7 @@ async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resum
         return await _storage_stop(storage_error, dirs, manifest, olog)
     wall = time.monotonic() - started
     state = engine.state
-    if flag.requested or any(s.status == "running" for s in state.strategies.values()):
+    if flag.requested or (any(s.status == "running" for s in state.strategies.values()) and not engine.budget_stopped):
         manifest.status = "interrupted"
         manifest.exit_code = 130
         write_manifest(dirs, manifest)
@@ -937,12 +953,19 @@ async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resum
             await _write_report(dirs, manifest, prep.strategy.hooks, olog)
         print(f"Run interrupted. Resume with: orchestrator --resume {run_id}", file=sys.stderr, flush=True)
         return 130
-    failed = any(s.status != "success" for s in state.strategies.values())
+    failed = any(s.status not in ("success", run_budget.BUDGET_REACHED) for s in state.strategies.values())
+    capped = any(s.status == run_budget.BUDGET_REACHED for s in state.strategies.values())
     manifest.status = "completed"
     manifest.finished_at = now_iso()
     manifest.exit_code = 1 if failed else 0
+    if capped or (engine.budget_stopped and any(s.status == "running" for s in state.strategies.values())):
+        # Resumable with a higher cap: it is not finished, and says so in its own exit code.
+        manifest.status = run_budget.BUDGET_REACHED
+        manifest.finished_at = None
+        manifest.exit_code = run_budget.EXIT_BUDGET_REACHED
     write_manifest(dirs, manifest)
-    await _delete_unneeded_branches(prep, dirs, manifest, state, olog)
+    if manifest.status == "completed":  # a run stopped at its cap still needs its branches to go on
+        await _delete_unneeded_branches(prep, dirs, manifest, state, olog)
     # Merge advice only for a selected branch that still holds what the run recorded.
     checked = await anyio.to_thread.run_sync(check_repository, manifest, state)
     summary = export(dirs, manifest, state, checked)

@@ -51,6 +51,7 @@ def _state(dirs: RunDirs, run_id: str) -> RunState:
 
 def list_runs(repo: str | None = None) -> int:
     from .locate import repository_top, run_folders, runs_in
+    from .run_budget import spend_text, summary_of
 
     here = RunDirs.from_env()
     folders = run_folders(repo, here)
@@ -73,7 +74,7 @@ def list_runs(repo: str | None = None) -> int:
         status = "live" if live else "cleaned" if run.cleaned else "interrupted" if m.status == "running" else m.status
         rows.append((status, m.run_id, run))
     # Runs that can be resumed first: they hold work already paid for.
-    rows.sort(key=lambda row: (row[0] != "interrupted", row[1]))
+    rows.sort(key=lambda row: (row[0] not in ("interrupted", "budget_reached"), row[1]))
     elsewhere = any(run.dirs.state != here.state for _, _, run in rows)
     print(
         f"{'RUN ID':<24} {'STATUS':<12} {'STRATEGY':<22} {'TASKS':>9} {'COST':>8}  "
@@ -89,6 +90,7 @@ def list_runs(repo: str | None = None) -> int:
         print(
             f"{run_id:<24} {status:<12} {strategy:<22} {done:>4}/{len(state.tasks):<4} {cost:>8}  {m.created_at}"
             + (f"  {run.dirs.state}" if elsewhere else "")
+            + (f"  cap: {spend_text(summary_of(state.budget) or {})}" if state.budget is not None else "")
         )
     return 0
 
@@ -346,7 +348,7 @@ async def clean_orphans(dirs: RunDirs, config: Config, olog: ComponentLog, *, cu
         run_id = c["labels"].get("run_id", "")
         if dirs.manifest(run_id).exists():
             try:
-                if read_manifest(dirs, run_id).status in ("running", "interrupted"):
+                if read_manifest(dirs, run_id).status in ("running", "interrupted", "budget_reached"):
                     continue  # resumable: its containers hold agent sessions
             except UsageError:
                 pass

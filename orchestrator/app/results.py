@@ -19,6 +19,7 @@ from ..log.state import COMPLETED, FAILED, INTERRUPTED, RunState, write_snapshot
 from ..report.selection import UNFINISHED, claims, missing_branches, selected_of, selection, unheld_branches, verdict
 from ..sanitize import default_sanitizer
 from ..strategy import RunView
+from .run_budget import spend_text, summary_of
 
 
 def _selected_branch(result: Any) -> str | None:
@@ -144,6 +145,7 @@ def build_summary(manifest: RunManifest, state: RunState, repo: RepositoryCheck 
             "tokens_out": c.tokens_out,
             "success_rate": round(c.completed / finished, 4) if finished else None,
         },
+        "budget": summary_of(state.budget),
         "strategies": strategies,
         "branches": all_branches,
         "final_branches": _final_branches(strategies, manifest.base_branch),
@@ -239,9 +241,17 @@ def fmt_cost(cost: float | None) -> str:
     return "N/A" if cost is None else f"${cost:.2f}"
 
 
+def _raised(budget: dict[str, Any] | None) -> str:
+    """The flag that raises the cap that was reached (doubled, as an example)."""
+    b = budget or {}
+    if b.get("max_cost_usd") is not None:
+        return f"--max-cost {b['max_cost_usd'] * 2:.2f}"
+    return f"--max-tokens {(b.get('max_tokens') or b.get('spent_tokens') or 1) * 2}"
+
+
 def render_summary(summary: dict[str, Any], *, results_path: Path, wall_seconds: float | None = None) -> str:
     lines = [
-        f"═══ Run {'Complete' if summary['status'] == 'completed' else summary['status'].title()}: "
+        f"═══ Run {'Complete' if summary['status'] == 'completed' else summary['status'].replace('_', ' ').title()}: "
         f"{summary['run_id']} ═══",
         "",
     ]
@@ -310,8 +320,15 @@ def render_summary(summary: dict[str, Any], *, results_path: Path, wall_seconds:
         f"  Total Cost: {fmt_cost(t['cost_usd'])}{simulated}",
         f"  Tokens: {fmt_tokens(t['tokens_in'])} in / {fmt_tokens(t['tokens_out'])} out",
         f"  Success Rate: {rate}",
-        "",
     ]
+    if summary.get("budget"):
+        lines.append(f"  Spend: {spend_text(summary['budget'])}")
+    lines.append("")
+    if summary["status"] == "budget_reached":
+        lines.append(
+            "Stopped at the spending cap: raise it to go on, e.g. "
+            f"orchestrator --resume {summary['run_id']} {_raised(summary['budget'])}"
+        )
     where = ["", f"Full results: {results_path}/", f"Report: {results_path}/report.html"]
     if summary["status"] in UNFINISHED:
         # Nothing is decided until the strategy finishes: no branch of an unfinished run is advice.

@@ -31,7 +31,7 @@ from ..errors import UsageError
 from ..jsonlog import ComponentLog
 from ..log.runs import RunDirs, host_claims, is_live, read_manifest
 
-RESUMABLE = ("running", "interrupted")
+RESUMABLE = ("running", "interrupted", "budget_reached")
 
 
 class Owner(msgspec.Struct, frozen=True):

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar, cast
 
 import anyio
 
-from ..errors import AggregateTaskFailed, StrategyErrors, TaskFailed
+from ..errors import AggregateTaskFailed, BudgetReached, StrategyErrors, TaskFailed
 from ..log.events import progress_record
 from .task_types import (
     BranchCleanupResult,
@@ -65,6 +65,8 @@ class Handle(Generic[R_co]):
 
     def _outcome(self) -> R_co:
         if self._failure is not None:
+            if self._failure[0] == "budget_reached":
+                raise BudgetReached(self.key, self._failure[1])
             raise TaskFailed(self.key, *self._failure)
         assert self._result is not None
         result: R_co = self._result

@@ -28,6 +28,7 @@ import msgspec
 import orjson
 
 from ..errors import (
+    BudgetReached,
     ConfigError,
     KeyConflictDifferentFingerprint,
     RunnerError,
@@ -42,6 +43,7 @@ from ..naming import branch_name, container_name, instance_id, short8
 from ..runner import check_model, supports_resume
 from ..runner.base import TaskRunner
 from ..runner.types import ContainerLimits, InstanceRequest, RunnerResult
+from .budget import Budget, BudgetCap, is_agent_task
 from .context import Handle, StrategyContext
 from .fingerprint import TaskDefaults, fingerprint, normalize_task
 from .task_types import RetryPolicy, RetryPolicyDict
@@ -69,6 +71,9 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True):
     # False for a run recorded before strategies asked for structured answers:
     # ctx.supports_output_schema() then says no, so its tasks keep their inputs.
     structured_outputs: bool = True
+    # The run-wide spending cap (None: none), and the per-token prices its live count uses.
+    budget: BudgetCap | None = None
+    budget_rates: dict[str, tuple[float, float]] = msgspec.field(default_factory=dict)
     # Passed through to every InstanceRequest (docker_image, finalize, retry_config, ...).
     runner_options: dict[str, Any] = msgspec.field(default_factory=dict)
 
@@ -119,6 +124,7 @@ class Engine:
         self.resumed = False
         self.listeners: list[Callable[[str, str, str | None, dict, int, str], None]] = []
         self.on_divergence: Callable[[str, list[str]], None] | None = None
+        self.budget: Budget | None = None
 
     # ------------------------------------------------------------ event plumbing
     def emit(self, etype: str, sid: str, payload: dict[str, Any], key: str | None = None) -> dict[str, Any]:
@@ -187,6 +193,10 @@ class Engine:
         handle = self._handles.get(key)
         if handle is not None:
             return handle
+        finished = recorded is not None and recorded.state in (COMPLETED, FAILED)
+        if not finished and self._budget_refuses(ctx.strategy_execution_id, normalized):
+            assert self.budget is not None
+            raise BudgetReached(key, self.budget.message())
         handle = self._handles[key] = Handle(key=key, scheduled_at=time.monotonic())
         if recorded is not None and recorded.state == COMPLETED:
             handle._resolve(self._recorded_result(key))
@@ -219,6 +229,13 @@ class Engine:
         self.queued += 1
         self._tg.start_soon(self._execute, ctx, handle, normalized, inst, cname, bname, RetryPolicy.coerce(policy))
         return handle
+
+    def _budget_refuses(self, sid: str, norm: Mapping[str, Any]) -> bool:
+        """The spending-cap hook: True when the cap is reached and ``norm`` would start an agent."""
+        if self.budget is None or not self.budget.reached or not is_agent_task(norm):
+            return False
+        self.budget.refused.add(sid)
+        return True
 
     def _request(
         self, ctx: StrategyContext, key: str, norm: dict[str, Any], inst: str, cname: str, bname: str
@@ -291,12 +308,17 @@ class Engine:
         attempt = 1
         while True:
             request = self._request(ctx, key, norm, inst, cname, bname)
-            result = await self._attempt(sid, key, inst, cname, norm, request)
+            result = await self._attempt(sid, key, inst, cname, norm, request, first=attempt == 1)
+            if result is None:  # the cap was reached while it waited: it never started, nothing is recorded
+                assert self.budget is not None
+                handle._fail("budget_reached", self.budget.message())
+                return
             if (
                 result.status == "success"
                 or policy is None
                 or attempt >= policy.max_attempts
                 or not policy.retries(result.error_type)
+                or self._budget_refuses(sid, norm)  # at the cap a retry is new spend: the failure stands
             ):
                 break
             self.olog.warning(
@@ -310,11 +332,21 @@ class Engine:
             await self._finish(sid, handle, inst, result)
 
     async def _attempt(
-        self, sid: str, key: str, inst: str, cname: str, norm: dict[str, Any], request: InstanceRequest
-    ) -> RunnerResult:
+        self,
+        sid: str,
+        key: str,
+        inst: str,
+        cname: str,
+        norm: dict[str, Any],
+        request: InstanceRequest,
+        *,
+        first: bool = True,
+    ) -> RunnerResult | None:
         try:
             async with self._limiter:
                 self.queued -= 1
+                if first and self._budget_refuses(sid, norm):
+                    return None
                 started = False
                 try:
                     payload = {
@@ -332,11 +364,15 @@ class Engine:
                     self.emit(E.TASK_STARTED, sid, payload, key=key)
                     started = True
                     self.runner_calls += 1
+                    if self.budget is not None and is_agent_task(norm):
+                        self.budget.begin(key, norm.get("model"))
                     result = await self.runner.run(
                         request, on_event=lambda ev: self._on_runner_event(sid, key, inst, ev)
                     )
                 except anyio.get_cancelled_exc_class():
                     if started:  # (no await here: the cancellation cannot interrupt the record)
+                        if self.budget is not None:
+                            self.budget.interrupted(key)
                         payload = {"key": key, "instance_id": inst}
                         if key in self._live_sessions:
                             payload["session_id"] = self._live_sessions[key]
@@ -360,6 +396,8 @@ class Engine:
                     )
         except anyio.get_cancelled_exc_class():
             raise
+        if self.budget is not None and is_agent_task(norm):
+            self.budget.settle(key, msgspec.to_builtins(result.metrics) if result.metrics else None)
         return result
 
     def _on_runner_event(self, sid: str, key: str, inst: str, event: dict[str, Any]) -> None:
@@ -374,6 +412,10 @@ class Engine:
         if not isinstance(event, dict):  # a plugin's callback is not type-checked
             return  # type: ignore[unreachable]
         etype = event.get("type")
+        if etype == "runner.usage":
+            if self.budget is not None and isinstance(event.get("data"), dict):
+                self.budget.usage(key, event["data"])
+            return
         if etype == "runner.session.reset":
             self._live_sessions.pop(key, None)
             if self.state.tasks.get(key) is not None:
@@ -491,8 +533,8 @@ class Engine:
     async def _run_strategy(self, index: int, fn: StrategyFn, name: str, prompt: str, params: dict[str, Any]) -> None:
         sid = f"s{index}"
         recorded = self.state.strategies.get(sid)
-        if recorded is not None and recorded.status != "running":
-            return  # finished in an earlier process: never re-entered
+        if recorded is not None and recorded.status not in ("running", "budget_reached"):
+            return  # finished in an earlier process: never re-entered (one the cap stopped goes on)
         if recorded is None:
             self.emit(E.STRATEGY_STARTED, sid, {"name": name, "params": params, "index": index})
         ctx = StrategyContext(self, strategy_execution_id=sid, strategy_index=index)
@@ -501,10 +543,12 @@ class Engine:
         except anyio.get_cancelled_exc_class():
             raise
         except StrategyError as exc:
+            # A strategy that gave up because the cap refused it a task stopped at the cap, not on a fault.
+            status = "budget_reached" if self._capped(sid) or isinstance(exc, BudgetReached) else "failed"
             self.emit(
                 E.STRATEGY_COMPLETED,
                 sid,
-                {"status": "failed", "error": f"{type(exc).__name__}: {exc}", **self._unvisited(ctx)},
+                {"status": status, "error": f"{type(exc).__name__}: {exc}", **self._unvisited(ctx)},
             )
             return
         except Exception as exc:
@@ -515,9 +559,11 @@ class Engine:
                 {"status": "failed", "error": f"{type(exc).__name__}: {exc}", **self._unvisited(ctx)},
             )
             return
-        self.emit(
-            E.STRATEGY_COMPLETED, sid, {"status": "success", "result": to_jsonable(result), **self._unvisited(ctx)}
-        )
+        status = "budget_reached" if self._capped(sid) else "success"
+        self.emit(E.STRATEGY_COMPLETED, sid, {"status": status, "result": to_jsonable(result), **self._unvisited(ctx)})
+
+    def _capped(self, sid: str) -> bool:
+        return self.budget is not None and sid in self.budget.refused
 
     def _unvisited(self, ctx: StrategyContext) -> dict[str, Any]:
         """Recorded keys the (possibly changed) strategy never asked for again on resume."""
@@ -533,6 +579,31 @@ class Engine:
                 self.on_divergence(ctx.strategy_execution_id, missing)
             return {"unvisited_keys": missing}
         return {}
+
+    # ------------------------------------------------------------ spending cap
+    def _start_budget(self, run_scope: anyio.CancelScope) -> None:
+        cap = self.config.budget
+        if cap is None or not cap.active:
+            return
+
+        def reached() -> None:
+            self.olog.warning("spending cap reached", **self.budget.figures() if self.budget else {})
+            if cap.on_reached == "stop":
+                # Like Ctrl+C: running agent tasks are recorded as interrupted with their
+                # sessions, so a resume with a higher cap continues them.
+                run_scope.cancel()
+
+        self.budget = Budget(
+            cap, rates=self.config.budget_rates, emit=lambda etype, p: self.emit(etype, "", p), on_reached=reached
+        )
+        if self.state.budget is not None:
+            self.budget.seed(self.state.budget.by_task)
+        self.budget.announce()
+
+    @property
+    def budget_stopped(self) -> bool:
+        """Whether this process ended (or stopped taking agent tasks) at the spending cap."""
+        return self.budget is not None and self.budget.reached
 
     # ------------------------------------------------------------ running
     def recover_state(self) -> None:
@@ -573,6 +644,7 @@ class Engine:
             try:
                 async with anyio.create_task_group() as tg:
                     self._tg = tg
+                    self._start_budget(tg.cancel_scope)
                     tg.start_soon(self._snapshotter)
                     async with anyio.create_task_group() as strategies:
                         for i in range(1, runs + 1):

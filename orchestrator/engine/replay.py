@@ -37,7 +37,7 @@ import anyio
 import anyio.lowlevel
 import msgspec
 
-from ..errors import StrategyErrors, TaskFailed
+from ..errors import BudgetReached, StrategyErrors, TaskFailed
 from ..jsonlog import ComponentLog
 from ..log.eventlog import LogReader
 from ..log.events import Progress, decode_line, progress_record
@@ -75,6 +75,8 @@ class _Handle:
 
     def outcome(self) -> dict[str, Any]:
         if self.failure is not None:
+            if self.failure[0] == "budget_reached":
+                raise BudgetReached(self.key, self.failure[1])
             raise TaskFailed(self.key, *self.failure)
         assert self.result is not None
         return self.result
@@ -117,6 +119,12 @@ class ReplayContext:
             return _Handle(fq, task_result_from_payload(self._payload(rec.result_offset)), None)
         if rec is not None and rec.state == FAILED:
             return _Handle(fq, None, (rec.error_type or "unknown", rec.message or ""))
+        if self._state.strategies[self.strategy_execution_id].status == "budget_reached":
+            # The run's spending cap refused this task (it stopped the execution with every task
+            # it had started finished): the replay takes the path the run took.
+            if rec is None:
+                raise BudgetReached(fq, "the run's spending cap was reached")
+            return _Handle(fq, None, ("budget_reached", "the run's spending cap was reached"))
         return _Handle(fq, None, None)
 
     async def wait(self, handle: _Handle) -> dict[str, Any]:
@@ -230,7 +238,10 @@ async def _replay_one(
     if not unexpected:
         return ctx, "log_ended", None, None
     recorded = state.strategies[sid]
-    if recorded.status == "failed" and recorded.error in (_describe(exc), *map(_describe, unexpected)):
+    if recorded.status in ("failed", "budget_reached") and recorded.error in (
+        _describe(exc),
+        *map(_describe, unexpected),
+    ):
         return ctx, "failed", None, None
     return ctx, "error", None, exc
 

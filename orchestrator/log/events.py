@@ -21,6 +21,11 @@ Public types (docs/events.md documents every payload field):
   run's Docker hosts (``runner.hosts``) with their slots and whether each is
   down, written when the run (re)starts and whenever a host goes down or
   comes back.
+- ``budget.cap``, ``budget.spend``, ``budget.reached`` (``key`` absent,
+  ``strategy_execution_id`` empty): the run's spending cap as this process
+  started with it; one task's spend so far (``task``, ``tokens``,
+  ``cost_usd``: its total, live while it runs); and the moment the run's
+  spend reached the cap (``spent_cost_usd``, ``spent_tokens``, the cap).
 """
 
 from __future__ import annotations
@@ -46,10 +51,13 @@ STRATEGY_CHECKPOINT = "strategy.checkpoint"
 STRATEGY_PROGRESS = "strategy.progress"
 HOSTS_STATUS = "hosts.status"
 RUN_STARTED = "run.started"
+BUDGET_CAP = "budget.cap"
+BUDGET_SPEND = "budget.spend"
+BUDGET_REACHED = "budget.reached"
 
 TASK_TYPES = frozenset({TASK_SCHEDULED, TASK_STARTED, TASK_COMPLETED, TASK_FAILED, TASK_INTERRUPTED, TASK_SESSION})
 STRATEGY_TYPES = frozenset({STRATEGY_STARTED, STRATEGY_COMPLETED, STRATEGY_CHECKPOINT, STRATEGY_PROGRESS})
-RUN_TYPES = frozenset({HOSTS_STATUS, RUN_STARTED})
+RUN_TYPES = frozenset({HOSTS_STATUS, RUN_STARTED, BUDGET_CAP, BUDGET_SPEND, BUDGET_REACHED})
 EVENT_TYPES = TASK_TYPES | STRATEGY_TYPES | RUN_TYPES
 TERMINAL_TASK_TYPES = frozenset({TASK_COMPLETED, TASK_FAILED, TASK_INTERRUPTED})
 

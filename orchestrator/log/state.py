@@ -30,6 +30,9 @@ import msgspec
 from ..errors import SnapshotError
 from .eventlog import LogReader
 from .events import (
+    BUDGET_CAP,
+    BUDGET_REACHED,
+    BUDGET_SPEND,
     HOSTS_STATUS,
     RUN_STARTED,
     STRATEGY_CHECKPOINT,
@@ -273,6 +276,42 @@ class HostState(msgspec.Struct, kw_only=True):
     reason: str | None = None
 
 
+class BudgetState(msgspec.Struct, kw_only=True):
+    """The run's spending cap and what it has spent, folded from ``budget.*`` events."""
+
+    max_cost_usd: float | None = None
+    max_tokens: int | None = None
+    on_reached: str = "finish"
+    spent_cost_usd: float = 0.0
+    spent_tokens: int = 0
+    # task key -> [tokens, cost_usd]: its spend so far (live while it runs)
+    by_task: dict[str, list[float]] = msgspec.field(default_factory=dict)
+    reached: bool = False
+    reached_at: str | None = None
+
+
+def _fold_budget(state: RunState, etype: str, payload: dict[str, Any], ts: str) -> None:
+    budget = state.budget
+    if budget is None:
+        budget = state.budget = BudgetState()
+    if etype == BUDGET_CAP:
+        budget.max_cost_usd = payload.get("max_cost_usd")
+        budget.max_tokens = payload.get("max_tokens")
+        budget.on_reached = payload.get("on_reached") or "finish"
+        budget.reached, budget.reached_at = False, None  # a new cap: the engine says again if it is reached
+    elif etype == BUDGET_SPEND:
+        key = payload.get("task")
+        if not isinstance(key, str):
+            return
+        tokens, cost = int(payload.get("tokens") or 0), float(payload.get("cost_usd") or 0.0)
+        old = budget.by_task.get(key) or [0, 0.0]
+        budget.by_task[key] = [tokens, cost]
+        budget.spent_tokens += tokens - int(old[0])
+        budget.spent_cost_usd = round(budget.spent_cost_usd + cost - float(old[1]), 6)
+    elif etype == BUDGET_REACHED:
+        budget.reached, budget.reached_at = True, ts
+
+
 class RunState(msgspec.Struct, kw_only=True):
     run_id: str
     last_event_start_offset: int = -1
@@ -285,6 +324,8 @@ class RunState(msgspec.Struct, kw_only=True):
     # From run.started: a dry run, and the start-up warnings of every start and resume.
     dry_run: bool = False
     warnings: list[str] = msgspec.field(default_factory=list)
+    # The spending cap and the spend (None: the run has no cap and never had one).
+    budget: BudgetState | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.tasks, TaskTable):  # a caller or a decoder passed a plain dict
@@ -397,6 +438,9 @@ def apply(
             if isinstance(warning, str) and warning not in state.warnings:
                 state.warnings.append(warning)
         return
+    if etype in (BUDGET_CAP, BUDGET_SPEND, BUDGET_REACHED):
+        _fold_budget(state, etype, payload, ts)
+        return
     if etype == HOSTS_STATUS:
         # The whole table each time: a resume with other hosts replaces the old set.
         state.hosts = {
@@ -424,7 +468,8 @@ def apply(
         record = progress_from_payload(payload)
         if record is not None:
             strat.progress = record
-    elif etype == STRATEGY_COMPLETED and strat.status == "running":
+    elif etype == STRATEGY_COMPLETED and strat.status in ("running", "budget_reached"):
+        # budget_reached is final only until a resume with a higher cap finishes it
         strat.status = payload.get("status", "success")
         strat.completed_at = ts
         strat.result = payload.get("result")
@@ -485,6 +530,7 @@ class _SnapshotHeader(msgspec.Struct, kw_only=True):
     task_crc32: int = 0
     open_keys: list[str] = msgspec.field(default_factory=list)
     hosts: dict[str, HostState] = msgspec.field(default_factory=dict)
+    budget: BudgetState | None = None
 
 
 class _SnapshotDocument(msgspec.Struct, kw_only=True):
@@ -641,6 +687,7 @@ def _encode_snapshot(state: RunState) -> bytes:
             task_crc32=crc,
             open_keys=open_keys,
             hosts=state.hosts,
+            budget=state.budget,
         )
     )
     return b"".join((header[:-1], _HEADER_END, b"\n", *pieces, _TRAILER))
@@ -671,6 +718,7 @@ def decode_snapshot(buf: mmap.mmap | bytes) -> RunState:
         strategies=header.strategies,
         counters=header.counters,
         hosts=header.hosts,
+        budget=header.budget,
     )
     if not header.task_count:
         return state

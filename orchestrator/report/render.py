@@ -23,6 +23,7 @@ from .charts import line_chart_svg, timeline_svg
 from .data import RUN_DIFF_HTML_BUDGET, collect_diffs, gather
 from .sections import InvalidSection, commits_of, validate
 from .selection import UNFINISHED, claims, selection, unheld_branches, verdict
+from .spend import spend_chart_svg, spend_over_time
 
 _FORMATTER = HtmlFormatter(cssclass="hl", nowrap=False)
 
@@ -126,6 +127,7 @@ def _rendered_section(section: Any) -> dict[str, Any]:
 
 def render_report(dirs: RunDirs, manifest: RunManifest, *, hooks: StrategyHooks | None = None) -> bytes:
     data = gather(dirs, manifest)
+    spend = spend_over_time(dirs.events(manifest.run_id))
     scrub = default_sanitizer().scrub
     found, note = _strategy_hooks(manifest, hooks)
     hook = found.report_sections if found else None
@@ -178,6 +180,8 @@ def render_report(dirs: RunDirs, manifest: RunManifest, *, hooks: StrategyHooks 
             diffs=diffs,
             note=note,
             timeline=Markup(timeline_svg(data["tasks"], data["span_s"])),
+            spend=spend,
+            spend_svg=Markup(spend_chart_svg(spend)) if spend else None,
             css=Markup(_static("report.css")),
             js=Markup(_static("report.js")),
             hl_css=Markup(_FORMATTER.get_style_defs(".hl")),

@@ -19,6 +19,8 @@ from ..errors import GitError
 
 # Run states in which nothing is decided yet: the strategy may still pick another branch.
 UNFINISHED = ("interrupted", "running", "live")
+# Execution states whose result is a choice: a strategy stopped by the spending cap returns its best so far.
+DECIDED = ("success", "budget_reached")
 
 
 def selected_of(result: Any) -> tuple[str | None, str | None]:
@@ -65,7 +67,9 @@ def selection(
     """
     if run_status in UNFINISHED:
         return {"branch": None, "kept_base": False, "note": "the run did not finish, so nothing is selected yet"}
-    if status != "success":
+    if status == "budget_reached" and selected_of(result)[0] is None:
+        return {"branch": None, "kept_base": False, "note": "the spending cap stopped it before it had a result"}
+    if status not in DECIDED or (status != "success" and selected_of(result)[0] is None):
         why = f": {error.splitlines()[0][:160]}" if error else ""
         return {"branch": None, "kept_base": False, "note": f"the strategy {status}{why}"}
     branch, _ = selected_of(result)
@@ -82,7 +86,9 @@ def verdict(*, run_status: str, status: str, error: str | None, result: Any, bas
     """One line saying what the execution concluded: its own ``verdict`` when it gives one, else what it returned."""
     if run_status in UNFINISHED:
         return "not finished: nothing is decided yet"
-    if status != "success":
+    if status == "budget_reached" and result is None:
+        return "stopped at the spending cap" + (f": {error.splitlines()[0][:160]}" if error else "")
+    if status not in DECIDED or (status != "success" and result is None):
         return f"{status}: {error.splitlines()[0][:160]}" if error else status
     if isinstance(result, dict) and isinstance(result.get("verdict"), str) and result["verdict"].strip():
         return result["verdict"].strip().splitlines()[0][:1000]
@@ -105,7 +111,7 @@ def claims(run_status: str, executions: list[tuple[str, Any]], base_branch: str)
         return []
     out: list[tuple[str, str | None]] = []
     for status, result in executions:
-        branch, commit = selected_of(result) if status == "success" else (None, None)
+        branch, commit = selected_of(result) if status in DECIDED else (None, None)
         if branch and branch != base_branch and (branch, commit) not in out:
             out.append((branch, commit))
     return out
