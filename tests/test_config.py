@@ -169,7 +169,7 @@ def test_nested_flush_policy_from_the_environment_and_its_precedence(tmp_path):
 
 
 def test_command_line_max_parallel_beats_the_deprecated_alias(tmp_path):
-    from orchestrator.app.launch import _max_parallel
+    from orchestrator.app.preflight import _max_parallel
 
     (tmp_path / "orchestrator.yaml").write_text("orchestration:\n  max_parallel_instances: 4\n")
     loaded = load_config(

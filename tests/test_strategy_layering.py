@@ -17,7 +17,9 @@ FORBIDDEN = (
     "orchestrator.log.eventlog",
     "orchestrator.engine.engine",
     "orchestrator.engine.replay",
+    "orchestrator.app",
     "orchestrator.app.launch",
+    "orchestrator.app.preflight",
     "orchestrator.app.manage",
 )
 

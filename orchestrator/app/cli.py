@@ -199,7 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _dispatch(args: argparse.Namespace) -> int:
     import anyio
 
-    from . import launch
+    from . import launch, preflight
 
     management = [
         args.resume,
@@ -253,7 +253,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.check_hosts or args.cleanup_run or args.clean_containers:
         from ..config import load_config
 
-        config = load_config(config_file=args.config, cli_overrides=launch._cli_overrides(args)).config
+        config = load_config(config_file=args.config, cli_overrides=preflight._cli_overrides(args)).config
         if args.check_hosts:
             from .hosts_cli import check_hosts
 
@@ -262,7 +262,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             return anyio.run(manage.cleanup_run, args.cleanup_run, config, args.repo)
         return anyio.run(manage.clean_containers, args.dry_run or args.clean_dry_run, args.force, config)
     if args.resume:
-        launch.check_resume_flags(args)
+        preflight.check_resume_flags(args)
         return anyio.run(launch.resume, args)
     return anyio.run(launch.start, args)
 

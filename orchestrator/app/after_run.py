@@ -1,0 +1,106 @@
+"""After a run: the branches the strategy no longer needs, the report, orphans of earlier runs."""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import anyio
+
+from ..config import Config
+from ..jsonlog import ComponentLog
+from ..log.runs import (
+    RunDirs,
+    RunManifest,
+)
+
+
+async def _delete_unneeded_branches(prep, dirs: RunDirs, manifest: RunManifest, state, olog: ComponentLog) -> None:
+    """After a finished run: delete the branches the strategy no longer needs, through the git layer.
+
+    A strategy names them (its ``branches_to_delete`` hook) but never runs git
+    itself; the git layer deletes only branches this run created that nobody
+    moved or checked out since. Cleanup must not turn a finished run into a failure.
+    """
+    hook = prep.strategy.hooks.branches_to_delete
+    if hook is None:
+        return
+    from ..runner import delete_run_branches
+    from .results import run_view
+
+    run_id = manifest.run_id
+    try:
+        names = list(hook(run_view(dirs, manifest, state)) or [])
+        if not names:
+            return
+        outcome = await delete_run_branches(prep.repo, names, run_id=run_id)
+    except Exception as exc:
+        olog.warning(f"branch cleanup after {prep.strategy.name} failed: {exc}")
+        print(f"warning: branch cleanup after {prep.strategy.name} failed: {exc}", file=sys.stderr)
+        return
+    deleted = sum(1 for how in outcome.values() if how == "deleted")
+    kept = {name: how for name, how in outcome.items() if how not in ("deleted", "missing")}
+    line = f"{prep.strategy.name}: deleted {deleted} branch(es) it no longer needs" + (
+        f"; kept {len(kept)}: " + ", ".join(f"{n} ({how})" for n, how in kept.items()) if kept else ""
+    )
+    print(line, file=sys.stderr)
+    olog.info(line, outcome=outcome)
+
+
+async def _write_report(dirs: RunDirs, manifest: RunManifest, hooks, olog: ComponentLog):
+    """Write results/<run_id>/report.html; a report that cannot be written never fails the run."""
+    from ..report import write_report
+
+    try:
+        return await anyio.to_thread.run_sync(lambda: write_report(dirs, manifest, hooks=hooks))
+    except Exception as exc:
+        olog.warning(f"run report not written: {exc}")
+        print(
+            f"warning: run report not written: {exc} (rebuild it with orchestrator --show-run "
+            f"{manifest.run_id} --html)",
+            file=sys.stderr,
+        )
+        return None
+
+
+ORPHAN_SCAN_INTERVAL_S = 300
+
+
+async def _clean_orphans(dirs: RunDirs, config: Config, olog: ComponentLog, run_id: str) -> None:
+    """Remove other runs' containers past retention, at most every ORPHAN_SCAN_INTERVAL_S per state dir.
+
+    Listing every orchestrator container costs the daemon about 0.25 ms of CPU
+    per container, and hosts keep thousands (retention): each run paid that
+    although a container can only become due once retention (hours) is over.
+    """
+    from .manage import clean_orphans
+    from .retention import expire_leftovers
+
+    marker = _orphan_scan_marker(dirs)
+    try:
+        age = time.time() - marker.stat().st_mtime
+    except OSError:
+        age = None
+    if age is not None and 0 <= age < ORPHAN_SCAN_INTERVAL_S:
+        olog.info("orphan cleanup skipped: this state directory was scanned recently", seconds_ago=round(age))
+        return
+    try:
+        await clean_orphans(dirs, config, olog, current=run_id)
+        await expire_leftovers(dirs, config, olog, current=run_id)
+    except Exception as exc:  # cleanup must never stop a run
+        olog.warning(f"orphan cleanup skipped: {exc}")
+        return
+    try:
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.touch()
+    except OSError:
+        pass  # the next start scans again
+
+
+def _orphan_scan_marker(dirs: RunDirs) -> Path:
+    # Outside the state directory, whose entries are the runs (users and tools list them).
+    key = hashlib.sha256(str(dirs.state.resolve()).encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / "orchestrator-orphan-scans" / key

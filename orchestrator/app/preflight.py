@@ -1,0 +1,444 @@
+"""Pre-flight: everything checked before a run writes anything.
+
+A bad prompt, strategy, parameter, config, model, plugin, repository,
+credential or Docker problem ends with one line and exit 2, and no run
+directory exists afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgspec
+
+from ..agent_image.tools import check_tools, required_tools
+from ..config import Config, LoadedConfig, load_config
+from ..engine.engine import auto_parallel
+from ..errors import ConfigError, PreflightError, UsageError
+from ..log.runs import (
+    RunDirs,
+    RunManifest,
+)
+from ..runner import AuthConfig
+from ..runner.docker_containers import docker_available, image_exists
+from ..runner.git_ops import validate_repository, workspace_root
+from ..runner.registry import get_plugin, register_plugins
+from ..sanitize import SECRET_ENV_VARS, default_sanitizer
+from ..strategy_loader import LoadedStrategy, load_strategy, parse_params
+from . import run_budget
+from .auth import resolve_auth
+
+MAX_PROMPT_BYTES = 10 * 1024 * 1024
+
+
+@dataclass
+class Prepared:
+    loaded_config: LoadedConfig
+    strategy: LoadedStrategy
+    params: dict[str, Any]
+    prompt: str
+    repo: str
+    base_branch: str
+    model: str
+    plugin_name: str
+    image: str
+    max_parallel: int
+    runs: int
+    auth: AuthConfig
+    dry_run: bool
+    mode: str | None
+    output: str
+    warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # one line each, shown as the run starts
+    # On --resume, the event log's size before it: the console shows only what is new.
+    console_from: int = 0
+
+    @property
+    def config(self) -> Config:
+        return self.loaded_config.config
+
+
+def _cli_overrides(args) -> dict[str, Any]:
+    over: dict[str, Any] = {}
+
+    def put(section: str, key: str, value: Any) -> None:
+        if value is not None:
+            over.setdefault(section, {})[key] = value
+
+    put("orchestration", "default_model", args.model)
+    put("orchestration", "base_branch", args.base_branch)
+    put("orchestration", "strategy", args.strategy)
+    put("orchestration", "runs", args.runs)
+    put("orchestration", "max_parallel_tasks", args.max_parallel)
+    put("orchestration", "require_clean_wt", args.require_clean_wt)
+    put("runner", "docker_image", args.docker_image)
+    put("environment", "image", getattr(args, "env_image", None))
+    put("environment", "dockerfile", getattr(args, "env_dockerfile", None))
+    put("environment", "setup", getattr(args, "env_setup", None))
+    if getattr(args, "no_devcontainer", None):
+        put("environment", "devcontainer", False)
+    if getattr(args, "docker_hosts", None):
+        from ..runner.hosts import parse_host_flag
+
+        put("runner", "hosts", [parse_host_flag(text) for text in args.docker_hosts])
+    put("runner", "sync_image", getattr(args, "sync_image", None))
+    put("runner", "plugin", args.plugin)
+    put("events", "flush_policy", args.safe_fsync)
+    put("budget", "max_cost_usd", getattr(args, "max_cost", None))
+    put("budget", "max_tokens", getattr(args, "max_tokens", None))
+    if args.debug:
+        put("logging", "debug", True)
+    return over
+
+
+def output_mode(args) -> str:
+    if args.json:
+        return "json"
+    if args.quiet:
+        return "quiet"
+    if args.no_tui or not sys.stdout.isatty():
+        return "plain"
+    return "dashboard"
+
+
+def _read_prompt(args, config: Config) -> str:
+    prompt = args.prompt
+    if prompt == "-":
+        prompt = sys.stdin.read()
+    if prompt is None:
+        prompt = config.prompt
+    if prompt is None:
+        raise UsageError('no prompt given: orchestrator "what the agents should do" (or --resume RUN_ID, --help)')
+    if not prompt.strip():
+        raise UsageError("the prompt is empty; say what the agents should do")
+    if len(prompt.encode("utf-8", "surrogatepass")) > MAX_PROMPT_BYTES:
+        raise UsageError("the prompt is larger than 10 MB; put the material in the repository and refer to it")
+    return prompt
+
+
+def _max_parallel(config: Config, value: int | str | None = None) -> int:
+    # The deprecated max_parallel_instances was folded into this key per source
+    # by load_config, so the command line still wins over it.
+    if value is None:
+        value = config.orchestration.max_parallel_tasks
+    if config.runner.hosts:
+        # Each host has its own slots; a given --max-parallel caps their sum.
+        total = sum(spec.max_parallel for spec in _host_specs(config))
+        if value == "auto":
+            return total
+        if not isinstance(value, int) or value < 1:
+            raise ConfigError(f"--max-parallel must be at least 1 (got {value})")
+        return min(total, value)
+    if value == "auto":
+        return auto_parallel(config.runner.container_cpu)
+    if not isinstance(value, int) or value < 1:
+        raise ConfigError(f"--max-parallel must be at least 1 (got {value})")
+    return value
+
+
+def _check_disk(path: Path, config: Config, warnings: list[str]) -> None:
+    from .doctor import disk_check  # the same check as --doctor
+
+    check = disk_check(path, "disk", config.orchestration.min_free_disk_gb, config.orchestration.hard_min_free_disk_gb)
+    if check.status == "fail":
+        raise PreflightError(f"only {check.detail}; {check.fix}")
+    if check.status == "warn":
+        warnings.append(f"only {check.detail} ({check.fix})")
+
+
+def _host_specs(config: Config):
+    from ..runner.hosts import resolve_hosts
+
+    return resolve_hosts(config.runner.hosts)
+
+
+async def _check_hosts(config: Config, image: str) -> None:
+    from ..runner.images import preflight_images
+    from ..runner.transport import transport_warnings
+
+    specs = await anyio.to_thread.run_sync(_host_specs, config)
+    # Every start and every resume says it again: accepting the risk once is not
+    # forgetting it.
+    for warning in transport_warnings(specs):
+        print(f"warning: {warning}", file=sys.stderr, flush=True)
+    await preflight_images(specs, image, sync=config.runner.sync_image)
+
+
+async def _check_engines(config: Config, image: str, tools: tuple[str, ...] = ()) -> None:
+    if config.runner.hosts:
+        await _check_hosts(config, image)
+    else:
+        await _check_docker(image, tools)
+
+
+async def _check_docker(image: str, tools: tuple[str, ...] = ()) -> None:
+    ok, message = await docker_available(timeout=3.0)
+    if not ok:
+        raise PreflightError(message)
+    if not await image_exists(image):
+        build = "orchestrator --build-image" + ("" if image == "claude-code" else f" --docker-image {image}")
+        raise PreflightError(
+            f"Docker image {image!r} not found; build it with {build} "
+            f"(scripts/setup-docker.sh in a checkout) or pass --docker-image"
+        )
+    if tools:
+        # The same probe as --doctor (cached per image id): a missing CLI fails here, not in every task.
+        await anyio.to_thread.run_sync(check_tools, image, tools)
+
+
+def _check_plugin(plugin_name: str, model: str, strategy: LoadedStrategy):
+    plugin = get_plugin(plugin_name)
+    models = plugin.known_models()
+    if models is not None and model not in models:
+        from ..parsing import did_you_mean
+
+        names = ", ".join(sorted(k for k in models if "-" not in k)) or ", ".join(sorted(models))
+        guess = did_you_mean(model, sorted(models))
+        raise ConfigError(f"unknown model {model!r} for plugin {plugin_name}{guess}; use one of: {names}")
+    if strategy.options.requires_resume and not plugin.capabilities.supports_resume:
+        raise PreflightError(
+            f"strategy {strategy.name} resumes agent sessions, which plugin {plugin_name} cannot do; "
+            "choose another --plugin"
+        )
+    return plugin
+
+
+def _warm_imports() -> None:
+    """Import docker-py (about 0.3 s of requests/urllib3) while pre-flight reads config and git."""
+    with contextlib.suppress(ImportError):
+        import docker  # noqa: F401  (imported for its side effect: loading it now)
+
+
+class _EarlyCheck:
+    """A pre-flight check started ahead of the others; its error is raised where it used to be checked."""
+
+    def __init__(self) -> None:
+        self._done = anyio.Event()
+        self._error: Exception | None = None
+
+    async def run(self, fn, *args: Any) -> None:
+        try:
+            await fn(*args)
+        except Exception as exc:
+            self._error = exc
+        finally:
+            self._done.set()
+
+    async def result(self) -> None:
+        await self._done.wait()
+        if self._error is not None:
+            raise self._error
+
+
+async def prepare(args) -> Prepared:
+    import threading
+
+    threading.Thread(target=_warm_imports, daemon=True).start()
+    loaded = load_config(config_file=args.config, cli_overrides=_cli_overrides(args))
+    register_plugins(loaded.config.runner.plugin_modules)
+    tools = required_tools(loaded.config.runner.plugin, dry_run=args.dry_run)
+    # The Docker check (a few daemon round trips) runs while git validates the
+    # repository; a failure of an earlier check is still the one reported.
+    docker = _EarlyCheck()
+    outcome: dict[str, Any] = {}
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(docker.run, _check_engines, loaded.config, loaded.config.runner.docker_image, tools)
+        try:
+            outcome["prep"] = await _prepare(args, loaded, docker)
+        except Exception as exc:  # raised below, outside the task group, unwrapped
+            outcome["error"] = exc
+            tg.cancel_scope.cancel()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["prep"]
+
+
+async def _prepare(args, loaded: LoadedConfig, docker: _EarlyCheck) -> Prepared:
+    config = loaded.config
+    for line in loaded.warnings:
+        print(line, file=sys.stderr)
+    default_sanitizer().add_secrets(v for k, v in loaded.environ.items() if k in SECRET_ENV_VARS)
+    prompt = _read_prompt(args, config)
+    if config.orchestration.runs < 1:
+        raise ConfigError(f"--runs must be at least 1 (got {config.orchestration.runs})")
+    max_parallel = _max_parallel(config)
+    strategy = load_strategy(config.orchestration.strategy)
+    base_params = dict(config.strategy.get(strategy.name, {}))
+    base_params.update(config.params)
+    params = parse_params(strategy, args.params, base=base_params)
+    repo = str(await anyio.Path(args.repo or ".").absolute())
+    base_branch = config.orchestration.base_branch
+    warnings: list[str] = []
+    dirs = RunDirs.from_env()
+    # The run's own folders (logs/, results/, orchestrator_state/ by default in
+    # the current directory) are not the user's changes, from the first run on.
+    info = await anyio.to_thread.run_sync(
+        functools.partial(validate_repository, repo, base_branch, ignore=(dirs.logs, dirs.state, dirs.results))
+    )
+    repo = str(info.path)
+    base_branch = info.base_branch
+    notes = []
+    if info.base_branch_chosen:
+        notes.append(f"Base branch: {base_branch} ({info.base_branch_chosen}; choose another with --base-branch NAME)")
+    if info.dirty:
+        if config.orchestration.require_clean_wt:
+            raise PreflightError(f"{repo} has uncommitted changes and --require-clean-wt is set; commit or stash them")
+        warnings.append(f"{repo} has uncommitted changes; agents start from the last commit of {base_branch}")
+    if strategy.options.prepare is not None:
+        params = strategy.options.prepare(params, repo)
+    plugin_name = config.runner.plugin
+    model = config.orchestration.default_model
+    plugin = _check_plugin(plugin_name, model, strategy)
+    auth = resolve_auth(loaded.environ, plugin=plugin_name, mode=args.mode, dry_run=args.dry_run)
+    if not args.dry_run:
+        plugin.validate_environment(auth)
+    run_budget.check_measurable(config, plugin_name=plugin_name, model=model, mode=args.mode, auth=auth)
+    default_sanitizer().add_secrets(auth.secret_values())
+    _check_disk(dirs.logs, config, warnings)
+    _check_disk(workspace_root(), config, warnings)
+    if config.runner.isolation_mode == "shared_objects" and config.runner.hosts:
+        remote = [spec.name for spec in await anyio.to_thread.run_sync(_host_specs, config) if spec.remote]
+        if remote:
+            warnings.append(
+                f"isolation_mode shared_objects applies to the local engine only; tasks on "
+                f"{', '.join(remote)} get a full copy of the repository"
+            )
+    await docker.result()
+    image = await _environment_image(config, repo, info.base_commit, dry_run=args.dry_run)
+    return Prepared(
+        loaded_config=loaded,
+        strategy=strategy,
+        params=params,
+        prompt=prompt,
+        repo=repo,
+        base_branch=base_branch,
+        model=model,
+        plugin_name=plugin_name,
+        image=image,
+        max_parallel=max_parallel,
+        runs=config.orchestration.runs,
+        auth=auth,
+        dry_run=args.dry_run,
+        mode=args.mode,
+        output=output_mode(args),
+        warnings=warnings,
+        notes=notes,
+    )
+
+
+async def _environment_image(config: Config, repo: str, base_commit: str, *, dry_run: bool) -> str:
+    """The image every container of the run uses: the project's environment when it has one."""
+    from ..agent_image import environment
+    from ..agent_image.paths import cache_dir
+
+    env = config.environment
+    spec = await anyio.to_thread.run_sync(
+        functools.partial(
+            environment.resolve,
+            repo,
+            base_commit,
+            image=env.image,
+            dockerfile=env.dockerfile,
+            setup=list(env.setup),
+            use_devcontainer=env.devcontainer,
+        )
+    )
+    if spec is None:
+        return config.runner.docker_image
+    for note in spec.notes:
+        print(note, file=sys.stderr)
+
+    def say(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    image = await anyio.to_thread.run_sync(
+        functools.partial(
+            environment.build,
+            spec,
+            repo=repo,
+            commit=base_commit,
+            agent_image=config.runner.docker_image,
+            say=say,
+            log_dir=cache_dir() / "logs",
+        )
+    )
+    await anyio.to_thread.run_sync(check_tools, image, required_tools(config.runner.plugin, dry_run=dry_run))
+    if config.runner.hosts:
+        # Built on this machine's engine: the other engines get it like the agent
+        # image (with --sync-image), or are named as lacking it.
+        await _check_hosts(config, image)
+    return image
+
+
+def _absolute_spec(spec: str) -> str:
+    path, sep, func = spec.partition(":")
+    if path.endswith(".py") and Path(path).exists():
+        return str(Path(path).resolve()) + (sep + func if sep else "")
+    return spec
+
+
+# Flags that shape what a task does or produces. A resumed run keeps what it
+# started with: a different value would make every recorded task a different
+# one, and the work already paid for would be done again (or refused).
+RECORDED_FLAGS = (
+    ("prompt", "a prompt"),
+    ("strategy", "--strategy"),
+    ("params", "-S"),
+    ("runs", "--runs"),
+    ("repo", "--repo"),
+    ("base_branch", "--base-branch"),
+    ("model", "--model"),
+    ("plugin", "--plugin"),
+    ("docker_image", "--docker-image"),
+    ("config", "--config"),
+    ("mode", "--mode"),
+    ("safe_fsync", "--safe-fsync"),
+    ("require_clean_wt", "--require-clean-wt"),
+    ("dry_run", "--dry-run"),
+)
+RESUME_FLAGS = "--max-parallel, --max-cost, --max-tokens, --no-tui, --json, --quiet, --debug, --resume-fresh"
+
+
+def check_resume_flags(args) -> None:
+    given = [flag for dest, flag in RECORDED_FLAGS if getattr(args, dest, None) not in (None, False, [])]
+    if given:
+        raise UsageError(
+            f"{', '.join(given)} cannot be used with --resume: the run keeps the configuration it "
+            f"started with (allowed with --resume: {RESUME_FLAGS}); start a new run to change it"
+        )
+
+
+def _resumed_config(dirs: RunDirs, manifest: RunManifest, current: LoadedConfig) -> LoadedConfig:
+    """The recorded configuration, with today's settings only where they cannot change a result."""
+    from ..config import PLACEMENT_KEYS, PRESENTATION_SECTIONS, RESUME_SECTIONS, changed_keys, recorded_config
+
+    if not manifest.config:  # a manifest from before configurations were recorded
+        return current
+    where = dirs.manifest(manifest.run_id)
+    config = recorded_config(manifest.config, str(where))
+    if current.config.orchestration.base_branch is None:
+        # Not given today: it would resolve to a branch again, and the run keeps the one it started from.
+        base = msgspec.structs.replace(current.config.orchestration, base_branch=config.orchestration.base_branch)
+        current = msgspec.structs.replace(current, config=msgspec.structs.replace(current.config, orchestration=base))
+    changed = changed_keys(config, current.config)
+    if changed:
+        shown = ", ".join(changed[:6]) + (f" and {len(changed) - 6} more" if len(changed) > 6 else "")
+        print(
+            f"note: the run keeps the configuration it started with; changed since, not applied: {shown}",
+            file=sys.stderr,
+            flush=True,
+        )
+    config = msgspec.structs.replace(
+        config, **{s: getattr(current.config, s) for s in (*PRESENTATION_SECTIONS, *RESUME_SECTIONS)}
+    )
+    placement = {key.split(".", 1)[1]: getattr(current.config.runner, key.split(".", 1)[1]) for key in PLACEMENT_KEYS}
+    config = msgspec.structs.replace(config, runner=msgspec.structs.replace(config.runner, **placement))
+    return LoadedConfig(
+        config=config, environ=current.environ, sources=[f"{where} (recorded when the run started)", *current.sources]
+    )

@@ -1,0 +1,143 @@
+"""Wiring a run: the engine's configuration and the runner it drives."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from ..config import Config
+from ..engine.determinism import Reporter, guard_module
+from ..engine.engine import EngineConfig
+from ..engine.fingerprint import TaskDefaults
+from ..jsonlog import ComponentLog
+from ..log.runs import (
+    RUN_LOCK_LABEL,
+    RUN_MANIFEST_LABEL,
+    RunDirs,
+)
+from ..runner import DockerRunner, Hardening, RetryConfig
+from ..runner.registry import get_plugin
+from ..sanitize import default_sanitizer
+from ..strategy_loader import LoadedStrategy
+from . import run_budget
+from .preflight import Prepared, _host_specs
+
+
+def _guard(strategy: LoadedStrategy, config: Config, olog: ComponentLog | None = None) -> Reporter:
+    def sink(msg: str) -> None:
+        print(msg, file=sys.stderr)
+        if olog is not None:
+            olog.warning(msg)
+
+    reporter = Reporter(config.orchestration.determinism, sink)
+    guard_module(strategy.module, reporter)
+    return reporter
+
+
+def _engine_config(
+    prep: Prepared, dirs: RunDirs, run_id: str, *, resume_fresh: bool, structured_outputs: bool = True
+) -> EngineConfig:
+    c = prep.config
+    r = c.runner
+    o = c.orchestration
+    plugin = get_plugin(prep.plugin_name)
+    return EngineConfig(
+        run_id=run_id,
+        repo_path=prep.repo,
+        base_branch=prep.base_branch,
+        strategy_name=prep.strategy.name,
+        logs_dir=str(dirs.logs),
+        state_dir=str(dirs.state),
+        results_dir=str(dirs.results),
+        max_parallel=prep.max_parallel,
+        defaults=TaskDefaults(
+            model=prep.model,
+            plugin_name=prep.plugin_name,
+            import_policy=o.import_policy,
+            import_conflict_policy=o.import_conflict_policy,
+            skip_empty_import=o.skip_empty_import,
+            container_cpus=r.container_cpu,
+            container_memory=r.container_memory,
+            network_egress=r.network_egress,
+            max_turns=r.max_turns,
+            timeout_seconds=r.container_timeout_seconds,
+        ),
+        flush_policy=c.events.flush_policy,
+        flush_interval_ms=c.events.interval_ms,
+        flush_max_batch=c.events.max_batch,
+        max_final_message_bytes=c.events.max_final_message_bytes,
+        snapshot_interval_s=c.events.snapshot_interval_s,
+        resume_fresh=resume_fresh,
+        supports_resume=plugin.capabilities.supports_resume,
+        structured_outputs=structured_outputs,
+        budget=run_budget.cap_of(c),
+        budget_rates=run_budget.rates_of(c, prep.plugin_name),
+        runner_options={
+            "docker_image": prep.image,
+            "reuse_container": r.reuse_container,
+            "finalize": r.finalize,
+            "review_workspace_mode": r.review_workspace_mode,
+            "isolation_mode": r.isolation_mode,
+            "session_volume_scope": r.session_volume_scope,
+            "labels": {RUN_LOCK_LABEL: str(dirs.lock(run_id)), RUN_MANIFEST_LABEL: str(dirs.manifest(run_id))},
+            "retry_config": RetryConfig(
+                max_attempts=r.max_attempts,
+                backoff_base_s=r.backoff_base_s,
+                backoff_factor=r.backoff_factor,
+                backoff_max_s=r.backoff_max_s,
+            ),
+        },
+    )
+
+
+def _make_runner(prep: Prepared, log_dir: Path, olog: ComponentLog, stop_run=None):
+    """One DockerRunner, or with runner.hosts one per engine under a placing runner."""
+    config = prep.config
+
+    limits = config.runner.container_limits
+    hardening = Hardening(
+        pids_limit=limits.pids_limit,
+        nofile=limits.nofile,
+        secret_scan=config.runner.secret_scan,
+        max_workspace_mb=config.runner.max_workspace_mb,
+    )
+
+    def make(host=None) -> DockerRunner:
+        return DockerRunner(
+            auth=prep.auth,
+            logs_dir=log_dir,
+            sanitizer=default_sanitizer(),
+            pricing=config.model_pricing(),
+            dry_run=prep.dry_run,
+            known_images=(prep.image,),
+            host=host,
+            hardening=hardening,
+        )
+
+    if not config.runner.hosts:
+        return make()
+    from ..runner.hosts import MultiHostRunner
+    from ..runner.transport import transport_warnings
+
+    specs = _host_specs(config)
+    olog.info(
+        "docker hosts",
+        hosts=[
+            {"name": s.name, "engine": s.shown, "max_parallel": s.max_parallel, "transport": s.transport} for s in specs
+        ],
+    )
+    for warning in transport_warnings(specs):
+        olog.warning(warning)
+
+    def host_event(event: dict) -> None:
+        olog.warning(event["type"], **{k: v for k, v in event.items() if k != "type"})
+        if event["type"] == "runner.host.down":
+            print(f"warning: Docker host {event['host']} is down: {event['reason']}", file=sys.stderr, flush=True)
+
+    def all_down() -> None:
+        olog.error("every Docker host is down; stopping the run (resumable)")
+        print("error: every Docker host is down; stopping the run", file=sys.stderr, flush=True)
+        if stop_run is not None:
+            stop_run()
+
+    return MultiHostRunner(specs, make, on_host_event=host_event, on_all_down=all_down if stop_run else None)
