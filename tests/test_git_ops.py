@@ -6,7 +6,9 @@ import hashlib
 import logging
 import multiprocessing
 import os
+import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import anyio
@@ -619,3 +621,46 @@ def test_a_kept_workspace_is_continued_only_when_whole(tmp_path):
     remove_workspace(ws)
     assert "no longer exists" in kept_workspace(ws)
     assert list((tmp_path / "ws").iterdir()) == []  # nothing left beside it either
+
+
+KILL_MID_STEP = """
+import os, signal, sys
+from pathlib import Path
+from orchestrator.runner import git_ops
+
+step = sys.argv[3]
+real = getattr(git_ops, step)
+
+def killed_half_way(root, *args):
+    if step == "_chown_tree":  # the workspace's own top directory is given away, the objects are not yet
+        os.lchown(root, *args)
+    else:
+        real(root, *args)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+setattr(git_ops, step, killed_half_way)
+git_ops._prepare_workspace_sync(sys.argv[1], "main", Path(sys.argv[2]), isolation_mode=sys.argv[4])
+"""
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "geteuid") or os.geteuid() != 0, reason="the chown to the agent's user runs as root"
+)
+@pytest.mark.parametrize(
+    ("step", "mode"),
+    [("_chown_tree", "full_copy"), ("_chown_tree", "shared_objects"), ("_settle_index", "shared_objects")],
+)
+def test_a_clone_killed_before_it_belongs_to_the_agent_is_not_continued(tmp_path, step, mode):
+    """SIGKILL while the new clone is handed to the container user (uid 1000): a resume must clone
+    it again, not continue in it. (Seen in the crash suite: the resumed agent's `git commit` failed
+    with "insufficient permission for adding an object to repository database .git/objects".)"""
+    from conftest import make_repo
+
+    repo = make_repo(tmp_path / "repo")
+    ws = tmp_path / "ws" / "k_1"
+    proc = subprocess.run(
+        [sys.executable, "-c", KILL_MID_STEP, str(repo), str(ws), step, mode], capture_output=True, text=True
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    assert (ws / ".git" / "objects").is_dir()  # the clone itself had finished
+    assert "not completely prepared" in kept_workspace(ws)

@@ -20,6 +20,7 @@ from tree_checks import validate_tree
 from orchestrator.log.eventlog import read_events
 from orchestrator.runner import delete_run_branches
 from strategies.tree_beam import render_tree_report, tree_beam
+from strategies.tree_beam_measure import decide
 from strategies.tree_beam_report import listed_branches
 
 pytestmark = pytest.mark.docker
@@ -268,7 +269,12 @@ async def test_noisy_benchmark_repeats_confirms_and_protects_the_evaluator(tmp_p
     assert fast["evaluation"]["stats"]["throughput"]["n"] >= 3
     conf = fast["confirmation"]
     assert conf["pairs"] == 3 and conf["change"]["n"] == 3 and conf["change"]["low"] > 0.1, conf
-    assert fast["promoted_to"] == "n1" and fast["decision"]["promotion_reason"] == "promoted (improvement_above_noise)"
+    # The bench's noise is random.gauss (not timing, so machine load does not matter): with 3 pairs the
+    # interval's half-width is at most the 1 % tolerance in about 11 % of runs, and the gate then reads it
+    # as tight. Both reasons promote a 20 % gain correctly; the reason must be the one its own interval gives.
+    reason = decide(conf["change"], PARAMS["tolerance"])
+    assert reason[0] and reason[1] in ("improvement_above_noise", "improved_tight_interval"), reason
+    assert fast["promoted_to"] == "n1" and fast["decision"]["promotion_reason"] == f"promoted ({reason[1]})"
     # the candidate's own bench.py says 1000; it was measured with the root's bench.py instead, and flagged
     assert game["protected_changed"] == ["bench.py"] and tree["flagged_protected"] == [game["id"]]
     assert game["evaluation"]["metrics"]["throughput"] < 150

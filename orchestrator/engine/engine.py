@@ -273,6 +273,7 @@ class Engine:
             model=norm["model"],
             session_id=session_id,
             resume_workspace=resume_workspace,
+            keep_workspace_on_success=callable(getattr(self.runner, "discard_workspace", None)),
             uncommitted=norm.get("uncommitted", "commit"),
             session_group_key=norm.get("session_group_key"),
             timeout_seconds=norm.get("timeout_seconds", self.config.defaults.timeout_seconds),
@@ -330,6 +331,24 @@ class Engine:
             attempt += 1
         with anyio.CancelScope(shield=True):  # the runner is done: its result must reach the log
             await self._finish(sid, handle, inst, result)
+            # Shielded as the runner's own removal was: the run's end (which cancels
+            # the tasks left) must not leave finished tasks' workspaces behind.
+            if result.status == "success" and request.keep_workspace_on_success and result.workspace_path:
+                await self._discard_workspace(key, request)
+
+    async def _discard_workspace(self, key: str, request: InstanceRequest) -> None:
+        """Remove a finished task's workspace only once its ``task.completed`` is on disk.
+
+        Removed before, a crash in between loses the workspace while the log still
+        calls the task unfinished: the resume starts it afresh in a new clone and
+        a new session, paying for its work twice.
+        """
+        assert self._log is not None, "engine is not running"
+        await self._log.flush()
+        try:
+            await self.runner.discard_workspace(request)  # type: ignore[attr-defined]
+        except Exception as exc:  # only disk space is at stake: retention removes it later
+            self.olog.warning(f"could not remove the workspace of finished task {key}: {exc}", key=key)
 
     async def _attempt(
         self,

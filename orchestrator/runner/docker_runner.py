@@ -142,6 +142,10 @@ class DockerRunner(WorkspaceSteps, AgentExec, CollectSteps):
         await self.host.aclose()
         self.log.close()
 
+    async def discard_workspace(self, request: InstanceRequest) -> None:
+        """Remove the workspace a ``keep_workspace_on_success`` task left, once its result is recorded."""
+        await self._remove_workspace(git_ops.workspace_path(request.run_id, request.task_key))
+
     async def __aenter__(self) -> DockerRunner:
         return self
 
@@ -344,7 +348,8 @@ class DockerRunner(WorkspaceSteps, AgentExec, CollectSteps):
                 uncommitted_files=artifact.uncommitted_files,
                 auto_committed=artifact.auto_committed,
             )
-            await self._remove_workspace(workspace)
+            if not request.keep_workspace_on_success:
+                await self._remove_workspace(workspace)
             return finish(
                 "success",
                 artifact=artifact,
@@ -352,7 +357,7 @@ class DockerRunner(WorkspaceSteps, AgentExec, CollectSteps):
                 final_message=self.sanitizer.scrub_text(outcome.final_message),
                 metrics=metrics,
                 session_id=session_id,
-                workspace_path=None,
+                workspace_path=str(workspace) if request.keep_workspace_on_success else None,
                 output=self.sanitizer.scrub(output),
             )  # like final_message: no secret leaves
         except Exception as exc:

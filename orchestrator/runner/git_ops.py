@@ -468,8 +468,6 @@ def _prepare_workspace_sync(
 
     base_commit = run_git(["rev-parse", "--verify", "HEAD^{commit}"], cwd=workspace).stdout.strip()
     git_dir = workspace / ".git"
-    (git_dir / "BASE_BRANCH").write_text(base_branch + "\n", encoding="utf-8")
-    (git_dir / "BASE_COMMIT").write_text(base_commit + "\n", encoding="utf-8")
 
     alternates = git_dir / "objects" / "info" / "alternates"
     if isolation_mode == "full_copy" and alternates.exists():
@@ -486,6 +484,13 @@ def _prepare_workspace_sync(
         _settle_index(workspace)
         if as_root:
             os.lchown(git_dir / "index", CONTAINER_UID, CONTAINER_GID)
+    # The markers that make the workspace one a resumed task continues in come last:
+    # a crash before the chown above has finished leaves root-owned objects the agent
+    # cannot write to (its every commit fails), and such a workspace must be cloned again.
+    for name, value in (("BASE_BRANCH", base_branch), ("BASE_COMMIT", base_commit)):
+        (git_dir / name).write_text(value + "\n", encoding="utf-8")
+        if as_root:
+            os.lchown(git_dir / name, CONTAINER_UID, CONTAINER_GID)
     return WorkspaceInfo(path=workspace, base_branch=base_branch, base_commit=base_commit)
 
 

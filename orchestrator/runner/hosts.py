@@ -687,6 +687,10 @@ class MultiHostRunner:
             container_name=request.container_name,
         )
 
+    async def discard_workspace(self, request: InstanceRequest) -> None:
+        # Workspaces are on this machine whichever engine ran the task.
+        await self.slots[0].runner.discard_workspace(request)
+
     async def aclose(self) -> None:
         for slot in self.slots:
             await slot.runner.aclose()

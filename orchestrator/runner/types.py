@@ -115,6 +115,10 @@ class InstanceRequest(msgspec.Struct, frozen=True, kw_only=True):
     # The task ran before and session_id is its session: continue in the
     # workspace it left (a fresh clone and session if that workspace is gone).
     resume_workspace: bool = False
+    # On success the workspace is left in place (its path returned) for the caller
+    # to remove with ``discard_workspace(request)`` once it has recorded the result
+    # durably: a crash in between must not leave a resumed task without it.
+    keep_workspace_on_success: bool = False
     session_group_key: str | None = None
     timeout_seconds: float = 3600.0
     container_limits: ContainerLimits = ContainerLimits()
