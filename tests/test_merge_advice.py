@@ -163,6 +163,9 @@ VERDICT_RUNS = {
     "tree-beam": ([*EVAL, "-S", "ideas_per_node=2", "-S", "max_depth=1", "-S", "beam_width=1"], {"bench.py": BENCH}),
     "evolve": (["-S", "goals=GOALS.yaml", "-S", "max_cycles=2"], {"keep.txt": "keep\n", "GOALS.yaml": GOALS}),
     "simple": (["-S", "import_policy=always"], {}),
+    "iterative": ([], {}),
+    "plan-score-implement": ([], {}),
+    "synthesize": ([], {}),
 }
 
 
@@ -197,6 +200,11 @@ VERDICTS = {
         "best: 01-prompt beat the base (score 10, grade strong); ranking: 1. 01-prompt score 10, tests passed"
     ),
     "simple": re.escape("returned one task's result: branch simple_RUN_k"),
+    "iterative": re.escape("returned one task's result: branch iterative_RUN_k"),
+    "plan-score-implement": re.escape("returned one task's result: branch plan-score-implement_RUN_k"),
+    # the reviewers' prompts name the run's branches, so the simulated scores vary with the run id
+    "synthesize": r"(synthesis of gen/0, gen/1, gen/2 selected: the synthesis scored [\d.]+ >= gen/\d's [\d.]+"
+    r"|gen/\d stays best \(score [\d.]+\): the synthesis scored [\d.]+ < gen/\d's [\d.]+) side by side; hunks: 1 new",
     "tree-beam": re.escape(
         "n1 beat the base: throughput 100 → 110, change +10.00% [+10.00%, +10.00%] over 10 pairs; stopped: max_depth"
     ),
