@@ -429,7 +429,7 @@ async def test_plugin_error_after_container_start_stops_container_and_raises(rep
         await run_instance("   ", repo, runner=runner, **fields(run_id))  # claude-code rejects an empty prompt
     names = [c["name"] for c in await list_containers(run_id)]
     assert names and all(inspect(n)["State"]["Running"] is False for n in names)
-    with pytest.raises(ConfigError, match="not known"):
+    with pytest.raises(ConfigError, match="unknown model 'gpt-nope' for plugin claude-code"):
         await run_instance("x", repo, runner=runner, **fields(run_id, key="m", model="gpt-nope"))
 
 

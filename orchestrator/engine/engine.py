@@ -40,8 +40,10 @@ from ..log.eventlog import EventLog, LogReader
 from ..log.events import decode_line
 from ..log.state import COMPLETED, FAILED, RunState, apply, encode_snapshot, recover, write_snapshot_bytes
 from ..naming import branch_name, container_name, instance_id, short8
-from ..runner import check_model, supports_resume
+from ..runner import check_model
 from ..runner.base import TaskRunner
+from ..runner.plugin import RunnerPlugin
+from ..runner.registry import get_plugin
 from ..runner.types import ContainerLimits, InstanceRequest, RunnerResult
 from .budget import Budget, BudgetCap, is_agent_task
 from .context import Handle, StrategyContext
@@ -111,6 +113,7 @@ class Engine:
         self.max_parallel = config.max_parallel or auto_parallel(config.defaults.container_cpus)
         self._limiter = anyio.CapacityLimiter(self.max_parallel)
         self._handles: dict[str, Handle] = {}
+        self._plugins: dict[str, RunnerPlugin] = {}
         self._live_sessions: dict[str, str] = {}
         self._models_checked: set[tuple[str, str]] = set()
         self._tg: anyio.abc.TaskGroup | None = None
@@ -181,7 +184,9 @@ class Engine:
         self, ctx: StrategyContext, key: str, task: Mapping[str, Any], policy: RetryPolicy | RetryPolicyDict | None
     ) -> Handle[Any]:
         normalized = normalize_task(task, self.config.defaults, default_base_branch=ctx.base_branch)
-        refuse_unsupported(normalized)
+        # The task's plugin is resolved here, once, and travels with the request to the runner.
+        plugin = get_plugin(normalized["plugin_name"])
+        refuse_unsupported(normalized, plugin)
         pm = (normalized["plugin_name"], normalized["model"])
         if pm not in self._models_checked:
             check_model(*pm)  # a typo in a task's model: one clear message now, not a container error later
@@ -227,6 +232,7 @@ class Engine:
             )
         assert self._tg is not None
         self.queued += 1
+        self._plugins[key] = plugin
         self._tg.start_soon(self._execute, ctx, handle, normalized, inst, cname, bname, RetryPolicy.coerce(policy))
         return handle
 
@@ -241,6 +247,7 @@ class Engine:
         self, ctx: StrategyContext, key: str, norm: dict[str, Any], inst: str, cname: str, bname: str
     ) -> InstanceRequest:
         runner_cfg = norm["runner"]
+        plugin = self._plugins.get(key) or get_plugin(norm["plugin_name"])
         session_id = norm.get("resume_session_id")
         recorded = self.state.tasks.get(key)
         resume_workspace = False
@@ -249,7 +256,7 @@ class Engine:
             and recorded.attempts > 0
             and not self.config.resume_fresh
             and self.config.supports_resume
-            and supports_resume(norm["plugin_name"])
+            and plugin.capabilities.supports_resume
         ):
             # A task that ran before continues in the workspace it left (a fresh
             # clone would hide its agent's edits), with its session when one was
@@ -281,6 +288,7 @@ class Engine:
                 cpus=runner_cfg["container_limits"]["cpus"], memory=runner_cfg["container_limits"]["memory"]
             ),
             plugin_name=norm["plugin_name"],
+            plugin=plugin,
             system_prompt=norm.get("system_prompt"),
             output_schema=norm.get("output_schema"),
             append_system_prompt=norm.get("append_system_prompt"),
@@ -679,18 +687,15 @@ class Engine:
         return self.state
 
 
-def refuse_unsupported(norm: dict[str, Any]) -> None:
+def refuse_unsupported(norm: dict[str, Any], plugin: RunnerPlugin) -> None:
     """Refuse a task option its plugin's tool has no way to honour, before anything runs.
 
     Ignoring it would run an agent the strategy did not ask for (no turn limit).
     """
-    from ..runner.registry import get_plugin
-
-    name = norm["plugin_name"]
-    if norm["runner"].get("max_turns") is not None and not get_plugin(name).capabilities.supports_max_turns:
+    if norm["runner"].get("max_turns") is not None and not plugin.capabilities.supports_max_turns:
         raise ConfigError(
-            f"plugin {name} has no turn limit: remove max_turns from the task (or runner.max_turns "
-            "from the configuration), or use plugin claude-code"
+            f"plugin {plugin.name} has no turn limit: remove max_turns from the task (or runner.max_turns "
+            "from the configuration), or use a plugin that has one"
         )
 
 

@@ -429,7 +429,7 @@ class DockerRunner(WorkspaceSteps, AgentExec, CollectSteps):
         )
 
     def _validate_request(self, request: InstanceRequest) -> RunnerPlugin:
-        plugin = get_plugin(request.plugin_name)
+        plugin = request.plugin or get_plugin(request.plugin_name)
         # the same check, and the same message, as when the task was scheduled
         check_model(plugin.name, request.model)
         if plugin.capabilities.runs_command and not request.command:

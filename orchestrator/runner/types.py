@@ -7,9 +7,12 @@ are opaque strings chosen by orchestration, and returns a :class:`RunnerResult`.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
+
+if TYPE_CHECKING:
+    from .plugin import RunnerPlugin
 
 ImportPolicy = Literal["auto", "never", "always"]
 ConflictPolicy = Literal["fail", "overwrite", "suffix"]
@@ -127,6 +130,8 @@ class InstanceRequest(msgspec.Struct, frozen=True, kw_only=True):
     retry_config: RetryConfig = RetryConfig()
     docker_image: str = "claude-code"
     plugin_name: str = "claude-code"
+    # The plugin itself, resolved once when orchestration scheduled the task (None: look it up by name).
+    plugin: RunnerPlugin | None = None
     system_prompt: str | None = None
     append_system_prompt: str | None = None
     max_turns: int | None = None
