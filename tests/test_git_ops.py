@@ -204,7 +204,7 @@ def test_include_branches_and_head_stays_on_base(host, tmp_path):
 def test_shared_objects_borrow_from_the_runs_store_not_the_users_repository(host, tmp_path, caplog):
     run = tmp_path / "run"
     ws = run / "k_a"
-    with caplog.at_level(logging.WARNING, logger="orchestrator.runner"):
+    with caplog.at_level(logging.INFO, logger="orchestrator.runner"):
         _prepare_workspace_sync(host, "main", ws, isolation_mode="shared_objects")
     store = object_store_path(ws, host)
     assert store.parent == run.resolve() and store.name.startswith("objects_")

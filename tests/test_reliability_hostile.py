@@ -42,7 +42,11 @@ def probe_script(host_repo: str, workspace_root: str) -> str:
     probes = {
         "docker_socket": "test -e /var/run/docker.sock -o -e /run/docker.sock",
         "host_repo": f"test -e '{host_repo}/.git'",
-        "host_workspaces": f"test -e '{workspace_root}'",
+        # The run's object store is mounted (read-only) at its path under the workspace
+        # root, so the root exists inside; no task's workspace may be found there.
+        "host_workspaces": f"find '{workspace_root}' -name 'k_*' 2>/dev/null | grep -q .",
+        "object_store_visible": f"find '{workspace_root}' -type d -name objects | grep -q .",
+        "write_object_store": f"touch \"$(find '{workspace_root}' -type d -name objects | head -1)/pwned\"",
         "host_root_files": "test -e /root/.bashrc -o -e /etc/shadow -a -r /etc/shadow",
         "write_etc": "touch /etc/pwned",
         "write_usr": "touch /usr/pwned",
@@ -83,6 +87,8 @@ def test_an_agent_cannot_reach_the_host_other_workspaces_or_the_network(tmp_path
                 "docker_socket": "no",
                 "host_repo": "no",
                 "host_workspaces": "no",
+                "object_store_visible": "yes",
+                "write_object_store": "no",
                 "host_root_files": "no",
                 "write_etc": "no",
                 "write_usr": "no",
@@ -95,10 +101,11 @@ def test_an_agent_cannot_reach_the_host_other_workspaces_or_the_network(tmp_path
                 "loopback_refused": "yes",
             }, verdicts
         assert not (repo / "pwned").exists() and not (tmp_path / "ws" / "pwned").exists()
+        assert not list((tmp_path / "ws" / run_id).glob("objects_*/objects/pwned"))
         runner_log = (tmp_path / "logs" / run_id / "runner.jsonl").read_text()
         assert "write-outside /etc/x: failed" in runner_log
         assert "write-outside /home/node/../../x: failed" in runner_log
-        record("hostile", tried=15, contained=15)
+        record("hostile", tried=16, contained=16)
     finally:
         remove_run_docker(run_id)
 

@@ -1,9 +1,10 @@
-"""isolation_mode: shared_objects through real containers: the run's read-only object store.
+"""isolation_mode: shared_objects (the default) through real containers: the run's read-only object store.
 
 Each task's clone borrows its objects (git alternates) from one bare store in
 the run's folder, which the container mounts read-only at the path the
 alternates name. The user's repository is never mounted. On a remote engine
-(archive path) the task gets a full copy instead.
+(archive path) the task gets a full copy instead. ``full_copy`` is the opt-in
+for a clone with objects of its own.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ from orchestrator.sanitize import Sanitizer
 
 pytestmark = [pytest.mark.docker]
 
+# No isolation_mode here: these runs take the default.
 SHARED = {
-    "ORCHESTRATOR_RUNNER__ISOLATION_MODE": "shared_objects",
     "ORCHESTRATOR_ORCHESTRATION__HARD_MIN_FREE_DISK_GB": "0",
     "ORCHESTRATOR_ORCHESTRATION__MIN_FREE_DISK_GB": "0",
     "ORCHESTRATOR_RUNNER__NETWORK_EGRESS": "offline",
@@ -46,7 +47,6 @@ def fields(run_id: str, key: str, **kw):
         run_id=run_id,
         task_key=key,
         docker_image=IMAGE,
-        isolation_mode="shared_objects",
         retry_config=RetryConfig(max_attempts=1),
     )
     base.update(kw)
@@ -77,7 +77,8 @@ def test_shared_objects_commit_comes_back_as_a_branch(tmp_path):
     """The reported failure: every task ended "completed, no branch" with exit 0,
     because the clone's alternates named the user's repository, which the
     container does not have. Now the commit comes back as a branch, the clone
-    borrows from the run's store, mounted read-only, and the repository is not mounted."""
+    borrows from the run's store, mounted read-only, and the repository is not mounted.
+    With no isolation_mode configured: the store is the default (it was a full copy)."""
     repo = make_repo(tmp_path / "repo")
     env = cli_env(tmp_path, **SHARED)
     result = run_cli(
@@ -243,7 +244,7 @@ async def test_repository_unusable_inside_the_container_fails_as_git(repo_with_h
 
 def test_shared_objects_on_a_remote_engine_gets_a_full_copy_and_the_branch(tmp_path, private_engine):
     """On a second engine (archive path) the store cannot be mounted: the task gets
-    a full copy, the run says so in one line, and the commit comes back as a branch
+    a full copy, the runner's log says so, and the commit comes back as a branch
     (before: every task failed as git, "unable to normalize alternate object path")."""
     repo = make_repo(tmp_path / "repo")
     env = cli_env(tmp_path, **SHARED)
@@ -263,8 +264,8 @@ def test_shared_objects_on_a_remote_engine_gets_a_full_copy_and_the_branch(tmp_p
     run_id = only_run_id(tmp_path)
     try:
         assert result.returncode == 0, result.stderr
-        notice = [ln for ln in result.stderr.splitlines() if "shared_objects applies to the local engine only" in ln]
-        assert len(notice) == 1 and "b get a full copy" in notice[0], result.stderr
+        # The default: nothing to warn about, a remote task always had a full copy.
+        assert "full copy" not in result.stderr and "shared_objects" not in result.stderr, result.stderr
         events = check_log(events_path(tmp_path, run_id))
         (done,) = [e for e in events if e.type == "task.completed"]
         branch = done.payload["artifact"]["branch_final"]
@@ -273,3 +274,27 @@ def test_shared_objects_on_a_remote_engine_gets_a_full_copy_and_the_branch(tmp_p
         assert '"runner.archive.copied_in"' in log and '"runner.workspace.full_copy"' in log
     finally:
         _remove_run(run_id, private_engine.url)
+
+
+def test_full_copy_opt_in_has_objects_of_its_own_and_the_branch_comes_back(tmp_path):
+    """``full_copy`` stays as the opt-in: no store is made or mounted, the clone has
+    no alternates, and the agent's commit comes back as a branch."""
+    repo = make_repo(tmp_path / "repo")
+    env = cli_env(tmp_path, **SHARED, ORCHESTRATOR_RUNNER__ISOLATION_MODE="full_copy")
+    prompt = "SIM: write own.txt a copy of its own\nSIM: commit add own\nSIM: print done"
+    result = run_cli([prompt, "--no-tui", "--docker-image", IMAGE], cwd=repo, env=env, timeout=300)
+    run_id = only_run_id(tmp_path)
+    try:
+        assert result.returncode == 0, result.stderr
+        events = check_log(events_path(tmp_path, run_id))
+        (done,) = [e for e in events if e.type == "task.completed"]
+        branch = done.payload["artifact"]["branch_final"]
+        assert branch and git(repo, "show", f"{branch}:own.txt") == "a copy of its own"
+        (container,) = subprocess.run(
+            ["docker", "ps", "-aq", "--filter", f"label=run_id={run_id}"], capture_output=True, text=True
+        ).stdout.split()
+        mounts = [m["Destination"] for m in _inspect(container)["Mounts"]]
+        assert not any("objects_" in m for m in mounts), mounts
+        assert not list((tmp_path / "ws" / run_id).glob("objects_*")), "no store is made for full_copy"
+    finally:
+        _remove_run(run_id)

