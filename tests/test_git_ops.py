@@ -232,6 +232,23 @@ def test_shared_objects_borrow_from_the_runs_store_not_the_users_repository(host
     assert git(ws, "rev-parse", "HEAD") == old
 
 
+def test_the_store_of_a_repository_that_borrows_objects_has_them_all(host, tmp_path):
+    """A repository made with `git clone --shared` borrows its objects: the run's
+    store must not (its alternates would name a path no container has)."""
+    git(host, "gc", "-q")
+    user = tmp_path / "user"
+    git(tmp_path, "clone", "-q", "--shared", str(host), str(user))
+    assert (user / ".git" / "objects" / "info" / "alternates").exists()
+    ws = tmp_path / "run" / "k_a"
+    _prepare_workspace_sync(user, "main", ws, isolation_mode="shared_objects")
+    store = object_store_path(ws, user)
+    assert not (store / "objects" / "info" / "alternates").exists()
+    git(store, "fsck", "--connectivity-only")  # every object is in the store itself
+    assert git(ws, "rev-parse", "HEAD") == git(user, "rev-parse", "main")
+    assert git(user, "rev-parse", "main") == git(host, "rev-parse", "main")  # the user's side is untouched
+    assert (user / ".git" / "objects" / "info" / "alternates").exists()
+
+
 def test_a_half_made_object_store_is_made_again(host, tmp_path):
     ws = tmp_path / "run" / "k_a"
     store = object_store_path(ws, host)

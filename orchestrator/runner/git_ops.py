@@ -380,6 +380,13 @@ def _ensure_object_store_sync(
         partial.mkdir()
         clone = ["clone", "--quiet", "--bare"] + ([] if hardlinks else ["--no-hardlinks"])
         _clone_retrying_races(clone, repo, partial, "full_copy")
+        borrowed = partial / "objects" / "info" / "alternates"
+        if borrowed.exists():
+            # Your repository borrows objects itself (a `clone --shared`, a
+            # `--reference`): the clone copied those alternates, which name paths no
+            # container has. Copy the borrowed objects in, once per run, instead.
+            run_git(["repack", "-a", "-d", "-q"], cwd=partial, what="copying borrowed objects into the store")
+            borrowed.unlink()
         run_git(["config", "gc.auto", "0"], cwd=partial, what="configuring the object store")
         run_git(["config", "maintenance.auto", "false"], cwd=partial, what="configuring the object store")
         run_git(["remote", "remove", "origin"], cwd=partial, check=False)
