@@ -117,9 +117,10 @@ run {statistics.median(t for _, t, _ in rows):.1f} s. An import leaves about six
 agent's commit and the provenance note); once the repository holds {LOOSE_LIMIT} loose objects or
 {PACK_LIMIT} packs, the importer rolls them up (`git repack -d --geometric=2`, under the import
 lock), so the repository keeps a few packs instead of the loose objects `git gc --auto` would
-only collect at 6,700. Before (issue 32):
-50 tasks took 11.1 s on a fresh repository and 26.7 s after 250 (2.4x), with 998 loose
-objects.
+only collect at 6,700. Before (issue 32, on a less loaded machine, so its absolute times
+are not comparable with these): 50 tasks took 11.1 s on a fresh repository and 26.7 s
+after 250 (2.4x), with 998 loose objects. Here the machine's other work makes single runs
+vary by about 1.5x either way; the loose-object and pack counts are exact.
 
 ```bash
 uv run python bench/bench_many_tasks.py --total {args.total} --batch {args.batch} --parallel {args.parallel} --write-doc
