@@ -42,11 +42,10 @@ def probe_script(host_repo: str, workspace_root: str) -> str:
     probes = {
         "docker_socket": "test -e /var/run/docker.sock -o -e /run/docker.sock",
         "host_repo": f"test -e '{host_repo}/.git'",
-        # The run's object store is mounted (read-only) at its path under the workspace
-        # root, so the root exists inside; no task's workspace may be found there.
-        "host_workspaces": f"find '{workspace_root}' -name 'k_*' 2>/dev/null | grep -q .",
-        "object_store_visible": f"find '{workspace_root}' -type d -name objects | grep -q .",
-        "write_object_store": f"touch \"$(find '{workspace_root}' -type d -name objects | head -1)/pwned\"",
+        "host_workspaces": f"test -e '{workspace_root}'",
+        # The run's object store is mounted read-only at /<store name>/objects.
+        "object_store_visible": "ls -d /objects_*.git/objects >/dev/null",
+        "write_object_store": 'touch "$(ls -d /objects_*.git/objects | head -1)/pwned"',
         "host_root_files": "test -e /root/.bashrc -o -e /etc/shadow -a -r /etc/shadow",
         "write_etc": "touch /etc/pwned",
         "write_usr": "touch /usr/pwned",

@@ -105,7 +105,8 @@ def test_shared_objects_commit_comes_back_as_a_branch(tmp_path):
         ).stdout.split()
         mounts = {m["Destination"]: m for m in _inspect(container)["Mounts"]}
         store = git_ops.object_store_objects(tmp_path / "ws" / run_id / "k_x", repo)
-        assert mounts[str(store)]["Source"] == str(store) and mounts[str(store)]["RW"] is False
+        inside = f"/{store.parent.name}/objects"
+        assert mounts[inside]["Source"] == str(store) and mounts[inside]["RW"] is False
         assert store.parent.parent == (tmp_path / "ws" / run_id).resolve()
         assert not any(str(repo) in m["Source"] for m in mounts.values())
     finally:
@@ -116,16 +117,17 @@ async def test_a_container_cannot_write_into_the_shared_store(repo_with_history,
     repo = repo_with_history
     ws = git_ops.workspace_path(run_id, "w")
     store = git_ops.object_store_objects(ws, repo)
+    inside = f"/{store.parent.name}/objects"  # where the relative alternates lead in the container
     probe = (
         f"cat /workspace/.git/objects/info/alternates; "
-        f"touch {store}/planted 2>&1; "
-        f"for f in {store}/pack/*.pack; do rm -f $f 2>&1; done; "
+        f"touch {inside}/planted 2>&1; "
+        f"for f in {inside}/pack/*.pack; do rm -f $f 2>&1; done; "
         f"echo end"
     )
     res = await run_instance("", repo, runner=runner, **fields(run_id, "w", plugin_name="command", command=probe))
     assert res.status == "success", res.error
     out = res.final_message
-    assert out.splitlines()[0] == str(store)
+    assert out.splitlines()[0] == f"../../..{inside}"
     assert out.count("Read-only file system") >= 2, out
     assert not (store / "planted").exists()
     assert list((store / "pack").glob("*.pack")), "the store's packs are all still there"
@@ -242,12 +244,14 @@ async def test_repository_unusable_inside_the_container_fails_as_git(repo_with_h
     assert any(e["message"] == "runner.instance.failed" for e in runner_log(runner))
 
 
-def test_shared_objects_on_a_remote_engine_gets_a_full_copy_and_the_branch(tmp_path, private_engine):
+@pytest.mark.parametrize("mode", [None, "full_copy"])
+def test_shared_objects_on_a_remote_engine_gets_a_full_copy_and_the_branch(tmp_path, private_engine, mode):
     """On a second engine (archive path) the store cannot be mounted: the task gets
     a full copy, the runner's log says so, and the commit comes back as a branch
-    (before: every task failed as git, "unable to normalize alternate object path")."""
+    (before: every task failed as git, "unable to normalize alternate object path").
+    The opt-in full_copy gets the same, without the note."""
     repo = make_repo(tmp_path / "repo")
-    env = cli_env(tmp_path, **SHARED)
+    env = cli_env(tmp_path, **SHARED, **({"ORCHESTRATOR_RUNNER__ISOLATION_MODE": mode} if mode else {}))
     result = run_cli(
         [
             "SIM: write remote.txt from afar\nSIM: commit add remote\nSIM: print done",
@@ -271,7 +275,8 @@ def test_shared_objects_on_a_remote_engine_gets_a_full_copy_and_the_branch(tmp_p
         branch = done.payload["artifact"]["branch_final"]
         assert branch and git(repo, "show", f"{branch}:remote.txt") == "from afar"
         log = (tmp_path / "logs" / run_id / "runner.jsonl").read_text()
-        assert '"runner.archive.copied_in"' in log and '"runner.workspace.full_copy"' in log
+        assert '"runner.archive.copied_in"' in log
+        assert ('"runner.workspace.full_copy"' in log) is (mode is None)
     finally:
         _remove_run(run_id, private_engine.url)
 
@@ -298,3 +303,28 @@ def test_full_copy_opt_in_has_objects_of_its_own_and_the_branch_comes_back(tmp_p
         assert not list((tmp_path / "ws" / run_id).glob("objects_*")), "no store is made for full_copy"
     finally:
         _remove_run(run_id)
+
+
+async def test_the_store_is_readable_when_the_workspace_root_is_where_the_container_user_cannot_go(
+    repo_with_history, run_id, runner, monkeypatch
+):
+    """A workspace root under /root (mode 700 in the image too): the store was mounted at
+    its host path, inside /root, and the container user could not read it, so every
+    task failed as git ("unable to normalize alternate object path"). It is now mounted
+    at /<store name>/objects, where the workspace's relative alternates lead."""
+    home = Path.home()
+    if os.geteuid() != 0 or str(home) != "/root":
+        pytest.skip("needs the tests to run as root, whose home the image keeps private")
+    import shutil
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(prefix="orch-test-ws-", dir=home))
+    monkeypatch.setenv("ORCHESTRATOR_WORKSPACE_ROOT", str(root))
+    try:
+        res = await run_instance(
+            "SIM: write deep.txt under root\nSIM: commit deep", repo_with_history, runner=runner, **fields(run_id, "d")
+        )
+        assert res.status == "success", res.error
+        assert git(repo_with_history, "show", f"{res.artifact.branch_final}:deep.txt") == "under root"
+    finally:
+        shutil.rmtree(root, ignore_errors=True)

@@ -168,7 +168,8 @@ class WorkspaceSteps(RunnerCore):
         try:
             if request.isolation_mode == "shared_objects" and not self.host.archive:
                 # The container mounts the store its clone borrows from.
-                await self._object_store(request, kept.path)
+                store = await self._object_store(request, kept.path)
+                await anyio.to_thread.run_sync(git_ops.point_at_store, kept.path, store, limiter=self.host.limiter)
             first["ready"] = await ensure_container(
                 self.host,
                 request,

@@ -110,9 +110,43 @@ def object_store_path(workspace: Path, repo_path: str | os.PathLike[str]) -> Pat
 
 
 def object_store_objects(workspace: Path, repo_path: str | os.PathLike[str]) -> Path:
-    """The objects directory a ``shared_objects`` workspace's alternates name (and the
-    container mounts read-only at that same path)."""
+    """The objects directory a ``shared_objects`` workspace borrows from, on this machine."""
     return object_store_path(workspace, repo_path) / "objects"
+
+
+def store_mount_point(objects: Path) -> str:
+    """Where a container mounts the store's ``objects`` directory: ``/<store name>/objects``.
+
+    The workspace's alternates name the store relatively (``../../../<store
+    name>/objects`` from ``.git/objects``), which is the store on this machine
+    (a sibling of the workspace) and this path in a container (whose workspace
+    is ``/workspace``). Not the host's own path: a workspace root under a
+    directory the image has and the container user cannot enter (``/root``)
+    would leave the store unreadable there.
+    """
+    return f"/{objects.parent.name}/objects"
+
+
+def store_alternate(objects: Path) -> str:
+    """The alternates line for a workspace next to the store (see :func:`store_mount_point`)."""
+    return f"../../..{store_mount_point(objects)}"
+
+
+def point_at_store(workspace: Path, object_store: Path) -> None:
+    """Make the workspace's alternates name ``object_store`` relatively (see :func:`store_mount_point`).
+
+    Kept workspaces of an older version named it by its absolute path; their
+    containers now mount it elsewhere, so a resumed task rewrites the line.
+    """
+    alternates = Path(workspace) / ".git" / "objects" / "info" / "alternates"
+    line = store_alternate(Path(os.path.realpath(object_store)) / "objects")
+    try:
+        if alternates.read_text(encoding="utf-8").strip() != line:
+            alternates.write_text(line + "\n", encoding="utf-8")
+    except FileNotFoundError:
+        return  # a clone with objects of its own borrows nothing
+    except OSError as exc:
+        raise GitError(f"cannot point workspace {workspace} at the run's object store: {exc}") from exc
 
 
 OBJECT_STORE_PREFIX = "objects_"
@@ -483,9 +517,10 @@ def _prepare_workspace_sync(
     if isolation_mode == "full_copy" and alternates.exists():
         raise GitError(f"full_copy clone {workspace} unexpectedly has an alternates file; isolation broken")
     if object_store is not None:
-        # Exactly the path the container mounts the store at (git may have
-        # written it another way, e.g. through a symlink in the path).
-        alternates.write_text(f"{os.path.realpath(object_store)}/objects\n", encoding="utf-8")
+        # Relative: the store on this machine, and its mount point in the container.
+        alternates.write_text(
+            store_alternate(Path(os.path.realpath(object_store)) / "objects") + "\n", encoding="utf-8"
+        )
 
     as_root = os.name == "posix" and hasattr(os, "geteuid") and os.geteuid() == 0
     if as_root:
