@@ -170,6 +170,10 @@ class WorkspaceSteps(RunnerCore):
                 # The container mounts the store its clone borrows from.
                 store = await self._object_store(request, kept.path)
                 await anyio.to_thread.run_sync(git_ops.point_at_store, kept.path, store, limiter=self.host.limiter)
+            elif self.host.archive:
+                # A clone kept from the local engine borrows from a store this engine
+                # lacks: it must take its objects along (as a full copy would have).
+                await anyio.to_thread.run_sync(git_ops.dissociate_workspace, kept.path, limiter=self.host.limiter)
             first["ready"] = await ensure_container(
                 self.host,
                 request,

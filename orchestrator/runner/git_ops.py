@@ -132,6 +132,24 @@ def store_alternate(objects: Path) -> str:
     return f"../../..{store_mount_point(objects)}"
 
 
+def dissociate_workspace(workspace: Path) -> bool:
+    """Copy the objects a kept workspace borrows from the run's store into it, and stop borrowing.
+
+    For a kept clone that continues on a remote engine: it travels there through
+    the archive API, and its alternates would name a store that engine does not
+    have. Returns whether there was anything to copy.
+    """
+    alternates = Path(workspace) / ".git" / "objects" / "info" / "alternates"
+    if not alternates.exists():
+        return False
+    # repack without -l also packs what the alternates provide
+    ws_git(Path(workspace), ["repack", "-a", "-d", "-q"])
+    alternates.unlink()
+    if os.name == "posix" and hasattr(os, "geteuid") and os.geteuid() == 0:
+        _chown_tree(Path(workspace) / ".git" / "objects", CONTAINER_UID, CONTAINER_GID)
+    return True
+
+
 def point_at_store(workspace: Path, object_store: Path) -> None:
     """Make the workspace's alternates name ``object_store`` relatively (see :func:`store_mount_point`).
 
