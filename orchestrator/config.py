@@ -62,7 +62,7 @@ class RunnerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     max_turns: int | None = None
     network_egress: Literal["online", "offline", "proxy"] = "online"
     review_workspace_mode: Literal["ro", "rw"] = "ro"
-    isolation_mode: Literal["full_copy", "shared_objects"] = "full_copy"
+    isolation_mode: Literal["full_copy", "shared_objects"] = "shared_objects"
     session_volume_scope: Literal["run", "global"] = "run"
     reuse_container: bool = True
     finalize: bool = True

@@ -328,7 +328,12 @@ async def test_labels_and_mounts_exactly_as_specified(repo, run_id, runner):
     assert {k: labels.get(k) for k in expected} == expected
     assert labels["orchestrator.last_active_ts"].endswith("Z")
     mounts = {m["Destination"]: m for m in info["Mounts"]}
-    assert set(mounts) == {"/workspace", "/home/node"}
+    # and the run's object store (the default isolation_mode), read-only
+    store = git_ops.object_store_objects(git_ops.workspace_path(run_id, "lbl"), repo)
+    inside = f"/{store.parent.name}/objects"
+    assert set(mounts) == {"/workspace", "/home/node", inside}
+    assert mounts[inside]["Type"] == "bind" and mounts[inside]["RW"] is False
+    assert mounts[inside]["Source"] == str(store)
     assert mounts["/workspace"]["Type"] == "bind" and mounts["/workspace"]["RW"] is True
     assert mounts["/workspace"]["Source"] == str(git_ops.workspace_path(run_id, "lbl"))
     assert mounts["/home/node"]["Type"] == "volume" and mounts["/home/node"]["Name"].startswith(f"orc_home_{run_id}_g")

@@ -206,12 +206,14 @@ def test_include_branches_and_head_stays_on_base(host, tmp_path):
 def test_shared_objects_borrow_from_the_runs_store_not_the_users_repository(host, tmp_path, caplog):
     run = tmp_path / "run"
     ws = run / "k_a"
-    with caplog.at_level(logging.WARNING, logger="orchestrator.runner"):
+    with caplog.at_level(logging.INFO, logger="orchestrator.runner"):
         _prepare_workspace_sync(host, "main", ws, isolation_mode="shared_objects")
     store = object_store_path(ws, host)
     assert store.parent == run.resolve() and store.name.startswith("objects_")
     alternates = (ws / ".git" / "objects" / "info" / "alternates").read_text()
-    assert alternates == f"{store / 'objects'}\n" and str(host) not in alternates
+    # relative: the store here, and its mount point /<store name>/objects in a container
+    assert alternates == f"../../../{store.name}/objects\n"
+    assert (ws / ".git" / "objects" / alternates.strip()).resolve() == (store / "objects").resolve()
     assert any("shared_objects" in r.getMessage() for r in caplog.records)
     assert git(ws, "remote") == ""
     assert git(store, "config", "gc.auto") == "0"
@@ -232,6 +234,23 @@ def test_shared_objects_borrow_from_the_runs_store_not_the_users_repository(host
     assert git(ws2, "rev-parse", "HEAD") == git(host, "rev-parse", "main") != old
     assert git(ws2, "rev-parse", "side") == git(host, "rev-parse", "side")
     assert git(ws, "rev-parse", "HEAD") == old
+
+
+def test_the_store_of_a_repository_that_borrows_objects_has_them_all(host, tmp_path):
+    """A repository made with `git clone --shared` borrows its objects: the run's
+    store must not (its alternates would name a path no container has)."""
+    git(host, "gc", "-q")
+    user = tmp_path / "user"
+    git(tmp_path, "clone", "-q", "--shared", str(host), str(user))
+    assert (user / ".git" / "objects" / "info" / "alternates").exists()
+    ws = tmp_path / "run" / "k_a"
+    _prepare_workspace_sync(user, "main", ws, isolation_mode="shared_objects")
+    store = object_store_path(ws, user)
+    assert not (store / "objects" / "info" / "alternates").exists()
+    git(store, "fsck", "--connectivity-only")  # every object is in the store itself
+    assert git(ws, "rev-parse", "HEAD") == git(user, "rev-parse", "main")
+    assert git(user, "rev-parse", "main") == git(host, "rev-parse", "main")  # the user's side is untouched
+    assert (user / ".git" / "objects" / "info" / "alternates").exists()
 
 
 def test_a_half_made_object_store_is_made_again(host, tmp_path):

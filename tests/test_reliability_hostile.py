@@ -43,6 +43,9 @@ def probe_script(host_repo: str, workspace_root: str) -> str:
         "docker_socket": "test -e /var/run/docker.sock -o -e /run/docker.sock",
         "host_repo": f"test -e '{host_repo}/.git'",
         "host_workspaces": f"test -e '{workspace_root}'",
+        # The run's object store is mounted read-only at /<store name>/objects.
+        "object_store_visible": "ls -d /objects_*.git/objects >/dev/null",
+        "write_object_store": 'touch "$(ls -d /objects_*.git/objects | head -1)/pwned"',
         "host_root_files": "test -e /root/.bashrc -o -e /etc/shadow -a -r /etc/shadow",
         "write_etc": "touch /etc/pwned",
         "write_usr": "touch /usr/pwned",
@@ -83,6 +86,8 @@ def test_an_agent_cannot_reach_the_host_other_workspaces_or_the_network(tmp_path
                 "docker_socket": "no",
                 "host_repo": "no",
                 "host_workspaces": "no",
+                "object_store_visible": "yes",
+                "write_object_store": "no",
                 "host_root_files": "no",
                 "write_etc": "no",
                 "write_usr": "no",
@@ -95,10 +100,11 @@ def test_an_agent_cannot_reach_the_host_other_workspaces_or_the_network(tmp_path
                 "loopback_refused": "yes",
             }, verdicts
         assert not (repo / "pwned").exists() and not (tmp_path / "ws" / "pwned").exists()
+        assert not list((tmp_path / "ws" / run_id).glob("objects_*/objects/pwned"))
         runner_log = (tmp_path / "logs" / run_id / "runner.jsonl").read_text()
         assert "write-outside /etc/x: failed" in runner_log
         assert "write-outside /home/node/../../x: failed" in runner_log
-        record("hostile", tried=15, contained=15)
+        record("hostile", tried=16, contained=16)
     finally:
         remove_run_docker(run_id)
 

@@ -1,9 +1,10 @@
-"""isolation_mode: shared_objects through real containers: the run's read-only object store.
+"""isolation_mode: shared_objects (the default) through real containers: the run's read-only object store.
 
 Each task's clone borrows its objects (git alternates) from one bare store in
 the run's folder, which the container mounts read-only at the path the
 alternates name. The user's repository is never mounted. On a remote engine
-(archive path) the task gets a full copy instead.
+(archive path) the task gets a full copy instead. ``full_copy`` is the opt-in
+for a clone with objects of its own.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ from orchestrator.sanitize import Sanitizer
 
 pytestmark = [pytest.mark.docker]
 
+# No isolation_mode here: these runs take the default.
 SHARED = {
-    "ORCHESTRATOR_RUNNER__ISOLATION_MODE": "shared_objects",
     "ORCHESTRATOR_ORCHESTRATION__HARD_MIN_FREE_DISK_GB": "0",
     "ORCHESTRATOR_ORCHESTRATION__MIN_FREE_DISK_GB": "0",
     "ORCHESTRATOR_RUNNER__NETWORK_EGRESS": "offline",
@@ -46,7 +47,6 @@ def fields(run_id: str, key: str, **kw):
         run_id=run_id,
         task_key=key,
         docker_image=IMAGE,
-        isolation_mode="shared_objects",
         retry_config=RetryConfig(max_attempts=1),
     )
     base.update(kw)
@@ -77,7 +77,8 @@ def test_shared_objects_commit_comes_back_as_a_branch(tmp_path):
     """The reported failure: every task ended "completed, no branch" with exit 0,
     because the clone's alternates named the user's repository, which the
     container does not have. Now the commit comes back as a branch, the clone
-    borrows from the run's store, mounted read-only, and the repository is not mounted."""
+    borrows from the run's store, mounted read-only, and the repository is not mounted.
+    With no isolation_mode configured: the store is the default (it was a full copy)."""
     repo = make_repo(tmp_path / "repo")
     env = cli_env(tmp_path, **SHARED)
     result = run_cli(
@@ -104,7 +105,8 @@ def test_shared_objects_commit_comes_back_as_a_branch(tmp_path):
         ).stdout.split()
         mounts = {m["Destination"]: m for m in _inspect(container)["Mounts"]}
         store = git_ops.object_store_objects(tmp_path / "ws" / run_id / "k_x", repo)
-        assert mounts[str(store)]["Source"] == str(store) and mounts[str(store)]["RW"] is False
+        inside = f"/{store.parent.name}/objects"
+        assert mounts[inside]["Source"] == str(store) and mounts[inside]["RW"] is False
         assert store.parent.parent == (tmp_path / "ws" / run_id).resolve()
         assert not any(str(repo) in m["Source"] for m in mounts.values())
     finally:
@@ -115,16 +117,17 @@ async def test_a_container_cannot_write_into_the_shared_store(repo_with_history,
     repo = repo_with_history
     ws = git_ops.workspace_path(run_id, "w")
     store = git_ops.object_store_objects(ws, repo)
+    inside = f"/{store.parent.name}/objects"  # where the relative alternates lead in the container
     probe = (
         f"cat /workspace/.git/objects/info/alternates; "
-        f"touch {store}/planted 2>&1; "
-        f"for f in {store}/pack/*.pack; do rm -f $f 2>&1; done; "
+        f"touch {inside}/planted 2>&1; "
+        f"for f in {inside}/pack/*.pack; do rm -f $f 2>&1; done; "
         f"echo end"
     )
     res = await run_instance("", repo, runner=runner, **fields(run_id, "w", plugin_name="command", command=probe))
     assert res.status == "success", res.error
     out = res.final_message
-    assert out.splitlines()[0] == str(store)
+    assert out.splitlines()[0] == f"../../..{inside}"
     assert out.count("Read-only file system") >= 2, out
     assert not (store / "planted").exists()
     assert list((store / "pack").glob("*.pack")), "the store's packs are all still there"
@@ -241,12 +244,14 @@ async def test_repository_unusable_inside_the_container_fails_as_git(repo_with_h
     assert any(e["message"] == "runner.instance.failed" for e in runner_log(runner))
 
 
-def test_shared_objects_on_a_remote_engine_gets_a_full_copy_and_the_branch(tmp_path, private_engine):
+@pytest.mark.parametrize("mode", [None, "full_copy"])
+def test_shared_objects_on_a_remote_engine_gets_a_full_copy_and_the_branch(tmp_path, private_engine, mode):
     """On a second engine (archive path) the store cannot be mounted: the task gets
-    a full copy, the run says so in one line, and the commit comes back as a branch
-    (before: every task failed as git, "unable to normalize alternate object path")."""
+    a full copy, the runner's log says so, and the commit comes back as a branch
+    (before: every task failed as git, "unable to normalize alternate object path").
+    The opt-in full_copy gets the same, without the note."""
     repo = make_repo(tmp_path / "repo")
-    env = cli_env(tmp_path, **SHARED)
+    env = cli_env(tmp_path, **SHARED, **({"ORCHESTRATOR_RUNNER__ISOLATION_MODE": mode} if mode else {}))
     result = run_cli(
         [
             "SIM: write remote.txt from afar\nSIM: commit add remote\nSIM: print done",
@@ -263,13 +268,63 @@ def test_shared_objects_on_a_remote_engine_gets_a_full_copy_and_the_branch(tmp_p
     run_id = only_run_id(tmp_path)
     try:
         assert result.returncode == 0, result.stderr
-        notice = [ln for ln in result.stderr.splitlines() if "shared_objects applies to the local engine only" in ln]
-        assert len(notice) == 1 and "b get a full copy" in notice[0], result.stderr
+        # The default: nothing to warn about, a remote task always had a full copy.
+        assert "full copy" not in result.stderr and "shared_objects" not in result.stderr, result.stderr
         events = check_log(events_path(tmp_path, run_id))
         (done,) = [e for e in events if e.type == "task.completed"]
         branch = done.payload["artifact"]["branch_final"]
         assert branch and git(repo, "show", f"{branch}:remote.txt") == "from afar"
         log = (tmp_path / "logs" / run_id / "runner.jsonl").read_text()
-        assert '"runner.archive.copied_in"' in log and '"runner.workspace.full_copy"' in log
+        assert '"runner.archive.copied_in"' in log
+        assert ('"runner.workspace.full_copy"' in log) is (mode is None)
     finally:
         _remove_run(run_id, private_engine.url)
+
+
+def test_full_copy_opt_in_has_objects_of_its_own_and_the_branch_comes_back(tmp_path):
+    """``full_copy`` stays as the opt-in: no store is made or mounted, the clone has
+    no alternates, and the agent's commit comes back as a branch."""
+    repo = make_repo(tmp_path / "repo")
+    env = cli_env(tmp_path, **SHARED, ORCHESTRATOR_RUNNER__ISOLATION_MODE="full_copy")
+    prompt = "SIM: write own.txt a copy of its own\nSIM: commit add own\nSIM: print done"
+    result = run_cli([prompt, "--no-tui", "--docker-image", IMAGE], cwd=repo, env=env, timeout=300)
+    run_id = only_run_id(tmp_path)
+    try:
+        assert result.returncode == 0, result.stderr
+        events = check_log(events_path(tmp_path, run_id))
+        (done,) = [e for e in events if e.type == "task.completed"]
+        branch = done.payload["artifact"]["branch_final"]
+        assert branch and git(repo, "show", f"{branch}:own.txt") == "a copy of its own"
+        (container,) = subprocess.run(
+            ["docker", "ps", "-aq", "--filter", f"label=run_id={run_id}"], capture_output=True, text=True
+        ).stdout.split()
+        mounts = [m["Destination"] for m in _inspect(container)["Mounts"]]
+        assert not any("objects_" in m for m in mounts), mounts
+        assert not list((tmp_path / "ws" / run_id).glob("objects_*")), "no store is made for full_copy"
+    finally:
+        _remove_run(run_id)
+
+
+async def test_the_store_is_readable_when_the_workspace_root_is_where_the_container_user_cannot_go(
+    repo_with_history, run_id, runner, monkeypatch
+):
+    """A workspace root under /root (mode 700 in the image too): the store was mounted at
+    its host path, inside /root, and the container user could not read it, so every
+    task failed as git ("unable to normalize alternate object path"). It is now mounted
+    at /<store name>/objects, where the workspace's relative alternates lead."""
+    home = Path.home()
+    if os.geteuid() != 0 or str(home) != "/root":
+        pytest.skip("needs the tests to run as root, whose home the image keeps private")
+    import shutil
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(prefix="orch-test-ws-", dir=home))
+    monkeypatch.setenv("ORCHESTRATOR_WORKSPACE_ROOT", str(root))
+    try:
+        res = await run_instance(
+            "SIM: write deep.txt under root\nSIM: commit deep", repo_with_history, runner=runner, **fields(run_id, "d")
+        )
+        assert res.status == "success", res.error
+        assert git(repo_with_history, "show", f"{res.artifact.branch_final}:deep.txt") == "under root"
+    finally:
+        shutil.rmtree(root, ignore_errors=True)

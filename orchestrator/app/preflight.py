@@ -302,13 +302,6 @@ async def _prepare(args, loaded: LoadedConfig, docker: _EarlyCheck) -> Prepared:
     default_sanitizer().add_secrets(auth.secret_values())
     _check_disk(dirs.logs, config, warnings)
     _check_disk(workspace_root(), config, warnings)
-    if config.runner.isolation_mode == "shared_objects" and config.runner.hosts:
-        remote = [spec.name for spec in await anyio.to_thread.run_sync(_host_specs, config) if spec.remote]
-        if remote:
-            warnings.append(
-                f"isolation_mode shared_objects applies to the local engine only; tasks on "
-                f"{', '.join(remote)} get a full copy of the repository"
-            )
     await docker.result()
     image = await _environment_image(config, repo, info.base_commit, dry_run=args.dry_run)
     return Prepared(

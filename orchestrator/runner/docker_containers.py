@@ -10,8 +10,8 @@ the transient patterns below (errors that a retry can outlive).
 Container layout: three mounts -- the isolated clone at
 ``/workspace`` (read-only for review tasks), the session volume at
 ``/home/node`` and a tmpfs at ``/tmp`` -- plus, with ``isolation_mode:
-shared_objects`` on the local engine, the run's object store read-only at the
-path the clone's alternates name; on a read-only root filesystem, as
+shared_objects`` on the local engine, the run's object store read-only at
+``/<store name>/objects``, the path the clone's alternates name there; on a read-only root filesystem, as
 user ``node`` (uid 1000), with ``sleep infinity`` as the command so the agent
 runs through ``docker exec``. Credentials are *not* part of the container
 configuration (``docker inspect`` would show them for as long as the container
@@ -310,7 +310,7 @@ def host_config_kwargs(
     """``workspace_volume``: a remote engine's per-task volume for /workspace instead
     of the bind mount (writable, so the archive copy can land in it).
     ``objects``: the run's object store (``shared_objects``), mounted read-only at
-    its own path, which is the path the clone's alternates name."""
+    the path the clone's (relative) alternates name in the container."""
     from docker.types import Mount, Ulimit
 
     hardening = hardening or Hardening()
@@ -318,8 +318,10 @@ def host_config_kwargs(
     relabel = ",z" if selinux_enabled() else ""
     binds = [] if workspace_volume else [f"{workspace}:{WORKSPACE_MOUNT}:{mode}{relabel}"]
     if objects is not None:
+        from .git_ops import store_mount_point
+
         # Read-only: no container can add, change or delete what every task borrows.
-        binds.append(f"{objects}:{objects}:ro{relabel}")
+        binds.append(f"{objects}:{store_mount_point(objects)}:ro{relabel}")
     kwargs: dict[str, Any] = {
         "binds": binds,
         # The daemon creates a missing named volume with these labels as part of
@@ -372,7 +374,9 @@ def mounts_match(
     """Whether an existing container has exactly the mounts this request needs."""
     mounts = {m.get("Destination"): m for m in info.get("Mounts") or []}
     if objects is not None:
-        store = mounts.get(str(objects))
+        from .git_ops import store_mount_point
+
+        store = mounts.get(store_mount_point(objects))
         if store is None or store.get("RW") or os.path.realpath(store.get("Source", "")) != str(objects):
             return False, "the object store must be mounted read-only at the path the alternates name"
     ws = mounts.get(WORKSPACE_MOUNT)

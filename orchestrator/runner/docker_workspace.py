@@ -168,7 +168,12 @@ class WorkspaceSteps(RunnerCore):
         try:
             if request.isolation_mode == "shared_objects" and not self.host.archive:
                 # The container mounts the store its clone borrows from.
-                await self._object_store(request, kept.path)
+                store = await self._object_store(request, kept.path)
+                await anyio.to_thread.run_sync(git_ops.point_at_store, kept.path, store, limiter=self.host.limiter)
+            elif self.host.archive:
+                # A clone kept from the local engine borrows from a store this engine
+                # lacks: it must take its objects along (as a full copy would have).
+                await anyio.to_thread.run_sync(git_ops.dissociate_workspace, kept.path, limiter=self.host.limiter)
             first["ready"] = await ensure_container(
                 self.host,
                 request,
@@ -224,16 +229,19 @@ class WorkspaceSteps(RunnerCore):
         )
 
     def _remote_full_copy_notice(self, request: InstanceRequest, on_event: RunnerEventCallback | None) -> None:
-        """A remote engine cannot mount this machine's object store: the task gets a full copy."""
+        """A remote engine cannot mount this machine's object store: the task gets a full copy.
+
+        Informational, not a warning: ``shared_objects`` is the default, and a full
+        copy is what every task on a remote engine has always had.
+        """
         self._emit(
             request,
             on_event,
             "runner.workspace.full_copy",
-            "warn",
             phase="workspace",
             host=self.host.name,
             detail=(
-                f"isolation_mode shared_objects applies to the local engine only; "
+                f"the run's object store is on this machine; "
                 f"this task on host {self.host.name} gets a full copy of the repository"
             ),
         )

@@ -11,8 +11,10 @@ Everything happens under the per-repository import lock, in this order:
 6. provenance note ``task_key=<key>; run_id=<run_id>`` on the workspace HEAD
    (before the branch exists, so a crash never leaves an unowned branch)
 7. ``git fetch <workspace> HEAD:refs/heads/<target>``
+8. now and then, the loose objects and small packs are rolled up (``git_packs``)
 
-Only refs change in the host repository; its working tree, index and HEAD are
+Only refs and objects change in the host repository (objects are added, and
+rolled up into packs, never removed); its working tree, index and HEAD are
 never touched, and the branch checked out there is never overwritten.
 """
 
@@ -30,6 +32,7 @@ import anyio.to_thread
 
 from ..errors import BranchExistsError, GitError, UsageError
 from .git_cmd import WORKSPACE_UPLOAD_PACK, check_branch_name, import_lock, run_git, ws_git, ws_git_dir
+from .git_packs import keep_packed
 from .types import BranchArtifact, ConflictPolicy, ImportPolicy
 
 logger = logging.getLogger("orchestrator.runner")
@@ -302,6 +305,8 @@ def _import_branch_sync(
                     f"branch {target} is at {imported[:12]} after import but the workspace HEAD is {ws_head[:12]}"
                 )
             # 7. provenance: written above on this very commit, under this lock
+            # The fetch and the note left loose objects: roll them up now and then.
+            keep_packed(repo)
             outcome = "replaced_own_attempt" if outcome == "replaced_own_attempt" else "imported"
             return artifact(target, imported)
     finally:

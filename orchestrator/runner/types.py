@@ -149,7 +149,9 @@ class InstanceRequest(msgspec.Struct, frozen=True, kw_only=True):
     delete_branches: tuple[str, ...] = ()
     network_egress: NetworkEgress = "online"
     review_workspace_mode: Literal["ro", "rw"] = "ro"
-    isolation_mode: IsolationMode = "full_copy"
+    # shared_objects: the clone borrows the run's read-only object store (one copy of
+    # the history per run); full_copy: a clone with objects of its own.
+    isolation_mode: IsolationMode = "shared_objects"
     session_volume_scope: Literal["run", "global"] = "run"
     # Extra environment for the agent process (non-secret).
     env: dict[str, str] = msgspec.field(default_factory=dict)

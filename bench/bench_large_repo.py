@@ -1,0 +1,288 @@
+"""A large repository: what 20 tasks cost when the history is hundreds of MB.
+
+    uv run python bench/bench_large_repo.py [--tasks 20] [--parallel 4] [--write-doc]
+
+The repository is generated once, deterministically (``git fast-import`` of
+seeded random blobs: incompressible, so the pack is as large as the history),
+and cached under ``$XDG_CACHE_HOME`` (``~/.cache``)/orchestrator-bench: at least
+300 MB of packed history and 500k objects, a checkout of 2,000 small (binary) files.
+
+Measured on the local engine, ``--dry-run`` with the simulated agent (each task
+writes a file and commits it), process start to exit:
+
+- the run with the default ``isolation_mode`` (the run's read-only object store)
+  and with ``full_copy`` (a whole clone per task);
+- peak disk under the workspace root, sampled every 0.2 s, counting each inode
+  once and not counting files that are hard links to the repository's own
+  objects (they cost no disk);
+- the reference of issue 32: 20 ``git worktree add`` of the same repository, plus
+  the same run on a one-file repository (the container work).
+
+Not measured here: a second engine (issue 32's remote targets need a host-side
+object cache, which does not exist yet; a remote task gets a full copy).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from datetime import date
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _perfdoc import replace_section
+
+ORCH = str(Path(sys.executable).parent / "orchestrator")
+# Generation parameters: change them and the cache key changes with them.
+DIRS, FILES_PER_DIR, CHANGED_PER_COMMIT, COMMITS, BLOB_BYTES, SEED = 40, 50, 100, 3700, 900, 32
+CACHE_KEY = f"large-repo-{DIRS}x{FILES_PER_DIR}-{CHANGED_PER_COMMIT}-{COMMITS}-{BLOB_BYTES}-{SEED}"
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True).stdout
+
+
+def _stream(out) -> None:
+    """The fast-import stream: a first commit with every file, then commits that rewrite some."""
+    rng = random.Random(SEED)
+    paths = [f"d{d:02d}/f{f:02d}.txt" for d in range(DIRS) for f in range(FILES_PER_DIR)]
+
+    def blob(mark: int) -> None:
+        data = rng.randbytes(BLOB_BYTES)  # incompressible: the pack is as large as the history
+        out.write(b"blob\nmark :%d\ndata %d\n" % (mark, len(data)) + data)
+
+    mark = 0
+    for n in range(COMMITS):
+        changed = paths if n == 0 else rng.sample(paths, CHANGED_PER_COMMIT)
+        marks = []
+        for _ in changed:
+            mark += 1
+            blob(mark)
+            marks.append(mark)
+        when = 1_700_000_000 + n * 60
+        msg = f"commit {n}\n".encode()
+        out.write(b"commit refs/heads/main\n")
+        out.write(b"committer Bench <bench@example.com> %d +0000\n" % when)
+        out.write(b"data %d\n%s" % (len(msg), msg))
+        for path, m in zip(changed, marks, strict=True):
+            out.write(b"M 100644 :%d %s\n" % (m, path.encode()))
+        out.write(b"\n")
+
+
+def large_repo() -> Path:
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "orchestrator-bench" / CACHE_KEY
+    if (cache / ".git" / "bench-complete").exists():
+        return cache
+    if cache.exists():
+        shutil.rmtree(cache)
+    cache.mkdir(parents=True)
+    git(cache, "init", "-q", "-b", "main")
+    t = time.monotonic()
+    proc = subprocess.Popen(["git", "fast-import", "--quiet"], cwd=cache, stdin=subprocess.PIPE)
+    assert proc.stdin is not None
+    _stream(proc.stdin)
+    proc.stdin.close()
+    if proc.wait() != 0:
+        sys.exit("git fast-import failed")
+    git(cache, "checkout", "-q", "-f", "main")
+    (cache / ".git" / "bench-complete").write_text("")
+    print(f"generated {cache} in {time.monotonic() - t:.0f} s", flush=True)
+    return cache
+
+
+def small_repo(path: Path) -> Path:
+    path.mkdir(parents=True)
+    (path / "README.md").write_text("one file\n")
+    git(path, "init", "-q", "-b", "main")
+    git(path, "add", "-A")
+    git(path, "-c", "user.name=b", "-c", "user.email=b@x", "commit", "-q", "-m", "init")
+    return path
+
+
+def repo_figures(repo: Path) -> dict[str, float]:
+    out = dict(line.split(": ", 1) for line in git(repo, "count-objects", "-v").splitlines())
+    objects = int(out["count"]) + int(out["in-pack"])
+    return {"objects": objects, "pack_mb": int(out["size-pack"]) / 1024}
+
+
+def _inodes(root: Path) -> set[tuple[int, int]]:
+    seen = set()
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            try:
+                st = os.lstat(os.path.join(dirpath, name))
+            except OSError:
+                continue
+            seen.add((st.st_dev, st.st_ino))
+    return seen
+
+
+class PeakDisk:
+    """Peak of the disk used under ``root``, each inode once, the repository's own files not counted."""
+
+    def __init__(self, root: Path, repo: Path) -> None:
+        self.root, self.shared = root, _inodes(repo / ".git" / "objects")
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def sample(self) -> int:
+        seen: set[tuple[int, int]] = set()
+        total = 0
+        for dirpath, _dirs, files in os.walk(self.root):
+            for name in files:
+                try:
+                    st = os.lstat(os.path.join(dirpath, name))
+                except OSError:
+                    continue
+                key = (st.st_dev, st.st_ino)
+                if key in seen or key in self.shared:
+                    continue
+                seen.add(key)
+                total += st.st_blocks * 512
+        return total
+
+    def _run(self) -> None:
+        # Once a second: a walk of the workspaces takes CPU from the run it measures.
+        while not self._stop.wait(1.0):
+            self.peak = max(self.peak, self.sample())
+
+    def __enter__(self) -> PeakDisk:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def prep_median(work: Path) -> float:
+    """Median ``runner.workspace.prepared`` duration of the run (reset + clone of one task's workspace)."""
+    values = []
+    for log in (work / "logs").glob("*/runner.jsonl"):
+        for line in log.read_text().splitlines():
+            rec = json.loads(line)
+            if rec.get("message") == "runner.workspace.prepared":
+                values.append(float(rec.get("duration_s", rec.get("extra", {}).get("duration_s", 0))))
+    return statistics.median(values) if values else 0.0
+
+
+def one_run(repo: Path, work: Path, tasks: int, parallel: int, *, mode: str | None) -> tuple[float, int, float]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ORCHESTRATOR_")}
+    for name in ("logs", "state", "results", "ws"):
+        (work / name).mkdir(parents=True, exist_ok=True)
+    env.update(
+        ORCHESTRATOR_LOGS_DIR=str(work / "logs"),
+        ORCHESTRATOR_STATE_DIR=str(work / "state"),
+        ORCHESTRATOR_RESULTS_DIR=str(work / "results"),
+        ORCHESTRATOR_WORKSPACE_ROOT=str(work / "ws"),
+        ORCHESTRATOR_ORCHESTRATION__HARD_MIN_FREE_DISK_GB="0",
+        ORCHESTRATOR_ORCHESTRATION__MIN_FREE_DISK_GB="0",
+    )
+    if mode:
+        env["ORCHESTRATOR_RUNNER__ISOLATION_MODE"] = mode
+    prompt = "SIM: exec od -An -N16 -tx1 /dev/urandom > work.txt\nSIM: commit work"
+    cmd = [ORCH, prompt, "--repo", str(repo), "--dry-run", "--no-tui", "--runs", str(tasks)]
+    cmd += ["--max-parallel", str(parallel)]
+    with PeakDisk(work / "ws", repo) as disk:
+        t = time.monotonic()
+        r = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=7200)
+        elapsed = time.monotonic() - t
+    if r.returncode != 0:
+        sys.exit(f"bench run failed (exit {r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
+    return elapsed, disk.peak, prep_median(work)
+
+
+def worktree_adds(repo: Path, root: Path, n: int) -> float:
+    t = time.monotonic()
+    for i in range(n):
+        git(repo, "worktree", "add", "-q", "--detach", str(root / f"wt{i}"), "main")
+    elapsed = time.monotonic() - t
+    for i in range(n):
+        git(repo, "worktree", "remove", "--force", str(root / f"wt{i}"))
+    return elapsed
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tasks", type=int, default=20)
+    ap.add_argument("--parallel", type=int, default=4)
+    ap.add_argument("--skip-full-copy", action="store_true")
+    ap.add_argument("--write-doc", action="store_true")
+    args = ap.parse_args()
+    cached = large_repo()
+    figs = repo_figures(cached)
+    checkout_mb = sum(p.stat().st_size for p in cached.rglob("*") if ".git" not in p.parts and p.is_file()) / 2**20
+    print(f"repository: {figs['objects']:,} objects, {figs['pack_mb']:.0f} MB packed", flush=True)
+    with tempfile.TemporaryDirectory(prefix="bench-large-", dir=cached.parent) as tmp:
+        root = Path(tmp)
+        # The runs import branches: into a copy (hard links to the cached pack), not the cache.
+        repo = root / "repo"
+        git(root, "clone", "-q", str(cached), str(repo))
+        wt_s = worktree_adds(repo, root, args.tasks)
+        small_s, _, small_prep = one_run(small_repo(root / "small"), root / "s", args.tasks, args.parallel, mode=None)
+        shutil.rmtree(root / "s", ignore_errors=True)
+        store_s, store_peak, store_prep = one_run(repo, root / "a", args.tasks, args.parallel, mode=None)
+        shutil.rmtree(root / "a", ignore_errors=True)
+        full = (0.0, 0, 0.0)
+        if not args.skip_full_copy:
+            full = one_run(repo, root / "b", args.tasks, args.parallel, mode="full_copy")
+            shutil.rmtree(root / "b", ignore_errors=True)
+    reference = small_s + wt_s / args.parallel
+    mb = 2**20
+    disk_target = (args.tasks * checkout_mb) * 1.1
+    rows = [
+        f"| default (`shared_objects`: the run's object store) | {store_s:.1f} s | {store_s / reference:.2f}x "
+        f"| {store_prep:.2f} s | {store_peak / mb:,.0f} MB |",
+    ]
+    if not args.skip_full_copy:
+        rows.append(
+            f"| `full_copy` | {full[0]:.1f} s | {full[0] / reference:.2f}x | {full[2]:.2f} s | {full[1] / mb:,.0f} MB |"
+        )
+    rows.append(f"| reference: the same run on a one-file repository | {small_s:.1f} s | | {small_prep:.2f} s | |")
+    rows.append(f"| reference: {args.tasks} `git worktree add`, one after another | {wt_s:.1f} s | | | |")
+    table = "\n".join(rows)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    section = f"""## A large repository (bench/bench_large_repo.py)
+
+A generated repository (`git fast-import` of seeded random blobs): {figs["objects"]:,} objects,
+{figs["pack_mb"]:.0f} MB packed, a checkout of {DIRS * FILES_PER_DIR:,} files ({checkout_mb:.1f} MB).
+{args.tasks} tasks on the local engine (`--runs {args.tasks} --max-parallel {args.parallel} --dry-run`,
+each task writes a file and commits it), process start to exit. Peak disk: sampled every
+second under the workspace root, each inode once, hard links to the repository's own
+objects not counted (they cost no disk). Measured on {date.today()}, {platform.machine()},
+{os.cpu_count()} CPUs shared with other work (load average {load:.1f} at the end),
+{git(Path("."), "--version").strip()}.
+
+| run | wall time | vs reference | workspace per task (median) | peak disk under the workspace root |
+|---|---:|---:|---:|---:|
+{table}
+
+Reference (issue 32's target: within 1.5x): the one-file run plus {args.tasks} worktree adds
+spread over {args.parallel} parallel slots, {reference:.1f} s. Disk target: the objects once
+(hard links here, so none) plus {args.tasks} checkouts plus 10%: {disk_target:,.0f} MB.
+Not measured: a second engine. A remote task still gets a full copy of the clone through
+the archive API (about the pack size per task); the host-side object cache of issue 32 is
+not built yet.
+
+```bash
+uv run python bench/bench_large_repo.py --tasks {args.tasks} --parallel {args.parallel} --write-doc
+```
+"""
+    print(section)
+    if args.write_doc:
+        replace_section("## A large repository", section)
+
+
+if __name__ == "__main__":
+    main()
