@@ -768,6 +768,9 @@ def test_an_error_raised_by_a_hosts_runner_reaches_the_caller_unwrapped(raised):
         async def run(self, request, *, on_event=None):
             raise GitError("the clone failed") if raised == "git" else ConfigError("plugin says no")
 
+        def emit_event(self, request, on_event, type_, level="info", **fields):
+            self.log.log(level, type_, **fields)
+
         async def aclose(self):
             await self.host.aclose()
 
@@ -805,3 +808,40 @@ def test_retry_policy_docker_covers_a_dead_host_and_a_failed_container():
     assert RetryPolicy(retry_on=("network",)).retries("docker")
     assert not RetryPolicy(retry_on=("api",)).retries("docker")
     assert not default.retries("internal")
+
+
+async def test_a_placement_event_goes_through_the_runners_one_emitter_and_is_scrubbed(tmp_path):
+    """The multi-host runner had its own copy of the emitter, without the scrubbing: a
+    secret in a placement event's fields reached the caller in clear."""
+    import json
+
+    from orchestrator.runner import DockerRunner, InstanceRequest
+    from orchestrator.runner.hosts import HostSpec, MultiHostRunner
+    from orchestrator.sanitize import Sanitizer
+
+    secret = "sk-ant-placement-0123456789abcdef"
+    sanitizer = Sanitizer()
+    sanitizer.add_secrets([secret])
+
+    def make(host):
+        return DockerRunner(logs_dir=tmp_path, sanitizer=sanitizer, host=host)
+
+    runner = MultiHostRunner([HostSpec("a", None, 1), HostSpec("b", None, 1)], make)
+    request = InstanceRequest(
+        prompt="p",
+        repo_path=str(tmp_path),
+        branch_name="b",
+        run_id="r1",
+        strategy_execution_id="s1",
+        instance_id="i1",
+        task_key="r1/s1/k",
+        container_name="c1",
+    )
+    seen: list[dict] = []
+    try:
+        runner._task_event(request, seen.append, "runner.host.replaced", "warn", host="a", error=f"boom {secret}")
+    finally:
+        await runner.aclose()
+    assert len(seen) == 1 and secret not in json.dumps(seen) and seen[0]["host"] == "a"
+    logged = (tmp_path / "runner.jsonl").read_text()
+    assert "runner.host.replaced" in logged and secret not in logged

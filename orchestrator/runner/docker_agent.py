@@ -132,7 +132,7 @@ class AgentExec(RunnerCore):
                     self.host,
                     request,
                     workspace=workspace,
-                    volume=self._volume_name(request),
+                    volume=self.session_volume(request),
                     fresh_workspace=n == 0,
                     hardening=self.hardening,
                 )
@@ -144,7 +144,7 @@ class AgentExec(RunnerCore):
                     return _Attempt(error=failure)
             duration = round(time.monotonic() - t, 4)
         if ready.action == "replaced":
-            self._emit(
+            self.emit_event(
                 request,
                 on_event,
                 "runner.container.replaced",
@@ -153,7 +153,7 @@ class AgentExec(RunnerCore):
                 reason=ready.reason,
                 volume=ready.volume,
             )
-        self._emit(
+        self.emit_event(
             request,
             on_event,
             "runner.container.ready",
@@ -194,10 +194,10 @@ class AgentExec(RunnerCore):
         parser = plugin.new_parser(previous=previous)
 
         def forward(event: AgentEvent) -> None:
-            self._emit(request, on_event, f"runner.{event.kind}", "debug", data=_clip(event.data))
+            self.emit_event(request, on_event, f"runner.{event.kind}", "debug", data=_clip(event.data))
 
         t = time.monotonic()
-        self._emit(
+        self.emit_event(
             request,
             on_event,
             "runner.exec.started",
@@ -243,7 +243,7 @@ class AgentExec(RunnerCore):
         except AgentStreamLostError as exc:
             # The agent may still be working: ended now, so it spends nothing more
             # during the backoff (a retry tries again if this fails).
-            self._emit(request, on_event, "runner.exec.stream_lost", "warn", attempt=n, error=str(exc))
+            self.emit_event(request, on_event, "runner.exec.stream_lost", "warn", attempt=n, error=str(exc))
             await self._end_orphan(request, on_event)
             return _Attempt(error=exc, session_id=parser.finish(None).session_id)
         except RunnerError as exc:
@@ -258,9 +258,9 @@ class AgentExec(RunnerCore):
         # once more at the end: a runaway that finished between two looks still counts
         reason = tripped[0] if tripped else (await anyio.to_thread.run_sync(watchdog.check, probe) if probe else None)
         if reason:
-            self._emit(request, on_event, "runner.limit.hit", "error", reason=reason)
+            self.emit_event(request, on_event, "runner.limit.hit", "error", reason=reason)
             return _Attempt(error=ResourceLimitError(reason))
-        self._emit(
+        self.emit_event(
             request,
             on_event,
             "runner.exec.finished",
@@ -305,7 +305,7 @@ class AgentExec(RunnerCore):
             # on this machine (a pid here would be some other process), and the agent
             # writes a volume there, not the local clone. Only the container's own
             # limits apply.
-            self._emit(
+            self.emit_event(
                 request,
                 on_event,
                 "runner.watchdog.skipped",
@@ -347,7 +347,7 @@ class AgentExec(RunnerCore):
             if reason:
                 tripped.append(reason)
                 self._live_agents.discard(request.container_name)  # killed, not given a grace to save a session
-                self._emit(request, on_event, "runner.limit.hit", "error", reason=reason)
+                self.emit_event(request, on_event, "runner.limit.hit", "error", reason=reason)
                 # kill, not a graceful stop: a fork bomb has no session worth saving
                 try:
                     await self.host.api(f"kill container {request.container_name}", "kill", request.container_name)
@@ -372,7 +372,7 @@ class AgentExec(RunnerCore):
             return None
         t = time.monotonic()
         if counted is not None and (counted == 0 or request.uncommitted != "commit"):
-            self._emit(
+            self.emit_event(
                 request,
                 on_event,
                 "runner.uncommitted",
@@ -390,12 +390,12 @@ class AgentExec(RunnerCore):
                 ["sh", "-c", UNCOMMITTED_SCRIPT, "uncommitted", request.uncommitted, UNCOMMITTED_MESSAGE],
             )
         except RunnerError as exc:
-            self._emit(request, on_event, "runner.uncommitted.failed", "warn", error=str(exc))
+            self.emit_event(request, on_event, "runner.uncommitted.failed", "warn", error=str(exc))
             return None
         text = raw.decode("utf-8", "replace")
         found = [ln for ln in text.splitlines() if ln.startswith("uncommitted=")]
         if not found:
-            self._emit(
+            self.emit_event(
                 request,
                 on_event,
                 "runner.uncommitted.failed",
@@ -407,7 +407,7 @@ class AgentExec(RunnerCore):
         count = int(found[0].split("=", 1)[1].strip() or 0)
         committed = code == 0 and "committed" in text.splitlines()
         if count and request.uncommitted == "commit" and not committed:
-            self._emit(
+            self.emit_event(
                 request,
                 on_event,
                 "runner.uncommitted.failed",
@@ -416,7 +416,7 @@ class AgentExec(RunnerCore):
                 error=self.sanitizer.scrub_text(text.strip()[-500:]),
             )
         level = "warn" if count and not committed else "info" if count else "debug"
-        self._emit(
+        self.emit_event(
             request,
             on_event,
             "runner.uncommitted",

@@ -55,7 +55,7 @@ class CollectSteps(RunnerCore):
                 result["error"] = exc
                 return
             result["artifact"] = artifact
-            self._emit(
+            self.emit_event(
                 request,
                 on_event,
                 "runner.import.finished",
@@ -89,7 +89,7 @@ class CollectSteps(RunnerCore):
             return secret_scan.scan_commits(workspace, ws_info.base_commit, head, self.auth.labelled_secrets())
 
         findings = await anyio.to_thread.run_sync(scan)
-        self._emit(
+        self.emit_event(
             request,
             on_event,
             "runner.secret_scan.finished",
@@ -103,7 +103,7 @@ class CollectSteps(RunnerCore):
             f"; and {len(findings) - 10} more" if len(findings) > 10 else ""
         )
         if self.hardening.secret_scan == "warn":
-            self._emit(
+            self.emit_event(
                 request,
                 on_event,
                 "runner.secret_scan.warning",
@@ -124,7 +124,7 @@ class CollectSteps(RunnerCore):
         """Remote engine: the agent's commits come back as a git bundle into the local clone."""
         t = time.monotonic()
         got = await archive.bundle_out(self.host, request.container_name, workspace, ws_info.base_commit)
-        self._emit(
+        self.emit_event(
             request,
             on_event,
             "runner.archive.bundle_read",

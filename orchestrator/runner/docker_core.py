@@ -70,7 +70,7 @@ class RunnerCore:
 
     # ---- events -------------------------------------------------------------
 
-    def _emit(
+    def emit_event(
         self,
         request: InstanceRequest,
         on_event: RunnerEventCallback | None,
@@ -78,6 +78,7 @@ class RunnerCore:
         level: str = "info",
         **fields: Any,
     ) -> None:
+        """One runner event of a task: to runner.jsonl, and scrubbed to the caller (the only copy of this)."""
         ids = {"run_id": request.run_id, "instance_id": request.instance_id, "task_key": request.task_key}
         self.log.log(level, type_, **ids, **fields)
         if on_event is not None:
@@ -86,7 +87,8 @@ class RunnerCore:
             except Exception as exc:  # a broken consumer must not break the task
                 self.log.warning("runner.callback_failed", error=f"{type(exc).__name__}: {exc}")
 
-    def _volume_name(self, request: InstanceRequest) -> str:
+    def session_volume(self, request: InstanceRequest) -> str:
+        """The Docker volume that holds this task's agent session."""
         sgk = request.session_group_key or request.task_key
         if request.session_volume_scope == "global":
             g = ghash(sgk, plugin=request.plugin_name, model=request.model)
@@ -107,7 +109,7 @@ class RunnerCore:
                 code, _ = await self.host.exec_simple(
                     request.container_name, ["sh", "-c", END_AGENT_SCRIPT, "end-agent", str(AGENT_STOP_GRACE_S * 10)]
                 )
-                self._emit(
+                self.emit_event(
                     request,
                     on_event,
                     "runner.agent.stopped",
@@ -117,7 +119,7 @@ class RunnerCore:
                 )
                 return code == 0
         except RunnerError as exc:  # the container is gone or stopping: the stop below still runs
-            self._emit(request, on_event, "runner.agent.stop_failed", "warn", error=str(exc))
+            self.emit_event(request, on_event, "runner.agent.stop_failed", "warn", error=str(exc))
         return False
 
     async def _end_orphan(self, request: InstanceRequest, on_event: RunnerEventCallback | None) -> bool:
@@ -134,9 +136,11 @@ class RunnerCore:
             try:
                 await self.host.stop(request.container_name, timeout=STOP_TIMEOUT_S)
             except RunnerError as exc:
-                self._emit(request, on_event, "runner.container.stop_failed", "warn", error=str(exc))
+                self.emit_event(request, on_event, "runner.container.stop_failed", "warn", error=str(exc))
                 return False
-            self._emit(request, on_event, "runner.container.stopped", phase="stop", container=request.container_name)
+            self.emit_event(
+                request, on_event, "runner.container.stopped", phase="stop", container=request.container_name
+            )
         self._live_agents.discard(request.container_name)
         return True
 
@@ -148,9 +152,9 @@ class RunnerCore:
         try:
             await self.host.stop(request.container_name, timeout=STOP_TIMEOUT_S)
         except RunnerError as exc:
-            self._emit(request, on_event, "runner.container.stop_failed", "warn", error=str(exc))
+            self.emit_event(request, on_event, "runner.container.stop_failed", "warn", error=str(exc))
             return
-        self._emit(
+        self.emit_event(
             request,
             on_event,
             "runner.container.stopped",
@@ -188,7 +192,7 @@ class RunnerCore:
             sent = await archive.copy_in(self.host, name, workspace, read_only=read_only)
         except RunnerError as exc:
             return exc
-        self._emit(
+        self.emit_event(
             request,
             on_event,
             "runner.archive.copied_in",

@@ -137,8 +137,12 @@ class DockerRunner(WorkspaceSteps, AgentExec, CollectSteps):
         self.seeds = SeedCache(git_ops.workspace_root() / ".seeds")
         self._image_locks: dict[str, anyio.Lock] = {}
 
-    async def aclose(self) -> None:
+    def stop_log_forwarding(self) -> None:
+        """Stop copying the git layer's log lines into this runner's runner.jsonl (another runner does it)."""
         logging.getLogger("orchestrator.runner").removeHandler(self._forward)
+
+    async def aclose(self) -> None:
+        self.stop_log_forwarding()
         await self.host.aclose()
         self.log.close()
 
@@ -182,7 +186,7 @@ class DockerRunner(WorkspaceSteps, AgentExec, CollectSteps):
             try:
                 await self._check_image(request.docker_image)
             except RunnerError as exc:
-                self._emit(request, on_event, "runner.instance.failed", "error", phase="validate", error=str(exc))
+                self.emit_event(request, on_event, "runner.instance.failed", "error", phase="validate", error=str(exc))
                 return finish("failed", error_type=exc.category, error=str(exc))
 
             # 2. workspace, while the container starts (3); an interrupted task
@@ -194,7 +198,7 @@ class DockerRunner(WorkspaceSteps, AgentExec, CollectSteps):
                 found = await anyio.to_thread.run_sync(git_ops.kept_workspace, workspace)
                 if isinstance(found, str):
                     # Its session refers to files that are gone: both start afresh.
-                    self._emit(
+                    self.emit_event(
                         request,
                         on_event,
                         "runner.session.reset",
@@ -225,7 +229,7 @@ class DockerRunner(WorkspaceSteps, AgentExec, CollectSteps):
             if attempt.error is not None:
                 status = "timeout" if attempt.error.category == "timeout" else "failed"
                 await self._stop_quietly(request, on_event)
-                self._emit(
+                self.emit_event(
                     request,
                     on_event,
                     "runner.instance.failed",
@@ -249,7 +253,7 @@ class DockerRunner(WorkspaceSteps, AgentExec, CollectSteps):
             if outcome.is_error or (out.exit_code not in (0, None) and plugin.capabilities.exit_code_is_verdict):
                 error_type, message = self._failure(request, plugin, out)
                 await self._stop_quietly(request, on_event)
-                self._emit(
+                self.emit_event(
                     request,
                     on_event,
                     "runner.instance.failed",
@@ -276,7 +280,7 @@ class DockerRunner(WorkspaceSteps, AgentExec, CollectSteps):
                 common = dict(metrics=metrics, session_id=session_id, workspace_path=str(workspace))
                 if isinstance(checked, _Failure):
                     await self._stop_quietly(request, on_event)
-                    self._emit(
+                    self.emit_event(
                         request,
                         on_event,
                         "runner.instance.failed",
@@ -299,7 +303,7 @@ class DockerRunner(WorkspaceSteps, AgentExec, CollectSteps):
 
             if out.saw_erofs and workspace_read_only(request):
                 # The agent's write failed fast (EROFS) and it carried on; say why.
-                self._emit(request, on_event, "runner.workspace.read_only_write", "warn", detail=READ_ONLY_NOTE)
+                self.emit_event(request, on_event, "runner.workspace.read_only_write", "warn", detail=READ_ONLY_NOTE)
 
             # 5a. what the agent left uncommitted: commit it (default) or count what is discarded
             leftover = await self._uncommitted(request, plugin, on_event, out.uncommitted)
@@ -314,7 +318,7 @@ class DockerRunner(WorkspaceSteps, AgentExec, CollectSteps):
             except RunnerError as exc:
                 if not request.finalize:
                     await self._stop_quietly(request, on_event)
-                self._emit(
+                self.emit_event(
                     request,
                     on_event,
                     "runner.instance.failed",
@@ -337,7 +341,7 @@ class DockerRunner(WorkspaceSteps, AgentExec, CollectSteps):
 
             # 6. cleanup: completion event first (it carries the workspace path), then delete
             metrics = self._metrics(request, outcome_total, time.monotonic() - t0)
-            self._emit(
+            self.emit_event(
                 request,
                 on_event,
                 "runner.instance.completed",
@@ -366,14 +370,14 @@ class DockerRunner(WorkspaceSteps, AgentExec, CollectSteps):
             if container_known:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(AGENT_STOP_GRACE_S + 15):
                     await self._stop_quietly(request, on_event)
-            self._emit(request, on_event, "runner.instance.error", "error", error=f"{type(exc).__name__}: {exc}")
+            self.emit_event(request, on_event, "runner.instance.error", "error", error=f"{type(exc).__name__}: {exc}")
             raise
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
                 if container_known:
                     with anyio.move_on_after(AGENT_STOP_GRACE_S + 15):
                         await self._stop_quietly(request, on_event)
-                self._emit(
+                self.emit_event(
                     request,
                     on_event,
                     "runner.instance.interrupted",
@@ -390,7 +394,9 @@ class DockerRunner(WorkspaceSteps, AgentExec, CollectSteps):
         try:
             outcome = await delete_run_branches(request.repo_path, request.delete_branches, run_id=request.run_id)
         except (GitError, UsageError) as exc:
-            self._emit(request, on_event, "runner.instance.failed", "error", phase="delete_branches", error=str(exc))
+            self.emit_event(
+                request, on_event, "runner.instance.failed", "error", phase="delete_branches", error=str(exc)
+            )
             return RunnerResult(
                 status="failed",
                 instance_id=request.instance_id,
@@ -399,7 +405,7 @@ class DockerRunner(WorkspaceSteps, AgentExec, CollectSteps):
                 started_at=started_at,
                 completed_at=utc_now_iso(),
             )
-        self._emit(request, on_event, "runner.branches.deleted", outcome=outcome)
+        self.emit_event(request, on_event, "runner.branches.deleted", outcome=outcome)
         message = "".join(f"@@branch {state}: {name}\n" for name, state in outcome.items())
         # A successful task always has an artifact: this one made no branch, and
         # its commit is the base's, as for any task that changed nothing.
@@ -497,7 +503,7 @@ class DockerRunner(WorkspaceSteps, AgentExec, CollectSteps):
                 last_exec = attempt.output
                 total["session_id"] = None
                 previous = None
-                self._emit(
+                self.emit_event(
                     request,
                     on_event,
                     "runner.session.reset",
@@ -531,7 +537,7 @@ class DockerRunner(WorkspaceSteps, AgentExec, CollectSteps):
                 return attempt, total, last_exec
             delay = backoff_delay(retries_used, base=rc.backoff_base_s, factor=rc.backoff_factor, cap=rc.backoff_max_s)
             state["retry_attempts"] = retries_before + retries_used + 1
-            self._emit(
+            self.emit_event(
                 request,
                 on_event,
                 "runner.retry.scheduled",
@@ -564,7 +570,7 @@ class DockerRunner(WorkspaceSteps, AgentExec, CollectSteps):
         value, violation = structured.checked_answer(schema, out.outcome.structured_output, out.outcome.final_message)
         if violation is None:
             return out, value
-        self._emit(request, on_event, "runner.output.invalid", "warn", violation=violation, repair=True)
+        self.emit_event(request, on_event, "runner.output.invalid", "warn", violation=violation, repair=True)
         repair = msgspec.structs.replace(
             request, prompt=structured.repair_prompt(violation), session_id=total.get("session_id")
         )
@@ -588,7 +594,7 @@ class DockerRunner(WorkspaceSteps, AgentExec, CollectSteps):
             schema, repaired.outcome.structured_output, repaired.outcome.final_message
         )
         if violation is None:
-            self._emit(request, on_event, "runner.output.repaired")
+            self.emit_event(request, on_event, "runner.output.repaired")
             return repaired, value
         return _Failure(
             "failed",

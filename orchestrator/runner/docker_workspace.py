@@ -97,7 +97,7 @@ class WorkspaceSteps(RunnerCore):
                     self.host,
                     request,
                     workspace=workspace,
-                    volume=self._volume_name(request),
+                    volume=self.session_volume(request),
                     fresh_workspace=True,
                     hardening=self.hardening,
                 )
@@ -140,10 +140,10 @@ class WorkspaceSteps(RunnerCore):
         if failure is not None:
             if "ready" in first:
                 await self._stop_quietly(request, on_event)
-            self._emit(request, on_event, "runner.instance.failed", "error", phase="workspace", error=str(failure))
+            self.emit_event(request, on_event, "runner.instance.failed", "error", phase="workspace", error=str(failure))
             return first, failure
         # duration_s: the workspace's own time (reset + clone), not the wait for the container
-        self._emit(
+        self.emit_event(
             request,
             on_event,
             "runner.workspace.prepared",
@@ -178,7 +178,7 @@ class WorkspaceSteps(RunnerCore):
                 self.host,
                 request,
                 workspace=kept.path,
-                volume=self._volume_name(request),
+                volume=self.session_volume(request),
                 fresh_workspace=True,
                 hardening=self.hardening,
             )
@@ -203,7 +203,7 @@ class WorkspaceSteps(RunnerCore):
             removed = await anyio.to_thread.run_sync(
                 git_ops.clear_stale_git_locks, kept.path, limiter=self.host.limiter
             )
-        self._emit(
+        self.emit_event(
             request,
             on_event,
             "runner.workspace.kept",
@@ -234,7 +234,7 @@ class WorkspaceSteps(RunnerCore):
         Informational, not a warning: ``shared_objects`` is the default, and a full
         copy is what every task on a remote engine has always had.
         """
-        self._emit(
+        self.emit_event(
             request,
             on_event,
             "runner.workspace.full_copy",

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import anyio
@@ -350,10 +350,35 @@ def docker_host(spec: HostSpec, limiter: anyio.CapacityLimiter | None = None) ->
 # ---------------------------------------------------------------- placement
 
 
+class SlotRunner(Protocol):
+    """What the multi-host runner uses of each engine's runner (a DockerRunner): nothing private."""
+
+    host: DockerHost
+
+    async def run(self, request: InstanceRequest, *, on_event: RunnerEventCallback | None = None) -> RunnerResult: ...
+
+    async def discard_workspace(self, request: InstanceRequest) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+    def session_volume(self, request: InstanceRequest) -> str: ...
+
+    def stop_log_forwarding(self) -> None: ...
+
+    def emit_event(
+        self,
+        request: InstanceRequest,
+        on_event: RunnerEventCallback | None,
+        type_: str,
+        level: str = "info",
+        **fields: Any,
+    ) -> None: ...
+
+
 @dataclass
 class _Slot:
     spec: HostSpec
-    runner: Any  # DockerRunner
+    runner: SlotRunner
     running: int = 0
     down: bool = False
     next_probe: float = 0.0
@@ -392,7 +417,7 @@ class MultiHostRunner:
     def __init__(
         self,
         specs: Sequence[HostSpec],
-        make_runner: Callable[[DockerHost], Any],
+        make_runner: Callable[[DockerHost], SlotRunner],
         *,
         on_host_event: Callable[[dict[str, Any]], None] | None = None,
         on_all_down: Callable[[], None] | None = None,
@@ -403,10 +428,8 @@ class MultiHostRunner:
             raise ConfigError("runner.hosts is empty")
         self.slots = [_Slot(spec, make_runner(docker_host(spec))) for spec in specs]
         # Each DockerRunner forwards the git layer's log lines to runner.jsonl; one is enough.
-        import logging
-
         for slot in self.slots[1:]:
-            logging.getLogger("orchestrator.runner").removeHandler(slot.runner._forward)
+            slot.runner.stop_log_forwarding()
         self.probe_interval_s = probe_interval_s
         self.watch_interval_s = watch_interval_s
         self._waiters = _Waiters()
@@ -450,11 +473,8 @@ class MultiHostRunner:
         level: str = "info",
         **fields: Any,
     ) -> None:
-        """A placement event of one task: to runner.jsonl and to the caller, like the runner's own."""
-        ids = {"run_id": request.run_id, "instance_id": request.instance_id, "task_key": request.task_key}
-        self.slots[0].runner.log.log(level, type_, **ids, **fields)
-        if on_event is not None:
-            on_event({"type": type_, **ids, **fields})
+        """A placement event of one task: through the runner's own emitter (runner.jsonl, scrubbed to the caller)."""
+        self.slots[0].runner.emit_event(request, on_event, type_, level, **fields)
 
     def _event(self, type_: str, **fields: Any) -> None:
         if self._on_host_event is not None:
@@ -504,7 +524,7 @@ class MultiHostRunner:
 
     async def _session_home(self, request: InstanceRequest) -> _Slot | None:
         """The engine that holds this task's session volume, if any answers."""
-        volume = self.slots[0].runner._volume_name(request)
+        volume = self.slots[0].runner.session_volume(request)
         for slot in self.slots:
             if not slot.down and await self._holds_volume(slot, volume):
                 return slot
@@ -560,7 +580,7 @@ class MultiHostRunner:
         if request.session_id and prefer is None:
             # No answering engine holds the session volume (its host is gone or no
             # longer configured): the agent starts a fresh session where it is placed.
-            volume = self.slots[0].runner._volume_name(request)
+            volume = self.slots[0].runner.session_volume(request)
             told.append(
                 {
                     "type": "runner.session.reset",
