@@ -13,6 +13,8 @@ checks types; the engine validates task inputs when they are scheduled.
   returns (``BranchCleanupResult`` for a cleanup task).
 - ``RetryPolicy`` / ``RetryPolicyDict``: ``ctx.run(..., policy=...)``.
 - the errors a strategy raises or catches, also reachable as ``ctx.errors.*``.
+- ``parallel_items``: ``ctx.parallel``'s items read as ``(task, key)``, for a
+  strategy's own wrapper around ``ctx``.
 - ``strategy_options``: the decorator for ``prepare=`` and ``requires_resume=``.
 - ``finished_run_branches`` / ``absent_branches``: for a ``prepare`` hook that takes
   existing branches as input (another run's, or named ones); the list it returns is
@@ -31,7 +33,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
-from .engine.context import Context, Handle
+from .engine.context import Context, Handle, parallel_items
 from .engine.task_types import (
     Artifact,
     BranchCleanupResult,
@@ -214,6 +216,7 @@ __all__ = [
     "UncommittedPolicy",
     "absent_branches",
     "finished_run_branches",
+    "parallel_items",
     "replay_strategy",
     "strategy_options",
 ]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.strategy import BudgetReached
+from orchestrator.strategy import BudgetReached, parallel_items
 
 from .budget import Budget
 
@@ -84,15 +84,7 @@ class BudgetedContext:
         return out
 
     async def parallel(self, tasks, tolerate_failures: bool = False):
-        handles = []
-        for item in tasks:
-            if isinstance(item, tuple):
-                task, key = item
-            else:
-                item = dict(item)
-                key = item.pop("key")
-                task = item
-            handles.append(self.run(task, key=key))
+        handles = [self.run(task, key=key) for task, key in parallel_items(tasks)]
         return await self.wait_all(handles, tolerate_failures=tolerate_failures)
 
     async def delete_branches(self, names: list[str], key: str) -> dict[str, Any]:

@@ -381,3 +381,12 @@ async def test_a_snapshot_pointing_past_the_log_is_not_trusted(tmp_path):
     shorter = replay(engine.paths.events, run_id="run_t")
     assert recovered.last_event_start_offset < cut
     assert encode_snapshot(recovered) == encode_snapshot(shorter)
+
+
+def test_every_context_reads_parallel_items_the_same_way():
+    """The engine's ctx, a replay's and a strategy's budget wrapper share one reading of ctx.parallel's items."""
+    from orchestrator.strategy import parallel_items
+
+    item = {"key": "b", "prompt": "two"}
+    assert parallel_items([({"prompt": "one"}, "a"), item]) == [({"prompt": "one"}, "a"), ({"prompt": "two"}, "b")]
+    assert item == {"key": "b", "prompt": "two"}  # the strategy's own dict is left as it was

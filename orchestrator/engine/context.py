@@ -73,6 +73,22 @@ class Handle(Generic[R_co]):
         return result
 
 
+def parallel_items(tasks: Iterable[Any]) -> list[tuple[Any, str]]:
+    """``ctx.parallel``'s items as ``(task, key)``: ``(task, key)`` pairs, or task dicts with a ``key`` entry.
+
+    Every context (the engine's, a replay's, a strategy's wrapper) reads them the same way through this.
+    """
+    out = []
+    for item in tasks:
+        if isinstance(item, tuple):
+            task, key = item
+        else:
+            key = item["key"]
+            task = {k: v for k, v in item.items() if k != "key"}
+        out.append((task, key))
+    return out
+
+
 @overload
 def collect_outcomes(outcomes: Iterable[Callable[[], R]], tolerate_failures: Literal[False]) -> list[R]: ...
 @overload
@@ -275,14 +291,9 @@ class StrategyContext:
         self, tasks: ParallelItems, tolerate_failures: bool = False
     ) -> list[TaskResult] | tuple[list[TaskResult], list[TaskFailed]]:
         """Schedule many and wait for all: items are ``(task, key)`` pairs or dicts with a ``key`` entry."""
-        handles: list[Handle[TaskResult]] = []
-        for item in tasks:
-            if isinstance(item, tuple):
-                task, key = item
-            else:
-                key = item["key"]
-                task = cast(TaskInput, {k: v for k, v in item.items() if k != "key"})
-            handles.append(self.run(task, key=key))
+        handles: list[Handle[TaskResult]] = [
+            self.run(cast(TaskInput, task), key=key) for task, key in parallel_items(tasks)
+        ]
         return await self.wait_all(handles, tolerate_failures=tolerate_failures)
 
     # -- recorded nondeterminism

@@ -42,7 +42,7 @@ from ..jsonlog import ComponentLog
 from ..log.eventlog import LogReader
 from ..log.events import Progress, decode_line, progress_record
 from ..log.state import COMPLETED, FAILED, RunState, replay
-from .context import collect_outcomes
+from .context import collect_outcomes, parallel_items
 from .engine import StrategyFn, task_result_from_payload
 
 Ended = Literal["returned", "failed", "log_ended", "error"]
@@ -142,15 +142,7 @@ class ReplayContext:
         return collect_outcomes([h.outcome for h in handles], tolerate_failures)
 
     async def parallel(self, tasks, tolerate_failures: bool = False):
-        handles = []
-        for item in tasks:
-            if isinstance(item, tuple):
-                task, key = item
-            else:
-                item = dict(item)
-                key = item.pop("key")
-                task = item
-            handles.append(self.run(task, key=key))
+        handles = [self.run(task, key=key) for task, key in parallel_items(tasks)]
         return await self.wait_all(handles, tolerate_failures=tolerate_failures)
 
     # -- recorded nondeterminism
