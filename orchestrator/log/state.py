@@ -343,6 +343,23 @@ class RunState(msgspec.Struct, kw_only=True):
         return [s for s in self.strategies.values() if s.status == "running"]
 
 
+def _finish(state: RunState, task: TaskState, payload: dict[str, Any], offset: int, ts: str) -> None:
+    """What a terminal event records of a task, success or failure alike: when, where, what it cost."""
+    task.completed_at = ts
+    task.result_offset = offset
+    metrics = payload.get("metrics") or {}
+    task.cost_usd = metrics.get("cost_usd")
+    task.tokens_in = metrics.get("tokens_in", 0) or 0
+    task.tokens_out = metrics.get("tokens_out", 0) or 0
+    task.duration_s = metrics.get("duration_s", 0.0) or 0.0
+    if payload.get("session_id"):
+        task.session_id = payload["session_id"]
+    c = state.counters
+    c.cost_usd += task.cost_usd or 0.0
+    c.tokens_in += task.tokens_in
+    c.tokens_out += task.tokens_out
+
+
 def apply(
     state: RunState, etype: str, sid: str, key: str | None, payload: dict[str, Any], offset: int, ts: str
 ) -> None:
@@ -381,44 +398,20 @@ def apply(
         elif etype == TASK_COMPLETED:
             if task.state not in TERMINAL:
                 task.state = COMPLETED
-                task.completed_at = ts
-                task.result_offset = offset
-                metrics = payload.get("metrics") or {}
                 artifact = payload.get("artifact") or {}
-                task.cost_usd = metrics.get("cost_usd")
-                task.tokens_in = metrics.get("tokens_in", 0) or 0
-                task.tokens_out = metrics.get("tokens_out", 0) or 0
-                task.duration_s = metrics.get("duration_s", 0.0) or 0.0
                 task.branch_final = artifact.get("branch_final")
                 task.uncommitted_files = artifact.get("uncommitted_files", 0) or 0
                 task.auto_committed = bool(artifact.get("auto_committed"))
-                if payload.get("session_id"):
-                    task.session_id = payload["session_id"]
-                c = state.counters
-                c.completed += 1
-                c.cost_usd += task.cost_usd or 0.0
-                c.tokens_in += task.tokens_in
-                c.tokens_out += task.tokens_out
+                _finish(state, task, payload, offset, ts)
+                state.counters.completed += 1
         elif etype == TASK_FAILED:
             if task.state not in TERMINAL:
                 task.state = FAILED
-                task.completed_at = ts
-                task.result_offset = offset
                 task.error_type = payload.get("error_type")
                 task.message = payload.get("message")
-                metrics = payload.get("metrics") or {}
-                task.cost_usd = metrics.get("cost_usd")
                 # a failed agent was paid for what it read and wrote: its tokens count as its cost does
-                task.tokens_in = metrics.get("tokens_in", 0) or 0
-                task.tokens_out = metrics.get("tokens_out", 0) or 0
-                task.duration_s = metrics.get("duration_s", 0.0) or 0.0
-                if payload.get("session_id"):
-                    task.session_id = payload["session_id"]
-                c = state.counters
-                c.failed += 1
-                c.cost_usd += task.cost_usd or 0.0
-                c.tokens_in += task.tokens_in
-                c.tokens_out += task.tokens_out
+                _finish(state, task, payload, offset, ts)
+                state.counters.failed += 1
         elif etype == TASK_SESSION:
             # Only a task that can still run again has a session worth keeping:
             # a finished task's session is the one its terminal event recorded.
