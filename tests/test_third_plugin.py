@@ -37,6 +37,11 @@ def test_a_toy_plugin_from_a_test_module_runs_a_task_and_its_commit_comes_back(t
     bad = run_cli([*args, "--no-tui"], cwd=tmp_path, env=env)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert "plugin 'toy': cannot import its module no_such_toy_module" in bad.stderr
+    config.write_text("runner:\n  plugin: toy\n  plugin_modules:\n    toy: cli_helpers\n")
+    not_one = run_cli([*args, "--no-tui"], cwd=tmp_path, env=env)
+    assert not_one.returncode == 2 and "module cli_helpers must define PLUGIN, a runner plugin named 'toy'" in (
+        not_one.stderr
+    )
     config.write_text("runner:\n  plugin_modules:\n    codex: toy_plugin\n")
     taken = run_cli([*args, "--no-tui"], cwd=tmp_path, env=env)
     assert taken.returncode == 2 and "'codex' is a built-in plugin; give yours another name" in taken.stderr
