@@ -105,8 +105,20 @@ def _refresh_test_image() -> None:
 _DOCKER_PROBLEM: str | None = None
 
 
+def _group_for_workers(items) -> None:
+    """Keep every test of the session's private engine on one pytest-xdist worker.
+
+    With ``--dist loadgroup`` a group runs on one worker, so the engine (its own
+    dockerd plus a minute of ``docker load``) starts once, not once per worker.
+    """
+    for item in items:
+        if "private_engine" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("private_engine"))
+
+
 def pytest_collection_modifyitems(config, items):
     global _DOCKER_PROBLEM
+    _group_for_workers(items)
     if not any("docker" in item.keywords for item in items):
         return
     ok, why = docker_ready()
