@@ -106,14 +106,20 @@ _DOCKER_PROBLEM: str | None = None
 
 
 def _group_for_workers(items) -> None:
-    """Keep every test of the session's private engine on one pytest-xdist worker.
+    """Which tests pytest-xdist keeps together on one worker (``--dist loadgroup``).
 
-    With ``--dist loadgroup`` a group runs on one worker, so the engine (its own
-    dockerd plus a minute of ``docker load``) starts once, not once per worker.
+    A fixture of module scope (a module's shared runs, for example) is made
+    once per worker that runs a test of the module: the module's tests stay
+    together so it is made once. The session's private engine (its own dockerd
+    plus a minute of ``docker load``) is likewise started by one worker only.
     """
     for item in items:
-        if "private_engine" in getattr(item, "fixturenames", ()):
+        info = getattr(item, "_fixtureinfo", None)
+        defs = info.name2fixturedefs if info is not None else {}
+        if "private_engine" in defs:
             item.add_marker(pytest.mark.xdist_group("private_engine"))
+        elif any(d and d[-1].scope in ("module", "class", "package") for d in defs.values()):
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
 
 
 def pytest_collection_modifyitems(config, items):
