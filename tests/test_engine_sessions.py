@@ -30,10 +30,26 @@ class InitThenHang:
         pass
 
 
+async def run_until_logged(engine: Engine, event_type: str = "task.session") -> None:
+    """Run until an event of ``event_type`` is in the log, then interrupt: the moment
+    the test needs, not a fixed half second that a loaded machine can miss."""
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as tg:
+
+            async def watch() -> None:
+                while True:  # polled: the log is a file; nothing signals a line written
+                    if engine.paths.events.exists() and f'"{event_type}"'.encode() in engine.paths.events.read_bytes():
+                        tg.cancel_scope.cancel()
+                        return
+                    await anyio.sleep(0.02)
+
+            tg.start_soon(watch)
+            await engine.run(one, prompt="do it", params={})
+
+
 async def test_the_session_is_in_the_log_while_the_task_runs_and_a_crash_resume_continues_it(tmp_path):
     engine = Engine(make_config(tmp_path), InitThenHang())
-    with anyio.move_on_after(0.5):
-        await engine.run(one, prompt="do it", params={})
+    await run_until_logged(engine)
     events = list(read_events(engine.paths.events))
     types = [e.type for e in events]
     assert types.index("task.session") < types.index("task.interrupted")
@@ -51,8 +67,7 @@ async def test_the_session_is_in_the_log_while_the_task_runs_and_a_crash_resume_
     # --resume-fresh: neither the session nor the workspace
     fresh = tmp_path / "fresh"
     engine = Engine(make_config(fresh), InitThenHang())
-    with anyio.move_on_after(0.5):
-        await engine.run(one, prompt="do it", params={})
+    await run_until_logged(engine)
     runner = ScriptedRunner()
     await run_engine(fresh, one, runner, resume_fresh=True)
     assert (runner.calls[0].session_id, runner.calls[0].resume_workspace) == (None, False)
@@ -125,8 +140,7 @@ async def test_a_task_that_started_without_reporting_a_session_keeps_its_workspa
             pass
 
     engine = Engine(make_config(tmp_path), Silent())
-    with anyio.move_on_after(0.5):
-        await engine.run(one, prompt="do it", params={})
+    await run_until_logged(engine, "task.started")
     assert [
         e.payload.get("session_id")
         for e in read_events(engine.paths.events)
