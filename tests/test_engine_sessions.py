@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import anyio
-from engine_helpers import make_config, run_engine
+from engine_helpers import interrupt_when, make_config, run_engine
 
 from orchestrator.engine.engine import Engine
 from orchestrator.engine.testing import ScriptedRunner, success
@@ -31,20 +31,12 @@ class InitThenHang:
 
 
 async def run_until_logged(engine: Engine, event_type: str = "task.session") -> None:
-    """Run until an event of ``event_type`` is in the log, then interrupt: the moment
-    the test needs, not a fixed half second that a loaded machine can miss."""
-    with anyio.fail_after(60):
-        async with anyio.create_task_group() as tg:
+    """Run until an event of ``event_type`` is in the log, then interrupt."""
 
-            async def watch() -> None:
-                while True:  # polled: the log is a file; nothing signals a line written
-                    if engine.paths.events.exists() and f'"{event_type}"'.encode() in engine.paths.events.read_bytes():
-                        tg.cancel_scope.cancel()
-                        return
-                    await anyio.sleep(0.02)
+    def logged() -> bool:
+        return engine.paths.events.exists() and f'"{event_type}"'.encode() in engine.paths.events.read_bytes()
 
-            tg.start_soon(watch)
-            await engine.run(one, prompt="do it", params={})
+    await interrupt_when(lambda: engine.run(one, prompt="do it", params={}), logged)
 
 
 async def test_the_session_is_in_the_log_while_the_task_runs_and_a_crash_resume_continues_it(tmp_path):
@@ -159,8 +151,7 @@ async def test_a_command_task_never_continues_a_workspace(tmp_path):
         await anyio.sleep_forever()
 
     engine = Engine(make_config(tmp_path), ScriptedRunner(hang))
-    with anyio.move_on_after(0.5):
-        await engine.run(cmd, prompt="do it", params={})
+    await interrupt_when(lambda: engine.run(cmd, prompt="do it", params={}), lambda: bool(engine.runner.calls))
     runner = ScriptedRunner()
     await run_engine(tmp_path, cmd, runner)
     assert runner.calls[0].resume_workspace is False
