@@ -217,12 +217,12 @@ class DockerRunner:
     # ---- the pipeline ---------------------------------------------------------
 
     async def run(self, request: InstanceRequest, *, on_event: RunnerEventCallback | None = None) -> RunnerResult:
-        if request.delete_branches:
-            return await self._delete_branches(request, on_event)
         task = _Task(request, on_event, utc_now_iso(), time.monotonic())
-        plugin = self._validate_request(request)
+        plugin = None if request.delete_branches else self._validate_request(request)
         try:
             try:
+                if plugin is None:
+                    return await self._delete_branches(task)
                 return await self._pipeline(task, plugin)
             except TaskFailed as failure:
                 return await self._failed(task, failure)
@@ -394,23 +394,13 @@ class DockerRunner:
 
     # ---- phases -----------------------------------------------------------------
 
-    async def _delete_branches(self, request: InstanceRequest, on_event: RunnerEventCallback | None) -> RunnerResult:
+    async def _delete_branches(self, task: _Task) -> RunnerResult:
         """A housekeeping request: no container, only the host repository's refs (see git_cleanup)."""
-        started_at = utc_now_iso()
+        request, on_event, started_at = task.request, task.on_event, task.started_at
         try:
             outcome = await delete_run_branches(request.repo_path, request.delete_branches, run_id=request.run_id)
         except (GitError, UsageError) as exc:
-            self.emit_event(
-                request, on_event, "runner.instance.failed", "error", phase="delete_branches", error=str(exc)
-            )
-            return RunnerResult(
-                status="failed",
-                instance_id=request.instance_id,
-                error_type="git",
-                error=str(exc),
-                started_at=started_at,
-                completed_at=utc_now_iso(),
-            )
+            raise TaskFailed("delete_branches", "git", str(exc), stop=False) from None
         self.emit_event(request, on_event, "runner.branches.deleted", outcome=outcome)
         message = "".join(f"@@branch {state}: {name}\n" for name, state in outcome.items())
         # A successful task always has an artifact: this one made no branch, and
