@@ -49,7 +49,7 @@ from ..jsonlog import ComponentLog, utc_now_iso
 from ..sanitize import Sanitizer, default_sanitizer
 from . import git_ops, structured
 from .base import RunnerEventCallback
-from .docker_agent import AgentExec
+from .docker_agent import AgentExec, Attempt
 from .docker_collect import Collector
 from .docker_containers import DockerHost, workspace_read_only
 from .docker_core import (
@@ -167,7 +167,7 @@ class DockerRunner:
         # the agents that may still run).
         self.events = TaskEvents(self.log, self.sanitizer)
         self.stopper = ContainerStopper(self.host, self.events)
-        self.workspace = WorkspaceSetup(self.host, self.hardening, self.seeds, self.events, self.stopper)
+        self.workspace = WorkspaceSetup(self.host, self.hardening, self.seeds, self.events)
         self.agent = AgentExec(
             self.host,
             self.hardening,
@@ -456,8 +456,15 @@ class DockerRunner:
             self._images_seen.add(image)
 
     async def _execute_with_retries(
-        self, request, plugin, workspace, on_event, state, first=None, follow_up: bool = False
-    ):
+        self,
+        request: InstanceRequest,
+        plugin: RunnerPlugin,
+        workspace: Path,
+        on_event: RunnerEventCallback | None,
+        state: dict[str, Any],
+        first: dict[str, Any] | None = None,
+        follow_up: bool = False,
+    ) -> tuple[Attempt, dict[str, Any], ExecOutput | None]:
         """Phases 3-4 with retries. Returns (last attempt, accumulated usage, last exec output).
 
         ``first``: the outcome of the first attempt's container start, made

@@ -20,7 +20,7 @@ from ..errors import GitError, RunnerError
 from . import archive, git_ops
 from .base import RunnerEventCallback
 from .docker_containers import ContainerReady, DockerHost, ensure_container, selinux_enabled, workspace_read_only
-from .docker_core import ContainerStopper, TaskEvents, TaskFailed, session_volume
+from .docker_core import TaskEvents, TaskFailed, session_volume
 from .seed import SeedCache, copy_seed
 from .types import Hardening, InstanceRequest
 
@@ -59,13 +59,11 @@ class WorkspaceSetup:
         hardening: Hardening,
         seeds: SeedCache,
         emit_event: TaskEvents,
-        stopper: ContainerStopper,
     ) -> None:
         self.host = host
         self.hardening = hardening
         self.seeds = seeds
         self.emit_event = emit_event
-        self.stopper = stopper
 
     async def prepare(
         self, request: InstanceRequest, workspace: Path, on_event: RunnerEventCallback | None
