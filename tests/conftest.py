@@ -105,9 +105,15 @@ def _refresh_test_image() -> None:
 _DOCKER_PROBLEM: str | None = None
 
 
-_FIRST_ENGINE_MODULES = frozenset(
-    {"test_hosts", "test_hosts_two_private", "test_environment", "test_reliability_faults"}
-)
+# The private engine's tests in three groups, each on its own worker with its own
+# engine: one group would hold the suite's longest chain of tests, and each more
+# engine spends a minute loading the image. Modules not named here join "links".
+_ENGINE_GROUPS = {
+    "test_hosts": "hosts",
+    "test_environment": "misc",
+    "test_hosts_two_private": "misc",
+    "test_reliability_faults": "misc",
+}
 
 
 def _group_for_workers(config, items) -> None:
@@ -116,15 +122,13 @@ def _group_for_workers(config, items) -> None:
     A fixture of module scope (a module's shared runs, for example) is made
     once per worker that runs a test of the module: the module's tests stay
     together so it is made once. The session's private engine (its own dockerd
-    plus a minute of ``docker load``) is likewise started by two workers only.
+    plus a minute of ``docker load``) is likewise started by three workers only.
     """
     for item in items:
         info = getattr(item, "_fixtureinfo", None)
         defs = info.name2fixturedefs if info is not None else {}
         if "private_engine" in defs:
-            # Two engines, each on its own worker: one would hold the suite's longest
-            # chain of tests; more would spend their time loading the image.
-            group = "private_engine_" + ("a" if item.module.__name__ in _FIRST_ENGINE_MODULES else "b")
+            group = "private_engine_" + _ENGINE_GROUPS.get(item.module.__name__, "links")
         elif any(d and d[-1].scope in ("module", "class", "package") for d in defs.values()):
             group = item.module.__name__
         else:
@@ -137,6 +141,10 @@ def _group_for_workers(config, items) -> None:
             from _pytest.nodeid import coerce_node_id
 
             item._id = coerce_node_id(f"{item.nodeid}@{group}")
+    if getattr(config.option, "loadgroup", False):
+        # Workers take work in collection order: the long chains (a group, a
+        # torture test) go first, so the run does not end waiting on one of them.
+        items.sort(key=lambda it: 0 if "@" in it.nodeid else 1 if "slow" in it.keywords else 2)
 
 
 # tryfirst: pytest-xdist reads the groups in its own hook of this name, so they
