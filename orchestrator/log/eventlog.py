@@ -19,7 +19,7 @@ import logging
 import os
 import socket
 import sys
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -29,7 +29,18 @@ import msgspec
 import orjson
 
 from ..errors import RunLockedError
-from .events import EVENT_TYPES, Event, decode_line, encode_line, new_event_id, utc_ts
+from .events import (
+    EVENT_TYPES,
+    Event,
+    EventPayload,
+    PayloadMismatch,
+    decode_line,
+    encode_line,
+    new_event_id,
+    payload_dict,
+    type_of,
+    utc_ts,
+)
 
 _log = logging.getLogger(__name__)
 
@@ -222,15 +233,27 @@ class EventLog:
         return self._durable
 
     def append(
-        self, event_type: str, *, strategy_execution_id: str, payload: dict[str, Any], key: str | None = None
+        self,
+        event_type: str,
+        *,
+        strategy_execution_id: str,
+        payload: EventPayload | Mapping[str, Any],
+        key: str | None = None,
     ) -> tuple[int, str, dict[str, Any]]:
-        """Buffer one event; returns ``(start_offset, ts, payload as written)``. Never blocks."""
+        """Buffer one event; returns ``(start_offset, ts, payload as written)``. Never blocks.
+
+        ``payload`` is the type's struct (the engine's way); a plain mapping is
+        written as it is (the envelope-level tests and tools).
+        """
         if self._error is not None:
             raise self._error
         if event_type not in EVENT_TYPES:
             raise ValueError(f"not a public event type: {event_type}")
+        if isinstance(payload, EventPayload) and type_of(payload) != event_type:
+            raise ValueError(f"a {type(payload).__name__} payload is not a {event_type} event's")
+        fields = payload_dict(payload)
         if self.sanitizer is not None:
-            payload = self.sanitizer.scrub(payload)
+            fields = self.sanitizer.scrub(fields)
         ts = utc_ts()
         offset = self._end
         eid = new_event_id()
@@ -240,7 +263,7 @@ class EventLog:
             run_id=self.run_id,
             strategy_execution_id=strategy_execution_id,
             start_offset=offset,
-            payload=payload,
+            payload=fields,
             key=key,
             event_id=eid,
         )
@@ -248,7 +271,7 @@ class EventLog:
         self._end += len(line)
         if len(self._buffer) == 1 or len(self._buffer) >= self.max_batch or self.flush_policy == "per_event":
             self._wake.set()
-        return offset, ts, payload
+        return offset, ts, fields
 
     async def flush(self) -> None:
         """Wait until every event appended so far is written and fsynced.
@@ -368,6 +391,14 @@ class SkippedLine(NamedTuple):
     reason: str
 
 
+class TypedEvent(NamedTuple):
+    """An event and its payload struct (None: a type this version does not know, kept for a later one)."""
+
+    offset: int
+    event: Event
+    payload: EventPayload | None
+
+
 class LogReader:
     """The one way every consumer reads an event log: the fold, resume, replay, the TUI, reports.
 
@@ -375,38 +406,69 @@ class LogReader:
     stop a run from being read; but it is never skipped silently: each one is
     logged and kept in ``skipped``, for ``--show-run`` and ``--resume`` to say so.
     (A last line without its newline is a write cut short, not corruption: it is
-    not a complete line and is not read at all.)
+    not a complete line and is not read at all.) :meth:`records` also decodes
+    each payload into its type's struct, and skips the same way a line whose
+    payload does not match it.
     """
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.skipped: list[SkippedLine] = []
 
+    def _skip(self, offset: int, reason: str) -> None:
+        if not any(s.offset == offset for s in self.skipped):
+            self.skipped.append(SkippedLine(offset, reason))
+            _log.warning("%s: the line at byte %d is not an event and was skipped: %s", self.path, offset, reason)
+
     def decode(self, offset: int, line: bytes) -> Event | None:
         try:
             return decode_line(line)
         except msgspec.DecodeError as exc:
-            if not any(s.offset == offset for s in self.skipped):
-                self.skipped.append(SkippedLine(offset, str(exc)))
-                _log.warning("%s: the line at byte %d is not an event and was skipped: %s", self.path, offset, exc)
+            self._skip(offset, str(exc))
+            return None
+
+    def typed(self, offset: int, line: bytes) -> TypedEvent | None:
+        """The event on ``line`` with its payload struct; None (skipped and counted) if it has neither."""
+        ev = self.decode(offset, line)
+        if ev is None:
+            return None
+        try:
+            return TypedEvent(offset, ev, ev.typed())
+        except PayloadMismatch as exc:
+            self._skip(offset, str(exc))
             return None
 
     def events(self, offset: int = 0, *, until: int | None = None) -> Iterator[tuple[int, Event]]:
-        """``(start_offset, event)`` for every complete, decodable line from ``offset`` (to ``until``)."""
+        """``(start_offset, event)`` for every complete, decodable line from ``offset`` (to ``until``).
+
+        The payloads are plain JSON here, whatever their type says: this is the
+        envelope-level view of the public API (:func:`read_events`).
+        """
+        for start, line in self._lines(offset, until):
+            ev = self.decode(start, line)
+            if ev is not None:
+                yield start, ev
+
+    def records(self, offset: int = 0, *, until: int | None = None) -> Iterator[TypedEvent]:
+        """Every event from ``offset`` (to ``until``) with its payload struct: what the consumers read."""
+        for start, line in self._lines(offset, until):
+            rec = self.typed(start, line)
+            if rec is not None:
+                yield rec
+
+    def _lines(self, offset: int, until: int | None) -> Iterator[tuple[int, bytes]]:
         if not self.path.exists():
             return
         for start, line in iter_lines(self.path, offset):
             if until is not None and start > until:
                 return
-            ev = self.decode(start, line)
-            if ev is not None:
-                yield start, ev
+            yield start, line
 
 
 def skipped_lines(path: str | Path) -> list[SkippedLine]:
-    """Read the whole log once and return the lines that are not events (empty: the log is sound)."""
+    """Read the whole log once and return the lines the consumers skip (empty: the log is sound)."""
     reader = LogReader(path)
-    for _ in reader.events():
+    for _ in reader.records():
         pass
     return reader.skipped
 
@@ -462,9 +524,27 @@ async def subscribe(
     also wakes every ``poll_interval`` seconds, which is the fallback where
     notifications are unavailable and the way ``stop`` is noticed.
     """
-    path = Path(path)
-    pos = offset
     reader = LogReader(path)
+    async for start, line in _follow(reader.path, offset, poll_interval, stop):
+        ev = reader.decode(start, line)
+        if ev is not None:
+            yield ev
+
+
+async def subscribe_records(
+    reader: LogReader, offset: int = 0, *, poll_interval: float = 0.05, stop: anyio.Event | None = None
+) -> AsyncIterator[TypedEvent]:
+    """:func:`subscribe` with payload structs: lines ``reader`` skips are counted in ``reader.skipped``."""
+    async for start, line in _follow(reader.path, offset, poll_interval, stop):
+        rec = reader.typed(start, line)
+        if rec is not None:
+            yield rec
+
+
+async def _follow(
+    path: Path, offset: int, poll_interval: float, stop: anyio.Event | None
+) -> AsyncIterator[tuple[int, bytes]]:
+    pos = offset
 
     def read_new() -> list[tuple[int, bytes]]:
         return list(iter_lines(path, pos)) if path.exists() else []
@@ -472,9 +552,7 @@ async def subscribe(
     async for _ in _wakeups(path.parent, poll_interval, stop):
         for start, line in await anyio.to_thread.run_sync(read_new):
             pos = start + len(line)
-            ev = reader.decode(start, line)
-            if ev is not None:
-                yield ev
+            yield start, line
         if stop is not None and stop.is_set():
             return
 

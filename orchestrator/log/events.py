@@ -34,10 +34,12 @@ import json
 import math
 import os
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import msgspec
 import orjson
+from msgspec import UNSET, UnsetType
 
 TASK_SCHEDULED = "task.scheduled"
 TASK_STARTED = "task.started"
@@ -72,12 +74,142 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     payload: dict[str, Any]
     key: str | None = None
 
+    def typed(self) -> EventPayload | None:
+        """This event's payload as its type's struct (see :func:`decode_payload`)."""
+        return decode_payload(self.type, self.payload)
+
 
 _decoder = msgspec.json.Decoder(Event)
 
 
-class Progress(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
-    """Where a strategy execution has got to, in terms a person watching understands.
+# ---------------------------------------------------------------- payloads
+#
+# One frozen struct per event type (PAYLOAD_TYPES maps each type to it). The
+# producers build these and the fold, the dashboard, the report and replay read
+# them, so a field's name and type are written down once. The JSON is what it
+# was when payloads were dicts: fields are declared in the order the engine
+# writes them, a field some payloads leave out is UNSET when absent (so it is
+# left out again, and an old log's payload re-encodes to the same JSON), and
+# every field has a default, so a payload from an older version, a hand-written
+# one or one a test builds with only the fields it needs still decodes.
+
+
+class EventPayload(msgspec.Struct, frozen=True, kw_only=True):
+    """The base of every payload struct."""
+
+
+class TaskScheduled(EventPayload, frozen=True, kw_only=True):
+    key: str = ""
+    instance_id: str = ""
+    container_name: str | None = None
+    model: str | None = None
+    task_fingerprint_hash: str = ""
+    branch_name: str | None = None
+    session_group_key: str | None = None
+    plugin: str | UnsetType = UNSET  # (logs from before it was recorded: the input's plugin_name)
+    input: dict[str, Any] | UnsetType = UNSET  # the normalized task input that was fingerprinted
+
+
+class TaskStarted(EventPayload, frozen=True, kw_only=True):
+    key: str = ""
+    instance_id: str = ""
+    container_name: str | None = None
+    model: str | None = None
+    session_id: str | None = None  # the agent session it resumes
+    host: str | UnsetType = UNSET  # with runner.hosts: the Docker host it was placed on
+
+
+class TaskSession(EventPayload, frozen=True, kw_only=True):
+    """The agent session of a running task; ``session_id`` None: it starts a fresh one, for ``reason``."""
+
+    key: str = ""
+    instance_id: str = ""
+    session_id: str | None = None
+    reason: str | UnsetType | None = UNSET
+    detail: str | UnsetType | None = UNSET
+    previous_session_id: str | UnsetType | None = UNSET
+    host: str | UnsetType = UNSET  # where the task runs now (host_down, host_gone)
+    error_type: str | UnsetType = UNSET
+
+
+class Artifact(msgspec.Struct, frozen=True, kw_only=True):
+    """What a completed task left: its branch and the change on it."""
+
+    type: str = "branch"
+    branch_planned: str | None = None
+    branch_final: str | None = None
+    base: str | None = None
+    commit: str | None = None
+    has_changes: bool = False
+    commit_count: int = 0
+    lines_added: int = 0
+    lines_deleted: int = 0
+    # (UNSET: a log from before they were recorded)
+    uncommitted_files: int | UnsetType = UNSET
+    auto_committed: bool | UnsetType = UNSET
+
+
+class Metrics(msgspec.Struct, frozen=True, kw_only=True):
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost_usd: float | None = None  # None: unknown
+    duration_s: float = 0.0
+
+
+class TaskCompleted(EventPayload, frozen=True, kw_only=True):
+    key: str = ""
+    instance_id: str = ""
+    artifact: Artifact | None = None
+    metrics: Metrics | None = None
+    final_message: str = ""
+    final_message_truncated: bool = False
+    final_message_path: str = ""
+    session_id: str | None = None
+    exit_code: int | None = None
+    retry_attempts: int = 0
+    output: Any = UNSET  # with an output_schema: the validated answer
+
+
+class TaskFailed(EventPayload, frozen=True, kw_only=True):
+    key: str = ""
+    instance_id: str = ""
+    error_type: str | None = None
+    message: str | None = None
+    metrics: Metrics | None = None
+    session_id: str | None = None
+    exit_code: int | None = None
+    status: str | None = None
+    retry_attempts: int = 0
+
+
+class TaskInterrupted(EventPayload, frozen=True, kw_only=True):
+    key: str = ""
+    instance_id: str = ""
+    session_id: str | UnsetType | None = UNSET  # when known
+    reason: str | UnsetType = UNSET  # "crash": inferred on resume
+
+
+class StrategyStarted(EventPayload, frozen=True, kw_only=True):
+    name: str = ""
+    params: dict[str, Any] | UnsetType = UNSET
+    index: int | UnsetType = UNSET
+
+
+class StrategyCheckpoint(EventPayload, frozen=True, kw_only=True):
+    seq: int | UnsetType = UNSET
+    kind: str = ""
+    value: Any = None  # [kind, value]
+
+
+class StrategyCompleted(EventPayload, frozen=True, kw_only=True):
+    status: str = "success"
+    result: Any = UNSET  # what the strategy returned (success)
+    error: str | UnsetType | None = UNSET  # why it did not (failed, budget_reached)
+    unvisited_keys: list[str] | UnsetType = UNSET
+
+
+class Progress(EventPayload, frozen=True, kw_only=True, omit_defaults=True):
+    """Where a strategy execution has got to, in terms a person watching understands (``strategy.progress``).
 
     Every field is optional; a strategy fills the ones that mean something for
     it (tree-beam: depth of max depth, frontier, best score, evaluations done
@@ -93,6 +225,100 @@ class Progress(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     done: int | None = None  # items done (or passing) ...
     total: int | None = None  # ... out of this many
     text: str = ""
+
+
+class RunStarted(EventPayload, frozen=True, kw_only=True):
+    dry_run: bool = False
+    resumed: bool = False
+    warnings: list[str] = msgspec.field(default_factory=list)
+
+
+class HostStatus(msgspec.Struct, frozen=True, kw_only=True):
+    """One Docker host of ``runner.hosts``."""
+
+    name: str = ""
+    max_parallel: int = 0
+    down: bool = False
+    reason: str | UnsetType = UNSET  # when down
+
+
+class HostsStatus(EventPayload, frozen=True, kw_only=True):
+    hosts: list[HostStatus] = msgspec.field(default_factory=list)
+
+
+class BudgetCap(EventPayload, frozen=True, kw_only=True):
+    """The run's spending cap as this start or resume has it (None: no limit on it)."""
+
+    max_cost_usd: float | None = None
+    max_tokens: int | None = None
+    on_reached: str = "finish"
+
+
+class BudgetSpend(EventPayload, frozen=True, kw_only=True):
+    """One task's spend so far, all attempts together."""
+
+    task: str | None = None
+    tokens: int = 0
+    cost_usd: float = 0.0
+
+
+class BudgetReached(EventPayload, frozen=True, kw_only=True):
+    spent_cost_usd: float = 0.0
+    spent_tokens: int = 0
+    max_cost_usd: float | None = None
+    max_tokens: int | None = None
+    on_reached: str = "finish"
+
+
+PAYLOAD_TYPES: dict[str, type[EventPayload]] = {
+    TASK_SCHEDULED: TaskScheduled,
+    TASK_STARTED: TaskStarted,
+    TASK_COMPLETED: TaskCompleted,
+    TASK_FAILED: TaskFailed,
+    TASK_INTERRUPTED: TaskInterrupted,
+    TASK_SESSION: TaskSession,
+    STRATEGY_STARTED: StrategyStarted,
+    STRATEGY_COMPLETED: StrategyCompleted,
+    STRATEGY_CHECKPOINT: StrategyCheckpoint,
+    STRATEGY_PROGRESS: Progress,
+    HOSTS_STATUS: HostsStatus,
+    RUN_STARTED: RunStarted,
+    BUDGET_CAP: BudgetCap,
+    BUDGET_SPEND: BudgetSpend,
+    BUDGET_REACHED: BudgetReached,
+}
+_TYPE_OF = {cls: etype for etype, cls in PAYLOAD_TYPES.items()}
+
+
+class PayloadMismatch(ValueError):
+    """A payload that does not match its event type's struct (a hand-edited or foreign line)."""
+
+
+def decode_payload(event_type: str, payload: Mapping[str, Any]) -> EventPayload | None:
+    """The struct of ``payload``; None for a type this version does not know (a later version's event).
+
+    The one place a payload is decoded. Raises :class:`PayloadMismatch`
+    (naming the type and the field) when it does not match its struct.
+    """
+    cls = PAYLOAD_TYPES.get(event_type)
+    if cls is None:
+        return None
+    try:
+        return msgspec.convert(payload, cls)
+    except msgspec.ValidationError as exc:
+        raise PayloadMismatch(f"the payload of this {event_type} event does not match its schema: {exc}") from None
+
+
+def type_of(payload: EventPayload) -> str:
+    """The event type a payload struct is written as."""
+    return _TYPE_OF[type(payload)]
+
+
+def payload_dict(payload: EventPayload | Mapping[str, Any]) -> dict[str, Any]:
+    """The JSON object a payload is written as (UNSET fields left out)."""
+    if isinstance(payload, EventPayload):
+        return msgspec.to_builtins(payload)
+    return dict(payload)
 
 
 def progress_record(fields: dict[str, Any]) -> Progress:
@@ -112,12 +338,13 @@ def progress_record(fields: dict[str, Any]) -> Progress:
     return record
 
 
-def progress_from_payload(payload: dict[str, Any]) -> Progress | None:
+def progress_from_payload(payload: Mapping[str, Any]) -> Progress | None:
     """The record a ``strategy.progress`` payload holds; None for a malformed one (never an error)."""
     try:
-        return msgspec.convert(payload, Progress)
-    except msgspec.ValidationError:
+        record = decode_payload(STRATEGY_PROGRESS, payload)
+    except PayloadMismatch:
         return None
+    return record if isinstance(record, Progress) else None
 
 
 _ts_cache: list = [None, ""]
