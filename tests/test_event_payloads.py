@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from orchestrator.log import events as E
 from orchestrator.log.eventlog import LogReader, skipped_lines
+from orchestrator.log.state import replay
 from orchestrator.runner.types import BranchArtifact, Metrics
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "judge.jsonl"
@@ -195,3 +196,6 @@ def test_the_reader_counts_a_mismatched_payload_and_keeps_an_unknown_type(tmp_pa
     assert skipped_lines(path) == reader.skipped
     # the envelope-level view (read_events, get_events_since) still returns every line
     assert len(list(LogReader(path).events())) == 5
+    # the fold never saw the bad completion: the task failed, and the unknown type changed nothing
+    state = replay(path, run_id="r")
+    assert state.tasks["r/s1/k"].state == "FAILED" and state.counters.completed == 0

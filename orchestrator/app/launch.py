@@ -12,7 +12,7 @@ import os
 import signal
 import sys
 import time
-from typing import TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import anyio
 import msgspec
@@ -23,6 +23,7 @@ from ..engine.engine import Engine
 from ..errors import ConfigError, GitError, RunLockedError, UsageError
 from ..jsonlog import ComponentLog
 from ..jsonlog import configure as configure_logs
+from ..log import events as E
 from ..log.runs import (
     RunDirs,
     RunManifest,
@@ -347,25 +348,22 @@ async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resum
         runner,
         log=olog,
     )
-    from ..log.events import RUN_STARTED
-
     # The dashboard reads only events and state: what this start printed before it
     # took the screen (a dry run, the start-up warnings) stays visible there.
     engine.note_run_event(
-        RUN_STARTED,
-        {
-            "dry_run": prep.dry_run,
-            "resumed": resume_fresh or manifest.status == "running",
-            "warnings": list(prep.warnings),
-        },
+        E.RUN_STARTED,
+        E.RunStarted(
+            dry_run=prep.dry_run, resumed=resume_fresh or manifest.status == "running", warnings=list(prep.warnings)
+        ),
     )
     if hasattr(runner, "status_table"):
         # The dashboard reads only events and state: the hosts, their slots and
         # which are down reach it as hosts.status events.
-        from ..log.events import HOSTS_STATUS
+        def hosts_status(table: list[dict[str, Any]]) -> E.HostsStatus:
+            return E.HostsStatus(hosts=[E.HostStatus(**row) for row in table])
 
-        engine.note_run_event(HOSTS_STATUS, {"hosts": runner.status_table()})
-        runner.on_status = lambda table: engine.note_run_event(HOSTS_STATUS, {"hosts": table})
+        engine.note_run_event(E.HOSTS_STATUS, hosts_status(runner.status_table()))
+        runner.on_status = lambda table: engine.note_run_event(E.HOSTS_STATUS, hosts_status(table))
     engine.on_divergence = lambda sid, keys: print(
         f"warning: strategy {sid} no longer asks for {len(keys)} recorded task(s): {', '.join(keys[:5])}"
         + (" ..." if len(keys) > 5 else ""),

@@ -89,7 +89,7 @@ class Budget:
         cap: BudgetCap,
         *,
         rates: Mapping[str, tuple[float, float]],
-        emit: Callable[[str, dict[str, Any]], object],
+        emit: Callable[[str, E.EventPayload], object],
         on_reached: Callable[[], None] | None = None,
     ) -> None:
         self.cap = cap
@@ -114,7 +114,11 @@ class Budget:
 
     def announce(self) -> None:
         """Record the cap in force for this process (a resume may have raised it), then check it."""
-        self._emit(E.BUDGET_CAP, msgspec.to_builtins(self.cap))
+        cap = self.cap
+        self._emit(
+            E.BUDGET_CAP,
+            E.BudgetCap(max_cost_usd=cap.max_cost_usd, max_tokens=cap.max_tokens, on_reached=cap.on_reached),
+        )
         self._check()
 
     # ------------------------------------------------------------ counting
@@ -186,14 +190,14 @@ class Budget:
             return
         self.spent_tokens += tokens - before_tokens
         self.spent_cost += cost - before_cost
-        self._emit(E.BUDGET_SPEND, {"task": key, "tokens": tokens, "cost_usd": round(cost, 6)})
+        self._emit(E.BUDGET_SPEND, E.BudgetSpend(task=key, tokens=tokens, cost_usd=round(cost, 6)))
         self._check()
 
     def _check(self) -> None:
         if self.reached or not self.over():
             return
         self.reached = True
-        self._emit(E.BUDGET_REACHED, self.figures())
+        self._emit(E.BUDGET_REACHED, E.BudgetReached(**self.figures()))
         if self._on_reached is not None:
             self._on_reached()
 

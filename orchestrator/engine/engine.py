@@ -122,18 +122,21 @@ class Engine:
         self._reader: BinaryIO | None = None
         self._snapshot_wanted = anyio.Event()
         # Run-level events (hosts.status) told before the log is open wait here.
-        self._pending_run_events: list[tuple[str, dict[str, Any]]] = []
+        self._pending_run_events: list[tuple[str, E.EventPayload]] = []
         self.queued = 0
         self.runner_calls = 0
         self.resumed = False
-        self.listeners: list[Callable[[str, str, str | None, dict, int, str], None]] = []
+        self.listeners: list[Callable[[str, str, str | None, E.EventPayload, int, str], None]] = []
         self.on_divergence: Callable[[str, list[str]], None] | None = None
         self.budget: Budget | None = None
 
     # ------------------------------------------------------------ event plumbing
-    def emit(self, etype: str, sid: str, payload: dict[str, Any], key: str | None = None) -> dict[str, Any]:
+    def emit(self, etype: str, sid: str, payload: E.EventPayload, key: str | None = None) -> E.EventPayload:
+        """Write one event and fold it; returns the payload as written (secrets scrubbed), as a replay reads it."""
         assert self._log is not None, "engine is not running"
-        offset, ts, written = self._log.append(etype, strategy_execution_id=sid, payload=payload, key=key)
+        offset, ts, fields = self._log.append(etype, strategy_execution_id=sid, payload=payload, key=key)
+        written = E.decode_payload(etype, fields)
+        assert written is not None
         apply(self.state, etype, sid, key, written, offset, ts)
         for cb in self.listeners:
             cb(etype, sid, key, written, offset, ts)
@@ -141,7 +144,7 @@ class Engine:
             self._snapshot_wanted.set()
         return written
 
-    def note_run_event(self, etype: str, payload: dict[str, Any]) -> None:
+    def note_run_event(self, etype: str, payload: E.EventPayload) -> None:
         """A run-level event (no strategy, no key): written now, or as soon as the run's log opens."""
         if self._log is None:
             self._pending_run_events.append((etype, payload))
@@ -176,9 +179,10 @@ class Engine:
         if self._reader is None:
             self._reader = open(self.paths.events, "rb")  # noqa: SIM115 - closed when run() ends
         self._reader.seek(task.result_offset)
-        return self._task_result(decode_line(self._reader.readline()).payload)
+        return self._task_result(decode_line(self._reader.readline()).typed())
 
-    def _task_result(self, payload: dict[str, Any]) -> dict[str, Any]:
+    def _task_result(self, payload: E.EventPayload | None) -> dict[str, Any]:
+        assert isinstance(payload, E.TaskCompleted), "a completed task's result offset points at its task.completed"
         return task_result_from_payload(payload)
 
     def schedule(
@@ -227,17 +231,17 @@ class Engine:
             self.emit(
                 E.TASK_SCHEDULED,
                 sid,
-                {
-                    "key": key,
-                    "instance_id": inst,
-                    "container_name": cname,
-                    "model": normalized["model"],
-                    "task_fingerprint_hash": fp,
-                    "branch_name": bname,
-                    "session_group_key": normalized.get("session_group_key"),
-                    "plugin": normalized["plugin_name"],
-                    "input": normalized,
-                },
+                E.TaskScheduled(
+                    key=key,
+                    instance_id=inst,
+                    container_name=cname,
+                    model=normalized["model"],
+                    task_fingerprint_hash=fp,
+                    branch_name=bname,
+                    session_group_key=normalized.get("session_group_key"),
+                    plugin=normalized["plugin_name"],
+                    input=normalized,
+                ),
                 key=key,
             )
         assert self._tg is not None
@@ -386,19 +390,23 @@ class Engine:
                     return None
                 started = False
                 try:
-                    payload = {
-                        "key": key,
-                        "instance_id": inst,
-                        "container_name": cname,
-                        "model": norm["model"],
-                        "session_id": request.session_id,
-                    }
                     # A runner over several Docker engines chooses the task's engine first,
                     # so the record names where it runs.
                     reserve = getattr(self.runner, "reserve", None)
-                    if reserve is not None:
-                        payload["host"] = await reserve(request)
-                    self.emit(E.TASK_STARTED, sid, payload, key=key)
+                    host = await reserve(request) if reserve is not None else msgspec.UNSET
+                    self.emit(
+                        E.TASK_STARTED,
+                        sid,
+                        E.TaskStarted(
+                            key=key,
+                            instance_id=inst,
+                            container_name=cname,
+                            model=norm["model"],
+                            session_id=request.session_id,
+                            host=host,
+                        ),
+                        key=key,
+                    )
                     started = True
                     self.runner_calls += 1
                     if self.budget is not None and is_agent_task(norm):
@@ -410,10 +418,13 @@ class Engine:
                     if started:  # (no await here: the cancellation cannot interrupt the record)
                         if self.budget is not None:
                             self.budget.interrupted(key)
-                        payload = {"key": key, "instance_id": inst}
-                        if key in self._live_sessions:
-                            payload["session_id"] = self._live_sessions[key]
-                        self.emit(E.TASK_INTERRUPTED, sid, payload, key=key)
+                        session = self._live_sessions.get(key, msgspec.UNSET)
+                        self.emit(
+                            E.TASK_INTERRUPTED,
+                            sid,
+                            E.TaskInterrupted(key=key, instance_id=inst, session_id=session),
+                            key=key,
+                        )
                     raise
                 except RunnerError as exc:
                     result = RunnerResult(
@@ -456,20 +467,18 @@ class Engine:
         if etype == "runner.session.reset":
             self._live_sessions.pop(key, None)
             if self.state.tasks.get(key) is not None:
-                payload = {
-                    "key": key,
-                    "instance_id": inst,
-                    "session_id": None,
-                    "reason": event.get("reason"),
-                    "detail": event.get("detail"),
-                    "previous_session_id": event.get("previous_session_id"),
-                }
-                # Several Docker hosts: the host the task starts afresh on (its own went away).
-                if event.get("host"):
-                    payload["host"] = event["host"]
-                if event.get("error_type"):
-                    payload["error_type"] = event["error_type"]
-                self.emit(E.TASK_SESSION, sid, payload, key=key)
+                reset = E.TaskSession(
+                    key=key,
+                    instance_id=inst,
+                    session_id=None,
+                    reason=event.get("reason"),
+                    detail=event.get("detail"),
+                    previous_session_id=event.get("previous_session_id"),
+                    # Several Docker hosts: the host the task starts afresh on (its own went away).
+                    host=event.get("host") or msgspec.UNSET,
+                    error_type=event.get("error_type") or msgspec.UNSET,
+                )
+                self.emit(E.TASK_SESSION, sid, reset, key=key)
             return
         data = event.get("data")
         if not isinstance(data, dict):
@@ -481,45 +490,44 @@ class Engine:
                 return
             task = self.state.tasks.get(key)
             if task is not None and task.session_id != sid_value and task.state == "RUNNING":
-                self.emit(E.TASK_SESSION, sid, {"key": key, "instance_id": inst, "session_id": sid_value}, key=key)
+                self.emit(E.TASK_SESSION, sid, E.TaskSession(key=key, instance_id=inst, session_id=sid_value), key=key)
 
     async def _finish(self, sid: str, handle: Handle, inst: str, result: RunnerResult) -> None:
         key = handle.key
-        metrics = msgspec.to_builtins(result.metrics)
+        metrics = E.Metrics(**msgspec.structs.asdict(result.metrics))
         if result.status == "success":
             message, truncated, path = await self._bound_message(key, result.final_message)
-            payload = {
-                "key": key,
-                "instance_id": inst,
-                "artifact": msgspec.to_builtins(result.artifact) if result.artifact else None,
-                "metrics": metrics,
-                "final_message": message,
-                "final_message_truncated": truncated,
-                "final_message_path": path,
-                "session_id": result.session_id,
-                "exit_code": result.exit_code,
-                "retry_attempts": result.retry_attempts,
-            }
-            if result.output is not None:
-                payload["output"] = result.output
-            written = self.emit(E.TASK_COMPLETED, sid, payload, key=key)
+            completed = E.TaskCompleted(
+                key=key,
+                instance_id=inst,
+                artifact=E.Artifact(**msgspec.structs.asdict(result.artifact)) if result.artifact else None,
+                metrics=metrics,
+                final_message=message,
+                final_message_truncated=truncated,
+                final_message_path=path,
+                session_id=result.session_id,
+                exit_code=result.exit_code,
+                retry_attempts=result.retry_attempts,
+                output=msgspec.UNSET if result.output is None else result.output,
+            )
+            written = self.emit(E.TASK_COMPLETED, sid, completed, key=key)
             # The strategy sees exactly what a replay reads back from the log.
             handle._resolve(self._task_result(written))
         else:
             error_type = result.error_type or ("timeout" if result.status == "timeout" else "container")
             message = result.error or f"task ended with status {result.status}"
-            payload = {
-                "key": key,
-                "instance_id": inst,
-                "error_type": error_type,
-                "message": message,
-                "metrics": metrics,
-                "session_id": result.session_id,
-                "exit_code": result.exit_code,
-                "status": result.status,
-                "retry_attempts": result.retry_attempts,
-            }
-            self.emit(E.TASK_FAILED, sid, payload, key=key)
+            failed = E.TaskFailed(
+                key=key,
+                instance_id=inst,
+                error_type=error_type,
+                message=message,
+                metrics=metrics,
+                session_id=result.session_id,
+                exit_code=result.exit_code,
+                status=result.status,
+                retry_attempts=result.retry_attempts,
+            )
+            self.emit(E.TASK_FAILED, sid, failed, key=key)
             recorded = self.state.tasks[key]
             handle._fail(recorded.error_type or error_type, recorded.message or "")
 
@@ -551,7 +559,11 @@ class Engine:
                 )
             return value
         value = produce()
-        self.emit(E.STRATEGY_CHECKPOINT, ctx.strategy_execution_id, {"seq": seq, "kind": kind, "value": [kind, value]})
+        self.emit(
+            E.STRATEGY_CHECKPOINT,
+            ctx.strategy_execution_id,
+            E.StrategyCheckpoint(seq=seq, kind=kind, value=[kind, value]),
+        )
         return value
 
     def publish_progress(self, sid: str, record: E.Progress) -> None:
@@ -559,7 +571,7 @@ class Engine:
         strat = self.state.strategies.get(sid)
         if strat is not None and strat.progress == record:
             return
-        self.emit(E.STRATEGY_PROGRESS, sid, msgspec.to_builtins(record))
+        self.emit(E.STRATEGY_PROGRESS, sid, record)
 
     # ------------------------------------------------------------ strategies
     def strategy_output_dir(self) -> Path:
@@ -573,7 +585,7 @@ class Engine:
         if recorded is not None and recorded.status not in ("running", "budget_reached"):
             return  # finished in an earlier process: never re-entered (one the cap stopped goes on)
         if recorded is None:
-            self.emit(E.STRATEGY_STARTED, sid, {"name": name, "params": params, "index": index})
+            self.emit(E.STRATEGY_STARTED, sid, E.StrategyStarted(name=name, params=params, index=index))
         ctx = StrategyContext(self, strategy_execution_id=sid, strategy_index=index)
         try:
             result = await fn(prompt, self.config.base_branch, ctx, **params)
@@ -585,7 +597,9 @@ class Engine:
             self.emit(
                 E.STRATEGY_COMPLETED,
                 sid,
-                {"status": status, "error": f"{type(exc).__name__}: {exc}", **self._unvisited(ctx)},
+                E.StrategyCompleted(
+                    status=status, error=f"{type(exc).__name__}: {exc}", unvisited_keys=self._unvisited(ctx)
+                ),
             )
             return
         except Exception as exc:
@@ -593,19 +607,25 @@ class Engine:
             self.emit(
                 E.STRATEGY_COMPLETED,
                 sid,
-                {"status": "failed", "error": f"{type(exc).__name__}: {exc}", **self._unvisited(ctx)},
+                E.StrategyCompleted(
+                    status="failed", error=f"{type(exc).__name__}: {exc}", unvisited_keys=self._unvisited(ctx)
+                ),
             )
             return
         status = "budget_reached" if self._capped(sid) else "success"
-        self.emit(E.STRATEGY_COMPLETED, sid, {"status": status, "result": to_jsonable(result), **self._unvisited(ctx)})
+        self.emit(
+            E.STRATEGY_COMPLETED,
+            sid,
+            E.StrategyCompleted(status=status, result=to_jsonable(result), unvisited_keys=self._unvisited(ctx)),
+        )
 
     def _capped(self, sid: str) -> bool:
         return self.budget is not None and sid in self.budget.refused
 
-    def _unvisited(self, ctx: StrategyContext) -> dict[str, Any]:
-        """Recorded keys the (possibly changed) strategy never asked for again on resume."""
+    def _unvisited(self, ctx: StrategyContext) -> list[str] | msgspec.UnsetType:
+        """Recorded keys the (possibly changed) strategy never asked for again on resume (UNSET: none)."""
         if not self.resumed:
-            return {}
+            return msgspec.UNSET
         recorded = {k for k, t in self.state.tasks.items() if t.strategy_execution_id == ctx.strategy_execution_id}
         missing = sorted(recorded - ctx.requested_keys)
         if missing:
@@ -614,8 +634,8 @@ class Engine:
             )
             if self.on_divergence is not None:
                 self.on_divergence(ctx.strategy_execution_id, missing)
-            return {"unvisited_keys": missing}
-        return {}
+            return missing
+        return msgspec.UNSET
 
     # ------------------------------------------------------------ spending cap
     def _start_budget(self, run_scope: anyio.CancelScope) -> None:
@@ -672,7 +692,7 @@ class Engine:
                 self.emit(
                     E.TASK_INTERRUPTED,
                     task.strategy_execution_id,
-                    {"key": task.key, "instance_id": task.instance_id, "reason": "crash"},
+                    E.TaskInterrupted(key=task.key, instance_id=task.instance_id, reason="crash"),
                     key=task.key,
                 )
             pending, self._pending_run_events = self._pending_run_events, []
@@ -709,27 +729,28 @@ def refuse_unsupported(norm: dict[str, Any], plugin: RunnerPlugin) -> None:
         )
 
 
-def task_result_from_payload(payload: dict[str, Any]) -> dict[str, Any]:
+def task_result_from_payload(payload: E.TaskCompleted) -> dict[str, Any]:
     """The TaskResult a strategy sees, rebuilt from a ``task.completed`` payload.
 
     Live completions and replays both go through here, so a strategy gets
     byte-identical results whether a task just finished or was read back.
     """
-    message = payload.get("final_message", "")
-    if payload.get("final_message_truncated") and payload.get("final_message_path"):
+    message = payload.final_message
+    if payload.final_message_truncated and payload.final_message_path:
         with contextlib.suppress(OSError):
-            message = Path(payload["final_message_path"]).read_text("utf-8")
+            message = Path(payload.final_message_path).read_text("utf-8")
     return {
-        "key": payload["key"],
-        "instance_id": payload["instance_id"],
+        "key": payload.key,
+        "instance_id": payload.instance_id,
         "status": "success",
-        "artifact": payload.get("artifact"),
+        # as recorded: an artifact from an older log keeps the fields it had
+        "artifact": msgspec.to_builtins(payload.artifact),
         "final_message": message,
-        "metrics": payload.get("metrics"),
-        "session_id": payload.get("session_id"),
-        "exit_code": payload.get("exit_code"),
+        "metrics": msgspec.to_builtins(payload.metrics),
+        "session_id": payload.session_id,
+        "exit_code": payload.exit_code,
         # The answer validated against the task's output_schema (None without one).
-        "output": payload.get("output"),
+        "output": None if payload.output is msgspec.UNSET else payload.output,
     }
 
 

@@ -40,7 +40,7 @@ import msgspec
 from ..errors import BudgetExhausted, BudgetReached
 from ..jsonlog import ComponentLog
 from ..log.eventlog import LogReader
-from ..log.events import Progress, decode_line
+from ..log.events import Progress, TaskCompleted, decode_line
 from ..log.state import COMPLETED, FAILED, RunState, replay
 from .context import Context, ContextCore, Handle
 from .engine import StrategyFn, task_result_from_payload
@@ -80,10 +80,12 @@ class ReplayContext(ContextCore):
         self.answers = 0  # answers given so far: unchanged across a settle means the replay is stuck
 
     # -- tasks
-    def _payload(self, offset: int) -> dict[str, Any]:
+    def _payload(self, offset: int) -> TaskCompleted:
         with open(self._events, "rb") as fh:
             fh.seek(offset)
-            return decode_line(fh.readline()).payload
+            payload = decode_line(fh.readline()).typed()
+        assert isinstance(payload, TaskCompleted), "a completed task's result offset points at its task.completed"
+        return payload
 
     def _schedule(
         self, key: str, task: Mapping[str, Any], policy: RetryPolicy | RetryPolicyDict | None, refuse: str | None

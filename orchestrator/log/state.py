@@ -21,34 +21,17 @@ import mmap
 import os
 import threading
 import zlib
-from collections.abc import Callable, ItemsView, Iterator, KeysView, MutableMapping, ValuesView
+from collections.abc import Callable, ItemsView, Iterator, KeysView, Mapping, MutableMapping, ValuesView
 from pathlib import Path
 from typing import Any
 
 import msgspec
+from msgspec import UNSET
 
 from ..errors import SnapshotError
+from . import events as E
 from .eventlog import LogReader
-from .events import (
-    BUDGET_CAP,
-    BUDGET_REACHED,
-    BUDGET_SPEND,
-    HOSTS_STATUS,
-    RUN_STARTED,
-    STRATEGY_CHECKPOINT,
-    STRATEGY_COMPLETED,
-    STRATEGY_PROGRESS,
-    STRATEGY_STARTED,
-    TASK_COMPLETED,
-    TASK_FAILED,
-    TASK_INTERRUPTED,
-    TASK_SCHEDULED,
-    TASK_SESSION,
-    TASK_STARTED,
-    Event,
-    Progress,
-    progress_from_payload,
-)
+from .events import Event, EventPayload, PayloadMismatch, Progress, decode_payload
 
 PENDING, RUNNING, COMPLETED, FAILED, INTERRUPTED = "PENDING", "RUNNING", "COMPLETED", "FAILED", "INTERRUPTED"
 TERMINAL = frozenset({COMPLETED, FAILED})
@@ -290,25 +273,24 @@ class BudgetState(msgspec.Struct, kw_only=True):
     reached_at: str | None = None
 
 
-def _fold_budget(state: RunState, etype: str, payload: dict[str, Any], ts: str) -> None:
+def _fold_budget(state: RunState, p: E.BudgetCap | E.BudgetSpend | E.BudgetReached, ts: str) -> None:
     budget = state.budget
     if budget is None:
         budget = state.budget = BudgetState()
-    if etype == BUDGET_CAP:
-        budget.max_cost_usd = payload.get("max_cost_usd")
-        budget.max_tokens = payload.get("max_tokens")
-        budget.on_reached = payload.get("on_reached") or "finish"
+    if isinstance(p, E.BudgetCap):
+        budget.max_cost_usd = p.max_cost_usd
+        budget.max_tokens = p.max_tokens
+        budget.on_reached = p.on_reached or "finish"
         budget.reached, budget.reached_at = False, None  # a new cap: the engine says again if it is reached
-    elif etype == BUDGET_SPEND:
-        key = payload.get("task")
-        if not isinstance(key, str):
+    elif isinstance(p, E.BudgetSpend):
+        if p.task is None:
             return
-        tokens, cost = int(payload.get("tokens") or 0), float(payload.get("cost_usd") or 0.0)
-        old = budget.by_task.get(key) or [0, 0.0]
-        budget.by_task[key] = [tokens, cost]
+        tokens, cost = p.tokens, float(p.cost_usd)
+        old = budget.by_task.get(p.task) or [0, 0.0]
+        budget.by_task[p.task] = [tokens, cost]
         budget.spent_tokens += tokens - int(old[0])
         budget.spent_cost_usd = round(budget.spent_cost_usd + cost - float(old[1]), 6)
-    elif etype == BUDGET_REACHED:
+    else:
         budget.reached, budget.reached_at = True, ts
 
 
@@ -343,130 +325,153 @@ class RunState(msgspec.Struct, kw_only=True):
         return [s for s in self.strategies.values() if s.status == "running"]
 
 
-def _finish(state: RunState, task: TaskState, payload: dict[str, Any], offset: int, ts: str) -> None:
+def _finish(state: RunState, task: TaskState, p: E.TaskCompleted | E.TaskFailed, offset: int, ts: str) -> None:
     """What a terminal event records of a task, success or failure alike: when, where, what it cost."""
     task.completed_at = ts
     task.result_offset = offset
-    metrics = payload.get("metrics") or {}
-    task.cost_usd = metrics.get("cost_usd")
-    task.tokens_in = metrics.get("tokens_in", 0) or 0
-    task.tokens_out = metrics.get("tokens_out", 0) or 0
-    task.duration_s = metrics.get("duration_s", 0.0) or 0.0
-    if payload.get("session_id"):
-        task.session_id = payload["session_id"]
+    metrics = p.metrics or _NO_METRICS
+    task.cost_usd = metrics.cost_usd
+    task.tokens_in = metrics.tokens_in
+    task.tokens_out = metrics.tokens_out
+    task.duration_s = metrics.duration_s
+    if p.session_id:
+        task.session_id = p.session_id
     c = state.counters
     c.cost_usd += task.cost_usd or 0.0
     c.tokens_in += task.tokens_in
     c.tokens_out += task.tokens_out
 
 
+_NO_METRICS = E.Metrics()
+
+
 def apply(
-    state: RunState, etype: str, sid: str, key: str | None, payload: dict[str, Any], offset: int, ts: str
+    state: RunState,
+    etype: str,
+    sid: str,
+    key: str | None,
+    payload: EventPayload | Mapping[str, Any] | None,
+    offset: int,
+    ts: str,
 ) -> None:
-    """Fold one event into ``state`` (idempotent for offsets already applied)."""
+    """Fold one event into ``state`` (idempotent for offsets already applied).
+
+    ``payload`` is the event's struct (None: a type this version does not
+    know). A plain mapping (a test's, a tool's) is decoded into its struct
+    first; one that does not match its type changes nothing but the offset,
+    as an unknown type does.
+    """
     if offset <= state.last_event_start_offset:
         return
     state.last_event_start_offset = offset
-    if key is not None:
-        task = state.tasks.get(key)
-        if etype == TASK_SCHEDULED:
-            if task is None:
-                task = state.tasks[key] = TaskState(
-                    key=key, instance_id=payload["instance_id"], strategy_execution_id=sid, seq=state.counters.scheduled
-                )
-                state.counters.scheduled += 1
-            task.fingerprint = payload.get("task_fingerprint_hash", "")
-            task.input = payload.get("input", task.input)
-            task.model = payload.get("model")
-            task.container_name = payload.get("container_name")
-            task.branch_name = payload.get("branch_name")
-            task.session_group_key = payload.get("session_group_key")
-            task.scheduled_at = task.scheduled_at or ts
-            if task.state == INTERRUPTED:
-                task.state = PENDING
+    if payload is not None and not isinstance(payload, EventPayload):
+        try:
+            payload = decode_payload(etype, payload)
+        except PayloadMismatch:
             return
-        if task is None:  # a task event without its scheduled event: not ours to invent
-            return
-        if etype == TASK_STARTED:
-            if task.state not in TERMINAL:
-                task.state = RUNNING
-                task.started_at = ts
-                task.interrupted_at = None
-                task.attempts += 1
-                if payload.get("session_id"):
-                    task.session_id = payload["session_id"]
-        elif etype == TASK_COMPLETED:
-            if task.state not in TERMINAL:
-                task.state = COMPLETED
-                artifact = payload.get("artifact") or {}
-                task.branch_final = artifact.get("branch_final")
-                task.uncommitted_files = artifact.get("uncommitted_files", 0) or 0
-                task.auto_committed = bool(artifact.get("auto_committed"))
-                _finish(state, task, payload, offset, ts)
-                state.counters.completed += 1
-        elif etype == TASK_FAILED:
-            if task.state not in TERMINAL:
-                task.state = FAILED
-                task.error_type = payload.get("error_type")
-                task.message = payload.get("message")
-                # a failed agent was paid for what it read and wrote: its tokens count as its cost does
-                _finish(state, task, payload, offset, ts)
-                state.counters.failed += 1
-        elif etype == TASK_SESSION:
-            # Only a task that can still run again has a session worth keeping:
-            # a finished task's session is the one its terminal event recorded.
-            if task.state not in TERMINAL:
-                sid_value = payload.get("session_id")
-                task.session_id = sid_value if isinstance(sid_value, str) and sid_value else None
-        elif etype == TASK_INTERRUPTED and task.state not in TERMINAL and task.state != INTERRUPTED:
-            task.state = INTERRUPTED
-            task.interrupted_at = ts
-            if payload.get("session_id"):
-                task.session_id = payload["session_id"]
-            state.counters.interrupted += 1
+    if payload is None:
         return
-    if etype == RUN_STARTED:
-        state.dry_run = bool(payload.get("dry_run"))
-        for warning in payload.get("warnings") or ():
-            if isinstance(warning, str) and warning not in state.warnings:
+    if key is not None:
+        _fold_task(state, sid, key, payload, offset, ts)
+        return
+    if isinstance(payload, E.RunStarted):
+        state.dry_run = payload.dry_run
+        for warning in payload.warnings:
+            if warning not in state.warnings:
                 state.warnings.append(warning)
         return
-    if etype in (BUDGET_CAP, BUDGET_SPEND, BUDGET_REACHED):
-        _fold_budget(state, etype, payload, ts)
+    if isinstance(payload, (E.BudgetCap, E.BudgetSpend, E.BudgetReached)):
+        _fold_budget(state, payload, ts)
         return
-    if etype == HOSTS_STATUS:
+    if isinstance(payload, E.HostsStatus):
         # The whole table each time: a resume with other hosts replaces the old set.
         state.hosts = {
-            h["name"]: HostState(
-                max_parallel=int(h.get("max_parallel") or 0), down=bool(h.get("down")), reason=h.get("reason")
-            )
-            for h in payload.get("hosts") or ()
-            if isinstance(h, dict) and h.get("name")
+            h.name: HostState(max_parallel=h.max_parallel, down=h.down, reason=None if h.reason is UNSET else h.reason)
+            for h in payload.hosts
+            if h.name
         }
         return
     strat = state.strategies.get(sid)
-    if etype == STRATEGY_STARTED:
+    if isinstance(payload, E.StrategyStarted):
         if strat is None:
             strat = state.strategies[sid] = StrategyState(id=sid)
-        strat.name = payload.get("name", strat.name)
-        strat.params = payload.get("params", strat.params)
+        strat.name = payload.name or strat.name
+        if payload.params is not UNSET:
+            strat.params = payload.params
         strat.started_at = strat.started_at or ts
     elif strat is None:
         return
-    elif etype == STRATEGY_CHECKPOINT:
-        seq = payload.get("seq", len(strat.checkpoints))
+    elif isinstance(payload, E.StrategyCheckpoint):
+        seq = len(strat.checkpoints) if payload.seq is UNSET else payload.seq
         if seq == len(strat.checkpoints):
-            strat.checkpoints.append(payload.get("value"))
-    elif etype == STRATEGY_PROGRESS:
-        record = progress_from_payload(payload)
-        if record is not None:
-            strat.progress = record
-    elif etype == STRATEGY_COMPLETED and strat.status in ("running", "budget_reached"):
+            strat.checkpoints.append(payload.value)
+    elif isinstance(payload, Progress):
+        strat.progress = payload
+    elif isinstance(payload, E.StrategyCompleted) and strat.status in ("running", "budget_reached"):
         # budget_reached is final only until a resume with a higher cap finishes it
-        strat.status = payload.get("status", "success")
+        strat.status = payload.status
         strat.completed_at = ts
-        strat.result = payload.get("result")
-        strat.error = payload.get("error")
+        strat.result = None if payload.result is UNSET else payload.result
+        strat.error = None if payload.error is UNSET else payload.error
+
+
+def _fold_task(state: RunState, sid: str, key: str, p: EventPayload, offset: int, ts: str) -> None:
+    task = state.tasks.get(key)
+    if isinstance(p, E.TaskScheduled):
+        if task is None:
+            task = state.tasks[key] = TaskState(
+                key=key, instance_id=p.instance_id, strategy_execution_id=sid, seq=state.counters.scheduled
+            )
+            state.counters.scheduled += 1
+        task.fingerprint = p.task_fingerprint_hash
+        if p.input is not UNSET:
+            task.input = p.input
+        task.model = p.model
+        task.container_name = p.container_name
+        task.branch_name = p.branch_name
+        task.session_group_key = p.session_group_key
+        task.scheduled_at = task.scheduled_at or ts
+        if task.state == INTERRUPTED:
+            task.state = PENDING
+        return
+    if task is None:  # a task event without its scheduled event: not ours to invent
+        return
+    if isinstance(p, E.TaskStarted):
+        if task.state not in TERMINAL:
+            task.state = RUNNING
+            task.started_at = ts
+            task.interrupted_at = None
+            task.attempts += 1
+            if p.session_id:
+                task.session_id = p.session_id
+    elif isinstance(p, E.TaskCompleted):
+        if task.state not in TERMINAL:
+            task.state = COMPLETED
+            artifact = p.artifact
+            task.branch_final = artifact.branch_final if artifact else None
+            task.uncommitted_files = (artifact.uncommitted_files or 0) if artifact else 0
+            task.auto_committed = bool(artifact.auto_committed) if artifact else False
+            _finish(state, task, p, offset, ts)
+            state.counters.completed += 1
+    elif isinstance(p, E.TaskFailed):
+        if task.state not in TERMINAL:
+            task.state = FAILED
+            task.error_type = p.error_type
+            task.message = p.message
+            # a failed agent was paid for what it read and wrote: its tokens count as its cost does
+            _finish(state, task, p, offset, ts)
+            state.counters.failed += 1
+    elif isinstance(p, E.TaskSession):
+        # Only a task that can still run again has a session worth keeping:
+        # a finished task's session is the one its terminal event recorded.
+        if task.state not in TERMINAL:
+            task.session_id = p.session_id or None
+    elif isinstance(p, E.TaskInterrupted) and task.state not in TERMINAL and task.state != INTERRUPTED:
+        task.state = INTERRUPTED
+        task.interrupted_at = ts
+        if p.session_id:
+            task.session_id = p.session_id
+        state.counters.interrupted += 1
 
 
 def apply_event(state: RunState, ev: Event) -> None:
@@ -483,12 +488,13 @@ def replay(
 ) -> RunState:
     """Fold every complete event of ``path`` after the state's offset (up to ``until``) into ``state``.
 
-    ``reader`` keeps the lines that were not events (one is made if not given).
+    ``reader`` keeps the lines that were skipped (one is made if not given):
+    those that are not events and those whose payload does not match its type.
     """
     state = state or RunState(run_id=run_id)
     start = state.last_event_start_offset + 1 if state.last_event_start_offset >= 0 else 0
-    for offset, ev in (reader or LogReader(path)).events(start, until=until):
-        apply(state, ev.type, ev.strategy_execution_id, ev.key, ev.payload, offset, ev.ts)
+    for offset, ev, payload in (reader or LogReader(path)).records(start, until=until):
+        apply(state, ev.type, ev.strategy_execution_id, ev.key, payload, offset, ev.ts)
     return state
 
 
