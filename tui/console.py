@@ -24,24 +24,15 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Any, Literal, TextIO
+from typing import Any, Literal, NamedTuple, TextIO
 
 import anyio
+import msgspec
 import orjson
 
+from orchestrator.log import events as E
 from orchestrator.log.eventlog import subscribe
-from orchestrator.log.events import (
-    STRATEGY_COMPLETED,
-    STRATEGY_PROGRESS,
-    STRATEGY_STARTED,
-    TASK_COMPLETED,
-    TASK_FAILED,
-    TASK_INTERRUPTED,
-    TASK_SCHEDULED,
-    TASK_STARTED,
-    progress_from_payload,
-    to_dict,
-)
+from orchestrator.log.events import EventPayload, PayloadMismatch, decode_payload, to_dict
 from orchestrator.naming import display_ids
 
 from .model import first_line, fmt_cost, fmt_duration, fmt_progress, fmt_tokens, makes_branch, task_label
@@ -61,14 +52,13 @@ def _tag(name: str, color: bool) -> str:
     return f"{TAG_COLOR[name]}[{name}]{RESET}" if color else f"[{name}]"
 
 
-def _metrics(payload: dict[str, Any], *, tokens: bool) -> list[str]:
-    m = payload.get("metrics") or {}
-    duration = m.get("duration_s")
+def _metrics(metrics: E.Metrics | None, *, tokens: bool) -> list[str]:
+    duration = None if metrics is None or metrics.duration_s is msgspec.UNSET else metrics.duration_s
     # a finished task's duration is final, so sub-10 s ones keep a decimal ("0.4s", not "0s")
-    shown = f"{duration:.1f}s" if isinstance(duration, (int, float)) and duration < 10 else fmt_duration(duration)
-    parts = [shown, fmt_cost(m.get("cost_usd"))]
+    shown = f"{duration:.1f}s" if duration is not None and duration < 10 else fmt_duration(duration)
+    parts = [shown, fmt_cost(metrics.cost_usd if metrics else None)]
     if tokens:
-        parts.append(f"{fmt_tokens((m.get('tokens_in') or 0) + (m.get('tokens_out') or 0))} tokens")
+        parts.append(f"{fmt_tokens(metrics.tokens_in + metrics.tokens_out if metrics else 0)} tokens")
     return parts
 
 
@@ -89,6 +79,19 @@ def _params(params: Any) -> str:
     return f" ({shown})" if shown else ""
 
 
+class Scheduled(NamedTuple):
+    """What a task's ``task.scheduled`` said that its ``task.started`` line shows."""
+
+    plugin: str | None
+    branch_name: str | None  # None for a task that makes no branch
+
+
+def scheduled_of(p: E.TaskScheduled) -> Scheduled:
+    task_input = None if p.input is msgspec.UNSET else p.input
+    plugin = p.plugin or (task_input or {}).get("plugin_name")
+    return Scheduled(plugin, p.branch_name if p.branch_name and makes_branch(task_input) else None)
+
+
 def format_event(event: dict, *, color: bool, several: bool = False) -> str | None:
     """The plain-mode line for one event (a dict in the events.jsonl shape), or None if not shown.
 
@@ -97,45 +100,66 @@ def format_event(event: dict, *, color: bool, several: bool = False) -> str | No
     engine records them; it copies the branch only for a task that makes one).
     ``several``: the run has more than one strategy execution.
     """
-    etype = event.get("type")
-    payload = event.get("payload") or {}
-    key = event.get("key")
-    if etype in (TASK_STARTED, TASK_COMPLETED, TASK_FAILED, TASK_INTERRUPTED) and key:
-        prefix = f"{display_ids(key, str(payload.get('instance_id') or '?????'))}: {task_label(key, several)} "
-        if etype == TASK_STARTED:
-            target = payload.get("branch_name") or ""
-            line = _tag("STARTED", color) + (f" → {target}" if target else "")
-            if payload.get("plugin") == "command":
-                line += " (command)"
-            elif payload.get("model"):
-                line += f" ({payload['model']})"
-            return prefix + line
-        if etype == TASK_COMPLETED:
-            artifact = payload.get("artifact") or {}
-            parts = ["✓ " + " • ".join(_metrics(payload, tokens=True))]
-            branch = artifact.get("branch_final")
-            parts.append(f"→ {branch}" if branch else "no branch")
-            if artifact.get("has_changes"):
-                parts.append(f"+{artifact.get('lines_added') or 0}/-{artifact.get('lines_deleted') or 0}")
-            return prefix + _tag("COMPLETED", color) + " " + " • ".join(parts)
-        if etype == TASK_FAILED:
-            message = first_line(payload.get("message"), MESSAGE_LIMIT)
-            head = f"✗ {payload.get('error_type') or 'error'}" + (f": {message}" if message else "")
-            return prefix + _tag("FAILED", color) + " " + " • ".join([head, *_metrics(payload, tokens=False)])
-        reason = payload.get("reason")
-        return prefix + _tag("INTERRUPTED", color) + (f" {reason}" if reason else "")
+    raw = event.get("payload") or {}
+    try:
+        payload = decode_payload(str(event.get("type")), raw)
+    except PayloadMismatch:
+        return None
+    scheduled = Scheduled(raw.get("plugin"), raw.get("branch_name"))
     sid = event.get("strategy_execution_id") or "?"
-    if etype == STRATEGY_STARTED:
-        return f"{sid}: {_tag('STRATEGY', color)} {payload.get('name') or '?'} started{_params(payload.get('params'))}"
-    if etype == STRATEGY_COMPLETED:
-        status = payload.get("status") or "?"
+    return format_line(payload, key=event.get("key"), sid=sid, color=color, several=several, scheduled=scheduled)
+
+
+def format_line(
+    payload: EventPayload | None,
+    *,
+    key: str | None,
+    sid: str,
+    color: bool,
+    several: bool = False,
+    scheduled: Scheduled | None = None,
+) -> str | None:
+    """The plain-mode line for one event's payload struct, or None if not shown.
+
+    A ``task.started`` line names the branch and plugin the task's
+    ``scheduled`` event recorded (the branch only for a task that makes one).
+    """
+    if isinstance(payload, (E.TaskStarted, E.TaskCompleted, E.TaskFailed, E.TaskInterrupted)) and key:
+        prefix = f"{display_ids(key, payload.instance_id or '?????')}: {task_label(key, several)} "
+        if isinstance(payload, E.TaskStarted):
+            target = scheduled.branch_name if scheduled is not None else None
+            line = _tag("STARTED", color) + (f" → {target}" if target else "")
+            if scheduled is not None and scheduled.plugin == "command":
+                line += " (command)"
+            elif payload.model:
+                line += f" ({payload.model})"
+            return prefix + line
+        if isinstance(payload, E.TaskCompleted):
+            artifact = payload.artifact
+            parts = ["✓ " + " • ".join(_metrics(payload.metrics, tokens=True))]
+            branch = artifact.branch_final if artifact else None
+            parts.append(f"→ {branch}" if branch else "no branch")
+            if artifact is not None and artifact.has_changes:
+                parts.append(f"+{artifact.lines_added}/-{artifact.lines_deleted}")
+            return prefix + _tag("COMPLETED", color) + " " + " • ".join(parts)
+        if isinstance(payload, E.TaskFailed):
+            message = first_line(payload.message, MESSAGE_LIMIT)
+            head = f"✗ {payload.error_type or 'error'}" + (f": {message}" if message else "")
+            return prefix + _tag("FAILED", color) + " " + " • ".join([head, *_metrics(payload.metrics, tokens=False)])
+        reason = payload.reason
+        return prefix + _tag("INTERRUPTED", color) + (f" {reason}" if reason else "")
+    if isinstance(payload, E.StrategyStarted):
+        params = None if payload.params is msgspec.UNSET else payload.params
+        return f"{sid}: {_tag('STRATEGY', color)} {payload.name or '?'} started{_params(params)}"
+    if isinstance(payload, E.StrategyCompleted):
+        status = payload.status or "?"
         tag = _tag("FAILED", color) if status == "failed" else _tag("STRATEGY", color)
         line = f"{sid}: {tag} {status}"
-        if payload.get("error"):
-            line += f": {first_line(payload['error'], MESSAGE_LIMIT)}"
+        if payload.error:
+            line += f": {first_line(payload.error, MESSAGE_LIMIT)}"
         return line
-    if etype == STRATEGY_PROGRESS:
-        text = fmt_progress(progress_from_payload(payload))
+    if isinstance(payload, E.Progress):
+        text = fmt_progress(payload)
         return f"{sid}: {_tag('STRATEGY', color)} {text}" if text else None
     return None
 
@@ -168,28 +192,32 @@ async def stream_console(
         raise ValueError(f"console mode must be plain, json or quiet, not {mode!r}")
     path = Path(logs_dir) / run_id / "events.jsonl"
     use_color = _use_color(file, color)
-    scheduled: dict[str, dict[str, Any]] = {}
+    scheduled: dict[str, Scheduled] = {}
     executions: set[str] = set()
     async for ev in subscribe(path, 0, stop=stop):
         if mode == "quiet":
             continue  # still drained, so the caller's stop/drain contract holds in every mode
-        if ev.type == STRATEGY_STARTED:
+        try:
+            payload = ev.typed()
+        except PayloadMismatch:
+            payload = None  # not shown (the JSON stream passes every event through as it is)
+        if isinstance(payload, E.StrategyStarted):
             executions.add(ev.strategy_execution_id)
-        if ev.type == TASK_SCHEDULED and ev.key:
-            task_input = ev.payload.get("input")
-            shown = {"plugin": ev.payload.get("plugin") or (task_input or {}).get("plugin_name")}
-            if ev.payload.get("branch_name") and makes_branch(task_input):
-                shown["branch_name"] = ev.payload["branch_name"]
-            scheduled[ev.key] = shown
+        if isinstance(payload, E.TaskScheduled) and ev.key:
+            scheduled[ev.key] = scheduled_of(payload)
         if ev.start_offset < since:
             continue
-        event = to_dict(ev)
         if mode == "json":
-            file.write(orjson.dumps(event).decode() + "\n")
+            file.write(orjson.dumps(to_dict(ev)).decode() + "\n")
         else:
-            if ev.type == TASK_STARTED and ev.key in scheduled:
-                event["payload"] = {**event["payload"], **scheduled[ev.key]}
-            line = format_event(event, color=use_color, several=len(executions) > 1)
+            line = format_line(
+                payload,
+                key=ev.key,
+                sid=ev.strategy_execution_id or "?",
+                color=use_color,
+                several=len(executions) > 1,
+                scheduled=scheduled.get(ev.key) if ev.key else None,
+            )
             if line is None:
                 continue
             file.write(line + "\n")

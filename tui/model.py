@@ -17,22 +17,14 @@ so a later catch-up of the event stream never double counts.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
 import msgspec
 
-from orchestrator.log.events import (
-    STRATEGY_STARTED,
-    TASK_COMPLETED,
-    TASK_FAILED,
-    TASK_INTERRUPTED,
-    TASK_SCHEDULED,
-    TASK_SESSION,
-    TASK_STARTED,
-    Event,
-    Progress,
-)
+from orchestrator.log import events as E
+from orchestrator.log.events import Event, EventPayload, PayloadMismatch, Progress, decode_payload
 from orchestrator.log.state import COMPLETED, FAILED, INTERRUPTED, PENDING, RUNNING, RunState, TaskState, apply
 
 ACTIVITY_LIMIT = 240  # characters of a final message or error kept for the activity line
@@ -167,13 +159,29 @@ class RunModel:
         self.first_ts: float | None = None
         self.last_ts: float | None = None
         self.reconciled = 0  # how many times a snapshot was adopted
+        self.skipped = 0  # events whose payload does not match their type: not folded
         self._summary_cache: tuple[int, dict[str, Any]] | None = None
 
     # ---------------------------------------------------------------- feeding
     def feed(self, ev: Event) -> None:
         self.feed_raw(ev.type, ev.strategy_execution_id, ev.key, ev.payload, ev.start_offset, ev.ts)
 
-    def feed_raw(self, etype: str, sid: str, key: str | None, payload: dict[str, Any], offset: int, ts: str) -> None:
+    def feed_raw(
+        self,
+        etype: str,
+        sid: str,
+        key: str | None,
+        payload: EventPayload | Mapping[str, Any] | None,
+        offset: int,
+        ts: str,
+    ) -> None:
+        """Fold one event; ``payload`` is its struct, or the JSON object (decoded here, as the fold does)."""
+        if payload is not None and not isinstance(payload, EventPayload):
+            try:
+                payload = decode_payload(etype, payload)
+            except PayloadMismatch:
+                self.skipped += 1
+                return
         epoch = parse_ts(ts)
         if epoch is not None:
             if self.first_ts is None or epoch < self.first_ts:
@@ -184,48 +192,48 @@ class RunModel:
         self.version += 1
         apply(self.state, etype, sid, key, payload, offset, ts)
         if key is not None:
-            self._note_task(etype, key, payload, epoch)
-        elif etype == STRATEGY_STARTED and self.first_ts is None:
+            self._note_task(key, payload, epoch)
+        elif isinstance(payload, E.StrategyStarted) and self.first_ts is None:
             self.first_ts = epoch
 
-    def _note_task(self, etype: str, key: str, payload: dict[str, Any], epoch: float | None) -> None:
+    def _note_task(self, key: str, p: EventPayload | None, epoch: float | None) -> None:
         extra = self.extras.get(key)
         if extra is None:
             extra = self.extras[key] = TaskExtra()
-        if etype == TASK_SCHEDULED:
-            extra.plugin = payload.get("plugin")
-            extra.prompt = task_doing(payload.get("input"))
-            extra.makes_branch = makes_branch(payload.get("input"))
+        if isinstance(p, E.TaskScheduled):
+            task_input = None if p.input is msgspec.UNSET else p.input
+            extra.plugin = p.plugin or None
+            extra.prompt = task_doing(task_input)
+            extra.makes_branch = makes_branch(task_input)
             extra.activity = f"queued: {extra.prompt}" if extra.prompt else "queued"
-        elif etype == TASK_STARTED:
+        elif isinstance(p, E.TaskStarted):
             extra.started = epoch
             extra.ended = None
-            extra.host = payload.get("host")
+            extra.host = p.host or None
             task = self.state.tasks.get(key)
             attempt = task.attempts if task is not None else 1
-            doing = extra.prompt or f"running {payload.get('model') or ''}".rstrip()
+            doing = extra.prompt or f"running {p.model or ''}".rstrip()
             extra.activity = (f"attempt {attempt}: " if attempt > 1 else "") + doing
-        elif etype == TASK_COMPLETED:
+        elif isinstance(p, E.TaskCompleted):
             extra.ended = epoch
-            artifact = payload.get("artifact") or {}
-            extra.has_changes = artifact.get("has_changes")
-            extra.lines_added = artifact.get("lines_added") or 0
-            extra.lines_deleted = artifact.get("lines_deleted") or 0
-            extra.retry_attempts = payload.get("retry_attempts") or 0
-            extra.activity = first_line(payload.get("final_message")) or "done"
-        elif etype == TASK_FAILED:
+            artifact = p.artifact
+            extra.has_changes = artifact.has_changes if artifact else None
+            extra.lines_added = artifact.lines_added if artifact else 0
+            extra.lines_deleted = artifact.lines_deleted if artifact else 0
+            extra.retry_attempts = p.retry_attempts
+            extra.activity = first_line(p.final_message) or "done"
+        elif isinstance(p, E.TaskFailed):
             extra.ended = epoch
-            extra.retry_attempts = payload.get("retry_attempts") or 0
-            extra.activity = f"{payload.get('error_type') or 'error'}: {first_line(payload.get('message'))}"
-        elif etype == TASK_SESSION and payload.get("host"):
+            extra.retry_attempts = p.retry_attempts
+            extra.activity = f"{p.error_type or 'error'}: {first_line(p.message)}"
+        elif isinstance(p, E.TaskSession) and p.host:
             # Its host went away: the task started afresh on this one.
-            extra.host = payload["host"]
-            reason = payload.get("reason") or "session reset"
-            extra.activity = f"moved to host {payload['host']} ({reason})"
-        elif etype == TASK_INTERRUPTED:
+            extra.host = p.host
+            reason = p.reason or "session reset"
+            extra.activity = f"moved to host {p.host} ({reason})"
+        elif isinstance(p, E.TaskInterrupted):
             extra.ended = epoch
-            reason = payload.get("reason")
-            extra.activity = f"interrupted ({reason})" if reason else "interrupted"
+            extra.activity = f"interrupted ({p.reason})" if p.reason else "interrupted"
 
     def hosts_running(self) -> dict[str, int]:
         """Running tasks per Docker host, in the order hosts first appear; {} without hosts."""

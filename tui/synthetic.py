@@ -17,11 +17,13 @@ import argparse
 import heapq
 import random
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import anyio
 
+from orchestrator.log import events as E
 from orchestrator.log.eventlog import EventLog
 from orchestrator.log.events import (
     STRATEGY_COMPLETED,
@@ -30,6 +32,8 @@ from orchestrator.log.events import (
     TASK_FAILED,
     TASK_SCHEDULED,
     TASK_STARTED,
+    EventPayload,
+    payload_dict,
 )
 from orchestrator.log.state import RunState, apply, encode_snapshot, write_snapshot_bytes
 from orchestrator.naming import branch_name, container_name, instance_id
@@ -40,7 +44,12 @@ class SynthEvent(NamedTuple):
     type: str
     sid: str
     key: str | None
-    payload: dict[str, Any]
+    record: EventPayload | Mapping[str, Any]  # (a test may hand a JSON object, decoded where it is folded)
+
+    @property
+    def payload(self) -> dict[str, Any]:
+        """The payload as the log holds it (JSON)."""
+        return payload_dict(self.record)
 
 
 def synthetic_run(
@@ -70,7 +79,7 @@ def synthetic_run(
                 STRATEGY_STARTED,
                 sid,
                 None,
-                {"name": strategy, "params": {"n": n_tasks // executions or 1}, "index": index},
+                E.StrategyStarted(name=strategy, params={"n": n_tasks // executions or 1}, index=index),
             )
         )
     tasks = []
@@ -84,17 +93,17 @@ def synthetic_run(
                 TASK_SCHEDULED,
                 sid,
                 key,
-                {
-                    "key": key,
-                    "instance_id": instance_id(run_id, sid, key),
-                    "container_name": container_name(run_id, int(sid[1:]) - 1, key),
-                    "model": model,
-                    "task_fingerprint_hash": f"{i:064x}",
-                    "branch_name": branch_name(strategy, run_id, key),
-                    "session_group_key": None,
-                    "plugin": "claude-code",
-                    "input": {"prompt": f"Implement variant {i} of the feature", "model": model},
-                },
+                E.TaskScheduled(
+                    key=key,
+                    instance_id=instance_id(run_id, sid, key),
+                    container_name=container_name(run_id, int(sid[1:]) - 1, key),
+                    model=model,
+                    task_fingerprint_hash=f"{i:064x}",
+                    branch_name=branch_name(strategy, run_id, key),
+                    session_group_key=None,
+                    plugin="claude-code",
+                    input={"prompt": f"Implement variant {i} of the feature", "model": model},
+                ),
             )
         )
     free = [0.01 * n_tasks] * max_parallel  # when each worker slot is next free
@@ -112,18 +121,18 @@ def synthetic_run(
                 TASK_STARTED,
                 sid,
                 key,
-                {
-                    "key": key,
-                    "instance_id": inst,
-                    "container_name": container_name(run_id, int(sid[1:]) - 1, key),
-                    "model": model,
-                    "session_id": None,
-                },
+                E.TaskStarted(
+                    key=key,
+                    instance_id=inst,
+                    container_name=container_name(run_id, int(sid[1:]) - 1, key),
+                    model=model,
+                    session_id=None,
+                ),
             )
         )
         cost = None if i % 20 == 19 else round(rng.uniform(0.02, 0.6), 4)
         tokens_in, tokens_out = rng.randint(2000, 40000), rng.randint(200, 6000)
-        metrics = {"tokens_in": tokens_in, "tokens_out": tokens_out, "cost_usd": cost, "duration_s": duration}
+        metrics = E.Metrics(tokens_in=tokens_in, tokens_out=tokens_out, cost_usd=cost, duration_s=duration)
         if fail_every and i % fail_every == fail_every - 1:
             events.append(
                 SynthEvent(
@@ -131,17 +140,17 @@ def synthetic_run(
                     TASK_FAILED,
                     sid,
                     key,
-                    {
-                        "key": key,
-                        "instance_id": inst,
-                        "error_type": "timeout",
-                        "message": f"Timeout after {int(duration)}s waiting for the agent",
-                        "metrics": metrics,
-                        "session_id": f"sess-{i}",
-                        "exit_code": None,
-                        "status": "timeout",
-                        "retry_attempts": 2,
-                    },
+                    E.TaskFailed(
+                        key=key,
+                        instance_id=inst,
+                        error_type="timeout",
+                        message=f"Timeout after {int(duration)}s waiting for the agent",
+                        metrics=metrics,
+                        session_id=f"sess-{i}",
+                        exit_code=None,
+                        status="timeout",
+                        retry_attempts=2,
+                    ),
                 )
             )
         else:
@@ -152,35 +161,39 @@ def synthetic_run(
                     TASK_COMPLETED,
                     sid,
                     key,
-                    {
-                        "key": key,
-                        "instance_id": inst,
-                        "artifact": {
-                            "type": "branch",
-                            "branch_planned": branch_name(strategy, run_id, key),
-                            "branch_final": branch_name(strategy, run_id, key),
-                            "base": "main",
-                            "commit": f"{i:040x}",
-                            "has_changes": True,
-                            "commit_count": 1,
-                            "lines_added": added,
-                            "lines_deleted": added // 3,
-                        },
-                        "metrics": metrics,
-                        "final_message": f"Implemented variant {i}: added {added} lines and tests.",
-                        "final_message_truncated": False,
-                        "final_message_path": "",
-                        "session_id": f"sess-{i}",
-                        "exit_code": 0,
-                        "retry_attempts": 0,
-                    },
+                    E.TaskCompleted(
+                        key=key,
+                        instance_id=inst,
+                        artifact=E.Artifact(
+                            type="branch",
+                            branch_planned=branch_name(strategy, run_id, key),
+                            branch_final=branch_name(strategy, run_id, key),
+                            base="main",
+                            commit=f"{i:040x}",
+                            has_changes=True,
+                            commit_count=1,
+                            lines_added=added,
+                            lines_deleted=added // 3,
+                        ),
+                        metrics=metrics,
+                        final_message=f"Implemented variant {i}: added {added} lines and tests.",
+                        final_message_truncated=False,
+                        final_message_path="",
+                        session_id=f"sess-{i}",
+                        exit_code=0,
+                        retry_attempts=0,
+                    ),
                 )
             )
         ends.append(end)
     last = max(ends, default=0.0)
     if finish:
         for sid in sids:
-            events.append(SynthEvent(last + 0.5, STRATEGY_COMPLETED, sid, None, {"status": "success", "result": None}))
+            events.append(
+                SynthEvent(
+                    last + 0.5, STRATEGY_COMPLETED, sid, None, E.StrategyCompleted(status="success", result=None)
+                )
+            )
     events.sort(key=lambda e: e.vt)  # stable: same-time events keep their causal order
     if not finish:
         events = [e for e in events if e.vt <= last / 2]
@@ -209,8 +222,8 @@ async def write_run(
                 delay = t0 + ev.vt / span * duration - time.monotonic()
                 if delay > 0:
                     await anyio.sleep(delay)
-            offset, ts, written = log.append(ev.type, strategy_execution_id=ev.sid, payload=ev.payload, key=ev.key)
-            apply(state, ev.type, ev.sid, ev.key, written, offset, ts)
+            offset, ts, _ = log.append(ev.type, strategy_execution_id=ev.sid, payload=ev.record, key=ev.key)
+            apply(state, ev.type, ev.sid, ev.key, ev.record, offset, ts)
             if time.monotonic() - last_snapshot >= snapshot_every_s:
                 await log.flush()
                 await anyio.to_thread.run_sync(write_snapshot_bytes, encode_snapshot(state), snapshots)

@@ -153,7 +153,7 @@ class Metrics(msgspec.Struct, frozen=True, kw_only=True):
     tokens_in: int = 0
     tokens_out: int = 0
     cost_usd: float | None = None  # None: unknown
-    duration_s: float = 0.0
+    duration_s: float | UnsetType = UNSET  # (UNSET: not recorded, which the console shows as unknown)
 
 
 class TaskCompleted(EventPayload, frozen=True, kw_only=True):

@@ -333,7 +333,7 @@ def _finish(state: RunState, task: TaskState, p: E.TaskCompleted | E.TaskFailed,
     task.cost_usd = metrics.cost_usd
     task.tokens_in = metrics.tokens_in
     task.tokens_out = metrics.tokens_out
-    task.duration_s = metrics.duration_s
+    task.duration_s = metrics.duration_s or 0.0
     if p.session_id:
         task.session_id = p.session_id
     c = state.counters
