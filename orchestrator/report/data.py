@@ -15,16 +15,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ..log.eventlog import read_events
-from ..log.events import (
-    STRATEGY_COMPLETED,
-    STRATEGY_STARTED,
-    TASK_COMPLETED,
-    TASK_FAILED,
-    TASK_INTERRUPTED,
-    TASK_SCHEDULED,
-    TASK_STARTED,
-)
+from msgspec import UNSET
+
+from ..log import events as E
+from ..log.eventlog import LogReader
 from ..log.runs import RunDirs, RunManifest
 from ..runner.git_cmd import run_git
 
@@ -71,13 +65,12 @@ def collect_events(events_path: Path) -> tuple[dict[str, dict[str, Any]], dict[s
     """
     tasks: dict[str, dict[str, Any]] = {}
     executions: dict[str, dict[str, Any]] = {}
-    for ev in read_events(events_path):
-        p = ev.payload
-        if ev.type == STRATEGY_STARTED:
+    for _, ev, p in LogReader(events_path).records():
+        if isinstance(p, E.StrategyStarted):
             executions[ev.strategy_execution_id] = {
                 "id": ev.strategy_execution_id,
-                "name": p.get("name", ""),
-                "params": p.get("params") or {},
+                "name": p.name,
+                "params": p.params or {},
                 "status": "running",
                 "result": None,
                 "error": None,
@@ -85,12 +78,15 @@ def collect_events(events_path: Path) -> tuple[dict[str, dict[str, Any]], dict[s
                 "completed_at": None,
             }
             continue
-        if ev.type == STRATEGY_COMPLETED:
+        if isinstance(p, E.StrategyCompleted):
             ex = executions.setdefault(
                 ev.strategy_execution_id, {"id": ev.strategy_execution_id, "name": "", "params": {}, "started_at": None}
             )
             ex.update(
-                status=p.get("status", "success"), result=p.get("result"), error=p.get("error"), completed_at=ev.ts
+                status=p.status,
+                result=None if p.result is UNSET else p.result,
+                error=None if p.error is UNSET else p.error,
+                completed_at=ev.ts,
             )
             continue
         if ev.key is None:
@@ -114,37 +110,32 @@ def collect_events(events_path: Path) -> tuple[dict[str, dict[str, Any]], dict[s
                 "error": None,
                 "instance_id": None,
             }
-        if ev.type == TASK_SCHEDULED:
-            inp = p.get("input") or {}
+        if isinstance(p, E.TaskScheduled):
+            inp = p.input or {}
             t.update(
                 scheduled_at=t["scheduled_at"] or ev.ts,
-                plugin=p.get("plugin"),
-                model=p.get("model"),
+                plugin=p.plugin or None,
+                model=p.model,
                 prompt=inp.get("prompt", ""),
                 input=inp,
-                instance_id=p.get("instance_id"),
+                instance_id=p.instance_id,
             )
-        elif ev.type == TASK_STARTED:
+        elif isinstance(p, E.TaskStarted):
             t["state"] = "RUNNING"
-            t["attempts"].append(
-                {
-                    "start": ev.ts,
-                    "end": None,
-                    "outcome": "running",
-                    "resumed": bool(p.get("resumed") or p.get("resume_session_id")),
-                }
-            )
-        elif ev.type in (TASK_COMPLETED, TASK_FAILED, TASK_INTERRUPTED):
-            outcome = {TASK_COMPLETED: "completed", TASK_FAILED: "failed", TASK_INTERRUPTED: "interrupted"}[ev.type]
+            # (task.started has no "resumed" flag: the one field it names, session_id, is the session it continues)
+            t["attempts"].append({"start": ev.ts, "end": None, "outcome": "running", "resumed": False})
+        elif isinstance(p, (E.TaskCompleted, E.TaskFailed, E.TaskInterrupted)):
+            outcome = {E.TaskCompleted: "completed", E.TaskFailed: "failed", E.TaskInterrupted: "interrupted"}[type(p)]
             if t["attempts"] and t["attempts"][-1]["end"] is None:
                 t["attempts"][-1].update(end=ev.ts, outcome=outcome)
             else:  # failed before it started (e.g. a workspace error): a zero-length attempt
                 t["attempts"].append({"start": ev.ts, "end": ev.ts, "outcome": outcome, "resumed": False})
             t["state"] = outcome.upper()
-            if ev.type == TASK_COMPLETED:
-                t["result"] = p
-            elif ev.type == TASK_FAILED:
-                t.update(error_type=p.get("error_type"), error=p.get("message"), result=p)
+            # the recorded payload as JSON: the report's data is plain JSON-like values
+            if isinstance(p, E.TaskCompleted):
+                t["result"] = E.payload_dict(p)
+            elif isinstance(p, E.TaskFailed):
+                t.update(error_type=p.error_type, error=p.message, result=E.payload_dict(p))
     return tasks, executions
 
 

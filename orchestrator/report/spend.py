@@ -6,8 +6,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ..log.eventlog import read_events
-from ..log.events import BUDGET_CAP, BUDGET_REACHED, BUDGET_SPEND
+from ..log import events as E
+from ..log.eventlog import LogReader
 from .charts import line_chart_svg
 from .sections import Series
 
@@ -26,30 +26,29 @@ def spend_over_time(events_path: Path) -> dict[str, Any] | None:
     spent_usd, spent_tokens = 0.0, 0
     start: float | None = None
     out: dict[str, Any] | None = None
-    for ev in read_events(events_path):
-        if ev.type not in (BUDGET_CAP, BUDGET_SPEND, BUDGET_REACHED):
+    for _, ev, p in LogReader(events_path).records():
+        if not isinstance(p, (E.BudgetCap, E.BudgetSpend, E.BudgetReached)):
             continue
         t = _seconds(ev.ts)
         start = t if start is None else start
         if out is None:
             out = {"cap_usd": None, "cap_tokens": None, "reached_at_s": None, "points": [(0.0, 0.0)], "caps": []}
-        p = ev.payload
-        if ev.type == BUDGET_CAP:
-            out["cap_usd"], out["cap_tokens"] = p.get("max_cost_usd"), p.get("max_tokens")
+        if isinstance(p, E.BudgetCap):
+            out["cap_usd"], out["cap_tokens"] = p.max_cost_usd, p.max_tokens
             out["reached_at_s"] = None  # a resume's cap: reached again only if its own event says so
             if out["cap_usd"] is not None:
                 at = round(t - start, 3)
                 if out["caps"]:  # a raised cap is a step, not a slope
                     out["caps"].append((at, out["caps"][-1][1]))
                 out["caps"].append((at, float(out["cap_usd"])))
-        elif ev.type == BUDGET_SPEND and isinstance(p.get("task"), str):
-            tokens, cost = int(p.get("tokens") or 0), float(p.get("cost_usd") or 0.0)
-            old_tokens, old_cost = by_task.get(p["task"], (0, 0.0))
-            by_task[p["task"]] = (tokens, cost)
+        elif isinstance(p, E.BudgetSpend) and p.task is not None:
+            tokens, cost = p.tokens, float(p.cost_usd)
+            old_tokens, old_cost = by_task.get(p.task, (0, 0.0))
+            by_task[p.task] = (tokens, cost)
             spent_usd += cost - old_cost
             spent_tokens += tokens - old_tokens
             out["points"].append((round(t - start, 3), round(spent_usd, 6)))
-        elif ev.type == BUDGET_REACHED and out["reached_at_s"] is None:
+        elif isinstance(p, E.BudgetReached) and out["reached_at_s"] is None:
             out["reached_at_s"] = round(t - start, 3)
     if out is None:
         return None
