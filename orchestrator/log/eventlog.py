@@ -31,10 +31,13 @@ import orjson
 from ..errors import RunLockedError
 from .events import (
     EVENT_TYPES,
+    Envelope,
     Event,
     EventPayload,
     PayloadMismatch,
+    decode_envelope,
     decode_line,
+    decode_payload,
     encode_line,
     new_event_id,
     payload_dict,
@@ -392,10 +395,10 @@ class SkippedLine(NamedTuple):
 
 
 class TypedEvent(NamedTuple):
-    """An event and its payload struct (None: a type this version does not know, kept for a later one)."""
+    """An event (its payload still JSON) and its payload struct (None: a type this version does not know)."""
 
     offset: int
-    event: Event
+    event: Envelope
     payload: EventPayload | None
 
 
@@ -429,12 +432,10 @@ class LogReader:
 
     def typed(self, offset: int, line: bytes) -> TypedEvent | None:
         """The event on ``line`` with its payload struct; None (skipped and counted) if it has neither."""
-        ev = self.decode(offset, line)
-        if ev is None:
-            return None
         try:
-            return TypedEvent(offset, ev, ev.typed())
-        except PayloadMismatch as exc:
+            ev = decode_envelope(line)
+            return TypedEvent(offset, ev, decode_payload(ev.type, ev.payload))
+        except (msgspec.DecodeError, PayloadMismatch) as exc:
             self._skip(offset, str(exc))
             return None
 
@@ -529,16 +530,6 @@ async def subscribe(
         ev = reader.decode(start, line)
         if ev is not None:
             yield ev
-
-
-async def subscribe_records(
-    reader: LogReader, offset: int = 0, *, poll_interval: float = 0.05, stop: anyio.Event | None = None
-) -> AsyncIterator[TypedEvent]:
-    """:func:`subscribe` with payload structs: lines ``reader`` skips are counted in ``reader.skipped``."""
-    async for start, line in _follow(reader.path, offset, poll_interval, stop):
-        rec = reader.typed(start, line)
-        if rec is not None:
-            yield rec
 
 
 async def _follow(

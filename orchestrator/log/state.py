@@ -31,7 +31,19 @@ from msgspec import UNSET
 from ..errors import SnapshotError
 from . import events as E
 from .eventlog import LogReader
-from .events import Event, EventPayload, PayloadMismatch, Progress, decode_payload
+from .events import (
+    Event,
+    EventPayload,
+    PayloadMismatch,
+    Progress,
+    TaskCompleted,
+    TaskFailed,
+    TaskInterrupted,
+    TaskScheduled,
+    TaskSession,
+    TaskStarted,
+    decode_payload,
+)
 
 PENDING, RUNNING, COMPLETED, FAILED, INTERRUPTED = "PENDING", "RUNNING", "COMPLETED", "FAILED", "INTERRUPTED"
 TERMINAL = frozenset({COMPLETED, FAILED})
@@ -417,7 +429,7 @@ def apply(
 
 def _fold_task(state: RunState, sid: str, key: str, p: EventPayload, offset: int, ts: str) -> None:
     task = state.tasks.get(key)
-    if isinstance(p, E.TaskScheduled):
+    if isinstance(p, TaskScheduled):
         if task is None:
             task = state.tasks[key] = TaskState(
                 key=key, instance_id=p.instance_id, strategy_execution_id=sid, seq=state.counters.scheduled
@@ -436,7 +448,7 @@ def _fold_task(state: RunState, sid: str, key: str, p: EventPayload, offset: int
         return
     if task is None:  # a task event without its scheduled event: not ours to invent
         return
-    if isinstance(p, E.TaskStarted):
+    if isinstance(p, TaskStarted):
         if task.state not in TERMINAL:
             task.state = RUNNING
             task.started_at = ts
@@ -444,7 +456,7 @@ def _fold_task(state: RunState, sid: str, key: str, p: EventPayload, offset: int
             task.attempts += 1
             if p.session_id:
                 task.session_id = p.session_id
-    elif isinstance(p, E.TaskCompleted):
+    elif isinstance(p, TaskCompleted):
         if task.state not in TERMINAL:
             task.state = COMPLETED
             artifact = p.artifact
@@ -453,7 +465,7 @@ def _fold_task(state: RunState, sid: str, key: str, p: EventPayload, offset: int
             task.auto_committed = bool(artifact.auto_committed) if artifact else False
             _finish(state, task, p, offset, ts)
             state.counters.completed += 1
-    elif isinstance(p, E.TaskFailed):
+    elif isinstance(p, TaskFailed):
         if task.state not in TERMINAL:
             task.state = FAILED
             task.error_type = p.error_type
@@ -461,12 +473,12 @@ def _fold_task(state: RunState, sid: str, key: str, p: EventPayload, offset: int
             # a failed agent was paid for what it read and wrote: its tokens count as its cost does
             _finish(state, task, p, offset, ts)
             state.counters.failed += 1
-    elif isinstance(p, E.TaskSession):
+    elif isinstance(p, TaskSession):
         # Only a task that can still run again has a session worth keeping:
         # a finished task's session is the one its terminal event recorded.
         if task.state not in TERMINAL:
             task.session_id = p.session_id or None
-    elif isinstance(p, E.TaskInterrupted) and task.state not in TERMINAL and task.state != INTERRUPTED:
+    elif isinstance(p, TaskInterrupted) and task.state not in TERMINAL and task.state != INTERRUPTED:
         task.state = INTERRUPTED
         task.interrupted_at = ts
         if p.session_id:
