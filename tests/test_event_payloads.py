@@ -18,7 +18,7 @@ from orchestrator.engine.budget import BudgetCap
 from orchestrator.engine.engine import Engine
 from orchestrator.engine.testing import failure, success
 from orchestrator.log import events as E
-from orchestrator.log.eventlog import LogReader, skipped_lines
+from orchestrator.log.eventlog import EventLog, LogReader, skipped_lines
 from orchestrator.log.state import replay
 from orchestrator.runner.types import BranchArtifact, Metrics
 
@@ -302,3 +302,26 @@ async def test_the_engine_writes_every_payload_with_the_fields_it_wrote_before_s
     # and every line decodes to its struct, which writes back the same object
     for _, ev in LogReader(log).events():
         assert E.payload_dict(ev.typed()) == ev.payload
+
+
+async def test_a_session_group_key_that_is_not_a_string_is_one_clear_error_before_anything_is_written(tmp_path):
+    """task.scheduled records the key as a string: a number would be written but not read back."""
+
+    async def grouped(prompt, base_branch, ctx):
+        return await ctx.wait(ctx.run({"prompt": "p", "session_group_key": 7}, key=ctx.key("t")))
+
+    engine = Engine(make_config(tmp_path), _Runner(hang=False))
+    state = await engine.run(grouped, prompt="p", params={})
+    assert state.strategies["s1"].status == "failed"
+    assert "session_group_key must be a string" in state.strategies["s1"].error
+    assert not state.tasks
+
+
+async def test_the_writer_refuses_a_payload_that_would_not_read_back_and_writes_nothing(tmp_path):
+    path = tmp_path / "events.jsonl"
+    async with EventLog(path, run_id="r") as log:
+        offset, _, written = log.write(E.TaskScheduled(key="r/s1/k", instance_id="i"), strategy_execution_id="s1")
+        assert offset == 0 and written == E.TaskScheduled(key="r/s1/k", instance_id="i")
+        with pytest.raises(ValueError, match=r"task\.scheduled .*session_group_key"):
+            log.write(E.TaskScheduled(key="r/s1/k2", session_group_key=7), strategy_execution_id="s1")  # type: ignore[arg-type]
+    assert [ev.payload["key"] for _, ev in LogReader(path).events()] == ["r/s1/k"]

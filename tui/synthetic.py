@@ -222,8 +222,12 @@ async def write_run(
                 delay = t0 + ev.vt / span * duration - time.monotonic()
                 if delay > 0:
                     await anyio.sleep(delay)
-            offset, ts, _ = log.append(ev.type, strategy_execution_id=ev.sid, payload=ev.record, key=ev.key)
-            apply(state, ev.type, ev.sid, ev.key, ev.record, offset, ts)
+            if isinstance(ev.record, EventPayload):
+                offset, ts, written = log.write(ev.record, strategy_execution_id=ev.sid, key=ev.key)
+                apply(state, ev.type, ev.sid, ev.key, written, offset, ts)
+            else:  # a test's JSON object
+                offset, ts, fields = log.append(ev.type, strategy_execution_id=ev.sid, payload=ev.record, key=ev.key)
+                apply(state, ev.type, ev.sid, ev.key, fields, offset, ts)
             if time.monotonic() - last_snapshot >= snapshot_every_s:
                 await log.flush()
                 await anyio.to_thread.run_sync(write_snapshot_bytes, encode_snapshot(state), snapshots)

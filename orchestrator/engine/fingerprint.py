@@ -120,6 +120,10 @@ def normalize_task(task: Mapping[str, Any], defaults: TaskDefaults, *, default_b
     if output_schema is not None:
         _check_output_schema(output_schema, plugin)
     skip_empty = task.get("skip_empty_import")
+    group = task.get("session_group_key")
+    if group is not None and not isinstance(group, str):
+        # task.scheduled records it as a string: anything else could not be read back
+        raise ConfigError(f"task field session_group_key must be a string (ctx.key(...) makes one), not {group!r}")
     normalized: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "prompt": prompt,
@@ -128,7 +132,7 @@ def normalize_task(task: Mapping[str, Any], defaults: TaskDefaults, *, default_b
         "import_policy": pick("import_policy", IMPORT_POLICIES),
         "import_conflict_policy": pick("import_conflict_policy", CONFLICT_POLICIES),
         "skip_empty_import": defaults.skip_empty_import if skip_empty is None else bool(skip_empty),
-        "session_group_key": task.get("session_group_key"),
+        "session_group_key": group,
         "resume_session_id": task.get("resume_session_id"),
         "plugin_name": plugin,
         "system_prompt": task.get("system_prompt"),

@@ -236,30 +236,51 @@ class EventLog:
         return self._durable
 
     def append(
-        self,
-        event_type: str,
-        *,
-        strategy_execution_id: str,
-        payload: EventPayload | Mapping[str, Any],
-        key: str | None = None,
+        self, event_type: str, *, strategy_execution_id: str, payload: Mapping[str, Any], key: str | None = None
     ) -> tuple[int, str, dict[str, Any]]:
-        """Buffer one event; returns ``(start_offset, ts, payload as written)``. Never blocks.
+        """Buffer one event whose payload is a JSON object, written as it is (scrubbed).
 
-        ``payload`` is the type's struct (the engine's way); a plain mapping is
-        written as it is (the envelope-level tests and tools).
+        Returns ``(start_offset, ts, payload as written)``. Never blocks. The
+        engine writes typed payloads with :meth:`write`; this is the
+        envelope-level entry (tools, the log's own tests).
         """
-        if self._error is not None:
-            raise self._error
         if event_type not in EVENT_TYPES:
             raise ValueError(f"not a public event type: {event_type}")
-        if isinstance(payload, EventPayload) and type_of(payload) != event_type:
-            raise ValueError(f"a {type(payload).__name__} payload is not a {event_type} event's")
         fields = payload_dict(payload)
         if self.sanitizer is not None:
             fields = self.sanitizer.scrub(fields)
+        offset, ts = self._buffer_line(event_type, strategy_execution_id, fields, key)
+        return offset, ts, fields
+
+    def write(
+        self, payload: EventPayload, *, strategy_execution_id: str, key: str | None = None
+    ) -> tuple[int, str, EventPayload]:
+        """Buffer one event given as its payload struct; returns ``(start_offset, ts, payload as written)``.
+
+        What is returned is the line's payload read back (secrets scrubbed), so
+        the caller folds exactly what a replay will read. A payload that would
+        not read back (a producer put a value of another type in a field) is
+        refused with ValueError before anything is buffered. Never blocks.
+        """
+        event_type = type_of(payload)
+        fields = payload_dict(payload)
+        if self.sanitizer is not None:
+            fields = self.sanitizer.scrub(fields)
+        try:
+            written = decode_payload(event_type, fields)
+        except PayloadMismatch as exc:
+            raise ValueError(f"refused to write it: {exc}") from None
+        assert written is not None
+        offset, ts = self._buffer_line(event_type, strategy_execution_id, fields, key)
+        return offset, ts, written
+
+    def _buffer_line(
+        self, event_type: str, strategy_execution_id: str, fields: dict[str, Any], key: str | None
+    ) -> tuple[int, str]:
+        if self._error is not None:
+            raise self._error
         ts = utc_ts()
         offset = self._end
-        eid = new_event_id()
         line = encode_line(
             event_type,
             ts=ts,
@@ -268,13 +289,13 @@ class EventLog:
             start_offset=offset,
             payload=fields,
             key=key,
-            event_id=eid,
+            event_id=new_event_id(),
         )
         self._buffer.append(line)
         self._end += len(line)
         if len(self._buffer) == 1 or len(self._buffer) >= self.max_batch or self.flush_policy == "per_event":
             self._wake.set()
-        return offset, ts, fields
+        return offset, ts
 
     async def flush(self) -> None:
         """Wait until every event appended so far is written and fsynced.
