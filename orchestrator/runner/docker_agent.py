@@ -32,6 +32,7 @@ from .base import RunnerEventCallback
 from .docker_containers import ensure_container
 from .docker_core import RunnerCore
 from .docker_exec import ExecOutput, run_exec
+from .object_cache import cache_volume
 from .plugin import AgentEvent, RunnerPlugin
 from .registry import get_plugin
 from .types import InstanceRequest
@@ -135,6 +136,7 @@ class AgentExec(RunnerCore):
                     volume=self.session_volume(request),
                     fresh_workspace=n == 0,
                     hardening=self.hardening,
+                    object_cache=cache_volume(self.host, self.object_cache, request),
                 )
             except RunnerError as exc:
                 return _Attempt(error=exc)

@@ -22,6 +22,7 @@ from ..sanitize import Sanitizer
 from . import archive, git_ops
 from .base import RunnerEventCallback
 from .docker_containers import ContainerReady, DockerHost, workspace_read_only
+from .object_cache import CACHE_ALTERNATE, ObjectCache
 from .seed import SeedCache
 from .types import AuthConfig, Hardening, InstanceRequest
 
@@ -67,6 +68,7 @@ class RunnerCore:
     # Containers whose agent exec may still be running (cancelled or timed out mid-exec).
     _live_agents: set[str]
     seeds: SeedCache
+    object_cache: ObjectCache
 
     # ---- events -------------------------------------------------------------
 
@@ -189,7 +191,16 @@ class RunnerCore:
             if not (fresh and ready.action == "created"):
                 await archive.empty_workspace(self.host, name, read_only=read_only)
             t = time.monotonic()
-            sent = await archive.copy_in(self.host, name, workspace, read_only=read_only)
+            cached = self.object_cache.applies(self.host, request.isolation_mode)
+            sent = await archive.copy_in(
+                self.host,
+                name,
+                workspace,
+                read_only=read_only,
+                alternates=CACHE_ALTERNATE if cached else None,
+                # A fresh clone's files are the base's: checked out there, from the cache.
+                checkout=cached and fresh,
+            )
         except RunnerError as exc:
             return exc
         self.emit_event(

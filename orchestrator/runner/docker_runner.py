@@ -51,6 +51,7 @@ from .docker_exec import ExecOutput
 from .docker_workspace import WorkspaceSteps
 from .git_cleanup import delete_run_branches
 from .git_cmd import run_git
+from .object_cache import ObjectCache, ObjectCacheSettings
 from .plugin import AgentOutcome, RunnerPlugin
 from .registry import check_model, get_plugin
 from .seed import SeedCache
@@ -112,6 +113,7 @@ class DockerRunner(WorkspaceSteps, AgentExec, CollectSteps):
         dry_run: bool = False,
         known_images: tuple[str, ...] = (),
         hardening: Hardening | None = None,
+        object_cache: ObjectCacheSettings | None = None,
     ) -> None:
         self.auth = auth or AuthConfig()
         self.hardening = hardening or Hardening()
@@ -136,6 +138,7 @@ class DockerRunner(WorkspaceSteps, AgentExec, CollectSteps):
         self._live_agents: set[str] = set()
         self.seeds = SeedCache(git_ops.workspace_root() / ".seeds")
         self._image_locks: dict[str, anyio.Lock] = {}
+        self.object_cache = ObjectCache(object_cache)
 
     def stop_log_forwarding(self) -> None:
         """Stop copying the git layer's log lines into this runner's runner.jsonl (another runner does it)."""

@@ -20,6 +20,7 @@ from . import archive, git_ops
 from .base import RunnerEventCallback
 from .docker_containers import ensure_container, selinux_enabled
 from .docker_core import RunnerCore
+from .object_cache import cache_volume, workspace_wants
 from .seed import copy_seed
 from .types import InstanceRequest
 
@@ -68,6 +69,7 @@ class WorkspaceSteps(RunnerCore):
         failure: RunnerError | None = None
         unexpected: list[BaseException] = []
         mode, store = request.isolation_mode, None
+        cached = self.object_cache.applies(self.host, mode)
 
         async def clone() -> None:
             nonlocal failure
@@ -100,6 +102,7 @@ class WorkspaceSteps(RunnerCore):
                     volume=self.session_volume(request),
                     fresh_workspace=True,
                     hardening=self.hardening,
+                    object_cache=cache_volume(self.host, self.object_cache, request),
                 )
             except RunnerError as exc:
                 first["error"] = exc
@@ -109,7 +112,7 @@ class WorkspaceSteps(RunnerCore):
 
         try:
             await anyio.to_thread.run_sync(_reset_workspace, workspace, limiter=self.host.limiter)
-            if mode == "shared_objects" and self.host.archive:
+            if mode == "shared_objects" and self.host.archive and not cached:
                 mode = "full_copy"
                 self._remote_full_copy_notice(request, on_event)
             elif mode == "shared_objects":
@@ -118,8 +121,12 @@ class WorkspaceSteps(RunnerCore):
         except RunnerError as exc:
             failure = exc
         else:
-            if selinux_enabled():
+            if selinux_enabled() or cached:
                 await clone()
+                if cached and failure is None and not unexpected:
+                    # Before the container: a cache too old or too big is dropped, which
+                    # Docker allows only while no container mounts it.
+                    failure = await self._sync_object_cache(request, workspace, first["ws_info"].base_commit, on_event)
                 if failure is None and not unexpected:
                     await container()
             else:
@@ -165,8 +172,15 @@ class WorkspaceSteps(RunnerCore):
         """
         t = time.monotonic()
         first: dict[str, Any] = {"ws_info": kept}
+        cached = self.object_cache.applies(self.host, request.isolation_mode)
         try:
-            if request.isolation_mode == "shared_objects" and not self.host.archive:
+            if cached:
+                # The engine's cache may have been removed or dropped since the task
+                # started: it gets the base's objects again (the clone's own travel with it).
+                failure = await self._sync_object_cache(request, kept.path, kept.base_commit, on_event)
+                if failure is not None:
+                    return first, failure
+            elif request.isolation_mode == "shared_objects" and not self.host.archive:
                 # The container mounts the store its clone borrows from.
                 store = await self._object_store(request, kept.path)
                 await anyio.to_thread.run_sync(git_ops.point_at_store, kept.path, store, limiter=self.host.limiter)
@@ -181,6 +195,7 @@ class WorkspaceSteps(RunnerCore):
                 volume=self.session_volume(request),
                 fresh_workspace=True,
                 hardening=self.hardening,
+                object_cache=cache_volume(self.host, self.object_cache, request),
             )
         except RunnerError as exc:
             first["error"] = exc
@@ -214,6 +229,33 @@ class WorkspaceSteps(RunnerCore):
             stale_locks_removed=removed,
         )
         return first, None
+
+    async def _sync_object_cache(
+        self, request: InstanceRequest, workspace: Path, base_commit: str, on_event: RunnerEventCallback | None
+    ) -> RunnerError | None:
+        """Remote engine: its object cache gets what this task's clone borrows and it lacks."""
+        t = time.monotonic()
+        try:
+            wants = await anyio.to_thread.run_sync(
+                workspace_wants, workspace, base_commit, request.include_branches, limiter=self.host.limiter
+            )
+            done = await self.object_cache.sync(self.host, request.docker_image, request.repo_path, workspace, wants)
+        except RunnerError as exc:
+            return exc
+        if done["checked"]:
+            self.emit_event(
+                request,
+                on_event,
+                "runner.object_cache.synced",
+                "warn" if done["dropped"] else "info",
+                phase="workspace",
+                host=self.host.name,
+                volume=done["volume"],
+                bytes=done["bytes"],
+                dropped=done["dropped"],
+                duration_s=round(time.monotonic() - t, 4),
+            )
+        return None
 
     async def _object_store(self, request: InstanceRequest, workspace: Path) -> Path:
         """Make or refresh the run's object store (``shared_objects`` on the local engine).

@@ -1,0 +1,178 @@
+"""A remote engine's object cache (issue 32, Wanted 2): history crosses the link once.
+
+The ``orchestrator`` command reaches the session's private engine through
+tests/engine_proxy.py, which counts the bytes sent towards the engine: the
+measurement is of the link itself, not of a figure the product reports.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from cli_helpers import cli_env, run_cli
+from conftest import git, make_repo
+from engine_proxy import EngineProxy
+from reliability_helpers import check_log, events_path
+from test_hosts import NO_DISK_MIN, _remove_run
+
+from orchestrator.runner.object_cache import LABEL, STAMP, cache_key, volume_name
+
+# Incompressible history, so the bytes a copy of it costs are plain to see.
+HISTORY_BYTES = 3 << 20
+PROBE = (
+    "SIM: exec sh -c 'touch /orchestrator-objects/objects/x' > probe.txt 2>&1; "
+    "cat .git/objects/info/alternates >> probe.txt; git count-objects -v | grep size-pack >> probe.txt\n"
+    "SIM: commit probe"
+)
+
+
+def _repo_with_history(path: Path) -> Path:
+    repo = make_repo(path)
+    for i in range(3):
+        (repo / f"blob{i}.bin").write_bytes(os.urandom(HISTORY_BYTES // 3))
+        git(repo, "add", "-A")
+        git(repo, "commit", "-q", "-m", f"history {i}")
+    git(repo, "repack", "-adq")
+    return repo
+
+
+def _new_run_id(tmp_path: Path, seen: set[str]) -> str:
+    runs = {p.name for p in (tmp_path / "state").iterdir() if (p / "run.json").exists()} - seen
+    assert len(runs) == 1, runs
+    return runs.pop()
+
+
+def _run(tmp_path: Path, repo: Path, env: dict[str, str], image: str, url: str, prompt: str, seen: set[str]):
+    result = run_cli(
+        [prompt, "--no-tui", "--docker-image", image, "--docker-host", f"far={url}:2"],
+        cwd=repo,
+        env=env,
+        timeout=300,
+    )
+    run_id = _new_run_id(tmp_path, seen)
+    seen.add(run_id)
+    return result, run_id
+
+
+def _branch_of(tmp_path: Path, run_id: str) -> tuple[str, list]:
+    events = check_log(events_path(tmp_path, run_id))
+    (done,) = [e for e in events if e.type == "task.completed"]
+    return done.payload["artifact"]["branch_final"], events
+
+
+def _runner_events(tmp_path: Path, run_id: str, message: str) -> list[dict]:
+    lines = (tmp_path / "logs" / run_id / "runner.jsonl").read_text().splitlines()
+    return [r for r in map(json.loads, lines) if r.get("message") == message]
+
+
+@pytest.mark.docker
+def test_remote_history_crosses_the_link_once_and_the_cache_is_read_only(tmp_path, private_engine, proxy_dir):
+    repo = _repo_with_history(tmp_path / "repo")
+    pack = int(git(repo, "count-objects", "-v").split("size-pack: ")[1].split()[0]) << 10
+    env = cli_env(tmp_path, **NO_DISK_MIN)
+    proxy = EngineProxy(private_engine.socket, proxy_dir / "engine.sock")
+    volume = volume_name(repo)
+    seen: set[str] = set()
+    try:
+        # First run: the history travels once, as a pack.
+        result, run1 = _run(
+            tmp_path, repo, env, private_engine.image, proxy.url, "SIM: write r.txt result\nSIM: commit r", seen
+        )
+        assert result.returncode == 0, result.stderr
+        branch, _ = _branch_of(tmp_path, run1)
+        assert git(repo, "show", f"{branch}:r.txt") == "result"
+        first = proxy.sent
+        assert pack <= first <= 1.1 * pack + (1 << 20), (first, pack)
+        (synced,) = _runner_events(tmp_path, run1, "runner.object_cache.synced")
+        assert synced["bytes"] >= pack and synced["volume"] == volume
+
+        # The task container mounted the cache read-only where the alternates name it.
+        names = private_engine.docker("ps", "-aq", "--filter", f"label=run_id={run1}").stdout.split()
+        (info,) = json.loads(private_engine.docker("inspect", *names).stdout)
+        cache = next(m for m in info["Mounts"] if m["Destination"] == "/orchestrator-objects")
+        assert cache["Name"] == volume and cache["RW"] is False, cache
+        labels = json.loads(private_engine.docker("volume", "inspect", volume).stdout)[0]["Labels"]
+        assert labels[LABEL] == cache_key(repo)
+
+        # Second run: no history crosses; the agent cannot write into the cache and
+        # its workspace holds no objects of its own beside what it creates.
+        before = proxy.sent
+        result, run2 = _run(tmp_path, repo, env, private_engine.image, proxy.url, PROBE, seen)
+        assert result.returncode == 0, result.stderr
+        second = proxy.sent - before
+        assert second < (1 << 20), second
+        branch, _ = _branch_of(tmp_path, run2)
+        probe = git(repo, "show", f"{branch}:probe.txt")
+        assert "Read-only file system" in probe, probe
+        assert "/orchestrator-objects/objects" in probe, probe
+        assert not _runner_events(tmp_path, run2, "runner.object_cache.synced")[0]["bytes"]
+        gone = private_engine.docker("run", "--rm", "-v", f"{volume}:/c:ro", private_engine.image, "ls", "/c/objects")
+        assert "x" not in gone.stdout.split()
+    finally:
+        proxy.close()
+        for run_id in seen:
+            _remove_run(private_engine.url, run_id)
+        private_engine.docker("volume", "rm", "-f", volume)
+
+
+@pytest.mark.docker
+def test_hosts_lists_the_cache_expiry_drops_it_and_clean_containers_removes_it(tmp_path, private_engine):
+    repo = make_repo(tmp_path / "repo")
+    env = cli_env(tmp_path, **NO_DISK_MIN)
+    volume = volume_name(repo)
+    hosts = ["--docker-host", f"far={private_engine.url}:1", "--docker-image", private_engine.image]
+    seen: set[str] = set()
+    try:
+        result, _ = _run(
+            tmp_path, repo, env, private_engine.image, private_engine.url, "SIM: write a.txt a\nSIM: commit a", seen
+        )
+        assert result.returncode == 0, result.stderr
+
+        listed = run_cli(["--hosts", *hosts], cwd=repo, env=env)
+        line = next((ln for ln in listed.stdout.splitlines() if volume in ln), "")
+        assert "object cache" in line and "repo repo" in line and "MB" in line and "last used" in line, listed.stdout
+
+        # Unused for longer than the expiry: the next run drops it and builds it again.
+        private_engine.docker(
+            "run", "--rm", "--user", "0", "-v", f"{volume}:/c", "--entrypoint", "sh", private_engine.image,
+            "-c", f"echo 1000 > /c/{STAMP} && touch /c/old-marker",
+            check=True,
+        )  # fmt: skip
+        result, run2 = _run(
+            tmp_path, repo, env, private_engine.image, private_engine.url, "SIM: write b.txt b\nSIM: commit b", seen
+        )
+        assert result.returncode == 0, result.stderr
+        branch, _ = _branch_of(tmp_path, run2)
+        assert git(repo, "show", f"{branch}:b.txt") == "b"
+        (synced,) = _runner_events(tmp_path, run2, "runner.object_cache.synced")
+        assert "object_cache_expiry_days" in synced["dropped"] and synced["bytes"] > 0, synced
+        after = private_engine.docker(
+            "run", "--rm", "-v", f"{volume}:/c:ro", "--entrypoint", "sh", private_engine.image,
+            "-c", f"ls /c; cat /c/{STAMP}",
+        ).stdout  # fmt: skip
+        assert "old-marker" not in after and "1000" not in after.split(), after
+
+        # --clean-containers names the cache and removes it (the run's containers go first).
+        for run_id in seen:
+            _remove_run(private_engine.url, run_id)
+        dry = run_cli(["--clean-containers", "--dry-run", *hosts], cwd=repo, env=env)
+        assert f"would remove object cache {volume} on far" in dry.stdout, dry.stdout
+        assert private_engine.docker("volume", "inspect", volume).returncode == 0
+        done = run_cli(["--clean-containers", "--force", *hosts], cwd=repo, env=env)
+        assert done.returncode == 0, done.stderr
+        assert f"remove object cache {volume} on far" in done.stdout, done.stdout
+        assert private_engine.docker("volume", "inspect", volume).returncode != 0
+    finally:
+        for run_id in seen:
+            _remove_run(private_engine.url, run_id)
+        private_engine.docker("volume", "rm", "-f", volume)
+
+
+def test_cache_key_is_the_repository_not_the_run(tmp_path):
+    a = make_repo(tmp_path / "a")
+    b = make_repo(tmp_path / "b")
+    assert volume_name(a) == volume_name(str(a) + "/") == volume_name(tmp_path / "x" / ".." / "a")
+    assert volume_name(a) != volume_name(b)
