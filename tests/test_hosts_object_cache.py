@@ -7,6 +7,7 @@ measurement is of the link itself, not of a figure the product reports.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -18,7 +19,18 @@ from engine_proxy import EngineProxy
 from reliability_helpers import check_log, events_path
 from test_hosts import NO_DISK_MIN, _remove_run
 
-from orchestrator.runner.object_cache import LABEL, STAMP, cache_key, volume_name
+# The cache's names, as a user (and `docker volume ls --filter label=...`) sees them.
+LABEL = "orchestrator.object-cache"
+STAMP = "orchestrator-last-used"
+
+
+def cache_key(repo: Path | str) -> str:
+    return hashlib.sha256(os.path.realpath(repo).encode()).hexdigest()[:16]
+
+
+def volume_name(repo: Path | str) -> str:
+    return f"orc_objcache_{cache_key(repo)}"
+
 
 # Incompressible history, so the bytes a copy of it costs are plain to see.
 HISTORY_BYTES = 3 << 20
@@ -135,20 +147,36 @@ def test_hosts_lists_the_cache_expiry_drops_it_and_clean_containers_removes_it(t
         line = next((ln for ln in listed.stdout.splitlines() if volume in ln), "")
         assert "object cache" in line and "repo repo" in line and "MB" in line and "last used" in line, listed.stdout
 
-        # Unused for longer than the expiry: the next run drops it and builds it again.
-        private_engine.docker(
-            "run", "--rm", "--user", "0", "-v", f"{volume}:/c", "--entrypoint", "sh", private_engine.image,
-            "-c", f"echo 1000 > /c/{STAMP} && touch /c/old-marker",
-            check=True,
-        )  # fmt: skip
+        def age_the_cache() -> None:
+            private_engine.docker(
+                "run", "--rm", "--user", "0", "-v", f"{volume}:/c", "--entrypoint", "sh", private_engine.image,
+                "-c", f"echo 1000 > /c/{STAMP} && touch /c/old-marker",
+                check=True,
+            )  # fmt: skip
+
+        # Unused for longer than the expiry, but the first run's stopped container still
+        # mounts it: Docker refuses to remove it, so it is kept and used as it is.
+        age_the_cache()
         result, run2 = _run(
             tmp_path, repo, env, private_engine.image, private_engine.url, "SIM: write b.txt b\nSIM: commit b", seen
         )
         assert result.returncode == 0, result.stderr
-        branch, _ = _branch_of(tmp_path, run2)
-        assert git(repo, "show", f"{branch}:b.txt") == "b"
         (synced,) = _runner_events(tmp_path, run2, "runner.object_cache.synced")
-        assert "object_cache_expiry_days" in synced["dropped"] and synced["bytes"] > 0, synced
+        assert "not dropped" in synced["dropped"] and "mounts it" in synced["dropped"], synced
+
+        # Once no container mounts it, the next run drops it and builds it again.
+        for run_id in seen:
+            _remove_run(private_engine.url, run_id)
+        age_the_cache()
+        result, run3 = _run(
+            tmp_path, repo, env, private_engine.image, private_engine.url, "SIM: write c.txt c\nSIM: commit c", seen
+        )
+        assert result.returncode == 0, result.stderr
+        branch, _ = _branch_of(tmp_path, run3)
+        assert git(repo, "show", f"{branch}:c.txt") == "c"
+        (synced,) = _runner_events(tmp_path, run3, "runner.object_cache.synced")
+        assert "object_cache_expiry_days" in synced["dropped"] and "not" not in synced["dropped"], synced
+        assert synced["bytes"] > 0, synced
         after = private_engine.docker(
             "run", "--rm", "-v", f"{volume}:/c:ro", "--entrypoint", "sh", private_engine.image,
             "-c", f"ls /c; cat /c/{STAMP}",
@@ -172,7 +200,65 @@ def test_hosts_lists_the_cache_expiry_drops_it_and_clean_containers_removes_it(t
 
 
 def test_cache_key_is_the_repository_not_the_run(tmp_path):
+    from orchestrator.runner import object_cache
+
+    assert object_cache.volume_name(tmp_path) == volume_name(tmp_path)
+    assert object_cache.LABEL == LABEL and object_cache.STAMP == STAMP
     a = make_repo(tmp_path / "a")
     b = make_repo(tmp_path / "b")
     assert volume_name(a) == volume_name(str(a) + "/") == volume_name(tmp_path / "x" / ".." / "a")
     assert volume_name(a) != volume_name(b)
+
+
+@pytest.mark.docker
+def test_two_processes_filling_one_cache_at_once_leave_it_whole(tmp_path, private_engine):
+    """Two runners that share nothing (as two orchestrator processes) send the same
+    commits into one empty cache at the same moment: both packs land, the refs'
+    lock contention is waited out, and git finds every object of both commits."""
+    import anyio
+
+    from orchestrator.runner.git_ops import _prepare_workspace_sync
+    from orchestrator.runner.hosts import HostSpec, docker_host
+    from orchestrator.runner.object_cache import ObjectCache
+
+    repo = _repo_with_history(tmp_path / "repo")
+    git(repo, "checkout", "-q", "-b", "side")
+    (repo / "side.txt").write_text("side\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "side")
+    git(repo, "checkout", "-q", "main")
+    ws = _prepare_workspace_sync(
+        repo, "main", tmp_path / "ws" / "run" / "k", isolation_mode="shared_objects", include_branches=["side"]
+    ).path
+    wants = [git(repo, "rev-parse", "main"), git(repo, "rev-parse", "side")]
+    volume = volume_name(repo)
+
+    async def both() -> list[dict]:
+        hosts = [docker_host(HostSpec(f"p{i}", private_engine.url, 1)) for i in range(2)]
+        done: list[dict] = [{}, {}]
+
+        async def one(i: int) -> None:
+            done[i] = await ObjectCache().sync(hosts[i], private_engine.image, str(repo), ws, wants[:: 1 - 2 * i])
+
+        try:
+            async with anyio.create_task_group() as tg:
+                for i in range(2):
+                    tg.start_soon(one, i)
+        finally:
+            for h in hosts:
+                await h.aclose()
+        return done
+
+    try:
+        done = anyio.run(both)
+        assert all(d["checked"] for d in done), done
+        check = private_engine.docker(
+            "run", "--rm", "-v", f"{volume}:/c:ro", "--entrypoint", "sh", private_engine.image,
+            "-c", "cd /c && git -c safe.directory='*' fsck --connectivity-only --no-dangling "
+            "$(git -c safe.directory='*' for-each-ref --format='%(objectname)' refs/tips/) && "
+            "git -c safe.directory='*' for-each-ref --format='%(refname)' refs/tips/",
+        )  # fmt: skip
+        assert check.returncode == 0, check.stdout + check.stderr
+        assert sorted(check.stdout.split()) == sorted(f"refs/tips/{w}" for w in wants), check.stdout
+    finally:
+        private_engine.docker("volume", "rm", "-f", volume)

@@ -90,7 +90,11 @@ def tar_workspace(
     own_alternates = "./.git/objects/info/alternates"
 
     def member(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
-        if alternates is not None and info.name == own_alternates:
+        if alternates is not None and (
+            info.name == own_alternates
+            # git's sample hooks (never run): a third of a fresh clone's .git by size.
+            or (info.name.startswith("./.git/hooks/") and info.name.endswith(".sample"))
+        ):
             return None
         if skip and not info.isdir() and info.name[2:] in skip:
             return None

@@ -73,9 +73,14 @@ _STATE_SCRIPT = (
 _UPDATE_SCRIPT = (
     'cd "$1" || exit 2\n'
     "g() { git -c safe.directory='*' \"$@\"; }\n"
-    "if [ ! -f HEAD ]; then\n"
-    "  g init -q --bare . && g config gc.auto 0 && g config maintenance.auto false || exit 3\n"
-    "fi\n"
+    # Another process may be making the repository at the same moment (its lock files):
+    # retried until it is whole, whoever made it.
+    "n=0\n"
+    'until [ -f HEAD ] && [ "$(g config gc.auto)" = 0 ]; do\n'
+    "  { [ -f HEAD ] || g init -q --bare .; } >/dev/null 2>&1\n"
+    "  g config gc.auto 0 2>/dev/null && g config maintenance.auto false 2>/dev/null\n"
+    "  n=$((n + 1)); [ $n -lt 50 ] || exit 3; sleep 0.1\n"
+    "done\n"
     "pack=$2; shift 2\n"
     'if [ "$pack" != - ]; then\n'
     '  g index-pack --stdin < "incoming/$pack" >/dev/null || { rm -f "incoming/$pack"; exit 4; }\n'
@@ -90,6 +95,8 @@ _UPDATE_SCRIPT = (
     "    n=$((n + 1)); [ $n -lt 20 ] || exit 5; sleep 0.1\n"
     "  done\n"
     "done\n"
+    # Packs a process that died never indexed: nobody else will.
+    "find incoming -type f -mmin +60 -delete 2>/dev/null\n"
     "date +%s > " + STAMP + ".$$ && mv -f " + STAMP + ".$$ " + STAMP + "\n"
     "echo updated\n"
 )
