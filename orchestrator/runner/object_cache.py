@@ -28,6 +28,7 @@ to resume) mounts it; it is then kept and dropped another time.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import subprocess
@@ -43,7 +44,7 @@ import anyio
 import anyio.to_thread
 import msgspec
 
-from ..errors import ContainerError, GitError
+from ..errors import ContainerError, GitError, RunnerError
 from .docker_containers import OBJECT_CACHE_MOUNT, DockerHost
 from .git_cmd import git_env
 from .types import InstanceRequest
@@ -208,7 +209,9 @@ class ObjectCache:
                         f"updating the object cache {volume} on host {host.name} failed (exit {code}): {text[-400:]}"
                     )
             finally:
-                await host.remove(helper)
+                # Best effort: a helper left behind exits (and is removed) within the hour.
+                with contextlib.suppress(RunnerError):
+                    await host.remove(helper)
             self._known[volume] = tips | set(wants)
         return result
 
