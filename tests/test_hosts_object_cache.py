@@ -262,3 +262,35 @@ def test_two_processes_filling_one_cache_at_once_leave_it_whole(tmp_path, privat
         assert sorted(check.stdout.split()) == sorted(f"refs/tips/{w}" for w in wants), check.stdout
     finally:
         private_engine.docker("volume", "rm", "-f", volume)
+
+
+@pytest.mark.docker
+def test_a_cache_that_cannot_be_read_fails_the_task_as_git_naming_it(tmp_path, private_engine):
+    """A cache volume that is not a git repository (damaged, or someone else's data
+    under the name): the task fails as git with the cache named; no agent runs in a
+    workspace whose objects are missing, and nothing is imported."""
+    repo = make_repo(tmp_path / "repo")
+    env = cli_env(tmp_path, **NO_DISK_MIN)
+    volume = volume_name(repo)
+    seen: set[str] = set()
+    try:
+        private_engine.docker("volume", "create", "--label", f"{LABEL}={cache_key(repo)}", volume, check=True)
+        private_engine.docker(
+            "run", "--rm", "--user", "0", "-v", f"{volume}:/c", "--entrypoint", "sh", private_engine.image,
+            "-c", "echo garbage > /c/HEAD && mkdir /c/config /c/objects",
+            check=True,
+        )  # fmt: skip
+        result, run_id = _run(
+            tmp_path, repo, env, private_engine.image, private_engine.url, "SIM: write a.txt a\nSIM: commit a", seen
+        )
+        assert result.returncode != 0
+        events = check_log(events_path(tmp_path, run_id))
+        (failed,) = [e for e in events if e.type == "task.failed"]
+        assert failed.payload["error_type"] == "git", failed.payload
+        assert "object cache" in failed.payload["message"] and volume in failed.payload["message"], failed.payload
+        assert not [e for e in events if e.type == "task.completed"]
+        assert git(repo, "for-each-ref", "refs/heads/").count("\n") == 0  # main only
+    finally:
+        for run_id in seen:
+            _remove_run(private_engine.url, run_id)
+        private_engine.docker("volume", "rm", "-f", volume)

@@ -174,7 +174,7 @@ class ObjectCache:
             await _ensure_volume(host, volume, repo_path)
             helper = await _start_helper(host, image, volume)
             try:
-                state = await _state(host, helper)
+                state = await _state(host, helper, volume)
                 if known is None:  # first use in this process: is the cache still worth keeping?
                     why = self._too_old_or_big(state)
                     if why:
@@ -183,7 +183,7 @@ class ObjectCache:
                             result["dropped"] = why
                             await _ensure_volume(host, volume, repo_path)
                             helper = await _start_helper(host, image, volume)
-                            state = await _state(host, helper)
+                            state = await _state(host, helper, volume)
                         else:
                             result["dropped"] = f"not dropped ({why}): a container still mounts it"
                             helper = await _start_helper(host, image, volume)
@@ -267,11 +267,14 @@ async def _start_helper(host: DockerHost, image: str, volume: str) -> str:
     return name
 
 
-async def _state(host: DockerHost, helper: str) -> dict[str, Any]:
+async def _state(host: DockerHost, helper: str, volume: str) -> dict[str, Any]:
     code, out = await host.exec_simple(helper, ["sh", "-c", _STATE_SCRIPT, "state", _HELPER_MOUNT], user="0")
     text = (out or b"").decode("utf-8", "replace")
     if code != 0:
-        raise GitError(f"cannot read the object cache in {helper} (exit {code}): {text.strip()[-400:]}")
+        raise GitError(
+            f"cannot read the object cache {volume} on host {host.name} (exit {code}): {text.strip()[-400:]}; "
+            f"remove it with --clean-containers, the next run builds it again"
+        )
     lines = text.split()
     state: dict[str, Any] = {"empty": "empty" in lines, "last": 0, "kb": 0, "tips": set()}
     for line in lines:
