@@ -294,3 +294,31 @@ def test_a_cache_that_cannot_be_read_fails_the_task_as_git_naming_it(tmp_path, p
         for run_id in seen:
             _remove_run(private_engine.url, run_id)
         private_engine.docker("volume", "rm", "-f", volume)
+
+
+def test_a_copy_in_from_the_cache_carries_no_objects_and_no_tracked_files(tmp_path):
+    """What travels for a fresh task on a remote engine: .git without objects (its
+    alternates name the cache), the files git ignores (an image's seed), gzipped;
+    the copy stays marked partial until the container's checkout has finished."""
+    import io
+    import tarfile
+
+    from orchestrator.runner import archive
+    from orchestrator.runner.git_ops import _prepare_workspace_sync
+
+    repo = _repo_with_history(tmp_path / "repo")
+    ws = _prepare_workspace_sync(repo, "main", tmp_path / "ws" / "r" / "k", isolation_mode="shared_objects").path
+    (ws / "seed.bin").write_text("seeded\n")
+    spool = archive.tar_workspace(
+        ws, read_only=False, alternates="/orchestrator-objects/objects", skip=archive.tracked_files(ws)
+    )
+    data = spool.read()
+    assert len(data) < 16 << 10, len(data)  # the history is 3 MB, the checkout 3 MB
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        names = set(tar.getnames())
+        assert tar.extractfile("./.git/objects/info/alternates").read() == b"/orchestrator-objects/objects\n"
+        assert tar.extractfile("./seed.bin").read() == b"seeded\n"
+        marks = [tar.extractfile(m).read() for m in tar.getmembers() if m.name.endswith("orchestrator-copy-in")]
+    assert marks == [b"partial\n"]
+    assert not {n for n in names if n.startswith("./blob") or n == "./README.md" or n == "./.git/index"}
+    assert not {n for n in names if n.startswith("./.git/objects/pack/") or n.endswith(".sample")}

@@ -100,7 +100,10 @@ def tar_workspace(
             return None
         return owner(info)
 
-    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+    # Without its files the copy is mostly tar headers and padding, which gzip (the
+    # engine takes it as it is) shrinks tenfold; a whole clone is sent plain, since
+    # its objects are compressed already.
+    with tarfile.open(fileobj=out, mode="w:gz" if skip else "w", format=tarfile.PAX_FORMAT) as tar:
         mark(tar, b"partial\n")
         tar.add(str(workspace), arcname=".", recursive=True, filter=member)
         if alternates is not None:
