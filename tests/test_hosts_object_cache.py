@@ -57,9 +57,18 @@ def _new_run_id(tmp_path: Path, seen: set[str]) -> str:
     return runs.pop()
 
 
-def _run(tmp_path: Path, repo: Path, env: dict[str, str], image: str, url: str, prompt: str, seen: set[str]):
+def _run(
+    tmp_path: Path,
+    repo: Path,
+    env: dict[str, str],
+    image: str,
+    url: str,
+    prompt: str,
+    seen: set[str],
+    extra: tuple[str, ...] = (),
+):
     result = run_cli(
-        [prompt, "--no-tui", "--docker-image", image, "--docker-host", f"far={url}:2"],
+        [prompt, "--no-tui", "--docker-image", image, "--docker-host", f"far={url}:3", *extra],
         cwd=repo,
         env=env,
         timeout=300,
@@ -89,21 +98,22 @@ def test_remote_history_crosses_the_link_once_and_the_cache_is_read_only(tmp_pat
     volume = volume_name(repo)
     seen: set[str] = set()
     try:
-        # First run: the history travels once, as a pack.
-        result, run1 = _run(
-            tmp_path, repo, env, private_engine.image, proxy.url, "SIM: write r.txt result\nSIM: commit r", seen
-        )
+        # First run, three tasks starting at once: the history travels once, as one pack.
+        prompt = "SIM: write r.txt result\nSIM: commit r"
+        result, run1 = _run(tmp_path, repo, env, private_engine.image, proxy.url, prompt, seen, ("--runs", "3"))
         assert result.returncode == 0, result.stderr
-        branch, _ = _branch_of(tmp_path, run1)
-        assert git(repo, "show", f"{branch}:r.txt") == "result"
+        done = [e for e in check_log(events_path(tmp_path, run1)) if e.type == "task.completed"]
+        assert len(done) == 3
+        for e in done:
+            assert git(repo, "show", f"{e.payload['artifact']['branch_final']}:r.txt") == "result"
         first = proxy.sent
         assert pack <= first <= 1.1 * pack + (1 << 20), (first, pack)
-        (synced,) = _runner_events(tmp_path, run1, "runner.object_cache.synced")
-        assert synced["bytes"] >= pack and synced["volume"] == volume
+        sends = [e for e in _runner_events(tmp_path, run1, "runner.object_cache.synced") if e["bytes"]]
+        assert len(sends) == 1 and sends[0]["bytes"] >= pack and sends[0]["volume"] == volume, sends
 
         # The task container mounted the cache read-only where the alternates name it.
         names = private_engine.docker("ps", "-aq", "--filter", f"label=run_id={run1}").stdout.split()
-        (info,) = json.loads(private_engine.docker("inspect", *names).stdout)
+        info = json.loads(private_engine.docker("inspect", *names).stdout)[0]
         cache = next(m for m in info["Mounts"] if m["Destination"] == "/orchestrator-objects")
         assert cache["Name"] == volume and cache["RW"] is False, cache
         labels = json.loads(private_engine.docker("volume", "inspect", volume).stdout)[0]["Labels"]
