@@ -332,3 +332,51 @@ def test_a_copy_in_from_the_cache_carries_no_objects_and_no_tracked_files(tmp_pa
     assert marks == [b"partial\n"]
     assert not {n for n in names if n.startswith("./blob") or n == "./README.md" or n == "./.git/index"}
     assert not {n for n in names if n.startswith("./.git/objects/pack/") or n.endswith(".sample")}
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_a_task_resumed_after_its_engines_cache_was_removed_gets_the_history_again(tmp_path, private_engine):
+    """Interrupted mid-agent; meanwhile the engine's containers and its object cache
+    go (--clean-containers, or a cache dropped): the task's workspace volume, which
+    borrows from the cache, survives. The resume sends the base's objects again
+    before the agent continues, and the commit comes back as a branch."""
+    from test_hosts import _interrupted_run_on_two_hosts
+
+    repo = make_repo(tmp_path / "repo")
+    env = cli_env(tmp_path, **NO_DISK_MIN)
+    volume = volume_name(repo)
+    run_id, first_hosts = _interrupted_run_on_two_hosts(tmp_path, repo, private_engine, env)
+    try:
+        names = private_engine.docker("ps", "-aq", "--filter", f"label=run_id={run_id}").stdout.split()
+        private_engine.docker("rm", "-f", *names, check=True)
+        assert private_engine.docker("volume", "rm", volume).returncode == 0
+        result = run_cli(
+            [
+                "--resume",
+                run_id,
+                "--no-tui",
+                "--docker-host",
+                "local=local:1",
+                "--docker-host",
+                f"b={private_engine.url}:1",
+            ],
+            cwd=repo,
+            env=env,
+            timeout=300,
+        )
+        assert result.returncode == 0, result.stderr
+        events = check_log(events_path(tmp_path, run_id))
+        completed = [e for e in events if e.type == "task.completed"]
+        assert sorted(e.key for e in completed) == sorted(first_hosts)
+        for e in completed:
+            assert git(repo, "show", f"{e.payload['artifact']['branch_final']}:a.txt") == "$TASK"
+        sends = [e for e in _runner_events(tmp_path, run_id, "runner.object_cache.synced") if e["bytes"]]
+        assert len(sends) == 2, sends  # the first start, and the resume
+        kept = _runner_events(tmp_path, run_id, "runner.workspace.kept")
+        on_b = next(k for k, h in first_hosts.items() if h == "b")
+        assert on_b in {k["task_key"] for k in kept}, kept
+    finally:
+        _remove_run(None, run_id)
+        _remove_run(private_engine.url, run_id)
+        private_engine.docker("volume", "rm", "-f", volume)
