@@ -195,6 +195,21 @@ class BudgetReached(TaskFailed):
         return (type(self), (self.key, self.message))
 
 
+class BudgetExhausted(StrategyError):
+    """A strategy's own budget (``ctx.open_budget``) is spent: ``ctx.run`` starts no new task.
+
+    Not a :class:`TaskFailed`: a helper that tolerates failed tasks does not
+    swallow it, so it reaches the point where the strategy ends with the best it
+    has. While a budget is open, the run's spending cap refusing a task raises
+    this too (with the cap's message). A task the run already recorded is never
+    refused: it costs nothing again.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
 class AggregateTaskFailed(StrategyError):
     """Raised by ``ctx.wait_all()`` when any task failed and failures are not tolerated."""
 
@@ -268,6 +283,7 @@ class StrategyErrors:
 
     TaskFailed = TaskFailed
     BudgetReached = BudgetReached
+    BudgetExhausted = BudgetExhausted
     AggregateTaskFailed = AggregateTaskFailed
     NoViableCandidates = NoViableCandidates
     BaseEvaluationFailed = BaseEvaluationFailed

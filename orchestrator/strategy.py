@@ -13,8 +13,11 @@ checks types; the engine validates task inputs when they are scheduled.
   returns (``BranchCleanupResult`` for a cleanup task).
 - ``RetryPolicy`` / ``RetryPolicyDict``: ``ctx.run(..., policy=...)``.
 - the errors a strategy raises or catches, also reachable as ``ctx.errors.*``.
-- ``parallel_items``: ``ctx.parallel``'s items read as ``(task, key)``, for a
-  strategy's own wrapper around ``ctx``.
+- ``BudgetScope``: what ``ctx.open_budget(max_cost_usd=..., max_wall_s=...)`` returns,
+  a budget of the strategy's own that the engine enforces when a task is
+  scheduled (``ctx.run`` then raises ``BudgetExhausted``); it also lists the
+  branches its tasks left (``branches``) and what it spent (``summary()``).
+- ``parallel_items``: ``ctx.parallel``'s items read as ``(task, key)``.
 - ``strategy_options``: the decorator for ``prepare=`` and ``requires_resume=``.
 - ``finished_run_branches`` / ``absent_branches``: for a ``prepare`` hook that takes
   existing branches as input (another run's, or named ones); the list it returns is
@@ -33,7 +36,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
-from .engine.context import Context, Handle, parallel_items
+from .engine.context import BudgetScope, Context, Handle, parallel_items
 from .engine.task_types import (
     Artifact,
     BranchCleanupResult,
@@ -57,6 +60,7 @@ from .engine.task_types import (
 from .errors import (
     AggregateTaskFailed,
     BaseEvaluationFailed,
+    BudgetExhausted,
     BudgetReached,
     ConfigError,
     KeyConflictDifferentFingerprint,
@@ -183,7 +187,9 @@ __all__ = [
     "BaseEvaluationFailed",
     "BranchCleanupResult",
     "BranchCleanupTask",
+    "BudgetExhausted",
     "BudgetReached",
+    "BudgetScope",
     "ConfigError",
     "ContainerLimitsInput",
     "Context",

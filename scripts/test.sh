@@ -26,13 +26,23 @@ bash scripts/setup.sh
 bash scripts/lint.sh
 # Docker was just set up: a Docker test that cannot run is a failure, not a skip.
 export ORCHESTRATOR_TESTS_REQUIRE_DOCKER=1
+# Most Docker tests spend their time waiting on containers, git and the engine,
+# not on this machine's CPUs, so they run side by side on several workers. The
+# private engine's tests stay on one worker (one dockerd, one image load), and
+# the few tests that act on every container of the engine run alone afterwards.
+workers="${ORCHESTRATOR_TEST_WORKERS:-6}"
 set +e
 # the slowest tests are printed at the end: docs/reliability.md lists them with their reasons
-uv run pytest -q -p no:cacheprovider --durations=25 "$@"
+uv run pytest -q -p no:cacheprovider -n "$workers" --dist loadgroup -m "not exclusive" --durations=25 "$@"
 status=$?
+uv run pytest -q -p no:cacheprovider -m exclusive "$@"
+alone=$?
 set -e
-if [ "$status" = 5 ]; then
+if [ "$status" = 5 ] && [ "$alone" = 5 ]; then
     echo "pytest collected no tests: that is a failure here" >&2
     exit 1
 fi
-exit "$status"
+[ "$status" = 5 ] && status=0
+[ "$alone" = 5 ] && alone=0
+[ "$status" != 0 ] && exit "$status"
+exit "$alone"

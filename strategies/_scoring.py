@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, cast
 
 import anyio
@@ -36,7 +36,12 @@ def tail(text: str | None, limit: int) -> str:
     return text if len(text) <= limit else "[...]\n" + text[-limit:]
 
 
-def branch_of(result: dict[str, Any]) -> str:
+def artifact_of(result: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A result's artifact; empty for a result that has none (a failed import, a branch cleanup)."""
+    return result.get("artifact") or {}
+
+
+def branch_of(result: Mapping[str, Any]) -> str:
     """The branch that holds a result's work: its imported branch, else the base it started from."""
     artifact = result.get("artifact") or {}
     return cast(str, artifact.get("branch_final") or artifact.get("base"))  # every task result names its base

@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 from typing import Annotated, Any, Literal
 
-from orchestrator.strategy import ConfigError, strategy_options
+from orchestrator.strategy import ConfigError, Context, TaskInput, TaskResult, strategy_options
 
 from ._report import best_of_n_sections as report_sections  # noqa: F401  (the run report's sections)
 from ._report_tasks import report_task  # noqa: F401  (its command tasks in the report)
@@ -56,7 +56,7 @@ def generation_prompt(prompt: str, approaches: list[str], i: int) -> str:
 async def best_of_n(
     prompt,
     base_branch,
-    ctx,
+    ctx: Context,
     *,
     n: Annotated[int, "number of candidates generated in parallel"] = 5,
     model: Annotated[str | None, "model for the candidates; unset: the run's --model"] = None,
@@ -67,11 +67,11 @@ async def best_of_n(
 ):
     """N candidates in parallel, each scored 0-10 by a reviewer; returns the best one."""
     rows: list[dict[str, Any]] = [{} for _ in range(n)]
-    scored: list[tuple[float, int, dict[str, Any]]] = []
-    finished: list[tuple[int, dict[str, Any]]] = []  # candidates that produced a result, scored or not
+    scored: list[tuple[float, int, TaskResult]] = []
+    finished: list[tuple[int, TaskResult]] = []  # candidates that produced a result, scored or not
 
     async def candidate(i: int) -> None:
-        task: dict[str, Any] = {
+        task: TaskInput = {
             "prompt": generation_prompt(prompt, approaches, i),
             "base_branch": base_branch,
             "import_policy": import_policy,

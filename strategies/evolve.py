@@ -24,11 +24,11 @@ from collections import Counter
 from itertools import combinations
 from typing import Annotated, Any
 
-from orchestrator.strategy import BaseEvaluationFailed, Context, strategy_options
+from orchestrator.strategy import BaseEvaluationFailed, BudgetExhausted, BudgetScope, Context, strategy_options
 
 from ._report import evolve_sections as report_sections  # noqa: F401  (the run report's sections)
 from ._report_tasks import report_task  # noqa: F401  (its command tasks in the report)
-from .evolve_budget import BudgetedContext, BudgetExhausted, make_budget
+from .branch_cleanup import delete_branches
 from .evolve_commands import Measurement, cannot_run
 from .evolve_goals import Goal, check_max_parallel, goals_from_param, prepare
 from .evolve_select import select_goals
@@ -79,9 +79,11 @@ async def evolve(
     """Keep a set of measurable goals passing: fix failing ones in parallel waves, revert regressions."""
     goal_list = goals_from_param(goals)
     max_parallel = check_max_parallel(max_parallel)
-    bctx = BudgetedContext(ctx, make_budget(ctx, max_cost_usd, max_wall_s))
+    # Every task from here on is held to it; its branches are the working branches deleted at the end.
+    budget = ctx.open_budget(max_cost_usd=max_cost_usd, max_wall_s=max_wall_s)
     loop = _Loop(
-        bctx,
+        ctx,
+        budget,
         prompt,
         goal_list,
         max_parallel=max_parallel,
@@ -96,12 +98,12 @@ async def evolve(
     out["verdict"] = verdict_line(out)
     if not keep_branches:
         # Only the final branch is worth keeping; the working branches are noise in the user's repository.
-        doomed = [b for b in bctx.branches if b not in (out["final_branch"], base_branch)]
-        out["branches"] = await bctx.delete_branches(doomed, ctx.key("cleanup", "branches"))
+        doomed = [b for b in budget.branches if b not in (out["final_branch"], base_branch)]
+        out["branches"] = await delete_branches(ctx, doomed, ctx.key("cleanup", "branches"))
     else:
         out["branches"] = {
             "deleted": [],
-            "kept": {b: "keep_branches" for b in bctx.branches if b != out["final_branch"]},
+            "kept": {b: "keep_branches" for b in budget.branches if b != out["final_branch"]},
         }
     return out
 
@@ -109,7 +111,8 @@ async def evolve(
 class _Loop:
     def __init__(
         self,
-        ctx,
+        ctx: Context,
+        budget: BudgetScope,
         prompt: str,
         goals: list[Goal],
         *,
@@ -121,7 +124,7 @@ class _Loop:
         max_failed_waves: int = 3,
         retry_backoff_s: float = 60.0,
     ) -> None:
-        self.ctx, self.prompt, self.goals = ctx, prompt, goals
+        self.ctx, self.budget, self.prompt, self.goals = ctx, budget, prompt, goals
         self.by_id = {g.id: g for g in goals}
         self.max_parallel, self.bisect, self.quarantine_after = max_parallel, bisect, quarantine_after
         self.recheck, self.max_failed_waves, self.retry_backoff_s = recheck, max_failed_waves, retry_backoff_s
@@ -166,7 +169,7 @@ class _Loop:
                 "stopped": "budget",
                 "stop_reason": str(exc),
                 "cycles": 0,
-                "budget": self.ctx.summary(),
+                "budget": self.budget.summary(),
                 "history": [],
             }
         self._stop_if_a_check_cannot_run(measures, max_cycles)
@@ -237,8 +240,8 @@ class _Loop:
             "could_not_move": self._could_not_move(measures),
             "history": self.history,
         }
-        if self.ctx.budget is not None:
-            out["budget"] = self.ctx.summary()
+        if self.budget.active:
+            out["budget"] = self.budget.summary()
         return out
 
     def _stop_if_a_check_cannot_run(self, measures: dict[str, Measurement], max_cycles: int) -> None:

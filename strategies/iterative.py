@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from orchestrator.strategy import ConfigError, strategy_options
+from orchestrator.strategy import ConfigError, Context, TaskInput, strategy_options
 
 from . import schemas
 from ._json import ask_json, score_of
@@ -62,7 +62,7 @@ def _review_prompt(prompt: str, base_branch: str, branch: str, summary: str, cri
 async def iterative(
     prompt,
     base_branch,
-    ctx,
+    ctx: Context,
     *,
     iterations: Annotated[int, "review+improve rounds after the first generation"] = 3,
     model: Annotated[str | None, "model for generation and improvements"] = None,
@@ -72,12 +72,10 @@ async def iterative(
 ):
     """Generate once, then review and improve it in the same agent session N times."""
     session = ctx.key("chain")  # one session volume per strategy execution
-    extra = {"model": model} if model else {}
-    current = await ctx.wait(
-        ctx.run(
-            {"prompt": prompt, "base_branch": base_branch, "session_group_key": session, **extra}, key=ctx.key("gen")
-        )
-    )
+    gen: TaskInput = {"prompt": prompt, "base_branch": base_branch, "session_group_key": session}
+    if model:
+        gen["model"] = model
+    current = await ctx.wait(ctx.run(gen, key=ctx.key("gen")))
     history: list[dict[str, Any]] = [
         {"step": "gen", "instance_id": current["instance_id"], "branch": branch_of(current)}
     ]
@@ -102,7 +100,7 @@ async def iterative(
         if target_score is not None and verdict["score"] >= target_score:
             stopped = f"review {n} reached the target score {target_score}"
             break
-        improve = {
+        improve: TaskInput = {
             "prompt": (
                 f"A reviewer scored your work {verdict['score']:g}/10 and said:\n{verdict['feedback']}\n\n"
                 f"Improve your implementation of the original task accordingly and commit the changes.\n\n"
@@ -111,8 +109,9 @@ async def iterative(
             "base_branch": branch,
             "session_group_key": session,
             "resume_session_id": current["session_id"],
-            **extra,
         }
+        if model:
+            improve["model"] = model
         try:
             current = await ctx.wait(ctx.run(improve, key=ctx.key("improve", f"iter-{n}")))
         except ctx.errors.TaskFailed as exc:

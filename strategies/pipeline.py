@@ -34,6 +34,8 @@ from typing import Any
 
 import msgspec
 
+from orchestrator.strategy import TaskInput
+
 from . import schemas
 from ._json import ask_json
 from .evaluation import Evaluation, ScoringConfig, compare, evaluation_from_task, to_json
@@ -151,9 +153,9 @@ def write_json(path: Path, data: Any) -> None:
     path.write_text(json.dumps(data, indent=2, sort_keys=False, allow_nan=False) + "\n", "utf-8")
 
 
-def command_task(command: str, branch: str, *, timeout: float | None = None) -> dict[str, Any]:
+def command_task(command: str, branch: str, *, timeout: float | None = None) -> TaskInput:
     """A read-only command task on ``branch`` (its /workspace is mounted read-only)."""
-    task: dict[str, Any] = {"plugin": "command", "command": command, "base_branch": branch, "import_policy": "never"}
+    task: TaskInput = {"plugin": "command", "command": command, "base_branch": branch, "import_policy": "never"}
     if timeout:
         task["timeout_seconds"] = timeout
     return task

@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 from typing import Annotated, Any
 
-from orchestrator.strategy import ConfigError, strategy_options
+from orchestrator.strategy import ConfigError, Context, TaskInput, TaskResult, strategy_options
 
 from ._scoring import (
     MESSAGE_CHARS,
@@ -48,19 +48,18 @@ def _prepare(params: dict[str, Any], repo_path: str) -> dict[str, Any]:
 async def plan_score_implement(
     prompt,
     base_branch,
-    ctx,
+    ctx: Context,
     *,
     angles: Annotated[list, "one planner per angle"] = ["performance", "simplicity", "extensibility"],  # noqa: B006
     model: Annotated[str | None, "model for planners and the implementation"] = None,
     scorer_model: Annotated[str | None, "model for the plan reviewers"] = None,
 ):
     """Plan from several angles, score the plans, implement the best one in the planner's session."""
-    extra = {"model": model} if model else {}
     rows: list[dict[str, Any]] = [{} for _ in angles]
-    scored: list[tuple[float, int, dict[str, Any]]] = []
+    scored: list[tuple[float, int, TaskResult]] = []
 
     async def plan(i: int, angle: str) -> None:
-        task = {
+        task: TaskInput = {
             "prompt": (
                 f"Write a detailed, step-by-step implementation plan for the task below, with a focus on "
                 f"{angle}. Do not modify any files: reply with the plan only.\n\nTask:\n{prompt}"
@@ -68,8 +67,9 @@ async def plan_score_implement(
             "base_branch": base_branch,
             "import_policy": "never",
             "session_group_key": ctx.key("plan", angle),
-            **extra,
         }
+        if model:
+            task["model"] = model
         try:
             result = await ctx.wait(ctx.run(task, key=ctx.key("plan", angle)))
         except ctx.errors.TaskFailed as exc:
@@ -114,7 +114,7 @@ async def plan_score_implement(
     angle = angles[index]
     report["selected"] = {"angle": angle, "instance_id": best["instance_id"], "score": score}
     write_output(ctx, "plans", "json", report)
-    implement = {
+    implement: TaskInput = {
         "prompt": (
             f"Implement the plan you wrote (focus: {angle}) with all details, then commit your changes.\n\n"
             f"Task:\n{prompt}\n\nThe plan:\n{tail(best['final_message'], MESSAGE_CHARS)}"
@@ -122,6 +122,7 @@ async def plan_score_implement(
         "base_branch": base_branch,
         "session_group_key": ctx.key("plan", angle),
         "resume_session_id": best["session_id"],
-        **extra,
     }
+    if model:
+        implement["model"] = model
     return await ctx.wait(ctx.run(implement, key=ctx.key("implement", "plan", best["instance_id"])))

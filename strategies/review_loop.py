@@ -30,13 +30,12 @@ from typing import Annotated, Any, Literal
 
 import anyio
 
-from orchestrator.strategy import BaseEvaluationFailed, ConfigError, strategy_options
+from orchestrator.strategy import BaseEvaluationFailed, BudgetExhausted, ConfigError, Context, strategy_options
 
 from ._report import review_loop_sections as report_sections  # noqa: F401  (the run report's sections)
 from ._report_tasks import report_task  # noqa: F401  (its command tasks in the report)
 from .base_check import evaluation_of, run_on_base, summary_of, unusable_evaluation, why_tests_cannot_run
 from .evaluation import Evaluation, ScoringConfig, check_scoring_params, to_json
-from .evolve_budget import BudgetedContext, BudgetExhausted, make_budget
 from .pipeline import Idea, PipelineConfig, run_idea, write_json
 
 MAX_IDEA_BYTES = 64 * 1024
@@ -105,7 +104,7 @@ def prepare(params: dict[str, Any], repo_path: str) -> dict[str, Any]:
     return out
 
 
-def output_root(ctx) -> Path:
+def output_root(ctx: Context) -> Path:
     """``strategy_output/`` for the first execution, ``strategy_output/<sid>/`` for ``--runs`` > 1."""
     root = Path(ctx.output_dir())
     return root if ctx.strategy_execution_id == "s1" else root / ctx.strategy_execution_id
@@ -223,7 +222,7 @@ def _fmt(x: Any) -> str:
 async def review_loop(
     prompt,
     base_branch,
-    ctx,
+    ctx: Context,
     *,
     ideas: Annotated[str | None, "idea file or directory (one idea per file); default: the prompt"] = None,
     max_review_rounds: Annotated[int, "coder fix rounds after a rejection"] = 2,
@@ -262,7 +261,7 @@ async def review_loop(
         scoring=scoring,
     )
     root = output_root(ctx)
-    ctx = BudgetedContext(ctx, make_budget(ctx, max_cost_usd, max_wall_s))
+    budget = ctx.open_budget(max_cost_usd=max_cost_usd, max_wall_s=max_wall_s)
 
     # The base is checked before any agent task (both commands in parallel): an evaluation that
     # cannot be used, or a test command that cannot run, would fail every idea after it was paid for.
@@ -324,7 +323,7 @@ async def review_loop(
         # Without a measured base nothing can be compared: say so rather than blame the ideas.
         error = str((baseline_json or {}).get("error") or "no error recorded").strip().splitlines() or ["?"]
         verdict = f"nothing beat the base: the evaluation of the base itself failed ({error[0][:160].rstrip(': ')})"
-    stop_reason = ctx.stop_reason
+    stop_reason = budget.stop_reason
     (root / "ideas.md").write_text(ranking_markdown(rows, baseline_json, verdict, stop_reason), "utf-8")
     tests = {o["idea_id"]: o.get("tests") for o in outcomes if o is not None}
     out = {
@@ -342,8 +341,8 @@ async def review_loop(
     if evaluated:
         # The base is a candidate: when no idea beat it, the base is what the run selects.
         out["best_branch"] = best["branch"] if best is not None else base_branch
-    if ctx.budget is not None:
+    if budget.active:
         out["stopped"] = "budget" if stop_reason else "done"
         out["stop_reason"] = stop_reason
-        out["budget"] = ctx.summary()
+        out["budget"] = budget.summary()
     return out

@@ -36,12 +36,21 @@ from __future__ import annotations
 import functools
 from typing import Annotated, Any, Literal
 
-from orchestrator.strategy import ConfigError, absent_branches, finished_run_branches, strategy_options
+from orchestrator.strategy import (
+    ConfigError,
+    Context,
+    TaskInput,
+    TaskResult,
+    absent_branches,
+    finished_run_branches,
+    strategy_options,
+)
 
 from ._report import synthesize_sections as report_sections  # noqa: F401  (the run report's sections)
 from ._report_tasks import report_task  # noqa: F401  (its command tasks in the report)
 from ._scoring import (
     DEFAULT_CRITERIA,
+    artifact_of,
     branch_of,
     concurrently,
     output_name,
@@ -137,7 +146,7 @@ def _fmt(x: Any) -> str:
 async def synthesize(
     prompt,
     base_branch,
-    ctx,
+    ctx: Context,
     *,
     n: Annotated[int, "number of candidates generated (unless branches or from_run is given)"] = 3,
     k: Annotated[int, "how many of the best-scored candidates the synthesizer combines"] = 3,
@@ -157,7 +166,7 @@ async def synthesize(
     given = list(branches or [])
     count = len(given) if given else n
     rows: list[dict[str, Any]] = [{} for _ in range(count)]
-    results: dict[int, dict[str, Any]] = {}
+    results: dict[int, TaskResult] = {}
 
     async def review(i: int, label: str, branch: str, text: str, key_parts: tuple) -> None:
         task = review_task(
@@ -178,7 +187,7 @@ async def synthesize(
             rows[i].update(status="scored", rationale=verdict["rationale"])
 
     async def generated(i: int) -> None:
-        task: dict[str, Any] = {
+        task: TaskInput = {
             "prompt": generation_prompt(prompt, approaches, i),
             "base_branch": base_branch,
             "import_policy": import_policy,
@@ -247,32 +256,33 @@ async def synthesize(
 
     synthesis: dict[str, Any] = {"status": "skipped", "branch": None, "tests": None, "score": None}
     record["synthesis"] = synthesis
-    synth_result: dict[str, Any] | None = None
+    synth_result: TaskResult | None = None
     if len(top) < 2:
         synthesis["why"] = "nothing to combine: " + (
             "only one candidate could be scored" if len(scored) < 2 else f"k={k} takes only the best candidate"
         )
     else:
-        task: dict[str, Any] = {
+        synth_task: TaskInput = {
             "prompt": synthesis_prompt(prompt, base_branch, top),
             "base_branch": base_branch,
             "include_branches": [r["branch"] for r in top],
             "import_policy": import_policy,
         }
         if synth_model or model:
-            task["model"] = synth_model or model
+            synth_task["model"] = synth_model or model
         try:
-            synth_result = await ctx.wait(ctx.run(task, key=ctx.key("synth")))
+            made = await ctx.wait(ctx.run(synth_task, key=ctx.key("synth")))
         except ctx.errors.TaskFailed as exc:
             synthesis.update(status="failed", why=f"the synthesizer failed ({exc.error_type}): {exc.message[:300]}")
         else:
-            synth_branch = (synth_result.get("artifact") or {}).get("branch_final")
+            synth_result = made
+            synth_branch = artifact_of(made).get("branch_final")
             synthesis.update(
-                instance_id=synth_result["instance_id"],
+                instance_id=made["instance_id"],
                 branch=synth_branch,
-                commit=(synth_result.get("artifact") or {}).get("commit"),
+                commit=artifact_of(made).get("commit"),
             )
-            if not synth_branch or not synth_result["artifact"].get("has_changes"):
+            if not synth_branch or not made["artifact"].get("has_changes"):
                 synthesis.update(status="no_changes", why="the synthesizer committed no changes")
                 synth_result = None
             else:
@@ -294,16 +304,12 @@ async def synthesize(
         synthesis["tests"] = tests.get("synthesis")
         synth_branch = synthesis["branch"]
         # Provenance and the side-by-side review need only the synthesis: all three run together.
-        diffs_handle = ctx.run(
-            dict(
-                command_task(
-                    diff_command(base_branch, [("synthesis", "HEAD")] + [(r["label"], r["branch"]) for r in top]),
-                    synth_branch,
-                ),
-                include_branches=list(dict.fromkeys([base_branch, *(r["branch"] for r in top)])),
-            ),
-            key=ctx.key("diffs"),
+        diff_task = command_task(
+            diff_command(base_branch, [("synthesis", "HEAD")] + [(r["label"], r["branch"]) for r in top]),
+            synth_branch,
         )
+        diff_task["include_branches"] = list(dict.fromkeys([base_branch, *(r["branch"] for r in top)]))
+        diffs_handle = ctx.run(diff_task, key=ctx.key("diffs"))
         common = {"prompt": prompt, "base": base_branch, "criteria": criteria, "model": scorer_model}
         side: dict[str, dict[str, Any]] = {}
 

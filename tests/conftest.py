@@ -105,8 +105,54 @@ def _refresh_test_image() -> None:
 _DOCKER_PROBLEM: str | None = None
 
 
+# The private engine's tests in three groups, each on its own worker with its own
+# engine: one group would hold the suite's longest chain of tests, and each more
+# engine spends a minute loading the image. Modules not named here join "links".
+_ENGINE_GROUPS = {
+    "test_hosts": "hosts",
+    "test_environment": "misc",
+    "test_hosts_two_private": "misc",
+    "test_reliability_faults": "misc",
+}
+
+
+def _group_for_workers(config, items) -> None:
+    """Which tests pytest-xdist keeps together on one worker (``--dist loadgroup``).
+
+    A fixture of module scope (a module's shared runs, for example) is made
+    once per worker that runs a test of the module: the module's tests stay
+    together so it is made once. The session's private engine (its own dockerd
+    plus a minute of ``docker load``) is likewise started by three workers only.
+    """
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        defs = info.name2fixturedefs if info is not None else {}
+        if "private_engine" in defs:
+            group = "private_engine_" + _ENGINE_GROUPS.get(item.module.__name__, "links")
+        elif any(d and d[-1].scope in ("module", "class", "package") for d in defs.values()):
+            group = item.module.__name__
+        else:
+            continue
+        item.add_marker(pytest.mark.xdist_group(group))
+        if getattr(config.option, "loadgroup", False) and "@" not in item.nodeid and hasattr(item, "_id"):
+            # pytest-xdist 3.8 names the group by setting ``item._nodeid``, which
+            # pytest 9.2 no longer reads (the id is ``item._id``): without this every
+            # group is silently spread over the workers.
+            from _pytest.nodeid import coerce_node_id
+
+            item._id = coerce_node_id(f"{item.nodeid}@{group}")
+    if getattr(config.option, "loadgroup", False):
+        # Workers take work in collection order: the long chains (a group, a
+        # torture test) go first, so the run does not end waiting on one of them.
+        items.sort(key=lambda it: 0 if "@" in it.nodeid else 1 if "slow" in it.keywords else 2)
+
+
+# tryfirst: pytest-xdist reads the groups in its own hook of this name, so they
+# must be marked before it runs.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     global _DOCKER_PROBLEM
+    _group_for_workers(config, items)
     if not any("docker" in item.keywords for item in items):
         return
     ok, why = docker_ready()

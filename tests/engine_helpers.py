@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+
+import anyio
 
 from orchestrator.engine.engine import Engine, EngineConfig
 
@@ -26,3 +29,28 @@ async def run_engine(tmp_path, fn, runner, *, params=None, runs=1, **kw):
 
 def strategy_results(state):
     return {sid: (s.status, s.result, s.error) for sid, s in sorted(state.strategies.items())}
+
+
+async def interrupt_when(
+    run: Callable[[], Awaitable[object]], condition: Callable[[], bool], *, settle: float = 0.0
+) -> None:
+    """Run ``run()`` and cancel it (an interrupt) once ``condition()`` holds, ``settle`` seconds later.
+
+    Interrupt tests depend on a moment (a task started, another finished), and a
+    fixed wall-clock guess at that moment fails on a loaded machine. A condition
+    that never comes fails the test after a minute.
+    """
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as tg:
+
+            async def watch() -> None:
+                while True:  # polled: nothing signals these conditions
+                    if condition():
+                        await anyio.sleep(settle)
+                        tg.cancel_scope.cancel()
+                        return
+                    await anyio.sleep(0.02)
+
+            tg.start_soon(watch)
+            await run()
+            tg.cancel_scope.cancel()

@@ -65,6 +65,7 @@ def test_dirty_tree_warns_and_require_clean_refuses(tmp_path):
     assert (repo / "README.md").read_text() == "changed but not committed\n"  # never touched
 
 
+@pytest.mark.exclusive  # old-looking containers that another test's orphan scan would remove
 def test_start_removes_orphans_and_old_logs_but_not_resumable_runs(tmp_path):
     repo = make_repo(tmp_path / "repo")
     env = cli_env(tmp_path)
@@ -160,6 +161,7 @@ def test_start_removes_orphans_and_old_logs_but_not_resumable_runs(tmp_path):
         subprocess.run(["docker", "rm", "-f", *names.values()], capture_output=True)
 
 
+@pytest.mark.exclusive  # old-looking containers that another test's orphan scan would remove
 def test_clean_containers_removes_stopped_past_retention_and_never_running_ones(tmp_path):
     repo = make_repo(tmp_path / "repo")
     env = cli_env(tmp_path)
@@ -245,6 +247,7 @@ def _age(path, days=30):
         os.utime(p, (past, past))
 
 
+@pytest.mark.exclusive  # old-looking containers that another test's orphan scan would remove
 def test_retention_keeps_an_old_interrupted_run_and_list_runs_shows_it_first(tmp_path):
     repo = make_repo(tmp_path / "repo")
     env = cli_env(tmp_path)
@@ -325,6 +328,7 @@ def _recreate_as_old(name: str, old_ts: str) -> None:
     subprocess.run([*cmd, cfg["Image"], *cfg["Cmd"]], check=True, capture_output=True)
 
 
+@pytest.mark.exclusive  # old-looking containers that another test's orphan scan would remove
 def test_orphan_scan_never_removes_a_live_run_from_another_directory(tmp_path):
     """Two live runs, two directories: the start-up scan of one never kills the other's container."""
     old_ts = "2020-01-01T00:00:00.000Z"
@@ -493,6 +497,7 @@ def test_orphan_scan_never_removes_a_live_run_from_another_directory(tmp_path):
         )
 
 
+@pytest.mark.exclusive  # old-looking containers that another test's orphan scan would remove
 def test_clean_containers_takes_its_retention_from_the_config_file(tmp_path):
     # An hour old: inside the default 2 h retention (so no other run's orphan scan
     # removes it meanwhile), past the half hour that the config file sets.

@@ -7,7 +7,7 @@ import random
 import anyio
 import msgspec
 import pytest
-from engine_helpers import make_config, run_engine, strategy_results
+from engine_helpers import interrupt_when, make_config, run_engine, strategy_results
 
 from orchestrator.engine.engine import Engine
 from orchestrator.engine.testing import ScriptedRunner, failure, success
@@ -83,8 +83,7 @@ async def test_completed_keys_replay_results_inside_a_reentered_strategy(tmp_pat
 
     runner = ScriptedRunner(script)
     engine = Engine(make_config(tmp_path), runner)
-    with anyio.move_on_after(1):
-        await engine.run(two_stage, prompt="do it", params={})
+    await interrupt_when(lambda: engine.run(two_stage, prompt="do it", params={}), lambda: len(runner.calls) == 2)
     assert [c.prompt for c in runner.calls] == ["stage a", "stage b"]
     assert engine.state.tasks["run_t/s1/b"].state == "INTERRUPTED"
     gate.set()
@@ -103,8 +102,7 @@ async def test_interrupted_task_resumes_its_persisted_session(tmp_path):
         await anyio.sleep_forever()
 
     engine = Engine(make_config(tmp_path), ScriptedRunner(hang))
-    with anyio.move_on_after(0.5):
-        await engine.run(one, prompt="do it", params={})
+    await interrupt_when(lambda: engine.run(one, prompt="do it", params={}), lambda: bool(engine.runner.calls))
     interrupted = [e for e in read_events(engine.paths.events) if e.type == "task.interrupted"]
     assert len(interrupted) == 1 and interrupted[0].payload["session_id"].startswith("sess-")
     runner = ScriptedRunner()
@@ -113,8 +111,7 @@ async def test_interrupted_task_resumes_its_persisted_session(tmp_path):
     # --resume-fresh ignores the session
     fresh_dir = tmp_path / "fresh"
     engine = Engine(make_config(fresh_dir), ScriptedRunner(hang))
-    with anyio.move_on_after(0.5):
-        await engine.run(one, prompt="do it", params={})
+    await interrupt_when(lambda: engine.run(one, prompt="do it", params={}), lambda: bool(engine.runner.calls))
     runner = ScriptedRunner()
     await run_engine(fresh_dir, one, runner, resume_fresh=True)
     assert runner.calls[0].session_id is None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import anyio
-from engine_helpers import make_config, run_engine
+from engine_helpers import interrupt_when, make_config, run_engine
 
 from orchestrator.engine.engine import Engine
 from orchestrator.engine.testing import ScriptedRunner, success
@@ -30,10 +30,18 @@ class InitThenHang:
         pass
 
 
+async def run_until_logged(engine: Engine, event_type: str = "task.session") -> None:
+    """Run until an event of ``event_type`` is in the log, then interrupt."""
+
+    def logged() -> bool:
+        return engine.paths.events.exists() and f'"{event_type}"'.encode() in engine.paths.events.read_bytes()
+
+    await interrupt_when(lambda: engine.run(one, prompt="do it", params={}), logged)
+
+
 async def test_the_session_is_in_the_log_while_the_task_runs_and_a_crash_resume_continues_it(tmp_path):
     engine = Engine(make_config(tmp_path), InitThenHang())
-    with anyio.move_on_after(0.5):
-        await engine.run(one, prompt="do it", params={})
+    await run_until_logged(engine)
     events = list(read_events(engine.paths.events))
     types = [e.type for e in events]
     assert types.index("task.session") < types.index("task.interrupted")
@@ -51,8 +59,7 @@ async def test_the_session_is_in_the_log_while_the_task_runs_and_a_crash_resume_
     # --resume-fresh: neither the session nor the workspace
     fresh = tmp_path / "fresh"
     engine = Engine(make_config(fresh), InitThenHang())
-    with anyio.move_on_after(0.5):
-        await engine.run(one, prompt="do it", params={})
+    await run_until_logged(engine)
     runner = ScriptedRunner()
     await run_engine(fresh, one, runner, resume_fresh=True)
     assert (runner.calls[0].session_id, runner.calls[0].resume_workspace) == (None, False)
@@ -125,8 +132,7 @@ async def test_a_task_that_started_without_reporting_a_session_keeps_its_workspa
             pass
 
     engine = Engine(make_config(tmp_path), Silent())
-    with anyio.move_on_after(0.5):
-        await engine.run(one, prompt="do it", params={})
+    await run_until_logged(engine, "task.started")
     assert [
         e.payload.get("session_id")
         for e in read_events(engine.paths.events)
@@ -145,8 +151,7 @@ async def test_a_command_task_never_continues_a_workspace(tmp_path):
         await anyio.sleep_forever()
 
     engine = Engine(make_config(tmp_path), ScriptedRunner(hang))
-    with anyio.move_on_after(0.5):
-        await engine.run(cmd, prompt="do it", params={})
+    await interrupt_when(lambda: engine.run(cmd, prompt="do it", params={}), lambda: bool(engine.runner.calls))
     runner = ScriptedRunner()
     await run_engine(tmp_path, cmd, runner)
     assert runner.calls[0].resume_workspace is False

@@ -13,9 +13,8 @@ import hashlib
 import json
 import re
 
-import anyio
 import pytest
-from engine_helpers import run_engine
+from engine_helpers import interrupt_when, run_engine
 
 from orchestrator.engine.testing import ScriptedRunner, failure, success
 from strategies.evolve import evolve
@@ -397,8 +396,12 @@ async def test_interrupt_and_resume_gives_the_same_history_without_rerunning_fix
     w = world()
     pattern = re.compile(slow)
     first = ScriptedRunner(w, delay=lambda req: 30 if pattern.search(req.task_key) else 0)
-    with anyio.move_on_after(0.3):
-        await run_engine(tmp_path / "resumed", evolve, first, params=params)
+    # interrupted once the slow task is running; the quick ones (delay 0) have finished 0.3 s later
+    await interrupt_when(
+        lambda: run_engine(tmp_path / "resumed", evolve, first, params=params),
+        lambda: any(pattern.search(c.task_key) for c in first.calls),
+        settle=0.3,
+    )
     finished_first = [c.task_key for c in first.calls if not pattern.search(c.task_key)]
     assert done_before in finished_first
     assert any(pattern.search(c.task_key) for c in first.calls), "the interruption point was never reached"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import msgspec
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -121,6 +122,18 @@ def test_a_torn_or_edited_snapshot_fails_only_with_snapshot_error(evs, cut, byte
             assert len(list(state.tasks)) == len(state.tasks)
         except SnapshotError:
             pass
+
+
+def test_a_snapshot_torn_inside_a_multibyte_character_fails_with_snapshot_error():
+    # Found by the property test above: a cut through "é" in the header left invalid
+    # UTF-8, and the decoder's UnicodeDecodeError escaped instead of SnapshotError.
+    evs = [("task.scheduled", "r/s1/é"), ("strategy.started", "r/s1/é"), ("task.completed", "r/s1/é")]
+    data = encode_snapshot(fold(evs))
+    first = data.index("é".encode())
+    for bad in (data[: first + 1], data[: first + 1] + b"x" + data[first + 2 :]):
+        with pytest.raises(SnapshotError):
+            state = decode_snapshot(bad)
+            list(state.tasks.values())
 
 
 def test_the_earlier_whole_document_layout_still_loads():

@@ -24,6 +24,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from collections import Counter
 
@@ -136,7 +137,22 @@ async def test_best_of_n_survives_interruption_and_resume_through_docker(tmp_pat
         'SIM: print-json {"score": 9, "rationale": "late but good"}'
     )
     params = {"n": 2, "approaches": [sim_print('SIM: print-json {"score": 5, "rationale": "ok"}'), slow_once]}
-    first = await run_with_docker(tmp_path, git_repo, run_id=rid, fn=best_of_n, params=params, cancel_after=8)
+
+    seen: list[float] = []
+
+    def first_done_second_sleeping(engine) -> bool:
+        # gen/1's agent has named its session (task.session), so it is past start-up;
+        # a second later it has touched its marker and sleeps
+        tasks = engine.state.tasks
+        gen0, gen1 = tasks.get(f"{rid}/s1/gen/0"), tasks.get(f"{rid}/s1/gen/1")
+        if gen0 is None or gen0.state != "COMPLETED" or gen1 is None or not gen1.session_id:
+            return False
+        seen.append(time.monotonic())
+        return time.monotonic() - seen[0] >= 1.0
+
+    first = await run_with_docker(
+        tmp_path, git_repo, run_id=rid, fn=best_of_n, params=params, cancel_when=first_done_second_sleeping
+    )
     done_first = {e.key for e in events_by_type(first, "task.completed")}
     assert f"{rid}/s1/gen/0" in done_first and first.state.strategies["s1"].status == "running"
     assert any(e.key == f"{rid}/s1/gen/1" for e in events_by_type(first, "task.interrupted"))

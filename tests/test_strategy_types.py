@@ -184,7 +184,8 @@ def test_the_public_module_exports_what_a_strategy_needs():
         need = {"Context", "Handle", "TaskInput", "TaskResult", "Artifact", "TaskMetrics", "KeyedTaskInput",
                 "BranchCleanupTask", "BranchCleanupResult", "RetryPolicy", "RetryPolicyDict", "TaskFailed",
                 "AggregateTaskFailed", "NoViableCandidates", "KeyConflictDifferentFingerprint", "StrategyError",
-                "StrategyErrors", "ConfigError", "strategy_options", "replay_strategy", "ReplayOutcome", "ReplayError"}
+                "StrategyErrors", "ConfigError", "strategy_options", "replay_strategy", "ReplayOutcome", "ReplayError",
+                "BudgetReached", "BudgetExhausted", "BudgetScope"}
         # what the import alone loaded, before the lazy replay exports are touched
         print(sorted(m for m in ("docker", "orchestrator.app.cli", "orchestrator.engine.engine") if m in sys.modules))
         print(sorted(need - set(s.__all__)), sorted(n for n in s.__all__ if not hasattr(s, n)))

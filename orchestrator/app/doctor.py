@@ -44,7 +44,7 @@ def _docker_engine() -> Check:
     from ..runner.docker_containers import DOCKER_START_HINT, docker_available
 
     # The run's pre-flight check, with more patience: a busy daemon is not a missing one.
-    ok, message = anyio.run(lambda: docker_available(timeout=10.0))
+    ok, message = anyio.run(docker_available)
     if not ok:
         return Check("fail", "docker engine", message.split(f"; {DOCKER_START_HINT}")[0][:200], DOCKER_START_HINT)
     return Check("ok", "docker engine", message)

@@ -178,7 +178,7 @@ async def _check_engines(config: Config, image: str, tools: tuple[str, ...] = ()
 
 
 async def _check_docker(image: str, tools: tuple[str, ...] = ()) -> None:
-    ok, message = await docker_available(timeout=3.0)
+    ok, message = await docker_available()
     if not ok:
         raise PreflightError(message)
     if not await image_exists(image):

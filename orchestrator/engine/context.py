@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar, cast, overload
 
 import anyio
 
-from ..errors import AggregateTaskFailed, BudgetReached, StrategyErrors, TaskFailed
-from ..log.events import progress_record
+from ..errors import AggregateTaskFailed, BudgetExhausted, BudgetReached, StrategyErrors, TaskFailed
+from ..log.events import Progress, progress_record
 from .task_types import (
     BranchCleanupResult,
     BranchCleanupTask,
@@ -123,8 +123,9 @@ ParallelItems = Sequence[tuple[TaskInput, str] | KeyedTaskInput]
 class Context(Protocol):
     """What a strategy's ``ctx`` offers: annotate ``ctx: Context`` (from :mod:`orchestrator.strategy`).
 
-    The engine hands strategies a :class:`StrategyContext`; a wrapper that adds
-    behaviour around ``ctx`` (a budget, a replay for reporting) offers the same.
+    The engine hands strategies a :class:`StrategyContext`; a replay for reporting
+    hands them its own subclass of the same :class:`ContextCore`. A strategy's
+    budget is not a wrapper around ``ctx`` but a scope it opens with ``ctx.open_budget``.
     """
 
     @property
@@ -178,6 +179,10 @@ class Context(Protocol):
         self, tasks: ParallelItems, tolerate_failures: bool
     ) -> list[TaskResult] | tuple[list[TaskResult], list[TaskFailed]]: ...
 
+    def open_budget(self, *, max_cost_usd: float | None = None, max_wall_s: float | None = None) -> BudgetScope:
+        """A budget of the strategy's own: from now on no new task starts once it is spent (``BudgetExhausted``)."""
+        ...
+
     def now(self) -> float: ...
 
     def rand(self) -> float: ...
@@ -202,19 +207,116 @@ class Context(Protocol):
     ) -> None: ...
 
 
-class StrategyContext:
-    """The ``ctx`` object handed to one strategy execution."""
+class BudgetScope:
+    """A strategy's own budget, opened with ``ctx.open_budget``: money and wall-clock limits on its tasks.
+
+    While it is open, every ``ctx.run`` of the execution first asks it whether a
+    new task may start; once a limit is reached no task the run has not recorded
+    starts (``ctx.run`` raises :class:`~orchestrator.errors.BudgetExhausted`),
+    and tasks already started are still awaited. Every result the strategy waits
+    for is charged once (``metrics.cost_usd``; unknown cost counts as 0), and the
+    branches those tasks left are remembered in ``branches``, so the strategy can
+    delete its working branches at the end.
+
+    It reads time only through ``ctx.now()`` (recorded) and cost only from
+    recorded results, so a resumed run or a replay reaches the same decisions.
+    Without a limit it reads no time at all: a run without a budget records no
+    extra checkpoints.
+    """
+
+    def __init__(self, now: Callable[[], float], *, max_cost_usd: float | None, max_wall_s: float | None) -> None:
+        for name, value in (("max_cost_usd", max_cost_usd), ("max_wall_s", max_wall_s)):
+            if value is not None and value <= 0:
+                raise ValueError(f"{name} must be a positive number, got {value!r}")
+        self.max_cost_usd = max_cost_usd
+        self.max_wall_s = max_wall_s
+        self._now = now
+        self.started_at = now() if self.active else 0.0
+        self.cost_usd = 0.0
+        # Why no new task may start (remembered once true), or None.
+        self.stop_reason: str | None = None
+        # Every branch a finished task left in the user's repository, in the order seen.
+        self.branches: list[str] = []
+        self._charged: set[str] = set()
+
+    @property
+    def active(self) -> bool:
+        """Whether it has a limit at all."""
+        return self.max_cost_usd is not None or self.max_wall_s is not None
+
+    def exhausted(self) -> str | None:
+        """Why no new task may start, or None; reads ``ctx.now()`` while it has a limit and is not yet spent."""
+        if self.stop_reason is None and self.active:
+            now = self._now()
+            if self.max_cost_usd is not None and self.cost_usd >= self.max_cost_usd:
+                self.stop_reason = f"max_cost_usd reached: spent ${self.cost_usd:.4f} of ${self.max_cost_usd:.4f}"
+            elif self.max_wall_s is not None and now - self.started_at >= self.max_wall_s:
+                self.stop_reason = f"max_wall_s reached: {now - self.started_at:.0f}s of {self.max_wall_s:.0f}s"
+        return self.stop_reason
+
+    def charge(self, result: Mapping[str, Any] | None) -> None:
+        """One result the strategy got: its cost (each key once) and the branch it left."""
+        if not result:
+            return
+        key = result.get("key")
+        if key is not None:
+            if key in self._charged:
+                return
+            self._charged.add(key)
+        cost = (result.get("metrics") or {}).get("cost_usd")
+        if isinstance(cost, (int, float)) and cost > 0:
+            self.cost_usd += float(cost)
+        branch = (result.get("artifact") or {}).get("branch_final")
+        if branch and branch not in self.branches:
+            self.branches.append(branch)
+
+    def summary(self) -> dict[str, Any] | None:
+        """What it spent against its limits (reads ``ctx.now()``); None without a limit."""
+        if not self.active:
+            return None
+        return {
+            "cost_usd": round(self.cost_usd, 6),
+            "wall_s": round(self._now() - self.started_at, 3),
+            "max_cost_usd": self.max_cost_usd,
+            "max_wall_s": self.max_wall_s,
+        }
+
+
+class ContextCore:
+    """What every ``ctx`` shares: keys, ``run``/``wait``/``wait_all``/``parallel``, recorded time, budgets, progress.
+
+    The engine's :class:`StrategyContext` and the replay's context are subclasses
+    that say how a task is scheduled (``_schedule``), how a handle is awaited
+    (``_arrive``), where a recorded value comes from (``_checkpoint``) and where a
+    progress record goes (``_publish``).
+    """
 
     errors = StrategyErrors
 
-    def __init__(self, engine: Engine, *, strategy_execution_id: str, strategy_index: int) -> None:
-        self._engine = engine
-        self.run_id = engine.config.run_id
+    def __init__(self, run_id: str, *, strategy_execution_id: str, strategy_index: int) -> None:
+        self.run_id = run_id
         self.strategy_execution_id = strategy_execution_id
         self.strategy_index = strategy_index
-        self._prefix = f"{self.run_id}/{strategy_execution_id}/"
-        self._checkpoint_seq = 0
+        self._prefix = f"{run_id}/{strategy_execution_id}/"
         self.requested_keys: set[str] = set()
+        self._budgets: list[BudgetScope] = []
+
+    # -- what a subclass provides
+    def _schedule(
+        self, key: str, task: Mapping[str, Any], policy: RetryPolicy | RetryPolicyDict | None, refuse: str | None
+    ) -> Handle[Any]:
+        """The handle of ``key``; a task not yet recorded raises ``BudgetExhausted(refuse)`` when refuse is set."""
+        raise NotImplementedError
+
+    async def _arrive(self, handles: Sequence[Handle[Any]]) -> None:
+        """Return once every one of ``handles`` is done."""
+        raise NotImplementedError
+
+    def _checkpoint(self, kind: str, produce: Callable[[], Any]) -> Any:
+        raise NotImplementedError
+
+    def _publish(self, record: Progress) -> None:
+        raise NotImplementedError
 
     # -- keys
     def key(self, *parts: object) -> str:
@@ -247,12 +349,31 @@ class StrategyContext:
         """
         fq = self._qualify(key)
         self.requested_keys.add(fq)
-        return self._engine.schedule(self, fq, task, policy)
+        refuse = None
+        if not task.get("delete_branches"):  # a branch cleanup costs nothing: no budget holds it back
+            for budget in self._budgets:
+                refuse = refuse or budget.exhausted()
+        try:
+            return self._schedule(fq, task, policy, refuse)
+        except BudgetReached as exc:
+            if not self._budgets:
+                raise
+            # Under a budget of its own the strategy ends at the run's cap the same way as at its budget.
+            for budget in self._budgets:
+                budget.stop_reason = budget.stop_reason or exc.message
+            raise BudgetExhausted(exc.message) from None
+
+    def _seen(self, results: Iterable[Any]) -> None:
+        for result in results:
+            for budget in self._budgets:
+                budget.charge(result)
 
     async def wait(self, handle: Handle[R]) -> R:
         """The task's result, or ``TaskFailed(key, error_type, message)``."""
-        await handle._done.wait()
-        return handle._outcome()
+        await self._arrive([handle])
+        result = handle._outcome()
+        self._seen([result])
+        return result
 
     @overload
     async def wait_all(self, handles: Sequence[Handle[R]], tolerate_failures: Literal[False] = False) -> list[R]: ...
@@ -273,9 +394,10 @@ class StrategyContext:
         failures are ``TaskFailed`` errors; otherwise any failure raises
         ``AggregateTaskFailed`` once every task has finished.
         """
-        for h in handles:
-            await h._done.wait()
-        return collect_outcomes([h._outcome for h in handles], tolerate_failures)
+        await self._arrive(handles)
+        out = collect_outcomes([h._outcome for h in handles], tolerate_failures)
+        self._seen(out[0] if isinstance(out, tuple) else out)
+        return out
 
     @overload
     async def parallel(self, tasks: ParallelItems, tolerate_failures: Literal[False] = False) -> list[TaskResult]: ...
@@ -296,19 +418,26 @@ class StrategyContext:
         ]
         return await self.wait_all(handles, tolerate_failures=tolerate_failures)
 
-    # -- recorded nondeterminism
-    def _checkpoint(self, kind: str, produce: Callable[[], Any]) -> Any:
-        seq = self._checkpoint_seq
-        self._checkpoint_seq += 1
-        return self._engine.checkpoint(self, seq, kind, produce)
+    # -- a budget of the strategy's own
+    def open_budget(self, *, max_cost_usd: float | None = None, max_wall_s: float | None = None) -> BudgetScope:
+        """Limit what this execution spends from now on: see :class:`BudgetScope`.
 
+        ``None`` means no limit on it; with neither limit the scope only counts
+        (``branches``) and ends the strategy at the run's cap with
+        ``BudgetExhausted``. A limit that is not positive raises ``ValueError``.
+        """
+        budget = BudgetScope(self.now, max_cost_usd=max_cost_usd, max_wall_s=max_wall_s)
+        self._budgets.append(budget)
+        return budget
+
+    # -- recorded nondeterminism
     def now(self) -> float:
         """Wall-clock seconds since the epoch, recorded on first run and replayed after."""
-        return self._checkpoint("now", time.time)
+        return cast(float, self._checkpoint("now", time.time))
 
     def rand(self) -> float:
         """A float in [0, 1), recorded on first run and replayed after."""
-        return self._checkpoint("rand", random.random)
+        return cast(float, self._checkpoint("rand", random.random))
 
     async def sleep(self, seconds: float) -> None:
         """Sleep until a recorded deadline: a resumed run sleeps only for what is left."""
@@ -316,6 +445,68 @@ class StrategyContext:
         remaining = deadline - time.time()
         if remaining > 0:
             await anyio.sleep(remaining)
+
+    # -- output for people watching
+    def progress(
+        self,
+        *,
+        phase: str = "",
+        step: int | None = None,
+        of_total: int | None = None,
+        best: float | None = None,
+        frontier: int | None = None,
+        done: int | None = None,
+        total: int | None = None,
+        text: str = "",
+    ) -> None:
+        """Publish where this execution has got to: a ``strategy.progress`` event the TUI shows.
+
+        The fields are those of :class:`orchestrator.log.events.Progress`. It is an
+        output, not a recorded input: it changes no key or fingerprint, and a resumed
+        run may publish it again.
+        """
+        self._publish(
+            progress_record(
+                {
+                    "phase": phase,
+                    "step": step,
+                    "of_total": of_total,
+                    "best": best,
+                    "frontier": frontier,
+                    "done": done,
+                    "total": total,
+                    "text": text,
+                }
+            )
+        )
+
+
+class StrategyContext(ContextCore):
+    """The ``ctx`` object handed to one strategy execution."""
+
+    def __init__(self, engine: Engine, *, strategy_execution_id: str, strategy_index: int) -> None:
+        super().__init__(
+            engine.config.run_id, strategy_execution_id=strategy_execution_id, strategy_index=strategy_index
+        )
+        self._engine = engine
+        self._checkpoint_seq = 0
+
+    def _schedule(
+        self, key: str, task: Mapping[str, Any], policy: RetryPolicy | RetryPolicyDict | None, refuse: str | None
+    ) -> Handle[Any]:
+        return self._engine.schedule(self, key, task, policy, refuse=refuse)
+
+    async def _arrive(self, handles: Sequence[Handle[Any]]) -> None:
+        for h in handles:
+            await h._done.wait()
+
+    def _checkpoint(self, kind: str, produce: Callable[[], Any]) -> Any:
+        seq = self._checkpoint_seq
+        self._checkpoint_seq += 1
+        return self._engine.checkpoint(self, seq, kind, produce)
+
+    def _publish(self, record: Progress) -> None:
+        self._engine.publish_progress(self.strategy_execution_id, record)
 
     # -- read-only facts a strategy may use
     @property
@@ -341,41 +532,6 @@ class StrategyContext:
         so a replay writes the same bytes.
         """
         return self._engine.strategy_output_dir()
-
-    # -- output for people watching
-    def progress(
-        self,
-        *,
-        phase: str = "",
-        step: int | None = None,
-        of_total: int | None = None,
-        best: float | None = None,
-        frontier: int | None = None,
-        done: int | None = None,
-        total: int | None = None,
-        text: str = "",
-    ) -> None:
-        """Publish where this execution has got to: a ``strategy.progress`` event the TUI shows.
-
-        The fields are those of :class:`orchestrator.log.events.Progress`. It is an
-        output, not a recorded input: it changes no key or fingerprint, and a resumed
-        run may publish it again.
-        """
-        self._engine.publish_progress(
-            self.strategy_execution_id,
-            progress_record(
-                {
-                    "phase": phase,
-                    "step": step,
-                    "of_total": of_total,
-                    "best": best,
-                    "frontier": frontier,
-                    "done": done,
-                    "total": total,
-                    "text": text,
-                }
-            ),
-        )
 
 
 if TYPE_CHECKING:

@@ -28,6 +28,7 @@ import msgspec
 import orjson
 
 from ..errors import (
+    BudgetExhausted,
     BudgetReached,
     ConfigError,
     KeyConflictDifferentFingerprint,
@@ -181,7 +182,13 @@ class Engine:
         return task_result_from_payload(payload)
 
     def schedule(
-        self, ctx: StrategyContext, key: str, task: Mapping[str, Any], policy: RetryPolicy | RetryPolicyDict | None
+        self,
+        ctx: StrategyContext,
+        key: str,
+        task: Mapping[str, Any],
+        policy: RetryPolicy | RetryPolicyDict | None,
+        *,
+        refuse: str | None = None,
     ) -> Handle[Any]:
         normalized = normalize_task(task, self.config.defaults, default_base_branch=ctx.base_branch)
         # The task's plugin is resolved here, once, and travels with the request to the runner.
@@ -199,6 +206,9 @@ class Engine:
         if handle is not None:
             return handle
         finished = recorded is not None and recorded.state in (COMPLETED, FAILED)
+        if not finished and refuse is not None:
+            # The strategy's own budget (ctx.open_budget) is spent: only what the run recorded is answered.
+            raise BudgetExhausted(refuse)
         if not finished and self._budget_refuses(ctx.strategy_execution_id, normalized):
             assert self.budget is not None
             raise BudgetReached(key, self.budget.message())

@@ -28,22 +28,23 @@ from __future__ import annotations
 
 import tempfile
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 import anyio.lowlevel
 import msgspec
 
-from ..errors import BudgetReached, StrategyErrors, TaskFailed
+from ..errors import BudgetExhausted, BudgetReached
 from ..jsonlog import ComponentLog
 from ..log.eventlog import LogReader
-from ..log.events import Progress, decode_line, progress_record
+from ..log.events import Progress, decode_line
 from ..log.state import COMPLETED, FAILED, RunState, replay
-from .context import collect_outcomes, parallel_items
+from .context import Context, ContextCore, Handle
 from .engine import StrategyFn, task_result_from_payload
+from .task_types import RetryPolicy, RetryPolicyDict
 
 Ended = Literal["returned", "failed", "log_ended", "error"]
 
@@ -65,88 +66,55 @@ class _EndOfLog(BaseException):
     """
 
 
-class _Handle:
-    def __init__(self, key: str, result: dict[str, Any] | None, failure: tuple[str, str] | None) -> None:
-        self.key, self.result, self.failure = key, result, failure
-
-    @property
-    def done(self) -> bool:
-        return self.result is not None or self.failure is not None
-
-    def outcome(self) -> dict[str, Any]:
-        if self.failure is not None:
-            if self.failure[0] == "budget_reached":
-                raise BudgetReached(self.key, self.failure[1])
-            raise TaskFailed(self.key, *self.failure)
-        assert self.result is not None
-        return self.result
-
-
-class ReplayContext:
+class ReplayContext(ContextCore):
     """A read-only ``ctx`` answering from a recorded run."""
 
-    errors = StrategyErrors
-
     def __init__(self, state: RunState, events_path: Path, sid: str, out_dir: Path, base_branch: str) -> None:
-        self.run_id = state.run_id
-        self.strategy_execution_id = sid
-        self.strategy_index = int(sid[1:]) if sid[1:].isdigit() else 1
+        super().__init__(
+            state.run_id, strategy_execution_id=sid, strategy_index=int(sid[1:]) if sid[1:].isdigit() else 1
+        )
         self.base_branch = base_branch
         self.published: list[Progress] = []
-        self.requested_keys: set[str] = set()
         self._state, self._events, self._out = state, events_path, out_dir
-        self._prefix = f"{state.run_id}/{sid}/"
         self._seq = 0
         self.answers = 0  # answers given so far: unchanged across a settle means the replay is stuck
 
-    # -- keys and tasks
-    def key(self, *parts: Any) -> str:
-        if not parts:
-            raise ValueError("ctx.key() needs at least one part")
-        return self._prefix + "/".join(str(p) for p in parts)
-
+    # -- tasks
     def _payload(self, offset: int) -> dict[str, Any]:
         with open(self._events, "rb") as fh:
             fh.seek(offset)
             return decode_line(fh.readline()).payload
 
-    def run(self, task: dict[str, Any], *, key: str, policy: Any = None) -> _Handle:
+    def _schedule(
+        self, key: str, task: Mapping[str, Any], policy: RetryPolicy | RetryPolicyDict | None, refuse: str | None
+    ) -> Handle[Any]:
         self.answers += 1
-        fq = key if key.startswith(self._prefix) else self._prefix + key
-        self.requested_keys.add(fq)
-        rec = self._state.tasks.get(fq)
+        handle: Handle[Any] = Handle(key=key, scheduled_at=0.0)
+        rec = self._state.tasks.get(key)
         if rec is not None and rec.state == COMPLETED and rec.result_offset is not None:
-            return _Handle(fq, task_result_from_payload(self._payload(rec.result_offset)), None)
+            handle._resolve(task_result_from_payload(self._payload(rec.result_offset)))
+            return handle
         if rec is not None and rec.state == FAILED:
-            return _Handle(fq, None, (rec.error_type or "unknown", rec.message or ""))
+            handle._fail(rec.error_type or "unknown", rec.message or "")
+            return handle
+        if refuse is not None:  # the strategy's own budget refused it, as it did in the run
+            raise BudgetExhausted(refuse)
         if self._state.strategies[self.strategy_execution_id].status == "budget_reached":
             # The run's spending cap refused this task (it stopped the execution with every task
             # it had started finished): the replay takes the path the run took.
             if rec is None:
-                raise BudgetReached(fq, "the run's spending cap was reached")
-            return _Handle(fq, None, ("budget_reached", "the run's spending cap was reached"))
-        return _Handle(fq, None, None)
+                raise BudgetReached(key, "the run's spending cap was reached")
+            handle._fail("budget_reached", "the run's spending cap was reached")
+        return handle  # never recorded: waiting on it stops the replay
 
-    async def wait(self, handle: _Handle) -> dict[str, Any]:
-        await anyio.lowlevel.checkpoint()
-        self.answers += 1
-        if not handle.done:
-            await anyio.sleep_forever()  # never recorded: the replay stops here
-        return handle.outcome()
-
-    async def wait_all(self, handles: list[_Handle], tolerate_failures: bool = False):
+    async def _arrive(self, handles: Sequence[Handle[Any]]) -> None:
         await anyio.lowlevel.checkpoint()
         self.answers += 1
         if not all(h.done for h in handles):
             await anyio.sleep_forever()  # never recorded: the replay stops here
-        return collect_outcomes([h.outcome for h in handles], tolerate_failures)
-
-    async def parallel(self, tasks, tolerate_failures: bool = False):
-        handles = [self.run(task, key=key) for task, key in parallel_items(tasks)]
-        return await self.wait_all(handles, tolerate_failures=tolerate_failures)
 
     # -- recorded nondeterminism
-    def _recorded(self) -> Any:
+    def _checkpoint(self, kind: str, produce: Callable[[], Any]) -> Any:
         recorded = self._state.strategies[self.strategy_execution_id].checkpoints
         if self._seq >= len(recorded):
             raise _EndOfLog()
@@ -155,14 +123,8 @@ class ReplayContext:
         self.answers += 1
         return value
 
-    def now(self) -> float:
-        return self._recorded()
-
-    def rand(self) -> float:
-        return self._recorded()
-
     async def sleep(self, seconds: float) -> None:
-        self._recorded()  # the recorded deadline: a replay never waits for it
+        self._checkpoint("sleep", float)  # the recorded deadline: a replay never waits for it
         await anyio.lowlevel.checkpoint()
 
     # -- facts and outputs
@@ -174,10 +136,15 @@ class ReplayContext:
         self._out.mkdir(parents=True, exist_ok=True)
         return self._out
 
-    def progress(self, **fields: Any) -> None:
-        record = progress_record(fields)
+    def _publish(self, record: Progress) -> None:
         if not self.published or self.published[-1] != record:
             self.published.append(record)
+
+
+if TYPE_CHECKING:
+
+    def _replay_ctx_is_a_context(ctx: ReplayContext) -> Context:
+        return ctx  # mypy checks here that the replay's ctx offers all of Context
 
 
 def _leaves(exc: BaseException) -> list[BaseException]:

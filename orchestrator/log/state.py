@@ -686,6 +686,11 @@ def _encode_snapshot(state: RunState) -> bytes:
     return b"".join((header[:-1], _HEADER_END, b"\n", *pieces, _TRAILER))
 
 
+# A torn write can end inside a multibyte character: invalid UTF-8 is
+# UnicodeDecodeError, not msgspec's DecodeError, and is just as unreadable.
+_UNREADABLE = (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError)
+
+
 def decode_snapshot(buf: mmap.mmap | bytes) -> RunState:
     """A :class:`RunState` over snapshot bytes; tasks are decoded as they are used.
 
@@ -698,7 +703,7 @@ def decode_snapshot(buf: mmap.mmap | bytes) -> RunState:
         return _decode_whole(bytes(buf))
     try:
         header = _header_decoder.decode(buf[: nl - len(_HEADER_END)] + b"}")
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+    except _UNREADABLE as exc:
         raise SnapshotError(f"header: {exc}") from None
     start, end = nl + 1, nl + 1 + header.task_bytes
     if header.schema != SNAPSHOT_SCHEMA or len(buf) != end + len(_TRAILER) or buf[end:] != _TRAILER:
@@ -718,7 +723,7 @@ def decode_snapshot(buf: mmap.mmap | bytes) -> RunState:
     try:  # the ends of the task lines: the cheap part of a structural check
         _task_decoder.decode(buf[start : buf.find(b"\n", start)].rstrip(b","))
         _task_decoder.decode(buf[buf.rfind(b"\n", start - 1, end - 1) + 1 : end - 1])
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+    except _UNREADABLE as exc:
         raise SnapshotError(f"task records: {exc}") from None
     state.tasks = TaskTable(
         base=_SnapshotTasks(buf, start, end, header.task_count, header.open_keys, header.task_crc32)
@@ -729,7 +734,7 @@ def decode_snapshot(buf: mmap.mmap | bytes) -> RunState:
 def _decode_whole(data: bytes) -> RunState:
     try:
         whole = _whole_decoder.decode(data)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+    except _UNREADABLE as exc:
         raise SnapshotError(str(exc)) from None
     for i, task in enumerate(whole.tasks.values()):
         task.seq = i

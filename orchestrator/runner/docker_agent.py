@@ -26,16 +26,17 @@ from ..errors import (
     RunnerError,
     TaskTimeoutError,
 )
-from ..sanitize import SECRET_ENV_VARS
+from ..sanitize import SECRET_ENV_VARS, Sanitizer
 from . import watchdog
 from .base import RunnerEventCallback
-from .docker_containers import ensure_container
-from .docker_core import RunnerCore
+from .docker_containers import DockerHost, ensure_container
+from .docker_core import ContainerStopper, TaskEvents, session_volume
 from .docker_exec import ExecOutput, run_exec
+from .docker_workspace import WorkspaceSetup
 from .object_cache import cache_volume
 from .plugin import AgentEvent, RunnerPlugin
 from .registry import get_plugin
-from .types import InstanceRequest
+from .types import AuthConfig, Hardening, InstanceRequest
 
 EVENT_STRING_LIMIT = 4000
 
@@ -95,7 +96,7 @@ def _clip(obj: Any) -> Any:
     return obj
 
 
-class _Attempt:
+class Attempt:
     """What one execution attempt produced (an exec output or an error).
 
     ``session_id``: the agent's session when the attempt failed after the agent
@@ -110,18 +111,59 @@ class _Attempt:
         self.session_id = session_id
 
 
-class AgentExec(RunnerCore):
-    """The execute phase's steps of :class:`~.docker_runner.DockerRunner`."""
+class AgentExec:
+    """The agent in its task's container: one execution attempt, and what it left uncommitted.
 
-    async def _attempt(self, request, plugin, workspace, on_event, resume, previous, n, first=None) -> _Attempt:
+    ``workspace``: a retry on a remote engine copies the clone in again when the
+    container's volume lost it.
+    """
+
+    def __init__(
+        self,
+        host: DockerHost,
+        hardening: Hardening,
+        auth: AuthConfig,
+        sanitizer: Sanitizer,
+        emit_event: TaskEvents,
+        stopper: ContainerStopper,
+        workspace: WorkspaceSetup,
+        *,
+        dry_run: bool = False,
+    ) -> None:
+        self.host = host
+        self.hardening = hardening
+        self.auth = auth
+        self.sanitizer = sanitizer
+        self.emit_event = emit_event
+        self.stopper = stopper
+        self.workspace = workspace
+        self.dry_run = dry_run
+
+    async def attempt(
+        self,
+        request: InstanceRequest,
+        plugin: RunnerPlugin,
+        workspace: Path,
+        on_event: RunnerEventCallback | None,
+        resume: str | None,
+        previous: dict[str, float] | None,
+        n: int,
+        first: dict[str, Any] | None = None,
+    ) -> Attempt:
+        """Attempt ``n`` (0-based): the container, the agent's command and its exec under the timeout.
+
+        ``first``: the first attempt's container, started alongside the clone.
+        """
         if first is not None:  # started alongside the clone
             if "error" in first:
-                return _Attempt(error=first["error"])
+                return Attempt(error=first["error"])
             ready, duration = first["ready"], first["duration_s"]
         else:
             t = time.monotonic()
-            if request.container_name in self._live_agents and not await self._end_orphan(request, on_event):
-                return _Attempt(
+            if request.container_name in self.stopper.live_agents and not await self.stopper.end_orphan(
+                request, on_event
+            ):
+                return Attempt(
                     error=AgentStreamLostError(
                         f"the agent of the previous attempt may still be running in container "
                         f"{request.container_name}, which cannot be reached to end it; no second agent was started"
@@ -133,17 +175,17 @@ class AgentExec(RunnerCore):
                     self.host,
                     request,
                     workspace=workspace,
-                    volume=self.session_volume(request),
+                    volume=session_volume(request),
                     fresh_workspace=n == 0,
                     hardening=self.hardening,
-                    object_cache=cache_volume(self.host, self.object_cache, request),
+                    object_cache=cache_volume(self.host, self.workspace.object_cache, request),
                 )
             except RunnerError as exc:
-                return _Attempt(error=exc)
+                return Attempt(error=exc)
             if self.host.archive:
-                failure = await self._archive_copy_in(request, workspace, ready, on_event, fresh=False)
+                failure = await self.workspace.archive_copy_in(request, workspace, ready, on_event, fresh=False)
                 if failure is not None:
-                    return _Attempt(error=failure)
+                    return Attempt(error=failure)
             duration = round(time.monotonic() - t, 4)
         if ready.action == "replaced":
             self.emit_event(
@@ -167,10 +209,11 @@ class AgentExec(RunnerCore):
             duration_s=duration,
         )
 
-        if "auth" in inspect.signature(plugin.build_command).parameters:
-            argv = plugin.build_command(request, resume_session_id=resume, auth=self.auth)
+        build: Any = plugin.build_command  # a plugin may also take the credentials, beyond the protocol
+        if "auth" in inspect.signature(build).parameters:
+            argv = build(request, resume_session_id=resume, auth=self.auth)
         else:
-            argv = plugin.build_command(request, resume_session_id=resume)
+            argv = build(request, resume_session_id=resume)
         persona = plugin.capabilities.simulated_as
         if self.dry_run and persona is not None:
             # Dry run: the deterministic simulated agent answers in the same container, at no cost.
@@ -192,7 +235,7 @@ class AgentExec(RunnerCore):
         for path, content in (files_fn(request) if files_fn is not None else {}).items():
             failure = await self._write_container_file(request.container_name, path, content)
             if failure is not None:
-                return _Attempt(error=failure)
+                return Attempt(error=failure)
         parser = plugin.new_parser(previous=previous)
 
         def forward(event: AgentEvent) -> None:
@@ -210,7 +253,7 @@ class AgentExec(RunnerCore):
         )
         probe = await self._probe(request, workspace, on_event)
         tripped: list[str] = []
-        self._live_agents.add(request.container_name)
+        self.stopper.live_agents.add(request.container_name)
         ran: dict[str, Any] = {}
         try:
             with anyio.fail_after(request.timeout_seconds):
@@ -237,7 +280,7 @@ class AgentExec(RunnerCore):
                 raise ran["error"]
             output = ran["output"]
         except TimeoutError:
-            return _Attempt(
+            return Attempt(
                 error=TaskTimeoutError(
                     f"task exceeded its timeout of {request.timeout_seconds:g}s; container stopped and kept for resume"
                 )
@@ -246,22 +289,22 @@ class AgentExec(RunnerCore):
             # The agent may still be working: ended now, so it spends nothing more
             # during the backoff (a retry tries again if this fails).
             self.emit_event(request, on_event, "runner.exec.stream_lost", "warn", attempt=n, error=str(exc))
-            await self._end_orphan(request, on_event)
-            return _Attempt(error=exc, session_id=parser.finish(None).session_id)
+            await self.stopper.end_orphan(request, on_event)
+            return Attempt(error=exc, session_id=parser.finish(None).session_id)
         except RunnerError as exc:
-            self._live_agents.discard(request.container_name)
+            self.stopper.live_agents.discard(request.container_name)
             if tripped:
-                return _Attempt(error=ResourceLimitError(tripped[0]))
-            return _Attempt(error=exc)
-        self._live_agents.discard(request.container_name)
+                return Attempt(error=ResourceLimitError(tripped[0]))
+            return Attempt(error=exc)
+        self.stopper.live_agents.discard(request.container_name)
         unusable = _git_unusable(output) if wrapped else None
         if unusable is not None:
-            return _Attempt(error=unusable)
+            return Attempt(error=unusable)
         # once more at the end: a runaway that finished between two looks still counts
         reason = tripped[0] if tripped else (await anyio.to_thread.run_sync(watchdog.check, probe) if probe else None)
         if reason:
             self.emit_event(request, on_event, "runner.limit.hit", "error", reason=reason)
-            return _Attempt(error=ResourceLimitError(reason))
+            return Attempt(error=ResourceLimitError(reason))
         self.emit_event(
             request,
             on_event,
@@ -274,7 +317,7 @@ class AgentExec(RunnerCore):
             events=output.events,
             duration_s=round(time.monotonic() - t, 4),
         )
-        return _Attempt(output=output)
+        return Attempt(output=output)
 
     async def _write_container_file(self, container: str, path: str, content: bytes) -> RunnerError | None:
         """Write ``content`` to ``path`` inside the container (as node, so the tool can read it)."""
@@ -348,16 +391,16 @@ class AgentExec(RunnerCore):
             reason = await anyio.to_thread.run_sync(functools.partial(watchdog.check, probe, workspace=walk))
             if reason:
                 tripped.append(reason)
-                self._live_agents.discard(request.container_name)  # killed, not given a grace to save a session
+                self.stopper.live_agents.discard(request.container_name)  # killed, not given a grace to save a session
                 self.emit_event(request, on_event, "runner.limit.hit", "error", reason=reason)
                 # kill, not a graceful stop: a fork bomb has no session worth saving
                 try:
                     await self.host.api(f"kill container {request.container_name}", "kill", request.container_name)
                 except RunnerError:
-                    await self._stop_quietly(request, on_event)
+                    await self.stopper.stop_quietly(request, on_event)
                 return
 
-    async def _uncommitted(
+    async def uncommitted(
         self, request: InstanceRequest, plugin: RunnerPlugin, on_event: RunnerEventCallback | None, counted: int | None
     ) -> tuple[int, bool] | None:
         """Changes the agent left uncommitted: (file count, committed?), or None when not looked at.

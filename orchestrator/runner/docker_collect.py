@@ -15,12 +15,41 @@ import anyio.to_thread
 from ..errors import SecretLeakError
 from . import archive, git_cmd, git_ops, secret_scan
 from .base import RunnerEventCallback
-from .docker_core import RunnerCore
-from .types import BranchArtifact, InstanceRequest
+from .docker_containers import DockerHost
+from .docker_core import ContainerStopper, TaskEvents
+from .types import AuthConfig, BranchArtifact, Hardening, InstanceRequest
 
 
-class CollectSteps(RunnerCore):
-    """The collect phase's steps of :class:`~.docker_runner.DockerRunner`."""
+class Collector:
+    """The collect phase: the agent's commits come back (remote engine), are
+    scanned for secrets and imported as the task's branch, per policy."""
+
+    def __init__(
+        self,
+        host: DockerHost,
+        hardening: Hardening,
+        auth: AuthConfig,
+        emit_event: TaskEvents,
+        stopper: ContainerStopper,
+    ) -> None:
+        self.host = host
+        self.hardening = hardening
+        self.auth = auth
+        self.emit_event = emit_event
+        self.stopper = stopper
+
+    async def collect(
+        self, request: InstanceRequest, workspace: Path, ws_info: Any, on_event: RunnerEventCallback | None
+    ) -> BranchArtifact:
+        """The task's branch (per policy), with the finalize stop running alongside.
+
+        The agent has finished, so the finalize stop does not wait for the
+        import: both take a tenth of a second or so, and the task's end is the
+        later of the two.
+        """
+        if self.host.archive and request.import_policy != "never":
+            await self._archive_bundle_out(request, workspace, ws_info, on_event)
+        return await self._import_while_stopping(request, workspace, ws_info, on_event)
 
     async def _import_while_stopping(
         self, request: InstanceRequest, workspace: Path, ws_info: Any, on_event: RunnerEventCallback | None
@@ -68,7 +97,7 @@ class CollectSteps(RunnerCore):
 
         if request.finalize:
             async with anyio.create_task_group() as tg:
-                tg.start_soon(self._stop_quietly, request, on_event)
+                tg.start_soon(self.stopper.stop_quietly, request, on_event)
                 await collect()
         else:
             await collect()

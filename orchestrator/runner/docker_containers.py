@@ -570,8 +570,14 @@ def shared_host() -> DockerHost:
 
 # `timeout` is docker-py's socket timeout inside the worker thread: a cancel scope
 # cannot interrupt a blocking call in a thread.
-async def docker_available(*, timeout: float = 3.0) -> tuple[bool, str]:  # noqa: ASYNC109
-    """Fast pre-flight check: can we reach the Docker daemon? Returns (ok, message)."""
+# A stopped engine is refused at once; only a busy or hung one uses this time. A
+# loaded machine's engine can take several seconds over its first answers, and
+# calling it "not running" then sends the user after a problem they do not have.
+DOCKER_ANSWER_TIMEOUT = 20.0
+
+
+async def docker_available(*, timeout: float = DOCKER_ANSWER_TIMEOUT) -> tuple[bool, str]:  # noqa: ASYNC109
+    """Pre-flight check: can we reach the Docker daemon? Returns (ok, message)."""
 
     def _ping():
         client = default_client_factory(timeout=max(1, int(timeout)))
@@ -585,7 +591,7 @@ async def docker_available(*, timeout: float = 3.0) -> tuple[bool, str]:  # noqa
         with anyio.fail_after(timeout + 1):
             version = await anyio.to_thread.run_sync(_ping, abandon_on_cancel=True)
     except TimeoutError:
-        return False, f"Docker did not answer within {timeout:.0f}s; {DOCKER_START_HINT}"
+        return False, f"Docker did not answer within {timeout:.0f}s (not running, or hung); {DOCKER_START_HINT}"
     except Exception as exc:
         return False, f"Docker is not reachable ({type(exc).__name__}: {exc}); {DOCKER_START_HINT}"
     return True, f"Docker {version} is reachable"

@@ -1,9 +1,10 @@
-"""What every step of the Docker runner shares: its state, its event log, and stopping a task's container.
+"""What every phase of the Docker runner shares: the task's event emitter, its
+session volume, stopping its container, and the failure verdict a phase hands
+back to :meth:`~.docker_runner.DockerRunner.run`.
 
-:class:`RunnerCore` is the base of :class:`~.docker_runner.DockerRunner` and of
-the step classes it is assembled from (:mod:`.docker_workspace`,
-:mod:`.docker_agent`, :mod:`.docker_collect`); :class:`DockerRunner` sets the
-attributes declared here.
+The phases are collaborators of :class:`~.docker_runner.DockerRunner`, each built
+with what it needs passed in: :class:`~.docker_workspace.WorkspaceSetup`,
+:class:`~.docker_agent.AgentExec` and :class:`~.docker_collect.Collector`.
 """
 
 from __future__ import annotations
@@ -19,12 +20,10 @@ from ..errors import RunnerError
 from ..jsonlog import ComponentLog
 from ..naming import ghash, session_volume_name
 from ..sanitize import Sanitizer
-from . import archive, git_ops
+from . import git_ops
 from .base import RunnerEventCallback
-from .docker_containers import ContainerReady, DockerHost, workspace_read_only
-from .object_cache import CACHE_ALTERNATE, ObjectCache
-from .seed import SeedCache
-from .types import AuthConfig, Hardening, InstanceRequest
+from .docker_containers import DockerHost
+from .types import ErrorCategory, InstanceRequest, Status
 
 STOP_TIMEOUT_S = 1
 # How long an agent still running when its task is stopped (Ctrl+C, timeout)
@@ -55,24 +54,52 @@ END_AGENT_SCRIPT = (
 )
 
 
-class RunnerCore:
-    """State and helpers shared by the Docker runner's steps."""
+class TaskFailed(Exception):
+    """A phase's verdict that its task failed.
 
-    auth: AuthConfig
-    hardening: Hardening
-    dry_run: bool
-    sanitizer: Sanitizer
-    log: ComponentLog
-    log_path: Path | None
-    host: DockerHost
-    # Containers whose agent exec may still be running (cancelled or timed out mid-exec).
-    _live_agents: set[str]
-    seeds: SeedCache
-    object_cache: ObjectCache
+    Raised by a phase, caught once in :meth:`~.docker_runner.DockerRunner.run`,
+    which stops the container (``stop``), emits ``runner.instance.failed`` and
+    builds the failed result: the one failure exit. ``reported`` names the
+    optional fields (``error_type``, ``status``, ``exit_code``) the phase's
+    ``runner.instance.failed`` event carries, as each phase always has.
+    """
 
-    # ---- events -------------------------------------------------------------
+    def __init__(
+        self,
+        phase: str,
+        error_type: ErrorCategory,
+        message: str,
+        *,
+        status: Status = "failed",
+        stop: bool = True,
+        exit_code: int | None = None,
+        final_message: str | None = None,
+        reported: tuple[str, ...] = (),
+    ) -> None:
+        super().__init__(message)
+        self.phase = phase
+        self.error_type: ErrorCategory = error_type
+        self.message = message
+        self.status: Status = status
+        self.stop = stop
+        self.exit_code = exit_code
+        self.final_message = final_message
+        self.reported = reported
 
-    def emit_event(
+    def event_fields(self) -> dict[str, Any]:
+        """The fields of this failure's ``runner.instance.failed`` event."""
+        extra = {"error_type": self.error_type, "status": self.status, "exit_code": self.exit_code}
+        return {"phase": self.phase, "error": self.message, **{k: extra[k] for k in self.reported}}
+
+
+class TaskEvents:
+    """The one emitter of a runner's task events: to runner.jsonl, and scrubbed to the caller."""
+
+    def __init__(self, log: ComponentLog, sanitizer: Sanitizer) -> None:
+        self.log = log
+        self.sanitizer = sanitizer
+
+    def __call__(
         self,
         request: InstanceRequest,
         on_event: RunnerEventCallback | None,
@@ -80,7 +107,6 @@ class RunnerCore:
         level: str = "info",
         **fields: Any,
     ) -> None:
-        """One runner event of a task: to runner.jsonl, and scrubbed to the caller (the only copy of this)."""
         ids = {"run_id": request.run_id, "instance_id": request.instance_id, "task_key": request.task_key}
         self.log.log(level, type_, **ids, **fields)
         if on_event is not None:
@@ -89,21 +115,32 @@ class RunnerCore:
             except Exception as exc:  # a broken consumer must not break the task
                 self.log.warning("runner.callback_failed", error=f"{type(exc).__name__}: {exc}")
 
-    def session_volume(self, request: InstanceRequest) -> str:
-        """The Docker volume that holds this task's agent session."""
-        sgk = request.session_group_key or request.task_key
-        if request.session_volume_scope == "global":
-            g = ghash(sgk, plugin=request.plugin_name, model=request.model)
-        else:
-            g = ghash(sgk)
-        return session_volume_name(request.run_id, g, scope=request.session_volume_scope)
 
-    async def _remove_workspace(self, workspace: Path) -> None:
-        await anyio.to_thread.run_sync(git_ops.remove_workspace, workspace, limiter=self.host.limiter)
+def session_volume(request: InstanceRequest) -> str:
+    """The Docker volume that holds this task's agent session."""
+    sgk = request.session_group_key or request.task_key
+    scope = request.session_volume_scope
+    g = ghash(sgk, plugin=request.plugin_name, model=request.model) if scope == "global" else ghash(sgk)
+    return session_volume_name(request.run_id, g, scope=scope)
 
-    # ---- stopping -------------------------------------------------------------
 
-    async def _end_agent(self, request: InstanceRequest, on_event: RunnerEventCallback | None) -> bool:
+async def remove_workspace(host: DockerHost, workspace: Path) -> None:
+    await anyio.to_thread.run_sync(git_ops.remove_workspace, workspace, limiter=host.limiter)
+
+
+class ContainerStopper:
+    """Ends a task's agent and stops its container; knows which agents may still run.
+
+    ``live_agents``: containers whose agent exec may still be running (cancelled
+    or timed out mid-exec), so a stop first gives that agent its grace.
+    """
+
+    def __init__(self, host: DockerHost, emit_event: TaskEvents) -> None:
+        self.host = host
+        self.emit_event = emit_event
+        self.live_agents: set[str] = set()
+
+    async def end_agent(self, request: InstanceRequest, on_event: RunnerEventCallback | None) -> bool:
         """SIGTERM a still-running agent and wait up to the grace for it to exit; True once it has."""
         t = time.monotonic()
         try:
@@ -124,7 +161,7 @@ class RunnerCore:
             self.emit_event(request, on_event, "runner.agent.stop_failed", "warn", error=str(exc))
         return False
 
-    async def _end_orphan(self, request: InstanceRequest, on_event: RunnerEventCallback | None) -> bool:
+    async def end_orphan(self, request: InstanceRequest, on_event: RunnerEventCallback | None) -> bool:
         """End the agent of an attempt that lost its output stream; True once no agent runs.
 
         The agent may still be working in its container, and a retry would start
@@ -134,7 +171,7 @@ class RunnerCore:
         retry starts it again). While neither works the agent stays listed as
         live, and every retry first tries again.
         """
-        if not await self._end_agent(request, on_event):
+        if not await self.end_agent(request, on_event):
             try:
                 await self.host.stop(request.container_name, timeout=STOP_TIMEOUT_S)
             except RunnerError as exc:
@@ -143,13 +180,14 @@ class RunnerCore:
             self.emit_event(
                 request, on_event, "runner.container.stopped", phase="stop", container=request.container_name
             )
-        self._live_agents.discard(request.container_name)
+        self.live_agents.discard(request.container_name)
         return True
 
-    async def _stop_quietly(self, request: InstanceRequest, on_event: RunnerEventCallback | None) -> None:
-        if request.container_name in self._live_agents:
-            self._live_agents.discard(request.container_name)
-            await self._end_agent(request, on_event)
+    async def stop_quietly(self, request: InstanceRequest, on_event: RunnerEventCallback | None) -> None:
+        """Stop the task's container (its agent first gets its grace); a failure is an event, not an error."""
+        if request.container_name in self.live_agents:
+            self.live_agents.discard(request.container_name)
+            await self.end_agent(request, on_event)
         t = time.monotonic()
         try:
             await self.host.stop(request.container_name, timeout=STOP_TIMEOUT_S)
@@ -164,52 +202,3 @@ class RunnerCore:
             container=request.container_name,
             duration_s=round(time.monotonic() - t, 4),
         )
-
-    async def _archive_copy_in(
-        self,
-        request: InstanceRequest,
-        workspace: Path,
-        ready: ContainerReady,
-        on_event: RunnerEventCallback | None,
-        *,
-        fresh: bool,
-    ) -> RunnerError | None:
-        """Remote engine: the clone travels into the container's /workspace volume.
-
-        ``fresh``: the first attempt on a fresh clone, so the volume must hold that
-        clone and nothing else; a volume an existing container kept is emptied
-        first. Otherwise (a retry, or a resumed task's kept workspace) the volume
-        keeps the agent's work when it holds a whole clone; an earlier attempt may
-        have failed before its copy-in or in the middle of it (a link to the
-        engine that broke), and an agent must never run in an empty or half-copied
-        workspace, so then the clone is copied in again."""
-        name = request.container_name
-        try:
-            if not fresh and await archive.workspace_holds_a_clone(self.host, name):
-                return None
-            read_only = workspace_read_only(request)
-            if not (fresh and ready.action == "created"):
-                await archive.empty_workspace(self.host, name, read_only=read_only)
-            t = time.monotonic()
-            cached = self.object_cache.applies(self.host, request.isolation_mode)
-            sent = await archive.copy_in(
-                self.host,
-                name,
-                workspace,
-                read_only=read_only,
-                alternates=CACHE_ALTERNATE if cached else None,
-                # A fresh clone's files are the base's: checked out there, from the cache.
-                checkout=cached and fresh,
-            )
-        except RunnerError as exc:
-            return exc
-        self.emit_event(
-            request,
-            on_event,
-            "runner.archive.copied_in",
-            phase="workspace",
-            host=self.host.name,
-            bytes=sent,
-            duration_s=round(time.monotonic() - t, 4),
-        )
-        return None

@@ -17,11 +17,16 @@ patterns in :mod:`.docker_containers`) are retried with exponential backoff, res
 the same session volume; a session the agent cannot resume is replaced by a
 fresh one in the same workspace, once.
 
-The phases' steps live in their own modules, which :class:`DockerRunner`
-inherits: :mod:`.docker_workspace` (the clone, or the kept workspace of a
-resumed task, and the first container), :mod:`.docker_agent` (one execution
-attempt and the agent's uncommitted work), :mod:`.docker_collect` (secret scan
-and import) and :mod:`.docker_core` (events and stopping the container).
+:meth:`DockerRunner.run` calls the phases as a pipeline. Each is an object
+built once with what it needs passed in: :class:`~.docker_workspace.WorkspaceSetup`
+(the clone, or the kept workspace of a resumed task, and the first container),
+:class:`~.docker_agent.AgentExec` (one execution attempt and the agent's
+uncommitted work), :class:`~.docker_collect.Collector` (secret scan and import);
+:mod:`.docker_core` holds what they share (the event emitter, stopping the
+container). A phase that finds the task failed raises
+:class:`~.docker_core.TaskFailed`, and :meth:`DockerRunner._failed` is the one
+place that stops the container, emits ``runner.instance.failed`` and builds the
+failed result.
 """
 
 from __future__ import annotations
@@ -31,8 +36,9 @@ import logging
 import os
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import anyio
 import anyio.to_thread
@@ -43,19 +49,35 @@ from ..jsonlog import ComponentLog, utc_now_iso
 from ..sanitize import Sanitizer, default_sanitizer
 from . import git_ops, structured
 from .base import RunnerEventCallback
-from .docker_agent import AgentExec
-from .docker_collect import CollectSteps
+from .docker_agent import AgentExec, Attempt
+from .docker_collect import Collector
 from .docker_containers import DockerHost, workspace_read_only
-from .docker_core import AGENT_STOP_GRACE_S
+from .docker_core import (
+    AGENT_STOP_GRACE_S,
+    ContainerStopper,
+    TaskEvents,
+    TaskFailed,
+    remove_workspace,
+    session_volume,
+)
 from .docker_exec import ExecOutput
-from .docker_workspace import WorkspaceSteps
+from .docker_workspace import WorkspaceSetup
 from .git_cleanup import delete_run_branches
 from .git_cmd import run_git
 from .object_cache import ObjectCache, ObjectCacheSettings
 from .plugin import AgentOutcome, RunnerPlugin
 from .registry import check_model, get_plugin
 from .seed import SeedCache
-from .types import AuthConfig, BranchArtifact, ErrorCategory, Hardening, InstanceRequest, Metrics, RunnerResult
+from .types import (
+    AuthConfig,
+    BranchArtifact,
+    ErrorCategory,
+    Hardening,
+    InstanceRequest,
+    Metrics,
+    RunnerResult,
+    Status,
+)
 
 IMAGE_HINT = "build it with scripts/setup-docker.sh or `docker build -t claude-code .`"
 READ_ONLY_NOTE = (
@@ -71,14 +93,21 @@ def backoff_delay(attempt: int, *, base: float, factor: float, cap: float) -> fl
     return min(base * (factor**attempt), cap)
 
 
-class _Failure(NamedTuple):
-    """A task failure found after the agent's execution ended (its answer did not validate)."""
+@dataclass
+class _Task:
+    """One task on its way through the pipeline: what the failure exit and Ctrl+C need to know."""
 
-    status: str
-    error_type: ErrorCategory
-    message: str
-    exit_code: int | None
-    final_message: str
+    request: InstanceRequest
+    on_event: RunnerEventCallback | None
+    started_at: str
+    t0: float
+    workspace: Path | None = None
+    # Once set, a failure or Ctrl+C stops the task's container.
+    container_known: bool = False
+    # retry_attempts, and the previous attempt's cumulative usage (for a follow-up turn)
+    state: dict[str, Any] = field(default_factory=lambda: {"retry_attempts": 0})
+    metrics: Metrics | None = None  # set once the agent has run
+    session_id: str | None = None
 
 
 _STANDARD_RECORD_FIELDS = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
@@ -97,7 +126,7 @@ class _ForwardToComponentLog(logging.Handler):
         self.target.log(level, record.getMessage(), **extra)
 
 
-class DockerRunner(WorkspaceSteps, AgentExec, CollectSteps):
+class DockerRunner:
     """:class:`~orchestrator.runner.base.TaskRunner` that runs each task in its own container."""
 
     def __init__(
@@ -134,11 +163,24 @@ class DockerRunner(WorkspaceSteps, AgentExec, CollectSteps):
         self.pricing = dict(pricing or {})
         # Images known to exist (the CLI's pre-flight has just checked its image).
         self._images_seen: set[str] = set(known_images)
-        # Containers whose agent exec may still be running (cancelled or timed out mid-exec).
-        self._live_agents: set[str] = set()
         self.seeds = SeedCache(git_ops.workspace_root() / ".seeds")
         self._image_locks: dict[str, anyio.Lock] = {}
-        self.object_cache = ObjectCache(object_cache)
+        # The phases, and what they share: one emitter, one stopper (which knows
+        # the agents that may still run).
+        self.events = TaskEvents(self.log, self.sanitizer)
+        self.stopper = ContainerStopper(self.host, self.events)
+        self.workspace = WorkspaceSetup(self.host, self.hardening, self.seeds, self.events, ObjectCache(object_cache))
+        self.agent = AgentExec(
+            self.host,
+            self.hardening,
+            self.auth,
+            self.sanitizer,
+            self.events,
+            self.stopper,
+            self.workspace,
+            dry_run=dry_run,
+        )
+        self.collector = Collector(self.host, self.hardening, self.auth, self.events, self.stopper)
 
     def stop_log_forwarding(self) -> None:
         """Stop copying the git layer's log lines into this runner's runner.jsonl (another runner does it)."""
@@ -151,7 +193,22 @@ class DockerRunner(WorkspaceSteps, AgentExec, CollectSteps):
 
     async def discard_workspace(self, request: InstanceRequest) -> None:
         """Remove the workspace a ``keep_workspace_on_success`` task left, once its result is recorded."""
-        await self._remove_workspace(git_ops.workspace_path(request.run_id, request.task_key))
+        await remove_workspace(self.host, git_ops.workspace_path(request.run_id, request.task_key))
+
+    def emit_event(
+        self,
+        request: InstanceRequest,
+        on_event: RunnerEventCallback | None,
+        type_: str,
+        level: str = "info",
+        **fields: Any,
+    ) -> None:
+        """One runner event of a task: to runner.jsonl, and scrubbed to the caller."""
+        self.events(request, on_event, type_, level, **fields)
+
+    def session_volume(self, request: InstanceRequest) -> str:
+        """The Docker volume that holds this task's agent session."""
+        return session_volume(request)
 
     async def __aenter__(self) -> DockerRunner:
         return self
@@ -162,252 +219,190 @@ class DockerRunner(WorkspaceSteps, AgentExec, CollectSteps):
     # ---- the pipeline ---------------------------------------------------------
 
     async def run(self, request: InstanceRequest, *, on_event: RunnerEventCallback | None = None) -> RunnerResult:
-        if request.delete_branches:
-            return await self._delete_branches(request, on_event)
-        started_at, t0 = utc_now_iso(), time.monotonic()
-        plugin = self._validate_request(request)
-        workspace: Path | None = None
-        container_known = False
-        state: dict[str, Any] = {"retry_attempts": 0}
-
-        def finish(status, **kw) -> RunnerResult:
-            err = kw.pop("error", None)
-            return RunnerResult(
-                status=status,
-                instance_id=request.instance_id,
-                started_at=started_at,
-                completed_at=utc_now_iso(),
-                container_name=request.container_name,
-                log_path=str(self.log_path) if self.log_path else None,
-                error=self.sanitizer.scrub_text(err) if err else None,
-                retry_attempts=state["retry_attempts"],
-                **kw,
-            )
-
+        task = _Task(request, on_event, utc_now_iso(), time.monotonic())
+        plugin = None if request.delete_branches else self._validate_request(request)
         try:
-            # 1. validate
             try:
-                await self._check_image(request.docker_image)
-            except RunnerError as exc:
-                self.emit_event(request, on_event, "runner.instance.failed", "error", phase="validate", error=str(exc))
-                return finish("failed", error_type=exc.category, error=str(exc))
-
-            # 2. workspace, while the container starts (3); an interrupted task
-            # continues in the workspace it left, with its session
-            workspace = git_ops.workspace_path(request.run_id, request.task_key)
-            container_known = True  # from here on a failure or Ctrl+C stops the container
-            kept: git_ops.WorkspaceInfo | None = None
-            if request.resume_workspace:
-                found = await anyio.to_thread.run_sync(git_ops.kept_workspace, workspace)
-                if isinstance(found, str):
-                    # Its session refers to files that are gone: both start afresh.
-                    self.emit_event(
-                        request,
-                        on_event,
-                        "runner.session.reset",
-                        "warn",
-                        reason="workspace_missing",
-                        detail=found,
-                        previous_session_id=request.session_id,
-                    )
-                    request = msgspec.structs.replace(request, session_id=None, resume_workspace=False)
-                else:
-                    kept = found
-            if kept is not None:
-                first, failure = await self._kept_workspace_and_container(request, kept, on_event)
-            else:
-                first, failure = await self._workspace_and_container(request, workspace, on_event)
-            if failure is not None:
-                return finish("failed", error_type=failure.category, error=str(failure), workspace_path=str(workspace))
-            ws_info = first.pop("ws_info")
-
-            # 3 + 4. container and execution, with retries
-            attempt, outcome_total, last_exec = await self._execute_with_retries(
-                request, plugin, workspace, on_event, state, first
-            )
-            metrics = self._metrics(request, outcome_total, time.monotonic() - t0)
-            session_id = outcome_total.get("session_id")
-            common = dict(metrics=metrics, session_id=session_id, workspace_path=str(workspace))
-
-            if attempt.error is not None:
-                status = "timeout" if attempt.error.category == "timeout" else "failed"
-                await self._stop_quietly(request, on_event)
-                self.emit_event(
-                    request,
-                    on_event,
-                    "runner.instance.failed",
-                    "error",
-                    phase="execute",
-                    error=str(attempt.error),
-                    error_type=attempt.error.category,
-                    status=status,
-                )
-                return finish(
-                    status,
-                    error_type=attempt.error.category,
-                    error=str(attempt.error),
-                    exit_code=last_exec.exit_code if last_exec else None,
-                    **common,
-                )
-
-            out = attempt.output
-            assert out is not None
-            outcome = out.outcome
-            if outcome.is_error or (out.exit_code not in (0, None) and plugin.capabilities.exit_code_is_verdict):
-                error_type, message = self._failure(request, plugin, out)
-                await self._stop_quietly(request, on_event)
-                self.emit_event(
-                    request,
-                    on_event,
-                    "runner.instance.failed",
-                    "error",
-                    phase="execute",
-                    error=message,
-                    error_type=error_type,
-                    exit_code=out.exit_code,
-                )
-                return finish(
-                    "failed",
-                    error_type=error_type,
-                    error=message,
-                    exit_code=out.exit_code,
-                    final_message=self.sanitizer.scrub_text(outcome.final_message),
-                    **common,
-                )
-
-            output = None
-            if request.output_schema is not None:
-                checked = await self._structured_output(request, plugin, workspace, on_event, state, out, outcome_total)
-                metrics = self._metrics(request, outcome_total, time.monotonic() - t0)
-                session_id = outcome_total.get("session_id")
-                common = dict(metrics=metrics, session_id=session_id, workspace_path=str(workspace))
-                if isinstance(checked, _Failure):
-                    await self._stop_quietly(request, on_event)
-                    self.emit_event(
-                        request,
-                        on_event,
-                        "runner.instance.failed",
-                        "error",
-                        phase="output",
-                        error=checked.message,
-                        error_type=checked.error_type,
-                        exit_code=checked.exit_code,
-                    )
-                    return finish(
-                        checked.status,
-                        error_type=checked.error_type,
-                        error=checked.message,
-                        exit_code=checked.exit_code,
-                        final_message=self.sanitizer.scrub_text(checked.final_message),
-                        **common,
-                    )
-                out, output = checked
-                outcome = out.outcome
-
-            if out.saw_erofs and workspace_read_only(request):
-                # The agent's write failed fast (EROFS) and it carried on; say why.
-                self.emit_event(request, on_event, "runner.workspace.read_only_write", "warn", detail=READ_ONLY_NOTE)
-
-            # 5a. what the agent left uncommitted: commit it (default) or count what is discarded
-            leftover = await self._uncommitted(request, plugin, on_event, out.uncommitted)
-
-            # 5. collect: import the branch (per policy). The agent has finished, so
-            # the finalize stop does not wait for the import: both take a tenth of a
-            # second or so, and the task's end is the later of the two.
-            try:
-                if self.host.archive and request.import_policy != "never":
-                    await self._archive_bundle_out(request, workspace, ws_info, on_event)
-                artifact = await self._import_while_stopping(request, workspace, ws_info, on_event)
-            except RunnerError as exc:
-                if not request.finalize:
-                    await self._stop_quietly(request, on_event)
-                self.emit_event(
-                    request,
-                    on_event,
-                    "runner.instance.failed",
-                    "error",
-                    phase="import",
-                    error=str(exc),
-                    error_type=exc.category,
-                )
-                return finish(
-                    "failed",
-                    error_type=exc.category,
-                    error=str(exc),
-                    exit_code=out.exit_code,
-                    final_message=self.sanitizer.scrub_text(outcome.final_message),
-                    **common,
-                )
-
-            if leftover is not None:
-                artifact = msgspec.structs.replace(artifact, uncommitted_files=leftover[0], auto_committed=leftover[1])
-
-            # 6. cleanup: completion event first (it carries the workspace path), then delete
-            metrics = self._metrics(request, outcome_total, time.monotonic() - t0)
-            self.emit_event(
-                request,
-                on_event,
-                "runner.instance.completed",
-                workspace_path=str(workspace),
-                branch_imported=artifact.branch_final,
-                duration_s=metrics.duration_s,
-                retry_attempts=state["retry_attempts"],
-                uncommitted_files=artifact.uncommitted_files,
-                auto_committed=artifact.auto_committed,
-            )
-            if not request.keep_workspace_on_success:
-                await self._remove_workspace(workspace)
-            return finish(
-                "success",
-                artifact=artifact,
-                exit_code=out.exit_code,
-                final_message=self.sanitizer.scrub_text(outcome.final_message),
-                metrics=metrics,
-                session_id=session_id,
-                workspace_path=str(workspace) if request.keep_workspace_on_success else None,
-                output=self.sanitizer.scrub(output),
-            )  # like final_message: no secret leaves
+                if plugin is None:
+                    return await self._delete_branches(task)
+                return await self._pipeline(task, plugin)
+            except TaskFailed as failure:
+                return await self._failed(task, failure)
         except Exception as exc:
             # A bug or a plugin error (ConfigError) after the container started:
             # do not leave it running, then let the error through.
-            if container_known:
+            if task.container_known:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(AGENT_STOP_GRACE_S + 15):
-                    await self._stop_quietly(request, on_event)
-            self.emit_event(request, on_event, "runner.instance.error", "error", error=f"{type(exc).__name__}: {exc}")
+                    await self.stopper.stop_quietly(task.request, on_event)
+            self.emit_event(
+                task.request, on_event, "runner.instance.error", "error", error=f"{type(exc).__name__}: {exc}"
+            )
             raise
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
-                if container_known:
+                if task.container_known:
                     with anyio.move_on_after(AGENT_STOP_GRACE_S + 15):
-                        await self._stop_quietly(request, on_event)
+                        await self.stopper.stop_quietly(task.request, on_event)
                 self.emit_event(
-                    request,
+                    task.request,
                     on_event,
                     "runner.instance.interrupted",
                     "warn",
-                    workspace_path=str(workspace) if workspace else None,
+                    workspace_path=str(task.workspace) if task.workspace else None,
                 )
             raise
 
+    async def _pipeline(self, task: _Task, plugin: RunnerPlugin) -> RunnerResult:
+        """validate -> workspace + container -> execute -> output -> collect -> cleanup.
+
+        A phase that finds the task failed raises :class:`TaskFailed`; :meth:`run`
+        hands it to :meth:`_failed`, the one failure exit.
+        """
+        request, on_event = task.request, task.on_event
+        # 1. validate
+        try:
+            await self._check_image(request.docker_image)
+        except RunnerError as exc:
+            raise TaskFailed("validate", exc.category, str(exc), stop=False) from None
+
+        # 2. workspace, while the container starts (3)
+        workspace = task.workspace = git_ops.workspace_path(request.run_id, request.task_key)
+        task.container_known = True  # from here on a failure or Ctrl+C stops the container
+        request, first = await self.workspace.prepare(request, workspace, on_event)
+        task.request = request
+        ws_info = first.pop("ws_info")
+
+        # 3 + 4. container and execution, with retries
+        attempt, total, last_exec = await self._execute_with_retries(
+            request, plugin, workspace, on_event, task.state, first
+        )
+        self._account(task, total)
+        if attempt.error is not None:
+            raise TaskFailed(
+                "execute",
+                attempt.error.category,
+                str(attempt.error),
+                status="timeout" if attempt.error.category == "timeout" else "failed",
+                exit_code=last_exec.exit_code if last_exec else None,
+                reported=("error_type", "status"),
+            )
+        out = attempt.output
+        assert out is not None
+        if out.outcome.is_error or (out.exit_code not in (0, None) and plugin.capabilities.exit_code_is_verdict):
+            error_type, message = self._failure(request, plugin, out)
+            raise TaskFailed(
+                "execute",
+                error_type,
+                message,
+                exit_code=out.exit_code,
+                final_message=out.outcome.final_message,
+                reported=("error_type", "exit_code"),
+            )
+
+        output = None
+        if request.output_schema is not None:
+            try:
+                out, output = await self._structured_output(
+                    request, plugin, workspace, on_event, task.state, out, total
+                )
+            finally:
+                self._account(task, total)  # the repair turn's usage counts, whatever its verdict
+        outcome = out.outcome
+
+        if out.saw_erofs and workspace_read_only(request):
+            # The agent's write failed fast (EROFS) and it carried on; say why.
+            self.emit_event(request, on_event, "runner.workspace.read_only_write", "warn", detail=READ_ONLY_NOTE)
+
+        # 5a. what the agent left uncommitted: commit it (default) or count what is discarded
+        leftover = await self.agent.uncommitted(request, plugin, on_event, out.uncommitted)
+
+        # 5. collect: import the branch (per policy), the finalize stop alongside
+        try:
+            artifact = await self.collector.collect(request, workspace, ws_info, on_event)
+        except RunnerError as exc:
+            raise TaskFailed(
+                "import",
+                exc.category,
+                str(exc),
+                stop=not request.finalize,  # the finalize stop has run already
+                exit_code=out.exit_code,
+                final_message=outcome.final_message,
+                reported=("error_type",),
+            ) from None
+        if leftover is not None:
+            artifact = msgspec.structs.replace(artifact, uncommitted_files=leftover[0], auto_committed=leftover[1])
+
+        # 6. cleanup: completion event first (it carries the workspace path), then delete
+        metrics = self._metrics(request, total, time.monotonic() - task.t0)
+        self.emit_event(
+            request,
+            on_event,
+            "runner.instance.completed",
+            workspace_path=str(workspace),
+            branch_imported=artifact.branch_final,
+            duration_s=metrics.duration_s,
+            retry_attempts=task.state["retry_attempts"],
+            uncommitted_files=artifact.uncommitted_files,
+            auto_committed=artifact.auto_committed,
+        )
+        if not request.keep_workspace_on_success:
+            await remove_workspace(self.host, workspace)
+        return self._result(
+            task,
+            "success",
+            artifact=artifact,
+            exit_code=out.exit_code,
+            final_message=self.sanitizer.scrub_text(outcome.final_message),
+            metrics=metrics,
+            session_id=task.session_id,
+            workspace_path=str(workspace) if request.keep_workspace_on_success else None,
+            output=self.sanitizer.scrub(output),
+        )  # like final_message: no secret leaves
+
+    async def _failed(self, task: _Task, failure: TaskFailed) -> RunnerResult:
+        """The one failure exit: stop the container, say so in runner.instance.failed, build the result."""
+        if failure.stop:
+            await self.stopper.stop_quietly(task.request, task.on_event)
+        self.emit_event(task.request, task.on_event, "runner.instance.failed", "error", **failure.event_fields())
+        found: dict[str, Any] = {}
+        if task.workspace is not None:
+            found["workspace_path"] = str(task.workspace)
+        if task.metrics is not None:  # the agent ran
+            found.update(metrics=task.metrics, session_id=task.session_id)
+        if failure.exit_code is not None:
+            found["exit_code"] = failure.exit_code
+        if failure.final_message is not None:
+            found["final_message"] = self.sanitizer.scrub_text(failure.final_message)
+        return self._result(task, failure.status, error_type=failure.error_type, error=failure.message, **found)
+
+    def _result(self, task: _Task, status: Status, **fields: Any) -> RunnerResult:
+        error = fields.pop("error", None)
+        return RunnerResult(
+            status=status,
+            instance_id=task.request.instance_id,
+            started_at=task.started_at,
+            completed_at=utc_now_iso(),
+            container_name=task.request.container_name,
+            log_path=str(self.log_path) if self.log_path else None,
+            error=self.sanitizer.scrub_text(error) if error else None,
+            retry_attempts=task.state["retry_attempts"],
+            **fields,
+        )
+
+    def _account(self, task: _Task, total: dict[str, Any]) -> None:
+        """The usage so far, as a failure after this point reports it."""
+        task.metrics = self._metrics(task.request, total, time.monotonic() - task.t0)
+        task.session_id = total.get("session_id")
+
     # ---- phases -----------------------------------------------------------------
 
-    async def _delete_branches(self, request: InstanceRequest, on_event: RunnerEventCallback | None) -> RunnerResult:
+    async def _delete_branches(self, task: _Task) -> RunnerResult:
         """A housekeeping request: no container, only the host repository's refs (see git_cleanup)."""
-        started_at = utc_now_iso()
+        request, on_event, started_at = task.request, task.on_event, task.started_at
         try:
             outcome = await delete_run_branches(request.repo_path, request.delete_branches, run_id=request.run_id)
         except (GitError, UsageError) as exc:
-            self.emit_event(
-                request, on_event, "runner.instance.failed", "error", phase="delete_branches", error=str(exc)
-            )
-            return RunnerResult(
-                status="failed",
-                instance_id=request.instance_id,
-                error_type="git",
-                error=str(exc),
-                started_at=started_at,
-                completed_at=utc_now_iso(),
-            )
+            raise TaskFailed("delete_branches", "git", str(exc), stop=False) from None
         self.emit_event(request, on_event, "runner.branches.deleted", outcome=outcome)
         message = "".join(f"@@branch {state}: {name}\n" for name, state in outcome.items())
         # A successful task always has an artifact: this one made no branch, and
@@ -463,8 +458,15 @@ class DockerRunner(WorkspaceSteps, AgentExec, CollectSteps):
             self._images_seen.add(image)
 
     async def _execute_with_retries(
-        self, request, plugin, workspace, on_event, state, first=None, follow_up: bool = False
-    ):
+        self,
+        request: InstanceRequest,
+        plugin: RunnerPlugin,
+        workspace: Path,
+        on_event: RunnerEventCallback | None,
+        state: dict[str, Any],
+        first: dict[str, Any] | None = None,
+        follow_up: bool = False,
+    ) -> tuple[Attempt, dict[str, Any], ExecOutput | None]:
         """Phases 3-4 with retries. Returns (last attempt, accumulated usage, last exec output).
 
         ``first``: the outcome of the first attempt's container start, made
@@ -482,7 +484,7 @@ class DockerRunner(WorkspaceSteps, AgentExec, CollectSteps):
         n = 0
         while True:
             resume = total["session_id"] if plugin.capabilities.supports_resume else None
-            attempt = await self._attempt(
+            attempt = await self.agent.attempt(
                 request,
                 plugin,
                 workspace,
@@ -562,11 +564,12 @@ class DockerRunner(WorkspaceSteps, AgentExec, CollectSteps):
         state: dict[str, Any],
         out: ExecOutput,
         total: dict[str, Any],
-    ) -> tuple[ExecOutput, Any] | _Failure:
+    ) -> tuple[ExecOutput, Any]:
         """Validate the answer against ``output_schema``; one repair turn in the same session if it fails.
 
-        Returns (the execution whose answer is valid, the parsed answer), or the
-        failure to report. ``total`` (usage, session id) is updated in place.
+        Returns (the execution whose answer is valid, the parsed answer), or
+        raises the failure (phase ``output``). ``total`` (usage, session id) is
+        updated in place.
         """
         schema = request.output_schema
         assert schema is not None
@@ -585,26 +588,42 @@ class DockerRunner(WorkspaceSteps, AgentExec, CollectSteps):
         if extra["cost"] is not None:
             total["cost"] = (total["cost"] or 0.0) + extra["cost"]
         total["session_id"] = extra["session_id"] or total.get("session_id")
+        reported = ("error_type", "exit_code")
         if attempt.error is not None:
-            status = "timeout" if attempt.error.category == "timeout" else "failed"
-            return _Failure(status, attempt.error.category, str(attempt.error), last.exit_code if last else None, "")
+            raise TaskFailed(
+                "output",
+                attempt.error.category,
+                str(attempt.error),
+                status="timeout" if attempt.error.category == "timeout" else "failed",
+                exit_code=last.exit_code if last else None,
+                final_message="",
+                reported=reported,
+            )
         repaired = attempt.output
         assert repaired is not None
         if repaired.outcome.is_error:
             error_type, message = self._failure(request, plugin, repaired)
-            return _Failure("failed", error_type, message, repaired.exit_code, repaired.outcome.final_message)
+            raise TaskFailed(
+                "output",
+                error_type,
+                message,
+                exit_code=repaired.exit_code,
+                final_message=repaired.outcome.final_message,
+                reported=reported,
+            )
         value, violation = structured.checked_answer(
             schema, repaired.outcome.structured_output, repaired.outcome.final_message
         )
         if violation is None:
             self.emit_event(request, on_event, "runner.output.repaired")
             return repaired, value
-        return _Failure(
-            "failed",
+        raise TaskFailed(
+            "output",
             "output_invalid",
             f"the agent's answer does not match output_schema, even after a repair turn: {violation}",
-            repaired.exit_code,
-            repaired.outcome.final_message,
+            exit_code=repaired.exit_code,
+            final_message=repaired.outcome.final_message,
+            reported=reported,
         )
 
     def _failure(self, request: InstanceRequest, plugin: RunnerPlugin, out: ExecOutput) -> tuple[ErrorCategory, str]:

@@ -14,15 +14,16 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 import anyio.to_thread
+import msgspec
 
 from ..errors import GitError, RunnerError
 from . import archive, git_ops
 from .base import RunnerEventCallback
-from .docker_containers import ensure_container, selinux_enabled
-from .docker_core import RunnerCore
-from .object_cache import cache_volume, workspace_wants
-from .seed import copy_seed
-from .types import InstanceRequest
+from .docker_containers import ContainerReady, DockerHost, ensure_container, selinux_enabled, workspace_read_only
+from .docker_core import TaskEvents, TaskFailed, session_volume
+from .object_cache import CACHE_ALTERNATE, ObjectCache, cache_volume, workspace_wants
+from .seed import SeedCache, copy_seed
+from .types import Hardening, InstanceRequest
 
 MIN_FREE_BYTES = 200 << 20
 
@@ -45,12 +46,65 @@ def _reset_workspace(workspace: Path) -> None:
     git_ops.reset_workspace(workspace)
 
 
-class WorkspaceSteps(RunnerCore):
-    """The workspace phase's steps of :class:`~.docker_runner.DockerRunner`."""
+class WorkspaceSetup:
+    """The workspace phase: the task's clone (or the workspace it left) and its first container.
+
+    :meth:`prepare` returns what the first attempt starts from, or raises
+    :class:`~.docker_core.TaskFailed` (phase ``workspace``). On a remote engine
+    it also copies the clone in, which a retry does again (:meth:`archive_copy_in`).
+    """
+
+    def __init__(
+        self,
+        host: DockerHost,
+        hardening: Hardening,
+        seeds: SeedCache,
+        emit_event: TaskEvents,
+        object_cache: ObjectCache | None = None,
+    ) -> None:
+        self.host = host
+        self.hardening = hardening
+        self.seeds = seeds
+        self.emit_event = emit_event
+        self.object_cache = object_cache or ObjectCache()
+
+    async def prepare(
+        self, request: InstanceRequest, workspace: Path, on_event: RunnerEventCallback | None
+    ) -> tuple[InstanceRequest, dict[str, Any]]:
+        """The workspace, while the first container starts; an interrupted task
+        continues in the workspace it left, with its session.
+
+        Returns the request (without its session when the kept workspace is
+        gone) and ``{"ws_info", "ready" | "error", "duration_s"}``: the first
+        attempt's container, or why it did not start (an attempt error, retried
+        as such).
+        """
+        kept: git_ops.WorkspaceInfo | None = None
+        if request.resume_workspace:
+            found = await anyio.to_thread.run_sync(git_ops.kept_workspace, workspace)
+            if isinstance(found, str):
+                # Its session refers to files that are gone: both start afresh.
+                self.emit_event(
+                    request,
+                    on_event,
+                    "runner.session.reset",
+                    "warn",
+                    reason="workspace_missing",
+                    detail=found,
+                    previous_session_id=request.session_id,
+                )
+                request = msgspec.structs.replace(request, session_id=None, resume_workspace=False)
+            else:
+                kept = found
+        if kept is not None:
+            first = await self._kept_workspace_and_container(request, kept, on_event)
+        else:
+            first = await self._workspace_and_container(request, workspace, on_event)
+        return request, first
 
     async def _workspace_and_container(
         self, request: InstanceRequest, workspace: Path, on_event: RunnerEventCallback | None
-    ) -> tuple[dict[str, Any], RunnerError | None]:
+    ) -> dict[str, Any]:
         """Clone the workspace and create/start the first attempt's container at the same time.
 
         Creating and starting the container is the slowest step before the agent
@@ -61,8 +115,9 @@ class WorkspaceSteps(RunnerCore):
         for both. On SELinux hosts the ``z`` relabel
         happens when the container is created, so there the clone comes first.
 
-        Returns ``({"ws_info", "ready" | "error", "duration_s"}, None)`` or the
-        workspace failure (the container, if it was started, is stopped again).
+        Returns ``{"ws_info", "ready" | "error", "duration_s"}``; a workspace
+        failure is raised as :class:`TaskFailed` (which stops the container, if it
+        was started).
         """
         t = time.monotonic()
         first: dict[str, Any] = {}
@@ -99,7 +154,7 @@ class WorkspaceSteps(RunnerCore):
                     self.host,
                     request,
                     workspace=workspace,
-                    volume=self.session_volume(request),
+                    volume=session_volume(request),
                     fresh_workspace=True,
                     hardening=self.hardening,
                     object_cache=cache_volume(self.host, self.object_cache, request),
@@ -142,13 +197,10 @@ class WorkspaceSteps(RunnerCore):
             raise unexpected[0]
         if failure is None and self.host.archive and first.get("ready") is not None:
             self._copy_failed_is_attempt_error(
-                first, await self._archive_copy_in(request, workspace, first["ready"], on_event, fresh=True)
+                first, await self.archive_copy_in(request, workspace, first["ready"], on_event, fresh=True)
             )
         if failure is not None:
-            if "ready" in first:
-                await self._stop_quietly(request, on_event)
-            self.emit_event(request, on_event, "runner.instance.failed", "error", phase="workspace", error=str(failure))
-            return first, failure
+            raise TaskFailed("workspace", failure.category, str(failure), stop="ready" in first)
         # duration_s: the workspace's own time (reset + clone), not the wait for the container
         self.emit_event(
             request,
@@ -159,11 +211,11 @@ class WorkspaceSteps(RunnerCore):
             base_commit=first["ws_info"].base_commit,
             duration_s=first.pop("clone_s"),
         )
-        return first, None
+        return first
 
     async def _kept_workspace_and_container(
         self, request: InstanceRequest, kept: git_ops.WorkspaceInfo, on_event: RunnerEventCallback | None
-    ) -> tuple[dict[str, Any], RunnerError | None]:
+    ) -> dict[str, Any]:
         """The container for a task that continues in the workspace it left.
 
         A container still running there belongs to the process that died: it is
@@ -173,18 +225,18 @@ class WorkspaceSteps(RunnerCore):
         t = time.monotonic()
         first: dict[str, Any] = {"ws_info": kept}
         cached = self.object_cache.applies(self.host, request.isolation_mode)
+        if cached:
+            # The engine's cache may have been removed or dropped since the task
+            # started: it gets the base's objects again (the clone's own travel with it).
+            failure = await self._sync_object_cache(request, kept.path, kept.base_commit, on_event)
+            if failure is not None:
+                raise TaskFailed("workspace", failure.category, str(failure))
         try:
-            if cached:
-                # The engine's cache may have been removed or dropped since the task
-                # started: it gets the base's objects again (the clone's own travel with it).
-                failure = await self._sync_object_cache(request, kept.path, kept.base_commit, on_event)
-                if failure is not None:
-                    return first, failure
-            elif request.isolation_mode == "shared_objects" and not self.host.archive:
+            if request.isolation_mode == "shared_objects" and not self.host.archive:
                 # The container mounts the store its clone borrows from.
                 store = await self._object_store(request, kept.path)
                 await anyio.to_thread.run_sync(git_ops.point_at_store, kept.path, store, limiter=self.host.limiter)
-            elif self.host.archive:
+            elif self.host.archive and not cached:
                 # A clone kept from the local engine borrows from a store this engine
                 # lacks: it must take its objects along (as a full copy would have).
                 await anyio.to_thread.run_sync(git_ops.dissociate_workspace, kept.path, limiter=self.host.limiter)
@@ -192,7 +244,7 @@ class WorkspaceSteps(RunnerCore):
                 self.host,
                 request,
                 workspace=kept.path,
-                volume=self.session_volume(request),
+                volume=session_volume(request),
                 fresh_workspace=True,
                 hardening=self.hardening,
                 object_cache=cache_volume(self.host, self.object_cache, request),
@@ -204,7 +256,7 @@ class WorkspaceSteps(RunnerCore):
             # A remote engine: the workspace volume keeps the work when it holds a
             # whole clone; otherwise the kept clone travels in through the archive API.
             self._copy_failed_is_attempt_error(
-                first, await self._archive_copy_in(request, kept.path, first["ready"], on_event, fresh=False)
+                first, await self.archive_copy_in(request, kept.path, first["ready"], on_event, fresh=False)
             )
         removed: list[str] = []
         if "ready" in first and self.host.archive:
@@ -212,8 +264,7 @@ class WorkspaceSteps(RunnerCore):
             try:
                 removed = await archive.clear_stale_git_locks(self.host, request.container_name)
             except RunnerError as exc:
-                await self._stop_quietly(request, on_event)
-                return first, exc
+                raise TaskFailed("workspace", exc.category, str(exc)) from None
         elif "ready" in first:
             removed = await anyio.to_thread.run_sync(
                 git_ops.clear_stale_git_locks, kept.path, limiter=self.host.limiter
@@ -228,7 +279,56 @@ class WorkspaceSteps(RunnerCore):
             session_id=request.session_id,
             stale_locks_removed=removed,
         )
-        return first, None
+        return first
+
+    async def archive_copy_in(
+        self,
+        request: InstanceRequest,
+        workspace: Path,
+        ready: ContainerReady,
+        on_event: RunnerEventCallback | None,
+        *,
+        fresh: bool,
+    ) -> RunnerError | None:
+        """Remote engine: the clone travels into the container's /workspace volume.
+
+        ``fresh``: the first attempt on a fresh clone, so the volume must hold that
+        clone and nothing else; a volume an existing container kept is emptied
+        first. Otherwise (a retry, or a resumed task's kept workspace) the volume
+        keeps the agent's work when it holds a whole clone; an earlier attempt may
+        have failed before its copy-in or in the middle of it (a link to the
+        engine that broke), and an agent must never run in an empty or half-copied
+        workspace, so then the clone is copied in again."""
+        name = request.container_name
+        try:
+            if not fresh and await archive.workspace_holds_a_clone(self.host, name):
+                return None
+            read_only = workspace_read_only(request)
+            if not (fresh and ready.action == "created"):
+                await archive.empty_workspace(self.host, name, read_only=read_only)
+            t = time.monotonic()
+            cached = self.object_cache.applies(self.host, request.isolation_mode)
+            sent = await archive.copy_in(
+                self.host,
+                name,
+                workspace,
+                read_only=read_only,
+                alternates=CACHE_ALTERNATE if cached else None,
+                # A fresh clone's files are the base's: checked out there, from the cache.
+                checkout=cached and fresh,
+            )
+        except RunnerError as exc:
+            return exc
+        self.emit_event(
+            request,
+            on_event,
+            "runner.archive.copied_in",
+            phase="workspace",
+            host=self.host.name,
+            bytes=sent,
+            duration_s=round(time.monotonic() - t, 4),
+        )
+        return None
 
     async def _sync_object_cache(
         self, request: InstanceRequest, workspace: Path, base_commit: str, on_event: RunnerEventCallback | None
@@ -292,7 +392,7 @@ class WorkspaceSteps(RunnerCore):
     def _copy_failed_is_attempt_error(first: dict[str, Any], failure: RunnerError | None) -> None:
         """A failed copy-in fails the first attempt, as a container that did not start
         does: a transient one (a link to the engine that broke) is retried, and the
-        retry copies the clone in again (see ``_archive_copy_in``)."""
+        retry copies the clone in again (see ``archive_copy_in``)."""
         if failure is not None:
             first.pop("ready")
             first["error"] = failure

@@ -18,7 +18,7 @@ through ``/proc/<pid>/root``, the bind-mounted workspace). A check whose
 source is not visible here is skipped, and the container's own limits still
 hold. On a remote engine of ``runner.hosts`` (archive path) none of them is
 made: the container's pid and cgroup belong to the other machine, and the
-agent writes a volume there (see ``DockerRunner._probe``).
+agent writes a volume there (see ``AgentExec._probe`` in docker_agent.py).
 """
 
 from __future__ import annotations
