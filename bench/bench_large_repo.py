@@ -1,6 +1,6 @@
 """A large repository: what 20 tasks cost when the history is hundreds of MB.
 
-    uv run python bench/bench_large_repo.py [--tasks 20] [--parallel 4] [--write-doc]
+    uv run python bench/bench_large_repo.py [--tasks 20] [--parallel 4] [--skip-local | --skip-remote] [--write-doc]
 
 The repository is generated once, deterministically (``git fast-import`` of
 seeded random blobs: incompressible, so the pack is as large as the history),
@@ -18,8 +18,10 @@ writes a file and commits it), process start to exit:
 - the reference of issue 32: 20 ``git worktree add`` of the same repository, plus
   the same run on a one-file repository (the container work).
 
-Not measured here: a second engine (issue 32's remote targets need a host-side
-object cache, which does not exist yet; a remote task gets a full copy).
+With a private second dockerd (as the tests start one; needs root), the same
+repository on a second engine, twice, behind a byte-counting proxy: bytes sent
+to the engine and wall time of a run with an empty object cache and of one
+with the cache kept (``--skip-local`` / ``--skip-remote`` run one side only).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _perfdoc import replace_section
 
 ORCH = str(Path(sys.executable).parent / "orchestrator")
+IMAGE = "claude-code"  # what --dry-run runs (the default runner.docker_image)
 # Generation parameters: change them and the cache key changes with them.
 DIRS, FILES_PER_DIR, CHANGED_PER_COMMIT, COMMITS, BLOB_BYTES, SEED = 40, 50, 100, 3700, 900, 32
 CACHE_KEY = f"large-repo-{DIRS}x{FILES_PER_DIR}-{CHANGED_PER_COMMIT}-{COMMITS}-{BLOB_BYTES}-{SEED}"
@@ -177,7 +180,9 @@ def prep_median(work: Path) -> float:
     return statistics.median(values) if values else 0.0
 
 
-def one_run(repo: Path, work: Path, tasks: int, parallel: int, *, mode: str | None) -> tuple[float, int, float]:
+def one_run(
+    repo: Path, work: Path, tasks: int, parallel: int, *, mode: str | None, hosts: tuple[str, ...] = ()
+) -> tuple[float, int, float]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ORCHESTRATOR_")}
     for name in ("logs", "state", "results", "ws"):
         (work / name).mkdir(parents=True, exist_ok=True)
@@ -194,6 +199,8 @@ def one_run(repo: Path, work: Path, tasks: int, parallel: int, *, mode: str | No
     prompt = "SIM: exec od -An -N16 -tx1 /dev/urandom > work.txt\nSIM: commit work"
     cmd = [ORCH, prompt, "--repo", str(repo), "--dry-run", "--no-tui", "--runs", str(tasks)]
     cmd += ["--max-parallel", str(parallel)]
+    for host in hosts:
+        cmd += ["--docker-host", host]
     with PeakDisk(work / "ws", repo) as disk:
         t = time.monotonic()
         r = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=7200)
@@ -201,6 +208,40 @@ def one_run(repo: Path, work: Path, tasks: int, parallel: int, *, mode: str | No
     if r.returncode != 0:
         sys.exit(f"bench run failed (exit {r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
     return elapsed, disk.peak, prep_median(work)
+
+
+def remote_runs(repo: Path, root: Path, tasks: int, parallel: int) -> list[tuple[float, int]] | str:
+    """Two runs on a second engine (a private dockerd, as the tests start one) behind a
+    byte-counting proxy: (wall time, bytes sent to the engine) of each, or why not run."""
+    tests = Path(__file__).resolve().parent.parent / "tests"
+    sys.path.insert(0, str(tests))
+    from engine_proxy import EngineProxy
+    from private_engine import PrivateEngine, private_engine_missing
+
+    why = private_engine_missing()
+    if why:
+        return why
+    engine = PrivateEngine(name="orcb")
+    sock_dir = Path(tempfile.mkdtemp(prefix="prx-", dir="/tmp"))
+    proxy = None
+    try:
+        engine.start()
+        engine.load_image(IMAGE)
+        proxy = EngineProxy(engine.socket, sock_dir / "engine.sock")
+        out = []
+        for i in (1, 2):
+            before = proxy.sent
+            elapsed, _, _ = one_run(
+                repo, root / f"r{i}", tasks, parallel, mode=None, hosts=(f"far={proxy.url}:{parallel}",)
+            )
+            out.append((elapsed, proxy.sent - before))
+            shutil.rmtree(root / f"r{i}", ignore_errors=True)
+        return out
+    finally:
+        if proxy is not None:
+            proxy.close()
+        engine.close()
+        shutil.rmtree(sock_dir, ignore_errors=True)
 
 
 def worktree_adds(repo: Path, root: Path, n: int) -> float:
@@ -219,6 +260,8 @@ def main() -> None:
     ap.add_argument("--parallel", type=int, default=4)
     ap.add_argument("--skip-full-copy", action="store_true")
     ap.add_argument("--write-doc", action="store_true")
+    ap.add_argument("--skip-local", action="store_true", help="only the second engine's runs")
+    ap.add_argument("--skip-remote", action="store_true", help="only the local engine's runs")
     args = ap.parse_args()
     cached = large_repo()
     figs = repo_figures(cached)
@@ -229,15 +272,66 @@ def main() -> None:
         # The runs import branches: into a copy (hard links to the cached pack), not the cache.
         repo = root / "repo"
         git(root, "clone", "-q", str(cached), str(repo))
-        wt_s = worktree_adds(repo, root, args.tasks)
-        small_s, _, small_prep = one_run(small_repo(root / "small"), root / "s", args.tasks, args.parallel, mode=None)
-        shutil.rmtree(root / "s", ignore_errors=True)
-        store_s, store_peak, store_prep = one_run(repo, root / "a", args.tasks, args.parallel, mode=None)
-        shutil.rmtree(root / "a", ignore_errors=True)
-        full = (0.0, 0, 0.0)
-        if not args.skip_full_copy:
-            full = one_run(repo, root / "b", args.tasks, args.parallel, mode="full_copy")
-            shutil.rmtree(root / "b", ignore_errors=True)
+        if not args.skip_local:
+            local_section(args, repo, root, figs, checkout_mb)
+        if not args.skip_remote:
+            remote = remote_runs(repo, root, args.tasks, args.parallel)
+            remote_section(args, remote, figs)
+
+
+def _machine() -> str:
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    return (
+        f"Measured on {date.today()}, {platform.machine()}, {os.cpu_count()} CPUs shared with other work "
+        f"(load average {load:.1f} at the end), {git(Path('.'), '--version').strip()}."
+    )
+
+
+def remote_section(args: argparse.Namespace, remote: list[tuple[float, int]] | str, figs: dict[str, float]) -> None:
+    if isinstance(remote, str):
+        print(f"second engine not measured: {remote}")
+        return
+    mb = 2**20
+    pack = figs["pack_mb"] * mb
+    (first_s, first_b), (second_s, second_b) = remote
+    section = f"""## A second engine with a large repository (bench/bench_large_repo.py)
+
+The same generated repository ({figs["objects"]:,} objects, {figs["pack_mb"]:.0f} MB packed), {args.tasks} tasks
+(`--runs {args.tasks} --max-parallel {args.parallel} --dry-run`) on a second Docker engine only
+(`--docker-host far=...:{args.parallel}`, a private dockerd on this machine, so the link is fast and
+the figures are the bytes, not a network's speed). Bytes sent: everything the `orchestrator`
+command sent towards the engine, counted by a proxy in front of its socket (tests/engine_proxy.py):
+API requests, the object cache's pack, and each task's workspace. Two runs one after the other;
+the engine's object cache (docs/scaling.md) is kept between them.
+{_machine()}
+
+| run | wall time | bytes sent to the engine | vs pack size |
+|---|---:|---:|---:|
+| first (empty cache) | {first_s:.1f} s | {first_b / mb:,.1f} MB | {first_b / pack:.3f}x |
+| second (cache kept) | {second_s:.1f} s | {second_b / mb:,.2f} MB | {second_b / pack:.4f}x |
+
+Targets (issue 32): the first run at most 1.1x the pack size; the second at most 1 MB plus the
+new objects (the agents' commits are made on the engine and only come back, so none are sent).
+
+```bash
+uv run python bench/bench_large_repo.py --tasks {args.tasks} --parallel {args.parallel} --skip-local --write-doc
+```
+"""
+    print(section)
+    if args.write_doc:
+        replace_section("## A second engine with a large repository", section)
+
+
+def local_section(args: argparse.Namespace, repo: Path, root: Path, figs: dict[str, float], checkout_mb: float) -> None:
+    wt_s = worktree_adds(repo, root, args.tasks)
+    small_s, _, small_prep = one_run(small_repo(root / "small"), root / "s", args.tasks, args.parallel, mode=None)
+    shutil.rmtree(root / "s", ignore_errors=True)
+    store_s, store_peak, store_prep = one_run(repo, root / "a", args.tasks, args.parallel, mode=None)
+    shutil.rmtree(root / "a", ignore_errors=True)
+    full = (0.0, 0, 0.0)
+    if not args.skip_full_copy:
+        full = one_run(repo, root / "b", args.tasks, args.parallel, mode="full_copy")
+        shutil.rmtree(root / "b", ignore_errors=True)
     reference = small_s + wt_s / args.parallel
     mb = 2**20
     disk_target = (args.tasks * checkout_mb) * 1.1
@@ -271,12 +365,10 @@ objects not counted (they cost no disk). Measured on {date.today()}, {platform.m
 Reference (issue 32's target: within 1.5x): the one-file run plus {args.tasks} worktree adds
 spread over {args.parallel} parallel slots, {reference:.1f} s. Disk target: the objects once
 (hard links here, so none) plus {args.tasks} checkouts plus 10%: {disk_target:,.0f} MB.
-Not measured: a second engine. A remote task still gets a full copy of the clone through
-the archive API (about the pack size per task); the host-side object cache of issue 32 is
-not built yet.
+A second engine: the next section.
 
 ```bash
-uv run python bench/bench_large_repo.py --tasks {args.tasks} --parallel {args.parallel} --write-doc
+uv run python bench/bench_large_repo.py --tasks {args.tasks} --parallel {args.parallel} --skip-remote --write-doc
 ```
 """
     print(section)

@@ -59,6 +59,11 @@ class RunnerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     container_limits: ContainerLimitsConfig = msgspec.field(default_factory=ContainerLimitsConfig)
     secret_scan: Literal["block", "warn", "off"] = "block"
     max_workspace_mb: Annotated[int, msgspec.Meta(ge=0)] = 2048
+    # Remote engines (runner.hosts): each keeps the repository's objects in a cache
+    # volume, so history crosses the link once (docs/scaling.md). 0: no cache, every
+    # task gets a full copy. Past the size, or unused for the days, it is rebuilt.
+    object_cache_max_mb: Annotated[int, msgspec.Meta(ge=0)] = 20480
+    object_cache_expiry_days: Annotated[float, msgspec.Meta(gt=0)] = 14
     max_turns: int | None = None
     network_egress: Literal["online", "offline", "proxy"] = "online"
     review_workspace_mode: Literal["ro", "rw"] = "ro"

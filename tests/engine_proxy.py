@@ -76,6 +76,8 @@ class EngineProxy:
         self.cut_exec: str | None = None  # the id of the exec whose stream was cut
         # Every request line the client sent, in order (API round trips).
         self.requests: list[str] = []
+        # Bytes the client sent towards the engine (requests and their bodies).
+        self.sent = 0
         self._lock = threading.Lock()
         if listen is None:  # plain TCP on loopback, the way `dockerd -H tcp://127.0.0.1:PORT` listens
             self._server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -148,6 +150,8 @@ class EngineProxy:
                 window = tail + data
                 tail_before, tail = tail, window[-512:]
                 if inspect:
+                    with self._lock:
+                        self.sent += len(data)
                     # A request line split across two reads is seen whole in the window, and
                     # counted once: by the read that completes it.
                     self.requests.extend(

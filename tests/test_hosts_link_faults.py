@@ -47,6 +47,11 @@ def test_a_dropped_link_during_set_up_is_retried_and_the_agent_gets_the_whole_cl
     env = cli_env(
         tmp_path, ORCHESTRATOR_RUNNER__BACKOFF_BASE_S="0.2", ORCHESTRATOR_RUNNER__BACKOFF_FACTOR="1", **NO_DISK_MIN
     )
+    if after:
+        # A copy large enough to be cut midway: the whole clone. With the engine's
+        # object cache (the default) the copy is a few KB of .git and the files are
+        # checked out in the container (tests/test_hosts_object_cache.py).
+        env["ORCHESTRATOR_RUNNER__ISOLATION_MODE"] = "full_copy"
     prompt = "SIM: write t.txt linked\nSIM: commit t"
     run_id = None
     try:

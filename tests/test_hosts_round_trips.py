@@ -18,6 +18,8 @@ from engine_proxy import EngineProxy
 from reliability_helpers import check_log, events_path
 from test_hosts import NO_DISK_MIN, _remove_run
 
+from orchestrator.runner.object_cache import volume_name
+
 EXEC_CREATE = re.compile(r"^POST /[^ ]*/containers/[^/ ]+/exec HTTP")
 
 
@@ -51,12 +53,16 @@ def test_a_remote_task_brings_its_result_out_in_one_exec(tmp_path, private_engin
             assert git(repo, "rev-parse", f"{branch}~1") == base
         else:
             assert branch is None or git(repo, "rev-parse", branch) == base
-        # The check that the image's home is writable (once per image and engine),
-        # the agent, and one exec for the result; the agent's wrapper counted its
-        # uncommitted files, so none for that.
+        # In the task's container: the check that the image's home is writable (once
+        # per image and engine), the checkout from the engine's object cache, the
+        # agent, and one exec for the result; the agent's wrapper counted its
+        # uncommitted files, so none for that. The object cache's helper: one exec
+        # to read what the cache holds and one to add what it lacked (once per run).
         execs = [r for r in proxy.requests if EXEC_CREATE.match(r)]
-        assert len(execs) == 3, proxy.requests
+        helper = [r for r in execs if "/containers/orc_objcache_helper_" in r]
+        assert len(execs) - len(helper) == 4 and len(helper) == 2, proxy.requests
     finally:
         proxy.close()
         if run_id:
             _remove_run(private_engine.url, run_id)
+        private_engine.docker("volume", "rm", "-f", volume_name(repo))

@@ -246,10 +246,11 @@ async def test_repository_unusable_inside_the_container_fails_as_git(repo_with_h
 
 @pytest.mark.parametrize("mode", [None, "full_copy"])
 def test_shared_objects_on_a_remote_engine_gets_a_full_copy_and_the_branch(tmp_path, private_engine, mode):
-    """On a second engine (archive path) the store cannot be mounted: the task gets
-    a full copy, the runner's log says so, and the commit comes back as a branch
-    (before: every task failed as git, "unable to normalize alternate object path").
-    The opt-in full_copy gets the same, without the note."""
+    """On a second engine (archive path) this machine's store cannot be mounted: the
+    default borrows from the engine's own object cache instead (object_cache.py),
+    the opt-in full_copy gets a full copy; either way the commit comes back as a
+    branch (before: every task failed as git, "unable to normalize alternate object
+    path")."""
     repo = make_repo(tmp_path / "repo")
     env = cli_env(tmp_path, **SHARED, **({"ORCHESTRATOR_RUNNER__ISOLATION_MODE": mode} if mode else {}))
     result = run_cli(
@@ -276,9 +277,14 @@ def test_shared_objects_on_a_remote_engine_gets_a_full_copy_and_the_branch(tmp_p
         assert branch and git(repo, "show", f"{branch}:remote.txt") == "from afar"
         log = (tmp_path / "logs" / run_id / "runner.jsonl").read_text()
         assert '"runner.archive.copied_in"' in log
-        assert ('"runner.workspace.full_copy"' in log) is (mode is None)
+        assert '"runner.workspace.full_copy"' not in log
+        assert ('"runner.object_cache.synced"' in log) is (mode is None)
     finally:
         _remove_run(run_id, private_engine.url)
+        if mode is None:
+            from orchestrator.runner.object_cache import volume_name
+
+            private_engine.docker("volume", "rm", "-f", volume_name(repo))
 
 
 def test_full_copy_opt_in_has_objects_of_its_own_and_the_branch_comes_back(tmp_path):

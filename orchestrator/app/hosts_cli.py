@@ -26,6 +26,7 @@ from ..runner.docker_containers import (
 )
 from ..runner.hosts import HostSpec, docker_host, resolve_hosts
 from ..runner.images import image_id
+from ..runner.object_cache import list_caches
 from ..runner.transport import transport_warnings
 
 
@@ -79,6 +80,16 @@ async def cleanup_run_everywhere(config: Config, run_id: str) -> tuple[int, int]
     return containers, volumes
 
 
+def describe_cache(cache: dict[str, Any]) -> str:
+    """One object cache of an engine (object_cache.py), as --hosts shows it."""
+    size = "size unknown" if cache["kb"] is None else f"{cache['kb'] / 1024:.1f} MB"
+    if cache["last"]:
+        last = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(cache["last"]))
+    else:
+        last = "never" if cache["kb"] is not None else "unknown"
+    return f"object cache {cache['name']}: repo {cache['repo']}, {size}, last used {last}"
+
+
 async def _check_one(spec: HostSpec, image: str, reference: str | None) -> dict[str, Any]:
     host = docker_host(spec)
     row: dict[str, Any] = {"name": spec.name, "engine": spec.shown, "transport": spec.transport, "ok": False}
@@ -90,6 +101,9 @@ async def _check_one(spec: HostSpec, image: str, reference: str | None) -> dict[
             row["version"] = (await host.api(f"version of {spec.name}", "version")).get("Version", "?")
             found = await image_id(host, image)
             running = [c for c in await list_containers(host=host) if c["status"] == "running"]
+            if spec.remote:
+                # Read with the run's image, when the engine has it (a container reads the volumes).
+                row["caches"] = await list_caches(host, image if found is not None else None)
     except (RunnerError, TimeoutError) as exc:
         row["error"] = str(exc) or "no answer within 30 s"
         return row
@@ -131,6 +145,8 @@ async def check_hosts(config: Config) -> int:
             f"{row['image']}, free slots {row['free_slots']}/{row['max_parallel']}, "
             f"transport {row['transport']}  ({row['engine']})"
         )
+        for cache in row.get("caches") or []:
+            print(f"{'':<12}       {describe_cache(cache)}")
     for warning in transport_warnings(specs):
         print(f"warning: {warning}", file=sys.stderr)
     bad = [r for r in rows if not r["ok"]]

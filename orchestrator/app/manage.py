@@ -396,9 +396,11 @@ async def clean_containers(dry_run: bool, force: bool, config: Config | None = N
 async def _clean_containers_on_hosts(dirs: RunDirs, config: Config, dry_run: bool, force: bool) -> int:
     """--clean-containers with runner.hosts: the same selection on every engine."""
     from ..errors import RunnerError
+    from ..runner.object_cache import list_caches, remove_caches
     from .hosts_cli import engines, remove_with_workspaces, workspace_volumes_of
 
     found: list[tuple[str, Any, list[dict[str, Any]]]] = []
+    caches = 0
     for label, host in engines(config):
         try:
             victims = await _candidates(dirs, config, current=None, include_running_unknown=False, host=host)
@@ -419,21 +421,34 @@ async def _clean_containers_on_hosts(dirs: RunDirs, config: Config, dry_run: boo
                     print(f"{'would remove' if dry_run else 'remove'} workspace volume {volume} on {label}")
             except RunnerError as exc:
                 print(f"warning: Docker host {label}: cannot list workspace volumes: {exc}")
+        if host.archive:
+            try:
+                # An engine's object cache is rebuilt by the next run that needs it.
+                for cache in await list_caches(host):
+                    caches += 1
+                    print(f"{'would remove' if dry_run else 'remove'} object cache {cache['name']} on {label}")
+            except RunnerError as exc:
+                print(f"warning: Docker host {label}: cannot list object caches: {exc}")
     total = sum(len(v) for _, _, v in found)
     try:
-        if not total:
+        if not total and not caches:
             print("no stopped orchestrator containers past retention")
             return 0
         if dry_run:
             return 0
         if not force and sys.stdin.isatty():
-            answer = await anyio.to_thread.run_sync(input, f"Remove {total} container(s)? [y/N] ")
+            what = f"{total} container(s)" + (f" and {caches} object cache(s)" if caches else "")
+            answer = await anyio.to_thread.run_sync(input, f"Remove {what}? [y/N] ")
             if answer.strip().lower() not in ("y", "yes"):
                 print("nothing removed")
                 return 0
-        for _, host, victims in found:
+        for label, host, victims in found:
             if victims:
                 await remove_with_workspaces(host, [c["name"] for c in victims])
+            if host.archive and caches:
+                _, kept = await remove_caches(host)
+                for name in kept:
+                    print(f"kept object cache {name} on {label}: a container still mounts it")
         print(f"removed {total} container(s)")
         return 0
     finally:

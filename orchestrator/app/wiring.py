@@ -15,7 +15,7 @@ from ..log.runs import (
     RUN_MANIFEST_LABEL,
     RunDirs,
 )
-from ..runner import DockerRunner, Hardening, RetryConfig
+from ..runner import DockerRunner, Hardening, ObjectCacheSettings, RetryConfig
 from ..runner.registry import get_plugin
 from ..sanitize import default_sanitizer
 from ..strategy_loader import LoadedStrategy
@@ -112,6 +112,9 @@ def _make_runner(prep: Prepared, log_dir: Path, olog: ComponentLog, stop_run=Non
             known_images=(prep.image,),
             host=host,
             hardening=hardening,
+            object_cache=ObjectCacheSettings(
+                max_mb=config.runner.object_cache_max_mb, expiry_days=config.runner.object_cache_expiry_days
+            ),
         )
 
     if not config.runner.hosts:

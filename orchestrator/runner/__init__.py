@@ -30,6 +30,7 @@ _EXPORTS = {
     "remove_containers": "docker_containers",
     "stop_run_containers": "docker_containers",
     "DockerRunner": "docker_runner",
+    "ObjectCacheSettings": "object_cache",
     "run_instance": "docker_runner",
     "check_model": "registry",
     "supports_resume": "registry",
@@ -58,6 +59,7 @@ if TYPE_CHECKING:
     )
     from .docker_runner import DockerRunner, run_instance
     from .git_cleanup import delete_run_branches, unheld_branch_claims
+    from .object_cache import ObjectCacheSettings
     from .registry import check_model, supports_resume
     from .types import (
         AuthConfig,
@@ -84,6 +86,7 @@ __all__ = [
     "Hardening",
     "InstanceRequest",
     "Metrics",
+    "ObjectCacheSettings",
     "RetryConfig",
     "RunnerEventCallback",
     "RunnerResult",

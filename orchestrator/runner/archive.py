@@ -51,13 +51,21 @@ COPY_MARK = ".git/orchestrator-copy-in"
 COPY_MARK_PATH = f"{WORKSPACE_MOUNT}/{COPY_MARK}"
 
 
-def tar_workspace(workspace: Path, *, read_only: bool) -> tempfile.SpooledTemporaryFile:
+def tar_workspace(
+    workspace: Path, *, read_only: bool, alternates: str | None = None, skip: frozenset[str] = frozenset()
+) -> tempfile.SpooledTemporaryFile:
     """The clone as a tar stream rooted at ``.``.
 
     Writable workspaces belong to the container user (uid 1000), as with a bind
     mount. A read-only one (review tasks) belongs to root with no write bits for
     others: the volume must be mounted writable for the copy to land, so the
     ownership is what keeps the agent from changing it.
+
+    ``alternates``: the clone borrows its objects from the engine's object cache
+    (see object_cache.py), at this path in the container; its own alternates
+    (this machine's store) are replaced by it. ``skip``: files (relative paths)
+    left out because the container checks them out itself; the copy mark then
+    stays "partial" until that checkout has finished.
     """
     # Handed to the caller, who streams it to Docker and closes it.
     out = tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES)  # noqa: SIM115
@@ -79,17 +87,71 @@ def tar_workspace(workspace: Path, *, read_only: bool) -> tempfile.SpooledTempor
         info.size, info.mode = len(text), 0o644
         tar.addfile(info, io.BytesIO(text))
 
-    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+    own_alternates = "./.git/objects/info/alternates"
+
+    def member(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+        if alternates is not None and (
+            info.name == own_alternates
+            # git's sample hooks (never run): a third of a fresh clone's .git by size.
+            or (info.name.startswith("./.git/hooks/") and info.name.endswith(".sample"))
+        ):
+            return None
+        if skip and not info.isdir() and info.name[2:] in skip:
+            return None
+        return owner(info)
+
+    # Without its files the copy is mostly tar headers and padding, which gzip (the
+    # engine takes it as it is) shrinks tenfold; a whole clone is sent plain, since
+    # its objects are compressed already.
+    with tarfile.open(fileobj=out, mode="w:gz" if skip else "w", format=tarfile.PAX_FORMAT) as tar:
         mark(tar, b"partial\n")
-        tar.add(str(workspace), arcname=".", recursive=True, filter=owner)
-        mark(tar, b"complete\n")
+        tar.add(str(workspace), arcname=".", recursive=True, filter=member)
+        if alternates is not None:
+            info = owner(tarfile.TarInfo(own_alternates))
+            text = (alternates + "\n").encode()
+            info.size, info.mode = len(text), 0o644
+            tar.addfile(info, io.BytesIO(text))
+        if not skip:
+            mark(tar, b"complete\n")
     out.seek(0)
     return out
 
 
-async def copy_in(host: DockerHost, container: str, workspace: Path, *, read_only: bool) -> int:
-    """Copy the local clone into the container's /workspace; returns the bytes sent."""
-    data = await anyio.to_thread.run_sync(lambda: tar_workspace(workspace, read_only=read_only), limiter=host.limiter)
+# Run in the container after a copy-in without the tracked files: $1 the workspace.
+# Checks them out from the objects the alternates name, then marks the copy whole.
+CHECKOUT_SCRIPT = (
+    'git -C "$1" -c core.fsmonitor=false reset -q --hard HEAD 2>&1 || exit 4\n'
+    f'echo complete > "$1/{COPY_MARK}" && echo checked-out\n'
+)
+
+
+def tracked_files(workspace: Path) -> frozenset[str]:
+    """The files of the clone's HEAD (what a checkout in the container writes)."""
+    out = run_git(["ls-files", "-z"], cwd=workspace, what="listing the clone's files").stdout
+    return frozenset(p for p in out.split("\0") if p) | {".git/index"}
+
+
+async def copy_in(
+    host: DockerHost,
+    container: str,
+    workspace: Path,
+    *,
+    read_only: bool,
+    alternates: str | None = None,
+    checkout: bool = False,
+) -> int:
+    """Copy the local clone into the container's /workspace; returns the bytes sent.
+
+    ``alternates``: see :func:`tar_workspace`. ``checkout``: a fresh clone whose
+    files the container checks out from those alternates instead of receiving
+    them (only its ``.git`` without objects, and files git ignores, travel).
+    """
+
+    def make() -> tempfile.SpooledTemporaryFile:
+        skip = tracked_files(workspace) if checkout else frozenset()
+        return tar_workspace(workspace, read_only=read_only, alternates=alternates, skip=skip)
+
+    data = await anyio.to_thread.run_sync(make, limiter=host.limiter)
     try:
         size = data.seek(0, os.SEEK_END)
         data.seek(0)
@@ -102,6 +164,16 @@ async def copy_in(host: DockerHost, container: str, workspace: Path, *, read_onl
         from ..errors import ContainerError
 
         raise ContainerError(f"the engine refused the workspace copy into {container}")
+    if checkout:
+        # As the files' owner (see empty_workspace).
+        code, out = await _exec_as(
+            host, container, ["sh", "-c", CHECKOUT_SCRIPT, "checkout", WORKSPACE_MOUNT], "root" if read_only else "node"
+        )
+        if code != 0 or "checked-out" not in out.splitlines():
+            raise GitError(
+                f"checking out the workspace in {container} from the engine's object cache failed "
+                f"(exit {code}): {out[-500:]}"
+            )
     return size
 
 
@@ -114,7 +186,11 @@ def _chunks(fh: Any, size: int = 1 << 20):
 
 
 async def _exec(host: DockerHost, container: str, cmd: list[str]) -> tuple[int, str]:
-    code, out = await host.exec_simple(container, cmd)
+    return await _exec_as(host, container, cmd, "node")
+
+
+async def _exec_as(host: DockerHost, container: str, cmd: list[str], user: str) -> tuple[int, str]:
+    code, out = await host.exec_simple(container, cmd, user=user)
     return code, (out or b"").decode("utf-8", "replace").strip()
 
 

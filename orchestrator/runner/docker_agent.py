@@ -33,6 +33,7 @@ from .docker_containers import DockerHost, ensure_container
 from .docker_core import ContainerStopper, TaskEvents, session_volume
 from .docker_exec import ExecOutput, run_exec
 from .docker_workspace import WorkspaceSetup
+from .object_cache import cache_volume
 from .plugin import AgentEvent, RunnerPlugin
 from .registry import get_plugin
 from .types import AuthConfig, Hardening, InstanceRequest
@@ -177,6 +178,7 @@ class AgentExec:
                     volume=session_volume(request),
                     fresh_workspace=n == 0,
                     hardening=self.hardening,
+                    object_cache=cache_volume(self.host, self.workspace.object_cache, request),
                 )
             except RunnerError as exc:
                 return Attempt(error=exc)

@@ -45,6 +45,8 @@ WORKSPACE_MOUNT = "/workspace"
 HOME_MOUNT = "/home/node"
 # Remote engines (archive path): the per-task volume that holds /workspace.
 WORKSPACE_VOLUME_PREFIX = "orc_ws_"
+# Remote engines: where the engine's object cache (object_cache.py) is mounted, read-only.
+OBJECT_CACHE_MOUNT = "/orchestrator-objects"
 TMPFS_OPTIONS = "rw,exec,nosuid,nodev,size=256m,mode=1777"
 PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
 
@@ -306,9 +308,12 @@ def host_config_kwargs(
     hardening: Hardening | None = None,
     workspace_volume: str | None = None,
     objects: Path | None = None,
+    object_cache: str | None = None,
 ) -> dict[str, Any]:
     """``workspace_volume``: a remote engine's per-task volume for /workspace instead
     of the bind mount (writable, so the archive copy can land in it).
+    ``object_cache``: a remote engine's object cache volume (object_cache.py),
+    mounted read-only where the copied-in clone's alternates name it.
     ``objects``: the run's object store (``shared_objects``), mounted read-only at
     the path the clone's (relative) alternates name in the container."""
     from docker.types import Mount, Ulimit
@@ -342,6 +347,12 @@ def host_config_kwargs(
             ]
             if workspace_volume
             else []
+        )
+        # Read-only: no task can add, change or delete what the engine's tasks borrow.
+        + (
+            [Mount(target=OBJECT_CACHE_MOUNT, source=object_cache, type="volume", read_only=True)]
+            if object_cache
+            else []
         ),
         "tmpfs": {"/tmp": TMPFS_OPTIONS},
         "read_only": True,
@@ -370,9 +381,14 @@ def mounts_match(
     read_only: bool,
     workspace_volume: str | None = None,
     objects: Path | None = None,
+    object_cache: str | None = None,
 ) -> tuple[bool, str]:
     """Whether an existing container has exactly the mounts this request needs."""
     mounts = {m.get("Destination"): m for m in info.get("Mounts") or []}
+    if object_cache is not None:
+        cache = mounts.get(OBJECT_CACHE_MOUNT)
+        if cache is None or cache.get("RW") or cache.get("Name") != object_cache:
+            return False, "the object cache must be mounted read-only"
     if objects is not None:
         from .git_ops import store_mount_point
 
@@ -411,6 +427,7 @@ async def ensure_container(
     volume: str,
     fresh_workspace: bool = False,
     hardening: Hardening | None = None,
+    object_cache: str | None = None,
 ) -> ContainerReady:
     """Reuse, start, replace or create the task's container.
 
@@ -446,6 +463,7 @@ async def ensure_container(
                 hardening=hardening,
                 workspace_volume=ws_volume,
                 objects=objects,
+                object_cache=object_cache,
             )
         )
         try:
@@ -470,6 +488,7 @@ async def ensure_container(
             read_only=workspace_read_only(request),
             workspace_volume=ws_volume,
             objects=objects,
+            object_cache=object_cache,
         )
         if not request.reuse_container:
             ok, reason = False, "reuse_container is false"

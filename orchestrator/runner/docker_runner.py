@@ -64,6 +64,7 @@ from .docker_exec import ExecOutput
 from .docker_workspace import WorkspaceSetup
 from .git_cleanup import delete_run_branches
 from .git_cmd import run_git
+from .object_cache import ObjectCache, ObjectCacheSettings
 from .plugin import AgentOutcome, RunnerPlugin
 from .registry import check_model, get_plugin
 from .seed import SeedCache
@@ -141,6 +142,7 @@ class DockerRunner:
         dry_run: bool = False,
         known_images: tuple[str, ...] = (),
         hardening: Hardening | None = None,
+        object_cache: ObjectCacheSettings | None = None,
     ) -> None:
         self.auth = auth or AuthConfig()
         self.hardening = hardening or Hardening()
@@ -167,7 +169,7 @@ class DockerRunner:
         # the agents that may still run).
         self.events = TaskEvents(self.log, self.sanitizer)
         self.stopper = ContainerStopper(self.host, self.events)
-        self.workspace = WorkspaceSetup(self.host, self.hardening, self.seeds, self.events)
+        self.workspace = WorkspaceSetup(self.host, self.hardening, self.seeds, self.events, ObjectCache(object_cache))
         self.agent = AgentExec(
             self.host,
             self.hardening,

@@ -21,6 +21,7 @@ from . import archive, git_ops
 from .base import RunnerEventCallback
 from .docker_containers import ContainerReady, DockerHost, ensure_container, selinux_enabled, workspace_read_only
 from .docker_core import TaskEvents, TaskFailed, session_volume
+from .object_cache import CACHE_ALTERNATE, ObjectCache, cache_volume, workspace_wants
 from .seed import SeedCache, copy_seed
 from .types import Hardening, InstanceRequest
 
@@ -59,11 +60,13 @@ class WorkspaceSetup:
         hardening: Hardening,
         seeds: SeedCache,
         emit_event: TaskEvents,
+        object_cache: ObjectCache | None = None,
     ) -> None:
         self.host = host
         self.hardening = hardening
         self.seeds = seeds
         self.emit_event = emit_event
+        self.object_cache = object_cache or ObjectCache()
 
     async def prepare(
         self, request: InstanceRequest, workspace: Path, on_event: RunnerEventCallback | None
@@ -121,6 +124,7 @@ class WorkspaceSetup:
         failure: RunnerError | None = None
         unexpected: list[BaseException] = []
         mode, store = request.isolation_mode, None
+        cached = self.object_cache.applies(self.host, mode)
 
         async def clone() -> None:
             nonlocal failure
@@ -153,6 +157,7 @@ class WorkspaceSetup:
                     volume=session_volume(request),
                     fresh_workspace=True,
                     hardening=self.hardening,
+                    object_cache=cache_volume(self.host, self.object_cache, request),
                 )
             except RunnerError as exc:
                 first["error"] = exc
@@ -162,7 +167,7 @@ class WorkspaceSetup:
 
         try:
             await anyio.to_thread.run_sync(_reset_workspace, workspace, limiter=self.host.limiter)
-            if mode == "shared_objects" and self.host.archive:
+            if mode == "shared_objects" and self.host.archive and not cached:
                 mode = "full_copy"
                 self._remote_full_copy_notice(request, on_event)
             elif mode == "shared_objects":
@@ -171,8 +176,12 @@ class WorkspaceSetup:
         except RunnerError as exc:
             failure = exc
         else:
-            if selinux_enabled():
+            if selinux_enabled() or cached:
                 await clone()
+                if cached and failure is None and not unexpected:
+                    # Before the container: a cache too old or too big is dropped, which
+                    # Docker allows only while no container mounts it.
+                    failure = await self._sync_object_cache(request, workspace, first["ws_info"].base_commit, on_event)
                 if failure is None and not unexpected:
                     await container()
             else:
@@ -215,12 +224,19 @@ class WorkspaceSetup:
         """
         t = time.monotonic()
         first: dict[str, Any] = {"ws_info": kept}
+        cached = self.object_cache.applies(self.host, request.isolation_mode)
+        if cached:
+            # The engine's cache may have been removed or dropped since the task
+            # started: it gets the base's objects again (the clone's own travel with it).
+            failure = await self._sync_object_cache(request, kept.path, kept.base_commit, on_event)
+            if failure is not None:
+                raise TaskFailed("workspace", failure.category, str(failure))
         try:
             if request.isolation_mode == "shared_objects" and not self.host.archive:
                 # The container mounts the store its clone borrows from.
                 store = await self._object_store(request, kept.path)
                 await anyio.to_thread.run_sync(git_ops.point_at_store, kept.path, store, limiter=self.host.limiter)
-            elif self.host.archive:
+            elif self.host.archive and not cached:
                 # A clone kept from the local engine borrows from a store this engine
                 # lacks: it must take its objects along (as a full copy would have).
                 await anyio.to_thread.run_sync(git_ops.dissociate_workspace, kept.path, limiter=self.host.limiter)
@@ -231,6 +247,7 @@ class WorkspaceSetup:
                 volume=session_volume(request),
                 fresh_workspace=True,
                 hardening=self.hardening,
+                object_cache=cache_volume(self.host, self.object_cache, request),
             )
         except RunnerError as exc:
             first["error"] = exc
@@ -290,7 +307,16 @@ class WorkspaceSetup:
             if not (fresh and ready.action == "created"):
                 await archive.empty_workspace(self.host, name, read_only=read_only)
             t = time.monotonic()
-            sent = await archive.copy_in(self.host, name, workspace, read_only=read_only)
+            cached = self.object_cache.applies(self.host, request.isolation_mode)
+            sent = await archive.copy_in(
+                self.host,
+                name,
+                workspace,
+                read_only=read_only,
+                alternates=CACHE_ALTERNATE if cached else None,
+                # A fresh clone's files are the base's: checked out there, from the cache.
+                checkout=cached and fresh,
+            )
         except RunnerError as exc:
             return exc
         self.emit_event(
@@ -302,6 +328,33 @@ class WorkspaceSetup:
             bytes=sent,
             duration_s=round(time.monotonic() - t, 4),
         )
+        return None
+
+    async def _sync_object_cache(
+        self, request: InstanceRequest, workspace: Path, base_commit: str, on_event: RunnerEventCallback | None
+    ) -> RunnerError | None:
+        """Remote engine: its object cache gets what this task's clone borrows and it lacks."""
+        t = time.monotonic()
+        try:
+            wants = await anyio.to_thread.run_sync(
+                workspace_wants, workspace, base_commit, request.include_branches, limiter=self.host.limiter
+            )
+            done = await self.object_cache.sync(self.host, request.docker_image, request.repo_path, workspace, wants)
+        except RunnerError as exc:
+            return exc
+        if done["checked"]:
+            self.emit_event(
+                request,
+                on_event,
+                "runner.object_cache.synced",
+                "warn" if done["dropped"] else "info",
+                phase="workspace",
+                host=self.host.name,
+                volume=done["volume"],
+                bytes=done["bytes"],
+                dropped=done["dropped"],
+                duration_s=round(time.monotonic() - t, 4),
+            )
         return None
 
     async def _object_store(self, request: InstanceRequest, workspace: Path) -> Path:
