@@ -5,6 +5,7 @@ Used by strategy tests below the CLI; CLI tests run the ``orchestrator`` command
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
 from conftest import TEST_IMAGE
@@ -14,6 +15,10 @@ from orchestrator.engine.fingerprint import TaskDefaults
 from orchestrator.runner import AuthConfig, DockerRunner, RetryConfig
 
 
+def new_run_id() -> str:
+    return f"run_d{uuid.uuid4().hex[:8]}"
+
+
 async def run_with_docker(
     tmp_path: Path,
     repo: Path,
@@ -21,7 +26,7 @@ async def run_with_docker(
     *,
     params=None,
     prompt="do it",
-    run_id="run_d",
+    run_id: str | None = None,
     strategy_name="test",
     runs=1,
     max_parallel=4,
@@ -36,6 +41,8 @@ async def run_with_docker(
     """
     import anyio
 
+    # A run id of its own: container and volume names come from it, and tests run side by side.
+    run_id = run_id or new_run_id()
     cfg = EngineConfig(
         run_id=run_id,
         repo_path=str(repo),

@@ -217,6 +217,7 @@ def test_management_commands(tmp_path, repo):
 
 
 @pytest.mark.slow
+@pytest.mark.exclusive  # a bound on the product's own time: measured alone, not beside five other workers
 def test_ctrl_c_with_20_running_containers_exits_130_within_10s(tmp_path, repo):
     env = cli_env(tmp_path)
     proc = subprocess.Popen(

@@ -11,7 +11,7 @@ import json
 
 import pytest
 from conftest import git, make_repo
-from docker_harness import run_with_docker
+from docker_harness import new_run_id, run_with_docker
 
 from orchestrator.log.eventlog import read_events
 from orchestrator.log.state import COMPLETED
@@ -76,18 +76,19 @@ def make_project(tmp_path):
 async def test_evolve_end_to_end_with_conflict_revert_and_quarantine(tmp_path, workspace_root):
     repo = make_project(tmp_path)
     start = git(repo, "rev-parse", "main")
+    rid = new_run_id()
     engine = await run_with_docker(
         tmp_path,
         repo,
         evolve,
-        run_id="run_e",
+        run_id=rid,
         strategy_name="evolve",
         prompt="keep the project healthy",
         params={"goals": GOALS, "max_parallel": 2, "quarantine_after": 2},
     )
     s = engine.state.strategies["s1"]
     assert s.status == "success", s.error
-    entries = history(tmp_path, "run_e")
+    entries = history(tmp_path, rid)
     assert project(entries) == EXPECTED
     assert entries[0]["base_commit"] == start
     wave = entries[0]["wave_commit"]
@@ -103,7 +104,7 @@ async def test_evolve_end_to_end_with_conflict_revert_and_quarantine(tmp_path, w
     assert len(git(repo, "log", "--merges", "--format=%H", final).split()) >= 1
     assert git(repo, "rev-parse", "main") == start and git(repo, "status", "--porcelain") == ""
     assert (s.result["goals_passing_before"], s.result["goals_passing_after"]) == (1, 3)
-    summary = (tmp_path / "results/run_e/strategy_output/evolve_summary.md").read_text()
+    summary = (tmp_path / "results" / rid / "strategy_output/evolve_summary.md").read_text()
     assert "1/4 before, 3/4 after" in summary
     # the fix, merge and resolve branches are gone from the user's repository; only the result stays
     assert set(git(repo, "for-each-ref", "--format=%(refname:short)", "refs/heads/").split()) == {"main", final}
@@ -161,7 +162,7 @@ async def test_evolve_interrupted_resumes_without_rerunning_finished_tasks(
     repo = make_project(tmp_path)
     slow_c2 = dict(GOALS[2], description=GOALS[2]["description"] + "\nSIM: sleep 2")
     kw = dict(
-        run_id="run_r",
+        run_id=new_run_id(),
         prompt="keep the project healthy",
         params={"goals": [GOALS[0], GOALS[1], slow_c2], "max_parallel": 2},
     )
@@ -180,7 +181,7 @@ async def test_evolve_interrupted_resumes_without_rerunning_finished_tasks(
     assert any(k.endswith(key_suffix) or k.endswith("/c/1/fix/c2") for k in started_again)
     completed = [e.key for e in events if e.type == "task.completed"]
     assert len(completed) == len(set(completed))
-    assert project(history(tmp_path, "run_r")) == [EXPECTED[0]]
+    assert project(history(tmp_path, kw["run_id"])) == [EXPECTED[0]]
     assert s.result["stopped"] == "all-passing"
 
 

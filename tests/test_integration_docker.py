@@ -20,7 +20,7 @@ async def test_simple_strategy_imports_a_branch_through_docker(tmp_path, git_rep
     assert state.strategies["s1"].status == "success", state.strategies["s1"].error
     result = state.strategies["s1"].result
     branch = result["artifact"]["branch_final"]
-    assert branch.startswith("test_run_d_k") and result["final_message"] == "all done"
+    assert branch.startswith(f"test_{engine.config.run_id}_k") and result["final_message"] == "all done"
     assert git(git_repo, "show", f"{branch}:hello.txt") == "hi there"
     types = [e.type for e in read_events(engine.paths.events)]
     assert types == [

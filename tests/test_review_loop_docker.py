@@ -86,7 +86,8 @@ async def test_review_loop_end_to_end(tmp_path, workspace_root):
 
     # the fix resumed the coder's own session on the coder's branch
     tasks = engine.state.tasks
-    first, fix = tasks["run_d/s1/idea/02-b-fixme/code/round-1"], tasks["run_d/s1/idea/02-b-fixme/code/round-2"]
+    rid = engine.config.run_id
+    first, fix = tasks[f"{rid}/s1/idea/02-b-fixme/code/round-1"], tasks[f"{rid}/s1/idea/02-b-fixme/code/round-2"]
     assert fix.input["resume_session_id"] == first.session_id is not None
     assert fix.input["session_group_key"] == first.input["session_group_key"]
     assert fix.input["base_branch"] == first.branch_final
@@ -107,8 +108,8 @@ async def test_review_loop_end_to_end(tmp_path, workspace_root):
         or out["04-d-broken"]["tests"]["error_type"] == "command"
     )
     for idea in ("05-e-stubborn", "06-f-garbage"):
-        assert not any(k.startswith(f"run_d/s1/idea/{idea}/") and k.endswith(("/tests", "/eval")) for k in tasks)
-    garbage_review = tasks["run_d/s1/idea/06-f-garbage/review/round-1/attempt-1"]
+        assert not any(k.startswith(f"{rid}/s1/idea/{idea}/") and k.endswith(("/tests", "/eval")) for k in tasks)
+    garbage_review = tasks[f"{rid}/s1/idea/06-f-garbage/review/round-1/attempt-1"]
     assert garbage_review.error_type == "output_invalid"
-    assert "run_d/s1/idea/06-f-garbage/review/round-1/attempt-2" not in tasks  # a failed review is not re-asked
+    assert f"{rid}/s1/idea/06-f-garbage/review/round-1/attempt-2" not in tasks  # a failed review is not re-asked
     assert (engine.paths.results / "strategy_output" / "ideas.md").read_text().startswith("# review-loop")

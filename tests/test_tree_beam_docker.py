@@ -14,7 +14,7 @@ import json
 
 import pytest
 from conftest import TEST_IMAGE, git, make_repo
-from docker_harness import run_with_docker
+from docker_harness import new_run_id, run_with_docker
 from tree_checks import validate_tree
 
 from orchestrator.log.eventlog import read_events
@@ -93,7 +93,7 @@ async def test_depth_two_tree_end_to_end(tmp_path, workspace_root):
     res = check_tree(engine, repo)
     out = engine.paths.results / "strategy_output"
     # the n1 ideator was told what changed on its branch (diff stat) and how its siblings fared
-    n1_prompt = engine.state.tasks["run_d/s1/n1/ideas/attempt-1"].input["prompt"]
+    n1_prompt = engine.state.tasks[f"{engine.config.run_id}/s1/n1/ideas/attempt-1"].input["prompt"]
     assert "fast.txt" in n1_prompt and "- slow path:" in n1_prompt
     # validation, rendering from the log, then the post-run branch cleanup
     assert validate_tree(out / "tree.json", repo) == []
@@ -102,7 +102,9 @@ async def test_depth_two_tree_end_to_end(tmp_path, workspace_root):
     doomed = {b["branch"] for b in res["delete_branches"]}
     ev = {r["id"]: r for r in res["tree"]["evaluations"]}
     assert doomed == {ev["e0002"]["branch"], ev["e0004"]["branch"]}
-    assert await delete_run_branches(repo, listed_branches(out), run_id="run_d") == {b: "deleted" for b in doomed}
+    assert await delete_run_branches(repo, listed_branches(out), run_id=engine.config.run_id) == {
+        b: "deleted" for b in doomed
+    }
     heads = git(repo, "for-each-ref", "--format=%(refname:short)", "refs/heads").split()
     assert not doomed & set(heads) and validate_tree(out / "tree.json", repo) == []
     assert (
@@ -117,7 +119,7 @@ async def test_depth_two_tree_end_to_end(tmp_path, workspace_root):
     )
 
 
-async def run_until(tmp_path, repo, key_suffix):
+async def run_until(tmp_path, repo, key_suffix, run_id):
     """The docker harness's run, cancelled as soon as a task whose key ends with ``key_suffix`` completes."""
     import anyio
     from conftest import TEST_IMAGE
@@ -127,7 +129,7 @@ async def run_until(tmp_path, repo, key_suffix):
     from orchestrator.runner import AuthConfig, DockerRunner, RetryConfig
 
     cfg = EngineConfig(
-        run_id="run_d",
+        run_id=run_id,
         repo_path=str(repo),
         strategy_name="test",
         logs_dir=str(tmp_path / "logs"),
@@ -137,9 +139,7 @@ async def run_until(tmp_path, repo, key_suffix):
         defaults=TaskDefaults(plugin_name="claude-code", container_cpus=1, container_memory="1g", timeout_seconds=120),
         runner_options={"docker_image": TEST_IMAGE, "retry_config": RetryConfig(max_attempts=3)},
     )
-    runner = DockerRunner(
-        auth=AuthConfig(api_key="sk-test-not-a-real-key-000000"), logs_dir=tmp_path / "logs" / "run_d"
-    )
+    runner = DockerRunner(auth=AuthConfig(api_key="sk-test-not-a-real-key-000000"), logs_dir=tmp_path / "logs" / run_id)
     engine = Engine(cfg, runner)
     try:
         with anyio.CancelScope() as scope:
@@ -155,16 +155,17 @@ async def run_until(tmp_path, repo, key_suffix):
 
 async def test_interrupted_tree_resumes_without_rerunning_work(tmp_path, workspace_root):
     repo = make_repo(tmp_path / "repo", {"bench.py": BENCH})
-    await run_until(tmp_path, repo, "/e0003/code/round-1")  # mid depth 2: implemented, not yet evaluated
-    events = list(read_events(tmp_path / "logs" / "run_d" / "events.jsonl"))
+    rid = new_run_id()
+    await run_until(tmp_path, repo, "/e0003/code/round-1", rid)  # mid depth 2: implemented, not yet evaluated
+    events = list(read_events(tmp_path / "logs" / rid / "events.jsonl"))
     done_first = {e.key for e in events if e.type == "task.completed"}
-    assert "run_d/s1/e0003/code/round-1" in done_first and "run_d/s1/e0003/eval" not in done_first
-    engine = await run_with_docker(tmp_path, repo, tree_beam, params=PARAMS, prompt=GOAL, max_parallel=4)
+    assert f"{rid}/s1/e0003/code/round-1" in done_first and f"{rid}/s1/e0003/eval" not in done_first
+    engine = await run_with_docker(tmp_path, repo, tree_beam, params=PARAMS, prompt=GOAL, max_parallel=4, run_id=rid)
     check_tree(engine, repo)
     later = list(read_events(engine.paths.events))[len(events) :]
     rerun = {e.key for e in later if e.type == "task.started"} & done_first
     assert not rerun, f"finished tasks ran again: {sorted(rerun)}"
-    assert "run_d/s1/e0003/eval" in {e.key for e in later if e.type == "task.completed"}
+    assert f"{rid}/s1/e0003/eval" in {e.key for e in later if e.type == "task.completed"}
 
 
 def test_cli_runs_tree_beam_and_writes_the_tree(tmp_path, workspace_root):
@@ -281,7 +282,10 @@ async def test_noisy_benchmark_repeats_confirms_and_protects_the_evaluator(tmp_p
     assert git(repo, "show", f"{game['branch']}:bench.py").startswith("print(")
     best = tree["best"]
     assert best["node"] == "n1" and best["beat_base"] and best["check"]["change"]["low"] > 0.1
-    assert engine.state.tasks["run_d/s1/final/confirm"].input["base_branch"] == tree["nodes"][1]["branch"]
+    assert (
+        engine.state.tasks[f"{engine.config.run_id}/s1/final/confirm"].input["base_branch"]
+        == tree["nodes"][1]["branch"]
+    )
     summary = (out / "TREE_SUMMARY.md").read_text()
     assert "**n1 beat the base**" in summary and "over 3 pairs" in summary
     assert "changed protected bench.py" in summary and "## Protected evaluator" in summary
