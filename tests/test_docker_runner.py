@@ -181,6 +181,7 @@ async def test_ratelimited_task_retries_and_resumes_the_same_session(repo, run_i
     assert check.final_message.strip() == "3"
 
 
+@pytest.mark.exclusive  # a bound on the product's own time: measured alone, not beside five other workers
 async def test_timeout_stops_quickly(repo, run_id, runner):
     t = time.monotonic()
     res = await run_instance("SIM: hang", repo, runner=runner, **fields(run_id, timeout_seconds=3))

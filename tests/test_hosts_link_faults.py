@@ -83,6 +83,49 @@ def test_a_dropped_link_during_set_up_is_retried_and_the_agent_gets_the_whole_cl
             _remove_run(private_engine.url, run_id)
 
 
+# The object cache's pack, sent into its helper container's mount of the cache.
+CACHE_PUT = rb"PUT /[^ ]*/containers/orc_objcache_helper_[0-9a-f]+/archive\?path=%2Fcache"
+
+
+@pytest.mark.docker
+def test_a_link_dropped_while_the_history_is_sent_to_the_cache_is_sent_again(tmp_path, private_engine, proxy_dir):
+    # Incompressible: the pack is far larger than the part that gets through before the cut.
+    repo = make_repo(tmp_path / "repo", {"README.md": "# demo\n", "blob.bin": os.urandom(150_000).hex()})
+    proxy = EngineProxy(private_engine.socket, proxy_dir / "engine.sock", cut=CACHE_PUT, after=20_000)
+    env = cli_env(tmp_path, **NO_DISK_MIN)
+    run_id = None
+    try:
+        result = run_cli(
+            [
+                "SIM: write t.txt cached\nSIM: commit t",
+                "--no-tui",
+                "--docker-image",
+                private_engine.image,
+                "--docker-host",
+                f"far={proxy.url}:1",
+            ],
+            cwd=repo,
+            env=env,
+            timeout=300,
+        )
+        run_id = only_run_id(tmp_path)
+        assert proxy.cuts == 1
+        assert result.returncode == 0, result.stderr
+        (done,) = [e for e in check_log(events_path(tmp_path, run_id)) if e.type == "task.completed"]
+        branch = done.payload["artifact"]["branch_final"]
+        assert git(repo, "show", f"{branch}:t.txt") == "cached"
+        assert git(repo, "show", f"{branch}:blob.bin") == (repo / "blob.bin").read_text()
+        log = [json.loads(line) for line in (tmp_path / "logs" / run_id / "runner.jsonl").read_text().splitlines()]
+        messages = [r.get("message") for r in log]
+        retry = messages.index("runner.object_cache.retry")
+        synced = [r for r in log[retry:] if r.get("message") == "runner.object_cache.synced"]
+        assert synced and synced[0]["bytes"] > 150_000, synced
+    finally:
+        proxy.close()
+        if run_id:
+            _remove_run(private_engine.url, run_id)
+
+
 # The agent's exec create: its command runs under the agent wrapper, whose first
 # line names it (JSON-escaped in the request body).
 AGENT_EXEC = rb"# orchestrator-agent-wrapper\\n"

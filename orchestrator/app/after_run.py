@@ -87,17 +87,31 @@ async def _clean_orphans(dirs: RunDirs, config: Config, olog: ComponentLog, run_
     if age is not None and 0 <= age < ORPHAN_SCAN_INTERVAL_S:
         olog.info("orphan cleanup skipped: this state directory was scanned recently", seconds_ago=round(age))
         return
-    try:
-        await clean_orphans(dirs, config, olog, current=run_id)
-        await expire_leftovers(dirs, config, olog, current=run_id)
-    except Exception as exc:  # cleanup must never stop a run
-        olog.warning(f"orphan cleanup skipped: {exc}")
-        return
+    failed = False
+    # Two independent clean-ups: one that fails must not keep the other from running.
+    for what, cleanup in (
+        ("orphan cleanup", clean_orphans),
+        ("expiry of old workspaces and volumes", expire_leftovers),
+    ):
+        try:
+            await cleanup(dirs, config, olog, current=run_id)
+        except Exception as exc:  # cleanup must never stop a run
+            failed = True
+            olog.warning(f"{what} skipped: {_first_cause(exc)}")
+    if failed:
+        return  # the next start scans again
     try:
         marker.parent.mkdir(parents=True, exist_ok=True)
         marker.touch()
     except OSError:
         pass  # the next start scans again
+
+
+def _first_cause(exc: BaseException) -> BaseException:
+    """The first real error inside a task group's ExceptionGroup: a log line that says what failed."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
 
 
 def _orphan_scan_marker(dirs: RunDirs) -> Path:

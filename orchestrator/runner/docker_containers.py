@@ -200,8 +200,14 @@ class DockerHost:
         client = await self.client()
 
         def _rm():
-            with contextlib.suppress(docker.errors.NotFound):
+            try:
                 client.api.remove_container(name, force=True)
+            except docker.errors.NotFound:
+                pass
+            except docker.errors.APIError as exc:
+                # Another process (a second run's orphan scan) is removing it right now: it goes either way.
+                if exc.status_code != 409 or "already in progress" not in str(exc):
+                    raise
 
         await self.call(f"remove container {name}", _rm)
 

@@ -26,6 +26,8 @@ from .seed import SeedCache, copy_seed
 from .types import Hardening, InstanceRequest
 
 MIN_FREE_BYTES = 200 << 20
+# Sends of the object cache's pack tried before a dropped link fails the task.
+SYNC_ATTEMPTS = 3
 
 
 def _check_disk_space(workspace: Path) -> None:
@@ -339,9 +341,30 @@ class WorkspaceSetup:
             wants = await anyio.to_thread.run_sync(
                 workspace_wants, workspace, base_commit, request.include_branches, limiter=self.host.limiter
             )
-            done = await self.object_cache.sync(self.host, request.docker_image, request.repo_path, workspace, wants)
         except RunnerError as exc:
             return exc
+        # The pack can be the whole history, the longest transfer on the link: a link
+        # that drops midway is sent again, as a broken copy-in is, and the task goes on.
+        for attempt in range(1, SYNC_ATTEMPTS + 1):
+            try:
+                done = await self.object_cache.sync(
+                    self.host, request.docker_image, request.repo_path, workspace, wants
+                )
+                break
+            except RunnerError as exc:
+                if not exc.retryable or attempt == SYNC_ATTEMPTS:
+                    return exc
+                self.emit_event(
+                    request,
+                    on_event,
+                    "runner.object_cache.retry",
+                    "warn",
+                    phase="workspace",
+                    host=self.host.name,
+                    attempt=attempt,
+                    error=str(exc),
+                )
+                await anyio.sleep(attempt)
         if done["checked"]:
             self.emit_event(
                 request,
