@@ -204,6 +204,12 @@ class ObjectCache:
                     helper, ["sh", "-c", _UPDATE_SCRIPT, "update", _HELPER_MOUNT, pack_name, *missing], user="0"
                 )
                 text = (out or b"").decode("utf-8", "replace").strip()
+                if code == 0 and "updated" not in text.splitlines():
+                    # An engine that just restarted can lose an exec's output while the
+                    # command succeeded: the cache itself says whether the commits are in.
+                    after = await _state(host, helper, volume)
+                    if set(wants) <= after["tips"]:
+                        text = "updated"
                 if code != 0 or "updated" not in text.splitlines():
                     raise GitError(
                         f"updating the object cache {volume} on host {host.name} failed (exit {code}): {text[-400:]}"
