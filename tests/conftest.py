@@ -204,6 +204,32 @@ def workspace_root(tmp_path, monkeypatch):
     return root
 
 
+SLIM_TEST_IMAGE = "orchestrator-test-slim"
+
+
+def _slim_test_image() -> str:
+    """docker/Dockerfile.test-slim, built on the host engine: the private engines' image.
+
+    Built from this checkout every session (cached layers: a second or so), under
+    a lock so that the workers of one run build it once. It runs only the
+    simulated agent, which is all the private engines' tests run.
+    """
+    import fcntl
+
+    with open(Path(tempfile.gettempdir()) / "orchestrator-test-slim.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        r = subprocess.run(
+            ["docker", "build", "-q", "-f", "docker/Dockerfile.test-slim", "-t", SLIM_TEST_IMAGE, "."],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
+    if r.returncode != 0:
+        pytest.fail(f"building {SLIM_TEST_IMAGE} failed:\n{r.stdout[-2000:]}{r.stderr[-2000:]}")
+    return SLIM_TEST_IMAGE
+
+
 @pytest.fixture(scope="session")
 def private_engine():
     """A second dockerd of the test session's own, with the test image loaded.
@@ -220,12 +246,10 @@ def private_engine():
         pytest.skip(f"cannot start a private Docker engine: {why}")
     # tls: it also listens on tcp://127.0.0.1:<port> with --tlsverify (the tcp:// host tests)
     engine = PrivateEngine(tls=True)
-    # Our own tag on today's test image: other sessions may rebuild the shared tag
+    # Our own tag on the slim test image: other sessions may rebuild the shared tag
     # meanwhile, and the run's pre-flight rightly refuses engines whose IDs differ.
-    # (TEST_IMAGE may carry a tag of its own: ORCHESTRATOR_TEST_IMAGE=orchestrator-test-agent:dev)
-    name = TEST_IMAGE.rsplit(":", 1)[0] if ":" in TEST_IMAGE.rsplit("/", 1)[-1] else TEST_IMAGE
-    engine.image = f"{name}:private-{os.getpid()}"
-    subprocess.run(["docker", "tag", TEST_IMAGE, engine.image], check=True, capture_output=True)
+    engine.image = f"{SLIM_TEST_IMAGE}:private-{os.getpid()}"
+    subprocess.run(["docker", "tag", _slim_test_image(), engine.image], check=True, capture_output=True)
     try:
         engine.start()
         engine.load_image(engine.image)

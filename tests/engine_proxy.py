@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 # The answer to an exec create: {"Id":"<64 hex>"}.
 EXEC_ID = re.compile(rb'"Id"\s*:\s*"([0-9a-f]{64})"')
@@ -47,6 +48,12 @@ class EngineProxy:
     keeps streaming before it is cut (a link that drops while a long exec
     runs; the engine never hears of it).
 
+    ``swallow``: with ``exec_of``, the matched exec's start is not cut: it runs
+    to its end, and its stream ends cleanly after the engine's answer header,
+    with none of the exec's output. That is what a busy engine does when it
+    closes an exec's streams before copying what the process wrote (dockerd
+    waits only so long for that copy once the process has exited).
+
     ``delay_ms``: every chunk is held that long in each direction before it is
     forwarded (a round trip costs about twice that), the way a distant link
     delays it; the bytes and their order are untouched.
@@ -63,6 +70,7 @@ class EngineProxy:
         exec_of: bytes | None = None,
         hold: float = 0.0,
         delay_ms: float = 0.0,
+        swallow: bool = False,
     ) -> None:
         self.upstream = str(upstream)
         self.listen = listen
@@ -71,6 +79,7 @@ class EngineProxy:
         self._left = times
         self._after = after
         self._hold = hold
+        self._swallow = swallow
         self._delay = delay_ms / 1000
         self.cuts = 0
         self.cut_exec: str | None = None  # the id of the exec whose stream was cut
@@ -107,7 +116,7 @@ class EngineProxy:
             except OSError:
                 client.close()
                 continue
-            conn: dict[str, bool] = {}  # shared by the connection's two directions
+            conn: dict[str, Any] = {}  # shared by the connection's two directions
             for src, dst, inspect in ((client, engine, True), (engine, client, False)):
                 t = threading.Thread(target=self._pump, args=(src, dst, inspect, conn, client, engine), daemon=True)
                 t.start()
@@ -135,7 +144,7 @@ class EngineProxy:
         return True
 
     def _pump(
-        self, src: socket.socket, dst: socket.socket, inspect: bool, conn: dict[str, bool], *pair: socket.socket
+        self, src: socket.socket, dst: socket.socket, inspect: bool, conn: dict[str, Any], *pair: socket.socket
     ) -> None:
         # The tail of the previous read joins the next one, so a request line split
         # across two reads is still seen.
@@ -158,6 +167,10 @@ class EngineProxy:
                         m.group(1).decode() for m in REQUEST_LINE.finditer(window) if m.end() > len(tail_before)
                     )
                 if not inspect:
+                    if "swallow" in conn:
+                        data = self._swallowed(conn, data)
+                        if not data:
+                            continue
                     # Not the window: its tail may hold an earlier answer's "Id".
                     if conn.get("exec_create") and self._learn_exec(data):
                         conn["exec_create"] = False
@@ -166,6 +179,11 @@ class EngineProxy:
                 if self._exec_of is not None and self._cut is None and self._exec_of.search(window):
                     conn["exec_create"] = True
                 if budget is None and self._should_cut(window):
+                    if self._swallow:
+                        # Set before the request goes on: its answer cannot come sooner.
+                        conn["swallow"] = b""
+                        send(data)
+                        continue
                     if self._hold:
                         timer = threading.Timer(self._hold, self._drop, args=pair)
                         timer.daemon = True
@@ -184,6 +202,19 @@ class EngineProxy:
         if flush is not None:
             flush()  # what was read before the end still arrives, late
         self._drop(*pair)
+
+    @staticmethod
+    def _swallowed(conn: dict[str, Any], data: bytes) -> bytes:
+        """What of the engine's bytes reaches the client of a swallowed exec: its answer's header only."""
+        seen = conn["swallow"]
+        if seen is None:
+            return b""
+        end = (seen + data).find(b"\r\n\r\n")
+        if end < 0:
+            conn["swallow"] = seen + data
+            return data
+        conn["swallow"] = None
+        return data[: end + 4 - len(seen)]
 
     @staticmethod
     def _drop(*pair: socket.socket) -> None:

@@ -42,7 +42,7 @@ def test_main_is_still_the_default_when_it_exists(tmp_path):
     repo = make_repo(tmp_path / "repo")
     git(repo, "checkout", "-q", "-b", "feature")
     r = run_cli(["SIM: print hi", "--dry-run", "--no-tui", *IMG], cwd=repo, env=cli_env(tmp_path))
-    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     assert "Base branch: main (the default; choose another with --base-branch NAME)" in r.stdout.splitlines()
     manifest = json.loads((tmp_path / "state" / only_run_id(tmp_path) / "run.json").read_text())
     assert manifest["base_branch"] == "main"
@@ -53,7 +53,7 @@ def test_a_named_base_branch_is_used_without_a_note(tmp_path):
     r = run_cli(
         ["SIM: print hi", "--dry-run", "--no-tui", "--base-branch", "master", *IMG], cwd=repo, env=cli_env(tmp_path)
     )
-    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     assert "Base branch:" not in r.stdout
 
 

@@ -63,7 +63,7 @@ def test_a_dropped_link_during_set_up_is_retried_and_the_agent_gets_the_whole_cl
         )
         run_id = only_run_id(tmp_path)
         assert proxy.cuts == 1
-        assert result.returncode == 0, result.stderr
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
         (done,) = [e for e in check_log(events_path(tmp_path, run_id)) if e.type == "task.completed"]
         branch = done.payload["artifact"]["branch_final"]
         assert git(repo, "show", f"{branch}:t.txt") == "linked"

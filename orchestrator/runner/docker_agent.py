@@ -300,6 +300,12 @@ class AgentExec:
         unusable = _git_unusable(output) if wrapped else None
         if unusable is not None:
             return Attempt(error=unusable)
+        lost = _output_lost(output, time.monotonic() - t) if wrapped else None
+        if lost is not None:
+            # The agent ran to its end; only what it said is gone. A session it
+            # announced is resumed, so a retry pays for one more turn at most.
+            self.emit_event(request, on_event, "runner.exec.output_lost", "warn", attempt=n, error=str(lost))
+            return Attempt(error=lost, session_id=output.outcome.session_id)
         # once more at the end: a runaway that finished between two looks still counts
         reason = tripped[0] if tripped else (await anyio.to_thread.run_sync(watchdog.check, probe) if probe else None)
         if reason:
@@ -487,6 +493,28 @@ def _git_unusable(output: ExecOutput) -> GitError | None:
     return GitError(
         f"the task's repository is unusable inside its container, so the agent was not started: "
         f"git cannot read the base commit there ({cause[-500:]})"
+    )
+
+
+def _output_lost(output: ExecOutput, elapsed: float) -> ContainerError | None:
+    """The engine's loss of a wrapped agent's output, when the wrapper's last line is missing.
+
+    The wrapper writes that line to stderr after the agent, whatever the agent
+    did, and then exits with the agent's status; only a wrapper killed by a
+    signal (status 128 and up: a stop, the OOM killer) ends without it. Any
+    other status without the line means the engine ended the stream before it
+    had copied the output: a busy dockerd waits only so long for that copy
+    once the process has exited.
+    """
+    if output.uncommitted is not None or output.exit_code is None or output.exit_code >= 128:
+        return None
+    if output.extra.get("stream_error"):
+        return None  # a broken stream is reported as such
+    what = "the end of the agent's output" if output.events or output.stdout_tail else "none of the agent's output"
+    return ContainerError(
+        f"the Docker engine returned {what} (the agent exited with status {output.exit_code} "
+        f"after {elapsed:.1f} s); a busy engine can close an exec's output before copying it",
+        retryable=True,
     )
 
 
