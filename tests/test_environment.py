@@ -419,9 +419,12 @@ def test_the_environment_reaches_another_engine_with_sync_image(tmp_path, privat
     repo = make_repo(
         tmp_path / "repo",
         {
+            # A small user image and the private engine's slim agent image: what is
+            # tested is that the environment crosses to the other engine, and a
+            # smaller image crosses sooner (the test agent's would be 1.8 GB).
             ".devcontainer.json": json.dumps(
                 {
-                    "image": TEST_BASE_IMAGE,
+                    "image": LOCAL_BASE,
                     "onCreateCommand": f"echo {nonce} > /etc/env-marker && mkdir -p build && echo seeded > build/seed.txt",
                 }
             ),
@@ -435,6 +438,8 @@ def test_the_environment_reaches_another_engine_with_sync_image(tmp_path, privat
         "--no-tui",
         "--docker-host",
         f"b={private_engine.url}:1",
+        "--docker-image",
+        private_engine.image,
     ]
     refused = run_cli(args, cwd=repo, env=env, timeout=900)
     assert refused.returncode == 2, refused.stdout + refused.stderr
