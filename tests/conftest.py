@@ -191,6 +191,26 @@ def run_id(tmp_path, monkeypatch):
     )
 
 
+# The api key of the ``runner`` fixture: tests plant it and check it never leaks.
+RUNNER_SECRET = "plantedSecretValue-7f3a9c41d2"
+
+
+@pytest.fixture
+async def runner(tmp_path):
+    """A DockerRunner on this machine's engine with RUNNER_SECRET as its api key, closed afterwards."""
+    from orchestrator.runner import AuthConfig, DockerRunner
+    from orchestrator.sanitize import Sanitizer
+
+    r = DockerRunner(
+        auth=AuthConfig(api_key=RUNNER_SECRET),
+        logs_dir=tmp_path / "logs",
+        sanitizer=Sanitizer(),
+        pricing={"sonnet": (0.003, 0.015)},
+    )
+    yield r
+    await r.aclose()
+
+
 def runner_log(runner) -> list[dict]:
     """Every record a DockerRunner wrote to its runner.jsonl."""
     return [json.loads(line) for line in runner.log_path.read_text().splitlines()]

@@ -50,6 +50,27 @@ def step_keys(runner: ScriptedRunner) -> list[str]:
     return [c.task_key.split("/s1/")[1] for c in runner.calls]
 
 
+async def cut_off_at_step(path, step: int, *, limit: float) -> ScriptedRunner:
+    """Run ``spender`` until its task ``step/<step>`` starts, and cut the process off there.
+
+    Returns the runner, which saw every task the cut-off process started.
+    """
+    reached = anyio.Event()
+
+    async def hang_on_step(req):
+        if req.task_key.endswith(f"/step/{step}"):
+            reached.set()
+            await anyio.sleep_forever()
+        return answer(req)
+
+    runner = ScriptedRunner(hang_on_step)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(partial(run_engine, path, spender, runner, params={"limit": limit}))
+        await reached.wait()
+        tg.cancel_scope.cancel()
+    return runner
+
+
 async def test_a_scoped_budget_stops_starting_tasks_and_the_strategy_ends_with_what_it_has(tmp_path):
     runner = ScriptedRunner(answer)
     engine, state = await run_engine(tmp_path, spender, runner, params={"limit": 0.03})
@@ -90,19 +111,7 @@ async def test_a_scoped_budget_survives_resume_and_pays_for_nothing_twice(tmp_pa
     straight = ScriptedRunner(answer)
     _, ref = await run_engine(tmp_path / "straight", spender, straight, params={"limit": 0.03})
 
-    reached = anyio.Event()
-
-    async def hang_on_step_2(req):
-        if req.task_key.endswith("/step/2"):
-            reached.set()
-            await anyio.sleep_forever()
-        return answer(req)
-
-    first = ScriptedRunner(hang_on_step_2)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(partial(run_engine, tmp_path / "resumed", spender, first, params={"limit": 0.03}))
-        await reached.wait()
-        tg.cancel_scope.cancel()
+    first = await cut_off_at_step(tmp_path / "resumed", 2, limit=0.03)
     second = ScriptedRunner(answer)
     _, state = await run_engine(tmp_path / "resumed", spender, second, params={"limit": 0.03})
     result, expected = state.strategies["s1"].result, ref.strategies["s1"].result
@@ -118,19 +127,7 @@ async def test_a_task_the_run_recorded_is_never_refused(tmp_path):
     # The first process ran three steps under a generous budget and was cut off on the fourth.
     # Resumed under a budget spent after one step, the recorded steps are still answered from
     # the log (they cost nothing again); only the unfinished one is refused.
-    reached = anyio.Event()
-
-    async def hang_on_step_3(req):
-        if req.task_key.endswith("/step/3"):
-            reached.set()
-            await anyio.sleep_forever()
-        return answer(req)
-
-    first = ScriptedRunner(hang_on_step_3)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(partial(run_engine, tmp_path, spender, first, params={"limit": 1.0}))
-        await reached.wait()
-        tg.cancel_scope.cancel()
+    await cut_off_at_step(tmp_path, 3, limit=1.0)
     second = ScriptedRunner(answer)
     _, state = await run_engine(tmp_path, spender, second, params={"limit": 0.01})
     result = state.strategies["s1"].result

@@ -15,8 +15,8 @@ from pathlib import Path
 import anyio
 import msgspec
 import pytest
+from conftest import RUNNER_SECRET, runner_log
 from conftest import TEST_IMAGE as IMAGE
-from conftest import runner_log
 
 from orchestrator.runner import (
     AuthConfig,
@@ -29,9 +29,8 @@ from orchestrator.runner import (
     run_instance,
     stop_run_containers,
 )
-from orchestrator.sanitize import Sanitizer
 
-SECRET = "plantedSecretValue-7f3a9c41d2"
+SECRET = RUNNER_SECRET  # the runner fixture's api key (conftest)
 
 
 # Skipped (locally) or failed (CI, scripts/test.sh) by conftest when Docker or the image is missing.
@@ -51,18 +50,6 @@ def repo(tmp_path: Path) -> Path:
     git(path, "add", "README.md")
     git(path, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
     return path
-
-
-@pytest.fixture
-async def runner(tmp_path: Path):
-    r = DockerRunner(
-        auth=AuthConfig(api_key=SECRET),
-        logs_dir=tmp_path / "logs",
-        sanitizer=Sanitizer(),
-        pricing={"sonnet": (0.003, 0.015)},
-    )
-    yield r
-    await r.aclose()
 
 
 def fields(run_id: str, key: str = "task", **kw):

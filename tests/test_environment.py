@@ -15,7 +15,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from cli_helpers import cli_env, only_run_id, run_cli
+from cli_helpers import ORCH, cli_env, only_run_id, run_cli
 from conftest import TEST_BASE_IMAGE, git, make_repo
 
 from orchestrator.agent_image.environment import SetupCommand, resolve
@@ -241,6 +241,36 @@ def test_a_node_project_runs_npm_ci_once_and_every_task_gets_its_own_node_module
     r = _run(repo, tmp_path / "c", prompt)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "environment: setup postCreateCommand: npm ci" in r.stderr
+
+
+@pytest.mark.docker
+def test_two_runs_started_together_build_their_environment_once(tmp_path):
+    # Two runs of one project at once need the same new environment. Each used to
+    # run the whole setup (for a real project, minutes of installs) and tag the
+    # same name; now the second waits for the first's image.
+    nonce = uuid.uuid4().hex
+    repo = make_repo(
+        tmp_path / "repo",
+        {
+            ".devcontainer.json": json.dumps(
+                {"image": LOCAL_BASE, "onCreateCommand": f"sleep 6 && echo {nonce} > /etc/env-marker"}
+            )
+        },
+    )
+    args = [ORCH, "SIM: exec cat /etc/env-marker > out.txt\nSIM: commit out", "--dry-run", "--no-tui"]
+    procs = [
+        subprocess.Popen(args, cwd=repo, env=cli_env(tmp_path / n), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        for n in ("a", "b")
+    ]
+    outs = [p.communicate(timeout=900) for p in procs]
+    said = [(out + err).decode(errors="replace") for out, err in outs]
+    assert [p.returncode for p in procs] == [0, 0], said
+    setups = [text.count("environment: setup onCreateCommand") for text in said]
+    assert sorted(setups) == [0, 1], said
+    waited = said[setups.index(0)]
+    assert "environment: waiting for another run that is building" in waited and "(cached)" in waited, waited
+    branches = [b for b in git(repo, "branch", "--format=%(refname:short)").split() if b != "main"]
+    assert len(branches) == 2 and {git(repo, "show", f"{b}:out.txt") for b in branches} == {nonce}, branches
 
 
 @pytest.mark.docker

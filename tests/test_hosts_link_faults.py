@@ -52,11 +52,34 @@ def test_a_dropped_link_during_set_up_is_retried_and_the_agent_gets_the_whole_cl
         # object cache (the default) the copy is a few KB of .git and the files are
         # checked out in the container (tests/test_hosts_object_cache.py).
         env["ORCHESTRATOR_RUNNER__ISOLATION_MODE"] = "full_copy"
-    prompt = "SIM: write t.txt linked\nSIM: commit t"
+    branch, log = _one_task_through(proxy, private_engine, repo, tmp_path, env, "linked")
+    # The agent worked in the whole clone: the base commit's files came with it.
+    assert git(repo, "show", f"{branch}:blob.hex") == (repo / "blob.hex").read_text()
+    messages = [r.get("message") for r in log]
+    retry = messages.index("runner.retry.scheduled")
+    assert "runner.archive.copied_in" in messages[retry:], messages
+    ready = [r for r in log if r.get("message") == "runner.container.ready"]
+    # The retry found the container the failed attempt left and kept it.
+    assert ready[-1]["action"] == "reused", ready
+
+
+def _one_task_through(proxy, private_engine, repo, tmp_path, env, word: str) -> tuple[str, list[dict]]:
+    """One task that writes ``word`` to t.txt, through ``proxy``, which cuts one request.
+
+    The task must come through: returns its branch and the runner's log records.
+    The proxy is closed and the run's containers and volumes removed afterwards.
+    """
     run_id = None
     try:
         result = run_cli(
-            [prompt, "--no-tui", "--docker-image", private_engine.image, "--docker-host", f"far={proxy.url}:1"],
+            [
+                f"SIM: write t.txt {word}\nSIM: commit t",
+                "--no-tui",
+                "--docker-image",
+                private_engine.image,
+                "--docker-host",
+                f"far={proxy.url}:1",
+            ],
             cwd=repo,
             env=env,
             timeout=300,
@@ -66,17 +89,9 @@ def test_a_dropped_link_during_set_up_is_retried_and_the_agent_gets_the_whole_cl
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
         (done,) = [e for e in check_log(events_path(tmp_path, run_id)) if e.type == "task.completed"]
         branch = done.payload["artifact"]["branch_final"]
-        assert git(repo, "show", f"{branch}:t.txt") == "linked"
-        # The agent worked in the whole clone: the base commit's files came with it.
-        assert git(repo, "show", f"{branch}:blob.hex") == (repo / "blob.hex").read_text()
-
-        log = [json.loads(line) for line in (tmp_path / "logs" / run_id / "runner.jsonl").read_text().splitlines()]
-        messages = [r.get("message") for r in log]
-        retry = messages.index("runner.retry.scheduled")
-        assert "runner.archive.copied_in" in messages[retry:], messages
-        ready = [r for r in log if r.get("message") == "runner.container.ready"]
-        # The retry found the container the failed attempt left and kept it.
-        assert ready[-1]["action"] == "reused", ready
+        assert git(repo, "show", f"{branch}:t.txt") == word
+        runner_log = (tmp_path / "logs" / run_id / "runner.jsonl").read_text().splitlines()
+        return branch, [json.loads(line) for line in runner_log]
     finally:
         proxy.close()
         if run_id:
@@ -93,37 +108,12 @@ def test_a_link_dropped_while_the_history_is_sent_to_the_cache_is_sent_again(tmp
     repo = make_repo(tmp_path / "repo", {"README.md": "# demo\n", "blob.bin": os.urandom(150_000).hex()})
     proxy = EngineProxy(private_engine.socket, proxy_dir / "engine.sock", cut=CACHE_PUT, after=20_000)
     env = cli_env(tmp_path, **NO_DISK_MIN)
-    run_id = None
-    try:
-        result = run_cli(
-            [
-                "SIM: write t.txt cached\nSIM: commit t",
-                "--no-tui",
-                "--docker-image",
-                private_engine.image,
-                "--docker-host",
-                f"far={proxy.url}:1",
-            ],
-            cwd=repo,
-            env=env,
-            timeout=300,
-        )
-        run_id = only_run_id(tmp_path)
-        assert proxy.cuts == 1
-        assert result.returncode == 0, result.stderr
-        (done,) = [e for e in check_log(events_path(tmp_path, run_id)) if e.type == "task.completed"]
-        branch = done.payload["artifact"]["branch_final"]
-        assert git(repo, "show", f"{branch}:t.txt") == "cached"
-        assert git(repo, "show", f"{branch}:blob.bin") == (repo / "blob.bin").read_text()
-        log = [json.loads(line) for line in (tmp_path / "logs" / run_id / "runner.jsonl").read_text().splitlines()]
-        messages = [r.get("message") for r in log]
-        retry = messages.index("runner.object_cache.retry")
-        synced = [r for r in log[retry:] if r.get("message") == "runner.object_cache.synced"]
-        assert synced and synced[0]["bytes"] > 150_000, synced
-    finally:
-        proxy.close()
-        if run_id:
-            _remove_run(private_engine.url, run_id)
+    branch, log = _one_task_through(proxy, private_engine, repo, tmp_path, env, "cached")
+    assert git(repo, "show", f"{branch}:blob.bin") == (repo / "blob.bin").read_text()
+    messages = [r.get("message") for r in log]
+    retry = messages.index("runner.object_cache.retry")
+    synced = [r for r in log[retry:] if r.get("message") == "runner.object_cache.synced"]
+    assert synced and synced[0]["bytes"] > 150_000, synced
 
 
 # The agent's exec create: its command runs under the agent wrapper, whose first

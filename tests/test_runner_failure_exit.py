@@ -11,17 +11,15 @@ is for (the event stream did not change).
 from __future__ import annotations
 
 import ast
-import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import TEST_IMAGE
+from conftest import RUNNER_SECRET, TEST_IMAGE
 
-from orchestrator.runner import AuthConfig, DockerRunner, RetryConfig, run_instance
-from orchestrator.sanitize import Sanitizer
+from orchestrator.runner import DockerRunner, RetryConfig, run_instance
 
 RUNNER = Path(__file__).resolve().parents[1] / "orchestrator" / "runner"
-SECRET = "plantedFailureExitSecret-5b1e9d"
+SECRET = RUNNER_SECRET  # the runner fixture's api key (conftest)
 SCHEMA = {"type": "object", "properties": {"score": {"type": "number"}}, "required": ["score"]}
 
 
@@ -34,28 +32,6 @@ def test_the_docker_runner_is_no_mixin_stack_and_emits_its_failure_in_one_place(
             if isinstance(node, ast.Constant) and node.value == "runner.instance.failed":
                 sites.append(f"{path.name}:{node.lineno}")
     assert len(sites) == 1, sites
-
-
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
-
-
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    path = tmp_path / "repo"
-    path.mkdir()
-    git(path, "init", "-q", "-b", "main")
-    (path / "README.md").write_text("hello\n")
-    git(path, "add", "README.md")
-    git(path, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
-    return path
-
-
-@pytest.fixture
-async def runner(tmp_path: Path):
-    r = DockerRunner(auth=AuthConfig(api_key=SECRET), logs_dir=tmp_path / "logs", sanitizer=Sanitizer())
-    yield r
-    await r.aclose()
 
 
 # phase -> (prompt, request fields, the failed event's fields beyond the ids,
@@ -86,12 +62,12 @@ OUTCOME = {
 
 @pytest.mark.docker
 @pytest.mark.parametrize("case", list(CASES))
-async def test_each_phase_fails_through_the_one_exit_with_the_fields_it_always_had(case, repo, run_id, runner):
+async def test_each_phase_fails_through_the_one_exit_with_the_fields_it_always_had(case, git_repo, run_id, runner):
     prompt, extra, event_fields = CASES[case]
     status, error_type, stops = OUTCOME[case]
     seen: list[dict] = []
     kw = {"docker_image": TEST_IMAGE, "retry_config": RetryConfig(max_attempts=1), **extra}
-    res = await run_instance(prompt, repo, runner=runner, event_callback=seen.append, run_id=run_id, **kw)
+    res = await run_instance(prompt, git_repo, runner=runner, event_callback=seen.append, run_id=run_id, **kw)
     assert (res.status, res.error_type) == (status, error_type), res.error
     assert SECRET not in (res.error or "")
     types = [e["type"] for e in seen]

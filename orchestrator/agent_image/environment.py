@@ -36,6 +36,7 @@ of BuildKit, registries and credential helpers, as ``--build-image`` does.
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import hashlib
 import json
@@ -45,7 +46,7 @@ import shutil
 import subprocess
 import tempfile
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -444,6 +445,51 @@ def build(
     if _image_id(name) is not None:
         say(f"environment: {spec.source}, image {name} (cached)")
         return name
+    with _build_lock(digest, lambda: say(f"environment: waiting for another run that is building {name}")):
+        # Built meanwhile by the run that held the lock: that run's image is this one.
+        if _image_id(name) is not None:
+            say(f"environment: {spec.source}, image {name} (cached)")
+            return name
+        _build(spec, repo, commit, agent_image, src, layer_files, base_lines, name, digest, say, log_dir)
+    return name
+
+
+@contextlib.contextmanager
+def _build_lock(digest: str, on_wait: Callable[[], None]) -> Iterator[None]:
+    """Hold this machine's lock on building the environment ``digest``.
+
+    Runs started together on one project need the same environment: without
+    it each would run the whole setup (installs from the network, minutes)
+    and tag the same name, so the second waits and takes the first's image.
+    """
+    import fcntl  # POSIX only, as is the Docker engine this module drives
+
+    from .paths import cache_dir
+
+    directory = cache_dir() / "environment-builds"
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / f"{digest[:20]}.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            on_wait()
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _build(
+    spec: EnvironmentSpec,
+    repo: str,
+    commit: str,
+    agent_image: str,
+    src: Path,
+    layer_files: tuple[str, ...],
+    base_lines: list[str],
+    name: str,
+    digest: str,
+    say: Callable[[str], None],
+    log_dir: Path,
+) -> None:
     say(f"environment: {spec.source}; building {name} (log: {log_dir / 'environment.log'})")
     stream = _Stream(say, log_dir / "environment.log")
     base = agent_image
@@ -454,7 +500,6 @@ def build(
     if base != agent_image:
         base = _build_layer(base, agent_image, src, layer_files, stream, say, _hash(base_lines)[:20])
     _run_setup(spec, repo, commit, base, name, digest, stream, say)
-    return name
 
 
 def _build_user_image(

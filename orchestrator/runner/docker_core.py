@@ -86,6 +86,12 @@ class TaskFailed(Exception):
         self.final_message = final_message
         self.reported = reported
 
+    @classmethod
+    def of_error(cls, phase: str, error: RunnerError, exit_code: int | None, **fields: Any) -> TaskFailed:
+        """The verdict on a phase whose last attempt ended in ``error`` (a timeout keeps its status)."""
+        status: Status = "timeout" if error.category == "timeout" else "failed"
+        return cls(phase, error.category, str(error), status=status, exit_code=exit_code, **fields)
+
     def event_fields(self) -> dict[str, Any]:
         """The fields of this failure's ``runner.instance.failed`` event."""
         extra = {"error_type": self.error_type, "status": self.status, "exit_code": self.exit_code}

@@ -278,12 +278,10 @@ class DockerRunner:
         )
         self._account(task, total)
         if attempt.error is not None:
-            raise TaskFailed(
+            raise TaskFailed.of_error(
                 "execute",
-                attempt.error.category,
-                str(attempt.error),
-                status="timeout" if attempt.error.category == "timeout" else "failed",
-                exit_code=last_exec.exit_code if last_exec else None,
+                attempt.error,
+                last_exec.exit_code if last_exec else None,
                 reported=("error_type", "status"),
             )
         out = attempt.output
@@ -590,14 +588,8 @@ class DockerRunner:
         total["session_id"] = extra["session_id"] or total.get("session_id")
         reported = ("error_type", "exit_code")
         if attempt.error is not None:
-            raise TaskFailed(
-                "output",
-                attempt.error.category,
-                str(attempt.error),
-                status="timeout" if attempt.error.category == "timeout" else "failed",
-                exit_code=last.exit_code if last else None,
-                final_message="",
-                reported=reported,
+            raise TaskFailed.of_error(
+                "output", attempt.error, last.exit_code if last else None, final_message="", reported=reported
             )
         repaired = attempt.output
         assert repaired is not None
