@@ -30,7 +30,7 @@ export ORCHESTRATOR_TESTS_REQUIRE_DOCKER=1
 # not on this machine's CPUs, so they run side by side on several workers. The
 # private engine's tests stay on one worker (one dockerd, one image load), and
 # the few tests that act on every container of the engine run alone afterwards.
-workers="${ORCHESTRATOR_TEST_WORKERS:-1}"
+workers="${ORCHESTRATOR_TEST_WORKERS:-6}"
 set +e
 # the slowest tests are printed at the end: docs/reliability.md lists them with their reasons
 uv run pytest -q -p no:cacheprovider -n "$workers" --dist loadgroup -m "not exclusive" --durations=25 "$@"
