@@ -12,6 +12,7 @@ export UV_PYTHON_DOWNLOADS=never
 if [ "${1:-}" = "--quick" ]; then
     shift
     uv sync --frozen --quiet
+    uv run --frozen python -m compileall -q -j 0 orchestrator strategies runner_plugins tui >/dev/null
     bash scripts/lint.sh
     set +e
     uv run pytest -q -p no:cacheprovider -m "not docker and not slow" -n 2 "$@"
