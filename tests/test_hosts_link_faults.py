@@ -179,3 +179,20 @@ def test_a_link_dropped_while_the_agent_runs_ends_that_agent_and_resumes_its_ses
         proxy.close()
         if run_id:
             _remove_run(private_engine.url, run_id)
+
+
+# The checkout from the engine's object cache, after the copy-in of a clone without its files.
+CHECKOUT_EXEC = rb"checked-out"
+
+
+@pytest.mark.docker
+def test_a_checkout_whose_output_the_engine_lost_still_counts_by_its_exit_status(tmp_path, private_engine, proxy_dir):
+    # A busy engine can end an exec's output before copying it: the client sees exit 0 and
+    # nothing. The checkout's exit status alone says whether it worked; waiting for its
+    # last line failed the task as git ("failed (exit 0): ") in a side-by-side test run.
+    repo = make_repo(tmp_path / "repo", {"README.md": "# demo\n", "blob.bin": os.urandom(20_000).hex()})
+    proxy = EngineProxy(private_engine.socket, proxy_dir / "engine.sock", exec_of=CHECKOUT_EXEC, swallow=True)
+    branch, log = _one_task_through(proxy, private_engine, repo, tmp_path, cli_env(tmp_path, **NO_DISK_MIN), "kept")
+    # the agent worked in the whole checkout
+    assert git(repo, "show", f"{branch}:blob.bin") == (repo / "blob.bin").read_text()
+    assert "runner.retry.scheduled" not in [r.get("message") for r in log]
