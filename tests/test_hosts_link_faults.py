@@ -196,3 +196,24 @@ def test_a_checkout_whose_output_the_engine_lost_still_counts_by_its_exit_status
     # the agent worked in the whole checkout
     assert git(repo, "show", f"{branch}:blob.bin") == (repo / "blob.bin").read_text()
     assert "runner.retry.scheduled" not in [r.get("message") for r in log]
+
+
+@pytest.mark.docker
+def test_an_agent_exec_whose_output_the_engine_lost_is_run_again_and_its_work_comes_back(
+    tmp_path, private_engine, proxy_dir
+):
+    # Under load dockerd closes an exec's streams a fixed time after the process exits,
+    # copied or not: exit 0 and nothing. A one-line dry run failed with "claude-code exited
+    # with status 0 without a result" on six test workers. The agent wrapper's last line
+    # always reaches stderr, so its absence names the loss and the attempt is tried again.
+    repo = make_repo(tmp_path / "repo")
+    proxy = EngineProxy(private_engine.socket, proxy_dir / "engine.sock", exec_of=AGENT_EXEC, swallow=True)
+    env = cli_env(
+        tmp_path, ORCHESTRATOR_RUNNER__BACKOFF_BASE_S="0.2", ORCHESTRATOR_RUNNER__BACKOFF_FACTOR="1", **NO_DISK_MIN
+    )
+    _, log = _one_task_through(proxy, private_engine, repo, tmp_path, env, "kept")
+    messages = [r.get("message") for r in log]
+    (scheduled,) = [r for r in log if r.get("message") == "runner.retry.scheduled"]
+    assert "returned none of the agent's output" in scheduled["reason"], scheduled
+    assert messages.count("runner.exec.started") == 2, messages
+    assert "runner.exec.output_lost" in messages, messages
