@@ -217,3 +217,17 @@ def test_an_agent_exec_whose_output_the_engine_lost_is_run_again_and_its_work_co
     assert "returned none of the agent's output" in scheduled["reason"], scheduled
     assert messages.count("runner.exec.started") == 2, messages
     assert "runner.exec.output_lost" in messages, messages
+
+
+# The object cache's update, in its helper container, after the pack was sent.
+CACHE_UPDATE_EXEC = rb"echo updated"
+
+
+@pytest.mark.docker
+def test_a_cache_update_whose_output_the_engine_lost_is_checked_in_the_cache(tmp_path, private_engine, proxy_dir):
+    # The update said nothing (exit 0, output lost): the cache itself is asked whether it
+    # now holds the commits, instead of failing the task as git.
+    repo = make_repo(tmp_path / "repo")
+    proxy = EngineProxy(private_engine.socket, proxy_dir / "engine.sock", exec_of=CACHE_UPDATE_EXEC, swallow=True)
+    _, log = _one_task_through(proxy, private_engine, repo, tmp_path, cli_env(tmp_path, **NO_DISK_MIN), "cached")
+    assert "runner.object_cache.synced" in [r.get("message") for r in log]
