@@ -151,3 +151,28 @@ def test_clone_that_keeps_failing_is_a_git_error(tmp_path, caplog):
     assert len(retries) == LOCAL_CLONE_ATTEMPTS + 1
     # The runner's directory (bind-mounted into the container) stays, empty.
     assert ws.is_dir() and list(ws.iterdir()) == []
+
+
+def test_clone_whose_branch_moved_past_the_copied_objects_is_tried_again(tmp_path, caplog):
+    """A commit landing in the source while the clone copies its objects: the
+    branch, read after the copy, names a commit whose objects were not copied,
+    and git fails with "nonexistent object". CI saw exactly this during the
+    repack stress above; the clone must retry it like any other copy race.
+
+    A branch pointing at an object that is missing for good stands in for the
+    moment in the race, so every attempt sees it."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "commit", "-q", "--allow-empty", "-m", "first")
+    (repo / ".git" / "refs" / "heads" / "main").write_text("8497a70a1d2f38ad4520c06e2c60951b534d74a6\n")
+
+    caplog.set_level(logging.WARNING, logger="orchestrator.runner")
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    with pytest.raises(GitError) as err:
+        _prepare_workspace_sync(repo, "main", ws, into_empty_dir=True)
+    assert f"could not clone {repo} after {LOCAL_CLONE_ATTEMPTS + 1} attempts" in str(err.value)
+    retries = [r for r in caplog.records if "failed (attempt" in r.getMessage()]
+    assert len(retries) == LOCAL_CLONE_ATTEMPTS + 1
+    assert ws.is_dir() and list(ws.iterdir()) == []

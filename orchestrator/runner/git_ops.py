@@ -558,8 +558,13 @@ def _prepare_workspace_sync(
 # A local-path clone copies the source's objects directory file by file; a
 # `git gc`/`repack`/`maintenance` or a commit in the user's repository at the
 # same moment deletes or renames files the copy has already listed, so the
-# copy dies with one of these. Nothing is wrong with the repository itself.
+# copy dies with one of these. A commit landing meanwhile moves the branch, read
+# after the copy, past the objects copied: "nonexistent object" (and, through the
+# pack protocol, "not our ref"). Nothing is wrong with the repository itself.
 _RACE_MARKERS = (
+    "nonexistent object",
+    "not our ref",
+    "did not send all necessary objects",
     "failed to copy file",
     "failed to create link",
     "failed to start iterator",
