@@ -61,16 +61,16 @@ def test_docker_py_is_pinned_below_the_next_major_and_its_internals_are_there():
     assert callable(APIClient._disable_socket_timeout)
 
 
-def _split_stderr(frames: list[bytes]) -> tuple[bytes, int | None]:
-    """Feed stderr frames through _take_uncommitted as run_exec does: (the agent's stderr, the count)."""
-    from orchestrator.runner.docker_exec import _take_uncommitted
+def _split_stderr(frames: list[bytes]) -> tuple[bytes, bytes | None]:
+    """Feed stderr frames through _take_end_line as run_exec does: (the task's stderr, the end line's value)."""
+    from orchestrator.runner.docker_exec import _take_end_line
 
-    held, agent, count = b"", b"", None
+    held, agent, value = b"", b"", None
     for data in frames:
-        data, held, counted = _take_uncommitted(held + data)
+        data, held, end = _take_end_line(held + data)
         agent += data
-        count = counted if counted is not None else count
-    return agent + held, count
+        value = end if end is not None else value
+    return agent + held, value
 
 
 @pytest.mark.parametrize(
@@ -80,15 +80,17 @@ def _split_stderr(frames: list[bytes]) -> tuple[bytes, int | None]:
         b"plain\n",
         b"no newline",
         b"\n\n",
-        b"looks like \n@@orchestrator-unc",
-        b"\n@@orchestrator-uncommitted=",
-        b"x\n@@orchestrator-uncommitted=12 not it\n",
+        b"looks like \n@@orchestrator-e",
+        b"\n@@orchestrator-end=",
+        b"x\n@@orchestrator-end=12 not it\n",
+        b"x\n@@orchestrator-end=- not it\n",
     ],
 )
-def test_the_wrappers_count_comes_out_of_stderr_wherever_the_frames_cut_it(agent):
-    """However the daemon's reads cut the stream, the agent's stderr is what it wrote and the count is found."""
-    stream = agent + b"\n@@orchestrator-uncommitted=37\n"
+@pytest.mark.parametrize("value", [b"37", b"-"])
+def test_the_wrappers_end_line_comes_out_of_stderr_wherever_the_frames_cut_it(agent, value):
+    """However the daemon's reads cut the stream, the task's stderr is what it wrote and the end line is found."""
+    stream = agent + b"\n@@orchestrator-end=" + value + b"\n"
     for cut in range(len(stream) + 1):
         for cut2 in range(cut, len(stream) + 1):
-            assert _split_stderr([stream[:cut], stream[cut:cut2], stream[cut2:]]) == (agent, 37), (cut, cut2)
+            assert _split_stderr([stream[:cut], stream[cut:cut2], stream[cut2:]]) == (agent, value), (cut, cut2)
     assert _split_stderr([agent[:3], agent[3:]]) == (agent, None)

@@ -214,9 +214,70 @@ def test_an_agent_exec_whose_output_the_engine_lost_is_run_again_and_its_work_co
     _, log = _one_task_through(proxy, private_engine, repo, tmp_path, env, "kept")
     messages = [r.get("message") for r in log]
     (scheduled,) = [r for r in log if r.get("message") == "runner.retry.scheduled"]
-    assert "returned none of the agent's output" in scheduled["reason"], scheduled
+    assert "returned none of the task's output" in scheduled["reason"], scheduled
     assert messages.count("runner.exec.started") == 2, messages
     assert "runner.exec.output_lost" in messages, messages
+
+
+# A strategy file with one command task, whose output it returns as its result.
+ONE_CHECK = """
+from orchestrator.strategy import Context
+
+
+async def one_check(prompt: str, base_branch: str, ctx: Context) -> dict:
+    task = {"plugin": "command", "command": "echo measured-$((6 * 7))", "base_branch": base_branch, "import_policy": "never"}
+    result = await ctx.wait(ctx.run(task, key=ctx.key("check")))
+    return {"said": result["final_message"]}
+"""
+CHECK_EXEC = rb"echo measured-"
+
+
+@pytest.mark.docker
+def test_a_command_whose_output_the_engine_lost_is_run_again_and_its_output_comes_back(
+    tmp_path, private_engine, proxy_dir
+):
+    # An evolve check on six test workers failed with "the check's output has no end
+    # marker", and a synthesis had no provenance: the engine lost a command's output,
+    # which read as a success that printed nothing. Every task's process runs under a
+    # wrapper whose last line proves the output complete.
+    repo = make_repo(tmp_path / "repo")
+    strategy = tmp_path / "one_check.py"
+    strategy.write_text(ONE_CHECK)
+    proxy = EngineProxy(private_engine.socket, proxy_dir / "engine.sock", exec_of=CHECK_EXEC, swallow=True)
+    env = cli_env(
+        tmp_path, ORCHESTRATOR_RUNNER__BACKOFF_BASE_S="0.2", ORCHESTRATOR_RUNNER__BACKOFF_FACTOR="1", **NO_DISK_MIN
+    )
+    run_id = None
+    try:
+        result = run_cli(
+            [
+                "check",
+                "--strategy",
+                str(strategy),
+                "--no-tui",
+                "--docker-image",
+                private_engine.image,
+                "--docker-host",
+                f"far={proxy.url}:1",
+            ],
+            cwd=repo,
+            env=env,
+            timeout=300,
+        )
+        run_id = only_run_id(tmp_path)
+        assert proxy.cuts == 1
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+        (done,) = [e for e in check_log(events_path(tmp_path, run_id)) if e.type == "strategy.completed"]
+        assert done.payload["result"]["said"].strip() == "measured-42", done.payload
+        log = [json.loads(line) for line in (tmp_path / "logs" / run_id / "runner.jsonl").read_text().splitlines()]
+        messages = [r.get("message") for r in log]
+        (scheduled,) = [r for r in log if r.get("message") == "runner.retry.scheduled"]
+        assert "returned none of the task's output" in scheduled["reason"], scheduled
+        assert messages.count("runner.exec.output_lost") == 1, messages
+    finally:
+        proxy.close()
+        if run_id:
+            _remove_run(private_engine.url, run_id)
 
 
 # The object cache's update, in its helper container, after the pack was sent.

@@ -184,7 +184,7 @@ def exec_in(container: str, *argv: str, user: str = "node", detach: bool = False
 
 def test_the_agent_wrapper_keeps_the_agents_output_and_status_and_adds_the_count_last(bare_container):
     from orchestrator.runner.docker_agent import AGENT_WRAPPER_SCRIPT
-    from orchestrator.runner.docker_exec import _take_uncommitted
+    from orchestrator.runner.docker_exec import _take_end_line
 
     r = exec_in(
         bare_container,
@@ -197,8 +197,8 @@ def test_the_agent_wrapper_keeps_the_agents_output_and_status_and_adds_the_count
         "echo out; printf 'err without newline' >&2; touch c; exit 7",
     )
     assert (r.returncode, r.stdout) == (7, b"out\n")
-    agent_stderr, held, count = _take_uncommitted(r.stderr)
-    assert (agent_stderr + held, count) == (b"err without newline", 3)  # a, b and the agent's c
+    agent_stderr, held, count = _take_end_line(r.stderr)
+    assert (agent_stderr + held, count) == (b"err without newline", b"3")  # a, b and the agent's c
 
 
 def test_the_agent_wrapper_does_not_start_the_agent_when_git_cannot_read_the_base_commit(bare_container):
@@ -219,15 +219,18 @@ def test_the_agent_wrapper_does_not_start_the_agent_when_git_cannot_read_the_bas
     assert _git_unusable(ExecOutput(outcome=AgentOutcome(), exit_code=125, stderr_tail=b"boom\n")) is None
 
 
-def test_stopping_a_wrapped_agent_signals_the_agent_and_waits_for_it(bare_container):
-    """END_AGENT_SCRIPT reaches through the wrapper: the agent gets SIGTERM and its grace to save."""
-    from orchestrator.runner.docker_agent import AGENT_WRAPPER_SCRIPT
+@pytest.mark.parametrize("wrapper", ["AGENT_WRAPPER_SCRIPT", "EXEC_WRAPPER_SCRIPT"])
+def test_stopping_a_wrapped_agent_signals_the_agent_and_waits_for_it(bare_container, wrapper):
+    """END_AGENT_SCRIPT reaches through either wrapper: the agent gets SIGTERM and its grace to save."""
+    from orchestrator.runner import docker_agent
     from orchestrator.runner.docker_core import END_AGENT_SCRIPT
+
+    script = getattr(docker_agent, wrapper)
 
     agent = (
         "trap 'sleep 1; echo saved > saved.txt; exit 0' TERM; echo started > started.txt; while :; do sleep 0.1; done"
     )
-    exec_in(bare_container, "sh", "-c", AGENT_WRAPPER_SCRIPT, "orchestrator-agent", "sh", "-c", agent, detach=True)
+    exec_in(bare_container, "sh", "-c", script, "orchestrator-agent", "sh", "-c", agent, detach=True)
     wait_for(lambda: exec_in(bare_container, "test", "-e", "started.txt").returncode == 0, timeout=60)
     r = exec_in(bare_container, "sh", "-c", END_AGENT_SCRIPT, "end-agent", "100")
     assert r.returncode == 0, r

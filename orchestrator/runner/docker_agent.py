@@ -51,19 +51,22 @@ UNCOMMITTED_SCRIPT = (
     '  git add -A && git commit -q --no-verify -m "$2" && echo committed\n'
     "fi\n"
 )
-# The agent of a task whose uncommitted work is looked at runs under this
-# wrapper, so that the look costs no `docker exec` of its own: once the agent
-# exits, the wrapper counts what it left (as UNCOMMITTED_SCRIPT does, without
-# taking git's optional index lock), writes the count as its last stderr line
-# (taken out of the stream by run_exec) and exits with the agent's status.
-# Only when there is something to commit does a second exec follow.
+# Every task's process runs under a wrapper that, once the process exits,
+# writes one last stderr line (taken out of the stream by run_exec) and exits
+# with the process's status. A busy Docker engine can close an exec's output
+# before it has copied it, leaving a clean, empty stream and the real exit
+# status; that line is how a complete output is told from a lost one.
 #
-# Before the agent starts, the wrapper checks that git can read the task's
-# commit and its tree: a repository that is unusable inside the container (its
-# alternates name a store the container does not have, its objects are
-# unreadable) would fail every commit of the agent, and the task would end
-# "completed" with no branch. It then writes the cause on one marked stderr
-# line and exits GIT_UNUSABLE_EXIT without starting the agent.
+# For an agent whose uncommitted work is looked at, the line carries the count
+# of files it left (as UNCOMMITTED_SCRIPT counts them, without taking git's
+# optional index lock), so the look costs no `docker exec` of its own; only when
+# there is something to commit does a second exec follow. Before the agent
+# starts, this wrapper checks that git can read the task's commit and its tree:
+# a repository that is unusable inside the container (its alternates name a
+# store the container does not have, its objects are unreadable) would fail
+# every commit of the agent, and the task would end "completed" with no branch.
+# It then writes the cause on one marked stderr line and exits GIT_UNUSABLE_EXIT
+# without starting the agent.
 GIT_UNUSABLE_EXIT = 125
 GIT_UNUSABLE_MARK = b"\n@@orchestrator-git-unusable="
 AGENT_WRAPPER_SCRIPT = (
@@ -75,8 +78,12 @@ AGENT_WRAPPER_SCRIPT = (
     '"$@"\n'
     "rc=$?\n"
     "n=$(GIT_OPTIONAL_LOCKS=0 git status --porcelain --untracked-files=all 2>/dev/null | wc -l)\n"
-    "printf '\\n@@orchestrator-uncommitted=%s\\n' \"$n\" >&2\n"
+    "printf '\\n@@orchestrator-end=%s\\n' \"$n\" >&2\n"
     'exit "$rc"\n'
+)
+# Any other task's process (a command, an agent whose work is not imported).
+EXEC_WRAPPER_SCRIPT = "\n".join(
+    ["# orchestrator-exec-wrapper", '"$@"', "rc=$?", "printf '\\n@@orchestrator-end=-\\n' >&2", 'exit "$rc"', ""]
 )
 UNCOMMITTED_MESSAGE = (
     "Changes the agent left uncommitted\n\n"
@@ -218,9 +225,9 @@ class AgentExec:
         if self.dry_run and persona is not None:
             # Dry run: the deterministic simulated agent answers in the same container, at no cost.
             argv = ["orchestrator-sim-agent", "--as", persona, *argv[1:]]
-        wrapped = _looks_at_uncommitted(request, plugin)
-        if wrapped:
-            argv = ["sh", "-c", AGENT_WRAPPER_SCRIPT, "orchestrator-agent", *argv]
+        counts = _looks_at_uncommitted(request, plugin)
+        script = AGENT_WRAPPER_SCRIPT if counts else EXEC_WRAPPER_SCRIPT
+        argv = ["sh", "-c", script, "orchestrator-agent", *argv]
         env = dict(request.env)
         try:
             env.update(plugin.prepare_environment(self.auth, request))
@@ -268,7 +275,7 @@ class AgentExec:
                             parser=parser,
                             stdin_payload=payload,
                             on_event=forward,
-                            wrapped=wrapped,
+                            wrapped=True,
                         )
                     except RunnerError as exc:
                         # Kept inside the group: leaving it would wrap the error in an
@@ -297,13 +304,14 @@ class AgentExec:
                 return Attempt(error=ResourceLimitError(tripped[0]))
             return Attempt(error=exc)
         self.stopper.live_agents.discard(request.container_name)
-        unusable = _git_unusable(output) if wrapped else None
+        unusable = _git_unusable(output) if counts else None
         if unusable is not None:
             return Attempt(error=unusable)
-        lost = _output_lost(output, time.monotonic() - t) if wrapped else None
+        lost = _output_lost(output, time.monotonic() - t)
         if lost is not None:
-            # The agent ran to its end; only what it said is gone. A session it
-            # announced is resumed, so a retry pays for one more turn at most.
+            # The process ran to its end; only what it said is gone. A session an
+            # agent announced is resumed, so a retry pays for one more turn at
+            # most; a command runs again.
             self.emit_event(request, on_event, "runner.exec.output_lost", "warn", attempt=n, error=str(lost))
             return Attempt(error=lost, session_id=output.outcome.session_id)
         # once more at the end: a runaway that finished between two looks still counts
@@ -497,22 +505,22 @@ def _git_unusable(output: ExecOutput) -> GitError | None:
 
 
 def _output_lost(output: ExecOutput, elapsed: float) -> ContainerError | None:
-    """The engine's loss of a wrapped agent's output, when the wrapper's last line is missing.
+    """The engine's loss of a task's output, when the wrapper's last line is missing.
 
-    The wrapper writes that line to stderr after the agent, whatever the agent
-    did, and then exits with the agent's status; only a wrapper killed by a
+    The wrapper writes that line to stderr after the process, whatever the
+    process did, and then exits with its status; only a wrapper killed by a
     signal (status 128 and up: a stop, the OOM killer) ends without it. Any
     other status without the line means the engine ended the stream before it
     had copied the output: a busy dockerd waits only so long for that copy
     once the process has exited.
     """
-    if output.uncommitted is not None or output.exit_code is None or output.exit_code >= 128:
+    if output.ended or output.exit_code is None or output.exit_code >= 128:
         return None
     if output.extra.get("stream_error"):
         return None  # a broken stream is reported as such
-    what = "the end of the agent's output" if output.events or output.stdout_tail else "none of the agent's output"
+    what = "the end of the task's output" if output.events or output.stdout_tail else "none of the task's output"
     return ContainerError(
-        f"the Docker engine returned {what} (the agent exited with status {output.exit_code} "
+        f"the Docker engine returned {what} (its process exited with status {output.exit_code} "
         f"after {elapsed:.1f} s); a busy engine can close an exec's output before copying it",
         retryable=True,
     )

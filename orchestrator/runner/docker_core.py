@@ -38,7 +38,7 @@ AGENT_STOP_GRACE_S = 10
 END_AGENT_SCRIPT = (
     "self=$$\n"
     'pids=$(ps -eo pid=,ppid=,args= | awk -v s="$self" \'\n'
-    '  $2 == 0 && $1 != 1 && $1 != s {print $1; if (index($0, "# orchestrator-agent-wrapper")) w[$1] = 1; next}\n'
+    "  $2 == 0 && $1 != 1 && $1 != s {print $1; if ($0 ~ /# orchestrator-(agent|exec)-wrapper/) w[$1] = 1; next}\n"
     "  {pid[NR] = $1; parent[NR] = $2}\n"
     "  END {for (i in pid) if (parent[i] in w) print pid[i]}')\n"
     '[ -n "$pids" ] || exit 0\n'

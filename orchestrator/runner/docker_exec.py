@@ -32,11 +32,14 @@ _log = logging.getLogger(__name__)  # runner.jsonl (the Docker runner forwards o
 EROFS_MARKER = b"Read-only file system"
 TAIL_BYTES = 8192
 STDOUT, STDERR = 1, 2
-# The last line an agent exec's wrapper writes to stderr after the agent exits
-# (see docker_agent.AGENT_WRAPPER_SCRIPT): how many files the agent left
-# uncommitted. It is taken out of the stream before the parser or the stderr
-# tail sees it, so the agent's own output reads exactly as without the wrapper.
-UNCOMMITTED_LINE = re.compile(rb"\n@@orchestrator-uncommitted=(\d+)\n")
+# The last line the wrapper of every task's exec writes to stderr after the
+# process it runs exits (see docker_agent.EXEC_WRAPPER_SCRIPT): how many files the
+# agent left uncommitted, or "-" when they were not counted. Its presence is the
+# proof that the engine passed on all of the output. It is taken out of the stream
+# before the parser or the stderr tail sees it, so the task's own output reads
+# exactly as without the wrapper.
+END_PREFIX = b"\n@@orchestrator-end="
+END_LINE = re.compile(re.escape(END_PREFIX) + rb"(\d+|-)\n")
 
 
 @dataclass
@@ -49,8 +52,10 @@ class ExecOutput:
     events: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
     # Files the agent left uncommitted, as the wrapper counted them once it exited
-    # (None: no wrapper, or it did not get to count).
+    # (None: not counted, no wrapper, or it did not get to its last line).
     uncommitted: int | None = None
+    # The wrapper's last line arrived: the engine passed on the whole output.
+    ended: bool = False
 
 
 def _raw_socket(sock: Any) -> Any:
@@ -109,8 +114,9 @@ async def run_exec(
 ) -> ExecOutput:
     """Run ``argv`` in ``container`` as ``node`` in /workspace and parse its stdout.
 
-    ``wrapped``: ``argv`` is the agent under the wrapper that counts what it
-    left uncommitted; the count is read from (and taken out of) its stderr.
+    ``wrapped``: ``argv`` runs under the wrapper that ends stderr with its own
+    line (and, for an agent, the count of what it left uncommitted); the line is
+    read from (and taken out of) the stream.
 
     Raises :class:`ContainerError` when Docker cannot run the exec. Cancellation
     propagates after the connection is closed.
@@ -141,6 +147,7 @@ async def run_exec(
     n_events = 0
     stream_error: str | None = None
     uncommitted: int | None = None
+    ended = False
     held = b""  # stderr bytes that may be the start of the wrapper's line, cut by a frame boundary
 
     async def _emit(events: list[AgentEvent]) -> None:
@@ -179,9 +186,10 @@ async def run_exec(
                     saw_erofs = True
                 if stream == STDERR:
                     if wrapped:
-                        data, held, counted = _take_uncommitted(held + data)
-                        if counted is not None:
-                            uncommitted = counted
+                        data, held, end = _take_end_line(held + data)
+                        if end is not None:
+                            ended = True
+                            uncommitted = int(end) if end.isdigit() else None
                     if data:
                         _append_tail(stderr_tail, data)
                         if feed_stderr is not None:
@@ -215,32 +223,33 @@ async def run_exec(
         events=n_events,
         extra={"stream_error": stream_error} if stream_error else {},
         uncommitted=uncommitted,
+        ended=ended,
     )
 
 
-def _take_uncommitted(data: bytes) -> tuple[bytes, bytes, int | None]:
-    """Split stderr bytes into (the agent's bytes, bytes held for the next frame, the wrapper's count).
+def _take_end_line(data: bytes) -> tuple[bytes, bytes, bytes | None]:
+    """Split stderr bytes into (the task's bytes, bytes held for the next frame, the end line's value).
 
-    The wrapper's line is written once, after the agent exited, but the
+    The wrapper's line is written once, after the process exited, but the
     daemon's reads of the pipe may cut it; a tail that could be its start
     waits for the next frame.
     """
-    count = None
-    for m in UNCOMMITTED_LINE.finditer(data):
-        count = int(m.group(1))
-    if count is not None:
-        data = UNCOMMITTED_LINE.sub(b"", data)
+    value = None
+    for m in END_LINE.finditer(data):
+        value = m.group(1)
+    if value is not None:
+        data = END_LINE.sub(b"", data)
     cut = data.rfind(b"\n")
     if cut >= 0 and _could_start_line(data[cut:]):
-        return data[:cut], data[cut:], count
-    return data, b"", count
+        return data[:cut], data[cut:], value
+    return data, b"", value
 
 
 def _could_start_line(tail: bytes) -> bool:
-    prefix = b"\n@@orchestrator-uncommitted="
-    if len(tail) <= len(prefix):
-        return prefix.startswith(tail)
-    return tail.startswith(prefix) and tail[len(prefix) :].isdigit()
+    if len(tail) <= len(END_PREFIX):
+        return END_PREFIX.startswith(tail)
+    rest = tail[len(END_PREFIX) :]
+    return tail.startswith(END_PREFIX) and (rest.isdigit() or rest == b"-")
 
 
 async def _exit_code(host: DockerHost, exec_id: str, container_name: str) -> int | None:
