@@ -119,6 +119,9 @@ def run_volumes(run_id: str) -> list[str]:
     return [v for v in _docker("volume", "ls", "-q", "--filter", f"name={prefix}").split() if v.startswith(prefix)]
 
 
+_MOUNTS: dict[str, str] = {}
+
+
 def agent_executions(run_id: str) -> Counter:
     """Agent executions per task key, from the sim agent's own record in every session volume.
 
@@ -127,7 +130,10 @@ def agent_executions(run_id: str) -> Counter:
     """
     counts: Counter = Counter()
     for volume in run_volumes(run_id):
-        mount = _docker("volume", "inspect", "-f", "{{.Mountpoint}}", volume).strip()
+        # A volume's mount point never changes: asked once, as the crash tests poll this.
+        mount = _MOUNTS.get(volume) or _MOUNTS.setdefault(
+            volume, _docker("volume", "inspect", "-f", "{{.Mountpoint}}", volume).strip()
+        )
         record = Path(mount) / ".sim-agent" / "executions.jsonl"
         if not record.exists():
             continue

@@ -259,8 +259,12 @@ def test_sigterm_and_sigint_interrupt_gracefully_and_a_second_sigint_exits_at_on
 
 
 AGENT_KILLS = int(os.environ.get("RELIABILITY_AGENT_KILLS", "8"))
+# Three seconds of work, of which the kill lands 0.4-1.6 s after the test sees every
+# agent at work: seeing that (reading each task's volume through `docker`) can take
+# over a second on a loaded machine, and a run that finished before the kill ends
+# the test one kill short.
 AGENT_WORK = (
-    "SIM: write a.txt one\nSIM: sleep 1\nSIM: append a.txt two\nSIM: sleep 1\nSIM: commit work\nSIM: print done"
+    "SIM: write a.txt one\nSIM: sleep 1\nSIM: append a.txt two\nSIM: sleep 2\nSIM: commit work\nSIM: print done"
 )
 
 
@@ -298,7 +302,7 @@ def test_sigkill_during_the_agents_work_never_starts_a_tasks_session_twice(tmp_p
             if kills < AGENT_KILLS:
                 while proc.poll() is None and not _agents_at_work(tmp_path, run_id, before):
                     time.sleep(0.02)
-                time.sleep(rng.uniform(0.4, 1.6))  # somewhere in the agents' two seconds of work
+                time.sleep(rng.uniform(0.4, 1.6))  # somewhere in the agents' three seconds of work
                 if proc.poll() is None:
                     sigkill(proc)
                     kills += 1
