@@ -127,13 +127,17 @@ def _group_for_workers(config, items) -> None:
     for item in items:
         info = getattr(item, "_fixtureinfo", None)
         defs = info.name2fixturedefs if info is not None else {}
-        if "private_engine" in defs:
+        named = item.get_closest_marker("xdist_group")
+        if named is not None:
+            group = named.args[0]  # a test's own group: the set-up it shares lies outside pytest's fixtures
+        elif "private_engine" in defs:
             group = "private_engine_" + _ENGINE_GROUPS.get(item.module.__name__, "links")
         elif any(d and d[-1].scope in ("module", "class", "package") for d in defs.values()):
             group = item.module.__name__
         else:
             continue
-        item.add_marker(pytest.mark.xdist_group(group))
+        if named is None:
+            item.add_marker(pytest.mark.xdist_group(group))
         if getattr(config.option, "loadgroup", False) and "@" not in item.nodeid and hasattr(item, "_id"):
             # pytest-xdist 3.8 names the group by setting ``item._nodeid``, which
             # pytest 9.2 no longer reads (the id is ``item._id``): without this every

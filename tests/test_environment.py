@@ -137,6 +137,13 @@ def _branch_file(repo: Path, path: str) -> str:
 TESTS_THEN_COMMIT = "SIM: exec ({cmd}) > result.txt 2>&1; echo exit=$? >> result.txt\nSIM: commit ran the tests"
 
 
+# The tests of _python_repo's project run one after another on one test worker: its
+# environment (apt, a venv, pip from PyPI) is the suite's costliest build, and the
+# image is cached by what the setup reads, so the first test builds it for all three.
+# Each still builds it when it runs alone.
+PYTHON_ENVIRONMENT = pytest.mark.xdist_group("python_environment")
+
+
 def _python_repo(path: Path, extra: dict[str, str] | None = None) -> Path:
     """A Python project whose tests need pytest and the package installed in editable mode."""
     files = {
@@ -164,6 +171,7 @@ def _python_repo(path: Path, extra: dict[str, str] | None = None) -> Path:
 
 @pytest.mark.docker
 @pytest.mark.slow
+@PYTHON_ENVIRONMENT
 def test_a_python_project_gets_pytest_and_its_editable_install_from_its_devcontainer(tmp_path):
     repo = _python_repo(tmp_path / "py")
     r = _run(repo, tmp_path, TESTS_THEN_COMMIT.format(cmd=".venv/bin/python -m pytest -q"))
@@ -408,6 +416,7 @@ print(json.dumps({"metrics": {"throughput": 100 + 10 * n, "test_s": time.monoton
 
 @pytest.mark.docker
 @pytest.mark.slow
+@PYTHON_ENVIRONMENT
 def test_a_tree_beam_dry_run_evaluates_the_base_and_its_candidates_in_the_environment(tmp_path):
     repo = _python_repo(tmp_path / "tb", {"bench_eval.py": TIMED_TESTS})
     r = _run(
@@ -496,6 +505,7 @@ def test_the_environment_reaches_another_engine_with_sync_image(tmp_path, privat
 @pytest.mark.docker
 @pytest.mark.slow
 @pytest.mark.fidelity
+@PYTHON_ENVIRONMENT
 def test_the_real_claude_code_runs_the_projects_tests_in_the_environment(tmp_path):
     from fidelity_helpers import ensure_image, fidelity_env, remove_run_resources
 
