@@ -204,7 +204,11 @@ def test_management_commands(tmp_path, repo):
         == []
     )
     volumes = subprocess.run(
-        ["docker", "volume", "ls", "-q", "--filter", f"name=orc_home_{run_id}"], capture_output=True, text=True
+        # "_g" ends the run id: a name filter matches any part of a name, and another
+        # test's run started in the same second is run_id + "_2".
+        ["docker", "volume", "ls", "-q", "--filter", f"name=orc_home_{run_id}_g"],
+        capture_output=True,
+        text=True,
     ).stdout.split()
     assert volumes == []
     assert not (tmp_path / "state" / run_id).exists()
