@@ -10,7 +10,6 @@ with what it needs passed in: :class:`~.docker_workspace.WorkspaceSetup`,
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -20,7 +19,6 @@ from ..errors import RunnerError
 from ..jsonlog import ComponentLog
 from ..naming import ghash, session_volume_name
 from ..sanitize import Sanitizer
-from . import git_ops
 from .base import RunnerEventCallback
 from .docker_containers import DockerHost
 from .types import ErrorCategory, InstanceRequest, Status
@@ -128,10 +126,6 @@ def session_volume(request: InstanceRequest) -> str:
     scope = request.session_volume_scope
     g = ghash(sgk, plugin=request.plugin_name, model=request.model) if scope == "global" else ghash(sgk)
     return session_volume_name(request.run_id, g, scope=scope)
-
-
-async def remove_workspace(host: DockerHost, workspace: Path) -> None:
-    await anyio.to_thread.run_sync(git_ops.remove_workspace, workspace, limiter=host.limiter)
 
 
 class ContainerStopper:

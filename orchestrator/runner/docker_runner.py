@@ -57,7 +57,6 @@ from .docker_core import (
     ContainerStopper,
     TaskEvents,
     TaskFailed,
-    remove_workspace,
     session_volume,
 )
 from .docker_exec import ExecOutput
@@ -66,6 +65,7 @@ from .git_cleanup import delete_run_branches
 from .git_cmd import run_git
 from .object_cache import ObjectCache, ObjectCacheSettings
 from .plugin import AgentOutcome, RunnerPlugin
+from .reaper import WorkspaceReaper
 from .registry import check_model, get_plugin
 from .seed import SeedCache
 from .types import (
@@ -181,19 +181,26 @@ class DockerRunner:
             dry_run=dry_run,
         )
         self.collector = Collector(self.host, self.hardening, self.auth, self.events, self.stopper)
+        self.reaper = WorkspaceReaper()
 
     def stop_log_forwarding(self) -> None:
         """Stop copying the git layer's log lines into this runner's runner.jsonl (another runner does it)."""
         logging.getLogger("orchestrator.runner").removeHandler(self._forward)
 
     async def aclose(self) -> None:
-        self.stop_log_forwarding()
-        await self.host.aclose()
-        self.log.close()
+        try:
+            await self.reaper.aclose()
+        finally:
+            for workspace, why in self.reaper.failures:
+                self.log.warning("runner.workspace.not_removed", workspace=str(workspace), error=why)
+            self.reaper.failures.clear()
+            self.stop_log_forwarding()
+            await self.host.aclose()
+            self.log.close()
 
     async def discard_workspace(self, request: InstanceRequest) -> None:
         """Remove the workspace a ``keep_workspace_on_success`` task left, once its result is recorded."""
-        await remove_workspace(self.host, git_ops.workspace_path(request.run_id, request.task_key))
+        await self.reaper.discard(git_ops.workspace_path(request.run_id, request.task_key))
 
     def emit_event(
         self,
@@ -344,7 +351,7 @@ class DockerRunner:
             auto_committed=artifact.auto_committed,
         )
         if not request.keep_workspace_on_success:
-            await remove_workspace(self.host, workspace)
+            await self.reaper.discard(workspace)
         return self._result(
             task,
             "success",

@@ -16,12 +16,12 @@ loop never blocks on git.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import shutil
 import stat
 import tempfile
-import threading
 import time
 from collections.abc import Sequence
 from functools import partial
@@ -763,19 +763,37 @@ def _chown_tree(root: Path, uid: int, gid: int) -> None:
 
 def remove_workspace(workspace: Path) -> None:
     """Delete a workspace; a missing one is fine. Read-only files are handled."""
+    doomed = set_workspace_aside(workspace)
+    if doomed is not None:
+        delete_set_aside(doomed, Path(workspace))
+
+
+_aside = itertools.count()
+
+
+def set_workspace_aside(workspace: Path) -> Path | None:
+    """Move a workspace out of its place in one atomic step; what is left to delete.
+
+    A crash during the deletion must not leave a half-deleted workspace where a
+    resumed task would continue. Returns the directory to delete (the workspace
+    itself when it cannot be moved), or None when nothing is left to delete.
+    """
     path = Path(workspace)
     if not os.path.lexists(path):
-        return
+        return None
     if path.is_symlink() or not path.is_dir():
         path.unlink()
-        return
-    # Out of the way first, in one atomic step: a crash during the deletion must
-    # not leave a half-deleted workspace where a resumed task would continue.
-    doomed = path.with_name(f"{path.name}.deleting-{os.getpid()}-{threading.get_ident()}")
+        return None
+    doomed = path.with_name(f"{path.name}.deleting-{os.getpid()}-{next(_aside)}")
     try:
         os.rename(path, doomed)
     except OSError:
-        doomed = path
+        return path
+    return doomed
+
+
+def delete_set_aside(doomed: Path, workspace: Path) -> None:
+    """Delete what :func:`set_workspace_aside` left of ``workspace``."""
 
     def _retry(func, p, _exc):  # Windows: pack files are read-only
         try:
@@ -785,5 +803,5 @@ def remove_workspace(workspace: Path) -> None:
             pass
 
     shutil.rmtree(doomed, onerror=_retry)
-    if os.path.lexists(doomed) or os.path.lexists(path):
-        raise GitError(f"could not remove workspace {path}")
+    if os.path.lexists(doomed) or (doomed == workspace and os.path.lexists(workspace)):
+        raise GitError(f"could not remove workspace {workspace}")

@@ -1,0 +1,103 @@
+"""Finished tasks' workspaces are deleted in the background, in bounded numbers, and none is lost track of."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import anyio
+import pytest
+
+from orchestrator.runner import git_ops
+from orchestrator.runner.docker_runner import DockerRunner
+from orchestrator.runner.reaper import WorkspaceReaper
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+def workspace(root: Path, name: str) -> Path:
+    ws = root / name
+    (ws / ".git" / "objects").mkdir(parents=True)
+    (ws / "a.txt").write_text("a\n")
+    (ws / ".git" / "objects" / "ro").write_text("x")
+    (ws / ".git" / "objects" / "ro").chmod(0o444)
+    return ws
+
+
+async def test_a_discarded_workspace_leaves_its_place_at_once_and_is_gone_once_the_reaper_closes(tmp_path):
+    reaper = WorkspaceReaper()
+    spaces = [workspace(tmp_path, f"k_{i}") for i in range(3)]
+    for ws in spaces:
+        await reaper.discard(ws)
+        assert not ws.exists()  # a new task of the same key never finds the old one
+    await reaper.aclose()
+    assert list(tmp_path.iterdir()) == []
+    assert reaper.failures == []
+
+
+async def test_the_task_does_not_wait_for_the_deletion_until_the_backlog_is_full(tmp_path):
+    release = threading.Event()
+    deleted: list[Path] = []
+
+    def slow_delete(doomed: Path, ws: Path) -> None:
+        release.wait(30)
+        git_ops.delete_set_aside(doomed, ws)
+        deleted.append(ws)
+
+    reaper = WorkspaceReaper(backlog=1, delete=slow_delete)
+    first, second, third = (workspace(tmp_path, f"k_{i}") for i in range(3))
+    with anyio.fail_after(10):
+        await reaper.discard(first)  # the thread takes it and waits on the disk
+        while reaper._queue.qsize():  # noqa: ASYNC110 (a thread's queue: nothing to await)
+            await anyio.sleep(0.01)
+        await reaper.discard(second)  # the one place in the backlog
+    with anyio.move_on_after(0.5) as waited:
+        await reaper.discard(third)
+    assert waited.cancelled_caught, "a third discard went past a full backlog"
+    assert deleted == [] and not third.exists()
+    release.set()
+    with anyio.fail_after(30):
+        await reaper.discard(workspace(tmp_path, "k_3"))
+        await reaper.aclose()
+    # The cancelled task stopped waiting, and its workspace was deleted all the same.
+    assert sorted(deleted) == sorted([first, second, third, tmp_path / "k_3"])
+    assert list(tmp_path.iterdir()) == []
+
+
+async def test_a_workspace_that_cannot_be_deleted_is_reported_and_the_rest_still_go(tmp_path):
+    def picky_delete(doomed: Path, ws: Path) -> None:
+        if ws.name == "k_0":
+            raise OSError("device busy")
+        git_ops.delete_set_aside(doomed, ws)
+
+    reaper = WorkspaceReaper(delete=picky_delete)
+    for i in range(3):
+        await reaper.discard(workspace(tmp_path, f"k_{i}"))
+    await reaper.aclose()
+    assert reaper.failures == [(tmp_path / "k_0", "OSError: device busy")]
+    assert [p.name.split(".")[0] for p in tmp_path.iterdir()] == ["k_0"]
+
+
+async def test_the_runner_waits_for_its_deletions_when_it_closes_and_logs_what_is_left(tmp_path):
+    runner = DockerRunner(logs_dir=tmp_path / "logs")
+
+    def refuse(doomed: Path, ws: Path) -> None:
+        raise OSError("read-only file system")
+
+    runner.reaper = WorkspaceReaper(delete=refuse)
+    await runner.reaper.discard(workspace(tmp_path / "ws", "k_0"))
+    done = WorkspaceReaper()
+    await done.discard(workspace(tmp_path / "ws2", "k_1"))
+    await done.aclose()
+    await runner.aclose()
+    lines = [json.loads(x) for x in (tmp_path / "logs" / "runner.jsonl").read_text().splitlines()]
+    (left,) = [x for x in lines if x["message"] == "runner.workspace.not_removed"]
+    assert left["workspace"] == str(tmp_path / "ws" / "k_0")
+    assert left["error"] == "OSError: read-only file system"
+    assert list((tmp_path / "ws2").iterdir()) == []
