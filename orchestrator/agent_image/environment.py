@@ -53,6 +53,7 @@ from typing import Any
 import msgspec
 
 from ..errors import ConfigError, OrchestratorError
+from ..filelock import file_lock
 from ..runner.types import SEED_LABEL
 
 DEVCONTAINER_PATHS = (".devcontainer/devcontainer.json", ".devcontainer.json")
@@ -462,18 +463,11 @@ def _build_lock(digest: str, on_wait: Callable[[], None]) -> Iterator[None]:
     it each would run the whole setup (installs from the network, minutes)
     and tag the same name, so the second waits and takes the first's image.
     """
-    import fcntl  # POSIX only, as is the Docker engine this module drives
-
     from .paths import cache_dir
 
     directory = cache_dir() / "environment-builds"
     directory.mkdir(parents=True, exist_ok=True)
-    with open(directory / f"{digest[:20]}.lock", "w") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            on_wait()
-            fcntl.flock(lock, fcntl.LOCK_EX)
+    with file_lock(directory / f"{digest[:20]}.lock", on_wait=on_wait):
         yield
 
 

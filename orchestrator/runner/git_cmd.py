@@ -13,12 +13,11 @@ import contextlib
 import os
 import re
 import subprocess
-import sys
-import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from ..errors import GitError
+from ..filelock import file_lock
 
 # Environment variables that would redirect git to another repository or index
 # if the orchestrator itself runs inside a git hook or a `git rebase -x` shell.
@@ -175,25 +174,9 @@ _PLAIN_NAME = re.compile(r"[A-Za-z0-9_-]+(?:/[A-Za-z0-9_-]+)*")
 
 
 # ---------------------------------------------------------------------------
-# Per-repository import lock: a thread lock per git dir plus an OS file lock.
-# flock locks belong to open file descriptions, so two threads with their own
-# descriptors would also exclude each other, but msvcrt locks are per process;
-# the thread lock makes in-process serialization explicit on every platform.
-# ``filelock`` would replace only the dozen lines of _os_lock/_os_unlock (it
-# needs the same thread lock for the same msvcrt reason), for a new dependency.
-
-_thread_locks: dict[str, threading.Lock] = {}
-_thread_locks_guard = threading.Lock()
+# Per-repository import lock
 
 LOCK_FILE_NAME = ".orc_import.lock"
-
-
-def _thread_lock_for(key: str) -> threading.Lock:
-    with _thread_locks_guard:
-        lock = _thread_locks.get(key)
-        if lock is None:
-            lock = _thread_locks[key] = threading.Lock()
-        return lock
 
 
 @contextlib.contextmanager
@@ -206,46 +189,11 @@ def import_lock(git_dir: Path) -> Iterator[None]:
 @contextlib.contextmanager
 def dir_lock(directory: Path, name: str) -> Iterator[None]:
     """Hold the lock file ``<directory>/<name>`` exclusively (threads and processes)."""
-    real = os.path.realpath(directory)
-    path = os.path.join(real, name)
-    key = os.path.normcase(path)
-    with _thread_lock_for(key):
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as exc:
-            raise GitError(f"cannot open lock file {path}: {exc}") from exc
-        try:
-            _os_lock(fd)
-            try:
-                yield
-            finally:
-                _os_unlock(fd)
-        finally:
-            os.close(fd)
-
-
-if sys.platform == "win32":  # pragma: no cover - exercised on Windows only
-    import msvcrt
-    import time
-
-    def _os_lock(fd: int) -> None:
-        while True:
-            os.lseek(fd, 0, os.SEEK_SET)
-            try:
-                msvcrt.locking(fd, msvcrt.LK_LOCK, 1)  # retries ~10 s, then OSError
-                return
-            except OSError:
-                time.sleep(0.1)
-
-    def _os_unlock(fd: int) -> None:
-        os.lseek(fd, 0, os.SEEK_SET)
-        msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
-
-else:
-    import fcntl
-
-    def _os_lock(fd: int) -> None:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-
-    def _os_unlock(fd: int) -> None:
-        fcntl.flock(fd, fcntl.LOCK_UN)
+    path = os.path.join(os.path.realpath(directory), name)
+    held = contextlib.ExitStack()
+    try:
+        held.enter_context(file_lock(path))
+    except OSError as exc:  # only taking the lock: what the caller's block raises is its own
+        raise GitError(f"cannot open lock file {path}: {exc}") from exc
+    with held:
+        yield
