@@ -153,7 +153,14 @@ def _package(module: str) -> str:
 
 
 SUBPACKAGES = ("app", "log", "engine", "runner", "report", "agent_image")
-GROUND = {"orchestrator", "orchestrator._lazy", "orchestrator.errors", "orchestrator.sanitize", "orchestrator.naming"}
+GROUND = {
+    "orchestrator",
+    "orchestrator._lazy",
+    "orchestrator.errors",
+    "orchestrator.sanitize",
+    "orchestrator.naming",
+    "orchestrator.filelock",
+}
 # What each package may import, as docs/architecture.md says it in words.
 ALLOWED = {
     "orchestrator.config": {"orchestrator.errors", "orchestrator.parsing", "orchestrator.sanitize"},
@@ -165,7 +172,7 @@ ALLOWED = {
     "orchestrator.strategy": {"orchestrator.errors", "orchestrator.engine", "orchestrator.app"},
     "orchestrator.strategy_loader": {"orchestrator.errors", "orchestrator.parsing", "orchestrator.strategy"},
     "orchestrator.report": GROUND | {"orchestrator.log", "orchestrator.runner", "orchestrator.strategy_loader"},
-    "orchestrator.agent_image": {"orchestrator.errors", "orchestrator.runner"},
+    "orchestrator.agent_image": {"orchestrator.errors", "orchestrator.filelock", "orchestrator.runner"},
     "tui": {"orchestrator", "orchestrator.log", "orchestrator.naming"},
     "strategies": {"orchestrator", "orchestrator.strategy"},
 }
