@@ -50,7 +50,7 @@ async def test_the_task_does_not_wait_for_the_deletion_until_the_backlog_is_full
         git_ops.delete_set_aside(doomed, ws)
         deleted.append(ws)
 
-    reaper = WorkspaceReaper(backlog=1, delete=slow_delete)
+    reaper = WorkspaceReaper(backlog=1, workers=1, delete=slow_delete)
     first, second, third = (workspace(tmp_path, f"k_{i}") for i in range(3))
     with anyio.fail_after(10):
         await reaper.discard(first)  # the thread takes it and waits on the disk
