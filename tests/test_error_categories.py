@@ -81,6 +81,9 @@ def test_a_session_the_agent_cannot_resume_starts_a_fresh_one_in_the_same_worksp
     run_id = wait_for(lambda: run_ids(tmp_path) and run_ids(tmp_path)[0])
     try:
         wait_for(lambda: next((tmp_path / "ws" / run_id).glob("k_*/notes.txt"), None), timeout=120)
+        # The agent has announced its session and the run has recorded it: on a loaded
+        # machine the agent's first file can come before the runner has read its first line.
+        wait_for(lambda: any(e.type == "task.session" for e in check_log(events_path(tmp_path, run_id))), timeout=120)
         proc.send_signal(signal.SIGINT)
         rc, _, err = finish(proc, out, timeout=60)
         assert rc == 130, err

@@ -63,23 +63,15 @@ def test_a_dropped_link_during_set_up_is_retried_and_the_agent_gets_the_whole_cl
     assert ready[-1]["action"] == "reused", ready
 
 
-def _one_task_through(proxy, private_engine, repo, tmp_path, env, word: str) -> tuple[str, list[dict]]:
-    """One task that writes ``word`` to t.txt, through ``proxy``, which cuts one request.
-
-    The task must come through: returns its branch and the runner's log records.
-    The proxy is closed and the run's containers and volumes removed afterwards.
-    """
+def _through(proxy, private_engine, repo, tmp_path, env, args: list[str]) -> tuple[str, list[dict]]:
+    """The ``orchestrator`` command with ``args`` on the private engine, through ``proxy``,
+    which cuts one request. The run must come through: returns its id and the
+    runner's log records. The proxy is closed and the run's containers and
+    volumes removed afterwards."""
     run_id = None
     try:
         result = run_cli(
-            [
-                f"SIM: write t.txt {word}\nSIM: commit t",
-                "--no-tui",
-                "--docker-image",
-                private_engine.image,
-                "--docker-host",
-                f"far={proxy.url}:1",
-            ],
+            [*args, "--no-tui", "--docker-image", private_engine.image, "--docker-host", f"far={proxy.url}:1"],
             cwd=repo,
             env=env,
             timeout=300,
@@ -87,15 +79,21 @@ def _one_task_through(proxy, private_engine, repo, tmp_path, env, word: str) -> 
         run_id = only_run_id(tmp_path)
         assert proxy.cuts == 1
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
-        (done,) = [e for e in check_log(events_path(tmp_path, run_id)) if e.type == "task.completed"]
-        branch = done.payload["artifact"]["branch_final"]
-        assert git(repo, "show", f"{branch}:t.txt") == word
         runner_log = (tmp_path / "logs" / run_id / "runner.jsonl").read_text().splitlines()
-        return branch, [json.loads(line) for line in runner_log]
+        return run_id, [json.loads(line) for line in runner_log]
     finally:
         proxy.close()
         if run_id:
             _remove_run(private_engine.url, run_id)
+
+
+def _one_task_through(proxy, private_engine, repo, tmp_path, env, word: str) -> tuple[str, list[dict]]:
+    """One task that writes ``word`` to t.txt, through ``proxy``: its branch and the runner's log records."""
+    run_id, log = _through(proxy, private_engine, repo, tmp_path, env, [f"SIM: write t.txt {word}\nSIM: commit t"])
+    (done,) = [e for e in check_log(events_path(tmp_path, run_id)) if e.type == "task.completed"]
+    branch = done.payload["artifact"]["branch_final"]
+    assert git(repo, "show", f"{branch}:t.txt") == word
+    return branch, log
 
 
 # The object cache's pack, sent into its helper container's mount of the cache.
@@ -247,37 +245,13 @@ def test_a_command_whose_output_the_engine_lost_is_run_again_and_its_output_come
     env = cli_env(
         tmp_path, ORCHESTRATOR_RUNNER__BACKOFF_BASE_S="0.2", ORCHESTRATOR_RUNNER__BACKOFF_FACTOR="1", **NO_DISK_MIN
     )
-    run_id = None
-    try:
-        result = run_cli(
-            [
-                "check",
-                "--strategy",
-                str(strategy),
-                "--no-tui",
-                "--docker-image",
-                private_engine.image,
-                "--docker-host",
-                f"far={proxy.url}:1",
-            ],
-            cwd=repo,
-            env=env,
-            timeout=300,
-        )
-        run_id = only_run_id(tmp_path)
-        assert proxy.cuts == 1
-        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
-        (done,) = [e for e in check_log(events_path(tmp_path, run_id)) if e.type == "strategy.completed"]
-        assert done.payload["result"]["said"].strip() == "measured-42", done.payload
-        log = [json.loads(line) for line in (tmp_path / "logs" / run_id / "runner.jsonl").read_text().splitlines()]
-        messages = [r.get("message") for r in log]
-        (scheduled,) = [r for r in log if r.get("message") == "runner.retry.scheduled"]
-        assert "returned none of the task's output" in scheduled["reason"], scheduled
-        assert messages.count("runner.exec.output_lost") == 1, messages
-    finally:
-        proxy.close()
-        if run_id:
-            _remove_run(private_engine.url, run_id)
+    run_id, log = _through(proxy, private_engine, repo, tmp_path, env, ["check", "--strategy", str(strategy)])
+    (done,) = [e for e in check_log(events_path(tmp_path, run_id)) if e.type == "strategy.completed"]
+    assert done.payload["result"]["said"].strip() == "measured-42", done.payload
+    messages = [r.get("message") for r in log]
+    (scheduled,) = [r for r in log if r.get("message") == "runner.retry.scheduled"]
+    assert "returned none of the task's output" in scheduled["reason"], scheduled
+    assert messages.count("runner.exec.output_lost") == 1, messages
 
 
 # The object cache's update, in its helper container, after the pack was sent.
