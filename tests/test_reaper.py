@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from pathlib import Path
 
 import anyio
@@ -101,3 +102,20 @@ async def test_the_runner_waits_for_its_deletions_when_it_closes_and_logs_what_i
     assert left["workspace"] == str(tmp_path / "ws" / "k_0")
     assert left["error"] == "OSError: read-only file system"
     assert list((tmp_path / "ws2").iterdir()) == []
+
+
+async def test_a_workspace_that_cannot_be_moved_aside_is_deleted_before_the_task_ends(tmp_path):
+    # A name with no room for the ".deleting-…" suffix: the rename fails (ENAMETOOLONG).
+    deleted: list[Path] = []
+
+    def slow_delete(doomed: Path, ws: Path) -> None:
+        time.sleep(0.3)  # in the background this would still be running when discard returns
+        git_ops.delete_set_aside(doomed, ws)
+        deleted.append(doomed)
+
+    reaper = WorkspaceReaper(delete=slow_delete)
+    ws = workspace(tmp_path, "k_" + "x" * 240)
+    await reaper.discard(ws)
+    assert deleted == [ws] and not ws.exists()
+    await reaper.aclose()
+    assert list(tmp_path.iterdir()) == []
