@@ -54,6 +54,12 @@ class EngineProxy:
     closes an exec's streams before copying what the process wrote (dockerd
     waits only so long for that copy once the process has exited).
 
+    ``stall``: with ``exec_of``, the matched exec's start is not cut: the
+    engine's answer header reaches the client, and everything after it (the
+    exec's output) is held, in ``held``, until :meth:`release` forwards it and
+    what follows. The client has not read a line the process already wrote: a
+    loaded machine or a slow link, at the moment the user presses Ctrl+C.
+
     ``delay_ms``: every chunk is held that long in each direction before it is
     forwarded (a round trip costs about twice that), the way a distant link
     delays it; the bytes and their order are untouched.
@@ -71,6 +77,7 @@ class EngineProxy:
         hold: float = 0.0,
         delay_ms: float = 0.0,
         swallow: bool = False,
+        stall: bool = False,
     ) -> None:
         self.upstream = str(upstream)
         self.listen = listen
@@ -80,6 +87,11 @@ class EngineProxy:
         self._after = after
         self._hold = hold
         self._swallow = swallow
+        self._stall = stall
+        self._released = False
+        self._release = threading.Event()
+        self._to_client: Callable[[bytes], None] | None = None
+        self.held = bytearray()  # the stalled exec's output, not yet forwarded
         self._delay = delay_ms / 1000
         self.cuts = 0
         self.cut_exec: str | None = None  # the id of the exec whose stream was cut
@@ -167,6 +179,10 @@ class EngineProxy:
                         m.group(1).decode() for m in REQUEST_LINE.finditer(window) if m.end() > len(tail_before)
                     )
                 if not inspect:
+                    if "stall" in conn:
+                        data = self._stalled(conn, data, send)
+                        if not data:
+                            continue
                     if "swallow" in conn:
                         data = self._swallowed(conn, data)
                         if not data:
@@ -179,9 +195,9 @@ class EngineProxy:
                 if self._exec_of is not None and self._cut is None and self._exec_of.search(window):
                     conn["exec_create"] = True
                 if budget is None and self._should_cut(window):
-                    if self._swallow:
+                    if self._swallow or self._stall:
                         # Set before the request goes on: its answer cannot come sooner.
-                        conn["swallow"] = b""
+                        conn["swallow" if self._swallow else "stall"] = b""
                         send(data)
                         continue
                     if self._hold:
@@ -201,6 +217,9 @@ class EngineProxy:
             pass
         if flush is not None:
             flush()  # what was read before the end still arrives, late
+        if "stall" in conn and not inspect:
+            # The engine has ended the stream; its end reaches the client only after what was held.
+            self._release.wait(timeout=300)
         self._drop(*pair)
 
     @staticmethod
@@ -215,6 +234,34 @@ class EngineProxy:
             return data
         conn["swallow"] = None
         return data[: end + 4 - len(seen)]
+
+    def _stalled(self, conn: dict[str, Any], data: bytes, send: Callable[[bytes], None]) -> bytes:
+        """What of the engine's bytes reaches the client of a stalled exec now: up to its answer's header."""
+        with self._lock:
+            if self._released:
+                return data
+            seen = conn["stall"]
+            if seen is not None:
+                end = (seen + data).find(b"\r\n\r\n")
+                if end < 0:
+                    conn["stall"] = seen + data
+                    return data
+                conn["stall"] = None
+                self._to_client = send
+                cut = end + 4 - len(seen)
+                self.held += data[cut:]
+                return data[:cut]
+            self.held += data
+            return b""
+
+    def release(self) -> None:
+        """Forward what the stalled exec wrote so far; what follows then flows as usual."""
+        with self._lock:  # held: nothing newer can overtake what was held
+            self._released = True
+            if self._to_client is not None and self.held:
+                with contextlib.suppress(OSError):
+                    self._to_client(bytes(self.held))
+        self._release.set()
 
     @staticmethod
     def _drop(*pair: socket.socket) -> None:

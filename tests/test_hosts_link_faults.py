@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
 
 import pytest
-from cli_helpers import cli_env, only_run_id, run_cli
+from cli_helpers import cli_env, only_run_id, run_cli, wait_for
 from conftest import git, make_repo
 from engine_proxy import EngineProxy
-from reliability_helpers import check_log, events_path
+from reliability_helpers import check_log, events_path, finish, start_cli
 from test_hosts import NO_DISK_MIN, _remove_run
+from test_resume_workspace import runner_events
 
 PUT_ARCHIVE = rb"PUT /[^ ]*/containers/[^/ ]+/archive\?path=%2Fworkspace"
 # The container set-up's exec that checks the session volume is writable.
@@ -266,3 +269,54 @@ def test_a_cache_update_whose_output_the_engine_lost_is_checked_in_the_cache(tmp
     proxy = EngineProxy(private_engine.socket, proxy_dir / "engine.sock", exec_of=CACHE_UPDATE_EXEC, swallow=True)
     _, log = _one_task_through(proxy, private_engine, repo, tmp_path, cli_env(tmp_path, **NO_DISK_MIN), "cached")
     assert "runner.object_cache.synced" in [r.get("message") for r in log]
+
+
+# Runs on after the first attempt is interrupted (a resume redoes the prompt in its
+# session): short enough for the resume, long enough for the interruption to come first.
+INTERRUPTED_PROMPT = "SIM: write a.txt one\nSIM: commit a\nSIM: sleep 8\nSIM: write b.txt two\nSIM: commit b"
+SESSION_ID = re.compile(rb'"session_id":\s*"([^"]+)"')
+
+
+@pytest.mark.docker
+def test_ctrl_c_before_the_agents_first_line_is_read_keeps_its_session_for_the_resume(
+    tmp_path, private_engine, proxy_dir
+):
+    # On a loaded machine (or a slow link) the agent's first line, which names its session,
+    # can still be on its way when the user presses Ctrl+C. The connection was closed at
+    # once, the session was lost with it, and the resume paid for the agent's work again.
+    repo = make_repo(tmp_path / "repo")
+    proxy = EngineProxy(private_engine.socket, proxy_dir / "engine.sock", exec_of=AGENT_EXEC, stall=True)
+    env = cli_env(tmp_path, **NO_DISK_MIN)
+    far = ["--no-tui", "--docker-image", private_engine.image, "--docker-host", f"far={proxy.url}:1"]
+    out = tmp_path / "out" / "first"
+    proc = start_cli([INTERRUPTED_PROMPT, *far], cwd=repo, env=env, out=out)
+    run_id = None
+    try:
+        # The agent has written its session's line; the runner has not read it.
+        found = wait_for(lambda: SESSION_ID.search(bytes(proxy.held)), timeout=120)
+        session = found.group(1).decode()
+        run_id = only_run_id(tmp_path)
+        proc.send_signal(signal.SIGINT)
+        # The line comes through only once the agent has been asked to end: a runner that
+        # closed the connection when the Ctrl+C came has lost it by then.
+        wait_for(lambda: runner_events(tmp_path, run_id, "runner.agent.stopped"), timeout=60)
+        proxy.release()
+        rc, _, err = finish(proc, out, timeout=60)
+        assert rc == 130, err[-3000:]
+        (interrupted,) = [e.payload for e in check_log(events_path(tmp_path, run_id)) if e.type == "task.interrupted"]
+        assert interrupted.get("session_id") == session, interrupted
+
+        result = run_cli(["--resume", run_id, "--no-tui"], cwd=repo, env=env, timeout=300)
+        assert result.returncode == 0, result.stderr[-3000:]
+        (done,) = [e for e in check_log(events_path(tmp_path, run_id)) if e.type == "task.completed"]
+        assert done.payload["session_id"] == session, done.payload
+        branch = done.payload["artifact"]["branch_final"]
+        assert git(repo, "show", f"{branch}:b.txt") == "two"
+        (_, resumed) = runner_events(tmp_path, run_id, "runner.exec.started")
+        assert resumed["resume_session_id"] == session, resumed
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proxy.close()
+        if run_id:
+            _remove_run(private_engine.url, run_id)

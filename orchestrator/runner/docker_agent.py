@@ -262,6 +262,15 @@ class AgentExec:
         tripped: list[str] = []
         self.stopper.live_agents.add(request.container_name)
         ran: dict[str, Any] = {}
+
+        async def end_agent() -> None:
+            # Ctrl+C or the timeout: the agent gets its grace to save its session while
+            # its last lines (and, read late, its first, which names the session) are read.
+            # Given once only: the container's stop that follows does not wait again.
+            if request.container_name in self.stopper.live_agents:
+                await self.stopper.end_agent(request, on_event)
+                self.stopper.live_agents.discard(request.container_name)
+
         try:
             with anyio.fail_after(request.timeout_seconds):
                 async with anyio.create_task_group() as tg:
@@ -276,6 +285,7 @@ class AgentExec:
                             stdin_payload=payload,
                             on_event=forward,
                             wrapped=True,
+                            on_cancel=end_agent,
                         )
                     except RunnerError as exc:
                         # Kept inside the group: leaving it would wrap the error in an

@@ -6,9 +6,13 @@ the prompt can be written to stdin when the plugin asks for it (prompts over
 are read one at a time on a worker thread; the event loop parses them and
 forwards each :class:`AgentEvent` as it arrives.
 
-On cancellation (task timeout or Ctrl+C) the socket is shut down, which wakes
-the blocked reader thread; the caller then stops the container, which kills
-the exec'd process with it.
+On cancellation (task timeout or Ctrl+C) a caller that says how to end the
+process (an agent: its grace to save its session) has it ended while the
+output is read on to its end: the lines an agent writes last, and on a loaded
+machine or a slow link even its first (the one naming its session), may not
+have been read yet, and a resume without the session pays for the work again.
+Then the socket is shut down, which wakes the blocked reader thread; the caller
+stops the container, which kills the exec'd process with it.
 """
 
 from __future__ import annotations
@@ -40,6 +44,12 @@ STDOUT, STDERR = 1, 2
 # exactly as without the wrapper.
 END_PREFIX = b"\n@@orchestrator-end="
 END_LINE = re.compile(re.escape(END_PREFIX) + rb"(\d+|-)\n")
+# How long a cancelled exec's output is read on while ``on_cancel`` ends the
+# process: an agent's grace to exit (docker_core.AGENT_STOP_GRACE_S) and a margin.
+DRAIN_S = 15.0
+# Once ``on_cancel`` has returned, the process has exited (or will not): its last
+# frames are in flight, not still being written.
+DRAIN_AFTER_END_S = 2.0
 
 
 @dataclass
@@ -111,12 +121,17 @@ async def run_exec(
     stdin_payload: bytes | None,
     on_event: Callable[[AgentEvent], Awaitable[None] | None],
     wrapped: bool = False,
+    on_cancel: Callable[[], Awaitable[object]] | None = None,
 ) -> ExecOutput:
     """Run ``argv`` in ``container`` as ``node`` in /workspace and parse its stdout.
 
     ``wrapped``: ``argv`` runs under the wrapper that ends stderr with its own
     line (and, for an agent, the count of what it left uncommitted); the line is
     read from (and taken out of) the stream.
+
+    ``on_cancel``: ends the process when the caller is cancelled; meanwhile, for
+    at most :data:`DRAIN_S`, the output is read on to its end and every event
+    still goes to ``on_event``. Without it the connection is closed at once.
 
     Raises :class:`ContainerError` when Docker cannot run the exec. Cancellation
     propagates after the connection is closed.
@@ -158,45 +173,77 @@ async def run_exec(
             if res is not None:
                 await res
 
+    async def _read_all() -> None:
+        nonlocal saw_erofs, stream_error, uncommitted, ended, held
+        while True:
+            try:
+                frame = await anyio.to_thread.run_sync(_read_frame, sock, abandon_on_cancel=True, limiter=host.limiter)
+            except StreamBroken as exc:
+                # Also what a container stopped under the exec (Ctrl+C, timeout)
+                # can look like: the exit code below decides whether the exec
+                # ended; the break itself goes to runner.jsonl and the output.
+                stream_error = str(exc)
+                _log.warning(
+                    "the agent's output stream broke", extra={"container": container, "stream_error": stream_error}
+                )
+                await _emit([AgentEvent(kind="error", data={"stream_error": stream_error})])
+                break
+            if frame is None:
+                break
+            stream, data = frame
+            if EROFS_MARKER in data:
+                saw_erofs = True
+            if stream == STDERR:
+                if wrapped:
+                    data, held, end = _take_end_line(held + data)
+                    if end is not None:
+                        ended = True
+                        uncommitted = int(end) if end.isdigit() else None
+                if data:
+                    _append_tail(stderr_tail, data)
+                    if feed_stderr is not None:
+                        await _emit(list(feed_stderr(data) or []))
+            else:
+                _append_tail(stdout_tail, data)
+                await _emit(parser.feed(data))
+
+    # With on_cancel, the reading below is shielded from the caller's cancellation,
+    # which reaches `_drain_on_cancel` instead: it ends the process and lets the
+    # reading run to the stream's end, then cancels `reading`.
+    reading = anyio.CancelScope()
+    stream_done = anyio.Event()
+    finished = False
+
+    async def _drain_on_cancel() -> None:
+        assert on_cancel is not None
+        try:
+            await anyio.sleep_forever()
+        except anyio.get_cancelled_exc_class():
+            if finished:
+                raise
+            with anyio.CancelScope(shield=True):
+                with anyio.move_on_after(DRAIN_S):
+                    await on_cancel()
+                    with anyio.move_on_after(DRAIN_AFTER_END_S):
+                        await stream_done.wait()
+                reading.cancel()
+            raise
+
     try:
         async with anyio.create_task_group() as tg:
             if stdin_payload is not None:
                 tg.start_soon(
                     lambda: anyio.to_thread.run_sync(_send_stdin, sock, stdin_payload, abandon_on_cancel=True)
                 )
-            while True:
+            if on_cancel is not None:
+                tg.start_soon(_drain_on_cancel)
+            with anyio.CancelScope(shield=on_cancel is not None), reading:
                 try:
-                    frame = await anyio.to_thread.run_sync(
-                        _read_frame, sock, abandon_on_cancel=True, limiter=host.limiter
-                    )
-                except StreamBroken as exc:
-                    # Also what a container stopped under the exec (Ctrl+C, timeout)
-                    # can look like: the exit code below decides whether the exec
-                    # ended; the break itself goes to runner.jsonl and the output.
-                    stream_error = str(exc)
-                    _log.warning(
-                        "the agent's output stream broke", extra={"container": container, "stream_error": stream_error}
-                    )
-                    await _emit([AgentEvent(kind="error", data={"stream_error": stream_error})])
-                    break
-                if frame is None:
-                    break
-                stream, data = frame
-                if EROFS_MARKER in data:
-                    saw_erofs = True
-                if stream == STDERR:
-                    if wrapped:
-                        data, held, end = _take_end_line(held + data)
-                        if end is not None:
-                            ended = True
-                            uncommitted = int(end) if end.isdigit() else None
-                    if data:
-                        _append_tail(stderr_tail, data)
-                        if feed_stderr is not None:
-                            await _emit(list(feed_stderr(data) or []))
-                else:
-                    _append_tail(stdout_tail, data)
-                    await _emit(parser.feed(data))
+                    await _read_all()
+                finally:
+                    stream_done.set()
+            finished = True
+            tg.cancel_scope.cancel()
         if held:  # the stream ended inside what only looked like the wrapper's line: it was the agent's
             _append_tail(stderr_tail, held)
             if feed_stderr is not None:
