@@ -12,7 +12,7 @@ import os
 import signal
 import sys
 import time
-from typing import Any, TypeVar, cast
+from typing import Any, Literal, TypeVar, cast
 
 import anyio
 import msgspec
@@ -503,9 +503,6 @@ async def _output(prep: Prepared, dirs: RunDirs, run_id: str, stop: anyio.Event)
     if prep.output == "quiet":
         await stop.wait()
         return
-    from tui.console import stream_console
-    from tui.dashboard import run_dashboard
-
     tlog = ComponentLog(dirs.logs / run_id / "tui.jsonl", "tui", run_id)
     tlog.info(
         "output started",
@@ -514,14 +511,18 @@ async def _output(prep: Prepared, dirs: RunDirs, run_id: str, stop: anyio.Event)
         refresh_hz=prep.config.tui.refresh_hz,
     )
     try:
-        await _render(prep, dirs, run_id, stop, run_dashboard, stream_console)
+        await _render(prep, dirs, run_id, stop)
     finally:
         tlog.info("output stopped", mode=prep.output)
         tlog.close()
 
 
-async def _render(prep: Prepared, dirs: RunDirs, run_id: str, stop: anyio.Event, run_dashboard, stream_console) -> None:
+async def _render(prep: Prepared, dirs: RunDirs, run_id: str, stop: anyio.Event) -> None:
+    # Each view is imported when chosen: a run without a terminal (CI, scripts, every
+    # test) does not pay for loading the dashboard.
     if prep.output == "dashboard":
+        from tui.dashboard import run_dashboard
+
         await run_dashboard(
             run_id,
             logs_dir=dirs.logs,
@@ -533,4 +534,7 @@ async def _render(prep: Prepared, dirs: RunDirs, run_id: str, stop: anyio.Event,
             refresh_hz=prep.config.tui.refresh_hz,
         )
     else:
-        await stream_console(run_id, logs_dir=dirs.logs, mode=prep.output, stop=stop, since=prep.console_from)
+        from tui.console import stream_console
+
+        mode: Literal["plain", "json"] = "json" if prep.output == "json" else "plain"  # "quiet" never gets here
+        await stream_console(run_id, logs_dir=dirs.logs, mode=mode, stop=stop, since=prep.console_from)

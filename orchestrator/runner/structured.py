@@ -12,9 +12,6 @@ import json
 import re
 from typing import Any
 
-import jsonschema
-import jsonschema.exceptions
-
 from ..errors import ConfigError
 
 VIOLATION_LIMIT = 600
@@ -31,6 +28,11 @@ def check_schema(schema: Any) -> None:
         json.dumps(schema, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"task field output_schema must be plain JSON data: {exc}") from None
+    # Imported where a schema is used (about 70 ms): most runs have none, and every
+    # command that reads results comes through this module.
+    import jsonschema.exceptions
+    import jsonschema.validators
+
     cls = jsonschema.validators.validator_for(schema)
     try:
         cls.check_schema(schema)
@@ -57,6 +59,9 @@ def parse_answer(structured: Any, final_message: str) -> tuple[Any, str | None]:
 
 def violation_of(schema: dict[str, Any], value: Any) -> str | None:
     """One line naming where and how ``value`` breaks ``schema``, or ``None`` when it matches."""
+    import jsonschema.exceptions
+    import jsonschema.validators
+
     cls = jsonschema.validators.validator_for(schema)
     error = jsonschema.exceptions.best_match(cls(schema).iter_errors(value))
     if error is None:
