@@ -43,10 +43,11 @@ async def test_a_discarded_workspace_leaves_its_place_at_once_and_is_gone_once_t
 
 
 async def test_the_task_does_not_wait_for_the_deletion_until_the_backlog_is_full(tmp_path):
-    release = threading.Event()
+    release, taken = threading.Event(), threading.Event()
     deleted: list[Path] = []
 
     def slow_delete(doomed: Path, ws: Path) -> None:
+        taken.set()
         release.wait(30)
         git_ops.delete_set_aside(doomed, ws)
         deleted.append(ws)
@@ -55,8 +56,7 @@ async def test_the_task_does_not_wait_for_the_deletion_until_the_backlog_is_full
     first, second, third = (workspace(tmp_path, f"k_{i}") for i in range(3))
     with anyio.fail_after(10):
         await reaper.discard(first)  # the thread takes it and waits on the disk
-        while reaper._queue.qsize():  # noqa: ASYNC110 (a thread's queue: nothing to await)
-            await anyio.sleep(0.01)
+        assert await anyio.to_thread.run_sync(taken.wait, 10)
         await reaper.discard(second)  # the one place in the backlog
     with anyio.move_on_after(0.5) as waited:
         await reaper.discard(third)
