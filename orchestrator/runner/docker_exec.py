@@ -222,11 +222,13 @@ async def run_exec(
             if finished:
                 raise
             with anyio.CancelScope(shield=True):
-                with anyio.move_on_after(DRAIN_S):
-                    await on_cancel()
-                    with anyio.move_on_after(DRAIN_AFTER_END_S):
-                        await stream_done.wait()
-                reading.cancel()
+                try:
+                    with anyio.move_on_after(DRAIN_S):
+                        await on_cancel()
+                        with anyio.move_on_after(DRAIN_AFTER_END_S):
+                            await stream_done.wait()
+                finally:
+                    reading.cancel()  # whatever on_cancel did: the shielded reading must end
             raise
 
     try:
