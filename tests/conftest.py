@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -170,6 +171,16 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "docker" in item.keywords:
             item.add_marker(skip)
+
+
+def pytest_runtest_logreport(report):
+    """Name each failed test in $ORCHESTRATOR_TEST_FAILURES (scripts/test.sh runs them again alone)."""
+    path = os.environ.get("ORCHESTRATOR_TEST_FAILURES")
+    if path and report.failed:
+        # pytest-xdist's loadgroup adds "@<group>" to the id; the test is named without it.
+        nodeid = re.sub(r"@[\w.-]+$", "", report.nodeid)
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(nodeid + "\n")
 
 
 def pytest_runtest_setup(item):
