@@ -96,6 +96,7 @@ def test_dry_run_needs_no_credentials_and_says_so(tmp_path, repo):
     assert git(repo, "ls-tree", "-r", "--name-only", summary["branches"][0]).count("sim/") == 1
 
 
+@pytest.mark.exclusive  # it bounds the product's own stopping time: 10.2 s against 10 on six loaded workers
 def test_sigint_interrupts_and_resume_finishes_without_duplicates(tmp_path, repo):
     env = cli_env(tmp_path)
     prompt = "SIM: write work.txt data\nSIM: commit work\nSIM: sleep 6\nSIM: print finished"
