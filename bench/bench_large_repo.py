@@ -260,17 +260,19 @@ def remote_runs(repo: Path, root: Path, tasks: int, parallel: int) -> list[tuple
 
 
 def settle() -> None:
-    """Let the disk finish what the previous timed part left (writeback, deleted files' blocks).
-
-    Without this the next part pays for the previous one: the first round's 20 worktree
-    adds took 2.3 s, the next rounds', each right after a run and its deletion, 19-20 s.
-    """
+    """Let the disk finish what the previous timed part left (writeback, deleted files' blocks),
+    so that no part pays for the one before it."""
     os.sync()
     time.sleep(3)
 
 
 def worktree_adds(repo: Path, root: Path, n: int, parallel: int = 1) -> float:
-    """``n`` worktree adds, ``parallel`` at a time (as the run's tasks prepare theirs)."""
+    """``n`` worktree adds, ``parallel`` at a time (as the run's tasks prepare theirs).
+
+    The first add after a run reads the repository's pack index from a cold cache: the
+    one-after-another adds, timed first, pay for that; the side-by-side ones, right after,
+    find it warm.
+    """
     settle()
     add = lambda i: git(repo, "worktree", "add", "-q", "--detach", str(root / f"wt{i}"), "main")  # noqa: E731
     t = time.monotonic()
