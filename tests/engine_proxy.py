@@ -223,36 +223,36 @@ class EngineProxy:
         self._drop(*pair)
 
     @staticmethod
-    def _swallowed(conn: dict[str, Any], data: bytes) -> bytes:
-        """What of the engine's bytes reaches the client of a swallowed exec: its answer's header only."""
-        seen = conn["swallow"]
+    def _split_header(conn: dict[str, Any], key: str, data: bytes) -> tuple[bytes, bytes]:
+        """(what of ``data`` is the engine's answer header, what comes after it) for a matched exec.
+
+        ``conn[key]`` holds the header bytes seen so far, and None once it has passed.
+        """
+        seen = conn[key]
         if seen is None:
-            return b""
+            return b"", data
         end = (seen + data).find(b"\r\n\r\n")
         if end < 0:
-            conn["swallow"] = seen + data
-            return data
-        conn["swallow"] = None
-        return data[: end + 4 - len(seen)]
+            conn[key] = seen + data
+            return data, b""
+        conn[key] = None
+        cut = end + 4 - len(seen)
+        return data[:cut], data[cut:]
+
+    def _swallowed(self, conn: dict[str, Any], data: bytes) -> bytes:
+        """What of the engine's bytes reaches the client of a swallowed exec: its answer's header only."""
+        return self._split_header(conn, "swallow", data)[0]
 
     def _stalled(self, conn: dict[str, Any], data: bytes, send: Callable[[bytes], None]) -> bytes:
         """What of the engine's bytes reaches the client of a stalled exec now: up to its answer's header."""
         with self._lock:
             if self._released:
                 return data
-            seen = conn["stall"]
-            if seen is not None:
-                end = (seen + data).find(b"\r\n\r\n")
-                if end < 0:
-                    conn["stall"] = seen + data
-                    return data
-                conn["stall"] = None
+            header, rest = self._split_header(conn, "stall", data)
+            if conn["stall"] is None:
                 self._to_client = send
-                cut = end + 4 - len(seen)
-                self.held += data[cut:]
-                return data[:cut]
-            self.held += data
-            return b""
+            self.held += rest
+            return header
 
     def release(self) -> None:
         """Forward what the stalled exec wrote so far; what follows then flows as usual."""

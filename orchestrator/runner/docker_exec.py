@@ -212,14 +212,13 @@ async def run_exec(
     # reading run to the stream's end, then cancels `reading`.
     reading = anyio.CancelScope()
     stream_done = anyio.Event()
-    finished = False
 
     async def _drain_on_cancel() -> None:
         assert on_cancel is not None
         try:
             await anyio.sleep_forever()
         except anyio.get_cancelled_exc_class():
-            if finished:
+            if stream_done.is_set():  # the output ended first: nothing left to read
                 raise
             with anyio.CancelScope(shield=True):
                 try:
@@ -244,7 +243,6 @@ async def run_exec(
                     await _read_all()
                 finally:
                     stream_done.set()
-            finished = True
             tg.cancel_scope.cancel()
         if held:  # the stream ended inside what only looked like the wrapper's line: it was the agent's
             _append_tail(stderr_tail, held)
