@@ -139,6 +139,9 @@ class ContainerStopper:
         self.host = host
         self.emit_event = emit_event
         self.live_agents: set[str] = set()
+        # Containers whose last stop succeeded: nothing of theirs runs any more, so
+        # their workspaces can be given to another task.
+        self.stopped: set[str] = set()
 
     async def end_agent(self, request: InstanceRequest, on_event: RunnerEventCallback | None) -> bool:
         """SIGTERM a still-running agent and wait up to the grace for it to exit; True once it has."""
@@ -192,8 +195,10 @@ class ContainerStopper:
         try:
             await self.host.stop(request.container_name, timeout=STOP_TIMEOUT_S)
         except RunnerError as exc:
+            self.stopped.discard(request.container_name)
             self.emit_event(request, on_event, "runner.container.stop_failed", "warn", error=str(exc))
             return
+        self.stopped.add(request.container_name)
         self.emit_event(
             request,
             on_event,

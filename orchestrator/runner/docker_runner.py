@@ -169,7 +169,10 @@ class DockerRunner:
         # the agents that may still run).
         self.events = TaskEvents(self.log, self.sanitizer)
         self.stopper = ContainerStopper(self.host, self.events)
-        self.workspace = WorkspaceSetup(self.host, self.hardening, self.seeds, self.events, ObjectCache(object_cache))
+        self.reaper = WorkspaceReaper()
+        self.workspace = WorkspaceSetup(
+            self.host, self.hardening, self.seeds, self.events, ObjectCache(object_cache), self.reaper
+        )
         self.agent = AgentExec(
             self.host,
             self.hardening,
@@ -181,7 +184,6 @@ class DockerRunner:
             dry_run=dry_run,
         )
         self.collector = Collector(self.host, self.hardening, self.auth, self.events, self.stopper)
-        self.reaper = WorkspaceReaper()
 
     def stop_log_forwarding(self) -> None:
         """Stop copying the git layer's log lines into this runner's runner.jsonl (another runner does it)."""
@@ -351,7 +353,7 @@ class DockerRunner:
             auto_committed=artifact.auto_committed,
         )
         if not request.keep_workspace_on_success:
-            await self.reaper.discard(workspace)
+            await self.reaper.discard(workspace, reuse_for=self._reusable(request, workspace))
         return self._result(
             task,
             "success",
@@ -363,6 +365,19 @@ class DockerRunner:
             workspace_path=str(workspace) if request.keep_workspace_on_success else None,
             output=self.sanitizer.scrub(output),
         )  # like final_message: no secret leaves
+
+    def _reusable(self, request: InstanceRequest, workspace: Path) -> Path | None:
+        """The run's object store when this finished checkout may serve a later task (see workspace_reuse.py).
+
+        Only a local ``shared_objects`` checkout whose container was stopped: no
+        process of the agent is left to write into it.
+        """
+        if request.isolation_mode != "shared_objects" or self.host.archive or not request.finalize:
+            return None
+        if request.container_name not in self.stopper.stopped:
+            return None
+        self.stopper.stopped.discard(request.container_name)
+        return git_ops.object_store_path(workspace, request.repo_path)
 
     async def _failed(self, task: _Task, failure: TaskFailed) -> RunnerResult:
         """The one failure exit: stop the container, say so in runner.instance.failed, build the result."""

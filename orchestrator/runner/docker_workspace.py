@@ -6,6 +6,8 @@ container's ``/workspace`` volume.
 
 from __future__ import annotations
 
+import functools
+import os
 import shutil
 import time
 from pathlib import Path
@@ -22,8 +24,10 @@ from .base import RunnerEventCallback
 from .docker_containers import ContainerReady, DockerHost, ensure_container, selinux_enabled, workspace_read_only
 from .docker_core import TaskEvents, TaskFailed, session_volume
 from .object_cache import CACHE_ALTERNATE, ObjectCache, cache_volume, workspace_wants
+from .reaper import WorkspaceReaper
 from .seed import SeedCache, copy_seed
 from .types import Hardening, InstanceRequest
+from .workspace_reuse import reuse_workspace
 
 MIN_FREE_BYTES = 200 << 20
 # Sends of the object cache's pack tried before a dropped link fails the task.
@@ -48,6 +52,19 @@ def _reset_workspace(workspace: Path) -> None:
     git_ops.reset_workspace(workspace)
 
 
+def _move_in(spare: tuple[Path, Path], workspace: Path) -> tuple[Path, Path] | None:
+    """Put a finished checkout where the empty directory :func:`_reset_workspace` made is."""
+    os.rmdir(workspace)
+    try:
+        os.rename(spare[0], workspace)
+    except OSError:
+        git_ops.reset_workspace(workspace)
+        git_ops.remove_workspace(spare[0])
+        spare[1].unlink(missing_ok=True)
+        return None
+    return spare
+
+
 class WorkspaceSetup:
     """The workspace phase: the task's clone (or the workspace it left) and its first container.
 
@@ -63,12 +80,15 @@ class WorkspaceSetup:
         seeds: SeedCache,
         emit_event: TaskEvents,
         object_cache: ObjectCache | None = None,
+        spares: WorkspaceReaper | None = None,
     ) -> None:
         self.host = host
         self.hardening = hardening
         self.seeds = seeds
         self.emit_event = emit_event
         self.object_cache = object_cache or ObjectCache()
+        # finished checkouts a new task may start in (see workspace_reuse.py)
+        self.spares = spares
 
     async def prepare(
         self, request: InstanceRequest, workspace: Path, on_event: RunnerEventCallback | None
@@ -126,20 +146,26 @@ class WorkspaceSetup:
         failure: RunnerError | None = None
         unexpected: list[BaseException] = []
         mode, store = request.isolation_mode, None
+        spare: tuple[Path, Path] | None = None
         cached = self.object_cache.applies(self.host, mode)
 
         async def clone() -> None:
             nonlocal failure
             try:
-                first["ws_info"] = await git_ops.prepare_workspace(
-                    request.repo_path,
-                    request.base_branch,
-                    workspace,
-                    isolation_mode=mode,
-                    include_branches=request.include_branches,
-                    into_empty_dir=True,
-                    object_store=store,
-                )
+                if spare is not None:
+                    reused = await self._reuse(request, workspace, spare, store, on_event)
+                    if reused is not None:
+                        first["ws_info"], first["reused"] = reused, True
+                if "ws_info" not in first:
+                    first["ws_info"] = await git_ops.prepare_workspace(
+                        request.repo_path,
+                        request.base_branch,
+                        workspace,
+                        isolation_mode=mode,
+                        include_branches=request.include_branches,
+                        into_empty_dir=True,
+                        object_store=store,
+                    )
                 seed = await self.seeds.for_image(self.host, request.docker_image)
                 if seed is not None:
                     await anyio.to_thread.run_sync(copy_seed, seed, workspace, limiter=self.host.limiter)
@@ -175,6 +201,10 @@ class WorkspaceSetup:
             elif mode == "shared_objects":
                 # Before the container: it mounts the store, which must exist by then.
                 store = await self._object_store(request, workspace)
+                spare = self.spares.take(store) if self.spares is not None and not self.host.archive else None
+                if spare is not None:
+                    # before the container too: it mounts the directory now at this path
+                    spare = await anyio.to_thread.run_sync(_move_in, spare, workspace, limiter=self.host.limiter)
         except RunnerError as exc:
             failure = exc
         else:
@@ -211,9 +241,41 @@ class WorkspaceSetup:
             phase="workspace",
             workspace_path=str(workspace),
             base_commit=first["ws_info"].base_commit,
+            reused=first.pop("reused", False),
             duration_s=first.pop("clone_s"),
         )
         return first
+
+    async def _reuse(
+        self,
+        request: InstanceRequest,
+        workspace: Path,
+        spare: tuple[Path, Path],
+        store: Path | None,
+        on_event: RunnerEventCallback | None,
+    ) -> git_ops.WorkspaceInfo | None:
+        """The finished checkout now at ``workspace``, made the fresh clone; None when it
+        cannot be (the directory is then emptied for a clone)."""
+        assert store is not None
+        fn = functools.partial(
+            reuse_workspace,
+            workspace,
+            spare[1],
+            request.base_branch,
+            include_branches=tuple(request.include_branches),
+            object_store=store,
+        )
+        try:
+            info = await anyio.to_thread.run_sync(fn, limiter=self.host.limiter)
+        except (GitError, OSError) as exc:
+            self.emit_event(request, on_event, "runner.workspace.not_reused", "warn", error=str(exc))
+            await anyio.to_thread.run_sync(git_ops.empty_dir, workspace, limiter=self.host.limiter)
+            return None
+        finally:
+            await anyio.to_thread.run_sync(
+                functools.partial(spare[1].unlink, missing_ok=True), limiter=self.host.limiter
+            )
+        return info
 
     async def _kept_workspace_and_container(
         self, request: InstanceRequest, kept: git_ops.WorkspaceInfo, on_event: RunnerEventCallback | None

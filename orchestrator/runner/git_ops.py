@@ -511,7 +511,32 @@ def _prepare_workspace_sync(
     else:
         clone.append("--no-hardlinks")
     _clone_retrying_races(clone, source, workspace, isolation_mode)
+    info = _finish_clone(workspace, source, base_branch, include_branches, object_store)
+    if isolation_mode == "full_copy" and (workspace / ".git" / "objects" / "info" / "alternates").exists():
+        raise GitError(f"full_copy clone {workspace} unexpectedly has an alternates file; isolation broken")
+    as_root = _as_root()
+    if as_root:
+        _chown_tree(workspace, CONTAINER_UID, CONTAINER_GID)
+    if object_store is not None:
+        _settle_index(workspace)
+        if as_root:
+            os.lchown(workspace / ".git" / "index", CONTAINER_UID, CONTAINER_GID)
+    _mark_whole(workspace, info)
+    if object_store is not None:
+        save_pristine_index(workspace)
+    return info
 
+
+def _as_root() -> bool:
+    return os.name == "posix" and hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+def _finish_clone(
+    workspace: Path, source: Path, base_branch: str, include_branches: Sequence[str], object_store: Path | None
+) -> WorkspaceInfo:
+    """What every clone of a task's workspace gets after ``git clone``: no remote, the
+    ``include_branches``, and (borrowing from the run's store) alternates that name the
+    store relatively, so that they hold on this machine and in the container."""
     run_git(["remote", "remove", "origin"], cwd=workspace, what="git remote remove origin")
     # git < 2.40 leaves the clone's refs/remotes/origin/HEAD symref behind,
     # pointing at the branch it just deleted: `git fsck` in the workspace then
@@ -525,34 +550,46 @@ def _prepare_workspace_sync(
             cwd=workspace,
             what=f"fetching include_branches {', '.join(extra)}",
         )
-
     base_commit = run_git(["rev-parse", "--verify", "HEAD^{commit}"], cwd=workspace).stdout.strip()
-    git_dir = workspace / ".git"
-
-    alternates = git_dir / "objects" / "info" / "alternates"
-    if isolation_mode == "full_copy" and alternates.exists():
-        raise GitError(f"full_copy clone {workspace} unexpectedly has an alternates file; isolation broken")
     if object_store is not None:
-        # Relative: the store on this machine, and its mount point in the container.
+        alternates = workspace / ".git" / "objects" / "info" / "alternates"
         alternates.write_text(
             store_alternate(Path(os.path.realpath(object_store)) / "objects") + "\n", encoding="utf-8"
         )
-
-    as_root = os.name == "posix" and hasattr(os, "geteuid") and os.geteuid() == 0
-    if as_root:
-        _chown_tree(workspace, CONTAINER_UID, CONTAINER_GID)
-    if object_store is not None:
-        _settle_index(workspace)
-        if as_root:
-            os.lchown(git_dir / "index", CONTAINER_UID, CONTAINER_GID)
-    # The markers that make the workspace one a resumed task continues in come last:
-    # a crash before the chown above has finished leaves root-owned objects the agent
-    # cannot write to (its every commit fails), and such a workspace must be cloned again.
-    for name, value in (("BASE_BRANCH", base_branch), ("BASE_COMMIT", base_commit)):
-        (git_dir / name).write_text(value + "\n", encoding="utf-8")
-        if as_root:
-            os.lchown(git_dir / name, CONTAINER_UID, CONTAINER_GID)
     return WorkspaceInfo(path=workspace, base_branch=base_branch, base_commit=base_commit)
+
+
+def _mark_whole(workspace: Path, info: WorkspaceInfo) -> None:
+    """The markers that make the workspace one a resumed task continues in.
+
+    They come last: a crash before the workspace belongs to the container user
+    leaves root-owned files the agent cannot write to (its every commit fails),
+    and such a workspace must be cloned again.
+    """
+    git_dir = workspace / ".git"
+    for name, value in (("BASE_BRANCH", info.base_branch), ("BASE_COMMIT", info.base_commit)):
+        (git_dir / name).write_text(value + "\n", encoding="utf-8")
+        if _as_root():
+            os.lchown(git_dir / name, CONTAINER_UID, CONTAINER_GID)
+
+
+def pristine_index_path(workspace: Path) -> Path:
+    """Where the index of a fresh ``shared_objects`` checkout is kept, out of the container's reach.
+
+    A finished task's checkout is reused for the next task (see
+    :mod:`.workspace_reuse`); this copy, which its agent could not touch, is
+    what says which files are still as checked out.
+    """
+    workspace = Path(os.path.abspath(workspace))
+    return workspace.parent / ".pristine-index" / workspace.name
+
+
+def save_pristine_index(workspace: Path) -> None:
+    target = pristine_index_path(workspace)
+    target.parent.mkdir(mode=0o700, exist_ok=True)
+    partial = target.with_name(target.name + ".partial")
+    shutil.copyfile(workspace / ".git" / "index", partial)
+    os.replace(partial, target)
 
 
 # A local-path clone copies the source's objects directory file by file; a
@@ -581,7 +618,7 @@ _NOT_RACES = ("No space left on device", "Disk quota exceeded", "Permission deni
 LOCAL_CLONE_ATTEMPTS = 3
 
 
-def _empty_dir(path: Path) -> None:
+def empty_dir(path: Path) -> None:
     # The directory itself stays (it may be bind-mounted into a starting container).
     for entry in os.scandir(path):
         if entry.is_dir(follow_symlinks=False):
@@ -626,7 +663,7 @@ def _clone_retrying_races(clone: list[str], repo: Path, workspace: Path, isolati
             )
             # git removes what it cloned on failure, but not the directory we made.
             if workspace.is_dir():
-                _empty_dir(workspace)
+                empty_dir(workspace)
     raise GitError(
         f"could not clone {repo} after {len(attempts)} attempts: reading its objects kept failing "
         f"(a git gc, repack or maintenance running in it: let it finish and rerun; "

@@ -16,6 +16,8 @@ it closes.
 
 from __future__ import annotations
 
+import functools
+import os
 import queue
 import threading
 from collections.abc import Callable
@@ -27,6 +29,9 @@ from . import git_ops
 
 BACKLOG = 8
 WORKERS = 4
+# Finished checkouts kept for the next tasks of the run (see workspace_reuse.py):
+# one per slot of a 4-task run is enough, since each is taken as the next task starts.
+SPARES = 4
 
 
 class WorkspaceReaper:
@@ -38,8 +43,12 @@ class WorkspaceReaper:
         backlog: int = BACKLOG,
         workers: int = WORKERS,
         delete: Callable[[Path, Path], None] = git_ops.delete_set_aside,
+        spares: int = SPARES,
     ) -> None:
         self._delete = delete
+        self._max_spares = spares
+        # the run's object store -> [(a finished checkout set aside, its pristine index)]
+        self._spares: dict[Path, list[tuple[Path, Path]]] = {}
         self._workers = workers
         self._queue: queue.Queue[tuple[Path, Path] | None] = queue.Queue(maxsize=backlog)
         self._threads: list[threading.Thread] = []
@@ -48,11 +57,23 @@ class WorkspaceReaper:
         # read by the runner from its own thread once they have stopped.
         self.failures: list[tuple[Path, str]] = []
 
-    async def discard(self, workspace: Path) -> None:
-        """Take ``workspace`` out of its place now; delete it in the background."""
+    async def discard(self, workspace: Path, *, reuse_for: Path | None = None) -> None:
+        """Take ``workspace`` out of its place now; delete it in the background.
+
+        ``reuse_for``: the run's object store the checkout borrows from, when it
+        may be given to a later task of the run (its container is stopped); kept
+        while fewer than ``spares`` are, and handed out by :meth:`take`.
+        """
         doomed = await anyio.to_thread.run_sync(git_ops.set_workspace_aside, workspace)
+        pristine = await anyio.to_thread.run_sync(_pristine_aside, workspace, doomed)
         if doomed is None:
             return
+        spares = self._spares.setdefault(reuse_for, []) if reuse_for is not None else None
+        if spares is not None and pristine is not None and doomed != workspace and len(spares) < self._max_spares:
+            spares.append((doomed, pristine))
+            return
+        if pristine is not None:
+            await anyio.to_thread.run_sync(functools.partial(pristine.unlink, missing_ok=True))
         if doomed == workspace:  # it could not be moved aside: deleted in place, before the task ends
             await anyio.to_thread.run_sync(self._delete, doomed, workspace)
             return
@@ -61,12 +82,23 @@ class WorkspaceReaper:
         # meanwhile does not wait on: its workspace joins the backlog when there is room.
         await anyio.to_thread.run_sync(self._queue.put, (doomed, workspace), abandon_on_cancel=True)
 
+    def take(self, object_store: Path) -> tuple[Path, Path] | None:
+        """A finished checkout borrowing from ``object_store`` and its pristine index, or None."""
+        spares = self._spares.get(object_store)
+        return spares.pop() if spares else None
+
     async def aclose(self) -> None:
         """Wait for every discarded workspace to be deleted, and stop the threads.
 
         Cancelled (a second Ctrl+C), it stops waiting; what is left is the
         set-aside directories, named ``<workspace>.deleting-*``.
         """
+        spares = [spare for kept in self._spares.values() for spare in kept]
+        self._spares.clear()
+        for doomed, pristine in spares:
+            await anyio.to_thread.run_sync(functools.partial(pristine.unlink, missing_ok=True))
+            self._start()
+            await anyio.to_thread.run_sync(self._queue.put, (doomed, doomed), abandon_on_cancel=True)
         with self._lock:
             threads, self._threads = self._threads, []
         if threads:
@@ -98,3 +130,16 @@ class WorkspaceReaper:
                 self._delete(doomed, workspace)
             except Exception as exc:  # reported by the runner; one leftover must not stop the rest
                 self.failures.append((workspace, f"{type(exc).__name__}: {exc}"))
+
+
+def _pristine_aside(workspace: Path, doomed: Path | None) -> Path | None:
+    """The workspace's pristine index, renamed to go with its set-aside directory."""
+    pristine = git_ops.pristine_index_path(workspace)
+    if not os.path.lexists(pristine):
+        return None
+    if doomed is None or doomed == workspace:
+        pristine.unlink(missing_ok=True)
+        return None
+    paired = pristine.with_name(doomed.name)
+    os.rename(pristine, paired)
+    return paired

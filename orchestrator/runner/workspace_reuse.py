@@ -1,0 +1,273 @@
+"""A finished task's checkout, made as good as new for the next task of the run.
+
+On a large repository a task's workspace cost is its checkout: creating the
+files (thousands of them) and deleting them afterwards, which on a busy disk
+takes seconds. A ``shared_objects`` workspace on the local engine borrows every
+object from the run's store, so the checkout is the only thing a finished task
+leaves that the next task needs: the runner keeps a few finished checkouts (see
+:class:`~.reaper.WorkspaceReaper`) and the next task of the run starts in one of
+them, rewritten to exactly the fresh clone it would have got:
+
+- its ``.git`` is replaced whole by a new one (``clone --no-checkout --shared``
+  of the store), so nothing of the last agent's hooks, config, refs or objects
+  remains;
+- the index is the one recorded when that checkout was made, kept outside every
+  container (:func:`~.git_ops.pristine_index_path`): its stat data, ctime and
+  inode included, tell apart every file an agent wrote, whatever times it set;
+- ``git clean -ffdx`` removes what is not tracked (ignored files, nested
+  repositories), ``git reset --hard`` writes back what was changed or deleted
+  (and moves the checkout to a base that moved meanwhile), and directories get
+  back the mode a checkout gives them.
+
+Only the files the last agent touched are written, so a task costs what its
+own work costs, not the size of the checkout. Reused only after the last
+task's container was stopped (no process of that agent is left to write into
+it), and never for a repository with submodules, whose checkouts ``git clean``
+does not reach into.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import stat
+import struct
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+from ..errors import GitError
+from . import git_ops
+from .git_cmd import run_git
+
+# The stat comparison must see every write of the last agent: whatever the
+# user's global config says, the change time and the inode are compared.
+_STRICT = ("-c", "core.trustctime=true", "-c", "core.checkStat=default", "-c", "core.fsmonitor=false")
+_new_git = itertools.count()
+
+
+def reuse_workspace(
+    workspace: Path,
+    pristine: Path,
+    base_branch: str,
+    *,
+    include_branches: tuple[str, ...] = (),
+    object_store: Path,
+) -> git_ops.WorkspaceInfo:
+    """Make the finished checkout now at ``workspace`` the fresh clone of ``base_branch``.
+
+    ``pristine``: the index recorded when the checkout was made. Raises
+    :class:`~orchestrator.errors.GitError`; the caller then clones afresh.
+    """
+    workspace = Path(os.path.abspath(workspace))
+    git_dir = workspace / ".git"
+    git_ops.remove_workspace(git_dir)  # the last agent's whole .git (or whatever it left there)
+    fresh = workspace.parent / f".{workspace.name}.git-{os.getpid()}-{next(_new_git)}"
+    try:
+        run_git(
+            [
+                "clone",
+                "--quiet",
+                "--no-checkout",
+                "--shared",
+                f"--branch={base_branch}",
+                "--single-branch",
+                "--",
+                str(object_store),
+                str(fresh),
+            ],
+            what="git clone",
+        )
+        os.rename(fresh / ".git", git_dir)
+    finally:
+        git_ops.remove_workspace(fresh)
+    info = git_ops._finish_clone(workspace, object_store, base_branch, include_branches, object_store)
+    with open(pristine, "rb") as fh:
+        recorded = fh.read()
+    entries = read_index(recorded, hash_size=len(info.base_commit) // 2)
+    if any(e.mode == GITLINK for e in entries):
+        raise GitError("the checkout has submodules, which git clean does not reach into")
+    (git_dir / "index").write_bytes(recorded)
+    # What the last agent left untracked or ignored goes first, so that no file of
+    # its own (a .gitattributes in a new directory) has a say in what reset writes.
+    run_git([*_STRICT, "clean", "-ffdxq"], cwd=workspace, what="git clean")
+    changed = set(_remove_touched(workspace, entries))
+    moved = run_git([*_STRICT, "diff-index", "--cached", "--name-only", "-z", "HEAD"], cwd=workspace).stdout
+    changed.update(p for p in moved.split("\0") if p)  # the base moved meanwhile
+    run_git([*_STRICT, "reset", "--quiet", "--hard", "HEAD"], cwd=workspace, what="git reset --hard")
+    _give_back(workspace, sorted(changed))
+    git_ops._mark_whole(workspace, info)
+    git_ops.save_pristine_index(workspace)
+    return info
+
+
+GITLINK = 0o160000
+
+
+class IndexEntry(NamedTuple):
+    path: str
+    ctime: tuple[int, int]
+    mtime: tuple[int, int]
+    ino: int
+    mode: int
+    uid: int
+    gid: int
+    size: int
+
+
+_FIXED = struct.Struct(">10I")
+
+
+def read_index(data: bytes, *, hash_size: int = 20) -> list[IndexEntry]:
+    """The entries of a git index file (versions 2 to 4), with the stat data git recorded."""
+    if len(data) < 12 or data[:4] != b"DIRC":
+        raise GitError("the recorded index is not a git index")
+    version, count = struct.unpack(">II", data[4:12])
+    if version not in (2, 3, 4):
+        raise GitError(f"the recorded index has version {version}, which is not read here")
+    entries: list[IndexEntry] = []
+    pos, name = 12, b""
+    try:
+        for _ in range(count):
+            start = pos
+            csec, cnsec, msec, mnsec, _dev, ino, mode, uid, gid, size = _FIXED.unpack_from(data, pos)
+            pos += _FIXED.size + hash_size
+            (flags,) = struct.unpack_from(">H", data, pos)
+            pos += 2
+            if version >= 3 and flags & 0x4000:
+                pos += 2
+            if version == 4:
+                strip, pos = _varint(data, pos)
+                end = data.index(b"\0", pos)
+                name = name[: len(name) - strip] + data[pos:end]
+                pos = end + 1
+            else:
+                end = data.index(b"\0", pos)
+                name = data[pos:end]
+                pos = start + ((end - start + 8) & ~7)
+            entries.append(IndexEntry(os.fsdecode(name), (csec, cnsec), (msec, mnsec), ino, mode, uid, gid, size))
+    except (struct.error, ValueError) as exc:
+        raise GitError(f"the recorded index is damaged: {exc}") from None
+    return entries
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    """git's offset encoding of the bytes a version-4 path drops from the one before it."""
+    byte = data[pos]
+    pos += 1
+    value = byte & 0x7F
+    while byte & 0x80:
+        byte = data[pos]
+        pos += 1
+        value = ((value + 1) << 7) | (byte & 0x7F)
+    return value, pos
+
+
+def _remove_touched(workspace: Path, entries: list[IndexEntry]) -> list[str]:
+    """Delete every tracked file whose stat data differ from the recorded ones; their paths.
+
+    git's own check compares whole seconds, and an agent can write a file of the
+    same size and set its modification time back within the second it was
+    checked out. Nanoseconds of the change time, which no process can set,
+    and the inode cannot be kept that way. ``reset --hard`` then writes the
+    deleted files. A path under something that is no longer a directory is left
+    to ``reset`` (git removes a link in a leading path); nothing here follows one.
+    """
+    touched: list[str] = []
+    real_dirs: dict[str, bool] = {"": True}
+
+    def real_dir(rel: str) -> bool:
+        if rel not in real_dirs:
+            parent = os.path.dirname(rel)
+            try:
+                real_dirs[rel] = real_dir(parent) and stat.S_ISDIR(os.lstat(workspace / rel).st_mode)
+            except OSError:
+                real_dirs[rel] = False
+        return real_dirs[rel]
+
+    for e in entries:
+        if not real_dir(os.path.dirname(e.path)):
+            touched.append(e.path)
+            continue
+        path = workspace / e.path
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            touched.append(e.path)
+            continue
+        now = IndexEntry(
+            e.path,
+            (st.st_ctime_ns // 10**9 & 0xFFFFFFFF, st.st_ctime_ns % 10**9),
+            (st.st_mtime_ns // 10**9 & 0xFFFFFFFF, st.st_mtime_ns % 10**9),
+            st.st_ino & 0xFFFFFFFF,
+            e.mode if _same_kind(e.mode, st.st_mode) else st.st_mode,
+            st.st_uid,
+            st.st_gid,
+            st.st_size & 0xFFFFFFFF,
+        )
+        if now != e:
+            if stat.S_ISDIR(st.st_mode):
+                git_ops.remove_workspace(path)
+            else:
+                os.unlink(path)
+            touched.append(e.path)
+    return touched
+
+
+def _same_kind(recorded: int, actual: int) -> bool:
+    """Whether a file's mode is the one git recorded (git keeps only the type and, for files, 755 or 644)."""
+    if stat.S_ISLNK(actual):
+        return recorded == 0o120000
+    if stat.S_ISREG(actual):
+        return recorded == (0o100755 if actual & 0o100 else 0o100644)
+    return False
+
+
+def _give_back(workspace: Path, changed: list[str]) -> None:
+    """What ``reset`` wrote as root goes to the container user, dated as a checkout is.
+
+    Directories get a checkout's mode back (an agent may have locked one), and
+    the index is refreshed, so the next agent's first ``git add`` hashes nothing
+    again (see :func:`~.git_ops._settle_index`).
+    """
+    as_root = git_ops._as_root()
+    uid, gid = git_ops.CONTAINER_UID, git_ops.CONTAINER_GID
+    mode = 0o777 & ~_umask()
+    os.chmod(workspace, mode)
+    for dirpath, dirnames, _ in os.walk(workspace):
+        if dirpath == str(workspace):
+            dirnames[:] = [d for d in dirnames if d != ".git"]
+        for name in dirnames:
+            sub = os.path.join(dirpath, name)
+            if not os.path.islink(sub):  # a tracked link to a directory: chmod would follow it
+                os.chmod(sub, mode)
+    past = time.time() - 2
+    for rel in changed:
+        path = workspace / rel
+        if not os.path.lexists(path):
+            continue  # deleted in the new base
+        os.utime(path, (past, past), follow_symlinks=False)
+        if as_root:
+            os.lchown(path, uid, gid)
+            parent = path.parent
+            while parent != workspace and os.lstat(parent).st_uid != uid:
+                os.lchown(parent, uid, gid)
+                parent = parent.parent
+    run_git([*_STRICT, "update-index", "-q", "--refresh"], cwd=workspace, check=False)
+    if as_root:
+        git_ops._chown_tree(workspace / ".git", uid, gid)
+
+
+def _umask() -> int:
+    """This process's umask, which gave a fresh checkout's directories their mode.
+
+    Read, not set and set back: ``os.umask`` changes it for every thread at once.
+    """
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    return 0o022

@@ -1,0 +1,50 @@
+"""The git index reader that tells a reused checkout's untouched files from the ones an agent wrote."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from conftest import git, make_repo
+
+from orchestrator.errors import GitError
+from orchestrator.runner.workspace_reuse import read_index
+
+
+@pytest.mark.parametrize("version", [2, 3, 4])
+def test_every_entry_of_each_index_version_is_read_with_its_stat_data(tmp_path: Path, version: int) -> None:
+    files = {
+        "a.txt": "a\n",
+        "deep/er/b.txt": "bb\n",
+        "deep/er/bc.txt": "bcbc\n",
+        "deep/x" * 30 + ".txt": "long name\n",  # over 100 bytes, shares a long prefix with nothing
+        "ü/名前.txt": "unicode\n",
+    }
+    repo = make_repo(tmp_path / "r", files)
+    os.symlink("a.txt", repo / "link")
+    (repo / "run.sh").write_text("#!/bin/sh\n")
+    (repo / "run.sh").chmod(0o755)
+    git(repo, "add", "-A")
+    if version == 3:  # an entry with extended flags, which only version 3 has
+        (repo / "new.txt").write_text("n\n")
+        git(repo, "add", "-N", "new.txt")
+    git(repo, "update-index", "--index-version", str(version))
+    entries = read_index((repo / ".git" / "index").read_bytes())
+    expected = git(repo, "-c", "core.quotePath=false", "ls-files", "--stage").splitlines()
+    assert [e.path for e in entries] == [line.split("\t", 1)[1] for line in expected]
+    assert [oct(e.mode)[2:] for e in entries] == [line.split()[0] for line in expected]
+    for e in entries:
+        st = os.lstat(repo / e.path)
+        if e.path == "new.txt":
+            continue  # intent-to-add: git records no stat data for it
+        assert (e.size, e.ino, e.mtime) == (st.st_size, st.st_ino & 0xFFFFFFFF, divmod(st.st_mtime_ns, 10**9))
+
+
+def test_a_damaged_index_is_an_error_not_a_guess(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "r", {"a.txt": "a\n", "b.txt": "b\n"})
+    data = (repo / ".git" / "index").read_bytes()
+    with pytest.raises(GitError, match="damaged"):
+        read_index(data[:80])
+    with pytest.raises(GitError, match="not a git index"):
+        read_index(b"PACK" + data[4:])
