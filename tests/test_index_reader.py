@@ -48,3 +48,22 @@ def test_a_damaged_index_is_an_error_not_a_guess(tmp_path: Path) -> None:
         read_index(data[:80])
     with pytest.raises(GitError, match="not a git index"):
         read_index(b"PACK" + data[4:])
+
+
+def test_a_checkout_with_submodules_is_not_reused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """git clean does not reach into a submodule's directory: what an agent left
+    there would reach the next task, so such a checkout is cloned afresh instead."""
+    from orchestrator.runner import git_ops
+    from orchestrator.runner.workspace_reuse import reuse_workspace
+
+    monkeypatch.setenv("ORCHESTRATOR_WORKSPACE_ROOT", str(tmp_path / "ws"))
+    sub = make_repo(tmp_path / "sub", {"s.txt": "s\n"})
+    repo = make_repo(tmp_path / "repo", {"a.txt": "a\n"})
+    git(repo, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(sub), "lib")
+    git(repo, "commit", "-qm", "with a submodule")
+    workspace = git_ops.workspace_path("r1", "k")
+    git_ops._prepare_workspace_sync(repo, "main", workspace, isolation_mode="shared_objects")
+    (workspace / "lib" / "left.txt").write_text("by the last agent\n")
+    store = git_ops.object_store_path(workspace, repo)
+    with pytest.raises(GitError, match="submodules"):
+        reuse_workspace(workspace, git_ops.pristine_index_path(workspace), "main", object_store=store)

@@ -9,16 +9,26 @@ task, started in that checkout, must see what a task on a fresh clone sees.
 
 from __future__ import annotations
 
+import json
+import subprocess
 from pathlib import Path
 
 import pytest
+from cli_helpers import cli_env, only_run_id, run_cli
 from conftest import TEST_IMAGE as IMAGE
 from conftest import git, make_repo, runner_log
+from reliability_helpers import check_log, events_path
 
 from orchestrator.runner import AuthConfig, DockerRunner, RetryConfig, git_ops, run_instance
 from orchestrator.sanitize import Sanitizer
 
 pytestmark = [pytest.mark.docker]
+
+SHARED = {
+    "ORCHESTRATOR_ORCHESTRATION__HARD_MIN_FREE_DISK_GB": "0",
+    "ORCHESTRATOR_ORCHESTRATION__MIN_FREE_DISK_GB": "0",
+    "ORCHESTRATOR_RUNNER__NETWORK_EGRESS": "offline",
+}
 
 # Everything a task can see of its workspace, except times (a fresh clone's differ too).
 REPORT = r"""
@@ -143,3 +153,47 @@ async def test_a_finished_checkout_that_cannot_be_reused_gives_way_to_a_fresh_cl
     finally:
         await runner.aclose()
     assert second.final_message == await _fresh_report(tmp_path, repo, run_id)
+
+
+def test_runs_of_one_command_reuse_finished_checkouts_and_leave_nothing_to_the_next(tmp_path):
+    """Through the real command: three tasks one after another, each reading what
+    an earlier agent left in an ignored file. Every branch shows nothing was left,
+    and the later tasks started in a finished checkout."""
+    repo = make_repo(tmp_path / "repo", {"README.md": "# demo\n", ".gitignore": "*.log\n"})
+    prompt = (
+        "SIM: exec cat cache.log > seen.txt 2>/dev/null; true\n"
+        "SIM: append cache.log left by an agent\n"
+        "SIM: commit work"
+    )
+    env = cli_env(tmp_path, **SHARED)
+    args = [prompt, "--no-tui", "--docker-image", IMAGE, "--runs", "3", "--max-parallel", "1"]
+    result = run_cli(args, cwd=repo, env=env, timeout=300)
+    run_id = only_run_id(tmp_path)
+    try:
+        assert result.returncode == 0, result.stderr
+        events = check_log(events_path(tmp_path, run_id))
+        done = [e for e in events if e.type == "task.completed"]
+        assert len(done) == 3
+        for e in done:
+            branch = e.payload["artifact"]["branch_final"]
+            assert git(repo, "show", f"{branch}:seen.txt") == "", branch
+        runner_jsonl = events_path(tmp_path, run_id).parent / "runner.jsonl"
+        prepared = [
+            json.loads(line)
+            for line in runner_jsonl.read_text().splitlines()
+            if '"runner.workspace.prepared"' in line
+        ]
+        assert sorted(p["reused"] for p in prepared) == [False, True, True]
+        assert not list((tmp_path / "ws" / run_id).glob("*.deleting-*"))
+    finally:
+        _remove_run(run_id)
+
+
+def _remove_run(run_id: str) -> None:
+    for kind in ("ps -aq", "volume ls -q"):
+        ids = subprocess.run(
+            ["docker", *kind.split(), "--filter", f"label=run_id={run_id}"], capture_output=True, text=True
+        ).stdout.split()
+        if ids:
+            rm = ["docker", "rm", "-f"] if kind.startswith("ps") else ["docker", "volume", "rm", "-f"]
+            subprocess.run([*rm, *ids], capture_output=True)

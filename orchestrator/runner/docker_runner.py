@@ -202,7 +202,8 @@ class DockerRunner:
 
     async def discard_workspace(self, request: InstanceRequest) -> None:
         """Remove the workspace a ``keep_workspace_on_success`` task left, once its result is recorded."""
-        await self.reaper.discard(git_ops.workspace_path(request.run_id, request.task_key))
+        workspace = git_ops.workspace_path(request.run_id, request.task_key)
+        await self.reaper.discard(workspace, reuse_for=self._reusable(request, workspace))
 
     def emit_event(
         self,
