@@ -523,7 +523,7 @@ def _prepare_workspace_sync(
             os.lchown(workspace / ".git" / "index", CONTAINER_UID, CONTAINER_GID)
     _mark_whole(workspace, info)
     if object_store is not None:
-        save_pristine_index(workspace)
+        save_pristine_index(workspace, info.base_commit)
     return info
 
 
@@ -542,6 +542,14 @@ def _finish_clone(
     # pointing at the branch it just deleted: `git fsck` in the workspace then
     # fails on an "invalid sha1 pointer", which an agent would take for damage.
     run_git(["update-ref", "-d", "--no-deref", "refs/remotes/origin/HEAD"], cwd=workspace, check=False)
+    fetch_include_branches(workspace, source, base_branch, include_branches)
+    base_commit = run_git(["rev-parse", "--verify", "HEAD^{commit}"], cwd=workspace).stdout.strip()
+    if object_store is not None:
+        borrow_from_store(workspace, object_store)
+    return WorkspaceInfo(path=workspace, base_branch=base_branch, base_commit=base_commit)
+
+
+def fetch_include_branches(workspace: Path, source: Path, base_branch: str, include_branches: Sequence[str]) -> None:
     extra = [b for b in dict.fromkeys(include_branches) if b != base_branch]
     if extra:
         refspecs = [f"refs/heads/{b}:refs/heads/{b}" for b in extra]
@@ -550,13 +558,13 @@ def _finish_clone(
             cwd=workspace,
             what=f"fetching include_branches {', '.join(extra)}",
         )
-    base_commit = run_git(["rev-parse", "--verify", "HEAD^{commit}"], cwd=workspace).stdout.strip()
-    if object_store is not None:
-        alternates = workspace / ".git" / "objects" / "info" / "alternates"
-        alternates.write_text(
-            store_alternate(Path(os.path.realpath(object_store)) / "objects") + "\n", encoding="utf-8"
-        )
-    return WorkspaceInfo(path=workspace, base_branch=base_branch, base_commit=base_commit)
+
+
+def borrow_from_store(workspace: Path, object_store: Path) -> None:
+    """Alternates that name the run's store relatively: it is found on this machine and in the container."""
+    alternates = workspace / ".git" / "objects" / "info" / "alternates"
+    alternates.parent.mkdir(parents=True, exist_ok=True)
+    alternates.write_text(store_alternate(Path(os.path.realpath(object_store)) / "objects") + "\n", encoding="utf-8")
 
 
 def _mark_whole(workspace: Path, info: WorkspaceInfo) -> None:
@@ -578,17 +586,19 @@ def pristine_index_path(workspace: Path) -> Path:
 
     A finished task's checkout is reused for the next task (see
     :mod:`.workspace_reuse`); this copy, which its agent could not touch, is
-    what says which files are still as checked out.
+    what says which files are still as checked out, and from which commit.
     """
     workspace = Path(os.path.abspath(workspace))
     return workspace.parent / ".pristine-index" / workspace.name
 
 
-def save_pristine_index(workspace: Path) -> None:
+def save_pristine_index(workspace: Path, base_commit: str) -> None:
+    """Record the checkout's index (after its base commit, on a line of its own)."""
     target = pristine_index_path(workspace)
     target.parent.mkdir(mode=0o700, exist_ok=True)
     partial = target.with_name(target.name + ".partial")
-    shutil.copyfile(workspace / ".git" / "index", partial)
+    with open(workspace / ".git" / "index", "rb") as src, open(partial, "wb") as dst:
+        dst.write(base_commit.encode("ascii") + b"\n" + src.read())
     os.replace(partial, target)
 
 

@@ -8,16 +8,17 @@ leaves that the next task needs: the runner keeps a few finished checkouts (see
 :class:`~.reaper.WorkspaceReaper`) and the next task of the run starts in one of
 them, rewritten to exactly the fresh clone it would have got:
 
-- its ``.git`` is replaced whole by a new one (``clone --no-checkout --shared``
-  of the store), so nothing of the last agent's hooks, config, refs or objects
-  remains;
+- its ``.git`` is replaced whole by a new one (``git init``, the base branch,
+  alternates naming the store), so nothing of the last agent's hooks, config,
+  refs or objects remains;
 - the index is the one recorded when that checkout was made, kept outside every
-  container (:func:`~.git_ops.pristine_index_path`): its stat data, ctime and
-  inode included, tell apart every file an agent wrote, whatever times it set;
-- ``git clean -ffdx`` removes what is not tracked (ignored files, nested
-  repositories), ``git reset --hard`` writes back what was changed or deleted
-  (and moves the checkout to a base that moved meanwhile), and directories get
-  back the mode a checkout gives them.
+  container (:func:`~.git_ops.pristine_index_path`): its stat data, the change
+  time to the nanosecond and the inode included, tell apart every file an agent
+  wrote, whatever times it set;
+- what ``git clean -ffdx`` would remove goes (untracked and ignored files,
+  nested repositories), every tracked file an agent wrote is deleted, and
+  ``git reset --hard`` writes those back (and moves the checkout to a base that
+  moved meanwhile); directories get back the mode a checkout gives them.
 
 Only the files the last agent touched are written, so a task costs what its
 own work costs, not the size of the checkout. Reused only after the last
@@ -28,7 +29,6 @@ does not reach into.
 
 from __future__ import annotations
 
-import itertools
 import os
 import stat
 import struct
@@ -43,7 +43,6 @@ from .git_cmd import run_git
 # The stat comparison must see every write of the last agent: whatever the
 # user's global config says, the change time and the inode are compared.
 _STRICT = ("-c", "core.trustctime=true", "-c", "core.checkStat=default", "-c", "core.fsmonitor=false")
-_new_git = itertools.count()
 
 
 def reuse_workspace(
@@ -56,49 +55,61 @@ def reuse_workspace(
 ) -> git_ops.WorkspaceInfo:
     """Make the finished checkout now at ``workspace`` the fresh clone of ``base_branch``.
 
-    ``pristine``: the index recorded when the checkout was made. Raises
-    :class:`~orchestrator.errors.GitError`; the caller then clones afresh.
+    ``pristine``: what :func:`~.git_ops.save_pristine_index` recorded when the
+    checkout was made. Raises :class:`~orchestrator.errors.GitError` (or
+    ``OSError``); the caller then clones afresh.
     """
     workspace = Path(os.path.abspath(workspace))
     git_dir = workspace / ".git"
-    git_ops.remove_workspace(git_dir)  # the last agent's whole .git (or whatever it left there)
-    fresh = workspace.parent / f".{workspace.name}.git-{os.getpid()}-{next(_new_git)}"
-    try:
-        run_git(
-            [
-                "clone",
-                "--quiet",
-                "--no-checkout",
-                "--shared",
-                f"--branch={base_branch}",
-                "--single-branch",
-                "--",
-                str(object_store),
-                str(fresh),
-            ],
-            what="git clone",
-        )
-        os.rename(fresh / ".git", git_dir)
-    finally:
-        git_ops.remove_workspace(fresh)
-    info = git_ops._finish_clone(workspace, object_store, base_branch, include_branches, object_store)
+    object_format, base_commit = _store_branch(object_store, base_branch)
     with open(pristine, "rb") as fh:
-        recorded = fh.read()
-    entries = read_index(recorded, hash_size=len(info.base_commit) // 2)
+        recorded_base, _, recorded = fh.read().partition(b"\n")
+    entries = read_index(recorded, hash_size=len(base_commit) // 2)
     if any(e.mode == GITLINK for e in entries):
         raise GitError("the checkout has submodules, which git clean does not reach into")
+    git_ops.remove_workspace(git_dir)  # the last agent's whole .git (or whatever it left there)
+    run_git(
+        [
+            "init",
+            "--quiet",
+            f"--object-format={object_format}",
+            f"--initial-branch={base_branch}",
+            "--",
+            str(workspace),
+        ],
+        what="git init",
+    )
+    head = git_dir / "refs" / "heads" / base_branch
+    head.parent.mkdir(parents=True, exist_ok=True)
+    head.write_text(base_commit + "\n", encoding="ascii")
+    git_ops.borrow_from_store(workspace, object_store)
+    git_ops.fetch_include_branches(workspace, object_store, base_branch, include_branches)
     (git_dir / "index").write_bytes(recorded)
-    # What the last agent left untracked or ignored goes first, so that no file of
-    # its own (a .gitattributes in a new directory) has a say in what reset writes.
-    run_git([*_STRICT, "clean", "-ffdxq"], cwd=workspace, what="git clean")
-    changed = set(_remove_touched(workspace, entries))
-    moved = run_git([*_STRICT, "diff-index", "--cached", "--name-only", "-z", "HEAD"], cwd=workspace).stdout
-    changed.update(p for p in moved.split("\0") if p)  # the base moved meanwhile
-    run_git([*_STRICT, "reset", "--quiet", "--hard", "HEAD"], cwd=workspace, what="git reset --hard")
-    _give_back(workspace, sorted(changed))
+    touched = _clean_and_compare(workspace, entries)
+    if recorded_base.decode("ascii", "replace") != base_commit:  # the base moved meanwhile
+        out = run_git([*_STRICT, "diff-index", "--cached", "--name-only", "-z", "HEAD"], cwd=workspace).stdout
+        touched.extend(p for p in out.split("\0") if p)
+    if touched:
+        run_git([*_STRICT, "reset", "--quiet", "--hard", "HEAD"], cwd=workspace, what="git reset --hard")
+        _give_back(workspace, sorted(set(touched)))
+    if git_ops._as_root():
+        git_ops._chown_tree(git_dir, git_ops.CONTAINER_UID, git_ops.CONTAINER_GID)
+    info = git_ops.WorkspaceInfo(path=workspace, base_branch=base_branch, base_commit=base_commit)
     git_ops._mark_whole(workspace, info)
-    git_ops.save_pristine_index(workspace)
+    git_ops.save_pristine_index(workspace, base_commit)
     return info
+
+
+def _store_branch(object_store: Path, branch: str) -> tuple[str, str]:
+    """The store's object format and the commit ``branch`` names there."""
+    out = run_git(
+        ["rev-parse", "--show-object-format", "--verify", f"refs/heads/{branch}^{{commit}}"],
+        cwd=object_store,
+        what=f"reading branch {branch} in the run's object store",
+    ).stdout.split()
+    if len(out) != 2:
+        raise GitError(f"unexpected answer reading branch {branch} in the run's object store: {out!r}")
+    return out[0], out[1]
 
 
 GITLINK = 0o160000
@@ -163,55 +174,63 @@ def _varint(data: bytes, pos: int) -> tuple[int, int]:
     return value, pos
 
 
-def _remove_touched(workspace: Path, entries: list[IndexEntry]) -> list[str]:
-    """Delete every tracked file whose stat data differ from the recorded ones; their paths.
+def _clean_and_compare(workspace: Path, entries: list[IndexEntry]) -> list[str]:
+    """Remove what is not tracked, and every tracked file an agent wrote; the tracked paths to write again.
 
-    git's own check compares whole seconds, and an agent can write a file of the
-    same size and set its modification time back within the second it was
-    checked out. Nanoseconds of the change time, which no process can set,
-    and the inode cannot be kept that way. ``reset --hard`` then writes the
-    deleted files. A path under something that is no longer a directory is left
-    to ``reset`` (git removes a link in a leading path); nothing here follows one.
+    What ``git clean -ffdx`` would remove goes (untracked and ignored files,
+    nested repositories, a link or a file where a tracked directory was), and a
+    tracked file goes when its stat data differ from the recorded ones. git's
+    own check compares whole seconds, and an agent can write a file of the same
+    size and set its modification time back within the second it was checked
+    out; the change time's nanoseconds, which no process can set, and the inode
+    cannot be kept that way. Tracked directories get a checkout's mode back (an
+    agent may have locked one). Nothing here follows a link.
     """
-    touched: list[str] = []
-    real_dirs: dict[str, bool] = {"": True}
-
-    def real_dir(rel: str) -> bool:
-        if rel not in real_dirs:
-            parent = os.path.dirname(rel)
-            try:
-                real_dirs[rel] = real_dir(parent) and stat.S_ISDIR(os.lstat(workspace / rel).st_mode)
-            except OSError:
-                real_dirs[rel] = False
-        return real_dirs[rel]
-
-    for e in entries:
-        if not real_dir(os.path.dirname(e.path)):
-            touched.append(e.path)
-            continue
-        path = workspace / e.path
-        try:
-            st = os.lstat(path)
-        except FileNotFoundError:
-            touched.append(e.path)
-            continue
-        now = IndexEntry(
-            e.path,
-            (st.st_ctime_ns // 10**9 & 0xFFFFFFFF, st.st_ctime_ns % 10**9),
-            (st.st_mtime_ns // 10**9 & 0xFFFFFFFF, st.st_mtime_ns % 10**9),
-            st.st_ino & 0xFFFFFFFF,
-            e.mode if _same_kind(e.mode, st.st_mode) else st.st_mode,
-            st.st_uid,
-            st.st_gid,
-            st.st_size & 0xFFFFFFFF,
-        )
-        if now != e:
-            if stat.S_ISDIR(st.st_mode):
-                git_ops.remove_workspace(path)
+    recorded = {e.path: e for e in entries}
+    tracked_dirs = {""}
+    for path in recorded:
+        parent = os.path.dirname(path)
+        while parent not in tracked_dirs:
+            tracked_dirs.add(parent)
+            parent = os.path.dirname(parent)
+    mode = 0o777 & ~_umask()
+    os.chmod(workspace, mode)
+    seen: set[str] = set()
+    pending = [""]
+    while pending:
+        rel_dir = pending.pop()
+        with os.scandir(workspace / rel_dir) as it:
+            found = list(it)
+        for entry in found:
+            rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
+            if rel == ".git":
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                if rel in tracked_dirs:
+                    os.chmod(entry.path, mode)
+                    pending.append(rel)
+                else:
+                    git_ops.remove_workspace(Path(entry.path))
+                continue
+            e = recorded.get(rel)
+            if e is not None and _unchanged(e, entry.stat(follow_symlinks=False)):
+                seen.add(rel)
             else:
-                os.unlink(path)
-            touched.append(e.path)
-    return touched
+                os.unlink(entry.path)
+    return [path for path in recorded if path not in seen]
+
+
+def _unchanged(e: IndexEntry, st: os.stat_result) -> bool:
+    return e == IndexEntry(
+        e.path,
+        (st.st_ctime_ns // 10**9 & 0xFFFFFFFF, st.st_ctime_ns % 10**9),
+        (st.st_mtime_ns // 10**9 & 0xFFFFFFFF, st.st_mtime_ns % 10**9),
+        st.st_ino & 0xFFFFFFFF,
+        e.mode if _same_kind(e.mode, st.st_mode) else st.st_mode,
+        st.st_uid,
+        st.st_gid,
+        st.st_size & 0xFFFFFFFF,
+    )
 
 
 def _same_kind(recorded: int, actual: int) -> bool:
@@ -224,23 +243,11 @@ def _same_kind(recorded: int, actual: int) -> bool:
 
 
 def _give_back(workspace: Path, changed: list[str]) -> None:
-    """What ``reset`` wrote as root goes to the container user, dated as a checkout is.
-
-    Directories get a checkout's mode back (an agent may have locked one), and
-    the index is refreshed, so the next agent's first ``git add`` hashes nothing
-    again (see :func:`~.git_ops._settle_index`).
-    """
+    """What ``reset`` wrote as root goes to the container user, dated as a checkout is,
+    and the index is refreshed, so the next agent's first ``git add`` hashes nothing
+    again (see :func:`~.git_ops._settle_index`)."""
     as_root = git_ops._as_root()
     uid, gid = git_ops.CONTAINER_UID, git_ops.CONTAINER_GID
-    mode = 0o777 & ~_umask()
-    os.chmod(workspace, mode)
-    for dirpath, dirnames, _ in os.walk(workspace):
-        if dirpath == str(workspace):
-            dirnames[:] = [d for d in dirnames if d != ".git"]
-        for name in dirnames:
-            sub = os.path.join(dirpath, name)
-            if not os.path.islink(sub):  # a tracked link to a directory: chmod would follow it
-                os.chmod(sub, mode)
     past = time.time() - 2
     for rel in changed:
         path = workspace / rel
@@ -254,8 +261,6 @@ def _give_back(workspace: Path, changed: list[str]) -> None:
                 os.lchown(parent, uid, gid)
                 parent = parent.parent
     run_git([*_STRICT, "update-index", "-q", "--refresh"], cwd=workspace, check=False)
-    if as_root:
-        git_ops._chown_tree(workspace / ".git", uid, gid)
 
 
 def _umask() -> int:
