@@ -274,7 +274,23 @@ def worktree_adds(repo: Path, root: Path, n: int, parallel: int = 1) -> float:
     find it warm.
     """
     settle()
-    add = lambda i: git(repo, "worktree", "add", "-q", "--detach", str(root / f"wt{i}"), "main")  # noqa: E731
+
+    def add(i: int) -> None:
+        # Adds made side by side can collide on a lock in the repository's .git
+        # (git gives up at once): such an add is made again, and its time counts.
+        for _attempt in range(3):
+            r = subprocess.run(
+                ["git", "worktree", "add", "-q", "--detach", str(root / f"wt{i}"), "main"],
+                cwd=repo,
+                capture_output=True,
+                text=True,
+            )
+            if r.returncode == 0:
+                return
+            shutil.rmtree(root / f"wt{i}", ignore_errors=True)
+            subprocess.run(["git", "worktree", "prune"], cwd=repo, capture_output=True)
+        sys.exit(f"git worktree add failed three times: {r.stderr.strip()}")
+
     t = time.monotonic()
     with ThreadPoolExecutor(parallel) as pool:
         list(pool.map(add, range(n)))
