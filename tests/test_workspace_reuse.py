@@ -161,9 +161,7 @@ def test_runs_of_one_command_reuse_finished_checkouts_and_leave_nothing_to_the_n
     and the later tasks started in a finished checkout."""
     repo = make_repo(tmp_path / "repo", {"README.md": "# demo\n", ".gitignore": "*.log\n"})
     prompt = (
-        "SIM: exec cat cache.log > seen.txt 2>/dev/null; true\n"
-        "SIM: append cache.log left by an agent\n"
-        "SIM: commit work"
+        "SIM: exec cat cache.log > seen.txt 2>/dev/null; true\nSIM: append cache.log left by an agent\nSIM: commit work"
     )
     env = cli_env(tmp_path, **SHARED)
     args = [prompt, "--no-tui", "--docker-image", IMAGE, "--runs", "3", "--max-parallel", "1"]
@@ -179,9 +177,7 @@ def test_runs_of_one_command_reuse_finished_checkouts_and_leave_nothing_to_the_n
             assert git(repo, "show", f"{branch}:seen.txt") == "", branch
         runner_jsonl = events_path(tmp_path, run_id).parent / "runner.jsonl"
         prepared = [
-            json.loads(line)
-            for line in runner_jsonl.read_text().splitlines()
-            if '"runner.workspace.prepared"' in line
+            json.loads(line) for line in runner_jsonl.read_text().splitlines() if '"runner.workspace.prepared"' in line
         ]
         assert sorted(p["reused"] for p in prepared) == [False, True, True]
         assert not list((tmp_path / "ws" / run_id).glob("*.deleting-*"))
