@@ -119,3 +119,35 @@ async def test_a_workspace_that_cannot_be_moved_aside_is_deleted_before_the_task
     assert deleted == [ws] and not ws.exists()
     await reaper.aclose()
     assert list(tmp_path.iterdir()) == []
+
+
+async def test_finished_checkouts_kept_for_reuse_are_bounded_handed_out_once_and_deleted_at_the_end(tmp_path):
+    """A checkout offered for reuse travels with its recorded index; past the limit,
+    or without a record, it is deleted as before; what no task took goes at close."""
+    store, other = tmp_path / "objects_a.git", tmp_path / "objects_b.git"
+    reaper = WorkspaceReaper(spares=2)
+    spaces = [workspace(tmp_path, f"k_{i}") for i in range(4)]
+    for ws in spaces[:3]:
+        record = git_ops.pristine_index_path(ws)
+        record.parent.mkdir(exist_ok=True)
+        record.write_bytes(b"base\nDIRC")
+    for ws in spaces:
+        await reaper.discard(ws, reuse_for=store)
+        assert not ws.exists()
+    records = tmp_path / ".pristine-index"
+    assert reaper.take(other) is None
+    first, second = reaper.take(store), reaper.take(store)
+    assert first is not None and second is not None and reaper.take(store) is None
+    for kept, record in (first, second):
+        assert (kept / "a.txt").read_text() == "a\n" and record.read_bytes() == b"base\nDIRC"
+        assert record.parent == records and ".deleting-" in kept.name
+    # the third had a record but no room, the fourth no record: both deleted, records too
+    assert sorted(p.name for p in records.iterdir()) == sorted([first[1].name, second[1].name])
+    kept_again = workspace(tmp_path, "k_9")
+    git_ops.pristine_index_path(kept_again).write_bytes(b"base\nDIRC")
+    await reaper.discard(kept_again, reuse_for=store)
+    await reaper.aclose()  # kept_again was never taken: it goes, with its record
+    assert reaper.failures == []
+    left = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("k_"))
+    assert left == sorted([first[0].name, second[0].name])  # what was taken is the taker's
+    assert sorted(p.name for p in records.iterdir()) == sorted([first[1].name, second[1].name])

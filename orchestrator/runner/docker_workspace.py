@@ -53,9 +53,10 @@ def _reset_workspace(workspace: Path) -> None:
 
 
 def _move_in(spare: tuple[Path, Path], workspace: Path) -> tuple[Path, Path] | None:
-    """Put a finished checkout where the empty directory :func:`_reset_workspace` made is."""
-    os.rmdir(workspace)
+    """Put a finished checkout where the empty directory :func:`_reset_workspace` made is
+    (None, and that directory back, when it cannot be moved there: the task then clones)."""
     try:
+        os.rmdir(workspace)
         os.rename(spare[0], workspace)
     except OSError:
         git_ops.reset_workspace(workspace)
