@@ -91,6 +91,7 @@ def reuse_workspace(
         touched.extend(p for p in out.split("\0") if p)
     if touched:
         run_git([*_STRICT, "reset", "--quiet", "--hard", "HEAD"], cwd=workspace, what="git reset --hard")
+        (git_dir / "ORIG_HEAD").unlink(missing_ok=True)  # a fresh clone has none
         _give_back(workspace, sorted(set(touched)))
     if git_ops._as_root():
         git_ops._chown_tree(git_dir, git_ops.CONTAINER_UID, git_ops.CONTAINER_GID)
