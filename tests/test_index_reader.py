@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,9 @@ from conftest import git, make_repo
 
 from orchestrator.errors import GitError
 from orchestrator.runner.workspace_reuse import read_index
+
+# the workspace belongs to the container's user, not to the test
+SAFE = ("-c", "safe.directory=*")
 
 
 @pytest.mark.parametrize("version", [2, 3, 4])
@@ -67,3 +71,32 @@ def test_a_checkout_with_submodules_is_not_reused(tmp_path: Path, monkeypatch: p
     store = git_ops.object_store_path(workspace, repo)
     with pytest.raises(GitError, match="submodules"):
         reuse_workspace(workspace, git_ops.pristine_index_path(workspace), "main", object_store=store)
+
+
+def test_a_reused_checkout_gets_the_include_branches_and_nothing_of_the_last_task(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On the host, without a container: the reuse's own git work (a new .git with the
+    base and the include_branches, what the last task wrote undone)."""
+    from orchestrator.runner import git_ops
+    from orchestrator.runner.workspace_reuse import reuse_workspace
+
+    monkeypatch.setenv("ORCHESTRATOR_WORKSPACE_ROOT", str(tmp_path / "ws"))
+    repo = make_repo(tmp_path / "repo", {"a.txt": "a\n", "d/b.txt": "b\n"})
+    git(repo, "branch", "extra")
+    workspace = git_ops.workspace_path("r1", "k")
+    store = git_ops._ensure_object_store_sync(repo, workspace, ["main", "extra"])
+    git_ops._prepare_workspace_sync(repo, "main", workspace, isolation_mode="shared_objects", object_store=store)
+    (workspace / "a.txt").write_text("changed by the last task\n")
+    (workspace / "d" / "b.txt").unlink()
+    (workspace / "left.txt").write_text("left\n")
+    git(workspace, *SAFE, "config", "user.email", "x@example.com")
+    info = reuse_workspace(
+        workspace, git_ops.pristine_index_path(workspace), "main", include_branches=("extra",), object_store=store
+    )
+    assert info.base_commit == git(repo, "rev-parse", "main")
+    assert git(workspace, *SAFE, "for-each-ref", "--format=%(refname)") == "refs/heads/extra\nrefs/heads/main"
+    assert git(workspace, *SAFE, "status", "--porcelain", "--ignored") == ""
+    assert (workspace / "a.txt").read_text() == "a\n" and (workspace / "d" / "b.txt").read_text() == "b\n"
+    assert subprocess.run(["git", *SAFE, "config", "--local", "user.email"], cwd=workspace).returncode == 1
+    assert not (workspace / ".git" / "ORIG_HEAD").exists()
