@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 from pathlib import Path
 
@@ -106,15 +107,12 @@ def _refresh_test_image() -> None:
 _DOCKER_PROBLEM: str | None = None
 
 
-# The private engine's tests in three groups, each on its own worker with its own
-# engine: one group would hold the suite's longest chain of tests, and each more
-# engine spends a minute loading the image. Modules not named here join "links".
-_ENGINE_GROUPS = {
-    "test_hosts": "hosts",
-    "test_environment": "misc",
-    "test_hosts_two_private": "misc",
-    "test_reliability_faults": "misc",
-}
+# The private engine's tests in small groups of consecutive tests of one module.
+# A worker starts its own engine for the first such test it runs (9 s and 12
+# CPU-seconds to load the slim image), so small groups cost at most one engine
+# per worker, while one group per module made a chain of 15 minutes
+# (test_hosts_*.py) that the whole run waited on with its CPUs idle.
+ENGINE_GROUP_SIZE = 3
 
 
 def _group_for_workers(config, items) -> None:
@@ -122,9 +120,11 @@ def _group_for_workers(config, items) -> None:
 
     A fixture of module scope (a module's shared runs, for example) is made
     once per worker that runs a test of the module: the module's tests stay
-    together so it is made once. The session's private engine (its own dockerd
-    plus a minute of ``docker load``) is likewise started by three workers only.
+    together so it is made once. The private engine's tests go in small groups
+    (ENGINE_GROUP_SIZE): grouped tests are handed out first, so these long tests
+    start early and spread over the workers.
     """
+    engine_tests: dict[str, int] = {}
     for item in items:
         info = getattr(item, "_fixtureinfo", None)
         defs = info.name2fixturedefs if info is not None else {}
@@ -132,7 +132,9 @@ def _group_for_workers(config, items) -> None:
         if named is not None:
             group = named.args[0]  # a test's own group: the set-up it shares lies outside pytest's fixtures
         elif "private_engine" in defs:
-            group = "private_engine_" + _ENGINE_GROUPS.get(item.module.__name__, "links")
+            module = item.module.__name__
+            index = engine_tests[module] = engine_tests.get(module, -1) + 1
+            group = f"private_engine_{module}_{index // ENGINE_GROUP_SIZE}"
         elif any(d and d[-1].scope in ("module", "class", "package") for d in defs.values()):
             group = item.module.__name__
         else:
@@ -181,6 +183,29 @@ def pytest_runtest_logreport(report):
         nodeid = re.sub(r"@[\w.-]+$", "", report.nodeid)
         with open(path, "a", encoding="utf-8") as fh:
             fh.write(nodeid + "\n")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """With $ORCHESTRATOR_TEST_TIMELINE, write when each test ran and on which worker.
+
+    scripts/test_timeline.py reads it: which worker ran what when, and where the
+    run waited on a chain of tests instead of using both CPUs.
+    """
+    path = os.environ.get("ORCHESTRATOR_TEST_TIMELINE")
+    if not path:
+        yield
+        return
+    start = time.time()
+    yield
+    line = {
+        "test": item.nodeid,
+        "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"),
+        "start": start,
+        "end": time.time(),
+    }
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(line) + "\n")
 
 
 def pytest_runtest_setup(item):

@@ -61,3 +61,18 @@ def test_lazy_re_export_is_cached_on_the_package(package, name):
 def test_unknown_name_names_the_package():
     with pytest.raises(AttributeError, match=re.escape("module 'orchestrator.runner' has no attribute 'no_such_name'")):
         __import__("orchestrator.runner").runner.no_such_name  # noqa: B018
+
+
+def test_docker_py_starts_without_paramiko_and_an_ssh_engine_gets_it_back():
+    """paramiko (0.2 CPU-s of every command) loads only once an ssh:// engine needs docker-py's ssh module."""
+    code = (
+        "import sys; import orchestrator.runner.docker_containers as d; d.default_client_factory; import docker; "
+        "print('paramiko' in sys.modules, hasattr(docker.api.client, 'SSHHTTPAdapter')); "
+        "import paramiko; print(paramiko.__name__); "
+        "from orchestrator.runner import ssh_transport; "
+        "c = docker.DockerClient(base_url='ssh://nobody@127.0.0.1:1', use_ssh_client=True, version='1.41'); "
+        "print(type(c.api._custom_adapter).__name__)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    # anyone else's `import paramiko` is not refused, and the ssh engine's client is built
+    assert out.split() == ["False", "False", "paramiko", "SSHHTTPAdapter"], out

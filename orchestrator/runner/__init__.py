@@ -16,6 +16,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .._lazy import lazy_attr
+from . import docker_py
+
+docker_py.install()
 
 # Lazy re-exports: importing one runner module (say ``runner.types`` from the
 # engine, or the TUI through it) must not load docker-py and the Docker runner.

@@ -298,6 +298,9 @@ def client_factory(spec: HostSpec, timeout: int = DEFAULT_CLIENT_TIMEOUT_S) -> C
     ssh = url.startswith("ssh://")
 
     def make():
+        if ssh:
+            # first: it hands docker-py the ssh transport that DockerClient looks up below
+            from .ssh_transport import use_pooled_ssh
         import docker
         import docker.constants
 
@@ -324,8 +327,6 @@ def client_factory(spec: HostSpec, timeout: int = DEFAULT_CLIENT_TIMEOUT_S) -> C
             if spec.tls:
                 _keep_engine_ca(api, url)
             if ssh:
-                from .ssh_transport import use_pooled_ssh
-
                 use_pooled_ssh(api, url, timeout, DEFAULT_THREADS)
             if spec.tls or ssh:
                 api._version = api._retrieve_server_version()

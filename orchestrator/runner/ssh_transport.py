@@ -23,7 +23,9 @@ import threading
 import time
 from typing import Any
 
-from docker.transport import sshconn
+from .docker_py import ssh_transport_module
+
+sshconn = ssh_transport_module()
 
 # Below sshd's default MaxStartups (10): a burst never has handshakes dropped.
 HANDSHAKES = 4
