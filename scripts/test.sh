@@ -29,9 +29,8 @@ bash scripts/lint.sh
 export ORCHESTRATOR_TESTS_REQUIRE_DOCKER=1
 # Most Docker tests spend their time waiting on containers, git and the engine,
 # not on this machine's CPUs, so they run side by side on six workers. The
-# private engine's tests stay on one worker (one dockerd, one image load), and
-# the few tests that act on every container of the engine, or bound the
-# product's own time, run alone afterwards.
+# private engine's tests share a dockerd per worker (tests/conftest.py), and
+# the few tests that bound the product's own time run alone afterwards.
 # A test that fails side by side runs again alone, and both results are printed:
 # so far every failure that only six workers' load brought out was a test's
 # timing or a product bug (the README lists them), and each is fixed once seen;

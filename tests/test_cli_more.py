@@ -18,6 +18,19 @@ pytestmark = pytest.mark.docker
 IMG = ["--docker-image", TEST_IMAGE]
 
 
+@pytest.fixture
+def engine_image(private_engine, monkeypatch):
+    """The tests of the start-up scan and --clean-containers use an engine of their own.
+
+    They plant old-looking containers, which any other test's run would remove
+    on the shared engine (its start-up scan), and their own scans would remove
+    other tests' containers: on the shared engine they had to run alone.
+    DOCKER_HOST reaches the command and every ``docker`` call of the test.
+    """
+    monkeypatch.setenv("DOCKER_HOST", private_engine.url)
+    return private_engine.image
+
+
 def test_review_loop_from_an_ideas_folder(tmp_path):
     repo = make_repo(tmp_path / "repo")
     ideas = tmp_path / "ideas"
@@ -65,8 +78,7 @@ def test_dirty_tree_warns_and_require_clean_refuses(tmp_path):
     assert (repo / "README.md").read_text() == "changed but not committed\n"  # never touched
 
 
-@pytest.mark.exclusive  # old-looking containers that another test's orphan scan would remove
-def test_start_removes_orphans_and_old_logs_but_not_resumable_runs(tmp_path):
+def test_start_removes_orphans_and_old_logs_but_not_resumable_runs(tmp_path, engine_image):
     repo = make_repo(tmp_path / "repo")
     env = cli_env(tmp_path)
     old_ts = "2020-01-01T00:00:00.000Z"
@@ -87,7 +99,7 @@ def test_start_removes_orphans_and_old_logs_but_not_resumable_runs(tmp_path):
                 "base_branch": "main",
                 "model": "sonnet",
                 "plugin": "claude-code",
-                "docker_image": TEST_IMAGE,
+                "docker_image": engine_image,
                 "max_parallel": 2,
                 "status": "interrupted",
             }
@@ -106,7 +118,7 @@ def test_start_removes_orphans_and_old_logs_but_not_resumable_runs(tmp_path):
                 f"run_id={run_id}",
                 "--label",
                 f"orchestrator.last_active_ts={old_ts}",
-                TEST_IMAGE,
+                engine_image,
                 "true",
             ],
             check=True,
@@ -118,7 +130,7 @@ def test_start_removes_orphans_and_old_logs_but_not_resumable_runs(tmp_path):
     past = time.time() - 30 * 86400
     os.utime(old_logs / "events.jsonl", (past, past))
     try:
-        result = run_cli(["SIM: print x", "--no-tui", *IMG], cwd=repo, env=env)
+        result = run_cli(["SIM: print x", "--no-tui", "--docker-image", engine_image], cwd=repo, env=env)
         assert result.returncode == 0, result.stderr
         present = subprocess.run(
             ["docker", "ps", "-a", "--format", "{{.Names}}"], capture_output=True, text=True
@@ -141,13 +153,13 @@ def test_start_removes_orphans_and_old_logs_but_not_resumable_runs(tmp_path):
                 "run_id=run_unknown_late",
                 "--label",
                 f"orchestrator.last_active_ts={old_ts}",
-                TEST_IMAGE,
+                engine_image,
                 "true",
             ],
             check=True,
             capture_output=True,
         )
-        again = run_cli(["SIM: print x", "--no-tui", *IMG], cwd=repo, env=env)
+        again = run_cli(["SIM: print x", "--no-tui", "--docker-image", engine_image], cwd=repo, env=env)
         assert again.returncode == 0, again.stderr
         present = subprocess.run(
             ["docker", "ps", "-a", "--format", "{{.Names}}"], capture_output=True, text=True
@@ -161,8 +173,7 @@ def test_start_removes_orphans_and_old_logs_but_not_resumable_runs(tmp_path):
         subprocess.run(["docker", "rm", "-f", *names.values()], capture_output=True)
 
 
-@pytest.mark.exclusive  # old-looking containers that another test's orphan scan would remove
-def test_clean_containers_removes_stopped_past_retention_and_never_running_ones(tmp_path):
+def test_clean_containers_removes_stopped_past_retention_and_never_running_ones(tmp_path, engine_image):
     repo = make_repo(tmp_path / "repo")
     env = cli_env(tmp_path)
     old_ts = "2020-01-01T00:00:00.000Z"
@@ -187,7 +198,7 @@ def test_clean_containers_removes_stopped_past_retention_and_never_running_ones(
                 f"run_id=run_cc_{pid}",
                 "--label",
                 f"orchestrator.last_active_ts={ts}",
-                TEST_IMAGE,
+                engine_image,
                 "sleep",
                 "infinity" if what == "running_old" else "0",
             ]
@@ -247,15 +258,14 @@ def _age(path, days=30):
         os.utime(p, (past, past))
 
 
-@pytest.mark.exclusive  # old-looking containers that another test's orphan scan would remove
-def test_retention_keeps_an_old_interrupted_run_and_list_runs_shows_it_first(tmp_path):
+def test_retention_keeps_an_old_interrupted_run_and_list_runs_shows_it_first(tmp_path, engine_image):
     repo = make_repo(tmp_path / "repo")
     env = cli_env(tmp_path)
-    done = run_cli(["SIM: print done", "--no-tui", *IMG], cwd=repo, env=env)
+    done = run_cli(["SIM: print done", "--no-tui", "--docker-image", engine_image], cwd=repo, env=env)
     assert done.returncode == 0, done.stderr
     completed_id = only_run_id(tmp_path)
     proc = subprocess.Popen(
-        [ORCH, "SIM: write work.txt data\nSIM: commit work\nSIM: sleep 30\nSIM: print finished", "--no-tui", *IMG],
+        [ORCH, "SIM: write work.txt data\nSIM: commit work\nSIM: sleep 30\nSIM: print finished", "--no-tui", "--docker-image", engine_image],
         cwd=repo,
         env=env,
         stdout=subprocess.PIPE,
@@ -277,7 +287,7 @@ def test_retention_keeps_an_old_interrupted_run_and_list_runs_shows_it_first(tmp
         _age(tmp_path / "logs" / run_id)  # both far past the 7-day retention
     kept = (tmp_path / "logs" / interrupted_id / "events.jsonl").read_bytes()
 
-    later = run_cli(["SIM: print later", "--no-tui", *IMG], cwd=repo, env=env)
+    later = run_cli(["SIM: print later", "--no-tui", "--docker-image", engine_image], cwd=repo, env=env)
     assert later.returncode == 0, later.stderr
     assert not (tmp_path / "logs" / completed_id).exists()  # finished and old: retention deletes it
     assert (tmp_path / "logs" / interrupted_id / "events.jsonl").read_bytes() == kept  # resumable: untouched
@@ -328,15 +338,14 @@ def _recreate_as_old(name: str, old_ts: str) -> None:
     subprocess.run([*cmd, cfg["Image"], *cfg["Cmd"]], check=True, capture_output=True)
 
 
-@pytest.mark.exclusive  # old-looking containers that another test's orphan scan would remove
-def test_orphan_scan_never_removes_a_live_run_from_another_directory(tmp_path):
+def test_orphan_scan_never_removes_a_live_run_from_another_directory(tmp_path, engine_image):
     """Two live runs, two directories: the start-up scan of one never kills the other's container."""
     old_ts = "2020-01-01T00:00:00.000Z"
     repo_a, repo_b = make_repo(tmp_path / "a" / "repo"), make_repo(tmp_path / "b" / "repo")
     env_a, env_b = cli_env(tmp_path / "a"), cli_env(tmp_path / "b")
     prompt = "SIM: write work.txt data\nSIM: commit work\nSIM: sleep 45\nSIM: print finished"
     proc = subprocess.Popen(
-        [ORCH, prompt, "--no-tui", *IMG],
+        [ORCH, prompt, "--no-tui", "--docker-image", engine_image],
         cwd=repo_a,
         env=env_a,
         stdout=subprocess.PIPE,
@@ -388,7 +397,7 @@ def test_orphan_scan_never_removes_a_live_run_from_another_directory(tmp_path):
                     "base_branch": "main",
                     "model": "sonnet",
                     "plugin": "claude-code",
-                    "docker_image": TEST_IMAGE,
+                    "docker_image": engine_image,
                     "max_parallel": 1,
                     "status": status,
                 }
@@ -448,7 +457,7 @@ def test_orphan_scan_never_removes_a_live_run_from_another_directory(tmp_path):
                     "--label",
                     f"orchestrator.last_active_ts={old_ts}",
                     *extra,
-                    TEST_IMAGE,
+                    engine_image,
                     "sleep",
                     "infinity",
                 ],
@@ -469,13 +478,13 @@ def test_orphan_scan_never_removes_a_live_run_from_another_directory(tmp_path):
                     "--label",
                     f"orchestrator.last_active_ts={old_ts}",
                     *extra,
-                    TEST_IMAGE,
+                    engine_image,
                     "true",
                 ],
                 check=True,
                 capture_output=True,
             )
-        b = run_cli(["SIM: print from b", "--no-tui", *IMG], cwd=repo_b, env=env_b)  # B's first start scans
+        b = run_cli(["SIM: print from b", "--no-tui", "--docker-image", engine_image], cwd=repo_b, env=env_b)  # B's first start scans
         assert b.returncode == 0, b.stderr
         assert resumed.poll() is None, "run A should still be live while B starts"
         present = subprocess.run(
@@ -497,8 +506,7 @@ def test_orphan_scan_never_removes_a_live_run_from_another_directory(tmp_path):
         )
 
 
-@pytest.mark.exclusive  # old-looking containers that another test's orphan scan would remove
-def test_clean_containers_takes_its_retention_from_the_config_file(tmp_path):
+def test_clean_containers_takes_its_retention_from_the_config_file(tmp_path, engine_image):
     # An hour old: inside the default 2 h retention (so no other run's orphan scan
     # removes it meanwhile), past the half hour that the config file sets.
     repo = make_repo(tmp_path / "repo")
@@ -519,7 +527,7 @@ def test_clean_containers_takes_its_retention_from_the_config_file(tmp_path):
                 f"run_id=run_cfg_{os.getpid()}",
                 "--label",
                 f"orchestrator.last_active_ts={ts}",
-                TEST_IMAGE,
+                engine_image,
             ],
             check=True,
             capture_output=True,

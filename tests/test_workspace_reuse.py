@@ -179,7 +179,12 @@ def test_runs_of_one_command_reuse_finished_checkouts_and_leave_nothing_to_the_n
         prepared = [
             json.loads(line) for line in runner_jsonl.read_text().splitlines() if '"runner.workspace.prepared"' in line
         ]
-        assert sorted(p["reused"] for p in prepared) == [False, True, True]
+        # The first task has nothing to reuse. A finished checkout is set aside only
+        # once its task.completed is on disk, after its slot went to the next task:
+        # under load the next task may be prepared first and get a fresh clone (seen
+        # once in a six-worker run: False, False, True). Reuse must still happen.
+        flags = [p["reused"] for p in prepared]
+        assert len(flags) == 3 and flags[0] is False and True in flags[1:], flags
         assert not list((tmp_path / "ws" / run_id).glob("*.deleting-*"))
     finally:
         _remove_run(run_id)
