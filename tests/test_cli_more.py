@@ -265,7 +265,13 @@ def test_retention_keeps_an_old_interrupted_run_and_list_runs_shows_it_first(tmp
     assert done.returncode == 0, done.stderr
     completed_id = only_run_id(tmp_path)
     proc = subprocess.Popen(
-        [ORCH, "SIM: write work.txt data\nSIM: commit work\nSIM: sleep 30\nSIM: print finished", "--no-tui", "--docker-image", engine_image],
+        [
+            ORCH,
+            "SIM: write work.txt data\nSIM: commit work\nSIM: sleep 30\nSIM: print finished",
+            "--no-tui",
+            "--docker-image",
+            engine_image,
+        ],
         cwd=repo,
         env=env,
         stdout=subprocess.PIPE,
@@ -484,7 +490,8 @@ def test_orphan_scan_never_removes_a_live_run_from_another_directory(tmp_path, e
                 check=True,
                 capture_output=True,
             )
-        b = run_cli(["SIM: print from b", "--no-tui", "--docker-image", engine_image], cwd=repo_b, env=env_b)  # B's first start scans
+        # B's first start scans
+        b = run_cli(["SIM: print from b", "--no-tui", "--docker-image", engine_image], cwd=repo_b, env=env_b)
         assert b.returncode == 0, b.stderr
         assert resumed.poll() is None, "run A should still be live while B starts"
         present = subprocess.run(
