@@ -7,10 +7,11 @@ from pathlib import Path
 
 import anyio
 import pytest
-from engine_helpers import run_engine
+from engine_helpers import interrupt_when, run_engine
 
 from orchestrator.app.results import _selected_branch
 from orchestrator.engine.testing import ScriptedRunner, failure, success
+from orchestrator.log.eventlog import read_events
 from orchestrator.errors import ConfigError
 from orchestrator.naming import short8
 from strategies.review_loop import load_ideas, prepare, review_loop
@@ -197,19 +198,32 @@ def snapshot_tree(root: Path) -> dict[str, bytes]:
 async def test_interrupt_mid_review_or_mid_evaluation_then_resume(tmp_path, hang_on):
     ref_engine, ref_state, _ = await run(tmp_path / "ref")
 
+    returned: set[str] = set()
+
     async def hanging(req):
         if req.task_key.endswith(hang_on):
             await anyio.sleep_forever()
-        return script(req)
+        out = script(req)
+        returned.add(req.task_key)
+        return out
+
+    def hanging_where_wanted() -> bool:
+        # every hang point reached, and every other task given its result: the run is
+        # stopped there (a fixed one second did not reach it on a loaded machine)
+        called = {c.task_key for c in first.calls}
+        reached = all(any(k.endswith(h) for k in called) for h in hang_on)
+        return reached and {k for k in called if not k.endswith(hang_on)} <= returned
 
     first = ScriptedRunner(hanging)
-    with anyio.move_on_after(1.0):
-        await run(tmp_path / "run", first)
-    assert all(any(c.task_key.endswith(h) for c in first.calls) for h in hang_on)  # interrupted there
+    await interrupt_when(lambda: run(tmp_path / "run", first), hanging_where_wanted, settle=0.2)
+    # the tasks the interrupted run recorded as done
+    done_before = {
+        e.key for e in read_events(tmp_path / "run" / "logs" / "run_t" / "events.jsonl") if e.type == "task.completed"
+    }
+    assert done_before, "the first run recorded no finished task: nothing was tested"
     second = ScriptedRunner(script)
     engine, state, _ = await run(tmp_path / "run", second)
     assert state.strategies["s1"].status == "success"
-    done_before = {k for k in first.per_key if not k.endswith(hang_on)}
     assert not done_before & set(second.per_key), "a finished task ran again"
     assert all(any(k.endswith(h) for k in second.per_key) for h in hang_on)
     assert state.strategies["s1"].result == ref_state.strategies["s1"].result
