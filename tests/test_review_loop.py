@@ -11,8 +11,8 @@ from engine_helpers import interrupt_when, run_engine
 
 from orchestrator.app.results import _selected_branch
 from orchestrator.engine.testing import ScriptedRunner, failure, success
-from orchestrator.log.eventlog import read_events
 from orchestrator.errors import ConfigError
+from orchestrator.log.eventlog import read_events
 from orchestrator.naming import short8
 from strategies.review_loop import load_ideas, prepare, review_loop
 
