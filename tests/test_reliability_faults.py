@@ -276,8 +276,12 @@ def test_docker_daemon_restart_mid_run_then_resume_finishes(tmp_path, repo, priv
         [prompt, "--runs", "2", "--no-tui", "--docker-image", private_engine.image], cwd=repo, env=env, out=out
     )
     run_id = _started(tmp_path, 2)
-    time.sleep(1)
     try:
+        # Mid-run means the agents' containers are up: on six busy workers a fixed second
+        # after task.started was sometimes before any existed, and the run then had no
+        # container on the engine to check (seen once: all_containers() == []).
+        wait_for(lambda: len(running_containers(run_id)) >= 1, timeout=120, interval=0.2)
+        time.sleep(1)
         private_engine.restart()  # SIGTERM to its own pid, then the same dockerd again
         rc, _, err = finish(proc, out, timeout=180)
         assert rc in (0, 1, 130), err
