@@ -3,7 +3,8 @@
     ORCHESTRATOR_TEST_TIMELINE=/tmp/timeline.jsonl bash scripts/test.sh
     uv run python scripts/test_timeline.py /tmp/timeline.jsonl
 
-tests/conftest.py writes one line per test (its id, worker, start and end). The
+tests/conftest.py writes one line per test (its id, worker, start and end, and
+the CPU time of the worker and of the commands the test ran). The
 run can end no sooner than its longest chain of tests that must share one
 worker (an ``xdist_group``), nor sooner than its CPU work allows; this prints
 both, and how many workers were busy minute by minute.
@@ -52,6 +53,19 @@ def main(path: str) -> None:
         busy = sum(max(0.0, min(b, r["end"]) - max(a, r["start"])) for r in rows) / 60
         print(f"  {minute:3d}  {busy:4.1f}  {'#' * round(busy * 4)}")
         minute += 1
+
+    if any("cpu" in r for r in rows):
+        # CPU of the test's worker and the commands it ran; the engine's share is not in it
+        by_file: dict[str, float] = defaultdict(float)
+        for r in rows:
+            by_file[r["test"].split("::")[0]] += r.get("cpu", 0.0)
+        total = sum(by_file.values())
+        print(f"\nCPU of the tests' own processes: {total:.0f} CPU-s; the costliest files:")
+        for name, cpu in sorted(by_file.items(), key=lambda kv: -kv[1])[:25]:
+            print(f"  {cpu:7.1f}  {name}")
+        print("\nthe costliest tests:")
+        for r in sorted(rows, key=lambda r: -r.get("cpu", 0.0))[:25]:
+            print(f"  {r.get('cpu', 0.0):7.1f}  {r['test']}")
 
     print("\nthe last tests to finish:")
     for r in sorted(rows, key=lambda r: r["end"])[-12:]:

@@ -185,6 +185,13 @@ def pytest_runtest_logreport(report):
             fh.write(nodeid + "\n")
 
 
+def _cpu_seconds() -> float:
+    import resource
+
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     """With $ORCHESTRATOR_TEST_TIMELINE, write when each test ran and on which worker.
@@ -197,12 +204,16 @@ def pytest_runtest_protocol(item, nextitem):
         yield
         return
     start = time.time()
+    before = _cpu_seconds()
     yield
     line = {
         "test": item.nodeid,
         "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"),
         "start": start,
         "end": time.time(),
+        # the worker's own CPU and its finished children's (the orchestrator
+        # commands, git, the docker client); the engine's share is not in it
+        "cpu": round(_cpu_seconds() - before, 3),
     }
     with open(path, "a", encoding="utf-8") as fh:
         fh.write(json.dumps(line) + "\n")
