@@ -9,11 +9,22 @@
 set -Eeuo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export UV_PYTHON_DOWNLOADS=never
+# pytest keeps each test module with its asserts rewritten in tests/__pycache__
+# (tests/conftest.py); a clean checkout has none, and every worker would rewrite
+# all of them at once (about 7 CPU-seconds each). One collection beside the lint,
+# which leaves the other CPU idle, writes them first.
+lint_beside_a_collection() {
+    uv run --frozen pytest --collect-only -q -p no:cacheprovider >/dev/null 2>&1 &
+    local collect=$! status=0
+    bash scripts/lint.sh || status=$?
+    wait "$collect" || true  # a module that cannot be collected fails the test run itself, with its error
+    return "$status"
+}
 if [ "${1:-}" = "--quick" ]; then
     shift
     uv sync --frozen --quiet
     uv run --frozen python -m compileall -q -j 0 orchestrator strategies runner_plugins tui >/dev/null
-    bash scripts/lint.sh
+    lint_beside_a_collection
     set +e
     uv run pytest -q -p no:cacheprovider -m "not docker and not slow" -n 2 "$@"
     status=$?
@@ -24,7 +35,7 @@ fi
 bash scripts/setup.sh
 # Findings of ruff or mypy fail the run before any test starts: they are cheap
 # to see and a red lint is as much a failure as a red test.
-bash scripts/lint.sh
+lint_beside_a_collection
 # Docker was just set up: a Docker test that cannot run is a failure, not a skip.
 export ORCHESTRATOR_TESTS_REQUIRE_DOCKER=1
 # Most Docker tests spend their time waiting on containers, git and the engine,

@@ -23,6 +23,12 @@ TEST_IMAGE = os.environ.get("ORCHESTRATOR_TEST_IMAGE", "orchestrator-test-agent"
 # check below compares it with the shared `claude-code` and rebuilds that one.
 TEST_BASE_IMAGE = os.environ.get("ORCHESTRATOR_TEST_BASE_IMAGE", "claude-code")
 sys.path.insert(0, str(Path(__file__).parent))
+# These machines set PYTHONDONTWRITEBYTECODE, and pytest then rewrites the asserts
+# of every test module again in each of a run's seven processes (8 CPU-seconds
+# each, a minute of the machine per run) instead of reading them back from
+# tests/__pycache__. Only the test processes write: the commands the tests
+# start keep the environment as it is.
+sys.dont_write_bytecode = False
 
 
 def git(cwd, *args: str) -> str:
