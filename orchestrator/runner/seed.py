@@ -68,8 +68,7 @@ class SeedCache:
                     for chunk in stream:
                         spool.write(chunk)
                     spool.seek(0)
-                    with tarfile.open(fileobj=spool) as tar:
-                        tar.extractall(tmp / "x", filter="tar")
+                    _extract(spool, tmp / "x")
             finally:
                 client.api.remove_container(container["Id"], force=True)
             # the archive holds the directory itself: <name>/...
@@ -85,6 +84,29 @@ class SeedCache:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         return target
+
+
+def _extract(archive: Any, into: Path) -> None:
+    """Unpack the seed's tar into ``into``, owners by number, modes as archived.
+
+    The system's tar does it in a fraction of the time tarfile takes: a
+    project's .venv is thousands of small files, and tarfile spent about two
+    CPU-seconds on one (py-spy of a run that built a Python environment).
+    Both refuse members that would land outside ``into``.
+    """
+    into.mkdir()
+    if shutil.which("tar") is None:
+        try:
+            with tarfile.open(fileobj=archive) as tar:
+                tar.extractall(into, filter="tar", numeric_owner=True)
+        except tarfile.TarError as exc:
+            raise OSError(f"cannot unpack it: {exc}") from None
+        return
+    run = subprocess.run(
+        ["tar", "-x", "--numeric-owner", "-C", str(into)], stdin=archive, capture_output=True, text=True
+    )
+    if run.returncode != 0:
+        raise OSError(f"tar could not unpack it: {run.stderr.strip()[-300:]}")
 
 
 def copy_seed(seed: Path, workspace: Path) -> None:
