@@ -113,12 +113,15 @@ def _refresh_test_image() -> None:
 _DOCKER_PROBLEM: str | None = None
 
 
-# The private engine's tests in small groups of consecutive tests of one module.
-# A worker starts its own engine for the first such test it runs (9 s and 12
-# CPU-seconds to load the slim image), so small groups cost at most one engine
-# per worker, while one group per module made a chain of 15 minutes
-# (test_hosts_*.py) that the whole run waited on with its CPUs idle.
-ENGINE_GROUP_SIZE = 3
+# The private engine's tests in a few groups of consecutive tests. A worker
+# starts its own engine for the first such test it runs (9 s and 12 CPU-seconds
+# to load the slim image on a quiet machine, a minute beside five busy workers),
+# so each group a worker takes can cost an engine: groups of three had all six
+# workers start one, one of them for two tests. One group per module, though,
+# made a chain of 15 minutes (test_hosts_*.py) that the whole run waited on with
+# its CPUs idle. Four groups of equal length start first and end well before
+# the rest of the run.
+ENGINE_GROUPS = 4
 
 
 def _group_for_workers(config, items) -> None:
@@ -126,21 +129,28 @@ def _group_for_workers(config, items) -> None:
 
     A fixture of module scope (a module's shared runs, for example) is made
     once per worker that runs a test of the module: the module's tests stay
-    together so it is made once. The private engine's tests go in small groups
-    (ENGINE_GROUP_SIZE): grouped tests are handed out first, so these long tests
-    start early and spread over the workers.
+    together so it is made once. The private engine's tests go in a few groups
+    (ENGINE_GROUPS): grouped tests are handed out first, so these long chains
+    start early.
     """
-    engine_tests: dict[str, int] = {}
-    for item in items:
+
+    def fixtures(item) -> dict:
         info = getattr(item, "_fixtureinfo", None)
-        defs = info.name2fixturedefs if info is not None else {}
+        return info.name2fixturedefs if info is not None else {}
+
+    engine_tests = [
+        item for item in items if item.get_closest_marker("xdist_group") is None and "private_engine" in fixtures(item)
+    ]
+    engine_group = {
+        id(item): f"private_engine_{i * ENGINE_GROUPS // len(engine_tests)}" for i, item in enumerate(engine_tests)
+    }
+    for item in items:
+        defs = fixtures(item)
         named = item.get_closest_marker("xdist_group")
         if named is not None:
             group = named.args[0]  # a test's own group: the set-up it shares lies outside pytest's fixtures
-        elif "private_engine" in defs:
-            module = item.module.__name__
-            index = engine_tests[module] = engine_tests.get(module, -1) + 1
-            group = f"private_engine_{module}_{index // ENGINE_GROUP_SIZE}"
+        elif id(item) in engine_group:
+            group = engine_group[id(item)]
         elif any(d and d[-1].scope in ("module", "class", "package") for d in defs.values()):
             group = item.module.__name__
         else:
