@@ -212,3 +212,65 @@ async def test_a_corrupt_line_in_the_middle_is_skipped_counted_and_logged_never_
     sound = tmp_path / "sound.jsonl"
     await write_events(sound, [{"i": 0}])
     assert skipped_lines(sound) == []
+
+
+async def test_a_lost_notification_delays_an_event_a_second_at_most_and_an_idle_log_is_read_once_a_second(
+    tmp_path, monkeypatch
+):
+    """The follower reads on the file watcher's word, and once a second without it: a
+    notification the watcher never delivers (an overflowed inotify queue) holds an
+    event back for a second at most, and an idle log costs a read a second, not one
+    every poll interval."""
+    import time
+
+    import watchfiles
+
+    from orchestrator.log import eventlog
+
+    real_awatch = watchfiles.awatch
+
+    def deaf_awatch(*args, **kwargs):
+        async def timeouts_only():
+            async for changes in real_awatch(*args, **kwargs):
+                if not changes:  # every notification is lost; only the watcher's timeouts come through
+                    yield changes
+
+        return timeouts_only()
+
+    monkeypatch.setattr(watchfiles, "awatch", deaf_awatch)
+    reads: list[float] = []
+    real_iter_lines = eventlog.iter_lines
+
+    def counted_iter_lines(path, offset=0):
+        reads.append(time.monotonic())
+        return real_iter_lines(path, offset)
+
+    monkeypatch.setattr(eventlog, "iter_lines", counted_iter_lines)
+    path = tmp_path / "events.jsonl"
+    await write_events(path, [{"i": 0}])
+    stop = anyio.Event()
+    seen: list[tuple[int, float]] = []
+
+    async def follow():
+        async for ev in subscribe(path, stop=stop):
+            seen.append((ev.payload["i"], time.monotonic()))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(follow)
+        with anyio.fail_after(10):
+            while not seen:
+                await anyio.sleep(0.01)
+        idle_from = time.monotonic()
+        await anyio.sleep(3)
+        idle_reads = [t for t in reads if t >= idle_from]
+        # the default poll interval is 0.05 s: reading on every one would be 60 reads
+        assert 2 <= len(idle_reads) <= 5, len(idle_reads)
+        written = time.monotonic()
+        async with EventLog(path, run_id="run_t") as log:
+            log.append(TASK_SCHEDULED, strategy_execution_id="s1", key="run_t/s1/late", payload={"i": 1})
+        with anyio.fail_after(10):
+            while len(seen) < 2:
+                await anyio.sleep(0.01)
+        stop.set()
+    assert [i for i, _ in seen] == [0, 1]
+    assert seen[1][1] - written < 2.5, seen[1][1] - written  # a second, and room for a loaded machine
