@@ -250,16 +250,17 @@ async def test_a_lost_notification_delays_an_event_a_second_at_most_and_an_idle_
     await write_events(path, [{"i": 0}])
     stop = anyio.Event()
     seen: list[tuple[int, float]] = []
+    arrived = [anyio.Event(), anyio.Event()]
 
     async def follow():
         async for ev in subscribe(path, stop=stop):
             seen.append((ev.payload["i"], time.monotonic()))
+            arrived[len(seen) - 1].set()
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(follow)
         with anyio.fail_after(10):
-            while not seen:
-                await anyio.sleep(0.01)
+            await arrived[0].wait()
         idle_from = time.monotonic()
         await anyio.sleep(3)
         idle_reads = [t for t in reads if t >= idle_from]
@@ -269,8 +270,7 @@ async def test_a_lost_notification_delays_an_event_a_second_at_most_and_an_idle_
         async with EventLog(path, run_id="run_t") as log:
             log.append(TASK_SCHEDULED, strategy_execution_id="s1", key="run_t/s1/late", payload={"i": 1})
         with anyio.fail_after(10):
-            while len(seen) < 2:
-                await anyio.sleep(0.01)
+            await arrived[1].wait()
         stop.set()
     assert [i for i, _ in seen] == [0, 1]
     assert seen[1][1] - written < 2.5, seen[1][1] - written  # a second, and room for a loaded machine
