@@ -94,3 +94,60 @@ def test_the_wrappers_end_line_comes_out_of_stderr_wherever_the_frames_cut_it(ag
         for cut2 in range(cut, len(stream) + 1):
             assert _split_stderr([stream[:cut], stream[cut:cut2], stream[cut2:]]) == (agent, value), (cut, cut2)
     assert _split_stderr([agent[:3], agent[3:]]) == (agent, None)
+
+
+@pytest.mark.docker
+async def test_a_cancelled_exec_whose_process_cannot_be_ended_still_ends_as_a_cancellation(run_id, caplog):
+    """Ctrl+C or a timeout reaches an exec; ``on_cancel``, asked to end its process,
+    fails. The caller's cancellation must still be what comes out (a Ctrl+C stays
+    a Ctrl+C, a timeout a timeout), at once, with the failure in the runner's log;
+    it used to come out as an ExceptionGroup of the failure instead."""
+    import logging
+    import subprocess
+    import time
+
+    import anyio
+    from conftest import TEST_IMAGE
+
+    from orchestrator.runner.docker_containers import DockerHost
+    from orchestrator.runner.docker_exec import run_exec
+    from orchestrator.runner.registry import get_plugin
+
+    name = f"orchestrator_{run_id}_oncancel"
+    subprocess.run(
+        [
+            "docker",
+            "run",
+            "-d",
+            "--name",
+            name,
+            "--label",
+            f"run_id={run_id}",
+            "--entrypoint",
+            "sleep",
+            TEST_IMAGE,
+            "300",
+        ],
+        check=True,
+        capture_output=True,
+    )
+
+    async def failing_on_cancel():
+        raise RuntimeError("the engine went away")
+
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="orchestrator.runner"), anyio.move_on_after(2) as scope:
+        await run_exec(
+            DockerHost(),
+            name,
+            ["sh", "-c", "echo started; sleep 60"],
+            env={},
+            parser=get_plugin("command").new_parser(),
+            stdin_payload=None,
+            on_event=lambda event: None,
+            on_cancel=failing_on_cancel,
+        )
+    assert scope.cancelled_caught
+    assert time.monotonic() - started < 10
+    failures = [r for r in caplog.records if "could not end" in r.getMessage()]
+    assert failures and "the engine went away" in failures[0].getMessage()

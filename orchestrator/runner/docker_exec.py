@@ -223,7 +223,15 @@ async def run_exec(
             with anyio.CancelScope(shield=True):
                 try:
                     with anyio.move_on_after(DRAIN_S):
-                        await on_cancel()
+                        try:
+                            await on_cancel()
+                        except Exception as exc:
+                            # The caller's cancellation is what goes on (a Ctrl+C, a
+                            # timeout): raised from here, this would replace it.
+                            _log.warning(
+                                f"could not end the exec's process when cancelled: {type(exc).__name__}: {exc}",
+                                extra={"container": container},
+                            )
                         with anyio.move_on_after(DRAIN_AFTER_END_S):
                             await stream_done.wait()
                 finally:
