@@ -96,24 +96,14 @@ def test_the_wrappers_end_line_comes_out_of_stderr_wherever_the_frames_cut_it(ag
     assert _split_stderr([agent[:3], agent[3:]]) == (agent, None)
 
 
-@pytest.mark.docker
-async def test_a_cancelled_exec_whose_process_cannot_be_ended_still_ends_as_a_cancellation(run_id, caplog):
-    """Ctrl+C or a timeout reaches an exec; ``on_cancel``, asked to end its process,
-    fails. The caller's cancellation must still be what comes out (a Ctrl+C stays
-    a Ctrl+C, a timeout a timeout), at once, with the failure in the runner's log;
-    it used to come out as an ExceptionGroup of the failure instead."""
-    import logging
+@pytest.fixture
+def sleeping_container(run_id):
+    """A container of the test image that sleeps, removed with the run's (the run_id fixture)."""
     import subprocess
-    import time
 
-    import anyio
     from conftest import TEST_IMAGE
 
-    from orchestrator.runner.docker_containers import DockerHost
-    from orchestrator.runner.docker_exec import run_exec
-    from orchestrator.runner.registry import get_plugin
-
-    name = f"orchestrator_{run_id}_oncancel"
+    name = f"orchestrator_{run_id}_sleeping"
     subprocess.run(
         [
             "docker",
@@ -131,6 +121,23 @@ async def test_a_cancelled_exec_whose_process_cannot_be_ended_still_ends_as_a_ca
         check=True,
         capture_output=True,
     )
+    return name
+
+
+@pytest.mark.docker
+async def test_a_cancelled_exec_whose_process_cannot_be_ended_still_ends_as_a_cancellation(sleeping_container, caplog):
+    """Ctrl+C or a timeout reaches an exec; ``on_cancel``, asked to end its process,
+    fails. The caller's cancellation must still be what comes out (a Ctrl+C stays
+    a Ctrl+C, a timeout a timeout), at once, with the failure in the runner's log;
+    it used to come out as an ExceptionGroup of the failure instead."""
+    import logging
+    import time
+
+    import anyio
+
+    from orchestrator.runner.docker_containers import DockerHost
+    from orchestrator.runner.docker_exec import run_exec
+    from orchestrator.runner.registry import get_plugin
 
     async def failing_on_cancel():
         raise RuntimeError("the engine went away")
@@ -139,7 +146,7 @@ async def test_a_cancelled_exec_whose_process_cannot_be_ended_still_ends_as_a_ca
     with caplog.at_level(logging.WARNING, logger="orchestrator.runner"), anyio.move_on_after(2) as scope:
         await run_exec(
             DockerHost(),
-            name,
+            sleeping_container,
             ["sh", "-c", "echo started; sleep 60"],
             env={},
             parser=get_plugin("command").new_parser(),
