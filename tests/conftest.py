@@ -25,8 +25,9 @@ TEST_BASE_IMAGE = os.environ.get("ORCHESTRATOR_TEST_BASE_IMAGE", "claude-code")
 sys.path.insert(0, str(Path(__file__).parent))
 # These machines set PYTHONDONTWRITEBYTECODE, and pytest then rewrites the asserts
 # of every test module again in each of a run's processes (a collection takes 11
-# CPU-seconds instead of 4.5) instead of reading them back from tests/__pycache__. Only the test processes write: the commands the tests
-# start keep the environment as it is.
+# CPU-seconds instead of 4.5) instead of reading them back from tests/__pycache__.
+# Only the test processes write: the commands the tests start keep the
+# environment as it is.
 sys.dont_write_bytecode = False
 
 
