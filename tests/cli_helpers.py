@@ -18,6 +18,11 @@ def cli_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     }
     env.update(
         ANTHROPIC_API_KEY=TEST_KEY,
+        # Tasks run offline unless a test asks for the network (online: test_cli_run.py):
+        # neither the simulated agent nor the agent CLIs' scripted API server (on the
+        # container's own loopback) needs one, and an offline container costs the machine
+        # about a quarter less CPU (docs/performance.md, "A task's network").
+        ORCHESTRATOR_RUNNER__NETWORK_EGRESS="offline",
         ORCHESTRATOR_WORKSPACE_ROOT=str(tmp_path / "ws"),
         ORCHESTRATOR_LOGS_DIR=str(tmp_path / "logs"),
         ORCHESTRATOR_STATE_DIR=str(tmp_path / "state"),

@@ -8,8 +8,9 @@ import signal
 import subprocess
 import time
 
+import cli_helpers
 import pytest
-from cli_helpers import ORCH, TEST_KEY, cli_env, only_run_id, run_cli, wait_for
+from cli_helpers import ORCH, TEST_KEY, only_run_id, run_cli, wait_for
 from conftest import TEST_IMAGE, git, make_repo
 
 from orchestrator.log.eventlog import read_events
@@ -18,6 +19,11 @@ from orchestrator.naming import ghash, session_volume_name
 
 pytestmark = pytest.mark.docker
 IMG = ["--docker-image", TEST_IMAGE]
+
+
+def cli_env(tmp_path, **extra):
+    """The user's default: tasks online, on the engine's bridge network (the other files run theirs offline)."""
+    return cli_helpers.cli_env(tmp_path, **{"ORCHESTRATOR_RUNNER__NETWORK_EGRESS": "online", **extra})
 
 
 @pytest.fixture

@@ -179,15 +179,30 @@ async def test_timeout_stops_quickly(repo, run_id, runner):
     assert await anyio.Path(res.workspace_path).is_dir()  # kept for resume/debugging
 
 
+# Serves one request on the container's loopback, by name: what the agent CLIs' scripted API server needs.
+LOOPBACK = (
+    "ls /sys/class/net; "
+    "python3 -c \"import socket, threading; s = socket.create_server(('localhost', 0)); "
+    "threading.Thread(target=lambda: s.accept()[0].sendall(b'served')).start(); "
+    "print(socket.create_connection(('localhost', s.getsockname()[1])).recv(6).decode())\""
+)
+
+
 async def test_offline_network_has_only_loopback(repo, run_id, runner):
     res = await run_instance(
         "",
         repo,
         runner=runner,
-        **fields(run_id, plugin_name="command", network_egress="offline", command="ls /sys/class/net"),
+        **fields(run_id, plugin_name="command", network_egress="offline", command=LOOPBACK),
     )
     assert res.status == "success", res.error
-    assert res.final_message.split() == ["lo"]
+    assert res.final_message.split() == ["lo", "served"], res.final_message
+    # No network from the engine at all (not network_mode none, which still sets one up):
+    # the run folder's hosts file stands in for the one the engine writes only then.
+    config = inspect(res.container_name)
+    assert config["Config"]["NetworkDisabled"] is True, config["HostConfig"]["NetworkMode"]
+    binds = dict(b.rsplit(":", 2)[1::-1] for b in config["HostConfig"]["Binds"])
+    assert Path(binds["/etc/hosts"]) == Path(binds["/workspace"]).parent / ".offline-hosts", binds
     online = await run_instance(
         "", repo, runner=runner, **fields(run_id, key="on", plugin_name="command", command="ls /sys/class/net")
     )

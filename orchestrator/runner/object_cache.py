@@ -253,7 +253,6 @@ async def _start_helper(host: DockerHost, image: str, volume: str) -> str:
         host_config = client.api.create_host_config(
             mounts=[Mount(target=_HELPER_MOUNT, source=volume, type="volume")],
             auto_remove=True,
-            network_mode="none",
             read_only=True,
             tmpfs={"/tmp": "rw,nosuid,nodev,size=64m"},
             cap_drop=["ALL"],
@@ -266,6 +265,8 @@ async def _start_helper(host: DockerHost, image: str, volume: str) -> str:
             user="0",
             labels={HELPER_LABEL: volume, "orchestrator.host": host.name or ""},
             host_config=host_config,
+            # No network at all, not even the namespace the engine sets up for network_mode none.
+            network_disabled=True,
         )
         client.api.start(created["Id"])
 
@@ -406,7 +407,7 @@ async def list_caches(host: DockerHost, image: str | None = None) -> list[dict[s
             entrypoint=[],
             user="0",
             remove=True,
-            network_mode="none",
+            network_disabled=True,
             mounts=[Mount(target=f"/c/{r['name']}", source=r["name"], type="volume", read_only=True) for r in rows],
         )
 
