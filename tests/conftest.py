@@ -151,6 +151,8 @@ def _group_for_workers(config, items) -> None:
             group = named.args[0]  # a test's own group: the set-up it shares lies outside pytest's fixtures
         elif id(item) in engine_group:
             group = engine_group[id(item)]
+        elif "dry_runs" in defs:
+            group = "shared_runs"  # tests/shared_runs.py: made once, on the worker that reads them
         elif any(d and d[-1].scope in ("module", "class", "package") for d in defs.values()):
             group = item.module.__name__
         else:
@@ -353,3 +355,8 @@ def proxy_dir():
     path = Path(tempfile.mkdtemp(prefix="prx-", dir="/tmp"))
     yield path
     shutil.rmtree(path, ignore_errors=True)
+
+
+# A session fixture lives here to be one instance for every file that reads it (imported last:
+# shared_runs imports this module).
+from shared_runs import dry_runs  # noqa: E402, F401

@@ -26,6 +26,7 @@ from reliability_helpers import (
     wait_for,
     wait_run_started,
 )
+from shared_runs import DRY_RUNS
 
 pytestmark = pytest.mark.docker
 
@@ -144,29 +145,27 @@ def test_interrupted_tree_beam_recommends_no_merge_and_shows_the_resume(tmp_path
 
 # ---------------------------------------------------------------- the verdict line of each built-in strategy
 
-GOALS = """\
-version: 1
-goals:
-  - id: keep
-    description: keep.txt stays
-    check: test -f keep.txt
-    weight: 1
-  - id: work
-    description: the project records simulated work under sim/
-    check: test -n "$(ls sim 2>/dev/null)"
-    weight: 5
-"""
 EVAL = ["-S", "eval_command=python3 bench.py", "-S", "primary_metric=throughput"]
+# The strategies whose dry run tests/shared_runs.py makes for other files too are read from there.
 VERDICT_RUNS = {
-    "best-of-n": (["-S", "n=3"], {}),
-    "review-loop": (["-S", "test_command=true", *EVAL], {"bench.py": BENCH}),
-    "tree-beam": ([*EVAL, "-S", "ideas_per_node=2", "-S", "max_depth=1", "-S", "beam_width=1"], {"bench.py": BENCH}),
-    "evolve": (["-S", "goals=GOALS.yaml", "-S", "max_cycles=2"], {"keep.txt": "keep\n", "GOALS.yaml": GOALS}),
     "simple": (["-S", "import_policy=always"], {}),
     "iterative": ([], {}),
     "plan-score-implement": ([], {}),
     "synthesize": ([], {}),
 }
+
+
+def check_verdict(name: str, root, run_id: str, stdout: str) -> None:
+    lines = [ln.strip() for ln in stdout.splitlines() if ln.strip().startswith("Verdict: ")]
+    assert len(lines) == 1, stdout
+    line = lines[0].removeprefix("Verdict: ")
+    (s,) = json.loads((root / "results" / run_id / "summary.json").read_text())["strategies"]
+    assert s["verdict"] == line
+    page = (root / "results" / run_id / "report.html").read_text("utf-8")
+    assert str(escape(line)) in page
+    # a run started in the same second as another (tests side by side) gets a "_2" suffix
+    snapshot = re.sub(r"run_\d{8}_\d{6}(?:_\d+)?_k[0-9a-f]{8}", "RUN_k", line)
+    assert re.fullmatch(VERDICTS[name], snapshot), snapshot
 
 
 @pytest.mark.parametrize("name", sorted(VERDICT_RUNS))
@@ -180,17 +179,13 @@ def test_each_strategy_states_one_verdict_line_everywhere(tmp_path, name):
         timeout=600,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    run_id = only_run_id(tmp_path)
-    lines = [ln.strip() for ln in done.stdout.splitlines() if ln.strip().startswith("Verdict: ")]
-    assert len(lines) == 1, done.stdout
-    line = lines[0].removeprefix("Verdict: ")
-    (s,) = json.loads((tmp_path / "results" / run_id / "summary.json").read_text())["strategies"]
-    assert s["verdict"] == line
-    page = (tmp_path / "results" / run_id / "report.html").read_text("utf-8")
-    assert str(escape(line)) in page
-    # a run started in the same second as another (tests side by side) gets a "_2" suffix
-    snapshot = re.sub(r"run_\d{8}_\d{6}(?:_\d+)?_k[0-9a-f]{8}", "RUN_k", line)
-    assert re.fullmatch(VERDICTS[name], snapshot), snapshot
+    check_verdict(name, tmp_path, only_run_id(tmp_path), done.stdout)
+
+
+@pytest.mark.parametrize("name", sorted(DRY_RUNS))
+def test_each_search_strategy_states_one_verdict_line_everywhere(dry_runs, name):
+    run = dry_runs[name]
+    check_verdict(name, run.root, run.run_id, run.stdout)
 
 
 # The simulated agent answers from the prompt, so each dry run's verdict is fixed; run ids are masked.
@@ -207,7 +202,7 @@ VERDICTS = {
     "synthesize": r"(synthesis of gen/0, gen/1, gen/2 selected: the synthesis scored [\d.]+ >= gen/\d's [\d.]+"
     r"|gen/\d stays best \(score [\d.]+\): the synthesis scored [\d.]+ < gen/\d's [\d.]+) side by side; hunks: 1 new",
     "tree-beam": re.escape(
-        "n1 beat the base: throughput 100 → 110, change +10.00% [+10.00%, +10.00%] over 10 pairs; stopped: max_depth"
+        "n2 beat the base: throughput 100 → 120, change +20.00% [+20.00%, +20.00%] over 10 pairs; stopped: max_depth"
     ),
 }
 

@@ -26,6 +26,7 @@ import pytest
 from cli_helpers import TEST_KEY, cli_env, run_cli
 from conftest import TEST_IMAGE, make_repo
 from screen_checks import protocol_lines
+from shared_runs import LazyRuns
 from test_evolve_docker import GOALS_YAML, STUCK_YAML
 from test_synthesize_docker import APPROACHES, CALC, CANDIDATES, GOOD_SYNTH, TESTS
 from test_tree_beam_docker import BENCH, GOAL
@@ -58,18 +59,6 @@ def _run(base: Path, name: str, repo_files: dict[str, str], args: list[str]) -> 
         "html": report.read_text("utf-8"),
         "events": root / "logs" / run_id / "events.jsonl",
     }
-
-
-class LazyRuns(dict):
-    """Each strategy's run is made when a test first asks for it, so ``-k synthesize`` runs one, not five."""
-
-    def __init__(self, makers: dict) -> None:
-        super().__init__()
-        self.makers = makers
-
-    def __missing__(self, name: str) -> dict:
-        self[name] = self.makers[name]()
-        return self[name]
 
 
 @pytest.fixture(scope="module")

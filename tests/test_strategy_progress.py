@@ -1,4 +1,7 @@
-"""Strategies' progress records through the real ``orchestrator`` command: the log, the console, the dashboard."""
+"""Strategies' progress records through the real ``orchestrator`` command: the log, the console, the dashboard.
+
+The runs are tests/shared_runs.py's dry runs, which other files read too.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +10,6 @@ import json
 import time
 
 import pytest
-from cli_helpers import cli_env, only_run_id, run_cli
-from conftest import TEST_IMAGE, make_repo
 from rich.console import Console
 
 from orchestrator.log.eventlog import read_events
@@ -16,22 +17,6 @@ from tui.dashboard import Dashboard
 from tui.model import fmt_progress
 
 pytestmark = pytest.mark.docker
-
-IMG = ["--docker-image", TEST_IMAGE]
-
-BENCH = """import json, os
-n = len(os.listdir("sim")) if os.path.isdir("sim") else 0
-print(json.dumps({"metrics": {"throughput": 100 + 10 * n}}))
-"""
-
-GOALS = """\
-version: 1
-goals:
-  - id: work
-    description: the project records simulated work under sim/
-    check: test -n "$(ls sim 2>/dev/null)"
-    weight: 1
-"""
 
 
 def progress_of(tmp_path, run_id):
@@ -58,37 +43,9 @@ def dashboard_text(tmp_path, run_id) -> str:
     return console.export_text()
 
 
-def test_tree_beam_run_publishes_its_progress_to_the_log_console_and_dashboard(tmp_path):
-    repo = make_repo(tmp_path / "repo", {"bench.py": BENCH})
-    result = run_cli(
-        [
-            "raise the benchmark",
-            "--strategy",
-            "tree-beam",
-            "--dry-run",
-            "--no-tui",
-            *IMG,
-            "-S",
-            "eval_command=python3 bench.py",
-            "-S",
-            "primary_metric=throughput",
-            "-S",
-            "ideas_per_node=2",
-            "-S",
-            "max_depth=2",
-            "-S",
-            "beam_width=1",
-            "-S",
-            "max_total_evals=4",
-            "-S",
-            "confirm_pairs=0",
-        ],
-        cwd=repo,
-        env=cli_env(tmp_path),
-        timeout=600,
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    run_id = only_run_id(tmp_path)
+def test_tree_beam_run_publishes_its_progress_to_the_log_console_and_dashboard(dry_runs):
+    run = dry_runs["tree-beam"]  # tests/shared_runs.py: depth 2, beam 1, two ideas a node
+    tmp_path, run_id, result = run.root, run.run_id, run
     records = progress_of(tmp_path, run_id)
     assert records[0] == {
         "phase": "depth",
@@ -112,46 +69,28 @@ def test_tree_beam_run_publishes_its_progress_to_the_log_console_and_dashboard(t
     assert f"depth 2/2 · frontier {last['frontier']} · best {last['best']:g}" in dashboard_text(tmp_path, run_id)
 
 
-def test_evolve_run_publishes_its_progress_to_the_log_console_and_dashboard(tmp_path):
-    repo = make_repo(tmp_path / "repo", {"keep.txt": "keep\n", "GOALS.yaml": GOALS})
-    result = run_cli(
-        [
-            "keep the project healthy",
-            "--strategy",
-            "evolve",
-            "-S",
-            "goals=GOALS.yaml",
-            "-S",
-            "max_cycles=3",
-            "--dry-run",
-            "--no-tui",
-            *IMG,
-        ],
-        cwd=repo,
-        env=cli_env(tmp_path),
-        timeout=600,
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    run_id = only_run_id(tmp_path)
+def test_evolve_run_publishes_its_progress_to_the_log_console_and_dashboard(dry_runs):
+    run = dry_runs["evolve"]  # tests/shared_runs.py: two goals, "keep" passing from the start
+    tmp_path, run_id, result = run.root, run.run_id, run
     records = progress_of(tmp_path, run_id)
     assert records[0] == {
         "phase": "cycle",
         "step": 0,
         "of_total": 3,
-        "done": 0,
-        "total": 1,
-        "text": "goals 0/1 passing",
+        "done": 1,
+        "total": 2,
+        "text": "goals 1/2 passing",
     }
     assert records[-1] == {
         "phase": "cycle",
         "step": 1,
         "of_total": 3,
-        "done": 1,
-        "total": 1,
-        "text": "goals 1/1 passing · stopped: all-passing",
+        "done": 2,
+        "total": 2,
+        "text": "goals 2/2 passing · stopped: all-passing",
     }
-    assert "s1: [STRATEGY] cycle 1/3 · goals 1/1 passing · stopped: all-passing" in result.stdout
-    assert "cycle 1/3 · goals 1/1 passing · stopped: all-passing" in dashboard_text(tmp_path, run_id)
+    assert "s1: [STRATEGY] cycle 1/3 · goals 2/2 passing · stopped: all-passing" in result.stdout
+    assert "cycle 1/3 · goals 2/2 passing · stopped: all-passing" in dashboard_text(tmp_path, run_id)
     from orchestrator.log.events import Progress
 
-    assert fmt_progress(Progress(**records[-1])) == "cycle 1/3 · goals 1/1 passing · stopped: all-passing"
+    assert fmt_progress(Progress(**records[-1])) == "cycle 1/3 · goals 2/2 passing · stopped: all-passing"
