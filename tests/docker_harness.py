@@ -19,6 +19,17 @@ def new_run_id() -> str:
     return f"run_d{uuid.uuid4().hex[:8]}"
 
 
+def harness_defaults(plugin: str = "claude-code") -> TaskDefaults:
+    """The harness's task defaults; a test that drives an Engine of its own for the same run uses them too
+    (a resume under other defaults would schedule its tasks with other fingerprints).
+
+    Offline, as the command's tests run (tests/cli_helpers.py): the sim agent needs no network.
+    """
+    return TaskDefaults(
+        plugin_name=plugin, container_cpus=1, container_memory="1g", timeout_seconds=120, network_egress="offline"
+    )
+
+
 async def run_with_docker(
     tmp_path: Path,
     repo: Path,
@@ -51,7 +62,7 @@ async def run_with_docker(
         state_dir=str(tmp_path / "state"),
         results_dir=str(tmp_path / "results"),
         max_parallel=max_parallel,
-        defaults=TaskDefaults(plugin_name=plugin, container_cpus=1, container_memory="1g", timeout_seconds=120),
+        defaults=harness_defaults(plugin),
         runner_options={
             "docker_image": TEST_IMAGE,
             "retry_config": RetryConfig(max_attempts=3, backoff_base_s=0.2, backoff_factor=2, backoff_max_s=1),

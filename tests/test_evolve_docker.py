@@ -11,7 +11,7 @@ import json
 
 import pytest
 from conftest import git, make_repo
-from docker_harness import new_run_id, run_with_docker
+from docker_harness import harness_defaults, new_run_id, run_with_docker
 
 from orchestrator.log.eventlog import read_events
 from orchestrator.log.state import COMPLETED
@@ -117,7 +117,6 @@ async def run_until(tmp_path, repo, fn, *, event_type, key_suffix, run_id, param
     from conftest import TEST_IMAGE
 
     from orchestrator.engine.engine import Engine, EngineConfig
-    from orchestrator.engine.fingerprint import TaskDefaults
     from orchestrator.runner import AuthConfig, DockerRunner, RetryConfig
 
     cfg = EngineConfig(
@@ -128,7 +127,7 @@ async def run_until(tmp_path, repo, fn, *, event_type, key_suffix, run_id, param
         state_dir=str(tmp_path / "state"),
         results_dir=str(tmp_path / "results"),
         max_parallel=4,
-        defaults=TaskDefaults(plugin_name="claude-code", container_cpus=1, container_memory="1g", timeout_seconds=120),
+        defaults=harness_defaults(),
         runner_options={
             "docker_image": TEST_IMAGE,
             "retry_config": RetryConfig(max_attempts=3, backoff_base_s=0.2, backoff_factor=2, backoff_max_s=1),

@@ -14,7 +14,7 @@ import json
 
 import pytest
 from conftest import TEST_IMAGE, git, make_repo
-from docker_harness import new_run_id, run_with_docker
+from docker_harness import harness_defaults, new_run_id, run_with_docker
 from tree_checks import validate_tree
 
 from orchestrator.log.eventlog import read_events
@@ -125,7 +125,6 @@ async def run_until(tmp_path, repo, key_suffix, run_id):
     from conftest import TEST_IMAGE
 
     from orchestrator.engine.engine import Engine, EngineConfig
-    from orchestrator.engine.fingerprint import TaskDefaults
     from orchestrator.runner import AuthConfig, DockerRunner, RetryConfig
 
     cfg = EngineConfig(
@@ -136,7 +135,7 @@ async def run_until(tmp_path, repo, key_suffix, run_id):
         state_dir=str(tmp_path / "state"),
         results_dir=str(tmp_path / "results"),
         max_parallel=4,
-        defaults=TaskDefaults(plugin_name="claude-code", container_cpus=1, container_memory="1g", timeout_seconds=120),
+        defaults=harness_defaults(),
         runner_options={"docker_image": TEST_IMAGE, "retry_config": RetryConfig(max_attempts=3)},
     )
     runner = DockerRunner(auth=AuthConfig(api_key="sk-test-not-a-real-key-000000"), logs_dir=tmp_path / "logs" / run_id)
