@@ -209,6 +209,23 @@ async def test_offline_network_has_only_loopback(repo, run_id, runner):
     assert "eth0" in online.final_message.split()
 
 
+async def test_an_offline_container_restarted_after_its_hosts_file_went_gets_it_back(repo, run_id, runner):
+    """The task's stopped container is started again for the next task of its key; the run
+    folder's hosts file was deleted meanwhile (a user clearing the workspace root). Docker
+    would make a missing bind source an empty directory, and the container would not start."""
+    offline = fields(run_id, plugin_name="command", network_egress="offline", command=LOOPBACK)
+    first = await run_instance("", repo, runner=runner, **offline)
+    assert first.status == "success", first.error
+    binds = dict(b.rsplit(":", 2)[1::-1] for b in inspect(first.container_name)["HostConfig"]["Binds"])
+    hosts = Path(binds["/etc/hosts"])
+    hosts.unlink()
+    second = await run_instance("", repo, runner=runner, **offline)
+    assert second.status == "success", second.error
+    assert inspect(second.container_name)["Id"] == inspect(first.container_name)["Id"]  # started again, not re-created
+    assert second.final_message.split() == ["lo", "served"], second.final_message
+    assert hosts.is_file()
+
+
 async def test_cancellation_stops_container_and_propagates(repo, run_id, runner):
     started = anyio.Event()
     seen: dict[str, object] = {}
