@@ -217,13 +217,13 @@ async def test_an_offline_container_restarted_after_its_hosts_file_went_gets_it_
     first = await run_instance("", repo, runner=runner, **offline)
     assert first.status == "success", first.error
     binds = dict(b.rsplit(":", 2)[1::-1] for b in inspect(first.container_name)["HostConfig"]["Binds"])
-    hosts = Path(binds["/etc/hosts"])
-    hosts.unlink()
+    hosts = anyio.Path(binds["/etc/hosts"])
+    await hosts.unlink()
     second = await run_instance("", repo, runner=runner, **offline)
     assert second.status == "success", second.error
     assert inspect(second.container_name)["Id"] == inspect(first.container_name)["Id"]  # started again, not re-created
     assert second.final_message.split() == ["lo", "served"], second.final_message
-    assert hosts.is_file()
+    assert await hosts.is_file()
 
 
 async def test_cancellation_stops_container_and_propagates(repo, run_id, runner):
