@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import msgspec
-import yaml
 
 from .errors import ConfigError
 from .parsing import did_you_mean, parse_value
@@ -271,6 +270,9 @@ def load_file(path: Path) -> dict[str, Any]:
         text = path.read_text("utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
+    # PyYAML takes about 30 ms to import: only a run that has a YAML file pays for it.
+    import yaml
+
     try:
         if path.suffix.lower() != ".json":
             data = yaml.safe_load(text) or {}

@@ -76,3 +76,17 @@ def test_docker_py_starts_without_paramiko_and_an_ssh_engine_gets_it_back():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     # anyone else's `import paramiko` is not refused, and the ssh engine's client is built
     assert out.split() == ["False", "False", "paramiko", "SSHHTTPAdapter"], out
+
+
+def test_configuration_without_a_yaml_file_does_not_load_pyyaml(tmp_path):
+    """Every command loads the configuration; PyYAML (about 30 ms) only when there is a YAML file to read."""
+    code = (
+        "import sys; from orchestrator.config import load_config; "
+        "load_config(config_file=None, cli_overrides={}); print('yaml' in sys.modules)"
+    )
+    run = lambda: subprocess.run(  # noqa: E731
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert run() == "False"
+    (tmp_path / "orchestrator.yaml").write_text("runner:\n  max_turns: 3\n")
+    assert run() == "True"
