@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import socket
 import struct
@@ -158,3 +159,84 @@ async def test_a_cancelled_exec_whose_process_cannot_be_ended_still_ends_as_a_ca
     assert time.monotonic() - started < 10
     failures = [r for r in caplog.records if "could not end" in r.getMessage()]
     assert failures and "the engine went away" in failures[0].getMessage()
+
+
+def test_output_already_read_off_the_socket_comes_first():
+    a, b = socket.socketpair()
+    with a, b:
+        frames = _frame(1, b"line1\n") + _frame(1, b"line2\n")
+        pending = bytearray(frames[:11])  # a whole frame and the start of the next
+        a.sendall(frames[11:])
+        a.close()
+        assert _read_frame(b, pending) == (1, b"line1\n")
+        assert _read_frame(b, pending) == (1, b"line2\n")
+        assert _read_frame(b, pending) is None and not pending
+
+
+@pytest.fixture
+def coalescing_engine(tmp_path):
+    """The machine's engine behind a unix socket that holds each answer's first bytes
+    until more have come: the headers of an exec's start and its first output then
+    arrive together, as they do when a loaded machine reads the answer late."""
+    import threading
+    import time
+
+    path = str(tmp_path / "engine.sock")
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(path)
+    server.listen(16)
+
+    def pump(src: socket.socket, dst: socket.socket, hold: bool) -> None:
+        try:
+            while data := src.recv(65536):
+                if hold:
+                    hold = False
+                    time.sleep(0.3)
+                    src.setblocking(False)
+                    with contextlib.suppress(BlockingIOError):
+                        while more := src.recv(65536):
+                            data += more
+                    src.setblocking(True)
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                dst.shutdown(socket.SHUT_WR)
+
+    def serve() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                client, _ = server.accept()
+                engine = socket.socket(socket.AF_UNIX)
+                engine.connect("/var/run/docker.sock")
+                threading.Thread(target=pump, args=(client, engine, False), daemon=True).start()
+                threading.Thread(target=pump, args=(engine, client, True), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield f"unix://{path}"
+    server.close()
+
+
+@pytest.mark.docker
+async def test_output_that_arrives_with_the_exec_start_answer_is_not_lost(sleeping_container, coalescing_engine):
+    """Seen in a six-worker run: a command task's first three lines were missing from its output."""
+    import docker
+
+    from orchestrator.runner.docker_containers import DockerHost
+    from orchestrator.runner.docker_exec import run_exec
+    from orchestrator.runner.registry import get_plugin
+
+    host = DockerHost(lambda: docker.DockerClient(base_url=coalescing_engine))
+    for _ in range(3):
+        parser = get_plugin("command").new_parser()
+        await run_exec(
+            host,
+            sleeping_container,
+            ["sh", "-c", "echo line1; echo line2; echo line3"],
+            env={},
+            parser=parser,
+            stdin_payload=None,
+            on_event=lambda event: None,
+        )
+        assert parser.finish(0).final_message == "line1\nline2\nline3\n"

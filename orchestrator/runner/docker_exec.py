@@ -21,6 +21,7 @@ import contextlib
 import logging
 import re
 import socket as pysocket
+import struct
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -76,24 +77,61 @@ class StreamBroken(Exception):
     """The output stream ended in a connection error or mid-frame, not cleanly between frames."""
 
 
-def _read_frame(sock: Any) -> tuple[int, bytes] | None:
+def _read_frame(sock: Any, pending: bytearray | None = None) -> tuple[int, bytes] | None:
     """Next (stream, payload) of the multiplexed stream; None at its normal end.
 
-    Only a clean end between frames is the normal end of the output. A
-    connection reset or a frame cut short raises :class:`StreamBroken`, so that
-    it is logged and reported instead of passing for a complete answer.
-    (The helpers are docker-py internals; pyproject pins docker below 8 and
-    tests/test_docker_exec.py checks they are still there.)
+    ``pending``: output already read off the socket (:func:`take_buffered`),
+    consumed before the socket. Only a clean end between frames is the normal
+    end of the output. A connection reset or a frame cut short raises
+    :class:`StreamBroken`, so that it is logged and reported instead of passing
+    for a complete answer. (The helpers are docker-py internals; pyproject pins
+    docker below 8 and tests/test_docker_exec.py checks they are still there.)
     """
-    from docker.utils.socket import SocketError, next_frame_header, read_exactly
+    from docker.utils.socket import SocketError, read_exactly
+
+    def exactly(n: int) -> bytes:
+        got = b""
+        if pending:
+            got = bytes(pending[:n])
+            del pending[:n]
+        return got + read_exactly(sock, n - len(got)) if len(got) < n else got
 
     try:
-        stream, size = next_frame_header(sock)
-        if stream == -1:
+        try:
+            header = exactly(8)
+        except SocketError:  # the stream ended before another frame began
             return None
-        return stream, (read_exactly(sock, size) if size else b"")
-    except (SocketError, OSError, ValueError) as exc:
+        stream, size = struct.unpack(">BxxxL", header)
+        return stream, (exactly(size) if size else b"")
+    except (SocketError, OSError, ValueError, struct.error) as exc:
         raise StreamBroken(str(exc) or type(exc).__name__) from exc
+
+
+def take_buffered(sock: Any) -> bytearray:
+    """The exec's output that arrived with the response's headers.
+
+    docker-py hands over the socket from under the HTTP response's buffered
+    reader. That reader read the headers, and with them whatever else had
+    arrived: on a loaded machine the client reads the headers late, when the
+    command's first lines are already there, and reading the socket alone lost
+    them (a command's first three lines, in a six-worker test run). Whatever the
+    reader holds is taken here, without waiting for more.
+    """
+    fp: Any = getattr(getattr(getattr(getattr(sock, "_response", None), "raw", None), "_fp", None), "fp", None)
+    raw = _raw_socket(sock)
+    if not hasattr(fp, "peek") or not hasattr(raw, "setblocking"):
+        return bytearray()
+    timeout = raw.gettimeout()
+    raw.setblocking(False)  # peek reads the socket only when the reader holds nothing: never wait there
+    try:
+        held = fp.peek()
+        if held:
+            fp.read(len(held))
+    except OSError:  # nothing held, and the socket had nothing either (TLS says so with an error)
+        held = b""
+    finally:
+        raw.settimeout(timeout)
+    return bytearray(held)
 
 
 def _send_stdin(sock: Any, payload: bytes) -> None:
@@ -152,10 +190,11 @@ async def run_exec(
             workdir=WORKSPACE_MOUNT,
         )["Id"]
         sock = api.exec_start(exec_id, socket=True)
+        pending = take_buffered(sock)
         api._disable_socket_timeout(sock)
-        return exec_id, sock
+        return exec_id, sock, pending
 
-    exec_id, sock = await host.call(f"exec in {container}", _start)
+    exec_id, sock, pending = await host.call(f"exec in {container}", _start)
     feed_stderr = getattr(parser, "feed_stderr", None)
     stderr_tail, stdout_tail = bytearray(), bytearray()
     saw_erofs = False
@@ -177,7 +216,9 @@ async def run_exec(
         nonlocal saw_erofs, stream_error, uncommitted, ended, held
         while True:
             try:
-                frame = await anyio.to_thread.run_sync(_read_frame, sock, abandon_on_cancel=True, limiter=host.limiter)
+                frame = await anyio.to_thread.run_sync(
+                    _read_frame, sock, pending, abandon_on_cancel=True, limiter=host.limiter
+                )
             except StreamBroken as exc:
                 # Also what a container stopped under the exec (Ctrl+C, timeout)
                 # can look like: the exit code below decides whether the exec
