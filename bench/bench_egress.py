@@ -32,32 +32,13 @@ import anyio
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _perfdoc import replace_section
+from bench_docker_ops import busy_cpu_s
+from bench_runner import make_repo
 
 from orchestrator.runner import AuthConfig, DockerRunner, run_instance
 
 PROMPT = "SIM: write a.txt hi\nSIM: commit x"
 HOSTS = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
-
-
-def busy_cpu_s() -> float:
-    with open("/proc/stat") as f:
-        values = [int(v) for v in f.readline().split()[1:]]
-    return (sum(values) - values[3] - values[4]) / os.sysconf("SC_CLK_TCK")
-
-
-def make_repo(root: Path) -> Path:
-    repo = root / "repo"
-    repo.mkdir()
-    for args in (
-        ["init", "-q", "-b", "main"],
-        ["add", "."],
-        ["-c", "user.name=b", "-c", "user.email=b@b", "commit", "-qm", "i"],
-    ):
-        if args[0] == "add":
-            for i in range(20):
-                (repo / f"f{i}.txt").write_text(f"{i}\n")
-        subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
-    return repo
 
 
 async def tasks(image: str, repo: Path, logs: Path, egress: str, n: int) -> tuple[float, float]:
