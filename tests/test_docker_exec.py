@@ -58,7 +58,7 @@ def test_docker_py_is_pinned_below_the_next_major_and_its_internals_are_there():
     from docker.api.client import APIClient
     from docker.utils import socket as dsocket
 
-    assert callable(dsocket.next_frame_header) and callable(dsocket.read_exactly) and dsocket.SocketError
+    assert callable(dsocket.read_exactly) and dsocket.SocketError
     assert callable(APIClient._disable_socket_timeout)
 
 
