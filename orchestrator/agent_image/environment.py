@@ -6,9 +6,7 @@ Where it comes from, first match wins:
    ``environment.dockerfile``, ``environment.setup``; flags ``--env-image``,
    ``--env-dockerfile``, ``--env-setup``);
 2. the repository's ``.devcontainer/devcontainer.json`` (or
-   ``.devcontainer.json``) at the base commit: ``image`` or ``build``,
-   ``containerEnv``/``remoteEnv`` and the ``onCreateCommand``,
-   ``updateContentCommand`` and ``postCreateCommand`` lifecycle commands;
+   ``.devcontainer.json``) at the base commit, read by :mod:`.devcontainer`;
 3. nothing: the agent image as it is.
 
 What is built, each step cached under a hash of its inputs:
@@ -18,11 +16,20 @@ What is built, each step cached under a hash of its inputs:
 - on top of it, docker/Dockerfile.environment adds what orchestrator needs
   (the pinned agent CLIs copied from the agent image, the simulated agent,
   tini, git, python3, CA certificates, uid 1000) and nothing else;
-- the setup commands run once, as root, in a container holding the base
-  commit's files at /workspace. What they install outside the repository is
-  kept in the image (``docker commit``); what they make inside it that git
-  ignores (``node_modules/``, ``.venv/``) is kept in the image as the
-  workspace seed, which the runner copies into each task's own workspace.
+- the setup commands run once in a container holding the base commit's
+  files at /workspace: as root for the configuration's setup, as the
+  devcontainer's user (``remoteUser``, ``containerUser``, the image's
+  ``USER``) for a devcontainer's, as VS Code runs them. What they install
+  outside the repository is kept in the image (``docker commit``); what they
+  make inside it that git ignores (``node_modules/``, ``.venv/``) is kept in
+  the image as the workspace seed, which the runner copies into each task's
+  own workspace.
+
+The environment variables a devcontainer sets are resolved against the
+image's own (``${containerEnv:PATH}``), and a ``PATH`` it sets keeps
+orchestrator's tool directory first and the image's directories after the
+user's: the agent CLIs, the simulated agent and git are orchestrator's to
+find, whatever the project's PATH.
 
 The setup's cache key holds the environment, the setup commands and the
 files at the base commit that setups read (lock files and manifests, and
@@ -46,22 +53,32 @@ import shutil
 import subprocess
 import tempfile
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 import msgspec
 
-from ..errors import ConfigError, OrchestratorError
+from ..errors import ConfigError, OrchestratorError, PreflightError
 from ..filelock import file_lock
 from ..runner.types import SEED_LABEL
+from ..sanitize import default_sanitizer
+from . import devcontainer
+from .devcontainer import DEVCONTAINER_PATHS, WORKSPACE
+from .env_spec import EnvironmentSpec, SetupCommand
 
-DEVCONTAINER_PATHS = (".devcontainer/devcontainer.json", ".devcontainer.json")
-LIFECYCLE = ("onCreateCommand", "updateContentCommand", "postCreateCommand")
-# Keys that change nothing a run does, so naming them as "not supported" would only be noise.
-_SILENT = {"name", "$schema"}
-_SUPPORTED = {"image", "build", "containerEnv", "remoteEnv", *LIFECYCLE, *_SILENT}
-_BUILD_SUPPORTED = {"dockerfile", "context", "args", "target"}
+__all__ = [
+    "DEVCONTAINER_PATHS",
+    "EnvironmentSetupError",
+    "EnvironmentSpec",
+    "SetupCommand",
+    "build",
+    "read_devcontainer",
+    "resolve",
+    "tools_path",
+    "worktree_note",
+]
+
 # Files whose content decides what a setup installs: a change to any of them
 # runs the setup again. Matched against each file's name, at any depth.
 SETUP_INPUTS = (
@@ -95,41 +112,19 @@ SETUP_INPUTS = (
 )
 SEED_DIR = "/opt/orchestrator/seed"
 ENV_REPO = "orchestrator-env"
-WORKSPACE = "/workspace"
 SETUP_TAIL_LINES = 30
 INPUTS_LABEL = "org.orchestrator.inputs-sha256"
+# What a run says about the environment that only its build could learn (the
+# setup's user): kept on the image, so a cached run says it too.
+NOTES_LABEL = "org.orchestrator.environment-notes"
+# Where Dockerfile.environment puts the agent CLIs, tini and the simulated agent.
+TOOLS_DIR = "/opt/orchestrator/bin"
+AGENT_UID = "1000"
+AGENT_HOME = "/home/node"
 
 
 class EnvironmentSetupError(OrchestratorError):
     """The environment could not be built or its setup failed; the run stops before any task."""
-
-
-class SetupCommand(msgspec.Struct, frozen=True):
-    """One setup step: a shell line, or an argv run without a shell (a devcontainer array)."""
-
-    label: str
-    shell: str | None = None
-    argv: tuple[str, ...] | None = None
-
-    def exec_argv(self) -> list[str]:
-        return list(self.argv) if self.argv is not None else ["/bin/sh", "-c", self.shell or ""]
-
-    def display(self) -> str:
-        return self.shell if self.shell is not None else shlex.join(self.argv or ())
-
-
-class EnvironmentSpec(msgspec.Struct, frozen=True):
-    """What a run's environment is made of, read from the configuration or a devcontainer."""
-
-    source: str
-    image: str | None = None
-    dockerfile: str | None = None  # repository path, at the base commit
-    context: str = ""  # repository directory, "" for the root
-    build_args: dict[str, str] = msgspec.field(default_factory=dict)
-    target: str | None = None
-    env: dict[str, str] = msgspec.field(default_factory=dict)
-    setup: tuple[SetupCommand, ...] = ()
-    notes: tuple[str, ...] = ()
 
 
 # ---------------------------------------------------------------- reading
@@ -147,138 +142,46 @@ def _show(repo: str, commit: str, path: str) -> str | None:
     return run.stdout.decode("utf-8", "replace") if run.returncode == 0 else None
 
 
-def _commands(value: Any, label: str, where: str) -> list[SetupCommand]:
-    """A lifecycle command in any of the devcontainer's three forms, in order."""
-    if value is None:
-        return []
-    if isinstance(value, str):
-        return [SetupCommand(label=label, shell=value)] if value.strip() else []
-    if isinstance(value, list):
-        if not value or not all(isinstance(a, str) for a in value):
-            raise ConfigError(f"{where}: {label} must be a string, a list of strings or an object of those")
-        return [SetupCommand(label=label, argv=tuple(value))]
-    if isinstance(value, dict):
-        out: list[SetupCommand] = []
-        # The spec runs an object's commands in parallel; here they run one
-        # after another, in the file's order, so their output and failures
-        # read as a sequence and a cached result does not depend on timing.
-        for name, sub in value.items():
-            if isinstance(sub, dict):
-                raise ConfigError(f"{where}: {label}.{name} must be a string or a list of strings")
-            out += _commands(sub, f"{label}.{name}", where)
-        return out
-    raise ConfigError(f"{where}: {label} must be a string, a list of strings or an object of those")
-
-
-def _expand(value: str, where: str, notes: list[str]) -> str | None:
-    """Devcontainer variables: the workspace folder is /workspace; containerEnv:X is the image's own $X."""
-    value = value.replace("${containerWorkspaceFolder}", WORKSPACE).replace(
-        "${containerWorkspaceFolderBasename}", "workspace"
+def _context(repo: str, path: str, environ: Mapping[str, str] | None) -> devcontainer.Context:
+    return devcontainer.Context(
+        environ=os.environ if environ is None else environ,
+        local_folder=repo,
+        config_file=str(PurePosixPath(repo, path)),
     )
-    while "${containerEnv:" in value:
-        start = value.index("${containerEnv:")
-        end = value.find("}", start)
-        if end < 0:
-            break
-        value = value[:start] + "${" + value[start + len("${containerEnv:") : end] + "}" + value[end + 1 :]
-    if "${localEnv:" in value or "${localWorkspaceFolder" in value:
-        notes.append(f"{where}: a value names the host's environment or folder (${{localEnv:...}}); it is left out")
-        return None
-    return value
 
 
-def _env(raw: Any, key: str, where: str, notes: list[str]) -> dict[str, str]:
-    if raw is None:
-        return {}
-    if not isinstance(raw, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in raw.items()):
-        raise ConfigError(f"{where}: {key} must be an object of strings")
-    out = {}
-    for name, value in raw.items():
-        expanded = _expand(value, f"{where} {key}.{name}", notes)
-        if expanded is not None:
-            out[name] = expanded
-    return out
+def read_devcontainer(repo: str, commit: str, environ: Mapping[str, str] | None = None) -> EnvironmentSpec | None:
+    """The environment a devcontainer at ``commit`` describes, or None when the repository has none.
 
-
-def read_devcontainer(repo: str, commit: str) -> EnvironmentSpec | None:
-    """The environment a devcontainer at ``commit`` describes, or None when the repository has none."""
-    import json5
-
+    ``environ`` answers ``${localEnv:...}`` (the process's environment when None).
+    """
     for path in DEVCONTAINER_PATHS:
         text = _show(repo, commit, path)
         if text is not None:
             break
     else:
         return None
-    where = path
-    try:
-        data = json5.loads(text)
-    except ValueError as exc:
-        raise ConfigError(f"{where} is not valid JSON with comments: {exc}; fix it or pass --no-devcontainer") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{where} must hold a JSON object")
-    if "dockerComposeFile" in data:
-        raise ConfigError(
-            f"{where} uses dockerComposeFile: Docker Compose environments are not supported; give it an "
-            "`image` or `build.dockerfile`, or set environment.image in the configuration (or --no-devcontainer)"
-        )
-    notes: list[str] = []
-    unsupported = sorted(k for k in data if k not in _SUPPORTED)
-    folder = str(PurePosixPath(path).parent)
-    folder = "" if folder == "." else folder
-    spec: dict[str, Any] = {"source": where}
-    if isinstance(data.get("image"), str) and data["image"].strip():
-        spec["image"] = data["image"].strip()
-    elif isinstance(data.get("build"), dict):
-        build = data["build"]
-        unsupported += [f"build.{k}" for k in sorted(build) if k not in _BUILD_SUPPORTED]
-        dockerfile = build.get("dockerfile") or "Dockerfile"
-        if not isinstance(dockerfile, str):
-            raise ConfigError(f"{where}: build.dockerfile must be a string")
-        context = build.get("context", ".")
-        if not isinstance(context, str):
-            raise ConfigError(f"{where}: build.context must be a string")
-        spec["dockerfile"] = _repo_path(folder, dockerfile, where, "build.dockerfile")
-        spec["context"] = _repo_path(folder, context, where, "build.context")
-        args = build.get("args") or {}
-        if not isinstance(args, dict) or not all(isinstance(v, str) for v in args.values()):
-            raise ConfigError(f"{where}: build.args must be an object of strings")
-        build_args = {}
-        for key, value in args.items():
-            expanded = _expand(value, f"{where} build.args.{key}", notes)
-            if expanded is not None:
-                build_args[key] = expanded
-        spec["build_args"] = build_args
-        if isinstance(build.get("target"), str):
-            spec["target"] = build["target"]
-    else:
-        raise ConfigError(f"{where} names no `image` and no `build.dockerfile`; add one, or pass --no-devcontainer")
-    env = _env(data.get("containerEnv"), "containerEnv", where, notes)
-    env.update(_env(data.get("remoteEnv"), "remoteEnv", where, notes))
-    spec["env"] = env
-    setup: list[SetupCommand] = []
-    for key in LIFECYCLE:
-        setup += _commands(data.get(key), key, where)
-    spec["setup"] = tuple(setup)
-    if unsupported:
-        notes.insert(0, f"{where}: not supported here, ignored: {', '.join(unsupported)}")
-    spec["notes"] = tuple(notes)
-    return EnvironmentSpec(**spec)
+    ctx = _context(repo, path, environ)
+    spec = devcontainer.parse(text, path, ctx)
+    # A token passed with ${localEnv:GITHUB_TOKEN} reaches the containers, as in
+    # VS Code; it must not reach a log or a report.
+    default_sanitizer().add_secrets(ctx.secrets())
+    return spec
 
 
-def _repo_path(folder: str, rel: str, where: str, key: str) -> str:
-    """A path of the devcontainer (relative to its folder) as a path in the repository."""
-    parts: list[str] = []
-    for part in PurePosixPath(folder, rel).parts:
-        if part in ("", "."):
-            continue
-        if part == "..":
-            if not parts:
-                raise ConfigError(f"{where}: {key} {rel!r} points outside the repository")
-            parts.pop()
-        else:
-            parts.append(part)
-    return "/".join(parts)
+def worktree_note(repo: str, commit: str) -> str | None:
+    """One line when the work tree's devcontainer differs from the base commit's, which is the one used."""
+    paths = ["--", ".devcontainer", *DEVCONTAINER_PATHS[1:]]
+    changed = _git(repo, "diff", "--name-only", commit, *paths, check=False).stdout.decode(errors="replace")
+    new = _git(repo, "ls-files", "--others", "--exclude-standard", *paths, check=False).stdout.decode(errors="replace")
+    names = list(dict.fromkeys([*changed.split(), *new.split()]))
+    if not names:
+        return None
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    return (
+        f"environment: {shown} in your work tree differ{'s' if len(names) == 1 else ''} from the base commit "
+        f"{commit[:10]}; runs use the committed devcontainer: commit the change to use it"
+    )
 
 
 def resolve(
@@ -289,6 +192,7 @@ def resolve(
     dockerfile: str | None,
     setup: list[str],
     use_devcontainer: bool,
+    environ: Mapping[str, str] | None = None,
 ) -> EnvironmentSpec | None:
     """The run's environment: the configuration's when it sets one, else the devcontainer's, else None."""
     if image and dockerfile:
@@ -301,7 +205,7 @@ def resolve(
             notes.append("environment: the configuration's environment is used; the repository's devcontainer is not")
         context = ""
         if dockerfile:
-            dockerfile = _repo_path("", dockerfile, "environment.dockerfile", "environment.dockerfile")
+            dockerfile = devcontainer.repo_path("", dockerfile, "environment.dockerfile", "environment.dockerfile")
             if _show(repo, commit, dockerfile) is None:
                 raise ConfigError(
                     f"environment.dockerfile {dockerfile!r} does not exist at the base commit; commit it first"
@@ -317,7 +221,7 @@ def resolve(
             notes=tuple(notes),
         )
     if use_devcontainer:
-        return read_devcontainer(repo, commit)
+        return read_devcontainer(repo, commit, environ)
     return None
 
 
@@ -355,6 +259,73 @@ def _setup_inputs(repo: str, commit: str) -> list[str]:
     return sorted(found)
 
 
+def _image_config(name: str) -> dict[str, Any]:
+    run = _docker("image", "inspect", "-f", "{{json .Config}}", name)
+    try:
+        return (json.loads(run.stdout) or {}) if run.returncode == 0 else {}
+    except ValueError:
+        return {}
+
+
+def _env_of(config: dict[str, Any]) -> dict[str, str]:
+    return dict(e.split("=", 1) for e in config.get("Env") or () if "=" in e)
+
+
+def _quoted(value: str) -> str:
+    """``value`` as a Dockerfile ENV or LABEL value that ``docker commit --change`` keeps as written.
+
+    Docker expands ``$VAR`` in those instructions; a devcontainer's value is
+    already resolved, and a ``$`` left in it is the user's own.
+    """
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$")
+    return f'"{escaped}"'
+
+
+def tools_path(path: str, image_path: str) -> str:
+    """A ``PATH`` a devcontainer sets, with orchestrator's tools still found.
+
+    Orchestrator's tool directory first (the pinned agent CLIs win over any
+    of the project's), then the devcontainer's directories in their order,
+    then the image's own directories it left out (git, python3 and the shell
+    utilities the runner calls live there). Each directory once.
+    """
+    image_dirs = [d for d in image_path.split(":") if d]
+    first = [TOOLS_DIR] if TOOLS_DIR in image_dirs else []
+    return ":".join(dict.fromkeys([*first, *(d for d in path.split(":") if d), *image_dirs]))
+
+
+def resolve_env(spec: EnvironmentSpec, image_env: Mapping[str, str]) -> tuple[dict[str, str], tuple[SetupCommand, ...]]:
+    """The variables every container gets, and the setup commands, with ``${containerEnv:...}`` resolved.
+
+    As the specification orders them: ``containerEnv`` against the image's
+    environment, ``remoteEnv`` against that plus ``containerEnv``.
+    """
+    where = spec.source
+    container = {
+        k: devcontainer.substitute_container(v, image_env, f"{where} containerEnv.{k}", bare=True)
+        for k, v in spec.container_env.items()
+    }
+    running = {**image_env, **container}
+    remote = {
+        k: "" if v is None else devcontainer.substitute_container(v, running, f"{where} remoteEnv.{k}", bare=True)
+        for k, v in spec.remote_env.items()
+    }
+    env = {**container, **remote}
+    if "PATH" in env:
+        env["PATH"] = tools_path(env["PATH"], image_env.get("PATH", ""))
+    setup = tuple(
+        msgspec.structs.replace(
+            c,
+            shell=None if c.shell is None else devcontainer.substitute_container(c.shell, running, where, bare=False),
+            argv=None
+            if c.argv is None
+            else tuple(devcontainer.substitute_container(a, running, where, bare=False) for a in c.argv),
+        )
+        for c in spec.setup
+    )
+    return env, setup
+
+
 class _Stream:
     """Runs a command, shows each output line under a prefix, keeps the last lines for an error."""
 
@@ -365,9 +336,11 @@ class _Stream:
     def run(
         self, cmd: list[str], *, prefix: str, input: bytes | None = None, show: bool = True
     ) -> tuple[int, list[str]]:
+        # A value from ${localEnv:...} may be a token: neither the log nor the console gets it.
+        scrub = default_sanitizer().scrub_text
         tail: deque[str] = deque(maxlen=SETUP_TAIL_LINES)
         with open(self.log, "a") as log:
-            log.write(f"$ {shlex.join(cmd)}\n")
+            log.write(scrub(f"$ {shlex.join(cmd)}") + "\n")
             proc = subprocess.Popen(
                 cmd,
                 stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
@@ -382,13 +355,16 @@ class _Stream:
                     proc.stdin.close()
             assert proc.stdout is not None
             for raw in proc.stdout:
-                line = raw.decode("utf-8", "replace").rstrip("\n")
+                line = scrub(raw.decode("utf-8", "replace").rstrip("\n"))
                 log.write(line + "\n")
                 tail.append(line)
                 if show:
                     self.say(f"{prefix}{line}")
             rc = proc.wait()
         return rc, list(tail)
+
+
+LAYER_FILES = ("docker/Dockerfile.environment", "docker/environment-layer.sh")
 
 
 def build(
@@ -399,8 +375,14 @@ def build(
     agent_image: str,
     say: Callable[[str], None],
     log_dir: Path,
+    environ: Mapping[str, str] | None = None,
 ) -> str:
-    """Build (or find cached) the environment image for ``spec`` at ``commit``; its name."""
+    """Build (or find cached) the environment image for ``spec`` at ``commit``; its name.
+
+    Raises :class:`PreflightError` when the user's image is neither here nor
+    pullable, :class:`ConfigError` for a devcontainer the image cannot serve,
+    :class:`EnvironmentSetupError` when a build or the setup fails.
+    """
     from .paths import source_dir
 
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -410,54 +392,104 @@ def build(
             f"the agent image {agent_image!r} is missing; build it with: orchestrator --build-image"
         )
     src = source_dir()
-    layer_files = ("docker/Dockerfile.environment", "docker/environment-layer.sh")
-    base_lines = [f"agent {agent_id}"]
+    stream = _Stream(say, log_dir / "environment.log")
+    user_image: str | None = None
     if spec.image:
-        user_id = _image_id(spec.image)
-        if user_id is None:
-            say(f"environment: pulling {spec.image}")
-            pulled = _docker("pull", spec.image)
-            user_id = _image_id(spec.image)
-            if pulled.returncode != 0 or user_id is None:
-                detail = pulled.stderr.decode(errors="replace").strip().splitlines()
-                raise EnvironmentSetupError(
-                    f"the environment image {spec.image!r} ({spec.source}) is not here and cannot be pulled: "
-                    f"{detail[-1] if detail else 'no reason given'}"
-                )
-        base_lines.append(f"image {user_id}")
+        _pull(spec, say)
+        user_image = spec.image
     elif spec.dockerfile:
-        tree = _git(repo, "rev-parse", f"{commit}:{spec.context}" if spec.context else f"{commit}^{{tree}}").stdout
-        base_lines += [
-            f"context {tree.decode().strip()}",
-            f"dockerfile {spec.dockerfile}",
-            f"target {spec.target}",
-            *(f"arg {k}={v}" for k, v in sorted(spec.build_args.items())),
-        ]
-    if spec.image or spec.dockerfile:
-        base_lines += [f"file {f} {hashlib.sha256((src / f).read_bytes()).hexdigest()}" for f in layer_files]
+        user_image = _user_image(spec, repo, commit, stream, say)
+    base_lines = [f"agent {agent_id}"]
+    user_config: dict[str, Any] = {}
+    merged = spec
+    if user_image is not None:
+        base_lines.append(f"image {_image_id(user_image)}")
+        base_lines += [f"file {f} {hashlib.sha256((src / f).read_bytes()).hexdigest()}" for f in LAYER_FILES]
+        user_config = _image_config(user_image)
+        if spec.devcontainer:
+            ctx = _context(repo, spec.source, environ)
+            label = (user_config.get("Labels") or {}).get(devcontainer.METADATA_LABEL)
+            snippets, notes = devcontainer.metadata_snippets(label, user_image)
+            merged, more = devcontainer.apply_metadata(spec, snippets, user_image, ctx)
+            default_sanitizer().add_secrets(ctx.secrets())
+            for note in [*notes, *more]:
+                say(note)
+    user, why = _setup_user(spec, merged, user_config)
     final_lines = [
         *base_lines,
-        *(f"env {k}={v}" for k, v in sorted(spec.env.items())),
-        *(f"setup {c.label} {json.dumps(c.exec_argv())}" for c in spec.setup),
-        *(f"input {line}" for line in (_setup_inputs(repo, commit) if spec.setup else [])),
+        *(f"containerEnv {k}={v}" for k, v in sorted(merged.container_env.items())),
+        *(f"remoteEnv {k}={'(unset)' if v is None else '=' + v}" for k, v in sorted(merged.remote_env.items())),
+        f"user {user}",
+        *(f"setup {c.label} {json.dumps(c.exec_argv())}" for c in merged.setup),
+        *(f"input {line}" for line in (_setup_inputs(repo, commit) if merged.setup else [])),
     ]
     digest = _hash(final_lines)
     name = f"{ENV_REPO}:{digest[:20]}"
-    if _image_id(name) is not None:
-        say(f"environment: {spec.source}, image {name} (cached)")
+    if _cached(name, spec, say):
         return name
-    with _build_lock(digest, lambda: say(f"environment: waiting for another run that is building {name}")):
+    with _build_lock(digest[:20], lambda: say(f"environment: waiting for another run that is building {name}")):
         # Built meanwhile by the run that held the lock: that run's image is this one.
-        if _image_id(name) is not None:
-            say(f"environment: {spec.source}, image {name} (cached)")
+        if _cached(name, spec, say):
             return name
-        _build(spec, repo, commit, agent_image, src, layer_files, base_lines, name, digest, say, log_dir)
+        say(f"environment: {spec.source}; building {name} (log: {log_dir / 'environment.log'})")
+        base = agent_image
+        if user_image is not None:
+            base = _build_layer(user_image, agent_image, src, stream, say, _hash(base_lines)[:20])
+        _run_setup(merged, repo, commit, base, name, digest, stream, say, user=user, why=why)
     return name
 
 
+def _cached(name: str, spec: EnvironmentSpec, say: Callable[[str], None]) -> bool:
+    config = _image_config(name)
+    if not config:
+        return False
+    try:
+        notes = json.loads((config.get("Labels") or {}).get(NOTES_LABEL) or "[]")
+    except ValueError:
+        notes = []
+    for note in notes:
+        say(str(note))
+    say(f"environment: {spec.source}, image {name} (cached)")
+    return True
+
+
+def _pull(spec: EnvironmentSpec, say: Callable[[str], None]) -> None:
+    assert spec.image is not None
+    if _image_id(spec.image) is not None:
+        return
+    say(f"environment: pulling {spec.image}")
+    pulled = _docker("pull", spec.image)
+    if pulled.returncode == 0 and _image_id(spec.image) is not None:
+        return
+    lines = pulled.stderr.decode(errors="replace").strip().splitlines()
+    reason = (lines[-1] if lines else "no reason given").removeprefix("Error response from daemon: ")[:200]
+    ways = "give an image you have with --env-image NAME (docker images lists them)"
+    if spec.devcontainer:
+        ways = f"run without the devcontainer with --no-devcontainer, or {ways}"
+    # A pre-flight problem, like a missing agent image: nothing was started.
+    raise PreflightError(
+        f"the environment image {spec.image!r} ({spec.source}) is not here and cannot be pulled ({reason}); {ways}"
+    )
+
+
+def _setup_user(spec: EnvironmentSpec, merged: EnvironmentSpec, user_config: dict[str, Any]) -> tuple[str, str | None]:
+    """Who runs a setup, and why: VS Code runs lifecycle commands as remoteUser, else containerUser, else the
+    image's USER. The configuration's setup runs as root."""
+    if not spec.devcontainer:
+        return "root", None
+    for key, attr in (("remoteUser", "remote_user"), ("containerUser", "container_user")):
+        value = getattr(merged, attr)
+        if value:
+            return value, key if getattr(spec, attr) else f"{key} of the image's devcontainer.metadata"
+    image_user = str(user_config.get("User") or "").strip()
+    if image_user:
+        return image_user, "the image's USER"
+    return "root", None
+
+
 @contextlib.contextmanager
-def _build_lock(digest: str, on_wait: Callable[[], None]) -> Iterator[None]:
-    """Hold this machine's lock on building the environment ``digest``.
+def _build_lock(key: str, on_wait: Callable[[], None]) -> Iterator[None]:
+    """Hold this machine's lock on building the image ``key``.
 
     Runs started together on one project need the same environment: without
     it each would run the whole setup (installs from the network, minutes)
@@ -467,42 +499,34 @@ def _build_lock(digest: str, on_wait: Callable[[], None]) -> Iterator[None]:
 
     directory = cache_dir() / "environment-builds"
     directory.mkdir(parents=True, exist_ok=True)
-    with file_lock(directory / f"{digest[:20]}.lock", on_wait=on_wait):
+    with file_lock(directory / f"{key}.lock", on_wait=on_wait):
         yield
 
 
-def _build(
-    spec: EnvironmentSpec,
-    repo: str,
-    commit: str,
-    agent_image: str,
-    src: Path,
-    layer_files: tuple[str, ...],
-    base_lines: list[str],
-    name: str,
-    digest: str,
-    say: Callable[[str], None],
-    log_dir: Path,
-) -> None:
-    say(f"environment: {spec.source}; building {name} (log: {log_dir / 'environment.log'})")
-    stream = _Stream(say, log_dir / "environment.log")
-    base = agent_image
-    if spec.dockerfile:
-        base = _build_user_image(spec, repo, commit, stream, say, _hash(base_lines)[:20])
-    elif spec.image:
-        base = spec.image
-    if base != agent_image:
-        base = _build_layer(base, agent_image, src, layer_files, stream, say, _hash(base_lines)[:20])
-    _run_setup(spec, repo, commit, base, name, digest, stream, say)
-
-
-def _build_user_image(
-    spec: EnvironmentSpec, repo: str, commit: str, stream: _Stream, say: Callable[[str], None], key: str
-) -> str:
-    assert spec.dockerfile is not None
+def _user_image(spec: EnvironmentSpec, repo: str, commit: str, stream: _Stream, say: Callable[[str], None]) -> str:
+    """The image the devcontainer's (or configuration's) Dockerfile builds, built once per context and arguments."""
+    tree = _git(repo, "rev-parse", f"{commit}:{spec.context}" if spec.context else f"{commit}^{{tree}}").stdout
+    key = _hash(
+        [
+            f"context {tree.decode().strip()}",
+            f"dockerfile {spec.dockerfile}",
+            f"target {spec.target}",
+            *(f"arg {k}={v}" for k, v in sorted(spec.build_args.items())),
+        ]
+    )[:20]
     tag = f"orchestrator-env-base:{key}"
     if _image_id(tag) is not None:
         return tag
+    with _build_lock(f"base-{key}", lambda: say(f"environment: waiting for another run that is building {tag}")):
+        if _image_id(tag) is None:
+            _build_user_image(spec, repo, commit, stream, say, tag)
+    return tag
+
+
+def _build_user_image(
+    spec: EnvironmentSpec, repo: str, commit: str, stream: _Stream, say: Callable[[str], None], tag: str
+) -> None:
+    assert spec.dockerfile is not None
     context = spec.context
     dockerfile = spec.dockerfile
     if context and not (dockerfile == context or dockerfile.startswith(context + "/")):
@@ -526,25 +550,16 @@ def _build_user_image(
         raise EnvironmentSetupError(
             f"building {dockerfile} ({spec.source}) failed; its last lines:\n" + "\n".join(tail)
         )
-    return tag
 
 
-def _build_layer(
-    base: str,
-    agent_image: str,
-    src: Path,
-    files: tuple[str, ...],
-    stream: _Stream,
-    say: Callable[[str], None],
-    key: str,
-) -> str:
+def _build_layer(base: str, agent_image: str, src: Path, stream: _Stream, say: Callable[[str], None], key: str) -> str:
     tag = f"orchestrator-env-layer:{key}"
     if _image_id(tag) is not None:
         return tag
     _check_base(base)
     say(f"environment: adding the agent tools to {base}")
     with tempfile.TemporaryDirectory(prefix="orchestrator-env.") as tmp:
-        for rel in files:
+        for rel in LAYER_FILES:
             (Path(tmp) / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(src / rel, Path(tmp) / rel)
         rc, tail = stream.run(
@@ -552,7 +567,7 @@ def _build_layer(
                 "docker",
                 "build",
                 "-f",
-                str(Path(tmp) / files[0]),
+                str(Path(tmp) / LAYER_FILES[0]),
                 "-t",
                 tag,
                 "--build-arg",
@@ -600,9 +615,46 @@ made="$(git status --porcelain --untracked-files=all | grep '^??' | cut -c4- | h
 if [ -n "$made" ]; then printf 'orchestrator-untracked: %s\\n' $made; fi
 mkdir -p {SEED_DIR}
 git ls-files -z --others --ignored --exclude-standard --directory | tar --null -T - -cf - | tar -C {SEED_DIR} -xf -
-chown -R 1000:1000 {SEED_DIR}
+chown -R {AGENT_UID}:{AGENT_UID} {SEED_DIR}
 find {WORKSPACE} -mindepth 1 -maxdepth 1 -exec rm -rf {{}} +
 """
+
+
+def _user_ids(container: str, user: str, spec: EnvironmentSpec, why: str | None) -> tuple[str, str]:
+    """The setup user's uid and the HOME its commands get: the agents' home for uid 1000, so what a setup
+    puts in ``~`` (``pip install --user``, caches) is what agents find in theirs."""
+    name = user.split(":", 1)[0]
+    if name in ("root", "0"):
+        return "0", "/root"
+    got = _docker("exec", "-u", "root", container, "getent", "passwd", name)
+    fields = got.stdout.decode(errors="replace").strip().split(":")
+    if got.returncode == 0 and len(fields) >= 6:
+        uid, home = fields[2], fields[5]
+    elif name.isdigit():
+        uid, home = name, "/"
+    else:
+        raise ConfigError(
+            f"{spec.source}: {why or 'the setup user'} {name!r} is not a user of the environment image; "
+            "create the user in the image, or name one it has"
+        )
+    return uid, AGENT_HOME if uid == AGENT_UID else home
+
+
+def _user_note(user: str, why: str, uid: str) -> str:
+    if uid == "0":
+        return (
+            f"environment: the setup runs as {user} ({why}); agents run as uid {AGENT_UID} (node): "
+            "the agent CLIs refuse to skip their permission prompts as root"
+        )
+    if uid == AGENT_UID:
+        return (
+            f"environment: the setup runs as {user} ({why}); agents run as the same uid {AGENT_UID}, "
+            f"named node, with home {AGENT_HOME}"
+        )
+    return (
+        f"environment: the setup runs as {user} ({why}); agents run as uid {AGENT_UID} (node), not as {user} "
+        f"(uid {uid}): the files it leaves in the workspace are given to uid {AGENT_UID}"
+    )
 
 
 def _run_setup(
@@ -614,7 +666,11 @@ def _run_setup(
     digest: str,
     stream: _Stream,
     say: Callable[[str], None],
+    *,
+    user: str,
+    why: str | None,
 ) -> None:
+    env, setup = resolve_env(spec, _env_of(_image_config(base)))
     container = f"orchestrator-env-setup-{digest[:12]}-{os.getpid()}"
     run = _docker(
         "run",
@@ -635,9 +691,13 @@ def _run_setup(
     if run.returncode != 0:
         raise EnvironmentSetupError(f"cannot start a container from {base} for the setup: {_said(run)}")
     try:
-        env_args = [a for k, v in sorted(spec.env.items()) for a in ("-e", f"{k}={v}")]
+        uid, home = _user_ids(container, user, spec, why)
+        notes = [_user_note(user, why, uid)] if why else []
+        for note in notes:
+            say(note)
+        env_args = [a for k, v in sorted(env.items()) for a in ("-e", f"{k}={v}")]
         seed_label: list[str] = []
-        if spec.setup:
+        if setup:
             # The base commit's files, as a repository: setups may call git
             # (setuptools-scm, versioning scripts), and git tells below which
             # of the files the setup made are ignored ones.
@@ -645,6 +705,8 @@ def _run_setup(
             copied = _docker("cp", "-", f"{container}:{WORKSPACE}", input=archive)
             if copied.returncode != 0:
                 raise EnvironmentSetupError(f"cannot copy the base commit into the setup container: {_said(copied)}")
+            # The workspace belongs to whoever runs the setup (uid 1000 when root does: the agents').
+            owner = AGENT_UID if uid == "0" else uid
             init = _docker(
                 "exec",
                 "-u",
@@ -655,20 +717,20 @@ def _run_setup(
                 "sh",
                 "-c",
                 "git init -q && git add -A && git -c user.name=orchestrator -c user.email=orchestrator@localhost "
-                "commit -qm base --no-verify && chown -R 1000:1000 .",
+                f"commit -qm base --no-verify && chown -R {owner} .",
             )
             if init.returncode != 0:
                 raise EnvironmentSetupError(f"cannot prepare the setup's workspace: {_said(init)}")
-            for step in spec.setup:
-                say(f"environment: setup {step.label}: {step.display()}")
+            for step in setup:
+                say(f"environment: setup {step.label}: {default_sanitizer().scrub_text(step.display())}")
                 rc, tail = stream.run(
                     [
                         "docker",
                         "exec",
                         "-u",
-                        "root",
+                        user,
                         "-e",
-                        "HOME=/root",
+                        f"HOME={home}",
                         "-w",
                         WORKSPACE,
                         *env_args,
@@ -679,7 +741,8 @@ def _run_setup(
                 )
                 if rc != 0:
                     raise EnvironmentSetupError(
-                        f"the setup failed ({spec.source}, {step.label}, exit {rc}): {step.display()}\n"
+                        f"the setup failed ({spec.source}, {step.label}, exit {rc}): "
+                        f"{default_sanitizer().scrub_text(step.display())}\n"
                         f"its last {len(tail)} lines of output:\n" + "\n".join(tail)
                     )
             rc, tail = stream.run(
@@ -699,6 +762,8 @@ def _run_setup(
             f"LABEL {INPUTS_LABEL}={digest}",
             "--change",
             "LABEL orchestrator.agent_image.environment=image",
+            "--change",
+            f"LABEL {NOTES_LABEL}={_quoted(json.dumps(notes))}",
             *seed_label,
             "--change",
             "USER node",
@@ -709,8 +774,8 @@ def _run_setup(
         ]
         entry = _docker("image", "inspect", "-f", "{{json .Config.Entrypoint}}", base).stdout.decode().strip()
         changes += ["--change", f"ENTRYPOINT {entry if entry not in ('', 'null') else '[]'}"]
-        for k, v in sorted(spec.env.items()):
-            changes += ["--change", f"ENV {k}={json.dumps(v)}"]
+        for k, v in sorted(env.items()):
+            changes += ["--change", f"ENV {k}={_quoted(v)}"]
         committed = _docker("commit", *changes, container, name)
         if committed.returncode != 0:
             raise EnvironmentSetupError(f"cannot save the environment image {name}: {_said(committed)}")

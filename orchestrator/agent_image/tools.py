@@ -76,7 +76,8 @@ def probe_tools(image: str, *, refresh: bool = False) -> dict[str, str | None]:
         try:
             out = client.containers.run(
                 image,
-                ["sh", "-c", _PROBE],
+                # By its path: an image whose PATH lacks /bin still gets probed, and says so.
+                ["/bin/sh", "-c", _PROBE],
                 entrypoint=[],
                 remove=True,
                 network_disabled=True,
@@ -105,13 +106,75 @@ def probe_tools(image: str, *, refresh: bool = False) -> dict[str, str | None]:
     return tools
 
 
-def check_tools(image: str, needed: tuple[str, ...]) -> dict[str, str | None]:
-    """Pre-flight: raise one line naming the tools ``needed`` that ``image`` lacks."""
+# Where an image keeps programs: a tool found here but not on the image's PATH
+# is a PATH problem, not a missing tool.
+_LOOK_IN = ("/opt/orchestrator/bin", "/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
+
+
+def _locate(image: str, tools: list[str]) -> tuple[str, dict[str, str]]:
+    """The image's PATH, and the directory of :data:`_LOOK_IN` each of ``tools`` is in (absent: none)."""
+    import docker
+    import docker.errors
+
+    script = 'echo "$PATH"; for t in ' + " ".join(tools) + "; do for d in " + " ".join(_LOOK_IN)
+    script += '; do if [ -x "$d/$t" ]; then echo "$t $d"; break; fi; done; done'
+    client = docker.from_env(timeout=PROBE_TIMEOUT_S)
+    try:
+        out = client.containers.run(
+            image,
+            ["/bin/sh", "-c", script],
+            entrypoint=[],
+            remove=True,
+            network_disabled=True,
+            labels={"orchestrator.probe": "true"},
+        ).decode("utf-8", "replace")
+    except docker.errors.DockerException:
+        return "?", {}
+    finally:
+        client.close()
+    lines = out.splitlines()
+    found = dict(line.split(" ", 1) for line in lines[1:] if " " in line)
+    return (lines[0] if lines else "?"), found
+
+
+def explain_missing(image: str, missing: list[str], *, source: str | None = None) -> tuple[dict[str, str], str]:
+    """Why each of ``missing`` is not on ``image``'s PATH, and the fix.
+
+    ``source``: where the environment image's PATH comes from (a devcontainer,
+    the configuration); None for an agent image, which ``--build-image`` makes.
+    """
+    path, found = _locate(image, missing)
+    why = {
+        t: f"it is in {found[t]}, which the PATH ({path}) does not include"
+        if t in found
+        else f"it is not on the PATH ({path}) nor in {', '.join(_LOOK_IN)}"
+        for t in missing
+    }
+    off_path = [found[t] for t in missing if t in found]
+    if source is None:
+        if off_path:
+            fix = f"add {', '.join(dict.fromkeys(off_path))} to the image's PATH (ENV PATH) or pick another --docker-image"
+        else:
+            fix = "rebuild it with orchestrator --build-image or pick another --docker-image"
+    elif off_path:
+        fix = (
+            f"the PATH comes from {source}: keep the image's in it, as in "
+            '"remoteEnv": {"PATH": "${containerEnv:PATH}:/your/bin"}'
+        )
+    else:
+        fix = f"did the setup of {source} remove it?"
+    return why, fix
+
+
+def check_tools(image: str, needed: tuple[str, ...], *, source: str | None = None) -> dict[str, str | None]:
+    """Pre-flight: raise one line naming the tools ``needed`` that ``image`` lacks, why, and the fix."""
     tools = probe_tools(image)
     missing = [t for t in needed if tools.get(t) is None]
     if missing:
+        why, fix = explain_missing(image, missing, source=source)
         raise PreflightError(
-            f"Docker image {image!r} has no {', '.join(missing)} on its PATH; rebuild it with "
-            "orchestrator --build-image or pick another --docker-image"
+            f"Docker image {image!r} has no {', '.join(missing)} on its PATH: "
+            + "; ".join(f"{t}: {w}" if len(missing) > 1 else w for t, w in why.items())
+            + f"; {fix}"
         )
     return tools

@@ -52,7 +52,7 @@ def _docker_engine() -> Check:
 
 def _image(image: str, plugin: str, dry_run: bool = False) -> list[Check]:
     from ..agent_image.pins import mismatches, pinned_versions
-    from ..agent_image.tools import TOOLS, probe_tools, required_tools
+    from ..agent_image.tools import TOOLS, explain_missing, probe_tools, required_tools
 
     try:
         tools = probe_tools(image)
@@ -84,12 +84,15 @@ def _image(image: str, plugin: str, dry_run: bool = False) -> list[Check]:
             pinned_note = f" (pinned: {pins[tool]})" if tool in pins and version != "simulated" else ""
             out.append(Check("ok", f"{tool} in {image}", version + pinned_note))
         elif tool in needed:
+            # Not always a missing tool: an image whose PATH leaves out its directory has it too.
+            why, fix = explain_missing(image, [tool])
             out.append(
                 Check(
                     "fail",
                     f"{tool} in {image}",
-                    "missing (a dry run runs it)" if dry_run else f"missing (plugin {plugin} runs it)",
-                    f"orchestrator --build-image --docker-image {image}",
+                    ("missing (a dry run runs it): " if dry_run else f"missing (plugin {plugin} runs it): ")
+                    + why[tool],
+                    fix if "PATH" in fix else f"orchestrator --build-image --docker-image {image}",
                 )
             )
         elif tool == "orchestrator-sim-agent":
@@ -231,7 +234,7 @@ def _environment(args, config, repo: str, base_branch: str | None, agent_image: 
     """Find or build the project's environment (setup included) and look for the tools inside it."""
     from ..agent_image import environment
     from ..agent_image.paths import cache_dir
-    from ..agent_image.tools import probe_tools, required_tools
+    from ..agent_image.tools import explain_missing, probe_tools, required_tools
     from ..runner.git_ops import open_repository, resolve_base_branch
 
     try:
@@ -258,9 +261,14 @@ def _environment(args, config, repo: str, base_branch: str | None, agent_image: 
         )
     except OrchestratorError as exc:
         return [Check("fail", "environment", str(exc), "see docs/environment.md")]
+    out = []
+    if env.devcontainer and not getattr(args, "no_devcontainer", None) and (spec is None or spec.devcontainer):
+        note = environment.worktree_note(repo, commit)
+        if note:
+            out.append(Check("warn", "environment", note.removeprefix("environment: ")))
     if spec is None:
-        return [Check("ok", "environment", f"none set: runs use the agent image {agent_image} as it is")]
-    out = [Check("warn", "environment", note) for note in spec.notes]
+        return [*out, Check("ok", "environment", f"none set: runs use the agent image {agent_image} as it is")]
+    out += [Check("warn", "environment", note) for note in spec.notes]
     try:
         image = environment.build(
             spec,
@@ -280,9 +288,12 @@ def _environment(args, config, repo: str, base_branch: str | None, agent_image: 
             Check("fail", "environment", lines[0], "fix the setup (its output is above) and run --doctor again"),
         ]
     out.append(Check("ok", "environment", f"{spec.source}: image {image}"))
-    for tool in dict.fromkeys(("git", *required_tools(plugin, dry_run=False), "orchestrator-sim-agent")):
-        if tools.get(tool) is None:
-            out.append(Check("fail", f"{tool} in the environment", "missing", "see docs/environment.md"))
+    wanted = list(dict.fromkeys(("git", *required_tools(plugin, dry_run=False), "orchestrator-sim-agent")))
+    missing = [tool for tool in wanted if tools.get(tool) is None]
+    why, fix = explain_missing(image, missing, source=spec.source) if missing else ({}, "")
+    for tool in wanted:
+        if tool in why:
+            out.append(Check("fail", f"{tool} in the environment", f"missing: {why[tool]}", fix))
         else:
             out.append(Check("ok", f"{tool} in the environment", tools[tool] or "present"))
     return out

@@ -342,6 +342,11 @@ async def _environment_image(config: Config, repo: str, base_commit: str, *, dry
             use_devcontainer=env.devcontainer,
         )
     )
+    if env.devcontainer and (spec is None or spec.devcontainer):
+        # A devcontainer edited but not committed is the first thing a user tries.
+        note = await anyio.to_thread.run_sync(environment.worktree_note, repo, base_commit)
+        if note:
+            print(note, file=sys.stderr)
     if spec is None:
         return config.runner.docker_image
     for note in spec.notes:
@@ -361,7 +366,9 @@ async def _environment_image(config: Config, repo: str, base_commit: str, *, dry
             log_dir=cache_dir() / "logs",
         )
     )
-    await anyio.to_thread.run_sync(check_tools, image, required_tools(config.runner.plugin, dry_run=dry_run))
+    await anyio.to_thread.run_sync(
+        functools.partial(check_tools, image, required_tools(config.runner.plugin, dry_run=dry_run), source=spec.source)
+    )
     if config.runner.hosts:
         # Built on this machine's engine: the other engines get it like the agent
         # image (with --sync-image), or are named as lacking it.
