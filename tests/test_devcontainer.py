@@ -425,6 +425,19 @@ def test_variables_resolve_as_the_specification_says(tmp_path):
     assert not any("${" in v for k, v in final.items()), final
 
 
+def test_a_secret_taken_from_the_host_is_kept_out_of_what_the_run_writes(tmp_path):
+    from orchestrator.sanitize import default_sanitizer
+
+    token = f"value-{uuid.uuid4().hex}"  # matches no pattern of a known token: only its name says secret
+    repo = make_repo(
+        tmp_path / "r",
+        {".devcontainer.json": json.dumps({"image": "x", "remoteEnv": {"GITHUB_TOKEN": "${localEnv:GITHUB_TOKEN}"}})},
+    )
+    assert _resolve(repo, {"GITHUB_TOKEN": token}).remote_env == {"GITHUB_TOKEN": token}
+    # the run's logs and reports, and the environment's build log, go through this sanitizer
+    assert token not in default_sanitizer().scrub_text(f"echo {token}")
+
+
 def test_a_path_a_devcontainer_sets_keeps_the_tools_reachable():
     image = "/opt/orchestrator/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
     # a literal PATH that leaves out every directory of the image
