@@ -438,6 +438,25 @@ def test_a_secret_taken_from_the_host_is_kept_out_of_what_the_run_writes(tmp_pat
     assert token not in default_sanitizer().scrub_text(f"echo {token}")
 
 
+def test_a_devcontainer_only_in_the_work_tree_is_named_with_how_to_use_it(tmp_path):
+    from orchestrator.agent_image.environment import worktree_note
+
+    repo = make_repo(tmp_path / "r")
+    head = git(repo, "rev-parse", "HEAD")
+    assert worktree_note(str(repo), head) is None
+    (repo / ".devcontainer").mkdir()
+    (repo / ".devcontainer" / "devcontainer.json").write_text('{"image": "x"}')
+    (repo / ".devcontainer" / "Dockerfile").write_text("FROM x\n")
+    assert _resolve(repo) is None  # the base commit has none: none is used
+    assert worktree_note(str(repo), head) == (
+        "environment: .devcontainer/Dockerfile, .devcontainer/devcontainer.json in your work tree differ from the "
+        f"base commit {head[:10]}; runs use the committed devcontainer: commit the change to use it"
+    )
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "devcontainer")
+    assert worktree_note(str(repo), git(repo, "rev-parse", "HEAD")) is None
+
+
 def test_a_path_a_devcontainer_sets_keeps_the_tools_reachable():
     image = "/opt/orchestrator/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
     # a literal PATH that leaves out every directory of the image
@@ -668,7 +687,7 @@ def test_a_tool_missing_from_an_image_is_named_with_its_real_cause(tmp_path):
             ".devcontainer.json": json.dumps(
                 {
                     "image": LOCAL_BASE,
-                    "postCreateCommand": f"rm /opt/orchestrator/bin/orchestrator-sim-agent #{uuid.uuid4().hex}",
+                    "postCreateCommand": "rm /opt/orchestrator/bin/orchestrator-sim-agent",
                 }
             )
         },

@@ -102,6 +102,8 @@ def test_a_devcontainer_build_resolves_its_paths_from_its_own_folder(tmp_path):
         ('{"image": "x", ', "is not valid JSON"),
         ('{"image": "x", "postCreateCommand": 3}', "postCreateCommand must be a string"),
         ('{"build": {"dockerfile": "../../Dockerfile"}}', "points outside the repository"),
+        ('{"build": {"args": {"P": "${containerEnv:PATH}"}}}', "only a built image can answer"),
+        ('{"image": "x", "containerEnv": {"A": "${localEnv}"}}', "names no variable"),
     ],
 )
 def test_a_devcontainer_that_cannot_work_is_refused_in_one_line(tmp_path, text, message):

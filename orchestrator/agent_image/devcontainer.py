@@ -457,6 +457,12 @@ def parse(text: str, where: str, ctx: Context) -> EnvironmentSpec:
         args = build.get("args") or {}
         if not isinstance(args, dict) or not all(isinstance(v, str) for v in args.values()):
             raise ConfigError(f"{where}: build.args must be an object of strings")
+        for key, value in args.items():
+            if "${containerEnv:" in value:
+                raise ConfigError(
+                    f"{where}: build.args.{key} uses ${{containerEnv:...}}, which only a built image can answer; "
+                    "use ${localEnv:NAME} or a value"
+                )
         spec["build_args"] = dict(args)
         if isinstance(build.get("target"), str):
             spec["target"] = build["target"]
