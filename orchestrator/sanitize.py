@@ -6,6 +6,10 @@ more importantly, the exact values of every secret the process knows about
 (configured API keys and tokens), because a random token does not always look
 like one. An agent that writes a key base64-, hex- or percent-encoded gets
 that form removed too (see :func:`encoded_forms`).
+
+Captured output is also made plain here (:func:`plain_text`): the terminal
+codes a command or an agent prints (colours, cursor moves, titles) mean nothing
+in a report, a log or a dashboard cell, where they show as ``[32m``.
 """
 
 from __future__ import annotations
@@ -119,6 +123,36 @@ _default = Sanitizer.from_environ()
 def default_sanitizer() -> Sanitizer:
     """The process-wide sanitizer; the CLI adds configured secrets to it at start."""
     return _default
+
+
+# ESC and what follows it: a CSI sequence (colours, cursor moves, erases), an OSC string
+# ended by BEL or ST (titles, hyperlinks), a DCS/SOS/PM/APC string ended by ST, or a
+# two-character escape (charset, keypad mode); a lone ESC (its sequence cut off) too.
+_ESCAPE = r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[PX^_][^\x1b]*\x1b\\|[ -/]*[0-~])?"
+# CSI as the one C1 character U+009B: text only (in bytes, 0x9b is a UTF-8 continuation byte).
+_TERMINAL_CODES = re.compile(_ESCAPE + r"|\x9b[0-?]*[ -/]*[@-~]")
+_TERMINAL_CODES_BYTES = re.compile(_ESCAPE.encode())
+
+
+def plain_text(text: str) -> str:
+    """``text`` without terminal escape sequences: what a reader of the terminal saw, less the colours."""
+    return _TERMINAL_CODES.sub("", text) if ("\x1b" in text or "\x9b" in text) else text
+
+
+def plain_bytes(data: bytes) -> bytes:
+    """:func:`plain_text` for raw output (a tail of it may start inside a character)."""
+    return _TERMINAL_CODES_BYTES.sub(b"", data) if b"\x1b" in data else data
+
+
+def plain(obj: Any) -> Any:
+    """A copy of ``obj`` (JSON-like) with every string made plain (:func:`plain_text`)."""
+    if isinstance(obj, str):
+        return plain_text(obj)
+    if isinstance(obj, dict):
+        return {k: plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [plain(v) for v in obj]
+    return obj
 
 
 def redact_url(url: str | None) -> str:

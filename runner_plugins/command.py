@@ -8,9 +8,17 @@ A non-zero exit is a failed task but not an infrastructure problem: the
 outcome has ``is_error=True``, ``retryable=False``, ``error_category=None``
 and an ``error_message`` with the status and the tail of stderr (or stdout).
 The runner reports it as a failed task with error type ``"command"``.
+
+A command runs with ``NO_COLOR=1``: its output is read in a report and a log,
+not on a terminal. A user who set ``NO_COLOR`` or ``FORCE_COLOR`` in the
+orchestrator's environment has it passed on instead (:func:`colour_env`).
+Colours that come anyway are taken out where the output is read.
 """
 
 from __future__ import annotations
+
+import os
+from collections.abc import Mapping
 
 from orchestrator.errors import ConfigError
 from orchestrator.runner.plugin import AgentEvent, AgentOutcome, PluginCapabilities
@@ -19,6 +27,13 @@ from orchestrator.runner.types import AuthConfig, InstanceRequest
 from ._jsonl import SecretEnv, Tail
 
 OUTPUT_LIMIT = 64 * 1024
+COLOUR_VARS = ("NO_COLOR", "FORCE_COLOR")
+
+
+def colour_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """What a command is told about colour: the user's own ``NO_COLOR``/``FORCE_COLOR``, else ``NO_COLOR=1``."""
+    chosen = {k: environ[k] for k in COLOUR_VARS if k in environ}
+    return chosen or {"NO_COLOR": "1"}
 
 
 class CommandPlugin:
@@ -47,7 +62,8 @@ class CommandPlugin:
         return None
 
     def prepare_environment(self, auth: AuthConfig, request: InstanceRequest) -> dict[str, str]:
-        return SecretEnv(request.env)  # no credentials reach a plain command
+        # No credentials reach a plain command; a variable the task itself sets wins.
+        return SecretEnv({**colour_env(os.environ), **request.env})
 
     def build_command(self, request: InstanceRequest, *, resume_session_id: str | None) -> list[str]:
         if not request.command or not request.command.strip():

@@ -25,6 +25,7 @@ n = len(os.listdir("sim")) if os.path.isdir("sim") else 0
 print(json.dumps({"metrics": {"throughput": 100 + 10 * n}}))
 """
 EVAL = ["-S", "eval_command=python3 bench.py", "-S", "primary_metric=throughput"]
+COLOURED = r"printf '\033[32m++hello \033[2m[string]\033[0m\n'; echo NO_COLOR=$NO_COLOR"
 GOALS = """\
 version: 1
 goals:
@@ -66,9 +67,10 @@ DRY_RUNS: dict[str, tuple[dict[str, str], list[str]]] = {
         {"keep.txt": "keep\n", "GOALS.yaml": GOALS},
         ["keep the project healthy", "--strategy", "evolve", "-S", "goals=GOALS.yaml", "-S", "max_cycles=3"],
     ),
+    # The test command prints in colour, as npm test and pytest do, and says whether NO_COLOR reached it.
     "review-loop": (
         {"bench.py": BENCH},
-        ["raise the benchmark", "--strategy", "review-loop", "-S", "test_command=true", *EVAL],
+        ["raise the benchmark", "--strategy", "review-loop", "-S", f"test_command={COLOURED}", *EVAL],
     ),
 }
 

@@ -240,3 +240,52 @@ async def test_output_that_arrives_with_the_exec_start_answer_is_not_lost(sleepi
             on_event=lambda event: None,
         )
         assert parser.finish(0).final_message == "line1\nline2\nline3\n"
+
+
+@pytest.mark.parametrize(
+    ("raw", "plain"),
+    [
+        ("\x1b[32m++hello \x1b[2m[string]\x1b[0m", "++hello [string]"),  # npm test's colours
+        ("\x1b[?25l\x1b[2K\x1b[1Gdone", "done"),  # cursor hidden, line erased, column 1
+        ("\x1b]0;title\x07text", "text"),  # a window title
+        ("\x1b]8;;https://example.com\x1b\\link\x1b]8;;\x1b\\ end", "link end"),  # a hyperlink keeps its text
+        ("a\x1b(Bb", "ab"),
+        ("\x9b31mred", "red"),  # CSI as one C1 character
+        ("cut off\x1b[", "cut off"),
+        ("ě [0m stays: text, not a code", "ě [0m stays: text, not a code"),
+    ],
+)
+def test_terminal_codes_come_out_and_the_text_stays(raw, plain):
+    from orchestrator.sanitize import plain_bytes, plain_text
+
+    assert plain_text(raw) == plain
+    if "\x9b" not in raw:  # in bytes 0x9b is part of a UTF-8 character, never a code
+        assert plain_bytes(raw.encode()) == plain.encode()
+    assert plain_bytes("\x1b[1mě\x1b[0m".encode()) == "ě".encode()
+
+
+@pytest.mark.docker
+async def test_a_commands_colours_are_taken_out_where_its_output_arrives(sleeping_container):
+    """The issue's case: a test command's colours reached the report raw ("[32m++hello [2m[string]")."""
+    from orchestrator.runner.docker_containers import DockerHost
+    from orchestrator.runner.docker_exec import run_exec
+    from orchestrator.runner.registry import get_plugin
+
+    # Each code cut in two by a pause, so the engine sends it in two frames.
+    script = (
+        r"printf '\033[3'; sleep 0.2; printf '2m++hello \033[2m[string]\033[0m\n';"
+        r"{ printf '\033[31mFAIL\033'; sleep 0.2; printf '[0m\n'; } >&2; exit 1"
+    )
+    out = await run_exec(
+        DockerHost(),
+        sleeping_container,
+        ["sh", "-c", script],
+        env={},
+        parser=get_plugin("command").new_parser(),
+        stdin_payload=None,
+        on_event=lambda event: None,
+    )
+    assert out.exit_code == 1
+    assert out.outcome.final_message == "++hello [string]\n"
+    assert out.outcome.error_message == "command exited with status 1: FAIL"
+    assert out.stdout_tail == b"++hello [string]\n" and out.stderr_tail == b"FAIL\n"

@@ -77,6 +77,22 @@ def test_dry_run_review_loop_runs_its_review_rounds(dry_runs):
     assert (summary_path.parent / "review_round_1.md").exists()
 
 
+def test_dry_run_review_loop_shows_test_output_without_terminal_codes(dry_runs):
+    # Its test command prints in colour (tests/shared_runs.py). The codes used to reach the
+    # report, summary.json and the log raw, shown as "[32m++hello [2m[string]".
+    run = dry_runs["review-loop"]
+    assert "\x1b" not in run.stdout + run.stderr
+    written = [p for d in (run.logs, run.results) for p in d.rglob("*") if p.is_file()]
+    assert any(p.name == "events.jsonl" for p in written) and any(p.name == "report.html" for p in written)
+    for path in written:
+        text = path.read_text("utf-8", errors="replace")
+        assert "\x1b" not in text and "\\u001b" not in text.lower(), path
+    (tests_log,) = (run.results / "strategy_output").glob("*/tests.log")
+    # Command tasks run with NO_COLOR=1 (the test's environment sets neither NO_COLOR nor FORCE_COLOR).
+    assert tests_log.read_text() == "++hello [string]\nNO_COLOR=1\n"
+    assert "++hello [string]\nNO_COLOR=1" in (run.results / "report.html").read_text("utf-8")
+
+
 def test_dry_run_evolve_runs_a_wave_and_its_gate(dry_runs):
     run = dry_runs["evolve"]
     repo = run.repo

@@ -41,14 +41,25 @@ def execute(command: str, chunk: int = 4096):
     return parser.finish(proc.returncode)
 
 
-def test_lookup_capabilities_and_environment():
+def test_lookup_capabilities_and_environment(monkeypatch):
+    for name in ("NO_COLOR", "FORCE_COLOR"):
+        monkeypatch.delenv(name, raising=False)
     assert get_plugin("command") is PLUGIN and isinstance(PLUGIN, RunnerPlugin)
     caps = PLUGIN.capabilities
     assert not (caps.supports_resume or caps.supports_cost or caps.supports_token_counts)
     assert caps.auth_methods == ()
     PLUGIN.validate_environment(AuthConfig())  # nothing required
     env = PLUGIN.prepare_environment(AuthConfig(api_key="secret"), request(command="true", env={"X": "1"}))
-    assert dict(env) == {"X": "1"}
+    assert dict(env) == {"X": "1", "NO_COLOR": "1"}  # no credentials; told that no one reads colours
+
+
+def test_a_command_is_told_the_users_own_colour_choice(monkeypatch):
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    assert dict(PLUGIN.prepare_environment(AuthConfig(), request(command="true"))) == {"FORCE_COLOR": "1"}
+    monkeypatch.setenv("NO_COLOR", "")
+    env = PLUGIN.prepare_environment(AuthConfig(), request(command="true", env={"NO_COLOR": "yes"}))
+    assert dict(env) == {"NO_COLOR": "yes", "FORCE_COLOR": "1"}  # the task's own setting wins
 
 
 def test_build_command():

@@ -13,6 +13,12 @@ machine or a slow link even its first (the one naming its session), may not
 have been read yet, and a resume without the session pays for the work again.
 Then the socket is shut down, which wakes the blocked reader thread; the caller
 stops the container, which kills the exec'd process with it.
+
+This is where a task's output enters the process, so it is made plain here,
+once: terminal codes (colours a test runner prints, an agent's tool output) are
+taken out of every event, the outcome and the tails (:func:`~orchestrator.sanitize.plain`).
+Everything downstream (the strategy's result, the logs, the report, the
+dashboard and the console) reads the output as the user would.
 """
 
 from __future__ import annotations
@@ -28,8 +34,10 @@ from typing import Any
 
 import anyio
 import anyio.to_thread
+import msgspec
 
 from ..errors import AgentStreamLostError, ContainerError
+from ..sanitize import plain, plain_bytes, plain_text
 from .docker_containers import WORKSPACE_MOUNT, DockerHost
 from .plugin import AgentEvent, AgentOutcome, StreamParser
 
@@ -208,7 +216,7 @@ async def run_exec(
         nonlocal n_events
         for event in events:
             n_events += 1
-            res = on_event(event)
+            res = on_event(AgentEvent(kind=event.kind, data=plain(event.data)))
             if res is not None:
                 await res
 
@@ -309,17 +317,26 @@ async def run_exec(
         raise ContainerError(
             f"the agent's output stream broke ({stream_error}) and its exit status is unknown", retryable=True
         )
-    outcome = parser.finish(exit_code)
     return ExecOutput(
-        outcome=outcome,
+        outcome=_plain_outcome(parser.finish(exit_code)),
         exit_code=exit_code,
-        stderr_tail=bytes(stderr_tail),
-        stdout_tail=bytes(stdout_tail),
+        stderr_tail=plain_bytes(bytes(stderr_tail)),
+        stdout_tail=plain_bytes(bytes(stdout_tail)),
         saw_erofs=saw_erofs,
         events=n_events,
         extra={"stream_error": stream_error} if stream_error else {},
         uncommitted=uncommitted,
         ended=ended,
+    )
+
+
+def _plain_outcome(outcome: AgentOutcome) -> AgentOutcome:
+    """The outcome's texts without terminal codes (its ``structured_output`` is the agent's data: as given)."""
+    error = outcome.error_message
+    return msgspec.structs.replace(
+        outcome,
+        final_message=plain_text(outcome.final_message),
+        error_message=plain_text(error) if error is not None else None,
     )
 
 
