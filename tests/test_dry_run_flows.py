@@ -93,6 +93,19 @@ def test_dry_run_review_loop_shows_test_output_without_terminal_codes(dry_runs):
     assert "++hello [string]\nNO_COLOR=1" in (run.results / "report.html").read_text("utf-8")
 
 
+@pytest.mark.parametrize("name", sorted(DRY_RUNS))
+def test_a_finished_dry_run_gives_its_workspace_folder_back(dry_runs, name):
+    # The object store (a copy of the repository's history when the workspace root is on
+    # another filesystem) and the pristine indexes used to stay until a later start's retention.
+    run = dry_runs[name]
+    folder = run.root / "ws" / run.run_id
+    left = sorted(p.name for p in folder.iterdir()) if folder.exists() else []
+    assert not [n for n in left if "objects_" in n or n == ".pristine-index"], left
+    totals = json.loads((run.results / "summary.json").read_text())["totals"]
+    if not totals["failed"]:  # no failed task's workspace is kept for a post-mortem: nothing is left
+        assert not folder.exists(), left
+
+
 def test_dry_run_evolve_runs_a_wave_and_its_gate(dry_runs):
     run = dry_runs["evolve"]
     repo = run.repo

@@ -111,6 +111,10 @@ def test_a_branch_holding_a_credential_is_not_imported(tmp_path, how, command):
             assert TEST_KEY.encode().hex() not in path.read_text(errors="replace"), path
         workspaces = list((tmp_path / "ws").rglob("config.env"))
         assert workspaces, "the workspace is kept for inspection"
+        # The finished run's object store is gone; the kept workspace borrows from the repository instead.
+        assert not list((tmp_path / "ws" / run_id).glob("*objects_*")), list((tmp_path / "ws" / run_id).iterdir())
+        # (the agent's user owns it: git asks to be told it is safe to read)
+        assert git(workspaces[0].parent, "-c", "safe.directory=*", "log", "--format=%s") == "add config\ninitial"
         record(
             "commit scan", tried=1, handled=1, what=f"credential committed ({how}): import refused, error_type secret"
         )

@@ -133,10 +133,15 @@ def test_an_interrupted_task_resumes_its_session_in_the_workspace_it_left(stop, 
         session = recorded[0]
         assert session and set(recorded) == {session}, recorded
         assert (workspace / "notes.txt").read_text() == "work\n"  # kept as the agent left it
+        # Resumable: the object store the workspace borrows from and its pristine index stay.
+        folder = workspace.parent
+        assert list(folder.glob("objects_*.git/objects")) and (folder / ".pristine-index" / workspace.name).exists()
 
         resume(tmp_path, repo, env, run_id)
         events = check_log(events_path(tmp_path, run_id))
         the_branch_holds_the_notes(repo, run_id, events)
+        # Finished: nothing of it runs again, so its folder (store, indexes) is given back at once.
+        assert not folder.exists(), sorted(p.name for p in folder.iterdir())
         execs = sim_executions(run_id)
         assert [(x["session_id"], x["resumed"]) for x in execs] == [(session, False), (session, True)], execs
         assert {x["persona"] for x in execs} == {"codex" if extra else "claude"}

@@ -50,6 +50,20 @@ async def _delete_unneeded_branches(prep, dirs: RunDirs, manifest: RunManifest, 
     olog.info(line, outcome=outcome)
 
 
+async def _release_run_folder(manifest: RunManifest, olog: ComponentLog) -> None:
+    """After a finished run: its object store and pristine indexes go now, not at some later start's retention."""
+    from ..runner import release_run_folder
+
+    try:
+        removed = await release_run_folder(manifest.run_id, manifest.repo_path)
+    except Exception as exc:  # the retention removes them later; cleanup must not fail a finished run
+        olog.warning(f"the run's object store was not removed: {exc}")
+        print(f"warning: the run's object store was not removed: {exc}", file=sys.stderr)
+        return
+    if removed:
+        olog.info("removed the run's object store and pristine indexes", removed=removed)
+
+
 async def _write_report(dirs: RunDirs, manifest: RunManifest, hooks, olog: ComponentLog):
     """Write results/<run_id>/report.html; a report that cannot be written never fails the run."""
     from ..report import write_report

@@ -25,6 +25,7 @@ from ..jsonlog import ComponentLog
 from ..jsonlog import configure as configure_logs
 from ..log import events as E
 from ..log.runs import (
+    FINISHED,
     RunDirs,
     RunManifest,
     claim_run_id,
@@ -39,7 +40,7 @@ from ..runner.registry import register_plugins
 from ..sanitize import SECRET_ENV_VARS, default_sanitizer
 from ..strategy_loader import load_strategy
 from . import run_budget
-from .after_run import _clean_orphans, _delete_unneeded_branches, _write_report
+from .after_run import _clean_orphans, _delete_unneeded_branches, _release_run_folder, _write_report
 from .auth import resolve_auth
 from .preflight import (
     Prepared,
@@ -438,6 +439,8 @@ async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resum
     write_manifest(dirs, manifest)
     if manifest.status == "completed":  # a run stopped at its cap still needs its branches to go on
         await _delete_unneeded_branches(prep, dirs, manifest, state, olog)
+    if manifest.status in FINISHED:  # nothing of it runs again (a resumable run keeps its store)
+        await _release_run_folder(manifest, olog)
     # Merge advice only for a selected branch that still holds what the run recorded.
     checked = await anyio.to_thread.run_sync(check_repository, manifest, state)
     summary = export(dirs, manifest, state, checked)

@@ -9,6 +9,7 @@ Public surface::
     check_model(plugin_name, model)                               # scheduling-time model check
     delete_run_branches(repo, names, run_id=...)                  # a run's own branches, safely
     unheld_branch_claims(repo, [(branch, commit), ...])           # read-only: is each commit on its branch
+    release_run_folder(run_id, repo)                              # a finished run's store and indexes, gone
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ _EXPORTS = {
     "supports_resume": "registry",
     "delete_run_branches": "git_cleanup",
     "unheld_branch_claims": "git_cleanup",
+    "release_run_folder": "run_folder",
     "AuthConfig": "types",
     "BranchArtifact": "types",
     "ContainerLimits": "types",
@@ -64,6 +66,7 @@ if TYPE_CHECKING:
     from .git_cleanup import delete_run_branches, unheld_branch_claims
     from .object_cache import ObjectCacheSettings
     from .registry import check_model, supports_resume
+    from .run_folder import release_run_folder
     from .types import (
         AuthConfig,
         BranchArtifact,
@@ -100,6 +103,7 @@ __all__ = [
     "docker_available",
     "image_exists",
     "list_containers",
+    "release_run_folder",
     "remove_containers",
     "run_instance",
     "stop_run_containers",

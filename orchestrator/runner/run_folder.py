@@ -1,0 +1,103 @@
+"""A finished run's folder under the workspace root, given back.
+
+While a run lasts, its folder (``<workspace root>/<run_id>``) holds the object
+store its tasks borrow from (``objects_<8 hex>.git``: hard links to your
+repository's objects on the same filesystem, but a copy of its whole history
+on another), that store's lock file, and the pristine index of each checkout a
+later task of the run may take over (``.pristine-index/``). Once the run has
+finished, none of it serves anything, so it goes at once instead of waiting for
+the workspace retention at some later start. A run that can still be resumed
+(interrupted, stopped at its spending cap, killed) keeps all of it: its resumed
+tasks continue in the workspaces they left, borrowing from the store.
+
+A failed task's workspace stays for a post-mortem (the retention deletes it
+later). It borrowed the history from the store; before the store goes, its
+alternates are pointed at your repository's own objects, which hold everything
+the store held (the store is a clone of your repository, refreshed only by
+fetches from it), so ``git log`` and ``git diff`` still work there. The folder
+itself goes when nothing else is left in it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from functools import partial
+from pathlib import Path
+
+import anyio.to_thread
+
+from ..errors import GitError
+from .git_cmd import run_git
+from .git_ops import OBJECT_STORE_PREFIX, remove_workspace, workspace_root
+
+logger = logging.getLogger(__name__)
+
+PRISTINE_DIR = ".pristine-index"
+# Files the run's machinery leaves in its folder that mean nothing once the tasks are done.
+_SCAFFOLDING = (".offline-hosts",)
+
+
+def _is_store_part(name: str) -> bool:
+    """The store, a half-made one (``.partial``) or its lock file (``.objects_<8 hex>.git.lock``)."""
+    return name.startswith((OBJECT_STORE_PREFIX, f".{OBJECT_STORE_PREFIX}")) and ".git" in name
+
+
+def _repository_objects(repo_path: str | os.PathLike[str]) -> Path | None:
+    try:
+        proc = run_git(["rev-parse", "--git-path", "objects"], cwd=Path(repo_path), check=False)
+    except GitError:
+        return None
+    found = proc.stdout.strip()
+    if proc.returncode != 0 or not found:
+        return None
+    path = Path(os.path.realpath(Path(repo_path) / found))
+    return path if path.is_dir() else None
+
+
+def _borrow_from_repository(workspace: Path, objects: Path | None) -> None:
+    alternates = workspace / ".git" / "objects" / "info" / "alternates"
+    try:
+        line = alternates.read_text(encoding="utf-8").strip()
+    except OSError:
+        return  # objects of its own (full_copy), or not a clone at all
+    if OBJECT_STORE_PREFIX not in line:
+        return
+    if objects is None:
+        alternates.unlink()  # git then names the missing objects, rather than a store that is gone
+    else:
+        alternates.write_text(f"{objects}\n", encoding="utf-8")
+
+
+def _release_sync(run_id: str, repo_path: str | os.PathLike[str]) -> list[str]:
+    folder = workspace_root() / run_id
+    if not folder.is_dir():
+        return []
+    entries = list(folder.iterdir())
+    stores = [p for p in entries if _is_store_part(p.name)]
+    kept = [p for p in entries if p.is_dir() and p.name.startswith("k_") and ".deleting-" not in p.name]
+    if stores and kept:
+        objects = _repository_objects(repo_path)
+        for workspace in kept:
+            _borrow_from_repository(workspace, objects)
+    removed = []
+    for path in [*stores, folder / PRISTINE_DIR]:
+        if os.path.lexists(path):
+            remove_workspace(path)
+            removed.append(path.name)
+    if all(p.name in _SCAFFOLDING or p in stores or p.name == PRISTINE_DIR for p in entries):
+        remove_workspace(folder)
+        removed.append(str(folder))
+    return removed
+
+
+async def release_run_folder(run_id: str, repo_path: str | os.PathLike[str]) -> list[str]:
+    """After a finished run: remove its object store and pristine indexes (and its folder once empty).
+
+    Returns what was removed. Call it only once the run's runner is closed and
+    the run cannot be resumed.
+    """
+    removed = await anyio.to_thread.run_sync(partial(_release_sync, run_id, repo_path))
+    if removed:
+        logger.info("gave back the finished run's folder", extra={"run_id": run_id, "removed": removed})
+    return removed
