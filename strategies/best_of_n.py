@@ -11,6 +11,12 @@ Outputs (see ``strategies/_scoring.py`` for the ``--runs N`` naming):
 ``scores.json`` with every candidate's status, score, rationale and branch, and
 ``best_branch.txt`` with the winner's branch. The strategy returns the winner's
 TaskResult, so the run summary shows its branch.
+
+The candidates' branches stay by default: they are what ``synthesize -S
+from_run`` combines, and a reviewer's score is one opinion. With ``-S
+keep_branches=false`` ``scores.json`` lists the others under ``delete_branches``
+and, once the run has finished, the orchestrator deletes them
+(:func:`branches_to_delete`).
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from __future__ import annotations
 import functools
 from typing import Annotated, Any, Literal
 
-from orchestrator.strategy import ConfigError, Context, TaskInput, TaskResult, strategy_options
+from orchestrator.strategy import ConfigError, Context, RunView, TaskInput, TaskResult, strategy_options
 
 from ._report import best_of_n_sections as report_sections  # noqa: F401  (the run report's sections)
 from ._report_tasks import report_task  # noqa: F401  (its command tasks in the report)
@@ -32,6 +38,7 @@ from ._scoring import (
     score_with_repair,
     write_output,
 )
+from .branch_cleanup import listed_for_deletion
 
 TIE_BREAK = "highest score, then lowest generation index"
 ImportPolicy = Literal["auto", "never", "always"]
@@ -64,6 +71,7 @@ async def best_of_n(
     criteria: Annotated[str, "what the reviewer judges"] = DEFAULT_CRITERIA,
     approaches: Annotated[list, "optional hints; candidate i gets approaches[i % len]"] = [],  # noqa: B006
     import_policy: Annotated[ImportPolicy, "branch creation for candidates"] = "auto",
+    keep_branches: Annotated[bool, "keep the candidates' branches; false: delete those not selected at the end"] = True,
 ):
     """N candidates in parallel, each scored 0-10 by a reviewer; returns the best one."""
     rows: list[dict[str, Any]] = [{} for _ in range(n)]
@@ -137,6 +145,8 @@ async def best_of_n(
         )
     score, index, best = pick_best(scored)
     report["selected"] = {"index": index, "instance_id": best["instance_id"], "branch": branch_of(best), "score": score}
+    if not keep_branches:
+        report["delete_branches"] = unselected(rows, branch_of(best), base_branch)
     write_output(ctx, "scores", "json", report)
     write_output(ctx, "best_branch", "txt", branch_of(best) + "\n")
     # The winner's TaskResult (so the run selects its branch), plus the one line the summary shows.
@@ -154,3 +164,13 @@ def verdict_line(rows: list[dict[str, Any]], index: int, score: float) -> str:
     tie = any(r["index"] != index and r.get("score") == score for r in rows)
     tail = ", tie: lowest index wins" if tie else ""
     return f"gen/{index} won with score {score:g}" + (f" (others: {', '.join(others)}{tail})" if others else "")
+
+
+def unselected(rows: list[dict[str, Any]], selected: str, base_branch: str) -> list[str]:
+    """The candidates' branches other than the selected one (a candidate that changed nothing has none)."""
+    return [b for r in rows if (b := r.get("branch")) and b not in (selected, base_branch)]
+
+
+def branches_to_delete(run: RunView) -> list[str]:
+    """After a finished run: the unselected candidates of each execution run with ``keep_branches=false``."""
+    return listed_for_deletion(run, "scores")

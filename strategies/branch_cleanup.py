@@ -1,10 +1,17 @@
-"""Deleting a strategy's working branches at the end of its run, as one durable housekeeping task."""
+"""Deleting a strategy's working branches at the end of its run.
+
+Two ways: as one durable housekeeping task inside the strategy (evolve), or by
+listing them in the strategy's output for its ``branches_to_delete`` hook, which
+the orchestrator calls only once the run has finished (best-of-n, synthesize):
+a run stopped at its spending cap keeps every branch its resume may need.
+"""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from orchestrator.strategy import Context
+from orchestrator.strategy import Context, RunView
 
 
 async def delete_branches(ctx: Context, names: list[str], key: str) -> dict[str, Any]:
@@ -33,3 +40,24 @@ async def delete_branches(ctx: Context, names: list[str], key: str) -> dict[str,
         else:
             kept[name] = state
     return {"deleted": deleted, "kept": kept}
+
+
+def listed_for_deletion(run: RunView, stem: str) -> list[str]:
+    """After a finished run: the branches each successful execution listed under ``delete_branches``.
+
+    ``stem``: the strategy's JSON output (``<stem>.json`` for ``s1``, ``<stem>_<sid>.json``
+    for the others), written by the execution once it had selected its result. For
+    a strategy's ``branches_to_delete`` hook; the orchestrator's git layer deletes
+    only those the run created and nobody has moved or checked out since.
+    """
+    names: list[str] = []
+    for sid, status in sorted(run.executions.items()):
+        if status != "success":
+            continue
+        path = run.output_dir / (f"{stem}.json" if sid == "s1" else f"{stem}_{sid}.json")
+        try:
+            listed = json.loads(path.read_text("utf-8")).get("delete_branches") or []
+        except (OSError, ValueError, AttributeError):
+            continue  # no record, no deletion: a branch is never deleted on a guess
+        names += [b for b in listed if isinstance(b, str) and b]
+    return names

@@ -29,6 +29,11 @@ attributed to the candidate holding most of its changed lines, or ``new``
 (:mod:`strategies.synthesize_provenance`). Outputs: ``synthesis.json`` (the
 whole record, also the strategy's result, so ``summary.json`` carries it) and
 ``best_branch.txt``.
+
+As in best-of-n, the branches it made stay by default; with ``-S
+keep_branches=false`` the generated candidates and the synthesis that were not
+selected are listed under ``delete_branches`` and deleted once the run has
+finished. Branches given with ``branches`` or ``from_run`` are never its to delete.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from typing import Annotated, Any, Literal
 from orchestrator.strategy import (
     ConfigError,
     Context,
+    RunView,
     TaskInput,
     TaskResult,
     absent_branches,
@@ -60,6 +66,7 @@ from ._scoring import (
 )
 from .base_check import run_on_base
 from .best_of_n import generation_prompt
+from .branch_cleanup import listed_for_deletion
 from .pipeline import command_task
 from .synthesize_provenance import diff_command, provenance, provenance_counts, split_diffs
 
@@ -161,6 +168,9 @@ async def synthesize(
     criteria: Annotated[str, "what the reviewer judges"] = DEFAULT_CRITERIA,
     approaches: Annotated[list, "optional hints; candidate i gets approaches[i % len]"] = [],  # noqa: B006
     import_policy: Annotated[ImportPolicy, "branch creation for candidates and the synthesis"] = "auto",
+    keep_branches: Annotated[
+        bool, "keep the branches it made; false: delete the candidates and synthesis not selected at the end"
+    ] = True,
 ):
     """Score candidates, combine the best k into one branch; it wins only if it tests and scores as well."""
     given = list(branches or [])
@@ -359,6 +369,11 @@ async def synthesize(
         record["selected"] = {"which": best["label"], "branch": best["branch"], "score": best["score"]}
     record["why"] = why
     record["verdict"] = verdict_line(record, best, won, why)
+    if not keep_branches:
+        # Only branches this run made: the generated candidates and the synthesis, never given ones.
+        ours = [r.get("branch") for r in rows if r.get("key")] + [synthesis.get("branch")]
+        selected = record["selected"]["branch"]
+        record["delete_branches"] = [b for b in dict.fromkeys(ours) if b and b not in (selected, base_branch)]
     write_output(ctx, "synthesis", "json", record)
     write_output(ctx, "best_branch", "txt", record["selected"]["branch"] + "\n")
     return {**chosen, **{k_: v for k_, v in record.items() if k_ != "strategy_execution_id"}}
@@ -393,3 +408,8 @@ def verdict_line(record: dict[str, Any], best: dict[str, Any], won: bool, why: s
     if won:
         return f"synthesis of {', '.join(record['top'])} selected: {why}{tail}"
     return f"{best['label']} stays best (score {_fmt(best['score'])}): {why}{tail}"
+
+
+def branches_to_delete(run: RunView) -> list[str]:
+    """After a finished run: what each execution run with ``keep_branches=false`` did not select."""
+    return listed_for_deletion(run, "synthesis")

@@ -62,7 +62,8 @@ DRY_RUNS: dict[str, tuple[dict[str, str], list[str]]] = {
             "test_command=python3 bench.py",
         ],
     ),
-    "best-of-n": ({}, ["raise the benchmark", "--strategy", "best-of-n", "-S", "n=3"]),
+    # keep_branches=false: the candidates it does not select are deleted once it has finished.
+    "best-of-n": ({}, ["raise the benchmark", "--strategy", "best-of-n", "-S", "n=3", "-S", "keep_branches=false"]),
     "evolve": (
         {"keep.txt": "keep\n", "GOALS.yaml": GOALS},
         ["keep the project healthy", "--strategy", "evolve", "-S", "goals=GOALS.yaml", "-S", "max_cycles=3"],

@@ -63,6 +63,21 @@ def test_dry_run_best_of_n_scores_every_candidate(dry_runs):
     assert report["selected"]["score"] == max(r["score"] for r in rows)
 
 
+def test_dry_run_best_of_n_without_keep_branches_leaves_only_the_selected_branch(dry_runs):
+    run = dry_runs["best-of-n"]  # -S keep_branches=false (tests/shared_runs.py)
+    report = json.loads((run.results / "strategy_output" / "scores.json").read_text())
+    selected = report["selected"]["branch"]
+    others = [r["branch"] for r in report["candidates"] if r["branch"] != selected]
+    assert len(others) == 2 and sorted(report["delete_branches"]) == sorted(others)
+    assert git(run.repo, "for-each-ref", "--format=%(refname:short)", "refs/heads/").split() == sorted(
+        ["main", selected]
+    )
+    assert "best-of-n: deleted 2 branch(es) it no longer needs" in run.stderr
+    (s,) = json.loads((run.results / "summary.json").read_text())["strategies"]
+    assert sorted(t["branch"] for t in s["tasks"] if t["branch_deleted"]) == sorted(others)
+    assert s["selected_branch"] == selected
+
+
 def test_dry_run_review_loop_runs_its_review_rounds(dry_runs):
     run = dry_runs["review-loop"]
     seen = check_screen(run.logs, run.run_id, run.stdout + run.stderr)

@@ -61,7 +61,7 @@ def _show(repo: Path, branch: str, path: str) -> str:
 def test_synthesis_holds_both_fixes_names_both_candidates_and_passes_its_tests(tmp_path):
     repo = make_repo(tmp_path / "repo", {"calc.py": CALC})
     env = cli_env(tmp_path)
-    args = [CANDIDATES + GOOD_SYNTH, "--strategy", "synthesize", "-S", "n=2", *APPROACHES]
+    args = [CANDIDATES + GOOD_SYNTH, "--strategy", "synthesize", "-S", "n=2", *APPROACHES, "-S", "keep_branches=false"]
     done = run_cli([*args, "-S", f"test_command={TESTS}", *IMG], cwd=repo, env=env, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     run_id = only_run_id(tmp_path)
@@ -91,6 +91,12 @@ def test_synthesis_holds_both_fixes_names_both_candidates_and_passes_its_tests(t
     out = tmp_path / "results" / run_id / "strategy_output"
     assert (out / "best_branch.txt").read_text().strip() == synthesis["branch"]
     assert json.loads((out / "synthesis.json").read_text())["provenance"] == result["provenance"]
+    # keep_branches=false: the candidates it combined are deleted, the synthesis it selected stays
+    gens = [c["branch"] for c in result["candidates"]]
+    assert sorted(json.loads((out / "synthesis.json").read_text())["delete_branches"]) == sorted(gens)
+    assert git(repo, "for-each-ref", "--format=%(refname:short)", "refs/heads/").split() == sorted(
+        ["main", synthesis["branch"]]
+    )
 
 
 def test_from_run_takes_a_finished_best_of_n_runs_branches_and_a_broken_synthesis_is_not_best(tmp_path):
@@ -114,6 +120,7 @@ def test_from_run_takes_a_finished_best_of_n_runs_branches_and_a_broken_synthesi
     # a second set of run folders: from_run finds the first run through its host-wide record
     env = cli_env(tmp_path / "second")
     args = [CANDIDATES + BROKEN_SYNTH, "--strategy", "synthesize", "-S", f"from_run={first}"]
+    args += ["-S", "keep_branches=false"]
     done = run_cli([*args, "-S", f"test_command={TESTS}", *IMG], cwd=repo, env=env, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     second = only_run_id(tmp_path / "second")
@@ -133,6 +140,10 @@ def test_from_run_takes_a_finished_best_of_n_runs_branches_and_a_broken_synthesi
     # the broken line is no candidate's: provenance says the synthesizer wrote it
     sources = [h["source"] for h in result["provenance"]]
     assert "new" in sources and "branch/1" in sources
+    # keep_branches=false: the synthesis it did not select is deleted; the branches it was given
+    # (the first run's) were never its own to delete
+    assert git(repo, "for-each-ref", "--format=%(refname:short)", "refs/heads/").split() == sorted(["main", *made])
+    assert "synthesize: deleted 1 branch(es) it no longer needs" in done.stderr, done.stderr
 
 
 def test_from_run_refuses_an_unknown_run_in_one_line(tmp_path):
