@@ -70,6 +70,9 @@ def test_runs_are_found_where_they_were_written_and_cleanup_keeps_them_readable(
     shown = run_cli(["--show-run", run_id], cwd=elsewhere, env=env)
     assert shown.returncode == 0, _out(shown)
     assert f"is under {started_in / 'orchestrator_state'}" in shown.stderr
+    # The summary ends with what the run leaves and the command that removes what is safe to remove.
+    assert "\nLeft behind: 1 branch, 1 stopped container and 1 volume\n" in shown.stdout, shown.stdout
+    assert f"(the branches stay): orchestrator --cleanup-run {run_id}\n" in shown.stdout
 
     cleaned = run_cli(["--cleanup-run", run_id, "--repo", str(repo)], cwd=elsewhere, env=env)
     assert cleaned.returncode == 0, _out(cleaned)
@@ -89,6 +92,8 @@ def test_runs_are_found_where_they_were_written_and_cleanup_keeps_them_readable(
     again = run_cli(["--show-run", run_id], cwd=started_in, env=env)
     assert again.returncode == 0, _out(again)
     assert "Cleaned up" in again.stdout and "Resume with" not in again.stdout
+    assert "\nLeft behind: 1 branch, 0 stopped containers and 0 volumes\n" in again.stdout, again.stdout
+    assert "(the branches stay): orchestrator --cleanup-run" not in again.stdout  # nothing left for it
     assert "1/1" in run_cli(["--list-runs"], cwd=started_in, env=env).stdout
     status = [line.split()[1] for line in run_cli(["--list-runs"], cwd=started_in, env=env).stdout.splitlines()[1:]]
     assert status == ["cleaned"]
@@ -109,3 +114,18 @@ def test_resume_from_another_folder_says_where_the_run_is(tmp_path):
     refused = run_cli(["--resume", run_id], cwd=elsewhere, env=env)
     assert refused.returncode == 2, _out(refused)
     assert f"cd {started_in} && orchestrator --resume {run_id}" in refused.stderr
+
+
+def test_a_summary_says_which_engine_it_could_not_count_on(monkeypatch):
+    import anyio
+
+    from orchestrator.app.leftovers import count_leftovers, leftover_lines
+
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    counted = anyio.run(count_leftovers, "run_19990101_000000")
+    assert counted["containers"] is None and counted["not_counted"].startswith("local: "), counted
+    summary = {"run_id": "run_19990101_000000", "status": "completed", "leftovers": {"branches": 2, **counted}}
+    assert leftover_lines(summary) == [
+        "",
+        f"Left behind: 2 branches; containers and volumes not counted ({counted['not_counted']})",
+    ]

@@ -12,6 +12,8 @@ The runs are tests/shared_runs.py's, which other files read too.
 from __future__ import annotations
 
 import json
+import re
+import subprocess
 
 import pytest
 from conftest import git
@@ -119,6 +121,29 @@ def test_a_finished_dry_run_gives_its_workspace_folder_back(dry_runs, name):
     totals = json.loads((run.results / "summary.json").read_text())["totals"]
     if not totals["failed"]:  # no failed task's workspace is kept for a post-mortem: nothing is left
         assert not folder.exists(), left
+
+
+def _docker_count(*args: str) -> int:
+    done = subprocess.run(["docker", *args, "-q"], capture_output=True, text=True, check=True)
+    return len(done.stdout.split())
+
+
+@pytest.mark.parametrize("name", sorted(DRY_RUNS))
+def test_the_summary_ends_with_what_the_run_leaves_and_how_to_remove_it(dry_runs, name):
+    run = dry_runs[name]
+    *_, left, remove = run.stdout.rstrip().splitlines()
+    found = re.fullmatch(r"Left behind: (\d+) branch(?:es)?, (\d+) stopped containers? and (\d+) volumes?", left)
+    assert found, run.stdout[-1500:]
+    branches = git(run.repo, "branch", "--list", f"*{run.run_id}*").split()
+    containers = _docker_count("ps", "-a", "--filter", f"label=run_id={run.run_id}")
+    volumes = _docker_count("volume", "ls", "--filter", f"label=run_id={run.run_id}")
+    assert tuple(map(int, found.groups())) == (len(branches), containers, volumes)
+    assert containers and volumes  # stopped containers and session volumes stay for retention
+    assert (
+        remove == f"To remove the containers and volumes (the branches stay): orchestrator --cleanup-run {run.run_id}"
+    )
+    leftovers = json.loads((run.results / "summary.json").read_text())["leftovers"]
+    assert leftovers == {"branches": len(branches), "containers": containers, "running": 0, "volumes": volumes}
 
 
 def test_dry_run_evolve_runs_a_wave_and_its_gate(dry_runs):

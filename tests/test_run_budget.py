@@ -92,6 +92,16 @@ def test_best_of_n_stops_at_the_cap_with_its_exit_code_and_spend(tmp_path):
     assert "(the best so far: the spending cap stopped it)" in report
     # The report's replay of best-of-n takes the run's path: refused tasks raise BudgetReached there too.
     assert "replay of strategy execution" not in (tmp_path / "logs" / run_id / "orchestration.jsonl").read_text()
+    # Resumable: its object store stays, and the summary ends with what it keeps for the resume.
+    assert list((tmp_path / "ws" / run_id).glob("objects_*.git/objects"))
+    left = summary["leftovers"]
+    assert left["branches"] == len(summary["branches"]) and left["containers"] and left["volumes"]
+    *_, kept, give_up = r.stdout.rstrip().splitlines()
+    assert kept == (
+        f"Kept for orchestrator --resume {run_id}: {left['branches']} branch{'es' if left['branches'] != 1 else ''}, "
+        f"{left['containers']} stopped containers and {left['volumes']} volumes"
+    ), r.stdout[-1000:]
+    assert give_up == f"To give the run up instead (the branches stay): orchestrator --cleanup-run {run_id}"
 
 
 def test_runs_share_one_cap(tmp_path):

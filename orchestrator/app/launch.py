@@ -42,6 +42,7 @@ from ..strategy_loader import load_strategy
 from . import run_budget
 from .after_run import _clean_orphans, _delete_unneeded_branches, _release_run_folder, _write_report
 from .auth import resolve_auth
+from .leftovers import count_leftovers, recorded_config
 from .preflight import (
     Prepared,
     _absolute_spec,
@@ -195,7 +196,8 @@ async def _already_finished(dirs: RunDirs, manifest: RunManifest, output: str) -
         run_id, dirs.events(run_id), [dirs.state / run_id / "state.json", dirs.logs / run_id / "state.json"]
     )
     checked = await anyio.to_thread.run_sync(check_repository, manifest, state)
-    summary = build_summary(manifest, state, checked)
+    config = recorded_config(manifest, str(dirs.manifest(run_id)))
+    summary = build_summary(manifest, state, checked, await count_leftovers(run_id, config))
     print(
         f"Run {run_id} already finished{f' at {manifest.finished_at}' if manifest.finished_at else ''}; "
         "nothing to resume. Its summary:",
@@ -443,7 +445,8 @@ async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resum
         await _release_run_folder(manifest, olog)
     # Merge advice only for a selected branch that still holds what the run recorded.
     checked = await anyio.to_thread.run_sync(check_repository, manifest, state)
-    summary = export(dirs, manifest, state, checked)
+    # Counted last: the strategy's branch clean-up and the folder's are done, the containers stopped.
+    summary = export(dirs, manifest, state, checked, await count_leftovers(run_id, config))
     await _write_report(dirs, manifest, prep.strategy.hooks, olog)
     olog.info("run finished", exit_code=manifest.exit_code, totals=summary["totals"])
     if prep.output == "json":

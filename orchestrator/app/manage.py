@@ -28,6 +28,7 @@ from ..log.runs import (
 )
 from ..log.state import FAILED, RunState, recover
 from ..strategy_loader import BUILTINS, load_strategy
+from .leftovers import count_leftovers, recorded_config
 from .results import build_summary, check_repository, fmt_cost, render_summary
 
 if TYPE_CHECKING:
@@ -129,7 +130,8 @@ async def show_run(run_id: str, follow: bool, repo: str | None = None) -> int:
     if live:
         manifest.status = "live"  # whatever the manifest says, nothing is decided while it runs
     checked = await anyio.to_thread.run_sync(check_repository, manifest, state)
-    summary = build_summary(manifest, state, checked)
+    left = None if live else await count_leftovers(run_id, recorded_config(manifest, str(dirs.manifest(run_id))))
+    summary = build_summary(manifest, state, checked, left)
     print(render_summary(summary, results_path=dirs.results / run_id))
     print(f"\nPrompt: {manifest.prompt[:200]}{'…' if len(manifest.prompt) > 200 else ''}")
     print(

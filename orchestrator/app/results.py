@@ -19,6 +19,7 @@ from ..log.state import COMPLETED, FAILED, INTERRUPTED, RunState, write_snapshot
 from ..report.selection import UNFINISHED, claims, missing_branches, selected_of, selection, unheld_branches, verdict
 from ..sanitize import default_sanitizer
 from ..strategy import RunView
+from .leftovers import leftover_lines
 from .run_budget import spend_text, summary_of
 
 
@@ -57,8 +58,17 @@ def check_repository(manifest: RunManifest, state: RunState) -> RepositoryCheck:
     )
 
 
-def build_summary(manifest: RunManifest, state: RunState, repo: RepositoryCheck | None = None) -> dict[str, Any]:
-    """The run's summary, with what ``repo`` found in the repository (nothing checked without it)."""
+def build_summary(
+    manifest: RunManifest,
+    state: RunState,
+    repo: RepositoryCheck | None = None,
+    leftovers: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The run's summary, with what ``repo`` found in the repository (nothing checked without it).
+
+    ``leftovers``: the run's containers and volumes as :func:`.leftovers.count_leftovers`
+    counted them; the summary then ends with them and the branches still there.
+    """
     unheld = repo.unheld if repo else None
     gone = repo.gone if repo else frozenset()
     strategies = []
@@ -121,7 +131,7 @@ def build_summary(manifest: RunManifest, state: RunState, repo: RepositoryCheck 
     finished = c.completed + c.failed
     total_cost = sum((t.cost_usd or 0.0) for t in state.tasks.values())
     cost_known = any(t.cost_usd is not None for t in state.tasks.values())
-    return {
+    summary = {
         "run_id": manifest.run_id,
         "dry_run": manifest.dry_run,
         "strategy": manifest.strategy_name,
@@ -150,13 +160,20 @@ def build_summary(manifest: RunManifest, state: RunState, repo: RepositoryCheck 
         "branches": all_branches,
         "final_branches": _final_branches(strategies, manifest.base_branch),
     }
+    if leftovers is not None:
+        summary["leftovers"] = {"branches": len(all_branches), **leftovers}
+    return summary
 
 
 def export(
-    dirs: RunDirs, manifest: RunManifest, state: RunState, repo: RepositoryCheck | None = None
+    dirs: RunDirs,
+    manifest: RunManifest,
+    state: RunState,
+    repo: RepositoryCheck | None = None,
+    leftovers: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Write results/<run_id>/{summary.json, branches.txt, metrics.csv}; return the summary."""
-    summary = default_sanitizer().scrub(build_summary(manifest, state, repo))
+    summary = default_sanitizer().scrub(build_summary(manifest, state, repo, leftovers))
     out = dirs.results / manifest.run_id
     (out / "strategy_output").mkdir(parents=True, exist_ok=True)
     write_snapshot_bytes(msgspec.json.format(msgspec.json.encode(summary), indent=2) + b"\n", [out / "summary.json"])
@@ -329,7 +346,7 @@ def render_summary(summary: dict[str, Any], *, results_path: Path, wall_seconds:
             "Stopped at the spending cap: raise it to go on, e.g. "
             f"orchestrator --resume {summary['run_id']} {_raised(summary['budget'])}"
         )
-    where = ["", f"Full results: {results_path}/", f"Report: {results_path}/report.html"]
+    where = ["", f"Full results: {results_path}/", f"Report: {results_path}/report.html", *leftover_lines(summary)]
     if summary["status"] in UNFINISHED:
         # Nothing is decided until the strategy finishes: no branch of an unfinished run is advice.
         if summary["status"] == "live":

@@ -679,16 +679,22 @@ async def remove_containers(names: Iterable[str], *, host: DockerHost | None = N
             tg.start_soon(host.remove, name)
 
 
-async def remove_run_volumes(run_id: str, *, host: DockerHost | None = None) -> list[str]:
-    """Remove the session volumes of ``run_id`` (``orc_home_<run_id>_g*``); returns their names."""
-    import docker.errors
-
+async def run_volumes(run_id: str, *, host: DockerHost | None = None) -> list[str]:
+    """The session volumes of ``run_id`` (``orc_home_<run_id>_g*``; global-scope ones are every run's)."""
     from ..naming import safe_component
 
     host = host or shared_host()
     prefix = f"orc_home_{safe_component(run_id)}_g"
     listing = await host.api("list volumes", "volumes", filters={"name": prefix})
-    names = [v["Name"] for v in (listing or {}).get("Volumes") or [] if v["Name"].startswith(prefix)]
+    return [v["Name"] for v in (listing or {}).get("Volumes") or [] if v["Name"].startswith(prefix)]
+
+
+async def remove_run_volumes(run_id: str, *, host: DockerHost | None = None) -> list[str]:
+    """Remove the session volumes of ``run_id`` (:func:`run_volumes`); returns their names."""
+    import docker.errors
+
+    host = host or shared_host()
+    names = await run_volumes(run_id, host=host)
     client = await host.client()
 
     def _rm(name: str) -> None:

@@ -1,0 +1,100 @@
+"""What a run leaves behind, and the one command that removes what is safe to remove.
+
+Every summary ends with it (the console's, ``--show-run``'s, ``summary.json``'s
+``leftovers``): the run's branches still in the repository, its stopped
+containers and its volumes (session volumes, and on a remote engine the
+workspace volumes of tasks kept there), counted on every engine the run used,
+which is what ``--cleanup-run`` visits. ``--cleanup-run`` removes the
+containers and volumes (and the state, so the run can no longer be resumed)
+and keeps the branches: a finished run's branches are its results, and a
+strategy's own clean-up has already deleted those it no longer needed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+
+from ..config import Config
+from ..log.runs import RunManifest
+
+# Counting must never hold up a summary: an engine that does not answer is named instead.
+COUNT_TIMEOUT_S = 20.0
+# A run in one of these can go on (--resume): what it leaves is what the resume needs.
+RESUMABLE = ("interrupted", "running", "budget_reached")
+
+
+def recorded_config(manifest: RunManifest, where: str) -> Config | None:
+    """The configuration the run recorded (its engines), or None to count on the local engine."""
+    from ..config import recorded_config as read
+
+    if not manifest.config:
+        return None
+    try:
+        return read(manifest.config, where)
+    except Exception:  # a record this version cannot read: the local engine is still counted
+        return None
+
+
+async def count_leftovers(run_id: str, config: Config | None = None) -> dict[str, Any]:
+    """The run's containers and volumes on each engine: ``{"containers", "running", "volumes"}``.
+
+    ``config``: the run's configuration (its ``runner.hosts``); without one, the
+    local engine. The counts are ``None`` with ``not_counted`` (why) when an
+    engine did not answer.
+    """
+    from ..runner.docker_containers import DockerHost, list_containers, run_volumes
+    from .hosts_cli import _workspace_volumes, engines
+
+    containers = running = volumes = 0
+    failures: list[str] = []
+    for label, host in engines(config) if config is not None else [("local", DockerHost(name="local"))]:
+        try:
+            with anyio.fail_after(COUNT_TIMEOUT_S):
+                found = await list_containers(run_id, host=host)
+                containers += len(found)
+                running += sum(1 for c in found if c["status"] == "running")
+                volumes += len(await run_volumes(run_id, host=host))
+                if host.archive:  # a remote engine keeps each kept task's workspace in a volume
+                    volumes += len(await _workspace_volumes(host, run_id, []))
+        except Exception as exc:  # no engine, a dropped link: the summary says so and goes on
+            failures.append(f"{label}: {str(exc) or type(exc).__name__}")
+        finally:
+            with anyio.CancelScope(shield=True):
+                await host.aclose()
+    if failures:
+        return {"containers": None, "running": None, "volumes": None, "not_counted": "; ".join(failures)}
+    return {"containers": containers, "running": running, "volumes": volumes}
+
+
+def _count(n: int, one: str, many: str | None = None) -> str:
+    return f"{n} {one if n == 1 else many or one + 's'}"
+
+
+def leftover_lines(summary: dict[str, Any]) -> list[str]:
+    """The summary's last lines: what the run leaves, and the command that removes what is safe to remove."""
+    left = summary.get("leftovers")
+    run_id, status = summary["run_id"], summary["status"]
+    if not left or status == "live":  # still at work: nothing is left yet
+        return []
+    parts = [_count(left["branches"], "branch", "branches")]
+    if left.get("containers") is None:
+        why = left.get("not_counted") or "Docker did not answer"
+        return ["", f"Left behind: {parts[0]}; containers and volumes not counted ({why})"]
+    stopped = left["containers"] - (left.get("running") or 0)
+    parts.append(_count(stopped, "stopped container"))
+    if left.get("running"):
+        parts.append(f"{left['running']} running")
+    parts.append(_count(left["volumes"], "volume"))
+    listed = ", ".join(parts[:-1]) + f" and {parts[-1]}"
+    command = f"orchestrator --cleanup-run {run_id}"
+    if status in RESUMABLE:
+        lines = ["", f"Kept for orchestrator --resume {run_id}: {listed}"]
+        if left["containers"] or left["volumes"]:
+            lines.append(f"To give the run up instead (the branches stay): {command}")
+        return lines
+    lines = ["", f"Left behind: {listed}"]
+    if left["containers"] or left["volumes"]:
+        lines.append(f"To remove the containers and volumes (the branches stay): {command}")
+    return lines
