@@ -544,3 +544,18 @@ def test_the_real_claude_code_runs_the_projects_tests_in_the_environment(tmp_pat
     finally:
         remove_run_resources(tmp_path / "real" / "state")
         subprocess.run(["docker", "rmi", image], capture_output=True)
+
+
+def test_a_setups_terminal_codes_reach_neither_the_console_nor_the_log(tmp_path):
+    """npm, pip and test runners colour what they print; a setup's lines are shown as text."""
+    from orchestrator.agent_image.environment import _Stream
+
+    shown: list[str] = []
+    log = tmp_path / "environment.log"
+    rc, tail = _Stream(shown.append, log).run(
+        ["sh", "-c", r"printf '\033[32madded 3 packages\033[0m\n\033]0;title\007done\n'"], prefix="  setup| "
+    )
+    assert rc == 0
+    assert tail == ["added 3 packages", "done"]
+    assert shown == ["  setup| added 3 packages", "  setup| done"]
+    assert "\x1b" not in log.read_text()

@@ -62,7 +62,7 @@ import msgspec
 from ..errors import ConfigError, OrchestratorError, PreflightError
 from ..filelock import file_lock
 from ..runner.types import SEED_LABEL
-from ..sanitize import default_sanitizer
+from ..sanitize import default_sanitizer, plain_text
 from . import devcontainer
 from .devcontainer import DEVCONTAINER_PATHS, WORKSPACE
 from .env_spec import EnvironmentSpec, SetupCommand
@@ -355,7 +355,8 @@ class _Stream:
                     proc.stdin.close()
             assert proc.stdout is not None
             for raw in proc.stdout:
-                line = scrub(raw.decode("utf-8", "replace").rstrip("\n"))
+                # A setup's npm or pip colours its output; the console, the log and an error show text.
+                line = scrub(plain_text(raw.decode("utf-8", "replace").rstrip("\n")))
                 log.write(line + "\n")
                 tail.append(line)
                 if show:
