@@ -108,6 +108,18 @@ unpack() {
         rm -f "$tree/vendor/github.com/modern-go/reflect2/go.mod"
         touch "$tree/.unpacked"
     fi
+    if [ ! -f "$tree/.no-cloud-probes" ]; then
+        # kubelet 1.20 links the AWS, Azure and GCP credential providers and
+        # cAdvisor's cloud detection even when built providerless; each may ask a
+        # cloud metadata address (169.254.169.254) at start. Nothing here may send
+        # traffic off loopback, so they are left out of the build.
+        sed -i '/_ "k8s.io\/kubernetes\/pkg\/credentialprovider\/\(aws\|azure\|gcp\)"/d' \
+            "$tree/cmd/kubelet/app/plugins.go" "$tree/cmd/kubelet/app/options/globalflags.go"
+        sed -i '/_ "github.com\/google\/cadvisor\/utils\/cloudinfo\/\(aws\|azure\|gce\)"/d' \
+            "$tree/pkg/kubelet/cadvisor/cadvisor_linux.go"
+        rm -f "$H/bin/kubelet"
+        touch "$tree/.no-cloud-probes"
+    fi
     if [ ! -x "$H/etcd/usr/bin/etcd" ]; then
         rm -rf "$H/etcd" && dpkg-deb -x "$H"/debs/etcd-server_*.deb "$H/etcd"
     fi

@@ -38,6 +38,13 @@ bash scripts/setup.sh
 lint_beside_a_collection
 # Docker was just set up: a Docker test that cannot run is a failure, not a skip.
 export ORCHESTRATOR_TESTS_REQUIRE_DOCKER=1
+# The Kubernetes backend's tests run against a real cluster built from Debian's
+# source package (about 9 minutes the first time on a fresh machine, kept in
+# /var/cache/orchestrator-k8s; docs/test-cluster.md). It is stopped, by pid,
+# when the tests end.
+bash scripts/setup-k8s.sh start
+trap 'bash scripts/setup-k8s.sh stop >/dev/null 2>&1 || true' EXIT
+export ORCHESTRATOR_TESTS_REQUIRE_K8S=1
 # Most Docker tests spend their time waiting on containers, git and the engine,
 # not on this machine's CPUs, so they run side by side on six workers. The
 # private engine's tests share a dockerd per worker (tests/conftest.py), and
@@ -50,7 +57,7 @@ export ORCHESTRATOR_TESTS_REQUIRE_DOCKER=1
 workers="${ORCHESTRATOR_TEST_WORKERS:-6}"
 RERUN_AT_MOST=5
 failures="$(mktemp)"
-trap 'rm -f "$failures"' EXIT
+trap 'rm -f "$failures"; bash scripts/setup-k8s.sh stop >/dev/null 2>&1 || true' EXIT
 set +e
 # the slowest tests are printed at the end: docs/reliability.md lists them with their reasons
 ORCHESTRATOR_TEST_FAILURES="$failures" uv run pytest -q -p no:cacheprovider -n "$workers" --dist loadgroup \

@@ -1,0 +1,121 @@
+"""The Kubernetes test cluster itself: what the backend's tests rely on, and that it keeps to loopback."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import subprocess
+import time
+
+import pytest
+from conftest import SLIM_TEST_IMAGE, _slim_test_image
+from k8s_cluster import HOME, NAMESPACE, ensure_cluster, ensure_image, kubectl, pids
+
+pytestmark = [pytest.mark.kubernetes, pytest.mark.docker]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    return ensure_cluster()
+
+
+def _sockets_of(pid: int) -> list[tuple[str, str, str]]:
+    """(state, local, peer) of every TCP and UDP socket the process holds."""
+    out = subprocess.run(["ss", "-H", "-tuanp"], capture_output=True, text=True, check=True).stdout
+    found = []
+    for line in out.splitlines():
+        if f"pid={pid}," not in line:
+            continue
+        fields = line.split()
+        found.append((fields[1], fields[4], fields[5]))
+    return found
+
+
+def _host(address: str) -> str:
+    host = address.rsplit(":", 1)[0].strip("[]")
+    return host.split("%", 1)[0]
+
+
+def _loopback_or_unbound(host: str) -> bool:
+    if host == "*":
+        return True
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    if ip.version == 6 and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_loopback
+
+
+def test_the_cluster_listens_and_talks_on_loopback_only(cluster):
+    """No cluster process listens on, or talks to, an address other than 127.0.0.0/8 or ::1."""
+    running = pids()
+    assert set(running) >= {"etcd", "kube-apiserver", "kubelet", "kube-scheduler", "kube-controller-manager"}
+    seen = 0
+    for name, pid in running.items():
+        for state, local, peer in _sockets_of(pid):
+            seen += 1
+            assert _loopback_or_unbound(_host(local)) or (state == "UNCONN" and _host(local) == "*"), (name, local)
+            if state == "LISTEN":
+                assert _host(local) in ("127.0.0.1", "::1"), f"{name} listens on {local}"
+            elif _host(peer) != "*":
+                assert _loopback_or_unbound(_host(peer)), f"{name} talks to {peer}"
+    assert seen > 5  # the API server at least holds etcd's and the kubelet's connections
+
+
+def test_the_kubelet_holds_no_cloud_metadata_client():
+    """kubelet 1.20 asks 169.254.169.254 at start through its cloud credential providers and cAdvisor's
+    cloud detection; the test cluster's kubelet is built without them."""
+    kubelet = (HOME / "bin" / "kubelet").read_bytes() if (HOME / "bin" / "kubelet").exists() else None
+    if kubelet is None:
+        pytest.skip("no Kubernetes test cluster built")
+    assert b"169.254.169.254" not in kubelet
+    assert b"metadata.google.internal" not in kubelet
+
+
+def test_a_hardened_pod_runs_takes_stdin_and_binds_a_claim(cluster):
+    """What the backend's Pods need: uid 1000, no capabilities, a read-only root, exec with stdin, a bound claim."""
+    ensure_image(_slim_test_image())
+    name = f"probe-{int(time.time() * 1000) % 10**9}"
+    manifest = f"""
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {{name: {name}, namespace: {NAMESPACE}}}
+spec: {{accessModes: [ReadWriteOnce], resources: {{requests: {{storage: 10Mi}}}}}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, namespace: {NAMESPACE}}}
+spec:
+  restartPolicy: Never
+  automountServiceAccountToken: false
+  terminationGracePeriodSeconds: 1
+  securityContext: {{runAsUser: 1000, runAsGroup: 1000, runAsNonRoot: true, seccompProfile: {{type: RuntimeDefault}}}}
+  containers:
+  - name: main
+    image: {SLIM_TEST_IMAGE}:latest
+    imagePullPolicy: Never
+    command: [sleep, "600"]
+    resources: {{requests: {{cpu: 50m, memory: 32Mi}}, limits: {{cpu: 50m, memory: 32Mi}}}}
+    securityContext: {{readOnlyRootFilesystem: true, allowPrivilegeEscalation: false, capabilities: {{drop: [ALL]}}}}
+    volumeMounts: [{{name: home, mountPath: /home}}]
+  volumes: [{{name: home, persistentVolumeClaim: {{claimName: {name}}}}}]
+"""
+    kubectl("apply", "-f", "-", input=manifest)
+    try:
+        kubectl("-n", NAMESPACE, "wait", "--for=condition=Ready", f"pod/{name}", "--timeout=120s")
+        assert kubectl("-n", NAMESPACE, "get", "pvc", name, "-o", "jsonpath={.status.phase}").stdout == "Bound"
+        status = kubectl("-n", NAMESPACE, "get", "pod", name, "-o", "jsonpath={.status.phase}").stdout
+        assert status == "Running"
+        probe = "cat; id -u; touch /probe 2>&1; touch /home/made && echo home-writable; grep CapEff /proc/self/status"
+        out = kubectl("-n", NAMESPACE, "exec", "-i", name, "--", "sh", "-c", probe, input="through stdin\n").stdout
+        lines = out.splitlines()
+        assert lines[0] == "through stdin"
+        assert lines[1] == "1000"
+        assert "Read-only file system" in lines[2]
+        assert lines[3] == "home-writable"
+        assert re.fullmatch(r"CapEff:\s+0+", lines[4])
+    finally:
+        kubectl("-n", NAMESPACE, "delete", "pod", name, "--wait=false", check=False)
+        kubectl("-n", NAMESPACE, "delete", "pvc", name, "--wait=false", check=False)
