@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from pathlib import Path
 
 import pytest
 
 from orchestrator.app.auth import resolve_auth
+from orchestrator.app.cli import main
 from orchestrator.config import load_config
 from orchestrator.errors import ConfigError, PreflightError
+from orchestrator.strategy_loader import BUILTINS
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "cli.md"
 
@@ -22,7 +25,29 @@ def test_documented_yaml_is_valid_and_matches_defaults(tmp_path):
     assert documented.runner == defaults.runner
     assert documented.orchestration == defaults.orchestration
     assert documented.events == defaults.events
+    # `strategy:` holds a user's own defaults; the built-ins' are their signatures' (--help-strategy)
+    assert documented.strategy == defaults.strategy
     assert documented.model_pricing() == {"gpt-5": (0.00125, 0.01)}
+
+
+def test_documented_strategy_parameters_are_what_help_strategy_prints(capsys):
+    # The doc once said best-of-n's n is 3 while runs used 5: its block is now written by
+    # scripts/strategy_docs.py from the command, and must hold each built-in's output as it is now.
+    script = DOCS.parent.parent / "scripts" / "strategy_docs.py"
+    spec = importlib.util.spec_from_file_location("strategy_docs", script)
+    assert spec is not None and spec.loader is not None
+    strategy_docs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(strategy_docs)
+    text = DOCS.read_text()
+    assert strategy_docs.BEGIN in text, "docs/cli.md has no generated block: uv run python scripts/strategy_docs.py"
+    shown = strategy_docs.documented(text)
+    for name in BUILTINS:
+        assert main(["--help-strategy", name]) == 0
+        printed = capsys.readouterr().out.rstrip("\n")
+        assert f"$ orchestrator --help-strategy {name}\n{printed}\n" in shown, (
+            f"docs/cli.md differs from orchestrator --help-strategy {name}: uv run python scripts/strategy_docs.py"
+        )
+    assert shown == strategy_docs.block()
 
 
 def test_precedence_cli_over_env_over_dotenv_over_file(tmp_path):
