@@ -63,6 +63,11 @@ def test_dry_run_best_of_n_scores_every_candidate(dry_runs):
     assert [r["status"] for r in rows] == ["scored"] * 3, rows
     assert all(0 <= r["score"] <= 10 and r["rationale"] and r["attempts"] == 1 for r in rows)
     assert report["selected"]["score"] == max(r["score"] for r in rows)
+    # Each reviewer scores the work it reads, so a rehearsal ranks: distinct scores, no tie-break
+    # (every candidate used to get one score and one rationale from the one reviewer prompt).
+    assert len({r["score"] for r in rows}) == 3 and len({r["rationale"] for r in rows}) == 3, rows
+    (verdict,) = [ln for ln in dry_runs["best-of-n"].stdout.splitlines() if "Verdict: " in ln]
+    assert "tie" not in verdict, verdict
 
 
 def test_dry_run_best_of_n_without_keep_branches_leaves_only_the_selected_branch(dry_runs):

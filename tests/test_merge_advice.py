@@ -188,9 +188,10 @@ def test_each_search_strategy_states_one_verdict_line_everywhere(dry_runs, name)
     check_verdict(name, run.root, run.run_id, run.stdout)
 
 
-# The simulated agent answers from the prompt, so each dry run's verdict is fixed; run ids are masked.
+# The simulated agent answers from the prompt and the work it reads, so each dry run's verdict is
+# fixed; run ids are masked.
 VERDICTS = {
-    "best-of-n": re.escape("gen/0 won with score 9.5 (others: gen/1 9.5, gen/2 9.5, tie: lowest index wins)"),
+    "best-of-n": re.escape("gen/0 won with score 4.5 (others: gen/1 2.6, gen/2 3.9)"),
     "evolve": re.escape("goals passing 1/2 → 2/2 after 1 cycle(s); stopped: all-passing"),
     "review-loop": re.escape(
         "best: 01-prompt beat the base (score 10, grade strong); ranking: 1. 01-prompt score 10, tests passed"
@@ -199,7 +200,8 @@ VERDICTS = {
     "iterative": re.escape("returned one task's result: branch iterative_RUN_k"),
     "plan-score-implement": re.escape("returned one task's result: branch plan-score-implement_RUN_k"),
     # the reviewers' prompts name the run's branches, so the simulated scores vary with the run id
-    "synthesize": r"(synthesis of gen/0, gen/1, gen/2 selected: the synthesis scored [\d.]+ >= gen/\d's [\d.]+"
+    # (and the candidates are named best first)
+    "synthesize": r"(synthesis of gen/\d, gen/\d, gen/\d selected: the synthesis scored [\d.]+ >= gen/\d's [\d.]+"
     r"|gen/\d stays best \(score [\d.]+\): the synthesis scored [\d.]+ < gen/\d's [\d.]+) side by side; hunks: 1 new",
     "tree-beam": re.escape(
         "n2 beat the base: throughput 100 → 120, change +20.00% [+20.00%, +20.00%] over 10 pairs; stopped: max_depth"

@@ -137,6 +137,11 @@ def executions(home: Path) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
 
 
+def drop_last_commit(repo: Path) -> None:
+    """Take back the agent's commit: the next execution finds the work tree as the last one did."""
+    subprocess.run(["git", "reset", "-q", "--hard", "HEAD~1"], cwd=repo, check=True)
+
+
 def git_log(repo: Path) -> list[str]:
     return subprocess.run(
         ["git", "log", "--format=%s"], cwd=repo, capture_output=True, text=True, check=True
@@ -255,11 +260,57 @@ def test_claude_prompt_from_stdin(repo: Path, home: Path) -> None:
 def test_claude_score_and_ideas_json(repo: Path, home: Path) -> None:
     p = 'Review the branch. Answer with JSON: {"score": 0-10, "rationale": ...}'
     a = claude(p, cwd=repo, home=home)
+    drop_last_commit(repo)  # the same work again (the answer is derived from the prompt and the work)
     b = claude(p, cwd=repo, home=home)
     sa, sb = json.loads(a.result["result"]), json.loads(b.result["result"])
     assert sa["score"] == sb["score"] and 0 <= sa["score"] <= 10 and sa["rationale"]
     ideas = json.loads(claude("Propose 4 ideas, reply as JSON", cwd=repo, home=home).result["result"])
     assert len(ideas["ideas"]) == 4 and all(i["title"] and i["description"] for i in ideas["ideas"])
+
+
+def _read_only_clone(src: Path, dest: Path) -> Path:
+    """A clone whose top folder cannot be written, as a review task's /workspace."""
+    subprocess.run(["git", "clone", "-q", str(src), str(dest)], check=True)
+    dest.chmod(0o555)
+    return dest
+
+
+def test_candidates_of_one_prompt_make_different_work_and_reviewers_score_the_work(repo, home, tmp_path):
+    # A dry run's best-of-n candidates share one prompt, and their reviewers another: every
+    # candidate got the same score and rationale, so a rehearsal never ranked anything.
+    made = []
+    for i in range(3):
+        ws = tmp_path / f"gen{i}"
+        subprocess.run(["git", "clone", "-q", str(repo), str(ws)], check=True)
+        r = claude("raise the benchmark", cwd=ws, home=home, env={"TASK_KEY": f"run_20250101_000000/s1/gen/{i}"})
+        assert r.rc == 0, r.stderr
+        made.append(ws)
+    texts = [next((ws / "sim").iterdir()).read_text() for ws in made]
+    assert [t.splitlines()[-1] for t in texts] == ["by: s1/gen/0", "by: s1/gen/1", "by: s1/gen/2"], texts
+    # another run's candidate of the same task makes the same work: the run id is not part of it
+    other = tmp_path / "other-run"
+    subprocess.run(["git", "clone", "-q", str(repo), str(other)], check=True)
+    claude("raise the benchmark", cwd=other, home=home, env={"TASK_KEY": "run_20990101_000000_2/s1/gen/1"})
+    assert next((other / "sim").iterdir()).read_text() == texts[1]
+
+    review = "You are reviewing one candidate solution. Do not modify any files."
+    schema = ["--json-schema", json.dumps({k: v for k, v in SCORE_SCHEMA.items() if k != "required"})]
+    guessed = 'Review the branch. Answer with JSON: {"score": 0-10, "rationale": ...}'
+    readers = [_read_only_clone(ws, tmp_path / f"review{i}") for i, ws in enumerate(made)]
+    try:
+        answers = [claude(review, cwd=ws, home=home, extra=schema).result["structured_output"] for ws in readers]
+        assert len({a["score"] for a in answers}) == 3, answers
+        assert len({a["rationale"] for a in answers}) == 3, answers
+        plain = [json.loads(claude(guessed, cwd=ws, home=home).result["result"]) for ws in readers]
+        assert len({json.dumps(a) for a in plain}) == 3, plain
+        # the same work under the same prompt: the same answer, in another clone, another session
+        again = _read_only_clone(other, tmp_path / "review-again")
+        readers.append(again)
+        assert claude(review, cwd=again, home=home, extra=schema).result["structured_output"] == answers[1]
+        assert json.loads(claude(guessed, cwd=again, home=home).result["result"]) == plain[1]
+    finally:
+        for ws in readers:
+            ws.chmod(0o755)
 
 
 def test_claude_sim_verbs(repo: Path, home: Path) -> None:
@@ -622,8 +673,9 @@ def test_claude_answers_json_schema_with_a_deterministic_instance(repo: Path, ho
     assert len({i["title"] for i in value["ideas"]}) == 4  # the ideas differ
     tools = [c for e in r.of("assistant") for c in e["message"]["content"] if c["type"] == "tool_use"]
     assert tools[-1]["name"] == "StructuredOutput" and tools[-1]["input"] == value
+    drop_last_commit(repo)
     again = claude("Propose ideas for the parser.", cwd=repo, home=home, extra=extra)
-    assert again.result["structured_output"] == value  # same prompt, same answer
+    assert again.result["structured_output"] == value  # same prompt on the same work, same answer
     other = claude("Propose ideas for the lexer.", cwd=repo, home=home, extra=extra)
     assert other.result["structured_output"] != value
 

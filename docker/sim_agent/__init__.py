@@ -33,11 +33,14 @@ the prompt (other text is ignored):
 
 Without any SIM line the agent is deterministic from sha256(prompt): in a
 writable git work tree it writes (or appends a revision line to)
-``sim/<8hex>.txt`` and commits it; the final message is a score JSON, an ideas
+``sim/<8hex>.txt``, naming its task (``$TASK_KEY`` without the run id), and
+commits it; the answer is derived from the prompt and the committed work (git's
+tree id), so reviewers of different work score it differently. The final
+message is a score JSON, an ideas
 JSON, a review verdict ``{"verdict": "APPROVE", "issues": []}`` (prompt mentions
 verdict and JSON) or a one-line summary depending on the prompt. With an
 output schema (claude ``--json-schema``, codex ``--output-schema FILE``) the
-answer is a deterministic instance of the schema derived from the prompt
+answer is a deterministic instance of the schema derived from the same seed
 (claude: a ``StructuredOutput`` tool call and ``structured_output`` on the
 result line); SIM print lines override it, parsed when they are JSON.
 

@@ -6,7 +6,7 @@ import os
 import subprocess
 
 from .answers import default_answer
-from .common import Args, commit_summary, git, git_env, is_git_worktree, shell_quote
+from .common import Args, answer_seed, commit_summary, git, git_env, is_git_worktree, shell_quote, task_name
 
 # What `git commit` says when there is nothing to commit: not a failure.
 NOTHING_TO_COMMIT = ("nothing to commit", "nothing added to commit", "no changes added to commit")
@@ -190,9 +190,19 @@ class Agent:
             return None  # not a task workspace: nothing to tell this task's work from earlier work
         shown = git(self.cwd, "show", f"{base}:{rel}")
         if shown.returncode != 0:
-            return f"sim-agent output for prompt {self.h}\ntask: {first}\n"
+            return self._first_text(first)
         n = len(shown.stdout.splitlines())
         return shown.stdout + f"revision {n + 1}: {self.h[:16]}\n"
+
+    def _first_text(self, first: str) -> str:
+        """The file a task's first default execution writes.
+
+        It names the task (its key without the run id): tasks with one prompt
+        (best-of-n's candidates) make different work, as real agents do, so
+        their reviewers score different content.
+        """
+        name = task_name()
+        return f"sim-agent output for prompt {self.h}\ntask: {first}\n" + (f"by: {name}\n" if name else "")
 
     # -------------------------------------------------------------- default
     def default_behaviour(self) -> str:
@@ -223,7 +233,7 @@ class Agent:
                 _out, err = self.write(rel, f"revision {n + 1}: {self.h[:16]}\n", append=True)
             else:
                 self.em.text(f"I'll record the task in {rel}.")
-                _out, err = self.write(rel, f"sim-agent output for prompt {self.h}\ntask: {first}\n")
+                _out, err = self.write(rel, self._first_text(first))
             if done:
                 did = f" Wrote {rel} and committed it." if not err else f" Wrote {rel} (commit failed)."
             elif not err:
@@ -231,4 +241,4 @@ class Agent:
                 did = f" Wrote {rel} and committed it." if not err else f" Wrote {rel} (commit failed)."
             else:
                 did = f" Could not write {rel}."
-        return default_answer(prompt, self.h, did)
+        return default_answer(prompt, self.h, did, answer_seed(self.cwd, self.h))

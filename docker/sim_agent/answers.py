@@ -3,9 +3,11 @@
 Without a schema the answer is guessed from the prompt's words (a score, ideas,
 a verdict, or a one-line summary), as before structured outputs existed. With
 an output schema (claude ``--json-schema``, codex ``--output-schema``) it is a
-deterministic instance of that schema derived from the prompt: the same prompt
-always gets the same answer, different prompts get different ideas and scores,
-so a dry run walks a strategy's whole flow.
+deterministic instance of that schema. Either way the answer is derived from a
+seed, the prompt and the committed work in the workspace (``answer_seed``): the
+same prompt on the same work always gets the same answer, different prompts or
+different work get different ideas and scores, so a dry run walks a strategy's
+whole flow and ranks its candidates.
 """
 
 from __future__ import annotations
@@ -30,9 +32,11 @@ DEFAULT_ARRAY_ITEMS = 3
 MAX_DEPTH = 12
 
 
-def default_answer(prompt: str, h: str, did: str) -> str:
+def default_answer(prompt: str, h: str, did: str, seed: str | None = None) -> str:
+    """The answer to a prompt without a schema; ``h`` names the task, ``seed`` (default ``h``) chooses the answer."""
     lower = prompt.lower()
-    n_hash = int(h[8:16], 16)
+    seed = seed or h
+    n_hash = int(seed[8:16], 16)
     if "json" in lower and "verdict" in lower:
         return json.dumps({"verdict": "APPROVE", "issues": []})
     if "json" in lower and "score" in lower:
@@ -40,9 +44,9 @@ def default_answer(prompt: str, h: str, did: str) -> str:
         return json.dumps(
             {
                 "score": score,
-                "rationale": f"Simulated review {h[:8]}: the change is "
+                "rationale": f"Simulated review {seed[:8]}: the change is "
                 f"{'solid' if score >= 7 else 'acceptable' if score >= 4 else 'weak'} "
-                f"(deterministic score {score}/10 derived from the prompt hash).",
+                f"(deterministic score {score}/10 derived from the prompt and the work reviewed).",
             }
         )
     if "json" in lower and "idea" in lower:
@@ -54,7 +58,7 @@ def default_answer(prompt: str, h: str, did: str) -> str:
             ideas.append(
                 {
                     "title": f"Improve {t}",
-                    "description": f"Simulated idea {i + 1} ({h[i : i + 6]}): improve {t} in the affected module.",
+                    "description": f"Simulated idea {i + 1} ({seed[i : i + 6]}): improve {t} in the affected module.",
                 }
             )
         return json.dumps({"ideas": ideas})
@@ -127,7 +131,8 @@ def _number(schema: dict, n: int, *, integer: bool) -> int | float:
     if integer:
         lo, hi = int(-(-low // 1)), int(high // 1)
         return lo + n % (hi - lo + 1) if hi >= lo else lo
-    steps = 20
+    # A hundred steps (a score of 0-10 in tenths): candidates rarely tie by chance.
+    steps = 100
     return round(low + (high - low) * (n % (steps + 1)) / steps, 4)
 
 
@@ -138,7 +143,7 @@ def _string(schema: dict, seed: str, path: str, n: int) -> str:
     if name in ("title", "name", "summary", "headline"):
         text = f"Improve {theme} ({tag})"
     elif name in ("description", "rationale", "reason", "details", "plan", "feedback", "explanation"):
-        text = f"Simulated {name} {tag}: improve {theme} in the affected module, derived from the prompt."
+        text = f"Simulated {name} {tag}: improve {theme} in the affected module, derived from the prompt and the work."
     else:
         text = f"sim {name or 'value'} {tag}"
     low = int(schema.get("minLength", 0))

@@ -188,6 +188,35 @@ def is_git_worktree(cwd: str) -> bool:
     return r.returncode == 0 and r.stdout.strip() == "true"
 
 
+def task_name() -> str | None:
+    """The task's key without the run id that leads it (``s1/gen/0``): the same in every run."""
+    key = os.environ.get("TASK_KEY")
+    if not key:
+        return None
+    return key.split("/", 1)[1] if "/" in key else key
+
+
+def answer_seed(cwd: str, prompt_hash: str) -> str:
+    """What an answer is derived from: the prompt and, in a git work tree, the committed work in it.
+
+    A reviewer of several candidates gets one prompt and a different tree
+    (git's tree id: content only, no dates), so each candidate gets its own
+    score and a dry run ranks them; the same work under the same prompt gets
+    the same answer in every run.
+    """
+    try:
+        tree = subprocess.run(
+            ["git", "-c", "safe.directory=*", "rev-parse", "-q", "--verify", "HEAD^{tree}"],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+        )
+    except OSError:
+        return prompt_hash
+    tree_id = tree.stdout.strip() if tree.returncode == 0 else ""
+    return sha256_hex(f"{prompt_hash}:{tree_id}") if tree_id else prompt_hash
+
+
 def git_env(cwd: str) -> dict:
     """Environment for git commit: adds a fallback identity when none is configured."""
     env = dict(os.environ)

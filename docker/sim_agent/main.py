@@ -14,6 +14,7 @@ from .answers import schema_instance
 from .common import (
     OUT,
     Args,
+    answer_seed,
     is_git_worktree,
     load_json,
     now_iso,
@@ -295,7 +296,7 @@ def commit_failed(em, cause: str) -> int:
     return 1
 
 
-def structured_answer(a: Args, final: str, from_steps: bool, bad: bool, prompt_hash: str) -> tuple[str, object]:
+def structured_answer(a: Args, final: str, from_steps: bool, bad: bool, seed: str) -> tuple[str, object]:
     """(final text, structured object or None) for a task with an output schema.
 
     SIM print lines answer as they say (parsed when they are JSON, so a test can
@@ -308,7 +309,7 @@ def structured_answer(a: Args, final: str, from_steps: bool, bad: bool, prompt_h
             return final, json.loads(final)
         except ValueError:
             return final, None
-    value = schema_instance(a.output_schema, prompt_hash)
+    value = schema_instance(a.output_schema, seed)
     return json.dumps(value, ensure_ascii=False), value
 
 
@@ -364,7 +365,8 @@ def main(argv: list[str]) -> int:
         if a.output_schema is None:
             em.finish(final)
         else:
-            final, value = structured_answer(a, final, from_steps, bool(session.data.get("bad_output")), prompt_hash)
+            seed = answer_seed(cwd, prompt_hash)
+            final, value = structured_answer(a, final, from_steps, bool(session.data.get("bad_output")), seed)
             em.finish_structured(final, value)
         return 0
     finally:
