@@ -236,13 +236,21 @@ class BaseEvaluationFailed(StrategyError):
     measures the base could not run, reports ``valid: false``, or lacks a metric
     the run needs: every candidate would be measured against nothing, so going
     on would only spend money. The message names ``command``, ``reason`` and the
-    last ``OUTPUT_TAIL_LINES`` lines of the command's ``output``; the run ends
-    with exit code 1 and the message in ``summary.json``.
+    last ``OUTPUT_TAIL_LINES`` lines of the command's ``output`` under a
+    ``headline`` (a test command that cannot run says so); the run ends with
+    exit code 1 and the message in ``summary.json``.
     """
 
-    def __init__(self, reason: str, *, command: str, output: str = "") -> None:
+    def __init__(
+        self,
+        reason: str,
+        *,
+        command: str,
+        output: str = "",
+        headline: str = "the evaluation of the base cannot be used",
+    ) -> None:
         lines = [ln.rstrip() for ln in (output or "").rstrip().lstrip("\n").splitlines()][-OUTPUT_TAIL_LINES:]
-        text = f"the evaluation of the base cannot be used: {reason}\n  command: {command}"
+        text = f"{headline}: {reason}\n  command: {command}"
         if lines:
             count = "line" if len(lines) == 1 else f"{len(lines)} lines"
             text += f"\n  its output (last {count}):\n" + "\n".join(f"  | {ln}" for ln in lines)
@@ -252,13 +260,16 @@ class BaseEvaluationFailed(StrategyError):
         self.reason = reason
         self.command = command
         self.output = "\n".join(lines)
+        self.headline = headline
 
     def __reduce__(self):  # keep the fields through pickling/copying
-        return (_base_evaluation_failed, (self.reason, self.command, self.output))
+        return (_base_evaluation_failed, (self.reason, self.command, self.output, self.headline))
 
 
-def _base_evaluation_failed(reason: str, command: str, output: str) -> BaseEvaluationFailed:
-    return BaseEvaluationFailed(reason, command=command, output=output)
+def _base_evaluation_failed(
+    reason: str, command: str, output: str, headline: str = "the evaluation of the base cannot be used"
+) -> BaseEvaluationFailed:
+    return BaseEvaluationFailed(reason, command=command, output=output, headline=headline)
 
 
 class KeyConflictDifferentFingerprint(StrategyError):

@@ -16,7 +16,8 @@ A test command on the base is held to less: failing tests may be what the run
 is for. It stops the run only when it *cannot run*: its task ended without the
 command's exit status (timeout, container), or the shell reports 126 (found but
 not executable) or 127 (command not found), the statuses POSIX ``sh`` itself
-sets when it cannot execute a command.
+sets when it cannot execute a command. Such a stop names the command the shell
+could not run and the fix (:func:`could_not_run`), for an evaluation too.
 
 Commands on the base run through :func:`base_command`, which keeps stdout and
 stderr apart and always exits 0 with the command's status on a marker line, so
@@ -37,7 +38,15 @@ from .pipeline import command_task
 STDERR_MARK = "@@orch-base stderr"
 _END = re.compile(r"^@@orch-base exit=(-?\d+)\s*$", re.M)
 STDERR_LINES = 20
-SHELL_COULD_NOT_RUN = {126: "found but not executable", 127: "command not found"}
+TESTS_CANNOT_RUN = "the test command cannot run on the base"
+# What the shells say of a command they cannot run: dash "/bin/sh: 1: npm: not found", bash
+# "bash: line 1: npm: command not found", busybox "sh: npm: not found"; "...: ./x.sh: Permission denied".
+_NOT_FOUND = re.compile(r"(?:^|\s)([^\s:]+): (?:command )?not found\s*$", re.M)
+_NOT_EXECUTABLE = re.compile(r"(?:^|\s)([^\s:]+): Permission denied\s*$", re.M)
+_INSTALL = (
+    "install it in the project's environment (--env-setup, --env-image or .devcontainer/devcontainer.json; "
+    "see docs/environment.md), or correct the command"
+)
 
 
 def base_command(command: str) -> str:
@@ -100,10 +109,32 @@ def run_on_base(ctx, command: str, branch: str, key_parts: tuple, *, timeout: fl
     return result
 
 
+def could_not_run(exit_code: int | None, output: str) -> str | None:
+    """Why the shell could not run a command (exit 127: not found, 126: not executable), with the fix; else None.
+
+    The status is the one POSIX ``sh`` sets itself; the command is named from
+    what the shell said in ``output``.
+    """
+    if exit_code == 127:
+        found = _NOT_FOUND.findall(output or "")
+        return f"command not found{f': {found[-1]}' if found else ''} (exit status 127); {_INSTALL}"
+    if exit_code == 126:
+        found = _NOT_EXECUTABLE.findall(output or "")
+        name = found[-1] if found else "the command"
+        fix = f"git update-index --chmod=+x {found[-1]}" if found else "git update-index --chmod=+x PATH"
+        return (
+            f"cannot execute {name} (exit status 126: found, but not executable); commit it executable "
+            f"({fix}) or run it with its interpreter (sh {found[-1] if found else 'PATH'})"
+        )
+    return None
+
+
 def evaluation_of(run: BaseRun) -> Evaluation:
     """The :class:`Evaluation` a base run of the eval command stands for."""
     if run.error is not None:
         return Evaluation(status="failed", error=run.error)
+    if (why := could_not_run(run.exit_code, run.stderr or run.stdout)) is not None:
+        return Evaluation(status="failed", commit=run.commit, error=why)
     if run.exit_code != 0:
         return Evaluation(
             status="failed",
@@ -119,7 +150,10 @@ def evaluation_of(run: BaseRun) -> Evaluation:
 def unusable_evaluation(ev: Evaluation, needed: list[str]) -> tuple[str, str] | None:
     """``(stop reason, why)`` when the base's evaluation cannot anchor a run, else None."""
     if ev.status != "ok":
-        return "root_evaluation_failed", f"it did not run to a result ({_first_line(ev.error or '')})"
+        error = _first_line(ev.error or "")
+        if error.startswith(("command not found", "cannot execute")):  # could_not_run's words: the cause
+            return "root_evaluation_failed", error
+        return "root_evaluation_failed", f"it did not run to a result ({error})"
     if not ev.valid:
         return "root_evaluation_invalid", "it reports valid: false"
     missing = [m for m in needed if m not in ev.metrics]
@@ -137,9 +171,7 @@ def why_tests_cannot_run(run: BaseRun) -> str | None:
     """Why a test command could not run on the base, or None when it ran (its tests passing or not)."""
     if run.error is not None:
         return f"its task ended without the command's exit status ({run.error})"
-    if run.exit_code in SHELL_COULD_NOT_RUN:
-        return f"the shell could not run it: exit status {run.exit_code} ({SHELL_COULD_NOT_RUN[run.exit_code]})"
-    return None
+    return could_not_run(run.exit_code, run.stderr or run.stdout)
 
 
 def summary_of(run: BaseRun) -> dict[str, Any]:

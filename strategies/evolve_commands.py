@@ -30,6 +30,7 @@ from typing import Any
 import msgspec
 
 from ._json import extract_json
+from .base_check import could_not_run
 from .evolve_goals import Goal
 
 STDOUT_TAIL = 6000
@@ -121,7 +122,6 @@ def parse_measurement(goal: Goal, final_message: str) -> Measurement:
 
 
 # The statuses POSIX sh itself sets when it cannot execute a command: the check never ran.
-SHELL_COULD_NOT_RUN = {126: "found but not executable", 127: "command not found"}
 
 
 def cannot_run(goal: Goal, m: Measurement) -> str | None:
@@ -135,8 +135,8 @@ def cannot_run(goal: Goal, m: Measurement) -> str | None:
     """
     if m.error is not None:
         return f"its measuring task ended without a result: {(m.error.splitlines() or [''])[0][:300]}"
-    if m.exit_code in SHELL_COULD_NOT_RUN:
-        return f"the shell could not run it: exit status {m.exit_code} ({SHELL_COULD_NOT_RUN[m.exit_code]})"
+    if (why := could_not_run(m.exit_code, m.output)) is not None:
+        return why
     if goal.metric is not None and m.value is None:
         where = f"key {goal.metric.json_key!r} of its JSON" if goal.metric.json_key else "its last stdout line"
         return f"its metric has no number ({where}), so better or worse cannot be told"

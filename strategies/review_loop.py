@@ -34,7 +34,14 @@ from orchestrator.strategy import BaseEvaluationFailed, BudgetExhausted, ConfigE
 
 from ._report import review_loop_sections as report_sections  # noqa: F401  (the run report's sections)
 from ._report_tasks import report_task  # noqa: F401  (its command tasks in the report)
-from .base_check import evaluation_of, run_on_base, summary_of, unusable_evaluation, why_tests_cannot_run
+from .base_check import (
+    TESTS_CANNOT_RUN,
+    evaluation_of,
+    run_on_base,
+    summary_of,
+    unusable_evaluation,
+    why_tests_cannot_run,
+)
 from .evaluation import Evaluation, ScoringConfig, check_scoring_params, to_json
 from .pipeline import Idea, PipelineConfig, run_idea, write_json
 
@@ -283,7 +290,7 @@ async def review_loop(
         if (stop := unusable_evaluation(baseline, needed)) is not None:
             raise BaseEvaluationFailed(stop[1], command=eval_command, output=eval_run.output)
     if test_command and tests_run is not None and (why := why_tests_cannot_run(tests_run)) is not None:
-        raise BaseEvaluationFailed(why, command=test_command, output=tests_run.output)
+        raise BaseEvaluationFailed(why, command=test_command, output=tests_run.output, headline=TESTS_CANNOT_RUN)
 
     outcomes: list[dict[str, Any] | None] = [None] * len(items)
 

@@ -45,7 +45,7 @@ from . import schemas
 from ._json import ask_json
 from ._report import tree_beam_sections as report_sections  # noqa: F401  (the run report's sections)
 from ._report_tasks import report_task  # noqa: F401  (its command tasks in the report)
-from .base_check import run_on_base, unusable_evaluation, why_tests_cannot_run
+from .base_check import TESTS_CANNOT_RUN, run_on_base, unusable_evaluation, why_tests_cannot_run
 from .budget import Budget
 from .evaluation import (
     Comparison,
@@ -515,7 +515,7 @@ async def tree_beam(
         raise BaseEvaluationFailed(why, command=eval_command, output=output)
     if test_command and tests_run is not None and (cannot := why_tests_cannot_run(tests_run)) is not None:
         _finish(ctx, tree, out, "root_tests_cannot_run", final_check=False)
-        raise BaseEvaluationFailed(cannot, command=test_command, output=tests_run.output)
+        raise BaseEvaluationFailed(cannot, command=test_command, output=tests_run.output, headline=TESTS_CANNOT_RUN)
     _publish(ctx, tree, out)
 
     async def confirm_in_rank_order(queue: list[dict[str, Any]], slots: int) -> list[dict[str, Any]]:

@@ -34,6 +34,7 @@ from typing import Any
 import anyio
 import msgspec
 
+from .base_check import could_not_run
 from .budget import Budget
 from .evaluation import EvalParseError, Evaluation, ScoringConfig, parse_eval_output, to_json
 from .pipeline import command_task
@@ -163,7 +164,8 @@ def parse_runs(text: str, commit: str | None = None) -> Runs:
             _i, label, rc, attempts = parts[:4]
             last = parts[4] if len(parts) > 4 else ""
             if rc != "0":
-                error = f"command: exit code {rc}: {last.strip()[:300]}"
+                error = could_not_run(int(rc), last) if rc in ("126", "127") else None
+                error = error or f"command: exit code {rc}: {last.strip()[:300]}"
                 ev = Evaluation(status="failed", commit=commit, error=error)
                 out.failed.append(error)
             else:

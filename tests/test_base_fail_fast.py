@@ -46,7 +46,14 @@ def run(tmp_path, repo, args):
     return result, events, summary
 
 
-def assert_stopped_before_any_agent(result, events, summary, *expected):
+EVALUATION_UNUSABLE = "BaseEvaluationFailed: the evaluation of the base cannot be used: "
+INSTALL = (
+    "install it in the project's environment (--env-setup, --env-image or .devcontainer/devcontainer.json; "
+    "see docs/environment.md), or correct the command"
+)
+
+
+def assert_stopped_before_any_agent(result, events, summary, *expected, headline=EVALUATION_UNUSABLE):
     out = result.stdout + result.stderr
     assert result.returncode == 1, out[-3000:]
     scheduled = [e.payload for e in events if e.type == "task.scheduled"]
@@ -56,7 +63,7 @@ def assert_stopped_before_any_agent(result, events, summary, *expected):
     (strategy,) = summary["strategies"]
     assert strategy["status"] == "failed" and summary["status"] == "completed"
     error = strategy["error"]
-    assert error.startswith("BaseEvaluationFailed: the evaluation of the base cannot be used"), error
+    assert error.startswith(headline), error
     for text in expected:
         assert text in error, (text, error)
         assert text in out, (text, out[-3000:])
@@ -112,7 +119,7 @@ goals:
         result,
         events,
         summary,
-        "goal 'tests': the shell could not run it: exit status 127 (command not found)",
+        f"goal 'tests': command not found: no_such_test_runner (exit status 127); {INSTALL}",
         "command: echo collecting; no_such_test_runner -q tests",
         "no_such_test_runner: not found",
         "collecting",
@@ -162,11 +169,14 @@ def test_review_loop_stops_when_its_test_command_cannot_run_on_the_base(tmp_path
             "primary_metric=throughput",
         ],
     )
+    # It said "the evaluation of the base cannot be used" of a test command, and not which command
+    # was not found, nor what to do.
     assert_stopped_before_any_agent(
         result,
         events,
         summary,
-        "the shell could not run it: exit status 127 (command not found)",
+        f"command not found: no_such_test_runner (exit status 127); {INSTALL}",
         "command: no_such_test_runner -q",
         "no_such_test_runner: not found",
+        headline="BaseEvaluationFailed: the test command cannot run on the base: command not found",
     )

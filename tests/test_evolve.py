@@ -470,13 +470,8 @@ def base_world(exit_codes: dict[str, int], stdout: dict[str, str], broken: tuple
 @pytest.mark.parametrize(
     ("exit_codes", "stdout", "broken", "reason"),
     [
-        ({"a": 127, "b": 1}, {}, (), "goal 'a': the shell could not run it: exit status 127 (command not found)"),
-        (
-            {"a": 0, "b": 126},
-            {},
-            (),
-            "goal 'b': the shell could not run it: exit status 126 (found but not executable)",
-        ),
+        ({"a": 127, "b": 1}, {}, (), "goal 'a': command not found: tool (exit status 127); install it in"),
+        ({"a": 0, "b": 126}, {}, (), "goal 'b': cannot execute the command (exit status 126: found, but not"),
         ({"a": 1, "b": 1}, {}, ("b",), "goal 'b': its measuring task ended without a result: measuring failed"),
         ({"a": 1, "b": 0}, {"b": "no number here"}, (), "goal 'b': its metric has no number (its last stdout line)"),
     ],

@@ -284,7 +284,12 @@ async def test_failed_root_evaluation_stops_before_any_idea(tmp_path):
         (
             {"root/tests": "\n@@orch-base stderr\nsh: 1: pytest: not found\n@@orch-base exit=127\n"},
             {"test_command": "pytest -q"},
-            ["exit status 127 (command not found)", "command: pytest -q", "| sh: 1: pytest: not found"],
+            [
+                "BaseEvaluationFailed: the test command cannot run on the base: command not found: pytest "
+                "(exit status 127); install it in the project's environment",
+                "command: pytest -q",
+                "| sh: 1: pytest: not found",
+            ],
         ),
     ],
 )
