@@ -113,11 +113,14 @@ def measure_command(
         "  return 0",
         "}",
         'once() { ( cd "$W/$1" && sh -c "$CMD" ) >"$W/out" 2>"$W/err"; }',
+        # What is shown of a run names the repository's paths, not this script's clones
+        # (python3: can't open file 'bench.py', not '/tmp/orch-eval.X/c/bench.py').
+        'shown() { sed -e "s|$W/[A-Za-z0-9_.-]*/||g" -e "s|$W/[A-Za-z0-9_.-]*|.|g"; }',
         "run() {",
         '  a=1; once "$2"; rc=$?',
         '  if [ $rc -ne 0 ]; then a=2; once "$2"; rc=$?; fi',
         "  if [ $rc -eq 0 ]; then last=$(grep -v '^[[:space:]]*$' \"$W/out\" | tail -n 1)",
-        "  else last=$(tail -c 300 \"$W/err\" | tr '\\n' ' '); fi",
+        "  else last=$(shown < \"$W/err\" | tail -c 300 | tr '\\n' ' '); fi",
         f'  echo "{RUN_MARK}$1 $2 $rc $a $last"',
         "}",
     ]
@@ -128,8 +131,8 @@ def measure_command(
     # the last run's own output, trimmed, for the agents' prompts and eval.log; its stderr for
     # a base evaluation that cannot be used (the run stops showing both)
     lines += [
-        f"tail -n 20 \"$W/out\" | sed 's/^/{LOG_MARK}/'",
-        f"tail -n 20 \"$W/err\" | sed 's/^/{ERR_MARK}/'",
+        f"tail -n 20 \"$W/out\" | shown | sed 's/^/{LOG_MARK}/'",
+        f"tail -n 20 \"$W/err\" | shown | sed 's/^/{ERR_MARK}/'",
         f"echo {DONE_MARK} {len(runs)}",
         'rm -rf "$W"',
     ]

@@ -98,6 +98,33 @@ def test_tree_beam_stops_when_the_base_reports_valid_false(tmp_path):
     )
 
 
+def test_a_missing_evaluation_script_is_named_by_the_path_the_user_wrote(tmp_path):
+    # tree-beam measures in a clone under /tmp: the stop named "/tmp/orch-eval.XXXXXX/c/scripts/bench.py".
+    repo = make_repo(tmp_path / "repo")
+    result, events, summary = run(
+        tmp_path,
+        repo,
+        [
+            "make it faster",
+            "--strategy",
+            "tree-beam",
+            "-S",
+            "eval_command=python3 scripts/bench.py",
+            "-S",
+            "primary_metric=throughput",
+        ],
+    )
+    assert_stopped_before_any_agent(
+        result,
+        events,
+        summary,
+        "python3: can't open file 'scripts/bench.py': [Errno 2] No such file or directory",
+        "command: python3 scripts/bench.py",
+    )
+    out = result.stdout + result.stderr
+    assert "orch-eval" not in out and "orch-eval" not in summary["strategies"][0]["error"], out[-3000:]
+
+
 def test_evolve_stops_when_a_check_cannot_run_on_the_base(tmp_path):
     goals = """\
 version: 1
