@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -248,8 +249,18 @@ def _explain(exc: msgspec.ValidationError) -> str:
     if " - at `$" in text:
         msg, where = text.split(" - at `$", 1)
         key = where.rstrip("`").strip(".").replace("[", ".").replace("]", "").replace("'", "")
+        bound = _BOUND.fullmatch(msg)
+        if bound is not None:  # msgspec's "Expected `float` > 0.0", said as a person would
+            kind, op, limit = bound.groups()
+            limit = limit[:-2] if limit.endswith(".0") else limit
+            return f"{key} must be {_KINDS.get(kind, kind)} {_OPS[op]} {limit}"
         return f"{key}: {msg}"
     return text
+
+
+_BOUND = re.compile(r"Expected `(\w+)` (>=|>|<=|<) (-?[\d.]+)")
+_KINDS = {"int": "a whole number", "float": "a number"}
+_OPS = {">=": "of at least", ">": "greater than", "<=": "of at most", "<": "less than"}
 
 
 def _key_guess(key: str) -> str:

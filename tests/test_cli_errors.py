@@ -96,6 +96,40 @@ CASES = {
     "missing_credentials": (lambda t, r: (["do it"], {"ANTHROPIC_API_KEY": ""}), ["ANTHROPIC_API_KEY"]),
     "resume_unknown": (lambda t, r: (["--resume", "run_19990101_000000"], {}), ["run_19990101_000000"]),
     "max_parallel_zero": (lambda t, r: (["do it", "--max-parallel", "0"], {}), ["--max-parallel"]),
+    # numeric flags answer in the user's words, not the configuration validator's
+    # ("budget.max_cost_usd: Expected `float` > 0.0") nor argparse's ("invalid int value")
+    "max_cost_negative": (
+        lambda t, r: (["do it", "--max-cost", "-5"], {}),
+        ["orchestrator: error: --max-cost must be a positive amount in US dollars, got -5"],
+    ),
+    "max_cost_zero": (lambda t, r: (["do it", "--max-cost", "0"], {}), ["--max-cost must be a positive", "got 0"]),
+    "max_cost_text": (lambda t, r: (["do it", "--max-cost", "ten"], {}), ["--max-cost must be a positive", "got ten"]),
+    "max_cost_infinite": (lambda t, r: (["do it", "--max-cost", "inf"], {}), ["--max-cost must be", "got inf"]),
+    "max_tokens_zero": (
+        lambda t, r: (["do it", "--max-tokens", "0"], {}),
+        ["orchestrator: error: --max-tokens must be a whole number of tokens, at least 1, got 0"],
+    ),
+    "max_tokens_fraction": (lambda t, r: (["do it", "--max-tokens", "1.5"], {}), ["--max-tokens must be", "got 1.5"]),
+    "max_parallel_text": (
+        lambda t, r: (["do it", "--max-parallel", "lots"], {}),
+        ["orchestrator: error: --max-parallel must be a whole number, at least 1, got lots"],
+    ),
+    "runs_text": (
+        lambda t, r: (["do it", "--runs", "two"], {}),
+        ["--runs must be a whole number, at least 1, got two"],
+    ),
+    "resume_negative_cap": (
+        lambda t, r: (["--resume", "run_19990101_000000", "--max-cost", "-1"], {}),
+        ["--max-cost must be a positive amount in US dollars, got -1"],
+    ),
+    "config_negative_cap": (
+        lambda t, r: (["do it", "--config", str(write(t / "c.yaml", "budget:\n  max_cost_usd: -5\n"))], {}),
+        ["c.yaml: budget.max_cost_usd must be a number greater than 0"],
+    ),
+    "env_zero_tokens": (
+        lambda t, r: (["do it"], {"ORCHESTRATOR_BUDGET__MAX_TOKENS": "0"}),
+        ["ORCHESTRATOR_BUDGET__MAX_TOKENS: budget.max_tokens must be a whole number of at least 1"],
+    ),
     "empty_prompt": (lambda t, r: (["   "], {}), ["empty"]),
     "no_prompt": (lambda t, r: ([], {}), ["no prompt"]),
     "runs_zero": (lambda t, r: (["do it", "--runs", "0"], {}), ["--runs"]),

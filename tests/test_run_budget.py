@@ -201,9 +201,10 @@ def test_max_tokens_caps_subscription_mode_where_max_cost_is_refused(tmp_path):
 @pytest.mark.parametrize(
     ("flags", "expected"),
     [
-        (["--max-cost", "-1"], "budget.max_cost_usd"),
-        (["--max-cost", "lots"], "--max-cost"),
-        (["--max-tokens", "0"], "budget.max_tokens"),
+        # the flag's words, not the configuration validator's ("budget.max_cost_usd: Expected `float` > 0.0")
+        (["--max-cost", "-1"], "error: --max-cost must be a positive amount in US dollars, got -1"),
+        (["--max-cost", "lots"], "error: --max-cost must be a positive amount in US dollars, got lots"),
+        (["--max-tokens", "0"], "error: --max-tokens must be a whole number of tokens, at least 1, got 0"),
     ],
 )
 def test_bad_cap_values_are_one_line_and_exit_2(tmp_path, flags, expected):

@@ -8,7 +8,9 @@ interrupted (resume with ``orchestrator --resume RUN_ID``).
 from __future__ import annotations
 
 import argparse
+import math
 import sys
+from collections.abc import Callable
 from typing import NoReturn
 
 from ..errors import OrchestratorError, RunLockedError, UsageError
@@ -52,7 +54,35 @@ class _VersionAction(argparse.Action):
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # one line, not argparse's usage block
+        head, sep, said = message.partition(": ")
+        if sep and head.startswith("argument ") and said.startswith("--"):
+            raise UsageError(said)  # a flag's own check (_whole, _usd) said it all
         raise UsageError(f"{message} (see orchestrator --help)")
+
+
+def _whole(flag: str, unit: str = "") -> Callable[[str], int]:
+    """A flag's value as a whole number of at least 1, or the line that says what it must be."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = 0
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"{flag} must be a whole number{unit}, at least 1, got {text}")
+        return value
+
+    return parse
+
+
+def _usd(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"--max-cost must be a positive amount in US dollars, got {text}")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -77,7 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="strategy parameter (repeatable; typed: int, float, bool, JSON list/object, else string)",
     )
-    run.add_argument("--runs", "--executions", type=int, help="parallel strategy executions in this run (default 1)")
+    run.add_argument(
+        "--runs", "--executions", type=_whole("--runs"), help="parallel strategy executions in this run (default 1)"
+    )
     run.add_argument("--repo", help="repository to work on (default: current directory)")
     run.add_argument("--base-branch", help="branch the agents start from (default: main, else the current branch)")
     run.add_argument("--model", help="model name (default: sonnet)")
@@ -105,7 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--max-parallel",
-        type=int,
+        type=_whole("--max-parallel"),
         help="tasks running at once (default: auto from CPUs; with hosts: the sum of their slots, and this caps it)",
     )
     run.add_argument(
@@ -125,10 +157,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--config", help="configuration file, YAML or JSON (default: ./orchestrator.yaml if present)")
     run.add_argument("--mode", choices=["api", "subscription"], help="Claude authentication mode")
     run.add_argument(
-        "--max-cost", type=float, metavar="USD", help="spending cap of the whole run in USD (also with --resume)"
+        "--max-cost", type=_usd, metavar="USD", help="spending cap of the whole run in USD (also with --resume)"
     )
     run.add_argument(
-        "--max-tokens", type=int, metavar="N", help="cap on the tokens the whole run's agents use (also with --resume)"
+        "--max-tokens",
+        type=_whole("--max-tokens", " of tokens"),
+        metavar="N",
+        help="cap on the tokens the whole run's agents use (also with --resume)",
     )
     run.add_argument("--safe-fsync", choices=["interval", "per_event"], help="event log flush policy")
     run.add_argument(
