@@ -58,6 +58,15 @@ def branch_name(strategy_name: str, run_id: str, key: str) -> str:
     return f"{safe_component(strategy_name)}_{safe_component(run_id)}_k{short8(key)}"
 
 
+# What branch_name makes (run ids are run_YYYYMMDD_HHMMSS[_N]), with an import's "_N" suffix.
+_RUN_BRANCH = re.compile(r".+_run_\d{8}_\d{6}(?:_\d+)?_k[0-9a-f]{8}(?:_\d+)?")
+
+
+def is_run_branch(name: str) -> bool:
+    """True for a branch a run made (:func:`branch_name`), not one of the user's own."""
+    return _RUN_BRANCH.fullmatch(name) is not None
+
+
 def ghash(session_group_key: str, *, plugin: str | None = None, model: str | None = None) -> str:
     """Session-group hash, part of the session volume's name. With plugin+model it is the global-scope variant."""
     obj: dict[str, str] = {"session_group_key": session_group_key}

@@ -12,6 +12,8 @@ import pytest
 from cli_helpers import cli_env, only_run_id, run_cli
 from conftest import TEST_IMAGE, git, make_repo
 
+from orchestrator.naming import branch_name
+
 pytestmark = pytest.mark.docker
 IMG = ["--docker-image", TEST_IMAGE]
 
@@ -64,16 +66,25 @@ def _one_error_line(r) -> str:
     return lines[0]
 
 
-def test_unknown_branch_lists_the_likely_names_first(tmp_path):
+def test_unknown_branch_lists_the_users_branches_likely_names_first(tmp_path):
     repo = master_repo(tmp_path / "repo")
     # Names that sort before master, as a run's own branches do (best-of-n_run_...).
-    for name in ("aaa-old", "best-of-n_run_20250101_000000_k1", "dev"):
+    for name in ("aaa-old", "dev"):
+        git(repo, "branch", name)
+    # The branches runs leave (a best-of-n leaves one per candidate): the list named every one.
+    runs = [branch_name("best-of-n", "run_20250101_000000", f"run_20250101_000000/s1/gen/{i}") for i in range(5)] + [
+        branch_name("simple", "run_20250101_000000_2", "run_20250101_000000_2/s1/task") + "_2",  # suffix policy
+        branch_name("my-strategy", "run_20250102_101010", "run_20250102_101010/s2/x"),
+    ]
+    for name in runs:
         git(repo, "branch", name)
     git(repo, "checkout", "-q", "dev")
     line = _one_error_line(run_cli(["do it", "--base-branch", "nope", *IMG], cwd=repo, env=cli_env(tmp_path)))
     assert "base branch 'nope' not found" in line
-    listed = line.split("with one of: ")[1].split(", ")
-    assert listed[:2] == ["master", "dev"], line
+    listed, _, rest = line.split("with one of: ")[1].partition(" (")
+    assert listed.split(", ") == ["master", "dev", "aaa-old"], line
+    assert rest.startswith("and 7 branches of orchestrator runs"), line
+    assert not any(name in line for name in runs), line
     assert not (tmp_path / "state").exists()
 
 

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from orchestrator.errors import BranchExistsError, GitError, PreflightError
-from orchestrator.naming import short8
+from orchestrator.naming import branch_name, is_run_branch, short8
 from orchestrator.runner.git_ops import (
     _import_branch_sync,
     _prepare_workspace_sync,
@@ -683,3 +683,20 @@ def test_a_clone_killed_before_it_belongs_to_the_agent_is_not_continued(tmp_path
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     assert (ws / ".git" / "objects").is_dir()  # the clone itself had finished
     assert "not completely prepared" in kept_workspace(ws)
+
+
+@pytest.mark.parametrize(
+    ("name", "made_by_a_run"),
+    [
+        (branch_name("best-of-n", "run_20250101_000000", "run_20250101_000000/s1/gen/0"), True),
+        (branch_name("simple", "run_20250101_000000_2", "run_20250101_000000_2/s1/t"), True),  # same second
+        (branch_name("simple", "run_20250101_000000", "run_20250101_000000/s1/t") + "_3", True),  # suffix policy
+        (branch_name("../my strategy", "run_20250101_000000", "k"), True),
+        ("main", False),
+        ("feature/run_20250101_000000", False),
+        ("release_run_20250101_000000_notes", False),
+        ("best-of-n_run_20250101_000000_k1", False),
+    ],
+)
+def test_a_runs_branches_are_told_from_the_users(name, made_by_a_run):
+    assert is_run_branch(name) is made_by_a_run

@@ -31,7 +31,7 @@ import anyio.to_thread
 import msgspec
 
 from ..errors import GitError, PreflightError, UsageError
-from ..naming import short8
+from ..naming import is_run_branch, short8
 from .git_cmd import WORKSPACE_UPLOAD_PACK, check_branch_name, dir_lock, run_git, ws_git
 from .git_import import _import_branch_sync, import_branch
 from .types import IsolationMode
@@ -319,12 +319,20 @@ def _branch_list(top: Path, limit: int = 8) -> str:
     heads = _local_branches(top)
     if not heads:
         return "NAME (the repository has no branches)"
-    # The names a user most likely meant come first, not whatever sorts first
-    # (a run's own branches, e.g. best-of-n_run_..., sort before "main").
+    # The names a user most likely meant come first, not whatever sorts first; the
+    # branches runs made (best-of-n_run_..._k1a2b3c4d, one per candidate) are counted,
+    # not listed: they would bury the user's own.
     current = current_branch(top)
     likely = [b for b in dict.fromkeys((DEFAULT_BASE_BRANCH, "master", current)) if b in heads]
-    ordered = likely + [b for b in heads if b not in likely]
-    shown = ", ".join(ordered[:limit]) + (f", ... ({len(heads)} in all)" if len(heads) > limit else "")
+    own = [b for b in heads if b not in likely and not is_run_branch(b)]
+    runs = len(heads) - len(likely) - len(own)
+    ordered = likely + own
+    listing = "git branch --list '*_run_*'"
+    if not ordered:
+        return f"NAME (the repository's {runs} branches are all orchestrator runs': {listing})"
+    shown = ", ".join(ordered[:limit]) + (f", ... ({len(ordered)} in all)" if len(ordered) > limit else "")
+    if runs:
+        shown += f" (and {runs} branch{'es' if runs > 1 else ''} of orchestrator runs: {listing})"
     return f"with one of: {shown}"
 
 
