@@ -333,6 +333,10 @@ class _Stream:
         self.say = say
         self.log = log
 
+    def output(self, tail: list[str]) -> str:
+        """What an error says of the output of a command run with ``show``: it is above, not printed twice."""
+        return f"its output is above; all of it is in {self.log}" if tail else "it printed nothing"
+
     def run(
         self, cmd: list[str], *, prefix: str, input: bytes | None = None, show: bool = True
     ) -> tuple[int, list[str]]:
@@ -548,9 +552,7 @@ def _build_user_image(
     say(f"environment: building your image from {dockerfile}")
     rc, tail = stream.run(cmd, prefix="  build| ", input=archive)
     if rc != 0:
-        raise EnvironmentSetupError(
-            f"building {dockerfile} ({spec.source}) failed; its last lines:\n" + "\n".join(tail)
-        )
+        raise EnvironmentSetupError(f"building {dockerfile} ({spec.source}) failed; {stream.output(tail)}")
 
 
 def _build_layer(base: str, agent_image: str, src: Path, stream: _Stream, say: Callable[[str], None], key: str) -> str:
@@ -743,8 +745,7 @@ def _run_setup(
                 if rc != 0:
                     raise EnvironmentSetupError(
                         f"the setup failed ({spec.source}, {step.label}, exit {rc}): "
-                        f"{default_sanitizer().scrub_text(step.display())}\n"
-                        f"its last {len(tail)} lines of output:\n" + "\n".join(tail)
+                        f"{default_sanitizer().scrub_text(step.display())}\n" + stream.output(tail)
                     )
             rc, tail = stream.run(
                 ["docker", "exec", "-u", "root", container, "sh", "-c", _COLLECT_SEED], prefix="", show=False
