@@ -358,6 +358,26 @@ def test_a_failing_setup_stops_the_run_before_any_task_and_its_output_is_shown_o
     assert not (tmp_path / "state").exists() or not list((tmp_path / "state").iterdir())
 
 
+@pytest.mark.docker
+def test_what_a_setup_leaves_that_git_does_not_ignore_is_named_by_its_folder(tmp_path):
+    # A setup that makes a virtualenv in a repository that does not ignore it: the warning
+    # listed its files (.venv/lib/m1.py, .venv/lib/m10.py, ...), not .venv/.
+    setup = (
+        "mkdir -p .venv/lib sub/cache && for i in $(seq 1 25); do : > .venv/lib/m$i.py; done; "
+        f": > stray.txt; : > sub/cache/x; echo {uuid.uuid4().hex}"  # a new setup: not a cached image
+    )
+    repo = make_repo(tmp_path / "r", {"sub/keep.txt": "kept\n"})
+    r = _run(repo, tmp_path, "SIM: print hi", "--env-setup", setup, timeout=600)
+    built = [line.split()[-1] for line in r.stderr.splitlines() if line.startswith("environment: built ")]
+    try:
+        assert r.returncode == 0, r.stdout + r.stderr
+        (warning,) = [line for line in r.stderr.splitlines() if line.startswith("warning: the setup made files")]
+        assert warning.endswith("(add them to .gitignore to keep them): .venv/, stray.txt, sub/cache/"), warning
+    finally:
+        for image in built:
+            subprocess.run(["docker", "rmi", "-f", image], capture_output=True)
+
+
 def test_image_and_dockerfile_together_are_refused(tmp_path):
     repo = make_repo(tmp_path / "r")
     r = _run(repo, tmp_path, "x", "--env-image", "a", "--env-dockerfile", "Dockerfile", timeout=120)

@@ -614,8 +614,11 @@ def _check_base(base: str) -> None:
 
 _COLLECT_SEED = f"""set -e
 cd {WORKSPACE}
-made="$(git status --porcelain --untracked-files=all | grep '^??' | cut -c4- | head -n 20 || true)"
-if [ -n "$made" ]; then printf 'orchestrator-untracked: %s\\n' $made; fi
+made="$(git ls-files --others --exclude-standard --directory --no-empty-directory)"
+if [ -n "$made" ]; then
+  printf '%s\\n' "$made" | head -n 10 | sed 's/^/orchestrator-untracked: /'
+  printf 'orchestrator-untracked-count: %s\\n' "$(printf '%s\\n' "$made" | wc -l)"
+fi
 mkdir -p {SEED_DIR}
 git ls-files -z --others --ignored --exclude-standard --directory | tar --null -T - -cf - | tar -C {SEED_DIR} -xf -
 chown -R {AGENT_UID}:{AGENT_UID} {SEED_DIR}
@@ -752,11 +755,14 @@ def _run_setup(
             )
             if rc != 0:
                 raise EnvironmentSetupError("keeping the files the setup made failed:\n" + "\n".join(tail))
+            # A folder the setup made (.venv/, node_modules/) is named once, not file by file.
             made = [line.split(":", 1)[1].strip() for line in tail if line.startswith("orchestrator-untracked:")]
+            count = next((int(ln.split(":")[1]) for ln in tail if ln.startswith("orchestrator-untracked-count:")), 0)
             if made:
+                more = f" and {count - len(made)} more" if count > len(made) else ""
                 say(
                     "warning: the setup made files that git does not ignore; tasks do not get them "
-                    f"(add them to .gitignore to keep them): {', '.join(made[:10])}"
+                    f"(add them to .gitignore to keep them): {', '.join(made)}{more}"
                 )
             seed_label = ["--change", f"LABEL {SEED_LABEL}={SEED_DIR}"]
         changes = [
