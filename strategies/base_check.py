@@ -55,8 +55,18 @@ def base_command(command: str) -> str:
         "err=$(mktemp /tmp/orch-base-err.XXXXXX) || exit 3; "
         f'/bin/sh -c {shlex.quote(command)} 2>"$err" </dev/null; rc=$?; '
         f'printf "\\n{STDERR_MARK}\\n"; tail -n {STDERR_LINES} "$err"; '
-        'printf "\\n@@orch-base exit=%s\\n" "$rc"; rm -f "$err"; exit 0'
+        'printf "\\n@@orch-base exit=%s\\n" "$rc"; rm -f "$err"; exit 0\n' + named_command(command)
     )
+
+
+def named_command(command: str) -> str:
+    """The comment line that names the user's command in a wrapper script: the dashboard shows it.
+
+    Last in the script, so readers of the wrapper's own lines (the report) find those first.
+    """
+    first = next((ln.strip() for ln in command.splitlines() if ln.strip()), "")
+    more = " ..." if len([ln for ln in command.splitlines() if ln.strip()]) > 1 else ""
+    return f"# $ {first}{more}"
 
 
 class BaseRun(msgspec.Struct, frozen=True, kw_only=True):

@@ -34,7 +34,7 @@ from typing import Any
 import anyio
 import msgspec
 
-from .base_check import could_not_run
+from .base_check import could_not_run, named_command
 from .budget import Budget
 from .evaluation import EvalParseError, Evaluation, ScoringConfig, parse_eval_output, to_json
 from .pipeline import command_task
@@ -135,6 +135,7 @@ def measure_command(
         f"tail -n 20 \"$W/err\" | shown | sed 's/^/{ERR_MARK}/'",
         f"echo {DONE_MARK} {len(runs)}",
         'rm -rf "$W"',
+        named_command(eval_command),
     ]
     return "\n".join(lines) + "\n"
 

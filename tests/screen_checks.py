@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import re
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
@@ -17,7 +18,10 @@ from orchestrator.log.eventlog import read_events
 from tui.dashboard import render
 from tui.model import RunModel
 
-INTERNALS = re.compile(r"@@|# orch-measure")
+# (a strategy's wrapper script shown as the command a task runs: "$ set -u -f" was a
+# tree-beam measurement's card, not the user's eval command)
+INTERNALS = re.compile(r"@@|# orch-measure|\$ set -u|\$ err=\$\(mktemp")
+COMMAND = re.compile(r"\$ [^│┃|]*?(?=\s{2,}|\s*[│┃|]|$)")
 # A diff's hunk header is output a reader wants (a report card may show a diff).
 DIFF_HUNK = re.compile(r"@@ -\d+(,\d+)? \+\d+(,\d+)? @@")
 
@@ -27,8 +31,11 @@ def protocol_lines(text: str) -> list[str]:
     return [ln for ln in text.splitlines() if INTERNALS.search(DIFF_HUNK.sub("", ln))]
 
 
-def check_screen(run_dir: Path, run_id: str, console_text: str) -> dict[str, int]:
-    """Assert the console and every dashboard frame of the run are free of internals; count what was checked."""
+def check_screen(run_dir: Path, run_id: str, console_text: str) -> dict[str, Any]:
+    """Assert the console and every dashboard frame of the run are free of internals; count what was checked.
+
+    ``commands`` holds the ``$ command`` lines the frames showed.
+    """
     assert not INTERNALS.search(console_text), [ln for ln in console_text.splitlines() if INTERNALS.search(ln)]
     events = list(read_events(run_dir / "events.jsonl"))
     several = len({e.strategy_execution_id for e in events if e.type == "strategy.started"}) > 1
@@ -44,6 +51,7 @@ def check_screen(run_dir: Path, run_id: str, console_text: str) -> dict[str, int
         no_branch += 1
     model = RunModel(run_id)
     frames = 0
+    commands: set[str] = set()
     for ev in events:
         model.feed(ev)
         if not ev.type.startswith("task."):
@@ -54,5 +62,6 @@ def check_screen(run_dir: Path, run_id: str, console_text: str) -> dict[str, int
             text = console.export_text()
             assert not INTERNALS.search(text), [ln for ln in text.splitlines() if INTERNALS.search(ln)]
             assert not re.search(r"\bk[0-9a-f]{8}\b", text), text  # cards are named by readable keys
+            commands.update(m.group(0).strip() for m in COMMAND.finditer(text))
             frames += 1
-    return {"no_branch_tasks": no_branch, "frames": frames}
+    return {"no_branch_tasks": no_branch, "frames": frames, "commands": commands}

@@ -36,6 +36,8 @@ def test_dry_run_tree_beam_grows_to_max_depth(dry_runs):
     # its measurement tasks (command tasks whose script and output carry marker lines) stay readable
     seen = check_screen(run.logs, run_id, run.stdout + run.stderr)
     assert seen["no_branch_tasks"] >= 4 and seen["frames"] > 10, seen
+    # its measurements' and test gate's cards show the user's commands, not their wrappers' first lines
+    assert {"$ python3 bench.py"} <= seen["commands"], seen["commands"]
     out = run.results / "strategy_output"
     tree = json.loads((out / "tree.json").read_text())
     assert tree["stop_reason"] == "max_depth", tree["stop_reason"]

@@ -14,8 +14,10 @@ from rich.console import Console
 from orchestrator.log.eventlog import read_events
 from orchestrator.log.events import encode_line, utc_ts
 from orchestrator.log.state import FAILED, RUNNING, load_snapshot
+from strategies.base_check import base_command
+from strategies.tree_beam_measure import measure_command
 from tui.dashboard import ENV_FORCE_MODE, Dashboard, choose_mode, render, run_dashboard
-from tui.model import RunModel
+from tui.model import RunModel, task_doing
 from tui.synthetic import SynthEvent, synthetic_run, write_run
 
 W, H = 120, 40
@@ -518,3 +520,18 @@ def test_the_header_shows_the_spend_against_the_cap_from_the_budget_events():
     model.feed_raw(BUDGET_REACHED, "", None, {"spent_cost_usd": 0.51}, 5200, utc_ts())
     header = frame_text(model, width=200).splitlines()[0]
     assert "$0.51/$0.50 cap reached" in header, header
+
+
+@pytest.mark.parametrize(
+    ("script", "shown"),
+    [
+        # a tree-beam measurement showed "$ set -u -f", its wrapper's first line
+        (measure_command("python3 bench.py --json", [("c", "HEAD"), ("p", "abc123")]), "$ python3 bench.py --json"),
+        (measure_command("make bench\nmake report", [("c", "HEAD")]), "$ make bench ..."),
+        (base_command("npm test"), "$ npm test"),  # a base check: it said only "command"
+        ("pytest -q\n", "$ pytest -q"),
+    ],
+)
+def test_a_command_task_shows_the_users_command_not_its_wrapper(script, shown):
+    task = {"plugin_name": "command", "command": script, "prompt": script, "import_policy": "never"}
+    assert task_doing(task) == shown

@@ -66,11 +66,22 @@ def without_protocol(text: Any) -> str:
     return " ".join(ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith(PROTOCOL_PREFIX))
 
 
+NAMED_COMMAND = "# $ "
+
+
 def command_line(command: Any, limit: int = ACTIVITY_LIMIT) -> str:
-    """What a command task runs, as ``$ <first line>``: shell comments (``# orch-measure {...}``) skipped."""
+    """What a command task runs, as ``$ <first line>``: shell comments (``# orch-measure {...}``) skipped.
+
+    A strategy's wrapper script names the user's command it runs on a comment
+    line ``# $ <command>``, and that is what is shown (not the wrapper's first
+    line, ``set -u -f``).
+    """
     # (a script that prints marker lines is a strategy's own wrapper: just "command")
     if not isinstance(command, str):
         return ""
+    for line in command.splitlines():
+        if line.startswith(NAMED_COMMAND) and line[len(NAMED_COMMAND) :].strip():
+            return f"$ {line[len(NAMED_COMMAND) :].strip()}"[:limit]
     for line in command.splitlines():
         line = line.strip()
         if line and not line.startswith(("#", PROTOCOL_PREFIX)):
