@@ -118,6 +118,14 @@ CASES = {
         lambda t, r: (["do it", "--runs", "two"], {}),
         ["--runs must be a whole number, at least 1, got two"],
     ),
+    "docker_host_zero_slots": (
+        lambda t, r: (["do it", "--docker-host", "big=local:0"], {}),
+        ["--docker-host 'big=local:0': its slot count N must be a whole number of at least 1, got 0"],
+    ),
+    "docker_host_negative_slots": (
+        lambda t, r: (["do it", "--docker-host", "big=ssh://ci@big:-2"], {}),
+        ["--docker-host 'big=ssh://ci@big:-2': its slot count N must be a whole number of at least 1, got -2"],
+    ),
     "resume_negative_cap": (
         lambda t, r: (["--resume", "run_19990101_000000", "--max-cost", "-1"], {}),
         ["--max-cost must be a positive amount in US dollars, got -1"],

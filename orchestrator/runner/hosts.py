@@ -120,13 +120,17 @@ def parse_host_flag(text: str) -> dict[str, Any]:
         raise ConfigError(f"--docker-host {text!r}: expected NAME=URL[:N], e.g. big1=ssh://ci@big1:16")
     slots: int | None = None
     head, colon, tail = rest.rpartition(":")
-    if colon and tail.isdigit():
+    if colon and tail.lstrip("-").isdigit():
         # The port of a tcp:// URL: nothing after its host (past any user:password@
         # and an IPv6 [address]) names one yet.
         hostpart = head.removeprefix("tcp://").rpartition("@")[2]
         is_tcp_port = head.startswith("tcp://") and ":" not in hostpart.rpartition("]")[2]
         if not is_tcp_port and (head == LOCAL or "://" in head):
             slots, rest = int(tail), head
+            if slots < 1:  # said of the flag the user typed, not of runner.hosts' max_parallel
+                raise ConfigError(
+                    f"--docker-host {text!r}: its slot count N must be a whole number of at least 1, got {tail}"
+                )
     entry: dict[str, Any] = {"name": name, "docker": rest}
     if slots is not None:
         entry["max_parallel"] = slots
