@@ -42,8 +42,13 @@ export ORCHESTRATOR_TESTS_REQUIRE_DOCKER=1
 # source package (about 9 minutes the first time on a fresh machine, kept in
 # /var/cache/orchestrator-k8s; docs/test-cluster.md). It is stopped, by pid,
 # when the tests end.
+# A cluster that was already running (a developer's) is left running.
+stop_k8s=:
+if ! bash scripts/setup-k8s.sh status 2>/dev/null | grep -q '^kube-apiserver: running'; then
+    stop_k8s='bash scripts/setup-k8s.sh stop >/dev/null 2>&1 || true'
+fi
 bash scripts/setup-k8s.sh start
-trap 'bash scripts/setup-k8s.sh stop >/dev/null 2>&1 || true' EXIT
+trap "$stop_k8s" EXIT
 export ORCHESTRATOR_TESTS_REQUIRE_K8S=1
 # Most Docker tests spend their time waiting on containers, git and the engine,
 # not on this machine's CPUs, so they run side by side on six workers. The
@@ -57,7 +62,7 @@ export ORCHESTRATOR_TESTS_REQUIRE_K8S=1
 workers="${ORCHESTRATOR_TEST_WORKERS:-6}"
 RERUN_AT_MOST=5
 failures="$(mktemp)"
-trap 'rm -f "$failures"; bash scripts/setup-k8s.sh stop >/dev/null 2>&1 || true' EXIT
+trap 'rm -f "$failures"; eval "$stop_k8s"' EXIT
 set +e
 # the slowest tests are printed at the end: docs/reliability.md lists them with their reasons
 ORCHESTRATOR_TEST_FAILURES="$failures" uv run pytest -q -p no:cacheprovider -n "$workers" --dist loadgroup \
