@@ -45,9 +45,35 @@ class HostConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     insecure: bool = False
 
 
+class KubernetesConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """``runner.kubernetes``: run every task as a Pod of this cluster (docs/scaling.md, "Kubernetes")."""
+
+    kubeconfig: str | None = None  # default: KUBECONFIG, then ~/.kube/config
+    context: str | None = None  # default: the kubeconfig's current context
+    namespace: str = "default"
+    # A Pod still Pending after this long (no room, image missing) fails its task
+    # with the reason the cluster gave.
+    pending_timeout_s: Annotated[float, msgspec.Meta(gt=0)] = 300
+    image_pull_policy: Literal["IfNotPresent", "Never", "Always"] = "IfNotPresent"
+    # Session PersistentVolumeClaims: the class ("" for a PV without one, None for
+    # the cluster's default) and the size each asks for.
+    storage_class: str | None = None
+    session_size: str = "1Gi"
+    # How long a new session claim may stay unbound before the task starts a fresh
+    # session without one (and says why).
+    session_bind_timeout_s: Annotated[float, msgspec.Meta(gt=0)] = 30
+    # --sync-image: a command that loads an image into the cluster's nodes, given the
+    # image name as its last argument (e.g. "bash scripts/setup-k8s.sh load-image").
+    load_command: str | None = None
+    # An API server over plain http:// to another machine is refused; true accepts it.
+    insecure: bool = False
+
+
 class RunnerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # Docker engines to place tasks on; empty: the one local engine, as always.
     hosts: list[HostConfig] = msgspec.field(default_factory=list)
+    # A Kubernetes cluster to run every task on as a Pod, instead of Docker engines.
+    kubernetes: KubernetesConfig | None = None
     sync_image: bool = False
     docker_image: str = "claude-code"
     plugin: str = "claude-code"

@@ -154,6 +154,16 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="copy the run's image to hosts that lack it (docker save | docker load)",
     )
+    run.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help="run every task as a Pod of this Kubernetes cluster (runner.kubernetes.kubeconfig)",
+    )
+    run.add_argument(
+        "--namespace",
+        metavar="NS",
+        help="the cluster's namespace for the run's Pods (runner.kubernetes.namespace; implies Kubernetes)",
+    )
     run.add_argument("--config", help="configuration file, YAML or JSON (default: ./orchestrator.yaml if present)")
     run.add_argument("--mode", choices=["api", "subscription"], help="Claude authentication mode")
     run.add_argument(

@@ -20,7 +20,7 @@ import msgspec
 from ..agent_image.tools import check_tools, required_tools
 from ..config import Config, LoadedConfig, load_config
 from ..engine.engine import auto_parallel
-from ..errors import ConfigError, PreflightError, UsageError
+from ..errors import ConfigError, PreflightError, RunnerError, UsageError
 from ..log.runs import (
     RunDirs,
     RunManifest,
@@ -88,6 +88,13 @@ def _cli_overrides(args) -> dict[str, Any]:
 
         put("runner", "hosts", [parse_host_flag(text) for text in args.docker_hosts])
     put("runner", "sync_image", getattr(args, "sync_image", None))
+    kube = {
+        k: v
+        for k, v in (("kubeconfig", getattr(args, "kubeconfig", None)), ("namespace", getattr(args, "namespace", None)))
+        if v is not None
+    }
+    if kube:
+        put("runner", "kubernetes", kube)
     put("runner", "plugin", args.plugin)
     put("events", "flush_policy", args.safe_fsync)
     put("budget", "max_cost_usd", getattr(args, "max_cost", None))
@@ -122,11 +129,17 @@ def _read_prompt(args, config: Config) -> str:
     return prompt
 
 
+CLUSTER_AUTO_PARALLEL = 4
+
+
 def _max_parallel(config: Config, value: int | str | None = None) -> int:
     # The deprecated max_parallel_instances was folded into this key per source
     # by load_config, so the command line still wins over it.
     if value is None:
         value = config.orchestration.max_parallel_tasks
+    if config.runner.kubernetes is not None and value == "auto":
+        # The cluster's scheduler places the Pods; this machine's CPUs say nothing of its room.
+        return CLUSTER_AUTO_PARALLEL
     if config.runner.hosts:
         # Each host has its own slots; a given --max-parallel caps their sum.
         total = sum(spec.max_parallel for spec in _host_specs(config))
@@ -152,6 +165,59 @@ def _check_disk(path: Path, config: Config, warnings: list[str]) -> None:
         warnings.append(f"only {check.detail} ({check.fix})")
 
 
+def cluster_spec(config: Config):
+    """``runner.kubernetes`` as where the run's Pods go."""
+    from ..runner import ClusterSpec
+
+    kube = config.runner.kubernetes
+    assert kube is not None
+    return ClusterSpec(
+        kubeconfig=kube.kubeconfig, context=kube.context, namespace=kube.namespace, insecure=kube.insecure
+    )
+
+
+# Said once at every start on a cluster: a NetworkPolicy is only words where the
+# network plugin does not enforce it, and nothing in the API says which.
+NETWORK_POLICY_NOTE = (
+    "note: offline tasks get a deny-all NetworkPolicy on Kubernetes; it holds only where the cluster's network "
+    "plugin enforces NetworkPolicy (Calico, Cilium and others do; the plain bridge and flannel plugins do not)"
+)
+
+
+async def _check_cluster(config: Config, image: str) -> str:
+    """Pre-flight on a cluster: the kubeconfig (plain HTTP refused), an answer, the namespace, the image."""
+    from ..runner import KubeHost
+    from ..runner.kube_images import check_cluster_image
+
+    if config.runner.hosts:
+        raise ConfigError("runner.kubernetes and runner.hosts (--docker-host) exclude each other; keep one")
+    kube = config.runner.kubernetes
+    assert kube is not None
+    host = KubeHost(cluster_spec(config))
+    try:
+        try:
+            version = await host.ping()
+        except RunnerError as exc:
+            raise PreflightError(f"Kubernetes cluster ({host.cluster.shown}) does not answer: {exc}") from None
+        core = await host.core()
+        try:
+            await host.call(f"read namespace {kube.namespace}", core.read_namespace, kube.namespace)
+        except RunnerError as exc:
+            if "404" in str(exc) or "not found" in str(exc):
+                raise PreflightError(
+                    f"namespace {kube.namespace} does not exist on the cluster; create it with "
+                    f"`kubectl create namespace {kube.namespace}` or pass --namespace"
+                ) from None
+        line = await check_cluster_image(host, image, load_command=kube.load_command, sync=config.runner.sync_image)
+    finally:
+        await host.aclose()
+    if line:
+        print(line, file=sys.stderr, flush=True)
+    print(f"Kubernetes {version}, namespace {kube.namespace}", file=sys.stderr, flush=True)
+    print(NETWORK_POLICY_NOTE, file=sys.stderr, flush=True)
+    return version
+
+
 def _host_specs(config: Config):
     from ..runner.hosts import resolve_hosts
 
@@ -171,7 +237,9 @@ async def _check_hosts(config: Config, image: str) -> None:
 
 
 async def _check_engines(config: Config, image: str, tools: tuple[str, ...] = ()) -> None:
-    if config.runner.hosts:
+    if config.runner.kubernetes is not None:
+        await _check_cluster(config, image)
+    elif config.runner.hosts:
         await _check_hosts(config, image)
     else:
         await _check_docker(image, tools)
@@ -369,7 +437,9 @@ async def _environment_image(config: Config, repo: str, base_commit: str, *, dry
     await anyio.to_thread.run_sync(
         functools.partial(check_tools, image, required_tools(config.runner.plugin, dry_run=dry_run), source=spec.source)
     )
-    if config.runner.hosts:
+    if config.runner.kubernetes is not None:
+        await _check_cluster(config, image)
+    elif config.runner.hosts:
         # Built on this machine's engine: the other engines get it like the agent
         # image (with --sync-image), or are named as lacking it.
         await _check_hosts(config, image)

@@ -20,7 +20,7 @@ from ..runner.registry import get_plugin
 from ..sanitize import default_sanitizer
 from ..strategy_loader import LoadedStrategy
 from . import run_budget
-from .preflight import Prepared, _host_specs
+from .preflight import Prepared, _host_specs, cluster_spec
 
 
 def _guard(strategy: LoadedStrategy, config: Config, olog: ComponentLog | None = None) -> Reporter:
@@ -117,6 +117,28 @@ def _make_runner(prep: Prepared, log_dir: Path, olog: ComponentLog, stop_run=Non
             ),
         )
 
+    kube = config.runner.kubernetes
+    if kube is not None:
+        from ..runner import KubernetesRunner, KubeSettings
+
+        olog.info("kubernetes", kubeconfig=kube.kubeconfig, context=kube.context, namespace=kube.namespace)
+        return KubernetesRunner(
+            cluster=cluster_spec(config),
+            settings=KubeSettings(
+                pending_timeout_s=kube.pending_timeout_s,
+                pull_policy=kube.image_pull_policy,
+                storage_class=kube.storage_class,
+                session_size=kube.session_size,
+                session_bind_timeout_s=kube.session_bind_timeout_s,
+            ),
+            auth=prep.auth,
+            logs_dir=log_dir,
+            sanitizer=default_sanitizer(),
+            pricing=config.model_pricing(),
+            dry_run=prep.dry_run,
+            known_images=(prep.image,),
+            hardening=hardening,
+        )
     if not config.runner.hosts:
         return make()
     from ..runner.hosts import MultiHostRunner

@@ -4,6 +4,7 @@ Public surface::
 
     run_instance(prompt, repo_path, **fields) -> RunnerResult   # one task, ad hoc or scripted
     DockerRunner(auth=..., logs_dir=...)                          # TaskRunner for orchestration
+    KubernetesRunner(cluster=ClusterSpec(...), ...)               # the same, one Pod per task
     docker_available / image_exists / container_exists / list_containers /
     stop_run_containers / remove_containers                       # helpers for orchestration
     check_model(plugin_name, model)                               # scheduling-time model check
@@ -34,6 +35,10 @@ _EXPORTS = {
     "remove_containers": "docker_containers",
     "stop_run_containers": "docker_containers",
     "DockerRunner": "docker_runner",
+    "ClusterSpec": "kube_client",
+    "KubeHost": "kube_host",
+    "KubeSettings": "kube_runner",
+    "KubernetesRunner": "kube_runner",
     "ObjectCacheSettings": "object_cache",
     "run_instance": "docker_runner",
     "check_model": "registry",
@@ -64,6 +69,9 @@ if TYPE_CHECKING:
     )
     from .docker_runner import DockerRunner, run_instance
     from .git_cleanup import delete_run_branches, unheld_branch_claims
+    from .kube_client import ClusterSpec
+    from .kube_host import KubeHost
+    from .kube_runner import KubernetesRunner, KubeSettings
     from .object_cache import ObjectCacheSettings
     from .registry import check_model, supports_resume
     from .run_folder import release_run_folder
@@ -86,11 +94,15 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "AuthConfig",
     "BranchArtifact",
+    "ClusterSpec",
     "ContainerLimits",
     "DockerHost",
     "DockerRunner",
     "Hardening",
     "InstanceRequest",
+    "KubeHost",
+    "KubeSettings",
+    "KubernetesRunner",
     "Metrics",
     "ObjectCacheSettings",
     "RetryConfig",

@@ -24,7 +24,7 @@ from typing import Any
 
 import anyio.to_thread
 
-from ..errors import GitError
+from ..errors import ContainerError, GitError
 from .docker_containers import WORKSPACE_MOUNT, DockerHost
 from .git_cmd import run_git
 from .git_ops import STALE_LOCK_NAMES
@@ -155,14 +155,10 @@ async def copy_in(
     try:
         size = data.seek(0, os.SEEK_END)
         data.seek(0)
-        ok = await host.api(
-            f"copy workspace into {container}", "put_archive", container, WORKSPACE_MOUNT, _chunks(data)
-        )
+        ok = await host.put_archive(container, WORKSPACE_MOUNT, _chunks(data), read_only=read_only)
     finally:
         data.close()
     if not ok:
-        from ..errors import ContainerError
-
         raise ContainerError(f"the engine refused the workspace copy into {container}")
     if checkout:
         # As the files' owner (see empty_workspace).
@@ -268,26 +264,16 @@ async def bundle_out(host: DockerHost, container: str, workspace: Path, base_com
         return {"head": head, "bytes": 0}
     if "bundled" not in lines:  # never taken for "no commits": the agent's work would be dropped
         raise GitError(f"git bundle of the agent's commits in {container} did not report success: {out[-500:]}")
-    stream, _stat = await host.api(f"read the result bundle from {container}", "get_archive", container, BUNDLE_PATH)
-    raw = await host.call(f"read the result bundle from {container}", lambda: b"".join(stream))
-    bundle = await anyio.to_thread.run_sync(_bundle_from_tar, raw, workspace, limiter=host.limiter)
-    await anyio.to_thread.run_sync(import_bundle, workspace, bundle, head, limiter=host.limiter)
-    return {"head": head, "bytes": len(raw)}
-
-
-def _bundle_from_tar(raw: bytes, workspace: Path) -> Path:
-    target = workspace / ".git" / "orchestrator-result.bundle"
     try:
-        with tarfile.open(fileobj=io.BytesIO(raw), mode="r:") as tar:
-            member = next((m for m in tar.getmembers() if m.isfile()), None)
-            if member is None:
-                raise GitError("the result bundle read from the container is not a file")
-            src = tar.extractfile(member)
-            assert src is not None
-            target.write_bytes(src.read())
-    except (tarfile.TarError, EOFError) as exc:
-        raise GitError(f"the result bundle read from the container is damaged: {exc}") from exc
-    return target
+        raw = await host.read_file(container, BUNDLE_PATH)
+    except ContainerError as exc:
+        if "damaged" not in str(exc) and "not a file" not in str(exc):
+            raise
+        raise GitError(f"the result bundle read from the container is unusable: {exc}") from exc
+    target = workspace / ".git" / "orchestrator-result.bundle"
+    await anyio.to_thread.run_sync(target.write_bytes, raw, limiter=host.limiter)
+    await anyio.to_thread.run_sync(import_bundle, workspace, target, head, limiter=host.limiter)
+    return {"head": head, "bytes": len(raw)}
 
 
 def import_bundle(workspace: Path, bundle: Path, head: str) -> None:

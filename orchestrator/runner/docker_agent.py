@@ -29,9 +29,9 @@ from ..errors import (
 from ..sanitize import SECRET_ENV_VARS, Sanitizer
 from . import watchdog
 from .base import RunnerEventCallback
-from .docker_containers import DockerHost, ensure_container
+from .docker_containers import DockerHost
 from .docker_core import ContainerStopper, TaskEvents, session_volume
-from .docker_exec import ExecOutput, run_exec
+from .docker_exec import ExecOutput
 from .docker_workspace import WorkspaceSetup
 from .object_cache import cache_volume
 from .plugin import AgentEvent, RunnerPlugin
@@ -178,8 +178,7 @@ class AgentExec:
                 )
             try:
                 # attempt 0 follows a fresh clone; retries reuse the same workspace and container
-                ready = await ensure_container(
-                    self.host,
+                ready = await self.host.ensure_container(
                     request,
                     workspace=workspace,
                     volume=session_volume(request),
@@ -276,8 +275,7 @@ class AgentExec:
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(self._watch, request, probe, tripped, on_event)
                     try:
-                        ran["output"] = await run_exec(
-                            self.host,
+                        ran["output"] = await self.host.run_exec(
                             request.container_name,
                             argv,
                             env=env,
@@ -347,8 +345,7 @@ class AgentExec:
         """Write ``content`` to ``path`` inside the container (as node, so the tool can read it)."""
         argv = ["/bin/sh", "-c", 'mkdir -p "$(dirname "$1")" && cat > "$1"', "sh", path]
         try:
-            out = await run_exec(
-                self.host,
+            out = await self.host.run_exec(
                 container,
                 argv,
                 env={},
@@ -419,7 +416,7 @@ class AgentExec:
                 self.emit_event(request, on_event, "runner.limit.hit", "error", reason=reason)
                 # kill, not a graceful stop: a fork bomb has no session worth saving
                 try:
-                    await self.host.api(f"kill container {request.container_name}", "kill", request.container_name)
+                    await self.host.kill(request.container_name)
                 except RunnerError:
                     await self.stopper.stop_quietly(request, on_event)
                 return

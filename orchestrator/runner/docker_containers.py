@@ -232,6 +232,97 @@ class DockerHost:
 
         return await self.call(f"exec in {name}", _run)
 
+    @property
+    def image_source(self) -> DockerHost:
+        """The engine whose copy of a task's image the workspace seed is taken from."""
+        return self
+
+    # ---- what the task pipeline asks of an engine ---------------------------
+    # The phases (docker_workspace, docker_agent, docker_collect, archive) reach the
+    # engine only through these methods and the ones above, so another place to run
+    # tasks (a Kubernetes namespace: kube_host.KubeHost) is this class's surface again.
+
+    async def ensure_container(
+        self,
+        request: InstanceRequest,
+        *,
+        workspace: Path,
+        volume: str,
+        fresh_workspace: bool = False,
+        hardening: Hardening | None = None,
+        object_cache: str | None = None,
+    ) -> ContainerReady:
+        """The task's container, running (see :func:`ensure_container`)."""
+        return await ensure_container(
+            self,
+            request,
+            workspace=workspace,
+            volume=volume,
+            fresh_workspace=fresh_workspace,
+            hardening=hardening,
+            object_cache=object_cache,
+        )
+
+    async def run_exec(self, container: str, argv: list[str], **kwargs: Any) -> Any:
+        """One streamed exec of a task's process (see :func:`.docker_exec.run_exec`)."""
+        from .docker_exec import run_exec
+
+        return await run_exec(self, container, argv, **kwargs)
+
+    async def put_archive(self, container: str, path: str, chunks: Iterable[bytes], *, read_only: bool = False) -> bool:
+        """Extract a tar stream into ``path`` in the container; False when the engine refuses it."""
+        return bool(await self.api(f"copy workspace into {container}", "put_archive", container, path, chunks))
+
+    async def read_file(self, container: str, path: str) -> bytes:
+        """The contents of one file in the container (through the archive API)."""
+        import io
+        import tarfile
+
+        stream, _stat = await self.api(f"read {path} from {container}", "get_archive", container, path)
+        raw = await self.call(f"read {path} from {container}", lambda: b"".join(stream))
+        try:
+            with tarfile.open(fileobj=io.BytesIO(raw), mode="r:") as tar:
+                member = next((m for m in tar.getmembers() if m.isfile()), None)
+                src = tar.extractfile(member) if member is not None else None
+                if src is None:
+                    raise ContainerError(f"{path} read from {container} is not a file")
+                return src.read()
+        except (tarfile.TarError, EOFError) as exc:
+            raise ContainerError(f"{path} read from {container} came back damaged: {exc}") from exc
+
+    async def kill(self, name: str) -> None:
+        """SIGKILL the container at once (a runaway agent)."""
+        await self.api(f"kill container {name}", "kill", name)
+
+    async def list_containers(self, run_id: str | None = None) -> list[dict]:
+        """Orchestrator containers (optionally of one run): name, labels, status, created."""
+        filters = {"label": ["orchestrator=true"] + ([f"run_id={run_id}"] if run_id else [])}
+        rows = await self.api("list containers", "containers", all=True, filters=filters)
+        return [
+            {
+                "name": (r.get("Names") or ["/?"])[0].lstrip("/"),
+                "labels": r.get("Labels") or {},
+                "status": r.get("State"),
+                "created": r.get("Created"),
+            }
+            for r in rows
+        ]
+
+    async def remove_run_volumes(self, run_id: str) -> list[str]:
+        """Remove the session volumes of ``run_id`` (:func:`run_volumes`); returns their names."""
+        import docker.errors
+
+        names = await run_volumes(run_id, host=self)
+        client = await self.client()
+
+        def _rm(name: str) -> None:
+            with contextlib.suppress(docker.errors.NotFound):
+                client.api.remove_volume(name, force=True)
+
+        for name in names:
+            await self.call(f"remove volume {name}", _rm, name)
+        return names
+
 
 # ---- container specification -------------------------------------------
 
@@ -646,18 +737,7 @@ async def container_exists(name: str, *, host: DockerHost | None = None) -> bool
 
 async def list_containers(run_id: str | None = None, *, host: DockerHost | None = None) -> list[dict]:
     """Orchestrator containers (optionally of one run): name, labels, status, created."""
-    host = host or shared_host()
-    filters = {"label": ["orchestrator=true"] + ([f"run_id={run_id}"] if run_id else [])}
-    rows = await host.api("list containers", "containers", all=True, filters=filters)
-    return [
-        {
-            "name": (r.get("Names") or ["/?"])[0].lstrip("/"),
-            "labels": r.get("Labels") or {},
-            "status": r.get("State"),
-            "created": r.get("Created"),
-        }
-        for r in rows
-    ]
+    return await (host or shared_host()).list_containers(run_id)
 
 
 # `timeout` is Docker's grace period before SIGKILL, not a deadline for this call.
@@ -691,16 +771,4 @@ async def run_volumes(run_id: str, *, host: DockerHost | None = None) -> list[st
 
 async def remove_run_volumes(run_id: str, *, host: DockerHost | None = None) -> list[str]:
     """Remove the session volumes of ``run_id`` (:func:`run_volumes`); returns their names."""
-    import docker.errors
-
-    host = host or shared_host()
-    names = await run_volumes(run_id, host=host)
-    client = await host.client()
-
-    def _rm(name: str) -> None:
-        with contextlib.suppress(docker.errors.NotFound):
-            client.api.remove_volume(name, force=True)
-
-    for name in names:
-        await host.call(f"remove volume {name}", _rm, name)
-    return names
+    return await (host or shared_host()).remove_run_volumes(run_id)

@@ -21,7 +21,7 @@ import msgspec
 from ..errors import GitError, RunnerError
 from . import archive, git_ops
 from .base import RunnerEventCallback
-from .docker_containers import ContainerReady, DockerHost, ensure_container, selinux_enabled, workspace_read_only
+from .docker_containers import ContainerReady, DockerHost, selinux_enabled, workspace_read_only
 from .docker_core import TaskEvents, TaskFailed, session_volume
 from .object_cache import CACHE_ALTERNATE, ObjectCache, cache_volume, workspace_wants
 from .reaper import WorkspaceReaper
@@ -167,7 +167,7 @@ class WorkspaceSetup:
                         into_empty_dir=True,
                         object_store=store,
                     )
-                seed = await self.seeds.for_image(self.host, request.docker_image)
+                seed = await self.seeds.for_image(self.host.image_source, request.docker_image)
                 if seed is not None:
                     await anyio.to_thread.run_sync(copy_seed, seed, workspace, limiter=self.host.limiter)
             except RunnerError as exc:
@@ -179,8 +179,7 @@ class WorkspaceSetup:
         async def container() -> None:
             tc = time.monotonic()
             try:
-                first["ready"] = await ensure_container(
-                    self.host,
+                first["ready"] = await self.host.ensure_container(
                     request,
                     workspace=workspace,
                     volume=session_volume(request),
@@ -305,8 +304,7 @@ class WorkspaceSetup:
                 # A clone kept from the local engine borrows from a store this engine
                 # lacks: it must take its objects along (as a full copy would have).
                 await anyio.to_thread.run_sync(git_ops.dissociate_workspace, kept.path, limiter=self.host.limiter)
-            first["ready"] = await ensure_container(
-                self.host,
+            first["ready"] = await self.host.ensure_container(
                 request,
                 workspace=kept.path,
                 volume=session_volume(request),

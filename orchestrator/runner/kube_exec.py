@@ -1,0 +1,276 @@
+"""One process in a task's Pod through the ``exec`` subresource, streamed.
+
+The API server's exec is a websocket with channels: 0 stdin, 1 stdout,
+2 stderr, 3 the final status (``v4.channel.k8s.io``). Protocol v4, the only one
+servers before 1.29 speak, cannot close stdin: a process that reads its stdin
+to the end would wait forever. So every exec starts under :data:`STDIN_SHIM`,
+which reads exactly the bytes it is told from stdin and hands them on:
+
+1. the credentials and other environment variables (``export K='V'`` lines),
+   so they are in the exec's environment and in no command line, URL, Pod spec
+   or log (an API server's audit log records exec URLs with their command);
+2. the payload (a prompt, a tar stream), written to a file in ``/tmp`` that
+   becomes the process's stdin; without one, stdin is ``/dev/null``.
+
+The shim then ``exec``s the command, which keeps its pid: the agent wrapper's
+marker stays where ``END_AGENT_SCRIPT`` looks for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+import anyio
+import anyio.to_thread
+
+from ..errors import AgentStreamLostError, ContainerError
+from .docker_exec import (
+    DRAIN_AFTER_END_S,
+    DRAIN_S,
+    EROFS_MARKER,
+    ExecOutput,
+    _append_tail,
+    _take_end_line,
+)
+from .plugin import AgentEvent, StreamParser
+
+_log = logging.getLogger(__name__)
+STDIN, STDOUT, STDERR, STATUS = 0, 1, 2, 3
+CHUNK = 1 << 20
+# $1: bytes of environment; $2: bytes of payload, -1 for none, or "pipe" when the
+# command reads exactly its bytes from stdin itself (a large tar: no copy in /tmp).
+STDIN_SHIM = (
+    "# orchestrator-exec-stdin\n"
+    'e=$(head -c "$1") || exit 121\n'
+    'eval "$e" || exit 121\n'
+    'case "$2" in\n'
+    "  pipe) ;;\n"
+    "  -1) exec < /dev/null ;;\n"
+    "  *)\n"
+    "    f=$(mktemp /tmp/.orc-stdin.XXXXXX) || exit 121\n"
+    '    head -c "$2" > "$f" || exit 121\n'
+    '    exec < "$f"\n'
+    '    rm -f "$f" ;;\n'
+    "esac\n"
+    "shift 2\n"
+    'exec "$@"\n'
+)
+
+
+def env_block(env: dict[str, str]) -> bytes:
+    """``export K='V'`` lines, quoted for sh (read by :data:`STDIN_SHIM`)."""
+    lines = []
+    for key, value in env.items():
+        if not key.replace("_", "a").isalnum() or key[0].isdigit():
+            raise ContainerError(f"environment variable name {key!r} cannot be passed to a Pod's exec")
+        quoted = "'" + value.replace("'", "'\"'\"'") + "'"
+        lines.append(f"export {key}={quoted}\n")
+    return "".join(lines).encode()
+
+
+def shim_argv(
+    argv: list[str], env: dict[str, str], payload_size: int | None, *, pipe: bool = False
+) -> tuple[list[str], bytes]:
+    """The exec's command and the stdin prefix that carries ``env``."""
+    block = env_block(env)
+    size = "pipe" if pipe else -1 if payload_size is None else payload_size
+    return ["sh", "-c", STDIN_SHIM, "orchestrator-exec", str(len(block)), str(size), *argv], block
+
+
+def exit_status(raw: bytes | str) -> tuple[int | None, str]:
+    """(exit code, message) from the status channel; None when the process's end is unknown."""
+    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+    if not text.strip():
+        return None, ""
+    try:
+        status = json.loads(text)
+    except ValueError:
+        return None, text.strip()[:300]
+    if status.get("status") == "Success":
+        return 0, ""
+    for cause in (status.get("details") or {}).get("causes") or []:
+        if cause.get("reason") == "ExitCode":
+            try:
+                return int(cause.get("message")), ""
+            except (TypeError, ValueError):
+                break
+    return None, str(status.get("message") or text)[:300]
+
+
+class ExecStream:
+    """A started exec: blocking reads and writes, each called on a worker thread."""
+
+    def __init__(self, ws: Any) -> None:
+        self.ws = ws
+        self.status = b""
+
+    def send(self, chunks: Iterable[bytes]) -> None:
+        for chunk in chunks:
+            for i in range(0, len(chunk), CHUNK):
+                self.ws.write_channel(STDIN, bytes(chunk[i : i + CHUNK]))
+
+    def read(self, timeout: float = 0.5) -> list[tuple[int, bytes]] | None:
+        """The frames that arrived within ``timeout`` (stdout, stderr); None once the exec has ended."""
+        ws = self.ws
+        if not ws.is_open():
+            self.status += _take(ws, STATUS)
+            return None
+        ws.update(timeout=timeout)
+        out: list[tuple[int, bytes]] = []
+        for channel in (STDOUT, STDERR):
+            data = _take(ws, channel)
+            if data:
+                out.append((channel, data))
+        self.status += _take(ws, STATUS)
+        return out
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.ws.close()
+
+
+def _take(ws: Any, channel: int) -> bytes:
+    data = ws._channels.pop(channel, b"")  # read_channel() would wait for an update first
+    return data.encode() if isinstance(data, str) else bytes(data)
+
+
+async def stream_exec(
+    start: Callable[[list[str]], ExecStream],
+    limiter: anyio.CapacityLimiter,
+    argv: list[str],
+    *,
+    env: dict[str, str],
+    parser: StreamParser,
+    stdin_payload: bytes | Iterable[bytes] | None,
+    payload_size: int | None,
+    on_event: Callable[[AgentEvent], Awaitable[None] | None],
+    wrapped: bool = False,
+    on_cancel: Callable[[], Awaitable[object]] | None = None,
+    lost: Callable[[], Awaitable[None]] | None = None,
+    pipe: bool = False,
+) -> ExecOutput:
+    """Run ``argv`` (under the shim) and parse its stdout as :func:`.docker_exec.run_exec` does.
+
+    ``lost``: called when the exec ended without an exit status; raises the
+    error that explains it (the Pod is gone) or returns (the link broke while
+    the process may still run: :class:`AgentStreamLostError`). ``pipe``: the
+    command reads exactly ``payload_size`` bytes of stdin itself.
+    """
+    if isinstance(stdin_payload, bytes):
+        payload_size = len(stdin_payload)
+        chunks: Iterable[bytes] = [stdin_payload]
+    else:
+        chunks = stdin_payload or []
+    command, block = shim_argv(argv, env, payload_size if stdin_payload is not None else None, pipe=pipe)
+    stream = await anyio.to_thread.run_sync(start, command, limiter=limiter)
+    feed_stderr = getattr(parser, "feed_stderr", None)
+    stderr_tail, stdout_tail = bytearray(), bytearray()
+    state: dict[str, Any] = {"erofs": False, "events": 0, "uncommitted": None, "ended": False, "held": b""}
+    write_error: list[BaseException] = []
+
+    async def emit(events: list[AgentEvent]) -> None:
+        for event in events:
+            state["events"] += 1
+            res = on_event(event)
+            if res is not None:
+                await res
+
+    def write() -> None:
+        try:
+            stream.send([block, *chunks])
+        except Exception as exc:  # the process exited early: its status says why
+            write_error.append(exc)
+
+    async def read_all() -> None:
+        while True:
+            frames = await anyio.to_thread.run_sync(stream.read, limiter=limiter)
+            if frames is None:
+                return
+            for channel, data in frames:
+                if EROFS_MARKER in data:
+                    state["erofs"] = True
+                if channel == STDERR:
+                    if wrapped:
+                        data, state["held"], end = _take_end_line(state["held"] + data)
+                        if end is not None:
+                            state["ended"] = True
+                            state["uncommitted"] = int(end) if end.isdigit() else None
+                    if data:
+                        _append_tail(stderr_tail, data)
+                        if feed_stderr is not None:
+                            await emit(list(feed_stderr(data) or []))
+                else:
+                    _append_tail(stdout_tail, data)
+                    await emit(parser.feed(data))
+
+    reading = anyio.CancelScope()
+    stream_done = anyio.Event()
+
+    async def drain_on_cancel() -> None:
+        assert on_cancel is not None
+        try:
+            await anyio.sleep_forever()
+        except anyio.get_cancelled_exc_class():
+            if stream_done.is_set():
+                raise
+            with anyio.CancelScope(shield=True):
+                try:
+                    with anyio.move_on_after(DRAIN_S):
+                        try:
+                            await on_cancel()
+                        except Exception as exc:
+                            _log.warning(
+                                f"could not end the exec's process when cancelled: {type(exc).__name__}: {exc}"
+                            )
+                        with anyio.move_on_after(DRAIN_AFTER_END_S):
+                            await stream_done.wait()
+                finally:
+                    reading.cancel()
+            raise
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: anyio.to_thread.run_sync(write, abandon_on_cancel=True))
+            if on_cancel is not None:
+                tg.start_soon(drain_on_cancel)
+            with anyio.CancelScope(shield=on_cancel is not None), reading:
+                try:
+                    await read_all()
+                finally:
+                    stream_done.set()
+            tg.cancel_scope.cancel()
+        if state["held"]:
+            _append_tail(stderr_tail, state["held"])
+            if feed_stderr is not None:
+                await emit(list(feed_stderr(state["held"]) or []))
+    finally:
+        await anyio.to_thread.run_sync(stream.close, limiter=limiter)
+
+    exit_code, why = exit_status(stream.status)
+    if exit_code == 121 and not state["events"] and write_error:
+        raise ContainerError(f"the exec could not read its input: {write_error[0]}", retryable=True)
+    if exit_code is None:
+        if lost is not None:
+            await lost()
+        raise AgentStreamLostError(
+            "the connection carrying the process's output in its Pod broke while it may still be running"
+            + (f" ({why})" if why else "")
+        )
+    outcome = parser.finish(exit_code)
+    return ExecOutput(
+        outcome=outcome,
+        exit_code=exit_code,
+        stderr_tail=bytes(stderr_tail),
+        stdout_tail=bytes(stdout_tail),
+        saw_erofs=state["erofs"],
+        events=state["events"],
+        uncommitted=state["uncommitted"],
+        ended=state["ended"],
+    )
+
+
+__all__ = ["STDIN_SHIM", "ExecStream", "env_block", "exit_status", "shim_argv", "stream_exec"]

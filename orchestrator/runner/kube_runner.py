@@ -1,0 +1,266 @@
+"""The Kubernetes runner: the Docker runner's pipeline with a namespace as its engine.
+
+:class:`KubernetesRunner` is a :class:`~.docker_runner.DockerRunner` whose
+engine is a :class:`~.kube_host.KubeHost`: the same phases, retries, secret
+scan and import, on the archive path remote Docker engines take (the clone goes
+in as a tar stream, the agent's commits come back as a verified bundle). What
+it adds is what only a cluster has:
+
+- **The session's storage.** Before a task's Pod exists, its session claim
+  (named like the Docker session volume) is made or found and must be bound, or
+  bindable when the Pod is scheduled. A claim that cannot be (no storage class,
+  no volume, its volume on a node that is gone) does not hold the task: the task
+  starts a fresh session in the Pod alone and the event log says why in one line.
+- **A Pod that goes away** (deleted, evicted, its node lost) while its task
+  runs: the task is placed again in a new Pod, afresh, recorded as a Docker host
+  that stops answering is (``runner.host.replaced``, then a session reset with
+  reason ``host_down`` and ``error_type: docker``).
+- **Ctrl+C** ends the agent and keeps the Pod, whose workspace a ``--resume``
+  continues in; a finished or failed task's Pod is deleted.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import msgspec
+
+from ..errors import RunnerError
+from .base import RunnerEventCallback
+from .docker_core import session_volume
+from .docker_runner import DockerRunner
+from .kube_client import ClusterSpec, is_conflict, is_not_found
+from .kube_host import KubeHost
+from .kube_pods import claim_manifest, claim_name
+from .object_cache import ObjectCacheSettings
+from .types import InstanceRequest, RunnerResult
+
+# A task whose Pod goes away is placed again, this many times in all.
+MAX_PLACEMENTS = 3
+
+
+@dataclass(frozen=True)
+class KubeSettings:
+    """``runner.kubernetes`` beyond where the cluster is."""
+
+    pending_timeout_s: float = 300
+    pull_policy: str = "IfNotPresent"
+    storage_class: str | None = None
+    session_size: str = "1Gi"
+    session_bind_timeout_s: float = 30
+
+
+class KubernetesRunner(DockerRunner):
+    """:class:`~orchestrator.runner.base.TaskRunner` that runs each task in a Pod of one namespace."""
+
+    def __init__(self, *, cluster: ClusterSpec, settings: KubeSettings | None = None, **kwargs: Any) -> None:
+        self.settings = settings or KubeSettings()
+        self.kube = KubeHost(
+            cluster,
+            limiter=kwargs.pop("limiter", None),
+            pending_timeout_s=self.settings.pending_timeout_s,
+            pull_policy=self.settings.pull_policy,
+        )
+        # No engine-side object cache: every task's clone travels whole (full copy).
+        kwargs["object_cache"] = ObjectCacheSettings(max_mb=0)
+        super().__init__(host=self.kube, **kwargs)
+        self._claims: dict[str, tuple[str | None, str]] = {}
+        self._claim_locks: dict[str, anyio.Lock] = {}
+
+    async def reserve(self, request: InstanceRequest) -> str:
+        """Where the task runs, for its ``task.started`` record: the cluster (the scheduler picks the node)."""
+        return self.kube.name or "kubernetes"
+
+    async def run(self, request: InstanceRequest, *, on_event: RunnerEventCallback | None = None) -> RunnerResult:
+        if request.delete_branches:
+            return await super().run(request, on_event=on_event)
+        request = await self._session_storage(request, on_event)
+        placements = 0
+        while True:
+            placements += 1
+            result = await super().run(request, on_event=on_event)
+            why = self.kube.lost.pop(request.container_name, None)
+            if result.status == "success" or why is None:
+                return result
+            message = f"Kubernetes: {why}"
+            self.emit_event(
+                request,
+                on_event,
+                "runner.host.replaced",
+                "warn",
+                host=self.kube.name,
+                error=message,
+                error_type="docker",
+            )
+            failed = msgspec.structs.replace(result, error_type="docker", error=message)
+            if placements >= MAX_PLACEMENTS:
+                return failed
+            # Afresh in a new Pod: the workspace went with the old one, and the session
+            # refers to work that is gone.
+            self.emit_event(
+                request,
+                on_event,
+                "runner.session.reset",
+                "warn",
+                reason="host_down",
+                host=self.kube.name,
+                previous_session_id=request.session_id,
+                error_type="docker",
+                detail=f"{message}; the task starts afresh in a new Pod",
+            )
+            request = msgspec.structs.replace(request, session_id=None, resume_workspace=False)
+
+    async def _stop_interrupted(self, request: InstanceRequest, on_event: RunnerEventCallback | None) -> None:
+        """Ctrl+C: the agent is ended (it spends nothing more) and the Pod kept with its workspace,
+        where ``--resume`` continues; deleting it would lose the agent's work."""
+        if request.container_name in self.stopper.live_agents:
+            self.stopper.live_agents.discard(request.container_name)
+            await self.stopper.end_agent(request, on_event)
+
+    # ---- the session claim ----------------------------------------------------
+
+    async def _session_storage(self, request: InstanceRequest, on_event: RunnerEventCallback | None) -> InstanceRequest:
+        volume = session_volume(request)
+        claim = claim_name(volume)
+        async with self._claim_locks.setdefault(claim, anyio.Lock()):
+            if claim not in self._claims:
+                try:
+                    self._claims[claim] = await self._claim_usable(request, claim)
+                except RunnerError as exc:
+                    self._claims[claim] = (None, f"the session claim {claim} cannot be made: {exc}")
+        usable, why = self._claims[claim]
+        self.kube.claims[request.container_name] = usable
+        if usable is not None:
+            return request
+        detail = f"{why}; the agent's session lives only as long as its Pod"
+        if request.session_id:
+            self.emit_event(
+                request,
+                on_event,
+                "runner.session.reset",
+                "warn",
+                reason="no_session_storage",
+                previous_session_id=request.session_id,
+                detail=detail,
+            )
+            return msgspec.structs.replace(request, session_id=None)
+        self.emit_event(request, on_event, "runner.session.no_storage", "warn", claim=claim, detail=detail)
+        return request
+
+    async def _claim_usable(self, request: InstanceRequest, claim: str) -> tuple[str | None, str]:
+        """(the claim, "") when the task's Pod can mount it, else (None, why not)."""
+        host = self.kube
+        core = await host.core()
+        body = claim_manifest(
+            request,
+            claim,
+            namespace=host.namespace,
+            size=self.settings.session_size,
+            storage_class=self.settings.storage_class,
+        )
+        body["metadata"].setdefault("annotations", {})["orchestrator.io/volume"] = session_volume(request)
+
+        def create() -> bool:
+            try:
+                core.create_namespaced_persistent_volume_claim(host.namespace, body)
+                return True
+            except Exception as exc:
+                if is_conflict(exc):
+                    return False
+                raise
+
+        made = await host.call(f"create PersistentVolumeClaim {claim}", create)
+        t0 = time.monotonic()
+        while True:
+            pvc = await host.call(
+                f"read PersistentVolumeClaim {claim}",
+                core.read_namespaced_persistent_volume_claim,
+                claim,
+                host.namespace,
+            )
+            if pvc.status.phase == "Bound":
+                elsewhere = await self._volume_unreachable(pvc.spec.volume_name)
+                return (None, elsewhere) if elsewhere else (claim, "")
+            if await self._binds_with_pod(pvc.spec.storage_class_name):
+                return claim, ""
+            if time.monotonic() - t0 > self.settings.session_bind_timeout_s:
+                why = await self._claim_events(claim) or f"it stayed {pvc.status.phase}"
+                if made:
+                    await self._delete_claim(claim)
+                return (
+                    None,
+                    f"the session claim {claim} was not bound within {self.settings.session_bind_timeout_s:g} s: {why}",
+                )
+            await anyio.sleep(1.0)
+
+    async def _binds_with_pod(self, storage_class: str | None) -> bool:
+        """A class with ``WaitForFirstConsumer`` binds only once the Pod is scheduled."""
+        if not storage_class:
+            return False
+        from kubernetes import client
+
+        api = client.StorageV1Api(await self.kube.client())
+        try:
+            sc = await self.kube.call(f"read StorageClass {storage_class}", api.read_storage_class, storage_class)
+        except RunnerError:
+            return False
+        return sc.volume_binding_mode == "WaitForFirstConsumer"
+
+    async def _volume_unreachable(self, volume: str | None) -> str:
+        """Why a bound volume cannot be mounted now (its node is gone), or ""."""
+        if not volume:
+            return ""
+        core = await self.kube.core()
+        try:
+            pv = await self.kube.call(f"read PersistentVolume {volume}", core.read_persistent_volume, volume)
+        except RunnerError:
+            return ""  # not allowed to look: the Pod will say
+        required = ((pv.spec.node_affinity or {}) and pv.spec.node_affinity.required) or None
+        nodes = [
+            value
+            for term in (required.node_selector_terms if required else []) or []
+            for expr in term.match_expressions or []
+            if expr.key == "kubernetes.io/hostname" and expr.operator == "In"
+            for value in expr.values or []
+        ]
+        if not nodes:
+            return ""
+        for node in nodes:
+            if await self.kube._node_ready(node):
+                return ""
+        return f"its volume {volume} is bound to node {', '.join(nodes)}, which is not Ready"
+
+    async def _claim_events(self, claim: str) -> str:
+        core = await self.kube.core()
+        try:
+            events = await self.kube.call(
+                "list events",
+                core.list_namespaced_event,
+                self.kube.namespace,
+                field_selector=f"involvedObject.name={claim},involvedObject.kind=PersistentVolumeClaim",
+            )
+        except RunnerError:
+            return ""
+        items = sorted(events.items, key=lambda e: e.last_timestamp or e.event_time or e.metadata.creation_timestamp)
+        return items[-1].message if items else ""
+
+    async def _delete_claim(self, claim: str) -> None:
+        core = await self.kube.core()
+
+        def delete() -> None:
+            try:
+                core.delete_namespaced_persistent_volume_claim(claim, self.kube.namespace)
+            except Exception as exc:
+                if not is_not_found(exc):
+                    raise
+
+        try:
+            await self.kube.call(f"delete PersistentVolumeClaim {claim}", delete)
+        except RunnerError as exc:
+            self.log.warning("runner.session.claim_not_removed", claim=claim, error=str(exc))
+
+
+__all__ = ["KubeSettings", "KubernetesRunner"]
