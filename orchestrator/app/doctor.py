@@ -320,6 +320,20 @@ def _hosts(config) -> list[Check]:
     return out
 
 
+def _cluster(config, image: str) -> list[Check]:
+    """runner.kubernetes: reachable, version, namespace, a SelfSubjectAccessReview per verb used, the image."""
+    import anyio
+
+    from ..runner.kube_doctor import cluster_checks
+    from .preflight import cluster_spec
+
+    try:
+        rows = anyio.run(cluster_checks, cluster_spec(config), image)
+    except OrchestratorError as exc:
+        return [Check("fail", "kubernetes", str(exc), "pass --kubeconfig FILE or set runner.kubernetes")]
+    return [Check(*row) for row in rows]
+
+
 def checks(args) -> list[Check]:
     from ..config import load_config
     from ..log.runs import RunDirs
@@ -327,11 +341,21 @@ def checks(args) -> list[Check]:
 
     out: list[Check] = []
     try:
-        overrides = {}
+        overrides: dict[str, Any] = {}
         if getattr(args, "docker_hosts", None):
             from ..runner.hosts import parse_host_flag
 
             overrides = {"runner": {"hosts": [parse_host_flag(text) for text in args.docker_hosts]}}
+        kube = {
+            k: v
+            for k, v in (
+                ("kubeconfig", getattr(args, "kubeconfig", None)),
+                ("namespace", getattr(args, "namespace", None)),
+            )
+            if v is not None
+        }
+        if kube:
+            overrides.setdefault("runner", {})["kubernetes"] = kube
         loaded = load_config(config_file=args.config, cli_overrides=overrides)
         from ..runner.registry import register_plugins
 
@@ -350,6 +374,8 @@ def checks(args) -> list[Check]:
     out.extend(_credentials(loaded.environ, plugin, args.mode, dry_run))
     if config.runner.hosts:
         out.extend(_hosts(config))
+    if config.runner.kubernetes is not None:
+        out.extend(_cluster(config, image))
     dirs = RunDirs.from_env()
     o = config.orchestration
     out.append(disk_check(dirs.logs, "logs", o.min_free_disk_gb, o.hard_min_free_disk_gb))

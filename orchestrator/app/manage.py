@@ -222,7 +222,15 @@ async def cleanup_run(run_id: str, config: Config | None = None, repo: str | Non
     dirs = run.dirs
     if is_live(dirs, run_id):
         raise UsageError(f"run {run_id} is live; stop it before cleaning it up")
-    if config is not None and config.runner.hosts:
+    if config is not None and config.runner.kubernetes is not None:
+        host = cluster_host(config)
+        try:
+            names = [c["name"] for c in await list_containers(run_id, host=host)]
+            await remove_containers(names, host=host)
+            n_containers, n_volumes = len(names), len(await host.remove_run_volumes(run_id))
+        finally:
+            await host.aclose()
+    elif config is not None and config.runner.hosts:
         from .hosts_cli import cleanup_run_everywhere
 
         n_containers, n_volumes = await cleanup_run_everywhere(config, run_id)
@@ -341,12 +349,31 @@ def _select_candidates(
     return out
 
 
+def cluster_host(config: Config):
+    """The run's Kubernetes namespace as an engine (``runner.kubernetes``), for listing and removing Pods."""
+    from ..runner import KubeHost
+    from .preflight import cluster_spec
+
+    return KubeHost(cluster_spec(config))
+
+
 async def clean_orphans(dirs: RunDirs, config: Config, olog: ComponentLog, *, current: str) -> None:
-    """On start: remove containers of unknown or finished runs that are past retention."""
+    """On start: remove containers (on a cluster: Pods) of unknown or finished runs that are past retention."""
+    if config.runner.kubernetes is None:
+        await _clean_orphans_on(dirs, config, olog, current=current, host=None)
+        return
+    host = cluster_host(config)
+    try:
+        await _clean_orphans_on(dirs, config, olog, current=current, host=host)
+    finally:
+        await host.aclose()
+
+
+async def _clean_orphans_on(dirs: RunDirs, config: Config, olog: ComponentLog, *, current: str, host) -> None:
     from ..runner.docker_containers import remove_containers
 
     victims = []
-    for c in await _candidates(dirs, config, current=current, include_running_unknown=True):
+    for c in await _candidates(dirs, config, current=current, include_running_unknown=True, host=host):
         run_id = c["labels"].get("run_id", "")
         if dirs.manifest(run_id).exists():
             try:
@@ -358,21 +385,33 @@ async def clean_orphans(dirs: RunDirs, config: Config, olog: ComponentLog, *, cu
             continue  # resumable from another directory, or cannot tell: kept
         victims.append(c["name"])
     if victims:
-        await remove_containers(victims)
+        await remove_containers(victims, host=host)
         olog.info("removed orphan containers", containers=victims)
 
 
 async def clean_containers(dry_run: bool, force: bool, config: Config | None = None) -> int:
-    from ..runner.docker_containers import docker_available, remove_containers
+    from ..runner.docker_containers import docker_available
 
     dirs = RunDirs.from_env()
     config = config or load_config(config_file=None, cli_overrides={}).config
+    if config.runner.kubernetes is not None:
+        host = cluster_host(config)
+        try:
+            return await _clean_containers_on(dirs, config, dry_run, force, host)
+        finally:
+            await host.aclose()
     if config.runner.hosts:
         return await _clean_containers_on_hosts(dirs, config, dry_run, force)
     ok, message = await docker_available()
     if not ok:
         raise PreflightError(message)
-    victims = await _candidates(dirs, config, current=None, include_running_unknown=False)
+    return await _clean_containers_on(dirs, config, dry_run, force, None)
+
+
+async def _clean_containers_on(dirs: RunDirs, config: Config, dry_run: bool, force: bool, host) -> int:
+    from ..runner.docker_containers import remove_containers
+
+    victims = await _candidates(dirs, config, current=None, include_running_unknown=False, host=host)
     if not victims:
         print("no stopped orchestrator containers past retention")
         return 0
@@ -390,7 +429,7 @@ async def clean_containers(dry_run: bool, force: bool, config: Config | None = N
         if answer.strip().lower() not in ("y", "yes"):
             print("nothing removed")
             return 0
-    await remove_containers([c["name"] for c in victims])
+    await remove_containers([c["name"] for c in victims], host=host)
     print(f"removed {len(victims)} container(s)")
     return 0
 

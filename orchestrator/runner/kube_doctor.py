@@ -1,0 +1,148 @@
+"""``--doctor`` on a cluster: reachable, its version, the namespace, each permission the backend uses, the image.
+
+Each permission is asked with a ``SelfSubjectAccessReview``: the API server
+answers for the identity of the kubeconfig, without anything being created.
+:data:`NEEDED` is exactly what the backend calls (docs/scaling.md shows it as a
+Role); :data:`HELPFUL` are cluster-wide reads it uses when allowed (a
+namespaced Role cannot grant them).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import OrchestratorError, RunnerError
+from .kube_client import ClusterSpec
+
+# (API group, resource, subresource, verb)
+NEEDED: tuple[tuple[str, str, str, str], ...] = (
+    ("", "pods", "", "create"),
+    ("", "pods", "", "get"),
+    ("", "pods", "", "list"),
+    ("", "pods", "", "delete"),
+    # The client's exec is a websocket GET; servers before 1.30 authorize it as "get",
+    # later ones as "create" (what kubectl's POST always needed).
+    ("", "pods", "exec", "get"),
+    ("", "pods", "exec", "create"),
+    ("", "persistentvolumeclaims", "", "create"),
+    ("", "persistentvolumeclaims", "", "get"),
+    ("", "persistentvolumeclaims", "", "list"),
+    ("", "persistentvolumeclaims", "", "delete"),
+    ("networking.k8s.io", "networkpolicies", "", "create"),
+    ("networking.k8s.io", "networkpolicies", "", "delete"),
+    ("", "events", "", "list"),
+)
+HELPFUL: tuple[tuple[str, str, str, str, str], ...] = (
+    ("", "nodes", "", "list", "the image is looked for on the nodes"),
+    ("", "nodes", "", "get", "a task whose node is lost is placed again at once"),
+    ("", "persistentvolumes", "", "get", "a session volume bound to a lost node is noticed"),
+    ("storage.k8s.io", "storageclasses", "", "get", "a claim that binds only with its Pod is told apart"),
+    ("", "namespaces", "", "get", "a missing namespace is named at pre-flight"),
+)
+
+
+def _what(group: str, resource: str, sub: str, verb: str) -> str:
+    name = resource + (f"/{sub}" if sub else "")
+    return f"{verb} {name}" + (f" ({group})" if group else "")
+
+
+async def cluster_checks(spec: ClusterSpec, image: str) -> list[tuple[str, str, str, str]]:
+    """(status, name, detail, fix) rows for the doctor."""
+    from .kube_host import KubeHost
+    from .kube_images import nodes_lacking, reference
+
+    out: list[tuple[str, str, str, str]] = []
+    host = KubeHost(spec)
+    try:
+        try:
+            version = await host.ping()
+        except OrchestratorError as exc:
+            return [("fail", "kubernetes", f"{spec.shown}: {exc}", "check the kubeconfig and that the API server runs")]
+        out.append(("ok", "kubernetes", f"{spec.shown}: server {version}", ""))
+        core = await host.core()
+        try:
+            await host.call(f"read namespace {spec.namespace}", core.read_namespace, spec.namespace)
+            out.append(("ok", "kubernetes namespace", spec.namespace, ""))
+        except RunnerError as exc:
+            if "404" in str(exc):
+                out.append(
+                    (
+                        "fail",
+                        "kubernetes namespace",
+                        f"{spec.namespace} does not exist",
+                        f"kubectl create namespace {spec.namespace}",
+                    )
+                )
+            else:
+                out.append(("warn", "kubernetes namespace", f"cannot be read ({exc})", ""))
+        allowed = await _reviews(host, spec.namespace, [n for n in NEEDED] + [h[:4] for h in HELPFUL])
+        missing = [_what(*n) for n in NEEDED if not allowed[n]]
+        if missing:
+            out.append(
+                (
+                    "fail",
+                    "kubernetes permissions",
+                    f"not allowed in namespace {spec.namespace}: {', '.join(missing)}",
+                    "grant the Role in docs/scaling.md (Kubernetes: permissions) to this identity",
+                )
+            )
+        else:
+            out.append(("ok", "kubernetes permissions", f"all {len(NEEDED)} the backend uses", ""))
+        for group, resource, sub, verb, why in HELPFUL:
+            if not allowed[(group, resource, sub, verb)]:
+                out.append(
+                    (
+                        "warn",
+                        "kubernetes permissions",
+                        f"not allowed: {_what(group, resource, sub, verb)} (cluster-wide), so not: {why}",
+                        "a ClusterRole with it, if you want that",
+                    )
+                )
+        try:
+            lacking, total = await nodes_lacking(host, image)
+        except RunnerError as exc:
+            out.append(("warn", f"image {image} on the cluster", f"cannot list nodes ({exc})", ""))
+        else:
+            if lacking:
+                out.append(
+                    (
+                        "fail",
+                        f"image {image} on the cluster",
+                        f"{reference(image)} missing on node(s) {', '.join(lacking)} of {total}",
+                        "--sync-image with runner.kubernetes.load_command, or push it where the nodes pull from",
+                    )
+                )
+            else:
+                out.append(("ok", f"image {image} on the cluster", f"on all {total} Ready node(s)", ""))
+    finally:
+        await host.aclose()
+    return out
+
+
+async def _reviews(host: Any, namespace: str, asks: list[tuple[str, str, str, str]]) -> dict[Any, bool]:
+    from kubernetes import client
+
+    api = client.AuthorizationV1Api(await host.client())
+    result: dict[Any, bool] = {}
+    for group, resource, sub, verb in asks:
+        attrs: dict[str, Any] = {"group": group, "resource": resource, "verb": verb}
+        if sub:
+            attrs["subresource"] = sub
+        if resource not in ("nodes", "persistentvolumes", "storageclasses", "namespaces"):
+            attrs["namespace"] = namespace
+        body: Any = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SelfSubjectAccessReview",
+            "spec": {"resourceAttributes": attrs},
+        }
+        try:
+            review = await host.call(
+                f"ask whether {verb} {resource} is allowed", api.create_self_subject_access_review, body
+            )
+            result[(group, resource, sub, verb)] = bool(review.status.allowed)
+        except RunnerError:
+            result[(group, resource, sub, verb)] = False
+    return result
+
+
+__all__ = ["HELPFUL", "NEEDED", "cluster_checks"]
