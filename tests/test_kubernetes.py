@@ -1,0 +1,429 @@
+"""The Kubernetes backend against a real cluster (scripts/setup-k8s.sh), through the real command.
+
+No mock of the Kubernetes API: every test runs ``orchestrator`` with
+``--kubeconfig``/``--namespace`` against the test cluster, in a namespace of
+its own, and reads back what the cluster holds with kubectl.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from conftest import REPO_ROOT, _slim_test_image
+
+pytestmark = [pytest.mark.kubernetes, pytest.mark.docker]
+
+K8S_HOME = Path(os.environ.get("ORCHESTRATOR_K8S_HOME", "/var/cache/orchestrator-k8s"))
+KUBECONFIG = K8S_HOME / "run" / "kubeconfig"
+SECRET = "sk-ant-api03-k8stestSECRETvalue0123456789abcdefXYZ"
+
+
+def _kubectl(*args: str, kubeconfig: Path = KUBECONFIG, check: bool = True) -> str:
+    proc = subprocess.run(
+        ["kubectl", "--kubeconfig", str(kubeconfig), *args], capture_output=True, text=True, timeout=120
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"kubectl {' '.join(args)}: {proc.stderr}")
+    return proc.stdout
+
+
+@pytest.fixture(scope="session")
+def k8s():
+    """The test cluster, started (idempotent), with the slim test image loaded; one namespace per session."""
+    built = (K8S_HOME / "bin" / "kube-apiserver").exists()
+    if not built and not os.environ.get("ORCHESTRATOR_TESTS_REQUIRE_DOCKER"):
+        pytest.skip(f"no Kubernetes test cluster built in {K8S_HOME} (bash scripts/setup-k8s.sh build)")
+    script = REPO_ROOT / "scripts" / "setup-k8s.sh"
+    start = subprocess.run(["bash", str(script), "start"], capture_output=True, text=True, timeout=1800)
+    if start.returncode != 0:
+        pytest.fail(f"setup-k8s.sh start failed:\n{start.stdout[-2000:]}{start.stderr[-2000:]}")
+    image = _slim_test_image()
+    images = _kubectl("get", "nodes", "-o", "jsonpath={.items[*].status.images[*].names}")
+    local_id = subprocess.run(
+        ["docker", "image", "inspect", "-f", "{{.Id}}", image], capture_output=True, text=True
+    ).stdout.strip()
+    marker = K8S_HOME / "run" / f"loaded-{image}"
+    if f"docker.io/library/{image}:latest" not in images or not marker.exists() or marker.read_text() != local_id:
+        load = subprocess.run(["bash", str(script), "load-image", image], capture_output=True, text=True, timeout=900)
+        if load.returncode != 0:
+            pytest.fail(f"load-image {image} failed:\n{load.stdout[-2000:]}{load.stderr[-2000:]}")
+        marker.write_text(local_id)
+    namespace = f"orc-k8s-test-{os.getpid()}"
+    _kubectl("create", "namespace", namespace)
+    try:
+        yield {"kubeconfig": str(KUBECONFIG), "namespace": namespace, "image": image}
+    finally:
+        _kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+
+
+def _repo(tmp_path: Path) -> Path:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
+    subprocess.run(["git", "init", "-q", "-b", "main"], cwd=repo, check=True)
+    (repo / "README.md").write_text("hello\n")
+    subprocess.run(["git", "add", "."], cwd=repo, check=True)
+    subprocess.run(["git", "commit", "-qm", "init"], cwd=repo, check=True, env=env)
+    return repo
+
+
+def _config(tmp_path: Path, k8s: dict, **extra: object) -> Path:
+    lines = [
+        "runner:",
+        "  container_cpu: 0.25",
+        "  container_memory: 256m",
+        "  backoff_base_s: 1",
+        "  kubernetes:",
+        "    image_pull_policy: Never",
+        "    pending_timeout_s: 120",
+    ]
+    lines += [f"    {k}: {v}" for k, v in extra.items()]
+    path = tmp_path / "k8s.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _cli(tmp_path: Path, k8s: dict, repo: Path, *args: str, config: Path | None = None) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "orchestrator.app.cli",
+        *args,
+        "--no-tui",
+        "--kubeconfig",
+        k8s["kubeconfig"],
+        "--namespace",
+        k8s["namespace"],
+        "--config",
+        str(config or _config(tmp_path, k8s)),
+    ]
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    return {
+        **os.environ,
+        "ORCHESTRATOR_WORKSPACE_ROOT": str(tmp_path / "ws"),
+        "ORCHESTRATOR_ORCHESTRATION__MIN_FREE_DISK_GB": "0",
+        "ORCHESTRATOR_ORCHESTRATION__HARD_MIN_FREE_DISK_GB": "0",
+        "ANTHROPIC_API_KEY": SECRET,
+    }
+
+
+def _pods(k8s: dict, run_id: str | None = None) -> list[dict]:
+    selector = "orchestrator=true" + (f",run_id={run_id}" if run_id else "")
+    return json.loads(_kubectl("get", "pods", "-n", k8s["namespace"], "-l", selector, "-o", "json"))["items"]
+
+
+def _events(repo: Path, run_id: str) -> list[dict]:
+    return [
+        json.loads(line) for line in (repo / "orchestrator_state" / run_id / "events.jsonl").read_text().splitlines()
+    ]
+
+
+def _runner_log(repo: Path, run_id: str) -> list[dict]:
+    return [json.loads(line) for line in (repo / "logs" / run_id / "runner.jsonl").read_text().splitlines() if line]
+
+
+def _run_id(out: str) -> str:
+    for line in out.splitlines():
+        if "Run Complete:" in line:
+            return line.split("Run Complete:")[1].strip(" ═")
+    raise AssertionError(f"no run id in:\n{out[-3000:]}")
+
+
+def _watch_first_pod(k8s: dict, seen: list[dict], stop: threading.Event) -> None:
+    while not stop.is_set() and not seen:
+        for pod in _pods(k8s):
+            if (pod.get("status") or {}).get("phase") == "Running":
+                seen.append(pod)
+                return
+        time.sleep(0.3)
+
+
+def test_best_of_n_runs_in_pods_with_the_hardening_read_back(tmp_path, k8s):
+    """A best-of-n dry run whose tasks run as Pods: the branches come back, each Pod's spec
+    carries the hardening (read back from the API), and no credential is in any Pod,
+    event or file the run wrote."""
+    repo = _repo(tmp_path)
+    seen: list[dict] = []
+    stop = threading.Event()
+    watcher = threading.Thread(target=_watch_first_pod, args=(k8s, seen, stop), daemon=True)
+    watcher.start()
+    prompt = "SIM: write a.txt hello $TASK\nSIM: commit add a"
+    proc = subprocess.run(
+        _cli(tmp_path, k8s, repo, prompt, "--strategy", "best-of-n", "-S", "n=2", "--dry-run"),
+        cwd=repo,
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    stop.set()
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    run_id = _run_id(out)
+    assert "NetworkPolicy" in proc.stderr  # the one line saying where offline holds
+    branches = subprocess.run(
+        ["git", "branch", "--list", f"*{run_id}*"], cwd=repo, capture_output=True, text=True
+    ).stdout.split()
+    assert len([b for b in branches if b != "*"]) == 2, out[-3000:]
+    for name in [b for b in branches if b != "*"]:
+        log = subprocess.run(["git", "log", "-1", "--format=%s", name], cwd=repo, capture_output=True, text=True)
+        assert log.stdout.strip() == "add a"
+    # The hardening, as the API server holds it.
+    watcher.join(timeout=5)
+    assert seen, "no Pod of the run was seen running"
+    pod = seen[0]
+    spec = pod["spec"]
+    assert spec["restartPolicy"] == "Never"
+    assert spec["automountServiceAccountToken"] is False
+    task = spec["containers"][0]
+    sc = task["securityContext"]
+    assert sc["runAsUser"] == 1000 and sc["runAsNonRoot"] is True
+    assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"]["drop"] == ["ALL"]
+    assert sc["seccompProfile"]["type"] == "RuntimeDefault"
+    assert task["resources"]["requests"] == task["resources"]["limits"] == {"cpu": "250m", "memory": "256Mi"}
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert "emptyDir" in volumes["workspace"] and volumes["tmp"]["emptyDir"]["medium"] == "Memory"
+    assert "persistentVolumeClaim" in volumes["home"]
+    assert pod["metadata"]["labels"]["orchestrator"] == "true"
+    assert pod["metadata"]["labels"]["run_id"] == run_id
+    # Credentials: in no Pod spec, event or file of the run.
+    assert SECRET not in json.dumps(pod)
+    assert SECRET not in _kubectl("get", "events", "-n", k8s["namespace"], "-o", "json")
+    for path in [
+        *(repo / "logs").rglob("*"),
+        *(repo / "orchestrator_state").rglob("*"),
+        *(repo / "results").rglob("*"),
+    ]:
+        if path.is_file():
+            assert SECRET not in path.read_text(errors="replace"), path
+    # Finished tasks leave no Pod behind.
+    assert _pods(k8s, run_id) == []
+    # --cleanup-run removes the run's session claims.
+    claims = _kubectl("get", "pvc", "-n", k8s["namespace"], "-l", f"run_id={run_id}", "-o", "name").split()
+    assert claims
+    clean = subprocess.run(
+        _cli(tmp_path, k8s, repo, "--cleanup-run", run_id), cwd=repo, env=_env(tmp_path), capture_output=True, text=True
+    )
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    assert _kubectl("get", "pvc", "-n", k8s["namespace"], "-l", f"run_id={run_id}", "-o", "name").split() == []
+
+
+def _start(tmp_path: Path, k8s: dict, repo: Path, prompt: str) -> subprocess.Popen:
+    out = open(tmp_path / "first.out", "w")  # noqa: SIM115
+    return subprocess.Popen(
+        _cli(tmp_path, k8s, repo, prompt, "--dry-run"),
+        cwd=repo,
+        env=_env(tmp_path),
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def _wait_for_agent(repo: Path, deadline_s: float = 180) -> str:
+    """The run id once its agent runs in its Pod."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < deadline_s:
+        for log in (repo / "logs").glob("run_*/runner.jsonl"):
+            if '"runner.exec.started"' in log.read_text(errors="replace"):
+                return log.parent.name
+        time.sleep(0.3)
+    raise AssertionError("the agent never started")
+
+
+def test_a_deleted_pod_is_placed_again(tmp_path, k8s):
+    """The Pod deleted mid-task: the task runs again in a new Pod and completes; the
+    event log records it as a Docker host loss (host_down, error_type docker)."""
+    repo = _repo(tmp_path)
+    proc = _start(tmp_path, k8s, repo, "SIM: write a.txt hi\nSIM: sleep 6\nSIM: commit add a")
+    try:
+        run_id = _wait_for_agent(repo)
+        pods = _pods(k8s, run_id)
+        assert len(pods) == 1
+        _kubectl("delete", "pod", "-n", k8s["namespace"], pods[0]["metadata"]["name"], "--wait=false")
+        assert proc.wait(timeout=300) == 0, (tmp_path / "first.out").read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    runner = _runner_log(repo, run_id)
+    replaced = [e for e in runner if e.get("message") == "runner.host.replaced"]
+    assert replaced and "was deleted" in replaced[0]["error"] and replaced[0]["error_type"] == "docker"
+    sessions = [e["payload"] for e in _events(repo, run_id) if e["type"] == "task.session"]
+    assert any(s.get("reason") == "host_down" and s.get("error_type") == "docker" for s in sessions), sessions
+    completed = [e for e in _events(repo, run_id) if e["type"] == "task.completed"]
+    assert len(completed) == 1
+
+
+def test_kill9_and_resume_continues_in_the_pod_and_its_session(tmp_path, k8s):
+    """kill -9 of the orchestrator mid-task: the Pod keeps running; --resume finds it by
+    name, ends the orphaned agent, continues the agent's session from its claim in the
+    same workspace, and the task completes once."""
+    repo = _repo(tmp_path)
+    proc = _start(tmp_path, k8s, repo, "SIM: write a.txt hi\nSIM: commit add a\nSIM: sleep 8\nSIM: print done")
+    try:
+        run_id = _wait_for_agent(repo)
+        time.sleep(2)  # past the commit
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    pods = _pods(k8s, run_id)
+    assert len(pods) == 1 and pods[0]["status"]["phase"] == "Running"
+    resumed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "orchestrator.app.cli",
+            "--resume",
+            run_id,
+            "--no-tui",
+        ],
+        cwd=repo,
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert resumed.returncode == 0, (resumed.stdout + resumed.stderr)[-4000:]
+    events = _events(repo, run_id)
+    completed = [e for e in events if e["type"] == "task.completed"]
+    assert len(completed) == 1
+    runner = _runner_log(repo, run_id)
+    ready = [e for e in runner if e.get("message") == "runner.container.ready"]
+    assert ready[-1]["action"] == "restarted", ready  # the same Pod, its orphaned agent ended
+    starts = [e for e in runner if e.get("message") == "runner.exec.started"]
+    assert starts[-1]["resume_session_id"], starts  # the session continued from its claim
+    assert not [e for e in runner if e.get("message") in ("runner.session.no_storage", "runner.session.reset")]
+    branch = completed[0]["payload"]["artifact"]["branch_final"]
+    log = subprocess.run(["git", "log", "--format=%s", branch], cwd=repo, capture_output=True, text=True)
+    assert "add a" in log.stdout
+    assert _pods(k8s, run_id) == []
+
+
+def _service_account_kubeconfig(tmp_path: Path, k8s: dict, verbs_without: str) -> Path:
+    ns = k8s["namespace"]
+    sa = "doctor-probe"
+    _kubectl("create", "serviceaccount", sa, "-n", ns, check=False)
+    rules = [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "get", "list", "delete"]},
+        {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["create", "get"]},
+        {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["create", "get", "list", "delete"]},
+        {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": ["create", "delete"]},
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["list"]},
+    ]
+    rules[0]["verbs"].remove(verbs_without)
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": sa, "namespace": ns},
+        "rules": rules,
+    }
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": sa, "namespace": ns},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": sa},
+        "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": ns}],
+    }
+    manifest = tmp_path / "rbac.json"
+    manifest.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": [role, binding]}))
+    _kubectl("apply", "-f", str(manifest))
+    token = ""
+    for _ in range(50):
+        secrets = _kubectl("get", "sa", sa, "-n", ns, "-o", "jsonpath={.secrets[0].name}")
+        if secrets:
+            token = base64.b64decode(
+                _kubectl("get", "secret", secrets, "-n", ns, "-o", "jsonpath={.data.token}")
+            ).decode()
+            break
+        time.sleep(0.2)
+    assert token, "the cluster made no token for the service account"
+    admin = json.loads(_kubectl("config", "view", "--raw", "-o", "json"))
+    cluster = admin["clusters"][0]
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [cluster],
+        "users": [{"name": sa, "user": {"token": token}}],
+        "contexts": [{"name": sa, "context": {"cluster": cluster["name"], "user": sa, "namespace": ns}}],
+        "current-context": sa,
+    }
+    path = tmp_path / "sa.kubeconfig"
+    path.write_text(json.dumps(config))
+    return path
+
+
+def test_doctor_names_the_verb_a_service_account_lacks(tmp_path, k8s):
+    """--doctor with a service account whose Role lacks `delete pods` fails and names it."""
+    repo = _repo(tmp_path)
+    kubeconfig = _service_account_kubeconfig(tmp_path, k8s, "delete")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "orchestrator.app.cli",
+            "--doctor",
+            "--dry-run",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--namespace",
+            k8s["namespace"],
+            "--docker-image",
+            k8s["image"],
+        ],
+        cwd=repo,
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    line = next(ln for ln in proc.stdout.splitlines() if "kubernetes permissions" in ln and ln.startswith("fail"))
+    assert "delete pods" in line and "create pods" not in line, line
+
+
+def test_plain_http_to_another_machine_is_refused(tmp_path, k8s):
+    """An API server reached over plain http:// on another machine is refused, before any connection."""
+    repo = _repo(tmp_path)
+    kubeconfig = tmp_path / "plain.kubeconfig"
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": "http://k8s.example.invalid:8080"}}],
+                "users": [{"name": "u", "user": {"token": "x"}}],
+                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "c",
+            }
+        )
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "orchestrator.app.cli", "hi", "--dry-run", "--no-tui", "--kubeconfig", str(kubeconfig)],
+        cwd=repo,
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "plain HTTP to another machine" in proc.stderr and "Traceback" not in proc.stderr
