@@ -363,12 +363,16 @@ class KubeHost(DockerHost):
     # ---- exec ---------------------------------------------------------------
 
     def _starter(self, name: str, container: str) -> Callable[[list[str]], ExecStream]:
-        api = self._client
+        configuration = self._client.configuration
 
         def start(command: list[str]) -> ExecStream:
             from kubernetes import client
             from kubernetes.stream import stream
 
+            # A client of its own: stream() swaps the client's call_api while it
+            # connects, and any other thread's request through the shared client
+            # would go out as a websocket handshake meanwhile.
+            api = client.ApiClient(configuration)
             core = client.CoreV1Api(api)
             try:
                 ws = stream(
@@ -386,6 +390,8 @@ class KubeHost(DockerHost):
                 )
             except Exception as exc:
                 raise translate(exc, f"exec in Pod {pod_name(name)}") from exc
+            finally:
+                api.close()
             return ExecStream(ws)
 
         return start
