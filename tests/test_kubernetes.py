@@ -129,9 +129,7 @@ def _pods(k8s: dict, run_id: str | None = None) -> list[dict]:
 
 
 def _events(repo: Path, run_id: str) -> list[dict]:
-    return [
-        json.loads(line) for line in (repo / "orchestrator_state" / run_id / "events.jsonl").read_text().splitlines()
-    ]
+    return [json.loads(line) for line in (repo / "logs" / run_id / "events.jsonl").read_text().splitlines()]
 
 
 def _runner_log(repo: Path, run_id: str) -> list[dict]:
