@@ -325,11 +325,11 @@ def _cluster(config, image: str) -> list[Check]:
     """runner.kubernetes: reachable, version, namespace, a SelfSubjectAccessReview per verb used, the image."""
     import anyio
 
+    from ..runner import ClusterSpec
     from ..runner.kube_doctor import cluster_checks
-    from .preflight import cluster_spec
 
     try:
-        rows = anyio.run(cluster_checks, cluster_spec(config), image)
+        rows = anyio.run(cluster_checks, ClusterSpec.of(config.runner.kubernetes), image)
     except OrchestratorError as exc:
         return [Check("fail", "kubernetes", str(exc), "pass --kubeconfig FILE or set runner.kubernetes")]
     return [Check(*row) for row in rows]

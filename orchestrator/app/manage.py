@@ -351,10 +351,9 @@ def _select_candidates(
 
 def cluster_host(config: Config):
     """The run's Kubernetes namespace as an engine (``runner.kubernetes``), for listing and removing Pods."""
-    from ..runner import KubeHost
-    from .preflight import cluster_spec
+    from ..runner import ClusterSpec, KubeHost
 
-    return KubeHost(cluster_spec(config))
+    return KubeHost(ClusterSpec.of(config.runner.kubernetes))
 
 
 async def clean_orphans(dirs: RunDirs, config: Config, olog: ComponentLog, *, current: str) -> None:

@@ -35,13 +35,12 @@ import anyio.to_thread
 
 from ..errors import ContainerError, RunnerError
 from ..jsonlog import utc_now_iso
-from .types import Hardening, InstanceRequest
+from .types import WORKSPACE_MOUNT, Hardening, InstanceRequest
 
 T = TypeVar("T")
 
 DEFAULT_CLIENT_TIMEOUT_S = 60
 DEFAULT_THREADS = 32
-WORKSPACE_MOUNT = "/workspace"
 HOME_MOUNT = "/home/node"
 # Remote engines (archive path): the per-task volume that holds /workspace.
 WORKSPACE_VOLUME_PREFIX = "orc_ws_"

@@ -30,7 +30,7 @@ import socket as pysocket
 import struct
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.to_thread
@@ -38,8 +38,11 @@ import msgspec
 
 from ..errors import AgentStreamLostError, ContainerError
 from ..sanitize import plain, plain_bytes, plain_text
-from .docker_containers import WORKSPACE_MOUNT, DockerHost
 from .plugin import AgentEvent, AgentOutcome, StreamParser
+from .types import WORKSPACE_MOUNT
+
+if TYPE_CHECKING:
+    from .docker_containers import DockerHost
 
 _log = logging.getLogger(__name__)  # runner.jsonl (the Docker runner forwards orchestrator.runner records)
 EROFS_MARKER = b"Read-only file system"

@@ -31,6 +31,11 @@ class ClusterSpec:
     namespace: str
     insecure: bool = False
 
+    @classmethod
+    def of(cls, kube: Any) -> ClusterSpec:
+        """From ``runner.kubernetes`` (a KubernetesConfig)."""
+        return cls(kubeconfig=kube.kubeconfig, context=kube.context, namespace=kube.namespace, insecure=kube.insecure)
+
     @property
     def shown(self) -> str:
         where = self.kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"

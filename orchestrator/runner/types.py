@@ -98,6 +98,8 @@ class RetryConfig(msgspec.Struct, frozen=True, kw_only=True):
 # each task's workspace before its first exec (files git ignores that setup
 # made once, such as node_modules/ or .venv/).
 SEED_LABEL = "org.orchestrator.workspace-seed"
+# Where every task's container (or Pod) has the task's clone.
+WORKSPACE_MOUNT = "/workspace"
 
 
 class InstanceRequest(msgspec.Struct, frozen=True, kw_only=True):
