@@ -87,7 +87,7 @@ async def start(args) -> int:
         structured_outputs=True,
     )
     write_manifest(dirs, manifest)
-    return await execute(prep, dirs, manifest, resume_fresh=False)
+    return await execute(prep, dirs, manifest, resumed=False, resume_fresh=False)
 
 
 async def _exclude_output_folders(repo: str, dirs: RunDirs) -> None:
@@ -183,7 +183,7 @@ async def resume(args) -> int:
     manifest.status = "running"
     manifest.finished_at = None
     write_manifest(dirs, manifest)
-    return await execute(prep, dirs, manifest, resume_fresh=args.resume_fresh)
+    return await execute(prep, dirs, manifest, resumed=True, resume_fresh=args.resume_fresh)
 
 
 async def _already_finished(dirs: RunDirs, manifest: RunManifest, output: str) -> int:
@@ -296,7 +296,12 @@ async def _watch_signals(scope: anyio.CancelScope, flag: _Interrupt, ui_stop: an
             scope.cancel()
 
 
-async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resume_fresh: bool) -> int:
+async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resumed: bool, resume_fresh: bool) -> int:
+    """Run the strategy to its end (or an interrupt) and write what it leaves; ``resumed``: not the first start.
+
+    The caller says which it is: the manifest cannot tell, since a first start's
+    manifest says ``running`` just as a resumed one's does.
+    """
     from .results import check_repository, export, render_summary
 
     run_id = manifest.run_id
@@ -318,7 +323,7 @@ async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resum
         sources=prep.loaded_config.sources,
         strategy=prep.strategy.name,
         params=prep.params,
-        resume=resume_fresh or manifest.status == "running",
+        resume=resumed,
     )
     if prep.dry_run and prep.output != "json":
         print("DRY RUN: agent tasks are answered by a deterministic simulated agent; nothing is spent.", flush=True)
@@ -355,9 +360,7 @@ async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resum
     # took the screen (a dry run, the start-up warnings) stays visible there.
     engine.note_run_event(
         E.RUN_STARTED,
-        E.RunStarted(
-            dry_run=prep.dry_run, resumed=resume_fresh or manifest.status == "running", warnings=list(prep.warnings)
-        ),
+        E.RunStarted(dry_run=prep.dry_run, resumed=resumed, warnings=list(prep.warnings)),
     )
     if hasattr(runner, "status_table"):
         # The dashboard reads only events and state: the hosts, their slots and
