@@ -238,7 +238,9 @@ class BaseEvaluationFailed(StrategyError):
     on would only spend money. The message names ``command``, ``reason`` and the
     last ``OUTPUT_TAIL_LINES`` lines of the command's ``output`` under a
     ``headline`` (a test command that cannot run says so); the run ends with
-    exit code 1 and the message in ``summary.json``.
+    exit code 1 and the message in ``summary.json``. ``keys`` are the tasks
+    that measured the base: they completed, but no reader of the run shows
+    them as a success, since their result is what could not be used.
     """
 
     def __init__(
@@ -248,6 +250,7 @@ class BaseEvaluationFailed(StrategyError):
         command: str,
         output: str = "",
         headline: str = "the evaluation of the base cannot be used",
+        keys: tuple[str, ...] = (),
     ) -> None:
         lines = [ln.rstrip() for ln in (output or "").rstrip().lstrip("\n").splitlines()][-OUTPUT_TAIL_LINES:]
         text = f"{headline}: {reason}\n  command: {command}"
@@ -261,15 +264,20 @@ class BaseEvaluationFailed(StrategyError):
         self.command = command
         self.output = "\n".join(lines)
         self.headline = headline
+        self.keys = tuple(keys)
 
     def __reduce__(self):  # keep the fields through pickling/copying
-        return (_base_evaluation_failed, (self.reason, self.command, self.output, self.headline))
+        return (_base_evaluation_failed, (self.reason, self.command, self.output, self.headline, self.keys))
 
 
 def _base_evaluation_failed(
-    reason: str, command: str, output: str, headline: str = "the evaluation of the base cannot be used"
+    reason: str,
+    command: str,
+    output: str,
+    headline: str = "the evaluation of the base cannot be used",
+    keys: tuple[str, ...] = (),
 ) -> BaseEvaluationFailed:
-    return BaseEvaluationFailed(reason, command=command, output=output, headline=headline)
+    return BaseEvaluationFailed(reason, command=command, output=output, headline=headline, keys=keys)
 
 
 class KeyConflictDifferentFingerprint(StrategyError):

@@ -259,7 +259,9 @@ class _Loop:
             f" (and {len(others)} more goal(s) whose check cannot run: {', '.join(others)})" if others else ""
         )
         self._publish(0, max_cycles, measures, f"stopped: goal {goal.id!r}'s check cannot run on the base")
-        raise BaseEvaluationFailed(reason, command=goal.check, output=measures[goal.id].output)
+        # every goal whose check cannot run measured nothing usable: none of them is a success
+        keys = tuple(self.ctx.key("initial", "measure", g.id) for g, _ in broken)
+        raise BaseEvaluationFailed(reason, command=goal.check, output=measures[goal.id].output, keys=keys)
 
     def _new_entry(self, cycle: int, base: str, measures: dict[str, Measurement]) -> dict[str, Any]:
         passing = sum(m.passed for m in measures.values())

@@ -288,9 +288,17 @@ async def review_loop(
         write_json(root / "baseline.json", baseline_json)
         needed = [primary_metric, *sorted(weights or {})] if primary_metric else []
         if (stop := unusable_evaluation(baseline, needed)) is not None:
-            raise BaseEvaluationFailed(stop[1], command=eval_command, output=eval_run.output)
+            raise BaseEvaluationFailed(
+                stop[1], command=eval_command, output=eval_run.output, keys=(ctx.key("baseline", "eval"),)
+            )
     if test_command and tests_run is not None and (why := why_tests_cannot_run(tests_run)) is not None:
-        raise BaseEvaluationFailed(why, command=test_command, output=tests_run.output, headline=TESTS_CANNOT_RUN)
+        raise BaseEvaluationFailed(
+            why,
+            command=test_command,
+            output=tests_run.output,
+            headline=TESTS_CANNOT_RUN,
+            keys=(ctx.key("baseline", "tests"),),
+        )
 
     outcomes: list[dict[str, Any] | None] = [None] * len(items)
 

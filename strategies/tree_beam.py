@@ -512,10 +512,16 @@ async def tree_beam(
         stop_reason, why = stop
         _finish(ctx, tree, out, stop_reason, final_check=False)
         output = "\n".join(t for t in (root_info.get("log", ""), root_info.get("err_log", "")) if t.strip())
-        raise BaseEvaluationFailed(why, command=eval_command, output=output)
+        raise BaseEvaluationFailed(why, command=eval_command, output=output, keys=(ctx.key("root", "eval"),))
     if test_command and tests_run is not None and (cannot := why_tests_cannot_run(tests_run)) is not None:
         _finish(ctx, tree, out, "root_tests_cannot_run", final_check=False)
-        raise BaseEvaluationFailed(cannot, command=test_command, output=tests_run.output, headline=TESTS_CANNOT_RUN)
+        raise BaseEvaluationFailed(
+            cannot,
+            command=test_command,
+            output=tests_run.output,
+            headline=TESTS_CANNOT_RUN,
+            keys=(ctx.key("root", "tests"),),
+        )
     _publish(ctx, tree, out)
 
     async def confirm_in_rank_order(queue: list[dict[str, Any]], slots: int) -> list[dict[str, Any]]:

@@ -23,6 +23,7 @@ TYPES = [
     "strategy.checkpoint",
     "strategy.progress",
     "strategy.completed",
+    "run.started",  # a new session: the times of the earlier ones must survive a snapshot
 ]
 
 
@@ -52,6 +53,8 @@ def payload(etype, key, i):
         return {"seq": i % 3, "kind": "rand", "value": ["rand", i]}
     if etype == "strategy.completed":
         return {"status": "success", "result": i}
+    if etype == "run.started":
+        return {"dry_run": True, "resumed": i > 0}
     if etype == "strategy.progress":  # every fourth one malformed: the fold keeps the previous record
         return {"phase": "depth", "step": i, "best": i / 2, "text": "é"} if i % 4 else {"step": "x"}
     return {"key": key}
@@ -150,6 +153,8 @@ def test_the_earlier_whole_document_layout_still_loads():
     )
     loaded = decode_snapshot(legacy)
     assert list(loaded.tasks) == [KEYS[1], KEYS[0]] and loaded.counters == full.counters
+    # that layout predates the sessions' times: a load of it knows none
+    full.session_started_at = full.last_event_at = None
     assert encode_snapshot(loaded) == encode_snapshot(full)
 
 
@@ -194,3 +199,32 @@ def test_a_failed_task_counts_the_tokens_it_was_paid_for():
     assert (task.state, task.cost_usd, task.tokens_in, task.tokens_out) == ("FAILED", 0.25, 7, 1)
     c = state.counters
     assert (c.failed, c.cost_usd, c.tokens_in, c.tokens_out) == (1, 0.25, 7, 1)
+
+
+def test_the_duration_sums_each_sessions_time_and_not_the_time_between():
+    state = RunState(run_id="r")
+    timeline = [
+        ("run.started", "2026-01-01T10:00:00.000Z"),
+        ("strategy.started", "2026-01-01T10:00:01.000Z"),
+        ("strategy.progress", "2026-01-01T10:00:04.000Z"),  # the first session's last event: 4 s in
+        ("run.started", "2026-01-02T09:00:00.000Z"),  # resumed the next day
+        ("strategy.completed", "2026-01-02T09:00:06.500Z"),
+    ]
+    for offset, (etype, ts) in enumerate(timeline):
+        payload = {"resumed": offset > 0} if etype == "run.started" else {"step": 1} if "progress" in etype else {}
+        apply(state, etype, "s1", None, payload, offset, ts)
+        if offset == 2:
+            assert state.duration_s() == 4.0
+            snap = encode_snapshot(state)
+    assert state.duration_s() == 10.5
+    loaded = decode_snapshot(snap)  # a resume from the snapshot carries the earlier session on
+    for offset, (etype, ts) in list(enumerate(timeline))[3:]:
+        apply(loaded, etype, "s1", None, {"resumed": True} if etype == "run.started" else {}, offset, ts)
+    assert loaded.duration_s() == 10.5
+
+
+def test_a_log_from_before_run_started_is_one_session_from_its_first_event():
+    state = RunState(run_id="r")
+    apply(state, "strategy.started", "s1", None, {}, 0, "2026-01-01T10:00:00.000Z")
+    apply(state, "strategy.completed", "s1", None, {}, 1, "2026-01-01T10:00:02.250Z")
+    assert state.duration_s() == 2.25

@@ -64,12 +64,15 @@ async def _release_run_folder(manifest: RunManifest, olog: ComponentLog) -> None
         olog.info("removed the run's object store and pristine indexes", removed=removed)
 
 
-async def _write_report(dirs: RunDirs, manifest: RunManifest, hooks, olog: ComponentLog):
-    """Write results/<run_id>/report.html; a report that cannot be written never fails the run."""
+async def _write_report(dirs: RunDirs, manifest: RunManifest, hooks, olog: ComponentLog, *, state=None):
+    """Write results/<run_id>/report.html; a report that cannot be written never fails the run.
+
+    ``state``: the run's fold when the caller holds it (else the report folds the log).
+    """
     from ..report import write_report
 
     try:
-        return await anyio.to_thread.run_sync(lambda: write_report(dirs, manifest, hooks=hooks))
+        return await anyio.to_thread.run_sync(lambda: write_report(dirs, manifest, hooks=hooks, state=state))
     except Exception as exc:
         olog.warning(f"run report not written: {exc}")
         print(

@@ -11,7 +11,6 @@ import contextlib
 import os
 import signal
 import sys
-import time
 from typing import Any, Literal, TypeVar, cast
 
 import anyio
@@ -35,6 +34,7 @@ from ..log.runs import (
     read_manifest,
     write_manifest,
 )
+from ..log.state import FINISHED_OUTCOMES, OUTCOME_BUDGET_REACHED, OUTCOME_FAILED, OUTCOME_INTERRUPTED, run_outcome
 from ..runner.git_ops import validate_repository
 from ..runner.registry import register_plugins
 from ..sanitize import SECRET_ENV_VARS, default_sanitizer
@@ -120,7 +120,7 @@ async def resume(args) -> int:
     warning = await anyio.to_thread.run_sync(unreadable_lines_warning, dirs.events(manifest.run_id))
     if warning:
         print(warning, file=sys.stderr, flush=True)
-    if manifest.status == "completed":
+    if manifest.status in FINISHED_OUTCOMES:
         return await _already_finished(dirs, manifest, output_mode(args))
     # Today's configuration from the same sources as at the start (same file, same
     # flags): it differs from the recorded one only where something changed since.
@@ -376,7 +376,6 @@ async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resum
         file=sys.stderr,
     )
     flag = _Interrupt()
-    started = time.monotonic()
     ui_stop = anyio.Event()
     watcher_scope = anyio.CancelScope()
     storage_error: OSError | None = None
@@ -420,29 +419,31 @@ async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resum
         raise locked
     if storage_error is not None:
         return await _storage_stop(storage_error, dirs, manifest, olog)
-    wall = time.monotonic() - started
     state = engine.state
-    if flag.requested or (any(s.status == "running" for s in state.strategies.values()) and not engine.budget_stopped):
-        manifest.status = "interrupted"
+    # The status is the fold's, as every reader of the run decides it (--list-runs, --show-run, the report).
+    outcome = run_outcome(state)
+    if outcome == OUTCOME_INTERRUPTED:
+        manifest.status = outcome
         manifest.exit_code = 130
         write_manifest(dirs, manifest)
         olog.info("run interrupted")
         with anyio.CancelScope(shield=True):
-            await _write_report(dirs, manifest, prep.strategy.hooks, olog)
+            # summary.json too: one an earlier session wrote must not go on telling its own status
+            checked = await anyio.to_thread.run_sync(check_repository, manifest, state)
+            export(dirs, manifest, state, checked)
+            await _write_report(dirs, manifest, prep.strategy.hooks, olog, state=state)
         print(f"Run interrupted. Resume with: orchestrator --resume {run_id}", file=sys.stderr, flush=True)
         return 130
-    failed = any(s.status not in ("success", run_budget.BUDGET_REACHED) for s in state.strategies.values())
-    capped = any(s.status == run_budget.BUDGET_REACHED for s in state.strategies.values())
-    manifest.status = "completed"
-    manifest.finished_at = now_iso()
-    manifest.exit_code = 1 if failed else 0
-    if capped or (engine.budget_stopped and any(s.status == "running" for s in state.strategies.values())):
+    manifest.status = outcome
+    if outcome == OUTCOME_BUDGET_REACHED:
         # Resumable with a higher cap: it is not finished, and says so in its own exit code.
-        manifest.status = run_budget.BUDGET_REACHED
         manifest.finished_at = None
         manifest.exit_code = run_budget.EXIT_BUDGET_REACHED
+    else:
+        manifest.finished_at = now_iso()
+        manifest.exit_code = 1 if outcome == OUTCOME_FAILED else 0
     write_manifest(dirs, manifest)
-    if manifest.status == "completed":  # a run stopped at its cap still needs its branches to go on
+    if outcome in FINISHED_OUTCOMES:  # a run stopped at its cap still needs its branches to go on
         await _delete_unneeded_branches(prep, dirs, manifest, state, olog)
     if manifest.status in FINISHED:  # nothing of it runs again (a resumable run keeps its store)
         await _release_run_folder(manifest, olog)
@@ -450,12 +451,12 @@ async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resum
     checked = await anyio.to_thread.run_sync(check_repository, manifest, state)
     # Counted last: the strategy's branch clean-up and the folder's are done, the containers stopped.
     summary = export(dirs, manifest, state, checked, await count_leftovers(run_id, config))
-    await _write_report(dirs, manifest, prep.strategy.hooks, olog)
+    await _write_report(dirs, manifest, prep.strategy.hooks, olog, state=state)
     olog.info("run finished", exit_code=manifest.exit_code, totals=summary["totals"])
     if prep.output == "json":
         print(msgspec.json.encode({"type": "run.summary", "summary": summary}).decode(), flush=True)
     else:
-        print(render_summary(summary, results_path=dirs.results / run_id, wall_seconds=wall), flush=True)
+        print(render_summary(summary, results_path=dirs.results / run_id), flush=True)
     return manifest.exit_code
 
 

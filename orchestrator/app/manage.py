@@ -26,7 +26,7 @@ from ..log.runs import (
     read_manifest,
     remove_run_state,
 )
-from ..log.state import FAILED, RunState, recover
+from ..log.state import FAILED, RunState, recover, run_outcome
 from ..strategy_loader import BUILTINS, load_strategy
 from .leftovers import count_leftovers, recorded_config
 from .results import build_summary, check_repository, fmt_cost, render_summary
@@ -70,20 +70,20 @@ def list_runs(repo: str | None = None) -> int:
     rows = []
     for run in found:
         m = run.manifest
+        state = _state(run.dirs, m.run_id)
         live = is_live(run.dirs, m.run_id)
-        # A manifest left at "running" by a process that died is a run to resume.
-        status = "live" if live else "cleaned" if run.cleaned else "interrupted" if m.status == "running" else m.status
-        rows.append((status, m.run_id, run))
+        # The fold decides, as for every reader (a run that died mid-way is interrupted, whatever its manifest says).
+        status = "cleaned" if run.cleaned and not live else run_outcome(state, live=live)
+        rows.append((status, m.run_id, run, state))
     # Runs that can be resumed first: they hold work already paid for.
     rows.sort(key=lambda row: (row[0] not in ("interrupted", "budget_reached"), row[1]))
-    elsewhere = any(run.dirs.state != here.state for _, _, run in rows)
+    elsewhere = any(run.dirs.state != here.state for _, _, run, _ in rows)
     print(
         f"{'RUN ID':<24} {'STATUS':<12} {'STRATEGY':<22} {'TASKS':>9} {'COST':>8}  "
         + (f"{'CREATED':<24}  STATE FOLDER" if elsewhere else "CREATED")
     )
-    for status, run_id, run in rows:
+    for status, run_id, run, state in rows:
         m = run.manifest
-        state = _state(run.dirs, run_id)
         done = state.counters.completed + state.counters.failed
         cost_known = any(t.cost_usd is not None for t in state.tasks.values())
         cost = fmt_cost(state.counters.cost_usd if cost_known else None)
@@ -126,12 +126,10 @@ async def show_run(run_id: str, follow: bool, repo: str | None = None) -> int:
     if warning:
         print(warning, file=sys.stderr, flush=True)
     state = _state(dirs, run_id)
-    live = is_live(dirs, run_id)
-    if live:
-        manifest.status = "live"  # whatever the manifest says, nothing is decided while it runs
+    live = is_live(dirs, run_id)  # whatever the log says so far, nothing is decided while it runs
     checked = await anyio.to_thread.run_sync(check_repository, manifest, state)
     left = None if live else await count_leftovers(run_id, recorded_config(manifest, str(dirs.manifest(run_id))))
-    summary = build_summary(manifest, state, checked, left)
+    summary = build_summary(manifest, state, checked, left, live=live)
     print(render_summary(summary, results_path=dirs.results / run_id))
     print(f"\nPrompt: {manifest.prompt[:200]}{'…' if len(manifest.prompt) > 200 else ''}")
     print(
@@ -170,7 +168,7 @@ def show_run_html(run_id: str, *, open_browser: bool, repo: str | None = None) -
     dirs, manifest = run.dirs, run.manifest
     if not dirs.events(run_id).exists():
         raise UsageError(f"run {run_id} has no event log at {dirs.events(run_id)}; nothing to build a report from")
-    path = write_report(dirs, manifest)
+    path = write_report(dirs, manifest, live=is_live(dirs, run_id))
     print(path)
     if open_browser:
         import webbrowser

@@ -15,8 +15,25 @@ from typing import Any, NamedTuple
 import msgspec
 
 from ..log.runs import RunDirs, RunManifest
-from ..log.state import COMPLETED, FAILED, INTERRUPTED, RunState, write_snapshot_bytes
-from ..report.selection import UNFINISHED, claims, missing_branches, selected_of, selection, unheld_branches, verdict
+from ..log.state import (
+    COMPLETED,
+    FAILED,
+    INTERRUPTED,
+    OUTCOME_FAILED,
+    RunState,
+    run_outcome,
+    write_snapshot_bytes,
+)
+from ..report.selection import (
+    UNFINISHED,
+    claims,
+    fmt_duration,
+    missing_branches,
+    selected_of,
+    selection,
+    unheld_branches,
+    verdict,
+)
 from ..sanitize import default_sanitizer
 from ..strategy import RunView
 from .leftovers import leftover_lines
@@ -37,7 +54,7 @@ def _final_branches(strategies: list[dict[str, Any]], base: str) -> list[str]:
 
 def selection_claims(manifest: RunManifest, state: RunState) -> list[tuple[str, str | None]]:
     """The selected ``(branch, commit)`` pairs to check in the repository before advising a merge."""
-    return claims(manifest.status, [(s.status, s.result) for s in state.strategies.values()], manifest.base_branch)
+    return claims(run_outcome(state), [(s.status, s.result) for s in state.strategies.values()], manifest.base_branch)
 
 
 class RepositoryCheck(NamedTuple):
@@ -63,26 +80,36 @@ def build_summary(
     state: RunState,
     repo: RepositoryCheck | None = None,
     leftovers: dict[str, Any] | None = None,
+    *,
+    live: bool = False,
 ) -> dict[str, Any]:
     """The run's summary, with what ``repo`` found in the repository (nothing checked without it).
 
     ``leftovers``: the run's containers and volumes as :func:`.leftovers.count_leftovers`
     counted them; the summary then ends with them and the branches still there.
+    ``live``: a process is running the run now. Its status is :func:`run_outcome`'s, as everywhere.
     """
+    status = run_outcome(state, live=live)
     unheld = repo.unheld if repo else None
     gone = repo.gone if repo else frozenset()
     strategies = []
     all_branches: list[str] = []
+    unusable_count = 0
     for sid, strat in sorted(state.strategies.items(), key=lambda kv: int(kv[0][1:]) if kv[0][1:].isdigit() else 0):
         tasks = [t for t in state.tasks.values() if t.strategy_execution_id == sid]
         tasks.sort(key=lambda t: (t.scheduled_at or "", t.key))
         rows = []
+        unusable_keys = set(strat.unusable_keys)
         for t in tasks:
+            unusable = t.state == COMPLETED and t.key in unusable_keys
+            unusable_count += unusable
             rows.append(
                 {
                     "key": t.key,
                     "instance_id": t.instance_id,
                     "state": t.state,
+                    # completed, but the strategy could not use its result (why it failed)
+                    "unusable": unusable,
                     "branch": t.branch_final,
                     "branch_planned": t.branch_name,
                     "duration_s": round(t.duration_s, 3),
@@ -100,7 +127,7 @@ def build_summary(
             if t.branch_final and t.branch_final not in all_branches and t.branch_final not in gone:
                 all_branches.append(t.branch_final)
         chosen = selection(
-            run_status=manifest.status,
+            run_status=status,
             status=strat.status,
             error=strat.error,
             result=strat.result,
@@ -115,7 +142,7 @@ def build_summary(
                 "status": strat.status,
                 "error": strat.error,
                 "verdict": verdict(
-                    run_status=manifest.status,
+                    run_status=status,
                     status=strat.status,
                     error=strat.error,
                     result=strat.result,
@@ -129,6 +156,7 @@ def build_summary(
         )
     c = state.counters
     finished = c.completed + c.failed
+    succeeded = c.completed - unusable_count
     total_cost = sum((t.cost_usd or 0.0) for t in state.tasks.values())
     cost_known = any(t.cost_usd is not None for t in state.tasks.values())
     summary = {
@@ -144,16 +172,19 @@ def build_summary(
         "base_branch": manifest.base_branch,
         "created_at": manifest.created_at,
         "finished_at": manifest.finished_at,
-        "status": manifest.status,
+        "status": status,
+        "duration_s": state.duration_s(),
         "totals": {
             "tasks": len(state.tasks),
             "completed": c.completed,
             "failed": c.failed,
+            "unusable": unusable_count,
             "interrupted": sum(1 for t in state.tasks.values() if t.state == INTERRUPTED),
             "cost_usd": round(total_cost, 6) if cost_known else None,
             "tokens_in": c.tokens_in,
             "tokens_out": c.tokens_out,
-            "success_rate": round(c.completed / finished, 4) if finished else None,
+            # A run that failed has no success to rate, however many of its tasks completed.
+            "success_rate": round(succeeded / finished, 4) if finished and status != OUTCOME_FAILED else None,
         },
         "budget": summary_of(state.budget),
         "strategies": strategies,
@@ -237,19 +268,6 @@ def _short_key(key: str) -> str:
     return parts[2] if len(parts) == 3 else key
 
 
-def fmt_duration(seconds: float) -> str:
-    if seconds < 10:
-        return f"{seconds:.1f}s"
-    seconds = round(seconds)
-    if seconds < 60:
-        return f"{seconds}s"
-    m, s = divmod(seconds, 60)
-    if m < 60:
-        return f"{m}m {s:02d}s"
-    h, m = divmod(m, 60)
-    return f"{h}h {m:02d}m"
-
-
 def fmt_tokens(n: int) -> str:
     return f"{n / 1000:.1f}k" if n >= 1000 else str(n)
 
@@ -266,7 +284,7 @@ def _raised(budget: dict[str, Any] | None) -> str:
     return f"--max-tokens {(b.get('max_tokens') or b.get('spent_tokens') or 1) * 2}"
 
 
-def render_summary(summary: dict[str, Any], *, results_path: Path, wall_seconds: float | None = None) -> str:
+def render_summary(summary: dict[str, Any], *, results_path: Path) -> str:
     lines = [
         f"═══ Run {'Complete' if summary['status'] == 'completed' else summary['status'].replace('_', ' ').title()}: "
         f"{summary['run_id']} ═══",
@@ -287,7 +305,10 @@ def render_summary(summary: dict[str, Any], *, results_path: Path, wall_seconds:
         for t in s["tasks"]:
             # tasks without a branch (reviews, scorings, checks) are named by their key
             label = t["branch"] or _short_key(t["key"])
-            if t["state"] == "COMPLETED":
+            if t["state"] == "COMPLETED" and t.get("unusable"):
+                # it ran, but what it measured is why the strategy failed: not a success
+                lines.append(f"  ✗ {label}  {fmt_duration(t['duration_s'])}: ran, but its result cannot be used")
+            elif t["state"] == "COMPLETED":
                 tokens = fmt_tokens((t["tokens_in"] or 0) + (t["tokens_out"] or 0))
                 extra = (
                     " (deleted by the strategy's clean-up)"
@@ -326,17 +347,23 @@ def render_summary(summary: dict[str, Any], *, results_path: Path, wall_seconds:
             lines.append(f"  → Nothing selected: {s['selection_note']}")
         lines.append("")
     t = summary["totals"]
-    rate = f"{t['completed']}/{t['completed'] + t['failed']} tasks" + (
-        f" ({t['success_rate'] * 100:.0f}%)" if t["success_rate"] is not None else ""
-    )
+    succeeded = t["completed"] - (t.get("unusable") or 0)
+    finished = t["completed"] + t["failed"]
     lines += ["Summary:"]
-    if wall_seconds is not None:
-        lines.append(f"  Total Duration: {fmt_duration(wall_seconds)}")
+    if summary.get("duration_s") is not None:
+        lines.append(f"  Total Duration: {fmt_duration(summary['duration_s'])}")
+    if summary["status"] == OUTCOME_FAILED:
+        # No rate for a run that failed: "1/1 (100%)" beside a failure reads as a success.
+        rate_line = f"  Tasks: {succeeded}/{finished} succeeded; the run failed"
+    else:
+        rate_line = f"  Success Rate: {succeeded}/{finished} tasks" + (
+            f" ({t['success_rate'] * 100:.0f}%)" if t["success_rate"] is not None else ""
+        )
     simulated = " (simulated: nothing was spent)" if summary.get("dry_run") else ""
     lines += [
         f"  Total Cost: {fmt_cost(t['cost_usd'])}{simulated}",
         f"  Tokens: {fmt_tokens(t['tokens_in'])} in / {fmt_tokens(t['tokens_out'])} out",
-        f"  Success Rate: {rate}",
+        rate_line,
     ]
     if summary.get("budget"):
         lines.append(f"  Spend: {spend_text(summary['budget'])}")
@@ -346,6 +373,7 @@ def render_summary(summary: dict[str, Any], *, results_path: Path, wall_seconds:
             "Stopped at the spending cap: raise it to go on, e.g. "
             f"orchestrator --resume {summary['run_id']} {_raised(summary['budget'])}"
         )
+        lines.append("")
     where = ["", f"Full results: {results_path}/", f"Report: {results_path}/report.html", *leftover_lines(summary)]
     if summary["status"] in UNFINISHED:
         # Nothing is decided until the strategy finishes: no branch of an unfinished run is advice.
@@ -358,6 +386,7 @@ def render_summary(summary: dict[str, Any], *, results_path: Path, wall_seconds:
             ]
         return "\n".join(lines + where)
     finals = summary["final_branches"]
+    base = summary["base_branch"]
     if not finals:
         kept = [s for s in summary["strategies"] if s["selected_branch"] == summary["base_branch"]]
         why = (
@@ -372,7 +401,6 @@ def render_summary(summary: dict[str, Any], *, results_path: Path, wall_seconds:
         return "\n".join(lines + where)
     lines.append(f"Final branches ({len(finals)}):")
     lines += [f"  {b}" for b in finals]
-    base = summary["base_branch"]
     lines += ["", "To compare implementations:", f"  git diff {base}..{finals[0]}"]
     if len(finals) > 1:
         lines.append(f"  git diff {finals[0]}..{finals[1]}")

@@ -28,6 +28,7 @@ import msgspec
 import orjson
 
 from ..errors import (
+    BaseEvaluationFailed,
     BudgetExhausted,
     BudgetReached,
     ConfigError,
@@ -593,11 +594,15 @@ class Engine:
         except StrategyError as exc:
             # A strategy that gave up because the cap refused it a task stopped at the cap, not on a fault.
             status = "budget_reached" if self._capped(sid) or isinstance(exc, BudgetReached) else "failed"
+            unusable = list(exc.keys) if isinstance(exc, BaseEvaluationFailed) and exc.keys else msgspec.UNSET
             self.emit(
                 E.STRATEGY_COMPLETED,
                 sid,
                 E.StrategyCompleted(
-                    status=status, error=f"{type(exc).__name__}: {exc}", unvisited_keys=self._unvisited(ctx)
+                    status=status,
+                    error=f"{type(exc).__name__}: {exc}",
+                    unvisited_keys=self._unvisited(ctx),
+                    unusable_keys=unusable,
                 ),
             )
             return

@@ -227,6 +227,8 @@ class StrategyCompleted(EventPayload, frozen=True, kw_only=True):
     result: Any = UNSET  # what the strategy returned (success)
     error: str | UnsetType | None = UNSET  # why it did not (failed, budget_reached)
     unvisited_keys: list[str] | UnsetType = UNSET
+    # failed: tasks that completed but whose result could not be used, the reason it failed
+    unusable_keys: list[str] | UnsetType = UNSET
 
 
 class Progress(EventPayload, frozen=True, kw_only=True, omit_defaults=True):

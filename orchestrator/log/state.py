@@ -22,6 +22,7 @@ import os
 import threading
 import zlib
 from collections.abc import Callable, ItemsView, Iterator, KeysView, Mapping, MutableMapping, ValuesView
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +99,9 @@ class StrategyState(msgspec.Struct, kw_only=True):
     checkpoints: list[Any] = msgspec.field(default_factory=list)
     # The latest record the strategy published with ctx.progress(): display only.
     progress: Progress | None = None
+    # Tasks that completed but whose result the strategy could not use, the reason it failed
+    # (a base evaluation that cannot be used): no reader shows them as a success.
+    unusable_keys: list[str] = msgspec.field(default_factory=list)
 
 
 class Counters(msgspec.Struct, kw_only=True):
@@ -320,6 +324,11 @@ class RunState(msgspec.Struct, kw_only=True):
     warnings: list[str] = msgspec.field(default_factory=list)
     # The spending cap and the spend (None: the run has no cap and never had one).
     budget: BudgetState | None = None
+    # How long the run has run, over all its sessions (a start and each resume): the seconds of
+    # the sessions before the current one, when the current one started, and its latest event.
+    earlier_sessions_s: float = 0.0
+    session_started_at: str | None = None
+    last_event_at: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.tasks, TaskTable):  # a caller or a decoder passed a plain dict
@@ -335,6 +344,66 @@ class RunState(msgspec.Struct, kw_only=True):
 
     def unfinished_strategies(self) -> list[StrategyState]:
         return [s for s in self.strategies.values() if s.status == "running"]
+
+    def duration_s(self) -> float:
+        """Seconds the run has run: each session from its start to its last event, summed.
+
+        A resume a day later adds its own time, not the day between. Every
+        reader (the console summary, ``summary.json``, the report) quotes this.
+        """
+        current = _seconds_between(self.session_started_at, self.last_event_at)
+        return round(self.earlier_sessions_s + current, 3)
+
+
+# What a run came to, in the one word every reader uses: --list-runs, the --show-run header,
+# summary.json, report.html and the summary the run prints.
+LIVE, OUTCOME_INTERRUPTED, OUTCOME_BUDGET_REACHED, OUTCOME_FAILED, OUTCOME_COMPLETED = (
+    "live",
+    "interrupted",
+    "budget_reached",
+    "failed",
+    "completed",
+)
+# The outcomes of a run that ended and cannot go on: --resume has nothing to do for them.
+FINISHED_OUTCOMES = (OUTCOME_COMPLETED, OUTCOME_FAILED)
+
+
+def run_outcome(state: RunState, *, live: bool = False) -> str:
+    """The run's status, decided from the fold alone (``live``: a process is writing its log now).
+
+    - ``live``: a process is running it;
+    - ``interrupted``: a strategy execution has not finished and nothing stopped it
+      on purpose (Ctrl+C, kill -9, a full disk): ``--resume`` goes on;
+    - ``budget_reached``: the spending cap stopped an execution (or, with
+      ``on_reached: stop``, the whole run): ``--resume`` with a higher cap goes on;
+    - ``failed``: every execution ended and one failed (a base evaluation that cannot be
+      used, no viable candidate because every task failed, an exception);
+    - ``completed``: every execution ended and succeeded.
+    """
+    if live:
+        return LIVE
+    statuses = [s.status for s in state.strategies.values()]
+    if not statuses or "running" in statuses:
+        budget = state.budget
+        if statuses and budget is not None and budget.reached and budget.on_reached == "stop":
+            return OUTCOME_BUDGET_REACHED
+        return OUTCOME_INTERRUPTED
+    if OUTCOME_BUDGET_REACHED in statuses:
+        return OUTCOME_BUDGET_REACHED
+    if any(s != "success" for s in statuses):
+        return OUTCOME_FAILED
+    return OUTCOME_COMPLETED
+
+
+def _seconds_between(start: str | None, end: str | None) -> float:
+    if not start or not end:
+        return 0.0
+    try:
+        a = datetime.fromisoformat(start.replace("Z", "+00:00"))
+        b = datetime.fromisoformat(end.replace("Z", "+00:00"))
+    except ValueError:
+        return 0.0
+    return max(0.0, (b - a).total_seconds())
 
 
 def _finish(state: RunState, task: TaskState, p: E.TaskCompleted | E.TaskFailed, offset: int, ts: str) -> None:
@@ -376,6 +445,9 @@ def apply(
     if offset <= state.last_event_start_offset:
         return
     state.last_event_start_offset = offset
+    previous_at, state.last_event_at = state.last_event_at, ts
+    if state.session_started_at is None:
+        state.session_started_at = ts  # a log from before run.started: one session from its first event
     if payload is not None and not isinstance(payload, EventPayload):
         try:
             payload = decode_payload(etype, payload)
@@ -387,6 +459,11 @@ def apply(
         _fold_task(state, sid, key, payload, offset, ts)
         return
     if isinstance(payload, E.RunStarted):
+        # A new session: the one before ended with its last event, and the time the run
+        # was stopped in between counts for nothing. (Not read from ``resumed``, which
+        # older versions wrote as true on a first start too.)
+        state.earlier_sessions_s += _seconds_between(state.session_started_at, previous_at)
+        state.session_started_at = ts
         state.dry_run = payload.dry_run
         for warning in payload.warnings:
             if warning not in state.warnings:
@@ -425,6 +502,7 @@ def apply(
         strat.completed_at = ts
         strat.result = None if payload.result is UNSET else payload.result
         strat.error = None if payload.error is UNSET else payload.error
+        strat.unusable_keys = [] if payload.unusable_keys is UNSET else list(payload.unusable_keys)
 
 
 def _fold_task(state: RunState, sid: str, key: str, p: EventPayload, offset: int, ts: str) -> None:
@@ -542,6 +620,9 @@ class _SnapshotHeader(msgspec.Struct, kw_only=True):
     open_keys: list[str] = msgspec.field(default_factory=list)
     hosts: dict[str, HostState] = msgspec.field(default_factory=dict)
     budget: BudgetState | None = None
+    earlier_sessions_s: float = 0.0
+    session_started_at: str | None = None
+    last_event_at: str | None = None
 
 
 class _SnapshotDocument(msgspec.Struct, kw_only=True):
@@ -699,6 +780,9 @@ def _encode_snapshot(state: RunState) -> bytes:
             open_keys=open_keys,
             hosts=state.hosts,
             budget=state.budget,
+            earlier_sessions_s=state.earlier_sessions_s,
+            session_started_at=state.session_started_at,
+            last_event_at=state.last_event_at,
         )
     )
     return b"".join((header[:-1], _HEADER_END, b"\n", *pieces, _TRAILER))
@@ -735,6 +819,9 @@ def decode_snapshot(buf: mmap.mmap | bytes) -> RunState:
         counters=header.counters,
         hosts=header.hosts,
         budget=header.budget,
+        earlier_sessions_s=header.earlier_sessions_s,
+        session_started_at=header.session_started_at,
+        last_event_at=header.last_event_at,
     )
     if not header.task_count:
         return state

@@ -255,9 +255,7 @@ def task_rows(tasks: dict[str, dict[str, Any]], run_start: float | None) -> list
     return rows
 
 
-def header(
-    manifest: RunManifest, tasks: list[dict[str, Any]], run_start: float | None, run_end: float | None
-) -> dict[str, Any]:
+def header(manifest: RunManifest, tasks: list[dict[str, Any]], *, status: str, duration_s: float) -> dict[str, Any]:
     costs = [t["cost_usd"] for t in tasks if t["cost_usd"] is not None]
     return {
         "run_id": manifest.run_id,
@@ -265,7 +263,7 @@ def header(
         "strategy": manifest.strategy_name,
         "params": manifest.params,
         "runs": manifest.runs,
-        "status": manifest.status,
+        "status": status,
         "dry_run": manifest.dry_run,
         "repo": manifest.repo_path,
         "base_branch": manifest.base_branch,
@@ -273,7 +271,7 @@ def header(
         "plugin": manifest.plugin,
         "created_at": manifest.created_at,
         "finished_at": manifest.finished_at,
-        "duration_s": None if run_start is None or run_end is None else round(run_end - run_start, 3),
+        "duration_s": duration_s,
         "cost_usd": round(sum(costs), 6) if costs else None,
         "tokens_in": sum(t["tokens_in"] for t in tasks),
         "tokens_out": sum(t["tokens_out"] for t in tasks),
@@ -284,8 +282,12 @@ def header(
     }
 
 
-def gather(dirs: RunDirs, manifest: RunManifest) -> dict[str, Any]:
-    """Everything but the strategy sections, as plain JSON-like data."""
+def gather(dirs: RunDirs, manifest: RunManifest, *, status: str, duration_s: float) -> dict[str, Any]:
+    """Everything but the strategy sections, as plain JSON-like data.
+
+    ``status`` and ``duration_s`` are the run's, from its fold (:func:`orchestrator.log.state.run_outcome`,
+    :meth:`RunState.duration_s`): the summary says the same.
+    """
     raw_tasks, executions = collect_events(dirs.events(manifest.run_id))
     starts = [_ts(a["start"]) for t in raw_tasks.values() for a in t["attempts"]]
     ends = [_ts(a["end"]) for t in raw_tasks.values() for a in t["attempts"]]
@@ -298,7 +300,7 @@ def gather(dirs: RunDirs, manifest: RunManifest) -> dict[str, Any]:
     run_end = max(known_ends) if known_ends else None
     rows = task_rows(raw_tasks, run_start)
     return {
-        "header": header(manifest, rows, run_start, run_end),
+        "header": header(manifest, rows, status=status, duration_s=duration_s),
         "tasks": rows,
         "executions": executions,
         "span_s": 0.0 if run_start is None or run_end is None else round(run_end - run_start, 3),

@@ -14,6 +14,7 @@ from pygments.formatters import HtmlFormatter
 from pygments.lexers import DiffLexer
 
 from ..log.runs import RunDirs, RunManifest
+from ..log.state import RunState, recover, run_outcome
 
 if TYPE_CHECKING:
     from ..strategy import StrategyHooks
@@ -22,7 +23,7 @@ from .cards import SCRIPT_NOTE, task_card
 from .charts import line_chart_svg, timeline_svg
 from .data import RUN_DIFF_HTML_BUDGET, collect_diffs, gather
 from .sections import InvalidSection, commits_of, validate
-from .selection import UNFINISHED, claims, selection, unheld_branches, verdict
+from .selection import UNFINISHED, claims, fmt_duration, selection, unheld_branches, verdict
 from .spend import spend_chart_svg, spend_over_time
 
 _FORMATTER = HtmlFormatter(cssclass="hl", nowrap=False)
@@ -53,6 +54,7 @@ def _env() -> jinja2.Environment:
     env.filters["money"] = lambda v: "N/A" if v is None else f"${v:.2f}"
     env.filters["tokens"] = lambda n: f"{n / 1000:.1f}k" if (n or 0) >= 1000 else str(n or 0)
     env.filters["secs"] = _secs
+    env.filters["duration"] = lambda v: "–" if v is None else fmt_duration(v)
     env.filters["cell"] = _cell
     # A parameter left at null has no value to show (the dashboard leaves them out too).
     env.filters["given"] = lambda d: {k: v for k, v in (d or {}).items() if v is not None}
@@ -138,8 +140,27 @@ def _rendered_section(section: Any) -> dict[str, Any]:
     return out
 
 
-def render_report(dirs: RunDirs, manifest: RunManifest, *, hooks: StrategyHooks | None = None) -> bytes:
-    data = gather(dirs, manifest)
+def render_report(
+    dirs: RunDirs,
+    manifest: RunManifest,
+    *,
+    hooks: StrategyHooks | None = None,
+    state: RunState | None = None,
+    live: bool = False,
+) -> bytes:
+    run_id = manifest.run_id
+    if state is None:
+        state = recover(
+            run_id, dirs.events(run_id), [dirs.state / run_id / "state.json", dirs.logs / run_id / "state.json"]
+        )
+    # The status and the duration every other reader gives too: both from the run's fold.
+    status = run_outcome(state, live=live)
+    data = gather(dirs, manifest, status=status, duration_s=state.duration_s())
+    # completed, but what the strategy failed on: shown as such, never as a success
+    unusable = {k for strat in state.strategies.values() for k in strat.unusable_keys}
+    for t in data["tasks"]:
+        t["unusable"] = t["state"] == "COMPLETED" and t["key"] in unusable
+    data["header"]["unusable"] = sum(t["unusable"] for t in data["tasks"])
     spend = spend_over_time(dirs.events(manifest.run_id))
     scrub = default_sanitizer().scrub
     found, note = _strategy_hooks(manifest, hooks)
@@ -150,13 +171,13 @@ def render_report(dirs: RunDirs, manifest: RunManifest, *, hooks: StrategyHooks 
     executions = []
     # The same choice the console summary and summary.json report (orchestrator.report.selection).
     ordered = sorted(data["executions"].items(), key=lambda kv: kv[0])
-    pairs = claims(manifest.status, [(ex["status"], ex["result"]) for _, ex in ordered], manifest.base_branch)
+    pairs = claims(status, [(ex["status"], ex["result"]) for _, ex in ordered], manifest.base_branch)
     unheld = unheld_branches(manifest.repo_path, pairs)
     for sid, ex in ordered:
         tasks = [t for t in data["tasks"] if t["execution"] == sid]
         sections = _sections_for(hook, ex, tasks) if hook is not None else []
         chosen = selection(
-            run_status=manifest.status,
+            run_status=status,
             status=ex["status"],
             error=ex.get("error"),
             result=ex["result"],
@@ -164,7 +185,7 @@ def render_report(dirs: RunDirs, manifest: RunManifest, *, hooks: StrategyHooks 
             unheld=unheld,
         )
         said = verdict(
-            run_status=manifest.status,
+            run_status=status,
             status=ex["status"],
             error=ex.get("error"),
             result=ex["result"],
@@ -187,7 +208,7 @@ def render_report(dirs: RunDirs, manifest: RunManifest, *, hooks: StrategyHooks 
         .get_template("report.html.j2")
         .render(
             h=data["header"],
-            unfinished=manifest.status in UNFINISHED,
+            unfinished=status in UNFINISHED,
             tasks=data["tasks"],
             executions=executions,
             diffs=diffs,

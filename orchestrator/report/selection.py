@@ -23,6 +23,20 @@ UNFINISHED = ("interrupted", "running", "live")
 DECIDED = ("success", "budget_reached")
 
 
+def fmt_duration(seconds: float) -> str:
+    """A run's duration as the console summary and the report both write it."""
+    if seconds < 10:
+        return f"{seconds:.1f}s"
+    seconds = round(seconds)
+    if seconds < 60:
+        return f"{seconds}s"
+    m, s = divmod(seconds, 60)
+    if m < 60:
+        return f"{m}m {s:02d}s"
+    h, m = divmod(m, 60)
+    return f"{h}h {m:02d}m"
+
+
 def selected_of(result: Any) -> tuple[str | None, str | None]:
     """``(branch, commit)`` the strategy's return value names as its choice, or ``(None, None)``.
 
