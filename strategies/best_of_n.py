@@ -135,7 +135,9 @@ async def best_of_n(
         report["selected"] = {"index": index, "instance_id": best["instance_id"], "branch": branch_of(best)}
         write_output(ctx, "scores", "json", report)
         write_output(ctx, "best_branch", "txt", branch_of(best) + "\n")
-        return {**best, "verdict": f"gen/{index} kept unscored: the spending cap was reached before any review"}
+        # "reviewed": false: a pick nobody judged is named with the command to compare it, never as merge advice
+        verdict = f"gen/{index} kept unscored: the spending cap was reached before any review"
+        return {**best, "verdict": verdict, "reviewed": False}
     if not scored:
         write_output(ctx, "scores", "json", report)
         failed = sum(r["status"] == "failed" for r in rows)

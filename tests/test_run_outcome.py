@@ -198,6 +198,21 @@ def test_the_evaluation_that_failed_is_named_as_unusable_everywhere(seen):
     assert "0 done · 0 failed · 1 unusable / 1" in s.report
 
 
+def test_an_unscored_pick_at_the_cap_is_named_unreviewed_with_the_command_to_compare_it(seen):
+    s = seen["budget"]
+    (strat,) = s.summary["strategies"]
+    assert strat["verdict"] == "gen/0 kept unscored: the spending cap was reached before any review"
+    branch = strat["selected_branch"]
+    assert branch and strat["selection_reviewed"] is False
+    assert s.summary["final_branches"] == [] and s.summary["unreviewed_branches"] == [branch]
+    for text in (s.console, s.shown):
+        assert f"  → Picked without review: {branch}\n" in text, text[-3000:]
+        assert f"  git diff main...{branch}\n" in text
+        assert "To merge" not in text and "git merge" not in text and "Final branches" not in text
+    assert "git merge" not in s.report and f"git diff main...{branch}</code>" in s.report
+    assert "Picked without review" in s.report
+
+
 def _seconds(ts: str) -> float:
     return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
 

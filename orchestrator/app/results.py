@@ -44,12 +44,19 @@ def _selected_branch(result: Any) -> str | None:
     return selected_of(result)[0]
 
 
-def _final_branches(strategies: list[dict[str, Any]], base: str) -> list[str]:
-    """The branches the executions selected: the merge advice, never a branch nobody chose.
+def _final_branches(strategies: list[dict[str, Any]], base: str, *, reviewed: bool = True) -> list[str]:
+    """The branches the executions selected and judged: the merge advice, never a branch nobody chose.
 
     The base branch is where the run started, never a result to merge.
+    ``reviewed=False``: the picks nobody judged instead, named but not advised.
     """
-    return list(dict.fromkeys(s["selected_branch"] for s in strategies if s["selected_branch"] not in (None, base)))
+    return list(
+        dict.fromkeys(
+            s["selected_branch"]
+            for s in strategies
+            if s["selected_branch"] not in (None, base) and s.get("selection_reviewed", True) == reviewed
+        )
+    )
 
 
 def selection_claims(manifest: RunManifest, state: RunState) -> list[tuple[str, str | None]]:
@@ -149,6 +156,7 @@ def build_summary(
                     base_branch=manifest.base_branch,
                 ),
                 "selected_branch": chosen["branch"],
+                "selection_reviewed": chosen["reviewed"],
                 "selection_note": chosen["note"],
                 "result": strat.result,
                 "tasks": rows,
@@ -190,6 +198,7 @@ def build_summary(
         "strategies": strategies,
         "branches": all_branches,
         "final_branches": _final_branches(strategies, manifest.base_branch),
+        "unreviewed_branches": _final_branches(strategies, manifest.base_branch, reviewed=False),
     }
     if leftovers is not None:
         summary["leftovers"] = {"branches": len(all_branches), **leftovers}
@@ -341,6 +350,8 @@ def render_summary(summary: dict[str, Any], *, results_path: Path) -> str:
             lines.append(f"  Verdict: {s['verdict']}")
         if s["selected_branch"] == summary["base_branch"]:
             lines.append(f"  → Kept {s['selected_branch']}: nothing to merge")
+        elif s["selected_branch"] and not s.get("selection_reviewed", True):
+            lines.append(f"  → Picked without review: {s['selected_branch']}")
         elif s["selected_branch"]:
             lines.append(f"  → Selected: {s['selected_branch']}")
         elif summary["status"] not in UNFINISHED and s.get("selection_note"):
@@ -387,11 +398,21 @@ def render_summary(summary: dict[str, Any], *, results_path: Path) -> str:
         return "\n".join(lines + where)
     finals = summary["final_branches"]
     base = summary["base_branch"]
+    unreviewed = summary.get("unreviewed_branches") or []
+    if unreviewed:
+        # A pick nobody judged (the cap stopped every review) is named, with the way to look at it: no merge.
+        lines.append(f"Picked without review ({len(unreviewed)}), so not advised for merging:")
+        lines += [f"  {b}" for b in unreviewed]
+        lines += [f"To compare {'it' if len(unreviewed) == 1 else 'them'} with {base} before deciding:"]
+        lines += [f"  git diff {base}...{b}" for b in unreviewed]
+        lines.append("")
     if not finals:
         kept = [s for s in summary["strategies"] if s["selected_branch"] == summary["base_branch"]]
         why = (
             f"the run left {summary['base_branch']} as the best result"
             if kept
+            else "nothing it selected was reviewed"
+            if unreviewed
             else "no strategy execution selected a branch"
         )
         lines.append(f"No branch to merge: {why}.")

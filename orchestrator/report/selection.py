@@ -3,9 +3,12 @@
 The console summary, ``summary.json`` and the report all ask these functions,
 so they cannot disagree. A branch is merge advice only when the run finished,
 the execution succeeded, the strategy itself named the branch (a winner that
-passed the strategy's own gates: tests, confirmation against the base) and the
-branch still holds what the run recorded. A run that created branches but
-selected none recommends none of them.
+passed the strategy's own gates: tests, confirmation against the base), the
+strategy judged it (a result with ``"reviewed": false`` is a pick nobody
+reviewed, such as best-of-n's first candidate when the spending cap stopped
+every review: named, with the command to compare it, never as ``git merge``)
+and the branch still holds what the run recorded. A run that created branches
+but selected none recommends none of them.
 """
 
 from __future__ import annotations
@@ -63,6 +66,11 @@ def selected_of(result: Any) -> tuple[str | None, str | None]:
     return None, None
 
 
+def reviewed(result: Any) -> bool:
+    """Whether the strategy judged its pick (False only when its result says ``"reviewed": false``)."""
+    return not (isinstance(result, dict) and result.get("reviewed") is False)
+
+
 def selection(
     *,
     run_status: str,
@@ -72,28 +80,35 @@ def selection(
     base_branch: str,
     unheld: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """One execution's choice: ``{"branch", "kept_base", "note"}``.
+    """One execution's choice: ``{"branch", "kept_base", "reviewed", "note"}``.
 
     ``branch`` is the selected branch (the base branch when the strategy kept
-    it), or None with ``note`` saying why nothing was selected. ``unheld``
-    maps branches to why they no longer hold the run's commit (see
-    :func:`unheld_branches`).
+    it), or None with ``note`` saying why nothing was selected. ``reviewed``
+    is False for a pick the strategy did not judge: it is named, never merge
+    advice. ``unheld`` maps branches to why they no longer hold the run's
+    commit (see :func:`unheld_branches`).
     """
+
+    def nothing(note: str) -> dict[str, Any]:
+        return {"branch": None, "kept_base": False, "reviewed": True, "note": note}
+
     if run_status in UNFINISHED:
-        return {"branch": None, "kept_base": False, "note": "the run did not finish, so nothing is selected yet"}
+        return nothing("the run did not finish, so nothing is selected yet")
     if status == "budget_reached" and selected_of(result)[0] is None:
-        return {"branch": None, "kept_base": False, "note": "the spending cap stopped it before it had a result"}
+        return nothing("the spending cap stopped it before it had a result")
     if status not in DECIDED or (status != "success" and selected_of(result)[0] is None):
         why = f": {error.splitlines()[0][:160]}" if error else ""
-        return {"branch": None, "kept_base": False, "note": f"the strategy {status}{why}"}
+        return nothing(f"the strategy {status}{why}")
     branch, _ = selected_of(result)
     if branch is None:
-        return {"branch": None, "kept_base": False, "note": "the strategy selected no branch"}
+        return nothing("the strategy selected no branch")
     if branch == base_branch:
-        return {"branch": branch, "kept_base": True, "note": ""}
+        return {"branch": branch, "kept_base": True, "reviewed": True, "note": ""}
     if unheld and branch in unheld:
-        return {"branch": None, "kept_base": False, "note": f"selected {branch}, but {unheld[branch]}"}
-    return {"branch": branch, "kept_base": False, "note": ""}
+        return nothing(f"selected {branch}, but {unheld[branch]}")
+    if not reviewed(result):
+        return {"branch": branch, "kept_base": False, "reviewed": False, "note": "picked without review"}
+    return {"branch": branch, "kept_base": False, "reviewed": True, "note": ""}
 
 
 def verdict(*, run_status: str, status: str, error: str | None, result: Any, base_branch: str) -> str:
