@@ -359,16 +359,19 @@ async def synthesize(
                 diffs.get("synthesis", ""), [(r["label"], diffs.get(r["label"], "")) for r in top]
             )
 
-    won, why = _decide(synthesis, best, test_command)
+    won, why, compared = _decide(synthesis, best, test_command)
     synthesis["selected"] = won
+    # The candidate was scored twice: alone (its rank among the candidates) and beside the
+    # synthesis. A decision made side by side rests on the second: that is its score from here.
+    kept_score = synthesis["candidate_rescore"]["score"] if compared else best["score"]
     if won:
         chosen: dict[str, Any] = dict(synth_result or {})
         record["selected"] = {"which": "synthesis", "branch": synthesis["branch"], "score": synthesis["score"]}
     else:
         chosen = dict(results.get(best["index"]) or {"selected_branch": best["branch"]})
-        record["selected"] = {"which": best["label"], "branch": best["branch"], "score": best["score"]}
+        record["selected"] = {"which": best["label"], "branch": best["branch"], "score": kept_score}
     record["why"] = why
-    record["verdict"] = verdict_line(record, best, won, why)
+    record["verdict"] = verdict_line(record, best, won, why, named_scores=compared)
     if not keep_branches:
         # Only branches this run made: the generated candidates and the synthesis, never given ones.
         ours = [r.get("branch") for r in rows if r.get("key")] + [synthesis.get("branch")]
@@ -379,35 +382,44 @@ async def synthesize(
     return {**chosen, **{k_: v for k_, v in record.items() if k_ != "strategy_execution_id"}}
 
 
-def _decide(synthesis: dict[str, Any], best: dict[str, Any], test_command: str | None) -> tuple[bool, str]:
-    """Whether the synthesis is selected over ``best``, and why (one clause)."""
+def _decide(synthesis: dict[str, Any], best: dict[str, Any], test_command: str | None) -> tuple[bool, str, bool]:
+    """Whether the synthesis is selected over ``best``, why (one clause), and whether the side-by-side scores decided."""
     label = best["label"]
     if synthesis["status"] != "made":
-        return False, synthesis.get("why") or "there is no synthesis"
+        return False, synthesis.get("why") or "there is no synthesis", False
     if test_command and not (synthesis.get("tests") or {}).get("passed"):
         t = synthesis.get("tests") or {}
         how = f"exit {t['exit_code']}" if t.get("exit_code") is not None else (t.get("error") or "did not run")
-        return False, f"the synthesis failed its tests ({how})"
+        return False, f"the synthesis failed its tests ({how})", False
     mine, theirs = synthesis.get("score"), (synthesis.get("candidate_rescore") or {}).get("score")
     if mine is None:
-        return False, "the side-by-side review could not score the synthesis"
+        return False, "the side-by-side review could not score the synthesis", False
     if theirs is None:
-        return False, f"the side-by-side review could not score {label}, so the synthesis is not shown to beat it"
+        return (
+            False,
+            f"the side-by-side review could not score {label}, so the synthesis is not shown to beat it",
+            False,
+        )
     if mine < theirs:
-        return False, f"the synthesis scored {_fmt(mine)} < {label}'s {_fmt(theirs)} side by side"
+        return False, f"the synthesis scored {_fmt(mine)} < {label}'s {_fmt(theirs)} side by side", True
     tested = ", tests passed" if test_command else ""
-    return True, f"the synthesis scored {_fmt(mine)} >= {label}'s {_fmt(theirs)} side by side{tested}"
+    return True, f"the synthesis scored {_fmt(mine)} >= {label}'s {_fmt(theirs)} side by side{tested}", True
 
 
-def verdict_line(record: dict[str, Any], best: dict[str, Any], won: bool, why: str) -> str:
-    """``synthesis of gen/0, gen/1 selected: ...; hunks: 1 gen/0, 1 gen/1, 1 new`` or ``gen/0 stays best: ...``."""
+def verdict_line(record: dict[str, Any], best: dict[str, Any], won: bool, why: str, *, named_scores: bool) -> str:
+    """``synthesis of gen/0, gen/1 selected: ...; hunks: 1 gen/0, 1 gen/1, 1 new`` or ``gen/0 stays best: ...``.
+
+    Each score is named once: when ``why`` already gives the candidate's score (the
+    side-by-side one the decision compared, ``named_scores``), its score alone is left out.
+    """
     counts = provenance_counts(record["provenance"])
     order = [*record["top"], "new"]  # candidates in rank order, then what the synthesizer wrote
     hunks = ", ".join(f"{counts[src]} {src}" for src in order if src in counts)
     tail = f"; hunks: {hunks}" if hunks else ""
     if won:
         return f"synthesis of {', '.join(record['top'])} selected: {why}{tail}"
-    return f"{best['label']} stays best (score {_fmt(best['score'])}): {why}{tail}"
+    score = "" if named_scores else f" (score {_fmt(best['score'])})"
+    return f"{best['label']} stays best{score}: {why}{tail}"
 
 
 def branches_to_delete(run: RunView) -> list[str]:

@@ -200,9 +200,10 @@ VERDICTS = {
     "iterative": re.escape("returned one task's result: branch iterative_RUN_k"),
     "plan-score-implement": re.escape("returned one task's result: branch plan-score-implement_RUN_k"),
     # the reviewers' prompts name the run's branches, so the simulated scores vary with the run id
-    # (and the candidates are named best first)
+    # (and the candidates are named best first; the kept candidate has one score in the verdict:
+    # the side-by-side one the decision compared)
     "synthesize": r"(synthesis of gen/\d, gen/\d, gen/\d selected: the synthesis scored [\d.]+ >= gen/\d's [\d.]+"
-    r"|gen/\d stays best \(score [\d.]+\): the synthesis scored [\d.]+ < gen/\d's [\d.]+) side by side; hunks: 1 new",
+    r"|gen/\d stays best: the synthesis scored [\d.]+ < gen/\d's [\d.]+) side by side; hunks: 1 new",
     "tree-beam": re.escape(
         "n2 beat the base: throughput 100 → 120, change +20.00% [+20.00%, +20.00%] over 10 pairs; stopped: max_depth"
     ),

@@ -271,8 +271,22 @@ async def test_a_synthesis_that_scores_lower_side_by_side_leaves_the_best_candid
     _, state = await run_engine(tmp_path, synthesize, runner, params={"n": 2})
     result = state.strategies["s1"].result
     assert result["key"] == "run_t/s1/gen/0" and result["synthesis"]["selected"] is False
-    assert result["verdict"].startswith("gen/0 stays best (score 8): the synthesis scored 5 < gen/0's 8 side by side")
+    assert result["verdict"].startswith("gen/0 stays best: the synthesis scored 5 < gen/0's 8 side by side")
     assert not _by(runner, "tests")  # no test_command: nothing tested
+
+
+async def test_the_verdict_gives_the_kept_candidate_one_score_the_one_the_decision_compared(tmp_path):
+    # gen/0 ranked first alone (10), then scored 8 beside the synthesis (7): the verdict
+    # named both ("gen/0 stays best (score 10): the synthesis scored 7 < gen/0's 8").
+    runner = ScriptedRunner(script({0: 10, 1: 6}, rescore=(7, 8)))
+    _, state = await run_engine(tmp_path, synthesize, runner, params={"n": 2})
+    result = state.strategies["s1"].result
+    assert result["key"] == "run_t/s1/gen/0"
+    assert (
+        result["verdict"]
+        == "gen/0 stays best: the synthesis scored 7 < gen/0's 8 side by side; hunks: 1 gen/0, 1 gen/1, 1 new"
+    )
+    assert result["selected"] == {"which": "gen/0", "branch": result["artifact"]["branch_final"], "score": 8}
 
 
 async def test_a_synthesis_failing_its_tests_is_not_best_and_the_best_candidate_is_one_that_passes(tmp_path):
@@ -315,7 +329,7 @@ async def test_existing_branches_are_reviewed_not_generated_and_a_kept_one_is_se
     (synth,) = _by(runner, "synth")
     assert synth.include_branches == ("fix-b", "fix-a")
     assert s1.result["selected_branch"] == "fix-b" and "artifact" not in s1.result
-    assert s1.result["verdict"].startswith("branch/1 stays best (score 9): the synthesis scored 3 < branch/1's 9")
+    assert s1.result["verdict"].startswith("branch/1 stays best: the synthesis scored 3 < branch/1's 9")
 
 
 async def test_nothing_scorable_fails_with_no_viable_candidates(tmp_path):
