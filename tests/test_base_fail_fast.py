@@ -61,7 +61,15 @@ def assert_stopped_before_any_agent(result, events, summary, *expected, headline
     started = {e.key for e in events if e.type == "task.started"}
     assert started <= {p["key"] for p in scheduled}
     (strategy,) = summary["strategies"]
-    assert strategy["status"] == "failed" and summary["status"] == "completed"
+    # a run that stopped on its base failed (it used to say "completed"), and the task that
+    # measured the base is no success: it ran, but its result is what could not be used
+    assert strategy["status"] == "failed" and summary["status"] == "failed"
+    unusable = [t["key"].split("/", 2)[2] for t in strategy["tasks"] if t["unusable"]]
+    assert unusable, strategy["tasks"]
+    shown = out.split("Results by strategy:")[1]
+    for key in unusable:
+        assert f"  ✗ {key}  " in shown and f"✓ {key} " not in shown, shown[:3000]
+    assert "100%" not in out and summary["totals"]["success_rate"] is None
     error = strategy["error"]
     assert error.startswith(headline), error
     for text in expected:
