@@ -172,7 +172,12 @@ ALLOWED = {
     "orchestrator.strategy": {"orchestrator.errors", "orchestrator.engine", "orchestrator.app"},
     "orchestrator.strategy_loader": {"orchestrator.errors", "orchestrator.parsing", "orchestrator.strategy"},
     "orchestrator.report": GROUND | {"orchestrator.log", "orchestrator.runner", "orchestrator.strategy_loader"},
-    "orchestrator.agent_image": {"orchestrator.errors", "orchestrator.filelock", "orchestrator.runner"},
+    "orchestrator.agent_image": {
+        "orchestrator.errors",
+        "orchestrator.filelock",
+        "orchestrator.sanitize",
+        "orchestrator.runner",
+    },
     "tui": {"orchestrator", "orchestrator.log", "orchestrator.naming"},
     "strategies": {"orchestrator", "orchestrator.strategy"},
 }
