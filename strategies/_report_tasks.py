@@ -48,7 +48,7 @@ def _as_json(line: str) -> Any:
 
 def report_task(task: dict[str, Any]) -> dict[str, Any] | None:
     """The card of one of a built-in strategy's command tasks, or None to keep the generic one."""
-    if task.get("plugin") != "command":
+    if not task.get("runs_command"):
         return None
     script = task.get("command") or ""
     text = task.get("final_message") or ""

@@ -95,3 +95,70 @@ def test_prices_by_exact_model_then_prefix_then_the_default():
     assert rate_for("gpt-5", rates) == (1.0, 2.0)
     assert rate_for("other", rates) == (9.0, 9.0)
     assert rate_for("other", {"gpt-5": (1.0, 2.0)}) is None
+
+
+@pytest.fixture
+def shell_plugin(monkeypatch):
+    """A command plugin named ``shell``, registered as a configuration would (its kind is its capabilities)."""
+    import sys
+    import types
+
+    from orchestrator.runner import registry
+    from runner_plugins.command import CommandPlugin
+
+    class Shell(CommandPlugin):
+        name = "shell"
+
+    module = types.ModuleType("shell_plugin_probe")
+    module.PLUGIN = Shell()  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    monkeypatch.setitem(registry.PLUGIN_MODULES, "shell", module.__name__)
+    return "shell"
+
+
+def test_max_cost_is_refused_for_a_command_plugin_of_any_name(shell_plugin):
+    from orchestrator.app.run_budget import check_measurable
+    from orchestrator.config import BudgetConfig, Config
+    from orchestrator.errors import ConfigError
+    from orchestrator.runner.types import AuthConfig
+
+    config = Config(budget=BudgetConfig(max_cost_usd=1.0))
+    with pytest.raises(ConfigError, match="plugin shell runs no agent and spends nothing"):
+        check_measurable(config, plugin_name=shell_plugin, model="sonnet", mode=None, auth=AuthConfig())
+    # a tool that reports its cost, on a subscription, reports what is not paid
+    with pytest.raises(ConfigError, match="subscription mode"):
+        check_measurable(config, plugin_name="claude-code", model="sonnet", mode="subscription", auth=AuthConfig())
+
+
+async def test_a_command_plugin_of_any_name_spends_nothing_and_runs_at_the_cap(tmp_path, shell_plugin):
+    """Issue 45: a task's kind is its plugin's runs_command, recorded once; not the name ``command``."""
+    from engine_helpers import run_engine
+
+    from orchestrator.engine.testing import ScriptedRunner, success
+    from orchestrator.errors import BudgetReached
+    from orchestrator.log import events as E
+    from orchestrator.log.eventlog import LogReader
+
+    async def strategy(prompt, base_branch, ctx):
+        await ctx.wait(ctx.run({"prompt": "spend"}, key=ctx.key("agent")))  # reaches the cap
+        checked = await ctx.wait(ctx.run({"plugin": "shell", "command": "make check"}, key=ctx.key("check")))
+        try:
+            ctx.run({"prompt": "more"}, key=ctx.key("again"))
+        except BudgetReached:
+            return checked["final_message"]
+        return "an agent task ran past the cap"
+
+    runner = ScriptedRunner(lambda req: success(req, final_message=f"ran {req.plugin_name}", cost=0.05))
+    _, state = await run_engine(
+        tmp_path, strategy, runner, budget=BudgetCap(max_cost_usd=0.02), budget_rates={"*": DEFAULT_RATE}
+    )
+    assert state.strategies["s1"].result == "ran shell", state.strategies["s1"].error
+    check = next(k for k in state.tasks if k.endswith("/check"))
+    assert state.tasks[check].runs_command  # folded from what task.scheduled recorded
+    assert state.budget is not None and check not in state.budget.by_task  # and not priced
+    scheduled = {
+        ev.key: ev.typed()
+        for _, ev in LogReader(tmp_path / "logs" / "run_t" / "events.jsonl").events()
+        if ev.type == E.TASK_SCHEDULED
+    }
+    assert [p.runs_command for _, p in sorted(scheduled.items())] == [False, True]

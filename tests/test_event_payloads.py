@@ -251,7 +251,8 @@ async def _every_kind(prompt, base_branch, ctx):
     return "done"
 
 
-# The fields (in order) of each payload the engine wrote before payloads were structs (measured on main).
+# The fields (in order) of each payload the engine wrote before payloads were structs (measured on main),
+# and those added since: task.scheduled's runs_command (issue 45: the task's kind, recorded).
 WRITTEN_BEFORE = {
     ("budget.cap", ("max_cost_usd", "max_tokens", "on_reached")),
     ("budget.spend", ("task", "tokens", "cost_usd")),
@@ -269,7 +270,7 @@ WRITTEN_BEFORE = {
                      "retry_attempts")),
     ("task.interrupted", ("key", "instance_id", "session_id")),
     ("task.scheduled", ("key", "instance_id", "container_name", "model", "task_fingerprint_hash", "branch_name",
-                        "session_group_key", "plugin", "input")),
+                        "session_group_key", "plugin", "runs_command", "input")),
     ("task.session", ("key", "instance_id", "session_id")),
     ("task.session", ("key", "instance_id", "session_id", "reason", "detail", "previous_session_id")),
     ("task.session", ("key", "instance_id", "session_id", "reason", "detail", "previous_session_id", "host",

@@ -239,3 +239,58 @@ def test_the_layer_checks_see_imports_inside_functions_but_not_type_only_ones():
     found = _imports("orchestrator.engine.probe", source)
     assert "orchestrator.app.launch" in found
     assert "orchestrator.log.state" not in found
+
+
+# A task's kind is its plugin's capabilities (``runs_command``, ``supports_cost``)
+# or what its task.scheduled recorded, never its plugin's name. The one place a
+# name stands for a kind: the upcast of logs from before the kind was recorded.
+NAME_UPCASTS = {("orchestrator.log.events", "ran_command")}
+
+
+def _plugin_name_comparisons(module: str, source: str, names: set[str]) -> list[str]:
+    """``module:line: comparison`` for each comparison with a string among ``names`` (``x == "a"``, ``x in ("a",)``)."""
+    tree = ast.parse(source)
+    skipped = {
+        id(node)
+        for fn in ast.walk(tree)
+        if isinstance(fn, ast.FunctionDef) and (module, fn.name) in NAME_UPCASTS
+        for node in ast.walk(fn)
+    }
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Compare) or id(node) in skipped:
+            continue
+        for operand in (node.left, *node.comparators):
+            items = operand.elts if isinstance(operand, (ast.Tuple, ast.List, ast.Set)) else [operand]
+            if any(isinstance(i, ast.Constant) and i.value in names for i in items):
+                found.append(f"{module}:{node.lineno}: {ast.unparse(node)}")
+                break
+    return found
+
+
+def test_no_module_but_the_plugins_and_the_registry_compares_a_plugin_name():
+    from orchestrator.runner.registry import PLUGIN_MODULES
+
+    names = set(PLUGIN_MODULES)
+    found = [
+        hit
+        for name, (path, _) in sorted(MODULES.items())
+        if name != REGISTRY and not _under(name, "runner_plugins")
+        for hit in _plugin_name_comparisons(name, path.read_text("utf-8"), names)
+    ]
+    # the report's templates are code too
+    for path in sorted((ROOT / "orchestrator").rglob("*.j2")):
+        text = path.read_text("utf-8")
+        found += [f"{path.relative_to(ROOT)}: == {n!r}" for n in names if f'== "{n}"' in text or f"== '{n}'" in text]
+    assert found == []
+
+
+def test_the_plugin_name_check_sees_equality_and_membership_but_not_the_upcast():
+    """What the check stands on: it finds each form of comparison, and spares only the named upcast."""
+    source = (
+        'def f(p):\n    return p.plugin != "command" or p in ("x", "codex") or "claude-code" == p\n'
+        'def ran_command(plugin):\n    return plugin == "command"\n'
+    )
+    names = {"command", "codex", "claude-code"}
+    assert len(_plugin_name_comparisons("orchestrator.tui_probe", source, names)) == 4
+    assert len(_plugin_name_comparisons("orchestrator.log.events", source, names)) == 3  # f, not the upcast

@@ -114,7 +114,9 @@ def test_a_card_reads_a_json_answer_as_fields_and_keeps_a_diff_hunk():
     coder = task_card({"plugin": "claude-code", "final_message": prose, "result": {}})
     assert coder["fields"] == {} and coder["output"] == prose  # JSON quoted in prose stays where it was written
     diff = "diff --git a/x b/x\n@@ -1 +1 @@\n-a\n+b"
-    shown = task_card({"plugin": "command", "command": "git diff", "final_message": diff, "result": {}})
+    shown = task_card(
+        {"plugin": "command", "runs_command": True, "command": "git diff", "final_message": diff, "result": {}}
+    )
     assert shown["output"] == diff and shown["command"] == "git diff" and not shown["script"]
 
 
@@ -123,6 +125,7 @@ def test_a_card_hides_a_wrapper_script_and_its_marker_lines_whatever_the_strateg
 
     task = {
         "plugin": "command",
+        "runs_command": True,
         "command": 'sh -c "make"; printf "@@orch-base exit=%s" "$rc"',
         "final_message": "built\n@@orch-base stderr\n@@orch-base exit=0\n",
         "result": {},
@@ -144,6 +147,7 @@ def test_the_built_in_cards_read_each_wrapper_into_fields():
     base = report_task(
         {
             "plugin": "command",
+            "runs_command": True,
             "command": base_command("python3 -m pytest -q 'tests/a b.py'"),
             "final_message": "1 failed\n\n@@orch-base stderr\nNo module named pytest\n\n@@orch-base exit=1\n",
         }
@@ -158,6 +162,7 @@ def test_the_built_in_cards_read_each_wrapper_into_fields():
     evolve = report_task(
         {
             "plugin": "command",
+            "runs_command": True,
             "command": measure_command(goal),
             "final_message": "\n@@evolve stderr\n\n@@evolve end exit=1 head=" + "a" * 40 + "\n",
         }
@@ -167,6 +172,7 @@ def test_the_built_in_cards_read_each_wrapper_into_fields():
     runs = report_task(
         {
             "plugin": "command",
+            "runs_command": True,
             "command": measure_runs("python3 bench.py", [("c", "HEAD")]),
             "final_message": '@@orch-run 0 c 0 1 {"metrics": {"t": 5}}\n| {"metrics": {"t": 5}}\n@@orch-done 1\n',
         }
@@ -192,3 +198,33 @@ def test_chart_series_with_the_same_values_are_drawn_apart():
     assert svg.count("<circle") == 3 and svg.count("<rect") == 3  # each series its own marker (points, legend)
     alone = line_chart_svg([Series(name="a", points=same)])
     assert '<path d="M64,236 L624,16"' in alone  # a series that shares nothing is not moved
+
+
+def test_a_card_shows_the_command_of_a_command_task_whatever_its_plugin_is_named(tmp_path):
+    """Issue 45: the report reads the kind task.scheduled recorded (an older log: upcast from the plugin)."""
+    from orchestrator.log import events as E
+    from orchestrator.report.cards import task_card
+    from orchestrator.report.data import collect_events, task_rows
+
+    scheduled = {
+        "r/s1/new": {"plugin": "shell", "runs_command": True},
+        "r/s1/old": {"plugin": "command"},  # a log from before runs_command was recorded
+        "r/s1/agent": {"plugin": "shell", "runs_command": False},
+    }
+    lines = []
+    for key, fields in scheduled.items():
+        for etype, payload in (
+            (E.TASK_SCHEDULED, {"key": key, "instance_id": "i", **fields, "input": {"command": "make check"}}),
+            (E.TASK_COMPLETED, {"key": key, "instance_id": "i", "final_message": "ok"}),
+        ):
+            lines.append(
+                E.encode_line(
+                    etype, ts="2026-01-01T00:00:00.000Z", run_id="r", strategy_execution_id="s1",
+                    start_offset=sum(map(len, lines)), payload=payload, key=key,
+                )
+            )  # fmt: skip
+    log = tmp_path / "events.jsonl"
+    log.write_bytes(b"".join(lines))
+    tasks, _ = collect_events(log)
+    shown = {row["key"]: task_card(row)["command"] for row in task_rows(tasks, None)}
+    assert shown == {"r/s1/new": "make check", "r/s1/old": "make check", "r/s1/agent": None}

@@ -158,6 +158,26 @@ def test_the_earlier_whole_document_layout_still_loads():
     assert encode_snapshot(loaded) == encode_snapshot(full)
 
 
+def test_a_task_recorded_before_runs_command_reads_as_its_plugin_said():
+    """Issue 45: an older log's task.scheduled names only the plugin: its kind is upcast from that."""
+    state = RunState(run_id="r")
+    recorded = [
+        ({"plugin": "command"}, True),
+        ({"input": {"plugin_name": "command"}}, True),  # older still: the plugin only in the input
+        ({"plugin": "codex"}, False),
+        ({}, False),
+        ({"plugin": "shell", "runs_command": True}, True),  # a current log says it, whatever the name
+    ]
+    for i, (fields, expected) in enumerate(recorded):
+        key = f"r/s1/t{i}"
+        apply(state, "task.scheduled", "s1", key, {"key": key, "instance_id": f"i{i}", **fields}, i, "t")
+        assert state.tasks[key].runs_command is expected, fields
+    # A snapshot from before tasks recorded it would read every task as an agent: it is not read.
+    older = encode_snapshot(state).replace(b'"schema":3,', b'"schema":2,', 1)
+    with pytest.raises(SnapshotError, match="another version"):
+        decode_snapshot(older)
+
+
 def test_task_session_is_durable_while_the_task_runs_and_ignored_once_it_finished():
     state = fold([("task.scheduled", KEYS[0]), ("task.started", KEYS[0])])
     apply(state, "task.session", "s1", KEYS[0], {"key": KEYS[0], "session_id": "abc"}, 1000, "t")

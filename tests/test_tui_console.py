@@ -51,7 +51,17 @@ def test_a_command_task_shows_no_model_and_a_failure_no_marker_lines():
     started = format_event(
         ev("task.started", {"instance_id": INST, "model": "sonnet", "plugin": "command"}), color=False
     )
-    assert started == PREFIX + "[STARTED] (command)"
+    assert started == PREFIX + "[STARTED] (command)"  # an older log: the plugin's name says it
+    # a current log records the kind: a command plugin of any name reads as one, an agent's shows its model
+    for runs_command, shown in ((True, "(command)"), (False, "(sonnet)")):
+        started = format_event(
+            ev(
+                "task.started",
+                {"instance_id": INST, "model": "sonnet", "plugin": "shell", "runs_command": runs_command},
+            ),
+            color=False,
+        )
+        assert started == PREFIX + f"[STARTED] {shown}"
     failed = format_event(
         ev(
             "task.failed",

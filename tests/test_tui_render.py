@@ -534,4 +534,31 @@ def test_the_header_shows_the_spend_against_the_cap_from_the_budget_events():
 )
 def test_a_command_task_shows_the_users_command_not_its_wrapper(script, shown):
     task = {"plugin_name": "command", "command": script, "prompt": script, "import_policy": "never"}
-    assert task_doing(task) == shown
+    assert task_doing(task, runs_command=True) == shown
+
+
+def test_a_command_task_of_any_plugin_shows_its_command_and_no_model():
+    """Issue 45: the card reads the kind task.scheduled recorded (and the fold keeps), not the plugin's name."""
+    from orchestrator.log.state import RunState, apply
+
+    key = "run_cmd/s1/check"
+    scheduled = {
+        "key": key,
+        "instance_id": "abcdef0123",
+        "model": "sonnet",
+        "plugin": "shell",
+        "runs_command": True,
+        "input": {"prompt": "make check", "command": "make check", "plugin_name": "shell"},
+    }
+    started = {"key": key, "instance_id": "abcdef0123", "model": "sonnet"}
+    fed = RunModel("run_cmd")
+    state = RunState(run_id="run_cmd")
+    for n, (etype, payload) in enumerate((("task.scheduled", scheduled), ("task.started", started))):
+        fed.feed_raw(etype, "s1", key, payload, n * 100, utc_ts())
+        apply(state, etype, "s1", key, payload, n * 100, utc_ts())
+    adopted = RunModel("run_cmd")
+    assert adopted.reconcile(state)  # a dashboard that starts from the snapshot knows it too
+    for model in (fed, adopted):
+        text = frame_text(model)
+        head = next(line for line in text.splitlines() if "inst-abcde" in line)
+        assert "$ make check" in text and "sonnet" not in head

@@ -82,22 +82,22 @@ def _params(params: Any) -> str:
 class Scheduled(NamedTuple):
     """What a task's ``task.scheduled`` said that its ``task.started`` line shows."""
 
-    plugin: str | None
+    runs_command: bool  # a command, not an agent: no model to show
     branch_name: str | None  # None for a task that makes no branch
 
 
 def scheduled_of(p: E.TaskScheduled) -> Scheduled:
     task_input = None if p.input is msgspec.UNSET else p.input
-    plugin = p.plugin or (task_input or {}).get("plugin_name")
-    return Scheduled(plugin, p.branch_name if p.branch_name and makes_branch(task_input) else None)
+    return Scheduled(p.is_command, p.branch_name if p.branch_name and makes_branch(task_input) else None)
 
 
 def format_event(event: dict, *, color: bool, several: bool = False) -> str | None:
     """The plain-mode line for one event (a dict in the events.jsonl shape), or None if not shown.
 
-    ``task.started`` payloads may carry ``branch_name`` and ``plugin`` (the
-    stream copies them from the task's ``task.scheduled`` event, where the
-    engine records them; it copies the branch only for a task that makes one).
+    ``task.started`` payloads may carry ``branch_name`` and ``runs_command``
+    (or an older log's ``plugin``), as the task's ``task.scheduled`` event
+    records them (the stream takes them from there; the branch only for a task
+    that makes one).
     ``several``: the run has more than one strategy execution.
     """
     raw = event.get("payload") or {}
@@ -105,7 +105,10 @@ def format_event(event: dict, *, color: bool, several: bool = False) -> str | No
         payload = decode_payload(str(event.get("type")), raw)
     except PayloadMismatch:
         return None
-    scheduled = Scheduled(raw.get("plugin"), raw.get("branch_name"))
+    copied = E.TaskScheduled(
+        plugin=raw.get("plugin", msgspec.UNSET), runs_command=raw.get("runs_command", msgspec.UNSET)
+    )
+    scheduled = Scheduled(copied.is_command, raw.get("branch_name"))
     sid = event.get("strategy_execution_id") or "?"
     return format_line(payload, key=event.get("key"), sid=sid, color=color, several=several, scheduled=scheduled)
 
@@ -129,7 +132,7 @@ def format_line(
         if isinstance(payload, E.TaskStarted):
             target = scheduled.branch_name if scheduled is not None else None
             line = _tag("STARTED", color) + (f" → {target}" if target else "")
-            if scheduled is not None and scheduled.plugin == "command":
+            if scheduled is not None and scheduled.runs_command:
                 line += " (command)"
             elif payload.model:
                 line += f" ({payload.model})"

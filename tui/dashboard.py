@@ -433,7 +433,7 @@ def _detailed_card(model: RunModel, task: TaskState, now: float) -> Panel:
     extra = model.extras.get(task.key)
     style = STATUS_STYLE.get(task.state, "")
     head = Text.assemble(f"{icon} ", (task.state.lower(), style), f"  {runtime}  inst-{task.instance_id[:5]}")
-    if task.model and (extra is None or extra.plugin != "command"):
+    if task.model and (extra is None or not extra.runs_command):
         head.append(f"  {task.model}", style="dim")
     tokens = task.tokens_in + task.tokens_out
     metrics = Text(

@@ -108,12 +108,12 @@ def makes_branch(task_input: Any) -> bool:
     return not (isinstance(task_input, dict) and task_input.get("import_policy") == "never")
 
 
-def task_doing(task_input: Any) -> str:
+def task_doing(task_input: Any, runs_command: bool) -> str:
     """One line saying what a task does: its prompt, or for a bare command task its command."""
     if not isinstance(task_input, dict):
         return ""
     prompt = task_input.get("prompt")
-    if task_input.get("plugin_name") == "command" and (not prompt or prompt == task_input.get("command")):
+    if runs_command and (not prompt or prompt == task_input.get("command")):
         return command_line(task_input.get("command"))
     return first_line(prompt)
 
@@ -125,7 +125,7 @@ class TaskExtra(msgspec.Struct, kw_only=True):
     prompt: str = ""  # first line of the task's prompt: what a queued or running task is doing
     started: float | None = None
     ended: float | None = None
-    plugin: str | None = None
+    runs_command: bool = False  # a command, not an agent: no model to show
     has_changes: bool | None = None
     lines_added: int = 0
     lines_deleted: int = 0
@@ -213,8 +213,8 @@ class RunModel:
             extra = self.extras[key] = TaskExtra()
         if isinstance(p, E.TaskScheduled):
             task_input = None if p.input is msgspec.UNSET else p.input
-            extra.plugin = p.plugin or None
-            extra.prompt = task_doing(task_input)
+            extra.runs_command = p.is_command
+            extra.prompt = task_doing(task_input, p.is_command)
             extra.makes_branch = makes_branch(task_input)
             extra.activity = f"queued: {extra.prompt}" if extra.prompt else "queued"
         elif isinstance(p, E.TaskStarted):
@@ -292,8 +292,9 @@ class RunModel:
                 extra.started = parse_ts(task.started_at)
             if extra.ended is None and task.state in (COMPLETED, FAILED):
                 extra.ended = parse_ts(task.completed_at)
+            extra.runs_command = task.runs_command
             if not extra.prompt:
-                extra.prompt = task_doing(task.input)
+                extra.prompt = task_doing(task.input, task.runs_command)
             extra.makes_branch = makes_branch(task.input)
             if not extra.activity or extra.activity.startswith("queued"):
                 extra.activity = _activity_from_state(task, extra.prompt)

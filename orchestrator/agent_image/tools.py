@@ -16,6 +16,8 @@ from ..errors import PreflightError
 from .paths import cache_dir
 
 TOOLS = ("claude", "codex", "git", "orchestrator-sim-agent")
+# The image --build-image builds when --docker-image names no other.
+DEFAULT_IMAGE = "claude-code"
 PROBE_TIMEOUT_S = 120
 # Prints "<tool> <first line of --version>" or "<tool> -" when it is not on PATH.
 # The simulated agent has no --version (it would answer as an agent), and the
@@ -28,6 +30,11 @@ _PROBE = (
     '[ "$t" = orchestrator-sim-agent ] && echo "$t present" || echo "$t simulated"; continue; fi; '
     'v=$("$t" --version 2>/dev/null </dev/null | head -n 1); echo "$t ${v:-?}"; done'
 )
+
+
+def build_command(image: str) -> str:
+    """The command that builds ``image``."""
+    return "orchestrator --build-image" + ("" if image == DEFAULT_IMAGE else f" --docker-image {image}")
 
 
 def required_tools(plugin_name: str, *, dry_run: bool) -> tuple[str, ...]:
@@ -63,10 +70,7 @@ def probe_tools(image: str, *, refresh: bool = False) -> dict[str, str | None]:
         try:
             image_id: str = client.images.get(image).attrs["Id"]
         except docker.errors.ImageNotFound:
-            raise PreflightError(
-                f"Docker image {image!r} not found; build it with: orchestrator --build-image"
-                f"{'' if image == 'claude-code' else f' --docker-image {image}'}"
-            ) from None
+            raise PreflightError(f"Docker image {image!r} not found; build it with: {build_command(image)}") from None
         cache = _cache_file(image_id)
         if not refresh:
             try:

@@ -17,7 +17,7 @@ from typing import Any
 import anyio
 import msgspec
 
-from ..agent_image.tools import check_tools, required_tools
+from ..agent_image.tools import build_command, check_tools, required_tools
 from ..config import Config, LoadedConfig, load_config
 from ..engine.engine import auto_parallel
 from ..errors import ConfigError, PreflightError, RunnerError, UsageError
@@ -250,9 +250,8 @@ async def _check_docker(image: str, tools: tuple[str, ...] = ()) -> None:
     if not ok:
         raise PreflightError(message)
     if not await image_exists(image):
-        build = "orchestrator --build-image" + ("" if image == "claude-code" else f" --docker-image {image}")
         raise PreflightError(
-            f"Docker image {image!r} not found; build it with {build} "
+            f"Docker image {image!r} not found; build it with {build_command(image)} "
             f"(scripts/setup-docker.sh in a checkout) or pass --docker-image"
         )
     if tools:

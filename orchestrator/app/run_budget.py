@@ -43,7 +43,7 @@ def rates_of(config: Config, plugin_name: str) -> dict[str, tuple[float, float]]
 
 
 def subscription(mode: str | None, auth: AuthConfig) -> bool:
-    """Claude Code on a subscription (OAuth token): the tool's cost figure is not what is paid."""
+    """A subscription (an OAuth token, as Claude Code's): the tool's cost figure is not what is paid."""
     if mode is not None:
         return mode == "subscription"
     return bool(getattr(auth, "oauth_token", None)) and not getattr(auth, "api_key", None)
@@ -56,15 +56,16 @@ def check_measurable(config: Config, *, plugin_name: str, model: str, mode: str 
     cap = cap_of(config)
     if cap is None or cap.max_cost_usd is None:
         return
-    plugin = get_plugin(plugin_name)
-    if plugin_name == "command":
-        raise ConfigError("--max-cost: plugin command runs no agent and spends nothing; drop --max-cost")
-    if plugin_name == "claude-code" and subscription(mode, auth):
+    caps = get_plugin(plugin_name).capabilities
+    if caps.runs_command:
+        raise ConfigError(f"--max-cost: plugin {plugin_name} runs no agent and spends nothing; drop --max-cost")
+    # A tool that reports its cost reports, on a subscription, a figure that is not what is paid.
+    if caps.supports_cost and subscription(mode, auth):
         raise ConfigError(
             "--max-cost cannot be measured in subscription mode (the cost is not known): cap the run with "
             "--max-tokens N instead, or use --mode api"
         )
-    if not plugin.capabilities.supports_cost and rate_for(model, rates_of(config, plugin_name)) is None:
+    if not caps.supports_cost and rate_for(model, rates_of(config, plugin_name)) is None:
         raise ConfigError(
             f"--max-cost cannot be measured: plugin {plugin_name} reports no cost and pricing has no entry for "
             f"model {model!r}; add pricing.<provider>.{model}.{{input_per_1k_usd, output_per_1k_usd}} "

@@ -21,6 +21,7 @@ from typing import Any, Literal
 import msgspec
 
 from ..log import events as E
+from ..runner.plugin import RunnerPlugin
 
 # USD per token (input, output) used to price live usage lines when the
 # configuration has no ``pricing`` entry for the model: Claude Sonnet's list
@@ -51,9 +52,9 @@ class BudgetCap(msgspec.Struct, frozen=True, kw_only=True):
         return " or ".join(parts)
 
 
-def is_agent_task(normalized: Mapping[str, Any]) -> bool:
-    """Whether a normalized task runs an agent (spends), as opposed to a command or a branch cleanup."""
-    return normalized.get("plugin_name") != "command"
+def is_agent_task(plugin: RunnerPlugin) -> bool:
+    """Whether a task of ``plugin`` runs an agent (spends), as opposed to a command or a branch cleanup."""
+    return not plugin.capabilities.runs_command
 
 
 def rate_for(model: str | None, rates: Mapping[str, tuple[float, float]]) -> tuple[float, float] | None:

@@ -213,7 +213,7 @@ class Engine:
         if not finished and refuse is not None:
             # The strategy's own budget (ctx.open_budget) is spent: only what the run recorded is answered.
             raise BudgetExhausted(refuse)
-        if not finished and self._budget_refuses(ctx.strategy_execution_id, normalized):
+        if not finished and self._budget_refuses(ctx.strategy_execution_id, plugin):
             assert self.budget is not None
             raise BudgetReached(key, self.budget.message())
         handle = self._handles[key] = Handle(key=key, scheduled_at=time.monotonic())
@@ -240,6 +240,7 @@ class Engine:
                     branch_name=bname,
                     session_group_key=normalized.get("session_group_key"),
                     plugin=normalized["plugin_name"],
+                    runs_command=plugin.capabilities.runs_command,
                     input=normalized,
                 ),
                 key=key,
@@ -250,9 +251,9 @@ class Engine:
         self._tg.start_soon(self._execute, ctx, handle, normalized, inst, cname, bname, RetryPolicy.coerce(policy))
         return handle
 
-    def _budget_refuses(self, sid: str, norm: Mapping[str, Any]) -> bool:
-        """The spending-cap hook: True when the cap is reached and ``norm`` would start an agent."""
-        if self.budget is None or not self.budget.reached or not is_agent_task(norm):
+    def _budget_refuses(self, sid: str, plugin: RunnerPlugin) -> bool:
+        """The spending-cap hook: True when the cap is reached and a task of ``plugin`` would start an agent."""
+        if self.budget is None or not self.budget.reached or not is_agent_task(plugin):
             return False
         self.budget.refused.add(sid)
         return True
@@ -341,7 +342,7 @@ class Engine:
                 or policy is None
                 or attempt >= policy.max_attempts
                 or not policy.retries(result.error_type)
-                or self._budget_refuses(sid, norm)  # at the cap a retry is new spend: the failure stands
+                or self._budget_refuses(sid, self._plugins[key])  # at the cap a retry is new spend: the failure stands
             ):
                 break
             self.olog.warning(
@@ -386,7 +387,7 @@ class Engine:
         try:
             async with self._limiter:
                 self.queued -= 1
-                if first and self._budget_refuses(sid, norm):
+                if first and self._budget_refuses(sid, self._plugins[key]):
                     return None
                 started = False
                 try:
@@ -409,7 +410,7 @@ class Engine:
                     )
                     started = True
                     self.runner_calls += 1
-                    if self.budget is not None and is_agent_task(norm):
+                    if self.budget is not None and is_agent_task(self._plugins[key]):
                         self.budget.begin(key, norm.get("model"))
                     result = await self.runner.run(
                         request, on_event=lambda ev: self._on_runner_event(sid, key, inst, ev)
@@ -444,7 +445,7 @@ class Engine:
                     )
         except anyio.get_cancelled_exc_class():
             raise
-        if self.budget is not None and is_agent_task(norm):
+        if self.budget is not None and is_agent_task(self._plugins[key]):
             self.budget.settle(key, msgspec.to_builtins(result.metrics) if result.metrics else None)
         return result
 

@@ -128,7 +128,27 @@ class TaskScheduled(EventPayload, frozen=True, kw_only=True):
     branch_name: str | None = None
     session_group_key: str | None = None
     plugin: str | UnsetType = UNSET  # (logs from before it was recorded: the input's plugin_name)
+    # It runs a command, not an agent (its plugin's ``runs_command``): nothing to price, no model to show.
+    runs_command: bool | UnsetType = UNSET
     input: dict[str, Any] | UnsetType = UNSET  # the normalized task input that was fingerprinted
+
+    @property
+    def is_command(self) -> bool:
+        """``runs_command``, upcast (:func:`ran_command`) for a log from before it was recorded."""
+        if self.runs_command is not UNSET:
+            return self.runs_command
+        if self.plugin is not UNSET:
+            return ran_command(self.plugin)
+        return ran_command(self.input.get("plugin_name") if self.input is not UNSET else None)
+
+
+def ran_command(plugin: str | None) -> bool:
+    """Whether a task recorded before ``runs_command`` was ran a command: the upcast of an older log.
+
+    Those logs name only the plugin, and of the plugins then only the one named
+    ``command`` ran a command, not an agent: that name is the whole upcast.
+    """
+    return plugin == "command"
 
 
 class TaskStarted(EventPayload, frozen=True, kw_only=True):

@@ -44,6 +44,7 @@ from .events import (
     TaskSession,
     TaskStarted,
     decode_payload,
+    ran_command,
 )
 
 PENDING, RUNNING, COMPLETED, FAILED, INTERRUPTED = "PENDING", "RUNNING", "COMPLETED", "FAILED", "INTERRUPTED"
@@ -63,6 +64,7 @@ class TaskState(msgspec.Struct, kw_only=True, gc=False):
     state: str = PENDING
     fingerprint: str = ""
     input: dict[str, Any] = msgspec.field(default_factory=dict)
+    runs_command: bool = False  # a command, not an agent (task.scheduled's, upcast for an older log)
     model: str | None = None
     scheduled_at: str | None = None
     started_at: str | None = None
@@ -316,7 +318,7 @@ class RunState(msgspec.Struct, kw_only=True):
     tasks: TaskTable = msgspec.field(default_factory=TaskTable)
     strategies: dict[str, StrategyState] = msgspec.field(default_factory=dict)
     counters: Counters = msgspec.field(default_factory=Counters)
-    schema: int = 2
+    schema: int = 3
     # The Docker hosts of the current process, by name (empty without runner.hosts).
     hosts: dict[str, HostState] = msgspec.field(default_factory=dict)
     # From run.started: a dry run, and the start-up warnings of every start and resume.
@@ -516,6 +518,7 @@ def _fold_task(state: RunState, sid: str, key: str, p: EventPayload, offset: int
         task.fingerprint = p.task_fingerprint_hash
         if p.input is not UNSET:
             task.input = p.input
+        task.runs_command = p.is_command
         task.model = p.model
         task.container_name = p.container_name
         task.branch_name = p.branch_name
@@ -600,7 +603,9 @@ def replay(
 # replaced by rename, never rewritten in place, so a map of an old one stays
 # valid.
 
-SNAPSHOT_SCHEMA = 2
+# 3: tasks record runs_command. An older snapshot is not read (its tasks would
+# all say False): the run is folded again from its log, which upcasts.
+SNAPSHOT_SCHEMA = 3
 _HEADER_END = b',"tasks":['
 _TRAILER = b"]}\n"
 _RECORD_START = b'{"key":'
@@ -626,7 +631,7 @@ class _SnapshotHeader(msgspec.Struct, kw_only=True):
 
 
 class _SnapshotDocument(msgspec.Struct, kw_only=True):
-    """A schema-2 snapshot decoded in one go."""
+    """A snapshot of this schema decoded in one go."""
 
     tasks: list[TaskState] = msgspec.field(default_factory=list)
 
@@ -808,7 +813,9 @@ def decode_snapshot(buf: mmap.mmap | bytes) -> RunState:
     except _UNREADABLE as exc:
         raise SnapshotError(f"header: {exc}") from None
     start, end = nl + 1, nl + 1 + header.task_bytes
-    if header.schema != SNAPSHOT_SCHEMA or len(buf) != end + len(_TRAILER) or buf[end:] != _TRAILER:
+    if header.schema != SNAPSHOT_SCHEMA:
+        raise SnapshotError(f"written by another version (schema {header.schema}, not {SNAPSHOT_SCHEMA})")
+    if len(buf) != end + len(_TRAILER) or buf[end:] != _TRAILER:
         raise SnapshotError("the length or closing bytes do not match the header (torn or edited)")
     if (header.task_count == 0) != (header.task_bytes == 0) or (header.task_bytes and buf[end - 1] != 0x0A):
         raise SnapshotError("the task lines do not match the header")
@@ -843,6 +850,7 @@ def _decode_whole(data: bytes) -> RunState:
         raise SnapshotError(str(exc)) from None
     for i, task in enumerate(whole.tasks.values()):
         task.seq = i
+        task.runs_command = ran_command(task.input.get("plugin_name"))  # (not recorded then)
     return RunState(
         run_id=whole.run_id,
         last_event_start_offset=whole.last_event_start_offset,

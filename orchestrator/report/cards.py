@@ -11,8 +11,8 @@ A strategy module that knows its own protocol may refine this with
     def report_task(task: dict) -> dict | None:
         ...
 
-``task`` is the task's row (``short_key``, ``plugin``, ``prompt``, ``command``,
-``final_message``, ``result``); the answer may set ``command`` (what the user
+``task`` is the task's row (``short_key``, ``plugin``, ``runs_command``,
+``prompt``, ``command``, ``final_message``, ``result``); the answer may set ``command`` (what the user
 would call the command; ``None`` hides a script), ``fields`` (a dict),
 ``output`` and ``stderr`` (text). Keys it leaves out keep the generic value.
 """
@@ -114,7 +114,7 @@ def _named(objects: list[dict[str, Any]]) -> dict[str, Any]:
 def task_card(task: dict[str, Any], refine: Any = None) -> dict[str, Any]:
     """``{"command", "script", "fields", "output", "stderr"}`` for one task row."""
     result = task.get("result") or {}
-    command = task.get("command") if task.get("plugin") == "command" else None
+    command = task.get("command") if task.get("runs_command") else None
     script = isinstance(command, str) and is_script(command)
     fields, output = _fields_of(result, without_markers(task.get("final_message") or ""), command is not None)
     card: dict[str, Any] = {
