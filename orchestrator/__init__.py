@@ -14,24 +14,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ._lazy import lazy_attr
+from ._lazy import exports, lazy_attr
 
 # Lazy re-exports: ``import orchestrator.x`` runs this file first, and loading
 # the engine (and with it the runner) here would make every submodule import,
 # the TUI's and the strategies' included, pay for all of it.
-_EXPORTS = {
-    "Handle": "engine.context",
-    "StrategyContext": "engine.context",
-    "Engine": "engine.engine",
-    "EngineConfig": "engine.engine",
-    "get_events_since": "log.eventlog",
-    "read_events": "log.eventlog",
-    "subscribe": "log.eventlog",
-    "RunState": "log.state",
-    "recover": "log.state",
-    **{
-        name: "errors"
-        for name in (
+_EXPORTS = exports(
+    {
+        "engine.context": ("Handle", "StrategyContext"),
+        "engine.engine": ("Engine", "EngineConfig"),
+        "log.eventlog": ("get_events_since", "read_events", "subscribe"),
+        "log.state": ("RunState", "recover"),
+        "errors": (
             "AggregateTaskFailed",
             "ConfigError",
             "KeyConflictDifferentFingerprint",
@@ -42,51 +36,32 @@ _EXPORTS = {
             "StrategyError",
             "TaskFailed",
             "UsageError",
-        )
-    },
-}
+        ),
+    }
+)
+__all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:
-    from .engine.context import Handle, StrategyContext
-    from .engine.engine import Engine, EngineConfig
-    from .errors import (
-        AggregateTaskFailed,
-        ConfigError,
-        KeyConflictDifferentFingerprint,
-        NoViableCandidates,
-        OrchestratorError,
-        RunLockedError,
-        RunnerError,
-        StrategyError,
-        TaskFailed,
-        UsageError,
-    )
-    from .log.eventlog import get_events_since, read_events, subscribe
-    from .log.state import RunState, recover
+    from .engine.context import Handle as Handle
+    from .engine.context import StrategyContext as StrategyContext
+    from .engine.engine import Engine as Engine
+    from .engine.engine import EngineConfig as EngineConfig
+    from .errors import AggregateTaskFailed as AggregateTaskFailed
+    from .errors import ConfigError as ConfigError
+    from .errors import KeyConflictDifferentFingerprint as KeyConflictDifferentFingerprint
+    from .errors import NoViableCandidates as NoViableCandidates
+    from .errors import OrchestratorError as OrchestratorError
+    from .errors import RunLockedError as RunLockedError
+    from .errors import RunnerError as RunnerError
+    from .errors import StrategyError as StrategyError
+    from .errors import TaskFailed as TaskFailed
+    from .errors import UsageError as UsageError
+    from .log.eventlog import get_events_since as get_events_since
+    from .log.eventlog import read_events as read_events
+    from .log.eventlog import subscribe as subscribe
+    from .log.state import RunState as RunState
+    from .log.state import recover as recover
 
 
 def __getattr__(name: str) -> Any:
     return lazy_attr(__name__, _EXPORTS, name)
-
-
-__all__ = [
-    "AggregateTaskFailed",
-    "ConfigError",
-    "Engine",
-    "EngineConfig",
-    "Handle",
-    "KeyConflictDifferentFingerprint",
-    "NoViableCandidates",
-    "OrchestratorError",
-    "RunLockedError",
-    "RunState",
-    "RunnerError",
-    "StrategyContext",
-    "StrategyError",
-    "TaskFailed",
-    "UsageError",
-    "get_events_since",
-    "read_events",
-    "recover",
-    "subscribe",
-]

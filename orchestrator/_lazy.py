@@ -10,7 +10,18 @@ from __future__ import annotations
 
 import importlib
 import sys
+from collections.abc import Mapping
 from typing import Any
+
+
+def exports(table: Mapping[str, tuple[str, ...]]) -> dict[str, str]:
+    """A package's export table: ``{submodule: (names, ...)}`` read as ``{name: submodule}``.
+
+    The package writes the same names again under ``if TYPE_CHECKING:`` as
+    ``from .submodule import Name as Name`` (for the type checker and the
+    linter); tests/test_lazy_imports.py fails when the two differ.
+    """
+    return {name: module for module, names in table.items() for name in names}
 
 
 def lazy_attr(package: str, exports: dict[str, str], name: str) -> Any:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -56,6 +57,25 @@ def test_lazy_re_export_is_cached_on_the_package(package, name):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "True", name]
+
+
+@pytest.mark.parametrize("package", ["orchestrator", "orchestrator.runner", "orchestrator.engine"])
+def test_the_type_checkers_imports_are_the_export_table(package):
+    """A package's ``if TYPE_CHECKING:`` imports name exactly its export table: what mypy sees is what runs."""
+    import ast
+    import importlib
+
+    module = importlib.import_module(package)
+    tree = ast.parse(Path(module.__file__).read_text("utf-8"))
+    block = next(n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING")
+    seen = {}
+    for node in block.body:
+        assert isinstance(node, ast.ImportFrom) and node.level == 1, ast.unparse(node)
+        for alias in node.names:
+            assert alias.asname == alias.name, f"{ast.unparse(node)}: re-export it as itself"
+            seen[alias.name] = node.module
+    assert seen == module._EXPORTS
+    assert module.__all__ == sorted(module._EXPORTS)
 
 
 def test_unknown_name_names_the_package():

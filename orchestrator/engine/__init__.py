@@ -9,17 +9,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .._lazy import lazy_attr
+from .._lazy import exports, lazy_attr
 
 # Lazy, like the package root: a strategy importing the engine's context loads nothing more.
-_EXPORTS = {"ReplayOutcome": "replay", "replay_strategy": "replay"}
+_EXPORTS = exports({"replay": ("ReplayOutcome", "replay_strategy")})
+__all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:
-    from .replay import ReplayOutcome, replay_strategy
+    from .replay import ReplayOutcome as ReplayOutcome
+    from .replay import replay_strategy as replay_strategy
 
 
 def __getattr__(name: str) -> Any:
     return lazy_attr(__name__, _EXPORTS, name)
-
-
-__all__ = ["ReplayOutcome", "replay_strategy"]
