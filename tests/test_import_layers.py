@@ -294,3 +294,15 @@ def test_the_plugin_name_check_sees_equality_and_membership_but_not_the_upcast()
     names = {"command", "codex", "claude-code"}
     assert len(_plugin_name_comparisons("orchestrator.tui_probe", source, names)) == 4
     assert len(_plugin_name_comparisons("orchestrator.log.events", source, names)) == 3  # f, not the upcast
+
+
+def test_the_application_report_and_image_enter_the_runner_only_through_its_package():
+    """They import ``orchestrator.runner`` names (its deliberate export list), never a runner module."""
+    offending = sorted(
+        f"{m} imports {t}"
+        for m, targets in GRAPH.items()
+        if _under(m, "orchestrator.app", "orchestrator.report", "orchestrator.agent_image")
+        for t in targets
+        if _under(t, "orchestrator.runner") and t != "orchestrator.runner"
+    )
+    assert offending == []

@@ -61,7 +61,7 @@ import msgspec
 
 from ..errors import ConfigError, OrchestratorError, PreflightError
 from ..filelock import file_lock
-from ..runner.types import SEED_LABEL
+from ..runner import SEED_LABEL
 from ..sanitize import default_sanitizer, plain_text
 from . import devcontainer
 from .devcontainer import DEVCONTAINER_PATHS, WORKSPACE

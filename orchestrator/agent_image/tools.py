@@ -43,7 +43,7 @@ def required_tools(plugin_name: str, *, dry_run: bool) -> tuple[str, ...]:
     A ``command`` run executes only its own command line, in any image; a dry
     run's agent is the simulated one.
     """
-    from ..runner.registry import get_plugin
+    from ..runner import get_plugin
 
     caps = get_plugin(plugin_name).capabilities
     if not caps.image_tools:

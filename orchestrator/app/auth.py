@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from ..runner.registry import get_plugin
-from ..runner.types import AuthConfig
+from ..runner import AuthConfig, get_plugin
 
 
 def resolve_auth(environ: dict[str, str], *, plugin: str, mode: str | None = None, dry_run: bool = False) -> AuthConfig:

@@ -42,7 +42,7 @@ class Check:
 def _docker_engine() -> Check:
     import anyio
 
-    from ..runner.docker_containers import DOCKER_START_HINT, docker_available
+    from ..runner import DOCKER_START_HINT, docker_available
 
     # The run's pre-flight check, with more patience: a busy daemon is not a missing one.
     ok, message = anyio.run(docker_available)
@@ -118,7 +118,7 @@ def _image(image: str, plugin: str, dry_run: bool = False) -> list[Check]:
 
 
 def _credentials(environ: dict[str, str], configured: str, mode: str | None, dry_run: bool = False) -> list[Check]:
-    from ..runner.registry import PLUGIN_MODULES, get_plugin
+    from ..runner import PLUGIN_MODULES, get_plugin
     from .auth import resolve_auth
 
     out = []
@@ -168,7 +168,7 @@ def disk_check(path: Path, label: str, min_gb: float, hard_min_gb: float) -> Che
 
 
 def _repository(repo: str, base_branch: str | None, ignore: tuple[Path, ...] = ()) -> list[Check]:
-    from ..runner.git_ops import open_repository, resolve_base_branch, validate_repository
+    from ..runner import open_repository, resolve_base_branch, validate_repository
 
     # The path and the branch are told apart: a repository without the branch
     # asked for is still a repository, and the fix is another branch name.
@@ -236,7 +236,7 @@ def _environment(args, config, repo: str, base_branch: str | None, agent_image: 
     from ..agent_image import environment
     from ..agent_image.paths import cache_dir
     from ..agent_image.tools import explain_missing, probe_tools, required_tools
-    from ..runner.git_ops import open_repository, resolve_base_branch
+    from ..runner import open_repository, resolve_base_branch
 
     try:
         top, _, _ = open_repository(repo)
@@ -302,8 +302,7 @@ def _environment(args, config, repo: str, base_branch: str | None, agent_image: 
 
 def _hosts(config) -> list[Check]:
     """What protects each configured engine's traffic; read from the configuration, no connection made."""
-    from ..runner.hosts import resolve_hosts
-    from ..runner.transport import transport_risk
+    from ..runner import resolve_hosts, transport_risk
 
     try:
         specs = resolve_hosts(config.runner.hosts)
@@ -325,8 +324,7 @@ def _cluster(config, image: str) -> list[Check]:
     """runner.kubernetes: reachable, version, namespace, a SelfSubjectAccessReview per verb used, the image."""
     import anyio
 
-    from ..runner import ClusterSpec
-    from ..runner.kube_doctor import cluster_checks
+    from ..runner import ClusterSpec, cluster_checks
 
     try:
         rows = anyio.run(cluster_checks, ClusterSpec.of(config.runner.kubernetes), image)
@@ -338,13 +336,13 @@ def _cluster(config, image: str) -> list[Check]:
 def checks(args) -> list[Check]:
     from ..config import load_config
     from ..log.runs import RunDirs
-    from ..runner.git_ops import workspace_root
+    from ..runner import workspace_root
 
     out: list[Check] = []
     try:
         overrides: dict[str, Any] = {}
         if getattr(args, "docker_hosts", None):
-            from ..runner.hosts import parse_host_flag
+            from ..runner import parse_host_flag
 
             overrides = {"runner": {"hosts": [parse_host_flag(text) for text in args.docker_hosts]}}
         kube = {
@@ -358,7 +356,7 @@ def checks(args) -> list[Check]:
         if kube:
             overrides.setdefault("runner", {})["kubernetes"] = kube
         loaded = load_config(config_file=args.config, cli_overrides=overrides)
-        from ..runner.registry import register_plugins
+        from ..runner import register_plugins
 
         register_plugins(loaded.config.runner.plugin_modules)
     except OrchestratorError as exc:

@@ -17,17 +17,19 @@ import anyio
 
 from ..config import Config
 from ..errors import RunnerError
-from ..runner.docker_containers import (
+from ..runner import (
     WORKSPACE_VOLUME_PREFIX,
     DockerHost,
+    HostSpec,
+    docker_host,
+    image_id,
+    list_caches,
     list_containers,
     remove_containers,
     remove_run_volumes,
+    resolve_hosts,
+    transport_warnings,
 )
-from ..runner.hosts import HostSpec, docker_host, resolve_hosts
-from ..runner.images import image_id
-from ..runner.object_cache import list_caches
-from ..runner.transport import transport_warnings
 
 
 def engines(config: Config) -> list[tuple[str, DockerHost]]:

@@ -35,8 +35,7 @@ from ..log.runs import (
     write_manifest,
 )
 from ..log.state import FINISHED_OUTCOMES, OUTCOME_BUDGET_REACHED, OUTCOME_FAILED, OUTCOME_INTERRUPTED, run_outcome
-from ..runner.git_ops import validate_repository
-from ..runner.registry import register_plugins
+from ..runner import register_plugins, validate_repository
 from ..sanitize import SECRET_ENV_VARS, default_sanitizer
 from ..strategy_loader import load_strategy
 from . import run_budget
@@ -96,7 +95,7 @@ async def _exclude_output_folders(repo: str, dirs: RunDirs) -> None:
     So ``git status`` (the user's, and the next run's clean-tree check) never
     shows them; ``.git/info/exclude`` is never committed, unlike ``.gitignore``.
     """
-    from ..runner.git_ops import exclude_locally
+    from ..runner import exclude_locally
 
     try:
         await anyio.to_thread.run_sync(exclude_locally, repo, (dirs.logs, dirs.state, dirs.results))
@@ -219,7 +218,7 @@ async def _report_resume_plan(dirs: RunDirs, manifest: RunManifest, supports_res
     is gone starts afresh.
     """
     from ..log.state import INTERRUPTED, RUNNING, recover
-    from ..runner.git_ops import workspace_path
+    from ..runner import workspace_path
 
     state = recover(
         manifest.run_id,
@@ -498,7 +497,7 @@ async def _watch_signals_until(
 
 
 async def _stop_containers(run_id: str, olog: ComponentLog) -> None:
-    from ..runner.docker_containers import stop_run_containers
+    from ..runner import stop_run_containers
 
     try:
         with anyio.fail_after(15):

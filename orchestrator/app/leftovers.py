@@ -44,7 +44,7 @@ async def count_leftovers(run_id: str, config: Config | None = None) -> dict[str
     local engine. The counts are ``None`` with ``not_counted`` (why) when an
     engine did not answer.
     """
-    from ..runner.docker_containers import DockerHost, list_containers, run_volumes
+    from ..runner import DockerHost, list_containers, run_volumes
     from .hosts_cli import _workspace_volumes, engines
 
     containers = running = volumes = 0

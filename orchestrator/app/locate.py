@@ -61,7 +61,7 @@ def repository_dirs(repo: str) -> RunDirs:
 
 def repository_top(repo: str) -> Path:
     from ..errors import PreflightError
-    from ..runner.git_ops import open_repository
+    from ..runner import open_repository
 
     try:
         return open_repository(repo)[0]

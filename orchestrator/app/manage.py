@@ -213,8 +213,7 @@ async def _check_claims(manifest: RunManifest, hooks: StrategyHooks, view: RunVi
 
 
 async def cleanup_run(run_id: str, config: Config | None = None, repo: str | None = None) -> int:
-    from ..runner.docker_containers import docker_available, list_containers, remove_containers, remove_run_volumes
-    from ..runner.git_ops import workspace_root
+    from ..runner import docker_available, list_containers, remove_containers, remove_run_volumes, workspace_root
 
     run = _locate(run_id, repo)
     dirs = run.dirs
@@ -314,7 +313,7 @@ def _retention_hours(
 
 
 async def _candidates(dirs: RunDirs, config: Config, *, current: str | None, include_running_unknown: bool, host=None):
-    from ..runner.docker_containers import list_containers
+    from ..runner import list_containers
 
     rows = await list_containers(host=host)
     # Hundreds of retained containers mean as many file checks (and a state
@@ -367,7 +366,7 @@ async def clean_orphans(dirs: RunDirs, config: Config, olog: ComponentLog, *, cu
 
 
 async def _clean_orphans_on(dirs: RunDirs, config: Config, olog: ComponentLog, *, current: str, host) -> None:
-    from ..runner.docker_containers import remove_containers
+    from ..runner import remove_containers
 
     victims = []
     for c in await _candidates(dirs, config, current=current, include_running_unknown=True, host=host):
@@ -387,7 +386,7 @@ async def _clean_orphans_on(dirs: RunDirs, config: Config, olog: ComponentLog, *
 
 
 async def clean_containers(dry_run: bool, force: bool, config: Config | None = None) -> int:
-    from ..runner.docker_containers import docker_available
+    from ..runner import docker_available
 
     dirs = RunDirs.from_env()
     config = config or load_config(config_file=None, cli_overrides={}).config
@@ -406,7 +405,7 @@ async def clean_containers(dry_run: bool, force: bool, config: Config | None = N
 
 
 async def _clean_containers_on(dirs: RunDirs, config: Config, dry_run: bool, force: bool, host) -> int:
-    from ..runner.docker_containers import remove_containers
+    from ..runner import remove_containers
 
     victims = await _candidates(dirs, config, current=None, include_running_unknown=False, host=host)
     if not victims:
@@ -434,7 +433,7 @@ async def _clean_containers_on(dirs: RunDirs, config: Config, dry_run: bool, for
 async def _clean_containers_on_hosts(dirs: RunDirs, config: Config, dry_run: bool, force: bool) -> int:
     """--clean-containers with runner.hosts: the same selection on every engine."""
     from ..errors import RunnerError
-    from ..runner.object_cache import list_caches, remove_caches
+    from ..runner import list_caches, remove_caches
     from .hosts_cli import engines, remove_with_workspaces, workspace_volumes_of
 
     found: list[tuple[str, Any, list[dict[str, Any]]]] = []

@@ -25,10 +25,15 @@ from ..log.runs import (
     RunDirs,
     RunManifest,
 )
-from ..runner import AuthConfig
-from ..runner.docker_containers import docker_available, image_exists
-from ..runner.git_ops import validate_repository, workspace_root
-from ..runner.registry import get_plugin, register_plugins
+from ..runner import (
+    AuthConfig,
+    docker_available,
+    get_plugin,
+    image_exists,
+    register_plugins,
+    validate_repository,
+    workspace_root,
+)
 from ..sanitize import SECRET_ENV_VARS, default_sanitizer
 from ..strategy_loader import LoadedStrategy, load_strategy, parse_params
 from . import run_budget
@@ -84,7 +89,7 @@ def _cli_overrides(args) -> dict[str, Any]:
     if getattr(args, "no_devcontainer", None):
         put("environment", "devcontainer", False)
     if getattr(args, "docker_hosts", None):
-        from ..runner.hosts import parse_host_flag
+        from ..runner import parse_host_flag
 
         put("runner", "hosts", [parse_host_flag(text) for text in args.docker_hosts])
     put("runner", "sync_image", getattr(args, "sync_image", None))
@@ -186,8 +191,7 @@ NETWORK_POLICY_NOTE = (
 
 async def _check_cluster(config: Config, image: str) -> str:
     """Pre-flight on a cluster: the kubeconfig (plain HTTP refused), an answer, the namespace, the image."""
-    from ..runner import KubeHost
-    from ..runner.kube_images import check_cluster_image
+    from ..runner import KubeHost, check_cluster_image
 
     if config.runner.hosts:
         raise ConfigError("runner.kubernetes and runner.hosts (--docker-host) exclude each other; keep one")
@@ -219,14 +223,13 @@ async def _check_cluster(config: Config, image: str) -> str:
 
 
 def _host_specs(config: Config):
-    from ..runner.hosts import resolve_hosts
+    from ..runner import resolve_hosts
 
     return resolve_hosts(config.runner.hosts)
 
 
 async def _check_hosts(config: Config, image: str) -> None:
-    from ..runner.images import preflight_images
-    from ..runner.transport import transport_warnings
+    from ..runner import preflight_images, transport_warnings
 
     specs = await anyio.to_thread.run_sync(_host_specs, config)
     # Every start and every resume says it again: accepting the risk once is not

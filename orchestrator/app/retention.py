@@ -117,8 +117,7 @@ async def expire_leftovers(dirs: RunDirs, config: Config, olog: ComponentLog, *,
     import anyio.to_thread
 
     from ..naming import safe_component
-    from ..runner.docker_containers import shared_host
-    from ..runner.git_ops import workspace_root
+    from ..runner import shared_host, workspace_root
 
     root = workspace_root()
     stale = await anyio.to_thread.run_sync(lambda: expired_workspaces(root, dirs, config, current=current))

@@ -71,7 +71,7 @@ def finished_run_branches(run_id: str, repo_path: str) -> list[str]:
 
 def absent_branches(repo_path: str, names: list[str]) -> list[str]:
     """Those of ``names`` that are not branches of ``repo_path`` (or not valid branch names)."""
-    from ..runner.git_cmd import check_branch_name, run_git
+    from ..runner import check_branch_name, run_git
 
     out = []
     for name in names:

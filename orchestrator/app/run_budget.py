@@ -15,7 +15,7 @@ from ..errors import ConfigError, UsageError
 
 if TYPE_CHECKING:  # the summary's readers import this module: it stays light
     from ..config import Config
-    from ..runner.types import AuthConfig
+    from ..runner import AuthConfig
 
 # The exit code of a run that ended at its spending cap (docs/cli.md).
 EXIT_BUDGET_REACHED = 3
@@ -34,7 +34,7 @@ def rates_of(config: Config, plugin_name: str) -> dict[str, tuple[float, float]]
     The default applies only to a tool that reports its cost (Claude Code): its
     reported cost replaces the estimate when each execution ends.
     """
-    from ..runner.registry import get_plugin
+    from ..runner import get_plugin
 
     rates = {model: (i / 1000.0, o / 1000.0) for model, (i, o) in config.model_pricing().items()}
     if get_plugin(plugin_name).capabilities.supports_cost:
@@ -51,7 +51,7 @@ def subscription(mode: str | None, auth: AuthConfig) -> bool:
 
 def check_measurable(config: Config, *, plugin_name: str, model: str, mode: str | None, auth: AuthConfig) -> None:
     """Refuse, in one line, a ``--max-cost`` that no figure of this run could ever reach."""
-    from ..runner.registry import get_plugin
+    from ..runner import get_plugin
 
     cap = cap_of(config)
     if cap is None or cap.max_cost_usd is None:

@@ -15,8 +15,7 @@ from ..log.runs import (
     RUN_MANIFEST_LABEL,
     RunDirs,
 )
-from ..runner import DockerRunner, Hardening, ObjectCacheSettings, RetryConfig
-from ..runner.registry import get_plugin
+from ..runner import DockerRunner, Hardening, ObjectCacheSettings, RetryConfig, get_plugin
 from ..sanitize import default_sanitizer
 from ..strategy_loader import LoadedStrategy
 from . import run_budget
@@ -141,8 +140,7 @@ def _make_runner(prep: Prepared, log_dir: Path, olog: ComponentLog, stop_run=Non
         )
     if not config.runner.hosts:
         return make()
-    from ..runner.hosts import MultiHostRunner
-    from ..runner.transport import transport_warnings
+    from ..runner import MultiHostRunner, transport_warnings
 
     specs = _host_specs(config)
     olog.info(

@@ -20,7 +20,7 @@ from msgspec import UNSET
 from ..log import events as E
 from ..log.eventlog import LogReader
 from ..log.runs import RunDirs, RunManifest
-from ..runner.git_cmd import run_git
+from ..runner import run_git
 
 # A report must open quickly and stay small: one diff over this is cut with a
 # note, and once all diffs together pass the run budget the rest are left out.

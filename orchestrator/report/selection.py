@@ -153,7 +153,7 @@ def unheld_branches(repo_path: str | os.PathLike[str], pairs: list[tuple[str, st
     that is gone, or no longer contains the commit the run recorded, is no
     advice to merge.
     """
-    from ..runner.git_cmd import check_branch_name, run_git
+    from ..runner import check_branch_name, run_git
 
     if not pairs:
         return {}
@@ -184,7 +184,7 @@ def missing_branches(repo_path: str | os.PathLike[str], names: set[str]) -> froz
     Blocking (runs git). A run's strategy may delete its working branches at the
     end (tree-beam, evolve): what it created is history, what is left is the result.
     """
-    from ..runner.git_cmd import run_git
+    from ..runner import run_git
 
     if not names:
         return frozenset()

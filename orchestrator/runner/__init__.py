@@ -1,16 +1,22 @@
 """The runner layer: run exactly one task in isolation and return its result.
 
-Public surface::
+This package is the only door into the runner: the application imports the
+names below from ``orchestrator.runner``, never a runner module
+(tests/test_import_layers.py checks it). Public surface::
 
     run_instance(prompt, repo_path, **fields) -> RunnerResult   # one task, ad hoc or scripted
     DockerRunner(auth=..., logs_dir=...)                          # TaskRunner for orchestration
     KubernetesRunner(cluster=ClusterSpec(...), ...)               # the same, one Pod per task
-    docker_available / image_exists / container_exists / list_containers /
-    stop_run_containers / remove_containers                       # helpers for orchestration
-    check_model(plugin_name, model)                               # scheduling-time model check
+    MultiHostRunner / resolve_hosts / parse_host_flag / HostSpec  # the same over several Docker engines
+    get_plugin / register_plugins / PLUGIN_MODULES / check_model  # the plugin registry
+    docker_available / image_exists / list_containers /
+    stop_run_containers / remove_containers / run_volumes ...     # the containers and volumes of runs
+    validate_repository / open_repository / workspace_root ...    # the user's repository, the workspaces
     delete_run_branches(repo, names, run_id=...)                  # a run's own branches, safely
     unheld_branch_claims(repo, [(branch, commit), ...])           # read-only: is each commit on its branch
     release_run_folder(run_id, repo)                              # a finished run's store and indexes, gone
+    list_caches / remove_caches                                   # remote engines' object caches
+    preflight_images / image_id / transport_warnings ...          # what a run checks before it starts
 """
 
 from __future__ import annotations
@@ -28,31 +34,51 @@ _EXPORTS = exports(
     {
         "base": ("RunnerEventCallback", "TaskRunner"),
         "docker_containers": (
+            "DOCKER_START_HINT",
+            "WORKSPACE_VOLUME_PREFIX",
             "DockerHost",
             "container_exists",
             "docker_available",
             "image_exists",
             "list_containers",
             "remove_containers",
+            "remove_run_volumes",
+            "run_volumes",
+            "shared_host",
             "stop_run_containers",
         ),
         "docker_runner": ("DockerRunner", "run_instance"),
-        "kube_client": ("ClusterSpec",),
-        "kube_host": ("KubeHost",),
-        "kube_runner": ("KubeSettings", "KubernetesRunner"),
-        "object_cache": ("ObjectCacheSettings",),
-        "registry": ("check_model", "supports_resume"),
         "git_cleanup": ("delete_run_branches", "unheld_branch_claims"),
+        "git_cmd": ("check_branch_name", "run_git"),
+        "git_ops": (
+            "exclude_locally",
+            "open_repository",
+            "resolve_base_branch",
+            "validate_repository",
+            "workspace_path",
+            "workspace_root",
+        ),
+        "hosts": ("HostSpec", "MultiHostRunner", "docker_host", "parse_host_flag", "resolve_hosts"),
+        "images": ("image_id", "preflight_images"),
+        "kube_client": ("ClusterSpec",),
+        "kube_doctor": ("cluster_checks",),
+        "kube_host": ("KubeHost",),
+        "kube_images": ("check_cluster_image",),
+        "kube_runner": ("KubeSettings", "KubernetesRunner"),
+        "object_cache": ("ObjectCacheSettings", "list_caches", "remove_caches"),
+        "registry": ("PLUGIN_MODULES", "check_model", "get_plugin", "register_plugins", "supports_resume"),
         "run_folder": ("release_run_folder",),
+        "transport": ("transport_risk", "transport_warnings"),
         "types": (
             "AuthConfig",
             "BranchArtifact",
             "ContainerLimits",
+            "Hardening",
             "InstanceRequest",
             "Metrics",
-            "Hardening",
             "RetryConfig",
             "RunnerResult",
+            "SEED_LABEL",
         ),
     }
 )
@@ -61,25 +87,55 @@ __all__ = sorted(_EXPORTS)
 if TYPE_CHECKING:
     from .base import RunnerEventCallback as RunnerEventCallback
     from .base import TaskRunner as TaskRunner
+    from .docker_containers import DOCKER_START_HINT as DOCKER_START_HINT
+    from .docker_containers import WORKSPACE_VOLUME_PREFIX as WORKSPACE_VOLUME_PREFIX
     from .docker_containers import DockerHost as DockerHost
     from .docker_containers import container_exists as container_exists
     from .docker_containers import docker_available as docker_available
     from .docker_containers import image_exists as image_exists
     from .docker_containers import list_containers as list_containers
     from .docker_containers import remove_containers as remove_containers
+    from .docker_containers import remove_run_volumes as remove_run_volumes
+    from .docker_containers import run_volumes as run_volumes
+    from .docker_containers import shared_host as shared_host
     from .docker_containers import stop_run_containers as stop_run_containers
     from .docker_runner import DockerRunner as DockerRunner
     from .docker_runner import run_instance as run_instance
     from .git_cleanup import delete_run_branches as delete_run_branches
     from .git_cleanup import unheld_branch_claims as unheld_branch_claims
+    from .git_cmd import check_branch_name as check_branch_name
+    from .git_cmd import run_git as run_git
+    from .git_ops import exclude_locally as exclude_locally
+    from .git_ops import open_repository as open_repository
+    from .git_ops import resolve_base_branch as resolve_base_branch
+    from .git_ops import validate_repository as validate_repository
+    from .git_ops import workspace_path as workspace_path
+    from .git_ops import workspace_root as workspace_root
+    from .hosts import HostSpec as HostSpec
+    from .hosts import MultiHostRunner as MultiHostRunner
+    from .hosts import docker_host as docker_host
+    from .hosts import parse_host_flag as parse_host_flag
+    from .hosts import resolve_hosts as resolve_hosts
+    from .images import image_id as image_id
+    from .images import preflight_images as preflight_images
     from .kube_client import ClusterSpec as ClusterSpec
+    from .kube_doctor import cluster_checks as cluster_checks
     from .kube_host import KubeHost as KubeHost
+    from .kube_images import check_cluster_image as check_cluster_image
     from .kube_runner import KubernetesRunner as KubernetesRunner
     from .kube_runner import KubeSettings as KubeSettings
     from .object_cache import ObjectCacheSettings as ObjectCacheSettings
+    from .object_cache import list_caches as list_caches
+    from .object_cache import remove_caches as remove_caches
+    from .registry import PLUGIN_MODULES as PLUGIN_MODULES
     from .registry import check_model as check_model
+    from .registry import get_plugin as get_plugin
+    from .registry import register_plugins as register_plugins
     from .registry import supports_resume as supports_resume
     from .run_folder import release_run_folder as release_run_folder
+    from .transport import transport_risk as transport_risk
+    from .transport import transport_warnings as transport_warnings
+    from .types import SEED_LABEL as SEED_LABEL
     from .types import AuthConfig as AuthConfig
     from .types import BranchArtifact as BranchArtifact
     from .types import ContainerLimits as ContainerLimits
