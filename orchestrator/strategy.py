@@ -21,7 +21,9 @@ checks types; the engine validates task inputs when they are scheduled.
 - ``strategy_options``: the decorator for ``prepare=`` and ``requires_resume=``.
 - ``finished_run_branches`` / ``absent_branches``: for a ``prepare`` hook that takes
   existing branches as input (another run's, or named ones); the list it returns is
-  recorded, so the strategy itself never reads another run's files.
+  recorded, so the strategy itself never reads another run's files. They ask the
+  :class:`PrepareRuntime` the orchestrator supplies while ``prepare`` runs
+  (:func:`prepare_runtime`): this module never imports the application.
 - ``replay_strategy``: re-run a recorded execution from its event log alone, for
   a strategy's reports of finished or interrupted runs (``ReplayError`` when it breaks).
 
@@ -30,9 +32,11 @@ Importing this module loads neither the Docker runner nor the CLI.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import msgspec
 
@@ -153,21 +157,53 @@ def strategy_options(*, prepare: Prepare | None = None, requires_resume: bool = 
     return deco
 
 
+class PrepareRuntime(Protocol):
+    """What a ``prepare`` hook may ask of the orchestrator: other runs, and the repository's branches.
+
+    The application implements it (``orchestrator.app.run_branches``) and
+    supplies it with :func:`prepare_runtime` while ``prepare`` runs, as
+    Temporal's workflow module asks a runtime the worker supplies.
+    """
+
+    def finished_run_branches(self, run_id: str, repo_path: str) -> list[str]: ...
+
+    def absent_branches(self, repo_path: str, names: list[str]) -> list[str]: ...
+
+
+_runtime: ContextVar[PrepareRuntime | None] = ContextVar("orchestrator_prepare_runtime", default=None)
+
+
+@contextmanager
+def prepare_runtime(runtime: PrepareRuntime) -> Iterator[None]:
+    """``runtime`` answers :func:`finished_run_branches` and :func:`absent_branches` inside this block."""
+    token = _runtime.set(runtime)
+    try:
+        yield
+    finally:
+        _runtime.reset(token)
+
+
+def _current(name: str) -> PrepareRuntime:
+    runtime = _runtime.get()
+    if runtime is None:
+        raise RuntimeError(
+            f"{name} answers inside a strategy's prepare hook as the orchestrator runs it; "
+            "elsewhere, supply the answers with orchestrator.strategy.prepare_runtime(...)"
+        )
+    return runtime
+
+
 def finished_run_branches(run_id: str, repo_path: str) -> list[str]:
     """The branches finished run ``run_id`` made in ``repo_path`` (task-key order); ``ConfigError`` otherwise.
 
     Blocking (reads the run's summary, runs git): call it from ``prepare``.
     """
-    from .app.run_branches import finished_run_branches as find
-
-    return find(run_id, repo_path)
+    return _current("finished_run_branches").finished_run_branches(run_id, repo_path)
 
 
 def absent_branches(repo_path: str, names: list[str]) -> list[str]:
     """Those of ``names`` that are not branches of ``repo_path``. Blocking: call it from ``prepare``."""
-    from .app.run_branches import absent_branches as absent
-
-    return absent(repo_path, names)
+    return _current("absent_branches").absent_branches(repo_path, names)
 
 
 def __getattr__(name: str) -> Any:
@@ -204,6 +240,7 @@ __all__ = [
     "NondeterminismError",
     "PluginName",
     "Prepare",
+    "PrepareRuntime",
     "ReplayError",
     "ReplayOutcome",
     "RetryBackoff",
@@ -223,6 +260,7 @@ __all__ = [
     "absent_branches",
     "finished_run_branches",
     "parallel_items",
+    "prepare_runtime",
     "replay_strategy",
     "strategy_options",
 ]

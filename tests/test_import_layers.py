@@ -169,7 +169,7 @@ ALLOWED = {
     "orchestrator.runner": GROUND | {"orchestrator.jsonlog", "runner_plugins"},
     "runner_plugins": {"orchestrator", "orchestrator.errors", "orchestrator.runner"},
     "orchestrator.engine": GROUND | {"orchestrator.jsonlog", "orchestrator.log", "orchestrator.runner"},
-    "orchestrator.strategy": {"orchestrator.errors", "orchestrator.engine", "orchestrator.app"},
+    "orchestrator.strategy": {"orchestrator.errors", "orchestrator.engine"},
     "orchestrator.strategy_loader": {"orchestrator.errors", "orchestrator.parsing", "orchestrator.strategy"},
     "orchestrator.report": GROUND | {"orchestrator.log", "orchestrator.runner", "orchestrator.strategy_loader"},
     "orchestrator.agent_image": {

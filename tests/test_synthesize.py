@@ -154,23 +154,30 @@ def test_split_diffs_reads_back_what_diff_command_prints(tmp_path):
 
 
 def test_prepare_refuses_bad_parameters_in_one_line(tmp_path):
+    from orchestrator.app import run_branches
+    from orchestrator.strategy import prepare_runtime
+
     repo = make_repo(tmp_path / "repo")
     git(repo, "branch", "fix-a")
     prepare = load_strategy("synthesize").options.prepare
     assert prepare is not None
-    for params, message in (
-        ({"n": 0}, "-S n must be a whole number >= 1"),
-        ({"k": 0}, "-S k must be a whole number >= 1"),
-        ({"branches": "fix-a"}, "-S branches must be a JSON list"),
-        ({"branches": ["fix-a"], "from_run": "run_x"}, "not both"),
-        ({"branches": ["fix-a", "nope"]}, "-S branches: nope is not a branch of"),
-        ({"from_run": "run_19990101_000000"}, "-S from_run=run_19990101_000000: no run"),
-        ({"from_run": "../x"}, "is not a run id"),
-    ):
-        with pytest.raises(ConfigError, match=re.escape(message)) as err:
-            prepare(params, str(repo))
-        assert "\n" not in str(err.value)
-    assert prepare({"branches": ["fix-a", "main", "fix-a"]}, str(repo))["branches"] == ["fix-a", "main"]
+    # What the pre-flight supplies while prepare runs: without it the hook cannot ask about other runs.
+    with pytest.raises(RuntimeError, match="absent_branches answers inside a strategy's prepare hook"):
+        prepare({"branches": ["fix-a"]}, str(repo))
+    with prepare_runtime(run_branches):
+        for params, message in (
+            ({"n": 0}, "-S n must be a whole number >= 1"),
+            ({"k": 0}, "-S k must be a whole number >= 1"),
+            ({"branches": "fix-a"}, "-S branches must be a JSON list"),
+            ({"branches": ["fix-a"], "from_run": "run_x"}, "not both"),
+            ({"branches": ["fix-a", "nope"]}, "-S branches: nope is not a branch of"),
+            ({"from_run": "run_19990101_000000"}, "-S from_run=run_19990101_000000: no run"),
+            ({"from_run": "../x"}, "is not a run id"),
+        ):
+            with pytest.raises(ConfigError, match=re.escape(message)) as err:
+                prepare(params, str(repo))
+            assert "\n" not in str(err.value)
+        assert prepare({"branches": ["fix-a", "main", "fix-a"]}, str(repo))["branches"] == ["fix-a", "main"]
 
 
 # ---------------------------------------------------------------- decisions over the engine
@@ -428,7 +435,7 @@ def _recorded_run(tmp_path, repo, *, run_id, status, tasks):
 def test_from_run_resolves_a_finished_runs_branches_in_key_order_and_refuses_what_cannot_be_taken(
     tmp_path, monkeypatch
 ):
-    from orchestrator.strategy import finished_run_branches
+    from orchestrator.app.run_branches import finished_run_branches  # what the pre-flight supplies to prepare
 
     repo = make_repo(tmp_path / "repo")
     for b in ("gen-2", "gen-10", "gen-0"):

@@ -35,8 +35,9 @@ from ..runner import (
     workspace_root,
 )
 from ..sanitize import SECRET_ENV_VARS, default_sanitizer
+from ..strategy import prepare_runtime
 from ..strategy_loader import LoadedStrategy, load_strategy, parse_params
-from . import run_budget
+from . import run_branches, run_budget
 from .auth import resolve_auth
 
 MAX_PROMPT_BYTES = 10 * 1024 * 1024
@@ -361,7 +362,8 @@ async def _prepare(args, loaded: LoadedConfig, docker: _EarlyCheck) -> Prepared:
             raise PreflightError(f"{repo} has uncommitted changes and --require-clean-wt is set; commit or stash them")
         warnings.append(f"{repo} has uncommitted changes; agents start from the last commit of {base_branch}")
     if strategy.options.prepare is not None:
-        params = strategy.options.prepare(params, repo)
+        with prepare_runtime(run_branches):  # what it may ask of other runs
+            params = strategy.options.prepare(params, repo)
     plugin_name = config.runner.plugin
     model = config.orchestration.default_model
     plugin = _check_plugin(plugin_name, model, strategy)

@@ -2,7 +2,8 @@
 
 For strategies that take existing branches as input (``synthesize -S from_run=RUN_ID``):
 their ``prepare`` hook calls these through :mod:`orchestrator.strategy`, before
-the run starts, and the branch list it returns is recorded as the run's
+the run starts; this module is the :class:`~orchestrator.strategy.PrepareRuntime`
+the pre-flight supplies to it. The branch list it returns is recorded as the run's
 parameter. A strategy never reads another run's files itself, and a resume
 uses the recorded list even if the other run is cleaned up since.
 """
