@@ -359,4 +359,6 @@ def proxy_dir():
 
 # A session fixture lives here to be one instance for every file that reads it (imported last:
 # shared_runs imports this module).
+# Headless Chromium with the network off, for the report's browser tests (per module).
+from browser_helpers import browser  # noqa: E402, F401
 from shared_runs import dry_runs  # noqa: E402, F401

@@ -101,22 +101,51 @@ def terminal_counts(events) -> Counter:
 # ---------------------------------------------------------------- docker
 
 
-def _docker(*args: str) -> str:
-    return subprocess.run(["docker", *args], capture_output=True, text=True).stdout
+# Runs on test engines: no free-disk floor (the machine's disk may be small), agents offline.
+NO_DISK_MIN = {
+    "ORCHESTRATOR_ORCHESTRATION__HARD_MIN_FREE_DISK_GB": "0",
+    "ORCHESTRATOR_ORCHESTRATION__MIN_FREE_DISK_GB": "0",
+    "ORCHESTRATOR_RUNNER__NETWORK_EGRESS": "offline",
+}
+
+
+def docker(url: str | None, *args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
+    """``docker [-H url] args...``, its output captured as text (``url`` None: the local engine)."""
+    return subprocess.run(["docker", *(["-H", url] if url else []), *args], capture_output=True, text=True, check=check)
+
+
+def host_containers(url: str | None, run_id: str) -> list[dict]:
+    """``docker inspect`` of every container of ``run_id`` on the engine at ``url``."""
+    names = docker(url, "ps", "-aq", "--filter", f"label=run_id={run_id}").stdout.split()
+    return json.loads(docker(url, "inspect", *names).stdout) if names else []
+
+
+def remove_run(url: str | None, run_id: str) -> None:
+    """Remove the containers and volumes labelled with ``run_id`` from the engine at ``url``: the machine is shared."""
+    names = docker(url, "ps", "-aq", "--filter", f"label=run_id={run_id}").stdout.split()
+    if names:
+        docker(url, "rm", "-f", *names)
+    volumes = docker(url, "volume", "ls", "-q", "--filter", f"label=run_id={run_id}").stdout.split()
+    if volumes:
+        docker(url, "volume", "rm", "-f", *volumes)
 
 
 def running_containers(run_id: str) -> list[str]:
     """Containers of the run that are RUNNING: after the process has exited, these are orphans."""
-    return _docker("ps", "-q", "--filter", f"label=run_id={run_id}").split()
+    return docker(None, "ps", "-q", "--filter", f"label=run_id={run_id}").stdout.split()
 
 
 def all_containers(run_id: str) -> list[str]:
-    return _docker("ps", "-a", "--format", "{{.Names}}", "--filter", f"label=run_id={run_id}").split()
+    return docker(None, "ps", "-a", "--format", "{{.Names}}", "--filter", f"label=run_id={run_id}").stdout.split()
 
 
 def run_volumes(run_id: str) -> list[str]:
     prefix = f"orc_home_{safe_component(run_id)}_g"
-    return [v for v in _docker("volume", "ls", "-q", "--filter", f"name={prefix}").split() if v.startswith(prefix)]
+    return [
+        v
+        for v in docker(None, "volume", "ls", "-q", "--filter", f"name={prefix}").stdout.split()
+        if v.startswith(prefix)
+    ]
 
 
 _MOUNTS: dict[str, str] = {}
@@ -132,7 +161,7 @@ def agent_executions(run_id: str) -> Counter:
     for volume in run_volumes(run_id):
         # A volume's mount point never changes: asked once, as the crash tests poll this.
         mount = _MOUNTS.get(volume) or _MOUNTS.setdefault(
-            volume, _docker("volume", "inspect", "-f", "{{.Mountpoint}}", volume).strip()
+            volume, docker(None, "volume", "inspect", "-f", "{{.Mountpoint}}", volume).stdout.strip()
         )
         record = Path(mount) / ".sim-agent" / "executions.jsonl"
         if not record.exists():
@@ -224,3 +253,34 @@ def interrupt_when_sessions_known(
     rc, _, err = finish(proc, out, timeout=120)
     assert rc == 130, err
     return check_log(events_path(tmp_path, run_id))
+
+
+def interrupted_run_on_two_hosts(tmp_path, repo, engine, env):
+    """Two tasks, one per engine (``engine``: a private one), interrupted mid-agent. Returns (run_id, key -> host)."""
+    prompt = "SIM: write a.txt $TASK\nSIM: commit a\nSIM: sleep 30\nSIM: print done"
+    out = tmp_path / "out" / "first"
+    proc = start_cli(
+        [
+            prompt,
+            "--runs",
+            "2",
+            "--no-tui",
+            "--docker-image",
+            engine.image,
+            "--docker-host",
+            "local=local:1",
+            "--docker-host",
+            f"b={engine.url}:1",
+        ],
+        cwd=repo,
+        env=env,
+        out=out,
+    )
+
+    run_id = wait_run_started(proc, out, tmp_path)
+    events = interrupt_when_sessions_known(proc, out, tmp_path, run_id, tasks=2, timeout=180)
+    hosts = {e.key: e.payload["host"] for e in events if e.type == "task.started"}
+    assert sorted(hosts.values()) == ["b", "local"]
+    interrupted = [e for e in events if e.type == "task.interrupted"]
+    assert len(interrupted) == 2 and all(e.payload.get("session_id") for e in interrupted), interrupted
+    return run_id, hosts

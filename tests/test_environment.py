@@ -482,7 +482,7 @@ def test_a_tree_beam_dry_run_evaluates_the_base_and_its_candidates_in_the_enviro
 @pytest.mark.docker
 @pytest.mark.slow
 def test_the_environment_reaches_another_engine_with_sync_image(tmp_path, private_engine):
-    from test_hosts import NO_DISK_MIN, _remove_run
+    from reliability_helpers import NO_DISK_MIN, remove_run
 
     nonce = uuid.uuid4().hex
     repo = make_repo(
@@ -526,7 +526,7 @@ def test_the_environment_reaches_another_engine_with_sync_image(tmp_path, privat
         assert '"runner.archive.copied_in"' in runner_log  # it ran on the other engine, from a copied-in clone
         assert _branch_file(repo, "out.txt").split() == [nonce, "seeded"]
     finally:
-        _remove_run(private_engine.url, run_id)
+        remove_run(private_engine.url, run_id)
         images = private_engine.docker("images", "-q", "orchestrator-env").stdout.split()
         if images:
             private_engine.docker("rmi", "-f", *images)

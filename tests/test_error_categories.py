@@ -12,9 +12,9 @@ import pytest
 from conftest import git, make_repo
 from reliability_helpers import (
     IMG,
-    _docker,
     check_log,
     cli_env,
+    docker,
     events_path,
     finish,
     remove_run_docker,
@@ -94,7 +94,7 @@ def test_a_session_the_agent_cannot_resume_starts_a_fresh_one_in_the_same_worksp
         }
         # the session is lost: the agent CLI will answer "No conversation found"
         (volume,) = run_volumes(run_id)
-        mount = Path(_docker("volume", "inspect", "-f", "{{.Mountpoint}}", volume).strip())
+        mount = Path(docker(None, "volume", "inspect", "-f", "{{.Mountpoint}}", volume).stdout.strip())
         (mount / ".sim-agent" / "sessions" / f"{old}.json").unlink()
 
         out = tmp_path / "out" / "resume"

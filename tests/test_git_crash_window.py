@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from test_git_ops import _isolated_git_config, commit_file, heads, host, make_ws, note, ws_head  # noqa: F401
+from test_git_ops import commit_file, heads, host, isolated_git_config, make_ws, note, ws_head  # noqa: F401
 
 from orchestrator.errors import BranchExistsError
 from orchestrator.runner.git_ops import _import_branch_sync

@@ -64,7 +64,7 @@ def note(repo: Path, commit: str) -> str:
 
 
 @pytest.fixture(autouse=True)
-def _isolated_git_config(monkeypatch, tmp_path):
+def isolated_git_config(monkeypatch, tmp_path):
     # No user/system config: notes must work without a configured identity.
     monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(tmp_path / "no-global-gitconfig"))
     monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")

@@ -17,20 +17,21 @@ import msgspec
 import pytest
 from cli_helpers import cli_env, only_run_id, run_cli
 from conftest import TEST_IMAGE, git, make_repo
-from reliability_helpers import check_log, check_snapshot_is_replay, events_path
+from reliability_helpers import (
+    NO_DISK_MIN,
+    check_log,
+    check_snapshot_is_replay,
+    events_path,
+    host_containers,
+    interrupted_run_on_two_hosts,
+    remove_run,
+)
 
 from orchestrator.errors import ConfigError, GitError
 from orchestrator.runner import archive
 from orchestrator.runner.git_ops import _prepare_workspace_sync
 from orchestrator.runner.hosts import parse_host_flag, resolve_hosts
 from orchestrator.sanitize import redact_url
-
-NO_DISK_MIN = {
-    "ORCHESTRATOR_ORCHESTRATION__HARD_MIN_FREE_DISK_GB": "0",
-    "ORCHESTRATOR_ORCHESTRATION__MIN_FREE_DISK_GB": "0",
-    "ORCHESTRATOR_RUNNER__NETWORK_EGRESS": "offline",
-}
-
 
 # ---------------------------------------------------------------- configuration
 
@@ -134,28 +135,6 @@ def _score_approach(i: int) -> str:
     )
 
 
-def _host_containers(url: str | None, run_id: str) -> list[dict]:
-    base = ["docker"] + (["-H", url] if url else [])
-    names = subprocess.run(
-        [*base, "ps", "-aq", "--filter", f"label=run_id={run_id}"], capture_output=True, text=True
-    ).stdout.split()
-    if not names:
-        return []
-    return json.loads(subprocess.run([*base, "inspect", *names], capture_output=True, text=True).stdout)
-
-
-def _remove_run(url: str | None, run_id: str) -> None:
-    base = ["docker"] + (["-H", url] if url else [])
-    names = [c["Id"] for c in _host_containers(url, run_id)]
-    if names:
-        subprocess.run([*base, "rm", "-f", *names], capture_output=True)
-    vols = subprocess.run(
-        [*base, "volume", "ls", "-q", "--filter", f"label=run_id={run_id}"], capture_output=True, text=True
-    ).stdout.split()
-    if vols:
-        subprocess.run([*base, "volume", "rm", "-f", *vols], capture_output=True)
-
-
 @pytest.mark.docker
 def test_best_of_n_over_two_engines_imports_and_notes_every_branch(tmp_path, private_engine):
     repo = make_repo(tmp_path / "repo")
@@ -196,8 +175,8 @@ def test_best_of_n_over_two_engines_imports_and_notes_every_branch(tmp_path, pri
             assert git(repo, "show", f"{branch}:c{i}.txt") == f"candidate {i}"
             note = git(repo, "notes", "--ref", "orchestrator", "show", branch)
             assert f"task_key={e.key}" in note and run_id in note
-        local = _host_containers(None, run_id)
-        remote = _host_containers(private_engine.url, run_id)
+        local = host_containers(None, run_id)
+        remote = host_containers(private_engine.url, run_id)
         assert local and remote, "both engines ran tasks"
         assert {c["Config"]["Labels"]["orchestrator.host"] for c in local} == {"local"}
         assert {c["Config"]["Labels"]["orchestrator.host"] for c in remote} == {"b"}
@@ -220,8 +199,8 @@ def test_best_of_n_over_two_engines_imports_and_notes_every_branch(tmp_path, pri
         # Reviewers (import_policy never) on the remote engine returned nothing.
         assert all(e.payload["artifact"]["branch_final"] is None for e in completed if "/score/" in e.key)
     finally:
-        _remove_run(None, run_id)
-        _remove_run(private_engine.url, run_id)
+        remove_run(None, run_id)
+        remove_run(private_engine.url, run_id)
 
 
 @pytest.mark.docker
@@ -269,7 +248,7 @@ def test_bundle_spoiled_inside_the_container_fails_the_task_as_git_and_imports_n
         assert git(repo, "for-each-ref") == refs_before
         assert git(repo, "notes", "--ref", "orchestrator", "list") == ""
     finally:
-        _remove_run(private_engine.url, run_id)
+        remove_run(private_engine.url, run_id)
 
 
 @pytest.mark.docker
@@ -309,7 +288,7 @@ def test_image_missing_on_a_host_stops_with_the_fix_or_is_synced(tmp_path, priva
         events = check_log(events_path(tmp_path, run_id))
         (done,) = [e for e in events if e.type == "task.completed"]
         assert git(repo, "show", f"{done.payload['artifact']['branch_final']}:s.txt") == "synced"
-        _remove_run(private_engine.url, run_id)
+        remove_run(private_engine.url, run_id)
     finally:
         private_engine.docker("rmi", tag)
         subprocess.run(["docker", "rmi", tag], capture_output=True)
@@ -397,47 +376,13 @@ def test_engine_killed_mid_run_its_tasks_rerun_on_the_other(tmp_path, private_en
         assert any(
             h["name"] == "b" and h["down"] and "Docker host b" in h["reason"] for table in statuses for h in table
         ), statuses
-        local = _host_containers(None, run_id)
+        local = host_containers(None, run_id)
         assert len(local) == 4, "all four ended on the local engine (two of them after b died)"
     finally:
         if not private_engine.answering():
             private_engine.start()  # later tests use the engine
-        _remove_run(None, run_id)
-        _remove_run(private_engine.url, run_id)
-
-
-def _interrupted_run_on_two_hosts(tmp_path, repo, engine, env):
-    """Two tasks, one per engine, interrupted mid-agent. Returns (run_id, key -> host)."""
-
-    from reliability_helpers import interrupt_when_sessions_known, start_cli, wait_run_started
-
-    prompt = "SIM: write a.txt $TASK\nSIM: commit a\nSIM: sleep 30\nSIM: print done"
-    out = tmp_path / "out" / "first"
-    proc = start_cli(
-        [
-            prompt,
-            "--runs",
-            "2",
-            "--no-tui",
-            "--docker-image",
-            engine.image,
-            "--docker-host",
-            "local=local:1",
-            "--docker-host",
-            f"b={engine.url}:1",
-        ],
-        cwd=repo,
-        env=env,
-        out=out,
-    )
-
-    run_id = wait_run_started(proc, out, tmp_path)
-    events = interrupt_when_sessions_known(proc, out, tmp_path, run_id, tasks=2, timeout=180)
-    hosts = {e.key: e.payload["host"] for e in events if e.type == "task.started"}
-    assert sorted(hosts.values()) == ["b", "local"]
-    interrupted = [e for e in events if e.type == "task.interrupted"]
-    assert len(interrupted) == 2 and all(e.payload.get("session_id") for e in interrupted), interrupted
-    return run_id, hosts
+        remove_run(None, run_id)
+        remove_run(private_engine.url, run_id)
 
 
 @pytest.mark.docker
@@ -449,7 +394,7 @@ def test_resume_after_engine_restart_keeps_each_session_on_its_engine(tmp_path, 
     affinity both tasks would go to b; each resumes its agent session where its volume is."""
     repo = make_repo(tmp_path / "repo")
     env = cli_env(tmp_path, **NO_DISK_MIN)
-    run_id, first_hosts = _interrupted_run_on_two_hosts(tmp_path, repo, private_engine, env)
+    run_id, first_hosts = interrupted_run_on_two_hosts(tmp_path, repo, private_engine, env)
     try:
         private_engine.restart()
         n_before = len(check_log(events_path(tmp_path, run_id)))
@@ -478,8 +423,8 @@ def test_resume_after_engine_restart_keeps_each_session_on_its_engine(tmp_path, 
         for e in completed:
             assert git(repo, "show", f"{e.payload['artifact']['branch_final']}:a.txt") == "$TASK"
     finally:
-        _remove_run(None, run_id)
-        _remove_run(private_engine.url, run_id)
+        remove_run(None, run_id)
+        remove_run(private_engine.url, run_id)
 
 
 @pytest.mark.docker
@@ -493,7 +438,7 @@ def test_resume_without_the_engine_holding_a_session_restarts_it_fresh(tmp_path,
     b's new container through the archive API (it had no bind mount to keep)."""
     repo = make_repo(tmp_path / "repo")
     env = cli_env(tmp_path, **NO_DISK_MIN)
-    run_id, first_hosts = _interrupted_run_on_two_hosts(tmp_path, repo, private_engine, env)
+    run_id, first_hosts = interrupted_run_on_two_hosts(tmp_path, repo, private_engine, env)
     url = "local" if left == "local" else private_engine.url
     try:
         n_before = len(check_log(events_path(tmp_path, run_id)))
@@ -526,8 +471,8 @@ def test_resume_without_the_engine_holding_a_session_restarts_it_fresh(tmp_path,
             copied = [json.loads(line) for line in runner_log.splitlines() if '"runner.archive.copied_in"' in line]
             assert lost[0] in {c["task_key"] for c in copied}, "the kept clone was copied into b"
     finally:
-        _remove_run(None, run_id)
-        _remove_run(private_engine.url, run_id)
+        remove_run(None, run_id)
+        remove_run(private_engine.url, run_id)
 
 
 @pytest.mark.docker
@@ -568,15 +513,15 @@ def test_hosts_check_and_cleanup_run_cover_every_engine(tmp_path, private_engine
     run_id = only_run_id(tmp_path)
     try:
         assert result.returncode == 0, result.stderr
-        assert _host_containers(private_engine.url, run_id), "one task ran on b"
+        assert host_containers(private_engine.url, run_id), "one task ran on b"
         cleaned = run_cli(["--cleanup-run", run_id, *hosts], cwd=repo, env=env)
         assert cleaned.returncode == 0, cleaned.stderr
-        assert _host_containers(private_engine.url, run_id) == [] and _host_containers(None, run_id) == []
+        assert host_containers(private_engine.url, run_id) == [] and host_containers(None, run_id) == []
         left = private_engine.docker("volume", "ls", "-q", "--filter", f"label=run_id={run_id}").stdout.split()
         assert left == [], left
     finally:
-        _remove_run(None, run_id)
-        _remove_run(private_engine.url, run_id)
+        remove_run(None, run_id)
+        remove_run(private_engine.url, run_id)
 
 
 @pytest.mark.docker
@@ -630,7 +575,7 @@ def test_all_hosts_down_stops_the_run_resumably(tmp_path, private_engine):
     finally:
         if not private_engine.answering():
             private_engine.start()
-        _remove_run(private_engine.url, run_id)
+        remove_run(private_engine.url, run_id)
 
 
 @pytest.mark.docker

@@ -20,8 +20,7 @@ import pytest
 from cli_helpers import cli_env, only_run_id, run_cli, wait_for
 from conftest import git, make_repo
 from engine_proxy import EngineProxy
-from reliability_helpers import check_log, events_path, finish, start_cli
-from test_hosts import NO_DISK_MIN, _remove_run
+from reliability_helpers import NO_DISK_MIN, check_log, events_path, finish, remove_run, start_cli
 from test_resume_workspace import runner_events
 
 PUT_ARCHIVE = rb"PUT /[^ ]*/containers/[^/ ]+/archive\?path=%2Fworkspace"
@@ -87,7 +86,7 @@ def _through(proxy, private_engine, repo, tmp_path, env, args: list[str]) -> tup
     finally:
         proxy.close()
         if run_id:
-            _remove_run(private_engine.url, run_id)
+            remove_run(private_engine.url, run_id)
 
 
 def _one_task_through(proxy, private_engine, repo, tmp_path, env, word: str) -> tuple[str, list[dict]]:
@@ -179,7 +178,7 @@ def test_a_link_dropped_while_the_agent_runs_ends_that_agent_and_resumes_its_ses
     finally:
         proxy.close()
         if run_id:
-            _remove_run(private_engine.url, run_id)
+            remove_run(private_engine.url, run_id)
 
 
 # The checkout from the engine's object cache, after the copy-in of a clone without its files.
@@ -319,4 +318,4 @@ def test_ctrl_c_before_the_agents_first_line_is_read_keeps_its_session_for_the_r
             proc.kill()
         proxy.close()
         if run_id:
-            _remove_run(private_engine.url, run_id)
+            remove_run(private_engine.url, run_id)

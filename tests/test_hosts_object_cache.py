@@ -16,8 +16,7 @@ import pytest
 from cli_helpers import cli_env, run_cli
 from conftest import git, make_repo
 from engine_proxy import EngineProxy
-from reliability_helpers import check_log, events_path
-from test_hosts import NO_DISK_MIN, _remove_run
+from reliability_helpers import NO_DISK_MIN, check_log, events_path, remove_run
 
 # The cache's names, as a user (and `docker volume ls --filter label=...`) sees them.
 LABEL = "orchestrator.object-cache"
@@ -136,7 +135,7 @@ def test_remote_history_crosses_the_link_once_and_the_cache_is_read_only(tmp_pat
     finally:
         proxy.close()
         for run_id in seen:
-            _remove_run(private_engine.url, run_id)
+            remove_run(private_engine.url, run_id)
         private_engine.docker("volume", "rm", "-f", volume)
 
 
@@ -176,7 +175,7 @@ def test_hosts_lists_the_cache_expiry_drops_it_and_clean_containers_removes_it(t
 
         # Once no container mounts it, the next run drops it and builds it again.
         for run_id in seen:
-            _remove_run(private_engine.url, run_id)
+            remove_run(private_engine.url, run_id)
         age_the_cache()
         result, run3 = _run(
             tmp_path, repo, env, private_engine.image, private_engine.url, "SIM: write c.txt c\nSIM: commit c", seen
@@ -195,7 +194,7 @@ def test_hosts_lists_the_cache_expiry_drops_it_and_clean_containers_removes_it(t
 
         # --clean-containers names the cache and removes it (the run's containers go first).
         for run_id in seen:
-            _remove_run(private_engine.url, run_id)
+            remove_run(private_engine.url, run_id)
         dry = run_cli(["--clean-containers", "--dry-run", *hosts], cwd=repo, env=env)
         assert f"would remove object cache {volume} on far" in dry.stdout, dry.stdout
         assert private_engine.docker("volume", "inspect", volume).returncode == 0
@@ -205,7 +204,7 @@ def test_hosts_lists_the_cache_expiry_drops_it_and_clean_containers_removes_it(t
         assert private_engine.docker("volume", "inspect", volume).returncode != 0
     finally:
         for run_id in seen:
-            _remove_run(private_engine.url, run_id)
+            remove_run(private_engine.url, run_id)
         private_engine.docker("volume", "rm", "-f", volume)
 
 
@@ -302,7 +301,7 @@ def test_a_cache_that_cannot_be_read_fails_the_task_as_git_naming_it(tmp_path, p
         assert git(repo, "for-each-ref", "refs/heads/").count("\n") == 0  # main only
     finally:
         for run_id in seen:
-            _remove_run(private_engine.url, run_id)
+            remove_run(private_engine.url, run_id)
         private_engine.docker("volume", "rm", "-f", volume)
 
 
@@ -341,12 +340,12 @@ def test_a_task_resumed_after_its_engines_cache_was_removed_gets_the_history_aga
     go (--clean-containers, or a cache dropped): the task's workspace volume, which
     borrows from the cache, survives. The resume sends the base's objects again
     before the agent continues, and the commit comes back as a branch."""
-    from test_hosts import _interrupted_run_on_two_hosts
+    from reliability_helpers import interrupted_run_on_two_hosts
 
     repo = make_repo(tmp_path / "repo")
     env = cli_env(tmp_path, **NO_DISK_MIN)
     volume = volume_name(repo)
-    run_id, first_hosts = _interrupted_run_on_two_hosts(tmp_path, repo, private_engine, env)
+    run_id, first_hosts = interrupted_run_on_two_hosts(tmp_path, repo, private_engine, env)
     try:
         names = private_engine.docker("ps", "-aq", "--filter", f"label=run_id={run_id}").stdout.split()
         private_engine.docker("rm", "-f", *names, check=True)
@@ -377,6 +376,6 @@ def test_a_task_resumed_after_its_engines_cache_was_removed_gets_the_history_aga
         on_b = next(k for k, h in first_hosts.items() if h == "b")
         assert on_b in {k["task_key"] for k in kept}, kept
     finally:
-        _remove_run(None, run_id)
-        _remove_run(private_engine.url, run_id)
+        remove_run(None, run_id)
+        remove_run(private_engine.url, run_id)
         private_engine.docker("volume", "rm", "-f", volume)

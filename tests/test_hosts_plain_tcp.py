@@ -26,8 +26,7 @@ import yaml
 from cli_helpers import cli_env, only_run_id, run_cli
 from conftest import git, make_repo
 from engine_proxy import EngineProxy
-from reliability_helpers import check_log, events_path
-from test_hosts import NO_DISK_MIN, _host_containers, _remove_run
+from reliability_helpers import NO_DISK_MIN, check_log, events_path, host_containers, remove_run
 
 from orchestrator.errors import ConfigError, PreflightError
 from orchestrator.runner.hosts import resolve_hosts
@@ -254,7 +253,7 @@ def _placed_on(tmp_path: Path, repo: Path, engine, host: str, word: str) -> str:
     assert {e.payload["host"] for e in events if e.type == "task.started"} == {host}
     (done,) = [e for e in events if e.type == "task.completed"]
     assert git(repo, "show", f"{done.payload['artifact']['branch_final']}:t.txt") == word
-    assert _host_containers(engine.url, run_id)
+    assert host_containers(engine.url, run_id)
     return run_id
 
 
@@ -280,7 +279,7 @@ def test_plain_tcp_on_loopback_still_runs_with_no_warning(tmp_path, private_engi
     finally:
         proxy.close()
         if run_id:
-            _remove_run(private_engine.url, run_id)
+            remove_run(private_engine.url, run_id)
 
 
 @pytest.mark.docker
@@ -320,7 +319,7 @@ def test_insecure_true_runs_over_plain_tcp_and_warns_on_every_start(tmp_path, pr
     finally:
         proxy.close()
         for run_id in run_ids:
-            _remove_run(private_engine.url, run_id)
+            remove_run(private_engine.url, run_id)
 
 
 def test_tls_without_verification_from_the_environment_warns_naming_the_host(no_network, tmp_path, monkeypatch):

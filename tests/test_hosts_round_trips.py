@@ -15,8 +15,7 @@ import pytest
 from cli_helpers import cli_env, only_run_id, run_cli
 from conftest import git, make_repo
 from engine_proxy import EngineProxy
-from reliability_helpers import check_log, events_path
-from test_hosts import NO_DISK_MIN, _remove_run
+from reliability_helpers import NO_DISK_MIN, check_log, events_path, remove_run
 
 from orchestrator.runner.object_cache import volume_name
 
@@ -64,5 +63,5 @@ def test_a_remote_task_brings_its_result_out_in_one_exec(tmp_path, private_engin
     finally:
         proxy.close()
         if run_id:
-            _remove_run(private_engine.url, run_id)
+            remove_run(private_engine.url, run_id)
         private_engine.docker("volume", "rm", "-f", volume_name(repo))

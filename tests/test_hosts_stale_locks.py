@@ -9,38 +9,21 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 
 import pytest
 from cli_helpers import cli_env, run_cli
 from conftest import git, make_repo
 from reliability_helpers import (
+    NO_DISK_MIN,
     check_log,
+    docker,
     events_path,
     finish,
+    remove_run,
     start_cli,
     wait_for,
     wait_run_started,
 )
-
-NO_DISK_MIN = {
-    "ORCHESTRATOR_ORCHESTRATION__HARD_MIN_FREE_DISK_GB": "0",
-    "ORCHESTRATOR_ORCHESTRATION__MIN_FREE_DISK_GB": "0",
-    "ORCHESTRATOR_RUNNER__NETWORK_EGRESS": "offline",
-}
-
-
-def _docker(url: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["docker", "-H", url, *args], capture_output=True, text=True)
-
-
-def _remove_run(url: str, run_id: str) -> None:
-    names = _docker(url, "ps", "-aq", "--filter", f"label=run_id={run_id}").stdout.split()
-    if names:
-        _docker(url, "rm", "-f", *names)
-    vols = _docker(url, "volume", "ls", "-q", "--filter", f"label=run_id={run_id}").stdout.split()
-    if vols:
-        _docker(url, "volume", "rm", "-f", *vols)
 
 
 @pytest.mark.docker
@@ -61,14 +44,14 @@ def test_resume_on_a_remote_engine_clears_stale_git_locks_in_the_workspace_volum
 
         def committed_container():
             assert proc.poll() is None, out.with_suffix(".err").read_text()
-            for name in _docker(url, "ps", "-q", "--filter", f"label=run_id={run_id}").stdout.split():
-                subject = _docker(url, "exec", name, "git", "-C", "/workspace", "log", "-1", "--format=%s")
+            for name in docker(url, "ps", "-q", "--filter", f"label=run_id={run_id}").stdout.split():
+                subject = docker(url, "exec", name, "git", "-C", "/workspace", "log", "-1", "--format=%s")
                 if subject.stdout.strip() == "b":
                     return name
             return None
 
         container = wait_for(committed_container, timeout=300, interval=0.5)
-        planted = _docker(url, "exec", container, "touch", "/workspace/.git/index.lock")
+        planted = docker(url, "exec", container, "touch", "/workspace/.git/index.lock")
         assert planted.returncode == 0, planted.stderr
         proc.send_signal(signal.SIGINT)
         rc, _, err = finish(proc, out, timeout=120)
@@ -91,4 +74,4 @@ def test_resume_on_a_remote_engine_clears_stale_git_locks_in_the_workspace_volum
         if proc.poll() is None:
             proc.kill()
         if run_id:
-            _remove_run(url, run_id)
+            remove_run(url, run_id)

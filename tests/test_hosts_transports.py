@@ -21,8 +21,7 @@ import yaml
 from cli_helpers import cli_env, only_run_id, run_cli
 from conftest import git, make_repo
 from private_engine import client_cert_dir, free_port, make_ca
-from reliability_helpers import check_log, events_path
-from test_hosts import NO_DISK_MIN, _host_containers, _remove_run
+from reliability_helpers import NO_DISK_MIN, check_log, events_path, host_containers, remove_run
 
 PROMPT = "SIM: write t.txt {word}\nSIM: commit t"
 
@@ -41,7 +40,7 @@ def _check_placed_and_imported(tmp_path: Path, repo: Path, result, engine, host:
     assert {e.payload["host"] for e in events if e.type == "task.started"} == {host}
     (done,) = [e for e in events if e.type == "task.completed"]
     assert git(repo, "show", f"{done.payload['artifact']['branch_final']}:t.txt") == word
-    containers = _host_containers(engine.url, run_id)
+    containers = host_containers(engine.url, run_id)
     assert containers and {c["Config"]["Labels"]["orchestrator.host"] for c in containers} == {host}
     ws = next(m for m in containers[0]["Mounts"] if m["Destination"] == "/workspace")
     assert ws["Type"] == "volume", ws
@@ -71,7 +70,7 @@ def test_tcp_tls_host_places_a_task_and_imports_its_branch(tmp_path, private_eng
         assert " up " in checked.stdout and "rtt" in checked.stdout, checked.stdout
         assert "transport TLS verified" in checked.stdout and "warning" not in checked.stderr, checked
     finally:
-        _remove_run(private_engine.url, run_id)
+        remove_run(private_engine.url, run_id)
 
 
 @pytest.mark.docker
@@ -200,7 +199,7 @@ def test_ssh_host_places_a_task_imports_its_branch_and_reports_up(tmp_path, priv
     try:
         _check_placed_and_imported(tmp_path, repo, result, private_engine, "s", "ssh")
     finally:
-        _remove_run(private_engine.url, run_id)
+        remove_run(private_engine.url, run_id)
 
 
 # ---------------------------------------------------------------- docker context
@@ -237,7 +236,7 @@ def test_context_host_places_a_task_and_imports_its_branch(tmp_path, private_eng
     try:
         _check_placed_and_imported(tmp_path, repo, result, private_engine, "c", "ctx")
     finally:
-        _remove_run(private_engine.url, run_id)
+        remove_run(private_engine.url, run_id)
 
 
 # ---------------------------------------------------------------- cert_path checks
@@ -324,7 +323,7 @@ def test_ssh_host_runs_eight_tasks_at_once(tmp_path, private_engine, sshd):
         runner_log = (tmp_path / "logs" / run_id / "runner.jsonl").read_text()
         assert "runner.retry.scheduled" not in runner_log
     finally:
-        _remove_run(private_engine.url, run_id)
+        remove_run(private_engine.url, run_id)
 
 
 @pytest.mark.docker
@@ -418,7 +417,7 @@ def test_a_context_that_skips_tls_verification_works_and_warns_naming_the_host(t
     try:
         _check_placed_and_imported(tmp_path, repo, result, private_engine, "unverified", "skip")
     finally:
-        _remove_run(private_engine.url, run_id)
+        remove_run(private_engine.url, run_id)
 
 
 def test_doctor_shows_each_hosts_transport_security(tmp_path):

@@ -9,25 +9,20 @@ its bridge deleted when the test ends, pass or fail.
 
 from __future__ import annotations
 
-import subprocess
-
 import pytest
 from cli_helpers import cli_env, run_cli
 from conftest import git, make_repo
 from reliability_helpers import (
+    NO_DISK_MIN,
     check_log,
     check_snapshot_is_replay,
+    docker,
     events_path,
     interrupt_when_sessions_known,
+    remove_run,
     start_cli,
     wait_run_started,
 )
-
-NO_DISK_MIN = {
-    "ORCHESTRATOR_ORCHESTRATION__HARD_MIN_FREE_DISK_GB": "0",
-    "ORCHESTRATOR_ORCHESTRATION__MIN_FREE_DISK_GB": "0",
-    "ORCHESTRATOR_RUNNER__NETWORK_EGRESS": "offline",
-}
 
 
 @pytest.fixture
@@ -49,48 +44,30 @@ def second_engine(private_engine):
         engine.close()  # SIGTERM to its own pid, then its bridge and directories
 
 
-def _docker(url: str, *args: str) -> str:
-    return subprocess.run(["docker", "-H", url, *args], capture_output=True, text=True, check=True).stdout
-
-
 def _session_volumes(url: str, run_id: str) -> set[str]:
-    out = _docker(url, "volume", "ls", "-q", "--filter", f"label=run_id={run_id}")
+    out = docker(url, "volume", "ls", "-q", "--filter", f"label=run_id={run_id}", check=True).stdout
     return {v for v in out.split() if v.startswith("orc_home_")}
 
 
 def _home_volumes_by_task(url: str, run_id: str) -> dict[str, set[str]]:
     """task_key -> the session volumes its containers on this engine mount at /home/node."""
-    ids = _docker(url, "ps", "-aq", "--filter", f"label=run_id={run_id}").split()
+    ids = docker(url, "ps", "-aq", "--filter", f"label=run_id={run_id}", check=True).stdout.split()
     found: dict[str, set[str]] = {}
     for line in (
-        _docker(
+        docker(
             url,
             "inspect",
             "--format",
             '{{index .Config.Labels "task_key"}} {{range .Mounts}}{{if eq .Destination "/home/node"}}{{.Name}}{{end}}{{end}}',
             *ids,
-        ).splitlines()
+            check=True,
+        ).stdout.splitlines()
         if ids
         else []
     ):
         key, _, volume = line.partition(" ")
         found.setdefault(key, set()).add(volume.strip())
     return found
-
-
-def _remove_run(url: str, run_id: str) -> None:
-    ids = subprocess.run(
-        ["docker", "-H", url, "ps", "-aq", "--filter", f"label=run_id={run_id}"], capture_output=True, text=True
-    ).stdout.split()
-    if ids:
-        subprocess.run(["docker", "-H", url, "rm", "-f", *ids], capture_output=True)
-    vols = subprocess.run(
-        ["docker", "-H", url, "volume", "ls", "-q", "--filter", f"label=run_id={run_id}"],
-        capture_output=True,
-        text=True,
-    ).stdout.split()
-    if vols:
-        subprocess.run(["docker", "-H", url, "volume", "rm", "-f", *vols], capture_output=True)
 
 
 @pytest.mark.docker
@@ -165,4 +142,4 @@ def test_resume_after_both_engines_restart_keeps_each_session_on_its_engine(tmp_
         if not b.answering():
             b.start()  # later tests use the session engine; c goes with its fixture
         if run_id:
-            _remove_run(b.url, run_id)
+            remove_run(b.url, run_id)

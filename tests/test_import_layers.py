@@ -306,3 +306,18 @@ def test_the_application_report_and_image_enter_the_runner_only_through_its_pack
         if _under(t, "orchestrator.runner") and t != "orchestrator.runner"
     )
     assert offending == []
+
+
+def test_no_test_module_imports_another_test_modules_private_names():
+    """Helpers tests share live in helper modules (or are public); a ``_name`` stays in its own test file."""
+    tests = ROOT / "tests"
+    test_modules = {p.stem for p in tests.glob("test_*.py")}
+    found = sorted(
+        f"{path.name}: from {node.module} import {alias.name}"
+        for path in tests.glob("*.py")
+        for node in ast.walk(ast.parse(path.read_text("utf-8")))
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module in test_modules
+        for alias in node.names
+        if alias.name.startswith("_")
+    )
+    assert found == []

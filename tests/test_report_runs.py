@@ -23,6 +23,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from browser_helpers import load_page, page_requests
 from cli_helpers import TEST_KEY, cli_env, run_cli
 from conftest import TEST_IMAGE, make_repo
 from screen_checks import protocol_lines
@@ -370,71 +371,23 @@ def test_html_flags_need_show_run(runs):
 
 # ---------------------------------------------------------------- in a real browser
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-CHROMEDRIVER = shutil.which("chromedriver")
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not (CHROMIUM and CHROMEDRIVER):
-        pytest.fail("chromium and chromium-driver are missing: run scripts/setup.sh (it installs them)")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for arg in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--window-size=1440,1000",
-        "--host-resolver-rules=MAP * ~NOTFOUND",
-    ):
-        opts.add_argument(arg)
-    opts.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
-    driver.execute_cdp_cmd("Network.enable", {})
-    driver.execute_cdp_cmd(
-        "Network.emulateNetworkConditions",
-        {"offline": True, "latency": 0, "downloadThroughput": -1, "uploadThroughput": -1},
-    )
-    yield driver
-    driver.quit()
-
-
-def _load(driver, report: Path) -> None:
-    driver.get_log("performance")  # drop what earlier pages logged
-    driver.get_log("browser")
-    driver.get(report.as_uri())
-    driver.execute_script("return document.readyState")
-
-
-def _requests(driver) -> list[str]:
-    urls = []
-    for entry in driver.get_log("performance"):
-        msg = json.loads(entry["message"])["message"]
-        if msg.get("method") == "Network.requestWillBeSent":
-            urls.append(msg["params"]["request"]["url"])
-    return urls
-
 
 def test_request_log_sees_a_page_that_reaches_out(browser, tmp_path):
     """The check below is only worth something if it notices a request: a page without the report's policy."""
     page = tmp_path / "leaky.html"
     page.write_text('<!DOCTYPE html><html><body><img src="http://127.0.0.1:9/x.png"></body></html>')
-    _load(browser, page)
-    assert any(u.startswith("http://127.0.0.1:9/") for u in _requests(browser))
+    load_page(browser, page)
+    assert any(u.startswith("http://127.0.0.1:9/") for u in page_requests(browser))
 
 
 @pytest.mark.parametrize("strategy", ["best-of-n", "tree-beam", "evolve", "review-loop", "synthesize"])
 def test_report_loads_offline_without_errors_or_requests(browser, runs, strategy):
     report = runs[strategy]["report"]
-    _load(browser, report)
+    load_page(browser, report)
     assert browser.title.startswith(strategy)
     errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
     assert errors == []
-    outside = [u for u in _requests(browser) if not u.startswith("file://")]
+    outside = [u for u in page_requests(browser) if not u.startswith("file://")]
     assert outside == []
     keep = os.environ.get("REPORT_SCREENSHOTS_DIR")
     if keep:
@@ -448,7 +401,7 @@ def test_clicking_a_tree_node_shows_its_detail(browser, runs):
     from selenium.webdriver.common.by import By
 
     run = runs["tree-beam"]
-    _load(browser, run["report"])
+    load_page(browser, run["report"])
     details = browser.find_elements(By.CSS_SELECTOR, ".node-detail")
     assert details and not any(d.is_displayed() for d in details)
     node = browser.find_element(By.CSS_SELECTOR, '.node[data-node="n1"]')
@@ -467,7 +420,7 @@ def test_the_synthesis_section_in_the_browser_marks_the_selected_synthesis_and_e
     from selenium.webdriver.common.by import By
 
     run = runs["synthesize"]
-    _load(browser, run["report"])
+    load_page(browser, run["report"])
     (chosen,) = browser.find_elements(By.CSS_SELECTOR, ".compare .item.hi")
     assert chosen.is_displayed() and chosen.find_element(By.TAG_NAME, "h3").text == "synthesis winner"
     labels = [i.find_element(By.TAG_NAME, "h3").text for i in browser.find_elements(By.CSS_SELECTOR, ".compare .item")]
@@ -498,7 +451,7 @@ return [...document.querySelectorAll('#tasks .output, #tasks pre.command')].map(
 @pytest.mark.parametrize("strategy", ["review-loop-tests", "evolve-stuck"])
 def test_browser_report_shows_no_score_none_raw_json_or_protocol_lines(browser, runs, strategy):
     # issue 30: "score None", raw structured-output JSON and @@ wrapper lines in the review-loop and evolve reports
-    _load(browser, runs[strategy]["report"])
+    load_page(browser, runs[strategy]["report"])
     strategy_text = browser.execute_script("return document.querySelector('.card.strategy').innerText")
     assert "None" not in strategy_text and '{"' not in strategy_text, strategy_text
     assert protocol_lines(strategy_text) == []
@@ -512,7 +465,7 @@ def test_browser_report_shows_no_score_none_raw_json_or_protocol_lines(browser, 
 def test_browser_review_loop_ranking_reads_tests_and_scores(browser, runs):
     from selenium.webdriver.common.by import By
 
-    _load(browser, runs["review-loop-tests"]["report"])
+    load_page(browser, runs["review-loop-tests"]["report"])
     (table,) = [
         s.find_element(By.TAG_NAME, "table")
         for s in browser.find_elements(By.CSS_SELECTOR, ".section-TableSection")
@@ -535,7 +488,7 @@ def test_browser_evolve_lists_could_not_move_and_draws_equal_goals_apart(browser
     from selenium.webdriver.common.by import By
 
     run = runs["evolve-stuck"]
-    _load(browser, run["report"])
+    load_page(browser, run["report"])
     sections = {s.find_element(By.TAG_NAME, "h3").text: s for s in browser.find_elements(By.CSS_SELECTOR, ".section")}
     stuck = sections["Goals that could not move"]
     assert stuck.is_displayed()
@@ -546,7 +499,7 @@ def test_browser_evolve_lists_could_not_move_and_draws_equal_goals_apart(browser
     assert row[0] == "stuck" and int(row[1]) >= 2 and "attempts in a row reverted" in row[2], row
 
     # c1 and c2 of the other evolve run pass and fail together: their lines must not be drawn over each other
-    _load(browser, runs["evolve"]["report"])
+    load_page(browser, runs["evolve"]["report"])
     chart = next(
         s
         for s in browser.find_elements(By.CSS_SELECTOR, ".section-ChartSection")

@@ -20,10 +20,10 @@ import pytest
 from conftest import git, make_repo
 from reliability_helpers import (
     IMG,
-    _docker,
     check_log,
     check_snapshot_is_replay,
     cli_env,
+    docker,
     events_path,
     finish,
     remove_run_docker,
@@ -48,7 +48,7 @@ def sim_executions(run_id: str) -> list[dict]:
     """The sim agent's own record of every execution (session id, resumed or not, cwd)."""
     out = []
     for volume in run_volumes(run_id):
-        mount = _docker("volume", "inspect", "-f", "{{.Mountpoint}}", volume).strip()
+        mount = docker(None, "volume", "inspect", "-f", "{{.Mountpoint}}", volume).stdout.strip()
         record = Path(mount) / ".sim-agent" / "executions.jsonl"
         if record.exists():
             out += [json.loads(line) for line in record.read_text().splitlines() if line.strip()]

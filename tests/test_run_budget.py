@@ -11,10 +11,9 @@ import json
 from pathlib import Path
 
 import pytest
+from browser_helpers import load_page, page_requests
 from cli_helpers import cli_env, only_run_id, run_cli
 from conftest import TEST_IMAGE, make_repo
-from test_report_runs import _load, _requests
-from test_report_runs import browser as chromium  # noqa: F401  (a fixture: headless Chromium, network off)
 
 pytestmark = pytest.mark.docker
 
@@ -347,7 +346,7 @@ def test_a_built_in_strategy_returns_its_best_so_far_at_the_cap(tmp_path):
     assert strat["selected_branch"] == gen_branch and gen_branch
 
 
-def test_the_spend_chart_renders_in_a_real_browser_offline(tmp_path, chromium):  # noqa: F811
+def test_the_spend_chart_renders_in_a_real_browser_offline(tmp_path, browser):
     """The report of a capped run, in headless Chromium with the network off: the spend card and its chart."""
     from selenium.webdriver.common.by import By
 
@@ -360,11 +359,11 @@ def test_the_spend_chart_renders_in_a_real_browser_offline(tmp_path, chromium): 
     )
     assert r.returncode == EXIT_BUDGET_REACHED, r.stdout + r.stderr
     run_id = only_run_id(tmp_path)
-    _load(chromium, tmp_path / "results" / run_id / "report.html")
-    card = chromium.find_element(By.ID, "spend")
+    load_page(browser, tmp_path / "results" / run_id / "report.html")
+    card = browser.find_element(By.ID, "spend")
     assert card.is_displayed() and "the cap was reached" in card.text and "$0.10 cap" in card.text
     chart = card.find_element(By.CSS_SELECTOR, "svg.chart")
     assert chart.size["width"] > 300 and chart.size["height"] > 200
     assert len(chart.find_elements(By.CSS_SELECTOR, "path")) == 2  # the spend and the cap
-    assert [e for e in chromium.get_log("browser") if e["level"] == "SEVERE"] == []
-    assert [u for u in _requests(chromium) if not u.startswith("file://")] == []
+    assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
+    assert [u for u in page_requests(browser) if not u.startswith("file://")] == []

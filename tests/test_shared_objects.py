@@ -20,7 +20,7 @@ import pytest
 from cli_helpers import cli_env, only_run_id, run_cli, wait_for
 from conftest import TEST_IMAGE as IMAGE
 from conftest import git, make_repo, runner_log
-from reliability_helpers import check_log, events_path
+from reliability_helpers import check_log, events_path, remove_run
 
 from orchestrator.runner import AuthConfig, DockerRunner, RetryConfig, git_ops, run_instance
 from orchestrator.sanitize import Sanitizer
@@ -57,20 +57,6 @@ def _inspect(name: str, url: str | None = None) -> dict:
     base = ["docker"] + (["-H", url] if url else [])
     out = subprocess.run([*base, "inspect", name], check=True, capture_output=True, text=True).stdout
     return json.loads(out)[0]
-
-
-def _remove_run(run_id: str, url: str | None = None) -> None:
-    base = ["docker"] + (["-H", url] if url else [])
-    names = subprocess.run(
-        [*base, "ps", "-aq", "--filter", f"label=run_id={run_id}"], capture_output=True, text=True
-    ).stdout.split()
-    if names:
-        subprocess.run([*base, "rm", "-f", *names], capture_output=True)
-    vols = subprocess.run(
-        [*base, "volume", "ls", "-q", "--filter", f"label=run_id={run_id}"], capture_output=True, text=True
-    ).stdout.split()
-    if vols:
-        subprocess.run([*base, "volume", "rm", "-f", *vols], capture_output=True)
 
 
 def test_shared_objects_commit_comes_back_as_a_branch(tmp_path):
@@ -110,7 +96,7 @@ def test_shared_objects_commit_comes_back_as_a_branch(tmp_path):
         assert store.parent.parent == (tmp_path / "ws" / run_id).resolve()
         assert not any(str(repo) in m["Source"] for m in mounts.values())
     finally:
-        _remove_run(run_id)
+        remove_run(None, run_id)
 
 
 async def test_a_container_cannot_write_into_the_shared_store(repo_with_history, run_id, runner):
@@ -280,7 +266,7 @@ def test_shared_objects_on_a_remote_engine_gets_a_full_copy_and_the_branch(tmp_p
         assert '"runner.workspace.full_copy"' not in log
         assert ('"runner.object_cache.synced"' in log) is (mode is None)
     finally:
-        _remove_run(run_id, private_engine.url)
+        remove_run(private_engine.url, run_id)
         if mode is None:
             from orchestrator.runner.object_cache import volume_name
 
@@ -308,7 +294,7 @@ def test_full_copy_opt_in_has_objects_of_its_own_and_the_branch_comes_back(tmp_p
         assert not any("objects_" in m for m in mounts), mounts
         assert not list((tmp_path / "ws" / run_id).glob("objects_*")), "no store is made for full_copy"
     finally:
-        _remove_run(run_id)
+        remove_run(None, run_id)
 
 
 async def test_the_store_is_readable_when_the_workspace_root_is_where_the_container_user_cannot_go(

@@ -10,14 +10,13 @@ task, started in that checkout, must see what a task on a fresh clone sees.
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 from cli_helpers import cli_env, only_run_id, run_cli
 from conftest import TEST_IMAGE as IMAGE
 from conftest import git, make_repo, runner_log
-from reliability_helpers import check_log, events_path
+from reliability_helpers import check_log, events_path, remove_run
 
 from orchestrator.runner import AuthConfig, DockerRunner, RetryConfig, git_ops, run_instance
 from orchestrator.sanitize import Sanitizer
@@ -187,14 +186,4 @@ def test_runs_of_one_command_reuse_finished_checkouts_and_leave_nothing_to_the_n
         assert len(flags) == 3 and flags[0] is False and True in flags[1:], flags
         assert not list((tmp_path / "ws" / run_id).glob("*.deleting-*"))
     finally:
-        _remove_run(run_id)
-
-
-def _remove_run(run_id: str) -> None:
-    for kind in ("ps -aq", "volume ls -q"):
-        ids = subprocess.run(
-            ["docker", *kind.split(), "--filter", f"label=run_id={run_id}"], capture_output=True, text=True
-        ).stdout.split()
-        if ids:
-            rm = ["docker", "rm", "-f"] if kind.startswith("ps") else ["docker", "volume", "rm", "-f"]
-            subprocess.run([*rm, *ids], capture_output=True)
+        remove_run(None, run_id)
