@@ -12,9 +12,9 @@ Strategy authors import from :mod:`orchestrator.strategy` only.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from ._lazy import exports, lazy_attr
+from ._lazy import exports, lazy_module
 
 # Lazy re-exports: ``import orchestrator.x`` runs this file first, and loading
 # the engine (and with it the runner) here would make every submodule import,
@@ -39,7 +39,7 @@ _EXPORTS = exports(
         ),
     }
 )
-__all__ = sorted(_EXPORTS)
+__getattr__, __all__ = lazy_module(__name__, _EXPORTS)
 
 if TYPE_CHECKING:
     from .engine.context import Handle as Handle
@@ -61,7 +61,3 @@ if TYPE_CHECKING:
     from .log.eventlog import subscribe as subscribe
     from .log.state import RunState as RunState
     from .log.state import recover as recover
-
-
-def __getattr__(name: str) -> Any:
-    return lazy_attr(__name__, _EXPORTS, name)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 
@@ -32,3 +32,12 @@ def lazy_attr(package: str, exports: dict[str, str], name: str) -> Any:
     value = getattr(importlib.import_module(f"{package}.{module}"), name)
     setattr(sys.modules[package], name, value)
     return value
+
+
+def lazy_module(package: str, exports: dict[str, str]) -> tuple[Callable[[str], Any], list[str]]:
+    """``package``'s module ``__getattr__`` over its export table, and its ``__all__``."""
+
+    def __getattr__(name: str) -> Any:
+        return lazy_attr(package, exports, name)
+
+    return __getattr__, sorted(exports)

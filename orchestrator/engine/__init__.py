@@ -7,18 +7,14 @@ runs); see :mod:`orchestrator.engine.replay`.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from .._lazy import exports, lazy_attr
+from .._lazy import exports, lazy_module
 
 # Lazy, like the package root: a strategy importing the engine's context loads nothing more.
 _EXPORTS = exports({"replay": ("ReplayOutcome", "replay_strategy")})
-__all__ = sorted(_EXPORTS)
+__getattr__, __all__ = lazy_module(__name__, _EXPORTS)
 
 if TYPE_CHECKING:
     from .replay import ReplayOutcome as ReplayOutcome
     from .replay import replay_strategy as replay_strategy
-
-
-def __getattr__(name: str) -> Any:
-    return lazy_attr(__name__, _EXPORTS, name)

@@ -21,9 +21,9 @@ names below from ``orchestrator.runner``, never a runner module
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from .._lazy import exports, lazy_attr
+from .._lazy import exports, lazy_module
 from . import docker_py
 
 docker_py.install()
@@ -82,7 +82,7 @@ _EXPORTS = exports(
         ),
     }
 )
-__all__ = sorted(_EXPORTS)
+__getattr__, __all__ = lazy_module(__name__, _EXPORTS)
 
 if TYPE_CHECKING:
     from .base import RunnerEventCallback as RunnerEventCallback
@@ -144,7 +144,3 @@ if TYPE_CHECKING:
     from .types import Metrics as Metrics
     from .types import RetryConfig as RetryConfig
     from .types import RunnerResult as RunnerResult
-
-
-def __getattr__(name: str) -> Any:
-    return lazy_attr(__name__, _EXPORTS, name)
