@@ -432,3 +432,52 @@ def test_plain_http_to_another_machine_is_refused(tmp_path, k8s):
     )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "plain HTTP to another machine" in proc.stderr and "Traceback" not in proc.stderr
+
+
+BENCH = """import json, os
+n = len(os.listdir("sim")) if os.path.isdir("sim") else 0
+print(json.dumps({"metrics": {"throughput": 100 + 10 * n}}))
+"""
+
+
+def test_tree_beam_measures_in_pods(tmp_path, k8s):
+    """tree-beam, its smallest tree (one idea, depth 1, one measurement each), with every
+    task in a Pod: the evaluation command ran in a Pod and its metric came back (the
+    committed idea measures above the root), and the candidate's branch exists."""
+    repo = _repo(tmp_path)
+    (repo / "bench.py").write_text(BENCH)
+    subprocess.run(["git", "add", "."], cwd=repo, check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "bench"], cwd=repo, check=True)
+    args = ["raise the benchmark score", "--strategy", "tree-beam", "--dry-run"]
+    for setting in (
+        "eval_command=python3 bench.py",
+        "primary_metric=throughput",
+        "ideas_per_node=1",
+        "max_depth=1",
+        "beam_width=1",
+        "eval_repeats=1",
+    ):
+        args += ["-S", setting]
+    proc = subprocess.run(
+        _cli(tmp_path, k8s, repo, *args), cwd=repo, env=_env(tmp_path), capture_output=True, text=True, timeout=900
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    run_id = _run_id(out)
+    tree = json.loads((repo / "results" / run_id / "strategy_output" / "tree.json").read_text())
+    assert tree["nodes"][0]["evaluation"]["metrics"]["throughput"] == 100, tree["nodes"][0]  # the root, measured
+    (evaluation,) = tree["evaluations"]
+    assert evaluation["status"] == "completed", evaluation
+    assert evaluation["evaluation"]["metrics"]["throughput"] > 100, evaluation  # measured after the commit
+    assert tree["nodes"][1]["branch"] == evaluation["branch"] and tree["stop_reason"] == "max_depth", tree["nodes"]
+    branch = evaluation["branch"]
+    assert subprocess.run(["git", "rev-parse", "--verify", branch], cwd=repo, capture_output=True).returncode == 0
+    # Every task (coder, ideator, measurements) ran as a Pod; none as a local container.
+    runner = _runner_log(repo, run_id)
+    placed = [e for e in runner if e.get("message") == "runner.container.ready"]
+    assert len(placed) >= 3, placed
+    local = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", f"label=run_id={run_id}"], capture_output=True, text=True
+    ).stdout.split()
+    assert local == []
+    _wait_no_pods(k8s, run_id)
