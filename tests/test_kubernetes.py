@@ -481,3 +481,34 @@ def test_tree_beam_measures_in_pods(tmp_path, k8s):
     ).stdout.split()
     assert local == []
     _wait_no_pods(k8s, run_id)
+
+
+def test_a_pod_pending_past_the_bound_fails_its_task_with_the_clusters_reason(tmp_path, k8s):
+    """A task whose CPU request no node has stays Pending: past runner.kubernetes.pending_timeout_s
+    its task fails with one line naming the scheduler's reason, and its Pod is deleted."""
+    repo = _repo(tmp_path)
+    config = _config(tmp_path, k8s, pending_timeout_s=3)
+    config.write_text(config.read_text().replace("container_cpu: 0.25", "container_cpu: 64"))
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        _cli(tmp_path, k8s, repo, "SIM: print hi", "--dry-run", config=config),
+        cwd=repo,
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-3000:]
+    assert "Traceback" not in out
+    run_id = next(p.name for p in (repo / "logs").glob("run_*"))
+    failed = [e["payload"] for e in _events(repo, run_id) if e["type"] == "task.failed"]
+    assert failed, out[-3000:]
+    message = failed[-1]["message"]
+    assert "\n" not in message
+    assert "stayed Pending for 3 s (runner.kubernetes.pending_timeout_s)" in message, message
+    assert "Unschedulable" in message and "Insufficient cpu" in message, message
+    # The one line the user reads says it too.
+    assert any("Insufficient cpu" in line for line in out.splitlines()), out[-3000:]
+    assert time.monotonic() - t0 < 120
+    _wait_no_pods(k8s, run_id)
