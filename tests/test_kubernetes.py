@@ -512,3 +512,55 @@ def test_a_pod_pending_past_the_bound_fails_its_task_with_the_clusters_reason(tm
     assert any("Insufficient cpu" in line for line in out.splitlines()), out[-3000:]
     assert time.monotonic() - t0 < 120
     _wait_no_pods(k8s, run_id)
+
+
+def _build_image(tmp_path: Path, load_command: str | None) -> subprocess.CompletedProcess[str]:
+    from conftest import TEST_BASE_IMAGE
+
+    config = tmp_path / "build.yaml"
+    config.write_text(
+        "runner:\n  kubernetes:\n    image_pull_policy: Never\n"
+        + (f"    load_command: {json.dumps(load_command)}\n" if load_command else "")
+    )
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "orchestrator.app.cli",
+            "--build-image",
+            "--docker-image",
+            TEST_BASE_IMAGE,
+            "--config",
+            str(config),
+            "--namespace",
+            "orc-build-image",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+
+
+def test_build_image_loads_the_image_with_the_load_command(tmp_path):
+    """--build-image on a Kubernetes config with runner.kubernetes.load_command runs it with the
+    image built as its last argument (the nodes cannot pull from this engine)."""
+    from conftest import TEST_BASE_IMAGE
+
+    record = tmp_path / "loaded"
+    proc = _build_image(tmp_path, f"bash -c 'echo \"$0\" >> {record}'")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert record.read_text().split() == [TEST_BASE_IMAGE]
+    assert f"loading image {TEST_BASE_IMAGE} into the cluster" in proc.stderr
+
+
+def test_build_image_without_a_load_command_names_the_reference_to_push(tmp_path):
+    """Without a load command: one line naming the image reference the cluster's nodes need pushed."""
+    from conftest import TEST_BASE_IMAGE
+
+    from orchestrator.runner.kube_images import reference
+
+    proc = _build_image(tmp_path, None)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if reference(TEST_BASE_IMAGE) in ln]
+    assert len(lines) == 1 and "push" in lines[0] and "runner.kubernetes.load_command" in lines[0], proc.stderr

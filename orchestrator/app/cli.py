@@ -268,8 +268,15 @@ def _dispatch(args: argparse.Namespace) -> int:
         from ..agent_image.build import build_image
         from ..config import load_config
 
-        image = args.docker_image or load_config(config_file=args.config, cli_overrides={}).config.runner.docker_image
+        kube = {k: v for k in ("kubeconfig", "namespace") if (v := getattr(args, k, None)) is not None}
+        config = load_config(config_file=args.config, cli_overrides={"runner": {"kubernetes": kube}} if kube else {})
+        image = args.docker_image or config.config.runner.docker_image
         build_image(image, test_image=args.test_image)
+        if config.config.runner.kubernetes is not None:
+            from ..runner.kube_images import image_to_cluster
+
+            # The tasks run the test image when one is built, on the agent image otherwise.
+            image_to_cluster(config.config.runner.kubernetes.load_command, args.test_image or image)
         return 0
     if args.doctor:
         from .doctor import doctor

@@ -90,6 +90,22 @@ async def check_cluster_image(host: KubeHost, image: str, *, load_command: str |
     raise PreflightError(f"image {image} ({ref}) is not on node(s) {', '.join(missing)} of the cluster; {fix}")
 
 
+def image_to_cluster(load_command: str | None, image: str) -> None:
+    """After ``--build-image`` on a Kubernetes run: the image into the nodes with the configured
+    loader, or one line naming the reference the user must push (the nodes cannot see this engine)."""
+    if load_command:
+        load_image(load_command, image)
+        return
+    print(
+        f"note: {image} is built on this machine's Docker engine only; the cluster's nodes need "
+        f"{reference(image)}: push it where they pull from (docker tag {image} REGISTRY/{image} && "
+        f"docker push REGISTRY/{image}, then --docker-image REGISTRY/{image}), or set "
+        "runner.kubernetes.load_command to a command that loads an image into the nodes",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
 def load_image(load_command: str, image: str) -> None:
     """Run the configured loader (``load_command IMAGE``), its output on stderr."""
     argv = [*shlex.split(load_command), image]
@@ -104,4 +120,4 @@ def load_image(load_command: str, image: str) -> None:
         )
 
 
-__all__ = ["check_cluster_image", "load_image", "nodes_lacking", "reference"]
+__all__ = ["check_cluster_image", "image_to_cluster", "load_image", "nodes_lacking", "reference"]
