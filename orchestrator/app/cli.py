@@ -269,14 +269,14 @@ def _dispatch(args: argparse.Namespace) -> int:
         from ..config import load_config
 
         kube = {k: v for k in ("kubeconfig", "namespace") if (v := getattr(args, k, None)) is not None}
-        config = load_config(config_file=args.config, cli_overrides={"runner": {"kubernetes": kube}} if kube else {})
-        image = args.docker_image or config.config.runner.docker_image
+        loaded = load_config(config_file=args.config, cli_overrides={"runner": {"kubernetes": kube}} if kube else {})
+        image = args.docker_image or loaded.config.runner.docker_image
         build_image(image, test_image=args.test_image)
-        if config.config.runner.kubernetes is not None:
+        if loaded.config.runner.kubernetes is not None:
             from ..runner.kube_images import image_to_cluster
 
             # The tasks run the test image when one is built, on the agent image otherwise.
-            image_to_cluster(config.config.runner.kubernetes.load_command, args.test_image or image)
+            image_to_cluster(loaded.config.runner.kubernetes.load_command, args.test_image or image)
         return 0
     if args.doctor:
         from .doctor import doctor
