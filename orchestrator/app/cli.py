@@ -273,7 +273,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         image = args.docker_image or loaded.config.runner.docker_image
         build_image(image, test_image=args.test_image)
         if loaded.config.runner.kubernetes is not None:
-            from ..runner.kube_images import image_to_cluster
+            from ..runner import image_to_cluster
 
             # The tasks run the test image when one is built, on the agent image otherwise.
             image_to_cluster(loaded.config.runner.kubernetes.load_command, args.test_image or image)

@@ -63,7 +63,7 @@ _EXPORTS = exports(
         "kube_client": ("ClusterSpec",),
         "kube_doctor": ("cluster_checks",),
         "kube_host": ("KubeHost",),
-        "kube_images": ("check_cluster_image",),
+        "kube_images": ("check_cluster_image", "image_to_cluster"),
         "kube_runner": ("KubeSettings", "KubernetesRunner"),
         "object_cache": ("ObjectCacheSettings", "list_caches", "remove_caches"),
         "registry": ("PLUGIN_MODULES", "check_model", "get_plugin", "register_plugins", "supports_resume"),
@@ -122,6 +122,7 @@ if TYPE_CHECKING:
     from .kube_doctor import cluster_checks as cluster_checks
     from .kube_host import KubeHost as KubeHost
     from .kube_images import check_cluster_image as check_cluster_image
+    from .kube_images import image_to_cluster as image_to_cluster
     from .kube_runner import KubernetesRunner as KubernetesRunner
     from .kube_runner import KubeSettings as KubeSettings
     from .object_cache import ObjectCacheSettings as ObjectCacheSettings
