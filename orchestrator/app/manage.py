@@ -16,6 +16,7 @@ from ..config import Config, load_config
 from ..errors import PreflightError, UsageError
 from ..jsonlog import ComponentLog
 from ..log.runs import (
+    FINISHED,
     RUN_LOCK_LABEL,
     RUN_MANIFEST_LABEL,
     RunDirs,
@@ -74,6 +75,9 @@ def list_runs(repo: str | None = None) -> int:
         live = is_live(run.dirs, m.run_id)
         # The fold decides, as for every reader (a run that died mid-way is interrupted, whatever its manifest says).
         status = "cleaned" if run.cleaned and not live else run_outcome(state, live=live)
+        if not state.strategies and not live and m.status in FINISHED and not run.dirs.events(m.run_id).exists():
+            # Retention removed a finished run's log and kept its manifest: that status was the fold's at its end.
+            status = m.status
         rows.append((status, m.run_id, run, state))
     # Runs that can be resumed first: they hold work already paid for.
     rows.sort(key=lambda row: (row[0] not in ("interrupted", "budget_reached"), row[1]))
