@@ -27,6 +27,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 log() { printf '[setup-k8s %4ss] %s\n' "$SECONDS" "$*"; }
 die() { printf 'setup-k8s: %s\n' "$*" >&2; exit 1; }
+trap 'rc=$?; printf "setup-k8s: failed (exit %s) at line %s: %s\n" "$rc" "$LINENO" "$BASH_COMMAND" >&2; exit $rc' ERR
 
 H="${ORCHESTRATOR_K8S_HOME:-/var/cache/orchestrator-k8s}"
 # The folder is written into configuration files and into the kubelet's binary.
@@ -66,6 +67,8 @@ SCRUB_IMAGE=orchestrator.local/pv-scrub:1
 # Bumped when the patches applied to the source tree change: the tree is then
 # unpacked again and the kubelet rebuilt.
 PATCH_LEVEL=2
+# Bumped when the link flags change: the four binaries are then linked again.
+LINK_LEVEL=2
 PROCESSES=(etcd containerd kube-apiserver kube-controller-manager kube-scheduler kubelet)
 KUBECTL="$H/bin/kubectl"
 # kubelet 1.20's AWS credential provider asks the cloud metadata address at start;
@@ -215,9 +218,16 @@ build_binaries() {
             -r "$H/out/kube_violations.report" 2>"$H/out/openapi-gen.log"
         log "openapi-gen built and run in $((SECONDS - start)) s"
     fi
-    local v=k8s.io/kubernetes/vendor/k8s.io/component-base/version
-    local ld="-s -w -X $v.gitVersion=v1.20.2 -X $v.gitMajor=1 -X $v.gitMinor=20 -X $v.gitTreeState=clean -X $v.buildDate=2021-01-13T00:00:00Z"
-    local c start
+    # The version is stamped into both packages that hold it, as upstream's
+    # hack/lib/version.sh does: the API server's /version reads client-go's.
+    local ld="-s -w" v c start
+    for v in k8s.io/kubernetes/vendor/k8s.io/component-base/version k8s.io/kubernetes/vendor/k8s.io/client-go/pkg/version; do
+        ld+=" -X $v.gitVersion=v1.20.2 -X $v.gitMajor=1 -X $v.gitMinor=20 -X $v.gitTreeState=clean -X $v.buildDate=2021-01-13T00:00:00Z"
+    done
+    if [ "$(cat "$H/bin/.link-level" 2>/dev/null)" != "$LINK_LEVEL" ]; then
+        rm -f "$H/bin/kube-apiserver" "$H/bin/kubelet" "$H/bin/kube-scheduler" "$H/bin/kube-controller-manager"
+        echo "$LINK_LEVEL" >"$H/bin/.link-level"
+    fi
     for c in kube-apiserver kubelet kube-scheduler kube-controller-manager; do
         [ -x "$H/bin/$c" ] && continue
         start=$SECONDS
@@ -322,6 +332,7 @@ built() {
     local c
     for c in kube-apiserver kubelet kube-scheduler kube-controller-manager kubectl; do [ -x "$H/bin/$c" ] || return 1; done
     [ -f "$H/images/pause.tar" ] && [ -f "$H/images/pv-scrub.tar" ] \
+        && [ "$(cat "$H/bin/.link-level" 2>/dev/null)" = "$LINK_LEVEL" ] \
         && [ "$(cat "$H/gopath/src/k8s.io/kubernetes/.patched" 2>/dev/null)" = "$PATCH_LEVEL $H" ]
 }
 
@@ -396,7 +407,20 @@ k() {
 
 # --- processes ----------------------------------------------------------------
 
-running() { [ -f "$RUN/$1.pid" ] && kill -0 "$(cat "$RUN/$1.pid")" 2>/dev/null; }
+# A killed process stays a zombie until the machine's init reaps it: not alive.
+alive() {
+    local state
+    state="$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1)"
+    [ -n "$state" ] && [ "$state" != Z ]
+}
+
+# Running: alive, and still this cluster's process (a pid can be given to another since).
+running() {
+    [ -f "$RUN/$1.pid" ] || return 1
+    local pid
+    pid="$(cat "$RUN/$1.pid")"
+    alive "$pid" && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$H/"
+}
 
 any_running() {
     local name
@@ -449,6 +473,8 @@ cgroup_dirs() { # root
 make_cgroup_root() {
     local d
     for d in $(cgroup_dirs "$CGROUP_ROOT"); do
+        # unified is the cgroup v2 tree of a hybrid layout: runc makes its part there itself
+        [[ "$d" == /sys/fs/cgroup/unified/* ]] && continue
         mkdir -p "$d"
         # A new cpuset cgroup starts with no CPUs and no memory nodes.
         if [ -f "$d/cpuset.cpus" ] && [ -z "$(cat "$d/cpuset.cpus")" ]; then
@@ -743,10 +769,12 @@ stop() {
     fi
     for name in containerd etcd kubelet kube-scheduler kube-controller-manager kube-apiserver; do
         [ -f "$RUN/$name.pid" ] || continue
-        pid="$(cat "$RUN/$name.pid")"
-        kill "$pid" 2>/dev/null || true
-        for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
-        kill -9 "$pid" 2>/dev/null || true
+        if running "$name"; then
+            pid="$(cat "$RUN/$name.pid")"
+            kill "$pid" 2>/dev/null || true
+            for _ in $(seq 50); do alive "$pid" || break; sleep 0.2; done
+            alive "$pid" && kill -9 "$pid" 2>/dev/null
+        fi
         rm -f "$RUN/$name.pid"
     done
     clean
@@ -771,7 +799,7 @@ clean() {
     done
     # Mounts left under the folder (Pod volumes, network namespaces, rootfs), deepest first.
     local m
-    awk '{print $5}' /proc/self/mountinfo | grep -E "^($STATE|$RUN)/" | sort -r | while read -r m; do
+    for m in $(awk '{print $5}' /proc/self/mountinfo | { grep -E "^($STATE|$RUN)/" || true; } | sort -r); do
         umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
     done
     for d in $cgroups; do

@@ -21,6 +21,8 @@ HOME = Path(os.environ.get("ORCHESTRATOR_K8S_HOME", "/var/cache/orchestrator-k8s
 RUN = HOME / "run"
 KUBECONFIG = RUN / "kubeconfig"
 NAMESPACE = "orchestrator-test"
+# the Pods' bridge on the host (scripts/setup-k8s.sh: orck8s<ORCHESTRATOR_K8S_INSTANCE>)
+BRIDGE = f"orck8s{os.environ.get('ORCHESTRATOR_K8S_INSTANCE', '0')}"
 PROCESSES = ("etcd", "containerd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet")
 
 
