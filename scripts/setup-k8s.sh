@@ -609,8 +609,17 @@ start() {
         echo "$RUN/kubeconfig"
         return
     fi
-    # What an unclean end (killed, machine restarted) left: mounts, cgroups, bridge.
-    any_running || clean
+    if ! any_running; then
+        # Another cluster with this instance number would lose its bridge and Pods
+        # to the cleaning below: its ports tell it is there.
+        local port
+        for port in "$ETCD_PORT" "$ETCD_PEER_PORT" "$ETCD_METRICS_PORT" "$API_PORT" "$CONTROLLER_MANAGER_PORT" \
+            "$SCHEDULER_PORT" "$KUBELET_PORT" "$KUBELET_HEALTHZ_PORT"; do
+            port_free "$port" "instance $INSTANCE"
+        done
+        # What an unclean end (killed, machine restarted) left: mounts, cgroups, bridge.
+        clean
+    fi
     built || build
     echo "$INSTANCE" >"$RUN/instance"
     pki
