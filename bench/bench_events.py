@@ -141,6 +141,9 @@ def make_log(path: Path, n_events: int) -> None:
                         "model": "sonnet",
                         "task_fingerprint_hash": f"{i:064x}",
                         "branch_name": f"b_{i}",
+                        # as the engine writes it (an older log's, without these, is upcast on reading)
+                        "plugin": "claude-code",
+                        "runs_command": False,
                     },
                 ),
                 (

@@ -321,3 +321,66 @@ def test_no_test_module_imports_another_test_modules_private_names():
         if alias.name.startswith("_")
     )
     assert found == []
+
+
+# The run's log is folded once: orchestrator/log/state.py (RunState, one apply function per
+# payload type). The dashboard, the console, the report and the spend chart read that fold.
+def _payload_type_tests(module: str, source: str) -> list[str]:
+    """``module:line: code`` for each isinstance test against an event payload type (outside an assert),
+    and each walk over a log's typed records: the makings of another fold."""
+    from orchestrator.log.events import PAYLOAD_TYPES
+
+    payloads = {cls.__name__ for cls in PAYLOAD_TYPES.values()}
+    tree = ast.parse(source)
+    modules, names = set(), set()  # what the events module and its payload types are called here
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").endswith("log.events"):
+            names.update(a.asname or a.name for a in node.names if a.name in payloads)
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").endswith("log"):
+            modules.update(a.asname or a.name for a in node.names if a.name == "events")
+    asserted = {id(n) for a in ast.walk(tree) if isinstance(a, ast.Assert) for n in ast.walk(a)}
+
+    def is_payload(c: ast.expr) -> bool:
+        if isinstance(c, ast.Attribute):
+            return isinstance(c.value, ast.Name) and c.value.id in modules and c.attr in payloads
+        return isinstance(c, ast.Name) and c.id in names
+
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call) or id(node) in asserted:
+            continue
+        func = node.func
+        if isinstance(func, ast.Name) and func.id == "isinstance" and len(node.args) == 2:
+            kinds = node.args[1].elts if isinstance(node.args[1], ast.Tuple) else [node.args[1]]
+            if any(is_payload(k) for k in kinds):
+                found.append(f"{module}:{node.lineno}: {ast.unparse(node)}")
+        elif isinstance(func, ast.Attribute) and func.attr == "records":
+            found.append(f"{module}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_the_run_is_folded_once_by_the_log_and_read_by_everyone_else():
+    """Issue 45: no module outside orchestrator/log tests payload types or walks typed records (a second fold)."""
+    found = [
+        hit
+        for name, (path, _) in sorted(MODULES.items())
+        if not _under(name, "orchestrator.log")
+        for hit in _payload_type_tests(name, path.read_text("utf-8"))
+    ]
+    assert found == []
+
+
+def test_the_fold_check_sees_type_tests_and_record_walks_but_not_asserts_or_other_classes():
+    """What the check stands on: each form of a second fold is found; a result's assert and an exception are not."""
+    source = (
+        "from ..log import events as E\n"
+        "from ..log.events import TaskStarted as Started, Progress\n"
+        "from ..errors import BudgetReached\n"
+        "def fold(path, p, exc):\n"
+        "    for _, ev, q in LogReader(path).records():\n"
+        "        if isinstance(q, (E.BudgetCap, E.BudgetSpend)) or isinstance(q, Started) or isinstance(q, Progress):\n"
+        "            pass\n"
+        "    assert isinstance(p, E.TaskCompleted)\n"
+        "    return isinstance(exc, BudgetReached) or isinstance(p, dict)\n"
+    )
+    assert len(_payload_type_tests("orchestrator.report.probe", source)) == 4

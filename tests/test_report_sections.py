@@ -203,6 +203,7 @@ def test_chart_series_with_the_same_values_are_drawn_apart():
 def test_a_card_shows_the_command_of_a_command_task_whatever_its_plugin_is_named(tmp_path):
     """Issue 45: the report reads the kind task.scheduled recorded (an older log: upcast from the plugin)."""
     from orchestrator.log import events as E
+    from orchestrator.log.state import replay
     from orchestrator.report.cards import task_card
     from orchestrator.report.data import collect_events, task_rows
 
@@ -225,6 +226,6 @@ def test_a_card_shows_the_command_of_a_command_task_whatever_its_plugin_is_named
             )  # fmt: skip
     log = tmp_path / "events.jsonl"
     log.write_bytes(b"".join(lines))
-    tasks, _ = collect_events(log)
+    tasks, _ = collect_events(replay(log), log)
     shown = {row["key"]: task_card(row)["command"] for row in task_rows(tasks, None)}
     assert shown == {"r/s1/new": "make check", "r/s1/old": "make check", "r/s1/agent": None}

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from orchestrator.errors import SnapshotError
-from orchestrator.log.state import RunState, apply, decode_snapshot, encode_snapshot
+from orchestrator.log.state import SNAPSHOT_SCHEMA, RunState, apply, decode_snapshot, encode_snapshot
 
 # keys a bisect over the snapshot's lines must get right: escapes, non-ASCII, a lookalike separator
 KEYS = ["r/s1/k0", "r/s1/k1", 'r/s1/q"uote', "r/s1/back\\slash", "r/s1/é", 'r/s1/x":{"key":', "r/s1/k10", "r/s1/"]
@@ -173,7 +173,9 @@ def test_a_task_recorded_before_runs_command_reads_as_its_plugin_said():
         apply(state, "task.scheduled", "s1", key, {"key": key, "instance_id": f"i{i}", **fields}, i, "t")
         assert state.tasks[key].runs_command is expected, fields
     # A snapshot from before tasks recorded it would read every task as an agent: it is not read.
-    older = encode_snapshot(state).replace(b'"schema":3,', b'"schema":2,', 1)
+    now = f'"schema":{SNAPSHOT_SCHEMA},'.encode()
+    older = encode_snapshot(state).replace(now, f'"schema":{SNAPSHOT_SCHEMA - 1},'.encode(), 1)
+    assert older != encode_snapshot(state)
     with pytest.raises(SnapshotError, match="another version"):
         decode_snapshot(older)
 

@@ -411,10 +411,7 @@ def test_health_line_shows_free_slots_and_a_down_host_from_hosts_status_events()
     from orchestrator.log.events import HOSTS_STATUS, TASK_SESSION
 
     model, n = _hosts_model("run_hosts_status", ["local", "b", "b", "local"])
-    running = {
-        k: [t for t in model.state.tasks.values() if t.state == RUNNING and model.extras[t.key].host == k]
-        for k in ("local", "b")
-    }
+    running = {k: [t for t in model.state.tasks.values() if t.state == RUNNING and t.host == k] for k in ("local", "b")}
     assert running["b"], "the synthetic run has a task running on b"
     assert (
         f"hosts local ▶{len(running['local'])} {2 - len(running['local'])} free · "
@@ -562,3 +559,36 @@ def test_a_command_task_of_any_plugin_shows_its_command_and_no_model():
         text = frame_text(model)
         head = next(line for line in text.splitlines() if "inst-abcde" in line)
         assert "$ make check" in text and "sonnet" not in head
+
+
+@pytest.mark.parametrize("mode", ["detailed", "compact", "dense"])
+def test_a_dashboard_that_adopts_the_snapshot_draws_what_one_fed_every_event_draws(mode):
+    """Issue 45, one fold: the dashboard is a view of the run's fold, not a second fold of the events.
+
+    A monitor opened late (or one that fell behind) starts from state.json and
+    must draw the same frame as one that read every event: the same activity
+    lines (a finished task's final message, a failure, a host move, an
+    interruption), hosts, runtimes and totals.
+    """
+    from orchestrator.log.events import TASK_INTERRUPTED, TASK_SESSION
+    from orchestrator.log.state import decode_snapshot, encode_snapshot
+
+    fed, n = _hosts_model(f"run_one_fold_{mode}", ["local", "b", "b", "local", "b", "local"])
+    running = [t for t in fed.state.tasks.values() if t.state == RUNNING]
+    assert len(running) >= 2 and any(t.state == "COMPLETED" for t in fed.state.tasks.values())
+    moved, cut = running[0], running[1]
+    session = {"key": moved.key, "instance_id": moved.instance_id, "session_id": None, "reason": "host_down"}
+    fed.feed_raw(TASK_SESSION, moved.strategy_execution_id, moved.key, {**session, "host": "local"}, n + 100, utc_ts())
+    interrupted = {"key": cut.key, "instance_id": cut.instance_id, "reason": "crash"}
+    fed.feed_raw(TASK_INTERRUPTED, cut.strategy_execution_id, cut.key, interrupted, n + 200, utc_ts())
+
+    adopted = RunModel(fed.run_id)
+    assert adopted.reconcile(decode_snapshot(encode_snapshot(fed.state)))
+    now = fed.last_ts + 5
+    frame = frame_text(fed, now=now, mode=mode, width=160, height=60)
+    assert frame_text(adopted, now=now, mode=mode, width=160, height=60) == frame
+    if mode != "dense":  # (dense cells show no activity)
+        assert "moved to host local (host_down)" in frame and "interrupted (crash)" in frame
+    if mode == "detailed":  # a finished task's activity: its final message
+        done = [t for t in fed.state.tasks.values() if t.state == "COMPLETED"]
+        assert all(f"Implemented variant {t.key.rsplit('/', 1)[1]}" in frame for t in done), frame

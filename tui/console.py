@@ -17,14 +17,20 @@ task shows no model. Marker lines strategies parse (``@@...``) are never shown.
 Strategy executions get ``s1: [STRATEGY] ...`` lines (started, each progress
 record they publish, completed). Scheduling and
 checkpoint events are not shown: no timestamps, no debug noise.
+
+The stream keeps the run's fold (:class:`~orchestrator.log.state.RunState`) as
+it reads: what a line says of its task beyond the event itself (its branch,
+whether it runs a command) and whether the run has several executions come
+from there.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal, NamedTuple, TextIO
+from typing import Any, Literal, TextIO
 
 import anyio
 import msgspec
@@ -33,9 +39,10 @@ import orjson
 from orchestrator.log import events as E
 from orchestrator.log.eventlog import subscribe
 from orchestrator.log.events import EventPayload, PayloadMismatch, decode_payload, to_dict
+from orchestrator.log.state import RunState, TaskState, apply, first_line
 from orchestrator.naming import display_ids
 
-from .model import first_line, fmt_cost, fmt_duration, fmt_progress, fmt_tokens, makes_branch, task_label
+from .model import fmt_cost, fmt_duration, fmt_progress, fmt_tokens, makes_branch, task_label
 
 RESET = "\x1b[0m"
 TAG_COLOR = {
@@ -79,38 +86,29 @@ def _params(params: Any) -> str:
     return f" ({shown})" if shown else ""
 
 
-class Scheduled(NamedTuple):
-    """What a task's ``task.scheduled`` said that its ``task.started`` line shows."""
-
-    runs_command: bool  # a command, not an agent: no model to show
-    branch_name: str | None  # None for a task that makes no branch
-
-
-def scheduled_of(p: E.TaskScheduled) -> Scheduled:
-    task_input = None if p.input is msgspec.UNSET else p.input
-    return Scheduled(p.is_command, p.branch_name if p.branch_name and makes_branch(task_input) else None)
-
-
 def format_event(event: dict, *, color: bool, several: bool = False) -> str | None:
     """The plain-mode line for one event (a dict in the events.jsonl shape), or None if not shown.
 
     ``task.started`` payloads may carry ``branch_name`` and ``runs_command``
     (or an older log's ``plugin``), as the task's ``task.scheduled`` event
-    records them (the stream takes them from there; the branch only for a task
-    that makes one).
+    records them (the stream takes them from the fold; the branch only for a
+    task that makes one): they are folded as that event would be.
     ``several``: the run has more than one strategy execution.
     """
     raw = event.get("payload") or {}
+    etype, key = str(event.get("type")), event.get("key")
     try:
-        payload = decode_payload(str(event.get("type")), raw)
+        payload = decode_payload(etype, raw)
     except PayloadMismatch:
         return None
-    copied = E.TaskScheduled(
-        plugin=raw.get("plugin", msgspec.UNSET), runs_command=raw.get("runs_command", msgspec.UNSET)
-    )
-    scheduled = Scheduled(copied.is_command, raw.get("branch_name"))
+    task = None
+    if key:
+        state = RunState(run_id="")
+        recorded = {k: raw[k] for k in ("instance_id", "branch_name", "plugin", "runs_command") if k in raw}
+        apply(state, E.TASK_SCHEDULED, "", key, recorded, 0, "")
+        task = state.tasks.get(key)
     sid = event.get("strategy_execution_id") or "?"
-    return format_line(payload, key=event.get("key"), sid=sid, color=color, several=several, scheduled=scheduled)
+    return format_line(payload, key=key, sid=sid, color=color, several=several, task=task)
 
 
 def format_line(
@@ -120,51 +118,84 @@ def format_line(
     sid: str,
     color: bool,
     several: bool = False,
-    scheduled: Scheduled | None = None,
+    task: TaskState | None = None,
 ) -> str | None:
     """The plain-mode line for one event's payload struct, or None if not shown.
 
-    A ``task.started`` line names the branch and plugin the task's
-    ``scheduled`` event recorded (the branch only for a task that makes one).
+    ``task`` is the event's task as the run's fold has it: a ``task.started``
+    line names its branch (only for a task that makes one), and its model
+    unless it runs a command.
     """
-    if isinstance(payload, (E.TaskStarted, E.TaskCompleted, E.TaskFailed, E.TaskInterrupted)) and key:
-        prefix = f"{display_ids(key, payload.instance_id or '?????')}: {task_label(key, several)} "
-        if isinstance(payload, E.TaskStarted):
-            target = scheduled.branch_name if scheduled is not None else None
-            line = _tag("STARTED", color) + (f" → {target}" if target else "")
-            if scheduled is not None and scheduled.runs_command:
-                line += " (command)"
-            elif payload.model:
-                line += f" ({payload.model})"
-            return prefix + line
-        if isinstance(payload, E.TaskCompleted):
-            artifact = payload.artifact
-            parts = ["✓ " + " • ".join(_metrics(payload.metrics, tokens=True))]
-            branch = artifact.branch_final if artifact else None
-            parts.append(f"→ {branch}" if branch else "no branch")
-            if artifact is not None and artifact.has_changes:
-                parts.append(f"+{artifact.lines_added}/-{artifact.lines_deleted}")
-            return prefix + _tag("COMPLETED", color) + " " + " • ".join(parts)
-        if isinstance(payload, E.TaskFailed):
-            message = first_line(payload.message, MESSAGE_LIMIT)
-            head = f"✗ {payload.error_type or 'error'}" + (f": {message}" if message else "")
-            return prefix + _tag("FAILED", color) + " " + " • ".join([head, *_metrics(payload.metrics, tokens=False)])
-        reason = payload.reason
-        return prefix + _tag("INTERRUPTED", color) + (f" {reason}" if reason else "")
-    if isinstance(payload, E.StrategyStarted):
-        params = None if payload.params is msgspec.UNSET else payload.params
-        return f"{sid}: {_tag('STRATEGY', color)} {payload.name or '?'} started{_params(params)}"
-    if isinstance(payload, E.StrategyCompleted):
-        status = payload.status or "?"
-        tag = _tag("FAILED", color) if status == "failed" else _tag("STRATEGY", color)
-        line = f"{sid}: {tag} {status}"
-        if payload.error:
-            line += f": {first_line(payload.error, MESSAGE_LIMIT)}"
-        return line
-    if isinstance(payload, E.Progress):
-        text = fmt_progress(payload)
-        return f"{sid}: {_tag('STRATEGY', color)} {text}" if text else None
-    return None
+    task_line = _TASK_LINES.get(type(payload))
+    if task_line is not None:
+        if not key:
+            return None
+        instance_id = getattr(payload, "instance_id", "") or "?????"
+        return f"{display_ids(key, instance_id)}: {task_label(key, several)} " + task_line(payload, task, color)
+    strategy_line = _STRATEGY_LINES.get(type(payload))
+    return None if strategy_line is None else strategy_line(payload, sid, color)
+
+
+def _started(p: E.TaskStarted, task: TaskState | None, color: bool) -> str:
+    target = task.branch_name if task is not None and makes_branch(task.input) else None
+    line = _tag("STARTED", color) + (f" → {target}" if target else "")
+    if task is not None and task.runs_command:
+        return line + " (command)"
+    return line + (f" ({p.model})" if p.model else "")
+
+
+def _completed(p: E.TaskCompleted, task: TaskState | None, color: bool) -> str:
+    artifact = p.artifact
+    parts = ["✓ " + " • ".join(_metrics(p.metrics, tokens=True))]
+    branch = artifact.branch_final if artifact else None
+    parts.append(f"→ {branch}" if branch else "no branch")
+    if artifact is not None and artifact.has_changes:
+        parts.append(f"+{artifact.lines_added}/-{artifact.lines_deleted}")
+    return _tag("COMPLETED", color) + " " + " • ".join(parts)
+
+
+def _failed(p: E.TaskFailed, task: TaskState | None, color: bool) -> str:
+    message = first_line(p.message, MESSAGE_LIMIT)
+    head = f"✗ {p.error_type or 'error'}" + (f": {message}" if message else "")
+    return _tag("FAILED", color) + " " + " • ".join([head, *_metrics(p.metrics, tokens=False)])
+
+
+def _interrupted(p: E.TaskInterrupted, task: TaskState | None, color: bool) -> str:
+    return _tag("INTERRUPTED", color) + (f" {p.reason}" if p.reason else "")
+
+
+def _strategy_started(p: E.StrategyStarted, sid: str, color: bool) -> str:
+    params = None if p.params is msgspec.UNSET else p.params
+    return f"{sid}: {_tag('STRATEGY', color)} {p.name or '?'} started{_params(params)}"
+
+
+def _strategy_completed(p: E.StrategyCompleted, sid: str, color: bool) -> str:
+    status = p.status or "?"
+    tag = _tag("FAILED", color) if status == "failed" else _tag("STRATEGY", color)
+    line = f"{sid}: {tag} {status}"
+    if p.error:
+        line += f": {first_line(p.error, MESSAGE_LIMIT)}"
+    return line
+
+
+def _progress(p: E.Progress, sid: str, color: bool) -> str | None:
+    text = fmt_progress(p)
+    return f"{sid}: {_tag('STRATEGY', color)} {text}" if text else None
+
+
+# The line of each event type that is shown, after the task's ids (scheduling, sessions, checkpoints
+# and the run's own events are not shown). A line formats one event; the fold says what it knows of its task.
+_TASK_LINES: dict[type, Callable[[Any, TaskState | None, bool], str]] = {
+    E.TaskStarted: _started,
+    E.TaskCompleted: _completed,
+    E.TaskFailed: _failed,
+    E.TaskInterrupted: _interrupted,
+}
+_STRATEGY_LINES: dict[type, Callable[[Any, str, bool], str | None]] = {
+    E.StrategyStarted: _strategy_started,
+    E.StrategyCompleted: _strategy_completed,
+    E.Progress: _progress,
+}
 
 
 def _use_color(file: TextIO, color: bool | None) -> bool:
@@ -195,8 +226,7 @@ async def stream_console(
         raise ValueError(f"console mode must be plain, json or quiet, not {mode!r}")
     path = Path(logs_dir) / run_id / "events.jsonl"
     use_color = _use_color(file, color)
-    scheduled: dict[str, Scheduled] = {}
-    executions: set[str] = set()
+    state = RunState(run_id=run_id)  # the run's fold: what a line says of its task comes from there
     async for ev in subscribe(path, 0, stop=stop):
         if mode == "quiet":
             continue  # still drained, so the caller's stop/drain contract holds in every mode
@@ -204,10 +234,7 @@ async def stream_console(
             payload = ev.typed()
         except PayloadMismatch:
             payload = None  # not shown (the JSON stream passes every event through as it is)
-        if isinstance(payload, E.StrategyStarted):
-            executions.add(ev.strategy_execution_id)
-        if isinstance(payload, E.TaskScheduled) and ev.key:
-            scheduled[ev.key] = scheduled_of(payload)
+        apply(state, ev.type, ev.strategy_execution_id, ev.key, payload, ev.start_offset, ev.ts)
         if ev.start_offset < since:
             continue
         if mode == "json":
@@ -218,8 +245,8 @@ async def stream_console(
                 key=ev.key,
                 sid=ev.strategy_execution_id or "?",
                 color=use_color,
-                several=len(executions) > 1,
-                scheduled=scheduled.get(ev.key) if ev.key else None,
+                several=len(state.strategies) > 1,
+                task=state.tasks.get(ev.key) if ev.key else None,
             )
             if line is None:
                 continue

@@ -53,6 +53,7 @@ from .model import (
     fmt_duration,
     fmt_progress,
     fmt_tokens,
+    makes_branch,
     task_label,
     without_protocol,
 )
@@ -366,10 +367,9 @@ def _urgency_key(model: RunModel):
     """Failed, running, interrupted, queued, then the most recently finished; older runs first within a state."""
 
     def key(task: TaskState) -> tuple[int, float]:
-        extra = model.extras.get(task.key)
         if task.state == COMPLETED:
-            return URGENCY[COMPLETED], -((extra.ended if extra else None) or 0.0)
-        return URGENCY.get(task.state, 5), (extra.started if extra else None) or 0.0
+            return URGENCY[COMPLETED], -(model.ended(task) or 0.0)
+        return URGENCY.get(task.state, 5), model.started(task) or 0.0
 
     return key
 
@@ -395,12 +395,11 @@ def _cell_grid(model: RunModel, tasks: list[TaskState], mode: str, per_row: int,
             cell = Text.assemble(f"{icon} ", (kid, style), f" {cost:>6} {runtime:>6}")
             cell.truncate(CARD_WIDTH["dense"] - 1, overflow="ellipsis", pad=True)
         else:
-            extra = model.extras.get(task.key)
             cell = Text.assemble(
                 f"{icon} ",
                 (kid, style),
                 f" {runtime:>7} {cost:>6} ",
-                ((extra.activity if extra else ""), "italic" if task.state != FAILED else "red"),
+                (model.activity(task), "italic" if task.state != FAILED else "red"),
             )
         cells.append(cell)
     if not cells:
@@ -430,10 +429,9 @@ def _detailed_grid(model: RunModel, tasks: list[TaskState], per_row: int, now: f
 
 def _detailed_card(model: RunModel, task: TaskState, now: float) -> Panel:
     icon, kid, runtime = _card_head(model, task, now)
-    extra = model.extras.get(task.key)
     style = STATUS_STYLE.get(task.state, "")
     head = Text.assemble(f"{icon} ", (task.state.lower(), style), f"  {runtime}  inst-{task.instance_id[:5]}")
-    if task.model and (extra is None or not extra.runs_command):
+    if task.model and not task.runs_command:
         head.append(f"  {task.model}", style="dim")
     tokens = task.tokens_in + task.tokens_out
     metrics = Text(
@@ -447,11 +445,11 @@ def _detailed_card(model: RunModel, task: TaskState, now: float) -> Panel:
         activity.no_wrap = False
         last = Text("")
     else:
-        activity = _one_line(Text(extra.activity if extra else "", style="italic"))
+        activity = _one_line(Text(model.activity(task), style="italic"))
         if task.state == COMPLETED:
-            changes = f"+{extra.lines_added}/-{extra.lines_deleted}" if extra and extra.has_changes else "no changes"
+            changes = f"+{task.lines_added}/-{task.lines_deleted}" if task.has_changes else "no changes"
             last = Text(f"→ {task.branch_final or 'no branch'} ({changes})", style="green")
-        elif extra is not None and not extra.makes_branch:
+        elif not makes_branch(task.input):
             last = Text("makes no branch", style="dim")
         else:
             last = Text(f"branch {task.branch_name or '-'}", style="dim")

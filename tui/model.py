@@ -1,9 +1,11 @@
-"""The dashboard's in-memory model of one run, fed by events and reconciled from snapshots.
+"""The dashboard's model of one run: the run's fold, fed by events and reconciled from snapshots.
 
-The model is the run's :class:`~orchestrator.log.state.RunState` (the same pure fold
-the engine keeps) plus a few display-only extras per task: the activity line,
-cached epoch timestamps and the artifact's line counts. Feeding an event never
-renders anything; the render loop reads the model on its own clock, so a burst of events costs folds, not frames.
+The model is the run's :class:`~orchestrator.log.state.RunState`, the same
+pure fold the engine keeps, and nothing folded beside it: what a card shows
+(the activity line, the host, the change, when it started and ended) are
+views of the task's :class:`~orchestrator.log.state.TaskState`. Feeding an
+event never renders anything; the render loop reads the model on its own
+clock, so a burst of events costs folds, not frames.
 
 ``version`` increases on every change, so a renderer can skip rebuilding a frame
 when neither the model nor the displayed second has moved.
@@ -16,6 +18,7 @@ so a later catch-up of the event stream never double counts.
 
 from __future__ import annotations
 
+import functools
 import statistics
 from collections.abc import Mapping
 from datetime import datetime
@@ -23,13 +26,26 @@ from typing import Any
 
 import msgspec
 
-from orchestrator.log import events as E
 from orchestrator.log.events import Event, EventPayload, PayloadMismatch, Progress, decode_payload
-from orchestrator.log.state import COMPLETED, FAILED, INTERRUPTED, PENDING, RUNNING, RunState, TaskState, apply
+from orchestrator.log.state import (
+    COMPLETED,
+    FAILED,
+    FIRST_LINE_LIMIT,
+    INTERRUPTED,
+    PENDING,
+    PROTOCOL_PREFIX,
+    RUNNING,
+    RunState,
+    TaskState,
+    apply,
+    first_line,
+)
 
-ACTIVITY_LIMIT = 240  # characters of a final message or error kept for the activity line
+ACTIVITY_LIMIT = FIRST_LINE_LIMIT  # characters of a final message or error kept for the activity line
 
 
+# Every frame asks when each task started and ended: the same few thousand timestamps, parsed once.
+@functools.lru_cache(maxsize=1 << 14)
 def parse_ts(ts: str | None) -> float | None:
     """Epoch seconds of an RFC 3339 event timestamp (``...Z``); None when absent or malformed."""
     if not ts:
@@ -38,25 +54,6 @@ def parse_ts(ts: str | None) -> float | None:
         return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
     except ValueError:
         return None
-
-
-def first_line(text: Any, limit: int = ACTIVITY_LIMIT) -> str:
-    """The first non-blank line a user should read: lines starting ``@@`` are skipped.
-
-    Strategies' command tasks talk to their strategy through marker lines
-    (``@@orch-run ...``, ``@@evolve end ...``): the strategy parses them, the
-    screen must not show them.
-    """
-    if not isinstance(text, str):
-        return ""
-    for line in text.splitlines():
-        line = line.strip()
-        if line and not line.startswith(PROTOCOL_PREFIX):
-            return line[:limit]
-    return ""
-
-
-PROTOCOL_PREFIX = "@@"
 
 
 def without_protocol(text: Any) -> str:
@@ -118,22 +115,6 @@ def task_doing(task_input: Any, runs_command: bool) -> str:
     return first_line(prompt)
 
 
-class TaskExtra(msgspec.Struct, kw_only=True):
-    """Display-only facts about a task that the state fold does not keep."""
-
-    activity: str = ""
-    prompt: str = ""  # first line of the task's prompt: what a queued or running task is doing
-    started: float | None = None
-    ended: float | None = None
-    runs_command: bool = False  # a command, not an agent: no model to show
-    has_changes: bool | None = None
-    lines_added: int = 0
-    lines_deleted: int = 0
-    retry_attempts: int = 0
-    host: str | None = None  # the Docker host of its latest start (runner.hosts)
-    makes_branch: bool = True
-
-
 class HostLine(msgspec.Struct, frozen=True):
     name: str
     running: int
@@ -164,14 +145,12 @@ class RunModel:
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id
         self.state = RunState(run_id=run_id)
-        self.extras: dict[str, TaskExtra] = {}
         self.version = 0
         self.events = 0
-        self.first_ts: float | None = None
-        self.last_ts: float | None = None
         self.reconciled = 0  # how many times a snapshot was adopted
         self.skipped = 0  # events whose payload does not match their type: not folded
         self._summary_cache: tuple[int, dict[str, Any]] | None = None
+        self._doing: dict[str, str] = {}  # what each task does, by key (its input never changes)
 
     # ---------------------------------------------------------------- feeding
     def feed(self, ev: Event) -> None:
@@ -193,69 +172,69 @@ class RunModel:
             except PayloadMismatch:
                 self.skipped += 1
                 return
-        epoch = parse_ts(ts)
-        if epoch is not None:
-            if self.first_ts is None or epoch < self.first_ts:
-                self.first_ts = epoch
-            if self.last_ts is None or epoch > self.last_ts:
-                self.last_ts = epoch
         self.events += 1
         self.version += 1
         apply(self.state, etype, sid, key, payload, offset, ts)
-        if key is not None:
-            self._note_task(key, payload, epoch)
-        elif isinstance(payload, E.StrategyStarted) and self.first_ts is None:
-            self.first_ts = epoch
 
-    def _note_task(self, key: str, p: EventPayload | None, epoch: float | None) -> None:
-        extra = self.extras.get(key)
-        if extra is None:
-            extra = self.extras[key] = TaskExtra()
-        if isinstance(p, E.TaskScheduled):
-            task_input = None if p.input is msgspec.UNSET else p.input
-            extra.runs_command = p.is_command
-            extra.prompt = task_doing(task_input, p.is_command)
-            extra.makes_branch = makes_branch(task_input)
-            extra.activity = f"queued: {extra.prompt}" if extra.prompt else "queued"
-        elif isinstance(p, E.TaskStarted):
-            extra.started = epoch
-            extra.ended = None
-            extra.host = p.host or None
-            task = self.state.tasks.get(key)
-            attempt = task.attempts if task is not None else 1
-            doing = extra.prompt or f"running {p.model or ''}".rstrip()
-            extra.activity = (f"attempt {attempt}: " if attempt > 1 else "") + doing
-        elif isinstance(p, E.TaskCompleted):
-            extra.ended = epoch
-            artifact = p.artifact
-            extra.has_changes = artifact.has_changes if artifact else None
-            extra.lines_added = artifact.lines_added if artifact else 0
-            extra.lines_deleted = artifact.lines_deleted if artifact else 0
-            extra.retry_attempts = p.retry_attempts
-            extra.activity = first_line(p.final_message) or "done"
-        elif isinstance(p, E.TaskFailed):
-            extra.ended = epoch
-            extra.retry_attempts = p.retry_attempts
-            extra.activity = f"{p.error_type or 'error'}: {first_line(p.message)}"
-        elif isinstance(p, E.TaskSession) and p.host:
-            # Its host went away: the task started afresh on this one.
-            extra.host = p.host
-            reason = p.reason or "session reset"
-            extra.activity = f"moved to host {p.host} ({reason})"
-        elif isinstance(p, E.TaskInterrupted):
-            extra.ended = epoch
-            extra.activity = f"interrupted ({p.reason})" if p.reason else "interrupted"
+    # ---------------------------------------------------------------- reconciliation
+    def reconcile(self, snapshot: RunState | None) -> bool:
+        """Adopt ``snapshot`` when it has folded events this model has not; True if adopted."""
+        if snapshot is None or snapshot.run_id != self.run_id:
+            return False
+        if snapshot.last_event_start_offset <= self.state.last_event_start_offset:
+            return False
+        self.state = snapshot
+        self.reconciled += 1
+        self.version += 1
+        return True
+
+    # ---------------------------------------------------------------- views of a task
+    def doing(self, task: TaskState) -> str:
+        """One line saying what the task does (:func:`task_doing`)."""
+        doing = self._doing.get(task.key)
+        if doing is None:
+            doing = self._doing[task.key] = task_doing(task.input, task.runs_command)
+        return doing
+
+    def activity(self, task: TaskState) -> str:
+        """The task's activity line: what it does, or what last happened to it."""
+        state = task.state
+        if state == FAILED:
+            return f"{task.error_type or 'error'}: {first_line(task.message)}"
+        if state == COMPLETED:
+            return task.final_line or "done"
+        if state == INTERRUPTED:
+            return f"interrupted ({task.interrupted_reason})" if task.interrupted_reason else "interrupted"
+        doing = self.doing(task)
+        if state == RUNNING:
+            if task.moved is not None:
+                return f"moved to host {task.host} ({task.moved})"
+            return (f"attempt {task.attempts}: " if task.attempts > 1 else "") + (
+                doing or f"running {task.model or ''}".rstrip()
+            )
+        return f"queued: {doing}" if doing else "queued"
+
+    @staticmethod
+    def started(task: TaskState) -> float | None:
+        """When its latest attempt started (epoch seconds)."""
+        return parse_ts(task.started_at)
+
+    @staticmethod
+    def ended(task: TaskState) -> float | None:
+        """When it finished, or was last interrupted; None while it runs."""
+        if task.state == RUNNING:
+            return None
+        return parse_ts(task.completed_at if task.state in (COMPLETED, FAILED) else task.interrupted_at)
 
     def hosts_running(self) -> dict[str, int]:
         """Running tasks per Docker host, in the order hosts first appear; {} without hosts."""
         out: dict[str, int] = {}
-        for key, extra in self.extras.items():
-            if extra.host is None:
+        for task in self.state.tasks.values():
+            if task.host is None:
                 continue
-            out.setdefault(extra.host, 0)
-            task = self.state.tasks.get(key)
-            if task is not None and task.state == RUNNING:
-                out[extra.host] += 1
+            out.setdefault(task.host, 0)
+            if task.state == RUNNING:
+                out[task.host] += 1
         return out
 
     def hosts(self) -> list[HostLine]:
@@ -276,37 +255,6 @@ class RunModel:
             out.append(HostLine(name, n, 0 if host.down else max(0, host.max_parallel - n), host.down))
         return out
 
-    # ---------------------------------------------------------------- reconciliation
-    def reconcile(self, snapshot: RunState | None) -> bool:
-        """Adopt ``snapshot`` when it has folded events this model has not; True if adopted."""
-        if snapshot is None or snapshot.run_id != self.run_id:
-            return False
-        if snapshot.last_event_start_offset <= self.state.last_event_start_offset:
-            return False
-        self.state = snapshot
-        for key, task in snapshot.tasks.items():
-            extra = self.extras.get(key)
-            if extra is None:
-                extra = self.extras[key] = TaskExtra()
-            if extra.started is None:
-                extra.started = parse_ts(task.started_at)
-            if extra.ended is None and task.state in (COMPLETED, FAILED):
-                extra.ended = parse_ts(task.completed_at)
-            extra.runs_command = task.runs_command
-            if not extra.prompt:
-                extra.prompt = task_doing(task.input, task.runs_command)
-            extra.makes_branch = makes_branch(task.input)
-            if not extra.activity or extra.activity.startswith("queued"):
-                extra.activity = _activity_from_state(task, extra.prompt)
-        stamps = [ts for t in snapshot.tasks.values() for ts in (t.scheduled_at, t.completed_at)]
-        stamps += [ts for st in snapshot.strategies.values() for ts in (st.started_at, st.completed_at)]
-        for epoch in filter(None, map(parse_ts, stamps)):
-            self.first_ts = epoch if self.first_ts is None else min(self.first_ts, epoch)
-            self.last_ts = epoch if self.last_ts is None else max(self.last_ts, epoch)
-        self.reconciled += 1
-        self.version += 1
-        return True
-
     # ---------------------------------------------------------------- views
     def label(self, key: str) -> str:
         """The task's readable key (see :func:`task_label`)."""
@@ -323,33 +271,41 @@ class RunModel:
         strategies = self.state.strategies
         return bool(strategies) and all(s.status != "running" for s in strategies.values())
 
+    @property
+    def last_ts(self) -> float | None:
+        """When the latest event was written (epoch seconds)."""
+        return parse_ts(self.state.last_event_at)
+
     def task_runtime(self, task: TaskState, now: float) -> float | None:
-        extra = self.extras.get(task.key)
         if task.state in (COMPLETED, FAILED) and task.duration_s:
             return task.duration_s
-        started = extra.started if extra is not None else parse_ts(task.started_at)
+        started = self.started(task)
         if started is None:
             return None
         if task.state == RUNNING:
             return max(0.0, now - started)
-        ended = extra.ended if extra is not None else None
+        ended = self.ended(task)
         return max(0.0, ended - started) if ended is not None else None
+
+    def runtime_s(self, now: float) -> float:
+        """How long the run has run: its sessions' time (as every reader says it), the current one to ``now``."""
+        state = self.state
+        if self.finished:
+            return state.duration_s()
+        started = parse_ts(state.session_started_at)
+        return state.earlier_sessions_s + (max(0.0, now - started) if started is not None else 0.0)
 
     def summary(self, now: float) -> Summary:
         counts = self._counts()
         state = self.state
-        if self.first_ts is None:
-            runtime = 0.0
-        elif self.finished and self.last_ts is not None:
-            runtime = self.last_ts - self.first_ts
-        else:
-            runtime = max(0.0, now - self.first_ts)
+        runtime = self.runtime_s(now)
         c = state.counters
         minutes = runtime / 60
         cost_per_min = c.cost_usd / minutes if minutes >= 1 / 60 and counts["cost_known"] else None
         stale = None
-        if not self.finished and self.last_ts is not None:
-            stale = max(0.0, now - self.last_ts)
+        last = self.last_ts
+        if not self.finished and last is not None:
+            stale = max(0.0, now - last)
         return Summary(
             total=len(state.tasks),
             pending=counts[PENDING],
@@ -385,18 +341,6 @@ class RunModel:
         counts["cost_known"] = cost_known
         self._summary_cache = (self.version, counts)
         return counts
-
-
-def _activity_from_state(task: TaskState, prompt: str) -> str:
-    if task.state == FAILED:
-        return f"{task.error_type or 'error'}: {first_line(task.message)}"
-    if task.state == COMPLETED:
-        return f"done → {task.branch_final}" if task.branch_final else "done (no branch)"
-    if task.state == RUNNING:
-        return prompt or f"running {task.model or ''}".rstrip()
-    if task.state == INTERRUPTED:
-        return "interrupted"
-    return f"queued: {prompt}" if prompt else "queued"
 
 
 # ---------------------------------------------------------------- formatting shared by the views

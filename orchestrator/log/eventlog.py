@@ -478,6 +478,17 @@ class LogReader:
             if rec is not None:
                 yield rec
 
+    def records_at(self, offsets: Iterable[int]) -> Iterator[TypedEvent]:
+        """The events that start at ``offsets`` (offsets the fold recorded, such as a task's result), in that order."""
+        if not self.path.exists():
+            return
+        with open(self.path, "rb") as fh:
+            for offset in offsets:
+                fh.seek(offset)
+                rec = self.typed(offset, fh.readline())
+                if rec is not None:
+                    yield rec
+
     def _lines(self, offset: int, until: int | None) -> Iterator[tuple[int, bytes]]:
         if not self.path.exists():
             return

@@ -34,7 +34,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import msgspec
@@ -127,28 +127,15 @@ class TaskScheduled(EventPayload, frozen=True, kw_only=True):
     task_fingerprint_hash: str = ""
     branch_name: str | None = None
     session_group_key: str | None = None
-    plugin: str | UnsetType = UNSET  # (logs from before it was recorded: the input's plugin_name)
+    plugin: str | UnsetType = UNSET
     # It runs a command, not an agent (its plugin's ``runs_command``): nothing to price, no model to show.
     runs_command: bool | UnsetType = UNSET
     input: dict[str, Any] | UnsetType = UNSET  # the normalized task input that was fingerprinted
 
     @property
     def is_command(self) -> bool:
-        """``runs_command``, upcast (:func:`ran_command`) for a log from before it was recorded."""
-        if self.runs_command is not UNSET:
-            return self.runs_command
-        if self.plugin is not UNSET:
-            return ran_command(self.plugin)
-        return ran_command(self.input.get("plugin_name") if self.input is not UNSET else None)
-
-
-def ran_command(plugin: str | None) -> bool:
-    """Whether a task recorded before ``runs_command`` was ran a command: the upcast of an older log.
-
-    Those logs name only the plugin, and of the plugins then only the one named
-    ``command`` ran a command, not an agent: that name is the whole upcast.
-    """
-    return plugin == "command"
+        """``runs_command`` of a payload in the current shape (an older log's is upcast: :func:`current`)."""
+        return self.runs_command is True
 
 
 class TaskStarted(EventPayload, frozen=True, kw_only=True):
@@ -337,28 +324,67 @@ class PayloadMismatch(ValueError):
     """A payload that does not match its event type's struct (a hand-edited or foreign line)."""
 
 
-_payload_decoders = {etype: msgspec.json.Decoder(cls) for etype, cls in PAYLOAD_TYPES.items()}
-
-
 def decode_payload(event_type: str, payload: Mapping[str, Any] | msgspec.Raw) -> EventPayload | None:
     """The struct of ``payload`` (a JSON object, or its encoded bytes); None for a type this version
     does not know (a later version's event).
 
-    The one place a payload is decoded. Raises :class:`PayloadMismatch`
-    (naming the type and the field) when it does not match its struct.
+    The one place a payload is decoded: as it was written, so it re-encodes to
+    the same JSON (the fold reads an older shape through :data:`UPCASTS`).
+    Raises :class:`PayloadMismatch` (naming the type and the field) when it
+    does not match its struct.
     """
-    decoder = _payload_decoders.get(event_type)
     try:
         if isinstance(payload, msgspec.Raw):
-            if decoder is None:
-                _object_decoder.decode(payload)  # still a JSON object, as every payload is
-                return None
-            return decoder.decode(payload)
-        if decoder is None:
-            return None
-        return msgspec.convert(payload, PAYLOAD_TYPES[event_type])
+            return _raw_decoders.get(event_type, _decode_unknown)(payload)
+        cls = PAYLOAD_TYPES.get(event_type)
+        return None if cls is None else msgspec.convert(payload, cls)
     except msgspec.DecodeError as exc:  # (ValidationError is one)
         raise PayloadMismatch(f"the payload of this {event_type} event does not match its schema: {exc}") from None
+
+
+_raw_decoders = {etype: msgspec.json.Decoder(cls).decode for etype, cls in PAYLOAD_TYPES.items()}
+
+
+def _decode_unknown(raw: msgspec.Raw) -> None:
+    _object_decoder.decode(raw)  # still a JSON object, as every payload is
+
+
+# ---------------------------------------------------------------- upcasts
+#
+# A payload an earlier version wrote lacks what the current version records.
+# Each function here turns one type's older shape into the current one; the
+# fold (log/state.py) reads every payload of that type through it, and every
+# reader of a run reads the fold, so none of them carries a default for an
+# older log. (A field absent because it is unknown, such as a task's
+# duration, is not an older shape: it stays UNSET.)
+
+
+def ran_command(plugin: str | None) -> bool:
+    """Whether a task recorded before ``runs_command`` was ran a command: the upcast of an older log.
+
+    Those logs name only the plugin, and of the plugins then only the one named
+    ``command`` ran a command, not an agent: that name is the whole upcast.
+    """
+    return plugin == "command"
+
+
+def _upcast_task_scheduled(p: Any) -> TaskScheduled:
+    """``runs_command`` from the plugin a log from before it names (older still: the input's ``plugin_name``)."""
+    if p.runs_command is not UNSET:
+        return p
+    plugin = p.plugin
+    if plugin is UNSET and p.input is not UNSET and isinstance(p.input.get("plugin_name"), str):
+        plugin = p.input["plugin_name"]
+    return msgspec.structs.replace(p, plugin=plugin, runs_command=ran_command(plugin or None))
+
+
+UPCASTS: dict[type[EventPayload], Callable[[Any], EventPayload]] = {TaskScheduled: _upcast_task_scheduled}
+
+
+def current(payload: EventPayload) -> EventPayload:
+    """``payload`` in the current shape: an older version's upcast (:data:`UPCASTS`), any other as it is."""
+    upcast = UPCASTS.get(type(payload))
+    return payload if upcast is None else upcast(payload)
 
 
 def type_of(payload: EventPayload) -> str:

@@ -1,7 +1,13 @@
 """Run state as a pure fold of events, and its snapshots.
 
-:func:`apply` moves a :class:`RunState` forward by one event. Transitions are
-guarded: a task's counters move only on a non-terminal -> terminal change, and
+This is the one fold of a run's log: the engine, the dashboard, the console,
+the report and its spend chart all read a :class:`RunState`, never fold the
+events again. :func:`apply` moves it forward by one event: each payload type
+has one apply function (:data:`_ON_TASK`, :data:`_ON_RUN`), which is the whole
+of that event type's effect on the state. A payload reaches it in the current
+shape: an older log's is read through its type's upcast (:data:`events.UPCASTS`).
+
+Transitions are guarded: a task's counters move only on a non-terminal -> terminal change, and
 an event at or before ``last_event_start_offset`` is ignored, so replaying
 events that a snapshot already reflects never double counts. A snapshot is the
 state's JSON encoding; loading a snapshot and folding the rest of the log gives
@@ -32,23 +38,18 @@ from msgspec import UNSET
 from ..errors import SnapshotError
 from . import events as E
 from .eventlog import LogReader
-from .events import (
-    Event,
-    EventPayload,
-    PayloadMismatch,
-    Progress,
-    TaskCompleted,
-    TaskFailed,
-    TaskInterrupted,
-    TaskScheduled,
-    TaskSession,
-    TaskStarted,
-    decode_payload,
-    ran_command,
-)
+from .events import Event, EventPayload, PayloadMismatch, Progress, decode_payload, ran_command
 
 PENDING, RUNNING, COMPLETED, FAILED, INTERRUPTED = "PENDING", "RUNNING", "COMPLETED", "FAILED", "INTERRUPTED"
 TERMINAL = frozenset({COMPLETED, FAILED})
+
+
+class Attempt(msgspec.Struct, array_like=True, gc=False):
+    """One attempt of a task: ``outcome`` is running, completed, failed or interrupted."""
+
+    start: str
+    end: str | None = None
+    outcome: str = "running"
 
 
 # gc=False: a run holds one per task, and with hundreds of thousands of them the
@@ -87,6 +88,53 @@ class TaskState(msgspec.Struct, kw_only=True, gc=False):
     # Files the agent left uncommitted, and whether the runner committed them.
     uncommitted_files: int = 0
     auto_committed: bool = False
+    # Its attempts, each from its task.started (or, failed before it started, its end) to its end:
+    # the latest, and those before it (None: there were none; most tasks have one attempt,
+    # and a list per task would cost every replay the collector's passes over it).
+    attempt: Attempt | None = None
+    earlier_attempts: list[Attempt] | None = None
+    # The Docker host of its latest start (runner.hosts), and why it moved since to ``host``, if it did.
+    host: str | None = None
+    moved: str | None = None
+    interrupted_reason: str | None = None  # "crash": found running by a resume
+    # What the completed task's branch changed, and the line of its final message a person reads first.
+    has_changes: bool = False
+    lines_added: int = 0
+    lines_deleted: int = 0
+    final_line: str = ""
+
+    def spans(self) -> list[Attempt]:
+        """Every attempt, the first first."""
+        if self.attempt is None:
+            return []
+        return [*(self.earlier_attempts or ()), self.attempt]
+
+    def _begin_attempt(self, attempt: Attempt) -> None:
+        if self.attempt is not None:
+            if self.earlier_attempts is None:
+                self.earlier_attempts = []
+            self.earlier_attempts.append(self.attempt)
+        self.attempt = attempt
+
+
+# Lines a strategy's command task prints for its strategy (``@@orch-run ...``,
+# ``@@evolve end ...``): the strategy parses them, a person never reads them.
+PROTOCOL_PREFIX = "@@"
+FIRST_LINE_LIMIT = 240
+
+
+def first_line(text: Any, limit: int = FIRST_LINE_LIMIT) -> str:
+    """The first non-blank line of ``text`` a person should read (marker lines skipped), cut to ``limit``."""
+    if not isinstance(text, str):
+        return ""
+    one = text.lstrip()
+    if len(one) <= limit and one.isprintable():  # one short line (a break is unprintable): the common case
+        return "" if one.startswith(PROTOCOL_PREFIX) else one.rstrip()
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith(PROTOCOL_PREFIX):
+            return line[:limit]
+    return ""
 
 
 class StrategyState(msgspec.Struct, kw_only=True):
@@ -289,27 +337,11 @@ class BudgetState(msgspec.Struct, kw_only=True):
     by_task: dict[str, list[float]] = msgspec.field(default_factory=dict)
     reached: bool = False
     reached_at: str | None = None
-
-
-def _fold_budget(state: RunState, p: E.BudgetCap | E.BudgetSpend | E.BudgetReached, ts: str) -> None:
-    budget = state.budget
-    if budget is None:
-        budget = state.budget = BudgetState()
-    if isinstance(p, E.BudgetCap):
-        budget.max_cost_usd = p.max_cost_usd
-        budget.max_tokens = p.max_tokens
-        budget.on_reached = p.on_reached or "finish"
-        budget.reached, budget.reached_at = False, None  # a new cap: the engine says again if it is reached
-    elif isinstance(p, E.BudgetSpend):
-        if p.task is None:
-            return
-        tokens, cost = p.tokens, float(p.cost_usd)
-        old = budget.by_task.get(p.task) or [0, 0.0]
-        budget.by_task[p.task] = [tokens, cost]
-        budget.spent_tokens += tokens - int(old[0])
-        budget.spent_cost_usd = round(budget.spent_cost_usd + cost - float(old[1]), 6)
-    else:
-        budget.reached, budget.reached_at = True, ts
+    # Over time, for the report's chart: when the first budget event was written, the USD spent
+    # after each task's spend changed, and each USD cap a start or resume set.
+    first_at: str | None = None
+    spent_over_time: list[tuple[str, float]] = msgspec.field(default_factory=list)
+    caps_over_time: list[tuple[str, float]] = msgspec.field(default_factory=list)
 
 
 class RunState(msgspec.Struct, kw_only=True):
@@ -318,7 +350,7 @@ class RunState(msgspec.Struct, kw_only=True):
     tasks: TaskTable = msgspec.field(default_factory=TaskTable)
     strategies: dict[str, StrategyState] = msgspec.field(default_factory=dict)
     counters: Counters = msgspec.field(default_factory=Counters)
-    schema: int = 3
+    schema: int = 4
     # The Docker hosts of the current process, by name (empty without runner.hosts).
     hosts: dict[str, HostState] = msgspec.field(default_factory=dict)
     # From run.started: a dry run, and the start-up warnings of every start and resume.
@@ -408,24 +440,33 @@ def _seconds_between(start: str | None, end: str | None) -> float:
     return max(0.0, (b - a).total_seconds())
 
 
-def _finish(state: RunState, task: TaskState, p: E.TaskCompleted | E.TaskFailed, offset: int, ts: str) -> None:
-    """What a terminal event records of a task, success or failure alike: when, where, what it cost."""
-    task.completed_at = ts
-    task.result_offset = offset
-    metrics = p.metrics or _NO_METRICS
-    task.cost_usd = metrics.cost_usd
-    task.tokens_in = metrics.tokens_in
-    task.tokens_out = metrics.tokens_out
-    task.duration_s = metrics.duration_s or 0.0
-    if p.session_id:
-        task.session_id = p.session_id
-    c = state.counters
-    c.cost_usd += task.cost_usd or 0.0
-    c.tokens_in += task.tokens_in
-    c.tokens_out += task.tokens_out
+# ---------------------------------------------------------------- the fold
+#
+# One apply function per payload type: the whole of that event type's effect
+# on the state. Task events (those with a key) go through _ON_TASK, the rest
+# through _ON_RUN; a type in neither changes nothing but the offset.
+
+_Apply = Callable[["RunState", str, Any, Any, int, str], None]  # (state, sid, key, payload, offset, ts)
+_ON_TASK: dict[type[EventPayload], _Apply] = {}
+_ON_RUN: dict[type[EventPayload], _Apply] = {}
 
 
-_NO_METRICS = E.Metrics()
+def _on(table: dict[type[EventPayload], _Apply], payload_type: type[EventPayload]) -> Callable[[_Apply], _Apply]:
+    """Register ``fn`` as the apply function of ``payload_type``; it gets the payload in the current shape."""
+
+    def register(fn: _Apply) -> _Apply:
+        upcast = E.UPCASTS.get(payload_type)
+        if upcast is None:
+            table[payload_type] = fn
+        else:  # an older log's payload of this type is read through its upcast
+
+            def apply_current(state: RunState, sid: str, key: Any, p: Any, offset: int, ts: str) -> None:
+                fn(state, sid, key, upcast(p), offset, ts)
+
+            table[payload_type] = apply_current
+        return fn
+
+    return register
 
 
 def apply(
@@ -447,124 +488,267 @@ def apply(
     if offset <= state.last_event_start_offset:
         return
     state.last_event_start_offset = offset
-    previous_at, state.last_event_at = state.last_event_at, ts
     if state.session_started_at is None:
         state.session_started_at = ts  # a log from before run.started: one session from its first event
     if payload is not None and not isinstance(payload, EventPayload):
         try:
             payload = decode_payload(etype, payload)
         except PayloadMismatch:
-            return
-    if payload is None:
+            payload = None
+    if payload is not None:
+        fn = (_ON_RUN if key is None else _ON_TASK).get(type(payload))
+        if fn is not None:
+            fn(state, sid, key, payload, offset, ts)  # (key: None for the run's events)
+    state.last_event_at = ts  # (after the apply: run.started reads the one before)
+
+
+def _task(state: RunState, key: str) -> TaskState | None:
+    """``state.tasks.get(key)`` in one call: every task event looks its task up, a million times in a long replay."""
+    tasks = state.tasks
+    task = tasks._live.get(key)
+    return task if task is not None or tasks._base is None else tasks._lookup(key)
+
+
+def _end_attempt(task: TaskState, ts: str, outcome: str) -> None:
+    """The open attempt ends; a task that ends without one (failed before it started) gets a zero-length one."""
+    attempt = task.attempt
+    if attempt is not None and attempt.end is None:
+        attempt.end, attempt.outcome = ts, outcome
+    else:
+        task._begin_attempt(Attempt(ts, ts, outcome))
+
+
+def _finish(state: RunState, task: TaskState, p: E.TaskCompleted | E.TaskFailed, offset: int, ts: str) -> None:
+    """What a terminal event records of a task, success or failure alike: when, where, what it cost."""
+    task.completed_at = ts
+    task.result_offset = offset
+    metrics = p.metrics or _NO_METRICS
+    task.cost_usd = metrics.cost_usd
+    task.tokens_in = metrics.tokens_in
+    task.tokens_out = metrics.tokens_out
+    task.duration_s = metrics.duration_s or 0.0
+    if p.session_id:
+        task.session_id = p.session_id
+    c = state.counters
+    c.cost_usd += task.cost_usd or 0.0
+    c.tokens_in += task.tokens_in
+    c.tokens_out += task.tokens_out
+
+
+_NO_METRICS = E.Metrics()
+
+
+@_on(_ON_TASK, E.TaskScheduled)
+def _task_scheduled(state: RunState, sid: str, key: str, p: E.TaskScheduled, offset: int, ts: str) -> None:
+    task = _task(state, key)
+    if task is None:
+        task = state.tasks[key] = TaskState(
+            key=key, instance_id=p.instance_id, strategy_execution_id=sid, seq=state.counters.scheduled
+        )
+        state.counters.scheduled += 1
+    task.fingerprint = p.task_fingerprint_hash
+    if p.input is not UNSET:
+        task.input = p.input
+    task.runs_command = p.is_command
+    task.model = p.model
+    task.container_name = p.container_name
+    task.branch_name = p.branch_name
+    task.session_group_key = p.session_group_key
+    task.scheduled_at = task.scheduled_at or ts
+    if task.state == INTERRUPTED:
+        task.state = PENDING
+
+
+# A task event without its scheduled event is not ours to invent; none moves a finished task.
+
+
+@_on(_ON_TASK, E.TaskStarted)
+def _task_started(state: RunState, sid: str, key: str, p: E.TaskStarted, offset: int, ts: str) -> None:
+    task = _task(state, key)
+    if task is None or task.state in TERMINAL:
         return
-    if key is not None:
-        _fold_task(state, sid, key, payload, offset, ts)
+    task.state = RUNNING
+    task.started_at = ts
+    task.interrupted_at = None
+    task.attempts += 1
+    if task.attempt is None:
+        task.attempt = Attempt(ts)
+    else:
+        task._begin_attempt(Attempt(ts))
+    task.host = p.host or None
+    task.moved = None
+    if p.session_id:
+        task.session_id = p.session_id
+
+
+@_on(_ON_TASK, E.TaskCompleted)
+def _task_completed(state: RunState, sid: str, key: str, p: E.TaskCompleted, offset: int, ts: str) -> None:
+    task = _task(state, key)
+    if task is None or task.state in TERMINAL:
         return
-    if isinstance(payload, E.RunStarted):
-        # A new session: the one before ended with its last event, and the time the run
-        # was stopped in between counts for nothing. (Not read from ``resumed``, which
-        # older versions wrote as true on a first start too.)
-        state.earlier_sessions_s += _seconds_between(state.session_started_at, previous_at)
-        state.session_started_at = ts
-        state.dry_run = payload.dry_run
-        for warning in payload.warnings:
-            if warning not in state.warnings:
-                state.warnings.append(warning)
+    task.state = COMPLETED
+    artifact = p.artifact
+    if artifact is not None:
+        task.branch_final = artifact.branch_final
+        task.uncommitted_files = artifact.uncommitted_files or 0
+        task.auto_committed = artifact.auto_committed is True
+        task.has_changes = artifact.has_changes
+        task.lines_added = artifact.lines_added
+        task.lines_deleted = artifact.lines_deleted
+    task.final_line = first_line(p.final_message)
+    attempt = task.attempt
+    if attempt is not None and attempt.end is None:  # (_end_attempt, inline: the common case of a replay)
+        attempt.end, attempt.outcome = ts, "completed"
+    else:
+        _end_attempt(task, ts, "completed")
+    _finish(state, task, p, offset, ts)
+    state.counters.completed += 1
+
+
+@_on(_ON_TASK, E.TaskFailed)
+def _task_failed(state: RunState, sid: str, key: str, p: E.TaskFailed, offset: int, ts: str) -> None:
+    task = _task(state, key)
+    if task is None or task.state in TERMINAL:
         return
-    if isinstance(payload, (E.BudgetCap, E.BudgetSpend, E.BudgetReached)):
-        _fold_budget(state, payload, ts)
+    task.state = FAILED
+    task.error_type = p.error_type
+    task.message = p.message
+    _end_attempt(task, ts, "failed")
+    # a failed agent was paid for what it read and wrote: its tokens count as its cost does
+    _finish(state, task, p, offset, ts)
+    state.counters.failed += 1
+
+
+@_on(_ON_TASK, E.TaskSession)
+def _task_session(state: RunState, sid: str, key: str, p: E.TaskSession, offset: int, ts: str) -> None:
+    # Only a task that can still run again has a session worth keeping:
+    # a finished task's session is the one its terminal event recorded.
+    task = _task(state, key)
+    if task is None or task.state in TERMINAL:
         return
-    if isinstance(payload, E.HostsStatus):
-        # The whole table each time: a resume with other hosts replaces the old set.
-        state.hosts = {
-            h.name: HostState(max_parallel=h.max_parallel, down=h.down, reason=None if h.reason is UNSET else h.reason)
-            for h in payload.hosts
-            if h.name
-        }
+    task.session_id = p.session_id or None
+    if p.host:  # its host went away: it started afresh on this one
+        task.host = p.host
+        task.moved = p.reason or "session reset"
+
+
+@_on(_ON_TASK, E.TaskInterrupted)
+def _task_interrupted(state: RunState, sid: str, key: str, p: E.TaskInterrupted, offset: int, ts: str) -> None:
+    task = _task(state, key)
+    if task is None or task.state in TERMINAL or task.state == INTERRUPTED:
         return
+    task.state = INTERRUPTED
+    task.interrupted_at = ts
+    task.interrupted_reason = p.reason or None
+    _end_attempt(task, ts, "interrupted")
+    if p.session_id:
+        task.session_id = p.session_id
+    state.counters.interrupted += 1
+
+
+@_on(_ON_RUN, E.RunStarted)
+def _run_started(state: RunState, sid: str, key: str, p: E.RunStarted, offset: int, ts: str) -> None:
+    # A new session: the one before ended with its last event, and the time the run
+    # was stopped in between counts for nothing. (Not read from ``resumed``, which
+    # older versions wrote as true on a first start too.)
+    state.earlier_sessions_s += _seconds_between(state.session_started_at, state.last_event_at)
+    state.session_started_at = ts
+    state.dry_run = p.dry_run
+    for warning in p.warnings:
+        if warning not in state.warnings:
+            state.warnings.append(warning)
+
+
+def _budget(state: RunState, ts: str) -> BudgetState:
+    budget = state.budget
+    if budget is None:
+        budget = state.budget = BudgetState(first_at=ts)
+    return budget
+
+
+@_on(_ON_RUN, E.BudgetCap)
+def _budget_cap(state: RunState, sid: str, key: str, p: E.BudgetCap, offset: int, ts: str) -> None:
+    budget = _budget(state, ts)
+    budget.max_cost_usd = p.max_cost_usd
+    budget.max_tokens = p.max_tokens
+    budget.on_reached = p.on_reached or "finish"
+    budget.reached, budget.reached_at = False, None  # a new cap: the engine says again if it is reached
+    if p.max_cost_usd is not None:
+        budget.caps_over_time.append((ts, float(p.max_cost_usd)))
+
+
+@_on(_ON_RUN, E.BudgetSpend)
+def _budget_spend(state: RunState, sid: str, key: str, p: E.BudgetSpend, offset: int, ts: str) -> None:
+    budget = _budget(state, ts)
+    if p.task is None:
+        return
+    tokens, cost = p.tokens, float(p.cost_usd)
+    old = budget.by_task.get(p.task) or [0, 0.0]
+    budget.by_task[p.task] = [tokens, cost]
+    budget.spent_tokens += tokens - int(old[0])
+    budget.spent_cost_usd = round(budget.spent_cost_usd + cost - float(old[1]), 6)
+    budget.spent_over_time.append((ts, budget.spent_cost_usd))
+
+
+@_on(_ON_RUN, E.BudgetReached)
+def _budget_reached(state: RunState, sid: str, key: str, p: E.BudgetReached, offset: int, ts: str) -> None:
+    budget = _budget(state, ts)
+    budget.reached, budget.reached_at = True, ts
+
+
+@_on(_ON_RUN, E.HostsStatus)
+def _hosts_status(state: RunState, sid: str, key: str, p: E.HostsStatus, offset: int, ts: str) -> None:
+    # The whole table each time: a resume with other hosts replaces the old set.
+    state.hosts = {
+        h.name: HostState(max_parallel=h.max_parallel, down=h.down, reason=None if h.reason is UNSET else h.reason)
+        for h in p.hosts
+        if h.name
+    }
+
+
+@_on(_ON_RUN, E.StrategyStarted)
+def _strategy_started(state: RunState, sid: str, key: str, p: E.StrategyStarted, offset: int, ts: str) -> None:
     strat = state.strategies.get(sid)
-    if isinstance(payload, E.StrategyStarted):
-        if strat is None:
-            strat = state.strategies[sid] = StrategyState(id=sid)
-        strat.name = payload.name or strat.name
-        if payload.params is not UNSET:
-            strat.params = payload.params
-        strat.started_at = strat.started_at or ts
-    elif strat is None:
-        return
-    elif isinstance(payload, E.StrategyCheckpoint):
-        seq = len(strat.checkpoints) if payload.seq is UNSET else payload.seq
-        if seq == len(strat.checkpoints):
-            strat.checkpoints.append(payload.value)
-    elif isinstance(payload, Progress):
-        strat.progress = payload
-    elif isinstance(payload, E.StrategyCompleted) and strat.status in ("running", "budget_reached"):
-        # budget_reached is final only until a resume with a higher cap finishes it
-        strat.status = payload.status
-        strat.completed_at = ts
-        strat.result = None if payload.result is UNSET else payload.result
-        strat.error = None if payload.error is UNSET else payload.error
-        strat.unusable_keys = [] if payload.unusable_keys is UNSET else list(payload.unusable_keys)
+    if strat is None:
+        strat = state.strategies[sid] = StrategyState(id=sid)
+    strat.name = p.name or strat.name
+    if p.params is not UNSET:
+        strat.params = p.params
+    strat.started_at = strat.started_at or ts
 
 
-def _fold_task(state: RunState, sid: str, key: str, p: EventPayload, offset: int, ts: str) -> None:
-    task = state.tasks.get(key)
-    if isinstance(p, TaskScheduled):
-        if task is None:
-            task = state.tasks[key] = TaskState(
-                key=key, instance_id=p.instance_id, strategy_execution_id=sid, seq=state.counters.scheduled
-            )
-            state.counters.scheduled += 1
-        task.fingerprint = p.task_fingerprint_hash
-        if p.input is not UNSET:
-            task.input = p.input
-        task.runs_command = p.is_command
-        task.model = p.model
-        task.container_name = p.container_name
-        task.branch_name = p.branch_name
-        task.session_group_key = p.session_group_key
-        task.scheduled_at = task.scheduled_at or ts
-        if task.state == INTERRUPTED:
-            task.state = PENDING
+# A strategy event without its strategy.started is not ours to invent.
+
+
+@_on(_ON_RUN, E.StrategyCheckpoint)
+def _strategy_checkpoint(state: RunState, sid: str, key: str, p: E.StrategyCheckpoint, offset: int, ts: str) -> None:
+    strat = state.strategies.get(sid)
+    if strat is None:
         return
-    if task is None:  # a task event without its scheduled event: not ours to invent
+    # (a log from before checkpoints were numbered: each is the next one)
+    seq = len(strat.checkpoints) if p.seq is UNSET else p.seq
+    if seq == len(strat.checkpoints):
+        strat.checkpoints.append(p.value)
+
+
+@_on(_ON_RUN, E.Progress)
+def _strategy_progress(state: RunState, sid: str, key: str, p: E.Progress, offset: int, ts: str) -> None:
+    strat = state.strategies.get(sid)
+    if strat is not None:
+        strat.progress = p
+
+
+@_on(_ON_RUN, E.StrategyCompleted)
+def _strategy_completed(state: RunState, sid: str, key: str, p: E.StrategyCompleted, offset: int, ts: str) -> None:
+    strat = state.strategies.get(sid)
+    # budget_reached is final only until a resume with a higher cap finishes it
+    if strat is None or strat.status not in ("running", "budget_reached"):
         return
-    if isinstance(p, TaskStarted):
-        if task.state not in TERMINAL:
-            task.state = RUNNING
-            task.started_at = ts
-            task.interrupted_at = None
-            task.attempts += 1
-            if p.session_id:
-                task.session_id = p.session_id
-    elif isinstance(p, TaskCompleted):
-        if task.state not in TERMINAL:
-            task.state = COMPLETED
-            artifact = p.artifact
-            task.branch_final = artifact.branch_final if artifact else None
-            task.uncommitted_files = (artifact.uncommitted_files or 0) if artifact else 0
-            task.auto_committed = bool(artifact.auto_committed) if artifact else False
-            _finish(state, task, p, offset, ts)
-            state.counters.completed += 1
-    elif isinstance(p, TaskFailed):
-        if task.state not in TERMINAL:
-            task.state = FAILED
-            task.error_type = p.error_type
-            task.message = p.message
-            # a failed agent was paid for what it read and wrote: its tokens count as its cost does
-            _finish(state, task, p, offset, ts)
-            state.counters.failed += 1
-    elif isinstance(p, TaskSession):
-        # Only a task that can still run again has a session worth keeping:
-        # a finished task's session is the one its terminal event recorded.
-        if task.state not in TERMINAL:
-            task.session_id = p.session_id or None
-    elif isinstance(p, TaskInterrupted) and task.state not in TERMINAL and task.state != INTERRUPTED:
-        task.state = INTERRUPTED
-        task.interrupted_at = ts
-        if p.session_id:
-            task.session_id = p.session_id
-        state.counters.interrupted += 1
+    strat.status = p.status
+    strat.completed_at = ts
+    strat.result = None if p.result is UNSET else p.result
+    strat.error = None if p.error is UNSET else p.error
+    strat.unusable_keys = [] if p.unusable_keys is UNSET else list(p.unusable_keys)
 
 
 def apply_event(state: RunState, ev: Event) -> None:
@@ -603,9 +787,10 @@ def replay(
 # replaced by rename, never rewritten in place, so a map of an old one stays
 # valid.
 
-# 3: tasks record runs_command. An older snapshot is not read (its tasks would
-# all say False): the run is folded again from its log, which upcasts.
-SNAPSHOT_SCHEMA = 3
+# 3: tasks record runs_command; 4: their attempts, host, changes and final line, and the
+# budget its spend over time. An older snapshot is not read (it lacks what the fold now
+# keeps): the run is folded again from its log, which upcasts.
+SNAPSHOT_SCHEMA = 4
 _HEADER_END = b',"tasks":['
 _TRAILER = b"]}\n"
 _RECORD_START = b'{"key":'

@@ -1,8 +1,9 @@
-"""What a run report shows, gathered from the event log, the manifest and git.
+"""What a run report shows, gathered from the run's fold, the manifest and git.
 
-Everything comes from recorded facts: the events (tasks, attempts,
-interruptions, results), the manifest (prompt, parameters) and the branches
-the run imported into the repository. Nothing is read from the strategy's
+Everything comes from recorded facts: the fold of the events (tasks,
+attempts, interruptions, results: :class:`~orchestrator.log.state.RunState`),
+the manifest (prompt, parameters) and the branches the run imported into the
+repository. Nothing is read from the strategy's
 output files, so ``--show-run RUN_ID --html`` rebuilds the same report from the
 event log alone, and a regenerated report has the same bytes as the first.
 """
@@ -15,11 +16,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from msgspec import UNSET
-
 from ..log import events as E
 from ..log.eventlog import LogReader
 from ..log.runs import RunDirs, RunManifest
+from ..log.state import RunState
 from ..runner import run_git
 
 # A report must open quickly and stay small: one diff over this is cut with a
@@ -56,88 +56,58 @@ def _clip(text: str | None, limit: int) -> tuple[str, bool]:
     return (text, False) if len(text) <= limit else (text[:limit], True)
 
 
-def collect_events(events_path: Path) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
-    """Fold the event log into per-task and per-execution records for the report.
+def collect_events(state: RunState, events_path: Path) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    """Per-task and per-execution records for the report: a view of the run's fold, ``state``.
 
-    A task's attempts are its ``task.started`` events; each attempt ends with
-    the next terminal or ``task.interrupted`` event, so a resumed task shows as
-    an interrupted bar followed by a new one.
+    A task's attempts are the fold's, each from its ``task.started`` to the
+    terminal or ``task.interrupted`` event that ended it, so a resumed task
+    shows as an interrupted bar followed by a new one. Its result is the
+    payload of its terminal event, read from ``events_path`` at the offset the
+    fold recorded (the one read of the log here: no event is folded again).
     """
     tasks: dict[str, dict[str, Any]] = {}
-    executions: dict[str, dict[str, Any]] = {}
-    for _, ev, p in LogReader(events_path).records():
-        if isinstance(p, E.StrategyStarted):
-            executions[ev.strategy_execution_id] = {
-                "id": ev.strategy_execution_id,
-                "name": p.name,
-                "params": p.params or {},
-                "status": "running",
-                "result": None,
-                "error": None,
-                "started_at": ev.ts,
-                "completed_at": None,
-            }
-            continue
-        if isinstance(p, E.StrategyCompleted):
-            ex = executions.setdefault(
-                ev.strategy_execution_id, {"id": ev.strategy_execution_id, "name": "", "params": {}, "started_at": None}
-            )
-            ex.update(
-                status=p.status,
-                result=None if p.result is UNSET else p.result,
-                error=None if p.error is UNSET else p.error,
-                completed_at=ev.ts,
-            )
-            continue
-        if ev.key is None:
-            continue
-        t = tasks.get(ev.key)
-        if t is None:
-            t = tasks[ev.key] = {
-                "key": ev.key,
-                "short_key": short_key(ev.key),
-                "execution": ev.strategy_execution_id,
-                "order": len(tasks),
-                "state": "PENDING",
-                "scheduled_at": None,
-                "attempts": [],
-                "plugin": None,
-                "runs_command": False,
-                "model": None,
-                "prompt": "",
-                "input": {},
-                "result": None,
-                "error_type": None,
-                "error": None,
-                "instance_id": None,
-            }
-        if isinstance(p, E.TaskScheduled):
-            inp = p.input or {}
-            t.update(
-                scheduled_at=t["scheduled_at"] or ev.ts,
-                plugin=p.plugin or None,
-                runs_command=p.is_command,
-                model=p.model,
-                prompt=inp.get("prompt", ""),
-                input=inp,
-                instance_id=p.instance_id,
-            )
-        elif isinstance(p, E.TaskStarted):
-            t["state"] = "RUNNING"
+    finished: dict[int, dict[str, Any]] = {}
+    for task in state.tasks.values():
+        t = tasks[task.key] = {
+            "key": task.key,
+            "short_key": short_key(task.key),
+            "execution": task.strategy_execution_id,
+            "order": task.seq,
+            "state": task.state,
+            "scheduled_at": task.scheduled_at,
             # (task.started has no "resumed" flag: the one field it names, session_id, is the session it continues)
-            t["attempts"].append({"start": ev.ts, "end": None, "outcome": "running", "resumed": False})
-        elif isinstance(p, (E.TaskCompleted, E.TaskFailed, E.TaskInterrupted)):
-            outcome = {E.TaskCompleted: "completed", E.TaskFailed: "failed", E.TaskInterrupted: "interrupted"}[type(p)]
-            if t["attempts"] and t["attempts"][-1]["end"] is None:
-                t["attempts"][-1].update(end=ev.ts, outcome=outcome)
-            else:  # failed before it started (e.g. a workspace error): a zero-length attempt
-                t["attempts"].append({"start": ev.ts, "end": ev.ts, "outcome": outcome, "resumed": False})
-            t["state"] = outcome.upper()
+            "attempts": [
+                {"start": a.start, "end": a.end, "outcome": a.outcome, "resumed": False} for a in task.spans()
+            ],
+            "plugin": task.input.get("plugin_name"),
+            "runs_command": task.runs_command,
+            "model": task.model,
+            "prompt": task.input.get("prompt", ""),
+            "input": task.input,
+            "result": None,
+            "error_type": task.error_type,
+            "error": task.message,
+            "instance_id": task.instance_id,
+        }
+        if task.result_offset is not None:
+            finished[task.result_offset] = t
+    for offset, _, payload in LogReader(events_path).records_at(sorted(finished)):
+        if payload is not None:  # (its task.completed or task.failed)
             # the recorded payload as JSON: the report's data is plain JSON-like values
-            if isinstance(p, E.TaskCompleted):
-                t["result"] = E.payload_dict(p)
-            elif isinstance(p, E.TaskFailed):
-                t.update(error_type=p.error_type, error=p.message, result=E.payload_dict(p))
+            finished[offset]["result"] = E.payload_dict(payload)
+    executions = {
+        sid: {
+            "id": sid,
+            "name": strat.name,
+            "params": strat.params,
+            "status": strat.status,
+            "result": strat.result,
+            "error": strat.error,
+            "started_at": strat.started_at,
+            "completed_at": strat.completed_at,
+        }
+        for sid, strat in state.strategies.items()
+    }
     return tasks, executions
 
 
@@ -285,13 +255,13 @@ def header(manifest: RunManifest, tasks: list[dict[str, Any]], *, status: str, d
     }
 
 
-def gather(dirs: RunDirs, manifest: RunManifest, *, status: str, duration_s: float) -> dict[str, Any]:
-    """Everything but the strategy sections, as plain JSON-like data.
+def gather(dirs: RunDirs, manifest: RunManifest, state: RunState, *, status: str, duration_s: float) -> dict[str, Any]:
+    """Everything but the strategy sections, as plain JSON-like data, from the run's fold ``state``.
 
     ``status`` and ``duration_s`` are the run's, from its fold (:func:`orchestrator.log.state.run_outcome`,
     :meth:`RunState.duration_s`): the summary says the same.
     """
-    raw_tasks, executions = collect_events(dirs.events(manifest.run_id))
+    raw_tasks, executions = collect_events(state, dirs.events(manifest.run_id))
     starts = [_ts(a["start"]) for t in raw_tasks.values() for a in t["attempts"]]
     ends = [_ts(a["end"]) for t in raw_tasks.values() for a in t["attempts"]]
     starts += [_ts(t["scheduled_at"]) for t in raw_tasks.values()]

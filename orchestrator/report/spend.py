@@ -1,13 +1,11 @@
-"""The report's spending-cap card: the run's spend over time against its cap, from the event log alone."""
+"""The report's spending-cap card: the run's spend over time against its cap, as the run's fold keeps it."""
 
 from __future__ import annotations
 
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
-from ..log import events as E
-from ..log.eventlog import LogReader
+from ..log.state import RunState
 from .charts import line_chart_svg
 from .sections import Series
 
@@ -16,44 +14,36 @@ def _seconds(ts: str) -> float:
     return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
 
 
-def spend_over_time(events_path: Path) -> dict[str, Any] | None:
+def spend_over_time(state: RunState) -> dict[str, Any] | None:
     """``{cap_usd, cap_tokens, spent_usd, spent_tokens, reached_at_s, points}``; None for a run without a cap.
 
     ``points`` are (seconds since the first budget event, USD spent so far),
-    one per ``budget.spend`` event: the live count as the run saw it.
+    one per ``budget.spend`` event: the live count as the run saw it
+    (:class:`~orchestrator.log.state.BudgetState` keeps them).
     """
-    by_task: dict[str, tuple[int, float]] = {}
-    spent_usd, spent_tokens = 0.0, 0
-    start: float | None = None
-    out: dict[str, Any] | None = None
-    for _, ev, p in LogReader(events_path).records():
-        if not isinstance(p, (E.BudgetCap, E.BudgetSpend, E.BudgetReached)):
-            continue
-        t = _seconds(ev.ts)
-        start = t if start is None else start
-        if out is None:
-            out = {"cap_usd": None, "cap_tokens": None, "reached_at_s": None, "points": [(0.0, 0.0)], "caps": []}
-        if isinstance(p, E.BudgetCap):
-            out["cap_usd"], out["cap_tokens"] = p.max_cost_usd, p.max_tokens
-            out["reached_at_s"] = None  # a resume's cap: reached again only if its own event says so
-            if out["cap_usd"] is not None:
-                at = round(t - start, 3)
-                if out["caps"]:  # a raised cap is a step, not a slope
-                    out["caps"].append((at, out["caps"][-1][1]))
-                out["caps"].append((at, float(out["cap_usd"])))
-        elif isinstance(p, E.BudgetSpend) and p.task is not None:
-            tokens, cost = p.tokens, float(p.cost_usd)
-            old_tokens, old_cost = by_task.get(p.task, (0, 0.0))
-            by_task[p.task] = (tokens, cost)
-            spent_usd += cost - old_cost
-            spent_tokens += tokens - old_tokens
-            out["points"].append((round(t - start, 3), round(spent_usd, 6)))
-        elif isinstance(p, E.BudgetReached) and out["reached_at_s"] is None:
-            out["reached_at_s"] = round(t - start, 3)
-    if out is None:
+    budget = state.budget
+    if budget is None:
         return None
-    out.update(spent_usd=round(spent_usd, 6), spent_tokens=spent_tokens)
-    return out
+    start = _seconds(budget.first_at) if budget.first_at else 0.0
+
+    def since_start(ts: str) -> float:
+        return round(_seconds(ts) - start, 3)
+
+    caps: list[tuple[float, float]] = []
+    for ts, cap in budget.caps_over_time:
+        if caps:  # a raised cap is a step, not a slope
+            caps.append((since_start(ts), caps[-1][1]))
+        caps.append((since_start(ts), cap))
+    return {
+        "cap_usd": budget.max_cost_usd,
+        "cap_tokens": budget.max_tokens,
+        # (a resume's cap is reached again only if its own event says so: the fold forgets the earlier one)
+        "reached_at_s": since_start(budget.reached_at) if budget.reached_at else None,
+        "points": [(0.0, 0.0)] + [(since_start(ts), usd) for ts, usd in budget.spent_over_time],
+        "caps": caps,
+        "spent_usd": budget.spent_cost_usd,
+        "spent_tokens": budget.spent_tokens,
+    }
 
 
 def spend_chart_svg(spend: dict[str, Any]) -> str:
