@@ -161,6 +161,61 @@ class AgentExec:
 
         ``first``: the first attempt's container, started alongside the clone.
         """
+        ready = await self._container(request, workspace, on_event, n, first)
+        if isinstance(ready, Attempt):
+            return ready
+        counts = _looks_at_uncommitted(request, plugin)
+        argv, env = self._command(request, plugin, resume, counts)
+        stdin_fn = getattr(plugin, "stdin_payload", None)
+        payload = stdin_fn(request) if stdin_fn is not None else None
+        files_fn = getattr(plugin, "container_files", None)
+        for path, content in (files_fn(request) if files_fn is not None else {}).items():
+            failure = await self._write_container_file(request.container_name, path, content)
+            if failure is not None:
+                return Attempt(error=failure)
+        parser = plugin.new_parser(previous=previous)
+        t = time.monotonic()
+        self.emit_event(
+            request,
+            on_event,
+            "runner.exec.started",
+            phase="execute",
+            attempt=n,
+            resume_session_id=resume,
+            prompt_via_stdin=payload is not None,
+        )
+        probe = await self._probe(request, workspace, on_event)
+        tripped: list[str] = []
+        self.stopper.live_agents.add(request.container_name)
+        try:
+            output = await self._exec(request, argv, env, parser, payload, probe, tripped, on_event)
+        except TimeoutError:
+            return Attempt(
+                error=TaskTimeoutError(
+                    f"task exceeded its timeout of {request.timeout_seconds:g}s; container stopped and kept for resume"
+                )
+            )
+        except AgentStreamLostError as exc:
+            # The agent may still be working: ended now, so it spends nothing more
+            # during the backoff (a retry tries again if this fails).
+            self.emit_event(request, on_event, "runner.exec.stream_lost", "warn", attempt=n, error=str(exc))
+            await self.stopper.end_orphan(request, on_event)
+            return Attempt(error=exc, session_id=parser.finish(None).session_id)
+        except RunnerError as exc:
+            self.stopper.live_agents.discard(request.container_name)
+            return Attempt(error=ResourceLimitError(tripped[0]) if tripped else exc)
+        self.stopper.live_agents.discard(request.container_name)
+        return await self._verdict(request, output, counts, probe, tripped, on_event, n, t)
+
+    async def _container(
+        self,
+        request: InstanceRequest,
+        workspace: Path,
+        on_event: RunnerEventCallback | None,
+        n: int,
+        first: dict[str, Any] | None,
+    ) -> Any:
+        """The attempt's running container (announced), or the failed Attempt."""
         if first is not None:  # started alongside the clone
             if "error" in first:
                 return Attempt(error=first["error"])
@@ -214,7 +269,12 @@ class AgentExec:
             attempt=n,
             duration_s=duration,
         )
+        return ready
 
+    def _command(
+        self, request: InstanceRequest, plugin: RunnerPlugin, resume: str | None, counts: bool
+    ) -> tuple[list[str], dict[str, str]]:
+        """The agent's argv under its wrapper, and its environment (its secrets given to the sanitizer)."""
         build: Any = plugin.build_command  # a plugin may also take the credentials, beyond the protocol
         if "auth" in inspect.signature(build).parameters:
             argv = build(request, resume_session_id=resume, auth=self.auth)
@@ -224,7 +284,6 @@ class AgentExec:
         if self.dry_run and persona is not None:
             # Dry run: the deterministic simulated agent answers in the same container, at no cost.
             argv = ["orchestrator-sim-agent", "--as", persona, *argv[1:]]
-        counts = _looks_at_uncommitted(request, plugin)
         script = AGENT_WRAPPER_SCRIPT if counts else EXEC_WRAPPER_SCRIPT
         argv = ["sh", "-c", script, "orchestrator-agent", *argv]
         env = dict(request.env)
@@ -235,32 +294,23 @@ class AgentExec:
                 raise
             # the simulated agent needs no credentials
         self.sanitizer.add_secrets(v for k, v in env.items() if k in SECRET_ENV_VARS)
-        stdin_fn = getattr(plugin, "stdin_payload", None)
-        payload = stdin_fn(request) if stdin_fn is not None else None
-        files_fn = getattr(plugin, "container_files", None)
-        for path, content in (files_fn(request) if files_fn is not None else {}).items():
-            failure = await self._write_container_file(request.container_name, path, content)
-            if failure is not None:
-                return Attempt(error=failure)
-        parser = plugin.new_parser(previous=previous)
+        return argv, env
+
+    async def _exec(
+        self,
+        request: InstanceRequest,
+        argv: list[str],
+        env: dict[str, str],
+        parser: Any,
+        payload: bytes | None,
+        probe: watchdog.Probe | None,
+        tripped: list[str],
+        on_event: RunnerEventCallback | None,
+    ) -> ExecOutput:
+        """The agent's exec under the task's timeout, with the watchdog alongside."""
 
         def forward(event: AgentEvent) -> None:
             self.emit_event(request, on_event, f"runner.{event.kind}", "debug", data=_clip(event.data))
-
-        t = time.monotonic()
-        self.emit_event(
-            request,
-            on_event,
-            "runner.exec.started",
-            phase="execute",
-            attempt=n,
-            resume_session_id=resume,
-            prompt_via_stdin=payload is not None,
-        )
-        probe = await self._probe(request, workspace, on_event)
-        tripped: list[str] = []
-        self.stopper.live_agents.add(request.container_name)
-        ran: dict[str, Any] = {}
 
         async def end_agent() -> None:
             # Ctrl+C or the timeout: the agent gets its grace to save its session while
@@ -270,48 +320,44 @@ class AgentExec:
                 await self.stopper.end_agent(request, on_event)
                 self.stopper.live_agents.discard(request.container_name)
 
-        try:
-            with anyio.fail_after(request.timeout_seconds):
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(self._watch, request, probe, tripped, on_event)
-                    try:
-                        ran["output"] = await self.host.run_exec(
-                            request.container_name,
-                            argv,
-                            env=env,
-                            parser=parser,
-                            stdin_payload=payload,
-                            on_event=forward,
-                            wrapped=True,
-                            on_cancel=end_agent,
-                        )
-                    except RunnerError as exc:
-                        # Kept inside the group: leaving it would wrap the error in an
-                        # ExceptionGroup, and a Docker failure would pass for a bug of ours.
-                        ran["error"] = exc
-                    finally:
-                        tg.cancel_scope.cancel()
-            if "error" in ran:
-                raise ran["error"]
-            output = ran["output"]
-        except TimeoutError:
-            return Attempt(
-                error=TaskTimeoutError(
-                    f"task exceeded its timeout of {request.timeout_seconds:g}s; container stopped and kept for resume"
-                )
-            )
-        except AgentStreamLostError as exc:
-            # The agent may still be working: ended now, so it spends nothing more
-            # during the backoff (a retry tries again if this fails).
-            self.emit_event(request, on_event, "runner.exec.stream_lost", "warn", attempt=n, error=str(exc))
-            await self.stopper.end_orphan(request, on_event)
-            return Attempt(error=exc, session_id=parser.finish(None).session_id)
-        except RunnerError as exc:
-            self.stopper.live_agents.discard(request.container_name)
-            if tripped:
-                return Attempt(error=ResourceLimitError(tripped[0]))
-            return Attempt(error=exc)
-        self.stopper.live_agents.discard(request.container_name)
+        ran: dict[str, Any] = {}
+        with anyio.fail_after(request.timeout_seconds):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._watch, request, probe, tripped, on_event)
+                try:
+                    ran["output"] = await self.host.run_exec(
+                        request.container_name,
+                        argv,
+                        env=env,
+                        parser=parser,
+                        stdin_payload=payload,
+                        on_event=forward,
+                        wrapped=True,
+                        on_cancel=end_agent,
+                    )
+                except RunnerError as exc:
+                    # Kept inside the group: leaving it would wrap the error in an
+                    # ExceptionGroup, and a Docker failure would pass for a bug of ours.
+                    ran["error"] = exc
+                finally:
+                    tg.cancel_scope.cancel()
+        if "error" in ran:
+            raise ran["error"]
+        output: ExecOutput = ran["output"]
+        return output
+
+    async def _verdict(
+        self,
+        request: InstanceRequest,
+        output: ExecOutput,
+        counts: bool,
+        probe: watchdog.Probe | None,
+        tripped: list[str],
+        on_event: RunnerEventCallback | None,
+        n: int,
+        t: float,
+    ) -> Attempt:
+        """What a finished exec means: an unusable repository, a lost output, a limit hit, or the output."""
         unusable = _git_unusable(output) if counts else None
         if unusable is not None:
             return Attempt(error=unusable)

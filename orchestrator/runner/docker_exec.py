@@ -160,6 +160,90 @@ def _append_tail(tail: bytearray, data: bytes) -> None:
         del tail[: len(tail) - TAIL_BYTES]
 
 
+class _Stream:
+    """What one exec's output stream has said so far, read frame by frame into the parser."""
+
+    def __init__(
+        self,
+        host: DockerHost,
+        container: str,
+        sock: Any,
+        pending: bytearray,
+        parser: StreamParser,
+        on_event: Callable[[AgentEvent], Awaitable[None] | None],
+        wrapped: bool,
+    ) -> None:
+        self.host, self.container, self.sock, self.pending = host, container, sock, pending
+        self.parser, self.on_event, self.wrapped = parser, on_event, wrapped
+        self.feed_stderr = getattr(parser, "feed_stderr", None)
+        self.stderr_tail, self.stdout_tail = bytearray(), bytearray()
+        self.saw_erofs = False
+        self.n_events = 0
+        self.stream_error: str | None = None
+        self.uncommitted: int | None = None
+        self.ended = False
+        self.held = b""  # stderr bytes that may be the start of the wrapper's line, cut by a frame boundary
+
+    async def emit(self, events: list[AgentEvent]) -> None:
+        for event in events:
+            self.n_events += 1
+            res = self.on_event(AgentEvent(kind=event.kind, data=plain(event.data)))
+            if res is not None:
+                await res
+
+    async def stderr(self, data: bytes) -> None:
+        _append_tail(self.stderr_tail, data)
+        if self.feed_stderr is not None:
+            await self.emit(list(self.feed_stderr(data) or []))
+
+    async def read_all(self) -> None:
+        while True:
+            try:
+                frame = await anyio.to_thread.run_sync(
+                    _read_frame, self.sock, self.pending, abandon_on_cancel=True, limiter=self.host.limiter
+                )
+            except StreamBroken as exc:
+                # Also what a container stopped under the exec (Ctrl+C, timeout)
+                # can look like: the exit code decides whether the exec
+                # ended; the break itself goes to runner.jsonl and the output.
+                self.stream_error = str(exc)
+                _log.warning(
+                    "the agent's output stream broke",
+                    extra={"container": self.container, "stream_error": self.stream_error},
+                )
+                await self.emit([AgentEvent(kind="error", data={"stream_error": self.stream_error})])
+                break
+            if frame is None:
+                break
+            stream, data = frame
+            if EROFS_MARKER in data:
+                self.saw_erofs = True
+            if stream != STDERR:
+                _append_tail(self.stdout_tail, data)
+                await self.emit(self.parser.feed(data))
+                continue
+            if self.wrapped:
+                data, self.held, end = _take_end_line(self.held + data)
+                if end is not None:
+                    self.ended = True
+                    self.uncommitted = int(end) if end.isdigit() else None
+            if data:
+                await self.stderr(data)
+
+    def output(self, exit_code: int | None) -> ExecOutput:
+        return ExecOutput(
+            outcome=_plain_outcome(self.parser.finish(exit_code)),
+            exit_code=exit_code,
+            stderr_tail=plain_bytes(bytes(self.stderr_tail)),
+            stdout_tail=plain_bytes(bytes(self.stdout_tail)),
+            saw_erofs=self.saw_erofs,
+            events=self.n_events,
+            extra={"stream_error": self.stream_error} if self.stream_error else {},
+            uncommitted=self.uncommitted,
+            ended=self.ended,
+        )
+
+
 async def run_exec(
     host: DockerHost,
     container: str,
@@ -185,11 +269,51 @@ async def run_exec(
     Raises :class:`ContainerError` when Docker cannot run the exec. Cancellation
     propagates after the connection is closed.
     """
-    client = await host.client()
-    api = client.api
-    want_stdin = stdin_payload is not None
+    exec_id, sock, pending = await _start_exec(host, container, argv, env, stdin_payload is not None)
+    out = _Stream(host, container, sock, pending, parser, on_event, wrapped)
+    # With on_cancel, the reading below is shielded from the caller's cancellation,
+    # which reaches `_drain_on_cancel` instead: it ends the process and lets the
+    # reading run to the stream's end, then cancels `reading`.
+    reading = anyio.CancelScope()
+    stream_done = anyio.Event()
+    try:
+        async with anyio.create_task_group() as tg:
+            if stdin_payload is not None:
+                tg.start_soon(
+                    lambda: anyio.to_thread.run_sync(_send_stdin, sock, stdin_payload, abandon_on_cancel=True)
+                )
+            if on_cancel is not None:
+                tg.start_soon(_drain_on_cancel, on_cancel, container, reading, stream_done)
+            with anyio.CancelScope(shield=on_cancel is not None), reading:
+                try:
+                    await out.read_all()
+                finally:
+                    stream_done.set()
+            tg.cancel_scope.cancel()
+        if out.held:  # the stream ended inside what only looked like the wrapper's line: it was the agent's
+            await out.stderr(out.held)
+    finally:
+        raw = _raw_socket(sock)
+        with contextlib.suppress(OSError):
+            raw.shutdown(pysocket.SHUT_RDWR)
+        with contextlib.suppress(OSError):
+            sock.close()
 
-    def _start():
+    exit_code = await _exit_code(host, exec_id, container)
+    if out.stream_error is not None and exit_code is None:
+        raise ContainerError(
+            f"the agent's output stream broke ({out.stream_error}) and its exit status is unknown", retryable=True
+        )
+    return out.output(exit_code)
+
+
+async def _start_exec(
+    host: DockerHost, container: str, argv: list[str], env: dict[str, str], want_stdin: bool
+) -> tuple[str, Any, bytearray]:
+    """The started exec: its id, its hijacked socket and the output already buffered with the headers."""
+    api = (await host.client()).api
+
+    def start() -> tuple[str, Any, bytearray]:
         exec_id = api.exec_create(
             container,
             argv,
@@ -205,132 +329,36 @@ async def run_exec(
         api._disable_socket_timeout(sock)
         return exec_id, sock, pending
 
-    exec_id, sock, pending = await host.call(f"exec in {container}", _start)
-    feed_stderr = getattr(parser, "feed_stderr", None)
-    stderr_tail, stdout_tail = bytearray(), bytearray()
-    saw_erofs = False
-    n_events = 0
-    stream_error: str | None = None
-    uncommitted: int | None = None
-    ended = False
-    held = b""  # stderr bytes that may be the start of the wrapper's line, cut by a frame boundary
+    started: tuple[str, Any, bytearray] = await host.call(f"exec in {container}", start)
+    return started
 
-    async def _emit(events: list[AgentEvent]) -> None:
-        nonlocal n_events
-        for event in events:
-            n_events += 1
-            res = on_event(AgentEvent(kind=event.kind, data=plain(event.data)))
-            if res is not None:
-                await res
 
-    async def _read_all() -> None:
-        nonlocal saw_erofs, stream_error, uncommitted, ended, held
-        while True:
-            try:
-                frame = await anyio.to_thread.run_sync(
-                    _read_frame, sock, pending, abandon_on_cancel=True, limiter=host.limiter
-                )
-            except StreamBroken as exc:
-                # Also what a container stopped under the exec (Ctrl+C, timeout)
-                # can look like: the exit code below decides whether the exec
-                # ended; the break itself goes to runner.jsonl and the output.
-                stream_error = str(exc)
-                _log.warning(
-                    "the agent's output stream broke", extra={"container": container, "stream_error": stream_error}
-                )
-                await _emit([AgentEvent(kind="error", data={"stream_error": stream_error})])
-                break
-            if frame is None:
-                break
-            stream, data = frame
-            if EROFS_MARKER in data:
-                saw_erofs = True
-            if stream == STDERR:
-                if wrapped:
-                    data, held, end = _take_end_line(held + data)
-                    if end is not None:
-                        ended = True
-                        uncommitted = int(end) if end.isdigit() else None
-                if data:
-                    _append_tail(stderr_tail, data)
-                    if feed_stderr is not None:
-                        await _emit(list(feed_stderr(data) or []))
-            else:
-                _append_tail(stdout_tail, data)
-                await _emit(parser.feed(data))
-
-    # With on_cancel, the reading below is shielded from the caller's cancellation,
-    # which reaches `_drain_on_cancel` instead: it ends the process and lets the
-    # reading run to the stream's end, then cancels `reading`.
-    reading = anyio.CancelScope()
-    stream_done = anyio.Event()
-
-    async def _drain_on_cancel() -> None:
-        assert on_cancel is not None
-        try:
-            await anyio.sleep_forever()
-        except anyio.get_cancelled_exc_class():
-            if stream_done.is_set():  # the output ended first: nothing left to read
-                raise
-            with anyio.CancelScope(shield=True):
-                try:
-                    with anyio.move_on_after(DRAIN_S):
-                        try:
-                            await on_cancel()
-                        except Exception as exc:
-                            # The caller's cancellation is what goes on (a Ctrl+C, a
-                            # timeout): raised from here, this would replace it.
-                            _log.warning(
-                                f"could not end the exec's process when cancelled: {type(exc).__name__}: {exc}",
-                                extra={"container": container},
-                            )
-                        with anyio.move_on_after(DRAIN_AFTER_END_S):
-                            await stream_done.wait()
-                finally:
-                    reading.cancel()  # whatever on_cancel did: the shielded reading must end
-            raise
-
+async def _drain_on_cancel(
+    on_cancel: Callable[[], Awaitable[object]], container: str, reading: anyio.CancelScope, stream_done: anyio.Event
+) -> None:
+    """On the caller's cancellation: end the process, read on to the stream's end, then stop the reading."""
     try:
-        async with anyio.create_task_group() as tg:
-            if stdin_payload is not None:
-                tg.start_soon(
-                    lambda: anyio.to_thread.run_sync(_send_stdin, sock, stdin_payload, abandon_on_cancel=True)
-                )
-            if on_cancel is not None:
-                tg.start_soon(_drain_on_cancel)
-            with anyio.CancelScope(shield=on_cancel is not None), reading:
-                try:
-                    await _read_all()
-                finally:
-                    stream_done.set()
-            tg.cancel_scope.cancel()
-        if held:  # the stream ended inside what only looked like the wrapper's line: it was the agent's
-            _append_tail(stderr_tail, held)
-            if feed_stderr is not None:
-                await _emit(list(feed_stderr(held) or []))
-    finally:
-        raw = _raw_socket(sock)
-        with contextlib.suppress(OSError):
-            raw.shutdown(pysocket.SHUT_RDWR)
-        with contextlib.suppress(OSError):
-            sock.close()
-
-    exit_code = await _exit_code(host, exec_id, container)
-    if stream_error is not None and exit_code is None:
-        raise ContainerError(
-            f"the agent's output stream broke ({stream_error}) and its exit status is unknown", retryable=True
-        )
-    return ExecOutput(
-        outcome=_plain_outcome(parser.finish(exit_code)),
-        exit_code=exit_code,
-        stderr_tail=plain_bytes(bytes(stderr_tail)),
-        stdout_tail=plain_bytes(bytes(stdout_tail)),
-        saw_erofs=saw_erofs,
-        events=n_events,
-        extra={"stream_error": stream_error} if stream_error else {},
-        uncommitted=uncommitted,
-        ended=ended,
-    )
+        await anyio.sleep_forever()
+    except anyio.get_cancelled_exc_class():
+        if stream_done.is_set():  # the output ended first: nothing left to read
+            raise
+        with anyio.CancelScope(shield=True):
+            try:
+                with anyio.move_on_after(DRAIN_S):
+                    try:
+                        await on_cancel()
+                    except Exception as exc:
+                        # The caller's cancellation is what goes on (a Ctrl+C, a
+                        # timeout): raised from here, this would replace it.
+                        _log.warning(
+                            f"could not end the exec's process when cancelled: {type(exc).__name__}: {exc}",
+                            extra={"container": container},
+                        )
+                    with anyio.move_on_after(DRAIN_AFTER_END_S):
+                        await stream_done.wait()
+            finally:
+                reading.cancel()  # whatever on_cancel did: the shielded reading must end
+        raise
 
 
 def _plain_outcome(outcome: AgentOutcome) -> AgentOutcome:

@@ -21,12 +21,14 @@ never touched, and the branch checked out there is never overwritten.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import re
 import time
-from functools import partial
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
+from typing import ParamSpec, TypeVar
 
 import anyio.to_thread
 
@@ -36,6 +38,8 @@ from .git_packs import keep_packed
 from .types import BranchArtifact, ConflictPolicy, ImportPolicy
 
 logger = logging.getLogger("orchestrator.runner")
+P = ParamSpec("P")
+T = TypeVar("T")
 
 NOTES_REF = "orchestrator"
 # The notes commit is written by the orchestrator, not by the user; this also
@@ -178,179 +182,186 @@ def _import_branch_sync(
     if import_conflict_policy not in ("fail", "overwrite", "suffix"):
         raise UsageError(f"unknown import_conflict_policy {import_conflict_policy!r}; use fail, overwrite or suffix")
     check_branch_name(branch_name)
-    workspace = Path(os.path.abspath(workspace))
-    repo = Path(os.path.realpath(repo_path))
+    job = _Import(Path(os.path.realpath(repo_path)), Path(os.path.abspath(workspace)), branch_name, task_key, run_id)
     started = time.monotonic()
-    commit_count = 0
-    outcome = "failed"
-    target: str | None = branch_name
     try:
+        return job.run(import_policy, import_conflict_policy, skip_empty_import)
+    finally:
+        logger.info(
+            "git import %s: %s -> %s",
+            job.outcome,
+            job.workspace,
+            job.target,
+            extra={
+                "workspace": str(job.workspace),
+                "branch": job.target,
+                "commit_count": job.commit_count,
+                "size": _dir_size(job.workspace / ".git") if os.path.isdir(job.workspace / ".git") else 0,
+                "duration_s": round(time.monotonic() - started, 4),
+                "outcome": job.outcome,
+            },
+        )
+
+
+class _Import:
+    """One import of a workspace into a branch; ``outcome``, ``target`` and ``commit_count`` are what is logged."""
+
+    def __init__(self, repo: Path, workspace: Path, branch_name: str, task_key: str, run_id: str) -> None:
+        self.repo, self.workspace, self.branch_name = repo, workspace, branch_name
+        self.task_key, self.run_id = task_key, run_id
+        self.outcome = "failed"
+        self.target: str | None = branch_name
+        self.commit_count = 0
+        self.base = self.ws_head = ""
+        self.added = self.deleted = 0
+
+    def artifact(self, final: str | None, commit: str) -> BranchArtifact:
+        return BranchArtifact(
+            branch_planned=self.branch_name,
+            branch_final=final,
+            base=self.base,
+            commit=commit,
+            has_changes=final is not None and self.commit_count > 0,
+            commit_count=self.commit_count if final is not None else 0,
+            lines_added=self.added if final is not None else 0,
+            lines_deleted=self.deleted if final is not None else 0,
+        )
+
+    def run(self, import_policy: ImportPolicy, conflict: ConflictPolicy, skip_empty_import: bool) -> BranchArtifact:
+        repo, workspace = self.repo, self.workspace
         git_dir = _git_dir_of(repo)
         # The workspace and the checked-out branches are read before taking the
         # lock, which every task of the run queues for: only the host's refs
         # need it. The agent has finished, and no other task uses this workspace.
-        base = _read_ws_file(workspace, "BASE_BRANCH")
+        self.base = _read_ws_file(workspace, "BASE_BRANCH")
         base_commit = _read_ws_file(workspace, "BASE_COMMIT")
         ws_head = ws_git(workspace, ["rev-parse", "--verify", "HEAD^{commit}"]).stdout.strip()
-        commit_count, added, deleted = _workspace_stats(workspace, base_commit, ws_head)
-
-        def artifact(final: str | None, commit: str) -> BranchArtifact:
-            return BranchArtifact(
-                branch_planned=branch_name,
-                branch_final=final,
-                base=base,
-                commit=commit,
-                has_changes=final is not None and commit_count > 0,
-                commit_count=commit_count if final is not None else 0,
-                lines_added=added if final is not None else 0,
-                lines_deleted=deleted if final is not None else 0,
-            )
-
-        importing = import_policy != "never"
+        self.commit_count, self.added, self.deleted = _workspace_stats(workspace, base_commit, ws_head)
         # 3. never: no branch, nothing of the host repository to read
-        if not importing:
-            target, outcome = None, "skipped_never"
-            return artifact(None, base_commit)
-        skips_empty = import_policy == "auto" and skip_empty_import and commit_count == 0
+        if import_policy == "never":
+            self.target, self.outcome = None, "skipped_never"
+            return self.artifact(None, base_commit)
+        skips_empty = import_policy == "auto" and skip_empty_import and self.commit_count == 0
         checked_out = set() if skips_empty else _checked_out_branches(repo)
 
         with import_lock(git_dir):
             heads = _heads(repo)
-
-            # 1. idempotent pre-check (crash between fetch and reporting)
-            if heads.get(branch_name) == ws_head:
-                _ensure_note(repo, ws_head, task_key, run_id)
-                outcome = "already_imported"
-                return artifact(branch_name, ws_head)
-
-            # 2. suffix idempotency: an earlier attempt of this task got a suffix
-            if import_conflict_policy == "suffix":
-                pattern = re.compile(rf"^{re.escape(branch_name)}(_[0-9]+)?$")
-                candidates = sorted(
-                    (n for n, sha in heads.items() if sha == ws_head and pattern.match(n)),
-                    key=lambda n: (len(n), n),
-                )
-                if candidates and _note_has_key(_note_lines(repo, ws_head), task_key):
-                    target = candidates[0]
-                    outcome = "already_imported"
-                    return artifact(target, ws_head)
-
+            done = self._already_imported(heads, ws_head, conflict)
+            if done is not None:
+                return done
             # 4. skip empty
             if skips_empty:
-                target, outcome = None, "skipped_empty"
-                return artifact(None, base_commit)
-
-            # 5. conflict policy. A branch whose tip carries this task's own provenance
-            # note is an earlier attempt of this very task (the process died after the
-            # import but before the completion was durably logged, and the task ran
-            # again): it is ours to replace, under any policy. Keys are namespaced by
-            # run id, so another run's or another task's branch never matches.
-            target = branch_name
-            force = False
-            pattern = re.compile(rf"^{re.escape(branch_name)}(_[0-9]+)?$")
-            own = sorted(
-                (n for n, sha in heads.items() if pattern.match(n) and _note_has_key(_note_lines(repo, sha), task_key)),
-                key=lambda n: (len(n), n),
-            )
-            if own:
-                target, force = own[0], True
-                outcome = "replaced_own_attempt"
-            elif target in heads:
-                if import_conflict_policy == "fail":
-                    raise BranchExistsError(
-                        f"branch {target!r} already exists in {repo}; set import_conflict_policy to "
-                        f"'overwrite' or 'suffix', or delete it with: git branch -D {target}"
-                    )
-                if import_conflict_policy == "overwrite":
-                    force = True
-                else:
-                    i = 2
-                    while f"{branch_name}_{i}" in heads:
-                        i += 1
-                    target = f"{branch_name}_{i}"
-                    check_branch_name(target)
+                self.target, self.outcome = None, "skipped_empty"
+                return self.artifact(None, base_commit)
+            target, force = self._choose_target(heads, conflict)
+            self.target = target
             if target in checked_out:
                 raise GitError(
                     f"refusing to import into branch {target!r}: it is checked out in {repo}; "
                     "check out another branch or choose another branch name"
                 )
-
             # 7 before 6: the provenance note goes on the commit *before* the branch
             # exists (git notes accept a commit id the repository does not hold yet).
             # A process killed between the two then leaves a branch that step 5
             # recognizes as this task's own attempt, never an unowned conflict.
-            _ensure_note(repo, ws_head, task_key, run_id)
-
-            # 6. fetch (atomic ref creation / forced update)
-            refspec = f"{'+' if force else ''}HEAD:refs/heads/{target}"
-            run_git(
-                [
-                    "fetch",
-                    "--quiet",
-                    "--no-tags",
-                    "--no-write-fetch-head",
-                    "--no-auto-gc",
-                    "--no-recurse-submodules",
-                    f"--upload-pack={WORKSPACE_UPLOAD_PACK}",
-                    "--",
-                    str(workspace),
-                    refspec,
-                ],
-                cwd=repo,
-                what=f"importing {workspace} into branch {target}",
-            )
-            imported = run_git(["rev-parse", "--verify", f"refs/heads/{target}^{{commit}}"], cwd=repo).stdout.strip()
-            if imported != ws_head:
-                raise GitError(
-                    f"branch {target} is at {imported[:12]} after import but the workspace HEAD is {ws_head[:12]}"
-                )
-            # 7. provenance: written above on this very commit, under this lock
+            _ensure_note(repo, ws_head, self.task_key, self.run_id)
+            imported = self._fetch(target, force, ws_head)
             # The fetch and the note left loose objects: roll them up now and then.
             keep_packed(repo)
-            outcome = "replaced_own_attempt" if outcome == "replaced_own_attempt" else "imported"
-            return artifact(target, imported)
-    finally:
-        logger.info(
-            "git import %s: %s -> %s",
-            outcome,
-            workspace,
-            target,
-            extra={
-                "workspace": str(workspace),
-                "branch": target,
-                "commit_count": commit_count,
-                "size": _dir_size(workspace / ".git") if os.path.isdir(workspace / ".git") else 0,
-                "duration_s": round(time.monotonic() - started, 4),
-                "outcome": outcome,
-            },
+            self.outcome = "replaced_own_attempt" if self.outcome == "replaced_own_attempt" else "imported"
+            return self.artifact(target, imported)
+
+    def _already_imported(self, heads: dict[str, str], ws_head: str, conflict: ConflictPolicy) -> BranchArtifact | None:
+        # 1. idempotent pre-check (crash between fetch and reporting)
+        if heads.get(self.branch_name) == ws_head:
+            _ensure_note(self.repo, ws_head, self.task_key, self.run_id)
+            self.outcome = "already_imported"
+            return self.artifact(self.branch_name, ws_head)
+        # 2. suffix idempotency: an earlier attempt of this task got a suffix
+        if conflict == "suffix":
+            candidates = _branch_or_suffixed(self.branch_name, (n for n, sha in heads.items() if sha == ws_head))
+            if candidates and _note_has_key(_note_lines(self.repo, ws_head), self.task_key):
+                self.target = candidates[0]
+                self.outcome = "already_imported"
+                return self.artifact(self.target, ws_head)
+        return None
+
+    def _choose_target(self, heads: dict[str, str], conflict: ConflictPolicy) -> tuple[str, bool]:
+        """5. conflict policy: the branch to write, and whether it is overwritten.
+
+        A branch whose tip carries this task's own provenance note is an earlier
+        attempt of this very task (the process died after the import but before
+        the completion was durably logged, and the task ran again): it is ours to
+        replace, under any policy. Keys are namespaced by run id, so another run's
+        or another task's branch never matches.
+        """
+        target = self.branch_name
+        own = [
+            n
+            for n in _branch_or_suffixed(target, heads)
+            if _note_has_key(_note_lines(self.repo, heads[n]), self.task_key)
+        ]
+        if own:
+            self.outcome = "replaced_own_attempt"
+            return own[0], True
+        if target not in heads:
+            return target, False
+        if conflict == "fail":
+            raise BranchExistsError(
+                f"branch {target!r} already exists in {self.repo}; set import_conflict_policy to "
+                f"'overwrite' or 'suffix', or delete it with: git branch -D {target}"
+            )
+        if conflict == "overwrite":
+            return target, True
+        i = 2
+        while f"{target}_{i}" in heads:
+            i += 1
+        check_branch_name(f"{target}_{i}")
+        return f"{target}_{i}", False
+
+    def _fetch(self, target: str, force: bool, ws_head: str) -> str:
+        """6. fetch the workspace HEAD into the branch (atomic ref creation / forced update)."""
+        refspec = f"{'+' if force else ''}HEAD:refs/heads/{target}"
+        run_git(
+            [
+                "fetch",
+                "--quiet",
+                "--no-tags",
+                "--no-write-fetch-head",
+                "--no-auto-gc",
+                "--no-recurse-submodules",
+                f"--upload-pack={WORKSPACE_UPLOAD_PACK}",
+                "--",
+                str(self.workspace),
+                refspec,
+            ],
+            cwd=self.repo,
+            what=f"importing {self.workspace} into branch {target}",
         )
+        imported = run_git(["rev-parse", "--verify", f"refs/heads/{target}^{{commit}}"], cwd=self.repo).stdout.strip()
+        if imported != ws_head:
+            raise GitError(
+                f"branch {target} is at {imported[:12]} after import but the workspace HEAD is {ws_head[:12]}"
+            )
+        return imported
 
 
-async def import_branch(
-    repo_path: str | os.PathLike[str],
-    workspace: Path,
-    *,
-    branch_name: str,
-    task_key: str,
-    run_id: str,
-    import_policy: ImportPolicy = "auto",
-    import_conflict_policy: ConflictPolicy = "fail",
-    skip_empty_import: bool = True,
-) -> BranchArtifact:
-    """Import the workspace HEAD into ``repo_path`` as ``branch_name`` (see module doc).
+def _branch_or_suffixed(branch_name: str, names: Iterable[str]) -> list[str]:
+    """Those of ``names`` that are ``branch_name`` or ``branch_name_N``, the shortest first."""
+    pattern = re.compile(rf"^{re.escape(branch_name)}(_[0-9]+)?$")
+    return sorted((n for n in names if pattern.match(n)), key=lambda n: (len(n), n))
 
-    The worker thread is not abandoned on cancellation: an import that started
-    finishes (and releases the lock) before the caller sees the cancellation.
-    """
-    fn = partial(
-        _import_branch_sync,
-        repo_path,
-        workspace,
-        branch_name=branch_name,
-        task_key=task_key,
-        run_id=run_id,
-        import_policy=import_policy,
-        import_conflict_policy=import_conflict_policy,
-        skip_empty_import=skip_empty_import,
-    )
-    return await anyio.to_thread.run_sync(fn)
+
+def _in_thread(fn: Callable[P, T]) -> Callable[P, Awaitable[T]]:
+    """``fn`` on a worker thread that is not abandoned on cancellation: an import that
+    started finishes (and releases the lock) before the caller sees the cancellation."""
+
+    @functools.wraps(fn)
+    async def run(*args: P.args, **kwargs: P.kwargs) -> T:
+        return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
+
+    return run
+
+
+# Import the workspace HEAD into ``repo_path`` as ``branch_name`` (see module doc).
+import_branch = _in_thread(_import_branch_sync)
