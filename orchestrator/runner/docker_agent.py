@@ -30,10 +30,9 @@ from ..sanitize import SECRET_ENV_VARS, Sanitizer
 from . import watchdog
 from .base import RunnerEventCallback
 from .docker_containers import DockerHost
-from .docker_core import ContainerStopper, TaskEvents, session_volume
+from .docker_core import ContainerStopper, TaskEvents
 from .docker_exec import ExecOutput
 from .docker_workspace import WorkspaceSetup
-from .object_cache import cache_volume
 from .plugin import AgentEvent, RunnerPlugin
 from .registry import get_plugin
 from .types import AuthConfig, Hardening, InstanceRequest
@@ -233,14 +232,7 @@ class AgentExec:
                 )
             try:
                 # attempt 0 follows a fresh clone; retries reuse the same workspace and container
-                ready = await self.host.ensure_container(
-                    request,
-                    workspace=workspace,
-                    volume=session_volume(request),
-                    fresh_workspace=n == 0,
-                    hardening=self.hardening,
-                    object_cache=cache_volume(self.host, self.workspace.object_cache, request),
-                )
+                ready = await self.workspace.ensure_container(request, workspace, fresh=n == 0)
             except RunnerError as exc:
                 return Attempt(error=exc)
             if self.host.archive:

@@ -26,7 +26,7 @@ from .docker_core import TaskEvents, TaskFailed, session_volume
 from .object_cache import CACHE_ALTERNATE, ObjectCache, cache_volume, workspace_wants
 from .reaper import WorkspaceReaper
 from .seed import SeedCache, copy_seed
-from .types import Hardening, InstanceRequest
+from .types import Hardening, InstanceRequest, IsolationMode
 from .workspace_reuse import reuse_workspace
 
 MIN_FREE_BYTES = 200 << 20
@@ -125,6 +125,17 @@ class WorkspaceSetup:
             first = await self._workspace_and_container(request, workspace, on_event)
         return request, first
 
+    async def ensure_container(self, request: InstanceRequest, workspace: Path, *, fresh: bool) -> ContainerReady:
+        """The task's container, running on ``workspace`` with its session volume and object cache."""
+        return await self.host.ensure_container(
+            request,
+            workspace=workspace,
+            volume=session_volume(request),
+            fresh_workspace=fresh,
+            hardening=self.hardening,
+            object_cache=cache_volume(self.host, self.object_cache, request),
+        )
+
     async def _workspace_and_container(
         self, request: InstanceRequest, workspace: Path, on_event: RunnerEventCallback | None
     ) -> dict[str, Any]:
@@ -144,77 +155,26 @@ class WorkspaceSetup:
         """
         t = time.monotonic()
         first: dict[str, Any] = {}
-        failure: RunnerError | None = None
-        unexpected: list[BaseException] = []
-        mode, store = request.isolation_mode, None
-        spare: tuple[Path, Path] | None = None
-        cached = self.object_cache.applies(self.host, mode)
-
-        async def clone() -> None:
-            nonlocal failure
-            try:
-                if spare is not None:
-                    reused = await self._reuse(request, workspace, spare, store, on_event)
-                    if reused is not None:
-                        first["ws_info"], first["reused"] = reused, True
-                if "ws_info" not in first:
-                    first["ws_info"] = await git_ops.prepare_workspace(
-                        request.repo_path,
-                        request.base_branch,
-                        workspace,
-                        isolation_mode=mode,
-                        include_branches=request.include_branches,
-                        into_empty_dir=True,
-                        object_store=store,
-                    )
-                seed = await self.seeds.for_image(self.host.image_source, request.docker_image)
-                if seed is not None:
-                    await anyio.to_thread.run_sync(copy_seed, seed, workspace, limiter=self.host.limiter)
-            except RunnerError as exc:
-                failure = exc
-            except Exception as exc:  # re-raised below, outside the task group, unwrapped
-                unexpected.append(exc)
-            first["clone_s"] = round(time.monotonic() - t, 4)
-
-        async def container() -> None:
-            tc = time.monotonic()
-            try:
-                first["ready"] = await self.host.ensure_container(
-                    request,
-                    workspace=workspace,
-                    volume=session_volume(request),
-                    fresh_workspace=True,
-                    hardening=self.hardening,
-                    object_cache=cache_volume(self.host, self.object_cache, request),
-                )
-            except RunnerError as exc:
-                first["error"] = exc
-            except Exception as exc:
-                unexpected.append(exc)
-            first["duration_s"] = round(time.monotonic() - tc, 4)
-
+        failures: list[RunnerError] = []
+        unexpected: list[BaseException] = []  # re-raised below, outside the task group, unwrapped
+        cached = self.object_cache.applies(self.host, request.isolation_mode)
         try:
-            await anyio.to_thread.run_sync(_reset_workspace, workspace, limiter=self.host.limiter)
-            if mode == "shared_objects" and self.host.archive and not cached:
-                mode = "full_copy"
-                self._remote_full_copy_notice(request, on_event)
-            elif mode == "shared_objects":
-                # Before the container: it mounts the store, which must exist by then.
-                store = await self._object_store(request, workspace)
-                spare = self.spares.take(store) if self.spares is not None and not self.host.archive else None
-                if spare is not None:
-                    # before the container too: it mounts the directory now at this path
-                    spare = await anyio.to_thread.run_sync(_move_in, spare, workspace, limiter=self.host.limiter)
+            mode, store, spare = await self._empty_workspace(request, workspace, cached, on_event)
         except RunnerError as exc:
-            failure = exc
+            failures.append(exc)
         else:
+            clone = functools.partial(
+                self._clone, request, workspace, mode, store, spare, first, failures, unexpected, t, on_event
+            )
+            container = functools.partial(self._first_container, request, workspace, first, unexpected)
             if selinux_enabled() or cached:
                 await clone()
-                if cached and failure is None and not unexpected:
+                if cached and not failures and not unexpected:
                     # Before the container: a cache too old or too big is dropped, which
                     # Docker allows only while no container mounts it.
                     failure = await self._sync_object_cache(request, workspace, first["ws_info"].base_commit, on_event)
-                if failure is None and not unexpected:
+                    failures.extend([failure] if failure is not None else [])
+                if not failures and not unexpected:
                     await container()
             else:
                 async with anyio.create_task_group() as tg:
@@ -227,12 +187,12 @@ class WorkspaceSetup:
         await anyio.lowlevel.checkpoint_if_cancelled()
         if unexpected:
             raise unexpected[0]
-        if failure is None and self.host.archive and first.get("ready") is not None:
+        if not failures and self.host.archive and first.get("ready") is not None:
             self._copy_failed_is_attempt_error(
                 first, await self.archive_copy_in(request, workspace, first["ready"], on_event, fresh=True)
             )
-        if failure is not None:
-            raise TaskFailed("workspace", failure.category, str(failure), stop="ready" in first)
+        if failures:
+            raise TaskFailed("workspace", failures[0].category, str(failures[0]), stop="ready" in first)
         # duration_s: the workspace's own time (reset + clone), not the wait for the container
         self.emit_event(
             request,
@@ -245,6 +205,76 @@ class WorkspaceSetup:
             duration_s=first.pop("clone_s"),
         )
         return first
+
+    async def _empty_workspace(
+        self, request: InstanceRequest, workspace: Path, cached: bool, on_event: RunnerEventCallback | None
+    ) -> tuple[IsolationMode, Path | None, tuple[Path, Path] | None]:
+        """The emptied workspace directory the container mounts: its isolation mode, object store and spare checkout."""
+        mode: IsolationMode = request.isolation_mode
+        store: Path | None = None
+        spare: tuple[Path, Path] | None = None
+        await anyio.to_thread.run_sync(_reset_workspace, workspace, limiter=self.host.limiter)
+        if mode == "shared_objects" and self.host.archive and not cached:
+            mode = "full_copy"
+            self._remote_full_copy_notice(request, on_event)
+        elif mode == "shared_objects":
+            # Before the container: it mounts the store, which must exist by then.
+            store = await self._object_store(request, workspace)
+            spare = self.spares.take(store) if self.spares is not None and not self.host.archive else None
+            if spare is not None:
+                # before the container too: it mounts the directory now at this path
+                spare = await anyio.to_thread.run_sync(_move_in, spare, workspace, limiter=self.host.limiter)
+        return mode, store, spare
+
+    async def _clone(
+        self,
+        request: InstanceRequest,
+        workspace: Path,
+        mode: IsolationMode,
+        store: Path | None,
+        spare: tuple[Path, Path] | None,
+        first: dict[str, Any],
+        failures: list[RunnerError],
+        unexpected: list[BaseException],
+        t: float,
+        on_event: RunnerEventCallback | None,
+    ) -> None:
+        """The fresh clone at ``workspace`` (a spare checkout made it when it can be), seeded."""
+        try:
+            if spare is not None:
+                reused = await self._reuse(request, workspace, spare, store, on_event)
+                if reused is not None:
+                    first["ws_info"], first["reused"] = reused, True
+            if "ws_info" not in first:
+                first["ws_info"] = await git_ops.prepare_workspace(
+                    request.repo_path,
+                    request.base_branch,
+                    workspace,
+                    isolation_mode=mode,
+                    include_branches=request.include_branches,
+                    into_empty_dir=True,
+                    object_store=store,
+                )
+            seed = await self.seeds.for_image(self.host.image_source, request.docker_image)
+            if seed is not None:
+                await anyio.to_thread.run_sync(copy_seed, seed, workspace, limiter=self.host.limiter)
+        except RunnerError as exc:
+            failures.append(exc)
+        except Exception as exc:
+            unexpected.append(exc)
+        first["clone_s"] = round(time.monotonic() - t, 4)
+
+    async def _first_container(
+        self, request: InstanceRequest, workspace: Path, first: dict[str, Any], unexpected: list[BaseException]
+    ) -> None:
+        tc = time.monotonic()
+        try:
+            first["ready"] = await self.ensure_container(request, workspace, fresh=True)
+        except RunnerError as exc:
+            first["error"] = exc
+        except Exception as exc:
+            unexpected.append(exc)
+        first["duration_s"] = round(time.monotonic() - tc, 4)
 
     async def _reuse(
         self,
@@ -304,14 +334,7 @@ class WorkspaceSetup:
                 # A clone kept from the local engine borrows from a store this engine
                 # lacks: it must take its objects along (as a full copy would have).
                 await anyio.to_thread.run_sync(git_ops.dissociate_workspace, kept.path, limiter=self.host.limiter)
-            first["ready"] = await self.host.ensure_container(
-                request,
-                workspace=kept.path,
-                volume=session_volume(request),
-                fresh_workspace=True,
-                hardening=self.hardening,
-                object_cache=cache_volume(self.host, self.object_cache, request),
-            )
+            first["ready"] = await self.ensure_container(request, kept.path, fresh=True)
         except RunnerError as exc:
             first["error"] = exc
         first["duration_s"] = round(time.monotonic() - t, 4)
