@@ -287,40 +287,7 @@ class DockerRunner:
         ws_info = first.pop("ws_info")
 
         # 3 + 4. container and execution, with retries
-        attempt, total, last_exec = await self._execute_with_retries(
-            request, plugin, workspace, on_event, task.state, first
-        )
-        self._account(task, total)
-        if attempt.error is not None:
-            raise TaskFailed.of_error(
-                "execute",
-                attempt.error,
-                last_exec.exit_code if last_exec else None,
-                reported=("error_type", "status"),
-            )
-        out = attempt.output
-        assert out is not None
-        if out.outcome.is_error or (out.exit_code not in (0, None) and plugin.capabilities.exit_code_is_verdict):
-            error_type, message = self._failure(request, plugin, out)
-            raise TaskFailed(
-                "execute",
-                error_type,
-                message,
-                exit_code=out.exit_code,
-                final_message=out.outcome.final_message,
-                reported=("error_type", "exit_code"),
-            )
-
-        output = None
-        if request.output_schema is not None:
-            try:
-                out, output = await self._structured_output(
-                    request, plugin, workspace, on_event, task.state, out, total
-                )
-            finally:
-                self._account(task, total)  # the repair turn's usage counts, whatever its verdict
-        outcome = out.outcome
-
+        out, output, total = await self._execute(task, plugin, workspace, first)
         if out.saw_erofs and workspace_read_only(request):
             # The agent's write failed fast (EROFS) and it carried on; say why.
             self.emit_event(request, on_event, "runner.workspace.read_only_write", "warn", detail=READ_ONLY_NOTE)
@@ -338,13 +305,54 @@ class DockerRunner:
                 str(exc),
                 stop=not request.finalize,  # the finalize stop has run already
                 exit_code=out.exit_code,
-                final_message=outcome.final_message,
+                final_message=out.outcome.final_message,
                 reported=("error_type",),
             ) from None
         if leftover is not None:
             artifact = msgspec.structs.replace(artifact, uncommitted_files=leftover[0], auto_committed=leftover[1])
+        return await self._completed(task, workspace, artifact, out, output, total)
 
-        # 6. cleanup: completion event first (it carries the workspace path), then delete
+    async def _execute(
+        self, task: _Task, plugin: RunnerPlugin, workspace: Path, first: dict[str, Any]
+    ) -> tuple[ExecOutput, Any, dict[str, Any]]:
+        """The agent's run that succeeded (retried as needed), its structured output, and what it all used."""
+        request, on_event = task.request, task.on_event
+        attempt, total, last_exec = await self._execute_with_retries(
+            request, plugin, workspace, on_event, task.state, first
+        )
+        self._account(task, total)
+        if attempt.error is not None:
+            raise TaskFailed.of_error(
+                "execute",
+                attempt.error,
+                last_exec.exit_code if last_exec else None,
+                reported=("error_type", "status"),
+            )
+        out = attempt.output
+        assert out is not None
+        if out.outcome.is_error or (out.exit_code not in (0, None) and plugin.capabilities.exit_code_is_verdict):
+            raise self._failure("execute", request, plugin, out, ("error_type", "exit_code"))
+        output = None
+        if request.output_schema is not None:
+            try:
+                out, output = await self._structured_output(
+                    request, plugin, workspace, on_event, task.state, out, total
+                )
+            finally:
+                self._account(task, total)  # the repair turn's usage counts, whatever its verdict
+        return out, output, total
+
+    async def _completed(
+        self,
+        task: _Task,
+        workspace: Path,
+        artifact: BranchArtifact,
+        out: ExecOutput,
+        output: Any,
+        total: dict[str, Any],
+    ) -> RunnerResult:
+        """6. cleanup: completion event first (it carries the workspace path), then delete."""
+        request, on_event = task.request, task.on_event
         metrics = self._metrics(request, total, time.monotonic() - task.t0)
         self.emit_event(
             request,
@@ -364,7 +372,7 @@ class DockerRunner:
             "success",
             artifact=artifact,
             exit_code=out.exit_code,
-            final_message=self.sanitizer.scrub_text(outcome.final_message),
+            final_message=self.sanitizer.scrub_text(out.outcome.final_message),
             metrics=metrics,
             session_id=task.session_id,
             workspace_path=str(workspace) if request.keep_workspace_on_success else None,
@@ -519,38 +527,19 @@ class DockerRunner:
                 n + 1 if follow_up else n,
                 first if n == 0 else None,
             )
-            o = attempt.output.outcome if attempt.output is not None else None
-            if (
-                o is not None
-                and o.is_error
-                and o.error_category == "session_corrupted"
-                and resume
-                and not session_reset
-            ):
+            if resume and not session_reset and self._session_corrupted(request, on_event, attempt, resume):
                 # The tool cannot resume the recorded session: a new session in the
                 # same workspace, once, and at once (nothing transient to wait for).
                 session_reset = True
                 last_exec = attempt.output
                 total["session_id"] = None
                 previous = None
-                self.emit_event(
-                    request,
-                    on_event,
-                    "runner.session.reset",
-                    "warn",
-                    reason="session_corrupted",
-                    detail=self.sanitizer.scrub_text(str(o.error_message or ""))[:500],
-                    previous_session_id=resume,
-                )
                 n += 1
                 continue
             if attempt.output is not None:
                 last_exec = attempt.output
                 o = attempt.output.outcome
-                total["tokens_in"] += o.tokens_in
-                total["tokens_out"] += o.tokens_out
-                if o.cost_usd is not None:
-                    total["cost"] = (total["cost"] or 0.0) + o.cost_usd
+                _add_usage(total, o.tokens_in, o.tokens_out, o.cost_usd)
                 if o.session_id:
                     total["session_id"] = o.session_id
                 previous = dict(o.cumulative) or previous
@@ -580,6 +569,24 @@ class DockerRunner:
             await anyio.sleep(delay)
             n += 1
 
+    def _session_corrupted(
+        self, request: InstanceRequest, on_event: RunnerEventCallback | None, attempt: Attempt, resume: str
+    ) -> bool:
+        """Whether the attempt failed because its tool cannot resume ``resume`` (announced when so)."""
+        o = attempt.output.outcome if attempt.output is not None else None
+        if o is None or not o.is_error or o.error_category != "session_corrupted":
+            return False
+        self.emit_event(
+            request,
+            on_event,
+            "runner.session.reset",
+            "warn",
+            reason="session_corrupted",
+            detail=self.sanitizer.scrub_text(str(o.error_message or ""))[:500],
+            previous_session_id=resume,
+        )
+        return True
+
     async def _structured_output(
         self,
         request: InstanceRequest,
@@ -608,10 +615,7 @@ class DockerRunner:
         attempt, extra, last = await self._execute_with_retries(
             repair, plugin, workspace, on_event, state, follow_up=True
         )
-        total["tokens_in"] += extra["tokens_in"]
-        total["tokens_out"] += extra["tokens_out"]
-        if extra["cost"] is not None:
-            total["cost"] = (total["cost"] or 0.0) + extra["cost"]
+        _add_usage(total, extra["tokens_in"], extra["tokens_out"], extra["cost"])
         total["session_id"] = extra["session_id"] or total.get("session_id")
         reported = ("error_type", "exit_code")
         if attempt.error is not None:
@@ -621,15 +625,7 @@ class DockerRunner:
         repaired = attempt.output
         assert repaired is not None
         if repaired.outcome.is_error:
-            error_type, message = self._failure(request, plugin, repaired)
-            raise TaskFailed(
-                "output",
-                error_type,
-                message,
-                exit_code=repaired.exit_code,
-                final_message=repaired.outcome.final_message,
-                reported=reported,
-            )
+            raise self._failure("output", request, plugin, repaired, reported)
         value, violation = structured.checked_answer(
             schema, repaired.outcome.structured_output, repaired.outcome.final_message
         )
@@ -645,7 +641,10 @@ class DockerRunner:
             reported=reported,
         )
 
-    def _failure(self, request: InstanceRequest, plugin: RunnerPlugin, out: ExecOutput) -> tuple[ErrorCategory, str]:
+    def _failure(
+        self, phase: str, request: InstanceRequest, plugin: RunnerPlugin, out: ExecOutput, reported: tuple[str, ...]
+    ) -> TaskFailed:
+        """The failure of a run whose agent said it failed (or whose command's exit code is its verdict)."""
         o: AgentOutcome = out.outcome
         if o.error_category is not None:
             category: ErrorCategory = o.error_category
@@ -665,7 +664,14 @@ class DockerRunner:
                 f"{message} (killed by SIGKILL: most likely out of memory under the container limit of "
                 f"{request.container_limits.memory}; raise runner.container_memory)"
             )
-        return category, self.sanitizer.scrub_text(message)
+        return TaskFailed(
+            phase,
+            category,
+            self.sanitizer.scrub_text(message),
+            exit_code=out.exit_code,
+            final_message=o.final_message,
+            reported=reported,
+        )
 
     def _metrics(self, request: InstanceRequest, total: dict[str, Any], duration: float) -> Metrics:
         cost = total["cost"]
@@ -730,3 +736,10 @@ async def run_instance(
 
 
 __all__ = ["DockerRunner", "backoff_delay", "run_instance"]
+
+
+def _add_usage(total: dict[str, Any], tokens_in: int, tokens_out: int, cost: float | None) -> None:
+    total["tokens_in"] += tokens_in
+    total["tokens_out"] += tokens_out
+    if cost is not None:
+        total["cost"] = (total["cost"] or 0.0) + cost
