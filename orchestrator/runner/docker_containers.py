@@ -251,15 +251,82 @@ class DockerHost:
         hardening: Hardening | None = None,
         object_cache: str | None = None,
     ) -> ContainerReady:
-        """The task's container, running (see :func:`ensure_container`)."""
-        return await ensure_container(
-            self,
-            request,
-            workspace=workspace,
-            volume=volume,
-            fresh_workspace=fresh_workspace,
-            hardening=hardening,
-            object_cache=object_cache,
+        """Reuse, start, replace or create the task's container.
+
+        The common case (no container yet) is one worker-thread hop: create the
+        container (which creates a missing session volume) and start it. Only a
+        name conflict leads to an inspect and the reuse decision.
+
+        ``fresh_workspace``: the first container of this task in this process (the
+        workspace was just re-created, or is the one an interrupted task left). A
+        container still *running* then belongs to a process that died (SIGKILL leaves
+        ``sleep infinity`` and any agent exec running): its agent must not keep
+        writing beside the resumed one, and after a re-clone its bind mount points
+        at the deleted directory (an exec in it fails, exit 126). It is restarted
+        instead of reused: the stop ends the orphaned agent, the start binds the
+        directory again.
+        """
+        client = await self.client()
+        name = request.container_name
+        ws_volume = f"{WORKSPACE_VOLUME_PREFIX}{name}" if self.archive else None
+        objects = shared_objects_dir(request, workspace, archive=self.archive)
+        spec = create_kwargs(request, workspace=workspace, volume=volume)
+        spec["labels"] = host_labels(request, self.name)
+        # A remote engine cannot bind a file of this machine: its offline containers keep network_mode none.
+        no_network = request.network_egress == "offline" and not self.archive
+        if no_network:
+            spec["network_disabled"] = True
+
+        def host_config() -> dict[str, Any]:
+            return host_config_kwargs(
+                request,
+                workspace=workspace,
+                volume=volume,
+                hardening=hardening,
+                workspace_volume=ws_volume,
+                objects=objects,
+                object_cache=object_cache,
+                offline_hosts=offline_hosts_file(workspace.parent) if no_network else None,
+            )
+
+        create = functools.partial(_create_and_start, client, name, host_config, spec)
+        existing = await self.call(f"create container {name}", create)
+        action, reason = "created", ""
+        if existing is not None:
+            ok, reason = mounts_match(
+                existing,
+                workspace=workspace,
+                volume=volume,
+                read_only=workspace_read_only(request),
+                workspace_volume=ws_volume,
+                objects=objects,
+                object_cache=object_cache,
+            )
+            if not request.reuse_container:
+                ok, reason = False, "reuse_container is false"
+            if ok:
+                return await self._start_existing(name, volume, existing, fresh_workspace)
+            await self.remove(name)
+            existing = await self.call(f"create container {name}", create)
+            if existing is not None:
+                raise ContainerError(f"container {name} was re-created by someone else while being replaced")
+            action = "replaced"
+        await _ensure_home_writable(self, request, volume)
+        return ContainerReady(name, action, volume, reason)
+
+    async def _start_existing(self, name: str, volume: str, existing: dict, fresh_workspace: bool) -> ContainerReady:
+        """An existing container with the right mounts: reused when running, else started (restarted when fresh)."""
+        running = bool((existing.get("State") or {}).get("Running"))
+        if running and not fresh_workspace:
+            return ContainerReady(name, "reused", volume)
+        if running:
+            await self.stop(name, timeout=0)
+        await self.api(f"start container {name}", "start", name)
+        return ContainerReady(
+            name,
+            "restarted" if running else "started",
+            volume,
+            "left running by a process that exited" if running else "",
         )
 
     async def run_exec(self, container: str, argv: list[str], **kwargs: Any) -> Any:
@@ -542,105 +609,23 @@ class ContainerReady:
     reason: str = ""
 
 
-async def ensure_container(
-    host: DockerHost,
-    request: InstanceRequest,
-    *,
-    workspace: Path,
-    volume: str,
-    fresh_workspace: bool = False,
-    hardening: Hardening | None = None,
-    object_cache: str | None = None,
-) -> ContainerReady:
-    """Reuse, start, replace or create the task's container.
-
-    The common case (no container yet) is one worker-thread hop: create the
-    container (which creates a missing session volume) and start it. Only a
-    name conflict leads to an inspect and the reuse decision.
-
-    ``fresh_workspace``: the first container of this task in this process (the
-    workspace was just re-created, or is the one an interrupted task left). A
-    container still *running* then belongs to a process that died (SIGKILL leaves
-    ``sleep infinity`` and any agent exec running): its agent must not keep
-    writing beside the resumed one, and after a re-clone its bind mount points
-    at the deleted directory (an exec in it fails, exit 126). It is restarted
-    instead of reused: the stop ends the orphaned agent, the start binds the
-    directory again.
-    """
+def _create_and_start(client: Any, name: str, host_config: Callable[[], dict], spec: dict) -> dict | None:
+    """Create+start; returns the existing container's inspect data on a name conflict."""
     import docker.errors
 
-    client = await host.client()
-    name = request.container_name
-    ws_volume = f"{WORKSPACE_VOLUME_PREFIX}{name}" if host.archive else None
-    objects = shared_objects_dir(request, workspace, archive=host.archive)
-    spec = create_kwargs(request, workspace=workspace, volume=volume)
-    spec["labels"] = host_labels(request, host.name)
-    # A remote engine cannot bind a file of this machine: its offline containers keep network_mode none.
-    no_network = request.network_egress == "offline" and not host.archive
-    if no_network:
-        spec["network_disabled"] = True
-
-    def _create_and_start() -> dict | None:
-        """Create+start; returns the existing container's inspect data on a name conflict."""
-        hosts_file = offline_hosts_file(workspace.parent) if no_network else None
-        host_config = client.api.create_host_config(
-            **host_config_kwargs(
-                request,
-                workspace=workspace,
-                volume=volume,
-                hardening=hardening,
-                workspace_volume=ws_volume,
-                objects=objects,
-                object_cache=object_cache,
-                offline_hosts=hosts_file,
-            )
-        )
+    config = client.api.create_host_config(**host_config())
+    try:
+        created = client.api.create_container(host_config=config, **spec)
+    except docker.errors.APIError as exc:
+        if exc.status_code != 409:
+            raise
         try:
-            created = client.api.create_container(host_config=host_config, **spec)
-        except docker.errors.APIError as exc:
-            if exc.status_code != 409:
-                raise
-            try:
-                return client.api.inspect_container(name)
-            except docker.errors.NotFound:  # removed meanwhile: try once more
-                created = client.api.create_container(host_config=host_config, **spec)
-        client.api.start(created["Id"])
-        return None
-
-    existing = await host.call(f"create container {name}", _create_and_start)
-    action, reason = "created", ""
-    if existing is not None:
-        ok, reason = mounts_match(
-            existing,
-            workspace=workspace,
-            volume=volume,
-            read_only=workspace_read_only(request),
-            workspace_volume=ws_volume,
-            objects=objects,
-            object_cache=object_cache,
-        )
-        if not request.reuse_container:
-            ok, reason = False, "reuse_container is false"
-        if ok:
-            running = bool((existing.get("State") or {}).get("Running"))
-            if running and not fresh_workspace:
-                return ContainerReady(name, "reused", volume)
-            if running:
-                await host.stop(name, timeout=0)
-            await host.api(f"start container {name}", "start", name)
-            return ContainerReady(
-                name,
-                "restarted" if running else "started",
-                volume,
-                "left running by a process that exited" if running else "",
-            )
-        await host.remove(name)
-        existing = await host.call(f"create container {name}", _create_and_start)
-        if existing is not None:
-            raise ContainerError(f"container {name} was re-created by someone else while being replaced")
-        action = "replaced"
-    await _ensure_home_writable(host, request, volume)
-    return ContainerReady(name, action, volume, reason)
+            inspected: dict = client.api.inspect_container(name)
+            return inspected
+        except docker.errors.NotFound:  # removed meanwhile: try once more
+            created = client.api.create_container(host_config=config, **spec)
+    client.api.start(created["Id"])
+    return None
 
 
 async def _ensure_home_writable(host: DockerHost, request: InstanceRequest, volume: str) -> None:
