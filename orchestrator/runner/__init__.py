@@ -32,7 +32,7 @@ docker_py.install()
 # engine, or the TUI through it) must not load docker-py and the Docker runner.
 _EXPORTS = exports(
     {
-        "base": ("RunnerEventCallback", "TaskRunner"),
+        "base": ("TaskRunner",),
         "docker_containers": (
             "DOCKER_START_HINT",
             "WORKSPACE_VOLUME_PREFIX",
@@ -66,7 +66,7 @@ _EXPORTS = exports(
         "kube_images": ("check_cluster_image", "image_to_cluster"),
         "kube_runner": ("KubeSettings", "KubernetesRunner"),
         "object_cache": ("ObjectCacheSettings", "list_caches", "remove_caches"),
-        "registry": ("PLUGIN_MODULES", "check_model", "get_plugin", "register_plugins", "supports_resume"),
+        "registry": ("PLUGIN_MODULES", "check_model", "get_plugin", "register_plugins"),
         "run_folder": ("release_run_folder",),
         "transport": ("transport_risk", "transport_warnings"),
         "types": (
@@ -85,7 +85,6 @@ _EXPORTS = exports(
 __getattr__, __all__ = lazy_module(__name__, _EXPORTS)
 
 if TYPE_CHECKING:
-    from .base import RunnerEventCallback as RunnerEventCallback
     from .base import TaskRunner as TaskRunner
     from .docker_containers import DOCKER_START_HINT as DOCKER_START_HINT
     from .docker_containers import WORKSPACE_VOLUME_PREFIX as WORKSPACE_VOLUME_PREFIX
@@ -132,7 +131,6 @@ if TYPE_CHECKING:
     from .registry import check_model as check_model
     from .registry import get_plugin as get_plugin
     from .registry import register_plugins as register_plugins
-    from .registry import supports_resume as supports_resume
     from .run_folder import release_run_folder as release_run_folder
     from .transport import transport_risk as transport_risk
     from .transport import transport_warnings as transport_warnings

@@ -476,49 +476,26 @@ class AgentExec:
             return None
         t = time.monotonic()
         if counted is not None and (counted == 0 or request.uncommitted != "commit"):
-            self.emit_event(
-                request,
-                on_event,
-                "runner.uncommitted",
-                "warn" if counted else "debug",
-                phase="collect",
-                files=counted,
-                policy=request.uncommitted,
-                auto_committed=False,
-                duration_s=round(time.monotonic() - t, 4),
-            )
-            return counted, False
-        try:
-            code, raw = await self.host.exec_simple(
-                request.container_name,
-                ["sh", "-c", UNCOMMITTED_SCRIPT, "uncommitted", request.uncommitted, UNCOMMITTED_MESSAGE],
-            )
-        except RunnerError as exc:
-            self.emit_event(request, on_event, "runner.uncommitted.failed", "warn", error=str(exc))
-            return None
-        text = raw.decode("utf-8", "replace")
-        found = [ln for ln in text.splitlines() if ln.startswith("uncommitted=")]
-        if not found:
-            self.emit_event(
-                request,
-                on_event,
-                "runner.uncommitted.failed",
-                "warn",
-                exit_code=code,
-                error=self.sanitizer.scrub_text(text.strip()[-500:]),
-            )
-            return None
-        count = int(found[0].split("=", 1)[1].strip() or 0)
-        committed = code == 0 and "committed" in text.splitlines()
-        if count and request.uncommitted == "commit" and not committed:
-            self.emit_event(
-                request,
-                on_event,
-                "runner.uncommitted.failed",
-                "warn",
-                exit_code=code,
-                error=self.sanitizer.scrub_text(text.strip()[-500:]),
-            )
+            count = counted
+            committed = False
+        else:
+            try:
+                code, raw = await self.host.exec_simple(
+                    request.container_name,
+                    ["sh", "-c", UNCOMMITTED_SCRIPT, "uncommitted", request.uncommitted, UNCOMMITTED_MESSAGE],
+                )
+            except RunnerError as exc:
+                self.emit_event(request, on_event, "runner.uncommitted.failed", "warn", error=str(exc))
+                return None
+            text = raw.decode("utf-8", "replace")
+            found = [ln for ln in text.splitlines() if ln.startswith("uncommitted=")]
+            count = int(found[0].split("=", 1)[1].strip() or 0) if found else 0
+            committed = code == 0 and "committed" in text.splitlines()
+            if not found or (count and request.uncommitted == "commit" and not committed):
+                error = self.sanitizer.scrub_text(text.strip()[-500:])
+                self.emit_event(request, on_event, "runner.uncommitted.failed", "warn", exit_code=code, error=error)
+            if not found:
+                return None
         level = "warn" if count and not committed else "info" if count else "debug"
         self.emit_event(
             request,

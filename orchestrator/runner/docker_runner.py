@@ -167,7 +167,8 @@ class DockerRunner:
         self._image_locks: dict[str, anyio.Lock] = {}
         # The phases, and what they share: one emitter, one stopper (which knows
         # the agents that may still run).
-        self.events = TaskEvents(self.log, self.sanitizer)
+        # one runner event of a task: to runner.jsonl, and scrubbed to the caller
+        self.events = self.emit_event = TaskEvents(self.log, self.sanitizer)
         self.stopper = ContainerStopper(self.host, self.events)
         self.reaper = WorkspaceReaper()
         self.workspace = WorkspaceSetup(
@@ -204,17 +205,6 @@ class DockerRunner:
         """Remove the workspace a ``keep_workspace_on_success`` task left, once its result is recorded."""
         workspace = git_ops.workspace_path(request.run_id, request.task_key)
         await self.reaper.discard(workspace, reuse_for=self._reusable(request, workspace))
-
-    def emit_event(
-        self,
-        request: InstanceRequest,
-        on_event: RunnerEventCallback | None,
-        type_: str,
-        level: str = "info",
-        **fields: Any,
-    ) -> None:
-        """One runner event of a task: to runner.jsonl, and scrubbed to the caller."""
-        self.events(request, on_event, type_, level, **fields)
 
     def session_volume(self, request: InstanceRequest) -> str:
         """The Docker volume that holds this task's agent session."""

@@ -66,8 +66,3 @@ def check_model(plugin_name: str, model: str) -> None:
         names = ", ".join(sorted(k for k in models if "-" not in k)) or ", ".join(sorted(models))
         hint = plugin.capabilities.model_hint
         raise ConfigError(f"unknown model {model!r} for plugin {plugin_name}; use one of: {names}{hint}")
-
-
-def supports_resume(plugin_name: str) -> bool:
-    """Whether the plugin's tool can continue a session (and so a task can continue its workspace)."""
-    return get_plugin(plugin_name).capabilities.supports_resume
