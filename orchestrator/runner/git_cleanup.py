@@ -22,13 +22,11 @@ from __future__ import annotations
 import logging
 import os
 import re
-from functools import partial
+from collections.abc import Sequence
 from pathlib import Path
 
-import anyio.to_thread
-
 from ..naming import safe_component, short8
-from .git_cmd import check_branch_name, import_lock, run_git
+from .git_cmd import check_branch_name, import_lock, in_thread, run_git
 from .git_import import _checked_out_branches, _git_dir_of, _heads, _note_lines
 
 logger = logging.getLogger(__name__)
@@ -53,7 +51,10 @@ def _owned_by(name: str, lines: list[str], run_id: str) -> bool:
     return False
 
 
-def _delete_run_branches_sync(repo_path: str | os.PathLike[str], names: list[str], run_id: str) -> dict[str, str]:
+def _delete_run_branches_sync(
+    repo_path: str | os.PathLike[str], names: Sequence[str], *, run_id: str
+) -> dict[str, str]:
+    """Delete those of ``names`` that this run created and nobody uses; returns each name's outcome."""
     repo = Path(os.path.realpath(repo_path))
     git_dir = _git_dir_of(repo)
     outcome: dict[str, str] = {}
@@ -81,14 +82,15 @@ def _delete_run_branches_sync(repo_path: str | os.PathLike[str], names: list[str
     return outcome
 
 
-async def delete_run_branches(
-    repo_path: str | os.PathLike[str], names: list[str] | tuple[str, ...], *, run_id: str
-) -> dict[str, str]:
-    """Delete those of ``names`` that this run created and nobody uses; returns each name's outcome."""
-    return await anyio.to_thread.run_sync(partial(_delete_run_branches_sync, repo_path, list(names), run_id))
+delete_run_branches = in_thread(_delete_run_branches_sync)
 
 
-def _unheld_sync(repo_path: str | os.PathLike[str], claims: list[tuple[str, str]]) -> list[str | None]:
+def _unheld_sync(repo_path: str | os.PathLike[str], claims: Sequence[tuple[str, str]]) -> list[str | None]:
+    """For each ``(branch, commit)``: None if the commit is reachable from the branch, else why not.
+
+    Read-only: a report (``--show-run``) uses it to check that the commits a run
+    says it kept are still where it says.
+    """
     repo = Path(os.path.realpath(repo_path))
     heads = _heads(repo)
     out: list[str | None] = []
@@ -105,12 +107,4 @@ def _unheld_sync(repo_path: str | os.PathLike[str], claims: list[tuple[str, str]
     return out
 
 
-async def unheld_branch_claims(
-    repo_path: str | os.PathLike[str], claims: list[tuple[str, str]] | tuple[tuple[str, str], ...]
-) -> list[str | None]:
-    """For each ``(branch, commit)``: None if the commit is reachable from the branch, else why not.
-
-    Read-only: a report (``--show-run``) uses it to check that the commits a run
-    says it kept are still where it says.
-    """
-    return await anyio.to_thread.run_sync(partial(_unheld_sync, repo_path, list(claims)))
+unheld_branch_claims = in_thread(_unheld_sync)

@@ -10,11 +10,15 @@ can never turn into an option or a path.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import subprocess
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
+from typing import ParamSpec, TypeVar
+
+import anyio.to_thread
 
 from ..errors import GitError
 from ..filelock import file_lock
@@ -197,3 +201,18 @@ def dir_lock(directory: Path, name: str) -> Iterator[None]:
         raise GitError(f"cannot open lock file {path}: {exc}") from exc
     with held:
         yield
+
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def in_thread(fn: Callable[P, T]) -> Callable[P, Awaitable[T]]:
+    """``fn`` run on a worker thread that is not abandoned on cancellation: git work that
+    started finishes (and releases its locks) before the caller sees the cancellation."""
+
+    @functools.wraps(fn)
+    async def run(*args: P.args, **kwargs: P.kwargs) -> T:
+        return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
+
+    return run

@@ -21,25 +21,19 @@ never touched, and the branch checked out there is never overwritten.
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import os
 import re
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
-from typing import ParamSpec, TypeVar
-
-import anyio.to_thread
 
 from ..errors import BranchExistsError, GitError, UsageError
-from .git_cmd import WORKSPACE_UPLOAD_PACK, check_branch_name, import_lock, run_git, ws_git, ws_git_dir
+from .git_cmd import WORKSPACE_UPLOAD_PACK, check_branch_name, import_lock, in_thread, run_git, ws_git, ws_git_dir
 from .git_packs import keep_packed
 from .types import BranchArtifact, ConflictPolicy, ImportPolicy
 
 logger = logging.getLogger("orchestrator.runner")
-P = ParamSpec("P")
-T = TypeVar("T")
 
 NOTES_REF = "orchestrator"
 # The notes commit is written by the orchestrator, not by the user; this also
@@ -352,16 +346,5 @@ def _branch_or_suffixed(branch_name: str, names: Iterable[str]) -> list[str]:
     return sorted((n for n in names if pattern.match(n)), key=lambda n: (len(n), n))
 
 
-def _in_thread(fn: Callable[P, T]) -> Callable[P, Awaitable[T]]:
-    """``fn`` on a worker thread that is not abandoned on cancellation: an import that
-    started finishes (and releases the lock) before the caller sees the cancellation."""
-
-    @functools.wraps(fn)
-    async def run(*args: P.args, **kwargs: P.kwargs) -> T:
-        return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
-
-    return run
-
-
 # Import the workspace HEAD into ``repo_path`` as ``branch_name`` (see module doc).
-import_branch = _in_thread(_import_branch_sync)
+import_branch = in_thread(_import_branch_sync)

@@ -24,15 +24,13 @@ import stat
 import tempfile
 import time
 from collections.abc import Sequence
-from functools import partial
 from pathlib import Path
 
-import anyio.to_thread
 import msgspec
 
 from ..errors import GitError, PreflightError, UsageError
 from ..naming import is_run_branch, short8
-from .git_cmd import WORKSPACE_UPLOAD_PACK, check_branch_name, dir_lock, run_git, ws_git
+from .git_cmd import WORKSPACE_UPLOAD_PACK, check_branch_name, dir_lock, in_thread, run_git, ws_git
 from .git_import import _import_branch_sync, import_branch
 from .types import IsolationMode
 
@@ -460,12 +458,7 @@ def _ensure_object_store_sync(
     return store
 
 
-async def ensure_object_store(
-    repo_path: str | os.PathLike[str], workspace: Path, branches: Sequence[str], *, hardlinks: bool = True
-) -> Path:
-    """Async wrapper of :func:`_ensure_object_store_sync` (runs in a worker thread)."""
-    fn = partial(_ensure_object_store_sync, repo_path, workspace, tuple(branches), hardlinks=hardlinks)
-    return await anyio.to_thread.run_sync(fn)
+ensure_object_store = in_thread(_ensure_object_store_sync)
 
 
 def _prepare_workspace_sync(
@@ -478,8 +471,13 @@ def _prepare_workspace_sync(
     into_empty_dir: bool = False,
     object_store: Path | None = None,
 ) -> WorkspaceInfo:
-    """``object_store``: for ``shared_objects``, the store :func:`_ensure_object_store_sync`
-    has just made or refreshed (made here when not given)."""
+    """Clone ``base_branch`` of ``repo_path`` into ``workspace`` (replacing any old one).
+
+    ``into_empty_dir``: ``workspace`` is an empty directory made by
+    :func:`reset_workspace`; clone into it instead of replacing it.
+    ``object_store``: for ``shared_objects``, the store :func:`_ensure_object_store_sync`
+    has just made or refreshed (made here when not given).
+    """
     if isolation_mode not in ("full_copy", "shared_objects"):
         raise UsageError(f"unknown isolation_mode {isolation_mode!r}; use 'full_copy' or 'shared_objects'")
     check_branch_name(base_branch, what="base branch name")
@@ -689,32 +687,7 @@ def _clone_retrying_races(clone: list[str], repo: Path, workspace: Path, isolati
     )
 
 
-async def prepare_workspace(
-    repo_path: str | os.PathLike[str],
-    base_branch: str,
-    workspace: Path,
-    *,
-    isolation_mode: IsolationMode = "full_copy",
-    include_branches: Sequence[str] = (),
-    into_empty_dir: bool = False,
-    object_store: Path | None = None,
-) -> WorkspaceInfo:
-    """Clone ``base_branch`` of ``repo_path`` into ``workspace`` (replacing any old one).
-
-    ``into_empty_dir``: ``workspace`` is an empty directory made by
-    :func:`reset_workspace`; clone into it instead of replacing it.
-    """
-    fn = partial(
-        _prepare_workspace_sync,
-        repo_path,
-        base_branch,
-        workspace,
-        isolation_mode=isolation_mode,
-        include_branches=tuple(include_branches),
-        into_empty_dir=into_empty_dir,
-        object_store=object_store,
-    )
-    return await anyio.to_thread.run_sync(fn)
+prepare_workspace = in_thread(_prepare_workspace_sync)
 
 
 def reset_workspace(workspace: Path) -> None:
