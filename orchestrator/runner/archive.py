@@ -313,6 +313,3 @@ def import_bundle(workspace: Path, bundle: Path, head: str) -> None:
     )
     run_git(["update-ref", "-d", "refs/orchestrator/result"], cwd=workspace, check=False)
     bundle.unlink(missing_ok=True)
-
-
-__all__ = ["BUNDLE_PATH", "bundle_out", "copy_in", "import_bundle", "tar_workspace"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import inspect
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +103,7 @@ def _clip(obj: Any) -> Any:
     return obj
 
 
+@dataclass
 class Attempt:
     """What one execution attempt produced (an exec output or an error).
 
@@ -109,14 +111,12 @@ class Attempt:
     announced it (its output stream was lost), so the retry can resume it.
     """
 
-    def __init__(
-        self, output: ExecOutput | None = None, error: RunnerError | None = None, session_id: str | None = None
-    ) -> None:
-        self.output = output
-        self.error = error
-        self.session_id = session_id
+    output: ExecOutput | None = None
+    error: RunnerError | None = None
+    session_id: str | None = None
 
 
+@dataclass(eq=False)
 class AgentExec:
     """The agent in its task's container: one execution attempt, and what it left uncommitted.
 
@@ -124,26 +124,14 @@ class AgentExec:
     container's volume lost it.
     """
 
-    def __init__(
-        self,
-        host: DockerHost,
-        hardening: Hardening,
-        auth: AuthConfig,
-        sanitizer: Sanitizer,
-        emit_event: TaskEvents,
-        stopper: ContainerStopper,
-        workspace: WorkspaceSetup,
-        *,
-        dry_run: bool = False,
-    ) -> None:
-        self.host = host
-        self.hardening = hardening
-        self.auth = auth
-        self.sanitizer = sanitizer
-        self.emit_event = emit_event
-        self.stopper = stopper
-        self.workspace = workspace
-        self.dry_run = dry_run
+    host: DockerHost
+    hardening: Hardening
+    auth: AuthConfig
+    sanitizer: Sanitizer
+    emit_event: TaskEvents
+    stopper: ContainerStopper
+    workspace: WorkspaceSetup
+    dry_run: bool = False
 
     async def attempt(
         self,

@@ -6,6 +6,7 @@ On a remote engine the agent's commits first come back as a git bundle.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,23 +21,16 @@ from .docker_core import ContainerStopper, TaskEvents
 from .types import AuthConfig, BranchArtifact, Hardening, InstanceRequest
 
 
+@dataclass(eq=False)
 class Collector:
     """The collect phase: the agent's commits come back (remote engine), are
     scanned for secrets and imported as the task's branch, per policy."""
 
-    def __init__(
-        self,
-        host: DockerHost,
-        hardening: Hardening,
-        auth: AuthConfig,
-        emit_event: TaskEvents,
-        stopper: ContainerStopper,
-    ) -> None:
-        self.host = host
-        self.hardening = hardening
-        self.auth = auth
-        self.emit_event = emit_event
-        self.stopper = stopper
+    host: DockerHost
+    hardening: Hardening
+    auth: AuthConfig
+    emit_event: TaskEvents
+    stopper: ContainerStopper
 
     async def collect(
         self, request: InstanceRequest, workspace: Path, ws_info: Any, on_event: RunnerEventCallback | None

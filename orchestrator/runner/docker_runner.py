@@ -725,9 +725,6 @@ async def run_instance(
         return await own.run(request, on_event=event_callback)
 
 
-__all__ = ["DockerRunner", "backoff_delay", "run_instance"]
-
-
 def _add_usage(total: dict[str, Any], tokens_in: int, tokens_out: int, cost: float | None) -> None:
     total["tokens_in"] += tokens_in
     total["tokens_out"] += tokens_out

@@ -31,31 +31,9 @@ import msgspec
 from ..errors import GitError, PreflightError, UsageError
 from ..naming import is_run_branch, short8
 from .git_cmd import WORKSPACE_UPLOAD_PACK, check_branch_name, dir_lock, in_thread, run_git, ws_git
-from .git_import import _import_branch_sync, import_branch
+from .git_import import _import_branch_sync as _import_branch_sync
+from .git_import import import_branch as import_branch
 from .types import IsolationMode
-
-__all__ = [
-    "BaseBranch",
-    "RepoInfo",
-    "WorkspaceInfo",
-    "_import_branch_sync",
-    "_prepare_workspace_sync",
-    "clear_stale_git_locks",
-    "current_branch",
-    "ensure_object_store",
-    "exclude_locally",
-    "import_branch",
-    "kept_workspace",
-    "object_store_objects",
-    "open_repository",
-    "prepare_workspace",
-    "remove_workspace",
-    "reset_workspace",
-    "resolve_base_branch",
-    "validate_repository",
-    "workspace_path",
-    "workspace_root",
-]
 
 logger = logging.getLogger("orchestrator.runner")
 

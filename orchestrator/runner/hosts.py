@@ -719,16 +719,3 @@ class MultiHostRunner:
     async def aclose(self) -> None:
         for slot in self.slots:
             await slot.runner.aclose()
-
-
-__all__ = [
-    "AllHostsDown",
-    "HostSpec",
-    "HostStatus",
-    "MultiHostRunner",
-    "client_factory",
-    "docker_host",
-    "parse_host_flag",
-    "redact_url",
-    "resolve_hosts",
-]

@@ -140,6 +140,3 @@ async def preflight_images(
         await local.aclose()
         for host in hosts.values():
             await host.aclose()
-
-
-__all__ = ["fix_command", "image_id", "preflight_images", "sync_image"]
