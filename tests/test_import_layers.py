@@ -308,6 +308,24 @@ def test_the_application_report_and_image_enter_the_runner_only_through_its_pack
     assert offending == []
 
 
+# The runner's contract with the engine and the plugins: what a task is (types), what a
+# plugin is (plugin, structured), what a runner is (base) and where plugins are found
+# (registry). Every other runner module is private to the runner.
+RUNNER_CONTRACT = {f"orchestrator.runner.{m}" for m in ("types", "plugin", "structured", "base", "registry")}
+
+
+def test_outside_the_runner_only_its_package_and_its_contract_modules_are_imported():
+    """The runner's other modules are private: no module outside the runner imports one."""
+    offending = sorted(
+        f"{m} imports {t}"
+        for m, targets in GRAPH.items()
+        if not _under(m, "orchestrator.runner")
+        for t in targets
+        if _under(t, "orchestrator.runner") and t != "orchestrator.runner" and t not in RUNNER_CONTRACT
+    )
+    assert offending == []
+
+
 def test_no_test_module_imports_another_test_modules_private_names():
     """Helpers tests share live in helper modules (or are public); a ``_name`` stays in its own test file."""
     tests = ROOT / "tests"

@@ -1,8 +1,11 @@
 """The runner layer: run exactly one task in isolation and return its result.
 
 This package is the only door into the runner: the application imports the
-names below from ``orchestrator.runner``, never a runner module
-(tests/test_import_layers.py checks it). Public surface::
+names below from ``orchestrator.runner``. Its modules are private, but for the
+contract the engine and the plugins are written against: ``types`` (a task's
+request and result), ``plugin`` and ``structured`` (what a plugin is),
+``base`` (what a runner is) and ``registry`` (where plugins are found).
+tests/test_import_layers.py checks both. Public surface::
 
     run_instance(prompt, repo_path, **fields) -> RunnerResult   # one task, ad hoc or scripted
     DockerRunner(auth=..., logs_dir=...)                          # TaskRunner for orchestration
