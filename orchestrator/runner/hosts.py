@@ -35,6 +35,7 @@ from ..errors import ConfigError, ContainerError, HostDownError, PreflightError,
 from ..sanitize import redact_url
 from .base import RunnerEventCallback
 from .docker_containers import DEFAULT_CLIENT_TIMEOUT_S, DEFAULT_THREADS, DockerHost, default_client_factory
+from .docker_core import TaskEvents
 from .transport import refuse_plain_tcp
 from .types import InstanceRequest, RunnerResult
 
@@ -370,14 +371,7 @@ class SlotRunner(Protocol):
 
     def stop_log_forwarding(self) -> None: ...
 
-    def emit_event(
-        self,
-        request: InstanceRequest,
-        on_event: RunnerEventCallback | None,
-        type_: str,
-        level: str = "info",
-        **fields: Any,
-    ) -> None: ...
+    emit_event: TaskEvents
 
 
 @dataclass
@@ -470,16 +464,10 @@ class MultiHostRunner:
         if self.on_status is not None:
             self.on_status(self.status_table())
 
-    def _task_event(
-        self,
-        request: InstanceRequest,
-        on_event: RunnerEventCallback | None,
-        type_: str,
-        level: str = "info",
-        **fields: Any,
-    ) -> None:
+    @property
+    def _task_event(self) -> TaskEvents:
         """A placement event of one task: through the runner's own emitter (runner.jsonl, scrubbed to the caller)."""
-        self.slots[0].runner.emit_event(request, on_event, type_, level, **fields)
+        return self.slots[0].runner.emit_event
 
     def _event(self, type_: str, **fields: Any) -> None:
         if self._on_host_event is not None:
