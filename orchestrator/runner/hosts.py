@@ -389,15 +389,6 @@ class _Slot:
 
 
 @dataclass
-class HostStatus:
-    name: str
-    running: int
-    free: int
-    down: bool
-    reason: str = ""
-
-
-@dataclass
 class _Waiters:
     changed: anyio.Event = field(default_factory=anyio.Event)
 
@@ -444,9 +435,6 @@ class MultiHostRunner:
         self._reserved: dict[str, tuple[_Slot, InstanceRequest, list[dict[str, Any]]]] = {}
 
     # ---- status ---------------------------------------------------------
-
-    def status(self) -> list[HostStatus]:
-        return [HostStatus(s.spec.name, s.running, max(0, s.free), s.down, s.reason) for s in self.slots]
 
     def status_table(self) -> list[dict[str, Any]]:
         """The hosts, their slots and whether each is down: the ``hosts.status`` payload's list."""
