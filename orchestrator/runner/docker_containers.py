@@ -161,46 +161,30 @@ class DockerHost:
 
     # ---- small queries ---------------------------------------------------
 
-    async def inspect_container(self, name: str) -> dict | None:
+    async def _unless_missing(self, what: str, method: str, *args: Any, **kwargs: Any) -> Any:
+        """``client.api.<method>(...)``, or None when Docker has no such object."""
         import docker.errors
 
         client = await self.client()
 
-        def _get():
+        def run() -> Any:
             try:
-                return client.api.inspect_container(name)
-            except docker.errors.NotFound:
+                return getattr(client.api, method)(*args, **kwargs)
+            except docker.errors.NotFound:  # ImageNotFound too
                 return None
 
-        return await self.call(f"inspect container {name}", _get)
+        return await self.call(what, run)
+
+    async def inspect_container(self, name: str) -> dict | None:
+        found: dict | None = await self._unless_missing(f"inspect container {name}", "inspect_container", name)
+        return found
 
     async def image_exists(self, image: str) -> bool:
-        import docker.errors
-
-        client = await self.client()
-
-        def _get():
-            try:
-                client.api.inspect_image(image)
-                return True
-            except docker.errors.ImageNotFound:
-                return False
-            except docker.errors.NotFound:
-                return False
-
-        return await self.call(f"inspect image {image}", _get)
+        return await self._unless_missing(f"inspect image {image}", "inspect_image", image) is not None
 
     # `timeout` is Docker's grace period before SIGKILL, not a deadline for this call.
     async def stop(self, name: str, *, timeout: float = 2) -> None:  # noqa: ASYNC109
-        import docker.errors
-
-        client = await self.client()
-
-        def _stop():
-            with contextlib.suppress(docker.errors.NotFound):
-                client.api.stop(name, timeout=max(0, int(timeout)))
-
-        await self.call(f"stop container {name}", _stop)
+        await self._unless_missing(f"stop container {name}", "stop", name, timeout=max(0, int(timeout)))
 
     async def remove(self, name: str) -> None:
         import docker.errors
@@ -270,8 +254,7 @@ class DockerHost:
         name = request.container_name
         ws_volume = f"{WORKSPACE_VOLUME_PREFIX}{name}" if self.archive else None
         objects = shared_objects_dir(request, workspace, archive=self.archive)
-        spec = create_kwargs(request, workspace=workspace, volume=volume)
-        spec["labels"] = host_labels(request, self.name)
+        spec = create_kwargs(request, self.name)
         # A remote engine cannot bind a file of this machine: its offline containers keep network_mode none.
         no_network = request.network_egress == "offline" and not self.archive
         if no_network:
@@ -376,17 +359,9 @@ class DockerHost:
 
     async def remove_run_volumes(self, run_id: str) -> list[str]:
         """Remove the session volumes of ``run_id`` (:func:`run_volumes`); returns their names."""
-        import docker.errors
-
         names = await run_volumes(run_id, host=self)
-        client = await self.client()
-
-        def _rm(name: str) -> None:
-            with contextlib.suppress(docker.errors.NotFound):
-                client.api.remove_volume(name, force=True)
-
         for name in names:
-            await self.call(f"remove volume {name}", _rm, name)
+            await self._unless_missing(f"remove volume {name}", "remove_volume", name, force=True)
         return names
 
 
@@ -441,11 +416,7 @@ def host_labels(request: InstanceRequest, host_name: str | None) -> dict[str, st
     return labels
 
 
-def parse_nano_cpus(cpus: float) -> int:
-    return int(float(cpus) * 1_000_000_000)
-
-
-def create_kwargs(request: InstanceRequest, *, workspace: Path, volume: str) -> dict[str, Any]:
+def create_kwargs(request: InstanceRequest, host_name: str | None) -> dict[str, Any]:
     """Arguments for ``client.api.create_container`` (host config built separately)."""
     return {
         "image": request.docker_image,
@@ -454,7 +425,7 @@ def create_kwargs(request: InstanceRequest, *, workspace: Path, volume: str) -> 
         "user": "node",
         "working_dir": WORKSPACE_MOUNT,
         "environment": base_environment(request),
-        "labels": container_labels(request),
+        "labels": host_labels(request, host_name),
     }
 
 
@@ -546,7 +517,7 @@ def host_config_kwargs(
         ),
         "tmpfs": {"/tmp": TMPFS_OPTIONS},
         "read_only": True,
-        "nano_cpus": parse_nano_cpus(request.container_limits.cpus),
+        "nano_cpus": int(float(request.container_limits.cpus) * 1_000_000_000),
         "mem_limit": request.container_limits.memory,
         # The agent runs as node and needs no capability: dropping them all takes
         # NET_RAW (raw sockets, ARP spoofing on the bridge), CHOWN, SETUID and
