@@ -497,12 +497,11 @@ class DockerRunner:
         ``follow_up``: another turn in the workspace and session of an execution
         that just finished (the output repair turn), not a fresh start.
         """
-        rc = request.retry_config
         total: dict[str, Any] = {"tokens_in": 0, "tokens_out": 0, "cost": None, "session_id": request.session_id}
         previous: dict[str, float] | None = state.get("previous") if follow_up else None
         retries_before = state["retry_attempts"]
         last_exec: ExecOutput | None = None
-        max_attempts = max(1, rc.max_attempts)
+        max_attempts = max(1, request.retry_config.max_attempts)
         session_reset = False
         n = 0
         while True:
@@ -528,36 +527,38 @@ class DockerRunner:
                 continue
             if attempt.output is not None:
                 last_exec = attempt.output
-                o = attempt.output.outcome
-                _add_usage(total, o.tokens_in, o.tokens_out, o.cost_usd)
-                if o.session_id:
-                    total["session_id"] = o.session_id
-                previous = dict(o.cumulative) or previous
-                state["previous"] = previous
-                retryable = o.is_error and o.retryable
-                reason = o.error_message or o.final_message
-            else:
-                if attempt.session_id:  # the agent's stream was lost after it announced its session
-                    total["session_id"] = attempt.session_id
-                retryable = bool(attempt.error and attempt.error.retryable)
-                reason = str(attempt.error)
+                previous = state["previous"] = dict(attempt.output.outcome.cumulative) or previous
+            retryable, reason = _tally(attempt, total)
             retries_used = n - session_reset  # the fresh-session attempt is not a retry of a failure
             if not retryable or retries_used + 1 >= max_attempts:
                 return attempt, total, last_exec
-            delay = backoff_delay(retries_used, base=rc.backoff_base_s, factor=rc.backoff_factor, cap=rc.backoff_max_s)
             state["retry_attempts"] = retries_before + retries_used + 1
-            self.emit_event(
-                request,
-                on_event,
-                "runner.retry.scheduled",
-                "warn",
-                attempt=n + 1,
-                delay_s=delay,
-                reason=self.sanitizer.scrub_text(str(reason))[:500],
-                resume_session_id=total["session_id"],
-            )
-            await anyio.sleep(delay)
+            await self._back_off(request, on_event, n + 1, retries_used, reason, total["session_id"])
             n += 1
+
+    async def _back_off(
+        self,
+        request: InstanceRequest,
+        on_event: RunnerEventCallback | None,
+        attempt: int,
+        retries_used: int,
+        reason: str,
+        session_id: str | None,
+    ) -> None:
+        """The wait before retry ``attempt``, announced."""
+        rc = request.retry_config
+        delay = backoff_delay(retries_used, base=rc.backoff_base_s, factor=rc.backoff_factor, cap=rc.backoff_max_s)
+        self.emit_event(
+            request,
+            on_event,
+            "runner.retry.scheduled",
+            "warn",
+            attempt=attempt,
+            delay_s=delay,
+            reason=self.sanitizer.scrub_text(str(reason))[:500],
+            resume_session_id=session_id,
+        )
+        await anyio.sleep(delay)
 
     def _session_corrupted(
         self, request: InstanceRequest, on_event: RunnerEventCallback | None, attempt: Attempt, resume: str
@@ -730,3 +731,16 @@ def _add_usage(total: dict[str, Any], tokens_in: int, tokens_out: int, cost: flo
     total["tokens_out"] += tokens_out
     if cost is not None:
         total["cost"] = (total["cost"] or 0.0) + cost
+
+
+def _tally(attempt: Attempt, total: dict[str, Any]) -> tuple[bool, str]:
+    """Add the attempt's usage and session to ``total``; whether it may be retried, and why it failed."""
+    if attempt.output is None:
+        if attempt.session_id:  # the agent's stream was lost after it announced its session
+            total["session_id"] = attempt.session_id
+        return bool(attempt.error and attempt.error.retryable), str(attempt.error)
+    o = attempt.output.outcome
+    _add_usage(total, o.tokens_in, o.tokens_out, o.cost_usd)
+    if o.session_id:
+        total["session_id"] = o.session_id
+    return o.is_error and o.retryable, o.error_message or o.final_message
