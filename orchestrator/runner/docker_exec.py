@@ -272,7 +272,7 @@ async def run_exec(
     exec_id, sock, pending = await _start_exec(host, container, argv, env, stdin_payload is not None)
     out = _Stream(host, container, sock, pending, parser, on_event, wrapped)
     # With on_cancel, the reading below is shielded from the caller's cancellation,
-    # which reaches `_drain_on_cancel` instead: it ends the process and lets the
+    # which reaches `drain_on_cancel` instead: it ends the process and lets the
     # reading run to the stream's end, then cancels `reading`.
     reading = anyio.CancelScope()
     stream_done = anyio.Event()
@@ -283,7 +283,7 @@ async def run_exec(
                     lambda: anyio.to_thread.run_sync(_send_stdin, sock, stdin_payload, abandon_on_cancel=True)
                 )
             if on_cancel is not None:
-                tg.start_soon(_drain_on_cancel, on_cancel, container, reading, stream_done)
+                tg.start_soon(drain_on_cancel, on_cancel, container, reading, stream_done)
             with anyio.CancelScope(shield=on_cancel is not None), reading:
                 try:
                     await out.read_all()
@@ -333,10 +333,14 @@ async def _start_exec(
     return started
 
 
-async def _drain_on_cancel(
+async def drain_on_cancel(
     on_cancel: Callable[[], Awaitable[object]], container: str, reading: anyio.CancelScope, stream_done: anyio.Event
 ) -> None:
-    """On the caller's cancellation: end the process, read on to the stream's end, then stop the reading."""
+    """On the caller's cancellation: end the process, read on to the stream's end, then stop the reading.
+
+    Started beside a reading shielded from the caller's cancellation (``reading``,
+    set ``stream_done`` when it ends); any exec stream that can end its process
+    while its output is still read can use it (kube_exec.stream_exec does the same)."""
     try:
         await anyio.sleep_forever()
     except anyio.get_cancelled_exc_class():
