@@ -41,42 +41,27 @@ async def _look(answer: tuple[int, bytes] | Exception, counted: int | None = Non
     sanitizer = Sanitizer()
     sanitizer.add_secrets([SECRET])
     agent = AgentExec(host, None, None, sanitizer, emit, None, None)  # type: ignore[arg-type]
-    request = InstanceRequest(
-        prompt="p",
-        repo_path="/nowhere",
-        branch_name="b",
-        run_id="r1",
-        strategy_execution_id="s1",
-        instance_id="i1",
-        task_key="r1/s1/k",
-        container_name="c1",
-        uncommitted=policy,  # type: ignore[arg-type]
-    )
+    # the names every request has; their values do not matter to this look
+    names = "prompt repo_path branch_name run_id strategy_execution_id instance_id task_key container_name"
+    request = InstanceRequest(**dict.fromkeys(names.split(), "x"), uncommitted=policy)  # type: ignore[arg-type]
     answer = await agent.uncommitted(request, get_plugin("claude-code"), None, counted)
     return answer, [(t, lvl, {k: v for k, v in f.items() if k != "duration_s"}) for t, lvl, f in events], host.execs
 
 
-async def test_the_wrappers_count_of_nothing_is_the_answer_without_an_exec():
-    answer, events, execs = await _look((0, b""), counted=0)
-    assert (answer, execs) == ((0, False), 0)
+@pytest.mark.parametrize(
+    ("answer", "counted", "policy", "expected", "execs", "level"),
+    [
+        ((0, b""), 0, "commit", (0, False), 0, "debug"),  # the wrapper's count of nothing is the answer
+        ((0, b""), 3, "discard", (3, False), 0, "warn"),  # files left under discard: counted, no exec
+        ((0, b"uncommitted=2\ncommitted\n"), 2, "commit", (2, True), 1, "info"),
+    ],
+)
+async def test_a_look_that_worked_is_one_event(answer, counted, policy, expected, execs, level):
+    got, events, n = await _look(answer, counted=counted, policy=policy)
+    assert (got, n) == (expected, execs)
+    files, committed = expected
     assert events == [
-        ("runner.uncommitted", "debug", dict(phase="collect", files=0, policy="commit", auto_committed=False))
-    ]
-
-
-async def test_files_left_under_discard_are_counted_without_an_exec():
-    answer, events, execs = await _look((0, b""), counted=3, policy="discard")
-    assert (answer, execs) == ((3, False), 0)
-    assert events == [
-        ("runner.uncommitted", "warn", dict(phase="collect", files=3, policy="discard", auto_committed=False))
-    ]
-
-
-async def test_committed_files_are_one_info_event():
-    answer, events, execs = await _look((0, b"uncommitted=2\ncommitted\n"), counted=2)
-    assert (answer, execs) == ((2, True), 1)
-    assert events == [
-        ("runner.uncommitted", "info", dict(phase="collect", files=2, policy="commit", auto_committed=True))
+        ("runner.uncommitted", level, dict(phase="collect", files=files, policy=policy, auto_committed=committed))
     ]
 
 
