@@ -8,6 +8,7 @@ from pathlib import Path
 import anyio
 
 from orchestrator.engine.engine import Engine, EngineConfig
+from orchestrator.log.runs import RunManifest
 
 
 def make_config(tmp_path: Path, run_id: str = "run_t", **kw) -> EngineConfig:
@@ -19,6 +20,28 @@ def make_config(tmp_path: Path, run_id: str = "run_t", **kw) -> EngineConfig:
         results_dir=str(tmp_path / "results"),
         **kw,
     )
+
+
+def run_manifest(**kw) -> RunManifest:
+    """A finished run's manifest; the fields a test cares about are passed, the rest are any valid values."""
+    spec = kw.pop("strategy_spec", "simple")
+    fields = dict(
+        run_id="run_x",
+        created_at="2026-01-01T00:00:00Z",
+        prompt="p",
+        strategy_spec=spec,
+        strategy_name=spec,
+        params={},
+        runs=1,
+        repo_path="/r",
+        base_branch="main",
+        model="sonnet",
+        plugin="claude-code",
+        docker_image="claude-code",
+        max_parallel=1,
+        status="completed",
+    )
+    return RunManifest(**{**fields, **kw})
 
 
 async def run_engine(tmp_path, fn, runner, *, params=None, runs=1, **kw):

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+from engine_helpers import run_manifest
 
 from orchestrator.app.auth import resolve_auth
 from orchestrator.app.cli import main
@@ -129,25 +130,9 @@ def test_run_ids_are_unique_across_state_folders_in_the_same_second(tmp_path):
 
 def test_summary_never_offers_to_merge_the_base_branch(tmp_path):
     from orchestrator.app.results import build_summary, render_summary
-    from orchestrator.log.runs import RunManifest
     from orchestrator.log.state import RunState, StrategyState
 
-    manifest = RunManifest(
-        run_id="run_x",
-        created_at="t",
-        prompt="p",
-        strategy_spec="evolve",
-        strategy_name="evolve",
-        params={},
-        runs=1,
-        repo_path="/r",
-        base_branch="main",
-        model="sonnet",
-        plugin="claude-code",
-        docker_image="claude-code",
-        max_parallel=2,
-        status="completed",
-    )
+    manifest = run_manifest(created_at="t", strategy_spec="evolve", max_parallel=2)
     state = RunState(run_id="run_x")
     state.strategies["s1"] = StrategyState(id="s1", name="evolve", status="success", result={"final_branch": "main"})
     summary = build_summary(manifest, state)

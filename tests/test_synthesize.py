@@ -13,7 +13,7 @@ import re
 
 import pytest
 from conftest import git, make_repo
-from engine_helpers import run_engine
+from engine_helpers import run_engine, run_manifest
 
 from orchestrator.engine.testing import ScriptedRunner, failure, success
 from orchestrator.errors import ConfigError
@@ -405,24 +405,17 @@ async def test_runs_2_makes_two_independent_syntheses_with_their_own_output_file
 
 def _recorded_run(tmp_path, repo, *, run_id, status, tasks):
     """A run's manifest and summary.json as a finished (or unfinished) run leaves them."""
-    from orchestrator.log.runs import RunDirs, RunManifest, write_manifest
+    from orchestrator.log.runs import RunDirs, write_manifest
 
     dirs = RunDirs(logs=tmp_path / "logs", state=tmp_path / "state", results=tmp_path / "results")
     (dirs.state / run_id).mkdir(parents=True)
-    manifest = RunManifest(
+    manifest = run_manifest(
         run_id=run_id,
-        created_at="2026-01-01T00:00:00Z",
-        prompt="p",
         strategy_spec="best-of-n",
-        strategy_name="best-of-n",
-        params={},
-        runs=1,
         repo_path=str(repo),
-        base_branch="main",
         model="m",
         plugin="claude",
         docker_image="i",
-        max_parallel=1,
         status=status,
     )
     write_manifest(dirs, manifest)
