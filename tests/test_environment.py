@@ -15,7 +15,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from cli_helpers import ORCH, cli_env, only_run_id, run_cli
+from cli_helpers import ORCH, cli_env, only_run_id, run_cli, strategy_args
 from conftest import TEST_BASE_IMAGE, git, make_repo
 
 from orchestrator.agent_image.environment import SetupCommand, resolve
@@ -453,20 +453,15 @@ def test_a_tree_beam_dry_run_evaluates_the_base_and_its_candidates_in_the_enviro
         repo,
         tmp_path,
         "make the tests faster",
-        "--strategy",
-        "tree-beam",
-        "-S",
-        "eval_command=python3 bench_eval.py",
-        "-S",
-        "primary_metric=throughput",
-        "-S",
-        "ideas_per_node=2",
-        "-S",
-        "max_depth=1",
-        "-S",
-        "beam_width=1",
-        "-S",
-        "max_total_evals=3",
+        *strategy_args(
+            "tree-beam",
+            eval_command="python3 bench_eval.py",
+            primary_metric="throughput",
+            ideas_per_node=2,
+            max_depth=1,
+            beam_width=1,
+            max_total_evals=3,
+        ),
     )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     tree = json.loads((tmp_path / "results" / only_run_id(tmp_path) / "strategy_output" / "tree.json").read_text())

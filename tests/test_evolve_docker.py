@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from cli_helpers import strategy_args
 from conftest import git, make_repo
 from docker_harness import harness_defaults, new_run_id, run_with_docker
 
@@ -218,14 +219,7 @@ def test_cli_runs_evolve_from_a_goals_file(tmp_path):
     result = run_cli(
         [
             "keep the project healthy",
-            "--strategy",
-            "evolve",
-            "-S",
-            "goals=GOALS.yaml",
-            "-S",
-            "max_parallel=2",
-            "-S",
-            "max_cycles=4",
+            *strategy_args("evolve", goals="GOALS.yaml", max_parallel=2, max_cycles=4),
             "--no-tui",
             "--docker-image",
             TEST_IMAGE,
@@ -282,14 +276,7 @@ def test_cli_dry_run_rests_a_goal_that_cannot_move_and_reaches_the_next(tmp_path
     result = run_cli(
         [
             "keep the project healthy",
-            "--strategy",
-            "evolve",
-            "-S",
-            "goals=GOALS.yaml",
-            "-S",
-            "max_parallel=1",
-            "-S",
-            "max_cycles=6",
+            *strategy_args("evolve", goals="GOALS.yaml", max_parallel=1, max_cycles=6),
             "--dry-run",
             "--no-tui",
             "--docker-image",

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from browser_helpers import load_page, page_requests
-from cli_helpers import cli_env, only_run_id, run_cli
+from cli_helpers import cli_env, only_run_id, run_cli, strategy_args
 from conftest import TEST_IMAGE, make_repo
 
 pytestmark = pytest.mark.docker
@@ -49,10 +49,7 @@ def test_best_of_n_stops_at_the_cap_with_its_exit_code_and_spend(tmp_path):
     r = run_cli(
         [
             "SIM: write f.txt x",
-            "--strategy",
-            "best-of-n",
-            "-S",
-            "n=6",
+            *strategy_args("best-of-n", n=6),
             "--max-cost",
             str(cap),
             "--max-parallel",
@@ -128,10 +125,7 @@ def test_resume_with_a_higher_cap_finishes_and_runs_no_task_twice(tmp_path):
     first = run_cli(
         [
             "SIM: write f.txt x",
-            "--strategy",
-            "best-of-n",
-            "-S",
-            "n=3",
+            *strategy_args("best-of-n", n=3),
             "--max-cost",
             "0.1",
             "--max-parallel",
@@ -331,7 +325,7 @@ def test_a_built_in_strategy_returns_its_best_so_far_at_the_cap(tmp_path):
     """iterative: the cap refuses the first improvement; the generated candidate is returned and selected."""
     repo = make_repo(tmp_path / "repo")
     r = run_cli(
-        ["SIM: write f.txt x", "--strategy", "iterative", "-S", "iterations=3", "--max-cost", "0.1", *DRY],
+        ["SIM: write f.txt x", *strategy_args("iterative", iterations=3), "--max-cost", "0.1", *DRY],
         cwd=repo,
         env=cli_env(tmp_path),
         timeout=300,

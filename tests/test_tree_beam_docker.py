@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from cli_helpers import settings_args, strategy_args
 from conftest import TEST_IMAGE, git, make_repo
 from docker_harness import harness_defaults, new_run_id, run_with_docker
 from tree_checks import validate_tree
@@ -181,23 +182,15 @@ def test_cli_runs_tree_beam_and_writes_the_tree(tmp_path, workspace_root):
     args = [
         str(cli),
         GOAL,
-        "--strategy",
-        "tree-beam",
+        *strategy_args("tree-beam"),
         "--repo",
         str(repo),
         "--docker-image",
         TEST_IMAGE,
         "--no-tui",
-        "-S",
-        "eval_command=python3 bench.py",
-        "-S",
-        "primary_metric=throughput",
-        "-S",
-        "ideas_per_node=2",
-        "-S",
-        "max_depth=2",
-        "-S",
-        "beam_width=1",
+        *settings_args(
+            eval_command="python3 bench.py", primary_metric="throughput", ideas_per_node=2, max_depth=2, beam_width=1
+        ),
     ]
     done = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
