@@ -13,6 +13,7 @@ import pytest
 from cli_helpers import strategy_args
 from conftest import git, make_repo
 from docker_harness import harness_defaults, new_run_id, run_with_docker
+from evolve_helpers import history, project
 
 from orchestrator.log.eventlog import read_events
 from orchestrator.log.state import COMPLETED
@@ -36,27 +37,6 @@ GOALS = [
     sim_goal("c2", 8, "test -f c2.txt", "write c2.txt ok", "write shared.txt two", "commit fix c2"),
     sim_goal("d", 5, "test -f done_d.txt", "write done_d.txt ok", "exec rm keep.txt", "commit fix d"),
 ]
-FIELDS = (
-    "cycle",
-    "goal_ids",
-    "result",
-    "goals_passing",
-    "fixed",
-    "regressed",
-    "conflicts",
-    "resolved",
-    "blamed",
-    "quarantined",
-)
-
-
-def history(tmp_path, run_id):
-    text = (tmp_path / "results" / run_id / "strategy_output" / "cycle-history.jsonl").read_text()
-    return [json.loads(line) for line in text.splitlines()]
-
-
-def project(entries):
-    return [tuple(e[f] for f in FIELDS) for e in entries]
 
 
 EXPECTED = [

@@ -205,30 +205,26 @@ BON_ANSWERS = {
 }
 
 
-async def test_best_of_n_resumes_after_generation_without_duplicates(tmp_path):
-    runner2 = await assert_resume_matches_uninterrupted(
+async def _best_of_n_resumed(tmp_path, blocked, count: int):
+    return await assert_resume_matches_uninterrupted(
         tmp_path,
         best_of_n,
         bon_script(BON_ANSWERS),
         params={"n": 3},
         outputs=("scores.json", "best_branch.txt"),
-        blocked=lambda req: part(req, 0) == "score",
-        count=3,
+        blocked=blocked,
+        count=count,
     )
+
+
+async def test_best_of_n_resumes_after_generation_without_duplicates(tmp_path):
+    runner2 = await _best_of_n_resumed(tmp_path, lambda req: part(req, 0) == "score", 3)
     assert all(part(c, 0) == "score" for c in runner2.calls)
 
 
 async def test_best_of_n_resumes_mid_scoring_without_duplicates(tmp_path):
     # candidate 0's repair attempt is running when the run is interrupted; 1 and 2 are scored
-    runner2 = await assert_resume_matches_uninterrupted(
-        tmp_path,
-        best_of_n,
-        bon_script(BON_ANSWERS),
-        params={"n": 3},
-        outputs=("scores.json", "best_branch.txt"),
-        blocked=lambda req: req.task_key.endswith("attempt-2"),
-        count=1,
-    )
+    runner2 = await _best_of_n_resumed(tmp_path, lambda req: req.task_key.endswith("attempt-2"), 1)
     assert [c.task_key.split("/")[-1] for c in runner2.calls] == ["attempt-2"]
 
 
