@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from cli_helpers import cli_env, only_run_id, run_cli, settings_args, strategy_args
 from conftest import TEST_IMAGE, make_repo
+from scenarios import KEEP_GOAL_YAML
 
 # Each committed sim/*.txt file is worth 10: every implemented idea improves the metric.
 BENCH = """import json, os
@@ -26,18 +27,15 @@ print(json.dumps({"metrics": {"throughput": 100 + 10 * n}}))
 """
 EVAL = settings_args(eval_command="python3 bench.py", primary_metric="throughput")
 COLOURED = r"printf '\033[32m++hello \033[2m[string]\033[0m\n'; echo NO_COLOR=$NO_COLOR"
-GOALS = """\
-version: 1
-goals:
-  - id: keep
-    description: keep.txt stays
-    check: test -f keep.txt
-    weight: 1
+GOALS = (
+    KEEP_GOAL_YAML
+    + """\
   - id: work
     description: the project records simulated work under sim/
     check: test -n "$(ls sim 2>/dev/null)"
     weight: 5
 """
+)
 
 # name: (the repository's files, the command's arguments before --dry-run)
 DRY_RUNS: dict[str, tuple[dict[str, str], list[str]]] = {

@@ -14,6 +14,7 @@ import json
 import pytest
 from cli_helpers import cli_env, only_run_id, run_cli, strategy_args
 from conftest import TEST_IMAGE, make_repo
+from scenarios import KEEP_GOAL_YAML
 
 from orchestrator.log.eventlog import read_events
 
@@ -124,18 +125,15 @@ def test_a_missing_evaluation_script_is_named_by_the_path_the_user_wrote(tmp_pat
 
 
 def test_evolve_stops_when_a_check_cannot_run_on_the_base(tmp_path):
-    goals = """\
-version: 1
-goals:
-  - id: keep
-    description: keep.txt stays
-    check: test -f keep.txt
-    weight: 1
+    goals = (
+        KEEP_GOAL_YAML
+        + """\
   - id: tests
     description: the test suite passes
     check: echo collecting; no_such_test_runner -q tests
     weight: 5
 """
+    )
     repo = make_repo(tmp_path / "repo", {"keep.txt": "keep\n", "GOALS.yaml": goals})
     result, events, summary = run(
         tmp_path, repo, ["keep the project healthy", *strategy_args("evolve", goals="GOALS.yaml")]

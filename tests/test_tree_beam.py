@@ -16,6 +16,7 @@ import anyio
 import msgspec
 import pytest
 from engine_helpers import run_engine
+from scenarios import TREE_BEAM_FIXED
 
 from orchestrator.engine.testing import ScriptedRunner, failure, success
 from orchestrator.errors import ConfigError
@@ -116,19 +117,10 @@ class World:
 BASE = {
     "eval_command": "python bench.py --json",
     "primary_metric": "throughput",
-    "direction": "max",
-    "weights": {},
-    "tolerance": 0.01,
+    **TREE_BEAM_FIXED,
     "ideas_per_node": 4,
     "max_depth": 2,
     "beam_width": 2,
-    "max_total_evals": None,
-    "keep_rejected": False,
-    "ideas_context": "node_plus_ancestors",
-    "dedupe_scope": "path",
-    "max_review_rounds": 0,
-    "test_command": None,
-    "eval_timeout_s": None,
     # one run per candidate and the smallest paired confirmation: the scripted benchmark has no noise
     "eval_repeats": 1,
     "confirm_pairs": 2,
