@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -77,3 +79,22 @@ async def interrupt_when(
             tg.start_soon(watch)
             await run()
             tg.cancel_scope.cancel()
+
+
+def mypy(*paths, cwd):
+    """mypy --strict's findings on ``paths``, as a strategy author would run it."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "mypy",
+        "--strict",
+        "--follow-imports=silent",
+        "--no-error-summary",
+        "--show-error-codes",
+        "--cache-dir",
+        str(cwd / ".mypy_cache"),
+        *map(str, paths),
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd)
+    assert proc.returncode in (0, 1), proc.stderr  # 2: mypy itself failed
+    return proc.stdout
