@@ -26,10 +26,9 @@ import pytest
 from browser_helpers import load_page, page_requests
 from cli_helpers import TEST_KEY, cli_env, run_cli, strategy_args
 from conftest import TEST_IMAGE, make_repo
-from scenarios import BENCH, GOAL, GOALS_YAML, STUCK_YAML
+from scenarios import APPROACHES, BENCH, CALC, CANDIDATES, GOAL, GOALS_YAML, GOOD_SYNTH, STUCK_YAML, TESTS
 from screen_checks import protocol_lines
 from shared_runs import LazyRuns
-from test_synthesize_docker import APPROACHES, CALC, CANDIDATES, GOOD_SYNTH, TESTS
 
 pytestmark = pytest.mark.docker
 
