@@ -371,7 +371,7 @@ async def test_report_sections_show_the_synthesis_beside_the_candidates_with_pro
 
 
 async def test_a_resume_after_the_synthesis_pays_for_nothing_twice_and_decides_the_same(tmp_path):
-    from test_strategies_builtin import assert_resume_matches_uninterrupted
+    from engine_helpers import assert_resume_matches_uninterrupted
 
     runner2 = await assert_resume_matches_uninterrupted(
         tmp_path,

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+from engine_helpers import run_until_hung
 from tree_beam_helpers import ROOT_COMMIT, World, evals, measure_spec, run, with_commit
 
 from orchestrator.engine.testing import ScriptedRunner, failure, success
@@ -204,23 +205,6 @@ async def test_review_rounds_in_tree_beam_use_the_pipeline(tmp_path):
     _, state, runner = await run(tmp_path, max_review_rounds=1, max_depth=1)
     assert "run_t/s1/e0001/review/round-1/attempt-1" in runner.per_key
     assert state.strategies["s1"].result["tree"]["evaluations"][0]["rounds"][0]["verdict"] == "APPROVE"
-
-
-async def run_until_hung(coro, runner, marker):
-    """Run until a task matching ``marker`` has started (and hangs), let the rest settle, then interrupt."""
-    finished = anyio.Event()
-
-    async def go():
-        await coro
-        finished.set()  # ended without ever reaching the marker: the caller's checks will say so
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(go)
-        # Polls: nothing signals the runner's first call for the marked task.
-        while not any(marker in k for k in runner.per_key) and not finished.is_set():  # noqa: ASYNC110
-            await anyio.sleep(0.02)
-        await anyio.sleep(0.3)
-        tg.cancel_scope.cancel()
 
 
 def snapshot(root: Path) -> dict[str, bytes]:

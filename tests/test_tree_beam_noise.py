@@ -326,7 +326,7 @@ async def test_empty_frontier_continues_from_the_archive(tmp_path):
 
 @pytest.mark.parametrize("hang_on", ["e0001/confirm", "final/confirm"])
 async def test_resume_after_a_confirmation_rebuilds_the_same_tree(tmp_path, hang_on):
-    from test_tree_beam import run_until_hung
+    from engine_helpers import run_until_hung
 
     _, ref, _ = await run(tmp_path / "ref", world=NoisyWorld({"n0": ["A", "NOOP"]}), **NOISY)
     world = NoisyWorld({"n0": ["A", "NOOP"]})
