@@ -78,6 +78,14 @@ def test_strategy_defaults_from_env_use_dashed_names(tmp_path):
     assert c.strategy == {"best-of-n": {"n": 5}}
 
 
+def _refused_config(path: Path, text: str) -> str:
+    """The ConfigError message for a configuration file holding ``text``."""
+    path.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_config(config_file=str(path), cli_overrides={}, cwd=path.parent, environ={})
+    return str(err.value)
+
+
 @pytest.mark.parametrize(
     "text,needle",
     [
@@ -88,11 +96,8 @@ def test_strategy_defaults_from_env_use_dashed_names(tmp_path):
     ],
 )
 def test_bad_config_file_names_the_key_and_file(tmp_path, text, needle):
-    path = tmp_path / "bad.yaml"
-    path.write_text(text)
-    with pytest.raises(ConfigError) as err:
-        load_config(config_file=str(path), cli_overrides={}, cwd=tmp_path, environ={})
-    assert needle in str(err.value) and "bad.yaml" in str(err.value)
+    message = _refused_config(tmp_path / "bad.yaml", text)
+    assert needle in message and "bad.yaml" in message
 
 
 def test_bad_environment_variable_is_named(tmp_path):
@@ -208,10 +213,8 @@ def test_command_line_max_parallel_beats_the_deprecated_alias(tmp_path):
 )
 def test_bad_spec_forms_name_the_key(tmp_path, text, needle):
     path = tmp_path / "bad.yaml"
-    path.write_text(text)
-    with pytest.raises(ConfigError) as err:
-        load_config(config_file=str(path), cli_overrides={}, cwd=tmp_path, environ={})
-    assert needle in str(err.value) and str(path) in str(err.value)
+    message = _refused_config(path, text)
+    assert needle in message and str(path) in message
 
 
 def test_dotenv_inline_comments_quotes_and_bad_lines(tmp_path):
