@@ -50,3 +50,13 @@ def wait_for(predicate, timeout: float = 60, interval: float = 0.05):
             return value
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {getattr(predicate, '__name__', predicate)}")
+
+
+def strategy_args(name: str, **settings: object) -> list[str]:
+    """``--strategy NAME -S key=value ...``: a built-in strategy and its settings as the command line takes them."""
+    return ["--strategy", name, *settings_args(**settings)]
+
+
+def settings_args(**settings: object) -> list[str]:
+    """``-S key=value`` for each setting, in the order given."""
+    return [arg for key, value in settings.items() for arg in ("-S", f"{key}={value}")]

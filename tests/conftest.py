@@ -361,4 +361,6 @@ def proxy_dir():
 # shared_runs imports this module).
 # Headless Chromium with the network off, for the report's browser tests (per module).
 from browser_helpers import browser  # noqa: E402, F401
+from git_ops_helpers import host, isolated_git_config  # noqa: E402, F401
 from shared_runs import dry_runs  # noqa: E402, F401
+from tmux_helpers import sessions  # noqa: E402, F401

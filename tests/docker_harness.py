@@ -43,12 +43,14 @@ async def run_with_docker(
     max_parallel=4,
     cancel_after: float | None = None,
     cancel_when=None,
+    cancel_on: tuple[str, str] | None = None,
     plugin="claude-code",
 ):
     """``cancel_after``: seconds, then the run is cancelled (an interrupt).
     ``cancel_when``: a test of the engine, polled every 0.1 s; the run is
     cancelled once it holds (at most ``cancel_after`` or 300 s later): the
     moment a test depends on, not a wall-clock guess that a loaded machine misses.
+    ``cancel_on``: (event type, key suffix): the run is cancelled the moment such an event is logged.
     """
     import anyio
 
@@ -70,27 +72,40 @@ async def run_with_docker(
     )
     runner = DockerRunner(auth=AuthConfig(api_key="sk-test-not-a-real-key-000000"), logs_dir=tmp_path / "logs" / run_id)
     engine = Engine(cfg, runner)
+    stop = anyio.CancelScope()
+    if cancel_on is not None:
+        wanted, suffix = cancel_on
+        engine.listeners.append(
+            lambda etype, sid, key, *_: stop.cancel() if etype == wanted and key and key.endswith(suffix) else None
+        )
     try:
-        if cancel_when is not None:
-            with anyio.move_on_after(cancel_after or 300):
-                async with anyio.create_task_group() as tg:
-
-                    async def watch() -> None:
-                        # polled: the engine's state has no event to wait on
-                        while True:
-                            if cancel_when(engine):
-                                tg.cancel_scope.cancel()
-                                return
-                            await anyio.sleep(0.1)
-
-                    tg.start_soon(watch)
-                    await engine.run(fn, prompt=prompt, params=params or {}, runs=runs)
-                    tg.cancel_scope.cancel()
-        elif cancel_after is not None:
-            with anyio.move_on_after(cancel_after):
-                await engine.run(fn, prompt=prompt, params=params or {}, runs=runs)
-        else:
-            await engine.run(fn, prompt=prompt, params=params or {}, runs=runs)
+        with stop:
+            await _run_engine(engine, fn, prompt, params or {}, runs, cancel_after, cancel_when)
     finally:
         await runner.aclose()
     return engine
+
+
+async def _run_engine(engine, fn, prompt, params, runs, cancel_after, cancel_when) -> None:
+    import anyio
+
+    if cancel_when is not None:
+        with anyio.move_on_after(cancel_after or 300):
+            async with anyio.create_task_group() as tg:
+
+                async def watch() -> None:
+                    # polled: the engine's state has no event to wait on
+                    while True:
+                        if cancel_when(engine):
+                            tg.cancel_scope.cancel()
+                            return
+                        await anyio.sleep(0.1)
+
+                tg.start_soon(watch)
+                await engine.run(fn, prompt=prompt, params=params, runs=runs)
+                tg.cancel_scope.cancel()
+    elif cancel_after is not None:
+        with anyio.move_on_after(cancel_after):
+            await engine.run(fn, prompt=prompt, params=params, runs=runs)
+    else:
+        await engine.run(fn, prompt=prompt, params=params, runs=runs)

@@ -284,3 +284,29 @@ def interrupted_run_on_two_hosts(tmp_path, repo, engine, env):
     interrupted = [e for e in events if e.type == "task.interrupted"]
     assert len(interrupted) == 2 and all(e.payload.get("session_id") for e in interrupted), interrupted
     return run_id, hosts
+
+
+# Writes notes.txt without committing and works on (sleeps) the first time; run again in the same session volume,
+# it commits what the workspace holds: only a resume in the workspace the first execution left keeps notes.txt.
+RESUMABLE_PROMPT = (
+    'SIM: exec if [ -f "$HOME/.first-done" ]; then git add -A && git commit -qm "notes, resumed"; '
+    'else touch "$HOME/.first-done"; echo work > notes.txt; sleep 600; fi\n'
+    "SIM: print done"
+)
+
+
+def sim_executions(run_id: str) -> list[dict]:
+    """The sim agent's own record of every execution (session id, resumed or not, cwd)."""
+    out = []
+    for volume in run_volumes(run_id):
+        mount = docker(None, "volume", "inspect", "-f", "{{.Mountpoint}}", volume).stdout.strip()
+        record = Path(mount) / ".sim-agent" / "executions.jsonl"
+        if record.exists():
+            out += [json.loads(line) for line in record.read_text().splitlines() if line.strip()]
+    return out
+
+
+def runner_messages(tmp_path: Path, run_id: str, message: str) -> list[dict]:
+    """The runner log's records with this ``message``."""
+    lines = (tmp_path / "logs" / run_id / "runner.jsonl").read_text().splitlines()
+    return [r for r in map(json.loads, lines) if r.get("message") == message]

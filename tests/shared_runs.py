@@ -16,28 +16,26 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from cli_helpers import cli_env, only_run_id, run_cli
+from cli_helpers import cli_env, only_run_id, run_cli, settings_args, strategy_args
 from conftest import TEST_IMAGE, make_repo
+from scenarios import KEEP_GOAL_YAML
 
 # Each committed sim/*.txt file is worth 10: every implemented idea improves the metric.
 BENCH = """import json, os
 n = len(os.listdir("sim")) if os.path.isdir("sim") else 0
 print(json.dumps({"metrics": {"throughput": 100 + 10 * n}}))
 """
-EVAL = ["-S", "eval_command=python3 bench.py", "-S", "primary_metric=throughput"]
+EVAL = settings_args(eval_command="python3 bench.py", primary_metric="throughput")
 COLOURED = r"printf '\033[32m++hello \033[2m[string]\033[0m\n'; echo NO_COLOR=$NO_COLOR"
-GOALS = """\
-version: 1
-goals:
-  - id: keep
-    description: keep.txt stays
-    check: test -f keep.txt
-    weight: 1
+GOALS = (
+    KEEP_GOAL_YAML
+    + """\
   - id: work
     description: the project records simulated work under sim/
     check: test -n "$(ls sim 2>/dev/null)"
     weight: 5
 """
+)
 
 # name: (the repository's files, the command's arguments before --dry-run)
 DRY_RUNS: dict[str, tuple[dict[str, str], list[str]]] = {
@@ -47,31 +45,23 @@ DRY_RUNS: dict[str, tuple[dict[str, str], list[str]]] = {
         {"bench.py": BENCH},
         [
             "raise the benchmark score",
-            "--strategy",
-            "tree-beam",
+            *strategy_args("tree-beam"),
             *EVAL,
-            "-S",
-            "ideas_per_node=2",
-            "-S",
-            "max_depth=2",
-            "-S",
-            "beam_width=1",
-            "-S",
-            "max_total_evals=6",
-            "-S",
-            "test_command=python3 bench.py",
+            *settings_args(
+                ideas_per_node=2, max_depth=2, beam_width=1, max_total_evals=6, test_command="python3 bench.py"
+            ),
         ],
     ),
     # keep_branches=false: the candidates it does not select are deleted once it has finished.
-    "best-of-n": ({}, ["raise the benchmark", "--strategy", "best-of-n", "-S", "n=3", "-S", "keep_branches=false"]),
+    "best-of-n": ({}, ["raise the benchmark", *strategy_args("best-of-n", n=3, keep_branches="false")]),
     "evolve": (
         {"keep.txt": "keep\n", "GOALS.yaml": GOALS},
-        ["keep the project healthy", "--strategy", "evolve", "-S", "goals=GOALS.yaml", "-S", "max_cycles=3"],
+        ["keep the project healthy", *strategy_args("evolve", goals="GOALS.yaml", max_cycles=3)],
     ),
     # The test command prints in colour, as npm test and pytest do, and says whether NO_COLOR reached it.
     "review-loop": (
         {"bench.py": BENCH},
-        ["raise the benchmark", "--strategy", "review-loop", "-S", f"test_command={COLOURED}", *EVAL],
+        ["raise the benchmark", *strategy_args("review-loop", test_command=COLOURED), *EVAL],
     ),
 }
 

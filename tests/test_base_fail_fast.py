@@ -12,8 +12,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from cli_helpers import cli_env, only_run_id, run_cli
+from cli_helpers import cli_env, only_run_id, run_cli, strategy_args
 from conftest import TEST_IMAGE, make_repo
+from scenarios import KEEP_GOAL_YAML
 
 from orchestrator.log.eventlog import read_events
 
@@ -85,14 +86,9 @@ def test_tree_beam_stops_when_the_base_reports_valid_false(tmp_path):
         repo,
         [
             "make the tests faster",
-            "--strategy",
-            "tree-beam",
-            "-S",
-            "eval_command=python3 bench_eval.py",
-            "-S",
-            "primary_metric=seconds",
-            "-S",
-            "direction=min",
+            *strategy_args(
+                "tree-beam", eval_command="python3 bench_eval.py", primary_metric="seconds", direction="min"
+            ),
         ],
     )
     assert_stopped_before_any_agent(
@@ -114,12 +110,7 @@ def test_a_missing_evaluation_script_is_named_by_the_path_the_user_wrote(tmp_pat
         repo,
         [
             "make it faster",
-            "--strategy",
-            "tree-beam",
-            "-S",
-            "eval_command=python3 scripts/bench.py",
-            "-S",
-            "primary_metric=throughput",
+            *strategy_args("tree-beam", eval_command="python3 scripts/bench.py", primary_metric="throughput"),
         ],
     )
     assert_stopped_before_any_agent(
@@ -134,21 +125,18 @@ def test_a_missing_evaluation_script_is_named_by_the_path_the_user_wrote(tmp_pat
 
 
 def test_evolve_stops_when_a_check_cannot_run_on_the_base(tmp_path):
-    goals = """\
-version: 1
-goals:
-  - id: keep
-    description: keep.txt stays
-    check: test -f keep.txt
-    weight: 1
+    goals = (
+        KEEP_GOAL_YAML
+        + """\
   - id: tests
     description: the test suite passes
     check: echo collecting; no_such_test_runner -q tests
     weight: 5
 """
+    )
     repo = make_repo(tmp_path / "repo", {"keep.txt": "keep\n", "GOALS.yaml": goals})
     result, events, summary = run(
-        tmp_path, repo, ["keep the project healthy", "--strategy", "evolve", "-S", "goals=GOALS.yaml"]
+        tmp_path, repo, ["keep the project healthy", *strategy_args("evolve", goals="GOALS.yaml")]
     )
     assert_stopped_before_any_agent(
         result,
@@ -168,12 +156,7 @@ def test_review_loop_stops_when_the_base_evaluation_crashes(tmp_path):
         repo,
         [
             "make the solver faster",
-            "--strategy",
-            "review-loop",
-            "-S",
-            "eval_command=python3 bench.py",
-            "-S",
-            "primary_metric=throughput",
+            *strategy_args("review-loop", eval_command="python3 bench.py", primary_metric="throughput"),
         ],
     )
     assert_stopped_before_any_agent(
@@ -194,14 +177,12 @@ def test_review_loop_stops_when_its_test_command_cannot_run_on_the_base(tmp_path
         repo,
         [
             "make the solver faster",
-            "--strategy",
-            "review-loop",
-            "-S",
-            "test_command=no_such_test_runner -q",
-            "-S",
-            "eval_command=python3 bench.py",
-            "-S",
-            "primary_metric=throughput",
+            *strategy_args(
+                "review-loop",
+                test_command="no_such_test_runner -q",
+                eval_command="python3 bench.py",
+                primary_metric="throughput",
+            ),
         ],
     )
     # It said "the evaluation of the base cannot be used" of a test command, and not which command

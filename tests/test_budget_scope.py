@@ -11,8 +11,7 @@ from typing import Any
 
 import anyio
 import pytest
-from engine_helpers import run_engine
-from test_strategy_types import mypy
+from engine_helpers import mypy, run_engine
 
 from orchestrator.engine.budget import BudgetCap
 from orchestrator.engine.testing import ScriptedRunner, success

@@ -9,12 +9,12 @@ import uuid
 import pytest
 from cli_helpers import ORCH, cli_env
 from conftest import TEST_IMAGE, make_repo
-from test_tui_pty import capture, sessions, tmux, wait_for  # noqa: F401
+from tmux_helpers import tmux, wait_for_screen
 
 pytestmark = [pytest.mark.docker, pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed")]
 
 
-def _terminal(tmp_path, sessions):  # noqa: F811  (pytest passes the imported fixture by name)
+def _terminal(tmp_path, sessions):
     """A repository, the env exports for the command, and a fresh 140x45 tmux shell."""
     repo = make_repo(tmp_path / "repo")
     env = cli_env(tmp_path)
@@ -25,7 +25,7 @@ def _terminal(tmp_path, sessions):  # noqa: F811  (pytest passes the imported fi
     return repo, exports, name
 
 
-def test_dashboard_during_a_real_run_then_summary_and_clean_terminal(tmp_path, sessions):  # noqa: F811
+def test_dashboard_during_a_real_run_then_summary_and_clean_terminal(tmp_path, sessions):
     repo, exports, name = _terminal(tmp_path, sessions)
     prompt = "SIM: write a.txt hi\\nSIM: commit a\\nSIM: sleep 4\\nSIM: print finished"
     cmd = (
@@ -34,13 +34,13 @@ def test_dashboard_during_a_real_run_then_summary_and_clean_terminal(tmp_path, s
     )
     tmux("send-keys", "-t", name, cmd, "Enter")
     # wait for the strategy's own section, not just the first (empty) frame
-    live = wait_for(name, lambda s: "simple" in s and "[detailed]" in s and "EXIT=" not in s, timeout=60)
+    live = wait_for_screen(name, lambda s: "simple" in s and "[detailed]" in s and "EXIT=" not in s, timeout=60)
     assert "run_" in live and "EXIT=" not in live
-    done = wait_for(name, lambda s: "EXIT=0" in s, timeout=90)
+    done = wait_for_screen(name, lambda s: "EXIT=0" in s, timeout=90)
     assert "Run Complete" in done or "Final branches" in done
     # the dashboard's alternate screen is gone and the shell echoes input again
     tmux("send-keys", "-t", name, "echo CLEAN-$((40+2))", "Enter")
-    after = wait_for(name, lambda s: "CLEAN-42" in s)
+    after = wait_for_screen(name, lambda s: "CLEAN-42" in s)
     assert "[detailed]" not in after
 
     # --show-run --follow on the finished run: the monitor opens and quits with q
@@ -55,9 +55,9 @@ def test_dashboard_during_a_real_run_then_summary_and_clean_terminal(tmp_path, s
         f"cd {repo} && export {exports} && {ORCH} --show-run {run_id} --follow; echo EXIT=$?",
         "Enter",
     )
-    wait_for(follow, lambda s: run_id in s and "[detailed]" in s, timeout=30)
+    wait_for_screen(follow, lambda s: run_id in s and "[detailed]" in s, timeout=30)
     tmux("send-keys", "-t", follow, "q")
-    wait_for(follow, lambda s: "EXIT=0" in s, timeout=15)
+    wait_for_screen(follow, lambda s: "EXIT=0" in s, timeout=15)
     assert (
         subprocess.run(["git", "branch", "--list", "simple_*"], cwd=repo, capture_output=True, text=True).stdout.count(
             "simple_"
@@ -66,7 +66,7 @@ def test_dashboard_during_a_real_run_then_summary_and_clean_terminal(tmp_path, s
     )
 
 
-def test_ctrl_c_under_the_dashboard_acknowledges_at_once_and_exits_130(tmp_path, sessions):  # noqa: F811
+def test_ctrl_c_under_the_dashboard_acknowledges_at_once_and_exits_130(tmp_path, sessions):
     import time
 
     repo, exports, name = _terminal(tmp_path, sessions)
@@ -78,10 +78,10 @@ def test_ctrl_c_under_the_dashboard_acknowledges_at_once_and_exits_130(tmp_path,
         f"--max-parallel 2 --docker-image {TEST_IMAGE}; echo EXIT=$?",
         "Enter",
     )
-    wait_for(name, lambda s: "simple" in s and "[detailed]" in s and "2 running" in s, timeout=60)
+    wait_for_screen(name, lambda s: "simple" in s and "[detailed]" in s and "2 running" in s, timeout=60)
     t0 = time.monotonic()
     tmux("send-keys", "-t", name, "C-c")
-    wait_for(name, lambda s: "Interrupting" in s, timeout=5)
+    wait_for_screen(name, lambda s: "Interrupting" in s, timeout=5)
     assert time.monotonic() - t0 < 5
-    done = wait_for(name, lambda s: "EXIT=130" in s, timeout=30)
+    done = wait_for_screen(name, lambda s: "EXIT=130" in s, timeout=30)
     assert "Resume with: orchestrator --resume run_" in done and "[detailed]" not in done

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+from engine_helpers import run_manifest
 
 from orchestrator.app.auth import resolve_auth
 from orchestrator.app.cli import main
@@ -77,6 +78,14 @@ def test_strategy_defaults_from_env_use_dashed_names(tmp_path):
     assert c.strategy == {"best-of-n": {"n": 5}}
 
 
+def _refused_config(path: Path, text: str) -> str:
+    """The ConfigError message for a configuration file holding ``text``."""
+    path.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_config(config_file=str(path), cli_overrides={}, cwd=path.parent, environ={})
+    return str(err.value)
+
+
 @pytest.mark.parametrize(
     "text,needle",
     [
@@ -87,11 +96,8 @@ def test_strategy_defaults_from_env_use_dashed_names(tmp_path):
     ],
 )
 def test_bad_config_file_names_the_key_and_file(tmp_path, text, needle):
-    path = tmp_path / "bad.yaml"
-    path.write_text(text)
-    with pytest.raises(ConfigError) as err:
-        load_config(config_file=str(path), cli_overrides={}, cwd=tmp_path, environ={})
-    assert needle in str(err.value) and "bad.yaml" in str(err.value)
+    message = _refused_config(tmp_path / "bad.yaml", text)
+    assert needle in message and "bad.yaml" in message
 
 
 def test_bad_environment_variable_is_named(tmp_path):
@@ -129,25 +135,9 @@ def test_run_ids_are_unique_across_state_folders_in_the_same_second(tmp_path):
 
 def test_summary_never_offers_to_merge_the_base_branch(tmp_path):
     from orchestrator.app.results import build_summary, render_summary
-    from orchestrator.log.runs import RunManifest
     from orchestrator.log.state import RunState, StrategyState
 
-    manifest = RunManifest(
-        run_id="run_x",
-        created_at="t",
-        prompt="p",
-        strategy_spec="evolve",
-        strategy_name="evolve",
-        params={},
-        runs=1,
-        repo_path="/r",
-        base_branch="main",
-        model="sonnet",
-        plugin="claude-code",
-        docker_image="claude-code",
-        max_parallel=2,
-        status="completed",
-    )
+    manifest = run_manifest(created_at="t", strategy_spec="evolve", max_parallel=2)
     state = RunState(run_id="run_x")
     state.strategies["s1"] = StrategyState(id="s1", name="evolve", status="success", result={"final_branch": "main"})
     summary = build_summary(manifest, state)
@@ -223,10 +213,8 @@ def test_command_line_max_parallel_beats_the_deprecated_alias(tmp_path):
 )
 def test_bad_spec_forms_name_the_key(tmp_path, text, needle):
     path = tmp_path / "bad.yaml"
-    path.write_text(text)
-    with pytest.raises(ConfigError) as err:
-        load_config(config_file=str(path), cli_overrides={}, cwd=tmp_path, environ={})
-    assert needle in str(err.value) and str(path) in str(err.value)
+    message = _refused_config(path, text)
+    assert needle in message and str(path) in message
 
 
 def test_dotenv_inline_comments_quotes_and_bad_lines(tmp_path):

@@ -23,31 +23,12 @@ from pathlib import Path
 import pytest
 from cli_helpers import cli_env, run_cli
 from conftest import TEST_BASE_IMAGE, git, make_repo
-from test_environment import LOCAL_BASE
+from environment_helpers import LOCAL_BASE, dry_run, made_file, resolve_at_head
 
 from orchestrator.agent_image.devcontainer import PROPERTIES
-from orchestrator.agent_image.environment import SetupCommand, resolve, resolve_env, tools_path
+from orchestrator.agent_image.environment import SetupCommand, resolve_env, tools_path
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _resolve(repo: Path, environ: dict[str, str] | None = None):
-    return resolve(
-        str(repo), git(repo, "rev-parse", "HEAD"), image=None, dockerfile=None, setup=[], use_devcontainer=True,
-        environ=environ or {},
-    )  # fmt: skip
-
-
-def _run(repo: Path, tmp_path: Path, prompt: str, *extra: str, timeout: float = 900):
-    return run_cli(
-        [prompt, "--repo", str(repo), "--dry-run", "--no-tui", *extra], cwd=repo, env=cli_env(tmp_path), timeout=timeout
-    )
-
-
-def _made_file(repo: Path, path: str) -> str:
-    branches = [b for b in git(repo, "branch", "--format=%(refname:short)").split() if b != "main"]
-    assert branches, "the task made no branch"
-    return git(repo, "show", f"{branches[-1]}:{path}")
 
 
 def _last_line(stderr: str) -> str:
@@ -322,7 +303,9 @@ PYTHON_IMAGE_METADATA = '[{"remoteUser": "vscode"}]'
 
 
 def test_the_files_of_real_projects_are_read_and_what_is_not_done_is_named(tmp_path):
-    helm = _resolve(make_repo(tmp_path / "helm", {".devcontainer/devcontainer.json": KUBERNETES_HELM}))
+    helm = resolve_at_head(
+        make_repo(tmp_path / "helm", {".devcontainer/devcontainer.json": KUBERNETES_HELM}), environ={}
+    )
     where = ".devcontainer/devcontainer.json"
     assert helm.remote_env == {"SYNC_LOCALHOST_KUBECONFIG": "true"}
     assert list(helm.notes) == [
@@ -335,17 +318,18 @@ def test_the_files_of_real_projects_are_read_and_what_is_not_done_is_named(tmp_p
         "and its own home",
     ]
 
-    ruff = _resolve(make_repo(tmp_path / "ruff", {".devcontainer/devcontainer.json": RUFF}))
+    ruff = resolve_at_head(make_repo(tmp_path / "ruff", {".devcontainer/devcontainer.json": RUFF}), environ={})
     assert ruff.image == "mcr.microsoft.com/devcontainers/rust:0-1-bullseye"
     assert ruff.setup == (SetupCommand(label="postCreateCommand", shell=".devcontainer/post-create.sh"),)
     assert [n.split(": ", 1)[1].split(" ")[0] for n in ruff.notes] == ["mounts", "features"]
 
     # the older format: a top-level dockerFile, relative to the file's folder, with its context
-    ha = _resolve(
+    ha = resolve_at_head(
         make_repo(
             tmp_path / "ha",
             {".devcontainer/devcontainer.json": HOME_ASSISTANT, "Dockerfile.dev": "FROM scratch\n"},
-        )
+        ),
+        environ={},
     )
     assert (ha.dockerfile, ha.context, ha.image) == ("Dockerfile.dev", "", None)
     assert ha.setup == (SetupCommand(label="postCreateCommand", shell="mkdir -p config && pip3 install -e ."),)
@@ -355,7 +339,7 @@ def test_the_files_of_real_projects_are_read_and_what_is_not_done_is_named(tmp_p
     )
 
     # every form of a lifecycle command, comments between an array's items
-    cpython = _resolve(make_repo(tmp_path / "cpython", {".devcontainer/devcontainer.json": CPYTHON}))
+    cpython = resolve_at_head(make_repo(tmp_path / "cpython", {".devcontainer/devcontainer.json": CPYTHON}), environ={})
     assert [(c.label, c.display()) for c in cpython.setup] == [
         ("onCreateCommand", "dnf install -y which zsh fish /usr/bin/setfacl"),
         ("updateContentCommand.python", "./configure --config-cache --with-pydebug && make -s -j `nproc`"),
@@ -365,7 +349,9 @@ def test_the_files_of_real_projects_are_read_and_what_is_not_done_is_named(tmp_p
     ]
     assert cpython.notes == ()
 
-    bootc = _resolve(make_repo(tmp_path / "bootc", {".devcontainer/devcontainer.json": BOOTC.replace("{image}", "x")}))
+    bootc = resolve_at_head(
+        make_repo(tmp_path / "bootc", {".devcontainer/devcontainer.json": BOOTC.replace("{image}", "x")}), environ={}
+    )
     # empty features install nothing, and say nothing
     assert bootc.notes == (
         f"{where}: privileged is not granted: task containers keep orchestrator's own limits "
@@ -401,7 +387,7 @@ def test_variables_resolve_as_the_specification_says(tmp_path):
             )
         },
     )
-    spec = _resolve(repo, {"USER": "dev", "EMPTY": ""})
+    spec = resolve_at_head(repo, environ={"USER": "dev", "EMPTY": ""})
     assert spec.image == "localhost/img"
     env = spec.container_env
     assert (env["HOST_USER"], env["UNSET"], env["DEFAULTED"], env["EMPTY_IS_SET"], env["OLD_SPELLING"]) == (
@@ -412,7 +398,9 @@ def test_variables_resolve_as_the_specification_says(tmp_path):
         "dev",
     )
     assert env["WS"] == "/workspace/src:workspace" and env["LOCAL"] == "proj"
-    assert re.fullmatch(r"[0-9a-v]{52}", env["ID"]) and env["ID"] == _resolve(repo).container_env["ID"]
+    assert (
+        re.fullmatch(r"[0-9a-v]{52}", env["ID"]) and env["ID"] == resolve_at_head(repo, environ={}).container_env["ID"]
+    )
     # the image answers ${containerEnv:...}: left for the build, then resolved against the image's own environment
     assert env["LANG_TOO"] == "${containerEnv:LANG}"
     image_env = {"PATH": "/opt/orchestrator/bin:/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/home/node"}
@@ -433,7 +421,7 @@ def test_a_secret_taken_from_the_host_is_kept_out_of_what_the_run_writes(tmp_pat
         tmp_path / "r",
         {".devcontainer.json": json.dumps({"image": "x", "remoteEnv": {"GITHUB_TOKEN": "${localEnv:GITHUB_TOKEN}"}})},
     )
-    assert _resolve(repo, {"GITHUB_TOKEN": token}).remote_env == {"GITHUB_TOKEN": token}
+    assert resolve_at_head(repo, environ={"GITHUB_TOKEN": token}).remote_env == {"GITHUB_TOKEN": token}
     # the run's logs and reports, and the environment's build log, go through this sanitizer
     assert token not in default_sanitizer().scrub_text(f"echo {token}")
 
@@ -447,7 +435,7 @@ def test_a_devcontainer_only_in_the_work_tree_is_named_with_how_to_use_it(tmp_pa
     (repo / ".devcontainer").mkdir()
     (repo / ".devcontainer" / "devcontainer.json").write_text('{"image": "x"}')
     (repo / ".devcontainer" / "Dockerfile").write_text("FROM x\n")
-    assert _resolve(repo) is None  # the base commit has none: none is used
+    assert resolve_at_head(repo, environ={}) is None  # the base commit has none: none is used
     assert worktree_note(str(repo), head) == (
         "environment: .devcontainer/Dockerfile, .devcontainer/devcontainer.json in your work tree differ from the "
         f"base commit {head[:10]}; runs use the committed devcontainer: commit the change to use it"
@@ -508,7 +496,7 @@ def test_a_devcontainer_that_extends_path_through_container_env_runs(tmp_path):
     repo = make_repo(tmp_path / "repro", {".devcontainer/devcontainer.json": json.dumps(REPRO)})
     # an edit not committed: the committed file is used, and a line says how to use the edit
     (repo / ".devcontainer" / "devcontainer.json").write_text(json.dumps({**REPRO, "name": "edited"}))
-    r = _run(repo, tmp_path, 'SIM: exec (echo "$PATH"; git --version) > seen.txt\nSIM: commit seen')
+    r = dry_run(repo, tmp_path, 'SIM: exec (echo "$PATH"; git --version) > seen.txt\nSIM: commit seen')
     out = r.stdout + r.stderr
     assert r.returncode == 0, out
     assert "${" not in out, out
@@ -518,7 +506,7 @@ def test_a_devcontainer_that_extends_path_through_container_env_runs(tmp_path):
     ) in r.stderr
     if "environment: setup postCreateCommand" in r.stderr:  # not when another test built it first
         assert re.search(r"^  setup\| \d+$", r.stderr, re.M), r.stderr
-    path, version = _made_file(repo, "seen.txt").splitlines()
+    path, version = made_file(repo, "seen.txt").splitlines()
     assert path == "/opt/orchestrator/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/extra/bin"
     assert version.startswith("git version")
 
@@ -528,13 +516,13 @@ def test_a_literal_path_in_container_env_keeps_the_agent_tools(tmp_path):
     # Before, the agent tools were gone and the run ended with "rebuild it with orchestrator --build-image".
     devcontainer = {"image": LOCAL_BASE, "containerEnv": {"PATH": "/project/bin:/usr/bin:/bin"}}
     repo = make_repo(tmp_path / "literal", {".devcontainer.json": json.dumps(devcontainer)})
-    r = _run(
+    r = dry_run(
         repo,
         tmp_path,
         'SIM: exec (echo "$PATH"; command -v orchestrator-sim-agent; command -v git) > seen.txt\nSIM: commit',
     )
     assert r.returncode == 0, r.stdout + r.stderr
-    path, sim, git_path = _made_file(repo, "seen.txt").splitlines()
+    path, sim, git_path = made_file(repo, "seen.txt").splitlines()
     assert path == "/opt/orchestrator/bin:/project/bin:/usr/bin:/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/sbin"
     assert (sim, git_path) == ("/opt/orchestrator/bin/orchestrator-sim-agent", "/usr/bin/git")
 
@@ -542,7 +530,7 @@ def test_a_literal_path_in_container_env_keeps_the_agent_tools(tmp_path):
 @pytest.mark.docker
 def test_an_environment_image_that_cannot_be_pulled_is_a_preflight_error_naming_both_ways_out(tmp_path):
     repo = make_repo(tmp_path / "helm", {".devcontainer/devcontainer.json": KUBERNETES_HELM})
-    r = _run(repo, tmp_path, "SIM: print never", timeout=300)
+    r = dry_run(repo, tmp_path, "SIM: print never", timeout=300)
     assert r.returncode == 2, r.stdout + r.stderr
     last = _last_line(r.stderr)
     assert last.startswith(
@@ -593,7 +581,7 @@ def test_bootc_s_devcontainer_runs_its_sudo_setup_as_the_image_user_and_extends_
     )
     try:
         repo = make_repo(tmp_path / "bootc", {".devcontainer/devcontainer.json": BOOTC.replace("{image}", image)})
-        r = _run(
+        r = dry_run(
             repo,
             tmp_path,
             'SIM: exec (cat /etc/devenv-init.done; echo "$PATH"; cargo; id -u) > seen.txt 2>&1\nSIM: commit seen',
@@ -606,7 +594,7 @@ def test_bootc_s_devcontainer_runs_its_sudo_setup_as_the_image_user_and_extends_
         ) in lines, r.stderr
         assert any(line.endswith("privileged is not granted: task containers keep orchestrator's own limits "
                                  "(no extra capabilities, no privileged mode)") for line in lines), r.stderr  # fmt: skip
-        init, path, cargo, uid = _made_file(repo, "seen.txt").splitlines()
+        init, path, cargo, uid = made_file(repo, "seen.txt").splitlines()
         assert init == "init by devenv as root"
         assert path.startswith("/opt/orchestrator/bin:") and path.endswith(":/usr/local/cargo/bin"), path
         assert (cargo, uid) == ("cargo-stand-in", "1000")
@@ -634,7 +622,7 @@ def test_try_python_runs_its_setup_as_the_remote_user_its_image_names(tmp_path):
                 "requirements.txt": "flask\n",  # the repository's, as it is
             },
         )
-        r = _run(
+        r = dry_run(
             repo,
             tmp_path,
             'SIM: exec (python3 -c "import flask, sys; print(flask.__name__, sys.prefix)"; id -u) > seen.txt 2>&1\n'
@@ -647,7 +635,7 @@ def test_try_python_runs_its_setup_as_the_remote_user_its_image_names(tmp_path):
         ) in r.stderr.splitlines(), r.stderr
         # comments parsed; customizations and portsAttributes are an editor's, and say nothing
         assert ".devcontainer/devcontainer.json:" not in r.stderr, r.stderr
-        assert _made_file(repo, "seen.txt").splitlines() == ["flask /usr/local/python", "1000"]
+        assert made_file(repo, "seen.txt").splitlines() == ["flask /usr/local/python", "1000"]
     finally:
         subprocess.run(["docker", "rmi", "-f", image], capture_output=True)
 
@@ -662,7 +650,7 @@ def test_a_tool_missing_from_an_image_is_named_with_its_real_cause(tmp_path):
     subprocess.run(["docker", "build", "-q", "-t", tag, str(ctx)], check=True, capture_output=True)
     try:
         repo = make_repo(tmp_path / "plain")
-        r = _run(repo, tmp_path, "SIM: print never", "--docker-image", tag, timeout=300)
+        r = dry_run(repo, tmp_path, "SIM: print never", "--docker-image", tag, timeout=300)
         assert r.returncode == 2, r.stdout + r.stderr
         assert _last_line(r.stderr) == (
             f"orchestrator: error: Docker image '{tag}' has no orchestrator-sim-agent on its PATH: it is in "
@@ -699,5 +687,5 @@ def test_a_tool_missing_from_an_image_is_named_with_its_real_cause(tmp_path):
     assert "missing: it is not on the PATH (" in line and line.endswith(
         "-- fix: did the setup of .devcontainer.json remove it?"
     ), doctor.stdout
-    r = _run(gone, tmp_path, "SIM: print never", timeout=300)
+    r = dry_run(gone, tmp_path, "SIM: print never", timeout=300)
     assert r.returncode == 2 and "did the setup of .devcontainer.json remove it?" in _last_line(r.stderr), r.stderr

@@ -15,30 +15,12 @@ import uuid
 from pathlib import Path
 
 import pytest
-from cli_helpers import ORCH, cli_env, only_run_id, run_cli
+from cli_helpers import ORCH, cli_env, only_run_id, run_cli, strategy_args
 from conftest import TEST_BASE_IMAGE, git, make_repo
+from environment_helpers import LOCAL_BASE, dry_run, made_file, resolve_at_head
 
-from orchestrator.agent_image.environment import SetupCommand, resolve
+from orchestrator.agent_image.environment import SetupCommand
 from orchestrator.errors import ConfigError
-
-
-def _local_debian() -> str:
-    """The plain Debian image scripts/setup-docker.sh based the agent image on (no python, no pip)."""
-    for name in ("orchestrator-base:bookworm", "debian:bookworm-slim"):
-        try:
-            if subprocess.run(["docker", "image", "inspect", name], capture_output=True, timeout=30).returncode == 0:
-                return name
-        except (OSError, subprocess.TimeoutExpired):
-            break
-    return "orchestrator-base:bookworm"  # missing: the Docker tests fail naming it
-
-
-LOCAL_BASE = _local_debian()
-
-
-def _resolve(repo: Path, **kw):
-    params = {"image": None, "dockerfile": None, "setup": [], "use_devcontainer": True} | kw
-    return resolve(str(repo), git(repo, "rev-parse", "HEAD"), **params)
 
 
 def test_a_devcontainer_with_comments_and_every_command_form_is_read(tmp_path):
@@ -59,7 +41,7 @@ def test_a_devcontainer_with_comments_and_every_command_form_is_read(tmp_path):
 }"""
         },
     )
-    spec = _resolve(repo, environ={"TOKEN": "from-the-host"})
+    spec = resolve_at_head(repo, environ={"TOKEN": "from-the-host"})
     assert spec.source == ".devcontainer/devcontainer.json"
     assert spec.image == "python:3.12-bookworm"
     # the image answers ${containerEnv:PATH} when it is built; the host answers ${localEnv:...} now
@@ -87,7 +69,7 @@ def test_a_devcontainer_build_resolves_its_paths_from_its_own_folder(tmp_path):
             ".devcontainer/Dockerfile": "FROM scratch\n",
         },
     )
-    spec = _resolve(repo)
+    spec = resolve_at_head(repo)
     assert (spec.dockerfile, spec.context, spec.build_args) == (".devcontainer/Dockerfile", "", {"V": "1"})
     assert spec.notes == (
         ".devcontainer/devcontainer.json: build.cacheFrom is not used: orchestrator caches the built image itself",
@@ -109,37 +91,25 @@ def test_a_devcontainer_build_resolves_its_paths_from_its_own_folder(tmp_path):
 def test_a_devcontainer_that_cannot_work_is_refused_in_one_line(tmp_path, text, message):
     repo = make_repo(tmp_path / "r", {".devcontainer.json": text})
     with pytest.raises(ConfigError, match=message) as info:
-        _resolve(repo)
+        resolve_at_head(repo)
     assert "\n" not in str(info.value)
 
 
 def test_the_configuration_wins_over_a_devcontainer_and_is_read_at_the_base_commit(tmp_path):
     repo = make_repo(tmp_path / "r", {".devcontainer.json": '{"image": "a"}', "env/Dockerfile": "FROM scratch\n"})
-    spec = _resolve(repo, dockerfile="env/Dockerfile", setup=["make"])
+    spec = resolve_at_head(repo, dockerfile="env/Dockerfile", setup=["make"])
     assert (spec.dockerfile, spec.context, spec.image) == ("env/Dockerfile", "env", None)
     assert spec.setup == (SetupCommand(label="environment.setup[0]", shell="make"),)
     assert "devcontainer is not" in spec.notes[0]
-    assert _resolve(repo, use_devcontainer=False) is None
+    assert resolve_at_head(repo, use_devcontainer=False) is None
     with pytest.raises(ConfigError, match="does not exist at the base commit"):
-        _resolve(repo, dockerfile="env/Missing")
+        resolve_at_head(repo, dockerfile="env/Missing")
     # a file only in the working tree is not the base commit's
     (repo / "later.json").write_text("{}")
-    assert _resolve(make_repo(tmp_path / "plain")) is None
+    assert resolve_at_head(make_repo(tmp_path / "plain")) is None
 
 
 # ---------------------------------------------------------------- end to end
-
-
-def _run(repo: Path, tmp_path: Path, prompt: str, *extra: str, timeout: float = 900):
-    env = cli_env(tmp_path)
-    return run_cli([prompt, "--repo", str(repo), "--dry-run", "--no-tui", *extra], cwd=repo, env=env, timeout=timeout)
-
-
-def _branch_file(repo: Path, path: str) -> str:
-    branches = git(repo, "branch", "--format=%(refname:short)").split()
-    made = [b for b in branches if b != "main"]
-    assert made, branches
-    return git(repo, "show", f"{made[-1]}:{path}")
 
 
 TESTS_THEN_COMMIT = "SIM: exec ({cmd}) > result.txt 2>&1; echo exit=$? >> result.txt\nSIM: commit ran the tests"
@@ -182,9 +152,9 @@ def _python_repo(path: Path, extra: dict[str, str] | None = None) -> Path:
 @PYTHON_ENVIRONMENT
 def test_a_python_project_gets_pytest_and_its_editable_install_from_its_devcontainer(tmp_path):
     repo = _python_repo(tmp_path / "py")
-    r = _run(repo, tmp_path, TESTS_THEN_COMMIT.format(cmd=".venv/bin/python -m pytest -q"))
+    r = dry_run(repo, tmp_path, TESTS_THEN_COMMIT.format(cmd=".venv/bin/python -m pytest -q"))
     assert r.returncode == 0, r.stdout + r.stderr
-    result = _branch_file(repo, "result.txt")
+    result = made_file(repo, "result.txt")
     assert "1 passed" in result and "exit=0" in result, result
     # what the setup made inside the repository came to the task, and was not committed as the agent's work
     made = [b for b in git(repo, "branch", "--format=%(refname:short)").split() if b != "main"]
@@ -232,7 +202,7 @@ def test_a_node_project_runs_npm_ci_once_and_every_task_gets_its_own_node_module
         "md5sum node_modules/is-number/index.js > seen.txt; echo changed >> node_modules/is-number/index.js\n"
         "SIM: commit ran the tests"
     )
-    r = _run(repo, tmp_path / "a", prompt, "--runs", "2", "--max-parallel", "2")
+    r = dry_run(repo, tmp_path / "a", prompt, "--runs", "2", "--max-parallel", "2")
     out = r.stdout + r.stderr
     assert r.returncode == 0, out
     assert "environment: setup postCreateCommand: npm ci" in out
@@ -244,7 +214,7 @@ def test_a_node_project_runs_npm_ci_once_and_every_task_gets_its_own_node_module
     assert len(seen) >= 2 and len(set(seen)) == 1, seen
 
     # the same base again: nothing is built and no setup runs
-    r = _run(repo, tmp_path / "b", prompt)
+    r = dry_run(repo, tmp_path / "b", prompt)
     out = r.stdout + r.stderr
     assert r.returncode == 0, out
     assert "(cached)" in out and "environment: setup" not in out, out
@@ -254,7 +224,7 @@ def test_a_node_project_runs_npm_ci_once_and_every_task_gets_its_own_node_module
     lock["name"] = "demo-renamed"
     (repo / "package-lock.json").write_text(json.dumps(lock, indent=2) + "\n")
     git(repo, "commit", "-qam", "lock changed")
-    r = _run(repo, tmp_path / "c", prompt)
+    r = dry_run(repo, tmp_path / "c", prompt)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "environment: setup postCreateCommand: npm ci" in r.stderr
 
@@ -309,13 +279,13 @@ def test_a_devcontainer_dockerfile_is_built_from_the_base_commit(tmp_path):
         },
     )
     (repo / "marker.txt").write_text("uncommitted edit\n")  # the build context is the commit, not the work tree
-    r = _run(
+    r = dry_run(
         repo,
         tmp_path,
         TESTS_THEN_COMMIT.format(cmd="cat /etc/env-mark /etc/from-context made-by-setup.txt; git --version; id -u"),
     )
     assert r.returncode == 0, r.stdout + r.stderr
-    result = _branch_file(repo, "result.txt")
+    result = made_file(repo, "result.txt")
     assert result.splitlines()[:3] == ["from-args", "committed", "from-args"], result
     assert "git version" in result and "exit=0" in result
     assert result.splitlines()[-2] == "1000", result  # the agent ran as uid 1000, the image's own user
@@ -332,7 +302,7 @@ def test_an_image_that_cannot_take_the_agent_tools_is_refused_in_one_line(tmp_pa
     subprocess.run(["docker", "build", "-q", "-t", tag, str(ctx)], check=True, capture_output=True)
     try:
         repo = make_repo(tmp_path / "r", {".devcontainer.json": json.dumps({"image": tag})})
-        r = _run(repo, tmp_path, "SIM: print never", timeout=300)
+        r = dry_run(repo, tmp_path, "SIM: print never", timeout=300)
         assert r.returncode == 1, r.stdout + r.stderr
         last = r.stderr.strip().splitlines()[-1]
         assert last.startswith(f"orchestrator: error: the environment image {tag} has no /bin/sh"), r.stderr
@@ -346,7 +316,7 @@ def test_a_failing_setup_stops_the_run_before_any_task_and_its_output_is_shown_o
     repo = make_repo(
         tmp_path / "bad", {".devcontainer.json": json.dumps({"image": TEST_BASE_IMAGE, "onCreateCommand": script})}
     )
-    r = _run(repo, tmp_path, "SIM: print never")
+    r = dry_run(repo, tmp_path, "SIM: print never")
     assert r.returncode == 1, r.stdout + r.stderr
     assert "the setup failed (.devcontainer.json, onCreateCommand, exit 7)" in r.stderr
     # Its output is shown as it runs, once: the error after it repeated its last 30 lines.
@@ -367,7 +337,7 @@ def test_what_a_setup_leaves_that_git_does_not_ignore_is_named_by_its_folder(tmp
         f": > stray.txt; : > sub/cache/x; echo {uuid.uuid4().hex}"  # a new setup: not a cached image
     )
     repo = make_repo(tmp_path / "r", {"sub/keep.txt": "kept\n"})
-    r = _run(repo, tmp_path, "SIM: print hi", "--env-setup", setup, timeout=600)
+    r = dry_run(repo, tmp_path, "SIM: print hi", "--env-setup", setup, timeout=600)
     built = [line.split()[-1] for line in r.stderr.splitlines() if line.startswith("environment: built ")]
     try:
         assert r.returncode == 0, r.stdout + r.stderr
@@ -380,7 +350,7 @@ def test_what_a_setup_leaves_that_git_does_not_ignore_is_named_by_its_folder(tmp
 
 def test_image_and_dockerfile_together_are_refused(tmp_path):
     repo = make_repo(tmp_path / "r")
-    r = _run(repo, tmp_path, "x", "--env-image", "a", "--env-dockerfile", "Dockerfile", timeout=120)
+    r = dry_run(repo, tmp_path, "x", "--env-image", "a", "--env-dockerfile", "Dockerfile", timeout=120)
     assert r.returncode == 2
     assert (
         r.stderr.strip()
@@ -392,7 +362,7 @@ def test_image_and_dockerfile_together_are_refused(tmp_path):
 @pytest.mark.docker
 def test_a_task_runs_in_the_agent_image_when_the_project_has_no_environment(tmp_path):
     repo = make_repo(tmp_path / "plain")
-    r = _run(repo, tmp_path, "SIM: write a.txt x\nSIM: commit a", timeout=300)
+    r = dry_run(repo, tmp_path, "SIM: write a.txt x\nSIM: commit a", timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "environment:" not in r.stderr
     manifest = json.loads((tmp_path / "state" / only_run_id(tmp_path) / "run.json").read_text())
@@ -449,24 +419,19 @@ print(json.dumps({"metrics": {"throughput": 100 + 10 * n, "test_s": time.monoton
 @PYTHON_ENVIRONMENT
 def test_a_tree_beam_dry_run_evaluates_the_base_and_its_candidates_in_the_environment(tmp_path):
     repo = _python_repo(tmp_path / "tb", {"bench_eval.py": TIMED_TESTS})
-    r = _run(
+    r = dry_run(
         repo,
         tmp_path,
         "make the tests faster",
-        "--strategy",
-        "tree-beam",
-        "-S",
-        "eval_command=python3 bench_eval.py",
-        "-S",
-        "primary_metric=throughput",
-        "-S",
-        "ideas_per_node=2",
-        "-S",
-        "max_depth=1",
-        "-S",
-        "beam_width=1",
-        "-S",
-        "max_total_evals=3",
+        *strategy_args(
+            "tree-beam",
+            eval_command="python3 bench_eval.py",
+            primary_metric="throughput",
+            ideas_per_node=2,
+            max_depth=1,
+            beam_width=1,
+            max_total_evals=3,
+        ),
     )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     tree = json.loads((tmp_path / "results" / only_run_id(tmp_path) / "strategy_output" / "tree.json").read_text())
@@ -524,7 +489,7 @@ def test_the_environment_reaches_another_engine_with_sync_image(tmp_path, privat
     try:
         runner_log = (tmp_path / "logs" / run_id / "runner.jsonl").read_text()
         assert '"runner.archive.copied_in"' in runner_log  # it ran on the other engine, from a copied-in clone
-        assert _branch_file(repo, "out.txt").split() == [nonce, "seeded"]
+        assert made_file(repo, "out.txt").split() == [nonce, "seeded"]
     finally:
         remove_run(private_engine.url, run_id)
         images = private_engine.docker("images", "-q", "orchestrator-env").stdout.split()
@@ -541,7 +506,7 @@ def test_the_real_claude_code_runs_the_projects_tests_in_the_environment(tmp_pat
 
     repo = _python_repo(tmp_path / "py", {"run-tests.sh": ".venv/bin/python -m pytest -q\n"})
     # the environment as a run builds it
-    r = _run(repo, tmp_path / "dry", "SIM: print ok")
+    r = dry_run(repo, tmp_path / "dry", "SIM: print ok")
     assert r.returncode == 0, r.stdout + r.stderr
     manifest = json.loads((tmp_path / "dry" / "state" / only_run_id(tmp_path / "dry") / "run.json").read_text())
     env_image = manifest["docker_image"]
@@ -561,7 +526,7 @@ def test_the_real_claude_code_runs_the_projects_tests_in_the_environment(tmp_pat
             timeout=600,
         )
         assert r.returncode == 0, r.stdout + r.stderr
-        output = _branch_file(repo, "test-output.txt")
+        output = made_file(repo, "test-output.txt")
         assert "1 passed" in output and "exit=0" in output, output
     finally:
         remove_run_resources(tmp_path / "real" / "state")

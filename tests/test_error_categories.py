@@ -12,6 +12,7 @@ import pytest
 from conftest import git, make_repo
 from reliability_helpers import (
     IMG,
+    RESUMABLE_PROMPT,
     check_log,
     cli_env,
     docker,
@@ -21,10 +22,11 @@ from reliability_helpers import (
     run_cli,
     run_ids,
     run_volumes,
+    runner_messages,
+    sim_executions,
     start_cli,
     wait_for,
 )
-from test_resume_workspace import PROMPT, runner_events, sim_executions
 
 pytestmark = [pytest.mark.docker]
 
@@ -77,7 +79,7 @@ def test_a_session_the_agent_cannot_resume_starts_a_fresh_one_in_the_same_worksp
     repo = make_repo(tmp_path / "repo")
     env = cli_env(tmp_path)
     out = tmp_path / "out" / "first"
-    proc = start_cli([PROMPT, "--no-tui", *IMG], cwd=repo, env=env, out=out)
+    proc = start_cli([RESUMABLE_PROMPT, "--no-tui", *IMG], cwd=repo, env=env, out=out)
     run_id = wait_for(lambda: run_ids(tmp_path) and run_ids(tmp_path)[0])
     try:
         wait_for(lambda: next((tmp_path / "ws" / run_id).glob("k_*/notes.txt"), None), timeout=120)
@@ -112,7 +114,7 @@ def test_a_session_the_agent_cannot_resume_starts_a_fresh_one_in_the_same_worksp
         assert done.payload["session_id"] == execs[2]["session_id"]
         branch = done.payload["artifact"]["branch_final"]
         assert branch and git(repo, "show", f"{branch}:notes.txt") == "work"
-        assert runner_events(tmp_path, run_id, "runner.workspace.kept")
+        assert runner_messages(tmp_path, run_id, "runner.workspace.kept")
     finally:
         if proc.poll() is None:
             proc.kill()

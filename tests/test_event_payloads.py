@@ -83,6 +83,20 @@ def line_of(payload: E.EventPayload, offset: int = 0, key: str | None = "r/s1/k"
     )
 
 
+def _reencoded(ev, payload: dict) -> bytes:
+    """``ev``'s log line written again from its envelope fields and ``payload``."""
+    return E.encode_line(
+        ev.type,
+        ts=ev.ts,
+        run_id=ev.run_id,
+        strategy_execution_id=ev.strategy_execution_id,
+        start_offset=ev.start_offset,
+        payload=payload,
+        key=ev.key,
+        event_id=ev.id,
+    )
+
+
 @settings(max_examples=400, deadline=None)
 @given(payloads, st.one_of(st.none(), text), st.integers(min_value=0, max_value=2**40))
 def test_every_payload_struct_survives_a_trip_through_a_log_line(payload, key, offset):
@@ -91,16 +105,7 @@ def test_every_payload_struct_survives_a_trip_through_a_log_line(payload, key, o
     assert ev.typed() == payload
     # the envelope too: struct -> line -> struct, and the line it re-encodes to is the same bytes
     assert ev.key == key and ev.start_offset == offset and ev.type == E.type_of(payload)
-    again = E.encode_line(
-        ev.type,
-        ts=ev.ts,
-        run_id=ev.run_id,
-        strategy_execution_id=ev.strategy_execution_id,
-        start_offset=ev.start_offset,
-        payload=ev.payload,
-        key=ev.key,
-        event_id=ev.id,
-    )
+    again = _reencoded(ev, ev.payload)
     assert again == line and E.decode_line(again) == ev
 
 
@@ -114,16 +119,7 @@ def test_the_golden_log_decodes_to_structs_that_write_back_the_same_bytes():
         kinds.add(ev.type)
         # an older log (its artifacts predate uncommitted_files): nothing is added, nothing lost
         assert E.payload_dict(payload) == ev.payload
-        rewritten = E.encode_line(
-            ev.type,
-            ts=ev.ts,
-            run_id=ev.run_id,
-            strategy_execution_id=ev.strategy_execution_id,
-            start_offset=ev.start_offset,
-            payload=E.payload_dict(payload),
-            key=ev.key,
-            event_id=ev.id,
-        )
+        rewritten = _reencoded(ev, E.payload_dict(payload))
         assert rewritten == line
     assert {E.TASK_COMPLETED, E.TASK_FAILED, E.TASK_SCHEDULED, E.STRATEGY_CHECKPOINT} <= kinds
     assert skipped_lines(GOLDEN) == []

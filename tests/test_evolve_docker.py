@@ -10,8 +10,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from cli_helpers import strategy_args
 from conftest import git, make_repo
-from docker_harness import harness_defaults, new_run_id, run_with_docker
+from docker_harness import new_run_id, run_with_docker
+from evolve_helpers import history, project
+from scenarios import GOALS_YAML, STUCK_YAML
 
 from orchestrator.log.eventlog import read_events
 from orchestrator.log.state import COMPLETED
@@ -35,27 +38,6 @@ GOALS = [
     sim_goal("c2", 8, "test -f c2.txt", "write c2.txt ok", "write shared.txt two", "commit fix c2"),
     sim_goal("d", 5, "test -f done_d.txt", "write done_d.txt ok", "exec rm keep.txt", "commit fix d"),
 ]
-FIELDS = (
-    "cycle",
-    "goal_ids",
-    "result",
-    "goals_passing",
-    "fixed",
-    "regressed",
-    "conflicts",
-    "resolved",
-    "blamed",
-    "quarantined",
-)
-
-
-def history(tmp_path, run_id):
-    text = (tmp_path / "results" / run_id / "strategy_output" / "cycle-history.jsonl").read_text()
-    return [json.loads(line) for line in text.splitlines()]
-
-
-def project(entries):
-    return [tuple(e[f] for f in FIELDS) for e in entries]
 
 
 EXPECTED = [
@@ -111,42 +93,6 @@ async def test_evolve_end_to_end_with_conflict_revert_and_quarantine(tmp_path, w
     assert len(s.result["branches"]["deleted"]) >= 5 and s.result["branches"]["kept"] == {}
 
 
-async def run_until(tmp_path, repo, fn, *, event_type, key_suffix, run_id, params, prompt):
-    """Like ``run_with_docker`` but cancels the run the moment ``event_type`` is logged for ``key_suffix``."""
-    import anyio
-    from conftest import TEST_IMAGE
-
-    from orchestrator.engine.engine import Engine, EngineConfig
-    from orchestrator.runner import AuthConfig, DockerRunner, RetryConfig
-
-    cfg = EngineConfig(
-        run_id=run_id,
-        repo_path=str(repo),
-        strategy_name="evolve",
-        logs_dir=str(tmp_path / "logs"),
-        state_dir=str(tmp_path / "state"),
-        results_dir=str(tmp_path / "results"),
-        max_parallel=4,
-        defaults=harness_defaults(),
-        runner_options={
-            "docker_image": TEST_IMAGE,
-            "retry_config": RetryConfig(max_attempts=3, backoff_base_s=0.2, backoff_factor=2, backoff_max_s=1),
-        },
-    )
-    runner = DockerRunner(auth=AuthConfig(api_key="sk-test-not-a-real-key-000000"), logs_dir=tmp_path / "logs" / run_id)
-    engine = Engine(cfg, runner)
-    scope = anyio.CancelScope()
-    engine.listeners.append(
-        lambda etype, sid, key, *_: scope.cancel() if etype == event_type and key and key.endswith(key_suffix) else None
-    )
-    try:
-        with scope:
-            await engine.run(fn, prompt=prompt, params=params)
-    finally:
-        await runner.aclose()
-    return engine
-
-
 @pytest.mark.parametrize(
     "event_type,key_suffix",
     [
@@ -165,7 +111,9 @@ async def test_evolve_interrupted_resumes_without_rerunning_finished_tasks(
         prompt="keep the project healthy",
         params={"goals": [GOALS[0], GOALS[1], slow_c2], "max_parallel": 2},
     )
-    first = await run_until(tmp_path, repo, evolve, event_type=event_type, key_suffix=key_suffix, **kw)
+    first = await run_with_docker(
+        tmp_path, repo, evolve, strategy_name="evolve", cancel_on=(event_type, key_suffix), **kw
+    )
     assert first.state.strategies["s1"].status == "running"  # really interrupted mid-cycle
     n_first = len(list(read_events(first.paths.events)))
     finished_first = {k for k, t in first.state.tasks.items() if t.state == COMPLETED}
@@ -184,32 +132,6 @@ async def test_evolve_interrupted_resumes_without_rerunning_finished_tasks(
     assert s.result["stopped"] == "all-passing"
 
 
-GOALS_YAML = """\
-version: 1
-goals:
-  - id: keep
-    description: keep.txt stays
-    check: test -f keep.txt
-    weight: 1
-  - id: c1
-    description: |
-      add c1.txt
-      SIM: write c1.txt ok
-      SIM: write shared.txt one
-      SIM: commit fix c1
-    check: test -f c1.txt
-    weight: 9
-  - id: c2
-    description: |
-      add c2.txt
-      SIM: write c2.txt ok
-      SIM: write shared.txt two
-      SIM: commit fix c2
-    check: test -f c2.txt
-    weight: 8
-"""
-
-
 def test_cli_runs_evolve_from_a_goals_file(tmp_path):
     from cli_helpers import cli_env, only_run_id, run_cli
     from conftest import TEST_IMAGE
@@ -218,14 +140,7 @@ def test_cli_runs_evolve_from_a_goals_file(tmp_path):
     result = run_cli(
         [
             "keep the project healthy",
-            "--strategy",
-            "evolve",
-            "-S",
-            "goals=GOALS.yaml",
-            "-S",
-            "max_parallel=2",
-            "-S",
-            "max_cycles=4",
+            *strategy_args("evolve", goals="GOALS.yaml", max_parallel=2, max_cycles=4),
             "--no-tui",
             "--docker-image",
             TEST_IMAGE,
@@ -252,26 +167,6 @@ def test_cli_runs_evolve_from_a_goals_file(tmp_path):
     assert set(git(repo, "for-each-ref", "--format=%(refname:short)", "refs/heads/").split()) == {"main", final}
 
 
-STUCK_YAML = """\
-version: 1
-goals:
-  - id: stuck
-    description: |
-      make stuck pass (its check looks for a file no fix writes)
-      SIM: write stuck_try.txt tried
-      SIM: commit try stuck
-    check: test -f never_written.txt
-    weight: 9
-  - id: other
-    description: |
-      add other.txt
-      SIM: write other.txt ok
-      SIM: commit fix other
-    check: test -f other.txt
-    weight: 5
-"""
-
-
 def test_cli_dry_run_rests_a_goal_that_cannot_move_and_reaches_the_next(tmp_path):
     # issue 30: a goal whose check no fix can pass took all 6 cycles ("reverted | no goal
     # improved" each time) and the second failing goal was never tried.
@@ -282,14 +177,7 @@ def test_cli_dry_run_rests_a_goal_that_cannot_move_and_reaches_the_next(tmp_path
     result = run_cli(
         [
             "keep the project healthy",
-            "--strategy",
-            "evolve",
-            "-S",
-            "goals=GOALS.yaml",
-            "-S",
-            "max_parallel=1",
-            "-S",
-            "max_cycles=6",
+            *strategy_args("evolve", goals="GOALS.yaml", max_parallel=1, max_cycles=6),
             "--dry-run",
             "--no-tui",
             "--docker-image",

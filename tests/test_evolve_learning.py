@@ -10,7 +10,7 @@ from functools import partial
 
 import anyio
 from engine_helpers import run_engine
-from test_evolve import CHECKS, FIXES, GOALS, Repo, World, goal, history, key_parts, project, world
+from evolve_helpers import CHECKS, FIXES, GOALS, Repo, World, goal, history, key_parts, project, world
 
 from orchestrator.engine.testing import ScriptedRunner, failure, success
 from strategies.evolve import evolve

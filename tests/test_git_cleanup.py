@@ -6,11 +6,12 @@ from pathlib import Path
 
 import pytest
 from conftest import git, make_repo
+from plugin_helpers import instance_request
 
 from orchestrator.engine.fingerprint import TaskDefaults, fingerprint, normalize_task
 from orchestrator.errors import ConfigError
 from orchestrator.naming import branch_name
-from orchestrator.runner import DockerRunner, InstanceRequest
+from orchestrator.runner import DockerRunner
 from orchestrator.runner.git_cleanup import delete_run_branches
 from orchestrator.runner.git_import import _ensure_note
 
@@ -83,7 +84,7 @@ async def test_a_suffixed_import_is_ours_and_a_run_id_prefix_is_not(repo):
 
 async def test_the_docker_runner_deletes_without_a_container(repo, tmp_path):
     runner = DockerRunner(logs_dir=tmp_path / "logs", client_factory=_no_docker)
-    req = InstanceRequest(
+    req = instance_request(
         prompt="cleanup",
         repo_path=str(repo),
         branch_name="unused",

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import pytest
-from test_git_ops import commit_file, heads, host, isolated_git_config, make_ws, note, ws_head  # noqa: F401
+from git_ops_helpers import commit_file, heads, make_ws, note, ws_head
 
 from orchestrator.errors import BranchExistsError
 from orchestrator.runner.git_ops import _import_branch_sync
 
+pytestmark = pytest.mark.usefixtures("isolated_git_config")
 KEY = "run_x/s1/gen/0"
 
 
 @pytest.mark.parametrize("policy", ["fail", "suffix", "overwrite"])
-def test_rerun_of_the_same_task_replaces_its_own_branch(host, tmp_path, policy):  # noqa: F811
+def test_rerun_of_the_same_task_replaces_its_own_branch(host, tmp_path, policy):
     first = make_ws(host, tmp_path / "ws1", changes=True, n=1)
     art1 = _import_branch_sync(
         host, first, branch_name="b", task_key=KEY, run_id="run_x", import_conflict_policy=policy
@@ -29,7 +30,7 @@ def test_rerun_of_the_same_task_replaces_its_own_branch(host, tmp_path, policy):
     assert f"task_key={KEY}" in note(host, ws_head(second))
 
 
-def test_another_tasks_branch_is_still_protected(host, tmp_path):  # noqa: F811
+def test_another_tasks_branch_is_still_protected(host, tmp_path):
     first = make_ws(host, tmp_path / "ws1", changes=True, n=1)
     _import_branch_sync(host, first, branch_name="b", task_key="run_x/s1/other", run_id="run_x")
     second = make_ws(host, tmp_path / "ws2", changes=True, n=2)
@@ -38,9 +39,9 @@ def test_another_tasks_branch_is_still_protected(host, tmp_path):  # noqa: F811
     assert heads(host)["b"] == ws_head(first)
 
 
-def test_a_users_own_branch_with_the_planned_name_is_protected(host, tmp_path):  # noqa: F811
+def test_a_users_own_branch_with_the_planned_name_is_protected(host, tmp_path):
     commit_file(host, "user.txt", "mine\n", "user work")
-    from test_git_ops import git
+    from git_ops_helpers import git
 
     git(host, "branch", "b")
     user_tip = heads(host)["b"]

@@ -17,6 +17,7 @@ import msgspec
 import pytest
 from cli_helpers import cli_env, only_run_id, run_cli
 from conftest import TEST_IMAGE, git, make_repo
+from plugin_helpers import instance_request
 from reliability_helpers import (
     NO_DISK_MIN,
     check_log,
@@ -586,18 +587,14 @@ def test_read_only_archive_copy_cannot_be_changed_by_the_agent(tmp_path, private
 
     from orchestrator.runner.docker_containers import host_config_kwargs
     from orchestrator.runner.hosts import HostSpec, docker_host
-    from orchestrator.runner.types import InstanceRequest
 
     repo = make_repo(tmp_path / "repo")
     ws = _prepare_workspace_sync(repo, "main", tmp_path / "ws").path
-    request = InstanceRequest(
+    request = instance_request(
         prompt="p",
         repo_path=str(repo),
-        branch_name="b",
         run_id="run_ro",
-        instance_id="i",
         strategy_execution_id="s1",
-        task_key="k",
         container_name="h18-ro-test",
         import_policy="never",
     )
@@ -701,7 +698,6 @@ def test_an_error_raised_by_a_hosts_runner_reaches_the_caller_unwrapped(raised):
     from orchestrator.errors import ConfigError, GitError
     from orchestrator.jsonlog import ComponentLog
     from orchestrator.runner.hosts import HostSpec, MultiHostRunner
-    from orchestrator.runner.types import InstanceRequest
 
     class Raising:
         """An engine's runner that raises before it gets anywhere (no Docker is touched)."""
@@ -719,16 +715,7 @@ def test_an_error_raised_by_a_hosts_runner_reaches_the_caller_unwrapped(raised):
         async def aclose(self):
             await self.host.aclose()
 
-    request = InstanceRequest(
-        prompt="p",
-        repo_path="/nonexistent",
-        branch_name="b",
-        run_id="run_x",
-        instance_id="i",
-        strategy_execution_id="s1",
-        task_key="k",
-        container_name="c",
-    )
+    request = instance_request(prompt="p", repo_path="/nonexistent", run_id="run_x", strategy_execution_id="s1")
 
     async def go():
         runner = MultiHostRunner([HostSpec("only", None, 1)], Raising)
@@ -760,7 +747,7 @@ async def test_a_placement_event_goes_through_the_runners_one_emitter_and_is_scr
     secret in a placement event's fields reached the caller in clear."""
     import json
 
-    from orchestrator.runner import DockerRunner, InstanceRequest
+    from orchestrator.runner import DockerRunner
     from orchestrator.runner.hosts import HostSpec, MultiHostRunner
     from orchestrator.sanitize import Sanitizer
 
@@ -772,10 +759,9 @@ async def test_a_placement_event_goes_through_the_runners_one_emitter_and_is_scr
         return DockerRunner(logs_dir=tmp_path, sanitizer=sanitizer, host=host)
 
     runner = MultiHostRunner([HostSpec("a", None, 1), HostSpec("b", None, 1)], make)
-    request = InstanceRequest(
+    request = instance_request(
         prompt="p",
         repo_path=str(tmp_path),
-        branch_name="b",
         run_id="r1",
         strategy_execution_id="s1",
         instance_id="i1",

@@ -20,8 +20,7 @@ import pytest
 from cli_helpers import cli_env, only_run_id, run_cli, wait_for
 from conftest import git, make_repo
 from engine_proxy import EngineProxy
-from reliability_helpers import NO_DISK_MIN, check_log, events_path, finish, remove_run, start_cli
-from test_resume_workspace import runner_events
+from reliability_helpers import NO_DISK_MIN, check_log, events_path, finish, remove_run, runner_messages, start_cli
 
 PUT_ARCHIVE = rb"PUT /[^ ]*/containers/[^/ ]+/archive\?path=%2Fworkspace"
 # The container set-up's exec that checks the session volume is writable.
@@ -298,7 +297,7 @@ def test_ctrl_c_before_the_agents_first_line_is_read_keeps_its_session_for_the_r
         proc.send_signal(signal.SIGINT)
         # The line comes through only once the agent has been asked to end: a runner that
         # closed the connection when the Ctrl+C came has lost it by then.
-        wait_for(lambda: runner_events(tmp_path, run_id, "runner.agent.stopped"), timeout=60)
+        wait_for(lambda: runner_messages(tmp_path, run_id, "runner.agent.stopped"), timeout=60)
         proxy.release()
         rc, _, err = finish(proc, out, timeout=60)
         assert rc == 130, err[-3000:]
@@ -311,7 +310,7 @@ def test_ctrl_c_before_the_agents_first_line_is_read_keeps_its_session_for_the_r
         assert done.payload["session_id"] == session, done.payload
         branch = done.payload["artifact"]["branch_final"]
         assert git(repo, "show", f"{branch}:b.txt") == "two"
-        (_, resumed) = runner_events(tmp_path, run_id, "runner.exec.started")
+        (_, resumed) = runner_messages(tmp_path, run_id, "runner.exec.started")
         assert resumed["resume_session_id"] == session, resumed
     finally:
         if proc.poll() is None:

@@ -424,7 +424,7 @@ def test_doctor_shows_each_hosts_transport_security(tmp_path):
     """--doctor reads the transports from the configuration (no engine is contacted):
     ssh, TLS verified, TLS unverified (a SkipTLSVerify context), plain on loopback,
     plain with insecure: true; the last two that expose credentials are warnings."""
-    from test_hosts_plain_tcp import guard_log, guarded_env
+    from net_guard_helpers import guard_log, guarded_env
 
     docker_config = tmp_path / "docker-config"
     docker_config.mkdir()

@@ -402,3 +402,50 @@ def test_the_fold_check_sees_type_tests_and_record_walks_but_not_asserts_or_othe
         "    return isinstance(exc, BudgetReached) or isinstance(p, dict)\n"
     )
     assert len(_payload_type_tests("orchestrator.report.probe", source)) == 4
+
+
+# Tests share their helpers through helper modules (tests/*_helpers.py, shared_runs.py, scenarios.py, conftest.py's
+# fixtures), never by importing another test module: that module's tests would be collected twice under two names,
+# and its private helpers would become an interface nobody declared.
+TESTS = Path(__file__).resolve().parent
+
+
+def _test_module_imports(source: str, test_modules: set[str]) -> list[tuple[int, str, str]]:
+    """(line, test module, name) for each name imported from a test module, in functions too."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and not node.level and node.module in test_modules:
+            found += [(node.lineno, node.module, a.name) for a in node.names]
+        elif isinstance(node, ast.Import):
+            found += [(node.lineno, a.name, "") for a in node.names if a.name in test_modules]
+    return found
+
+
+def _imports_from_test_modules() -> list[str]:
+    test_modules = {p.stem for p in TESTS.glob("test_*.py")}
+    return [
+        f"{path.name}:{line}: {module} {name}".rstrip()
+        for path in sorted(TESTS.glob("*.py"))
+        for line, module, name in _test_module_imports(path.read_text("utf-8"), test_modules)
+    ]
+
+
+def test_no_test_imports_a_private_name_from_another_test_module():
+    assert [hit for hit in _imports_from_test_modules() if hit.rsplit(" ", 1)[-1].startswith("_")] == []
+
+
+def test_tests_share_helpers_through_helper_modules_not_test_modules():
+    assert _imports_from_test_modules() == []
+
+
+def test_the_test_import_check_sees_every_form():
+    source = (
+        "from test_a import _helper, PUBLIC\n"
+        "import test_b\n"
+        "from test_helpers_like import x\n"
+        "from orchestrator.agent_image.build import test_image_is_current\n"
+        "def f():\n"
+        "    from test_a import run\n"
+    )
+    found = _test_module_imports(source, {"test_a", "test_b"})
+    assert found == [(1, "test_a", "_helper"), (1, "test_a", "PUBLIC"), (2, "test_b", ""), (6, "test_a", "run")]

@@ -3,20 +3,18 @@
 from __future__ import annotations
 
 import json
-import random
-from pathlib import Path
 
 import pytest
+from plugin_helpers import CLAUDE_FLAGS, FIXTURES, assert_chunking_is_invisible, fixture_names, multibyte_splits, parse
+from plugin_helpers import instance_request as request
 
 from orchestrator.errors import ConfigError, PreflightError
 from orchestrator.runner.plugin import RunnerPlugin
 from orchestrator.runner.registry import get_plugin
-from orchestrator.runner.types import AuthConfig, InstanceRequest
+from orchestrator.runner.types import AuthConfig
 from runner_plugins._jsonl import LineBuffer
 from runner_plugins.claude_code import PLUGIN, PROMPT_ARGV_LIMIT
 
-# Copied verbatim from the shared fixtures (provenance in SOURCES.md there).
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "agent-transcripts"
 FROM_RESULT = object()  # long final messages: the fixture's own result text, read below with json
 
 
@@ -218,22 +216,11 @@ EXPECTED = {
 
 
 def test_every_fixture_has_an_expectation():
-    assert sorted(p.name for p in FIXTURES.glob("claude_*.jsonl")) == sorted(EXPECTED)
+    assert fixture_names("claude") == sorted(EXPECTED)
 
 
 def run(data: bytes, exit_code: int | None, chunks: list[int] | None = None, previous=None):
-    parser = PLUGIN.new_parser(previous=previous)
-    events = []
-    if chunks is None:
-        events += parser.feed(data)
-    else:
-        pos = 0
-        for size in chunks:
-            events += parser.feed(data[pos : pos + size])
-            pos += size
-        events += parser.feed(data[pos:])
-    outcome = parser.finish(exit_code)
-    return outcome, events + parser.final_events
+    return parse(PLUGIN, data, exit_code, chunks, previous)
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
@@ -252,34 +239,11 @@ def test_fixture_outcome(name):
     assert events, "every fixture yields events"
 
 
-def random_chunks(data: bytes, rng: random.Random) -> list[int]:
-    sizes, total = [], 0
-    while total < len(data):
-        size = rng.randint(1, 7)
-        sizes.append(size)
-        total += size
-    return sizes
-
-
-def multibyte_splits(data: bytes) -> list[int]:
-    """Chunk sizes that cut inside every multi-byte UTF-8 sequence."""
-    cuts = [i for i in range(1, len(data)) if 0x80 <= data[i] < 0xC0]
-    sizes, prev = [], 0
-    for cut in cuts:
-        sizes.append(cut - prev)
-        prev = cut
-    return sizes
-
-
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_fixture_chunking_is_invisible(name):
     data = (FIXTURES / name).read_bytes()
     code = EXPECTED[name][-1]
-    whole = run(data, code)
-    for seed in range(25):
-        assert run(data, code, random_chunks(data, random.Random(seed))) == whole
-    assert run(data, code, multibyte_splits(data)) == whole
-    assert run(data.rstrip(b"\n"), code) == whole  # no newline at end of stream
+    assert_chunking_is_invisible(PLUGIN, data, code)
 
 
 def test_multibyte_split_points_exist_in_some_fixture():
@@ -402,21 +366,6 @@ def test_no_result_classification_from_stderr_and_exit():
     assert (retried.finish(None).error_category, retried.finish(None).retryable) == ("api", True)
 
 
-def request(**kw) -> InstanceRequest:
-    base = dict(
-        prompt="fix the bug",
-        repo_path="/repo",
-        branch_name="b",
-        run_id="r",
-        strategy_execution_id="se",
-        instance_id="i",
-        task_key="k",
-        container_name="c",
-    )
-    base.update(kw)
-    return InstanceRequest(**base)
-
-
 def test_plugin_lookup_and_capabilities():
     assert get_plugin("claude-code") is PLUGIN
     assert isinstance(PLUGIN, RunnerPlugin)
@@ -429,13 +378,7 @@ def test_build_command_shapes():
         "claude",
         "-p",
         "fix the bug",
-        "--output-format",
-        "stream-json",
-        "--verbose",
-        "--model",
-        "sonnet",
-        "--permission-mode",
-        "bypassPermissions",
+        *CLAUDE_FLAGS,
     ]
     argv = PLUGIN.build_command(
         request(

@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-import itertools
 import json
-import random
-from pathlib import Path
 
 import pytest
+from plugin_helpers import FIXTURES, assert_chunking_is_invisible, fixture_names, parse, requests_for
 
 from orchestrator.errors import ConfigError, PreflightError
 from orchestrator.runner.plugin import RunnerPlugin
 from orchestrator.runner.registry import get_plugin
-from orchestrator.runner.types import AuthConfig, InstanceRequest
+from orchestrator.runner.types import AuthConfig
 from runner_plugins.codex import PLUGIN
 
-# Copied verbatim from the shared fixtures (provenance in SOURCES.md there).
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "agent-transcripts"
 LAST_AGENT_MESSAGE = object()  # long text: the last agent_message item of the file, read below with json
 
 
@@ -206,19 +202,11 @@ EXPECTED = {
 
 
 def test_every_fixture_has_an_expectation():
-    assert sorted(p.name for p in FIXTURES.glob("codex_*.jsonl")) == sorted(EXPECTED)
+    assert fixture_names("codex") == sorted(EXPECTED)
 
 
 def run(data: bytes, exit_code: int | None, chunks: list[int] | None = None, previous=None):
-    parser = PLUGIN.new_parser(previous=previous)
-    events = []
-    pos = 0
-    for size in chunks or []:
-        events += parser.feed(data[pos : pos + size])
-        pos += size
-    events += parser.feed(data[pos:])
-    outcome = parser.finish(exit_code)
-    return outcome, events + parser.final_events
+    return parse(PLUGIN, data, exit_code, chunks, previous)
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
@@ -236,28 +224,11 @@ def test_fixture_outcome(name):
     assert events
 
 
-def random_chunks(data: bytes, rng: random.Random) -> list[int]:
-    sizes, total = [], 0
-    while total < len(data):
-        sizes.append(rng.randint(1, 7))
-        total += sizes[-1]
-    return sizes
-
-
-def multibyte_splits(data: bytes) -> list[int]:
-    cuts = [i for i in range(1, len(data)) if 0x80 <= data[i] < 0xC0]
-    return [b - a for a, b in itertools.pairwise([0, *cuts])]
-
-
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_fixture_chunking_is_invisible(name):
     data = (FIXTURES / name).read_bytes()
     code = EXPECTED[name][7]
-    whole = run(data, code)
-    for seed in range(25):
-        assert run(data, code, random_chunks(data, random.Random(seed))) == whole
-    assert run(data, code, multibyte_splits(data)) == whole
-    assert run(data.rstrip(b"\n"), code) == whole
+    assert_chunking_is_invisible(PLUGIN, data, code)
 
 
 def test_resume_usage_is_the_difference_from_previous():
@@ -302,21 +273,7 @@ def test_crash_without_turn_end():
     assert (plain.finish(2).error_category, plain.finish(2).retryable) == ("container", False)
 
 
-def request(**kw) -> InstanceRequest:
-    base = dict(
-        prompt="fix the bug",
-        repo_path="/repo",
-        branch_name="b",
-        run_id="r",
-        strategy_execution_id="se",
-        instance_id="i",
-        task_key="k",
-        container_name="c",
-        model="gpt-5",
-        plugin_name="codex",
-    )
-    base.update(kw)
-    return InstanceRequest(**base)
+request = requests_for(model="gpt-5", plugin_name="codex")
 
 
 BASE = [

@@ -6,28 +6,15 @@ import random
 import subprocess
 
 import pytest
+from plugin_helpers import requests_for
 
 from orchestrator.errors import ConfigError
 from orchestrator.runner.plugin import RunnerPlugin
 from orchestrator.runner.registry import get_plugin
-from orchestrator.runner.types import AuthConfig, InstanceRequest
+from orchestrator.runner.types import AuthConfig
 from runner_plugins.command import OUTPUT_LIMIT, PLUGIN
 
-
-def request(**kw) -> InstanceRequest:
-    base = dict(
-        prompt="",
-        repo_path="/repo",
-        branch_name="b",
-        run_id="r",
-        strategy_execution_id="se",
-        instance_id="i",
-        task_key="k",
-        container_name="c",
-        plugin_name="command",
-    )
-    base.update(kw)
-    return InstanceRequest(**base)
+request = requests_for(prompt="", plugin_name="command")
 
 
 def execute(command: str, chunk: int = 4096):

@@ -25,6 +25,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from cli_helpers import strategy_args
 from conftest import git, make_repo
 from reliability_helpers import (
     IMG,
@@ -57,22 +58,13 @@ EVAL = (
 )
 
 CASES = {
-    "best-of-n": (["implement the greeting", "--strategy", "best-of-n", "-S", "n=4"], "best-of-n"),
+    "best-of-n": (["implement the greeting", *strategy_args("best-of-n", n=4)], "best-of-n"),
     "tree-beam": (
         [
             "make it better",
-            "--strategy",
-            "tree-beam",
-            "-S",
-            f"eval_command={EVAL}",
-            "-S",
-            "primary_metric=score",
-            "-S",
-            "ideas_per_node=2",
-            "-S",
-            "max_depth=2",
-            "-S",
-            "beam_width=1",
+            *strategy_args(
+                "tree-beam", eval_command=EVAL, primary_metric="score", ideas_per_node=2, max_depth=2, beam_width=1
+            ),
         ],
         "tree-beam",
     ),

@@ -103,7 +103,7 @@ async def test_an_exception_the_run_never_raised_is_logged_with_its_traceback_an
 
 
 async def test_tree_beam_report_says_when_its_replay_broke(tmp_path, monkeypatch):
-    from test_tree_beam import run
+    from tree_beam_helpers import run
 
     import strategies.tree_beam as tb
     from strategies.tree_beam import render_tree_report

@@ -24,13 +24,11 @@ from pathlib import Path
 
 import pytest
 from browser_helpers import load_page, page_requests
-from cli_helpers import TEST_KEY, cli_env, run_cli
+from cli_helpers import TEST_KEY, cli_env, run_cli, strategy_args
 from conftest import TEST_IMAGE, make_repo
+from scenarios import APPROACHES, BENCH, CALC, CANDIDATES, GOAL, GOALS_YAML, GOOD_SYNTH, STUCK_YAML, TESTS
 from screen_checks import protocol_lines
 from shared_runs import LazyRuns
-from test_evolve_docker import GOALS_YAML, STUCK_YAML
-from test_synthesize_docker import APPROACHES, CALC, CANDIDATES, GOOD_SYNTH, TESTS
-from test_tree_beam_docker import BENCH, GOAL
 
 pytestmark = pytest.mark.docker
 
@@ -76,7 +74,7 @@ def runs(tmp_path_factory):
                 base,
                 "bon",
                 {"README.md": "# demo\n"},
-                [SCORED + f"the key is {TEST_KEY}\n", "--strategy", "best-of-n", "-S", "n=3"],
+                [SCORED + f"the key is {TEST_KEY}\n", *strategy_args("best-of-n", n=3)],
             ),
             "tree-beam": lambda: _run(
                 base,
@@ -84,18 +82,14 @@ def runs(tmp_path_factory):
                 {"bench.py": BENCH},
                 [
                     GOAL,
-                    "--strategy",
-                    "tree-beam",
-                    "-S",
-                    "eval_command=python3 bench.py",
-                    "-S",
-                    "primary_metric=throughput",
-                    "-S",
-                    "ideas_per_node=2",
-                    "-S",
-                    "max_depth=2",
-                    "-S",
-                    "beam_width=1",
+                    *strategy_args(
+                        "tree-beam",
+                        eval_command="python3 bench.py",
+                        primary_metric="throughput",
+                        ideas_per_node=2,
+                        max_depth=2,
+                        beam_width=1,
+                    ),
                 ],
             ),
             "evolve": lambda: _run(
@@ -104,14 +98,7 @@ def runs(tmp_path_factory):
                 {"README.md": "# demo\n", "keep.txt": "keep\n", "GOALS.yaml": GOALS_YAML},
                 [
                     "keep the project healthy",
-                    "--strategy",
-                    "evolve",
-                    "-S",
-                    "goals=GOALS.yaml",
-                    "-S",
-                    "max_parallel=2",
-                    "-S",
-                    "max_cycles=4",
+                    *strategy_args("evolve", goals="GOALS.yaml", max_parallel=2, max_cycles=4),
                 ],
             ),
             "review-loop": lambda: _run(
@@ -120,16 +107,13 @@ def runs(tmp_path_factory):
                 {"bench.py": BENCH},
                 [
                     "make the solver faster",
-                    "--strategy",
-                    "review-loop",
-                    "-S",
-                    f"ideas={ideas}",
-                    "-S",
-                    "max_review_rounds=1",
-                    "-S",
-                    "eval_command=python3 bench.py",
-                    "-S",
-                    "primary_metric=throughput",
+                    *strategy_args(
+                        "review-loop",
+                        ideas=ideas,
+                        max_review_rounds=1,
+                        eval_command="python3 bench.py",
+                        primary_metric="throughput",
+                    ),
                 ],
             ),
             # a goal no fix can move, then one that moves (issue 30: the report must say which could not move)
@@ -139,14 +123,7 @@ def runs(tmp_path_factory):
                 {"README.md": "# demo\n", "GOALS.yaml": STUCK_YAML},
                 [
                     "keep the project healthy",
-                    "--strategy",
-                    "evolve",
-                    "-S",
-                    "goals=GOALS.yaml",
-                    "-S",
-                    "max_parallel=1",
-                    "-S",
-                    "max_cycles=6",
+                    *strategy_args("evolve", goals="GOALS.yaml", max_parallel=1, max_cycles=6),
                 ],
             ),
             # tests but no evaluation: nothing is scored (issue 30: the report said "score None")
@@ -156,14 +133,7 @@ def runs(tmp_path_factory):
                 {"README.md": "# demo\n"},
                 [
                     "make the solver faster",
-                    "--strategy",
-                    "review-loop",
-                    "-S",
-                    f"ideas={ideas}",
-                    "-S",
-                    "max_review_rounds=1",
-                    "-S",
-                    "test_command=test -f fast.txt",
+                    *strategy_args("review-loop", ideas=ideas, max_review_rounds=1, test_command="test -f fast.txt"),
                 ],
             ),
             "synthesize": lambda: _run(
@@ -172,10 +142,7 @@ def runs(tmp_path_factory):
                 {"calc.py": CALC},
                 [
                     CANDIDATES + GOOD_SYNTH,
-                    "--strategy",
-                    "synthesize",
-                    "-S",
-                    "n=2",
+                    *strategy_args("synthesize", n=2),
                     *APPROACHES,
                     "-S",
                     f"test_command={TESTS}",

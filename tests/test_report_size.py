@@ -7,7 +7,7 @@ from pathlib import Path
 import anyio
 import pytest
 from conftest import git, make_repo
-from engine_helpers import run_engine
+from engine_helpers import run_engine, run_manifest
 
 from orchestrator.engine.testing import ScriptedRunner, success
 from orchestrator.log.runs import RunDirs, RunManifest
@@ -32,21 +32,15 @@ def _branches(repo: Path, count: int) -> list[str]:
 
 
 def _manifest(tmp_path: Path, repo: Path, strategy_spec: str, name: str) -> RunManifest:
-    return RunManifest(
+    return run_manifest(
         run_id="run_t",
         created_at="2026-11-23T00:00:00.000Z",
         prompt="make it so",
         strategy_spec=strategy_spec,
         strategy_name=name,
-        params={},
-        runs=1,
         repo_path=str(repo),
-        base_branch="main",
-        model="sonnet",
-        plugin="claude-code",
         docker_image="img",
         max_parallel=4,
-        status="completed",
     )
 
 

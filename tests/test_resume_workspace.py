@@ -10,7 +10,6 @@ first execution left puts ``notes.txt`` on the task's branch.
 from __future__ import annotations
 
 import contextlib
-import json
 import shutil
 import signal
 from collections.abc import Iterator
@@ -20,57 +19,36 @@ import pytest
 from conftest import git, make_repo
 from reliability_helpers import (
     IMG,
+    RESUMABLE_PROMPT,
     check_log,
     check_snapshot_is_replay,
     cli_env,
-    docker,
     events_path,
     finish,
     remove_run_docker,
     run_ids,
-    run_volumes,
+    runner_messages,
     running_containers,
     sigkill,
+    sim_executions,
     start_cli,
     wait_for,
 )
 
 pytestmark = [pytest.mark.docker]
 
-PROMPT = (
-    'SIM: exec if [ -f "$HOME/.first-done" ]; then git add -A && git commit -qm "notes, resumed"; '
-    'else touch "$HOME/.first-done"; echo work > notes.txt; sleep 600; fi\n'
-    "SIM: print done"
-)
-
-
-def sim_executions(run_id: str) -> list[dict]:
-    """The sim agent's own record of every execution (session id, resumed or not, cwd)."""
-    out = []
-    for volume in run_volumes(run_id):
-        mount = docker(None, "volume", "inspect", "-f", "{{.Mountpoint}}", volume).stdout.strip()
-        record = Path(mount) / ".sim-agent" / "executions.jsonl"
-        if record.exists():
-            out += [json.loads(line) for line in record.read_text().splitlines() if line.strip()]
-    return out
-
-
-def runner_events(tmp_path: Path, run_id: str, message: str) -> list[dict]:
-    lines = (tmp_path / "logs" / run_id / "runner.jsonl").read_text().splitlines()
-    return [r for r in map(json.loads, lines) if r.get("message") == message]
-
 
 def start_and_wait_for_the_agents_edit(
     tmp_path: Path, repo: Path, env: dict, *, durable_session: bool = False, extra: tuple[str, ...] = ()
 ):
     out = tmp_path / "out" / "first"
-    proc = start_cli([PROMPT, "--no-tui", *IMG, *extra], cwd=repo, env=env, out=out)
+    proc = start_cli([RESUMABLE_PROMPT, "--no-tui", *IMG, *extra], cwd=repo, env=env, out=out)
     run_id = wait_for(lambda: run_ids(tmp_path) and run_ids(tmp_path)[0])
     notes = wait_for(lambda: next((tmp_path / "ws" / run_id).glob("k_*/notes.txt"), None), timeout=120)
     if durable_session:  # the session id is in the log before the agent has finished anything
         wait_for(lambda: [e for e in check_log(events_path(tmp_path, run_id)) if e.type == "task.session"], timeout=30)
     else:  # the runner has read the agent's init line (on a loaded machine it can lag behind the agent)
-        wait_for(lambda: runner_events(tmp_path, run_id, "runner.init"), timeout=30)
+        wait_for(lambda: runner_messages(tmp_path, run_id, "runner.init"), timeout=30)
     return proc, out, run_id, notes.parent
 
 
@@ -145,9 +123,9 @@ def test_an_interrupted_task_resumes_its_session_in_the_workspace_it_left(stop, 
         execs = sim_executions(run_id)
         assert [(x["session_id"], x["resumed"]) for x in execs] == [(session, False), (session, True)], execs
         assert {x["persona"] for x in execs} == {"codex" if extra else "claude"}
-        (started,) = [r for r in runner_events(tmp_path, run_id, "runner.exec.started") if r.get("resume_session_id")]
+        (started,) = [r for r in runner_messages(tmp_path, run_id, "runner.exec.started") if r.get("resume_session_id")]
         assert started["resume_session_id"] == session
-        (kept,) = runner_events(tmp_path, run_id, "runner.workspace.kept")
+        (kept,) = runner_messages(tmp_path, run_id, "runner.workspace.kept")
         assert kept["workspace_path"] == str(workspace)
         check_snapshot_is_replay(tmp_path, run_id)
         assert running_containers(run_id) == []
@@ -167,7 +145,7 @@ def test_a_deleted_workspace_restarts_fresh_with_a_fresh_session_and_the_log_say
         execs = sim_executions(run_id)
         assert len(execs) == 2 and execs[1]["resumed"] is False and execs[1]["session_id"] != old, execs
         assert sessions[-1]["session_id"] == execs[1]["session_id"]  # the new session is durable too
-        assert runner_events(tmp_path, run_id, "runner.workspace.prepared")[-1]["workspace_path"] == str(workspace)
+        assert runner_messages(tmp_path, run_id, "runner.workspace.prepared")[-1]["workspace_path"] == str(workspace)
 
 
 def test_resume_fresh_starts_a_fresh_clone_with_a_fresh_session(tmp_path):
@@ -177,8 +155,8 @@ def test_resume_fresh_starts_a_fresh_clone_with_a_fresh_session(tmp_path):
         resume(tmp_path, repo, env, run_id, "--resume-fresh")
         execs = sim_executions(run_id)
         assert len(execs) == 2 and execs[1]["resumed"] is False and execs[1]["session_id"] != execs[0]["session_id"]
-        assert not runner_events(tmp_path, run_id, "runner.workspace.kept")
-        assert len(runner_events(tmp_path, run_id, "runner.workspace.prepared")) == 2
+        assert not runner_messages(tmp_path, run_id, "runner.workspace.kept")
+        assert len(runner_messages(tmp_path, run_id, "runner.workspace.prepared")) == 2
         events = check_log(events_path(tmp_path, run_id))
         (done,) = [e for e in events if e.type == "task.completed"]
         # the fresh clone had no notes.txt and the agent (its marker says it ran before) committed nothing

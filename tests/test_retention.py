@@ -11,8 +11,9 @@ import msgspec
 import pytest
 from cli_helpers import cli_env, run_cli
 from conftest import TEST_IMAGE, make_repo
+from engine_helpers import run_manifest
 
-from orchestrator.log.runs import RunDirs, RunManifest, host_claims, now_iso, write_manifest
+from orchestrator.log.runs import RunDirs, host_claims, now_iso, write_manifest
 
 OLD = "2001-01-01T00:00:00.000Z"
 
@@ -20,20 +21,11 @@ OLD = "2001-01-01T00:00:00.000Z"
 def _fake_run(dirs: RunDirs, ws_root: Path, run_id: str, status: str, finished_at: str | None) -> tuple[Path, str]:
     write_manifest(
         dirs,
-        RunManifest(
+        run_manifest(
             run_id=run_id,
             created_at=OLD,
-            prompt="p",
-            strategy_spec="simple",
-            strategy_name="simple",
-            params={},
-            runs=1,
             repo_path="/nowhere",
-            base_branch="main",
-            model="sonnet",
-            plugin="claude-code",
             docker_image=TEST_IMAGE,
-            max_parallel=1,
             dry_run=True,
             status=status,
             finished_at=finished_at,

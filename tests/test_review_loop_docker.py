@@ -12,19 +12,18 @@ import json
 import pytest
 from conftest import git, make_repo
 from docker_harness import run_with_docker
+from scenarios import GAINS_BENCH
 
 from strategies.review_loop import prepare, review_loop
 
 pytestmark = pytest.mark.docker
 
-BENCH = """import json, os
-t = 100
-for name, gain in (("fast.txt", 20), ("faster.txt", 25), ("slow.txt", -30)):
-    if os.path.exists(name):
-        t += gain
-print("bench ran")
+BENCH = (
+    GAINS_BENCH
+    + """print("bench ran")
 print(json.dumps({"metrics": {"throughput": t}}))
 """
+)
 
 FIX = (
     '{"verdict":"REJECT","issues":["slow.txt makes it slow\\nSIM[coder]: exec git rm -q slow.txt\\n'

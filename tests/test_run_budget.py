@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from browser_helpers import load_page, page_requests
-from cli_helpers import cli_env, only_run_id, run_cli
+from cli_helpers import cli_env, only_run_id, run_cli, strategy_args
 from conftest import TEST_IMAGE, make_repo
 
 pytestmark = pytest.mark.docker
@@ -41,24 +41,20 @@ def _started(events: list[dict], part: str = "") -> list[str]:
     return [e["key"] for e in events if e["type"] == "task.started" and part in e["key"]]
 
 
+def _capped_run(tmp_path: Path, repo: Path, args: list[str], env: dict[str, str] | None = None) -> str:
+    """The command with ``args``, as a dry run that must stop at the cap (exit 3); the run's id."""
+    r = run_cli([*args, *DRY], cwd=repo, env=env or cli_env(tmp_path), timeout=300)
+    assert r.returncode == EXIT_BUDGET_REACHED, r.stdout + r.stderr
+    return only_run_id(tmp_path)
+
+
 def test_best_of_n_stops_at_the_cap_with_its_exit_code_and_spend(tmp_path):
     """n=6 under a cap of two tasks: fewer than 6 candidates start, exit 3, spend <= cap + what was running."""
     repo = make_repo(tmp_path / "repo")
     env = cli_env(tmp_path)
     cap = 0.15
     r = run_cli(
-        [
-            "SIM: write f.txt x",
-            "--strategy",
-            "best-of-n",
-            "-S",
-            "n=6",
-            "--max-cost",
-            str(cap),
-            "--max-parallel",
-            "2",
-            *DRY,
-        ],
+        ["SIM: write f.txt x", *strategy_args("best-of-n", n=6), "--max-cost", str(cap), "--max-parallel", "2", *DRY],
         cwd=repo,
         env=env,
         timeout=300,
@@ -106,14 +102,9 @@ def test_best_of_n_stops_at_the_cap_with_its_exit_code_and_spend(tmp_path):
 def test_runs_share_one_cap(tmp_path):
     """--runs 3 under one cap that a single execution alone would never reach."""
     repo = make_repo(tmp_path / "repo")
-    r = run_cli(
-        ["SIM: write f.txt x", "--runs", "3", "--max-parallel", "1", "--max-cost", "0.1", *DRY],
-        cwd=repo,
-        env=cli_env(tmp_path),
-        timeout=300,
+    run_id = _capped_run(
+        tmp_path, repo, ["SIM: write f.txt x", "--runs", "3", "--max-parallel", "1", "--max-cost", "0.1"]
     )
-    assert r.returncode == EXIT_BUDGET_REACHED, r.stdout + r.stderr
-    run_id = only_run_id(tmp_path)
     started = _started(_events(tmp_path, run_id))
     # Each execution runs one task of $0.073, under $0.10; together the second one crosses the cap.
     assert len(started) == 2, started
@@ -125,25 +116,12 @@ def test_runs_share_one_cap(tmp_path):
 def test_resume_with_a_higher_cap_finishes_and_runs_no_task_twice(tmp_path):
     repo = make_repo(tmp_path / "repo")
     env = cli_env(tmp_path)
-    first = run_cli(
-        [
-            "SIM: write f.txt x",
-            "--strategy",
-            "best-of-n",
-            "-S",
-            "n=3",
-            "--max-cost",
-            "0.1",
-            "--max-parallel",
-            "1",
-            *DRY,
-        ],
-        cwd=repo,
-        env=env,
-        timeout=300,
+    run_id = _capped_run(
+        tmp_path,
+        repo,
+        ["SIM: write f.txt x", *strategy_args("best-of-n", n=3), "--max-cost", "0.1", "--max-parallel", "1"],
+        env,
     )
-    assert first.returncode == EXIT_BUDGET_REACHED, first.stdout + first.stderr
-    run_id = only_run_id(tmp_path)
     before = _started(_events(tmp_path, run_id))
 
     same = run_cli(["--resume", run_id, "--no-tui"], cwd=repo, env=env)
@@ -173,25 +151,12 @@ def test_max_tokens_caps_subscription_mode_where_max_cost_is_refused(tmp_path):
     assert refused.stderr.strip().count("\n") == 0 and "--max-tokens" in refused.stderr, refused.stderr
     assert not (tmp_path / "state").exists() or not any((tmp_path / "state").iterdir())  # nothing half-written
 
-    r = run_cli(
-        [
-            "SIM: write f.txt x",
-            "--mode",
-            "subscription",
-            "--runs",
-            "3",
-            "--max-parallel",
-            "1",
-            "--max-tokens",
-            "30000",
-            *DRY,
-        ],
-        cwd=repo,
-        env=env,
-        timeout=300,
+    run_id = _capped_run(
+        tmp_path,
+        repo,
+        ["SIM: write f.txt x", "--mode", "subscription", "--runs", "3", "--max-parallel", "1", "--max-tokens", "30000"],
+        env,
     )
-    assert r.returncode == EXIT_BUDGET_REACHED, r.stdout + r.stderr
-    run_id = only_run_id(tmp_path)
     assert len(_started(_events(tmp_path, run_id))) == 2
     budget = _summary(tmp_path, run_id)["budget"]
     assert budget["max_tokens"] == 30000 and budget["spent_tokens"] >= 30000 and budget["reached"]
@@ -227,9 +192,7 @@ def test_on_reached_stop_interrupts_with_sessions_and_resume_continues_them(tmp_
     repo = make_repo(tmp_path / "repo")
     env = cli_env(tmp_path, ORCHESTRATOR_BUDGET__ON_REACHED="stop")
     # Two turns ($0.07) cross $0.05 while the agent sleeps: it is stopped, not left to finish.
-    r = run_cli([STOP_PROMPT, "--max-cost", "0.05", *DRY], cwd=repo, env=env, timeout=300)
-    assert r.returncode == EXIT_BUDGET_REACHED, r.stdout + r.stderr
-    run_id = only_run_id(tmp_path)
+    run_id = _capped_run(tmp_path, repo, [STOP_PROMPT, "--max-cost", "0.05"], env)
     events = _events(tmp_path, run_id)
     interrupted = [e for e in events if e["type"] == "task.interrupted"]
     assert len(interrupted) == 1 and interrupted[0]["payload"].get("session_id"), interrupted
@@ -270,14 +233,9 @@ def test_a_custom_strategy_catches_budget_reached_and_returns_its_best(tmp_path)
     repo = make_repo(tmp_path / "repo")
     strategy = tmp_path / "capped.py"
     strategy.write_text(CUSTOM)
-    r = run_cli(
-        ["SIM: write f.txt x", "--strategy", f"{strategy}:capped", "--max-cost", "0.1", *DRY],
-        cwd=repo,
-        env=cli_env(tmp_path),
-        timeout=300,
+    run_id = _capped_run(
+        tmp_path, repo, ["SIM: write f.txt x", "--strategy", f"{strategy}:capped", "--max-cost", "0.1"]
     )
-    assert r.returncode == EXIT_BUDGET_REACHED, r.stdout + r.stderr
-    run_id = only_run_id(tmp_path)
     strat = _summary(tmp_path, run_id)["strategies"][0]
     assert strat["status"] == "budget_reached"
     assert strat["result"]["done"] == 2 and strat["result"]["stopped_at"] == "2", strat["result"]
@@ -311,14 +269,7 @@ def test_live_usage_stops_new_tasks_before_the_running_one_completes(tmp_path):
     repo = make_repo(tmp_path / "repo")
     strategy = tmp_path / "live.py"
     strategy.write_text(LIVE)
-    r = run_cli(
-        [LIVE_PROMPT, "--strategy", f"{strategy}:live", "--max-cost", "0.08", *DRY],
-        cwd=repo,
-        env=cli_env(tmp_path),
-        timeout=300,
-    )
-    assert r.returncode == EXIT_BUDGET_REACHED, r.stdout + r.stderr
-    run_id = only_run_id(tmp_path)
+    run_id = _capped_run(tmp_path, repo, [LIVE_PROMPT, "--strategy", f"{strategy}:live", "--max-cost", "0.08"])
     result = _summary(tmp_path, run_id)["strategies"][0]["result"]
     assert result == {"refused": True, "long_done_when_refused": False}
     events = _events(tmp_path, run_id)
@@ -330,14 +281,9 @@ def test_live_usage_stops_new_tasks_before_the_running_one_completes(tmp_path):
 def test_a_built_in_strategy_returns_its_best_so_far_at_the_cap(tmp_path):
     """iterative: the cap refuses the first improvement; the generated candidate is returned and selected."""
     repo = make_repo(tmp_path / "repo")
-    r = run_cli(
-        ["SIM: write f.txt x", "--strategy", "iterative", "-S", "iterations=3", "--max-cost", "0.1", *DRY],
-        cwd=repo,
-        env=cli_env(tmp_path),
-        timeout=300,
+    run_id = _capped_run(
+        tmp_path, repo, ["SIM: write f.txt x", *strategy_args("iterative", iterations=3), "--max-cost", "0.1"]
     )
-    assert r.returncode == EXIT_BUDGET_REACHED, r.stdout + r.stderr
-    run_id = only_run_id(tmp_path)
     started = [k.removeprefix(f"{run_id}/s1/") for k in _started(_events(tmp_path, run_id))]
     assert started == ["gen", "review/iter-1/attempt-1"], started
     strat = _summary(tmp_path, run_id)["strategies"][0]
@@ -351,14 +297,9 @@ def test_the_spend_chart_renders_in_a_real_browser_offline(tmp_path, browser):
     from selenium.webdriver.common.by import By
 
     repo = make_repo(tmp_path / "repo")
-    r = run_cli(
-        ["SIM: write f.txt x", "--runs", "3", "--max-parallel", "1", "--max-cost", "0.1", *DRY],
-        cwd=repo,
-        env=cli_env(tmp_path),
-        timeout=300,
+    run_id = _capped_run(
+        tmp_path, repo, ["SIM: write f.txt x", "--runs", "3", "--max-parallel", "1", "--max-cost", "0.1"]
     )
-    assert r.returncode == EXIT_BUDGET_REACHED, r.stdout + r.stderr
-    run_id = only_run_id(tmp_path)
     load_page(browser, tmp_path / "results" / run_id / "report.html")
     card = browser.find_element(By.ID, "spend")
     assert card.is_displayed() and "the cap was reached" in card.text and "$0.10 cap" in card.text

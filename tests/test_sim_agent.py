@@ -16,18 +16,11 @@ import uuid
 from pathlib import Path
 
 import pytest
+from conftest import git
+from plugin_helpers import CLAUDE_FLAGS
 
 REPO = Path(__file__).resolve().parents[1]
 SIM = REPO / "docker" / "sim_agent"  # the package, run as `python3 docker/sim_agent`
-CLAUDE_FLAGS = [
-    "--output-format",
-    "stream-json",
-    "--verbose",
-    "--model",
-    "sonnet",
-    "--permission-mode",
-    "bypassPermissions",
-]
 CODEX_FLAGS = [
     "--json",
     "--skip-git-repo-check",
@@ -53,15 +46,8 @@ def home(tmp_path: Path) -> Path:
 def repo(tmp_path: Path) -> Path:
     r = tmp_path / "ws"
     r.mkdir()
-    env = {
-        **os.environ,
-        "GIT_AUTHOR_NAME": "t",
-        "GIT_AUTHOR_EMAIL": "t@t",
-        "GIT_COMMITTER_NAME": "t",
-        "GIT_COMMITTER_EMAIL": "t@t",
-    }
-    subprocess.run(["git", "init", "-q", "-b", "main"], cwd=r, check=True)
-    subprocess.run(["git", "commit", "-q", "--allow-empty", "-m", "init"], cwd=r, check=True, env=env)
+    git(r, "init", "-q", "-b", "main")
+    git(r, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "init")
     return r
 
 

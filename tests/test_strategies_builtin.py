@@ -6,14 +6,11 @@ import json
 import re
 from collections import Counter
 
-import anyio
 import pytest
-from engine_helpers import make_config, run_engine
+from engine_helpers import assert_resume_matches_uninterrupted, output, run_engine
 
-from orchestrator.engine.engine import Engine
 from orchestrator.engine.testing import ScriptedRunner, failure, success
 from orchestrator.errors import ConfigError
-from orchestrator.log.eventlog import read_events
 from orchestrator.strategy_loader import load_strategy, parse_params
 from strategies._json import STRICT_PREFIX
 from strategies.best_of_n import best_of_n
@@ -49,14 +46,6 @@ def bon_script(answers, failing=()):
         return success(req, final_message=answer, has_changes=False)
 
     return script
-
-
-def completed_keys(engine) -> Counter:
-    return Counter(e.key for e in read_events(engine.paths.events) if e.type == "task.completed")
-
-
-def output(engine, name):
-    return (engine.paths.results / "strategy_output" / name).read_text()
 
 
 async def test_best_of_n_selects_highest_score_with_lowest_index_tie_break(tmp_path):
@@ -157,47 +146,6 @@ async def test_best_of_n_prepare_rejects_bad_parameters():
 # ------------------------------------------------------------------ interruption + resume
 
 
-async def interrupt_when(tmp_path, fn, script, *, params, blocked, count):
-    """Run until ``count`` tasks matching ``blocked`` are running, then cancel (like Ctrl+C)."""
-    reached: list[str] = []
-    ready = anyio.Event()
-
-    async def gated(req):
-        if blocked(req):
-            reached.append(req.task_key)
-            if len(reached) >= count:
-                ready.set()
-            await anyio.sleep_forever()
-        return script(req)
-
-    runner = ScriptedRunner(gated)
-    engine = Engine(make_config(tmp_path, max_parallel=8), runner)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(lambda: engine.run(fn, prompt="do it", params=params))
-        with anyio.fail_after(5):
-            await ready.wait()
-        tg.cancel_scope.cancel()
-    return engine
-
-
-async def assert_resume_matches_uninterrupted(tmp_path, fn, script, *, params, blocked, count, outputs=()):
-    first = await interrupt_when(tmp_path / "a", fn, script, params=params, blocked=blocked, count=count)
-    done_before = set(completed_keys(first))
-    assert done_before, "the interruption came before anything finished"
-    runner2 = ScriptedRunner(script)
-    engine2, state = await run_engine(tmp_path / "a", fn, runner2, params=params)
-    rerun = {c.task_key for c in runner2.calls}
-    assert not rerun & done_before, f"finished keys ran again: {rerun & done_before}"
-    assert set(completed_keys(engine2).values()) == {1}  # each key completed exactly once overall
-    ref_engine, ref = await run_engine(tmp_path / "b", fn, ScriptedRunner(script), params=params)
-    assert state.strategies["s1"].status == ref.strategies["s1"].status == "success"
-    assert state.strategies["s1"].result == ref.strategies["s1"].result
-    assert set(completed_keys(engine2)) == set(completed_keys(ref_engine))
-    for name in outputs:
-        assert output(engine2, name) == output(ref_engine, name)
-    return runner2
-
-
 BON_ANSWERS = {
     0: ["bad", '{"score": 5, "rationale": "a"}'],
     1: ['{"score": 7, "rationale": "b"}'],
@@ -205,30 +153,26 @@ BON_ANSWERS = {
 }
 
 
-async def test_best_of_n_resumes_after_generation_without_duplicates(tmp_path):
-    runner2 = await assert_resume_matches_uninterrupted(
+async def _best_of_n_resumed(tmp_path, blocked, count: int):
+    return await assert_resume_matches_uninterrupted(
         tmp_path,
         best_of_n,
         bon_script(BON_ANSWERS),
         params={"n": 3},
         outputs=("scores.json", "best_branch.txt"),
-        blocked=lambda req: part(req, 0) == "score",
-        count=3,
+        blocked=blocked,
+        count=count,
     )
+
+
+async def test_best_of_n_resumes_after_generation_without_duplicates(tmp_path):
+    runner2 = await _best_of_n_resumed(tmp_path, lambda req: part(req, 0) == "score", 3)
     assert all(part(c, 0) == "score" for c in runner2.calls)
 
 
 async def test_best_of_n_resumes_mid_scoring_without_duplicates(tmp_path):
     # candidate 0's repair attempt is running when the run is interrupted; 1 and 2 are scored
-    runner2 = await assert_resume_matches_uninterrupted(
-        tmp_path,
-        best_of_n,
-        bon_script(BON_ANSWERS),
-        params={"n": 3},
-        outputs=("scores.json", "best_branch.txt"),
-        blocked=lambda req: req.task_key.endswith("attempt-2"),
-        count=1,
-    )
+    runner2 = await _best_of_n_resumed(tmp_path, lambda req: req.task_key.endswith("attempt-2"), 1)
     assert [c.task_key.split("/")[-1] for c in runner2.calls] == ["attempt-2"]
 
 

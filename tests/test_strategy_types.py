@@ -14,7 +14,7 @@ import textwrap
 
 import pytest
 from conftest import REPO_ROOT
-from engine_helpers import run_engine
+from engine_helpers import mypy, run_engine
 
 from orchestrator.engine.testing import ScriptedRunner, failure, success
 from orchestrator.strategy_loader import load_strategy, parse_params
@@ -84,24 +84,6 @@ async def strategy(prompt: str, base_branch: str, ctx: Context) -> object:
     gone = cleaned["artifact"]["branch_final"]  # E: Value of type "None" is not indexable
     return branch, message, first, gone
 """
-
-
-def mypy(*paths, cwd):
-    cmd = [
-        sys.executable,
-        "-m",
-        "mypy",
-        "--strict",
-        "--follow-imports=silent",
-        "--no-error-summary",
-        "--show-error-codes",
-        "--cache-dir",
-        str(cwd / ".mypy_cache"),
-        *map(str, paths),
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd)
-    assert proc.returncode in (0, 1), proc.stderr  # 2: mypy itself failed
-    return proc.stdout
 
 
 @pytest.mark.slow

@@ -10,11 +10,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from plugin_helpers import requests_for
 
 from orchestrator.engine.fingerprint import TaskDefaults, fingerprint, normalize_task
 from orchestrator.errors import ConfigError
 from orchestrator.runner import structured
-from orchestrator.runner.types import InstanceRequest
 from runner_plugins.claude_code import PLUGIN as CLAUDE
 from runner_plugins.codex import PLUGIN as CODEX
 from runner_plugins.command import PLUGIN as COMMAND
@@ -27,19 +27,7 @@ SCHEMA = {
 }
 
 
-def request(**kw) -> InstanceRequest:
-    base = dict(
-        prompt="rate it",
-        repo_path="/r",
-        branch_name="b",
-        run_id="r",
-        strategy_execution_id="s",
-        instance_id="i",
-        task_key="k",
-        container_name="c",
-    )
-    base.update(kw)
-    return InstanceRequest(**base)
+request = requests_for(prompt="rate it", repo_path="/r", strategy_execution_id="s")
 
 
 def test_capabilities() -> None:

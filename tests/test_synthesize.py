@@ -13,7 +13,7 @@ import re
 
 import pytest
 from conftest import git, make_repo
-from engine_helpers import run_engine
+from engine_helpers import run_engine, run_manifest
 
 from orchestrator.engine.testing import ScriptedRunner, failure, success
 from orchestrator.errors import ConfigError
@@ -371,7 +371,7 @@ async def test_report_sections_show_the_synthesis_beside_the_candidates_with_pro
 
 
 async def test_a_resume_after_the_synthesis_pays_for_nothing_twice_and_decides_the_same(tmp_path):
-    from test_strategies_builtin import assert_resume_matches_uninterrupted
+    from engine_helpers import assert_resume_matches_uninterrupted
 
     runner2 = await assert_resume_matches_uninterrupted(
         tmp_path,
@@ -405,24 +405,17 @@ async def test_runs_2_makes_two_independent_syntheses_with_their_own_output_file
 
 def _recorded_run(tmp_path, repo, *, run_id, status, tasks):
     """A run's manifest and summary.json as a finished (or unfinished) run leaves them."""
-    from orchestrator.log.runs import RunDirs, RunManifest, write_manifest
+    from orchestrator.log.runs import RunDirs, write_manifest
 
     dirs = RunDirs(logs=tmp_path / "logs", state=tmp_path / "state", results=tmp_path / "results")
     (dirs.state / run_id).mkdir(parents=True)
-    manifest = RunManifest(
+    manifest = run_manifest(
         run_id=run_id,
-        created_at="2026-01-01T00:00:00Z",
-        prompt="p",
         strategy_spec="best-of-n",
-        strategy_name="best-of-n",
-        params={},
-        runs=1,
         repo_path=str(repo),
-        base_branch="main",
         model="m",
         plugin="claude",
         docker_image="i",
-        max_parallel=1,
         status=status,
     )
     write_manifest(dirs, manifest)

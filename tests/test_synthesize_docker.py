@@ -18,36 +18,11 @@ from pathlib import Path
 import pytest
 from cli_helpers import cli_env, only_run_id, run_cli
 from conftest import TEST_IMAGE, git, make_repo
+from scenarios import APPROACHES, BROKEN_SYNTH, CALC, CANDIDATES, GOOD_SYNTH, TESTS
 
 pytestmark = pytest.mark.docker
 
 IMG = ["--no-tui", "--docker-image", TEST_IMAGE]
-CALC = (
-    "def add(a, b):\n    return a - b\n\n\n"
-    "def unused_one():\n    return 1\n\n\n"
-    "def unused_two():\n    return 2\n\n\n"
-    "def mul(a, b):\n    return a * b + 1\n"
-)
-TESTS = 'python3 -c "import calc; assert calc.add(2, 3) == 5 and calc.mul(2, 3) == 6"'
-CANDIDATES = (
-    "Fix the bugs in calc.py\n"
-    "SIM[fixadd]: edit calc.py return a - b => return a + b\n"
-    "SIM[fixadd]: commit fix add\n"
-    "SIM[fixmul]: edit calc.py return a * b + 1 => return a * b\n"
-    "SIM[fixmul]: commit fix mul\n"
-    'SIM[reviewer]: print-json {"score": 7, "rationale": "does its part"}\n'
-)
-# Every local branch but the checked-out one is a candidate the strategy made present.
-APPLY_ALL = (
-    "SIM[synthesizer]: exec cur=$(git rev-parse --abbrev-ref HEAD); "
-    "for b in $(git for-each-ref --format='%(refname:short)' refs/heads/); do "
-    '[ "$b" = "$cur" ] || [ "$b" = main ] || git diff "main...$b" | git apply || exit 1; done\n'
-)
-GOOD_SYNTH = APPLY_ALL + "SIM[synthesizer]: write NOTES.md both fixes combined\nSIM[synthesizer]: commit combine\n"
-BROKEN_SYNTH = APPLY_ALL + (
-    "SIM[synthesizer]: edit calc.py return a + b => return a + b + 1\nSIM[synthesizer]: commit combine badly\n"
-)
-APPROACHES = ["-S", 'approaches=["Role: fixadd", "Role: fixmul"]']
 
 
 def _summary(root: Path, run_id: str) -> dict:

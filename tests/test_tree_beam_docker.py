@@ -13,8 +13,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from cli_helpers import settings_args, strategy_args
 from conftest import TEST_IMAGE, git, make_repo
-from docker_harness import harness_defaults, new_run_id, run_with_docker
+from docker_harness import new_run_id, run_with_docker
+from scenarios import BENCH, GOAL, PARAMS, idea
 from tree_checks import validate_tree
 
 from orchestrator.log.eventlog import read_events
@@ -24,43 +26,6 @@ from strategies.tree_beam_measure import decide
 from strategies.tree_beam_report import listed_branches
 
 pytestmark = pytest.mark.docker
-
-BENCH = """import json, os
-t = 100
-for name, gain in (("fast.txt", 20), ("faster.txt", 25), ("slow.txt", -30)):
-    if os.path.exists(name):
-        t += gain
-print(json.dumps({"metrics": {"throughput": t}, "expected": 3, "ok": 3}))
-"""
-
-
-def idea(title, path):
-    return {"title": title, "description": f"SIM[coder]: write {path} 1\nSIM[coder]: commit {title}"}
-
-
-GOAL = (
-    "make the solver faster\n"
-    f"SIM[n0]: print-json {json.dumps({'ideas': [idea('fast path', 'fast.txt'), idea('slow path', 'slow.txt')]})}\n"
-    f"SIM[n1]: print-json {json.dumps({'ideas': [idea('faster path', 'faster.txt'), idea('notes', 'notes.txt')]})}\n"
-)
-
-PARAMS = {
-    "eval_command": "python3 bench.py",
-    "primary_metric": "throughput",
-    "direction": "max",
-    "weights": {},
-    "tolerance": 0.01,
-    "ideas_per_node": 2,
-    "max_depth": 2,
-    "beam_width": 1,
-    "max_total_evals": None,
-    "keep_rejected": False,
-    "ideas_context": "node_plus_ancestors",
-    "dedupe_scope": "path",
-    "max_review_rounds": 0,
-    "test_command": None,
-    "eval_timeout_s": None,
-}
 
 
 def check_tree(engine, repo):
@@ -119,43 +84,12 @@ async def test_depth_two_tree_end_to_end(tmp_path, workspace_root):
     )
 
 
-async def run_until(tmp_path, repo, key_suffix, run_id):
-    """The docker harness's run, cancelled as soon as a task whose key ends with ``key_suffix`` completes."""
-    import anyio
-    from conftest import TEST_IMAGE
-
-    from orchestrator.engine.engine import Engine, EngineConfig
-    from orchestrator.runner import AuthConfig, DockerRunner, RetryConfig
-
-    cfg = EngineConfig(
-        run_id=run_id,
-        repo_path=str(repo),
-        strategy_name="test",
-        logs_dir=str(tmp_path / "logs"),
-        state_dir=str(tmp_path / "state"),
-        results_dir=str(tmp_path / "results"),
-        max_parallel=4,
-        defaults=harness_defaults(),
-        runner_options={"docker_image": TEST_IMAGE, "retry_config": RetryConfig(max_attempts=3)},
-    )
-    runner = DockerRunner(auth=AuthConfig(api_key="sk-test-not-a-real-key-000000"), logs_dir=tmp_path / "logs" / run_id)
-    engine = Engine(cfg, runner)
-    try:
-        with anyio.CancelScope() as scope:
-            engine.listeners.append(
-                lambda etype, sid, key, payload, offset, ts: (
-                    scope.cancel() if etype == "task.completed" and key and key.endswith(key_suffix) else None
-                )
-            )
-            await engine.run(tree_beam, prompt=GOAL, params=PARAMS)
-    finally:
-        await runner.aclose()
-
-
 async def test_interrupted_tree_resumes_without_rerunning_work(tmp_path, workspace_root):
     repo = make_repo(tmp_path / "repo", {"bench.py": BENCH})
     rid = new_run_id()
-    await run_until(tmp_path, repo, "/e0003/code/round-1", rid)  # mid depth 2: implemented, not yet evaluated
+    # mid depth 2: implemented, not yet evaluated
+    cancel_on = ("task.completed", "/e0003/code/round-1")
+    await run_with_docker(tmp_path, repo, tree_beam, params=PARAMS, prompt=GOAL, run_id=rid, cancel_on=cancel_on)
     events = list(read_events(tmp_path / "logs" / rid / "events.jsonl"))
     done_first = {e.key for e in events if e.type == "task.completed"}
     assert f"{rid}/s1/e0003/code/round-1" in done_first and f"{rid}/s1/e0003/eval" not in done_first
@@ -181,23 +115,15 @@ def test_cli_runs_tree_beam_and_writes_the_tree(tmp_path, workspace_root):
     args = [
         str(cli),
         GOAL,
-        "--strategy",
-        "tree-beam",
+        *strategy_args("tree-beam"),
         "--repo",
         str(repo),
         "--docker-image",
         TEST_IMAGE,
         "--no-tui",
-        "-S",
-        "eval_command=python3 bench.py",
-        "-S",
-        "primary_metric=throughput",
-        "-S",
-        "ideas_per_node=2",
-        "-S",
-        "max_depth=2",
-        "-S",
-        "beam_width=1",
+        *settings_args(
+            eval_command="python3 bench.py", primary_metric="throughput", ideas_per_node=2, max_depth=2, beam_width=1
+        ),
     ]
     done = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]

@@ -13,7 +13,7 @@ import re
 
 import anyio
 import pytest
-from test_tree_beam import BASE, EFFECT, ROOT_COMMIT, World, measure_spec, run, with_commit
+from tree_beam_helpers import BASE, EFFECT, ROOT_COMMIT, World, evals, measure_spec, run, with_commit
 
 from orchestrator.engine.testing import ScriptedRunner, failure, success
 from strategies.tree_beam_measure import decide, interval, measure_command, parse_runs, t_quantile
@@ -65,10 +65,6 @@ class NoisyWorld(World):
             msg = f"@@orch-protected-changed c bench.py\n{result.final_message}"
             result = with_commit(success(req, final_message=msg, exit_code=0), result.artifact.commit)
         return result
-
-
-def evals(res):
-    return {r["id"]: r for r in res["tree"]["evaluations"]}
 
 
 NOISY = {**BASE, "eval_repeats": 3, "confirm_pairs": 10, "confidence": 0.9, "max_depth": 1, "beam_width": 3}
@@ -330,7 +326,7 @@ async def test_empty_frontier_continues_from_the_archive(tmp_path):
 
 @pytest.mark.parametrize("hang_on", ["e0001/confirm", "final/confirm"])
 async def test_resume_after_a_confirmation_rebuilds_the_same_tree(tmp_path, hang_on):
-    from test_tree_beam import run_until_hung
+    from engine_helpers import run_until_hung
 
     _, ref, _ = await run(tmp_path / "ref", world=NoisyWorld({"n0": ["A", "NOOP"]}), **NOISY)
     world = NoisyWorld({"n0": ["A", "NOOP"]})

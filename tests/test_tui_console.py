@@ -263,27 +263,14 @@ def test_sub_ten_second_durations_keep_a_decimal():
 def test_a_start_line_leaves_out_unset_parameters_and_never_cuts_a_name():
     from tui.console import MESSAGE_LIMIT
 
-    params = {"model": None, "scorer_model": None, "n": 3}
-    line = format_event(
-        {
-            "type": "strategy.started",
-            "strategy_execution_id": "s1",
-            "key": None,
-            "payload": {"name": "best-of-n", "params": params},
-        },
-        color=False,
-    )
+    def start_line(name: str, params: dict) -> str:
+        event = {"type": "strategy.started", "strategy_execution_id": "s1", "key": None}
+        return format_event({**event, "payload": {"name": name, "params": params}}, color=False)
+
+    line = start_line("best-of-n", {"model": None, "scorer_model": None, "n": 3})
     assert line == "s1: [STRATEGY] best-of-n started (n=3)"
     many = {f"parameter_number_{i}": i for i in range(30)}
-    line = format_event(
-        {
-            "type": "strategy.started",
-            "strategy_execution_id": "s1",
-            "key": None,
-            "payload": {"name": "x", "params": many},
-        },
-        color=False,
-    )
+    line = start_line("x", many)
     shown = line.split(" started (", 1)[1].rstrip(")")
     assert len(shown) <= MESSAGE_LIMIT and shown.endswith("…")
     assert all(re.fullmatch(r"parameter_number_\d+=\d+", part) for part in shown.rstrip("…").split(", ")), shown

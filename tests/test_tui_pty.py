@@ -15,40 +15,14 @@ import time
 import uuid
 
 import pytest
+from tmux_helpers import tmux, wait_for_screen
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed")
-
-
-def tmux(*args: str) -> str:
-    return subprocess.run(["tmux", *args], check=True, capture_output=True, text=True).stdout
-
-
-def capture(session: str) -> str:
-    return tmux("capture-pane", "-t", session, "-p")
-
-
-def wait_for(session: str, predicate, timeout: float = 15.0) -> str:
-    deadline = time.monotonic() + timeout
-    screen = ""
-    while time.monotonic() < deadline:
-        screen = capture(session)
-        if predicate(screen):
-            return screen
-        time.sleep(0.2)
-    raise AssertionError(f"timed out; the screen was:\n{screen}")
 
 
 def done_count(screen: str) -> int:
     m = re.search(r"(\d+)/12 done", screen)
     return int(m.group(1)) if m else -1
-
-
-@pytest.fixture
-def sessions():
-    names: list[str] = []
-    yield names
-    for name in names:
-        subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
 
 
 def test_monitor_shows_a_live_run_and_leaves_the_terminal_clean(tmp_path, sessions):
@@ -86,7 +60,7 @@ def test_monitor_shows_a_live_run_and_leaves_the_terminal_clean(tmp_path, sessio
             sessions.append(name)
             tmux("new-session", "-d", "-s", name, "-x", "120", "-y", "40", "bash --norc --noprofile")
             tmux("send-keys", "-t", name, f"cd {tmp_path} && echo BEFORE-$((40+2)) && {monitor}; echo EXIT=$?", "Enter")
-        first = wait_for(
+        first = wait_for_screen(
             sessions[0],
             lambda s: "[compact]" in s and re.search(r"running [1-4]/4", s) is not None and done_count(s) >= 0,
         )
@@ -95,19 +69,19 @@ def test_monitor_shows_a_live_run_and_leaves_the_terminal_clean(tmp_path, sessio
         assert len(re.findall(r"\btask/\d+", first)) == 12  # each task by its readable key
         assert "BEFORE-42" not in first and "EXIT=" not in first  # the alternate screen hides the shell
         # The display keeps up with the writer: more tasks finish while we watch.
-        later = wait_for(sessions[0], lambda s: done_count(s) > done_count(first), timeout=20)
-        second = wait_for(sessions[1], lambda s: "[compact]" in s)  # a second monitor on the same run
+        later = wait_for_screen(sessions[0], lambda s: done_count(s) > done_count(first), timeout=20)
+        second = wait_for_screen(sessions[1], lambda s: "[compact]" in s)  # a second monitor on the same run
         assert f"🚀 {run_id}" in later and f"🚀 {run_id}" in second
         for name, key in zip(sessions, ("q", "C-c"), strict=True):
             tmux("send-keys", "-t", name, key)
             # (the echoed command contains "EXIT=$?" and "BEFORE-$((40+2))"; their outputs do not)
-            after = wait_for(name, lambda s: re.search(r"EXIT=\d", s), timeout=10)
+            after = wait_for_screen(name, lambda s: re.search(r"EXIT=\d", s), timeout=10)
             assert "EXIT=0" in after
             assert "BEFORE-42" in after  # the shell's earlier output is back
             assert "health" not in after and "🚀" not in after  # nothing of the dashboard left behind
             # The terminal is back in cooked mode with echo: typed text shows up at the prompt.
             tmux("send-keys", "-t", name, "echo typed-$((6*7))", "Enter")
-            wait_for(name, lambda s: "typed-42" in s and "echo typed-$((6*7))" in s, timeout=5)
+            wait_for_screen(name, lambda s: "typed-42" in s and "echo typed-$((6*7))" in s, timeout=5)
         assert writer.wait(timeout=30) == 0  # monitors never touched the writer's lock
     finally:
         if writer.poll() is None:

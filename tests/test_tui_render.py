@@ -375,23 +375,11 @@ def test_health_line_has_no_hosts_without_them(tmp_path):
 
 def _hosts_model(run_id: str, placed: list[str]):
     """A run over hosts local:2 and b:2 with tasks placed as ``placed`` says (by task index)."""
-    from orchestrator.log.events import HOSTS_STATUS, TASK_STARTED
+    from orchestrator.log.events import TASK_STARTED
 
     model = RunModel(run_id)
     n = 0
-    model.feed_raw(
-        HOSTS_STATUS,
-        "",
-        None,
-        {
-            "hosts": [
-                {"name": "local", "max_parallel": 2, "down": False},
-                {"name": "b", "max_parallel": 2, "down": False},
-            ]
-        },
-        n,
-        utc_ts(),
-    )
+    _feed_hosts_status(model, n)
     for ev in synthetic_run(run_id, len(placed), finish=False):
         n += 100
         payload = dict(ev.payload)
@@ -401,6 +389,18 @@ def _hosts_model(run_id: str, placed: list[str]):
     return model, n
 
 
+def _feed_hosts_status(model, n: int, b_down: str | None = None) -> None:
+    """A hosts.status event: local with 2 slots, and b with 2, down for the reason ``b_down`` if given."""
+    from orchestrator.log.events import HOSTS_STATUS
+
+    b: dict = {"name": "b", "max_parallel": 2, "down": b_down is not None}
+    if b_down is not None:
+        b["reason"] = b_down
+    model.feed_raw(
+        HOSTS_STATUS, "", None, {"hosts": [{"name": "local", "max_parallel": 2, "down": False}, b]}, n, utc_ts()
+    )
+
+
 def _health_line(model) -> str:
     return next(line for line in frame_text(model, width=200).splitlines() if line.startswith("health"))
 
@@ -408,7 +408,7 @@ def _health_line(model) -> str:
 def test_health_line_shows_free_slots_and_a_down_host_from_hosts_status_events():
     """hosts.status gives each host's slots and whether it is down; task.session with a host
     (its host went away) moves the task's count to the host it now runs on."""
-    from orchestrator.log.events import HOSTS_STATUS, TASK_SESSION
+    from orchestrator.log.events import TASK_SESSION
 
     model, n = _hosts_model("run_hosts_status", ["local", "b", "b", "local"])
     running = {k: [t for t in model.state.tasks.values() if t.state == RUNNING and t.host == k] for k in ("local", "b")}
@@ -418,19 +418,7 @@ def test_health_line_shows_free_slots_and_a_down_host_from_hosts_status_events()
         f"b ▶{len(running['b'])} {2 - len(running['b'])} free" in _health_line(model)
     )
 
-    model.feed_raw(
-        HOSTS_STATUS,
-        "",
-        None,
-        {
-            "hosts": [
-                {"name": "local", "max_parallel": 2, "down": False},
-                {"name": "b", "max_parallel": 2, "down": True, "reason": "Docker host b stopped answering"},
-            ]
-        },
-        n + 100,
-        utc_ts(),
-    )
+    _feed_hosts_status(model, n + 100, b_down="Docker host b stopped answering")
     moved = running["b"][0]
     model.feed_raw(
         TASK_SESSION,
