@@ -118,9 +118,13 @@ def rank_score(record: dict[str, Any]) -> float | None:
 
 
 def rank_key(record: dict[str, Any]) -> tuple:
-    score = record["decision"]["rank_score"]
-    delta = (record.get("root_comparison") or {}).get("primary_delta")
-    return (score is None, -(score or 0.0), delta is None, -(delta or 0.0), record["id"])
+    return _order(record["decision"]["rank_score"], record, record["id"])
+
+
+def _order(score: float | None, item: dict[str, Any], tiebreak: Any) -> tuple:
+    """Best first: root-relative score, then root-relative primary delta (missing ones last), then ``tiebreak``."""
+    delta = (item.get("root_comparison") or {}).get("primary_delta")
+    return (score is None, -(score or 0.0), delta is None, -(delta or 0.0), tiebreak)
 
 
 def select_beam(records: list[dict[str, Any]], beam_width: int) -> list[dict[str, Any]]:
@@ -341,10 +345,6 @@ def tried_ideas(tree: Tree, node: dict[str, Any], mode: str) -> str:
     return label + ":\n" + "\n".join(_outcome_line(r) for r in sorted(shown, key=lambda r: r["id"]))
 
 
-def screened_change(parent: Evaluation, cand: Evaluation, scoring: ScoringConfig, confidence: float) -> dict | None:
-    return unpaired_change(parent, cand, scoring, confidence)
-
-
 # ---------------------------------------------------------------- the strategy
 
 
@@ -426,152 +426,316 @@ async def tree_beam(
     eval_timeout_s: Annotated[float | None, "timeout of one evaluation run"] = None,
 ):
     """Global beam search over a tree of evaluated code states."""
+    # The parameters as the run was asked for them, base branch first: tree.json shows them as its config.
+    config = {name: value for name, value in locals().items() if name not in ("prompt", "ctx")}
     if not eval_command or not primary_metric:
         raise ConfigError("tree-beam needs -S eval_command and -S primary_metric")
-    scoring = ScoringConfig(
-        primary_metric=primary_metric, direction=direction, weights=weights or {}, tolerance=tolerance
+    config.update(
+        weights=weights or {},
+        protected_paths=list(default_protected_paths(eval_command) if protected_paths is None else protected_paths),
     )
-    pipe = PipelineConfig(
-        review=max_review_rounds > 0,
-        max_review_rounds=max_review_rounds,
-        test_command=test_command,
-        eval_command=eval_command,
-        eval_timeout_s=eval_timeout_s,
-        scoring=scoring,
-        debug_rounds=debug_rounds,
-    )
-    protected = list(default_protected_paths(eval_command) if protected_paths is None else protected_paths)
-    tree = Tree(
-        {
-            "base_branch": base_branch,
-            "eval_command": eval_command,
-            "primary_metric": primary_metric,
-            "direction": direction,
-            "metric_unit": metric_unit,
-            "weights": weights or {},
-            "tolerance": tolerance,
-            "eval_repeats": eval_repeats,
-            "confirm_pairs": confirm_pairs,
-            "confidence": confidence,
-            "eval_parallel": eval_parallel,
-            "protected_paths": protected,
-            "ideas_per_node": ideas_per_node,
-            "max_depth": max_depth,
-            "beam_width": beam_width,
-            "max_total_evals": max_total_evals,
-            "max_cost_usd": max_cost_usd,
-            "max_wall_s": max_wall_s,
-            "keep_rejected": keep_rejected,
-            "ideas_context": ideas_context,
-            "dedupe_scope": dedupe_scope,
-            "max_review_rounds": max_review_rounds,
-            "test_command": test_command,
-            "debug_rounds": debug_rounds,
-            "eval_timeout_s": eval_timeout_s,
-        }
-    )
-    out = output_root(ctx)
-    timed = max_wall_s is not None
-    budget = Budget(max_cost_usd=max_cost_usd, max_wall_s=max_wall_s, started_at=ctx.now() if timed else 0.0)
-    ctx = Spending(ctx, budget)
-    tree.budget = budget
-    _publish(ctx, tree, out)
+    search = _Search(ctx, Tree(config), prompt)
+    await search.measure_root()
+    frontier = ["n0"]
+    while True:
+        if not frontier:
+            frontier, stop = await search.revive()
+        elif not (expandable := [n for n in frontier if search.tree.nodes[n]["depth"] < max_depth]):
+            stop = "max_depth"
+        elif (reason := search.over_budget()) is not None:
+            stop = f"budget: {reason}"
+        else:
+            frontier, stop = await search.expand(expandable)
+        if stop is not None:
+            return await _end(search.tree, search.out, search.meter, stop)
 
-    def over_budget() -> str | None:
-        # ctx.now() only at sequential points: a resumed run must ask for the same checkpoints in the same order
-        return budget.exhausted(ctx.now() if timed else 0.0)
 
-    meter = Measurer(ctx, tree.config, scoring)
-    # The test gate runs on the base alongside the root's measurement: one that cannot run at all
-    # would fail every candidate after it was paid for.
-    tests_get = run_on_base(ctx, test_command, base_branch, ("root", "tests")) if test_command else None
-    root_info: dict[str, Any] = {}
-    root_ev, root_log = await meter.screen(base_branch, ("root", "eval"), root_info)
-    tests_run = await tests_get() if tests_get is not None else None
-    tree.root_evaluation = to_json(root_ev)
-    tree.root_measurement = {"flaky_runs": root_info.get("flaky_runs", 0)}
-    meter.root_commit = root_ev.commit or "HEAD"
-    meter.root_expected = root_ev.expected
-    evaluations: dict[str, Evaluation] = {"n0": root_ev}
-    tree.nodes["n0"] = {
-        "id": "n0",
-        "parent": None,
-        "depth": 0,
-        "branch": base_branch,
-        "commit": root_ev.commit,
-        "eval_id": None,
-        "idea_chain": [],
-        "metrics": tree.root_evaluation["metrics"],
-        "evaluation": tree.root_evaluation,
-        "eval_log": root_log[-2000:] if root_ev.status == "ok" else "",
-        "rank_score": None,
-        "root_comparison": None,
-    }
-    if (stop := unusable_evaluation(root_ev, [primary_metric, *sorted(weights or {})])) is not None:
-        # Every candidate would be measured against this: stop before any agent task spends money.
-        stop_reason, why = stop
-        _finish(ctx, tree, out, stop_reason, final_check=False)
-        output = "\n".join(t for t in (root_info.get("log", ""), root_info.get("err_log", "")) if t.strip())
-        raise BaseEvaluationFailed(why, command=eval_command, output=output, keys=(ctx.key("root", "eval"),))
-    if test_command and tests_run is not None and (cannot := why_tests_cannot_run(tests_run)) is not None:
-        _finish(ctx, tree, out, "root_tests_cannot_run", final_check=False)
-        raise BaseEvaluationFailed(
-            cannot,
-            command=test_command,
-            output=tests_run.output,
-            headline=TESTS_CANNOT_RUN,
-            keys=(ctx.key("root", "tests"),),
+class _Search:
+    """One execution's search: the tree, what measures it, and the steps that grow it.
+
+    The steps ask ``ctx`` in the order the run always has, so a resumed run's log replays the same keys.
+    """
+
+    root_ev: Evaluation
+
+    def __init__(self, ctx: Context, tree: Tree, prompt: str) -> None:
+        cfg = self.cfg = tree.config
+        self.tree, self.prompt = tree, prompt
+        self.scoring = ScoringConfig(
+            primary_metric=cfg["primary_metric"],
+            direction=cfg["direction"],
+            weights=cfg["weights"],
+            tolerance=cfg["tolerance"],
         )
-    _publish(ctx, tree, out)
+        self.pipe = PipelineConfig(
+            review=cfg["max_review_rounds"] > 0,
+            max_review_rounds=cfg["max_review_rounds"],
+            test_command=cfg["test_command"],
+            eval_command=cfg["eval_command"],
+            eval_timeout_s=cfg["eval_timeout_s"],
+            scoring=self.scoring,
+            debug_rounds=cfg["debug_rounds"],
+        )
+        self.out = output_root(ctx)
+        self.timed = cfg["max_wall_s"] is not None
+        self.budget = Budget(
+            max_cost_usd=cfg["max_cost_usd"],
+            max_wall_s=cfg["max_wall_s"],
+            started_at=ctx.now() if self.timed else 0.0,
+        )
+        tree.budget = self.budget
+        self.ctx: Any = Spending(ctx, self.budget)
+        self.meter = Measurer(self.ctx, cfg, self.scoring)
+        self.evaluations: dict[str, Evaluation] = {}
+        self.round_no = 0
 
-    async def confirm_in_rank_order(queue: list[dict[str, Any]], slots: int) -> list[dict[str, Any]]:
-        """Confirm the best-ranked screened candidates until ``slots`` pass (or none is left)."""
+    def over_budget(self) -> str | None:
+        # ctx.now() only at sequential points: a resumed run must ask for the same checkpoints in the same order
+        return self.budget.exhausted(self.ctx.now() if self.timed else 0.0)
+
+    def publish(self) -> None:
+        _publish(self.ctx, self.tree, self.out)
+
+    async def measure_root(self) -> None:
+        """Measure the base; stop the run when candidates could not be measured against it."""
+        ctx, tree, cfg = self.ctx, self.tree, self.cfg
+        self.publish()
+        # The test gate runs on the base alongside the root's measurement: one that cannot run at all
+        # would fail every candidate after it was paid for.
+        test_command = cfg["test_command"]
+        tests_get = run_on_base(ctx, test_command, cfg["base_branch"], ("root", "tests")) if test_command else None
+        info: dict[str, Any] = {}
+        root_ev, root_log = await self.meter.screen(cfg["base_branch"], ("root", "eval"), info)
+        tests_run = await tests_get() if tests_get is not None else None
+        tree.root_evaluation = to_json(root_ev)
+        tree.root_measurement = {"flaky_runs": info.get("flaky_runs", 0)}
+        self.meter.root_commit = root_ev.commit or "HEAD"
+        self.meter.root_expected = root_ev.expected
+        self.root_ev = self.evaluations["n0"] = root_ev
+        tree.nodes["n0"] = {
+            "id": "n0",
+            "parent": None,
+            "depth": 0,
+            "branch": cfg["base_branch"],
+            "commit": root_ev.commit,
+            "eval_id": None,
+            "idea_chain": [],
+            "metrics": tree.root_evaluation["metrics"],
+            "evaluation": tree.root_evaluation,
+            "eval_log": root_log[-2000:] if root_ev.status == "ok" else "",
+            "rank_score": None,
+            "root_comparison": None,
+        }
+        if (stop := unusable_evaluation(root_ev, [cfg["primary_metric"], *sorted(cfg["weights"])])) is not None:
+            # Every candidate would be measured against this: stop before any agent task spends money.
+            _finish(ctx, tree, self.out, stop[0])
+            output = "\n".join(t for t in (info.get("log", ""), info.get("err_log", "")) if t.strip())
+            raise BaseEvaluationFailed(
+                stop[1], command=cfg["eval_command"], output=output, keys=(ctx.key("root", "eval"),)
+            )
+        if tests_run is not None and (cannot := why_tests_cannot_run(tests_run)) is not None:
+            _finish(ctx, tree, self.out, "root_tests_cannot_run")
+            raise BaseEvaluationFailed(
+                cannot,
+                command=test_command,
+                output=tests_run.output,
+                headline=TESTS_CANNOT_RUN,
+                keys=(ctx.key("root", "tests"),),
+            )
+        self.publish()
+
+    async def expand(self, expandable: list[str]) -> tuple[list[str], str | None]:
+        """One depth: ideas for every frontier node, each new one implemented and screened, the best confirmed.
+
+        Returns the next frontier and the stop reason, if the run stops here.
+        """
+        tree, cfg = self.tree, self.cfg
+        self.round_no += 1
+        record: dict[str, Any] = {
+            "depth": self.round_no,
+            "frontier": list(expandable),
+            "ideas": {},
+            "duplicates": [],
+            "evaluations": [],
+            "promoted": [],
+            "budget_hit": False,
+        }
+        tree.depths.append(record)
+        generated: dict[str, list[dict[str, str]] | None] = {}
+        async with anyio.create_task_group() as tg:
+            for node_id in expandable:
+                tg.start_soon(self.ideate, node_id, generated)
+        planned = self.plan(expandable, generated, record)
+        for rec in planned:
+            tree.evals[rec["id"]] = rec
+            record["evaluations"].append(rec["id"])
+        self.publish()
+        if (reason := self.over_budget()) is not None:
+            for rec in planned:
+                rec.update(status="skipped")
+                rec["decision"]["promotion_reason"] = "not_started:budget"
+            return [], f"budget: {reason}"
+        async with anyio.create_task_group() as tg:
+            for rec in planned:
+                tg.start_soon(self.implement, rec)
+        # The best screened candidates are confirmed in rank order until the beam is full; the rest is archived.
+        queue = sorted((rec for rec in planned if rec["decision"]["passed_gate"]), key=rank_key)
+        chosen = await self.confirm_in_rank_order(queue, cfg["beam_width"])
+        for r in queue:
+            r["decision"]["promotion_reason"] = "below_beam"
+            tree.archive.append(r["id"])
+        frontier = self.promote(chosen)
+        record["promoted"] = list(frontier)
+        self.publish()
+        if tree.budget_reason:
+            return frontier, f"budget: {tree.budget_reason}"
+        if cfg["max_total_evals"] is not None and tree.evals_used >= cfg["max_total_evals"]:
+            return frontier, "max_total_evals"
+        return frontier, None
+
+    async def ideate(self, node_id: str, generated: dict[str, list[dict[str, str]] | None]) -> None:
+        """A context pack for the node, then its ideas."""
+        ctx, tree, cfg = self.ctx, self.tree, self.cfg
+        node = tree.nodes[node_id]
+        diffstat = None
+        if node["parent"] is not None:
+            parent = tree.nodes[node["parent"]]
+            cmd = (
+                f"echo 'root -> node:'; git diff --stat {tree.nodes['n0']['commit']} HEAD; "
+                f"echo 'parent -> node:'; git diff --stat {parent['commit']} HEAD"
+            )
+            try:
+                diffstat = (
+                    await ctx.wait(ctx.run(command_task(cmd, node["branch"]), key=ctx.key(node_id, "context")))
+                )["final_message"]
+            except ctx.errors.TaskFailed as exc:
+                diffstat = f"(diff stat unavailable: {exc.error_type})"
+        context = (
+            objective_text(tree, node, tried=False) + "\n\n" + context_pack(tree, node, diffstat, cfg["ideas_context"])
+        )
+        k = cfg["ideas_per_node"]
+        task = {
+            "prompt": ideation_prompt(self.prompt, node, k, context),
+            "base_branch": node["branch"],
+            "import_policy": "never",
+        }
+        generated[node_id] = await ask_json(
+            ctx, task, (node_id, "ideas"), lambda d: parse_ideas(d, k), schemas.ideas(k)
+        )
+
+    def plan(
+        self, expandable: list[str], generated: dict[str, list[dict[str, str]] | None], record: dict[str, Any]
+    ) -> list[dict[str, Any]]:
+        """New ideas within the budget, as pending evaluations: frontier then idea order, so ids never depend on timing."""
+        tree, scope, limit = self.tree, self.cfg["dedupe_scope"], self.cfg["max_total_evals"]
+        planned: list[dict[str, Any]] = []
+        for node_id in expandable:
+            ideas = generated[node_id]
+            record["ideas"][node_id] = None if ideas is None else len(ideas)
+            seen = tree.seen_hashes(node_id, scope) | {
+                r["idea"]["hash"] for r in planned if scope == "run" or r["parent"] == node_id
+            }
+            for idea in ideas or []:
+                h = idea_hash(idea["title"], idea["description"])
+                if h in seen:
+                    record["duplicates"].append({"node": node_id, "title": idea["title"], "hash": h})
+                    continue
+                if limit is not None and tree.evals_used >= limit:
+                    record["budget_hit"] = True
+                    break
+                seen.add(h)
+                tree.evals_used += 1
+                idea = {"title": idea["title"], "description": idea["description"], "hash": h}
+                planned.append(_pending(f"e{tree.evals_used:04d}", node_id, tree.nodes[node_id]["depth"] + 1, idea))
+        return planned
+
+    async def implement(self, rec: dict[str, Any]) -> None:
+        """The shared per-idea pipeline on the parent's branch, then the parent-relative screen."""
+        eid, tree = rec["id"], self.tree
+        parent = tree.nodes[rec["parent"]]
+        parent_ev = self.evaluations[rec["parent"]]
+        idea = Idea(id=eid, title=rec["idea"]["title"], text=f"{rec['idea']['title']}\n\n{rec['idea']['description']}")
+        info: dict[str, Any] = {}
+
+        async def evaluator(branch: str, key_parts: tuple) -> tuple[Evaluation, str]:
+            return await self.meter.screen(branch, key_parts, info)
+
+        outcome = await run_idea(
+            self.ctx,
+            idea,
+            goal=self.prompt,
+            base_branch=parent["branch"],
+            key_prefix=(eid,),
+            cfg=self.pipe,
+            baseline=parent_ev,
+            root=self.root_ev,
+            out_dir=self.out / "evals" / eid,
+            objective=objective_text(tree, parent, tried=True),
+            evaluator=evaluator,
+        )
+        rec.update(
+            status=outcome["status"],
+            branch=outcome["branch"],
+            commit=outcome["commit"],
+            evaluation=outcome["evaluation"],
+            parent_comparison=outcome["comparison"],
+            root_comparison=outcome["root_comparison"],
+            rounds=outcome["rounds"],
+            error=outcome["error"],
+            protected_changed=info.get("protected_changed", []),
+            flaky_runs=info.get("flaky_runs", 0),
+            eval_log=(info.get("log") or "")[-2000:],
+        )
+        if outcome.get("tests"):
+            rec["tests"] = {k: outcome["tests"][k] for k in ("passed", "debug_rounds") if k in outcome["tests"]}
+        passed, reason, regressed = gate(rec, self.scoring)
+        if passed and rec["evaluation"]:
+            candidate = evaluation_from_json(rec["evaluation"])
+            rec["screen_change"] = unpaired_change(parent_ev, candidate, self.scoring, self.cfg["confidence"])
+        rec["decision"].update(
+            passed_gate=passed,
+            promotion_reason=reason,
+            primary_regressed=regressed,
+            rank_score=rank_score(rec) if passed else None,
+        )
+        self.publish()
+
+    async def confirm_in_rank_order(self, queue: list[dict[str, Any]], slots: int) -> list[dict[str, Any]]:
+        """Confirm the best-ranked screened candidates until ``slots`` pass (or none is left); ``queue`` keeps the rest."""
         chosen: list[dict[str, Any]] = []
         while queue and len(chosen) < slots:
-            if (reason := over_budget()) is not None:
-                tree.budget_reason = reason
+            if (reason := self.over_budget()) is not None:
+                self.tree.budget_reason = reason
                 break
             batch, queue[:] = queue[: slots - len(chosen)], queue[slots - len(chosen) :]
-
-            async def one(r: dict[str, Any]) -> None:
-                parent = tree.nodes[r["parent"]]
-                if confirm_pairs == 0:
-                    change = screened_change(
-                        evaluations[r["parent"]], evaluation_from_json(r["evaluation"]), scoring, confidence
-                    )
-                    passed, reason = decide(change, tolerance) if change else (True, "no_interval")
-                    r["confirmation"] = {
-                        "pairs": 0,
-                        "change": change,
-                        "passed": passed,
-                        "reason": reason,
-                        "basis": "screening_runs",
-                    }
-                else:
-                    r["confirmation"] = await meter.confirm(r["branch"], (r["id"], "confirm"), parent["commit"])
-                if r["confirmation"]["passed"]:
-                    chosen.append(r)
-                else:
-                    r["decision"].update(
-                        passed_gate=False, promotion_reason=f"not_confirmed:{r['confirmation']['reason']}"
-                    )
-
             async with anyio.create_task_group() as tg:
                 for r in batch:
-                    tg.start_soon(one, r)
+                    tg.start_soon(self.confirm, r, chosen)
             for r in batch:
                 if r in chosen:
-                    _absorb_confirmation(r, root_ev, scoring, confidence)
+                    _absorb_confirmation(r, self.root_ev, self.scoring, self.cfg["confidence"])
         return sorted(chosen, key=rank_key)
 
-    def promote(chosen: list[dict[str, Any]]) -> list[str]:
-        new = []
+    async def confirm(self, r: dict[str, Any], chosen: list[dict[str, Any]]) -> None:
+        if self.cfg["confirm_pairs"] == 0:
+            candidate = evaluation_from_json(r["evaluation"])
+            r["confirmation"] = _unpaired_check(self.evaluations[r["parent"]], candidate, self.meter, "screening_runs")
+        else:
+            parent = self.tree.nodes[r["parent"]]
+            r["confirmation"] = await self.meter.confirm(r["branch"], (r["id"], "confirm"), parent["commit"])
+        if r["confirmation"]["passed"]:
+            chosen.append(r)
+        else:
+            r["decision"].update(passed_gate=False, promotion_reason=f"not_confirmed:{r['confirmation']['reason']}")
+
+    def promote(self, chosen: list[dict[str, Any]]) -> list[str]:
+        tree, new = self.tree, []
         for r in chosen:
             node_id = f"n{len(tree.nodes)}"
             parent = tree.nodes[r["parent"]]
             r["promoted_to"] = node_id
             r["decision"]["promotion_reason"] = f"promoted ({r['confirmation']['reason']})"
-            evaluations[node_id] = evaluation_from_json(r["evaluation"])
+            self.evaluations[node_id] = evaluation_from_json(r["evaluation"])
             tree.nodes[node_id] = {
                 "id": node_id,
                 "parent": r["parent"],
@@ -591,215 +755,69 @@ async def tree_beam(
             new.append(node_id)
         return new
 
-    frontier = ["n0"]
-    round_no = 0
-    while True:
-        if not frontier:
-            # Beyond a pure beam: an empty frontier continues from the best archived candidates.
-            revived_from = sorted((tree.evals[e] for e in tree.archive), key=rank_key)
-            if not revived_from or (reason := over_budget()) is not None:
-                return await _end(tree, out, meter, "frontier_empty" if not revived_from else f"budget: {reason}")
-            tree.archive = []
-            chosen = await confirm_in_rank_order(revived_from, beam_width)
-            for r in revived_from:
-                if r["decision"]["promotion_reason"] == "below_beam":
-                    tree.archive.append(r["id"])
-            frontier = promote(chosen)
-            tree.revivals.append(
-                {
-                    "after_round": round_no,
-                    "promoted": list(frontier),
-                    "confirmed_from_archive": [r["id"] for r in chosen],
-                }
-            )
-            _publish(ctx, tree, out)
-            if tree.budget_reason:
-                return await _end(tree, out, meter, f"budget: {tree.budget_reason}")
-            continue
-        expandable = [n for n in frontier if tree.nodes[n]["depth"] < max_depth]
-        if not expandable:
-            return await _end(tree, out, meter, "max_depth")
-        if (reason := over_budget()) is not None:
-            return await _end(tree, out, meter, f"budget: {reason}")
-        round_no += 1
-        depth = round_no
-        record: dict[str, Any] = {
-            "depth": depth,
-            "frontier": list(expandable),
-            "ideas": {},
-            "duplicates": [],
-            "evaluations": [],
-            "promoted": [],
-            "budget_hit": False,
-        }
-        tree.depths.append(record)
-        # 1. context pack and ideas for every frontier node, in parallel
-        generated: dict[str, list[dict[str, str]] | None] = {}
-
-        async def ideate(node_id: str, generated: dict[str, list[dict[str, str]] | None]) -> None:
-            node = tree.nodes[node_id]
-            diffstat = None
-            if node["parent"] is not None:
-                parent = tree.nodes[node["parent"]]
-                cmd = (
-                    f"echo 'root -> node:'; git diff --stat {tree.nodes['n0']['commit']} HEAD; "
-                    f"echo 'parent -> node:'; git diff --stat {parent['commit']} HEAD"
-                )
-                try:
-                    diffstat = (
-                        await ctx.wait(ctx.run(command_task(cmd, node["branch"]), key=ctx.key(node_id, "context")))
-                    )["final_message"]
-                except ctx.errors.TaskFailed as exc:
-                    diffstat = f"(diff stat unavailable: {exc.error_type})"
-            context = context_pack(tree, node, diffstat, ideas_context)
-            task = {
-                "prompt": ideation_prompt(
-                    prompt, node, ideas_per_node, objective_text(tree, node, tried=False) + "\n\n" + context
-                ),
-                "base_branch": node["branch"],
-                "import_policy": "never",
+    async def revive(self) -> tuple[list[str], str | None]:
+        """Beyond a pure beam: an empty frontier continues from the best archived candidates."""
+        tree = self.tree
+        revived_from = sorted((tree.evals[e] for e in tree.archive), key=rank_key)
+        if not revived_from:
+            return [], "frontier_empty"
+        if (reason := self.over_budget()) is not None:
+            return [], f"budget: {reason}"
+        tree.archive = []
+        chosen = await self.confirm_in_rank_order(revived_from, self.cfg["beam_width"])
+        tree.archive = [r["id"] for r in revived_from if r["decision"]["promotion_reason"] == "below_beam"]
+        frontier = self.promote(chosen)
+        tree.revivals.append(
+            {
+                "after_round": self.round_no,
+                "promoted": list(frontier),
+                "confirmed_from_archive": [r["id"] for r in chosen],
             }
-            generated[node_id] = await ask_json(
-                ctx, task, (node_id, "ideas"), lambda d: parse_ideas(d, ideas_per_node), schemas.ideas(ideas_per_node)
-            )
+        )
+        self.publish()
+        return frontier, f"budget: {tree.budget_reason}" if tree.budget_reason else None
 
-        async with anyio.create_task_group() as tg:
-            for node_id in expandable:
-                tg.start_soon(ideate, node_id, generated)
-        # 2. dedupe and budget, in frontier then idea order: eval ids never depend on timing
-        planned: list[tuple[str, dict[str, Any]]] = []
-        for node_id in expandable:
-            ideas = generated[node_id]
-            record["ideas"][node_id] = None if ideas is None else len(ideas)
-            seen = tree.seen_hashes(node_id, dedupe_scope) | {
-                r["idea"]["hash"] for _, r in planned if dedupe_scope == "run" or r["parent"] == node_id
-            }
-            for idea in ideas or []:
-                h = idea_hash(idea["title"], idea["description"])
-                if h in seen:
-                    record["duplicates"].append({"node": node_id, "title": idea["title"], "hash": h})
-                    continue
-                if max_total_evals is not None and tree.evals_used >= max_total_evals:
-                    record["budget_hit"] = True
-                    break
-                seen.add(h)
-                tree.evals_used += 1
-                eid = f"e{tree.evals_used:04d}"
-                planned.append(
-                    (
-                        eid,
-                        {
-                            "id": eid,
-                            "parent": node_id,
-                            "depth": tree.nodes[node_id]["depth"] + 1,
-                            "idea": {"title": idea["title"], "description": idea["description"], "hash": h},
-                        },
-                    )
-                )
-        # 3. implement and evaluate every planned idea, in parallel
-        for eid, rec in planned:
-            tree.evals[eid] = {
-                **rec,
-                "status": "pending",
-                "branch": None,
-                "commit": None,
-                "evaluation": None,
-                "parent_comparison": None,
-                "root_comparison": None,
-                "screen_change": None,
-                "confirmation": None,
-                "protected_changed": [],
-                "flaky_runs": 0,
-                "rounds": [],
-                "error": None,
-                "decision": {
-                    "gate_basis": "parent_relative",
-                    "rank_basis": "root_relative",
-                    "passed_gate": False,
-                    "rank_score": None,
-                    "promotion_reason": "pending",
-                    "primary_regressed": False,
-                },
-                "promoted_to": None,
-                "artifacts": f"evals/{eid}",
-            }
-            record["evaluations"].append(eid)
-        _publish(ctx, tree, out)
-        if (reason := over_budget()) is not None:
-            for eid, _ in planned:
-                tree.evals[eid].update(status="skipped")
-                tree.evals[eid]["decision"]["promotion_reason"] = "not_started:budget"
-            return await _end(tree, out, meter, f"budget: {reason}")
 
-        async def implement(eid: str) -> None:
-            rec = tree.evals[eid]
-            parent = tree.nodes[rec["parent"]]
-            idea = Idea(
-                id=eid, title=rec["idea"]["title"], text=f"{rec['idea']['title']}\n\n{rec['idea']['description']}"
-            )
-            info: dict[str, Any] = {}
+def _pending(eid: str, parent: str, depth: int, idea: dict[str, str]) -> dict[str, Any]:
+    return {
+        "id": eid,
+        "parent": parent,
+        "depth": depth,
+        "idea": idea,
+        "status": "pending",
+        "branch": None,
+        "commit": None,
+        "evaluation": None,
+        "parent_comparison": None,
+        "root_comparison": None,
+        "screen_change": None,
+        "confirmation": None,
+        "protected_changed": [],
+        "flaky_runs": 0,
+        "rounds": [],
+        "error": None,
+        "decision": {
+            "gate_basis": "parent_relative",
+            "rank_basis": "root_relative",
+            "passed_gate": False,
+            "rank_score": None,
+            "promotion_reason": "pending",
+            "primary_regressed": False,
+        },
+        "promoted_to": None,
+        "artifacts": f"evals/{eid}",
+    }
 
-            async def evaluator(branch: str, key_parts: tuple) -> tuple[Evaluation, str]:
-                return await meter.screen(branch, key_parts, info)
 
-            outcome = await run_idea(
-                ctx,
-                idea,
-                goal=prompt,
-                base_branch=parent["branch"],
-                key_prefix=(eid,),
-                cfg=pipe,
-                baseline=evaluations[rec["parent"]],
-                root=root_ev,
-                out_dir=out / "evals" / eid,
-                objective=objective_text(tree, parent, tried=True),
-                evaluator=evaluator,
-            )
-            rec.update(
-                status=outcome["status"],
-                branch=outcome["branch"],
-                commit=outcome["commit"],
-                evaluation=outcome["evaluation"],
-                parent_comparison=outcome["comparison"],
-                root_comparison=outcome["root_comparison"],
-                rounds=outcome["rounds"],
-                error=outcome["error"],
-                protected_changed=info.get("protected_changed", []),
-                flaky_runs=info.get("flaky_runs", 0),
-                eval_log=(info.get("log") or "")[-2000:],
-            )
-            if outcome.get("tests"):
-                rec["tests"] = {k: outcome["tests"][k] for k in ("passed", "debug_rounds") if k in outcome["tests"]}
-            passed, reason, regressed = gate(rec, scoring)
-            if passed and rec["evaluation"]:
-                rec["screen_change"] = screened_change(
-                    evaluations[rec["parent"]], evaluation_from_json(rec["evaluation"]), scoring, confidence
-                )
-            rec["decision"].update(
-                passed_gate=passed,
-                promotion_reason=reason,
-                primary_regressed=regressed,
-                rank_score=rank_score(rec) if passed else None,
-            )
-            _publish(ctx, tree, out)
-
-        async with anyio.create_task_group() as tg:
-            for eid, _ in planned:
-                tg.start_soon(implement, eid)
-        # 4. confirm the best screened candidates (rank order) until the beam is full; the rest is archived
-        screened = sorted((tree.evals[e] for e, _ in planned if tree.evals[e]["decision"]["passed_gate"]), key=rank_key)
-        queue = list(screened)
-        chosen = await confirm_in_rank_order(queue, beam_width)
-        for r in queue:
-            r["decision"]["promotion_reason"] = "below_beam"
-            tree.archive.append(r["id"])
-        frontier = promote(chosen)
-        record["promoted"] = list(frontier)
-        _publish(ctx, tree, out)
-        if tree.budget_reason:
-            return await _end(tree, out, meter, f"budget: {tree.budget_reason}")
-        if max_total_evals is not None and tree.evals_used >= max_total_evals:
-            return await _end(tree, out, meter, "max_total_evals")
+def _unpaired_check(
+    before: Evaluation, after: Evaluation, meter: Measurer, basis: str, *, strict_better: bool = False
+) -> dict[str, Any]:
+    """A check from the separate measurements already taken, without paired runs."""
+    change = unpaired_change(before, after, meter.scoring, meter.cfg["confidence"])
+    passed, why = (
+        decide(change, meter.scoring.tolerance, strict_better=strict_better) if change else (True, "no_interval")
+    )
+    return {"pairs": 0, "change": change, "passed": passed, "reason": why, "basis": basis}
 
 
 def _absorb_confirmation(r: dict[str, Any], root_ev: Evaluation, scoring: ScoringConfig, confidence: float) -> None:
@@ -818,7 +836,7 @@ async def _end(tree: Tree, out, meter: Measurer, reason: str) -> dict[str, Any]:
     """Pick the best node, confirm it against the base, and finish."""
     data = tree.to_json()
     candidates = [n for n in data["nodes"] if n["parent"] is not None and (n.get("rank_score") or 0) > 0]
-    best = min(candidates, key=_node_key) if candidates else None
+    best = min(candidates, key=lambda n: _order(n.get("rank_score"), n, int(n["id"][1:]))) if candidates else None
     verdict: dict[str, Any] = {"node": "n0", "beat_base": False, "check": None, "candidate": None}
     if best is not None:
         verdict["candidate"] = best["id"]
@@ -826,22 +844,9 @@ async def _end(tree: Tree, out, meter: Measurer, reason: str) -> dict[str, Any]:
         if meter.cfg["confirm_pairs"] == 0 or budget_reason is not None:
             # no paired check (not asked for, or no budget left): the chain of confirmed promotions is the evidence
             assert tree.root_evaluation is not None  # the root is measured before any candidate
-            change = unpaired_change(
-                evaluation_from_json(tree.root_evaluation),
-                evaluation_from_json(best["evaluation"]),
-                meter.scoring,
-                meter.cfg["confidence"],
-            )
-            passed, why = (
-                decide(change, meter.scoring.tolerance, strict_better=True) if change else (True, "no_interval")
-            )
-            verdict["check"] = {
-                "pairs": 0,
-                "change": change,
-                "passed": passed,
-                "reason": why,
-                "basis": "separate_measurements" + ("; budget spent" if budget_reason else ""),
-            }
+            basis = "separate_measurements" + ("; budget spent" if budget_reason else "")
+            root, cand = evaluation_from_json(tree.root_evaluation), evaluation_from_json(best["evaluation"])
+            verdict["check"] = _unpaired_check(root, cand, meter, basis, strict_better=True)
         else:
             check = await meter.confirm(best["branch"], ("final", "confirm"), tree.nodes["n0"]["commit"])
             if check.get("change") and check["reason"] != "incomplete_evaluation":
@@ -853,13 +858,7 @@ async def _end(tree: Tree, out, meter: Measurer, reason: str) -> dict[str, Any]:
     return _finish(meter.ctx, tree, out, reason)
 
 
-def _node_key(n: dict[str, Any]) -> tuple:
-    score = n.get("rank_score")
-    delta = (n.get("root_comparison") or {}).get("primary_delta")
-    return (score is None, -(score or 0.0), delta is None, -(delta or 0.0), int(n["id"][1:]))
-
-
-def _publish(ctx, tree: Tree, out) -> None:
+def _publish(ctx, tree: Tree, out) -> dict[str, Any]:
     """Write the tree so far and say where the search is.
 
     Called at every point where the tree changed, so the files always hold
@@ -870,6 +869,7 @@ def _publish(ctx, tree: Tree, out) -> None:
     data = tree.to_json()
     write_tree_report(data, out)
     ctx.progress(**tree_progress(data))
+    return data
 
 
 def tree_progress(data: dict[str, Any]) -> dict[str, Any]:
@@ -897,11 +897,9 @@ def tree_progress(data: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _finish(ctx, tree: Tree, out, reason: str, *, final_check: bool = True) -> dict[str, Any]:
+def _finish(ctx, tree: Tree, out, reason: str) -> dict[str, Any]:
     tree.stop_reason = reason
-    data = tree.to_json()
-    write_tree_report(data, out)
-    ctx.progress(**tree_progress(data))
+    data = _publish(ctx, tree, out)
     path = best_path(data)
     best = path[-1]
     return {
