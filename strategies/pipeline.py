@@ -225,197 +225,206 @@ async def run_idea(
     ``objective`` (what is measured and how) goes into the plan and code prompts;
     ``evaluator(branch, key_parts)`` replaces the single evaluation run.
     """
-    prefix = tuple(key_prefix)
-    out: dict[str, Any] = {
-        "idea_id": idea.id,
-        "title": idea.title,
-        "idea": idea.text,
-        "status": "",
-        "base_branch": base_branch,
-        "base_commit": None,
-        "plan": None,
-        "branch": None,
-        "commit": None,
-        "coder_session_id": None,
-        "rounds": [],
-        "tests": None,
-        "evaluation": None,
-        "comparison": None,
-        "root_comparison": None,
-        "error": None,
-    }
+    run = _IdeaRun(ctx, idea, goal, tuple(key_prefix), cfg, out_dir, base_branch)
     _write(out_dir, "idea.md", f"# {idea.title}\n\n{idea.text}\n")
-
-    def finish(status: str, error: str | None = None) -> dict[str, Any]:
-        out["status"], out["error"] = status, error
-        if out_dir is not None:
-            write_json(out_dir / "summary.json", out)
-        return out
-
-    # 1. plan (read-only: its artifact commit is the base commit the diffs start from)
     try:
-        planned = await ctx.wait(
-            ctx.run(
-                {"prompt": plan_prompt(goal, idea, objective), "base_branch": base_branch, "import_policy": "never"},
-                key=ctx.key(*prefix, "plan"),
-            )
-        )
-    except ctx.errors.TaskFailed as exc:
-        return finish("plan_failed", f"{exc.error_type}: {_tail(exc.message, 400)}")
-    plan = planned["final_message"] or ""
-    base_commit = (planned.get("artifact") or {}).get("commit") or base_branch
-    out.update(plan=plan, base_commit=base_commit)
-    _write(out_dir, "plan.md", plan + "\n")
+        await run.plan(objective)
+        await run.code(objective)
+        if cfg.test_command:
+            await run.tests(cfg.test_command)
+        if cfg.eval_command:
+            await run.evaluate(cfg.eval_command, evaluator, baseline, root)
+    except _Stop as stop:
+        return run.finish(*stop.args)
+    return run.finish("completed")
 
-    # 2. code, then review/fix rounds
-    group = ctx.key(*prefix, "coder")
-    try:
-        coded = await ctx.wait(
-            ctx.run(
-                {
-                    "prompt": code_prompt(goal, idea, plan, objective),
-                    "base_branch": base_branch,
-                    "session_group_key": group,
-                },
-                key=ctx.key(*prefix, "code", "round-1"),
-            )
-        )
-    except ctx.errors.TaskFailed as exc:
-        return finish("code_failed", f"{exc.error_type}: {_tail(exc.message, 400)}")
-    branch = (coded.get("artifact") or {}).get("branch_final")
-    if not branch:
-        return finish("no_changes", "the coder committed nothing")
-    session = coded.get("session_id")
-    commit = (coded.get("artifact") or {}).get("commit")
-    out.update(branch=branch, coder_session_id=session)
-    rounds = 1 + (cfg.max_review_rounds if cfg.review else 0)
-    for n in range(1, rounds + 1):
-        diff = await _diff(ctx, prefix, n, branch, base_commit)
-        _write(out_dir, f"diff_round_{n}.diff", diff)
-        record: dict[str, Any] = {
-            "round": n,
-            "branch": branch,
-            "commit": commit,
-            "session_id": session,
-            "verdict": None,
-            "issues": [],
+
+class _Stop(Exception):
+    """The idea ends early: ``(status, error)``."""
+
+
+def _failure(exc: Any) -> str:
+    return f"{exc.error_type}: {_tail(exc.message, 400)}"
+
+
+class _IdeaRun:
+    """One idea's way through the steps; ``out`` is its outcome so far."""
+
+    def __init__(self, ctx, idea: Idea, goal: str, prefix: tuple, cfg: PipelineConfig, out_dir, base_branch: str):
+        self.ctx, self.idea, self.goal, self.prefix, self.cfg, self.out_dir = ctx, idea, goal, prefix, cfg, out_dir
+        self.group = ctx.key(*prefix, "coder")  # the coder's rounds share one session group
+        self.branch = self.base_commit = base_branch
+        self.commit: str | None = None
+        self.session: str | None = None
+        self.plan_text = ""
+        self.out: dict[str, Any] = {
+            "idea_id": idea.id,
+            "title": idea.title,
+            "idea": idea.text,
+            "status": "",
+            "base_branch": base_branch,
+            "base_commit": None,
+            "plan": None,
+            "branch": None,
+            "commit": None,
+            "coder_session_id": None,
+            "rounds": [],
+            "tests": None,
+            "evaluation": None,
+            "comparison": None,
+            "root_comparison": None,
+            "error": None,
         }
-        out["rounds"].append(record)
-        if not cfg.review:
-            break
-        review = await ask_json(
-            ctx,
-            {"prompt": review_prompt(goal, idea, plan, diff, n), "base_branch": branch, "import_policy": "never"},
-            (*prefix, "review", f"round-{n}"),
-            parse_review,
-            schemas.VERDICT,
-        )
+
+    def finish(self, status: str, error: str | None = None) -> dict[str, Any]:
+        self.out["status"], self.out["error"] = status, error
+        if self.out_dir is not None:
+            write_json(self.out_dir / "summary.json", self.out)
+        return self.out
+
+    async def _task(self, task: Any, *key_parts: str) -> dict[str, Any]:
+        ctx = self.ctx
+        return await ctx.wait(ctx.run(task, key=ctx.key(*self.prefix, *key_parts)))
+
+    async def _coder(self, prompt: str, *key_parts: str) -> dict[str, Any]:
+        """The coder fixes its own branch, resuming its own session."""
+        task = {
+            "prompt": prompt,
+            "base_branch": self.branch,
+            "session_group_key": self.group,
+            "resume_session_id": self.session,
+        }
+        return await self._task(task, *key_parts)
+
+    def _adopt(self, fixed: dict[str, Any], *, debug: bool = False) -> None:
+        """A fix's branch (none when it committed nothing: same branch, same head) and session."""
+        session = fixed.get("session_id") or self.session
+        if (fixed.get("artifact") or {}).get("branch_final"):
+            self.branch, self.commit = fixed["artifact"]["branch_final"], fixed["artifact"].get("commit")
+            if debug:
+                self.out["rounds"].append(self._round(len(self.out["rounds"]) + 1, session=session, debug=True))
+        self.session = session
+        self.out.update(branch=self.branch, coder_session_id=session)
+
+    def _round(self, n: int, *, session: str | None, **extra: Any) -> dict[str, Any]:
+        record = {"round": n, "branch": self.branch, "commit": self.commit, "session_id": session}
+        return {**record, "verdict": None, "issues": [], **extra}
+
+    async def plan(self, objective: str) -> None:
+        """Read-only: the plan's artifact commit is the base commit the diffs start from."""
+        task = {"prompt": plan_prompt(self.goal, self.idea, objective), "base_branch": self.branch}
+        try:
+            planned = await self._task({**task, "import_policy": "never"}, "plan")
+        except self.ctx.errors.TaskFailed as exc:
+            raise _Stop("plan_failed", _failure(exc)) from None
+        self.plan_text = planned["final_message"] or ""
+        self.base_commit = (planned.get("artifact") or {}).get("commit") or self.branch
+        self.out.update(plan=self.plan_text, base_commit=self.base_commit)
+        _write(self.out_dir, "plan.md", self.plan_text + "\n")
+
+    async def code(self, objective: str) -> None:
+        """Implement, then review and fix rounds."""
+        task = {
+            "prompt": code_prompt(self.goal, self.idea, self.plan_text, objective),
+            "base_branch": self.branch,
+            "session_group_key": self.group,
+        }
+        try:
+            coded = await self._task(task, "code", "round-1")
+        except self.ctx.errors.TaskFailed as exc:
+            raise _Stop("code_failed", _failure(exc)) from None
+        branch = (coded.get("artifact") or {}).get("branch_final")
+        if not branch:
+            raise _Stop("no_changes", "the coder committed nothing")
+        self.branch = branch
+        self.session = coded.get("session_id")
+        self.commit = (coded.get("artifact") or {}).get("commit")
+        self.out.update(branch=self.branch, coder_session_id=self.session)
+        rounds = 1 + (self.cfg.max_review_rounds if self.cfg.review else 0)
+        for n in range(1, rounds + 1):
+            if await self.review(n, last=n == rounds):
+                return
+
+    async def review(self, n: int, *, last: bool) -> bool:
+        """Round ``n``'s diff and review; a rejection is fixed. True when the rounds are over."""
+        diff = await _diff(self.ctx, self.prefix, n, self.branch, self.base_commit)
+        _write(self.out_dir, f"diff_round_{n}.diff", diff)
+        record = self._round(n, session=self.session)
+        self.out["rounds"].append(record)
+        if not self.cfg.review:
+            return True
+        task = {
+            "prompt": review_prompt(self.goal, self.idea, self.plan_text, diff, n),
+            "base_branch": self.branch,
+            "import_policy": "never",
+        }
+        review = await ask_json(self.ctx, task, (*self.prefix, "review", f"round-{n}"), parse_review, schemas.VERDICT)
         if review is None:
-            _write(out_dir, f"review_round_{n}.md", "# Review: invalid\n\nNo valid verdict after one repair attempt.\n")
-            return finish("review_invalid", f"round {n}: the review was not valid JSON after one repair attempt")
+            text = "# Review: invalid\n\nNo valid verdict after one repair attempt.\n"
+            _write(self.out_dir, f"review_round_{n}.md", text)
+            raise _Stop("review_invalid", f"round {n}: the review was not valid JSON after one repair attempt")
         record.update(verdict=review["verdict"], issues=review["issues"])
         issues_md = "\n".join(f"- {i}" for i in review["issues"]) or "(none)"
-        _write(out_dir, f"review_round_{n}.md", f"# Review round {n}: {review['verdict']}\n\n{issues_md}\n")
+        _write(self.out_dir, f"review_round_{n}.md", f"# Review round {n}: {review['verdict']}\n\n{issues_md}\n")
         if review["verdict"] == "APPROVE":
-            break
-        if n == rounds:
-            return finish("rejected", f"still rejected after {cfg.max_review_rounds} fix round(s)")
+            return True
+        if last:
+            raise _Stop("rejected", f"still rejected after {self.cfg.max_review_rounds} fix round(s)")
         try:
-            fixed = await ctx.wait(
-                ctx.run(
-                    {
-                        "prompt": fix_prompt(review["issues"]),
-                        "base_branch": branch,
-                        "session_group_key": group,
-                        "resume_session_id": session,
-                    },
-                    key=ctx.key(*prefix, "code", f"round-{n + 1}"),
-                )
-            )
-        except ctx.errors.TaskFailed as exc:
-            return finish("fix_failed", f"round {n + 1}: {exc.error_type}: {_tail(exc.message, 400)}")
-        if (fixed.get("artifact") or {}).get("branch_final"):  # no commit: same branch, same head
-            branch, commit = fixed["artifact"]["branch_final"], fixed["artifact"].get("commit")
-        session = fixed.get("session_id") or session
-        out.update(branch=branch, coder_session_id=session)
+            fixed = await self._coder(fix_prompt(review["issues"]), "code", f"round-{n + 1}")
+        except self.ctx.errors.TaskFailed as exc:
+            raise _Stop("fix_failed", f"round {n + 1}: {_failure(exc)}") from None
+        self._adopt(fixed)
+        return False
 
-    # 3. tests, with up to ``debug_rounds`` chances to fix a failure
-    if cfg.test_command:
-        for attempt in range(cfg.debug_rounds + 1):
-            tests_key = (*prefix, "tests") if attempt == 0 else (*prefix, "tests", f"debug-{attempt}")
+    async def tests(self, test_command: str) -> None:
+        """The test gate, with up to ``debug_rounds`` chances for the coder to fix a failure."""
+        debug_rounds = self.cfg.debug_rounds
+        for attempt in range(debug_rounds + 1):
+            key = ("tests",) if attempt == 0 else ("tests", f"debug-{attempt}")
             try:
-                tested = await ctx.wait(ctx.run(command_task(cfg.test_command, branch), key=ctx.key(*tests_key)))
-                log, code = tested["final_message"] or "", tested.get("exit_code") or 0
-            except ctx.errors.TaskFailed as exc:
-                log, code = f"[{exc.error_type}] {exc.message}", None
-                _write(out_dir, "tests.log", log)
-                out["tests"] = {
-                    "passed": False,
-                    "exit_code": code,
-                    "error_type": exc.error_type,
-                    "log_tail": _tail(log),
-                    "debug_rounds": attempt,
-                }
-                if attempt == cfg.debug_rounds:
-                    return finish(
-                        "tests_failed",
-                        f"tests failed ({exc.error_type})" + (f" after {attempt} debug round(s)" if attempt else ""),
-                    )
+                tested = await self._task(command_task(test_command, self.branch), *key)
+            except self.ctx.errors.TaskFailed as exc:
+                log = f"[{exc.error_type}] {exc.message}"
+                self._tests(log, None, exc.error_type, attempt)
+                if attempt == debug_rounds:
+                    after = f" after {attempt} debug round(s)" if attempt else ""
+                    raise _Stop("tests_failed", f"tests failed ({exc.error_type}){after}") from None
                 try:
-                    fixed = await ctx.wait(
-                        ctx.run(
-                            {
-                                "prompt": debug_prompt(cfg.test_command, log),
-                                "base_branch": branch,
-                                "session_group_key": group,
-                                "resume_session_id": session,
-                            },
-                            key=ctx.key(*prefix, "code", f"debug-{attempt + 1}"),
-                        )
-                    )
-                except ctx.errors.TaskFailed as fexc:
-                    return finish("tests_failed", f"tests failed; the debug round failed too ({fexc.error_type})")
-                if (fixed.get("artifact") or {}).get("branch_final"):
-                    branch, commit = fixed["artifact"]["branch_final"], fixed["artifact"].get("commit")
-                    out["rounds"].append(
-                        {
-                            "round": len(out["rounds"]) + 1,
-                            "branch": branch,
-                            "commit": commit,
-                            "session_id": fixed.get("session_id") or session,
-                            "verdict": None,
-                            "issues": [],
-                            "debug": True,
-                        }
-                    )
-                session = fixed.get("session_id") or session
-                out.update(branch=branch, coder_session_id=session)
+                    fixed = await self._coder(debug_prompt(test_command, log), "code", f"debug-{attempt + 1}")
+                except self.ctx.errors.TaskFailed as fexc:
+                    why = f"tests failed; the debug round failed too ({fexc.error_type})"
+                    raise _Stop("tests_failed", why) from None
+                self._adopt(fixed, debug=True)
                 continue
-            _write(out_dir, "tests.log", log)
-            out["tests"] = {
-                "passed": True,
-                "exit_code": code,
-                "error_type": None,
-                "log_tail": _tail(log),
-                "debug_rounds": attempt,
-            }
-            break
+            self._tests(tested["final_message"] or "", tested.get("exit_code") or 0, None, attempt)
+            return
 
-    # 4. evaluation
-    if cfg.eval_command:
+    def _tests(self, log: str, code: int | None, error_type: str | None, attempt: int) -> None:
+        _write(self.out_dir, "tests.log", log)
+        self.out["tests"] = {
+            "passed": error_type is None,
+            "exit_code": code,
+            "error_type": error_type,
+            "log_tail": _tail(log),
+            "debug_rounds": attempt,
+        }
+
+    async def evaluate(self, eval_command: str, evaluator, baseline: Baseline, root: Baseline) -> None:
+        """Measure the final branch and compare it with the baseline (and the root)."""
+        key_parts = (*self.prefix, "eval")
         if evaluator is not None:
-            evaluation, log = await evaluator(branch, (*prefix, "eval"))
+            evaluation, log = await evaluator(self.branch, key_parts)
         else:
             evaluation, log = await evaluate(
-                ctx, cfg.eval_command, branch, (*prefix, "eval"), timeout=cfg.eval_timeout_s
+                self.ctx, eval_command, self.branch, key_parts, timeout=self.cfg.eval_timeout_s
             )
-        _write(out_dir, "eval.log", log)
-        out["evaluation"] = to_json(evaluation)
-        out["commit"] = evaluation.commit
+        _write(self.out_dir, "eval.log", log)
+        self.out["evaluation"] = to_json(evaluation)
+        self.out["commit"] = evaluation.commit
         if evaluation.status != "ok":
-            return finish("eval_failed", evaluation.error)
+            raise _Stop("eval_failed", evaluation.error)
         for field, against in (("comparison", baseline), ("root_comparison", root)):
             against = await _resolve(against)
-            if cfg.scoring is not None and against is not None and against.status == "ok":
-                out[field] = to_json(compare(evaluation, against, cfg.scoring))
-    return finish("completed")
+            if self.cfg.scoring is not None and against is not None and against.status == "ok":
+                self.out[field] = to_json(compare(evaluation, against, self.cfg.scoring))
