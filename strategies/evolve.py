@@ -217,11 +217,16 @@ class _Loop:
                 stopped = "all-passing"
         self._write_outputs(initial, measures)
         self._publish(len(self.history), max_cycles, measures, f"stopped: {stopped}")
+        return self._result(base, initial, measures, stopped, stop_reason)
+
+    def _result(
+        self, base: str, initial: dict[str, Measurement], measures: dict[str, Measurement], stopped: str, reason: str
+    ) -> dict[str, Any]:
         out = {
             "final_branch": base,
             "final_commit": head_of(measures),
             "stopped": stopped,
-            "stop_reason": stop_reason,
+            "stop_reason": reason,
             "cycles": len(self.history),
             "goals_total": len(self.goals),
             "goals_passing_before": sum(m.passed for m in initial.values()),
@@ -292,57 +297,14 @@ class _Loop:
     async def _cycle(self, entry: dict[str, Any], cycle: int, base: str, measures: dict[str, Measurement]):
         """One cycle, filling ``entry``; returns the base after it and the measurements on that base."""
         ctx, goals = self.ctx, self.goals
-        failing = [g for g in goals if not measures[g.id].passed and g.id not in self.quarantined]
-        picked, skipped = select_goals(
-            [g for g in failing if g.id not in self.no_change and g.id not in self.resting],
-            self.max_parallel,
-            frozenset(self.learned),
-            self.idle_counts,
-        )
-        skipped.update(
-            {gid: "changed nothing on this base" for gid in self.no_change if gid in {g.id for g in failing}}
-        )
-        skipped.update(
-            {
-                gid: f"resting after {self.rest_after} reverted attempts in a row"
-                for gid in self.resting
-                if gid in {g.id for g in failing} and gid not in skipped
-            }
-        )
-        entry["skipped"] = skipped
+        picked = self._pick(entry, measures)
         if not picked:
-            entry["reason"] = (
-                "every failing goal is quarantined"
-                if not any(g.id in self.no_change or g.id in self.resting for g in failing)
-                else "no failing goal left to try on this base"
-            )
             return base, measures
-        entry["goal_ids"] = [g.id for g in picked]
-        entry["parallel"] = len(picked) > 1
-
         fixes = await fix_wave(ctx, cycle, self.prompt, base, picked, goals, measures, self.attempts)
         summaries = {f.goal_id: f.summary for f in fixes}
-        entry["not_fixed"] = [f.goal_id for f in fixes if f.branch is None]
-        entry["fix_failed"] = [f.goal_id for f in fixes if f.failed]
-        for f in fixes:
-            if f.branch is None and not f.failed and f.goal_id not in self.no_change:
-                self.no_change.append(f.goal_id)
-                self.idle_counts[f.goal_id] += 1
-                self._note(f.goal_id, f"cycle {cycle}: the agent committed nothing")
-        wave = [(self.by_id[f.goal_id], f.branch) for f in fixes if f.branch is not None]
+        wave = self._take_fixes(entry, cycle, fixes)
         if not wave:
-            if entry["fix_failed"]:
-                # Quota exhaustion or a broken container says nothing about the goals: try again later.
-                first = next(f for f in fixes if f.failed)
-                entry.update(
-                    result="failed",
-                    reason=f"every fix task failed ({first.note})",
-                    retry_after_s=self.retry_backoff_s * (2**self.failed_waves),
-                )
-            else:
-                entry["reason"] = "no fix produced a change"
             return base, measures
-
         merged = await merge_wave(ctx, ("c", cycle), base, wave)
         entry["conflicts"], entry["resolved"] = list(merged.conflicts), list(merged.resolved)
         for gid in merged.conflicts:
@@ -364,46 +326,9 @@ class _Loop:
         new_measures: dict[str, Measurement] | None = after
         included = [(g, b) for g, b in wave if g.id in merged.included]
         if regressed:
-            new_branch, new_measures = None, None
-            blamed: list[str] = []
-            if self.bisect and len(included) > 1:
-                cut = await bisect_wave(
-                    ctx,
-                    cycle,
-                    base,
-                    goals,
-                    included,
-                    measures,
-                    full_wave_known=not merged.resolved,
-                    reruns=self.recheck,
-                )
-                blamed = list(cut.blamed)
-                self._blame(entry, cut.blamed)
-                entry["conflicts"] += [g for g in cut.conflicts if g not in entry["conflicts"]]
-                if cut.branch is not None and cut.measures is not None:  # (set together)
-                    new_branch, new_measures = cut.branch, cut.measures
-                    entry["wave_commit"] = head_of(cut.measures)
-                    entry["kept"] = list(cut.kept)
-            elif len(included) == 1:
-                blamed = [included[0][0].id]
-                self._blame(entry, blamed)
-            else:
-                # Somebody in this wave broke something and we cannot tell who:
-                # never pair these goals again, so the culprit ends up alone.
-                self.learned.update(frozenset(p) for p in combinations(sorted(g.id for g, _ in included), 2))
-            broke = self._broke(regressed, after)
-            for g, _ in included:
-                if g.id in blamed:
-                    self._note(
-                        g.id, f"cycle {cycle}: the fix ({_said(summaries[g.id])}) was reverted because it broke {broke}"
-                    )
-                elif not blamed and new_branch is None:
-                    others = ", ".join(o.id for o, _ in included if o.id != g.id)
-                    self._note(
-                        g.id,
-                        f"cycle {cycle}: the fix ({_said(summaries[g.id])}) was reverted together "
-                        f"with the fixes for {others}: the wave broke {broke}",
-                    )
+            new_branch, new_measures = await self._after_regression(
+                entry, cycle, base, measures, included, after, not merged.resolved, summaries
+            )
         if new_branch is None or new_measures is None:  # (only a regression clears them, both together)
             entry.update(result="reverted", reason="regression")
             return base, measures
@@ -425,6 +350,114 @@ class _Loop:
             goals_passing=sum(m.passed for m in new_measures.values()),
         )
         self.no_change.clear()  # a new base: an agent that found nothing to do may now find something
+        return new_branch, new_measures
+
+    def _pick(self, entry: dict[str, Any], measures: dict[str, Measurement]) -> list[Goal]:
+        """The goals this cycle's wave fixes; ``entry`` says which were skipped and why."""
+        failing = [g for g in self.goals if not measures[g.id].passed and g.id not in self.quarantined]
+        picked, skipped = select_goals(
+            [g for g in failing if g.id not in self.no_change and g.id not in self.resting],
+            self.max_parallel,
+            frozenset(self.learned),
+            self.idle_counts,
+        )
+        failing_ids = {g.id for g in failing}
+        skipped.update({gid: "changed nothing on this base" for gid in self.no_change if gid in failing_ids})
+        skipped.update(
+            {
+                gid: f"resting after {self.rest_after} reverted attempts in a row"
+                for gid in self.resting
+                if gid in failing_ids and gid not in skipped
+            }
+        )
+        entry["skipped"] = skipped
+        if not picked:
+            entry["reason"] = (
+                "every failing goal is quarantined"
+                if not any(g.id in self.no_change or g.id in self.resting for g in failing)
+                else "no failing goal left to try on this base"
+            )
+            return []
+        entry["goal_ids"] = [g.id for g in picked]
+        entry["parallel"] = len(picked) > 1
+        return picked
+
+    def _take_fixes(self, entry: dict[str, Any], cycle: int, fixes: list) -> list[tuple[Goal, str]]:
+        """The fixes that committed something; ``entry`` says why there are none."""
+        entry["not_fixed"] = [f.goal_id for f in fixes if f.branch is None]
+        entry["fix_failed"] = [f.goal_id for f in fixes if f.failed]
+        for f in fixes:
+            if f.branch is None and not f.failed and f.goal_id not in self.no_change:
+                self.no_change.append(f.goal_id)
+                self.idle_counts[f.goal_id] += 1
+                self._note(f.goal_id, f"cycle {cycle}: the agent committed nothing")
+        wave = [(self.by_id[f.goal_id], f.branch) for f in fixes if f.branch is not None]
+        if not wave:
+            if entry["fix_failed"]:
+                # Quota exhaustion or a broken container says nothing about the goals: try again later.
+                first = next(f for f in fixes if f.failed)
+                entry.update(
+                    result="failed",
+                    reason=f"every fix task failed ({first.note})",
+                    retry_after_s=self.retry_backoff_s * (2**self.failed_waves),
+                )
+            else:
+                entry["reason"] = "no fix produced a change"
+        return wave
+
+    async def _after_regression(
+        self,
+        entry: dict[str, Any],
+        cycle: int,
+        base: str,
+        measures: dict[str, Measurement],
+        included: list[tuple[Goal, str]],
+        after: dict[str, Measurement],
+        full_wave_known: bool,
+        summaries: dict[str, str],
+    ) -> tuple[str | None, dict[str, Measurement] | None]:
+        """The wave broke a goal: blame who broke it and keep, bisected, what did not (else nothing)."""
+        new_branch: str | None = None
+        new_measures: dict[str, Measurement] | None = None
+        blamed: list[str] = []
+        if self.bisect and len(included) > 1:
+            cut = await bisect_wave(
+                self.ctx,
+                cycle,
+                base,
+                self.goals,
+                included,
+                measures,
+                full_wave_known=full_wave_known,
+                reruns=self.recheck,
+            )
+            blamed = list(cut.blamed)
+            self._blame(entry, cut.blamed)
+            entry["conflicts"] += [g for g in cut.conflicts if g not in entry["conflicts"]]
+            if cut.branch is not None and cut.measures is not None:  # (set together)
+                new_branch, new_measures = cut.branch, cut.measures
+                entry["wave_commit"] = head_of(cut.measures)
+                entry["kept"] = list(cut.kept)
+        elif len(included) == 1:
+            blamed = [included[0][0].id]
+            self._blame(entry, blamed)
+        else:
+            # Somebody in this wave broke something and we cannot tell who:
+            # never pair these goals again, so the culprit ends up alone.
+            self.learned.update(frozenset(p) for p in combinations(sorted(g.id for g, _ in included), 2))
+        broke = self._broke(entry["regressed"], after)
+        for g, _ in included:
+            if g.id in blamed:
+                self._note(
+                    g.id, f"cycle {cycle}: the fix ({_said(summaries[g.id])}) was reverted because it broke {broke}"
+                )
+            elif not blamed and new_branch is None:
+                others = ", ".join(o.id for o, _ in included if o.id != g.id)
+                self._note(
+                    g.id,
+                    f"cycle {cycle}: the fix ({_said(summaries[g.id])}) was reverted together "
+                    f"with the fixes for {others}: the wave broke {broke}",
+                )
         return new_branch, new_measures
 
     def _track_rest(self, entry: dict[str, Any]) -> None:
