@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import json
 import math
+from functools import partial
 from typing import Any, Literal, overload
 
 import msgspec
@@ -210,42 +211,41 @@ def compare(candidate: Evaluation, baseline: Evaluation, cfg: ScoringConfig) -> 
     if base_p is not None and cand_p is not None:
         delta = _round(sign * (cand_p - base_p))
         change = _round(sign * _relative(cand_p, base_p))
+    primary = partial(
+        Comparison, primary_baseline=base_p, primary_candidate=cand_p, primary_delta=delta, primary_change=change
+    )
     if candidate.recommendation is not None:
         rec = candidate.recommendation
-        should = rec["should_explore"] and candidate.complete
-        return Comparison(
-            primary_baseline=base_p,
-            primary_candidate=cand_p,
-            primary_delta=delta,
-            primary_change=change,
+        return primary(
             score=_finite(rec["score"]),
             grade=rec["grade"],
-            should_explore=should,
+            should_explore=rec["should_explore"] and candidate.complete,
             reasons=list(rec["reasons"]) + reasons,
             source="recommendation",
         )
     if change is None:
         reasons.insert(0, "primary_metric_missing")
-        return Comparison(
-            primary_baseline=base_p,
-            primary_candidate=cand_p,
-            primary_delta=None,
-            primary_change=None,
-            score=None,
-            grade="weak",
-            should_explore=False,
-            reasons=reasons,
-        )
+        return primary(score=None, grade="weak", should_explore=False, reasons=reasons)
     band = cfg.tolerance  # relative band; _relative already divides by |baseline|
-    if change > band:
-        primary = "improved"
-    elif change < -band:
-        primary = "regressed"
+    moved = "improved" if change > band else "regressed" if change < -band else "flat"
+    reasons.insert(0, f"primary_metric_{moved}")
+    total, others_regressed = _weighted(candidate, baseline, cfg, change, reasons)
+    score = _round(100.0 * total)
+    if moved == "regressed":
+        grade = "weak"
+    elif moved == "improved":
+        grade = "strong" if not others_regressed else ("promising" if score > 0 else "mixed")
     else:
-        primary = "flat"
-    reasons.insert(0, f"primary_metric_{primary}")
-    total = change
-    others_regressed = False
+        grade = "promising" if total > band else "weak" if total < -band else "mixed"
+    should = grade in ("strong", "promising") and candidate.complete
+    return primary(score=score, grade=grade, should_explore=should, reasons=reasons)
+
+
+def _weighted(
+    candidate: Evaluation, baseline: Evaluation, cfg: ScoringConfig, change: float, reasons: list[str]
+) -> tuple[float, bool]:
+    """The primary change plus each weighted metric's (noted in ``reasons``); whether one regressed."""
+    total, others_regressed = change, False
     for name in sorted(cfg.weights):
         if name == cfg.primary_metric:
             continue
@@ -256,33 +256,12 @@ def compare(candidate: Evaluation, baseline: Evaluation, cfg: ScoringConfig) -> 
             continue
         contribution = cfg.weights[name] * _relative(c, b)
         total += contribution
-        if contribution < -band:
+        if contribution < -cfg.tolerance:
             reasons.append(f"{name}_regressed")
             others_regressed = True
-        elif contribution > band:
+        elif contribution > cfg.tolerance:
             reasons.append(f"{name}_improved")
-    score = _round(100.0 * total)
-    if primary == "regressed":
-        grade = "weak"
-    elif primary == "improved":
-        grade = "strong" if not others_regressed else ("promising" if score > 0 else "mixed")
-    elif total > band:
-        grade = "promising"
-    elif total < -band:
-        grade = "weak"
-    else:
-        grade = "mixed"
-    should = grade in ("strong", "promising") and candidate.complete
-    return Comparison(
-        primary_baseline=base_p,
-        primary_candidate=cand_p,
-        primary_delta=delta,
-        primary_change=change,
-        score=score,
-        grade=grade,
-        should_explore=should,
-        reasons=reasons,
-    )
+    return total, others_regressed
 
 
 def primary_regressed(cmp: Comparison, cfg: ScoringConfig) -> bool:

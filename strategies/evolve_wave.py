@@ -270,12 +270,9 @@ async def merge_wave(
                 ctx.run(merge_task(head, [b for _, b in remaining]), key=ctx.key(*key_parts, "merge", step))
             )
         except ctx.errors.TaskFailed as exc:
+            error = f"merge task failed ({exc.error_type}): {exc.message}"
             return WaveMerge(
-                branch=None,
-                included=tuple(included),
-                conflicts=tuple(conflicts),
-                resolved=tuple(resolved),
-                error=f"merge task failed ({exc.error_type}): {exc.message}",
+                branch=None, included=(*included,), conflicts=(*conflicts,), resolved=(*resolved,), error=error
             )
         head = (result.get("artifact") or {}).get("branch_final") or head
         report = parse_merge(result["final_message"])
@@ -296,21 +293,7 @@ async def merge_wave(
             continue
         attempted.add(goal.id)
         merged_goals = [goal_of[b] for b in goal_of if goal_of[b].id in included]
-        try:
-            fixed = await ctx.wait(
-                ctx.run(
-                    {
-                        "prompt": resolve_prompt(goal, branch, merged_goals),
-                        "base_branch": head,
-                        "include_branches": [branch],
-                        "import_policy": "auto",
-                    },
-                    key=ctx.key(*key_parts, "resolve", goal.id),
-                )
-            )
-            new_head = (fixed.get("artifact") or {}).get("branch_final")
-        except ctx.errors.TaskFailed:
-            new_head = None
+        new_head = await _resolve(ctx, (*key_parts, "resolve", goal.id), goal, branch, head, merged_goals)
         if new_head:
             head = new_head
             resolved.append(goal.id)
@@ -324,6 +307,21 @@ async def merge_wave(
         )
     resolved_in = tuple(g for g in resolved if g in included)
     return WaveMerge(branch=head, included=tuple(included), conflicts=tuple(conflicts), resolved=resolved_in)
+
+
+async def _resolve(ctx, key_parts: tuple, goal: Goal, branch: str, head: str, merged: list[Goal]) -> str | None:
+    """An agent merges ``branch`` on top of ``head``; its branch, or None when it failed or committed nothing."""
+    task = {
+        "prompt": resolve_prompt(goal, branch, merged),
+        "base_branch": head,
+        "include_branches": [branch],
+        "import_policy": "auto",
+    }
+    try:
+        fixed = await ctx.wait(ctx.run(task, key=ctx.key(*key_parts)))
+    except ctx.errors.TaskFailed:
+        return None
+    return (fixed.get("artifact") or {}).get("branch_final")
 
 
 # ---------------------------------------------------------------- bisecting
