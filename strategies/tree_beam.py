@@ -67,7 +67,7 @@ from .tree_beam_measure import (
     merge_measurements,
     unpaired_change,
 )
-from .tree_beam_report import best_path, is_tree_execution, tree_verdict, write_tree_report
+from .tree_beam_report import best_path, is_tree_execution, node_key, order_key, tree_verdict, write_tree_report
 
 IdeasContext = Literal["node_plus_ancestors", "node_only", "global"]
 
@@ -118,13 +118,7 @@ def rank_score(record: dict[str, Any]) -> float | None:
 
 
 def rank_key(record: dict[str, Any]) -> tuple:
-    return _order(record["decision"]["rank_score"], record, record["id"])
-
-
-def _order(score: float | None, item: dict[str, Any], tiebreak: Any) -> tuple:
-    """Best first: root-relative score, then root-relative primary delta (missing ones last), then ``tiebreak``."""
-    delta = (item.get("root_comparison") or {}).get("primary_delta")
-    return (score is None, -(score or 0.0), delta is None, -(delta or 0.0), tiebreak)
+    return order_key(record["decision"]["rank_score"], record, record["id"])
 
 
 def select_beam(records: list[dict[str, Any]], beam_width: int) -> list[dict[str, Any]]:
@@ -836,7 +830,7 @@ async def _end(tree: Tree, out, meter: Measurer, reason: str) -> dict[str, Any]:
     """Pick the best node, confirm it against the base, and finish."""
     data = tree.to_json()
     candidates = [n for n in data["nodes"] if n["parent"] is not None and (n.get("rank_score") or 0) > 0]
-    best = min(candidates, key=lambda n: _order(n.get("rank_score"), n, int(n["id"][1:]))) if candidates else None
+    best = min(candidates, key=node_key) if candidates else None
     verdict: dict[str, Any] = {"node": "n0", "beat_base": False, "check": None, "candidate": None}
     if best is not None:
         verdict["candidate"] = best["id"]

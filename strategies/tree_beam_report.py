@@ -35,8 +35,14 @@ COLOURS = {
 }
 
 
-def _num(node_id: str) -> int:
-    return int(node_id[1:])
+def order_key(score: float | None, item: dict[str, Any], tiebreak: Any) -> tuple:
+    """Best first: the rank score, then the root-relative primary delta (missing ones last), then ``tiebreak``."""
+    delta = (item.get("root_comparison") or {}).get("primary_delta")
+    return (score is None, -(score or 0.0), delta is None, -(delta or 0.0), tiebreak)
+
+
+def node_key(node: dict[str, Any]) -> tuple:
+    return order_key(node.get("rank_score"), node, int(node["id"][1:]))
 
 
 def best_path(tree: dict[str, Any]) -> list[dict[str, Any]]:
@@ -45,19 +51,9 @@ def best_path(tree: dict[str, Any]) -> list[dict[str, Any]]:
     if tree.get("best") is not None:
         # the run decided (and confirmed against the base); the base itself may be the best
         best = nodes.get(tree["best"]["node"], nodes.get("n0"))
-        path = []
-        while best is not None:
-            path.append(best)
-            best = nodes.get(best["parent"]) if best["parent"] is not None else None
-        return path[::-1]
-    candidates = [n for n in tree["nodes"] if n["parent"] is not None]
-
-    def key(n):
-        score = n.get("rank_score")
-        delta = (n.get("root_comparison") or {}).get("primary_delta")
-        return (score is None, -(score or 0.0), delta is None, -(delta or 0.0), _num(n["id"]))
-
-    best = min(candidates, key=key) if candidates else nodes.get("n0")
+    else:
+        candidates = [n for n in tree["nodes"] if n["parent"] is not None]
+        best = min(candidates, key=node_key) if candidates else nodes.get("n0")
     path = []
     while best is not None:
         path.append(best)
