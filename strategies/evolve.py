@@ -551,16 +551,7 @@ class _Loop:
         lines += ["| cycle | goals | result | passing before | passing after | notes |", "|---|---|---|---|---|---|"]
         for e in self.history:
             notes = []
-            for field in (
-                "fixed",
-                "regressed",
-                "conflicts",
-                "resolved",
-                "blamed",
-                "quarantined",
-                "not_fixed",
-                "resting",
-            ):
+            for field in _NOTED:
                 if e.get(field):
                     notes.append(f"{field.replace('_', ' ')}: {', '.join(e[field])}")
             if e.get("reason"):
@@ -575,6 +566,8 @@ class _Loop:
         return "\n".join(lines) + "\n"
 
 
+# The lists of a history entry that the summary's notes name.
+_NOTED = ("fixed", "regressed", "conflicts", "resolved", "blamed", "quarantined", "not_fixed", "resting")
 # A reverted cycle's reason, as said of one goal that could not move.
 _REVERT_WHY = {"no goal improved": "its check still failed after the fix"}
 

@@ -16,8 +16,10 @@ The coder's fix rounds share one ``session_group_key`` and pass the coder's
 last ``session_id`` as ``resume_session_id``, so the agent keeps its context.
 The reviewer judges correctness and safety only; tests are the test gate's job.
 A rejection after ``max_review_rounds`` fixes, an unparsable review (after the
-repair attempt) or a failing step ends the idea with a status saying why; the
-outcome dict records every verdict and exit code either way.
+repair attempt) or a failing step ends the idea with a status saying why (plan_failed,
+code_failed, no_changes, rejected, review_invalid, fix_failed, tests_failed, eval_failed;
+only "completed" went through every configured step); the outcome dict records
+every verdict and exit code either way.
 
 Files (when ``out_dir`` is given): idea.md, plan.md, diff_round_<n>.diff,
 review_round_<n>.md, tests.log, eval.log, summary.json. They are written from
@@ -42,19 +44,6 @@ from .evaluation import Evaluation, ScoringConfig, compare, evaluation_from_task
 
 REVIEW_DIFF_LIMIT = 40_000
 LOG_TAIL = 4_000
-
-# Statuses an idea can end with; only "completed" went through every configured step.
-STATUSES = (
-    "completed",
-    "plan_failed",
-    "code_failed",
-    "no_changes",
-    "rejected",
-    "review_invalid",
-    "fix_failed",
-    "tests_failed",
-    "eval_failed",
-)
 
 
 class Idea(msgspec.Struct, frozen=True, kw_only=True):

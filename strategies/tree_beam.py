@@ -356,7 +356,7 @@ def prepare(params: dict[str, Any], repo_path: str) -> dict[str, Any]:
     for name in ("ideas_per_node", "max_depth", "beam_width", "eval_repeats", "eval_parallel"):
         if params.get(name, 1) < 1:
             raise ConfigError(f"-S {name} must be >= 1")
-    if params.get("confirm_pairs", 2) not in (0,) and params.get("confirm_pairs", 2) < 2:
+    if params.get("confirm_pairs", 2) != 0 and params.get("confirm_pairs", 2) < 2:
         raise ConfigError("-S confirm_pairs must be 0 (no confirmation) or >= 2 (an interval needs two pairs)")
     if not 0 < params.get("confidence", 0.9) < 1:
         raise ConfigError("-S confidence must be between 0 and 1, e.g. 0.9")
@@ -369,21 +369,16 @@ def prepare(params: dict[str, Any], repo_path: str) -> dict[str, Any]:
         if params.get(name, 0) < 0:
             raise ConfigError(f"-S {name} must be >= 0")
     paths = params.get("protected_paths")
-    if paths is not None and (
-        not isinstance(paths, list)
-        or not all(
-            isinstance(p, str)
-            and p
-            and not p.startswith("/")
-            and ".." not in p
-            and not any(c.isspace() or c in "*?[" for c in p)
-            for p in paths
-        )
-    ):
+    if paths is not None and not (isinstance(paths, list) and all(map(_relative_path, paths))):
         raise ConfigError(
             '-S protected_paths must be a JSON list of repository-relative paths, e.g. ["bench.py", "bench/"]'
         )
     return dict(params)
+
+
+def _relative_path(p: Any) -> bool:
+    plain = isinstance(p, str) and not any(c.isspace() or c in "*?[" for c in p)
+    return plain and p != "" and not p.startswith("/") and ".." not in p
 
 
 @strategy_options(prepare=prepare)
