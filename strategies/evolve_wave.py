@@ -66,16 +66,24 @@ def head_of(measures: dict[str, Measurement]) -> str | None:
 
 def regressions(goals: list[Goal], before: dict[str, Measurement], after: dict[str, Measurement]) -> list[str]:
     """Goals that passed before and fail after, or whose metric got worse beyond its tolerance."""
-    out = []
-    for g in goals:
-        b, a = before[g.id], after[g.id]
-        if (b.passed and not a.passed) or (
-            g.metric is not None
-            and b.value is not None
-            and (a.value is None or g.metric.worsening(b.value, a.value) > g.metric.tolerance)
-        ):
-            out.append(g.id)
-    return out
+    return [g.id for g in goals if _worse(g, before[g.id], after[g.id])]
+
+
+def improvements(goals: list[Goal], before: dict[str, Measurement], after: dict[str, Measurement]) -> list[str]:
+    """Goals that failed before and pass after, or whose metric got better beyond its tolerance."""
+    return [g.id for g in goals if _worse(g, after[g.id], before[g.id])]
+
+
+def _worse(goal: Goal, first: Measurement, then: Measurement) -> bool:
+    """``then`` fails where ``first`` passed, or its metric is worse than ``first``'s beyond the tolerance."""
+    m = goal.metric
+    if first.passed and not then.passed:
+        return True
+    return (
+        m is not None
+        and first.value is not None
+        and (then.value is None or m.worsening(first.value, then.value) > m.tolerance)
+    )
 
 
 async def confirm_regressions(
@@ -110,20 +118,6 @@ async def confirm_regressions(
                 current[gid] = again[gid]
         suspects = [gid for gid in suspects if gid in still]
     return suspects, current, flaky
-
-
-def improvements(goals: list[Goal], before: dict[str, Measurement], after: dict[str, Measurement]) -> list[str]:
-    """Goals that failed before and pass after, or whose metric got better beyond its tolerance."""
-    out = []
-    for g in goals:
-        b, a = before[g.id], after[g.id]
-        if (not b.passed and a.passed) or (
-            g.metric is not None
-            and a.value is not None
-            and (b.value is None or -g.metric.worsening(b.value, a.value) > g.metric.tolerance)
-        ):
-            out.append(g.id)
-    return out
 
 
 # ---------------------------------------------------------------- fixing
@@ -206,14 +200,8 @@ async def fix_wave(
         try:
             result = await ctx.wait(handle)
         except ctx.errors.TaskFailed as exc:
-            fixes.append(
-                Fix(
-                    goal_id=goal.id,
-                    branch=None,
-                    failed=True,
-                    note=f"fix failed ({exc.error_type}): {(exc.message or '').strip()[:200]}",
-                )
-            )
+            note = f"fix failed ({exc.error_type}): {(exc.message or '').strip()[:200]}"
+            fixes.append(Fix(goal_id=goal.id, branch=None, failed=True, note=note))
             continue
         branch = (result.get("artifact") or {}).get("branch_final")
         summary = " ".join((result.get("final_message") or "").split())[-SUMMARY_IN_PROMPT:]

@@ -90,7 +90,7 @@ def gate(record: dict[str, Any], scoring: ScoringConfig) -> tuple[bool, str, boo
     cmp = record["parent_comparison"]
     if cmp is None:
         return False, "no_parent_comparison", False
-    regressed = primary_regressed(_cmp(cmp), scoring)
+    regressed = primary_regressed(msgspec.convert(cmp, Comparison), scoring)
     if not ev.valid:
         return False, "invalid_evaluation", regressed
     if not ev.complete:
@@ -104,10 +104,6 @@ def gate(record: dict[str, Any], scoring: ScoringConfig) -> tuple[bool, str, boo
     if cmp["grade"] == "mixed":
         return True, "mixed_without_primary_regression", False
     return False, f"not_promising:{cmp['grade']}", False
-
-
-def _cmp(data: dict[str, Any]) -> Comparison:
-    return msgspec.convert(data, Comparison)
 
 
 def rank_score(record: dict[str, Any]) -> float | None:
@@ -275,12 +271,8 @@ def _values(ev: dict[str, Any] | None, confidence: float) -> str:
             if st and st["n"] > 1
             else ""
         )
-        parts.append(f"{name}={_fmt_num(value)}{spread}")
+        parts.append(f"{name}={'n/a' if value is None else f'{value:g}'}{spread}")
     return "; ".join(parts) or "(no metrics)"
-
-
-def _fmt_num(x: Any) -> str:
-    return "n/a" if x is None else f"{x:g}"
 
 
 def objective_text(tree: Tree, node: dict[str, Any], *, tried: bool) -> str:
@@ -450,20 +442,10 @@ class _Search:
     def __init__(self, ctx: Context, tree: Tree, prompt: str) -> None:
         cfg = self.cfg = tree.config
         self.tree, self.prompt = tree, prompt
-        self.scoring = ScoringConfig(
-            primary_metric=cfg["primary_metric"],
-            direction=cfg["direction"],
-            weights=cfg["weights"],
-            tolerance=cfg["tolerance"],
-        )
+        self.scoring = ScoringConfig(**{k: cfg[k] for k in ("primary_metric", "direction", "weights", "tolerance")})
+        pipe_fields = ("max_review_rounds", "test_command", "eval_command", "eval_timeout_s", "debug_rounds")
         self.pipe = PipelineConfig(
-            review=cfg["max_review_rounds"] > 0,
-            max_review_rounds=cfg["max_review_rounds"],
-            test_command=cfg["test_command"],
-            eval_command=cfg["eval_command"],
-            eval_timeout_s=cfg["eval_timeout_s"],
-            scoring=self.scoring,
-            debug_rounds=cfg["debug_rounds"],
+            review=cfg["max_review_rounds"] > 0, scoring=self.scoring, **{k: cfg[k] for k in pipe_fields}
         )
         self.out = output_root(ctx)
         self.timed = cfg["max_wall_s"] is not None
