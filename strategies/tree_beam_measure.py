@@ -257,15 +257,14 @@ def interval(values: list[float], confidence: float) -> dict[str, Any]:
     hw = 0.0
     if n >= 2:
         hw = t_quantile(0.5 + confidence / 2, n - 1) * statistics.stdev(values) / math.sqrt(n)
-    r = lambda x: round(x, 9)  # noqa: E731 - float noise makes JSON unstable
-    return {
-        "n": n,
-        "median": r(statistics.median(values)),
-        "mean": r(mean),
-        "low": r(mean - hw),
-        "high": r(mean + hw),
-        "half_width": r(hw),
-    }
+    return _stats(n, statistics.median(values), mean, hw)
+
+
+def _stats(n: int, median: float, mean: float, half_width: float) -> dict[str, Any]:
+    """An interval's figures, rounded: float noise makes JSON unstable."""
+    hw = half_width
+    figures = {"median": median, "mean": mean, "low": mean - hw, "high": mean + hw, "half_width": hw}
+    return {"n": n, **{k: round(v, 9) for k, v in figures.items()}}
 
 
 def summarize(samples: list[Evaluation], confidence: float) -> Evaluation:
@@ -351,15 +350,7 @@ def unpaired_change(
     err = math.sqrt(se(sp) ** 2 + se(sc) ** 2) / base
     df = max(1, min(sp["n"], sc["n"]) - 1)
     hw = t_quantile(0.5 + confidence / 2, df) * err if err else 0.0
-    r = lambda x: round(x, 9)  # noqa: E731
-    return {
-        "n": min(sp["n"], sc["n"]),
-        "median": r(mean),
-        "mean": r(mean),
-        "low": r(mean - hw),
-        "high": r(mean + hw),
-        "half_width": r(hw),
-    }
+    return _stats(min(sp["n"], sc["n"]), mean, mean, hw)
 
 
 # ---------------------------------------------------------------- measuring in a run
@@ -485,13 +476,6 @@ def merge_measurements(a: Evaluation, b: Evaluation) -> Evaluation:
         mean = (sa["mean"] * sa["n"] + sb["mean"] * sb["n"]) / n
         median = (sa["median"] * sa["n"] + sb["median"] * sb["n"]) / n
         hw = min(sa["half_width"], sb["half_width"]) if sa["n"] and sb["n"] else max(sa["half_width"], sb["half_width"])
-        stats[name] = {
-            "n": n,
-            "median": round(median, 9),
-            "mean": round(mean, 9),
-            "low": round(mean - hw, 9),
-            "high": round(mean + hw, 9),
-            "half_width": round(hw, 9),
-        }
+        stats[name] = _stats(n, median, mean, hw)
     metrics = {k: v["median"] for k, v in stats.items()}
     return msgspec.structs.replace(a, metrics=metrics, stats=stats, samples=a.samples + b.samples)
