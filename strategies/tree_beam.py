@@ -7,25 +7,17 @@
         -S ideas_per_node=5 -S max_depth=3 -S beam_width=2
 
 A node is a commit on a kept branch plus its measurement; the root is the base
-branch, measured first; the run stops at once (``BaseEvaluationFailed``, exit 1)
-when that measurement fails, reports ``valid: false`` or lacks the objective's
-metrics. Expanding a depth: every frontier node gets a context
-pack (diff stats, the ideas tried on its path) and an idea-generation task
-whose prompt carries the objective; new ideas (deduplicated by normalized text
-hash) get sequential evaluation ids, each runs the shared per-idea pipeline
-(implement, optional review and debug rounds, measure ``eval_repeats`` times
-with the evaluator's protected paths taken from the root) on the node's
-branch, all in parallel. Candidates that pass the parent-relative screen are
-ranked root-relative; best first, each is confirmed by a paired, interleaved
-re-measurement against its parent until ``beam_width`` are confirmed and
-become the next frontier; the rest is archived, and an empty frontier
-continues from the archive. The best node must beat the base in a final paired
-check, or the base is the best. Measuring lives in
-:mod:`strategies.tree_beam_measure`; docs/tree-beam.md explains the statistics.
+branch, measured first (a failed or unusable measurement stops the run:
+``BaseEvaluationFailed``). Each depth asks every frontier node for ideas, runs
+each new idea through the shared per-idea pipeline (:mod:`strategies.pipeline`)
+on the node's branch, screens the candidates against their parents, and
+confirms the best ones, paired against their parents, until ``beam_width`` are
+the next frontier; an empty frontier continues from the archive. The best node
+must beat the base in a final paired check. docs/tree-beam.md explains the
+search and the statistics; measuring lives in :mod:`strategies.tree_beam_measure`.
 
 Every step is a durable task, so the event log is the manifest: a resumed run
-re-derives the same tree and re-runs nothing that finished, and
-:func:`render_tree_report` rebuilds tree.json,
+re-derives the same tree, and :func:`render_tree_report` rebuilds tree.json,
 TREE_SUMMARY.md and tree.svg from the event log alone.
 """
 
