@@ -65,7 +65,7 @@ from ._scoring import (
     write_output,
 )
 from .base_check import run_on_base
-from .best_of_n import generation_prompt
+from .best_of_n import generation_task
 from .branch_cleanup import listed_for_deletion
 from .pipeline import command_task
 from .synthesize_provenance import diff_command, provenance, provenance_counts, split_diffs
@@ -197,16 +197,10 @@ async def synthesize(
             rows[i].update(status="scored", rationale=verdict["rationale"])
 
     async def generated(i: int) -> None:
-        task: TaskInput = {
-            "prompt": generation_prompt(prompt, approaches, i),
-            "base_branch": base_branch,
-            "import_policy": import_policy,
-        }
-        if model:
-            task["model"] = model
         key = ctx.key("gen", i)
         label = f"gen/{i}"
         try:
+            task = generation_task(prompt, approaches, i, base_branch, import_policy, model)
             result = await ctx.wait(ctx.run(task, key=key))
         except ctx.errors.TaskFailed as exc:
             rows[i] = {"index": i, "label": label, "key": key, "status": "failed", "score": None}
