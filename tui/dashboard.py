@@ -669,6 +669,16 @@ async def quit_on_keys(stop: anyio.Event, fd: int | None = None) -> None:
         termios.tcsetattr(fd, termios.TCSADRAIN, saved)
 
 
+async def watch_signals(stop: anyio.Event) -> None:
+    """Set ``stop`` at the first SIGINT or SIGTERM."""
+    import signal
+
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for _ in signals:
+            stop.set()
+            return
+
+
 async def monitor(
     run_id: str,
     *,
@@ -681,18 +691,9 @@ async def monitor(
     max_parallel: int | None = None,
 ) -> None:
     """The standalone monitor: the dashboard until q, Esc, Ctrl+C or SIGTERM (read-only, takes no lock)."""
-    import signal
-
     stop = anyio.Event()
-
-    async def watch_signals() -> None:
-        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            async for _ in signals:
-                stop.set()
-                return
-
     async with anyio.create_task_group() as tg:
-        tg.start_soon(watch_signals)
+        tg.start_soon(watch_signals, stop)
         tg.start_soon(quit_on_keys, stop)
         await run_dashboard(
             run_id,
