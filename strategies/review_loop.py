@@ -271,29 +271,21 @@ async def review_loop(
     root = output_root(ctx)
     budget = ctx.open_budget(max_cost_usd=max_cost_usd, max_wall_s=max_wall_s)
 
-    baseline, baseline_json, tests_run = await _check_base(
-        ctx, root, base_branch, eval_command, eval_timeout_s, test_command, primary_metric, weights
-    )
+    baseline, baseline_json, tests_run = await _check_base(ctx, root, base_branch, cfg)
     outcomes = await _run_ideas(ctx, items, prompt, base_branch, cfg, baseline, root)
     evaluated = scoring is not None and baseline_json is not None
     return _result(root, outcomes, baseline_json, tests_run, budget, base_branch=base_branch, evaluated=evaluated)
 
 
 async def _check_base(
-    ctx: Context,
-    root: Path,
-    base_branch: str,
-    eval_command: str | None,
-    eval_timeout_s: float | None,
-    test_command: str | None,
-    primary_metric: str | None,
-    weights: dict,
+    ctx: Context, root: Path, base_branch: str, cfg: PipelineConfig
 ) -> tuple[Evaluation | None, dict[str, Any] | None, BaseRun | None]:
     """Evaluate the base and run the tests on it; stop the run when either cannot be used."""
+    eval_command, test_command = cfg.eval_command, cfg.test_command
     # The base is checked before any agent task (both commands in parallel): an evaluation that
     # cannot be used, or a test command that cannot run, would fail every idea after it was paid for.
     eval_get = (
-        run_on_base(ctx, eval_command, base_branch, ("baseline", "eval"), timeout=eval_timeout_s)
+        run_on_base(ctx, eval_command, base_branch, ("baseline", "eval"), timeout=cfg.eval_timeout_s)
         if eval_command
         else None
     )
@@ -306,7 +298,7 @@ async def _check_base(
         baseline = evaluation_of(eval_run)
         baseline_json = to_json(baseline)
         write_json(root / "baseline.json", baseline_json)
-        needed = [primary_metric, *sorted(weights or {})] if primary_metric else []
+        needed = [cfg.scoring.primary_metric, *sorted(cfg.scoring.weights)] if cfg.scoring else []
         if (stop := unusable_evaluation(baseline, needed)) is not None:
             raise BaseEvaluationFailed(
                 stop[1], command=eval_command, output=eval_run.output, keys=(ctx.key("baseline", "eval"),)
