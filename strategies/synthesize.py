@@ -116,27 +116,9 @@ def synthesis_prompt(prompt: str, base: str, top: list[dict[str, Any]]) -> str:
     )
 
 
-def side_by_side(
-    *,
-    prompt: str,
-    base: str,
-    branch: str,
-    other: str,
-    subject: str,
-    subject_text: str,
-    criteria: str,
-    model: str | None,
-) -> dict[str, Any]:
-    """A reviewer of ``branch`` that also has ``other`` present to compare with (the same score schema)."""
-    task = review_task(
-        prompt=prompt,
-        subject=subject,
-        subject_text=subject_text,
-        base=base,
-        branch=branch,
-        criteria=criteria,
-        model=model,
-    )
+def side_by_side(other: str, **review: Any) -> dict[str, Any]:
+    """A reviewer (:func:`review_task` of ``review``) that also has ``other`` present to compare with."""
+    task, base = review_task(**review), review["base"]
     lead, _, rest = task["prompt"].partition("\n")
     compare = (
         f"For comparison, another solution to the same task is on branch {other} "
@@ -370,7 +352,7 @@ async def _compare(
     side: dict[str, dict[str, Any]] = {}
 
     async def rescore(which: str, branch: str, other: str, subject: str, text: str) -> None:
-        task = side_by_side(branch=branch, other=other, subject=subject, subject_text=text, **common)
+        task = side_by_side(other, branch=branch, subject=subject, subject_text=text, **common)
         side[which] = await score_with_repair(ctx, task, ("rescore", which))
 
     synth_subject = "a synthesis of several candidate solutions"
