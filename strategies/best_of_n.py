@@ -84,6 +84,7 @@ async def best_of_n(
     rows: list[dict[str, Any]] = [{} for _ in range(n)]
     scored: list[tuple[float, int, TaskResult]] = []
     finished: list[tuple[int, TaskResult]] = []  # candidates that produced a result, scored or not
+    reviewer = functools.partial(review_task, prompt=prompt, base=base_branch, criteria=criteria, model=scorer_model)
 
     async def candidate(i: int) -> None:
         key = ctx.key("gen", i)
@@ -101,15 +102,7 @@ async def best_of_n(
             "branch": branch,
             "has_changes": result["artifact"]["has_changes"],
         }
-        review = review_task(
-            prompt=prompt,
-            subject="one candidate solution",
-            subject_text=result["final_message"],
-            base=base_branch,
-            branch=branch,
-            criteria=criteria,
-            model=scorer_model,
-        )
+        review = reviewer(subject="one candidate solution", subject_text=result["final_message"], branch=branch)
         if await score_into(ctx, rows[i], review, ("score", result["instance_id"])):
             scored.append((rows[i]["score"], i, result))
         finished.append((i, result))

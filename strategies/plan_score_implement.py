@@ -58,6 +58,9 @@ async def plan_score_implement(
     """Plan from several angles, score the plans, implement the best one in the planner's session."""
     rows: list[dict[str, Any]] = [{} for _ in angles]
     scored: list[tuple[float, int, TaskResult]] = []
+    reviewer = functools.partial(
+        review_task, prompt=prompt, base=base_branch, criteria=PLAN_CRITERIA, model=scorer_model
+    )
 
     async def plan(i: int, angle: str) -> None:
         task: TaskInput = {
@@ -77,15 +80,7 @@ async def plan_score_implement(
             rows[i] = {"angle": angle, "status": "failed", "error": failure(exc)}
             return
         rows[i] = {"angle": angle, "instance_id": result["instance_id"], "plan": result["final_message"]}
-        review = review_task(
-            prompt=prompt,
-            subject="an implementation plan",
-            subject_text=result["final_message"],
-            base=base_branch,
-            branch=base_branch,
-            criteria=PLAN_CRITERIA,
-            model=scorer_model,
-        )
+        review = reviewer(subject="an implementation plan", subject_text=result["final_message"], branch=base_branch)
         if await score_into(ctx, rows[i], review, ("score-plan", result["instance_id"])):
             scored.append((rows[i]["score"], i, result))
 
