@@ -238,6 +238,11 @@ class _Job:
     import_policy: ImportPolicy
     test_command: str | None
 
+    @property
+    def review_fields(self) -> dict[str, Any]:
+        """What every reviewer of this execution is given alike."""
+        return {"prompt": self.prompt, "base": self.base, "criteria": self.criteria, "model": self.scorer_model}
+
 
 async def _candidates(
     job: _Job, given: list[str], n: int, approaches: list[str]
@@ -249,15 +254,7 @@ async def _candidates(
     results: dict[int, TaskResult] = {}
 
     async def review(i: int, branch: str, text: str, key_parts: tuple) -> None:
-        task = review_task(
-            prompt=job.prompt,
-            subject="one candidate solution",
-            subject_text=text,
-            base=job.base,
-            branch=branch,
-            criteria=job.criteria,
-            model=job.scorer_model,
-        )
+        task = review_task(subject="one candidate solution", subject_text=text, branch=branch, **job.review_fields)
         task["prompt"] = "Role: reviewer\n\n" + task["prompt"]
         await score_into(ctx, rows[i], task, key_parts)
 
@@ -343,16 +340,10 @@ async def _compare(
     )
     diff_task["include_branches"] = list(dict.fromkeys([job.base, *(r["branch"] for r in top)]))
     diffs_handle = ctx.run(diff_task, key=ctx.key("diffs"))
-    common: dict[str, Any] = {
-        "prompt": job.prompt,
-        "base": job.base,
-        "criteria": job.criteria,
-        "model": job.scorer_model,
-    }
     side: dict[str, dict[str, Any]] = {}
 
     async def rescore(which: str, branch: str, other: str, subject: str, text: str) -> None:
-        task = side_by_side(other, branch=branch, subject=subject, subject_text=text, **common)
+        task = side_by_side(other, branch=branch, subject=subject, subject_text=text, **job.review_fields)
         side[which] = await score_with_repair(ctx, task, ("rescore", which))
 
     synth_subject = "a synthesis of several candidate solutions"
