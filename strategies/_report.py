@@ -29,6 +29,21 @@ def _message(task: dict[str, Any] | None) -> str:
     return (task or {}).get("final_message") or ""
 
 
+def _section(kind: str, title: str, **fields: Any) -> dict[str, Any]:
+    """A report section of ``kind``; fields given as None are left out."""
+    return {"type": kind, "title": title, **{k: v for k, v in fields.items() if v is not None}}
+
+
+def _chart(title: str, x_label: str, y_label: str, series: list[dict[str, Any]]) -> dict[str, Any]:
+    return _section("chart", title, x_label=x_label, y_label=y_label, x_integer=True, series=series)
+
+
+def _card(label: str, said: list[str], *, highlight: bool, commit: Any, details: dict[str, Any]) -> dict[str, Any]:
+    """One item of a ``compare`` section: its subtitle is what ``said`` holds, joined."""
+    subtitle = " · ".join(s for s in said if s)
+    return {"label": label, "subtitle": subtitle, "highlight": highlight, "commit": commit, "details": details}
+
+
 # ---------------------------------------------------------------- best-of-n
 
 
@@ -68,12 +83,12 @@ def best_of_n_sections(run: dict[str, Any]) -> list[dict[str, Any]]:
             ]
         )
         items.append(
-            {
-                "label": f"candidate {c['short_key'].split('/')[-1]}",
-                "subtitle": "" if score is None else f"score {score['score']}: {score.get('rationale', '')}",
-                "highlight": won,
-                "commit": c.get("commit"),
-                "details": {
+            _card(
+                f"candidate {c['short_key'].split('/')[-1]}",
+                ["" if score is None else f"score {score['score']}: {score.get('rationale', '')}"],
+                highlight=won,
+                commit=c.get("commit"),
+                details={
                     "branch": c["branch"],
                     "status": status,
                     "score": None if score is None else score["score"],
@@ -81,24 +96,15 @@ def best_of_n_sections(run: dict[str, Any]) -> list[dict[str, Any]]:
                     "reviewer attempts": sum(1 for a in attempts if a),
                     "final message": _tail(_message(c)),
                 },
-            }
+            )
         )
     if not items:
         return []
+    note = "The winner is the highest reviewer score; ties go to the earlier candidate."
+    columns = ["task", "branch", "status", "score", "rationale"]
     return [
-        {
-            "type": "compare",
-            "title": "Candidates side by side",
-            "items": items,
-            "note": "The winner is the highest reviewer score; ties go to the earlier candidate.",
-        },
-        {
-            "type": "table",
-            "title": "Scores",
-            "columns": ["task", "branch", "status", "score", "rationale"],
-            "rows": rows,
-            "highlight": highlight,
-        },
+        _section("compare", "Candidates side by side", items=items, note=note),
+        _section("table", "Scores", columns=columns, rows=rows, highlight=highlight),
     ]
 
 
@@ -148,55 +154,8 @@ def tree_beam_sections(run: dict[str, Any]) -> list[dict[str, Any]]:
     for ev in tree.get("evaluations") or []:
         eid = ev.get("id")
         nid = node_of_eval.get(eid, eid)
-        idea = ev.get("idea") or {}
-        evaluation = ev.get("evaluation") or {}
-        cmp_parent = ev.get("parent_comparison") or {}
-        value = _primary_value(evaluation.get("metrics"), primary)
-        reviews = [
-            {"round": k.split("/")[2], "answer": _tail(_message(t), 1500)}
-            for k, t in sorted(by_key.items())
-            if k.startswith(f"{eid}/review/")
-        ]
-        gate = cmp_parent.get("grade") or ev.get("status")
-        out_nodes.append(
-            {
-                "id": nid,
-                "parent": ev.get("parent"),
-                "label": idea.get("title") or eid,
-                "status": f"{gate} · {_fmt_metric(value, primary)}" if value is not None else str(gate or ""),
-                "highlight": nid in best_path,
-                "commit": ev.get("commit") or None,
-                "details": {
-                    "idea": idea.get("description"),
-                    "status": ev.get("status"),
-                    "gate": gate,
-                    "promoted to node": nid if nid != eid else "no",
-                    "plan": _tail(_message(by_key.get(f"{eid}/plan")), 2500),
-                    "review rounds": reviews or None,
-                    "metrics": evaluation.get("metrics"),
-                    "against parent": cmp_parent or None,
-                    "against root": ev.get("root_comparison"),
-                    "evaluation output": _eval_output(by_key.get(f"{eid}/eval")),
-                    **{
-                        k: v
-                        for k, v in ev.items()
-                        if k
-                        not in {
-                            "id",
-                            "parent",
-                            "idea",
-                            "evaluation",
-                            "status",
-                            "parent_comparison",
-                            "root_comparison",
-                            "commit",
-                            "branch",
-                            "depth",
-                        }
-                    },
-                },
-            }
-        )
+        value = _primary_value((ev.get("evaluation") or {}).get("metrics"), primary)
+        out_nodes.append(_eval_node(ev, nid, by_key, value, primary, nid in best_path))
         if value is not None and isinstance(ev.get("depth"), int):
             points.append([ev["depth"], value])
             if nid in best_path:
@@ -210,31 +169,66 @@ def tree_beam_sections(run: dict[str, Any]) -> list[dict[str, Any]]:
             else "Nothing beat the base."
         )
     )
-    sections: list[dict[str, Any]] = [
-        {"type": "text", "title": "Outcome", "text": summary},
-        {
-            "type": "tree",
-            "title": "Search tree",
-            "nodes": out_nodes,
-            "note": "Highlighted: the best path. Nodes that were evaluated but not promoted are leaves named by their "
-            "evaluation id.",
-        },
-    ]
+    note = "Highlighted: the best path. Nodes that were evaluated but not promoted are leaves named by their evaluation id."
+    sections = [_section("text", "Outcome", text=summary), _section("tree", "Search tree", nodes=out_nodes, note=note)]
     if primary and points:
-        sections.append(
-            {
-                "type": "chart",
-                "title": f"{primary} by depth",
-                "x_label": "depth",
-                "y_label": primary,
-                "x_integer": True,
-                "series": [
-                    {"name": "every candidate", "points": sorted(points), "line": False},
-                    {"name": "best path", "points": sorted(best_points)},
-                ],
-            }
-        )
+        series: list[dict[str, Any]] = [
+            {"name": "every candidate", "points": sorted(points), "line": False},
+            {"name": "best path", "points": sorted(best_points)},
+        ]
+        sections.append(_chart(f"{primary} by depth", "depth", primary, series))
     return sections
+
+
+# An evaluation's fields the node shows under their own names (or not at all); the rest as they are.
+_NODE_FIELDS = {
+    "id",
+    "parent",
+    "idea",
+    "evaluation",
+    "status",
+    "parent_comparison",
+    "root_comparison",
+    "commit",
+    "branch",
+    "depth",
+}
+
+
+def _eval_node(
+    ev: dict[str, Any], nid: Any, by_key: dict[str, Any], value: float | None, primary: str, on_best_path: bool
+) -> dict[str, Any]:
+    """The tree node of one evaluation (``nid``: its promoted node, or its own id)."""
+    eid = ev.get("id")
+    idea = ev.get("idea") or {}
+    cmp_parent = ev.get("parent_comparison") or {}
+    reviews = [
+        {"round": k.split("/")[2], "answer": _tail(_message(t), 1500)}
+        for k, t in sorted(by_key.items())
+        if k.startswith(f"{eid}/review/")
+    ]
+    gate = cmp_parent.get("grade") or ev.get("status")
+    return {
+        "id": nid,
+        "parent": ev.get("parent"),
+        "label": idea.get("title") or eid,
+        "status": f"{gate} · {_fmt_metric(value, primary)}" if value is not None else str(gate or ""),
+        "highlight": on_best_path,
+        "commit": ev.get("commit") or None,
+        "details": {
+            "idea": idea.get("description"),
+            "status": ev.get("status"),
+            "gate": gate,
+            "promoted to node": nid if nid != eid else "no",
+            "plan": _tail(_message(by_key.get(f"{eid}/plan")), 2500),
+            "review rounds": reviews or None,
+            "metrics": (ev.get("evaluation") or {}).get("metrics"),
+            "against parent": cmp_parent or None,
+            "against root": ev.get("root_comparison"),
+            "evaluation output": _eval_output(by_key.get(f"{eid}/eval")),
+            **{k: v for k, v in ev.items() if k not in _NODE_FIELDS},
+        },
+    }
 
 
 def _eval_output(task: dict[str, Any] | None) -> Any:
@@ -265,6 +259,47 @@ def evolve_sections(run: dict[str, Any]) -> list[dict[str, Any]]:
         return []
     history = [h for h in result.get("history") or [] if isinstance(h, dict)]
     goals = result.get("goals") or {}
+    series, values, rows = _evolve_cycles(history, goals)
+    outcome = (
+        f"Stopped: {result.get('stopped')} after {result.get('cycles', len(history))} cycle(s). Goals passing: "
+        f"{result.get('goals_passing_before')} before, {result.get('goals_passing_after')} after "
+        f"(of {result.get('goals_total')}). Final branch: {result.get('final_branch')}."
+    )
+    sections = [_section("text", "Outcome", text=outcome)]
+    tried: dict[str, int] = {}
+    reverted: dict[str, int] = {}
+    for h in history:
+        for g in h.get("goal_ids") or []:
+            tried[g] = tried.get(g, 0) + 1
+            if h.get("result") == "reverted":
+                reverted[g] = reverted.get(g, 0) + 1
+    stuck = result.get("could_not_move")
+    if not isinstance(stuck, dict):  # a result recorded before could_not_move existed
+        stuck = {g: "quarantined" for g in result.get("quarantined") or []}
+    if goals:
+        sections.append(_goals_table(goals, tried, reverted))
+    if stuck:
+        note = "The loop gave these goals a rest (or quarantined them) and moved on to the others."
+        columns = ["goal", "reverted attempts", "why"]
+        table_rows = [[g, reverted.get(g, 0), why] for g, why in stuck.items()]
+        sections.append(_section("table", "Goals that could not move", columns=columns, rows=table_rows, note=note))
+    if series:
+        passing = [{"name": g, "points": pts} for g, pts in series.items()]
+        sections.append(_chart("Goals passing by cycle (1 = passing)", "cycle", "passing", passing))
+    if values:
+        sections.append(_chart("Goal values", "cycle", "value", [{"name": g, "points": p} for g, p in values.items()]))
+    if rows:
+        columns = ["cycle", "goals", "result", "why", "fixed", "regressed", "blamed", "quarantined", "passing"]
+        highlight = [i for i, r in enumerate(rows) if r[2] == "improved"]
+        note = "Highlighted: waves that advanced the branch. The others were reverted."
+        sections.append(_section("table", "Waves", columns=columns, rows=rows, highlight=highlight, note=note))
+    return sections
+
+
+def _evolve_cycles(
+    history: list[dict[str, Any]], goals: dict[str, Any]
+) -> tuple[dict[str, list[list[float]]], dict[str, list[list[float]]], list[list[Any]]]:
+    """Per goal: passing (1/0) by cycle and its value by cycle; and one row per wave."""
     passing = {g: bool((v or {}).get("before")) for g, v in goals.items()}
     series: dict[str, list[list[float]]] = {g: [[0, 1.0 if p else 0.0]] for g, p in passing.items()}
     values: dict[str, list[list[float]]] = {}
@@ -281,118 +316,34 @@ def evolve_sections(run: dict[str, Any]) -> list[dict[str, Any]]:
                 passing[g] = False
         for g in series:
             series[g].append([cycle, 1.0 if passing.get(g) else 0.0])
+        listed = [", ".join(h.get(f) or []) for f in ("fixed", "regressed", "blamed", "quarantined")]
+        passing_now = f"{h.get('goals_passing_before', '?')} → {h.get('goals_passing', '?')}"
         rows.append(
-            [
-                cycle,
-                ", ".join(h.get("goal_ids") or []),
-                h.get("result"),
-                h.get("reason") or "",
-                ", ".join(h.get("fixed") or []),
-                ", ".join(h.get("regressed") or []),
-                ", ".join(h.get("blamed") or []),
-                ", ".join(h.get("quarantined") or []),
-                f"{h.get('goals_passing_before', '?')} → {h.get('goals_passing', '?')}",
-            ]
+            [cycle, ", ".join(h.get("goal_ids") or []), h.get("result"), h.get("reason") or "", *listed, passing_now]
         )
     for g, v in goals.items():
         if g in values and isinstance((v or {}).get("value_after"), (int, float)):
             values[g].append([max(len(history), 1), float(v["value_after"])])
-    sections: list[dict[str, Any]] = [
-        {
-            "type": "text",
-            "title": "Outcome",
-            "text": f"Stopped: {result.get('stopped')} after {result.get('cycles', len(history))} cycle(s). Goals passing: "
-            f"{result.get('goals_passing_before')} before, {result.get('goals_passing_after')} after "
-            f"(of {result.get('goals_total')}). Final branch: {result.get('final_branch')}.",
-        }
-    ]
-    tried: dict[str, int] = {}
-    reverted: dict[str, int] = {}
-    for h in history:
-        for g in h.get("goal_ids") or []:
-            tried[g] = tried.get(g, 0) + 1
-            if h.get("result") == "reverted":
-                reverted[g] = reverted.get(g, 0) + 1
-    stuck = result.get("could_not_move")
-    if not isinstance(stuck, dict):  # a result recorded before could_not_move existed
-        stuck = {g: "quarantined" for g in result.get("quarantined") or []}
-    if goals:
-        sections.append(
-            {
-                "type": "table",
-                "title": "Goals",
-                "columns": ["goal", "before", "after", "value before → after", "waves that tried it", "reverted"],
-                "rows": [
-                    [
-                        g,
-                        _passing((v or {}).get("before")),
-                        _passing((v or {}).get("after")),
-                        f"{_num((v or {}).get('value_before'))} → {_num((v or {}).get('value_after'))}"
-                        if (v or {}).get("value_before") is not None or (v or {}).get("value_after") is not None
-                        else "–",
-                        tried.get(g, 0),
-                        reverted.get(g, 0),
-                    ]
-                    for g, v in goals.items()
-                ],
-                "highlight": [i for i, v in enumerate(goals.values()) if (v or {}).get("after")],
-                "note": "Highlighted: goals passing at the end.",
-            }
+    return series, values, rows
+
+
+def _goals_table(goals: dict[str, Any], tried: dict[str, int], reverted: dict[str, int]) -> dict[str, Any]:
+    rows = []
+    for g, v in goals.items():
+        v = v or {}
+        moved = v.get("value_before") is not None or v.get("value_after") is not None
+        value = f"{_num(v.get('value_before'))} → {_num(v.get('value_after'))}" if moved else "–"
+        rows.append(
+            [g, _passing(v.get("before")), _passing(v.get("after")), value, tried.get(g, 0), reverted.get(g, 0)]
         )
-    if stuck:
-        sections.append(
-            {
-                "type": "table",
-                "title": "Goals that could not move",
-                "columns": ["goal", "reverted attempts", "why"],
-                "rows": [[g, reverted.get(g, 0), why] for g, why in stuck.items()],
-                "note": "The loop gave these goals a rest (or quarantined them) and moved on to the others.",
-            }
-        )
-    if series:
-        sections.append(
-            {
-                "type": "chart",
-                "title": "Goals passing by cycle (1 = passing)",
-                "x_label": "cycle",
-                "y_label": "passing",
-                "x_integer": True,
-                "series": [{"name": g, "points": pts} for g, pts in series.items()],
-            }
-        )
-    if values:
-        sections.append(
-            {
-                "type": "chart",
-                "title": "Goal values",
-                "x_label": "cycle",
-                "y_label": "value",
-                "x_integer": True,
-                "series": [{"name": g, "points": pts} for g, pts in values.items()],
-            }
-        )
-    if rows:
-        sections.append(
-            {
-                "type": "table",
-                "title": "Waves",
-                "columns": [
-                    "cycle",
-                    "goals",
-                    "result",
-                    "why",
-                    "fixed",
-                    "regressed",
-                    "blamed",
-                    "quarantined",
-                    "passing",
-                ],
-                "rows": rows,
-                "highlight": [i for i, r in enumerate(rows) if r[2] == "improved"],
-                "note": "Highlighted: waves that advanced the branch. The others were reverted.",
-            }
-        )
-    return sections
+    return _section(
+        "table",
+        "Goals",
+        columns=["goal", "before", "after", "value before → after", "waves that tried it", "reverted"],
+        rows=rows,
+        highlight=[i for i, v in enumerate(goals.values()) if (v or {}).get("after")],
+        note="Highlighted: goals passing at the end.",
+    )
 
 
 # ---------------------------------------------------------------- review-loop
@@ -465,64 +416,61 @@ def review_loop_sections(run: dict[str, Any]) -> list[dict[str, Any]]:
         ]
         for r in ranking
     ]
-    items = []
-    for idea in ideas:
-        tests = idea.get("tests")
-        comparison = idea.get("comparison") or {}
-        status = idea.get("status")
-        said = [str(status or "").replace("_", " ") or "?"]
-        if tests is not None or (has_tests and status == "completed"):
-            said.append(f"tests {_tests_said(tests, status)}")
-        said.append(_score_said(comparison.get("score"), comparison.get("grade")))
-        metrics = (idea.get("evaluation") or {}).get("metrics")
-        items.append(
-            {
-                "label": idea.get("title") or idea.get("idea_id", "idea"),
-                "subtitle": " · ".join(said),
-                "highlight": idea.get("idea_id") == best,
-                "commit": idea.get("commit"),
-                "details": {
-                    "status": str(status or "").replace("_", " "),
-                    "branch": idea.get("branch"),
-                    "review rounds": [_round_said(r) for r in idea.get("rounds") or [] if isinstance(r, dict)],
-                    "tests": _tests_said(tests, status, has_tests),
-                    "test output": _tail((tests or {}).get("log_tail"), 1500) or None,
-                    "metrics": ", ".join(f"{k}={_num(v)}" for k, v in metrics.items())
-                    if isinstance(metrics, dict)
-                    else None,
-                    "against the base": _comparison_fields(comparison) if comparison else "not compared",
-                    "error": idea.get("error"),
-                },
-            }
-        )
+    items = [_idea_card(idea, best, has_tests) for idea in ideas]
     sections: list[dict[str, Any]] = []
     if rows:
-        sections.append(
-            {
-                "type": "table",
-                "title": "Ideas ranked",
-                "columns": ["rank", "idea", "title", "status", "tests", "score", "grade", "reviews", "branch"],
-                "rows": rows,
-                "highlight": [i for i, r in enumerate(ranking) if r.get("idea_id") == best],
-                "note": "Ranked by score against the base when an evaluation ran; an idea is scored only "
-                "when its evaluation ran and the base's did too.",
-            }
+        columns = ["rank", "idea", "title", "status", "tests", "score", "grade", "reviews", "branch"]
+        highlight = [i for i, r in enumerate(ranking) if r.get("idea_id") == best]
+        note = (
+            "Ranked by score against the base when an evaluation ran; an idea is scored only "
+            "when its evaluation ran and the base's did too."
         )
+        sections.append(_section("table", "Ideas ranked", columns=columns, rows=rows, highlight=highlight, note=note))
     base_tests = result.get("base_tests")
     baseline = result.get("baseline")
     base_said = []
     if isinstance(baseline, dict):
-        metrics = baseline.get("metrics")
-        shown = ", ".join(f"{k}={_num(v)}" for k, v in metrics.items()) if isinstance(metrics, dict) else ""
-        base_said.append(f"evaluation {baseline.get('status')}" + (f": {shown}" if shown else ""))
+        base_said.append(f"evaluation {baseline.get('status')}" + (f": {m}" if (m := _metrics(baseline)) else ""))
     if isinstance(base_tests, dict):
         passed = base_tests.get("exit_code") == 0 and not base_tests.get("error")
         base_said.append(f"tests {_tests_said(dict(base_tests, passed=passed), 'completed')}")
     if base_said:
-        sections.append({"type": "text", "title": "The base", "text": "; ".join(base_said) + "."})
+        sections.append(_section("text", "The base", text="; ".join(base_said) + "."))
     if items:
-        sections.append({"type": "compare", "title": "Each idea's rounds, tests and score", "items": items})
+        sections.append(_section("compare", "Each idea's rounds, tests and score", items=items))
     return sections
+
+
+def _metrics(holder: dict[str, Any]) -> str | None:
+    """``name=value, ...`` of the ``metrics`` in ``holder``; None when it has none."""
+    metrics = holder.get("metrics")
+    return ", ".join(f"{k}={_num(v)}" for k, v in metrics.items()) if isinstance(metrics, dict) else None
+
+
+def _idea_card(idea: dict[str, Any], best: Any, has_tests: bool) -> dict[str, Any]:
+    tests = idea.get("tests")
+    comparison = idea.get("comparison") or {}
+    status = idea.get("status")
+    said = [str(status or "").replace("_", " ") or "?"]
+    if tests is not None or (has_tests and status == "completed"):
+        said.append(f"tests {_tests_said(tests, status)}")
+    said.append(_score_said(comparison.get("score"), comparison.get("grade")))
+    return _card(
+        idea.get("title") or idea.get("idea_id", "idea"),
+        said,
+        highlight=idea.get("idea_id") == best,
+        commit=idea.get("commit"),
+        details={
+            "status": str(status or "").replace("_", " "),
+            "branch": idea.get("branch"),
+            "review rounds": [_round_said(r) for r in idea.get("rounds") or [] if isinstance(r, dict)],
+            "tests": _tests_said(tests, status, has_tests),
+            "test output": _tail((tests or {}).get("log_tail"), 1500) or None,
+            "metrics": _metrics(idea.get("evaluation") or {}),
+            "against the base": _comparison_fields(comparison) if comparison else "not compared",
+            "error": idea.get("error"),
+        },
+    )
 
 
 # ---------------------------------------------------------------- synthesize
@@ -539,91 +487,80 @@ def synthesize_sections(run: dict[str, Any]) -> list[dict[str, Any]]:
     marks: dict[str, int] = {}
     for h in hunks:
         marks[str(h.get("source"))] = marks.get(str(h.get("source")), 0) + 1
-
-    def tests_text(t: Any) -> str:
-        if not isinstance(t, dict):
-            return ""
-        return "tests passed" if t.get("passed") else f"tests failed (exit {t.get('exit_code')})"
-
-    items: list[dict[str, Any]] = []
-    if synthesis:
-        rescore = synthesis.get("candidate_rescore") or {}
-        shown = [f"score {synthesis['score']:g} side by side" if synthesis.get("score") is not None else ""]
-        shown += [tests_text(synthesis.get("tests")), str(synthesis.get("status") or "")]
-        items.append(
-            {
-                "label": "synthesis",
-                "subtitle": " · ".join(s for s in shown if s),
-                "highlight": selected == "synthesis",
-                "commit": synthesis.get("commit"),
-                "details": {
-                    "combines": ", ".join(top),
-                    "branch": synthesis.get("branch"),
-                    "status": synthesis.get("status"),
-                    "why": synthesis.get("why"),
-                    "score side by side": synthesis.get("score"),
-                    "rationale": synthesis.get("rationale"),
-                    "compared with": rescore.get("label"),
-                    "its score side by side": rescore.get("score"),
-                    "tests": synthesis.get("tests"),
-                    "hunks by source": ", ".join(f"{src}: {n}" for src, n in marks.items()) or None,
-                },
-            }
-        )
-    for c in result["candidates"]:
-        if not isinstance(c, dict):
-            continue
-        label = str(c.get("label", ""))
-        shown = [f"score {c['score']:g}" if c.get("score") is not None else str(c.get("status") or "")]
-        shown += [tests_text(c.get("tests")), "in the synthesis" if label in top else ""]
-        if marks.get(label):
-            shown.append(f"{marks[label]} hunk(s) taken")
-        items.append(
-            {
-                "label": label,
-                "subtitle": " · ".join(s for s in shown if s),
-                "highlight": selected == label,
-                "commit": c.get("commit"),
-                "details": {
-                    "branch": c.get("branch"),
-                    "status": c.get("status"),
-                    "score": c.get("score"),
-                    "rationale": c.get("rationale"),
-                    "tests": c.get("tests"),
-                    "error": c.get("error"),
-                },
-            }
-        )
-    sections: list[dict[str, Any]] = [
-        {"type": "text", "title": "Outcome", "text": str(result.get("verdict") or "")},
-        {
-            "type": "compare",
-            "title": "The synthesis beside the candidates",
-            "items": items,
-            "note": "Highlighted: the selected branch. The synthesis is selected only if its tests pass (when "
-            "given) and the side-by-side review scores it at least as high as the best candidate.",
-        },
+    items = [_synthesis_card(synthesis, selected == "synthesis", top, marks)] if synthesis else []
+    items += [_candidate_card(c, selected, top, marks) for c in result["candidates"] if isinstance(c, dict)]
+    note = (
+        "Highlighted: the selected branch. The synthesis is selected only if its tests pass (when "
+        "given) and the side-by-side review scores it at least as high as the best candidate."
+    )
+    sections = [
+        _section("text", "Outcome", text=str(result.get("verdict") or "")),
+        _section("compare", "The synthesis beside the candidates", items=items, note=note),
     ]
     if hunks:
+        rows = [
+            [
+                h.get("file"),
+                h.get("header"),
+                f"+{h.get('added', 0)} -{h.get('removed', 0)}",
+                h.get("source"),
+                h.get("match"),
+                ", ".join(h.get("also_in") or []),
+            ]
+            for h in hunks
+        ]
+        note = (
+            "A hunk comes from the candidate whose own diff holds most of its changed lines; "
+            "highlighted hunks are new: no candidate holds half of their lines."
+        )
         sections.append(
-            {
-                "type": "table",
-                "title": "Where each hunk of the synthesis came from",
-                "columns": ["file", "hunk", "lines", "from", "match", "also in"],
-                "rows": [
-                    [
-                        h.get("file"),
-                        h.get("header"),
-                        f"+{h.get('added', 0)} -{h.get('removed', 0)}",
-                        h.get("source"),
-                        h.get("match"),
-                        ", ".join(h.get("also_in") or []),
-                    ]
-                    for h in hunks
-                ],
-                "highlight": [i for i, h in enumerate(hunks) if h.get("source") == "new"],
-                "note": "A hunk comes from the candidate whose own diff holds most of its changed lines; "
-                "highlighted hunks are new: no candidate holds half of their lines.",
-            }
+            _section(
+                "table",
+                "Where each hunk of the synthesis came from",
+                columns=["file", "hunk", "lines", "from", "match", "also in"],
+                rows=rows,
+                highlight=[i for i, h in enumerate(hunks) if h.get("source") == "new"],
+                note=note,
+            )
         )
     return sections
+
+
+def _tests_text(t: Any) -> str:
+    if not isinstance(t, dict):
+        return ""
+    return "tests passed" if t.get("passed") else f"tests failed (exit {t.get('exit_code')})"
+
+
+def _synthesis_card(synthesis: dict[str, Any], selected: bool, top: list[str], marks: dict[str, int]) -> dict[str, Any]:
+    rescore = synthesis.get("candidate_rescore") or {}
+    shown = [f"score {synthesis['score']:g} side by side" if synthesis.get("score") is not None else ""]
+    shown += [_tests_text(synthesis.get("tests")), str(synthesis.get("status") or "")]
+    return _card(
+        "synthesis",
+        shown,
+        highlight=selected,
+        commit=synthesis.get("commit"),
+        details={
+            "combines": ", ".join(top),
+            "branch": synthesis.get("branch"),
+            "status": synthesis.get("status"),
+            "why": synthesis.get("why"),
+            "score side by side": synthesis.get("score"),
+            "rationale": synthesis.get("rationale"),
+            "compared with": rescore.get("label"),
+            "its score side by side": rescore.get("score"),
+            "tests": synthesis.get("tests"),
+            "hunks by source": ", ".join(f"{src}: {n}" for src, n in marks.items()) or None,
+        },
+    )
+
+
+def _candidate_card(c: dict[str, Any], selected: Any, top: list[str], marks: dict[str, int]) -> dict[str, Any]:
+    label = str(c.get("label", ""))
+    shown = [f"score {c['score']:g}" if c.get("score") is not None else str(c.get("status") or "")]
+    shown += [_tests_text(c.get("tests")), "in the synthesis" if label in top else ""]
+    if marks.get(label):
+        shown.append(f"{marks[label]} hunk(s) taken")
+    details = {k: c.get(k) for k in ("branch", "status", "score", "rationale", "tests", "error")}
+    return _card(label, shown, highlight=selected == label, commit=c.get("commit"), details=details)

@@ -108,6 +108,31 @@ def review_task(
     return task
 
 
+async def score_into(ctx, row: dict[str, Any], task: dict[str, Any], key_parts: tuple) -> bool:
+    """Score with ``task`` (:func:`score_with_repair`) into ``row``; True when it was scored."""
+    verdict = await score_with_repair(ctx, task, key_parts)
+    row.update(attempts=verdict["attempts"], score=verdict["score"])
+    if verdict["score"] is None:
+        row.update(status="unscorable", error=verdict["error"])
+        return False
+    row.update(status="scored", rationale=verdict["rationale"])
+    return True
+
+
+def failure(exc) -> str:
+    """A failed task's one line, as the output files record it."""
+    return f"{exc.error_type}: {exc.message}"
+
+
+def none_scored(ctx, rows: list[dict[str, Any]], stem: str) -> Exception:
+    """The error of a run whose candidates all failed or could not be scored."""
+    failed = sum(r.get("status") == "failed" for r in rows)
+    return ctx.errors.NoViableCandidates(
+        f"none of {len(rows)} candidates could be scored ({failed} failed, {len(rows) - failed} unscorable); "
+        f"see strategy_output/{output_name(ctx, stem, 'json')}"
+    )
+
+
 async def concurrently(fns: list[Callable[[], Coroutine[Any, Any, None]]]) -> None:
     """Run ``fns`` concurrently; a single error surfaces as itself, not as an ExceptionGroup.
 

@@ -32,10 +32,11 @@ from ._scoring import (
     DEFAULT_CRITERIA,
     branch_of,
     concurrently,
-    output_name,
+    failure,
+    none_scored,
     pick_best,
     review_task,
-    score_with_repair,
+    score_into,
     write_output,
 )
 from .branch_cleanup import listed_for_deletion
@@ -53,10 +54,16 @@ def _prepare(params: dict[str, Any], repo_path: str) -> dict[str, Any]:
     return params
 
 
-def generation_prompt(prompt: str, approaches: list[str], i: int) -> str:
-    if not approaches:
-        return prompt
-    return f"{prompt}\n\nApproach to take for this attempt:\n{approaches[i % len(approaches)]}"
+def generation_task(
+    prompt: str, approaches: list[str], i: int, base_branch: str, import_policy: ImportPolicy, model: str | None
+) -> TaskInput:
+    """Candidate ``i``'s task: the prompt, plus approach ``i`` (cycled) when approaches are given."""
+    if approaches:
+        prompt = f"{prompt}\n\nApproach to take for this attempt:\n{approaches[i % len(approaches)]}"
+    task: TaskInput = {"prompt": prompt, "base_branch": base_branch, "import_policy": import_policy}
+    if model:
+        task["model"] = model
+    return task
 
 
 @strategy_options(prepare=_prepare)
@@ -77,54 +84,46 @@ async def best_of_n(
     rows: list[dict[str, Any]] = [{} for _ in range(n)]
     scored: list[tuple[float, int, TaskResult]] = []
     finished: list[tuple[int, TaskResult]] = []  # candidates that produced a result, scored or not
+    reviewer = functools.partial(review_task, prompt=prompt, base=base_branch, criteria=criteria, model=scorer_model)
 
     async def candidate(i: int) -> None:
-        task: TaskInput = {
-            "prompt": generation_prompt(prompt, approaches, i),
-            "base_branch": base_branch,
-            "import_policy": import_policy,
-        }
-        if model:
-            task["model"] = model
         key = ctx.key("gen", i)
         try:
+            task = generation_task(prompt, approaches, i, base_branch, import_policy, model)
             result = await ctx.wait(ctx.run(task, key=key))
         except ctx.errors.TaskFailed as exc:
-            rows[i] = {"index": i, "key": key, "status": "failed", "error": f"{exc.error_type}: {exc.message}"}
+            rows[i] = {"index": i, "key": key, "status": "failed", "error": failure(exc)}
             return
         branch = branch_of(result)
-        review = review_task(
-            prompt=prompt,
-            subject="one candidate solution",
-            subject_text=result["final_message"],
-            base=base_branch,
-            branch=branch,
-            criteria=criteria,
-            model=scorer_model,
-        )
-        verdict = await score_with_repair(ctx, review, ("score", result["instance_id"]))
-        finished.append((i, result))
         rows[i] = {
             "index": i,
             "key": key,
             "instance_id": result["instance_id"],
             "branch": branch,
             "has_changes": result["artifact"]["has_changes"],
-            "attempts": verdict["attempts"],
-            "score": verdict["score"],
         }
-        if verdict["score"] is None:
-            rows[i].update(status="unscorable", error=verdict["error"])
-
-        else:
-            rows[i].update(status="scored", rationale=verdict["rationale"])
-            scored.append((verdict["score"], i, result))
+        review = reviewer(subject="one candidate solution", subject_text=result["final_message"], branch=branch)
+        if await score_into(ctx, rows[i], review, ("score", result["instance_id"])):
+            scored.append((rows[i]["score"], i, result))
+        finished.append((i, result))
 
     await concurrently([functools.partial(candidate, i) for i in range(n)])
+    return _select(ctx, rows, scored, finished, base_branch=base_branch, keep_branches=keep_branches)
 
+
+def _select(
+    ctx: Context,
+    rows: list[dict[str, Any]],
+    scored: list[tuple[float, int, TaskResult]],
+    finished: list[tuple[int, TaskResult]],
+    *,
+    base_branch: str,
+    keep_branches: bool,
+) -> dict[str, Any]:
+    """Write ``scores.json`` and ``best_branch.txt``; the winner's TaskResult with the summary's verdict line."""
     report: dict[str, Any] = {
         "strategy_execution_id": ctx.strategy_execution_id,
-        "n": n,
+        "n": len(rows),
         "tie_break": TIE_BREAK,
         "candidates": rows,
         "selected": None,
@@ -140,11 +139,7 @@ async def best_of_n(
         return {**best, "verdict": verdict, "reviewed": False}
     if not scored:
         write_output(ctx, "scores", "json", report)
-        failed = sum(r["status"] == "failed" for r in rows)
-        raise ctx.errors.NoViableCandidates(
-            f"none of {n} candidates could be scored ({failed} failed, {n - failed} unscorable); "
-            f"see strategy_output/{output_name(ctx, 'scores', 'json')}"
-        )
+        raise none_scored(ctx, rows, "scores")
     score, index, best = pick_best(scored)
     report["selected"] = {"index": index, "instance_id": best["instance_id"], "branch": branch_of(best), "score": score}
     if not keep_branches:

@@ -21,10 +21,11 @@ from orchestrator.strategy import ConfigError, Context, TaskInput, TaskResult, s
 from ._scoring import (
     MESSAGE_CHARS,
     concurrently,
+    failure,
     output_name,
     pick_best,
     review_task,
-    score_with_repair,
+    score_into,
     tail,
     write_output,
 )
@@ -57,6 +58,9 @@ async def plan_score_implement(
     """Plan from several angles, score the plans, implement the best one in the planner's session."""
     rows: list[dict[str, Any]] = [{} for _ in angles]
     scored: list[tuple[float, int, TaskResult]] = []
+    reviewer = functools.partial(
+        review_task, prompt=prompt, base=base_branch, criteria=PLAN_CRITERIA, model=scorer_model
+    )
 
     async def plan(i: int, angle: str) -> None:
         task: TaskInput = {
@@ -73,30 +77,12 @@ async def plan_score_implement(
         try:
             result = await ctx.wait(ctx.run(task, key=ctx.key("plan", angle)))
         except ctx.errors.TaskFailed as exc:
-            rows[i] = {"angle": angle, "status": "failed", "error": f"{exc.error_type}: {exc.message}"}
+            rows[i] = {"angle": angle, "status": "failed", "error": failure(exc)}
             return
-        review = review_task(
-            prompt=prompt,
-            subject="an implementation plan",
-            subject_text=result["final_message"],
-            base=base_branch,
-            branch=base_branch,
-            criteria=PLAN_CRITERIA,
-            model=scorer_model,
-        )
-        verdict = await score_with_repair(ctx, review, ("score-plan", result["instance_id"]))
-        rows[i] = {
-            "angle": angle,
-            "instance_id": result["instance_id"],
-            "score": verdict["score"],
-            "attempts": verdict["attempts"],
-            "plan": result["final_message"],
-        }
-        if verdict["score"] is None:
-            rows[i].update(status="unscorable", error=verdict["error"])
-        else:
-            rows[i].update(status="scored", rationale=verdict["rationale"])
-            scored.append((verdict["score"], i, result))
+        rows[i] = {"angle": angle, "instance_id": result["instance_id"], "plan": result["final_message"]}
+        review = reviewer(subject="an implementation plan", subject_text=result["final_message"], branch=base_branch)
+        if await score_into(ctx, rows[i], review, ("score-plan", result["instance_id"])):
+            scored.append((rows[i]["score"], i, result))
 
     await concurrently([functools.partial(plan, i, a) for i, a in enumerate(angles)])
     report: dict[str, Any] = {

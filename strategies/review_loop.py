@@ -36,6 +36,7 @@ from ._report import review_loop_sections as report_sections  # noqa: F401  (the
 from ._report_tasks import report_task  # noqa: F401  (its command tasks in the report)
 from .base_check import (
     TESTS_CANNOT_RUN,
+    BaseRun,
     evaluation_of,
     run_on_base,
     summary_of,
@@ -270,10 +271,21 @@ async def review_loop(
     root = output_root(ctx)
     budget = ctx.open_budget(max_cost_usd=max_cost_usd, max_wall_s=max_wall_s)
 
+    baseline, baseline_json, tests_run = await _check_base(ctx, root, base_branch, cfg)
+    outcomes = await _run_ideas(ctx, items, prompt, base_branch, cfg, baseline, root)
+    evaluated = scoring is not None and baseline_json is not None
+    return _result(root, outcomes, baseline_json, tests_run, budget, base_branch=base_branch, evaluated=evaluated)
+
+
+async def _check_base(
+    ctx: Context, root: Path, base_branch: str, cfg: PipelineConfig
+) -> tuple[Evaluation | None, dict[str, Any] | None, BaseRun | None]:
+    """Evaluate the base and run the tests on it; stop the run when either cannot be used."""
+    eval_command, test_command = cfg.eval_command, cfg.test_command
     # The base is checked before any agent task (both commands in parallel): an evaluation that
     # cannot be used, or a test command that cannot run, would fail every idea after it was paid for.
     eval_get = (
-        run_on_base(ctx, eval_command, base_branch, ("baseline", "eval"), timeout=eval_timeout_s)
+        run_on_base(ctx, eval_command, base_branch, ("baseline", "eval"), timeout=cfg.eval_timeout_s)
         if eval_command
         else None
     )
@@ -286,7 +298,7 @@ async def review_loop(
         baseline = evaluation_of(eval_run)
         baseline_json = to_json(baseline)
         write_json(root / "baseline.json", baseline_json)
-        needed = [primary_metric, *sorted(weights or {})] if primary_metric else []
+        needed = [cfg.scoring.primary_metric, *sorted(cfg.scoring.weights)] if cfg.scoring else []
         if (stop := unusable_evaluation(baseline, needed)) is not None:
             raise BaseEvaluationFailed(
                 stop[1], command=eval_command, output=eval_run.output, keys=(ctx.key("baseline", "eval"),)
@@ -299,7 +311,19 @@ async def review_loop(
             headline=TESTS_CANNOT_RUN,
             keys=(ctx.key("baseline", "tests"),),
         )
+    return baseline, baseline_json, tests_run
 
+
+async def _run_ideas(
+    ctx: Context,
+    items: list[Idea],
+    prompt: str,
+    base_branch: str,
+    cfg: PipelineConfig,
+    baseline: Evaluation | None,
+    root: Path,
+) -> list[dict[str, Any] | None]:
+    """Every idea through the pipeline, in parallel; an idea the budget stopped is recorded as such."""
     outcomes: list[dict[str, Any] | None] = [None] * len(items)
 
     async def one(i: int, idea: Idea) -> None:
@@ -330,9 +354,22 @@ async def review_loop(
     async with anyio.create_task_group() as tg:
         for i, idea in enumerate(items):
             tg.start_soon(one, i, idea)
+    return outcomes
+
+
+def _result(
+    root: Path,
+    outcomes: list[dict[str, Any] | None],
+    baseline_json: dict[str, Any] | None,
+    tests_run: BaseRun | None,
+    budget: Any,
+    *,
+    base_branch: str,
+    evaluated: bool,
+) -> dict[str, Any]:
+    """Rank the ideas, write ``ranking.json`` and ``ideas.md``; the strategy's result."""
     rows = rank_outcomes([o for o in outcomes if o is not None])
     write_json(root / "ranking.json", rows)
-    evaluated = scoring is not None and baseline_json is not None
     best, verdict = pick_best(rows, evaluated)
     if evaluated and best is None and (baseline_json or {}).get("status") != "ok":
         # Without a measured base nothing can be compared: say so rather than blame the ideas.

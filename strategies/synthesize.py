@@ -39,6 +39,7 @@ finished. Branches given with ``branches`` or ``from_run`` are never its to dele
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from orchestrator.strategy import (
@@ -59,13 +60,15 @@ from ._scoring import (
     artifact_of,
     branch_of,
     concurrently,
-    output_name,
+    failure,
+    none_scored,
     review_task,
+    score_into,
     score_with_repair,
     write_output,
 )
 from .base_check import run_on_base
-from .best_of_n import generation_prompt
+from .best_of_n import generation_task
 from .branch_cleanup import listed_for_deletion
 from .pipeline import command_task
 from .synthesize_provenance import diff_command, provenance, provenance_counts, split_diffs
@@ -113,27 +116,9 @@ def synthesis_prompt(prompt: str, base: str, top: list[dict[str, Any]]) -> str:
     )
 
 
-def side_by_side(
-    *,
-    prompt: str,
-    base: str,
-    branch: str,
-    other: str,
-    subject: str,
-    subject_text: str,
-    criteria: str,
-    model: str | None,
-) -> dict[str, Any]:
-    """A reviewer of ``branch`` that also has ``other`` present to compare with (the same score schema)."""
-    task = review_task(
-        prompt=prompt,
-        subject=subject,
-        subject_text=subject_text,
-        base=base,
-        branch=branch,
-        criteria=criteria,
-        model=model,
-    )
+def side_by_side(other: str, **review: Any) -> dict[str, Any]:
+    """A reviewer (:func:`review_task` of ``review``) that also has ``other`` present to compare with."""
+    task, base = review_task(**review), review["base"]
     lead, _, rest = task["prompt"].partition("\n")
     compare = (
         f"For comparison, another solution to the same task is on branch {other} "
@@ -173,66 +158,9 @@ async def synthesize(
     ] = True,
 ):
     """Score candidates, combine the best k into one branch; it wins only if it tests and scores as well."""
+    job = _Job(ctx, prompt, base_branch, criteria, scorer_model, model, import_policy, test_command)
     given = list(branches or [])
-    count = len(given) if given else n
-    rows: list[dict[str, Any]] = [{} for _ in range(count)]
-    results: dict[int, TaskResult] = {}
-
-    async def review(i: int, label: str, branch: str, text: str, key_parts: tuple) -> None:
-        task = review_task(
-            prompt=prompt,
-            subject="one candidate solution",
-            subject_text=text,
-            base=base_branch,
-            branch=branch,
-            criteria=criteria,
-            model=scorer_model,
-        )
-        task["prompt"] = "Role: reviewer\n\n" + task["prompt"]
-        verdict = await score_with_repair(ctx, task, key_parts)
-        rows[i].update(attempts=verdict["attempts"], score=verdict["score"])
-        if verdict["score"] is None:
-            rows[i].update(status="unscorable", error=verdict["error"])
-        else:
-            rows[i].update(status="scored", rationale=verdict["rationale"])
-
-    async def generated(i: int) -> None:
-        task: TaskInput = {
-            "prompt": generation_prompt(prompt, approaches, i),
-            "base_branch": base_branch,
-            "import_policy": import_policy,
-        }
-        if model:
-            task["model"] = model
-        key = ctx.key("gen", i)
-        label = f"gen/{i}"
-        try:
-            result = await ctx.wait(ctx.run(task, key=key))
-        except ctx.errors.TaskFailed as exc:
-            rows[i] = {"index": i, "label": label, "key": key, "status": "failed", "score": None}
-            rows[i]["error"] = f"{exc.error_type}: {exc.message}"
-            return
-        results[i] = result
-        rows[i] = {
-            "index": i,
-            "label": label,
-            "key": key,
-            "instance_id": result["instance_id"],
-            "branch": branch_of(result),
-            "commit": result["artifact"].get("commit"),
-            "has_changes": result["artifact"]["has_changes"],
-        }
-        await review(i, label, branch_of(result), result["final_message"] or "", ("score", result["instance_id"]))
-
-    async def existing(i: int) -> None:
-        label = f"branch/{i}"
-        rows[i] = {"index": i, "label": label, "branch": given[i], "commit": None}
-        note = f"(an existing branch, {given[i]}; there is no agent message: read its diff)"
-        await review(i, label, given[i], note, ("score", f"branch-{i}"))
-
-    one = existing if given else generated
-    await concurrently([functools.partial(one, i) for i in range(count)])
-
+    rows, results = await _candidates(job, given, n, approaches)
     scored = sorted((r for r in rows if r.get("status") == "scored"), key=lambda r: (-r["score"], r["index"]))
     record: dict[str, Any] = {
         "strategy_execution_id": ctx.strategy_execution_id,
@@ -249,57 +177,44 @@ async def synthesize(
     }
     if not scored:
         write_output(ctx, "synthesis", "json", record)
-        failed = sum(r.get("status") == "failed" for r in rows)
-        raise ctx.errors.NoViableCandidates(
-            f"none of {count} candidates could be scored ({failed} failed, {count - failed} unscorable); "
-            f"see strategy_output/{output_name(ctx, 'synthesis', 'json')}"
-        )
+        raise none_scored(ctx, rows, "synthesis")
     top = scored[:k]
     record["top"] = [r["label"] for r in top]
-
     # The top candidates' tests run while the synthesizer works: they do not depend on it.
-    tests: dict[str, Any] = {}
     waits = {}
     if test_command:
         for r in top:
             waits[r["label"]] = run_on_base(ctx, test_command, r["branch"], ("tests", *r["label"].split("/")))
-
     synthesis: dict[str, Any] = {"status": "skipped", "branch": None, "tests": None, "score": None}
     record["synthesis"] = synthesis
-    synth_result: TaskResult | None = None
     if len(top) < 2:
         synthesis["why"] = "nothing to combine: " + (
             "only one candidate could be scored" if len(scored) < 2 else f"k={k} takes only the best candidate"
         )
+        synth_result = None
     else:
-        synth_task: TaskInput = {
-            "prompt": synthesis_prompt(prompt, base_branch, top),
-            "base_branch": base_branch,
-            "include_branches": [r["branch"] for r in top],
-            "import_policy": import_policy,
-        }
-        if synth_model or model:
-            synth_task["model"] = synth_model or model
-        try:
-            made = await ctx.wait(ctx.run(synth_task, key=ctx.key("synth")))
-        except ctx.errors.TaskFailed as exc:
-            synthesis.update(status="failed", why=f"the synthesizer failed ({exc.error_type}): {exc.message[:300]}")
-        else:
-            synth_result = made
-            synth_branch = artifact_of(made).get("branch_final")
-            synthesis.update(
-                instance_id=made["instance_id"],
-                branch=synth_branch,
-                commit=artifact_of(made).get("commit"),
-            )
-            if not synth_branch or not made["artifact"].get("has_changes"):
-                synthesis.update(status="no_changes", why="the synthesizer committed no changes")
-                synth_result = None
-            else:
-                synthesis["status"] = "made"
-                if test_command:
-                    waits["synthesis"] = run_on_base(ctx, test_command, synth_branch, ("tests", "synthesis"))
+        synth_result = await _synthesis(job, synthesis, top, synth_model or model, waits)
+    tests = await _tests(waits, top)
+    # The best single candidate: the top-scored one whose tests pass (when there are tests).
+    best = next((r for r in top if not test_command or tests[r["label"]]["passed"]), top[0])
+    if synth_result is not None:
+        synthesis["tests"] = tests.get("synthesis")
+        best_text = (results[best["index"]]["final_message"] or "") if best["index"] in results else ""
+        await _compare(job, record, top, synth_result, best, best_text)
+    chosen = _select(record, best, results.get(best["index"]), synth_result, test_command)
+    if not keep_branches:
+        # Only branches this run made: the generated candidates and the synthesis, never given ones.
+        ours = [r.get("branch") for r in rows if r.get("key")] + [synthesis.get("branch")]
+        selected = record["selected"]["branch"]
+        record["delete_branches"] = [b for b in dict.fromkeys(ours) if b and b not in (selected, base_branch)]
+    write_output(ctx, "synthesis", "json", record)
+    write_output(ctx, "best_branch", "txt", record["selected"]["branch"] + "\n")
+    return {**chosen, **{k_: v for k_, v in record.items() if k_ != "strategy_execution_id"}}
 
+
+async def _tests(waits: dict[str, Any], top: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each scheduled test run's outcome by label (in scheduling order), also on its top row."""
+    tests: dict[str, Any] = {}
     for label, get in waits.items():
         run = await get()
         tests[label] = {"passed": run.exit_code == 0, "exit_code": run.exit_code, "error": run.error}
@@ -307,58 +222,164 @@ async def synthesize(
     for r in top:
         if r["label"] in tests:
             r["tests"] = tests[r["label"]]
-    # The best single candidate: the top-scored one whose tests pass (when there are tests).
-    best = next((r for r in top if not test_command or tests[r["label"]]["passed"]), top[0])
+    return tests
 
-    if synth_result is not None:
-        synthesis["tests"] = tests.get("synthesis")
-        synth_branch = synthesis["branch"]
-        # Provenance and the side-by-side review need only the synthesis: all three run together.
-        diff_task = command_task(
-            diff_command(base_branch, [("synthesis", "HEAD")] + [(r["label"], r["branch"]) for r in top]),
-            synth_branch,
-        )
-        diff_task["include_branches"] = list(dict.fromkeys([base_branch, *(r["branch"] for r in top)]))
-        diffs_handle = ctx.run(diff_task, key=ctx.key("diffs"))
-        common = {"prompt": prompt, "base": base_branch, "criteria": criteria, "model": scorer_model}
-        side: dict[str, dict[str, Any]] = {}
 
-        async def rescore(which: str, branch: str, other: str, subject: str, text: str) -> None:
-            task = side_by_side(branch=branch, other=other, subject=subject, subject_text=text, **common)
-            side[which] = await score_with_repair(ctx, task, ("rescore", which))
+@dataclass(frozen=True)
+class _Job:
+    """What every step of one synthesize execution reads."""
 
-        best_text = (results[best["index"]]["final_message"] or "") if best["index"] in results else ""
-        await concurrently(
-            [
-                functools.partial(
-                    rescore,
-                    "synthesis",
-                    synth_branch,
-                    best["branch"],
-                    "a synthesis of several candidate solutions",
-                    synth_result["final_message"] or "",
-                ),
-                functools.partial(
-                    rescore, "candidate", best["branch"], synth_branch, "one candidate solution", best_text
-                ),
-            ]
-        )
-        synthesis["score"] = side["synthesis"]["score"]
-        synthesis["rationale"] = side["synthesis"].get("rationale") or side["synthesis"].get("error")
-        synthesis["candidate_rescore"] = {
-            "label": best["label"],
-            "score": side["candidate"]["score"],
-            "rationale": side["candidate"].get("rationale") or side["candidate"].get("error"),
-        }
+    ctx: Context
+    prompt: str
+    base: str
+    criteria: str
+    scorer_model: str | None
+    model: str | None
+    import_policy: ImportPolicy
+    test_command: str | None
+
+    @property
+    def review_fields(self) -> dict[str, Any]:
+        """What every reviewer of this execution is given alike."""
+        return {"prompt": self.prompt, "base": self.base, "criteria": self.criteria, "model": self.scorer_model}
+
+
+async def _candidates(
+    job: _Job, given: list[str], n: int, approaches: list[str]
+) -> tuple[list[dict[str, Any]], dict[int, TaskResult]]:
+    """Generate ``n`` candidates (or take the ``given`` branches) and score each: their rows and results."""
+    ctx = job.ctx
+    count = len(given) if given else n
+    rows: list[dict[str, Any]] = [{} for _ in range(count)]
+    results: dict[int, TaskResult] = {}
+
+    async def review(i: int, branch: str, text: str, key_parts: tuple) -> None:
+        task = review_task(subject="one candidate solution", subject_text=text, branch=branch, **job.review_fields)
+        task["prompt"] = "Role: reviewer\n\n" + task["prompt"]
+        await score_into(ctx, rows[i], task, key_parts)
+
+    async def generated(i: int) -> None:
+        key = ctx.key("gen", i)
+        label = f"gen/{i}"
         try:
-            diffs = split_diffs((await ctx.wait(diffs_handle))["final_message"] or "")
+            task = generation_task(job.prompt, approaches, i, job.base, job.import_policy, job.model)
+            result = await ctx.wait(ctx.run(task, key=key))
         except ctx.errors.TaskFailed as exc:
-            synthesis["provenance_error"] = f"{exc.error_type}: {exc.message[:300]}"
-        else:
-            record["provenance"] = provenance(
-                diffs.get("synthesis", ""), [(r["label"], diffs.get(r["label"], "")) for r in top]
-            )
+            rows[i] = {"index": i, "label": label, "key": key, "status": "failed", "score": None}
+            rows[i]["error"] = failure(exc)
+            return
+        results[i] = result
+        rows[i] = {
+            "index": i,
+            "label": label,
+            "key": key,
+            "instance_id": result["instance_id"],
+            "branch": branch_of(result),
+            "commit": result["artifact"].get("commit"),
+            "has_changes": result["artifact"]["has_changes"],
+        }
+        await review(i, branch_of(result), result["final_message"] or "", ("score", result["instance_id"]))
 
+    async def existing(i: int) -> None:
+        rows[i] = {"index": i, "label": f"branch/{i}", "branch": given[i], "commit": None}
+        note = f"(an existing branch, {given[i]}; there is no agent message: read its diff)"
+        await review(i, given[i], note, ("score", f"branch-{i}"))
+
+    one = existing if given else generated
+    await concurrently([functools.partial(one, i) for i in range(count)])
+    return rows, results
+
+
+async def _synthesis(
+    job: _Job, synthesis: dict[str, Any], top: list[dict[str, Any]], model: str | None, waits: dict[str, Any]
+) -> TaskResult | None:
+    """The synthesizer's task (``synth``), recorded in ``synthesis``; its result when it made changes.
+
+    When there is a test command, the synthesis's tests are scheduled into ``waits``.
+    """
+    ctx = job.ctx
+    synth_task: TaskInput = {
+        "prompt": synthesis_prompt(job.prompt, job.base, top),
+        "base_branch": job.base,
+        "include_branches": [r["branch"] for r in top],
+        "import_policy": job.import_policy,
+    }
+    if model:
+        synth_task["model"] = model
+    try:
+        made = await ctx.wait(ctx.run(synth_task, key=ctx.key("synth")))
+    except ctx.errors.TaskFailed as exc:
+        synthesis.update(status="failed", why=f"the synthesizer failed ({exc.error_type}): {exc.message[:300]}")
+        return None
+    synth_branch = artifact_of(made).get("branch_final")
+    synthesis.update(instance_id=made["instance_id"], branch=synth_branch, commit=artifact_of(made).get("commit"))
+    if not synth_branch or not made["artifact"].get("has_changes"):
+        synthesis.update(status="no_changes", why="the synthesizer committed no changes")
+        return None
+    synthesis["status"] = "made"
+    if job.test_command:
+        waits["synthesis"] = run_on_base(ctx, job.test_command, synth_branch, ("tests", "synthesis"))
+    return made
+
+
+async def _compare(
+    job: _Job,
+    record: dict[str, Any],
+    top: list[dict[str, Any]],
+    synth_result: TaskResult,
+    best: dict[str, Any],
+    best_text: str,
+) -> None:
+    """Provenance (``diffs``) and the side-by-side review of the synthesis and ``best``, into ``record``."""
+    ctx, synthesis = job.ctx, record["synthesis"]
+    synth_branch = synthesis["branch"]
+    # Provenance and the side-by-side review need only the synthesis: all three run together.
+    diff_task = command_task(
+        diff_command(job.base, [("synthesis", "HEAD")] + [(r["label"], r["branch"]) for r in top]),
+        synth_branch,
+    )
+    diff_task["include_branches"] = list(dict.fromkeys([job.base, *(r["branch"] for r in top)]))
+    diffs_handle = ctx.run(diff_task, key=ctx.key("diffs"))
+    side: dict[str, dict[str, Any]] = {}
+
+    async def rescore(which: str, branch: str, other: str, subject: str, text: str) -> None:
+        task = side_by_side(other, branch=branch, subject=subject, subject_text=text, **job.review_fields)
+        side[which] = await score_with_repair(ctx, task, ("rescore", which))
+
+    synth_subject = "a synthesis of several candidate solutions"
+    synth_text = synth_result["final_message"] or ""
+    await concurrently(
+        [
+            functools.partial(rescore, "synthesis", synth_branch, best["branch"], synth_subject, synth_text),
+            functools.partial(rescore, "candidate", best["branch"], synth_branch, "one candidate solution", best_text),
+        ]
+    )
+    synthesis["score"] = side["synthesis"]["score"]
+    synthesis["rationale"] = side["synthesis"].get("rationale") or side["synthesis"].get("error")
+    synthesis["candidate_rescore"] = {
+        "label": best["label"],
+        "score": side["candidate"]["score"],
+        "rationale": side["candidate"].get("rationale") or side["candidate"].get("error"),
+    }
+    try:
+        diffs = split_diffs((await ctx.wait(diffs_handle))["final_message"] or "")
+    except ctx.errors.TaskFailed as exc:
+        synthesis["provenance_error"] = f"{exc.error_type}: {exc.message[:300]}"
+    else:
+        record["provenance"] = provenance(
+            diffs.get("synthesis", ""), [(r["label"], diffs.get(r["label"], "")) for r in top]
+        )
+
+
+def _select(
+    record: dict[str, Any],
+    best: dict[str, Any],
+    best_result: TaskResult | None,
+    synth_result: TaskResult | None,
+    test_command: str | None,
+) -> dict[str, Any]:
+    """Decide between the synthesis and ``best`` into ``record``; the chosen TaskResult (or its branch)."""
+    synthesis = record["synthesis"]
     won, why, compared = _decide(synthesis, best, test_command)
     synthesis["selected"] = won
     # The candidate was scored twice: alone (its rank among the candidates) and beside the
@@ -368,18 +389,11 @@ async def synthesize(
         chosen: dict[str, Any] = dict(synth_result or {})
         record["selected"] = {"which": "synthesis", "branch": synthesis["branch"], "score": synthesis["score"]}
     else:
-        chosen = dict(results.get(best["index"]) or {"selected_branch": best["branch"]})
+        chosen = dict(best_result or {"selected_branch": best["branch"]})
         record["selected"] = {"which": best["label"], "branch": best["branch"], "score": kept_score}
     record["why"] = why
     record["verdict"] = verdict_line(record, best, won, why, named_scores=compared)
-    if not keep_branches:
-        # Only branches this run made: the generated candidates and the synthesis, never given ones.
-        ours = [r.get("branch") for r in rows if r.get("key")] + [synthesis.get("branch")]
-        selected = record["selected"]["branch"]
-        record["delete_branches"] = [b for b in dict.fromkeys(ours) if b and b not in (selected, base_branch)]
-    write_output(ctx, "synthesis", "json", record)
-    write_output(ctx, "best_branch", "txt", record["selected"]["branch"] + "\n")
-    return {**chosen, **{k_: v for k_, v in record.items() if k_ != "strategy_execution_id"}}
+    return chosen
 
 
 def _decide(synthesis: dict[str, Any], best: dict[str, Any], test_command: str | None) -> tuple[bool, str, bool]:

@@ -483,9 +483,9 @@ def test_the_header_marks_a_dry_run_and_start_up_warnings_stay_in_the_footer():
 
 
 def test_a_long_parameter_line_is_cut_between_parameters_never_mid_name():
-    from tui.dashboard import _params_text
+    from tui.console import params_text
 
-    shown = _params_text({"max_total_evals": 12, "max_wall_seconds": 3600, "ideas_per_node": 3}, limit=45)
+    shown = params_text({"max_total_evals": 12, "max_wall_seconds": 3600, "ideas_per_node": 3}, limit=45)
     assert shown.endswith("…") and "max_wall_" not in shown.replace("max_wall_seconds=3600", ""), shown
     assert shown == "max_total_evals=12, max_wall_seconds=3600…"
 

@@ -8,14 +8,13 @@ live or finished run from other terminals. ``q``, Esc or Ctrl+C quits.
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 from pathlib import Path
 
 import anyio
 
 from .console import stream_console
-from .dashboard import MODES, monitor
+from .dashboard import MODES, monitor, watch_signals
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -36,13 +35,6 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
-async def _watch_signals(stop: anyio.Event) -> None:
-    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async for _ in signals:
-            stop.set()
-            return
-
-
 async def _amain(args: argparse.Namespace) -> None:
     if not args.stream:
         await monitor(
@@ -58,7 +50,7 @@ async def _amain(args: argparse.Namespace) -> None:
         return
     stop = anyio.Event()
     async with anyio.create_task_group() as tg:
-        tg.start_soon(_watch_signals, stop)
+        tg.start_soon(watch_signals, stop)
         await stream_console(args.run_id, logs_dir=args.logs_dir, mode=args.stream, stop=stop)
         tg.cancel_scope.cancel()
 

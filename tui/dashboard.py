@@ -125,17 +125,13 @@ def _one_line(text: Text) -> Text:
     return text
 
 
-def _params_text(params: dict[str, Any], limit: int = 60) -> str:
-    return params_text(params, limit)
-
-
 def _header(model: RunModel, s: Summary) -> Text:
     strategies = list(model.state.strategies.values())
     names = list(dict.fromkeys(st.name for st in strategies if st.name))
     desc = ", ".join(names) or "-"
     if len(strategies) > 1:
         desc += f" ×{len(strategies)}"
-    params = _params_text(strategies[0].params) if strategies else ""
+    params = params_text(strategies[0].params, 60) if strategies else ""
     models = Counter(t.model for t in model.state.tasks.values() if t.model)
     if models:
         top = models.most_common(1)[0][0]
@@ -341,7 +337,7 @@ def _section(
     done = sum(1 for t in all_tasks if t.state in (COMPLETED, FAILED))
     title = Text.assemble((f" {strat.id} ", "bold"), (strat.name or "?", "bold cyan"))
     if strat.params:
-        title.append(f" ({_params_text(strat.params, 40)})")
+        title.append(f" ({params_text(strat.params, 40)})")
     title.append(f" · {strat.status} ", style=STRATEGY_BORDER.get(strat.status, ""))
     subtitle = Text(f" {_bar(done, total)} {done}/{total} done ")
     extra = fmt_progress(strat.progress)
@@ -669,6 +665,16 @@ async def quit_on_keys(stop: anyio.Event, fd: int | None = None) -> None:
         termios.tcsetattr(fd, termios.TCSADRAIN, saved)
 
 
+async def watch_signals(stop: anyio.Event) -> None:
+    """Set ``stop`` at the first SIGINT or SIGTERM."""
+    import signal
+
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for _ in signals:
+            stop.set()
+            return
+
+
 async def monitor(
     run_id: str,
     *,
@@ -681,18 +687,9 @@ async def monitor(
     max_parallel: int | None = None,
 ) -> None:
     """The standalone monitor: the dashboard until q, Esc, Ctrl+C or SIGTERM (read-only, takes no lock)."""
-    import signal
-
     stop = anyio.Event()
-
-    async def watch_signals() -> None:
-        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            async for _ in signals:
-                stop.set()
-                return
-
     async with anyio.create_task_group() as tg:
-        tg.start_soon(watch_signals)
+        tg.start_soon(watch_signals, stop)
         tg.start_soon(quit_on_keys, stop)
         await run_dashboard(
             run_id,

@@ -82,30 +82,9 @@ def synthetic_run(
                 E.StrategyStarted(name=strategy, params={"n": n_tasks // executions or 1}, index=index),
             )
         )
-    tasks = []
-    for i in range(n_tasks):
-        sid = sids[i % executions]
-        key = f"{run_id}/{sid}/task/{i}"
-        tasks.append((sid, key))
-        events.append(
-            SynthEvent(
-                0.01 * i,
-                TASK_SCHEDULED,
-                sid,
-                key,
-                E.TaskScheduled(
-                    key=key,
-                    instance_id=instance_id(run_id, sid, key),
-                    container_name=container_name(run_id, int(sid[1:]) - 1, key),
-                    model=model,
-                    task_fingerprint_hash=f"{i:064x}",
-                    branch_name=branch_name(strategy, run_id, key),
-                    session_group_key=None,
-                    plugin="claude-code",
-                    input={"prompt": f"Implement variant {i} of the feature", "model": model},
-                ),
-            )
-        )
+    tasks = [(sids[i % executions], f"{run_id}/{sids[i % executions]}/task/{i}") for i in range(n_tasks)]
+    for i, (sid, key) in enumerate(tasks):
+        events.append(SynthEvent(0.01 * i, TASK_SCHEDULED, sid, key, _scheduled(run_id, sid, key, i, strategy, model)))
     free = [0.01 * n_tasks] * max_parallel  # when each worker slot is next free
     heapq.heapify(free)
     ends = []
@@ -114,77 +93,20 @@ def synthetic_run(
         duration = rng.uniform(20, 300)
         end = start + duration
         heapq.heappush(free, end)
+        container = container_name(run_id, int(sid[1:]) - 1, key)
         inst = instance_id(run_id, sid, key)
-        events.append(
-            SynthEvent(
-                start,
-                TASK_STARTED,
-                sid,
-                key,
-                E.TaskStarted(
-                    key=key,
-                    instance_id=inst,
-                    container_name=container_name(run_id, int(sid[1:]) - 1, key),
-                    model=model,
-                    session_id=None,
-                ),
-            )
-        )
+        started = E.TaskStarted(key=key, instance_id=inst, container_name=container, model=model, session_id=None)
+        events.append(SynthEvent(start, TASK_STARTED, sid, key, started))
         cost = None if i % 20 == 19 else round(rng.uniform(0.02, 0.6), 4)
         tokens_in, tokens_out = rng.randint(2000, 40000), rng.randint(200, 6000)
         metrics = E.Metrics(tokens_in=tokens_in, tokens_out=tokens_out, cost_usd=cost, duration_s=duration)
-        if fail_every and i % fail_every == fail_every - 1:
-            events.append(
-                SynthEvent(
-                    end,
-                    TASK_FAILED,
-                    sid,
-                    key,
-                    E.TaskFailed(
-                        key=key,
-                        instance_id=inst,
-                        error_type="timeout",
-                        message=f"Timeout after {int(duration)}s waiting for the agent",
-                        metrics=metrics,
-                        session_id=f"sess-{i}",
-                        exit_code=None,
-                        status="timeout",
-                        retry_attempts=2,
-                    ),
-                )
-            )
-        else:
-            added = rng.randint(1, 200)
-            events.append(
-                SynthEvent(
-                    end,
-                    TASK_COMPLETED,
-                    sid,
-                    key,
-                    E.TaskCompleted(
-                        key=key,
-                        instance_id=inst,
-                        artifact=E.Artifact(
-                            type="branch",
-                            branch_planned=branch_name(strategy, run_id, key),
-                            branch_final=branch_name(strategy, run_id, key),
-                            base="main",
-                            commit=f"{i:040x}",
-                            has_changes=True,
-                            commit_count=1,
-                            lines_added=added,
-                            lines_deleted=added // 3,
-                        ),
-                        metrics=metrics,
-                        final_message=f"Implemented variant {i}: added {added} lines and tests.",
-                        final_message_truncated=False,
-                        final_message_path="",
-                        session_id=f"sess-{i}",
-                        exit_code=0,
-                        retry_attempts=0,
-                    ),
-                )
-            )
+        failed = bool(fail_every) and i % fail_every == fail_every - 1
+        ended = (
+            _failed(key, inst, i, metrics, duration)
+            if failed
+            else _completed(run_id, key, inst, i, metrics, strategy, rng)
+        )
+        events.append(SynthEvent(end, TASK_FAILED if failed else TASK_COMPLETED, sid, key, ended))
         ends.append(end)
     last = max(ends, default=0.0)
     if finish:
@@ -198,6 +120,64 @@ def synthetic_run(
     if not finish:
         events = [e for e in events if e.vt <= last / 2]
     return events
+
+
+def _scheduled(run_id: str, sid: str, key: str, i: int, strategy: str, model: str) -> E.TaskScheduled:
+    return E.TaskScheduled(
+        key=key,
+        instance_id=instance_id(run_id, sid, key),
+        container_name=container_name(run_id, int(sid[1:]) - 1, key),
+        model=model,
+        task_fingerprint_hash=f"{i:064x}",
+        branch_name=branch_name(strategy, run_id, key),
+        session_group_key=None,
+        plugin="claude-code",
+        input={"prompt": f"Implement variant {i} of the feature", "model": model},
+    )
+
+
+def _failed(key: str, inst: str, i: int, metrics: E.Metrics, duration: float) -> E.TaskFailed:
+    return E.TaskFailed(
+        key=key,
+        instance_id=inst,
+        error_type="timeout",
+        message=f"Timeout after {int(duration)}s waiting for the agent",
+        metrics=metrics,
+        session_id=f"sess-{i}",
+        exit_code=None,
+        status="timeout",
+        retry_attempts=2,
+    )
+
+
+def _completed(
+    run_id: str, key: str, inst: str, i: int, metrics: E.Metrics, strategy: str, rng: random.Random
+) -> E.TaskCompleted:
+    added = rng.randint(1, 200)
+    branch = branch_name(strategy, run_id, key)
+    artifact = E.Artifact(
+        type="branch",
+        branch_planned=branch,
+        branch_final=branch,
+        base="main",
+        commit=f"{i:040x}",
+        has_changes=True,
+        commit_count=1,
+        lines_added=added,
+        lines_deleted=added // 3,
+    )
+    return E.TaskCompleted(
+        key=key,
+        instance_id=inst,
+        artifact=artifact,
+        metrics=metrics,
+        final_message=f"Implemented variant {i}: added {added} lines and tests.",
+        final_message_truncated=False,
+        final_message_path="",
+        session_id=f"sess-{i}",
+        exit_code=0,
+        retry_attempts=0,
+    )
 
 
 async def write_run(
