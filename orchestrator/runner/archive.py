@@ -162,7 +162,7 @@ async def copy_in(
         raise ContainerError(f"the engine refused the workspace copy into {container}")
     if checkout:
         # As the files' owner (see empty_workspace).
-        code, out = await _exec_as(
+        code, out = await _exec(
             host, container, ["sh", "-c", CHECKOUT_SCRIPT, "checkout", WORKSPACE_MOUNT], "root" if read_only else "node"
         )
         # The exit status alone: the script exits non-zero when the reset or the mark
@@ -183,11 +183,7 @@ def _chunks(fh: Any, size: int = 1 << 20):
         yield block
 
 
-async def _exec(host: DockerHost, container: str, cmd: list[str]) -> tuple[int, str]:
-    return await _exec_as(host, container, cmd, "node")
-
-
-async def _exec_as(host: DockerHost, container: str, cmd: list[str], user: str) -> tuple[int, str]:
+async def _exec(host: DockerHost, container: str, cmd: list[str], user: str = "node") -> tuple[int, str]:
     code, out = await host.exec_simple(container, cmd, user=user)
     return code, (out or b"").decode("utf-8", "replace").strip()
 
