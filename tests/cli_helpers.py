@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -60,3 +61,14 @@ def strategy_args(name: str, **settings: object) -> list[str]:
 def settings_args(**settings: object) -> list[str]:
     """``-S key=value`` for each setting, in the order given."""
     return [arg for key, value in settings.items() for arg in ("-S", f"{key}={value}")]
+
+
+def run_events(tmp_path: Path, run_id: str) -> list[dict]:
+    """The run's event log (under ``cli_env``'s folders), one dict an event."""
+    path = tmp_path / "logs" / run_id / "events.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def run_summary(tmp_path: Path, run_id: str) -> dict:
+    """The run's summary.json."""
+    return json.loads((tmp_path / "results" / run_id / "summary.json").read_text())

@@ -91,11 +91,6 @@ def run_orchestrator(tmp_path: Path, repo: Path, plugin: str, prompt: str, *args
     )
 
 
-def events(tmp_path: Path, run_id: str) -> list[dict]:
-    path = tmp_path / "logs" / run_id / "events.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
 def runner_events(tmp_path: Path, run_id: str) -> list[dict]:
     path = tmp_path / "logs" / run_id / "runner.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

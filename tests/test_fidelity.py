@@ -14,12 +14,11 @@ import signal
 import subprocess
 
 import pytest
-from cli_helpers import ORCH, only_run_id, run_cli, wait_for
+from cli_helpers import ORCH, only_run_id, run_cli, run_events, wait_for
 from conftest import REPO_ROOT, git, make_repo
 from fidelity_helpers import (
     MODELS,
     ensure_image,
-    events,
     fidelity_env,
     final_facts,
     one,
@@ -62,7 +61,7 @@ def run_to_end(
     result = run_orchestrator(tmp_path, repo, plugin, prompt, *args)
     assert result.returncode == rc, result.stdout + result.stderr
     run_id = only_run_id(tmp_path)
-    return run_id, one(events(tmp_path, run_id), outcome)
+    return run_id, one(run_events(tmp_path, run_id), outcome)
 
 
 @pytest.mark.parametrize("plugin", PLUGINS)
@@ -136,7 +135,7 @@ def test_max_turns_on_codex_is_refused_when_scheduled(tmp_path, repo, fidelity_i
     out = result.stdout + result.stderr
     assert "plugin codex has no turn limit: remove max_turns from the task" in out, out
     assert "Traceback" not in out
-    assert not [e for e in events(tmp_path, only_run_id(tmp_path)) if e["type"] == "task.started"]
+    assert not [e for e in run_events(tmp_path, only_run_id(tmp_path)) if e["type"] == "task.started"]
 
 
 def retries_scheduled(tmp_path, run_id) -> int:
@@ -195,7 +194,9 @@ def test_interrupted_mid_turn_then_resume_continues_the_same_session(tmp_path, r
             runs = [p.name for p in state.iterdir()] if state.exists() else []
             if not runs or not (tmp_path / "logs" / runs[0] / "events.jsonl").exists():
                 return None
-            names = [e["payload"]["container_name"] for e in events(tmp_path, runs[0]) if e["type"] == "task.scheduled"]
+            names = [
+                e["payload"]["container_name"] for e in run_events(tmp_path, runs[0]) if e["type"] == "task.scheduled"
+            ]
             probe = (
                 subprocess.run(
                     ["docker", "exec", names[0], "test", "-f", "/home/node/.fidelity/stalled"], capture_output=True
@@ -211,12 +212,12 @@ def test_interrupted_mid_turn_then_resume_continues_the_same_session(tmp_path, r
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, out + err
-    interrupted = one(events(tmp_path, run_id), "task.interrupted")
+    interrupted = one(run_events(tmp_path, run_id), "task.interrupted")
     assert interrupted["session_id"]
 
     result = run_cli(["--resume", run_id, "--no-tui"], cwd=repo, env=env, timeout=240)
     assert result.returncode == 0, result.stdout + result.stderr
-    evs = events(tmp_path, run_id)
+    evs = run_events(tmp_path, run_id)
     resumed = [e["payload"] for e in evs if e["type"] == "task.started"][-1]
     assert resumed["session_id"] == interrupted["session_id"]
     done = one(evs, "task.completed")

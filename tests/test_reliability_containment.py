@@ -14,9 +14,9 @@ import json
 import subprocess
 
 import pytest
-from cli_helpers import TEST_KEY
+from cli_helpers import TEST_KEY, run_events
 from conftest import git, make_repo
-from reliability_helpers import IMG, cli_env, events_path, record, remove_run_docker, run_cli, run_ids
+from reliability_helpers import IMG, cli_env, record, remove_run_docker, run_cli, run_ids
 
 pytestmark = pytest.mark.docker
 
@@ -26,10 +26,6 @@ def _inspect(run_id: str) -> list[dict]:
         ["docker", "ps", "-aq", "--filter", f"label=run_id={run_id}"], capture_output=True, text=True, check=True
     ).stdout.split()
     return json.loads(subprocess.run(["docker", "inspect", *names], capture_output=True, text=True, check=True).stdout)
-
-
-def _events(tmp_path, run_id) -> list[dict]:
-    return [json.loads(line) for line in events_path(tmp_path, run_id).read_text().splitlines() if line.strip()]
 
 
 PROBES = {
@@ -101,7 +97,7 @@ def test_a_branch_holding_a_credential_is_not_imported(tmp_path, how, command):
     repo, run_id, result = _run_leak(tmp_path, command)
     try:
         assert result.returncode != 0
-        failed = [e for e in _events(tmp_path, run_id) if e["type"] == "task.failed"]
+        failed = [e for e in run_events(tmp_path, run_id) if e["type"] == "task.failed"]
         assert len(failed) == 1 and failed[0]["payload"]["error_type"] == "secret"
         message = failed[0]["payload"]["message"]
         assert "config.env:1" in message and "notes.md" not in message

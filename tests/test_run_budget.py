@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from browser_helpers import load_page, page_requests
-from cli_helpers import cli_env, only_run_id, run_cli, strategy_args
+from cli_helpers import cli_env, only_run_id, run_cli, run_events, run_summary, strategy_args
 from conftest import TEST_IMAGE, make_repo
 
 pytestmark = pytest.mark.docker
@@ -21,15 +21,6 @@ IMG = ["--docker-image", TEST_IMAGE]
 DRY = ["--dry-run", "--no-tui", *IMG]
 TASK_COST = 0.0733  # one simulated one-file task (two turns)
 EXIT_BUDGET_REACHED = 3
-
-
-def _events(tmp_path: Path, run_id: str) -> list[dict]:
-    lines = (tmp_path / "logs" / run_id / "events.jsonl").read_text().splitlines()
-    return [json.loads(line) for line in lines if line.strip()]
-
-
-def _summary(tmp_path: Path, run_id: str) -> dict:
-    return json.loads((tmp_path / "results" / run_id / "summary.json").read_text())
 
 
 def _state_budget(tmp_path: Path, run_id: str) -> dict:
@@ -61,10 +52,10 @@ def test_best_of_n_stops_at_the_cap_with_its_exit_code_and_spend(tmp_path):
     )
     assert r.returncode == EXIT_BUDGET_REACHED, r.stdout + r.stderr
     run_id = only_run_id(tmp_path)
-    events = _events(tmp_path, run_id)
+    events = run_events(tmp_path, run_id)
     generated = _started(events, "/gen/")
     assert 0 < len(generated) < 6, generated
-    summary = _summary(tmp_path, run_id)
+    summary = run_summary(tmp_path, run_id)
     assert summary["status"] == "budget_reached"
     budget = summary["budget"]
     assert budget["reached"] is True and budget["max_cost_usd"] == cap
@@ -105,10 +96,10 @@ def test_runs_share_one_cap(tmp_path):
     run_id = _capped_run(
         tmp_path, repo, ["SIM: write f.txt x", "--runs", "3", "--max-parallel", "1", "--max-cost", "0.1"]
     )
-    started = _started(_events(tmp_path, run_id))
+    started = _started(run_events(tmp_path, run_id))
     # Each execution runs one task of $0.073, under $0.10; together the second one crosses the cap.
     assert len(started) == 2, started
-    summary = _summary(tmp_path, run_id)
+    summary = run_summary(tmp_path, run_id)
     statuses = sorted(s["status"] for s in summary["strategies"])
     assert statuses == ["budget_reached", "success", "success"], statuses
 
@@ -122,7 +113,7 @@ def test_resume_with_a_higher_cap_finishes_and_runs_no_task_twice(tmp_path):
         ["SIM: write f.txt x", *strategy_args("best-of-n", n=3), "--max-cost", "0.1", "--max-parallel", "1"],
         env,
     )
-    before = _started(_events(tmp_path, run_id))
+    before = _started(run_events(tmp_path, run_id))
 
     same = run_cli(["--resume", run_id, "--no-tui"], cwd=repo, env=env)
     assert same.returncode == 2
@@ -130,11 +121,11 @@ def test_resume_with_a_higher_cap_finishes_and_runs_no_task_twice(tmp_path):
 
     done = run_cli(["--resume", run_id, "--no-tui", "--max-cost", "5"], cwd=repo, env=env, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
-    events = _events(tmp_path, run_id)
+    events = run_events(tmp_path, run_id)
     started = _started(events)
     assert len(started) == len(set(started)), started  # no task ran twice
     assert set(before) <= set(started) and len(started) == 6  # 3 candidates + 3 reviews
-    summary = _summary(tmp_path, run_id)
+    summary = run_summary(tmp_path, run_id)
     assert summary["status"] == "completed" and summary["strategies"][0]["status"] == "success"
     assert summary["budget"]["max_cost_usd"] == 5 and summary["budget"]["reached"] is False
     assert summary["budget"]["spent_cost_usd"] == pytest.approx(6 * TASK_COST, rel=0.05)
@@ -157,8 +148,8 @@ def test_max_tokens_caps_subscription_mode_where_max_cost_is_refused(tmp_path):
         ["SIM: write f.txt x", "--mode", "subscription", "--runs", "3", "--max-parallel", "1", "--max-tokens", "30000"],
         env,
     )
-    assert len(_started(_events(tmp_path, run_id))) == 2
-    budget = _summary(tmp_path, run_id)["budget"]
+    assert len(_started(run_events(tmp_path, run_id))) == 2
+    budget = run_summary(tmp_path, run_id)["budget"]
     assert budget["max_tokens"] == 30000 and budget["spent_tokens"] >= 30000 and budget["reached"]
 
 
@@ -193,17 +184,17 @@ def test_on_reached_stop_interrupts_with_sessions_and_resume_continues_them(tmp_
     env = cli_env(tmp_path, ORCHESTRATOR_BUDGET__ON_REACHED="stop")
     # Two turns ($0.07) cross $0.05 while the agent sleeps: it is stopped, not left to finish.
     run_id = _capped_run(tmp_path, repo, [STOP_PROMPT, "--max-cost", "0.05"], env)
-    events = _events(tmp_path, run_id)
+    events = run_events(tmp_path, run_id)
     interrupted = [e for e in events if e["type"] == "task.interrupted"]
     assert len(interrupted) == 1 and interrupted[0]["payload"].get("session_id"), interrupted
     session = interrupted[0]["payload"]["session_id"]
     assert not [e for e in events if e["type"] == "task.completed"]
-    assert _summary(tmp_path, run_id)["budget"]["on_reached"] == "stop"
+    assert run_summary(tmp_path, run_id)["budget"]["on_reached"] == "stop"
 
     done = run_cli(["--resume", run_id, "--no-tui", "--max-cost", "5"], cwd=repo, env=env, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "resumes its agent session" in done.stderr, done.stderr
-    events = _events(tmp_path, run_id)
+    events = run_events(tmp_path, run_id)
     restarted = [e for e in events if e["type"] == "task.started"][-1]
     assert restarted["payload"]["session_id"] == session
     completed = [e for e in events if e["type"] == "task.completed"]
@@ -236,7 +227,7 @@ def test_a_custom_strategy_catches_budget_reached_and_returns_its_best(tmp_path)
     run_id = _capped_run(
         tmp_path, repo, ["SIM: write f.txt x", "--strategy", f"{strategy}:capped", "--max-cost", "0.1"]
     )
-    strat = _summary(tmp_path, run_id)["strategies"][0]
+    strat = run_summary(tmp_path, run_id)["strategies"][0]
     assert strat["status"] == "budget_reached"
     assert strat["result"]["done"] == 2 and strat["result"]["stopped_at"] == "2", strat["result"]
     assert "still-runs" in strat["result"]["check"]
@@ -270,9 +261,9 @@ def test_live_usage_stops_new_tasks_before_the_running_one_completes(tmp_path):
     strategy = tmp_path / "live.py"
     strategy.write_text(LIVE)
     run_id = _capped_run(tmp_path, repo, [LIVE_PROMPT, "--strategy", f"{strategy}:live", "--max-cost", "0.08"])
-    result = _summary(tmp_path, run_id)["strategies"][0]["result"]
+    result = run_summary(tmp_path, run_id)["strategies"][0]["result"]
     assert result == {"refused": True, "long_done_when_refused": False}
-    events = _events(tmp_path, run_id)
+    events = run_events(tmp_path, run_id)
     order = [e["type"] for e in events]
     assert order.index("budget.reached") < order.index("task.completed")
     assert _started(events) == [f"{run_id}/s1/long"]
@@ -284,9 +275,9 @@ def test_a_built_in_strategy_returns_its_best_so_far_at_the_cap(tmp_path):
     run_id = _capped_run(
         tmp_path, repo, ["SIM: write f.txt x", *strategy_args("iterative", iterations=3), "--max-cost", "0.1"]
     )
-    started = [k.removeprefix(f"{run_id}/s1/") for k in _started(_events(tmp_path, run_id))]
+    started = [k.removeprefix(f"{run_id}/s1/") for k in _started(run_events(tmp_path, run_id))]
     assert started == ["gen", "review/iter-1/attempt-1"], started
-    strat = _summary(tmp_path, run_id)["strategies"][0]
+    strat = run_summary(tmp_path, run_id)["strategies"][0]
     assert strat["status"] == "budget_reached"
     gen_branch = next(t["branch"] for t in strat["tasks"] if t["key"].endswith("/gen"))
     assert strat["selected_branch"] == gen_branch and gen_branch

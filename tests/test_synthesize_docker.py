@@ -16,17 +16,13 @@ import json
 from pathlib import Path
 
 import pytest
-from cli_helpers import cli_env, only_run_id, run_cli
+from cli_helpers import cli_env, only_run_id, run_cli, run_summary
 from conftest import TEST_IMAGE, git, make_repo
 from scenarios import APPROACHES, BROKEN_SYNTH, CALC, CANDIDATES, GOOD_SYNTH, TESTS
 
 pytestmark = pytest.mark.docker
 
 IMG = ["--no-tui", "--docker-image", TEST_IMAGE]
-
-
-def _summary(root: Path, run_id: str) -> dict:
-    return json.loads((root / "results" / run_id / "summary.json").read_text())
 
 
 def _show(repo: Path, branch: str, path: str) -> str:
@@ -40,7 +36,7 @@ def test_synthesis_holds_both_fixes_names_both_candidates_and_passes_its_tests(t
     done = run_cli([*args, "-S", f"test_command={TESTS}", *IMG], cwd=repo, env=env, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     run_id = only_run_id(tmp_path)
-    (ex,) = _summary(tmp_path, run_id)["strategies"]
+    (ex,) = run_summary(tmp_path, run_id)["strategies"]
     result = ex["result"]
     synthesis = result["synthesis"]
     assert synthesis["status"] == "made" and synthesis["selected"] is True
@@ -55,7 +51,7 @@ def test_synthesis_holds_both_fixes_names_both_candidates_and_passes_its_tests(t
     assert len(result["provenance"]) == 3
     # the selected branch is the synthesis, and it is the only merge advice
     assert ex["selected_branch"] == synthesis["branch"]
-    assert _summary(tmp_path, run_id)["final_branches"] == [synthesis["branch"]]
+    assert run_summary(tmp_path, run_id)["final_branches"] == [synthesis["branch"]]
     assert ex["verdict"].startswith("synthesis of gen/0, gen/1 selected: the synthesis scored 7 >= gen/0's 7")
     assert "hunks: 1 gen/0, 1 gen/1, 1 new" in ex["verdict"]
     assert "synthesis of gen/0, gen/1 selected" in done.stdout
@@ -87,7 +83,7 @@ def test_from_run_takes_a_finished_best_of_n_runs_branches_and_a_broken_synthesi
     first = only_run_id(tmp_path / "first")
     made = [
         t["branch"]
-        for t in _summary(tmp_path / "first", first)["strategies"][0]["tasks"]
+        for t in run_summary(tmp_path / "first", first)["strategies"][0]["tasks"]
         if t["key"].split("/")[2] == "gen"
     ]
     assert len(made) == 2
@@ -99,7 +95,7 @@ def test_from_run_takes_a_finished_best_of_n_runs_branches_and_a_broken_synthesi
     done = run_cli([*args, "-S", f"test_command={TESTS}", *IMG], cwd=repo, env=env, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     second = only_run_id(tmp_path / "second")
-    summary = _summary(tmp_path / "second", second)
+    summary = run_summary(tmp_path / "second", second)
     assert summary["params"]["branches"] == sorted(made, key=lambda b: made.index(b))
     (ex,) = summary["strategies"]
     result = ex["result"]
@@ -142,7 +138,7 @@ def test_a_dry_run_rehearses_every_step(tmp_path):
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     run_id = only_run_id(tmp_path)
-    (ex,) = _summary(tmp_path, run_id)["strategies"]
+    (ex,) = run_summary(tmp_path, run_id)["strategies"]
     keys = {t["key"].split("/", 2)[2] for t in ex["tasks"]}
     assert {"gen/0", "gen/1", "synth", "diffs", "tests/synthesis", "tests/gen/0", "tests/gen/1"} <= keys
     assert {"rescore/synthesis/attempt-1", "rescore/candidate/attempt-1"} <= keys
