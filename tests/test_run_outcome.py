@@ -1,12 +1,13 @@
 """Every status tells the truth, everywhere, the same way (issue 44).
 
 One function, ``orchestrator.log.state.run_outcome``, decides a run's status
-from its fold. The table runs each outcome through the real command (real
-Docker and git, the simulated agent) and reads it back in the five places a
-user meets it: the summary the run prints, ``--list-runs``, the ``--show-run``
-header, ``summary.json`` and ``report.html``. A run whose strategy failed used
-to be ``completed`` in all of them, with a ✓ on the evaluation that failed and
-a success rate of 100%.
+from its fold, and one, ``task_outcome``, a task's. The table runs each outcome
+through the real command (real Docker and git, the simulated agent) and reads
+it back in every place a user meets it: the summary the run prints, its console
+lines, ``--list-runs``, the ``--show-run`` header, ``summary.json``,
+``report.html`` and the dashboard (a frame of it, drawn from the run's log). A
+run whose strategy failed used to be ``completed`` in all of them, with a ✓ on
+the evaluation that failed and a success rate of 100%.
 
 The interrupted run is then resumed to its end: it is the completed row, and
 it checks ``run.started``'s ``resumed`` flag and that the duration covers both
@@ -15,6 +16,7 @@ sessions (and not the time between them), on the console and in the report.
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import signal
@@ -27,6 +29,11 @@ import pytest
 from cli_helpers import cli_env, only_run_id, run_cli
 from conftest import TEST_IMAGE, make_repo
 from reliability_helpers import check_log, events_path, finish, remove_run_docker, start_cli, wait_for
+from rich.console import Console
+
+from orchestrator.log.eventlog import read_events
+from tui.dashboard import render
+from tui.model import RunModel
 
 pytestmark = pytest.mark.docker
 
@@ -79,6 +86,16 @@ class Seen:
     summary: dict
     report: str
     manifest: dict
+    dashboard: str  # a frame of the dashboard, drawn from the run's log as it ended
+
+
+def _dashboard(root: Path, run_id: str) -> str:
+    model = RunModel(run_id)
+    for ev in read_events(events_path(root, run_id)):
+        model.feed(ev)
+    screen = Console(record=True, width=160, height=40, force_terminal=True, file=io.StringIO())
+    screen.print(render(model, width=160, height=40, now=(model.last_ts or 0) + 1))
+    return screen.export_text()
 
 
 def _look(root: Path, repo: Path, run_id: str, rc: int, console: str) -> Seen:
@@ -97,6 +114,7 @@ def _look(root: Path, repo: Path, run_id: str, rc: int, console: str) -> Seen:
         summary=json.loads(summary.read_text()) if summary.exists() else {},
         report=(root / "results" / run_id / "report.html").read_text("utf-8"),
         manifest=json.loads((root / "state" / run_id / "run.json").read_text()),
+        dashboard=_dashboard(root, run_id),
     )
 
 
@@ -168,6 +186,12 @@ def test_each_outcome_reads_the_same_in_all_five_places(seen, name, outcome):
     # 5. report.html
     assert f"· status {outcome} ·" in s.report
     assert s.manifest["status"] == outcome  # what --resume reads
+    # 6. the dashboard: a run that ended says so in the same word; an interrupted one has its task asleep
+    if outcome == "interrupted":
+        assert "💤 1 interrupted" in s.dashboard, s.dashboard
+        assert not re.search(r"run (completed|failed|budget_reached):", s.dashboard), s.dashboard
+    else:
+        assert f"run {outcome}: " in s.dashboard, s.dashboard
 
 
 FAILED = [name for name, (outcome, _) in CASES.items() if outcome == "failed"]
@@ -191,6 +215,15 @@ def test_a_failed_run_shows_no_success_on_what_failed_and_no_success_rate(seen, 
 def test_the_evaluation_that_failed_is_named_as_unusable_everywhere(seen):
     s = seen["failed-at-base"]
     assert "✗ root/eval" in s.console and "ran, but its result cannot be used" in s.console
+    # the console lines: its [COMPLETED] line is followed, once the strategy judged it, by a [FAILED] one
+    assert re.search(r"^k\w+/inst-\w+: root/eval \[FAILED\] ✗ ran, but its result cannot be used$", s.console, re.M), (
+        s.console[-3000:]
+    )
+    # the dashboard: no ✅ on it, nothing counted done
+    assert "❌ unusable" in s.dashboard and "ran, but its result cannot be used" in s.dashboard, s.dashboard
+    assert "✅ 0 done" in s.dashboard and "❌ 1 unusable" in s.dashboard, s.dashboard
+    # the report's timeline: its bar is a failure's, not a success's
+    assert re.search(r'fill="#dc2626"><title>[^<]*eval: unusable, ', s.report), s.report
     ((task,),) = [st["tasks"] for st in s.summary["strategies"]]
     assert task["state"] == "COMPLETED" and task["unusable"] is True, task
     assert s.summary["totals"]["unusable"] == 1
