@@ -10,7 +10,9 @@ improvement builds on the last commit.
 
 The chain stops early when a review reaches ``target_score``, when a review is
 unusable (failed, or not valid JSON twice: there is no feedback to act on) or
-when an improvement fails; it then returns the last good result. Output:
+when an improvement fails; it then returns the last good result. When the
+run's spending cap refuses a review, the work it would have judged is returned
+with ``"reviewed": false`` (as best-of-n does): named, never advised for merging. Output:
 ``iterations.json`` (per-execution naming as in ``strategies/_scoring.py``).
 """
 
@@ -22,7 +24,7 @@ from orchestrator.strategy import ConfigError, Context, TaskInput, strategy_opti
 
 from . import schemas
 from ._json import ask_json, score_of
-from ._scoring import DEFAULT_CRITERIA, MESSAGE_CHARS, branch_of, tail, write_output
+from ._scoring import DEFAULT_CRITERIA, MESSAGE_CHARS, branch_of, kept_unreviewed, tail, write_output
 
 REVIEW_SCHEMA = '{"score": <number from 0 to 10>, "feedback": "<the most important concrete improvements>"}'
 
@@ -80,6 +82,7 @@ async def iterative(
         {"step": "gen", "instance_id": current["instance_id"], "branch": branch_of(current)}
     ]
     stopped = "completed all iterations"
+    unreviewed = False
     for n in range(1, iterations + 1):
         branch = branch_of(current)
         review: dict[str, Any] = {
@@ -91,7 +94,15 @@ async def iterative(
             review["include_branches"] = [base_branch]
         if reviewer_model:
             review["model"] = reviewer_model
-        verdict = await ask_json(ctx, review, ("review", f"iter-{n}"), feedback_of, schemas.FEEDBACK)
+        try:
+            verdict = await ask_json(
+                ctx, review, ("review", f"iter-{n}"), feedback_of, schemas.FEEDBACK, at_cap_raise=True
+            )
+        except ctx.errors.BudgetReached:
+            stopped = f"the spending cap was reached before review {n}"
+            history.append({"step": f"review/iter-{n}", "score": None, "error": "budget_reached"})
+            unreviewed = True
+            break
         if verdict is None:
             stopped = f"review {n} was unusable (failed or not valid JSON twice)"
             history.append({"step": f"review/iter-{n}", "score": None})
@@ -133,4 +144,7 @@ async def iterative(
             "final_branch": branch_of(current),
         },
     )
+    if unreviewed:
+        # what the last step made, which nobody judged: gen, or the latest improvement
+        return kept_unreviewed(current, history[-2]["step"], "its review")
     return current

@@ -61,6 +61,11 @@ CASES = {
         "budget_reached",
         ["SIM: write f.txt x", "--strategy", "best-of-n", "-S", "n=2", "--max-parallel", "2", "--max-cost", "0.05"],
     ),
+    # its generation passes the cap: the review that would judge it is refused, so gen is kept unscored
+    "iterative-budget": (
+        "budget_reached",
+        ["SIM: write f.txt x", "--strategy", "iterative", "-S", "iterations=2", "--max-cost", "0.01"],
+    ),
     # Ctrl+C while its one task runs; resumed afterwards (the completed row)
     "interrupted": ("interrupted", ["SIM: sleep 5\nSIM: write f.txt x"]),
 }
@@ -231,10 +236,17 @@ def test_the_evaluation_that_failed_is_named_as_unusable_everywhere(seen):
     assert "0 done · 0 failed · 1 unusable / 1" in s.report
 
 
-def test_an_unscored_pick_at_the_cap_is_named_unreviewed_with_the_command_to_compare_it(seen):
-    s = seen["budget"]
+UNSCORED = {
+    "budget": "gen/0 kept unscored: the spending cap was reached before any review",
+    "iterative-budget": "gen kept unscored: the spending cap was reached before its review",
+}
+
+
+@pytest.mark.parametrize("name", sorted(UNSCORED))
+def test_an_unscored_pick_at_the_cap_is_named_unreviewed_with_the_command_to_compare_it(seen, name):
+    s = seen[name]
     (strat,) = s.summary["strategies"]
-    assert strat["verdict"] == "gen/0 kept unscored: the spending cap was reached before any review"
+    assert strat["verdict"] == UNSCORED[name]
     branch = strat["selected_branch"]
     assert branch and strat["selection_reviewed"] is False
     assert s.summary["final_branches"] == [] and s.summary["unreviewed_branches"] == [branch]
