@@ -258,6 +258,21 @@ def test_an_unscored_pick_at_the_cap_is_named_unreviewed_with_the_command_to_com
     assert "Picked without review" in s.report
 
 
+def test_an_interrupted_run_names_what_it_keeps_for_resume_and_the_command_that_gives_it_up(seen):
+    s = seen["interrupted"]
+    left = s.summary["leftovers"]
+    # the container its task ran in, stopped, is what the resume continues in
+    assert left["containers"] >= 1 and left["running"] == 0, left
+    kept = (
+        f"Kept for orchestrator --resume {s.run_id}: {left['branches']} branch{'' if left['branches'] == 1 else 'es'}, "
+        f"{left['containers']} stopped container{'' if left['containers'] == 1 else 's'} "
+        f"and {left['volumes']} volume{'' if left['volumes'] == 1 else 's'}"
+    )
+    resume = f"Run interrupted. Resume with: orchestrator --resume {s.run_id}"
+    give_up = f"To give the run up instead (the branches stay): orchestrator --cleanup-run {s.run_id}"
+    assert f"{resume}\n{kept}\n{give_up}\n" in s.console, s.console[-2000:]
+
+
 def _seconds(ts: str) -> float:
     return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
 

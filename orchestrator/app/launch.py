@@ -41,7 +41,7 @@ from ..strategy_loader import load_strategy
 from . import run_budget
 from .after_run import _clean_orphans, _delete_unneeded_branches, _release_run_folder, _write_report
 from .auth import resolve_auth
-from .leftovers import count_leftovers, recorded_config
+from .leftovers import count_leftovers, leftover_lines, recorded_config
 from .preflight import (
     Prepared,
     _absolute_spec,
@@ -429,9 +429,12 @@ async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resum
         with anyio.CancelScope(shield=True):
             # summary.json too: one an earlier session wrote must not go on telling its own status
             checked = await anyio.to_thread.run_sync(check_repository, manifest, state)
-            export(dirs, manifest, state, checked)
+            # Counted after the containers stopped: what the resume needs is named as kept for it,
+            # with the one command that gives the run up instead (as the finished path ends).
+            summary = export(dirs, manifest, state, checked, await count_leftovers(run_id, config))
             await _write_report(dirs, manifest, prep.strategy.hooks, olog, state=state)
-        print(f"Run interrupted. Resume with: orchestrator --resume {run_id}", file=sys.stderr, flush=True)
+        lines = [f"Run interrupted. Resume with: orchestrator --resume {run_id}", *leftover_lines(summary)[1:]]
+        print("\n".join(lines), file=sys.stderr, flush=True)
         return 130
     manifest.status = outcome
     if outcome == OUTCOME_BUDGET_REACHED:
