@@ -54,6 +54,11 @@ CASES = {
         "failed",
         ["faster", "--strategy", "tree-beam", "-S", "eval_command=echo hi", "-S", "primary_metric=x"],
     ),
+    # review-loop's base check: its test command cannot run there (exit 127)
+    "review-loop-base": (
+        "failed",
+        ["SIM: write f.txt x", "--strategy", "review-loop", "-S", "test_command=no_such_test_runner -q"],
+    ),
     "all-tasks-failed": ("failed", ["SIM: fail 1 boom"]),
     "strategy-exception": ("failed", ["SIM: print hi", "--strategy", "STRATEGY_FILE:broken"]),
     # both candidates run at once and pass the cap; every review is refused: gen/0 is kept unscored
@@ -217,18 +222,18 @@ def test_a_failed_run_shows_no_success_on_what_failed_and_no_success_rate(seen, 
     assert "git merge" not in s.console and "git merge" not in s.report
 
 
-def test_the_evaluation_that_failed_is_named_as_unusable_everywhere(seen):
-    s = seen["failed-at-base"]
-    assert "✗ root/eval" in s.console and "ran, but its result cannot be used" in s.console
+@pytest.mark.parametrize(("name", "task"), [("failed-at-base", "root/eval"), ("review-loop-base", "baseline/tests")])
+def test_the_evaluation_that_failed_is_named_as_unusable_everywhere(seen, name, task):
+    s = seen[name]
+    assert f"✗ {task}" in s.console and "ran, but its result cannot be used" in s.console
     # the console lines: its [COMPLETED] line is followed, once the strategy judged it, by a [FAILED] one
-    assert re.search(r"^k\w+/inst-\w+: root/eval \[FAILED\] ✗ ran, but its result cannot be used$", s.console, re.M), (
-        s.console[-3000:]
-    )
+    line = rf"^k\w+/inst-\w+: {task} \[FAILED\] ✗ ran, but its result cannot be used$"
+    assert re.search(line, s.console, re.M), s.console[-3000:]
     # the dashboard: no ✅ on it, nothing counted done
     assert "❌ unusable" in s.dashboard and "ran, but its result cannot be used" in s.dashboard, s.dashboard
     assert "✅ 0 done" in s.dashboard and "❌ 1 unusable" in s.dashboard, s.dashboard
     # the report's timeline: its bar is a failure's, not a success's
-    assert re.search(r'fill="#dc2626"><title>[^<]*eval: unusable, ', s.report), s.report
+    assert re.search(rf'fill="#dc2626"><title>[^<]*{task.split("/")[-1]}: unusable, ', s.report), s.report
     ((task,),) = [st["tasks"] for st in s.summary["strategies"]]
     assert task["state"] == "COMPLETED" and task["unusable"] is True, task
     assert s.summary["totals"]["unusable"] == 1
