@@ -200,19 +200,20 @@ _STRATEGY_LINES: dict[type, Callable[[Any, str, bool], str | None]] = {
 }
 
 
-def unusable_lines(p: EventPayload | None, state: RunState, sid: str, *, color: bool) -> list[str]:
-    """At a ``strategy.completed``, a ``[FAILED]`` line for each task it names as unusable.
+def unusable_lines(state: RunState, sid: str, *, color: bool) -> list[str]:
+    """Once strategy execution ``sid`` completed: a ``[FAILED]`` line for each task it judged unusable.
 
     Their ``[COMPLETED]`` line came earlier: the strategy judged their result
-    afterwards, and this line corrects it, in the summary's words.
+    afterwards (the fold has it), and this line corrects it, in the summary's words.
     """
-    if not isinstance(p, E.StrategyCompleted) or p.unusable_keys is msgspec.UNSET:
+    strat = state.strategies.get(sid)
+    if strat is None:
         return []
     several = len(state.strategies) > 1
     out = []
-    for key in p.unusable_keys:
+    for key in strat.unusable_keys:
         task = state.tasks.get(key)
-        if task is not None and task.strategy_execution_id == sid and task_outcome(state, task) == UNUSABLE:
+        if task is not None and task_outcome(state, task) == UNUSABLE:
             head = f"{display_ids(key, task.instance_id)}: {task_label(key, several)}"
             out.append(f"{head} {_tag('FAILED', color)} ✗ {UNUSABLE_WORDS}")
     return out
@@ -260,8 +261,9 @@ async def stream_console(
         if mode == "json":
             file.write(orjson.dumps(to_dict(ev)).decode() + "\n")
         else:
-            for unusable in unusable_lines(payload, state, ev.strategy_execution_id or "?", color=use_color):
-                file.write(unusable + "\n")
+            if ev.type == E.STRATEGY_COMPLETED:
+                for unusable in unusable_lines(state, ev.strategy_execution_id, color=use_color):
+                    file.write(unusable + "\n")
             line = format_line(
                 payload,
                 key=ev.key,
