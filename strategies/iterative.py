@@ -18,6 +18,7 @@ with ``"reviewed": false`` (as best-of-n does): named, never advised for merging
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 from orchestrator.strategy import ConfigError, Context, TaskInput, strategy_options
@@ -60,6 +61,23 @@ def _review_prompt(prompt: str, base_branch: str, branch: str, summary: str, cri
     return "\n".join(lines)
 
 
+def _review_task(
+    prompt: str, base_branch: str, current: Mapping[str, Any], criteria: str, reviewer_model: str | None
+) -> dict[str, Any]:
+    """A read-only review of ``current``'s branch (with the base at hand to diff against)."""
+    branch = branch_of(current)
+    review: dict[str, Any] = {
+        "prompt": _review_prompt(prompt, base_branch, branch, current["final_message"], criteria),
+        "base_branch": branch,
+        "import_policy": "never",
+    }
+    if branch != base_branch:
+        review["include_branches"] = [base_branch]
+    if reviewer_model:
+        review["model"] = reviewer_model
+    return review
+
+
 @strategy_options(prepare=_prepare, requires_resume=True)
 async def iterative(
     prompt,
@@ -85,15 +103,7 @@ async def iterative(
     unreviewed = False
     for n in range(1, iterations + 1):
         branch = branch_of(current)
-        review: dict[str, Any] = {
-            "prompt": _review_prompt(prompt, base_branch, branch, current["final_message"], criteria),
-            "base_branch": branch,
-            "import_policy": "never",
-        }
-        if branch != base_branch:
-            review["include_branches"] = [base_branch]
-        if reviewer_model:
-            review["model"] = reviewer_model
+        review = _review_task(prompt, base_branch, current, criteria, reviewer_model)
         try:
             verdict = await ask_json(
                 ctx, review, ("review", f"iter-{n}"), feedback_of, schemas.FEEDBACK, at_cap_raise=True
