@@ -92,11 +92,15 @@ async def ask_json(
     key_parts: tuple,
     validate: Callable[[Any], T | None],
     schema: dict[str, Any] | None = None,
+    *,
+    at_cap_raise: bool = False,
 ) -> T | None:
     """Run ``task`` (keys ``<key_parts>/attempt-1`` and ``attempt-2``) until its answer validates.
 
     ``schema`` (see ``strategies/schemas.py``) becomes the task's ``output_schema``
-    where the plugin supports it.
+    where the plugin supports it. ``at_cap_raise``: the run's spending cap refusing
+    the task raises ``BudgetReached`` (for a caller that must tell "not judged" from
+    "judged unusable"); otherwise it is a failed answer, None.
     """
     task = with_schema(ctx, task, schema)
     for attempt in (1, 2):
@@ -105,7 +109,9 @@ async def ask_json(
             # (inside: at the run's spending cap ctx.run itself raises BudgetReached, a TaskFailed)
             handle = ctx.run(dict(task, prompt=prompt), key=ctx.key(*key_parts, f"attempt-{attempt}"))
             result = await ctx.wait(handle)
-        except ctx.errors.TaskFailed:
+        except ctx.errors.TaskFailed as exc:
+            if at_cap_raise and isinstance(exc, ctx.errors.BudgetReached):
+                raise
             return None  # a failed review is unusable, not unparsable: no repair
         value = validate(answer_of(result))
         if value is not None:

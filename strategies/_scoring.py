@@ -154,6 +154,17 @@ def pick_best(scored: list[tuple[float, int, Any]]) -> tuple[float, int, Any]:
     return min(scored, key=lambda t: (-t[0], t[1]))
 
 
+def kept_unreviewed(result: Mapping[str, Any], step: str, before: str) -> dict[str, Any]:
+    """``result`` kept because the spending cap stopped its review: ``"reviewed": false``, so the summary
+    names its branch with the command to compare it, never as merge advice (``orchestrator.report.selection``).
+    """
+    return {
+        **result,
+        "verdict": f"{step} kept unscored: the spending cap was reached before {before}",
+        "reviewed": False,
+    }
+
+
 def output_name(ctx, stem: str, ext: str) -> str:
     sid = ctx.strategy_execution_id
     return f"{stem}.{ext}" if sid == "s1" else f"{stem}_{sid}.{ext}"

@@ -33,6 +33,7 @@ from ._scoring import (
     branch_of,
     concurrently,
     failure,
+    kept_unreviewed,
     none_scored,
     pick_best,
     review_task,
@@ -134,9 +135,7 @@ def _select(
         report["selected"] = {"index": index, "instance_id": best["instance_id"], "branch": branch_of(best)}
         write_output(ctx, "scores", "json", report)
         write_output(ctx, "best_branch", "txt", branch_of(best) + "\n")
-        # "reviewed": false: a pick nobody judged is named with the command to compare it, never as merge advice
-        verdict = f"gen/{index} kept unscored: the spending cap was reached before any review"
-        return {**best, "verdict": verdict, "reviewed": False}
+        return kept_unreviewed(best, f"gen/{index}", "any review")
     if not scored:
         write_output(ctx, "scores", "json", report)
         raise none_scored(ctx, rows, "scores")

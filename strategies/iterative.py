@@ -10,19 +10,22 @@ improvement builds on the last commit.
 
 The chain stops early when a review reaches ``target_score``, when a review is
 unusable (failed, or not valid JSON twice: there is no feedback to act on) or
-when an improvement fails; it then returns the last good result. Output:
+when an improvement fails; it then returns the last good result. When the
+run's spending cap refuses a review, the work it would have judged is returned
+with ``"reviewed": false`` (as best-of-n does): named, never advised for merging. Output:
 ``iterations.json`` (per-execution naming as in ``strategies/_scoring.py``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 from orchestrator.strategy import ConfigError, Context, TaskInput, strategy_options
 
 from . import schemas
 from ._json import ask_json, score_of
-from ._scoring import DEFAULT_CRITERIA, MESSAGE_CHARS, branch_of, tail, write_output
+from ._scoring import DEFAULT_CRITERIA, MESSAGE_CHARS, branch_of, kept_unreviewed, tail, write_output
 
 REVIEW_SCHEMA = '{"score": <number from 0 to 10>, "feedback": "<the most important concrete improvements>"}'
 
@@ -58,6 +61,23 @@ def _review_prompt(prompt: str, base_branch: str, branch: str, summary: str, cri
     return "\n".join(lines)
 
 
+def _review_task(
+    prompt: str, base_branch: str, current: Mapping[str, Any], criteria: str, reviewer_model: str | None
+) -> dict[str, Any]:
+    """A read-only review of ``current``'s branch (with the base at hand to diff against)."""
+    branch = branch_of(current)
+    review: dict[str, Any] = {
+        "prompt": _review_prompt(prompt, base_branch, branch, current["final_message"], criteria),
+        "base_branch": branch,
+        "import_policy": "never",
+    }
+    if branch != base_branch:
+        review["include_branches"] = [base_branch]
+    if reviewer_model:
+        review["model"] = reviewer_model
+    return review
+
+
 @strategy_options(prepare=_prepare, requires_resume=True)
 async def iterative(
     prompt,
@@ -80,18 +100,19 @@ async def iterative(
         {"step": "gen", "instance_id": current["instance_id"], "branch": branch_of(current)}
     ]
     stopped = "completed all iterations"
+    unreviewed = False
     for n in range(1, iterations + 1):
         branch = branch_of(current)
-        review: dict[str, Any] = {
-            "prompt": _review_prompt(prompt, base_branch, branch, current["final_message"], criteria),
-            "base_branch": branch,
-            "import_policy": "never",
-        }
-        if branch != base_branch:
-            review["include_branches"] = [base_branch]
-        if reviewer_model:
-            review["model"] = reviewer_model
-        verdict = await ask_json(ctx, review, ("review", f"iter-{n}"), feedback_of, schemas.FEEDBACK)
+        review = _review_task(prompt, base_branch, current, criteria, reviewer_model)
+        try:
+            verdict = await ask_json(
+                ctx, review, ("review", f"iter-{n}"), feedback_of, schemas.FEEDBACK, at_cap_raise=True
+            )
+        except ctx.errors.BudgetReached:
+            stopped = f"the spending cap was reached before review {n}"
+            history.append({"step": f"review/iter-{n}", "score": None, "error": "budget_reached"})
+            unreviewed = True
+            break
         if verdict is None:
             stopped = f"review {n} was unusable (failed or not valid JSON twice)"
             history.append({"step": f"review/iter-{n}", "score": None})
@@ -133,4 +154,7 @@ async def iterative(
             "final_branch": branch_of(current),
         },
     )
+    if unreviewed:
+        # what the last step made, which nobody judged: gen, or the latest improvement
+        return kept_unreviewed(current, history[-2]["step"], "its review")
     return current

@@ -1,12 +1,13 @@
 """Every status tells the truth, everywhere, the same way (issue 44).
 
 One function, ``orchestrator.log.state.run_outcome``, decides a run's status
-from its fold. The table runs each outcome through the real command (real
-Docker and git, the simulated agent) and reads it back in the five places a
-user meets it: the summary the run prints, ``--list-runs``, the ``--show-run``
-header, ``summary.json`` and ``report.html``. A run whose strategy failed used
-to be ``completed`` in all of them, with a ✓ on the evaluation that failed and
-a success rate of 100%.
+from its fold, and one, ``task_outcome``, a task's. The table runs each outcome
+through the real command (real Docker and git, the simulated agent) and reads
+it back in every place a user meets it: the summary the run prints, its console
+lines, ``--list-runs``, the ``--show-run`` header, ``summary.json``,
+``report.html`` and the dashboard (a frame of it, drawn from the run's log). A
+run whose strategy failed used to be ``completed`` in all of them, with a ✓ on
+the evaluation that failed and a success rate of 100%.
 
 The interrupted run is then resumed to its end: it is the completed row, and
 it checks ``run.started``'s ``resumed`` flag and that the duration covers both
@@ -15,6 +16,7 @@ sessions (and not the time between them), on the console and in the report.
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import signal
@@ -27,6 +29,11 @@ import pytest
 from cli_helpers import cli_env, only_run_id, run_cli
 from conftest import TEST_IMAGE, make_repo
 from reliability_helpers import check_log, events_path, finish, remove_run_docker, start_cli, wait_for
+from rich.console import Console
+
+from orchestrator.log.eventlog import read_events
+from tui.dashboard import render
+from tui.model import RunModel
 
 pytestmark = pytest.mark.docker
 
@@ -47,12 +54,22 @@ CASES = {
         "failed",
         ["faster", "--strategy", "tree-beam", "-S", "eval_command=echo hi", "-S", "primary_metric=x"],
     ),
+    # review-loop's base check: its test command cannot run there (exit 127)
+    "review-loop-base": (
+        "failed",
+        ["SIM: write f.txt x", "--strategy", "review-loop", "-S", "test_command=no_such_test_runner -q"],
+    ),
     "all-tasks-failed": ("failed", ["SIM: fail 1 boom"]),
     "strategy-exception": ("failed", ["SIM: print hi", "--strategy", "STRATEGY_FILE:broken"]),
     # both candidates run at once and pass the cap; every review is refused: gen/0 is kept unscored
     "budget": (
         "budget_reached",
         ["SIM: write f.txt x", "--strategy", "best-of-n", "-S", "n=2", "--max-parallel", "2", "--max-cost", "0.05"],
+    ),
+    # its generation passes the cap: the review that would judge it is refused, so gen is kept unscored
+    "iterative-budget": (
+        "budget_reached",
+        ["SIM: write f.txt x", "--strategy", "iterative", "-S", "iterations=2", "--max-cost", "0.01"],
     ),
     # Ctrl+C while its one task runs; resumed afterwards (the completed row)
     "interrupted": ("interrupted", ["SIM: sleep 5\nSIM: write f.txt x"]),
@@ -79,6 +96,16 @@ class Seen:
     summary: dict
     report: str
     manifest: dict
+    dashboard: str  # a frame of the dashboard, drawn from the run's log as it ended
+
+
+def _dashboard(root: Path, run_id: str) -> str:
+    model = RunModel(run_id)
+    for ev in read_events(events_path(root, run_id)):
+        model.feed(ev)
+    screen = Console(record=True, width=160, height=40, force_terminal=True, file=io.StringIO())
+    screen.print(render(model, width=160, height=40, now=(model.last_ts or 0) + 1))
+    return screen.export_text()
 
 
 def _look(root: Path, repo: Path, run_id: str, rc: int, console: str) -> Seen:
@@ -97,6 +124,7 @@ def _look(root: Path, repo: Path, run_id: str, rc: int, console: str) -> Seen:
         summary=json.loads(summary.read_text()) if summary.exists() else {},
         report=(root / "results" / run_id / "report.html").read_text("utf-8"),
         manifest=json.loads((root / "state" / run_id / "run.json").read_text()),
+        dashboard=_dashboard(root, run_id),
     )
 
 
@@ -168,6 +196,12 @@ def test_each_outcome_reads_the_same_in_all_five_places(seen, name, outcome):
     # 5. report.html
     assert f"· status {outcome} ·" in s.report
     assert s.manifest["status"] == outcome  # what --resume reads
+    # 6. the dashboard: a run that ended says so in the same word; an interrupted one has its task asleep
+    if outcome == "interrupted":
+        assert "💤 1 interrupted" in s.dashboard, s.dashboard
+        assert not re.search(r"run (completed|failed|budget_reached):", s.dashboard), s.dashboard
+    else:
+        assert f"run {outcome}: " in s.dashboard, s.dashboard
 
 
 FAILED = [name for name, (outcome, _) in CASES.items() if outcome == "failed"]
@@ -188,9 +222,18 @@ def test_a_failed_run_shows_no_success_on_what_failed_and_no_success_rate(seen, 
     assert "git merge" not in s.console and "git merge" not in s.report
 
 
-def test_the_evaluation_that_failed_is_named_as_unusable_everywhere(seen):
-    s = seen["failed-at-base"]
-    assert "✗ root/eval" in s.console and "ran, but its result cannot be used" in s.console
+@pytest.mark.parametrize(("name", "task"), [("failed-at-base", "root/eval"), ("review-loop-base", "baseline/tests")])
+def test_the_evaluation_that_failed_is_named_as_unusable_everywhere(seen, name, task):
+    s = seen[name]
+    assert f"✗ {task}" in s.console and "ran, but its result cannot be used" in s.console
+    # the console lines: its [COMPLETED] line is followed, once the strategy judged it, by a [FAILED] one
+    line = rf"^k\w+/inst-\w+: {task} \[FAILED\] ✗ ran, but its result cannot be used$"
+    assert re.search(line, s.console, re.M), s.console[-3000:]
+    # the dashboard: no ✅ on it, nothing counted done
+    assert "❌ unusable" in s.dashboard and "ran, but its result cannot be used" in s.dashboard, s.dashboard
+    assert "✅ 0 done" in s.dashboard and "❌ 1 unusable" in s.dashboard, s.dashboard
+    # the report's timeline: its bar is a failure's, not a success's
+    assert re.search(rf'fill="#dc2626"><title>[^<]*{task.split("/")[-1]}: unusable, ', s.report), s.report
     ((task,),) = [st["tasks"] for st in s.summary["strategies"]]
     assert task["state"] == "COMPLETED" and task["unusable"] is True, task
     assert s.summary["totals"]["unusable"] == 1
@@ -198,10 +241,17 @@ def test_the_evaluation_that_failed_is_named_as_unusable_everywhere(seen):
     assert "0 done · 0 failed · 1 unusable / 1" in s.report
 
 
-def test_an_unscored_pick_at_the_cap_is_named_unreviewed_with_the_command_to_compare_it(seen):
-    s = seen["budget"]
+UNSCORED = {
+    "budget": "gen/0 kept unscored: the spending cap was reached before any review",
+    "iterative-budget": "gen kept unscored: the spending cap was reached before its review",
+}
+
+
+@pytest.mark.parametrize("name", sorted(UNSCORED))
+def test_an_unscored_pick_at_the_cap_is_named_unreviewed_with_the_command_to_compare_it(seen, name):
+    s = seen[name]
     (strat,) = s.summary["strategies"]
-    assert strat["verdict"] == "gen/0 kept unscored: the spending cap was reached before any review"
+    assert strat["verdict"] == UNSCORED[name]
     branch = strat["selected_branch"]
     assert branch and strat["selection_reviewed"] is False
     assert s.summary["final_branches"] == [] and s.summary["unreviewed_branches"] == [branch]
@@ -211,6 +261,21 @@ def test_an_unscored_pick_at_the_cap_is_named_unreviewed_with_the_command_to_com
         assert "To merge" not in text and "git merge" not in text and "Final branches" not in text
     assert "git merge" not in s.report and f"git diff main...{branch}</code>" in s.report
     assert "Picked without review" in s.report
+
+
+def test_an_interrupted_run_names_what_it_keeps_for_resume_and_the_command_that_gives_it_up(seen):
+    s = seen["interrupted"]
+    left = s.summary["leftovers"]
+    # the container its task ran in, stopped, is what the resume continues in
+    assert left["containers"] >= 1 and left["running"] == 0, left
+    kept = (
+        f"Kept for orchestrator --resume {s.run_id}: {left['branches']} branch{'' if left['branches'] == 1 else 'es'}, "
+        f"{left['containers']} stopped container{'' if left['containers'] == 1 else 's'} "
+        f"and {left['volumes']} volume{'' if left['volumes'] == 1 else 's'}"
+    )
+    resume = f"Run interrupted. Resume with: orchestrator --resume {s.run_id}"
+    give_up = f"To give the run up instead (the branches stay): orchestrator --cleanup-run {s.run_id}"
+    assert f"{resume}\n{kept}\n{give_up}\n" in s.console, s.console[-2000:]
 
 
 def _seconds(ts: str) -> float:

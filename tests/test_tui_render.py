@@ -62,7 +62,7 @@ async def test_one_task_run_is_detailed_with_activity_tokens_cost_and_branch(tmp
     assert f"tokens {task.tokens_in / 1000:.1f}k in" in text
     assert f"${task.cost_usd:.2f}" in text
     assert f"→ {task.branch_final}" in text
-    assert "run finished: 1 success" in text
+    assert "run completed: 1 success" in text
 
 
 async def test_failed_task_card_shows_its_error_text_and_footer_warns(tmp_path):
@@ -230,7 +230,7 @@ async def test_follow_false_returns_on_a_finished_run_and_restores_the_screen(tm
     raw = console.file.getvalue()
     assert raw.count("\x1b[?1049h") == 1 and raw.rstrip().endswith("\x1b[?1049l")  # alternate screen left
     assert "\x1b[?25h" in raw  # cursor shown again
-    assert "run finished: 1 success" in raw
+    assert "run completed: 1 success" in raw
 
 
 async def test_stderr_output_is_held_until_the_display_is_gone(tmp_path, capfd):

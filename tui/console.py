@@ -12,7 +12,9 @@ executions) and a coloured tag::
     k2f88e01/inst-9d5e3: impl/1 [FAILED] ✗ timeout: Timeout after 60m • 60m 00s • $2.41
 
 A task that makes no branch (a review, a measurement) shows none; a command
-task shows no model. Marker lines strategies parse (``@@...``) are never shown.
+task shows no model. A task whose result its strategy then could not use (a
+base evaluation that printed no metric) gets, when the strategy completes, a
+``[FAILED] ✗ ran, but its result cannot be used`` line after its ✓ one. Marker lines strategies parse (``@@...``) are never shown.
 
 Strategy executions get ``s1: [STRATEGY] ...`` lines (started, each progress
 record they publish, completed). Scheduling and
@@ -39,7 +41,7 @@ import orjson
 from orchestrator.log import events as E
 from orchestrator.log.eventlog import subscribe
 from orchestrator.log.events import EventPayload, PayloadMismatch, decode_payload, to_dict
-from orchestrator.log.state import RunState, TaskState, apply, first_line
+from orchestrator.log.state import UNUSABLE, UNUSABLE_WORDS, RunState, TaskState, apply, first_line, task_outcome
 from orchestrator.naming import display_ids
 
 from .model import fmt_cost, fmt_duration, fmt_progress, fmt_tokens, makes_branch, task_label
@@ -198,6 +200,25 @@ _STRATEGY_LINES: dict[type, Callable[[Any, str, bool], str | None]] = {
 }
 
 
+def unusable_lines(state: RunState, sid: str, *, color: bool) -> list[str]:
+    """Once strategy execution ``sid`` completed: a ``[FAILED]`` line for each task it judged unusable.
+
+    Their ``[COMPLETED]`` line came earlier: the strategy judged their result
+    afterwards (the fold has it), and this line corrects it, in the summary's words.
+    """
+    strat = state.strategies.get(sid)
+    if strat is None:
+        return []
+    several = len(state.strategies) > 1
+    out = []
+    for key in strat.unusable_keys:
+        task = state.tasks.get(key)
+        if task is not None and task_outcome(state, task) == UNUSABLE:
+            head = f"{display_ids(key, task.instance_id)}: {task_label(key, several)}"
+            out.append(f"{head} {_tag('FAILED', color)} ✗ {UNUSABLE_WORDS}")
+    return out
+
+
 def _use_color(file: TextIO, color: bool | None) -> bool:
     if color is not None:
         return color
@@ -240,6 +261,9 @@ async def stream_console(
         if mode == "json":
             file.write(orjson.dumps(to_dict(ev)).decode() + "\n")
         else:
+            if ev.type == E.STRATEGY_COMPLETED:
+                for unusable in unusable_lines(state, ev.strategy_execution_id, color=use_color):
+                    file.write(unusable + "\n")
             line = format_line(
                 payload,
                 key=ev.key,

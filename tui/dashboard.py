@@ -36,12 +36,16 @@ from orchestrator.log.state import (
     COMPLETED,
     FAILED,
     INTERRUPTED,
+    OUTCOME_COMPLETED,
+    OUTCOME_FAILED,
     PENDING,
     RUNNING,
+    UNUSABLE,
     RunState,
     StrategyState,
     TaskState,
     load_snapshot,
+    run_outcome,
 )
 
 from .console import params_text
@@ -64,10 +68,18 @@ STALE_AFTER_S = 30.0
 RECONCILE_EVERY_S = 3.0
 SNAPSHOT_ALWAYS_BYTES = 4 << 20  # snapshots up to this size are decoded on every change
 
-STATUS_ICON = {PENDING: "⏳", RUNNING: "🔄", COMPLETED: "✅", FAILED: "❌", INTERRUPTED: "💤"}
-STATUS_STYLE = {PENDING: "blue", RUNNING: "bold yellow", COMPLETED: "dim", FAILED: "bold red", INTERRUPTED: "magenta"}
+# An unusable task (completed, but what its strategy failed on) is shown as the failure it is.
+STATUS_ICON = {PENDING: "⏳", RUNNING: "🔄", COMPLETED: "✅", FAILED: "❌", INTERRUPTED: "💤", UNUSABLE: "❌"}
+STATUS_STYLE = {
+    PENDING: "blue",
+    RUNNING: "bold yellow",
+    COMPLETED: "dim",
+    FAILED: "bold red",
+    INTERRUPTED: "magenta",
+    UNUSABLE: "bold red",
+}
 # Cards that need attention come first when not all of them fit.
-URGENCY = {FAILED: 0, RUNNING: 1, INTERRUPTED: 2, PENDING: 3, COMPLETED: 4}
+URGENCY = {FAILED: 0, UNUSABLE: 0, RUNNING: 1, INTERRUPTED: 2, PENDING: 3, COMPLETED: 4}
 STRATEGY_BORDER = {
     "running": "cyan",
     "success": "green",
@@ -153,6 +165,8 @@ def _header(model: RunModel, s: Summary) -> Text:
     text.append(f"▶ {s.running} running ", style="yellow")
     text.append(f"✅ {s.completed} done ", style="green")
     text.append(f"❌ {s.failed} failed ", style="red" if s.failed else "")
+    if s.unusable:
+        text.append(f"❌ {s.unusable} unusable ", style="red")
     text.append(f" ⏱ {fmt_duration(s.runtime_s)}")
     return _one_line(text)
 
@@ -201,6 +215,8 @@ def _footer(model: RunModel, s: Summary) -> Text:
         (f"❌ {s.failed} failed  ", "bold red" if s.failed else ""),
         f"⏳ {s.pending} queued",
     )
+    if s.unusable:
+        line1.append(f"  ❌ {s.unusable} unusable", style="bold red")
     if s.interrupted:
         line1.append(f"  💤 {s.interrupted} interrupted", style="magenta")
     warnings = _warnings(model, s)
@@ -232,11 +248,13 @@ def _warnings(model: RunModel, s: Summary) -> list[tuple[str, str]]:
             )
         )
     if model.finished:
+        # the run's status in the word every other reader uses (--list-runs, the summary, the report)
+        outcome = run_outcome(model.state)
         done = Counter(st.status for st in model.state.strategies.values())
         out.append(
             (
-                "run finished: " + ", ".join(f"{n} {status}" for status, n in sorted(done.items())),
-                "bold green" if set(done) == {"success"} else "bold",
+                f"run {outcome}: " + ", ".join(f"{n} {status}" for status, n in sorted(done.items())),
+                "bold green" if outcome == OUTCOME_COMPLETED else "bold red" if outcome == OUTCOME_FAILED else "bold",
             )
         )
     return out
@@ -363,9 +381,10 @@ def _urgency_key(model: RunModel):
     """Failed, running, interrupted, queued, then the most recently finished; older runs first within a state."""
 
     def key(task: TaskState) -> tuple[int, float]:
-        if task.state == COMPLETED:
+        status = model.status(task)
+        if status == COMPLETED:
             return URGENCY[COMPLETED], -(model.ended(task) or 0.0)
-        return URGENCY.get(task.state, 5), model.started(task) or 0.0
+        return URGENCY.get(status, 5), model.started(task) or 0.0
 
     return key
 
@@ -377,7 +396,7 @@ def _bar(done: int, total: int, width: int = 12) -> str:
 
 def _card_head(model: RunModel, task: TaskState, now: float) -> tuple[str, str, str]:
     # Cards sit in their strategy execution's panel: the key without it is enough.
-    return (STATUS_ICON.get(task.state, "?"), task_label(task.key), fmt_duration(model.task_runtime(task, now)))
+    return (STATUS_ICON.get(model.status(task), "?"), task_label(task.key), fmt_duration(model.task_runtime(task, now)))
 
 
 def _cell_grid(model: RunModel, tasks: list[TaskState], mode: str, per_row: int, inner: int, now: float) -> Text:
@@ -385,7 +404,8 @@ def _cell_grid(model: RunModel, tasks: list[TaskState], mode: str, per_row: int,
     cells: list[Text] = []
     for task in tasks:
         icon, kid, runtime = _card_head(model, task, now)
-        style = STATUS_STYLE.get(task.state, "")
+        status = model.status(task)
+        style = STATUS_STYLE.get(status, "")
         cost = fmt_cost(task.cost_usd) if task.state in (COMPLETED, FAILED) else "-"
         if mode == "dense":
             cell = Text.assemble(f"{icon} ", (kid, style), f" {cost:>6} {runtime:>6}")
@@ -395,7 +415,7 @@ def _cell_grid(model: RunModel, tasks: list[TaskState], mode: str, per_row: int,
                 f"{icon} ",
                 (kid, style),
                 f" {runtime:>7} {cost:>6} ",
-                (model.activity(task), "italic" if task.state != FAILED else "red"),
+                (model.activity(task), "red" if status in (FAILED, UNUSABLE) else "italic"),
             )
         cells.append(cell)
     if not cells:
@@ -425,8 +445,9 @@ def _detailed_grid(model: RunModel, tasks: list[TaskState], per_row: int, now: f
 
 def _detailed_card(model: RunModel, task: TaskState, now: float) -> Panel:
     icon, kid, runtime = _card_head(model, task, now)
-    style = STATUS_STYLE.get(task.state, "")
-    head = Text.assemble(f"{icon} ", (task.state.lower(), style), f"  {runtime}  inst-{task.instance_id[:5]}")
+    status = model.status(task)
+    style = STATUS_STYLE.get(status, "")
+    head = Text.assemble(f"{icon} ", (status.lower(), style), f"  {runtime}  inst-{task.instance_id[:5]}")
     if task.model and not task.runs_command:
         head.append(f"  {task.model}", style="dim")
     tokens = task.tokens_in + task.tokens_out
@@ -441,7 +462,7 @@ def _detailed_card(model: RunModel, task: TaskState, now: float) -> Panel:
         activity.no_wrap = False
         last = Text("")
     else:
-        activity = _one_line(Text(model.activity(task), style="italic"))
+        activity = _one_line(Text(model.activity(task), style="red" if status == UNUSABLE else "italic"))
         if task.state == COMPLETED:
             changes = f"+{task.lines_added}/-{task.lines_deleted}" if task.has_changes else "no changes"
             last = Text(f"→ {task.branch_final or 'no branch'} ({changes})", style="green")
@@ -458,12 +479,12 @@ def _detailed_card(model: RunModel, task: TaskState, now: float) -> Panel:
         lines.append(_one_line(last))
     return Panel(
         Group(*lines),
-        title=Text(kid, style="bold" if task.state != COMPLETED else "dim"),
+        title=Text(kid, style="bold" if status != COMPLETED else "dim"),
         title_align="left",
         height=CARD_HEIGHT["detailed"],
         padding=(0, 1),
-        border_style={RUNNING: "yellow", FAILED: "red", COMPLETED: "bright_black"}.get(task.state, "blue"),
-        style="dim" if task.state == COMPLETED else "",
+        border_style={RUNNING: "yellow", FAILED: "red", UNUSABLE: "red", COMPLETED: "bright_black"}.get(status, "blue"),
+        style="dim" if status == COMPLETED else "",
     )
 
 

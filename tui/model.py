@@ -35,10 +35,13 @@ from orchestrator.log.state import (
     PENDING,
     PROTOCOL_PREFIX,
     RUNNING,
+    UNUSABLE,
+    UNUSABLE_WORDS,
     RunState,
     TaskState,
     apply,
     first_line,
+    task_outcome,
 )
 
 ACTIVITY_LIMIT = FIRST_LINE_LIMIT  # characters of a final message or error kept for the activity line
@@ -131,6 +134,7 @@ class Summary(msgspec.Struct, frozen=True, kw_only=True):
     completed: int
     failed: int
     interrupted: int
+    unusable: int  # completed, but its strategy could not use the result (why it failed)
     cost_usd: float
     cost_known: bool  # False when every finished task reported cost N/A
     tokens_in: int
@@ -196,9 +200,15 @@ class RunModel:
             doing = self._doing[task.key] = task_doing(task.input, task.runs_command)
         return doing
 
+    def status(self, task: TaskState) -> str:
+        """The task's status as every reader shows it (:func:`~orchestrator.log.state.task_outcome`)."""
+        return task_outcome(self.state, task)
+
     def activity(self, task: TaskState) -> str:
         """The task's activity line: what it does, or what last happened to it."""
-        state = task.state
+        state = self.status(task)
+        if state == UNUSABLE:
+            return UNUSABLE_WORDS
         if state == FAILED:
             return f"{task.error_type or 'error'}: {first_line(task.message)}"
         if state == COMPLETED:
@@ -313,6 +323,7 @@ class RunModel:
             completed=counts[COMPLETED],
             failed=counts[FAILED],
             interrupted=counts[INTERRUPTED],
+            unusable=counts[UNUSABLE],
             cost_usd=c.cost_usd,
             cost_known=counts["cost_known"],
             tokens_in=c.tokens_in,
@@ -327,11 +338,12 @@ class RunModel:
         """Per-state counts and the mean duration, recomputed only when the model changed."""
         if self._summary_cache is not None and self._summary_cache[0] == self.version:
             return self._summary_cache[1]
-        counts: dict[str, Any] = {PENDING: 0, RUNNING: 0, COMPLETED: 0, FAILED: 0, INTERRUPTED: 0}
+        counts: dict[str, Any] = {PENDING: 0, RUNNING: 0, COMPLETED: 0, FAILED: 0, INTERRUPTED: 0, UNUSABLE: 0}
         durations: list[float] = []
         cost_known = False
         for task in self.state.tasks.values():
-            counts[task.state] = counts.get(task.state, 0) + 1
+            status = self.status(task)
+            counts[status] = counts.get(status, 0) + 1
             if task.state in (COMPLETED, FAILED):
                 if task.duration_s:
                     durations.append(task.duration_s)

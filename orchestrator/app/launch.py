@@ -17,7 +17,7 @@ import anyio
 import msgspec
 
 from ..agent_image.tools import required_tools
-from ..config import deep_merge, load_config, redacted
+from ..config import Config, deep_merge, load_config, redacted
 from ..engine.engine import Engine
 from ..errors import ConfigError, GitError, RunLockedError, UsageError
 from ..jsonlog import ComponentLog
@@ -34,14 +34,21 @@ from ..log.runs import (
     read_manifest,
     write_manifest,
 )
-from ..log.state import FINISHED_OUTCOMES, OUTCOME_BUDGET_REACHED, OUTCOME_FAILED, OUTCOME_INTERRUPTED, run_outcome
+from ..log.state import (
+    FINISHED_OUTCOMES,
+    OUTCOME_BUDGET_REACHED,
+    OUTCOME_FAILED,
+    OUTCOME_INTERRUPTED,
+    RunState,
+    run_outcome,
+)
 from ..runner import register_plugins, validate_repository
 from ..sanitize import SECRET_ENV_VARS, default_sanitizer
 from ..strategy_loader import load_strategy
 from . import run_budget
 from .after_run import _clean_orphans, _delete_unneeded_branches, _release_run_folder, _write_report
 from .auth import resolve_auth
-from .leftovers import count_leftovers, recorded_config
+from .leftovers import count_leftovers, leftover_lines, recorded_config
 from .preflight import (
     Prepared,
     _absolute_spec,
@@ -422,17 +429,7 @@ async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resum
     # The status is the fold's, as every reader of the run decides it (--list-runs, --show-run, the report).
     outcome = run_outcome(state)
     if outcome == OUTCOME_INTERRUPTED:
-        manifest.status = outcome
-        manifest.exit_code = 130
-        write_manifest(dirs, manifest)
-        olog.info("run interrupted")
-        with anyio.CancelScope(shield=True):
-            # summary.json too: one an earlier session wrote must not go on telling its own status
-            checked = await anyio.to_thread.run_sync(check_repository, manifest, state)
-            export(dirs, manifest, state, checked)
-            await _write_report(dirs, manifest, prep.strategy.hooks, olog, state=state)
-        print(f"Run interrupted. Resume with: orchestrator --resume {run_id}", file=sys.stderr, flush=True)
-        return 130
+        return await _interrupted(prep, dirs, manifest, state, config, olog)
     manifest.status = outcome
     if outcome == OUTCOME_BUDGET_REACHED:
         # Resumable with a higher cap: it is not finished, and says so in its own exit code.
@@ -457,6 +454,29 @@ async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resum
     else:
         print(render_summary(summary, results_path=dirs.results / run_id), flush=True)
     return manifest.exit_code
+
+
+async def _interrupted(
+    prep: Prepared, dirs: RunDirs, manifest: RunManifest, state: RunState, config: Config, olog: ComponentLog
+) -> int:
+    """Ctrl+C (or SIGTERM) ended the session: record it, write its results, say how to resume; exit 130."""
+    from .results import check_repository, export
+
+    run_id = manifest.run_id
+    manifest.status = OUTCOME_INTERRUPTED
+    manifest.exit_code = 130
+    write_manifest(dirs, manifest)
+    olog.info("run interrupted")
+    with anyio.CancelScope(shield=True):
+        # summary.json too: one an earlier session wrote must not go on telling its own status
+        checked = await anyio.to_thread.run_sync(check_repository, manifest, state)
+        # Counted after the containers stopped: what the resume needs is named as kept for it,
+        # with the one command that gives the run up instead (as the finished path ends).
+        summary = export(dirs, manifest, state, checked, await count_leftovers(run_id, config))
+        await _write_report(dirs, manifest, prep.strategy.hooks, olog, state=state)
+    lines = [f"Run interrupted. Resume with: orchestrator --resume {run_id}", *leftover_lines(summary)[1:]]
+    print("\n".join(lines), file=sys.stderr, flush=True)
+    return 130
 
 
 _E = TypeVar("_E", bound=BaseException)

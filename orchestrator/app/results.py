@@ -20,8 +20,11 @@ from ..log.state import (
     FAILED,
     INTERRUPTED,
     OUTCOME_FAILED,
+    UNUSABLE,
+    UNUSABLE_WORDS,
     RunState,
     run_outcome,
+    task_outcome,
     write_snapshot_bytes,
 )
 from ..report.selection import (
@@ -106,9 +109,8 @@ def build_summary(
         tasks = [t for t in state.tasks.values() if t.strategy_execution_id == sid]
         tasks.sort(key=lambda t: (t.scheduled_at or "", t.key))
         rows = []
-        unusable_keys = set(strat.unusable_keys)
         for t in tasks:
-            unusable = t.state == COMPLETED and t.key in unusable_keys
+            unusable = task_outcome(state, t) == UNUSABLE
             unusable_count += unusable
             rows.append(
                 {
@@ -316,7 +318,7 @@ def render_summary(summary: dict[str, Any], *, results_path: Path) -> str:
             label = t["branch"] or _short_key(t["key"])
             if t["state"] == "COMPLETED" and t.get("unusable"):
                 # it ran, but what it measured is why the strategy failed: not a success
-                lines.append(f"  ✗ {label}  {fmt_duration(t['duration_s'])}: ran, but its result cannot be used")
+                lines.append(f"  ✗ {label}  {fmt_duration(t['duration_s'])}: {UNUSABLE_WORDS}")
             elif t["state"] == "COMPLETED":
                 tokens = fmt_tokens((t["tokens_in"] or 0) + (t["tokens_out"] or 0))
                 extra = (

@@ -429,6 +429,24 @@ def run_outcome(state: RunState, *, live: bool = False) -> str:
     return OUTCOME_COMPLETED
 
 
+# A task that completed but whose result its strategy could not use (a base evaluation that
+# printed no metric, a base whose tests fail): the reason its strategy failed, so no reader shows
+# it as a success. UNUSABLE_WORDS is how every reader says it.
+UNUSABLE = "UNUSABLE"
+UNUSABLE_WORDS = "ran, but its result cannot be used"
+
+
+def task_outcome(state: RunState, task: TaskState) -> str:
+    """The task's status as every reader shows it: its state, or :data:`UNUSABLE` for a completed
+    task its strategy judged unusable (known once the strategy completed: until then it is COMPLETED).
+    """
+    if task.state == COMPLETED:
+        strat = state.strategies.get(task.strategy_execution_id)
+        if strat is not None and task.key in strat.unusable_keys:
+            return UNUSABLE
+    return task.state
+
+
 def _seconds_between(start: str | None, end: str | None) -> float:
     if not start or not end:
         return 0.0

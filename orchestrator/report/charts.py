@@ -11,7 +11,14 @@ from html import escape
 from typing import Any
 
 PALETTE = ("#2563eb", "#16a34a", "#dc2626", "#9333ea", "#ea580c", "#0891b2", "#4d7c0f", "#be185d")
-OUTCOME_COLOURS = {"completed": "#16a34a", "failed": "#dc2626", "interrupted": "#f59e0b", "running": "#94a3b8"}
+# an unusable result is what its strategy failed on: the colour of a failure
+OUTCOME_COLOURS = {
+    "completed": "#16a34a",
+    "failed": "#dc2626",
+    "unusable": "#dc2626",
+    "interrupted": "#f59e0b",
+    "running": "#94a3b8",
+}
 
 
 def _n(x: float) -> str:

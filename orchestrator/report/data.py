@@ -19,7 +19,7 @@ from typing import Any
 from ..log import events as E
 from ..log.eventlog import LogReader
 from ..log.runs import RunDirs, RunManifest
-from ..log.state import RunState
+from ..log.state import UNUSABLE, RunState, task_outcome
 from ..runner import run_git
 
 # A report must open quickly and stay small: one diff over this is cut with a
@@ -68,6 +68,11 @@ def collect_events(state: RunState, events_path: Path) -> tuple[dict[str, dict[s
     tasks: dict[str, dict[str, Any]] = {}
     finished: dict[int, dict[str, Any]] = {}
     for task in state.tasks.values():
+        # completed, but what the strategy failed on: shown as such (its timeline bar too), never as a success
+        unusable = task_outcome(state, task) == UNUSABLE
+        spans = [{"start": a.start, "end": a.end, "outcome": a.outcome, "resumed": False} for a in task.spans()]
+        if unusable and spans:
+            spans[-1]["outcome"] = "unusable"
         t = tasks[task.key] = {
             "key": task.key,
             "short_key": short_key(task.key),
@@ -76,9 +81,8 @@ def collect_events(state: RunState, events_path: Path) -> tuple[dict[str, dict[s
             "state": task.state,
             "scheduled_at": task.scheduled_at,
             # (task.started has no "resumed" flag: the one field it names, session_id, is the session it continues)
-            "attempts": [
-                {"start": a.start, "end": a.end, "outcome": a.outcome, "resumed": False} for a in task.spans()
-            ],
+            "unusable": unusable,
+            "attempts": spans,
             "plugin": task.input.get("plugin_name"),
             "runs_command": task.runs_command,
             "model": task.model,
@@ -197,6 +201,7 @@ def task_rows(tasks: dict[str, dict[str, Any]], run_start: float | None) -> list
                 "short_key": t["short_key"],
                 "execution": t["execution"],
                 "state": t["state"],
+                "unusable": t["unusable"],
                 "instance_id": t["instance_id"],
                 "plugin": t["plugin"],
                 "runs_command": t["runs_command"],

@@ -156,10 +156,6 @@ def render_report(
     # The status and the duration every other reader gives too: both from the run's fold.
     status = run_outcome(state, live=live)
     data = gather(dirs, manifest, state, status=status, duration_s=state.duration_s())
-    # completed, but what the strategy failed on: shown as such, never as a success
-    unusable = {k for strat in state.strategies.values() for k in strat.unusable_keys}
-    for t in data["tasks"]:
-        t["unusable"] = t["state"] == "COMPLETED" and t["key"] in unusable
     data["header"]["unusable"] = sum(t["unusable"] for t in data["tasks"])
     spend = spend_over_time(state)
     scrub = default_sanitizer().scrub
