@@ -11,8 +11,8 @@ from its start to the first agent line (the first ``runner.init`` record of
 ``logs/RUN/runner.jsonl``, whose timestamps are wall-clock). Medians over rounds.
 The cluster needs the slim test image (``bash scripts/setup-k8s.sh load-image
 orchestrator-test-slim``); the bench uses a namespace of its own and deletes it,
-and removes each run's session claims with ``--cleanup-run`` (then ``setup-k8s.sh start``
-makes the released test volumes anew).
+and removes each run's session claims with ``--cleanup-run`` (the cluster's recycler
+empties their volumes and makes them Available again within seconds).
 """
 
 from __future__ import annotations
@@ -131,9 +131,6 @@ def main() -> None:
                     ns = namespace if backend == "kubernetes" else None
                     wall, first = one_run(work, args.tasks, args.parallel, ns)
                     results[backend].append((wall, first))
-                    if ns:
-                        # The test cluster's volumes do not bind again once released: start makes them anew.
-                        subprocess.run(["bash", str(ROOT / "scripts" / "setup-k8s.sh"), "start"], capture_output=True)
                     print(f"round {i + 1} {backend}: {wall:.1f} s, first agent line {first:.2f} s", flush=True)
     finally:
         kubectl("delete", "namespace", namespace, "--wait=false", check=False)
