@@ -564,3 +564,229 @@ def test_build_image_without_a_load_command_names_the_reference_to_push(tmp_path
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = [ln for ln in proc.stderr.splitlines() if reference(TEST_BASE_IMAGE) in ln]
     assert len(lines) == 1 and "push" in lines[0] and "runner.kubernetes.load_command" in lines[0], proc.stderr
+
+
+def _leftover_pod(k8s: dict, like: dict) -> None:
+    """A Pod with the labels and annotations the product gave ``like``, its process ended at once:
+    what a run leaves behind when it could not delete its Pod (the API or the process went away)."""
+    meta = like["metadata"]
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": meta["name"], "labels": meta["labels"], "annotations": meta.get("annotations") or {}},
+        "spec": {
+            "restartPolicy": "Never",
+            "automountServiceAccountToken": False,
+            "securityContext": {"runAsUser": 1000, "runAsNonRoot": True},
+            "containers": [{"name": "task", "image": k8s["image"], "imagePullPolicy": "Never", "args": ["true"]}],
+        },
+    }
+    subprocess.run(
+        ["kubectl", "--kubeconfig", k8s["kubeconfig"], "-n", k8s["namespace"], "create", "-f", "-"],
+        input=json.dumps(body),
+        text=True,
+        check=True,
+        capture_output=True,
+    )
+    t0 = time.monotonic()
+    while _kubectl("get", "pod", "-n", k8s["namespace"], meta["name"], "-o", "jsonpath={.status.phase}") != "Succeeded":
+        assert time.monotonic() - t0 < 120, "the leftover Pod did not end"
+        time.sleep(0.5)
+
+
+def test_a_finished_runs_leftover_pod_goes_with_clean_containers_and_the_orphan_scan(tmp_path, k8s):
+    """A Pod of a run that finished (labels as the product sets them) is listed and removed by
+    --clean-containers, and removed by the orphan scan when the next run starts."""
+    repo = _repo(tmp_path)
+    env = {**_env(tmp_path), "ORCHESTRATOR_RUNNER__SUCCESS_RETENTION_HOURS": "0"}
+    seen: list[dict] = []
+    stop = threading.Event()
+    watcher = threading.Thread(target=_watch_first_pod, args=(k8s, seen, stop), daemon=True)
+    watcher.start()
+    first = subprocess.run(
+        _cli(tmp_path, k8s, repo, "SIM: print one", "--dry-run"),
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    stop.set()
+    watcher.join(timeout=5)
+    assert first.returncode == 0, (first.stdout + first.stderr)[-4000:]
+    run_id = _run_id(first.stdout + first.stderr)
+    assert seen and seen[0]["metadata"]["labels"]["run_id"] == run_id
+    container = seen[0]["metadata"]["annotations"]["orchestrator.io/container"]
+    _wait_no_pods(k8s, run_id)
+
+    _leftover_pod(k8s, seen[0])
+    dry = subprocess.run(
+        _cli(tmp_path, k8s, repo, "--clean-containers", "--dry-run"), cwd=repo, env=env, capture_output=True, text=True
+    )
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    assert f"would remove {container} (exited, run {run_id}" in dry.stdout, dry.stdout + dry.stderr
+    assert len(_pods(k8s, run_id)) == 1
+    clean = subprocess.run(
+        _cli(tmp_path, k8s, repo, "--clean-containers", "--force"), cwd=repo, env=env, capture_output=True, text=True
+    )
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    assert "removed 1 container(s)" in clean.stdout, clean.stdout
+    _wait_no_pods(k8s, run_id)
+
+    _leftover_pod(k8s, seen[0])
+    # The scan runs at most every few minutes per state folder: this folder's last one was the first run's.
+    from orchestrator.app.after_run import _orphan_scan_marker
+    from orchestrator.log.runs import RunDirs
+
+    _orphan_scan_marker(RunDirs.from_env({}, cwd=repo)).unlink(missing_ok=True)
+    second = subprocess.run(
+        _cli(tmp_path, k8s, repo, "SIM: print two", "--dry-run"),
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert second.returncode == 0, (second.stdout + second.stderr)[-4000:]
+    second_id = _run_id(second.stdout + second.stderr)
+    _wait_no_pods(k8s, run_id, within_s=30)
+    log = (repo / "logs" / second_id / "orchestration.jsonl").read_text()
+    removed = [json.loads(line) for line in log.splitlines() if "removed orphan containers" in line]
+    assert removed and removed[0]["containers"] == [container], log[-3000:]
+
+
+def _interrupt(proc: subprocess.Popen, tmp_path: Path) -> None:
+    """Ctrl+C, as a terminal sends it: SIGINT to the orchestrator's process group."""
+    os.killpg(proc.pid, signal.SIGINT)
+    try:
+        assert proc.wait(timeout=90) == 130, (tmp_path / "first.out").read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _resume(tmp_path: Path, repo: Path, run_id: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator.app.cli", "--resume", run_id, "--no-tui"],
+        cwd=repo,
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def test_ctrl_c_and_resume_continue_in_the_kept_pod_and_its_session(tmp_path, k8s):
+    """Ctrl+C mid-task: the agent is ended, its session id recorded, the Pod kept running; --resume
+    finds the Pod again by its labels, continues the session there, and the task completes once."""
+    repo = _repo(tmp_path)
+    proc = _start(tmp_path, k8s, repo, "SIM: write a.txt hi\nSIM: commit add a\nSIM: sleep 8\nSIM: print done")
+    try:
+        run_id = _wait_for_agent(repo)
+        time.sleep(2)  # past the commit
+    finally:
+        _interrupt(proc, tmp_path)
+    interrupted = [e for e in _events(repo, run_id) if e["type"] == "task.interrupted"]
+    assert len(interrupted) == 1 and interrupted[0]["payload"].get("session_id"), interrupted
+    pods = _pods(k8s, run_id)
+    assert (
+        len(pods) == 1 and pods[0]["status"]["phase"] == "Running" and not pods[0]["metadata"].get("deletionTimestamp")
+    )
+    uid = pods[0]["metadata"]["uid"]
+    resumed = _resume(tmp_path, repo, run_id)
+    assert resumed.returncode == 0, (resumed.stdout + resumed.stderr)[-4000:]
+    events = _events(repo, run_id)
+    completed = [e for e in events if e["type"] == "task.completed"]
+    assert len(completed) == 1
+    runner = _runner_log(repo, run_id)
+    ready = [e for e in runner if e.get("message") == "runner.container.ready"]
+    # the Pod Ctrl+C kept (its agent, already ended, is looked for once more), not a new one
+    assert [e["action"] for e in ready] == ["created", "restarted"], ready
+    starts = [e for e in runner if e.get("message") == "runner.exec.started"]
+    assert len(starts) == 2 and starts[-1]["resume_session_id"] == interrupted[0]["payload"]["session_id"], starts
+    assert not [e for e in runner if e.get("message") in ("runner.session.no_storage", "runner.session.reset")]
+    branch = completed[0]["payload"]["artifact"]["branch_final"]
+    log = subprocess.run(["git", "log", "--format=%s", branch], cwd=repo, capture_output=True, text=True)
+    assert log.stdout.split("\n").count("add a") == 1, log.stdout  # the commit made before Ctrl+C, once
+    seen_uids = {p["metadata"]["uid"] for p in _pods(k8s, run_id)}
+    assert seen_uids <= {uid}  # no second Pod was made
+    _wait_no_pods(k8s, run_id)
+
+
+def _node_of(k8s: dict, run_id: str) -> str:
+    pods = _pods(k8s, run_id)
+    assert len(pods) == 1 and pods[0]["spec"].get("nodeName"), pods
+    return pods[0]["spec"]["nodeName"]
+
+
+def _mark_node_unknown(node: str) -> None:
+    """The Ready condition the node controller writes once a kubelet has not answered for its grace
+    period (40 s by default), written at once: the test need not wait the grace out."""
+    from datetime import UTC, datetime
+
+    from kubernetes import client, config
+
+    api = client.CoreV1Api(config.new_client_from_config(str(KUBECONFIG)))
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    condition = {
+        "type": "Ready",
+        "status": "Unknown",
+        "reason": "NodeStatusUnknown",
+        "message": "Kubelet stopped posting node status.",
+        "lastTransitionTime": now,
+    }
+    try:
+        api.patch_node_status(node, {"status": {"conditions": [condition]}})
+    finally:
+        api.api_client.close()
+
+
+def _wait_node_ready(node: str, within_s: float = 120) -> None:
+    t0 = time.monotonic()
+    query = 'jsonpath={.status.conditions[?(@.type=="Ready")].status}'
+    while _kubectl("get", "node", node, "-o", query, check=False).strip() != "True":
+        assert time.monotonic() - t0 < within_s, f"node {node} did not become Ready again"
+        time.sleep(1)
+
+
+def test_a_node_lost_mid_task_is_placed_again(tmp_path, k8s):
+    """The task's node stops answering mid-task (its kubelet frozen, its Ready condition Unknown as
+    the node controller writes it): the exec through it would wait forever; the task is placed
+    again in a new Pod, recorded as a Docker host that stops answering, and completes once the
+    node is back."""
+    repo = _repo(tmp_path)
+    kubelet = int((K8S_HOME / "run" / "kubelet.pid").read_text())
+    proc = _start(tmp_path, k8s, repo, "SIM: write a.txt hi\nSIM: sleep 20\nSIM: commit add a")
+    frozen = False
+    try:
+        run_id = _wait_for_agent(repo)
+        node = _node_of(k8s, run_id)
+        os.kill(kubelet, signal.SIGSTOP)
+        frozen = True
+        _mark_node_unknown(node)
+        t0 = time.monotonic()
+        log = repo / "logs" / run_id / "runner.jsonl"
+        while '"runner.host.replaced"' not in log.read_text(errors="replace"):
+            assert time.monotonic() - t0 < 60, "the task was not placed again while its node was lost"
+            time.sleep(0.5)
+        os.kill(kubelet, signal.SIGCONT)
+        frozen = False
+        _wait_node_ready(node)
+        assert proc.wait(timeout=300) == 0, (tmp_path / "first.out").read_text()[-3000:]
+    finally:
+        if frozen:
+            os.kill(kubelet, signal.SIGCONT)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    runner = _runner_log(repo, run_id)
+    replaced = [e for e in runner if e.get("message") == "runner.host.replaced"]
+    assert len(replaced) == 1 and replaced[0]["error_type"] == "docker", replaced
+    assert f"node {node}" in replaced[0]["error"] and "stopped answering" in replaced[0]["error"], replaced
+    sessions = [e["payload"] for e in _events(repo, run_id) if e["type"] == "task.session"]
+    assert any(s.get("reason") == "host_down" and s.get("error_type") == "docker" for s in sessions), sessions
+    completed = [e for e in _events(repo, run_id) if e["type"] == "task.completed"]
+    assert len(completed) == 1
+    branch = completed[0]["payload"]["artifact"]["branch_final"]
+    log_out = subprocess.run(["git", "log", "--format=%s", branch], cwd=repo, capture_output=True, text=True)
+    assert log_out.stdout.split("\n").count("add a") == 1, log_out.stdout
+    _wait_no_pods(k8s, run_id)

@@ -27,7 +27,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
-from ..errors import AgentStreamLostError, ContainerError
+from ..errors import AgentStreamLostError, ContainerError, RunnerError
 from .docker_exec import (
     DRAIN_AFTER_END_S,
     DRAIN_S,
@@ -41,6 +41,8 @@ from .plugin import AgentEvent, StreamParser
 _log = logging.getLogger(__name__)
 STDIN, STDOUT, STDERR, STATUS = 0, 1, 2, 3
 CHUNK = 1 << 20
+# How often a running exec asks whether its Pod is still there (see stream_exec).
+WATCH_S = 10.0
 # $1: bytes of environment; $2: bytes of payload, -1 for none, or "pipe" when the
 # command reads exactly its bytes from stdin itself (a large tar: no copy in /tmp).
 STDIN_SHIM = (
@@ -138,6 +140,64 @@ def _take(ws: Any, channel: int) -> bytes:
     return data.encode() if isinstance(data, str) else bytes(data)
 
 
+class _Output:
+    """What one exec's process wrote, parsed as it arrives (as :func:`.docker_exec.run_exec` does)."""
+
+    def __init__(
+        self, parser: StreamParser, on_event: Callable[[AgentEvent], Awaitable[None] | None], *, wrapped: bool
+    ) -> None:
+        self.parser, self.on_event, self.wrapped = parser, on_event, wrapped
+        self.feed_stderr = getattr(parser, "feed_stderr", None)
+        self.stderr_tail, self.stdout_tail = bytearray(), bytearray()
+        self.erofs, self.events, self.ended = False, 0, False
+        self.uncommitted: int | None = None
+        # stderr bytes that may be the start of the agent wrapper's end line
+        self.held = b""
+
+    async def emit(self, events: Iterable[AgentEvent]) -> None:
+        for event in events:
+            self.events += 1
+            res = self.on_event(event)
+            if res is not None:
+                await res
+
+    async def take(self, channel: int, data: bytes) -> None:
+        if EROFS_MARKER in data:
+            self.erofs = True
+        if channel != STDERR:
+            _append_tail(self.stdout_tail, data)
+            await self.emit(self.parser.feed(data))
+            return
+        if self.wrapped:
+            data, self.held, end = _take_end_line(self.held + data)
+            if end is not None:
+                self.ended = True
+                self.uncommitted = int(end) if end.isdigit() else None
+        await self._stderr(data)
+
+    async def flush(self) -> None:
+        held, self.held = self.held, b""
+        await self._stderr(held)
+
+    async def _stderr(self, data: bytes) -> None:
+        if data:
+            _append_tail(self.stderr_tail, data)
+            if self.feed_stderr is not None:
+                await self.emit(list(self.feed_stderr(data) or []))
+
+    def result(self, exit_code: int) -> ExecOutput:
+        return ExecOutput(
+            outcome=self.parser.finish(exit_code),
+            exit_code=exit_code,
+            stderr_tail=bytes(self.stderr_tail),
+            stdout_tail=bytes(self.stdout_tail),
+            saw_erofs=self.erofs,
+            events=self.events,
+            uncommitted=self.uncommitted,
+            ended=self.ended,
+        )
+
+
 async def stream_exec(
     start: Callable[[list[str]], ExecStream],
     limiter: anyio.CapacityLimiter,
@@ -155,10 +215,13 @@ async def stream_exec(
 ) -> ExecOutput:
     """Run ``argv`` (under the shim) and parse its stdout as :func:`.docker_exec.run_exec` does.
 
-    ``lost``: called when the exec ended without an exit status; raises the
-    error that explains it (the Pod is gone) or returns (the link broke while
-    the process may still run: :class:`AgentStreamLostError`). ``pipe``: the
-    command reads exactly ``payload_size`` bytes of stdin itself.
+    ``lost``: raises the error that explains a Pod gone (deleted, ended, its node
+    lost) and returns otherwise. It is asked every :data:`WATCH_S` while the
+    process runs, since an exec through a node that stopped answering neither
+    ends nor fails, and once more when the exec ended without an exit status
+    (then, with the Pod still there, the link broke while the process may still
+    run: :class:`AgentStreamLostError`). ``pipe``: the command reads exactly
+    ``payload_size`` bytes of stdin itself.
     """
     if isinstance(stdin_payload, bytes):
         payload_size = len(stdin_payload)
@@ -167,91 +230,16 @@ async def stream_exec(
         chunks = stdin_payload or []
     command, block = shim_argv(argv, env, payload_size if stdin_payload is not None else None, pipe=pipe)
     stream = await anyio.to_thread.run_sync(start, command, limiter=limiter)
-    feed_stderr = getattr(parser, "feed_stderr", None)
-    stderr_tail, stdout_tail = bytearray(), bytearray()
-    state: dict[str, Any] = {"erofs": False, "events": 0, "uncommitted": None, "ended": False, "held": b""}
+    output = _Output(parser, on_event, wrapped=wrapped)
     write_error: list[BaseException] = []
-
-    async def emit(events: list[AgentEvent]) -> None:
-        for event in events:
-            state["events"] += 1
-            res = on_event(event)
-            if res is not None:
-                await res
-
-    def write() -> None:
-        try:
-            stream.send([block, *chunks])
-        except Exception as exc:  # the process exited early: its status says why
-            write_error.append(exc)
-
-    async def read_all() -> None:
-        while True:
-            frames = await anyio.to_thread.run_sync(stream.read, limiter=limiter)
-            if frames is None:
-                return
-            for channel, data in frames:
-                if EROFS_MARKER in data:
-                    state["erofs"] = True
-                if channel == STDERR:
-                    if wrapped:
-                        data, state["held"], end = _take_end_line(state["held"] + data)
-                        if end is not None:
-                            state["ended"] = True
-                            state["uncommitted"] = int(end) if end.isdigit() else None
-                    if data:
-                        _append_tail(stderr_tail, data)
-                        if feed_stderr is not None:
-                            await emit(list(feed_stderr(data) or []))
-                else:
-                    _append_tail(stdout_tail, data)
-                    await emit(parser.feed(data))
-
-    reading = anyio.CancelScope()
-    stream_done = anyio.Event()
-
-    async def drain_on_cancel() -> None:
-        assert on_cancel is not None
-        try:
-            await anyio.sleep_forever()
-        except anyio.get_cancelled_exc_class():
-            if stream_done.is_set():
-                raise
-            with anyio.CancelScope(shield=True):
-                try:
-                    with anyio.move_on_after(DRAIN_S):
-                        try:
-                            await on_cancel()
-                        except Exception as exc:
-                            _log.warning(
-                                f"could not end the exec's process when cancelled: {type(exc).__name__}: {exc}"
-                            )
-                        with anyio.move_on_after(DRAIN_AFTER_END_S):
-                            await stream_done.wait()
-                finally:
-                    reading.cancel()
-            raise
-
     try:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(lambda: anyio.to_thread.run_sync(write, abandon_on_cancel=True))
-            if on_cancel is not None:
-                tg.start_soon(drain_on_cancel)
-            with anyio.CancelScope(shield=on_cancel is not None), reading:
-                try:
-                    await read_all()
-                finally:
-                    stream_done.set()
-            tg.cancel_scope.cancel()
-        if state["held"]:
-            _append_tail(stderr_tail, state["held"])
-            if feed_stderr is not None:
-                await emit(list(feed_stderr(state["held"]) or []))
+        await _pump(stream, limiter, [block, *chunks], output, write_error, on_cancel, lost)
+        await output.flush()
     finally:
         await anyio.to_thread.run_sync(stream.close, limiter=limiter)
 
     exit_code, why = exit_status(stream.status)
-    if exit_code == 121 and not state["events"] and write_error:
+    if exit_code == 121 and not output.events and write_error:
         raise ContainerError(f"the exec could not read its input: {write_error[0]}", retryable=True)
     if exit_code is None:
         if lost is not None:
@@ -260,17 +248,91 @@ async def stream_exec(
             "the connection carrying the process's output in its Pod broke while it may still be running"
             + (f" ({why})" if why else "")
         )
-    outcome = parser.finish(exit_code)
-    return ExecOutput(
-        outcome=outcome,
-        exit_code=exit_code,
-        stderr_tail=bytes(stderr_tail),
-        stdout_tail=bytes(stdout_tail),
-        saw_erofs=state["erofs"],
-        events=state["events"],
-        uncommitted=state["uncommitted"],
-        ended=state["ended"],
-    )
+    return output.result(exit_code)
+
+
+async def _pump(
+    stream: ExecStream,
+    limiter: anyio.CapacityLimiter,
+    chunks: Iterable[bytes],
+    output: _Output,
+    write_error: list[BaseException],
+    on_cancel: Callable[[], Awaitable[object]] | None,
+    lost: Callable[[], Awaitable[None]] | None,
+) -> None:
+    """Stdin in, stdout and stderr out until the exec ends (or its Pod is found lost: raised).
+
+    With ``on_cancel``, a cancellation first runs it (the agent is told to end)
+    and reads what the process still writes, for a bounded time.
+    """
+
+    def write() -> None:
+        try:
+            stream.send(chunks)
+        except Exception as exc:  # the process exited early: its status says why
+            write_error.append(exc)
+
+    reading = anyio.CancelScope()
+    stream_done = anyio.Event()
+    gone: list[RunnerError] = []
+
+    async def watch() -> None:
+        assert lost is not None
+        while True:
+            await anyio.sleep(WATCH_S)
+            try:
+                await lost()
+            except RunnerError as exc:
+                gone.append(exc)
+                reading.cancel()
+                return
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lambda: anyio.to_thread.run_sync(write, abandon_on_cancel=True))
+        if on_cancel is not None:
+            tg.start_soon(_drain_on_cancel, on_cancel, stream_done, reading)
+        if lost is not None:
+            tg.start_soon(watch)
+        with anyio.CancelScope(shield=on_cancel is not None), reading:
+            try:
+                await _read_all(stream, limiter, output)
+            finally:
+                stream_done.set()
+        tg.cancel_scope.cancel()
+    if gone:
+        raise gone[0]
+
+
+async def _read_all(stream: ExecStream, limiter: anyio.CapacityLimiter, output: _Output) -> None:
+    while True:
+        frames = await anyio.to_thread.run_sync(stream.read, limiter=limiter)
+        if frames is None:
+            return
+        for channel, data in frames:
+            await output.take(channel, data)
+
+
+async def _drain_on_cancel(
+    on_cancel: Callable[[], Awaitable[object]], stream_done: anyio.Event, reading: anyio.CancelScope
+) -> None:
+    """Waits; cancelled while the exec still runs, it ends the process and reads on for a while."""
+    try:
+        await anyio.sleep_forever()
+    except anyio.get_cancelled_exc_class():
+        if stream_done.is_set():
+            raise
+        with anyio.CancelScope(shield=True):
+            try:
+                with anyio.move_on_after(DRAIN_S):
+                    try:
+                        await on_cancel()
+                    except Exception as exc:
+                        _log.warning(f"could not end the exec's process when cancelled: {type(exc).__name__}: {exc}")
+                    with anyio.move_on_after(DRAIN_AFTER_END_S):
+                        await stream_done.wait()
+            finally:
+                reading.cancel()
+        raise
 
 
 __all__ = ["STDIN_SHIM", "ExecStream", "env_block", "exit_status", "shim_argv", "stream_exec"]

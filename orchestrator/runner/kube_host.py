@@ -44,6 +44,7 @@ POLL_S = 0.5
 # Waiting reasons that no wait will cure: the task fails at once with the cluster's words.
 HOPELESS = ("ErrImageNeverPull", "InvalidImageName", "ImagePullBackOff", "CreateContainerConfigError")
 NAME_ANNOTATION = "orchestrator.io/container"
+NODE_CACHE_S = 5.0
 
 
 class PodLostError(HostDownError):
@@ -73,6 +74,7 @@ class KubeHost(DockerHost):
         # container name -> why its Pod went away while the task ran
         self.lost: dict[str, str] = {}
         self._read_only: dict[str, bool] = {}
+        self._nodes: dict[str, tuple[float, str]] = {}
         # Images the pipeline's seed lookup reads from this machine's engine, where
         # the run's image was built (or pulled) before it reached the cluster.
         self.local = DockerHost(limiter=self.limiter)
@@ -363,6 +365,9 @@ class KubeHost(DockerHost):
     # ---- exec ---------------------------------------------------------------
 
     def _starter(self, name: str, container: str) -> Callable[[list[str]], ExecStream]:
+        if name in self.lost:
+            # Its node stopped answering: an exec there would wait on it, not fail.
+            raise PodLostError(self.lost[name])
         configuration = self._client.configuration
 
         def start(command: list[str]) -> ExecStream:
@@ -420,17 +425,32 @@ class KubeHost(DockerHost):
         if pod.status.phase in ("Failed", "Succeeded", "Unknown"):
             return f"Pod {pod_name(name)} ended while the task ran: {_pod_reason(pod)}"
         node = pod.spec.node_name
-        if node and not await self._node_ready(node):
-            return f"node {node} of Pod {pod_name(name)} is lost (not Ready)"
+        ready = await self._node_readiness(node) if node else "True"
+        if ready == "gone":
+            return f"node {node} of Pod {pod_name(name)} is lost (removed from the cluster)"
+        if ready == "Unknown":
+            # What the node controller writes once the kubelet stopped answering for its
+            # grace period; a kubelet that says False (restarting, runtime busy) still runs its Pods.
+            return f"node {node} of Pod {pod_name(name)} is lost (its kubelet stopped answering: Ready Unknown)"
         return ""
 
     async def _node_ready(self, node: str) -> bool:
+        return await self._node_readiness(node) == "True"
+
+    async def _node_readiness(self, node: str) -> str:
+        """The node's Ready condition (True, False, Unknown), "gone" when it was removed, or "" when
+        this account may not look; read at most every few seconds per node, as every running exec asks."""
+        cached = self._nodes.get(node)
+        if cached is not None and time.monotonic() - cached[0] < NODE_CACHE_S:
+            return cached[1]
         core = await self.core()
         try:
             info = await self.call(f"read node {node}", core.read_node_status, node)
+            ready = next((str(c.status) for c in info.status.conditions or [] if c.type == "Ready"), "Unknown")
         except RunnerError as exc:
-            return "404" not in str(exc)  # forbidden or unreachable: cannot tell, so not lost
-        return any(c.type == "Ready" and c.status == "True" for c in info.status.conditions or [])
+            ready = "gone" if "404" in str(exc) else "True"  # forbidden or unreachable: cannot tell, so not lost
+        self._nodes[node] = (time.monotonic(), ready)
+        return ready
 
     async def exec_simple(self, name: str, cmd: list[str], *, user: str = "node") -> tuple[int, bytes]:
         from .registry import get_plugin

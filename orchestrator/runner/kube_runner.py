@@ -14,7 +14,10 @@ it adds is what only a cluster has:
 - **A Pod that goes away** (deleted, evicted, its node lost) while its task
   runs: the task is placed again in a new Pod, afresh, recorded as a Docker host
   that stops answering is (``runner.host.replaced``, then a session reset with
-  reason ``host_down`` and ``error_type: docker``).
+  reason ``host_down`` and ``error_type: docker``). A lost node is one the
+  cluster gave up on (removed, or Ready ``Unknown``: its kubelet stopped
+  answering); every running exec asks about its Pod every few seconds, since an
+  exec through such a node neither ends nor fails.
 - **Ctrl+C** ends the agent and keeps the Pod, whose workspace a ``--resume``
   continues in; a finished or failed task's Pod is deleted.
 """
