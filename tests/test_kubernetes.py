@@ -790,3 +790,38 @@ def test_a_node_lost_mid_task_is_placed_again(tmp_path, k8s):
     log_out = subprocess.run(["git", "log", "--format=%s", branch], cwd=repo, capture_output=True, text=True)
     assert log_out.stdout.split("\n").count("add a") == 1, log_out.stdout
     _wait_no_pods(k8s, run_id)
+
+
+def test_a_resumed_task_whose_session_claim_was_deleted_says_why_it_starts_fresh(tmp_path, k8s):
+    """Ctrl+C, then the run's Pod and session claim are deleted (an admin cleaned the namespace):
+    --resume cannot continue the agent's session, says so in one line naming the claim, and the
+    task starts afresh and completes."""
+    repo = _repo(tmp_path)
+    proc = _start(tmp_path, k8s, repo, "SIM: write a.txt hi\nSIM: commit add a\nSIM: sleep 8\nSIM: print done")
+    try:
+        run_id = _wait_for_agent(repo)
+        time.sleep(2)
+    finally:
+        _interrupt(proc, tmp_path)
+    interrupted = [e for e in _events(repo, run_id) if e["type"] == "task.interrupted"]
+    previous = interrupted[0]["payload"]["session_id"]
+    assert previous
+    claims = _kubectl("get", "pvc", "-n", k8s["namespace"], "-l", f"run_id={run_id}", "-o", "name").split()
+    assert len(claims) == 1
+    _kubectl("delete", "pod,pvc", "-n", k8s["namespace"], "-l", f"run_id={run_id}", "--wait=true")
+    resumed = _resume(tmp_path, repo, run_id)
+    assert resumed.returncode == 0, (resumed.stdout + resumed.stderr)[-4000:]
+    events = _events(repo, run_id)
+    sessions = [e["payload"] for e in events if e["type"] == "task.session" and e["payload"].get("session_id") is None]
+    assert len(sessions) == 1 and sessions[0]["previous_session_id"] == previous, sessions
+    detail = sessions[0]["detail"]
+    assert claims[0].split("/")[-1] in detail and "deleted" in detail and "\n" not in detail, detail
+    runner = _runner_log(repo, run_id)
+    starts = [e for e in runner if e.get("message") == "runner.exec.started"]
+    assert not starts[-1]["resume_session_id"], starts  # a fresh session: nothing to resume
+    completed = [e for e in events if e["type"] == "task.completed"]
+    assert len(completed) == 1
+    branch = completed[0]["payload"]["artifact"]["branch_final"]
+    log = subprocess.run(["git", "log", "--format=%s", branch], cwd=repo, capture_output=True, text=True)
+    assert log.stdout.split("\n").count("add a") == 1, log.stdout
+    _wait_no_pods(k8s, run_id)

@@ -71,6 +71,9 @@ class KubernetesRunner(DockerRunner):
         kwargs["object_cache"] = ObjectCacheSettings(max_mb=0)
         super().__init__(host=self.kube, **kwargs)
         self._claims: dict[str, tuple[str | None, str]] = {}
+        # Claims this process made, and the sessions its tasks have had on each.
+        self._made: set[str] = set()
+        self._sessions: dict[str, set[str]] = {}
         self._claim_locks: dict[str, anyio.Lock] = {}
 
     async def reserve(self, request: InstanceRequest) -> str:
@@ -85,6 +88,8 @@ class KubernetesRunner(DockerRunner):
         while True:
             placements += 1
             result = await super().run(request, on_event=on_event)
+            if result.session_id:
+                self._sessions.setdefault(claim_name(session_volume(request)), set()).add(result.session_id)
             why = self.kube.lost.pop(request.container_name, None)
             if result.status == "success" or why is None:
                 return result
@@ -137,6 +142,19 @@ class KubernetesRunner(DockerRunner):
         usable, why = self._claims[claim]
         self.kube.claims[request.container_name] = usable
         if usable is not None:
+            if request.session_id and claim in self._made and request.session_id not in self._sessions[claim]:
+                # The claim was made just now, so the session a resumed task names is not on it.
+                self.emit_event(
+                    request,
+                    on_event,
+                    "runner.session.reset",
+                    "warn",
+                    reason="session_claim_missing",
+                    previous_session_id=request.session_id,
+                    detail=f"the session claim {claim} no longer existed (deleted since the task last ran); "
+                    "the agent starts a fresh session on a new, empty one",
+                )
+                return msgspec.structs.replace(request, session_id=None)
             return request
         detail = f"{why}; the agent's session lives only as long as its Pod"
         if request.session_id:
@@ -176,6 +194,9 @@ class KubernetesRunner(DockerRunner):
                 raise
 
         made = await host.call(f"create PersistentVolumeClaim {claim}", create)
+        if made:
+            self._made.add(claim)
+            self._sessions.setdefault(claim, set())
         t0 = time.monotonic()
         while True:
             pvc = await host.call(
