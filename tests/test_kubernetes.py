@@ -825,3 +825,48 @@ def test_a_resumed_task_whose_session_claim_was_deleted_says_why_it_starts_fresh
     log = subprocess.run(["git", "log", "--format=%s", branch], cwd=repo, capture_output=True, text=True)
     assert log.stdout.split("\n").count("add a") == 1, log.stdout
     _wait_no_pods(k8s, run_id)
+
+
+FORKS = (
+    "import resource, subprocess\\n"
+    "children, error = [], None\\n"
+    "try:\\n"
+    "    while len(children) < 2000:\\n"
+    "        children.append(subprocess.Popen(['sleep', '60']))\\n"
+    "except OSError as exc:\\n"
+    "    error = exc.errno\\n"
+    "for child in children:\\n"
+    "    child.kill()\\n"
+    "    child.wait()\\n"
+    "print(len(children), error, *resource.getrlimit(resource.RLIMIT_NOFILE))"
+)
+
+
+def test_the_pids_and_open_files_limits_hold_in_the_agents_pod(tmp_path, k8s):
+    """The agent, in its Pod, starts processes until one is refused: the kubelet's podPidsLimit
+    (512 on the test cluster, the Docker runner's default pids_limit) stops it short of 512, with
+    EAGAIN; its open-files limit is runner.container_limits.nofile, set by the product's exec."""
+    repo = _repo(tmp_path)
+    config = _config(tmp_path, k8s)
+    config.write_text(
+        config.read_text().replace("  kubernetes:\n", "  container_limits:\n    nofile: 2048\n  kubernetes:\n")
+    )
+    prompt = f"SIM: write forks.py {FORKS}\nSIM: exec python3 forks.py > limits.txt\nSIM: commit limits"
+    proc = subprocess.run(
+        _cli(tmp_path, k8s, repo, prompt, "--dry-run", config=config),
+        cwd=repo,
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    run_id = _run_id(out)
+    completed = [e for e in _events(repo, run_id) if e["type"] == "task.completed"]
+    branch = completed[0]["payload"]["artifact"]["branch_final"]
+    shown = subprocess.run(["git", "show", f"{branch}:limits.txt"], cwd=repo, capture_output=True, text=True)
+    started, error, soft, hard = shown.stdout.split()
+    assert 400 < int(started) < 512 and error == "11", shown.stdout  # EAGAIN: the Pod's pids cgroup is full
+    assert (soft, hard) == ("2048", "2048"), shown.stdout
+    _wait_no_pods(k8s, run_id)

@@ -44,9 +44,12 @@ CHUNK = 1 << 20
 # How often a running exec asks whether its Pod is still there (see stream_exec).
 WATCH_S = 10.0
 # $1: bytes of environment; $2: bytes of payload, -1 for none, or "pipe" when the
-# command reads exactly its bytes from stdin itself (a large tar: no copy in /tmp).
+# command reads exactly its bytes from stdin itself (a large tar: no copy in /tmp);
+# $3: open files per process (soft = hard), "-" to keep the runtime's.
 STDIN_SHIM = (
     "# orchestrator-exec-stdin\n"
+    # A Pod spec cannot set it: lowered here, for the command and all it starts.
+    '[ "$3" = - ] || ulimit -n "$3" 2>/dev/null || ulimit -S -n "$3" 2>/dev/null || true\n'
     'e=$(head -c "$1") || exit 121\n'
     'eval "$e" || exit 121\n'
     'case "$2" in\n'
@@ -58,7 +61,7 @@ STDIN_SHIM = (
     '    exec < "$f"\n'
     '    rm -f "$f" ;;\n'
     "esac\n"
-    "shift 2\n"
+    "shift 3\n"
     'exec "$@"\n'
 )
 
@@ -75,12 +78,13 @@ def env_block(env: dict[str, str]) -> bytes:
 
 
 def shim_argv(
-    argv: list[str], env: dict[str, str], payload_size: int | None, *, pipe: bool = False
+    argv: list[str], env: dict[str, str], payload_size: int | None, *, pipe: bool = False, nofile: int | None = None
 ) -> tuple[list[str], bytes]:
     """The exec's command and the stdin prefix that carries ``env``."""
     block = env_block(env)
     size = "pipe" if pipe else -1 if payload_size is None else payload_size
-    return ["sh", "-c", STDIN_SHIM, "orchestrator-exec", str(len(block)), str(size), *argv], block
+    files = "-" if nofile is None else str(int(nofile))
+    return ["sh", "-c", STDIN_SHIM, "orchestrator-exec", str(len(block)), str(size), files, *argv], block
 
 
 def exit_status(raw: bytes | str) -> tuple[int | None, str]:
@@ -212,6 +216,7 @@ async def stream_exec(
     on_cancel: Callable[[], Awaitable[object]] | None = None,
     lost: Callable[[], Awaitable[None]] | None = None,
     pipe: bool = False,
+    nofile: int | None = None,
 ) -> ExecOutput:
     """Run ``argv`` (under the shim) and parse its stdout as :func:`.docker_exec.run_exec` does.
 
@@ -221,14 +226,16 @@ async def stream_exec(
     ends nor fails, and once more when the exec ended without an exit status
     (then, with the Pod still there, the link broke while the process may still
     run: :class:`AgentStreamLostError`). ``pipe``: the command reads exactly
-    ``payload_size`` bytes of stdin itself.
+    ``payload_size`` bytes of stdin itself. ``nofile``: the open-files limit of
+    the command and all it starts.
     """
     if isinstance(stdin_payload, bytes):
         payload_size = len(stdin_payload)
         chunks: Iterable[bytes] = [stdin_payload]
     else:
         chunks = stdin_payload or []
-    command, block = shim_argv(argv, env, payload_size if stdin_payload is not None else None, pipe=pipe)
+    size = payload_size if stdin_payload is not None else None
+    command, block = shim_argv(argv, env, size, pipe=pipe, nofile=nofile)
     stream = await anyio.to_thread.run_sync(start, command, limiter=limiter)
     output = _Output(parser, on_event, wrapped=wrapped)
     write_error: list[BaseException] = []

@@ -26,6 +26,7 @@ import anyio.to_thread
 from ..errors import ContainerError, HostDownError, RunnerError
 from .docker_containers import DEFAULT_THREADS, ContainerReady, DockerHost, workspace_read_only
 from .docker_core import END_AGENT_SCRIPT
+from .docker_exec import ExecOutput
 from .kube_client import ClusterSpec, is_conflict, is_not_found, load_configuration, translate
 from .kube_exec import ExecStream, stream_exec
 from .kube_pods import (
@@ -75,6 +76,8 @@ class KubeHost(DockerHost):
         self.lost: dict[str, str] = {}
         self._read_only: dict[str, bool] = {}
         self._nodes: dict[str, tuple[float, str]] = {}
+        # Open files per process of every exec (runner.container_limits.nofile); None: the runtime's.
+        self.nofile: int | None = None
         # Images the pipeline's seed lookup reads from this machine's engine, where
         # the run's image was built (or pulled) before it reached the cluster.
         self.local = DockerHost(limiter=self.limiter)
@@ -438,7 +441,7 @@ class KubeHost(DockerHost):
         return await self._node_readiness(node) == "True"
 
     async def _node_readiness(self, node: str) -> str:
-        """The node's Ready condition (True, False, Unknown), "gone" when it was removed, or "" when
+        """The node's Ready condition (True, False, Unknown), "gone" when it was removed, "True" when
         this account may not look; read at most every few seconds per node, as every running exec asks."""
         cached = self._nodes.get(node)
         if cached is not None and time.monotonic() - cached[0] < NODE_CACHE_S:
@@ -452,33 +455,31 @@ class KubeHost(DockerHost):
         self._nodes[node] = (time.monotonic(), ready)
         return ready
 
-    async def exec_simple(self, name: str, cmd: list[str], *, user: str = "node") -> tuple[int, bytes]:
+    async def _exec(self, name: str, container: str, argv: list[str], **kwargs: Any) -> ExecOutput:
+        """``argv`` in one container of the task's Pod, under the task's open-files limit, the Pod watched."""
         from .registry import get_plugin
 
         await self.client()
-        out = await stream_exec(
-            self._starter(name, self._container_for(name, user)),
+        kwargs.setdefault("env", {})
+        kwargs.setdefault("parser", get_plugin("command").new_parser())
+        kwargs.setdefault("stdin_payload", None)
+        kwargs.setdefault("payload_size", None)
+        kwargs.setdefault("on_event", lambda event: None)
+        return await stream_exec(
+            self._starter(name, container),
             self.limiter,
-            cmd,
-            env={},
-            parser=get_plugin("command").new_parser(),
-            stdin_payload=None,
-            payload_size=None,
-            on_event=lambda event: None,
+            argv,
             lost=functools.partial(self._pod_lost, name),
+            nofile=self.nofile,
+            **kwargs,
         )
+
+    async def exec_simple(self, name: str, cmd: list[str], *, user: str = "node") -> tuple[int, bytes]:
+        out = await self._exec(name, self._container_for(name, user), cmd)
         return (out.exit_code if out.exit_code is not None else -1), out.stdout_tail + out.stderr_tail
 
     async def run_exec(self, container: str, argv: list[str], **kwargs: Any) -> Any:
-        await self.client()
-        output = await stream_exec(
-            self._starter(container, TASK_CONTAINER),
-            self.limiter,
-            argv,
-            payload_size=None,
-            lost=functools.partial(self._pod_lost, container),
-            **kwargs,
-        )
+        output = await self._exec(container, TASK_CONTAINER, argv, **kwargs)
         if output.exit_code is not None and output.exit_code >= 128:
             # Killed: by the OOM killer, or because the Pod is being deleted under it.
             await self._pod_lost(container)
@@ -486,21 +487,14 @@ class KubeHost(DockerHost):
 
     async def put_archive(self, container: str, path: str, chunks: Iterable[bytes], *, read_only: bool = False) -> bool:
         """``tar -xf -`` through an exec, the tar on its stdin (as ``kubectl cp`` does)."""
-        from .registry import get_plugin
-
         data = await anyio.to_thread.run_sync(_without_root, b"".join(chunks), limiter=self.limiter)
-        await self.client()
         script = 'head -c "$1" | tar --no-overwrite-dir --warning=no-timestamp -xf - -C "$2" 2>&1'
-        out = await stream_exec(
-            self._starter(container, LOADER_CONTAINER if read_only else TASK_CONTAINER),
-            self.limiter,
+        out = await self._exec(
+            container,
+            LOADER_CONTAINER if read_only else TASK_CONTAINER,
             ["sh", "-c", script, "copy-in", str(len(data)), path],
-            env={},
-            parser=get_plugin("command").new_parser(),
             stdin_payload=data,
             payload_size=len(data),
-            on_event=lambda event: None,
-            lost=functools.partial(self._pod_lost, container),
             pipe=True,
         )
         if out.exit_code != 0:
@@ -510,7 +504,6 @@ class KubeHost(DockerHost):
 
     async def read_file(self, container: str, path: str) -> bytes:
         """The file's bytes, from an exec's stdout."""
-        await self.client()
         chunks: list[bytes] = []
 
         class Collect:
@@ -523,17 +516,7 @@ class KubeHost(DockerHost):
 
                 return AgentOutcome(exit_code=exit_code)
 
-        out = await stream_exec(
-            self._starter(container, TASK_CONTAINER),
-            self.limiter,
-            ["cat", path],
-            env={},
-            parser=Collect(),
-            stdin_payload=None,
-            payload_size=None,
-            on_event=lambda event: None,
-            lost=functools.partial(self._pod_lost, container),
-        )
+        out = await self._exec(container, TASK_CONTAINER, ["cat", path], parser=Collect())
         if out.exit_code != 0:
             raise ContainerError(
                 f"reading {path} from Pod {pod_name(container)} failed: "

@@ -70,6 +70,7 @@ class KubernetesRunner(DockerRunner):
         # No engine-side object cache: every task's clone travels whole (full copy).
         kwargs["object_cache"] = ObjectCacheSettings(max_mb=0)
         super().__init__(host=self.kube, **kwargs)
+        self.kube.nofile = self.hardening.nofile
         self._claims: dict[str, tuple[str | None, str]] = {}
         # Claims this process made, and the sessions its tasks have had on each.
         self._made: set[str] = set()
