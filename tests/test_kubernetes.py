@@ -749,6 +749,8 @@ def _wait_node_ready(node: str, within_s: float = 120) -> None:
         time.sleep(1)
 
 
+# Alone: the node it freezes is every Kubernetes test's, and their tasks would be placed again too.
+@pytest.mark.exclusive
 def test_a_node_lost_mid_task_is_placed_again(tmp_path, k8s):
     """The task's node stops answering mid-task (its kubelet frozen, its Ready condition Unknown as
     the node controller writes it): the exec through it would wait forever; the task is placed
