@@ -617,6 +617,15 @@ EOF
 
 start() {
     mkdir -p "$RUN" "$STATE"
+    # A process left stopped (a node-loss test that was killed before it sent
+    # SIGCONT to the kubelet) would hold the whole cluster still.
+    local name
+    for name in "${PROCESSES[@]}"; do
+        if running "$name" && [ "$(sed 's/.*) //' "/proc/$(cat "$RUN/$name.pid")/stat" | cut -d' ' -f1)" = T ]; then
+            kill -CONT "$(cat "$RUN/$name.pid")"
+            log "$name was stopped (SIGSTOP): continued"
+        fi
+    done
     if all_running && kubelet_config_changed; then
         # Only the kubelet: its Pods keep running (execs going through it break once).
         log "the kubelet's configuration changed: restarting the kubelet"
