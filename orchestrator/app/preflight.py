@@ -199,6 +199,8 @@ async def _check_cluster(config: Config, image: str) -> str:
     kube = config.runner.kubernetes
     assert kube is not None
     host = KubeHost(cluster_spec(config))
+    if _warming is not None:
+        await anyio.to_thread.run_sync(_warming.join)  # it imports the client, and requests with it
     try:
         try:
             version = await host.ping()
@@ -280,10 +282,22 @@ def _check_plugin(plugin_name: str, model: str, strategy: LoadedStrategy):
     return plugin
 
 
-def _warm_imports() -> None:
-    """Import docker-py (about 0.3 s of requests/urllib3) while pre-flight reads config and git."""
+def _warm_imports(cluster: bool) -> None:
+    """Import docker-py (about 0.3 s of requests/urllib3), and the Kubernetes client for a run on a
+    cluster, while pre-flight reads config and git.
+
+    One thread imports both: two threads importing requests at once can each meet the
+    other's half-loaded module (ImportError: partially initialized module 'requests.utils').
+    """
     with contextlib.suppress(ImportError):
         import docker  # noqa: F401  (imported for its side effect: loading it now)
+    if cluster:
+        with contextlib.suppress(ImportError):
+            import kubernetes.client  # noqa: F401  (as docker above)
+
+
+# The thread of _warm_imports of this process's pre-flight, which the cluster check waits for.
+_warming: Any = None
 
 
 class _EarlyCheck:
@@ -310,8 +324,10 @@ class _EarlyCheck:
 async def prepare(args) -> Prepared:
     import threading
 
-    threading.Thread(target=_warm_imports, daemon=True).start()
+    global _warming
     loaded = load_config(config_file=args.config, cli_overrides=_cli_overrides(args))
+    _warming = threading.Thread(target=_warm_imports, args=(loaded.config.runner.kubernetes is not None,), daemon=True)
+    _warming.start()
     register_plugins(loaded.config.runner.plugin_modules)
     tools = required_tools(loaded.config.runner.plugin, dry_run=args.dry_run)
     # The Docker check (a few daemon round trips) runs while git validates the
