@@ -231,6 +231,41 @@ def test_best_of_n_runs_in_pods_with_the_hardening_read_back(tmp_path, k8s):
     assert _kubectl("get", "pvc", "-n", k8s["namespace"], "-l", f"run_id={run_id}", "-o", "name").split() == []
 
 
+def _count_live_pods(k8s: dict, peak: list[int], stop: threading.Event) -> None:
+    """The most Pods of the namespace alive at once (a Pod being deleted no longer counts)."""
+    while not stop.is_set():
+        live = [p for p in _pods(k8s) if not p["metadata"].get("deletionTimestamp")]
+        peak.append(len(live))
+        time.sleep(0.2)
+
+
+def test_max_parallel_caps_the_runs_pods(tmp_path, k8s):
+    """--max-parallel 1: the cluster never holds two of the run's Pods at once, though
+    best-of-n has three candidates (and their reviews) ready together."""
+    repo = _repo(tmp_path)
+    peak: list[int] = []
+    stop = threading.Event()
+    watcher = threading.Thread(target=_count_live_pods, args=(k8s, peak, stop), daemon=True)
+    watcher.start()
+    prompt = "SIM: write a.txt hello $TASK\nSIM: commit add a"
+    proc = subprocess.run(
+        _cli(tmp_path, k8s, repo, prompt, "--strategy", "best-of-n", "-S", "n=3", "--max-parallel", "1", "--dry-run"),
+        cwd=repo,
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    stop.set()
+    watcher.join(timeout=10)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    run_id = _run_id(out)
+    started = [e for e in _events(repo, run_id) if e["type"] == "task.started"]
+    assert len(started) >= 3, out[-3000:]
+    assert max(peak) == 1, f"Pods alive at once, sampled: {sorted(set(peak))}"
+
+
 def _start(tmp_path: Path, k8s: dict, repo: Path, prompt: str) -> subprocess.Popen:
     out = open(tmp_path / "first.out", "w")  # noqa: SIM115
     return subprocess.Popen(
