@@ -15,7 +15,7 @@ from ..log.runs import (
     RUN_MANIFEST_LABEL,
     RunDirs,
 )
-from ..runner import DockerRunner, Hardening, ObjectCacheSettings, RetryConfig, get_plugin
+from ..runner import DockerRunner, Hardening, ObjectCacheSettings, RetryConfig
 from ..sanitize import default_sanitizer
 from ..strategy_loader import LoadedStrategy
 from . import run_budget
@@ -39,7 +39,6 @@ def _engine_config(
     c = prep.config
     r = c.runner
     o = c.orchestration
-    plugin = get_plugin(prep.plugin_name)
     return EngineConfig(
         run_id=run_id,
         repo_path=prep.repo,
@@ -67,10 +66,10 @@ def _engine_config(
         max_final_message_bytes=c.events.max_final_message_bytes,
         snapshot_interval_s=c.events.snapshot_interval_s,
         resume_fresh=resume_fresh,
-        supports_resume=plugin.capabilities.supports_resume,
+        supports_resume=prep.plugin.capabilities.supports_resume,
         structured_outputs=structured_outputs,
         budget=run_budget.cap_of(c),
-        budget_rates=run_budget.rates_of(c, prep.plugin_name),
+        budget_rates=run_budget.rates_of(c, prep.plugin),
         runner_options={
             "docker_image": prep.image,
             "reuse_container": r.reuse_container,
