@@ -286,8 +286,10 @@ class _Interrupt:
         self.requested = False
 
 
-async def _watch_signals(scope: anyio.CancelScope, flag: _Interrupt, ui_stop: anyio.Event | None = None) -> None:
-    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+async def _watch_signals(
+    scope: anyio.CancelScope, flag: _Interrupt, watcher_scope: anyio.CancelScope, ui_stop: anyio.Event | None = None
+) -> None:
+    with watcher_scope, anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async for _ in signals:
             if flag.requested:
                 # Second Ctrl+C: leave at once. The log holds only whole lines or a torn
@@ -437,7 +439,7 @@ async def _drive(
         with anyio.CancelScope() as run_scope:
             run_scope_box.append(run_scope)
             outer.start_soon(
-                _watch_signals_until, run_scope, flag, watcher_scope, ui_stop if prep.output == "dashboard" else None
+                _watch_signals, run_scope, flag, watcher_scope, ui_stop if prep.output == "dashboard" else None
             )
             await engine.run(
                 prep.strategy.fn, prompt=prep.prompt, params=prep.params, runs=prep.runs, name=prep.strategy.name
@@ -535,13 +537,6 @@ async def _storage_stop(err: OSError, dirs: RunDirs, manifest: RunManifest, olog
         flush=True,
     )
     return 1
-
-
-async def _watch_signals_until(
-    run_scope: anyio.CancelScope, flag: _Interrupt, watcher_scope: anyio.CancelScope, ui_stop: anyio.Event | None = None
-) -> None:
-    with watcher_scope:
-        await _watch_signals(run_scope, flag, ui_stop)
 
 
 async def _stop_containers(run_id: str, olog: ComponentLog) -> None:
