@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 from ..config import Config
 from ..engine.determinism import Reporter, guard_module
@@ -100,16 +101,21 @@ def _make_runner(prep: Prepared, log_dir: Path, olog: ComponentLog, stop_run=Non
         max_workspace_mb=config.runner.max_workspace_mb,
     )
 
+    # What every runner of the run is given, whichever engine it drives.
+    common: dict[str, Any] = {
+        "auth": prep.auth,
+        "logs_dir": log_dir,
+        "sanitizer": default_sanitizer(),
+        "pricing": config.model_pricing(),
+        "dry_run": prep.dry_run,
+        "known_images": (prep.image,),
+        "hardening": hardening,
+    }
+
     def make(host=None) -> DockerRunner:
         return DockerRunner(
-            auth=prep.auth,
-            logs_dir=log_dir,
-            sanitizer=default_sanitizer(),
-            pricing=config.model_pricing(),
-            dry_run=prep.dry_run,
-            known_images=(prep.image,),
+            **common,
             host=host,
-            hardening=hardening,
             object_cache=ObjectCacheSettings(
                 max_mb=config.runner.object_cache_max_mb, expiry_days=config.runner.object_cache_expiry_days
             ),
@@ -129,13 +135,7 @@ def _make_runner(prep: Prepared, log_dir: Path, olog: ComponentLog, stop_run=Non
                 session_size=kube.session_size,
                 session_bind_timeout_s=kube.session_bind_timeout_s,
             ),
-            auth=prep.auth,
-            logs_dir=log_dir,
-            sanitizer=default_sanitizer(),
-            pricing=config.model_pricing(),
-            dry_run=prep.dry_run,
-            known_images=(prep.image,),
-            hardening=hardening,
+            **common,
         )
     if not config.runner.hosts:
         return make()
