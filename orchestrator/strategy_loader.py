@@ -50,8 +50,6 @@ BUILTINS: dict[str, str] = {
     "synthesize": "strategies.synthesize:synthesize",
 }
 
-_MISSING = object()
-
 
 class ParamSpec(msgspec.Struct, frozen=True, kw_only=True):
     name: str

@@ -120,14 +120,17 @@ def test_max_cost_is_refused_for_a_command_plugin_of_any_name(shell_plugin):
     from orchestrator.app.run_budget import check_measurable
     from orchestrator.config import BudgetConfig, Config
     from orchestrator.errors import ConfigError
+    from orchestrator.runner import get_plugin
     from orchestrator.runner.types import AuthConfig
 
     config = Config(budget=BudgetConfig(max_cost_usd=1.0))
     with pytest.raises(ConfigError, match="plugin shell runs no agent and spends nothing"):
-        check_measurable(config, plugin_name=shell_plugin, model="sonnet", mode=None, auth=AuthConfig())
+        check_measurable(config, plugin=get_plugin(shell_plugin), model="sonnet", mode=None, auth=AuthConfig())
     # a tool that reports its cost, on a subscription, reports what is not paid
     with pytest.raises(ConfigError, match="subscription mode"):
-        check_measurable(config, plugin_name="claude-code", model="sonnet", mode="subscription", auth=AuthConfig())
+        check_measurable(
+            config, plugin=get_plugin("claude-code"), model="sonnet", mode="subscription", auth=AuthConfig()
+        )
 
 
 async def test_a_command_plugin_of_any_name_spends_nothing_and_runs_at_the_cap(tmp_path, shell_plugin):

@@ -108,16 +108,21 @@ def test_bad_environment_variable_is_named(tmp_path):
 
 
 def test_auth_mode_selection():
+    from orchestrator.runner import get_plugin
+
     both = {"CLAUDE_CODE_OAUTH_TOKEN": "oauth-tok-123456", "ANTHROPIC_API_KEY": "sk-api-123456"}
-    assert resolve_auth(both, plugin="claude-code").oauth_token == "oauth-tok-123456"
-    api = resolve_auth(both, plugin="claude-code", mode="api")
+    assert resolve_auth(both, plugin=get_plugin("claude-code")).oauth_token == "oauth-tok-123456"
+    api = resolve_auth(both, plugin=get_plugin("claude-code"), mode="api")
     assert api.api_key == "sk-api-123456" and api.oauth_token is None
-    assert resolve_auth({"ANTHROPIC_API_KEY": "sk-api-123456"}, plugin="claude-code").api_key == "sk-api-123456"
+    assert (
+        resolve_auth({"ANTHROPIC_API_KEY": "sk-api-123456"}, plugin=get_plugin("claude-code")).api_key
+        == "sk-api-123456"
+    )
     with pytest.raises(PreflightError, match="CLAUDE_CODE_OAUTH_TOKEN"):
-        resolve_auth({}, plugin="claude-code")
+        resolve_auth({}, plugin=get_plugin("claude-code"))
     with pytest.raises(PreflightError, match="OPENAI_API_KEY"):
-        resolve_auth({}, plugin="codex")
-    assert resolve_auth({}, plugin="claude-code", dry_run=True).secret_values() == []
+        resolve_auth({}, plugin=get_plugin("codex"))
+    assert resolve_auth({}, plugin=get_plugin("claude-code"), dry_run=True).secret_values() == []
     assert "sk-api" not in repr(api)
 
 

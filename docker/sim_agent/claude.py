@@ -449,6 +449,20 @@ class ClaudeEmitter(BaseEmitter):
         else:
             err, etype = "authentication_failed", "authentication_error"
             text = "Invalid API key · Fix external API key"
+        self._api_retries(status, err)
+        self._api_error_message(text, status, err, etype)
+        self.finish(
+            text,
+            is_error=True,
+            subtype="success",
+            terminal_reason="api_error",
+            api_error_status=status,
+            api_error_type=etype,
+            stop_reason="stop_sequence",
+            count_usage=False,
+        )
+
+    def _api_retries(self, status: int, err: str) -> None:
         for attempt in (1, 2):
             self.emit(
                 {
@@ -478,6 +492,8 @@ class ClaudeEmitter(BaseEmitter):
                     "session_id": self.session_id,
                 }
             )
+
+    def _api_error_message(self, text: str, status: int, err: str, etype: str) -> None:
         zero = {
             "output_tokens_details": None,
             "input_tokens": 0,
@@ -519,16 +535,6 @@ class ClaudeEmitter(BaseEmitter):
                 "api_error_status": status,
                 "api_error_type": etype,
             }
-        )
-        self.finish(
-            text,
-            is_error=True,
-            subtype="success",
-            terminal_reason="api_error",
-            api_error_status=status,
-            api_error_type=etype,
-            stop_reason="stop_sequence",
-            count_usage=False,
         )
 
 

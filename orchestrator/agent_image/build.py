@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -232,6 +233,24 @@ class BuildResult:
     base: str
 
 
+def _fill_context(src: Path, ctx: Path, say: Callable[[str], None]) -> tuple[list[str], list[str]]:
+    """Copy the sources and this host's extra CA certificates into ``ctx``; return both lists of files."""
+    files = _source_files(src)
+    for rel in files:
+        (ctx / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src / rel, ctx / rel)
+    ca_dir = ctx / "docker" / "extra-ca"
+    ca_dir.mkdir(parents=True, exist_ok=True)
+    (ca_dir / ".gitkeep").touch()
+    ca_source = Path(os.environ.get("EXTRA_CA_SOURCE", "/usr/local/share/ca-certificates"))
+    certs = sorted(ca_source.rglob("*.crt")) if ca_source.is_dir() else []
+    for crt in certs:
+        shutil.copyfile(crt, ca_dir / crt.name)
+    ca_files = sorted(f"docker/extra-ca/{c.name}" for c in certs)
+    say(f"extra CA certificates from {ca_source}: {len(ca_files)}")
+    return files, ca_files
+
+
 def build_image(image: str = "claude-code", *, test_image: str | None = None) -> BuildResult:
     say = _Say()
     src = source_dir()
@@ -258,19 +277,7 @@ def build_image(image: str = "claude-code", *, test_image: str | None = None) ->
     with tempfile.TemporaryDirectory(prefix="orchestrator-build.") as tmp:
         # The context holds only the inputs: the hash and what docker sees are the same files.
         ctx = Path(tmp)
-        files = _source_files(src)
-        for rel in files:
-            (ctx / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(src / rel, ctx / rel)
-        ca_dir = ctx / "docker" / "extra-ca"
-        ca_dir.mkdir(parents=True, exist_ok=True)
-        (ca_dir / ".gitkeep").touch()
-        ca_source = Path(os.environ.get("EXTRA_CA_SOURCE", "/usr/local/share/ca-certificates"))
-        certs = sorted(ca_source.rglob("*.crt")) if ca_source.is_dir() else []
-        for crt in certs:
-            shutil.copyfile(crt, ca_dir / crt.name)
-        ca_files = sorted(f"docker/extra-ca/{c.name}" for c in certs)
-        say(f"extra CA certificates from {ca_source}: {len(ca_files)}")
+        files, ca_files = _fill_context(src, ctx, say)
         # The product image does not depend on the test image's Dockerfile.
         product_inputs = [f for f in files if f != TEST_DOCKERFILE] + ca_files
         built = _build(

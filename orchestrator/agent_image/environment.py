@@ -701,92 +701,105 @@ def _run_setup(
         notes = [_user_note(user, why, uid)] if why else []
         for note in notes:
             say(note)
-        env_args = [a for k, v in sorted(env.items()) for a in ("-e", f"{k}={v}")]
         seed_label: list[str] = []
         if setup:
-            # The base commit's files, as a repository: setups may call git
-            # (setuptools-scm, versioning scripts), and git tells below which
-            # of the files the setup made are ignored ones.
-            archive = _git(repo, "archive", "--format=tar", commit).stdout
-            copied = _docker("cp", "-", f"{container}:{WORKSPACE}", input=archive)
-            if copied.returncode != 0:
-                raise EnvironmentSetupError(f"cannot copy the base commit into the setup container: {_said(copied)}")
-            # The workspace belongs to whoever runs the setup (uid 1000 when root does: the agents').
-            owner = AGENT_UID if uid == "0" else uid
-            init = _docker(
-                "exec",
-                "-u",
-                "root",
-                "-w",
-                WORKSPACE,
-                container,
-                "sh",
-                "-c",
-                "git init -q && git add -A && git -c user.name=orchestrator -c user.email=orchestrator@localhost "
-                f"commit -qm base --no-verify && chown -R {owner} .",
-            )
-            if init.returncode != 0:
-                raise EnvironmentSetupError(f"cannot prepare the setup's workspace: {_said(init)}")
+            _copy_base_commit(repo, commit, container, owner=AGENT_UID if uid == "0" else uid)
+            env_args = [a for k, v in sorted(env.items()) for a in ("-e", f"{k}={v}")]
             for step in setup:
-                say(f"environment: setup {step.label}: {default_sanitizer().scrub_text(step.display())}")
-                rc, tail = stream.run(
-                    [
-                        "docker",
-                        "exec",
-                        "-u",
-                        user,
-                        "-e",
-                        f"HOME={home}",
-                        "-w",
-                        WORKSPACE,
-                        *env_args,
-                        container,
-                        *step.exec_argv(),
-                    ],
-                    prefix="  setup| ",
-                )
-                if rc != 0:
-                    raise EnvironmentSetupError(
-                        f"the setup failed ({spec.source}, {step.label}, exit {rc}): "
-                        f"{default_sanitizer().scrub_text(step.display())}\n" + stream.output(tail)
-                    )
-            rc, tail = stream.run(
-                ["docker", "exec", "-u", "root", container, "sh", "-c", _COLLECT_SEED], prefix="", show=False
-            )
-            if rc != 0:
-                raise EnvironmentSetupError("keeping the files the setup made failed:\n" + "\n".join(tail))
-            # A folder the setup made (.venv/, node_modules/) is named once, not file by file.
-            made = [line.split(":", 1)[1].strip() for line in tail if line.startswith("orchestrator-untracked:")]
-            count = next((int(ln.split(":")[1]) for ln in tail if ln.startswith("orchestrator-untracked-count:")), 0)
-            if made:
-                more = f" and {count - len(made)} more" if count > len(made) else ""
-                say(
-                    "warning: the setup made files that git does not ignore; tasks do not get them "
-                    f"(add them to .gitignore to keep them): {', '.join(made)}{more}"
-                )
+                _run_step(spec, step, container, stream, say, user=user, home=home, env_args=env_args)
+            _keep_seed(container, stream, say)
             seed_label = ["--change", f"LABEL {SEED_LABEL}={SEED_DIR}"]
-        changes = [
-            "--change",
-            f"LABEL {INPUTS_LABEL}={digest}",
-            "--change",
-            "LABEL orchestrator.agent_image.environment=image",
-            "--change",
-            f"LABEL {NOTES_LABEL}={_quoted(json.dumps(notes))}",
-            *seed_label,
-            "--change",
-            "USER node",
-            "--change",
-            f"WORKDIR {WORKSPACE}",
-            "--change",
-            'CMD ["sleep", "infinity"]',
-        ]
-        entry = _docker("image", "inspect", "-f", "{{json .Config.Entrypoint}}", base).stdout.decode().strip()
-        changes += ["--change", f"ENTRYPOINT {entry if entry not in ('', 'null') else '[]'}"]
-        for k, v in sorted(env.items()):
-            changes += ["--change", f"ENV {k}={_quoted(v)}"]
-        committed = _docker("commit", *changes, container, name)
-        if committed.returncode != 0:
-            raise EnvironmentSetupError(f"cannot save the environment image {name}: {_said(committed)}")
+        _commit_image(container, base, name, digest, env, notes, seed_label)
         say(f"environment: built {name}")
     finally:
         _docker("rm", "-f", container)
+
+
+def _copy_base_commit(repo: str, commit: str, container: str, *, owner: str) -> None:
+    """The base commit's files, as a repository owned by ``owner`` (the agents' uid when root runs the setup).
+
+    Setups may call git (setuptools-scm, versioning scripts), and git tells
+    afterwards which of the files the setup made are ignored ones.
+    """
+    archive = _git(repo, "archive", "--format=tar", commit).stdout
+    copied = _docker("cp", "-", f"{container}:{WORKSPACE}", input=archive)
+    if copied.returncode != 0:
+        raise EnvironmentSetupError(f"cannot copy the base commit into the setup container: {_said(copied)}")
+    init = _docker(
+        "exec",
+        "-u",
+        "root",
+        "-w",
+        WORKSPACE,
+        container,
+        "sh",
+        "-c",
+        "git init -q && git add -A && git -c user.name=orchestrator -c user.email=orchestrator@localhost "
+        f"commit -qm base --no-verify && chown -R {owner} .",
+    )
+    if init.returncode != 0:
+        raise EnvironmentSetupError(f"cannot prepare the setup's workspace: {_said(init)}")
+
+
+def _run_step(
+    spec: EnvironmentSpec,
+    step: SetupCommand,
+    container: str,
+    stream: _Stream,
+    say: Callable[[str], None],
+    *,
+    user: str,
+    home: str,
+    env_args: list[str],
+) -> None:
+    say(f"environment: setup {step.label}: {default_sanitizer().scrub_text(step.display())}")
+    argv = ["docker", "exec", "-u", user, "-e", f"HOME={home}", "-w", WORKSPACE, *env_args, container]
+    rc, tail = stream.run([*argv, *step.exec_argv()], prefix="  setup| ")
+    if rc != 0:
+        raise EnvironmentSetupError(
+            f"the setup failed ({spec.source}, {step.label}, exit {rc}): "
+            f"{default_sanitizer().scrub_text(step.display())}\n" + stream.output(tail)
+        )
+
+
+def _keep_seed(container: str, stream: _Stream, say: Callable[[str], None]) -> None:
+    """Keep the ignored files the setup made; name (not keep) the ones git does not ignore."""
+    rc, tail = stream.run(["docker", "exec", "-u", "root", container, "sh", "-c", _COLLECT_SEED], prefix="", show=False)
+    if rc != 0:
+        raise EnvironmentSetupError("keeping the files the setup made failed:\n" + "\n".join(tail))
+    # A folder the setup made (.venv/, node_modules/) is named once, not file by file.
+    made = [line.split(":", 1)[1].strip() for line in tail if line.startswith("orchestrator-untracked:")]
+    count = next((int(ln.split(":")[1]) for ln in tail if ln.startswith("orchestrator-untracked-count:")), 0)
+    if made:
+        more = f" and {count - len(made)} more" if count > len(made) else ""
+        say(
+            "warning: the setup made files that git does not ignore; tasks do not get them "
+            f"(add them to .gitignore to keep them): {', '.join(made)}{more}"
+        )
+
+
+def _commit_image(
+    container: str, base: str, name: str, digest: str, env: dict[str, str], notes: list[str], seed_label: list[str]
+) -> None:
+    changes = [
+        "--change",
+        f"LABEL {INPUTS_LABEL}={digest}",
+        "--change",
+        "LABEL orchestrator.agent_image.environment=image",
+        "--change",
+        f"LABEL {NOTES_LABEL}={_quoted(json.dumps(notes))}",
+        *seed_label,
+        "--change",
+        "USER node",
+        "--change",
+        f"WORKDIR {WORKSPACE}",
+        "--change",
+        'CMD ["sleep", "infinity"]',
+    ]
+    entry = _docker("image", "inspect", "-f", "{{json .Config.Entrypoint}}", base).stdout.decode().strip()
+    changes += ["--change", f"ENTRYPOINT {entry if entry not in ('', 'null') else '[]'}"]
+    for k, v in sorted(env.items()):
+        changes += ["--change", f"ENV {k}={_quoted(v)}"]
+    committed = _docker("commit", *changes, container, name)
+    if committed.returncode != 0:
+        raise EnvironmentSetupError(f"cannot save the environment image {name}: {_said(committed)}")

@@ -11,9 +11,13 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import PreflightError
 from .paths import cache_dir
+
+if TYPE_CHECKING:
+    from ..runner import RunnerPlugin
 
 TOOLS = ("claude", "codex", "git", "orchestrator-sim-agent")
 # The image --build-image builds when --docker-image names no other.
@@ -37,15 +41,13 @@ def build_command(image: str) -> str:
     return "orchestrator --build-image" + ("" if image == DEFAULT_IMAGE else f" --docker-image {image}")
 
 
-def required_tools(plugin_name: str, *, dry_run: bool) -> tuple[str, ...]:
+def required_tools(plugin: RunnerPlugin, *, dry_run: bool) -> tuple[str, ...]:
     """The tools a run with this plugin executes inside the image (agents commit with git).
 
     A ``command`` run executes only its own command line, in any image; a dry
     run's agent is the simulated one.
     """
-    from ..runner import get_plugin
-
-    caps = get_plugin(plugin_name).capabilities
+    caps = plugin.capabilities
     if not caps.image_tools:
         return ()
     if dry_run and caps.simulated_as is not None:

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from ..runner import AuthConfig, get_plugin
+from ..runner import AuthConfig, RunnerPlugin
 
 
-def resolve_auth(environ: dict[str, str], *, plugin: str, mode: str | None = None, dry_run: bool = False) -> AuthConfig:
+def resolve_auth(
+    environ: dict[str, str], *, plugin: RunnerPlugin, mode: str | None = None, dry_run: bool = False
+) -> AuthConfig:
     """Pick credentials for ``plugin`` from ``environ`` (process env over ``.env``).
 
     Each plugin knows its own variables (its ``resolve_auth``); a dry run and a
     plugin that needs no credentials (``command``) get none.
     """
-    runner_plugin = get_plugin(plugin)
-    if dry_run or not runner_plugin.capabilities.auth_env:
+    if dry_run or not plugin.capabilities.auth_env:
         return AuthConfig(openai_base_url=environ.get("OPENAI_BASE_URL") or None)
-    return runner_plugin.resolve_auth(environ, mode=mode)
+    return plugin.resolve_auth(environ, mode=mode)

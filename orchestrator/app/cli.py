@@ -96,6 +96,42 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("prompt", nargs="?", help="what the agents should do ('-' reads it from standard input)")
     p.add_argument("--version", action=_VersionAction, help="show the version and exit")
     run = p.add_argument_group("run")
+    _add_task_flags(run)
+    _add_placement_flags(run)
+    run.add_argument("--config", help="configuration file, YAML or JSON (default: ./orchestrator.yaml if present)")
+    run.add_argument("--mode", choices=["api", "subscription"], help="Claude authentication mode")
+    run.add_argument(
+        "--max-cost", type=_usd, metavar="USD", help="spending cap of the whole run in USD (also with --resume)"
+    )
+    run.add_argument(
+        "--max-tokens",
+        type=_whole("--max-tokens", " of tokens"),
+        metavar="N",
+        help="cap on the tokens the whole run's agents use (also with --resume)",
+    )
+    run.add_argument("--safe-fsync", choices=["interval", "per_event"], help="event log flush policy")
+    run.add_argument(
+        "--require-clean-wt",
+        action="store_true",
+        default=None,
+        help="refuse to start when the repository has uncommitted changes",
+    )
+    run.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="real engine, git, Docker and command tasks; agent tasks answered by a simulated agent, no cost",
+    )
+    run.add_argument("--debug", action="store_true", help="also print component logs to stderr")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--no-tui", action="store_true", help="one line per event instead of the dashboard")
+    out.add_argument("--json", action="store_true", help="machine-readable event lines")
+    out.add_argument("--quiet", action="store_true", help="only the final summary")
+    _add_management_flags(p)
+    return p
+
+
+def _add_task_flags(run) -> None:
+    """What the run does: the strategy, its parameters, the repository, the agent and its environment."""
     run.add_argument(
         "--strategy", help="built-in name, path/to/file.py[:func] or package.module:func (default: simple)"
     )
@@ -135,6 +171,10 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="ignore the repository's .devcontainer/devcontainer.json",
     )
+
+
+def _add_placement_flags(run) -> None:
+    """Where the tasks run: how many at once, on which Docker engines or Kubernetes cluster."""
     run.add_argument(
         "--max-parallel",
         type=_whole("--max-parallel"),
@@ -164,34 +204,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NS",
         help="the cluster's namespace for the run's Pods (runner.kubernetes.namespace; implies Kubernetes)",
     )
-    run.add_argument("--config", help="configuration file, YAML or JSON (default: ./orchestrator.yaml if present)")
-    run.add_argument("--mode", choices=["api", "subscription"], help="Claude authentication mode")
-    run.add_argument(
-        "--max-cost", type=_usd, metavar="USD", help="spending cap of the whole run in USD (also with --resume)"
-    )
-    run.add_argument(
-        "--max-tokens",
-        type=_whole("--max-tokens", " of tokens"),
-        metavar="N",
-        help="cap on the tokens the whole run's agents use (also with --resume)",
-    )
-    run.add_argument("--safe-fsync", choices=["interval", "per_event"], help="event log flush policy")
-    run.add_argument(
-        "--require-clean-wt",
-        action="store_true",
-        default=None,
-        help="refuse to start when the repository has uncommitted changes",
-    )
-    run.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="real engine, git, Docker and command tasks; agent tasks answered by a simulated agent, no cost",
-    )
-    run.add_argument("--debug", action="store_true", help="also print component logs to stderr")
-    out = p.add_mutually_exclusive_group()
-    out.add_argument("--no-tui", action="store_true", help="one line per event instead of the dashboard")
-    out.add_argument("--json", action="store_true", help="machine-readable event lines")
-    out.add_argument("--quiet", action="store_true", help="only the final summary")
+
+
+def _add_management_flags(p: argparse.ArgumentParser) -> None:
     mgmt = p.add_argument_group("run management")
     mgmt.add_argument("--resume", metavar="RUN_ID", help="continue an interrupted run: nothing finished runs again")
     mgmt.add_argument(
@@ -238,7 +253,6 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="check every Docker host: version, image, free slots, round-trip time",
     )
-    return p
 
 
 def _dispatch(args: argparse.Namespace) -> int:

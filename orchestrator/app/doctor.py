@@ -54,13 +54,14 @@ def _docker_engine() -> Check:
 def _image(image: str, plugin: str, dry_run: bool = False) -> list[Check]:
     from ..agent_image.pins import mismatches, pinned_versions
     from ..agent_image.tools import TOOLS, explain_missing, probe_tools, required_tools
+    from ..runner import get_plugin
 
     try:
         tools = probe_tools(image)
     except OrchestratorError as exc:
         return [Check("fail", f"image {image}", str(exc), f"orchestrator --build-image --docker-image {image}")]
     out = [Check("ok", f"image {image}", "present")]
-    needed = set(required_tools(plugin, dry_run=dry_run))
+    needed = set(required_tools(get_plugin(plugin), dry_run=dry_run))
     try:
         pins = pinned_versions()
     except OrchestratorError as exc:
@@ -123,14 +124,15 @@ def _credentials(environ: dict[str, str], configured: str, mode: str | None, dry
 
     out = []
     for plugin in PLUGIN_MODULES:
-        caps = get_plugin(plugin).capabilities
+        runner_plugin = get_plugin(plugin)
+        caps = runner_plugin.capabilities
         names = caps.auth_env
         if not names:
             continue  # it needs no credentials
         present = [n for n in names if environ.get(n)]
         try:
-            auth = resolve_auth(environ, plugin=plugin, mode=mode if "oauth" in caps.auth_methods else None)
-            get_plugin(plugin).validate_environment(auth)
+            auth = resolve_auth(environ, plugin=runner_plugin, mode=mode if "oauth" in caps.auth_methods else None)
+            runner_plugin.validate_environment(auth)
         except OrchestratorError:
             # A dry run's agent is simulated: it needs no credentials, a real run does.
             status = "fail" if plugin == configured and not dry_run else "warn"
@@ -236,7 +238,7 @@ def _environment(args, config, repo: str, base_branch: str | None, agent_image: 
     from ..agent_image import environment
     from ..agent_image.paths import cache_dir
     from ..agent_image.tools import explain_missing, probe_tools, required_tools
-    from ..runner import open_repository, resolve_base_branch
+    from ..runner import get_plugin, open_repository, resolve_base_branch
 
     try:
         top, _, _ = open_repository(repo)
@@ -289,7 +291,7 @@ def _environment(args, config, repo: str, base_branch: str | None, agent_image: 
             Check("fail", "environment", lines[0], "fix the setup (its output is above) and run --doctor again"),
         ]
     out.append(Check("ok", "environment", f"{spec.source}: image {image}"))
-    wanted = list(dict.fromkeys(("git", *required_tools(plugin, dry_run=False), "orchestrator-sim-agent")))
+    wanted = list(dict.fromkeys(("git", *required_tools(get_plugin(plugin), dry_run=False), "orchestrator-sim-agent")))
     missing = [tool for tool in wanted if tools.get(tool) is None]
     why, fix = explain_missing(image, missing, source=spec.source) if missing else ({}, "")
     for tool in wanted:

@@ -42,7 +42,7 @@ from ..log.state import (
     RunState,
     run_outcome,
 )
-from ..runner import register_plugins, validate_repository
+from ..runner import get_plugin, register_plugins, validate_repository
 from ..sanitize import SECRET_ENV_VARS, default_sanitizer
 from ..strategy_loader import load_strategy
 from . import run_budget
@@ -128,6 +128,16 @@ async def resume(args) -> int:
         print(warning, file=sys.stderr, flush=True)
     if manifest.status in FINISHED_OUTCOMES:
         return await _already_finished(dirs, manifest, output_mode(args))
+    prep = await _resume_plan(args, dirs, manifest)
+    await _report_resume_plan(dirs, manifest, prep.plugin.capabilities.supports_resume, args.resume_fresh)
+    manifest.status = "running"
+    manifest.finished_at = None
+    write_manifest(dirs, manifest)
+    return await execute(prep, dirs, manifest, resumed=True, resume_fresh=args.resume_fresh)
+
+
+async def _resume_plan(args, dirs: RunDirs, manifest: RunManifest) -> Prepared:
+    """The plan of a resumed run: the recorded configuration, checked again as a start checks it."""
     # Today's configuration from the same sources as at the start (same file, same
     # flags): it differs from the recorded one only where something changed since.
     config_file = (
@@ -144,13 +154,12 @@ async def resume(args) -> int:
         manifest.max_parallel = args.max_parallel
     strategy = load_strategy(manifest.strategy_spec)
     register_plugins(loaded.config.runner.plugin_modules)
-    plugin = _check_plugin(manifest.plugin, manifest.model, strategy)
-    auth = resolve_auth(loaded.environ, plugin=manifest.plugin, mode=manifest.mode, dry_run=manifest.dry_run)
+    plugin = get_plugin(manifest.plugin)  # the run's one lookup: the plan carries it
+    _check_plugin(plugin, manifest.model, strategy)
+    auth = resolve_auth(loaded.environ, plugin=plugin, mode=manifest.mode, dry_run=manifest.dry_run)
     if not manifest.dry_run:
         plugin.validate_environment(auth)
-    run_budget.check_measurable(
-        loaded.config, plugin_name=manifest.plugin, model=manifest.model, mode=manifest.mode, auth=auth
-    )
+    run_budget.check_measurable(loaded.config, plugin=plugin, model=manifest.model, mode=manifest.mode, auth=auth)
     if manifest.status == run_budget.BUDGET_REACHED:
         from ..log.state import recover
 
@@ -158,10 +167,10 @@ async def resume(args) -> int:
         run_budget.check_resume(loaded.config, recorded.budget, manifest.run_id)
     default_sanitizer().add_secrets(auth.secret_values())
     await anyio.to_thread.run_sync(validate_repository, manifest.repo_path, manifest.base_branch)
-    await _check_engines(
-        loaded.config, manifest.docker_image, required_tools(manifest.plugin, dry_run=manifest.dry_run)
-    )
-    prep = Prepared(
+    await _check_engines(loaded.config, manifest.docker_image, required_tools(plugin, dry_run=manifest.dry_run))
+    # Earlier lines are not reprinted: they would look like finished work running again.
+    events = anyio.Path(dirs.events(manifest.run_id))
+    return Prepared(
         loaded_config=loaded,
         strategy=strategy,
         params=manifest.params,
@@ -169,7 +178,7 @@ async def resume(args) -> int:
         repo=manifest.repo_path,
         base_branch=manifest.base_branch,
         model=manifest.model,
-        plugin_name=manifest.plugin,
+        plugin=plugin,
         image=manifest.docker_image,
         # The hosts may have changed since the run started: their slots decide,
         # under the cap given now or at the start.
@@ -181,15 +190,8 @@ async def resume(args) -> int:
         dry_run=manifest.dry_run,
         mode=manifest.mode,
         output=output_mode(args),
+        console_from=(await events.stat()).st_size if await events.exists() else 0,
     )
-    await _report_resume_plan(dirs, manifest, plugin.capabilities.supports_resume, args.resume_fresh)
-    # Earlier lines are not reprinted: they would look like finished work running again.
-    events = dirs.events(manifest.run_id)
-    prep.console_from = (await anyio.Path(events).stat()).st_size if await anyio.Path(events).exists() else 0
-    manifest.status = "running"
-    manifest.finished_at = None
-    write_manifest(dirs, manifest)
-    return await execute(prep, dirs, manifest, resumed=True, resume_fresh=args.resume_fresh)
 
 
 async def _already_finished(dirs: RunDirs, manifest: RunManifest, output: str) -> int:
@@ -284,8 +286,10 @@ class _Interrupt:
         self.requested = False
 
 
-async def _watch_signals(scope: anyio.CancelScope, flag: _Interrupt, ui_stop: anyio.Event | None = None) -> None:
-    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+async def _watch_signals(
+    scope: anyio.CancelScope, flag: _Interrupt, watcher_scope: anyio.CancelScope, ui_stop: anyio.Event | None = None
+) -> None:
+    with watcher_scope, anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async for _ in signals:
             if flag.requested:
                 # Second Ctrl+C: leave at once. The log holds only whole lines or a torn
@@ -308,19 +312,53 @@ async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resum
     The caller says which it is: the manifest cannot tell, since a first start's
     manifest says ``running`` just as a resumed one's does.
     """
-    from .results import check_repository, export, render_summary
-
     run_id = manifest.run_id
+    olog = _open_run_log(prep, dirs, run_id, resumed=resumed)
+    _announce(prep, dirs, run_id, olog)
+    run_scope_box: list[anyio.CancelScope] = []
+
+    def stop_run() -> None:  # with several hosts, all of them down stops the run the way Ctrl+C does: resumably
+        for scope in run_scope_box:
+            scope.cancel()
+
+    runner = _make_runner(prep, dirs.logs / run_id, olog, stop_run=stop_run)
+    engine = Engine(
+        _engine_config(prep, dirs, run_id, resume_fresh=resume_fresh, structured_outputs=manifest.structured_outputs),
+        runner,
+        log=olog,
+    )
+    _wire_events(prep, engine, runner, resumed=resumed)
+    storage_error: OSError | None = None
+    locked: BaseException | None = None
+    try:
+        await _drive(prep, dirs, engine, olog, run_id, run_scope_box)
+    except* RunLockedError as group:
+        # Two --resume of one run at once both pass the is_live() pre-check; the
+        # event log lock decides. The loser reports it as one line (exit 2).
+        locked = _first_leaf(group)
+    except* OSError as group:
+        # The run's records cannot be written (disk full, I/O error). The event
+        # log ends on its last whole line, so the run is stopped, not corrupted.
+        storage_error = _first_leaf(group)
+    finally:
+        await runner.aclose()
+    if locked is not None:
+        raise locked
+    if storage_error is not None:
+        return await _storage_stop(storage_error, dirs, manifest, olog)
+    return await _finish(prep, dirs, manifest, engine.state, olog)
+
+
+def _open_run_log(prep: Prepared, dirs: RunDirs, run_id: str, *, resumed: bool) -> ComponentLog:
     log_dir = dirs.logs / run_id
     log_dir.mkdir(parents=True, exist_ok=True)
     config = prep.config
-    echo = (lambda line: print(line, file=sys.stderr)) if config.logging.debug else None
     # Every component log of this process (the runner's and the TUI's too) rotates
     # at the configured size and, with --debug, streams to stderr.
     configure_logs(
         max_bytes=int(config.logging.max_component_log_mb * 1024 * 1024),
         backups=config.logging.component_log_backups,
-        echo=echo,
+        echo=(lambda line: print(line, file=sys.stderr)) if config.logging.debug else None,
     )
     olog = ComponentLog(log_dir / "orchestration.jsonl", "orchestration", run_id)
     olog.info(
@@ -331,6 +369,12 @@ async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resum
         params=prep.params,
         resume=resumed,
     )
+    return olog
+
+
+def _announce(prep: Prepared, dirs: RunDirs, run_id: str, olog: ComponentLog) -> None:
+    """What the start says before the run: the dry run, the notes, the warnings; old logs go, the strategy is guarded."""
+    config = prep.config
     if prep.dry_run and prep.output != "json":
         print("DRY RUN: agent tasks are answered by a deterministic simulated agent; nothing is spent.", flush=True)
     for note in prep.notes:
@@ -349,19 +393,9 @@ async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resum
     if removed:
         olog.info("removed old logs", runs=removed)
     _guard(prep.strategy, config, olog)
-    run_scope_box: list[anyio.CancelScope] = []
-    # With several hosts, all of them down stops the run the way Ctrl+C does: resumably.
 
-    def stop_run() -> None:
-        for scope in run_scope_box:
-            scope.cancel()
 
-    runner = _make_runner(prep, log_dir, olog, stop_run=stop_run)
-    engine = Engine(
-        _engine_config(prep, dirs, run_id, resume_fresh=resume_fresh, structured_outputs=manifest.structured_outputs),
-        runner,
-        log=olog,
-    )
+def _wire_events(prep: Prepared, engine: Engine, runner: Any, *, resumed: bool) -> None:
     # The dashboard reads only events and state: what this start printed before it
     # took the screen (a dry run, the start-up warnings) stays visible there.
     engine.note_run_event(
@@ -369,8 +403,7 @@ async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resum
         E.RunStarted(dry_run=prep.dry_run, resumed=resumed, warnings=list(prep.warnings)),
     )
     if hasattr(runner, "status_table"):
-        # The dashboard reads only events and state: the hosts, their slots and
-        # which are down reach it as hosts.status events.
+        # The hosts, their slots and which are down reach the dashboard as hosts.status events.
         def hosts_status(table: list[dict[str, Any]]) -> E.HostsStatus:
             return E.HostsStatus(hosts=[E.HostStatus(**row) for row in table])
 
@@ -381,55 +414,52 @@ async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resum
         + (" ..." if len(keys) > 5 else ""),
         file=sys.stderr,
     )
+
+
+async def _drive(
+    prep: Prepared,
+    dirs: RunDirs,
+    engine: Engine,
+    olog: ComponentLog,
+    run_id: str,
+    run_scope_box: list[anyio.CancelScope],
+) -> None:
+    """The strategy under the live view and the signal watcher; containers stop on Ctrl+C or a stopping cap."""
+    config = prep.config
     flag = _Interrupt()
     ui_stop = anyio.Event()
     watcher_scope = anyio.CancelScope()
-    storage_error: OSError | None = None
-    locked: BaseException | None = None
-    try:
-        async with anyio.create_task_group() as outer:
-            outer.start_soon(_output, prep, dirs, run_id, ui_stop)
-            if config.orchestration.clean_orphans_on_start:
-                # Alongside the run, not before it: listing every orchestrator container
-                # on a host that keeps many (retention) takes the daemon a few tenths of
-                # a second. Only other, dead runs' containers are touched.
-                outer.start_soon(_clean_orphans, dirs, config, olog, run_id)
-            with anyio.CancelScope() as run_scope:
-                run_scope_box.append(run_scope)
-                outer.start_soon(
-                    _watch_signals_until,
-                    run_scope,
-                    flag,
-                    watcher_scope,
-                    ui_stop if prep.output == "dashboard" else None,
-                )
-                await engine.run(
-                    prep.strategy.fn, prompt=prep.prompt, params=prep.params, runs=prep.runs, name=prep.strategy.name
-                )
-            if flag.requested or (engine.budget_stopped and config.budget.on_reached == "stop"):
-                with anyio.CancelScope(shield=True):
-                    await _stop_containers(run_id, olog)
-            watcher_scope.cancel()
-            ui_stop.set()
-    except* RunLockedError as group:
-        # Two --resume of one run at once both pass the is_live() pre-check; the
-        # event log lock decides. The loser reports it as one line (exit 2).
-        locked = _first_leaf(group)
-    except* OSError as group:
-        # The run's records cannot be written (disk full, I/O error). The event
-        # log ends on its last whole line, so the run is stopped, not corrupted.
-        storage_error = _first_leaf(group)
-    finally:
-        await runner.aclose()
-    if locked is not None:
-        raise locked
-    if storage_error is not None:
-        return await _storage_stop(storage_error, dirs, manifest, olog)
-    state = engine.state
+    async with anyio.create_task_group() as outer:
+        outer.start_soon(_output, prep, dirs, run_id, ui_stop)
+        if config.orchestration.clean_orphans_on_start:
+            # Alongside the run, not before it: listing every orchestrator container
+            # on a host that keeps many (retention) takes the daemon a few tenths of
+            # a second. Only other, dead runs' containers are touched.
+            outer.start_soon(_clean_orphans, dirs, config, olog, run_id)
+        with anyio.CancelScope() as run_scope:
+            run_scope_box.append(run_scope)
+            outer.start_soon(
+                _watch_signals, run_scope, flag, watcher_scope, ui_stop if prep.output == "dashboard" else None
+            )
+            await engine.run(
+                prep.strategy.fn, prompt=prep.prompt, params=prep.params, runs=prep.runs, name=prep.strategy.name
+            )
+        if flag.requested or (engine.budget_stopped and config.budget.on_reached == "stop"):
+            with anyio.CancelScope(shield=True):
+                await _stop_containers(run_id, olog)
+        watcher_scope.cancel()
+        ui_stop.set()
+
+
+async def _finish(prep: Prepared, dirs: RunDirs, manifest: RunManifest, state: RunState, olog: ComponentLog) -> int:
+    """Record how the run ended, clean what it no longer needs, write its summary and report."""
+    from .results import check_repository, export, render_summary
+
+    run_id = manifest.run_id
     # The status is the fold's, as every reader of the run decides it (--list-runs, --show-run, the report).
     outcome = run_outcome(state)
     if outcome == OUTCOME_INTERRUPTED:
-        return await _interrupted(prep, dirs, manifest, state, config, olog)
+        return await _interrupted(prep, dirs, manifest, state, prep.config, olog)
     manifest.status = outcome
     if outcome == OUTCOME_BUDGET_REACHED:
         # Resumable with a higher cap: it is not finished, and says so in its own exit code.
@@ -446,7 +476,7 @@ async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resum
     # Merge advice only for a selected branch that still holds what the run recorded.
     checked = await anyio.to_thread.run_sync(check_repository, manifest, state)
     # Counted last: the strategy's branch clean-up and the folder's are done, the containers stopped.
-    summary = export(dirs, manifest, state, checked, await count_leftovers(run_id, config))
+    summary = export(dirs, manifest, state, checked, await count_leftovers(run_id, prep.config))
     await _write_report(dirs, manifest, prep.strategy.hooks, olog, state=state)
     olog.info("run finished", exit_code=manifest.exit_code, totals=summary["totals"])
     if prep.output == "json":
@@ -507,13 +537,6 @@ async def _storage_stop(err: OSError, dirs: RunDirs, manifest: RunManifest, olog
         flush=True,
     )
     return 1
-
-
-async def _watch_signals_until(
-    run_scope: anyio.CancelScope, flag: _Interrupt, watcher_scope: anyio.CancelScope, ui_stop: anyio.Event | None = None
-) -> None:
-    with watcher_scope:
-        await _watch_signals(run_scope, flag, ui_stop)
 
 
 async def _stop_containers(run_id: str, olog: ComponentLog) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from ..log.runs import (
 )
 from ..runner import (
     AuthConfig,
+    RunnerPlugin,
     docker_available,
     get_plugin,
     image_exists,
@@ -43,8 +44,10 @@ from .auth import resolve_auth
 MAX_PROMPT_BYTES = 10 * 1024 * 1024
 
 
-@dataclass
+@dataclass(frozen=True)
 class Prepared:
+    """The run's plan: what pre-flight made of the arguments and configuration; everything after reads it."""
+
     loaded_config: LoadedConfig
     strategy: LoadedStrategy
     params: dict[str, Any]
@@ -52,22 +55,26 @@ class Prepared:
     repo: str
     base_branch: str
     model: str
-    plugin_name: str
-    image: str
+    plugin: RunnerPlugin  # resolved once, by pre-flight
+    image: str  # the project's environment image, or the agent image
     max_parallel: int
     runs: int
     auth: AuthConfig
     dry_run: bool
     mode: str | None
     output: str
-    warnings: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)  # one line each, shown as the run starts
+    warnings: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()  # one line each, shown as the run starts
     # On --resume, the event log's size before it: the console shows only what is new.
     console_from: int = 0
 
     @property
     def config(self) -> Config:
         return self.loaded_config.config
+
+    @property
+    def plugin_name(self) -> str:
+        return self.plugin.name
 
 
 def _cli_overrides(args) -> dict[str, Any]:
@@ -265,8 +272,8 @@ async def _check_docker(image: str, tools: tuple[str, ...] = ()) -> None:
         await anyio.to_thread.run_sync(check_tools, image, tools)
 
 
-def _check_plugin(plugin_name: str, model: str, strategy: LoadedStrategy):
-    plugin = get_plugin(plugin_name)
+def _check_plugin(plugin: RunnerPlugin, model: str, strategy: LoadedStrategy) -> None:
+    plugin_name = plugin.name
     models = plugin.known_models()
     if models is not None and model not in models:
         from ..parsing import did_you_mean
@@ -279,7 +286,6 @@ def _check_plugin(plugin_name: str, model: str, strategy: LoadedStrategy):
             f"strategy {strategy.name} resumes agent sessions, which plugin {plugin_name} cannot do; "
             "choose another --plugin"
         )
-    return plugin
 
 
 def _warm_imports(cluster: bool) -> None:
@@ -329,7 +335,8 @@ async def prepare(args) -> Prepared:
     _warming = threading.Thread(target=_warm_imports, args=(loaded.config.runner.kubernetes is not None,), daemon=True)
     _warming.start()
     register_plugins(loaded.config.runner.plugin_modules)
-    tools = required_tools(loaded.config.runner.plugin, dry_run=args.dry_run)
+    plugin = get_plugin(loaded.config.runner.plugin)  # the run's one lookup: the plan carries it
+    tools = required_tools(plugin, dry_run=args.dry_run)
     # The Docker check (a few daemon round trips) runs while git validates the
     # repository; a failure of an earlier check is still the one reported.
     docker = _EarlyCheck()
@@ -337,7 +344,7 @@ async def prepare(args) -> Prepared:
     async with anyio.create_task_group() as tg:
         tg.start_soon(docker.run, _check_engines, loaded.config, loaded.config.runner.docker_image, tools)
         try:
-            outcome["prep"] = await _prepare(args, loaded, docker)
+            outcome["prep"] = await _prepare(args, loaded, plugin, docker)
         except Exception as exc:  # raised below, outside the task group, unwrapped
             outcome["error"] = exc
             tg.cancel_scope.cancel()
@@ -346,7 +353,7 @@ async def prepare(args) -> Prepared:
     return outcome["prep"]
 
 
-async def _prepare(args, loaded: LoadedConfig, docker: _EarlyCheck) -> Prepared:
+async def _prepare(args, loaded: LoadedConfig, plugin: RunnerPlugin, docker: _EarlyCheck) -> Prepared:
     config = loaded.config
     for line in loaded.warnings:
         print(line, file=sys.stderr)
@@ -380,18 +387,17 @@ async def _prepare(args, loaded: LoadedConfig, docker: _EarlyCheck) -> Prepared:
     if strategy.options.prepare is not None:
         with prepare_runtime(run_branches):  # what it may ask of other runs
             params = strategy.options.prepare(params, repo)
-    plugin_name = config.runner.plugin
     model = config.orchestration.default_model
-    plugin = _check_plugin(plugin_name, model, strategy)
-    auth = resolve_auth(loaded.environ, plugin=plugin_name, mode=args.mode, dry_run=args.dry_run)
+    _check_plugin(plugin, model, strategy)
+    auth = resolve_auth(loaded.environ, plugin=plugin, mode=args.mode, dry_run=args.dry_run)
     if not args.dry_run:
         plugin.validate_environment(auth)
-    run_budget.check_measurable(config, plugin_name=plugin_name, model=model, mode=args.mode, auth=auth)
+    run_budget.check_measurable(config, plugin=plugin, model=model, mode=args.mode, auth=auth)
     default_sanitizer().add_secrets(auth.secret_values())
     _check_disk(dirs.logs, config, warnings)
     _check_disk(workspace_root(), config, warnings)
     await docker.result()
-    image = await _environment_image(config, repo, info.base_commit, dry_run=args.dry_run)
+    image = await _environment_image(config, repo, info.base_commit, required_tools(plugin, dry_run=args.dry_run))
     return Prepared(
         loaded_config=loaded,
         strategy=strategy,
@@ -400,7 +406,7 @@ async def _prepare(args, loaded: LoadedConfig, docker: _EarlyCheck) -> Prepared:
         repo=repo,
         base_branch=base_branch,
         model=model,
-        plugin_name=plugin_name,
+        plugin=plugin,
         image=image,
         max_parallel=max_parallel,
         runs=config.orchestration.runs,
@@ -408,12 +414,12 @@ async def _prepare(args, loaded: LoadedConfig, docker: _EarlyCheck) -> Prepared:
         dry_run=args.dry_run,
         mode=args.mode,
         output=output_mode(args),
-        warnings=warnings,
-        notes=notes,
+        warnings=tuple(warnings),
+        notes=tuple(notes),
     )
 
 
-async def _environment_image(config: Config, repo: str, base_commit: str, *, dry_run: bool) -> str:
+async def _environment_image(config: Config, repo: str, base_commit: str, tools: tuple[str, ...]) -> str:
     """The image every container of the run uses: the project's environment when it has one."""
     from ..agent_image import environment
     from ..agent_image.paths import cache_dir
@@ -454,9 +460,7 @@ async def _environment_image(config: Config, repo: str, base_commit: str, *, dry
             log_dir=cache_dir() / "logs",
         )
     )
-    await anyio.to_thread.run_sync(
-        functools.partial(check_tools, image, required_tools(config.runner.plugin, dry_run=dry_run), source=spec.source)
-    )
+    await anyio.to_thread.run_sync(functools.partial(check_tools, image, tools, source=spec.source))
     if config.runner.kubernetes is not None:
         await _check_cluster(config, image)
     elif config.runner.hosts:

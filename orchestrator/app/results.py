@@ -104,71 +104,15 @@ def build_summary(
     gone = repo.gone if repo else frozenset()
     strategies = []
     all_branches: list[str] = []
-    unusable_count = 0
     for sid, strat in sorted(state.strategies.items(), key=lambda kv: int(kv[0][1:]) if kv[0][1:].isdigit() else 0):
         tasks = [t for t in state.tasks.values() if t.strategy_execution_id == sid]
         tasks.sort(key=lambda t: (t.scheduled_at or "", t.key))
-        rows = []
+        rows = [_task_row(t, task_outcome(state, t) == UNUSABLE, gone) for t in tasks]
         for t in tasks:
-            unusable = task_outcome(state, t) == UNUSABLE
-            unusable_count += unusable
-            rows.append(
-                {
-                    "key": t.key,
-                    "instance_id": t.instance_id,
-                    "state": t.state,
-                    # completed, but the strategy could not use its result (why it failed)
-                    "unusable": unusable,
-                    "branch": t.branch_final,
-                    "branch_planned": t.branch_name,
-                    "duration_s": round(t.duration_s, 3),
-                    "cost_usd": t.cost_usd,
-                    "tokens_in": t.tokens_in,
-                    "tokens_out": t.tokens_out,
-                    "error_type": t.error_type,
-                    "error": t.message,
-                    "attempts": t.attempts,
-                    "uncommitted_files": t.uncommitted_files,
-                    "auto_committed": t.auto_committed,
-                    "branch_deleted": bool(t.branch_final and t.branch_final in gone),
-                }
-            )
             if t.branch_final and t.branch_final not in all_branches and t.branch_final not in gone:
                 all_branches.append(t.branch_final)
-        chosen = selection(
-            run_status=status,
-            status=strat.status,
-            error=strat.error,
-            result=strat.result,
-            base_branch=manifest.base_branch,
-            unheld=unheld,
-        )
-        strategies.append(
-            {
-                "strategy_execution_id": sid,
-                "name": strat.name,
-                "params": strat.params,
-                "status": strat.status,
-                "error": strat.error,
-                "verdict": verdict(
-                    run_status=status,
-                    status=strat.status,
-                    error=strat.error,
-                    result=strat.result,
-                    base_branch=manifest.base_branch,
-                ),
-                "selected_branch": chosen["branch"],
-                "selection_reviewed": chosen["reviewed"],
-                "selection_note": chosen["note"],
-                "result": strat.result,
-                "tasks": rows,
-            }
-        )
-    c = state.counters
-    finished = c.completed + c.failed
-    succeeded = c.completed - unusable_count
-    total_cost = sum((t.cost_usd or 0.0) for t in state.tasks.values())
-    cost_known = any(t.cost_usd is not None for t in state.tasks.values())
+        strategies.append(_strategy_entry(sid, strat, rows, status, manifest.base_branch, unheld))
+    unusable_count = sum(row["unusable"] for s in strategies for row in s["tasks"])
     summary = {
         "run_id": manifest.run_id,
         "dry_run": manifest.dry_run,
@@ -184,18 +128,7 @@ def build_summary(
         "finished_at": manifest.finished_at,
         "status": status,
         "duration_s": state.duration_s(),
-        "totals": {
-            "tasks": len(state.tasks),
-            "completed": c.completed,
-            "failed": c.failed,
-            "unusable": unusable_count,
-            "interrupted": sum(1 for t in state.tasks.values() if t.state == INTERRUPTED),
-            "cost_usd": round(total_cost, 6) if cost_known else None,
-            "tokens_in": c.tokens_in,
-            "tokens_out": c.tokens_out,
-            # A run that failed has no success to rate, however many of its tasks completed.
-            "success_rate": round(succeeded / finished, 4) if finished and status != OUTCOME_FAILED else None,
-        },
+        "totals": _totals(state, status, unusable_count),
         "budget": summary_of(state.budget),
         "strategies": strategies,
         "branches": all_branches,
@@ -205,6 +138,68 @@ def build_summary(
     if leftovers is not None:
         summary["leftovers"] = {"branches": len(all_branches), **leftovers}
     return summary
+
+
+def _task_row(t: Any, unusable: bool, gone: frozenset[str]) -> dict[str, Any]:
+    return {
+        "key": t.key,
+        "instance_id": t.instance_id,
+        "state": t.state,
+        # completed, but the strategy could not use its result (why it failed)
+        "unusable": unusable,
+        "branch": t.branch_final,
+        "branch_planned": t.branch_name,
+        "duration_s": round(t.duration_s, 3),
+        "cost_usd": t.cost_usd,
+        "tokens_in": t.tokens_in,
+        "tokens_out": t.tokens_out,
+        "error_type": t.error_type,
+        "error": t.message,
+        "attempts": t.attempts,
+        "uncommitted_files": t.uncommitted_files,
+        "auto_committed": t.auto_committed,
+        "branch_deleted": bool(t.branch_final and t.branch_final in gone),
+    }
+
+
+def _strategy_entry(
+    sid: str, strat: Any, rows: list[dict[str, Any]], status: str, base_branch: str, unheld: Any
+) -> dict[str, Any]:
+    decided = {"run_status": status, "status": strat.status, "error": strat.error, "result": strat.result}
+    chosen = selection(**decided, base_branch=base_branch, unheld=unheld)
+    return {
+        "strategy_execution_id": sid,
+        "name": strat.name,
+        "params": strat.params,
+        "status": strat.status,
+        "error": strat.error,
+        "verdict": verdict(**decided, base_branch=base_branch),
+        "selected_branch": chosen["branch"],
+        "selection_reviewed": chosen["reviewed"],
+        "selection_note": chosen["note"],
+        "result": strat.result,
+        "tasks": rows,
+    }
+
+
+def _totals(state: RunState, status: str, unusable_count: int) -> dict[str, Any]:
+    c = state.counters
+    finished = c.completed + c.failed
+    succeeded = c.completed - unusable_count
+    total_cost = sum((t.cost_usd or 0.0) for t in state.tasks.values())
+    cost_known = any(t.cost_usd is not None for t in state.tasks.values())
+    return {
+        "tasks": len(state.tasks),
+        "completed": c.completed,
+        "failed": c.failed,
+        "unusable": unusable_count,
+        "interrupted": sum(1 for t in state.tasks.values() if t.state == INTERRUPTED),
+        "cost_usd": round(total_cost, 6) if cost_known else None,
+        "tokens_in": c.tokens_in,
+        "tokens_out": c.tokens_out,
+        # A run that failed has no success to rate, however many of its tasks completed.
+        "success_rate": round(succeeded / finished, 4) if finished and status != OUTCOME_FAILED else None,
+    }
 
 
 def export(
@@ -311,58 +306,67 @@ def render_summary(summary: dict[str, Any], *, results_path: Path) -> str:
         lines.append(f"  {k}: {text if len(str(text)) <= 120 else str(text)[:119] + '…'}")
     lines += ["", f"Runs: {summary['runs']}", "", "Results by strategy:", ""]
     for s in summary["strategies"]:
-        idx = s["strategy_execution_id"].lstrip("s")
-        lines.append(f"Strategy #{idx} ({s['name']}):")
-        for t in s["tasks"]:
-            # tasks without a branch (reviews, scorings, checks) are named by their key
-            label = t["branch"] or _short_key(t["key"])
-            if t["state"] == "COMPLETED" and t.get("unusable"):
-                # it ran, but what it measured is why the strategy failed: not a success
-                lines.append(f"  ✗ {label}  {fmt_duration(t['duration_s'])}: {UNUSABLE_WORDS}")
-            elif t["state"] == "COMPLETED":
-                tokens = fmt_tokens((t["tokens_in"] or 0) + (t["tokens_out"] or 0))
-                extra = (
-                    " (deleted by the strategy's clean-up)"
-                    if t.get("branch_deleted")
-                    else ""
-                    if t["branch"]
-                    else " (no branch)"
-                )
-                lines.append(
-                    f"  ✓ {label}  {fmt_duration(t['duration_s'])} • {fmt_cost(t['cost_usd'])} • {tokens} tokens{extra}"
-                )
-                left = t.get("uncommitted_files") or 0
-                if left and t.get("auto_committed"):
-                    lines.append(f"      {left} file(s) the agent left uncommitted were committed for it")
-                elif left:
-                    lines.append(
-                        f"      ⚠ {left} file(s) the agent left uncommitted were discarded (uncommitted: discard)"
-                    )
-            elif t["state"] == "FAILED":
-                first_line = (t["error"] or "").splitlines()[0][:120] if t["error"] else ""
-                lines.append(f"  ✗ {label}  Failed ({t['error_type']}): {first_line}")
-            else:
-                lines.append(f"  … {label}  {t['state'].lower()}")
-        if s["status"] == "failed":
-            # a multi-line reason (a base evaluation's output) stays indented under its strategy
-            first, *rest = (s["error"] or "").splitlines() or [""]
-            lines.append(f"  ✗ strategy failed: {first}")
-            lines += [f"    {ln}" for ln in rest]
-        elif s.get("verdict") and summary["status"] not in UNFINISHED:
-            lines.append(f"  Verdict: {s['verdict']}")
-        if s["selected_branch"] == summary["base_branch"]:
-            lines.append(f"  → Kept {s['selected_branch']}: nothing to merge")
-        elif s["selected_branch"] and not s.get("selection_reviewed", True):
-            lines.append(f"  → Picked without review: {s['selected_branch']}")
-        elif s["selected_branch"]:
-            lines.append(f"  → Selected: {s['selected_branch']}")
-        elif summary["status"] not in UNFINISHED and s.get("selection_note"):
-            lines.append(f"  → Nothing selected: {s['selection_note']}")
-        lines.append("")
+        lines += _strategy_lines(s, summary)
+    lines += _totals_lines(summary)
+    where = ["", f"Full results: {results_path}/", f"Report: {results_path}/report.html", *leftover_lines(summary)]
+    return "\n".join(lines + _advice_lines(summary, results_path) + where)
+
+
+def _task_lines(t: dict[str, Any]) -> list[str]:
+    # tasks without a branch (reviews, scorings, checks) are named by their key
+    label = t["branch"] or _short_key(t["key"])
+    if t["state"] == "COMPLETED" and t.get("unusable"):
+        # it ran, but what it measured is why the strategy failed: not a success
+        return [f"  ✗ {label}  {fmt_duration(t['duration_s'])}: {UNUSABLE_WORDS}"]
+    if t["state"] == "COMPLETED":
+        tokens = fmt_tokens((t["tokens_in"] or 0) + (t["tokens_out"] or 0))
+        extra = (
+            " (deleted by the strategy's clean-up)"
+            if t.get("branch_deleted")
+            else ""
+            if t["branch"]
+            else " (no branch)"
+        )
+        lines = [f"  ✓ {label}  {fmt_duration(t['duration_s'])} • {fmt_cost(t['cost_usd'])} • {tokens} tokens{extra}"]
+        left = t.get("uncommitted_files") or 0
+        if left and t.get("auto_committed"):
+            lines.append(f"      {left} file(s) the agent left uncommitted were committed for it")
+        elif left:
+            lines.append(f"      ⚠ {left} file(s) the agent left uncommitted were discarded (uncommitted: discard)")
+        return lines
+    if t["state"] == "FAILED":
+        first_line = (t["error"] or "").splitlines()[0][:120] if t["error"] else ""
+        return [f"  ✗ {label}  Failed ({t['error_type']}): {first_line}"]
+    return [f"  … {label}  {t['state'].lower()}"]
+
+
+def _strategy_lines(s: dict[str, Any], summary: dict[str, Any]) -> list[str]:
+    lines = [f"Strategy #{s['strategy_execution_id'].lstrip('s')} ({s['name']}):"]
+    for t in s["tasks"]:
+        lines += _task_lines(t)
+    if s["status"] == "failed":
+        # a multi-line reason (a base evaluation's output) stays indented under its strategy
+        first, *rest = (s["error"] or "").splitlines() or [""]
+        lines.append(f"  ✗ strategy failed: {first}")
+        lines += [f"    {ln}" for ln in rest]
+    elif s.get("verdict") and summary["status"] not in UNFINISHED:
+        lines.append(f"  Verdict: {s['verdict']}")
+    if s["selected_branch"] == summary["base_branch"]:
+        lines.append(f"  → Kept {s['selected_branch']}: nothing to merge")
+    elif s["selected_branch"] and not s.get("selection_reviewed", True):
+        lines.append(f"  → Picked without review: {s['selected_branch']}")
+    elif s["selected_branch"]:
+        lines.append(f"  → Selected: {s['selected_branch']}")
+    elif summary["status"] not in UNFINISHED and s.get("selection_note"):
+        lines.append(f"  → Nothing selected: {s['selection_note']}")
+    return [*lines, ""]
+
+
+def _totals_lines(summary: dict[str, Any]) -> list[str]:
     t = summary["totals"]
     succeeded = t["completed"] - (t.get("unusable") or 0)
     finished = t["completed"] + t["failed"]
-    lines += ["Summary:"]
+    lines = ["Summary:"]
     if summary.get("duration_s") is not None:
         lines.append(f"  Total Duration: {fmt_duration(summary['duration_s'])}")
     if summary["status"] == OUTCOME_FAILED:
@@ -387,17 +391,20 @@ def render_summary(summary: dict[str, Any], *, results_path: Path) -> str:
             f"orchestrator --resume {summary['run_id']} {_raised(summary['budget'])}"
         )
         lines.append("")
-    where = ["", f"Full results: {results_path}/", f"Report: {results_path}/report.html", *leftover_lines(summary)]
+    return lines
+
+
+def _advice_lines(summary: dict[str, Any], results_path: Path) -> list[str]:
+    """What to do with the run's branches: nothing yet, nothing at all, or which to compare and merge."""
     if summary["status"] in UNFINISHED:
         # Nothing is decided until the strategy finishes: no branch of an unfinished run is advice.
         if summary["status"] == "live":
-            lines.append("Still running: nothing is selected yet.")
-        else:
-            lines += [
-                "Not finished: nothing was selected, so there is no branch to merge yet.",
-                f"Resume with: orchestrator --resume {summary['run_id']}",
-            ]
-        return "\n".join(lines + where)
+            return ["Still running: nothing is selected yet."]
+        return [
+            "Not finished: nothing was selected, so there is no branch to merge yet.",
+            f"Resume with: orchestrator --resume {summary['run_id']}",
+        ]
+    lines: list[str] = []
     finals = summary["final_branches"]
     base = summary["base_branch"]
     unreviewed = summary.get("unreviewed_branches") or []
@@ -421,14 +428,14 @@ def render_summary(summary: dict[str, Any], *, results_path: Path) -> str:
         created = summary.get("branches") or []
         if created:
             lines.append(f"The run created {len(created)} branch(es), listed in {results_path}/branches.txt.")
-        return "\n".join(lines + where)
+        return lines
     lines.append(f"Final branches ({len(finals)}):")
     lines += [f"  {b}" for b in finals]
     lines += ["", "To compare implementations:", f"  git diff {base}..{finals[0]}"]
     if len(finals) > 1:
         lines.append(f"  git diff {finals[0]}..{finals[1]}")
     lines += ["", "To merge selected solution:", f"  git merge {finals[0]}"]
-    return "\n".join(lines + where)
+    return lines
 
 
 def run_view(dirs: RunDirs, manifest: RunManifest, state: RunState) -> RunView:

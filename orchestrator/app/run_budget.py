@@ -15,7 +15,7 @@ from ..errors import ConfigError, UsageError
 
 if TYPE_CHECKING:  # the summary's readers import this module: it stays light
     from ..config import Config
-    from ..runner import AuthConfig
+    from ..runner import AuthConfig, RunnerPlugin
 
 # The exit code of a run that ended at its spending cap (docs/cli.md).
 EXIT_BUDGET_REACHED = 3
@@ -28,16 +28,14 @@ def cap_of(config: Config) -> BudgetCap | None:
     return cap if cap.active else None
 
 
-def rates_of(config: Config, plugin_name: str) -> dict[str, tuple[float, float]]:
+def rates_of(config: Config, plugin: RunnerPlugin) -> dict[str, tuple[float, float]]:
     """Per-token prices for the live count: the configured ``pricing`` (per 1k), else Sonnet's list price.
 
     The default applies only to a tool that reports its cost (Claude Code): its
     reported cost replaces the estimate when each execution ends.
     """
-    from ..runner import get_plugin
-
     rates = {model: (i / 1000.0, o / 1000.0) for model, (i, o) in config.model_pricing().items()}
-    if get_plugin(plugin_name).capabilities.supports_cost:
+    if plugin.capabilities.supports_cost:
         rates.setdefault("*", DEFAULT_RATE)
     return rates
 
@@ -49,14 +47,12 @@ def subscription(mode: str | None, auth: AuthConfig) -> bool:
     return bool(getattr(auth, "oauth_token", None)) and not getattr(auth, "api_key", None)
 
 
-def check_measurable(config: Config, *, plugin_name: str, model: str, mode: str | None, auth: AuthConfig) -> None:
+def check_measurable(config: Config, *, plugin: RunnerPlugin, model: str, mode: str | None, auth: AuthConfig) -> None:
     """Refuse, in one line, a ``--max-cost`` that no figure of this run could ever reach."""
-    from ..runner import get_plugin
-
     cap = cap_of(config)
     if cap is None or cap.max_cost_usd is None:
         return
-    caps = get_plugin(plugin_name).capabilities
+    caps, plugin_name = plugin.capabilities, plugin.name
     if caps.runs_command:
         raise ConfigError(f"--max-cost: plugin {plugin_name} runs no agent and spends nothing; drop --max-cost")
     # A tool that reports its cost reports, on a subscription, a figure that is not what is paid.
@@ -65,7 +61,7 @@ def check_measurable(config: Config, *, plugin_name: str, model: str, mode: str 
             "--max-cost cannot be measured in subscription mode (the cost is not known): cap the run with "
             "--max-tokens N instead, or use --mode api"
         )
-    if not caps.supports_cost and rate_for(model, rates_of(config, plugin_name)) is None:
+    if not caps.supports_cost and rate_for(model, rates_of(config, plugin)) is None:
         raise ConfigError(
             f"--max-cost cannot be measured: plugin {plugin_name} reports no cost and pricing has no entry for "
             f"model {model!r}; add pricing.<provider>.{model}.{{input_per_1k_usd, output_per_1k_usd}} "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 from ..config import Config
 from ..engine.determinism import Reporter, guard_module
@@ -15,7 +16,7 @@ from ..log.runs import (
     RUN_MANIFEST_LABEL,
     RunDirs,
 )
-from ..runner import DockerRunner, Hardening, ObjectCacheSettings, RetryConfig, get_plugin
+from ..runner import DockerRunner, Hardening, ObjectCacheSettings, RetryConfig
 from ..sanitize import default_sanitizer
 from ..strategy_loader import LoadedStrategy
 from . import run_budget
@@ -39,7 +40,6 @@ def _engine_config(
     c = prep.config
     r = c.runner
     o = c.orchestration
-    plugin = get_plugin(prep.plugin_name)
     return EngineConfig(
         run_id=run_id,
         repo_path=prep.repo,
@@ -67,10 +67,10 @@ def _engine_config(
         max_final_message_bytes=c.events.max_final_message_bytes,
         snapshot_interval_s=c.events.snapshot_interval_s,
         resume_fresh=resume_fresh,
-        supports_resume=plugin.capabilities.supports_resume,
+        supports_resume=prep.plugin.capabilities.supports_resume,
         structured_outputs=structured_outputs,
         budget=run_budget.cap_of(c),
-        budget_rates=run_budget.rates_of(c, prep.plugin_name),
+        budget_rates=run_budget.rates_of(c, prep.plugin),
         runner_options={
             "docker_image": prep.image,
             "reuse_container": r.reuse_container,
@@ -101,16 +101,21 @@ def _make_runner(prep: Prepared, log_dir: Path, olog: ComponentLog, stop_run=Non
         max_workspace_mb=config.runner.max_workspace_mb,
     )
 
+    # What every runner of the run is given, whichever engine it drives.
+    common: dict[str, Any] = {
+        "auth": prep.auth,
+        "logs_dir": log_dir,
+        "sanitizer": default_sanitizer(),
+        "pricing": config.model_pricing(),
+        "dry_run": prep.dry_run,
+        "known_images": (prep.image,),
+        "hardening": hardening,
+    }
+
     def make(host=None) -> DockerRunner:
         return DockerRunner(
-            auth=prep.auth,
-            logs_dir=log_dir,
-            sanitizer=default_sanitizer(),
-            pricing=config.model_pricing(),
-            dry_run=prep.dry_run,
-            known_images=(prep.image,),
+            **common,
             host=host,
-            hardening=hardening,
             object_cache=ObjectCacheSettings(
                 max_mb=config.runner.object_cache_max_mb, expiry_days=config.runner.object_cache_expiry_days
             ),
@@ -130,13 +135,7 @@ def _make_runner(prep: Prepared, log_dir: Path, olog: ComponentLog, stop_run=Non
                 session_size=kube.session_size,
                 session_bind_timeout_s=kube.session_bind_timeout_s,
             ),
-            auth=prep.auth,
-            logs_dir=log_dir,
-            sanitizer=default_sanitizer(),
-            pricing=config.model_pricing(),
-            dry_run=prep.dry_run,
-            known_images=(prep.image,),
-            hardening=hardening,
+            **common,
         )
     if not config.runner.hosts:
         return make()

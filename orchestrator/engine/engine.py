@@ -38,7 +38,7 @@ from ..errors import (
 )
 from ..jsonlog import ComponentLog
 from ..log import events as E
-from ..log.eventlog import EventLog, LogReader
+from ..log.eventlog import EventLog
 from ..log.events import decode_line
 from ..log.state import COMPLETED, FAILED, RunState, apply, encode_snapshot, recover, write_snapshot_bytes
 from ..naming import branch_name, container_name, instance_id, short8
@@ -770,7 +770,3 @@ def to_jsonable(value: Any) -> Any:
         return orjson.loads(orjson.dumps(value, default=lambda o: msgspec.to_builtins(o)))
     except (TypeError, orjson.JSONEncodeError):
         return repr(value)
-
-
-def load_recorded_events(path: Path) -> list[E.Event]:
-    return [ev for _, ev in LogReader(path).events()]

@@ -78,24 +78,8 @@ def normalize_task(task: Mapping[str, Any], defaults: TaskDefaults, *, default_b
         raise ConfigError(
             f"unknown task field(s) {', '.join(sorted(unknown))}; accepted: {', '.join(sorted(TASK_FIELDS))}"
         )
-    plugin = task.get("plugin_name") or task.get("plugin") or defaults.plugin_name
-    command = task.get("command")
-    prompt = task.get("prompt")
+    plugin, command, prompt = _what_runs(task, defaults.plugin_name)
     delete = task.get("delete_branches")
-    if delete is not None:
-        # A housekeeping task: the runner deletes this run's own branches and runs nothing.
-        if not isinstance(delete, (list, tuple)) or not delete or not all(isinstance(b, str) and b for b in delete):
-            raise ConfigError("task field delete_branches must be a non-empty list of branch names")
-        if command is not None or task.get("plugin") or task.get("plugin_name") or task.get("include_branches"):
-            raise ConfigError("a delete_branches task runs nothing else: drop command, plugin and include_branches")
-        plugin, command = "command", None
-        prompt = prompt or f"delete {len(delete)} working branch(es)"
-    elif get_plugin(plugin).capabilities.runs_command:
-        if not isinstance(command, str) or not command.strip():
-            raise ConfigError(f"a task with plugin {plugin!r} needs a non-empty 'command' string")
-        prompt = prompt if prompt is not None else command
-    elif not isinstance(prompt, str) or not prompt:
-        raise ConfigError("every agent task needs a non-empty 'prompt' string")
 
     def pick(name: str, allowed: tuple[str, ...]) -> str:
         value = task.get(name)
@@ -160,6 +144,28 @@ def normalize_task(task: Mapping[str, Any], defaults: TaskDefaults, *, default_b
         # kept whole with one, since null is meaningful inside a schema ({"const": null}).
         normalized["output_schema"] = output_schema
     return normalized
+
+
+def _what_runs(task: Mapping[str, Any], default_plugin: str) -> tuple[str, str | None, str]:
+    """The task's plugin, command and prompt, each checked against what the plugin runs."""
+    plugin = task.get("plugin_name") or task.get("plugin") or default_plugin
+    command = task.get("command")
+    prompt = task.get("prompt")
+    delete = task.get("delete_branches")
+    if delete is not None:
+        # A housekeeping task: the runner deletes this run's own branches and runs nothing.
+        if not isinstance(delete, (list, tuple)) or not delete or not all(isinstance(b, str) and b for b in delete):
+            raise ConfigError("task field delete_branches must be a non-empty list of branch names")
+        if command is not None or task.get("plugin") or task.get("plugin_name") or task.get("include_branches"):
+            raise ConfigError("a delete_branches task runs nothing else: drop command, plugin and include_branches")
+        return "command", None, prompt or f"delete {len(delete)} working branch(es)"
+    if get_plugin(plugin).capabilities.runs_command:
+        if not isinstance(command, str) or not command.strip():
+            raise ConfigError(f"a task with plugin {plugin!r} needs a non-empty 'command' string")
+        return plugin, command, prompt if prompt is not None else command
+    if not isinstance(prompt, str) or not prompt:
+        raise ConfigError("every agent task needs a non-empty 'prompt' string")
+    return plugin, command, prompt
 
 
 def _check_output_schema(schema: Any, plugin: str) -> None:

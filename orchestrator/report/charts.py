@@ -127,6 +127,20 @@ def timeline_svg(tasks: list[dict[str, Any]], span_s: float, *, width: int = 960
     return "".join(out)
 
 
+def _axis_labels(x_label: str, y_label: str, *, x_mid: float, y_mid: float, height: int) -> list[str]:
+    out = []
+    if x_label:
+        out.append(
+            f'<text x="{x_mid}" y="{height - 8}" class="axis-label" text-anchor="middle">{escape(x_label)}</text>'
+        )
+    if y_label:
+        out.append(
+            f'<text x="14" y="{y_mid}" class="axis-label" text-anchor="middle" '
+            f'transform="rotate(-90 14 {_n(y_mid)})">{escape(y_label)}</text>'
+        )
+    return out
+
+
 def line_chart_svg(
     series: list[Any],
     *,
@@ -176,16 +190,7 @@ def line_chart_svg(
         f'<line x1="{left}" y1="{top + ph}" x2="{width - right}" y2="{top + ph}" class="axis"/>'
         f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + ph}" class="axis"/>'
     )
-    if x_label:
-        out.append(
-            f'<text x="{left + pw / 2}" y="{height - 8}" class="axis-label" text-anchor="middle">'
-            f"{escape(x_label)}</text>"
-        )
-    if y_label:
-        out.append(
-            f'<text x="14" y="{top + ph / 2}" class="axis-label" text-anchor="middle" '
-            f'transform="rotate(-90 14 {_n(top + ph / 2)})">{escape(y_label)}</text>'
-        )
+    out += _axis_labels(x_label, y_label, x_mid=left + pw / 2, y_mid=top + ph / 2, height=height)
     offsets = _offsets(series)
     for i, s in enumerate(series):
         colour = PALETTE[i % len(PALETTE)]

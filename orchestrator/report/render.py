@@ -164,32 +164,7 @@ def render_report(
     refine = found.report_task if found else None
     for t in data["tasks"]:  # before the sanitizer runs: the card is made of the task's own text
         t["card"] = task_card(t, refine)
-    executions = []
-    # The same choice the console summary and summary.json report (orchestrator.report.selection).
-    ordered = sorted(data["executions"].items(), key=lambda kv: kv[0])
-    pairs = claims(status, [(ex["status"], ex["result"]) for _, ex in ordered], manifest.base_branch)
-    unheld = unheld_branches(manifest.repo_path, pairs)
-    for sid, ex in ordered:
-        tasks = [t for t in data["tasks"] if t["execution"] == sid]
-        sections = _sections_for(hook, ex, tasks) if hook is not None else []
-        chosen = selection(
-            run_status=status,
-            status=ex["status"],
-            error=ex.get("error"),
-            result=ex["result"],
-            base_branch=manifest.base_branch,
-            unheld=unheld,
-        )
-        said = verdict(
-            run_status=status,
-            status=ex["status"],
-            error=ex.get("error"),
-            result=ex["result"],
-            base_branch=manifest.base_branch,
-        )
-        executions.append(
-            {"id": sid, "execution": ex, "sections": sections, "selection": scrub(chosen), "verdict": scrub(said)}
-        )
+    executions = _executions(data, manifest, status, hook, scrub)
     commits = [t["commit"] for t in data["tasks"] if t["commit"]]
     for e in executions:
         commits += commits_of(e["sections"])
@@ -219,6 +194,27 @@ def render_report(
         )
     )
     return html.encode("utf-8")
+
+
+def _executions(
+    data: dict[str, Any], manifest: RunManifest, status: str, hook: Any, scrub: Any
+) -> list[dict[str, Any]]:
+    """Each strategy execution with its sections, its selection and its verdict."""
+    executions = []
+    # The same choice the console summary and summary.json report (orchestrator.report.selection).
+    ordered = sorted(data["executions"].items(), key=lambda kv: kv[0])
+    pairs = claims(status, [(ex["status"], ex["result"]) for _, ex in ordered], manifest.base_branch)
+    unheld = unheld_branches(manifest.repo_path, pairs)
+    for sid, ex in ordered:
+        tasks = [t for t in data["tasks"] if t["execution"] == sid]
+        sections = _sections_for(hook, ex, tasks) if hook is not None else []
+        decided = {"run_status": status, "status": ex["status"], "error": ex.get("error"), "result": ex["result"]}
+        chosen = selection(**decided, base_branch=manifest.base_branch, unheld=unheld)
+        said = verdict(**decided, base_branch=manifest.base_branch)
+        executions.append(
+            {"id": sid, "execution": ex, "sections": sections, "selection": scrub(chosen), "verdict": scrub(said)}
+        )
+    return executions
 
 
 def _scrub_struct(section: Any, scrub: Any) -> Any:

@@ -69,6 +69,7 @@ _EXPORTS = exports(
         "kube_images": ("check_cluster_image", "image_to_cluster"),
         "kube_runner": ("KubeSettings", "KubernetesRunner"),
         "object_cache": ("ObjectCacheSettings", "list_caches", "remove_caches"),
+        "plugin": ("RunnerPlugin",),
         "registry": ("PLUGIN_MODULES", "check_model", "get_plugin", "register_plugins"),
         "run_folder": ("release_run_folder",),
         "transport": ("transport_risk", "transport_warnings"),
@@ -130,6 +131,7 @@ if TYPE_CHECKING:
     from .object_cache import ObjectCacheSettings as ObjectCacheSettings
     from .object_cache import list_caches as list_caches
     from .object_cache import remove_caches as remove_caches
+    from .plugin import RunnerPlugin as RunnerPlugin
     from .registry import PLUGIN_MODULES as PLUGIN_MODULES
     from .registry import check_model as check_model
     from .registry import get_plugin as get_plugin
