@@ -2,28 +2,8 @@
 
 :func:`run_idea` is the per-idea pipeline shared by ``review-loop`` (every
 idea of a file or directory) and ``tree-beam`` (every idea generated for a
-node). Each step is one durable ``ctx.run`` task under ``key_prefix``::
-
-    <prefix>/plan                    read-only agent: plan and risks
-    <prefix>/code/round-1            agent on base_branch: implement the plan
-    <prefix>/diff/round-<n>          command: git diff <base commit> HEAD on the coder's branch
-    <prefix>/review/round-<n>/attempt-1|2   read-only agent: {"verdict", "issues"} (one repair)
-    <prefix>/code/round-<n+1>        the coder fixes its own branch, resuming its own session
-    <prefix>/tests                   command: test_command on the final branch
-    <prefix>/eval                    command: eval_command on the final branch (evaluation contract)
-
-The coder's fix rounds share one ``session_group_key`` and pass the coder's
-last ``session_id`` as ``resume_session_id``, so the agent keeps its context.
-The reviewer judges correctness and safety only; tests are the test gate's job.
-A rejection after ``max_review_rounds`` fixes, an unparsable review (after the
-repair attempt) or a failing step ends the idea with a status saying why (plan_failed,
-code_failed, no_changes, rejected, review_invalid, fix_failed, tests_failed, eval_failed;
-only "completed" went through every configured step); the outcome dict records
-every verdict and exit code either way.
-
-Files (when ``out_dir`` is given): idea.md, plan.md, diff_round_<n>.diff,
-review_round_<n>.md, tests.log, eval.log, summary.json. They are written from
-task results only, so a resumed run rewrites identical bytes.
+node). Its task keys, statuses and files are described in docs/review-loop.md.
+Files are written from task results only, so a resumed run rewrites identical bytes.
 """
 
 from __future__ import annotations

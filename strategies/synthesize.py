@@ -1,39 +1,8 @@
 """synthesize: score candidates, combine the best k into one branch, keep it only when it earns it.
 
-::
-
-    orchestrator "fix the parser" --strategy synthesize -S n=4 -S k=3 -S test_command="pytest -q"
-    orchestrator "fix the parser" --strategy synthesize -S from_run=run_20250114_123456
-    orchestrator "fix the parser" --strategy synthesize -S 'branches=["fix-a", "fix-b"]'
-
-Candidates are generated as best-of-n does (``gen/<i>``, each scored by a
-read-only reviewer under ``score/<instance_id>/attempt-1|2``), or taken from
-existing branches (``branch/<i>``, reviewed under ``score/branch-<i>/...``):
-``-S branches=[...]`` or ``-S from_run=RUN_ID`` (``prepare`` resolves that run's
-branches before the run starts and records them as ``branches``, so a resume
-never looks at the other run again).
-
-The top ``k`` by score (ties: the lower index) go to one synthesizer agent
-(``synth``) that starts from the base with those branches present and is asked
-to combine their best parts. With ``test_command``, the command runs on the
-synthesis (``tests/synthesis``) and on each of the top k (``tests/gen/<i>``);
-the best single candidate is the top-scored one whose tests pass. The synthesis
-and that candidate are then re-scored side by side by the same reviewer schema
-(``rescore/synthesis``, ``rescore/candidate``). The synthesis is selected only
-if its tests pass (when given) and its score is at least the candidate's;
-otherwise the candidate is, and the verdict says why.
-
-Provenance: a read-only command task (``diffs``) prints the synthesis's and
-each top candidate's diff against the base; every hunk of the synthesis is
-attributed to the candidate holding most of its changed lines, or ``new``
-(:mod:`strategies.synthesize_provenance`). Outputs: ``synthesis.json`` (the
-whole record, also the strategy's result, so ``summary.json`` carries it) and
-``best_branch.txt``.
-
-As in best-of-n, the branches it made stay by default; with ``-S
-keep_branches=false`` the generated candidates and the synthesis that were not
-selected are listed under ``delete_branches`` and deleted once the run has
-finished. Branches given with ``branches`` or ``from_run`` are never its to delete.
+Task keys, the decision rule, provenance, outputs and options are described in
+docs/strategies.md ("synthesize"); the hunk attribution is
+:mod:`strategies.synthesize_provenance`.
 """
 
 from __future__ import annotations
