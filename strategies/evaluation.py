@@ -184,6 +184,11 @@ def _tail(text: str, limit: int = 400) -> str:
     return text if len(text) <= limit else "..." + text[-limit:]
 
 
+def fmt_number(x: Any) -> str:
+    """A number as the strategies' Markdown and verdicts show it: ``8.5``, ``1e-05``; ``-`` when unknown."""
+    return "-" if x is None else (f"{x:g}" if isinstance(x, (int, float)) else str(x))
+
+
 def _finite(x: float | None) -> float | None:
     return x if x is not None and math.isfinite(x) else None
 

@@ -43,7 +43,7 @@ from .base_check import (
     unusable_evaluation,
     why_tests_cannot_run,
 )
-from .evaluation import Evaluation, ScoringConfig, check_scoring_params, to_json
+from .evaluation import Evaluation, ScoringConfig, check_scoring_params, fmt_number, to_json
 from .pipeline import Idea, PipelineConfig, run_idea, write_json
 
 MAX_IDEA_BYTES = 64 * 1024
@@ -171,13 +171,13 @@ def pick_best(rows: list[dict[str, Any]], evaluated: bool) -> tuple[dict[str, An
         )
     best = next((r for r in rows if beats_base(r)), None)
     if best is not None:
-        return best, f"best: {best['idea_id']} beat the base (score {_fmt(best['score'])}, grade {best['grade']})"
+        return best, f"best: {best['idea_id']} beat the base (score {fmt_number(best['score'])}, grade {best['grade']})"
     top = next((r for r in rows if r["status"] == "completed"), None)
     if top is None:
         return None, "nothing beat the base: no idea completed"
     return None, (
-        f"nothing beat the base: the top completed idea, {top['idea_id']}, scored {_fmt(top['score'])} "
-        f"(grade {top['grade'] or '-'}, primary delta {_fmt(top['primary_delta'])})"
+        f"nothing beat the base: the top completed idea, {top['idea_id']}, scored {fmt_number(top['score'])} "
+        f"(grade {top['grade'] or '-'}, primary delta {fmt_number(top['primary_delta'])})"
     )
 
 
@@ -185,7 +185,7 @@ def ranking_line(rows: list[dict[str, Any]], tests: dict[str, Any]) -> str:
     """``1. 02-x score 25, tests passed; 2. 01-y tests_failed`` (the summary's ranking, in one line)."""
     parts = []
     for r in rows:
-        shown = [f"score {_fmt(r['score'])}"] if r["score"] is not None else []
+        shown = [f"score {fmt_number(r['score'])}"] if r["score"] is not None else []
         if r["status"] != "completed":
             shown.append(r["status"])
         t = tests.get(r["idea_id"])
@@ -216,14 +216,10 @@ def ranking_markdown(
     for r in rows:
         verdicts = " -> ".join(v or "?" for v in r["verdicts"]) or "-"
         lines.append(
-            f"| {r['rank']} | {r['idea_id']}: {r['title']} | {r['status']} | {_fmt(r['score'])} | "
-            f"{r['grade'] or '-'} | {_fmt(r['primary_delta'])} | {verdicts} | {r['branch'] or '-'} |"
+            f"| {r['rank']} | {r['idea_id']}: {r['title']} | {r['status']} | {fmt_number(r['score'])} | "
+            f"{r['grade'] or '-'} | {fmt_number(r['primary_delta'])} | {verdicts} | {r['branch'] or '-'} |"
         )
     return "\n".join(lines) + "\n"
-
-
-def _fmt(x: Any) -> str:
-    return "-" if x is None else f"{x:g}"
 
 
 @strategy_options(prepare=prepare)

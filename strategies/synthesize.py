@@ -39,6 +39,7 @@ from ._scoring import (
 from .base_check import run_on_base
 from .best_of_n import generation_task
 from .branch_cleanup import listed_for_deletion
+from .evaluation import fmt_number
 from .pipeline import command_task
 from .synthesize_provenance import diff_command, provenance, provenance_counts, split_diffs
 
@@ -97,10 +98,6 @@ def side_by_side(other: str, **review: Any) -> dict[str, Any]:
     task["prompt"] = f"Role: reviewer\n\n{lead}\n{compare}\n{rest}"
     task["include_branches"] = list(dict.fromkeys([base, other]))
     return task
-
-
-def _fmt(x: Any) -> str:
-    return "-" if x is None else f"{x:g}"
 
 
 @strategy_options(prepare=_prepare)
@@ -384,9 +381,9 @@ def _decide(synthesis: dict[str, Any], best: dict[str, Any], test_command: str |
             False,
         )
     if mine < theirs:
-        return False, f"the synthesis scored {_fmt(mine)} < {label}'s {_fmt(theirs)} side by side", True
+        return False, f"the synthesis scored {fmt_number(mine)} < {label}'s {fmt_number(theirs)} side by side", True
     tested = ", tests passed" if test_command else ""
-    return True, f"the synthesis scored {_fmt(mine)} >= {label}'s {_fmt(theirs)} side by side{tested}", True
+    return True, f"the synthesis scored {fmt_number(mine)} >= {label}'s {fmt_number(theirs)} side by side{tested}", True
 
 
 def verdict_line(record: dict[str, Any], best: dict[str, Any], won: bool, why: str, *, named_scores: bool) -> str:
@@ -401,7 +398,7 @@ def verdict_line(record: dict[str, Any], best: dict[str, Any], won: bool, why: s
     tail = f"; hunks: {hunks}" if hunks else ""
     if won:
         return f"synthesis of {', '.join(record['top'])} selected: {why}{tail}"
-    score = "" if named_scores else f" (score {_fmt(best['score'])})"
+    score = "" if named_scores else f" (score {fmt_number(best['score'])})"
     return f"{best['label']} stays best{score}: {why}{tail}"
 
 

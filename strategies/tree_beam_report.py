@@ -25,6 +25,8 @@ import json
 from pathlib import Path
 from typing import Any, cast
 
+from .evaluation import fmt_number
+
 COLOURS = {
     "root": "#9e9e9e",
     "promoted": "#2e7d32",
@@ -71,10 +73,6 @@ def outcome_of(record: dict[str, Any]) -> str:
     return "below_beam" if record["decision"]["passed_gate"] else "gate_failed"
 
 
-def _fmt(x: Any) -> str:
-    return "-" if x is None else (f"{x:g}" if isinstance(x, (int, float)) else str(x))
-
-
 def summary_markdown(tree: dict[str, Any]) -> str:
     cfg = tree["config"]
     root = tree.get("root_evaluation") or {}
@@ -99,7 +97,7 @@ def summary_markdown(tree: dict[str, Any]) -> str:
             f"## Depth {d['depth']}",
             "",
             f"Frontier: {', '.join(d['frontier'])}; ideas per node: "
-            + ", ".join(f"{k}={_fmt(v)}" for k, v in d["ideas"].items())
+            + ", ".join(f"{k}={fmt_number(v)}" for k, v in d["ideas"].items())
             + (f"; duplicates skipped: {len(d['duplicates'])}" if d["duplicates"] else "")
             + ("; budget reached at this depth" if d.get("budget_hit") else ""),
             "",
@@ -117,8 +115,8 @@ def summary_markdown(tree: dict[str, Any]) -> str:
                 flags.append(f"{r['flaky_runs']} flaky run(s)")
             lines.append(
                 f"| {eid} | {r['parent']} | {r['idea']['title']} | {r['status']} | "
-                f"{_fmt(pc.get('score'))} ({pc.get('grade') or '-'}) | {_change(r.get('confirmation'))} | "
-                f"{_fmt(rc.get('score'))} | "
+                f"{fmt_number(pc.get('score'))} ({pc.get('grade') or '-'}) | {_change(r.get('confirmation'))} | "
+                f"{fmt_number(rc.get('score'))} | "
                 f"{'pass' if r['decision']['passed_gate'] else 'fail'} | {r['decision']['promotion_reason']} | "
                 f"{r.get('promoted_to') or '-'} | {'; '.join(flags) or '-'} |"
             )
@@ -129,7 +127,7 @@ def summary_markdown(tree: dict[str, Any]) -> str:
         idea = n["idea_chain"][-1]["title"] if n["idea_chain"] else "(root)"
         lines.append(
             f"1. {n['id']} `{n['branch']}` @ {str(n.get('commit'))[:12]}: {idea}; "
-            f"rank score {_fmt(n.get('rank_score'))}; metrics `{json.dumps(n.get('metrics'))}`"
+            f"rank score {fmt_number(n.get('rank_score'))}; metrics `{json.dumps(n.get('metrics'))}`"
         )
     lines += [
         "",
@@ -239,7 +237,7 @@ def tree_svg(tree: dict[str, Any]) -> str:
         score = (r.get("root_comparison") or {}).get("score")
         label = f"{r['id']}" + (f"/{r['promoted_to']}" if r.get("promoted_to") else "")
         tip = f"{r['idea']['title']} | {r['status']} | {r['decision']['promotion_reason']}"
-        rows.setdefault(r["depth"], []).append((r["id"], outcome_of(r), label, f"{tip} | score {_fmt(score)}"))
+        rows.setdefault(r["depth"], []).append((r["id"], outcome_of(r), label, f"{tip} | score {fmt_number(score)}"))
         parent_of[r["id"]] = r["parent"]
     w_step, h_step, radius = 130, 110, 26
     width = max(len(v) for v in rows.values()) * w_step + 40
