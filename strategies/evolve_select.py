@@ -1,20 +1,9 @@
-"""Which failing goals may be fixed in the same wave.
+"""Which failing goals may be fixed in the same wave: those whose footprints cannot overlap.
 
-Two goals are *independent* when their footprints cannot overlap. A goal's
-footprint is its declared ``writes`` globs, or, when it declares none, the
-path-like tokens of its check command (``scripts/lint.sh``, ``done_a.txt``,
-``src/``, ``.``). A check run by a whole-project tool (a test runner, linter,
-type checker or build tool: ``pytest -q``, ``ruff check src``, ``mypy``,
-``npm test``) fails on any file of the project, so without ``writes`` its
-footprint is the whole tree, even when its command names no file. Footprints are compared glob against glob with a rule that
-may say "overlap" when there is none but never says "disjoint" when some path
-matches both (see :func:`globs_may_overlap`). A goal whose footprint is empty
-(a check like ``exit 1``) has nothing to compare and counts as independent:
-the regression gate after the wave is the safety net for what the heuristic
-cannot see.
-
-Besides footprints, the strategy passes pairs it *learned* interfere (members
-of a wave that was reverted as a whole): those are never co-picked again.
+The rules (footprints, glob overlap, whole-project tools, learned interference)
+are described in docs/evolve.md ("Independence"). The overlap test may say
+"overlap" when there is none but never "disjoint" when some path matches both:
+the regression gate after the wave is the safety net for what it cannot see.
 """
 
 from __future__ import annotations
