@@ -76,7 +76,6 @@ def command_line(command: Any, limit: int = ACTIVITY_LIMIT) -> str:
     line ``# $ <command>``, and that is what is shown (not the wrapper's first
     line, ``set -u -f``).
     """
-    # (a script that prints marker lines is a strategy's own wrapper: just "command")
     if not isinstance(command, str):
         return ""
     for line in command.splitlines():
