@@ -14,12 +14,9 @@ The last run's last 20 stdout lines follow as ``| <line>``, its stderr's as ``!|
 The first line of the script is ``# orch-measure <json>`` naming the runs, so a
 scripted benchmark (tests, bench/search_quality.py) can answer without a shell.
 
-Statistics are pure functions of the samples: the median per metric, and a
-Student-t interval of the mean at ``confidence`` (two-sided). A gate decision
-reads the interval of the primary metric's relative change:
-
-- the interval is *tight* (half-width <= ``tolerance``): the strict rule, change >= 0;
-- otherwise the whole interval must be above zero (an improvement, not luck).
+Statistics are pure functions of the samples (the median per metric, a
+two-sided Student-t interval of the mean at ``confidence``); how a gate decision
+reads them is in docs/tree-beam.md ("Measuring on a noisy benchmark").
 """
 
 from __future__ import annotations
