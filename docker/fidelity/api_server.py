@@ -1,22 +1,14 @@
-"""Scripted model API for the fidelity suite (standard library only).
+"""Scripted model API for the fidelity suite (standard library only; docs/docker.md
+"The fidelity suite" says what it answers and how tests use it).
 
-Runs inside the agent's container on 127.0.0.1 and answers the REAL agent
-CLIs: the Anthropic Messages API (``POST /v1/messages``, SSE streaming) for
-Claude Code and the OpenAI Responses API (``POST /v1/responses``, SSE
-streaming) for Codex. No request ever leaves the container.
-
-The prompt selects a script with a line ``FIDELITY: <name>``. A script is a
-list of actions (write a file, run a shell command, edit a file) followed by
-a final answer. The step is the number of tool results already in the
-conversation, so the server needs no memory of the turn: a resumed session
+The prompt selects a script with a line ``FIDELITY: <name>``: actions
+followed by a final answer. The step is the number of tool results already in
+the conversation, so the server needs no memory of the turn: a resumed session
 sends its history and continues where it stopped. The few facts that must
 outlive one request (how many 429s were served, whether the interruption
 already happened) live in ``/home/node/.fidelity``, the session volume, which
-survives container restarts.
-
-Every request is appended to ``/home/node/.fidelity/requests.jsonl`` (path,
-status served, script, step, system text) so tests can check what the CLI
-really sent.
+survives container restarts; so does ``requests.jsonl``, one line per request
+(path, status served, script, step, system text).
 """
 
 from __future__ import annotations

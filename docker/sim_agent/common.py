@@ -55,28 +55,11 @@ def sha256_hex(data: str | bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+_ESCAPES = {"n": "\n", "t": "\t", "\\": "\\"}
+
+
 def unescape(text: str) -> str:
-    out: list[str] = []
-    i = 0
-    while i < len(text):
-        c = text[i]
-        if c == "\\" and i + 1 < len(text):
-            n = text[i + 1]
-            if n == "n":
-                out.append("\n")
-                i += 2
-                continue
-            if n == "t":
-                out.append("\t")
-                i += 2
-                continue
-            if n == "\\":
-                out.append("\\")
-                i += 2
-                continue
-        out.append(c)
-        i += 1
-    return "".join(out)
+    return re.sub(r"\\([nt\\])", lambda m: _ESCAPES[m.group(1)], text)
 
 
 def tokens_for(text: str) -> int:

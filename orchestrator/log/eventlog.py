@@ -53,18 +53,6 @@ LOCK_SUFFIX = ".lock"
 # ---------------------------------------------------------------- writer lock
 
 
-def _process_is_alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 class WriterLock:
     """``events.jsonl.lock``: metadata ``{pid, hostname, started_at_iso}`` plus an OS lock.
 
@@ -227,14 +215,6 @@ class EventLog:
         return False
 
     # -- appending
-    @property
-    def end_offset(self) -> int:
-        return self._end
-
-    @property
-    def durable_offset(self) -> int:
-        return self._durable
-
     def append(
         self, event_type: str, *, strategy_execution_id: str, payload: Mapping[str, Any], key: str | None = None
     ) -> tuple[int, str, dict[str, Any]]:

@@ -4,28 +4,9 @@ Every line of ``logs/<run_id>/events.jsonl`` is one :class:`Event`: a frozen,
 kw-only envelope ``{id, type, ts, run_id, strategy_execution_id, key?,
 start_offset, payload}``. ``start_offset`` is the byte position where the line
 starts, so ``f.seek(e.start_offset); f.readline()`` returns exactly that event.
-
-Public types (docs/events.md documents every payload field):
-
-- ``task.scheduled|started|completed|failed|interrupted`` (``key`` required)
-- ``task.session``: the agent session a running task is in, written as soon as
-  the agent reports it (so a crash cannot lose it), or ``null`` with a
-  ``reason`` when the task gives up its session and starts a fresh one
-- ``strategy.started|completed`` (``key`` absent)
-- ``strategy.checkpoint``: the value a strategy got from ``ctx.now()``,
-  ``ctx.rand()`` or ``ctx.sleep()``, replayed on resume.
-- ``strategy.progress``: a :class:`Progress` record a strategy published with
-  ``ctx.progress(...)``. An output for people watching (the TUI), never an
-  input: it is not replayed, and a resumed run may publish it again.
-- ``hosts.status`` (``key`` absent, ``strategy_execution_id`` empty): the
-  run's Docker hosts (``runner.hosts``) with their slots and whether each is
-  down, written when the run (re)starts and whenever a host goes down or
-  comes back.
-- ``budget.cap``, ``budget.spend``, ``budget.reached`` (``key`` absent,
-  ``strategy_execution_id`` empty): the run's spending cap as this process
-  started with it; one task's spend so far (``task``, ``tokens``,
-  ``cost_usd``: its total, live while it runs); and the moment the run's
-  spend reached the cap (``spent_cost_usd``, ``spent_tokens``, the cap).
+docs/events.md documents every public type and payload field. A
+``strategy.progress`` record is an output for people watching (the TUI), never
+an input: it is not replayed, and a resumed run may publish it again.
 """
 
 from __future__ import annotations

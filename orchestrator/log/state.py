@@ -38,7 +38,7 @@ from msgspec import UNSET
 from ..errors import SnapshotError
 from . import events as E
 from .eventlog import LogReader
-from .events import Event, EventPayload, PayloadMismatch, Progress, decode_payload, ran_command
+from .events import EventPayload, PayloadMismatch, Progress, decode_payload, ran_command
 
 PENDING, RUNNING, COMPLETED, FAILED, INTERRUPTED = "PENDING", "RUNNING", "COMPLETED", "FAILED", "INTERRUPTED"
 TERMINAL = frozenset({COMPLETED, FAILED})
@@ -375,9 +375,6 @@ class RunState(msgspec.Struct, kw_only=True):
 
     def running(self) -> list[TaskState]:
         return [t for t in self.tasks.unfinished() if t.state == RUNNING]
-
-    def unfinished_strategies(self) -> list[StrategyState]:
-        return [s for s in self.strategies.values() if s.status == "running"]
 
     def duration_s(self) -> float:
         """Seconds the run has run: each session from its start to its last event, summed.
@@ -767,10 +764,6 @@ def _strategy_completed(state: RunState, sid: str, key: str, p: E.StrategyComple
     strat.result = None if p.result is UNSET else p.result
     strat.error = None if p.error is UNSET else p.error
     strat.unusable_keys = [] if p.unusable_keys is UNSET else list(p.unusable_keys)
-
-
-def apply_event(state: RunState, ev: Event) -> None:
-    apply(state, ev.type, ev.strategy_execution_id, ev.key, ev.payload, ev.start_offset, ev.ts)
 
 
 def replay(
