@@ -469,8 +469,10 @@ def test_plain_http_to_another_machine_is_refused(tmp_path, k8s):
     assert "plain HTTP to another machine" in proc.stderr and "Traceback" not in proc.stderr
 
 
-BENCH = """import json, os
+BENCH = """import json, os, sys
 n = len(os.listdir("sim")) if os.path.isdir("sim") else 0
+print("\\033[32mmeasuring\\033[0m")
+sys.stderr.write("\\033[2mwarm-up done\\033[0m\\n")
 print(json.dumps({"metrics": {"throughput": 100 + 10 * n}}))
 """
 
@@ -515,6 +517,12 @@ def test_tree_beam_measures_in_pods(tmp_path, k8s):
         ["docker", "ps", "-aq", "--filter", f"label=run_id={run_id}"], capture_output=True, text=True
     ).stdout.split()
     assert local == []
+    # The benchmark's colours are taken out where its output arrives, as on Docker.
+    written = "".join(
+        p.read_text(errors="replace") for d in ("logs", "results") for p in (repo / d).rglob("*") if p.is_file()
+    )
+    assert "measuring" in written and "warm-up done" in written
+    assert "\x1b" not in written and "\\u001b" not in written and "[32m" not in written
     _wait_no_pods(k8s, run_id)
 
 

@@ -28,7 +28,7 @@ import logging
 import re
 import socket as pysocket
 import struct
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -160,77 +160,57 @@ def _append_tail(tail: bytearray, data: bytes) -> None:
         del tail[: len(tail) - TAIL_BYTES]
 
 
-class _Stream:
-    """What one exec's output stream has said so far, read frame by frame into the parser."""
+class OutputReader:
+    """What one exec's process wrote, parsed as it arrives, whichever way it arrives (a
+    Docker socket or a Kubernetes exec): stdout into the plugin's parser, the tails of
+    both streams kept, the agent wrapper's end line taken out of stderr, and terminal
+    codes removed from all of it."""
 
     def __init__(
-        self,
-        host: DockerHost,
-        container: str,
-        sock: Any,
-        pending: bytearray,
-        parser: StreamParser,
-        on_event: Callable[[AgentEvent], Awaitable[None] | None],
-        wrapped: bool,
+        self, parser: StreamParser, on_event: Callable[[AgentEvent], Awaitable[None] | None], *, wrapped: bool
     ) -> None:
-        self.host, self.container, self.sock, self.pending = host, container, sock, pending
         self.parser, self.on_event, self.wrapped = parser, on_event, wrapped
         self.feed_stderr = getattr(parser, "feed_stderr", None)
         self.stderr_tail, self.stdout_tail = bytearray(), bytearray()
         self.saw_erofs = False
         self.n_events = 0
-        self.stream_error: str | None = None
         self.uncommitted: int | None = None
         self.ended = False
         self.held = b""  # stderr bytes that may be the start of the wrapper's line, cut by a frame boundary
 
-    async def emit(self, events: list[AgentEvent]) -> None:
+    async def emit(self, events: Iterable[AgentEvent]) -> None:
         for event in events:
             self.n_events += 1
             res = self.on_event(AgentEvent(kind=event.kind, data=plain(event.data)))
             if res is not None:
                 await res
 
-    async def stderr(self, data: bytes) -> None:
-        _append_tail(self.stderr_tail, data)
-        if self.feed_stderr is not None:
-            await self.emit(list(self.feed_stderr(data) or []))
+    async def take(self, stream: int, data: bytes) -> None:
+        if EROFS_MARKER in data:
+            self.saw_erofs = True
+        if stream != STDERR:
+            _append_tail(self.stdout_tail, data)
+            await self.emit(self.parser.feed(data))
+            return
+        if self.wrapped:
+            data, self.held, end = _take_end_line(self.held + data)
+            if end is not None:
+                self.ended = True
+                self.uncommitted = int(end) if end.isdigit() else None
+        await self._stderr(data)
 
-    async def read_all(self) -> None:
-        while True:
-            try:
-                frame = await anyio.to_thread.run_sync(
-                    _read_frame, self.sock, self.pending, abandon_on_cancel=True, limiter=self.host.limiter
-                )
-            except StreamBroken as exc:
-                # Also what a container stopped under the exec (Ctrl+C, timeout)
-                # can look like: the exit code decides whether the exec
-                # ended; the break itself goes to runner.jsonl and the output.
-                self.stream_error = str(exc)
-                _log.warning(
-                    "the agent's output stream broke",
-                    extra={"container": self.container, "stream_error": self.stream_error},
-                )
-                await self.emit([AgentEvent(kind="error", data={"stream_error": self.stream_error})])
-                break
-            if frame is None:
-                break
-            stream, data = frame
-            if EROFS_MARKER in data:
-                self.saw_erofs = True
-            if stream != STDERR:
-                _append_tail(self.stdout_tail, data)
-                await self.emit(self.parser.feed(data))
-                continue
-            if self.wrapped:
-                data, self.held, end = _take_end_line(self.held + data)
-                if end is not None:
-                    self.ended = True
-                    self.uncommitted = int(end) if end.isdigit() else None
-            if data:
-                await self.stderr(data)
+    async def flush(self) -> None:
+        """The stream ended inside what only looked like the wrapper's line: it was the agent's."""
+        held, self.held = self.held, b""
+        await self._stderr(held)
 
-    def output(self, exit_code: int | None) -> ExecOutput:
+    async def _stderr(self, data: bytes) -> None:
+        if data:
+            _append_tail(self.stderr_tail, data)
+            if self.feed_stderr is not None:
+                await self.emit(list(self.feed_stderr(data) or []))
+
+    def output(self, exit_code: int | None, stream_error: str | None = None) -> ExecOutput:
         return ExecOutput(
             outcome=_plain_outcome(self.parser.finish(exit_code)),
             exit_code=exit_code,
@@ -238,10 +218,31 @@ class _Stream:
             stdout_tail=plain_bytes(bytes(self.stdout_tail)),
             saw_erofs=self.saw_erofs,
             events=self.n_events,
-            extra={"stream_error": self.stream_error} if self.stream_error else {},
+            extra={"stream_error": stream_error} if stream_error else {},
             uncommitted=self.uncommitted,
             ended=self.ended,
         )
+
+
+async def _read_docker_stream(
+    host: DockerHost, container: str, sock: Any, pending: bytearray, out: OutputReader
+) -> str | None:
+    """Frames from the exec's socket into ``out`` until the stream ends; why it broke, if it did."""
+    while True:
+        try:
+            frame = await anyio.to_thread.run_sync(
+                _read_frame, sock, pending, abandon_on_cancel=True, limiter=host.limiter
+            )
+        except StreamBroken as exc:
+            # Also what a container stopped under the exec (Ctrl+C, timeout)
+            # can look like: the exit code decides whether the exec
+            # ended; the break itself goes to runner.jsonl and the output.
+            _log.warning("the agent's output stream broke", extra={"container": container, "stream_error": str(exc)})
+            await out.emit([AgentEvent(kind="error", data={"stream_error": str(exc)})])
+            return str(exc)
+        if frame is None:
+            return None
+        await out.take(*frame)
 
 
 async def run_exec(
@@ -270,7 +271,8 @@ async def run_exec(
     propagates after the connection is closed.
     """
     exec_id, sock, pending = await _start_exec(host, container, argv, env, stdin_payload is not None)
-    out = _Stream(host, container, sock, pending, parser, on_event, wrapped)
+    out = OutputReader(parser, on_event, wrapped=wrapped)
+    stream_error: str | None = None
     # With on_cancel, the reading below is shielded from the caller's cancellation,
     # which reaches `drain_on_cancel` instead: it ends the process and lets the
     # reading run to the stream's end, then cancels `reading`.
@@ -286,12 +288,11 @@ async def run_exec(
                 tg.start_soon(drain_on_cancel, on_cancel, container, reading, stream_done)
             with anyio.CancelScope(shield=on_cancel is not None), reading:
                 try:
-                    await out.read_all()
+                    stream_error = await _read_docker_stream(host, container, sock, pending, out)
                 finally:
                     stream_done.set()
             tg.cancel_scope.cancel()
-        if out.held:  # the stream ended inside what only looked like the wrapper's line: it was the agent's
-            await out.stderr(out.held)
+        await out.flush()
     finally:
         raw = _raw_socket(sock)
         with contextlib.suppress(OSError):
@@ -300,11 +301,11 @@ async def run_exec(
             sock.close()
 
     exit_code = await _exit_code(host, exec_id, container)
-    if out.stream_error is not None and exit_code is None:
+    if stream_error is not None and exit_code is None:
         raise ContainerError(
-            f"the agent's output stream broke ({out.stream_error}) and its exit status is unknown", retryable=True
+            f"the agent's output stream broke ({stream_error}) and its exit status is unknown", retryable=True
         )
-    return out.output(exit_code)
+    return out.output(exit_code, stream_error)
 
 
 async def _start_exec(

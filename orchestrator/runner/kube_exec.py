@@ -28,14 +28,7 @@ import anyio
 import anyio.to_thread
 
 from ..errors import AgentStreamLostError, ContainerError, RunnerError
-from .docker_exec import (
-    DRAIN_AFTER_END_S,
-    DRAIN_S,
-    EROFS_MARKER,
-    ExecOutput,
-    _append_tail,
-    _take_end_line,
-)
+from .docker_exec import ExecOutput, OutputReader, drain_on_cancel
 from .plugin import AgentEvent, StreamParser
 
 _log = logging.getLogger(__name__)
@@ -144,64 +137,6 @@ def _take(ws: Any, channel: int) -> bytes:
     return data.encode() if isinstance(data, str) else bytes(data)
 
 
-class _Output:
-    """What one exec's process wrote, parsed as it arrives (as :func:`.docker_exec.run_exec` does)."""
-
-    def __init__(
-        self, parser: StreamParser, on_event: Callable[[AgentEvent], Awaitable[None] | None], *, wrapped: bool
-    ) -> None:
-        self.parser, self.on_event, self.wrapped = parser, on_event, wrapped
-        self.feed_stderr = getattr(parser, "feed_stderr", None)
-        self.stderr_tail, self.stdout_tail = bytearray(), bytearray()
-        self.erofs, self.events, self.ended = False, 0, False
-        self.uncommitted: int | None = None
-        # stderr bytes that may be the start of the agent wrapper's end line
-        self.held = b""
-
-    async def emit(self, events: Iterable[AgentEvent]) -> None:
-        for event in events:
-            self.events += 1
-            res = self.on_event(event)
-            if res is not None:
-                await res
-
-    async def take(self, channel: int, data: bytes) -> None:
-        if EROFS_MARKER in data:
-            self.erofs = True
-        if channel != STDERR:
-            _append_tail(self.stdout_tail, data)
-            await self.emit(self.parser.feed(data))
-            return
-        if self.wrapped:
-            data, self.held, end = _take_end_line(self.held + data)
-            if end is not None:
-                self.ended = True
-                self.uncommitted = int(end) if end.isdigit() else None
-        await self._stderr(data)
-
-    async def flush(self) -> None:
-        held, self.held = self.held, b""
-        await self._stderr(held)
-
-    async def _stderr(self, data: bytes) -> None:
-        if data:
-            _append_tail(self.stderr_tail, data)
-            if self.feed_stderr is not None:
-                await self.emit(list(self.feed_stderr(data) or []))
-
-    def result(self, exit_code: int) -> ExecOutput:
-        return ExecOutput(
-            outcome=self.parser.finish(exit_code),
-            exit_code=exit_code,
-            stderr_tail=bytes(self.stderr_tail),
-            stdout_tail=bytes(self.stdout_tail),
-            saw_erofs=self.erofs,
-            events=self.events,
-            uncommitted=self.uncommitted,
-            ended=self.ended,
-        )
-
-
 async def stream_exec(
     start: Callable[[list[str]], ExecStream],
     limiter: anyio.CapacityLimiter,
@@ -237,7 +172,7 @@ async def stream_exec(
     size = payload_size if stdin_payload is not None else None
     command, block = shim_argv(argv, env, size, pipe=pipe, nofile=nofile)
     stream = await anyio.to_thread.run_sync(start, command, limiter=limiter)
-    output = _Output(parser, on_event, wrapped=wrapped)
+    output = OutputReader(parser, on_event, wrapped=wrapped)
     write_error: list[BaseException] = []
     try:
         await _pump(stream, limiter, [block, *chunks], output, write_error, on_cancel, lost)
@@ -246,7 +181,7 @@ async def stream_exec(
         await anyio.to_thread.run_sync(stream.close, limiter=limiter)
 
     exit_code, why = exit_status(stream.status)
-    if exit_code == 121 and not output.events and write_error:
+    if exit_code == 121 and not output.n_events and write_error:
         raise ContainerError(f"the exec could not read its input: {write_error[0]}", retryable=True)
     if exit_code is None:
         if lost is not None:
@@ -255,14 +190,14 @@ async def stream_exec(
             "the connection carrying the process's output in its Pod broke while it may still be running"
             + (f" ({why})" if why else "")
         )
-    return output.result(exit_code)
+    return output.output(exit_code)
 
 
 async def _pump(
     stream: ExecStream,
     limiter: anyio.CapacityLimiter,
     chunks: Iterable[bytes],
-    output: _Output,
+    output: OutputReader,
     write_error: list[BaseException],
     on_cancel: Callable[[], Awaitable[object]] | None,
     lost: Callable[[], Awaitable[None]] | None,
@@ -297,7 +232,7 @@ async def _pump(
     async with anyio.create_task_group() as tg:
         tg.start_soon(lambda: anyio.to_thread.run_sync(write, abandon_on_cancel=True))
         if on_cancel is not None:
-            tg.start_soon(_drain_on_cancel, on_cancel, stream_done, reading)
+            tg.start_soon(drain_on_cancel, on_cancel, "its Pod", reading, stream_done)
         if lost is not None:
             tg.start_soon(watch)
         with anyio.CancelScope(shield=on_cancel is not None), reading:
@@ -310,36 +245,13 @@ async def _pump(
         raise gone[0]
 
 
-async def _read_all(stream: ExecStream, limiter: anyio.CapacityLimiter, output: _Output) -> None:
+async def _read_all(stream: ExecStream, limiter: anyio.CapacityLimiter, output: OutputReader) -> None:
     while True:
         frames = await anyio.to_thread.run_sync(stream.read, limiter=limiter)
         if frames is None:
             return
         for channel, data in frames:
             await output.take(channel, data)
-
-
-async def _drain_on_cancel(
-    on_cancel: Callable[[], Awaitable[object]], stream_done: anyio.Event, reading: anyio.CancelScope
-) -> None:
-    """Waits; cancelled while the exec still runs, it ends the process and reads on for a while."""
-    try:
-        await anyio.sleep_forever()
-    except anyio.get_cancelled_exc_class():
-        if stream_done.is_set():
-            raise
-        with anyio.CancelScope(shield=True):
-            try:
-                with anyio.move_on_after(DRAIN_S):
-                    try:
-                        await on_cancel()
-                    except Exception as exc:
-                        _log.warning(f"could not end the exec's process when cancelled: {type(exc).__name__}: {exc}")
-                    with anyio.move_on_after(DRAIN_AFTER_END_S):
-                        await stream_done.wait()
-            finally:
-                reading.cancel()
-        raise
 
 
 __all__ = ["STDIN_SHIM", "ExecStream", "env_block", "exit_status", "shim_argv", "stream_exec"]
