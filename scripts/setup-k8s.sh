@@ -445,7 +445,7 @@ spawn() { # name command...
     shift
     running "$name" && return
     [ -f "$RUN/$name.log" ] && mv -f "$RUN/$name.log" "$RUN/$name.log.1"
-    setsid "$@" >>"$RUN/$name.log" 2>&1 </dev/null &
+    setsid "$@" >>"$RUN/$name.log" 2>&1 </dev/null 9>&- &  # the start lock stays with start
     echo $! >"$RUN/$name.pid"
 }
 
@@ -617,6 +617,10 @@ EOF
 
 start() {
     mkdir -p "$RUN" "$STATE"
+    # Two starts at once (two test workers, two terminals) would both recycle the same
+    # released volumes: the second takes its turn and finds the cluster running.
+    exec 9>"$RUN/.start.lock"
+    flock 9
     # A process left stopped (a node-loss test that was killed before it sent
     # SIGCONT to the kubelet) would hold the whole cluster still.
     local name

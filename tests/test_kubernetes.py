@@ -8,6 +8,7 @@ its own, and reads back what the cluster holds with kubectl.
 from __future__ import annotations
 
 import base64
+import fcntl
 import json
 import os
 import signal
@@ -45,16 +46,21 @@ def k8s():
     ensure_cluster()
     script = SCRIPT
     image = _slim_test_image()
-    images = _kubectl("get", "nodes", "-o", "jsonpath={.items[*].status.images[*].names}")
     local_id = subprocess.run(
         ["docker", "image", "inspect", "-f", "{{.Id}}", image], capture_output=True, text=True
     ).stdout.strip()
     marker = K8S_HOME / "run" / f"loaded-{image}"
-    if f"docker.io/library/{image}:latest" not in images or not marker.exists() or marker.read_text() != local_id:
-        load = subprocess.run(["bash", str(script), "load-image", image], capture_output=True, text=True, timeout=900)
-        if load.returncode != 0:
-            pytest.fail(f"load-image {image} failed:\n{load.stdout[-2000:]}{load.stderr[-2000:]}")
-        marker.write_text(local_id)
+    # Every xdist worker with a Kubernetes test comes here: one loads, the others wait for it.
+    with open(K8S_HOME / "run" / "load-image.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        images = _kubectl("get", "nodes", "-o", "jsonpath={.items[*].status.images[*].names}")
+        if f"docker.io/library/{image}:latest" not in images or not marker.exists() or marker.read_text() != local_id:
+            load = subprocess.run(
+                ["bash", str(script), "load-image", image], capture_output=True, text=True, timeout=900
+            )
+            if load.returncode != 0:
+                pytest.fail(f"load-image {image} failed:\n{load.stdout[-2000:]}{load.stderr[-2000:]}")
+            marker.write_text(local_id)
     namespace = f"orc-k8s-test-{os.getpid()}"
     _kubectl("create", "namespace", namespace)
     try:
