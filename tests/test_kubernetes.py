@@ -168,18 +168,15 @@ def _watch_first_pod(k8s: dict, seen: list[dict], stop: threading.Event) -> None
         time.sleep(0.3)
 
 
-def test_best_of_n_runs_in_pods_with_the_hardening_read_back(tmp_path, k8s):
-    """A best-of-n dry run whose tasks run as Pods: the branches come back, each Pod's spec
-    carries the hardening (read back from the API), and no credential is in any Pod,
-    event or file the run wrote."""
+def _best_of_n_watched(tmp_path: Path, k8s: dict, watch, into: list, *args: str):
+    """A best-of-n dry run with ``watch(k8s, into, stop)`` sampling the namespace on a thread meanwhile."""
     repo = _repo(tmp_path)
-    seen: list[dict] = []
     stop = threading.Event()
-    watcher = threading.Thread(target=_watch_first_pod, args=(k8s, seen, stop), daemon=True)
+    watcher = threading.Thread(target=watch, args=(k8s, into, stop), daemon=True)
     watcher.start()
     prompt = "SIM: write a.txt hello $TASK\nSIM: commit add a"
     proc = subprocess.run(
-        _cli(tmp_path, k8s, repo, prompt, "--strategy", "best-of-n", "-S", "n=2", "--dry-run"),
+        _cli(tmp_path, k8s, repo, prompt, "--strategy", "best-of-n", *args, "--dry-run"),
         cwd=repo,
         env=_env(tmp_path),
         capture_output=True,
@@ -187,6 +184,16 @@ def test_best_of_n_runs_in_pods_with_the_hardening_read_back(tmp_path, k8s):
         timeout=600,
     )
     stop.set()
+    watcher.join(timeout=10)
+    return repo, proc
+
+
+def test_best_of_n_runs_in_pods_with_the_hardening_read_back(tmp_path, k8s):
+    """A best-of-n dry run whose tasks run as Pods: the branches come back, each Pod's spec
+    carries the hardening (read back from the API), and no credential is in any Pod,
+    event or file the run wrote."""
+    seen: list[dict] = []
+    repo, proc = _best_of_n_watched(tmp_path, k8s, _watch_first_pod, seen, "-S", "n=2")
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     run_id = _run_id(out)
@@ -199,7 +206,6 @@ def test_best_of_n_runs_in_pods_with_the_hardening_read_back(tmp_path, k8s):
         log = subprocess.run(["git", "log", "-1", "--format=%s", name], cwd=repo, capture_output=True, text=True)
         assert log.stdout.strip() == "add a"
     # The hardening, as the API server holds it.
-    watcher.join(timeout=5)
     assert seen, "no Pod of the run was seen running"
     pod = seen[0]
     spec = pod["spec"]
@@ -251,22 +257,8 @@ def _count_live_pods(k8s: dict, peak: list[int], stop: threading.Event) -> None:
 def test_max_parallel_caps_the_runs_pods(tmp_path, k8s):
     """--max-parallel 1: the cluster never holds two of the run's Pods at once, though
     best-of-n has three candidates (and their reviews) ready together."""
-    repo = _repo(tmp_path)
     peak: list[int] = []
-    stop = threading.Event()
-    watcher = threading.Thread(target=_count_live_pods, args=(k8s, peak, stop), daemon=True)
-    watcher.start()
-    prompt = "SIM: write a.txt hello $TASK\nSIM: commit add a"
-    proc = subprocess.run(
-        _cli(tmp_path, k8s, repo, prompt, "--strategy", "best-of-n", "-S", "n=3", "--max-parallel", "1", "--dry-run"),
-        cwd=repo,
-        env=_env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    stop.set()
-    watcher.join(timeout=10)
+    repo, proc = _best_of_n_watched(tmp_path, k8s, _count_live_pods, peak, "-S", "n=3", "--max-parallel", "1")
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     run_id = _run_id(out)
