@@ -13,7 +13,8 @@ import pytest
 from conftest import SLIM_TEST_IMAGE, _slim_test_image
 from k8s_cluster import BRIDGE, HOME, NAMESPACE, ensure_cluster, ensure_image, kubectl, pids
 
-pytestmark = [pytest.mark.kubernetes, pytest.mark.docker]
+# on the Kubernetes tests' worker (tests/test_kubernetes.py says why)
+pytestmark = [pytest.mark.kubernetes, pytest.mark.docker, pytest.mark.xdist_group("kubernetes")]
 
 
 @pytest.fixture(scope="module")

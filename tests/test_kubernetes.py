@@ -21,7 +21,11 @@ from pathlib import Path
 import pytest
 from conftest import _slim_test_image
 
-pytestmark = [pytest.mark.kubernetes, pytest.mark.docker]
+# One worker runs every Kubernetes test, one after another: the slim image is
+# loaded into the node once instead of once per worker (other workers waited a
+# minute each on the load), and a test that freezes the node's kubelet hits no
+# other test's Pods, so it need not wait for the run's exclusive tail.
+pytestmark = [pytest.mark.kubernetes, pytest.mark.docker, pytest.mark.xdist_group("kubernetes")]
 
 from k8s_cluster import HOME as K8S_HOME  # noqa: E402
 from k8s_cluster import KUBECONFIG  # noqa: E402
@@ -793,8 +797,7 @@ def _wait_node_ready(node: str, within_s: float = 120) -> None:
         time.sleep(1)
 
 
-# Alone: the node it freezes is every Kubernetes test's, and their tasks would be placed again too.
-@pytest.mark.exclusive
+# The node it freezes is every Kubernetes test's: they share one worker (pytestmark), so none runs beside it.
 def test_a_node_lost_mid_task_is_placed_again(tmp_path, k8s):
     """The task's node stops answering mid-task (its kubelet frozen, its Ready condition Unknown as
     the node controller writes it): the exec through it would wait forever; the task is placed
