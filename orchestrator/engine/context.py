@@ -204,7 +204,14 @@ class Context(Protocol):
         done: int | None = None,
         total: int | None = None,
         text: str = "",
-    ) -> None: ...
+    ) -> None:
+        """Publish where this execution has got to: a ``strategy.progress`` event the TUI shows.
+
+        The fields are those of :class:`orchestrator.log.events.Progress`. It is an
+        output, not a recorded input: it changes no key or fingerprint, and a resumed
+        run may publish it again.
+        """
+        ...
 
 
 class BudgetScope:
@@ -330,15 +337,7 @@ class ContextCore:
             raise ValueError("ctx.run() needs a non-empty key; build it with ctx.key(...)")
         return key if key.startswith(self._prefix) else self._prefix + key
 
-    # -- tasks
-    @overload
-    def run(
-        self, task: BranchCleanupTask, *, key: str, policy: RetryPolicy | RetryPolicyDict | None = None
-    ) -> Handle[BranchCleanupResult]: ...
-    @overload
-    def run(
-        self, task: TaskInput, *, key: str, policy: RetryPolicy | RetryPolicyDict | None = None
-    ) -> Handle[TaskResult]: ...
+    # -- tasks (typed for strategies by the overloads of Context)
     def run(
         self, task: TaskInput | BranchCleanupTask, *, key: str, policy: RetryPolicy | RetryPolicyDict | None = None
     ) -> Handle[Any]:
@@ -375,19 +374,7 @@ class ContextCore:
         self._seen([result])
         return result
 
-    @overload
-    async def wait_all(self, handles: Sequence[Handle[R]], tolerate_failures: Literal[False] = False) -> list[R]: ...
-    @overload
-    async def wait_all(
-        self, handles: Sequence[Handle[R]], tolerate_failures: Literal[True]
-    ) -> tuple[list[R], list[TaskFailed]]: ...
-    @overload
-    async def wait_all(
-        self, handles: Sequence[Handle[R]], tolerate_failures: bool
-    ) -> list[R] | tuple[list[R], list[TaskFailed]]: ...
-    async def wait_all(
-        self, handles: Sequence[Handle[R]], tolerate_failures: bool = False
-    ) -> list[R] | tuple[list[R], list[TaskFailed]]:
+    async def wait_all(self, handles: Sequence[Handle[Any]], tolerate_failures: bool = False) -> Any:
         """Results in handle order, whatever order the tasks finished in.
 
         With ``tolerate_failures=True`` returns ``(successes, failures)`` where
@@ -399,23 +386,9 @@ class ContextCore:
         self._seen(out[0] if isinstance(out, tuple) else out)
         return out
 
-    @overload
-    async def parallel(self, tasks: ParallelItems, tolerate_failures: Literal[False] = False) -> list[TaskResult]: ...
-    @overload
-    async def parallel(
-        self, tasks: ParallelItems, tolerate_failures: Literal[True]
-    ) -> tuple[list[TaskResult], list[TaskFailed]]: ...
-    @overload
-    async def parallel(
-        self, tasks: ParallelItems, tolerate_failures: bool
-    ) -> list[TaskResult] | tuple[list[TaskResult], list[TaskFailed]]: ...
-    async def parallel(
-        self, tasks: ParallelItems, tolerate_failures: bool = False
-    ) -> list[TaskResult] | tuple[list[TaskResult], list[TaskFailed]]:
+    async def parallel(self, tasks: ParallelItems, tolerate_failures: bool = False) -> Any:
         """Schedule many and wait for all: items are ``(task, key)`` pairs or dicts with a ``key`` entry."""
-        handles: list[Handle[TaskResult]] = [
-            self.run(cast(TaskInput, task), key=key) for task, key in parallel_items(tasks)
-        ]
+        handles = [self.run(task, key=key) for task, key in parallel_items(tasks)]
         return await self.wait_all(handles, tolerate_failures=tolerate_failures)
 
     # -- a budget of the strategy's own
@@ -447,38 +420,9 @@ class ContextCore:
             await anyio.sleep(remaining)
 
     # -- output for people watching
-    def progress(
-        self,
-        *,
-        phase: str = "",
-        step: int | None = None,
-        of_total: int | None = None,
-        best: float | None = None,
-        frontier: int | None = None,
-        done: int | None = None,
-        total: int | None = None,
-        text: str = "",
-    ) -> None:
-        """Publish where this execution has got to: a ``strategy.progress`` event the TUI shows.
-
-        The fields are those of :class:`orchestrator.log.events.Progress`. It is an
-        output, not a recorded input: it changes no key or fingerprint, and a resumed
-        run may publish it again.
-        """
-        self._publish(
-            progress_record(
-                {
-                    "phase": phase,
-                    "step": step,
-                    "of_total": of_total,
-                    "best": best,
-                    "frontier": frontier,
-                    "done": done,
-                    "total": total,
-                    "text": text,
-                }
-            )
-        )
+    def progress(self, **fields: Any) -> None:
+        """Publish where this execution has got to (the fields are :meth:`Context.progress`'s)."""
+        self._publish(progress_record(fields))
 
 
 class StrategyContext(ContextCore):
