@@ -103,14 +103,11 @@ class RunPaths:
 
 
 class Engine:
-    def __init__(
-        self, config: EngineConfig, runner: TaskRunner, *, log: ComponentLog | None = None, determinism_reporter=None
-    ) -> None:
+    def __init__(self, config: EngineConfig, runner: TaskRunner, *, log: ComponentLog | None = None) -> None:
         self.config = config
         self.runner = runner
         self.paths = RunPaths(config)
         self.olog = log or ComponentLog(None, "orchestration", config.run_id)
-        self.reporter = determinism_reporter
         self.state = RunState(run_id=config.run_id)
         self.max_parallel = config.max_parallel or auto_parallel(config.defaults.container_cpus)
         self._limiter = anyio.CapacityLimiter(self.max_parallel)
@@ -178,12 +175,7 @@ class Engine:
         # each one line the log already wrote (page cache, not a blocking disk wait)
         if self._reader is None:
             self._reader = open(self.paths.events, "rb")  # noqa: SIM115 - closed when run() ends
-        self._reader.seek(task.result_offset)
-        return self._task_result(decode_line(self._reader.readline()).typed())
-
-    def _task_result(self, payload: E.EventPayload | None) -> dict[str, Any]:
-        assert isinstance(payload, E.TaskCompleted), "a completed task's result offset points at its task.completed"
-        return task_result_from_payload(payload)
+        return result_at(self._reader, task.result_offset)
 
     def schedule(
         self,
@@ -495,39 +487,32 @@ class Engine:
 
     async def _finish(self, sid: str, handle: Handle, inst: str, result: RunnerResult) -> None:
         key = handle.key
-        metrics = E.Metrics(**msgspec.structs.asdict(result.metrics))
+        # (a payload's JSON follows its struct's field order, not these arguments')
+        common: dict[str, Any] = {
+            "key": key,
+            "instance_id": inst,
+            "metrics": E.Metrics(**msgspec.structs.asdict(result.metrics)),
+            "session_id": result.session_id,
+            "exit_code": result.exit_code,
+            "retry_attempts": result.retry_attempts,
+        }
         if result.status == "success":
             message, truncated, path = await self._bound_message(key, result.final_message)
             completed = E.TaskCompleted(
-                key=key,
-                instance_id=inst,
+                **common,
                 artifact=E.Artifact(**msgspec.structs.asdict(result.artifact)) if result.artifact else None,
-                metrics=metrics,
                 final_message=message,
                 final_message_truncated=truncated,
                 final_message_path=path,
-                session_id=result.session_id,
-                exit_code=result.exit_code,
-                retry_attempts=result.retry_attempts,
                 output=msgspec.UNSET if result.output is None else result.output,
             )
             written = self.emit(E.TASK_COMPLETED, sid, completed, key=key)
             # The strategy sees exactly what a replay reads back from the log.
-            handle._resolve(self._task_result(written))
+            handle._resolve(task_result_from_payload(written))
         else:
             error_type = result.error_type or ("timeout" if result.status == "timeout" else "container")
             message = result.error or f"task ended with status {result.status}"
-            failed = E.TaskFailed(
-                key=key,
-                instance_id=inst,
-                error_type=error_type,
-                message=message,
-                metrics=metrics,
-                session_id=result.session_id,
-                exit_code=result.exit_code,
-                status=result.status,
-                retry_attempts=result.retry_attempts,
-            )
+            failed = E.TaskFailed(**common, error_type=error_type, message=message, status=result.status)
             self.emit(E.TASK_FAILED, sid, failed, key=key)
             recorded = self.state.tasks[key]
             handle._fail(recorded.error_type or error_type, recorded.message or "")
@@ -734,12 +719,19 @@ def refuse_unsupported(norm: dict[str, Any], plugin: RunnerPlugin) -> None:
         )
 
 
-def task_result_from_payload(payload: E.TaskCompleted) -> dict[str, Any]:
+def result_at(log: BinaryIO, offset: int) -> dict[str, Any]:
+    """The TaskResult of the ``task.completed`` event at ``offset`` of an open event log."""
+    log.seek(offset)
+    return task_result_from_payload(decode_line(log.readline()).typed())
+
+
+def task_result_from_payload(payload: E.EventPayload | None) -> dict[str, Any]:
     """The TaskResult a strategy sees, rebuilt from a ``task.completed`` payload.
 
     Live completions and replays both go through here, so a strategy gets
     byte-identical results whether a task just finished or was read back.
     """
+    assert isinstance(payload, E.TaskCompleted), "a completed task's result offset points at its task.completed"
     message = payload.final_message
     if payload.final_message_truncated and payload.final_message_path:
         with contextlib.suppress(OSError):

@@ -40,10 +40,10 @@ import msgspec
 from ..errors import BudgetExhausted, BudgetReached
 from ..jsonlog import ComponentLog
 from ..log.eventlog import LogReader
-from ..log.events import Progress, TaskCompleted, decode_line
+from ..log.events import Progress
 from ..log.state import COMPLETED, FAILED, RunState, replay
 from .context import Context, ContextCore, Handle
-from .engine import StrategyFn, task_result_from_payload
+from .engine import StrategyFn, result_at
 from .task_types import RetryPolicy, RetryPolicyDict
 
 Ended = Literal["returned", "failed", "log_ended", "error"]
@@ -80,13 +80,6 @@ class ReplayContext(ContextCore):
         self.answers = 0  # answers given so far: unchanged across a settle means the replay is stuck
 
     # -- tasks
-    def _payload(self, offset: int) -> TaskCompleted:
-        with open(self._events, "rb") as fh:
-            fh.seek(offset)
-            payload = decode_line(fh.readline()).typed()
-        assert isinstance(payload, TaskCompleted), "a completed task's result offset points at its task.completed"
-        return payload
-
     def _schedule(
         self, key: str, task: Mapping[str, Any], policy: RetryPolicy | RetryPolicyDict | None, refuse: str | None
     ) -> Handle[Any]:
@@ -94,7 +87,8 @@ class ReplayContext(ContextCore):
         handle: Handle[Any] = Handle(key=key, scheduled_at=0.0)
         rec = self._state.tasks.get(key)
         if rec is not None and rec.state == COMPLETED and rec.result_offset is not None:
-            handle._resolve(task_result_from_payload(self._payload(rec.result_offset)))
+            with open(self._events, "rb") as log:
+                handle._resolve(result_at(log, rec.result_offset))
             return handle
         if rec is not None and rec.state == FAILED:
             handle._fail(rec.error_type or "unknown", rec.message or "")
