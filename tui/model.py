@@ -18,10 +18,8 @@ so a later catch-up of the event stream never double counts.
 
 from __future__ import annotations
 
-import functools
 import statistics
 from collections.abc import Mapping
-from datetime import datetime
 from typing import Any
 
 import msgspec
@@ -41,22 +39,11 @@ from orchestrator.log.state import (
     TaskState,
     apply,
     first_line,
+    parse_ts,
     task_outcome,
 )
 
 ACTIVITY_LIMIT = FIRST_LINE_LIMIT  # characters of a final message or error kept for the activity line
-
-
-# Every frame asks when each task started and ended: the same few thousand timestamps, parsed once.
-@functools.lru_cache(maxsize=1 << 14)
-def parse_ts(ts: str | None) -> float | None:
-    """Epoch seconds of an RFC 3339 event timestamp (``...Z``); None when absent or malformed."""
-    if not ts:
-        return None
-    try:
-        return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 def without_protocol(text: Any) -> str:

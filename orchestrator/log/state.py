@@ -23,6 +23,7 @@ per event: replaying a million events must stay well above 200k events/s.
 
 from __future__ import annotations
 
+import functools
 import mmap
 import os
 import threading
@@ -444,6 +445,18 @@ def task_outcome(state: RunState, task: TaskState) -> str:
     return task.state
 
 
+# Every dashboard frame asks when each task started and ended: the same few thousand timestamps, parsed once.
+@functools.lru_cache(maxsize=1 << 14)
+def parse_ts(ts: str | None) -> float | None:
+    """Epoch seconds of an RFC 3339 event timestamp (``...Z``); None when absent or malformed."""
+    if not ts:
+        return None
+    try:
+        return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
 def _seconds_between(start: str | None, end: str | None) -> float:
     if not start or not end:
         return 0.0
@@ -533,8 +546,12 @@ def _end_attempt(task: TaskState, ts: str, outcome: str) -> None:
         task._begin_attempt(Attempt(ts, ts, outcome))
 
 
-def _finish(state: RunState, task: TaskState, p: E.TaskCompleted | E.TaskFailed, offset: int, ts: str) -> None:
+def _finish(
+    state: RunState, task: TaskState, p: E.TaskCompleted | E.TaskFailed, offset: int, ts: str, outcome: str
+) -> None:
     """What a terminal event records of a task, success or failure alike: when, where, what it cost."""
+    task.state = outcome
+    _end_attempt(task, ts, outcome.lower())
     task.completed_at = ts
     task.result_offset = offset
     metrics = p.metrics or _NO_METRICS
@@ -548,6 +565,10 @@ def _finish(state: RunState, task: TaskState, p: E.TaskCompleted | E.TaskFailed,
     c.cost_usd += task.cost_usd or 0.0
     c.tokens_in += task.tokens_in
     c.tokens_out += task.tokens_out
+    if outcome == COMPLETED:
+        c.completed += 1
+    else:
+        c.failed += 1
 
 
 _NO_METRICS = E.Metrics()
@@ -601,7 +622,6 @@ def _task_completed(state: RunState, sid: str, key: str, p: E.TaskCompleted, off
     task = _task(state, key)
     if task is None or task.state in TERMINAL:
         return
-    task.state = COMPLETED
     artifact = p.artifact
     if artifact is not None:
         task.branch_final = artifact.branch_final
@@ -611,13 +631,7 @@ def _task_completed(state: RunState, sid: str, key: str, p: E.TaskCompleted, off
         task.lines_added = artifact.lines_added
         task.lines_deleted = artifact.lines_deleted
     task.final_line = first_line(p.final_message)
-    attempt = task.attempt
-    if attempt is not None and attempt.end is None:  # (_end_attempt, inline: the common case of a replay)
-        attempt.end, attempt.outcome = ts, "completed"
-    else:
-        _end_attempt(task, ts, "completed")
-    _finish(state, task, p, offset, ts)
-    state.counters.completed += 1
+    _finish(state, task, p, offset, ts, COMPLETED)
 
 
 @_on(_ON_TASK, E.TaskFailed)
@@ -625,13 +639,10 @@ def _task_failed(state: RunState, sid: str, key: str, p: E.TaskFailed, offset: i
     task = _task(state, key)
     if task is None or task.state in TERMINAL:
         return
-    task.state = FAILED
     task.error_type = p.error_type
     task.message = p.message
-    _end_attempt(task, ts, "failed")
     # a failed agent was paid for what it read and wrote: its tokens count as its cost does
-    _finish(state, task, p, offset, ts)
-    state.counters.failed += 1
+    _finish(state, task, p, offset, ts, FAILED)
 
 
 @_on(_ON_TASK, E.TaskSession)

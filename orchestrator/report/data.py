@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from ..log import events as E
 from ..log.eventlog import LogReader
 from ..log.runs import RunDirs, RunManifest
-from ..log.state import UNUSABLE, RunState, task_outcome
+from ..log.state import UNUSABLE, RunState, parse_ts, task_outcome
 from ..runner import run_git
 
 # A report must open quickly and stay small: one diff over this is cut with a
@@ -34,15 +33,6 @@ RUN_MESSAGE_BUDGET = 800_000
 SHORT_MESSAGE_CHARS = 600
 
 _SHA = re.compile(r"^[0-9a-f]{7,64}$")
-
-
-def _ts(value: str | None) -> float | None:
-    if not value:
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 def short_key(key: str) -> str:
@@ -184,7 +174,7 @@ def task_rows(tasks: dict[str, dict[str, Any]], run_start: float | None) -> list
             cut = True
         spans = []
         for a in t["attempts"]:
-            s, e = _ts(a["start"]), _ts(a["end"])
+            s, e = parse_ts(a["start"]), parse_ts(a["end"])
             if s is None or run_start is None:
                 continue
             spans.append(
@@ -267,11 +257,11 @@ def gather(dirs: RunDirs, manifest: RunManifest, state: RunState, *, status: str
     :meth:`RunState.duration_s`): the summary says the same.
     """
     raw_tasks, executions = collect_events(state, dirs.events(manifest.run_id))
-    starts = [_ts(a["start"]) for t in raw_tasks.values() for a in t["attempts"]]
-    ends = [_ts(a["end"]) for t in raw_tasks.values() for a in t["attempts"]]
-    starts += [_ts(t["scheduled_at"]) for t in raw_tasks.values()]
-    starts += [_ts(e.get("started_at")) for e in executions.values()]
-    ends += [_ts(e.get("completed_at")) for e in executions.values()]
+    starts = [parse_ts(a["start"]) for t in raw_tasks.values() for a in t["attempts"]]
+    ends = [parse_ts(a["end"]) for t in raw_tasks.values() for a in t["attempts"]]
+    starts += [parse_ts(t["scheduled_at"]) for t in raw_tasks.values()]
+    starts += [parse_ts(e.get("started_at")) for e in executions.values()]
+    ends += [parse_ts(e.get("completed_at")) for e in executions.values()]
     known_starts = [s for s in starts if s is not None]
     known_ends = [e for e in ends + known_starts if e is not None]
     run_start = min(known_starts) if known_starts else None
