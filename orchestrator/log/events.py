@@ -16,7 +16,7 @@ import math
 import os
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import msgspec
 import orjson
@@ -45,14 +45,17 @@ EVENT_TYPES = TASK_TYPES | STRATEGY_TYPES | RUN_TYPES
 TERMINAL_TASK_TYPES = frozenset({TASK_COMPLETED, TASK_FAILED, TASK_INTERRUPTED})
 
 
-class Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+P = TypeVar("P", dict[str, Any], msgspec.Raw)
+
+
+class Event(msgspec.Struct, Generic[P], frozen=True, kw_only=True, omit_defaults=True):
     id: str
     type: str
     ts: str
     run_id: str
     strategy_execution_id: str
     start_offset: int
-    payload: dict[str, Any]
+    payload: P
     key: str | None = None
 
     def typed(self) -> EventPayload | None:
@@ -60,26 +63,11 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
         return decode_payload(self.type, self.payload)
 
 
-_decoder = msgspec.json.Decoder(Event)
-
-
-class Envelope(msgspec.Struct, frozen=True, kw_only=True):
-    """An :class:`Event` whose payload is still JSON: the log's consumers decode it straight into its struct.
-
-    (Decoding the payload to a dict and then converting it costs a third more
-    when a resume folds a million events.)
-    """
-
-    id: str
-    type: str
-    ts: str
-    run_id: str
-    strategy_execution_id: str
-    start_offset: int
-    payload: msgspec.Raw
-    key: str | None = None
-
-
+# An event whose payload is still JSON: the log's consumers decode it straight into its struct.
+# (Decoding the payload to a dict and then converting it costs a third more when a resume folds
+# a million events.)
+Envelope = Event[msgspec.Raw]
+_decoder = msgspec.json.Decoder(Event[dict[str, Any]])
 _envelope_decoder = msgspec.json.Decoder(Envelope)
 _object_decoder = msgspec.json.Decoder(dict[str, Any])
 
@@ -115,7 +103,7 @@ class TaskScheduled(EventPayload, frozen=True, kw_only=True):
 
     @property
     def is_command(self) -> bool:
-        """``runs_command`` of a payload in the current shape (an older log's is upcast: :func:`current`)."""
+        """``runs_command`` of a payload in the current shape (an older log's is upcast: :data:`UPCASTS`)."""
         return self.runs_command is True
 
 
@@ -362,12 +350,6 @@ def _upcast_task_scheduled(p: Any) -> TaskScheduled:
 UPCASTS: dict[type[EventPayload], Callable[[Any], EventPayload]] = {TaskScheduled: _upcast_task_scheduled}
 
 
-def current(payload: EventPayload) -> EventPayload:
-    """``payload`` in the current shape: an older version's upcast (:data:`UPCASTS`), any other as it is."""
-    upcast = UPCASTS.get(type(payload))
-    return payload if upcast is None else upcast(payload)
-
-
 def type_of(payload: EventPayload) -> str:
     """The event type a payload struct is written as."""
     return _TYPE_OF[type(payload)]
@@ -457,7 +439,7 @@ def encode_line(
         return (json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=str) + "\n").encode("utf-8")
 
 
-def decode_line(line: bytes) -> Event:
+def decode_line(line: bytes) -> Event[dict[str, Any]]:
     """Decode one complete line; raises ``msgspec.DecodeError`` on a torn or foreign line."""
     return _decoder.decode(line)
 
@@ -467,5 +449,5 @@ def decode_envelope(line: bytes) -> Envelope:
     return _envelope_decoder.decode(line)
 
 
-def to_dict(event: Event) -> dict[str, Any]:
+def to_dict(event: Event[Any]) -> dict[str, Any]:
     return msgspec.to_builtins(event)
