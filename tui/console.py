@@ -1,29 +1,8 @@
-"""The console streams for ``--no-tui`` (plain), ``--json`` and ``--quiet``.
+"""The console streams for ``--no-tui`` (plain), ``--json`` and ``--quiet``: docs/tui.md, "Console streams".
 
-Plain mode prints one line per interesting event, prefixed ``k<8hex>/inst-<5hex>:``
-(the spec's stable format that scripts grep for), then the task's readable key
-(as the run summary names it; ``s2/...`` when the run has several strategy
-executions) and a coloured tag::
-
-    k7aa12cc/inst-7a3f2: impl/0 [STARTED] → best-of-n_run_20250114_k7aa12cc (sonnet)
-    k7aa12cc/inst-7a3f2: impl/0 [COMPLETED] ✓ 3m 24s • $0.42 • 2.5k tokens • → best-of-n_run_20250114_k7aa12cc
-    k19bb44a/inst-8b4c1: score/0 [STARTED] (sonnet)
-    k4f465253/inst-c1be7: e0001/measure/g1 [STARTED] (command)
-    k2f88e01/inst-9d5e3: impl/1 [FAILED] ✗ timeout: Timeout after 60m • 60m 00s • $2.41
-
-A task that makes no branch (a review, a measurement) shows none; a command
-task shows no model. A task whose result its strategy then could not use (a
-base evaluation that printed no metric) gets, when the strategy completes, a
-``[FAILED] ✗ ran, but its result cannot be used`` line after its ✓ one. Marker lines strategies parse (``@@...``) are never shown.
-
-Strategy executions get ``s1: [STRATEGY] ...`` lines (started, each progress
-record they publish, completed). Scheduling and
-checkpoint events are not shown: no timestamps, no debug noise.
-
-The stream keeps the run's fold (:class:`~orchestrator.log.state.RunState`) as
-it reads: what a line says of its task beyond the event itself (its branch,
-whether it runs a command) and whether the run has several executions come
-from there.
+The stream keeps the run's fold (:class:`~orchestrator.log.state.RunState`) as it reads: what a
+line says of its task beyond the event itself (its branch, whether it runs a command) and whether
+the run has several executions come from there.
 """
 
 from __future__ import annotations

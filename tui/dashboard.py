@@ -1,14 +1,7 @@
 """The live dashboard: renderables over a :class:`~tui.model.RunModel`, and the loops that drive it.
 
-Three loops share one model, so that folding events never waits for drawing: the event tail (file notifications
-through :func:`orchestrator.log.eventlog.subscribe`) folds events in as they land;
-a reconciliation loop reads ``state.json`` every 3 s; the render loop ticks at ``refresh_hz`` and only reads the model.
-A tick rebuilds the frame when the model changed or the displayed second moved
-and otherwise leaves the screen alone, so an idle 500-task run costs almost no
-CPU while a busy one is still capped at ``refresh_hz`` frames per second.
-
-The frame is fitted to the terminal: with more cards than fit, the most urgent
-ones (failed, running, interrupted, queued, then the most recently finished)
+Three loops share one model, so that folding events never waits for drawing (docs/tui.md, "How the
+dashboard works"). The frame is fitted to the terminal: with more cards than fit, the most urgent
 are shown and the strategy's border says how many are hidden.
 """
 

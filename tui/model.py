@@ -1,19 +1,8 @@
 """The dashboard's model of one run: the run's fold, fed by events and reconciled from snapshots.
 
-The model is the run's :class:`~orchestrator.log.state.RunState`, the same
-pure fold the engine keeps, and nothing folded beside it: what a card shows
-(the activity line, the host, the change, when it started and ended) are
-views of the task's :class:`~orchestrator.log.state.TaskState`. Feeding an
-event never renders anything; the render loop reads the model on its own
-clock, so a burst of events costs folds, not frames.
-
-``version`` increases on every change, so a renderer can skip rebuilding a frame
-when neither the model nor the displayed second has moved.
-
-Reconciliation (every 3 s) loads ``state.json``: if the snapshot has folded
-events this model has not seen (the reader fell behind, or events were missed),
-the model adopts it. Events already folded are ignored by ``apply`` by offset,
-so a later catch-up of the event stream never double counts.
+The model is the run's :class:`~orchestrator.log.state.RunState`, the same fold the engine keeps,
+and nothing folded beside it: what a card shows is a view of the task's state. ``version``
+increases on every change, so a renderer can skip a frame when nothing moved (docs/tui.md).
 """
 
 from __future__ import annotations

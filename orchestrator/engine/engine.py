@@ -1,15 +1,9 @@
 """The durable engine: schedules tasks, records every step, replays on resume.
 
-One :class:`Engine` drives one run. It owns the event log writer, the folded
-:class:`~orchestrator.log.state.RunState`, the max-parallel pool and the snapshot
-task, and it talks to the runner layer only through the
-:class:`~orchestrator.runner.base.TaskRunner` protocol.
-
-Resume is the same code path as a first run: the state is recovered from the
-snapshot plus the log tail, tasks that were RUNNING with no terminal event are
-marked interrupted, and every unfinished strategy function is entered again
-from the top. ``ctx.run`` on a key that completed returns the recorded result
-(read back from the log at its offset) and never touches the runner.
+One :class:`Engine` drives one run: it owns the event log writer, the folded
+:class:`~orchestrator.log.state.RunState`, the max-parallel pool and the snapshot task, and talks
+to the runner only through :class:`~orchestrator.runner.base.TaskRunner`. Resume is the same code
+path as a first run (docs/architecture.md, "Durability").
 """
 
 from __future__ import annotations

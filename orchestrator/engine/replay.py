@@ -1,27 +1,8 @@
 """Replaying a recorded strategy execution from its event log alone, for reports.
 
-:func:`replay_strategy` calls a strategy function again with a read-only
-``ctx`` that answers from the log: a recorded key returns its recorded result
-(or failure), ``ctx.now()``/``ctx.rand()``/``ctx.sleep()`` return the recorded
-values in order, and anything the run never recorded makes the replay stop
-there. Strategies are deterministic in what ``ctx`` gives them, so the replay
-takes the path the run took and leaves the strategy where the run was when the
-log ends: the files it writes to ``ctx.output_dir()`` (the directory the caller
-names) and the records it publishes with ``ctx.progress()`` are what the run
-had. Nothing here touches Docker, git or the network, and nothing is written
-to the run's own event log or results.
-
-How a replay ends (:attr:`ReplayOutcome.ended`):
-
-- ``returned``: the strategy returned; ``result`` is what it returned.
-- ``failed``: the strategy raised what the recorded run raised (its
-  ``strategy.completed`` says so); ``error`` is that error.
-- ``log_ended``: the log holds nothing more for it (an interrupted or live
-  run). This is the normal end of a partial replay and is not logged.
-- ``error``: an exception the recorded run did not raise: a bug in the
-  strategy or in code it calls, or a log the strategy no longer matches. It is
-  logged with its traceback to the run's ``orchestration.jsonl`` and returned
-  in ``error``, so a report can say it is incomplete and why.
+docs/strategies.md, "Replaying a recorded run for a report", says what the replay answers and how it
+ends (:attr:`ReplayOutcome.ended`). Nothing here touches Docker, git or the network, and nothing
+is written to the run's own event log or results.
 """
 
 from __future__ import annotations
@@ -50,7 +31,7 @@ Ended = Literal["returned", "failed", "log_ended", "error"]
 
 
 class ReplayOutcome(msgspec.Struct, frozen=True, kw_only=True):
-    """How one strategy execution's replay ended (see the module docstring)."""
+    """How one strategy execution's replay ended (docs/strategies.md, "Replaying a recorded run for a report")."""
 
     strategy_execution_id: str
     ended: Ended

@@ -1,14 +1,9 @@
-"""The event log: one writer per run, any number of readers.
+"""The event log: one writer per run, any number of readers (docs/events.md, docs/architecture.md).
 
-The writer owns the bytes of ``events.jsonl``. ``append()`` is synchronous and
-cheap (encode + buffer), so strategy code and the engine never wait on disk;
-a flusher task writes and fsyncs batches in a worker thread (``interval``
-policy: every ``interval_ms`` or ``max_batch`` events) or one line at a time
-(``per_event``). ``await flush()`` returns once everything appended so far is
-on disk; the engine awaits it at the points where durability matters.
-
-Readers open the file in binary mode, align to the next newline when an offset
-lands mid-line, and ignore a torn last line until its newline arrives.
+``EventLog.append()``/``write()`` are synchronous and cheap (encode + buffer), so strategy code
+and the engine never wait on disk; a flusher task writes and fsyncs batches in a worker thread,
+and ``await flush()`` returns once everything appended so far is on disk. Readers align to the
+next newline when an offset lands mid-line and ignore a torn last line until its newline arrives.
 """
 
 from __future__ import annotations

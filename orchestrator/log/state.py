@@ -1,21 +1,14 @@
-"""Run state as a pure fold of events, and its snapshots.
+"""Run state as a pure fold of events, and its snapshots (docs/architecture.md, "Durability").
 
-This is the one fold of a run's log: the engine, the dashboard, the console,
-the report and its spend chart all read a :class:`RunState`, never fold the
-events again. :func:`apply` moves it forward by one event: each payload type
-has one apply function (:data:`_ON_TASK`, :data:`_ON_RUN`), which is the whole
-of that event type's effect on the state. A payload reaches it in the current
-shape: an older log's is read through its type's upcast (:data:`events.UPCASTS`).
-
-Transitions are guarded: a task's counters move only on a non-terminal -> terminal change, and
-an event at or before ``last_event_start_offset`` is ignored, so replaying
-events that a snapshot already reflects never double counts. A snapshot is the
-state's JSON encoding; loading a snapshot and folding the rest of the log gives
-exactly the state a full replay gives (tests/test_state_fold.py checks this).
-
-Loading a snapshot does not decode its tasks: :class:`TaskTable` decodes each
-on first use, so a resume costs the same at ten tasks and at three hundred
-thousand (the layout is described above :func:`encode_snapshot`).
+This is the one fold of a run's log: the engine, the dashboard, the console, the report and its
+spend chart all read a :class:`RunState`, never fold the events again. Each payload type has one
+apply function (:data:`_ON_TASK`, :data:`_ON_RUN`); an older log's payload reaches it through its
+type's upcast (:data:`events.UPCASTS`). A task's counters move only on a non-terminal -> terminal
+change, and an event at or before ``last_event_start_offset`` is ignored, so replaying events a
+snapshot already reflects never double counts (tests/test_state_fold.py checks that a snapshot
+plus the rest of the log gives exactly a full replay's state). A snapshot's tasks are decoded
+only as they are used (:class:`TaskTable`), so a resume costs the same at ten tasks and at
+three hundred thousand.
 
 The fold mutates one state object in place instead of copying a frozen record
 per event: replaying a million events must stay well above 200k events/s.

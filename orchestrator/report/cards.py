@@ -1,20 +1,8 @@
 """What a task's card in the report shows: the command it ran and its output, as a user reads them.
 
-Strategies talk to themselves through their tasks: a command task may run a
-wrapper script that prints marker lines (``@@...``) for its strategy to parse,
-and a reviewer answers with a JSON object. Neither is for a reader. The card
-shows the user's command, the output as fields (a JSON answer, an exit
-status) and plain text with the marker lines left out.
-
-A strategy module that knows its own protocol may refine this with
-
-    def report_task(task: dict) -> dict | None:
-        ...
-
-``task`` is the task's row (``short_key``, ``plugin``, ``runs_command``,
-``prompt``, ``command``, ``final_message``, ``result``); the answer may set ``command`` (what the user
-would call the command; ``None`` hides a script), ``fields`` (a dict),
-``output`` and ``stderr`` (text). Keys it leaves out keep the generic value.
+Strategies talk to themselves through their tasks (marker lines ``@@...``, a reviewer's JSON
+answer); neither is for a reader. A strategy may refine a card with ``report_task(task)``
+(docs/strategies.md, "Adding sections to the run report").
 """
 
 from __future__ import annotations

@@ -1,28 +1,8 @@
-"""The sections a strategy can add to its run report.
+"""The sections a strategy's ``report_sections(run)`` can add to its run report.
 
-A strategy module (built-in or a user's file) may define::
-
-    def report_sections(run: dict) -> list[dict]:
-        ...
-
-``run`` is ``{"execution": {...}, "tasks": [...]}`` for one strategy
-execution: its name, parameters, status and recorded result, and its tasks
-with their recorded results. The function returns plain dicts, each one of
-the shapes below (``type`` picks the shape). Because it only reads recorded
-data, a report rebuilt from the event log has the same bytes as the first.
-
-- ``{"type": "text", "title", "text"}``: a paragraph (kept as written).
-- ``{"type": "table", "title", "columns": [...], "rows": [[...], ...], "highlight": [row indexes]}``.
-- ``{"type": "chart", "title", "x_label", "y_label", "series": [{"name", "points": [[x, y], ...]}]}``:
-  an inline SVG line chart (a series with ``"line": false`` shows markers only).
-- ``{"type": "tree", "title", "nodes": [{"id", "parent", "label", "status", "highlight", "details", "commit"}]}``:
-  a clickable tree; clicking a node shows its ``details`` (a dict) and the
-  diff of its ``commit``.
-- ``{"type": "compare", "title", "items": [{"label", "subtitle", "highlight", "details", "commit"}]}``:
-  candidates side by side, each with its details and diff.
-
-A section that does not match its shape is reported in the page in place of
-the section, with what was wrong; it never stops the report.
+The shapes are documented for strategy authors in docs/strategies.md, "Adding sections to the run
+report". A section that does not match its shape is reported in the page in place of the section,
+with what was wrong; it never stops the report.
 """
 
 from __future__ import annotations
