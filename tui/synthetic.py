@@ -95,7 +95,7 @@ def synthetic_run(
         heapq.heappush(free, end)
         container = container_name(run_id, int(sid[1:]) - 1, key)
         inst = instance_id(run_id, sid, key)
-        started = E.TaskStarted(key=key, instance_id=inst, container_name=container, model=model, session_id=None)
+        started = E.TaskStarted(key=key, instance_id=inst, container_name=container, model=model)
         events.append(SynthEvent(start, TASK_STARTED, sid, key, started))
         cost = None if i % 20 == 19 else round(rng.uniform(0.02, 0.6), 4)
         tokens_in, tokens_out = rng.randint(2000, 40000), rng.randint(200, 6000)
@@ -130,7 +130,6 @@ def _scheduled(run_id: str, sid: str, key: str, i: int, strategy: str, model: st
         model=model,
         task_fingerprint_hash=f"{i:064x}",
         branch_name=branch_name(strategy, run_id, key),
-        session_group_key=None,
         plugin="claude-code",
         input={"prompt": f"Implement variant {i} of the feature", "model": model},
     )
@@ -144,7 +143,6 @@ def _failed(key: str, inst: str, i: int, metrics: E.Metrics, duration: float) ->
         message=f"Timeout after {int(duration)}s waiting for the agent",
         metrics=metrics,
         session_id=f"sess-{i}",
-        exit_code=None,
         status="timeout",
         retry_attempts=2,
     )
@@ -156,7 +154,6 @@ def _completed(
     added = rng.randint(1, 200)
     branch = branch_name(strategy, run_id, key)
     artifact = E.Artifact(
-        type="branch",
         branch_planned=branch,
         branch_final=branch,
         base="main",
@@ -172,11 +169,8 @@ def _completed(
         artifact=artifact,
         metrics=metrics,
         final_message=f"Implemented variant {i}: added {added} lines and tests.",
-        final_message_truncated=False,
-        final_message_path="",
         session_id=f"sess-{i}",
         exit_code=0,
-        retry_attempts=0,
     )
 
 

@@ -14,7 +14,7 @@ from pygments.formatters import HtmlFormatter
 from pygments.lexers import DiffLexer
 
 from ..log.runs import RunDirs, RunManifest
-from ..log.state import RunState, recover, run_outcome
+from ..log.state import RunState, recover, run_outcome, write_snapshot_bytes
 
 if TYPE_CHECKING:
     from ..strategy import StrategyHooks
@@ -140,14 +140,26 @@ def _rendered_section(section: Any) -> dict[str, Any]:
     return out
 
 
-def render_report(
+def report_path(dirs: RunDirs, run_id: str) -> Path:
+    return dirs.results / run_id / "report.html"
+
+
+def write_report(
     dirs: RunDirs,
     manifest: RunManifest,
     *,
     hooks: StrategyHooks | None = None,
     state: RunState | None = None,
     live: bool = False,
-) -> bytes:
+) -> Path:
+    """Render and atomically write the report; return its path.
+
+    Blocking (it reads the log and runs git): call it from a worker thread in
+    async code. ``hooks`` are the strategy's when the caller has it loaded;
+    otherwise it is loaded from the manifest's strategy spec. ``state`` is the
+    run's fold when the caller holds it (otherwise the log is folded here);
+    ``live``: a process is running the run now.
+    """
     run_id = manifest.run_id
     if state is None:
         state = recover(
@@ -193,7 +205,10 @@ def render_report(
             script_note=SCRIPT_NOTE,
         )
     )
-    return html.encode("utf-8")
+    target = report_path(dirs, run_id)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    write_snapshot_bytes(html.encode("utf-8"), [target])
+    return target
 
 
 def _executions(
