@@ -211,17 +211,6 @@ class RunModel:
             return None
         return parse_ts(task.completed_at if task.state in (COMPLETED, FAILED) else task.interrupted_at)
 
-    def hosts_running(self) -> dict[str, int]:
-        """Running tasks per Docker host, in the order hosts first appear; {} without hosts."""
-        out: dict[str, int] = {}
-        for task in self.state.tasks.values():
-            if task.host is None:
-                continue
-            out.setdefault(task.host, 0)
-            if task.state == RUNNING:
-                out[task.host] += 1
-        return out
-
     def hosts(self) -> list[HostLine]:
         """One line per Docker host: running tasks, free slots, down; [] without hosts.
 
@@ -231,7 +220,13 @@ class RunModel:
         its host went away). A log without ``hosts.status`` (a run from before
         it existed) still shows the running tasks per host.
         """
-        running = self.hosts_running()
+        running: dict[str, int] = {}  # in the order hosts first appear
+        for task in self.state.tasks.values():
+            if task.host is None:
+                continue
+            running.setdefault(task.host, 0)
+            if task.state == RUNNING:
+                running[task.host] += 1
         if not self.state.hosts:
             return [HostLine(name, n, None, False) for name, n in running.items()]
         out = []

@@ -370,67 +370,60 @@ class Engine:
         *,
         first: bool = True,
     ) -> RunnerResult | None:
-        try:
-            async with self._limiter:
-                self.queued -= 1
-                if first and self._budget_refuses(sid, self._plugins[key]):
-                    return None
-                started = False
-                try:
-                    # A runner over several Docker engines chooses the task's engine first,
-                    # so the record names where it runs.
-                    reserve = getattr(self.runner, "reserve", None)
-                    host = await reserve(request) if reserve is not None else msgspec.UNSET
+        async with self._limiter:
+            self.queued -= 1
+            if first and self._budget_refuses(sid, self._plugins[key]):
+                return None
+            started = False
+            try:
+                # A runner over several Docker engines chooses the task's engine first,
+                # so the record names where it runs.
+                reserve = getattr(self.runner, "reserve", None)
+                host = await reserve(request) if reserve is not None else msgspec.UNSET
+                self.emit(
+                    E.TASK_STARTED,
+                    sid,
+                    E.TaskStarted(
+                        key=key,
+                        instance_id=inst,
+                        container_name=cname,
+                        model=norm["model"],
+                        session_id=request.session_id,
+                        host=host,
+                    ),
+                    key=key,
+                )
+                started = True
+                self.runner_calls += 1
+                if self.budget is not None and is_agent_task(self._plugins[key]):
+                    self.budget.begin(key, norm.get("model"))
+                result = await self.runner.run(request, on_event=lambda ev: self._on_runner_event(sid, key, inst, ev))
+            except anyio.get_cancelled_exc_class():
+                if started:  # (no await here: the cancellation cannot interrupt the record)
+                    if self.budget is not None:
+                        self.budget.interrupted(key)
+                    session = self._live_sessions.get(key, msgspec.UNSET)
                     self.emit(
-                        E.TASK_STARTED,
+                        E.TASK_INTERRUPTED,
                         sid,
-                        E.TaskStarted(
-                            key=key,
-                            instance_id=inst,
-                            container_name=cname,
-                            model=norm["model"],
-                            session_id=request.session_id,
-                            host=host,
-                        ),
+                        E.TaskInterrupted(key=key, instance_id=inst, session_id=session),
                         key=key,
                     )
-                    started = True
-                    self.runner_calls += 1
-                    if self.budget is not None and is_agent_task(self._plugins[key]):
-                        self.budget.begin(key, norm.get("model"))
-                    result = await self.runner.run(
-                        request, on_event=lambda ev: self._on_runner_event(sid, key, inst, ev)
-                    )
-                except anyio.get_cancelled_exc_class():
-                    if started:  # (no await here: the cancellation cannot interrupt the record)
-                        if self.budget is not None:
-                            self.budget.interrupted(key)
-                        session = self._live_sessions.get(key, msgspec.UNSET)
-                        self.emit(
-                            E.TASK_INTERRUPTED,
-                            sid,
-                            E.TaskInterrupted(key=key, instance_id=inst, session_id=session),
-                            key=key,
-                        )
-                    raise
-                except RunnerError as exc:
-                    result = RunnerResult(
-                        status="failed", instance_id=inst, error_type=exc.category, error=str(exc), container_name=cname
-                    )
-                except Exception as exc:  # a bug or an unexpected library error: fail the task, keep the run
-                    # "internal", not "container": retrying a bug would only pay for it again
-                    self.olog.error(
-                        f"runner raised {type(exc).__name__}: {exc}", key=key, traceback=traceback.format_exc()
-                    )
-                    result = RunnerResult(
-                        status="failed",
-                        instance_id=inst,
-                        error_type="internal",
-                        error=f"{type(exc).__name__}: {exc}",
-                        container_name=cname,
-                    )
-        except anyio.get_cancelled_exc_class():
-            raise
+                raise
+            except RunnerError as exc:
+                result = RunnerResult(
+                    status="failed", instance_id=inst, error_type=exc.category, error=str(exc), container_name=cname
+                )
+            except Exception as exc:  # a bug or an unexpected library error: fail the task, keep the run
+                # "internal", not "container": retrying a bug would only pay for it again
+                self.olog.error(f"runner raised {type(exc).__name__}: {exc}", key=key, traceback=traceback.format_exc())
+                result = RunnerResult(
+                    status="failed",
+                    instance_id=inst,
+                    error_type="internal",
+                    error=f"{type(exc).__name__}: {exc}",
+                    container_name=cname,
+                )
         if self.budget is not None and is_agent_task(self._plugins[key]):
             self.budget.settle(key, msgspec.to_builtins(result.metrics) if result.metrics else None)
         return result
@@ -569,8 +562,6 @@ class Engine:
         ctx = StrategyContext(self, strategy_execution_id=sid, strategy_index=index)
         try:
             result = await fn(prompt, self.config.base_branch, ctx, **params)
-        except anyio.get_cancelled_exc_class():
-            raise
         except StrategyError as exc:
             # A strategy that gave up because the cap refused it a task stopped at the cap, not on a fault.
             status = "budget_reached" if self._capped(sid) or isinstance(exc, BudgetReached) else "failed"

@@ -16,6 +16,7 @@ per event: replaying a million events must stay well above 200k events/s.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import mmap
 import os
@@ -1081,16 +1082,12 @@ def write_snapshot_bytes(data: bytes, paths: list[Path]) -> None:
 
 
 def _fsync_dir(path: Path) -> None:
-    try:
+    with contextlib.suppress(OSError):
         fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def load_snapshot(paths: list[Path], *, log_size: int | None = None) -> RunState | None:
