@@ -453,7 +453,7 @@ def _detailed_card(model: RunModel, task: TaskState, now: float) -> Panel:
         message = f"{task.error_type or 'error'}: {without_protocol(task.message)}"
         activity = Text(message, style="red")
         activity.no_wrap = False
-        last = Text("")
+        lines: list[RenderableType] = [_one_line(head), _one_line(metrics), activity]
     else:
         activity = _one_line(Text(model.activity(task), style="red" if status == UNUSABLE else "italic"))
         if task.state == COMPLETED:
@@ -463,13 +463,7 @@ def _detailed_card(model: RunModel, task: TaskState, now: float) -> Panel:
             last = Text("makes no branch", style="dim")
         else:
             last = Text(f"branch {task.branch_name or '-'}", style="dim")
-    lines: list[RenderableType] = (
-        [_one_line(head), activity, _one_line(metrics)]
-        if task.state != FAILED
-        else [_one_line(head), _one_line(metrics), activity]
-    )
-    if task.state != FAILED:
-        lines.append(_one_line(last))
+        lines = [_one_line(head), activity, _one_line(metrics), _one_line(last)]
     return Panel(
         Group(*lines),
         title=Text(kid, style="bold" if status != COMPLETED else "dim"),

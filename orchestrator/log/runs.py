@@ -85,14 +85,12 @@ def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def _host_claims() -> Path:
+def host_claims() -> Path:
     # Container, volume and branch names derive from the run id, and Docker is
     # shared by every directory on this host: ids must be unique host-wide,
-    # not just within one orchestrator_state/ folder.
+    # not just within one orchestrator_state/ folder. (Also where a run records
+    # its owning directories: retention.record_owner.)
     return Path(tempfile.gettempdir()) / "orchestrator-run-ids"
-
-
-host_claims = _host_claims  # also where a run records its owning directories (retention.record_owner)
 
 
 def claim_run_id(dirs: RunDirs, when: datetime | None = None) -> str:
@@ -100,7 +98,7 @@ def claim_run_id(dirs: RunDirs, when: datetime | None = None) -> str:
     when = when or datetime.now()
     base = when.strftime("run_%Y%m%d_%H%M%S")
     dirs.state.mkdir(parents=True, exist_ok=True)
-    claims = _host_claims()
+    claims = host_claims()
     claims.mkdir(parents=True, exist_ok=True)
     n = 1
     while True:

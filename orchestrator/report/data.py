@@ -158,6 +158,10 @@ def collect_diffs(repo: Path, base: str, commits: Iterable[str]) -> dict[str, di
     return diffs
 
 
+# What a task row copies from its record as it is, in the row's order.
+_AS_RECORDED = ("key", "short_key", "execution", "state", "unusable", "instance_id", "plugin", "runs_command", "model")
+
+
 def task_rows(tasks: dict[str, dict[str, Any]], run_start: float | None) -> list[dict[str, Any]]:
     """Tasks in scheduling order, with what the table and the timeline show."""
     rows = []
@@ -187,15 +191,7 @@ def task_rows(tasks: dict[str, dict[str, Any]], run_start: float | None) -> list
             )
         rows.append(
             {
-                "key": t["key"],
-                "short_key": t["short_key"],
-                "execution": t["execution"],
-                "state": t["state"],
-                "unusable": t["unusable"],
-                "instance_id": t["instance_id"],
-                "plugin": t["plugin"],
-                "runs_command": t["runs_command"],
-                "model": t["model"],
+                **{k: t[k] for k in _AS_RECORDED},
                 "prompt": prompt,
                 "prompt_cut": prompt_cut,
                 "command": _clip(t["input"].get("command"), limit)[0] if t["runs_command"] else None,
