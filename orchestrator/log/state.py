@@ -831,6 +831,20 @@ class _SnapshotHeader(msgspec.Struct, kw_only=True):
     last_event_at: str | None = None
 
 
+# The fields of a RunState its snapshot's header holds, beside the tasks.
+_STATE_IN_HEADER = (
+    "run_id",
+    "last_event_start_offset",
+    "strategies",
+    "counters",
+    "hosts",
+    "budget",
+    "earlier_sessions_s",
+    "session_started_at",
+    "last_event_at",
+)
+
+
 class _SnapshotDocument(msgspec.Struct, kw_only=True):
     """A snapshot of this schema decoded in one go."""
 
@@ -976,19 +990,11 @@ def _encode_snapshot(state: RunState) -> bytes:
         crc = zlib.crc32(piece, crc)
     header = _encoder.encode(
         _SnapshotHeader(
-            run_id=state.run_id,
-            last_event_start_offset=state.last_event_start_offset,
-            strategies=state.strategies,
-            counters=state.counters,
+            **{name: getattr(state, name) for name in _STATE_IN_HEADER},
             task_count=len(table),
             task_bytes=sum(len(p) for p in pieces),
             task_crc32=crc,
             open_keys=open_keys,
-            hosts=state.hosts,
-            budget=state.budget,
-            earlier_sessions_s=state.earlier_sessions_s,
-            session_started_at=state.session_started_at,
-            last_event_at=state.last_event_at,
         )
     )
     return b"".join((header[:-1], _HEADER_END, b"\n", *pieces, _TRAILER))
@@ -1020,17 +1026,7 @@ def decode_snapshot(buf: mmap.mmap | bytes) -> RunState:
         raise SnapshotError("the length or closing bytes do not match the header (torn or edited)")
     if (header.task_count == 0) != (header.task_bytes == 0) or (header.task_bytes and buf[end - 1] != 0x0A):
         raise SnapshotError("the task lines do not match the header")
-    state = RunState(
-        run_id=header.run_id,
-        last_event_start_offset=header.last_event_start_offset,
-        strategies=header.strategies,
-        counters=header.counters,
-        hosts=header.hosts,
-        budget=header.budget,
-        earlier_sessions_s=header.earlier_sessions_s,
-        session_started_at=header.session_started_at,
-        last_event_at=header.last_event_at,
-    )
+    state = RunState(**{name: getattr(header, name) for name in _STATE_IN_HEADER})
     if not header.task_count:
         return state
     try:  # the ends of the task lines: the cheap part of a structural check
