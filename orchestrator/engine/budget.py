@@ -1,16 +1,10 @@
-"""The run-wide spending cap: an engine hook, consulted when an agent task is scheduled or starts.
+"""The run-wide spending cap (docs/cli.md, "The spending cap"): an engine hook, consulted when an
+agent task is scheduled or starts.
 
-One :class:`Budget` serves the whole run (every strategy execution of
-``--runs``). It counts what each task has cost so far, live: every usage line
-an agent prints while it runs adds its tokens (and their estimated price), and
-the figures the tool reports when the execution ends replace the estimate. At
-the cap no new agent task starts; command tasks (evaluations, tests) are not
-agent spend and still run.
-
-The spend is written to the event log as ``budget.spend`` (one task's total so
-far) and ``budget.reached`` events, so ``state.json`` folds it and a resumed run
-goes on from what was already paid. The cap itself is not a task input: raising
-it on ``--resume`` changes no fingerprint, so nothing is paid twice.
+One :class:`Budget` serves every strategy execution of the run. The spend is written to the log
+as ``budget.spend`` and ``budget.reached`` events, so ``state.json`` folds it and a resumed run
+goes on from what was already paid; the cap itself is not a task input, so raising it on
+``--resume`` changes no fingerprint.
 """
 
 from __future__ import annotations

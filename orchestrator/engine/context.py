@@ -215,15 +215,7 @@ class Context(Protocol):
 
 
 class BudgetScope:
-    """A strategy's own budget, opened with ``ctx.open_budget``: money and wall-clock limits on its tasks.
-
-    While it is open, every ``ctx.run`` of the execution first asks it whether a
-    new task may start; once a limit is reached no task the run has not recorded
-    starts (``ctx.run`` raises :class:`~orchestrator.errors.BudgetExhausted`),
-    and tasks already started are still awaited. Every result the strategy waits
-    for is charged once (``metrics.cost_usd``; unknown cost counts as 0), and the
-    branches those tasks left are remembered in ``branches``, so the strategy can
-    delete its working branches at the end.
+    """A strategy's own budget, opened with ``ctx.open_budget`` (docs/strategies.md, "A budget of the strategy's own").
 
     It reads time only through ``ctx.now()`` (recorded) and cost only from
     recorded results, so a resumed run or a replay reaches the same decisions.
@@ -341,11 +333,7 @@ class ContextCore:
     def run(
         self, task: TaskInput | BranchCleanupTask, *, key: str, policy: RetryPolicy | RetryPolicyDict | None = None
     ) -> Handle[Any]:
-        """Schedule a durable task and return its handle at once.
-
-        Completed keys return their recorded result without running again; the
-        same key with a different input raises ``KeyConflictDifferentFingerprint``.
-        """
+        """Schedule a durable task and return its handle at once (a recorded key is answered from the log)."""
         fq = self._qualify(key)
         self.requested_keys.add(fq)
         refuse = None
@@ -375,12 +363,7 @@ class ContextCore:
         return result
 
     async def wait_all(self, handles: Sequence[Handle[Any]], tolerate_failures: bool = False) -> Any:
-        """Results in handle order, whatever order the tasks finished in.
-
-        With ``tolerate_failures=True`` returns ``(successes, failures)`` where
-        failures are ``TaskFailed`` errors; otherwise any failure raises
-        ``AggregateTaskFailed`` once every task has finished.
-        """
+        """Results in handle order; ``(successes, failures)`` with ``tolerate_failures``, else ``AggregateTaskFailed``."""
         await self._arrive(handles)
         out = collect_outcomes([h._outcome for h in handles], tolerate_failures)
         self._seen(out[0] if isinstance(out, tuple) else out)
@@ -393,12 +376,7 @@ class ContextCore:
 
     # -- a budget of the strategy's own
     def open_budget(self, *, max_cost_usd: float | None = None, max_wall_s: float | None = None) -> BudgetScope:
-        """Limit what this execution spends from now on: see :class:`BudgetScope`.
-
-        ``None`` means no limit on it; with neither limit the scope only counts
-        (``branches``) and ends the strategy at the run's cap with
-        ``BudgetExhausted``. A limit that is not positive raises ``ValueError``.
-        """
+        """Limit what this execution spends from now on (``None``: no limit on it): see :class:`BudgetScope`."""
         budget = BudgetScope(self.now, max_cost_usd=max_cost_usd, max_wall_s=max_wall_s)
         self._budgets.append(budget)
         return budget

@@ -130,11 +130,9 @@ else:
 
 
 class EventLog:
-    """Single writer of one run's ``events.jsonl``.
+    """Single writer of one run's ``events.jsonl``: ``async with EventLog(path, run_id=...) as log:``.
 
-    Use as ``async with EventLog.open(path, ...) as log:``; the flusher task
-    lives in the context and the log is drained and fsynced on exit, also when
-    the surrounding scope is cancelled (Ctrl+C).
+    The log is drained and fsynced on exit, also when the surrounding scope is cancelled (Ctrl+C).
     """
 
     def __init__(
@@ -213,11 +211,9 @@ class EventLog:
     def append(
         self, event_type: str, *, strategy_execution_id: str, payload: Mapping[str, Any], key: str | None = None
     ) -> tuple[int, str, dict[str, Any]]:
-        """Buffer one event whose payload is a JSON object, written as it is (scrubbed).
+        """Buffer one event whose payload is a JSON object, written as it is (scrubbed): tools, tests.
 
-        Returns ``(start_offset, ts, payload as written)``. Never blocks. The
-        engine writes typed payloads with :meth:`write`; this is the
-        envelope-level entry (tools, the log's own tests).
+        Returns ``(start_offset, ts, payload as written)``; never blocks. The engine uses :meth:`write`.
         """
         if event_type not in EVENT_TYPES:
             raise ValueError(f"not a public event type: {event_type}")
@@ -401,13 +397,9 @@ class TypedEvent(NamedTuple):
 class LogReader:
     """The one way every consumer reads an event log: the fold, resume, replay, the TUI, reports.
 
-    A complete line that does not decode is skipped, so one bad line cannot
-    stop a run from being read; but it is never skipped silently: each one is
-    logged and kept in ``skipped``, for ``--show-run`` and ``--resume`` to say so.
-    (A last line without its newline is a write cut short, not corruption: it is
-    not a complete line and is not read at all.) :meth:`records` also decodes
-    each payload into its type's struct, and skips the same way a line whose
-    payload does not match it.
+    A complete line that is not an event (or whose payload does not match its type) is skipped, so
+    one bad line cannot stop a run from being read; but never silently: each one is logged and
+    kept in ``skipped``, for ``--show-run`` and ``--resume`` to say so.
     """
 
     def __init__(self, path: str | Path) -> None:
@@ -436,11 +428,7 @@ class LogReader:
             return None
 
     def events(self, offset: int = 0, *, until: int | None = None) -> Iterator[tuple[int, Event]]:
-        """``(start_offset, event)`` for every complete, decodable line from ``offset`` (to ``until``).
-
-        The payloads are plain JSON here, whatever their type says: this is the
-        envelope-level view of the public API (:func:`read_events`).
-        """
+        """``(start_offset, event)`` for every complete, decodable line from ``offset`` (to ``until``), payloads as JSON."""
         for start, line in self._lines(offset, until):
             ev = self.decode(start, line)
             if ev is not None:

@@ -1,12 +1,9 @@
-"""The public event record and its one codec.
+"""The public event record and its one codec (every type and payload field: docs/events.md).
 
-Every line of ``logs/<run_id>/events.jsonl`` is one :class:`Event`: a frozen,
-kw-only envelope ``{id, type, ts, run_id, strategy_execution_id, key?,
-start_offset, payload}``. ``start_offset`` is the byte position where the line
-starts, so ``f.seek(e.start_offset); f.readline()`` returns exactly that event.
-docs/events.md documents every public type and payload field. A
-``strategy.progress`` record is an output for people watching (the TUI), never
-an input: it is not replayed, and a resumed run may publish it again.
+Every line of ``logs/<run_id>/events.jsonl`` is one :class:`Event`; ``start_offset`` is the byte
+position where the line starts, so ``f.seek(e.start_offset); f.readline()`` returns exactly that
+event. A ``strategy.progress`` record is an output for people watching, never an input: it is
+not replayed, and a resumed run may publish it again.
 """
 
 from __future__ import annotations
