@@ -139,6 +139,14 @@ def _diff(repo: Path, base: str, commit: str) -> dict[str, Any]:
     }
 
 
+def left_out(base: str, commit: str) -> dict[str, Any]:
+    """What stands for a diff once the report's budget for diffs is spent."""
+    return {
+        "available": False,
+        "note": f"left out: the report's size budget for diffs is spent; run git diff {base}...{commit}",
+    }
+
+
 def collect_diffs(repo: Path, base: str, commits: Iterable[str]) -> dict[str, dict[str, Any]]:
     """One diff per distinct commit, cut to the run's budget (later ones get a note instead)."""
     diffs: dict[str, dict[str, Any]] = {}
@@ -147,10 +155,7 @@ def collect_diffs(repo: Path, base: str, commits: Iterable[str]) -> dict[str, di
         if commit in diffs or not _SHA.match(commit):
             continue
         if used >= RUN_DIFF_BUDGET:
-            diffs[commit] = {
-                "available": False,
-                "note": f"left out: the report's size budget for diffs is spent; run git diff {base}...{commit}",
-            }
+            diffs[commit] = left_out(base, commit)
             continue
         d = _diff(repo, base, commit)
         used += len(d.get("text", ""))

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 from ..sanitize import default_sanitizer
 from .cards import SCRIPT_NOTE, task_card
 from .charts import line_chart_svg, timeline_svg
-from .data import RUN_DIFF_HTML_BUDGET, collect_diffs, gather
+from .data import RUN_DIFF_HTML_BUDGET, collect_diffs, gather, left_out
 from .sections import InvalidSection, commits_of, validate
 from .selection import UNFINISHED, claims, fmt_duration, selection, unheld_branches, verdict
 from .spend import spend_chart_svg, spend_over_time
@@ -88,10 +88,7 @@ def _highlight_diffs(diffs: dict[str, dict[str, Any]], base: str) -> dict[str, d
     for commit, diff in diffs.items():
         if diff.get("available") and diff.get("text"):
             if used >= RUN_DIFF_HTML_BUDGET:
-                diff = {
-                    "available": False,
-                    "note": f"left out: the report's size budget for diffs is spent; run git diff {base}...{commit}",
-                }
+                diff = left_out(base, commit)
             else:
                 html = highlight(diff["text"], DiffLexer(), _FORMATTER)
                 used += len(html)

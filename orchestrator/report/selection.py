@@ -52,18 +52,14 @@ def selected_of(result: Any) -> tuple[str | None, str | None]:
     if isinstance(artifact, dict):
         branch = artifact.get("branch_final")
         return (branch, artifact.get("commit")) if isinstance(branch, str) else (None, None)
-    for key in ("selected_branch", "best_branch", "final_branch", "branch"):
-        if isinstance(result.get(key), str):
-            commit = next(
-                (
-                    result[c]
-                    for c in ("selected_commit", "best_commit", "final_commit")
-                    if isinstance(result.get(c), str)
-                ),
-                None,
-            )
-            return result[key], commit
-    return None, None
+    branch = _first_text(result, ("selected_branch", "best_branch", "final_branch", "branch"))
+    if branch is None:
+        return None, None
+    return branch, _first_text(result, ("selected_commit", "best_commit", "final_commit"))
+
+
+def _first_text(result: dict[str, Any], keys: tuple[str, ...]) -> str | None:
+    return next((result[k] for k in keys if isinstance(result.get(k), str)), None)
 
 
 def reviewed(result: Any) -> bool:
