@@ -674,7 +674,6 @@ async def quit_on_keys(stop: anyio.Event, fd: int | None = None) -> None:
 
 
 async def watch_signals(stop: anyio.Event) -> None:
-    """Set ``stop`` at the first SIGINT or SIGTERM."""
     import signal
 
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:

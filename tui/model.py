@@ -169,7 +169,6 @@ class RunModel:
 
     # ---------------------------------------------------------------- views of a task
     def doing(self, task: TaskState) -> str:
-        """One line saying what the task does (:func:`task_doing`)."""
         doing = self._doing.get(task.key)
         if doing is None:
             doing = self._doing[task.key] = task_doing(task.input, task.runs_command)
@@ -237,7 +236,6 @@ class RunModel:
 
     # ---------------------------------------------------------------- views
     def label(self, key: str) -> str:
-        """The task's readable key (see :func:`task_label`)."""
         return task_label(key, several=len(self.state.strategies) > 1)
 
     @property

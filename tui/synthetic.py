@@ -48,7 +48,6 @@ class SynthEvent(NamedTuple):
 
     @property
     def payload(self) -> dict[str, Any]:
-        """The payload as the log holds it (JSON)."""
         return payload_dict(self.record)
 
 

@@ -89,34 +89,6 @@ def parallel_items(tasks: Iterable[Any]) -> list[tuple[Any, str]]:
     return out
 
 
-@overload
-def collect_outcomes(outcomes: Iterable[Callable[[], R]], tolerate_failures: Literal[False]) -> list[R]: ...
-@overload
-def collect_outcomes(
-    outcomes: Iterable[Callable[[], R]], tolerate_failures: Literal[True]
-) -> tuple[list[R], list[TaskFailed]]: ...
-@overload
-def collect_outcomes(
-    outcomes: Iterable[Callable[[], R]], tolerate_failures: bool
-) -> list[R] | tuple[list[R], list[TaskFailed]]: ...
-def collect_outcomes(
-    outcomes: Iterable[Callable[[], R]], tolerate_failures: bool
-) -> list[R] | tuple[list[R], list[TaskFailed]]:
-    """``wait_all`` semantics over outcome callables (each returns a result or raises TaskFailed)."""
-    successes: list[R] = []
-    failures: list[TaskFailed] = []
-    for outcome in outcomes:
-        try:
-            successes.append(outcome())
-        except TaskFailed as exc:
-            failures.append(exc)
-    if tolerate_failures:
-        return successes, failures
-    if failures:
-        raise AggregateTaskFailed([f.key for f in failures], failures)
-    return successes
-
-
 ParallelItems = Sequence[tuple[TaskInput, str] | KeyedTaskInput]
 
 
@@ -240,7 +212,6 @@ class BudgetScope:
 
     @property
     def active(self) -> bool:
-        """Whether it has a limit at all."""
         return self.max_cost_usd is not None or self.max_wall_s is not None
 
     def exhausted(self) -> str | None:
@@ -308,7 +279,6 @@ class ContextCore:
         raise NotImplementedError
 
     async def _arrive(self, handles: Sequence[Handle[Any]]) -> None:
-        """Return once every one of ``handles`` is done."""
         raise NotImplementedError
 
     def _checkpoint(self, kind: str, produce: Callable[[], Any]) -> Any:
@@ -365,9 +335,17 @@ class ContextCore:
     async def wait_all(self, handles: Sequence[Handle[Any]], tolerate_failures: bool = False) -> Any:
         """Results in handle order; ``(successes, failures)`` with ``tolerate_failures``, else ``AggregateTaskFailed``."""
         await self._arrive(handles)
-        out = collect_outcomes([h._outcome for h in handles], tolerate_failures)
-        self._seen(out[0] if isinstance(out, tuple) else out)
-        return out
+        successes: list[Any] = []
+        failures: list[TaskFailed] = []
+        for handle in handles:
+            try:
+                successes.append(handle._outcome())
+            except TaskFailed as exc:
+                failures.append(exc)
+        if failures and not tolerate_failures:
+            raise AggregateTaskFailed([f.key for f in failures], failures)
+        self._seen(successes)
+        return (successes, failures) if tolerate_failures else successes
 
     async def parallel(self, tasks: ParallelItems, tolerate_failures: bool = False) -> Any:
         """Schedule many and wait for all: items are ``(task, key)`` pairs or dicts with a ``key`` entry."""

@@ -188,5 +188,4 @@ def _drop_nulls(obj: Any) -> Any:
 
 
 def fingerprint(normalized: dict[str, Any]) -> str:
-    """SHA-256 hex of the JCS encoding of a normalized task input."""
     return jcs_sha256(normalized)

@@ -348,7 +348,6 @@ UPCASTS: dict[type[EventPayload], Callable[[Any], EventPayload]] = {TaskSchedule
 
 
 def type_of(payload: EventPayload) -> str:
-    """The event type a payload struct is written as."""
     return _TYPE_OF[type(payload)]
 
 
@@ -416,7 +415,6 @@ def encode_line(
     key: str | None = None,
     event_id: str | None = None,
 ) -> bytes:
-    """Encode one event as a UTF-8 JSON line (with trailing newline)."""
     record: dict[str, Any] = {
         "id": event_id or new_event_id(),
         "type": event_type,

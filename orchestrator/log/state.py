@@ -99,7 +99,6 @@ class TaskState(msgspec.Struct, kw_only=True, gc=False):
     final_line: str = ""
 
     def spans(self) -> list[Attempt]:
-        """Every attempt, the first first."""
         if self.attempt is None:
             return []
         return [*(self.earlier_attempts or ()), self.attempt]
