@@ -566,33 +566,23 @@ class Engine:
             # A strategy that gave up because the cap refused it a task stopped at the cap, not on a fault.
             status = "budget_reached" if self._capped(sid) or isinstance(exc, BudgetReached) else "failed"
             unusable = list(exc.keys) if isinstance(exc, BaseEvaluationFailed) and exc.keys else msgspec.UNSET
-            self.emit(
-                E.STRATEGY_COMPLETED,
-                sid,
-                E.StrategyCompleted(
-                    status=status,
-                    error=f"{type(exc).__name__}: {exc}",
-                    unvisited_keys=self._unvisited(ctx),
-                    unusable_keys=unusable,
-                ),
+            completed = E.StrategyCompleted(
+                status=status,
+                error=f"{type(exc).__name__}: {exc}",
+                unvisited_keys=self._unvisited(ctx),
+                unusable_keys=unusable,
             )
-            return
         except Exception as exc:
             self.olog.error(f"strategy {sid} raised {type(exc).__name__}: {exc}", traceback=traceback.format_exc())
-            self.emit(
-                E.STRATEGY_COMPLETED,
-                sid,
-                E.StrategyCompleted(
-                    status="failed", error=f"{type(exc).__name__}: {exc}", unvisited_keys=self._unvisited(ctx)
-                ),
+            completed = E.StrategyCompleted(
+                status="failed", error=f"{type(exc).__name__}: {exc}", unvisited_keys=self._unvisited(ctx)
             )
-            return
-        status = "budget_reached" if self._capped(sid) else "success"
-        self.emit(
-            E.STRATEGY_COMPLETED,
-            sid,
-            E.StrategyCompleted(status=status, result=to_jsonable(result), unvisited_keys=self._unvisited(ctx)),
-        )
+        else:
+            status = "budget_reached" if self._capped(sid) else "success"
+            completed = E.StrategyCompleted(
+                status=status, result=to_jsonable(result), unvisited_keys=self._unvisited(ctx)
+            )
+        self.emit(E.STRATEGY_COMPLETED, sid, completed)
 
     def _capped(self, sid: str) -> bool:
         return self.budget is not None and sid in self.budget.refused
