@@ -1,4 +1,4 @@
-"""Turn the gathered run data and strategy sections into the report's HTML bytes."""
+"""Render the report's HTML from the gathered run data and strategy sections, and write it."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import jinja2
+import msgspec
 from markupsafe import Markup
 from pygments import highlight
 from pygments.formatters import HtmlFormatter
@@ -22,7 +23,7 @@ from ..sanitize import default_sanitizer
 from .cards import SCRIPT_NOTE, task_card
 from .charts import line_chart_svg, timeline_svg
 from .data import RUN_DIFF_HTML_BUDGET, collect_diffs, gather, left_out
-from .sections import InvalidSection, commits_of, validate
+from .sections import InvalidSection, Section, commits_of, validate
 from .selection import UNFINISHED, claims, fmt_duration, selection, unheld_branches, verdict
 from .spend import spend_chart_svg, spend_over_time
 
@@ -230,10 +231,6 @@ def _executions(
 
 
 def _scrub_struct(section: Any, scrub: Any) -> Any:
-    import msgspec
-
-    from .sections import Section
-
     if isinstance(section, InvalidSection):
         return InvalidSection(title=scrub(section.title), problem=scrub(section.problem))
     return msgspec.convert(scrub(msgspec.to_builtins(section)), Section)
