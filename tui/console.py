@@ -217,10 +217,9 @@ async def stream_console(
     color: bool | None = None,
     since: int = 0,
 ) -> None:
-    """Follow ``logs/<run_id>/events.jsonl`` from the start until ``stop`` is set and the log is drained.
+    """Follow ``logs/<run_id>/events.jsonl`` until ``stop`` is set and the log is drained (docs/tui.md).
 
-    Events that start before byte ``since`` (what a resumed run had written
-    before) are read for context but not shown.
+    Events that start before byte ``since`` (what a resumed run had written before) are read for context but not shown.
     """
     if mode not in ("plain", "json", "quiet"):
         raise ValueError(f"console mode must be plain, json or quiet, not {mode!r}")

@@ -630,13 +630,7 @@ async def run_dashboard(
     force_mode: str | None = None,
     max_parallel: int | None = None,
 ) -> None:
-    """Show the live dashboard of ``run_id`` until ``stop`` is set.
-
-    With ``follow=False`` it also returns once every strategy execution has
-    completed. ``force_mode`` (or env ``ORCHESTRATOR_TUI__FORCE_DISPLAY_MODE``)
-    pins the display mode; ``max_parallel`` is shown as the running limit.
-    The display uses the alternate screen, so the terminal is left as it was.
-    """
+    """Show the live dashboard of ``run_id`` until ``stop`` is set (docs/tui.md, "Public functions")."""
     dash = Dashboard(
         run_id,
         logs_dir=logs_dir,
@@ -651,10 +645,7 @@ async def run_dashboard(
 
 
 async def quit_on_keys(stop: anyio.Event, fd: int | None = None) -> None:
-    """Set ``stop`` when ``q`` (or Esc) is pressed on the terminal ``fd``; no-op without a tty.
-
-    The terminal is put in cbreak mode (no echo, no line buffering) and restored on exit.
-    """
+    """Set ``stop`` when ``q`` (or Esc) is pressed on the terminal ``fd`` (in cbreak mode meanwhile); no-op without a tty."""
     fd = sys.stdin.fileno() if fd is None else fd
     if not os.isatty(fd):
         return

@@ -195,19 +195,18 @@ def line_chart_svg(
     for i, s in enumerate(series):
         colour = PALETTE[i % len(PALETTE)]
         dash = DASHES[i % len(DASHES)]
+        dashed = f' stroke-dasharray="{dash}"' if dash else ""
         dy = offsets[i]
         out.append(f'<g class="series" data-series="{escape(s.name)}">')
         path = " ".join(f"{'M' if j == 0 else 'L'}{_n(sx(x))},{_n(sy(y) + dy)}" for j, (x, y) in enumerate(s.points))
         if len(s.points) > 1 and getattr(s, "line", True):
-            dashed = f' stroke-dasharray="{dash}"' if dash else ""
             out.append(f'<path d="{path}" fill="none" stroke="{colour}" stroke-width="2"{dashed}/>')
         for x, y in s.points:
             out.append(_marker(i, sx(x), sy(y) + dy, colour, f"{s.name}: {_fmt_tick(x)}, {_fmt_tick(y)}"))
         lx, ly = left + (i % 3) * (pw / 3), height + 4 + 18 * (i // 3)
-        sample = f' stroke-dasharray="{dash}"' if dash else ""
         out.append(
             f'<line x1="{_n(lx)}" y1="{_n(ly + 5)}" x2="{_n(lx + 22)}" y2="{_n(ly + 5)}" stroke="{colour}" '
-            f'stroke-width="2"{sample}/>{_marker(i, lx + 11, ly + 5, colour, s.name)}'
+            f'stroke-width="2"{dashed}/>{_marker(i, lx + 11, ly + 5, colour, s.name)}'
             f'<text x="{_n(lx + 28)}" y="{_n(ly + 9)}" class="tick">{escape(s.name[:40])}</text>'
         )
         out.append("</g>")
