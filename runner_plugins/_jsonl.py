@@ -227,6 +227,15 @@ def classify_crash(exit_code: int | None, text: str) -> tuple[ErrorCategory, boo
     return "container", False
 
 
+def tool_use(tool_id: Any, name: Any, tool_input: Any) -> AgentEvent:
+    return AgentEvent(kind="tool_use", data={"id": tool_id, "name": name, "input": tool_input})
+
+
+def tool_result(tool_use_id: Any, content: Any, **fields: Any) -> AgentEvent:
+    """``fields`` (``is_error``, ``exit_code``) go between the id and the content, in the order given."""
+    return AgentEvent(kind="tool_result", data={"tool_use_id": tool_use_id, **fields, "content": content})
+
+
 class SecretEnv(dict):
     """Environment mapping whose ``repr``/``str`` hide credential values."""
 
