@@ -1,27 +1,11 @@
 """``orchestrator --build-image``: the agent image from the sources shipped with the package.
 
-The Dockerfile and everything under ``docker/`` (the simulated agent, the test
-image's Dockerfile) are package data in an installed wheel
-(``orchestrator/_image/``) and plain files in a checkout, so the same code
-builds the image after ``uv tool install``, ``pip install`` or ``uv sync``.
-
-Steps, each skipped when not needed:
-
-1. pick a base image: ``$BASE_IMAGE``, else a local ``debian:bookworm-slim``,
-   else a local ``orchestrator-base:bookworm``, else pull
-   ``debian:bookworm-slim``, else build ``orchestrator-base:bookworm`` with
-   debootstrap (root only): machines without Docker Hub access still get an
-   image;
-2. put the host's extra CA certificates (``$EXTRA_CA_SOURCE``, default
-   ``/usr/local/share/ca-certificates``) into the build context, so npm works
-   behind an intercepting proxy;
-3. build the image (and, when asked, the test image on top of it), skipped when
-   the existing image carries a label with the sha256 of its inputs;
-4. check that the image has the agent tools on its PATH.
-
-The Docker CLI does the work (``docker build`` streams its own progress and
-uses BuildKit when present); this is a management command with nothing else
-running, so blocking calls are fine here.
+The Dockerfile and everything under ``docker/`` are package data in an
+installed wheel (``orchestrator/_image/``) and plain files in a checkout, so
+the same code builds the image after ``uv tool install``, ``pip install`` or
+``uv sync``. The steps (base image, extra CA certificates, the inputs label
+that skips a build, the tool check) are in docs/docker.md, "Building". This
+is a management command with nothing else running, so blocking calls are fine.
 """
 
 from __future__ import annotations

@@ -5,24 +5,12 @@ commit. Every property of the specification is either honoured or named in
 one line at the start of a run saying what is done instead
 (:data:`PROPERTIES`; docs/environment.md shows the same table).
 
-Variables, as the specification and its reference implementation (the Dev
-Containers CLI, ``src/spec-common/variableSubstitution.ts``) resolve them:
-
-- when the file is read: ``${localEnv:VAR}`` (also ``${env:VAR}``), with a
-  default after a second colon (``${localEnv:VAR:default}``; an unset
-  variable without one is empty), ``${localWorkspaceFolder}`` and its
-  basename (the repository on this machine), ``${containerWorkspaceFolder}``
-  and its basename (``/workspace``, where a task's files are), and
-  ``${devcontainerId}``;
-- once the image is known (:func:`substitute_container`, called by
-  ``environment.build``): ``${containerEnv:VAR}`` and ``${containerEnv:VAR:default}``,
-  the image's own value. In ``containerEnv`` and ``remoteEnv`` values a bare
-  ``${VAR}`` is the image's value too, as a Dockerfile's ``ENV`` and a
-  feature's ``containerEnv`` read it.
-
-The image's ``devcontainer.metadata`` label (prebuilt devcontainer images
-carry ``remoteUser`` there) is merged in with :func:`apply_metadata`, by the
-specification's merge rules, the file last.
+Variables resolve as the Dev Containers CLI resolves them
+(``src/spec-common/variableSubstitution.ts``; the table is in
+docs/environment.md, "Variables"): the host's when the file is read
+(:func:`substitute_local`), ``${containerEnv:...}`` once the image is known
+(:func:`substitute_container`). The image's ``devcontainer.metadata`` label is
+merged in by the specification's rules, the file last (:func:`apply_metadata`).
 """
 
 from __future__ import annotations

@@ -1,42 +1,9 @@
 """The project's environment: the image every container of a run uses, and the setup run once in it.
 
-Where it comes from, first match wins:
-
-1. the ``environment`` configuration (``environment.image`` or
-   ``environment.dockerfile``, ``environment.setup``; flags ``--env-image``,
-   ``--env-dockerfile``, ``--env-setup``);
-2. the repository's ``.devcontainer/devcontainer.json`` (or
-   ``.devcontainer.json``) at the base commit, read by :mod:`.devcontainer`;
-3. nothing: the agent image as it is.
-
-What is built, each step cached under a hash of its inputs:
-
-- the user's image (pulled, or built from their Dockerfile with the build
-  context taken from the base commit, not the working tree);
-- on top of it, docker/Dockerfile.environment adds what orchestrator needs
-  (the pinned agent CLIs copied from the agent image, the simulated agent,
-  tini, git, python3, CA certificates, uid 1000) and nothing else;
-- the setup commands run once in a container holding the base commit's
-  files at /workspace: as root for the configuration's setup, as the
-  devcontainer's user (``remoteUser``, ``containerUser``, the image's
-  ``USER``) for a devcontainer's, as VS Code runs them. What they install
-  outside the repository is kept in the image (``docker commit``); what they
-  make inside it that git ignores (``node_modules/``, ``.venv/``) is kept in
-  the image as the workspace seed, which the runner copies into each task's
-  own workspace.
-
-The environment variables a devcontainer sets are resolved against the
-image's own (``${containerEnv:PATH}``), and a ``PATH`` it sets keeps
-orchestrator's tool directory first and the image's directories after the
-user's: the agent CLIs, the simulated agent and git are orchestrator's to
-find, whatever the project's PATH.
-
-The setup's cache key holds the environment, the setup commands and the
-files at the base commit that setups read (lock files and manifests, and
-everything under ``.devcontainer/``): a second run on the same base builds
-nothing, and a changed lock file runs setup again.
-
-Blocking (the Docker CLI and git as subprocesses): async callers use
+docs/environment.md says where it comes from (the configuration, else the
+repository's devcontainer at the base commit, else the agent image), what is
+built on top of the user's image, how the setup runs and what its cache key
+holds. Blocking (the Docker CLI and git as subprocesses): async callers use
 ``anyio.to_thread``. The Docker CLI streams its own progress and takes care
 of BuildKit, registries and credential helpers, as ``--build-image`` does.
 """
