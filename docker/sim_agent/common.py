@@ -258,6 +258,19 @@ def split_argv(argv: list[str], value_flags: set[str]) -> tuple[list[tuple[str, 
     return options, positional
 
 
+def read_options(argv: list[str], a: Args, value_options: dict, switches: dict[str, str]) -> list[str]:
+    """Set ``a`` from a CLI's options (each names the ``Args`` attribute it sets, a function
+    of ``(a, value)``, or None: read and ignored); its positional words."""
+    options, positional = split_argv(argv, set(value_options))
+    for name, val in options:
+        target = switches.get(name) if val is None else value_options[name]
+        if callable(target):
+            target(a, val)
+        elif target:
+            setattr(a, target, True if val is None else val)
+    return positional
+
+
 def shell_quote(s: str) -> str:
     return "'" + s.replace("'", "'\\''") + "'"
 
@@ -311,6 +324,15 @@ class BaseEmitter:
         self.stream = stream  # False: plain-text output, no JSON lines
         self.texts: list[str] = []
 
+    priced = True  # codex reports no cost
+
     def emit(self, obj: dict) -> None:
         if self.stream:
             OUT.line(obj)
+
+    def session_totals(self) -> dict:
+        return {
+            "input_tokens": int(self.prior.get("input_tokens", 0)) + self.usage.input_tokens,
+            "output_tokens": int(self.prior.get("output_tokens", 0)) + self.usage.output_tokens,
+            "cost_usd": round(float(self.prior.get("cost_usd", 0.0)) + self.usage.cost, 6) if self.priced else 0.0,
+        }
