@@ -131,6 +131,13 @@ def parse_claude(argv: list[str], a: Args) -> None:
 class ClaudeEmitter(BaseEmitter):
     """Writes Claude Code stream-json (2.1.x shapes)."""
 
+    garbage_lines = (
+        b'{"type":"assistant","message":{"content":[{"type":"text","text":"trunc\n',
+        b'{"type":"system","subtype":"sim_garbage","note":"bad \xff\xfe byte"}\n',
+        b"\n",
+        b"[sim] plain log line between events\n",
+    )
+
     def __init__(self, a: Args, session_id: str, exec_no: int, model: str, cwd: str, prior: dict) -> None:
         super().__init__(a, session_id, exec_no, model, cwd, prior, stream=a.output_format == "stream-json")
         self.n_lines = 0
@@ -298,16 +305,6 @@ class ClaudeEmitter(BaseEmitter):
         self.emit(line)
         return output, is_error
 
-    def garbage(self) -> None:
-        if not self.stream:
-            return
-        OUT.write_bytes(b"this line is not JSON at all\n")
-        OUT.write_bytes(b"\xff\xfe invalid utf-8 \xc3\x28 bytes \xed\xa0\x80\n")
-        OUT.write_bytes(b'{"type":"assistant","message":{"content":[{"type":"text","text":"trunc\n')
-        OUT.write_bytes(b'{"type":"system","subtype":"sim_garbage","note":"bad \xff\xfe byte"}\n')
-        OUT.write_bytes(b"\n")
-        OUT.write_bytes(b"[sim] plain log line between events\n")
-
     def _model_usage(self, inp: int, out: int, cost: float) -> dict:
         return {
             self.model: {
@@ -368,16 +365,13 @@ class ClaudeEmitter(BaseEmitter):
             self.text(result_text)
         totals = self.session_totals()
         duration = int((time.monotonic() - self.t0) * 1000)
-        if count_usage and (self.usage.input_tokens or self.usage.output_tokens):
-            model_usage = self._model_usage(totals["input_tokens"], totals["output_tokens"], totals["cost_usd"])
-            since = self._model_usage(self.usage.input_tokens, self.usage.output_tokens, self.usage.cost)
-        else:
-            model_usage = (
-                self._model_usage(totals["input_tokens"], totals["output_tokens"], totals["cost_usd"])
-                if totals["input_tokens"]
-                else {}
-            )
-            since = {}
+        counted = count_usage and (self.usage.input_tokens or self.usage.output_tokens)
+        model_usage = (
+            self._model_usage(totals["input_tokens"], totals["output_tokens"], totals["cost_usd"])
+            if counted or totals["input_tokens"]
+            else {}
+        )
+        since = self._model_usage(self.usage.input_tokens, self.usage.output_tokens, self.usage.cost) if counted else {}
         result = {
             "type": "result",
             "subtype": subtype,

@@ -95,6 +95,7 @@ class CodexEmitter(BaseEmitter):
     """Writes ``codex exec --json`` events (0.16x shapes)."""
 
     priced = False
+    garbage_lines = (b'{"type":"item.completed","item":{"id":"x","type":"agent_mess\n', b"\n")
 
     def __init__(self, a: Args, session_id: str, exec_no: int, model: str, cwd: str, prior: dict) -> None:
         super().__init__(a, session_id, exec_no, model, cwd, prior, stream=a.json)
@@ -161,14 +162,6 @@ class CodexEmitter(BaseEmitter):
         )
         self.emit({"type": "item.completed", "item": done})
         return output, is_error
-
-    def garbage(self) -> None:
-        if not self.stream:
-            return
-        OUT.write_bytes(b"this line is not JSON at all\n")
-        OUT.write_bytes(b"\xff\xfe invalid utf-8 \xc3\x28 bytes \xed\xa0\x80\n")
-        OUT.write_bytes(b'{"type":"item.completed","item":{"id":"x","type":"agent_mess\n')
-        OUT.write_bytes(b"\n")
 
     def _write_last(self, text: str) -> None:
         if self.a.output_last_message:

@@ -325,10 +325,20 @@ class BaseEmitter:
         self.texts: list[str] = []
 
     priced = True  # codex reports no cost
+    garbage_lines: tuple[bytes, ...] = ()  # the persona's own broken lines, after the two every persona prints
 
     def emit(self, obj: dict) -> None:
         if self.stream:
             OUT.line(obj)
+
+    def garbage(self) -> None:
+        if self.stream:
+            for line in (
+                b"this line is not JSON at all\n",
+                b"\xff\xfe invalid utf-8 \xc3\x28 bytes \xed\xa0\x80\n",
+                *self.garbage_lines,
+            ):
+                OUT.write_bytes(line)
 
     def session_totals(self) -> dict:
         return {
