@@ -31,6 +31,7 @@ from ..filelock import file_lock
 from ..runner import SEED_LABEL
 from ..sanitize import default_sanitizer, plain_text
 from . import devcontainer
+from .build import image_id
 from .devcontainer import DEVCONTAINER_PATHS, WORKSPACE
 from .env_spec import EnvironmentSpec, SetupCommand
 
@@ -203,11 +204,6 @@ def _said(run: subprocess.CompletedProcess[bytes]) -> str:
     return run.stderr.decode(errors="replace").strip()[:300]
 
 
-def _image_id(name: str) -> str | None:
-    run = _docker("image", "inspect", "-f", "{{.Id}}", name)
-    return run.stdout.decode().strip() if run.returncode == 0 else None
-
-
 def _hash(lines: list[str]) -> str:
     return hashlib.sha256(("\n".join(lines) + "\n").encode()).hexdigest()
 
@@ -358,7 +354,7 @@ def build(
     from .paths import source_dir
 
     log_dir.mkdir(parents=True, exist_ok=True)
-    agent_id = _image_id(agent_image)
+    agent_id = image_id(agent_image)
     if agent_id is None:
         raise EnvironmentSetupError(
             f"the agent image {agent_image!r} is missing; build it with: orchestrator --build-image"
@@ -375,7 +371,7 @@ def build(
     user_config: dict[str, Any] = {}
     merged = spec
     if user_image is not None:
-        base_lines.append(f"image {_image_id(user_image)}")
+        base_lines.append(f"image {image_id(user_image)}")
         base_lines += [f"file {f} {hashlib.sha256((src / f).read_bytes()).hexdigest()}" for f in LAYER_FILES]
         user_config = _image_config(user_image)
         if spec.devcontainer:
@@ -427,11 +423,11 @@ def _cached(name: str, spec: EnvironmentSpec, say: Callable[[str], None]) -> boo
 
 def _pull(spec: EnvironmentSpec, say: Callable[[str], None]) -> None:
     assert spec.image is not None
-    if _image_id(spec.image) is not None:
+    if image_id(spec.image) is not None:
         return
     say(f"environment: pulling {spec.image}")
     pulled = _docker("pull", spec.image)
-    if pulled.returncode == 0 and _image_id(spec.image) is not None:
+    if pulled.returncode == 0 and image_id(spec.image) is not None:
         return
     lines = pulled.stderr.decode(errors="replace").strip().splitlines()
     reason = (lines[-1] if lines else "no reason given").removeprefix("Error response from daemon: ")[:200]
@@ -487,10 +483,10 @@ def _user_image(spec: EnvironmentSpec, repo: str, commit: str, stream: _Stream, 
         ]
     )[:20]
     tag = f"orchestrator-env-base:{key}"
-    if _image_id(tag) is not None:
+    if image_id(tag) is not None:
         return tag
     with _build_lock(f"base-{key}", lambda: say(f"environment: waiting for another run that is building {tag}")):
-        if _image_id(tag) is None:
+        if image_id(tag) is None:
             _build_user_image(spec, repo, commit, stream, say, tag)
     return tag
 
@@ -524,7 +520,7 @@ def _build_user_image(
 
 def _build_layer(base: str, agent_image: str, src: Path, stream: _Stream, say: Callable[[str], None], key: str) -> str:
     tag = f"orchestrator-env-layer:{key}"
-    if _image_id(tag) is not None:
+    if image_id(tag) is not None:
         return tag
     _check_base(base)
     say(f"environment: adding the agent tools to {base}")
