@@ -19,18 +19,13 @@ thread, so per-execution tokens are the difference from ``previous``.
 ``input_tokens`` already includes ``cached_input_tokens`` and
 ``output_tokens`` includes ``reasoning_output_tokens``.
 
-Inside a container the default sandbox cannot start and every command fails
-while the turn still "completes" with exit 0, so the plugin always passes
-``--dangerously-bypass-approvals-and-sandbox`` (the container is the sandbox).
-
-``--output-schema FILE`` makes the final agent message the JSON answer; the
-runner writes FILE into the container's /tmp first (``container_files``).
-
-A task's ``system_prompt`` replaces Codex's built-in instructions through the
-``model_instructions_file`` setting (a file, written like the schema);
-``append_system_prompt`` becomes ``developer_instructions``, a developer
-message after them. ``codex exec`` has no turn limit, so ``max_turns`` is
-refused when the task is scheduled (``capabilities.supports_max_turns``).
+Its default sandbox cannot start in a container (every command fails while
+the turn "completes"), so the plugin passes
+``--dangerously-bypass-approvals-and-sandbox``: the container is the sandbox.
+The files the argv names (``--output-schema FILE``, the
+``model_instructions_file`` a ``system_prompt`` becomes) are written into the
+container's /tmp first (``container_files``). ``codex exec`` has no turn
+limit, so ``max_turns`` is refused when the task is scheduled.
 """
 
 from __future__ import annotations
