@@ -54,6 +54,16 @@ DEFAULT_CLI_RETRIES = "2"
 
 _ALIASES = {"sonnet": "sonnet", "opus": "opus", "haiku": "haiku"}
 _SECRET_KEYS = frozenset({"CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_API_KEY"})
+# What a result line's event keeps (the outcome reads the whole line).
+_RESULT_KEYS = (
+    "subtype",
+    "is_error",
+    "num_turns",
+    "total_cost_usd",
+    "session_id",
+    "api_error_status",
+    "terminal_reason",
+)
 
 
 class ModelTable(dict):
@@ -254,19 +264,7 @@ class ClaudeStreamParser(JsonLinesParser):
             ]
         if kind == "result":
             self._results.append(obj)
-            data = {
-                k: obj.get(k)
-                for k in (
-                    "subtype",
-                    "is_error",
-                    "num_turns",
-                    "total_cost_usd",
-                    "session_id",
-                    "api_error_status",
-                    "terminal_reason",
-                )
-            }
-            return [AgentEvent(kind="result", data=data)]
+            return [AgentEvent(kind="result", data={k: obj.get(k) for k in _RESULT_KEYS})]
         return [AgentEvent(kind="other", data={"type": clip(str(kind), 200)})]
 
     def _on_system(self, obj: dict[str, Any]) -> list[AgentEvent]:
@@ -314,12 +312,8 @@ class ClaudeStreamParser(JsonLinesParser):
             events.append(AgentEvent(kind="error", data={k: clip(v) for k, v in self._api_error.items()}))
         usage = message.get("usage")
         if isinstance(usage, dict):
-            events.append(
-                AgentEvent(
-                    kind="usage",
-                    data={"input_tokens": _input_tokens(usage), "output_tokens": as_int(usage.get("output_tokens"))},
-                )
-            )
+            tokens = {"input_tokens": _input_tokens(usage), "output_tokens": as_int(usage.get("output_tokens"))}
+            events.append(AgentEvent(kind="usage", data=tokens))
         return events
 
     def _on_user(self, obj: dict[str, Any]) -> list[AgentEvent]:
