@@ -18,7 +18,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import PreflightError
@@ -210,13 +209,6 @@ def _build(
     return True
 
 
-@dataclass(frozen=True)
-class BuildResult:
-    image: str
-    test_image: str | None
-    base: str
-
-
 def _fill_context(src: Path, ctx: Path, say: Callable[[str], None]) -> tuple[list[str], list[str]]:
     """Copy the sources and this host's extra CA certificates into ``ctx``; return both lists of files."""
     files = _source_files(src)
@@ -235,7 +227,7 @@ def _fill_context(src: Path, ctx: Path, say: Callable[[str], None]) -> tuple[lis
     return files, ca_files
 
 
-def build_image(image: str = "claude-code", *, test_image: str | None = None) -> BuildResult:
+def build_image(image: str = "claude-code", *, test_image: str | None = None) -> None:
     say = _Say()
     src = source_dir()
     cache = cache_dir()
@@ -305,7 +297,6 @@ def build_image(image: str = "claude-code", *, test_image: str | None = None) ->
         )
     say("installed: " + ", ".join(f"{tool} {installed_version(tools[tool])}" for tool in pins))
     say(f"done: {image}{f' and {test_image}' if test_image else ''} ready (base {base})")
-    return BuildResult(image=image, test_image=test_image, base=base)
 
 
 def _safe(name: str) -> str:
