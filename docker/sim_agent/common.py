@@ -147,7 +147,7 @@ def record_execution(entry: dict) -> None:
             warn(f"cannot record execution in {t}: {e}")
 
 
-def ratelimit_should_fail(key: str, n: int) -> tuple[bool, int]:
+def ratelimit_should_fail(key: str, n: int) -> bool:
     """Count an attempt for ``key``; fail while fewer than ``n`` attempts failed."""
     path = os.path.join(sim_home(), "ratelimit", sha256_hex(key)[:32] + ".json")
     data = load_json(path) or {"key": key, "failed": 0}
@@ -155,8 +155,8 @@ def ratelimit_should_fail(key: str, n: int) -> tuple[bool, int]:
     if failed < n:
         data["failed"] = failed + 1
         save_json(path, data)
-        return True, failed + 1
-    return False, failed
+        return True
+    return False
 
 
 def git(cwd: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
