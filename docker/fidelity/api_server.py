@@ -52,6 +52,7 @@ SCRIPTS: dict[str, list[tuple]] = {
 # The answer the "structured" scripts give (the tests' schema: score and verdict).
 GOOD_ANSWER = {"score": 7, "verdict": "ship it"}
 BAD_ANSWER = {"score": "seven"}
+REPAIR_PROMPT = "does not match the required JSON schema"  # in the host's repair prompt
 
 
 def facts(req: dict[str, Any], kind: str) -> str:
@@ -59,7 +60,7 @@ def facts(req: dict[str, Any], kind: str) -> str:
     return json.dumps(
         {
             "tool_results": count_tool_results(req, kind),
-            "user_prompts": count_prompts(req, kind),
+            "user_prompts": count_user_messages(req, kind, "FIDELITY:"),
             "served_429": counter("429"),
         },
         sort_keys=True,
@@ -133,18 +134,6 @@ def count_tool_results(req: dict[str, Any], kind: str) -> int:
     )
 
 
-def count_prompts(req: dict[str, Any], kind: str) -> int:
-    if kind == "anthropic":
-        return sum(
-            1 for m in req.get("messages") or [] if m.get("role") == "user" and "FIDELITY:" in text_of(m.get("content"))
-        )
-    return sum(
-        1
-        for i in req.get("input") or []
-        if isinstance(i, dict) and i.get("role") == "user" and "FIDELITY:" in text_of(i.get("content"))
-    )
-
-
 def tool_names(req: dict[str, Any]) -> list[str]:
     return [str(t.get("name") or t.get("type")) for t in req.get("tools") or [] if isinstance(t, dict)]
 
@@ -191,7 +180,7 @@ def structured_answer(req: dict[str, Any], kind: str, *, repair: bool) -> Any:
     With ``repair`` the answer breaks the schema until the host's repair
     prompt is in the conversation.
     """
-    answer = BAD_ANSWER if repair and count_repairs(req, kind) == 0 else GOOD_ANSWER
+    answer = BAD_ANSWER if repair and count_user_messages(req, kind, REPAIR_PROMPT) == 0 else GOOD_ANSWER
     if kind == "openai":
         return json.dumps(answer)
     if "StructuredOutput" not in tool_names(req):
@@ -201,15 +190,11 @@ def structured_answer(req: dict[str, Any], kind: str, *, repair: bool) -> Any:
     return ("tool", "StructuredOutput", answer)
 
 
-def count_repairs(req: dict[str, Any], kind: str) -> int:
-    """User messages carrying the host's repair prompt."""
+def count_user_messages(req: dict[str, Any], kind: str, text: str) -> int:
+    """User messages that hold ``text`` (the prompt's script line, the host's repair prompt)."""
     items = req.get("messages") if kind == "anthropic" else req.get("input")
     return sum(
-        1
-        for m in items or []
-        if isinstance(m, dict)
-        and m.get("role") == "user"
-        and "does not match the required JSON schema" in text_of(m.get("content"))
+        1 for m in items or [] if isinstance(m, dict) and m.get("role") == "user" and text in text_of(m.get("content"))
     )
 
 
