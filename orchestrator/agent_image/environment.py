@@ -610,19 +610,14 @@ def _user_ids(container: str, user: str, spec: EnvironmentSpec, why: str | None)
 
 
 def _user_note(user: str, why: str, uid: str) -> str:
+    runs = f"environment: the setup runs as {user} ({why}); agents run as"
     if uid == "0":
-        return (
-            f"environment: the setup runs as {user} ({why}); agents run as uid {AGENT_UID} (node): "
-            "the agent CLIs refuse to skip their permission prompts as root"
-        )
+        return f"{runs} uid {AGENT_UID} (node): the agent CLIs refuse to skip their permission prompts as root"
     if uid == AGENT_UID:
-        return (
-            f"environment: the setup runs as {user} ({why}); agents run as the same uid {AGENT_UID}, "
-            f"named node, with home {AGENT_HOME}"
-        )
+        return f"{runs} the same uid {AGENT_UID}, named node, with home {AGENT_HOME}"
     return (
-        f"environment: the setup runs as {user} ({why}); agents run as uid {AGENT_UID} (node), not as {user} "
-        f"(uid {uid}): the files it leaves in the workspace are given to uid {AGENT_UID}"
+        f"{runs} uid {AGENT_UID} (node), not as {user} (uid {uid}): "
+        f"the files it leaves in the workspace are given to uid {AGENT_UID}"
     )
 
 
