@@ -1,17 +1,10 @@
-"""Stream helpers shared by the runner plugins.
+"""Stream helpers shared by the runner plugins: lines, a bounded tail, error classification, masked env.
 
-* :class:`LineBuffer` turns raw stdout chunks into complete text lines. Lines
-  are split on the byte ``\\n`` before decoding, so a multi-byte UTF-8
-  character split across two reads is never damaged (``0x0A`` never occurs
-  inside a multi-byte sequence). Invalid UTF-8 is replaced, never fatal. One
-  line is capped at ``max_line_bytes``: past the cap the rest of that line is
-  discarded as it arrives, so memory stays bounded even if an agent prints
-  100 MB without a newline.
-* :class:`Tail` keeps the last N bytes of a stream (stderr, plain output).
-* :func:`classify_status`, :func:`classify_api_text` and :func:`classify_crash`
-  map HTTP statuses, error text and exit codes to error
-  categories, and says whether a retry can help (rate limits, overload, 5xx).
-* :class:`SecretEnv` is a ``dict`` whose ``repr`` masks credentials.
+:class:`LineBuffer` splits lines on the byte ``\\n`` before decoding, so a
+multi-byte UTF-8 character split across two reads is never damaged (``0x0A``
+never occurs inside a multi-byte sequence), and drops a line past
+``max_line_bytes`` as it arrives: memory stays bounded even if an agent
+prints 100 MB without a newline.
 """
 
 from __future__ import annotations
@@ -225,6 +218,15 @@ def classify_crash(exit_code: int | None, text: str) -> tuple[ErrorCategory, boo
     if _DOCKER.search(text) or exit_code in (137, 143):  # SIGKILL (OOM) / SIGTERM
         return "container", True
     return "container", False
+
+
+def tool_use(tool_id: Any, name: Any, tool_input: Any) -> AgentEvent:
+    return AgentEvent(kind="tool_use", data={"id": tool_id, "name": name, "input": tool_input})
+
+
+def tool_result(tool_use_id: Any, content: Any, **fields: Any) -> AgentEvent:
+    """``fields`` (``is_error``, ``exit_code``) go between the id and the content, in the order given."""
+    return AgentEvent(kind="tool_result", data={"tool_use_id": tool_use_id, **fields, "content": content})
 
 
 class SecretEnv(dict):

@@ -42,6 +42,8 @@ from ._jsonl import (
     dict_at,
     list_at,
     parse_object,
+    tool_result,
+    tool_use,
 )
 
 # Linux MAX_ARG_STRLEN is 131072 bytes per argument (NUL included). Prompts above
@@ -52,6 +54,16 @@ DEFAULT_CLI_RETRIES = "2"
 
 _ALIASES = {"sonnet": "sonnet", "opus": "opus", "haiku": "haiku"}
 _SECRET_KEYS = frozenset({"CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_API_KEY"})
+# What a result line's event keeps (the outcome reads the whole line).
+_RESULT_KEYS = (
+    "subtype",
+    "is_error",
+    "num_turns",
+    "total_cost_usd",
+    "session_id",
+    "api_error_status",
+    "terminal_reason",
+)
 
 
 class ModelTable(dict):
@@ -71,9 +83,6 @@ class ModelTable(dict):
         return super().__contains__(key) or (
             isinstance(key, str) and key.startswith("claude-") and len(key) > len("claude-")
         )
-
-    def get(self, key: Any, default: Any = None) -> Any:
-        return self.get(key, default)
 
 
 def prompt_via_stdin(prompt: str) -> bool:
@@ -255,19 +264,7 @@ class ClaudeStreamParser(JsonLinesParser):
             ]
         if kind == "result":
             self._results.append(obj)
-            data = {
-                k: obj.get(k)
-                for k in (
-                    "subtype",
-                    "is_error",
-                    "num_turns",
-                    "total_cost_usd",
-                    "session_id",
-                    "api_error_status",
-                    "terminal_reason",
-                )
-            }
-            return [AgentEvent(kind="result", data=data)]
+            return [AgentEvent(kind="result", data={k: obj.get(k) for k in _RESULT_KEYS})]
         return [AgentEvent(kind="other", data={"type": clip(str(kind), 200)})]
 
     def _on_system(self, obj: dict[str, Any]) -> list[AgentEvent]:
@@ -303,16 +300,7 @@ class ClaudeStreamParser(JsonLinesParser):
                 texts.append(block["text"])
                 events.append(AgentEvent(kind="text", data={"text": clip(block["text"])}))
             elif btype == "tool_use":
-                events.append(
-                    AgentEvent(
-                        kind="tool_use",
-                        data={
-                            "id": block.get("id"),
-                            "name": block.get("name"),
-                            "input": _clip_json(block.get("input")),
-                        },
-                    )
-                )
+                events.append(tool_use(block.get("id"), block.get("name"), _clip_json(block.get("input"))))
         if texts:
             self._last_text = "\n".join(texts)
         if obj.get("error") or obj.get("is_api_error_message"):
@@ -324,30 +312,19 @@ class ClaudeStreamParser(JsonLinesParser):
             events.append(AgentEvent(kind="error", data={k: clip(v) for k, v in self._api_error.items()}))
         usage = message.get("usage")
         if isinstance(usage, dict):
-            events.append(
-                AgentEvent(
-                    kind="usage",
-                    data={"input_tokens": _input_tokens(usage), "output_tokens": as_int(usage.get("output_tokens"))},
-                )
-            )
+            tokens = {"input_tokens": _input_tokens(usage), "output_tokens": as_int(usage.get("output_tokens"))}
+            events.append(AgentEvent(kind="usage", data=tokens))
         return events
 
     def _on_user(self, obj: dict[str, Any]) -> list[AgentEvent]:
-        message = dict_at(obj, "message")
-        events = []
-        for block in _blocks(message.get("content")):
-            if block.get("type") == "tool_result":
-                events.append(
-                    AgentEvent(
-                        kind="tool_result",
-                        data={
-                            "tool_use_id": block.get("tool_use_id"),
-                            "is_error": bool(block.get("is_error")),
-                            "content": clip(_content_text(block.get("content")), 8 * 1024),
-                        },
-                    )
-                )
-        return events
+        blocks = _blocks(dict_at(obj, "message").get("content"))
+        return [
+            tool_result(
+                b.get("tool_use_id"), clip(_content_text(b.get("content")), 8 * 1024), is_error=bool(b.get("is_error"))
+            )
+            for b in blocks
+            if b.get("type") == "tool_result"
+        ]
 
     # -- outcome ----------------------------------------------------------------------
 

@@ -19,18 +19,13 @@ thread, so per-execution tokens are the difference from ``previous``.
 ``input_tokens`` already includes ``cached_input_tokens`` and
 ``output_tokens`` includes ``reasoning_output_tokens``.
 
-Inside a container the default sandbox cannot start and every command fails
-while the turn still "completes" with exit 0, so the plugin always passes
-``--dangerously-bypass-approvals-and-sandbox`` (the container is the sandbox).
-
-``--output-schema FILE`` makes the final agent message the JSON answer; the
-runner writes FILE into the container's /tmp first (``container_files``).
-
-A task's ``system_prompt`` replaces Codex's built-in instructions through the
-``model_instructions_file`` setting (a file, written like the schema);
-``append_system_prompt`` becomes ``developer_instructions``, a developer
-message after them. ``codex exec`` has no turn limit, so ``max_turns`` is
-refused when the task is scheduled (``capabilities.supports_max_turns``).
+Its default sandbox cannot start in a container (every command fails while
+the turn "completes"), so the plugin passes
+``--dangerously-bypass-approvals-and-sandbox``: the container is the sandbox.
+The files the argv names (``--output-schema FILE``, the
+``model_instructions_file`` a ``system_prompt`` becomes) are written into the
+container's /tmp first (``container_files``). ``codex exec`` has no turn
+limit, so ``max_turns`` is refused when the task is scheduled.
 """
 
 from __future__ import annotations
@@ -57,6 +52,8 @@ from ._jsonl import (
     dict_at,
     parse_object,
     session_gone,
+    tool_result,
+    tool_use,
 )
 from .claude_code import MAX_ARG_STRLEN, prompt_via_stdin
 
@@ -252,14 +249,14 @@ class CodexStreamParser(JsonLinesParser):
         if kind == "turn.failed":
             error = dict_at(obj, "error")
             self._failed = str(error.get("message") or "turn failed")
-            return [AgentEvent(kind="error", data={"message": clip(self._failed, 8192), "fatal": True})]
+            return [_error(self._failed, fatal=True)]
         if kind == "error":
             message = str(obj.get("message") or "")
             retrying = message.startswith("Reconnecting")
             self._last_any_error = message
             if not retrying:
                 self._last_error = message
-            return [AgentEvent(kind="error", data={"message": clip(message, 8192), "retrying": retrying})]
+            return [_error(message, retrying=retrying)]
         return [AgentEvent(kind="other", data={"type": clip(kind, 200)})]
 
     def _on_item(self, kind: str, item: dict[str, Any]) -> list[AgentEvent]:
@@ -272,40 +269,19 @@ class CodexStreamParser(JsonLinesParser):
             return []
         if itype == "command_execution":
             if kind == "item.started":
-                return [
-                    AgentEvent(
-                        kind="tool_use",
-                        data={
-                            "id": item.get("id"),
-                            "name": "command_execution",
-                            "input": {"command": clip(item.get("command"), 8192)},
-                        },
-                    )
-                ]
+                return [tool_use(item.get("id"), "command_execution", {"command": clip(item.get("command"), 8192)})]
             if done:
                 code = item.get("exit_code")
                 failed = item.get("status") == "failed" or (isinstance(code, int) and code != 0)
-                return [
-                    AgentEvent(
-                        kind="tool_result",
-                        data={
-                            "tool_use_id": item.get("id"),
-                            "is_error": failed,
-                            "exit_code": code,
-                            "content": clip(item.get("aggregated_output") or "", 8192),
-                        },
-                    )
-                ]
+                output = clip(item.get("aggregated_output") or "", 8192)
+                return [tool_result(item.get("id"), output, is_error=failed, exit_code=code)]
             return []
         if itype in ("file_change", "mcp_tool_call", "web_search") and done:
-            data = {
-                "id": item.get("id"),
-                "name": itype,
-                "input": {k: clip(v, 8192) for k, v in item.items() if k not in ("id", "type")},
-            }
-            return [AgentEvent(kind="tool_use", data=data)]
+            return [
+                tool_use(item.get("id"), itype, {k: clip(v, 8192) for k, v in item.items() if k not in ("id", "type")})
+            ]
         if itype == "error":  # non-fatal warning item (e.g. unknown model metadata)
-            return [AgentEvent(kind="error", data={"message": clip(str(item.get("message")), 8192), "fatal": False})]
+            return [_error(str(item.get("message")), fatal=False)]
         return [AgentEvent(kind="other", data={"item_type": clip(str(itype), 200), "event": kind})]
 
     def _on_legacy(self, msg: dict[str, Any]) -> list[AgentEvent]:
@@ -319,28 +295,13 @@ class CodexStreamParser(JsonLinesParser):
             return [AgentEvent(kind="text", data={"text": clip(msg["message"])})]
         if mtype == "exec_command_begin":
             return [
-                AgentEvent(
-                    kind="tool_use",
-                    data={
-                        "id": msg.get("call_id"),
-                        "name": "exec_command",
-                        "input": {"command": msg.get("command"), "cwd": msg.get("cwd")},
-                    },
-                )
+                tool_use(msg.get("call_id"), "exec_command", {"command": msg.get("command"), "cwd": msg.get("cwd")})
             ]
         if mtype == "exec_command_end":
             code = msg.get("exit_code")
-            output = f"{msg.get('stdout') or ''}{msg.get('stderr') or ''}"
+            output = clip(f"{msg.get('stdout') or ''}{msg.get('stderr') or ''}", 8192)
             return [
-                AgentEvent(
-                    kind="tool_result",
-                    data={
-                        "tool_use_id": msg.get("call_id"),
-                        "exit_code": code,
-                        "is_error": isinstance(code, int) and code != 0,
-                        "content": clip(output, 8192),
-                    },
-                )
+                tool_result(msg.get("call_id"), output, exit_code=code, is_error=isinstance(code, int) and code != 0)
             ]
         if mtype == "task_complete":
             self._completed = True
@@ -349,7 +310,7 @@ class CodexStreamParser(JsonLinesParser):
             return [AgentEvent(kind="result", data={"legacy": True})]
         if mtype == "error":
             self._failed = self._last_error = str(msg.get("message") or "error")
-            return [AgentEvent(kind="error", data={"message": clip(self._failed, 8192), "fatal": True})]
+            return [_error(self._failed, fatal=True)]
         if mtype == "token_count":
             info = msg.get("info") if isinstance(msg.get("info"), dict) else None
             usage = info.get("total_token_usage") if info and isinstance(info.get("total_token_usage"), dict) else msg
@@ -407,6 +368,10 @@ class CodexStreamParser(JsonLinesParser):
         if cumulative and tokens_in >= prev_in and tokens_out >= prev_out:
             return tokens_in - prev_in, tokens_out - prev_out
         return tokens_in, tokens_out  # not the same thread's counters: take them as they are
+
+
+def _error(message: str, **flags: bool) -> AgentEvent:
+    return AgentEvent(kind="error", data={"message": clip(message, 8192), **flags})
 
 
 def _decode_error(text: str) -> tuple[str, int | None]:

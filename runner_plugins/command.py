@@ -1,18 +1,10 @@
 """Plain shell commands (evaluations, checks, merges): ``/bin/sh -c <command>``.
 
-Stdout is treated as text. ``final_message`` is the whole stdout when it is at
-most ``OUTPUT_LIMIT`` bytes, else a note followed by its last ``OUTPUT_LIMIT``
-bytes; memory stays bounded however much the command prints.
-
-A non-zero exit is a failed task but not an infrastructure problem: the
-outcome has ``is_error=True``, ``retryable=False``, ``error_category=None``
-and an ``error_message`` with the status and the tail of stderr (or stdout).
-The runner reports it as a failed task with error type ``"command"``.
-
-A command runs with ``NO_COLOR=1``: its output is read in a report and a log,
-not on a terminal. A user who set ``NO_COLOR`` or ``FORCE_COLOR`` in the
-orchestrator's environment has it passed on instead (:func:`colour_env`).
-Colours that come anyway are taken out where the output is read.
+What a user sees is in docs/strategies.md (``command``) and docs/cli.md ("Output
+without terminal codes"): stdout (its last ``OUTPUT_LIMIT`` bytes) is the final
+message, a non-zero exit is a failed task (not retried, no error category:
+the runner reports error type ``"command"``), and commands run with ``NO_COLOR=1``
+unless the user's own ``NO_COLOR``/``FORCE_COLOR`` is passed on (:func:`colour_env`).
 """
 
 from __future__ import annotations

@@ -339,16 +339,6 @@ def test_environment_and_secrets():
     assert "sk-openai-secret" not in repr(env) and "sk-openai-secret" not in str(env)
 
 
-def test_cost_estimate_from_pricing_table():
-    from runner_plugins.pricing import estimate_cost
-
-    table = {"gpt-5": (1.25, 10.0), "gpt-5-mini": (0.25, 2.0)}
-    assert estimate_cost("gpt-5", 27751, 199, table) == pytest.approx((27751 * 1.25 + 199 * 10.0) / 1e6)
-    assert estimate_cost("gpt-5-mini-2025", 1_000_000, 0, table) == pytest.approx(0.25)
-    assert estimate_cost("o3", 10, 10, table) is None
-    assert estimate_cost("gpt-5", 10, 10, None) is None
-
-
 def test_system_prompts_become_codex_settings():
     req = request(system_prompt='You review.\n"Be strict."', append_system_prompt='Answer "yes" or no\n')
     argv = PLUGIN.build_command(req, resume_session_id=None)

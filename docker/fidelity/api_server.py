@@ -52,6 +52,7 @@ SCRIPTS: dict[str, list[tuple]] = {
 # The answer the "structured" scripts give (the tests' schema: score and verdict).
 GOOD_ANSWER = {"score": 7, "verdict": "ship it"}
 BAD_ANSWER = {"score": "seven"}
+REPAIR_PROMPT = "does not match the required JSON schema"  # in the host's repair prompt
 
 
 def facts(req: dict[str, Any], kind: str) -> str:
@@ -59,7 +60,7 @@ def facts(req: dict[str, Any], kind: str) -> str:
     return json.dumps(
         {
             "tool_results": count_tool_results(req, kind),
-            "user_prompts": count_prompts(req, kind),
+            "user_prompts": count_user_messages(req, kind, "FIDELITY:"),
             "served_429": counter("429"),
         },
         sort_keys=True,
@@ -133,18 +134,6 @@ def count_tool_results(req: dict[str, Any], kind: str) -> int:
     )
 
 
-def count_prompts(req: dict[str, Any], kind: str) -> int:
-    if kind == "anthropic":
-        return sum(
-            1 for m in req.get("messages") or [] if m.get("role") == "user" and "FIDELITY:" in text_of(m.get("content"))
-        )
-    return sum(
-        1
-        for i in req.get("input") or []
-        if isinstance(i, dict) and i.get("role") == "user" and "FIDELITY:" in text_of(i.get("content"))
-    )
-
-
 def tool_names(req: dict[str, Any]) -> list[str]:
     return [str(t.get("name") or t.get("type")) for t in req.get("tools") or [] if isinstance(t, dict)]
 
@@ -191,7 +180,7 @@ def structured_answer(req: dict[str, Any], kind: str, *, repair: bool) -> Any:
     With ``repair`` the answer breaks the schema until the host's repair
     prompt is in the conversation.
     """
-    answer = BAD_ANSWER if repair and count_repairs(req, kind) == 0 else GOOD_ANSWER
+    answer = BAD_ANSWER if repair and count_user_messages(req, kind, REPAIR_PROMPT) == 0 else GOOD_ANSWER
     if kind == "openai":
         return json.dumps(answer)
     if "StructuredOutput" not in tool_names(req):
@@ -201,15 +190,11 @@ def structured_answer(req: dict[str, Any], kind: str, *, repair: bool) -> Any:
     return ("tool", "StructuredOutput", answer)
 
 
-def count_repairs(req: dict[str, Any], kind: str) -> int:
-    """User messages carrying the host's repair prompt."""
+def count_user_messages(req: dict[str, Any], kind: str, text: str) -> int:
+    """User messages that hold ``text`` (the prompt's script line, the host's repair prompt)."""
     items = req.get("messages") if kind == "anthropic" else req.get("input")
     return sum(
-        1
-        for m in items or []
-        if isinstance(m, dict)
-        and m.get("role") == "user"
-        and "does not match the required JSON schema" in text_of(m.get("content"))
+        1 for m in items or [] if isinstance(m, dict) and m.get("role") == "user" and text in text_of(m.get("content"))
     )
 
 
@@ -251,66 +236,38 @@ def anthropic_blocks(answer: Any) -> tuple[list[dict[str, Any]], str]:
     ], "tool_use"
 
 
+def event(name: str, **fields: Any) -> tuple[str, dict]:
+    """A server-sent event: both APIs repeat its name as the payload's ``type``."""
+    return name, {"type": name, **fields}
+
+
 def anthropic_sse(req: dict[str, Any], blocks: list[dict[str, Any]], stop: str) -> list[tuple[str, dict]]:
-    msg_id = f"msg_{uuid.uuid4().hex[:20]}"
     usage = {"input_tokens": 100, "output_tokens": 1, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
-    out: list[tuple[str, dict]] = [
-        (
-            "message_start",
-            {
-                "type": "message_start",
-                "message": {
-                    "id": msg_id,
-                    "type": "message",
-                    "role": "assistant",
-                    "model": req.get("model", "claude"),
-                    "content": [],
-                    "stop_reason": None,
-                    "stop_sequence": None,
-                    "usage": usage,
-                },
-            },
-        )
-    ]
+    message = {
+        "id": f"msg_{uuid.uuid4().hex[:20]}",
+        "type": "message",
+        "role": "assistant",
+        "model": req.get("model", "claude"),
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": usage,
+    }
+    out = [event("message_start", message=message)]
     for i, block in enumerate(blocks):
         if block["type"] == "text":
-            out.append(
-                (
-                    "content_block_start",
-                    {"type": "content_block_start", "index": i, "content_block": {"type": "text", "text": ""}},
-                )
-            )
-            out.append(
-                (
-                    "content_block_delta",
-                    {"type": "content_block_delta", "index": i, "delta": {"type": "text_delta", "text": block["text"]}},
-                )
-            )
+            start = {"type": "text", "text": ""}
+            delta = {"type": "text_delta", "text": block["text"]}
         else:
             start = {k: block[k] for k in ("type", "id", "name")} | {"input": {}}
-            out.append(("content_block_start", {"type": "content_block_start", "index": i, "content_block": start}))
-            out.append(
-                (
-                    "content_block_delta",
-                    {
-                        "type": "content_block_delta",
-                        "index": i,
-                        "delta": {"type": "input_json_delta", "partial_json": json.dumps(block["input"])},
-                    },
-                )
-            )
-        out.append(("content_block_stop", {"type": "content_block_stop", "index": i}))
-    out.append(
-        (
-            "message_delta",
-            {
-                "type": "message_delta",
-                "delta": {"stop_reason": stop, "stop_sequence": None},
-                "usage": {"output_tokens": 20},
-            },
-        )
-    )
-    out.append(("message_stop", {"type": "message_stop"}))
+            delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
+        out += [
+            event("content_block_start", index=i, content_block=start),
+            event("content_block_delta", index=i, delta=delta),
+            event("content_block_stop", index=i),
+        ]
+    out.append(event("message_delta", delta={"stop_reason": stop, "stop_sequence": None}, usage={"output_tokens": 20}))
+    out.append(event("message_stop"))
     return out
 
 
@@ -365,29 +322,15 @@ def sh_quote(text: str) -> str:
 def openai_sse(items: list[dict[str, Any]], model: str) -> list[tuple[str, dict]]:
     rid = f"resp_{uuid.uuid4().hex[:20]}"
     base = {"id": rid, "object": "response", "created_at": int(time.time()), "model": model}
-    out: list[tuple[str, dict]] = [
-        ("response.created", {"type": "response.created", "response": {**base, "status": "in_progress", "output": []}})
-    ]
+    out = [event("response.created", response={**base, "status": "in_progress", "output": []})]
     for i, item in enumerate(items):
-        out.append(
-            ("response.output_item.added", {"type": "response.output_item.added", "output_index": i, "item": item})
-        )
+        out.append(event("response.output_item.added", output_index=i, item=item))
         if item["type"] == "message":
+            text = item["content"][0]["text"]
             out.append(
-                (
-                    "response.output_text.delta",
-                    {
-                        "type": "response.output_text.delta",
-                        "output_index": i,
-                        "item_id": item["id"],
-                        "content_index": 0,
-                        "delta": item["content"][0]["text"],
-                    },
-                )
+                event("response.output_text.delta", output_index=i, item_id=item["id"], content_index=0, delta=text)
             )
-        out.append(
-            ("response.output_item.done", {"type": "response.output_item.done", "output_index": i, "item": item})
-        )
+        out.append(event("response.output_item.done", output_index=i, item=item))
     usage = {
         "input_tokens": 100,
         "input_tokens_details": {"cached_tokens": 0},
@@ -395,15 +338,7 @@ def openai_sse(items: list[dict[str, Any]], model: str) -> list[tuple[str, dict]
         "output_tokens_details": {"reasoning_tokens": 0},
         "total_tokens": 120,
     }
-    out.append(
-        (
-            "response.completed",
-            {
-                "type": "response.completed",
-                "response": {**base, "status": "completed", "output": items, "usage": usage},
-            },
-        )
-    )
+    out.append(event("response.completed", response={**base, "status": "completed", "output": items, "usage": usage}))
     return out
 
 

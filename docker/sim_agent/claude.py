@@ -14,8 +14,8 @@ from .common import (
     Args,
     BaseEmitter,
     now_iso,
+    read_options,
     sha256_hex,
-    split_argv,
     tokens_for,
     uuid4_from,
 )
@@ -63,68 +63,80 @@ SUBAGENT_STATS = {
     "by_type": {},
 }
 
-CLAUDE_VALUE_FLAGS = {
-    "--output-format",
-    "--input-format",
-    "--model",
-    "--resume",
-    "-r",
-    "--max-turns",
-    "--system-prompt",
-    "--append-system-prompt",
-    "--permission-mode",
-    "--allowedTools",
-    "--allowed-tools",
-    "--disallowedTools",
-    "--disallowed-tools",
-    "--session-id",
-    "--settings",
-    "--mcp-config",
-    "--add-dir",
-    "--fallback-model",
-    "--max-budget-usd",
-    "--agents",
-    "--setting-sources",
-    "--permission-prompt-tool",
-    "--system-prompt-file",
-    "--append-system-prompt-file",
-    "--debug-file",
-    "--tools",
-    "--plugin-dir",
-    "--betas",
-    "--json-schema",
-    "--effort",
+
+def read_schema(a: Args, text: str) -> None:
+    try:
+        schema = json.loads(text)
+    except ValueError as e:
+        a.output_schema_error = f"--json-schema is not valid JSON: {e}"
+        return
+    if isinstance(schema, dict):
+        a.output_schema = schema
+    else:
+        a.output_schema_error = "--json-schema must be a JSON object"
+
+
+def _max_turns(a: Args, val: str) -> None:
+    with contextlib.suppress(ValueError):
+        a.max_turns = int(val)
+
+
+# The options that take a value: the Args attribute each sets, what it does, or None (ignored).
+CLAUDE_OPTIONS = {
+    "--output-format": "output_format",
+    "--input-format": None,
+    "--model": "model",
+    "--resume": "resume",
+    "-r": "resume",
+    "--max-turns": _max_turns,
+    "--system-prompt": None,
+    "--append-system-prompt": None,
+    "--permission-mode": "permission_mode",
+    "--allowedTools": None,
+    "--allowed-tools": None,
+    "--disallowedTools": None,
+    "--disallowed-tools": None,
+    "--session-id": None,
+    "--settings": None,
+    "--mcp-config": None,
+    "--add-dir": None,
+    "--fallback-model": None,
+    "--max-budget-usd": None,
+    "--agents": None,
+    "--setting-sources": None,
+    "--permission-prompt-tool": None,
+    "--system-prompt-file": None,
+    "--append-system-prompt-file": None,
+    "--debug-file": None,
+    "--tools": None,
+    "--plugin-dir": None,
+    "--betas": None,
+    "--json-schema": read_schema,
+    "--effort": None,
+}
+# -p/--print and the other switches need nothing.
+CLAUDE_SWITCHES = {
+    "--verbose": "verbose",
+    "--dangerously-skip-permissions": "skip_permissions",
+    "--allow-dangerously-skip-permissions": "skip_permissions",
 }
 
 
 def parse_claude(argv: list[str], a: Args) -> None:
-    options, positional = split_argv(argv, CLAUDE_VALUE_FLAGS)
-    for name, val in options:
-        if val is not None:
-            if name == "--output-format":
-                a.output_format = val
-            elif name == "--model":
-                a.model = val
-            elif name in ("--resume", "-r"):
-                a.resume = val
-            elif name == "--max-turns":
-                with contextlib.suppress(ValueError):
-                    a.max_turns = int(val)
-            elif name == "--permission-mode":
-                a.permission_mode = val
-            elif name == "--json-schema":
-                read_schema(a, val)
-        elif name == "--verbose":
-            a.verbose = True
-        elif name in ("--dangerously-skip-permissions", "--allow-dangerously-skip-permissions"):
-            a.skip_permissions = True
-        # -p/--print and other boolean flags need nothing.
+    positional = read_options(argv, a, CLAUDE_OPTIONS, CLAUDE_SWITCHES)
     if positional and positional[0] != "-":
         a.prompt = " ".join(positional)
 
 
 class ClaudeEmitter(BaseEmitter):
     """Writes Claude Code stream-json (2.1.x shapes)."""
+
+    garbage_lines = (
+        b'{"type":"assistant","message":{"content":[{"type":"text","text":"trunc\n',
+        b'{"type":"system","subtype":"sim_garbage","note":"bad \xff\xfe byte"}\n',
+        b"\n",
+        b"[sim] plain log line between events\n",
+    )
 
     def __init__(self, a: Args, session_id: str, exec_no: int, model: str, cwd: str, prior: dict) -> None:
         super().__init__(a, session_id, exec_no, model, cwd, prior, stream=a.output_format == "stream-json")
@@ -293,16 +305,6 @@ class ClaudeEmitter(BaseEmitter):
         self.emit(line)
         return output, is_error
 
-    def garbage(self) -> None:
-        if not self.stream:
-            return
-        OUT.write_bytes(b"this line is not JSON at all\n")
-        OUT.write_bytes(b"\xff\xfe invalid utf-8 \xc3\x28 bytes \xed\xa0\x80\n")
-        OUT.write_bytes(b'{"type":"assistant","message":{"content":[{"type":"text","text":"trunc\n')
-        OUT.write_bytes(b'{"type":"system","subtype":"sim_garbage","note":"bad \xff\xfe byte"}\n')
-        OUT.write_bytes(b"\n")
-        OUT.write_bytes(b"[sim] plain log line between events\n")
-
     def _model_usage(self, inp: int, out: int, cost: float) -> dict:
         return {
             self.model: {
@@ -321,13 +323,6 @@ class ClaudeEmitter(BaseEmitter):
                 "provider": "firstParty",
                 "costBasis": "list",
             }
-        }
-
-    def session_totals(self) -> dict:
-        return {
-            "input_tokens": int(self.prior.get("input_tokens", 0)) + self.usage.input_tokens,
-            "output_tokens": int(self.prior.get("output_tokens", 0)) + self.usage.output_tokens,
-            "cost_usd": round(float(self.prior.get("cost_usd", 0.0)) + self.usage.cost, 6),
         }
 
     def _usage_block(self, inp: int, out: int) -> dict:
@@ -370,16 +365,13 @@ class ClaudeEmitter(BaseEmitter):
             self.text(result_text)
         totals = self.session_totals()
         duration = int((time.monotonic() - self.t0) * 1000)
-        if count_usage and (self.usage.input_tokens or self.usage.output_tokens):
-            model_usage = self._model_usage(totals["input_tokens"], totals["output_tokens"], totals["cost_usd"])
-            since = self._model_usage(self.usage.input_tokens, self.usage.output_tokens, self.usage.cost)
-        else:
-            model_usage = (
-                self._model_usage(totals["input_tokens"], totals["output_tokens"], totals["cost_usd"])
-                if totals["input_tokens"]
-                else {}
-            )
-            since = {}
+        counted = count_usage and (self.usage.input_tokens or self.usage.output_tokens)
+        model_usage = (
+            self._model_usage(totals["input_tokens"], totals["output_tokens"], totals["cost_usd"])
+            if counted or totals["input_tokens"]
+            else {}
+        )
+        since = self._model_usage(self.usage.input_tokens, self.usage.output_tokens, self.usage.cost) if counted else {}
         result = {
             "type": "result",
             "subtype": subtype,
@@ -536,18 +528,6 @@ class ClaudeEmitter(BaseEmitter):
                 "api_error_type": etype,
             }
         )
-
-
-def read_schema(a: Args, text: str) -> None:
-    try:
-        schema = json.loads(text)
-    except ValueError as e:
-        a.output_schema_error = f"--json-schema is not valid JSON: {e}"
-        return
-    if isinstance(schema, dict):
-        a.output_schema = schema
-    else:
-        a.output_schema_error = "--json-schema must be a JSON object"
 
 
 def model_for(requested: str | None) -> str:

@@ -10,9 +10,9 @@ from .common import (
     OUT,
     Args,
     BaseEmitter,
+    read_options,
     sha256_hex,
     shell_quote,
-    split_argv,
     tokens_for,
     warn,
 )
@@ -20,56 +20,64 @@ from .common import (
 CODEX_VERSION = "0.169.0-sim"
 CODEX_DEFAULT_MODEL = "gpt-5-codex"
 
-CODEX_VALUE_FLAGS = {
-    "-m",
-    "--model",
-    "-c",
-    "--config",
-    "-s",
-    "--sandbox",
-    "-C",
-    "--cd",
-    "--color",
-    "-o",
-    "--output-last-message",
-    "-p",
-    "--profile",
-    "-i",
-    "--image",
-    "--output-schema",
-    "--add-dir",
-    "-a",
-    "--ask-for-approval",
-    "--enable",
-    "--disable",
-    "--local-provider",
+
+def read_schema_file(a: Args, path: str) -> None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            schema = json.loads(f.read())
+    except (OSError, ValueError) as e:
+        a.output_schema_error = f"cannot read the output schema {path}: {e}"
+        return
+    if isinstance(schema, dict):
+        a.output_schema = schema
+    else:
+        a.output_schema_error = f"the output schema {path} must be a JSON object"
+
+
+def _config(a: Args, val: str) -> None:
+    if val.startswith("model_provider="):
+        a.model_provider = val.partition("=")[2].strip().strip('"')
+    elif m := re.search(r"stream_max_retries\s*=\s*(\d+)", val):
+        a.stream_retries = int(m.group(1))
+
+
+# The options that take a value: the Args attribute each sets, what it does, or None (ignored).
+CODEX_OPTIONS = {
+    "-m": "model",
+    "--model": "model",
+    "-c": _config,
+    "--config": _config,
+    "-s": None,
+    "--sandbox": None,
+    "-C": "cd",
+    "--cd": "cd",
+    "--color": None,
+    "-o": "output_last_message",
+    "--output-last-message": "output_last_message",
+    "-p": None,
+    "--profile": None,
+    "-i": None,
+    "--image": None,
+    "--output-schema": read_schema_file,
+    "--add-dir": None,
+    "-a": None,
+    "--ask-for-approval": None,
+    "--enable": None,
+    "--disable": None,
+    "--local-provider": None,
+}
+CODEX_SWITCHES = {
+    "--json": "json",
+    "--experimental-json": "json",
+    "--skip-git-repo-check": "skip_git_repo_check",
+    "--dangerously-bypass-approvals-and-sandbox": "skip_permissions",
+    "--yolo": "skip_permissions",
+    "--last": "resume_last",
 }
 
 
 def parse_codex(argv: list[str], a: Args) -> None:
-    options, positional = split_argv(argv, CODEX_VALUE_FLAGS)
-    for name, val in options:
-        if val is not None:
-            if name in ("-m", "--model"):
-                a.model = val
-            elif name in ("-C", "--cd"):
-                a.cd = val
-            elif name in ("-o", "--output-last-message"):
-                a.output_last_message = val
-            elif name == "--output-schema":
-                read_schema_file(a, val)
-            elif name in ("-c", "--config") and val.startswith("model_provider="):
-                a.model_provider = val.partition("=")[2].strip().strip('"')
-            elif name in ("-c", "--config") and (m := re.search(r"stream_max_retries\s*=\s*(\d+)", val)):
-                a.stream_retries = int(m.group(1))
-        elif name in ("--json", "--experimental-json"):
-            a.json = True
-        elif name == "--skip-git-repo-check":
-            a.skip_git_repo_check = True
-        elif name in ("--dangerously-bypass-approvals-and-sandbox", "--yolo"):
-            a.skip_permissions = True
-        elif name == "--last":
-            a.resume_last = True
+    positional = read_options(argv, a, CODEX_OPTIONS, CODEX_SWITCHES)
     # positional: [exec|e] [resume THREAD_ID] [PROMPT]
     if positional and positional[0] in ("exec", "e"):
         a.codex_subcommand = "exec"
@@ -85,6 +93,9 @@ def parse_codex(argv: list[str], a: Args) -> None:
 
 class CodexEmitter(BaseEmitter):
     """Writes ``codex exec --json`` events (0.16x shapes)."""
+
+    priced = False
+    garbage_lines = (b'{"type":"item.completed","item":{"id":"x","type":"agent_mess\n', b"\n")
 
     def __init__(self, a: Args, session_id: str, exec_no: int, model: str, cwd: str, prior: dict) -> None:
         super().__init__(a, session_id, exec_no, model, cwd, prior, stream=a.json)
@@ -152,21 +163,6 @@ class CodexEmitter(BaseEmitter):
         self.emit({"type": "item.completed", "item": done})
         return output, is_error
 
-    def garbage(self) -> None:
-        if not self.stream:
-            return
-        OUT.write_bytes(b"this line is not JSON at all\n")
-        OUT.write_bytes(b"\xff\xfe invalid utf-8 \xc3\x28 bytes \xed\xa0\x80\n")
-        OUT.write_bytes(b'{"type":"item.completed","item":{"id":"x","type":"agent_mess\n')
-        OUT.write_bytes(b"\n")
-
-    def session_totals(self) -> dict:
-        return {
-            "input_tokens": int(self.prior.get("input_tokens", 0)) + self.usage.input_tokens,
-            "output_tokens": int(self.prior.get("output_tokens", 0)) + self.usage.output_tokens,
-            "cost_usd": 0.0,
-        }
-
     def _write_last(self, text: str) -> None:
         if self.a.output_last_message:
             try:
@@ -228,19 +224,6 @@ class CodexEmitter(BaseEmitter):
     def finish_structured(self, result_text: str, value: object) -> None:
         """With --output-schema the final agent message is the JSON answer."""
         self.finish(result_text)
-
-
-def read_schema_file(a: Args, path: str) -> None:
-    try:
-        with open(path, encoding="utf-8") as f:
-            schema = json.loads(f.read())
-    except (OSError, ValueError) as e:
-        a.output_schema_error = f"cannot read the output schema {path}: {e}"
-        return
-    if isinstance(schema, dict):
-        a.output_schema = schema
-    else:
-        a.output_schema_error = f"the output schema {path} must be a JSON object"
 
 
 def model_for(requested: str | None) -> str:

@@ -147,7 +147,7 @@ def record_execution(entry: dict) -> None:
             warn(f"cannot record execution in {t}: {e}")
 
 
-def ratelimit_should_fail(key: str, n: int) -> tuple[bool, int]:
+def ratelimit_should_fail(key: str, n: int) -> bool:
     """Count an attempt for ``key``; fail while fewer than ``n`` attempts failed."""
     path = os.path.join(sim_home(), "ratelimit", sha256_hex(key)[:32] + ".json")
     data = load_json(path) or {"key": key, "failed": 0}
@@ -155,8 +155,8 @@ def ratelimit_should_fail(key: str, n: int) -> tuple[bool, int]:
     if failed < n:
         data["failed"] = failed + 1
         save_json(path, data)
-        return True, failed + 1
-    return False, failed
+        return True
+    return False
 
 
 def git(cwd: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -258,6 +258,19 @@ def split_argv(argv: list[str], value_flags: set[str]) -> tuple[list[tuple[str, 
     return options, positional
 
 
+def read_options(argv: list[str], a: Args, value_options: dict, switches: dict[str, str]) -> list[str]:
+    """Set ``a`` from a CLI's options (each names the ``Args`` attribute it sets, a function
+    of ``(a, value)``, or None: read and ignored); its positional words."""
+    options, positional = split_argv(argv, set(value_options))
+    for name, val in options:
+        target = switches.get(name) if val is None else value_options[name]
+        if callable(target):
+            target(a, val)
+        elif target:
+            setattr(a, target, True if val is None else val)
+    return positional
+
+
 def shell_quote(s: str) -> str:
     return "'" + s.replace("'", "'\\''") + "'"
 
@@ -311,6 +324,25 @@ class BaseEmitter:
         self.stream = stream  # False: plain-text output, no JSON lines
         self.texts: list[str] = []
 
+    priced = True  # codex reports no cost
+    garbage_lines: tuple[bytes, ...] = ()  # the persona's own broken lines, after the two every persona prints
+
     def emit(self, obj: dict) -> None:
         if self.stream:
             OUT.line(obj)
+
+    def garbage(self) -> None:
+        if self.stream:
+            for line in (
+                b"this line is not JSON at all\n",
+                b"\xff\xfe invalid utf-8 \xc3\x28 bytes \xed\xa0\x80\n",
+                *self.garbage_lines,
+            ):
+                OUT.write_bytes(line)
+
+    def session_totals(self) -> dict:
+        return {
+            "input_tokens": int(self.prior.get("input_tokens", 0)) + self.usage.input_tokens,
+            "output_tokens": int(self.prior.get("output_tokens", 0)) + self.usage.output_tokens,
+            "cost_usd": round(float(self.prior.get("cost_usd", 0.0)) + self.usage.cost, 6) if self.priced else 0.0,
+        }

@@ -189,8 +189,7 @@ def api_failure(steps: list[tuple[str, str]], em, task_key: str) -> bool:
                 n = int(arg.split()[0]) if arg else 1
             except ValueError:
                 n = 1
-            fail, _count = ratelimit_should_fail(task_key, n)
-            if fail:
+            if ratelimit_should_fail(task_key, n):
                 em.api_error(429)
                 return True
         elif verb == "authfail":

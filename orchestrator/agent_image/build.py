@@ -1,27 +1,11 @@
 """``orchestrator --build-image``: the agent image from the sources shipped with the package.
 
-The Dockerfile and everything under ``docker/`` (the simulated agent, the test
-image's Dockerfile) are package data in an installed wheel
-(``orchestrator/_image/``) and plain files in a checkout, so the same code
-builds the image after ``uv tool install``, ``pip install`` or ``uv sync``.
-
-Steps, each skipped when not needed:
-
-1. pick a base image: ``$BASE_IMAGE``, else a local ``debian:bookworm-slim``,
-   else a local ``orchestrator-base:bookworm``, else pull
-   ``debian:bookworm-slim``, else build ``orchestrator-base:bookworm`` with
-   debootstrap (root only): machines without Docker Hub access still get an
-   image;
-2. put the host's extra CA certificates (``$EXTRA_CA_SOURCE``, default
-   ``/usr/local/share/ca-certificates``) into the build context, so npm works
-   behind an intercepting proxy;
-3. build the image (and, when asked, the test image on top of it), skipped when
-   the existing image carries a label with the sha256 of its inputs;
-4. check that the image has the agent tools on its PATH.
-
-The Docker CLI does the work (``docker build`` streams its own progress and
-uses BuildKit when present); this is a management command with nothing else
-running, so blocking calls are fine here.
+The Dockerfile and everything under ``docker/`` are package data in an
+installed wheel (``orchestrator/_image/``) and plain files in a checkout, so
+the same code builds the image after ``uv tool install``, ``pip install`` or
+``uv sync``. The steps (base image, extra CA certificates, the inputs label
+that skips a build, the tool check) are in docs/docker.md, "Building". This
+is a management command with nothing else running, so blocking calls are fine.
 """
 
 from __future__ import annotations
@@ -34,7 +18,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import PreflightError
@@ -226,13 +209,6 @@ def _build(
     return True
 
 
-@dataclass(frozen=True)
-class BuildResult:
-    image: str
-    test_image: str | None
-    base: str
-
-
 def _fill_context(src: Path, ctx: Path, say: Callable[[str], None]) -> tuple[list[str], list[str]]:
     """Copy the sources and this host's extra CA certificates into ``ctx``; return both lists of files."""
     files = _source_files(src)
@@ -251,7 +227,7 @@ def _fill_context(src: Path, ctx: Path, say: Callable[[str], None]) -> tuple[lis
     return files, ca_files
 
 
-def build_image(image: str = "claude-code", *, test_image: str | None = None) -> BuildResult:
+def build_image(image: str = "claude-code", *, test_image: str | None = None) -> None:
     say = _Say()
     src = source_dir()
     cache = cache_dir()
@@ -321,7 +297,6 @@ def build_image(image: str = "claude-code", *, test_image: str | None = None) ->
         )
     say("installed: " + ", ".join(f"{tool} {installed_version(tools[tool])}" for tool in pins))
     say(f"done: {image}{f' and {test_image}' if test_image else ''} ready (base {base})")
-    return BuildResult(image=image, test_image=test_image, base=base)
 
 
 def _safe(name: str) -> str:

@@ -5,24 +5,12 @@ commit. Every property of the specification is either honoured or named in
 one line at the start of a run saying what is done instead
 (:data:`PROPERTIES`; docs/environment.md shows the same table).
 
-Variables, as the specification and its reference implementation (the Dev
-Containers CLI, ``src/spec-common/variableSubstitution.ts``) resolve them:
-
-- when the file is read: ``${localEnv:VAR}`` (also ``${env:VAR}``), with a
-  default after a second colon (``${localEnv:VAR:default}``; an unset
-  variable without one is empty), ``${localWorkspaceFolder}`` and its
-  basename (the repository on this machine), ``${containerWorkspaceFolder}``
-  and its basename (``/workspace``, where a task's files are), and
-  ``${devcontainerId}``;
-- once the image is known (:func:`substitute_container`, called by
-  ``environment.build``): ``${containerEnv:VAR}`` and ``${containerEnv:VAR:default}``,
-  the image's own value. In ``containerEnv`` and ``remoteEnv`` values a bare
-  ``${VAR}`` is the image's value too, as a Dockerfile's ``ENV`` and a
-  feature's ``containerEnv`` read it.
-
-The image's ``devcontainer.metadata`` label (prebuilt devcontainer images
-carry ``remoteUser`` there) is merged in with :func:`apply_metadata`, by the
-specification's merge rules, the file last.
+Variables resolve as the Dev Containers CLI resolves them
+(``src/spec-common/variableSubstitution.ts``; the table is in
+docs/environment.md, "Variables"): the host's when the file is read
+(:func:`substitute_local`), ``${containerEnv:...}`` once the image is known
+(:func:`substitute_container`). The image's ``devcontainer.metadata`` label is
+merged in by the specification's rules, the file last (:func:`apply_metadata`).
 """
 
 from __future__ import annotations
@@ -62,19 +50,13 @@ def _ids(value: Any) -> str:
     return str(value)
 
 
-def _when(cond: Callable[[Any], bool], text: Callable[[Any], str]) -> Callable[[Any], str | None]:
-    return lambda value: text(value) if cond(value) else None
-
-
-_ANY = bool
-
-
 @dataclass(frozen=True)
 class Handling:
     """What a run does with one property: ``docs`` for the table, ``note`` the line said at the start of a run."""
 
     docs: str
-    note: Callable[[Any], str | None] | None = None
+    note: Callable[[Any], str] | None = None
+    when: Callable[[Any], bool] = bool  # the note is said only for a value that passes this
 
 
 _NOT_GRANTED = "task containers keep orchestrator's own limits (no extra capabilities, no privileged mode)"
@@ -88,11 +70,11 @@ PROPERTIES: dict[str, Handling] = {
     "build.target": Handling("honoured"),
     "build.options": Handling(
         "not passed to `docker build`; a line says so",
-        _when(_ANY, lambda v: f"build.options are not passed to docker build ({_ids(v)})"),
+        lambda v: f"build.options are not passed to docker build ({_ids(v)})",
     ),
     "build.cacheFrom": Handling(
         "not used: orchestrator caches the built image itself; a line says so",
-        _when(_ANY, lambda v: "build.cacheFrom is not used: orchestrator caches the built image itself"),
+        lambda v: "build.cacheFrom is not used: orchestrator caches the built image itself",
     ),
     "dockerFile": Handling("honoured, as `build.dockerfile` (the older spelling, with a top-level `context`)"),
     "context": Handling("honoured with `dockerFile`, as `build.context`"),
@@ -111,56 +93,45 @@ PROPERTIES: dict[str, Handling] = {
     "userEnvProbe": Handling(
         "not done: shell profiles (`.bashrc`, `.profile`, nvm, pyenv) are not read; variables come from the "
         "image, `containerEnv` and `remoteEnv`. A line says so when it is set",
-        _when(
-            lambda v: v not in (None, "none"),
-            lambda v: (
-                f"userEnvProbe {v}: shell profiles are not read; variables come from the image, "
-                "containerEnv and remoteEnv (put what a profile adds to PATH in remoteEnv)"
-            ),
+        lambda v: (
+            f"userEnvProbe {v}: shell profiles are not read; variables come from the image, "
+            "containerEnv and remoteEnv (put what a profile adds to PATH in remoteEnv)"
         ),
+        when=lambda v: v not in (None, "none"),
     ),
     "overrideCommand": Handling(
         "containers always run orchestrator's own command (as `true` would); with `false` a line says the "
         "image's command is not run",
-        _when(
-            lambda v: v is False,
-            lambda v: (
-                "overrideCommand false: the image's own command is not run; "
-                "task containers run orchestrator's (sleep, under tini)"
-            ),
+        lambda v: (
+            "overrideCommand false: the image's own command is not run; "
+            "task containers run orchestrator's (sleep, under tini)"
         ),
+        when=lambda v: v is False,
     ),
     "shutdownAction": Handling("not used: orchestrator stops and removes each task's container itself"),
     "init": Handling("honoured: tini is always the containers' first process"),
     "privileged": Handling(
         "not granted; a line says so",
-        _when(lambda v: v is True, lambda v: f"privileged is not granted: {_NOT_GRANTED}"),
+        lambda v: f"privileged is not granted: {_NOT_GRANTED}",
+        when=lambda v: v is True,
     ),
-    "capAdd": Handling(
-        "not granted; a line says so", _when(_ANY, lambda v: f"capAdd ({_ids(v)}) is not granted: {_NOT_GRANTED}")
-    ),
+    "capAdd": Handling("not granted; a line says so", lambda v: f"capAdd ({_ids(v)}) is not granted: {_NOT_GRANTED}"),
     "securityOpt": Handling(
         "not applied; a line says so",
-        _when(_ANY, lambda v: f"securityOpt ({_ids(v)}) is not applied: {_NOT_GRANTED}"),
+        lambda v: f"securityOpt ({_ids(v)}) is not applied: {_NOT_GRANTED}",
     ),
     "mounts": Handling(
         "not made: a task sees only its own workspace and home; a line says so",
-        _when(
-            _ANY,
-            lambda v: (
-                f"mounts are not made ({len(v) if isinstance(v, list) else 1}): "
-                "a task sees only its own workspace (a clone of the base commit) and its own home"
-            ),
+        lambda v: (
+            f"mounts are not made ({len(v) if isinstance(v, list) else 1}): "
+            "a task sees only its own workspace (a clone of the base commit) and its own home"
         ),
     ),
     "features": Handling(
         "not installed; a line names them. Install what they provide in `onCreateCommand` or a Dockerfile",
-        _when(
-            _ANY,
-            lambda v: (
-                f"features are not installed ({_ids(v)}): install what they provide in onCreateCommand "
-                "or in a Dockerfile (build.dockerfile)"
-            ),
+        lambda v: (
+            f"features are not installed ({_ids(v)}): install what they provide in onCreateCommand "
+            "or in a Dockerfile (build.dockerfile)"
         ),
     ),
     "overrideFeatureInstallOrder": Handling("not used (features are not installed)"),
@@ -174,36 +145,27 @@ PROPERTIES: dict[str, Handling] = {
     "hostRequirements": Handling("not checked (`--doctor` checks the disk; `--max-parallel` bounds the load)"),
     "secrets": Handling(
         'not asked for; a line names them. Pass one with `remoteEnv`: `"NAME": "${localEnv:NAME}"`',
-        _when(
-            _ANY,
-            lambda v: (
-                f"secrets are not asked for ({_ids(v)}): tasks do not get them; "
-                'pass one with remoteEnv, e.g. "NAME": "${localEnv:NAME}"'
-            ),
+        lambda v: (
+            f"secrets are not asked for ({_ids(v)}): tasks do not get them; "
+            'pass one with remoteEnv, e.g. "NAME": "${localEnv:NAME}"'
         ),
     ),
     "workspaceFolder": Handling(
         "not used: tasks work in `/workspace`, which `${containerWorkspaceFolder}` names; a line says so",
-        _when(
-            _ANY,
-            lambda v: (
-                f"workspaceFolder {v} is not used: tasks work in /workspace, a clone of the base commit, "
-                "which ${containerWorkspaceFolder} names"
-            ),
+        lambda v: (
+            f"workspaceFolder {v} is not used: tasks work in /workspace, a clone of the base commit, "
+            "which ${containerWorkspaceFolder} names"
         ),
     ),
     "workspaceMount": Handling(
         "not used: a task's workspace is its own clone of the base commit; a line says so",
-        _when(_ANY, lambda v: "workspaceMount is not used: a task's workspace is its own clone of the base commit"),
+        lambda v: "workspaceMount is not used: a task's workspace is its own clone of the base commit",
     ),
     "runArgs": Handling(
         "not passed to Docker: containers get orchestrator's own limits, network and user; a line says so",
-        _when(
-            _ANY,
-            lambda v: (
-                f"runArgs are not passed to Docker ({shlex.join(map(str, v)) if isinstance(v, list) else v}): "
-                "task containers get orchestrator's own limits, network and user"
-            ),
+        lambda v: (
+            f"runArgs are not passed to Docker ({shlex.join(map(str, v)) if isinstance(v, list) else v}): "
+            "task containers get orchestrator's own limits, network and user"
         ),
     ),
     "dockerComposeFile": Handling("refused in one line: Docker Compose environments are not supported"),
@@ -212,12 +174,9 @@ PROPERTIES: dict[str, Handling] = {
     "initializeCommand": Handling(
         "not run; a line says so. VS Code runs it on your machine before it creates the container; tasks get "
         "the base commit's files, not what it makes on your machine",
-        _when(
-            _ANY,
-            lambda v: (
-                "initializeCommand is not run: VS Code runs it on your machine before it creates the "
-                "container, and tasks get the base commit's files, not what it makes there"
-            ),
+        lambda v: (
+            "initializeCommand is not run: VS Code runs it on your machine before it creates the "
+            "container, and tasks get the base commit's files, not what it makes there"
         ),
     ),
     "onCreateCommand": Handling("honoured: the setup's first step"),
@@ -225,17 +184,14 @@ PROPERTIES: dict[str, Handling] = {
     "postCreateCommand": Handling("honoured: the setup's third step"),
     "postStartCommand": Handling(
         "runs once, last in the setup (not at each container start); a line says so",
-        _when(
-            _ANY,
-            lambda v: (
-                "postStartCommand runs once, in the setup after postCreateCommand: what it installs is "
-                "kept, processes it starts are not running in tasks"
-            ),
+        lambda v: (
+            "postStartCommand runs once, in the setup after postCreateCommand: what it installs is "
+            "kept, processes it starts are not running in tasks"
         ),
     ),
     "postAttachCommand": Handling(
         "not run: nothing attaches to a task's container; a line says so",
-        _when(_ANY, lambda v: "postAttachCommand is not run: nothing attaches to a task's container"),
+        lambda v: "postAttachCommand is not run: nothing attaches to a task's container",
     ),
     "waitFor": Handling("honoured, and more: every setup command finishes before any task starts"),
 }
@@ -244,7 +200,7 @@ _METADATA_ONLY = {
     "id": Handling("not used"),
     "entrypoint": Handling(
         "not run",
-        _when(_ANY, lambda v: f"entrypoint {v} is not run: task containers run orchestrator's own command"),
+        lambda v: f"entrypoint {v} is not run: task containers run orchestrator's own command",
     ),
 }
 
@@ -253,20 +209,18 @@ def property_notes(data: dict[str, Any], where: str, *, metadata: bool = False) 
     """The lines a run says about ``data``'s properties it does not honour as written, in the file's order."""
     known = {**PROPERTIES, **(_METADATA_ONLY if metadata else {})}
     notes, unknown = [], []
+    items = []
     for key, value in data.items():
         if key == "build" and isinstance(value, dict):
-            for sub, subvalue in value.items():
-                handling = known.get(f"build.{sub}")
-                if handling is None:
-                    unknown.append(f"build.{sub}")
-                elif handling.note is not None and (line := handling.note(subvalue)):
-                    notes.append(f"{where}: {line}")
-            continue
+            items += [(f"build.{sub}", subvalue) for sub, subvalue in value.items()]
+        else:
+            items.append((key, value))
+    for key, value in items:
         handling = known.get(key)
         if handling is None:
             unknown.append(key)
-        elif handling.note is not None and (line := handling.note(value)):
-            notes.append(f"{where}: {line}")
+        elif handling.note is not None and handling.when(value):
+            notes.append(f"{where}: {handling.note(value)}")
     if unknown:
         notes.append(f"{where}: not part of the devcontainer specification, ignored: {', '.join(unknown)}")
     return notes

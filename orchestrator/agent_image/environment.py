@@ -1,42 +1,9 @@
 """The project's environment: the image every container of a run uses, and the setup run once in it.
 
-Where it comes from, first match wins:
-
-1. the ``environment`` configuration (``environment.image`` or
-   ``environment.dockerfile``, ``environment.setup``; flags ``--env-image``,
-   ``--env-dockerfile``, ``--env-setup``);
-2. the repository's ``.devcontainer/devcontainer.json`` (or
-   ``.devcontainer.json``) at the base commit, read by :mod:`.devcontainer`;
-3. nothing: the agent image as it is.
-
-What is built, each step cached under a hash of its inputs:
-
-- the user's image (pulled, or built from their Dockerfile with the build
-  context taken from the base commit, not the working tree);
-- on top of it, docker/Dockerfile.environment adds what orchestrator needs
-  (the pinned agent CLIs copied from the agent image, the simulated agent,
-  tini, git, python3, CA certificates, uid 1000) and nothing else;
-- the setup commands run once in a container holding the base commit's
-  files at /workspace: as root for the configuration's setup, as the
-  devcontainer's user (``remoteUser``, ``containerUser``, the image's
-  ``USER``) for a devcontainer's, as VS Code runs them. What they install
-  outside the repository is kept in the image (``docker commit``); what they
-  make inside it that git ignores (``node_modules/``, ``.venv/``) is kept in
-  the image as the workspace seed, which the runner copies into each task's
-  own workspace.
-
-The environment variables a devcontainer sets are resolved against the
-image's own (``${containerEnv:PATH}``), and a ``PATH`` it sets keeps
-orchestrator's tool directory first and the image's directories after the
-user's: the agent CLIs, the simulated agent and git are orchestrator's to
-find, whatever the project's PATH.
-
-The setup's cache key holds the environment, the setup commands and the
-files at the base commit that setups read (lock files and manifests, and
-everything under ``.devcontainer/``): a second run on the same base builds
-nothing, and a changed lock file runs setup again.
-
-Blocking (the Docker CLI and git as subprocesses): async callers use
+docs/environment.md says where it comes from (the configuration, else the
+repository's devcontainer at the base commit, else the agent image), what is
+built on top of the user's image, how the setup runs and what its cache key
+holds. Blocking (the Docker CLI and git as subprocesses): async callers use
 ``anyio.to_thread``. The Docker CLI streams its own progress and takes care
 of BuildKit, registries and credential helpers, as ``--build-image`` does.
 """
@@ -64,6 +31,7 @@ from ..filelock import file_lock
 from ..runner import SEED_LABEL
 from ..sanitize import default_sanitizer, plain_text
 from . import devcontainer
+from .build import image_id
 from .devcontainer import DEVCONTAINER_PATHS, WORKSPACE
 from .env_spec import EnvironmentSpec, SetupCommand
 
@@ -236,11 +204,6 @@ def _said(run: subprocess.CompletedProcess[bytes]) -> str:
     return run.stderr.decode(errors="replace").strip()[:300]
 
 
-def _image_id(name: str) -> str | None:
-    run = _docker("image", "inspect", "-f", "{{.Id}}", name)
-    return run.stdout.decode().strip() if run.returncode == 0 else None
-
-
 def _hash(lines: list[str]) -> str:
     return hashlib.sha256(("\n".join(lines) + "\n").encode()).hexdigest()
 
@@ -391,7 +354,7 @@ def build(
     from .paths import source_dir
 
     log_dir.mkdir(parents=True, exist_ok=True)
-    agent_id = _image_id(agent_image)
+    agent_id = image_id(agent_image)
     if agent_id is None:
         raise EnvironmentSetupError(
             f"the agent image {agent_image!r} is missing; build it with: orchestrator --build-image"
@@ -408,7 +371,7 @@ def build(
     user_config: dict[str, Any] = {}
     merged = spec
     if user_image is not None:
-        base_lines.append(f"image {_image_id(user_image)}")
+        base_lines.append(f"image {image_id(user_image)}")
         base_lines += [f"file {f} {hashlib.sha256((src / f).read_bytes()).hexdigest()}" for f in LAYER_FILES]
         user_config = _image_config(user_image)
         if spec.devcontainer:
@@ -460,11 +423,11 @@ def _cached(name: str, spec: EnvironmentSpec, say: Callable[[str], None]) -> boo
 
 def _pull(spec: EnvironmentSpec, say: Callable[[str], None]) -> None:
     assert spec.image is not None
-    if _image_id(spec.image) is not None:
+    if image_id(spec.image) is not None:
         return
     say(f"environment: pulling {spec.image}")
     pulled = _docker("pull", spec.image)
-    if pulled.returncode == 0 and _image_id(spec.image) is not None:
+    if pulled.returncode == 0 and image_id(spec.image) is not None:
         return
     lines = pulled.stderr.decode(errors="replace").strip().splitlines()
     reason = (lines[-1] if lines else "no reason given").removeprefix("Error response from daemon: ")[:200]
@@ -520,10 +483,10 @@ def _user_image(spec: EnvironmentSpec, repo: str, commit: str, stream: _Stream, 
         ]
     )[:20]
     tag = f"orchestrator-env-base:{key}"
-    if _image_id(tag) is not None:
+    if image_id(tag) is not None:
         return tag
     with _build_lock(f"base-{key}", lambda: say(f"environment: waiting for another run that is building {tag}")):
-        if _image_id(tag) is None:
+        if image_id(tag) is None:
             _build_user_image(spec, repo, commit, stream, say, tag)
     return tag
 
@@ -557,7 +520,7 @@ def _build_user_image(
 
 def _build_layer(base: str, agent_image: str, src: Path, stream: _Stream, say: Callable[[str], None], key: str) -> str:
     tag = f"orchestrator-env-layer:{key}"
-    if _image_id(tag) is not None:
+    if image_id(tag) is not None:
         return tag
     _check_base(base)
     say(f"environment: adding the agent tools to {base}")
@@ -647,19 +610,14 @@ def _user_ids(container: str, user: str, spec: EnvironmentSpec, why: str | None)
 
 
 def _user_note(user: str, why: str, uid: str) -> str:
+    runs = f"environment: the setup runs as {user} ({why}); agents run as"
     if uid == "0":
-        return (
-            f"environment: the setup runs as {user} ({why}); agents run as uid {AGENT_UID} (node): "
-            "the agent CLIs refuse to skip their permission prompts as root"
-        )
+        return f"{runs} uid {AGENT_UID} (node): the agent CLIs refuse to skip their permission prompts as root"
     if uid == AGENT_UID:
-        return (
-            f"environment: the setup runs as {user} ({why}); agents run as the same uid {AGENT_UID}, "
-            f"named node, with home {AGENT_HOME}"
-        )
+        return f"{runs} the same uid {AGENT_UID}, named node, with home {AGENT_HOME}"
     return (
-        f"environment: the setup runs as {user} ({why}); agents run as uid {AGENT_UID} (node), not as {user} "
-        f"(uid {uid}): the files it leaves in the workspace are given to uid {AGENT_UID}"
+        f"{runs} uid {AGENT_UID} (node), not as {user} (uid {uid}): "
+        f"the files it leaves in the workspace are given to uid {AGENT_UID}"
     )
 
 

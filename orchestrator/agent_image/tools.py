@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+from contextlib import closing
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,6 +18,8 @@ from ..errors import PreflightError
 from .paths import cache_dir
 
 if TYPE_CHECKING:
+    from docker import DockerClient
+
     from ..runner import RunnerPlugin
 
 TOOLS = ("claude", "codex", "git", "orchestrator-sim-agent")
@@ -59,6 +62,19 @@ def _cache_file(image_id: str) -> Path:
     return cache_dir() / "image-tools" / (image_id.replace("sha256:", "") + ".json")
 
 
+def _run_sh(client: DockerClient, image: str, script: str) -> bytes:
+    """The output of ``script`` in a throwaway container of ``image``, without network."""
+    # By its path: an image whose PATH lacks /bin still gets probed, and says so.
+    return client.containers.run(
+        image,
+        ["/bin/sh", "-c", script],
+        entrypoint=[],
+        remove=True,
+        network_disabled=True,
+        labels={"orchestrator.probe": "true"},
+    )
+
+
 def probe_tools(image: str, *, refresh: bool = False) -> dict[str, str | None]:
     """Tool name -> version line (``"?"`` when it printed none) or ``None`` when missing.
 
@@ -67,8 +83,7 @@ def probe_tools(image: str, *, refresh: bool = False) -> dict[str, str | None]:
     import docker
     import docker.errors
 
-    client = docker.from_env(timeout=PROBE_TIMEOUT_S)
-    try:
+    with closing(docker.from_env(timeout=PROBE_TIMEOUT_S)) as client:
         try:
             image_id: str = client.images.get(image).attrs["Id"]
         except docker.errors.ImageNotFound:
@@ -80,23 +95,11 @@ def probe_tools(image: str, *, refresh: bool = False) -> dict[str, str | None]:
             except (OSError, ValueError):
                 pass
         try:
-            out = client.containers.run(
-                image,
-                # By its path: an image whose PATH lacks /bin still gets probed, and says so.
-                ["/bin/sh", "-c", _PROBE],
-                entrypoint=[],
-                remove=True,
-                network_disabled=True,
-                labels={"orchestrator.probe": "true"},
-                stdout=True,
-                stderr=False,
-            )
+            out = _run_sh(client, image, _PROBE)
         except docker.errors.DockerException as exc:
             raise PreflightError(
                 f"cannot run a container from {image!r} to check its tools: {str(exc).splitlines()[0][:200]}"
             ) from None
-    finally:
-        client.close()
     tools: dict[str, str | None] = {}
     for line in out.decode("utf-8", "replace").splitlines():
         name, _, version = line.partition(" ")
@@ -124,20 +127,11 @@ def _locate(image: str, tools: list[str]) -> tuple[str, dict[str, str]]:
 
     script = 'echo "$PATH"; for t in ' + " ".join(tools) + "; do for d in " + " ".join(_LOOK_IN)
     script += '; do if [ -x "$d/$t" ]; then echo "$t $d"; break; fi; done; done'
-    client = docker.from_env(timeout=PROBE_TIMEOUT_S)
-    try:
-        out = client.containers.run(
-            image,
-            ["/bin/sh", "-c", script],
-            entrypoint=[],
-            remove=True,
-            network_disabled=True,
-            labels={"orchestrator.probe": "true"},
-        ).decode("utf-8", "replace")
-    except docker.errors.DockerException:
-        return "?", {}
-    finally:
-        client.close()
+    with closing(docker.from_env(timeout=PROBE_TIMEOUT_S)) as client:
+        try:
+            out = _run_sh(client, image, script).decode("utf-8", "replace")
+        except docker.errors.DockerException:
+            return "?", {}
     lines = out.splitlines()
     found = dict(line.split(" ", 1) for line in lines[1:] if " " in line)
     return (lines[0] if lines else "?"), found
