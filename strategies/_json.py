@@ -28,6 +28,14 @@ STRICT_PREFIX = (
     "Your previous answer could not be parsed. Reply with ONLY the JSON value described below: "
     "no prose, no code fences.\n\n"
 )
+PREVIOUS_ANSWER_CHARS = 2000
+_QUOTE_PREVIOUS = "\n\nYour previous answer, which was not valid, was:\n"
+
+
+def tail(text: str | None, limit: int) -> str:
+    """The end of ``text`` (where agents put their conclusions), marked when cut."""
+    text = text or ""
+    return text if len(text) <= limit else "[...]\n" + text[-limit:]
 
 
 def extract_json(text: str | None) -> Any:
@@ -95,16 +103,38 @@ async def ask_json(
     *,
     at_cap_raise: bool = False,
 ) -> T | None:
+    """The validated answer of :func:`ask_twice`, or None."""
+    return (await ask_twice(ctx, task, key_parts, validate, schema, at_cap_raise=at_cap_raise))[0]
+
+
+async def ask_twice(
+    ctx,
+    task: dict[str, Any],
+    key_parts: tuple,
+    validate: Callable[[Any], T | None],
+    schema: dict[str, Any] | None,
+    *,
+    quote_previous: bool = False,
+    at_cap_raise: bool = False,
+) -> tuple[T | None, int, Any]:
     """Run ``task`` (keys ``<key_parts>/attempt-1`` and ``attempt-2``) until its answer validates.
 
+    Returns ``(value or None, attempts made, the TaskFailed that ended it or None)``.
     ``schema`` (see ``strategies/schemas.py``) becomes the task's ``output_schema``
-    where the plugin supports it. ``at_cap_raise``: the run's spending cap refusing
-    the task raises ``BudgetReached`` (for a caller that must tell "not judged" from
-    "judged unusable"); otherwise it is a failed answer, None.
+    where the plugin supports it. ``quote_previous``: the repair prompt also quotes the
+    invalid answer (a model fixes its own output better when it sees it). A failed task
+    is not repaired: its failure is not a formatting problem. ``at_cap_raise``: the run's
+    spending cap refusing the task raises ``BudgetReached`` (for a caller that must tell
+    "not judged" from "judged unusable"); otherwise it is a failure like any other.
     """
     task = with_schema(ctx, task, schema)
+    previous = ""
     for attempt in (1, 2):
-        prompt = task["prompt"] if attempt == 1 else STRICT_PREFIX + task["prompt"]
+        prompt = task["prompt"]
+        if attempt == 2:
+            prompt = STRICT_PREFIX + prompt
+            if quote_previous:
+                prompt += _QUOTE_PREVIOUS + tail(previous, PREVIOUS_ANSWER_CHARS)
         try:
             # (inside: at the run's spending cap ctx.run itself raises BudgetReached, a TaskFailed)
             handle = ctx.run(dict(task, prompt=prompt), key=ctx.key(*key_parts, f"attempt-{attempt}"))
@@ -112,8 +142,9 @@ async def ask_json(
         except ctx.errors.TaskFailed as exc:
             if at_cap_raise and isinstance(exc, ctx.errors.BudgetReached):
                 raise
-            return None  # a failed review is unusable, not unparsable: no repair
+            return None, attempt, exc
+        previous = result["final_message"] or ""
         value = validate(answer_of(result))
         if value is not None:
-            return value
-    return None
+            return value, attempt, None
+    return None, 2, None

@@ -18,14 +18,13 @@ with ``"reviewed": false`` (as best-of-n does): named, never advised for merging
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Annotated, Any
 
 from orchestrator.strategy import ConfigError, Context, TaskInput, strategy_options
 
 from . import schemas
 from ._json import ask_json, score_of
-from ._scoring import DEFAULT_CRITERIA, MESSAGE_CHARS, branch_of, kept_unreviewed, tail, write_output
+from ._scoring import DEFAULT_CRITERIA, branch_of, kept_unreviewed, review_task, write_output
 
 REVIEW_SCHEMA = '{"score": <number from 0 to 10>, "feedback": "<the most important concrete improvements>"}'
 
@@ -45,37 +44,6 @@ def feedback_of(data: Any) -> dict[str, Any] | None:
     if not isinstance(text, str) or not text.strip():
         return None
     return {"score": scored["score"], "feedback": text.strip()}
-
-
-def _review_prompt(prompt: str, base_branch: str, branch: str, summary: str, criteria: str) -> str:
-    lines = ["You are reviewing work done for the task below. Do not modify any files.", "", "Task:", prompt, ""]
-    if branch != base_branch:
-        lines += [f"The work is checked out in the current directory; see it with `git diff {base_branch}...HEAD`.", ""]
-    lines += [
-        "The author's summary ends with:",
-        tail(summary, MESSAGE_CHARS),
-        "",
-        f"Judge it on: {criteria}. Give feedback the author can act on.",
-        f"Reply with ONLY a JSON object: {REVIEW_SCHEMA}",
-    ]
-    return "\n".join(lines)
-
-
-def _review_task(
-    prompt: str, base_branch: str, current: Mapping[str, Any], criteria: str, reviewer_model: str | None
-) -> dict[str, Any]:
-    """A read-only review of ``current``'s branch (with the base at hand to diff against)."""
-    branch = branch_of(current)
-    review: dict[str, Any] = {
-        "prompt": _review_prompt(prompt, base_branch, branch, current["final_message"], criteria),
-        "base_branch": branch,
-        "import_policy": "never",
-    }
-    if branch != base_branch:
-        review["include_branches"] = [base_branch]
-    if reviewer_model:
-        review["model"] = reviewer_model
-    return review
 
 
 @strategy_options(prepare=_prepare, requires_resume=True)
@@ -103,7 +71,18 @@ async def iterative(
     unreviewed = False
     for n in range(1, iterations + 1):
         branch = branch_of(current)
-        review = _review_task(prompt, base_branch, current, criteria, reviewer_model)
+        review = review_task(
+            prompt=prompt,
+            subject="work done",
+            subject_text=current["final_message"],
+            base=base_branch,
+            branch=branch,
+            criteria=criteria,
+            model=reviewer_model,
+            heading="The author's summary",
+            advice=" Give feedback the author can act on.",
+            schema=REVIEW_SCHEMA,
+        )
         try:
             verdict = await ask_json(
                 ctx, review, ("review", f"iter-{n}"), feedback_of, schemas.FEEDBACK, at_cap_raise=True
