@@ -1,16 +1,7 @@
-"""Asking an agent for JSON, with exactly one repair attempt.
+"""Asking an agent for JSON, with exactly one repair attempt (docs/strategies.md, "Structured answers").
 
-On a plugin that can enforce a JSON Schema (claude-code, codex) the task
-carries ``output_schema``: the CLI answers in that shape, the runner validates
-it (with its own repair turn in the same session) and the answer arrives as
-``result["output"]``. On a plugin that cannot (``command``) the schema is left
-out and the answer is read from free text: agents wrap JSON in prose or code
-fences, and :func:`extract_json` finds the last JSON object or array in a
-message.
-
-Either way :func:`ask_json` validates what came back and, when that is not
-valid, runs one more task with a stricter prompt. Whatever still does not
-validate is ``None``: callers exclude it, they never coerce it.
+Where the plugin can enforce a JSON Schema the answer arrives validated as ``result["output"]``;
+elsewhere (``command``) it is read from free text, where agents wrap JSON in prose or code fences.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """Run-report sections of the built-in strategies (``report_sections(run)``).
 
-Each function reads only the execution's recorded result and its tasks'
-recorded results, so the report rebuilt from the event log is the same page.
-Result fields a strategy may not have written (older runs, failed runs) are
-read with defaults: a section shows what is there rather than failing.
+Each reads only recorded results, so the report rebuilt from the event log is the same page;
+fields an older or failed run lacks are read with defaults: a section shows what is there.
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
 """Shared pieces of the selecting built-ins: scoring with one repair, picking, output files.
 
-Scoring asks a read-only reviewer for ``{score: 0..10, rationale}`` (as
-``output_schema`` where the plugin supports it, see ``strategies/_json.py``). When the
-answer does not validate, exactly one more reviewer runs with a stricter prompt
-that also quotes the previous answer (a model fixes its own output better when
-it sees it). What still does not validate is excluded, never coerced.
-
-Strategy output files live in ``ctx.output_dir()``, which all executions of a
-``--runs N`` run share: execution ``s1`` writes ``<stem>.<ext>`` and execution
-``sK`` (K > 1) writes ``<stem>_sK.<ext>``, so a single run keeps the plain
-names and parallel executions never overwrite each other.
+What does not validate after the repair is excluded, never coerced. Execution ``s1`` writes
+``<stem>.<ext>`` and ``sK`` (K > 1) ``<stem>_sK.<ext>``: the executions of ``--runs N`` share
+``ctx.output_dir()`` and never overwrite each other (docs/strategies.md, "Built-in strategies").
 """
 
 from __future__ import annotations

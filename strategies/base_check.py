@@ -1,27 +1,12 @@
 """Checking the base branch before any agent task: a run whose yardstick is broken stops there.
 
-tree-beam, evolve and review-loop measure the base first. When that
-measurement cannot be used, every candidate would be compared with nothing, so
-the strategy raises :class:`orchestrator.strategy.BaseEvaluationFailed` (exit 1,
-with the command and the last lines of its output) instead of spending money.
-
-An evaluation of the base cannot be used when it:
-
-- did not run to a result: its task failed (a non-zero exit, a timeout, a
-  broken container) or its last stdout line is not the contract's JSON;
-- reports ``valid: false``;
-- lacks a metric the run needs (the primary metric, a weighted one).
-
-A test command on the base is held to less: failing tests may be what the run
-is for. It stops the run only when it *cannot run*: its task ended without the
-command's exit status (timeout, container), or the shell reports 126 (found but
-not executable) or 127 (command not found), the statuses POSIX ``sh`` itself
-sets when it cannot execute a command. Such a stop names the command the shell
-could not run and the fix (:func:`could_not_run`), for an evaluation too.
-
-Commands on the base run through :func:`base_command`, which keeps stdout and
-stderr apart and always exits 0 with the command's status on a marker line, so
-the task's result carries both streams whatever the command did.
+tree-beam, evolve and review-loop measure the base first and raise
+:class:`orchestrator.strategy.BaseEvaluationFailed` when every candidate would be compared with
+nothing: an evaluation that did not run to a result, reports ``valid: false`` or lacks a needed
+metric; a test command only when it *cannot run* (no exit status, or the shell's own 126/127:
+failing tests may be what the run is for). See docs/evolve.md, "Fail fast on the base".
+:func:`base_command` keeps stdout and stderr apart and always exits 0 with the command's status
+on a marker line, so the task's result carries both streams whatever the command did.
 """
 
 from __future__ import annotations

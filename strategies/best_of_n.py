@@ -1,22 +1,8 @@
 """best-of-n: N candidates in parallel, each scored by a read-only reviewer, the best one wins.
 
-Keys (stable across resumes, so a finished task is never paid for twice):
-``gen/<i>`` for candidate ``i`` (0-based) and ``score/<instance_id>/attempt-1|2``
-for its reviewer. Each candidate is scored as soon as it finishes, so scoring
-overlaps generation; the outcome never
-depends on completion order because keys come from data and the winner is
-chosen by (highest score, then lowest generation index).
-
-Outputs (see ``strategies/_scoring.py`` for the ``--runs N`` naming):
-``scores.json`` with every candidate's status, score, rationale and branch, and
-``best_branch.txt`` with the winner's branch. The strategy returns the winner's
-TaskResult, so the run summary shows its branch.
-
-The candidates' branches stay by default: they are what ``synthesize -S
-from_run`` combines, and a reviewer's score is one opinion. With ``-S
-keep_branches=false`` ``scores.json`` lists the others under ``delete_branches``
-and, once the run has finished, the orchestrator deletes them
-(:func:`branches_to_delete`).
+Keys, outputs and the branch clean-up are described in docs/strategies.md ("best-of-n"). Each
+candidate is scored as soon as it finishes; keys come from data and ties go to the lowest
+generation index, so the outcome never depends on completion order.
 """
 
 from __future__ import annotations

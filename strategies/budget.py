@@ -1,12 +1,7 @@
-"""Money and wall-clock budgets shared by the search strategies.
+"""Money and wall-clock budgets of the search strategies (tree-beam).
 
-A search that only counts evaluations can still spend without bound: every
-agent task reports ``metrics.cost_usd`` and takes time. :class:`Budget` adds up
-what the strategy's tasks cost and how long the run has been going, so a
-strategy can stop starting new work and end with the best it has so far.
-
-It reads time only through ``ctx.now()`` (recorded, so a resumed run takes the
-same decisions) and cost only from task results (recorded too).
+Counting evaluations alone can still spend without bound. Time is read only through
+``ctx.now()`` and cost only from task results, both recorded: a resumed run decides the same.
 """
 
 from __future__ import annotations

@@ -1,19 +1,6 @@
 """iterative: generate, then review and improve the same work N times in one agent session.
 
-Keys (stable across resumes, so a finished task is never paid for twice):
-``gen``, ``review/iter-<n>/attempt-1|2`` (a read-only reviewer on the current
-branch answering ``{score, feedback}``, one repair attempt) and
-``improve/iter-<n>``. Every generation/improvement task shares one
-``session_group_key`` per strategy execution and resumes the previous task's
-``session_id`` on the previous branch, so the agent keeps its context and each
-improvement builds on the last commit.
-
-The chain stops early when a review reaches ``target_score``, when a review is
-unusable (failed, or not valid JSON twice: there is no feedback to act on) or
-when an improvement fails; it then returns the last good result. When the
-run's spending cap refuses a review, the work it would have judged is returned
-with ``"reviewed": false`` (as best-of-n does): named, never advised for merging. Output:
-``iterations.json`` (per-execution naming as in ``strategies/_scoring.py``).
+Keys, stopping rules and ``iterations.json`` are described in docs/strategies.md ("iterative").
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
-"""JSON Schemas of the answers the built-in strategies ask agents for.
+"""JSON Schemas of the answers the built-in strategies ask agents for (``output_schema``).
 
-A task that carries one (``output_schema``) gets its answer validated on the
-host and handed back as ``result["output"]``; the CLI itself is told to answer
-in that shape (Claude Code ``--json-schema``, Codex ``--output-schema``). Every
-object lists all its properties as required and forbids others, and only the
-keywords OpenAI's strict mode accepts are used (no ``minLength``): Codex
-rejects other schemas, and Claude takes them all. Checks beyond the schema
-(a non-empty title) stay in the strategies' own validators.
-
-The prompts still describe the shape in words, for the ``command`` plugin
-fallback (no schema: the answer is read from free text) and because a model
-answers better when it is told what the fields mean.
+Every object lists all its properties as required and forbids others, with only the keywords
+OpenAI's strict mode accepts (no ``minLength``): Codex rejects other schemas. The prompts still
+describe the shape in words, for the ``command`` plugin (no schema) and because a model answers
+better when it is told what the fields mean.
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
 """Where each hunk of a synthesized branch came from: pure functions over ``git diff -U0`` text.
 
-The synthesizer's diff against the base is cut into hunks; each hunk's changed
-lines are looked up, per file, in every candidate's own diff against the base.
-What a hunk brings is its added lines, so those are what is matched (a hunk
-that only deletes is matched by its removed lines): a hunk that removes a
-candidate's line but adds a line of its own is the synthesizer's. A hunk comes
-from the candidate that holds most of those lines, when that is at least half
-of them; ties go to the candidate listed first (the better ranked one). A hunk
-no candidate holds half of is ``new``: the synthesizer wrote it. Lines are
-compared without trailing whitespace.
-
-Nothing here runs git: the strategy gets the diffs from a read-only command
-task (:func:`diff_command`) and hands its output to :func:`split_diffs`.
+The rule is docs/strategies.md's ("synthesize", step 6). What a hunk brings is its added lines,
+so a hunk that removes a candidate's line but adds one of its own is the synthesizer's. Lines
+are compared without trailing whitespace. Nothing here runs git: the strategy gets the diffs
+from a read-only command task (:func:`diff_command`) and hands its output to :func:`split_diffs`.
 """
 
 from __future__ import annotations
