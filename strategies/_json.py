@@ -108,15 +108,12 @@ async def ask_twice(
     quote_previous: bool = False,
     at_cap_raise: bool = False,
 ) -> tuple[T | None, int, Any]:
-    """Run ``task`` (keys ``<key_parts>/attempt-1`` and ``attempt-2``) until its answer validates.
+    """Run ``task`` (keys ``<key_parts>/attempt-1|2``) until its answer validates: ``(value or None, attempts,
+    the TaskFailed that ended it or None)``. ``schema`` becomes its ``output_schema`` where the plugin supports it.
 
-    Returns ``(value or None, attempts made, the TaskFailed that ended it or None)``.
-    ``schema`` (see ``strategies/schemas.py``) becomes the task's ``output_schema``
-    where the plugin supports it. ``quote_previous``: the repair prompt also quotes the
-    invalid answer (a model fixes its own output better when it sees it). A failed task
-    is not repaired: its failure is not a formatting problem. ``at_cap_raise``: the run's
-    spending cap refusing the task raises ``BudgetReached`` (for a caller that must tell
-    "not judged" from "judged unusable"); otherwise it is a failure like any other.
+    ``quote_previous``: the repair also quotes the invalid answer (a model fixes its own output better when it sees
+    it). A failed task is not repaired: that is not a formatting problem. ``at_cap_raise``: the spending cap refusing
+    the task raises ``BudgetReached``, for a caller that must tell "not judged" from "judged unusable".
     """
     task = with_schema(ctx, task, schema)
     previous = ""

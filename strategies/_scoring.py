@@ -34,10 +34,7 @@ def branch_of(result: Mapping[str, Any]) -> str:
 
 
 async def score_with_repair(ctx, task: dict[str, Any], key_parts: tuple) -> dict[str, Any]:
-    """Score with ``task`` (``<key_parts>/attempt-1``, maybe ``attempt-2``, quoting the invalid answer).
-
-    ``{"score", "rationale", "attempts"}`` when an answer validates, else ``{"score": None, "attempts", "error"}``.
-    """
+    """``{"score", "rationale", "attempts"}`` from ``task``'s answer (one repair quoting it), else ``score: None``."""
     value, attempts, failed = await ask_twice(ctx, task, key_parts, score_of, schemas.SCORE, quote_previous=True)
     if value is not None:
         return {**value, "attempts": attempts}
@@ -60,17 +57,8 @@ def review_task(
     advice: str = "",
     schema: str = SCORE_SCHEMA,
 ) -> dict[str, Any]:
-    """A read-only reviewer task over ``branch`` (the base branch is made present for diffs).
-
-    ``heading`` introduces ``subject_text`` (default: the subject); ``advice`` follows the criteria.
-    """
-    lines = [
-        f"You are reviewing {subject} for the task below. Do not modify any files.",
-        "",
-        "Task:",
-        prompt,
-        "",
-    ]
+    """A read-only reviewer task over ``branch``, the base present for diffs; ``heading`` defaults to the subject."""
+    lines = [f"You are reviewing {subject} for the task below. Do not modify any files.", "", "Task:", prompt, ""]
     if branch != base:
         lines += [f"The work is checked out in the current directory; see it with `git diff {base}...HEAD`.", ""]
     lines += [
@@ -114,11 +102,8 @@ def none_scored(ctx, rows: list[dict[str, Any]], stem: str) -> Exception:
 
 
 async def concurrently(fns: list[Callable[[], Coroutine[Any, Any, None]]]) -> None:
-    """Run ``fns`` concurrently; a single error surfaces as itself, not as an ExceptionGroup.
-
-    Strategy code may fan out like this because the outcome depends only on
-    keys and results, never on which coroutine happens to finish first.
-    """
+    """Run ``fns`` concurrently (the outcome depends only on keys and results, never on which finishes first);
+    a single error surfaces as itself, not as an ExceptionGroup."""
     try:
         async with anyio.create_task_group() as tg:
             for fn in fns:

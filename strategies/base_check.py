@@ -45,10 +45,7 @@ def base_command(command: str) -> str:
 
 
 def named_command(command: str) -> str:
-    """The comment line that names the user's command in a wrapper script: the dashboard shows it.
-
-    Last in the script, so readers of the wrapper's own lines (the report) find those first.
-    """
+    """The comment line naming the user's command, for the dashboard; last, so the report finds the wrapper first."""
     first = next((ln.strip() for ln in command.splitlines() if ln.strip()), "")
     more = " ..." if len([ln for ln in command.splitlines() if ln.strip()]) > 1 else ""
     return f"# $ {first}{more}"
@@ -87,10 +84,7 @@ def parse_base_run(final_message: str) -> BaseRun:
 
 
 def run_on_base(ctx, command: str, branch: str, key_parts: tuple, *, timeout: float | None = None):
-    """Schedule ``command`` on ``branch``; returns an awaitable of its :class:`BaseRun`.
-
-    Scheduling and waiting are apart so several checks of the base run in parallel.
-    """
+    """Schedule ``command`` on ``branch``: an awaitable of its :class:`BaseRun` (so several checks run in parallel)."""
     handle = ctx.run(command_task(base_command(command), branch, timeout=timeout), key=ctx.key(*key_parts))
 
     async def result() -> BaseRun:
@@ -105,11 +99,7 @@ def run_on_base(ctx, command: str, branch: str, key_parts: tuple, *, timeout: fl
 
 
 def could_not_run(exit_code: int | None, output: str) -> str | None:
-    """Why the shell could not run a command (exit 127: not found, 126: not executable), with the fix; else None.
-
-    The status is the one POSIX ``sh`` sets itself; the command is named from
-    what the shell said in ``output``.
-    """
+    """Why ``sh`` could not run a command (127: not found, 126: not executable), named from ``output``, with the fix."""
     if exit_code == 127:
         found = _NOT_FOUND.findall(output or "")
         return f"command not found{f': {found[-1]}' if found else ''} (exit status 127); {_INSTALL}"

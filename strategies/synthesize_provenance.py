@@ -42,8 +42,7 @@ def split_diffs(text: str) -> dict[str, str]:
 def parse_hunks(diff: str) -> list[dict[str, Any]]:
     """The hunks of a unified diff: ``{"file", "header", "removed": [...], "added": [...]}`` in diff order.
 
-    A hunk ends when its header's line counts are used up, so a removed line
-    that reads ``-- x`` is never taken for the next file's ``--- a/x``.
+    A hunk ends when its header's counts are used up: a removed ``-- x`` is never the next file's ``--- a/x``.
     """
     hunks: list[dict[str, Any]] = []
     old_path = new_path = ""
@@ -99,10 +98,8 @@ def _brought(hunk: dict[str, Any]) -> set[tuple[str, str, str]]:
 def provenance(synthesis_diff: str, candidates: list[tuple[str, str]]) -> list[dict[str, Any]]:
     """For each hunk of ``synthesis_diff``: which of ``[(label, diff)]`` it came from, or ``new``.
 
-    Each row: ``file``, ``header``, ``added``/``removed`` (line counts), ``source``
-    (a label or ``new``), ``match`` (the share of the hunk's added lines, or removed ones, that
-    source holds; for ``new``, the best share any candidate holds) and
-    ``also_in`` (other candidates holding every one of its changed lines).
+    ``match`` is the share of the hunk's brought lines its source holds (for ``new``, the best share any
+    candidate holds); ``also_in``, the other candidates holding every one of them.
     """
     changed = [(label, _changed(parse_hunks(diff))) for label, diff in candidates]
     rows = []
