@@ -71,31 +71,13 @@ def best_of_n_sections(run: dict[str, Any]) -> list[dict[str, Any]]:
         if won:
             highlight.append(i)
         status = "failed" if c["state"] == "FAILED" else ("scored" if score else "unscored")
-        rows.append(
-            [
-                c["short_key"],
-                c["branch"],
-                status,
-                None if score is None else score["score"],
-                None if score is None else score.get("rationale"),
-            ]
-        )
-        items.append(
-            _card(
-                f"candidate {c['short_key'].split('/')[-1]}",
-                ["" if score is None else f"score {score['score']}: {score.get('rationale', '')}"],
-                highlight=won,
-                commit=c.get("commit"),
-                details={
-                    "branch": c["branch"],
-                    "status": status,
-                    "score": None if score is None else score["score"],
-                    "rationale": None if score is None else score.get("rationale"),
-                    "reviewer attempts": sum(1 for a in attempts if a),
-                    "final message": _tail(_message(c)),
-                },
-            )
-        )
+        value, rationale = (None, None) if score is None else (score["score"], score.get("rationale"))
+        rows.append([c["short_key"], c["branch"], status, value, rationale])
+        said = "" if score is None else f"score {value}: {score.get('rationale', '')}"
+        details = {"branch": c["branch"], "status": status, "score": value, "rationale": rationale}
+        details.update({"reviewer attempts": sum(1 for a in attempts if a), "final message": _tail(_message(c))})
+        label = f"candidate {c['short_key'].split('/')[-1]}"
+        items.append(_card(label, [said], highlight=won, commit=c.get("commit"), details=details))
     if not items:
         return []
     note = "The winner is the highest reviewer score; ties go to the earlier candidate."
@@ -131,12 +113,13 @@ def tree_beam_sections(run: dict[str, Any]) -> list[dict[str, Any]]:
     nodes = {n["id"]: n for n in tree.get("nodes") or [] if isinstance(n, dict) and "id" in n}
     node_of_eval = {n.get("eval_id"): n["id"] for n in nodes.values() if n.get("eval_id")}
     root = nodes.get("n0", {})
+    root_value = _primary_value(root.get("metrics"), primary)
     out_nodes = [
         {
             "id": "n0",
             "parent": None,
             "label": f"base ({root.get('branch', config.get('base_branch', ''))})",
-            "status": _fmt_metric(_primary_value(root.get("metrics"), primary), primary),
+            "status": _fmt_metric(root_value, primary),
             "highlight": "n0" in best_path,
             "details": {
                 "metrics": root.get("metrics"),
@@ -145,10 +128,8 @@ def tree_beam_sections(run: dict[str, Any]) -> list[dict[str, Any]]:
             },
         }
     ]
-    points, best_points = [], []
-    if _primary_value(root.get("metrics"), primary) is not None:
-        points.append([0, _primary_value(root.get("metrics"), primary)])
-        best_points.append([0, _primary_value(root.get("metrics"), primary)])
+    points = [[0, root_value]] if root_value is not None else []
+    best_points = list(points)
     for ev in tree.get("evaluations") or []:
         eid = ev.get("id")
         nid = node_of_eval.get(eid, eid)

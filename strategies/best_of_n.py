@@ -127,8 +127,10 @@ def _select(
         raise none_scored(ctx, rows, "scores")
     score, index, best = pick_best(scored)
     report["selected"] = {"index": index, "instance_id": best["instance_id"], "branch": branch_of(best), "score": score}
-    if not keep_branches:
-        report["delete_branches"] = unselected(rows, branch_of(best), base_branch)
+    if not keep_branches:  # a candidate that changed nothing has no branch of its own
+        report["delete_branches"] = [
+            b for r in rows if (b := r.get("branch")) and b not in (branch_of(best), base_branch)
+        ]
     write_output(ctx, "scores", "json", report)
     write_output(ctx, "best_branch", "txt", branch_of(best) + "\n")
     # The winner's TaskResult (so the run selects its branch), plus the one line the summary shows.
@@ -146,11 +148,6 @@ def verdict_line(rows: list[dict[str, Any]], index: int, score: float) -> str:
     tie = any(r["index"] != index and r.get("score") == score for r in rows)
     tail = ", tie: lowest index wins" if tie else ""
     return f"gen/{index} won with score {score:g}" + (f" (others: {', '.join(others)}{tail})" if others else "")
-
-
-def unselected(rows: list[dict[str, Any]], selected: str, base_branch: str) -> list[str]:
-    """The candidates' branches other than the selected one (a candidate that changed nothing has none)."""
-    return [b for r in rows if (b := r.get("branch")) and b not in (selected, base_branch)]
 
 
 def branches_to_delete(run: RunView) -> list[str]:
