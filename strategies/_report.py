@@ -8,15 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._json import extract_json
+from ._json import extract_json, tail
 from ._report_tasks import report_task
 
 LOG_CHARS = 3_000
 
 
 def _tail(text: Any, limit: int = LOG_CHARS) -> str:
-    text = text if isinstance(text, str) else ""
-    return text if len(text) <= limit else "[...]\n" + text[-limit:]
+    return tail(text if isinstance(text, str) else "", limit)
 
 
 def _tasks_by_short_key(run: dict[str, Any]) -> dict[str, dict[str, Any]]:

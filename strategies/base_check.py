@@ -21,7 +21,7 @@ from .evaluation import EvalParseError, Evaluation, parse_eval_output
 from .pipeline import command_task
 
 STDERR_MARK = "@@orch-base stderr"
-_END = re.compile(r"^@@orch-base exit=(-?\d+)\s*$", re.M)
+EXIT_LINE = re.compile(r"^@@orch-base exit=(-?\d+)\s*$", re.M)
 STDERR_LINES = 20
 TESTS_CANNOT_RUN = "the test command cannot run on the base"
 # What the shells say of a command they cannot run: dash "/bin/sh: 1: npm: not found", bash
@@ -72,7 +72,7 @@ class BaseRun(msgspec.Struct, frozen=True, kw_only=True):
 def parse_base_run(final_message: str) -> BaseRun:
     """Read a :func:`base_command` task's stdout; output without the markers is plain stdout of a success."""
     text = final_message or ""
-    ends = list(_END.finditer(text))
+    ends = list(EXIT_LINE.finditer(text))
     if not ends:
         return BaseRun(exit_code=0, stdout=text)
     end = ends[-1]
@@ -105,11 +105,10 @@ def could_not_run(exit_code: int | None, output: str) -> str | None:
         return f"command not found{f': {found[-1]}' if found else ''} (exit status 127); {_INSTALL}"
     if exit_code == 126:
         found = _NOT_EXECUTABLE.findall(output or "")
-        name = found[-1] if found else "the command"
-        fix = f"git update-index --chmod=+x {found[-1]}" if found else "git update-index --chmod=+x PATH"
+        path = found[-1] if found else "PATH"
         return (
-            f"cannot execute {name} (exit status 126: found, but not executable); commit it executable "
-            f"({fix}) or run it with its interpreter (sh {found[-1] if found else 'PATH'})"
+            f"cannot execute {found[-1] if found else 'the command'} (exit status 126: found, but not executable); "
+            f"commit it executable (git update-index --chmod=+x {path}) or run it with its interpreter (sh {path})"
         )
     return None
 
