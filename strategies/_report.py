@@ -41,9 +41,6 @@ def _card(label: str, said: list[str], *, highlight: bool, commit: Any, details:
     return {"label": label, "subtitle": subtitle, "highlight": highlight, "commit": commit, "details": details}
 
 
-# ---------------------------------------------------------------- best-of-n
-
-
 def _score_of(task: dict[str, Any] | None) -> dict[str, Any] | None:
     if not task or task.get("state") != "COMPLETED":
         return None
@@ -85,9 +82,6 @@ def best_of_n_sections(run: dict[str, Any]) -> list[dict[str, Any]]:
         _section("compare", "Candidates side by side", items=items, note=note),
         _section("table", "Scores", columns=columns, rows=rows, highlight=highlight),
     ]
-
-
-# ---------------------------------------------------------------- tree-beam
 
 
 def _primary_value(metrics: Any, name: str) -> float | None:
@@ -228,9 +222,6 @@ def _fmt_metric(value: float | None, name: str) -> str:
     return "" if value is None else f"{name}={value:.4g}"
 
 
-# ---------------------------------------------------------------- evolve
-
-
 def evolve_sections(run: dict[str, Any]) -> list[dict[str, Any]]:
     result = run["execution"].get("result")
     if not isinstance(result, dict):
@@ -322,9 +313,6 @@ def _goals_table(goals: dict[str, Any], tried: dict[str, int], reverted: dict[st
         highlight=[i for i, v in enumerate(goals.values()) if (v or {}).get("after")],
         note="Highlighted: goals passing at the end.",
     )
-
-
-# ---------------------------------------------------------------- review-loop
 
 
 def _passing(x: Any) -> str:
@@ -449,9 +437,6 @@ def _idea_card(idea: dict[str, Any], best: Any, has_tests: bool) -> dict[str, An
             "error": idea.get("error"),
         },
     )
-
-
-# ---------------------------------------------------------------- synthesize
 
 
 def synthesize_sections(run: dict[str, Any]) -> list[dict[str, Any]]:
