@@ -476,16 +476,10 @@ def synthesize_sections(run: dict[str, Any]) -> list[dict[str, Any]]:
             "A hunk comes from the candidate whose own diff holds most of its changed lines; "
             "highlighted hunks are new: no candidate holds half of their lines."
         )
-        sections.append(
-            _section(
-                "table",
-                "Where each hunk of the synthesis came from",
-                columns=["file", "hunk", "lines", "from", "match", "also in"],
-                rows=rows,
-                highlight=[i for i, h in enumerate(hunks) if h.get("source") == "new"],
-                note=note,
-            )
-        )
+        columns = ["file", "hunk", "lines", "from", "match", "also in"]
+        new = [i for i, h in enumerate(hunks) if h.get("source") == "new"]
+        title = "Where each hunk of the synthesis came from"
+        sections.append(_section("table", title, columns=columns, rows=rows, highlight=new, note=note))
     return sections
 
 

@@ -75,15 +75,8 @@ def report_task(task: dict[str, Any]) -> dict[str, Any] | None:
             if line.startswith(RUN_MARK):
                 parts = line[len(RUN_MARK) :].split(" ", 4)
                 if len(parts) >= 4:
-                    rows.append(
-                        {
-                            "run": parts[0],
-                            "commit": parts[1],
-                            "exit status": parts[2],
-                            "attempts": parts[3],
-                            "last line": _as_json(parts[4]) if len(parts) > 4 else "",
-                        }
-                    )
+                    row = dict(zip(("run", "commit", "exit status", "attempts"), parts[:4], strict=True))
+                    rows.append({**row, "last line": _as_json(parts[4]) if len(parts) > 4 else ""})
         fields: dict[str, Any] = {"runs": rows or None}
         if runs.protected_changed:
             fields["protected paths it changed (put back before measuring)"] = runs.protected_changed
