@@ -6,6 +6,7 @@ fields an older or failed run lacks are read with defaults: a section shows what
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from ._json import extract_json, tail
@@ -16,10 +17,6 @@ LOG_CHARS = 3_000
 
 def _tail(text: Any, limit: int = LOG_CHARS) -> str:
     return tail(text if isinstance(text, str) else "", limit)
-
-
-def _tasks_by_short_key(run: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {t["short_key"]: t for t in run["tasks"]}
 
 
 def _message(task: dict[str, Any] | None) -> str:
@@ -53,7 +50,7 @@ def _score_of(task: dict[str, Any] | None) -> dict[str, Any] | None:
 
 def best_of_n_sections(run: dict[str, Any]) -> list[dict[str, Any]]:
     ex = run["execution"]
-    by_key = _tasks_by_short_key(run)
+    by_key = {t["short_key"]: t for t in run["tasks"]}
     winner = (ex.get("result") or {}).get("key") if isinstance(ex.get("result"), dict) else None
     candidates = sorted(
         (t for t in run["tasks"] if t["short_key"].startswith("gen/")),
@@ -99,7 +96,7 @@ def tree_beam_sections(run: dict[str, Any]) -> list[dict[str, Any]]:
     tree = result.get("tree") if isinstance(result, dict) else None
     if not isinstance(tree, dict):
         return []
-    by_key = _tasks_by_short_key(run)
+    by_key = {t["short_key"]: t for t in run["tasks"]}
     config = tree.get("config") or {}
     primary = config.get("primary_metric", "")
     best_path = set(result.get("best_path") or [])
@@ -235,13 +232,8 @@ def evolve_sections(run: dict[str, Any]) -> list[dict[str, Any]]:
         f"(of {result.get('goals_total')}). Final branch: {result.get('final_branch')}."
     )
     sections = [_section("text", "Outcome", text=outcome)]
-    tried: dict[str, int] = {}
-    reverted: dict[str, int] = {}
-    for h in history:
-        for g in h.get("goal_ids") or []:
-            tried[g] = tried.get(g, 0) + 1
-            if h.get("result") == "reverted":
-                reverted[g] = reverted.get(g, 0) + 1
+    tried = Counter(g for h in history for g in h.get("goal_ids") or [])
+    reverted = Counter(g for h in history if h.get("result") == "reverted" for g in h.get("goal_ids") or [])
     stuck = result.get("could_not_move")
     if not isinstance(stuck, dict):  # a result recorded before could_not_move existed
         stuck = {g: "quarantined" for g in result.get("quarantined") or []}
@@ -447,9 +439,7 @@ def synthesize_sections(run: dict[str, Any]) -> list[dict[str, Any]]:
     selected = (result.get("selected") or {}).get("which") if isinstance(result.get("selected"), dict) else None
     top = result.get("top") or []
     hunks = [h for h in result.get("provenance") or [] if isinstance(h, dict)]
-    marks: dict[str, int] = {}
-    for h in hunks:
-        marks[str(h.get("source"))] = marks.get(str(h.get("source")), 0) + 1
+    marks = Counter(str(h.get("source")) for h in hunks)
     items = [_synthesis_card(synthesis, selected == "synthesis", top, marks)] if synthesis else []
     items += [_candidate_card(c, selected, top, marks) for c in result["candidates"] if isinstance(c, dict)]
     note = (

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections import Counter
 from typing import Any
 
 MARK = "@@orch-diff "
@@ -125,7 +126,4 @@ def provenance(synthesis_diff: str, candidates: list[tuple[str, str]]) -> list[d
 
 def provenance_counts(rows: list[dict[str, Any]]) -> dict[str, int]:
     """``{source: hunks}`` in first-seen order, for a one-line summary."""
-    out: dict[str, int] = {}
-    for r in rows:
-        out[r["source"]] = out.get(r["source"], 0) + 1
-    return out
+    return dict(Counter(r["source"] for r in rows))
