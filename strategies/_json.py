@@ -1,16 +1,7 @@
-"""Asking an agent for JSON, with exactly one repair attempt.
+"""Asking an agent for JSON, with exactly one repair attempt (docs/strategies.md, "Structured answers").
 
-On a plugin that can enforce a JSON Schema (claude-code, codex) the task
-carries ``output_schema``: the CLI answers in that shape, the runner validates
-it (with its own repair turn in the same session) and the answer arrives as
-``result["output"]``. On a plugin that cannot (``command``) the schema is left
-out and the answer is read from free text: agents wrap JSON in prose or code
-fences, and :func:`extract_json` finds the last JSON object or array in a
-message.
-
-Either way :func:`ask_json` validates what came back and, when that is not
-valid, runs one more task with a stricter prompt. Whatever still does not
-validate is ``None``: callers exclude it, they never coerce it.
+Where the plugin can enforce a JSON Schema the answer arrives validated as ``result["output"]``;
+elsewhere (``command``) it is read from free text, where agents wrap JSON in prose or code fences.
 """
 
 from __future__ import annotations
@@ -28,6 +19,14 @@ STRICT_PREFIX = (
     "Your previous answer could not be parsed. Reply with ONLY the JSON value described below: "
     "no prose, no code fences.\n\n"
 )
+PREVIOUS_ANSWER_CHARS = 2000
+_QUOTE_PREVIOUS = "\n\nYour previous answer, which was not valid, was:\n"
+
+
+def tail(text: str | None, limit: int) -> str:
+    """The end of ``text`` (where agents put their conclusions), marked when cut."""
+    text = text or ""
+    return text if len(text) <= limit else "[...]\n" + text[-limit:]
 
 
 def extract_json(text: str | None) -> Any:
@@ -95,16 +94,35 @@ async def ask_json(
     *,
     at_cap_raise: bool = False,
 ) -> T | None:
-    """Run ``task`` (keys ``<key_parts>/attempt-1`` and ``attempt-2``) until its answer validates.
+    """The validated answer of :func:`ask_twice`, or None."""
+    return (await ask_twice(ctx, task, key_parts, validate, schema, at_cap_raise=at_cap_raise))[0]
 
-    ``schema`` (see ``strategies/schemas.py``) becomes the task's ``output_schema``
-    where the plugin supports it. ``at_cap_raise``: the run's spending cap refusing
-    the task raises ``BudgetReached`` (for a caller that must tell "not judged" from
-    "judged unusable"); otherwise it is a failed answer, None.
+
+async def ask_twice(
+    ctx,
+    task: dict[str, Any],
+    key_parts: tuple,
+    validate: Callable[[Any], T | None],
+    schema: dict[str, Any] | None,
+    *,
+    quote_previous: bool = False,
+    at_cap_raise: bool = False,
+) -> tuple[T | None, int, Any]:
+    """Run ``task`` (keys ``<key_parts>/attempt-1|2``) until its answer validates: ``(value or None, attempts,
+    the TaskFailed that ended it or None)``. ``schema`` becomes its ``output_schema`` where the plugin supports it.
+
+    ``quote_previous``: the repair also quotes the invalid answer (a model fixes its own output better when it sees
+    it). A failed task is not repaired: that is not a formatting problem. ``at_cap_raise``: the spending cap refusing
+    the task raises ``BudgetReached``, for a caller that must tell "not judged" from "judged unusable".
     """
     task = with_schema(ctx, task, schema)
+    previous = ""
     for attempt in (1, 2):
-        prompt = task["prompt"] if attempt == 1 else STRICT_PREFIX + task["prompt"]
+        prompt = task["prompt"]
+        if attempt == 2:
+            prompt = STRICT_PREFIX + prompt
+            if quote_previous:
+                prompt += _QUOTE_PREVIOUS + tail(previous, PREVIOUS_ANSWER_CHARS)
         try:
             # (inside: at the run's spending cap ctx.run itself raises BudgetReached, a TaskFailed)
             handle = ctx.run(dict(task, prompt=prompt), key=ctx.key(*key_parts, f"attempt-{attempt}"))
@@ -112,8 +130,9 @@ async def ask_json(
         except ctx.errors.TaskFailed as exc:
             if at_cap_raise and isinstance(exc, ctx.errors.BudgetReached):
                 raise
-            return None  # a failed review is unusable, not unparsable: no repair
+            return None, attempt, exc
+        previous = result["final_message"] or ""
         value = validate(answer_of(result))
         if value is not None:
-            return value
-    return None
+            return value, attempt, None
+    return None, 2, None

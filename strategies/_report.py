@@ -1,28 +1,22 @@
 """Run-report sections of the built-in strategies (``report_sections(run)``).
 
-Each function reads only the execution's recorded result and its tasks'
-recorded results, so the report rebuilt from the event log is the same page.
-Result fields a strategy may not have written (older runs, failed runs) are
-read with defaults: a section shows what is there rather than failing.
+Each reads only recorded results, so the report rebuilt from the event log is the same page;
+fields an older or failed run lacks are read with defaults: a section shows what is there.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
-from ._json import extract_json
+from ._json import extract_json, tail
 from ._report_tasks import report_task
 
 LOG_CHARS = 3_000
 
 
 def _tail(text: Any, limit: int = LOG_CHARS) -> str:
-    text = text if isinstance(text, str) else ""
-    return text if len(text) <= limit else "[...]\n" + text[-limit:]
-
-
-def _tasks_by_short_key(run: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {t["short_key"]: t for t in run["tasks"]}
+    return tail(text if isinstance(text, str) else "", limit)
 
 
 def _message(task: dict[str, Any] | None) -> str:
@@ -44,9 +38,6 @@ def _card(label: str, said: list[str], *, highlight: bool, commit: Any, details:
     return {"label": label, "subtitle": subtitle, "highlight": highlight, "commit": commit, "details": details}
 
 
-# ---------------------------------------------------------------- best-of-n
-
-
 def _score_of(task: dict[str, Any] | None) -> dict[str, Any] | None:
     if not task or task.get("state") != "COMPLETED":
         return None
@@ -59,7 +50,7 @@ def _score_of(task: dict[str, Any] | None) -> dict[str, Any] | None:
 
 def best_of_n_sections(run: dict[str, Any]) -> list[dict[str, Any]]:
     ex = run["execution"]
-    by_key = _tasks_by_short_key(run)
+    by_key = {t["short_key"]: t for t in run["tasks"]}
     winner = (ex.get("result") or {}).get("key") if isinstance(ex.get("result"), dict) else None
     candidates = sorted(
         (t for t in run["tasks"] if t["short_key"].startswith("gen/")),
@@ -73,31 +64,13 @@ def best_of_n_sections(run: dict[str, Any]) -> list[dict[str, Any]]:
         if won:
             highlight.append(i)
         status = "failed" if c["state"] == "FAILED" else ("scored" if score else "unscored")
-        rows.append(
-            [
-                c["short_key"],
-                c["branch"],
-                status,
-                None if score is None else score["score"],
-                None if score is None else score.get("rationale"),
-            ]
-        )
-        items.append(
-            _card(
-                f"candidate {c['short_key'].split('/')[-1]}",
-                ["" if score is None else f"score {score['score']}: {score.get('rationale', '')}"],
-                highlight=won,
-                commit=c.get("commit"),
-                details={
-                    "branch": c["branch"],
-                    "status": status,
-                    "score": None if score is None else score["score"],
-                    "rationale": None if score is None else score.get("rationale"),
-                    "reviewer attempts": sum(1 for a in attempts if a),
-                    "final message": _tail(_message(c)),
-                },
-            )
-        )
+        value, rationale = (None, None) if score is None else (score["score"], score.get("rationale"))
+        rows.append([c["short_key"], c["branch"], status, value, rationale])
+        said = "" if score is None else f"score {value}: {score.get('rationale', '')}"
+        details = {"branch": c["branch"], "status": status, "score": value, "rationale": rationale}
+        details.update({"reviewer attempts": sum(1 for a in attempts if a), "final message": _tail(_message(c))})
+        label = f"candidate {c['short_key'].split('/')[-1]}"
+        items.append(_card(label, [said], highlight=won, commit=c.get("commit"), details=details))
     if not items:
         return []
     note = "The winner is the highest reviewer score; ties go to the earlier candidate."
@@ -106,9 +79,6 @@ def best_of_n_sections(run: dict[str, Any]) -> list[dict[str, Any]]:
         _section("compare", "Candidates side by side", items=items, note=note),
         _section("table", "Scores", columns=columns, rows=rows, highlight=highlight),
     ]
-
-
-# ---------------------------------------------------------------- tree-beam
 
 
 def _primary_value(metrics: Any, name: str) -> float | None:
@@ -126,19 +96,20 @@ def tree_beam_sections(run: dict[str, Any]) -> list[dict[str, Any]]:
     tree = result.get("tree") if isinstance(result, dict) else None
     if not isinstance(tree, dict):
         return []
-    by_key = _tasks_by_short_key(run)
+    by_key = {t["short_key"]: t for t in run["tasks"]}
     config = tree.get("config") or {}
     primary = config.get("primary_metric", "")
     best_path = set(result.get("best_path") or [])
     nodes = {n["id"]: n for n in tree.get("nodes") or [] if isinstance(n, dict) and "id" in n}
     node_of_eval = {n.get("eval_id"): n["id"] for n in nodes.values() if n.get("eval_id")}
     root = nodes.get("n0", {})
+    root_value = _primary_value(root.get("metrics"), primary)
     out_nodes = [
         {
             "id": "n0",
             "parent": None,
             "label": f"base ({root.get('branch', config.get('base_branch', ''))})",
-            "status": _fmt_metric(_primary_value(root.get("metrics"), primary), primary),
+            "status": _fmt_metric(root_value, primary),
             "highlight": "n0" in best_path,
             "details": {
                 "metrics": root.get("metrics"),
@@ -147,10 +118,8 @@ def tree_beam_sections(run: dict[str, Any]) -> list[dict[str, Any]]:
             },
         }
     ]
-    points, best_points = [], []
-    if _primary_value(root.get("metrics"), primary) is not None:
-        points.append([0, _primary_value(root.get("metrics"), primary)])
-        best_points.append([0, _primary_value(root.get("metrics"), primary)])
+    points = [[0, root_value]] if root_value is not None else []
+    best_points = list(points)
     for ev in tree.get("evaluations") or []:
         eid = ev.get("id")
         nid = node_of_eval.get(eid, eid)
@@ -250,9 +219,6 @@ def _fmt_metric(value: float | None, name: str) -> str:
     return "" if value is None else f"{name}={value:.4g}"
 
 
-# ---------------------------------------------------------------- evolve
-
-
 def evolve_sections(run: dict[str, Any]) -> list[dict[str, Any]]:
     result = run["execution"].get("result")
     if not isinstance(result, dict):
@@ -266,13 +232,8 @@ def evolve_sections(run: dict[str, Any]) -> list[dict[str, Any]]:
         f"(of {result.get('goals_total')}). Final branch: {result.get('final_branch')}."
     )
     sections = [_section("text", "Outcome", text=outcome)]
-    tried: dict[str, int] = {}
-    reverted: dict[str, int] = {}
-    for h in history:
-        for g in h.get("goal_ids") or []:
-            tried[g] = tried.get(g, 0) + 1
-            if h.get("result") == "reverted":
-                reverted[g] = reverted.get(g, 0) + 1
+    tried = Counter(g for h in history for g in h.get("goal_ids") or [])
+    reverted = Counter(g for h in history if h.get("result") == "reverted" for g in h.get("goal_ids") or [])
     stuck = result.get("could_not_move")
     if not isinstance(stuck, dict):  # a result recorded before could_not_move existed
         stuck = {g: "quarantined" for g in result.get("quarantined") or []}
@@ -344,9 +305,6 @@ def _goals_table(goals: dict[str, Any], tried: dict[str, int], reverted: dict[st
         highlight=[i for i, v in enumerate(goals.values()) if (v or {}).get("after")],
         note="Highlighted: goals passing at the end.",
     )
-
-
-# ---------------------------------------------------------------- review-loop
 
 
 def _passing(x: Any) -> str:
@@ -473,9 +431,6 @@ def _idea_card(idea: dict[str, Any], best: Any, has_tests: bool) -> dict[str, An
     )
 
 
-# ---------------------------------------------------------------- synthesize
-
-
 def synthesize_sections(run: dict[str, Any]) -> list[dict[str, Any]]:
     result = run["execution"].get("result")
     if not isinstance(result, dict) or not isinstance(result.get("candidates"), list):
@@ -484,9 +439,7 @@ def synthesize_sections(run: dict[str, Any]) -> list[dict[str, Any]]:
     selected = (result.get("selected") or {}).get("which") if isinstance(result.get("selected"), dict) else None
     top = result.get("top") or []
     hunks = [h for h in result.get("provenance") or [] if isinstance(h, dict)]
-    marks: dict[str, int] = {}
-    for h in hunks:
-        marks[str(h.get("source"))] = marks.get(str(h.get("source")), 0) + 1
+    marks = Counter(str(h.get("source")) for h in hunks)
     items = [_synthesis_card(synthesis, selected == "synthesis", top, marks)] if synthesis else []
     items += [_candidate_card(c, selected, top, marks) for c in result["candidates"] if isinstance(c, dict)]
     note = (
@@ -513,16 +466,10 @@ def synthesize_sections(run: dict[str, Any]) -> list[dict[str, Any]]:
             "A hunk comes from the candidate whose own diff holds most of its changed lines; "
             "highlighted hunks are new: no candidate holds half of their lines."
         )
-        sections.append(
-            _section(
-                "table",
-                "Where each hunk of the synthesis came from",
-                columns=["file", "hunk", "lines", "from", "match", "also in"],
-                rows=rows,
-                highlight=[i for i, h in enumerate(hunks) if h.get("source") == "new"],
-                note=note,
-            )
-        )
+        columns = ["file", "hunk", "lines", "from", "match", "also in"]
+        new = [i for i, h in enumerate(hunks) if h.get("source") == "new"]
+        title = "Where each hunk of the synthesis came from"
+        sections.append(_section("table", title, columns=columns, rows=rows, highlight=new, note=note))
     return sections
 
 

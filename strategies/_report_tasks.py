@@ -13,7 +13,7 @@ import re
 import shlex
 from typing import Any
 
-from .base_check import parse_base_run
+from .base_check import EXIT_LINE, parse_base_run
 from .evolve_commands import parse_merge
 from .tree_beam_measure import DONE_MARK, RUN_MARK, parse_runs
 
@@ -21,7 +21,6 @@ from .tree_beam_measure import DONE_MARK, RUN_MARK, parse_runs
 # measure) or ``CMD=<command>`` (tree-beam's measure). shlex.quote gives one of these shapes.
 _QUOTED = r"""('[^']*'(?:"'"'[^']*')*|[^\s;'"<>|&]+)"""
 _INNER = re.compile(rf"(?:/bin/sh -c |^CMD=){_QUOTED}", re.M)
-_BASE_END = re.compile(r"^@@orch-base exit=(-?\d+)\s*$", re.M)
 _EVOLVE_END = re.compile(r"^@@evolve end exit=(-?\d+) head=([0-9a-f]*)\s*$", re.M)
 _EVOLVE_STDERR = "\n@@evolve stderr\n"
 
@@ -56,7 +55,7 @@ def report_task(task: dict[str, Any]) -> dict[str, Any] | None:
     inner = _inner_command(script)
     if inner is not None:
         out["command"] = inner
-    if _BASE_END.search(text):
+    if EXIT_LINE.search(text):
         run = parse_base_run(text)
         out.update(fields={"exit status": run.exit_code}, output=run.stdout, stderr=run.stderr)
     elif (end := _EVOLVE_END.search(text)) is not None:
@@ -76,15 +75,8 @@ def report_task(task: dict[str, Any]) -> dict[str, Any] | None:
             if line.startswith(RUN_MARK):
                 parts = line[len(RUN_MARK) :].split(" ", 4)
                 if len(parts) >= 4:
-                    rows.append(
-                        {
-                            "run": parts[0],
-                            "commit": parts[1],
-                            "exit status": parts[2],
-                            "attempts": parts[3],
-                            "last line": _as_json(parts[4]) if len(parts) > 4 else "",
-                        }
-                    )
+                    row = dict(zip(("run", "commit", "exit status", "attempts"), parts[:4], strict=True))
+                    rows.append({**row, "last line": _as_json(parts[4]) if len(parts) > 4 else ""})
         fields: dict[str, Any] = {"runs": rows or None}
         if runs.protected_changed:
             fields["protected paths it changed (put back before measuring)"] = runs.protected_changed

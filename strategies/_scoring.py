@@ -1,15 +1,8 @@
 """Shared pieces of the selecting built-ins: scoring with one repair, picking, output files.
 
-Scoring asks a read-only reviewer for ``{score: 0..10, rationale}`` (as
-``output_schema`` where the plugin supports it, see ``strategies/_json.py``). When the
-answer does not validate, exactly one more reviewer runs with a stricter prompt
-that also quotes the previous answer (a model fixes its own output better when
-it sees it). What still does not validate is excluded, never coerced.
-
-Strategy output files live in ``ctx.output_dir()``, which all executions of a
-``--runs N`` run share: execution ``s1`` writes ``<stem>.<ext>`` and execution
-``sK`` (K > 1) writes ``<stem>_sK.<ext>``, so a single run keeps the plain
-names and parallel executions never overwrite each other.
+What does not validate after the repair is excluded, never coerced. Execution ``s1`` writes
+``<stem>.<ext>`` and ``sK`` (K > 1) ``<stem>_sK.<ext>``: the executions of ``--runs N`` share
+``ctx.output_dir()`` and never overwrite each other (docs/strategies.md, "Built-in strategies").
 """
 
 from __future__ import annotations
@@ -22,18 +15,11 @@ from typing import Any, cast
 import anyio
 
 from . import schemas
-from ._json import STRICT_PREFIX, answer_of, score_of, with_schema
+from ._json import ask_twice, score_of, tail
 
 SCORE_SCHEMA = '{"score": <number from 0 to 10>, "rationale": "<one short paragraph>"}'
-PREVIOUS_ANSWER_CHARS = 2000
 MESSAGE_CHARS = 6000
 DEFAULT_CRITERIA = "correctness, completeness, code quality and test coverage"
-
-
-def tail(text: str | None, limit: int) -> str:
-    """The end of ``text`` (where agents put their conclusions), marked when cut."""
-    text = text or ""
-    return text if len(text) <= limit else "[...]\n" + text[-limit:]
 
 
 def artifact_of(result: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -48,57 +34,39 @@ def branch_of(result: Mapping[str, Any]) -> str:
 
 
 async def score_with_repair(ctx, task: dict[str, Any], key_parts: tuple) -> dict[str, Any]:
-    """Run a scoring task (``<key_parts>/attempt-1``, maybe ``attempt-2``).
-
-    Returns ``{"score", "rationale", "attempts"}`` when an answer validates, else
-    ``{"score": None, "attempts", "error"}``. A failed reviewer task is not
-    repaired: its failure is not a formatting problem.
-    """
-    previous = ""
-    for attempt in (1, 2):
-        prompt = task["prompt"]
-        if attempt == 2:
-            prompt = (
-                STRICT_PREFIX
-                + prompt
-                + "\n\nYour previous answer, which was not valid, was:\n"
-                + tail(previous, PREVIOUS_ANSWER_CHARS)
-            )
-        try:
-            # (inside: at the run's spending cap ctx.run itself raises BudgetReached, a TaskFailed)
-            handle = ctx.run(
-                with_schema(ctx, dict(task, prompt=prompt), schemas.SCORE),
-                key=ctx.key(*key_parts, f"attempt-{attempt}"),
-            )
-            result = await ctx.wait(handle)
-        except ctx.errors.TaskFailed as exc:
-            return {"score": None, "attempts": attempt, "error": f"reviewer failed ({exc.error_type}): {exc.message}"}
-        previous = result["final_message"] or ""
-        value = score_of(answer_of(result))
-        if value is not None:
-            return {**value, "attempts": attempt}
-    return {"score": None, "attempts": 2, "error": "reviewer answer was not valid {score, rationale} JSON twice"}
+    """``{"score", "rationale", "attempts"}`` from ``task``'s answer (one repair quoting it), else ``score: None``."""
+    value, attempts, failed = await ask_twice(ctx, task, key_parts, score_of, schemas.SCORE, quote_previous=True)
+    if value is not None:
+        return {**value, "attempts": attempts}
+    why = "reviewer answer was not valid {score, rationale} JSON twice"
+    if failed is not None:
+        why = f"reviewer failed ({failed.error_type}): {failed.message}"
+    return {"score": None, "attempts": attempts, "error": why}
 
 
 def review_task(
-    *, prompt: str, subject: str, subject_text: str, base: str, branch: str, criteria: str, model: str | None
+    *,
+    prompt: str,
+    subject: str,
+    subject_text: str,
+    base: str,
+    branch: str,
+    criteria: str,
+    model: str | None,
+    heading: str = "",
+    advice: str = "",
+    schema: str = SCORE_SCHEMA,
 ) -> dict[str, Any]:
-    """A read-only reviewer task over ``branch`` (the base branch is made present for diffs)."""
-    lines = [
-        f"You are reviewing {subject} for the task below. Do not modify any files.",
-        "",
-        "Task:",
-        prompt,
-        "",
-    ]
+    """A read-only reviewer task over ``branch``, the base present for diffs; ``heading`` defaults to the subject."""
+    lines = [f"You are reviewing {subject} for the task below. Do not modify any files.", "", "Task:", prompt, ""]
     if branch != base:
         lines += [f"The work is checked out in the current directory; see it with `git diff {base}...HEAD`.", ""]
     lines += [
-        f"{subject[0].upper() + subject[1:]} ends with:",
+        f"{heading or subject[0].upper() + subject[1:]} ends with:",
         tail(subject_text, MESSAGE_CHARS),
         "",
-        f"Judge it on: {criteria}.",
-        f"Reply with ONLY a JSON object: {SCORE_SCHEMA}",
+        f"Judge it on: {criteria}.{advice}",
+        f"Reply with ONLY a JSON object: {schema}",
     ]
     task: dict[str, Any] = {"prompt": "\n".join(lines), "base_branch": branch, "import_policy": "never"}
     if branch != base:
@@ -134,11 +102,8 @@ def none_scored(ctx, rows: list[dict[str, Any]], stem: str) -> Exception:
 
 
 async def concurrently(fns: list[Callable[[], Coroutine[Any, Any, None]]]) -> None:
-    """Run ``fns`` concurrently; a single error surfaces as itself, not as an ExceptionGroup.
-
-    Strategy code may fan out like this because the outcome depends only on
-    keys and results, never on which coroutine happens to finish first.
-    """
+    """Run ``fns`` concurrently (the outcome depends only on keys and results, never on which finishes first);
+    a single error surfaces as itself, not as an ExceptionGroup."""
     try:
         async with anyio.create_task_group() as tg:
             for fn in fns:

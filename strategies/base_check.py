@@ -1,27 +1,12 @@
 """Checking the base branch before any agent task: a run whose yardstick is broken stops there.
 
-tree-beam, evolve and review-loop measure the base first. When that
-measurement cannot be used, every candidate would be compared with nothing, so
-the strategy raises :class:`orchestrator.strategy.BaseEvaluationFailed` (exit 1,
-with the command and the last lines of its output) instead of spending money.
-
-An evaluation of the base cannot be used when it:
-
-- did not run to a result: its task failed (a non-zero exit, a timeout, a
-  broken container) or its last stdout line is not the contract's JSON;
-- reports ``valid: false``;
-- lacks a metric the run needs (the primary metric, a weighted one).
-
-A test command on the base is held to less: failing tests may be what the run
-is for. It stops the run only when it *cannot run*: its task ended without the
-command's exit status (timeout, container), or the shell reports 126 (found but
-not executable) or 127 (command not found), the statuses POSIX ``sh`` itself
-sets when it cannot execute a command. Such a stop names the command the shell
-could not run and the fix (:func:`could_not_run`), for an evaluation too.
-
-Commands on the base run through :func:`base_command`, which keeps stdout and
-stderr apart and always exits 0 with the command's status on a marker line, so
-the task's result carries both streams whatever the command did.
+tree-beam, evolve and review-loop measure the base first and raise
+:class:`orchestrator.strategy.BaseEvaluationFailed` when every candidate would be compared with
+nothing: an evaluation that did not run to a result, reports ``valid: false`` or lacks a needed
+metric; a test command only when it *cannot run* (no exit status, or the shell's own 126/127:
+failing tests may be what the run is for). See docs/evolve.md, "Fail fast on the base".
+:func:`base_command` keeps stdout and stderr apart and always exits 0 with the command's status
+on a marker line, so the task's result carries both streams whatever the command did.
 """
 
 from __future__ import annotations
@@ -36,7 +21,7 @@ from .evaluation import EvalParseError, Evaluation, parse_eval_output
 from .pipeline import command_task
 
 STDERR_MARK = "@@orch-base stderr"
-_END = re.compile(r"^@@orch-base exit=(-?\d+)\s*$", re.M)
+EXIT_LINE = re.compile(r"^@@orch-base exit=(-?\d+)\s*$", re.M)
 STDERR_LINES = 20
 TESTS_CANNOT_RUN = "the test command cannot run on the base"
 # What the shells say of a command they cannot run: dash "/bin/sh: 1: npm: not found", bash
@@ -60,10 +45,7 @@ def base_command(command: str) -> str:
 
 
 def named_command(command: str) -> str:
-    """The comment line that names the user's command in a wrapper script: the dashboard shows it.
-
-    Last in the script, so readers of the wrapper's own lines (the report) find those first.
-    """
+    """The comment line naming the user's command, for the dashboard; last, so the report finds the wrapper first."""
     first = next((ln.strip() for ln in command.splitlines() if ln.strip()), "")
     more = " ..." if len([ln for ln in command.splitlines() if ln.strip()]) > 1 else ""
     return f"# $ {first}{more}"
@@ -90,7 +72,7 @@ class BaseRun(msgspec.Struct, frozen=True, kw_only=True):
 def parse_base_run(final_message: str) -> BaseRun:
     """Read a :func:`base_command` task's stdout; output without the markers is plain stdout of a success."""
     text = final_message or ""
-    ends = list(_END.finditer(text))
+    ends = list(EXIT_LINE.finditer(text))
     if not ends:
         return BaseRun(exit_code=0, stdout=text)
     end = ends[-1]
@@ -102,10 +84,7 @@ def parse_base_run(final_message: str) -> BaseRun:
 
 
 def run_on_base(ctx, command: str, branch: str, key_parts: tuple, *, timeout: float | None = None):
-    """Schedule ``command`` on ``branch``; returns an awaitable of its :class:`BaseRun`.
-
-    Scheduling and waiting are apart so several checks of the base run in parallel.
-    """
+    """Schedule ``command`` on ``branch``: an awaitable of its :class:`BaseRun` (so several checks run in parallel)."""
     handle = ctx.run(command_task(base_command(command), branch, timeout=timeout), key=ctx.key(*key_parts))
 
     async def result() -> BaseRun:
@@ -120,21 +99,16 @@ def run_on_base(ctx, command: str, branch: str, key_parts: tuple, *, timeout: fl
 
 
 def could_not_run(exit_code: int | None, output: str) -> str | None:
-    """Why the shell could not run a command (exit 127: not found, 126: not executable), with the fix; else None.
-
-    The status is the one POSIX ``sh`` sets itself; the command is named from
-    what the shell said in ``output``.
-    """
+    """Why ``sh`` could not run a command (127: not found, 126: not executable), named from ``output``, with the fix."""
     if exit_code == 127:
         found = _NOT_FOUND.findall(output or "")
         return f"command not found{f': {found[-1]}' if found else ''} (exit status 127); {_INSTALL}"
     if exit_code == 126:
         found = _NOT_EXECUTABLE.findall(output or "")
-        name = found[-1] if found else "the command"
-        fix = f"git update-index --chmod=+x {found[-1]}" if found else "git update-index --chmod=+x PATH"
+        path = found[-1] if found else "PATH"
         return (
-            f"cannot execute {name} (exit status 126: found, but not executable); commit it executable "
-            f"({fix}) or run it with its interpreter (sh {found[-1] if found else 'PATH'})"
+            f"cannot execute {found[-1] if found else 'the command'} (exit status 126: found, but not executable); "
+            f"commit it executable (git update-index --chmod=+x {path}) or run it with its interpreter (sh {path})"
         )
     return None
 

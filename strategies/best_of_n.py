@@ -1,22 +1,8 @@
 """best-of-n: N candidates in parallel, each scored by a read-only reviewer, the best one wins.
 
-Keys (stable across resumes, so a finished task is never paid for twice):
-``gen/<i>`` for candidate ``i`` (0-based) and ``score/<instance_id>/attempt-1|2``
-for its reviewer. Each candidate is scored as soon as it finishes, so scoring
-overlaps generation; the outcome never
-depends on completion order because keys come from data and the winner is
-chosen by (highest score, then lowest generation index).
-
-Outputs (see ``strategies/_scoring.py`` for the ``--runs N`` naming):
-``scores.json`` with every candidate's status, score, rationale and branch, and
-``best_branch.txt`` with the winner's branch. The strategy returns the winner's
-TaskResult, so the run summary shows its branch.
-
-The candidates' branches stay by default: they are what ``synthesize -S
-from_run`` combines, and a reviewer's score is one opinion. With ``-S
-keep_branches=false`` ``scores.json`` lists the others under ``delete_branches``
-and, once the run has finished, the orchestrator deletes them
-(:func:`branches_to_delete`).
+Keys, outputs and the branch clean-up are described in docs/strategies.md ("best-of-n"). Each
+candidate is scored as soon as it finishes; keys come from data and ties go to the lowest
+generation index, so the outcome never depends on completion order.
 """
 
 from __future__ import annotations
@@ -141,8 +127,10 @@ def _select(
         raise none_scored(ctx, rows, "scores")
     score, index, best = pick_best(scored)
     report["selected"] = {"index": index, "instance_id": best["instance_id"], "branch": branch_of(best), "score": score}
-    if not keep_branches:
-        report["delete_branches"] = unselected(rows, branch_of(best), base_branch)
+    if not keep_branches:  # a candidate that changed nothing has no branch of its own
+        report["delete_branches"] = [
+            b for r in rows if (b := r.get("branch")) and b not in (branch_of(best), base_branch)
+        ]
     write_output(ctx, "scores", "json", report)
     write_output(ctx, "best_branch", "txt", branch_of(best) + "\n")
     # The winner's TaskResult (so the run selects its branch), plus the one line the summary shows.
@@ -160,11 +148,6 @@ def verdict_line(rows: list[dict[str, Any]], index: int, score: float) -> str:
     tie = any(r["index"] != index and r.get("score") == score for r in rows)
     tail = ", tie: lowest index wins" if tie else ""
     return f"gen/{index} won with score {score:g}" + (f" (others: {', '.join(others)}{tail})" if others else "")
-
-
-def unselected(rows: list[dict[str, Any]], selected: str, base_branch: str) -> list[str]:
-    """The candidates' branches other than the selected one (a candidate that changed nothing has none)."""
-    return [b for r in rows if (b := r.get("branch")) and b not in (selected, base_branch)]
 
 
 def branches_to_delete(run: RunView) -> list[str]:

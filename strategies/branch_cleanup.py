@@ -15,10 +15,9 @@ from orchestrator.strategy import Context, RunView
 
 
 async def delete_branches(ctx: Context, names: list[str], key: str) -> dict[str, Any]:
-    """Delete these branches of this run from the user's repository: ``{"deleted": [...], "kept": {name: why}}``.
+    """Delete these branches of this run: ``{"deleted": [...], "kept": {name: why}}``.
 
-    The git layer deletes only branches whose tip this run created and that
-    nobody has checked out; the rest are reported as kept, with the reason.
+    The git layer deletes only branches whose tip this run created and nobody has checked out.
     Runs even when the strategy's budget is spent: it costs nothing and starts no agent.
     """
     if not names:
@@ -43,13 +42,8 @@ async def delete_branches(ctx: Context, names: list[str], key: str) -> dict[str,
 
 
 def listed_for_deletion(run: RunView, stem: str) -> list[str]:
-    """After a finished run: the branches each successful execution listed under ``delete_branches``.
-
-    ``stem``: the strategy's JSON output (``<stem>.json`` for ``s1``, ``<stem>_<sid>.json``
-    for the others), written by the execution once it had selected its result. For
-    a strategy's ``branches_to_delete`` hook; the orchestrator's git layer deletes
-    only those the run created and nobody has moved or checked out since.
-    """
+    """For a ``branches_to_delete`` hook: what each successful execution listed under ``delete_branches``
+    in its ``<stem>`` JSON output, written once it had selected its result."""
     names: list[str] = []
     for sid, status in sorted(run.executions.items()):
         if status != "success":

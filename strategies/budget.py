@@ -1,12 +1,7 @@
-"""Money and wall-clock budgets shared by the search strategies.
+"""Money and wall-clock budgets of the search strategies (tree-beam).
 
-A search that only counts evaluations can still spend without bound: every
-agent task reports ``metrics.cost_usd`` and takes time. :class:`Budget` adds up
-what the strategy's tasks cost and how long the run has been going, so a
-strategy can stop starting new work and end with the best it has so far.
-
-It reads time only through ``ctx.now()`` (recorded, so a resumed run takes the
-same decisions) and cost only from task results (recorded too).
+Counting evaluations alone can still spend without bound. Time is read only through
+``ctx.now()`` and cost only from task results, both recorded: a resumed run decides the same.
 """
 
 from __future__ import annotations
@@ -16,12 +11,8 @@ from typing import Any
 
 
 class Budget:
-    """Spending limits of one strategy run.
-
-    ``max_cost_usd`` / ``max_wall_s`` of ``None`` mean no limit. Call
-    :meth:`charge` with every finished task result (charging the same key
-    twice counts once), and :meth:`exhausted` before starting new work.
-    """
+    """Spending limits of one strategy run (None: no limit): :meth:`charge` every finished result, then ask
+    :meth:`exhausted` before starting new work."""
 
     def __init__(self, *, max_cost_usd: float | None, max_wall_s: float | None, started_at: float) -> None:
         for name, value in (("max_cost_usd", max_cost_usd), ("max_wall_s", max_wall_s)):
@@ -34,7 +25,7 @@ class Budget:
         self._charged: set[str] = set()
 
     def charge(self, result: Mapping[str, Any] | None, key: str | None = None) -> None:
-        """Add one task's reported cost (missing or unknown cost counts as 0)."""
+        """Add one task's reported cost, once per key (an unknown cost counts as 0)."""
         if not result:
             return
         ident = key or result.get("key")
@@ -53,11 +44,3 @@ class Budget:
         if self.max_wall_s is not None and now - self.started_at >= self.max_wall_s:
             return f"max_wall_s reached: {now - self.started_at:.0f}s of {self.max_wall_s:.0f}s"
         return None
-
-    def summary(self, now: float) -> dict[str, Any]:
-        return {
-            "cost_usd": round(self.cost_usd, 6),
-            "wall_s": round(now - self.started_at, 3),
-            "max_cost_usd": self.max_cost_usd,
-            "max_wall_s": self.max_wall_s,
-        }

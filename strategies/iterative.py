@@ -1,31 +1,17 @@
 """iterative: generate, then review and improve the same work N times in one agent session.
 
-Keys (stable across resumes, so a finished task is never paid for twice):
-``gen``, ``review/iter-<n>/attempt-1|2`` (a read-only reviewer on the current
-branch answering ``{score, feedback}``, one repair attempt) and
-``improve/iter-<n>``. Every generation/improvement task shares one
-``session_group_key`` per strategy execution and resumes the previous task's
-``session_id`` on the previous branch, so the agent keeps its context and each
-improvement builds on the last commit.
-
-The chain stops early when a review reaches ``target_score``, when a review is
-unusable (failed, or not valid JSON twice: there is no feedback to act on) or
-when an improvement fails; it then returns the last good result. When the
-run's spending cap refuses a review, the work it would have judged is returned
-with ``"reviewed": false`` (as best-of-n does): named, never advised for merging. Output:
-``iterations.json`` (per-execution naming as in ``strategies/_scoring.py``).
+Keys, stopping rules and ``iterations.json`` are described in docs/strategies.md ("iterative").
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Annotated, Any
 
-from orchestrator.strategy import ConfigError, Context, TaskInput, strategy_options
+from orchestrator.strategy import ConfigError, Context, TaskInput, TaskResult, strategy_options
 
 from . import schemas
 from ._json import ask_json, score_of
-from ._scoring import DEFAULT_CRITERIA, MESSAGE_CHARS, branch_of, kept_unreviewed, tail, write_output
+from ._scoring import DEFAULT_CRITERIA, branch_of, kept_unreviewed, review_task, write_output
 
 REVIEW_SCHEMA = '{"score": <number from 0 to 10>, "feedback": "<the most important concrete improvements>"}'
 
@@ -47,35 +33,22 @@ def feedback_of(data: Any) -> dict[str, Any] | None:
     return {"score": scored["score"], "feedback": text.strip()}
 
 
-def _review_prompt(prompt: str, base_branch: str, branch: str, summary: str, criteria: str) -> str:
-    lines = ["You are reviewing work done for the task below. Do not modify any files.", "", "Task:", prompt, ""]
-    if branch != base_branch:
-        lines += [f"The work is checked out in the current directory; see it with `git diff {base_branch}...HEAD`.", ""]
-    lines += [
-        "The author's summary ends with:",
-        tail(summary, MESSAGE_CHARS),
-        "",
-        f"Judge it on: {criteria}. Give feedback the author can act on.",
-        f"Reply with ONLY a JSON object: {REVIEW_SCHEMA}",
-    ]
-    return "\n".join(lines)
-
-
 def _review_task(
-    prompt: str, base_branch: str, current: Mapping[str, Any], criteria: str, reviewer_model: str | None
+    prompt: str, base_branch: str, current: TaskResult, criteria: str, reviewer_model: str | None
 ) -> dict[str, Any]:
-    """A read-only review of ``current``'s branch (with the base at hand to diff against)."""
-    branch = branch_of(current)
-    review: dict[str, Any] = {
-        "prompt": _review_prompt(prompt, base_branch, branch, current["final_message"], criteria),
-        "base_branch": branch,
-        "import_policy": "never",
-    }
-    if branch != base_branch:
-        review["include_branches"] = [base_branch]
-    if reviewer_model:
-        review["model"] = reviewer_model
-    return review
+    """A read-only review of ``current``'s branch that asks for feedback the author can act on."""
+    return review_task(
+        prompt=prompt,
+        subject="work done",
+        subject_text=current["final_message"],
+        base=base_branch,
+        branch=branch_of(current),
+        criteria=criteria,
+        model=reviewer_model,
+        heading="The author's summary",
+        advice=" Give feedback the author can act on.",
+        schema=REVIEW_SCHEMA,
+    )
 
 
 @strategy_options(prepare=_prepare, requires_resume=True)

@@ -1,14 +1,8 @@
 """plan-score-implement: plans from several angles, each scored, the best one implemented.
 
-Keys: ``plan/<angle>`` (read-only planners, one per
-angle, in parallel), ``score-plan/<instance_id>/attempt-1|2`` (a reviewer per
-plan with one repair attempt) and ``implement/plan/<instance_id>``. The
-implementation resumes the winning planner's agent session (same
-``session_group_key``, its ``session_id``) and also gets the plan text in its
-prompt, so it works on plugins that cannot resume too.
-
-Winner: highest score, then the earliest angle in ``angles``. Output:
-``plans.json`` (per-execution naming as in ``strategies/_scoring.py``).
+Keys and ``plans.json`` are described in docs/strategies.md ("plan-score-implement"). The
+implementation resumes the winning planner's session and also gets the plan text in its prompt,
+so it works on plugins that cannot resume too.
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
-"""JSON Schemas of the answers the built-in strategies ask agents for.
+"""JSON Schemas of the answers the built-in strategies ask agents for (``output_schema``).
 
-A task that carries one (``output_schema``) gets its answer validated on the
-host and handed back as ``result["output"]``; the CLI itself is told to answer
-in that shape (Claude Code ``--json-schema``, Codex ``--output-schema``). Every
-object lists all its properties as required and forbids others, and only the
-keywords OpenAI's strict mode accepts are used (no ``minLength``): Codex
-rejects other schemas, and Claude takes them all. Checks beyond the schema
-(a non-empty title) stay in the strategies' own validators.
-
-The prompts still describe the shape in words, for the ``command`` plugin
-fallback (no schema: the answer is read from free text) and because a model
-answers better when it is told what the fields mean.
+Every object lists all its properties as required and forbids others, with only the keywords
+OpenAI's strict mode accepts (no ``minLength``): Codex rejects other schemas. The prompts still
+describe the shape in words, for the ``command`` plugin (no schema) and because a model answers
+better when it is told what the fields mean.
 """
 
 from __future__ import annotations
@@ -18,38 +11,26 @@ from __future__ import annotations
 from typing import Any
 
 
-def _object(properties: dict[str, Any]) -> dict[str, Any]:
+def _object(**properties: Any) -> dict[str, Any]:
     return {"type": "object", "properties": properties, "required": list(properties), "additionalProperties": False}
 
 
-SCORE = _object(
-    {
-        "score": {"type": "number", "minimum": 0, "maximum": 10, "description": "0 (useless) to 10 (excellent)"},
-        "rationale": {"type": "string", "description": "one short paragraph"},
-    }
-)
+def _text(description: str) -> dict[str, Any]:
+    return {"type": "string", "description": description}
 
-FEEDBACK = _object(
-    {
-        "score": {"type": "number", "minimum": 0, "maximum": 10, "description": "0 (useless) to 10 (excellent)"},
-        "feedback": {"type": "string", "description": "the most important concrete improvements"},
-    }
-)
 
+_SCORE = {"type": "number", "minimum": 0, "maximum": 10, "description": "0 (useless) to 10 (excellent)"}
+SCORE = _object(score=_SCORE, rationale=_text("one short paragraph"))
+FEEDBACK = _object(score=_SCORE, feedback=_text("the most important concrete improvements"))
 VERDICT = _object(
-    {
-        "verdict": {"type": "string", "enum": ["APPROVE", "REJECT"]},
-        "issues": {"type": "array", "items": {"type": "string"}, "description": "concrete problems to fix"},
-    }
+    verdict={"type": "string", "enum": ["APPROVE", "REJECT"]},
+    issues={"type": "array", "items": {"type": "string"}, "description": "concrete problems to fix"},
 )
 
 
 def ideas(count: int) -> dict[str, Any]:
     """``{"ideas": [{title, description}]}`` with exactly ``count`` ideas."""
     idea = _object(
-        {
-            "title": {"type": "string", "description": "a short name for the change"},
-            "description": {"type": "string", "description": "what to change and why it should help"},
-        }
+        title=_text("a short name for the change"), description=_text("what to change and why it should help")
     )
-    return _object({"ideas": {"type": "array", "items": idea, "minItems": count, "maxItems": count}})
+    return _object(ideas={"type": "array", "items": idea, "minItems": count, "maxItems": count})

@@ -259,10 +259,8 @@ async def _candidates(
 async def _synthesis(
     job: _Job, synthesis: dict[str, Any], top: list[dict[str, Any]], model: str | None, waits: dict[str, Any]
 ) -> TaskResult | None:
-    """The synthesizer's task (``synth``), recorded in ``synthesis``; its result when it made changes.
-
-    When there is a test command, the synthesis's tests are scheduled into ``waits``.
-    """
+    """The synthesizer's task (``synth``), recorded in ``synthesis``, its tests scheduled into ``waits``; its result
+    when it made changes."""
     ctx = job.ctx
     synth_task: TaskInput = {
         "prompt": synthesis_prompt(job.prompt, job.base, top),
@@ -389,8 +387,7 @@ def _decide(synthesis: dict[str, Any], best: dict[str, Any], test_command: str |
 def verdict_line(record: dict[str, Any], best: dict[str, Any], won: bool, why: str, *, named_scores: bool) -> str:
     """``synthesis of gen/0, gen/1 selected: ...; hunks: 1 gen/0, 1 gen/1, 1 new`` or ``gen/0 stays best: ...``.
 
-    Each score is named once: when ``why`` already gives the candidate's score (the
-    side-by-side one the decision compared, ``named_scores``), its score alone is left out.
+    Each score is named once: when ``why`` gives the side-by-side one (``named_scores``), the first is left out.
     """
     counts = provenance_counts(record["provenance"])
     order = [*record["top"], "new"]  # candidates in rank order, then what the synthesizer wrote

@@ -1,23 +1,16 @@
 """Where each hunk of a synthesized branch came from: pure functions over ``git diff -U0`` text.
 
-The synthesizer's diff against the base is cut into hunks; each hunk's changed
-lines are looked up, per file, in every candidate's own diff against the base.
-What a hunk brings is its added lines, so those are what is matched (a hunk
-that only deletes is matched by its removed lines): a hunk that removes a
-candidate's line but adds a line of its own is the synthesizer's. A hunk comes
-from the candidate that holds most of those lines, when that is at least half
-of them; ties go to the candidate listed first (the better ranked one). A hunk
-no candidate holds half of is ``new``: the synthesizer wrote it. Lines are
-compared without trailing whitespace.
-
-Nothing here runs git: the strategy gets the diffs from a read-only command
-task (:func:`diff_command`) and hands its output to :func:`split_diffs`.
+The rule is docs/strategies.md's ("synthesize", step 6). What a hunk brings is its added lines,
+so a hunk that removes a candidate's line but adds one of its own is the synthesizer's. Lines
+are compared without trailing whitespace. Nothing here runs git: the strategy gets the diffs
+from a read-only command task (:func:`diff_command`) and hands its output to :func:`split_diffs`.
 """
 
 from __future__ import annotations
 
 import re
 import shlex
+from collections import Counter
 from typing import Any
 
 MARK = "@@orch-diff "
@@ -50,8 +43,7 @@ def split_diffs(text: str) -> dict[str, str]:
 def parse_hunks(diff: str) -> list[dict[str, Any]]:
     """The hunks of a unified diff: ``{"file", "header", "removed": [...], "added": [...]}`` in diff order.
 
-    A hunk ends when its header's line counts are used up, so a removed line
-    that reads ``-- x`` is never taken for the next file's ``--- a/x``.
+    A hunk ends when its header's counts are used up: a removed ``-- x`` is never the next file's ``--- a/x``.
     """
     hunks: list[dict[str, Any]] = []
     old_path = new_path = ""
@@ -107,10 +99,8 @@ def _brought(hunk: dict[str, Any]) -> set[tuple[str, str, str]]:
 def provenance(synthesis_diff: str, candidates: list[tuple[str, str]]) -> list[dict[str, Any]]:
     """For each hunk of ``synthesis_diff``: which of ``[(label, diff)]`` it came from, or ``new``.
 
-    Each row: ``file``, ``header``, ``added``/``removed`` (line counts), ``source``
-    (a label or ``new``), ``match`` (the share of the hunk's added lines, or removed ones, that
-    source holds; for ``new``, the best share any candidate holds) and
-    ``also_in`` (other candidates holding every one of its changed lines).
+    ``match`` is the share of the hunk's brought lines its source holds (for ``new``, the best share any
+    candidate holds); ``also_in``, the other candidates holding every one of them.
     """
     changed = [(label, _changed(parse_hunks(diff))) for label, diff in candidates]
     rows = []
@@ -136,7 +126,4 @@ def provenance(synthesis_diff: str, candidates: list[tuple[str, str]]) -> list[d
 
 def provenance_counts(rows: list[dict[str, Any]]) -> dict[str, int]:
     """``{source: hunks}`` in first-seen order, for a one-line summary."""
-    out: dict[str, int] = {}
-    for r in rows:
-        out[r["source"]] = out.get(r["source"], 0) + 1
-    return out
+    return dict(Counter(r["source"] for r in rows))
