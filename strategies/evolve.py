@@ -1,19 +1,6 @@
 """evolve: a fitness loop over a goals file, fixing independent failing goals in parallel waves.
 
-Each cycle measures every goal (a read-only ``command`` task per goal), picks
-up to ``max_parallel`` independent failing goals by weight, fixes each on its
-own branch from the cycle's base, merges the fixes into one wave branch inside
-a container, and re-measures everything there. A wave that breaks a goal that
-passed at the start of the cycle is reverted as a whole (or, with
-``bisect_on_regression``, cut down to the fixes that break nothing); otherwise
-the base advances to the wave branch. A check that newly fails is re-run before
-it counts as a regression; a goal whose agent changed nothing is set aside until
-the base moves, and so is a goal whose fixes were reverted ``rest_after`` times in
-a row with its check still failing (it rests); a wave whose every fix task failed is retried after a pause;
-each goal's next fix prompt lists its earlier attempts. The loop ends when
-every goal passes, after ``max_cycles``, when no failing goal is left to try,
-after ``max_failed_waves`` failed waves in a row, or when a budget is spent;
-then the working branches are deleted. See docs/evolve.md.
+The cycle, its gates, rests, retries and stop conditions are described in docs/evolve.md.
 """
 
 from __future__ import annotations
@@ -41,6 +28,7 @@ from .evolve_wave import (
     measure_all,
     merge_wave,
 )
+from .review_loop import MaxCostUsd, MaxWallS
 
 ATTEMPTS_KEPT = 5  # earlier attempts shown in a goal's next fix prompt
 REST_AFTER = 2  # reverted attempts in a row on one goal before it rests (until the base moves)
@@ -68,12 +56,8 @@ async def evolve(
         int, "waves in a row in which every fix task failed (quota, outage) before the run stops"
     ] = 3,
     retry_backoff_s: Annotated[float, "wait before retrying after such a wave; doubles each time"] = 60.0,
-    max_cost_usd: Annotated[
-        float | None, "start no new task once the run's tasks cost this many US dollars (null: no limit)"
-    ] = None,
-    max_wall_s: Annotated[
-        float | None, "start no new task once the run is this many seconds old (null: no limit)"
-    ] = None,
+    max_cost_usd: MaxCostUsd = None,
+    max_wall_s: MaxWallS = None,
     keep_branches: Annotated[bool, "keep the fix, merge and resolve branches instead of deleting them"] = False,
 ):
     """Keep a set of measurable goals passing: fix failing ones in parallel waves, revert regressions."""

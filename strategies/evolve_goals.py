@@ -1,24 +1,8 @@
 """The evolve goals file: model, validation and the strategy's ``prepare`` step.
 
-A goals file is YAML (JSON is YAML too)::
-
-    version: 1
-    goals:
-      - id: lint-clean                 # kebab-case, unique
-        description: "ruff reports nothing"
-        check: "ruff check ."          # shell command in the repo; exit 0 = pass
-        weight: 5                      # number > 0: higher is fixed first
-        timeout: 120                   # optional seconds for the check (default 300)
-        writes: ["src/**/*.py"]        # optional globs the fix is expected to touch
-        metric:                        # optional: the goal is a number, not pass/fail
-          json_key: coverage           # optional dotted key in stdout JSON; else the last line
-          direction: higher            # higher|lower is better
-          threshold: 80                # pass when the value reaches it
-          tolerance: 0.5               # optional: a worsening beyond this is a regression
-
-Every problem is reported as one line naming the file, the goal and the field,
-before any task runs. The validated goals (plain dicts) are what the run
-records, so a resumed run never reads the file again.
+The file format is in docs/evolve.md ("Goals file"). Every problem is reported as one line
+naming the file, the goal and the field, before any task runs. The validated goals (plain
+dicts) are what the run records, so a resumed run never reads the file again.
 """
 
 from __future__ import annotations

@@ -6,19 +6,10 @@
         -S eval_command="python bench.py --json" -S primary_metric=ops_per_s \\
         -S ideas_per_node=5 -S max_depth=3 -S beam_width=2
 
-A node is a commit on a kept branch plus its measurement; the root is the base
-branch, measured first (a failed or unusable measurement stops the run:
-``BaseEvaluationFailed``). Each depth asks every frontier node for ideas, runs
-each new idea through the shared per-idea pipeline (:mod:`strategies.pipeline`)
-on the node's branch, screens the candidates against their parents, and
-confirms the best ones, paired against their parents, until ``beam_width`` are
-the next frontier; an empty frontier continues from the archive. The best node
-must beat the base in a final paired check. docs/tree-beam.md explains the
-search and the statistics; measuring lives in :mod:`strategies.tree_beam_measure`.
-
-Every step is a durable task, so the event log is the manifest: a resumed run
-re-derives the same tree, and :func:`render_tree_report` rebuilds tree.json,
-TREE_SUMMARY.md and tree.svg from the event log alone.
+docs/tree-beam.md explains the search and the statistics; measuring lives in
+:mod:`strategies.tree_beam_measure`. Every step is a durable task, so the event log is the
+manifest: a resumed run re-derives the same tree, and :func:`render_tree_report` rebuilds
+tree.json, TREE_SUMMARY.md and tree.svg from the event log alone.
 """
 
 from __future__ import annotations
@@ -43,7 +34,7 @@ from .evaluation import (
     Comparison,
     Evaluation,
     ScoringConfig,
-    check_scoring_params,
+    check_scoring,
     compare,
     evaluation_from_json,
     primary_regressed,
@@ -330,13 +321,7 @@ def prepare(params: dict[str, Any], repo_path: str) -> dict[str, Any]:
     """Check the parameters before the run starts (one clear line per problem)."""
     if not params.get("eval_command"):
         raise ConfigError('tree-beam needs -S eval_command="..." (prints JSON metrics as its last line)')
-    check_scoring_params(
-        params.get("primary_metric"),
-        params.get("direction", "max"),
-        params.get("weights") or {},
-        params.get("tolerance", 0.01),
-        eval_command=params["eval_command"],
-    )
+    check_scoring(params)
     for name in ("ideas_per_node", "max_depth", "beam_width", "eval_repeats", "eval_parallel"):
         if params.get(name, 1) < 1:
             raise ConfigError(f"-S {name} must be >= 1")
