@@ -9,12 +9,17 @@ from __future__ import annotations
 import json
 import math
 from functools import partial
-from typing import Any, Literal, overload
+from typing import Annotated, Any, Literal
 
 import msgspec
 
 Direction = Literal["max", "min"]
 GRADES = ("strong", "promising", "mixed", "weak")
+# The scoring parameters as review-loop and tree-beam describe them (``--help``).
+EvalCommand = Annotated[str | None, "evaluation command (last stdout line: JSON metrics)"]
+PrimaryMetric = Annotated[str | None, "metric that decides better/worse"]
+DirectionParam = Annotated[Direction, "whether the primary metric should go up or down"]
+Weights = Annotated[dict, 'weights of other metrics, e.g. {"latency_ms": -0.5}']
 
 
 class Evaluation(msgspec.Struct, frozen=True, kw_only=True):
@@ -272,14 +277,8 @@ def check_scoring(params: dict[str, Any]) -> None:
     )
 
 
-@overload
-def evaluation_from_json(data: dict[str, Any]) -> Evaluation: ...
-@overload
-def evaluation_from_json(data: None) -> None: ...
-def evaluation_from_json(data: dict[str, Any] | None) -> Evaluation | None:
+def evaluation_from_json(data: dict[str, Any]) -> Evaluation:
     """Inverse of ``to_json`` for an :class:`Evaluation` (a null metric was NaN)."""
-    if data is None:
-        return None
     metrics = {k: float("nan") if v is None else float(v) for k, v in (data.get("metrics") or {}).items()}
     return msgspec.convert(dict(data, metrics=metrics), Evaluation)
 

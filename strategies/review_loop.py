@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import anyio
 
@@ -32,7 +32,17 @@ from .base_check import (
     unusable_evaluation,
     why_tests_cannot_run,
 )
-from .evaluation import Evaluation, ScoringConfig, check_scoring, fmt_number, to_json
+from .evaluation import (
+    DirectionParam,
+    EvalCommand,
+    Evaluation,
+    PrimaryMetric,
+    ScoringConfig,
+    Weights,
+    check_scoring,
+    fmt_number,
+    to_json,
+)
 from .pipeline import Idea, PipelineConfig, run_idea, write_json
 
 MAX_IDEA_BYTES = 64 * 1024
@@ -219,10 +229,10 @@ async def review_loop(
     ideas: Annotated[str | None, "idea file or directory (one idea per file); default: the prompt"] = None,
     max_review_rounds: Annotated[int, "coder fix rounds after a rejection"] = 2,
     test_command: Annotated[str | None, "shell command run on the final branch; non-zero stops the idea"] = None,
-    eval_command: Annotated[str | None, "evaluation command (last stdout line: JSON metrics)"] = None,
-    primary_metric: Annotated[str | None, "metric that decides better/worse"] = None,
-    direction: Annotated[Literal["max", "min"], "whether the primary metric should go up or down"] = "max",
-    weights: Annotated[dict, 'weights of other metrics, e.g. {"latency_ms": -0.5}'] = {},  # noqa: B006
+    eval_command: EvalCommand = None,
+    primary_metric: PrimaryMetric = None,
+    direction: DirectionParam = "max",
+    weights: Weights = {},  # noqa: B006
     tolerance: Annotated[float, "relative noise band (0.01 = 1%)"] = 0.01,
     eval_timeout_s: Annotated[float | None, "timeout of one evaluation"] = None,
     max_cost_usd: MaxCostUsd = None,
