@@ -22,8 +22,6 @@ from .evolve_commands import (
 from .evolve_goals import Goal
 
 OUTPUT_IN_PROMPT = 4000
-
-
 SUMMARY_IN_PROMPT = 600
 
 
@@ -123,15 +121,11 @@ async def confirm_regressions(
 # ---------------------------------------------------------------- fixing
 
 
-def _others(goal: Goal, goals: list[Goal]) -> str:
-    lines = [f"- {g.id}: `{g.check}`" for g in goals if g.id != goal.id]
-    return "\n".join(lines) if lines else "- (none)"
-
-
 def fix_prompt(
     user_prompt: str, goal: Goal, measured: Measurement, goals: list[Goal], attempts: list[str] | tuple[str, ...] = ()
 ) -> str:
     tail = measured.output[-OUTPUT_IN_PROMPT:] if measured.output else "(no output)"
+    others = "\n".join(f"- {g.id}: `{g.check}`" for g in goals if g.id != goal.id) or "- (none)"
     state = f"exit status {measured.exit_code}" if measured.exit_code is not None else (measured.error or "unknown")
     lines = [
         f"Overall objective: {user_prompt}",
@@ -159,7 +153,7 @@ def fix_prompt(
         "```",
         "",
         "These other checks must keep passing; do not break them:",
-        _others(goal, goals),
+        others,
     ]
     if attempts:
         # Without this the agent gets a byte-identical prompt and repeats the fix that was just reverted.
@@ -177,24 +171,14 @@ async def fix_wave(
     picked: list[Goal],
     goals: list[Goal],
     measures: dict[str, Measurement],
-    attempts: dict[str, list[str]] | None = None,
+    attempts: dict[str, list[str]],
 ) -> list[Fix]:
     """One agent task per picked goal, each on its own branch from the cycle's base, in parallel."""
-    attempts = attempts or {}
-    handles = [
-        (
-            g,
-            ctx.run(
-                {
-                    "prompt": fix_prompt(user_prompt, g, measures[g.id], goals, attempts.get(g.id, ())),
-                    "base_branch": base,
-                    "import_policy": "auto",
-                },
-                key=ctx.key("c", cycle, "fix", g.id),
-            ),
-        )
-        for g in picked
-    ]
+    handles = []
+    for g in picked:
+        prompt = fix_prompt(user_prompt, g, measures[g.id], goals, attempts.get(g.id, ()))
+        task = {"prompt": prompt, "base_branch": base, "import_policy": "auto"}
+        handles.append((g, ctx.run(task, key=ctx.key("c", cycle, "fix", g.id))))
     fixes = []
     for goal, handle in handles:
         try:
