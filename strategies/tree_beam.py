@@ -15,14 +15,16 @@ tree.json, TREE_SUMMARY.md and tree.svg from the event log alone.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
+import tempfile
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import anyio
 import msgspec
 
-from orchestrator.strategy import BaseEvaluationFailed, ConfigError, Context, RunView, strategy_options
+from orchestrator.strategy import BaseEvaluationFailed, ConfigError, Context, ReplayError, RunView, strategy_options
 
 from . import schemas
 from ._json import ask_json
@@ -32,8 +34,12 @@ from .base_check import TESTS_CANNOT_RUN, run_on_base, unusable_evaluation, why_
 from .budget import Budget
 from .evaluation import (
     Comparison,
+    DirectionParam,
+    EvalCommand,
     Evaluation,
+    PrimaryMetric,
     ScoringConfig,
+    Weights,
     check_scoring,
     compare,
     evaluation_from_json,
@@ -50,7 +56,17 @@ from .tree_beam_measure import (
     merge_measurements,
     unpaired_change,
 )
-from .tree_beam_report import best_path, is_tree_execution, node_key, order_key, tree_verdict, write_tree_report
+from .tree_beam_report import (
+    best_path,
+    branch_claims,
+    is_tree_execution,
+    listed_branches,
+    node_key,
+    order_key,
+    tree_problems,
+    tree_verdict,
+    write_tree_report,
+)
 
 IdeasContext = Literal["node_plus_ancestors", "node_only", "global"]
 
@@ -356,11 +372,11 @@ async def tree_beam(
     base_branch,
     ctx: Context,
     *,
-    eval_command: Annotated[str | None, "evaluation command (last stdout line: JSON metrics)"] = None,
-    primary_metric: Annotated[str | None, "metric that decides better/worse"] = None,
-    direction: Annotated[Literal["max", "min"], "whether the primary metric should go up or down"] = "max",
+    eval_command: EvalCommand = None,
+    primary_metric: PrimaryMetric = None,
+    direction: DirectionParam = "max",
     metric_unit: Annotated[str, "unit of the primary metric, shown to the agents (e.g. ops/s)"] = "",
-    weights: Annotated[dict, 'weights of other metrics, e.g. {"latency_ms": -0.5}'] = {},  # noqa: B006
+    weights: Weights = {},  # noqa: B006
     tolerance: Annotated[float, "relative band: an interval narrower than this is 'tight' (0.01 = 1%)"] = 0.01,
     eval_repeats: Annotated[int, "runs of the evaluation per candidate (median and interval)"] = 3,
     confirm_pairs: Annotated[int, "paired parent/candidate runs confirming a promotion (0 = none)"] = 10,
@@ -809,10 +825,8 @@ async def _end(tree: Tree, out, meter: Measurer, reason: str) -> dict[str, Any]:
 def _publish(ctx, tree: Tree, out) -> dict[str, Any]:
     """Write the tree so far and say where the search is.
 
-    Called at every point where the tree changed, so the files always hold
-    where the search got to: that is what a run interrupted there leaves, and
-    what a report replayed from the log of such a run shows. Both are derived
-    from task results only, so a resumed run writes and publishes the same.
+    Called wherever the tree changed, so the files hold what an interrupted run (or a report
+    replayed from its log) got to; both come from task results only.
     """
     data = tree.to_json()
     write_tree_report(data, out)
@@ -883,8 +897,6 @@ def branches_to_delete(run: RunView) -> list[str]:
     The orchestrator deletes those its git layer confirms this run created and
     nobody has moved or checked out since.
     """
-    from .tree_beam_report import listed_branches
-
     names: list[str] = []
     for sid, directory in _execution_dirs(run):
         if run.executions[sid] == "success":
@@ -894,10 +906,6 @@ def branches_to_delete(run: RunView) -> list[str]:
 
 def show_run_report(run: RunView) -> list[str]:
     """``--show-run``: regenerate tree.json / TREE_SUMMARY.md / tree.svg from the log and check them."""
-    from orchestrator.strategy import ReplayError
-
-    from .tree_beam_report import tree_problems
-
     problems = []
     try:
         render_tree_report(run.events_path, run.output_dir, prompt=run.prompt)
@@ -913,8 +921,6 @@ def show_run_report(run: RunView) -> list[str]:
 
 def claimed_branches(run: RunView) -> list[tuple[str, str, str]]:
     """``(what, branch, commit)``: every tree node's commit must be reachable from its branch."""
-    from .tree_beam_report import branch_claims
-
     claims = []
     for sid, directory in _execution_dirs(run):
         if (directory / "tree.json").exists():
@@ -927,19 +933,12 @@ def claimed_branches(run: RunView) -> list[tuple[str, str, str]]:
 def render_tree_report(
     events_path: str | Path, out_dir: str | Path, *, sid: str | None = None, prompt: str = ""
 ) -> list[Path]:
-    """Regenerate tree.json / TREE_SUMMARY.md / tree.svg from the event log alone.
+    """Regenerate tree.json / TREE_SUMMARY.md / tree.svg from the event log alone (docs/tree-beam.md).
 
-    The engine replays the strategy over the recorded results (``replay_strategy``),
-    into a scratch directory; the tree files it wrote there are the report. For an
-    interrupted run they hold the tree as far as the log goes (no stop reason). If
-    the replay raised something the run did not, the files it got to are still
-    written, then :class:`~orchestrator.errors.ReplayError` says so (the traceback is in the run's
-    ``orchestration.jsonl``).
+    The engine replays the strategy over the recorded results into a scratch directory; the
+    tree files it wrote there are the report.
     """
-    import json
-    import tempfile
-
-    from orchestrator.strategy import ReplayError, replay_strategy
+    from orchestrator.strategy import replay_strategy  # loads the engine: only when asked
 
     written: list[Path] = []
     with tempfile.TemporaryDirectory(prefix="tree-replay-") as tmp:
