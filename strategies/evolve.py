@@ -236,8 +236,7 @@ class _Loop:
     def _stop_if_a_check_cannot_run(self, measures: dict[str, Measurement], max_cycles: int) -> None:
         """Stop before any agent task when a check measured nothing on the base (see ``cannot_run``).
 
-        No fix can make such a goal pass (an agent cannot install the missing
-        tool), and the gate cannot protect it: the run would only spend money.
+        No fix can make such a goal pass, and the gate cannot protect it: the run would only spend money.
         """
         broken = [(g, why) for g in self.goals if (why := cannot_run(g, measures[g.id])) is not None]
         if not broken:
@@ -534,10 +533,7 @@ class _Loop:
             lines += ["Could not move:", *(f"- {gid}: {why}" for gid, why in stuck.items()), ""]
         lines += ["| cycle | goals | result | passing before | passing after | notes |", "|---|---|---|---|---|---|"]
         for e in self.history:
-            notes = []
-            for field in _NOTED:
-                if e.get(field):
-                    notes.append(f"{field.replace('_', ' ')}: {', '.join(e[field])}")
+            notes = [f"{field.replace('_', ' ')}: {', '.join(e[field])}" for field in _NOTED if e.get(field)]
             if e.get("reason"):
                 notes.append(e["reason"])
             lines.append(

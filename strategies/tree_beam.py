@@ -288,14 +288,12 @@ def objective_text(tree: Tree, node: dict[str, Any], *, tried: bool) -> str:
             "Other metrics in the score (weight per relative change; positive = higher is better): "
             + ", ".join(f"{k}={v:g}" for k, v in sorted(cfg["weights"].items()))
         )
-    lines.append(
+    lines += [
         f"Evaluation command (run from the repository root; its last stdout line is JSON with a "
-        f'"metrics" object): {cfg["eval_command"]}'
-    )
-    lines.append(
+        f'"metrics" object): {cfg["eval_command"]}',
         f"Each candidate is measured {cfg['eval_repeats']} time(s); a change is kept only when it beats "
-        "its parent by more than the measurement noise."
-    )
+        "its parent by more than the measurement noise.",
+    ]
     if cfg["protected_paths"]:
         lines.append(
             "Protected evaluator: " + ", ".join(cfg["protected_paths"]) + " are always taken from the base "

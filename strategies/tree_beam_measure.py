@@ -1,12 +1,7 @@
 """Measuring a commit like a careful engineer: repeats, intervals, paired confirmation, a protected evaluator.
 
-One measurement is ONE command task whose shell script (:func:`measure_command`)
-clones the read-only ``/workspace`` into ``/tmp`` once per commit it needs,
-puts the protected paths back to the root commit's version there (so a
-candidate cannot change how it is measured), then runs the user's evaluation
-command once per planned run, in the planned order, retrying a failed run once.
-Running everything in one container is what makes a paired A B A B comparison
-fair: both commits see the same machine, the same load, the same moment.
+One measurement is ONE command task (:func:`measure_command`, docs/tree-beam.md "A protected
+evaluator"): running every run in one container is what makes a paired A B A B comparison fair.
 
 Each run prints one line ``@@orch-run <i> <label> <exit code> <attempts> <last stdout line>``;
 a candidate that changed a protected path gets ``@@orch-protected-changed <label> <paths>``.
@@ -418,11 +413,9 @@ class Measurer:
             return Evaluation(status="failed", commit=commit, error=error), error
         info.update(
             flaky_runs=parsed.flaky,
-            failed_runs=len(parsed.failed),
             protected_changed=parsed.protected_changed.get("c", []),
             log=parsed.log,
             err_log=parsed.err_log,
-            samples=parsed.by_label.get("c", []),
         )
         ev = summarize(parsed.by_label.get("c", []), self.cfg["confidence"])
         return self.pin(msgspec.structs.replace(ev, commit=commit)), parsed.log

@@ -287,12 +287,9 @@ def write_tree_report(tree: dict[str, Any], out_dir: Path) -> list[Path]:
 
 
 def tree_problems(tree: dict[str, Any] | str | Path) -> list[str]:
-    """Check a tree (dict or tree.json path) for consistency; returns the problems found.
+    """Parents, depths, frontiers and promotions of a tree (dict or tree.json path) that disagree; [] = consistent.
 
-    Parents, depths, frontiers and promotions must agree with each other and
-    with the evaluations. That each node's commit is on its branch is a
-    question for the repository: :func:`branch_claims` lists those claims and
-    the orchestrator checks them through its git layer (``--show-run``).
+    Whether each node's commit is on its branch is the repository's question: see :func:`branch_claims`.
     """
     if not isinstance(tree, dict):
         tree = cast(dict[str, Any], json.loads(Path(tree).read_text("utf-8")))
