@@ -293,15 +293,22 @@ async def _check_base(
             raise BaseEvaluationFailed(
                 stop[1], command=eval_command, output=eval_run.output, keys=(ctx.key("baseline", "eval"),)
             )
-    if test_command and tests_run is not None and (why := why_tests_cannot_run(tests_run)) is not None:
-        raise BaseEvaluationFailed(
-            why,
-            command=test_command,
-            output=tests_run.output,
-            headline=TESTS_CANNOT_RUN,
-            keys=(ctx.key("baseline", "tests"),),
-        )
+    if (
+        test_command
+        and tests_run is not None
+        and (stop_run := tests_cannot_run(ctx, tests_run, test_command, "baseline"))
+    ):
+        raise stop_run
     return baseline, baseline_json, tests_run
+
+
+def tests_cannot_run(ctx: Context, tests_run: BaseRun, command: str, step: str) -> BaseEvaluationFailed | None:
+    """What stops the run when the test command cannot run at all on the base (``<step>/tests``), else None."""
+    why = why_tests_cannot_run(tests_run)
+    if why is None:
+        return None
+    keys = (ctx.key(step, "tests"),)
+    return BaseEvaluationFailed(why, command=command, output=tests_run.output, headline=TESTS_CANNOT_RUN, keys=keys)
 
 
 async def _run_ideas(

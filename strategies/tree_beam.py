@@ -30,7 +30,7 @@ from . import schemas
 from ._json import ask_json
 from ._report import tree_beam_sections as report_sections  # noqa: F401  (the run report's sections)
 from ._report_tasks import report_task  # noqa: F401  (its command tasks in the report)
-from .base_check import TESTS_CANNOT_RUN, run_on_base, unusable_evaluation, why_tests_cannot_run
+from .base_check import run_on_base, unusable_evaluation
 from .budget import Budget
 from .evaluation import (
     Comparison,
@@ -47,7 +47,7 @@ from .evaluation import (
     to_json,
 )
 from .pipeline import Idea, PipelineConfig, command_task, run_idea
-from .review_loop import output_root
+from .review_loop import output_root, tests_cannot_run
 from .tree_beam_measure import (
     Measurer,
     Spending,
@@ -419,7 +419,7 @@ async def tree_beam(
         else:
             frontier, stop = await search.expand(expandable)
         if stop is not None:
-            return await _end(search.tree, search.out, search.meter, stop)
+            return await search.end(stop)
 
 
 class _Search:
@@ -455,8 +455,62 @@ class _Search:
         # ctx.now() only at sequential points: a resumed run must ask for the same checkpoints in the same order
         return self.budget.exhausted(self.ctx.now() if self.timed else 0.0)
 
-    def publish(self) -> None:
-        _publish(self.ctx, self.tree, self.out)
+    def publish(self) -> dict[str, Any]:
+        """Write the tree so far and say where the search is.
+
+        Called wherever the tree changed, so the files hold what an interrupted run (or a report
+        replayed from its log) got to; both come from task results only.
+        """
+        data = self.tree.to_json()
+        write_tree_report(data, self.out)
+        self.ctx.progress(**tree_progress(data))
+        return data
+
+    def finish(self, reason: str) -> dict[str, Any]:
+        tree = self.tree
+        tree.stop_reason = reason
+        data = self.publish()
+        path = best_path(data)
+        best = path[-1]
+        return {
+            "verdict": tree_verdict(data),
+            "stop_reason": reason,
+            "best_node": best["id"],
+            "best_branch": best["branch"],
+            "best_path": [n["id"] for n in path],
+            "beat_base": bool((tree.best or {}).get("beat_base")),
+            "evals_used": tree.evals_used,
+            "spent": data["spent"],
+            "delete_branches": data["delete_branches"],
+            "tree": data,
+        }
+
+    async def end(self, reason: str) -> dict[str, Any]:
+        """Pick the best node, confirm it against the base, and finish."""
+        tree, meter = self.tree, self.meter
+        data = tree.to_json()
+        candidates = [n for n in data["nodes"] if n["parent"] is not None and (n.get("rank_score") or 0) > 0]
+        best = min(candidates, key=node_key) if candidates else None
+        verdict: dict[str, Any] = {"node": "n0", "beat_base": False, "check": None, "candidate": None}
+        if best is not None:
+            verdict["candidate"] = best["id"]
+            budget_reason = self.over_budget()
+            if meter.cfg["confirm_pairs"] == 0 or budget_reason is not None:
+                # no paired check (not asked for, or no budget left): the chain of confirmed promotions is the evidence
+                basis = "separate_measurements" + ("; budget spent" if budget_reason else "")
+                cand = evaluation_from_json(best["evaluation"])
+                verdict["check"] = _unpaired_check(self.root_ev, cand, meter, basis, strict_better=True)
+            else:
+                check = await meter.confirm(best["branch"], ("final", "confirm"), tree.nodes["n0"]["commit"])
+                if check.get("change") and check["reason"] != "incomplete_evaluation":
+                    check["passed"], check["reason"] = decide(
+                        check["change"], meter.scoring.tolerance, strict_better=True
+                    )
+                verdict["check"] = check
+            if verdict["check"]["passed"]:
+                verdict.update(node=best["id"], beat_base=True)
+        tree.best = verdict
+        return self.finish(reason)
 
     async def measure_root(self) -> None:
         """Measure the base; stop the run when candidates could not be measured against it."""
@@ -490,20 +544,14 @@ class _Search:
         }
         if (stop := unusable_evaluation(root_ev, [cfg["primary_metric"], *sorted(cfg["weights"])])) is not None:
             # Every candidate would be measured against this: stop before any agent task spends money.
-            _finish(ctx, tree, self.out, stop[0])
+            self.finish(stop[0])
             output = "\n".join(t for t in (info.get("log", ""), info.get("err_log", "")) if t.strip())
             raise BaseEvaluationFailed(
                 stop[1], command=cfg["eval_command"], output=output, keys=(ctx.key("root", "eval"),)
             )
-        if tests_run is not None and (cannot := why_tests_cannot_run(tests_run)) is not None:
-            _finish(ctx, tree, self.out, "root_tests_cannot_run")
-            raise BaseEvaluationFailed(
-                cannot,
-                command=test_command,
-                output=tests_run.output,
-                headline=TESTS_CANNOT_RUN,
-                keys=(ctx.key("root", "tests"),),
-            )
+        if tests_run is not None and (stop_run := tests_cannot_run(ctx, tests_run, test_command, "root")):
+            self.finish("root_tests_cannot_run")
+            raise stop_run
         self.publish()
 
     async def expand(self, expandable: list[str]) -> tuple[list[str], str | None]:
@@ -794,44 +842,6 @@ def _absorb_confirmation(r: dict[str, Any], root_ev: Evaluation, scoring: Scorin
         r["decision"]["rank_score"] = rank_score(r)
 
 
-async def _end(tree: Tree, out, meter: Measurer, reason: str) -> dict[str, Any]:
-    """Pick the best node, confirm it against the base, and finish."""
-    data = tree.to_json()
-    candidates = [n for n in data["nodes"] if n["parent"] is not None and (n.get("rank_score") or 0) > 0]
-    best = min(candidates, key=node_key) if candidates else None
-    verdict: dict[str, Any] = {"node": "n0", "beat_base": False, "check": None, "candidate": None}
-    if best is not None:
-        verdict["candidate"] = best["id"]
-        budget_reason = meter.ctx._budget.exhausted(meter.ctx.now() if tree.config["max_wall_s"] else 0.0)
-        if meter.cfg["confirm_pairs"] == 0 or budget_reason is not None:
-            # no paired check (not asked for, or no budget left): the chain of confirmed promotions is the evidence
-            assert tree.root_evaluation is not None  # the root is measured before any candidate
-            basis = "separate_measurements" + ("; budget spent" if budget_reason else "")
-            root, cand = evaluation_from_json(tree.root_evaluation), evaluation_from_json(best["evaluation"])
-            verdict["check"] = _unpaired_check(root, cand, meter, basis, strict_better=True)
-        else:
-            check = await meter.confirm(best["branch"], ("final", "confirm"), tree.nodes["n0"]["commit"])
-            if check.get("change") and check["reason"] != "incomplete_evaluation":
-                check["passed"], check["reason"] = decide(check["change"], meter.scoring.tolerance, strict_better=True)
-            verdict["check"] = check
-        if verdict["check"]["passed"]:
-            verdict.update(node=best["id"], beat_base=True)
-    tree.best = verdict
-    return _finish(meter.ctx, tree, out, reason)
-
-
-def _publish(ctx, tree: Tree, out) -> dict[str, Any]:
-    """Write the tree so far and say where the search is.
-
-    Called wherever the tree changed, so the files hold what an interrupted run (or a report
-    replayed from its log) got to; both come from task results only.
-    """
-    data = tree.to_json()
-    write_tree_report(data, out)
-    ctx.progress(**tree_progress(data))
-    return data
-
-
 def tree_progress(data: dict[str, Any]) -> dict[str, Any]:
     """The ``ctx.progress`` fields for a tree (as ``Tree.to_json`` gives it)."""
     current = data["depths"][-1] if data["depths"] else None
@@ -854,25 +864,6 @@ def tree_progress(data: dict[str, Any]) -> dict[str, Any]:
         "done": done,
         "total": total,
         "text": text,
-    }
-
-
-def _finish(ctx, tree: Tree, out, reason: str) -> dict[str, Any]:
-    tree.stop_reason = reason
-    data = _publish(ctx, tree, out)
-    path = best_path(data)
-    best = path[-1]
-    return {
-        "verdict": tree_verdict(data),
-        "stop_reason": reason,
-        "best_node": best["id"],
-        "best_branch": best["branch"],
-        "best_path": [n["id"] for n in path],
-        "beat_base": bool((tree.best or {}).get("beat_base")),
-        "evals_used": tree.evals_used,
-        "spent": data["spent"],
-        "delete_branches": data["delete_branches"],
-        "tree": data,
     }
 
 
