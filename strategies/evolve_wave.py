@@ -41,9 +41,6 @@ class WaveMerge(msgspec.Struct, frozen=True, kw_only=True):
     error: str | None = None
 
 
-# ---------------------------------------------------------------- measuring
-
-
 async def measure_all(ctx, goals: list[Goal], branch: str, key_parts: tuple) -> dict[str, Measurement]:
     """Every goal's check on ``branch``, in parallel; a task that broke counts as a failing check."""
     handles = [(g, ctx.run(measure_task(g, branch), key=ctx.key(*key_parts, g.id))) for g in goals]
@@ -118,9 +115,6 @@ async def confirm_regressions(
     return suspects, current, flaky
 
 
-# ---------------------------------------------------------------- fixing
-
-
 def fix_prompt(
     user_prompt: str, goal: Goal, measured: Measurement, goals: list[Goal], attempts: list[str] | tuple[str, ...] = ()
 ) -> str:
@@ -191,9 +185,6 @@ async def fix_wave(
         summary = " ".join((result.get("final_message") or "").split())[-SUMMARY_IN_PROMPT:]
         fixes.append(Fix(goal_id=goal.id, branch=branch, note="" if branch else "fix changed nothing", summary=summary))
     return fixes
-
-
-# ---------------------------------------------------------------- merging
 
 
 def resolve_prompt(goal: Goal, branch: str, merged: list[Goal]) -> str:
@@ -294,9 +285,6 @@ async def _resolve(ctx, key_parts: tuple, goal: Goal, branch: str, head: str, me
     except ctx.errors.TaskFailed:
         return None
     return (fixed.get("artifact") or {}).get("branch_final")
-
-
-# ---------------------------------------------------------------- bisecting
 
 
 class Bisect(msgspec.Struct, frozen=True, kw_only=True):

@@ -40,9 +40,6 @@ class PipelineConfig(msgspec.Struct, frozen=True, kw_only=True):
     debug_rounds: int = 0
 
 
-# ---------------------------------------------------------------- prompts
-
-
 def _objective(objective: str) -> str:
     return f"{objective.strip()}\n\n" if objective else ""
 
@@ -100,9 +97,6 @@ def parse_review(data: Any) -> dict[str, Any] | None:
     return {"verdict": verdict, "issues": [i if isinstance(i, str) else json.dumps(i, sort_keys=True) for i in issues]}
 
 
-# ---------------------------------------------------------------- helpers
-
-
 def _tail(text: str | None, limit: int = LOG_TAIL) -> str:
     text = text or ""
     return text if len(text) <= limit else text[-limit:]
@@ -125,9 +119,6 @@ def command_task(command: str, branch: str, *, timeout: float | None = None) -> 
     if timeout:
         task["timeout_seconds"] = timeout
     return task
-
-
-# ---------------------------------------------------------------- the pipeline
 
 
 async def run_idea(

@@ -199,9 +199,6 @@ class Tree:
             cur = self.nodes[cur]["parent"]
         return path[::-1]
 
-    def children_evals(self, node_id: str) -> list[dict[str, Any]]:
-        return [r for r in self.evals.values() if r["parent"] == node_id]
-
     def seen_hashes(self, node_id: str, scope: str) -> set[str]:
         if scope == "run":
             return {r["idea"]["hash"] for r in self.evals.values()}
@@ -320,7 +317,8 @@ def tried_ideas(tree: Tree, node: dict[str, Any], mode: str) -> str:
     else:
         parents = path[:-1] if mode == "node_plus_ancestors" else path[-2:-1]
         shown = applied if mode == "node_plus_ancestors" else applied[-1:]
-        shown += [r for p in parents for r in tree.children_evals(p["id"]) if not r["decision"]["passed_gate"]]
+        on_path = {p["id"] for p in parents}
+        shown += [r for r in tree.evals.values() if r["parent"] in on_path and not r["decision"]["passed_gate"]]
         label = "Ideas already tried on this path and their outcomes"
     shown = [r for r in shown if r["status"] != "pending"]
     if not shown:

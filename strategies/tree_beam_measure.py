@@ -292,11 +292,6 @@ def summarize(samples: list[Evaluation], confidence: float) -> Evaluation:
     )
 
 
-def relative_changes(parent: list[float], candidate: list[float], direction: str) -> list[float]:
-    sign = 1.0 if direction == "max" else -1.0
-    return [sign * (c - p) / (abs(p) if p != 0 else 1.0) for p, c in zip(parent, candidate, strict=True)]
-
-
 def decide(change: dict[str, Any], tolerance: float, *, strict_better: bool = False) -> tuple[bool, str]:
     """Gate on the interval of the primary metric's relative change (positive = better)."""
     if change["high"] < 0 and change["half_width"] > tolerance:
@@ -322,7 +317,8 @@ def paired_change(runs: Runs, scoring: ScoringConfig, confidence: float) -> dict
     ]
     if not pairs or len(pairs) != len(p) or len(p) != len(c):
         return None
-    return interval(relative_changes([a for a, _ in pairs], [b for _, b in pairs], scoring.direction), confidence)
+    sign = 1.0 if scoring.direction == "max" else -1.0
+    return interval([sign * (b - a) / (abs(a) if a != 0 else 1.0) for a, b in pairs], confidence)
 
 
 def unpaired_change(
