@@ -9,17 +9,12 @@ from __future__ import annotations
 import json
 import math
 from functools import partial
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import msgspec
 
 Direction = Literal["max", "min"]
 GRADES = ("strong", "promising", "mixed", "weak")
-# The scoring parameters as review-loop and tree-beam describe them (``--help``).
-EvalCommand = Annotated[str | None, "evaluation command (last stdout line: JSON metrics)"]
-PrimaryMetric = Annotated[str | None, "metric that decides better/worse"]
-DirectionParam = Annotated[Direction, "whether the primary metric should go up or down"]
-Weights = Annotated[dict, 'weights of other metrics, e.g. {"latency_ms": -0.5}']
 
 
 class Evaluation(msgspec.Struct, frozen=True, kw_only=True):

@@ -32,20 +32,15 @@ from .base_check import (
     unusable_evaluation,
     why_tests_cannot_run,
 )
-from .evaluation import (
-    DirectionParam,
-    EvalCommand,
-    Evaluation,
-    PrimaryMetric,
-    ScoringConfig,
-    Weights,
-    check_scoring,
-    fmt_number,
-    to_json,
-)
+from .evaluation import Direction, Evaluation, ScoringConfig, check_scoring, fmt_number, to_json
 from .pipeline import Idea, PipelineConfig, run_idea, write_json
 
 MAX_IDEA_BYTES = 64 * 1024
+# The scoring parameters as review-loop and tree-beam describe them (``--help``).
+EvalCommand = Annotated[str | None, "evaluation command (last stdout line: JSON metrics)"]
+PrimaryMetric = Annotated[str | None, "metric that decides better/worse"]
+DirectionParam = Annotated[Direction, "whether the primary metric should go up or down"]
+Weights = Annotated[dict, 'weights of other metrics, e.g. {"latency_ms": -0.5}']
 # The run budget's two limits as review-loop and evolve describe them (``--help``).
 MaxCostUsd = Annotated[
     float | None, "start no new task once the run's tasks cost this many US dollars (null: no limit)"

@@ -34,12 +34,8 @@ from .base_check import run_on_base, unusable_evaluation
 from .budget import Budget
 from .evaluation import (
     Comparison,
-    DirectionParam,
-    EvalCommand,
     Evaluation,
-    PrimaryMetric,
     ScoringConfig,
-    Weights,
     check_scoring,
     compare,
     evaluation_from_json,
@@ -47,7 +43,7 @@ from .evaluation import (
     to_json,
 )
 from .pipeline import Idea, PipelineConfig, command_task, run_idea
-from .review_loop import output_root, tests_cannot_run
+from .review_loop import DirectionParam, EvalCommand, PrimaryMetric, Weights, output_root, tests_cannot_run
 from .tree_beam_measure import (
     Measurer,
     Spending,
