@@ -1,9 +1,7 @@
 """Which failing goals may be fixed in the same wave: those whose footprints cannot overlap.
 
-The rules (footprints, glob overlap, whole-project tools, learned interference)
-are described in docs/evolve.md ("Independence"). The overlap test may say
-"overlap" when there is none but never "disjoint" when some path matches both:
-the regression gate after the wave is the safety net for what it cannot see.
+The rules are in docs/evolve.md ("Independence"). The overlap test may say "overlap" when there is
+none but never "disjoint": the regression gate after the wave is the safety net for what it cannot see.
 """
 
 from __future__ import annotations
@@ -83,14 +81,7 @@ def _segments_may_match(a: str, b: str) -> bool:
 
 
 def globs_may_overlap(a: str, b: str) -> bool:
-    """False only when no path can match both globs.
-
-    The globs are compared segment by segment (``*``, ``?`` and ``[...]`` stay
-    inside one segment). A ``**`` segment, or one glob naming a directory that
-    contains the other's paths (``src`` vs ``src/a.py``), counts as an overlap.
-    Two wildcard segments overlap unless their literal prefixes or suffixes
-    contradict each other.
-    """
+    """False only when no path can match both globs (the rules: docs/evolve.md, "Independence")."""
     sa, sb = _segments(a), _segments(b)
     for x, y in zip(sa, sb, strict=False):  # a longer glob is a directory prefix case (see below)
         if "**" in x or "**" in y:

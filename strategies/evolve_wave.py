@@ -92,10 +92,8 @@ async def confirm_regressions(
 ) -> tuple[list[str], dict[str, Measurement], list[str]]:
     """Re-run each regressed goal's check up to ``reruns`` times on ``branch`` before believing it.
 
-    A check that passes (or is back within tolerance) on a re-run was flaky: it
-    does not count as a regression and its passing measurement replaces the
-    failing one. Returns the confirmed regressions, the measurements and the
-    goals found flaky. Costs one check run per suspected regression per re-run.
+    Returns the confirmed regressions, the measurements (a flaky goal's passing one) and the goals
+    found flaky; docs/evolve.md ("What a regression decision means") says why and what it costs.
     """
     regressed = regressions(goals, before, after)
     flaky: list[str] = []
@@ -211,11 +209,7 @@ async def merge_wave(
 ) -> WaveMerge:
     """Merge the fix branches in order inside a container, never in the user's working tree.
 
-    The merge command stops at the first conflicting branch (see
-    :mod:`strategies.evolve_commands`). An agent then merges that branch on top
-    of what merged cleanly, and the next merge step continues from the agent's
-    branch; a branch that still conflicts after one resolution attempt (or whose
-    resolution failed) is left out of the wave.
+    An agent resolves the first conflict; the next merge step verifies it (docs/evolve.md, "A cycle").
     """
     if len(fixes) == 1:
         return WaveMerge(branch=fixes[0][1], included=(fixes[0][0].id,), conflicts=())
@@ -306,14 +300,7 @@ async def bisect_wave(
     full_wave_known: bool,
     reruns: int = 0,
 ) -> Bisect:
-    """Keep the largest prefix-greedy subset of the wave that regresses nothing.
-
-    Branches are tried in wave order: each is merged on top of the branches kept
-    so far (a durable merge task) and every goal is measured on the result; the
-    branch is kept when nothing regressed, else it is blamed. When the last
-    candidate would be the whole wave again and the wave's merge involved no
-    conflict resolution, it is known to regress and is blamed without a task.
-    """
+    """Keep the largest prefix-greedy subset of the wave that regresses nothing (docs/evolve.md, "bisect_on_regression")."""
     kept: list[tuple[Goal, str]] = []
     branch: str | None = None
     measures: dict[str, Measurement] | None = None
