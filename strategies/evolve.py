@@ -182,7 +182,6 @@ class _Loop:
                 self.failed_waves += 1
                 if self.failed_waves > self.max_failed_waves:
                     entry.pop("retry_after_s", None)  # no retry follows
-                    self._write_outputs(initial, measures)
                     stopped = "fixes-failing"
                     stop_reason = (
                         f"every fix task failed in {self.failed_waves} waves in a row (last: {entry['reason']})"

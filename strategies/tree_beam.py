@@ -875,11 +875,7 @@ def _execution_dirs(run: RunView) -> list[tuple[str, Path]]:
 
 
 def branches_to_delete(run: RunView) -> list[str]:
-    """After a finished run: the rejected candidates' branches that delete_branches.txt lists.
-
-    The orchestrator deletes those its git layer confirms this run created and
-    nobody has moved or checked out since.
-    """
+    """After a finished run: the branches delete_branches.txt lists (docs/tree-beam.md, "Branch cleanup contract")."""
     names: list[str] = []
     for sid, directory in _execution_dirs(run):
         if run.executions[sid] == "success":
