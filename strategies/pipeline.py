@@ -129,7 +129,7 @@ async def run_idea(
     base_branch: str,
     key_prefix: tuple,
     cfg: PipelineConfig,
-    baseline: Evaluation | None = None,
+    baseline: Evaluation | None,
     root: Evaluation | None = None,
     out_dir: Path | None = None,
     objective: str = "",
