@@ -1,38 +1,7 @@
 """The evaluation contract and the built-in scoring shared by tree-beam and review-loop.
 
-An evaluation is the user's ``eval_command`` run as a ``command`` task
-(``import_policy="never"``) on a candidate branch. Its LAST non-empty stdout
-line is one JSON object::
-
-    {"metrics": {"throughput": 1234.5, "latency_ms": 8.1},   # required, numbers (NaN allowed)
-     "valid": true,                                          # optional, false = unusable run
-     "expected": 100, "ok": 100,                             # optional completeness counters
-     "recommendation": {"should_explore": true, "grade": "strong",
-                        "score": 7.5, "reasons": ["..."]}}   # optional, replaces built-in scoring
-
-A non-zero exit (the task fails with error_type ``command``), a timeout or an
-unparsable last line is a failed evaluation carrying its reason.
-
-Scoring compares a candidate with a baseline evaluation (the parent node, the
-root, or the base branch). Everything here is a pure function of its inputs so
-a resumed run decides exactly as the first one did.
-
-Definitions (docs/tree-beam.md repeats them for users):
-
-- ``tolerance`` is RELATIVE: a metric moved only when ``|change| > tolerance *
-  |baseline|``; a zero baseline uses ``tolerance`` as an absolute band.
-- ``primary_delta`` is the primary metric's change in its good direction
-  (``candidate - baseline`` for ``max``, ``baseline - candidate`` for ``min``),
-  so positive always means better.
-- ``score`` = 100 * (primary relative change in its good direction + sum over
-  weighted metrics of ``weight * relative change``); a positive weight means
-  higher is better for that metric. +10 % throughput scores 10.0.
-- ``grade``: primary regressed -> weak; primary improved -> strong when no
-  weighted metric regressed, else promising when score > 0, else mixed;
-  primary flat -> promising when score is beyond the noise band upward, weak
-  when beyond it downward, else mixed.
-- ``should_explore`` = grade is strong or promising and the evaluation is
-  valid and complete.
+docs/tree-beam.md ("The evaluation contract", "Built-in scoring") defines both for users.
+Everything here is a pure function of its inputs so a resumed run decides exactly as the first one did.
 """
 
 from __future__ import annotations
@@ -40,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 from functools import partial
-from typing import Any, Literal, overload
+from typing import Any, Literal
 
 import msgspec
 
@@ -292,14 +261,19 @@ def check_scoring_params(
         raise ConfigError(f"-S tolerance must be a non-negative number (relative, 0.01 = 1%), got {tolerance!r}")
 
 
-@overload
-def evaluation_from_json(data: dict[str, Any]) -> Evaluation: ...
-@overload
-def evaluation_from_json(data: None) -> None: ...
-def evaluation_from_json(data: dict[str, Any] | None) -> Evaluation | None:
+def check_scoring(params: dict[str, Any]) -> None:
+    """:func:`check_scoring_params` on a strategy's ``-S`` parameters, absent ones at their defaults."""
+    check_scoring_params(
+        params.get("primary_metric"),
+        params.get("direction", "max"),
+        params.get("weights") or {},
+        params.get("tolerance", 0.01),
+        eval_command=params.get("eval_command"),
+    )
+
+
+def evaluation_from_json(data: dict[str, Any]) -> Evaluation:
     """Inverse of ``to_json`` for an :class:`Evaluation` (a null metric was NaN)."""
-    if data is None:
-        return None
     metrics = {k: float("nan") if v is None else float(v) for k, v in (data.get("metrics") or {}).items()}
     return msgspec.convert(dict(data, metrics=metrics), Evaluation)
 

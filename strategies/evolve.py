@@ -1,19 +1,6 @@
 """evolve: a fitness loop over a goals file, fixing independent failing goals in parallel waves.
 
-Each cycle measures every goal (a read-only ``command`` task per goal), picks
-up to ``max_parallel`` independent failing goals by weight, fixes each on its
-own branch from the cycle's base, merges the fixes into one wave branch inside
-a container, and re-measures everything there. A wave that breaks a goal that
-passed at the start of the cycle is reverted as a whole (or, with
-``bisect_on_regression``, cut down to the fixes that break nothing); otherwise
-the base advances to the wave branch. A check that newly fails is re-run before
-it counts as a regression; a goal whose agent changed nothing is set aside until
-the base moves, and so is a goal whose fixes were reverted ``rest_after`` times in
-a row with its check still failing (it rests); a wave whose every fix task failed is retried after a pause;
-each goal's next fix prompt lists its earlier attempts. The loop ends when
-every goal passes, after ``max_cycles``, when no failing goal is left to try,
-after ``max_failed_waves`` failed waves in a row, or when a budget is spent;
-then the working branches are deleted. See docs/evolve.md.
+The cycle, its gates, rests, retries and stop conditions are described in docs/evolve.md.
 """
 
 from __future__ import annotations
@@ -41,6 +28,7 @@ from .evolve_wave import (
     measure_all,
     merge_wave,
 )
+from .review_loop import MaxCostUsd, MaxWallS
 
 ATTEMPTS_KEPT = 5  # earlier attempts shown in a goal's next fix prompt
 REST_AFTER = 2  # reverted attempts in a row on one goal before it rests (until the base moves)
@@ -68,12 +56,8 @@ async def evolve(
         int, "waves in a row in which every fix task failed (quota, outage) before the run stops"
     ] = 3,
     retry_backoff_s: Annotated[float, "wait before retrying after such a wave; doubles each time"] = 60.0,
-    max_cost_usd: Annotated[
-        float | None, "start no new task once the run's tasks cost this many US dollars (null: no limit)"
-    ] = None,
-    max_wall_s: Annotated[
-        float | None, "start no new task once the run is this many seconds old (null: no limit)"
-    ] = None,
+    max_cost_usd: MaxCostUsd = None,
+    max_wall_s: MaxWallS = None,
     keep_branches: Annotated[bool, "keep the fix, merge and resolve branches instead of deleting them"] = False,
 ):
     """Keep a set of measurable goals passing: fix failing ones in parallel waves, revert regressions."""
@@ -198,7 +182,6 @@ class _Loop:
                 self.failed_waves += 1
                 if self.failed_waves > self.max_failed_waves:
                     entry.pop("retry_after_s", None)  # no retry follows
-                    self._write_outputs(initial, measures)
                     stopped = "fixes-failing"
                     stop_reason = (
                         f"every fix task failed in {self.failed_waves} waves in a row (last: {entry['reason']})"
@@ -252,8 +235,7 @@ class _Loop:
     def _stop_if_a_check_cannot_run(self, measures: dict[str, Measurement], max_cycles: int) -> None:
         """Stop before any agent task when a check measured nothing on the base (see ``cannot_run``).
 
-        No fix can make such a goal pass (an agent cannot install the missing
-        tool), and the gate cannot protect it: the run would only spend money.
+        No fix can make such a goal pass, and the gate cannot protect it: the run would only spend money.
         """
         broken = [(g, why) for g in self.goals if (why := cannot_run(g, measures[g.id])) is not None]
         if not broken:
@@ -550,10 +532,7 @@ class _Loop:
             lines += ["Could not move:", *(f"- {gid}: {why}" for gid, why in stuck.items()), ""]
         lines += ["| cycle | goals | result | passing before | passing after | notes |", "|---|---|---|---|---|---|"]
         for e in self.history:
-            notes = []
-            for field in _NOTED:
-                if e.get(field):
-                    notes.append(f"{field.replace('_', ' ')}: {', '.join(e[field])}")
+            notes = [f"{field.replace('_', ' ')}: {', '.join(e[field])}" for field in _NOTED if e.get(field)]
             if e.get("reason"):
                 notes.append(e["reason"])
             lines.append(

@@ -13,11 +13,7 @@ Measure (read-only, ``import_policy="never"``)::
     <last bytes of its stderr>
     @@evolve end exit=<status> head=<commit>
 
-Merge (``import_policy="auto"``, runs on the cycle base with the fix branches
-included): for each branch in order, skip it if already merged (a conflict
-resolution merged it), else ``git merge --no-edit``; at the first conflict run
-``git merge --abort``, print ``@@evolve conflict <branch>`` and stop, so the
-imported HEAD is the clean merge of the branches before it.
+Merge (``import_policy="auto"``): docs/evolve.md ("A cycle") describes its steps and markers.
 """
 
 from __future__ import annotations
@@ -121,17 +117,11 @@ def parse_measurement(goal: Goal, final_message: str) -> Measurement:
     )
 
 
-# The statuses POSIX sh itself sets when it cannot execute a command: the check never ran.
-
-
 def cannot_run(goal: Goal, m: Measurement) -> str | None:
     """Why ``goal``'s check measured nothing on this commit, or None when it ran (passing or failing).
 
-    A check cannot run when its measuring task ended without the check's exit
-    status (container failure, task timeout, output cut short), when the shell
-    reports 126 or 127, or when a metric goal printed no readable number.
-    Anything else, a crash or an interpreter's own error included, is a failing
-    check: that is how a broken program fails, and fixing it is evolve's job.
+    Anything but a task without an exit status, the shell's 126 or 127, or a metric goal without
+    a number is a failing check, a crash included: fixing a broken program is evolve's job.
     """
     if m.error is not None:
         return f"its measuring task ended without a result: {(m.error.splitlines() or [''])[0][:300]}"

@@ -1,24 +1,8 @@
 """The evolve goals file: model, validation and the strategy's ``prepare`` step.
 
-A goals file is YAML (JSON is YAML too)::
-
-    version: 1
-    goals:
-      - id: lint-clean                 # kebab-case, unique
-        description: "ruff reports nothing"
-        check: "ruff check ."          # shell command in the repo; exit 0 = pass
-        weight: 5                      # number > 0: higher is fixed first
-        timeout: 120                   # optional seconds for the check (default 300)
-        writes: ["src/**/*.py"]        # optional globs the fix is expected to touch
-        metric:                        # optional: the goal is a number, not pass/fail
-          json_key: coverage           # optional dotted key in stdout JSON; else the last line
-          direction: higher            # higher|lower is better
-          threshold: 80                # pass when the value reaches it
-          tolerance: 0.5               # optional: a worsening beyond this is a regression
-
-Every problem is reported as one line naming the file, the goal and the field,
-before any task runs. The validated goals (plain dicts) are what the run
-records, so a resumed run never reads the file again.
+The file format is in docs/evolve.md ("Goals file"). Every problem is reported as one line
+naming the file, the goal and the field, before any task runs. The validated goals (plain
+dicts) are what the run records, so a resumed run never reads the file again.
 """
 
 from __future__ import annotations
@@ -39,6 +23,8 @@ MAX_PARALLEL_CAP = 5
 _ID = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 _GOAL_FIELDS = {"id", "description", "check", "weight", "timeout", "writes", "metric"}
 _METRIC_FIELDS = {"json_key", "direction", "threshold", "tolerance"}
+# (-S name, its default, its least value)
+_WHOLE_NUMBERS = (("max_cycles", 10, 1), ("quarantine_after", 3, 1), ("recheck", 1, 0), ("max_failed_waves", 3, 0))
 
 
 class Metric(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -198,14 +184,10 @@ def prepare(params: dict[str, Any], repo_path: str) -> dict[str, Any]:
     """Load and validate the goals file and limits before the run starts."""
     out = dict(params)
     check_max_parallel(out.get("max_parallel", 3))
-    for name, default in (("max_cycles", 10), ("quarantine_after", 3)):
+    for name, default, least in _WHOLE_NUMBERS:
         value = out.get(name, default)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError(f"evolve: -S {name} must be a whole number >= 1, got {value!r}")
-    for name, default in (("recheck", 1), ("max_failed_waves", 3)):
-        value = out.get(name, default)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ConfigError(f"evolve: -S {name} must be a whole number >= 0, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ConfigError(f"evolve: -S {name} must be a whole number >= {least}, got {value!r}")
     value = out.get("retry_backoff_s", 60.0)
     if not _is_number(value) or value < 0:
         raise ConfigError(f"evolve: -S retry_backoff_s must be a number >= 0 (seconds), got {value!r}")

@@ -1,9 +1,7 @@
 """Which failing goals may be fixed in the same wave: those whose footprints cannot overlap.
 
-The rules (footprints, glob overlap, whole-project tools, learned interference)
-are described in docs/evolve.md ("Independence"). The overlap test may say
-"overlap" when there is none but never "disjoint" when some path matches both:
-the regression gate after the wave is the safety net for what it cannot see.
+The rules are in docs/evolve.md ("Independence"). The overlap test may say "overlap" when there is
+none but never "disjoint": the regression gate after the wave is the safety net for what it cannot see.
 """
 
 from __future__ import annotations
@@ -19,82 +17,26 @@ _WILD = set("*?[{")
 _SPLIT = re.compile(r"[;&|()<>=,`\"']+")
 _EXT = re.compile(r"^[^/]*\.[A-Za-z0-9_]{1,8}$")
 _IGNORED_PREFIXES = ("/dev/", "/proc/", "/sys/", "/tmp/", "/usr/", "/bin/", "/etc/")
-# Tools that read a fixed file without naming it on the command line.
 # Tools whose verdict depends on the whole project: a fix for such a goal may
 # touch any file, and any other goal's fix may break it. Only a goal's own
 # ``writes`` narrows them.
-_WHOLE_PROJECT = frozenset(
-    {
-        "pytest",
-        "py.test",
-        "tox",
-        "nox",
-        "unittest",
-        "nose2",
-        "ruff",
-        "flake8",
-        "pylint",
-        "pyflakes",
-        "pycodestyle",
-        "black",
-        "isort",
-        "mypy",
-        "pyright",
-        "pytype",
-        "bandit",
-        "coverage",
-        "eslint",
-        "tsc",
-        "prettier",
-        "jest",
-        "vitest",
-        "mocha",
-        "npm",
-        "yarn",
-        "pnpm",
-        "npx",
-        "go",
-        "golangci-lint",
-        "staticcheck",
-        "cargo",
-        "clippy-driver",
-        "make",
-        "cmake",
-        "ctest",
-        "mvn",
-        "gradle",
-        "gradlew",
-        "bazel",
-        "rubocop",
-        "rspec",
-        "rake",
-        "phpunit",
-        "shellcheck",
-        "pre-commit",
-        "dotnet",
-    }
+_WHOLE_PROJECT: frozenset[str] = frozenset().union(
+    ("pytest", "py.test", "tox", "nox", "unittest", "nose2", "coverage", "pre-commit"),
+    ("ruff", "flake8", "pylint", "pyflakes", "pycodestyle", "black", "isort", "mypy", "pyright", "pytype", "bandit"),
+    ("eslint", "tsc", "prettier", "jest", "vitest", "mocha", "npm", "yarn", "pnpm", "npx"),
+    ("go", "golangci-lint", "staticcheck", "cargo", "clippy-driver"),
+    ("make", "cmake", "ctest", "mvn", "gradle", "gradlew", "bazel", "dotnet"),
+    ("rubocop", "rspec", "rake", "phpunit", "shellcheck"),
 )
+_SHELLS = ("sh", "bash", "zsh")
 # Launchers that run the tool named after them (``python -m pytest``, ``uv run mypy``).
 _LAUNCHERS = {
-    "python": ("-m",),
-    "python3": ("-m",),
-    "uv": ("run",),
-    "poetry": ("run",),
-    "pipx": ("run",),
-    "pdm": ("run",),
-    "hatch": ("run",),
-    "env": (),
-    "timeout": (),
-    "nice": (),
-    "exec": (),
-    "time": (),
-    "uvx": (),
-    "npx": (),
-    "sh": ("-c",),
-    "bash": ("-c",),
-    "zsh": ("-c",),
+    **dict.fromkeys(("python", "python3"), ("-m",)),
+    **dict.fromkeys(("uv", "poetry", "pipx", "pdm", "hatch"), ("run",)),
+    **dict.fromkeys(("env", "timeout", "nice", "exec", "time", "uvx", "npx"), ()),
+    **dict.fromkeys(_SHELLS, ("-c",)),
 }
-_SHELLS = ("sh", "bash", "zsh")
+# Tools that read a fixed file without naming it on the command line.
 _IMPLIED = {
     "make": "Makefile",
     "npm": "package.json",
@@ -139,14 +81,7 @@ def _segments_may_match(a: str, b: str) -> bool:
 
 
 def globs_may_overlap(a: str, b: str) -> bool:
-    """False only when no path can match both globs.
-
-    The globs are compared segment by segment (``*``, ``?`` and ``[...]`` stay
-    inside one segment). A ``**`` segment, or one glob naming a directory that
-    contains the other's paths (``src`` vs ``src/a.py``), counts as an overlap.
-    Two wildcard segments overlap unless their literal prefixes or suffixes
-    contradict each other.
-    """
+    """False only when no path can match both globs (the rules: docs/evolve.md, "Independence")."""
     sa, sb = _segments(a), _segments(b)
     for x, y in zip(sa, sb, strict=False):  # a longer glob is a directory prefix case (see below)
         if "**" in x or "**" in y:
@@ -156,15 +91,18 @@ def globs_may_overlap(a: str, b: str) -> bool:
     return True  # equal, or one is a directory prefix of the other
 
 
+def _words(command: str) -> list[str]:
+    try:
+        return shlex.split(command, comments=True)
+    except ValueError:  # unbalanced quotes: still split, roughly
+        return command.split()
+
+
 def path_tokens(command: str) -> list[str]:
     """Tokens of a shell command that look like files, scripts or directories."""
-    try:
-        words = shlex.split(command, comments=True)
-    except ValueError:
-        words = command.split()
     tokens: list[str] = []
     first = True
-    for word in words:
+    for word in _words(command):
         for part in _SPLIT.split(word):
             part = part.strip()
             if not part:
@@ -183,15 +121,11 @@ def path_tokens(command: str) -> list[str]:
 
 def _commands(command: str) -> list[str]:
     """The program each simple command of a shell line runs, looking through launchers and assignments."""
-    try:
-        words = shlex.split(command, comments=True)
-    except ValueError:
-        words = command.split()
     out: list[str] = []
     start = True
     launcher_args: tuple[str, ...] | None = None
     prev = ""
-    for raw in words:
+    for raw in _words(command):
         if raw in (";", "&&", "||", "|", "(", ")", "&"):
             start, launcher_args = True, None
             continue

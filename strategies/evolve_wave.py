@@ -22,8 +22,6 @@ from .evolve_commands import (
 from .evolve_goals import Goal
 
 OUTPUT_IN_PROMPT = 4000
-
-
 SUMMARY_IN_PROMPT = 600
 
 
@@ -41,9 +39,6 @@ class WaveMerge(msgspec.Struct, frozen=True, kw_only=True):
     conflicts: tuple[str, ...]  # goal ids left out after an unresolved conflict
     resolved: tuple[str, ...] = ()  # goal ids whose conflict an agent resolved
     error: str | None = None
-
-
-# ---------------------------------------------------------------- measuring
 
 
 async def measure_all(ctx, goals: list[Goal], branch: str, key_parts: tuple) -> dict[str, Measurement]:
@@ -97,10 +92,8 @@ async def confirm_regressions(
 ) -> tuple[list[str], dict[str, Measurement], list[str]]:
     """Re-run each regressed goal's check up to ``reruns`` times on ``branch`` before believing it.
 
-    A check that passes (or is back within tolerance) on a re-run was flaky: it
-    does not count as a regression and its passing measurement replaces the
-    failing one. Returns the confirmed regressions, the measurements and the
-    goals found flaky. Costs one check run per suspected regression per re-run.
+    Returns the confirmed regressions, the measurements (a flaky goal's passing one) and the goals
+    found flaky; docs/evolve.md ("What a regression decision means") says why and what it costs.
     """
     regressed = regressions(goals, before, after)
     flaky: list[str] = []
@@ -120,18 +113,11 @@ async def confirm_regressions(
     return suspects, current, flaky
 
 
-# ---------------------------------------------------------------- fixing
-
-
-def _others(goal: Goal, goals: list[Goal]) -> str:
-    lines = [f"- {g.id}: `{g.check}`" for g in goals if g.id != goal.id]
-    return "\n".join(lines) if lines else "- (none)"
-
-
 def fix_prompt(
     user_prompt: str, goal: Goal, measured: Measurement, goals: list[Goal], attempts: list[str] | tuple[str, ...] = ()
 ) -> str:
     tail = measured.output[-OUTPUT_IN_PROMPT:] if measured.output else "(no output)"
+    others = "\n".join(f"- {g.id}: `{g.check}`" for g in goals if g.id != goal.id) or "- (none)"
     state = f"exit status {measured.exit_code}" if measured.exit_code is not None else (measured.error or "unknown")
     lines = [
         f"Overall objective: {user_prompt}",
@@ -159,7 +145,7 @@ def fix_prompt(
         "```",
         "",
         "These other checks must keep passing; do not break them:",
-        _others(goal, goals),
+        others,
     ]
     if attempts:
         # Without this the agent gets a byte-identical prompt and repeats the fix that was just reverted.
@@ -177,24 +163,14 @@ async def fix_wave(
     picked: list[Goal],
     goals: list[Goal],
     measures: dict[str, Measurement],
-    attempts: dict[str, list[str]] | None = None,
+    attempts: dict[str, list[str]],
 ) -> list[Fix]:
     """One agent task per picked goal, each on its own branch from the cycle's base, in parallel."""
-    attempts = attempts or {}
-    handles = [
-        (
-            g,
-            ctx.run(
-                {
-                    "prompt": fix_prompt(user_prompt, g, measures[g.id], goals, attempts.get(g.id, ())),
-                    "base_branch": base,
-                    "import_policy": "auto",
-                },
-                key=ctx.key("c", cycle, "fix", g.id),
-            ),
-        )
-        for g in picked
-    ]
+    handles = []
+    for g in picked:
+        prompt = fix_prompt(user_prompt, g, measures[g.id], goals, attempts.get(g.id, ()))
+        task = {"prompt": prompt, "base_branch": base, "import_policy": "auto"}
+        handles.append((g, ctx.run(task, key=ctx.key("c", cycle, "fix", g.id))))
     fixes = []
     for goal, handle in handles:
         try:
@@ -207,9 +183,6 @@ async def fix_wave(
         summary = " ".join((result.get("final_message") or "").split())[-SUMMARY_IN_PROMPT:]
         fixes.append(Fix(goal_id=goal.id, branch=branch, note="" if branch else "fix changed nothing", summary=summary))
     return fixes
-
-
-# ---------------------------------------------------------------- merging
 
 
 def resolve_prompt(goal: Goal, branch: str, merged: list[Goal]) -> str:
@@ -236,11 +209,7 @@ async def merge_wave(
 ) -> WaveMerge:
     """Merge the fix branches in order inside a container, never in the user's working tree.
 
-    The merge command stops at the first conflicting branch (see
-    :mod:`strategies.evolve_commands`). An agent then merges that branch on top
-    of what merged cleanly, and the next merge step continues from the agent's
-    branch; a branch that still conflicts after one resolution attempt (or whose
-    resolution failed) is left out of the wave.
+    An agent resolves the first conflict; the next merge step verifies it (docs/evolve.md, "A cycle").
     """
     if len(fixes) == 1:
         return WaveMerge(branch=fixes[0][1], included=(fixes[0][0].id,), conflicts=())
@@ -312,9 +281,6 @@ async def _resolve(ctx, key_parts: tuple, goal: Goal, branch: str, head: str, me
     return (fixed.get("artifact") or {}).get("branch_final")
 
 
-# ---------------------------------------------------------------- bisecting
-
-
 class Bisect(msgspec.Struct, frozen=True, kw_only=True):
     kept: tuple[str, ...]
     branch: str | None
@@ -334,14 +300,7 @@ async def bisect_wave(
     full_wave_known: bool,
     reruns: int = 0,
 ) -> Bisect:
-    """Keep the largest prefix-greedy subset of the wave that regresses nothing.
-
-    Branches are tried in wave order: each is merged on top of the branches kept
-    so far (a durable merge task) and every goal is measured on the result; the
-    branch is kept when nothing regressed, else it is blamed. When the last
-    candidate would be the whole wave again and the wave's merge involved no
-    conflict resolution, it is known to regress and is blamed without a task.
-    """
+    """Keep the largest prefix-greedy subset of the wave that regresses nothing (docs/evolve.md, "bisect_on_regression")."""
     kept: list[tuple[Goal, str]] = []
     branch: str | None = None
     measures: dict[str, Measurement] | None = None

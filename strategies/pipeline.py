@@ -1,14 +1,11 @@
-"""One idea, end to end: plan -> code -> review rounds -> tests -> evaluate.
+"""One idea, end to end: plan -> code -> review rounds -> tests -> evaluate (shared by review-loop and tree-beam).
 
-:func:`run_idea` is the per-idea pipeline shared by ``review-loop`` (every
-idea of a file or directory) and ``tree-beam`` (every idea generated for a
-node). Its task keys, statuses and files are described in docs/review-loop.md.
-Files are written from task results only, so a resumed run rewrites identical bytes.
+Its task keys, statuses and files are described in docs/review-loop.md. Files are written from
+task results only, so a resumed run rewrites identical bytes.
 """
 
 from __future__ import annotations
 
-import inspect
 import json
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -41,9 +38,6 @@ class PipelineConfig(msgspec.Struct, frozen=True, kw_only=True):
     scoring: ScoringConfig | None = None
     # Rounds in which a coder whose candidate failed the tests is shown the failure and may fix it.
     debug_rounds: int = 0
-
-
-# ---------------------------------------------------------------- prompts
 
 
 def _objective(objective: str) -> str:
@@ -103,9 +97,6 @@ def parse_review(data: Any) -> dict[str, Any] | None:
     return {"verdict": verdict, "issues": [i if isinstance(i, str) else json.dumps(i, sort_keys=True) for i in issues]}
 
 
-# ---------------------------------------------------------------- helpers
-
-
 def _tail(text: str | None, limit: int = LOG_TAIL) -> str:
     text = text or ""
     return text if len(text) <= limit else text[-limit:]
@@ -130,47 +121,6 @@ def command_task(command: str, branch: str, *, timeout: float | None = None) -> 
     return task
 
 
-# `timeout` becomes the task's timeout_seconds, enforced inside the container.
-async def evaluate(
-    ctx,
-    command: str,
-    branch: str,
-    key_parts: tuple,
-    *,
-    timeout: float | None = None,  # noqa: ASYNC109
-) -> tuple[Evaluation, str]:
-    """Run the eval command on ``branch``; returns the evaluation and its log text."""
-    handle = ctx.run(command_task(command, branch, timeout=timeout), key=ctx.key(*key_parts))
-    try:
-        result = await ctx.wait(handle)
-    except ctx.errors.TaskFailed as exc:
-        return evaluation_from_task(None, exc), f"[{exc.error_type}] {exc.message}"
-    return evaluation_from_task(result), result.get("final_message") or ""
-
-
-async def _diff(ctx, prefix: tuple, n: int, branch: str, base_commit: str) -> str:
-    handle = ctx.run(
-        command_task(f"git diff --no-ext-diff --no-color {base_commit} HEAD", branch),
-        key=ctx.key(*prefix, "diff", f"round-{n}"),
-    )
-    try:
-        return (await ctx.wait(handle))["final_message"] or ""
-    except ctx.errors.TaskFailed as exc:
-        return f"(diff unavailable: {exc.error_type}: {_tail(exc.message, 400)})"
-
-
-# ---------------------------------------------------------------- the pipeline
-
-Baseline = Evaluation | Callable[[], Awaitable[Evaluation | None]] | None
-
-
-async def _resolve(baseline: Baseline) -> Evaluation | None:
-    if baseline is None or isinstance(baseline, Evaluation):
-        return baseline
-    value = baseline()
-    return await value if inspect.isawaitable(value) else value
-
-
 async def run_idea(
     ctx,
     idea: Idea,
@@ -179,20 +129,17 @@ async def run_idea(
     base_branch: str,
     key_prefix: tuple,
     cfg: PipelineConfig,
-    baseline: Baseline = None,
-    root: Baseline = None,
+    baseline: Evaluation | None,
+    root: Evaluation | None = None,
     out_dir: Path | None = None,
     objective: str = "",
     evaluator: Callable[[str, tuple], Awaitable[tuple[Evaluation, str]]] | None = None,
 ) -> dict[str, Any]:
     """Run one idea through the pipeline and return its outcome (a JSON-ready dict).
 
-    ``baseline`` is what the evaluation is compared with (``comparison``);
-    ``root`` adds a second comparison (``root_comparison``) when given. Either
-    may be an async function, awaited only once this idea's evaluation is in,
-    so a baseline evaluation can run in parallel with the ideas.
-    ``objective`` (what is measured and how) goes into the plan and code prompts;
-    ``evaluator(branch, key_parts)`` replaces the single evaluation run.
+    The evaluation is compared with ``baseline`` (``comparison``) and with ``root`` when given
+    (``root_comparison``). ``objective`` (what is measured and how) goes into the plan and code
+    prompts; ``evaluator(branch, key_parts)`` replaces the single evaluation run.
     """
     run = _IdeaRun(ctx, idea, goal, tuple(key_prefix), cfg, out_dir, base_branch)
     _write(out_dir, "idea.md", f"# {idea.title}\n\n{idea.text}\n")
@@ -316,7 +263,11 @@ class _IdeaRun:
 
     async def review(self, n: int, *, last: bool) -> bool:
         """Round ``n``'s diff and review; a rejection is fixed. True when the rounds are over."""
-        diff = await _diff(self.ctx, self.prefix, n, self.branch, self.base_commit)
+        diff_task = command_task(f"git diff --no-ext-diff --no-color {self.base_commit} HEAD", self.branch)
+        try:
+            diff = (await self._task(diff_task, "diff", f"round-{n}"))["final_message"] or ""
+        except self.ctx.errors.TaskFailed as exc:
+            diff = f"(diff unavailable: {exc.error_type}: {_tail(exc.message, 400)})"
         _write(self.out_dir, f"diff_round_{n}.diff", diff)
         record = self._round(n, session=self.session)
         self.out["rounds"].append(record)
@@ -379,21 +330,28 @@ class _IdeaRun:
             "debug_rounds": attempt,
         }
 
-    async def evaluate(self, eval_command: str, evaluator, baseline: Baseline, root: Baseline) -> None:
+    async def evaluate(
+        self, eval_command: str, evaluator, baseline: Evaluation | None, root: Evaluation | None
+    ) -> None:
         """Measure the final branch and compare it with the baseline (and the root)."""
         key_parts = (*self.prefix, "eval")
         if evaluator is not None:
             evaluation, log = await evaluator(self.branch, key_parts)
         else:
-            evaluation, log = await evaluate(
-                self.ctx, eval_command, self.branch, key_parts, timeout=self.cfg.eval_timeout_s
-            )
+            try:
+                # the timeout becomes the task's timeout_seconds, enforced inside the container
+                result = await self._task(
+                    command_task(eval_command, self.branch, timeout=self.cfg.eval_timeout_s), "eval"
+                )
+            except self.ctx.errors.TaskFailed as exc:
+                evaluation, log = evaluation_from_task(None, exc), f"[{exc.error_type}] {exc.message}"
+            else:
+                evaluation, log = evaluation_from_task(result), result.get("final_message") or ""
         _write(self.out_dir, "eval.log", log)
         self.out["evaluation"] = to_json(evaluation)
         self.out["commit"] = evaluation.commit
         if evaluation.status != "ok":
             raise _Stop("eval_failed", evaluation.error)
         for field, against in (("comparison", baseline), ("root_comparison", root)):
-            against = await _resolve(against)
             if self.cfg.scoring is not None and against is not None and against.status == "ok":
                 self.out[field] = to_json(compare(evaluation, against, self.cfg.scoring))

@@ -6,27 +6,16 @@
         -S test_command="pytest -q" -S eval_command="python bench.py --json" \\
         -S primary_metric=throughput -S direction=max
 
-Ideas come from a file, every file of a directory (sorted by name), or the
-prompt itself. ``prepare`` reads them before the run starts, so their text is
-part of the recorded parameters and a resume never re-reads changed files.
-All ideas run in parallel (within the pool) through :func:`strategies.pipeline.run_idea`.
-Before any of them starts, the base branch is evaluated once (``baseline/eval``)
-and the test command run on it (``baseline/tests``); the run stops there
-(``BaseEvaluationFailed``, exit 1) when the evaluation cannot be used or the test
-command cannot run at all (see :mod:`strategies.base_check`). Every idea's
-evaluation is scored against the base's. The base is a candidate too: ``best`` is
-the top idea only when it beats the base (grade strong or promising, primary
-metric not worse); otherwise the result says "nothing beat the base" and
-``best_branch`` is the base branch. ``max_cost_usd`` / ``max_wall_s`` stop
-new tasks; ideas cut short are reported as ``budget_stopped``. Artifacts:
-``strategy_output/<idea-id>/`` per idea plus ``ranking.json`` and ``ideas.md`` ranking the ideas by score.
+Ideas come from a file, every file of a directory (sorted by name), or the prompt itself;
+``prepare`` reads them before the run starts, so a resume never re-reads changed files.
+The base check, the choice of the best idea, budgets and artifacts are in docs/review-loop.md.
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import anyio
 
@@ -43,10 +32,20 @@ from .base_check import (
     unusable_evaluation,
     why_tests_cannot_run,
 )
-from .evaluation import Evaluation, ScoringConfig, check_scoring_params, fmt_number, to_json
+from .evaluation import Direction, Evaluation, ScoringConfig, check_scoring, fmt_number, to_json
 from .pipeline import Idea, PipelineConfig, run_idea, write_json
 
 MAX_IDEA_BYTES = 64 * 1024
+# The scoring parameters as review-loop and tree-beam describe them (``--help``).
+EvalCommand = Annotated[str | None, "evaluation command (last stdout line: JSON metrics)"]
+PrimaryMetric = Annotated[str | None, "metric that decides better/worse"]
+DirectionParam = Annotated[Direction, "whether the primary metric should go up or down"]
+Weights = Annotated[dict, 'weights of other metrics, e.g. {"latency_ms": -0.5}']
+# The run budget's two limits as review-loop and evolve describe them (``--help``).
+MaxCostUsd = Annotated[
+    float | None, "start no new task once the run's tasks cost this many US dollars (null: no limit)"
+]
+MaxWallS = Annotated[float | None, "start no new task once the run is this many seconds old (null: no limit)"]
 
 
 def _slug(text: str) -> str:
@@ -58,7 +57,7 @@ def title_of(text: str) -> str:
     return first.lstrip("#").strip()[:100] or "(untitled)"
 
 
-def load_ideas(spec: str | None, repo_path: str, prompt_fallback: bool = True) -> list[dict[str, str]]:
+def load_ideas(spec: str | None, repo_path: str) -> list[dict[str, str]]:
     """Ideas from a file or a directory (sorted), as ``[{id, title, text}]``; [] means "use the prompt"."""
     if not spec:
         return []
@@ -98,13 +97,7 @@ def prepare(params: dict[str, Any], repo_path: str) -> dict[str, Any]:
         out["ideas"] = load_ideas(out["ideas"], repo_path)
     if out.get("max_review_rounds", 2) < 0:
         raise ConfigError("-S max_review_rounds must be >= 0")
-    check_scoring_params(
-        out.get("primary_metric"),
-        out.get("direction", "max"),
-        out.get("weights") or {},
-        out.get("tolerance", 0.01),
-        eval_command=out.get("eval_command"),
-    )
+    check_scoring(out)
     for name in ("max_cost_usd", "max_wall_s"):
         value = out.get(name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
@@ -231,18 +224,14 @@ async def review_loop(
     ideas: Annotated[str | None, "idea file or directory (one idea per file); default: the prompt"] = None,
     max_review_rounds: Annotated[int, "coder fix rounds after a rejection"] = 2,
     test_command: Annotated[str | None, "shell command run on the final branch; non-zero stops the idea"] = None,
-    eval_command: Annotated[str | None, "evaluation command (last stdout line: JSON metrics)"] = None,
-    primary_metric: Annotated[str | None, "metric that decides better/worse"] = None,
-    direction: Annotated[Literal["max", "min"], "whether the primary metric should go up or down"] = "max",
-    weights: Annotated[dict, 'weights of other metrics, e.g. {"latency_ms": -0.5}'] = {},  # noqa: B006
+    eval_command: EvalCommand = None,
+    primary_metric: PrimaryMetric = None,
+    direction: DirectionParam = "max",
+    weights: Weights = {},  # noqa: B006
     tolerance: Annotated[float, "relative noise band (0.01 = 1%)"] = 0.01,
     eval_timeout_s: Annotated[float | None, "timeout of one evaluation"] = None,
-    max_cost_usd: Annotated[
-        float | None, "start no new task once the run's tasks cost this many US dollars (null: no limit)"
-    ] = None,
-    max_wall_s: Annotated[
-        float | None, "start no new task once the run is this many seconds old (null: no limit)"
-    ] = None,
+    max_cost_usd: MaxCostUsd = None,
+    max_wall_s: MaxWallS = None,
 ):
     """Plan, implement, review (with fix rounds), test and evaluate each idea; rank by score."""
     if isinstance(ideas, str):  # called without prepare (a direct call): read now
@@ -299,15 +288,22 @@ async def _check_base(
             raise BaseEvaluationFailed(
                 stop[1], command=eval_command, output=eval_run.output, keys=(ctx.key("baseline", "eval"),)
             )
-    if test_command and tests_run is not None and (why := why_tests_cannot_run(tests_run)) is not None:
-        raise BaseEvaluationFailed(
-            why,
-            command=test_command,
-            output=tests_run.output,
-            headline=TESTS_CANNOT_RUN,
-            keys=(ctx.key("baseline", "tests"),),
-        )
+    if (
+        test_command
+        and tests_run is not None
+        and (stop_run := tests_cannot_run(ctx, tests_run, test_command, "baseline"))
+    ):
+        raise stop_run
     return baseline, baseline_json, tests_run
+
+
+def tests_cannot_run(ctx: Context, tests_run: BaseRun, command: str, step: str) -> BaseEvaluationFailed | None:
+    """What stops the run when the test command cannot run at all on the base (``<step>/tests``), else None."""
+    why = why_tests_cannot_run(tests_run)
+    if why is None:
+        return None
+    keys = (ctx.key(step, "tests"),)
+    return BaseEvaluationFailed(why, command=command, output=tests_run.output, headline=TESTS_CANNOT_RUN, keys=keys)
 
 
 async def _run_ideas(

@@ -6,51 +6,44 @@
         -S eval_command="python bench.py --json" -S primary_metric=ops_per_s \\
         -S ideas_per_node=5 -S max_depth=3 -S beam_width=2
 
-A node is a commit on a kept branch plus its measurement; the root is the base
-branch, measured first (a failed or unusable measurement stops the run:
-``BaseEvaluationFailed``). Each depth asks every frontier node for ideas, runs
-each new idea through the shared per-idea pipeline (:mod:`strategies.pipeline`)
-on the node's branch, screens the candidates against their parents, and
-confirms the best ones, paired against their parents, until ``beam_width`` are
-the next frontier; an empty frontier continues from the archive. The best node
-must beat the base in a final paired check. docs/tree-beam.md explains the
-search and the statistics; measuring lives in :mod:`strategies.tree_beam_measure`.
-
-Every step is a durable task, so the event log is the manifest: a resumed run
-re-derives the same tree, and :func:`render_tree_report` rebuilds tree.json,
-TREE_SUMMARY.md and tree.svg from the event log alone.
+docs/tree-beam.md explains the search and the statistics; measuring lives in
+:mod:`strategies.tree_beam_measure`. Every step is a durable task, so the event log is the
+manifest: a resumed run re-derives the same tree, and :func:`render_tree_report` rebuilds
+tree.json, TREE_SUMMARY.md and tree.svg from the event log alone.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import re
+import tempfile
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import anyio
 import msgspec
 
-from orchestrator.strategy import BaseEvaluationFailed, ConfigError, Context, RunView, strategy_options
+from orchestrator.strategy import BaseEvaluationFailed, ConfigError, Context, ReplayError, RunView, strategy_options
 
 from . import schemas
 from ._json import ask_json
 from ._report import tree_beam_sections as report_sections  # noqa: F401  (the run report's sections)
 from ._report_tasks import report_task  # noqa: F401  (its command tasks in the report)
-from .base_check import TESTS_CANNOT_RUN, run_on_base, unusable_evaluation, why_tests_cannot_run
+from .base_check import run_on_base, unusable_evaluation
 from .budget import Budget
 from .evaluation import (
     Comparison,
     Evaluation,
     ScoringConfig,
-    check_scoring_params,
+    check_scoring,
     compare,
     evaluation_from_json,
     primary_regressed,
     to_json,
 )
 from .pipeline import Idea, PipelineConfig, command_task, run_idea
-from .review_loop import output_root
+from .review_loop import DirectionParam, EvalCommand, PrimaryMetric, Weights, output_root, tests_cannot_run
 from .tree_beam_measure import (
     Measurer,
     Spending,
@@ -59,7 +52,17 @@ from .tree_beam_measure import (
     merge_measurements,
     unpaired_change,
 )
-from .tree_beam_report import best_path, is_tree_execution, node_key, order_key, tree_verdict, write_tree_report
+from .tree_beam_report import (
+    best_path,
+    branch_claims,
+    is_tree_execution,
+    listed_branches,
+    node_key,
+    order_key,
+    tree_problems,
+    tree_verdict,
+    write_tree_report,
+)
 
 IdeasContext = Literal["node_plus_ancestors", "node_only", "global"]
 
@@ -192,9 +195,6 @@ class Tree:
             cur = self.nodes[cur]["parent"]
         return path[::-1]
 
-    def children_evals(self, node_id: str) -> list[dict[str, Any]]:
-        return [r for r in self.evals.values() if r["parent"] == node_id]
-
     def seen_hashes(self, node_id: str, scope: str) -> set[str]:
         if scope == "run":
             return {r["idea"]["hash"] for r in self.evals.values()}
@@ -281,14 +281,12 @@ def objective_text(tree: Tree, node: dict[str, Any], *, tried: bool) -> str:
             "Other metrics in the score (weight per relative change; positive = higher is better): "
             + ", ".join(f"{k}={v:g}" for k, v in sorted(cfg["weights"].items()))
         )
-    lines.append(
+    lines += [
         f"Evaluation command (run from the repository root; its last stdout line is JSON with a "
-        f'"metrics" object): {cfg["eval_command"]}'
-    )
-    lines.append(
+        f'"metrics" object): {cfg["eval_command"]}',
         f"Each candidate is measured {cfg['eval_repeats']} time(s); a change is kept only when it beats "
-        "its parent by more than the measurement noise."
-    )
+        "its parent by more than the measurement noise.",
+    ]
     if cfg["protected_paths"]:
         lines.append(
             "Protected evaluator: " + ", ".join(cfg["protected_paths"]) + " are always taken from the base "
@@ -315,7 +313,8 @@ def tried_ideas(tree: Tree, node: dict[str, Any], mode: str) -> str:
     else:
         parents = path[:-1] if mode == "node_plus_ancestors" else path[-2:-1]
         shown = applied if mode == "node_plus_ancestors" else applied[-1:]
-        shown += [r for p in parents for r in tree.children_evals(p["id"]) if not r["decision"]["passed_gate"]]
+        on_path = {p["id"] for p in parents}
+        shown += [r for r in tree.evals.values() if r["parent"] in on_path and not r["decision"]["passed_gate"]]
         label = "Ideas already tried on this path and their outcomes"
     shown = [r for r in shown if r["status"] != "pending"]
     if not shown:
@@ -330,13 +329,7 @@ def prepare(params: dict[str, Any], repo_path: str) -> dict[str, Any]:
     """Check the parameters before the run starts (one clear line per problem)."""
     if not params.get("eval_command"):
         raise ConfigError('tree-beam needs -S eval_command="..." (prints JSON metrics as its last line)')
-    check_scoring_params(
-        params.get("primary_metric"),
-        params.get("direction", "max"),
-        params.get("weights") or {},
-        params.get("tolerance", 0.01),
-        eval_command=params["eval_command"],
-    )
+    check_scoring(params)
     for name in ("ideas_per_node", "max_depth", "beam_width", "eval_repeats", "eval_parallel"):
         if params.get(name, 1) < 1:
             raise ConfigError(f"-S {name} must be >= 1")
@@ -371,11 +364,11 @@ async def tree_beam(
     base_branch,
     ctx: Context,
     *,
-    eval_command: Annotated[str | None, "evaluation command (last stdout line: JSON metrics)"] = None,
-    primary_metric: Annotated[str | None, "metric that decides better/worse"] = None,
-    direction: Annotated[Literal["max", "min"], "whether the primary metric should go up or down"] = "max",
+    eval_command: EvalCommand = None,
+    primary_metric: PrimaryMetric = None,
+    direction: DirectionParam = "max",
     metric_unit: Annotated[str, "unit of the primary metric, shown to the agents (e.g. ops/s)"] = "",
-    weights: Annotated[dict, 'weights of other metrics, e.g. {"latency_ms": -0.5}'] = {},  # noqa: B006
+    weights: Weights = {},  # noqa: B006
     tolerance: Annotated[float, "relative band: an interval narrower than this is 'tight' (0.01 = 1%)"] = 0.01,
     eval_repeats: Annotated[int, "runs of the evaluation per candidate (median and interval)"] = 3,
     confirm_pairs: Annotated[int, "paired parent/candidate runs confirming a promotion (0 = none)"] = 10,
@@ -420,7 +413,7 @@ async def tree_beam(
         else:
             frontier, stop = await search.expand(expandable)
         if stop is not None:
-            return await _end(search.tree, search.out, search.meter, stop)
+            return await search.end(stop)
 
 
 class _Search:
@@ -456,8 +449,62 @@ class _Search:
         # ctx.now() only at sequential points: a resumed run must ask for the same checkpoints in the same order
         return self.budget.exhausted(self.ctx.now() if self.timed else 0.0)
 
-    def publish(self) -> None:
-        _publish(self.ctx, self.tree, self.out)
+    def publish(self) -> dict[str, Any]:
+        """Write the tree so far and say where the search is.
+
+        Called wherever the tree changed, so the files hold what an interrupted run (or a report
+        replayed from its log) got to; both come from task results only.
+        """
+        data = self.tree.to_json()
+        write_tree_report(data, self.out)
+        self.ctx.progress(**tree_progress(data))
+        return data
+
+    def finish(self, reason: str) -> dict[str, Any]:
+        tree = self.tree
+        tree.stop_reason = reason
+        data = self.publish()
+        path = best_path(data)
+        best = path[-1]
+        return {
+            "verdict": tree_verdict(data),
+            "stop_reason": reason,
+            "best_node": best["id"],
+            "best_branch": best["branch"],
+            "best_path": [n["id"] for n in path],
+            "beat_base": bool((tree.best or {}).get("beat_base")),
+            "evals_used": tree.evals_used,
+            "spent": data["spent"],
+            "delete_branches": data["delete_branches"],
+            "tree": data,
+        }
+
+    async def end(self, reason: str) -> dict[str, Any]:
+        """Pick the best node, confirm it against the base, and finish."""
+        tree, meter = self.tree, self.meter
+        data = tree.to_json()
+        candidates = [n for n in data["nodes"] if n["parent"] is not None and (n.get("rank_score") or 0) > 0]
+        best = min(candidates, key=node_key) if candidates else None
+        verdict: dict[str, Any] = {"node": "n0", "beat_base": False, "check": None, "candidate": None}
+        if best is not None:
+            verdict["candidate"] = best["id"]
+            budget_reason = self.over_budget()
+            if meter.cfg["confirm_pairs"] == 0 or budget_reason is not None:
+                # no paired check (not asked for, or no budget left): the chain of confirmed promotions is the evidence
+                basis = "separate_measurements" + ("; budget spent" if budget_reason else "")
+                cand = evaluation_from_json(best["evaluation"])
+                verdict["check"] = _unpaired_check(self.root_ev, cand, meter, basis, strict_better=True)
+            else:
+                check = await meter.confirm(best["branch"], ("final", "confirm"), tree.nodes["n0"]["commit"])
+                if check.get("change") and check["reason"] != "incomplete_evaluation":
+                    check["passed"], check["reason"] = decide(
+                        check["change"], meter.scoring.tolerance, strict_better=True
+                    )
+                verdict["check"] = check
+            if verdict["check"]["passed"]:
+                verdict.update(node=best["id"], beat_base=True)
+        tree.best = verdict
+        return self.finish(reason)
 
     async def measure_root(self) -> None:
         """Measure the base; stop the run when candidates could not be measured against it."""
@@ -491,20 +538,14 @@ class _Search:
         }
         if (stop := unusable_evaluation(root_ev, [cfg["primary_metric"], *sorted(cfg["weights"])])) is not None:
             # Every candidate would be measured against this: stop before any agent task spends money.
-            _finish(ctx, tree, self.out, stop[0])
+            self.finish(stop[0])
             output = "\n".join(t for t in (info.get("log", ""), info.get("err_log", "")) if t.strip())
             raise BaseEvaluationFailed(
                 stop[1], command=cfg["eval_command"], output=output, keys=(ctx.key("root", "eval"),)
             )
-        if tests_run is not None and (cannot := why_tests_cannot_run(tests_run)) is not None:
-            _finish(ctx, tree, self.out, "root_tests_cannot_run")
-            raise BaseEvaluationFailed(
-                cannot,
-                command=test_command,
-                output=tests_run.output,
-                headline=TESTS_CANNOT_RUN,
-                keys=(ctx.key("root", "tests"),),
-            )
+        if tests_run is not None and (stop_run := tests_cannot_run(ctx, tests_run, test_command, "root")):
+            self.finish("root_tests_cannot_run")
+            raise stop_run
         self.publish()
 
     async def expand(self, expandable: list[str]) -> tuple[list[str], str | None]:
@@ -795,46 +836,6 @@ def _absorb_confirmation(r: dict[str, Any], root_ev: Evaluation, scoring: Scorin
         r["decision"]["rank_score"] = rank_score(r)
 
 
-async def _end(tree: Tree, out, meter: Measurer, reason: str) -> dict[str, Any]:
-    """Pick the best node, confirm it against the base, and finish."""
-    data = tree.to_json()
-    candidates = [n for n in data["nodes"] if n["parent"] is not None and (n.get("rank_score") or 0) > 0]
-    best = min(candidates, key=node_key) if candidates else None
-    verdict: dict[str, Any] = {"node": "n0", "beat_base": False, "check": None, "candidate": None}
-    if best is not None:
-        verdict["candidate"] = best["id"]
-        budget_reason = meter.ctx._budget.exhausted(meter.ctx.now() if tree.config["max_wall_s"] else 0.0)
-        if meter.cfg["confirm_pairs"] == 0 or budget_reason is not None:
-            # no paired check (not asked for, or no budget left): the chain of confirmed promotions is the evidence
-            assert tree.root_evaluation is not None  # the root is measured before any candidate
-            basis = "separate_measurements" + ("; budget spent" if budget_reason else "")
-            root, cand = evaluation_from_json(tree.root_evaluation), evaluation_from_json(best["evaluation"])
-            verdict["check"] = _unpaired_check(root, cand, meter, basis, strict_better=True)
-        else:
-            check = await meter.confirm(best["branch"], ("final", "confirm"), tree.nodes["n0"]["commit"])
-            if check.get("change") and check["reason"] != "incomplete_evaluation":
-                check["passed"], check["reason"] = decide(check["change"], meter.scoring.tolerance, strict_better=True)
-            verdict["check"] = check
-        if verdict["check"]["passed"]:
-            verdict.update(node=best["id"], beat_base=True)
-    tree.best = verdict
-    return _finish(meter.ctx, tree, out, reason)
-
-
-def _publish(ctx, tree: Tree, out) -> dict[str, Any]:
-    """Write the tree so far and say where the search is.
-
-    Called at every point where the tree changed, so the files always hold
-    where the search got to: that is what a run interrupted there leaves, and
-    what a report replayed from the log of such a run shows. Both are derived
-    from task results only, so a resumed run writes and publishes the same.
-    """
-    data = tree.to_json()
-    write_tree_report(data, out)
-    ctx.progress(**tree_progress(data))
-    return data
-
-
 def tree_progress(data: dict[str, Any]) -> dict[str, Any]:
     """The ``ctx.progress`` fields for a tree (as ``Tree.to_json`` gives it)."""
     current = data["depths"][-1] if data["depths"] else None
@@ -860,25 +861,6 @@ def tree_progress(data: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _finish(ctx, tree: Tree, out, reason: str) -> dict[str, Any]:
-    tree.stop_reason = reason
-    data = _publish(ctx, tree, out)
-    path = best_path(data)
-    best = path[-1]
-    return {
-        "verdict": tree_verdict(data),
-        "stop_reason": reason,
-        "best_node": best["id"],
-        "best_branch": best["branch"],
-        "best_path": [n["id"] for n in path],
-        "beat_base": bool((tree.best or {}).get("beat_base")),
-        "evals_used": tree.evals_used,
-        "spent": data["spent"],
-        "delete_branches": data["delete_branches"],
-        "tree": data,
-    }
-
-
 # ---- hooks the orchestrator command calls (see orchestrator/app/launch.py, app/manage.py) ----------
 # They only read files and the folded state: the orchestrator does the git work through its git layer.
 
@@ -893,13 +875,7 @@ def _execution_dirs(run: RunView) -> list[tuple[str, Path]]:
 
 
 def branches_to_delete(run: RunView) -> list[str]:
-    """After a finished run: the rejected candidates' branches that delete_branches.txt lists.
-
-    The orchestrator deletes those its git layer confirms this run created and
-    nobody has moved or checked out since.
-    """
-    from .tree_beam_report import listed_branches
-
+    """After a finished run: the branches delete_branches.txt lists (docs/tree-beam.md, "Branch cleanup contract")."""
     names: list[str] = []
     for sid, directory in _execution_dirs(run):
         if run.executions[sid] == "success":
@@ -909,10 +885,6 @@ def branches_to_delete(run: RunView) -> list[str]:
 
 def show_run_report(run: RunView) -> list[str]:
     """``--show-run``: regenerate tree.json / TREE_SUMMARY.md / tree.svg from the log and check them."""
-    from orchestrator.strategy import ReplayError
-
-    from .tree_beam_report import tree_problems
-
     problems = []
     try:
         render_tree_report(run.events_path, run.output_dir, prompt=run.prompt)
@@ -928,8 +900,6 @@ def show_run_report(run: RunView) -> list[str]:
 
 def claimed_branches(run: RunView) -> list[tuple[str, str, str]]:
     """``(what, branch, commit)``: every tree node's commit must be reachable from its branch."""
-    from .tree_beam_report import branch_claims
-
     claims = []
     for sid, directory in _execution_dirs(run):
         if (directory / "tree.json").exists():
@@ -942,19 +912,12 @@ def claimed_branches(run: RunView) -> list[tuple[str, str, str]]:
 def render_tree_report(
     events_path: str | Path, out_dir: str | Path, *, sid: str | None = None, prompt: str = ""
 ) -> list[Path]:
-    """Regenerate tree.json / TREE_SUMMARY.md / tree.svg from the event log alone.
+    """Regenerate tree.json / TREE_SUMMARY.md / tree.svg from the event log alone (docs/tree-beam.md).
 
-    The engine replays the strategy over the recorded results (``replay_strategy``),
-    into a scratch directory; the tree files it wrote there are the report. For an
-    interrupted run they hold the tree as far as the log goes (no stop reason). If
-    the replay raised something the run did not, the files it got to are still
-    written, then :class:`~orchestrator.errors.ReplayError` says so (the traceback is in the run's
-    ``orchestration.jsonl``).
+    The engine replays the strategy over the recorded results into a scratch directory; the
+    tree files it wrote there are the report.
     """
-    import json
-    import tempfile
-
-    from orchestrator.strategy import ReplayError, replay_strategy
+    from orchestrator.strategy import replay_strategy  # loads the engine: only when asked
 
     written: list[Path] = []
     with tempfile.TemporaryDirectory(prefix="tree-replay-") as tmp:

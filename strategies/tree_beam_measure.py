@@ -1,12 +1,7 @@
 """Measuring a commit like a careful engineer: repeats, intervals, paired confirmation, a protected evaluator.
 
-One measurement is ONE command task whose shell script (:func:`measure_command`)
-clones the read-only ``/workspace`` into ``/tmp`` once per commit it needs,
-puts the protected paths back to the root commit's version there (so a
-candidate cannot change how it is measured), then runs the user's evaluation
-command once per planned run, in the planned order, retrying a failed run once.
-Running everything in one container is what makes a paired A B A B comparison
-fair: both commits see the same machine, the same load, the same moment.
+One measurement is ONE command task (:func:`measure_command`, docs/tree-beam.md "A protected
+evaluator"): running every run in one container is what makes a paired A B A B comparison fair.
 
 Each run prints one line ``@@orch-run <i> <label> <exit code> <attempts> <last stdout line>``;
 a candidate that changed a protected path gets ``@@orch-protected-changed <label> <paths>``.
@@ -297,11 +292,6 @@ def summarize(samples: list[Evaluation], confidence: float) -> Evaluation:
     )
 
 
-def relative_changes(parent: list[float], candidate: list[float], direction: str) -> list[float]:
-    sign = 1.0 if direction == "max" else -1.0
-    return [sign * (c - p) / (abs(p) if p != 0 else 1.0) for p, c in zip(parent, candidate, strict=True)]
-
-
 def decide(change: dict[str, Any], tolerance: float, *, strict_better: bool = False) -> tuple[bool, str]:
     """Gate on the interval of the primary metric's relative change (positive = better)."""
     if change["high"] < 0 and change["half_width"] > tolerance:
@@ -327,7 +317,8 @@ def paired_change(runs: Runs, scoring: ScoringConfig, confidence: float) -> dict
     ]
     if not pairs or len(pairs) != len(p) or len(p) != len(c):
         return None
-    return interval(relative_changes([a for a, _ in pairs], [b for _, b in pairs], scoring.direction), confidence)
+    sign = 1.0 if scoring.direction == "max" else -1.0
+    return interval([sign * (b - a) / (abs(a) if a != 0 else 1.0) for a, b in pairs], confidence)
 
 
 def unpaired_change(
@@ -418,11 +409,9 @@ class Measurer:
             return Evaluation(status="failed", commit=commit, error=error), error
         info.update(
             flaky_runs=parsed.flaky,
-            failed_runs=len(parsed.failed),
             protected_changed=parsed.protected_changed.get("c", []),
             log=parsed.log,
             err_log=parsed.err_log,
-            samples=parsed.by_label.get("c", []),
         )
         ev = summarize(parsed.by_label.get("c", []), self.cfg["confidence"])
         return self.pin(msgspec.structs.replace(ev, commit=commit)), parsed.log

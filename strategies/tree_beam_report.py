@@ -1,21 +1,8 @@
 """tree-beam outputs: tree.json, TREE_SUMMARY.md, tree.svg, and the checks of a tree.
 
-Public surface (the CLI's ``--show-run`` and post-run cleanup use the hooks in
-:mod:`strategies.tree_beam`, which call these):
-
-- ``tree_problems(tree) -> list[str]``: consistency problems (empty = valid).
-- ``branch_claims(tree)``: ``(node, branch, commit)`` the repository must hold.
-- ``listed_branches(out_dir)``: the branches ``delete_branches.txt`` lists.
-- ``write_tree_report(tree, out_dir)`` / ``best_path(tree)``: used by the strategy.
-
-Nothing here runs git: a strategy sees only ``ctx``. The orchestrator checks
-the claims and deletes the listed branches through its git layer.
-
-Branch cleanup contract: when a run finishes, ``strategy_output/delete_branches.txt``
-lists one ``<branch> <commit>`` per line (sorted; empty with ``keep_rejected``):
-branches this run's tasks created that no node keeps. After a successful run the
-orchestrator deletes those the git layer confirms this run created and nobody
-moved or checked out since.
+The functions the CLI uses and the branch cleanup contract are in docs/tree-beam.md. Nothing
+here runs git: a strategy sees only ``ctx``; the orchestrator checks the claims and deletes the
+listed branches through its git layer.
 """
 
 from __future__ import annotations
@@ -300,12 +287,9 @@ def write_tree_report(tree: dict[str, Any], out_dir: Path) -> list[Path]:
 
 
 def tree_problems(tree: dict[str, Any] | str | Path) -> list[str]:
-    """Check a tree (dict or tree.json path) for consistency; returns the problems found.
+    """Parents, depths, frontiers and promotions of a tree (dict or tree.json path) that disagree; [] = consistent.
 
-    Parents, depths, frontiers and promotions must agree with each other and
-    with the evaluations. That each node's commit is on its branch is a
-    question for the repository: :func:`branch_claims` lists those claims and
-    the orchestrator checks them through its git layer (``--show-run``).
+    Whether each node's commit is on its branch is the repository's question: see :func:`branch_claims`.
     """
     if not isinstance(tree, dict):
         tree = cast(dict[str, Any], json.loads(Path(tree).read_text("utf-8")))
