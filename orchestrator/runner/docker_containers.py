@@ -128,8 +128,14 @@ class DockerHost:
             except RunnerError:
                 raise  # the client factory already said what is wrong (a host's TLS files, say)
             except Exception as exc:
-                raise ContainerError(f"cannot connect to Docker: {exc}; {DOCKER_START_HINT}", retryable=True) from exc
+                raise self._unreachable(exc) from exc
         return self._client
+
+    def _unreachable(self, exc: Exception) -> RunnerError:
+        return ContainerError(f"cannot connect to Docker: {exc}; {DOCKER_START_HINT}", retryable=True)
+
+    # the engine's library errors as ours (KubeHost: the Kubernetes client's)
+    _translate = staticmethod(translate_docker_error)
 
     def _connect(self) -> Any:
         # The tasks of a run ask at the same moment: one connects (a /version round
@@ -147,7 +153,7 @@ class DockerHost:
         except RunnerError:
             raise
         except Exception as exc:
-            raise translate_docker_error(exc, what) from exc
+            raise self._translate(exc, what) from exc
 
     async def api(self, what: str, method: str, *args: Any, **kwargs: Any) -> Any:
         """Call ``client.api.<method>`` on a worker thread."""
@@ -395,8 +401,8 @@ def base_environment(request: InstanceRequest) -> dict[str, str]:
     return env
 
 
-def container_labels(request: InstanceRequest) -> dict[str, str]:
-    return {
+def host_labels(request: InstanceRequest, host_name: str | None) -> dict[str, str]:
+    labels = {
         **request.labels,
         "orchestrator": "true",
         "run_id": request.run_id,
@@ -407,10 +413,6 @@ def container_labels(request: InstanceRequest) -> dict[str, str]:
         "instance_id": request.instance_id,
         "orchestrator.last_active_ts": utc_now_iso(),
     }
-
-
-def host_labels(request: InstanceRequest, host_name: str | None) -> dict[str, str]:
-    labels = container_labels(request)
     if host_name is not None:
         labels["orchestrator.host"] = host_name
     return labels
