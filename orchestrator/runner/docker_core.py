@@ -1,10 +1,6 @@
 """What every phase of the Docker runner shares: the task's event emitter, its
 session volume, stopping its container, and the failure verdict a phase hands
 back to :meth:`~.docker_runner.DockerRunner.run`.
-
-The phases are collaborators of :class:`~.docker_runner.DockerRunner`, each built
-with what it needs passed in: :class:`~.docker_workspace.WorkspaceSetup`,
-:class:`~.docker_agent.AgentExec` and :class:`~.docker_collect.Collector`.
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ from ..errors import ConfigError, ContainerError, HostDownError, PreflightError,
 from ..sanitize import redact_url
 from .base import RunnerEventCallback
 from .docker_containers import DEFAULT_CLIENT_TIMEOUT_S, DEFAULT_THREADS, DockerHost, default_client_factory
-from .docker_core import TaskEvents
+from .docker_core import TaskEvents, session_volume
 from .transport import refuse_plain_tcp
 from .types import InstanceRequest, RunnerResult
 
@@ -367,8 +367,6 @@ class SlotRunner(Protocol):
 
     async def aclose(self) -> None: ...
 
-    def session_volume(self, request: InstanceRequest) -> str: ...
-
     def stop_log_forwarding(self) -> None: ...
 
     emit_event: TaskEvents
@@ -505,7 +503,7 @@ class MultiHostRunner:
 
     async def _session_home(self, request: InstanceRequest) -> _Slot | None:
         """The engine that holds this task's session volume, if any answers."""
-        volume = self.slots[0].runner.session_volume(request)
+        volume = session_volume(request)
         for slot in self.slots:
             if not slot.down and await self._holds_volume(slot, volume):
                 return slot
@@ -561,7 +559,7 @@ class MultiHostRunner:
         if request.session_id and prefer is None:
             # No answering engine holds the session volume (its host is gone or no
             # longer configured): the agent starts a fresh session where it is placed.
-            volume = self.slots[0].runner.session_volume(request)
+            volume = session_volume(request)
             told.append(
                 {
                     "type": "runner.session.reset",
@@ -630,19 +628,16 @@ class MultiHostRunner:
             slot = await self._acquire(tried, None)
             # Placed again on another engine, fresh: the session volume and the
             # agent's work in the workspace volume stayed on the dead one.
-            self._tell(
+            self._task_event(
                 request,
                 on_event,
-                [
-                    {
-                        "type": "runner.session.reset",
-                        "reason": "host_down",
-                        "host": slot.spec.name,
-                        "previous_session_id": request.session_id,
-                        "error_type": "docker",
-                        "detail": f"{message}; the task starts afresh on host {slot.spec.name}",
-                    }
-                ],
+                "runner.session.reset",
+                "warn",
+                reason="host_down",
+                host=slot.spec.name,
+                previous_session_id=request.session_id,
+                error_type="docker",
+                detail=f"{message}; the task starts afresh on host {slot.spec.name}",
             )
             request = msgspec.structs.replace(request, session_id=None, resume_workspace=False)
 

@@ -116,20 +116,3 @@ def transport_warning(spec: HostSpec) -> str | None:
 
 def transport_warnings(specs: list[HostSpec]) -> list[str]:
     return [w for w in map(transport_warning, specs) if w]
-
-
-__all__ = [
-    "LOCAL_SOCKET",
-    "PLAIN_INSECURE",
-    "PLAIN_LOOPBACK",
-    "SSH",
-    "TLS_UNVERIFIED",
-    "TLS_VERIFIED",
-    "Risk",
-    "is_loopback",
-    "refuse_plain_tcp",
-    "transport_of",
-    "transport_risk",
-    "transport_warning",
-    "transport_warnings",
-]
