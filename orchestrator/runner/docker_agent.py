@@ -105,14 +105,12 @@ def _clip(obj: Any) -> Any:
 
 @dataclass
 class Attempt:
-    """What one execution attempt produced (an exec output or an error).
-
-    ``session_id``: the agent's session when the attempt failed after the agent
-    announced it (its output stream was lost), so the retry can resume it.
-    """
+    """What one execution attempt produced (an exec output or an error)."""
 
     output: ExecOutput | None = None
     error: RunnerError | None = None
+    # the agent's session when the attempt failed after the agent announced it
+    # (its output stream was lost), so the retry can resume it
     session_id: str | None = None
 
 

@@ -7,15 +7,11 @@ tasks of a process. Library errors are translated into
 :class:`~orchestrator.errors.ContainerError` here, with ``retryable`` set from
 the transient patterns below (errors that a retry can outlive).
 
-Container layout: three mounts -- the isolated clone at
-``/workspace`` (read-only for review tasks), the session volume at
-``/home/node`` and a tmpfs at ``/tmp`` -- plus, with ``isolation_mode:
-shared_objects`` on the local engine, the run's object store read-only at
-``/<store name>/objects``, the path the clone's alternates name there; on a read-only root filesystem, as
-user ``node`` (uid 1000), with ``sleep infinity`` as the command so the agent
-runs through ``docker exec``. Credentials are *not* part of the container
-configuration (``docker inspect`` would show them for as long as the container
-is retained); they are passed to each exec instead.
+The container's mounts and hardening are in docs/docker.md (the run's object
+store, mounted read-only for ``shared_objects``: docs/architecture.md); it runs
+``sleep infinity`` and the agent runs through ``docker exec``. Credentials are
+*not* part of the container configuration (``docker inspect`` would show them
+for as long as the container is retained); they are passed to each exec instead.
 """
 
 from __future__ import annotations
@@ -86,15 +82,12 @@ def default_client_factory(timeout: int = DEFAULT_CLIENT_TIMEOUT_S, max_pool_siz
 
 def translate_docker_error(exc: BaseException, what: str) -> RunnerError:
     """Map a docker-py/requests/OS error to :class:`ContainerError` (retryable when transient)."""
-    if isinstance(exc, RunnerError):
-        return exc
-    message = f"{what}: {exc}"
     retryable = (
         isinstance(exc, OSError)
         or is_transient(str(exc))
         or type(exc).__name__ in ("ConnectionError", "ReadTimeout", "ConnectTimeout", "Timeout")
     )
-    return ContainerError(message, retryable=retryable)
+    return ContainerError(f"{what}: {exc}", retryable=retryable)
 
 
 class DockerHost:

@@ -49,13 +49,10 @@ END_AGENT_SCRIPT = (
 
 
 class TaskFailed(Exception):
-    """A phase's verdict that its task failed.
+    """A phase's verdict that its task failed, handed to the one failure exit (``DockerRunner._failed``).
 
-    Raised by a phase, caught once in :meth:`~.docker_runner.DockerRunner.run`,
-    which stops the container (``stop``), emits ``runner.instance.failed`` and
-    builds the failed result: the one failure exit. ``reported`` names the
-    optional fields (``error_type``, ``status``, ``exit_code``) the phase's
-    ``runner.instance.failed`` event carries, as each phase always has.
+    ``reported``: the optional fields (``error_type``, ``status``, ``exit_code``)
+    the phase's ``runner.instance.failed`` event carries, as each phase always has.
     """
 
     def __init__(

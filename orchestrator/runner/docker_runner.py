@@ -244,11 +244,7 @@ class DockerRunner:
         await self.stopper.stop_quietly(request, on_event)
 
     async def _pipeline(self, task: _Task, plugin: RunnerPlugin) -> RunnerResult:
-        """validate -> workspace + container -> execute -> output -> collect -> cleanup.
-
-        A phase that finds the task failed raises :class:`TaskFailed`; :meth:`run`
-        hands it to :meth:`_failed`, the one failure exit.
-        """
+        """validate -> workspace + container -> execute -> output -> collect -> cleanup."""
         request, on_event = task.request, task.on_event
         # 1. validate
         try:

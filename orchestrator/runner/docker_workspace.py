@@ -34,8 +34,8 @@ MIN_FREE_BYTES = 200 << 20
 SYNC_ATTEMPTS = 3
 
 
-def _check_disk_space(workspace: Path) -> None:
-    """Fail before cloning when the workspace filesystem is nearly full."""
+def _reset_workspace(workspace: Path) -> None:
+    """An empty directory at ``workspace``; fails first when its filesystem is nearly full."""
     probe = workspace
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
@@ -45,10 +45,6 @@ def _check_disk_space(workspace: Path) -> None:
             f"insufficient disk space for the workspace: {free // (1 << 20)} MiB free under {probe} "
             f"(need at least {MIN_FREE_BYTES >> 20} MiB); free space or set ORCHESTRATOR_WORKSPACE_ROOT"
         )
-
-
-def _reset_workspace(workspace: Path) -> None:
-    _check_disk_space(workspace)
     git_ops.reset_workspace(workspace)
 
 
@@ -216,7 +212,19 @@ class WorkspaceSetup:
         await anyio.to_thread.run_sync(_reset_workspace, workspace, limiter=self.host.limiter)
         if mode == "shared_objects" and self.host.archive and not cached:
             mode = "full_copy"
-            self._remote_full_copy_notice(request, on_event)
+            # A remote engine cannot mount this machine's object store. Informational, not a
+            # warning: shared_objects is the default, and remote tasks have always had full copies.
+            self.emit_event(
+                request,
+                on_event,
+                "runner.workspace.full_copy",
+                phase="workspace",
+                host=self.host.name,
+                detail=(
+                    f"the run's object store is on this machine; "
+                    f"this task on host {self.host.name} gets a full copy of the repository"
+                ),
+            )
         elif mode == "shared_objects":
             # Before the container: it mounts the store, which must exist by then.
             store = await self._object_store(request, workspace)
@@ -475,24 +483,6 @@ class WorkspaceSetup:
             workspace,
             [request.base_branch, *request.include_branches],
             hardlinks=not selinux_enabled(),
-        )
-
-    def _remote_full_copy_notice(self, request: InstanceRequest, on_event: RunnerEventCallback | None) -> None:
-        """A remote engine cannot mount this machine's object store: the task gets a full copy.
-
-        Informational, not a warning: ``shared_objects`` is the default, and a full
-        copy is what every task on a remote engine has always had.
-        """
-        self.emit_event(
-            request,
-            on_event,
-            "runner.workspace.full_copy",
-            phase="workspace",
-            host=self.host.name,
-            detail=(
-                f"the run's object store is on this machine; "
-                f"this task on host {self.host.name} gets a full copy of the repository"
-            ),
         )
 
     @staticmethod

@@ -105,14 +105,12 @@ def transport_risk(spec: HostSpec) -> Risk | None:
     return None
 
 
-def transport_warning(spec: HostSpec) -> str | None:
-    """The warning a run prints on every start for an engine reached without protection."""
-    risk = transport_risk(spec)
-    if risk is None:
-        return None
-    how = f"{risk.how} ({risk.why})" if risk.why else risk.how
-    return f"Docker host {spec.name} ({spec.shown_url}) uses {how}: {risk.exposed}; {risk.fix}"
-
-
 def transport_warnings(specs: list[HostSpec]) -> list[str]:
-    return [w for w in map(transport_warning, specs) if w]
+    """The warnings a run prints on every start, one per engine reached without protection."""
+    warnings = []
+    for spec in specs:
+        risk = transport_risk(spec)
+        if risk is not None:
+            how = f"{risk.how} ({risk.why})" if risk.why else risk.how
+            warnings.append(f"Docker host {spec.name} ({spec.shown_url}) uses {how}: {risk.exposed}; {risk.fix}")
+    return warnings
