@@ -515,12 +515,9 @@ def _git_unusable(output: ExecOutput) -> GitError | None:
 def _output_lost(output: ExecOutput, elapsed: float) -> ContainerError | None:
     """The engine's loss of a task's output, when the wrapper's last line is missing.
 
-    The wrapper writes that line to stderr after the process, whatever the
-    process did, and then exits with its status; only a wrapper killed by a
-    signal (status 128 and up: a stop, the OOM killer) ends without it. Any
-    other status without the line means the engine ended the stream before it
-    had copied the output: a busy dockerd waits only so long for that copy
-    once the process has exited.
+    Only a wrapper killed by a signal (status 128 and up: a stop, the OOM killer)
+    ends without that line; any other status without it means a busy dockerd
+    ended the stream before it had copied the output.
     """
     if output.ended or output.exit_code is None or output.exit_code >= 128:
         return None

@@ -2,23 +2,16 @@
 
     validate -> workspace -> container -> execute (with retries) -> collect -> cleanup
 
-Runner-internal events (phase timings, agent events, ``runner.container.replaced``,
-``runner.instance.completed``) go to ``<logs_dir>/runner.jsonl`` and to the
-caller's ``on_event``; never to ``events.jsonl``. Everything written, returned or
-raised passes through the sanitizer, which knows the exact credential values.
-
-Outcomes: ``success``; ``failed`` with ``error_type`` timeout|api|container|git|
-command|session_corrupted; ``timeout``. Cancellation (Ctrl+C) is never a
-result: a still-running agent gets its grace to exit, the container is stopped
-in a shielded scope, the workspace kept, and the cancellation re-raised. A
-request with ``resume_workspace`` continues in that kept workspace. Transient
-failures (the plugin says retryable, or a Docker error matching the transient
-patterns in :mod:`.docker_containers`) are retried with exponential backoff, resuming the agent session on
-the same session volume; a session the agent cannot resume is replaced by a
-fresh one in the same workspace, once.
-
-How :meth:`DockerRunner.run` calls its phases as a pipeline with one failure
-exit: docs/architecture.md ("Inside the runner, a task is a pipeline").
+Runner-internal events go to ``<logs_dir>/runner.jsonl`` and to the caller's
+``on_event``, never to ``events.jsonl``; everything written, returned or raised
+passes through the sanitizer, which knows the exact credential values.
+Cancellation (Ctrl+C) is never a result: a still-running agent gets its grace to
+exit, the container is stopped in a shielded scope, the workspace kept (a request
+with ``resume_workspace`` continues in it), and the cancellation re-raised.
+Transient failures are retried with exponential backoff, resuming the agent
+session; a session the agent cannot resume is replaced by a fresh one in the same
+workspace, once. The outcomes: docs/events.md (``task.failed``); the phases as a
+pipeline with one failure exit: docs/architecture.md.
 """
 
 from __future__ import annotations

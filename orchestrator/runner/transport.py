@@ -1,14 +1,8 @@
 """How each Docker engine's traffic is protected, and the refusal of plain TCP.
 
-Everything a task needs crosses the link to its engine: the agent's API key or
-OAuth token (in each exec's environment, inside the API request) and the
-repository (the copy-in tar). Over ``ssh://`` or TLS with a verified
-certificate nobody on the path can read or alter it. Over plain ``tcp://``
-everyone on the path can, and the engine itself gives root to anyone who can
-reach its port. So a plain ``tcp://`` engine is accepted only on a loopback
-address (or where a host says ``insecure: true``, with a warning every start),
-and the decision is taken from the URL alone: resolving a name would itself be
-network traffic.
+What each transport protects, and why plain ``tcp://`` to another machine is
+refused: docs/scaling.md ("Security"). The decision is taken from the URL alone:
+resolving a name would itself be network traffic.
 """
 
 from __future__ import annotations
