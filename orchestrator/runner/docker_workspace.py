@@ -10,6 +10,7 @@ import functools
 import os
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +63,7 @@ def _move_in(spare: tuple[Path, Path], workspace: Path) -> tuple[Path, Path] | N
     return spare
 
 
+@dataclass(eq=False)
 class WorkspaceSetup:
     """The workspace phase: the task's clone (or the workspace it left) and its first container.
 
@@ -70,22 +72,13 @@ class WorkspaceSetup:
     it also copies the clone in, which a retry does again (:meth:`archive_copy_in`).
     """
 
-    def __init__(
-        self,
-        host: DockerHost,
-        hardening: Hardening,
-        seeds: SeedCache,
-        emit_event: TaskEvents,
-        object_cache: ObjectCache | None = None,
-        spares: WorkspaceReaper | None = None,
-    ) -> None:
-        self.host = host
-        self.hardening = hardening
-        self.seeds = seeds
-        self.emit_event = emit_event
-        self.object_cache = object_cache or ObjectCache()
-        # finished checkouts a new task may start in (see workspace_reuse.py)
-        self.spares = spares
+    host: DockerHost
+    hardening: Hardening
+    seeds: SeedCache
+    emit_event: TaskEvents
+    object_cache: ObjectCache
+    # finished checkouts a new task may start in (see workspace_reuse.py)
+    spares: WorkspaceReaper | None = None
 
     async def prepare(
         self, request: InstanceRequest, workspace: Path, on_event: RunnerEventCallback | None
