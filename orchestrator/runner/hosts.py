@@ -33,7 +33,7 @@ from .base import RunnerEventCallback
 from .docker_containers import DEFAULT_CLIENT_TIMEOUT_S, DEFAULT_THREADS, DockerHost, default_client_factory
 from .docker_core import TaskEvents, session_volume
 from .transport import refuse_plain_tcp
-from .types import ErrorCategory, InstanceRequest, RunnerResult
+from .types import InstanceRequest, RunnerResult
 
 LOCAL = "local"
 PROBE_INTERVAL_S = 30.0
@@ -585,7 +585,7 @@ class MultiHostRunner:
             try:
                 result = await self._run_watched(slot, request, on_event)
             except RunnerError as exc:
-                result = _failed(request, exc.category, str(exc))
+                result = _failed(request, error_type=exc.category, error=str(exc))
             finally:
                 self._release(slot)
             if result.status == "success" or result.error_type not in ("container", "docker"):
@@ -606,16 +606,19 @@ class MultiHostRunner:
             slot = await self._acquire(tried, None)
             # Placed again on another engine, fresh: the session volume and the
             # agent's work in the workspace volume stayed on the dead one.
-            self._task_event(
+            self._tell(
                 request,
                 on_event,
-                "runner.session.reset",
-                "warn",
-                reason="host_down",
-                host=slot.spec.name,
-                previous_session_id=request.session_id,
-                error_type="docker",
-                detail=f"{message}; the task starts afresh on host {slot.spec.name}",
+                [
+                    {
+                        "type": "runner.session.reset",
+                        "reason": "host_down",
+                        "host": slot.spec.name,
+                        "previous_session_id": request.session_id,
+                        "error_type": "docker",
+                        "detail": f"{message}; the task starts afresh on host {slot.spec.name}",
+                    }
+                ],
             )
             request = msgspec.structs.replace(request, session_id=None, resume_workspace=False)
 
@@ -653,7 +656,7 @@ class MultiHostRunner:
         if "result" in outcome:
             return outcome["result"]
         # The watcher stopped the task: the runner has stopped what it could, shielded.
-        return _failed(request, "docker", "no answer while the task ran")
+        return _failed(request, error_type="docker", error="no answer while the task ran")
 
     async def discard_workspace(self, request: InstanceRequest) -> None:
         # Workspaces are on this machine whichever engine ran the task.
@@ -664,11 +667,8 @@ class MultiHostRunner:
             await slot.runner.aclose()
 
 
-def _failed(request: InstanceRequest, error_type: ErrorCategory, error: str) -> RunnerResult:
+def _failed(request: InstanceRequest, **error: Any) -> RunnerResult:
+    """The task's failed result; ``error``: its ``error_type`` and ``error``."""
     return RunnerResult(
-        status="failed",
-        instance_id=request.instance_id,
-        error_type=error_type,
-        error=error,
-        container_name=request.container_name,
+        status="failed", instance_id=request.instance_id, container_name=request.container_name, **error
     )
