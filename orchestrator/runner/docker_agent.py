@@ -462,8 +462,7 @@ class AgentExec:
             return None
         t = time.monotonic()
         if counted is not None and (counted == 0 or request.uncommitted != "commit"):
-            count = counted
-            committed = False
+            count, committed = counted, False
         else:
             try:
                 code, raw = await self.host.exec_simple(

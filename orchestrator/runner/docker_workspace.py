@@ -91,28 +91,22 @@ class WorkspaceSetup:
         attempt's container, or why it did not start (an attempt error, retried
         as such).
         """
-        kept: git_ops.WorkspaceInfo | None = None
         if request.resume_workspace:
-            found = await anyio.to_thread.run_sync(git_ops.kept_workspace, workspace)
-            if isinstance(found, str):
-                # Its session refers to files that are gone: both start afresh.
-                self.emit_event(
-                    request,
-                    on_event,
-                    "runner.session.reset",
-                    "warn",
-                    reason="workspace_missing",
-                    detail=found,
-                    previous_session_id=request.session_id,
-                )
-                request = msgspec.structs.replace(request, session_id=None, resume_workspace=False)
-            else:
-                kept = found
-        if kept is not None:
-            first = await self._kept_workspace_and_container(request, kept, on_event)
-        else:
-            first = await self._workspace_and_container(request, workspace, on_event)
-        return request, first
+            kept = await anyio.to_thread.run_sync(git_ops.kept_workspace, workspace)
+            if not isinstance(kept, str):
+                return request, await self._kept_workspace_and_container(request, kept, on_event)
+            # Its session refers to files that are gone: both start afresh.
+            self.emit_event(
+                request,
+                on_event,
+                "runner.session.reset",
+                "warn",
+                reason="workspace_missing",
+                detail=kept,
+                previous_session_id=request.session_id,
+            )
+            request = msgspec.structs.replace(request, session_id=None, resume_workspace=False)
+        return request, await self._workspace_and_container(request, workspace, on_event)
 
     async def ensure_container(self, request: InstanceRequest, workspace: Path, *, fresh: bool) -> ContainerReady:
         """The task's container, running on ``workspace`` with its session volume and object cache."""
