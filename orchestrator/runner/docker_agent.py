@@ -105,14 +105,12 @@ def _clip(obj: Any) -> Any:
 
 @dataclass
 class Attempt:
-    """What one execution attempt produced (an exec output or an error).
-
-    ``session_id``: the agent's session when the attempt failed after the agent
-    announced it (its output stream was lost), so the retry can resume it.
-    """
+    """What one execution attempt produced (an exec output or an error)."""
 
     output: ExecOutput | None = None
     error: RunnerError | None = None
+    # the agent's session when the attempt failed after the agent announced it
+    # (its output stream was lost), so the retry can resume it
     session_id: str | None = None
 
 
@@ -464,8 +462,7 @@ class AgentExec:
             return None
         t = time.monotonic()
         if counted is not None and (counted == 0 or request.uncommitted != "commit"):
-            count = counted
-            committed = False
+            count, committed = counted, False
         else:
             try:
                 code, raw = await self.host.exec_simple(
@@ -517,12 +514,9 @@ def _git_unusable(output: ExecOutput) -> GitError | None:
 def _output_lost(output: ExecOutput, elapsed: float) -> ContainerError | None:
     """The engine's loss of a task's output, when the wrapper's last line is missing.
 
-    The wrapper writes that line to stderr after the process, whatever the
-    process did, and then exits with its status; only a wrapper killed by a
-    signal (status 128 and up: a stop, the OOM killer) ends without it. Any
-    other status without the line means the engine ended the stream before it
-    had copied the output: a busy dockerd waits only so long for that copy
-    once the process has exited.
+    Only a wrapper killed by a signal (status 128 and up: a stop, the OOM killer)
+    ends without that line; any other status without it means a busy dockerd
+    ended the stream before it had copied the output.
     """
     if output.ended or output.exit_code is None or output.exit_code >= 128:
         return None

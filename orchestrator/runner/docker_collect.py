@@ -43,12 +43,6 @@ class Collector:
         """
         if self.host.archive and request.import_policy != "never":
             await self._archive_bundle_out(request, workspace, ws_info, on_event)
-        return await self._import_while_stopping(request, workspace, ws_info, on_event)
-
-    async def _import_while_stopping(
-        self, request: InstanceRequest, workspace: Path, ws_info: Any, on_event: RunnerEventCallback | None
-    ) -> BranchArtifact:
-        """Phase 5 (import per policy) with the finalize stop running alongside."""
         result: dict[str, Any] = {}
 
         async def collect() -> None:

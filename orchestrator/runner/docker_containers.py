@@ -7,15 +7,11 @@ tasks of a process. Library errors are translated into
 :class:`~orchestrator.errors.ContainerError` here, with ``retryable`` set from
 the transient patterns below (errors that a retry can outlive).
 
-Container layout: three mounts -- the isolated clone at
-``/workspace`` (read-only for review tasks), the session volume at
-``/home/node`` and a tmpfs at ``/tmp`` -- plus, with ``isolation_mode:
-shared_objects`` on the local engine, the run's object store read-only at
-``/<store name>/objects``, the path the clone's alternates name there; on a read-only root filesystem, as
-user ``node`` (uid 1000), with ``sleep infinity`` as the command so the agent
-runs through ``docker exec``. Credentials are *not* part of the container
-configuration (``docker inspect`` would show them for as long as the container
-is retained); they are passed to each exec instead.
+The container's mounts and hardening are in docs/docker.md (the run's object
+store, mounted read-only for ``shared_objects``: docs/architecture.md); it runs
+``sleep infinity`` and the agent runs through ``docker exec``. Credentials are
+*not* part of the container configuration (``docker inspect`` would show them
+for as long as the container is retained); they are passed to each exec instead.
 """
 
 from __future__ import annotations
@@ -86,15 +82,12 @@ def default_client_factory(timeout: int = DEFAULT_CLIENT_TIMEOUT_S, max_pool_siz
 
 def translate_docker_error(exc: BaseException, what: str) -> RunnerError:
     """Map a docker-py/requests/OS error to :class:`ContainerError` (retryable when transient)."""
-    if isinstance(exc, RunnerError):
-        return exc
-    message = f"{what}: {exc}"
     retryable = (
         isinstance(exc, OSError)
         or is_transient(str(exc))
         or type(exc).__name__ in ("ConnectionError", "ReadTimeout", "ConnectTimeout", "Timeout")
     )
-    return ContainerError(message, retryable=retryable)
+    return ContainerError(f"{what}: {exc}", retryable=retryable)
 
 
 class DockerHost:
@@ -128,8 +121,14 @@ class DockerHost:
             except RunnerError:
                 raise  # the client factory already said what is wrong (a host's TLS files, say)
             except Exception as exc:
-                raise ContainerError(f"cannot connect to Docker: {exc}; {DOCKER_START_HINT}", retryable=True) from exc
+                raise self._unreachable(exc) from exc
         return self._client
+
+    def _unreachable(self, exc: Exception) -> RunnerError:
+        return ContainerError(f"cannot connect to Docker: {exc}; {DOCKER_START_HINT}", retryable=True)
+
+    # the engine's library errors as ours (KubeHost: the Kubernetes client's)
+    _translate = staticmethod(translate_docker_error)
 
     def _connect(self) -> Any:
         # The tasks of a run ask at the same moment: one connects (a /version round
@@ -147,7 +146,7 @@ class DockerHost:
         except RunnerError:
             raise
         except Exception as exc:
-            raise translate_docker_error(exc, what) from exc
+            raise self._translate(exc, what) from exc
 
     async def api(self, what: str, method: str, *args: Any, **kwargs: Any) -> Any:
         """Call ``client.api.<method>`` on a worker thread."""
@@ -395,8 +394,8 @@ def base_environment(request: InstanceRequest) -> dict[str, str]:
     return env
 
 
-def container_labels(request: InstanceRequest) -> dict[str, str]:
-    return {
+def host_labels(request: InstanceRequest, host_name: str | None) -> dict[str, str]:
+    labels = {
         **request.labels,
         "orchestrator": "true",
         "run_id": request.run_id,
@@ -407,10 +406,6 @@ def container_labels(request: InstanceRequest) -> dict[str, str]:
         "instance_id": request.instance_id,
         "orchestrator.last_active_ts": utc_now_iso(),
     }
-
-
-def host_labels(request: InstanceRequest, host_name: str | None) -> dict[str, str]:
-    labels = container_labels(request)
     if host_name is not None:
         labels["orchestrator.host"] = host_name
     return labels

@@ -1,15 +1,12 @@
 """What every phase of the Docker runner shares: the task's event emitter, its
 session volume, stopping its container, and the failure verdict a phase hands
 back to :meth:`~.docker_runner.DockerRunner.run`.
-
-The phases are collaborators of :class:`~.docker_runner.DockerRunner`, each built
-with what it needs passed in: :class:`~.docker_workspace.WorkspaceSetup`,
-:class:`~.docker_agent.AgentExec` and :class:`~.docker_collect.Collector`.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -53,13 +50,10 @@ END_AGENT_SCRIPT = (
 
 
 class TaskFailed(Exception):
-    """A phase's verdict that its task failed.
+    """A phase's verdict that its task failed, handed to the one failure exit (``DockerRunner._failed``).
 
-    Raised by a phase, caught once in :meth:`~.docker_runner.DockerRunner.run`,
-    which stops the container (``stop``), emits ``runner.instance.failed`` and
-    builds the failed result: the one failure exit. ``reported`` names the
-    optional fields (``error_type``, ``status``, ``exit_code``) the phase's
-    ``runner.instance.failed`` event carries, as each phase always has.
+    ``reported``: the optional fields (``error_type``, ``status``, ``exit_code``)
+    the phase's ``runner.instance.failed`` event carries, as each phase always has.
     """
 
     def __init__(
@@ -96,12 +90,12 @@ class TaskFailed(Exception):
         return {"phase": self.phase, "error": self.message, **{k: extra[k] for k in self.reported}}
 
 
+@dataclass(eq=False)
 class TaskEvents:
     """The one emitter of a runner's task events: to runner.jsonl, and scrubbed to the caller."""
 
-    def __init__(self, log: ComponentLog, sanitizer: Sanitizer) -> None:
-        self.log = log
-        self.sanitizer = sanitizer
+    log: ComponentLog
+    sanitizer: Sanitizer
 
     def __call__(
         self,
@@ -128,20 +122,18 @@ def session_volume(request: InstanceRequest) -> str:
     return session_volume_name(request.run_id, g, scope=scope)
 
 
+@dataclass(eq=False)
 class ContainerStopper:
-    """Ends a task's agent and stops its container; knows which agents may still run.
+    """Ends a task's agent and stops its container; knows which agents may still run."""
 
-    ``live_agents``: containers whose agent exec may still be running (cancelled
-    or timed out mid-exec), so a stop first gives that agent its grace.
-    """
-
-    def __init__(self, host: DockerHost, emit_event: TaskEvents) -> None:
-        self.host = host
-        self.emit_event = emit_event
-        self.live_agents: set[str] = set()
-        # Containers whose last stop succeeded: nothing of theirs runs any more, so
-        # their workspaces can be given to another task.
-        self.stopped: set[str] = set()
+    host: DockerHost
+    emit_event: TaskEvents
+    # containers whose agent exec may still be running (cancelled or timed out
+    # mid-exec), so a stop first gives that agent its grace
+    live_agents: set[str] = field(default_factory=set)
+    # Containers whose last stop succeeded: nothing of theirs runs any more, so
+    # their workspaces can be given to another task.
+    stopped: set[str] = field(default_factory=set)
 
     async def end_agent(self, request: InstanceRequest, on_event: RunnerEventCallback | None) -> bool:
         """SIGTERM a still-running agent and wait up to the grace for it to exit; True once it has."""

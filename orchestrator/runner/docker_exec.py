@@ -14,11 +14,8 @@ have been read yet, and a resume without the session pays for the work again.
 Then the socket is shut down, which wakes the blocked reader thread; the caller
 stops the container, which kills the exec'd process with it.
 
-This is where a task's output enters the process, so it is made plain here,
-once: terminal codes (colours a test runner prints, an agent's tool output) are
-taken out of every event, the outcome and the tails (:func:`~orchestrator.sanitize.plain`).
-Everything downstream (the strategy's result, the logs, the report, the
-dashboard and the console) reads the output as the user would.
+This is where a task's output enters the process, so its terminal codes are
+taken out here, once (docs/cli.md, "Output without terminal codes").
 """
 
 from __future__ import annotations
@@ -48,12 +45,9 @@ _log = logging.getLogger(__name__)  # runner.jsonl (the Docker runner forwards o
 EROFS_MARKER = b"Read-only file system"
 TAIL_BYTES = 8192
 STDOUT, STDERR = 1, 2
-# The last line the wrapper of every task's exec writes to stderr after the
-# process it runs exits (see docker_agent.EXEC_WRAPPER_SCRIPT): how many files the
-# agent left uncommitted, or "-" when they were not counted. Its presence is the
-# proof that the engine passed on all of the output. It is taken out of the stream
-# before the parser or the stderr tail sees it, so the task's own output reads
-# exactly as without the wrapper.
+# The wrapper's last stderr line (docker_agent.AGENT_WRAPPER_SCRIPT): files the agent
+# left uncommitted, or "-" when not counted. Taken out of the stream before the
+# parser or the stderr tail sees it, so the task's output reads as without the wrapper.
 END_PREFIX = b"\n@@orchestrator-end="
 END_LINE = re.compile(re.escape(END_PREFIX) + rb"(\d+|-)\n")
 # How long a cancelled exec's output is read on while ``on_cancel`` ends the

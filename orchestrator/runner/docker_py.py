@@ -1,13 +1,9 @@
 """docker-py without paramiko, unless an ``ssh://`` engine needs docker-py's ssh module.
 
-``import docker`` loads docker-py's ssh transport, and with it paramiko: about
-0.2 CPU-seconds of every ``orchestrator`` process, a third of docker-py's import.
-Our ``ssh://`` engines go through the system ``ssh`` client (ssh_transport.py),
-so paramiko itself is never used. :func:`install` (run when the runner package
-is imported) keeps docker-py's ssh module from loading it; docker-py then starts
-without its ssh transport, exactly as it does where paramiko is not installed.
-:func:`ssh_transport_module` loads that module when an ``ssh://`` engine is
-configured, and hands docker-py its transport back.
+``import docker`` loads paramiko (docs/performance.md), which our ``ssh://``
+engines never use (ssh_transport.py). :func:`install` keeps docker-py's ssh module
+from loading it, as where paramiko is not installed; :func:`ssh_transport_module`
+loads that module when an ``ssh://`` engine is configured.
 """
 
 from __future__ import annotations

@@ -2,31 +2,16 @@
 
     validate -> workspace -> container -> execute (with retries) -> collect -> cleanup
 
-Runner-internal events (phase timings, agent events, ``runner.container.replaced``,
-``runner.instance.completed``) go to ``<logs_dir>/runner.jsonl`` and to the
-caller's ``on_event``; never to ``events.jsonl``. Everything written, returned or
-raised passes through the sanitizer, which knows the exact credential values.
-
-Outcomes: ``success``; ``failed`` with ``error_type`` timeout|api|container|git|
-command|session_corrupted; ``timeout``. Cancellation (Ctrl+C) is never a
-result: a still-running agent gets its grace to exit, the container is stopped
-in a shielded scope, the workspace kept, and the cancellation re-raised. A
-request with ``resume_workspace`` continues in that kept workspace. Transient
-failures (the plugin says retryable, or a Docker error matching the transient
-patterns in :mod:`.docker_containers`) are retried with exponential backoff, resuming the agent session on
-the same session volume; a session the agent cannot resume is replaced by a
-fresh one in the same workspace, once.
-
-:meth:`DockerRunner.run` calls the phases as a pipeline. Each is an object
-built once with what it needs passed in: :class:`~.docker_workspace.WorkspaceSetup`
-(the clone, or the kept workspace of a resumed task, and the first container),
-:class:`~.docker_agent.AgentExec` (one execution attempt and the agent's
-uncommitted work), :class:`~.docker_collect.Collector` (secret scan and import);
-:mod:`.docker_core` holds what they share (the event emitter, stopping the
-container). A phase that finds the task failed raises
-:class:`~.docker_core.TaskFailed`, and :meth:`DockerRunner._failed` is the one
-place that stops the container, emits ``runner.instance.failed`` and builds the
-failed result.
+Runner-internal events go to ``<logs_dir>/runner.jsonl`` and to the caller's
+``on_event``, never to ``events.jsonl``; everything written, returned or raised
+passes through the sanitizer, which knows the exact credential values.
+Cancellation (Ctrl+C) is never a result: a still-running agent gets its grace to
+exit, the container is stopped in a shielded scope, the workspace kept (a request
+with ``resume_workspace`` continues in it), and the cancellation re-raised.
+Transient failures are retried with exponential backoff, resuming the agent
+session; a session the agent cannot resume is replaced by a fresh one in the same
+workspace, once. The outcomes: docs/events.md (``task.failed``); the phases as a
+pipeline with one failure exit: docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -57,7 +42,6 @@ from .docker_core import (
     ContainerStopper,
     TaskEvents,
     TaskFailed,
-    session_volume,
 )
 from .docker_exec import ExecOutput
 from .docker_workspace import WorkspaceSetup
@@ -206,10 +190,6 @@ class DockerRunner:
         workspace = git_ops.workspace_path(request.run_id, request.task_key)
         await self.reaper.discard(workspace, reuse_for=self._reusable(request, workspace))
 
-    def session_volume(self, request: InstanceRequest) -> str:
-        """The Docker volume that holds this task's agent session."""
-        return session_volume(request)
-
     async def __aenter__(self) -> DockerRunner:
         return self
 
@@ -257,11 +237,7 @@ class DockerRunner:
         await self.stopper.stop_quietly(request, on_event)
 
     async def _pipeline(self, task: _Task, plugin: RunnerPlugin) -> RunnerResult:
-        """validate -> workspace + container -> execute -> output -> collect -> cleanup.
-
-        A phase that finds the task failed raises :class:`TaskFailed`; :meth:`run`
-        hands it to :meth:`_failed`, the one failure exit.
-        """
+        """validate -> workspace + container -> execute -> output -> collect -> cleanup."""
         request, on_event = task.request, task.on_event
         # 1. validate
         try:
@@ -277,7 +253,7 @@ class DockerRunner:
         ws_info = first.pop("ws_info")
 
         # 3 + 4. container and execution, with retries
-        out, output, total = await self._execute(task, plugin, workspace, first)
+        out, output, total = await self._execute(task, plugin, first)
         if out.saw_erofs and workspace_read_only(request):
             # The agent's write failed fast (EROFS) and it carried on; say why.
             self.emit_event(request, on_event, "runner.workspace.read_only_write", "warn", detail=READ_ONLY_NOTE)
@@ -303,13 +279,11 @@ class DockerRunner:
         return await self._completed(task, workspace, artifact, out, output, total)
 
     async def _execute(
-        self, task: _Task, plugin: RunnerPlugin, workspace: Path, first: dict[str, Any]
+        self, task: _Task, plugin: RunnerPlugin, first: dict[str, Any]
     ) -> tuple[ExecOutput, Any, dict[str, Any]]:
         """The agent's run that succeeded (retried as needed), its structured output, and what it all used."""
-        request, on_event = task.request, task.on_event
-        attempt, total, last_exec = await self._execute_with_retries(
-            request, plugin, workspace, on_event, task.state, first
-        )
+        request = task.request
+        attempt, total, last_exec = await self._execute_with_retries(task, request, plugin, first)
         self._account(task, total)
         if attempt.error is not None:
             raise TaskFailed.of_error(
@@ -325,9 +299,7 @@ class DockerRunner:
         output = None
         if request.output_schema is not None:
             try:
-                out, output = await self._structured_output(
-                    request, plugin, workspace, on_event, task.state, out, total
-                )
+                out, output = await self._structured_output(task, plugin, out, total)
             finally:
                 self._account(task, total)  # the repair turn's usage counts, whatever its verdict
         return out, output, total
@@ -482,21 +454,22 @@ class DockerRunner:
 
     async def _execute_with_retries(
         self,
+        task: _Task,
         request: InstanceRequest,
         plugin: RunnerPlugin,
-        workspace: Path,
-        on_event: RunnerEventCallback | None,
-        state: dict[str, Any],
         first: dict[str, Any] | None = None,
         follow_up: bool = False,
     ) -> tuple[Attempt, dict[str, Any], ExecOutput | None]:
         """Phases 3-4 with retries. Returns (last attempt, accumulated usage, last exec output).
 
+        ``request``: the task's, or its output repair turn's.
         ``first``: the outcome of the first attempt's container start, made
         alongside the clone (see :meth:`_workspace_and_container`).
         ``follow_up``: another turn in the workspace and session of an execution
         that just finished (the output repair turn), not a fresh start.
         """
+        on_event, state, workspace = task.on_event, task.state, task.workspace
+        assert workspace is not None
         total: dict[str, Any] = {"tokens_in": 0, "tokens_out": 0, "cost": None, "session_id": request.session_id}
         previous: dict[str, float] | None = state.get("previous") if follow_up else None
         retries_before = state["retry_attempts"]
@@ -579,14 +552,7 @@ class DockerRunner:
         return True
 
     async def _structured_output(
-        self,
-        request: InstanceRequest,
-        plugin: RunnerPlugin,
-        workspace: Path,
-        on_event: RunnerEventCallback | None,
-        state: dict[str, Any],
-        out: ExecOutput,
-        total: dict[str, Any],
+        self, task: _Task, plugin: RunnerPlugin, out: ExecOutput, total: dict[str, Any]
     ) -> tuple[ExecOutput, Any]:
         """Validate the answer against ``output_schema``; one repair turn in the same session if it fails.
 
@@ -594,6 +560,7 @@ class DockerRunner:
         raises the failure (phase ``output``). ``total`` (usage, session id) is
         updated in place.
         """
+        request, on_event = task.request, task.on_event
         schema = request.output_schema
         assert schema is not None
         value, violation = structured.checked_answer(schema, out.outcome.structured_output, out.outcome.final_message)
@@ -603,9 +570,7 @@ class DockerRunner:
         repair = msgspec.structs.replace(
             request, prompt=structured.repair_prompt(violation), session_id=total.get("session_id")
         )
-        attempt, extra, last = await self._execute_with_retries(
-            repair, plugin, workspace, on_event, state, follow_up=True
-        )
+        attempt, extra, last = await self._execute_with_retries(task, repair, plugin, follow_up=True)
         _add_usage(total, extra["tokens_in"], extra["tokens_out"], extra["cost"])
         total["session_id"] = extra["session_id"] or total.get("session_id")
         reported = ("error_type", "exit_code")

@@ -10,6 +10,7 @@ import functools
 import os
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +35,8 @@ MIN_FREE_BYTES = 200 << 20
 SYNC_ATTEMPTS = 3
 
 
-def _check_disk_space(workspace: Path) -> None:
-    """Fail before cloning when the workspace filesystem is nearly full."""
+def _reset_workspace(workspace: Path) -> None:
+    """An empty directory at ``workspace``; fails first when its filesystem is nearly full."""
     probe = workspace
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
@@ -45,10 +46,6 @@ def _check_disk_space(workspace: Path) -> None:
             f"insufficient disk space for the workspace: {free // (1 << 20)} MiB free under {probe} "
             f"(need at least {MIN_FREE_BYTES >> 20} MiB); free space or set ORCHESTRATOR_WORKSPACE_ROOT"
         )
-
-
-def _reset_workspace(workspace: Path) -> None:
-    _check_disk_space(workspace)
     git_ops.reset_workspace(workspace)
 
 
@@ -66,6 +63,7 @@ def _move_in(spare: tuple[Path, Path], workspace: Path) -> tuple[Path, Path] | N
     return spare
 
 
+@dataclass(eq=False)
 class WorkspaceSetup:
     """The workspace phase: the task's clone (or the workspace it left) and its first container.
 
@@ -74,22 +72,13 @@ class WorkspaceSetup:
     it also copies the clone in, which a retry does again (:meth:`archive_copy_in`).
     """
 
-    def __init__(
-        self,
-        host: DockerHost,
-        hardening: Hardening,
-        seeds: SeedCache,
-        emit_event: TaskEvents,
-        object_cache: ObjectCache | None = None,
-        spares: WorkspaceReaper | None = None,
-    ) -> None:
-        self.host = host
-        self.hardening = hardening
-        self.seeds = seeds
-        self.emit_event = emit_event
-        self.object_cache = object_cache or ObjectCache()
-        # finished checkouts a new task may start in (see workspace_reuse.py)
-        self.spares = spares
+    host: DockerHost
+    hardening: Hardening
+    seeds: SeedCache
+    emit_event: TaskEvents
+    object_cache: ObjectCache
+    # finished checkouts a new task may start in (see workspace_reuse.py)
+    spares: WorkspaceReaper | None = None
 
     async def prepare(
         self, request: InstanceRequest, workspace: Path, on_event: RunnerEventCallback | None
@@ -102,28 +91,22 @@ class WorkspaceSetup:
         attempt's container, or why it did not start (an attempt error, retried
         as such).
         """
-        kept: git_ops.WorkspaceInfo | None = None
         if request.resume_workspace:
-            found = await anyio.to_thread.run_sync(git_ops.kept_workspace, workspace)
-            if isinstance(found, str):
-                # Its session refers to files that are gone: both start afresh.
-                self.emit_event(
-                    request,
-                    on_event,
-                    "runner.session.reset",
-                    "warn",
-                    reason="workspace_missing",
-                    detail=found,
-                    previous_session_id=request.session_id,
-                )
-                request = msgspec.structs.replace(request, session_id=None, resume_workspace=False)
-            else:
-                kept = found
-        if kept is not None:
-            first = await self._kept_workspace_and_container(request, kept, on_event)
-        else:
-            first = await self._workspace_and_container(request, workspace, on_event)
-        return request, first
+            kept = await anyio.to_thread.run_sync(git_ops.kept_workspace, workspace)
+            if not isinstance(kept, str):
+                return request, await self._kept_workspace_and_container(request, kept, on_event)
+            # Its session refers to files that are gone: both start afresh.
+            self.emit_event(
+                request,
+                on_event,
+                "runner.session.reset",
+                "warn",
+                reason="workspace_missing",
+                detail=kept,
+                previous_session_id=request.session_id,
+            )
+            request = msgspec.structs.replace(request, session_id=None, resume_workspace=False)
+        return request, await self._workspace_and_container(request, workspace, on_event)
 
     async def ensure_container(self, request: InstanceRequest, workspace: Path, *, fresh: bool) -> ContainerReady:
         """The task's container, running on ``workspace`` with its session volume and object cache."""
@@ -216,7 +199,19 @@ class WorkspaceSetup:
         await anyio.to_thread.run_sync(_reset_workspace, workspace, limiter=self.host.limiter)
         if mode == "shared_objects" and self.host.archive and not cached:
             mode = "full_copy"
-            self._remote_full_copy_notice(request, on_event)
+            # A remote engine cannot mount this machine's object store. Informational, not a
+            # warning: shared_objects is the default, and remote tasks have always had full copies.
+            self.emit_event(
+                request,
+                on_event,
+                "runner.workspace.full_copy",
+                phase="workspace",
+                host=self.host.name,
+                detail=(
+                    f"the run's object store is on this machine; "
+                    f"this task on host {self.host.name} gets a full copy of the repository"
+                ),
+            )
         elif mode == "shared_objects":
             # Before the container: it mounts the store, which must exist by then.
             store = await self._object_store(request, workspace)
@@ -475,24 +470,6 @@ class WorkspaceSetup:
             workspace,
             [request.base_branch, *request.include_branches],
             hardlinks=not selinux_enabled(),
-        )
-
-    def _remote_full_copy_notice(self, request: InstanceRequest, on_event: RunnerEventCallback | None) -> None:
-        """A remote engine cannot mount this machine's object store: the task gets a full copy.
-
-        Informational, not a warning: ``shared_objects`` is the default, and a full
-        copy is what every task on a remote engine has always had.
-        """
-        self.emit_event(
-            request,
-            on_event,
-            "runner.workspace.full_copy",
-            phase="workspace",
-            host=self.host.name,
-            detail=(
-                f"the run's object store is on this machine; "
-                f"this task on host {self.host.name} gets a full copy of the repository"
-            ),
         )
 
     @staticmethod

@@ -7,23 +7,19 @@ way the Docker CLI reaches them, and are treated as remote: the workspace
 travels through the archive API (see archive.py).
 
 :class:`MultiHostRunner` is a :class:`~orchestrator.runner.base.TaskRunner`
-over one :class:`DockerRunner` per engine. A task goes to the engine with the
-most free slots (ties: the one listed first); a task resuming an agent session
-goes to the engine that holds its session volume. An engine that stops
-answering is marked down, its task fails there as a ``docker`` error naming it
-and is placed again on another engine, fresh (the caller hears of it as a
-``runner.session.reset`` with reason ``host_down``); a down engine is probed
-again every 30 s.
+over one :class:`DockerRunner` per engine; how it places tasks and handles an
+engine that stops answering is in docs/scaling.md.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import subprocess
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
@@ -35,7 +31,7 @@ from ..errors import ConfigError, ContainerError, HostDownError, PreflightError,
 from ..sanitize import redact_url
 from .base import RunnerEventCallback
 from .docker_containers import DEFAULT_CLIENT_TIMEOUT_S, DEFAULT_THREADS, DockerHost, default_client_factory
-from .docker_core import TaskEvents
+from .docker_core import TaskEvents, session_volume
 from .transport import refuse_plain_tcp
 from .types import InstanceRequest, RunnerResult
 
@@ -367,8 +363,6 @@ class SlotRunner(Protocol):
 
     async def aclose(self) -> None: ...
 
-    def session_volume(self, request: InstanceRequest) -> str: ...
-
     def stop_log_forwarding(self) -> None: ...
 
     emit_event: TaskEvents
@@ -386,15 +380,6 @@ class _Slot:
     @property
     def free(self) -> int:
         return 0 if self.down else self.spec.max_parallel - self.running
-
-
-@dataclass
-class _Waiters:
-    changed: anyio.Event = field(default_factory=anyio.Event)
-
-    def notify(self) -> None:
-        self.changed.set()
-        self.changed = anyio.Event()
 
 
 class AllHostsDown(HostDownError):
@@ -422,7 +407,8 @@ class MultiHostRunner:
             slot.runner.stop_log_forwarding()
         self.probe_interval_s = probe_interval_s
         self.watch_interval_s = watch_interval_s
-        self._waiters = _Waiters()
+        # set, and replaced, whenever a slot frees or a host goes down or comes back
+        self._changed = anyio.Event()
         self._on_host_event = on_host_event
         # Called once when every host is down: the run stops, resumably, instead of
         # failing its tasks one by one (without it, placement raises AllHostsDown).
@@ -464,11 +450,9 @@ class MultiHostRunner:
     # ---- health -----------------------------------------------------------
 
     async def _answers(self, slot: _Slot, within_s: float = 10.0) -> bool:
-        host: DockerHost = slot.runner.host
-
         try:
             with anyio.fail_after(within_s):
-                await host.api(f"ping {slot.spec.name}", "ping")
+                await slot.runner.host.api(f"ping {slot.spec.name}", "ping")
             return True
         except (RunnerError, TimeoutError):
             return False
@@ -479,7 +463,7 @@ class MultiHostRunner:
             self._event("runner.host.down", host=slot.spec.name, reason=reason)
             self._status_changed()
         slot.next_probe = time.monotonic() + self.probe_interval_s
-        self._waiters.notify()
+        self._notify()
 
     async def _probe_down_hosts(self) -> None:
         now = time.monotonic()
@@ -492,22 +476,16 @@ class MultiHostRunner:
                     self._all_down_told = False
                     self._event("runner.host.up", host=slot.spec.name)
                     self._status_changed()
-                    self._waiters.notify()
+                    self._notify()
 
     # ---- placement ----------------------------------------------------------
 
-    async def _holds_volume(self, slot: _Slot, volume: str) -> bool:
-        try:
-            await slot.runner.host.api(f"inspect volume {volume}", "inspect_volume", volume)
-            return True
-        except RunnerError:
-            return False
-
     async def _session_home(self, request: InstanceRequest) -> _Slot | None:
         """The engine that holds this task's session volume, if any answers."""
-        volume = self.slots[0].runner.session_volume(request)
-        for slot in self.slots:
-            if not slot.down and await self._holds_volume(slot, volume):
+        volume = session_volume(request)
+        for slot in (s for s in self.slots if not s.down):
+            with contextlib.suppress(RunnerError):
+                await slot.runner.host.api(f"inspect volume {volume}", "inspect_volume", volume)
                 return slot
         return None
 
@@ -537,7 +515,7 @@ class MultiHostRunner:
                 # Every host is down: the caller was told to stop the run (resumably);
                 # until it does, keep probing in case a host comes back.
             with anyio.move_on_after(1.0):  # also wakes for the next probe of a down host
-                await self._waiters.changed.wait()
+                await self._changed.wait()
 
     def _stop_when_all_down(self) -> bool:
         """True when every host is down and the caller stops the run on that (told once)."""
@@ -550,7 +528,11 @@ class MultiHostRunner:
 
     def _release(self, slot: _Slot) -> None:
         slot.running -= 1
-        self._waiters.notify()
+        self._notify()
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = anyio.Event()
 
     async def _first_slot(self, request: InstanceRequest) -> tuple[_Slot, InstanceRequest, list[dict[str, Any]]]:
         prefer: _Slot | None = None
@@ -561,7 +543,7 @@ class MultiHostRunner:
         if request.session_id and prefer is None:
             # No answering engine holds the session volume (its host is gone or no
             # longer configured): the agent starts a fresh session where it is placed.
-            volume = self.slots[0].runner.session_volume(request)
+            volume = session_volume(request)
             told.append(
                 {
                     "type": "runner.session.reset",
@@ -603,13 +585,7 @@ class MultiHostRunner:
             try:
                 result = await self._run_watched(slot, request, on_event)
             except RunnerError as exc:
-                result = RunnerResult(
-                    status="failed",
-                    instance_id=request.instance_id,
-                    error_type=exc.category,
-                    error=str(exc),
-                    container_name=request.container_name,
-                )
+                result = _failed(request, error_type=exc.category, error=str(exc))
             finally:
                 self._release(slot)
             if result.status == "success" or result.error_type not in ("container", "docker"):
@@ -680,13 +656,7 @@ class MultiHostRunner:
         if "result" in outcome:
             return outcome["result"]
         # The watcher stopped the task: the runner has stopped what it could, shielded.
-        return RunnerResult(
-            status="failed",
-            instance_id=request.instance_id,
-            error_type="docker",
-            error="no answer while the task ran",
-            container_name=request.container_name,
-        )
+        return _failed(request, error_type="docker", error="no answer while the task ran")
 
     async def discard_workspace(self, request: InstanceRequest) -> None:
         # Workspaces are on this machine whichever engine ran the task.
@@ -695,3 +665,10 @@ class MultiHostRunner:
     async def aclose(self) -> None:
         for slot in self.slots:
             await slot.runner.aclose()
+
+
+def _failed(request: InstanceRequest, **error: Any) -> RunnerResult:
+    """The task's failed result; ``error``: its ``error_type`` and ``error``."""
+    return RunnerResult(
+        status="failed", instance_id=request.instance_id, container_name=request.container_name, **error
+    )

@@ -91,23 +91,10 @@ class KubeHost(DockerHost):
 
         return client.ApiClient(load_configuration(self.cluster))
 
-    async def client(self) -> Any:
-        if self._client is None:
-            try:
-                return await anyio.to_thread.run_sync(self._connect, limiter=self.limiter)
-            except RunnerError:
-                raise
-            except Exception as exc:
-                raise ContainerError(f"cannot reach the Kubernetes cluster ({self.cluster.shown}): {exc}") from exc
-        return self._client
+    def _unreachable(self, exc: Exception) -> RunnerError:
+        return ContainerError(f"cannot reach the Kubernetes cluster ({self.cluster.shown}): {exc}")
 
-    async def call(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        try:
-            return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs), limiter=self.limiter)
-        except RunnerError:
-            raise
-        except Exception as exc:
-            raise translate(exc, what) from exc
+    _translate = staticmethod(translate)
 
     async def core(self) -> Any:
         from kubernetes import client
@@ -372,6 +359,8 @@ class KubeHost(DockerHost):
             # Its node stopped answering: an exec there would wait on it, not fail.
             raise PodLostError(self.lost[name])
         configuration = self._client.configuration
+        # the exec's three pipes as raw bytes, no terminal: ExecStream reads them as they come
+        streams = {"container": container, "stdin": True, "stdout": True, "stderr": True, "tty": False, "binary": True}
 
         def start(command: list[str]) -> ExecStream:
             from kubernetes import client
@@ -383,19 +372,8 @@ class KubeHost(DockerHost):
             api = client.ApiClient(configuration)
             core = client.CoreV1Api(api)
             try:
-                ws = stream(
-                    core.connect_get_namespaced_pod_exec,
-                    pod_name(name),
-                    self.namespace,
-                    container=container,
-                    command=command,
-                    stdin=True,
-                    stdout=True,
-                    stderr=True,
-                    tty=False,
-                    binary=True,
-                    _preload_content=False,
-                )
+                connect = core.connect_get_namespaced_pod_exec
+                ws = stream(connect, pod_name(name), self.namespace, command=command, _preload_content=False, **streams)
             except Exception as exc:
                 raise translate(exc, f"exec in Pod {pod_name(name)}") from exc
             finally:

@@ -1,17 +1,12 @@
-"""Finished tasks' workspaces, deleted off the tasks' path.
+"""Finished tasks' workspaces, deleted off the tasks' path (docs/scaling.md, "Deleting a
+finished task's checkout no longer holds the task's slot").
 
-Deleting a checkout costs about what making it did: on a disk that discards
-freed blocks at once, a 2,000-file checkout takes longer to delete than to
-clone, and almost all of that is waiting on the disk, not the CPU. No one needs
-to wait for it. A finished task's workspace is moved aside at once, in one
-atomic rename (a crash mid-delete never leaves a half-deleted workspace where a
-resumed task would continue), and background threads delete it while the
-next tasks run. Several at once: one thread falls behind four slots of tasks
-(an unlink waits on the disk's journal, and others can wait beside it; four
-threads delete eight checkouts 1.5x as fast as one). When deletions fall
-``backlog`` behind, the next task waits for one to finish, so the disk never
-holds more than that many extra checkouts. The runner waits for the rest when
-it closes.
+A finished task's workspace is moved aside in one atomic rename (a crash
+mid-delete never leaves a half-deleted workspace where a resumed task would
+continue), and background threads delete it while the next tasks run: several,
+since one thread falls behind four slots of tasks (an unlink waits on the disk's
+journal, and others can wait beside it; four threads delete eight checkouts
+1.5x as fast as one).
 """
 
 from __future__ import annotations

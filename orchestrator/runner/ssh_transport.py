@@ -1,15 +1,12 @@
-"""``ssh://`` engines: pooled connections through the user's own ``ssh``.
+"""``ssh://`` engines: pooled connections through the user's own ``ssh`` (docs/scaling.md).
 
-docker-py's ssh transport, run through the ``ssh`` command (so the user's
-``~/.ssh/config``, agent and known hosts apply, as for the Docker CLI), makes
-a new connection pool for every request: every API call paid a whole SSH
-handshake. With a few tasks at once that is a burst of handshakes, and
-``sshd`` drops those beyond its ``MaxStartups`` (10 by default), which reached
-the tasks as ``Broken pipe``. Here the pool is kept, so a connection serves
-call after call; at most :data:`HANDSHAKES` handshakes per host run at once;
-and a connection counts as made only once the remote end has answered, so a
-handshake the server dropped is tried again before any request is sent on it.
-``ssh``'s own messages go to the error text instead of the user's terminal.
+docker-py's shell-out ssh transport made a new connection pool for every
+request, so every API call paid a whole handshake, and ``sshd`` dropped those
+beyond its ``MaxStartups``, which reached the tasks as ``Broken pipe``. Here the
+pool is kept, at most :data:`HANDSHAKES` handshakes per host run at once, and a
+connection counts as made only once the remote end has answered, so a dropped
+handshake is tried again before any request is sent on it. ``ssh``'s own
+messages go to the error text instead of the user's terminal.
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
 """How each Docker engine's traffic is protected, and the refusal of plain TCP.
 
-Everything a task needs crosses the link to its engine: the agent's API key or
-OAuth token (in each exec's environment, inside the API request) and the
-repository (the copy-in tar). Over ``ssh://`` or TLS with a verified
-certificate nobody on the path can read or alter it. Over plain ``tcp://``
-everyone on the path can, and the engine itself gives root to anyone who can
-reach its port. So a plain ``tcp://`` engine is accepted only on a loopback
-address (or where a host says ``insecure: true``, with a warning every start),
-and the decision is taken from the URL alone: resolving a name would itself be
-network traffic.
+What each transport protects, and why plain ``tcp://`` to another machine is
+refused: docs/scaling.md ("Security"). The decision is taken from the URL alone:
+resolving a name would itself be network traffic.
 """
 
 from __future__ import annotations
@@ -105,31 +99,12 @@ def transport_risk(spec: HostSpec) -> Risk | None:
     return None
 
 
-def transport_warning(spec: HostSpec) -> str | None:
-    """The warning a run prints on every start for an engine reached without protection."""
-    risk = transport_risk(spec)
-    if risk is None:
-        return None
-    how = f"{risk.how} ({risk.why})" if risk.why else risk.how
-    return f"Docker host {spec.name} ({spec.shown_url}) uses {how}: {risk.exposed}; {risk.fix}"
-
-
 def transport_warnings(specs: list[HostSpec]) -> list[str]:
-    return [w for w in map(transport_warning, specs) if w]
-
-
-__all__ = [
-    "LOCAL_SOCKET",
-    "PLAIN_INSECURE",
-    "PLAIN_LOOPBACK",
-    "SSH",
-    "TLS_UNVERIFIED",
-    "TLS_VERIFIED",
-    "Risk",
-    "is_loopback",
-    "refuse_plain_tcp",
-    "transport_of",
-    "transport_risk",
-    "transport_warning",
-    "transport_warnings",
-]
+    """The warnings a run prints on every start, one per engine reached without protection."""
+    warnings = []
+    for spec in specs:
+        risk = transport_risk(spec)
+        if risk is not None:
+            how = f"{risk.how} ({risk.why})" if risk.why else risk.how
+            warnings.append(f"Docker host {spec.name} ({spec.shown_url}) uses {how}: {risk.exposed}; {risk.fix}")
+    return warnings

@@ -1,24 +1,8 @@
 """Watch a running task for a runaway agent: a fork bomb, a full /tmp, a workspace that keeps growing.
 
-The container's limits already keep the machine safe (a process limit, a
-size-limited tmpfs at /tmp); what they do not do is end the task. An agent
-that hit them would go on failing at everything until its timeout, hours
-later. So while the agent runs, and once more when it exits, the runner looks
-at three numbers and stops the task with a ``resource`` error that says which
-limit was hit:
-
-- the container's cgroup counted a refused fork (``pids.events``: the process
-  limit was reached);
-- /tmp inside the container has no space left;
-- the workspace grew by more than ``runner.max_workspace_mb`` since it was
-  prepared.
-
-All three are read from this machine (the cgroup file, the container's root
-through ``/proc/<pid>/root``, the bind-mounted workspace). A check whose
-source is not visible here is skipped, and the container's own limits still
-hold. On a remote engine of ``runner.hosts`` (archive path) none of them is
-made: the container's pid and cgroup belong to the other machine, and the
-agent writes a volume there (see ``AgentExec._probe`` in docker_agent.py).
+The container's limits keep the machine safe but do not end the task; what is
+looked at, and when, is in docs/docker.md (local engine only: see
+``AgentExec._probe`` in docker_agent.py).
 """
 
 from __future__ import annotations
