@@ -14,7 +14,6 @@
     │   ├── ContainerError          Docker failed or the container died (category "container")
     │   │   ├── HostDownError       a Docker host of runner.hosts stopped answering ("docker")
     │   │   └── AgentStreamLostError  the link carrying the agent's output broke; the agent still ran
-    │   ├── AgentError              the agent CLI reported an API/auth/rate-limit error ("api")
     │   ├── SecretLeakError         the agent committed a credential; its branch was not imported ("secret")
     │   ├── ResourceLimitError      a runaway agent hit a container limit and was stopped ("resource")
     │   └── TaskTimeoutError        the container-level timeout expired ("timeout")
@@ -33,7 +32,8 @@ boundary with ``raise ... from``, so callers only ever catch these.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import functools
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # (a type only: the runner imports this module, not the other way)
     from .runner.types import ErrorCategory
@@ -103,8 +103,6 @@ class BranchExistsError(GitError):
 class ContainerError(RunnerError):
     """Docker could not create, start or exec the container, or it died."""
 
-    category: ErrorCategory = "container"
-
 
 class HostDownError(ContainerError):
     """The Docker host the task ran on (one of ``runner.hosts``) stopped answering.
@@ -127,12 +125,6 @@ class AgentStreamLostError(ContainerError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, retryable=True)
-
-
-class AgentError(RunnerError):
-    """The agent CLI reported an API, auth or rate-limit error."""
-
-    category = "api"
 
 
 class SecretLeakError(RunnerError):
@@ -267,17 +259,8 @@ class BaseEvaluationFailed(StrategyError):
         self.keys = tuple(keys)
 
     def __reduce__(self):  # keep the fields through pickling/copying
-        return (_base_evaluation_failed, (self.reason, self.command, self.output, self.headline, self.keys))
-
-
-def _base_evaluation_failed(
-    reason: str,
-    command: str,
-    output: str,
-    headline: str = "the evaluation of the base cannot be used",
-    keys: tuple[str, ...] = (),
-) -> BaseEvaluationFailed:
-    return BaseEvaluationFailed(reason, command=command, output=output, headline=headline, keys=keys)
+        fields: dict[str, Any] = {"command": self.command, "output": self.output, "headline": self.headline}
+        return (functools.partial(BaseEvaluationFailed, self.reason, keys=self.keys, **fields), ())
 
 
 class KeyConflictDifferentFingerprint(StrategyError):

@@ -31,20 +31,12 @@ def utc_now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-DEFAULT_MAX_BYTES = 64 * 1024 * 1024
-DEFAULT_BACKUPS = 3
-_settings: dict[str, Any] = {"max_bytes": DEFAULT_MAX_BYTES, "backups": DEFAULT_BACKUPS, "echo": None}
+_settings: dict[str, Any] = {"max_bytes": 64 * 1024 * 1024, "backups": 3, "echo": None}
 
 
-def configure(
-    *, max_bytes: int | None = None, backups: int | None = None, echo: Callable[[str], None] | None = None
-) -> None:
+def configure(*, max_bytes: int, backups: int, echo: Callable[[str], None] | None) -> None:
     """Process-wide defaults: rotation size (0 = never), backups kept, and the debug echo (None = off)."""
-    if max_bytes is not None:
-        _settings["max_bytes"] = max_bytes
-    if backups is not None:
-        _settings["backups"] = backups
-    _settings["echo"] = echo
+    _settings.update(max_bytes=max_bytes, backups=backups, echo=echo)
 
 
 class ComponentLog:
@@ -54,7 +46,6 @@ class ComponentLog:
         component: str,
         run_id: str | None = None,
         sanitizer: Sanitizer | None = None,
-        echo=None,
         *,
         max_bytes: int | None = None,
         backups: int | None = None,
@@ -63,7 +54,6 @@ class ComponentLog:
         self.component = component
         self.run_id = run_id
         self.sanitizer = sanitizer or default_sanitizer()
-        self._echo = echo  # optional callable(str) for debug mode (stderr); else the configured one
         self.max_bytes = _settings["max_bytes"] if max_bytes is None else max_bytes
         self.backups = _settings["backups"] if backups is None else backups
         self._lock = threading.Lock()
@@ -120,7 +110,7 @@ class ComponentLog:
                     # not fail the task that tried to log. Lines are dropped and
                     # counted until writes succeed again.
                     self.dropped += 1
-        echo = self._echo or _settings["echo"]
+        echo = _settings["echo"]
         if echo is not None:
             echo(data.decode("utf-8").rstrip("\n"))
 

@@ -114,7 +114,7 @@ async def _clean_orphans(dirs: RunDirs, config: Config, olog: ComponentLog, run_
             await cleanup(dirs, config, olog, current=run_id)
         except Exception as exc:  # cleanup must never stop a run
             failed = True
-            olog.warning(f"{what} skipped: {_first_cause(exc)}")
+            olog.warning(f"{what} skipped: {first_cause(exc)}")
     if failed:
         return  # the next start scans again
     try:
@@ -124,9 +124,9 @@ async def _clean_orphans(dirs: RunDirs, config: Config, olog: ComponentLog, run_
         pass  # the next start scans again
 
 
-def _first_cause(exc: BaseException) -> BaseException:
-    """The first real error inside a task group's ExceptionGroup: a log line that says what failed."""
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+def first_cause(exc: BaseException) -> BaseException:
+    """The first real error inside a task group's ExceptionGroup: a line that says what failed."""
+    while isinstance(exc, BaseExceptionGroup):
         exc = exc.exceptions[0]
     return exc
 

@@ -39,7 +39,7 @@ def engines(config: Config) -> list[tuple[str, DockerHost]]:
     return [(spec.shown, docker_host(spec)) for spec in resolve_hosts(config.runner.hosts)]
 
 
-async def _workspace_volumes(host: DockerHost, run_id: str | None, names: list[str]) -> list[str]:
+async def workspace_volumes(host: DockerHost, run_id: str | None, names: list[str]) -> list[str]:
     """The per-task /workspace volumes (remote engines) of these containers or of a run."""
     filters: dict[str, Any] = {"name": WORKSPACE_VOLUME_PREFIX}
     if run_id:
@@ -55,15 +55,10 @@ async def _workspace_volumes(host: DockerHost, run_id: str | None, names: list[s
 async def remove_with_workspaces(host: DockerHost, names: list[str], run_id: str | None = None) -> list[str]:
     """Remove containers, then the workspace volumes they leave behind; returns the volumes removed."""
     await remove_containers(names, host=host)
-    volumes = await _workspace_volumes(host, run_id, names)
+    volumes = await workspace_volumes(host, run_id, names)
     for volume in volumes:
         await host.api(f"remove volume {volume}", "remove_volume", volume, force=True)
     return volumes
-
-
-async def workspace_volumes_of(host: DockerHost, names: list[str]) -> list[str]:
-    """The workspace volumes (remote engines) that removing these containers also removes."""
-    return await _workspace_volumes(host, None, names)
 
 
 async def cleanup_run_everywhere(config: Config, run_id: str) -> tuple[int, int]:

@@ -11,7 +11,7 @@ import contextlib
 import os
 import signal
 import sys
-from typing import Any, Literal, TypeVar, cast
+from typing import Any, Literal, cast
 
 import anyio
 import msgspec
@@ -46,7 +46,7 @@ from ..runner import get_plugin, register_plugins, validate_repository
 from ..sanitize import SECRET_ENV_VARS, default_sanitizer
 from ..strategy_loader import load_strategy
 from . import run_budget
-from .after_run import _clean_orphans, _delete_unneeded_branches, _release_run_folder, _write_report
+from .after_run import _clean_orphans, _delete_unneeded_branches, _release_run_folder, _write_report, first_cause
 from .auth import resolve_auth
 from .leftovers import count_leftovers, leftover_lines, recorded_config
 from .preflight import (
@@ -281,21 +281,16 @@ def _resume_phrase(status: str, n: int) -> str:
     return f"{_tasks(n)} {one if n == 1 else many}"
 
 
-class _Interrupt:
-    def __init__(self) -> None:
-        self.requested = False
-
-
 async def _watch_signals(
-    scope: anyio.CancelScope, flag: _Interrupt, watcher_scope: anyio.CancelScope, ui_stop: anyio.Event | None = None
+    scope: anyio.CancelScope, requested: anyio.Event, watcher_scope: anyio.CancelScope, ui_stop: anyio.Event | None
 ) -> None:
     with watcher_scope, anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async for _ in signals:
-            if flag.requested:
+            if requested.is_set():
                 # Second Ctrl+C: leave at once. The log holds only whole lines or a torn
                 # last line, which readers skip and the next writer trims.
                 os._exit(130)
-            flag.requested = True
+            requested.set()
             if ui_stop is not None:
                 ui_stop.set()  # close the dashboard now, so the acknowledgement below shows at once
             print(
@@ -335,11 +330,11 @@ async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resum
     except* RunLockedError as group:
         # Two --resume of one run at once both pass the is_live() pre-check; the
         # event log lock decides. The loser reports it as one line (exit 2).
-        locked = _first_leaf(group)
+        locked = first_cause(group)
     except* OSError as group:
         # The run's records cannot be written (disk full, I/O error). The event
         # log ends on its last whole line, so the run is stopped, not corrupted.
-        storage_error = _first_leaf(group)
+        storage_error = cast(OSError, first_cause(group))  # every leaf of the group is one
     finally:
         await runner.aclose()
     if locked is not None:
@@ -426,7 +421,7 @@ async def _drive(
 ) -> None:
     """The strategy under the live view and the signal watcher; containers stop on Ctrl+C or a stopping cap."""
     config = prep.config
-    flag = _Interrupt()
+    interrupt = anyio.Event()
     ui_stop = anyio.Event()
     watcher_scope = anyio.CancelScope()
     async with anyio.create_task_group() as outer:
@@ -439,12 +434,12 @@ async def _drive(
         with anyio.CancelScope() as run_scope:
             run_scope_box.append(run_scope)
             outer.start_soon(
-                _watch_signals, run_scope, flag, watcher_scope, ui_stop if prep.output == "dashboard" else None
+                _watch_signals, run_scope, interrupt, watcher_scope, ui_stop if prep.output == "dashboard" else None
             )
             await engine.run(
                 prep.strategy.fn, prompt=prep.prompt, params=prep.params, runs=prep.runs, name=prep.strategy.name
             )
-        if flag.requested or (engine.budget_stopped and config.budget.on_reached == "stop"):
+        if interrupt.is_set() or (engine.budget_stopped and config.budget.on_reached == "stop"):
             with anyio.CancelScope(shield=True):
                 await _stop_containers(run_id, olog)
         watcher_scope.cancel()
@@ -507,16 +502,6 @@ async def _interrupted(
     lines = [f"Run interrupted. Resume with: orchestrator --resume {run_id}", *leftover_lines(summary)[1:]]
     print("\n".join(lines), file=sys.stderr, flush=True)
     return 130
-
-
-_E = TypeVar("_E", bound=BaseException)
-
-
-def _first_leaf(group: BaseExceptionGroup[_E]) -> _E:
-    leaf: BaseException = group
-    while isinstance(leaf, BaseExceptionGroup):
-        leaf = leaf.exceptions[0]
-    return cast(_E, leaf)  # every leaf of the group is an _E
 
 
 async def _storage_stop(err: OSError, dirs: RunDirs, manifest: RunManifest, olog: ComponentLog) -> int:

@@ -45,7 +45,7 @@ async def count_leftovers(run_id: str, config: Config | None = None) -> dict[str
     engine did not answer.
     """
     from ..runner import DockerHost, list_containers, run_volumes
-    from .hosts_cli import _workspace_volumes, engines
+    from .hosts_cli import engines, workspace_volumes
 
     containers = running = volumes = 0
     failures: list[str] = []
@@ -57,7 +57,7 @@ async def count_leftovers(run_id: str, config: Config | None = None) -> dict[str
                 running += sum(1 for c in found if c["status"] == "running")
                 volumes += len(await run_volumes(run_id, host=host))
                 if host.archive:  # a remote engine keeps each kept task's workspace in a volume
-                    volumes += len(await _workspace_volumes(host, run_id, []))
+                    volumes += len(await workspace_volumes(host, run_id, []))
         except Exception as exc:  # no engine, a dropped link: the summary says so and goes on
             failures.append(f"{label}: {str(exc) or type(exc).__name__}")
         finally:

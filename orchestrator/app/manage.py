@@ -438,7 +438,7 @@ async def _clean_containers_on_hosts(dirs: RunDirs, config: Config, dry_run: boo
     """--clean-containers with runner.hosts: the same selection on every engine."""
     from ..errors import RunnerError
     from ..runner import list_caches, remove_caches
-    from .hosts_cli import engines, remove_with_workspaces, workspace_volumes_of
+    from .hosts_cli import engines, remove_with_workspaces, workspace_volumes
 
     found: list[tuple[str, Any, list[dict[str, Any]]]] = []
     caches = 0
@@ -458,7 +458,7 @@ async def _clean_containers_on_hosts(dirs: RunDirs, config: Config, dry_run: boo
         if victims:
             try:
                 # A remote engine's task keeps its workspace in a volume: it goes with the container.
-                for volume in await workspace_volumes_of(host, [c["name"] for c in victims]):
+                for volume in await workspace_volumes(host, None, [c["name"] for c in victims]):
                     print(f"{'would remove' if dry_run else 'remove'} workspace volume {volume} on {label}")
             except RunnerError as exc:
                 print(f"warning: Docker host {label}: cannot list workspace volumes: {exc}")

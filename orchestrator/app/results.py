@@ -32,7 +32,6 @@ from ..report.selection import (
     claims,
     fmt_duration,
     missing_branches,
-    selected_of,
     selection,
     unheld_branches,
     verdict,
@@ -41,10 +40,6 @@ from ..sanitize import default_sanitizer
 from ..strategy import RunView
 from .leftovers import leftover_lines
 from .run_budget import spend_text, summary_of
-
-
-def _selected_branch(result: Any) -> str | None:
-    return selected_of(result)[0]
 
 
 def _final_branches(strategies: list[dict[str, Any]], base: str, *, reviewed: bool = True) -> list[str]:
