@@ -338,28 +338,17 @@ def _cluster(config, image: str) -> list[Check]:
 def checks(args) -> list[Check]:
     from ..config import load_config
     from ..log.runs import RunDirs
-    from ..runner import workspace_root
+    from ..runner import parse_host_flag, register_plugins, workspace_root
 
     out: list[Check] = []
     try:
-        overrides: dict[str, Any] = {}
+        # Only where the tasks would run: the other flags are checked as given (--plugin, --docker-image).
+        placement: dict[str, Any] = {}
         if getattr(args, "docker_hosts", None):
-            from ..runner import parse_host_flag
-
-            overrides = {"runner": {"hosts": [parse_host_flag(text) for text in args.docker_hosts]}}
-        kube = {
-            k: v
-            for k, v in (
-                ("kubeconfig", getattr(args, "kubeconfig", None)),
-                ("namespace", getattr(args, "namespace", None)),
-            )
-            if v is not None
-        }
-        if kube:
-            overrides.setdefault("runner", {})["kubernetes"] = kube
-        loaded = load_config(config_file=args.config, cli_overrides=overrides)
-        from ..runner import register_plugins
-
+            placement["hosts"] = [parse_host_flag(text) for text in args.docker_hosts]
+        if kube := {k: v for k in ("kubeconfig", "namespace") if (v := getattr(args, k, None)) is not None}:
+            placement["kubernetes"] = kube
+        loaded = load_config(config_file=args.config, cli_overrides={"runner": placement} if placement else {})
         register_plugins(loaded.config.runner.plugin_modules)
     except OrchestratorError as exc:
         return [Check("fail", "configuration", str(exc), "correct the file or variable named")]

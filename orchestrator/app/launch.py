@@ -196,13 +196,11 @@ async def _resume_plan(args, dirs: RunDirs, manifest: RunManifest) -> Prepared:
 
 async def _already_finished(dirs: RunDirs, manifest: RunManifest, output: str) -> int:
     """``--resume`` of a run that finished: one line saying so, then its summary; nothing runs again."""
-    from ..log.state import recover
+    from .locate import run_state
     from .results import build_summary, check_repository, render_summary
 
     run_id = manifest.run_id
-    state = recover(
-        run_id, dirs.events(run_id), [dirs.state / run_id / "state.json", dirs.logs / run_id / "state.json"]
-    )
+    state = run_state(dirs, run_id)
     checked = await anyio.to_thread.run_sync(check_repository, manifest, state)
     config = recorded_config(manifest, str(dirs.manifest(run_id)))
     summary = build_summary(manifest, state, checked, await count_leftovers(run_id, config))
@@ -226,14 +224,11 @@ async def _report_resume_plan(dirs: RunDirs, manifest: RunManifest, supports_res
     it is gone), with its session when it reported one; a task whose workspace
     is gone starts afresh.
     """
-    from ..log.state import INTERRUPTED, RUNNING, recover
+    from ..log.state import INTERRUPTED, RUNNING
     from ..runner import workspace_path
+    from .locate import run_state
 
-    state = recover(
-        manifest.run_id,
-        dirs.events(manifest.run_id),
-        [dirs.state / manifest.run_id / "state.json", dirs.logs / manifest.run_id / "state.json"],
-    )
+    state = run_state(dirs, manifest.run_id)
     counts: dict[str, int] = {}
     for task in state.unfinished():
         if task.state not in (RUNNING, INTERRUPTED):

@@ -13,11 +13,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from ..errors import UsageError
 from ..log.runs import RunDirs, RunManifest, host_claims, list_run_ids, read_manifest
+
+if TYPE_CHECKING:
+    from ..log.state import RunState
 
 KEPT_MANIFEST = "run.json"  # in logs/<run_id>/ after --cleanup-run
 
@@ -166,6 +170,13 @@ def not_here_hint(run_id: str, here: RunDirs) -> str | None:
         f"ORCHESTRATOR_RESULTS_DIR={dirs.results} orchestrator --resume {run_id}"
     )
     return f"run {run_id} was started from another folder (its state is under {dirs.state}); resume it with: {how}"
+
+
+def run_state(dirs: RunDirs, run_id: str) -> RunState:
+    """The run's fold: its snapshot (the state's, else the copy kept with the logs) and the log after it."""
+    from ..log.state import recover
+
+    return recover(run_id, dirs.events(run_id), [dirs.state / run_id / "state.json", dirs.logs / run_id / "state.json"])
 
 
 def unreadable_lines_warning(events_path: Path) -> str | None:

@@ -27,9 +27,10 @@ from ..log.runs import (
     read_manifest,
     remove_run_state,
 )
-from ..log.state import FAILED, RunState, recover, run_outcome
+from ..log.state import FAILED, RunState, run_outcome
 from ..strategy_loader import BUILTINS, load_strategy
 from .leftovers import count_leftovers, recorded_config
+from .locate import kept_manifest, locate_run, repository_top, run_folders, run_state, runs_in, unreadable_lines_warning
 from .results import build_summary, check_repository, fmt_cost, render_summary
 
 if TYPE_CHECKING:
@@ -47,12 +48,7 @@ def help_strategy(name: str) -> int:
     return 0
 
 
-def _state(dirs: RunDirs, run_id: str) -> RunState:
-    return recover(run_id, dirs.events(run_id), [dirs.state / run_id / "state.json", dirs.logs / run_id / "state.json"])
-
-
 def list_runs(repo: str | None = None) -> int:
-    from .locate import repository_top, run_folders, runs_in
     from .run_budget import spend_text, summary_of
 
     here = RunDirs.from_env()
@@ -71,7 +67,7 @@ def list_runs(repo: str | None = None) -> int:
     rows = []
     for run in found:
         m = run.manifest
-        state = _state(run.dirs, m.run_id)
+        state = run_state(run.dirs, m.run_id)
         live = is_live(run.dirs, m.run_id)
         # The fold decides, as for every reader (a run that died mid-way is interrupted, whatever its manifest says).
         status = "cleaned" if run.cleaned and not live else run_outcome(state, live=live)
@@ -101,8 +97,6 @@ def list_runs(repo: str | None = None) -> int:
 
 
 def _locate(run_id: str, repo: str | None):
-    from .locate import locate_run
-
     here = RunDirs.from_env()
     run = locate_run(run_id, repo=repo, here=here)
     if run.dirs.state != here.state:
@@ -124,12 +118,10 @@ async def show_run(run_id: str, follow: bool, repo: str | None = None) -> int:
             max_parallel=manifest.max_parallel,
         )
         return 0
-    from .locate import unreadable_lines_warning
-
     warning = await anyio.to_thread.run_sync(unreadable_lines_warning, dirs.events(run_id))
     if warning:
         print(warning, file=sys.stderr, flush=True)
-    state = _state(dirs, run_id)
+    state = run_state(dirs, run_id)
     live = is_live(dirs, run_id)  # whatever the log says so far, nothing is decided while it runs
     checked = await anyio.to_thread.run_sync(check_repository, manifest, state)
     left = None if live else await count_leftovers(run_id, recorded_config(manifest, str(dirs.manifest(run_id))))
@@ -253,8 +245,6 @@ async def cleanup_run(run_id: str, config: Config | None = None, repo: str | Non
 
 def _keep_manifest(run) -> None:
     """Copy the manifest next to the kept logs, so ``--show-run`` still reads them (never ``--resume``)."""
-    from .locate import kept_manifest
-
     target = kept_manifest(run.dirs, run.manifest.run_id)
     if run.cleaned or not target.parent.is_dir():
         return  # already kept, or the logs are gone (retention): nothing left to show
@@ -307,7 +297,7 @@ def _retention_hours(
 ) -> float:
     run_id = container["labels"].get("run_id", "")
     if run_id not in cache:
-        cache[run_id] = _state(dirs, run_id) if dirs.events(run_id).exists() else None
+        cache[run_id] = run_state(dirs, run_id) if dirs.events(run_id).exists() else None
     state = cache[run_id]
     key = container["labels"].get("task_key")
     task = state.tasks.get(key) if state is not None and key else None

@@ -101,12 +101,7 @@ def _cli_overrides(args) -> dict[str, Any]:
 
         put("runner", "hosts", [parse_host_flag(text) for text in args.docker_hosts])
     put("runner", "sync_image", getattr(args, "sync_image", None))
-    kube = {
-        k: v
-        for k, v in (("kubeconfig", getattr(args, "kubeconfig", None)), ("namespace", getattr(args, "namespace", None)))
-        if v is not None
-    }
-    if kube:
+    if kube := {k: v for k in ("kubeconfig", "namespace") if (v := getattr(args, k, None)) is not None}:
         put("runner", "kubernetes", kube)
     put("runner", "plugin", args.plugin)
     put("events", "flush_policy", args.safe_fsync)
@@ -178,17 +173,6 @@ def _check_disk(path: Path, config: Config, warnings: list[str]) -> None:
         warnings.append(f"only {check.detail} ({check.fix})")
 
 
-def cluster_spec(config: Config):
-    """``runner.kubernetes`` as where the run's Pods go."""
-    from ..runner import ClusterSpec
-
-    kube = config.runner.kubernetes
-    assert kube is not None
-    return ClusterSpec(
-        kubeconfig=kube.kubeconfig, context=kube.context, namespace=kube.namespace, insecure=kube.insecure
-    )
-
-
 # Said once at every start on a cluster: a NetworkPolicy is only words where the
 # network plugin does not enforce it, and nothing in the API says which.
 NETWORK_POLICY_NOTE = (
@@ -199,13 +183,13 @@ NETWORK_POLICY_NOTE = (
 
 async def _check_cluster(config: Config, image: str) -> str:
     """Pre-flight on a cluster: the kubeconfig (plain HTTP refused), an answer, the namespace, the image."""
-    from ..runner import KubeHost, check_cluster_image
+    from ..runner import ClusterSpec, KubeHost, check_cluster_image
 
     if config.runner.hosts:
         raise ConfigError("runner.kubernetes and runner.hosts (--docker-host) exclude each other; keep one")
     kube = config.runner.kubernetes
     assert kube is not None
-    host = KubeHost(cluster_spec(config))
+    host = KubeHost(ClusterSpec.of(kube))
     if _warming is not None:
         await anyio.to_thread.run_sync(_warming.join)  # it imports the client, and requests with it
     try:
