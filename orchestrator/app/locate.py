@@ -19,6 +19,7 @@ import msgspec
 
 from ..errors import UsageError
 from ..log.runs import RunDirs, RunManifest, host_claims, list_run_ids, read_manifest
+from .retention import owner_dirs
 
 if TYPE_CHECKING:
     from ..log.state import RunState
@@ -42,20 +43,6 @@ def check_run_id(run_id: str) -> str:
             f"{run_id!r} is not a run id (they look like run_20250114_123456); see orchestrator --list-runs"
         )
     return run_id
-
-
-def owner_dirs(run_id: str) -> RunDirs | None:
-    """The directories ``run_id`` was written to, from its host-wide record, or None without one."""
-    from .retention import Owner
-
-    try:
-        owner = msgspec.json.decode((host_claims() / run_id / "owner.json").read_bytes(), type=Owner)
-    except (OSError, msgspec.DecodeError, msgspec.ValidationError):
-        return None
-    state = Path(owner.state)
-    # Records from before results were recorded: the default layout puts results beside the state.
-    results = Path(owner.results) if owner.results else state.parent / "results"
-    return RunDirs(state=state, logs=Path(owner.logs), results=results)
 
 
 def repository_dirs(repo: str) -> RunDirs:

@@ -148,19 +148,13 @@ def _max_parallel(config: Config, value: int | str | None = None) -> int:
     if config.runner.kubernetes is not None and value == "auto":
         # The cluster's scheduler places the Pods; this machine's CPUs say nothing of its room.
         return CLUSTER_AUTO_PARALLEL
-    if config.runner.hosts:
-        # Each host has its own slots; a given --max-parallel caps their sum.
-        total = sum(spec.max_parallel for spec in _host_specs(config))
-        if value == "auto":
-            return total
-        if not isinstance(value, int) or value < 1:
-            raise ConfigError(f"--max-parallel must be at least 1 (got {value})")
-        return min(total, value)
+    # Each host has its own slots; a given --max-parallel caps their sum.
+    total = sum(spec.max_parallel for spec in _host_specs(config)) if config.runner.hosts else None
     if value == "auto":
-        return auto_parallel(config.runner.container_cpu)
+        return auto_parallel(config.runner.container_cpu) if total is None else total
     if not isinstance(value, int) or value < 1:
         raise ConfigError(f"--max-parallel must be at least 1 (got {value})")
-    return value
+    return value if total is None else min(total, value)
 
 
 def _check_disk(path: Path, config: Config, warnings: list[str]) -> None:
@@ -445,12 +439,10 @@ async def _environment_image(config: Config, repo: str, base_commit: str, tools:
         )
     )
     await anyio.to_thread.run_sync(functools.partial(check_tools, image, tools, source=spec.source))
-    if config.runner.kubernetes is not None:
-        await _check_cluster(config, image)
-    elif config.runner.hosts:
+    if config.runner.kubernetes is not None or config.runner.hosts:
         # Built on this machine's engine: the other engines get it like the agent
         # image (with --sync-image), or are named as lacking it.
-        await _check_hosts(config, image)
+        await _check_engines(config, image)
     return image
 
 

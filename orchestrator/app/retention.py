@@ -52,12 +52,20 @@ def record_owner(dirs: RunDirs, run_id: str) -> None:
         pass  # without it this run's leftovers are only expired from its own directory
 
 
-def _owner_dirs(run_id: str, fallback: RunDirs) -> RunDirs | None:
+def owner_dirs(run_id: str) -> RunDirs | None:
+    """The directories ``run_id`` was written to, from its host-wide record, or None without one."""
     try:
         owner = msgspec.json.decode((host_claims() / run_id / "owner.json").read_bytes(), type=Owner)
     except (OSError, msgspec.DecodeError, msgspec.ValidationError):
-        return fallback if fallback.manifest(run_id).exists() else None
-    return RunDirs(state=Path(owner.state), logs=Path(owner.logs), results=fallback.results)
+        return None
+    state = Path(owner.state)
+    # Records from before results were recorded: the default layout puts results beside the state.
+    results = Path(owner.results) if owner.results else state.parent / "results"
+    return RunDirs(state=state, logs=Path(owner.logs), results=results)
+
+
+def _owner_dirs(run_id: str, fallback: RunDirs) -> RunDirs | None:
+    return owner_dirs(run_id) or (fallback if fallback.manifest(run_id).exists() else None)
 
 
 def _retention_hours(run_id: str, dirs: RunDirs, config: Config) -> tuple[float | None, float]:
