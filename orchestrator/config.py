@@ -1,10 +1,7 @@
-"""Configuration: typed sections, one precedence order, errors that name the source.
+"""Configuration: typed sections, one precedence order (docs/cli.md, "Configuration"), errors that name the source.
 
-Precedence (highest first): command line > environment (``ORCHESTRATOR_*``,
-nested with ``__``) > ``.env`` in the current directory > ``orchestrator.yaml``
-(or ``--config FILE.yaml|FILE.json``) > built-in defaults. Mappings merge
-deeply; lists are replaced. Every source is validated on its own first, so an
-unknown key or a wrong type is reported with the file or variable it came from.
+Every source is validated on its own first, so an unknown key or a wrong type
+is reported with the file or variable it came from.
 """
 
 from __future__ import annotations

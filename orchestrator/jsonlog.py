@@ -1,16 +1,10 @@
-"""Component logs: ``logs/<run_id>/{orchestration,runner,tui}.jsonl``.
+"""Component logs: ``logs/<run_id>/{orchestration,runner,tui}.jsonl``, one sanitized JSON object per line.
 
-One JSON object per line with ``timestamp, component, level, run_id, message``
-and any extra fields; everything passes through the sanitizer first. Writes
-are small appends to an unbuffered file, cheap enough for the event loop. A
-write error (disk full) drops the line instead of failing the caller.
-
-A component log rotates by size (``x.jsonl`` -> ``x.jsonl.1`` -> ...): a long
-run's debug-level runner log would otherwise grow without bound. The rotation
-is two renames under the log's lock, as cheap as a write. ``events.jsonl`` is
-not a component log and never rotates. :func:`configure` sets the process-wide
-size limit and the ``--debug`` echo to stderr, so logs made deep inside the
-runner follow the run's configuration without being told.
+Writes are small appends to an unbuffered file, cheap enough for the event loop;
+a write error (disk full) drops the line instead of failing the caller. A log
+rotates by size (two renames under its lock), or a long run's debug log grows
+without bound. :func:`configure` sets the size and the ``--debug`` echo for the
+whole process, so logs made deep inside the runner follow them untold.
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
-"""One sanitizer for everything the product writes.
+"""One sanitizer for everything the product writes, and plain text for captured output.
 
-Every writer (event log, component logs, state snapshots, results files) passes
-its data through :class:`Sanitizer`. It removes text shaped like a secret and,
-more importantly, the exact values of every secret the process knows about
-(configured API keys and tokens), because a random token does not always look
-like one. An agent that writes a key base64-, hex- or percent-encoded gets
-that form removed too (see :func:`encoded_forms`).
-
-Captured output is also made plain here (:func:`plain_text`): the terminal
-codes a command or an agent prints (colours, cursor moves, titles) mean nothing
-in a report, a log or a dashboard cell, where they show as ``[32m``.
+:class:`Sanitizer` removes text shaped like a secret and the exact values (and
+base64, hex and percent encodings) of every secret the process knows: a random
+token does not always look like one. :func:`plain_text` drops terminal codes,
+which mean nothing in a report, a log or a dashboard cell.
 """
 
 from __future__ import annotations

@@ -1,19 +1,6 @@
-"""Finding a strategy and typing its ``-S`` parameters.
+"""Finding a strategy (``--strategy``) and typing its ``-S`` parameters from its keyword-only arguments.
 
-A strategy is a plain ``async def name(prompt, base_branch, ctx, *, p: T = d, ...)``.
-Its parameters are its keyword-only arguments: the annotation gives the type
-(``int``, ``float``, ``bool``, ``str``, ``list``, ``dict``, ``Literal[...]`` or
-``T | None``), the default makes it optional, and ``Annotated[T, "help"]``
-gives the help text shown by ``orchestrator --help-strategy NAME``.
-
-``--strategy`` accepts a built-in name, ``path/to/file.py``, ``file.py:func``
-or ``package.module:func``. A file without ``:func`` uses its function named
-``strategy``, or its only public async function of the strategy shape.
-
-A strategy may carry ``@strategy_options(prepare=..., requires_resume=...)``:
-``prepare(params, repo_path)`` runs before the run starts (to read and validate
-input files, whose content then becomes the recorded parameter) and
-``requires_resume`` fails the run early on a plugin that cannot resume sessions.
+What a strategy looks like, its parameters and ``@strategy_options``: docs/strategies.md.
 """
 
 from __future__ import annotations

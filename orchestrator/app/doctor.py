@@ -1,16 +1,8 @@
-"""``orchestrator --doctor``: is this machine ready to run agents? One line per check.
+"""``orchestrator --doctor``: is this machine ready to run agents? One line per check (docs/cli.md).
 
-With ``runner.hosts`` (or ``--docker-host``), each engine's transport security
-is shown too; the engines themselves are checked by ``--hosts``.
-
-Each line is ``ok``, ``warn`` or ``fail``, what was found, and for anything
-but ``ok`` the command or setting that fixes it. The exit status is 1 when any
-check fails. ``--doctor --dry-run`` checks what a dry run needs: the simulated
-agent in the image, and no credentials (missing ones are only a warning).
-Credentials are reported by variable name only, never by value.
-The checks that a run's pre-flight also makes use the same functions
-(``image_tools``, ``validate_repository``, ``resolve_auth``, the plugins'
-``validate_environment``), so the doctor and a run never disagree.
+The checks a run's pre-flight also makes use the same functions (the image's tool probe,
+``validate_repository``, ``resolve_auth``, the plugins' ``validate_environment``),
+so the doctor and a run never disagree. Credentials are named, never shown.
 """
 
 from __future__ import annotations

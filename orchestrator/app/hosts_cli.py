@@ -1,10 +1,5 @@
-"""``orchestrator --hosts`` and the multi-host side of the cleanup commands.
-
-With ``runner.hosts`` configured (or ``--docker-host`` given), the cleanup
-commands visit every engine, not only the local one; ``--hosts`` checks each
-engine: does it answer (and how fast), its Docker version, whether it has the
-run's image with this machine's image ID, how many slots are free, and what
-protects its traffic (ssh, TLS verified or not, or plain TCP).
+"""``orchestrator --hosts`` (each engine's answer, version, image, free slots, transport) and
+the multi-host side of the cleanup commands, which visit every engine of ``runner.hosts``.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """What a run leaves behind, and the one command that removes what is safe to remove.
 
-Every summary ends with it (the console's, ``--show-run``'s, ``summary.json``'s
-``leftovers``): the run's branches still in the repository, its stopped
-containers and its volumes (session volumes, and on a remote engine the
-workspace volumes of tasks kept there), counted on every engine the run used,
-which is what ``--cleanup-run`` visits. ``--cleanup-run`` removes the
-containers and volumes (and the state, so the run can no longer be resumed)
-and keeps the branches: a finished run's branches are its results, and a
-strategy's own clean-up has already deleted those it no longer needed.
+Every summary ends with it: the run's branches, its stopped containers and its
+volumes, counted on every engine the run used (what ``--cleanup-run`` visits).
+``--cleanup-run`` keeps the branches: a finished run's branches are its results.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
-"""Where a run's folders are, for the management commands (``--list-runs``, ``--show-run``, ``--cleanup-run``).
+"""Where a run's folders are, for ``--list-runs``, ``--show-run``, ``--cleanup-run`` and ``--resume``.
 
-A run is written under the directory it was started from (or the
-``ORCHESTRATOR_*_DIR`` overrides), which need not be the repository it works
-on. Each run records its directories host-wide next to its run-id claim
-(:func:`orchestrator.app.retention.record_owner`), so a run is found by its id from
-anywhere, and ``--repo PATH`` finds a repository's runs wherever they were
-started. After ``--cleanup-run`` only the logs and results are left; a copy of
-the manifest kept with the logs lets ``--show-run`` still read them.
+A run is written under the directory it was started from, not necessarily its
+repository: its host-wide owner record (:func:`.retention.record_owner`) finds
+it by id from anywhere, and a manifest kept with the logs after ``--cleanup-run``
+lets ``--show-run`` still read them.
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """Retention for what a run leaves outside its own directories: workspaces and session volumes.
 
-Successful tasks' workspaces are deleted at import, but a failed or interrupted
-task keeps its clone under the workspace root (for a post-mortem and for
-``--resume``), and each run keeps its session volumes (the agents' sessions).
-Nothing else removed them, so they piled up in ``/tmp/orchestrator`` and in
-Docker. Here they expire like a failed task's container does, after
-``failure_retention_hours`` (what is left over is a failed task's), and never
-while the run can still be resumed (live, or its manifest says
-``running``/``interrupted``) -- resume needs both.
-
-The workspace root and Docker are shared by every directory on the host, so
-each run records which state and logs directories own it, next to its host-wide
-run-id claim (:func:`record_owner`). A run this host knows nothing about (no
-owner record and no manifest here) is left alone.
+A failed or interrupted task keeps its clone (for a post-mortem and ``--resume``)
+and each run its session volumes; nothing else removed them. They expire after
+``failure_retention_hours``, never while the run can still be resumed (docs/cli.md).
+The workspace root and Docker are shared by every directory on the host, so each
+run records the directories that own it (:func:`record_owner`); a run this host
+knows nothing about is left alone.
 """
 
 from __future__ import annotations

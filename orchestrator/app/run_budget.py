@@ -1,9 +1,6 @@
 """The run-wide spending cap as the command sees it: the flags, what can be measured, resume, the summary line.
 
-The counting itself is an engine hook (:mod:`orchestrator.engine.budget`);
-this module turns the configuration into its cap, refuses a cap nothing can
-measure, refuses a resume whose cap is still reached, and says how a capped
-run ended.
+The counting itself is an engine hook (:mod:`orchestrator.engine.budget`).
 """
 
 from __future__ import annotations
