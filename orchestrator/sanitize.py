@@ -71,15 +71,6 @@ class Sanitizer:
         self._regex: re.Pattern[str] | None = None
         self.add_secrets(secrets)
 
-    @classmethod
-    def from_environ(cls, environ: dict[str, str] | None = None) -> Sanitizer:
-        environ = dict(os.environ if environ is None else environ)
-        prefixes = ("ORCHESTRATOR_", "ANTHROPIC_", "OPENAI_", "CLAUDE_")
-        values = [
-            v for k, v in environ.items() if k in SECRET_ENV_VARS or (_SECRET_NAME.search(k) and k.startswith(prefixes))
-        ]
-        return cls(values)
-
     def add_secrets(self, secrets: Iterable[str]) -> None:
         for s in secrets:
             if isinstance(s, str) and len(s) >= _MIN_SECRET_LEN:
@@ -107,11 +98,13 @@ class Sanitizer:
             return [self.scrub(v) for v in obj]
         return obj
 
-    def scrub_bytes(self, data: bytes) -> bytes:
-        return self.scrub_text(data.decode("utf-8", "replace")).encode("utf-8")
 
-
-_default = Sanitizer.from_environ()
+_SECRET_PREFIXES = ("ORCHESTRATOR_", "ANTHROPIC_", "OPENAI_", "CLAUDE_")
+_default = Sanitizer(
+    v
+    for k, v in os.environ.items()
+    if k in SECRET_ENV_VARS or (_SECRET_NAME.search(k) and k.startswith(_SECRET_PREFIXES))
+)
 
 
 def default_sanitizer() -> Sanitizer:

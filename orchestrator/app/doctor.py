@@ -48,10 +48,11 @@ def _image(image: str, plugin: str, dry_run: bool = False) -> list[Check]:
     from ..agent_image.tools import TOOLS, explain_missing, probe_tools, required_tools
     from ..runner import get_plugin
 
+    rebuild = f"orchestrator --build-image --docker-image {image}"
     try:
         tools = probe_tools(image)
     except OrchestratorError as exc:
-        return [Check("fail", f"image {image}", str(exc), f"orchestrator --build-image --docker-image {image}")]
+        return [Check("fail", f"image {image}", str(exc), rebuild)]
     out = [Check("ok", f"image {image}", "present")]
     needed = set(required_tools(get_plugin(plugin), dry_run=dry_run))
     try:
@@ -61,52 +62,25 @@ def _image(image: str, plugin: str, dry_run: bool = False) -> list[Check]:
         pins = {}
     wrong = mismatches(tools, pins)
     for tool in TOOLS:
-        version = tools.get(tool)
+        version, name = tools.get(tool), f"{tool} in {image}"
         if tool in wrong:
             got, pinned = wrong[tool]
             # An image from before the pins (or built by hand) runs a CLI whose
             # output the plugins were not checked against.
-            out.append(
-                Check(
-                    "warn",
-                    f"{tool} in {image}",
-                    f"{got or version} (pinned: {pinned})",
-                    f"orchestrator --build-image --docker-image {image}",
-                )
-            )
+            out.append(Check("warn", name, f"{got or version} (pinned: {pinned})", rebuild))
         elif version is not None:
             pinned_note = f" (pinned: {pins[tool]})" if tool in pins and version != "simulated" else ""
-            out.append(Check("ok", f"{tool} in {image}", version + pinned_note))
+            out.append(Check("ok", name, version + pinned_note))
         elif tool in needed:
             # Not always a missing tool: an image whose PATH leaves out its directory has it too.
             why, fix = explain_missing(image, [tool])
-            out.append(
-                Check(
-                    "fail",
-                    f"{tool} in {image}",
-                    ("missing (a dry run runs it): " if dry_run else f"missing (plugin {plugin} runs it): ")
-                    + why[tool],
-                    fix if "PATH" in fix else f"orchestrator --build-image --docker-image {image}",
-                )
-            )
-        elif tool == "orchestrator-sim-agent":
-            out.append(
-                Check(
-                    "warn",
-                    f"{tool} in {image}",
-                    "missing: --dry-run cannot work with this image",
-                    "orchestrator --build-image",
-                )
-            )
+            runs = "a dry run runs it" if dry_run else f"plugin {plugin} runs it"
+            out.append(Check("fail", name, f"missing ({runs}): {why[tool]}", fix if "PATH" in fix else rebuild))
         else:
-            out.append(
-                Check(
-                    "warn",
-                    f"{tool} in {image}",
-                    "missing: plugins that run it cannot use this image",
-                    "orchestrator --build-image",
-                )
+            cannot = (
+                "--dry-run cannot work with" if tool == "orchestrator-sim-agent" else "plugins that run it cannot use"
             )
+            out.append(Check("warn", name, f"missing: {cannot} this image", "orchestrator --build-image"))
     return out
 
 
