@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import shutil
 import sys
@@ -216,13 +217,10 @@ async def cleanup_run(run_id: str, config: Config | None = None, repo: str | Non
     if is_live(dirs, run_id):
         raise UsageError(f"run {run_id} is live; stop it before cleaning it up")
     if config is not None and config.runner.kubernetes is not None:
-        host = cluster_host(config)
-        try:
+        async with contextlib.aclosing(cluster_host(config)) as host:
             names = [c["name"] for c in await list_containers(run_id, host=host)]
             await remove_containers(names, host=host)
             n_containers, n_volumes = len(names), len(await host.remove_run_volumes(run_id))
-        finally:
-            await host.aclose()
     elif config is not None and config.runner.hosts:
         from .hosts_cli import cleanup_run_everywhere
 
@@ -352,11 +350,8 @@ async def clean_orphans(dirs: RunDirs, config: Config, olog: ComponentLog, *, cu
     if config.runner.kubernetes is None:
         await _clean_orphans_on(dirs, config, olog, current=current, host=None)
         return
-    host = cluster_host(config)
-    try:
+    async with contextlib.aclosing(cluster_host(config)) as host:
         await _clean_orphans_on(dirs, config, olog, current=current, host=host)
-    finally:
-        await host.aclose()
 
 
 async def _clean_orphans_on(dirs: RunDirs, config: Config, olog: ComponentLog, *, current: str, host) -> None:
@@ -385,11 +380,8 @@ async def clean_containers(dry_run: bool, force: bool, config: Config | None = N
     dirs = RunDirs.from_env()
     config = config or load_config(config_file=None, cli_overrides={}).config
     if config.runner.kubernetes is not None:
-        host = cluster_host(config)
-        try:
+        async with contextlib.aclosing(cluster_host(config)) as host:
             return await _clean_containers_on(dirs, config, dry_run, force, host)
-        finally:
-            await host.aclose()
     if config.runner.hosts:
         return await _clean_containers_on_hosts(dirs, config, dry_run, force)
     ok, message = await docker_available()

@@ -186,7 +186,7 @@ async def _check_cluster(config: Config, image: str) -> str:
     host = KubeHost(ClusterSpec.of(kube))
     if _warming is not None:
         await anyio.to_thread.run_sync(_warming.join)  # it imports the client, and requests with it
-    try:
+    async with contextlib.aclosing(host):
         try:
             version = await host.ping()
         except RunnerError as exc:
@@ -201,8 +201,6 @@ async def _check_cluster(config: Config, image: str) -> str:
                     f"`kubectl create namespace {kube.namespace}` or pass --namespace"
                 ) from None
         line = await check_cluster_image(host, image, load_command=kube.load_command, sync=config.runner.sync_image)
-    finally:
-        await host.aclose()
     if line:
         print(line, file=sys.stderr, flush=True)
     print(f"Kubernetes {version}, namespace {kube.namespace}", file=sys.stderr, flush=True)
