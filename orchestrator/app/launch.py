@@ -62,7 +62,7 @@ from .preflight import (
     prepare,
 )
 from .retention import record_owner
-from .wiring import _engine_config, _guard, _make_runner
+from .wiring import _engine_config, _fields, _guard, _make_runner
 
 
 async def start(args) -> int:
@@ -173,22 +173,15 @@ async def _resume_plan(args, dirs: RunDirs, manifest: RunManifest) -> Prepared:
     return Prepared(
         loaded_config=loaded,
         strategy=strategy,
-        params=manifest.params,
-        prompt=manifest.prompt,
-        repo=manifest.repo_path,
-        base_branch=manifest.base_branch,
-        model=manifest.model,
         plugin=plugin,
-        image=manifest.docker_image,
+        auth=auth,
+        **_fields(manifest, "params", "prompt", "base_branch", "model", "runs", "dry_run", "mode"),
+        **_fields(manifest, repo="repo_path", image="docker_image"),
         # The hosts may have changed since the run started: their slots decide,
         # under the cap given now or at the start.
         max_parallel=_max_parallel(loaded.config, args.max_parallel)
         if loaded.config.runner.hosts
         else manifest.max_parallel,
-        runs=manifest.runs,
-        auth=auth,
-        dry_run=manifest.dry_run,
-        mode=manifest.mode,
         output=output_mode(args),
         console_from=(await events.stat()).st_size if await events.exists() else 0,
     )
