@@ -226,11 +226,7 @@ def _normalize(data: dict[str, Any], source: str, warnings: list[str] | None = N
                 f"{source}: unknown configuration key 'events.flush_policy.{unknown[0]}' "
                 "(use mode, interval_ms or max_batch)"
             )
-        if "mode" in nested:
-            events["flush_policy"] = nested["mode"]
-        for key in ("interval_ms", "max_batch"):
-            if key in nested:
-                events[key] = nested[key]
+        events |= {"flush_policy" if key == "mode" else key: value for key, value in nested.items()}
         out["events"] = events
     tui = out.get("tui")
     if isinstance(tui, dict) and "refresh_rate" in tui:

@@ -19,11 +19,8 @@ from ..log.runs import (
 
 
 async def _delete_unneeded_branches(prep, dirs: RunDirs, manifest: RunManifest, state, olog: ComponentLog) -> None:
-    """After a finished run: delete the branches the strategy no longer needs, through the git layer.
-
-    A strategy names them (its ``branches_to_delete`` hook) but never runs git
-    itself; the git layer deletes only branches this run created that nobody
-    moved or checked out since. Cleanup must not turn a finished run into a failure.
+    """After a finished run: the git layer deletes the branches the strategy's hook names that this run
+    created and nobody moved or checked out since; a failed clean-up never fails a finished run.
     """
     hook = prep.strategy.hooks.branches_to_delete
     if hook is None:

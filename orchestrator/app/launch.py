@@ -211,12 +211,7 @@ async def _already_finished(dirs: RunDirs, manifest: RunManifest, output: str) -
 
 
 async def _report_resume_plan(dirs: RunDirs, manifest: RunManifest, supports_resume: bool, fresh: bool) -> None:
-    """Say what --resume will do with each unfinished task (diagnostic only).
-
-    A task continues in the workspace it left (the container is re-created if
-    it is gone), with its session when it reported one; a task whose workspace
-    is gone starts afresh.
-    """
+    """Say what --resume will do with each unfinished task (diagnostic only)."""
     from ..log.state import INTERRUPTED, RUNNING
     from ..runner import workspace_path
     from .locate import run_state
