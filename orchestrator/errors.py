@@ -1,33 +1,9 @@
-"""The one exception tree of the orchestrator.
+"""The one exception tree of the orchestrator: callers only ever catch these.
 
-    OrchestratorError
-    ├── UsageError                  bad input from the user: CLI exits 2 with one line
-    │   ├── ConfigError             a config file, env var or -S parameter is wrong
-    │   ├── StrategyLoadError       a strategy file/module cannot be loaded
-    │   └── PreflightError          the environment is not ready (Docker, git, auth, disk)
-    ├── RunLockedError              another live process writes this run's log
-    ├── SnapshotError               a state.json that fails its structural check (ValueError too)
-    ├── ReplayError                 a report's replay of a recorded strategy raised what the run never did
-    ├── RunnerError                 raised at the runner boundary (Docker, git, agent)
-    │   ├── GitError                clone/fetch/import failed (category "git")
-    │   │   └── BranchExistsError   import_conflict_policy="fail" met an existing branch
-    │   ├── ContainerError          Docker failed or the container died (category "container")
-    │   │   ├── HostDownError       a Docker host of runner.hosts stopped answering ("docker")
-    │   │   └── AgentStreamLostError  the link carrying the agent's output broke; the agent still ran
-    │   ├── SecretLeakError         the agent committed a credential; its branch was not imported ("secret")
-    │   ├── ResourceLimitError      a runaway agent hit a container limit and was stopped ("resource")
-    │   └── TaskTimeoutError        the container-level timeout expired ("timeout")
-    └── StrategyError               raised to or by strategy code
-        ├── TaskFailed              ctx.wait() on a failed task
-        │   └── BudgetReached       the run's spending cap is reached: no new agent task starts
-        ├── AggregateTaskFailed     ctx.wait_all() when one or more tasks failed
-        ├── NoViableCandidates      a selection strategy has nothing left to choose
-        ├── BaseEvaluationFailed    the evaluation of the base branch cannot be used: the run stops
-        ├── KeyConflictDifferentFingerprint   same key, different task input
-        └── NondeterminismError     strict mode: strategy code called a wall-clock/random API
-
-Library errors (docker-py, subprocess) are translated into this tree at the
-boundary with ``raise ... from``, so callers only ever catch these.
+A :class:`UsageError` ends the command with one line and exit 2; a :class:`RunnerError`
+carries the ``category`` a failed task is recorded with; the :class:`StrategyError`
+subclasses are what strategies raise and catch (``ctx.errors``). Library errors
+(docker-py, subprocess) are translated into this tree at the boundary with ``raise ... from``.
 """
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ from ..strategy_loader import load_strategy
 from . import run_budget
 from .after_run import _clean_orphans, _delete_unneeded_branches, _release_run_folder, _write_report, first_cause
 from .auth import resolve_auth
-from .leftovers import count_leftovers, leftover_lines, recorded_config
+from .leftovers import count_leftovers, counted, leftover_lines, recorded_config
 from .preflight import (
     Prepared,
     _absolute_spec,
@@ -74,19 +74,10 @@ async def start(args) -> int:
     manifest = RunManifest(
         run_id=run_id,
         created_at=now_iso(),
-        prompt=prep.prompt,
         strategy_spec=_absolute_spec(prep.strategy.spec),
         strategy_name=prep.strategy.name,
-        params=prep.params,
-        runs=prep.runs,
-        repo_path=prep.repo,
-        base_branch=prep.base_branch,
-        model=prep.model,
-        plugin=prep.plugin_name,
-        docker_image=prep.image,
-        max_parallel=prep.max_parallel,
-        dry_run=prep.dry_run,
-        mode=prep.mode,
+        **_fields(prep, "prompt", "params", "runs", "base_branch", "model", "max_parallel", "dry_run", "mode"),
+        **_fields(prep, repo_path="repo", plugin="plugin_name", docker_image="image"),
         config=redacted(prep.config),
         config_file=str(await anyio.Path(args.config).absolute()) if args.config else None,
         cli_overrides=_cli_overrides(args),
@@ -235,7 +226,7 @@ async def _report_resume_plan(dirs: RunDirs, manifest: RunManifest, supports_res
     done = state.counters.completed + state.counters.failed
     plan = ", ".join(_resume_phrase(s, n) for s, n in sorted(counts.items())) or "no interrupted tasks"
     print(
-        f"Resuming {manifest.run_id}: {_tasks(done)} already finished {'stays' if done == 1 else 'stay'} "
+        f"Resuming {manifest.run_id}: {counted(done, 'task')} already finished {'stays' if done == 1 else 'stay'} "
         f"as {'it is' if done == 1 else 'they are'}; {plan}.",
         file=sys.stderr,
         flush=True,
@@ -255,13 +246,9 @@ _RESUME_PLANS = {
 }
 
 
-def _tasks(n: int) -> str:
-    return f"{n} task" if n == 1 else f"{n} tasks"
-
-
 def _resume_phrase(status: str, n: int) -> str:
     one, many = _RESUME_PLANS.get(status, (status.replace("_", " "), status.replace("_", " ")))
-    return f"{_tasks(n)} {one if n == 1 else many}"
+    return f"{counted(n, 'task')} {one if n == 1 else many}"
 
 
 async def _watch_signals(

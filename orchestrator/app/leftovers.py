@@ -63,7 +63,7 @@ async def count_leftovers(run_id: str, config: Config | None = None) -> dict[str
     return {"containers": containers, "running": running, "volumes": volumes}
 
 
-def _count(n: int, one: str, many: str | None = None) -> str:
+def counted(n: int, one: str, many: str | None = None) -> str:
     return f"{n} {one if n == 1 else many or one + 's'}"
 
 
@@ -73,15 +73,15 @@ def leftover_lines(summary: dict[str, Any]) -> list[str]:
     run_id, status = summary["run_id"], summary["status"]
     if not left or status == "live":  # still at work: nothing is left yet
         return []
-    parts = [_count(left["branches"], "branch", "branches")]
+    parts = [counted(left["branches"], "branch", "branches")]
     if left.get("containers") is None:
         why = left.get("not_counted") or "Docker did not answer"
         return ["", f"Left behind: {parts[0]}; containers and volumes not counted ({why})"]
     stopped = left["containers"] - (left.get("running") or 0)
-    parts.append(_count(stopped, "stopped container"))
+    parts.append(counted(stopped, "stopped container"))
     if left.get("running"):
         parts.append(f"{left['running']} running")
-    parts.append(_count(left["volumes"], "volume"))
+    parts.append(counted(left["volumes"], "volume"))
     listed = ", ".join(parts[:-1]) + f" and {parts[-1]}"
     command = f"orchestrator --cleanup-run {run_id}"
     if status in RESUMABLE:

@@ -30,7 +30,7 @@ from ..log.runs import (
 )
 from ..log.state import FAILED, RunState, run_outcome
 from ..strategy_loader import BUILTINS, load_strategy
-from .leftovers import count_leftovers, recorded_config
+from .leftovers import count_leftovers, counted, recorded_config
 from .locate import kept_manifest, locate_run, repository_top, run_folders, run_state, runs_in, unreadable_lines_warning
 from .results import build_summary, check_repository, fmt_cost, render_summary
 
@@ -254,7 +254,7 @@ def _keep_manifest(run) -> None:
 
 def _cleanup_line(run, n_containers: int, n_volumes: int, ws) -> str:
     dirs, run_id = run.dirs, run.manifest.run_id
-    removed = [_count(n_containers, "container"), _count(n_volumes, "volume")]
+    removed = [counted(n_containers, "container"), counted(n_volumes, "volume")]
     if ws is not None:
         removed.append(f"the workspaces ({ws})")
     if not run.cleaned:
@@ -267,10 +267,6 @@ def _cleanup_line(run, n_containers: int, n_volumes: int, ws) -> str:
     kept.append(f"its branches in {run.manifest.repo_path}")
     readable = f"; orchestrator --show-run {run_id} still reads them" if (dirs.logs / run_id).exists() else ""
     return f"removed {_and(removed)}; kept {_and(kept)}{readable}; the run can no longer be resumed"
-
-
-def _count(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 def _and(items: list[str]) -> str:
