@@ -203,12 +203,8 @@ class BaseEvaluationFailed(StrategyError):
     Raised by a strategy (tree-beam, evolve, review-loop) when the command that
     measures the base could not run, reports ``valid: false``, or lacks a metric
     the run needs: every candidate would be measured against nothing, so going
-    on would only spend money. The message names ``command``, ``reason`` and the
-    last ``OUTPUT_TAIL_LINES`` lines of the command's ``output`` under a
-    ``headline`` (a test command that cannot run says so); the run ends with
-    exit code 1 and the message in ``summary.json``. ``keys`` are the tasks
-    that measured the base: they completed, but no reader of the run shows
-    them as a success, since their result is what could not be used.
+    on would only spend money. ``keys`` are the tasks that measured the base:
+    they completed, but no reader shows them as a success.
     """
 
     def __init__(

@@ -13,7 +13,7 @@ import binascii
 import os
 import re
 import urllib.parse
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -89,14 +89,19 @@ class Sanitizer:
         return text
 
     def scrub(self, obj: Any) -> Any:
-        """Return a copy of ``obj`` (JSON-like) with every string scrubbed."""
-        if isinstance(obj, str):
-            return self.scrub_text(obj)
-        if isinstance(obj, dict):
-            return {self.scrub(k) if isinstance(k, str) else k: self.scrub(v) for k, v in obj.items()}
-        if isinstance(obj, (list, tuple)):
-            return [self.scrub(v) for v in obj]
-        return obj
+        """Return a copy of ``obj`` (JSON-like) with every string scrubbed, keys included."""
+        return _each_string(obj, self.scrub_text, keys=True)
+
+
+def _each_string(obj: Any, fn: Callable[[str], str], *, keys: bool) -> Any:
+    """A copy of ``obj`` (JSON-like) with ``fn`` applied to every string value (and key, with ``keys``)."""
+    if isinstance(obj, str):
+        return fn(obj)
+    if isinstance(obj, dict):
+        return {fn(k) if keys and isinstance(k, str) else k: _each_string(v, fn, keys=keys) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_each_string(v, fn, keys=keys) for v in obj]
+    return obj
 
 
 _SECRET_PREFIXES = ("ORCHESTRATOR_", "ANTHROPIC_", "OPENAI_", "CLAUDE_")
@@ -132,14 +137,8 @@ def plain_bytes(data: bytes) -> bytes:
 
 
 def plain(obj: Any) -> Any:
-    """A copy of ``obj`` (JSON-like) with every string made plain (:func:`plain_text`)."""
-    if isinstance(obj, str):
-        return plain_text(obj)
-    if isinstance(obj, dict):
-        return {k: plain(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [plain(v) for v in obj]
-    return obj
+    """A copy of ``obj`` (JSON-like) with every string value made plain (:func:`plain_text`)."""
+    return _each_string(obj, plain_text, keys=False)
 
 
 def redact_url(url: str | None) -> str:

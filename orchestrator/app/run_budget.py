@@ -72,12 +72,10 @@ def check_resume(config: Config, budget_state: Any, run_id: str) -> None:
         return
     cap = cap_of(config)
     spent_cost, spent_tokens = budget_state.spent_cost_usd, budget_state.spent_tokens
-    still = cap is not None and (
+    if cap is not None and (
         (cap.max_cost_usd is not None and spent_cost >= cap.max_cost_usd)
         or (cap.max_tokens is not None and spent_tokens >= cap.max_tokens)
-    )
-    if still:
-        assert cap is not None
+    ):
         raise UsageError(
             f"run {run_id} is still at its spending cap ({cap.describe()}; {spent_line(spent_cost, spent_tokens)}): "
             f"resume with a higher cap, e.g. orchestrator --resume {run_id} "
