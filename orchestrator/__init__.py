@@ -1,13 +1,7 @@
 """orchestrator: durable, event-sourced orchestration of parallel AI coding agents.
 
-The public surface (everything else is internal):
-
-- the engine: :class:`Engine`, :class:`EngineConfig`, :class:`StrategyContext`, :class:`Handle`
-- event log access: :func:`get_events_since`, :func:`subscribe`, :func:`read_events`
-- state: :class:`RunState`, :func:`recover`
-- the error tree: see :mod:`orchestrator.errors`
-
-Strategy authors import from :mod:`orchestrator.strategy` only.
+The public surface is the export table below (the engine, the event log, the state
+fold, the errors); strategy authors import from :mod:`orchestrator.strategy` only.
 """
 
 from __future__ import annotations

@@ -1,10 +1,4 @@
-"""Lazy re-exports for package ``__init__`` modules.
-
-A package that re-exports names from its submodules would otherwise import all
-of them on ``import package.anything``; with this, a name's submodule is loaded
-the first time someone reads the name, and the value is then cached on the
-package so later reads are plain attribute look-ups.
-"""
+"""Lazy re-exports for package ``__init__`` modules: a name's submodule loads when the name is first read."""
 
 from __future__ import annotations
 

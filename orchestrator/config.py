@@ -1,10 +1,7 @@
-"""Configuration: typed sections, one precedence order, errors that name the source.
+"""Configuration: typed sections, one precedence order (docs/cli.md, "Configuration"), errors that name the source.
 
-Precedence (highest first): command line > environment (``ORCHESTRATOR_*``,
-nested with ``__``) > ``.env`` in the current directory > ``orchestrator.yaml``
-(or ``--config FILE.yaml|FILE.json``) > built-in defaults. Mappings merge
-deeply; lists are replaced. Every source is validated on its own first, so an
-unknown key or a wrong type is reported with the file or variable it came from.
+Every source is validated on its own first, so an unknown key or a wrong type
+is reported with the file or variable it came from.
 """
 
 from __future__ import annotations
@@ -229,11 +226,7 @@ def _normalize(data: dict[str, Any], source: str, warnings: list[str] | None = N
                 f"{source}: unknown configuration key 'events.flush_policy.{unknown[0]}' "
                 "(use mode, interval_ms or max_batch)"
             )
-        if "mode" in nested:
-            events["flush_policy"] = nested["mode"]
-        for key in ("interval_ms", "max_batch"):
-            if key in nested:
-                events[key] = nested[key]
+        events |= {"flush_policy" if key == "mode" else key: value for key, value in nested.items()}
         out["events"] = events
     tui = out.get("tui")
     if isinstance(tui, dict) and "refresh_rate" in tui:

@@ -1,39 +1,15 @@
-"""The one exception tree of the orchestrator.
+"""The one exception tree of the orchestrator: callers only ever catch these.
 
-    OrchestratorError
-    ├── UsageError                  bad input from the user: CLI exits 2 with one line
-    │   ├── ConfigError             a config file, env var or -S parameter is wrong
-    │   ├── StrategyLoadError       a strategy file/module cannot be loaded
-    │   └── PreflightError          the environment is not ready (Docker, git, auth, disk)
-    ├── RunLockedError              another live process writes this run's log
-    ├── SnapshotError               a state.json that fails its structural check (ValueError too)
-    ├── ReplayError                 a report's replay of a recorded strategy raised what the run never did
-    ├── RunnerError                 raised at the runner boundary (Docker, git, agent)
-    │   ├── GitError                clone/fetch/import failed (category "git")
-    │   │   └── BranchExistsError   import_conflict_policy="fail" met an existing branch
-    │   ├── ContainerError          Docker failed or the container died (category "container")
-    │   │   ├── HostDownError       a Docker host of runner.hosts stopped answering ("docker")
-    │   │   └── AgentStreamLostError  the link carrying the agent's output broke; the agent still ran
-    │   ├── AgentError              the agent CLI reported an API/auth/rate-limit error ("api")
-    │   ├── SecretLeakError         the agent committed a credential; its branch was not imported ("secret")
-    │   ├── ResourceLimitError      a runaway agent hit a container limit and was stopped ("resource")
-    │   └── TaskTimeoutError        the container-level timeout expired ("timeout")
-    └── StrategyError               raised to or by strategy code
-        ├── TaskFailed              ctx.wait() on a failed task
-        │   └── BudgetReached       the run's spending cap is reached: no new agent task starts
-        ├── AggregateTaskFailed     ctx.wait_all() when one or more tasks failed
-        ├── NoViableCandidates      a selection strategy has nothing left to choose
-        ├── BaseEvaluationFailed    the evaluation of the base branch cannot be used: the run stops
-        ├── KeyConflictDifferentFingerprint   same key, different task input
-        └── NondeterminismError     strict mode: strategy code called a wall-clock/random API
-
-Library errors (docker-py, subprocess) are translated into this tree at the
-boundary with ``raise ... from``, so callers only ever catch these.
+A :class:`UsageError` ends the command with one line and exit 2; a :class:`RunnerError`
+carries the ``category`` a failed task is recorded with; the :class:`StrategyError`
+subclasses are what strategies raise and catch (``ctx.errors``). Library errors
+(docker-py, subprocess) are translated into this tree at the boundary with ``raise ... from``.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import functools
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # (a type only: the runner imports this module, not the other way)
     from .runner.types import ErrorCategory
@@ -103,8 +79,6 @@ class BranchExistsError(GitError):
 class ContainerError(RunnerError):
     """Docker could not create, start or exec the container, or it died."""
 
-    category: ErrorCategory = "container"
-
 
 class HostDownError(ContainerError):
     """The Docker host the task ran on (one of ``runner.hosts``) stopped answering.
@@ -127,12 +101,6 @@ class AgentStreamLostError(ContainerError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, retryable=True)
-
-
-class AgentError(RunnerError):
-    """The agent CLI reported an API, auth or rate-limit error."""
-
-    category = "api"
 
 
 class SecretLeakError(RunnerError):
@@ -235,12 +203,8 @@ class BaseEvaluationFailed(StrategyError):
     Raised by a strategy (tree-beam, evolve, review-loop) when the command that
     measures the base could not run, reports ``valid: false``, or lacks a metric
     the run needs: every candidate would be measured against nothing, so going
-    on would only spend money. The message names ``command``, ``reason`` and the
-    last ``OUTPUT_TAIL_LINES`` lines of the command's ``output`` under a
-    ``headline`` (a test command that cannot run says so); the run ends with
-    exit code 1 and the message in ``summary.json``. ``keys`` are the tasks
-    that measured the base: they completed, but no reader of the run shows
-    them as a success, since their result is what could not be used.
+    on would only spend money. ``keys`` are the tasks that measured the base:
+    they completed, but no reader shows them as a success.
     """
 
     def __init__(
@@ -267,17 +231,8 @@ class BaseEvaluationFailed(StrategyError):
         self.keys = tuple(keys)
 
     def __reduce__(self):  # keep the fields through pickling/copying
-        return (_base_evaluation_failed, (self.reason, self.command, self.output, self.headline, self.keys))
-
-
-def _base_evaluation_failed(
-    reason: str,
-    command: str,
-    output: str,
-    headline: str = "the evaluation of the base cannot be used",
-    keys: tuple[str, ...] = (),
-) -> BaseEvaluationFailed:
-    return BaseEvaluationFailed(reason, command=command, output=output, headline=headline, keys=keys)
+        fields: dict[str, Any] = {"command": self.command, "output": self.output, "headline": self.headline}
+        return (functools.partial(BaseEvaluationFailed, self.reason, keys=self.keys, **fields), ())
 
 
 class KeyConflictDifferentFingerprint(StrategyError):

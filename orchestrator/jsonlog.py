@@ -1,16 +1,10 @@
-"""Component logs: ``logs/<run_id>/{orchestration,runner,tui}.jsonl``.
+"""Component logs: ``logs/<run_id>/{orchestration,runner,tui}.jsonl``, one sanitized JSON object per line.
 
-One JSON object per line with ``timestamp, component, level, run_id, message``
-and any extra fields; everything passes through the sanitizer first. Writes
-are small appends to an unbuffered file, cheap enough for the event loop. A
-write error (disk full) drops the line instead of failing the caller.
-
-A component log rotates by size (``x.jsonl`` -> ``x.jsonl.1`` -> ...): a long
-run's debug-level runner log would otherwise grow without bound. The rotation
-is two renames under the log's lock, as cheap as a write. ``events.jsonl`` is
-not a component log and never rotates. :func:`configure` sets the process-wide
-size limit and the ``--debug`` echo to stderr, so logs made deep inside the
-runner follow the run's configuration without being told.
+Writes are small appends to an unbuffered file, cheap enough for the event loop;
+a write error (disk full) drops the line instead of failing the caller. A log
+rotates by size (two renames under its lock), or a long run's debug log grows
+without bound. :func:`configure` sets the size and the ``--debug`` echo for the
+whole process, so logs made deep inside the runner follow them untold.
 """
 
 from __future__ import annotations
@@ -31,20 +25,12 @@ def utc_now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-DEFAULT_MAX_BYTES = 64 * 1024 * 1024
-DEFAULT_BACKUPS = 3
-_settings: dict[str, Any] = {"max_bytes": DEFAULT_MAX_BYTES, "backups": DEFAULT_BACKUPS, "echo": None}
+_settings: dict[str, Any] = {"max_bytes": 64 * 1024 * 1024, "backups": 3, "echo": None}
 
 
-def configure(
-    *, max_bytes: int | None = None, backups: int | None = None, echo: Callable[[str], None] | None = None
-) -> None:
+def configure(*, max_bytes: int, backups: int, echo: Callable[[str], None] | None) -> None:
     """Process-wide defaults: rotation size (0 = never), backups kept, and the debug echo (None = off)."""
-    if max_bytes is not None:
-        _settings["max_bytes"] = max_bytes
-    if backups is not None:
-        _settings["backups"] = backups
-    _settings["echo"] = echo
+    _settings.update(max_bytes=max_bytes, backups=backups, echo=echo)
 
 
 class ComponentLog:
@@ -54,7 +40,6 @@ class ComponentLog:
         component: str,
         run_id: str | None = None,
         sanitizer: Sanitizer | None = None,
-        echo=None,
         *,
         max_bytes: int | None = None,
         backups: int | None = None,
@@ -63,7 +48,6 @@ class ComponentLog:
         self.component = component
         self.run_id = run_id
         self.sanitizer = sanitizer or default_sanitizer()
-        self._echo = echo  # optional callable(str) for debug mode (stderr); else the configured one
         self.max_bytes = _settings["max_bytes"] if max_bytes is None else max_bytes
         self.backups = _settings["backups"] if backups is None else backups
         self._lock = threading.Lock()
@@ -120,7 +104,7 @@ class ComponentLog:
                     # not fail the task that tried to log. Lines are dropped and
                     # counted until writes succeed again.
                     self.dropped += 1
-        echo = self._echo or _settings["echo"]
+        echo = _settings["echo"]
         if echo is not None:
             echo(data.decode("utf-8").rstrip("\n"))
 

@@ -1,15 +1,9 @@
-"""One sanitizer for everything the product writes.
+"""One sanitizer for everything the product writes, and plain text for captured output.
 
-Every writer (event log, component logs, state snapshots, results files) passes
-its data through :class:`Sanitizer`. It removes text shaped like a secret and,
-more importantly, the exact values of every secret the process knows about
-(configured API keys and tokens), because a random token does not always look
-like one. An agent that writes a key base64-, hex- or percent-encoded gets
-that form removed too (see :func:`encoded_forms`).
-
-Captured output is also made plain here (:func:`plain_text`): the terminal
-codes a command or an agent prints (colours, cursor moves, titles) mean nothing
-in a report, a log or a dashboard cell, where they show as ``[32m``.
+:class:`Sanitizer` removes text shaped like a secret and the exact values (and
+base64, hex and percent encodings) of every secret the process knows: a random
+token does not always look like one. :func:`plain_text` drops terminal codes,
+which mean nothing in a report, a log or a dashboard cell.
 """
 
 from __future__ import annotations
@@ -19,7 +13,7 @@ import binascii
 import os
 import re
 import urllib.parse
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -77,15 +71,6 @@ class Sanitizer:
         self._regex: re.Pattern[str] | None = None
         self.add_secrets(secrets)
 
-    @classmethod
-    def from_environ(cls, environ: dict[str, str] | None = None) -> Sanitizer:
-        environ = dict(os.environ if environ is None else environ)
-        prefixes = ("ORCHESTRATOR_", "ANTHROPIC_", "OPENAI_", "CLAUDE_")
-        values = [
-            v for k, v in environ.items() if k in SECRET_ENV_VARS or (_SECRET_NAME.search(k) and k.startswith(prefixes))
-        ]
-        return cls(values)
-
     def add_secrets(self, secrets: Iterable[str]) -> None:
         for s in secrets:
             if isinstance(s, str) and len(s) >= _MIN_SECRET_LEN:
@@ -104,20 +89,27 @@ class Sanitizer:
         return text
 
     def scrub(self, obj: Any) -> Any:
-        """Return a copy of ``obj`` (JSON-like) with every string scrubbed."""
-        if isinstance(obj, str):
-            return self.scrub_text(obj)
-        if isinstance(obj, dict):
-            return {self.scrub(k) if isinstance(k, str) else k: self.scrub(v) for k, v in obj.items()}
-        if isinstance(obj, (list, tuple)):
-            return [self.scrub(v) for v in obj]
-        return obj
-
-    def scrub_bytes(self, data: bytes) -> bytes:
-        return self.scrub_text(data.decode("utf-8", "replace")).encode("utf-8")
+        """Return a copy of ``obj`` (JSON-like) with every string scrubbed, keys included."""
+        return _each_string(obj, self.scrub_text, keys=True)
 
 
-_default = Sanitizer.from_environ()
+def _each_string(obj: Any, fn: Callable[[str], str], *, keys: bool) -> Any:
+    """A copy of ``obj`` (JSON-like) with ``fn`` applied to every string value (and key, with ``keys``)."""
+    if isinstance(obj, str):
+        return fn(obj)
+    if isinstance(obj, dict):
+        return {fn(k) if keys and isinstance(k, str) else k: _each_string(v, fn, keys=keys) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_each_string(v, fn, keys=keys) for v in obj]
+    return obj
+
+
+_SECRET_PREFIXES = ("ORCHESTRATOR_", "ANTHROPIC_", "OPENAI_", "CLAUDE_")
+_default = Sanitizer(
+    v
+    for k, v in os.environ.items()
+    if k in SECRET_ENV_VARS or (_SECRET_NAME.search(k) and k.startswith(_SECRET_PREFIXES))
+)
 
 
 def default_sanitizer() -> Sanitizer:
@@ -145,14 +137,8 @@ def plain_bytes(data: bytes) -> bytes:
 
 
 def plain(obj: Any) -> Any:
-    """A copy of ``obj`` (JSON-like) with every string made plain (:func:`plain_text`)."""
-    if isinstance(obj, str):
-        return plain_text(obj)
-    if isinstance(obj, dict):
-        return {k: plain(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [plain(v) for v in obj]
-    return obj
+    """A copy of ``obj`` (JSON-like) with every string value made plain (:func:`plain_text`)."""
+    return _each_string(obj, plain_text, keys=False)
 
 
 def redact_url(url: str | None) -> str:

@@ -1,33 +1,11 @@
-"""Everything a strategy author imports: ``from orchestrator.strategy import ...``.
+"""Everything a strategy author imports: ``from orchestrator.strategy import ...`` (docs/strategies.md).
 
-A strategy is ``async def strategy(prompt: str, base_branch: str, ctx: Context, *, param: T = default)``.
-Annotating ``ctx: Context`` lets an editor complete ``ctx.run``, ``ctx.wait`` and
-the keys of a result (``result["artifact"]["branch_final"]``), and lets a type
-checker flag a misspelt task field or result key. At run time nothing here
-checks types; the engine validates task inputs when they are scheduled.
-
-- ``Context``: the type of ``ctx``; ``Handle``: what ``ctx.run`` returns.
-- ``TaskInput``: the dict ``ctx.run`` takes (``KeyedTaskInput``: a ``ctx.parallel``
-  item with its ``key``; ``BranchCleanupTask``: a ``delete_branches`` task).
-- ``TaskResult`` with its ``Artifact`` and ``TaskMetrics``: what ``ctx.wait``
-  returns (``BranchCleanupResult`` for a cleanup task).
-- ``RetryPolicy`` / ``RetryPolicyDict``: ``ctx.run(..., policy=...)``.
-- the errors a strategy raises or catches, also reachable as ``ctx.errors.*``.
-- ``BudgetScope``: what ``ctx.open_budget(max_cost_usd=..., max_wall_s=...)`` returns,
-  a budget of the strategy's own that the engine enforces when a task is
-  scheduled (``ctx.run`` then raises ``BudgetExhausted``); it also lists the
-  branches its tasks left (``branches``) and what it spent (``summary()``).
-- ``parallel_items``: ``ctx.parallel``'s items read as ``(task, key)``.
-- ``strategy_options``: the decorator for ``prepare=`` and ``requires_resume=``.
-- ``finished_run_branches`` / ``absent_branches``: for a ``prepare`` hook that takes
-  existing branches as input (another run's, or named ones); the list it returns is
-  recorded, so the strategy itself never reads another run's files. They ask the
-  :class:`PrepareRuntime` the orchestrator supplies while ``prepare`` runs
-  (:func:`prepare_runtime`): this module never imports the application.
-- ``replay_strategy``: re-run a recorded execution from its event log alone, for
-  a strategy's reports of finished or interrupted runs (``ReplayError`` when it breaks).
-
-Importing this module loads neither the Docker runner nor the CLI.
+A strategy is ``async def strategy(prompt: str, base_branch: str, ctx: Context, *, param: T = default)``;
+annotating ``ctx: Context`` lets an editor complete ``ctx.run`` and a type checker flag a misspelt
+task field or result key (nothing here checks types at run time). ``finished_run_branches`` and
+``absent_branches`` ask the :class:`PrepareRuntime` the orchestrator supplies while a ``prepare``
+hook runs (:func:`prepare_runtime`): this module never imports the application, and importing it
+loads neither the Docker runner nor the CLI.
 """
 
 from __future__ import annotations
@@ -92,12 +70,7 @@ class StrategyOptions(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class RunView(msgspec.Struct, frozen=True, kw_only=True):
-    """What a strategy's after-run hooks see of a run: a small public view, read-only.
-
-    ``executions`` maps each strategy execution id (``s1``, ``s2``, ...) to how it
-    ended (``success``, ``failed``, ``interrupted``, ...); ``task_keys`` are the
-    durable keys of every task the run scheduled.
-    """
+    """What a strategy's after-run hooks see of a run, read-only (docs/strategies.md, "After-run hooks")."""
 
     run_id: str
     prompt: str
@@ -111,23 +84,8 @@ class RunView(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class StrategyHooks(msgspec.Struct, frozen=True, kw_only=True):
-    """A strategy module's optional after-run hooks, found once by the loader.
-
-    A strategy defines any of them as module-level functions of these names:
-
-    - ``report_sections(run: dict) -> list[dict]``: its sections of the HTML run
-      report (see :mod:`orchestrator.report.sections` for the section shapes);
-    - ``report_task(task: dict) -> dict | None``: a refined card for one of its
-      tasks in the report (a command task's output read as fields, say);
-    - ``branches_to_delete(run: RunView) -> list[str]``: after a finished run, the
-      working branches it no longer needs; the orchestrator's git layer deletes
-      those this run created and nobody moved since;
-    - ``show_run_report(run: RunView) -> list[str]``: ``--show-run`` regenerates the
-      strategy's own reports; the problems it finds (empty: none);
-    - ``claimed_branches(run: RunView) -> list[tuple[str, str, str]]``: ``(what,
-      branch, commit)`` the repository must hold, checked by ``--show-run``.
-
-    Hooks read files and the view; they never run git themselves.
+    """A strategy module's optional report and after-run hooks, module-level functions of these names found
+    once by the loader (docs/strategies.md, "After-run hooks"). Hooks read files and the view, never run git.
     """
 
     report_sections: Callable[[dict[str, Any]], list[dict[str, Any]]] | None = None

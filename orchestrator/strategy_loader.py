@@ -1,19 +1,6 @@
-"""Finding a strategy and typing its ``-S`` parameters.
+"""Finding a strategy (``--strategy``) and typing its ``-S`` parameters from its keyword-only arguments.
 
-A strategy is a plain ``async def name(prompt, base_branch, ctx, *, p: T = d, ...)``.
-Its parameters are its keyword-only arguments: the annotation gives the type
-(``int``, ``float``, ``bool``, ``str``, ``list``, ``dict``, ``Literal[...]`` or
-``T | None``), the default makes it optional, and ``Annotated[T, "help"]``
-gives the help text shown by ``orchestrator --help-strategy NAME``.
-
-``--strategy`` accepts a built-in name, ``path/to/file.py``, ``file.py:func``
-or ``package.module:func``. A file without ``:func`` uses its function named
-``strategy``, or its only public async function of the strategy shape.
-
-A strategy may carry ``@strategy_options(prepare=..., requires_resume=...)``:
-``prepare(params, repo_path)`` runs before the run starts (to read and validate
-input files, whose content then becomes the recorded parameter) and
-``requires_resume`` fails the run early on a plugin that cannot resume sessions.
+What a strategy looks like, its parameters and ``@strategy_options``: docs/strategies.md.
 """
 
 from __future__ import annotations
@@ -111,7 +98,8 @@ def load_strategy(spec: str) -> LoadedStrategy:
     if not inspect.iscoroutinefunction(fn):
         where = getattr(module, "__file__", None) or module.__name__  # a file, not its synthetic module name
         raise StrategyLoadError(f"strategy {name!r} in {where} must be an 'async def' function")
-    _check_shape(fn, name)
+    if not _is_strategy_shape(fn):
+        raise StrategyLoadError(f"strategy {name!r} must take (prompt, base_branch, ctx) positionally")
     return LoadedStrategy(
         name=_display_name(name),
         spec=spec,
@@ -226,11 +214,6 @@ def _pick_function(module: types.ModuleType, func_name: str | None, path: str) -
     raise StrategyLoadError(f"strategy file {path} has several strategy functions ({names}); pick one with {path}:NAME")
 
 
-def _check_shape(fn: Callable[..., Any], name: str) -> None:
-    if not _is_strategy_shape(fn):
-        raise StrategyLoadError(f"strategy {name!r} must take (prompt, base_branch, ctx) positionally")
-
-
 def _parameter_hints(fn: Callable[..., Any], names: list[str]) -> dict[str, Any]:
     """The evaluated annotations of the parameters ``names`` only.
 
@@ -337,10 +320,8 @@ def _accepts_text(t: Any) -> bool:
 def parse_params(loaded: LoadedStrategy, pairs: list[str], *, base: dict[str, Any] | None = None) -> dict[str, Any]:
     """Turn ``-S key=value`` pairs (plus config-file values in ``base``) into typed parameters."""
     accepted = ", ".join(loaded.params) or "(none)"
-    values: dict[str, Any] = {}
+    values: dict[str, Any] = dict(base or {})
     raw_text: dict[str, str] = {}
-    for key, value in (base or {}).items():
-        values[key] = value
     for pair in pairs:
         if "=" not in pair:
             raise ConfigError(f"-S {pair!r} is missing '='; write -S key=value (accepted keys: {accepted})")

@@ -9,11 +9,11 @@ import anyio
 import pytest
 from engine_helpers import interrupt_when, run_engine
 
-from orchestrator.app.results import _selected_branch
 from orchestrator.engine.testing import ScriptedRunner, failure, success
 from orchestrator.errors import ConfigError
 from orchestrator.log.eventlog import read_events
 from orchestrator.naming import short8
+from orchestrator.report.selection import selected_of
 from strategies.review_loop import load_ideas, prepare, review_loop
 
 APPROVE = '{"verdict": "APPROVE", "issues": []}'
@@ -298,7 +298,7 @@ async def test_a_regression_is_never_best_and_the_base_wins_when_nothing_beat_it
     )
     ideas_md = (engine.paths.results / "strategy_output" / "ideas.md").read_text()
     assert "Nothing beat the base: the top completed idea, 02-fixme" in ideas_md
-    assert _selected_branch(result) == "main"  # what the run summary reports as selected
+    assert selected_of(result)[0] == "main"  # what the run summary reports as selected
 
 
 async def test_best_is_the_top_idea_that_beat_the_base(tmp_path):

@@ -19,11 +19,8 @@ from ..log.runs import (
 
 
 async def _delete_unneeded_branches(prep, dirs: RunDirs, manifest: RunManifest, state, olog: ComponentLog) -> None:
-    """After a finished run: delete the branches the strategy no longer needs, through the git layer.
-
-    A strategy names them (its ``branches_to_delete`` hook) but never runs git
-    itself; the git layer deletes only branches this run created that nobody
-    moved or checked out since. Cleanup must not turn a finished run into a failure.
+    """After a finished run: the git layer deletes the branches the strategy's hook names that this run
+    created and nobody moved or checked out since; a failed clean-up never fails a finished run.
     """
     hook = prep.strategy.hooks.branches_to_delete
     if hook is None:
@@ -114,7 +111,7 @@ async def _clean_orphans(dirs: RunDirs, config: Config, olog: ComponentLog, run_
             await cleanup(dirs, config, olog, current=run_id)
         except Exception as exc:  # cleanup must never stop a run
             failed = True
-            olog.warning(f"{what} skipped: {_first_cause(exc)}")
+            olog.warning(f"{what} skipped: {first_cause(exc)}")
     if failed:
         return  # the next start scans again
     try:
@@ -124,9 +121,9 @@ async def _clean_orphans(dirs: RunDirs, config: Config, olog: ComponentLog, run_
         pass  # the next start scans again
 
 
-def _first_cause(exc: BaseException) -> BaseException:
-    """The first real error inside a task group's ExceptionGroup: a log line that says what failed."""
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+def first_cause(exc: BaseException) -> BaseException:
+    """The first real error inside a task group's ExceptionGroup: a line that says what failed."""
+    while isinstance(exc, BaseExceptionGroup):
         exc = exc.exceptions[0]
     return exc
 

@@ -110,12 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="cap on the tokens the whole run's agents use (also with --resume)",
     )
     run.add_argument("--safe-fsync", choices=["interval", "per_event"], help="event log flush policy")
-    run.add_argument(
-        "--require-clean-wt",
-        action="store_true",
-        default=None,
-        help="refuse to start when the repository has uncommitted changes",
-    )
+    _switch(run, "--require-clean-wt", "refuse to start when the repository has uncommitted changes")
     run.add_argument(
         "--dry-run",
         action="store_true",
@@ -130,16 +125,24 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _switch(group, flag: str, help: str) -> None:
+    """An on/off flag that is None when not given, so the configuration's value stands."""
+    group.add_argument(flag, action="store_true", default=None, help=help)
+
+
+def _repeated(group, *names: str, dest: str, metavar: str, help: str) -> None:
+    group.add_argument(*names, dest=dest, action="append", default=[], metavar=metavar, help=help)
+
+
 def _add_task_flags(run) -> None:
     """What the run does: the strategy, its parameters, the repository, the agent and its environment."""
     run.add_argument(
         "--strategy", help="built-in name, path/to/file.py[:func] or package.module:func (default: simple)"
     )
-    run.add_argument(
+    _repeated(
+        run,
         "-S",
         dest="params",
-        action="append",
-        default=[],
         metavar="KEY=VALUE",
         help="strategy parameter (repeatable; typed: int, float, bool, JSON list/object, else string)",
     )
@@ -165,12 +168,7 @@ def _add_task_flags(run) -> None:
         action="append",
         help="a setup command run once at the base commit before any task (repeatable)",
     )
-    run.add_argument(
-        "--no-devcontainer",
-        action="store_true",
-        default=None,
-        help="ignore the repository's .devcontainer/devcontainer.json",
-    )
+    _switch(run, "--no-devcontainer", "ignore the repository's .devcontainer/devcontainer.json")
 
 
 def _add_placement_flags(run) -> None:
@@ -180,20 +178,14 @@ def _add_placement_flags(run) -> None:
         type=_whole("--max-parallel"),
         help="tasks running at once (default: auto from CPUs; with hosts: the sum of their slots, and this caps it)",
     )
-    run.add_argument(
+    _repeated(
+        run,
         "--docker-host",
         dest="docker_hosts",
-        action="append",
-        default=[],
         metavar="NAME=URL[:N]",
         help="place tasks on this Docker engine too (repeatable; ssh://, tcp://, unix:// or 'local'; N: its slots)",
     )
-    run.add_argument(
-        "--sync-image",
-        action="store_true",
-        default=None,
-        help="copy the run's image to hosts that lack it (docker save | docker load)",
-    )
+    _switch(run, "--sync-image", "copy the run's image to hosts that lack it (docker save | docker load)")
     run.add_argument(
         "--kubeconfig",
         metavar="FILE",

@@ -1,16 +1,8 @@
-"""``orchestrator --doctor``: is this machine ready to run agents? One line per check.
+"""``orchestrator --doctor``: is this machine ready to run agents? One line per check (docs/cli.md).
 
-With ``runner.hosts`` (or ``--docker-host``), each engine's transport security
-is shown too; the engines themselves are checked by ``--hosts``.
-
-Each line is ``ok``, ``warn`` or ``fail``, what was found, and for anything
-but ``ok`` the command or setting that fixes it. The exit status is 1 when any
-check fails. ``--doctor --dry-run`` checks what a dry run needs: the simulated
-agent in the image, and no credentials (missing ones are only a warning).
-Credentials are reported by variable name only, never by value.
-The checks that a run's pre-flight also makes use the same functions
-(``image_tools``, ``validate_repository``, ``resolve_auth``, the plugins'
-``validate_environment``), so the doctor and a run never disagree.
+The checks a run's pre-flight also makes use the same functions (the image's tool probe,
+``validate_repository``, ``resolve_auth``, the plugins' ``validate_environment``),
+so the doctor and a run never disagree. Credentials are named, never shown.
 """
 
 from __future__ import annotations
@@ -56,10 +48,11 @@ def _image(image: str, plugin: str, dry_run: bool = False) -> list[Check]:
     from ..agent_image.tools import TOOLS, explain_missing, probe_tools, required_tools
     from ..runner import get_plugin
 
+    rebuild = f"orchestrator --build-image --docker-image {image}"
     try:
         tools = probe_tools(image)
     except OrchestratorError as exc:
-        return [Check("fail", f"image {image}", str(exc), f"orchestrator --build-image --docker-image {image}")]
+        return [Check("fail", f"image {image}", str(exc), rebuild)]
     out = [Check("ok", f"image {image}", "present")]
     needed = set(required_tools(get_plugin(plugin), dry_run=dry_run))
     try:
@@ -69,52 +62,25 @@ def _image(image: str, plugin: str, dry_run: bool = False) -> list[Check]:
         pins = {}
     wrong = mismatches(tools, pins)
     for tool in TOOLS:
-        version = tools.get(tool)
+        version, name = tools.get(tool), f"{tool} in {image}"
         if tool in wrong:
             got, pinned = wrong[tool]
             # An image from before the pins (or built by hand) runs a CLI whose
             # output the plugins were not checked against.
-            out.append(
-                Check(
-                    "warn",
-                    f"{tool} in {image}",
-                    f"{got or version} (pinned: {pinned})",
-                    f"orchestrator --build-image --docker-image {image}",
-                )
-            )
+            out.append(Check("warn", name, f"{got or version} (pinned: {pinned})", rebuild))
         elif version is not None:
             pinned_note = f" (pinned: {pins[tool]})" if tool in pins and version != "simulated" else ""
-            out.append(Check("ok", f"{tool} in {image}", version + pinned_note))
+            out.append(Check("ok", name, version + pinned_note))
         elif tool in needed:
             # Not always a missing tool: an image whose PATH leaves out its directory has it too.
             why, fix = explain_missing(image, [tool])
-            out.append(
-                Check(
-                    "fail",
-                    f"{tool} in {image}",
-                    ("missing (a dry run runs it): " if dry_run else f"missing (plugin {plugin} runs it): ")
-                    + why[tool],
-                    fix if "PATH" in fix else f"orchestrator --build-image --docker-image {image}",
-                )
-            )
-        elif tool == "orchestrator-sim-agent":
-            out.append(
-                Check(
-                    "warn",
-                    f"{tool} in {image}",
-                    "missing: --dry-run cannot work with this image",
-                    "orchestrator --build-image",
-                )
-            )
+            runs = "a dry run runs it" if dry_run else f"plugin {plugin} runs it"
+            out.append(Check("fail", name, f"missing ({runs}): {why[tool]}", fix if "PATH" in fix else rebuild))
         else:
-            out.append(
-                Check(
-                    "warn",
-                    f"{tool} in {image}",
-                    "missing: plugins that run it cannot use this image",
-                    "orchestrator --build-image",
-                )
+            cannot = (
+                "--dry-run cannot work with" if tool == "orchestrator-sim-agent" else "plugins that run it cannot use"
             )
+            out.append(Check("warn", name, f"missing: {cannot} this image", "orchestrator --build-image"))
     return out
 
 
@@ -338,28 +304,17 @@ def _cluster(config, image: str) -> list[Check]:
 def checks(args) -> list[Check]:
     from ..config import load_config
     from ..log.runs import RunDirs
-    from ..runner import workspace_root
+    from ..runner import parse_host_flag, register_plugins, workspace_root
 
     out: list[Check] = []
     try:
-        overrides: dict[str, Any] = {}
+        # Only where the tasks would run: the other flags are checked as given (--plugin, --docker-image).
+        placement: dict[str, Any] = {}
         if getattr(args, "docker_hosts", None):
-            from ..runner import parse_host_flag
-
-            overrides = {"runner": {"hosts": [parse_host_flag(text) for text in args.docker_hosts]}}
-        kube = {
-            k: v
-            for k, v in (
-                ("kubeconfig", getattr(args, "kubeconfig", None)),
-                ("namespace", getattr(args, "namespace", None)),
-            )
-            if v is not None
-        }
-        if kube:
-            overrides.setdefault("runner", {})["kubernetes"] = kube
-        loaded = load_config(config_file=args.config, cli_overrides=overrides)
-        from ..runner import register_plugins
-
+            placement["hosts"] = [parse_host_flag(text) for text in args.docker_hosts]
+        if kube := {k: v for k in ("kubeconfig", "namespace") if (v := getattr(args, k, None)) is not None}:
+            placement["kubernetes"] = kube
+        loaded = load_config(config_file=args.config, cli_overrides={"runner": placement} if placement else {})
         register_plugins(loaded.config.runner.plugin_modules)
     except OrchestratorError as exc:
         return [Check("fail", "configuration", str(exc), "correct the file or variable named")]

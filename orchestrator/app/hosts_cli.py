@@ -1,10 +1,5 @@
-"""``orchestrator --hosts`` and the multi-host side of the cleanup commands.
-
-With ``runner.hosts`` configured (or ``--docker-host`` given), the cleanup
-commands visit every engine, not only the local one; ``--hosts`` checks each
-engine: does it answer (and how fast), its Docker version, whether it has the
-run's image with this machine's image ID, how many slots are free, and what
-protects its traffic (ssh, TLS verified or not, or plain TCP).
+"""``orchestrator --hosts`` (each engine's answer, version, image, free slots, transport) and
+the multi-host side of the cleanup commands, which visit every engine of ``runner.hosts``.
 """
 
 from __future__ import annotations
@@ -39,7 +34,7 @@ def engines(config: Config) -> list[tuple[str, DockerHost]]:
     return [(spec.shown, docker_host(spec)) for spec in resolve_hosts(config.runner.hosts)]
 
 
-async def _workspace_volumes(host: DockerHost, run_id: str | None, names: list[str]) -> list[str]:
+async def workspace_volumes(host: DockerHost, run_id: str | None, names: list[str]) -> list[str]:
     """The per-task /workspace volumes (remote engines) of these containers or of a run."""
     filters: dict[str, Any] = {"name": WORKSPACE_VOLUME_PREFIX}
     if run_id:
@@ -55,15 +50,10 @@ async def _workspace_volumes(host: DockerHost, run_id: str | None, names: list[s
 async def remove_with_workspaces(host: DockerHost, names: list[str], run_id: str | None = None) -> list[str]:
     """Remove containers, then the workspace volumes they leave behind; returns the volumes removed."""
     await remove_containers(names, host=host)
-    volumes = await _workspace_volumes(host, run_id, names)
+    volumes = await workspace_volumes(host, run_id, names)
     for volume in volumes:
         await host.api(f"remove volume {volume}", "remove_volume", volume, force=True)
     return volumes
-
-
-async def workspace_volumes_of(host: DockerHost, names: list[str]) -> list[str]:
-    """The workspace volumes (remote engines) that removing these containers also removes."""
-    return await _workspace_volumes(host, None, names)
 
 
 async def cleanup_run_everywhere(config: Config, run_id: str) -> tuple[int, int]:

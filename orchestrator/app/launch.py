@@ -11,7 +11,7 @@ import contextlib
 import os
 import signal
 import sys
-from typing import Any, Literal, TypeVar, cast
+from typing import Any, Literal, cast
 
 import anyio
 import msgspec
@@ -46,9 +46,9 @@ from ..runner import get_plugin, register_plugins, validate_repository
 from ..sanitize import SECRET_ENV_VARS, default_sanitizer
 from ..strategy_loader import load_strategy
 from . import run_budget
-from .after_run import _clean_orphans, _delete_unneeded_branches, _release_run_folder, _write_report
+from .after_run import _clean_orphans, _delete_unneeded_branches, _release_run_folder, _write_report, first_cause
 from .auth import resolve_auth
-from .leftovers import count_leftovers, leftover_lines, recorded_config
+from .leftovers import count_leftovers, counted, leftover_lines, recorded_config
 from .preflight import (
     Prepared,
     _absolute_spec,
@@ -62,7 +62,7 @@ from .preflight import (
     prepare,
 )
 from .retention import record_owner
-from .wiring import _engine_config, _guard, _make_runner
+from .wiring import _engine_config, _fields, _guard, _make_runner
 
 
 async def start(args) -> int:
@@ -74,19 +74,10 @@ async def start(args) -> int:
     manifest = RunManifest(
         run_id=run_id,
         created_at=now_iso(),
-        prompt=prep.prompt,
         strategy_spec=_absolute_spec(prep.strategy.spec),
         strategy_name=prep.strategy.name,
-        params=prep.params,
-        runs=prep.runs,
-        repo_path=prep.repo,
-        base_branch=prep.base_branch,
-        model=prep.model,
-        plugin=prep.plugin_name,
-        docker_image=prep.image,
-        max_parallel=prep.max_parallel,
-        dry_run=prep.dry_run,
-        mode=prep.mode,
+        **_fields(prep, "prompt", "params", "runs", "base_branch", "model", "max_parallel", "dry_run", "mode"),
+        **_fields(prep, repo_path="repo", plugin="plugin_name", docker_image="image"),
         config=redacted(prep.config),
         config_file=str(await anyio.Path(args.config).absolute()) if args.config else None,
         cli_overrides=_cli_overrides(args),
@@ -173,22 +164,15 @@ async def _resume_plan(args, dirs: RunDirs, manifest: RunManifest) -> Prepared:
     return Prepared(
         loaded_config=loaded,
         strategy=strategy,
-        params=manifest.params,
-        prompt=manifest.prompt,
-        repo=manifest.repo_path,
-        base_branch=manifest.base_branch,
-        model=manifest.model,
         plugin=plugin,
-        image=manifest.docker_image,
+        auth=auth,
+        **_fields(manifest, "params", "prompt", "base_branch", "model", "runs", "dry_run", "mode"),
+        **_fields(manifest, repo="repo_path", image="docker_image"),
         # The hosts may have changed since the run started: their slots decide,
         # under the cap given now or at the start.
         max_parallel=_max_parallel(loaded.config, args.max_parallel)
         if loaded.config.runner.hosts
         else manifest.max_parallel,
-        runs=manifest.runs,
-        auth=auth,
-        dry_run=manifest.dry_run,
-        mode=manifest.mode,
         output=output_mode(args),
         console_from=(await events.stat()).st_size if await events.exists() else 0,
     )
@@ -196,13 +180,11 @@ async def _resume_plan(args, dirs: RunDirs, manifest: RunManifest) -> Prepared:
 
 async def _already_finished(dirs: RunDirs, manifest: RunManifest, output: str) -> int:
     """``--resume`` of a run that finished: one line saying so, then its summary; nothing runs again."""
-    from ..log.state import recover
+    from .locate import run_state
     from .results import build_summary, check_repository, render_summary
 
     run_id = manifest.run_id
-    state = recover(
-        run_id, dirs.events(run_id), [dirs.state / run_id / "state.json", dirs.logs / run_id / "state.json"]
-    )
+    state = run_state(dirs, run_id)
     checked = await anyio.to_thread.run_sync(check_repository, manifest, state)
     config = recorded_config(manifest, str(dirs.manifest(run_id)))
     summary = build_summary(manifest, state, checked, await count_leftovers(run_id, config))
@@ -220,20 +202,12 @@ async def _already_finished(dirs: RunDirs, manifest: RunManifest, output: str) -
 
 
 async def _report_resume_plan(dirs: RunDirs, manifest: RunManifest, supports_resume: bool, fresh: bool) -> None:
-    """Say what --resume will do with each unfinished task (diagnostic only).
-
-    A task continues in the workspace it left (the container is re-created if
-    it is gone), with its session when it reported one; a task whose workspace
-    is gone starts afresh.
-    """
-    from ..log.state import INTERRUPTED, RUNNING, recover
+    """Say what --resume will do with each unfinished task (diagnostic only)."""
+    from ..log.state import INTERRUPTED, RUNNING
     from ..runner import workspace_path
+    from .locate import run_state
 
-    state = recover(
-        manifest.run_id,
-        dirs.events(manifest.run_id),
-        [dirs.state / manifest.run_id / "state.json", dirs.logs / manifest.run_id / "state.json"],
-    )
+    state = run_state(dirs, manifest.run_id)
     counts: dict[str, int] = {}
     for task in state.unfinished():
         if task.state not in (RUNNING, INTERRUPTED):
@@ -252,7 +226,7 @@ async def _report_resume_plan(dirs: RunDirs, manifest: RunManifest, supports_res
     done = state.counters.completed + state.counters.failed
     plan = ", ".join(_resume_phrase(s, n) for s, n in sorted(counts.items())) or "no interrupted tasks"
     print(
-        f"Resuming {manifest.run_id}: {_tasks(done)} already finished {'stays' if done == 1 else 'stay'} "
+        f"Resuming {manifest.run_id}: {counted(done, 'task')} already finished {'stays' if done == 1 else 'stay'} "
         f"as {'it is' if done == 1 else 'they are'}; {plan}.",
         file=sys.stderr,
         flush=True,
@@ -272,30 +246,21 @@ _RESUME_PLANS = {
 }
 
 
-def _tasks(n: int) -> str:
-    return f"{n} task" if n == 1 else f"{n} tasks"
-
-
 def _resume_phrase(status: str, n: int) -> str:
     one, many = _RESUME_PLANS.get(status, (status.replace("_", " "), status.replace("_", " ")))
-    return f"{_tasks(n)} {one if n == 1 else many}"
-
-
-class _Interrupt:
-    def __init__(self) -> None:
-        self.requested = False
+    return f"{counted(n, 'task')} {one if n == 1 else many}"
 
 
 async def _watch_signals(
-    scope: anyio.CancelScope, flag: _Interrupt, watcher_scope: anyio.CancelScope, ui_stop: anyio.Event | None = None
+    scope: anyio.CancelScope, requested: anyio.Event, watcher_scope: anyio.CancelScope, ui_stop: anyio.Event | None
 ) -> None:
     with watcher_scope, anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async for _ in signals:
-            if flag.requested:
+            if requested.is_set():
                 # Second Ctrl+C: leave at once. The log holds only whole lines or a torn
                 # last line, which readers skip and the next writer trims.
                 os._exit(130)
-            flag.requested = True
+            requested.set()
             if ui_stop is not None:
                 ui_stop.set()  # close the dashboard now, so the acknowledgement below shows at once
             print(
@@ -335,11 +300,11 @@ async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resum
     except* RunLockedError as group:
         # Two --resume of one run at once both pass the is_live() pre-check; the
         # event log lock decides. The loser reports it as one line (exit 2).
-        locked = _first_leaf(group)
+        locked = first_cause(group)
     except* OSError as group:
         # The run's records cannot be written (disk full, I/O error). The event
         # log ends on its last whole line, so the run is stopped, not corrupted.
-        storage_error = _first_leaf(group)
+        storage_error = cast(OSError, first_cause(group))  # every leaf of the group is one
     finally:
         await runner.aclose()
     if locked is not None:
@@ -426,7 +391,7 @@ async def _drive(
 ) -> None:
     """The strategy under the live view and the signal watcher; containers stop on Ctrl+C or a stopping cap."""
     config = prep.config
-    flag = _Interrupt()
+    interrupt = anyio.Event()
     ui_stop = anyio.Event()
     watcher_scope = anyio.CancelScope()
     async with anyio.create_task_group() as outer:
@@ -439,12 +404,12 @@ async def _drive(
         with anyio.CancelScope() as run_scope:
             run_scope_box.append(run_scope)
             outer.start_soon(
-                _watch_signals, run_scope, flag, watcher_scope, ui_stop if prep.output == "dashboard" else None
+                _watch_signals, run_scope, interrupt, watcher_scope, ui_stop if prep.output == "dashboard" else None
             )
             await engine.run(
                 prep.strategy.fn, prompt=prep.prompt, params=prep.params, runs=prep.runs, name=prep.strategy.name
             )
-        if flag.requested or (engine.budget_stopped and config.budget.on_reached == "stop"):
+        if interrupt.is_set() or (engine.budget_stopped and config.budget.on_reached == "stop"):
             with anyio.CancelScope(shield=True):
                 await _stop_containers(run_id, olog)
         watcher_scope.cancel()
@@ -507,16 +472,6 @@ async def _interrupted(
     lines = [f"Run interrupted. Resume with: orchestrator --resume {run_id}", *leftover_lines(summary)[1:]]
     print("\n".join(lines), file=sys.stderr, flush=True)
     return 130
-
-
-_E = TypeVar("_E", bound=BaseException)
-
-
-def _first_leaf(group: BaseExceptionGroup[_E]) -> _E:
-    leaf: BaseException = group
-    while isinstance(leaf, BaseExceptionGroup):
-        leaf = leaf.exceptions[0]
-    return cast(_E, leaf)  # every leaf of the group is an _E
 
 
 async def _storage_stop(err: OSError, dirs: RunDirs, manifest: RunManifest, olog: ComponentLog) -> int:

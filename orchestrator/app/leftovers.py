@@ -1,13 +1,8 @@
 """What a run leaves behind, and the one command that removes what is safe to remove.
 
-Every summary ends with it (the console's, ``--show-run``'s, ``summary.json``'s
-``leftovers``): the run's branches still in the repository, its stopped
-containers and its volumes (session volumes, and on a remote engine the
-workspace volumes of tasks kept there), counted on every engine the run used,
-which is what ``--cleanup-run`` visits. ``--cleanup-run`` removes the
-containers and volumes (and the state, so the run can no longer be resumed)
-and keeps the branches: a finished run's branches are its results, and a
-strategy's own clean-up has already deleted those it no longer needed.
+Every summary ends with it: the run's branches, its stopped containers and its
+volumes, counted on every engine the run used (what ``--cleanup-run`` visits).
+``--cleanup-run`` keeps the branches: a finished run's branches are its results.
 """
 
 from __future__ import annotations
@@ -45,7 +40,7 @@ async def count_leftovers(run_id: str, config: Config | None = None) -> dict[str
     engine did not answer.
     """
     from ..runner import DockerHost, list_containers, run_volumes
-    from .hosts_cli import _workspace_volumes, engines
+    from .hosts_cli import engines, workspace_volumes
 
     containers = running = volumes = 0
     failures: list[str] = []
@@ -57,7 +52,7 @@ async def count_leftovers(run_id: str, config: Config | None = None) -> dict[str
                 running += sum(1 for c in found if c["status"] == "running")
                 volumes += len(await run_volumes(run_id, host=host))
                 if host.archive:  # a remote engine keeps each kept task's workspace in a volume
-                    volumes += len(await _workspace_volumes(host, run_id, []))
+                    volumes += len(await workspace_volumes(host, run_id, []))
         except Exception as exc:  # no engine, a dropped link: the summary says so and goes on
             failures.append(f"{label}: {str(exc) or type(exc).__name__}")
         finally:
@@ -68,7 +63,7 @@ async def count_leftovers(run_id: str, config: Config | None = None) -> dict[str
     return {"containers": containers, "running": running, "volumes": volumes}
 
 
-def _count(n: int, one: str, many: str | None = None) -> str:
+def counted(n: int, one: str, many: str | None = None) -> str:
     return f"{n} {one if n == 1 else many or one + 's'}"
 
 
@@ -78,15 +73,15 @@ def leftover_lines(summary: dict[str, Any]) -> list[str]:
     run_id, status = summary["run_id"], summary["status"]
     if not left or status == "live":  # still at work: nothing is left yet
         return []
-    parts = [_count(left["branches"], "branch", "branches")]
+    parts = [counted(left["branches"], "branch", "branches")]
     if left.get("containers") is None:
         why = left.get("not_counted") or "Docker did not answer"
         return ["", f"Left behind: {parts[0]}; containers and volumes not counted ({why})"]
     stopped = left["containers"] - (left.get("running") or 0)
-    parts.append(_count(stopped, "stopped container"))
+    parts.append(counted(stopped, "stopped container"))
     if left.get("running"):
         parts.append(f"{left['running']} running")
-    parts.append(_count(left["volumes"], "volume"))
+    parts.append(counted(left["volumes"], "volume"))
     listed = ", ".join(parts[:-1]) + f" and {parts[-1]}"
     command = f"orchestrator --cleanup-run {run_id}"
     if status in RESUMABLE:

@@ -1,23 +1,25 @@
-"""Where a run's folders are, for the management commands (``--list-runs``, ``--show-run``, ``--cleanup-run``).
+"""Where a run's folders are, for ``--list-runs``, ``--show-run``, ``--cleanup-run`` and ``--resume``.
 
-A run is written under the directory it was started from (or the
-``ORCHESTRATOR_*_DIR`` overrides), which need not be the repository it works
-on. Each run records its directories host-wide next to its run-id claim
-(:func:`orchestrator.app.retention.record_owner`), so a run is found by its id from
-anywhere, and ``--repo PATH`` finds a repository's runs wherever they were
-started. After ``--cleanup-run`` only the logs and results are left; a copy of
-the manifest kept with the logs lets ``--show-run`` still read them.
+A run is written under the directory it was started from, not necessarily its
+repository: its host-wide owner record (:func:`.retention.record_owner`) finds
+it by id from anywhere, and a manifest kept with the logs after ``--cleanup-run``
+lets ``--show-run`` still read them.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from ..errors import UsageError
 from ..log.runs import RunDirs, RunManifest, host_claims, list_run_ids, read_manifest
+from .retention import owner_dirs
+
+if TYPE_CHECKING:
+    from ..log.state import RunState
 
 KEPT_MANIFEST = "run.json"  # in logs/<run_id>/ after --cleanup-run
 
@@ -38,20 +40,6 @@ def check_run_id(run_id: str) -> str:
             f"{run_id!r} is not a run id (they look like run_20250114_123456); see orchestrator --list-runs"
         )
     return run_id
-
-
-def owner_dirs(run_id: str) -> RunDirs | None:
-    """The directories ``run_id`` was written to, from its host-wide record, or None without one."""
-    from .retention import Owner
-
-    try:
-        owner = msgspec.json.decode((host_claims() / run_id / "owner.json").read_bytes(), type=Owner)
-    except (OSError, msgspec.DecodeError, msgspec.ValidationError):
-        return None
-    state = Path(owner.state)
-    # Records from before results were recorded: the default layout puts results beside the state.
-    results = Path(owner.results) if owner.results else state.parent / "results"
-    return RunDirs(state=state, logs=Path(owner.logs), results=results)
 
 
 def repository_dirs(repo: str) -> RunDirs:
@@ -166,6 +154,13 @@ def not_here_hint(run_id: str, here: RunDirs) -> str | None:
         f"ORCHESTRATOR_RESULTS_DIR={dirs.results} orchestrator --resume {run_id}"
     )
     return f"run {run_id} was started from another folder (its state is under {dirs.state}); resume it with: {how}"
+
+
+def run_state(dirs: RunDirs, run_id: str) -> RunState:
+    """The run's fold: its snapshot (the state's, else the copy kept with the logs) and the log after it."""
+    from ..log.state import recover
+
+    return recover(run_id, dirs.events(run_id), [dirs.state / run_id / "state.json", dirs.logs / run_id / "state.json"])
 
 
 def unreadable_lines_warning(events_path: Path) -> str | None:

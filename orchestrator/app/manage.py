@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import shutil
 import sys
@@ -27,9 +28,10 @@ from ..log.runs import (
     read_manifest,
     remove_run_state,
 )
-from ..log.state import FAILED, RunState, recover, run_outcome
+from ..log.state import FAILED, RunState, run_outcome
 from ..strategy_loader import BUILTINS, load_strategy
-from .leftovers import count_leftovers, recorded_config
+from .leftovers import count_leftovers, counted, recorded_config
+from .locate import kept_manifest, locate_run, repository_top, run_folders, run_state, runs_in, unreadable_lines_warning
 from .results import build_summary, check_repository, fmt_cost, render_summary
 
 if TYPE_CHECKING:
@@ -47,12 +49,7 @@ def help_strategy(name: str) -> int:
     return 0
 
 
-def _state(dirs: RunDirs, run_id: str) -> RunState:
-    return recover(run_id, dirs.events(run_id), [dirs.state / run_id / "state.json", dirs.logs / run_id / "state.json"])
-
-
 def list_runs(repo: str | None = None) -> int:
-    from .locate import repository_top, run_folders, runs_in
     from .run_budget import spend_text, summary_of
 
     here = RunDirs.from_env()
@@ -71,7 +68,7 @@ def list_runs(repo: str | None = None) -> int:
     rows = []
     for run in found:
         m = run.manifest
-        state = _state(run.dirs, m.run_id)
+        state = run_state(run.dirs, m.run_id)
         live = is_live(run.dirs, m.run_id)
         # The fold decides, as for every reader (a run that died mid-way is interrupted, whatever its manifest says).
         status = "cleaned" if run.cleaned and not live else run_outcome(state, live=live)
@@ -101,8 +98,6 @@ def list_runs(repo: str | None = None) -> int:
 
 
 def _locate(run_id: str, repo: str | None):
-    from .locate import locate_run
-
     here = RunDirs.from_env()
     run = locate_run(run_id, repo=repo, here=here)
     if run.dirs.state != here.state:
@@ -124,12 +119,10 @@ async def show_run(run_id: str, follow: bool, repo: str | None = None) -> int:
             max_parallel=manifest.max_parallel,
         )
         return 0
-    from .locate import unreadable_lines_warning
-
     warning = await anyio.to_thread.run_sync(unreadable_lines_warning, dirs.events(run_id))
     if warning:
         print(warning, file=sys.stderr, flush=True)
-    state = _state(dirs, run_id)
+    state = run_state(dirs, run_id)
     live = is_live(dirs, run_id)  # whatever the log says so far, nothing is decided while it runs
     checked = await anyio.to_thread.run_sync(check_repository, manifest, state)
     left = None if live else await count_leftovers(run_id, recorded_config(manifest, str(dirs.manifest(run_id))))
@@ -224,13 +217,10 @@ async def cleanup_run(run_id: str, config: Config | None = None, repo: str | Non
     if is_live(dirs, run_id):
         raise UsageError(f"run {run_id} is live; stop it before cleaning it up")
     if config is not None and config.runner.kubernetes is not None:
-        host = cluster_host(config)
-        try:
+        async with contextlib.aclosing(cluster_host(config)) as host:
             names = [c["name"] for c in await list_containers(run_id, host=host)]
             await remove_containers(names, host=host)
             n_containers, n_volumes = len(names), len(await host.remove_run_volumes(run_id))
-        finally:
-            await host.aclose()
     elif config is not None and config.runner.hosts:
         from .hosts_cli import cleanup_run_everywhere
 
@@ -253,8 +243,6 @@ async def cleanup_run(run_id: str, config: Config | None = None, repo: str | Non
 
 def _keep_manifest(run) -> None:
     """Copy the manifest next to the kept logs, so ``--show-run`` still reads them (never ``--resume``)."""
-    from .locate import kept_manifest
-
     target = kept_manifest(run.dirs, run.manifest.run_id)
     if run.cleaned or not target.parent.is_dir():
         return  # already kept, or the logs are gone (retention): nothing left to show
@@ -266,7 +254,7 @@ def _keep_manifest(run) -> None:
 
 def _cleanup_line(run, n_containers: int, n_volumes: int, ws) -> str:
     dirs, run_id = run.dirs, run.manifest.run_id
-    removed = [_count(n_containers, "container"), _count(n_volumes, "volume")]
+    removed = [counted(n_containers, "container"), counted(n_volumes, "volume")]
     if ws is not None:
         removed.append(f"the workspaces ({ws})")
     if not run.cleaned:
@@ -279,10 +267,6 @@ def _cleanup_line(run, n_containers: int, n_volumes: int, ws) -> str:
     kept.append(f"its branches in {run.manifest.repo_path}")
     readable = f"; orchestrator --show-run {run_id} still reads them" if (dirs.logs / run_id).exists() else ""
     return f"removed {_and(removed)}; kept {_and(kept)}{readable}; the run can no longer be resumed"
-
-
-def _count(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 def _and(items: list[str]) -> str:
@@ -307,7 +291,7 @@ def _retention_hours(
 ) -> float:
     run_id = container["labels"].get("run_id", "")
     if run_id not in cache:
-        cache[run_id] = _state(dirs, run_id) if dirs.events(run_id).exists() else None
+        cache[run_id] = run_state(dirs, run_id) if dirs.events(run_id).exists() else None
     state = cache[run_id]
     key = container["labels"].get("task_key")
     task = state.tasks.get(key) if state is not None and key else None
@@ -362,11 +346,8 @@ async def clean_orphans(dirs: RunDirs, config: Config, olog: ComponentLog, *, cu
     if config.runner.kubernetes is None:
         await _clean_orphans_on(dirs, config, olog, current=current, host=None)
         return
-    host = cluster_host(config)
-    try:
+    async with contextlib.aclosing(cluster_host(config)) as host:
         await _clean_orphans_on(dirs, config, olog, current=current, host=host)
-    finally:
-        await host.aclose()
 
 
 async def _clean_orphans_on(dirs: RunDirs, config: Config, olog: ComponentLog, *, current: str, host) -> None:
@@ -395,11 +376,8 @@ async def clean_containers(dry_run: bool, force: bool, config: Config | None = N
     dirs = RunDirs.from_env()
     config = config or load_config(config_file=None, cli_overrides={}).config
     if config.runner.kubernetes is not None:
-        host = cluster_host(config)
-        try:
+        async with contextlib.aclosing(cluster_host(config)) as host:
             return await _clean_containers_on(dirs, config, dry_run, force, host)
-        finally:
-            await host.aclose()
     if config.runner.hosts:
         return await _clean_containers_on_hosts(dirs, config, dry_run, force)
     ok, message = await docker_available()
@@ -438,7 +416,7 @@ async def _clean_containers_on_hosts(dirs: RunDirs, config: Config, dry_run: boo
     """--clean-containers with runner.hosts: the same selection on every engine."""
     from ..errors import RunnerError
     from ..runner import list_caches, remove_caches
-    from .hosts_cli import engines, remove_with_workspaces, workspace_volumes_of
+    from .hosts_cli import engines, remove_with_workspaces, workspace_volumes
 
     found: list[tuple[str, Any, list[dict[str, Any]]]] = []
     caches = 0
@@ -458,7 +436,7 @@ async def _clean_containers_on_hosts(dirs: RunDirs, config: Config, dry_run: boo
         if victims:
             try:
                 # A remote engine's task keeps its workspace in a volume: it goes with the container.
-                for volume in await workspace_volumes_of(host, [c["name"] for c in victims]):
+                for volume in await workspace_volumes(host, None, [c["name"] for c in victims]):
                     print(f"{'would remove' if dry_run else 'remove'} workspace volume {volume} on {label}")
             except RunnerError as exc:
                 print(f"warning: Docker host {label}: cannot list workspace volumes: {exc}")

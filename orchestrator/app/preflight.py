@@ -101,12 +101,7 @@ def _cli_overrides(args) -> dict[str, Any]:
 
         put("runner", "hosts", [parse_host_flag(text) for text in args.docker_hosts])
     put("runner", "sync_image", getattr(args, "sync_image", None))
-    kube = {
-        k: v
-        for k, v in (("kubeconfig", getattr(args, "kubeconfig", None)), ("namespace", getattr(args, "namespace", None)))
-        if v is not None
-    }
-    if kube:
+    if kube := {k: v for k in ("kubeconfig", "namespace") if (v := getattr(args, k, None)) is not None}:
         put("runner", "kubernetes", kube)
     put("runner", "plugin", args.plugin)
     put("events", "flush_policy", args.safe_fsync)
@@ -153,19 +148,13 @@ def _max_parallel(config: Config, value: int | str | None = None) -> int:
     if config.runner.kubernetes is not None and value == "auto":
         # The cluster's scheduler places the Pods; this machine's CPUs say nothing of its room.
         return CLUSTER_AUTO_PARALLEL
-    if config.runner.hosts:
-        # Each host has its own slots; a given --max-parallel caps their sum.
-        total = sum(spec.max_parallel for spec in _host_specs(config))
-        if value == "auto":
-            return total
-        if not isinstance(value, int) or value < 1:
-            raise ConfigError(f"--max-parallel must be at least 1 (got {value})")
-        return min(total, value)
+    # Each host has its own slots; a given --max-parallel caps their sum.
+    total = sum(spec.max_parallel for spec in _host_specs(config)) if config.runner.hosts else None
     if value == "auto":
-        return auto_parallel(config.runner.container_cpu)
+        return auto_parallel(config.runner.container_cpu) if total is None else total
     if not isinstance(value, int) or value < 1:
         raise ConfigError(f"--max-parallel must be at least 1 (got {value})")
-    return value
+    return value if total is None else min(total, value)
 
 
 def _check_disk(path: Path, config: Config, warnings: list[str]) -> None:
@@ -178,17 +167,6 @@ def _check_disk(path: Path, config: Config, warnings: list[str]) -> None:
         warnings.append(f"only {check.detail} ({check.fix})")
 
 
-def cluster_spec(config: Config):
-    """``runner.kubernetes`` as where the run's Pods go."""
-    from ..runner import ClusterSpec
-
-    kube = config.runner.kubernetes
-    assert kube is not None
-    return ClusterSpec(
-        kubeconfig=kube.kubeconfig, context=kube.context, namespace=kube.namespace, insecure=kube.insecure
-    )
-
-
 # Said once at every start on a cluster: a NetworkPolicy is only words where the
 # network plugin does not enforce it, and nothing in the API says which.
 NETWORK_POLICY_NOTE = (
@@ -199,16 +177,16 @@ NETWORK_POLICY_NOTE = (
 
 async def _check_cluster(config: Config, image: str) -> str:
     """Pre-flight on a cluster: the kubeconfig (plain HTTP refused), an answer, the namespace, the image."""
-    from ..runner import KubeHost, check_cluster_image
+    from ..runner import ClusterSpec, KubeHost, check_cluster_image
 
     if config.runner.hosts:
         raise ConfigError("runner.kubernetes and runner.hosts (--docker-host) exclude each other; keep one")
     kube = config.runner.kubernetes
     assert kube is not None
-    host = KubeHost(cluster_spec(config))
+    host = KubeHost(ClusterSpec.of(kube))
     if _warming is not None:
         await anyio.to_thread.run_sync(_warming.join)  # it imports the client, and requests with it
-    try:
+    async with contextlib.aclosing(host):
         try:
             version = await host.ping()
         except RunnerError as exc:
@@ -223,8 +201,6 @@ async def _check_cluster(config: Config, image: str) -> str:
                     f"`kubectl create namespace {kube.namespace}` or pass --namespace"
                 ) from None
         line = await check_cluster_image(host, image, load_command=kube.load_command, sync=config.runner.sync_image)
-    finally:
-        await host.aclose()
     if line:
         print(line, file=sys.stderr, flush=True)
     print(f"Kubernetes {version}, namespace {kube.namespace}", file=sys.stderr, flush=True)
@@ -461,12 +437,10 @@ async def _environment_image(config: Config, repo: str, base_commit: str, tools:
         )
     )
     await anyio.to_thread.run_sync(functools.partial(check_tools, image, tools, source=spec.source))
-    if config.runner.kubernetes is not None:
-        await _check_cluster(config, image)
-    elif config.runner.hosts:
+    if config.runner.kubernetes is not None or config.runner.hosts:
         # Built on this machine's engine: the other engines get it like the agent
         # image (with --sync-image), or are named as lacking it.
-        await _check_hosts(config, image)
+        await _check_engines(config, image)
     return image
 
 

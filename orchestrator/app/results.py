@@ -32,7 +32,6 @@ from ..report.selection import (
     claims,
     fmt_duration,
     missing_branches,
-    selected_of,
     selection,
     unheld_branches,
     verdict,
@@ -41,10 +40,6 @@ from ..sanitize import default_sanitizer
 from ..strategy import RunView
 from .leftovers import leftover_lines
 from .run_budget import spend_text, summary_of
-
-
-def _selected_branch(result: Any) -> str | None:
-    return selected_of(result)[0]
 
 
 def _final_branches(strategies: list[dict[str, Any]], base: str, *, reviewed: bool = True) -> list[str]:
@@ -219,27 +214,15 @@ def export(
     return summary
 
 
+_METRICS_COLUMNS = """timestamp key instance_id strategy_execution_id state duration_s cost_usd tokens_in tokens_out
+branch tasks_finished cumulative_cost_usd cumulative_tokens"""
+
+
 def metrics_csv(state: RunState) -> str:
     """One row per finished task in completion order, with running totals (a time series)."""
     buf = io.StringIO()
     w = csv.writer(buf)
-    w.writerow(
-        [
-            "timestamp",
-            "key",
-            "instance_id",
-            "strategy_execution_id",
-            "state",
-            "duration_s",
-            "cost_usd",
-            "tokens_in",
-            "tokens_out",
-            "branch",
-            "tasks_finished",
-            "cumulative_cost_usd",
-            "cumulative_tokens",
-        ]
-    )
+    w.writerow(_METRICS_COLUMNS.split())
     done = sorted(
         (t for t in state.tasks.values() if t.state in (COMPLETED, FAILED)), key=lambda t: (t.completed_at or "", t.key)
     )

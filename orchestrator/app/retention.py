@@ -1,18 +1,11 @@
 """Retention for what a run leaves outside its own directories: workspaces and session volumes.
 
-Successful tasks' workspaces are deleted at import, but a failed or interrupted
-task keeps its clone under the workspace root (for a post-mortem and for
-``--resume``), and each run keeps its session volumes (the agents' sessions).
-Nothing else removed them, so they piled up in ``/tmp/orchestrator`` and in
-Docker. Here they expire like a failed task's container does, after
-``failure_retention_hours`` (what is left over is a failed task's), and never
-while the run can still be resumed (live, or its manifest says
-``running``/``interrupted``) -- resume needs both.
-
-The workspace root and Docker are shared by every directory on the host, so
-each run records which state and logs directories own it, next to its host-wide
-run-id claim (:func:`record_owner`). A run this host knows nothing about (no
-owner record and no manifest here) is left alone.
+A failed or interrupted task keeps its clone (for a post-mortem and ``--resume``)
+and each run its session volumes; nothing else removed them. They expire after
+``failure_retention_hours``, never while the run can still be resumed (docs/cli.md).
+The workspace root and Docker are shared by every directory on the host, so each
+run records the directories that own it (:func:`record_owner`); a run this host
+knows nothing about is left alone.
 """
 
 from __future__ import annotations
@@ -52,12 +45,20 @@ def record_owner(dirs: RunDirs, run_id: str) -> None:
         pass  # without it this run's leftovers are only expired from its own directory
 
 
-def _owner_dirs(run_id: str, fallback: RunDirs) -> RunDirs | None:
+def owner_dirs(run_id: str) -> RunDirs | None:
+    """The directories ``run_id`` was written to, from its host-wide record, or None without one."""
     try:
         owner = msgspec.json.decode((host_claims() / run_id / "owner.json").read_bytes(), type=Owner)
     except (OSError, msgspec.DecodeError, msgspec.ValidationError):
-        return fallback if fallback.manifest(run_id).exists() else None
-    return RunDirs(state=Path(owner.state), logs=Path(owner.logs), results=fallback.results)
+        return None
+    state = Path(owner.state)
+    # Records from before results were recorded: the default layout puts results beside the state.
+    results = Path(owner.results) if owner.results else state.parent / "results"
+    return RunDirs(state=state, logs=Path(owner.logs), results=results)
+
+
+def _owner_dirs(run_id: str, fallback: RunDirs) -> RunDirs | None:
+    return owner_dirs(run_id) or (fallback if fallback.manifest(run_id).exists() else None)
 
 
 def _retention_hours(run_id: str, dirs: RunDirs, config: Config) -> tuple[float | None, float]:

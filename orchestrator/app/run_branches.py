@@ -1,11 +1,8 @@
 """The branches a finished run made, and which named branches a repository lacks.
 
-For strategies that take existing branches as input (``synthesize -S from_run=RUN_ID``):
-their ``prepare`` hook calls these through :mod:`orchestrator.strategy`, before
-the run starts; this module is the :class:`~orchestrator.strategy.PrepareRuntime`
-the pre-flight supplies to it. The branch list it returns is recorded as the run's
-parameter. A strategy never reads another run's files itself, and a resume
-uses the recorded list even if the other run is cleaned up since.
+The :class:`~orchestrator.strategy.PrepareRuntime` the pre-flight supplies to a
+strategy's ``prepare`` (``synthesize -S from_run=RUN_ID``): the list it returns is
+recorded, so a resume never reads the other run again.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
 """The run-wide spending cap as the command sees it: the flags, what can be measured, resume, the summary line.
 
-The counting itself is an engine hook (:mod:`orchestrator.engine.budget`);
-this module turns the configuration into its cap, refuses a cap nothing can
-measure, refuses a resume whose cap is still reached, and says how a capped
-run ended.
+The counting itself is an engine hook (:mod:`orchestrator.engine.budget`).
 """
 
 from __future__ import annotations
@@ -75,12 +72,10 @@ def check_resume(config: Config, budget_state: Any, run_id: str) -> None:
         return
     cap = cap_of(config)
     spent_cost, spent_tokens = budget_state.spent_cost_usd, budget_state.spent_tokens
-    still = cap is not None and (
+    if cap is not None and (
         (cap.max_cost_usd is not None and spent_cost >= cap.max_cost_usd)
         or (cap.max_tokens is not None and spent_tokens >= cap.max_tokens)
-    )
-    if still:
-        assert cap is not None
+    ):
         raise UsageError(
             f"run {run_id} is still at its spending cap ({cap.describe()}; {spent_line(spent_cost, spent_tokens)}): "
             f"resume with a higher cap, e.g. orchestrator --resume {run_id} "

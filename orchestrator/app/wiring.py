@@ -20,7 +20,12 @@ from ..runner import DockerRunner, Hardening, ObjectCacheSettings, RetryConfig
 from ..sanitize import default_sanitizer
 from ..strategy_loader import LoadedStrategy
 from . import run_budget
-from .preflight import Prepared, _host_specs, cluster_spec
+from .preflight import Prepared, _host_specs
+
+
+def _fields(section: Any, *names: str, **renamed: str) -> dict[str, Any]:
+    """Settings of a config section as keywords of a struct that names them the same (or as ``renamed``)."""
+    return {name: getattr(section, name) for name in names} | {k: getattr(section, v) for k, v in renamed.items()}
 
 
 def _guard(strategy: LoadedStrategy, config: Config, olog: ComponentLog | None = None) -> Reporter:
@@ -52,20 +57,18 @@ def _engine_config(
         defaults=TaskDefaults(
             model=prep.model,
             plugin_name=prep.plugin_name,
-            import_policy=o.import_policy,
-            import_conflict_policy=o.import_conflict_policy,
-            skip_empty_import=o.skip_empty_import,
-            container_cpus=r.container_cpu,
-            container_memory=r.container_memory,
-            network_egress=r.network_egress,
-            max_turns=r.max_turns,
+            **_fields(o, "import_policy", "import_conflict_policy", "skip_empty_import"),
+            **_fields(r, "container_memory", "network_egress", "max_turns", container_cpus="container_cpu"),
             timeout_seconds=r.container_timeout_seconds,
         ),
-        flush_policy=c.events.flush_policy,
-        flush_interval_ms=c.events.interval_ms,
-        flush_max_batch=c.events.max_batch,
-        max_final_message_bytes=c.events.max_final_message_bytes,
-        snapshot_interval_s=c.events.snapshot_interval_s,
+        **_fields(
+            c.events,
+            "flush_policy",
+            "max_final_message_bytes",
+            "snapshot_interval_s",
+            flush_interval_ms="interval_ms",
+            flush_max_batch="max_batch",
+        ),
         resume_fresh=resume_fresh,
         supports_resume=prep.plugin.capabilities.supports_resume,
         structured_outputs=structured_outputs,
@@ -73,17 +76,11 @@ def _engine_config(
         budget_rates=run_budget.rates_of(c, prep.plugin),
         runner_options={
             "docker_image": prep.image,
-            "reuse_container": r.reuse_container,
-            "finalize": r.finalize,
-            "review_workspace_mode": r.review_workspace_mode,
-            "isolation_mode": r.isolation_mode,
+            **_fields(r, "reuse_container", "finalize", "review_workspace_mode", "isolation_mode"),
             "session_volume_scope": r.session_volume_scope,
             "labels": {RUN_LOCK_LABEL: str(dirs.lock(run_id)), RUN_MANIFEST_LABEL: str(dirs.manifest(run_id))},
             "retry_config": RetryConfig(
-                max_attempts=r.max_attempts,
-                backoff_base_s=r.backoff_base_s,
-                backoff_factor=r.backoff_factor,
-                backoff_max_s=r.backoff_max_s,
+                **_fields(r, "max_attempts", "backoff_base_s", "backoff_factor", "backoff_max_s")
             ),
         },
     )
@@ -92,15 +89,10 @@ def _engine_config(
 def _make_runner(prep: Prepared, log_dir: Path, olog: ComponentLog, stop_run=None):
     """One DockerRunner, or with runner.hosts one per engine under a placing runner."""
     config = prep.config
-
-    limits = config.runner.container_limits
     hardening = Hardening(
-        pids_limit=limits.pids_limit,
-        nofile=limits.nofile,
-        secret_scan=config.runner.secret_scan,
-        max_workspace_mb=config.runner.max_workspace_mb,
+        **_fields(config.runner.container_limits, "pids_limit", "nofile"),
+        **_fields(config.runner, "secret_scan", "max_workspace_mb"),
     )
-
     # What every runner of the run is given, whichever engine it drives.
     common: dict[str, Any] = {
         "auth": prep.auth,
@@ -117,24 +109,19 @@ def _make_runner(prep: Prepared, log_dir: Path, olog: ComponentLog, stop_run=Non
             **common,
             host=host,
             object_cache=ObjectCacheSettings(
-                max_mb=config.runner.object_cache_max_mb, expiry_days=config.runner.object_cache_expiry_days
+                **_fields(config.runner, max_mb="object_cache_max_mb", expiry_days="object_cache_expiry_days")
             ),
         )
 
     kube = config.runner.kubernetes
     if kube is not None:
-        from ..runner import KubernetesRunner, KubeSettings
+        from ..runner import ClusterSpec, KubernetesRunner, KubeSettings
 
         olog.info("kubernetes", kubeconfig=kube.kubeconfig, context=kube.context, namespace=kube.namespace)
+        settings = _fields(kube, "pending_timeout_s", "storage_class", "session_size", "session_bind_timeout_s")
         return KubernetesRunner(
-            cluster=cluster_spec(config),
-            settings=KubeSettings(
-                pending_timeout_s=kube.pending_timeout_s,
-                pull_policy=kube.image_pull_policy,
-                storage_class=kube.storage_class,
-                session_size=kube.session_size,
-                session_bind_timeout_s=kube.session_bind_timeout_s,
-            ),
+            cluster=ClusterSpec.of(kube),
+            settings=KubeSettings(pull_policy=kube.image_pull_policy, **settings),
             **common,
         )
     if not config.runner.hosts:
