@@ -183,11 +183,9 @@ _PLAIN_NAME = re.compile(r"[A-Za-z0-9_-]+(?:/[A-Za-z0-9_-]+)*")
 LOCK_FILE_NAME = ".orc_import.lock"
 
 
-@contextlib.contextmanager
-def import_lock(git_dir: Path) -> Iterator[None]:
+def import_lock(git_dir: Path) -> contextlib.AbstractContextManager[None]:
     """Hold ``<git_dir>/.orc_import.lock`` exclusively (threads and processes)."""
-    with dir_lock(git_dir, LOCK_FILE_NAME):
-        yield
+    return dir_lock(git_dir, LOCK_FILE_NAME)
 
 
 @contextlib.contextmanager

@@ -116,12 +116,8 @@ def _ensure_note(repo: Path, commit: str, task_key: str, run_id: str) -> None:
     message = f"task_key={_encode_key(task_key)}; run_id={_encode_key(run_id)}"
     # Usually the commit has no note yet: one `notes add` (without -f, so it
     # refuses to replace a note) does it. Otherwise look at the note first.
-    if (
-        run_git(
-            ["notes", f"--ref={NOTES_REF}", "add", "-m", message, commit], cwd=repo, env=_NOTES_IDENTITY, check=False
-        ).returncode
-        == 0
-    ):
+    add = ["notes", f"--ref={NOTES_REF}", "add", "-m", message, commit]
+    if run_git(add, cwd=repo, env=_NOTES_IDENTITY, check=False).returncode == 0:
         return
     lines = _note_lines(repo, commit)
     if _note_has_key(lines, task_key):

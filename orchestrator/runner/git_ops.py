@@ -39,6 +39,8 @@ logger = logging.getLogger("orchestrator.runner")
 
 CONTAINER_UID = 1000
 CONTAINER_GID = 1000
+OBJECT_STORE_PREFIX = "objects_"
+DEFAULT_BASE_BRANCH = "main"
 
 
 class RepoInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -121,7 +123,7 @@ def dissociate_workspace(workspace: Path) -> bool:
     # repack without -l also packs what the alternates provide
     ws_git(Path(workspace), ["repack", "-a", "-d", "-q"])
     alternates.unlink()
-    if os.name == "posix" and hasattr(os, "geteuid") and os.geteuid() == 0:
+    if _as_root():
         _chown_tree(Path(workspace) / ".git" / "objects", CONTAINER_UID, CONTAINER_GID)
     return True
 
@@ -143,14 +145,8 @@ def point_at_store(workspace: Path, object_store: Path) -> None:
         raise GitError(f"cannot point workspace {workspace} at the run's object store: {exc}") from exc
 
 
-OBJECT_STORE_PREFIX = "objects_"
-
-
 # ---------------------------------------------------------------------------
 # Preflight
-
-
-DEFAULT_BASE_BRANCH = "main"
 
 
 class BaseBranch(msgspec.Struct, frozen=True, kw_only=True):
@@ -679,7 +675,7 @@ def reset_workspace(workspace: Path) -> None:
         remove_workspace(workspace)
     workspace.parent.mkdir(parents=True, exist_ok=True)
     workspace.mkdir()
-    if os.name == "posix" and hasattr(os, "geteuid") and os.geteuid() == 0:
+    if _as_root():
         os.chown(workspace, CONTAINER_UID, CONTAINER_GID)
 
 
@@ -727,9 +723,7 @@ def clear_stale_git_locks(workspace: Path) -> list[str]:
         lock = git_dir / name
         try:
             lock.unlink()
-        except FileNotFoundError:
-            continue
-        except OSError:
+        except OSError:  # missing, or not ours to remove
             continue
         removed.append(name)
     return removed

@@ -136,15 +136,3 @@ def is_not_found(exc: BaseException) -> bool:
 
 def is_conflict(exc: BaseException) -> bool:
     return _api_status(exc) == 409
-
-
-__all__ = [
-    "ClusterSpec",
-    "api_message",
-    "is_conflict",
-    "is_not_found",
-    "kubeconfig_path",
-    "load_configuration",
-    "refuse_plain_http",
-    "translate",
-]

@@ -14,20 +14,15 @@ from typing import Any
 from ..errors import OrchestratorError, RunnerError
 from .kube_client import ClusterSpec
 
+_CRUD = ("create", "get", "list", "delete")
 # (API group, resource, subresource, verb)
 NEEDED: tuple[tuple[str, str, str, str], ...] = (
-    ("", "pods", "", "create"),
-    ("", "pods", "", "get"),
-    ("", "pods", "", "list"),
-    ("", "pods", "", "delete"),
+    *(("", "pods", "", verb) for verb in _CRUD),
     # The client's exec is a websocket GET; servers before 1.30 authorize it as "get",
     # later ones as "create" (what kubectl's POST always needed).
     ("", "pods", "exec", "get"),
     ("", "pods", "exec", "create"),
-    ("", "persistentvolumeclaims", "", "create"),
-    ("", "persistentvolumeclaims", "", "get"),
-    ("", "persistentvolumeclaims", "", "list"),
-    ("", "persistentvolumeclaims", "", "delete"),
+    *(("", "persistentvolumeclaims", "", verb) for verb in _CRUD),
     ("networking.k8s.io", "networkpolicies", "", "create"),
     ("networking.k8s.io", "networkpolicies", "", "delete"),
     ("", "events", "", "list"),
@@ -143,6 +138,3 @@ async def _reviews(host: Any, namespace: str, asks: list[tuple[str, str, str, st
         except RunnerError:
             result[(group, resource, sub, verb)] = False
     return result
-
-
-__all__ = ["HELPFUL", "NEEDED", "cluster_checks"]

@@ -252,6 +252,3 @@ async def _read_all(stream: ExecStream, limiter: anyio.CapacityLimiter, output: 
             return
         for channel, data in frames:
             await output.take(channel, data)
-
-
-__all__ = ["STDIN_SHIM", "ExecStream", "env_block", "exit_status", "shim_argv", "stream_exec"]

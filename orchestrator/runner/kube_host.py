@@ -96,6 +96,21 @@ class KubeHost(DockerHost):
 
     _translate = staticmethod(translate)
 
+    async def call_unless(
+        self, expected: Callable[[Exception], bool], what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any
+    ) -> Any:
+        """:meth:`call`, None instead of an error ``expected`` accepts (already there, already gone)."""
+
+        def run() -> Any:
+            try:
+                return fn(*args, **kwargs)
+            except Exception as exc:
+                if expected(exc):
+                    return None
+                raise
+
+        return await self.call(what, run)
+
     async def core(self) -> Any:
         from kubernetes import client
 
@@ -121,16 +136,9 @@ class KubeHost(DockerHost):
 
     async def read_pod(self, name: str) -> Any | None:
         core = await self.core()
-
-        def get() -> Any:
-            try:
-                return core.read_namespaced_pod(pod_name(name), self.namespace)
-            except Exception as exc:
-                if is_not_found(exc):
-                    return None
-                raise
-
-        return await self.call(f"read Pod of {name}", get)
+        return await self.call_unless(
+            is_not_found, f"read Pod of {name}", core.read_namespaced_pod, pod_name(name), self.namespace
+        )
 
     async def inspect_container(self, name: str) -> dict | None:
         pod = await self.read_pod(name)
@@ -219,22 +227,16 @@ class KubeHost(DockerHost):
         name = manifest["metadata"]["name"]
 
         def create() -> None:
-            try:
-                core.create_namespaced_pod(self.namespace, manifest)
-            except Exception as exc:
-                if not is_conflict(exc):
-                    raise
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    core.create_namespaced_pod(self.namespace, manifest)
+                    return
+                except Exception as exc:
+                    if not is_conflict(exc) or time.monotonic() >= deadline:
+                        raise
                 # Still terminating under that name (a replaced or stopped Pod): wait for it.
-                deadline = time.monotonic() + 60
-                while time.monotonic() < deadline:
-                    time.sleep(POLL_S)
-                    try:
-                        core.create_namespaced_pod(self.namespace, manifest)
-                        return
-                    except Exception as again:
-                        if not is_conflict(again):
-                            raise
-                raise
+                time.sleep(POLL_S)
 
         await self.call(f"create Pod {name}", create)
 
@@ -243,15 +245,13 @@ class KubeHost(DockerHost):
 
         api = client.NetworkingV1Api(await self.client())
         body: Any = offline_policy(request, namespace=self.namespace)
-
-        def create() -> None:
-            try:
-                api.create_namespaced_network_policy(self.namespace, body)
-            except Exception as exc:
-                if not is_conflict(exc):
-                    raise
-
-        await self.call(f"create NetworkPolicy {body['metadata']['name']}", create)
+        await self.call_unless(
+            is_conflict,
+            f"create NetworkPolicy {body['metadata']['name']}",
+            api.create_namespaced_network_policy,
+            self.namespace,
+            body,
+        )
 
     async def _wait_running(self, request: InstanceRequest) -> None:
         """Until every container of the Pod runs; a Pod Pending past the bound, or one the
@@ -287,15 +287,14 @@ class KubeHost(DockerHost):
 
     async def _delete(self, name: str, *, grace: int) -> None:
         core = await self.core()
-
-        def delete() -> None:
-            try:
-                core.delete_namespaced_pod(pod_name(name), self.namespace, grace_period_seconds=grace)
-            except Exception as exc:
-                if not is_not_found(exc):
-                    raise
-
-        await self.call(f"delete Pod {pod_name(name)}", delete)
+        await self.call_unless(
+            is_not_found,
+            f"delete Pod {pod_name(name)}",
+            core.delete_namespaced_pod,
+            pod_name(name),
+            self.namespace,
+            grace_period_seconds=grace,
+        )
 
     async def _wait_gone(self, name: str, within_s: float = 60) -> None:
         deadline = time.monotonic() + within_s
@@ -307,15 +306,13 @@ class KubeHost(DockerHost):
         from kubernetes import client
 
         api = client.NetworkingV1Api(await self.client())
-
-        def delete() -> None:
-            try:
-                api.delete_namespaced_network_policy(pod_name(name), self.namespace)
-            except Exception as exc:
-                if not is_not_found(exc) and getattr(exc, "status", None) != 403:
-                    raise
-
-        await self.call(f"delete NetworkPolicy {pod_name(name)}", delete)
+        await self.call_unless(
+            lambda exc: is_not_found(exc) or getattr(exc, "status", None) == 403,
+            f"delete NetworkPolicy {pod_name(name)}",
+            api.delete_namespaced_network_policy,
+            pod_name(name),
+            self.namespace,
+        )
 
     # `timeout` is the Pod's grace period, as it is Docker's for a stop.
     async def stop(self, name: str, *, timeout: float = 2) -> None:  # noqa: ASYNC109
@@ -340,16 +337,14 @@ class KubeHost(DockerHost):
             label_selector=run_selector(run_id),
         )
         names = [c.metadata.name for c in claims.items]
-
-        def delete(claim: str) -> None:
-            try:
-                core.delete_namespaced_persistent_volume_claim(claim, self.namespace)
-            except Exception as exc:
-                if not is_not_found(exc):
-                    raise
-
         for claim in names:
-            await self.call(f"delete PersistentVolumeClaim {claim}", delete, claim)
+            await self.call_unless(
+                is_not_found,
+                f"delete PersistentVolumeClaim {claim}",
+                core.delete_namespaced_persistent_volume_claim,
+                claim,
+                self.namespace,
+            )
         return names
 
     # ---- exec ---------------------------------------------------------------
@@ -562,6 +557,3 @@ def _pod_reason(pod: Any) -> str:
     if not parts and pod.status.reason:
         parts.append(f"{pod.status.reason}: {pod.status.message or ''}".strip(": "))
     return "; ".join(parts)
-
-
-__all__ = ["KubeHost", "PodLostError"]

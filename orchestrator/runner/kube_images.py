@@ -118,6 +118,3 @@ def load_image(load_command: str, image: str) -> None:
         raise PreflightError(
             f"loading image {image} into the cluster failed (`{shlex.join(argv)}` exited {proc.returncode})"
         )
-
-
-__all__ = ["check_cluster_image", "image_to_cluster", "load_image", "nodes_lacking", "reference"]

@@ -163,21 +163,18 @@ def pod_manifest(
     containers = [task]
     if read_only:
         small = {"cpu": "50m", "memory": "64Mi"}
-        containers.append(
-            {
-                "name": LOADER_CONTAINER,
-                "image": request.docker_image,
-                "imagePullPolicy": pull_policy,
-                "args": ["sleep", "infinity"],
-                "workingDir": WORKSPACE_MOUNT,
-                "resources": {"requests": dict(small), "limits": dict(small)},
-                "securityContext": _security(),
-                "volumeMounts": [
-                    {"name": "workspace", "mountPath": WORKSPACE_MOUNT},
-                    {"name": "tmp", "mountPath": "/tmp"},
-                ],
-            }
-        )
+        # The task's container without its environment, small, with the workspace writable.
+        loader = {key: value for key, value in task.items() if key != "env"}
+        loader |= {
+            "name": LOADER_CONTAINER,
+            "resources": {"requests": dict(small), "limits": dict(small)},
+            "securityContext": _security(),
+            "volumeMounts": [
+                {"name": "workspace", "mountPath": WORKSPACE_MOUNT},
+                {"name": "tmp", "mountPath": "/tmp"},
+            ],
+        }
+        containers.append(loader)
     home: dict[str, Any] = {"persistentVolumeClaim": {"claimName": claim}} if claim else {"emptyDir": {}}
     return {
         "apiVersion": "v1",
@@ -238,19 +235,3 @@ def offline_policy(request: InstanceRequest, *, namespace: str) -> dict[str, Any
             "egress": [],
         },
     }
-
-
-__all__ = [
-    "LOADER_CONTAINER",
-    "TASK_CONTAINER",
-    "claim_manifest",
-    "claim_name",
-    "dns_name",
-    "label_value",
-    "labels_and_annotations",
-    "offline_policy",
-    "original_labels",
-    "pod_manifest",
-    "pod_name",
-    "run_selector",
-]

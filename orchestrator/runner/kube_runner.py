@@ -184,17 +184,14 @@ class KubernetesRunner(DockerRunner):
             storage_class=self.settings.storage_class,
         )
         body["metadata"].setdefault("annotations", {})["orchestrator.io/volume"] = session_volume(request)
-
-        def create() -> bool:
-            try:
-                core.create_namespaced_persistent_volume_claim(host.namespace, body)
-                return True
-            except Exception as exc:
-                if is_conflict(exc):
-                    return False
-                raise
-
-        made = await host.call(f"create PersistentVolumeClaim {claim}", create)
+        created = await host.call_unless(
+            is_conflict,
+            f"create PersistentVolumeClaim {claim}",
+            core.create_namespaced_persistent_volume_claim,
+            host.namespace,
+            body,
+        )
+        made = created is not None
         if made:
             self._made.add(claim)
             self._sessions.setdefault(claim, set())
@@ -274,18 +271,13 @@ class KubernetesRunner(DockerRunner):
 
     async def _delete_claim(self, claim: str) -> None:
         core = await self.kube.core()
-
-        def delete() -> None:
-            try:
-                core.delete_namespaced_persistent_volume_claim(claim, self.kube.namespace)
-            except Exception as exc:
-                if not is_not_found(exc):
-                    raise
-
         try:
-            await self.kube.call(f"delete PersistentVolumeClaim {claim}", delete)
+            await self.kube.call_unless(
+                is_not_found,
+                f"delete PersistentVolumeClaim {claim}",
+                core.delete_namespaced_persistent_volume_claim,
+                claim,
+                self.kube.namespace,
+            )
         except RunnerError as exc:
             self.log.warning("runner.session.claim_not_removed", claim=claim, error=str(exc))
-
-
-__all__ = ["KubeSettings", "KubernetesRunner"]

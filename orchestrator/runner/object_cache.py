@@ -449,16 +449,3 @@ async def _drop_once(host: DockerHost, volume: str) -> bool:
         return True
 
     return await host.call(f"remove the object cache volume {volume}", _rm)
-
-
-__all__ = [
-    "CACHE_ALTERNATE",
-    "CACHE_MOUNT",
-    "LABEL",
-    "ObjectCache",
-    "ObjectCacheSettings",
-    "cache_key",
-    "list_caches",
-    "remove_caches",
-    "volume_name",
-]
