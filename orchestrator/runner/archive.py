@@ -15,10 +15,12 @@ the task as a git error and leaves the repository as it was.
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 import tarfile
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -82,8 +84,8 @@ def tar_workspace(
             info.uid = info.gid = CONTAINER_UID
         return info
 
-    def mark(tar: tarfile.TarFile, text: bytes) -> None:
-        info = owner(tarfile.TarInfo(COPY_MARK))
+    def add(tar: tarfile.TarFile, name: str, text: bytes) -> None:
+        info = owner(tarfile.TarInfo(name))
         info.size, info.mode = len(text), 0o644
         tar.addfile(info, io.BytesIO(text))
 
@@ -104,15 +106,12 @@ def tar_workspace(
     # engine takes it as it is) shrinks tenfold; a whole clone is sent plain, since
     # its objects are compressed already.
     with tarfile.open(fileobj=out, mode="w:gz" if skip else "w", format=tarfile.PAX_FORMAT) as tar:
-        mark(tar, b"partial\n")
+        add(tar, COPY_MARK, b"partial\n")
         tar.add(str(workspace), arcname=".", recursive=True, filter=member)
         if alternates is not None:
-            info = owner(tarfile.TarInfo(own_alternates))
-            text = (alternates + "\n").encode()
-            info.size, info.mode = len(text), 0o644
-            tar.addfile(info, io.BytesIO(text))
+            add(tar, own_alternates, (alternates + "\n").encode())
         if not skip:
-            mark(tar, b"complete\n")
+            add(tar, COPY_MARK, b"complete\n")
     out.seek(0)
     return out
 
@@ -175,12 +174,8 @@ async def copy_in(
     return size
 
 
-def _chunks(fh: Any, size: int = 1 << 20):
-    while True:
-        block = fh.read(size)
-        if not block:
-            return
-        yield block
+def _chunks(fh: Any, size: int = 1 << 20) -> Iterator[bytes]:
+    return iter(functools.partial(fh.read, size), b"")
 
 
 async def _exec(host: DockerHost, container: str, cmd: list[str], user: str = "node") -> tuple[int, str]:

@@ -52,6 +52,9 @@ WORKSPACE_HARDENING = ("-c", "core.fsmonitor=false", "-c", "core.hooksPath=/none
 # that carries the waiver itself. Run through `sh -c` by git: keep it quoted.
 WORKSPACE_UPLOAD_PACK = "git -c 'safe.directory=*' -c core.fsmonitor=false upload-pack"
 
+# A fetch that writes only the refs it names: no tags, no FETCH_HEAD, no gc after it.
+QUIET_FETCH = ("fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--no-auto-gc")
+
 _STDERR_LINES = 5
 
 

@@ -29,7 +29,16 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ..errors import BranchExistsError, GitError, UsageError
-from .git_cmd import WORKSPACE_UPLOAD_PACK, check_branch_name, import_lock, in_thread, run_git, ws_git, ws_git_dir
+from .git_cmd import (
+    QUIET_FETCH,
+    WORKSPACE_UPLOAD_PACK,
+    check_branch_name,
+    import_lock,
+    in_thread,
+    run_git,
+    ws_git,
+    ws_git_dir,
+)
 from .git_packs import keep_packed
 from .types import BranchArtifact, ConflictPolicy, ImportPolicy
 
@@ -312,19 +321,9 @@ class _Import:
     def _fetch(self, target: str, force: bool, ws_head: str) -> str:
         """6. fetch the workspace HEAD into the branch (atomic ref creation / forced update)."""
         refspec = f"{'+' if force else ''}HEAD:refs/heads/{target}"
+        fetch = [*QUIET_FETCH, "--no-recurse-submodules", f"--upload-pack={WORKSPACE_UPLOAD_PACK}"]
         run_git(
-            [
-                "fetch",
-                "--quiet",
-                "--no-tags",
-                "--no-write-fetch-head",
-                "--no-auto-gc",
-                "--no-recurse-submodules",
-                f"--upload-pack={WORKSPACE_UPLOAD_PACK}",
-                "--",
-                str(self.workspace),
-                refspec,
-            ],
+            [*fetch, "--", str(self.workspace), refspec],
             cwd=self.repo,
             what=f"importing {self.workspace} into branch {target}",
         )

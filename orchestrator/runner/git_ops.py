@@ -30,7 +30,7 @@ import msgspec
 
 from ..errors import GitError, PreflightError, UsageError
 from ..naming import is_run_branch, short8
-from .git_cmd import WORKSPACE_UPLOAD_PACK, check_branch_name, dir_lock, in_thread, run_git, ws_git
+from .git_cmd import QUIET_FETCH, WORKSPACE_UPLOAD_PACK, check_branch_name, dir_lock, in_thread, run_git, ws_git
 from .git_import import _import_branch_sync as _import_branch_sync
 from .git_import import import_branch as import_branch
 from .types import IsolationMode
@@ -390,17 +390,7 @@ def _ensure_object_store_sync(
                 # The pack protocol, not a file copy: consistent against a gc in the
                 # user's repository, and only the objects the store lacks travel.
                 run_git(
-                    [
-                        "fetch",
-                        "--quiet",
-                        "--no-tags",
-                        "--no-auto-gc",
-                        "--no-write-fetch-head",
-                        f"--upload-pack={WORKSPACE_UPLOAD_PACK}",
-                        "--",
-                        str(repo),
-                        *refspecs,
-                    ],
+                    [*QUIET_FETCH, f"--upload-pack={WORKSPACE_UPLOAD_PACK}", "--", str(repo), *refspecs],
                     cwd=store,
                     what=f"refreshing the run's object store {store}",
                 )
@@ -534,7 +524,7 @@ def fetch_include_branches(workspace: Path, source: Path, base_branch: str, incl
     if extra:
         refspecs = [f"refs/heads/{b}:refs/heads/{b}" for b in extra]
         run_git(
-            ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--no-auto-gc", "--", str(source), *refspecs],
+            [*QUIET_FETCH, "--", str(source), *refspecs],
             cwd=workspace,
             what=f"fetching include_branches {', '.join(extra)}",
         )

@@ -48,17 +48,18 @@ def fix_command(spec: HostSpec, image: str) -> str:
     return f"docker save {image} | docker {target} load".replace("  ", " ")
 
 
-def _counting(chunks: Iterator[bytes], name: str, total: int, progress: ProgressFn) -> Iterator[bytes]:
-    sent, last = 0, 0.0
+def _counting(chunks: Iterator[bytes], name: str, total: int, progress: ProgressFn, sent: list[int]) -> Iterator[bytes]:
+    """``chunks``, counted into ``sent[0]``, with a progress line every two seconds."""
+    last = 0.0
     for chunk in chunks:
-        sent += len(chunk)
+        sent[0] += len(chunk)
         now = time.monotonic()
         if now - last >= 2.0:
             last = now
-            pct = f" ({100 * sent // total}%)" if total else ""
-            progress(f"syncing image to host {name}: {sent >> 20} MiB of about {total >> 20} MiB{pct}")
+            pct = f" ({100 * sent[0] // total}%)" if total else ""
+            progress(f"syncing image to host {name}: {sent[0] >> 20} MiB of about {total >> 20} MiB{pct}")
         yield chunk
-    progress(f"syncing image to host {name}: {sent >> 20} MiB sent, loading")
+    progress(f"syncing image to host {name}: {sent[0] >> 20} MiB sent, loading")
 
 
 async def sync_image(
@@ -69,21 +70,15 @@ async def sync_image(
     dst = await target.client()
     info = await source.call(f"inspect image {image}", src.api.inspect_image, image)
     total = int(info.get("Size") or 0)
-    counter: dict[str, int] = {"bytes": 0}
+    sent = [0]
 
     def _stream() -> None:
-        chunks = src.api.get_image(image, chunk_size=1 << 20)
-
-        def counted():
-            for chunk in _counting(chunks, spec.name, total, progress):
-                counter["bytes"] += len(chunk)
-                yield chunk
-
-        for _ in dst.api.load_image(counted(), quiet=True):
+        chunks = _counting(src.api.get_image(image, chunk_size=1 << 20), spec.name, total, progress, sent)
+        for _ in dst.api.load_image(chunks, quiet=True):
             pass
 
     await target.call(f"load image {image} on host {spec.name}", _stream)
-    return counter["bytes"]
+    return sent[0]
 
 
 async def preflight_images(

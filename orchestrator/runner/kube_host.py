@@ -394,9 +394,7 @@ class KubeHost(DockerHost):
             pod = await self.read_pod(name)
         except RunnerError:
             return ""
-        if pod is None:
-            return f"Pod {pod_name(name)} was deleted while the task ran"
-        if pod.metadata.deletion_timestamp:
+        if pod is None or pod.metadata.deletion_timestamp:
             return f"Pod {pod_name(name)} was deleted while the task ran"
         if pod.status.phase in ("Failed", "Succeeded", "Unknown"):
             return f"Pod {pod_name(name)} ended while the task ran: {_pod_reason(pod)}"
@@ -409,9 +407,6 @@ class KubeHost(DockerHost):
             # grace period; a kubelet that says False (restarting, runtime busy) still runs its Pods.
             return f"node {node} of Pod {pod_name(name)} is lost (its kubelet stopped answering: Ready Unknown)"
         return ""
-
-    async def _node_ready(self, node: str) -> bool:
-        return await self._node_readiness(node) == "True"
 
     async def _node_readiness(self, node: str) -> str:
         """The node's Ready condition (True, False, Unknown), "gone" when it was removed, "True" when

@@ -251,7 +251,7 @@ class KubernetesRunner(DockerRunner):
         if not nodes:
             return ""
         for node in nodes:
-            if await self.kube._node_ready(node):
+            if await self.kube._node_readiness(node) == "True":
                 return ""
         return f"its volume {volume} is bound to node {', '.join(nodes)}, which is not Ready"
 

@@ -112,9 +112,6 @@ def scan_diff(diff: str, secrets: Iterable[tuple[str, str]]) -> list[Finding]:
         if line.startswith("+"):
             batch.append((lineno, line[1:]))
             lineno += 1
-        elif line.startswith("Binary files ") and " differ" in line:
-            # binary content is not in a text diff; its path may still be named
-            pass
     flush()
     return findings
 

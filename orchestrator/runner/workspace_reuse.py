@@ -68,17 +68,8 @@ def reuse_workspace(
     if any(e.mode == GITLINK for e in entries):
         raise GitError("the checkout has submodules, which git clean does not reach into")
     git_ops.remove_workspace(git_dir)  # the last agent's whole .git (or whatever it left there)
-    run_git(
-        [
-            "init",
-            "--quiet",
-            f"--object-format={object_format}",
-            f"--initial-branch={base_branch}",
-            "--",
-            str(workspace),
-        ],
-        what="git init",
-    )
+    init = ["init", "--quiet", f"--object-format={object_format}", f"--initial-branch={base_branch}"]
+    run_git([*init, "--", str(workspace)], what="git init")
     head = git_dir / "refs" / "heads" / base_branch
     head.parent.mkdir(parents=True, exist_ok=True)
     head.write_text(base_commit + "\n", encoding="ascii")
