@@ -362,6 +362,13 @@ def _local_branches(repo: Path) -> list[str]:
 # Workspace preparation
 
 
+def _existing_repo(repo_path: str | os.PathLike[str]) -> Path:
+    repo = Path(os.path.realpath(repo_path))
+    if not repo.is_dir():
+        raise GitError(f"repository path does not exist: {repo}")
+    return repo
+
+
 def _ensure_object_store_sync(
     repo_path: str | os.PathLike[str], workspace: Path, branches: Sequence[str], *, hardlinks: bool = True
 ) -> Path:
@@ -378,9 +385,7 @@ def _ensure_object_store_sync(
     """
     for name in branches:
         check_branch_name(name, what="branch name")
-    repo = Path(os.path.realpath(repo_path))
-    if not repo.is_dir():
-        raise GitError(f"repository path does not exist: {repo}")
+    repo = _existing_repo(repo_path)
     store = object_store_path(workspace, repo)
     store.parent.mkdir(parents=True, exist_ok=True)
     with dir_lock(store.parent, f".{store.name}.lock"):
@@ -447,9 +452,7 @@ def _prepare_workspace_sync(
     check_branch_name(base_branch, what="base branch name")
     for name in include_branches:
         check_branch_name(name, what="include_branches entry")
-    repo = Path(os.path.realpath(repo_path))
-    if not repo.is_dir():
-        raise GitError(f"repository path does not exist: {repo}")
+    repo = _existing_repo(repo_path)
     workspace = Path(os.path.abspath(workspace))
 
     if into_empty_dir:

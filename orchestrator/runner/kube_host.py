@@ -338,14 +338,18 @@ class KubeHost(DockerHost):
         )
         names = [c.metadata.name for c in claims.items]
         for claim in names:
-            await self.call_unless(
-                is_not_found,
-                f"delete PersistentVolumeClaim {claim}",
-                core.delete_namespaced_persistent_volume_claim,
-                claim,
-                self.namespace,
-            )
+            await self.delete_claim(claim)
         return names
+
+    async def delete_claim(self, claim: str) -> None:
+        core = await self.core()
+        await self.call_unless(
+            is_not_found,
+            f"delete PersistentVolumeClaim {claim}",
+            core.delete_namespaced_persistent_volume_claim,
+            claim,
+            self.namespace,
+        )
 
     # ---- exec ---------------------------------------------------------------
 

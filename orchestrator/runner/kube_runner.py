@@ -35,7 +35,7 @@ from ..errors import RunnerError
 from .base import RunnerEventCallback
 from .docker_core import session_volume
 from .docker_runner import DockerRunner
-from .kube_client import ClusterSpec, is_conflict, is_not_found
+from .kube_client import ClusterSpec, is_conflict
 from .kube_host import KubeHost
 from .kube_pods import claim_manifest, claim_name
 from .object_cache import ObjectCacheSettings
@@ -270,14 +270,7 @@ class KubernetesRunner(DockerRunner):
         return items[-1].message if items else ""
 
     async def _delete_claim(self, claim: str) -> None:
-        core = await self.kube.core()
         try:
-            await self.kube.call_unless(
-                is_not_found,
-                f"delete PersistentVolumeClaim {claim}",
-                core.delete_namespaced_persistent_volume_claim,
-                claim,
-                self.kube.namespace,
-            )
+            await self.kube.delete_claim(claim)
         except RunnerError as exc:
             self.log.warning("runner.session.claim_not_removed", claim=claim, error=str(exc))
