@@ -1,20 +1,9 @@
 """Deleting a run's own working branches from the host repository.
 
-Strategies that explore (evolve's fix, merge and resolve branches) leave many
-branches behind. They may ask for them to be deleted, but this is the user's
-repository, so the git layer decides what is safe, whatever it was asked:
-
-- the branch's tip must carry this run's provenance note (written when the
-  branch was imported, ``task_key=<run_id>/...; run_id=<run_id>``), and the
-  branch's name must be the one the run gives that task's branch
-  (``<strategy>_<run_id>_k<hash of the task key>``, maybe with a ``_N``
-  suffix): a branch of another run, or one the user created (even on one of
-  this run's commits), is never deleted;
-- a branch checked out in any work tree is left alone;
-- the ref is deleted only if it still points where it did when checked
-  (``git update-ref -d <ref> <old>``), so a branch the user just moved survives.
-
-The provenance notes stay: they are small, and they keep the audit trail.
+The git layer decides what is safe, whatever it was asked: a branch whose tip
+carries this run's provenance note, with the name the run gives that task's
+branch, checked out nowhere, and not moved since it was checked (docs/evolve.md,
+"Working branches"). The provenance notes stay: they keep the audit trail.
 """
 
 from __future__ import annotations

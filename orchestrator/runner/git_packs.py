@@ -1,21 +1,8 @@
-"""Keeping the user's repository packed while runs import into it.
+"""Keeping the user's repository packed while runs import into it (issue 32).
 
-Every import adds a few objects to the user's repository: the agent's commits,
-trees and blobs (a small fetch is unpacked into loose object files) and the
-provenance note (``git notes`` writes loose objects). ``git gc --auto`` only
-collects them at 6,700 loose objects, so after a few hundred tasks every clone,
-fetch and object lookup in that repository paid for a thousand loose files
-(issue 32: the same 50 tasks took 2.4x as long after 250 had run).
-
-After an import, under the import lock, :func:`keep_packed` looks at the
-repository's loose objects and packs; past a small limit it runs
-``git repack -d --geometric=2``: the loose objects become one pack, and small
-packs are rolled up so that each pack holds at least twice the objects of the
-next smaller one. The repository then holds a few packs whose number grows with
-the logarithm of what was imported, and the user's own large pack is left as it
-is (a roll-up never rewrites it while the small packs together are under half
-its size). Objects are only moved from loose files into packs, never dropped:
-nothing is pruned, so unreachable objects stay, as they would without us.
+Past a few dozen loose objects or packs, :func:`keep_packed` rolls them up with
+``git repack -d --geometric=2``: the user's own large pack is left as it is, and
+nothing is pruned. Measured in docs/performance.md.
 """
 
 from __future__ import annotations

@@ -1,21 +1,8 @@
 """What the Kubernetes backend asks the cluster for: Pod, claim and policy manifests, and their names.
 
 Pure functions of the task's request (no client, no I/O), so a resumed run
-derives the same names and a test can read the manifests.
-
-A task's Pod mirrors its Docker container: the agent or environment image
-running ``sleep infinity`` under the image's own entrypoint (tini), as uid 1000
-on a read-only root filesystem, with no privilege escalation, every capability
-dropped and the runtime's default seccomp profile; CPU and memory requests
-equal to the task's limits; an ``emptyDir`` at ``/workspace`` and a memory-backed
-one at ``/tmp``; the agent session at ``/home/node``, on a
-PersistentVolumeClaim named like the Docker session volume. Credentials are
-never part of it: they travel in each exec's command (see kube_host.py). The
-Pod gets no service account token, so an agent cannot talk to the cluster.
-
-A review task's ``/workspace`` is mounted read-only in the task's container;
-a second container (``loader``, same image and user) mounts it writable, and
-only the copy-in runs there.
+derives the same names and a test can read the manifests. What a task's Pod
+gets and why: docs/scaling.md, "What each task gets".
 """
 
 from __future__ import annotations

@@ -1,25 +1,10 @@
 """The Kubernetes runner: the Docker runner's pipeline with a namespace as its engine.
 
 :class:`KubernetesRunner` is a :class:`~.docker_runner.DockerRunner` whose
-engine is a :class:`~.kube_host.KubeHost`: the same phases, retries, secret
-scan and import, on the archive path remote Docker engines take (the clone goes
-in as a tar stream, the agent's commits come back as a verified bundle). What
-it adds is what only a cluster has:
-
-- **The session's storage.** Before a task's Pod exists, its session claim
-  (named like the Docker session volume) is made or found and must be bound, or
-  bindable when the Pod is scheduled. A claim that cannot be (no storage class,
-  no volume, its volume on a node that is gone) does not hold the task: the task
-  starts a fresh session in the Pod alone and the event log says why in one line.
-- **A Pod that goes away** (deleted, evicted, its node lost) while its task
-  runs: the task is placed again in a new Pod, afresh, recorded as a Docker host
-  that stops answering is (``runner.host.replaced``, then a session reset with
-  reason ``host_down`` and ``error_type: docker``). A lost node is one the
-  cluster gave up on (removed, or Ready ``Unknown``: its kubelet stopped
-  answering); every running exec asks about its Pod every few seconds, since an
-  exec through such a node neither ends nor fails.
-- **Ctrl+C** ends the agent and keeps the Pod, whose workspace a ``--resume``
-  continues in; a finished or failed task's Pod is deleted.
+engine is a :class:`~.kube_host.KubeHost`, on the archive path remote Docker
+engines take. What it adds is what only a cluster has: the session's claim, a
+Pod that goes away while its task runs (placed again), and Ctrl+C that keeps the
+Pod for ``--resume`` (docs/scaling.md, "Sessions" and "Failures, Ctrl+C and resume").
 """
 
 from __future__ import annotations

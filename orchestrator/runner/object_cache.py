@@ -1,29 +1,9 @@
 """A remote engine's cache of the repository's objects, so history crosses each link once.
 
-On a remote engine (``host.archive``) a task's workspace cannot borrow from
-this machine's object store. Instead each engine keeps, per repository, a
-Docker volume holding a bare repository (labelled :data:`LABEL` with the
-repository's key). Before a task's container starts, the objects the task
-needs (its base commit and ``include_branches``) are sent to that volume,
-minus what it already holds: the engine is asked for the commits it has
-(``refs/tips/<sha>``), and a pack of ``wants --not <those this machine also
-has>`` travels through the archive API into a short-lived helper container
-that mounts the volume read-write and indexes the pack there. The task
-container mounts the volume read-only at :data:`CACHE_MOUNT`; the workspace
-copied in holds no objects (its alternates name :data:`CACHE_ALTERNATE`), and
-its files are checked out inside the container from the cache.
-
-Consistency: within a process one lock per (engine, repository) lets one task
-send while the others wait and then find the commits present. Between
-processes git's own atomic writes keep the cache whole: ``index-pack`` writes a
-pack and its index under temporary names and renames them into place, and a
-commit's ref is written only after its pack is complete, so a commit the
-cache names always has all its objects. Two processes sending at once cost a
-duplicate pack, never a broken cache. Nothing ever deletes objects in a
-cache (``gc.auto=0``): one that grows past ``runner.object_cache_max_mb``
-or is unused for ``runner.object_cache_expiry_days`` is removed as a whole
-volume, which Docker refuses while any container (a running task, a kept one
-to resume) mounts it; it is then kept and dropped another time.
+Per engine and repository a Docker volume holds a bare repository; a short-lived
+helper container indexes a pack of what it lacks, and task containers mount it
+read-only. What is sent, what it guarantees and when it is dropped:
+docs/scaling.md, "A remote engine's object cache".
 """
 
 from __future__ import annotations

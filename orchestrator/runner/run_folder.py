@@ -1,21 +1,10 @@
 """A finished run's folder under the workspace root, given back.
 
-While a run lasts, its folder (``<workspace root>/<run_id>``) holds the object
-store its tasks borrow from (``objects_<8 hex>.git``: hard links to your
-repository's objects on the same filesystem, but a copy of its whole history
-on another), that store's lock file, and the pristine index of each checkout a
-later task of the run may take over (``.pristine-index/``). Once the run has
-finished, none of it serves anything, so it goes at once instead of waiting for
-the workspace retention at some later start. A run that can still be resumed
-(interrupted, stopped at its spending cap, killed) keeps all of it: its resumed
-tasks continue in the workspaces they left, borrowing from the store.
-
-A failed task's workspace stays for a post-mortem (the retention deletes it
-later). It borrowed the history from the store; before the store goes, its
-alternates are pointed at your repository's own objects, which hold everything
-the store held (the store is a clone of your repository, refreshed only by
-fetches from it), so ``git log`` and ``git diff`` still work there. The folder
-itself goes when nothing else is left in it.
+Once the run has finished, its object store and the pristine indexes serve
+nothing and go at once; a run that can still be resumed keeps all of it
+(docs/results.md). A failed task's workspace, kept for a post-mortem, borrowed
+its history from the store: its alternates are pointed at your repository's own
+objects first, which hold everything the store held, so ``git log`` still works there.
 """
 
 from __future__ import annotations

@@ -1,26 +1,10 @@
 """Look for credentials in what an agent committed, before it becomes a branch.
 
-An agent has the user's API key in its environment. If it writes the key into
-a file and commits it, importing the branch puts the key in the user's
-repository, and the next ``git push`` publishes it. So the added lines of the
-task's commits are scanned first: one ``git diff`` of the whole range, no
-process per file.
-
-What is caught:
-
-- the exact value of every credential this run passed to an agent, as written,
-  base64-encoded (standard and URL-safe alphabets, at any of the three byte
-  alignments, so a key inside a longer base64 blob is found too), hex-encoded
-  and percent-encoded;
-- common token shapes whoever they belong to: ``sk-ant-``, ``sk-`` (OpenAI
-  style), ``ghp_`` / ``gho_`` / ``ghs_`` / ``ghu_``, ``github_pat_``, and AWS
-  access key ids (``AKIA``/``ASIA``).
-
-What is not: a key split across lines, reversed, encrypted or compressed, or
-encoded twice. The scan is a safety net against accidents and careless agents,
-not a proof against a determined one.
-
-A finding names the file and the line, never the value.
+The added lines of the task's commits (one ``git diff`` of the whole range) are
+searched for every credential the run passed to an agent, as written and
+encoded, and for common token shapes; a finding names the file and the line,
+never the value. What is caught and what is not: docs/reliability.md,
+"Credentials in commits".
 """
 
 from __future__ import annotations

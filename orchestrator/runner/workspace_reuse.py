@@ -1,30 +1,8 @@
 """A finished task's checkout, made as good as new for the next task of the run.
 
-On a large repository a task's workspace cost is its checkout: creating the
-files (thousands of them) and deleting them afterwards, which on a busy disk
-takes seconds. A ``shared_objects`` workspace on the local engine borrows every
-object from the run's store, so the checkout is the only thing a finished task
-leaves that the next task needs: the runner keeps a few finished checkouts (see
-:class:`~.reaper.WorkspaceReaper`) and the next task of the run starts in one of
-them, rewritten to exactly the fresh clone it would have got:
-
-- its ``.git`` is replaced whole by a new one (``git init``, the base branch,
-  alternates naming the store), so nothing of the last agent's hooks, config,
-  refs or objects remains;
-- the index is the one recorded when that checkout was made, kept outside every
-  container (:func:`~.git_ops.pristine_index_path`): its stat data, the change
-  time to the nanosecond and the inode included, tell apart every file an agent
-  wrote, whatever times it set;
-- what ``git clean -ffdx`` would remove goes (untracked and ignored files,
-  nested repositories), every tracked file an agent wrote is deleted, and
-  ``git reset --hard`` writes those back (and moves the checkout to a base that
-  moved meanwhile); directories get back the mode a checkout gives them.
-
-Only the files the last agent touched are written, so a task costs what its
-own work costs, not the size of the checkout. Reused only after the last
-task's container was stopped (no process of that agent is left to write into
-it), and never for a repository with submodules, whose checkouts ``git clean``
-does not reach into.
+How and why (a new ``.git``, ``git clean``, the recorded index compared to the
+nanosecond, ``git reset --hard`` of what an agent wrote, never with submodules):
+docs/scaling.md, "A finished checkout serves the next task".
 """
 
 from __future__ import annotations
