@@ -1,16 +1,9 @@
-"""Moving a task's work in and out of a container without a shared disk.
+"""Moving a task's work in and out of a container without a shared disk (a remote engine).
 
-On a remote Docker engine the orchestrator's directories do not exist, so the
-isolated clone cannot be bind-mounted. It is still made on the orchestrator's
-machine (the isolation rules hold), then copied into a per-task volume at
-``/workspace`` with the Docker archive API (a tar stream). When the agent is
-done, ``git bundle`` packs its commits inside the container; the bundle comes
-back through the archive API, is verified, and is fetched into the local clone,
-from which the usual import (same lock, policies and provenance notes) runs.
-
-Nothing reaches the user's repository until the bundle has been verified and
-fetched into the task's own local clone: a corrupt or truncated bundle fails
-the task as a git error and leaves the repository as it was.
+The clone goes in as a tar stream through the Docker archive API; the agent's
+commits come back as a ``git bundle``, verified and fetched into the task's local
+clone before the usual import, so a corrupt bundle reaches nothing of the user's
+repository (docs/scaling.md, "What crosses the network per task").
 """
 
 from __future__ import annotations

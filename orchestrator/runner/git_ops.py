@@ -1,17 +1,10 @@
 """Git isolation for task workspaces: an agent never touches the host repository directly.
 
-Before the agent runs, :func:`prepare_workspace` makes a disconnected clone
-of the host repository holding only the base branch (plus any
-``include_branches``); the runner clones into an empty directory made by
-:func:`reset_workspace` while the task's container, which bind-mounts that
-directory, is starting. After the container exits, :func:`import_branch`
-fetches the workspace HEAD back into the host repository as a new branch,
-under a per-repository lock. The host's working tree, index and HEAD are never
-touched: only refs under ``refs/heads/`` and ``refs/notes/orchestrator``.
-
-Every function has a synchronous core (``_*_sync``) usable from threads or
-worker processes; the async wrappers run it in a worker thread so the event
-loop never blocks on git.
+The workspace is a disconnected clone of the base branch, made into the empty
+directory the starting container bind-mounts; its HEAD is imported back as a
+branch (:mod:`.git_import`). Only refs and notes of the host repository change
+(docs/architecture.md, "Git isolation"). Every function has a synchronous core
+(``_*_sync``) for threads; the async wrapper runs it on a worker thread.
 """
 
 from __future__ import annotations
@@ -372,16 +365,12 @@ def _existing_repo(repo_path: str | os.PathLike[str]) -> Path:
 def _ensure_object_store_sync(
     repo_path: str | os.PathLike[str], workspace: Path, branches: Sequence[str], *, hardlinks: bool = True
 ) -> Path:
-    """Make or refresh the run's object store that ``shared_objects`` workspaces borrow from.
+    """Make or refresh the run's object store that ``shared_objects`` workspaces borrow from; its path.
 
-    The store is a bare clone of the user's repository in the run's folder,
-    made once per run (hard links where the filesystem allows, so it costs
-    next to no disk; a copy otherwise). Later tasks only fetch ``branches``
-    into it, so a branch that moved in the user's repository is seen. Nothing
-    is ever deleted from it while the run lasts (``gc.auto=0``, no prune): the
-    objects a running task borrows stay, whatever happens in the user's
-    repository (a ``git gc --prune=now``, a history rewrite). Containers mount
-    its ``objects`` directory read-only. Returns the store's path.
+    A bare clone made once per run (hard links where it can), later only fetched
+    into, so a moved branch is seen, and never pruned while the run lasts, so a
+    ``git gc --prune=now`` in the user's repository takes nothing a task borrows
+    (docs/architecture.md, "Git isolation").
     """
     for name in branches:
         check_branch_name(name, what="branch name")
