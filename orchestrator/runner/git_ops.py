@@ -679,7 +679,7 @@ def kept_workspace(workspace: Path) -> WorkspaceInfo | str:
         base_branch = (git_dir / "BASE_BRANCH").read_text(encoding="utf-8").strip()
         base_commit = (git_dir / "BASE_COMMIT").read_text(encoding="utf-8").strip()
     except OSError:
-        return f"the workspace {workspace} was not completely prepared (its clone was cut off)"
+        base_branch = base_commit = ""
     if not base_branch or not base_commit:
         return f"the workspace {workspace} was not completely prepared (its clone was cut off)"
     if ws_git(workspace, ["rev-parse", "--verify", "-q", "HEAD^{commit}"], check=False).returncode != 0:

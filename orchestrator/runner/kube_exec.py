@@ -237,18 +237,11 @@ async def _pump(
             tg.start_soon(watch)
         with anyio.CancelScope(shield=on_cancel is not None), reading:
             try:
-                await _read_all(stream, limiter, output)
+                while (frames := await anyio.to_thread.run_sync(stream.read, limiter=limiter)) is not None:
+                    for channel, data in frames:
+                        await output.take(channel, data)
             finally:
                 stream_done.set()
         tg.cancel_scope.cancel()
     if gone:
         raise gone[0]
-
-
-async def _read_all(stream: ExecStream, limiter: anyio.CapacityLimiter, output: OutputReader) -> None:
-    while True:
-        frames = await anyio.to_thread.run_sync(stream.read, limiter=limiter)
-        if frames is None:
-            return
-        for channel, data in frames:
-            await output.take(channel, data)
