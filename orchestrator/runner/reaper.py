@@ -22,8 +22,6 @@ import anyio.to_thread
 
 from . import git_ops
 
-BACKLOG = 8
-WORKERS = 4
 # Finished checkouts kept for the next tasks of the run (see workspace_reuse.py):
 # one per slot of a 4-task run is enough, since each is taken as the next task starts.
 SPARES = 4
@@ -35,8 +33,8 @@ class WorkspaceReaper:
     def __init__(
         self,
         *,
-        backlog: int = BACKLOG,
-        workers: int = WORKERS,
+        backlog: int = 8,
+        workers: int = 4,
         delete: Callable[[Path, Path], None] = git_ops.delete_set_aside,
         spares: int = SPARES,
     ) -> None:
@@ -64,7 +62,8 @@ class WorkspaceReaper:
         if doomed is None:
             return
         spares = self._spares.setdefault(reuse_for, []) if reuse_for is not None else None
-        if spares is not None and pristine is not None and doomed != workspace and len(spares) < self._max_spares:
+        # a pristine index is only kept for a workspace that was moved aside
+        if spares is not None and pristine is not None and len(spares) < self._max_spares:
             spares.append((doomed, pristine))
             return
         if pristine is not None:

@@ -119,13 +119,8 @@ def check(probe: Probe, *, workspace: bool = True) -> str | None:
                 )
         except (OSError, ValueError):
             pass
-    if probe.tmp_path:
-        try:
-            st = os.statvfs(probe.tmp_path)
-            if st.f_bavail == 0:
-                return "the agent filled /tmp (its tmpfs has no space left); the task was stopped"
-        except OSError:
-            pass
+    if probe.tmp_path and _fs_free(probe.tmp_path) == 0:
+        return "the agent filled /tmp (its tmpfs has no space left); the task was stopped"
     if probe.workspace and probe.max_workspace_bytes and not workspace and probe.fs_free_start is not None:
         # A fast writer fills gigabytes between two walks; the filesystem's free space is
         # read in microseconds, and a drop past the limit walks the workspace now.
