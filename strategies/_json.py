@@ -33,9 +33,8 @@ def extract_json(text: str | None) -> Any:
     """The last JSON object/array in ``text`` (whole text, fenced blocks, then any embedded value)."""
     if not text:
         return None
-    stripped = text.strip()
     try:
-        return json.loads(stripped)
+        return json.loads(text.strip())
     except ValueError:
         pass
     for block in reversed(_FENCE.findall(text)):

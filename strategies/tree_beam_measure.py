@@ -140,7 +140,6 @@ class Runs:
 
     def __init__(self) -> None:
         self.by_label: dict[str, list[Evaluation]] = {}
-        self.order: list[tuple[str, Evaluation]] = []
         self.flaky = 0  # runs that failed once and passed on the retry
         self.failed: list[str] = []  # runs that failed twice: the reasons
         self.protected_changed: dict[str, list[str]] = {}
@@ -174,7 +173,6 @@ def parse_runs(text: str, commit: str | None = None) -> Runs:
             if attempts != "1" and rc == "0":
                 out.flaky += 1
             out.by_label.setdefault(label, []).append(ev)
-            out.order.append((label, ev))
         elif line.startswith(PROTECTED_MARK):
             label, _, paths = line[len(PROTECTED_MARK) :].partition(" ")
             out.protected_changed[label] = sorted(p for p in paths.split() if p)

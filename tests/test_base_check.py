@@ -119,7 +119,7 @@ def test_the_missing_command_is_read_from_each_shell_s_words(said):
 
 def test_tree_beam_names_the_command_its_evaluation_could_not_find():
     runs = parse_runs("@@orch-run 0 c 127 2 /bin/sh: 1: nosuch_bench: not found \n@@orch-done 1\n")
-    ((_label, ev),) = runs.order
+    ((ev,),) = runs.by_label.values()
     assert unusable_evaluation(ev, ["t"]) == (
         "root_evaluation_failed",
         f"command not found: nosuch_bench (exit status 127); {INSTALL}",
