@@ -8,32 +8,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ._lazy import exports, lazy_module
+from ._lazy import lazy_module
 
 # Lazy re-exports: ``import orchestrator.x`` runs this file first, and loading
 # the engine (and with it the runner) here would make every submodule import,
-# the TUI's and the strategies' included, pay for all of it.
-_EXPORTS = exports(
-    {
-        "engine.context": ("Handle", "StrategyContext"),
-        "engine.engine": ("Engine", "EngineConfig"),
-        "log.eventlog": ("get_events_since", "read_events", "subscribe"),
-        "log.state": ("RunState", "recover"),
-        "errors": (
-            "AggregateTaskFailed",
-            "ConfigError",
-            "KeyConflictDifferentFingerprint",
-            "NoViableCandidates",
-            "OrchestratorError",
-            "RunLockedError",
-            "RunnerError",
-            "StrategyError",
-            "TaskFailed",
-            "UsageError",
-        ),
-    }
-)
-__getattr__, __all__ = lazy_module(__name__, _EXPORTS)
+# the TUI's and the strategies' included, pay for all of it. The imports under
+# TYPE_CHECKING below are the export table (orchestrator/_lazy.py).
+__getattr__, __all__ = lazy_module(__name__)
 
 if TYPE_CHECKING:
     from .engine.context import Handle as Handle

@@ -2,36 +2,45 @@
 
 from __future__ import annotations
 
+import ast
 import importlib
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 
-def exports(table: Mapping[str, tuple[str, ...]]) -> dict[str, str]:
-    """A package's export table: ``{submodule: (names, ...)}`` read as ``{name: submodule}``.
+def _type_checking_imports(package: str) -> dict[str, str]:
+    """``{name: submodule}`` from the package's ``if TYPE_CHECKING:`` block of ``from .sub import Name as Name``.
 
-    The package writes the same names again under ``if TYPE_CHECKING:`` as
-    ``from .submodule import Name as Name`` (for the type checker and the
-    linter); tests/test_lazy_imports.py fails when the two differ.
+    That block is the export table: the type checker and the linter read it as
+    re-exports, and reading the same lines here keeps one list instead of two
+    that could drift apart (lazy_loader's ``attach_stub`` reads a stub the same way).
     """
-    return {name: module for module, names in table.items() for name in names}
+    source = Path(sys.modules[package].__file__ or "").read_text("utf-8")
+    table: dict[str, str] = {}
+    for node in ast.parse(source).body:
+        if not (isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"):
+            continue
+        for stmt in node.body:
+            if not (isinstance(stmt, ast.ImportFrom) and stmt.level == 1 and stmt.module) or any(
+                alias.asname != alias.name for alias in stmt.names
+            ):
+                raise ImportError(f"{package}: write each export as `from .module import Name as Name`")
+            table.update((alias.name, str(stmt.module)) for alias in stmt.names)
+    return table
 
 
-def lazy_attr(package: str, exports: dict[str, str], name: str) -> Any:
-    """The value of ``name`` from ``package.<exports[name]>``, for a package's module ``__getattr__``."""
-    module = exports.get(name)
-    if module is None:
-        raise AttributeError(f"module {package!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{package}.{module}"), name)
-    setattr(sys.modules[package], name, value)
-    return value
-
-
-def lazy_module(package: str, exports: dict[str, str]) -> tuple[Callable[[str], Any], list[str]]:
-    """``package``'s module ``__getattr__`` over its export table, and its ``__all__``."""
+def lazy_module(package: str) -> tuple[Callable[[str], Any], list[str]]:
+    """``package``'s module ``__getattr__`` over its ``TYPE_CHECKING`` exports, and its ``__all__``."""
+    exports = _type_checking_imports(package)
 
     def __getattr__(name: str) -> Any:
-        return lazy_attr(package, exports, name)
+        module = exports.get(name)
+        if module is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(f"{package}.{module}"), name)
+        setattr(sys.modules[package], name, value)
+        return value
 
     return __getattr__, sorted(exports)

@@ -39,11 +39,11 @@ def test_import_does_not_load_the_docker_runner(module):
 def test_lazy_re_exports_still_resolve():
     code = (
         "from orchestrator import Engine, RunState, TaskFailed; from orchestrator.runner import DockerRunner, "
-        "AuthConfig; import orchestrator, orchestrator.runner as r; print(sorted(set(orchestrator.__all__) - "
-        "set(dir(orchestrator)) - set(orchestrator._EXPORTS)), sorted(set(r.__all__) - set(r._EXPORTS)))"
+        "AuthConfig; import orchestrator, orchestrator.runner as r; "
+        "print([n for p in (orchestrator, r) for n in p.__all__ if getattr(p, n, None) is None])"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "[] []"
+    assert out.strip() == "[]"
     with pytest.raises(AttributeError):
         __import__("orchestrator").no_such_name  # noqa: B018
 
@@ -61,21 +61,32 @@ def test_lazy_re_export_is_cached_on_the_package(package, name):
 
 @pytest.mark.parametrize("package", ["orchestrator", "orchestrator.runner", "orchestrator.engine"])
 def test_the_type_checkers_imports_are_the_export_table(package):
-    """A package's ``if TYPE_CHECKING:`` imports name exactly its export table: what mypy sees is what runs."""
+    """A package's ``if TYPE_CHECKING:`` imports are what runs: each name resolves to its submodule's object."""
     import ast
     import importlib
 
     module = importlib.import_module(package)
     tree = ast.parse(Path(module.__file__).read_text("utf-8"))
     block = next(n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING")
-    seen = {}
-    for node in block.body:
-        assert isinstance(node, ast.ImportFrom) and node.level == 1, ast.unparse(node)
-        for alias in node.names:
-            assert alias.asname == alias.name, f"{ast.unparse(node)}: re-export it as itself"
-            seen[alias.name] = node.module
-    assert seen == module._EXPORTS
-    assert module.__all__ == sorted(module._EXPORTS)
+    seen = {alias.name: node.module for node in block.body for alias in node.names}
+    assert module.__all__ == sorted(seen)
+    for name, submodule in seen.items():
+        assert getattr(module, name) is getattr(importlib.import_module(f"{package}.{submodule}"), name), name
+
+
+def test_an_export_not_written_as_itself_stops_the_import(tmp_path):
+    """``from .m import A as B`` under TYPE_CHECKING would tell the type checker a name that does not run."""
+    pkg = tmp_path / "pkg_bad_export"
+    pkg.mkdir()
+    (pkg / "m.py").write_text("A = 1\n")
+    (pkg / "__init__.py").write_text(
+        "from typing import TYPE_CHECKING\nfrom orchestrator._lazy import lazy_module\n"
+        "__getattr__, __all__ = lazy_module(__name__)\nif TYPE_CHECKING:\n    from .m import A as B\n"
+    )
+    code = "import pkg_bad_export"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 1
+    assert "pkg_bad_export: write each export as `from .module import Name as Name`" in proc.stderr
 
 
 def test_unknown_name_names_the_package():

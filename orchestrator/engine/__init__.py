@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .._lazy import exports, lazy_module
+from .._lazy import lazy_module
 
 # Lazy, like the package root: a strategy importing the engine's context loads nothing more.
-_EXPORTS = exports({"replay": ("ReplayOutcome", "replay_strategy")})
-__getattr__, __all__ = lazy_module(__name__, _EXPORTS)
+__getattr__, __all__ = lazy_module(__name__)
 
 if TYPE_CHECKING:
     from .replay import ReplayOutcome as ReplayOutcome

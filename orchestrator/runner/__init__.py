@@ -26,67 +26,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .._lazy import exports, lazy_module
+from .._lazy import lazy_module
 from . import docker_py
 
 docker_py.install()
 
 # Lazy re-exports: importing one runner module (say ``runner.types`` from the
 # engine, or the TUI through it) must not load docker-py and the Docker runner.
-_EXPORTS = exports(
-    {
-        "base": ("TaskRunner",),
-        "docker_containers": (
-            "DOCKER_START_HINT",
-            "WORKSPACE_VOLUME_PREFIX",
-            "DockerHost",
-            "container_exists",
-            "docker_available",
-            "image_exists",
-            "list_containers",
-            "remove_containers",
-            "remove_run_volumes",
-            "run_volumes",
-            "shared_host",
-            "stop_run_containers",
-        ),
-        "docker_runner": ("DockerRunner", "run_instance"),
-        "git_cleanup": ("delete_run_branches", "unheld_branch_claims"),
-        "git_cmd": ("check_branch_name", "run_git"),
-        "git_ops": (
-            "exclude_locally",
-            "open_repository",
-            "resolve_base_branch",
-            "validate_repository",
-            "workspace_path",
-            "workspace_root",
-        ),
-        "hosts": ("HostSpec", "MultiHostRunner", "docker_host", "parse_host_flag", "resolve_hosts"),
-        "images": ("image_id", "preflight_images"),
-        "kube_client": ("ClusterSpec",),
-        "kube_doctor": ("cluster_checks",),
-        "kube_host": ("KubeHost",),
-        "kube_images": ("check_cluster_image", "image_to_cluster"),
-        "kube_runner": ("KubeSettings", "KubernetesRunner"),
-        "object_cache": ("ObjectCacheSettings", "list_caches", "remove_caches"),
-        "plugin": ("RunnerPlugin",),
-        "registry": ("PLUGIN_MODULES", "check_model", "get_plugin", "register_plugins"),
-        "run_folder": ("release_run_folder",),
-        "transport": ("transport_risk", "transport_warnings"),
-        "types": (
-            "AuthConfig",
-            "BranchArtifact",
-            "ContainerLimits",
-            "Hardening",
-            "InstanceRequest",
-            "Metrics",
-            "RetryConfig",
-            "RunnerResult",
-            "SEED_LABEL",
-        ),
-    }
-)
-__getattr__, __all__ = lazy_module(__name__, _EXPORTS)
+# The imports under TYPE_CHECKING below are the export table (orchestrator/_lazy.py).
+__getattr__, __all__ = lazy_module(__name__)
 
 if TYPE_CHECKING:
     from .base import TaskRunner as TaskRunner
