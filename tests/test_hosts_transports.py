@@ -224,7 +224,13 @@ def test_context_host_places_a_task_and_imports_its_branch(tmp_path, private_eng
     config = _config(tmp_path, [{"name": "c", "context": "orc-private", "max_parallel": 1}])
     repo = make_repo(tmp_path / "repo")
     other = make_ca(tmp_path / "proxy-ca", name="proxy-ca")[0]  # must not replace the context's CA
-    env = cli_env(tmp_path, **NO_DISK_MIN, DOCKER_CONFIG=str(docker_config), REQUESTS_CA_BUNDLE=str(other))
+    # The real docker CLI behind a wrapper that notes each call: the context is read once per start.
+    bindir, calls = tmp_path / "bin", tmp_path / "docker-calls"
+    bindir.mkdir()
+    (bindir / "docker").write_text(f'#!/bin/sh\necho "$*" >> {calls}\nexec {shutil.which("docker")} "$@"\n')
+    (bindir / "docker").chmod(0o755)
+    path = f"{bindir}:{os.environ['PATH']}"
+    env = cli_env(tmp_path, **NO_DISK_MIN, DOCKER_CONFIG=str(docker_config), REQUESTS_CA_BUNDLE=str(other), PATH=path)
     result = run_cli(
         [PROMPT.format(word="ctx"), "--no-tui", "--config", str(config), "--docker-image", private_engine.image],
         cwd=repo,
@@ -232,6 +238,7 @@ def test_context_host_places_a_task_and_imports_its_branch(tmp_path, private_eng
         timeout=300,
     )
     assert result.returncode == 0, result.stderr
+    assert calls.read_text().splitlines().count("context inspect orc-private") == 1, calls.read_text()
     run_id = only_run_id(tmp_path)
     try:
         _check_placed_and_imported(tmp_path, repo, result, private_engine, "c", "ctx")

@@ -33,9 +33,9 @@ from k8s_cluster import KUBECONFIG  # noqa: E402
 SECRET = "sk-ant-api03-k8stestSECRETvalue0123456789abcdefXYZ"
 
 
-def _kubectl(*args: str, kubeconfig: Path = KUBECONFIG, check: bool = True) -> str:
+def _kubectl(*args: str, kubeconfig: Path = KUBECONFIG, check: bool = True, input: str | None = None) -> str:
     proc = subprocess.run(
-        ["kubectl", "--kubeconfig", str(kubeconfig), *args], capture_output=True, text=True, timeout=120
+        ["kubectl", "--kubeconfig", str(kubeconfig), *args], capture_output=True, text=True, timeout=120, input=input
     )
     if check and proc.returncode != 0:
         raise AssertionError(f"kubectl {' '.join(args)}: {proc.stderr}")
@@ -560,6 +560,57 @@ def test_a_pod_pending_past_the_bound_fails_its_task_with_the_clusters_reason(tm
     assert any("Insufficient cpu" in line for line in out.splitlines()), out[-3000:]
     assert time.monotonic() - t0 < 120
     _wait_no_pods(k8s, run_id)
+
+
+def test_a_pod_name_held_by_a_finalizer_fails_the_create_with_how_to_see_it(k8s, monkeypatch):
+    """A new Pod waits for an old one of its name still being deleted; one a finalizer holds past the
+    wait fails the task with a line naming the Pod and how to see what holds it, and once the
+    finalizer goes the same create succeeds."""
+    import anyio
+
+    from orchestrator.errors import ContainerError
+    from orchestrator.runner import kube_host
+    from orchestrator.runner.kube_client import ClusterSpec
+
+    monkeypatch.setattr(kube_host, "TERMINATING_WAIT_S", 3.0)
+    name = f"orc-held-{os.getpid()}"
+    manifest = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "finalizers": ["orchestrator.test/hold"]},
+        "spec": {
+            "containers": [
+                {"name": "c", "image": k8s["image"], "imagePullPolicy": "Never", "command": ["sleep", "600"]}
+            ]
+        },
+    }
+    ns = k8s["namespace"]
+    _kubectl("-n", ns, "apply", "-f", "-", input=json.dumps(manifest))
+    _kubectl("-n", ns, "delete", "pod", name, "--wait=false", "--grace-period=0")
+    fresh = {**manifest, "metadata": {"name": name}}
+    host = kube_host.KubeHost(ClusterSpec(kubeconfig=k8s["kubeconfig"], context=None, namespace=ns))
+
+    async def create() -> None:
+        try:
+            await host._create(fresh)
+        finally:
+            await host.aclose()
+
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(ContainerError) as held:
+            anyio.run(create)
+        message = str(held.value)
+        assert time.monotonic() - t0 >= 3, message
+        assert f"Pod {name} is still being deleted after 3 s" in message, message
+        assert f"kubectl get pod {name} -n {ns} -o jsonpath='{{.metadata.finalizers}}'" in message, message
+        assert "--resume" in message and "\n" not in message
+        _kubectl("-n", ns, "patch", "pod", name, "--type=merge", "-p", '{"metadata":{"finalizers":null}}')
+        anyio.run(create)
+        assert _kubectl("-n", ns, "get", "pod", name, "-o", "jsonpath={.metadata.deletionTimestamp}") == ""
+    finally:
+        _kubectl("-n", ns, "patch", "pod", name, "--type=merge", "-p", '{"metadata":{"finalizers":null}}', check=False)
+        _kubectl("-n", ns, "delete", "pod", name, "--wait=false", "--grace-period=0", check=False)
 
 
 def _build_image(tmp_path: Path, load_command: str | None) -> subprocess.CompletedProcess[str]:

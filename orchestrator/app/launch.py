@@ -55,6 +55,7 @@ from .preflight import (
     _check_engines,
     _check_plugin,
     _cli_overrides,
+    _hosts_of,
     _max_parallel,
     _resumed_config,
     check_resume_flags,
@@ -158,21 +159,21 @@ async def _resume_plan(args, dirs: RunDirs, manifest: RunManifest) -> Prepared:
         run_budget.check_resume(loaded.config, recorded.budget, manifest.run_id)
     default_sanitizer().add_secrets(auth.secret_values())
     await anyio.to_thread.run_sync(validate_repository, manifest.repo_path, manifest.base_branch)
-    await _check_engines(loaded.config, manifest.docker_image, required_tools(plugin, dry_run=manifest.dry_run))
+    hosts = await _hosts_of(loaded.config)
+    await _check_engines(loaded.config, manifest.docker_image, required_tools(plugin, dry_run=manifest.dry_run), hosts)
     # Earlier lines are not reprinted: they would look like finished work running again.
     events = anyio.Path(dirs.events(manifest.run_id))
     return Prepared(
         loaded_config=loaded,
         strategy=strategy,
         plugin=plugin,
+        hosts=hosts,
         auth=auth,
         **_fields(manifest, "params", "prompt", "base_branch", "model", "runs", "dry_run", "mode"),
         **_fields(manifest, repo="repo_path", image="docker_image"),
         # The hosts may have changed since the run started: their slots decide,
         # under the cap given now or at the start.
-        max_parallel=_max_parallel(loaded.config, args.max_parallel)
-        if loaded.config.runner.hosts
-        else manifest.max_parallel,
+        max_parallel=_max_parallel(loaded.config, args.max_parallel, hosts) if hosts else manifest.max_parallel,
         output=output_mode(args),
         console_from=(await events.stat()).st_size if await events.exists() else 0,
     )

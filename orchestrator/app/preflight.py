@@ -27,6 +27,7 @@ from ..log.runs import (
 )
 from ..runner import (
     AuthConfig,
+    HostSpec,
     RunnerPlugin,
     docker_available,
     get_plugin,
@@ -56,6 +57,7 @@ class Prepared:
     base_branch: str
     model: str
     plugin: RunnerPlugin  # resolved once, by pre-flight
+    hosts: tuple[HostSpec, ...]  # runner.hosts resolved once, by pre-flight; () for one engine or a cluster
     image: str  # the project's environment image, or the agent image
     max_parallel: int
     runs: int
@@ -140,7 +142,7 @@ def _read_prompt(args, config: Config) -> str:
 CLUSTER_AUTO_PARALLEL = 4
 
 
-def _max_parallel(config: Config, value: int | str | None = None) -> int:
+def _max_parallel(config: Config, value: int | str | None = None, hosts: tuple[HostSpec, ...] = ()) -> int:
     # The deprecated max_parallel_instances was folded into this key per source
     # by load_config, so the command line still wins over it.
     if value is None:
@@ -149,7 +151,7 @@ def _max_parallel(config: Config, value: int | str | None = None) -> int:
         # The cluster's scheduler places the Pods; this machine's CPUs say nothing of its room.
         return CLUSTER_AUTO_PARALLEL
     # Each host has its own slots; a given --max-parallel caps their sum.
-    total = sum(spec.max_parallel for spec in _host_specs(config)) if config.runner.hosts else None
+    total = sum(spec.max_parallel for spec in hosts) if hosts else None
     if value == "auto":
         return auto_parallel(config.runner.container_cpu) if total is None else total
     if not isinstance(value, int) or value < 1:
@@ -208,28 +210,30 @@ async def _check_cluster(config: Config, image: str) -> str:
     return version
 
 
-def _host_specs(config: Config):
+async def _hosts_of(config: Config) -> tuple[HostSpec, ...]:
+    """runner.hosts as specs, resolved once per start (a context's endpoint and TLS files are read here)."""
     from ..runner import resolve_hosts
 
-    return resolve_hosts(config.runner.hosts)
+    return tuple(await anyio.to_thread.run_sync(resolve_hosts, config.runner.hosts)) if config.runner.hosts else ()
 
 
-async def _check_hosts(config: Config, image: str) -> None:
+async def _check_hosts(hosts: tuple[HostSpec, ...], image: str, *, sync: bool) -> None:
     from ..runner import preflight_images, transport_warnings
 
-    specs = await anyio.to_thread.run_sync(_host_specs, config)
     # Every start and every resume says it again: accepting the risk once is not
     # forgetting it.
-    for warning in transport_warnings(specs):
+    for warning in transport_warnings(hosts):
         print(f"warning: {warning}", file=sys.stderr, flush=True)
-    await preflight_images(specs, image, sync=config.runner.sync_image)
+    await preflight_images(hosts, image, sync=sync)
 
 
-async def _check_engines(config: Config, image: str, tools: tuple[str, ...] = ()) -> None:
+async def _check_engines(
+    config: Config, image: str, tools: tuple[str, ...] = (), hosts: tuple[HostSpec, ...] = ()
+) -> None:
     if config.runner.kubernetes is not None:
         await _check_cluster(config, image)
-    elif config.runner.hosts:
-        await _check_hosts(config, image)
+    elif hosts:
+        await _check_hosts(hosts, image, sync=config.runner.sync_image)
     else:
         await _check_docker(image, tools)
 
@@ -313,14 +317,15 @@ async def prepare(args) -> Prepared:
     register_plugins(loaded.config.runner.plugin_modules)
     plugin = get_plugin(loaded.config.runner.plugin)  # the run's one lookup: the plan carries it
     tools = required_tools(plugin, dry_run=args.dry_run)
+    hosts = await _hosts_of(loaded.config)
     # The Docker check (a few daemon round trips) runs while git validates the
     # repository; a failure of an earlier check is still the one reported.
     docker = _EarlyCheck()
     outcome: dict[str, Any] = {}
     async with anyio.create_task_group() as tg:
-        tg.start_soon(docker.run, _check_engines, loaded.config, loaded.config.runner.docker_image, tools)
+        tg.start_soon(docker.run, _check_engines, loaded.config, loaded.config.runner.docker_image, tools, hosts)
         try:
-            outcome["prep"] = await _prepare(args, loaded, plugin, docker)
+            outcome["prep"] = await _prepare(args, loaded, plugin, hosts, docker)
         except Exception as exc:  # raised below, outside the task group, unwrapped
             outcome["error"] = exc
             tg.cancel_scope.cancel()
@@ -329,7 +334,9 @@ async def prepare(args) -> Prepared:
     return outcome["prep"]
 
 
-async def _prepare(args, loaded: LoadedConfig, plugin: RunnerPlugin, docker: _EarlyCheck) -> Prepared:
+async def _prepare(
+    args, loaded: LoadedConfig, plugin: RunnerPlugin, hosts: tuple[HostSpec, ...], docker: _EarlyCheck
+) -> Prepared:
     config = loaded.config
     for line in loaded.warnings:
         print(line, file=sys.stderr)
@@ -337,7 +344,7 @@ async def _prepare(args, loaded: LoadedConfig, plugin: RunnerPlugin, docker: _Ea
     prompt = _read_prompt(args, config)
     if config.orchestration.runs < 1:
         raise ConfigError(f"--runs must be at least 1 (got {config.orchestration.runs})")
-    max_parallel = _max_parallel(config)
+    max_parallel = _max_parallel(config, hosts=hosts)
     strategy = load_strategy(config.orchestration.strategy)
     base_params = dict(config.strategy.get(strategy.name, {}))
     base_params.update(config.params)
@@ -373,7 +380,9 @@ async def _prepare(args, loaded: LoadedConfig, plugin: RunnerPlugin, docker: _Ea
     _check_disk(dirs.logs, config, warnings)
     _check_disk(workspace_root(), config, warnings)
     await docker.result()
-    image = await _environment_image(config, repo, info.base_commit, required_tools(plugin, dry_run=args.dry_run))
+    image = await _environment_image(
+        config, repo, info.base_commit, required_tools(plugin, dry_run=args.dry_run), hosts
+    )
     return Prepared(
         loaded_config=loaded,
         strategy=strategy,
@@ -383,6 +392,7 @@ async def _prepare(args, loaded: LoadedConfig, plugin: RunnerPlugin, docker: _Ea
         base_branch=base_branch,
         model=model,
         plugin=plugin,
+        hosts=hosts,
         image=image,
         max_parallel=max_parallel,
         runs=config.orchestration.runs,
@@ -395,7 +405,9 @@ async def _prepare(args, loaded: LoadedConfig, plugin: RunnerPlugin, docker: _Ea
     )
 
 
-async def _environment_image(config: Config, repo: str, base_commit: str, tools: tuple[str, ...]) -> str:
+async def _environment_image(
+    config: Config, repo: str, base_commit: str, tools: tuple[str, ...], hosts: tuple[HostSpec, ...]
+) -> str:
     """The image every container of the run uses: the project's environment when it has one."""
     from ..agent_image import environment
     from ..agent_image.paths import cache_dir
@@ -437,10 +449,10 @@ async def _environment_image(config: Config, repo: str, base_commit: str, tools:
         )
     )
     await anyio.to_thread.run_sync(functools.partial(check_tools, image, tools, source=spec.source))
-    if config.runner.kubernetes is not None or config.runner.hosts:
+    if config.runner.kubernetes is not None or hosts:
         # Built on this machine's engine: the other engines get it like the agent
         # image (with --sync-image), or are named as lacking it.
-        await _check_engines(config, image)
+        await _check_engines(config, image, hosts=hosts)
     return image
 
 

@@ -20,7 +20,7 @@ from ..runner import DockerRunner, Hardening, ObjectCacheSettings, RetryConfig
 from ..sanitize import default_sanitizer
 from ..strategy_loader import LoadedStrategy
 from . import run_budget
-from .preflight import Prepared, _host_specs
+from .preflight import Prepared
 
 
 def _fields(section: Any, *names: str, **renamed: str) -> dict[str, Any]:
@@ -124,11 +124,11 @@ def _make_runner(prep: Prepared, log_dir: Path, olog: ComponentLog, stop_run=Non
             settings=KubeSettings(pull_policy=kube.image_pull_policy, **settings),
             **common,
         )
-    if not config.runner.hosts:
+    if not prep.hosts:
         return make()
     from ..runner import MultiHostRunner, transport_warnings
 
-    specs = _host_specs(config)
+    specs = prep.hosts
     olog.info(
         "docker hosts",
         hosts=[

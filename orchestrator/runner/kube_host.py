@@ -42,6 +42,9 @@ from .kube_pods import (
 from .types import Hardening, InstanceRequest
 
 POLL_S = 0.5
+# How long a new Pod waits for one of its name that is still being deleted (a
+# replaced or stopped Pod takes seconds; one held by a finalizer may never go).
+TERMINATING_WAIT_S = 60.0
 # Waiting reasons that no wait will cure: the task fails at once with the cluster's words.
 HOPELESS = ("ErrImageNeverPull", "InvalidImageName", "ImagePullBackOff", "CreateContainerConfigError")
 NAME_ANNOTATION = "orchestrator.io/container"
@@ -227,14 +230,21 @@ class KubeHost(DockerHost):
         name = manifest["metadata"]["name"]
 
         def create() -> None:
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + TERMINATING_WAIT_S
             while True:
                 try:
                     core.create_namespaced_pod(self.namespace, manifest)
                     return
                 except Exception as exc:
-                    if not is_conflict(exc) or time.monotonic() >= deadline:
+                    if not is_conflict(exc):
                         raise
+                    if time.monotonic() >= deadline:
+                        raise ContainerError(
+                            f"Pod {name} is still being deleted after {TERMINATING_WAIT_S:g} s, so the task's "
+                            f"new Pod cannot take its name; a finalizer may hold it (kubectl get pod {name} "
+                            f"-n {self.namespace} -o jsonpath='{{.metadata.finalizers}}'); once it is gone, "
+                            "--resume the run"
+                        ) from None
                 # Still terminating under that name (a replaced or stopped Pod): wait for it.
                 time.sleep(POLL_S)
 

@@ -15,6 +15,8 @@ from urllib.parse import urlsplit
 from ..errors import PreflightError
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from .hosts import HostSpec
 
 LOCAL_SOCKET = "local socket"
@@ -99,7 +101,7 @@ def transport_risk(spec: HostSpec) -> Risk | None:
     return None
 
 
-def transport_warnings(specs: list[HostSpec]) -> list[str]:
+def transport_warnings(specs: Sequence[HostSpec]) -> list[str]:
     """The warnings a run prints on every start, one per engine reached without protection."""
     warnings = []
     for spec in specs:
