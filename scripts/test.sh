@@ -46,6 +46,8 @@ export ORCHESTRATOR_TESTS_REQUIRE_DOCKER=1
 stop_k8s=:
 if ! bash scripts/setup-k8s.sh status 2>/dev/null | grep -q '^kube-apiserver: running'; then
     stop_k8s='bash scripts/setup-k8s.sh stop >/dev/null 2>&1 || true'
+    # ours to stop: the tests stop it as soon as their last Kubernetes test is done
+    export ORCHESTRATOR_TEST_K8S_STOP_AFTER=1
 fi
 bash scripts/setup-k8s.sh start
 trap "$stop_k8s" EXIT
