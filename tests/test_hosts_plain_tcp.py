@@ -116,10 +116,10 @@ def test_loopback_is_decided_from_the_url_without_a_lookup(no_network, url, loop
 
 @pytest.mark.parametrize("url", FAR_URLS)
 def test_plain_tcp_to_another_machine_is_refused_before_any_connection(no_network, tmp_path, url):
-    """The run's own pre-flight (preflight._hosts_of, the plan's one resolution), in this process: it raises before
+    """The run's own pre-flight (hosts_cli.host_specs, the plan's one resolution), in this process: it raises before
     it makes a client (docker-py talks to the engine as the client is made), and no
     name is looked up, no network socket made."""
-    from orchestrator.app import preflight
+    from orchestrator.app import hosts_cli
     from orchestrator.config import load_config
 
     host = url.rpartition("@")[2].removeprefix("tcp://").rpartition(":")[0]
@@ -132,7 +132,7 @@ def test_plain_tcp_to_another_machine_is_refused_before_any_connection(no_networ
         config_file=None, cli_overrides={"runner": {"hosts": [{"name": "far", "docker": url}]}}, environ={}
     ).config
     with pytest.raises(PreflightError):
-        anyio.run(preflight._hosts_of, config)
+        anyio.run(hosts_cli.host_specs, config)
 
 
 def test_insecure_true_accepts_plain_tcp_with_a_warning(no_network):

@@ -606,6 +606,7 @@ def test_a_pod_name_held_by_a_finalizer_fails_the_create_with_how_to_see_it(k8s,
         assert f"kubectl get pod {name} -n {ns} -o jsonpath='{{.metadata.finalizers}}'" in message, message
         assert "--resume" in message and "\n" not in message
         _kubectl("-n", ns, "patch", "pod", name, "--type=merge", "-p", '{"metadata":{"finalizers":null}}')
+        monkeypatch.setattr(kube_host, "TERMINATING_WAIT_S", 60.0)  # the kubelet still ends its container
         anyio.run(create)
         assert _kubectl("-n", ns, "get", "pod", name, "-o", "jsonpath={.metadata.deletionTimestamp}") == ""
     finally:

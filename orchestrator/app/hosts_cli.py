@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import anyio
@@ -27,11 +28,19 @@ from ..runner import (
 )
 
 
-def engines(config: Config) -> list[tuple[str, DockerHost]]:
-    """(label, DockerHost) for every engine the configuration names; the local one without hosts."""
-    if not config.runner.hosts:
+async def host_specs(config: Config | None) -> tuple[HostSpec, ...]:
+    """runner.hosts as specs, () for the local engine alone; read on a worker thread, since a
+    context's endpoint comes from ``docker context inspect`` and TLS settings from files."""
+    if config is None or not config.runner.hosts:
+        return ()
+    return tuple(await anyio.to_thread.run_sync(resolve_hosts, config.runner.hosts))
+
+
+def engines(specs: Sequence[HostSpec]) -> list[tuple[str, DockerHost]]:
+    """(label, DockerHost) for every engine of ``specs``; the local one when there are none."""
+    if not specs:
         return [("local", DockerHost(name="local"))]
-    return [(spec.shown, docker_host(spec)) for spec in resolve_hosts(config.runner.hosts)]
+    return [(spec.shown, docker_host(spec)) for spec in specs]
 
 
 async def workspace_volumes(host: DockerHost, run_id: str | None, names: list[str]) -> list[str]:
@@ -59,7 +68,7 @@ async def remove_with_workspaces(host: DockerHost, names: list[str], run_id: str
 async def cleanup_run_everywhere(config: Config, run_id: str) -> tuple[int, int]:
     """--cleanup-run on every engine: (containers, volumes) removed."""
     containers = volumes = 0
-    for label, host in engines(config):
+    for label, host in engines(await host_specs(config)):
         try:
             names = [c["name"] for c in await list_containers(run_id, host=host)]
             volumes += len(await remove_with_workspaces(host, names, run_id))
@@ -111,7 +120,7 @@ async def _check_one(spec: HostSpec, image: str, reference: str | None) -> dict[
 async def check_hosts(config: Config) -> int:
     """``orchestrator --hosts``: one line per engine; exit 1 when any is down or lacks the image."""
     image = config.runner.docker_image
-    specs = resolve_hosts(config.runner.hosts) if config.runner.hosts else [HostSpec("local", None, 0)]
+    specs = await host_specs(config) or (HostSpec("local", None, 0),)
     local = DockerHost(name="local")
     try:
         reference = await image_id(local, image)

@@ -48,6 +48,7 @@ from ..strategy_loader import load_strategy
 from . import run_budget
 from .after_run import _clean_orphans, _delete_unneeded_branches, _release_run_folder, _write_report, first_cause
 from .auth import resolve_auth
+from .hosts_cli import host_specs
 from .leftovers import count_leftovers, counted, leftover_lines, recorded_config
 from .preflight import (
     Prepared,
@@ -55,7 +56,6 @@ from .preflight import (
     _check_engines,
     _check_plugin,
     _cli_overrides,
-    _hosts_of,
     _max_parallel,
     _resumed_config,
     check_resume_flags,
@@ -159,7 +159,7 @@ async def _resume_plan(args, dirs: RunDirs, manifest: RunManifest) -> Prepared:
         run_budget.check_resume(loaded.config, recorded.budget, manifest.run_id)
     default_sanitizer().add_secrets(auth.secret_values())
     await anyio.to_thread.run_sync(validate_repository, manifest.repo_path, manifest.base_branch)
-    hosts = await _hosts_of(loaded.config)
+    hosts = await host_specs(loaded.config)
     await _check_engines(loaded.config, manifest.docker_image, required_tools(plugin, dry_run=manifest.dry_run), hosts)
     # Earlier lines are not reprinted: they would look like finished work running again.
     events = anyio.Path(dirs.events(manifest.run_id))
@@ -188,7 +188,7 @@ async def _already_finished(dirs: RunDirs, manifest: RunManifest, output: str) -
     state = run_state(dirs, run_id)
     checked = await anyio.to_thread.run_sync(check_repository, manifest, state)
     config = recorded_config(manifest, str(dirs.manifest(run_id)))
-    summary = build_summary(manifest, state, checked, await count_leftovers(run_id, config))
+    summary = build_summary(manifest, state, checked, await count_leftovers(run_id, await host_specs(config)))
     print(
         f"Run {run_id} already finished{f' at {manifest.finished_at}' if manifest.finished_at else ''}; "
         "nothing to resume. Its summary:",
@@ -442,7 +442,7 @@ async def _finish(prep: Prepared, dirs: RunDirs, manifest: RunManifest, state: R
     # Merge advice only for a selected branch that still holds what the run recorded.
     checked = await anyio.to_thread.run_sync(check_repository, manifest, state)
     # Counted last: the strategy's branch clean-up and the folder's are done, the containers stopped.
-    summary = export(dirs, manifest, state, checked, await count_leftovers(run_id, prep.config))
+    summary = export(dirs, manifest, state, checked, await count_leftovers(run_id, prep.hosts))
     await _write_report(dirs, manifest, prep.strategy.hooks, olog, state=state)
     olog.info("run finished", exit_code=manifest.exit_code, totals=summary["totals"])
     if prep.output == "json":
@@ -468,7 +468,7 @@ async def _interrupted(
         checked = await anyio.to_thread.run_sync(check_repository, manifest, state)
         # Counted after the containers stopped: what the resume needs is named as kept for it,
         # with the one command that gives the run up instead (as the finished path ends).
-        summary = export(dirs, manifest, state, checked, await count_leftovers(run_id, config))
+        summary = export(dirs, manifest, state, checked, await count_leftovers(run_id, prep.hosts))
         await _write_report(dirs, manifest, prep.strategy.hooks, olog, state=state)
     lines = [f"Run interrupted. Resume with: orchestrator --resume {run_id}", *leftover_lines(summary)[1:]]
     print("\n".join(lines), file=sys.stderr, flush=True)

@@ -7,12 +7,16 @@ volumes, counted on every engine the run used (what ``--cleanup-run`` visits).
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
 from ..config import Config
 from ..log.runs import RunManifest
+
+if TYPE_CHECKING:
+    from ..runner import HostSpec
 
 # Counting must never hold up a summary: an engine that does not answer is named instead.
 COUNT_TIMEOUT_S = 20.0
@@ -32,19 +36,18 @@ def recorded_config(manifest: RunManifest, where: str) -> Config | None:
         return None
 
 
-async def count_leftovers(run_id: str, config: Config | None = None) -> dict[str, Any]:
+async def count_leftovers(run_id: str, hosts: Sequence[HostSpec] = ()) -> dict[str, Any]:
     """The run's containers and volumes on each engine: ``{"containers", "running", "volumes"}``.
 
-    ``config``: the run's configuration (its ``runner.hosts``); without one, the
-    local engine. The counts are ``None`` with ``not_counted`` (why) when an
-    engine did not answer.
+    ``hosts``: the run's engines (its ``runner.hosts``); none, the local engine.
+    The counts are ``None`` with ``not_counted`` (why) when an engine did not answer.
     """
-    from ..runner import DockerHost, list_containers, run_volumes
+    from ..runner import list_containers, run_volumes
     from .hosts_cli import engines, workspace_volumes
 
     containers = running = volumes = 0
     failures: list[str] = []
-    for label, host in engines(config) if config is not None else [("local", DockerHost(name="local"))]:
+    for label, host in engines(hosts):
         try:
             with anyio.fail_after(COUNT_TIMEOUT_S):
                 found = await list_containers(run_id, host=host)

@@ -125,7 +125,13 @@ async def show_run(run_id: str, follow: bool, repo: str | None = None) -> int:
     state = run_state(dirs, run_id)
     live = is_live(dirs, run_id)  # whatever the log says so far, nothing is decided while it runs
     checked = await anyio.to_thread.run_sync(check_repository, manifest, state)
-    left = None if live else await count_leftovers(run_id, recorded_config(manifest, str(dirs.manifest(run_id))))
+    if live:
+        left = None
+    else:
+        from .hosts_cli import host_specs
+
+        recorded = recorded_config(manifest, str(dirs.manifest(run_id)))
+        left = await count_leftovers(run_id, await host_specs(recorded))
     summary = build_summary(manifest, state, checked, left, live=live)
     print(render_summary(summary, results_path=dirs.results / run_id))
     print(f"\nPrompt: {manifest.prompt[:200]}{'…' if len(manifest.prompt) > 200 else ''}")
@@ -416,11 +422,11 @@ async def _clean_containers_on_hosts(dirs: RunDirs, config: Config, dry_run: boo
     """--clean-containers with runner.hosts: the same selection on every engine."""
     from ..errors import RunnerError
     from ..runner import list_caches, remove_caches
-    from .hosts_cli import engines, remove_with_workspaces, workspace_volumes
+    from .hosts_cli import engines, host_specs, remove_with_workspaces, workspace_volumes
 
     found: list[tuple[str, Any, list[dict[str, Any]]]] = []
     caches = 0
-    for label, host in engines(config):
+    for label, host in engines(await host_specs(config)):
         try:
             victims = await _candidates(dirs, config, current=None, include_running_unknown=False, host=host)
         except RunnerError as exc:

@@ -41,6 +41,7 @@ from ..strategy import prepare_runtime
 from ..strategy_loader import LoadedStrategy, load_strategy, parse_params
 from . import run_branches, run_budget
 from .auth import resolve_auth
+from .hosts_cli import host_specs
 
 MAX_PROMPT_BYTES = 10 * 1024 * 1024
 
@@ -210,13 +211,6 @@ async def _check_cluster(config: Config, image: str) -> str:
     return version
 
 
-async def _hosts_of(config: Config) -> tuple[HostSpec, ...]:
-    """runner.hosts as specs, resolved once per start (a context's endpoint and TLS files are read here)."""
-    from ..runner import resolve_hosts
-
-    return tuple(await anyio.to_thread.run_sync(resolve_hosts, config.runner.hosts)) if config.runner.hosts else ()
-
-
 async def _check_hosts(hosts: tuple[HostSpec, ...], image: str, *, sync: bool) -> None:
     from ..runner import preflight_images, transport_warnings
 
@@ -317,7 +311,7 @@ async def prepare(args) -> Prepared:
     register_plugins(loaded.config.runner.plugin_modules)
     plugin = get_plugin(loaded.config.runner.plugin)  # the run's one lookup: the plan carries it
     tools = required_tools(plugin, dry_run=args.dry_run)
-    hosts = await _hosts_of(loaded.config)
+    hosts = await host_specs(loaded.config)  # once: the plan carries them
     # The Docker check (a few daemon round trips) runs while git validates the
     # repository; a failure of an earlier check is still the one reported.
     docker = _EarlyCheck()
