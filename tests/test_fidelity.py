@@ -64,9 +64,17 @@ def run_to_end(
     return run_id, one(run_events(tmp_path, run_id), outcome)
 
 
+# runner pricing: a price per 1,000 tokens for each CLI's model, far from any real one.
+PRICED = "pricing:\n  openai:\n    gpt-5: {input_per_1k_usd: 0.5, output_per_1k_usd: 2.0}\n" + (
+    "  anthropic:\n    sonnet: {input_per_1k_usd: 0.5, output_per_1k_usd: 2.0}\n"
+)
+
+
 @pytest.mark.parametrize("plugin", PLUGINS)
 def test_success_brings_the_agents_commits_back_as_a_branch(tmp_path, repo, fidelity_image, plugin):
-    run_id, done = run_to_end(tmp_path, repo, plugin, "FIDELITY: success")
+    config = tmp_path / "priced.yaml"
+    config.write_text(PRICED)
+    run_id, done = run_to_end(tmp_path, repo, plugin, "FIDELITY: success", "--config", str(config))
     branch = done["artifact"]["branch_final"]
     assert git(repo, "log", "--format=%s", f"main..{branch}").splitlines() == [
         "fidelity: edit notes.txt",
@@ -82,6 +90,13 @@ def test_success_brings_the_agents_commits_back_as_a_branch(tmp_path, repo, fide
     # the server reports 100 input and 20 output tokens per response
     assert done["metrics"]["tokens_in"] == 100 * len(requests)
     assert done["metrics"]["tokens_out"] == 20 * len(requests)
+    # Codex reports tokens and no cost: the configured price makes one. Claude Code reports
+    # its own cost, which the configured price does not replace.
+    priced = (100 * 0.5 + 20 * 2.0) * len(requests) / 1000
+    if plugin == "codex":
+        assert done["metrics"]["cost_usd"] == pytest.approx(priced)
+    else:
+        assert done["metrics"]["cost_usd"] is not None and done["metrics"]["cost_usd"] != pytest.approx(priced)
 
 
 STRATEGY = f"{REPO_ROOT}/tests/fixtures/fidelity_strategy.py:fidelity"
