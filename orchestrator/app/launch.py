@@ -17,7 +17,7 @@ import anyio
 import msgspec
 
 from ..agent_image.tools import required_tools
-from ..config import Config, deep_merge, load_config, redacted
+from ..config import deep_merge, load_config, redacted
 from ..engine.engine import Engine
 from ..errors import ConfigError, GitError, RunLockedError, UsageError
 from ..jsonlog import ComponentLog
@@ -425,7 +425,7 @@ async def _finish(prep: Prepared, dirs: RunDirs, manifest: RunManifest, state: R
     # The status is the fold's, as every reader of the run decides it (--list-runs, --show-run, the report).
     outcome = run_outcome(state)
     if outcome == OUTCOME_INTERRUPTED:
-        return await _interrupted(prep, dirs, manifest, state, prep.config, olog)
+        return await _interrupted(prep, dirs, manifest, state, olog)
     manifest.status = outcome
     if outcome == OUTCOME_BUDGET_REACHED:
         # Resumable with a higher cap: it is not finished, and says so in its own exit code.
@@ -453,7 +453,7 @@ async def _finish(prep: Prepared, dirs: RunDirs, manifest: RunManifest, state: R
 
 
 async def _interrupted(
-    prep: Prepared, dirs: RunDirs, manifest: RunManifest, state: RunState, config: Config, olog: ComponentLog
+    prep: Prepared, dirs: RunDirs, manifest: RunManifest, state: RunState, olog: ComponentLog
 ) -> int:
     """Ctrl+C (or SIGTERM) ended the session: record it, write its results, say how to resume; exit 130."""
     from .results import check_repository, export
