@@ -10,8 +10,8 @@ whole process, so logs made deep inside the runner follow them untold.
 from __future__ import annotations
 
 import os
+import sys
 import threading
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -25,11 +25,14 @@ def utc_now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-_settings: dict[str, Any] = {"max_bytes": 64 * 1024 * 1024, "backups": 3, "echo": None}
+_settings: dict[str, Any] = {"max_bytes": 64 * 1024 * 1024, "backups": 3, "echo": False}
+# Every log of the process echoes through this one lock: the runner's threads and the
+# event loop log at once, and two lines must never run together on stderr.
+_echo_lock = threading.Lock()
 
 
-def configure(*, max_bytes: int, backups: int, echo: Callable[[str], None] | None) -> None:
-    """Process-wide defaults: rotation size (0 = never), backups kept, and the debug echo (None = off)."""
+def configure(*, max_bytes: int, backups: int, echo: bool) -> None:
+    """Process-wide defaults: rotation size (0 = never), backups kept, and whether every line is echoed to stderr."""
     _settings.update(max_bytes=max_bytes, backups=backups, echo=echo)
 
 
@@ -104,9 +107,12 @@ class ComponentLog:
                     # not fail the task that tried to log. Lines are dropped and
                     # counted until writes succeed again.
                     self.dropped += 1
-        echo = _settings["echo"]
-        if echo is not None:
-            echo(data.decode("utf-8").rstrip("\n"))
+        if _settings["echo"]:
+            # The line and its newline in one write: print() writes the newline
+            # separately, and another thread's line could land between the two.
+            with _echo_lock:
+                sys.stderr.write(data.decode("utf-8").lstrip("\n"))
+                sys.stderr.flush()
 
     def debug(self, message: str, **fields: Any) -> None:
         self.log("debug", message, **fields)

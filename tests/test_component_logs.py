@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import io
 import json
+import sys
+import threading
+import time
 
 import pytest
 from cli_helpers import cli_env, run_cli
 from conftest import TEST_IMAGE, make_repo
 
+from orchestrator import jsonlog
 from orchestrator.jsonlog import ComponentLog
 
 
@@ -53,3 +58,37 @@ def test_debug_streams_every_component_log_to_stderr(tmp_path):
         if line.startswith("{"):
             components.add(json.loads(line).get("component"))
     assert {"orchestration", "runner", "tui"} <= components, components
+
+
+class _SwitchingStream(io.StringIO):
+    """stderr that hands the GIL to another thread after every write, as a busy machine does."""
+
+    def write(self, s: str) -> int:
+        n = super().write(s)
+        time.sleep(0)
+        return n
+
+
+def test_debug_echo_keeps_each_line_whole_when_threads_log_at_once(monkeypatch):
+    """The runner's threads and the event loop log at once under --debug: every stderr line is one record.
+    (Seen under six test workers' load: two records on one line, a newline each split off.)"""
+    err = _SwitchingStream()
+    monkeypatch.setattr(sys, "stderr", err)
+    monkeypatch.setattr(jsonlog, "_settings", dict(jsonlog._settings))
+    jsonlog.configure(max_bytes=0, backups=0, echo=True)
+    logs = [ComponentLog(None, f"component{i}", "r1") for i in range(8)]
+
+    def work(log: ComponentLog) -> None:
+        for n in range(300):
+            log.info("line", n=n)
+
+    threads = [threading.Thread(target=work, args=(log,)) for log in logs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    lines = err.getvalue().splitlines()
+    assert len(lines) == 8 * 300
+    assert sorted((r["component"], r["n"]) for r in map(json.loads, lines)) == sorted(
+        (f"component{i}", n) for i in range(8) for n in range(300)
+    )

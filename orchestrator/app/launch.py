@@ -324,7 +324,7 @@ def _open_run_log(prep: Prepared, dirs: RunDirs, run_id: str, *, resumed: bool) 
     configure_logs(
         max_bytes=int(config.logging.max_component_log_mb * 1024 * 1024),
         backups=config.logging.component_log_backups,
-        echo=(lambda line: print(line, file=sys.stderr)) if config.logging.debug else None,
+        echo=config.logging.debug,
     )
     olog = ComponentLog(log_dir / "orchestration.jsonl", "orchestration", run_id)
     olog.info(
