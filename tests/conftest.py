@@ -253,6 +253,47 @@ def pytest_runtest_teardown(item, nextitem):
         subprocess.run(["bash", str(SCRIPT), "stop"], capture_output=True, timeout=300, check=False)
 
 
+def pytest_sessionfinish(session, exitstatus):
+    """Under scripts/test.sh, the runs this session made leave the machine's engine when it ends.
+
+    A finished run keeps its stopped containers and session volumes (retention),
+    about 470 and 490 a session, and an engine holding thousands lists them slowly
+    on every run's start and summary: a fourth session in a row on one machine took
+    minutes longer (docs/reliability.md). Only exited containers whose run folder
+    lies under this session's temporary directory go, with those runs' volumes.
+    """
+    if os.environ.get("PYTEST_XDIST_WORKER") or not docker_required() or shutil.which("docker") is None:
+        return
+    base = f"{session.config._tmp_path_factory.getbasetemp()}/"
+    listed = subprocess.run(
+        [
+            "docker",
+            "ps",
+            "-a",
+            "--filter",
+            "label=orchestrator=true",
+            "--filter",
+            "status=exited",
+            "--format",
+            '{{.ID}} {{.Label "run_id"}} {{.Label "orchestrator.run_lock"}}',
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.split("\n")
+    ours = [row.split(" ", 2) for row in listed if row.count(" ") >= 2 and row.split(" ", 2)[2].startswith(base)]
+    if not ours:
+        return
+    subprocess.run(["docker", "rm", "-f", *(c for c, _, _ in ours)], capture_output=True, check=False)
+    prefixes = tuple(f"orc_home_{run}_g" for run in {r for _, r, _ in ours})
+    volumes = subprocess.run(
+        ["docker", "volume", "ls", "-q", "--filter", "name=orc_home_"], capture_output=True, text=True, check=False
+    ).stdout.split()
+    doomed = [v for v in volumes if v.startswith(prefixes)]
+    if doomed:
+        subprocess.run(["docker", "volume", "rm", "-f", *doomed], capture_output=True, check=False)
+
+
 def pytest_runtest_setup(item):
     if _DOCKER_PROBLEM is not None and "docker" in item.keywords:
         pytest.fail(f"Docker is required here (CI or scripts/test.sh) but not ready: {_DOCKER_PROBLEM}", pytrace=False)
