@@ -434,16 +434,21 @@ async def _finish(prep: Prepared, dirs: RunDirs, manifest: RunManifest, state: R
     else:
         manifest.finished_at = now_iso()
         manifest.exit_code = 1 if outcome == OUTCOME_FAILED else 0
-    write_manifest(dirs, manifest)
-    if outcome in FINISHED_OUTCOMES:  # a run stopped at its cap still needs its branches to go on
-        await _delete_unneeded_branches(prep, dirs, manifest, state, olog)
-    if manifest.status in FINISHED:  # nothing of it runs again (a resumable run keeps its store)
-        await _release_run_folder(manifest, olog)
-    # Merge advice only for a selected branch that still holds what the run recorded.
-    checked = await anyio.to_thread.run_sync(check_repository, manifest, state)
-    # Counted last: the strategy's branch clean-up and the folder's are done, the containers stopped.
-    summary = export(dirs, manifest, state, checked, await count_leftovers(run_id, prep.hosts))
-    await _write_report(dirs, manifest, prep.strategy.hooks, olog, state=state)
+    # The ending is written to run.json last: killed before that, the run still reads as
+    # running, and --resume does this tidy-up again (each step can be done twice), where a
+    # run recorded as finished first would stay without its clean-up, summary and report.
+    try:
+        if outcome in FINISHED_OUTCOMES:  # a run stopped at its cap still needs its branches to go on
+            await _delete_unneeded_branches(prep, dirs, manifest, state, olog)
+        if manifest.status in FINISHED:  # nothing of it runs again (a resumable run keeps its store)
+            await _release_run_folder(manifest, olog)
+        # Merge advice only for a selected branch that still holds what the run recorded.
+        checked = await anyio.to_thread.run_sync(check_repository, manifest, state)
+        # Counted last: the strategy's branch clean-up and the folder's are done, the containers stopped.
+        summary = export(dirs, manifest, state, checked, await count_leftovers(run_id, prep.hosts))
+        await _write_report(dirs, manifest, prep.strategy.hooks, olog, state=state)
+    finally:
+        write_manifest(dirs, manifest)
     olog.info("run finished", exit_code=manifest.exit_code, totals=summary["totals"])
     if prep.output == "json":
         print(msgspec.json.encode({"type": "run.summary", "summary": summary}).decode(), flush=True)
