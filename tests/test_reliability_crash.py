@@ -200,6 +200,23 @@ def check_final(tmp_path: Path, repo: Path, run_id: str, strategy: str, expected
     assert summary["status"] == "completed"
 
 
+def test_a_runs_ending_is_written_after_its_summary_and_report(tmp_path):
+    """run.json's ending is the run's last word. Written first, a SIGKILL before the summary left a
+    run recorded as completed without its summary.json, half its unneeded branches deleted, and
+    --resume saying it had finished (the torture above, 1 run in 3 alone on an emptied engine)."""
+    repo = make_repo(tmp_path / "repo")
+    out = tmp_path / "out"
+    rc, _, err = finish(
+        start_cli(["SIM: done", "--dry-run", "--no-tui", *IMG], cwd=repo, env=cli_env(tmp_path), out=out), out
+    )
+    assert rc == 0, err
+    (run_id,) = run_ids(tmp_path)
+    assert manifest(tmp_path, run_id)["status"] == "completed"
+    ending = (tmp_path / "state" / run_id / "run.json").stat().st_mtime_ns
+    for name in ("summary.json", "report.html"):
+        assert (tmp_path / "results" / run_id / name).stat().st_mtime_ns <= ending, name
+
+
 @pytest.mark.exclusive  # it bounds the product's own stopping time: 10.6 s against 10 on six loaded workers
 def test_sigterm_and_sigint_interrupt_gracefully_and_a_second_sigint_exits_at_once(tmp_path):
     repo = make_repo(tmp_path / "repo")
