@@ -214,7 +214,9 @@ async def clear_stale_git_locks(host: DockerHost, container: str) -> list[str]:
     script = (
         'cd "$1/.git" 2>/dev/null || exit 0\n'
         "shift\n"
-        'for f in "$@"; do if [ -e "$f" ] && rm -f "$f"; then echo "removed=$f"; fi; done\n'
+        # a ref name holds no blank, so find's lines split safely; sorted as the local clearing sorts
+        "refs=$(find refs -name '*.lock' -type f 2>/dev/null | LC_ALL=C sort)\n"
+        'for f in "$@" $refs; do if [ -e "$f" ] && rm -f "$f"; then echo "removed=$f"; fi; done\n'
     )
     code, out = await _exec(host, container, ["sh", "-c", script, "clear-locks", WORKSPACE_MOUNT, *STALE_LOCK_NAMES])
     if code != 0:

@@ -688,7 +688,9 @@ def kept_workspace(workspace: Path) -> WorkspaceInfo | str:
 
 
 # The lock files a git command killed mid-way leaves in .git and that block the
-# next one: the index (every add and commit), HEAD, config and packed refs.
+# next one: the index (every add and commit), HEAD, config and packed refs, and
+# any ref's own lock under refs/ (a commit killed while it moves its branch
+# leaves refs/heads/<branch>.lock: "cannot lock ref").
 STALE_LOCK_NAMES = ("index.lock", "HEAD.lock", "config.lock", "packed-refs.lock")
 
 
@@ -697,17 +699,19 @@ def clear_stale_git_locks(workspace: Path) -> list[str]:
 
     Only called once the task's container has been (re)started, which ends any
     agent process of the dead run: nothing can hold these locks any more, and a
-    left-over ``index.lock`` would make the resumed agent's every commit fail.
+    left-over lock would make the resumed agent's every commit fail. Returns
+    their paths relative to ``.git``.
     """
     git_dir = Path(workspace) / ".git"
+    candidates = [git_dir / name for name in STALE_LOCK_NAMES]
+    candidates += sorted(lock for lock in (git_dir / "refs").rglob("*.lock") if lock.is_file())
     removed = []
-    for name in STALE_LOCK_NAMES:
-        lock = git_dir / name
+    for lock in candidates:
         try:
             lock.unlink()
         except OSError:  # missing, or not ours to remove
             continue
-        removed.append(name)
+        removed.append(lock.relative_to(git_dir).as_posix())
     return removed
 
 
