@@ -242,6 +242,13 @@ def test_context_host_places_a_task_and_imports_its_branch(tmp_path, private_eng
     run_id = only_run_id(tmp_path)
     try:
         _check_placed_and_imported(tmp_path, repo, result, private_engine, "c", "ctx")
+        # The context is gone later: a finished run is still shown and summarised, its engine not counted.
+        subprocess.run(["docker", "--config", str(docker_config), "context", "rm", "-f", "orc-private"], check=True)
+        for args in (["--show-run", run_id], ["--resume", run_id, "--no-tui"]):
+            shown = run_cli(args, cwd=repo, env=env, timeout=120)
+            assert shown.returncode == 0, (args, shown.stderr)
+            assert "Traceback" not in shown.stderr, shown.stderr
+            assert "containers and volumes not counted (docker context 'orc-private' not found" in shown.stdout, shown.stdout
     finally:
         remove_run(private_engine.url, run_id)
 

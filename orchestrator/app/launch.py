@@ -49,7 +49,7 @@ from . import run_budget
 from .after_run import _clean_orphans, _delete_unneeded_branches, _release_run_folder, _write_report, first_cause
 from .auth import resolve_auth
 from .hosts_cli import host_specs
-from .leftovers import count_leftovers, counted, leftover_lines, recorded_config
+from .leftovers import count_leftovers, count_recorded_leftovers, counted, leftover_lines
 from .preflight import (
     Prepared,
     _absolute_spec,
@@ -187,8 +187,8 @@ async def _already_finished(dirs: RunDirs, manifest: RunManifest, output: str) -
     run_id = manifest.run_id
     state = run_state(dirs, run_id)
     checked = await anyio.to_thread.run_sync(check_repository, manifest, state)
-    config = recorded_config(manifest, str(dirs.manifest(run_id)))
-    summary = build_summary(manifest, state, checked, await count_leftovers(run_id, await host_specs(config)))
+    left = await count_recorded_leftovers(manifest, str(dirs.manifest(run_id)))
+    summary = build_summary(manifest, state, checked, left)
     print(
         f"Run {run_id} already finished{f' at {manifest.finished_at}' if manifest.finished_at else ''}; "
         "nothing to resume. Its summary:",

@@ -66,6 +66,20 @@ async def count_leftovers(run_id: str, hosts: Sequence[HostSpec] = ()) -> dict[s
     return {"containers": containers, "running": running, "volumes": volumes}
 
 
+async def count_recorded_leftovers(manifest: RunManifest, where: str) -> dict[str, Any]:
+    """:func:`count_leftovers` on the engines the run recorded. An engine that no longer
+    resolves (its docker context was removed since) leaves the counts out and says why:
+    showing a finished run must not depend on it."""
+    from ..errors import OrchestratorError
+    from .hosts_cli import host_specs
+
+    try:
+        hosts = await host_specs(recorded_config(manifest, where))
+    except OrchestratorError as exc:
+        return {"containers": None, "running": None, "volumes": None, "not_counted": str(exc)}
+    return await count_leftovers(manifest.run_id, hosts)
+
+
 def counted(n: int, one: str, many: str | None = None) -> str:
     return f"{n} {one if n == 1 else many or one + 's'}"
 

@@ -30,7 +30,7 @@ from ..log.runs import (
 )
 from ..log.state import FAILED, RunState, run_outcome
 from ..strategy_loader import BUILTINS, load_strategy
-from .leftovers import count_leftovers, counted, recorded_config
+from .leftovers import count_recorded_leftovers, counted
 from .locate import kept_manifest, locate_run, repository_top, run_folders, run_state, runs_in, unreadable_lines_warning
 from .results import build_summary, check_repository, fmt_cost, render_summary
 
@@ -125,13 +125,7 @@ async def show_run(run_id: str, follow: bool, repo: str | None = None) -> int:
     state = run_state(dirs, run_id)
     live = is_live(dirs, run_id)  # whatever the log says so far, nothing is decided while it runs
     checked = await anyio.to_thread.run_sync(check_repository, manifest, state)
-    if live:
-        left = None
-    else:
-        from .hosts_cli import host_specs
-
-        recorded = recorded_config(manifest, str(dirs.manifest(run_id)))
-        left = await count_leftovers(run_id, await host_specs(recorded))
+    left = None if live else await count_recorded_leftovers(manifest, str(dirs.manifest(run_id)))
     summary = build_summary(manifest, state, checked, left, live=live)
     print(render_summary(summary, results_path=dirs.results / run_id))
     print(f"\nPrompt: {manifest.prompt[:200]}{'…' if len(manifest.prompt) > 200 else ''}")
