@@ -9,9 +9,12 @@ whole process, so logs made deep inside the runner follow them untold.
 
 from __future__ import annotations
 
+import atexit
 import os
+import queue
 import sys
 import threading
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -26,9 +29,63 @@ def utc_now_iso() -> str:
 
 
 _settings: dict[str, Any] = {"max_bytes": 64 * 1024 * 1024, "backups": 3, "echo": False}
-# Every log of the process echoes through this one lock: the runner's threads and the
-# event loop log at once, and two lines must never run together on stderr.
-_echo_lock = threading.Lock()
+
+
+class _Echo:
+    """``--debug``'s copy of every line on stderr, written by a thread of its own.
+
+    The event loop logs too: a stderr nobody reads (a full pipe) would block it in
+    ``write``. Lines wait in a bounded queue instead; past its size they are counted
+    and the count is echoed once stderr drains. One writer also keeps each line
+    whole while many threads log at once.
+    """
+
+    LIMIT = 10_000
+
+    def __init__(self) -> None:
+        self._queue: queue.Queue[bytes] = queue.Queue(self.LIMIT)
+        self._dropped = 0
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def put(self, data: bytes) -> None:
+        if self._thread is None:
+            with self._lock:
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._write, name="debug-echo", daemon=True)
+                    self._thread.start()
+                    atexit.register(self.drain, 2.0)
+        try:
+            self._queue.put_nowait(data)
+        except queue.Full:
+            with self._lock:
+                self._dropped += 1
+
+    def _write(self) -> None:
+        while True:
+            data = self._queue.get()
+            if self._queue.empty() and self._dropped:
+                with self._lock:
+                    dropped, self._dropped = self._dropped, 0
+                note = {"timestamp": utc_now_iso(), "component": "debug-echo", "level": "warn"}
+                note["message"] = f"{dropped} lines were not echoed: stderr was not being read"
+                data += orjson.dumps(note) + b"\n"
+            try:
+                sys.stderr.write(data.decode("utf-8"))
+                sys.stderr.flush()
+            except (OSError, ValueError):
+                pass  # stderr closed: the files keep every line
+            finally:
+                self._queue.task_done()
+
+    def drain(self, timeout: float) -> None:
+        """Wait, at most ``timeout`` seconds, until every queued line is written (at exit, and for tests)."""
+        deadline = time.monotonic() + timeout
+        while self._queue.unfinished_tasks and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+
+echo = _Echo()
 
 
 def configure(*, max_bytes: int, backups: int, echo: bool) -> None:
@@ -108,11 +165,7 @@ class ComponentLog:
                     # counted until writes succeed again.
                     self.dropped += 1
         if _settings["echo"]:
-            # The line and its newline in one write: print() writes the newline
-            # separately, and another thread's line could land between the two.
-            with _echo_lock:
-                sys.stderr.write(data.decode("utf-8").lstrip("\n"))
-                sys.stderr.flush()
+            echo.put(data.lstrip(b"\n"))
 
     def debug(self, message: str, **fields: Any) -> None:
         self.log("debug", message, **fields)

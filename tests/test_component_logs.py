@@ -87,8 +87,53 @@ def test_debug_echo_keeps_each_line_whole_when_threads_log_at_once(monkeypatch):
         t.start()
     for t in threads:
         t.join()
+    jsonlog.echo.drain(30)
     lines = err.getvalue().splitlines()
     assert len(lines) == 8 * 300
     assert sorted((r["component"], r["n"]) for r in map(json.loads, lines)) == sorted(
         (f"component{i}", n) for i in range(8) for n in range(300)
     )
+
+
+class _UnreadPipe(io.StringIO):
+    """stderr whose reader has stopped: every write waits until the reader comes back."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reading = threading.Event()
+
+    def write(self, s: str) -> int:
+        self.reading.wait()
+        return super().write(s)
+
+
+def test_debug_echo_never_blocks_the_logger_when_stderr_is_not_read(monkeypatch, tmp_path):
+    """The event loop logs under --debug: a stderr pipe nobody reads must not stop it. The lines
+    still reach the log file at once, and stderr gets them (and a count of those it had no room
+    for) once it is read again."""
+    err = _UnreadPipe()
+    monkeypatch.setattr(sys, "stderr", err)
+    monkeypatch.setattr(jsonlog, "_settings", dict(jsonlog._settings))
+    monkeypatch.setattr(jsonlog._Echo, "LIMIT", 50)
+    monkeypatch.setattr(jsonlog, "echo", jsonlog._Echo())
+    jsonlog.configure(max_bytes=0, backups=0, echo=True)
+    log = ComponentLog(tmp_path / "runner.jsonl", "runner", "r1")
+    done = threading.Event()
+
+    def work() -> None:
+        for n in range(200):
+            log.info("line", n=n)
+        done.set()
+
+    threading.Thread(target=work, daemon=True).start()
+    try:
+        assert done.wait(10), "logging waited for a stderr nobody reads"
+        assert len((tmp_path / "runner.jsonl").read_text().splitlines()) == 200
+    finally:
+        err.reading.set()
+    jsonlog.echo.drain(10)
+    lines = [json.loads(line) for line in err.getvalue().splitlines()]
+    echoed = [r["n"] for r in lines if r["component"] == "runner"]
+    assert echoed == sorted(echoed) and 50 <= len(echoed) < 200, echoed
+    (note,) = [r for r in lines if r["component"] == "debug-echo"]
+    assert note["message"] == f"{200 - len(echoed)} lines were not echoed: stderr was not being read"

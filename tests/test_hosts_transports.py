@@ -248,7 +248,9 @@ def test_context_host_places_a_task_and_imports_its_branch(tmp_path, private_eng
             shown = run_cli(args, cwd=repo, env=env, timeout=120)
             assert shown.returncode == 0, (args, shown.stderr)
             assert "Traceback" not in shown.stderr, shown.stderr
-            assert "containers and volumes not counted (docker context 'orc-private' not found" in shown.stdout, shown.stdout
+            assert "containers and volumes not counted (docker context 'orc-private' not found" in shown.stdout, (
+                shown.stdout
+            )
     finally:
         remove_run(private_engine.url, run_id)
 
