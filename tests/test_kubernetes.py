@@ -588,13 +588,29 @@ def test_a_pod_name_held_by_a_finalizer_fails_the_create_with_how_to_see_it(k8s,
     _kubectl("-n", ns, "apply", "-f", "-", input=json.dumps(manifest))
     _kubectl("-n", ns, "delete", "pod", name, "--wait=false", "--grace-period=0")
     fresh = {**manifest, "metadata": {"name": name}}
-    host = kube_host.KubeHost(ClusterSpec(kubeconfig=k8s["kubeconfig"], context=None, namespace=ns))
+    # One worker thread: the wait must not hold it, or every other call to the cluster waits too.
+    host = kube_host.KubeHost(
+        ClusterSpec(kubeconfig=k8s["kubeconfig"], context=None, namespace=ns), limiter=anyio.CapacityLimiter(1)
+    )
+    others: list[float] = []
+
+    async def other_call() -> None:
+        await anyio.sleep(0.5)
+        t = time.monotonic()
+        await host.read_pod(name)
+        others.append(time.monotonic() - t)
 
     async def create() -> None:
-        try:
-            await host._create(fresh)
-        finally:
-            await host.aclose()
+        error = None
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(other_call)
+            try:
+                await host._create(fresh)
+            except ContainerError as exc:
+                error = exc
+        await host.aclose()
+        if error is not None:
+            raise error
 
     try:
         t0 = time.monotonic()
@@ -605,6 +621,7 @@ def test_a_pod_name_held_by_a_finalizer_fails_the_create_with_how_to_see_it(k8s,
         assert f"Pod {name} is still being deleted after 3 s" in message, message
         assert f"kubectl get pod {name} -n {ns} -o jsonpath='{{.metadata.finalizers}}'" in message, message
         assert "--resume" in message and "\n" not in message
+        assert len(others) == 1 and others[0] < 2, others  # answered during the wait, not after it
         _kubectl("-n", ns, "patch", "pod", name, "--type=merge", "-p", '{"metadata":{"finalizers":null}}')
         monkeypatch.setattr(kube_host, "TERMINATING_WAIT_S", 60.0)  # the kubelet still ends its container
         anyio.run(create)

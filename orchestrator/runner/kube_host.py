@@ -228,27 +228,23 @@ class KubeHost(DockerHost):
     async def _create(self, manifest: dict[str, Any]) -> None:
         core = await self.core()
         name = manifest["metadata"]["name"]
-
-        def create() -> None:
-            deadline = time.monotonic() + TERMINATING_WAIT_S
-            while True:
-                try:
-                    core.create_namespaced_pod(self.namespace, manifest)
-                    return
-                except Exception as exc:
-                    if not is_conflict(exc):
-                        raise
-                    if time.monotonic() >= deadline:
-                        raise ContainerError(
-                            f"Pod {name} is still being deleted after {TERMINATING_WAIT_S:g} s, so the task's "
-                            f"new Pod cannot take its name; a finalizer may hold it (kubectl get pod {name} "
-                            f"-n {self.namespace} -o jsonpath='{{.metadata.finalizers}}'); once it is gone, "
-                            "--resume the run"
-                        ) from None
-                # Still terminating under that name (a replaced or stopped Pod): wait for it.
-                time.sleep(POLL_S)
-
-        await self.call(f"create Pod {name}", create)
+        deadline = anyio.current_time() + TERMINATING_WAIT_S
+        # A name still terminating (a replaced or stopped Pod) answers with a conflict: wait
+        # for it here, not on a worker thread, whose limiter slot other tasks' calls need.
+        while (
+            await self.call_unless(
+                is_conflict, f"create Pod {name}", core.create_namespaced_pod, self.namespace, manifest
+            )
+            is None
+        ):
+            if anyio.current_time() >= deadline:
+                raise ContainerError(
+                    f"Pod {name} is still being deleted after {TERMINATING_WAIT_S:g} s, so the task's "
+                    f"new Pod cannot take its name; a finalizer may hold it (kubectl get pod {name} "
+                    f"-n {self.namespace} -o jsonpath='{{.metadata.finalizers}}'); once it is gone, "
+                    "--resume the run"
+                )
+            await anyio.sleep(POLL_S)
 
     async def _ensure_policy(self, request: InstanceRequest) -> None:
         from kubernetes import client
