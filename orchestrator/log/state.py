@@ -600,10 +600,7 @@ def _task_started(state: RunState, sid: str, key: str, p: E.TaskStarted, offset:
     task.started_at = ts
     task.interrupted_at = None
     task.attempts += 1
-    if task.attempt is None:
-        task.attempt = Attempt(ts)
-    else:
-        task._begin_attempt(Attempt(ts))
+    task._begin_attempt(Attempt(ts))
     task.host = p.host or None
     task.moved = None
     if p.session_id:

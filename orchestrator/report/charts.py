@@ -114,14 +114,10 @@ def timeline_svg(tasks: list[dict[str, Any]], span_s: float, *, width: int = 960
             x0 = label_w + plot_w * a["start"] / span
             w = max(plot_w * (end - a["start"]) / span, 2.0)
             colour = OUTCOME_COLOURS.get(a["outcome"], "#64748b")
-            tip = (
-                f"{t['short_key']}: {a['outcome']}{' (resumed)' if a['resumed'] else ''}, "
-                f"{_n(a['start'])}s to {_n(end)}s"
-            )
-            stroke = ' stroke="#111" stroke-dasharray="3 2"' if a["resumed"] else ""
+            tip = f"{t['short_key']}: {a['outcome']}, {_n(a['start'])}s to {_n(end)}s"
             out.append(
                 f'<rect x="{_n(x0)}" y="{y + 2}" width="{_n(w)}" height="{row_h - 5}" rx="2" '
-                f'fill="{colour}"{stroke}><title>{escape(tip)}</title></rect>'
+                f'fill="{colour}"><title>{escape(tip)}</title></rect>'
             )
     out.append("</svg>")
     return "".join(out)

@@ -60,7 +60,7 @@ def collect_events(state: RunState, events_path: Path) -> tuple[dict[str, dict[s
     for task in state.tasks.values():
         # completed, but what the strategy failed on: shown as such (its timeline bar too), never as a success
         unusable = task_outcome(state, task) == UNUSABLE
-        spans = [{"start": a.start, "end": a.end, "outcome": a.outcome, "resumed": False} for a in task.spans()]
+        spans = [{"start": a.start, "end": a.end, "outcome": a.outcome} for a in task.spans()]
         if unusable and spans:
             spans[-1]["outcome"] = "unusable"
         t = tasks[task.key] = {
@@ -70,7 +70,6 @@ def collect_events(state: RunState, events_path: Path) -> tuple[dict[str, dict[s
             "order": task.seq,
             "state": task.state,
             "scheduled_at": task.scheduled_at,
-            # (task.started has no "resumed" flag: the one field it names, session_id, is the session it continues)
             "unusable": unusable,
             "attempts": spans,
             "plugin": task.input.get("plugin_name"),
@@ -191,7 +190,6 @@ def task_rows(tasks: dict[str, dict[str, Any]], run_start: float | None) -> list
                     "start": round(s - run_start, 3),
                     "end": None if e is None else round(e - run_start, 3),
                     "outcome": a["outcome"],
-                    "resumed": a["resumed"],
                 }
             )
         rows.append(

@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
-from ..log.state import RunState
+from ..log.state import RunState, parse_ts
 from .charts import line_chart_svg
 from .sections import Series
-
-
-def _seconds(ts: str) -> float:
-    return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
 
 
 def spend_over_time(state: RunState) -> dict[str, Any] | None:
@@ -24,10 +19,10 @@ def spend_over_time(state: RunState) -> dict[str, Any] | None:
     budget = state.budget
     if budget is None:
         return None
-    start = _seconds(budget.first_at) if budget.first_at else 0.0
+    start = parse_ts(budget.first_at) or 0.0
 
     def since_start(ts: str) -> float:
-        return round(_seconds(ts) - start, 3)
+        return round((parse_ts(ts) or 0.0) - start, 3)
 
     caps: list[tuple[float, float]] = []
     for ts, cap in budget.caps_over_time:
