@@ -60,13 +60,6 @@ def params_text(params: dict[str, Any], limit: int) -> str:
     return (cut[: cut.rfind(", ")] if ", " in cut else cut) + "…"
 
 
-def _params(params: Any) -> str:
-    if not isinstance(params, dict) or not params:
-        return ""
-    shown = params_text(params, MESSAGE_LIMIT)
-    return f" ({shown})" if shown else ""
-
-
 def format_event(event: dict, *, color: bool, several: bool = False) -> str | None:
     """The plain-mode line for one event (a dict in the events.jsonl shape), or None if not shown.
 
@@ -146,8 +139,8 @@ def _interrupted(p: E.TaskInterrupted, task: TaskState | None, color: bool) -> s
 
 
 def _strategy_started(p: E.StrategyStarted, sid: str, color: bool) -> str:
-    params = None if p.params is msgspec.UNSET else p.params
-    return f"{sid}: {_tag('STRATEGY', color)} {p.name or '?'} started{_params(params)}"
+    shown = params_text(p.params, MESSAGE_LIMIT) if isinstance(p.params, dict) else ""
+    return f"{sid}: {_tag('STRATEGY', color)} {p.name or '?'} started" + (f" ({shown})" if shown else "")
 
 
 def _strategy_completed(p: E.StrategyCompleted, sid: str, color: bool) -> str:

@@ -411,8 +411,6 @@ def _cell_grid(model: RunModel, tasks: list[TaskState], mode: str, per_row: int,
                 (model.activity(task), "red" if status in (FAILED, UNUSABLE) else "italic"),
             )
         cells.append(cell)
-    if not cells:
-        return Text()
     if mode == "compact":
         width = max(20, inner // per_row - 1)
         for c in cells:

@@ -292,8 +292,6 @@ class EventLog:
     def _write_batch(self) -> None:
         """Write and fsync everything buffered (runs in a worker thread)."""
         batch, self._buffer = self._buffer, []
-        if not batch:
-            return
         fh = self._fh
         assert fh is not None, "event log is not open"
         chunks = batch if self.flush_policy == "per_event" else [b"".join(batch)]
@@ -496,8 +494,6 @@ def get_events_since(
 ) -> list[dict[str, Any]]:
     """Historical events of a run, as dicts, filtered by offset, timestamp and type."""
     path = Path(logs_dir) / run_id / "events.jsonl"
-    if not path.exists():
-        return []
     wanted = set(types) if types else None
     out: list[dict[str, Any]] = []
     for ev in read_events(path, offset or 0):

@@ -98,11 +98,6 @@ class TaskScheduled(EventPayload, frozen=True, kw_only=True):
     runs_command: bool | UnsetType = UNSET
     input: dict[str, Any] | UnsetType = UNSET  # the normalized task input that was fingerprinted
 
-    @property
-    def is_command(self) -> bool:
-        """``runs_command`` of a payload in the current shape (an older log's is upcast: :data:`UPCASTS`)."""
-        return self.runs_command is True
-
 
 class TaskStarted(EventPayload, frozen=True, kw_only=True):
     key: str = ""

@@ -578,7 +578,7 @@ def _task_scheduled(state: RunState, sid: str, key: str, p: E.TaskScheduled, off
     task.fingerprint = p.task_fingerprint_hash
     if p.input is not UNSET:
         task.input = p.input
-    task.runs_command = p.is_command
+    task.runs_command = p.runs_command is True  # (an older log's is upcast: events.UPCASTS)
     task.model = p.model
     task.container_name = p.container_name
     task.branch_name = p.branch_name
@@ -865,10 +865,6 @@ _whole_decoder = msgspec.json.Decoder(_WholeSnapshot)
 _task_decoder = msgspec.json.Decoder(TaskState)
 
 
-def _sort_key(task: TaskState) -> bytes:
-    return _key_encoder.encode(task.key)
-
-
 class _SnapshotTasks:
     """The task lines of one snapshot, in a memory map (or bytes), read on demand."""
 
@@ -956,7 +952,7 @@ def _encode_snapshot(state: RunState) -> bytes:
     base = table._base
     live = table._live
     if base is None:
-        pieces = _task_lines(sorted(live.values(), key=_sort_key))
+        pieces = _task_lines(sorted(live.values(), key=lambda t: _key_encoder.encode(t.key)))
         open_keys = sorted(k for k, t in live.items() if t.state not in TERMINAL)
     else:
         base.check()
