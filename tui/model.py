@@ -32,8 +32,6 @@ from orchestrator.log.state import (
     task_outcome,
 )
 
-ACTIVITY_LIMIT = FIRST_LINE_LIMIT  # characters of a final message or error kept for the activity line
-
 
 def without_protocol(text: Any) -> str:
     """``text`` on one line, its ``@@`` marker lines left out."""
@@ -45,7 +43,7 @@ def without_protocol(text: Any) -> str:
 NAMED_COMMAND = "# $ "
 
 
-def command_line(command: Any, limit: int = ACTIVITY_LIMIT) -> str:
+def command_line(command: Any, limit: int = FIRST_LINE_LIMIT) -> str:
     """What a command task runs, as ``$ <first line>``: shell comments (``# orch-measure {...}``) skipped.
 
     A strategy's wrapper script names the user's command it runs on a comment

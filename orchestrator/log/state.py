@@ -344,7 +344,6 @@ class RunState(msgspec.Struct, kw_only=True):
     tasks: TaskTable = msgspec.field(default_factory=TaskTable)
     strategies: dict[str, StrategyState] = msgspec.field(default_factory=dict)
     counters: Counters = msgspec.field(default_factory=Counters)
-    schema: int = 4
     # The Docker hosts of the current process, by name (empty without runner.hosts).
     hosts: dict[str, HostState] = msgspec.field(default_factory=dict)
     # From run.started: a dry run, and the start-up warnings of every start and resume.
@@ -828,17 +827,7 @@ class _SnapshotHeader(msgspec.Struct, kw_only=True):
 
 
 # The fields of a RunState its snapshot's header holds, beside the tasks.
-_STATE_IN_HEADER = (
-    "run_id",
-    "last_event_start_offset",
-    "strategies",
-    "counters",
-    "hosts",
-    "budget",
-    "earlier_sessions_s",
-    "session_started_at",
-    "last_event_at",
-)
+_STATE_IN_HEADER = tuple(f for f in RunState.__struct_fields__ if f in _SnapshotHeader.__struct_fields__)
 
 
 class _SnapshotDocument(msgspec.Struct, kw_only=True):
