@@ -17,24 +17,6 @@ from .console import stream_console
 from .dashboard import MODES, monitor, watch_signals
 
 
-def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m tui", description="Monitor an orchestrator run (read-only).")
-    ap.add_argument("--run-id", required=True)
-    ap.add_argument("--logs-dir", type=Path, default=Path("logs"))
-    ap.add_argument("--state-dir", type=Path, default=Path("orchestrator_state"))
-    ap.add_argument("--results-dir", type=Path, default=Path("results"))
-    ap.add_argument("--mode", choices=MODES, help="force the display mode (default: by task count)")
-    ap.add_argument("--max-parallel", type=int, help="show running tasks against this limit")
-    ap.add_argument("--refresh-hz", type=float, default=10.0)
-    ap.add_argument("--exit-when-done", action="store_true", help="return once every strategy execution has completed")
-    ap.add_argument(
-        "--stream",
-        choices=("plain", "json"),
-        help="print events as lines (like --no-tui / --json) instead of the dashboard",
-    )
-    return ap
-
-
 async def _amain(args: argparse.Namespace) -> None:
     if not args.stream:
         await monitor(
@@ -56,7 +38,21 @@ async def _amain(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    ap = argparse.ArgumentParser(prog="python -m tui", description="Monitor an orchestrator run (read-only).")
+    ap.add_argument("--run-id", required=True)
+    ap.add_argument("--logs-dir", type=Path, default=Path("logs"))
+    ap.add_argument("--state-dir", type=Path, default=Path("orchestrator_state"))
+    ap.add_argument("--results-dir", type=Path, default=Path("results"))
+    ap.add_argument("--mode", choices=MODES, help="force the display mode (default: by task count)")
+    ap.add_argument("--max-parallel", type=int, help="show running tasks against this limit")
+    ap.add_argument("--refresh-hz", type=float, default=10.0)
+    ap.add_argument("--exit-when-done", action="store_true", help="return once every strategy execution has completed")
+    ap.add_argument(
+        "--stream",
+        choices=("plain", "json"),
+        help="print events as lines (like --no-tui / --json) instead of the dashboard",
+    )
+    args = ap.parse_args(argv)
     run_dir = args.logs_dir / args.run_id
     if not run_dir.is_dir():
         print(

@@ -190,16 +190,16 @@ class TaskTable(MutableMapping[str, TaskState]):
             self.load_all()
             return self._live.get(key)
         try:
-            found = base.find(_key_encoder.encode(key))
+            found, start, end = base.locate(_key_encoder.encode(key))
+            task = _task_decoder.decode(base.buf[start:end]) if found else None
         except (SnapshotError, msgspec.DecodeError, msgspec.ValidationError) as exc:
             self._rebuild(exc)
             return self._live.get(key)
-        if found is None:
+        if task is None:
             self._last_miss = key
             return None
-        task, span = found
         self._live[key] = task
-        self._spans[key] = span
+        self._spans[key] = (start, end)
         return task
 
     def __getitem__(self, key: str) -> TaskState:
@@ -888,12 +888,6 @@ class _SnapshotTasks:
             else:
                 hi = ls
         return False, lo, lo
-
-    def find(self, ek: bytes) -> tuple[TaskState, tuple[int, int]] | None:
-        found, ls, le = self.locate(ek)
-        if not found:
-            return None
-        return _task_decoder.decode(self.buf[ls:le]), (ls, le)
 
     def check(self) -> None:
         """Checksum the task lines (once): before they are copied into a new snapshot or decoded.
