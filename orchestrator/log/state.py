@@ -357,10 +357,6 @@ class RunState(msgspec.Struct, kw_only=True):
     session_started_at: str | None = None
     last_event_at: str | None = None
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.tasks, TaskTable):  # a caller or a decoder passed a plain dict
-            self.tasks = TaskTable(dict(self.tasks))  # type: ignore[unreachable]
-
     # -- convenience views
     def unfinished(self) -> list[TaskState]:
         """Tasks not COMPLETED or FAILED, in scheduling order (decodes only those)."""
