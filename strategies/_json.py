@@ -84,19 +84,6 @@ def answer_of(result: dict[str, Any]) -> Any:
     return output if output is not None else extract_json(result.get("final_message"))
 
 
-async def ask_json(
-    ctx,
-    task: dict[str, Any],
-    key_parts: tuple,
-    validate: Callable[[Any], T | None],
-    schema: dict[str, Any] | None = None,
-    *,
-    at_cap_raise: bool = False,
-) -> T | None:
-    """The validated answer of :func:`ask_twice`, or None."""
-    return (await ask_twice(ctx, task, key_parts, validate, schema, at_cap_raise=at_cap_raise))[0]
-
-
 async def ask_twice(
     ctx,
     task: dict[str, Any],

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 from orchestrator.strategy import ConfigError, Context, TaskInput, TaskResult, strategy_options
 
 from . import schemas
-from ._json import ask_json, score_of
+from ._json import ask_twice, score_of
 from ._scoring import DEFAULT_CRITERIA, branch_of, kept_unreviewed, review_task, write_output
 
 REVIEW_SCHEMA = '{"score": <number from 0 to 10>, "feedback": "<the most important concrete improvements>"}'
@@ -78,7 +78,7 @@ async def iterative(
         branch = branch_of(current)
         review = _review_task(prompt, base_branch, current, criteria, reviewer_model)
         try:
-            verdict = await ask_json(
+            verdict, _, _ = await ask_twice(
                 ctx, review, ("review", f"iter-{n}"), feedback_of, schemas.FEEDBACK, at_cap_raise=True
             )
         except ctx.errors.BudgetReached:

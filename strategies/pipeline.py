@@ -16,7 +16,7 @@ import msgspec
 from orchestrator.strategy import TaskInput
 
 from . import schemas
-from ._json import ask_json
+from ._json import ask_twice
 from .evaluation import Evaluation, ScoringConfig, compare, evaluation_from_task, to_json
 
 REVIEW_DIFF_LIMIT = 40_000
@@ -278,7 +278,8 @@ class _IdeaRun:
             "base_branch": self.branch,
             "import_policy": "never",
         }
-        review = await ask_json(self.ctx, task, (*self.prefix, "review", f"round-{n}"), parse_review, schemas.VERDICT)
+        key_parts = (*self.prefix, "review", f"round-{n}")
+        review = (await ask_twice(self.ctx, task, key_parts, parse_review, schemas.VERDICT))[0]
         if review is None:
             text = "# Review: invalid\n\nNo valid verdict after one repair attempt.\n"
             _write(self.out_dir, f"review_round_{n}.md", text)

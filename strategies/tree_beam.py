@@ -27,7 +27,7 @@ import msgspec
 from orchestrator.strategy import BaseEvaluationFailed, ConfigError, Context, ReplayError, RunView, strategy_options
 
 from . import schemas
-from ._json import ask_json
+from ._json import ask_twice
 from ._report import tree_beam_sections as report_sections  # noqa: F401  (the run report's sections)
 from ._report_tasks import report_task  # noqa: F401  (its command tasks in the report)
 from .base_check import run_on_base, unusable_evaluation
@@ -623,9 +623,9 @@ class _Search:
             "base_branch": node["branch"],
             "import_policy": "never",
         }
-        generated[node_id] = await ask_json(
-            ctx, task, (node_id, "ideas"), lambda d: parse_ideas(d, k), schemas.ideas(k)
-        )
+        generated[node_id] = (
+            await ask_twice(ctx, task, (node_id, "ideas"), lambda d: parse_ideas(d, k), schemas.ideas(k))
+        )[0]
 
     def plan(
         self, expandable: list[str], generated: dict[str, list[dict[str, str]] | None], record: dict[str, Any]

@@ -155,7 +155,7 @@ PLAIN_FINGERPRINT = (
 )
 
 
-# ------------------------------------------------------------------ strategies: ask_json and scoring
+# ------------------------------------------------------------------ strategies: ask_twice and scoring
 
 
 async def _ask(tmp_path, script):
@@ -163,11 +163,11 @@ async def _ask(tmp_path, script):
 
     from orchestrator.engine.testing import ScriptedRunner
     from strategies import schemas
-    from strategies._json import ask_json
+    from strategies._json import ask_twice
     from strategies._scoring import score_with_repair
 
     async def strategy(prompt, base_branch, ctx):
-        ideas = await ask_json(
+        ideas, _, _ = await ask_twice(
             ctx,
             {"prompt": "ideas please", "import_policy": "never"},
             ("ideas",),
@@ -182,7 +182,7 @@ async def _ask(tmp_path, script):
     return state, runner
 
 
-async def test_ask_json_sends_the_schema_and_reads_output(tmp_path):
+async def test_asking_for_json_sends_the_schema_and_reads_output(tmp_path):
     from orchestrator.engine.testing import success
     from strategies import schemas
 
@@ -203,7 +203,7 @@ async def test_ask_json_sends_the_schema_and_reads_output(tmp_path):
     assert len(runner.calls) == 2  # no strategy-level repair: the answers were valid
 
 
-async def test_ask_json_falls_back_to_free_text_where_the_plugin_cannot_enforce_a_schema(tmp_path, monkeypatch):
+async def test_asking_for_json_falls_back_to_free_text_where_the_plugin_cannot_enforce_a_schema(tmp_path, monkeypatch):
     from orchestrator.engine.context import StrategyContext
     from orchestrator.engine.testing import success
 
