@@ -1,10 +1,4 @@
-"""review-loop: every idea through plan -> code -> review rounds -> tests -> evaluation.
-
-::
-
-    orchestrator "improve the parser" --strategy review-loop -S ideas=ideas/ -S max_review_rounds=2 \\
-        -S test_command="pytest -q" -S eval_command="python bench.py --json" \\
-        -S primary_metric=throughput -S direction=max
+"""review-loop: every idea through plan -> code -> review rounds -> tests -> evaluation (docs/review-loop.md).
 
 Ideas come from a file, every file of a directory (sorted by name), or the prompt itself;
 ``prepare`` reads them before the run starts, so a resume never re-reads changed files.

@@ -1,15 +1,8 @@
-"""tree-beam: global beam search over a tree of code states (docs/tree-beam.md).
+"""tree-beam: global beam search over a tree of code states (docs/tree-beam.md: usage, the search, the statistics).
 
-::
-
-    orchestrator "make the solver faster without losing accuracy" --strategy tree-beam \\
-        -S eval_command="python bench.py --json" -S primary_metric=ops_per_s \\
-        -S ideas_per_node=5 -S max_depth=3 -S beam_width=2
-
-docs/tree-beam.md explains the search and the statistics; measuring lives in
-:mod:`strategies.tree_beam_measure`. Every step is a durable task, so the event log is the
-manifest: a resumed run re-derives the same tree, and :func:`render_tree_report` rebuilds
-tree.json, TREE_SUMMARY.md and tree.svg from the event log alone.
+Measuring lives in :mod:`strategies.tree_beam_measure`. Every step is a durable task, so the event log is the
+manifest: a resumed run re-derives the same tree, and :func:`render_tree_report` rebuilds tree.json,
+TREE_SUMMARY.md and tree.svg from the event log alone.
 """
 
 from __future__ import annotations
