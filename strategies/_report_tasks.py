@@ -14,15 +14,13 @@ import shlex
 from typing import Any
 
 from .base_check import EXIT_LINE, parse_base_run
-from .evolve_commands import parse_merge
+from .evolve_commands import END_LINE, STDERR_MARK, parse_merge
 from .tree_beam_measure import DONE_MARK, RUN_MARK, parse_runs
 
 # What the wrappers run, shell-quoted: ``/bin/sh -c <command>`` (base check, evolve's
 # measure) or ``CMD=<command>`` (tree-beam's measure). shlex.quote gives one of these shapes.
 _QUOTED = r"""('[^']*'(?:"'"'[^']*')*|[^\s;'"<>|&]+)"""
 _INNER = re.compile(rf"(?:/bin/sh -c |^CMD=){_QUOTED}", re.M)
-_EVOLVE_END = re.compile(r"^@@evolve end exit=(-?\d+) head=([0-9a-f]*)\s*$", re.M)
-_EVOLVE_STDERR = "\n@@evolve stderr\n"
 
 
 def _inner_command(script: str) -> str | None:
@@ -58,9 +56,9 @@ def report_task(task: dict[str, Any]) -> dict[str, Any] | None:
     if EXIT_LINE.search(text):
         run = parse_base_run(text)
         out.update(fields={"exit status": run.exit_code}, output=run.stdout, stderr=run.stderr)
-    elif (end := _EVOLVE_END.search(text)) is not None:
+    elif (end := END_LINE.search(text)) is not None:
         body = text[: end.start()]
-        stdout, sep, stderr = body.rpartition(_EVOLVE_STDERR)
+        stdout, sep, stderr = body.rpartition(STDERR_MARK)
         if not sep:
             stdout, stderr = body, ""
         out.update(

@@ -69,18 +69,26 @@ class BaseRun(msgspec.Struct, frozen=True, kw_only=True):
         return "\n".join(parts)
 
 
+def split_streams(text: str, end_line: re.Pattern[str], stderr_mark: str) -> tuple[re.Match[str], str, str] | None:
+    """A wrapper's output read back: its last end-marker line, then the stdout and stderr before it (without the
+    newlines the markers add); None when it has no end marker."""
+    ends = list(end_line.finditer(text))
+    if not ends:
+        return None
+    body = text[: ends[-1].start()]
+    stdout, sep, stderr = body.rpartition(stderr_mark)
+    if not sep:
+        stdout, stderr = body, ""
+    return ends[-1], stdout.rstrip("\n"), stderr.rstrip("\n")
+
+
 def parse_base_run(final_message: str) -> BaseRun:
     """Read a :func:`base_command` task's stdout; output without the markers is plain stdout of a success."""
     text = final_message or ""
-    ends = list(EXIT_LINE.finditer(text))
-    if not ends:
+    if (split := split_streams(text, EXIT_LINE, f"\n{STDERR_MARK}\n")) is None:
         return BaseRun(exit_code=0, stdout=text)
-    end = ends[-1]
-    body = text[: end.start()]
-    stdout, sep, stderr = body.rpartition(f"\n{STDERR_MARK}\n")
-    if not sep:
-        stdout, stderr = body, ""
-    return BaseRun(exit_code=int(end.group(1)), stdout=stdout.rstrip("\n"), stderr=stderr.rstrip("\n"))
+    end, stdout, stderr = split
+    return BaseRun(exit_code=int(end.group(1)), stdout=stdout, stderr=stderr)
 
 
 def run_on_base(ctx, command: str, branch: str, key_parts: tuple, *, timeout: float | None = None):

@@ -26,12 +26,13 @@ from typing import Any
 import msgspec
 
 from ._json import extract_json
-from .base_check import could_not_run
+from .base_check import could_not_run, split_streams
 from .evolve_goals import Goal
 
 STDOUT_TAIL = 6000
 STDERR_TAIL = 3000
-_END = re.compile(r"^@@evolve end exit=(-?\d+) head=([0-9a-f]*)\s*$", re.M)
+END_LINE = re.compile(r"^@@evolve end exit=(-?\d+) head=([0-9a-f]*)\s*$", re.M)
+STDERR_MARK = "\n@@evolve stderr\n"
 _MERGE_LINE = re.compile(r"^@@evolve (merged|already|conflict) (\S+)\s*$", re.M)
 _NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 
@@ -90,8 +91,7 @@ def parse_metric(goal: Goal, stdout: str) -> float | None:
 
 def parse_measurement(goal: Goal, final_message: str) -> Measurement:
     """Read a measure task's stdout; output without the end marker counts as a failing check."""
-    ends = list(_END.finditer(final_message or ""))
-    if not ends:
+    if (split := split_streams(final_message or "", END_LINE, STDERR_MARK)) is None:
         return Measurement(
             goal_id=goal.id,
             passed=False,
@@ -99,12 +99,7 @@ def parse_measurement(goal: Goal, final_message: str) -> Measurement:
             output=(final_message or "")[-STDOUT_TAIL:],
             error="the check's output has no end marker (output cut short?)",
         )
-    end = ends[-1]
-    body = final_message[: end.start()]
-    stdout, sep, stderr = body.rpartition("\n@@evolve stderr\n")
-    if not sep:
-        stdout, stderr = body, ""
-    stdout, stderr = stdout.rstrip("\n"), stderr.rstrip("\n")  # the markers add their own newlines
+    end, stdout, stderr = split
     exit_code = int(end.group(1))
     output = stdout + (("\n[stderr]\n" + stderr) if stderr.strip() else "")
     if goal.metric is not None:
