@@ -21,6 +21,7 @@ import math
 import re
 import shlex
 import statistics
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -135,17 +136,17 @@ def measure_command(
 # ---------------------------------------------------------------- parsing
 
 
+@dataclass
 class Runs:
     """Parsed runs of one measurement task: evaluations per label, in run order."""
 
-    def __init__(self) -> None:
-        self.by_label: dict[str, list[Evaluation]] = {}
-        self.flaky = 0  # runs that failed once and passed on the retry
-        self.failed: list[str] = []  # runs that failed twice: the reasons
-        self.protected_changed: dict[str, list[str]] = {}
-        self.log = ""
-        self.err_log = ""  # the last run's stderr, trimmed
-        self.complete = False
+    by_label: dict[str, list[Evaluation]] = field(default_factory=dict)
+    flaky: int = 0  # runs that failed once and passed on the retry
+    failed: list[str] = field(default_factory=list)  # runs that failed twice: the reasons
+    protected_changed: dict[str, list[str]] = field(default_factory=dict)
+    log: str = ""
+    err_log: str = ""  # the last run's stderr, trimmed
+    complete: bool = False
 
 
 def parse_runs(text: str, commit: str | None = None) -> Runs:

@@ -276,11 +276,9 @@ def write_tree_report(tree: dict[str, Any], out_dir: Path) -> list[Path]:
     }
     if tree.get("stop_reason"):
         files["delete_branches.txt"] = "".join(f"{b['branch']} {b['commit']}\n" for b in tree["delete_branches"])
-    written = []
     for name, text in files.items():
         (out_dir / name).write_text(text, "utf-8")
-        written.append(out_dir / name)
-    return written
+    return [out_dir / name for name in files]
 
 
 # ---------------------------------------------------------------- checks and reports from the log
