@@ -29,7 +29,7 @@ def artifact_of(result: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def branch_of(result: Mapping[str, Any]) -> str:
     """The branch that holds a result's work: its imported branch, else the base it started from."""
-    artifact = result.get("artifact") or {}
+    artifact = artifact_of(result)
     return cast(str, artifact.get("branch_final") or artifact.get("base"))  # every task result names its base
 
 
@@ -97,7 +97,7 @@ def none_scored(ctx, rows: list[dict[str, Any]], stem: str) -> Exception:
     failed = sum(r.get("status") == "failed" for r in rows)
     return ctx.errors.NoViableCandidates(
         f"none of {len(rows)} candidates could be scored ({failed} failed, {len(rows) - failed} unscorable); "
-        f"see strategy_output/{output_name(ctx, stem, 'json')}"
+        f"see strategy_output/{output_name(ctx.strategy_execution_id, stem, 'json')}"
     )
 
 
@@ -130,8 +130,8 @@ def kept_unreviewed(result: Mapping[str, Any], step: str, before: str) -> dict[s
     }
 
 
-def output_name(ctx, stem: str, ext: str) -> str:
-    sid = ctx.strategy_execution_id
+def output_name(sid: str, stem: str, ext: str) -> str:
+    """Execution ``sid``'s output file (the branch-cleanup hooks read them back by this name)."""
     return f"{stem}.{ext}" if sid == "s1" else f"{stem}_{sid}.{ext}"
 
 
@@ -139,7 +139,7 @@ def write_output(ctx, stem: str, ext: str, data: Any) -> str:
     """Write a strategy output file atomically; JSON is sorted so a replay writes the same bytes."""
     text = data if isinstance(data, str) else json.dumps(data, indent=2, sort_keys=True) + "\n"
     out_dir = ctx.output_dir()
-    name = output_name(ctx, stem, ext)
+    name = output_name(ctx.strategy_execution_id, stem, ext)
     tmp = out_dir / f".{name}.tmp"
     tmp.write_text(text, "utf-8")
     os.replace(tmp, out_dir / name)

@@ -13,6 +13,8 @@ from typing import Any
 
 from orchestrator.strategy import Context, RunView
 
+from ._scoring import output_name
+
 
 async def delete_branches(ctx: Context, names: list[str], key: str) -> dict[str, Any]:
     """Delete these branches of this run: ``{"deleted": [...], "kept": {name: why}}``.
@@ -48,7 +50,7 @@ def listed_for_deletion(run: RunView, stem: str) -> list[str]:
     for sid, status in sorted(run.executions.items()):
         if status != "success":
             continue
-        path = run.output_dir / (f"{stem}.json" if sid == "s1" else f"{stem}_{sid}.json")
+        path = run.output_dir / output_name(sid, stem, "json")
         try:
             listed = json.loads(path.read_text("utf-8")).get("delete_branches") or []
         except (OSError, ValueError, AttributeError):

@@ -87,9 +87,8 @@ async def plan_score_implement(
     }
     if not scored:
         write_output(ctx, "plans", "json", report)
-        raise ctx.errors.NoViableCandidates(
-            f"none of {len(angles)} plans could be scored; see strategy_output/{output_name(ctx, 'plans', 'json')}"
-        )
+        name = output_name(ctx.strategy_execution_id, "plans", "json")
+        raise ctx.errors.NoViableCandidates(f"none of {len(angles)} plans could be scored; see strategy_output/{name}")
     score, index, best = pick_best(scored)
     angle = angles[index]
     report["selected"] = {"angle": angle, "instance_id": best["instance_id"], "score": score}
