@@ -8,6 +8,7 @@ docs/strategies.md ("synthesize"); the hunk attribution is
 from __future__ import annotations
 
 import functools
+from collections import Counter
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -41,7 +42,7 @@ from .best_of_n import ImportPolicy, generation_task
 from .branch_cleanup import listed_for_deletion
 from .evaluation import fmt_number
 from .pipeline import command_task
-from .synthesize_provenance import diff_command, provenance, provenance_counts, split_diffs
+from .synthesize_provenance import diff_command, provenance, split_diffs
 
 TIE_BREAK = "highest score, then lowest index"
 
@@ -388,7 +389,7 @@ def verdict_line(record: dict[str, Any], best: dict[str, Any], won: bool, why: s
 
     Each score is named once: when ``why`` gives the side-by-side one (``named_scores``), the first is left out.
     """
-    counts = provenance_counts(record["provenance"])
+    counts = Counter(r["source"] for r in record["provenance"])
     order = [*record["top"], "new"]  # candidates in rank order, then what the synthesizer wrote
     hunks = ", ".join(f"{counts[src]} {src}" for src in order if src in counts)
     tail = f"; hunks: {hunks}" if hunks else ""

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections import Counter
 from typing import Any
 
 MARK = "@@orch-diff "
@@ -122,8 +121,3 @@ def provenance(synthesis_diff: str, candidates: list[tuple[str, str]]) -> list[d
             }
         )
     return rows
-
-
-def provenance_counts(rows: list[dict[str, Any]]) -> dict[str, int]:
-    """``{source: hunks}`` in first-seen order, for a one-line summary."""
-    return dict(Counter(r["source"] for r in rows))
