@@ -71,19 +71,6 @@ def score_of(data: Any, *, low: float = 0, high: float = 10) -> dict[str, Any] |
     return {"score": float(score), "rationale": str(data.get("rationale", ""))}
 
 
-def with_schema(ctx, task: dict[str, Any], schema: dict[str, Any] | None) -> dict[str, Any]:
-    """``task`` with ``output_schema`` when its plugin can enforce one, else unchanged."""
-    if schema is None or not ctx.supports_output_schema(task.get("plugin_name") or task.get("plugin")):
-        return task
-    return dict(task, output_schema=schema)
-
-
-def answer_of(result: dict[str, Any]) -> Any:
-    """The task's JSON answer: the validated ``output`` when it had a schema, else parsed from its message."""
-    output = result.get("output")
-    return output if output is not None else extract_json(result.get("final_message"))
-
-
 async def ask_twice(
     ctx,
     task: dict[str, Any],
@@ -101,7 +88,8 @@ async def ask_twice(
     it). A failed task is not repaired: that is not a formatting problem. ``at_cap_raise``: the spending cap refusing
     the task raises ``BudgetReached``, for a caller that must tell "not judged" from "judged unusable".
     """
-    task = with_schema(ctx, task, schema)
+    if schema is not None and ctx.supports_output_schema(task.get("plugin_name") or task.get("plugin")):
+        task = dict(task, output_schema=schema)
     previous = ""
     for attempt in (1, 2):
         prompt = task["prompt"]
@@ -118,7 +106,8 @@ async def ask_twice(
                 raise
             return None, attempt, exc
         previous = result["final_message"] or ""
-        value = validate(answer_of(result))
+        output = result.get("output")  # validated against the schema when the task had one
+        value = validate(output if output is not None else extract_json(previous))
         if value is not None:
             return value, attempt, None
     return None, 2, None

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from collections import Counter
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from orchestrator.strategy import (
     ConfigError,
@@ -38,12 +38,13 @@ from ._scoring import (
     write_output,
 )
 from .base_check import run_on_base
-from .best_of_n import ImportPolicy, generation_task
+from .best_of_n import generation_task
 from .branch_cleanup import listed_for_deletion
 from .evaluation import fmt_number
 from .pipeline import command_task
 from .synthesize_provenance import diff_command, provenance, split_diffs
 
+ImportPolicy = Literal["auto", "never", "always"]
 TIE_BREAK = "highest score, then lowest index"
 
 
