@@ -704,7 +704,8 @@ def clear_stale_git_locks(workspace: Path) -> list[str]:
     """
     git_dir = Path(workspace) / ".git"
     candidates = [git_dir / name for name in STALE_LOCK_NAMES]
-    candidates += sorted(lock for lock in (git_dir / "refs").rglob("*.lock") if lock.is_file())
+    # in byte order of the path, as the remote clearing's `LC_ALL=C sort` lists them
+    candidates += sorted((lock for lock in (git_dir / "refs").rglob("*.lock") if lock.is_file()), key=str)
     removed = []
     for lock in candidates:
         try:
