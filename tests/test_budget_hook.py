@@ -165,3 +165,20 @@ async def test_a_command_plugin_of_any_name_spends_nothing_and_runs_at_the_cap(t
         if ev.type == E.TASK_SCHEDULED
     }
     assert [p.runs_command for _, p in sorted(scheduled.items())] == [False, True]
+
+
+def test_the_spend_chart_places_a_malformed_timestamp_at_the_start_not_before_it():
+    """A hand-edited log's unreadable time must not draw a point decades before the run began."""
+    from orchestrator.log.state import BudgetState, RunState
+    from orchestrator.report.spend import spend_over_time
+
+    state = RunState(run_id="r")
+    state.budget = BudgetState(
+        max_cost_usd=1.0,
+        first_at="2026-11-28T10:00:00.000Z",
+        spent_over_time=[("2026-11-28T10:00:02.500Z", 0.1), ("not a time", 0.2)],
+        caps_over_time=[("2026-11-28T10:00:00.000Z", 1.0)],
+    )
+    spend = spend_over_time(state)
+    assert spend is not None
+    assert spend["points"] == [(0.0, 0.0), (2.5, 0.1), (0.0, 0.2)]

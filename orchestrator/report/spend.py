@@ -22,7 +22,7 @@ def spend_over_time(state: RunState) -> dict[str, Any] | None:
     start = parse_ts(budget.first_at) or 0.0
 
     def since_start(ts: str) -> float:
-        return round((parse_ts(ts) or 0.0) - start, 3)
+        return round((parse_ts(ts) or start) - start, 3)  # a malformed stamp: at the start, not before it
 
     caps: list[tuple[float, float]] = []
     for ts, cap in budget.caps_over_time:
