@@ -20,7 +20,16 @@ import pytest
 from cli_helpers import cli_env, only_run_id, run_cli, wait_for
 from conftest import git, make_repo
 from engine_proxy import EngineProxy
-from reliability_helpers import NO_DISK_MIN, check_log, events_path, finish, remove_run, runner_messages, start_cli
+from reliability_helpers import (
+    NO_DISK_MIN,
+    check_log,
+    events_path,
+    finish,
+    remove_run,
+    runner_messages,
+    sigkill,
+    start_cli,
+)
 
 PUT_ARCHIVE = rb"PUT /[^ ]*/containers/[^/ ]+/archive\?path=%2Fworkspace"
 # The container set-up's exec that checks the session volume is writable.
@@ -312,6 +321,47 @@ def test_ctrl_c_before_the_agents_first_line_is_read_keeps_its_session_for_the_r
         assert git(repo, "show", f"{branch}:b.txt") == "two"
         (_, resumed) = runner_messages(tmp_path, run_id, "runner.exec.started")
         assert resumed["resume_session_id"] == session, resumed
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proxy.close()
+        if run_id:
+            remove_run(private_engine.url, run_id)
+
+
+@pytest.mark.docker
+def test_a_kill_before_the_agents_first_line_is_read_resumes_the_session_the_agent_announced(
+    tmp_path, private_engine, proxy_dir
+):
+    # kill -9 while the agent's first line, which names its session, is still on its way
+    # (a lagging stream on a loaded machine, a slow link): nothing recorded the session,
+    # and the resume started a second session in the kept workspace, paying for the work again.
+    repo = make_repo(tmp_path / "repo")
+    proxy = EngineProxy(private_engine.socket, proxy_dir / "engine.sock", exec_of=AGENT_EXEC, stall=True)
+    env = cli_env(tmp_path, **NO_DISK_MIN)
+    far = ["--no-tui", "--docker-image", private_engine.image, "--docker-host", f"far={proxy.url}:1"]
+    out = tmp_path / "out" / "first"
+    proc = start_cli([INTERRUPTED_PROMPT, *far], cwd=repo, env=env, out=out)
+    run_id = None
+    try:
+        found = wait_for(lambda: SESSION_ID.search(bytes(proxy.held)), timeout=120)
+        session = found.group(1).decode()
+        run_id = only_run_id(tmp_path)
+        sigkill(proc)
+        assert not [e for e in check_log(events_path(tmp_path, run_id)) if e.type == "task.session"]
+        proxy.release()
+
+        result = run_cli(["--resume", run_id, "--no-tui"], cwd=repo, env=env, timeout=300)
+        assert result.returncode == 0, result.stderr[-3000:]
+        events = check_log(events_path(tmp_path, run_id))
+        (done,) = [e for e in events if e.type == "task.completed"]
+        assert done.payload["session_id"] == session, done.payload
+        assert git(repo, "show", f"{done.payload['artifact']['branch_final']}:b.txt") == "two"
+        (recovered,) = runner_messages(tmp_path, run_id, "runner.session.recovered")
+        assert recovered["session_id"] == session, recovered
+        started = runner_messages(tmp_path, run_id, "runner.exec.started")
+        assert [s.get("resume_session_id") for s in started] == [None, session], started
+        assert {e.payload["session_id"] for e in events if e.type == "task.session"} == {session}
     finally:
         if proc.poll() is None:
             proc.kill()

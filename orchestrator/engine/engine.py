@@ -466,7 +466,7 @@ class Engine:
         sid_value = event.get("session_id") or data.get("session_id")
         if isinstance(sid_value, str) and sid_value:
             self._live_sessions[key] = sid_value
-            if etype not in ("runner.init", "runner.exec.finished"):
+            if etype not in ("runner.init", "runner.exec.finished", "runner.session.recovered"):
                 return
             task = self.state.tasks.get(key)
             if task is not None and task.session_id != sid_value and task.state == "RUNNING":

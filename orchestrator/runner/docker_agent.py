@@ -17,6 +17,7 @@ from typing import Any
 
 import anyio
 import anyio.to_thread
+import msgspec
 
 from ..errors import (
     AgentStreamLostError,
@@ -36,7 +37,7 @@ from .docker_exec import ExecOutput
 from .docker_workspace import WorkspaceSetup
 from .plugin import AgentEvent, RunnerPlugin
 from .registry import get_plugin
-from .types import AuthConfig, Hardening, InstanceRequest
+from .types import WORKSPACE_MOUNT, AuthConfig, Hardening, InstanceRequest
 
 EVENT_STRING_LIMIT = 4000
 
@@ -67,6 +68,16 @@ UNCOMMITTED_SCRIPT = (
 # every commit of the agent, and the task would end "completed" with no branch.
 # It then writes the cause on one marked stderr line and exits GIT_UNUSABLE_EXIT
 # without starting the agent.
+#
+# The agent's first line names its session. The wrapper also keeps that line in
+# the workspace's .git (never committed, and kept with the workspace): if the
+# orchestrator dies before it read the line (a stream lagging on a loaded
+# machine or a slow link), the resume reads it there and continues the session
+# instead of paying for the agent's work again. The line passes through a FIFO
+# so that the agent stays the wrapper's own child (END_AGENT_SCRIPT signals
+# those); the reader ignores SIGTERM, so the agent's last lines still flow while
+# it saves its session. Without mkfifo the agent runs as before.
+FIRST_LINE_FILE = ".git/orchestrator-agent-first-line"
 GIT_UNUSABLE_EXIT = 125
 GIT_UNUSABLE_MARK = b"\n@@orchestrator-git-unusable="
 AGENT_WRAPPER_SCRIPT = (
@@ -75,8 +86,22 @@ AGENT_WRAPPER_SCRIPT = (
     "  printf '\\n@@orchestrator-git-unusable=%s\\n' \"$(printf %s \"$cause\" | tr '\\n' ' ')\" >&2\n"
     f"  exit {GIT_UNUSABLE_EXIT}\n"
     "}\n"
-    '"$@"\n'
-    "rc=$?\n"
+    f"rm -f {FIRST_LINE_FILE}\n"
+    'f="/tmp/orchestrator-stdout.$$"\n'
+    'if mkfifo "$f" 2>/dev/null; then\n'
+    "  (trap '' TERM\n"
+    "   IFS= read -r line; s=$?\n"
+    f"   printf '%s\\n' \"$line\" >{FIRST_LINE_FILE} 2>/dev/null\n"
+    '   if [ "$s" -eq 0 ]; then printf \'%s\\n\' "$line"; else printf %s "$line"; fi\n'
+    '   exec cat) <"$f" &\n'
+    '  "$@" >"$f"\n'
+    "  rc=$?\n"
+    "  wait\n"
+    '  rm -f "$f"\n'
+    "else\n"
+    '  "$@"\n'
+    "  rc=$?\n"
+    "fi\n"
     "n=$(GIT_OPTIONAL_LOCKS=0 git status --porcelain --untracked-files=all 2>/dev/null | wc -l)\n"
     "printf '\\n@@orchestrator-end=%s\\n' \"$n\" >&2\n"
     'exit "$rc"\n'
@@ -191,6 +216,33 @@ class AgentExec:
             return Attempt(error=ResourceLimitError(tripped[0]) if tripped else exc)
         self.stopper.live_agents.discard(request.container_name)
         return await self._verdict(request, output, counts, probe, tripped, on_event, n, t)
+
+    async def recover_session(
+        self, request: InstanceRequest, plugin: RunnerPlugin, on_event: RunnerEventCallback | None
+    ) -> InstanceRequest:
+        """The request with the session its agent announced unread, for a task resumed in its kept workspace.
+
+        The process that started the agent died before it read the agent's first
+        line, so no session is on record; the wrapper kept that line in the workspace.
+        """
+        if not (
+            request.resume_workspace
+            and request.session_id is None
+            and plugin.capabilities.supports_resume
+            and _looks_at_uncommitted(request, plugin)
+        ):
+            return request
+        try:
+            line = await self.host.read_file(request.container_name, f"{WORKSPACE_MOUNT}/{FIRST_LINE_FILE}")
+        except RunnerError:
+            return request  # no line kept: the agent never wrote one, or an older wrapper ran it
+        parser = plugin.new_parser()
+        parser.feed(line)
+        session_id = parser.finish(None).session_id
+        if not session_id:
+            return request
+        self.emit_event(request, on_event, "runner.session.recovered", "warn", session_id=session_id)
+        return msgspec.structs.replace(request, session_id=session_id)
 
     async def _container(
         self,

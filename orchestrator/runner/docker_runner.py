@@ -249,6 +249,8 @@ class DockerRunner:
         workspace = task.workspace = git_ops.workspace_path(request.run_id, request.task_key)
         task.container_known = True  # from here on a failure or Ctrl+C stops the container
         request, first = await self.workspace.prepare(request, workspace, on_event)
+        if "ready" in first:
+            request = await self.agent.recover_session(request, plugin, on_event)
         task.request = request
         ws_info = first.pop("ws_info")
 
