@@ -631,23 +631,3 @@ def test_a_clone_killed_before_it_belongs_to_the_agent_is_not_continued(tmp_path
 )
 def test_a_runs_branches_are_told_from_the_users(name, made_by_a_run):
     assert is_run_branch(name) is made_by_a_run
-
-
-def test_stale_git_locks_are_removed_and_listed_in_the_order_the_remote_clearing_lists_them(tmp_path):
-    """A killed git leaves the index's lock and a ref's own; both go, and the list the runner log
-    shows is in the byte order `LC_ALL=C sort` gives inside a remote engine's container."""
-    from conftest import make_repo
-
-    from orchestrator.runner.git_ops import clear_stale_git_locks
-
-    repo = make_repo(tmp_path / "repo")
-    heads_dir = repo / ".git" / "refs" / "heads"
-    (heads_dir / "x").mkdir()
-    planted = ["index.lock", "refs/heads/x/y.lock", "refs/heads/x.lock", "refs/heads/main.lock"]
-    for name in planted:
-        (repo / ".git" / name).touch()
-    refs = sorted(p for p in planted if p.startswith("refs/"))
-    c_order = subprocess.run(["sort"], input="\n".join(refs), capture_output=True, text=True, env={"LC_ALL": "C"})
-    assert clear_stale_git_locks(repo) == ["index.lock", *c_order.stdout.split()]
-    assert not [p for p in (repo / ".git").rglob("*.lock")]
-    git(repo, "commit", "--allow-empty", "-q", "-m", "after")  # the branch moves again

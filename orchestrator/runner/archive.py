@@ -22,7 +22,6 @@ import anyio.to_thread
 from ..errors import ContainerError, GitError
 from .docker_containers import WORKSPACE_MOUNT, DockerHost
 from .git_cmd import run_git
-from .git_ops import STALE_LOCK_NAMES
 
 CONTAINER_UID = 1000
 # Inside the clone's .git, so it is never part of the agent's work tree.
@@ -204,17 +203,25 @@ async def empty_workspace(host: DockerHost, container: str, *, read_only: bool) 
         )
 
 
-async def clear_stale_git_locks(host: DockerHost, container: str) -> list[str]:
-    """Remove the git locks a killed agent left in the container's /workspace volume.
+# The lock files a git command killed mid-way leaves in .git and that block the
+# next one: the index (every add and commit), HEAD, config and packed refs, and
+# any ref's own lock under refs/ (a commit killed while it moves its branch
+# leaves refs/heads/<branch>.lock: "cannot lock ref").
+STALE_LOCK_NAMES = ("index.lock", "HEAD.lock", "config.lock", "packed-refs.lock")
 
-    The remote counterpart of :func:`.git_ops.clear_stale_git_locks`: the work
-    lives in the volume, not in the local clone. Runs as the agent's user, as
-    git there does. Returns the names removed.
+
+async def clear_stale_git_locks(host: DockerHost, container: str) -> list[str]:
+    """Remove the git locks an agent killed mid-command left in the container's /workspace.
+
+    Only called once the task's container has been (re)started, which ends any
+    agent process of the dead run: nothing can hold these locks any more, and a
+    left-over lock would make the resumed agent's every commit fail. Runs as the
+    agent's user, as git there does. Returns the paths removed, relative to .git.
     """
     script = (
         'cd "$1/.git" 2>/dev/null || exit 0\n'
         "shift\n"
-        # a ref name holds no blank, so find's lines split safely; sorted as the local clearing sorts
+        # a ref name holds no blank, so find's lines split safely
         "refs=$(find refs -name '*.lock' -type f 2>/dev/null | LC_ALL=C sort)\n"
         'for f in "$@" $refs; do if [ -e "$f" ] && rm -f "$f"; then echo "removed=$f"; fi; done\n'
     )

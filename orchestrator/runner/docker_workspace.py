@@ -340,16 +340,12 @@ class WorkspaceSetup:
                 first, await self.archive_copy_in(request, kept.path, first["ready"], on_event, fresh=False)
             )
         removed: list[str] = []
-        if "ready" in first and self.host.archive:
-            # The agent's git ran in the engine's volume: its locks are there, not in the local clone.
+        if "ready" in first:
+            # In the container, where the agent's git ran: on a remote engine the work is in its volume.
             try:
                 removed = await archive.clear_stale_git_locks(self.host, request.container_name)
             except RunnerError as exc:
                 raise TaskFailed("workspace", exc.category, str(exc)) from None
-        elif "ready" in first:
-            removed = await anyio.to_thread.run_sync(
-                git_ops.clear_stale_git_locks, kept.path, limiter=self.host.limiter
-            )
         self.emit_event(
             request,
             on_event,

@@ -687,35 +687,6 @@ def kept_workspace(workspace: Path) -> WorkspaceInfo | str:
     return WorkspaceInfo(path=workspace, base_branch=base_branch, base_commit=base_commit)
 
 
-# The lock files a git command killed mid-way leaves in .git and that block the
-# next one: the index (every add and commit), HEAD, config and packed refs, and
-# any ref's own lock under refs/ (a commit killed while it moves its branch
-# leaves refs/heads/<branch>.lock: "cannot lock ref").
-STALE_LOCK_NAMES = ("index.lock", "HEAD.lock", "config.lock", "packed-refs.lock")
-
-
-def clear_stale_git_locks(workspace: Path) -> list[str]:
-    """Remove git lock files an agent killed mid-command left in its kept workspace.
-
-    Only called once the task's container has been (re)started, which ends any
-    agent process of the dead run: nothing can hold these locks any more, and a
-    left-over lock would make the resumed agent's every commit fail. Returns
-    their paths relative to ``.git``.
-    """
-    git_dir = Path(workspace) / ".git"
-    candidates = [git_dir / name for name in STALE_LOCK_NAMES]
-    # in byte order of the path, as the remote clearing's `LC_ALL=C sort` lists them
-    candidates += sorted((lock for lock in (git_dir / "refs").rglob("*.lock") if lock.is_file()), key=str)
-    removed = []
-    for lock in candidates:
-        try:
-            lock.unlink()
-        except OSError:  # missing, or not ours to remove
-            continue
-        removed.append(lock.relative_to(git_dir).as_posix())
-    return removed
-
-
 def _settle_index(workspace: Path) -> None:
     """Make the checkout look unchanged to the agent's first ``git add``.
 
