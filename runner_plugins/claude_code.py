@@ -114,17 +114,13 @@ class ClaudeCodePlugin:
         api_key = environ.get("ANTHROPIC_API_KEY") or None
         base_url = environ.get("ANTHROPIC_BASE_URL") or None
         openai_key = environ.get("OPENAI_API_KEY") or None
-        if mode == "api":
-            if not api_key:
-                raise PreflightError(
-                    "--mode api needs ANTHROPIC_API_KEY (optionally ANTHROPIC_BASE_URL for a custom endpoint)"
-                )
-            return AuthConfig(api_key=api_key, base_url=base_url, openai_api_key=openai_key)
-        if mode == "subscription":
-            if not oauth:
-                raise PreflightError("--mode subscription needs CLAUDE_CODE_OAUTH_TOKEN (from `claude setup-token`)")
-            return AuthConfig(oauth_token=oauth, openai_api_key=openai_key)
-        if oauth:
+        if mode == "api" and not api_key:
+            raise PreflightError(
+                "--mode api needs ANTHROPIC_API_KEY (optionally ANTHROPIC_BASE_URL for a custom endpoint)"
+            )
+        if mode == "subscription" and not oauth:
+            raise PreflightError("--mode subscription needs CLAUDE_CODE_OAUTH_TOKEN (from `claude setup-token`)")
+        if oauth and mode != "api":
             return AuthConfig(oauth_token=oauth, openai_api_key=openai_key)
         if api_key:
             return AuthConfig(api_key=api_key, base_url=base_url, openai_api_key=openai_key)

@@ -376,19 +376,14 @@ def _error(message: str, **flags: bool) -> AgentEvent:
 
 def _decode_error(text: str) -> tuple[str, int | None]:
     """Unwrap a JSON-encoded API error body: (human message, HTTP status)."""
-    stripped = text.strip()
-    if stripped.startswith("{"):
-        try:
-            body = json.loads(stripped)
-        except ValueError:
-            return text, None
-        if isinstance(body, dict):
-            inner = dict_at(body, "error")
-            message = inner.get("message") or body.get("message") or text
-            status = body.get("status") if isinstance(body.get("status"), int) else None
-            kind = inner.get("type")
-            return (f"{message} ({kind})" if kind else str(message)), status
-    return text, None
+    body = parse_object(text)
+    if body is None:
+        return text, None
+    inner = dict_at(body, "error")
+    message = inner.get("message") or body.get("message") or text
+    status = body.get("status") if isinstance(body.get("status"), int) else None
+    kind = inner.get("type")
+    return (f"{message} ({kind})" if kind else str(message)), status
 
 
 PLUGIN = CodexPlugin()

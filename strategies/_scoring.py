@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Coroutine, Mapping
+from pathlib import Path
 from typing import Any, cast
 
 import anyio
@@ -138,9 +139,12 @@ def output_name(sid: str, stem: str, ext: str) -> str:
 def write_output(ctx, stem: str, ext: str, data: Any) -> str:
     """Write a strategy output file atomically; JSON is sorted so a replay writes the same bytes."""
     text = data if isinstance(data, str) else json.dumps(data, indent=2, sort_keys=True) + "\n"
-    out_dir = ctx.output_dir()
     name = output_name(ctx.strategy_execution_id, stem, ext)
-    tmp = out_dir / f".{name}.tmp"
-    tmp.write_text(text, "utf-8")
-    os.replace(tmp, out_dir / name)
+    write_atomic(ctx.output_dir() / name, text)
     return name
+
+
+def write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, "utf-8")
+    os.replace(tmp, path)

@@ -245,13 +245,13 @@ def primary_regressed(cmp: Comparison, cfg: ScoringConfig) -> bool:
     return cmp.primary_change is not None and cmp.primary_change < -cfg.tolerance
 
 
-def check_scoring_params(
-    primary_metric: str | None, direction: str, weights: dict, tolerance: float, *, eval_command: str | None
-) -> None:
-    """Raise ``ConfigError`` (one line) for inconsistent scoring parameters; used by ``prepare``."""
+def check_scoring(params: dict[str, Any]) -> None:
+    """Raise ``ConfigError`` (one line) for inconsistent scoring ``-S`` parameters (absent ones at their defaults)."""
     from orchestrator.strategy import ConfigError
 
-    if eval_command and not primary_metric:
+    direction, weights = params.get("direction", "max"), params.get("weights") or {}
+    tolerance = params.get("tolerance", 0.01)
+    if params.get("eval_command") and not params.get("primary_metric"):
         raise ConfigError("-S eval_command needs -S primary_metric=<metric name printed by the command>")
     if direction not in ("max", "min"):
         raise ConfigError(f"-S direction must be max or min, got {direction!r}")
@@ -259,17 +259,6 @@ def check_scoring_params(
         raise ConfigError('-S weights must be a JSON object of numbers, e.g. weights={"latency_ms": -0.5}')
     if _number(tolerance) is None or tolerance < 0:
         raise ConfigError(f"-S tolerance must be a non-negative number (relative, 0.01 = 1%), got {tolerance!r}")
-
-
-def check_scoring(params: dict[str, Any]) -> None:
-    """:func:`check_scoring_params` on a strategy's ``-S`` parameters, absent ones at their defaults."""
-    check_scoring_params(
-        params.get("primary_metric"),
-        params.get("direction", "max"),
-        params.get("weights") or {},
-        params.get("tolerance", 0.01),
-        eval_command=params.get("eval_command"),
-    )
 
 
 def evaluation_from_json(data: dict[str, Any]) -> Evaluation:

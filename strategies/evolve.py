@@ -6,7 +6,6 @@ The cycle, its gates, rests, retries and stop conditions are described in docs/e
 from __future__ import annotations
 
 import json
-import os
 from collections import Counter
 from itertools import combinations
 from typing import Annotated, Any
@@ -15,6 +14,7 @@ from orchestrator.strategy import BaseEvaluationFailed, BudgetExhausted, BudgetS
 
 from ._report import evolve_sections as report_sections  # noqa: F401  (the run report's sections)
 from ._report_tasks import report_task  # noqa: F401  (its command tasks in the report)
+from ._scoring import write_atomic
 from .branch_cleanup import delete_branches
 from .evolve_commands import Measurement, cannot_run
 from .evolve_goals import Goal, check_max_parallel, goals_from_param, prepare
@@ -513,8 +513,8 @@ class _Loop:
         """Rewrite both files whole from task-derived data: a replay writes identical bytes."""
         out = self.ctx.output_dir()
         history = "".join(json.dumps(e, sort_keys=False) + "\n" for e in self.history)
-        _write(out / self.history_name, history)
-        _write(out / self.summary_name, self._summary(initial, current))
+        write_atomic(out / self.history_name, history)
+        write_atomic(out / self.summary_name, self._summary(initial, current))
 
     def _summary(self, initial: dict[str, Measurement], current: dict[str, Measurement]) -> str:
         total = len(self.goals)
@@ -565,12 +565,6 @@ def _status(m: Measurement) -> str:
     return f"{word} ({m.value:g})" if m.value is not None else word
 
 
-def _write(path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, "utf-8")
-    os.replace(tmp, path)
-
-
 def verdict_line(out: dict[str, Any]) -> str:
     """Goals passing before -> after, the cycles spent, why it stopped, and the goals that could not move."""
     why = f" ({out['stop_reason']})" if out.get("stop_reason") else ""
@@ -581,9 +575,7 @@ def verdict_line(out: dict[str, Any]) -> str:
         f"goals passing {out['goals_passing_before']}/{total} → {out['goals_passing_after']}/{total} "
         f"after {out['cycles']} cycle(s); stopped: {out['stopped']}{why}"
     )
-    stuck = out.get("could_not_move")
-    if stuck is None and out.get("quarantined"):  # a result recorded before could_not_move existed
-        stuck = {gid: "quarantined" for gid in out["quarantined"]}
+    stuck = out["could_not_move"]
     if stuck:
         line += "; could not move: " + "; ".join(f"{gid} ({why})" for gid, why in stuck.items())
     return line

@@ -105,12 +105,6 @@ def rank_key(record: dict[str, Any]) -> tuple:
     return order_key(record["decision"]["rank_score"], record, record["id"])
 
 
-def select_beam(records: list[dict[str, Any]], beam_width: int) -> list[dict[str, Any]]:
-    """The top ``beam_width`` gated records of the whole depth, best first."""
-    gated = [r for r in records if r["decision"]["passed_gate"]]
-    return sorted(gated, key=rank_key)[:beam_width]
-
-
 def parse_ideas(data: Any, limit: int) -> list[dict[str, str]] | None:
     """``{"ideas": [{"title", "description"}]}`` (or a bare list) -> at most ``limit`` ideas, None if invalid."""
     items = data.get("ideas") if isinstance(data, dict) else data

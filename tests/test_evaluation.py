@@ -11,7 +11,7 @@ from strategies.evaluation import (
     EvalParseError,
     Evaluation,
     ScoringConfig,
-    check_scoring_params,
+    check_scoring,
     compare,
     evaluation_from_task,
     parse_eval_output,
@@ -176,12 +176,15 @@ def test_to_json_turns_nan_into_null():
 
 
 def test_scoring_parameter_checks():
-    check_scoring_params("t", "max", {"m": -1}, 0.01, eval_command="x")
+    def params(primary, direction, weights, tolerance):
+        return {"primary_metric": primary, "direction": direction, "weights": weights, "tolerance": tolerance}
+
+    check_scoring({**params("t", "max", {"m": -1}, 0.01), "eval_command": "x"})
     with pytest.raises(ConfigError, match="primary_metric"):
-        check_scoring_params(None, "max", {}, 0.01, eval_command="python bench.py")
+        check_scoring({**params(None, "max", {}, 0.01), "eval_command": "python bench.py"})
     with pytest.raises(ConfigError, match="direction"):
-        check_scoring_params("t", "up", {}, 0.01, eval_command="x")
+        check_scoring({**params("t", "up", {}, 0.01), "eval_command": "x"})
     with pytest.raises(ConfigError, match="weights"):
-        check_scoring_params("t", "max", {"m": "big"}, 0.01, eval_command="x")
+        check_scoring({**params("t", "max", {"m": "big"}, 0.01), "eval_command": "x"})
     with pytest.raises(ConfigError, match="tolerance"):
-        check_scoring_params("t", "max", {}, -1, eval_command="x")
+        check_scoring({**params("t", "max", {}, -1), "eval_command": "x"})
