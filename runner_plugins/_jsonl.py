@@ -244,11 +244,7 @@ class SecretEnv(dict):
 
 
 class JsonLinesParser:
-    """Shared front half of the agent-stream parsers: bytes in, complete JSON lines out.
-
-    Subclasses implement ``_handle_line(line) -> list[AgentEvent]``; this class
-    owns the line buffer (splits across reads, oversized lines) and the stderr tail.
-    """
+    """Shared front half of the agent-stream parsers: bytes in, each complete line to ``_handle_line``."""
 
     def __init__(self, *, previous: dict[str, float] | None = None) -> None:
         self.previous = dict(previous or {})

@@ -67,12 +67,8 @@ _RESULT_KEYS = (
 
 
 class ModelTable(dict):
-    """Friendly name -> model passed to ``--model``.
-
-    The CLI resolves the aliases itself to the newest model of each family, so
-    they are passed through unchanged. Full ids (``claude-...``) are accepted as
-    themselves: ``"claude-opus-4-5" in table`` is true and ``table[id] == id``.
-    """
+    """Friendly name -> ``--model``: the CLI resolves the aliases itself (to the newest model of each family),
+    and a full id (``claude-...``) stands for itself."""
 
     def __missing__(self, key: str) -> str:
         if isinstance(key, str) and key.startswith("claude-") and len(key) > len("claude-"):

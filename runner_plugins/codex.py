@@ -118,12 +118,8 @@ class CodexPlugin:
     def build_command(
         self, request: InstanceRequest, *, resume_session_id: str | None, auth: AuthConfig | None = None
     ) -> list[str]:
-        """argv for ``codex exec``.
-
-        codex 0.169 ignores ``OPENAI_BASE_URL``: a custom endpoint needs a model
-        provider on the command line. The endpoint comes from ``auth`` (an
-        optional keyword beyond the protocol) or else ``request.env["OPENAI_BASE_URL"]``.
-        """
+        """argv for ``codex exec``. codex 0.169 ignores ``OPENAI_BASE_URL``: a custom endpoint, from ``auth`` (a
+        keyword beyond the protocol) else ``request.env``, needs a model provider on the command line."""
         if not request.model.strip():
             raise ConfigError("codex needs a model name (-m)")
         if not request.prompt.strip():

@@ -1,10 +1,7 @@
 """Plain shell commands (evaluations, checks, merges): ``/bin/sh -c <command>``.
 
-What a user sees is in docs/strategies.md (``command``) and docs/cli.md ("Output
-without terminal codes"): stdout (its last ``OUTPUT_LIMIT`` bytes) is the final
-message, a non-zero exit is a failed task (not retried, no error category:
-the runner reports error type ``"command"``), and commands run with ``NO_COLOR=1``
-unless the user's own ``NO_COLOR``/``FORCE_COLOR`` is passed on (:func:`colour_env`).
+What a user sees (stdout as the final message, a non-zero exit as a failed task that is not retried,
+``NO_COLOR``) is in docs/strategies.md (``command``) and docs/cli.md ("Output without terminal codes").
 """
 
 from __future__ import annotations

@@ -4,16 +4,8 @@ Both commands always exit 0 when they could do their job, so a failing check
 or a merge conflict is data in stdout and a *failed task* means the container
 or the runner broke. Their stdout ends in marker lines (``@@evolve ...``) that
 the parsers below read; everything is derived from task results, never from
-the host repository, so a replay reads the same values.
-
-Measure (read-only, ``import_policy="never"``)::
-
-    <last bytes of the check's stdout>
-    @@evolve stderr
-    <last bytes of its stderr>
-    @@evolve end exit=<status> head=<commit>
-
-Merge (``import_policy="auto"``): docs/evolve.md ("A cycle") describes its steps and markers.
+the host repository, so a replay reads the same values. The merge's steps and
+markers are in docs/evolve.md ("A cycle").
 """
 
 from __future__ import annotations

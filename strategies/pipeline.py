@@ -249,13 +249,9 @@ class _IdeaRun:
             coded = await self._task(task, "code", "round-1")
         except self.ctx.errors.TaskFailed as exc:
             raise _Stop("code_failed", _failure(exc)) from None
-        branch = (coded.get("artifact") or {}).get("branch_final")
-        if not branch:
+        if not (coded.get("artifact") or {}).get("branch_final"):
             raise _Stop("no_changes", "the coder committed nothing")
-        self.branch = branch
-        self.session = coded.get("session_id")
-        self.commit = (coded.get("artifact") or {}).get("commit")
-        self.out.update(branch=self.branch, coder_session_id=self.session)
+        self._adopt(coded)
         rounds = 1 + (self.cfg.max_review_rounds if self.cfg.review else 0)
         for n in range(1, rounds + 1):
             if await self.review(n, last=n == rounds):

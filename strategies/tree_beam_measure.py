@@ -3,15 +3,9 @@
 One measurement is ONE command task (:func:`measure_command`, docs/tree-beam.md "A protected
 evaluator"): running every run in one container is what makes a paired A B A B comparison fair.
 
-Each run prints one line ``@@orch-run <i> <label> <exit code> <attempts> <last stdout line>``;
-a candidate that changed a protected path gets ``@@orch-protected-changed <label> <paths>``.
-The last run's last 20 stdout lines follow as ``| <line>``, its stderr's as ``!| <line>``.
-The first line of the script is ``# orch-measure <json>`` naming the runs, so a
-scripted benchmark (tests, bench/search_quality.py) can answer without a shell.
-
-Statistics are pure functions of the samples (the median per metric, a
-two-sided Student-t interval of the mean at ``confidence``); how a gate decision
-reads them is in docs/tree-beam.md ("Measuring on a noisy benchmark").
+Its output is marker lines (the ``*_MARK`` constants, read by :func:`parse_runs`); its first line,
+``# orch-measure <json>``, names the runs, so a scripted benchmark (tests, bench/search_quality.py) can
+answer without a shell. How a gate reads the intervals: docs/tree-beam.md ("Measuring on a noisy benchmark").
 """
 
 from __future__ import annotations
@@ -398,20 +392,14 @@ class Measurer:
 
     async def screen(self, branch: str, key_parts: tuple, info: dict[str, Any]) -> tuple[Evaluation, str]:
         parsed, commit, error = await self.runs(branch, key_parts, [("c", "HEAD")] * self.cfg["eval_repeats"])
-        if parsed is None or error:
-            info.update(
-                flaky_runs=parsed.flaky if parsed else 0,
-                protected_changed=[],
-                log=parsed.log if parsed else "",
-                err_log=parsed.err_log if parsed else error,  # the task failed: its message is the output
-            )
-            return Evaluation(status="failed", commit=commit, error=error), error
         info.update(
-            flaky_runs=parsed.flaky,
-            protected_changed=parsed.protected_changed.get("c", []),
-            log=parsed.log,
-            err_log=parsed.err_log,
+            flaky_runs=parsed.flaky if parsed else 0,
+            protected_changed=parsed.protected_changed.get("c", []) if parsed and not error else [],
+            log=parsed.log if parsed else "",
+            err_log=parsed.err_log if parsed else error,  # the task failed: its message is the output
         )
+        if parsed is None or error:
+            return Evaluation(status="failed", commit=commit, error=error), error
         ev = summarize(parsed.by_label.get("c", []), self.cfg["confidence"])
         return self.pin(msgspec.structs.replace(ev, commit=commit)), parsed.log
 
