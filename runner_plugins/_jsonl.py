@@ -142,7 +142,6 @@ def dict_at(obj: dict[str, Any], key: str) -> dict[str, Any]:
 
 
 def list_at(obj: dict[str, Any], key: str) -> list[Any]:
-    """``obj[key]`` if it is a JSON array, else an empty one."""
     value = obj.get(key)
     return value if isinstance(value, list) else []
 

@@ -178,15 +178,8 @@ class ClaudeCodePlugin:
                 trailer = ["--", request.prompt]  # keep it from being read as an option
             else:
                 argv.append(request.prompt)
-        argv += [
-            "--output-format",
-            "stream-json",
-            "--verbose",
-            "--model",
-            model,
-            "--permission-mode",
-            "bypassPermissions",
-        ]
+        argv += ["--output-format", "stream-json", "--verbose", "--model", model]
+        argv += ["--permission-mode", "bypassPermissions"]
         if resume_session_id:
             argv += ["--resume", resume_session_id]
         if request.system_prompt:
@@ -222,8 +215,6 @@ class ClaudeCodePlugin:
 
 
 class ClaudeStreamParser(JsonLinesParser):
-    """Parses one execution's stream-json output into events and an outcome."""
-
     def __init__(self, *, previous: dict[str, float] | None = None) -> None:
         super().__init__(previous=previous)
         self._last_text: str | None = None

@@ -124,19 +124,9 @@ class CodexPlugin:
             raise ConfigError("codex needs a model name (-m)")
         if not request.prompt.strip():
             raise ConfigError("codex needs a non-empty prompt")
-        argv = [
-            "codex",
-            "exec",
-            "--json",
-            "--skip-git-repo-check",
-            "--dangerously-bypass-approvals-and-sandbox",
-            "-c",
-            "analytics.enabled=false",
-            "-c",
-            "features.unbounded_connection_retries=false",
-            "-m",
-            request.model,
-        ]
+        argv = ["codex", "exec", "--json", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox"]
+        argv += ["-c", "analytics.enabled=false", "-c", "features.unbounded_connection_retries=false"]
+        argv += ["-m", request.model]
         base_url = (auth.openai_base_url if auth else None) or request.env.get("OPENAI_BASE_URL")
         if base_url:
             # Two retries inside the CLI, like claude-code's CLAUDE_CODE_MAX_RETRIES:

@@ -89,12 +89,10 @@ async def score_into(ctx, row: dict[str, Any], task: dict[str, Any], key_parts: 
 
 
 def failure(exc) -> str:
-    """A failed task's one line, as the output files record it."""
     return f"{exc.error_type}: {exc.message}"
 
 
 def none_scored(ctx, rows: list[dict[str, Any]], stem: str) -> Exception:
-    """The error of a run whose candidates all failed or could not be scored."""
     failed = sum(r.get("status") == "failed" for r in rows)
     return ctx.errors.NoViableCandidates(
         f"none of {len(rows)} candidates could be scored ({failed} failed, {len(rows) - failed} unscorable); "

@@ -136,7 +136,6 @@ def parse_eval_output(stdout: str, *, commit: str | None = None) -> Evaluation:
 
 
 def evaluation_from_task(result: dict[str, Any] | None, failure: Exception | None = None) -> Evaluation:
-    """An :class:`Evaluation` from an eval task's result, or from its ``TaskFailed``."""
     if failure is not None or result is None:
         error_type = getattr(failure, "error_type", "unknown")
         message = getattr(failure, "message", str(failure))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from dataclasses import dataclass
 from itertools import combinations
 from typing import Annotated, Any
 
@@ -31,7 +32,6 @@ from .evolve_wave import (
 from .review_loop import MaxCostUsd, MaxWallS
 
 ATTEMPTS_KEPT = 5  # earlier attempts shown in a goal's next fix prompt
-REST_AFTER = 2  # reverted attempts in a row on one goal before it rests (until the base moves)
 TAIL_IN_NOTE = 300
 
 
@@ -48,7 +48,7 @@ async def evolve(
     quarantine_after: Annotated[int, "rolled-back fixes before a goal is quarantined"] = 3,
     rest_after: Annotated[
         int, "reverted attempts in a row on one goal before it rests and the next failing goal gets the wave"
-    ] = REST_AFTER,
+    ] = 2,
     recheck: Annotated[
         int, "re-runs of a check that newly fails on a wave before it counts as a regression (0: believe one run)"
     ] = 1,
@@ -92,30 +92,25 @@ async def evolve(
     return out
 
 
+@dataclass
 class _Loop:
-    def __init__(
-        self,
-        ctx: Context,
-        budget: BudgetScope,
-        prompt: str,
-        goals: list[Goal],
-        *,
-        max_parallel: int,
-        bisect: bool,
-        quarantine_after: int,
-        rest_after: int = REST_AFTER,
-        recheck: int = 1,
-        max_failed_waves: int = 3,
-        retry_backoff_s: float = 60.0,
-    ) -> None:
-        self.ctx, self.budget, self.prompt, self.goals = ctx, budget, prompt, goals
-        self.by_id = {g.id: g for g in goals}
-        self.max_parallel, self.bisect, self.quarantine_after = max_parallel, bisect, quarantine_after
-        self.recheck, self.max_failed_waves, self.retry_backoff_s = recheck, max_failed_waves, retry_backoff_s
+    ctx: Context
+    budget: BudgetScope
+    prompt: str
+    goals: list[Goal]
+    max_parallel: int
+    bisect: bool
+    quarantine_after: int
+    rest_after: int
+    recheck: int
+    max_failed_waves: int
+    retry_backoff_s: float
+
+    def __post_init__(self) -> None:
+        self.by_id = {g.id: g for g in self.goals}
         self.strikes: Counter[str] = Counter()
         # Reverted attempts in a row per goal; at rest_after the goal rests (goal id -> why)
         # until the base moves, so one goal that cannot move does not take every cycle.
-        self.rest_after = rest_after
         self.reverted_in_a_row: Counter[str] = Counter()
         self.resting: dict[str, str] = {}
         self.quarantined: list[str] = []
@@ -128,7 +123,8 @@ class _Loop:
         self.attempts: dict[str, list[str]] = {}
         self.failed_waves = 0
         self.history: list[dict[str, Any]] = []
-        suffix = "" if ctx.strategy_execution_id == "s1" else f"-{ctx.strategy_execution_id}"
+        sid = self.ctx.strategy_execution_id
+        suffix = "" if sid == "s1" else f"-{sid}"
         self.history_name = f"cycle-history{suffix}.jsonl"
         self.summary_name = f"evolve_summary{suffix}.md"
 

@@ -181,7 +181,6 @@ def check_max_parallel(value: Any) -> int:
 
 
 def prepare(params: dict[str, Any], repo_path: str) -> dict[str, Any]:
-    """Load and validate the goals file and limits before the run starts."""
     out = dict(params)
     check_max_parallel(out.get("max_parallel", 3))
     for name, default, least in _WHOLE_NUMBERS:

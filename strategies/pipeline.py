@@ -203,7 +203,6 @@ class _IdeaRun:
         return await ctx.wait(ctx.run(task, key=ctx.key(*self.prefix, *key_parts)))
 
     async def _coder(self, prompt: str, *key_parts: str) -> dict[str, Any]:
-        """The coder fixes its own branch, resuming its own session."""
         task = {
             "prompt": prompt,
             "base_branch": self.branch,
@@ -239,7 +238,6 @@ class _IdeaRun:
         _write(self.out_dir, "plan.md", self.plan_text + "\n")
 
     async def code(self, objective: str) -> None:
-        """Implement, then review and fix rounds."""
         task = {
             "prompt": code_prompt(self.goal, self.idea, self.plan_text, objective),
             "base_branch": self.branch,

@@ -585,7 +585,6 @@ class _Search:
         return frontier, None
 
     async def ideate(self, node_id: str, generated: dict[str, list[dict[str, str]] | None]) -> None:
-        """A context pack for the node, then its ideas."""
         ctx, tree, cfg = self.ctx, self.tree, self.cfg
         node = tree.nodes[node_id]
         diffstat = None
@@ -664,15 +663,10 @@ class _Search:
             objective=objective_text(tree, parent, tried=True),
             evaluator=evaluator,
         )
+        # (every key but eval_log is already in the record: the update keeps tree.json's key order)
         rec.update(
-            status=outcome["status"],
-            branch=outcome["branch"],
-            commit=outcome["commit"],
-            evaluation=outcome["evaluation"],
+            {k: outcome[k] for k in ("status", "branch", "commit", "evaluation", "root_comparison", "rounds", "error")},
             parent_comparison=outcome["comparison"],
-            root_comparison=outcome["root_comparison"],
-            rounds=outcome["rounds"],
-            error=outcome["error"],
             protected_changed=info.get("protected_changed", []),
             flaky_runs=info.get("flaky_runs", 0),
             eval_log=(info.get("log") or "")[-2000:],
