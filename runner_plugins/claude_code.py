@@ -128,15 +128,6 @@ class ClaudeCodePlugin:
     def known_models(self) -> dict[str, str] | None:
         return ModelTable(_ALIASES)
 
-    def resolve_model(self, model: str) -> str:
-        table = ModelTable(_ALIASES)
-        if model not in table:
-            raise ConfigError(
-                f"unknown model {model!r} for claude-code; use one of {', '.join(sorted(_ALIASES))} "
-                "or a full model id starting with 'claude-'"
-            )
-        return table[model]
-
     def validate_environment(self, auth: AuthConfig) -> None:
         if not (auth.oauth_token or auth.api_key):
             raise PreflightError(
@@ -170,7 +161,12 @@ class ClaudeCodePlugin:
     def build_command(self, request: InstanceRequest, *, resume_session_id: str | None) -> list[str]:
         if not request.prompt.strip():
             raise ConfigError("claude-code needs a non-empty prompt")
-        model = self.resolve_model(request.model)
+        model = request.model  # the CLI resolves an alias itself
+        if model not in ModelTable(_ALIASES):
+            raise ConfigError(
+                f"unknown model {model!r} for claude-code; use one of {', '.join(sorted(_ALIASES))} "
+                "or a full model id starting with 'claude-'"
+            )
         argv = ["claude", "-p"]
         trailer: list[str] = []
         if not prompt_via_stdin(request.prompt):

@@ -13,7 +13,7 @@ import re
 import shlex
 from typing import Any
 
-from .base_check import EXIT_LINE, parse_base_run
+from .base_check import EXIT_LINE, parse_base_run, split_streams
 from .evolve_commands import END_LINE, STDERR_MARK, parse_merge
 from .tree_beam_measure import DONE_MARK, RUN_MARK, parse_runs
 
@@ -56,15 +56,12 @@ def report_task(task: dict[str, Any]) -> dict[str, Any] | None:
     if EXIT_LINE.search(text):
         run = parse_base_run(text)
         out.update(fields={"exit status": run.exit_code}, output=run.stdout, stderr=run.stderr)
-    elif (end := END_LINE.search(text)) is not None:
-        body = text[: end.start()]
-        stdout, sep, stderr = body.rpartition(STDERR_MARK)
-        if not sep:
-            stdout, stderr = body, ""
+    elif (split := split_streams(text, END_LINE, STDERR_MARK)) is not None:
+        end, stdout, stderr = split
         out.update(
             fields={"exit status": int(end.group(1)), "measured on commit": end.group(2)[:12] or None},
-            output=stdout.strip("\n"),
-            stderr=stderr.strip("\n"),
+            output=stdout.lstrip("\n"),
+            stderr=stderr.lstrip("\n"),
         )
     elif RUN_MARK.strip() in text or DONE_MARK in text:
         runs = parse_runs(text)
