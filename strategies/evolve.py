@@ -129,14 +129,8 @@ class _Loop:
         self.summary_name = f"evolve_summary{suffix}.md"
 
     def _eligible(self, measures: dict[str, Measurement]) -> list[Goal]:
-        return [
-            g
-            for g in self.goals
-            if not measures[g.id].passed
-            and g.id not in self.quarantined
-            and g.id not in self.no_change
-            and g.id not in self.resting
-        ]
+        left_out = {*self.quarantined, *self.no_change, *self.resting}
+        return [g for g in self.goals if not measures[g.id].passed and g.id not in left_out]
 
     async def run(self, base: str, max_cycles: int) -> dict[str, Any]:
         stop_reason = ""
@@ -333,12 +327,8 @@ class _Loop:
     def _pick(self, entry: dict[str, Any], measures: dict[str, Measurement]) -> list[Goal]:
         """The goals this cycle's wave fixes; ``entry`` says which were skipped and why."""
         failing = [g for g in self.goals if not measures[g.id].passed and g.id not in self.quarantined]
-        picked, skipped = select_goals(
-            [g for g in failing if g.id not in self.no_change and g.id not in self.resting],
-            self.max_parallel,
-            frozenset(self.learned),
-            self.idle_counts,
-        )
+        learned = frozenset(self.learned)
+        picked, skipped = select_goals(self._eligible(measures), self.max_parallel, learned, self.idle_counts)
         failing_ids = {g.id for g in failing}
         skipped.update({gid: "changed nothing on this base" for gid in self.no_change if gid in failing_ids})
         skipped.update(

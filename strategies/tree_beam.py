@@ -482,12 +482,9 @@ class _Search:
                 cand = evaluation_from_json(best["evaluation"])
                 verdict["check"] = _unpaired_check(self.root_ev, cand, meter, basis, strict_better=True)
             else:
-                check = await meter.confirm(best["branch"], ("final", "confirm"), tree.nodes["n0"]["commit"])
-                if check.get("change") and check["reason"] != "incomplete_evaluation":
-                    check["passed"], check["reason"] = decide(
-                        check["change"], meter.scoring.tolerance, strict_better=True
-                    )
-                verdict["check"] = check
+                verdict["check"] = await meter.confirm(
+                    best["branch"], ("final", "confirm"), tree.nodes["n0"]["commit"], strict_better=True
+                )
             if verdict["check"]["passed"]:
                 verdict.update(node=best["id"], beat_base=True)
         tree.best = verdict

@@ -403,7 +403,9 @@ class Measurer:
         ev = summarize(parsed.by_label.get("c", []), self.cfg["confidence"])
         return self.pin(msgspec.structs.replace(ev, commit=commit)), parsed.log
 
-    async def confirm(self, branch: str, key_parts: tuple, parent_commit: str | None) -> dict[str, Any]:
+    async def confirm(
+        self, branch: str, key_parts: tuple, parent_commit: str | None, *, strict_better: bool = False
+    ) -> dict[str, Any]:
         """Parent and candidate re-measured paired, interleaved (p c p c ...), in one container."""
         pairs = self.cfg["confirm_pairs"]
         parsed, _commit, error = await self.runs(
@@ -432,7 +434,7 @@ class Measurer:
         if not cand.complete:
             out.update(change=change, reason="incomplete_evaluation")
             return out
-        passed, reason = decide(change, self.scoring.tolerance)
+        passed, reason = decide(change, self.scoring.tolerance, strict_better=strict_better)
         out.update(change=change, passed=passed, reason=reason)
         return out
 
