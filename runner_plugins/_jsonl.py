@@ -146,8 +146,6 @@ def list_at(obj: dict[str, Any], key: str) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
-# --- error classification: category, and whether a retry can help --------------------
-
 _AUTH = re.compile(
     r"\b40[13]\b|unauthori[sz]ed|forbidden|authentication|invalid api key|incorrect api key|"
     r"api[ _]key|oauth token|not logged in|please run /login|permission_error",

@@ -219,8 +219,6 @@ class ClaudeStreamParser(JsonLinesParser):
         self._last_retry: dict[str, Any] | None = None
         self._rate_limited = False
 
-    # -- streaming --------------------------------------------------------------------
-
     def _handle_line(self, line: str) -> list[AgentEvent]:
         obj = parse_object(line)
         if obj is None:
@@ -304,8 +302,6 @@ class ClaudeStreamParser(JsonLinesParser):
             for b in blocks
             if b.get("type") == "tool_result"
         ]
-
-    # -- outcome ----------------------------------------------------------------------
 
     def finish(self, exit_code: int | None) -> AgentOutcome:
         # Events of an unterminated last line; the runner may log them after finish().

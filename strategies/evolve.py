@@ -482,7 +482,6 @@ class _Loop:
                 self.quarantined.append(gid)
                 entry["quarantined"].append(gid)
 
-    # -------------------------------------------------------------- outputs
     def _publish(self, cycle: int, max_cycles: int, measures: dict[str, Measurement], doing: str = "") -> None:
         """Tell people watching (the TUI) where the loop is: cycle, and goals passing on the current base."""
         passing, total = sum(m.passed for m in measures.values()), len(self.goals)

@@ -60,9 +60,6 @@ from .tree_beam_report import (
 IdeasContext = Literal["node_plus_ancestors", "node_only", "global"]
 
 
-# ---------------------------------------------------------------- pure decision logic
-
-
 def idea_hash(title: str, description: str) -> str:
     """Normalized text hash: case, bullets, punctuation and spacing do not make an idea new."""
     lines = [re.sub(r"^\s*(?:[-*+•]|\d+[.)])\s*", "", ln) for ln in f"{title}\n{description}".lower().splitlines()]
@@ -118,9 +115,6 @@ def parse_ideas(data: Any, limit: int) -> list[dict[str, str]] | None:
     return ideas[:limit] or None
 
 
-# ---------------------------------------------------------------- prompts and context
-
-
 def ideation_prompt(goal: str, node: dict[str, Any], k: int, context: str) -> str:
     return (
         f"Role: ideator\nNode: {node['id']}\n\nOverall goal: {goal}\n\n{context}\n\n"
@@ -151,9 +145,6 @@ def context_pack(tree: Tree, node: dict[str, Any], diffstat: str | None, mode: s
     if tried:
         parts.append(tried)
     return "\n\n".join(parts) or "This is the starting point: no ideas have been tried yet."
-
-
-# ---------------------------------------------------------------- the tree being built
 
 
 class Tree:
@@ -235,9 +226,6 @@ class Tree:
         }
 
 
-# ---------------------------------------------------------------- objective shown to the agents
-
-
 def _values(ev: dict[str, Any] | None, confidence: float) -> str:
     if not ev or ev.get("status") != "ok":
         return "(not measured)"
@@ -307,9 +295,6 @@ def tried_ideas(tree: Tree, node: dict[str, Any], mode: str) -> str:
     if not shown:
         return ""
     return label + ":\n" + "\n".join(_outcome_line(r) for r in sorted(shown, key=lambda r: r["id"]))
-
-
-# ---------------------------------------------------------------- the strategy
 
 
 def prepare(params: dict[str, Any], repo_path: str) -> dict[str, Any]:

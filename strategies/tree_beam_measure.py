@@ -33,9 +33,6 @@ LOG_MARK = "| "
 ERR_MARK = "!| "
 
 
-# ---------------------------------------------------------------- the script
-
-
 def default_protected_paths(eval_command: str) -> list[str]:
     """Files the evaluation command names (``bench.py``, ``./scripts/run.sh``), and ``bench/``."""
     try:
@@ -127,9 +124,6 @@ def measure_command(
     return "\n".join(lines) + "\n"
 
 
-# ---------------------------------------------------------------- parsing
-
-
 @dataclass
 class Runs:
     """Parsed runs of one measurement task: evaluations per label, in run order."""
@@ -180,9 +174,6 @@ def parse_runs(text: str, commit: str | None = None) -> Runs:
     out.log = "\n".join(log)
     out.err_log = "\n".join(err_log)
     return out
-
-
-# ---------------------------------------------------------------- statistics
 
 
 def _betacf(a: float, b: float, x: float) -> float:
@@ -332,9 +323,6 @@ def unpaired_change(
     df = max(1, min(sp["n"], sc["n"]) - 1)
     hw = t_quantile(0.5 + confidence / 2, df) * err if err else 0.0
     return _stats(min(sp["n"], sc["n"]), mean, mean, hw)
-
-
-# ---------------------------------------------------------------- measuring in a run
 
 
 class Spending:

@@ -281,9 +281,6 @@ def write_tree_report(tree: dict[str, Any], out_dir: Path) -> list[Path]:
     return [out_dir / name for name in files]
 
 
-# ---------------------------------------------------------------- checks and reports from the log
-
-
 def tree_problems(tree: dict[str, Any] | str | Path) -> list[str]:
     """Parents, depths, frontiers and promotions of a tree (dict or tree.json path) that disagree; [] = consistent.
 
