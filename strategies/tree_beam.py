@@ -138,12 +138,8 @@ def _outcome_line(r: dict[str, Any]) -> str:
 
 
 def context_pack(tree: Tree, node: dict[str, Any], diffstat: str | None, mode: str) -> str:
-    parts = []
-    if diffstat:
-        parts.append(f"Changes on this branch so far (git diff --stat):\n{diffstat.strip()}")
-    tried = tried_ideas(tree, node, mode)
-    if tried:
-        parts.append(tried)
+    changes = f"Changes on this branch so far (git diff --stat):\n{diffstat.strip()}" if diffstat else ""
+    parts = [p for p in (changes, tried_ideas(tree, node, mode)) if p]
     return "\n\n".join(parts) or "This is the starting point: no ideas have been tried yet."
 
 
@@ -272,10 +268,8 @@ def objective_text(tree: Tree, node: dict[str, Any], *, tried: bool) -> str:
     log = (node.get("eval_log") or "").strip()
     if log:
         lines.append(f"Last evaluation output at this node (trimmed):\n```\n{log[-1500:]}\n```")
-    if tried:
-        shown = tried_ideas(tree, node, cfg["ideas_context"])
-        if shown:
-            lines.append(shown)
+    if tried and (shown := tried_ideas(tree, node, cfg["ideas_context"])):
+        lines.append(shown)
     return "\n".join(lines)
 
 
