@@ -24,7 +24,6 @@ from ._json import ask_twice
 from ._report import tree_beam_sections as report_sections  # noqa: F401  (the run report's sections)
 from ._report_tasks import report_task  # noqa: F401  (its command tasks in the report)
 from .base_check import run_on_base, unusable_evaluation
-from .budget import Budget
 from .evaluation import (
     Comparison,
     Evaluation,
@@ -157,7 +156,7 @@ class Tree:
         self.evals_used = 0
         self.archive: list[str] = []  # passed screening, missed the beam: reserves for an empty frontier
         self.revivals: list[dict[str, Any]] = []
-        self.budget: Budget | None = None
+        self.spending: Spending | None = None
         self.budget_reason: str | None = None
         self.best: dict[str, Any] | None = None
 
@@ -208,7 +207,7 @@ class Tree:
             "stop_reason": self.stop_reason,
             "evals_used": self.evals_used,
             "eval_runs": self.eval_runs(),
-            "spent": {"cost_usd": round(self.budget.cost_usd, 6) if self.budget else 0.0},
+            "spent": {"cost_usd": round(self.spending.budget.cost_usd, 6) if self.spending else 0.0},
             "best": self.best,
             "flagged_protected": sorted(r["id"] for r in self.evals.values() if r.get("protected_changed")),
             "flaky_runs": sum(r.get("flaky_runs", 0) for r in self.evals.values())
@@ -374,7 +373,7 @@ async def tree_beam(
             frontier, stop = await search.revive()
         elif not (expandable := [n for n in frontier if search.tree.nodes[n]["depth"] < max_depth]):
             stop = "max_depth"
-        elif (reason := search.over_budget()) is not None:
+        elif (reason := search.ctx.over_budget()) is not None:
             stop = f"budget: {reason}"
         else:
             frontier, stop = await search.expand(expandable)
@@ -399,21 +398,11 @@ class _Search:
             review=cfg["max_review_rounds"] > 0, scoring=self.scoring, **{k: cfg[k] for k in pipe_fields}
         )
         self.out = output_root(ctx)
-        self.timed = cfg["max_wall_s"] is not None
-        self.budget = Budget(
-            max_cost_usd=cfg["max_cost_usd"],
-            max_wall_s=cfg["max_wall_s"],
-            started_at=ctx.now() if self.timed else 0.0,
-        )
-        tree.budget = self.budget
-        self.ctx: Any = Spending(ctx, self.budget)
+        self.ctx: Any = Spending(ctx, max_cost_usd=cfg["max_cost_usd"], max_wall_s=cfg["max_wall_s"])
+        tree.spending = self.ctx
         self.meter = Measurer(self.ctx, cfg, self.scoring)
         self.evaluations: dict[str, Evaluation] = {}
         self.round_no = 0
-
-    def over_budget(self) -> str | None:
-        # ctx.now() only at sequential points: a resumed run must ask for the same checkpoints in the same order
-        return self.budget.exhausted(self.ctx.now() if self.timed else 0.0)
 
     def publish(self) -> dict[str, Any]:
         """Write the tree so far and say where the search is.
@@ -454,7 +443,7 @@ class _Search:
         verdict: dict[str, Any] = {"node": "n0", "beat_base": False, "check": None, "candidate": None}
         if best is not None:
             verdict["candidate"] = best["id"]
-            budget_reason = self.over_budget()
+            budget_reason = self.ctx.over_budget()
             if meter.cfg["confirm_pairs"] == 0 or budget_reason is not None:
                 # no paired check (not asked for, or no budget left): the chain of confirmed promotions is the evidence
                 basis = "separate_measurements" + ("; budget spent" if budget_reason else "")
@@ -537,7 +526,7 @@ class _Search:
             tree.evals[rec["id"]] = rec
             record["evaluations"].append(rec["id"])
         self.publish()
-        if (reason := self.over_budget()) is not None:
+        if (reason := self.ctx.over_budget()) is not None:
             for rec in planned:
                 rec.update(status="skipped")
                 rec["decision"]["promotion_reason"] = "not_started:budget"
@@ -665,7 +654,7 @@ class _Search:
         """Confirm the best-ranked screened candidates until ``slots`` pass (or none is left); ``queue`` keeps the rest."""
         chosen: list[dict[str, Any]] = []
         while queue and len(chosen) < slots:
-            if (reason := self.over_budget()) is not None:
+            if (reason := self.ctx.over_budget()) is not None:
                 self.tree.budget_reason = reason
                 break
             batch, queue[:] = queue[: slots - len(chosen)], queue[slots - len(chosen) :]
@@ -722,7 +711,7 @@ class _Search:
         revived_from = sorted((tree.evals[e] for e in tree.archive), key=rank_key)
         if not revived_from:
             return [], "frontier_empty"
-        if (reason := self.over_budget()) is not None:
+        if (reason := self.ctx.over_budget()) is not None:
             return [], f"budget: {reason}"
         tree.archive = []
         chosen = await self.confirm_in_rank_order(revived_from, self.cfg["beam_width"])

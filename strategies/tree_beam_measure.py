@@ -21,8 +21,9 @@ from typing import Any
 import anyio
 import msgspec
 
+from orchestrator.strategy import BudgetScope
+
 from .base_check import could_not_run, named_command
-from .budget import Budget
 from .evaluation import EvalParseError, Evaluation, ScoringConfig, parse_eval_output, to_json
 from .pipeline import command_task
 
@@ -326,17 +327,25 @@ def unpaired_change(
 
 
 class Spending:
-    """``ctx`` that charges every finished task's cost to the run's budget."""
+    """``ctx`` that charges every finished task's cost to the run's budget, asked at the points the search chooses."""
 
-    def __init__(self, ctx, budget: Budget) -> None:
-        self._ctx, self._budget = ctx, budget
+    def __init__(self, ctx, *, max_cost_usd: float | None, max_wall_s: float | None) -> None:
+        self._ctx, self._timed = ctx, max_wall_s is not None
+        self._clock = ctx.now() if self._timed else 0.0
+        # The budget reads the time over_budget last asked ctx for, never ctx itself.
+        self.budget = BudgetScope(lambda: self._clock, max_cost_usd=max_cost_usd, max_wall_s=max_wall_s)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._ctx, name)
 
+    def over_budget(self) -> str | None:
+        # ctx.now() only at sequential points: a resumed run must ask for the same checkpoints in the same order
+        self._clock = self._ctx.now() if self._timed else 0.0
+        return self.budget.exhausted()
+
     async def wait(self, handle):
         result = await self._ctx.wait(handle)
-        self._budget.charge(result, key=getattr(handle, "key", None))
+        self.budget.charge(result)
         return result
 
 
