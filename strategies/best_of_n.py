@@ -8,9 +8,9 @@ generation index, so the outcome never depends on completion order.
 from __future__ import annotations
 
 import functools
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
-from orchestrator.strategy import ConfigError, Context, RunView, TaskInput, TaskResult, strategy_options
+from orchestrator.strategy import ConfigError, Context, ImportPolicy, RunView, TaskInput, TaskResult, strategy_options
 
 from ._report import best_of_n_sections as report_sections  # noqa: F401  (the run report's sections)
 from ._report_tasks import report_task  # noqa: F401  (its command tasks in the report)
@@ -29,7 +29,6 @@ from ._scoring import (
 from .branch_cleanup import listed_for_deletion
 
 TIE_BREAK = "highest score, then lowest generation index"
-ImportPolicy = Literal["auto", "never", "always"]
 
 
 def _prepare(params: dict[str, Any], repo_path: str) -> dict[str, Any]:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
-from orchestrator.strategy import Context
+from orchestrator.strategy import Context, ImportPolicy
 
 
 async def simple(
@@ -12,7 +12,7 @@ async def simple(
     base_branch,
     ctx: Context,
     *,
-    import_policy: Annotated[Literal["auto", "never", "always"], "when to create the branch"] = "auto",
+    import_policy: Annotated[ImportPolicy, "when to create the branch"] = "auto",
 ):
     """Run the prompt once and return its result."""
     return await ctx.wait(

@@ -10,11 +10,12 @@ from __future__ import annotations
 import functools
 from collections import Counter
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from orchestrator.strategy import (
     ConfigError,
     Context,
+    ImportPolicy,
     RunView,
     TaskInput,
     TaskResult,
@@ -44,7 +45,6 @@ from .evaluation import fmt_number
 from .pipeline import command_task
 from .synthesize_provenance import diff_command, provenance, split_diffs
 
-ImportPolicy = Literal["auto", "never", "always"]
 TIE_BREAK = "highest score, then lowest index"
 
 
