@@ -17,7 +17,7 @@ from typing import Any
 
 import msgspec
 
-from .evaluation import EvalParseError, Evaluation, parse_eval_output
+from .evaluation import Evaluation, evaluation_of_output
 from .pipeline import command_task
 
 STDERR_MARK = "@@orch-base stderr"
@@ -133,10 +133,7 @@ def evaluation_of(run: BaseRun) -> Evaluation:
             commit=run.commit,
             error=f"command: exit status {run.exit_code}: {_first_line(run.stderr or run.stdout)}",
         )
-    try:
-        return parse_eval_output(run.stdout, commit=run.commit)
-    except EvalParseError as exc:
-        return Evaluation(status="failed", commit=run.commit, error=f"unparsable: {exc}")
+    return evaluation_of_output(run.stdout, run.commit)
 
 
 def unusable_evaluation(ev: Evaluation, needed: list[str]) -> tuple[str, str] | None:

@@ -140,9 +140,13 @@ def evaluation_from_task(result: dict[str, Any] | None, failure: Exception | Non
         error_type = getattr(failure, "error_type", "unknown")
         message = getattr(failure, "message", str(failure))
         return Evaluation(status="failed", error=f"{error_type}: {_tail(message)}")
-    commit = (result.get("artifact") or {}).get("commit")
+    return evaluation_of_output(result.get("final_message") or "", (result.get("artifact") or {}).get("commit"))
+
+
+def evaluation_of_output(stdout: str, commit: str | None) -> Evaluation:
+    """:func:`parse_eval_output`'s evaluation, or a failed one saying why the output is not the contract's."""
     try:
-        return parse_eval_output(result.get("final_message") or "", commit=commit)
+        return parse_eval_output(stdout, commit=commit)
     except EvalParseError as exc:
         return Evaluation(status="failed", commit=commit, error=f"unparsable: {exc}")
 

@@ -24,7 +24,7 @@ import msgspec
 from orchestrator.strategy import BudgetScope
 
 from .base_check import could_not_run, named_command
-from .evaluation import EvalParseError, Evaluation, ScoringConfig, parse_eval_output, to_json
+from .evaluation import Evaluation, ScoringConfig, evaluation_of_output, to_json
 from .pipeline import command_task
 
 RUN_MARK = "@@orch-run "
@@ -152,14 +152,10 @@ def parse_runs(text: str, commit: str | None = None) -> Runs:
                 error = could_not_run(int(rc), last) if rc in ("126", "127") else None
                 error = error or f"command: exit code {rc}: {last.strip()[:300]}"
                 ev = Evaluation(status="failed", commit=commit, error=error)
-                out.failed.append(error)
             else:
-                try:
-                    ev = parse_eval_output(last, commit=commit)
-                except EvalParseError as exc:
-                    error = f"unparsable: {exc}"
-                    ev = Evaluation(status="failed", commit=commit, error=error)
-                    out.failed.append(error)
+                ev = evaluation_of_output(last, commit)
+            if ev.status != "ok":
+                out.failed.append(ev.error or "")
             if attempts != "1" and rc == "0":
                 out.flaky += 1
             out.by_label.setdefault(label, []).append(ev)
