@@ -28,8 +28,6 @@ from ._scoring import (
 )
 from .branch_cleanup import listed_for_deletion
 
-TIE_BREAK = "highest score, then lowest generation index"
-
 
 def _prepare(params: dict[str, Any], repo_path: str) -> dict[str, Any]:
     if params.get("n", 1) < 1:
@@ -110,7 +108,7 @@ def _select(
     report: dict[str, Any] = {
         "strategy_execution_id": ctx.strategy_execution_id,
         "n": len(rows),
-        "tie_break": TIE_BREAK,
+        "tie_break": "highest score, then lowest generation index",
         "candidates": rows,
         "selected": None,
     }

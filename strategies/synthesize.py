@@ -45,8 +45,6 @@ from .evaluation import fmt_number
 from .pipeline import command_task
 from .synthesize_provenance import diff_command, provenance, split_diffs
 
-TIE_BREAK = "highest score, then lowest index"
-
 
 def _prepare(params: dict[str, Any], repo_path: str) -> dict[str, Any]:
     out = dict(params)
@@ -134,7 +132,7 @@ async def synthesize(
         "source": "from_run" if from_run else ("branches" if given else "generated"),
         "from_run": from_run,
         "k": k,
-        "tie_break": TIE_BREAK,
+        "tie_break": "highest score, then lowest index",
         "test_command": test_command,
         "candidates": rows,
         "top": [],
