@@ -15,6 +15,8 @@ from typing import Any, cast
 
 import anyio
 
+from orchestrator.strategy import TaskInput
+
 from . import schemas
 from ._json import ask_twice, score_of, tail
 
@@ -43,6 +45,13 @@ async def score_with_repair(ctx, task: dict[str, Any], key_parts: tuple) -> dict
     if failed is not None:
         why = f"reviewer failed ({failed.error_type}): {failed.message}"
     return {"score": None, "attempts": attempts, "error": why}
+
+
+def with_model(task: TaskInput, model: str | None) -> TaskInput:
+    """``task`` on ``model`` when one is given; else the run's ``--model`` applies."""
+    if model:
+        task["model"] = model
+    return task
 
 
 def review_task(

@@ -24,6 +24,7 @@ from ._scoring import (
     pick_best,
     review_task,
     score_into,
+    with_model,
     write_output,
 )
 from .branch_cleanup import listed_for_deletion
@@ -44,10 +45,7 @@ def generation_task(
     """Candidate ``i``'s task: the prompt, plus approach ``i`` (cycled) when approaches are given."""
     if approaches:
         prompt = f"{prompt}\n\nApproach to take for this attempt:\n{approaches[i % len(approaches)]}"
-    task: TaskInput = {"prompt": prompt, "base_branch": base_branch, "import_policy": import_policy}
-    if model:
-        task["model"] = model
-    return task
+    return with_model({"prompt": prompt, "base_branch": base_branch, "import_policy": import_policy}, model)
 
 
 @strategy_options(prepare=_prepare)

@@ -11,7 +11,7 @@ from orchestrator.strategy import ConfigError, Context, TaskInput, TaskResult, s
 
 from . import schemas
 from ._json import ask_twice, score_of
-from ._scoring import DEFAULT_CRITERIA, branch_of, kept_unreviewed, review_task, write_output
+from ._scoring import DEFAULT_CRITERIA, branch_of, kept_unreviewed, review_task, with_model, write_output
 
 REVIEW_SCHEMA = '{"score": <number from 0 to 10>, "feedback": "<the most important concrete improvements>"}'
 
@@ -66,9 +66,7 @@ async def iterative(
     """Generate once, then review and improve it in the same agent session N times."""
     session = ctx.key("chain")  # one session volume per strategy execution
     gen: TaskInput = {"prompt": prompt, "base_branch": base_branch, "session_group_key": session}
-    if model:
-        gen["model"] = model
-    current = await ctx.wait(ctx.run(gen, key=ctx.key("gen")))
+    current = await ctx.wait(ctx.run(with_model(gen, model), key=ctx.key("gen")))
     history: list[dict[str, Any]] = [
         {"step": "gen", "instance_id": current["instance_id"], "branch": branch_of(current)}
     ]
@@ -104,10 +102,8 @@ async def iterative(
             "session_group_key": session,
             "resume_session_id": current["session_id"],
         }
-        if model:
-            improve["model"] = model
         try:
-            current = await ctx.wait(ctx.run(improve, key=ctx.key("improve", f"iter-{n}")))
+            current = await ctx.wait(ctx.run(with_model(improve, model), key=ctx.key("improve", f"iter-{n}")))
         except ctx.errors.TaskFailed as exc:
             stopped = f"improvement {n} failed ({exc.error_type}): {exc.message}"
             history.append({"step": f"improve/iter-{n}", "error": f"{exc.error_type}: {exc.message}"})

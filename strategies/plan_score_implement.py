@@ -21,6 +21,7 @@ from ._scoring import (
     review_task,
     score_into,
     tail,
+    with_model,
     write_output,
 )
 
@@ -66,10 +67,8 @@ async def plan_score_implement(
             "import_policy": "never",
             "session_group_key": ctx.key("plan", angle),
         }
-        if model:
-            task["model"] = model
         try:
-            result = await ctx.wait(ctx.run(task, key=ctx.key("plan", angle)))
+            result = await ctx.wait(ctx.run(with_model(task, model), key=ctx.key("plan", angle)))
         except ctx.errors.TaskFailed as exc:
             rows[i] = {"angle": angle, "status": "failed", "error": failure(exc)}
             return
@@ -102,6 +101,4 @@ async def plan_score_implement(
         "session_group_key": ctx.key("plan", angle),
         "resume_session_id": best["session_id"],
     }
-    if model:
-        implement["model"] = model
-    return await ctx.wait(ctx.run(implement, key=ctx.key("implement", "plan", best["instance_id"])))
+    return await ctx.wait(ctx.run(with_model(implement, model), key=ctx.key("implement", "plan", best["instance_id"])))

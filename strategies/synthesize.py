@@ -36,6 +36,7 @@ from ._scoring import (
     review_task,
     score_into,
     score_with_repair,
+    with_model,
     write_output,
 )
 from .base_check import run_on_base
@@ -267,10 +268,8 @@ async def _synthesis(
         "include_branches": [r["branch"] for r in top],
         "import_policy": job.import_policy,
     }
-    if model:
-        synth_task["model"] = model
     try:
-        made = await ctx.wait(ctx.run(synth_task, key=ctx.key("synth")))
+        made = await ctx.wait(ctx.run(with_model(synth_task, model), key=ctx.key("synth")))
     except ctx.errors.TaskFailed as exc:
         synthesis.update(status="failed", why=f"the synthesizer failed ({exc.error_type}): {exc.message[:300]}")
         return None
