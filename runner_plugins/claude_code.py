@@ -317,13 +317,8 @@ class ClaudeStreamParser(JsonLinesParser):
         final = text if isinstance(text, str) and text else (self._last_text or "")
         tokens_in, tokens_out, cost = _usage_of(result)
         num_turns = result.get("num_turns")
-        subtype = result.get("subtype")
-        is_error = bool(result.get("is_error")) or subtype not in (None, "success")
-        category: ErrorCategory | None = None
-        retryable = False
-        message = None
-        if is_error:
-            category, retryable, message = self._classify_result(result, final)
+        is_error = bool(result.get("is_error")) or result.get("subtype") not in (None, "success")
+        category, retryable, message = self._classify_result(result, final) if is_error else (None, False, None)
         return AgentOutcome(
             final_message=final,
             session_id=session_id,

@@ -320,15 +320,13 @@ class CodexStreamParser(JsonLinesParser):
             exit_code=exit_code,
             cumulative=cumulative,
         )
-        ok_exit = exit_code in (0, None)
-        if self._completed and self._failed is None and ok_exit:
+        if self._completed and self._failed is None and exit_code in (0, None):
             return base
         category: ErrorCategory
         failure = self._failed or self._last_error
         if failure is not None:
             message, status = _decode_error(failure)
-            decided = classify_status(status) or classify_api_text(message)
-            category, retryable = decided
+            category, retryable = classify_status(status) or classify_api_text(message)
             if session_gone(message):  # `codex exec resume <id>` of a thread it does not have
                 category, retryable = "session_corrupted", False
         else:

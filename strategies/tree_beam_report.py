@@ -162,10 +162,9 @@ def tree_verdict(tree: dict[str, Any]) -> str:
         return f"nothing selected: the search stopped before its final check{stop}"
     check = best.get("check")
     if best.get("beat_base"):
-        node = nodes.get(best["node"])
         return (
             f"{best['node']} beat the base: {metric} {_metric(nodes.get('n0'), metric)} → "
-            f"{_metric(node, metric)}, change {_change(check)}{stop}"
+            f"{_metric(nodes.get(best['node']), metric)}, change {_change(check)}{stop}"
         )
     if best.get("candidate"):
         why = (check or {}).get("reason") or "not clearly better"
