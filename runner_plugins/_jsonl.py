@@ -50,9 +50,7 @@ class LineBuffer:
 
     def flush(self) -> list[str]:
         """Return the final line when the stream ended without a newline."""
-        lines: list[str] = []
-        if self._buf and not self._skipping:
-            lines.append(_decode(self._buf))
+        lines = [_decode(self._buf)] if self._buf and not self._skipping else []
         self._buf = bytearray()
         self._skipping = False
         return lines

@@ -468,11 +468,10 @@ class _Loop:
         del notes[:-ATTEMPTS_KEPT]
 
     def _broke(self, regressed: list[str], after: dict[str, Measurement]) -> str:
-        parts = []
-        for gid in regressed:
-            g = self.by_id[gid]
-            parts.append(f"goal `{gid}` (check `{g.check}`, which then printed: {_tail(after[gid].output)})")
-        return "; ".join(parts)
+        return "; ".join(
+            f"goal `{gid}` (check `{self.by_id[gid].check}`, which then printed: {_tail(after[gid].output)})"
+            for gid in regressed
+        )
 
     def _blame(self, entry: dict[str, Any], goal_ids) -> None:
         entry["blamed"] = list(goal_ids)

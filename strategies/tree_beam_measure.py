@@ -373,9 +373,7 @@ class Measurer:
                 return None, None, f"{exc.error_type}: {exc.message.strip()[-400:]}"
         commit = (result.get("artifact") or {}).get("commit")
         parsed = parse_runs(result.get("final_message") or "", commit)
-        if not parsed.complete:
-            return parsed, commit, "the measurement's output was cut short (no end marker)"
-        return parsed, commit, ""
+        return parsed, commit, "" if parsed.complete else "the measurement's output was cut short (no end marker)"
 
     def pin(self, ev: Evaluation) -> Evaluation:
         """The row count a candidate must reach is the root's, whatever its own benchmark claims."""
