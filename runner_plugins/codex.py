@@ -140,9 +140,9 @@ class CodexPlugin:
             argv += ["-c", f"model_provider={PROVIDER}", "-c", f"model_providers.{PROVIDER}={provider}"]
         if request.output_schema is not None:
             # The final agent message is then the JSON answer; the host validates it.
-            argv += ["--output-schema", schema_path(request.output_schema)]
+            argv += ["--output-schema", _file_path("output-schema", schema_json(request.output_schema), "json")]
         if request.system_prompt:
-            path = json.dumps(instructions_path(request.system_prompt))
+            path = json.dumps(_file_path("instructions", request.system_prompt, "md"))
             # Codex before model_instructions_file (0.63 and older) reads the same
             # file under the older name; newer versions only warn about it.
             argv += ["-c", f"model_instructions_file={path}", "-c", f"experimental_instructions_file={path}"]
@@ -165,9 +165,10 @@ class CodexPlugin:
         """The files the argv names (output schema, instructions), on the container's /tmp (readable by node)."""
         files: dict[str, bytes] = {}
         if request.output_schema is not None:
-            files[schema_path(request.output_schema)] = schema_json(request.output_schema).encode("utf-8")
+            schema = schema_json(request.output_schema)
+            files[_file_path("output-schema", schema, "json")] = schema.encode("utf-8")
         if request.system_prompt:
-            files[instructions_path(request.system_prompt)] = request.system_prompt.encode("utf-8")
+            files[_file_path("instructions", request.system_prompt, "md")] = request.system_prompt.encode("utf-8")
         return files
 
     def stdin_payload(self, request: InstanceRequest) -> bytes | None:
@@ -178,16 +179,9 @@ class CodexPlugin:
         return CodexStreamParser(previous=previous)
 
 
-def schema_path(schema: dict[str, Any]) -> str:
-    """Content-addressed, so a reused container never runs against another task's schema."""
-    digest = hashlib.sha256(schema_json(schema).encode("utf-8")).hexdigest()[:16]
-    return f"{SCHEMA_DIR}/output-schema-{digest}.json"
-
-
-def instructions_path(text: str) -> str:
-    """Content-addressed like the schema: a reused container never reads another task's instructions."""
-    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
-    return f"{SCHEMA_DIR}/instructions-{digest}.md"
+def _file_path(stem: str, text: str, ext: str) -> str:
+    """Content-addressed, so a reused container never reads another task's schema or instructions."""
+    return f"{SCHEMA_DIR}/{stem}-{hashlib.sha256(text.encode('utf-8')).hexdigest()[:16]}.{ext}"
 
 
 def _codex_stdin(prompt: str) -> bool:
