@@ -181,17 +181,13 @@ def _betacf(a: float, b: float, x: float) -> float:
     h = d
     for m in range(1, 300):
         m2 = 2 * m
-        aa = m * (b - m) * x / ((a + m2 - 1) * (a + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c if abs(1.0 + aa / c) > tiny else tiny
-        h *= d * c
-        aa = -(a + m) * (a + b + m) * x / ((a + m2) * (a + m2 + 1))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c if abs(1.0 + aa / c) > tiny else tiny
-        delta = d * c
-        h *= delta
+        # the even and the odd step of the fraction
+        for aa in (m * (b - m) * x / ((a + m2 - 1) * (a + m2)), -(a + m) * (a + b + m) * x / ((a + m2) * (a + m2 + 1))):
+            d = 1.0 + aa * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + aa / c if abs(1.0 + aa / c) > tiny else tiny
+            delta = d * c
+            h *= delta
         if abs(delta - 1.0) < 1e-12:
             break
     return h
@@ -227,9 +223,7 @@ def interval(values: list[float], confidence: float) -> dict[str, Any]:
     """Median, mean and the two-sided Student-t interval of the mean (zero width below two values)."""
     n = len(values)
     mean = statistics.fmean(values)
-    hw = 0.0
-    if n >= 2:
-        hw = t_quantile(0.5 + confidence / 2, n - 1) * statistics.stdev(values) / math.sqrt(n)
+    hw = t_quantile(0.5 + confidence / 2, n - 1) * statistics.stdev(values) / math.sqrt(n) if n >= 2 else 0.0
     return _stats(n, statistics.median(values), mean, hw)
 
 
@@ -259,13 +253,12 @@ def summarize(samples: list[Evaluation], confidence: float) -> Evaluation:
         stats[name] = interval(finite, confidence) if len(finite) == len(values) else None
     metrics = {k: (v["median"] if v else float("nan")) for k, v in stats.items()}
     first = samples[0]
-    oks = {s.ok for s in samples}
     return Evaluation(
         status="ok",
         metrics=metrics,
         valid=all(s.valid for s in samples),
         expected=first.expected,
-        ok=min((o for o in oks if o is not None), default=None) if oks != {None} else None,
+        ok=min((s.ok for s in samples if s.ok is not None), default=None),
         recommendation=first.recommendation if len(samples) == 1 else None,
         commit=first.commit,
         samples=len(samples),

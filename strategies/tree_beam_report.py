@@ -136,9 +136,8 @@ def _change(check: dict[str, Any] | None) -> str:
     change = (check or {}).get("change")
     if not change or check is None:  # (a change comes only from a check)
         return "-" if not check else f"({check.get('reason')})"
-    pairs = check.get("pairs") or change.get("n")
     return f"{100 * change['mean']:+.2f}% [{100 * change['low']:+.2f}%, {100 * change['high']:+.2f}%]" + (
-        f" over {pairs} pairs" if check.get("pairs") else " (separate runs)"
+        f" over {check['pairs']} pairs" if check.get("pairs") else " (separate runs)"
     )
 
 
