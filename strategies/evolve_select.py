@@ -49,12 +49,7 @@ _IMPLIED = {
 
 
 def _segments(glob: str) -> list[str]:
-    glob = glob.strip()
-    while glob.startswith("./"):
-        glob = glob[2:]
-    if glob in ("", "."):
-        return ["**"]
-    return [s for s in glob.split("/") if s not in ("", ".")] or ["**"]
+    return [s for s in glob.strip().split("/") if s not in ("", ".")] or ["**"]
 
 
 def _literal_ends(seg: str) -> tuple[str, str]:
@@ -154,15 +149,10 @@ def _commands(command: str) -> list[str]:
     return out
 
 
-def whole_project(command: str) -> bool:
-    """The check runs a tool that looks at the whole project (``pytest``, ``ruff``, ``mypy``, ``make``...)."""
-    return any(name in _WHOLE_PROJECT for name in _commands(command))
-
-
 def footprint(goal: Goal) -> tuple[str, ...]:
     if goal.writes:
         return tuple(goal.writes)
-    if whole_project(goal.check):
+    if any(name in _WHOLE_PROJECT for name in _commands(goal.check)):
         return (".",)
     return tuple(path_tokens(goal.check))
 
