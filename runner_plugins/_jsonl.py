@@ -38,10 +38,7 @@ class LineBuffer:
         lines: list[str] = []
         start = 0
         view = memoryview(chunk)
-        while True:
-            nl = chunk.find(b"\n", start)
-            if nl < 0:
-                break
+        while (nl := chunk.find(b"\n", start)) >= 0:
             self._take(view[start:nl], lines, complete=True)
             start = nl + 1
         if start < len(chunk):
@@ -97,12 +94,8 @@ class Tail:
 
     def write(self, chunk: bytes) -> None:
         self.total += len(chunk)
-        if len(chunk) >= self.limit:
-            self._buf = bytearray(chunk[-self.limit :])
-        else:
-            self._buf += chunk
-            if len(self._buf) > self.limit:
-                del self._buf[: len(self._buf) - self.limit]
+        self._buf += chunk[-self.limit :]  # never more than the window of a large chunk
+        del self._buf[: -self.limit]
 
     @property
     def truncated(self) -> bool:
