@@ -370,16 +370,10 @@ def _env_to_dict(env: dict[str, str], source: str) -> dict[str, Any]:
                     "set one form or the other"
                 )
         node[path[-1]] = value
-        _validate(_nest(path, value), f"{source} variable {name}")
-    return out
-
-
-def _nest(path: tuple[str, ...], value: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    node = out
-    for p in path[:-1]:
-        node = node.setdefault(p, {})
-    node[path[-1]] = value
+        alone: Any = value
+        for p in reversed(path):
+            alone = {p: alone}
+        _validate(alone, f"{source} variable {name}")
     return out
 
 

@@ -15,18 +15,11 @@ import contextlib
 import os
 import sys
 import threading
+from collections import defaultdict
 from collections.abc import Callable, Iterator
 
-_thread_locks: dict[str, threading.Lock] = {}
+_thread_locks: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)
 _thread_locks_guard = threading.Lock()
-
-
-def _thread_lock_for(key: str) -> threading.Lock:
-    with _thread_locks_guard:
-        lock = _thread_locks.get(key)
-        if lock is None:
-            lock = _thread_locks[key] = threading.Lock()
-        return lock
 
 
 @contextlib.contextmanager
@@ -38,7 +31,8 @@ def file_lock(path: str | os.PathLike[str], *, on_wait: Callable[[], None] | Non
     :class:`OSError` when the lock file cannot be opened.
     """
     real = os.path.realpath(path)
-    thread_lock = _thread_lock_for(os.path.normcase(real))
+    with _thread_locks_guard:
+        thread_lock = _thread_locks[os.path.normcase(real)]
     waited = False
     if not thread_lock.acquire(blocking=False):
         waited = True

@@ -122,10 +122,14 @@ def _credentials(environ: dict[str, str], configured: str, mode: str | None, dry
     return out
 
 
+def _existing(path: Path) -> Path:
+    while not path.exists():
+        path = path.parent
+    return path
+
+
 def disk_check(path: Path, label: str, min_gb: float, hard_min_gb: float) -> Check:
-    probe = path
-    while not probe.exists():
-        probe = probe.parent
+    probe = _existing(path)
     free_gb = shutil.disk_usage(probe).free / 1e9
     detail = f"{free_gb:.1f} GB free under {probe}"
     if free_gb < hard_min_gb:
@@ -154,18 +158,12 @@ def _repository(repo: str, base_branch: str | None, ignore: tuple[Path, ...] = (
     else:
         out.append(Check("ok", "base branch", base.name + (f" ({base.chosen})" if base.chosen else "")))
         if validate_repository(top, base.name, ignore=ignore).dirty:
-            out.append(
-                Check(
-                    "warn",
-                    "working tree",
-                    "uncommitted changes: agents start from the last commit",
-                    "commit or stash them",
-                )
-            )
-    ident = {}
-    for key in ("user.name", "user.email"):
-        r = subprocess.run(["git", "config", "--get", key], cwd=top, capture_output=True, text=True)
-        ident[key] = r.stdout.strip()
+            detail = "uncommitted changes: agents start from the last commit"
+            out.append(Check("warn", "working tree", detail, "commit or stash them"))
+    ident = {
+        key: subprocess.run(["git", "config", "--get", key], cwd=top, capture_output=True, text=True).stdout.strip()
+        for key in ("user.name", "user.email")
+    }
     missing = [k for k, v in ident.items() if not v]
     if missing:
         out.append(
@@ -182,11 +180,8 @@ def _repository(repo: str, base_branch: str | None, ignore: tuple[Path, ...] = (
 
 
 def _writable(path: Path, label: str, env_var: str) -> Check:
-    probe = path
-    while not probe.exists():
-        probe = probe.parent
     try:
-        fd, name = tempfile.mkstemp(prefix=".doctor-", dir=probe)
+        fd, name = tempfile.mkstemp(prefix=".doctor-", dir=_existing(path))
         os.close(fd)
         os.unlink(name)
     except OSError as exc:
@@ -336,22 +331,12 @@ def checks(args) -> list[Check]:
     o = config.orchestration
     out.append(disk_check(dirs.logs, "logs", o.min_free_disk_gb, o.hard_min_free_disk_gb))
     out.append(disk_check(workspace_root(), "workspaces", o.min_free_disk_gb, o.hard_min_free_disk_gb))
-    out.extend(
-        _repository(
-            str(Path(args.repo or ".").absolute()),
-            args.base_branch or o.base_branch,
-            ignore=(dirs.logs, dirs.state, dirs.results),
-        )
-    )
+    repo, base_branch = str(Path(args.repo or ".").absolute()), args.base_branch or o.base_branch
+    out.extend(_repository(repo, base_branch, ignore=(dirs.logs, dirs.state, dirs.results)))
     if engine.status == "ok":
-        out.extend(
-            _environment(
-                args, config, str(Path(args.repo or ".").absolute()), args.base_branch or o.base_branch, image, plugin
-            )
-        )
-    out.append(_writable(dirs.state, "state", "ORCHESTRATOR_STATE_DIR"))
-    out.append(_writable(dirs.logs, "logs", "ORCHESTRATOR_LOGS_DIR"))
-    out.append(_writable(dirs.results, "results", "ORCHESTRATOR_RESULTS_DIR"))
+        out.extend(_environment(args, config, repo, base_branch, image, plugin))
+    for path, label in ((dirs.state, "state"), (dirs.logs, "logs"), (dirs.results, "results")):
+        out.append(_writable(path, label, f"ORCHESTRATOR_{label.upper()}_DIR"))
     out.append(_writable(workspace_root(), "workspace", "ORCHESTRATOR_WORKSPACE_ROOT"))
     return out
 

@@ -524,30 +524,26 @@ async def _output(prep: Prepared, dirs: RunDirs, run_id: str, stop: anyio.Event)
         refresh_hz=prep.config.tui.refresh_hz,
     )
     try:
-        await _render(prep, dirs, run_id, stop)
+        # Each view is imported when chosen: a run without a terminal (CI, scripts, every
+        # test) does not pay for loading the dashboard.
+        if prep.output == "dashboard":
+            from tui.dashboard import run_dashboard
+
+            await run_dashboard(
+                run_id,
+                logs_dir=dirs.logs,
+                state_dir=dirs.state,
+                results_dir=dirs.results,
+                stop=stop,
+                max_parallel=prep.max_parallel,
+                force_mode=prep.config.tui.force_display_mode,
+                refresh_hz=prep.config.tui.refresh_hz,
+            )
+        else:
+            from tui.console import stream_console
+
+            mode: Literal["plain", "json"] = "json" if prep.output == "json" else "plain"
+            await stream_console(run_id, logs_dir=dirs.logs, mode=mode, stop=stop, since=prep.console_from)
     finally:
         tlog.info("output stopped", mode=prep.output)
         tlog.close()
-
-
-async def _render(prep: Prepared, dirs: RunDirs, run_id: str, stop: anyio.Event) -> None:
-    # Each view is imported when chosen: a run without a terminal (CI, scripts, every
-    # test) does not pay for loading the dashboard.
-    if prep.output == "dashboard":
-        from tui.dashboard import run_dashboard
-
-        await run_dashboard(
-            run_id,
-            logs_dir=dirs.logs,
-            state_dir=dirs.state,
-            results_dir=dirs.results,
-            stop=stop,
-            max_parallel=prep.max_parallel,
-            force_mode=prep.config.tui.force_display_mode,
-            refresh_hz=prep.config.tui.refresh_hz,
-        )
-    else:
-        from tui.console import stream_console
-
-        mode: Literal["plain", "json"] = "json" if prep.output == "json" else "plain"  # "quiet" never gets here
-        await stream_console(run_id, logs_dir=dirs.logs, mode=mode, stop=stop, since=prep.console_from)

@@ -274,14 +274,10 @@ def _and(items: list[str]) -> str:
 
 
 def _age_hours(container: dict[str, Any]) -> float:
-    ts = container["labels"].get("orchestrator.last_active_ts")
-    when = None
-    if ts:
-        try:
-            when = datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
-        except ValueError:
-            when = None
-    if when is None:
+    ts = container["labels"].get("orchestrator.last_active_ts") or ""
+    try:
+        when = datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+    except ValueError:  # no label, or not a time
         when = float(container.get("created") or time.time())
     return (time.time() - when) / 3600
 
@@ -386,6 +382,13 @@ async def clean_containers(dry_run: bool, force: bool, config: Config | None = N
     return await _clean_containers_on(dirs, config, dry_run, force, None)
 
 
+def _victim_line(c: dict[str, Any], dry_run: bool, where: str = "") -> str:
+    return (
+        f"{'would remove' if dry_run else 'remove'} {c['name']}{where} ({c['status']}, "
+        f"run {c['labels'].get('run_id', '?')}, {_age_hours(c):.1f} h old)"
+    )
+
+
 async def _clean_containers_on(dirs: RunDirs, config: Config, dry_run: bool, force: bool, host) -> int:
     from ..runner import remove_containers
 
@@ -394,10 +397,7 @@ async def _clean_containers_on(dirs: RunDirs, config: Config, dry_run: bool, for
         print("no stopped orchestrator containers past retention")
         return 0
     for c in victims:
-        print(
-            f"{'would remove' if dry_run else 'remove'} {c['name']} ({c['status']}, "
-            f"run {c['labels'].get('run_id', '?')}, {_age_hours(c):.1f} h old)"
-        )
+        print(_victim_line(c, dry_run))
     if dry_run:
         return 0
     if not force and sys.stdin.isatty():
@@ -429,10 +429,7 @@ async def _clean_containers_on_hosts(dirs: RunDirs, config: Config, dry_run: boo
             continue
         found.append((label, host, victims))
         for c in victims:
-            print(
-                f"{'would remove' if dry_run else 'remove'} {c['name']} on {label} ({c['status']}, "
-                f"run {c['labels'].get('run_id', '?')}, {_age_hours(c):.1f} h old)"
-            )
+            print(_victim_line(c, dry_run, f" on {label}"))
         if victims:
             try:
                 # A remote engine's task keeps its workspace in a volume: it goes with the container.

@@ -21,10 +21,7 @@ from ..agent_image.tools import build_command, check_tools, required_tools
 from ..config import Config, LoadedConfig, load_config
 from ..engine.engine import auto_parallel
 from ..errors import ConfigError, PreflightError, RunnerError, UsageError
-from ..log.runs import (
-    RunDirs,
-    RunManifest,
-)
+from ..log.runs import RunDirs, RunManifest
 from ..runner import (
     AuthConfig,
     HostSpec,
@@ -211,23 +208,18 @@ async def _check_cluster(config: Config, image: str) -> str:
     return version
 
 
-async def _check_hosts(hosts: tuple[HostSpec, ...], image: str, *, sync: bool) -> None:
-    from ..runner import preflight_images, transport_warnings
-
-    # Every start and every resume says it again: accepting the risk once is not
-    # forgetting it.
-    for warning in transport_warnings(hosts):
-        print(f"warning: {warning}", file=sys.stderr, flush=True)
-    await preflight_images(hosts, image, sync=sync)
-
-
 async def _check_engines(
     config: Config, image: str, tools: tuple[str, ...] = (), hosts: tuple[HostSpec, ...] = ()
 ) -> None:
     if config.runner.kubernetes is not None:
         await _check_cluster(config, image)
     elif hosts:
-        await _check_hosts(hosts, image, sync=config.runner.sync_image)
+        from ..runner import preflight_images, transport_warnings
+
+        # Every start and every resume says it again: accepting the risk once is not forgetting it.
+        for warning in transport_warnings(hosts):
+            print(f"warning: {warning}", file=sys.stderr, flush=True)
+        await preflight_images(hosts, image, sync=config.runner.sync_image)
     else:
         await _check_docker(image, tools)
 
@@ -340,9 +332,7 @@ async def _prepare(
         raise ConfigError(f"--runs must be at least 1 (got {config.orchestration.runs})")
     max_parallel = _max_parallel(config, hosts=hosts)
     strategy = load_strategy(config.orchestration.strategy)
-    base_params = dict(config.strategy.get(strategy.name, {}))
-    base_params.update(config.params)
-    params = parse_params(strategy, args.params, base=base_params)
+    params = parse_params(strategy, args.params, base={**config.strategy.get(strategy.name, {}), **config.params})
     repo = str(await anyio.Path(args.repo or ".").absolute())
     base_branch = config.orchestration.base_branch
     warnings: list[str] = []
@@ -352,8 +342,7 @@ async def _prepare(
     info = await anyio.to_thread.run_sync(
         functools.partial(validate_repository, repo, base_branch, ignore=(dirs.logs, dirs.state, dirs.results))
     )
-    repo = str(info.path)
-    base_branch = info.base_branch
+    repo, base_branch = str(info.path), info.base_branch
     notes = []
     if info.base_branch_chosen:
         notes.append(f"Base branch: {base_branch} ({info.base_branch_chosen}; choose another with --base-branch NAME)")

@@ -11,11 +11,7 @@ from ..engine.determinism import Reporter, guard_module
 from ..engine.engine import EngineConfig
 from ..engine.fingerprint import TaskDefaults
 from ..jsonlog import ComponentLog
-from ..log.runs import (
-    RUN_LOCK_LABEL,
-    RUN_MANIFEST_LABEL,
-    RunDirs,
-)
+from ..log.runs import RUN_LOCK_LABEL, RUN_MANIFEST_LABEL, RunDirs
 from ..runner import DockerRunner, Hardening, ObjectCacheSettings, RetryConfig
 from ..sanitize import default_sanitizer
 from ..strategy_loader import LoadedStrategy
