@@ -11,6 +11,7 @@ import importlib.util
 import inspect
 import json
 import sys
+import traceback
 import types
 import typing
 from collections.abc import Callable
@@ -170,12 +171,8 @@ def _import_file(path: Path) -> types.ModuleType:
         exec(code, module.__dict__)
     except Exception as exc:
         del sys.modules[mod_name]
-        tb = exc.__traceback__
-        line = None
-        while tb is not None:
-            if tb.tb_frame.f_code.co_filename == str(resolved):
-                line = tb.tb_lineno
-            tb = tb.tb_next
+        frames = traceback.extract_tb(exc.__traceback__)
+        line = next((f.lineno for f in reversed(frames) if f.filename == str(resolved)), None)
         where = f"{path}:{line}" if line else str(path)
         raise StrategyLoadError(f"{where}: loading the strategy file failed: {type(exc).__name__}: {exc}") from None
     return module

@@ -12,10 +12,7 @@ import anyio
 
 from ..config import Config
 from ..jsonlog import ComponentLog
-from ..log.runs import (
-    RunDirs,
-    RunManifest,
-)
+from ..log.runs import RunDirs, RunManifest
 
 
 async def _delete_unneeded_branches(prep, dirs: RunDirs, manifest: RunManifest, state, olog: ComponentLog) -> None:

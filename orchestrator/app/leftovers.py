@@ -14,14 +14,13 @@ import anyio
 
 from ..config import Config
 from ..log.runs import RunManifest
+from .retention import RESUMABLE
 
 if TYPE_CHECKING:
     from ..runner import HostSpec
 
 # Counting must never hold up a summary: an engine that does not answer is named instead.
 COUNT_TIMEOUT_S = 20.0
-# A run in one of these can go on (--resume): what it leaves is what the resume needs.
-RESUMABLE = ("interrupted", "running", "budget_reached")
 
 
 def recorded_config(manifest: RunManifest, where: str) -> Config | None:

@@ -83,15 +83,11 @@ def locate_run(run_id: str, *, repo: str | None = None, here: RunDirs | None = N
         places.append(owner)
     if repo is not None:
         places.append(repository_dirs(repo))
-    seen: set[Path] = set()
-    for dirs in places:
-        if dirs.state in seen:
-            continue
-        seen.add(dirs.state)
+    for dirs in _distinct(places):
         found = _read(dirs, run_id)
         if found is not None:
             return found
-    looked = ", ".join(str(p) for p in seen)
+    looked = ", ".join(str(dirs.state) for dirs in _distinct(places))
     known = ", ".join(list_run_ids(here)[-5:]) or "none"
     raise UsageError(f"no run {run_id!r} under {looked} (recent runs here: {known}); see orchestrator --list-runs")
 
@@ -110,13 +106,15 @@ def run_folders(repo: str | None, here: RunDirs) -> list[RunDirs]:
             dirs = owner_dirs(run_id)
             if dirs is not None:
                 places.append(dirs)
-    out: list[RunDirs] = []
-    seen: set[Path] = set()
+    return _distinct(places)
+
+
+def _distinct(places: list[RunDirs]) -> list[RunDirs]:
+    """The first of the places that share a state folder."""
+    out: dict[Path, RunDirs] = {}
     for dirs in places:
-        if dirs.state not in seen:
-            seen.add(dirs.state)
-            out.append(dirs)
-    return out
+        out.setdefault(dirs.state, dirs)
+    return list(out.values())
 
 
 def runs_in(dirs: RunDirs) -> list[Located]:

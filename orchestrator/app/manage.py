@@ -7,7 +7,6 @@ import functools
 import shutil
 import sys
 import time
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -28,11 +27,12 @@ from ..log.runs import (
     read_manifest,
     remove_run_state,
 )
-from ..log.state import FAILED, RunState, run_outcome
+from ..log.state import FAILED, RunState, parse_ts, run_outcome
 from ..strategy_loader import BUILTINS, load_strategy
 from .leftovers import count_recorded_leftovers, counted
 from .locate import kept_manifest, locate_run, repository_top, run_folders, run_state, runs_in, unreadable_lines_warning
 from .results import build_summary, check_repository, fmt_cost, render_summary
+from .retention import RESUMABLE
 
 if TYPE_CHECKING:
     from ..strategy import RunView, StrategyHooks
@@ -274,10 +274,8 @@ def _and(items: list[str]) -> str:
 
 
 def _age_hours(container: dict[str, Any]) -> float:
-    ts = container["labels"].get("orchestrator.last_active_ts") or ""
-    try:
-        when = datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
-    except ValueError:  # no label, or not a time
+    when = parse_ts(container["labels"].get("orchestrator.last_active_ts"))
+    if when is None:
         when = float(container.get("created") or time.time())
     return (time.time() - when) / 3600
 
@@ -354,7 +352,7 @@ async def _clean_orphans_on(dirs: RunDirs, config: Config, olog: ComponentLog, *
         run_id = c["labels"].get("run_id", "")
         if dirs.manifest(run_id).exists():
             try:
-                if read_manifest(dirs, run_id).status in ("running", "interrupted", "budget_reached"):
+                if read_manifest(dirs, run_id).status in RESUMABLE:
                     continue  # resumable: its containers hold agent sessions
             except UsageError:
                 pass

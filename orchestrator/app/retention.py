@@ -13,7 +13,6 @@ from __future__ import annotations
 import functools
 import shutil
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ from ..errors import UsageError
 from ..jsonlog import ComponentLog
 from ..log.runs import RunDirs, host_claims, is_live, read_manifest
 
+# A run in one of these can go on (--resume): what it leaves is what the resume needs.
 RESUMABLE = ("running", "interrupted", "budget_reached")
 
 
@@ -63,6 +63,8 @@ def _owner_dirs(run_id: str, fallback: RunDirs) -> RunDirs | None:
 
 def _retention_hours(run_id: str, dirs: RunDirs, config: Config) -> tuple[float | None, float]:
     """(retention in hours or None to keep, reference time) for the run's leftovers."""
+    from ..log.state import parse_ts
+
     if is_live(dirs, run_id):
         return None, 0.0
     if not dirs.manifest(run_id).exists():
@@ -74,15 +76,9 @@ def _retention_hours(run_id: str, dirs: RunDirs, config: Config) -> tuple[float 
         return None, 0.0
     if manifest.status in RESUMABLE:
         return None, 0.0
-    finished = 0.0
-    if manifest.finished_at:
-        try:
-            finished = datetime.fromisoformat(manifest.finished_at.replace("Z", "+00:00")).timestamp()
-        except ValueError:
-            finished = 0.0
     # What is left is a failed task's (a successful one's workspace goes at import),
     # even in a run whose strategy succeeded: the failure retention applies.
-    return config.runner.failure_retention_hours, finished
+    return config.runner.failure_retention_hours, parse_ts(manifest.finished_at) or 0.0
 
 
 def _newest_mtime(path: Path) -> float:

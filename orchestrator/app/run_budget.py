@@ -95,15 +95,10 @@ def summary_of(budget_state: Any) -> dict[str, Any] | None:
     """The ``budget`` block of summary.json."""
     if budget_state is None:
         return None
-    return {
-        "max_cost_usd": budget_state.max_cost_usd,
-        "max_tokens": budget_state.max_tokens,
-        "on_reached": budget_state.on_reached,
-        "spent_cost_usd": round(budget_state.spent_cost_usd, 6),
-        "spent_tokens": budget_state.spent_tokens,
-        "reached": budget_state.reached,
-        "reached_at": budget_state.reached_at,
-    }
+    fields = ("max_cost_usd", "max_tokens", "on_reached", "spent_cost_usd", "spent_tokens", "reached", "reached_at")
+    out = {name: getattr(budget_state, name) for name in fields}
+    out["spent_cost_usd"] = round(out["spent_cost_usd"], 6)
+    return out
 
 
 def spend_text(budget: dict[str, Any]) -> str:
