@@ -1,12 +1,8 @@
 """One lock file held exclusively, against this process's threads and other processes.
 
-Used where runs on one machine must take turns: a repository's imports, a run's
-object store, an environment's build. A thread lock per path comes first:
-flock locks belong to open file descriptions, so two threads with their own
-descriptors would also exclude each other, but msvcrt locks are per process; the
-thread lock makes in-process serialization explicit on every platform.
-(``filelock`` would replace only the dozen lines of _os_lock/_os_unlock, and
-needs the same thread lock for the same msvcrt reason, for a new dependency.)
+A thread lock per path comes first: msvcrt locks are per process (flock's are per
+open file description), so it makes in-process serialization hold on every platform.
+(``filelock`` would replace only _os_lock/_os_unlock, and needs the same thread lock.)
 """
 
 from __future__ import annotations

@@ -1,15 +1,14 @@
 """Component logs: ``logs/<run_id>/{orchestration,runner,tui}.jsonl``, one sanitized JSON object per line.
 
-Writes are small appends to an unbuffered file, cheap enough for the event loop;
-a write error (disk full) drops the line instead of failing the caller. A log
-rotates by size (two renames under its lock), or a long run's debug log grows
-without bound. :func:`configure` sets the size and the ``--debug`` echo for the
-whole process, so logs made deep inside the runner follow them untold.
+Small appends to an unbuffered file, cheap enough for the event loop; a write error
+(disk full) drops the line instead of failing the caller. Rotated by size, or a long
+run's debug log grows without bound; :func:`configure` sets that for the whole process.
 """
 
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import queue
 import sys
@@ -167,17 +166,10 @@ class ComponentLog:
         if _settings["echo"]:
             echo.put(data.lstrip(b"\n"))
 
-    def debug(self, message: str, **fields: Any) -> None:
-        self.log("debug", message, **fields)
-
-    def info(self, message: str, **fields: Any) -> None:
-        self.log("info", message, **fields)
-
-    def warning(self, message: str, **fields: Any) -> None:
-        self.log("warn", message, **fields)
-
-    def error(self, message: str, **fields: Any) -> None:
-        self.log("error", message, **fields)
+    debug = functools.partialmethod(log, "debug")
+    info = functools.partialmethod(log, "info")
+    warning = functools.partialmethod(log, "warn")
+    error = functools.partialmethod(log, "error")
 
     def close(self) -> None:
         with self._lock:

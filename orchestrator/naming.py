@@ -26,7 +26,7 @@ def short8(value: str) -> str:
 
 def jcs_sha256(obj: Any) -> str:
     """SHA-256 hex of the RFC 8785 (JCS) encoding of ``obj``."""
-    return hashlib.sha256(rfc8785.dumps(obj)).hexdigest()
+    return sha256_hex(rfc8785.dumps(obj))
 
 
 def instance_id(run_id: str, strategy_execution_id: str, key: str) -> str:

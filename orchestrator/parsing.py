@@ -34,7 +34,6 @@ def parse_value(raw: str) -> Any:
 
 def did_you_mean(word: str, choices: list[str], prefix: str = "") -> str:
     """`` (did you mean X?)`` for the choice nearest to a mistyped ``word`` (``prefix`` before it), or ``""``."""
-    if word in choices:  # reached only after a normalization (best_of_n -> best-of-n)
-        return f" (did you mean {prefix}{word}?)"
-    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
+    # word itself is a choice only after a normalization (best_of_n -> best-of-n)
+    close = [word] if word in choices else difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
     return f" (did you mean {prefix}{close[0]}?)" if close else ""

@@ -1,9 +1,4 @@
-"""A run's life: start, resume, Ctrl+C and the end of the run.
-
-What comes before (pre-flight checks) is in :mod:`.preflight`, how the engine
-and the runner are put together in :mod:`.wiring`, and what follows a finished
-run (branch clean-up, the report, orphans) in :mod:`.after_run`.
-"""
+"""A run's life: start, resume, Ctrl+C and the end of the run (before it: .preflight, .wiring; after: .after_run)."""
 
 from __future__ import annotations
 

@@ -80,6 +80,13 @@ def check_repository(manifest: RunManifest, state: RunState) -> RepositoryCheck:
     )
 
 
+# The summary's keys that copy the manifest, in their order; two say it in other words.
+_FROM_MANIFEST = (
+    "run_id dry_run strategy strategy_spec params runs model plugin repo base_branch created_at finished_at"
+)
+_RENAMED = {"strategy": "strategy_name", "repo": "repo_path"}
+
+
 def build_summary(
     manifest: RunManifest,
     state: RunState,
@@ -108,19 +115,7 @@ def build_summary(
                 all_branches.append(t.branch_final)
         strategies.append(_strategy_entry(sid, strat, rows, status, manifest.base_branch, unheld))
     unusable_count = sum(row["unusable"] for s in strategies for row in s["tasks"])
-    summary = {
-        "run_id": manifest.run_id,
-        "dry_run": manifest.dry_run,
-        "strategy": manifest.strategy_name,
-        "strategy_spec": manifest.strategy_spec,
-        "params": manifest.params,
-        "runs": manifest.runs,
-        "model": manifest.model,
-        "plugin": manifest.plugin,
-        "repo": manifest.repo_path,
-        "base_branch": manifest.base_branch,
-        "created_at": manifest.created_at,
-        "finished_at": manifest.finished_at,
+    summary = {key: getattr(manifest, _RENAMED.get(key, key)) for key in _FROM_MANIFEST.split()} | {
         "status": status,
         "duration_s": state.duration_s(),
         "totals": _totals(state, status, unusable_count),

@@ -1,11 +1,8 @@
 """Retention for what a run leaves outside its own directories: workspaces and session volumes.
 
-A failed or interrupted task keeps its clone (for a post-mortem and ``--resume``)
-and each run its session volumes; nothing else removed them. They expire after
-``failure_retention_hours``, never while the run can still be resumed (docs/cli.md).
-The workspace root and Docker are shared by every directory on the host, so each
-run records the directories that own it (:func:`record_owner`); a run this host
-knows nothing about is left alone.
+They expire after ``failure_retention_hours``, never while the run can still be resumed
+(docs/cli.md). The workspace root and Docker are shared by every directory on the host,
+so each run records the directories that own it; a run this host does not know is left alone.
 """
 
 from __future__ import annotations
