@@ -42,14 +42,13 @@ from ..sanitize import SECRET_ENV_VARS, default_sanitizer
 from ..strategy_loader import load_strategy
 from . import run_budget
 from .after_run import _clean_orphans, _delete_unneeded_branches, _release_run_folder, _write_report, first_cause
-from .auth import resolve_auth
 from .hosts_cli import host_specs
 from .leftovers import count_leftovers, count_recorded_leftovers, counted, leftover_lines
 from .preflight import (
     Prepared,
     _absolute_spec,
+    _check_agent,
     _check_engines,
-    _check_plugin,
     _cli_overrides,
     _max_parallel,
     _resumed_config,
@@ -142,17 +141,12 @@ async def _resume_plan(args, dirs: RunDirs, manifest: RunManifest) -> Prepared:
     strategy = load_strategy(manifest.strategy_spec)
     register_plugins(loaded.config.runner.plugin_modules)
     plugin = get_plugin(manifest.plugin)  # the run's one lookup: the plan carries it
-    _check_plugin(plugin, manifest.model, strategy)
-    auth = resolve_auth(loaded.environ, plugin=plugin, mode=manifest.mode, dry_run=manifest.dry_run)
-    if not manifest.dry_run:
-        plugin.validate_environment(auth)
-    run_budget.check_measurable(loaded.config, plugin=plugin, model=manifest.model, mode=manifest.mode, auth=auth)
+    auth = _check_agent(loaded, plugin, strategy, model=manifest.model, mode=manifest.mode, dry_run=manifest.dry_run)
     if manifest.status == run_budget.BUDGET_REACHED:
         from ..log.state import recover
 
         recorded = recover(manifest.run_id, dirs.events(manifest.run_id), [dirs.state / manifest.run_id / "state.json"])
         run_budget.check_resume(loaded.config, recorded.budget, manifest.run_id)
-    default_sanitizer().add_secrets(auth.secret_values())
     await anyio.to_thread.run_sync(validate_repository, manifest.repo_path, manifest.base_branch)
     hosts = await host_specs(loaded.config)
     await _check_engines(loaded.config, manifest.docker_image, required_tools(plugin, dry_run=manifest.dry_run), hosts)

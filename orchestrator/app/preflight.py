@@ -238,7 +238,10 @@ async def _check_docker(image: str, tools: tuple[str, ...] = ()) -> None:
         await anyio.to_thread.run_sync(check_tools, image, tools)
 
 
-def _check_plugin(plugin: RunnerPlugin, model: str, strategy: LoadedStrategy) -> None:
+def _check_agent(
+    loaded: LoadedConfig, plugin: RunnerPlugin, strategy: LoadedStrategy, *, model: str, mode: str | None, dry_run: bool
+) -> AuthConfig:
+    """The plugin against the model and the strategy, and its credentials: what a start and a resume both check."""
     plugin_name = plugin.name
     models = plugin.known_models()
     if models is not None and model not in models:
@@ -252,6 +255,12 @@ def _check_plugin(plugin: RunnerPlugin, model: str, strategy: LoadedStrategy) ->
             f"strategy {strategy.name} resumes agent sessions, which plugin {plugin_name} cannot do; "
             "choose another --plugin"
         )
+    auth = resolve_auth(loaded.environ, plugin=plugin, mode=mode, dry_run=dry_run)
+    if not dry_run:
+        plugin.validate_environment(auth)
+    run_budget.check_measurable(loaded.config, plugin=plugin, model=model, mode=mode, auth=auth)
+    default_sanitizer().add_secrets(auth.secret_values())
+    return auth
 
 
 def _warm_imports(cluster: bool) -> None:
@@ -354,12 +363,7 @@ async def _prepare(
         with prepare_runtime(run_branches):  # what it may ask of other runs
             params = strategy.options.prepare(params, repo)
     model = config.orchestration.default_model
-    _check_plugin(plugin, model, strategy)
-    auth = resolve_auth(loaded.environ, plugin=plugin, mode=args.mode, dry_run=args.dry_run)
-    if not args.dry_run:
-        plugin.validate_environment(auth)
-    run_budget.check_measurable(config, plugin=plugin, model=model, mode=args.mode, auth=auth)
-    default_sanitizer().add_secrets(auth.secret_values())
+    auth = _check_agent(loaded, plugin, strategy, model=model, mode=args.mode, dry_run=args.dry_run)
     _check_disk(dirs.logs, config, warnings)
     _check_disk(workspace_root(), config, warnings)
     await docker.result()
