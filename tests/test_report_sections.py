@@ -205,7 +205,7 @@ def test_a_card_shows_the_command_of_a_command_task_whatever_its_plugin_is_named
     from orchestrator.log import events as E
     from orchestrator.log.state import replay
     from orchestrator.report.cards import task_card
-    from orchestrator.report.data import collect_events, task_rows
+    from orchestrator.report.data import task_rows
 
     scheduled = {
         "r/s1/new": {"plugin": "shell", "runs_command": True},
@@ -226,6 +226,5 @@ def test_a_card_shows_the_command_of_a_command_task_whatever_its_plugin_is_named
             )  # fmt: skip
     log = tmp_path / "events.jsonl"
     log.write_bytes(b"".join(lines))
-    tasks, _ = collect_events(replay(log), log)
-    shown = {row["key"]: task_card(row)["command"] for row in task_rows(tasks, None)}
+    shown = {row["key"]: task_card(row)["command"] for row in task_rows(replay(log), log, None)}
     assert shown == {"r/s1/new": "make check", "r/s1/old": "make check", "r/s1/agent": None}

@@ -46,64 +46,6 @@ def _clip(text: str | None, limit: int) -> tuple[str, bool]:
     return (text, False) if len(text) <= limit else (text[:limit], True)
 
 
-def collect_events(state: RunState, events_path: Path) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
-    """Per-task and per-execution records for the report: a view of the run's fold, ``state``.
-
-    A task's attempts are the fold's, each from its ``task.started`` to the
-    terminal or ``task.interrupted`` event that ended it, so a resumed task
-    shows as an interrupted bar followed by a new one. Its result is the
-    payload of its terminal event, read from ``events_path`` at the offset the
-    fold recorded (the one read of the log here: no event is folded again).
-    """
-    tasks: dict[str, dict[str, Any]] = {}
-    finished: dict[int, dict[str, Any]] = {}
-    for task in state.tasks.values():
-        # completed, but what the strategy failed on: shown as such (its timeline bar too), never as a success
-        unusable = task_outcome(state, task) == UNUSABLE
-        spans = [{"start": a.start, "end": a.end, "outcome": a.outcome} for a in task.spans()]
-        if unusable and spans:
-            spans[-1]["outcome"] = "unusable"
-        t = tasks[task.key] = {
-            "key": task.key,
-            "short_key": short_key(task.key),
-            "execution": task.strategy_execution_id,
-            "order": task.seq,
-            "state": task.state,
-            "scheduled_at": task.scheduled_at,
-            "unusable": unusable,
-            "attempts": spans,
-            "plugin": task.input.get("plugin_name"),
-            "runs_command": task.runs_command,
-            "model": task.model,
-            "prompt": task.input.get("prompt", ""),
-            "input": task.input,
-            "result": None,
-            "error_type": task.error_type,
-            "error": task.message,
-            "instance_id": task.instance_id,
-        }
-        if task.result_offset is not None:
-            finished[task.result_offset] = t
-    for offset, _, payload in LogReader(events_path).records_at(sorted(finished)):
-        if payload is not None:  # (its task.completed or task.failed)
-            # the recorded payload as JSON: the report's data is plain JSON-like values
-            finished[offset]["result"] = E.payload_dict(payload)
-    executions = {
-        sid: {
-            "id": sid,
-            "name": strat.name,
-            "params": strat.params,
-            "status": strat.status,
-            "result": strat.result,
-            "error": strat.error,
-            "started_at": strat.started_at,
-            "completed_at": strat.completed_at,
-        }
-        for sid, strat in state.strategies.items()
-    }
-    return tasks, executions
-
-
 def _diff(repo: Path, base: str, commit: str) -> dict[str, Any]:
     """The change a branch holds against the base it started from (three-dot: from their merge base)."""
     proc = run_git(["diff", "--no-color", "--no-ext-diff", "-M", f"{base}...{commit}"], cwd=repo, check=False)
@@ -162,42 +104,67 @@ def collect_diffs(repo: Path, base: str, commits: Iterable[str]) -> dict[str, di
     return diffs
 
 
-# What a task row copies from its record as it is, in the row's order.
-_AS_RECORDED = ("key", "short_key", "execution", "state", "unusable", "instance_id", "plugin", "runs_command", "model")
+def task_rows(state: RunState, events_path: Path, run_start: float | None) -> list[dict[str, Any]]:
+    """Tasks in scheduling order, with what the table and the timeline show: a view of the run's fold.
 
-
-def task_rows(tasks: dict[str, dict[str, Any]], run_start: float | None) -> list[dict[str, Any]]:
-    """Tasks in scheduling order, with what the table and the timeline show."""
+    A task's attempts are the fold's, each from its ``task.started`` to the
+    terminal or ``task.interrupted`` event that ended it, so a resumed task
+    shows as an interrupted bar followed by a new one. Its result is the
+    payload of its terminal event, read from ``events_path`` at the offset the
+    fold recorded (the one read of the log here: no event is folded again).
+    """
+    tasks = sorted(state.tasks.values(), key=lambda t: t.seq)
+    offsets = sorted(t.result_offset for t in tasks if t.result_offset is not None)
+    # the recorded payload as JSON: the report's data is plain JSON-like values
+    results = {
+        offset: E.payload_dict(payload)
+        for offset, _, payload in LogReader(events_path).records_at(offsets)
+        if payload is not None
+    }
     rows = []
     message_chars = 0
-    for t in sorted(tasks.values(), key=lambda t: t["order"]):
-        result = t["result"] or {}
+    for task in tasks:
+        # completed, but what the strategy failed on: shown as such (its timeline bar too), never as a success
+        unusable = task_outcome(state, task) == UNUSABLE
+        attempts = [(a.start, a.end, a.outcome) for a in task.spans()]
+        if unusable and attempts:
+            attempts[-1] = (*attempts[-1][:2], "unusable")
+        stored = None if task.result_offset is None else results.get(task.result_offset)
+        result = stored or {}
         artifact = result.get("artifact") or {}
         metrics = result.get("metrics") or {}
         limit = MESSAGE_CHARS if message_chars < RUN_MESSAGE_BUDGET else SHORT_MESSAGE_CHARS
         message, cut = _clip(result.get("final_message"), limit)
-        prompt, prompt_cut = _clip(t["prompt"], limit)
+        prompt, prompt_cut = _clip(task.input.get("prompt", ""), limit)
         message_chars += len(message) + len(prompt)
         if result.get("final_message_truncated"):
             cut = True
         spans = []
-        for a in t["attempts"]:
-            s, e = parse_ts(a["start"]), parse_ts(a["end"])
+        for start, end, outcome in attempts:
+            s, e = parse_ts(start), parse_ts(end)
             if s is None or run_start is None:
                 continue
             spans.append(
                 {
                     "start": round(s - run_start, 3),
                     "end": None if e is None else round(e - run_start, 3),
-                    "outcome": a["outcome"],
+                    "outcome": outcome,
                 }
             )
         rows.append(
             {
-                **{k: t[k] for k in _AS_RECORDED},
+                "key": task.key,
+                "short_key": short_key(task.key),
+                "execution": task.strategy_execution_id,
+                "state": task.state,
+                "unusable": unusable,
+                "instance_id": task.instance_id,
+                "plugin": task.input.get("plugin_name"),
+                "runs_command": task.runs_command,
+                "model": task.model,
                 "prompt": prompt,
                 "prompt_cut": prompt_cut,
-                "command": _clip(t["input"].get("command"), limit)[0] if t["runs_command"] else None,
+                "command": _clip(task.input.get("command"), limit)[0] if task.runs_command else None,
                 "branch": artifact.get("branch_final"),
                 "commit": artifact.get("commit") if artifact.get("branch_final") else None,
                 "base": artifact.get("base"),
@@ -210,13 +177,13 @@ def task_rows(tasks: dict[str, dict[str, Any]], run_start: float | None) -> list
                 "duration_s": metrics.get("duration_s"),
                 "final_message": message,
                 "final_message_cut": cut,
-                "error_type": t["error_type"],
-                "error": t["error"],
-                "attempts": len(t["attempts"]),
-                "interruptions": sum(1 for a in t["attempts"] if a["outcome"] == "interrupted"),
+                "error_type": task.error_type,
+                "error": task.message,
+                "attempts": len(attempts),
+                "interruptions": sum(1 for a in attempts if a[2] == "interrupted"),
                 "retries": result.get("retry_attempts") or 0,
                 "spans": spans,
-                "result": t["result"],
+                "result": stored,
             }
         )
     return rows
@@ -255,20 +222,33 @@ def gather(dirs: RunDirs, manifest: RunManifest, state: RunState, *, status: str
     ``status`` and ``duration_s`` are the run's, from its fold (:func:`orchestrator.log.state.run_outcome`,
     :meth:`RunState.duration_s`): the summary says the same.
     """
-    raw_tasks, executions = collect_events(state, dirs.events(manifest.run_id))
-    starts = [parse_ts(a["start"]) for t in raw_tasks.values() for a in t["attempts"]]
-    ends = [parse_ts(a["end"]) for t in raw_tasks.values() for a in t["attempts"]]
-    starts += [parse_ts(t["scheduled_at"]) for t in raw_tasks.values()]
-    starts += [parse_ts(e.get("started_at")) for e in executions.values()]
-    ends += [parse_ts(e.get("completed_at")) for e in executions.values()]
+    tasks = state.tasks.values()
+    strategies = state.strategies.values()
+    starts = [parse_ts(a.start) for t in tasks for a in t.spans()]
+    ends = [parse_ts(a.end) for t in tasks for a in t.spans()]
+    starts += [parse_ts(t.scheduled_at) for t in tasks]
+    starts += [parse_ts(s.started_at) for s in strategies]
+    ends += [parse_ts(s.completed_at) for s in strategies]
     known_starts = [s for s in starts if s is not None]
     known_ends = [e for e in ends + known_starts if e is not None]
     run_start = min(known_starts) if known_starts else None
     run_end = max(known_ends) if known_ends else None
-    rows = task_rows(raw_tasks, run_start)
+    rows = task_rows(state, dirs.events(manifest.run_id), run_start)
     return {
         "header": header(manifest, rows, status=status, duration_s=duration_s),
         "tasks": rows,
-        "executions": executions,
+        "executions": {
+            sid: {
+                "id": sid,
+                "name": strat.name,
+                "params": strat.params,
+                "status": strat.status,
+                "result": strat.result,
+                "error": strat.error,
+                "started_at": strat.started_at,
+                "completed_at": strat.completed_at,
+            }
+            for sid, strat in state.strategies.items()
+        },
         "span_s": 0.0 if run_start is None or run_end is None else round(run_end - run_start, 3),
     }
