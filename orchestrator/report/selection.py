@@ -41,11 +41,7 @@ def fmt_duration(seconds: float) -> str:
 
 
 def selected_of(result: Any) -> tuple[str | None, str | None]:
-    """``(branch, commit)`` the strategy's return value names as its choice, or ``(None, None)``.
-
-    A TaskResult selects its branch; otherwise the first of ``selected_branch``,
-    ``best_branch``, ``final_branch``, ``branch`` that is a string.
-    """
+    """``(branch, commit)`` the strategy's return value names as its choice, or ``(None, None)``."""
     if not isinstance(result, dict):
         return None, None
     artifact = result.get("artifact")
