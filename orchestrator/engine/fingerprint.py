@@ -1,10 +1,5 @@
-"""Normalized task input and its fingerprint: what makes a resumed key's task "the same" task.
-
-A strategy hands ``ctx.run`` a plain dict. :func:`normalize_task` checks its
-fields, applies the run's defaults, drops ``metadata`` and ``null`` values and
-adds ``schema_version``; :func:`fingerprint` is SHA-256 over the RFC 8785
-encoding of that. The same key scheduled again with a different fingerprint is
-a :class:`~orchestrator.errors.KeyConflictDifferentFingerprint`.
+"""Normalized task input and its fingerprint (SHA-256 of its RFC 8785 encoding): what makes a resumed key's
+task "the same" task; the same key with another one is a :class:`~orchestrator.errors.KeyConflictDifferentFingerprint`.
 """
 
 from __future__ import annotations
@@ -17,6 +12,7 @@ import msgspec
 from ..errors import ConfigError
 from ..naming import jcs_sha256
 from ..runner.registry import PLUGIN_MODULES, get_plugin
+from .task_types import BranchCleanupTask, TaskInput
 
 SCHEMA_VERSION = "1"
 
@@ -41,32 +37,8 @@ class TaskDefaults(msgspec.Struct, frozen=True, kw_only=True):
     timeout_seconds: float = 3600.0
 
 
-TASK_FIELDS = frozenset(
-    {
-        "prompt",
-        "base_branch",
-        "model",
-        "import_policy",
-        "import_conflict_policy",
-        "skip_empty_import",
-        "session_group_key",
-        "resume_session_id",
-        "plugin",
-        "plugin_name",
-        "system_prompt",
-        "append_system_prompt",
-        "max_turns",
-        "command",
-        "include_branches",
-        "timeout_seconds",
-        "network_egress",
-        "container_limits",
-        "metadata",
-        "delete_branches",
-        "output_schema",
-        "uncommitted",
-    }
-)
+# The keys of the two task input types: a field added to them is accepted here too.
+TASK_FIELDS = TaskInput.__optional_keys__ | BranchCleanupTask.__required_keys__
 
 
 def normalize_task(task: Mapping[str, Any], defaults: TaskDefaults, *, default_base_branch: str) -> dict[str, Any]:
