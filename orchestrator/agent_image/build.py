@@ -126,17 +126,12 @@ def _build_local_base(say: _Say, cache: Path) -> None:
     else:
         say(f"using cached rootfs {tarball}")
     say(f"importing {tarball} as {LOCAL_BASE}")
-    imported = _docker(
-        "import",
-        "-c",
+    changes = [
         "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-        "-c",
         "ENV LANG=C.UTF-8",
-        "-c",
         'CMD ["/bin/bash"]',
-        str(tarball),
-        LOCAL_BASE,
-    )
+    ]
+    imported = _docker("import", *(a for c in changes for a in ("-c", c)), str(tarball), LOCAL_BASE)
     if imported.returncode != 0:
         raise PreflightError(f"docker import failed: {imported.stderr.strip()[-300:]}")
 
@@ -165,19 +160,12 @@ def pick_base(say: _Say, cache: Path) -> str:
 
 
 def _build(
-    say: _Say,
-    name: str,
-    dockerfile: str,
-    ctx: Path,
-    inputs: str,
-    build_args: dict[str, str],
-    log_path: Path,
-    *,
-    force: bool,
-    verbose: bool,
+    say: _Say, name: str, dockerfile: str, ctx: Path, inputs: str, build_args: dict[str, str], logs: Path
 ) -> bool:
+    log_path = logs / f"build-{name.replace('/', '_').replace(':', '_')}.log"
+    verbose = bool(os.environ.get("VERBOSE"))
     current = image_label(name)
-    if not force and current == inputs:
+    if not os.environ.get("FORCE_REBUILD") and current == inputs:
         say(f"{name} is up to date (inputs sha256 {inputs[:12]})")
         return False
     if current:
@@ -248,40 +236,19 @@ def build_image(image: str = "claude-code", *, test_image: str | None = None) ->
     )
     base = pick_base(say, cache)
     base_id = image_id(base) or base
-    force = bool(os.environ.get("FORCE_REBUILD"))
-    verbose = bool(os.environ.get("VERBOSE"))
     with tempfile.TemporaryDirectory(prefix="orchestrator-build.") as tmp:
         # The context holds only the inputs: the hash and what docker sees are the same files.
         ctx = Path(tmp)
         files, ca_files = _fill_context(src, ctx, say)
         # The product image does not depend on the test image's Dockerfile.
         product_inputs = [f for f in files if f != TEST_DOCKERFILE] + ca_files
-        built = _build(
-            say,
-            image,
-            "Dockerfile",
-            ctx,
-            _inputs_hash(ctx, base_id, product_inputs),
-            {"BASE_IMAGE": base},
-            cache / "logs" / f"build-{_safe(image)}.log",
-            force=force,
-            verbose=verbose,
-        )
+        product_hash = _inputs_hash(ctx, base_id, product_inputs)
+        built = _build(say, image, "Dockerfile", ctx, product_hash, {"BASE_IMAGE": base}, cache / "logs")
         if test_image:
             if TEST_DOCKERFILE not in files:
                 raise PreflightError(f"{TEST_DOCKERFILE} is missing from {src}")
-            test_inputs = [f for f in files if f != "Dockerfile"]
-            _build(
-                say,
-                test_image,
-                TEST_DOCKERFILE,
-                ctx,
-                _inputs_hash(ctx, image_id(image) or image, test_inputs),
-                {"BASE": image},
-                cache / "logs" / f"build-{_safe(test_image)}.log",
-                force=force,
-                verbose=verbose,
-            )
+            test_hash = _inputs_hash(ctx, image_id(image) or image, [f for f in files if f != "Dockerfile"])
+            _build(say, test_image, TEST_DOCKERFILE, ctx, test_hash, {"BASE": image}, cache / "logs")
 
     # A new image id is probed anyway (the cache is per id); refresh covers a forced rebuild.
     tools = probe_tools(image, refresh=built)
@@ -297,10 +264,6 @@ def build_image(image: str = "claude-code", *, test_image: str | None = None) ->
         )
     say("installed: " + ", ".join(f"{tool} {installed_version(tools[tool])}" for tool in pins))
     say(f"done: {image}{f' and {test_image}' if test_image else ''} ready (base {base})")
-
-
-def _safe(name: str) -> str:
-    return name.replace("/", "_").replace(":", "_")
 
 
 def test_image_is_current(image: str, test_image: str, src: Path | None = None) -> bool:
