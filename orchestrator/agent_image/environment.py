@@ -1,11 +1,8 @@
 """The project's environment: the image every container of a run uses, and the setup run once in it.
 
-docs/environment.md says where it comes from (the configuration, else the
-repository's devcontainer at the base commit, else the agent image), what is
-built on top of the user's image, how the setup runs and what its cache key
-holds. Blocking (the Docker CLI and git as subprocesses): async callers use
-``anyio.to_thread``. The Docker CLI streams its own progress and takes care
-of BuildKit, registries and credential helpers, as ``--build-image`` does.
+docs/environment.md says where it comes from and what is built. Blocking (the Docker CLI and git as
+subprocesses): async callers use ``anyio.to_thread``. The Docker CLI streams its own progress and takes
+care of BuildKit, registries and credential helpers, as ``--build-image`` does.
 """
 
 from __future__ import annotations
@@ -486,36 +483,31 @@ def _user_image(spec: EnvironmentSpec, repo: str, commit: str, stream: _Stream, 
     if image_id(tag) is not None:
         return tag
     with _build_lock(f"base-{key}", lambda: say(f"environment: waiting for another run that is building {tag}")):
-        if image_id(tag) is None:
-            _build_user_image(spec, repo, commit, stream, say, tag)
+        if image_id(tag) is not None:
+            return tag
+        assert spec.dockerfile is not None
+        context = spec.context
+        dockerfile = spec.dockerfile
+        if context and not (dockerfile == context or dockerfile.startswith(context + "/")):
+            raise ConfigError(
+                f"{spec.source}: the Dockerfile {dockerfile} lies outside the build context {context or '.'}; "
+                "move it inside or widen build.context"
+            )
+        rel = dockerfile[len(context) + 1 :] if context else dockerfile
+        # The context is the base commit's tree, not the working tree: every
+        # task starts from that commit, and uncommitted files never leave the host.
+        archive = _git(repo, "archive", "--format=tar", f"{commit}:{context}" if context else commit).stdout
+        cmd = ["docker", "build", "-f", rel, "-t", tag, "--label", "orchestrator.agent_image.environment=base"]
+        for k, v in sorted(spec.build_args.items()):
+            cmd += ["--build-arg", f"{k}={v}"]
+        if spec.target:
+            cmd += ["--target", spec.target]
+        cmd.append("-")
+        say(f"environment: building your image from {dockerfile}")
+        rc, tail = stream.run(cmd, prefix="  build| ", input=archive)
+        if rc != 0:
+            raise EnvironmentSetupError(f"building {dockerfile} ({spec.source}) failed; {stream.output(tail)}")
     return tag
-
-
-def _build_user_image(
-    spec: EnvironmentSpec, repo: str, commit: str, stream: _Stream, say: Callable[[str], None], tag: str
-) -> None:
-    assert spec.dockerfile is not None
-    context = spec.context
-    dockerfile = spec.dockerfile
-    if context and not (dockerfile == context or dockerfile.startswith(context + "/")):
-        raise ConfigError(
-            f"{spec.source}: the Dockerfile {dockerfile} lies outside the build context {context or '.'}; "
-            "move it inside or widen build.context"
-        )
-    rel = dockerfile[len(context) + 1 :] if context else dockerfile
-    # The context is the base commit's tree, not the working tree: every
-    # task starts from that commit, and uncommitted files never leave the host.
-    archive = _git(repo, "archive", "--format=tar", f"{commit}:{context}" if context else commit).stdout
-    cmd = ["docker", "build", "-f", rel, "-t", tag, "--label", "orchestrator.agent_image.environment=base"]
-    for k, v in sorted(spec.build_args.items()):
-        cmd += ["--build-arg", f"{k}={v}"]
-    if spec.target:
-        cmd += ["--target", spec.target]
-    cmd.append("-")
-    say(f"environment: building your image from {dockerfile}")
-    rc, tail = stream.run(cmd, prefix="  build| ", input=archive)
-    if rc != 0:
-        raise EnvironmentSetupError(f"building {dockerfile} ({spec.source}) failed; {stream.output(tail)}")
 
 
 def _build_layer(base: str, agent_image: str, src: Path, stream: _Stream, say: Callable[[str], None], key: str) -> str:
@@ -528,25 +520,10 @@ def _build_layer(base: str, agent_image: str, src: Path, stream: _Stream, say: C
         for rel in LAYER_FILES:
             (Path(tmp) / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(src / rel, Path(tmp) / rel)
-        rc, tail = stream.run(
-            [
-                "docker",
-                "build",
-                "-f",
-                str(Path(tmp) / LAYER_FILES[0]),
-                "-t",
-                tag,
-                "--build-arg",
-                f"BASE={base}",
-                "--build-arg",
-                f"AGENT_IMAGE={agent_image}",
-                "--label",
-                "orchestrator.agent_image.environment=layer",
-                tmp,
-            ],
-            prefix="  layer| ",
-            show=False,
-        )
+        cmd = ["docker", "build", "-f", str(Path(tmp) / LAYER_FILES[0]), "-t", tag]
+        cmd += ["--build-arg", f"BASE={base}", "--build-arg", f"AGENT_IMAGE={agent_image}"]
+        cmd += ["--label", "orchestrator.agent_image.environment=layer", tmp]
+        rc, tail = stream.run(cmd, prefix="  layer| ", show=False)
     if rc != 0:
         said = [line for line in tail if "orchestrator-environment:" in line]
         if said:
@@ -636,22 +613,9 @@ def _run_setup(
 ) -> None:
     env, setup = resolve_env(spec, _env_of(_image_config(base)))
     container = f"orchestrator-env-setup-{digest[:12]}-{os.getpid()}"
-    run = _docker(
-        "run",
-        "-d",
-        "--name",
-        container,
-        "--user",
-        "root",
-        "--workdir",
-        WORKSPACE,
-        "--label",
-        "orchestrator.agent_image.environment=setup",
-        "--entrypoint",
-        "sleep",
-        base,
-        "infinity",
-    )
+    args = ["run", "-d", "--name", container, "--user", "root", "--workdir", WORKSPACE]
+    args += ["--label", "orchestrator.agent_image.environment=setup", "--entrypoint", "sleep", base, "infinity"]
+    run = _docker(*args)
     if run.returncode != 0:
         raise EnvironmentSetupError(f"cannot start a container from {base} for the setup: {_said(run)}")
     try:
@@ -666,7 +630,7 @@ def _run_setup(
             for step in setup:
                 _run_step(spec, step, container, stream, say, user=user, home=home, env_args=env_args)
             _keep_seed(container, stream, say)
-            seed_label = ["--change", f"LABEL {SEED_LABEL}={SEED_DIR}"]
+            seed_label = [f"LABEL {SEED_LABEL}={SEED_DIR}"]
         _commit_image(container, base, name, digest, env, notes, seed_label)
         say(f"environment: built {name}")
     finally:
@@ -683,18 +647,11 @@ def _copy_base_commit(repo: str, commit: str, container: str, *, owner: str) -> 
     copied = _docker("cp", "-", f"{container}:{WORKSPACE}", input=archive)
     if copied.returncode != 0:
         raise EnvironmentSetupError(f"cannot copy the base commit into the setup container: {_said(copied)}")
-    init = _docker(
-        "exec",
-        "-u",
-        "root",
-        "-w",
-        WORKSPACE,
-        container,
-        "sh",
-        "-c",
+    script = (
         "git init -q && git add -A && git -c user.name=orchestrator -c user.email=orchestrator@localhost "
-        f"commit -qm base --no-verify && chown -R {owner} .",
+        f"commit -qm base --no-verify && chown -R {owner} ."
     )
+    init = _docker("exec", "-u", "root", "-w", WORKSPACE, container, "sh", "-c", script)
     if init.returncode != 0:
         raise EnvironmentSetupError(f"cannot prepare the setup's workspace: {_said(init)}")
 
@@ -739,25 +696,19 @@ def _keep_seed(container: str, stream: _Stream, say: Callable[[str], None]) -> N
 def _commit_image(
     container: str, base: str, name: str, digest: str, env: dict[str, str], notes: list[str], seed_label: list[str]
 ) -> None:
-    changes = [
-        "--change",
+    entry = _docker("image", "inspect", "-f", "{{json .Config.Entrypoint}}", base).stdout.decode().strip()
+    instructions = [
         f"LABEL {INPUTS_LABEL}={digest}",
-        "--change",
         "LABEL orchestrator.agent_image.environment=image",
-        "--change",
         f"LABEL {NOTES_LABEL}={_quoted(json.dumps(notes))}",
         *seed_label,
-        "--change",
         "USER node",
-        "--change",
         f"WORKDIR {WORKSPACE}",
-        "--change",
         'CMD ["sleep", "infinity"]',
+        f"ENTRYPOINT {entry if entry not in ('', 'null') else '[]'}",
+        *(f"ENV {k}={_quoted(v)}" for k, v in sorted(env.items())),
     ]
-    entry = _docker("image", "inspect", "-f", "{{json .Config.Entrypoint}}", base).stdout.decode().strip()
-    changes += ["--change", f"ENTRYPOINT {entry if entry not in ('', 'null') else '[]'}"]
-    for k, v in sorted(env.items()):
-        changes += ["--change", f"ENV {k}={_quoted(v)}"]
+    changes = [arg for instruction in instructions for arg in ("--change", instruction)]
     committed = _docker("commit", *changes, container, name)
     if committed.returncode != 0:
         raise EnvironmentSetupError(f"cannot save the environment image {name}: {_said(committed)}")
