@@ -1,16 +1,7 @@
-"""A repository's devcontainer.json, read as the Dev Containers specification reads it.
+"""A repository's devcontainer.json, read as the Dev Containers specification reads it (docs/environment.md).
 
-The file is JSON with comments and trailing commas, taken from the base
-commit. Every property of the specification is either honoured or named in
-one line at the start of a run saying what is done instead
-(:data:`PROPERTIES`; docs/environment.md shows the same table).
-
-Variables resolve as the Dev Containers CLI resolves them
-(``src/spec-common/variableSubstitution.ts``; the table is in
-docs/environment.md, "Variables"): the host's when the file is read
-(:func:`substitute_local`), ``${containerEnv:...}`` once the image is known
-(:func:`substitute_container`). The image's ``devcontainer.metadata`` label is
-merged in by the specification's rules, the file last (:func:`apply_metadata`).
+Every property is honoured or named in one line at the start of a run (:data:`PROPERTIES`, the docs' table);
+variables resolve as the Dev Containers CLI's ``src/spec-common/variableSubstitution.ts`` resolves them.
 """
 
 from __future__ import annotations
@@ -277,17 +268,14 @@ def substitute_local(value: Any, ctx: Context, where: str) -> Any:
                 if args:
                     ctx.used.add(args[0])
                 return _lookup(ctx.environ, args, m.group(0), where)
-            if name == "localWorkspaceFolder":
-                return ctx.local_folder
-            if name == "localWorkspaceFolderBasename":
-                return PurePosixPath(ctx.local_folder).name
-            if name == "containerWorkspaceFolder":
-                return WORKSPACE
-            if name == "containerWorkspaceFolderBasename":
-                return PurePosixPath(WORKSPACE).name
-            if name == "devcontainerId":
-                return ctx.devcontainer_id
-            return m.group(0)
+            fixed = {
+                "localWorkspaceFolder": lambda: ctx.local_folder,
+                "localWorkspaceFolderBasename": lambda: PurePosixPath(ctx.local_folder).name,
+                "containerWorkspaceFolder": lambda: WORKSPACE,
+                "containerWorkspaceFolderBasename": lambda: PurePosixPath(WORKSPACE).name,
+                "devcontainerId": lambda: ctx.devcontainer_id,
+            }
+            return fixed[name]() if name in fixed else m.group(0)
 
         return _VARIABLE.sub(one, value)
     if isinstance(value, list):
