@@ -1,9 +1,6 @@
 """The exact agent CLI versions the image installs, read from ``docker/cli-versions.env``.
 
-That file is the one place the pins are written: the Dockerfile sources it at
-build time, and ``--build-image``, ``--doctor`` and the tests read it here, so
-an image and the product that checks it can never disagree about what
-"pinned" means.
+The Dockerfile sources that file too, so an image and the product that checks it never disagree on a pin.
 """
 
 from __future__ import annotations

@@ -40,7 +40,6 @@ _PROBE = (
 
 
 def build_command(image: str) -> str:
-    """The command that builds ``image``."""
     return "orchestrator --build-image" + ("" if image == DEFAULT_IMAGE else f" --docker-image {image}")
 
 

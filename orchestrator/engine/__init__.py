@@ -1,9 +1,4 @@
-"""The durable engine. Its one service besides running: :func:`replay_strategy`.
-
-``replay_strategy(events_path, strategy_fn, ...)`` re-runs a recorded strategy
-execution from its event log alone (for reports of finished and interrupted
-runs); see :mod:`orchestrator.engine.replay`.
-"""
+"""The durable engine. Its one service besides running: :func:`replay_strategy` (:mod:`orchestrator.engine.replay`)."""
 
 from __future__ import annotations
 

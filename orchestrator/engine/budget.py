@@ -124,10 +124,7 @@ class Budget:
         )
 
     def _task(self, key: str) -> _TaskSpend:
-        spend = self._tasks.get(key)
-        if spend is None:
-            spend = self._tasks[key] = _TaskSpend()
-        return spend
+        return self._tasks.setdefault(key, _TaskSpend())
 
     def begin(self, key: str, model: str | None) -> None:
         """An attempt of ``key`` starts: its usage lines count from zero."""

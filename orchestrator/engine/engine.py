@@ -90,10 +90,7 @@ class RunPaths:
         self.state_duplicate = self.log_dir / "state.json"
         self.results = Path(config.results_dir) / rid
         self.final_messages = self.log_dir / "final_messages"
-
-    @property
-    def snapshots(self) -> list[Path]:
-        return [self.state_primary, self.state_duplicate]
+        self.snapshots = [self.state_primary, self.state_duplicate]
 
 
 class Engine:
@@ -266,7 +263,6 @@ class Engine:
             resume_workspace = True
             if recorded.session_id:
                 session_id = recorded.session_id
-        options = dict(self.config.runner_options)
         return InstanceRequest(
             prompt=norm["prompt"],
             repo_path=self.config.repo_path,
@@ -301,7 +297,7 @@ class Engine:
             include_branches=tuple(norm.get("include_branches") or ()),
             delete_branches=tuple(norm.get("delete_branches") or ()),
             network_egress=runner_cfg["network_egress"],
-            **options,
+            **self.config.runner_options,
         )
 
     async def _execute(
