@@ -314,7 +314,7 @@ class Engine:
         attempt = 1
         while True:
             request = self._request(ctx, key, norm, inst, cname, bname)
-            result = await self._attempt(sid, key, inst, cname, norm, request, first=attempt == 1)
+            result = await self._attempt(request, first=attempt == 1)
             if result is None:  # the cap was reached while it waited: it never started, nothing is recorded
                 assert self.budget is not None
                 handle._fail("budget_reached", self.budget.message())
@@ -355,17 +355,9 @@ class Engine:
         except Exception as exc:  # only disk space is at stake: retention removes it later
             self.olog.warning(f"could not remove the workspace of finished task {key}: {exc}", key=key)
 
-    async def _attempt(
-        self,
-        sid: str,
-        key: str,
-        inst: str,
-        cname: str,
-        norm: dict[str, Any],
-        request: InstanceRequest,
-        *,
-        first: bool = True,
-    ) -> RunnerResult | None:
+    async def _attempt(self, request: InstanceRequest, *, first: bool) -> RunnerResult | None:
+        sid, key = request.strategy_execution_id, request.task_key
+        inst, cname = request.instance_id, request.container_name
         async with self._limiter:
             self.queued -= 1
             if first and self._budget_refuses(sid, self._plugins[key]):
@@ -383,7 +375,7 @@ class Engine:
                         key=key,
                         instance_id=inst,
                         container_name=cname,
-                        model=norm["model"],
+                        model=request.model,
                         session_id=request.session_id,
                         host=host,
                     ),
@@ -392,7 +384,7 @@ class Engine:
                 started = True
                 self.runner_calls += 1
                 if self.budget is not None and is_agent_task(self._plugins[key]):
-                    self.budget.begin(key, norm.get("model"))
+                    self.budget.begin(key, request.model)
                 result = await self.runner.run(request, on_event=lambda ev: self._on_runner_event(sid, key, inst, ev))
             except anyio.get_cancelled_exc_class():
                 if started:  # (no await here: the cancellation cannot interrupt the record)
