@@ -1,17 +1,12 @@
-"""The determinism wall around strategy code.
-
-A strategy that calls ``time.time()``, ``datetime.now()``, ``random.*`` or
-``uuid.uuid4()`` directly takes a different path when it is replayed after a
-crash. When a strategy module is loaded, :func:`guard_module` swaps those
-names in the module's globals for thin proxies that report the call site
-(file:line) and then behave as the original; in strict mode they raise
-:class:`~orchestrator.errors.NondeterminismError` instead. Only the strategy's
-own module is touched, never the real ``time``/``random`` modules.
+"""The determinism wall: a strategy calling ``time.time()``, ``random.*`` or ``uuid.uuid4()`` directly takes
+another path when replayed after a crash, so its module's globals get proxies that report the call site (or raise
+:class:`~orchestrator.errors.NondeterminismError` in strict mode). The real ``time``/``random`` modules are untouched.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import random as _random
 import sys
 import time as _time
@@ -64,13 +59,11 @@ class Reporter:
 
 
 def _wrap(fn: Callable, what: str, family: str, reporter: Reporter) -> Callable:
+    @functools.wraps(fn)
     def guarded(*args, **kwargs):
         reporter.report(what, family)
         return fn(*args, **kwargs)
 
-    guarded.__name__ = getattr(fn, "__name__", what)
-    # (functions take any attribute; typeshed does not declare this one)
-    guarded.__wrapped__ = fn  # type: ignore[attr-defined]
     return guarded
 
 
