@@ -69,15 +69,11 @@ class Handle(Generic[R_co]):
                 raise BudgetReached(self.key, self._failure[1])
             raise TaskFailed(self.key, *self._failure)
         assert self._result is not None
-        result: R_co = self._result
-        return result
+        return cast(R_co, self._result)
 
 
 def parallel_items(tasks: Iterable[Any]) -> list[tuple[Any, str]]:
-    """``ctx.parallel``'s items as ``(task, key)``: ``(task, key)`` pairs, or task dicts with a ``key`` entry.
-
-    Every context (the engine's, a replay's, a strategy's wrapper) reads them the same way through this.
-    """
+    """``ctx.parallel``'s items as ``(task, key)``: ``(task, key)`` pairs, or task dicts with a ``key`` entry."""
     out = []
     for item in tasks:
         if isinstance(item, tuple):
