@@ -308,9 +308,7 @@ def _commands(value: Any, label: str, where: str) -> list[SetupCommand]:
         return []
     if isinstance(value, str):
         return [SetupCommand(label=label, shell=value)] if value.strip() else []
-    if isinstance(value, list):
-        if not value or not all(isinstance(a, str) for a in value):
-            raise ConfigError(f"{where}: {label} must be a string, a list of strings or an object of those")
+    if isinstance(value, list) and value and all(isinstance(a, str) for a in value):
         return [SetupCommand(label=label, argv=tuple(value))]
     if isinstance(value, dict):
         out: list[SetupCommand] = []
@@ -378,8 +376,7 @@ def parse(text: str, where: str, ctx: Context) -> EnvironmentSpec:
             "`image` or `build.dockerfile`, or set environment.image in the configuration (or --no-devcontainer)"
         )
     data = substitute_local(data, ctx, where)
-    folder = str(PurePosixPath(where).parent)
-    folder = "" if folder == "." else folder
+    folder = str(PurePosixPath(where).parent)  # "." at the root: repo_path drops it
     spec: dict[str, Any] = {"source": where, "devcontainer": True}
     build = data.get("build")
     if build is None and isinstance(data.get("dockerFile"), str):
