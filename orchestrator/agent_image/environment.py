@@ -227,10 +227,6 @@ def _image_config(name: str) -> dict[str, Any]:
         return {}
 
 
-def _env_of(config: dict[str, Any]) -> dict[str, str]:
-    return dict(e.split("=", 1) for e in config.get("Env") or () if "=" in e)
-
-
 def _quoted(value: str) -> str:
     """``value`` as a Dockerfile ENV or LABEL value that ``docker commit --change`` keeps as written.
 
@@ -611,7 +607,8 @@ def _run_setup(
     user: str,
     why: str | None,
 ) -> None:
-    env, setup = resolve_env(spec, _env_of(_image_config(base)))
+    image_env = dict(e.split("=", 1) for e in _image_config(base).get("Env") or () if "=" in e)
+    env, setup = resolve_env(spec, image_env)
     container = f"orchestrator-env-setup-{digest[:12]}-{os.getpid()}"
     args = ["run", "-d", "--name", container, "--user", "root", "--workdir", WORKSPACE]
     args += ["--label", "orchestrator.agent_image.environment=setup", "--entrypoint", "sleep", base, "infinity"]

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 from contextlib import closing
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import PreflightError
@@ -57,10 +56,6 @@ def required_tools(plugin: RunnerPlugin, *, dry_run: bool) -> tuple[str, ...]:
     return caps.image_tools
 
 
-def _cache_file(image_id: str) -> Path:
-    return cache_dir() / "image-tools" / (image_id.replace("sha256:", "") + ".json")
-
-
 def _run_sh(client: DockerClient, image: str, script: str) -> bytes:
     """The output of ``script`` in a throwaway container of ``image``, without network."""
     # By its path: an image whose PATH lacks /bin still gets probed, and says so.
@@ -87,7 +82,7 @@ def probe_tools(image: str, *, refresh: bool = False) -> dict[str, str | None]:
             image_id: str = client.images.get(image).attrs["Id"]
         except docker.errors.ImageNotFound:
             raise PreflightError(f"Docker image {image!r} not found; build it with: {build_command(image)}") from None
-        cache = _cache_file(image_id)
+        cache = cache_dir() / "image-tools" / (image_id.replace("sha256:", "") + ".json")
         if not refresh:
             try:
                 return json.loads(cache.read_text())
