@@ -139,18 +139,6 @@ def task_rows(state: RunState, events_path: Path, run_start: float | None) -> li
         message_chars += len(message) + len(prompt)
         if result.get("final_message_truncated"):
             cut = True
-        spans = []
-        for start, end, outcome in attempts:
-            s, e = parse_ts(start), parse_ts(end)
-            if s is None or run_start is None:
-                continue
-            spans.append(
-                {
-                    "start": round(s - run_start, 3),
-                    "end": None if e is None else round(e - run_start, 3),
-                    "outcome": outcome,
-                }
-            )
         rows.append(
             {
                 "key": task.key,
@@ -182,11 +170,27 @@ def task_rows(state: RunState, events_path: Path, run_start: float | None) -> li
                 "attempts": len(attempts),
                 "interruptions": sum(1 for a in attempts if a[2] == "interrupted"),
                 "retries": result.get("retry_attempts") or 0,
-                "spans": spans,
+                "spans": _spans(attempts, run_start),
                 "result": stored,
             }
         )
     return rows
+
+
+def _spans(attempts: list[tuple[str, str | None, str]], run_start: float | None) -> list[dict[str, Any]]:
+    """The timeline's bars: each attempt in seconds from the run's start (one whose start is unknown left out)."""
+    spans = []
+    for start, end, outcome in attempts:
+        s, e = parse_ts(start), parse_ts(end)
+        if s is not None and run_start is not None:
+            spans.append(
+                {
+                    "start": round(s - run_start, 3),
+                    "end": None if e is None else round(e - run_start, 3),
+                    "outcome": outcome,
+                }
+            )
+    return spans
 
 
 def header(manifest: RunManifest, tasks: list[dict[str, Any]], *, status: str, duration_s: float) -> dict[str, Any]:
