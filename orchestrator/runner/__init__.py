@@ -5,21 +5,7 @@ names below from ``orchestrator.runner``. Its modules are private, but for the
 contract the engine and the plugins are written against: ``types`` (a task's
 request and result), ``plugin`` and ``structured`` (what a plugin is),
 ``base`` (what a runner is) and ``registry`` (where plugins are found).
-tests/test_import_layers.py checks both. Public surface::
-
-    run_instance(prompt, repo_path, **fields) -> RunnerResult   # one task, ad hoc or scripted
-    DockerRunner(auth=..., logs_dir=...)                          # TaskRunner for orchestration
-    KubernetesRunner(cluster=ClusterSpec(...), ...)               # the same, one Pod per task
-    MultiHostRunner / resolve_hosts / parse_host_flag / HostSpec  # the same over several Docker engines
-    get_plugin / register_plugins / PLUGIN_MODULES / check_model  # the plugin registry
-    docker_available / image_exists / list_containers /
-    stop_run_containers / remove_containers / run_volumes ...     # the containers and volumes of runs
-    validate_repository / open_repository / workspace_root ...    # the user's repository, the workspaces
-    delete_run_branches(repo, names, run_id=...)                  # a run's own branches, safely
-    unheld_branch_claims(repo, [(branch, commit), ...])           # read-only: is each commit on its branch
-    release_run_folder(run_id, repo)                              # a finished run's store and indexes, gone
-    list_caches / remove_caches                                   # remote engines' object caches
-    preflight_images / image_id / transport_warnings ...          # what a run checks before it starts
+tests/test_import_layers.py checks both; the export table is under ``TYPE_CHECKING`` below.
 """
 
 from __future__ import annotations

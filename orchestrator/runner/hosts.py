@@ -606,19 +606,16 @@ class MultiHostRunner:
             slot = await self._acquire(tried, None)
             # Placed again on another engine, fresh: the session volume and the
             # agent's work in the workspace volume stayed on the dead one.
-            self._tell(
+            self._task_event(
                 request,
                 on_event,
-                [
-                    {
-                        "type": "runner.session.reset",
-                        "reason": "host_down",
-                        "host": slot.spec.name,
-                        "previous_session_id": request.session_id,
-                        "error_type": "docker",
-                        "detail": f"{message}; the task starts afresh on host {slot.spec.name}",
-                    }
-                ],
+                "runner.session.reset",
+                "warn",
+                reason="host_down",
+                host=slot.spec.name,
+                previous_session_id=request.session_id,
+                error_type="docker",
+                detail=f"{message}; the task starts afresh on host {slot.spec.name}",
             )
             request = msgspec.structs.replace(request, session_id=None, resume_workspace=False)
 
@@ -668,7 +665,6 @@ class MultiHostRunner:
 
 
 def _failed(request: InstanceRequest, **error: Any) -> RunnerResult:
-    """The task's failed result; ``error``: its ``error_type`` and ``error``."""
     return RunnerResult(
         status="failed", instance_id=request.instance_id, container_name=request.container_name, **error
     )

@@ -29,8 +29,7 @@ from .docker_containers import OBJECT_CACHE_MOUNT, DockerHost
 from .git_cmd import git_env
 from .types import InstanceRequest
 
-CACHE_MOUNT = OBJECT_CACHE_MOUNT
-CACHE_ALTERNATE = f"{CACHE_MOUNT}/objects"
+CACHE_ALTERNATE = f"{OBJECT_CACHE_MOUNT}/objects"
 VOLUME_PREFIX = "orc_objcache_"
 LABEL = "orchestrator.object-cache"
 REPO_LABEL = "orchestrator.object-cache.repo"
