@@ -22,8 +22,8 @@ import anyio.to_thread
 from ..errors import ContainerError, GitError
 from .docker_containers import WORKSPACE_MOUNT, DockerHost
 from .git_cmd import run_git
+from .git_ops import CONTAINER_UID
 
-CONTAINER_UID = 1000
 # Inside the clone's .git, so it is never part of the agent's work tree.
 BUNDLE_PATH = f"{WORKSPACE_MOUNT}/.git/orchestrator-result.bundle"
 # Run in the container after the agent: $1 the workspace, $2 the base commit.

@@ -82,27 +82,21 @@ def _read_ws_file(workspace: Path, name: str) -> str:
 
 def _heads(repo: Path) -> dict[str, str]:
     proc = run_git(["for-each-ref", "--format=%(refname)%00%(objectname)", "refs/heads/"], cwd=repo)
-    out: dict[str, str] = {}
-    for line in proc.stdout.splitlines():
-        ref, _, sha = line.partition("\0")
-        if ref.startswith("refs/heads/"):
-            out[ref[len("refs/heads/") :]] = sha
-    return out
+    pairs = (line.partition("\0")[::2] for line in proc.stdout.splitlines())
+    return {ref.removeprefix("refs/heads/"): sha for ref, sha in pairs if ref.startswith("refs/heads/")}
 
 
 def _checked_out_branches(repo: Path) -> set[str]:
     """Branches checked out in the repository's worktrees (including unborn ones)."""
     proc = run_git(["worktree", "list", "--porcelain"], cwd=repo, check=False)
-    names: set[str] = set()
-    for line in proc.stdout.splitlines():
-        if line.startswith("branch refs/heads/"):
-            names.add(line[len("branch refs/heads/") :])
+    lines = proc.stdout.splitlines()
+    names = {ln.removeprefix("branch refs/heads/") for ln in lines if ln.startswith("branch refs/heads/")}
     # The list names the branch of every work tree, unborn ones too; only a bare
     # repository's HEAD (listed as "bare") has to be asked for separately.
-    if proc.returncode != 0 or "bare" in proc.stdout.splitlines():
+    if proc.returncode != 0 or "bare" in lines:
         head = run_git(["symbolic-ref", "-q", "HEAD"], cwd=repo, check=False).stdout.strip()
         if head.startswith("refs/heads/"):
-            names.add(head[len("refs/heads/") :])
+            names.add(head.removeprefix("refs/heads/"))
     return names
 
 
@@ -116,9 +110,8 @@ def _encode_key(task_key: str) -> str:
 
 
 def _note_has_key(lines: list[str], task_key: str) -> bool:
-    prefix = f"task_key={_encode_key(task_key)};"
     exact = f"task_key={_encode_key(task_key)}"
-    return any(ln.startswith(prefix) or ln == exact for ln in lines)
+    return any(ln == exact or ln.startswith(exact + ";") for ln in lines)
 
 
 def _ensure_note(repo: Path, commit: str, task_key: str, run_id: str) -> None:
