@@ -396,8 +396,6 @@ class MultiHostRunner:
         *,
         on_host_event: Callable[[dict[str, Any]], None] | None = None,
         on_all_down: Callable[[], None] | None = None,
-        probe_interval_s: float = PROBE_INTERVAL_S,
-        watch_interval_s: float = WATCH_INTERVAL_S,
     ) -> None:
         if not specs:
             raise ConfigError("runner.hosts is empty")
@@ -405,8 +403,6 @@ class MultiHostRunner:
         # Each DockerRunner forwards the git layer's log lines to runner.jsonl; one is enough.
         for slot in self.slots[1:]:
             slot.runner.stop_log_forwarding()
-        self.probe_interval_s = probe_interval_s
-        self.watch_interval_s = watch_interval_s
         # set, and replaced, whenever a slot frees or a host goes down or comes back
         self._changed = anyio.Event()
         self._on_host_event = on_host_event
@@ -462,14 +458,14 @@ class MultiHostRunner:
             slot.down, slot.reason = True, reason
             self._event("runner.host.down", host=slot.spec.name, reason=reason)
             self._status_changed()
-        slot.next_probe = time.monotonic() + self.probe_interval_s
+        slot.next_probe = time.monotonic() + PROBE_INTERVAL_S
         self._notify()
 
     async def _probe_down_hosts(self) -> None:
         now = time.monotonic()
         for slot in self.slots:
             if slot.down and now >= slot.next_probe:
-                slot.next_probe = now + self.probe_interval_s
+                slot.next_probe = now + PROBE_INTERVAL_S
                 await slot.runner.host.aclose()  # a fresh connection: the old pool may be dead
                 if await self._answers(slot):
                     slot.down, slot.reason = False, ""
@@ -563,11 +559,6 @@ class MultiHostRunner:
             request = msgspec.structs.replace(request, session_id=None)
         return slot, request, told
 
-    def _tell(self, request: InstanceRequest, on_event: RunnerEventCallback | None, told: list[dict[str, Any]]) -> None:
-        for event in told:
-            fields = {k: v for k, v in event.items() if k != "type"}
-            self._task_event(request, on_event, event["type"], "warn", **fields)
-
     async def reserve(self, request: InstanceRequest) -> str:
         """Choose the task's engine (and take its slot) before it starts, so the
         ``task.started`` record can name it; the next :meth:`run` of the task uses it."""
@@ -577,7 +568,9 @@ class MultiHostRunner:
     async def run(self, request: InstanceRequest, *, on_event: RunnerEventCallback | None = None) -> RunnerResult:
         reserved = self._reserved.pop(request.instance_id, None)
         slot, request, told = reserved if reserved is not None else await self._first_slot(request)
-        self._tell(request, on_event, told)
+        for event in told:
+            fields = {k: v for k, v in event.items() if k != "type"}
+            self._task_event(request, on_event, event["type"], "warn", **fields)
         tried: set[str] = set()
         while True:
             name = slot.spec.name
@@ -622,7 +615,7 @@ class MultiHostRunner:
     async def _run_watched(
         self, slot: _Slot, request: InstanceRequest, on_event: RunnerEventCallback | None
     ) -> RunnerResult:
-        """The task on its engine, while the engine is asked every ``watch_interval_s``
+        """The task on its engine, while the engine is asked every ``WATCH_INTERVAL_S``
         whether it still answers: a dead engine would otherwise cost the runner's
         whole retry schedule (minutes) before the task could move elsewhere."""
         outcome: dict[str, Any] = {}
@@ -639,7 +632,7 @@ class MultiHostRunner:
 
         async def watch(scope: anyio.CancelScope) -> None:
             while True:
-                await anyio.sleep(self.watch_interval_s)
+                await anyio.sleep(WATCH_INTERVAL_S)
                 if slot.down or not await self._answers(slot):
                     self._mark_down(slot, f"Docker host {slot.spec.name} stopped answering")
                     scope.cancel()
