@@ -88,11 +88,7 @@ def run_git(
     env: dict[str, str] | None = None,
     what: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``git <args>`` and return the completed process (text mode).
-
-    With ``check`` a non-zero exit raises :class:`GitError` whose message names
-    the operation and ends with git's stderr.
-    """
+    """With ``check``, a non-zero exit raises :class:`GitError` naming the operation, ending with git's stderr."""
     argv = ["git", *_BASE_ARGS, *(os.fspath(a) for a in args)]
     try:
         proc = subprocess.run(

@@ -153,13 +153,9 @@ class BaseBranch(msgspec.Struct, frozen=True, kw_only=True):
 def validate_repository(
     repo_path: str | os.PathLike[str], base_branch: str | None, *, ignore: Sequence[str | os.PathLike[str]] = ()
 ) -> RepoInfo:
-    """Check that ``repo_path`` is a git repository with ``base_branch``.
+    """Check that ``repo_path`` is a git repository with ``base_branch`` (None: see :func:`resolve_base_branch`).
 
-    ``base_branch=None``: ``main`` when it exists, else the branch checked out
-    (see :func:`resolve_base_branch`). ``ignore``: folders whose contents never
-    make the tree dirty (the orchestrator's own output folders when they live
-    inside the repository). Raises :class:`PreflightError` with a one-line
-    message otherwise.
+    ``ignore``: folders whose contents never make the tree dirty (the orchestrator's own output folders).
     """
     top, git_dir, bare = open_repository(repo_path)
     base = resolve_base_branch(top, base_branch)
@@ -179,11 +175,7 @@ def validate_repository(
 
 
 def open_repository(repo_path: str | os.PathLike[str]) -> tuple[Path, Path, bool]:
-    """``(top, git_dir, bare)`` of the repository at ``repo_path``, which has at least one commit.
-
-    Raises :class:`PreflightError` naming what is wrong with the path itself
-    (missing, not a directory, not a repository, no commits yet).
-    """
+    """``(top, git_dir, bare)`` of the repository at ``repo_path``; PreflightError if it has no commit."""
     path = Path(repo_path).expanduser()
     if not path.exists():
         raise PreflightError(f"repository path does not exist: {path}")

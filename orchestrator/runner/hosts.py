@@ -559,6 +559,11 @@ class MultiHostRunner:
             request = msgspec.structs.replace(request, session_id=None)
         return slot, request, told
 
+    def _tell(self, request: InstanceRequest, on_event: RunnerEventCallback | None, told: list[dict[str, Any]]) -> None:
+        for event in told:
+            fields = {k: v for k, v in event.items() if k != "type"}
+            self._task_event(request, on_event, event["type"], "warn", **fields)
+
     async def reserve(self, request: InstanceRequest) -> str:
         """Choose the task's engine (and take its slot) before it starts, so the
         ``task.started`` record can name it; the next :meth:`run` of the task uses it."""
@@ -568,9 +573,7 @@ class MultiHostRunner:
     async def run(self, request: InstanceRequest, *, on_event: RunnerEventCallback | None = None) -> RunnerResult:
         reserved = self._reserved.pop(request.instance_id, None)
         slot, request, told = reserved if reserved is not None else await self._first_slot(request)
-        for event in told:
-            fields = {k: v for k, v in event.items() if k != "type"}
-            self._task_event(request, on_event, event["type"], "warn", **fields)
+        self._tell(request, on_event, told)
         tried: set[str] = set()
         while True:
             name = slot.spec.name
@@ -599,16 +602,19 @@ class MultiHostRunner:
             slot = await self._acquire(tried, None)
             # Placed again on another engine, fresh: the session volume and the
             # agent's work in the workspace volume stayed on the dead one.
-            self._task_event(
+            self._tell(
                 request,
                 on_event,
-                "runner.session.reset",
-                "warn",
-                reason="host_down",
-                host=slot.spec.name,
-                previous_session_id=request.session_id,
-                error_type="docker",
-                detail=f"{message}; the task starts afresh on host {slot.spec.name}",
+                [
+                    {
+                        "type": "runner.session.reset",
+                        "reason": "host_down",
+                        "host": slot.spec.name,
+                        "previous_session_id": request.session_id,
+                        "error_type": "docker",
+                        "detail": f"{message}; the task starts afresh on host {slot.spec.name}",
+                    }
+                ],
             )
             request = msgspec.structs.replace(request, session_id=None, resume_workspace=False)
 
