@@ -322,3 +322,16 @@ async def test_the_writer_refuses_a_payload_that_would_not_read_back_and_writes_
         with pytest.raises(ValueError, match=r"task\.scheduled .*session_group_key"):
             log.write(E.TaskScheduled(key="r/s1/k2", session_group_key=7), strategy_execution_id="s1")  # type: ignore[arg-type]
     assert [ev.payload["key"] for _, ev in LogReader(path).events()] == ["r/s1/k"]
+
+
+def test_a_runner_results_convenience_properties_read_its_metrics_and_artifact():
+    # The spec's RunnerResult API: a plugin author's or a custom runner's caller reads these.
+    from orchestrator.runner import BranchArtifact, Metrics, RunnerResult
+
+    art = BranchArtifact(branch_planned="b", branch_final="b", base="main", commit="c0ffee", has_changes=True)
+    done = RunnerResult(
+        status="success", instance_id="i", artifact=art, metrics=Metrics(tokens_in=7, tokens_out=5, cost_usd=0.25)
+    )
+    assert (done.cost, done.tokens_total, done.has_changes) == (0.25, 12, True)
+    bare = RunnerResult(status="failed", instance_id="i")
+    assert (bare.cost, bare.tokens_total, bare.has_changes) == (None, 0, False)

@@ -204,3 +204,15 @@ class RunnerResult(msgspec.Struct, frozen=True, kw_only=True):
     workspace_path: str | None = None
     # The agent's answer parsed and validated against ``request.output_schema``.
     output: Any = None
+
+    @property
+    def cost(self) -> float | None:
+        return self.metrics.cost_usd
+
+    @property
+    def tokens_total(self) -> int:
+        return self.metrics.tokens_in + self.metrics.tokens_out
+
+    @property
+    def has_changes(self) -> bool:
+        return bool(self.artifact and self.artifact.has_changes)
