@@ -1,17 +1,10 @@
 """Containers and volumes: everything the runner asks of the Docker daemon.
 
-All docker-py calls are blocking, so every one of them goes through
-:meth:`DockerHost.call`, which runs it on a worker thread under a shared
-:class:`anyio.CapacityLimiter`. One client (one connection pool) serves all
-tasks of a process. Library errors are translated into
-:class:`~orchestrator.errors.ContainerError` here, with ``retryable`` set from
-the transient patterns below (errors that a retry can outlive).
-
-The container's mounts and hardening are in docs/docker.md (the run's object
-store, mounted read-only for ``shared_objects``: docs/architecture.md); it runs
-``sleep infinity`` and the agent runs through ``docker exec``. Credentials are
-*not* part of the container configuration (``docker inspect`` would show them
-for as long as the container is retained); they are passed to each exec instead.
+docker-py calls block, so each goes through :meth:`DockerHost.call` (a worker thread
+under one shared limiter and one client per process), which turns library errors into
+:class:`~orchestrator.errors.ContainerError`, retryable when transient. Mounts and
+hardening: docs/docker.md. Credentials are *not* part of the container configuration
+(``docker inspect`` would show them while the container is retained): each exec gets them.
 """
 
 from __future__ import annotations

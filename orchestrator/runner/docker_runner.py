@@ -1,17 +1,9 @@
-"""The Docker runner: one task through six phases.
+"""The Docker runner: one task through its phases (docs/architecture.md); outcomes: docs/events.md.
 
-    validate -> workspace -> container -> execute (with retries) -> collect -> cleanup
-
-Runner-internal events go to ``<logs_dir>/runner.jsonl`` and to the caller's
-``on_event``, never to ``events.jsonl``; everything written, returned or raised
-passes through the sanitizer, which knows the exact credential values.
-Cancellation (Ctrl+C) is never a result: a still-running agent gets its grace to
-exit, the container is stopped in a shielded scope, the workspace kept (a request
-with ``resume_workspace`` continues in it), and the cancellation re-raised.
-Transient failures are retried with exponential backoff, resuming the agent
-session; a session the agent cannot resume is replaced by a fresh one in the same
-workspace, once. The outcomes: docs/events.md (``task.failed``); the phases as a
-pipeline with one failure exit: docs/architecture.md.
+Everything written, returned or raised passes through the sanitizer, which knows the
+exact credential values. Cancellation (Ctrl+C) is never a result: the agent gets its
+grace to exit, the container is stopped in a shielded scope, the workspace kept (for
+``resume_workspace``), and the cancellation re-raised.
 """
 
 from __future__ import annotations
@@ -21,7 +13,7 @@ import logging
 import os
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -88,8 +80,9 @@ class _Task:
     workspace: Path | None = None
     # Once set, a failure or Ctrl+C stops the task's container.
     container_known: bool = False
-    # retry_attempts, and the previous attempt's cumulative usage (for a follow-up turn)
-    state: dict[str, Any] = field(default_factory=lambda: {"retry_attempts": 0})
+    retry_attempts: int = 0
+    # the previous attempt's cumulative usage (for a follow-up turn)
+    previous: dict[str, float] | None = None
     metrics: Metrics | None = None  # set once the agent has run
     session_id: str | None = None
 
@@ -325,7 +318,7 @@ class DockerRunner:
             workspace_path=str(workspace),
             branch_imported=artifact.branch_final,
             duration_s=metrics.duration_s,
-            retry_attempts=task.state["retry_attempts"],
+            retry_attempts=task.retry_attempts,
             uncommitted_files=artifact.uncommitted_files,
             auto_committed=artifact.auto_committed,
         )
@@ -382,7 +375,7 @@ class DockerRunner:
             container_name=task.request.container_name,
             log_path=str(self.log_path) if self.log_path else None,
             error=self.sanitizer.scrub_text(error) if error else None,
-            retry_attempts=task.state["retry_attempts"],
+            retry_attempts=task.retry_attempts,
             **fields,
         )
 
@@ -470,11 +463,11 @@ class DockerRunner:
         ``follow_up``: another turn in the workspace and session of an execution
         that just finished (the output repair turn), not a fresh start.
         """
-        on_event, state, workspace = task.on_event, task.state, task.workspace
+        on_event, workspace = task.on_event, task.workspace
         assert workspace is not None
         total: dict[str, Any] = {"tokens_in": 0, "tokens_out": 0, "cost": None, "session_id": request.session_id}
-        previous: dict[str, float] | None = state.get("previous") if follow_up else None
-        retries_before = state["retry_attempts"]
+        previous = task.previous if follow_up else None
+        retries_before = task.retry_attempts
         last_exec: ExecOutput | None = None
         max_attempts = max(1, request.retry_config.max_attempts)
         session_reset = False
@@ -502,12 +495,12 @@ class DockerRunner:
                 continue
             if attempt.output is not None:
                 last_exec = attempt.output
-                previous = state["previous"] = dict(attempt.output.outcome.cumulative) or previous
+                previous = task.previous = dict(attempt.output.outcome.cumulative) or previous
             retryable, reason = _tally(attempt, total)
             retries_used = n - session_reset  # the fresh-session attempt is not a retry of a failure
             if not retryable or retries_used + 1 >= max_attempts:
                 return attempt, total, last_exec
-            state["retry_attempts"] = retries_before + retries_used + 1
+            task.retry_attempts = retries_before + retries_used + 1
             await self._back_off(request, on_event, n + 1, retries_used, reason, total["session_id"])
             n += 1
 

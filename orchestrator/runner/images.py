@@ -1,11 +1,6 @@
-"""The run's image on every engine: the same image ID everywhere, or a clear stop.
-
-Agents on different engines must run the same bits, so the pre-flight compares
-image IDs (not tags). An engine that lacks the image, or has another build
-under the same tag, gets it streamed from this machine's engine
-(``docker save | docker load`` through the API, with a progress line) when
-``--sync-image`` is given; otherwise the run stops with one line naming the
-host and the command that fixes it.
+"""The run's image on every engine: the same image ID everywhere (agents on different
+engines must run the same bits), or a clear stop; ``--sync-image`` streams it instead
+(docs/scaling.md).
 """
 
 from __future__ import annotations

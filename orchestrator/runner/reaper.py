@@ -1,12 +1,9 @@
 """Finished tasks' workspaces, deleted off the tasks' path (docs/scaling.md, "Deleting a
 finished task's checkout no longer holds the task's slot").
 
-A finished task's workspace is moved aside in one atomic rename (a crash
-mid-delete never leaves a half-deleted workspace where a resumed task would
-continue), and background threads delete it while the next tasks run: several,
-since one thread falls behind four slots of tasks (an unlink waits on the disk's
-journal, and others can wait beside it; four threads delete eight checkouts
-1.5x as fast as one).
+The rename aside is atomic: a crash mid-delete never leaves a half-deleted workspace
+where a resumed task would continue. Several threads, since one falls behind four slots
+of tasks (four threads delete eight checkouts 1.5x as fast as one).
 """
 
 from __future__ import annotations
