@@ -168,8 +168,7 @@ class DockerHost:
         return await self.call(what, run)
 
     async def inspect_container(self, name: str) -> dict | None:
-        found: dict | None = await self._unless_missing(f"inspect container {name}", "inspect_container", name)
-        return found
+        return await self._unless_missing(f"inspect container {name}", "inspect_container", name)
 
     async def image_exists(self, image: str) -> bool:
         return await self._unless_missing(f"inspect image {image}", "inspect_image", image) is not None

@@ -52,19 +52,12 @@ def _needles(secrets: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
     return sorted(out.items(), key=lambda kv: -len(kv[0]))
 
 
-def scan_lines(path: str, numbered: Iterable[tuple[int, str]], needles: list[tuple[str, str]]) -> list[Finding]:
-    found = []
-    for lineno, text in numbered:
-        for needle, what in needles:
-            if needle in text:
-                found.append(Finding(path=path, line=lineno, what=what))
-                break
-        else:
-            for what, pattern in TOKEN_SHAPES:
-                if pattern.search(text):
-                    found.append(Finding(path=path, line=lineno, what=what))
-                    break
-    return found
+def _what(text: str, needles: list[tuple[str, str]]) -> str | None:
+    """What credential ``text`` holds: the run's own first, then a common token shape."""
+    for needle, what in needles:
+        if needle in text:
+            return what
+    return next((what for what, pattern in TOKEN_SHAPES if pattern.search(text)), None)
 
 
 _HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+(\d+)(?:,\d+)? @@")
@@ -76,16 +69,8 @@ def scan_diff(diff: str, secrets: Iterable[tuple[str, str]]) -> list[Finding]:
     findings: list[Finding] = []
     path = "?"
     lineno = 0
-    batch: list[tuple[int, str]] = []
-
-    def flush() -> None:
-        if batch:
-            findings.extend(scan_lines(path, batch, needles))
-            batch.clear()
-
     for line in diff.splitlines():
         if line.startswith("+++ "):
-            flush()
             target = line[4:]
             path = target[2:] if target.startswith("b/") else target
             continue
@@ -94,9 +79,10 @@ def scan_diff(diff: str, secrets: Iterable[tuple[str, str]]) -> list[Finding]:
             lineno = int(m.group(1))
             continue
         if line.startswith("+"):
-            batch.append((lineno, line[1:]))
+            what = _what(line[1:], needles)
+            if what is not None:
+                findings.append(Finding(path=path, line=lineno, what=what))
             lineno += 1
-    flush()
     return findings
 
 
