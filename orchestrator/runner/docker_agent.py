@@ -96,7 +96,10 @@ AGENT_WRAPPER_SCRIPT = (
     '   exec cat) <"$f" &\n'
     '  "$@" >"$f"\n'
     "  rc=$?\n"
-    "  wait\n"
+    # cat ends once the agent's stdout closes; a process the agent left running with
+    # that stdout would keep it open, so the wrapper waits for it 2 s at most.
+    "  i=0\n"
+    '  while kill -0 "$!" 2>/dev/null && [ "$i" -lt 200 ]; do sleep 0.01; i=$((i + 1)); done\n'
     '  rm -f "$f"\n'
     "else\n"
     '  "$@"\n'
