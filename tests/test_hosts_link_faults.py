@@ -11,6 +11,7 @@ in again.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -284,13 +285,12 @@ INTERRUPTED_PROMPT = "SIM: write a.txt one\nSIM: commit a\nSIM: sleep 8\nSIM: wr
 SESSION_ID = re.compile(rb'"session_id":\s*"([^"]+)"')
 
 
-@pytest.mark.docker
-def test_ctrl_c_before_the_agents_first_line_is_read_keeps_its_session_for_the_resume(
-    tmp_path, private_engine, proxy_dir
-):
-    # On a loaded machine (or a slow link) the agent's first line, which names its session,
-    # can still be on its way when the user presses Ctrl+C. The connection was closed at
-    # once, the session was lost with it, and the resume paid for the agent's work again.
+@contextlib.contextmanager
+def _first_line_held(tmp_path, private_engine, proxy_dir):
+    """A run on the private engine whose agent has written its session's line, which the runner has not read.
+
+    Yields (repo, env, proxy, the running command, its output prefix, the session, the run id).
+    """
     repo = make_repo(tmp_path / "repo")
     proxy = EngineProxy(private_engine.socket, proxy_dir / "engine.sock", exec_of=AGENT_EXEC, stall=True)
     env = cli_env(tmp_path, **NO_DISK_MIN)
@@ -299,10 +299,38 @@ def test_ctrl_c_before_the_agents_first_line_is_read_keeps_its_session_for_the_r
     proc = start_cli([INTERRUPTED_PROMPT, *far], cwd=repo, env=env, out=out)
     run_id = None
     try:
-        # The agent has written its session's line; the runner has not read it.
         found = wait_for(lambda: SESSION_ID.search(bytes(proxy.held)), timeout=120)
-        session = found.group(1).decode()
         run_id = only_run_id(tmp_path)
+        yield repo, env, proxy, proc, out, found.group(1).decode(), run_id
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proxy.close()
+        if run_id:
+            remove_run(private_engine.url, run_id)
+
+
+def _resume_continues(tmp_path, repo, env, run_id: str, session: str) -> list:
+    """The resume finishes the task in the session the agent announced; returns the run's events."""
+    result = run_cli(["--resume", run_id, "--no-tui"], cwd=repo, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    events = check_log(events_path(tmp_path, run_id))
+    (done,) = [e for e in events if e.type == "task.completed"]
+    assert done.payload["session_id"] == session, done.payload
+    assert git(repo, "show", f"{done.payload['artifact']['branch_final']}:b.txt") == "two"
+    started = runner_messages(tmp_path, run_id, "runner.exec.started")
+    assert [s.get("resume_session_id") for s in started][-1] == session, started
+    return events
+
+
+@pytest.mark.docker
+def test_ctrl_c_before_the_agents_first_line_is_read_keeps_its_session_for_the_resume(
+    tmp_path, private_engine, proxy_dir
+):
+    # On a loaded machine (or a slow link) the agent's first line, which names its session,
+    # can still be on its way when the user presses Ctrl+C. The connection was closed at
+    # once, the session was lost with it, and the resume paid for the agent's work again.
+    with _first_line_held(tmp_path, private_engine, proxy_dir) as (repo, env, proxy, proc, out, session, run_id):
         proc.send_signal(signal.SIGINT)
         # The line comes through only once the agent has been asked to end: a runner that
         # closed the connection when the Ctrl+C came has lost it by then.
@@ -312,21 +340,8 @@ def test_ctrl_c_before_the_agents_first_line_is_read_keeps_its_session_for_the_r
         assert rc == 130, err[-3000:]
         (interrupted,) = [e.payload for e in check_log(events_path(tmp_path, run_id)) if e.type == "task.interrupted"]
         assert interrupted.get("session_id") == session, interrupted
-
-        result = run_cli(["--resume", run_id, "--no-tui"], cwd=repo, env=env, timeout=300)
-        assert result.returncode == 0, result.stderr[-3000:]
-        (done,) = [e for e in check_log(events_path(tmp_path, run_id)) if e.type == "task.completed"]
-        assert done.payload["session_id"] == session, done.payload
-        branch = done.payload["artifact"]["branch_final"]
-        assert git(repo, "show", f"{branch}:b.txt") == "two"
-        (_, resumed) = runner_messages(tmp_path, run_id, "runner.exec.started")
-        assert resumed["resume_session_id"] == session, resumed
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proxy.close()
-        if run_id:
-            remove_run(private_engine.url, run_id)
+        _resume_continues(tmp_path, repo, env, run_id, session)
+        assert len(runner_messages(tmp_path, run_id, "runner.exec.started")) == 2
 
 
 @pytest.mark.docker
@@ -336,35 +351,13 @@ def test_a_kill_before_the_agents_first_line_is_read_resumes_the_session_the_age
     # kill -9 while the agent's first line, which names its session, is still on its way
     # (a lagging stream on a loaded machine, a slow link): nothing recorded the session,
     # and the resume started a second session in the kept workspace, paying for the work again.
-    repo = make_repo(tmp_path / "repo")
-    proxy = EngineProxy(private_engine.socket, proxy_dir / "engine.sock", exec_of=AGENT_EXEC, stall=True)
-    env = cli_env(tmp_path, **NO_DISK_MIN)
-    far = ["--no-tui", "--docker-image", private_engine.image, "--docker-host", f"far={proxy.url}:1"]
-    out = tmp_path / "out" / "first"
-    proc = start_cli([INTERRUPTED_PROMPT, *far], cwd=repo, env=env, out=out)
-    run_id = None
-    try:
-        found = wait_for(lambda: SESSION_ID.search(bytes(proxy.held)), timeout=120)
-        session = found.group(1).decode()
-        run_id = only_run_id(tmp_path)
+    with _first_line_held(tmp_path, private_engine, proxy_dir) as (repo, env, proxy, proc, _, session, run_id):
         sigkill(proc)
         assert not [e for e in check_log(events_path(tmp_path, run_id)) if e.type == "task.session"]
         proxy.release()
-
-        result = run_cli(["--resume", run_id, "--no-tui"], cwd=repo, env=env, timeout=300)
-        assert result.returncode == 0, result.stderr[-3000:]
-        events = check_log(events_path(tmp_path, run_id))
-        (done,) = [e for e in events if e.type == "task.completed"]
-        assert done.payload["session_id"] == session, done.payload
-        assert git(repo, "show", f"{done.payload['artifact']['branch_final']}:b.txt") == "two"
+        events = _resume_continues(tmp_path, repo, env, run_id, session)
         (recovered,) = runner_messages(tmp_path, run_id, "runner.session.recovered")
         assert recovered["session_id"] == session, recovered
         started = runner_messages(tmp_path, run_id, "runner.exec.started")
         assert [s.get("resume_session_id") for s in started] == [None, session], started
         assert {e.payload["session_id"] for e in events if e.type == "task.session"} == {session}
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proxy.close()
-        if run_id:
-            remove_run(private_engine.url, run_id)
