@@ -128,6 +128,7 @@ def test_a_link_dropped_while_the_history_is_sent_to_the_cache_is_sent_again(tmp
 # The agent's exec create: its command runs under the agent wrapper, whose first
 # line names it (JSON-escaped in the request body).
 AGENT_EXEC = rb"# orchestrator-agent-wrapper\\n"
+EXEC_OF_REVIEW = rb"# orchestrator-exec-wrapper\\n"
 # Every execution of the agent appends one "run" line and, after the sleep in
 # which the link drops, one "end" line: two agents in one workspace would leave
 # two "end" lines.
@@ -285,18 +286,25 @@ INTERRUPTED_PROMPT = "SIM: write a.txt one\nSIM: commit a\nSIM: sleep 8\nSIM: wr
 SESSION_ID = re.compile(rb'"session_id":\s*"([^"]+)"')
 
 
+# A review agent: its work is not imported, its workspace is read-only, and it runs
+# under the plain wrapper.
+REVIEW = ("SIM: print looking\nSIM: sleep 8\nSIM: print reviewed", ["-S", "import_policy=never"], EXEC_OF_REVIEW)
+
+
 @contextlib.contextmanager
-def _first_line_held(tmp_path, private_engine, proxy_dir):
+def _first_line_held(tmp_path, private_engine, proxy_dir, task=(INTERRUPTED_PROMPT, [], AGENT_EXEC)):
     """A run on the private engine whose agent has written its session's line, which the runner has not read.
 
+    ``task``: the prompt, extra arguments and the proxy's pattern for the agent's exec.
     Yields (repo, env, proxy, the running command, its output prefix, the session, the run id).
     """
+    prompt, extra, exec_of = task
     repo = make_repo(tmp_path / "repo")
-    proxy = EngineProxy(private_engine.socket, proxy_dir / "engine.sock", exec_of=AGENT_EXEC, stall=True)
+    proxy = EngineProxy(private_engine.socket, proxy_dir / "engine.sock", exec_of=exec_of, stall=True)
     env = cli_env(tmp_path, **NO_DISK_MIN)
     far = ["--no-tui", "--docker-image", private_engine.image, "--docker-host", f"far={proxy.url}:1"]
     out = tmp_path / "out" / "first"
-    proc = start_cli([INTERRUPTED_PROMPT, *far], cwd=repo, env=env, out=out)
+    proc = start_cli([prompt, *far, *extra], cwd=repo, env=env, out=out)
     run_id = None
     try:
         found = wait_for(lambda: SESSION_ID.search(bytes(proxy.held)), timeout=120)
@@ -317,7 +325,9 @@ def _resume_continues(tmp_path, repo, env, run_id: str, session: str) -> list:
     events = check_log(events_path(tmp_path, run_id))
     (done,) = [e for e in events if e.type == "task.completed"]
     assert done.payload["session_id"] == session, done.payload
-    assert git(repo, "show", f"{done.payload['artifact']['branch_final']}:b.txt") == "two"
+    branch = (done.payload["artifact"] or {}).get("branch_final")
+    if branch:  # a review agent's work is not imported
+        assert git(repo, "show", f"{branch}:b.txt") == "two"
     started = runner_messages(tmp_path, run_id, "runner.exec.started")
     assert [s.get("resume_session_id") for s in started][-1] == session, started
     return events
@@ -345,13 +355,15 @@ def test_ctrl_c_before_the_agents_first_line_is_read_keeps_its_session_for_the_r
 
 
 @pytest.mark.docker
+@pytest.mark.parametrize("task", [(INTERRUPTED_PROMPT, [], AGENT_EXEC), REVIEW], ids=["imported", "review"])
 def test_a_kill_before_the_agents_first_line_is_read_resumes_the_session_the_agent_announced(
-    tmp_path, private_engine, proxy_dir
+    tmp_path, private_engine, proxy_dir, task
 ):
     # kill -9 while the agent's first line, which names its session, is still on its way
     # (a lagging stream on a loaded machine, a slow link): nothing recorded the session,
     # and the resume started a second session in the kept workspace, paying for the work again.
-    with _first_line_held(tmp_path, private_engine, proxy_dir) as (repo, env, proxy, proc, _, session, run_id):
+    held = _first_line_held(tmp_path, private_engine, proxy_dir, task)
+    with held as (repo, env, proxy, proc, _, session, run_id):
         sigkill(proc)
         assert not [e for e in check_log(events_path(tmp_path, run_id)) if e.type == "task.session"]
         proxy.release()

@@ -31,13 +31,13 @@ from ..errors import (
 from ..sanitize import SECRET_ENV_VARS, Sanitizer
 from . import watchdog
 from .base import RunnerEventCallback
-from .docker_containers import DockerHost
+from .docker_containers import HOME_MOUNT, DockerHost
 from .docker_core import ContainerStopper, TaskEvents
 from .docker_exec import ExecOutput
 from .docker_workspace import WorkspaceSetup
 from .plugin import AgentEvent, RunnerPlugin
 from .registry import get_plugin
-from .types import WORKSPACE_MOUNT, AuthConfig, Hardening, InstanceRequest
+from .types import AuthConfig, Hardening, InstanceRequest
 
 EVENT_STRING_LIMIT = 4000
 
@@ -69,29 +69,24 @@ UNCOMMITTED_SCRIPT = (
 # It then writes the cause on one marked stderr line and exits GIT_UNUSABLE_EXIT
 # without starting the agent.
 #
-# The agent's first line names its session. The wrapper also keeps that line in
-# the workspace's .git (never committed, and kept with the workspace): if the
-# orchestrator dies before it read the line (a stream lagging on a loaded
+# The agent's first line names its session. The wrapper of an agent that can
+# resume also keeps that line in the task's home volume, where the session itself
+# lives (it outlasts the container, and a read-only workspace cannot hold it): if
+# the orchestrator dies before it read the line (a stream lagging on a loaded
 # machine or a slow link), the resume reads it there and continues the session
-# instead of paying for the agent's work again. The line passes through a FIFO
+# instead of paying for the agent's work again. The runner names the file in
+# $ORCHESTRATOR_FIRST_LINE (unset for a command). The line passes through a FIFO
 # so that the agent stays the wrapper's own child (END_AGENT_SCRIPT signals
 # those); the reader ignores SIGTERM, so the agent's last lines still flow while
 # it saves its session. Without mkfifo the agent runs as before.
-FIRST_LINE_FILE = ".git/orchestrator-agent-first-line"
-GIT_UNUSABLE_EXIT = 125
-GIT_UNUSABLE_MARK = b"\n@@orchestrator-git-unusable="
-AGENT_WRAPPER_SCRIPT = (
-    "# orchestrator-agent-wrapper\n"
-    'cause=$(git cat-file -e "HEAD^{tree}" 2>&1) || {\n'
-    "  printf '\\n@@orchestrator-git-unusable=%s\\n' \"$(printf %s \"$cause\" | tr '\\n' ' ')\" >&2\n"
-    f"  exit {GIT_UNUSABLE_EXIT}\n"
-    "}\n"
-    f"rm -f {FIRST_LINE_FILE}\n"
+FIRST_LINE_ENV = "ORCHESTRATOR_FIRST_LINE"
+_RUN_KEEPING_THE_FIRST_LINE = (
+    f'k="${FIRST_LINE_ENV}"\n'
     'f="/tmp/orchestrator-stdout.$$"\n'
-    'if mkfifo "$f" 2>/dev/null; then\n'
+    'if [ -n "$k" ] && rm -f "$k" && mkdir -p "${k%/*}" 2>/dev/null && mkfifo "$f" 2>/dev/null; then\n'
     "  (trap '' TERM\n"
     "   IFS= read -r line; s=$?\n"
-    f"   printf '%s\\n' \"$line\" >{FIRST_LINE_FILE} 2>/dev/null\n"
+    '   printf \'%s\\n\' "$line" >"$k" 2>/dev/null\n'
     '   if [ "$s" -eq 0 ]; then printf \'%s\\n\' "$line"; else printf %s "$line"; fi\n'
     '   exec cat) <"$f" &\n'
     '  "$@" >"$f"\n'
@@ -105,13 +100,24 @@ AGENT_WRAPPER_SCRIPT = (
     '  "$@"\n'
     "  rc=$?\n"
     "fi\n"
-    "n=$(GIT_OPTIONAL_LOCKS=0 git status --porcelain --untracked-files=all 2>/dev/null | wc -l)\n"
+)
+GIT_UNUSABLE_EXIT = 125
+GIT_UNUSABLE_MARK = b"\n@@orchestrator-git-unusable="
+AGENT_WRAPPER_SCRIPT = (
+    "# orchestrator-agent-wrapper\n"
+    'cause=$(git cat-file -e "HEAD^{tree}" 2>&1) || {\n'
+    "  printf '\\n@@orchestrator-git-unusable=%s\\n' \"$(printf %s \"$cause\" | tr '\\n' ' ')\" >&2\n"
+    f"  exit {GIT_UNUSABLE_EXIT}\n"
+    "}\n"
+    + _RUN_KEEPING_THE_FIRST_LINE
+    + "n=$(GIT_OPTIONAL_LOCKS=0 git status --porcelain --untracked-files=all 2>/dev/null | wc -l)\n"
     "printf '\\n@@orchestrator-end=%s\\n' \"$n\" >&2\n"
     'exit "$rc"\n'
 )
 # Any other task's process (a command, an agent whose work is not imported).
-EXEC_WRAPPER_SCRIPT = "\n".join(
-    ["# orchestrator-exec-wrapper", '"$@"', "rc=$?", "printf '\\n@@orchestrator-end=-\\n' >&2", 'exit "$rc"', ""]
+EXEC_WRAPPER_SCRIPT = (
+    "# orchestrator-exec-wrapper\n" + _RUN_KEEPING_THE_FIRST_LINE + "printf '\\n@@orchestrator-end=-\\n' >&2\n"
+    'exit "$rc"\n'
 )
 UNCOMMITTED_MESSAGE = (
     "Changes the agent left uncommitted\n\n"
@@ -226,17 +232,12 @@ class AgentExec:
         """The request with the session its agent announced unread, for a task resumed in its kept workspace.
 
         The process that started the agent died before it read the agent's first
-        line, so no session is on record; the wrapper kept that line in the workspace.
+        line, so no session is on record; the wrapper kept that line in the home volume.
         """
-        if not (
-            request.resume_workspace
-            and request.session_id is None
-            and plugin.capabilities.supports_resume
-            and _looks_at_uncommitted(request, plugin)
-        ):
+        if not (request.resume_workspace and request.session_id is None and plugin.capabilities.supports_resume):
             return request
         try:
-            line = await self.host.read_file(request.container_name, f"{WORKSPACE_MOUNT}/{FIRST_LINE_FILE}")
+            line = await self.host.read_file(request.container_name, first_line_path(request))
         except RunnerError:
             return request  # no line kept: the agent never wrote one, or an older wrapper ran it
         parser = plugin.new_parser()
@@ -320,6 +321,8 @@ class AgentExec:
         script = AGENT_WRAPPER_SCRIPT if counts else EXEC_WRAPPER_SCRIPT
         argv = ["sh", "-c", script, "orchestrator-agent", *argv]
         env = dict(request.env)
+        if plugin.capabilities.supports_resume:
+            env[FIRST_LINE_ENV] = first_line_path(request)
         try:
             env.update(plugin.prepare_environment(self.auth, request))
         except PreflightError:
@@ -583,6 +586,11 @@ def _output_lost(output: ExecOutput, elapsed: float) -> ContainerError | None:
         f"after {elapsed:.1f} s); a busy engine can close an exec's output before copying it",
         retryable=True,
     )
+
+
+def first_line_path(request: InstanceRequest) -> str:
+    """Where the wrapper keeps the task's agent's first line: one file per task, as a group's tasks share a home."""
+    return f"{HOME_MOUNT}/.orchestrator/first-line/{request.container_name}"
 
 
 def _looks_at_uncommitted(request: InstanceRequest, plugin: RunnerPlugin) -> bool:
