@@ -427,7 +427,9 @@ class StrategyContext(ContextCore):
         Writing files is a side effect; write only data derived from task results
         so a replay writes the same bytes.
         """
-        return self._engine.strategy_output_dir()
+        path = self._engine.paths.results / "strategy_output"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
 
 
 if TYPE_CHECKING:

@@ -521,11 +521,6 @@ class Engine:
         self.emit(E.STRATEGY_PROGRESS, sid, record)
 
     # ------------------------------------------------------------ strategies
-    def strategy_output_dir(self) -> Path:
-        path = self.paths.results / "strategy_output"
-        path.mkdir(parents=True, exist_ok=True)
-        return path
-
     async def _run_strategy(self, index: int, fn: StrategyFn, name: str, prompt: str, params: dict[str, Any]) -> None:
         sid = f"s{index}"
         recorded = self.state.strategies.get(sid)
@@ -534,28 +529,21 @@ class Engine:
         if recorded is None:
             self.emit(E.STRATEGY_STARTED, sid, E.StrategyStarted(name=name, params=params, index=index))
         ctx = StrategyContext(self, strategy_execution_id=sid, strategy_index=index)
+        fields: dict[str, Any]
         try:
             result = await fn(prompt, self.config.base_branch, ctx, **params)
         except StrategyError as exc:
             # A strategy that gave up because the cap refused it a task stopped at the cap, not on a fault.
             status = "budget_reached" if self._capped(sid) or isinstance(exc, BudgetReached) else "failed"
             unusable = list(exc.keys) if isinstance(exc, BaseEvaluationFailed) and exc.keys else msgspec.UNSET
-            completed = E.StrategyCompleted(
-                status=status,
-                error=f"{type(exc).__name__}: {exc}",
-                unvisited_keys=self._unvisited(ctx),
-                unusable_keys=unusable,
-            )
+            fields = {"error": error_line(exc), "unusable_keys": unusable}
         except Exception as exc:
-            self.olog.error(f"strategy {sid} raised {type(exc).__name__}: {exc}", traceback=traceback.format_exc())
-            completed = E.StrategyCompleted(
-                status="failed", error=f"{type(exc).__name__}: {exc}", unvisited_keys=self._unvisited(ctx)
-            )
+            self.olog.error(f"strategy {sid} raised {error_line(exc)}", traceback=traceback.format_exc())
+            status, fields = "failed", {"error": error_line(exc)}
         else:
             status = "budget_reached" if self._capped(sid) else "success"
-            completed = E.StrategyCompleted(
-                status=status, result=to_jsonable(result), unvisited_keys=self._unvisited(ctx)
-            )
+            fields = {"result": to_jsonable(result)}
+        completed = E.StrategyCompleted(status=status, unvisited_keys=self._unvisited(ctx), **fields)
         self.emit(E.STRATEGY_COMPLETED, sid, completed)
 
     def _capped(self, sid: str) -> bool:
@@ -616,14 +604,13 @@ class Engine:
         """
         name = name or self.config.strategy_name
         self.recover_state()
-        sanitizer = getattr(self.olog, "sanitizer", None)
         async with EventLog(
             self.paths.events,
             run_id=self.config.run_id,
             flush_policy=self.config.flush_policy,
             interval_ms=self.config.flush_interval_ms,
             max_batch=self.config.flush_max_batch,
-            sanitizer=sanitizer,
+            sanitizer=getattr(self.olog, "sanitizer", None),
         ) as log:
             self._log = log
             # A task the log shows running was cut off by a crash: record it as interrupted so it resumes.
@@ -698,6 +685,11 @@ def task_result_from_payload(payload: E.EventPayload | None) -> dict[str, Any]:
         # The answer validated against the task's output_schema (None without one).
         "output": None if payload.output is msgspec.UNSET else payload.output,
     }
+
+
+def error_line(exc: BaseException) -> str:
+    """How a strategy's exception is recorded (``strategy.completed``'s error); a replay matches it."""
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _text(value: Any) -> str | None:

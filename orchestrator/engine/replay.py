@@ -24,7 +24,7 @@ from ..log.eventlog import LogReader
 from ..log.events import Progress
 from ..log.state import COMPLETED, FAILED, RunState, replay
 from .context import Context, ContextCore, Handle
-from .engine import StrategyFn, result_at
+from .engine import StrategyFn, error_line, result_at
 from .task_types import RetryPolicy, RetryPolicyDict
 
 Ended = Literal["returned", "failed", "log_ended", "error"]
@@ -130,10 +130,6 @@ def _leaves(exc: BaseException) -> list[BaseException]:
     return [exc]
 
 
-def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
-
-
 async def _replay_one(
     fn: StrategyFn, state: RunState, events_path: Path, sid: str, out_dir: Path, prompt: str, base_branch: str
 ) -> tuple[ReplayContext, Ended, Any, BaseException | None]:
@@ -175,8 +171,8 @@ async def _replay_one(
         return ctx, "log_ended", None, None
     recorded = state.strategies[sid]
     if recorded.status in ("failed", "budget_reached") and recorded.error in (
-        _describe(exc),
-        *map(_describe, unexpected),
+        error_line(exc),
+        *map(error_line, unexpected),
     ):
         return ctx, "failed", None, None
     return ctx, "error", None, exc
@@ -235,7 +231,7 @@ def replay_strategy(
             error = None
             if exc is not None:
                 # the leaves say what went wrong; a task group's wrapper only says that something did
-                error = "; ".join(_describe(leaf) for leaf in _leaves(exc) if not isinstance(leaf, _EndOfLog))
+                error = "; ".join(error_line(leaf) for leaf in _leaves(exc) if not isinstance(leaf, _EndOfLog))
                 owned = log is None
                 olog = log or ComponentLog(events_path.parent / "orchestration.jsonl", "orchestration", run_id)
                 try:
