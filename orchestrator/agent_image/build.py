@@ -57,8 +57,8 @@ def image_id(name: str) -> str | None:
     return r.stdout.strip() if r.returncode == 0 else None
 
 
-def image_label(name: str, key: str = LABEL_KEY) -> str:
-    r = _docker("image", "inspect", "-f", f'{{{{ index .Config.Labels "{key}" }}}}', name)
+def image_label(name: str) -> str:
+    r = _docker("image", "inspect", "-f", f'{{{{ index .Config.Labels "{LABEL_KEY}" }}}}', name)
     value = r.stdout.strip() if r.returncode == 0 else ""
     return "" if value == "<no value>" else value
 

@@ -28,7 +28,7 @@ from ..filelock import file_lock
 from ..runner import SEED_LABEL
 from ..sanitize import default_sanitizer, plain_text
 from . import devcontainer
-from .build import image_id
+from .build import LABEL_KEY, image_id
 from .devcontainer import DEVCONTAINER_PATHS, WORKSPACE
 from .env_spec import EnvironmentSpec, SetupCommand
 
@@ -78,7 +78,6 @@ SETUP_INPUTS = (
 SEED_DIR = "/opt/orchestrator/seed"
 ENV_REPO = "orchestrator-env"
 SETUP_TAIL_LINES = 30
-INPUTS_LABEL = "org.orchestrator.inputs-sha256"
 # What a run says about the environment that only its build could learn (the
 # setup's user): kept on the image, so a cached run says it too.
 NOTES_LABEL = "org.orchestrator.environment-notes"
@@ -695,7 +694,7 @@ def _commit_image(
 ) -> None:
     entry = _docker("image", "inspect", "-f", "{{json .Config.Entrypoint}}", base).stdout.decode().strip()
     instructions = [
-        f"LABEL {INPUTS_LABEL}={digest}",
+        f"LABEL {LABEL_KEY}={digest}",
         "LABEL orchestrator.agent_image.environment=image",
         f"LABEL {NOTES_LABEL}={_quoted(json.dumps(notes))}",
         *seed_label,
