@@ -46,7 +46,6 @@ class Handle(Generic[R_co]):
     """
 
     key: str
-    scheduled_at: float
     _done: anyio.Event = field(default_factory=anyio.Event, repr=False)
     _result: Any = field(default=None, repr=False)
     _failure: tuple[str, str] | None = field(default=None, repr=False)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import time
 import traceback
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
@@ -198,7 +197,7 @@ class Engine:
         if not finished and self._budget_refuses(ctx.strategy_execution_id, plugin):
             assert self.budget is not None
             raise BudgetReached(key, self.budget.message())
-        handle = self._handles[key] = Handle(key=key, scheduled_at=time.monotonic())
+        handle = self._handles[key] = Handle(key=key)
         if recorded is not None and recorded.state == COMPLETED:
             handle._resolve(self._recorded_result(key))
             return handle
@@ -384,19 +383,15 @@ class Engine:
                         key=key,
                     )
                 raise
-            except RunnerError as exc:
+            except Exception as exc:
+                if isinstance(exc, RunnerError):
+                    error_type, error = exc.category, str(exc)
+                else:  # a bug or an unexpected library error: fail the task, keep the run
+                    # "internal", not "container": retrying a bug would only pay for it again
+                    self.olog.error(f"runner raised {error_line(exc)}", key=key, traceback=traceback.format_exc())
+                    error_type, error = "internal", error_line(exc)
                 result = RunnerResult(
-                    status="failed", instance_id=inst, error_type=exc.category, error=str(exc), container_name=cname
-                )
-            except Exception as exc:  # a bug or an unexpected library error: fail the task, keep the run
-                # "internal", not "container": retrying a bug would only pay for it again
-                self.olog.error(f"runner raised {type(exc).__name__}: {exc}", key=key, traceback=traceback.format_exc())
-                result = RunnerResult(
-                    status="failed",
-                    instance_id=inst,
-                    error_type="internal",
-                    error=f"{type(exc).__name__}: {exc}",
-                    container_name=cname,
+                    status="failed", instance_id=inst, error_type=error_type, error=error, container_name=cname
                 )
         if self.budget is not None and is_agent_task(plugin):
             self.budget.settle(key, msgspec.to_builtins(result.metrics) if result.metrics else None)

@@ -65,7 +65,7 @@ class ReplayContext(ContextCore):
         self, key: str, task: Mapping[str, Any], policy: RetryPolicy | RetryPolicyDict | None, refuse: str | None
     ) -> Handle[Any]:
         self.answers += 1
-        handle: Handle[Any] = Handle(key=key, scheduled_at=0.0)
+        handle: Handle[Any] = Handle(key=key)
         rec = self._state.tasks.get(key)
         if rec is not None and rec.state == COMPLETED and rec.result_offset is not None:
             with open(self._events, "rb") as log:
