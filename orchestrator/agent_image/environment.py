@@ -623,8 +623,15 @@ def _run_setup(
         if setup:
             _copy_base_commit(repo, commit, container, owner=AGENT_UID if uid == "0" else uid)
             env_args = [a for k, v in sorted(env.items()) for a in ("-e", f"{k}={v}")]
+            argv = ["docker", "exec", "-u", user, "-e", f"HOME={home}", "-w", WORKSPACE, *env_args, container]
             for step in setup:
-                _run_step(spec, step, container, stream, say, user=user, home=home, env_args=env_args)
+                shown = default_sanitizer().scrub_text(step.display())
+                say(f"environment: setup {step.label}: {shown}")
+                rc, tail = stream.run([*argv, *step.exec_argv()], prefix="  setup| ")
+                if rc != 0:
+                    raise EnvironmentSetupError(
+                        f"the setup failed ({spec.source}, {step.label}, exit {rc}): {shown}\n" + stream.output(tail)
+                    )
             _keep_seed(container, stream, say)
             seed_label = [f"LABEL {SEED_LABEL}={SEED_DIR}"]
         _commit_image(container, base, name, digest, env, notes, seed_label)
@@ -650,27 +657,6 @@ def _copy_base_commit(repo: str, commit: str, container: str, *, owner: str) -> 
     init = _docker("exec", "-u", "root", "-w", WORKSPACE, container, "sh", "-c", script)
     if init.returncode != 0:
         raise EnvironmentSetupError(f"cannot prepare the setup's workspace: {_said(init)}")
-
-
-def _run_step(
-    spec: EnvironmentSpec,
-    step: SetupCommand,
-    container: str,
-    stream: _Stream,
-    say: Callable[[str], None],
-    *,
-    user: str,
-    home: str,
-    env_args: list[str],
-) -> None:
-    say(f"environment: setup {step.label}: {default_sanitizer().scrub_text(step.display())}")
-    argv = ["docker", "exec", "-u", user, "-e", f"HOME={home}", "-w", WORKSPACE, *env_args, container]
-    rc, tail = stream.run([*argv, *step.exec_argv()], prefix="  setup| ")
-    if rc != 0:
-        raise EnvironmentSetupError(
-            f"the setup failed ({spec.source}, {step.label}, exit {rc}): "
-            f"{default_sanitizer().scrub_text(step.display())}\n" + stream.output(tail)
-        )
 
 
 def _keep_seed(container: str, stream: _Stream, say: Callable[[str], None]) -> None:
