@@ -1,10 +1,7 @@
-"""The run-wide spending cap (docs/cli.md, "The spending cap"): an engine hook, consulted when an
-agent task is scheduled or starts.
+"""The run-wide spending cap (docs/cli.md, "The spending cap"), consulted when an agent task is scheduled or starts.
 
-One :class:`Budget` serves every strategy execution of the run. The spend is written to the log
-as ``budget.spend`` and ``budget.reached`` events, so ``state.json`` folds it and a resumed run
-goes on from what was already paid; the cap itself is not a task input, so raising it on
-``--resume`` changes no fingerprint.
+The spend is logged (``budget.spend``, ``budget.reached``), so a resumed run goes on from what was already paid; the
+cap itself is not a task input, so raising it on ``--resume`` changes no fingerprint.
 """
 
 from __future__ import annotations

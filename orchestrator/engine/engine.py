@@ -1,9 +1,6 @@
 """The durable engine: schedules tasks, records every step, replays on resume.
 
-One :class:`Engine` drives one run: it owns the event log writer, the folded
-:class:`~orchestrator.log.state.RunState`, the max-parallel pool and the snapshot task, and talks
-to the runner only through :class:`~orchestrator.runner.base.TaskRunner`. Resume is the same code
-path as a first run (docs/architecture.md, "Durability").
+Resume is the same code path as a first run (docs/architecture.md, "Durability").
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""Replaying a recorded strategy execution from its event log alone, for reports.
-
-docs/strategies.md, "Replaying a recorded run for a report", says what the replay answers and how it
-ends (:attr:`ReplayOutcome.ended`). Nothing here touches Docker, git or the network, and nothing
-is written to the run's own event log or results.
+"""Replaying a recorded strategy execution from its event log alone, for reports (docs/strategies.md,
+"Replaying a recorded run for a report"): no Docker, git or network, and nothing written to the run.
 """
 
 from __future__ import annotations
