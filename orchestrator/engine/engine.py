@@ -6,6 +6,7 @@ Resume is the same code path as a first run (docs/architecture.md, "Durability")
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
 import traceback
@@ -100,7 +101,8 @@ class Engine:
         self._limiter = anyio.CapacityLimiter(self.max_parallel)
         self._handles: dict[str, Handle] = {}
         self._live_sessions: dict[str, str] = {}
-        self._models_checked: set[tuple[str, str]] = set()
+        # a typo in a task's model: one clear message when it is first scheduled, not a container error later
+        self._check_model = functools.cache(check_model)
         self._tg: anyio.abc.TaskGroup | None = None
         self._log: EventLog | None = None
         self._reader: BinaryIO | None = None
@@ -176,10 +178,7 @@ class Engine:
         # The task's plugin is resolved here, once, and travels with the request to the runner.
         plugin = get_plugin(normalized["plugin_name"])
         refuse_unsupported(normalized, plugin)
-        pm = (normalized["plugin_name"], normalized["model"])
-        if pm not in self._models_checked:
-            check_model(*pm)  # a typo in a task's model: one clear message now, not a container error later
-            self._models_checked.add(pm)
+        self._check_model(normalized["plugin_name"], normalized["model"])
         fp = fingerprint(normalized)
         recorded = self.state.tasks.get(key)
         if recorded is not None and recorded.fingerprint and recorded.fingerprint != fp:
