@@ -430,26 +430,20 @@ def _runtime(data: dict[str, Any], where: str, origin: str = "") -> dict[str, An
 # ---------------------------------------------------------------- the image's metadata
 
 
-def metadata_snippets(label: str | None, image: str) -> tuple[list[dict[str, Any]], list[str]]:
-    """The ``devcontainer.metadata`` label's entries (an array, or one object), and a line if it is unreadable."""
-    if not label:
-        return [], []
-    try:
-        data = json.loads(label)
-    except ValueError:
-        return [], [f"{image}: its devcontainer.metadata label is not JSON; it is not used"]
-    entries = data if isinstance(data, list) else [data]
-    return [e for e in entries if isinstance(e, dict)], []
-
-
 def apply_metadata(
-    spec: EnvironmentSpec, snippets: list[dict[str, Any]], image: str, ctx: Context
+    spec: EnvironmentSpec, label: str | None, image: str, ctx: Context
 ) -> tuple[EnvironmentSpec, list[str]]:
-    """``spec`` with the image's metadata merged in, as the specification merges it (the file last).
+    """``spec`` with the image's ``devcontainer.metadata`` label (an array, or one object) merged in, as the
+    specification merges it (the file last), and the lines a run says about it.
 
     Environment variables per name, last wins; users last wins; lifecycle
     commands collected, the image's before the file's, stage by stage.
     """
+    try:
+        data = json.loads(label) if label else []
+    except ValueError:
+        return spec, [f"{image}: its devcontainer.metadata label is not JSON; it is not used"]
+    snippets = [e for e in (data if isinstance(data, list) else [data]) if isinstance(e, dict)]
     if not snippets:
         return spec, []
     where = f"{image} (its devcontainer.metadata)"

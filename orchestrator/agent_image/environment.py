@@ -369,10 +369,9 @@ def build(
         if spec.devcontainer:
             ctx = _context(repo, spec.source, environ)
             label = (user_config.get("Labels") or {}).get(devcontainer.METADATA_LABEL)
-            snippets, notes = devcontainer.metadata_snippets(label, user_image)
-            merged, more = devcontainer.apply_metadata(spec, snippets, user_image, ctx)
+            merged, notes = devcontainer.apply_metadata(spec, label, user_image, ctx)
             default_sanitizer().add_secrets(ctx.secrets())
-            for note in [*notes, *more]:
+            for note in notes:
                 say(note)
     user, why = _setup_user(spec, merged, user_config)
     final_lines = [
