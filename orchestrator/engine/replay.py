@@ -8,6 +8,7 @@ import tempfile
 import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -229,17 +230,13 @@ def replay_strategy(
             if exc is not None:
                 # the leaves say what went wrong; a task group's wrapper only says that something did
                 error = "; ".join(error_line(leaf) for leaf in _leaves(exc) if not isinstance(leaf, _EndOfLog))
-                owned = log is None
-                olog = log or ComponentLog(events_path.parent / "orchestration.jsonl", "orchestration", run_id)
-                try:
+                path = events_path.parent / "orchestration.jsonl"
+                with nullcontext(log) if log else closing(ComponentLog(path, "orchestration", run_id)) as olog:
                     olog.error(
                         f"replay of strategy execution {sid} raised {error}",
                         strategy_execution_id=sid,
                         traceback="".join(traceback.format_exception(exc)),
                     )
-                finally:
-                    if owned:
-                        olog.close()
             outcomes.append(
                 ReplayOutcome(
                     strategy_execution_id=sid, ended=ended, result=result, error=error, progress=tuple(ctx.published)
