@@ -177,7 +177,12 @@ class Engine:
         normalized = normalize_task(task, self.config.defaults, default_base_branch=ctx.base_branch)
         # The task's plugin is resolved here, once, and travels with the request to the runner.
         plugin = get_plugin(normalized["plugin_name"])
-        refuse_unsupported(normalized, plugin)
+        if normalized["runner"].get("max_turns") is not None and not plugin.capabilities.supports_max_turns:
+            # Refused before anything runs: ignoring it would run an agent the strategy did not ask for.
+            raise ConfigError(
+                f"plugin {plugin.name} has no turn limit: remove max_turns from the task (or runner.max_turns "
+                "from the configuration), or use a plugin that has one"
+            )
         self._check_model(normalized["plugin_name"], normalized["model"])
         fp = fingerprint(normalized)
         recorded = self.state.tasks.get(key)
@@ -632,18 +637,6 @@ class Engine:
                     await self.snapshot()
             self._log = None
         return self.state
-
-
-def refuse_unsupported(norm: dict[str, Any], plugin: RunnerPlugin) -> None:
-    """Refuse a task option its plugin's tool has no way to honour, before anything runs.
-
-    Ignoring it would run an agent the strategy did not ask for (no turn limit).
-    """
-    if norm["runner"].get("max_turns") is not None and not plugin.capabilities.supports_max_turns:
-        raise ConfigError(
-            f"plugin {plugin.name} has no turn limit: remove max_turns from the task (or runner.max_turns "
-            "from the configuration), or use a plugin that has one"
-        )
 
 
 def result_at(log: BinaryIO, offset: int) -> dict[str, Any]:
