@@ -1,11 +1,5 @@
-"""``orchestrator --build-image``: the agent image from the sources shipped with the package.
-
-The Dockerfile and everything under ``docker/`` are package data in an
-installed wheel (``orchestrator/_image/``) and plain files in a checkout, so
-the same code builds the image after ``uv tool install``, ``pip install`` or
-``uv sync``. The steps (base image, extra CA certificates, the inputs label
-that skips a build, the tool check) are in docs/docker.md, "Building". This
-is a management command with nothing else running, so blocking calls are fine.
+"""``orchestrator --build-image``: the agent image from the sources shipped with the package (docs/docker.md,
+"Building"). A management command with nothing else running, so blocking calls are fine.
 """
 
 from __future__ import annotations
@@ -57,8 +51,8 @@ def image_id(name: str) -> str | None:
     return r.stdout.strip() if r.returncode == 0 else None
 
 
-def image_label(name: str, key: str = LABEL_KEY) -> str:
-    r = _docker("image", "inspect", "-f", f'{{{{ index .Config.Labels "{key}" }}}}', name)
+def image_label(name: str) -> str:
+    r = _docker("image", "inspect", "-f", f'{{{{ index .Config.Labels "{LABEL_KEY}" }}}}', name)
     value = r.stdout.strip() if r.returncode == 0 else ""
     return "" if value == "<no value>" else value
 

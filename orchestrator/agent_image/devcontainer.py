@@ -407,67 +407,60 @@ def parse(text: str, where: str, ctx: Context) -> EnvironmentSpec:
             spec["target"] = build["target"]
     else:
         raise ConfigError(f"{where} names no `image` and no `build.dockerfile`; add one, or pass --no-devcontainer")
-    spec["container_env"] = _env(data.get("containerEnv"), "containerEnv", where, nulls=False)
-    spec["remote_env"] = _env(data.get("remoteEnv"), "remoteEnv", where, nulls=True)
-    spec["remote_user"] = _user(data.get("remoteUser"), "remoteUser", where)
-    spec["container_user"] = _user(data.get("containerUser"), "containerUser", where)
-    setup: list[SetupCommand] = []
-    for key in STAGES:
-        setup += _commands(data.get(key), key, where)
-    spec["setup"] = tuple(setup)
+    spec.update(_runtime(data, where))
     spec["notes"] = tuple(property_notes(data, where))
     return EnvironmentSpec(**spec)
+
+
+# The properties an image's devcontainer.metadata may set too: the EnvironmentSpec fields _runtime reads.
+_RUNTIME = ("container_env", "remote_env", "remote_user", "container_user", "setup")
+
+
+def _runtime(data: dict[str, Any], where: str, origin: str = "") -> dict[str, Any]:
+    """Those properties of a devcontainer (or of one metadata entry, whose commands are labelled ``origin``)."""
+    return {
+        "container_env": _env(data.get("containerEnv"), "containerEnv", where, nulls=False),
+        "remote_env": _env(data.get("remoteEnv"), "remoteEnv", where, nulls=True),
+        "remote_user": _user(data.get("remoteUser"), "remoteUser", where),
+        "container_user": _user(data.get("containerUser"), "containerUser", where),
+        "setup": tuple(c for stage in STAGES for c in _commands(data.get(stage), stage + origin, where)),
+    }
 
 
 # ---------------------------------------------------------------- the image's metadata
 
 
-def metadata_snippets(label: str | None, image: str) -> tuple[list[dict[str, Any]], list[str]]:
-    """The ``devcontainer.metadata`` label's entries (an array, or one object), and a line if it is unreadable."""
-    if not label:
-        return [], []
-    try:
-        data = json.loads(label)
-    except ValueError:
-        return [], [f"{image}: its devcontainer.metadata label is not JSON; it is not used"]
-    entries = data if isinstance(data, list) else [data]
-    return [e for e in entries if isinstance(e, dict)], []
-
-
 def apply_metadata(
-    spec: EnvironmentSpec, snippets: list[dict[str, Any]], image: str, ctx: Context
+    spec: EnvironmentSpec, label: str | None, image: str, ctx: Context
 ) -> tuple[EnvironmentSpec, list[str]]:
-    """``spec`` with the image's metadata merged in, as the specification merges it (the file last).
+    """``spec`` with the image's ``devcontainer.metadata`` label (an array, or one object) merged in, as the
+    specification merges it (the file last), and the lines a run says about it.
 
     Environment variables per name, last wins; users last wins; lifecycle
     commands collected, the image's before the file's, stage by stage.
     """
+    try:
+        data = json.loads(label) if label else []
+    except ValueError:
+        return spec, [f"{image}: its devcontainer.metadata label is not JSON; it is not used"]
+    snippets = [e for e in (data if isinstance(data, list) else [data]) if isinstance(e, dict)]
     if not snippets:
         return spec, []
     where = f"{image} (its devcontainer.metadata)"
-    container_env: dict[str, str] = {}
-    remote_env: dict[str, str | None] = {}
-    users: dict[str, str | None] = {"remoteUser": None, "containerUser": None}
-    commands: dict[str, list[SetupCommand]] = {stage: [] for stage in STAGES}
+    layers: list[dict[str, Any]] = []
     notes: list[str] = []
     for entry in snippets:
         entry = substitute_local(entry, ctx, where)
-        container_env.update(_env(entry.get("containerEnv"), "containerEnv", where, nulls=False))
-        remote_env.update(_env(entry.get("remoteEnv"), "remoteEnv", where, nulls=True))
-        for key in users:
-            users[key] = _user(entry.get(key), key, where) or users[key]
-        for stage in STAGES:
-            commands[stage] += _commands(entry.get(stage), f"{stage} (from {image})", where)
+        layers.append(_runtime(entry, where, f" (from {image})"))
         notes += property_notes(entry, where, metadata=True)
-    for command in spec.setup:
-        commands[command.stage].append(command)
+    layers.append({name: getattr(spec, name) for name in _RUNTIME})  # the file's own, last
     merged = msgspec.structs.replace(
         spec,
-        container_env={**container_env, **spec.container_env},
-        remote_env={**remote_env, **spec.remote_env},
-        remote_user=spec.remote_user or users["remoteUser"],
-        container_user=spec.container_user or users["containerUser"],
-        setup=tuple(c for stage in STAGES for c in commands[stage]),
+        container_env={k: v for layer in layers for k, v in layer["container_env"].items()},
+        remote_env={k: v for layer in layers for k, v in layer["remote_env"].items()},
+        remote_user=next((layer["remote_user"] for layer in reversed(layers) if layer["remote_user"]), None),
+        container_user=next((layer["container_user"] for layer in reversed(layers) if layer["container_user"]), None),
+        setup=tuple(c for stage in STAGES for layer in layers for c in layer["setup"] if c.stage == stage),
     )
     # One line per kind of thing not done, however many entries (features) ask for it.
     return merged, list(dict.fromkeys(notes))

@@ -1,8 +1,5 @@
-"""What a run's environment is made of: the records the configuration and a devcontainer are read into.
-
-Kept apart from their readers (``devcontainer``, ``environment``) so that
-each can build them without importing the other.
-"""
+"""The records the configuration and a devcontainer are read into, apart from their readers
+(``devcontainer``, ``environment``) so that each can build them without importing the other."""
 
 from __future__ import annotations
 

@@ -28,7 +28,7 @@ from ..filelock import file_lock
 from ..runner import SEED_LABEL
 from ..sanitize import default_sanitizer, plain_text
 from . import devcontainer
-from .build import image_id
+from .build import LABEL_KEY, image_id
 from .devcontainer import DEVCONTAINER_PATHS, WORKSPACE
 from .env_spec import EnvironmentSpec, SetupCommand
 
@@ -78,7 +78,6 @@ SETUP_INPUTS = (
 SEED_DIR = "/opt/orchestrator/seed"
 ENV_REPO = "orchestrator-env"
 SETUP_TAIL_LINES = 30
-INPUTS_LABEL = "org.orchestrator.inputs-sha256"
 # What a run says about the environment that only its build could learn (the
 # setup's user): kept on the image, so a cached run says it too.
 NOTES_LABEL = "org.orchestrator.environment-notes"
@@ -370,10 +369,9 @@ def build(
         if spec.devcontainer:
             ctx = _context(repo, spec.source, environ)
             label = (user_config.get("Labels") or {}).get(devcontainer.METADATA_LABEL)
-            snippets, notes = devcontainer.metadata_snippets(label, user_image)
-            merged, more = devcontainer.apply_metadata(spec, snippets, user_image, ctx)
+            merged, notes = devcontainer.apply_metadata(spec, label, user_image, ctx)
             default_sanitizer().add_secrets(ctx.secrets())
-            for note in [*notes, *more]:
+            for note in notes:
                 say(note)
     user, why = _setup_user(spec, merged, user_config)
     final_lines = [
@@ -624,8 +622,15 @@ def _run_setup(
         if setup:
             _copy_base_commit(repo, commit, container, owner=AGENT_UID if uid == "0" else uid)
             env_args = [a for k, v in sorted(env.items()) for a in ("-e", f"{k}={v}")]
+            argv = ["docker", "exec", "-u", user, "-e", f"HOME={home}", "-w", WORKSPACE, *env_args, container]
             for step in setup:
-                _run_step(spec, step, container, stream, say, user=user, home=home, env_args=env_args)
+                shown = default_sanitizer().scrub_text(step.display())
+                say(f"environment: setup {step.label}: {shown}")
+                rc, tail = stream.run([*argv, *step.exec_argv()], prefix="  setup| ")
+                if rc != 0:
+                    raise EnvironmentSetupError(
+                        f"the setup failed ({spec.source}, {step.label}, exit {rc}): {shown}\n" + stream.output(tail)
+                    )
             _keep_seed(container, stream, say)
             seed_label = [f"LABEL {SEED_LABEL}={SEED_DIR}"]
         _commit_image(container, base, name, digest, env, notes, seed_label)
@@ -653,27 +658,6 @@ def _copy_base_commit(repo: str, commit: str, container: str, *, owner: str) -> 
         raise EnvironmentSetupError(f"cannot prepare the setup's workspace: {_said(init)}")
 
 
-def _run_step(
-    spec: EnvironmentSpec,
-    step: SetupCommand,
-    container: str,
-    stream: _Stream,
-    say: Callable[[str], None],
-    *,
-    user: str,
-    home: str,
-    env_args: list[str],
-) -> None:
-    say(f"environment: setup {step.label}: {default_sanitizer().scrub_text(step.display())}")
-    argv = ["docker", "exec", "-u", user, "-e", f"HOME={home}", "-w", WORKSPACE, *env_args, container]
-    rc, tail = stream.run([*argv, *step.exec_argv()], prefix="  setup| ")
-    if rc != 0:
-        raise EnvironmentSetupError(
-            f"the setup failed ({spec.source}, {step.label}, exit {rc}): "
-            f"{default_sanitizer().scrub_text(step.display())}\n" + stream.output(tail)
-        )
-
-
 def _keep_seed(container: str, stream: _Stream, say: Callable[[str], None]) -> None:
     """Keep the ignored files the setup made; name (not keep) the ones git does not ignore."""
     rc, tail = stream.run(["docker", "exec", "-u", "root", container, "sh", "-c", _COLLECT_SEED], prefix="", show=False)
@@ -695,7 +679,7 @@ def _commit_image(
 ) -> None:
     entry = _docker("image", "inspect", "-f", "{{json .Config.Entrypoint}}", base).stdout.decode().strip()
     instructions = [
-        f"LABEL {INPUTS_LABEL}={digest}",
+        f"LABEL {LABEL_KEY}={digest}",
         "LABEL orchestrator.agent_image.environment=image",
         f"LABEL {NOTES_LABEL}={_quoted(json.dumps(notes))}",
         *seed_label,

@@ -1,8 +1,5 @@
-"""Where the agent image's sources are, and where what is learnt about images is cached.
-
-The build, the pinned CLIs and the tool probe all need these; kept apart so that
-none of them imports another to find a path.
-"""
+"""Where the agent image's sources are, and where what is learnt about images is cached: apart, so that
+the build, the pinned CLIs and the tool probe need not import one another to find a path."""
 
 from __future__ import annotations
 

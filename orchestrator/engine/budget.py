@@ -1,15 +1,13 @@
-"""The run-wide spending cap (docs/cli.md, "The spending cap"): an engine hook, consulted when an
-agent task is scheduled or starts.
+"""The run-wide spending cap (docs/cli.md, "The spending cap"), consulted when an agent task is scheduled or starts.
 
-One :class:`Budget` serves every strategy execution of the run. The spend is written to the log
-as ``budget.spend`` and ``budget.reached`` events, so ``state.json`` folds it and a resumed run
-goes on from what was already paid; the cap itself is not a task input, so raising it on
-``--resume`` changes no fingerprint.
+The spend is logged (``budget.spend``, ``budget.reached``), so a resumed run goes on from what was already paid; the
+cap itself is not a task input, so raising it on ``--resume`` changes no fingerprint.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import msgspec
@@ -61,15 +59,13 @@ def rate_for(model: str | None, rates: Mapping[str, tuple[float, float]]) -> tup
     return rates.get("*")
 
 
+@dataclass(slots=True)
 class _TaskSpend:
-    __slots__ = ("cost", "live_cost", "live_tokens", "model", "tokens")
-
-    def __init__(self, tokens: int = 0, cost: float = 0.0) -> None:
-        self.tokens = tokens  # paid by earlier attempts (and earlier processes)
-        self.cost = cost
-        self.live_tokens = 0  # the running attempt, from its usage lines
-        self.live_cost = 0.0
-        self.model: str | None = None
+    tokens: int = 0  # paid by earlier attempts (and earlier processes)
+    cost: float = 0.0
+    live_tokens: int = 0  # the running attempt, from its usage lines
+    live_cost: float = 0.0
+    model: str | None = None
 
     @property
     def total(self) -> tuple[int, float]:

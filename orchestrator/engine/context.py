@@ -46,7 +46,6 @@ class Handle(Generic[R_co]):
     """
 
     key: str
-    scheduled_at: float
     _done: anyio.Event = field(default_factory=anyio.Event, repr=False)
     _result: Any = field(default=None, repr=False)
     _failure: tuple[str, str] | None = field(default=None, repr=False)
@@ -427,7 +426,9 @@ class StrategyContext(ContextCore):
         Writing files is a side effect; write only data derived from task results
         so a replay writes the same bytes.
         """
-        return self._engine.strategy_output_dir()
+        path = self._engine.paths.results / "strategy_output"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
 
 
 if TYPE_CHECKING:

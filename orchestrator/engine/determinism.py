@@ -82,16 +82,12 @@ class _ModuleProxy(types.ModuleType):
 
 
 def _class_proxy(cls: type, reporter: Reporter):
-    class Guarded(cls):
-        pass
-
-    for meth in ("now", "utcnow", "today"):
-        if hasattr(cls, meth):
-            original = getattr(cls, meth)
-            setattr(Guarded, meth, staticmethod(_wrap(original, f"{cls.__name__}.{meth}()", "datetime", reporter)))
-    Guarded.__name__ = cls.__name__
-    Guarded.__qualname__ = cls.__qualname__
-    return Guarded
+    guarded = {
+        meth: staticmethod(_wrap(getattr(cls, meth), f"{cls.__name__}.{meth}()", "datetime", reporter))
+        for meth in ("now", "utcnow", "today")
+        if hasattr(cls, meth)
+    }
+    return type(cls.__name__, (cls,), {**guarded, "__qualname__": cls.__qualname__})
 
 
 def guard_module(module: types.ModuleType, reporter: Reporter) -> None:

@@ -1,17 +1,14 @@
 """The durable engine: schedules tasks, records every step, replays on resume.
 
-One :class:`Engine` drives one run: it owns the event log writer, the folded
-:class:`~orchestrator.log.state.RunState`, the max-parallel pool and the snapshot task, and talks
-to the runner only through :class:`~orchestrator.runner.base.TaskRunner`. Resume is the same code
-path as a first run (docs/architecture.md, "Durability").
+Resume is the same code path as a first run (docs/architecture.md, "Durability").
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
-import time
 import traceback
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
@@ -103,9 +100,9 @@ class Engine:
         self.max_parallel = config.max_parallel or auto_parallel(config.defaults.container_cpus)
         self._limiter = anyio.CapacityLimiter(self.max_parallel)
         self._handles: dict[str, Handle] = {}
-        self._plugins: dict[str, RunnerPlugin] = {}
         self._live_sessions: dict[str, str] = {}
-        self._models_checked: set[tuple[str, str]] = set()
+        # a typo in a task's model: one clear message when it is first scheduled, not a container error later
+        self._check_model = functools.cache(check_model)
         self._tg: anyio.abc.TaskGroup | None = None
         self._log: EventLog | None = None
         self._reader: BinaryIO | None = None
@@ -180,11 +177,13 @@ class Engine:
         normalized = normalize_task(task, self.config.defaults, default_base_branch=ctx.base_branch)
         # The task's plugin is resolved here, once, and travels with the request to the runner.
         plugin = get_plugin(normalized["plugin_name"])
-        refuse_unsupported(normalized, plugin)
-        pm = (normalized["plugin_name"], normalized["model"])
-        if pm not in self._models_checked:
-            check_model(*pm)  # a typo in a task's model: one clear message now, not a container error later
-            self._models_checked.add(pm)
+        if normalized["runner"].get("max_turns") is not None and not plugin.capabilities.supports_max_turns:
+            # Refused before anything runs: ignoring it would run an agent the strategy did not ask for.
+            raise ConfigError(
+                f"plugin {plugin.name} has no turn limit: remove max_turns from the task (or runner.max_turns "
+                "from the configuration), or use a plugin that has one"
+            )
+        self._check_model(normalized["plugin_name"], normalized["model"])
         fp = fingerprint(normalized)
         recorded = self.state.tasks.get(key)
         if recorded is not None and recorded.fingerprint and recorded.fingerprint != fp:
@@ -199,30 +198,27 @@ class Engine:
         if not finished and self._budget_refuses(ctx.strategy_execution_id, plugin):
             assert self.budget is not None
             raise BudgetReached(key, self.budget.message())
-        handle = self._handles[key] = Handle(key=key, scheduled_at=time.monotonic())
+        handle = self._handles[key] = Handle(key=key)
         if recorded is not None and recorded.state == COMPLETED:
             handle._resolve(self._recorded_result(key))
             return handle
         if recorded is not None and recorded.state == FAILED:
             handle._fail(recorded.error_type or "unknown", recorded.message or "")
             return handle
-        sid = ctx.strategy_execution_id
-        inst = instance_id(self.config.run_id, sid, key)
-        cname = container_name(self.config.run_id, ctx.strategy_index, key)
-        bname = branch_name(self.config.strategy_name, self.config.run_id, key)
+        request = self._request(ctx, key, normalized, plugin)
         if recorded is None:
             self.emit(
                 E.TASK_SCHEDULED,
-                sid,
+                request.strategy_execution_id,
                 E.TaskScheduled(
                     key=key,
-                    instance_id=inst,
-                    container_name=cname,
-                    model=normalized["model"],
+                    instance_id=request.instance_id,
+                    container_name=request.container_name,
+                    model=request.model,
                     task_fingerprint_hash=fp,
-                    branch_name=bname,
-                    session_group_key=normalized.get("session_group_key"),
-                    plugin=normalized["plugin_name"],
+                    branch_name=request.branch_name,
+                    session_group_key=request.session_group_key,
+                    plugin=request.plugin_name,
                     runs_command=plugin.capabilities.runs_command,
                     input=normalized,
                 ),
@@ -230,8 +226,7 @@ class Engine:
             )
         assert self._tg is not None
         self.queued += 1
-        self._plugins[key] = plugin
-        self._tg.start_soon(self._execute, ctx, handle, normalized, inst, cname, bname, RetryPolicy.coerce(policy))
+        self._tg.start_soon(self._execute, handle, request, plugin, RetryPolicy.coerce(policy))
         return handle
 
     def _budget_refuses(self, sid: str, plugin: RunnerPlugin) -> bool:
@@ -241,42 +236,22 @@ class Engine:
         self.budget.refused.add(sid)
         return True
 
-    def _request(
-        self, ctx: StrategyContext, key: str, norm: dict[str, Any], inst: str, cname: str, bname: str
-    ) -> InstanceRequest:
+    def _request(self, ctx: StrategyContext, key: str, norm: dict[str, Any], plugin: RunnerPlugin) -> InstanceRequest:
+        """The task's request; each attempt starts from it (:meth:`_resuming`)."""
         runner_cfg = norm["runner"]
-        plugin = self._plugins.get(key) or get_plugin(norm["plugin_name"])
-        session_id = norm.get("resume_session_id")
-        recorded = self.state.tasks.get(key)
-        resume_workspace = False
-        if (
-            recorded is not None
-            and recorded.attempts > 0
-            and not self.config.resume_fresh
-            and self.config.supports_resume
-            and plugin.capabilities.supports_resume
-        ):
-            # A task that ran before continues in the workspace it left (a fresh
-            # clone would hide its agent's edits), with its session when one was
-            # reported: the persisted id overrides the one in the task input. A
-            # command task has no session to continue and starts afresh.
-            resume_workspace = True
-            if recorded.session_id:
-                session_id = recorded.session_id
         return InstanceRequest(
             prompt=norm["prompt"],
             repo_path=self.config.repo_path,
             base_branch=norm["base_branch"],
-            branch_name=bname,
+            branch_name=branch_name(self.config.strategy_name, self.config.run_id, key),
             run_id=self.config.run_id,
             strategy_execution_id=ctx.strategy_execution_id,
             strategy_index=ctx.strategy_index,
-            instance_id=inst,
+            instance_id=instance_id(self.config.run_id, ctx.strategy_execution_id, key),
             task_key=key,
-            container_name=cname,
+            container_name=container_name(self.config.run_id, ctx.strategy_index, key),
             model=norm["model"],
-            session_id=session_id,
-            resume_workspace=resume_workspace,
+            session_id=norm.get("resume_session_id"),
             keep_workspace_on_success=callable(getattr(self.runner, "discard_workspace", None)),
             uncommitted=norm.get("uncommitted", "commit"),
             session_group_key=norm.get("session_group_key"),
@@ -300,21 +275,32 @@ class Engine:
             **self.config.runner_options,
         )
 
+    def _resuming(self, request: InstanceRequest, plugin: RunnerPlugin) -> InstanceRequest:
+        recorded = self.state.tasks.get(request.task_key)
+        if (
+            recorded is None
+            or recorded.attempts == 0
+            or self.config.resume_fresh
+            or not self.config.supports_resume
+            or not plugin.capabilities.supports_resume
+        ):
+            return request
+        # A task that ran before continues in the workspace it left (a fresh
+        # clone would hide its agent's edits), with its session when one was
+        # reported: the persisted id overrides the one in the task input. A
+        # command task has no session to continue and starts afresh.
+        return msgspec.structs.replace(
+            request, resume_workspace=True, session_id=recorded.session_id or request.session_id
+        )
+
     async def _execute(
-        self,
-        ctx: StrategyContext,
-        handle: Handle,
-        norm: dict[str, Any],
-        inst: str,
-        cname: str,
-        bname: str,
-        policy: RetryPolicy | None = None,
+        self, handle: Handle, task: InstanceRequest, plugin: RunnerPlugin, policy: RetryPolicy | None
     ) -> None:
-        key, sid = handle.key, ctx.strategy_execution_id
+        key, sid = handle.key, task.strategy_execution_id
         attempt = 1
         while True:
-            request = self._request(ctx, key, norm, inst, cname, bname)
-            result = await self._attempt(request, first=attempt == 1)
+            request = self._resuming(task, plugin)
+            result = await self._attempt(request, plugin, first=attempt == 1)
             if result is None:  # the cap was reached while it waited: it never started, nothing is recorded
                 assert self.budget is not None
                 handle._fail("budget_reached", self.budget.message())
@@ -324,7 +310,7 @@ class Engine:
                 or policy is None
                 or attempt >= policy.max_attempts
                 or not policy.retries(result.error_type)
-                or self._budget_refuses(sid, self._plugins[key])  # at the cap a retry is new spend: the failure stands
+                or self._budget_refuses(sid, plugin)  # at the cap a retry is new spend: the failure stands
             ):
                 break
             self.olog.warning(
@@ -335,7 +321,7 @@ class Engine:
             await anyio.sleep(policy.delay(attempt))
             attempt += 1
         with anyio.CancelScope(shield=True):  # the runner is done: its result must reach the log
-            await self._finish(sid, handle, inst, result)
+            await self._finish(sid, handle, task.instance_id, result)
             # Shielded as the runner's own removal was: the run's end (which cancels
             # the tasks left) must not leave finished tasks' workspaces behind.
             if result.status == "success" and request.keep_workspace_on_success and result.workspace_path:
@@ -355,12 +341,12 @@ class Engine:
         except Exception as exc:  # only disk space is at stake: retention removes it later
             self.olog.warning(f"could not remove the workspace of finished task {key}: {exc}", key=key)
 
-    async def _attempt(self, request: InstanceRequest, *, first: bool) -> RunnerResult | None:
+    async def _attempt(self, request: InstanceRequest, plugin: RunnerPlugin, *, first: bool) -> RunnerResult | None:
         sid, key = request.strategy_execution_id, request.task_key
         inst, cname = request.instance_id, request.container_name
         async with self._limiter:
             self.queued -= 1
-            if first and self._budget_refuses(sid, self._plugins[key]):
+            if first and self._budget_refuses(sid, plugin):
                 return None
             started = False
             try:
@@ -383,7 +369,7 @@ class Engine:
                 )
                 started = True
                 self.runner_calls += 1
-                if self.budget is not None and is_agent_task(self._plugins[key]):
+                if self.budget is not None and is_agent_task(plugin):
                     self.budget.begin(key, request.model)
                 result = await self.runner.run(request, on_event=lambda ev: self._on_runner_event(sid, key, inst, ev))
             except anyio.get_cancelled_exc_class():
@@ -398,21 +384,17 @@ class Engine:
                         key=key,
                     )
                 raise
-            except RunnerError as exc:
+            except Exception as exc:
+                if isinstance(exc, RunnerError):
+                    error_type, error = exc.category, str(exc)
+                else:  # a bug or an unexpected library error: fail the task, keep the run
+                    # "internal", not "container": retrying a bug would only pay for it again
+                    self.olog.error(f"runner raised {error_line(exc)}", key=key, traceback=traceback.format_exc())
+                    error_type, error = "internal", error_line(exc)
                 result = RunnerResult(
-                    status="failed", instance_id=inst, error_type=exc.category, error=str(exc), container_name=cname
+                    status="failed", instance_id=inst, error_type=error_type, error=error, container_name=cname
                 )
-            except Exception as exc:  # a bug or an unexpected library error: fail the task, keep the run
-                # "internal", not "container": retrying a bug would only pay for it again
-                self.olog.error(f"runner raised {type(exc).__name__}: {exc}", key=key, traceback=traceback.format_exc())
-                result = RunnerResult(
-                    status="failed",
-                    instance_id=inst,
-                    error_type="internal",
-                    error=f"{type(exc).__name__}: {exc}",
-                    container_name=cname,
-                )
-        if self.budget is not None and is_agent_task(self._plugins[key]):
+        if self.budget is not None and is_agent_task(plugin):
             self.budget.settle(key, msgspec.to_builtins(result.metrics) if result.metrics else None)
         return result
 
@@ -535,11 +517,6 @@ class Engine:
         self.emit(E.STRATEGY_PROGRESS, sid, record)
 
     # ------------------------------------------------------------ strategies
-    def strategy_output_dir(self) -> Path:
-        path = self.paths.results / "strategy_output"
-        path.mkdir(parents=True, exist_ok=True)
-        return path
-
     async def _run_strategy(self, index: int, fn: StrategyFn, name: str, prompt: str, params: dict[str, Any]) -> None:
         sid = f"s{index}"
         recorded = self.state.strategies.get(sid)
@@ -548,28 +525,21 @@ class Engine:
         if recorded is None:
             self.emit(E.STRATEGY_STARTED, sid, E.StrategyStarted(name=name, params=params, index=index))
         ctx = StrategyContext(self, strategy_execution_id=sid, strategy_index=index)
+        fields: dict[str, Any]
         try:
             result = await fn(prompt, self.config.base_branch, ctx, **params)
         except StrategyError as exc:
             # A strategy that gave up because the cap refused it a task stopped at the cap, not on a fault.
             status = "budget_reached" if self._capped(sid) or isinstance(exc, BudgetReached) else "failed"
             unusable = list(exc.keys) if isinstance(exc, BaseEvaluationFailed) and exc.keys else msgspec.UNSET
-            completed = E.StrategyCompleted(
-                status=status,
-                error=f"{type(exc).__name__}: {exc}",
-                unvisited_keys=self._unvisited(ctx),
-                unusable_keys=unusable,
-            )
+            fields = {"error": error_line(exc), "unusable_keys": unusable}
         except Exception as exc:
-            self.olog.error(f"strategy {sid} raised {type(exc).__name__}: {exc}", traceback=traceback.format_exc())
-            completed = E.StrategyCompleted(
-                status="failed", error=f"{type(exc).__name__}: {exc}", unvisited_keys=self._unvisited(ctx)
-            )
+            self.olog.error(f"strategy {sid} raised {error_line(exc)}", traceback=traceback.format_exc())
+            status, fields = "failed", {"error": error_line(exc)}
         else:
             status = "budget_reached" if self._capped(sid) else "success"
-            completed = E.StrategyCompleted(
-                status=status, result=to_jsonable(result), unvisited_keys=self._unvisited(ctx)
-            )
+            fields = {"result": to_jsonable(result)}
+        completed = E.StrategyCompleted(status=status, unvisited_keys=self._unvisited(ctx), **fields)
         self.emit(E.STRATEGY_COMPLETED, sid, completed)
 
     def _capped(self, sid: str) -> bool:
@@ -630,14 +600,13 @@ class Engine:
         """
         name = name or self.config.strategy_name
         self.recover_state()
-        sanitizer = getattr(self.olog, "sanitizer", None)
         async with EventLog(
             self.paths.events,
             run_id=self.config.run_id,
             flush_policy=self.config.flush_policy,
             interval_ms=self.config.flush_interval_ms,
             max_batch=self.config.flush_max_batch,
-            sanitizer=sanitizer,
+            sanitizer=getattr(self.olog, "sanitizer", None),
         ) as log:
             self._log = log
             # A task the log shows running was cut off by a crash: record it as interrupted so it resumes.
@@ -670,18 +639,6 @@ class Engine:
         return self.state
 
 
-def refuse_unsupported(norm: dict[str, Any], plugin: RunnerPlugin) -> None:
-    """Refuse a task option its plugin's tool has no way to honour, before anything runs.
-
-    Ignoring it would run an agent the strategy did not ask for (no turn limit).
-    """
-    if norm["runner"].get("max_turns") is not None and not plugin.capabilities.supports_max_turns:
-        raise ConfigError(
-            f"plugin {plugin.name} has no turn limit: remove max_turns from the task (or runner.max_turns "
-            "from the configuration), or use a plugin that has one"
-        )
-
-
 def result_at(log: BinaryIO, offset: int) -> dict[str, Any]:
     """The TaskResult of the ``task.completed`` event at ``offset`` of an open event log."""
     log.seek(offset)
@@ -712,6 +669,11 @@ def task_result_from_payload(payload: E.EventPayload | None) -> dict[str, Any]:
         # The answer validated against the task's output_schema (None without one).
         "output": None if payload.output is msgspec.UNSET else payload.output,
     }
+
+
+def error_line(exc: BaseException) -> str:
+    """How a strategy's exception is recorded (``strategy.completed``'s error); a replay matches it."""
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _text(value: Any) -> str | None:

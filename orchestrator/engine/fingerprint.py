@@ -53,9 +53,9 @@ def normalize_task(task: Mapping[str, Any], defaults: TaskDefaults, *, default_b
     plugin, command, prompt = _what_runs(task, defaults.plugin_name)
     delete = task.get("delete_branches")
 
-    def pick(name: str, allowed: tuple[str, ...]) -> str:
+    def pick(name: str, allowed: tuple[str, ...], default: str | None = None) -> str:
         value = task.get(name)
-        value = getattr(defaults, name) if value is None else value
+        value = (default or getattr(defaults, name)) if value is None else value
         if value not in allowed:
             raise ConfigError(f"task field {name}={value!r} is invalid; use one of {', '.join(allowed)}")
         return value
@@ -101,15 +101,10 @@ def normalize_task(task: Mapping[str, Any], defaults: TaskDefaults, *, default_b
     if delete is not None:  # only when present: every other task keeps its fingerprint
         normalized["delete_branches"] = list(delete)
         normalized["import_policy"] = "never"
-    uncommitted = task.get("uncommitted")
-    if uncommitted is not None and uncommitted not in UNCOMMITTED_POLICIES:
-        raise ConfigError(
-            f"task field uncommitted={uncommitted!r} is invalid; use one of {', '.join(UNCOMMITTED_POLICIES)}"
-        )
-    if uncommitted == "discard":
+    if pick("uncommitted", UNCOMMITTED_POLICIES, "commit") == "discard":
         # Only the non-default value is part of the input: inputs recorded before
         # this field existed (all of them "commit") keep their fingerprints.
-        normalized["uncommitted"] = uncommitted
+        normalized["uncommitted"] = "discard"
     normalized = _drop_nulls(normalized)
     if output_schema is not None:
         # Absent (not null) without a schema, so recorded runs keep their fingerprints;

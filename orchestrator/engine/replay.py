@@ -1,8 +1,5 @@
-"""Replaying a recorded strategy execution from its event log alone, for reports.
-
-docs/strategies.md, "Replaying a recorded run for a report", says what the replay answers and how it
-ends (:attr:`ReplayOutcome.ended`). Nothing here touches Docker, git or the network, and nothing
-is written to the run's own event log or results.
+"""Replaying a recorded strategy execution from its event log alone, for reports (docs/strategies.md,
+"Replaying a recorded run for a report"): no Docker, git or network, and nothing written to the run.
 """
 
 from __future__ import annotations
@@ -11,6 +8,7 @@ import tempfile
 import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -24,7 +22,7 @@ from ..log.eventlog import LogReader
 from ..log.events import Progress
 from ..log.state import COMPLETED, FAILED, RunState, replay
 from .context import Context, ContextCore, Handle
-from .engine import StrategyFn, result_at
+from .engine import StrategyFn, error_line, result_at
 from .task_types import RetryPolicy, RetryPolicyDict
 
 Ended = Literal["returned", "failed", "log_ended", "error"]
@@ -65,7 +63,7 @@ class ReplayContext(ContextCore):
         self, key: str, task: Mapping[str, Any], policy: RetryPolicy | RetryPolicyDict | None, refuse: str | None
     ) -> Handle[Any]:
         self.answers += 1
-        handle: Handle[Any] = Handle(key=key, scheduled_at=0.0)
+        handle: Handle[Any] = Handle(key=key)
         rec = self._state.tasks.get(key)
         if rec is not None and rec.state == COMPLETED and rec.result_offset is not None:
             with open(self._events, "rb") as log:
@@ -130,10 +128,6 @@ def _leaves(exc: BaseException) -> list[BaseException]:
     return [exc]
 
 
-def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
-
-
 async def _replay_one(
     fn: StrategyFn, state: RunState, events_path: Path, sid: str, out_dir: Path, prompt: str, base_branch: str
 ) -> tuple[ReplayContext, Ended, Any, BaseException | None]:
@@ -175,8 +169,8 @@ async def _replay_one(
         return ctx, "log_ended", None, None
     recorded = state.strategies[sid]
     if recorded.status in ("failed", "budget_reached") and recorded.error in (
-        _describe(exc),
-        *map(_describe, unexpected),
+        error_line(exc),
+        *map(error_line, unexpected),
     ):
         return ctx, "failed", None, None
     return ctx, "error", None, exc
@@ -235,18 +229,14 @@ def replay_strategy(
             error = None
             if exc is not None:
                 # the leaves say what went wrong; a task group's wrapper only says that something did
-                error = "; ".join(_describe(leaf) for leaf in _leaves(exc) if not isinstance(leaf, _EndOfLog))
-                owned = log is None
-                olog = log or ComponentLog(events_path.parent / "orchestration.jsonl", "orchestration", run_id)
-                try:
+                error = "; ".join(error_line(leaf) for leaf in _leaves(exc) if not isinstance(leaf, _EndOfLog))
+                path = events_path.parent / "orchestration.jsonl"
+                with nullcontext(log) if log else closing(ComponentLog(path, "orchestration", run_id)) as olog:
                     olog.error(
                         f"replay of strategy execution {sid} raised {error}",
                         strategy_execution_id=sid,
                         traceback="".join(traceback.format_exception(exc)),
                     )
-                finally:
-                    if owned:
-                        olog.close()
             outcomes.append(
                 ReplayOutcome(
                     strategy_execution_id=sid, ended=ended, result=result, error=error, progress=tuple(ctx.published)

@@ -1,10 +1,8 @@
-"""The shapes a strategy exchanges with ``ctx``: task inputs, results and retry policies.
+"""The shapes a strategy exchanges with ``ctx`` (strategy authors import them from :mod:`orchestrator.strategy`).
 
-They are ``TypedDict``s rather than classes because strategies hand ``ctx.run``
-plain dicts and get plain dicts back (that is what the event log records and
-replays byte for byte); the types only let an editor complete the keys and a
-type checker flag a misspelt one. Strategy authors import them from
-:mod:`orchestrator.strategy`.
+``TypedDict``s rather than classes: strategies hand ``ctx.run`` plain dicts and get plain dicts back, as the event
+log records and replays them byte for byte; the types only let an editor complete the keys and a type checker flag a
+misspelt one.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""An in-process runner for testing strategies and the engine without Docker.
-
-``ScriptedRunner`` wraps a plain function, like httpx's ``MockTransport``: it
-receives the frozen :class:`InstanceRequest` and returns a ``RunnerResult``
-(or a dict of overrides). Completion order is controllable: give a ``delay``
-function (for example seeded random delays) to shuffle it.
+"""An in-process runner for testing strategies and the engine without Docker: ``ScriptedRunner`` turns a
+function of the :class:`InstanceRequest` into its ``RunnerResult``; a ``delay`` function shuffles completion order.
 """
 
 from __future__ import annotations
