@@ -593,30 +593,12 @@ class MultiHostRunner:
             message = f"Docker host {name} stopped answering: {result.error or 'no answer'}"
             self._mark_down(slot, message)
             tried.add(name)
-            failed = msgspec.structs.replace(result, error_type="docker", error=message)
-            self._task_event(
-                request, on_event, "runner.host.replaced", "warn", host=name, error=message, error_type="docker"
-            )
+            failed = host_lost(self._task_event, request, on_event, result, name, message)
             if all(s.down or s.spec.name in tried for s in self.slots) and not self._stop_when_all_down():
                 return failed
             slot = await self._acquire(tried, None)
-            # Placed again on another engine, fresh: the session volume and the
-            # agent's work in the workspace volume stayed on the dead one.
-            self._tell(
-                request,
-                on_event,
-                [
-                    {
-                        "type": "runner.session.reset",
-                        "reason": "host_down",
-                        "host": slot.spec.name,
-                        "previous_session_id": request.session_id,
-                        "error_type": "docker",
-                        "detail": f"{message}; the task starts afresh on host {slot.spec.name}",
-                    }
-                ],
-            )
-            request = msgspec.structs.replace(request, session_id=None, resume_workspace=False)
+            detail = f"{message}; the task starts afresh on host {slot.spec.name}"
+            request = start_afresh(self._task_event, request, on_event, slot.spec.name, detail)
 
     async def _run_watched(
         self, slot: _Slot, request: InstanceRequest, on_event: RunnerEventCallback | None
@@ -667,3 +649,26 @@ def _failed(request: InstanceRequest, **error: Any) -> RunnerResult:
     return RunnerResult(
         status="failed", instance_id=request.instance_id, container_name=request.container_name, **error
     )
+
+
+def host_lost(
+    emit: TaskEvents,
+    request: InstanceRequest,
+    on_event: RunnerEventCallback | None,
+    result: RunnerResult,
+    host: str | None,
+    why: str,
+) -> RunnerResult:
+    """The engine (or Pod) a task ran on went away: told, and the result as a "docker" failure."""
+    emit(request, on_event, "runner.host.replaced", "warn", host=host, error=why, error_type="docker")
+    return msgspec.structs.replace(result, error_type="docker", error=why)
+
+
+def start_afresh(
+    emit: TaskEvents, request: InstanceRequest, on_event: RunnerEventCallback | None, host: str | None, detail: str
+) -> InstanceRequest:
+    """The task placed again after :func:`host_lost`, fresh: its session and its agent's
+    work in the workspace stayed with what was lost."""
+    fields = {"reason": "host_down", "host": host, "previous_session_id": request.session_id, "error_type": "docker"}
+    emit(request, on_event, "runner.session.reset", "warn", **fields, detail=detail)
+    return msgspec.structs.replace(request, session_id=None, resume_workspace=False)

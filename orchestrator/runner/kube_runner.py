@@ -20,6 +20,7 @@ from ..errors import RunnerError
 from .base import RunnerEventCallback
 from .docker_core import session_volume
 from .docker_runner import DockerRunner
+from .hosts import host_lost, start_afresh
 from .kube_client import ClusterSpec, is_conflict
 from .kube_host import KubeHost
 from .kube_pods import claim_manifest, claim_name
@@ -80,32 +81,11 @@ class KubernetesRunner(DockerRunner):
             if result.status == "success" or why is None:
                 return result
             message = f"Kubernetes: {why}"
-            self.emit_event(
-                request,
-                on_event,
-                "runner.host.replaced",
-                "warn",
-                host=self.kube.name,
-                error=message,
-                error_type="docker",
-            )
-            failed = msgspec.structs.replace(result, error_type="docker", error=message)
+            failed = host_lost(self.emit_event, request, on_event, result, self.kube.name, message)
             if placements >= MAX_PLACEMENTS:
                 return failed
-            # Afresh in a new Pod: the workspace went with the old one, and the session
-            # refers to work that is gone.
-            self.emit_event(
-                request,
-                on_event,
-                "runner.session.reset",
-                "warn",
-                reason="host_down",
-                host=self.kube.name,
-                previous_session_id=request.session_id,
-                error_type="docker",
-                detail=f"{message}; the task starts afresh in a new Pod",
-            )
-            request = msgspec.structs.replace(request, session_id=None, resume_workspace=False)
+            detail = f"{message}; the task starts afresh in a new Pod"
+            request = start_afresh(self.emit_event, request, on_event, self.kube.name, detail)
 
     async def _stop_interrupted(self, request: InstanceRequest, on_event: RunnerEventCallback | None) -> None:
         """Ctrl+C: the agent is ended (it spends nothing more) and the Pod kept with its workspace,
