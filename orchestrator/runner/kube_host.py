@@ -31,6 +31,7 @@ from .kube_client import ClusterSpec, is_conflict, is_not_found, load_configurat
 from .kube_exec import ExecStream, stream_exec
 from .kube_pods import (
     LOADER_CONTAINER,
+    NAME_ANNOTATION,
     TASK_CONTAINER,
     claim_name,
     offline_policy,
@@ -47,7 +48,6 @@ POLL_S = 0.5
 TERMINATING_WAIT_S = 60.0
 # Waiting reasons that no wait will cure: the task fails at once with the cluster's words.
 HOPELESS = ("ErrImageNeverPull", "InvalidImageName", "ImagePullBackOff", "CreateContainerConfigError")
-NAME_ANNOTATION = "orchestrator.io/container"
 NODE_CACHE_S = 5.0
 
 
@@ -199,10 +199,7 @@ class KubeHost(DockerHost):
         """
         name = request.container_name
         claim = self.claims.get(name, claim_name(volume))
-        manifest = pod_manifest(
-            request, namespace=self.namespace, host_name=None, claim=claim, pull_policy=self.pull_policy
-        )
-        manifest["metadata"].setdefault("annotations", {})[NAME_ANNOTATION] = name
+        manifest = pod_manifest(request, namespace=self.namespace, claim=claim, pull_policy=self.pull_policy)
         self._read_only[name] = workspace_read_only(request)
         if request.network_egress == "offline":
             await self._ensure_policy(request)

@@ -143,12 +143,11 @@ class KubernetesRunner(DockerRunner):
         core = await host.core()
         body = claim_manifest(
             request,
-            claim,
+            session_volume(request),
             namespace=host.namespace,
             size=self.settings.session_size,
             storage_class=self.settings.storage_class,
         )
-        body["metadata"].setdefault("annotations", {})["orchestrator.io/volume"] = session_volume(request)
         created = await host.call_unless(
             is_conflict,
             f"create PersistentVolumeClaim {claim}",
