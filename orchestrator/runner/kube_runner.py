@@ -108,34 +108,23 @@ class KubernetesRunner(DockerRunner):
         usable, why = self._claims[claim]
         self.kube.claims[request.container_name] = usable
         if usable is not None:
-            if request.session_id and claim in self._made and request.session_id not in self._sessions[claim]:
-                # The claim was made just now, so the session a resumed task names is not on it.
-                self.emit_event(
-                    request,
-                    on_event,
-                    "runner.session.reset",
-                    "warn",
-                    reason="session_claim_missing",
-                    previous_session_id=request.session_id,
-                    detail=f"the session claim {claim} no longer existed (deleted since the task last ran); "
-                    "the agent starts a fresh session on a new, empty one",
-                )
-                return msgspec.structs.replace(request, session_id=None)
-            return request
-        detail = f"{why}; the agent's session lives only as long as its Pod"
-        if request.session_id:
-            self.emit_event(
-                request,
-                on_event,
-                "runner.session.reset",
-                "warn",
-                reason="no_session_storage",
-                previous_session_id=request.session_id,
-                detail=detail,
+            if not (request.session_id and claim in self._made and request.session_id not in self._sessions[claim]):
+                return request
+            # The claim was made just now, so the session a resumed task names is not on it.
+            reason = "session_claim_missing"
+            detail = (
+                f"the session claim {claim} no longer existed (deleted since the task last ran); "
+                "the agent starts a fresh session on a new, empty one"
             )
-            return msgspec.structs.replace(request, session_id=None)
-        self.emit_event(request, on_event, "runner.session.no_storage", "warn", claim=claim, detail=detail)
-        return request
+        else:
+            detail = f"{why}; the agent's session lives only as long as its Pod"
+            if not request.session_id:
+                self.emit_event(request, on_event, "runner.session.no_storage", "warn", claim=claim, detail=detail)
+                return request
+            reason = "no_session_storage"
+        fields = {"reason": reason, "previous_session_id": request.session_id, "detail": detail}
+        self.emit_event(request, on_event, "runner.session.reset", "warn", **fields)
+        return msgspec.structs.replace(request, session_id=None)
 
     async def _claim_usable(self, request: InstanceRequest, claim: str) -> tuple[str | None, str]:
         """(the claim, "") when the task's Pod can mount it, else (None, why not)."""
