@@ -26,7 +26,7 @@ import msgspec
 
 from ..errors import ContainerError, GitError, RunnerError
 from .docker_containers import OBJECT_CACHE_MOUNT, DockerHost
-from .git_cmd import git_env
+from .git_cmd import git_env, ws_git
 from .types import InstanceRequest
 
 CACHE_ALTERNATE = f"{OBJECT_CACHE_MOUNT}/objects"
@@ -102,12 +102,7 @@ def workspace_wants(workspace: Path, base_commit: str, include_branches: Sequenc
     """The commits a task's clone borrows: its base and its ``include_branches``."""
     wants = [base_commit]
     for name in include_branches:
-        proc = _git(
-            workspace,
-            ["rev-parse", "-q", "--verify", f"refs/heads/{name}^{{commit}}"],
-            capture_output=True,
-            text=True,
-        )
+        proc = ws_git(workspace, ["rev-parse", "-q", "--verify", f"refs/heads/{name}^{{commit}}"], check=False)
         if proc.returncode == 0:
             wants.append(proc.stdout.strip())
     return wants
