@@ -192,15 +192,10 @@ async def empty_workspace(host: DockerHost, container: str, *, read_only: bool) 
     As the files' owner: root in a container whose user is not root has no
     capabilities, so it cannot remove the agent's files, and the agent's user
     cannot remove a read-only copy's (root's) files."""
-    code, out = await host.exec_simple(
-        container,
-        ["find", WORKSPACE_MOUNT, "-mindepth", "1", "-maxdepth", "1", "-exec", "rm", "-rf", "{}", "+"],
-        user="root" if read_only else "node",
-    )
+    find = ["find", WORKSPACE_MOUNT, "-mindepth", "1", "-maxdepth", "1", "-exec", "rm", "-rf", "{}", "+"]
+    code, out = await _exec(host, container, find, "root" if read_only else "node")
     if code != 0:
-        raise GitError(
-            f"could not empty the workspace in {container}: {(out or b'').decode('utf-8', 'replace')[-500:]}"
-        )
+        raise GitError(f"could not empty the workspace in {container}: {out[-500:]}")
 
 
 # The lock files a git command killed mid-way leaves in .git and that block the
