@@ -129,14 +129,9 @@ class ObjectCache:
     async def sync(
         self, host: DockerHost, image: str, repo_path: str, workspace: Path, wants: list[str]
     ) -> dict[str, Any]:
-        """Make the engine's cache of ``repo_path`` hold the commits ``wants`` (and their history).
-
-        The objects come from ``workspace`` (a clone that has them, through its
-        alternates). Returns what was done: ``bytes`` sent, ``sent`` (whether a
-        pack travelled), ``dropped`` (why an old cache was removed, or ""),
-        ``volume``. Raises :class:`GitError` or :class:`ContainerError` naming
-        the cause; the task then fails, it never runs on a partial cache.
-        """
+        """Make the engine's cache of ``repo_path`` hold the commits ``wants`` (and their history),
+        from ``workspace``. Returns ``bytes`` sent, ``sent``, ``dropped`` (why an old cache was
+        removed, or "") and ``volume``; raises GitError or ContainerError (never a partial cache)."""
         volume = volume_name(repo_path)
         wants = list(dict.fromkeys(wants))
         result: dict[str, Any] = {"volume": volume, "bytes": 0, "sent": False, "dropped": "", "checked": False}
