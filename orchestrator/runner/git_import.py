@@ -30,10 +30,11 @@ from pathlib import Path
 
 from ..errors import BranchExistsError, GitError, UsageError
 from .git_cmd import (
+    IMPORT_LOCK,
     QUIET_FETCH,
     WORKSPACE_UPLOAD_PACK,
     check_branch_name,
-    import_lock,
+    dir_lock,
     in_thread,
     run_git,
     ws_git,
@@ -236,7 +237,7 @@ class _Import:
         skips_empty = import_policy == "auto" and skip_empty_import and self.commit_count == 0
         checked_out = set() if skips_empty else _checked_out_branches(repo)
 
-        with import_lock(git_dir):
+        with dir_lock(git_dir, IMPORT_LOCK):
             heads = _heads(repo)
             done = self._already_imported(heads, ws_head, conflict)
             if done is not None:
