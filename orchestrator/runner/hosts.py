@@ -1,14 +1,6 @@
-"""Several Docker engines for one run: which engines, and which task goes where.
-
-``runner.hosts`` (or repeated ``--docker-host NAME=URL[:N]``) lists engines:
-``{name: local}`` is this machine's engine (bind mounts, as without hosts);
-``{name, docker: URL}`` and ``{name, context: NAME}`` are engines reached the
-way the Docker CLI reaches them, and are treated as remote: the workspace
-travels through the archive API (see archive.py).
-
-:class:`MultiHostRunner` is a :class:`~orchestrator.runner.base.TaskRunner`
-over one :class:`DockerRunner` per engine; how it places tasks and handles an
-engine that stops answering is in docs/scaling.md.
+"""Several Docker engines for one run (``runner.hosts``, ``--docker-host``): which engines, and
+which task goes where. Any engine but ``local`` is remote: the workspace travels through the
+archive API (archive.py). Placement and an engine that stops answering: docs/scaling.md.
 """
 
 from __future__ import annotations
