@@ -1,10 +1,7 @@
 """``--doctor`` on a cluster: reachable, its version, the namespace, each permission the backend uses, the image.
 
-Each permission is asked with a ``SelfSubjectAccessReview``: the API server
-answers for the identity of the kubeconfig, without anything being created.
-:data:`NEEDED` is exactly what the backend calls (docs/scaling.md shows it as a
-Role); :data:`HELPFUL` are cluster-wide reads it uses when allowed (a
-namespaced Role cannot grant them).
+Permissions are asked with ``SelfSubjectAccessReview`` (nothing is created): :data:`NEEDED` is what
+the backend calls (the Role in docs/scaling.md), :data:`HELPFUL` cluster-wide reads it uses if allowed.
 """
 
 from __future__ import annotations
