@@ -75,11 +75,8 @@ delete_run_branches = in_thread(_delete_run_branches_sync)
 
 
 def _unheld_sync(repo_path: str | os.PathLike[str], claims: Sequence[tuple[str, str]]) -> list[str | None]:
-    """For each ``(branch, commit)``: None if the commit is reachable from the branch, else why not.
-
-    Read-only: a report (``--show-run``) uses it to check that the commits a run
-    says it kept are still where it says.
-    """
+    """For each ``(branch, commit)``: None if the commit is reachable from the branch, else why not
+    (``--show-run`` checks that the commits a run says it kept are still there)."""
     repo = Path(os.path.realpath(repo_path))
     heads = _heads(repo)
     out: list[str | None] = []

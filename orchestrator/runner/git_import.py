@@ -280,14 +280,9 @@ class _Import:
         return None
 
     def _choose_target(self, heads: dict[str, str], conflict: ConflictPolicy) -> tuple[str, bool]:
-        """5. conflict policy: the branch to write, and whether it is overwritten.
-
-        A branch whose tip carries this task's own provenance note is an earlier
-        attempt of this very task (the process died after the import but before
-        the completion was durably logged, and the task ran again): it is ours to
-        replace, under any policy. Keys are namespaced by run id, so another run's
-        or another task's branch never matches.
-        """
+        """5. conflict policy: the branch to write, and whether it is overwritten. A branch whose tip
+        carries this task's own note (keys are namespaced by run id) is an earlier attempt of this
+        task, which died before its completion was logged: ours to replace, under any policy."""
         target = self.branch_name
         own = [
             n
