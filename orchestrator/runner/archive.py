@@ -48,18 +48,13 @@ COPY_MARK_PATH = f"{WORKSPACE_MOUNT}/{COPY_MARK}"
 def tar_workspace(
     workspace: Path, *, read_only: bool, alternates: str | None = None, skip: frozenset[str] = frozenset()
 ) -> tempfile.SpooledTemporaryFile:
-    """The clone as a tar stream rooted at ``.``.
+    """The clone as a tar stream rooted at ``.``, owned by the container user (uid 1000), or for a
+    read-only workspace by root without write bits: its volume is mounted writable for the copy,
+    so the ownership is what keeps the agent from changing it.
 
-    Writable workspaces belong to the container user (uid 1000), as with a bind
-    mount. A read-only one (review tasks) belongs to root with no write bits for
-    others: the volume must be mounted writable for the copy to land, so the
-    ownership is what keeps the agent from changing it.
-
-    ``alternates``: the clone borrows its objects from the engine's object cache
-    (see object_cache.py), at this path in the container; its own alternates
-    (this machine's store) are replaced by it. ``skip``: files (relative paths)
-    left out because the container checks them out itself; the copy mark then
-    stays "partial" until that checkout has finished.
+    ``alternates``: the engine's object cache in the container, replacing the clone's own
+    alternates. ``skip``: files the container checks out itself (the copy mark stays "partial"
+    until it has).
     """
     # Handed to the caller, who streams it to Docker and closes it.
     out = tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES)  # noqa: SIM115
@@ -131,12 +126,8 @@ async def copy_in(
     alternates: str | None = None,
     checkout: bool = False,
 ) -> int:
-    """Copy the local clone into the container's /workspace; returns the bytes sent.
-
-    ``alternates``: see :func:`tar_workspace`. ``checkout``: a fresh clone whose
-    files the container checks out from those alternates instead of receiving
-    them (only its ``.git`` without objects, and files git ignores, travel).
-    """
+    """Copy the local clone into the container's /workspace; the bytes sent. ``checkout``: the
+    container checks the tracked files out from ``alternates`` (:func:`tar_workspace`) instead."""
 
     def make() -> tempfile.SpooledTemporaryFile:
         skip = tracked_files(workspace) if checkout else frozenset()
@@ -176,31 +167,20 @@ async def _exec(host: DockerHost, container: str, cmd: list[str], user: str = "n
 
 
 async def workspace_holds_a_clone(host: DockerHost, container: str) -> bool:
-    """Whether the container's /workspace volume holds a whole copied-in clone.
-
-    An empty volume (the copy never started) or a copy cut off midway (its mark
-    still says partial) does not; a volume from before the mark existed, with a
-    clone in it, does, so its agent's uncommitted work is kept."""
+    """Whether the container's /workspace holds a whole copied-in clone: not when empty or its mark
+    says partial; one from before the mark existed does (its agent's uncommitted work is kept)."""
     script = f'[ -e "{WORKSPACE_MOUNT}/.git" ] && ! grep -qx partial "{COPY_MARK_PATH}" 2>/dev/null'
     code, _ = await _exec(host, container, ["sh", "-c", script])
     return code == 0
 
 
 async def empty_workspace(host: DockerHost, container: str, *, read_only: bool) -> None:
-    """Remove everything in the container's /workspace volume.
-
-    As the files' owner: root in a container whose user is not root has no
-    capabilities, so it cannot remove the agent's files, and the agent's user
-    cannot remove a read-only copy's (root's) files."""
-    code, out = await host.exec_simple(
-        container,
-        ["find", WORKSPACE_MOUNT, "-mindepth", "1", "-maxdepth", "1", "-exec", "rm", "-rf", "{}", "+"],
-        user="root" if read_only else "node",
-    )
+    """Remove everything in the container's /workspace volume, as the files' owner: root there has
+    no capabilities to remove the agent's files, nor the agent's user a read-only copy's."""
+    find = ["find", WORKSPACE_MOUNT, "-mindepth", "1", "-maxdepth", "1", "-exec", "rm", "-rf", "{}", "+"]
+    code, out = await _exec(host, container, find, "root" if read_only else "node")
     if code != 0:
-        raise GitError(
-            f"could not empty the workspace in {container}: {(out or b'').decode('utf-8', 'replace')[-500:]}"
-        )
+        raise GitError(f"could not empty the workspace in {container}: {out[-500:]}")
 
 
 # The lock files a git command killed mid-way leaves in .git and that block the
@@ -211,13 +191,8 @@ STALE_LOCK_NAMES = ("index.lock", "HEAD.lock", "config.lock", "packed-refs.lock"
 
 
 async def clear_stale_git_locks(host: DockerHost, container: str) -> list[str]:
-    """Remove the git locks an agent killed mid-command left in the container's /workspace.
-
-    Only called once the task's container has been (re)started, which ends any
-    agent process of the dead run: nothing can hold these locks any more, and a
-    left-over lock would make the resumed agent's every commit fail. Runs as the
-    agent's user, as git there does. Returns the paths removed, relative to .git.
-    """
+    """Remove the git locks an agent killed mid-command left in /workspace (the container was
+    restarted, so nothing holds them; left over, they fail every commit); the paths removed."""
     script = (
         'cd "$1/.git" 2>/dev/null || exit 0\n'
         "shift\n"
@@ -232,12 +207,8 @@ async def clear_stale_git_locks(host: DockerHost, container: str) -> list[str]:
 
 
 async def bundle_out(host: DockerHost, container: str, workspace: Path, base_commit: str) -> dict[str, Any]:
-    """Bring the agent's commits back into the local clone ``workspace``.
-
-    Returns ``{"head": sha, "bytes": n}``; ``bytes`` is 0 when the agent made no
-    commit (the local clone then stays at the base commit, as a bind-mounted
-    workspace would).
-    """
+    """Bring the agent's commits back into the local clone ``workspace``: ``{"head": sha, "bytes": n}``
+    (0 bytes when the agent made no commit: the clone stays at the base commit)."""
     # One exec for both steps: over a distant link every exec costs three round trips.
     cmd = ["sh", "-c", BUNDLE_SCRIPT, "bundle-out", WORKSPACE_MOUNT, base_commit]
     # The engine now and then loses the output of a short exec that succeeded
@@ -270,12 +241,8 @@ async def bundle_out(host: DockerHost, container: str, workspace: Path, base_com
 
 
 def import_bundle(workspace: Path, bundle: Path, head: str) -> None:
-    """Verify ``bundle`` and move the local clone's branch to ``head`` from it.
-
-    The clone's refs change only after git has checked the whole bundle and the
-    fetched commit is the one the container reported; otherwise GitError, with
-    the clone (and so the user's repository) untouched.
-    """
+    """Verify ``bundle`` and move the local clone's branch to ``head`` from it; GitError, the clone
+    untouched, unless git checked the whole bundle and it holds the commit the container reported."""
     size = bundle.stat().st_size
 
     def said(proc) -> str:

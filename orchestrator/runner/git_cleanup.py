@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..naming import safe_component, short8
-from .git_cmd import check_branch_name, import_lock, in_thread, run_git
+from .git_cmd import IMPORT_LOCK, check_branch_name, dir_lock, in_thread, run_git
 from .git_import import _checked_out_branches, _git_dir_of, _heads, _note_lines
 
 logger = logging.getLogger(__name__)
@@ -47,7 +47,7 @@ def _delete_run_branches_sync(
     repo = Path(os.path.realpath(repo_path))
     git_dir = _git_dir_of(repo)
     outcome: dict[str, str] = {}
-    with import_lock(git_dir):  # the same lock imports take: no branch appears or moves under us
+    with dir_lock(git_dir, IMPORT_LOCK):  # the same lock imports take: no branch appears or moves under us
         heads = _heads(repo)
         checked_out = _checked_out_branches(repo)
         for name in dict.fromkeys(names):
@@ -75,11 +75,8 @@ delete_run_branches = in_thread(_delete_run_branches_sync)
 
 
 def _unheld_sync(repo_path: str | os.PathLike[str], claims: Sequence[tuple[str, str]]) -> list[str | None]:
-    """For each ``(branch, commit)``: None if the commit is reachable from the branch, else why not.
-
-    Read-only: a report (``--show-run``) uses it to check that the commits a run
-    says it kept are still where it says.
-    """
+    """For each ``(branch, commit)``: None if the commit is reachable from the branch, else why not
+    (``--show-run`` checks that the commits a run says it kept are still there)."""
     repo = Path(os.path.realpath(repo_path))
     heads = _heads(repo)
     out: list[str | None] = []

@@ -128,11 +128,8 @@ def _first_command(args: Sequence[str | os.PathLike[str]]) -> str:
 
 
 def ws_git_dir(workspace: Path) -> Path:
-    """The ``.git`` directory of a workspace; refuses gitfiles and symlinks.
-
-    The agent could replace ``.git`` with a ``gitdir:`` file or a symlink that
-    points somewhere else on the host; we only ever read a real directory.
-    """
+    """The ``.git`` directory of a workspace; never a ``gitdir:`` file or a symlink the agent put
+    there to point somewhere else on the host."""
     git_dir = Path(workspace) / ".git"
     if git_dir.is_symlink() or not git_dir.is_dir():
         raise GitError(f"workspace {workspace} has no .git directory (or it was replaced by a link)")
@@ -146,13 +143,8 @@ def ws_git(workspace: Path, args: Sequence[str], *, check: bool = True) -> subpr
 
 
 def check_branch_name(name: str, *, what: str = "branch name", repo: Path | None = None) -> str:
-    """Return ``name`` if it is a safe, valid branch name, else raise GitError.
-
-    Rejects what git would misread: a leading ``-`` (option injection), the
-    ``@{-N}``/``@{...}`` syntax that ``check-ref-format --branch`` expands,
-    ``HEAD``, and anything ``git check-ref-format`` refuses (``..``, spaces,
-    control characters, ``.lock`` suffixes...).
-    """
+    """``name`` if it is a safe, valid branch name, else GitError: not what git would misread (a
+    leading ``-``, ``@{...}``, ``HEAD``), nor what ``git check-ref-format`` refuses."""
     if not isinstance(name, str) or not name:
         raise GitError(f"invalid {what}: empty")
     if name.startswith("-") or "@{" in name or name == "HEAD" or name.startswith("refs/"):
@@ -176,15 +168,8 @@ _valid_ref_names: set[str] = set()
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9_-]+(?:/[A-Za-z0-9_-]+)*")
 
 
-# ---------------------------------------------------------------------------
-# Per-repository import lock
-
-LOCK_FILE_NAME = ".orc_import.lock"
-
-
-def import_lock(git_dir: Path) -> contextlib.AbstractContextManager[None]:
-    """Hold ``<git_dir>/.orc_import.lock`` exclusively (threads and processes)."""
-    return dir_lock(git_dir, LOCK_FILE_NAME)
+# The per-repository lock, in its git dir, that imports and branch deletions take.
+IMPORT_LOCK = ".orc_import.lock"
 
 
 @contextlib.contextmanager

@@ -30,10 +30,11 @@ from pathlib import Path
 
 from ..errors import BranchExistsError, GitError, UsageError
 from .git_cmd import (
+    IMPORT_LOCK,
     QUIET_FETCH,
     WORKSPACE_UPLOAD_PACK,
     check_branch_name,
-    import_lock,
+    dir_lock,
     in_thread,
     run_git,
     ws_git,
@@ -236,7 +237,7 @@ class _Import:
         skips_empty = import_policy == "auto" and skip_empty_import and self.commit_count == 0
         checked_out = set() if skips_empty else _checked_out_branches(repo)
 
-        with import_lock(git_dir):
+        with dir_lock(git_dir, IMPORT_LOCK):
             heads = _heads(repo)
             done = self._already_imported(heads, ws_head, conflict)
             if done is not None:
@@ -279,14 +280,9 @@ class _Import:
         return None
 
     def _choose_target(self, heads: dict[str, str], conflict: ConflictPolicy) -> tuple[str, bool]:
-        """5. conflict policy: the branch to write, and whether it is overwritten.
-
-        A branch whose tip carries this task's own provenance note is an earlier
-        attempt of this very task (the process died after the import but before
-        the completion was durably logged, and the task ran again): it is ours to
-        replace, under any policy. Keys are namespaced by run id, so another run's
-        or another task's branch never matches.
-        """
+        """5. conflict policy: the branch to write, and whether it is overwritten. A branch whose tip
+        carries this task's own note (keys are namespaced by run id) is an earlier attempt of this
+        task, which died before its completion was logged: ours to replace, under any policy."""
         target = self.branch_name
         own = [
             n

@@ -56,7 +56,6 @@ class WorkspaceInfo(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def workspace_root() -> Path:
-    """``$ORCHESTRATOR_WORKSPACE_ROOT`` or ``<tempdir>/orchestrator``."""
     override = os.environ.get("ORCHESTRATOR_WORKSPACE_ROOT")
     if override:
         return Path(override)
@@ -64,18 +63,14 @@ def workspace_root() -> Path:
 
 
 def workspace_path(run_id: str, task_key: str) -> Path:
-    """``workspace_root()/<run_id>/k_<short8(task_key)>``."""
     if not run_id or run_id in (".", "..") or any(sep in run_id for sep in ("/", "\\", "\0")):
         raise UsageError(f"run id {run_id!r} cannot be used as a directory name")
     return workspace_root() / run_id / f"k_{short8(task_key)}"
 
 
 def object_store_path(workspace: Path, repo_path: str | os.PathLike[str]) -> Path:
-    """The run's object store for ``repo_path``: ``<run folder>/objects_<short8(repo)>.git``.
-
-    A sibling of the task workspaces (``workspace.parent`` is the run's folder),
-    so it goes with them (retention, ``--cleanup-run``).
-    """
+    """The run's object store for ``repo_path``: in the run's folder beside the task
+    workspaces, so it goes with them (retention, ``--cleanup-run``)."""
     run_dir = Path(os.path.realpath(Path(os.path.abspath(workspace)).parent))
     return run_dir / f"{OBJECT_STORE_PREFIX}{short8(os.path.realpath(repo_path))}.git"
 
@@ -86,15 +81,10 @@ def object_store_objects(workspace: Path, repo_path: str | os.PathLike[str]) -> 
 
 
 def store_mount_point(objects: Path) -> str:
-    """Where a container mounts the store's ``objects`` directory: ``/<store name>/objects``.
-
-    The workspace's alternates name the store relatively (``../../../<store
-    name>/objects`` from ``.git/objects``), which is the store on this machine
-    (a sibling of the workspace) and this path in a container (whose workspace
-    is ``/workspace``). Not the host's own path: a workspace root under a
-    directory the image has and the container user cannot enter (``/root``)
-    would leave the store unreadable there.
-    """
+    """Where a container mounts the store's ``objects``: the path the workspace's relative
+    alternates (:func:`store_alternate`) reach from ``/workspace``, as they reach the store
+    beside the workspace here. Not the host's own path: under one the image has and the
+    container user cannot enter (``/root``) the store would be unreadable."""
     return f"/{objects.parent.name}/objects"
 
 
@@ -104,12 +94,8 @@ def store_alternate(objects: Path) -> str:
 
 
 def dissociate_workspace(workspace: Path) -> bool:
-    """Copy the objects a kept workspace borrows from the run's store into it, and stop borrowing.
-
-    For a kept clone that continues on a remote engine: it travels there through
-    the archive API, and its alternates would name a store that engine does not
-    have. Returns whether there was anything to copy.
-    """
+    """Copy the objects a kept workspace borrows from the run's store into it (it continues
+    on a remote engine, which has no such store); whether there was anything to copy."""
     alternates = Path(workspace) / ".git" / "objects" / "info" / "alternates"
     if not alternates.exists():
         return False
@@ -122,11 +108,8 @@ def dissociate_workspace(workspace: Path) -> bool:
 
 
 def point_at_store(workspace: Path, object_store: Path) -> None:
-    """Make the workspace's alternates name ``object_store`` relatively (see :func:`store_mount_point`).
-
-    Kept workspaces of an older version named it by its absolute path; their
-    containers now mount it elsewhere, so a resumed task rewrites the line.
-    """
+    """Make a kept workspace's alternates name ``object_store`` relatively: an older version
+    named it by its absolute path, which containers no longer mount."""
     alternates = Path(workspace) / ".git" / "objects" / "info" / "alternates"
     line = store_alternate(Path(os.path.realpath(object_store)) / "objects")
     try:
@@ -153,10 +136,8 @@ class BaseBranch(msgspec.Struct, frozen=True, kw_only=True):
 def validate_repository(
     repo_path: str | os.PathLike[str], base_branch: str | None, *, ignore: Sequence[str | os.PathLike[str]] = ()
 ) -> RepoInfo:
-    """Check that ``repo_path`` is a git repository with ``base_branch`` (None: see :func:`resolve_base_branch`).
-
-    ``ignore``: folders whose contents never make the tree dirty (the orchestrator's own output folders).
-    """
+    """``repo_path`` checked to be a repository with ``base_branch`` (None: :func:`resolve_base_branch`);
+    ``ignore``: folders whose contents never make the tree dirty (the orchestrator's own output)."""
     top, git_dir, bare = open_repository(repo_path)
     base = resolve_base_branch(top, base_branch)
     dirty = False
@@ -203,13 +184,8 @@ def open_repository(repo_path: str | os.PathLike[str]) -> tuple[Path, Path, bool
 
 
 def resolve_base_branch(top: Path, requested: str | None) -> BaseBranch:
-    """The base branch and its commit: ``requested``, or without one ``main``, else the current branch.
-
-    Raises :class:`PreflightError` with one line that says what to do: for a
-    branch that is missing, the likely names first (``main``, ``master``, the
-    current branch); for one that exists only on a remote, the commands that
-    make it local.
-    """
+    """The base branch and its commit: ``requested``, or without one ``main``, else the current
+    branch; :class:`PreflightError` with one line that says what to do."""
     chosen = ""
     if requested is None:
         current = current_branch(top)
@@ -358,12 +334,7 @@ def _ensure_object_store_sync(
     repo_path: str | os.PathLike[str], workspace: Path, branches: Sequence[str], *, hardlinks: bool = True
 ) -> Path:
     """Make or refresh the run's object store that ``shared_objects`` workspaces borrow from; its path.
-
-    A bare clone made once per run (hard links where it can), later only fetched
-    into, so a moved branch is seen, and never pruned while the run lasts, so a
-    ``git gc --prune=now`` in the user's repository takes nothing a task borrows
-    (docs/architecture.md, "Git isolation").
-    """
+    Made once per run, then only fetched into, never pruned (docs/architecture.md, "Git isolation")."""
     for name in branches:
         check_branch_name(name, what="branch name")
     repo = _existing_repo(repo_path)
@@ -421,13 +392,9 @@ def _prepare_workspace_sync(
     into_empty_dir: bool = False,
     object_store: Path | None = None,
 ) -> WorkspaceInfo:
-    """Clone ``base_branch`` of ``repo_path`` into ``workspace`` (replacing any old one).
-
-    ``into_empty_dir``: ``workspace`` is an empty directory made by
-    :func:`reset_workspace`; clone into it instead of replacing it.
-    ``object_store``: for ``shared_objects``, the store :func:`_ensure_object_store_sync`
-    has just made or refreshed (made here when not given).
-    """
+    """Clone ``base_branch`` of ``repo_path`` into ``workspace`` (replacing any old one, or into
+    the empty one :func:`reset_workspace` made with ``into_empty_dir``). ``object_store``: the
+    ``shared_objects`` store just made or refreshed (made here when not given)."""
     if isolation_mode not in ("full_copy", "shared_objects"):
         raise UsageError(f"unknown isolation_mode {isolation_mode!r}; use 'full_copy' or 'shared_objects'")
     check_branch_name(base_branch, what="base branch name")
@@ -522,12 +489,8 @@ def borrow_from_store(workspace: Path, object_store: Path) -> None:
 
 
 def _mark_whole(workspace: Path, info: WorkspaceInfo) -> None:
-    """The markers that make the workspace one a resumed task continues in.
-
-    They come last: a crash before the workspace belongs to the container user
-    leaves root-owned files the agent cannot write to (its every commit fails),
-    and such a workspace must be cloned again.
-    """
+    """The markers that make the workspace one a resumed task continues in. Written last: a crash
+    before it belongs to the container user leaves files the agent cannot write (clone again)."""
     git_dir = workspace / ".git"
     for name, value in (("BASE_BRANCH", info.base_branch), ("BASE_COMMIT", info.base_commit)):
         (git_dir / name).write_text(value + "\n", encoding="utf-8")
@@ -536,12 +499,8 @@ def _mark_whole(workspace: Path, info: WorkspaceInfo) -> None:
 
 
 def pristine_index_path(workspace: Path) -> Path:
-    """Where the index of a fresh ``shared_objects`` checkout is kept, out of the container's reach.
-
-    A finished task's checkout is reused for the next task (see
-    :mod:`.workspace_reuse`); this copy, which its agent could not touch, is
-    what says which files are still as checked out, and from which commit.
-    """
+    """Where the index of a fresh ``shared_objects`` checkout is kept, out of its agent's reach: it
+    says which files are still as checked out when :mod:`.workspace_reuse` reuses the checkout."""
     workspace = Path(os.path.abspath(workspace))
     return workspace.parent / ".pristine-index" / workspace.name
 
@@ -592,14 +551,10 @@ def empty_dir(path: Path) -> None:
 
 
 def _clone_retrying_races(clone: list[str], repo: Path, workspace: Path, isolation_mode: IsolationMode) -> None:
-    """Clone, repeating when the source's object store changed under the copy.
-
-    The fast file copy is tried ``LOCAL_CLONE_ATTEMPTS`` times; a ``full_copy``
-    then makes one last clone through the pack protocol (``--no-local``),
-    which reads objects the way a fetch does and so is consistent against a
-    concurrent repack, at the cost of packing every object (only paid here).
-    ``shared_objects`` has no such fallback: its clone borrows the live store.
-    """
+    """Clone, repeating when the source's object store changed under the copy. After
+    ``LOCAL_CLONE_ATTEMPTS`` file copies, a ``full_copy`` clones once through the pack protocol
+    (``--no-local``: consistent against a repack, at the cost of packing every object);
+    ``shared_objects`` cannot, its clone borrows the live store."""
     # Parallel checkout (one worker per CPU) roughly halves the clone of a large
     # tree; it is command-line config only, nothing is written anywhere.
     base = ["-c", "checkout.workers=0", *clone]
@@ -639,11 +594,8 @@ prepare_workspace = in_thread(_prepare_workspace_sync)
 
 
 def reset_workspace(workspace: Path) -> None:
-    """Replace whatever is at ``workspace`` with a new, empty directory.
-
-    The runner bind-mounts this directory and starts the container while the
-    clone fills it (``prepare_workspace(..., into_empty_dir=True)``).
-    """
+    """A new, empty directory at ``workspace``, which the runner bind-mounts while the clone
+    fills it (``prepare_workspace(..., into_empty_dir=True)``)."""
     workspace = Path(os.path.abspath(workspace))
     if os.path.lexists(workspace):  # left over from an earlier attempt: start fresh
         remove_workspace(workspace)
@@ -654,11 +606,8 @@ def reset_workspace(workspace: Path) -> None:
 
 
 def kept_workspace(workspace: Path) -> WorkspaceInfo | str:
-    """The workspace an interrupted task left, or why it cannot be continued.
-
-    ``BASE_COMMIT`` is written once the clone is complete, so a workspace
-    without it was cut off while cloning and holds no agent work.
-    """
+    """The workspace an interrupted task left, or why it cannot be continued (without
+    ``BASE_COMMIT``, written last, its clone was cut off and it holds no agent work)."""
     workspace = Path(os.path.abspath(workspace))
     if not os.path.lexists(workspace):
         return f"the workspace {workspace} no longer exists"
@@ -680,16 +629,10 @@ def kept_workspace(workspace: Path) -> WorkspaceInfo | str:
 
 
 def _settle_index(workspace: Path) -> None:
-    """Make the checkout look unchanged to the agent's first ``git add``.
-
-    ``git add`` hashes again, and writes, every file whose stat data differ from
-    the index (the chown to the container user changes owner and ctime) and
-    every "racily clean" file (modified in the same second the index was
-    written: most of a fresh checkout). Writing an object that exists in the
-    read-only store fails to freshen it there, so git writes a copy into the
-    workspace: the whole checkout again. Files are dated two seconds back and
-    the index records their stat data, so none of this happens.
-    """
+    """Make the checkout look unchanged to the agent's first ``git add``, which would hash and
+    write again every file whose stat data the chown changed and every "racily clean" one (most
+    of a fresh checkout): into the workspace, since the read-only store cannot be freshened.
+    Files dated two seconds back, and the index refreshed, avoid it."""
     past = time.time() - 2
     for dirpath, dirnames, filenames in os.walk(workspace):
         if dirpath == str(workspace):
@@ -722,12 +665,8 @@ _aside = itertools.count()
 
 
 def set_workspace_aside(workspace: Path) -> Path | None:
-    """Move a workspace out of its place in one atomic step; what is left to delete.
-
-    A crash during the deletion must not leave a half-deleted workspace where a
-    resumed task would continue. Returns the directory to delete (the workspace
-    itself when it cannot be moved), or None when nothing is left to delete.
-    """
+    """Move a workspace out of its place in one step (a crash mid-deletion must not leave half a
+    workspace for a resumed task); the directory left to delete (itself if unmovable), or None."""
     path = Path(workspace)
     if not os.path.lexists(path):
         return None

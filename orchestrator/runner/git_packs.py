@@ -32,12 +32,8 @@ def object_counts(repo: Path) -> tuple[int, int]:
 
 
 def keep_packed(repo: Path) -> bool:
-    """Roll loose objects and small packs of ``repo`` up when there are too many.
-
-    Called with the import lock held (so two imports never repack at once).
-    Returns whether a repack ran. A failed repack is logged, never raised: the
-    import it follows has already succeeded, and git keeps every object either way.
-    """
+    """Roll loose objects and small packs of ``repo`` up when there are too many (under the import
+    lock); whether a repack ran. A failure is logged, not raised: the import has succeeded."""
     loose, packs = object_counts(repo)
     if loose < LOOSE_LIMIT and packs < PACK_LIMIT:
         return False

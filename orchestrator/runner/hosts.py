@@ -1,14 +1,6 @@
-"""Several Docker engines for one run: which engines, and which task goes where.
-
-``runner.hosts`` (or repeated ``--docker-host NAME=URL[:N]``) lists engines:
-``{name: local}`` is this machine's engine (bind mounts, as without hosts);
-``{name, docker: URL}`` and ``{name, context: NAME}`` are engines reached the
-way the Docker CLI reaches them, and are treated as remote: the workspace
-travels through the archive API (see archive.py).
-
-:class:`MultiHostRunner` is a :class:`~orchestrator.runner.base.TaskRunner`
-over one :class:`DockerRunner` per engine; how it places tasks and handles an
-engine that stops answering is in docs/scaling.md.
+"""Several Docker engines for one run (``runner.hosts``, ``--docker-host``): which engines, and
+which task goes where. Any engine but ``local`` is remote: the workspace travels through the
+archive API (archive.py). Placement and an engine that stops answering: docs/scaling.md.
 """
 
 from __future__ import annotations
@@ -21,7 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import anyio
@@ -34,6 +26,9 @@ from .docker_containers import DEFAULT_CLIENT_TIMEOUT_S, DEFAULT_THREADS, Docker
 from .docker_core import TaskEvents, session_volume
 from .transport import refuse_plain_tcp
 from .types import InstanceRequest, RunnerResult
+
+if TYPE_CHECKING:
+    from .docker_runner import DockerRunner
 
 LOCAL = "local"
 PROBE_INTERVAL_S = 30.0
@@ -352,26 +347,10 @@ def docker_host(spec: HostSpec, limiter: anyio.CapacityLimiter | None = None) ->
 # ---------------------------------------------------------------- placement
 
 
-class SlotRunner(Protocol):
-    """What the multi-host runner uses of each engine's runner (a DockerRunner): nothing private."""
-
-    host: DockerHost
-
-    async def run(self, request: InstanceRequest, *, on_event: RunnerEventCallback | None = None) -> RunnerResult: ...
-
-    async def discard_workspace(self, request: InstanceRequest) -> None: ...
-
-    async def aclose(self) -> None: ...
-
-    def stop_log_forwarding(self) -> None: ...
-
-    emit_event: TaskEvents
-
-
 @dataclass
 class _Slot:
     spec: HostSpec
-    runner: SlotRunner
+    runner: DockerRunner
     running: int = 0
     down: bool = False
     next_probe: float = 0.0
@@ -392,7 +371,7 @@ class MultiHostRunner:
     def __init__(
         self,
         specs: Sequence[HostSpec],
-        make_runner: Callable[[DockerHost], SlotRunner],
+        make_runner: Callable[[DockerHost], DockerRunner],
         *,
         on_host_event: Callable[[dict[str, Any]], None] | None = None,
         on_all_down: Callable[[], None] | None = None,
@@ -413,8 +392,8 @@ class MultiHostRunner:
         # Told the whole host table whenever a host goes down or comes back (the
         # orchestration records it as a hosts.status event, which the dashboard reads).
         self.on_status: Callable[[list[dict[str, Any]]], None] | None = None
-        # instance_id -> (slot, request as placed, events for the caller once run() has its callback)
-        self._reserved: dict[str, tuple[_Slot, InstanceRequest, list[dict[str, Any]]]] = {}
+        # instance_id -> (slot, request as placed, the session reset to tell once run() has its callback)
+        self._reserved: dict[str, tuple[_Slot, InstanceRequest, dict[str, Any]]] = {}
 
     # ---- status ---------------------------------------------------------
 
@@ -530,39 +509,25 @@ class MultiHostRunner:
         self._changed.set()
         self._changed = anyio.Event()
 
-    async def _first_slot(self, request: InstanceRequest) -> tuple[_Slot, InstanceRequest, list[dict[str, Any]]]:
-        prefer: _Slot | None = None
-        told: list[dict[str, Any]] = []
-        if request.session_id:
-            prefer = await self._session_home(request)
+    async def _first_slot(self, request: InstanceRequest) -> tuple[_Slot, InstanceRequest, dict[str, Any]]:
+        """The task's engine, and (placed without its session) the session reset to tell."""
+        prefer = await self._session_home(request) if request.session_id else None
         slot = await self._acquire(set(), prefer)
-        if request.session_id and prefer is None:
-            # No answering engine holds the session volume (its host is gone or no
-            # longer configured): the agent starts a fresh session where it is placed.
-            volume = session_volume(request)
-            told.append(
-                {
-                    "type": "runner.session.reset",
-                    "reason": "host_gone",
-                    "host": slot.spec.name,
-                    "previous_session_id": request.session_id,
-                    "detail": f"no answering Docker host holds the session volume {volume}; "
-                    f"a fresh session starts on host {slot.spec.name}",
-                }
-            )
-            self._event(
-                "runner.host.session_lost",
-                task_key=request.task_key,
-                session_id=request.session_id,
-                host=slot.spec.name,
-            )
-            request = msgspec.structs.replace(request, session_id=None)
-        return slot, request, told
-
-    def _tell(self, request: InstanceRequest, on_event: RunnerEventCallback | None, told: list[dict[str, Any]]) -> None:
-        for event in told:
-            fields = {k: v for k, v in event.items() if k != "type"}
-            self._task_event(request, on_event, event["type"], "warn", **fields)
+        if not request.session_id or prefer is not None:
+            return slot, request, {}
+        # No answering engine holds the session volume (its host is gone or no
+        # longer configured): the agent starts a fresh session where it is placed.
+        self._event(
+            "runner.host.session_lost", task_key=request.task_key, session_id=request.session_id, host=slot.spec.name
+        )
+        reset = {
+            "reason": "host_gone",
+            "host": slot.spec.name,
+            "previous_session_id": request.session_id,
+            "detail": f"no answering Docker host holds the session volume {session_volume(request)}; "
+            f"a fresh session starts on host {slot.spec.name}",
+        }
+        return slot, msgspec.structs.replace(request, session_id=None), reset
 
     async def reserve(self, request: InstanceRequest) -> str:
         """Choose the task's engine (and take its slot) before it starts, so the
@@ -572,8 +537,9 @@ class MultiHostRunner:
 
     async def run(self, request: InstanceRequest, *, on_event: RunnerEventCallback | None = None) -> RunnerResult:
         reserved = self._reserved.pop(request.instance_id, None)
-        slot, request, told = reserved if reserved is not None else await self._first_slot(request)
-        self._tell(request, on_event, told)
+        slot, request, reset = reserved if reserved is not None else await self._first_slot(request)
+        if reset:
+            self._task_event(request, on_event, "runner.session.reset", "warn", **reset)
         tried: set[str] = set()
         while True:
             name = slot.spec.name
@@ -593,30 +559,12 @@ class MultiHostRunner:
             message = f"Docker host {name} stopped answering: {result.error or 'no answer'}"
             self._mark_down(slot, message)
             tried.add(name)
-            failed = msgspec.structs.replace(result, error_type="docker", error=message)
-            self._task_event(
-                request, on_event, "runner.host.replaced", "warn", host=name, error=message, error_type="docker"
-            )
+            failed = host_lost(self._task_event, request, on_event, result, name, message)
             if all(s.down or s.spec.name in tried for s in self.slots) and not self._stop_when_all_down():
                 return failed
             slot = await self._acquire(tried, None)
-            # Placed again on another engine, fresh: the session volume and the
-            # agent's work in the workspace volume stayed on the dead one.
-            self._tell(
-                request,
-                on_event,
-                [
-                    {
-                        "type": "runner.session.reset",
-                        "reason": "host_down",
-                        "host": slot.spec.name,
-                        "previous_session_id": request.session_id,
-                        "error_type": "docker",
-                        "detail": f"{message}; the task starts afresh on host {slot.spec.name}",
-                    }
-                ],
-            )
-            request = msgspec.structs.replace(request, session_id=None, resume_workspace=False)
+            detail = f"{message}; the task starts afresh on host {slot.spec.name}"
+            request = start_afresh(self._task_event, request, on_event, slot.spec.name, detail)
 
     async def _run_watched(
         self, slot: _Slot, request: InstanceRequest, on_event: RunnerEventCallback | None
@@ -667,3 +615,26 @@ def _failed(request: InstanceRequest, **error: Any) -> RunnerResult:
     return RunnerResult(
         status="failed", instance_id=request.instance_id, container_name=request.container_name, **error
     )
+
+
+def host_lost(
+    emit: TaskEvents,
+    request: InstanceRequest,
+    on_event: RunnerEventCallback | None,
+    result: RunnerResult,
+    host: str | None,
+    why: str,
+) -> RunnerResult:
+    """The engine (or Pod) a task ran on went away: told, and the result as a "docker" failure."""
+    emit(request, on_event, "runner.host.replaced", "warn", host=host, error=why, error_type="docker")
+    return msgspec.structs.replace(result, error_type="docker", error=why)
+
+
+def start_afresh(
+    emit: TaskEvents, request: InstanceRequest, on_event: RunnerEventCallback | None, host: str | None, detail: str
+) -> InstanceRequest:
+    """The task placed again after :func:`host_lost`, fresh: its session and its agent's
+    work in the workspace stayed with what was lost."""
+    fields = {"reason": "host_down", "host": host, "previous_session_id": request.session_id, "error_type": "docker"}
+    emit(request, on_event, "runner.session.reset", "warn", **fields, detail=detail)
+    return msgspec.structs.replace(request, session_id=None, resume_workspace=False)

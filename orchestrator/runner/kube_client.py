@@ -42,28 +42,17 @@ class ClusterSpec:
         return f"{where}" + (f" (context {self.context})" if self.context else "") + f", namespace {self.namespace}"
 
 
-def kubeconfig_path(spec: ClusterSpec) -> str:
-    """The kubeconfig file, as kubectl finds it (the first of KUBECONFIG's list)."""
-    if spec.kubeconfig:
-        return str(Path(spec.kubeconfig).expanduser())
-    env = os.environ.get("KUBECONFIG")
-    if env:
-        return env.split(os.pathsep)[0]
-    return str(Path.home() / ".kube" / "config")
-
-
 def load_configuration(spec: ClusterSpec) -> Any:
-    """The client's Configuration for ``spec`` (blocking: reads files, may run an exec credential plugin).
-
-    Raises :class:`PreflightError` naming the file and what is wrong, and refuses
-    an API server over plain ``http://`` on another machine: every agent's
-    credentials (in each exec's command) and the repository (the copy-in tar)
-    would cross the network in clear text.
-    """
+    """The client's Configuration for ``spec`` (blocking: reads files, may run an exec credential
+    plugin); PreflightError naming the file and what is wrong, or a plain-HTTP server."""
     from kubernetes import client, config
     from kubernetes.config.config_exception import ConfigException
 
-    path = kubeconfig_path(spec)
+    # The kubeconfig file as kubectl finds it (the first of KUBECONFIG's list).
+    if spec.kubeconfig:
+        path = str(Path(spec.kubeconfig).expanduser())
+    else:
+        path = os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or str(Path.home() / ".kube" / "config")
     if not Path(path).is_file():
         raise PreflightError(f"kubeconfig {path} not found; pass --kubeconfig FILE or set runner.kubernetes.kubeconfig")
     configuration = client.Configuration()

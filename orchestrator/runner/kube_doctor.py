@@ -1,10 +1,7 @@
 """``--doctor`` on a cluster: reachable, its version, the namespace, each permission the backend uses, the image.
 
-Each permission is asked with a ``SelfSubjectAccessReview``: the API server
-answers for the identity of the kubeconfig, without anything being created.
-:data:`NEEDED` is exactly what the backend calls (docs/scaling.md shows it as a
-Role); :data:`HELPFUL` are cluster-wide reads it uses when allowed (a
-namespaced Role cannot grant them).
+Permissions are asked with ``SelfSubjectAccessReview`` (nothing is created): :data:`NEEDED` is what
+the backend calls (the Role in docs/scaling.md), :data:`HELPFUL` cluster-wide reads it uses if allowed.
 """
 
 from __future__ import annotations
@@ -48,6 +45,7 @@ async def cluster_checks(spec: ClusterSpec, image: str) -> list[tuple[str, str, 
 
     out: list[tuple[str, str, str, str]] = []
     host = KubeHost(spec)
+    namespace, perms, on_cluster = "kubernetes namespace", "kubernetes permissions", f"image {image} on the cluster"
     try:
         try:
             version = await host.ping()
@@ -57,58 +55,35 @@ async def cluster_checks(spec: ClusterSpec, image: str) -> list[tuple[str, str, 
         core = await host.core()
         try:
             await host.call(f"read namespace {spec.namespace}", core.read_namespace, spec.namespace)
-            out.append(("ok", "kubernetes namespace", spec.namespace, ""))
+            out.append(("ok", namespace, spec.namespace, ""))
         except RunnerError as exc:
             if "404" in str(exc):
-                out.append(
-                    (
-                        "fail",
-                        "kubernetes namespace",
-                        f"{spec.namespace} does not exist",
-                        f"kubectl create namespace {spec.namespace}",
-                    )
-                )
+                fix = f"kubectl create namespace {spec.namespace}"
+                out.append(("fail", namespace, f"{spec.namespace} does not exist", fix))
             else:
-                out.append(("warn", "kubernetes namespace", f"cannot be read ({exc})", ""))
-        allowed = await _reviews(host, spec.namespace, [n for n in NEEDED] + [h[:4] for h in HELPFUL])
+                out.append(("warn", namespace, f"cannot be read ({exc})", ""))
+        allowed = await _reviews(host, spec.namespace, [*NEEDED, *(h[:4] for h in HELPFUL)])
         missing = [_what(*n) for n in NEEDED if not allowed[n]]
         if missing:
-            out.append(
-                (
-                    "fail",
-                    "kubernetes permissions",
-                    f"not allowed in namespace {spec.namespace}: {', '.join(missing)}",
-                    "grant the Role in docs/scaling.md (Kubernetes: permissions) to this identity",
-                )
-            )
+            fix = "grant the Role in docs/scaling.md (Kubernetes: permissions) to this identity"
+            out.append(("fail", perms, f"not allowed in namespace {spec.namespace}: {', '.join(missing)}", fix))
         else:
-            out.append(("ok", "kubernetes permissions", f"all {len(NEEDED)} the backend uses", ""))
+            out.append(("ok", perms, f"all {len(NEEDED)} the backend uses", ""))
         for group, resource, sub, verb, why in HELPFUL:
             if not allowed[(group, resource, sub, verb)]:
-                out.append(
-                    (
-                        "warn",
-                        "kubernetes permissions",
-                        f"not allowed: {_what(group, resource, sub, verb)} (cluster-wide), so not: {why}",
-                        "a ClusterRole with it, if you want that",
-                    )
-                )
+                detail = f"not allowed: {_what(group, resource, sub, verb)} (cluster-wide), so not: {why}"
+                out.append(("warn", perms, detail, "a ClusterRole with it, if you want that"))
         try:
             lacking, total = await nodes_lacking(host, image)
         except RunnerError as exc:
-            out.append(("warn", f"image {image} on the cluster", f"cannot list nodes ({exc})", ""))
+            out.append(("warn", on_cluster, f"cannot list nodes ({exc})", ""))
         else:
             if lacking:
-                out.append(
-                    (
-                        "fail",
-                        f"image {image} on the cluster",
-                        f"{reference(image)} missing on node(s) {', '.join(lacking)} of {total}",
-                        "--sync-image with runner.kubernetes.load_command, or push it where the nodes pull from",
-                    )
-                )
+                fix = "--sync-image with runner.kubernetes.load_command, or push it where the nodes pull from"
+                detail = f"{reference(image)} missing on node(s) {', '.join(lacking)} of {total}"
+                out.append(("fail", on_cluster, detail, fix))
             else:
-                out.append(("ok", f"image {image} on the cluster", f"on all {total} Ready node(s)", ""))
+                out.append(("ok", on_cluster, f"on all {total} Ready node(s)", ""))
     finally:
         await host.aclose()
     return out

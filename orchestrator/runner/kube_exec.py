@@ -142,11 +142,11 @@ async def stream_exec(
     limiter: anyio.CapacityLimiter,
     argv: list[str],
     *,
-    env: dict[str, str],
     parser: StreamParser,
-    stdin_payload: bytes | Iterable[bytes] | None,
-    payload_size: int | None,
-    on_event: Callable[[AgentEvent], Awaitable[None] | None],
+    env: dict[str, str] | None = None,
+    stdin_payload: bytes | Iterable[bytes] | None = None,
+    payload_size: int | None = None,
+    on_event: Callable[[AgentEvent], Awaitable[None] | None] = lambda event: None,
     wrapped: bool = False,
     on_cancel: Callable[[], Awaitable[object]] | None = None,
     lost: Callable[[], Awaitable[None]] | None = None,
@@ -155,14 +155,10 @@ async def stream_exec(
 ) -> ExecOutput:
     """Run ``argv`` (under the shim) and parse its stdout as :func:`.docker_exec.run_exec` does.
 
-    ``lost``: raises the error that explains a Pod gone (deleted, ended, its node
-    lost) and returns otherwise. It is asked every :data:`WATCH_S` while the
-    process runs, since an exec through a node that stopped answering neither
-    ends nor fails, and once more when the exec ended without an exit status
-    (then, with the Pod still there, the link broke while the process may still
-    run: :class:`AgentStreamLostError`). ``pipe``: the command reads exactly
-    ``payload_size`` bytes of stdin itself. ``nofile``: the open-files limit of
-    the command and all it starts.
+    ``lost``: raises the error that explains a Pod gone (deleted, ended, its node lost). Asked
+    every :data:`WATCH_S` (an exec through a node that stopped answering neither ends nor fails)
+    and when the exec ended without an exit status (with the Pod there: AgentStreamLostError).
+    ``pipe``: the command reads exactly ``payload_size`` bytes of stdin itself.
     """
     if isinstance(stdin_payload, bytes):
         payload_size = len(stdin_payload)
@@ -170,7 +166,7 @@ async def stream_exec(
     else:
         chunks = stdin_payload or []
     size = payload_size if stdin_payload is not None else None
-    command, block = shim_argv(argv, env, size, pipe=pipe, nofile=nofile)
+    command, block = shim_argv(argv, env or {}, size, pipe=pipe, nofile=nofile)
     stream = await anyio.to_thread.run_sync(start, command, limiter=limiter)
     output = OutputReader(parser, on_event, wrapped=wrapped)
     write_error: list[BaseException] = []

@@ -1,15 +1,9 @@
 """A Kubernetes namespace as the engine of the task pipeline: one Pod per task.
 
-:class:`KubeHost` has the surface the pipeline's phases use of a Docker engine
-(:class:`~.docker_containers.DockerHost`), so ``WorkspaceSetup``, ``AgentExec``,
-``Collector`` and the archive path run unchanged: the container is a Pod, an
-exec is the Pod's ``exec`` subresource, the copy-in is ``tar -xf -`` through an
-exec (as ``kubectl cp`` does) and the result bundle comes back on an exec's
-stdout. Every client call runs on a worker thread under the runner's limiter.
-
-"Stopping" a Pod deletes it (a Pod cannot be stopped and started again). A
-task interrupted by Ctrl+C keeps its Pod with its agent ended (see
-:class:`.kube_runner.KubernetesRunner`), so a resume continues in its workspace.
+:class:`KubeHost` has the surface the pipeline uses of a Docker engine
+(:class:`~.docker_containers.DockerHost`): the container is a Pod, an exec the
+Pod's ``exec`` subresource, the copy-in ``tar -xf -`` through an exec. "Stopping"
+a Pod deletes it (a Pod cannot be started again).
 """
 
 from __future__ import annotations
@@ -31,6 +25,7 @@ from .kube_client import ClusterSpec, is_conflict, is_not_found, load_configurat
 from .kube_exec import ExecStream, stream_exec
 from .kube_pods import (
     LOADER_CONTAINER,
+    NAME_ANNOTATION,
     TASK_CONTAINER,
     claim_name,
     offline_policy,
@@ -47,7 +42,6 @@ POLL_S = 0.5
 TERMINATING_WAIT_S = 60.0
 # Waiting reasons that no wait will cure: the task fails at once with the cluster's words.
 HOPELESS = ("ErrImageNeverPull", "InvalidImageName", "ImagePullBackOff", "CreateContainerConfigError")
-NAME_ANNOTATION = "orchestrator.io/container"
 NODE_CACHE_S = 5.0
 
 
@@ -191,18 +185,11 @@ class KubeHost(DockerHost):
         hardening: Hardening | None = None,
         object_cache: str | None = None,
     ) -> ContainerReady:
-        """The task's Pod, Running: reused, or created (again) and waited for.
-
-        ``fresh_workspace`` with a Pod that is running: the Pod of a process that
-        died (kill -9 leaves the Pod and its agent running). Its agent is ended
-        before anything else happens there; the workspace in the Pod stays.
-        """
+        """The task's Pod, Running: reused, or created (again) and waited for. ``fresh_workspace`` with
+        a running Pod: one a killed process left, whose agent is ended first (the workspace stays)."""
         name = request.container_name
         claim = self.claims.get(name, claim_name(volume))
-        manifest = pod_manifest(
-            request, namespace=self.namespace, host_name=None, claim=claim, pull_policy=self.pull_policy
-        )
-        manifest["metadata"].setdefault("annotations", {})[NAME_ANNOTATION] = name
+        manifest = pod_manifest(request, namespace=self.namespace, claim=claim, pull_policy=self.pull_policy)
         self._read_only[name] = workspace_read_only(request)
         if request.network_egress == "offline":
             await self._ensure_policy(request)
@@ -438,11 +425,7 @@ class KubeHost(DockerHost):
         from .registry import get_plugin
 
         await self.client()
-        kwargs.setdefault("env", {})
         kwargs.setdefault("parser", get_plugin("command").new_parser())
-        kwargs.setdefault("stdin_payload", None)
-        kwargs.setdefault("payload_size", None)
-        kwargs.setdefault("on_event", lambda event: None)
         return await stream_exec(
             self._starter(name, container),
             self.limiter,

@@ -57,11 +57,8 @@ async def nodes_lacking(host: KubeHost, image: str) -> tuple[list[str], int]:
 
 
 async def check_cluster_image(host: KubeHost, image: str, *, load_command: str | None, sync: bool) -> str:
-    """Pre-flight: every Ready node holds ``image``, loading it with ``load_command`` under ``--sync-image``.
-
-    Returns one line for the user ("" when there is nothing to say). Raises
-    :class:`PreflightError` naming the nodes that lack it and the fix.
-    """
+    """Pre-flight: every Ready node holds ``image`` (loaded with ``load_command`` under ``--sync-image``);
+    one line for the user or "", or PreflightError naming the nodes that lack it and the fix."""
     try:
         missing, total = await nodes_lacking(host, image)
     except RunnerError as exc:

@@ -22,6 +22,8 @@ TMP_SIZE = "256Mi"
 MANAGED_LABEL = "orchestrator"
 # The original (not DNS-safe) label values, for whoever reads a Pod's labels back.
 ANNOTATION_PREFIX = "orchestrator.io/"
+# The container name a Pod stands for (a Pod's name is a DNS-safe form of it).
+NAME_ANNOTATION = ANNOTATION_PREFIX + "container"
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _NOT_DNS = re.compile(r"[^a-z0-9-]+")
@@ -102,34 +104,21 @@ def memory_quantity(memory: str) -> str:
     return f"{number}{suffix}"
 
 
-def _security(read_only_root: bool = True) -> dict[str, Any]:
-    return {
-        "runAsUser": CONTAINER_UID,
-        "runAsGroup": CONTAINER_UID,
-        "runAsNonRoot": True,
-        "readOnlyRootFilesystem": read_only_root,
-        "allowPrivilegeEscalation": False,
-        "capabilities": {"drop": ["ALL"]},
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
+def _metadata(name: str, namespace: str, labels: dict[str, str], more: dict[str, str]) -> dict[str, Any]:
+    """``labels`` as Kubernetes takes them; their originals and ``more`` as annotations."""
+    safe, annotations = labels_and_annotations(labels)
+    return {"name": name, "namespace": namespace, "labels": safe, "annotations": annotations | more}
 
 
-def pod_manifest(
-    request: InstanceRequest,
-    *,
-    namespace: str,
-    host_name: str | None,
-    claim: str | None,
-    pull_policy: str = "IfNotPresent",
-) -> dict[str, Any]:
+def pod_manifest(request: InstanceRequest, *, namespace: str, claim: str | None, pull_policy: str) -> dict[str, Any]:
     """The task's Pod. ``claim``: the session's PersistentVolumeClaim, or None for a
     session that lives only as long as the Pod (no storage for one)."""
-    labels, annotations = labels_and_annotations(host_labels(request, host_name))
     resources = {
         "cpu": cpu_quantity(request.container_limits.cpus),
         "memory": memory_quantity(request.container_limits.memory),
     }
     read_only = workspace_read_only(request)
+    name = pod_name(request.container_name)
     mounts = [
         {"name": "workspace", "mountPath": WORKSPACE_MOUNT, "readOnly": read_only},
         {"name": "home", "mountPath": HOME_MOUNT},
@@ -144,7 +133,15 @@ def pod_manifest(
         "workingDir": WORKSPACE_MOUNT,
         "env": [{"name": k, "value": v} for k, v in base_environment(request).items()],
         "resources": {"requests": dict(resources), "limits": dict(resources)},
-        "securityContext": _security(),
+        "securityContext": {
+            "runAsUser": CONTAINER_UID,
+            "runAsGroup": CONTAINER_UID,
+            "runAsNonRoot": True,
+            "readOnlyRootFilesystem": True,
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
         "volumeMounts": mounts,
     }
     containers = [task]
@@ -155,7 +152,6 @@ def pod_manifest(
         loader |= {
             "name": LOADER_CONTAINER,
             "resources": {"requests": dict(small), "limits": dict(small)},
-            "securityContext": _security(),
             "volumeMounts": [
                 {"name": "workspace", "mountPath": WORKSPACE_MOUNT},
                 {"name": "tmp", "mountPath": "/tmp"},
@@ -166,8 +162,7 @@ def pod_manifest(
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": pod_name(request.container_name), "namespace": namespace, "labels": labels}
-        | ({"annotations": annotations} if annotations else {}),
+        "metadata": _metadata(name, namespace, host_labels(request, None), {NAME_ANNOTATION: request.container_name}),
         "spec": {
             "restartPolicy": "Never",
             # No cluster credentials inside: the agent must not reach the API server as the Pod.
@@ -192,17 +187,17 @@ def pod_manifest(
 
 
 def claim_manifest(
-    request: InstanceRequest, name: str, *, namespace: str, size: str, storage_class: str | None
+    request: InstanceRequest, volume: str, *, namespace: str, size: str, storage_class: str | None
 ) -> dict[str, Any]:
-    labels, annotations = labels_and_annotations({MANAGED_LABEL: "true", "run_id": request.run_id})
+    """The claim of the session volume ``volume`` (the Docker volume's name, annotated)."""
+    labels = {MANAGED_LABEL: "true", "run_id": request.run_id}
     spec: dict[str, Any] = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": size}}}
     if storage_class is not None:
         spec["storageClassName"] = storage_class
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels}
-        | ({"annotations": annotations} if annotations else {}),
+        "metadata": _metadata(claim_name(volume), namespace, labels, {ANNOTATION_PREFIX + "volume": volume}),
         "spec": spec,
     }
 

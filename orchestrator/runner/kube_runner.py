@@ -20,6 +20,7 @@ from ..errors import RunnerError
 from .base import RunnerEventCallback
 from .docker_core import session_volume
 from .docker_runner import DockerRunner
+from .hosts import host_lost, start_afresh
 from .kube_client import ClusterSpec, is_conflict
 from .kube_host import KubeHost
 from .kube_pods import claim_manifest, claim_name
@@ -80,32 +81,11 @@ class KubernetesRunner(DockerRunner):
             if result.status == "success" or why is None:
                 return result
             message = f"Kubernetes: {why}"
-            self.emit_event(
-                request,
-                on_event,
-                "runner.host.replaced",
-                "warn",
-                host=self.kube.name,
-                error=message,
-                error_type="docker",
-            )
-            failed = msgspec.structs.replace(result, error_type="docker", error=message)
+            failed = host_lost(self.emit_event, request, on_event, result, self.kube.name, message)
             if placements >= MAX_PLACEMENTS:
                 return failed
-            # Afresh in a new Pod: the workspace went with the old one, and the session
-            # refers to work that is gone.
-            self.emit_event(
-                request,
-                on_event,
-                "runner.session.reset",
-                "warn",
-                reason="host_down",
-                host=self.kube.name,
-                previous_session_id=request.session_id,
-                error_type="docker",
-                detail=f"{message}; the task starts afresh in a new Pod",
-            )
-            request = msgspec.structs.replace(request, session_id=None, resume_workspace=False)
+            detail = f"{message}; the task starts afresh in a new Pod"
+            request = start_afresh(self.emit_event, request, on_event, self.kube.name, detail)
 
     async def _stop_interrupted(self, request: InstanceRequest, on_event: RunnerEventCallback | None) -> None:
         """Ctrl+C: the agent is ended (it spends nothing more) and the Pod kept with its workspace,
@@ -128,34 +108,23 @@ class KubernetesRunner(DockerRunner):
         usable, why = self._claims[claim]
         self.kube.claims[request.container_name] = usable
         if usable is not None:
-            if request.session_id and claim in self._made and request.session_id not in self._sessions[claim]:
-                # The claim was made just now, so the session a resumed task names is not on it.
-                self.emit_event(
-                    request,
-                    on_event,
-                    "runner.session.reset",
-                    "warn",
-                    reason="session_claim_missing",
-                    previous_session_id=request.session_id,
-                    detail=f"the session claim {claim} no longer existed (deleted since the task last ran); "
-                    "the agent starts a fresh session on a new, empty one",
-                )
-                return msgspec.structs.replace(request, session_id=None)
-            return request
-        detail = f"{why}; the agent's session lives only as long as its Pod"
-        if request.session_id:
-            self.emit_event(
-                request,
-                on_event,
-                "runner.session.reset",
-                "warn",
-                reason="no_session_storage",
-                previous_session_id=request.session_id,
-                detail=detail,
+            if not (request.session_id and claim in self._made and request.session_id not in self._sessions[claim]):
+                return request
+            # The claim was made just now, so the session a resumed task names is not on it.
+            reason = "session_claim_missing"
+            detail = (
+                f"the session claim {claim} no longer existed (deleted since the task last ran); "
+                "the agent starts a fresh session on a new, empty one"
             )
-            return msgspec.structs.replace(request, session_id=None)
-        self.emit_event(request, on_event, "runner.session.no_storage", "warn", claim=claim, detail=detail)
-        return request
+        else:
+            detail = f"{why}; the agent's session lives only as long as its Pod"
+            if not request.session_id:
+                self.emit_event(request, on_event, "runner.session.no_storage", "warn", claim=claim, detail=detail)
+                return request
+            reason = "no_session_storage"
+        fields = {"reason": reason, "previous_session_id": request.session_id, "detail": detail}
+        self.emit_event(request, on_event, "runner.session.reset", "warn", **fields)
+        return msgspec.structs.replace(request, session_id=None)
 
     async def _claim_usable(self, request: InstanceRequest, claim: str) -> tuple[str | None, str]:
         """(the claim, "") when the task's Pod can mount it, else (None, why not)."""
@@ -163,12 +132,11 @@ class KubernetesRunner(DockerRunner):
         core = await host.core()
         body = claim_manifest(
             request,
-            claim,
+            session_volume(request),
             namespace=host.namespace,
             size=self.settings.session_size,
             storage_class=self.settings.storage_class,
         )
-        body["metadata"].setdefault("annotations", {})["orchestrator.io/volume"] = session_volume(request)
         created = await host.call_unless(
             is_conflict,
             f"create PersistentVolumeClaim {claim}",

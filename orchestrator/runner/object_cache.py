@@ -26,7 +26,7 @@ import msgspec
 
 from ..errors import ContainerError, GitError, RunnerError
 from .docker_containers import OBJECT_CACHE_MOUNT, DockerHost
-from .git_cmd import git_env
+from .git_cmd import git_env, ws_git
 from .types import InstanceRequest
 
 CACHE_ALTERNATE = f"{OBJECT_CACHE_MOUNT}/objects"
@@ -102,12 +102,7 @@ def workspace_wants(workspace: Path, base_commit: str, include_branches: Sequenc
     """The commits a task's clone borrows: its base and its ``include_branches``."""
     wants = [base_commit]
     for name in include_branches:
-        proc = _git(
-            workspace,
-            ["rev-parse", "-q", "--verify", f"refs/heads/{name}^{{commit}}"],
-            capture_output=True,
-            text=True,
-        )
+        proc = ws_git(workspace, ["rev-parse", "-q", "--verify", f"refs/heads/{name}^{{commit}}"], check=False)
         if proc.returncode == 0:
             wants.append(proc.stdout.strip())
     return wants
@@ -134,14 +129,9 @@ class ObjectCache:
     async def sync(
         self, host: DockerHost, image: str, repo_path: str, workspace: Path, wants: list[str]
     ) -> dict[str, Any]:
-        """Make the engine's cache of ``repo_path`` hold the commits ``wants`` (and their history).
-
-        The objects come from ``workspace`` (a clone that has them, through its
-        alternates). Returns what was done: ``bytes`` sent, ``sent`` (whether a
-        pack travelled), ``dropped`` (why an old cache was removed, or ""),
-        ``volume``. Raises :class:`GitError` or :class:`ContainerError` naming
-        the cause; the task then fails, it never runs on a partial cache.
-        """
+        """Make the engine's cache of ``repo_path`` hold the commits ``wants`` (and their history),
+        from ``workspace``. Returns ``bytes`` sent, ``sent``, ``dropped`` (why an old cache was
+        removed, or "") and ``volume``; raises GitError or ContainerError (never a partial cache)."""
         volume = volume_name(repo_path)
         wants = list(dict.fromkeys(wants))
         result: dict[str, Any] = {"volume": volume, "bytes": 0, "sent": False, "dropped": "", "checked": False}

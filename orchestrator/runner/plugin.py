@@ -1,12 +1,6 @@
-"""The runner plugin interface: what the Docker runner needs to know about one agent tool.
-
-A plugin knows one agent tool: which models it accepts, how to build its
-command line and environment, and how to parse what it prints. It never
-creates containers; the Docker runner owns the container and feeds the
-plugin's parser the bytes the tool writes to stdout.
-
-Implementations live in the top-level ``runner_plugins`` package, one module
-per tool, and are looked up by name with :func:`get_plugin`.
+"""The runner plugin interface: what the Docker runner needs to know about one agent tool (its
+models, command line, environment, and a parser of what it prints); the runner owns the container.
+Implementations: the ``runner_plugins`` package, looked up by name with :func:`.registry.get_plugin`.
 """
 
 from __future__ import annotations

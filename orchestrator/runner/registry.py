@@ -41,12 +41,8 @@ def get_plugin(name: str) -> RunnerPlugin:
 
 
 def register_plugins(modules: dict[str, str]) -> None:
-    """Add plugins from the configuration (``runner.plugin_modules``: name -> importable module).
-
-    A plugin outside this package is one module defining ``PLUGIN``; naming it
-    here (or in the configuration) is all it takes. A built-in name cannot be
-    taken over.
-    """
+    """Add plugins from ``runner.plugin_modules`` (name -> a module defining ``PLUGIN``); a built-in
+    name cannot be taken over."""
     for name, module_name in modules.items():
         if name in BUILT_IN and PLUGIN_MODULES[name] != module_name:
             raise ConfigError(f"runner.plugin_modules: {name!r} is a built-in plugin; give yours another name")
@@ -55,11 +51,8 @@ def register_plugins(modules: dict[str, str]) -> None:
 
 
 def check_model(plugin_name: str, model: str) -> None:
-    """Raise :class:`ConfigError` naming the choices when ``plugin_name`` does not know ``model``.
-
-    Orchestration calls this when a task is scheduled, so a typo in a task's
-    ``model`` is one clear message at once, not a task that fails in its container.
-    """
+    """ConfigError naming the choices when ``plugin_name`` does not know ``model``: called when a task
+    is scheduled, so a typo is one clear message at once, not a task failing in its container."""
     plugin = get_plugin(plugin_name)
     models = plugin.known_models()
     if models is not None and model not in models:

@@ -48,13 +48,9 @@ def _gate(host: str) -> threading.BoundedSemaphore:
 
 
 def ssh_command(host: str, user: str | None = None, port: str | None = None) -> list[str]:
-    """The ``ssh`` command line of one connection.
-
-    Host keys are checked as the user's own ``ssh`` checks them: nothing here
-    sets ``StrictHostKeyChecking`` or ``UserKnownHostsFile``, and with
-    ``BatchMode`` an unknown or changed key fails the connection instead of
-    asking (a man in the middle would otherwise get the agents' credentials).
-    """
+    """The ``ssh`` command line of one connection. Host keys are checked as the user's ``ssh`` does
+    (``BatchMode``: an unknown or changed key fails instead of asking; a man in the middle would
+    get the agents' credentials)."""
     args = ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={CONNECT_TIMEOUT_S}"]
     # A link that died is noticed within a minute and a half instead of never.
     args += ["-o", "ServerAliveInterval=30", "-o", "ServerAliveCountMax=3"]
@@ -122,11 +118,8 @@ class _Socket(_SSHSocket):
 
     @property
     def reusable(self) -> bool:
-        """Whether another request may go over this connection.
-
-        Not once an exec stream took it over (the engine ends the connection
-        when the exec ends, and the news may still be on its way through ssh),
-        nor when ssh has exited or something unasked-for is waiting to be read."""
+        """Whether another request may go over this connection: not once an exec stream took it over
+        (the engine ends it with the exec), nor when ssh exited or unasked-for data waits."""
         proc: Any = self.proc
         if getattr(self, "_done", False) or proc is None or proc.poll() is not None:
             return False

@@ -44,12 +44,8 @@ class ContainerLimits(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Hardening(msgspec.Struct, frozen=True, kw_only=True):
-    """Limits every task container gets, whatever the task asks for.
-
-    They contain a runaway or hostile agent; none of them changes what a
-    well-behaved agent produces, so they are runner settings rather than part
-    of a task's input (and its fingerprint).
-    """
+    """Limits every task container gets: they contain a runaway or hostile agent and change nothing a
+    well-behaved one produces, so they are runner settings, not task input (nor its fingerprint)."""
 
     # a fork bomb stops at this many processes instead of exhausting the host's table
     pids_limit: int = 512

@@ -31,12 +31,8 @@ def reuse_workspace(
     include_branches: tuple[str, ...] = (),
     object_store: Path,
 ) -> git_ops.WorkspaceInfo:
-    """Make the finished checkout now at ``workspace`` the fresh clone of ``base_branch``.
-
-    ``pristine``: what :func:`~.git_ops.save_pristine_index` recorded when the
-    checkout was made. Raises :class:`~orchestrator.errors.GitError` (or
-    ``OSError``); the caller then clones afresh.
-    """
+    """Make the finished checkout at ``workspace`` the fresh clone of ``base_branch``, from the index
+    ``pristine`` recorded when it was made; GitError or OSError: the caller clones afresh."""
     workspace = Path(os.path.abspath(workspace))
     git_dir = workspace / ".git"
     object_format, base_commit = _store_branch(object_store, base_branch)
@@ -145,17 +141,11 @@ def _varint(data: bytes, pos: int) -> tuple[int, int]:
 
 
 def _clean_and_compare(workspace: Path, entries: list[IndexEntry]) -> list[str]:
-    """Remove what is not tracked, and every tracked file an agent wrote; the tracked paths to write again.
-
-    What ``git clean -ffdx`` would remove goes (untracked and ignored files,
-    nested repositories, a link or a file where a tracked directory was), and a
-    tracked file goes when its stat data differ from the recorded ones. git's
-    own check compares whole seconds, and an agent can write a file of the same
-    size and set its modification time back within the second it was checked
-    out; the change time's nanoseconds, which no process can set, and the inode
-    cannot be kept that way. Tracked directories get a checkout's mode back (an
-    agent may have locked one). Nothing here follows a link.
-    """
+    """Remove what ``git clean -ffdx`` would, and every tracked file whose stat data differ from the
+    recorded ones; the tracked paths to write again. Not git's own check, which compares whole
+    seconds (an agent can set a file's mtime back): the change time's nanoseconds and the inode
+    cannot be faked. Tracked directories get a checkout's mode back (an agent may have locked
+    one); nothing follows a link."""
     recorded = {e.path: e for e in entries}
     tracked_dirs = {""}
     for path in recorded:
@@ -234,10 +224,8 @@ def _give_back(workspace: Path, changed: list[str]) -> None:
 
 
 def _umask() -> int:
-    """This process's umask, which gave a fresh checkout's directories their mode.
-
-    Read, not set and set back: ``os.umask`` changes it for every thread at once.
-    """
+    """This process's umask (a fresh checkout's directories' mode), read: ``os.umask`` would set it
+    for every thread at once."""
     try:
         with open("/proc/self/status", encoding="ascii") as fh:
             for line in fh:
