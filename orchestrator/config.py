@@ -259,15 +259,14 @@ def _validate(data: dict[str, Any], source: str) -> None:
 
 def _explain(exc: msgspec.ValidationError) -> str:
     text = str(exc)
+    msg, _, where = text.partition(" - at `$")
+    # msgspec's "$.runner['hosts']" as a dotted key, runner.hosts
+    key = where.rstrip("`").strip(".").replace("[", ".").replace("]", "").replace("'", "")
     # msgspec says "Object contains unknown field `x` - at `$.runner`": make it a dotted key.
     if "unknown field" in text:
-        field = text.split("`")[1]
-        where = text.split("at `$")[-1].rstrip("`") if "at `$" in text else ""
-        key = (where.strip(".").replace("[", ".").replace("]", "").replace("'", "") + "." + field).strip(".")
+        key = f"{key}.{text.split('`')[1]}".strip(".")
         return f"unknown configuration key {key!r}{_key_guess(key)}"
-    if " - at `$" in text:
-        msg, where = text.split(" - at `$", 1)
-        key = where.rstrip("`").strip(".").replace("[", ".").replace("]", "").replace("'", "")
+    if where:
         bound = _BOUND.fullmatch(msg)
         if bound is not None:  # msgspec's "Expected `float` > 0.0", said as a person would
             kind, op, limit = bound.groups()
@@ -398,25 +397,23 @@ def load_config(
     path = Path(config_file) if config_file else (cwd / "orchestrator.yaml")
     if config_file and not path.exists():
         raise ConfigError(f"config file {config_file} does not exist")
-    warnings: list[str] = []
+    parts: list[tuple[dict[str, Any], str]] = []  # (settings, source), each validated, lowest precedence first
     if path.exists():
-        data = load_file(path)
-        _validate(data, str(path))
-        merged = deep_merge(merged, _normalize(data, str(path), warnings))
-        sources.append(str(path))
+        parts.append((load_file(path), str(path)))
+        _validate(*parts[-1])
     dotenv_path = cwd / ".env"
     dotenv = read_dotenv(dotenv_path) if dotenv_path.exists() else {}
     if dotenv:
-        merged = deep_merge(merged, _normalize(_env_to_dict(dotenv, str(dotenv_path)), str(dotenv_path), warnings))
-        sources.append(str(dotenv_path))
-    env_part = _env_to_dict(environ, "environment")
-    if env_part:
-        merged = deep_merge(merged, _normalize(env_part, "environment", warnings))
-        sources.append("environment")
+        parts.append((_env_to_dict(dotenv, str(dotenv_path)), str(dotenv_path)))
+    if env_part := _env_to_dict(environ, "environment"):
+        parts.append((env_part, "environment"))
     if cli_overrides:
-        _validate(cli_overrides, "command line")
-        merged = deep_merge(merged, _normalize(cli_overrides, "command line", warnings))
-        sources.append("command line")
+        parts.append((cli_overrides, "command line"))
+        _validate(*parts[-1])
+    warnings: list[str] = []
+    for data, source in parts:
+        merged = deep_merge(merged, _normalize(data, source, warnings))
+        sources.append(source)
     try:
         config = msgspec.convert(merged, Config, strict=False)
     except msgspec.ValidationError as exc:
@@ -490,8 +487,4 @@ def changed_keys(recorded: Config, current: Config) -> list[str]:
         if section in PRESENTATION_SECTIONS or section in RESUME_SECTIONS:
             continue
         walk(a.get(section), b.get(section), section)
-    return [
-        k
-        for k in out
-        if k not in ("orchestration.max_parallel_tasks", "orchestration.max_parallel_instances", *PLACEMENT_KEYS)
-    ]
+    return [k for k in out if k not in ("orchestration.max_parallel_tasks", *PLACEMENT_KEYS)]

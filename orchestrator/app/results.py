@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import anyio
 import msgspec
 
 from ..log.runs import RunDirs, RunManifest
@@ -38,7 +39,8 @@ from ..report.selection import (
 )
 from ..sanitize import default_sanitizer
 from ..strategy import RunView
-from .leftovers import leftover_lines
+from .leftovers import count_recorded_leftovers, leftover_lines
+from .locate import run_state
 from .run_budget import spend_text, summary_of
 
 
@@ -78,6 +80,14 @@ def check_repository(manifest: RunManifest, state: RunState) -> RepositoryCheck:
         unheld=unheld_branches(manifest.repo_path, selection_claims(manifest, state)),
         gone=missing_branches(manifest.repo_path, made),
     )
+
+
+async def recorded_summary(dirs: RunDirs, manifest: RunManifest, *, live: bool = False) -> tuple[RunState, dict]:
+    """A run's state and summary as its records and the repository tell them now (leftovers counted unless live)."""
+    state = run_state(dirs, manifest.run_id)
+    checked = await anyio.to_thread.run_sync(check_repository, manifest, state)
+    left = None if live else await count_recorded_leftovers(manifest, str(dirs.manifest(manifest.run_id)))
+    return state, build_summary(manifest, state, checked, left, live=live)
 
 
 # The summary's keys that copy the manifest, in their order; two say it in other words.
