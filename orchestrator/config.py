@@ -1,8 +1,5 @@
-"""Configuration: typed sections, one precedence order (docs/cli.md, "Configuration"), errors that name the source.
-
-Every source is validated on its own first, so an unknown key or a wrong type
-is reported with the file or variable it came from.
-"""
+"""Configuration: typed sections, one precedence order (docs/cli.md, "Configuration"). Each source is validated on
+its own first, so an unknown key or a wrong type is reported with the file or variable it came from."""
 
 from __future__ import annotations
 

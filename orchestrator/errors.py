@@ -1,10 +1,5 @@
-"""The one exception tree of the orchestrator: callers only ever catch these.
-
-A :class:`UsageError` ends the command with one line and exit 2; a :class:`RunnerError`
-carries the ``category`` a failed task is recorded with; the :class:`StrategyError`
-subclasses are what strategies raise and catch (``ctx.errors``). Library errors
-(docker-py, subprocess) are translated into this tree at the boundary with ``raise ... from``.
-"""
+"""The one exception tree of the orchestrator: callers only ever catch these, each says when it is raised, and library
+errors (docker-py, subprocess) are translated into it at the boundary with ``raise ... from``."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""One lock file held exclusively, against this process's threads and other processes.
-
-A thread lock per path comes first: msvcrt locks are per process (flock's are per
-open file description), so it makes in-process serialization hold on every platform.
-(``filelock`` would replace only _os_lock/_os_unlock, and needs the same thread lock.)
-"""
+"""One lock file held exclusively, against this process's threads and other processes. A thread lock per path comes
+first: msvcrt locks are per process (flock's per open file description); ``filelock`` would need the same one."""
 
 from __future__ import annotations
 

@@ -1,7 +1,4 @@
-"""Finding a strategy (``--strategy``) and typing its ``-S`` parameters from its keyword-only arguments.
-
-What a strategy looks like, its parameters and ``@strategy_options``: docs/strategies.md.
-"""
+"""Finding a strategy (``--strategy``) and typing its ``-S`` parameters from its keyword-only arguments (docs/strategies.md)."""
 
 from __future__ import annotations
 

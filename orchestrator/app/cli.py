@@ -1,9 +1,4 @@
-"""The ``orchestrator`` command.
-
-Exit codes: 0 success, 1 the run finished but a strategy failed, 2 bad usage
-or configuration (one line on stderr, no traceback, no run directory), 130
-interrupted (resume with ``orchestrator --resume RUN_ID``).
-"""
+"""The ``orchestrator`` command: its flags, and the one command they ask for (exit codes: docs/cli.md)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""``orchestrator --doctor``: is this machine ready to run agents? One line per check (docs/cli.md).
-
-The checks a run's pre-flight also makes use the same functions (the image's tool probe,
-``validate_repository``, ``resolve_auth``, the plugins' ``validate_environment``),
-so the doctor and a run never disagree. Credentials are named, never shown.
-"""
+"""``orchestrator --doctor``: one line per check (docs/cli.md). It calls the functions a run's pre-flight calls,
+so the doctor and a run never disagree. Credentials are named, never shown."""
 
 from __future__ import annotations
 

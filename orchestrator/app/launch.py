@@ -14,7 +14,7 @@ import msgspec
 from ..agent_image.tools import required_tools
 from ..config import deep_merge, load_config, redacted
 from ..engine.engine import Engine
-from ..errors import ConfigError, GitError, RunLockedError, UsageError
+from ..errors import GitError, RunLockedError, UsageError
 from ..jsonlog import ComponentLog
 from ..jsonlog import configure as configure_logs
 from ..log import events as E
@@ -131,9 +131,7 @@ async def _resume_plan(args, dirs: RunDirs, manifest: RunManifest) -> Prepared:
     )
     default_sanitizer().add_secrets(v for k, v in current.environ.items() if k in SECRET_ENV_VARS)
     loaded = _resumed_config(dirs, manifest, current)
-    if args.max_parallel is not None:
-        if args.max_parallel < 1:
-            raise ConfigError(f"--max-parallel must be at least 1 (got {args.max_parallel})")
+    if args.max_parallel is not None:  # at least 1: the flag's own check
         manifest.max_parallel = args.max_parallel
     strategy = load_strategy(manifest.strategy_spec)
     register_plugins(loaded.config.runner.plugin_modules)

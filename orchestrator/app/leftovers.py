@@ -1,9 +1,5 @@
-"""What a run leaves behind, and the one command that removes what is safe to remove.
-
-Every summary ends with it: the run's branches, its stopped containers and its
-volumes, counted on every engine the run used (what ``--cleanup-run`` visits).
-``--cleanup-run`` keeps the branches: a finished run's branches are its results.
-"""
+"""What a run leaves behind (its branches; its containers and volumes on every engine it used), with which every
+summary ends, and the one command that removes what is safe to remove (``--cleanup-run`` keeps the branches)."""
 
 from __future__ import annotations
 

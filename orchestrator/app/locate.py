@@ -1,10 +1,5 @@
-"""Where a run's folders are, for ``--list-runs``, ``--show-run``, ``--cleanup-run`` and ``--resume``.
-
-A run is written under the directory it was started from, not necessarily its
-repository: its host-wide owner record (:func:`.retention.record_owner`) finds
-it by id from anywhere, and a manifest kept with the logs after ``--cleanup-run``
-lets ``--show-run`` still read them.
-"""
+"""Where a run's folders are (``--list-runs``, ``--show-run``, ``--cleanup-run``, ``--resume``): under the directory
+it was started from, found by id from anywhere through its host-wide owner record (:func:`.retention.record_owner`)."""
 
 from __future__ import annotations
 

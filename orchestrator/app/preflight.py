@@ -1,9 +1,5 @@
-"""Pre-flight: everything checked before a run writes anything.
-
-A bad prompt, strategy, parameter, config, model, plugin, repository,
-credential or Docker problem ends with one line and exit 2, and no run
-directory exists afterwards.
-"""
+"""Pre-flight: everything checked before a run writes anything. A problem (prompt, strategy, configuration, model,
+plugin, repository, credentials, Docker) ends with one line and exit 2, and no run directory exists afterwards."""
 
 from __future__ import annotations
 

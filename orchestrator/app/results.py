@@ -1,8 +1,5 @@
-"""Results export: summary.json, branches.txt, metrics.csv and the human summary.
-
-Everything here is computed from the folded run state plus the manifest, so
-``--show-run`` on a finished run prints the same summary the run printed.
-"""
+"""Results export: summary.json, branches.txt, metrics.csv and the human summary, all computed from the run's fold
+and manifest, so ``--show-run`` on a finished run prints the summary the run printed."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""The branches a finished run made, and which named branches a repository lacks.
-
-The :class:`~orchestrator.strategy.PrepareRuntime` the pre-flight supplies to a
-strategy's ``prepare`` (``synthesize -S from_run=RUN_ID``): the list it returns is
-recorded, so a resume never reads the other run again.
-"""
+"""The :class:`~orchestrator.strategy.PrepareRuntime` pre-flight supplies to a strategy's ``prepare``
+(``synthesize -S from_run=RUN_ID``); what ``prepare`` returns is recorded, so a resume never reads the other run again."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""The run-wide spending cap as the command sees it: the flags, what can be measured, resume, the summary line.
-
-The counting itself is an engine hook (:mod:`orchestrator.engine.budget`).
-"""
+"""The run-wide spending cap as the command sees it (the flags, what can be measured, resume, the summary line);
+the counting itself is an engine hook (:mod:`orchestrator.engine.budget`)."""
 
 from __future__ import annotations
 
