@@ -204,14 +204,10 @@ def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 
 
 def _normalize(data: dict[str, Any], source: str, warnings: list[str] | None = None) -> dict[str, Any]:
-    """One source's spellings folded into the canonical keys, before it is merged.
-
-    Done per source so that precedence is decided between sources on the
-    canonical key: a deprecated alias in the file cannot beat ``--max-parallel``.
-    Accepted alongside the canonical keys: ``events.flush_policy`` as a mapping
-    ``{mode, interval_ms, max_batch}``, ``tui.refresh_rate`` in milliseconds per
-    frame, and the deprecated ``orchestration.max_parallel_instances``.
-    """
+    """One source's spellings folded into the canonical keys before it is merged, so precedence is decided on the
+    canonical key (a deprecated alias in the file cannot beat ``--max-parallel``). Accepted: ``events.flush_policy``
+    as a mapping ``{mode, interval_ms, max_batch}``, ``tui.refresh_rate`` in milliseconds per frame, and the
+    deprecated ``orchestration.max_parallel_instances``."""
     out = dict(data)
     events = out.get("events")
     if isinstance(events, dict) and isinstance(events.get("flush_policy"), dict):
@@ -320,12 +316,9 @@ def load_file(path: Path) -> dict[str, Any]:
 
 
 def read_dotenv(path: Path) -> dict[str, str]:
-    """``.env`` as python-dotenv reads it (quotes, escapes, ``export``, inline ``# comments``), no interpolation.
-
-    A line that is not ``KEY=VALUE`` is an error naming the file and line, not
-    a key silently dropped: a misspelt credential line would otherwise show up
-    later as "no credentials".
-    """
+    """``.env`` as python-dotenv reads it (quotes, escapes, ``export``, inline ``# comments``), no interpolation. A
+    line that is not ``KEY=VALUE`` is an error naming the file and line: a misspelt credential line would otherwise
+    show up later as "no credentials"."""
     from dotenv.parser import parse_stream
 
     try:
@@ -431,12 +424,8 @@ def redacted(config: Config) -> dict[str, Any]:
 
 
 def recorded_config(data: dict[str, Any], source: str) -> Config:
-    """The configuration a run recorded when it started (``run.json``), read by this version.
-
-    It was recorded fully resolved, so a default that changed in the code since
-    does not change it. A key this version no longer knows is dropped (it can
-    no longer shape anything); a key it added takes its default.
-    """
+    """The configuration a run recorded, fully resolved, at its start (``run.json``): a default changed in the code
+    since does not change it; a key this version no longer knows is dropped, a key it added takes its default."""
     known: dict[str, Any] = {}
     for field in msgspec.structs.fields(Config):
         if field.encode_name not in data:

@@ -16,12 +16,8 @@ _thread_locks_guard = threading.Lock()
 
 @contextlib.contextmanager
 def file_lock(path: str | os.PathLike[str], *, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
-    """Hold the lock file ``path`` (created if missing) until the block ends.
-
-    ``on_wait`` is called once, before blocking, when another thread or process
-    holds the lock: the caller can say what it is waiting for. Raises
-    :class:`OSError` when the lock file cannot be opened.
-    """
+    """Hold the lock file ``path`` (created if missing) until the block ends; ``on_wait`` is called once, before
+    blocking, when another thread or process holds it. Raises :class:`OSError` when the file cannot be opened."""
     real = os.path.realpath(path)
     with _thread_locks_guard:
         thread_lock = _thread_locks[os.path.normcase(real)]

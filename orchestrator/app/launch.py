@@ -253,11 +253,8 @@ async def _watch_signals(
 
 
 async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resumed: bool, resume_fresh: bool) -> int:
-    """Run the strategy to its end (or an interrupt) and write what it leaves; ``resumed``: not the first start.
-
-    The caller says which it is: the manifest cannot tell, since a first start's
-    manifest says ``running`` just as a resumed one's does.
-    """
+    """Run the strategy to its end (or an interrupt) and write what it leaves. ``resumed``: not the first start, which
+    the caller says, since a first start's manifest says ``running`` just as a resumed one's does."""
     run_id = manifest.run_id
     olog = _open_run_log(prep, dirs, run_id, resumed=resumed)
     _announce(prep, dirs, run_id, olog)
@@ -452,12 +449,8 @@ async def _interrupted(
 async def _write_results(
     prep: Prepared, dirs: RunDirs, manifest: RunManifest, state: RunState, olog: ComponentLog
 ) -> dict[str, Any]:
-    """summary.json and the rest, then the report; returns the summary.
-
-    Merge advice only for a selected branch that still holds what the run recorded. The leftovers are
-    counted last, after the clean-ups and with the containers stopped: what a resume needs is named as
-    kept for it, with the one command that gives the run up instead.
-    """
+    """summary.json and the rest, then the report; returns the summary. Merge advice only for a selected branch that
+    still holds what the run recorded; the leftovers are counted last, after the clean-ups, the containers stopped."""
     from .results import check_repository, export
 
     checked = await anyio.to_thread.run_sync(check_repository, manifest, state)

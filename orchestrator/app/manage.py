@@ -177,11 +177,8 @@ def show_run_html(run_id: str, *, open_browser: bool, repo: str | None = None) -
 
 
 def _strategy_hooks(manifest: RunManifest) -> StrategyHooks:
-    """The run's strategy's after-run hooks; none when its file cannot be loaded any more.
-
-    The summary never depends on them: a strategy file moved or edited since the
-    run only costs its own reports, with one line saying so.
-    """
+    """The run's strategy's after-run hooks, none when its file cannot be loaded any more: a strategy file moved or
+    edited since the run costs only its own reports (one line says so), never the summary."""
     from ..strategy import StrategyHooks
 
     try:

@@ -289,11 +289,8 @@ def _check_agent(
 
 
 def _warm_imports(cluster: bool) -> None:
-    """Import docker-py (0.3 s) and, on a cluster, the Kubernetes client while pre-flight reads config and git.
-
-    One thread imports both: two threads importing requests at once can each meet the
-    other's half-loaded module (ImportError: partially initialized module 'requests.utils').
-    """
+    """Import docker-py (0.3 s) and, on a cluster, the Kubernetes client while pre-flight reads config and git: in one
+    thread, since two threads importing requests at once can each meet the other's half-loaded module."""
     with contextlib.suppress(ImportError):
         import docker  # noqa: F401  (imported for its side effect: loading it now)
     if cluster:

@@ -42,11 +42,8 @@ from .run_budget import spend_text, summary_of
 
 
 def _final_branches(strategies: list[dict[str, Any]], base: str, *, reviewed: bool = True) -> list[str]:
-    """The branches the executions selected and judged: the merge advice, never a branch nobody chose.
-
-    The base branch is where the run started, never a result to merge.
-    ``reviewed=False``: the picks nobody judged instead, named but not advised.
-    """
+    """The branches the executions selected and judged: the merge advice, never a branch nobody chose, nor the base
+    branch where the run started. ``reviewed=False``: the picks nobody judged instead, named but not advised."""
     return list(
         dict.fromkeys(
             s["selected_branch"]
@@ -102,12 +99,8 @@ def build_summary(
     *,
     live: bool = False,
 ) -> dict[str, Any]:
-    """The run's summary, with what ``repo`` found in the repository (nothing checked without it).
-
-    ``leftovers``: the run's containers and volumes as :func:`.leftovers.count_leftovers`
-    counted them; the summary then ends with them and the branches still there.
-    ``live``: a process is running the run now. Its status is :func:`run_outcome`'s, as everywhere.
-    """
+    """The run's summary, with what ``repo`` found in the repository (nothing checked without it), ending with the
+    ``leftovers`` :func:`.leftovers.count_leftovers` counted. ``live``: a process is running the run now."""
     status = run_outcome(state, live=live)
     unheld = repo.unheld if repo else None
     gone = repo.gone if repo else frozenset()
