@@ -1,8 +1,5 @@
-"""orchestrator: durable, event-sourced orchestration of parallel AI coding agents.
-
-The public surface is the export table below (the engine, the event log, the state
-fold, the errors); strategy authors import from :mod:`orchestrator.strategy` only.
-"""
+"""orchestrator: durable, event-sourced orchestration of parallel AI coding agents. The public surface is the export
+table below; strategy authors import from :mod:`orchestrator.strategy` only."""
 
 from __future__ import annotations
 

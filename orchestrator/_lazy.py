@@ -11,12 +11,8 @@ from typing import Any
 
 
 def _type_checking_imports(package: str) -> dict[str, str]:
-    """``{name: submodule}`` from the package's ``if TYPE_CHECKING:`` block of ``from .sub import Name as Name``.
-
-    That block is the export table: the type checker and the linter read it as
-    re-exports, and reading the same lines here keeps one list instead of two
-    that could drift apart (lazy_loader's ``attach_stub`` reads a stub the same way).
-    """
+    """``{name: submodule}`` from the package's ``if TYPE_CHECKING:`` block of ``from .sub import Name as Name``: the
+    export table the type checker and the linter read as re-exports, so there is no second list to drift apart."""
     source = Path(sys.modules[package].__file__ or "").read_text("utf-8")
     table: dict[str, str] = {}
     for node in ast.parse(source).body:

@@ -1,8 +1,5 @@
-"""Configuration: typed sections, one precedence order (docs/cli.md, "Configuration"), errors that name the source.
-
-Every source is validated on its own first, so an unknown key or a wrong type
-is reported with the file or variable it came from.
-"""
+"""Configuration: typed sections, one precedence order (docs/cli.md, "Configuration"). Each source is validated on
+its own first, so an unknown key or a wrong type is reported with the file or variable it came from."""
 
 from __future__ import annotations
 
@@ -207,14 +204,10 @@ def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 
 
 def _normalize(data: dict[str, Any], source: str, warnings: list[str] | None = None) -> dict[str, Any]:
-    """One source's spellings folded into the canonical keys, before it is merged.
-
-    Done per source so that precedence is decided between sources on the
-    canonical key: a deprecated alias in the file cannot beat ``--max-parallel``.
-    Accepted alongside the canonical keys: ``events.flush_policy`` as a mapping
-    ``{mode, interval_ms, max_batch}``, ``tui.refresh_rate`` in milliseconds per
-    frame, and the deprecated ``orchestration.max_parallel_instances``.
-    """
+    """One source's spellings folded into the canonical keys before it is merged, so precedence is decided on the
+    canonical key (a deprecated alias in the file cannot beat ``--max-parallel``). Accepted: ``events.flush_policy``
+    as a mapping ``{mode, interval_ms, max_batch}``, ``tui.refresh_rate`` in milliseconds per frame, and the
+    deprecated ``orchestration.max_parallel_instances``."""
     out = dict(data)
     events = out.get("events")
     if isinstance(events, dict) and isinstance(events.get("flush_policy"), dict):
@@ -259,15 +252,14 @@ def _validate(data: dict[str, Any], source: str) -> None:
 
 def _explain(exc: msgspec.ValidationError) -> str:
     text = str(exc)
+    msg, _, where = text.partition(" - at `$")
+    # msgspec's "$.runner['hosts']" as a dotted key, runner.hosts
+    key = where.rstrip("`").strip(".").replace("[", ".").replace("]", "").replace("'", "")
     # msgspec says "Object contains unknown field `x` - at `$.runner`": make it a dotted key.
     if "unknown field" in text:
-        field = text.split("`")[1]
-        where = text.split("at `$")[-1].rstrip("`") if "at `$" in text else ""
-        key = (where.strip(".").replace("[", ".").replace("]", "").replace("'", "") + "." + field).strip(".")
+        key = f"{key}.{text.split('`')[1]}".strip(".")
         return f"unknown configuration key {key!r}{_key_guess(key)}"
-    if " - at `$" in text:
-        msg, where = text.split(" - at `$", 1)
-        key = where.rstrip("`").strip(".").replace("[", ".").replace("]", "").replace("'", "")
+    if where:
         bound = _BOUND.fullmatch(msg)
         if bound is not None:  # msgspec's "Expected `float` > 0.0", said as a person would
             kind, op, limit = bound.groups()
@@ -324,12 +316,9 @@ def load_file(path: Path) -> dict[str, Any]:
 
 
 def read_dotenv(path: Path) -> dict[str, str]:
-    """``.env`` as python-dotenv reads it (quotes, escapes, ``export``, inline ``# comments``), no interpolation.
-
-    A line that is not ``KEY=VALUE`` is an error naming the file and line, not
-    a key silently dropped: a misspelt credential line would otherwise show up
-    later as "no credentials".
-    """
+    """``.env`` as python-dotenv reads it (quotes, escapes, ``export``, inline ``# comments``), no interpolation. A
+    line that is not ``KEY=VALUE`` is an error naming the file and line: a misspelt credential line would otherwise
+    show up later as "no credentials"."""
     from dotenv.parser import parse_stream
 
     try:
@@ -398,25 +387,23 @@ def load_config(
     path = Path(config_file) if config_file else (cwd / "orchestrator.yaml")
     if config_file and not path.exists():
         raise ConfigError(f"config file {config_file} does not exist")
-    warnings: list[str] = []
+    parts: list[tuple[dict[str, Any], str]] = []  # (settings, source), each validated, lowest precedence first
     if path.exists():
-        data = load_file(path)
-        _validate(data, str(path))
-        merged = deep_merge(merged, _normalize(data, str(path), warnings))
-        sources.append(str(path))
+        parts.append((load_file(path), str(path)))
+        _validate(*parts[-1])
     dotenv_path = cwd / ".env"
     dotenv = read_dotenv(dotenv_path) if dotenv_path.exists() else {}
     if dotenv:
-        merged = deep_merge(merged, _normalize(_env_to_dict(dotenv, str(dotenv_path)), str(dotenv_path), warnings))
-        sources.append(str(dotenv_path))
-    env_part = _env_to_dict(environ, "environment")
-    if env_part:
-        merged = deep_merge(merged, _normalize(env_part, "environment", warnings))
-        sources.append("environment")
+        parts.append((_env_to_dict(dotenv, str(dotenv_path)), str(dotenv_path)))
+    if env_part := _env_to_dict(environ, "environment"):
+        parts.append((env_part, "environment"))
     if cli_overrides:
-        _validate(cli_overrides, "command line")
-        merged = deep_merge(merged, _normalize(cli_overrides, "command line", warnings))
-        sources.append("command line")
+        parts.append((cli_overrides, "command line"))
+        _validate(*parts[-1])
+    warnings: list[str] = []
+    for data, source in parts:
+        merged = deep_merge(merged, _normalize(data, source, warnings))
+        sources.append(source)
     try:
         config = msgspec.convert(merged, Config, strict=False)
     except msgspec.ValidationError as exc:
@@ -437,12 +424,8 @@ def redacted(config: Config) -> dict[str, Any]:
 
 
 def recorded_config(data: dict[str, Any], source: str) -> Config:
-    """The configuration a run recorded when it started (``run.json``), read by this version.
-
-    It was recorded fully resolved, so a default that changed in the code since
-    does not change it. A key this version no longer knows is dropped (it can
-    no longer shape anything); a key it added takes its default.
-    """
+    """The configuration a run recorded, fully resolved, at its start (``run.json``): a default changed in the code
+    since does not change it; a key this version no longer knows is dropped, a key it added takes its default."""
     known: dict[str, Any] = {}
     for field in msgspec.structs.fields(Config):
         if field.encode_name not in data:
@@ -490,8 +473,4 @@ def changed_keys(recorded: Config, current: Config) -> list[str]:
         if section in PRESENTATION_SECTIONS or section in RESUME_SECTIONS:
             continue
         walk(a.get(section), b.get(section), section)
-    return [
-        k
-        for k in out
-        if k not in ("orchestration.max_parallel_tasks", "orchestration.max_parallel_instances", *PLACEMENT_KEYS)
-    ]
+    return [k for k in out if k not in ("orchestration.max_parallel_tasks", *PLACEMENT_KEYS)]

@@ -1,10 +1,5 @@
-"""The one exception tree of the orchestrator: callers only ever catch these.
-
-A :class:`UsageError` ends the command with one line and exit 2; a :class:`RunnerError`
-carries the ``category`` a failed task is recorded with; the :class:`StrategyError`
-subclasses are what strategies raise and catch (``ctx.errors``). Library errors
-(docker-py, subprocess) are translated into this tree at the boundary with ``raise ... from``.
-"""
+"""The one exception tree of the orchestrator: callers only ever catch these, each says when it is raised, and library
+errors (docker-py, subprocess) are translated into it at the boundary with ``raise ... from``."""
 
 from __future__ import annotations
 
@@ -40,20 +35,14 @@ class RunLockedError(OrchestratorError):
 
 
 class SnapshotError(OrchestratorError, ValueError):
-    """A state.json snapshot cannot be trusted (torn, edited, or a layout this version does not know).
-
-    Loading falls back to the duplicate snapshot, then to a full replay of the
-    log, so this only reaches callers that read a snapshot without its log.
-    """
+    """A state.json snapshot cannot be trusted (torn, edited, or a layout this version does not know). Loading falls
+    back to the duplicate snapshot, then to a full replay: only a caller reading a snapshot without its log meets it."""
 
 
 class ReplayError(OrchestratorError):
-    """Replaying a recorded strategy execution (for a report) raised what the recorded run never did.
-
-    A bug in the strategy or the code it calls, or a log the strategy no longer
-    matches. The report is partial; the traceback is in the run's
-    ``orchestration.jsonl``.
-    """
+    """Replaying a recorded strategy execution (for a report) raised what the recorded run never did: a bug in the
+    strategy or the code it calls, or a log the strategy no longer matches. The report is partial; the traceback is in
+    the run's ``orchestration.jsonl``."""
 
 
 class RunnerError(OrchestratorError):
@@ -81,43 +70,31 @@ class ContainerError(RunnerError):
 
 
 class HostDownError(ContainerError):
-    """The Docker host the task ran on (one of ``runner.hosts``) stopped answering.
-
-    Not the container's fault: the same task can run on another host, so the
-    message names the host that went away.
-    """
+    """The Docker host the task ran on (one of ``runner.hosts``) stopped answering: not the container's fault, and the
+    same task can run on another host, so the message names the host that went away."""
 
     category = "docker"
 
 
 class AgentStreamLostError(ContainerError):
-    """The connection carrying the agent's output broke while the agent was still running.
-
-    The engine still answers, so the host is not down: only the stream of this
-    exec was lost (a dropped link to a remote engine). The agent may go on
-    working in its container, so it must be ended before any retry starts
-    another one in the same workspace. Transient: the retry resumes the session.
-    """
+    """The connection carrying the agent's output broke while the agent ran, though the engine still answers (a
+    dropped link to a remote engine). The agent may go on in its container, so it must be ended before a retry starts
+    another one in the same workspace. Transient: the retry resumes the session."""
 
     def __init__(self, message: str) -> None:
         super().__init__(message, retryable=True)
 
 
 class SecretLeakError(RunnerError):
-    """The task's commits contain a credential, so its branch was not imported.
-
-    The message names each file and line, never the value. The workspace is
-    kept for inspection; retrying would only commit the same thing again.
-    """
+    """The task's commits contain a credential, so its branch was not imported. The message names each file and line,
+    never the value; the workspace is kept for inspection, and a retry would only commit the same thing again."""
 
     category = "secret"
 
 
 class ResourceLimitError(RunnerError):
-    """The agent hit a limit (processes, /tmp, workspace size) and the task was stopped.
-
-    Never retried: the same agent on the same prompt would most likely do it again.
-    """
+    """The agent hit a limit (processes, /tmp, workspace size) and the task was stopped. Never retried: the same agent
+    on the same prompt would most likely do it again."""
 
     category = "resource"
 

@@ -1,9 +1,5 @@
-"""One lock file held exclusively, against this process's threads and other processes.
-
-A thread lock per path comes first: msvcrt locks are per process (flock's are per
-open file description), so it makes in-process serialization hold on every platform.
-(``filelock`` would replace only _os_lock/_os_unlock, and needs the same thread lock.)
-"""
+"""One lock file held exclusively, against this process's threads and other processes. A thread lock per path comes
+first: msvcrt locks are per process (flock's per open file description); ``filelock`` would need the same one."""
 
 from __future__ import annotations
 
@@ -20,12 +16,8 @@ _thread_locks_guard = threading.Lock()
 
 @contextlib.contextmanager
 def file_lock(path: str | os.PathLike[str], *, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
-    """Hold the lock file ``path`` (created if missing) until the block ends.
-
-    ``on_wait`` is called once, before blocking, when another thread or process
-    holds the lock: the caller can say what it is waiting for. Raises
-    :class:`OSError` when the lock file cannot be opened.
-    """
+    """Hold the lock file ``path`` (created if missing) until the block ends; ``on_wait`` is called once, before
+    blocking, when another thread or process holds it. Raises :class:`OSError` when the file cannot be opened."""
     real = os.path.realpath(path)
     with _thread_locks_guard:
         thread_lock = _thread_locks[os.path.normcase(real)]

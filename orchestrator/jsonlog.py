@@ -1,9 +1,7 @@
 """Component logs: ``logs/<run_id>/{orchestration,runner,tui}.jsonl``, one sanitized JSON object per line.
 
-Small appends to an unbuffered file, cheap enough for the event loop; a write error
-(disk full) drops the line instead of failing the caller. Rotated by size, or a long
-run's debug log grows without bound; :func:`configure` sets that for the whole process.
-"""
+Unbuffered small appends are cheap enough for the event loop; a write error (disk full) drops the line instead of
+failing the caller. Rotated by size (:func:`configure`), or a long run's debug log grows without bound."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Derived names. Every identifier here is a pure function of durable inputs.
-
-Nothing is random: a resumed run derives the same instance ids, container
-names, branch names and volume names as the original run did.
-"""
+"""Derived names, each a pure function of durable inputs (nothing random): a resumed run derives the same instance
+ids, container names, branch names and volume names as the original run did."""
 
 from __future__ import annotations
 

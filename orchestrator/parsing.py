@@ -1,8 +1,5 @@
-"""Reading what a user typed: ``-S`` and ``--set`` values, and "did you mean" for a mistyped name.
-
-On the ground floor so that configuration and the strategy loader share them
-without either importing the other.
-"""
+"""Reading what a user typed (``-S`` values, "did you mean"): on the ground floor, so that configuration and the
+strategy loader share it without either importing the other."""
 
 from __future__ import annotations
 

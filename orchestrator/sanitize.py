@@ -1,10 +1,5 @@
-"""One sanitizer for everything the product writes, and plain text for captured output.
-
-:class:`Sanitizer` removes text shaped like a secret and the exact values (and
-base64, hex and percent encodings) of every secret the process knows: a random
-token does not always look like one. :func:`plain_text` drops terminal codes,
-which mean nothing in a report, a log or a dashboard cell.
-"""
+"""One sanitizer for everything the product writes: text shaped like a secret, and the exact values and encodings
+of every secret the process knows (a random token does not always look like one); :func:`plain_text` for output."""
 
 from __future__ import annotations
 

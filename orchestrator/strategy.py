@@ -1,12 +1,7 @@
 """Everything a strategy author imports: ``from orchestrator.strategy import ...`` (docs/strategies.md).
 
-A strategy is ``async def strategy(prompt: str, base_branch: str, ctx: Context, *, param: T = default)``;
-annotating ``ctx: Context`` lets an editor complete ``ctx.run`` and a type checker flag a misspelt
-task field or result key (nothing here checks types at run time). ``finished_run_branches`` and
-``absent_branches`` ask the :class:`PrepareRuntime` the orchestrator supplies while a ``prepare``
-hook runs (:func:`prepare_runtime`): this module never imports the application, and importing it
-loads neither the Docker runner nor the CLI.
-"""
+``finished_run_branches`` and ``absent_branches`` ask the :class:`PrepareRuntime` the orchestrator supplies while a
+``prepare`` hook runs: this module never imports the application, nor loads the Docker runner or the CLI."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""Finding a strategy (``--strategy``) and typing its ``-S`` parameters from its keyword-only arguments.
-
-What a strategy looks like, its parameters and ``@strategy_options``: docs/strategies.md.
-"""
+"""Finding a strategy (``--strategy``) and typing its ``-S`` parameters from its keyword-only arguments
+(docs/strategies.md: what a strategy looks like, its parameters and ``@strategy_options``)."""
 
 from __future__ import annotations
 
@@ -212,13 +210,8 @@ def _pick_function(module: types.ModuleType, func_name: str | None, path: str) -
 
 
 def _parameter_hints(fn: Callable[..., Any], names: list[str]) -> dict[str, Any]:
-    """The evaluated annotations of the parameters ``names`` only.
-
-    Only these are resolved: under ``from __future__ import annotations`` the
-    ``ctx: Context`` and return annotations may name what a strategy imports
-    for its type checker alone (``if TYPE_CHECKING:``), and that must not cost
-    the parameters their types.
-    """
+    """The evaluated annotations of the parameters ``names`` only: under ``from __future__ import annotations``,
+    ``ctx: Context`` and the return may name what a strategy imports for its type checker alone."""
     inner = inspect.unwrap(fn)  # a decorator's wrapper: the names resolve where the function was written
     raw = getattr(inner, "__annotations__", {})
     wanted = types.SimpleNamespace(__annotations__={n: raw[n] for n in names if n in raw})

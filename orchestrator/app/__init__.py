@@ -1,4 +1,1 @@
-"""The application layer: the command line and what it runs before, around and after a run.
-
-It is the only layer that imports the TUI.
-"""
+"""The application layer: the command line and what it runs before, around and after a run; it alone imports the TUI."""

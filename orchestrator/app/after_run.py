@@ -59,10 +59,7 @@ async def _release_run_folder(manifest: RunManifest, olog: ComponentLog) -> None
 
 
 async def _write_report(dirs: RunDirs, manifest: RunManifest, hooks, olog: ComponentLog, *, state=None):
-    """Write results/<run_id>/report.html; a report that cannot be written never fails the run.
-
-    ``state``: the run's fold when the caller holds it (else the report folds the log).
-    """
+    """results/<run_id>/report.html from ``state`` (the fold, when held) or the log; never fails the run."""
     from ..report import write_report
 
     try:
@@ -81,12 +78,8 @@ ORPHAN_SCAN_INTERVAL_S = 300
 
 
 async def _clean_orphans(dirs: RunDirs, config: Config, olog: ComponentLog, run_id: str) -> None:
-    """Remove other runs' containers past retention, at most every ORPHAN_SCAN_INTERVAL_S per state dir.
-
-    Listing every orchestrator container costs the daemon about 0.25 ms of CPU
-    per container, and hosts keep thousands (retention): each run paid that
-    although a container can only become due once retention (hours) is over.
-    """
+    """Remove other runs' containers past retention, at most every ORPHAN_SCAN_INTERVAL_S per state dir: listing
+    costs the daemon ~0.25 ms per container, hosts keep thousands, and none is due before hours of retention."""
     from .manage import clean_orphans
     from .retention import expire_leftovers
 

@@ -8,11 +8,8 @@ from ..runner import AuthConfig, RunnerPlugin
 def resolve_auth(
     environ: dict[str, str], *, plugin: RunnerPlugin, mode: str | None = None, dry_run: bool = False
 ) -> AuthConfig:
-    """Pick credentials for ``plugin`` from ``environ`` (process env over ``.env``).
-
-    Each plugin knows its own variables (its ``resolve_auth``); a dry run and a
-    plugin that needs no credentials (``command``) get none.
-    """
+    """Credentials for ``plugin`` from ``environ`` (process env over ``.env``), by the plugin's own ``resolve_auth``;
+    none for a dry run or a plugin that needs none (``command``)."""
     if dry_run or not plugin.capabilities.auth_env:
         return AuthConfig(openai_base_url=environ.get("OPENAI_BASE_URL") or None)
     return plugin.resolve_auth(environ, mode=mode)

@@ -1,9 +1,4 @@
-"""The ``orchestrator`` command.
-
-Exit codes: 0 success, 1 the run finished but a strategy failed, 2 bad usage
-or configuration (one line on stderr, no traceback, no run directory), 130
-interrupted (resume with ``orchestrator --resume RUN_ID``).
-"""
+"""The ``orchestrator`` command: its flags, and the one command they ask for (exit codes: docs/cli.md)."""
 
 from __future__ import annotations
 
@@ -224,7 +219,6 @@ def _add_management_flags(p: argparse.ArgumentParser) -> None:
     mgmt.add_argument(
         "--clean-containers", action="store_true", help="remove stopped orchestrator containers past retention"
     )
-    mgmt.add_argument("--dry-run-clean", dest="clean_dry_run", action="store_true", help=argparse.SUPPRESS)
     mgmt.add_argument("--force", action="store_true", help="with --clean-containers: do not ask for confirmation")
     mgmt.add_argument("--help-strategy", metavar="NAME", help="show a strategy's parameters")
     setup = p.add_argument_group("setup")
@@ -252,22 +246,19 @@ def _dispatch(args: argparse.Namespace) -> int:
 
     from . import launch, preflight
 
-    management = [
-        args.resume,
-        args.list_runs,
-        args.show_run,
-        args.cleanup_run,
-        args.clean_containers,
-        args.help_strategy,
-        args.build_image,
-        args.doctor,
-        args.check_hosts,
-    ]
-    if sum(bool(x) for x in management) > 1:
-        raise UsageError(
-            "use only one of --resume, --list-runs, --show-run, --cleanup-run, --clean-containers, "
-            "--help-strategy, --build-image, --doctor, --hosts"
-        )
+    management = {
+        "--resume": args.resume,
+        "--list-runs": args.list_runs,
+        "--show-run": args.show_run,
+        "--cleanup-run": args.cleanup_run,
+        "--clean-containers": args.clean_containers,
+        "--help-strategy": args.help_strategy,
+        "--build-image": args.build_image,
+        "--doctor": args.doctor,
+        "--hosts": args.check_hosts,
+    }
+    if sum(map(bool, management.values())) > 1:
+        raise UsageError(f"use only one of {', '.join(management)}")
     if args.test_image and not args.build_image:
         raise UsageError("--test-image only works together with --build-image")
     if args.build_image:
@@ -298,7 +289,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         raise UsageError("--open needs --html: orchestrator --show-run RUN_ID --html --open")
     if args.html and args.follow:
         raise UsageError("use either --follow (live dashboard) or --html (report file) with --show-run, not both")
-    if any(management) and not args.resume:
+    if any(management.values()) and not args.resume:
         from . import manage
     if args.help_strategy:
         return manage.help_strategy(args.help_strategy)
@@ -318,9 +309,8 @@ def _dispatch(args: argparse.Namespace) -> int:
             return anyio.run(check_hosts, config)
         if args.cleanup_run:
             return anyio.run(manage.cleanup_run, args.cleanup_run, config, args.repo)
-        return anyio.run(manage.clean_containers, args.dry_run or args.clean_dry_run, args.force, config)
+        return anyio.run(manage.clean_containers, args.dry_run, args.force, config)
     if args.resume:
-        preflight.check_resume_flags(args)
         return anyio.run(launch.resume, args)
     return anyio.run(launch.start, args)
 

@@ -1,34 +1,16 @@
-"""``orchestrator --doctor``: is this machine ready to run agents? One line per check (docs/cli.md).
-
-The checks a run's pre-flight also makes use the same functions (the image's tool probe,
-``validate_repository``, ``resolve_auth``, the plugins' ``validate_environment``),
-so the doctor and a run never disagree. Credentials are named, never shown.
-"""
+"""``orchestrator --doctor``: one line per check (docs/cli.md). It calls the functions a run's pre-flight calls,
+so the doctor and a run never disagree. Credentials are named, never shown."""
 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ..errors import OrchestratorError
-
-
-@dataclass(frozen=True)
-class Check:
-    status: str  # ok | warn | fail
-    name: str
-    detail: str
-    fix: str = ""
-
-    def line(self) -> str:
-        text = f"{self.status:<4}  {self.name}: {self.detail}"
-        return f"{text} -- fix: {self.fix}" if self.fix and self.status != "ok" else text
+from .preflight import Check, _cli_overrides, disk_check, existing, resolve_environment
 
 
 def _docker_engine() -> Check:
@@ -122,23 +104,6 @@ def _credentials(environ: dict[str, str], configured: str, mode: str | None, dry
     return out
 
 
-def _existing(path: Path) -> Path:
-    while not path.exists():
-        path = path.parent
-    return path
-
-
-def disk_check(path: Path, label: str, min_gb: float, hard_min_gb: float) -> Check:
-    probe = _existing(path)
-    free_gb = shutil.disk_usage(probe).free / 1e9
-    detail = f"{free_gb:.1f} GB free under {probe}"
-    if free_gb < hard_min_gb:
-        return Check("fail", f"free disk ({label})", detail, f"at least {hard_min_gb:g} GB is needed: free some space")
-    if free_gb < min_gb:
-        return Check("warn", f"free disk ({label})", detail, f"recommended: {min_gb:g} GB")
-    return Check("ok", f"free disk ({label})", detail)
-
-
 def _repository(repo: str, base_branch: str | None, ignore: tuple[Path, ...] = ()) -> list[Check]:
     from ..runner import open_repository, resolve_base_branch, validate_repository
 
@@ -181,7 +146,7 @@ def _repository(repo: str, base_branch: str | None, ignore: tuple[Path, ...] = (
 
 def _writable(path: Path, label: str, env_var: str) -> Check:
     try:
-        fd, name = tempfile.mkstemp(prefix=".doctor-", dir=_existing(path))
+        fd, name = tempfile.mkstemp(prefix=".doctor-", dir=existing(path))
         os.close(fd)
         os.unlink(name)
     except OSError as exc:
@@ -194,7 +159,7 @@ def _writable(path: Path, label: str, env_var: str) -> Check:
     return Check("ok", f"{label} directory", f"{path} writable" + ("" if path.exists() else " (will be created)"))
 
 
-def _environment(args, config, repo: str, base_branch: str | None, agent_image: str, plugin: str) -> list[Check]:
+def _environment(config, repo: str, base_branch: str | None, agent_image: str, plugin: str) -> list[Check]:
     """Find or build the project's environment (setup included) and look for the tools inside it."""
     from ..agent_image import environment
     from ..agent_image.paths import cache_dir
@@ -213,20 +178,12 @@ def _environment(args, config, repo: str, base_branch: str | None, agent_image: 
         return []
     repo = str(top)
     commit = found.stdout.decode().strip()
-    env = config.environment
     try:
-        spec = environment.resolve(
-            repo,
-            commit,
-            image=getattr(args, "env_image", None) or env.image,
-            dockerfile=getattr(args, "env_dockerfile", None) or env.dockerfile,
-            setup=list(getattr(args, "env_setup", None) or env.setup),
-            use_devcontainer=env.devcontainer and not getattr(args, "no_devcontainer", None),
-        )
+        spec = resolve_environment(config.environment, repo, commit)
     except OrchestratorError as exc:
         return [Check("fail", "environment", str(exc), "see docs/environment.md")]
     out = []
-    if env.devcontainer and not getattr(args, "no_devcontainer", None) and (spec is None or spec.devcontainer):
+    if config.environment.devcontainer and (spec is None or spec.devcontainer):
         note = environment.worktree_note(repo, commit)
         if note:
             out.append(Check("warn", "environment", note.removeprefix("environment: ")))
@@ -299,17 +256,16 @@ def _cluster(config, image: str) -> list[Check]:
 def checks(args) -> list[Check]:
     from ..config import load_config
     from ..log.runs import RunDirs
-    from ..runner import parse_host_flag, register_plugins, workspace_root
+    from ..runner import register_plugins, workspace_root
 
     out: list[Check] = []
     try:
-        # Only where the tasks would run: the other flags are checked as given (--plugin, --docker-image).
-        placement: dict[str, Any] = {}
-        if getattr(args, "docker_hosts", None):
-            placement["hosts"] = [parse_host_flag(text) for text in args.docker_hosts]
-        if kube := {k: v for k in ("kubeconfig", "namespace") if (v := getattr(args, k, None)) is not None}:
-            placement["kubernetes"] = kube
-        loaded = load_config(config_file=args.config, cli_overrides={"runner": placement} if placement else {})
+        # Only where the tasks would run and in which environment: the other flags are checked as
+        # given (--plugin, --docker-image).
+        over = _cli_overrides(args)
+        placement = {k: v for k, v in over.get("runner", {}).items() if k in ("hosts", "kubernetes")}
+        over = {"runner": placement, "environment": over.get("environment")}
+        loaded = load_config(config_file=args.config, cli_overrides={k: v for k, v in over.items() if v})
         register_plugins(loaded.config.runner.plugin_modules)
     except OrchestratorError as exc:
         return [Check("fail", "configuration", str(exc), "correct the file or variable named")]
@@ -334,7 +290,7 @@ def checks(args) -> list[Check]:
     repo, base_branch = str(Path(args.repo or ".").absolute()), args.base_branch or o.base_branch
     out.extend(_repository(repo, base_branch, ignore=(dirs.logs, dirs.state, dirs.results)))
     if engine.status == "ok":
-        out.extend(_environment(args, config, repo, base_branch, image, plugin))
+        out.extend(_environment(config, repo, base_branch, image, plugin))
     for path, label in ((dirs.state, "state"), (dirs.logs, "logs"), (dirs.results, "results")):
         out.append(_writable(path, label, f"ORCHESTRATOR_{label.upper()}_DIR"))
     out.append(_writable(workspace_root(), "workspace", "ORCHESTRATOR_WORKSPACE_ROOT"))

@@ -1,6 +1,4 @@
-"""``orchestrator --hosts`` (each engine's answer, version, image, free slots, transport) and
-the multi-host side of the cleanup commands, which visit every engine of ``runner.hosts``.
-"""
+"""``orchestrator --hosts``, and the side of the cleanup commands that visits every engine of ``runner.hosts``."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ import msgspec
 from ..agent_image.tools import required_tools
 from ..config import deep_merge, load_config, redacted
 from ..engine.engine import Engine
-from ..errors import ConfigError, GitError, RunLockedError, UsageError
+from ..errors import GitError, RunLockedError, UsageError
 from ..jsonlog import ComponentLog
 from ..jsonlog import configure as configure_logs
 from ..log import events as E
@@ -43,7 +43,7 @@ from ..strategy_loader import load_strategy
 from . import run_budget
 from .after_run import _clean_orphans, _delete_unneeded_branches, _release_run_folder, _write_report, first_cause
 from .hosts_cli import host_specs
-from .leftovers import count_leftovers, count_recorded_leftovers, counted, leftover_lines
+from .leftovers import count_leftovers, counted, leftover_lines
 from .preflight import (
     Prepared,
     _absolute_spec,
@@ -83,11 +83,8 @@ async def start(args) -> int:
 
 
 async def _exclude_output_folders(repo: str, dirs: RunDirs) -> None:
-    """List the run's folders that lie inside the repository in its ``.git/info/exclude``.
-
-    So ``git status`` (the user's, and the next run's clean-tree check) never
-    shows them; ``.git/info/exclude`` is never committed, unlike ``.gitignore``.
-    """
+    """The run's folders in the repository's ``.git/info/exclude`` (never committed, unlike ``.gitignore``),
+    so ``git status`` (the user's, and the next run's clean-tree check) never shows them."""
     from ..runner import exclude_locally
 
     try:
@@ -134,9 +131,7 @@ async def _resume_plan(args, dirs: RunDirs, manifest: RunManifest) -> Prepared:
     )
     default_sanitizer().add_secrets(v for k, v in current.environ.items() if k in SECRET_ENV_VARS)
     loaded = _resumed_config(dirs, manifest, current)
-    if args.max_parallel is not None:
-        if args.max_parallel < 1:
-            raise ConfigError(f"--max-parallel must be at least 1 (got {args.max_parallel})")
+    if args.max_parallel is not None:  # at least 1: the flag's own check
         manifest.max_parallel = args.max_parallel
     strategy = load_strategy(manifest.strategy_spec)
     register_plugins(loaded.config.runner.plugin_modules)
@@ -170,14 +165,10 @@ async def _resume_plan(args, dirs: RunDirs, manifest: RunManifest) -> Prepared:
 
 async def _already_finished(dirs: RunDirs, manifest: RunManifest, output: str) -> int:
     """``--resume`` of a run that finished: one line saying so, then its summary; nothing runs again."""
-    from .locate import run_state
-    from .results import build_summary, check_repository, render_summary
+    from .results import recorded_summary, render_summary
 
     run_id = manifest.run_id
-    state = run_state(dirs, run_id)
-    checked = await anyio.to_thread.run_sync(check_repository, manifest, state)
-    left = await count_recorded_leftovers(manifest, str(dirs.manifest(run_id)))
-    summary = build_summary(manifest, state, checked, left)
+    _, summary = await recorded_summary(dirs, manifest)
     print(
         f"Run {run_id} already finished{f' at {manifest.finished_at}' if manifest.finished_at else ''}; "
         "nothing to resume. Its summary:",
@@ -237,7 +228,7 @@ _RESUME_PLANS = {
 
 
 def _resume_phrase(status: str, n: int) -> str:
-    one, many = _RESUME_PLANS.get(status, (status.replace("_", " "), status.replace("_", " ")))
+    one, many = _RESUME_PLANS[status]
     return f"{counted(n, 'task')} {one if n == 1 else many}"
 
 
@@ -262,11 +253,8 @@ async def _watch_signals(
 
 
 async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resumed: bool, resume_fresh: bool) -> int:
-    """Run the strategy to its end (or an interrupt) and write what it leaves; ``resumed``: not the first start.
-
-    The caller says which it is: the manifest cannot tell, since a first start's
-    manifest says ``running`` just as a resumed one's does.
-    """
+    """Run the strategy to its end (or an interrupt) and write what it leaves. ``resumed``: not the first start, which
+    the caller says, since a first start's manifest says ``running`` just as a resumed one's does."""
     run_id = manifest.run_id
     olog = _open_run_log(prep, dirs, run_id, resumed=resumed)
     _announce(prep, dirs, run_id, olog)
@@ -408,7 +396,7 @@ async def _drive(
 
 async def _finish(prep: Prepared, dirs: RunDirs, manifest: RunManifest, state: RunState, olog: ComponentLog) -> int:
     """Record how the run ended, clean what it no longer needs, write its summary and report."""
-    from .results import check_repository, export, render_summary
+    from .results import render_summary
 
     run_id = manifest.run_id
     # The status is the fold's, as every reader of the run decides it (--list-runs, --show-run, the report).
@@ -431,11 +419,7 @@ async def _finish(prep: Prepared, dirs: RunDirs, manifest: RunManifest, state: R
             await _delete_unneeded_branches(prep, dirs, manifest, state, olog)
         if manifest.status in FINISHED:  # nothing of it runs again (a resumable run keeps its store)
             await _release_run_folder(manifest, olog)
-        # Merge advice only for a selected branch that still holds what the run recorded.
-        checked = await anyio.to_thread.run_sync(check_repository, manifest, state)
-        # Counted last: the strategy's branch clean-up and the folder's are done, the containers stopped.
-        summary = export(dirs, manifest, state, checked, await count_leftovers(run_id, prep.hosts))
-        await _write_report(dirs, manifest, prep.strategy.hooks, olog, state=state)
+        summary = await _write_results(prep, dirs, manifest, state, olog)
     finally:
         write_manifest(dirs, manifest)
     olog.info("run finished", exit_code=manifest.exit_code, totals=summary["totals"])
@@ -450,23 +434,29 @@ async def _interrupted(
     prep: Prepared, dirs: RunDirs, manifest: RunManifest, state: RunState, olog: ComponentLog
 ) -> int:
     """Ctrl+C (or SIGTERM) ended the session: record it, write its results, say how to resume; exit 130."""
-    from .results import check_repository, export
-
-    run_id = manifest.run_id
     manifest.status = OUTCOME_INTERRUPTED
     manifest.exit_code = 130
     write_manifest(dirs, manifest)
     olog.info("run interrupted")
     with anyio.CancelScope(shield=True):
         # summary.json too: one an earlier session wrote must not go on telling its own status
-        checked = await anyio.to_thread.run_sync(check_repository, manifest, state)
-        # Counted after the containers stopped: what the resume needs is named as kept for it,
-        # with the one command that gives the run up instead (as the finished path ends).
-        summary = export(dirs, manifest, state, checked, await count_leftovers(run_id, prep.hosts))
-        await _write_report(dirs, manifest, prep.strategy.hooks, olog, state=state)
-    lines = [f"Run interrupted. Resume with: orchestrator --resume {run_id}", *leftover_lines(summary)[1:]]
+        summary = await _write_results(prep, dirs, manifest, state, olog)
+    lines = [f"Run interrupted. Resume with: orchestrator --resume {manifest.run_id}", *leftover_lines(summary)[1:]]
     print("\n".join(lines), file=sys.stderr, flush=True)
     return 130
+
+
+async def _write_results(
+    prep: Prepared, dirs: RunDirs, manifest: RunManifest, state: RunState, olog: ComponentLog
+) -> dict[str, Any]:
+    """summary.json and the rest, then the report; returns the summary. Merge advice only for a selected branch that
+    still holds what the run recorded; the leftovers are counted last, after the clean-ups, the containers stopped."""
+    from .results import check_repository, export
+
+    checked = await anyio.to_thread.run_sync(check_repository, manifest, state)
+    summary = export(dirs, manifest, state, checked, await count_leftovers(manifest.run_id, prep.hosts))
+    await _write_report(dirs, manifest, prep.strategy.hooks, olog, state=state)
+    return summary
 
 
 async def _storage_stop(err: OSError, dirs: RunDirs, manifest: RunManifest, olog: ComponentLog) -> int:

@@ -1,9 +1,5 @@
-"""What a run leaves behind, and the one command that removes what is safe to remove.
-
-Every summary ends with it: the run's branches, its stopped containers and its
-volumes, counted on every engine the run used (what ``--cleanup-run`` visits).
-``--cleanup-run`` keeps the branches: a finished run's branches are its results.
-"""
+"""What a run leaves behind (its branches; its containers and volumes on every engine it used), with which every
+summary ends, and the one command that removes what is safe to remove (``--cleanup-run`` keeps the branches)."""
 
 from __future__ import annotations
 
@@ -12,7 +8,6 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ..config import Config
 from ..log.runs import RunManifest
 from .retention import RESUMABLE
 
@@ -23,24 +18,9 @@ if TYPE_CHECKING:
 COUNT_TIMEOUT_S = 20.0
 
 
-def recorded_config(manifest: RunManifest, where: str) -> Config | None:
-    """The configuration the run recorded (its engines), or None to count on the local engine."""
-    from ..config import recorded_config as read
-
-    if not manifest.config:
-        return None
-    try:
-        return read(manifest.config, where)
-    except Exception:  # a record this version cannot read: the local engine is still counted
-        return None
-
-
 async def count_leftovers(run_id: str, hosts: Sequence[HostSpec] = ()) -> dict[str, Any]:
-    """The run's containers and volumes on each engine: ``{"containers", "running", "volumes"}``.
-
-    ``hosts``: the run's engines (its ``runner.hosts``); none, the local engine.
-    The counts are ``None`` with ``not_counted`` (why) when an engine did not answer.
-    """
+    """The run's containers and volumes on each of ``hosts`` (none: the local engine): ``{containers, running,
+    volumes}``, or ``None`` counts with ``not_counted`` (why) when an engine did not answer."""
     from ..runner import list_containers, run_volumes
     from .hosts_cli import engines, workspace_volumes
 
@@ -69,11 +49,16 @@ async def count_recorded_leftovers(manifest: RunManifest, where: str) -> dict[st
     """:func:`count_leftovers` on the engines the run recorded. An engine that no longer
     resolves (its docker context was removed since) leaves the counts out and says why:
     showing a finished run must not depend on it."""
+    from ..config import recorded_config
     from ..errors import OrchestratorError
     from .hosts_cli import host_specs
 
+    try:  # the engines the run recorded; none (the local engine) in a record this version cannot read
+        config = recorded_config(manifest.config, where) if manifest.config else None
+    except Exception:
+        config = None
     try:
-        hosts = await host_specs(recorded_config(manifest, where))
+        hosts = await host_specs(config)
     except OrchestratorError as exc:
         return {"containers": None, "running": None, "volumes": None, "not_counted": str(exc)}
     return await count_leftovers(manifest.run_id, hosts)

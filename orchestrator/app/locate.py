@@ -1,10 +1,5 @@
-"""Where a run's folders are, for ``--list-runs``, ``--show-run``, ``--cleanup-run`` and ``--resume``.
-
-A run is written under the directory it was started from, not necessarily its
-repository: its host-wide owner record (:func:`.retention.record_owner`) finds
-it by id from anywhere, and a manifest kept with the logs after ``--cleanup-run``
-lets ``--show-run`` still read them.
-"""
+"""Where a run's folders are (``--list-runs``, ``--show-run``, ``--cleanup-run``, ``--resume``): under the directory
+it was started from, found by id from anywhere through its host-wide owner record (:func:`.retention.record_owner`)."""
 
 from __future__ import annotations
 
@@ -71,10 +66,8 @@ def _read(dirs: RunDirs, run_id: str) -> Located | None:
 
 
 def locate_run(run_id: str, *, repo: str | None = None, here: RunDirs | None = None) -> Located:
-    """The run ``run_id``: under the current run folders, else where it was written, else in ``repo``'s.
-
-    Raises :class:`UsageError` naming every place looked in.
-    """
+    """The run ``run_id``: under the current run folders, else where it was written, else in ``repo``'s; else a
+    :class:`UsageError` naming every place looked in."""
     check_run_id(run_id)
     here = here or RunDirs.from_env()
     places = [here]
@@ -162,10 +155,7 @@ def run_state(dirs: RunDirs, run_id: str) -> RunState:
 
 
 def unreadable_lines_warning(events_path: Path) -> str | None:
-    """One line about lines of a run's event log that are not events, or None when it is sound.
-
-    Blocking (reads the whole log): call it from a worker thread in async code.
-    """
+    """One line about lines of a run's event log that are not events, or None. Blocking: it reads the whole log."""
     from ..log.eventlog import describe_skipped, skipped_lines
 
     if not events_path.exists():

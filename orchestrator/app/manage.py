@@ -29,9 +29,9 @@ from ..log.runs import (
 )
 from ..log.state import FAILED, RunState, parse_ts, run_outcome
 from ..strategy_loader import BUILTINS, load_strategy
-from .leftovers import count_recorded_leftovers, counted
+from .leftovers import counted
 from .locate import kept_manifest, locate_run, repository_top, run_folders, run_state, runs_in, unreadable_lines_warning
-from .results import build_summary, check_repository, fmt_cost, render_summary
+from .results import fmt_cost, recorded_summary, render_summary
 from .retention import RESUMABLE
 
 if TYPE_CHECKING:
@@ -122,11 +122,8 @@ async def show_run(run_id: str, follow: bool, repo: str | None = None) -> int:
     warning = await anyio.to_thread.run_sync(unreadable_lines_warning, dirs.events(run_id))
     if warning:
         print(warning, file=sys.stderr, flush=True)
-    state = run_state(dirs, run_id)
-    live = is_live(dirs, run_id)  # whatever the log says so far, nothing is decided while it runs
-    checked = await anyio.to_thread.run_sync(check_repository, manifest, state)
-    left = None if live else await count_recorded_leftovers(manifest, str(dirs.manifest(run_id)))
-    summary = build_summary(manifest, state, checked, left, live=live)
+    # whatever the log says so far, nothing is decided while it runs
+    state, summary = await recorded_summary(dirs, manifest, live=is_live(dirs, run_id))
     print(render_summary(summary, results_path=dirs.results / run_id))
     print(f"\nPrompt: {manifest.prompt[:200]}{'…' if len(manifest.prompt) > 200 else ''}")
     print(
@@ -180,11 +177,8 @@ def show_run_html(run_id: str, *, open_browser: bool, repo: str | None = None) -
 
 
 def _strategy_hooks(manifest: RunManifest) -> StrategyHooks:
-    """The run's strategy's after-run hooks; none when its file cannot be loaded any more.
-
-    The summary never depends on them: a strategy file moved or edited since the
-    run only costs its own reports, with one line saying so.
-    """
+    """The run's strategy's after-run hooks, none when its file cannot be loaded any more: a strategy file moved or
+    edited since the run costs only its own reports (one line says so), never the summary."""
     from ..strategy import StrategyHooks
 
     try:
@@ -380,6 +374,18 @@ async def clean_containers(dry_run: bool, force: bool, config: Config | None = N
     return await _clean_containers_on(dirs, config, dry_run, force, None)
 
 
+def _confirmed(what: str, force: bool) -> bool:
+    """Whether to remove ``what``: yes with --force or without a terminal to ask, else the user's answer."""
+    if force or not sys.stdin.isatty():
+        return True
+    # Asked on this thread: nothing else runs yet, and a worker thread blocked in
+    # input() would keep Ctrl+C from ending the prompt.
+    if input(f"Remove {what}? [y/N] ").strip().lower() in ("y", "yes"):
+        return True
+    print("nothing removed")
+    return False
+
+
 def _victim_line(c: dict[str, Any], dry_run: bool, where: str = "") -> str:
     return (
         f"{'would remove' if dry_run else 'remove'} {c['name']}{where} ({c['status']}, "
@@ -396,15 +402,8 @@ async def _clean_containers_on(dirs: RunDirs, config: Config, dry_run: bool, for
         return 0
     for c in victims:
         print(_victim_line(c, dry_run))
-    if dry_run:
+    if dry_run or not _confirmed(f"{len(victims)} container(s)", force):
         return 0
-    if not force and sys.stdin.isatty():
-        # Blocking is fine: nothing else runs yet, and a worker thread blocked in
-        # input() would keep Ctrl+C from ending the prompt.
-        answer = input(f"Remove {len(victims)} container(s)? [y/N] ")  # noqa: ASYNC250
-        if answer.strip().lower() not in ("y", "yes"):
-            print("nothing removed")
-            return 0
     await remove_containers([c["name"] for c in victims], host=host)
     print(f"removed {len(victims)} container(s)")
     return 0
@@ -448,14 +447,9 @@ async def _clean_containers_on_hosts(dirs: RunDirs, config: Config, dry_run: boo
         if not total and not caches:
             print("no stopped orchestrator containers past retention")
             return 0
-        if dry_run:
+        what = f"{total} container(s)" + (f" and {caches} object cache(s)" if caches else "")
+        if dry_run or not _confirmed(what, force):
             return 0
-        if not force and sys.stdin.isatty():
-            what = f"{total} container(s)" + (f" and {caches} object cache(s)" if caches else "")
-            answer = await anyio.to_thread.run_sync(input, f"Remove {what}? [y/N] ")
-            if answer.strip().lower() not in ("y", "yes"):
-                print("nothing removed")
-                return 0
         for label, host, victims in found:
             if victims:
                 await remove_with_workspaces(host, [c["name"] for c in victims])

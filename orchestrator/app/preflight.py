@@ -1,14 +1,11 @@
-"""Pre-flight: everything checked before a run writes anything.
-
-A bad prompt, strategy, parameter, config, model, plugin, repository,
-credential or Docker problem ends with one line and exit 2, and no run
-directory exists afterwards.
-"""
+"""Pre-flight: everything checked before a run writes anything. A problem (prompt, strategy, configuration, model,
+plugin, repository, credentials, Docker) ends with one line and exit 2, and no run directory exists afterwards."""
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +15,7 @@ import anyio
 import msgspec
 
 from ..agent_image.tools import build_command, check_tools, required_tools
-from ..config import Config, LoadedConfig, load_config
+from ..config import Config, EnvironmentConfig, LoadedConfig, load_config
 from ..engine.engine import auto_parallel
 from ..errors import ConfigError, PreflightError, RunnerError, UsageError
 from ..log.runs import RunDirs, RunManifest
@@ -157,9 +154,38 @@ def _max_parallel(config: Config, value: int | str | None = None, hosts: tuple[H
     return value if total is None else min(total, value)
 
 
-def _check_disk(path: Path, config: Config, warnings: list[str]) -> None:
-    from .doctor import disk_check  # the same check as --doctor
+@dataclass(frozen=True)
+class Check:
+    """One line of ``--doctor``, and the checks a run's pre-flight makes the same way."""
 
+    status: str  # ok | warn | fail
+    name: str
+    detail: str
+    fix: str = ""
+
+    def line(self) -> str:
+        text = f"{self.status:<4}  {self.name}: {self.detail}"
+        return f"{text} -- fix: {self.fix}" if self.fix and self.status != "ok" else text
+
+
+def existing(path: Path) -> Path:
+    while not path.exists():
+        path = path.parent
+    return path
+
+
+def disk_check(path: Path, label: str, min_gb: float, hard_min_gb: float) -> Check:
+    probe = existing(path)
+    free_gb = shutil.disk_usage(probe).free / 1e9
+    detail = f"{free_gb:.1f} GB free under {probe}"
+    if free_gb < hard_min_gb:
+        return Check("fail", f"free disk ({label})", detail, f"at least {hard_min_gb:g} GB is needed: free some space")
+    if free_gb < min_gb:
+        return Check("warn", f"free disk ({label})", detail, f"recommended: {min_gb:g} GB")
+    return Check("ok", f"free disk ({label})", detail)
+
+
+def _check_disk(path: Path, config: Config, warnings: list[str]) -> None:
     check = disk_check(path, "disk", config.orchestration.min_free_disk_gb, config.orchestration.hard_min_free_disk_gb)
     if check.status == "fail":
         raise PreflightError(f"only {check.detail}; {check.fix}")
@@ -242,17 +268,16 @@ def _check_agent(
     loaded: LoadedConfig, plugin: RunnerPlugin, strategy: LoadedStrategy, *, model: str, mode: str | None, dry_run: bool
 ) -> AuthConfig:
     """The plugin against the model and the strategy, and its credentials: what a start and a resume both check."""
-    plugin_name = plugin.name
     models = plugin.known_models()
     if models is not None and model not in models:
         from ..parsing import did_you_mean
 
         names = ", ".join(sorted(k for k in models if "-" not in k)) or ", ".join(sorted(models))
         guess = did_you_mean(model, sorted(models))
-        raise ConfigError(f"unknown model {model!r} for plugin {plugin_name}{guess}; use one of: {names}")
+        raise ConfigError(f"unknown model {model!r} for plugin {plugin.name}{guess}; use one of: {names}")
     if strategy.options.requires_resume and not plugin.capabilities.supports_resume:
         raise PreflightError(
-            f"strategy {strategy.name} resumes agent sessions, which plugin {plugin_name} cannot do; "
+            f"strategy {strategy.name} resumes agent sessions, which plugin {plugin.name} cannot do; "
             "choose another --plugin"
         )
     auth = resolve_auth(loaded.environ, plugin=plugin, mode=mode, dry_run=dry_run)
@@ -264,12 +289,8 @@ def _check_agent(
 
 
 def _warm_imports(cluster: bool) -> None:
-    """Import docker-py (about 0.3 s of requests/urllib3), and the Kubernetes client for a run on a
-    cluster, while pre-flight reads config and git.
-
-    One thread imports both: two threads importing requests at once can each meet the
-    other's half-loaded module (ImportError: partially initialized module 'requests.utils').
-    """
+    """Import docker-py (0.3 s) and, on a cluster, the Kubernetes client while pre-flight reads config and git: in one
+    thread, since two threads importing requests at once can each meet the other's half-loaded module."""
     with contextlib.suppress(ImportError):
         import docker  # noqa: F401  (imported for its side effect: loading it now)
     if cluster:
@@ -316,17 +337,14 @@ async def prepare(args) -> Prepared:
     # The Docker check (a few daemon round trips) runs while git validates the
     # repository; a failure of an earlier check is still the one reported.
     docker = _EarlyCheck()
-    outcome: dict[str, Any] = {}
     async with anyio.create_task_group() as tg:
         tg.start_soon(docker.run, _check_engines, loaded.config, loaded.config.runner.docker_image, tools, hosts)
         try:
-            outcome["prep"] = await _prepare(args, loaded, plugin, hosts, docker)
+            return await _prepare(args, loaded, plugin, hosts, docker)
         except Exception as exc:  # raised below, outside the task group, unwrapped
-            outcome["error"] = exc
+            error = exc
             tg.cancel_scope.cancel()
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["prep"]
+    raise error
 
 
 async def _prepare(
@@ -392,6 +410,20 @@ async def _prepare(
     )
 
 
+def resolve_environment(env: EnvironmentConfig, repo: str, commit: str) -> Any:
+    """The project's environment as configured (``environment.resolve``'s spec), None without one."""
+    from ..agent_image import environment
+
+    return environment.resolve(
+        repo,
+        commit,
+        image=env.image,
+        dockerfile=env.dockerfile,
+        setup=list(env.setup),
+        use_devcontainer=env.devcontainer,
+    )
+
+
 async def _environment_image(
     config: Config, repo: str, base_commit: str, tools: tuple[str, ...], hosts: tuple[HostSpec, ...]
 ) -> str:
@@ -400,17 +432,7 @@ async def _environment_image(
     from ..agent_image.paths import cache_dir
 
     env = config.environment
-    spec = await anyio.to_thread.run_sync(
-        functools.partial(
-            environment.resolve,
-            repo,
-            base_commit,
-            image=env.image,
-            dockerfile=env.dockerfile,
-            setup=list(env.setup),
-            use_devcontainer=env.devcontainer,
-        )
-    )
+    spec = await anyio.to_thread.run_sync(resolve_environment, env, repo, base_commit)
     if env.devcontainer and (spec is None or spec.devcontainer):
         # A devcontainer edited but not committed is the first thing a user tries.
         note = await anyio.to_thread.run_sync(environment.worktree_note, repo, base_commit)

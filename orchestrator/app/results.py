@@ -1,8 +1,5 @@
-"""Results export: summary.json, branches.txt, metrics.csv and the human summary.
-
-Everything here is computed from the folded run state plus the manifest, so
-``--show-run`` on a finished run prints the same summary the run printed.
-"""
+"""Results export: summary.json, branches.txt, metrics.csv and the human summary, all computed from the run's fold
+and manifest, so ``--show-run`` on a finished run prints the summary the run printed."""
 
 from __future__ import annotations
 
@@ -12,6 +9,7 @@ import json
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import anyio
 import msgspec
 
 from ..log.runs import RunDirs, RunManifest
@@ -38,16 +36,14 @@ from ..report.selection import (
 )
 from ..sanitize import default_sanitizer
 from ..strategy import RunView
-from .leftovers import leftover_lines
+from .leftovers import count_recorded_leftovers, leftover_lines
+from .locate import run_state
 from .run_budget import spend_text, summary_of
 
 
 def _final_branches(strategies: list[dict[str, Any]], base: str, *, reviewed: bool = True) -> list[str]:
-    """The branches the executions selected and judged: the merge advice, never a branch nobody chose.
-
-    The base branch is where the run started, never a result to merge.
-    ``reviewed=False``: the picks nobody judged instead, named but not advised.
-    """
+    """The branches the executions selected and judged: the merge advice, never a branch nobody chose, nor the base
+    branch where the run started. ``reviewed=False``: the picks nobody judged instead, named but not advised."""
     return list(
         dict.fromkeys(
             s["selected_branch"]
@@ -80,6 +76,14 @@ def check_repository(manifest: RunManifest, state: RunState) -> RepositoryCheck:
     )
 
 
+async def recorded_summary(dirs: RunDirs, manifest: RunManifest, *, live: bool = False) -> tuple[RunState, dict]:
+    """A run's state and summary as its records and the repository tell them now (leftovers counted unless live)."""
+    state = run_state(dirs, manifest.run_id)
+    checked = await anyio.to_thread.run_sync(check_repository, manifest, state)
+    left = None if live else await count_recorded_leftovers(manifest, str(dirs.manifest(manifest.run_id)))
+    return state, build_summary(manifest, state, checked, left, live=live)
+
+
 # The summary's keys that copy the manifest, in their order; two say it in other words.
 _FROM_MANIFEST = (
     "run_id dry_run strategy strategy_spec params runs model plugin repo base_branch created_at finished_at"
@@ -95,12 +99,8 @@ def build_summary(
     *,
     live: bool = False,
 ) -> dict[str, Any]:
-    """The run's summary, with what ``repo`` found in the repository (nothing checked without it).
-
-    ``leftovers``: the run's containers and volumes as :func:`.leftovers.count_leftovers`
-    counted them; the summary then ends with them and the branches still there.
-    ``live``: a process is running the run now. Its status is :func:`run_outcome`'s, as everywhere.
-    """
+    """The run's summary, with what ``repo`` found in the repository (nothing checked without it), ending with the
+    ``leftovers`` :func:`.leftovers.count_leftovers` counted. ``live``: a process is running the run now."""
     status = run_outcome(state, live=live)
     unheld = repo.unheld if repo else None
     gone = repo.gone if repo else frozenset()

@@ -1,9 +1,6 @@
-"""Retention for what a run leaves outside its own directories: workspaces and session volumes.
-
-They expire after ``failure_retention_hours``, never while the run can still be resumed
-(docs/cli.md). The workspace root and Docker are shared by every directory on the host,
-so each run records the directories that own it; a run this host does not know is left alone.
-"""
+"""Retention of workspaces and session volumes: they expire after ``failure_retention_hours``, never while the run can
+be resumed (docs/cli.md). The workspace root and Docker are shared by every directory on the host, so each run
+records the directories that own it; a run this host does not know is left alone."""
 
 from __future__ import annotations
 

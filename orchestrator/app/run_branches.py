@@ -1,9 +1,5 @@
-"""The branches a finished run made, and which named branches a repository lacks.
-
-The :class:`~orchestrator.strategy.PrepareRuntime` the pre-flight supplies to a
-strategy's ``prepare`` (``synthesize -S from_run=RUN_ID``): the list it returns is
-recorded, so a resume never reads the other run again.
-"""
+"""The :class:`~orchestrator.strategy.PrepareRuntime` pre-flight supplies to a strategy's ``prepare``
+(``synthesize -S from_run=RUN_ID``): what ``prepare`` returns is recorded, so a resume never reads that run again."""
 
 from __future__ import annotations
 
@@ -24,11 +20,8 @@ def _natural(key: str) -> list[object]:
 
 
 def finished_run_branches(run_id: str, repo_path: str) -> list[str]:
-    """The branches the tasks of finished run ``run_id`` created in ``repo_path``, by task key.
-
-    Raises :class:`ConfigError` (one line) when the run is not found, not
-    finished, on another repository, or a branch of it is gone.
-    """
+    """The branches finished run ``run_id`` created in ``repo_path``, by task key; a one-line :class:`ConfigError`
+    when the run is not found, not finished, on another repository, or a branch of it is gone."""
     from .locate import locate_run
 
     what = f"-S from_run={run_id}"

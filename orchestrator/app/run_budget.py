@@ -1,7 +1,5 @@
-"""The run-wide spending cap as the command sees it: the flags, what can be measured, resume, the summary line.
-
-The counting itself is an engine hook (:mod:`orchestrator.engine.budget`).
-"""
+"""The run-wide spending cap as the command sees it (the flags, what can be measured, resume, the summary line);
+the counting itself is an engine hook (:mod:`orchestrator.engine.budget`)."""
 
 from __future__ import annotations
 
@@ -26,11 +24,8 @@ def cap_of(config: Config) -> BudgetCap | None:
 
 
 def rates_of(config: Config, plugin: RunnerPlugin) -> dict[str, tuple[float, float]]:
-    """Per-token prices for the live count: the configured ``pricing`` (per 1k), else Sonnet's list price.
-
-    The default applies only to a tool that reports its cost (Claude Code): its
-    reported cost replaces the estimate when each execution ends.
-    """
+    """Per-token prices for the live count: the configured ``pricing`` (per 1k), else Sonnet's list price for a tool
+    that reports its cost (Claude Code), whose reported cost replaces the estimate when each execution ends."""
     rates = {model: (i / 1000.0, o / 1000.0) for model, (i, o) in config.model_pricing().items()}
     if plugin.capabilities.supports_cost:
         rates.setdefault("*", DEFAULT_RATE)
