@@ -229,20 +229,15 @@ class DockerHost:
         hardening: Hardening | None = None,
         object_cache: str | None = None,
     ) -> ContainerReady:
-        """Reuse, start, replace or create the task's container.
+        """Reuse, start, replace or create the task's container: in the common case one worker-thread
+        hop (create, which creates a missing session volume, and start); a name conflict decides.
 
-        The common case (no container yet) is one worker-thread hop: create the
-        container (which creates a missing session volume) and start it. Only a
-        name conflict leads to an inspect and the reuse decision.
-
-        ``fresh_workspace``: the first container of this task in this process (the
-        workspace was just re-created, or is the one an interrupted task left). A
-        container still *running* then belongs to a process that died (SIGKILL leaves
-        ``sleep infinity`` and any agent exec running): its agent must not keep
-        writing beside the resumed one, and after a re-clone its bind mount points
-        at the deleted directory (an exec in it fails, exit 126). It is restarted
-        instead of reused: the stop ends the orphaned agent, the start binds the
-        directory again.
+        ``fresh_workspace``: the first container of this task in this process. A container
+        still *running* then belongs to a process that died (SIGKILL leaves ``sleep infinity``
+        and any agent exec running): its agent must not keep writing beside the resumed one,
+        and after a re-clone its bind mount points at the deleted directory (an exec in it
+        fails, exit 126). It is restarted instead: the stop ends the orphaned agent, the start
+        binds the directory again.
         """
         client = await self.client()
         name = request.container_name

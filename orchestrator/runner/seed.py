@@ -1,14 +1,8 @@
-"""Workspace seeds: files an image carries for every workspace, copied into each task's clone.
+"""Workspace seeds: the git-ignored files an image's setup made (label :data:`~.types.SEED_LABEL`),
+taken out once per image id and copied into each task's clone (docs/environment.md).
 
-An image may name, with the label :data:`~.types.SEED_LABEL`, a directory
-whose contents belong in the workspace but that git ignores: a project's
-``node_modules/`` or ``.venv/``, made once when the image was built. The
-runner takes that directory out of the image once per image id, into a cache
-beside the workspaces, and copies it into each fresh clone on the host before
-the agent or command starts. Copying on the host (not inside the container)
-means a read-only review or evaluation workspace gets it too, and a remote
-engine gets it with the clone it already receives; a copy per workspace means
-one task changing those files cannot change another's.
+Copied on the host, not in the container: a read-only review workspace gets them too, and a
+remote engine gets them with the clone it already receives.
 """
 
 from __future__ import annotations
