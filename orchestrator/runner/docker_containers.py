@@ -14,10 +14,10 @@ import functools
 import os
 import re
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -83,6 +83,21 @@ def translate_docker_error(exc: BaseException, what: str) -> RunnerError:
     return ContainerError(f"{what}: {exc}", retryable=retryable)
 
 
+class OncePerKey(Generic[T]):
+    """Values worked out once per key (an image): a run's tasks start together, one works it out, the rest wait."""
+
+    def __init__(self, known: dict[str, T] | None = None) -> None:
+        self.values: dict[str, T] = dict(known or {})
+        self._locks: dict[str, anyio.Lock] = {}
+
+    async def get(self, key: str, compute: Callable[[], Awaitable[T]]) -> T:
+        if key not in self.values:
+            async with self._locks.setdefault(key, anyio.Lock()):
+                if key not in self.values:  # a compute that raised kept nothing: this asker tries again
+                    self.values[key] = await compute()
+        return self.values[key]
+
+
 class DockerHost:
     """One docker client plus the thread limiter every blocking call runs under."""
 
@@ -103,9 +118,8 @@ class DockerHost:
         self._client: Any = None
         self._client_lock = threading.Lock()
         self.limiter = limiter or anyio.CapacityLimiter(DEFAULT_THREADS)
-        self.home_ok_images: set[str] = set()
-        self.home_bad_images: set[str] = set()
-        self.home_check_locks: dict[str, anyio.Lock] = {}
+        # images whose fresh session volumes get a node-owned /home/node
+        self.home_writable: OncePerKey[bool] = OncePerKey()
 
     async def client(self) -> Any:
         if self._client is None:
@@ -574,20 +588,13 @@ async def _ensure_home_writable(host: DockerHost, request: InstanceRequest, volu
     it (a container whose user is non-root gets no capabilities, even for
     ``exec --user root``), so a short-lived root container fixes it instead.
     """
-    image = request.docker_image
-    if image in host.home_ok_images:
+
+    async def writable() -> bool:
+        code, _ = await host.exec_simple(request.container_name, ["test", "-w", HOME_MOUNT])
+        return code == 0
+
+    if await host.home_writable.get(request.docker_image, writable):
         return
-    # Tasks of a run start together: one of them looks, the others wait for its answer.
-    async with host.home_check_locks.setdefault(image, anyio.Lock()):
-        if image in host.home_ok_images:
-            return
-        if image not in host.home_bad_images:
-            code, _ = await host.exec_simple(request.container_name, ["test", "-w", HOME_MOUNT])
-            if code == 0:
-                # This image gives fresh volumes a node-owned /home/node: no need to look again.
-                host.home_ok_images.add(image)
-                return
-            host.home_bad_images.add(image)
     from docker.types import Mount
 
     client = await host.client()

@@ -28,7 +28,7 @@ from . import git_ops, structured
 from .base import RunnerEventCallback
 from .docker_agent import AgentExec, Attempt
 from .docker_collect import Collector
-from .docker_containers import DockerHost, workspace_read_only
+from .docker_containers import DockerHost, OncePerKey, workspace_read_only
 from .docker_core import (
     AGENT_STOP_GRACE_S,
     ContainerStopper,
@@ -139,9 +139,8 @@ class DockerRunner:
             git_logger.setLevel(logging.INFO)  # the audit lines are INFO; the root default would drop them
         self.pricing = dict(pricing or {})
         # Images known to exist (the CLI's pre-flight has just checked its image).
-        self._images_seen: set[str] = set(known_images)
+        self._images = OncePerKey(dict.fromkeys(known_images, True))
         self.seeds = SeedCache(git_ops.workspace_root() / ".seeds")
-        self._image_locks: dict[str, anyio.Lock] = {}
         # The phases share one emitter and one stopper (which knows the agents that may still run).
         self.emit_event = TaskEvents(self.log, self.sanitizer)
         self.stopper = ContainerStopper(self.host, self.emit_event)
@@ -429,15 +428,12 @@ class DockerRunner:
         return plugin
 
     async def _check_image(self, image: str) -> None:
-        if image in self._images_seen:
-            return
-        # The tasks of a run start together: one of them asks, the others wait for it.
-        async with self._image_locks.setdefault(image, anyio.Lock()):
-            if image in self._images_seen:
-                return
+        async def exists() -> bool:
             if not await self.host.image_exists(image):
-                raise ContainerError(f"image {image} not found; {IMAGE_HINT}")
-            self._images_seen.add(image)
+                raise ContainerError(f"image {image} not found; {IMAGE_HINT}")  # asked again by the next task
+            return True
+
+        await self._images.get(image, exists)
 
     async def _execute_with_retries(
         self,

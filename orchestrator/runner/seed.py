@@ -15,10 +15,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import anyio
-
 from ..errors import ContainerError
-from .docker_containers import DockerHost
+from .docker_containers import DockerHost, OncePerKey
 from .types import SEED_LABEL
 
 
@@ -27,21 +25,15 @@ class SeedCache:
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self._found: dict[str, Path | None] = {}
-        self._locks: dict[str, anyio.Lock] = {}
+        self._found: OncePerKey[Path | None] = OncePerKey()
 
     async def for_image(self, host: DockerHost, image: str) -> Path | None:
         """The host directory holding ``image``'s seed, or None when it has none."""
-        if image in self._found:
-            return self._found[image]
-        lock = self._locks.setdefault(image, anyio.Lock())
-        async with lock:
-            if image not in self._found:
-                client = await host.client()
-                self._found[image] = await host.call(
-                    f"take the workspace seed out of {image}", self._take, client, image
-                )
-        return self._found[image]
+
+        async def take() -> Path | None:
+            return await host.call(f"take the workspace seed out of {image}", self._take, await host.client(), image)
+
+        return await self._found.get(image, take)
 
     def _take(self, client: Any, image: str) -> Path | None:
         info = client.api.inspect_image(image)
