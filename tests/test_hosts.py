@@ -585,7 +585,7 @@ def test_read_only_archive_copy_cannot_be_changed_by_the_agent(tmp_path, private
     in a volume that was not filled from the image (so its root is root's too)."""
     import anyio
 
-    from orchestrator.runner.docker_containers import host_config_kwargs
+    from orchestrator.runner.docker_containers import TaskMounts, host_config_kwargs, workspace_read_only
     from orchestrator.runner.hosts import HostSpec, docker_host
 
     repo = make_repo(tmp_path / "repo")
@@ -598,11 +598,8 @@ def test_read_only_archive_copy_cannot_be_changed_by_the_agent(tmp_path, private
         container_name="h18-ro-test",
         import_policy="never",
     )
-    mount = next(
-        m
-        for m in host_config_kwargs(request, workspace=ws, volume="v", workspace_volume="wv")["mounts"]
-        if m["Target"] == "/workspace"
-    )
+    mounts = TaskMounts(ws, "v", workspace_read_only(request), workspace_volume="wv")
+    mount = next(m for m in host_config_kwargs(request, mounts)["mounts"] if m["Target"] == "/workspace")
     nocopy = ":nocopy" if (mount.get("VolumeOptions") or {}).get("NoCopy") else ""
     name, volume = "h18-ro-test", "h18-ro-test-vol"
     private_engine.docker(

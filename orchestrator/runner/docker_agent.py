@@ -1,10 +1,4 @@
-"""The agent's execution in its task's container: one attempt, and what it left uncommitted.
-
-An attempt makes sure the container runs, builds the agent's command (under
-the agent wrapper when its uncommitted work is looked at), writes the plugin's
-files into the container, and runs the exec under the task's timeout with the
-resource watchdog alongside.
-"""
+"""The agent's execution in its task's container: one attempt, and what it left uncommitted."""
 
 from __future__ import annotations
 
@@ -150,11 +144,7 @@ class Attempt:
 
 @dataclass(eq=False)
 class AgentExec:
-    """The agent in its task's container: one execution attempt, and what it left uncommitted.
-
-    ``workspace``: a retry on a remote engine copies the clone in again when the
-    container's volume lost it.
-    """
+    """``workspace``: a retry on a remote engine copies the clone in again when the container's volume lost it."""
 
     host: DockerHost
     hardening: Hardening
@@ -176,10 +166,7 @@ class AgentExec:
         n: int,
         first: dict[str, Any] | None = None,
     ) -> Attempt:
-        """Attempt ``n`` (0-based): the container, the agent's command and its exec under the timeout.
-
-        ``first``: the first attempt's container, started alongside the clone.
-        """
+        """Attempt ``n`` (0-based); ``first``: the first attempt's container, started alongside the clone."""
         ready = await self._container(request, workspace, on_event, n, first)
         if isinstance(ready, Attempt):
             return ready
@@ -356,12 +343,12 @@ class AgentExec:
                 await self.stopper.end_agent(request, on_event)
                 self.stopper.live_agents.discard(request.container_name)
 
-        ran: dict[str, Any] = {}
+        error: RunnerError | None = None
         with anyio.fail_after(request.timeout_seconds):
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._watch, request, probe, tripped, on_event)
                 try:
-                    ran["output"] = await self.host.run_exec(
+                    output: ExecOutput = await self.host.run_exec(
                         request.container_name,
                         argv,
                         env=env,
@@ -374,12 +361,11 @@ class AgentExec:
                 except RunnerError as exc:
                     # Kept inside the group: leaving it would wrap the error in an
                     # ExceptionGroup, and a Docker failure would pass for a bug of ours.
-                    ran["error"] = exc
+                    error = exc
                 finally:
                     tg.cancel_scope.cancel()
-        if "error" in ran:
-            raise ran["error"]
-        output: ExecOutput = ran["output"]
+        if error is not None:
+            raise error
         return output
 
     async def _verdict(

@@ -14,10 +14,10 @@ import functools
 import os
 import re
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -83,6 +83,21 @@ def translate_docker_error(exc: BaseException, what: str) -> RunnerError:
     return ContainerError(f"{what}: {exc}", retryable=retryable)
 
 
+class OncePerKey(Generic[T]):
+    """Values worked out once per key (an image): a run's tasks start together, one works it out, the rest wait."""
+
+    def __init__(self, known: dict[str, T] | None = None) -> None:
+        self.values: dict[str, T] = dict(known or {})
+        self._locks: dict[str, anyio.Lock] = {}
+
+    async def get(self, key: str, compute: Callable[[], Awaitable[T]]) -> T:
+        if key not in self.values:
+            async with self._locks.setdefault(key, anyio.Lock()):
+                if key not in self.values:  # a compute that raised kept nothing: this asker tries again
+                    self.values[key] = await compute()
+        return self.values[key]
+
+
 class DockerHost:
     """One docker client plus the thread limiter every blocking call runs under."""
 
@@ -103,9 +118,8 @@ class DockerHost:
         self._client: Any = None
         self._client_lock = threading.Lock()
         self.limiter = limiter or anyio.CapacityLimiter(DEFAULT_THREADS)
-        self.home_ok_images: set[str] = set()
-        self.home_bad_images: set[str] = set()
-        self.home_check_locks: dict[str, anyio.Lock] = {}
+        # images whose fresh session volumes get a node-owned /home/node
+        self.home_writable: OncePerKey[bool] = OncePerKey()
 
     async def client(self) -> Any:
         if self._client is None:
@@ -170,8 +184,11 @@ class DockerHost:
     async def inspect_container(self, name: str) -> dict | None:
         return await self._unless_missing(f"inspect container {name}", "inspect_container", name)
 
+    async def inspect_image(self, image: str) -> dict | None:
+        return await self._unless_missing(f"inspect image {image}", "inspect_image", image)
+
     async def image_exists(self, image: str) -> bool:
-        return await self._unless_missing(f"inspect image {image}", "inspect_image", image) is not None
+        return await self.inspect_image(image) is not None
 
     # `timeout` is Docker's grace period before SIGKILL, not a deadline for this call.
     async def stop(self, name: str, *, timeout: float = 2) -> None:  # noqa: ASYNC109
@@ -226,25 +243,26 @@ class DockerHost:
         hardening: Hardening | None = None,
         object_cache: str | None = None,
     ) -> ContainerReady:
-        """Reuse, start, replace or create the task's container.
+        """Reuse, start, replace or create the task's container: in the common case one worker-thread
+        hop (create, which creates a missing session volume, and start); a name conflict decides.
 
-        The common case (no container yet) is one worker-thread hop: create the
-        container (which creates a missing session volume) and start it. Only a
-        name conflict leads to an inspect and the reuse decision.
-
-        ``fresh_workspace``: the first container of this task in this process (the
-        workspace was just re-created, or is the one an interrupted task left). A
-        container still *running* then belongs to a process that died (SIGKILL leaves
-        ``sleep infinity`` and any agent exec running): its agent must not keep
-        writing beside the resumed one, and after a re-clone its bind mount points
-        at the deleted directory (an exec in it fails, exit 126). It is restarted
-        instead of reused: the stop ends the orphaned agent, the start binds the
-        directory again.
+        ``fresh_workspace``: the first container of this task in this process. A container
+        still *running* then belongs to a process that died (SIGKILL leaves ``sleep infinity``
+        and any agent exec running): its agent must not keep writing beside the resumed one,
+        and after a re-clone its bind mount points at the deleted directory (an exec in it
+        fails, exit 126). It is restarted instead: the stop ends the orphaned agent, the start
+        binds the directory again.
         """
         client = await self.client()
         name = request.container_name
-        ws_volume = f"{WORKSPACE_VOLUME_PREFIX}{name}" if self.archive else None
-        objects = shared_objects_dir(request, workspace, archive=self.archive)
+        mounts = TaskMounts(
+            workspace,
+            volume,
+            workspace_read_only(request),
+            workspace_volume=f"{WORKSPACE_VOLUME_PREFIX}{name}" if self.archive else None,
+            objects=shared_objects_dir(request, workspace, archive=self.archive),
+            object_cache=object_cache,
+        )
         spec = create_kwargs(request, self.name)
         # A remote engine cannot bind a file of this machine: its offline containers keep network_mode none.
         no_network = request.network_egress == "offline" and not self.archive
@@ -252,30 +270,14 @@ class DockerHost:
             spec["network_disabled"] = True
 
         def host_config() -> dict[str, Any]:
-            return host_config_kwargs(
-                request,
-                workspace=workspace,
-                volume=volume,
-                hardening=hardening,
-                workspace_volume=ws_volume,
-                objects=objects,
-                object_cache=object_cache,
-                offline_hosts=offline_hosts_file(workspace.parent) if no_network else None,
-            )
+            offline_hosts = offline_hosts_file(workspace.parent) if no_network else None
+            return host_config_kwargs(request, mounts, hardening, offline_hosts)
 
         create = functools.partial(_create_and_start, client, name, host_config, spec)
         existing = await self.call(f"create container {name}", create)
         action, reason = "created", ""
         if existing is not None:
-            ok, reason = mounts_match(
-                existing,
-                workspace=workspace,
-                volume=volume,
-                read_only=workspace_read_only(request),
-                workspace_volume=ws_volume,
-                objects=objects,
-                object_cache=object_cache,
-            )
+            ok, reason = mounts_match(existing, mounts)
             if not request.reuse_container:
                 ok, reason = False, "reuse_container is false"
             if ok:
@@ -443,65 +445,65 @@ def offline_hosts_file(run_folder: Path) -> Path:
     return path
 
 
+@dataclass(frozen=True)
+class TaskMounts:
+    """What a task's container mounts: it is created with these, and an existing one is reused only with these."""
+
+    workspace: Path
+    volume: str  # the session volume, at /home/node
+    read_only: bool  # the workspace
+    # A remote engine's per-task volume for /workspace instead of the bind mount
+    # (writable, so the archive copy can land in it).
+    workspace_volume: str | None = None
+    # The run's object store (``shared_objects``), mounted read-only at the path the
+    # clone's (relative) alternates name in the container.
+    objects: Path | None = None
+    # A remote engine's object cache volume (object_cache.py), mounted read-only
+    # where the copied-in clone's alternates name it.
+    object_cache: str | None = None
+
+
 def host_config_kwargs(
-    request: InstanceRequest,
-    *,
-    workspace: Path,
-    volume: str,
-    hardening: Hardening | None = None,
-    workspace_volume: str | None = None,
-    objects: Path | None = None,
-    object_cache: str | None = None,
-    offline_hosts: Path | None = None,
+    request: InstanceRequest, mounts: TaskMounts, hardening: Hardening | None = None, offline_hosts: Path | None = None
 ) -> dict[str, Any]:
-    """``workspace_volume``: a remote engine's per-task volume for /workspace instead
-    of the bind mount (writable, so the archive copy can land in it).
-    ``object_cache``: a remote engine's object cache volume (object_cache.py),
-    mounted read-only where the copied-in clone's alternates name it.
-    ``objects``: the run's object store (``shared_objects``), mounted read-only at
-    the path the clone's (relative) alternates name in the container.
-    ``offline_hosts``: an offline container created with ``network_disabled``
-    (local engine) gets this file as its /etc/hosts instead of ``network_mode: none``."""
+    """``offline_hosts``: an offline container created with ``network_disabled`` (local
+    engine) gets this file as its /etc/hosts instead of ``network_mode: none``."""
     from docker.types import Mount, Ulimit
 
     hardening = hardening or Hardening()
-    mode = "ro" if workspace_read_only(request) else "rw"
     relabel = ",z" if selinux_enabled() else ""
-    binds = [] if workspace_volume else [f"{workspace}:{WORKSPACE_MOUNT}:{mode}{relabel}"]
-    if objects is not None:
+    binds = []
+    if not mounts.workspace_volume:
+        binds.append(f"{mounts.workspace}:{WORKSPACE_MOUNT}:{'ro' if mounts.read_only else 'rw'}{relabel}")
+    if mounts.objects is not None:
         from .git_ops import store_mount_point
 
         # Read-only: no container can add, change or delete what every task borrows.
-        binds.append(f"{objects}:{store_mount_point(objects)}:ro{relabel}")
+        binds.append(f"{mounts.objects}:{store_mount_point(mounts.objects)}:ro{relabel}")
     if offline_hosts is not None:
         binds.append(f"{offline_hosts}:/etc/hosts:ro{relabel}")
-    kwargs: dict[str, Any] = {
-        "binds": binds,
-        # The daemon creates a missing named volume with these labels as part of
-        # the container create (no separate volume call per task); an existing one
-        # (the session group's, or a resumed run's) is mounted as it is.
-        "mounts": [Mount(target=HOME_MOUNT, source=volume, type="volume", labels=volume_labels(request))]
+    # The daemon creates a missing named volume with these labels as part of the
+    # container create (no separate volume call per task); an existing one (the
+    # session group's, or a resumed run's) is mounted as it is.
+    volumes = [Mount(target=HOME_MOUNT, source=mounts.volume, type="volume", labels=volume_labels(request))]
+    if mounts.workspace_volume:
         # A read-only workspace volume starts empty and root-owned (no_copy: not filled
         # from the image's node-owned /workspace), so the agent cannot add files to it.
-        + (
-            [
-                Mount(
-                    target=WORKSPACE_MOUNT,
-                    source=workspace_volume,
-                    type="volume",
-                    labels=volume_labels(request),
-                    no_copy=workspace_read_only(request),
-                )
-            ]
-            if workspace_volume
-            else []
+        volumes.append(
+            Mount(
+                target=WORKSPACE_MOUNT,
+                source=mounts.workspace_volume,
+                type="volume",
+                labels=volume_labels(request),
+                no_copy=mounts.read_only,
+            )
         )
+    if mounts.object_cache:
         # Read-only: no task can add, change or delete what the engine's tasks borrow.
-        + (
-            [Mount(target=OBJECT_CACHE_MOUNT, source=object_cache, type="volume", read_only=True)]
-            if object_cache
-            else []
-        ),
+        volumes.append(Mount(target=OBJECT_CACHE_MOUNT, source=mounts.object_cache, type="volume", read_only=True))
+    kwargs: dict[str, Any] = {
+        "binds": binds,
+        "mounts": volumes,
         "tmpfs": {"/tmp": TMPFS_OPTIONS},
         "read_only": True,
         "nano_cpus": int(float(request.container_limits.cpus) * 1_000_000_000),
@@ -521,40 +523,31 @@ def host_config_kwargs(
     return kwargs
 
 
-def mounts_match(
-    info: dict,
-    *,
-    workspace: Path,
-    volume: str,
-    read_only: bool,
-    workspace_volume: str | None = None,
-    objects: Path | None = None,
-    object_cache: str | None = None,
-) -> tuple[bool, str]:
+def mounts_match(info: dict, want: TaskMounts) -> tuple[bool, str]:
     """Whether an existing container has exactly the mounts this request needs."""
     mounts = {m.get("Destination"): m for m in info.get("Mounts") or []}
-    if object_cache is not None:
+    if want.object_cache is not None:
         cache = mounts.get(OBJECT_CACHE_MOUNT)
-        if cache is None or cache.get("RW") or cache.get("Name") != object_cache:
+        if cache is None or cache.get("RW") or cache.get("Name") != want.object_cache:
             return False, "the object cache must be mounted read-only"
-    if objects is not None:
+    if want.objects is not None:
         from .git_ops import store_mount_point
 
-        store = mounts.get(store_mount_point(objects))
-        if store is None or store.get("RW") or os.path.realpath(store.get("Source", "")) != str(objects):
+        store = mounts.get(store_mount_point(want.objects))
+        if store is None or store.get("RW") or os.path.realpath(store.get("Source", "")) != str(want.objects):
             return False, "the object store must be mounted read-only at the path the alternates name"
     ws = mounts.get(WORKSPACE_MOUNT)
     home = mounts.get(HOME_MOUNT)
     if ws is None or home is None:
         return False, "missing /workspace or /home/node mount"
-    if workspace_volume is not None:
-        if ws.get("Name") != workspace_volume:
+    if want.workspace_volume is not None:
+        if ws.get("Name") != want.workspace_volume:
             return False, "workspace volume changed"
-    elif os.path.realpath(ws.get("Source", "")) != os.path.realpath(workspace):
+    elif os.path.realpath(ws.get("Source", "")) != os.path.realpath(want.workspace):
         return False, "workspace path changed"
-    if bool(ws.get("RW")) == read_only:
-        return False, "workspace must be read-only" if read_only else "workspace must be writable"
-    if home.get("Name") != volume:
+    if bool(ws.get("RW")) == want.read_only:
+        return False, "workspace must be read-only" if want.read_only else "workspace must be writable"
+    if home.get("Name") != want.volume:
         return False, "session volume changed"
     return True, ""
 
@@ -595,20 +588,13 @@ async def _ensure_home_writable(host: DockerHost, request: InstanceRequest, volu
     it (a container whose user is non-root gets no capabilities, even for
     ``exec --user root``), so a short-lived root container fixes it instead.
     """
-    image = request.docker_image
-    if image in host.home_ok_images:
+
+    async def writable() -> bool:
+        code, _ = await host.exec_simple(request.container_name, ["test", "-w", HOME_MOUNT])
+        return code == 0
+
+    if await host.home_writable.get(request.docker_image, writable):
         return
-    # Tasks of a run start together: one of them looks, the others wait for its answer.
-    async with host.home_check_locks.setdefault(image, anyio.Lock()):
-        if image in host.home_ok_images:
-            return
-        if image not in host.home_bad_images:
-            code, _ = await host.exec_simple(request.container_name, ["test", "-w", HOME_MOUNT])
-            if code == 0:
-                # This image gives fresh volumes a node-owned /home/node: no need to look again.
-                host.home_ok_images.add(image)
-                return
-            host.home_bad_images.add(image)
     from docker.types import Mount
 
     client = await host.client()

@@ -6,7 +6,7 @@ back to :meth:`~.docker_runner.DockerRunner.run`.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 import anyio
@@ -49,6 +49,7 @@ END_AGENT_SCRIPT = (
 )
 
 
+@dataclass(eq=False)
 class TaskFailed(Exception):
     """A phase's verdict that its task failed, handed to the one failure exit (``DockerRunner._failed``).
 
@@ -56,27 +57,18 @@ class TaskFailed(Exception):
     the phase's ``runner.instance.failed`` event carries, as each phase always has.
     """
 
-    def __init__(
-        self,
-        phase: str,
-        error_type: ErrorCategory,
-        message: str,
-        *,
-        status: Status = "failed",
-        stop: bool = True,
-        exit_code: int | None = None,
-        final_message: str | None = None,
-        reported: tuple[str, ...] = (),
-    ) -> None:
-        super().__init__(message)
-        self.phase = phase
-        self.error_type: ErrorCategory = error_type
-        self.message = message
-        self.status: Status = status
-        self.stop = stop
-        self.exit_code = exit_code
-        self.final_message = final_message
-        self.reported = reported
+    phase: str
+    error_type: ErrorCategory
+    message: str
+    _: KW_ONLY
+    status: Status = "failed"
+    stop: bool = True
+    exit_code: int | None = None
+    final_message: str | None = None
+    reported: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        super().__init__(self.message)
 
     @classmethod
     def of_error(cls, phase: str, error: RunnerError, exit_code: int | None, **fields: Any) -> TaskFailed:

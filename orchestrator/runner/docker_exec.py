@@ -6,13 +6,10 @@ the prompt can be written to stdin when the plugin asks for it (prompts over
 are read one at a time on a worker thread; the event loop parses them and
 forwards each :class:`AgentEvent` as it arrives.
 
-On cancellation (task timeout or Ctrl+C) a caller that says how to end the
-process (an agent: its grace to save its session) has it ended while the
-output is read on to its end: the lines an agent writes last, and on a loaded
-machine or a slow link even its first (the one naming its session), may not
-have been read yet, and a resume without the session pays for the work again.
-Then the socket is shut down, which wakes the blocked reader thread; the caller
-stops the container, which kills the exec'd process with it.
+On cancellation (task timeout or Ctrl+C) the output is read on while the process
+is ended (``on_cancel``): the lines an agent writes last, and on a loaded machine
+even its first (the one naming its session), may not have been read yet, and a
+resume without the session pays for the work again.
 
 This is where a task's output enters the process, so its terminal codes are
 taken out here, once (docs/cli.md, "Output without terminal codes").

@@ -28,7 +28,7 @@ from . import git_ops, structured
 from .base import RunnerEventCallback
 from .docker_agent import AgentExec, Attempt
 from .docker_collect import Collector
-from .docker_containers import DockerHost, workspace_read_only
+from .docker_containers import DockerHost, OncePerKey, workspace_read_only
 from .docker_core import (
     AGENT_STOP_GRACE_S,
     ContainerStopper,
@@ -139,29 +139,26 @@ class DockerRunner:
             git_logger.setLevel(logging.INFO)  # the audit lines are INFO; the root default would drop them
         self.pricing = dict(pricing or {})
         # Images known to exist (the CLI's pre-flight has just checked its image).
-        self._images_seen: set[str] = set(known_images)
+        self._images = OncePerKey(dict.fromkeys(known_images, True))
         self.seeds = SeedCache(git_ops.workspace_root() / ".seeds")
-        self._image_locks: dict[str, anyio.Lock] = {}
-        # The phases, and what they share: one emitter, one stopper (which knows
-        # the agents that may still run).
-        # one runner event of a task: to runner.jsonl, and scrubbed to the caller
-        self.events = self.emit_event = TaskEvents(self.log, self.sanitizer)
-        self.stopper = ContainerStopper(self.host, self.events)
+        # The phases share one emitter and one stopper (which knows the agents that may still run).
+        self.emit_event = TaskEvents(self.log, self.sanitizer)
+        self.stopper = ContainerStopper(self.host, self.emit_event)
         self.reaper = WorkspaceReaper()
         self.workspace = WorkspaceSetup(
-            self.host, self.hardening, self.seeds, self.events, ObjectCache(object_cache), self.reaper
+            self.host, self.hardening, self.seeds, self.emit_event, ObjectCache(object_cache), self.reaper
         )
         self.agent = AgentExec(
             self.host,
             self.hardening,
             self.auth,
             self.sanitizer,
-            self.events,
+            self.emit_event,
             self.stopper,
             self.workspace,
             dry_run=dry_run,
         )
-        self.collector = Collector(self.host, self.hardening, self.auth, self.events, self.stopper)
+        self.collector = Collector(self.host, self.hardening, self.auth, self.emit_event, self.stopper)
 
     def stop_log_forwarding(self) -> None:
         """Stop copying the git layer's log lines into this runner's runner.jsonl (another runner does it)."""
@@ -215,7 +212,8 @@ class DockerRunner:
             with anyio.CancelScope(shield=True):
                 if task.container_known:
                     with anyio.move_on_after(AGENT_STOP_GRACE_S + 15):
-                        await self._stop_interrupted(task.request, on_event)
+                        # kept, with its workspace, for --resume
+                        await self.stopper.stop_quietly(task.request, on_event)
                 self.emit_event(
                     task.request,
                     on_event,
@@ -224,10 +222,6 @@ class DockerRunner:
                     workspace_path=str(task.workspace) if task.workspace else None,
                 )
             raise
-
-    async def _stop_interrupted(self, request: InstanceRequest, on_event: RunnerEventCallback | None) -> None:
-        """Ctrl+C: the container is stopped (kept, with its workspace, for ``--resume``)."""
-        await self.stopper.stop_quietly(request, on_event)
 
     async def _pipeline(self, task: _Task, plugin: RunnerPlugin) -> RunnerResult:
         """validate -> workspace + container -> execute -> output -> collect -> cleanup."""
@@ -337,11 +331,8 @@ class DockerRunner:
         )  # like final_message: no secret leaves
 
     def _reusable(self, request: InstanceRequest, workspace: Path) -> Path | None:
-        """The run's object store when this finished checkout may serve a later task (see workspace_reuse.py).
-
-        Only a local ``shared_objects`` checkout whose container was stopped: no
-        process of the agent is left to write into it.
-        """
+        """The run's object store when this finished checkout may serve a later task (workspace_reuse.py):
+        only a local ``shared_objects`` checkout whose container was stopped, so no agent writes into it."""
         if request.isolation_mode != "shared_objects" or self.host.archive or not request.finalize:
             return None
         if request.container_name not in self.stopper.stopped:
@@ -437,15 +428,12 @@ class DockerRunner:
         return plugin
 
     async def _check_image(self, image: str) -> None:
-        if image in self._images_seen:
-            return
-        # The tasks of a run start together: one of them asks, the others wait for it.
-        async with self._image_locks.setdefault(image, anyio.Lock()):
-            if image in self._images_seen:
-                return
+        async def exists() -> bool:
             if not await self.host.image_exists(image):
-                raise ContainerError(f"image {image} not found; {IMAGE_HINT}")
-            self._images_seen.add(image)
+                raise ContainerError(f"image {image} not found; {IMAGE_HINT}")  # asked again by the next task
+            return True
+
+        await self._images.get(image, exists)
 
     async def _execute_with_retries(
         self,
@@ -455,13 +443,10 @@ class DockerRunner:
         first: dict[str, Any] | None = None,
         follow_up: bool = False,
     ) -> tuple[Attempt, dict[str, Any], ExecOutput | None]:
-        """Phases 3-4 with retries. Returns (last attempt, accumulated usage, last exec output).
+        """Phases 3-4 with retries: (last attempt, accumulated usage, last exec output).
 
-        ``request``: the task's, or its output repair turn's.
-        ``first``: the outcome of the first attempt's container start, made
-        alongside the clone (see :meth:`_workspace_and_container`).
-        ``follow_up``: another turn in the workspace and session of an execution
-        that just finished (the output repair turn), not a fresh start.
+        ``first``: the first attempt's container, started alongside the clone.
+        ``follow_up``: the output repair turn, in the session of the execution that just finished.
         """
         on_event, workspace = task.on_event, task.workspace
         assert workspace is not None
@@ -549,12 +534,8 @@ class DockerRunner:
     async def _structured_output(
         self, task: _Task, plugin: RunnerPlugin, out: ExecOutput, total: dict[str, Any]
     ) -> tuple[ExecOutput, Any]:
-        """Validate the answer against ``output_schema``; one repair turn in the same session if it fails.
-
-        Returns (the execution whose answer is valid, the parsed answer), or
-        raises the failure (phase ``output``). ``total`` (usage, session id) is
-        updated in place.
-        """
+        """(the execution whose answer is valid, the answer): one repair turn in the same session
+        if the first answer does not match ``output_schema``. ``total`` is updated in place."""
         request, on_event = task.request, task.on_event
         schema = request.output_schema
         assert schema is not None

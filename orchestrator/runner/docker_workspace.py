@@ -65,12 +65,7 @@ def _move_in(spare: tuple[Path, Path], workspace: Path) -> tuple[Path, Path] | N
 
 @dataclass(eq=False)
 class WorkspaceSetup:
-    """The workspace phase: the task's clone (or the workspace it left) and its first container.
-
-    :meth:`prepare` returns what the first attempt starts from, or raises
-    :class:`~.docker_core.TaskFailed` (phase ``workspace``). On a remote engine
-    it also copies the clone in, which a retry does again (:meth:`archive_copy_in`).
-    """
+    """The workspace phase: the task's clone (or the workspace it left) and its first container."""
 
     host: DockerHost
     hardening: Hardening
@@ -83,13 +78,11 @@ class WorkspaceSetup:
     async def prepare(
         self, request: InstanceRequest, workspace: Path, on_event: RunnerEventCallback | None
     ) -> tuple[InstanceRequest, dict[str, Any]]:
-        """The workspace, while the first container starts; an interrupted task
-        continues in the workspace it left, with its session.
-
-        Returns the request (without its session when the kept workspace is
-        gone) and ``{"ws_info", "ready" | "error", "duration_s"}``: the first
-        attempt's container, or why it did not start (an attempt error, retried
-        as such).
+        """The workspace, while the first container starts; an interrupted task continues in the
+        workspace it left, with its session. Returns the request (without its session when the kept
+        workspace is gone) and ``{"ws_info", "ready" | "error", "duration_s"}``: the first attempt's
+        container, or why it did not start (an attempt error, retried as such); a workspace failure
+        is raised as :class:`TaskFailed`.
         """
         if request.resume_workspace:
             kept = await anyio.to_thread.run_sync(git_ops.kept_workspace, workspace)
@@ -129,12 +122,8 @@ class WorkspaceSetup:
         for the clone: the workspace is first replaced by an empty directory, the
         container bind-mounts that directory, and the clone fills the same
         directory (same inode, so the container sees it). The agent's exec waits
-        for both. On SELinux hosts the ``z`` relabel
-        happens when the container is created, so there the clone comes first.
-
-        Returns ``{"ws_info", "ready" | "error", "duration_s"}``; a workspace
-        failure is raised as :class:`TaskFailed` (which stops the container, if it
-        was started).
+        for both. On SELinux hosts the ``z`` relabel happens when the container
+        is created, so there the clone comes first.
         """
         t = time.monotonic()
         first: dict[str, Any] = {}

@@ -25,17 +25,8 @@ def _stderr(line: str) -> None:
 
 
 async def image_id(host: DockerHost, image: str) -> str | None:
-    import docker.errors
-
-    client = await host.client()
-
-    def _get() -> str | None:
-        try:
-            return client.api.inspect_image(image)["Id"]
-        except docker.errors.NotFound:
-            return None
-
-    return await host.call(f"inspect image {image}", _get)
+    info = await host.inspect_image(image)
+    return info["Id"] if info is not None else None
 
 
 def fix_command(spec: HostSpec, image: str) -> str:

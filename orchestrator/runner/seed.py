@@ -1,14 +1,8 @@
-"""Workspace seeds: files an image carries for every workspace, copied into each task's clone.
+"""Workspace seeds: the git-ignored files an image's setup made (label :data:`~.types.SEED_LABEL`),
+taken out once per image id and copied into each task's clone (docs/environment.md).
 
-An image may name, with the label :data:`~.types.SEED_LABEL`, a directory
-whose contents belong in the workspace but that git ignores: a project's
-``node_modules/`` or ``.venv/``, made once when the image was built. The
-runner takes that directory out of the image once per image id, into a cache
-beside the workspaces, and copies it into each fresh clone on the host before
-the agent or command starts. Copying on the host (not inside the container)
-means a read-only review or evaluation workspace gets it too, and a remote
-engine gets it with the clone it already receives; a copy per workspace means
-one task changing those files cannot change another's.
+Copied on the host, not in the container: a read-only review workspace gets them too, and a
+remote engine gets them with the clone it already receives.
 """
 
 from __future__ import annotations
@@ -21,10 +15,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import anyio
-
 from ..errors import ContainerError
-from .docker_containers import DockerHost
+from .docker_containers import DockerHost, OncePerKey
 from .types import SEED_LABEL
 
 
@@ -33,21 +25,15 @@ class SeedCache:
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self._found: dict[str, Path | None] = {}
-        self._locks: dict[str, anyio.Lock] = {}
+        self._found: OncePerKey[Path | None] = OncePerKey()
 
     async def for_image(self, host: DockerHost, image: str) -> Path | None:
         """The host directory holding ``image``'s seed, or None when it has none."""
-        if image in self._found:
-            return self._found[image]
-        lock = self._locks.setdefault(image, anyio.Lock())
-        async with lock:
-            if image not in self._found:
-                client = await host.client()
-                self._found[image] = await host.call(
-                    f"take the workspace seed out of {image}", self._take, client, image
-                )
-        return self._found[image]
+
+        async def take() -> Path | None:
+            return await host.call(f"take the workspace seed out of {image}", self._take, await host.client(), image)
+
+        return await self._found.get(image, take)
 
     def _take(self, client: Any, image: str) -> Path | None:
         info = client.api.inspect_image(image)
