@@ -35,10 +35,6 @@ BUDGET_CAP = "budget.cap"
 BUDGET_SPEND = "budget.spend"
 BUDGET_REACHED = "budget.reached"
 
-TASK_TYPES = frozenset({TASK_SCHEDULED, TASK_STARTED, TASK_COMPLETED, TASK_FAILED, TASK_INTERRUPTED, TASK_SESSION})
-STRATEGY_TYPES = frozenset({STRATEGY_STARTED, STRATEGY_COMPLETED, STRATEGY_CHECKPOINT, STRATEGY_PROGRESS})
-RUN_TYPES = frozenset({HOSTS_STATUS, RUN_STARTED, BUDGET_CAP, BUDGET_SPEND, BUDGET_REACHED})
-EVENT_TYPES = TASK_TYPES | STRATEGY_TYPES | RUN_TYPES
 TERMINAL_TASK_TYPES = frozenset({TASK_COMPLETED, TASK_FAILED, TASK_INTERRUPTED})
 
 
@@ -278,6 +274,7 @@ PAYLOAD_TYPES: dict[str, type[EventPayload]] = {
     BUDGET_SPEND: BudgetSpend,
     BUDGET_REACHED: BudgetReached,
 }
+EVENT_TYPES = frozenset(PAYLOAD_TYPES)
 _TYPE_OF = {cls: etype for etype, cls in PAYLOAD_TYPES.items()}
 
 
@@ -437,7 +434,3 @@ def decode_line(line: bytes) -> Event[dict[str, Any]]:
 def decode_envelope(line: bytes) -> Envelope:
     """Decode one complete line, leaving its payload encoded; raises ``msgspec.DecodeError`` as :func:`decode_line`."""
     return _envelope_decoder.decode(line)
-
-
-def to_dict(event: Event[Any]) -> dict[str, Any]:
-    return msgspec.to_builtins(event)
