@@ -81,9 +81,14 @@ class EventPayload(msgspec.Struct, frozen=True, kw_only=True):
     """The base of every payload struct."""
 
 
-class TaskScheduled(EventPayload, frozen=True, kw_only=True):
+class TaskPayload(EventPayload, frozen=True, kw_only=True):
+    """The base of a task event's payload: the task it is about (its fields come first in the JSON)."""
+
     key: str = ""
     instance_id: str = ""
+
+
+class TaskScheduled(TaskPayload, frozen=True, kw_only=True):
     container_name: str | None = None
     model: str | None = None
     task_fingerprint_hash: str = ""
@@ -95,20 +100,16 @@ class TaskScheduled(EventPayload, frozen=True, kw_only=True):
     input: dict[str, Any] | UnsetType = UNSET  # the normalized task input that was fingerprinted
 
 
-class TaskStarted(EventPayload, frozen=True, kw_only=True):
-    key: str = ""
-    instance_id: str = ""
+class TaskStarted(TaskPayload, frozen=True, kw_only=True):
     container_name: str | None = None
     model: str | None = None
     session_id: str | None = None  # the agent session it resumes
     host: str | UnsetType = UNSET  # with runner.hosts: the Docker host it was placed on
 
 
-class TaskSession(EventPayload, frozen=True, kw_only=True):
+class TaskSession(TaskPayload, frozen=True, kw_only=True):
     """The agent session of a running task; ``session_id`` None: it starts a fresh one, for ``reason``."""
 
-    key: str = ""
-    instance_id: str = ""
     session_id: str | None = None
     reason: str | UnsetType | None = UNSET
     detail: str | UnsetType | None = UNSET
@@ -141,9 +142,7 @@ class Metrics(msgspec.Struct, frozen=True, kw_only=True):
     duration_s: float | UnsetType = UNSET  # (UNSET: not recorded, which the console shows as unknown)
 
 
-class TaskCompleted(EventPayload, frozen=True, kw_only=True):
-    key: str = ""
-    instance_id: str = ""
+class TaskCompleted(TaskPayload, frozen=True, kw_only=True):
     artifact: Artifact | None = None
     metrics: Metrics | None = None
     final_message: str = ""
@@ -155,9 +154,7 @@ class TaskCompleted(EventPayload, frozen=True, kw_only=True):
     output: Any = UNSET  # with an output_schema: the validated answer
 
 
-class TaskFailed(EventPayload, frozen=True, kw_only=True):
-    key: str = ""
-    instance_id: str = ""
+class TaskFailed(TaskPayload, frozen=True, kw_only=True):
     error_type: str | None = None
     message: str | None = None
     metrics: Metrics | None = None
@@ -167,9 +164,7 @@ class TaskFailed(EventPayload, frozen=True, kw_only=True):
     retry_attempts: int = 0
 
 
-class TaskInterrupted(EventPayload, frozen=True, kw_only=True):
-    key: str = ""
-    instance_id: str = ""
+class TaskInterrupted(TaskPayload, frozen=True, kw_only=True):
     session_id: str | UnsetType | None = UNSET  # when known
     reason: str | UnsetType = UNSET  # "crash": inferred on resume
 

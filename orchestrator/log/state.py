@@ -282,7 +282,7 @@ class TaskTable(MutableMapping[str, TaskState]):
         self._merge(merged)
 
     def close(self) -> None:
-        """Let go of the snapshot's memory map without decoding it (for a state being discarded)."""
+        """Let go of the snapshot's memory map; tasks still undecoded in it are dropped (a state being discarded)."""
         base, self._base = self._base, None
         if base is not None:
             base.close()
