@@ -8,9 +8,9 @@ import re
 import anyio
 import orjson
 import pytest
+from msgspec import to_builtins as to_dict
 
 from orchestrator.log.eventlog import read_events
-from orchestrator.log.events import to_dict
 from orchestrator.naming import display_ids
 from tui.console import format_event, stream_console
 from tui.synthetic import synthetic_run, write_run

@@ -19,7 +19,7 @@ import orjson
 
 from orchestrator.log import events as E
 from orchestrator.log.eventlog import subscribe
-from orchestrator.log.events import EventPayload, PayloadMismatch, decode_payload, to_dict
+from orchestrator.log.events import EventPayload, PayloadMismatch, decode_payload
 from orchestrator.log.state import UNUSABLE, UNUSABLE_WORDS, RunState, TaskState, apply, first_line, task_outcome
 from orchestrator.naming import display_ids
 
@@ -230,7 +230,7 @@ async def stream_console(
         if ev.start_offset < since:
             continue
         if mode == "json":
-            file.write(orjson.dumps(to_dict(ev)).decode() + "\n")
+            file.write(orjson.dumps(msgspec.to_builtins(ev)).decode() + "\n")
         else:
             if ev.type == E.STRATEGY_COMPLETED:
                 for unusable in unusable_lines(state, ev.strategy_execution_id, color=use_color):

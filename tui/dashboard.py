@@ -125,6 +125,7 @@ def render(
 
 
 def _one_line(text: Text) -> Text:
+    """``text`` never wraps: what does not fit a line ends in an ellipsis."""
     text.no_wrap = True
     text.overflow = "ellipsis"
     return text
@@ -416,10 +417,7 @@ def _cell_grid(model: RunModel, tasks: list[TaskState], mode: str, per_row: int,
         for c in cells:
             c.truncate(width, overflow="ellipsis", pad=True)
     rows = [Text(" ").join(cells[i : i + per_row]) for i in range(0, len(cells), per_row)]
-    grid = Text("\n").join(rows)
-    grid.no_wrap = True
-    grid.overflow = "ellipsis"
-    return grid
+    return _one_line(Text("\n").join(rows))
 
 
 def _detailed_grid(model: RunModel, tasks: list[TaskState], per_row: int, now: float) -> Table:

@@ -124,8 +124,6 @@ class RunModel:
         self.state = RunState(run_id=run_id)
         self.version = 0
         self.events = 0
-        self.reconciled = 0  # how many times a snapshot was adopted
-        self.skipped = 0  # events whose payload does not match their type: not folded
         self._summary_cache: tuple[int, dict[str, Any]] | None = None
         self._doing: dict[str, str] = {}  # what each task does, by key (its input never changes)
 
@@ -147,8 +145,7 @@ class RunModel:
             try:
                 payload = decode_payload(etype, payload)
             except PayloadMismatch:
-                self.skipped += 1
-                return
+                return  # not folded, as a replay's LogReader skips it
         self.events += 1
         self.version += 1
         apply(self.state, etype, sid, key, payload, offset, ts)
@@ -161,7 +158,6 @@ class RunModel:
         if snapshot.last_event_start_offset <= self.state.last_event_start_offset:
             return False
         self.state = snapshot
-        self.reconciled += 1
         self.version += 1
         return True
 
@@ -209,13 +205,9 @@ class RunModel:
         return parse_ts(task.completed_at if task.state in (COMPLETED, FAILED) else task.interrupted_at)
 
     def hosts(self) -> list[HostLine]:
-        """One line per Docker host: running tasks, free slots, down; [] without hosts.
+        """One line per Docker host: running tasks (where each was last placed), free slots, down; [] without hosts.
 
-        The hosts, their slots and which are down come from the latest
-        ``hosts.status`` (folded into the state); the running tasks from where
-        each task was last placed (``task.started``, or ``task.session`` when
-        its host went away). A log without ``hosts.status`` (a run from before
-        it existed) still shows the running tasks per host.
+        A log without ``hosts.status`` (a run from before it existed) still shows the running tasks per host.
         """
         running: dict[str, int] = {}  # in the order hosts first appear
         for task in self.state.tasks.values():

@@ -218,27 +218,25 @@ class Agent:
                     text = f.read()
             except OSError:
                 text = None
-            lines = None if text is None else text.splitlines()
             # An agent that finds its own finished work in the workspace (it was
             # interrupted, and the task continues where it stopped) does not do it
             # again, as a real agent would not. Its work is what one execution adds
             # to the file as it was at the task's base commit.
-            done = text is not None and text == self._after_one_execution(rel, first)
-            if done:
-                err = False
-                if git(self.cwd, "status", "--porcelain", "--", rel).stdout.strip():
-                    _out, err = self.commit(f"sim: {first}")
-            elif lines is not None:
-                n = len(lines)
-                _out, err = self.write(rel, f"revision {n + 1}: {self.h[:16]}\n", append=True)
+            if text is not None and text == self._after_one_execution(rel, first):
+                # (still to commit when the interruption came between the write and the commit)
+                dirty = bool(git(self.cwd, "status", "--porcelain", "--", rel).stdout.strip())
+                write_failed = False
+            elif text is not None:
+                revision = f"revision {len(text.splitlines()) + 1}: {self.h[:16]}\n"
+                _out, write_failed = self.write(rel, revision, append=True)
+                dirty = True
             else:
                 self.em.text(f"I'll record the task in {rel}.")
-                _out, err = self.write(rel, self._first_text(first))
-            if done:
-                did = f" Wrote {rel} and committed it." if not err else f" Wrote {rel} (commit failed)."
-            elif not err:
-                _out, err = self.commit(f"sim: {first}")
-                did = f" Wrote {rel} and committed it." if not err else f" Wrote {rel} (commit failed)."
-            else:
+                _out, write_failed = self.write(rel, self._first_text(first))
+                dirty = True
+            if write_failed:
                 did = f" Could not write {rel}."
+            else:
+                _out, err = self.commit(f"sim: {first}") if dirty else ("", False)
+                did = f" Wrote {rel} and committed it." if not err else f" Wrote {rel} (commit failed)."
         return default_answer(prompt, self.h, did, answer_seed(self.cwd, self.h))

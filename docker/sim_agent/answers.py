@@ -1,13 +1,7 @@
-"""What the simulated agent answers when no SIM line says otherwise.
+"""What the simulated agent answers when no SIM line says otherwise (docs/docker.md, "The simulated agent").
 
-Without a schema the answer is guessed from the prompt's words (a score, ideas,
-a verdict, or a one-line summary), as before structured outputs existed. With
-an output schema (claude ``--json-schema``, codex ``--output-schema``) it is a
-deterministic instance of that schema. Either way the answer is derived from a
-seed, the prompt and the committed work in the workspace (``answer_seed``): the
-same prompt on the same work always gets the same answer, different prompts or
-different work get different ideas and scores, so a dry run walks a strategy's
-whole flow and ranks its candidates.
+From a seed of the prompt and the committed work (``answer_seed``): the same prompt on the same work
+always gets the same answer, so a dry run walks a strategy's whole flow and ranks its candidates.
 """
 
 from __future__ import annotations

@@ -209,24 +209,30 @@ class ClaudeEmitter(BaseEmitter):
         }
 
     def _assistant(self, content: list[dict], usage: dict) -> None:
+        self._assistant_line(
+            {
+                "id": self._id("msg"),
+                "type": "message",
+                "role": "assistant",
+                "model": self.model,
+                "content": content,
+                "stop_reason": None,
+                "stop_sequence": None,
+                "usage": usage,
+                "context_management": None,
+            }
+        )
+
+    def _assistant_line(self, message: dict, **after: object) -> None:
         self.emit(
             {
                 "type": "assistant",
-                "message": {
-                    "id": self._id("msg"),
-                    "type": "message",
-                    "role": "assistant",
-                    "model": self.model,
-                    "content": content,
-                    "stop_reason": None,
-                    "stop_sequence": None,
-                    "usage": usage,
-                    "context_management": None,
-                },
+                "message": message,
                 "parent_tool_use_id": None,
                 "session_id": self.session_id,
                 "uuid": self._uuid(),
                 "timestamp": now_iso(),
+                **after,
             }
         )
 
@@ -501,32 +507,25 @@ class ClaudeEmitter(BaseEmitter):
             "fallback_credit": None,
         }
         self.turns = 1
-        self.emit(
+        self._assistant_line(
             {
-                "type": "assistant",
-                "message": {
-                    "diagnostics": None,
-                    "id": uuid4_from(hashlib.sha256(f"{self.session_id}:{self.exec_no}:err".encode()).digest()),
-                    "container": None,
-                    "model": "<synthetic>",
-                    "role": "assistant",
-                    "stop_details": None,
-                    "stop_reason": "stop_sequence",
-                    "stop_sequence": "",
-                    "type": "message",
-                    "usage": zero,
-                    "content": [{"type": "text", "text": text}],
-                    "context_management": None,
-                },
-                "parent_tool_use_id": None,
-                "session_id": self.session_id,
-                "uuid": self._uuid(),
-                "timestamp": now_iso(),
-                "error": err,
-                "is_api_error_message": True,
-                "api_error_status": status,
-                "api_error_type": etype,
-            }
+                "diagnostics": None,
+                "id": uuid4_from(hashlib.sha256(f"{self.session_id}:{self.exec_no}:err".encode()).digest()),
+                "container": None,
+                "model": "<synthetic>",
+                "role": "assistant",
+                "stop_details": None,
+                "stop_reason": "stop_sequence",
+                "stop_sequence": "",
+                "type": "message",
+                "usage": zero,
+                "content": [{"type": "text", "text": text}],
+                "context_management": None,
+            },
+            error=err,
+            is_api_error_message=True,
+            api_error_status=status,
+            api_error_type=etype,
         )
 
 

@@ -201,13 +201,11 @@ class CodexEmitter(BaseEmitter):
     def api_error(self, status: int) -> None:
         if status == 429:
             detail = "exceeded retry limit, last status: 429 Too Many Requests"
-            base = detail
         else:
-            base = (
+            detail = (
                 "unexpected status 401 Unauthorized: Incorrect API key provided. You can find your API key at "
                 "https://platform.openai.com/account/api-keys."
             )
-            detail = base
         retries = self.a.stream_retries  # the provider's stream_max_retries (codex's default: 5)
         for n in range(1, retries + 1):
             rid = sha256_hex(f"{self.session_id}:{self.exec_no}:{n}")[:32]
@@ -215,7 +213,7 @@ class CodexEmitter(BaseEmitter):
                 {"type": "error", "message": f"Reconnecting... {n}/{retries} ({detail}, request id: req_sim_{rid})"}
             )
         rid = sha256_hex(f"{self.session_id}:{self.exec_no}:final")[:32]
-        final = f"{base}, request id: req_sim_{rid}"
+        final = f"{detail}, request id: req_sim_{rid}"
         self.emit({"type": "error", "message": final})
         self.emit({"type": "turn.failed", "error": {"message": final}})
         if not self.stream:

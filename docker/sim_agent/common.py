@@ -228,14 +228,14 @@ def commit_summary(cwd: str, commit_stdout: str) -> dict:
     return {"commit_sha": r.stdout.strip(), "branch": b.stdout.strip()}
 
 
-def split_argv(argv: list[str], value_flags: set[str]) -> tuple[list[tuple[str, str | None]], list[str]]:
-    """A CLI's options, in order, and its positional words, the way both real CLIs read them.
+def read_options(argv: list[str], a: Args, value_options: dict, switches: dict[str, str]) -> list[str]:
+    """Set ``a`` from a CLI's options, the way both real CLIs read them; returns its positional words.
 
-    An option named in ``value_flags`` takes a value (``--flag=v`` or ``--flag v``;
-    ``""`` when argv ends first); any other option is a switch, paired with None.
+    An option in ``value_options`` takes a value (``--flag=v`` or ``--flag v``; ``""`` when argv ends
+    first) and names the ``Args`` attribute it sets, a function of ``(a, value)``, or None (read and
+    ignored); any other option is a switch, setting its attribute in ``switches`` (if any) to True.
     ``--`` ends the options, and a lone ``-`` (read stdin) is positional.
     """
-    options: list[tuple[str, str | None]] = []
     positional: list[str] = []
     i = 0
     while i < len(argv):
@@ -244,30 +244,20 @@ def split_argv(argv: list[str], value_flags: set[str]) -> tuple[list[tuple[str, 
             positional.extend(argv[i + 1 :])
             break
         name, eq, val = tok.partition("=")
-        if tok.startswith("-") and tok != "-":
-            if name in value_flags:
-                if not eq:
-                    i += 1
-                    val = argv[i] if i < len(argv) else ""
-                options.append((name, val))
-            else:
-                options.append((name, None))
-        else:
+        if not tok.startswith("-") or tok == "-":
             positional.append(tok)
+        elif name in value_options:
+            if not eq:
+                i += 1
+                val = argv[i] if i < len(argv) else ""
+            target = value_options[name]
+            if callable(target):
+                target(a, val)
+            elif target:
+                setattr(a, target, val)
+        elif switches.get(name):
+            setattr(a, switches[name], True)
         i += 1
-    return options, positional
-
-
-def read_options(argv: list[str], a: Args, value_options: dict, switches: dict[str, str]) -> list[str]:
-    """Set ``a`` from a CLI's options (each names the ``Args`` attribute it sets, a function
-    of ``(a, value)``, or None: read and ignored); its positional words."""
-    options, positional = split_argv(argv, set(value_options))
-    for name, val in options:
-        target = switches.get(name) if val is None else value_options[name]
-        if callable(target):
-            target(a, val)
-        elif target:
-            setattr(a, target, True if val is None else val)
     return positional
 
 

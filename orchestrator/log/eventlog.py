@@ -519,24 +519,17 @@ async def subscribe(
     ``poll_interval`` seconds.
     """
     reader = LogReader(path)
-    async for start, line in _follow(reader.path, offset, poll_interval, stop):
-        ev = reader.decode(start, line)
-        if ev is not None:
-            yield ev
-
-
-async def _follow(
-    path: Path, offset: int, poll_interval: float, stop: anyio.Event | None
-) -> AsyncIterator[tuple[int, bytes]]:
     pos = offset
 
     def read_new() -> list[tuple[int, bytes]]:
-        return list(iter_lines(path, pos)) if path.exists() else []
+        return list(iter_lines(reader.path, pos)) if reader.path.exists() else []
 
-    async for _ in _wakeups(path.parent, poll_interval, stop):
+    async for _ in _wakeups(reader.path.parent, poll_interval, stop):
         for start, line in await anyio.to_thread.run_sync(read_new):
             pos = start + len(line)
-            yield start, line
+            ev = reader.decode(start, line)
+            if ev is not None:
+                yield ev
         if stop is not None and stop.is_set():
             return
 

@@ -35,10 +35,6 @@ BUDGET_CAP = "budget.cap"
 BUDGET_SPEND = "budget.spend"
 BUDGET_REACHED = "budget.reached"
 
-TASK_TYPES = frozenset({TASK_SCHEDULED, TASK_STARTED, TASK_COMPLETED, TASK_FAILED, TASK_INTERRUPTED, TASK_SESSION})
-STRATEGY_TYPES = frozenset({STRATEGY_STARTED, STRATEGY_COMPLETED, STRATEGY_CHECKPOINT, STRATEGY_PROGRESS})
-RUN_TYPES = frozenset({HOSTS_STATUS, RUN_STARTED, BUDGET_CAP, BUDGET_SPEND, BUDGET_REACHED})
-EVENT_TYPES = TASK_TYPES | STRATEGY_TYPES | RUN_TYPES
 TERMINAL_TASK_TYPES = frozenset({TASK_COMPLETED, TASK_FAILED, TASK_INTERRUPTED})
 
 
@@ -85,9 +81,14 @@ class EventPayload(msgspec.Struct, frozen=True, kw_only=True):
     """The base of every payload struct."""
 
 
-class TaskScheduled(EventPayload, frozen=True, kw_only=True):
+class TaskPayload(EventPayload, frozen=True, kw_only=True):
+    """The base of a task event's payload: the task it is about (its fields come first in the JSON)."""
+
     key: str = ""
     instance_id: str = ""
+
+
+class TaskScheduled(TaskPayload, frozen=True, kw_only=True):
     container_name: str | None = None
     model: str | None = None
     task_fingerprint_hash: str = ""
@@ -99,20 +100,16 @@ class TaskScheduled(EventPayload, frozen=True, kw_only=True):
     input: dict[str, Any] | UnsetType = UNSET  # the normalized task input that was fingerprinted
 
 
-class TaskStarted(EventPayload, frozen=True, kw_only=True):
-    key: str = ""
-    instance_id: str = ""
+class TaskStarted(TaskPayload, frozen=True, kw_only=True):
     container_name: str | None = None
     model: str | None = None
     session_id: str | None = None  # the agent session it resumes
     host: str | UnsetType = UNSET  # with runner.hosts: the Docker host it was placed on
 
 
-class TaskSession(EventPayload, frozen=True, kw_only=True):
+class TaskSession(TaskPayload, frozen=True, kw_only=True):
     """The agent session of a running task; ``session_id`` None: it starts a fresh one, for ``reason``."""
 
-    key: str = ""
-    instance_id: str = ""
     session_id: str | None = None
     reason: str | UnsetType | None = UNSET
     detail: str | UnsetType | None = UNSET
@@ -145,9 +142,7 @@ class Metrics(msgspec.Struct, frozen=True, kw_only=True):
     duration_s: float | UnsetType = UNSET  # (UNSET: not recorded, which the console shows as unknown)
 
 
-class TaskCompleted(EventPayload, frozen=True, kw_only=True):
-    key: str = ""
-    instance_id: str = ""
+class TaskCompleted(TaskPayload, frozen=True, kw_only=True):
     artifact: Artifact | None = None
     metrics: Metrics | None = None
     final_message: str = ""
@@ -159,9 +154,7 @@ class TaskCompleted(EventPayload, frozen=True, kw_only=True):
     output: Any = UNSET  # with an output_schema: the validated answer
 
 
-class TaskFailed(EventPayload, frozen=True, kw_only=True):
-    key: str = ""
-    instance_id: str = ""
+class TaskFailed(TaskPayload, frozen=True, kw_only=True):
     error_type: str | None = None
     message: str | None = None
     metrics: Metrics | None = None
@@ -171,9 +164,7 @@ class TaskFailed(EventPayload, frozen=True, kw_only=True):
     retry_attempts: int = 0
 
 
-class TaskInterrupted(EventPayload, frozen=True, kw_only=True):
-    key: str = ""
-    instance_id: str = ""
+class TaskInterrupted(TaskPayload, frozen=True, kw_only=True):
     session_id: str | UnsetType | None = UNSET  # when known
     reason: str | UnsetType = UNSET  # "crash": inferred on resume
 
@@ -278,6 +269,7 @@ PAYLOAD_TYPES: dict[str, type[EventPayload]] = {
     BUDGET_SPEND: BudgetSpend,
     BUDGET_REACHED: BudgetReached,
 }
+EVENT_TYPES = frozenset(PAYLOAD_TYPES)
 _TYPE_OF = {cls: etype for etype, cls in PAYLOAD_TYPES.items()}
 
 
@@ -437,7 +429,3 @@ def decode_line(line: bytes) -> Event[dict[str, Any]]:
 def decode_envelope(line: bytes) -> Envelope:
     """Decode one complete line, leaving its payload encoded; raises ``msgspec.DecodeError`` as :func:`decode_line`."""
     return _envelope_decoder.decode(line)
-
-
-def to_dict(event: Event[Any]) -> dict[str, Any]:
-    return msgspec.to_builtins(event)

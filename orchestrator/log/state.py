@@ -279,12 +279,10 @@ class TaskTable(MutableMapping[str, TaskState]):
         except (SnapshotError, msgspec.DecodeError, msgspec.ValidationError) as exc:
             self._rebuild(exc)
             return
-        self._base = None
         self._merge(merged)
-        base.close()
 
     def close(self) -> None:
-        """Let go of the snapshot's memory map without decoding it (for a state being discarded)."""
+        """Let go of the snapshot's memory map; tasks still undecoded in it are dropped (a state being discarded)."""
         base, self._base = self._base, None
         if base is not None:
             base.close()
@@ -295,16 +293,15 @@ class TaskTable(MutableMapping[str, TaskState]):
             raise SnapshotError(
                 f"a task record does not decode ({exc}); delete the snapshot to rebuild it from events.jsonl"
             ) from None
-        base, self._base = self._base, None
         self._merge(self.fallback())
-        if base is not None:
-            base.close()
 
     def _merge(self, merged: dict[str, TaskState]) -> None:
+        """Hold every task in ``_live`` from now on: ``merged`` are the snapshot's, and the memory map goes."""
         merged.update(self._live)  # decoded tasks carry every event folded since the load
         self._live = dict(sorted(merged.items(), key=lambda kv: kv[1].seq))
         self._spans = {}
         self._added = 0
+        self.close()
 
 
 def _by_seq(task: TaskState) -> int:

@@ -1,14 +1,6 @@
-"""Which branch a strategy execution selected, and whether it is merge advice.
-
-The console summary, ``summary.json`` and the report all ask these functions,
-so they cannot disagree. A branch is merge advice only when the run finished,
-the execution succeeded, the strategy itself named the branch (a winner that
-passed the strategy's own gates: tests, confirmation against the base), the
-strategy judged it (a result with ``"reviewed": false`` is a pick nobody
-reviewed, such as best-of-n's first candidate when the spending cap stopped
-every review: named, with the command to compare it, never as ``git merge``)
-and the branch still holds what the run recorded. A run that created branches
-but selected none recommends none of them.
+"""Which branch a strategy execution selected, and whether it is merge advice: docs/results.md,
+"Which branch to merge". The console summary, ``summary.json`` and the report all ask these
+functions, so they cannot disagree.
 """
 
 from __future__ import annotations
