@@ -71,7 +71,7 @@ class ModelTable(dict):
     and a full id (``claude-...``) stands for itself."""
 
     def __missing__(self, key: str) -> str:
-        if isinstance(key, str) and key.startswith("claude-") and len(key) > len("claude-"):
+        if key in self:  # a full id
             return key
         raise KeyError(key)
 
@@ -199,11 +199,7 @@ class ClaudeCodePlugin:
         return argv
 
     def stdin_payload(self, request: InstanceRequest) -> bytes | None:
-        """Bytes to write to the tool's stdin (then close it), or ``None`` for no stdin.
-
-        With ``None`` the runner must not leave stdin open: ``claude -p`` reads
-        a piped stdin and prepends it to the prompt.
-        """
+        """The prompt's bytes for stdin, or ``None``: then stdin must be closed, or ``claude -p`` prepends it."""
         return request.prompt.encode("utf-8") if prompt_via_stdin(request.prompt) else None
 
     def new_parser(self, *, previous: dict[str, float] | None = None) -> ClaudeStreamParser:

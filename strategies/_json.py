@@ -43,19 +43,13 @@ def extract_json(text: str | None) -> Any:
         except ValueError:
             continue
     decoder = json.JSONDecoder()
-    found = None
-    i = 0
-    while i < len(text):
-        if text[i] in "{[":
+    found, end = None, 0
+    for opening in re.finditer(r"[{\[]", text):
+        if opening.start() >= end:  # not inside the value found last
             try:
-                value, end = decoder.raw_decode(text, i)
+                found, end = decoder.raw_decode(text, opening.start())
             except ValueError:
-                i += 1
                 continue
-            found = value
-            i = end
-        else:
-            i += 1
     return found
 
 

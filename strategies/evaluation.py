@@ -271,15 +271,5 @@ def evaluation_from_json(data: dict[str, Any]) -> Evaluation:
 
 
 def to_json(value: Any) -> Any:
-    """Plain JSON data for a struct (or a struct nested in lists/dicts); NaN becomes None."""
-    return _nan_to_none(msgspec.to_builtins(value))
-
-
-def _nan_to_none(obj: Any) -> Any:
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: _nan_to_none(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_nan_to_none(v) for v in obj]
-    return obj
+    """Plain JSON data for a struct (or a struct nested in lists/dicts): msgspec writes NaN and infinities as null."""
+    return msgspec.json.decode(msgspec.json.encode(value))
