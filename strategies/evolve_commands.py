@@ -1,11 +1,7 @@
-"""The shell commands evolve runs in containers, and how their output is read.
+"""The shell commands evolve runs in containers, and how their output (marker lines ``@@evolve ...``) is read.
 
-Both commands always exit 0 when they could do their job, so a failing check
-or a merge conflict is data in stdout and a *failed task* means the container
-or the runner broke. Their stdout ends in marker lines (``@@evolve ...``) that
-the parsers below read; everything is derived from task results, never from
-the host repository, so a replay reads the same values. The merge's steps and
-markers are in docs/evolve.md ("A cycle").
+Both exit 0 when they could do their job: a failing check or a merge conflict is data, and a *failed task*
+means the container or the runner broke. Only task results are read, so a replay reads the same values.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
-"""One evolve wave as durable tasks: measure, fix, merge, bisect.
+"""One evolve wave as durable tasks (measure, fix, merge, bisect), keyed by cycle, goal and step.
 
-Every function here only schedules tasks through ``ctx`` and reads their
-results, with keys derived from the cycle number, the goal id and the step, so
-a resumed run replays finished steps and runs only what is missing.
+Everything is read from task results, so a resumed run replays finished steps and runs only what is missing.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """Where each hunk of a synthesized branch came from: pure functions over ``git diff -U0`` text.
 
-The rule is docs/strategies.md's ("synthesize", step 6). What a hunk brings is its added lines,
-so a hunk that removes a candidate's line but adds one of its own is the synthesizer's. Lines
-are compared without trailing whitespace. Nothing here runs git: the strategy gets the diffs
-from a read-only command task (:func:`diff_command`) and hands its output to :func:`split_diffs`.
+The rule is docs/strategies.md's ("synthesize", step 6): what a hunk brings is its added lines, so a hunk that
+removes a candidate's line but adds one of its own is the synthesizer's.
 """
 
 from __future__ import annotations
