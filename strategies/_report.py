@@ -43,9 +43,7 @@ def _score_of(task: dict[str, Any] | None) -> dict[str, Any] | None:
         return None
     result = task.get("result") or {}
     answer = result.get("output") if isinstance(result.get("output"), dict) else extract_json(_message(task))
-    if isinstance(answer, dict) and isinstance(answer.get("score"), (int, float)):
-        return answer
-    return None
+    return answer if isinstance(answer, dict) and isinstance(answer.get("score"), (int, float)) else None
 
 
 def best_of_n_sections(run: dict[str, Any]) -> list[dict[str, Any]]:

@@ -102,10 +102,9 @@ def _tail(text: str | None, limit: int = LOG_TAIL) -> str:
     return text if len(text) <= limit else text[-limit:]
 
 
-def _write(out_dir: Path | None, name: str, text: str) -> None:
-    if out_dir is not None:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / name).write_text(text, "utf-8")
+def _write(out_dir: Path, name: str, text: str) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / name).write_text(text, "utf-8")
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -130,8 +129,8 @@ async def run_idea(
     key_prefix: tuple,
     cfg: PipelineConfig,
     baseline: Evaluation | None,
+    out_dir: Path,
     root: Evaluation | None = None,
-    out_dir: Path | None = None,
     objective: str = "",
     evaluator: Callable[[str, tuple], Awaitable[tuple[Evaluation, str]]] | None = None,
 ) -> dict[str, Any]:
@@ -194,8 +193,7 @@ class _IdeaRun:
 
     def finish(self, status: str, error: str | None = None) -> dict[str, Any]:
         self.out["status"], self.out["error"] = status, error
-        if self.out_dir is not None:
-            write_json(self.out_dir / "summary.json", self.out)
+        write_json(self.out_dir / "summary.json", self.out)
         return self.out
 
     async def _task(self, task: Any, *key_parts: str) -> dict[str, Any]:
