@@ -104,9 +104,7 @@ class Tail:
         return raw.decode("utf-8", errors="replace")
 
     def last_lines(self, n: int = 20, max_chars: int = 2000) -> str:
-        text = self.text().rstrip()
-        tail = "\n".join(text.splitlines()[-n:])
-        return tail[-max_chars:]
+        return "\n".join(self.text().rstrip().splitlines()[-n:])[-max_chars:]
 
 
 def clip(value: Any, limit: int = EVENT_TEXT_LIMIT) -> Any:

@@ -91,12 +91,8 @@ class ClaudeCodePlugin:
     capabilities = PluginCapabilities(
         supports_resume=True,
         supports_cost=True,
-        supports_token_counts=True,
-        supports_streaming_events=True,
         supports_streaming=False,  # no --include-partial-messages: whole messages only
-        supports_cost_limits=False,
         supports_output_schema=True,
-        auth_methods=("oauth", "api_key"),
         auth_env=("CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_API_KEY"),
         image_tools=("claude", "git"),
         simulated_as="claude",
@@ -332,8 +328,7 @@ class ClaudeStreamParser(JsonLinesParser):
         )
 
     def _classify_result(self, result: dict[str, Any], final: str) -> tuple[ErrorCategory, bool, str]:
-        errors = list_at(result, "errors")
-        details = "; ".join(str(e) for e in errors)
+        details = "; ".join(str(e) for e in list_at(result, "errors"))
         text = result.get("result") if isinstance(result.get("result"), str) else ""
         message = text or details or final or f"claude-code reported {result.get('subtype')}"
         if result.get("subtype") == "error_max_turns" or result.get("terminal_reason") == "max_turns":

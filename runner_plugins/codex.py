@@ -73,11 +73,7 @@ class CodexPlugin:
     name = "codex"
     capabilities = PluginCapabilities(
         supports_resume=True,
-        supports_cost=False,
-        supports_token_counts=True,
-        supports_streaming_events=True,
         supports_streaming=False,  # items arrive whole, not as partial text
-        supports_cost_limits=False,
         supports_output_schema=True,
         supports_max_turns=False,
         auth_methods=("api_key",),

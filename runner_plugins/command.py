@@ -28,12 +28,8 @@ def colour_env(environ: Mapping[str, str]) -> dict[str, str]:
 class CommandPlugin:
     name = "command"
     capabilities = PluginCapabilities(
-        supports_resume=False,
-        supports_cost=False,
         supports_token_counts=False,
         supports_streaming_events=False,
-        supports_streaming=True,
-        supports_cost_limits=False,
         auth_methods=(),
         image_tools=(),
         runs_command=True,

@@ -43,9 +43,8 @@ def base_command(command: str) -> str:
 
 def named_command(command: str) -> str:
     """The comment line naming the user's command, for the dashboard; last, so the report finds the wrapper first."""
-    first = next((ln.strip() for ln in command.splitlines() if ln.strip()), "")
-    more = " ..." if len([ln for ln in command.splitlines() if ln.strip()]) > 1 else ""
-    return f"# $ {first}{more}"
+    lines = [ln.strip() for ln in command.splitlines() if ln.strip()]
+    return f"# $ {lines[0] if lines else ''}{' ...' if len(lines) > 1 else ''}"
 
 
 class BaseRun(msgspec.Struct, frozen=True, kw_only=True):

@@ -38,8 +38,7 @@ class Measurement(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def measure_command(goal: Goal) -> str:
-    q = shlex.quote
-    run = f"/bin/sh -c {q(goal.check)}"
+    run = f"/bin/sh -c {shlex.quote(goal.check)}"
     return (
         "out=$(mktemp /tmp/evolve-out.XXXXXX); err=$(mktemp /tmp/evolve-err.XXXXXX); "
         f'if command -v timeout >/dev/null 2>&1; then timeout -k 5 {goal.timeout} {run} >"$out" 2>"$err" </dev/null; '
@@ -64,10 +63,9 @@ def measure_task(goal: Goal, base_branch: str) -> dict[str, Any]:
 def parse_metric(goal: Goal, stdout: str) -> float | None:
     assert goal.metric is not None
     if goal.metric.json_key:
-        data: Any = extract_json(stdout)
+        value: Any = extract_json(stdout)
         for part in goal.metric.json_key.split("."):
-            data = data.get(part) if isinstance(data, dict) else None
-        value = data
+            value = value.get(part) if isinstance(value, dict) else None
     else:
         lines = [ln.strip() for ln in stdout.splitlines() if ln.strip()]
         match = _NUMBER.fullmatch(lines[-1].rstrip("%").strip()) if lines else None

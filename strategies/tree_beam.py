@@ -755,9 +755,7 @@ def _absorb_confirmation(r: dict[str, Any], root_ev: Evaluation, scoring: Scorin
     """A confirmed candidate's figures become screening plus confirmation runs of the same commit."""
     conf = r["confirmation"]
     if conf.get("candidate") and r["evaluation"]:
-        screen = evaluation_from_json(r["evaluation"])
-        cand = evaluation_from_json(conf["candidate"])
-        merged = merge_measurements(screen, cand)
+        merged = merge_measurements(evaluation_from_json(r["evaluation"]), evaluation_from_json(conf["candidate"]))
         r["evaluation"] = to_json(merged)
         r["root_comparison"] = to_json(compare(merged, root_ev, scoring))
         r["decision"]["rank_score"] = rank_score(r)
