@@ -1,7 +1,6 @@
 """Plain shell commands (evaluations, checks, merges): ``/bin/sh -c <command>``.
 
-What a user sees (stdout as the final message, a non-zero exit as a failed task that is not retried,
-``NO_COLOR``) is in docs/strategies.md (``command``) and docs/cli.md ("Output without terminal codes").
+What a user sees is in docs/strategies.md (``command``) and docs/cli.md ("Output without terminal codes").
 """
 
 from __future__ import annotations

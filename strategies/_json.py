@@ -53,14 +53,12 @@ def extract_json(text: str | None) -> Any:
     return found
 
 
-def score_of(data: Any, *, low: float = 0, high: float = 10) -> dict[str, Any] | None:
-    """``{score, rationale}`` with a numeric score inside [low, high], else None."""
+def score_of(data: Any) -> dict[str, Any] | None:
+    """``{score, rationale}`` with a numeric score from 0 to 10 (NaN is not), else None."""
     if not isinstance(data, dict):
         return None
     score = data.get("score")
-    if isinstance(score, bool) or not isinstance(score, (int, float)) or score != score:
-        return None
-    if not low <= score <= high:
+    if isinstance(score, bool) or not isinstance(score, (int, float)) or not 0 <= score <= 10:
         return None
     return {"score": float(score), "rationale": str(data.get("rationale", ""))}
 

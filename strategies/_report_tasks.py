@@ -1,9 +1,5 @@
-"""How the built-in strategies' command tasks read in the run report (``report_task(task)``).
-
-Their wrapper scripts print marker lines for the strategy (see base_check,
-evolve_commands, tree_beam_measure). The report's generic card only hides
-those lines; this reads them into fields: the user's command, its exit status,
-its standard error, each measured run.
+"""How the built-in strategies' command tasks read in the run report (``report_task(task)``): their wrappers'
+marker lines (base_check, evolve_commands, tree_beam_measure) as fields, where the generic card only hides them.
 """
 
 from __future__ import annotations

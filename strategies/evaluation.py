@@ -1,7 +1,6 @@
-"""The evaluation contract and the built-in scoring shared by tree-beam and review-loop.
+"""The evaluation contract and the built-in scoring shared by tree-beam and review-loop (docs/tree-beam.md).
 
-docs/tree-beam.md ("The evaluation contract", "Built-in scoring") defines both for users.
-Everything here is a pure function of its inputs so a resumed run decides exactly as the first one did.
+Pure functions of their inputs, so a resumed run decides exactly as the first one did.
 """
 
 from __future__ import annotations

@@ -167,12 +167,8 @@ def select_goals(
     learned_conflicts: frozenset[frozenset[str]] = frozenset(),
     idle_counts: Mapping[str, int] | None = None,
 ) -> tuple[list[Goal], dict[str, str]]:
-    """Up to ``max_parallel`` goals by weight (ties by id), each independent of those picked before it.
-
-    ``idle_counts`` (goal id -> fixes that changed nothing) ranks before the
-    weight: a goal whose agent keeps finding nothing to do lets every other
-    failing goal have its turn first, instead of costing a cycle per base.
-    Returns the picked goals and, for each failing goal left out, why.
+    """Up to ``max_parallel`` goals by weight (ties by id), each independent of those picked before it, and why each
+    goal left out was. ``idle_counts`` (fixes that changed nothing) ranks first: such a goal lets the others go first.
     """
     idle_counts = idle_counts or {}
     picked: list[Goal] = []

@@ -1,7 +1,6 @@
-"""One idea, end to end: plan -> code -> review rounds -> tests -> evaluate (shared by review-loop and tree-beam).
+"""One idea, end to end: plan -> code -> review rounds -> tests -> evaluate (docs/review-loop.md).
 
-Its task keys, statuses and files are described in docs/review-loop.md. Files are written from
-task results only, so a resumed run rewrites identical bytes.
+Files are written from task results only, so a resumed run rewrites identical bytes.
 """
 
 from __future__ import annotations
@@ -134,12 +133,8 @@ async def run_idea(
     objective: str = "",
     evaluator: Callable[[str, tuple], Awaitable[tuple[Evaluation, str]]] | None = None,
 ) -> dict[str, Any]:
-    """Run one idea through the pipeline and return its outcome (a JSON-ready dict).
-
-    The evaluation is compared with ``baseline`` (``comparison``) and with ``root`` when given
-    (``root_comparison``). ``objective`` (what is measured and how) goes into the plan and code
-    prompts; ``evaluator(branch, key_parts)`` replaces the single evaluation run.
-    """
+    """One idea's outcome (JSON-ready): compared with ``baseline`` and ``root``; ``objective`` goes into the plan and
+    code prompts; ``evaluator(branch, key_parts)`` replaces the single evaluation run."""
     run = _IdeaRun(ctx, idea, goal, tuple(key_prefix), cfg, out_dir, base_branch)
     _write(out_dir, "idea.md", f"# {idea.title}\n\n{idea.text}\n")
     try:

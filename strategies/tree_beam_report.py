@@ -1,8 +1,6 @@
-"""tree-beam outputs: tree.json, TREE_SUMMARY.md, tree.svg, and the checks of a tree.
+"""tree-beam outputs (tree.json, TREE_SUMMARY.md, tree.svg) and the checks of a tree (docs/tree-beam.md).
 
-The functions the CLI uses and the branch cleanup contract are in docs/tree-beam.md. Nothing
-here runs git: a strategy sees only ``ctx``; the orchestrator checks the claims and deletes the
-listed branches through its git layer.
+Nothing here runs git: the orchestrator checks the claims and deletes the listed branches through its git layer.
 """
 
 from __future__ import annotations
