@@ -1,8 +1,4 @@
-"""Asking an agent for JSON, with exactly one repair attempt (docs/strategies.md, "Structured answers").
-
-Where the plugin can enforce a JSON Schema the answer arrives validated as ``result["output"]``;
-elsewhere (``command``) it is read from free text, where agents wrap JSON in prose or code fences.
-"""
+"""Asking an agent for JSON, with exactly one repair attempt (docs/strategies.md, "Structured answers")."""
 
 from __future__ import annotations
 

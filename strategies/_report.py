@@ -1,8 +1,4 @@
-"""Run-report sections of the built-in strategies (``report_sections(run)``).
-
-Each reads only recorded results, so the report rebuilt from the event log is the same page;
-fields an older or failed run lacks are read with defaults: a section shows what is there.
-"""
+"""Run-report sections of the built-in strategies, from recorded results only (an older run's missing fields default)."""
 
 from __future__ import annotations
 

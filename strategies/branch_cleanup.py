@@ -13,11 +13,8 @@ from ._scoring import output_name
 
 
 async def delete_branches(ctx: Context, names: list[str], key: str) -> dict[str, Any]:
-    """Delete these branches of this run: ``{"deleted": [...], "kept": {name: why}}``.
-
-    The git layer deletes only branches whose tip this run created and nobody has checked out.
-    Runs even when the strategy's budget is spent: it costs nothing and starts no agent.
-    """
+    """Delete these branches of this run (only those whose tip it created and nobody has checked out), even past the
+    budget: it costs nothing. ``{"deleted": [...], "kept": {name: why}}``."""
     if not names:
         return {"deleted": [], "kept": {}}
     try:

@@ -99,11 +99,8 @@ def parse_measurement(goal: Goal, final_message: str) -> Measurement:
 
 
 def cannot_run(goal: Goal, m: Measurement) -> str | None:
-    """Why ``goal``'s check measured nothing on this commit, or None when it ran (passing or failing).
-
-    Anything but a task without an exit status, the shell's 126 or 127, or a metric goal without
-    a number is a failing check, a crash included: fixing a broken program is evolve's job.
-    """
+    """Why ``goal``'s check measured nothing on this commit, or None when it ran: anything else, a crash included,
+    is a failing check (fixing a broken program is evolve's job)."""
     if m.error is not None:
         return f"its measuring task ended without a result: {(m.error.splitlines() or [''])[0][:300]}"
     if (why := could_not_run(m.exit_code, m.output)) is not None:

@@ -38,10 +38,8 @@ def split_diffs(text: str) -> dict[str, str]:
 
 
 def parse_hunks(diff: str) -> list[dict[str, Any]]:
-    """The hunks of a unified diff: ``{"file", "header", "removed": [...], "added": [...]}`` in diff order.
-
-    A hunk ends when its header's counts are used up: a removed ``-- x`` is never the next file's ``--- a/x``.
-    """
+    """The hunks of a unified diff in order: ``{"file", "header", "removed", "added"}``. A hunk ends when its
+    header's counts are used up: a removed ``-- x`` is never the next file's ``--- a/x``."""
     hunks: list[dict[str, Any]] = []
     old_path = new_path = ""
     hunk: dict[str, Any] | None = None

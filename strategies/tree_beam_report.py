@@ -279,9 +279,7 @@ def write_tree_report(tree: dict[str, Any], out_dir: Path) -> list[Path]:
 
 def tree_problems(tree: dict[str, Any] | str | Path) -> list[str]:
     """Parents, depths, frontiers and promotions of a tree (dict or tree.json path) that disagree; [] = consistent.
-
-    Whether each node's commit is on its branch is the repository's question: see :func:`branch_claims`.
-    """
+    Whether each node's commit is on its branch is the repository's question (:func:`branch_claims`)."""
     if not isinstance(tree, dict):
         tree = cast(dict[str, Any], json.loads(Path(tree).read_text("utf-8")))
     problems: list[str] = []
