@@ -2,23 +2,16 @@
 
 Facts this plugin relies on (fixtures in ``tests/fixtures/agent-transcripts``):
 
-* API errors end with a ``result`` whose ``subtype`` is ``"success"`` but
-  ``is_error`` is true, with ``api_error_status`` and ``terminal_reason``
-  ``"api_error"``; the CLI exits 1.
-* After ``--resume``, ``total_cost_usd`` and ``modelUsage`` are cumulative over
-  the whole session. ``model_usage_since_last_result`` (CLI 2.1.3xx) is the
-  per-execution usage, so it wins when present; otherwise ``usage`` and
-  ``total_cost_usd`` are used.
-* CLI 2.1.1-2.1.6 could print a spurious error ``result`` after a success one:
-  the first successful result wins.
-* The CLI retries 401/429/529 itself (10 times, about three minutes, by
-  default). The runner retries with its own, longer backoff, so the CLI is told
-  ``CLAUDE_CODE_MAX_RETRIES=2``: short blips are absorbed inside the turn,
-  persistent failures reach the runner within seconds, and the two layers
-  multiply to at most 3 x 3 calls. ``request.env`` may override it.
-* ``--json-schema '<schema>'`` adds a ``StructuredOutput`` tool the model must
-  call once at the end; the final ``result`` line then carries
-  ``structured_output`` (the object) and ``result`` (its JSON text).
+* API errors end with a ``result`` whose ``subtype`` is ``"success"`` but ``is_error`` is true, with
+  ``api_error_status`` and ``terminal_reason`` ``"api_error"``; the CLI exits 1.
+* After ``--resume``, ``total_cost_usd`` and ``modelUsage`` are cumulative over the whole session.
+  ``model_usage_since_last_result`` (CLI 2.1.3xx) is the per-execution usage, so it wins when present.
+* CLI 2.1.1-2.1.6 could print a spurious error ``result`` after a success one: the first successful result wins.
+* The CLI retries 401/429/529 itself (10 times, about three minutes, by default). The runner retries with its own,
+  longer backoff, so the CLI is told ``CLAUDE_CODE_MAX_RETRIES=2``: short blips are absorbed inside the turn,
+  persistent failures reach the runner within seconds, at most 3 x 3 calls. ``request.env`` may override it.
+* ``--json-schema '<schema>'`` adds a ``StructuredOutput`` tool the model must call once at the end; the final
+  ``result`` line then carries ``structured_output`` (the object) and ``result`` (its JSON text).
 """
 
 from __future__ import annotations

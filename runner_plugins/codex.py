@@ -1,30 +1,19 @@
-"""OpenAI Codex CLI (``codex exec --json``).
+"""OpenAI Codex CLI (``codex exec --json``). Two output formats are parsed:
 
-Two output formats are parsed:
+* current (0.44+): ``thread.started`` (its ``thread_id`` is the session id used to resume), ``turn.started``,
+  ``item.started/updated/completed`` with item types ``agent_message``, ``reasoning``, ``command_execution``,
+  ``file_change``, ``mcp_tool_call``, ``web_search``, ``todo_list`` and ``error`` (a non-fatal warning), then
+  ``turn.completed`` (with ``usage``) or ``turn.failed``; top-level ``error`` lines ("Reconnecting... n/5")
+  precede a failure;
+* legacy (before 0.44): a config summary object without ``type``, a ``{"prompt": ...}`` line, then
+  ``{"id", "msg": {"type": ...}}`` lines ending in ``task_complete`` (``last_agent_message``) or ``error``.
 
-* current (0.44+): ``thread.started`` (its ``thread_id`` is the session id used
-  to resume), ``turn.started``, ``item.started/updated/completed`` with item
-  types ``agent_message``, ``reasoning``, ``command_execution``,
-  ``file_change``, ``mcp_tool_call``, ``web_search``, ``todo_list`` and
-  ``error`` (a non-fatal warning), then ``turn.completed`` (with ``usage``) or
-  ``turn.failed``; top-level ``error`` lines ("Reconnecting... n/5") precede a
-  failure;
-* legacy (before 0.44): a config summary object without ``type``, a
-  ``{"prompt": ...}`` line, then ``{"id", "msg": {"type": ...}}`` lines ending
-  in ``task_complete`` (``last_agent_message``) or ``error``.
+Codex reports no cost (orchestration estimates it from token counts). ``turn.completed.usage`` is cumulative over
+a resumed thread, so per-execution tokens are the difference from ``previous``; ``input_tokens`` already includes
+``cached_input_tokens`` and ``output_tokens`` includes ``reasoning_output_tokens``.
 
-Codex reports no cost (``cost_usd`` stays ``None``; orchestration estimates it
-from token counts). ``turn.completed.usage`` is cumulative over a resumed
-thread, so per-execution tokens are the difference from ``previous``.
-``input_tokens`` already includes ``cached_input_tokens`` and
-``output_tokens`` includes ``reasoning_output_tokens``.
-
-Its default sandbox cannot start in a container (every command fails while
-the turn "completes"), so the plugin passes
-``--dangerously-bypass-approvals-and-sandbox``: the container is the sandbox.
-The files the argv names (``--output-schema FILE``, the
-``model_instructions_file`` a ``system_prompt`` becomes) are written into the
-container's /tmp first (``container_files``). ``codex exec`` has no turn
+Its default sandbox cannot start in a container (every command fails while the turn "completes"), so the plugin
+passes ``--dangerously-bypass-approvals-and-sandbox``: the container is the sandbox. ``codex exec`` has no turn
 limit, so ``max_turns`` is refused when the task is scheduled.
 """
 
