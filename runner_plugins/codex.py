@@ -79,9 +79,8 @@ class CodexPlugin:
         return AuthConfig(openai_api_key=openai_key, openai_base_url=environ.get("OPENAI_BASE_URL") or None)
 
     def known_models(self) -> dict[str, str] | None:
-        # Any non-empty model name is passed to ``-m`` unchanged: providers behind
-        # a custom base_url name models freely. An unknown name fails at the API
-        # with a 400 (classified as a non-retryable "api" error).
+        # Any non-empty model name is passed to ``-m`` unchanged: providers behind a custom base_url name models freely.
+        # An unknown name fails at the API with a 400 (classified as a non-retryable "api" error).
         return None
 
     def validate_environment(self, auth: AuthConfig) -> None:
@@ -92,9 +91,8 @@ class CodexPlugin:
 
     def prepare_environment(self, auth: AuthConfig, request: InstanceRequest) -> dict[str, str]:
         self.validate_environment(auth)
-        # No CODEX_HOME: codex refuses to start when that folder is missing (a
-        # fresh session volume has none), while its default, ~/.codex, it
-        # creates itself -- on the session volume, so resume still finds the thread.
+        # No CODEX_HOME: codex refuses to start when that folder is missing (a fresh session volume has none), while its
+        # default, ~/.codex, it creates itself -- on the session volume, so resume still finds the thread.
         env = SecretEnv({}, secret_keys=frozenset({"OPENAI_API_KEY"}))
         env.update(request.env)
         env["OPENAI_API_KEY"] = auth.openai_api_key or ""
@@ -114,9 +112,8 @@ class CodexPlugin:
         argv += ["-m", request.model]
         base_url = (auth.openai_base_url if auth else None) or request.env.get("OPENAI_BASE_URL")
         if base_url:
-            # Two retries inside the CLI, like claude-code's CLAUDE_CODE_MAX_RETRIES:
-            # by default codex retries a 401 five times (12 s here) before failing,
-            # and the runner's own backoff handles what is worth retrying.
+            # Two retries inside the CLI, like claude-code's CLAUDE_CODE_MAX_RETRIES: by default codex retries a 401
+            # five times (12 s here) before failing, and the runner's own backoff handles what is worth retrying.
             provider = (
                 f'{{name="{PROVIDER}",base_url={json.dumps(base_url)},'
                 f'env_key="OPENAI_API_KEY",wire_api="responses",'

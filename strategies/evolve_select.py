@@ -17,9 +17,8 @@ _WILD = set("*?[{")
 _SPLIT = re.compile(r"[;&|()<>=,`\"']+")
 _EXT = re.compile(r"^[^/]*\.[A-Za-z0-9_]{1,8}$")
 _IGNORED_PREFIXES = ("/dev/", "/proc/", "/sys/", "/tmp/", "/usr/", "/bin/", "/etc/")
-# Tools whose verdict depends on the whole project: a fix for such a goal may
-# touch any file, and any other goal's fix may break it. Only a goal's own
-# ``writes`` narrows them.
+# Tools whose verdict depends on the whole project: a fix for such a goal may touch any file, and any other goal's fix
+# may break it. Only a goal's own ``writes`` narrows them.
 _WHOLE_PROJECT: frozenset[str] = frozenset().union(
     ("pytest", "py.test", "tox", "nox", "unittest", "nose2", "coverage", "pre-commit"),
     ("ruff", "flake8", "pylint", "pyflakes", "pycodestyle", "black", "isort", "mypy", "pyright", "pytype", "bandit"),

@@ -5,6 +5,7 @@ Every step is a durable task: a resumed run re-derives the same tree, and the re
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -592,10 +593,6 @@ class _Search:
         parent_ev = self.evaluations[rec["parent"]]
         idea = Idea(id=eid, title=rec["idea"]["title"], text=f"{rec['idea']['title']}\n\n{rec['idea']['description']}")
         info: dict[str, Any] = {}
-
-        async def evaluator(branch: str, key_parts: tuple) -> tuple[Evaluation, str]:
-            return await self.meter.screen(branch, key_parts, info)
-
         outcome = await run_idea(
             self.ctx,
             idea,
@@ -607,7 +604,7 @@ class _Search:
             root=self.root_ev,
             out_dir=self.out / "evals" / eid,
             objective=objective_text(tree, parent, tried=True),
-            evaluator=evaluator,
+            evaluator=functools.partial(self.meter.screen, info=info),
         )
         # (every key but eval_log is already in the record: the update keeps tree.json's key order)
         rec.update(
