@@ -1,11 +1,4 @@
-"""Stream helpers shared by the runner plugins: lines, a bounded tail, error classification, masked env.
-
-:class:`LineBuffer` splits lines on the byte ``\\n`` before decoding, so a
-multi-byte UTF-8 character split across two reads is never damaged (``0x0A``
-never occurs inside a multi-byte sequence), and drops a line past
-``max_line_bytes`` as it arrives: memory stays bounded even if an agent
-prints 100 MB without a newline.
-"""
+"""Stream helpers shared by the runner plugins: lines, a bounded tail, error classification, masked env."""
 
 from __future__ import annotations
 
@@ -21,7 +14,8 @@ EVENT_TEXT_LIMIT = 64 * 1024
 
 
 class LineBuffer:
-    """Byte buffer yielding complete, decoded lines; bounded per line."""
+    """Complete lines, split on the byte ``\\n`` before decoding (``0x0A`` is never inside a UTF-8 sequence split
+    across reads); a line past ``max_line_bytes`` is dropped as it arrives, so memory stays bounded."""
 
     def __init__(self, max_line_bytes: int = MAX_LINE_BYTES) -> None:
         self.max_line_bytes = max_line_bytes
@@ -110,9 +104,7 @@ class Tail:
         return raw.decode("utf-8", errors="replace")
 
     def last_lines(self, n: int = 20, max_chars: int = 2000) -> str:
-        text = self.text().rstrip()
-        tail = "\n".join(text.splitlines()[-n:])
-        return tail[-max_chars:]
+        return "\n".join(self.text().rstrip().splitlines()[-n:])[-max_chars:]
 
 
 def clip(value: Any, limit: int = EVENT_TEXT_LIMIT) -> Any:

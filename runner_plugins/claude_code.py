@@ -2,23 +2,16 @@
 
 Facts this plugin relies on (fixtures in ``tests/fixtures/agent-transcripts``):
 
-* API errors end with a ``result`` whose ``subtype`` is ``"success"`` but
-  ``is_error`` is true, with ``api_error_status`` and ``terminal_reason``
-  ``"api_error"``; the CLI exits 1.
-* After ``--resume``, ``total_cost_usd`` and ``modelUsage`` are cumulative over
-  the whole session. ``model_usage_since_last_result`` (CLI 2.1.3xx) is the
-  per-execution usage, so it wins when present; otherwise ``usage`` and
-  ``total_cost_usd`` are used.
-* CLI 2.1.1-2.1.6 could print a spurious error ``result`` after a success one:
-  the first successful result wins.
-* The CLI retries 401/429/529 itself (10 times, about three minutes, by
-  default). The runner retries with its own, longer backoff, so the CLI is told
-  ``CLAUDE_CODE_MAX_RETRIES=2``: short blips are absorbed inside the turn,
-  persistent failures reach the runner within seconds, and the two layers
-  multiply to at most 3 x 3 calls. ``request.env`` may override it.
-* ``--json-schema '<schema>'`` adds a ``StructuredOutput`` tool the model must
-  call once at the end; the final ``result`` line then carries
-  ``structured_output`` (the object) and ``result`` (its JSON text).
+* API errors end with a ``result`` whose ``subtype`` is ``"success"`` but ``is_error`` is true, with
+  ``api_error_status`` and ``terminal_reason`` ``"api_error"``; the CLI exits 1.
+* After ``--resume``, ``total_cost_usd`` and ``modelUsage`` are cumulative over the whole session.
+  ``model_usage_since_last_result`` (CLI 2.1.3xx) is the per-execution usage, so it wins when present.
+* CLI 2.1.1-2.1.6 could print a spurious error ``result`` after a success one: the first successful result wins.
+* The CLI retries 401/429/529 itself (10 times, about three minutes, by default). The runner retries with its own,
+  longer backoff, so the CLI is told ``CLAUDE_CODE_MAX_RETRIES=2``: short blips are absorbed inside the turn,
+  persistent failures reach the runner within seconds, at most 3 x 3 calls. ``request.env`` may override it.
+* ``--json-schema '<schema>'`` adds a ``StructuredOutput`` tool the model must call once at the end; the final
+  ``result`` line then carries ``structured_output`` (the object) and ``result`` (its JSON text).
 """
 
 from __future__ import annotations
@@ -71,7 +64,7 @@ class ModelTable(dict):
     and a full id (``claude-...``) stands for itself."""
 
     def __missing__(self, key: str) -> str:
-        if isinstance(key, str) and key.startswith("claude-") and len(key) > len("claude-"):
+        if key in self:  # a full id
             return key
         raise KeyError(key)
 
@@ -91,12 +84,8 @@ class ClaudeCodePlugin:
     capabilities = PluginCapabilities(
         supports_resume=True,
         supports_cost=True,
-        supports_token_counts=True,
-        supports_streaming_events=True,
         supports_streaming=False,  # no --include-partial-messages: whole messages only
-        supports_cost_limits=False,
         supports_output_schema=True,
-        auth_methods=("oauth", "api_key"),
         auth_env=("CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_API_KEY"),
         image_tools=("claude", "git"),
         simulated_as="claude",
@@ -199,11 +188,7 @@ class ClaudeCodePlugin:
         return argv
 
     def stdin_payload(self, request: InstanceRequest) -> bytes | None:
-        """Bytes to write to the tool's stdin (then close it), or ``None`` for no stdin.
-
-        With ``None`` the runner must not leave stdin open: ``claude -p`` reads
-        a piped stdin and prepends it to the prompt.
-        """
+        """The prompt's bytes for stdin, or ``None``: then stdin must be closed, or ``claude -p`` prepends it."""
         return request.prompt.encode("utf-8") if prompt_via_stdin(request.prompt) else None
 
     def new_parser(self, *, previous: dict[str, float] | None = None) -> ClaudeStreamParser:
@@ -336,8 +321,7 @@ class ClaudeStreamParser(JsonLinesParser):
         )
 
     def _classify_result(self, result: dict[str, Any], final: str) -> tuple[ErrorCategory, bool, str]:
-        errors = list_at(result, "errors")
-        details = "; ".join(str(e) for e in errors)
+        details = "; ".join(str(e) for e in list_at(result, "errors"))
         text = result.get("result") if isinstance(result.get("result"), str) else ""
         message = text or details or final or f"claude-code reported {result.get('subtype')}"
         if result.get("subtype") == "error_max_turns" or result.get("terminal_reason") == "max_turns":

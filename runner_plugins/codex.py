@@ -1,30 +1,19 @@
-"""OpenAI Codex CLI (``codex exec --json``).
+"""OpenAI Codex CLI (``codex exec --json``). Two output formats are parsed:
 
-Two output formats are parsed:
+* current (0.44+): ``thread.started`` (its ``thread_id`` is the session id used to resume), ``turn.started``,
+  ``item.started/updated/completed`` with item types ``agent_message``, ``reasoning``, ``command_execution``,
+  ``file_change``, ``mcp_tool_call``, ``web_search``, ``todo_list`` and ``error`` (a non-fatal warning), then
+  ``turn.completed`` (with ``usage``) or ``turn.failed``; top-level ``error`` lines ("Reconnecting... n/5")
+  precede a failure;
+* legacy (before 0.44): a config summary object without ``type``, a ``{"prompt": ...}`` line, then
+  ``{"id", "msg": {"type": ...}}`` lines ending in ``task_complete`` (``last_agent_message``) or ``error``.
 
-* current (0.44+): ``thread.started`` (its ``thread_id`` is the session id used
-  to resume), ``turn.started``, ``item.started/updated/completed`` with item
-  types ``agent_message``, ``reasoning``, ``command_execution``,
-  ``file_change``, ``mcp_tool_call``, ``web_search``, ``todo_list`` and
-  ``error`` (a non-fatal warning), then ``turn.completed`` (with ``usage``) or
-  ``turn.failed``; top-level ``error`` lines ("Reconnecting... n/5") precede a
-  failure;
-* legacy (before 0.44): a config summary object without ``type``, a
-  ``{"prompt": ...}`` line, then ``{"id", "msg": {"type": ...}}`` lines ending
-  in ``task_complete`` (``last_agent_message``) or ``error``.
+Codex reports no cost (orchestration estimates it from token counts). ``turn.completed.usage`` is cumulative over
+a resumed thread, so per-execution tokens are the difference from ``previous``; ``input_tokens`` already includes
+``cached_input_tokens`` and ``output_tokens`` includes ``reasoning_output_tokens``.
 
-Codex reports no cost (``cost_usd`` stays ``None``; orchestration estimates it
-from token counts). ``turn.completed.usage`` is cumulative over a resumed
-thread, so per-execution tokens are the difference from ``previous``.
-``input_tokens`` already includes ``cached_input_tokens`` and
-``output_tokens`` includes ``reasoning_output_tokens``.
-
-Its default sandbox cannot start in a container (every command fails while
-the turn "completes"), so the plugin passes
-``--dangerously-bypass-approvals-and-sandbox``: the container is the sandbox.
-The files the argv names (``--output-schema FILE``, the
-``model_instructions_file`` a ``system_prompt`` becomes) are written into the
-container's /tmp first (``container_files``). ``codex exec`` has no turn
+Its default sandbox cannot start in a container (every command fails while the turn "completes"), so the plugin
+passes ``--dangerously-bypass-approvals-and-sandbox``: the container is the sandbox. ``codex exec`` has no turn
 limit, so ``max_turns`` is refused when the task is scheduled.
 """
 
@@ -73,11 +62,7 @@ class CodexPlugin:
     name = "codex"
     capabilities = PluginCapabilities(
         supports_resume=True,
-        supports_cost=False,
-        supports_token_counts=True,
-        supports_streaming_events=True,
         supports_streaming=False,  # items arrive whole, not as partial text
-        supports_cost_limits=False,
         supports_output_schema=True,
         supports_max_turns=False,
         auth_methods=("api_key",),
@@ -94,9 +79,8 @@ class CodexPlugin:
         return AuthConfig(openai_api_key=openai_key, openai_base_url=environ.get("OPENAI_BASE_URL") or None)
 
     def known_models(self) -> dict[str, str] | None:
-        # Any non-empty model name is passed to ``-m`` unchanged: providers behind
-        # a custom base_url name models freely. An unknown name fails at the API
-        # with a 400 (classified as a non-retryable "api" error).
+        # Any non-empty model name is passed to ``-m`` unchanged: providers behind a custom base_url name models freely.
+        # An unknown name fails at the API with a 400 (classified as a non-retryable "api" error).
         return None
 
     def validate_environment(self, auth: AuthConfig) -> None:
@@ -107,9 +91,8 @@ class CodexPlugin:
 
     def prepare_environment(self, auth: AuthConfig, request: InstanceRequest) -> dict[str, str]:
         self.validate_environment(auth)
-        # No CODEX_HOME: codex refuses to start when that folder is missing (a
-        # fresh session volume has none), while its default, ~/.codex, it
-        # creates itself -- on the session volume, so resume still finds the thread.
+        # No CODEX_HOME: codex refuses to start when that folder is missing (a fresh session volume has none), while its
+        # default, ~/.codex, it creates itself -- on the session volume, so resume still finds the thread.
         env = SecretEnv({}, secret_keys=frozenset({"OPENAI_API_KEY"}))
         env.update(request.env)
         env["OPENAI_API_KEY"] = auth.openai_api_key or ""
@@ -129,9 +112,8 @@ class CodexPlugin:
         argv += ["-m", request.model]
         base_url = (auth.openai_base_url if auth else None) or request.env.get("OPENAI_BASE_URL")
         if base_url:
-            # Two retries inside the CLI, like claude-code's CLAUDE_CODE_MAX_RETRIES:
-            # by default codex retries a 401 five times (12 s here) before failing,
-            # and the runner's own backoff handles what is worth retrying.
+            # Two retries inside the CLI, like claude-code's CLAUDE_CODE_MAX_RETRIES: by default codex retries a 401
+            # five times (12 s here) before failing, and the runner's own backoff handles what is worth retrying.
             provider = (
                 f'{{name="{PROVIDER}",base_url={json.dumps(base_url)},'
                 f'env_key="OPENAI_API_KEY",wire_api="responses",'

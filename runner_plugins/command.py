@@ -1,7 +1,6 @@
 """Plain shell commands (evaluations, checks, merges): ``/bin/sh -c <command>``.
 
-What a user sees (stdout as the final message, a non-zero exit as a failed task that is not retried,
-``NO_COLOR``) is in docs/strategies.md (``command``) and docs/cli.md ("Output without terminal codes").
+What a user sees is in docs/strategies.md (``command``) and docs/cli.md ("Output without terminal codes").
 """
 
 from __future__ import annotations
@@ -28,12 +27,8 @@ def colour_env(environ: Mapping[str, str]) -> dict[str, str]:
 class CommandPlugin:
     name = "command"
     capabilities = PluginCapabilities(
-        supports_resume=False,
-        supports_cost=False,
         supports_token_counts=False,
         supports_streaming_events=False,
-        supports_streaming=True,
-        supports_cost_limits=False,
         auth_methods=(),
         image_tools=(),
         runs_command=True,

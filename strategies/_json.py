@@ -1,8 +1,4 @@
-"""Asking an agent for JSON, with exactly one repair attempt (docs/strategies.md, "Structured answers").
-
-Where the plugin can enforce a JSON Schema the answer arrives validated as ``result["output"]``;
-elsewhere (``command``) it is read from free text, where agents wrap JSON in prose or code fences.
-"""
+"""Asking an agent for JSON, with exactly one repair attempt (docs/strategies.md, "Structured answers")."""
 
 from __future__ import annotations
 
@@ -43,30 +39,22 @@ def extract_json(text: str | None) -> Any:
         except ValueError:
             continue
     decoder = json.JSONDecoder()
-    found = None
-    i = 0
-    while i < len(text):
-        if text[i] in "{[":
+    found, end = None, 0
+    for opening in re.finditer(r"[{\[]", text):
+        if opening.start() >= end:  # not inside the value found last
             try:
-                value, end = decoder.raw_decode(text, i)
+                found, end = decoder.raw_decode(text, opening.start())
             except ValueError:
-                i += 1
                 continue
-            found = value
-            i = end
-        else:
-            i += 1
     return found
 
 
-def score_of(data: Any, *, low: float = 0, high: float = 10) -> dict[str, Any] | None:
-    """``{score, rationale}`` with a numeric score inside [low, high], else None."""
+def score_of(data: Any) -> dict[str, Any] | None:
+    """``{score, rationale}`` with a numeric score from 0 to 10 (NaN is not), else None."""
     if not isinstance(data, dict):
         return None
     score = data.get("score")
-    if isinstance(score, bool) or not isinstance(score, (int, float)) or score != score:
-        return None
-    if not low <= score <= high:
+    if isinstance(score, bool) or not isinstance(score, (int, float)) or not 0 <= score <= 10:
         return None
     return {"score": float(score), "rationale": str(data.get("rationale", ""))}
 

@@ -1,8 +1,4 @@
-"""Run-report sections of the built-in strategies (``report_sections(run)``).
-
-Each reads only recorded results, so the report rebuilt from the event log is the same page;
-fields an older or failed run lacks are read with defaults: a section shows what is there.
-"""
+"""Run-report sections of the built-in strategies, from recorded results only (an older run's missing fields default)."""
 
 from __future__ import annotations
 
@@ -43,9 +39,7 @@ def _score_of(task: dict[str, Any] | None) -> dict[str, Any] | None:
         return None
     result = task.get("result") or {}
     answer = result.get("output") if isinstance(result.get("output"), dict) else extract_json(_message(task))
-    if isinstance(answer, dict) and isinstance(answer.get("score"), (int, float)):
-        return answer
-    return None
+    return answer if isinstance(answer, dict) and isinstance(answer.get("score"), (int, float)) else None
 
 
 def best_of_n_sections(run: dict[str, Any]) -> list[dict[str, Any]]:

@@ -1,9 +1,5 @@
-"""How the built-in strategies' command tasks read in the run report (``report_task(task)``).
-
-Their wrapper scripts print marker lines for the strategy (see base_check,
-evolve_commands, tree_beam_measure). The report's generic card only hides
-those lines; this reads them into fields: the user's command, its exit status,
-its standard error, each measured run.
+"""How the built-in strategies' command tasks read in the run report (``report_task(task)``): their wrappers'
+marker lines (base_check, evolve_commands, tree_beam_measure) as fields, where the generic card only hides them.
 """
 
 from __future__ import annotations
@@ -65,13 +61,10 @@ def report_task(task: dict[str, Any]) -> dict[str, Any] | None:
         )
     elif RUN_MARK.strip() in text or DONE_MARK in text:
         runs = parse_runs(text)
-        rows = []
-        for line in text.splitlines():
-            if line.startswith(RUN_MARK):
-                parts = line[len(RUN_MARK) :].split(" ", 4)
-                if len(parts) >= 4:
-                    row = dict(zip(("run", "commit", "exit status", "attempts"), parts[:4], strict=True))
-                    rows.append({**row, "last line": _as_json(parts[4]) if len(parts) > 4 else ""})
+        names = ("run", "commit", "exit status", "attempts")
+        rows = [
+            {**dict(zip(names, p[:4], strict=True)), "last line": _as_json(p[4]) if p[4:] else ""} for p in runs.rows
+        ]
         fields: dict[str, Any] = {"runs": rows or None}
         if runs.protected_changed:
             fields["protected paths it changed (put back before measuring)"] = runs.protected_changed

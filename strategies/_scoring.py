@@ -1,8 +1,5 @@
-"""Shared pieces of the selecting built-ins: scoring with one repair, picking, output files.
-
-What does not validate after the repair is excluded, never coerced. Execution ``s1`` writes
-``<stem>.<ext>`` and ``sK`` (K > 1) ``<stem>_sK.<ext>``: the executions of ``--runs N`` share
-``ctx.output_dir()`` and never overwrite each other (docs/strategies.md, "Built-in strategies").
+"""Shared pieces of the selecting built-ins: scoring with one repair (an answer that does not validate is
+excluded, never coerced), picking, output files.
 """
 
 from __future__ import annotations
@@ -139,7 +136,7 @@ def kept_unreviewed(result: Mapping[str, Any], step: str, before: str) -> dict[s
 
 
 def output_name(sid: str, stem: str, ext: str) -> str:
-    """Execution ``sid``'s output file (the branch-cleanup hooks read them back by this name)."""
+    """Execution ``sid``'s output file: the executions of ``--runs N`` share ``ctx.output_dir()``."""
     return f"{stem}.{ext}" if sid == "s1" else f"{stem}_{sid}.{ext}"
 
 

@@ -1,12 +1,7 @@
 """Checking the base branch before any agent task: a run whose yardstick is broken stops there.
 
-tree-beam, evolve and review-loop measure the base first and raise
-:class:`orchestrator.strategy.BaseEvaluationFailed` when every candidate would be compared with
-nothing: an evaluation that did not run to a result, reports ``valid: false`` or lacks a needed
-metric; a test command only when it *cannot run* (no exit status, or the shell's own 126/127:
-failing tests may be what the run is for). See docs/evolve.md, "Fail fast on the base".
-:func:`base_command` keeps stdout and stderr apart and always exits 0 with the command's status
-on a marker line, so the task's result carries both streams whatever the command did.
+A test command stops the run only when it *cannot run* (no exit status, or the shell's 126/127): failing
+tests may be what the run is for. The rules: docs/evolve.md, "Fail fast on the base".
 """
 
 from __future__ import annotations
@@ -35,7 +30,9 @@ _INSTALL = (
 
 
 def base_command(command: str) -> str:
-    """``command`` under ``/bin/sh -c``, stdout as is, then its stderr's last lines and its exit status."""
+    """``command`` under ``/bin/sh -c``, stdout as is, then its stderr's last lines and its exit status.
+
+    It always exits 0, so the task's result carries both streams whatever the command did."""
     return (
         "err=$(mktemp /tmp/orch-base-err.XXXXXX) || exit 3; "
         f'/bin/sh -c {shlex.quote(command)} 2>"$err" </dev/null; rc=$?; '
@@ -46,9 +43,8 @@ def base_command(command: str) -> str:
 
 def named_command(command: str) -> str:
     """The comment line naming the user's command, for the dashboard; last, so the report finds the wrapper first."""
-    first = next((ln.strip() for ln in command.splitlines() if ln.strip()), "")
-    more = " ..." if len([ln for ln in command.splitlines() if ln.strip()]) > 1 else ""
-    return f"# $ {first}{more}"
+    lines = [ln.strip() for ln in command.splitlines() if ln.strip()]
+    return f"# $ {lines[0] if lines else ''}{' ...' if len(lines) > 1 else ''}"
 
 
 class BaseRun(msgspec.Struct, frozen=True, kw_only=True):

@@ -1,8 +1,6 @@
-"""best-of-n: N candidates in parallel, each scored by a read-only reviewer, the best one wins.
+"""best-of-n: N candidates in parallel, each scored by a read-only reviewer, the best one wins (docs/strategies.md).
 
-Keys, outputs and the branch clean-up are described in docs/strategies.md ("best-of-n"). Each
-candidate is scored as soon as it finishes; keys come from data and ties go to the lowest
-generation index, so the outcome never depends on completion order.
+Keys come from data and ties go to the lowest generation index: the outcome never depends on completion order.
 """
 
 from __future__ import annotations

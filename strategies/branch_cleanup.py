@@ -1,9 +1,5 @@
-"""Deleting a strategy's working branches at the end of its run.
-
-Two ways: as one durable housekeeping task inside the strategy (evolve), or by
-listing them in the strategy's output for its ``branches_to_delete`` hook, which
-the orchestrator calls only once the run has finished (best-of-n, synthesize):
-a run stopped at its spending cap keeps every branch its resume may need.
+"""Deleting a strategy's working branches: a durable task inside the strategy (evolve), or a list its
+``branches_to_delete`` hook reads once the run has finished, so a run stopped at its cap keeps what a resume needs.
 """
 
 from __future__ import annotations
@@ -17,11 +13,8 @@ from ._scoring import output_name
 
 
 async def delete_branches(ctx: Context, names: list[str], key: str) -> dict[str, Any]:
-    """Delete these branches of this run: ``{"deleted": [...], "kept": {name: why}}``.
-
-    The git layer deletes only branches whose tip this run created and nobody has checked out.
-    Runs even when the strategy's budget is spent: it costs nothing and starts no agent.
-    """
+    """Delete these branches of this run (only those whose tip it created and nobody has checked out), even past the
+    budget: it costs nothing. ``{"deleted": [...], "kept": {name: why}}``."""
     if not names:
         return {"deleted": [], "kept": {}}
     try:

@@ -1,7 +1,6 @@
-"""The evaluation contract and the built-in scoring shared by tree-beam and review-loop.
+"""The evaluation contract and the built-in scoring shared by tree-beam and review-loop (docs/tree-beam.md).
 
-docs/tree-beam.md ("The evaluation contract", "Built-in scoring") defines both for users.
-Everything here is a pure function of its inputs so a resumed run decides exactly as the first one did.
+Pure functions of their inputs, so a resumed run decides exactly as the first one did.
 """
 
 from __future__ import annotations
@@ -271,15 +270,5 @@ def evaluation_from_json(data: dict[str, Any]) -> Evaluation:
 
 
 def to_json(value: Any) -> Any:
-    """Plain JSON data for a struct (or a struct nested in lists/dicts); NaN becomes None."""
-    return _nan_to_none(msgspec.to_builtins(value))
-
-
-def _nan_to_none(obj: Any) -> Any:
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: _nan_to_none(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_nan_to_none(v) for v in obj]
-    return obj
+    """Plain JSON data for a struct (or a struct nested in lists/dicts): msgspec writes NaN and infinities as null."""
+    return msgspec.json.decode(msgspec.json.encode(value))

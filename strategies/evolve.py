@@ -223,10 +223,8 @@ class _Loop:
         return out
 
     def _stop_if_a_check_cannot_run(self, measures: dict[str, Measurement], max_cycles: int) -> None:
-        """Stop before any agent task when a check measured nothing on the base (see ``cannot_run``).
-
-        No fix can make such a goal pass, and the gate cannot protect it: the run would only spend money.
-        """
+        """Stop before any agent task when a check measured nothing on the base: no fix can make such a goal pass,
+        and the gate cannot protect it."""
         broken = [(g, why) for g in self.goals if (why := cannot_run(g, measures[g.id])) is not None]
         if not broken:
             return

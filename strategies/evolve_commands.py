@@ -1,11 +1,7 @@
-"""The shell commands evolve runs in containers, and how their output is read.
+"""The shell commands evolve runs in containers, and how their output (marker lines ``@@evolve ...``) is read.
 
-Both commands always exit 0 when they could do their job, so a failing check
-or a merge conflict is data in stdout and a *failed task* means the container
-or the runner broke. Their stdout ends in marker lines (``@@evolve ...``) that
-the parsers below read; everything is derived from task results, never from
-the host repository, so a replay reads the same values. The merge's steps and
-markers are in docs/evolve.md ("A cycle").
+Both exit 0 when they could do their job: a failing check or a merge conflict is data, and a *failed task*
+means the container or the runner broke. Only task results are read, so a replay reads the same values.
 """
 
 from __future__ import annotations
@@ -42,8 +38,7 @@ class Measurement(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def measure_command(goal: Goal) -> str:
-    q = shlex.quote
-    run = f"/bin/sh -c {q(goal.check)}"
+    run = f"/bin/sh -c {shlex.quote(goal.check)}"
     return (
         "out=$(mktemp /tmp/evolve-out.XXXXXX); err=$(mktemp /tmp/evolve-err.XXXXXX); "
         f'if command -v timeout >/dev/null 2>&1; then timeout -k 5 {goal.timeout} {run} >"$out" 2>"$err" </dev/null; '
@@ -68,10 +63,9 @@ def measure_task(goal: Goal, base_branch: str) -> dict[str, Any]:
 def parse_metric(goal: Goal, stdout: str) -> float | None:
     assert goal.metric is not None
     if goal.metric.json_key:
-        data: Any = extract_json(stdout)
+        value: Any = extract_json(stdout)
         for part in goal.metric.json_key.split("."):
-            data = data.get(part) if isinstance(data, dict) else None
-        value = data
+            value = value.get(part) if isinstance(value, dict) else None
     else:
         lines = [ln.strip() for ln in stdout.splitlines() if ln.strip()]
         match = _NUMBER.fullmatch(lines[-1].rstrip("%").strip()) if lines else None
@@ -105,11 +99,8 @@ def parse_measurement(goal: Goal, final_message: str) -> Measurement:
 
 
 def cannot_run(goal: Goal, m: Measurement) -> str | None:
-    """Why ``goal``'s check measured nothing on this commit, or None when it ran (passing or failing).
-
-    Anything but a task without an exit status, the shell's 126 or 127, or a metric goal without
-    a number is a failing check, a crash included: fixing a broken program is evolve's job.
-    """
+    """Why ``goal``'s check measured nothing on this commit, or None when it ran: anything else, a crash included,
+    is a failing check (fixing a broken program is evolve's job)."""
     if m.error is not None:
         return f"its measuring task ended without a result: {(m.error.splitlines() or [''])[0][:300]}"
     if (why := could_not_run(m.exit_code, m.output)) is not None:

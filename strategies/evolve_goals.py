@@ -1,8 +1,6 @@
-"""The evolve goals file: model, validation and the strategy's ``prepare`` step.
+"""The evolve goals file (docs/evolve.md, "Goals file"): model, validation and the strategy's ``prepare`` step.
 
-The file format is in docs/evolve.md ("Goals file"). Every problem is reported as one line
-naming the file, the goal and the field, before any task runs. The validated goals (plain
-dicts) are what the run records, so a resumed run never reads the file again.
+The validated goals (plain dicts) are what the run records, so a resumed run never reads the file again.
 """
 
 from __future__ import annotations

@@ -17,9 +17,8 @@ _WILD = set("*?[{")
 _SPLIT = re.compile(r"[;&|()<>=,`\"']+")
 _EXT = re.compile(r"^[^/]*\.[A-Za-z0-9_]{1,8}$")
 _IGNORED_PREFIXES = ("/dev/", "/proc/", "/sys/", "/tmp/", "/usr/", "/bin/", "/etc/")
-# Tools whose verdict depends on the whole project: a fix for such a goal may
-# touch any file, and any other goal's fix may break it. Only a goal's own
-# ``writes`` narrows them.
+# Tools whose verdict depends on the whole project: a fix for such a goal may touch any file, and any other goal's fix
+# may break it. Only a goal's own ``writes`` narrows them.
 _WHOLE_PROJECT: frozenset[str] = frozenset().union(
     ("pytest", "py.test", "tox", "nox", "unittest", "nose2", "coverage", "pre-commit"),
     ("ruff", "flake8", "pylint", "pyflakes", "pycodestyle", "black", "isort", "mypy", "pyright", "pytype", "bandit"),
@@ -167,12 +166,8 @@ def select_goals(
     learned_conflicts: frozenset[frozenset[str]] = frozenset(),
     idle_counts: Mapping[str, int] | None = None,
 ) -> tuple[list[Goal], dict[str, str]]:
-    """Up to ``max_parallel`` goals by weight (ties by id), each independent of those picked before it.
-
-    ``idle_counts`` (goal id -> fixes that changed nothing) ranks before the
-    weight: a goal whose agent keeps finding nothing to do lets every other
-    failing goal have its turn first, instead of costing a cycle per base.
-    Returns the picked goals and, for each failing goal left out, why.
+    """Up to ``max_parallel`` goals by weight (ties by id), each independent of those picked before it, and why each
+    goal left out was. ``idle_counts`` (fixes that changed nothing) ranks first: such a goal lets the others go first.
     """
     idle_counts = idle_counts or {}
     picked: list[Goal] = []

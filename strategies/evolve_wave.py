@@ -1,8 +1,6 @@
-"""One evolve wave as durable tasks: measure, fix, merge, bisect.
+"""One evolve wave as durable tasks (measure, fix, merge, bisect), keyed by cycle, goal and step.
 
-Every function here only schedules tasks through ``ctx`` and reads their
-results, with keys derived from the cycle number, the goal id and the step, so
-a resumed run replays finished steps and runs only what is missing.
+Everything is read from task results, so a resumed run replays finished steps and runs only what is missing.
 """
 
 from __future__ import annotations
@@ -90,11 +88,8 @@ async def confirm_regressions(
     key_parts: tuple,
     reruns: int,
 ) -> tuple[list[str], dict[str, Measurement], list[str]]:
-    """Re-run each regressed goal's check up to ``reruns`` times on ``branch`` before believing it.
-
-    Returns the confirmed regressions, the measurements (a flaky goal's passing one) and the goals
-    found flaky; docs/evolve.md ("What a regression decision means") says why and what it costs.
-    """
+    """Re-run each regressed goal's check up to ``reruns`` times before believing it (docs/evolve.md): the confirmed
+    regressions, the measurements (a flaky goal's passing one) and the goals found flaky."""
     regressed = regressions(goals, before, after)
     flaky: list[str] = []
     current = dict(after)
@@ -207,10 +202,7 @@ def resolve_prompt(goal: Goal, branch: str, merged: list[Goal]) -> str:
 async def merge_wave(
     ctx, key_parts: tuple, base: str, fixes: list[tuple[Goal, str]], *, resolve: bool = True
 ) -> WaveMerge:
-    """Merge the fix branches in order inside a container, never in the user's working tree.
-
-    An agent resolves the first conflict; the next merge step verifies it (docs/evolve.md, "A cycle").
-    """
+    """Merge the fix branches in order in a container; an agent resolves the first conflict, the next step verifies it."""
     if len(fixes) == 1:
         return WaveMerge(branch=fixes[0][1], included=(fixes[0][0].id,), conflicts=())
     goal_of = {branch: goal for goal, branch in fixes}

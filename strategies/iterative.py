@@ -1,7 +1,4 @@
-"""iterative: generate, then review and improve the same work N times in one agent session.
-
-Keys, stopping rules and ``iterations.json`` are described in docs/strategies.md ("iterative").
-"""
+"""iterative: generate, then review and improve the same work N times in one session (docs/strategies.md)."""
 
 from __future__ import annotations
 

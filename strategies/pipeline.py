@@ -1,7 +1,6 @@
-"""One idea, end to end: plan -> code -> review rounds -> tests -> evaluate (shared by review-loop and tree-beam).
+"""One idea, end to end: plan -> code -> review rounds -> tests -> evaluate (docs/review-loop.md).
 
-Its task keys, statuses and files are described in docs/review-loop.md. Files are written from
-task results only, so a resumed run rewrites identical bytes.
+Files are written from task results only, so a resumed run rewrites identical bytes.
 """
 
 from __future__ import annotations
@@ -102,10 +101,9 @@ def _tail(text: str | None, limit: int = LOG_TAIL) -> str:
     return text if len(text) <= limit else text[-limit:]
 
 
-def _write(out_dir: Path | None, name: str, text: str) -> None:
-    if out_dir is not None:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / name).write_text(text, "utf-8")
+def _write(out_dir: Path, name: str, text: str) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / name).write_text(text, "utf-8")
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -130,17 +128,13 @@ async def run_idea(
     key_prefix: tuple,
     cfg: PipelineConfig,
     baseline: Evaluation | None,
+    out_dir: Path,
     root: Evaluation | None = None,
-    out_dir: Path | None = None,
     objective: str = "",
     evaluator: Callable[[str, tuple], Awaitable[tuple[Evaluation, str]]] | None = None,
 ) -> dict[str, Any]:
-    """Run one idea through the pipeline and return its outcome (a JSON-ready dict).
-
-    The evaluation is compared with ``baseline`` (``comparison``) and with ``root`` when given
-    (``root_comparison``). ``objective`` (what is measured and how) goes into the plan and code
-    prompts; ``evaluator(branch, key_parts)`` replaces the single evaluation run.
-    """
+    """One idea's outcome (JSON-ready): compared with ``baseline`` and ``root``; ``objective`` goes into the plan and
+    code prompts; ``evaluator(branch, key_parts)`` replaces the single evaluation run."""
     run = _IdeaRun(ctx, idea, goal, tuple(key_prefix), cfg, out_dir, base_branch)
     _write(out_dir, "idea.md", f"# {idea.title}\n\n{idea.text}\n")
     try:
@@ -194,8 +188,7 @@ class _IdeaRun:
 
     def finish(self, status: str, error: str | None = None) -> dict[str, Any]:
         self.out["status"], self.out["error"] = status, error
-        if self.out_dir is not None:
-            write_json(self.out_dir / "summary.json", self.out)
+        write_json(self.out_dir / "summary.json", self.out)
         return self.out
 
     async def _task(self, task: Any, *key_parts: str) -> dict[str, Any]:

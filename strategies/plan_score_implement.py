@@ -1,8 +1,6 @@
-"""plan-score-implement: plans from several angles, each scored, the best one implemented.
+"""plan-score-implement: plans from several angles, each scored, the best one implemented (docs/strategies.md).
 
-Keys and ``plans.json`` are described in docs/strategies.md ("plan-score-implement"). The
-implementation resumes the winning planner's session and also gets the plan text in its prompt,
-so it works on plugins that cannot resume too.
+The implementation resumes the winning planner's session and gets the plan in its prompt: plugins that cannot resume work too.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
 """review-loop: every idea through plan -> code -> review rounds -> tests -> evaluation (docs/review-loop.md).
 
-Ideas come from a file, every file of a directory (sorted by name), or the prompt itself;
-``prepare`` reads them before the run starts, so a resume never re-reads changed files.
-The base check, the choice of the best idea, budgets and artifacts are in docs/review-loop.md.
+``prepare`` reads the ideas before the run starts, so a resume never re-reads changed files.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """JSON Schemas of the answers the built-in strategies ask agents for (``output_schema``).
 
-Every object lists all its properties as required and forbids others, with only the keywords
-OpenAI's strict mode accepts (no ``minLength``): Codex rejects other schemas. The prompts still
-describe the shape in words, for the ``command`` plugin (no schema) and because a model answers
-better when it is told what the fields mean.
+Every object requires all its properties and forbids others, with only keywords OpenAI's strict mode accepts
+(no ``minLength``): Codex rejects other schemas.
 """
 
 from __future__ import annotations

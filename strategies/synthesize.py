@@ -1,9 +1,4 @@
-"""synthesize: score candidates, combine the best k into one branch, keep it only when it earns it.
-
-Task keys, the decision rule, provenance, outputs and options are described in
-docs/strategies.md ("synthesize"); the hunk attribution is
-:mod:`strategies.synthesize_provenance`.
-"""
+"""synthesize: score candidates, combine the best k into one branch, keep it only when it earns it (docs/strategies.md)."""
 
 from __future__ import annotations
 
@@ -383,10 +378,8 @@ def _decide(synthesis: dict[str, Any], best: dict[str, Any], test_command: str |
 
 
 def verdict_line(record: dict[str, Any], best: dict[str, Any], won: bool, why: str, *, named_scores: bool) -> str:
-    """``synthesis of gen/0, gen/1 selected: ...; hunks: 1 gen/0, 1 gen/1, 1 new`` or ``gen/0 stays best: ...``.
-
-    Each score is named once: when ``why`` gives the side-by-side one (``named_scores``), the first is left out.
-    """
+    """``synthesis of gen/0, gen/1 selected: ...; hunks: 1 gen/0, 1 new`` or ``gen/0 stays best: ...``; each score
+    is named once: when ``why`` gives the side-by-side one (``named_scores``), the first is left out."""
     counts = Counter(r["source"] for r in record["provenance"])
     order = [*record["top"], "new"]  # candidates in rank order, then what the synthesizer wrote
     hunks = ", ".join(f"{counts[src]} {src}" for src in order if src in counts)

@@ -1,9 +1,7 @@
 """Where each hunk of a synthesized branch came from: pure functions over ``git diff -U0`` text.
 
-The rule is docs/strategies.md's ("synthesize", step 6). What a hunk brings is its added lines,
-so a hunk that removes a candidate's line but adds one of its own is the synthesizer's. Lines
-are compared without trailing whitespace. Nothing here runs git: the strategy gets the diffs
-from a read-only command task (:func:`diff_command`) and hands its output to :func:`split_diffs`.
+The rule is docs/strategies.md's ("synthesize", step 6): what a hunk brings is its added lines, so a hunk that
+removes a candidate's line but adds one of its own is the synthesizer's.
 """
 
 from __future__ import annotations
@@ -40,10 +38,8 @@ def split_diffs(text: str) -> dict[str, str]:
 
 
 def parse_hunks(diff: str) -> list[dict[str, Any]]:
-    """The hunks of a unified diff: ``{"file", "header", "removed": [...], "added": [...]}`` in diff order.
-
-    A hunk ends when its header's counts are used up: a removed ``-- x`` is never the next file's ``--- a/x``.
-    """
+    """The hunks of a unified diff in order: ``{"file", "header", "removed", "added"}``. A hunk ends when its
+    header's counts are used up: a removed ``-- x`` is never the next file's ``--- a/x``."""
     hunks: list[dict[str, Any]] = []
     old_path = new_path = ""
     hunk: dict[str, Any] | None = None

@@ -1,12 +1,11 @@
 """tree-beam: global beam search over a tree of code states (docs/tree-beam.md: usage, the search, the statistics).
 
-Measuring lives in :mod:`strategies.tree_beam_measure`. Every step is a durable task, so the event log is the
-manifest: a resumed run re-derives the same tree, and :func:`render_tree_report` rebuilds tree.json,
-TREE_SUMMARY.md and tree.svg from the event log alone.
+Every step is a durable task: a resumed run re-derives the same tree, and the report is rebuilt from the event log.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -36,14 +35,7 @@ from .evaluation import (
 )
 from .pipeline import Idea, PipelineConfig, command_task, run_idea
 from .review_loop import DirectionParam, EvalCommand, PrimaryMetric, Weights, output_root, tests_cannot_run
-from .tree_beam_measure import (
-    Measurer,
-    Spending,
-    decide,
-    default_protected_paths,
-    merge_measurements,
-    unpaired_change,
-)
+from .tree_beam_measure import Measurer, Spending, decide, default_protected_paths, merge_measurements, unpaired_change
 from .tree_beam_report import (
     best_path,
     branch_claims,
@@ -382,10 +374,7 @@ async def tree_beam(
 
 
 class _Search:
-    """One execution's search: the tree, what measures it, and the steps that grow it.
-
-    The steps ask ``ctx`` in the order the run always has, so a resumed run's log replays the same keys.
-    """
+    """One execution's search; its steps ask ``ctx`` in a fixed order, so a resumed run's log replays the same keys."""
 
     root_ev: Evaluation
 
@@ -405,11 +394,7 @@ class _Search:
         self.round_no = 0
 
     def publish(self) -> dict[str, Any]:
-        """Write the tree so far and say where the search is.
-
-        Called wherever the tree changed, so the files hold what an interrupted run (or a report
-        replayed from its log) got to; both come from task results only.
-        """
+        """Write the tree and the progress wherever it changed: an interrupted run's files hold what it got to."""
         data = self.tree.to_json()
         write_tree_report(data, self.out)
         self.ctx.progress(**tree_progress(data))
@@ -501,10 +486,7 @@ class _Search:
         self.publish()
 
     async def expand(self, expandable: list[str]) -> tuple[list[str], str | None]:
-        """One depth: ideas for every frontier node, each new one implemented and screened, the best confirmed.
-
-        Returns the next frontier and the stop reason, if the run stops here.
-        """
+        """One depth (ideas for the frontier, implemented, screened, the best confirmed): the next frontier, a stop reason."""
         tree, cfg = self.tree, self.cfg
         self.round_no += 1
         record: dict[str, Any] = {
@@ -611,10 +593,6 @@ class _Search:
         parent_ev = self.evaluations[rec["parent"]]
         idea = Idea(id=eid, title=rec["idea"]["title"], text=f"{rec['idea']['title']}\n\n{rec['idea']['description']}")
         info: dict[str, Any] = {}
-
-        async def evaluator(branch: str, key_parts: tuple) -> tuple[Evaluation, str]:
-            return await self.meter.screen(branch, key_parts, info)
-
         outcome = await run_idea(
             self.ctx,
             idea,
@@ -626,7 +604,7 @@ class _Search:
             root=self.root_ev,
             out_dir=self.out / "evals" / eid,
             objective=objective_text(tree, parent, tried=True),
-            evaluator=evaluator,
+            evaluator=functools.partial(self.meter.screen, info=info),
         )
         # (every key but eval_log is already in the record: the update keeps tree.json's key order)
         rec.update(
@@ -774,9 +752,7 @@ def _absorb_confirmation(r: dict[str, Any], root_ev: Evaluation, scoring: Scorin
     """A confirmed candidate's figures become screening plus confirmation runs of the same commit."""
     conf = r["confirmation"]
     if conf.get("candidate") and r["evaluation"]:
-        screen = evaluation_from_json(r["evaluation"])
-        cand = evaluation_from_json(conf["candidate"])
-        merged = merge_measurements(screen, cand)
+        merged = merge_measurements(evaluation_from_json(r["evaluation"]), evaluation_from_json(conf["candidate"]))
         r["evaluation"] = to_json(merged)
         r["root_comparison"] = to_json(compare(merged, root_ev, scoring))
         r["decision"]["rank_score"] = rank_score(r)
@@ -822,11 +798,7 @@ def _execution_dirs(run: RunView) -> list[tuple[str, Path]]:
 
 def branches_to_delete(run: RunView) -> list[str]:
     """After a finished run: the branches delete_branches.txt lists (docs/tree-beam.md, "Branch cleanup contract")."""
-    names: list[str] = []
-    for sid, directory in _execution_dirs(run):
-        if run.executions[sid] == "success":
-            names += listed_branches(directory)
-    return names
+    return [b for sid, d in _execution_dirs(run) if run.executions[sid] == "success" for b in listed_branches(d)]
 
 
 def show_run_report(run: RunView) -> list[str]:
@@ -846,23 +818,18 @@ def show_run_report(run: RunView) -> list[str]:
 
 def claimed_branches(run: RunView) -> list[tuple[str, str, str]]:
     """``(what, branch, commit)``: every tree node's commit must be reachable from its branch."""
-    claims = []
-    for sid, directory in _execution_dirs(run):
-        if (directory / "tree.json").exists():
-            claims += [
-                (f"{sid}: {node}", branch, commit) for node, branch, commit in branch_claims(directory / "tree.json")
-            ]
-    return claims
+    return [
+        (f"{sid}: {node}", branch, commit)
+        for sid, directory in _execution_dirs(run)
+        if (directory / "tree.json").exists()
+        for node, branch, commit in branch_claims(directory / "tree.json")
+    ]
 
 
 def render_tree_report(
     events_path: str | Path, out_dir: str | Path, *, sid: str | None = None, prompt: str = ""
 ) -> list[Path]:
-    """Regenerate tree.json / TREE_SUMMARY.md / tree.svg from the event log alone (docs/tree-beam.md).
-
-    The engine replays the strategy over the recorded results into a scratch directory; the
-    tree files it wrote there are the report.
-    """
+    """Regenerate tree.json / TREE_SUMMARY.md / tree.svg: the strategy replayed over the log into a scratch folder."""
     from orchestrator.strategy import replay_strategy  # loads the engine: only when asked
 
     written: list[Path] = []

@@ -1,11 +1,8 @@
 """Measuring a commit like a careful engineer: repeats, intervals, paired confirmation, a protected evaluator.
 
-One measurement is ONE command task (:func:`measure_command`, docs/tree-beam.md "A protected
-evaluator"): running every run in one container is what makes a paired A B A B comparison fair.
-
-Its output is marker lines (the ``*_MARK`` constants, read by :func:`parse_runs`); its first line,
-``# orch-measure <json>``, names the runs, so a scripted benchmark (tests, bench/search_quality.py) can
-answer without a shell. How a gate reads the intervals: docs/tree-beam.md ("Measuring on a noisy benchmark").
+One measurement is ONE command task: every run in one container is what makes a paired A B A B comparison
+fair. Its first line, ``# orch-measure <json>``, names the runs, so a scripted benchmark (tests,
+bench/search_quality.py) can answer without a shell. The rules: docs/tree-beam.md.
 """
 
 from __future__ import annotations
@@ -58,11 +55,7 @@ def default_protected_paths(eval_command: str) -> list[str]:
 def measure_command(
     eval_command: str, runs: list[tuple[str, str]], *, root: str = "HEAD", protected: list[str] | tuple[str, ...] = ()
 ) -> str:
-    """A POSIX sh script running ``eval_command`` once per ``(label, ref)`` in ``runs``, in order.
-
-    ``ref`` is a commit id or ``HEAD`` (the task's checked-out branch); ``root``
-    is the commit whose protected paths every run uses.
-    """
+    """A POSIX sh script running ``eval_command`` per ``(label, ref)`` (a commit or ``HEAD``), protected paths from ``root``."""
     header = json.dumps(
         {"runs": [list(r) for r in runs], "root": root, "protected": list(protected)}, separators=(",", ":")
     )
@@ -136,6 +129,8 @@ class Runs:
     log: str = ""
     err_log: str = ""  # the last run's stderr, trimmed
     complete: bool = False
+    # each run's marker line split: index, label, exit status, attempts[, last line]
+    rows: list[list[str]] = field(default_factory=list)
 
 
 def parse_runs(text: str, commit: str | None = None) -> Runs:
@@ -146,6 +141,7 @@ def parse_runs(text: str, commit: str | None = None) -> Runs:
             parts = line[len(RUN_MARK) :].split(" ", 4)
             if len(parts) < 4:
                 continue
+            out.rows.append(parts)
             _i, label, rc, attempts = parts[:4]
             last = parts[4] if len(parts) > 4 else ""
             if rc != "0":
@@ -235,11 +231,8 @@ def _stats(n: int, median: float, mean: float, half_width: float) -> dict[str, A
 
 
 def summarize(samples: list[Evaluation], confidence: float) -> Evaluation:
-    """One evaluation from repeated runs: the median of every metric, with its interval in ``stats``.
-
-    Any run that failed (after its retry) fails the whole measurement: a number
-    from the runs that happened to work would hide a broken candidate.
-    """
+    """The median of every metric over repeated runs (intervals in ``stats``); a failed run fails it: a number from
+    the runs that happened to work would hide a broken candidate."""
     if not samples:
         return Evaluation(status="failed", error="the measurement produced no runs (output cut short?)")
     failed = [s for s in samples if s.status != "ok"]

@@ -1,8 +1,6 @@
-"""tree-beam outputs: tree.json, TREE_SUMMARY.md, tree.svg, and the checks of a tree.
+"""tree-beam outputs (tree.json, TREE_SUMMARY.md, tree.svg) and the checks of a tree (docs/tree-beam.md).
 
-The functions the CLI uses and the branch cleanup contract are in docs/tree-beam.md. Nothing
-here runs git: a strategy sees only ``ctx``; the orchestrator checks the claims and deletes the
-listed branches through its git layer.
+Nothing here runs git: the orchestrator checks the claims and deletes the listed branches through its git layer.
 """
 
 from __future__ import annotations
@@ -281,9 +279,7 @@ def write_tree_report(tree: dict[str, Any], out_dir: Path) -> list[Path]:
 
 def tree_problems(tree: dict[str, Any] | str | Path) -> list[str]:
     """Parents, depths, frontiers and promotions of a tree (dict or tree.json path) that disagree; [] = consistent.
-
-    Whether each node's commit is on its branch is the repository's question: see :func:`branch_claims`.
-    """
+    Whether each node's commit is on its branch is the repository's question (:func:`branch_claims`)."""
     if not isinstance(tree, dict):
         tree = cast(dict[str, Any], json.loads(Path(tree).read_text("utf-8")))
     problems: list[str] = []
