@@ -40,7 +40,9 @@ class WorkspaceReaper:
         # the run's object store -> [(a finished checkout set aside, its pristine index)]
         self._spares: dict[Path, list[tuple[Path, Path]]] = {}
         self._workers = workers
-        self._queue: queue.Queue[tuple[Path, Path] | None] = queue.Queue(maxsize=backlog)
+        self._backlog = backlog
+        self._queue: queue.Queue[tuple[Path, Path] | None] = queue.Queue()
+        self._room = threading.Condition()
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
         # (workspace, why it is still there): what the threads could not delete,
@@ -69,9 +71,12 @@ class WorkspaceReaper:
             await anyio.to_thread.run_sync(self._delete, doomed, workspace)
             return
         self._start()
-        # Blocks (on a worker thread) while the backlog is full. A task cancelled
-        # meanwhile does not wait on: its workspace joins the backlog when there is room.
-        await anyio.to_thread.run_sync(self._queue.put, (doomed, workspace), abandon_on_cancel=True)
+        # Queued at once, then the task waits (on a worker thread) while the backlog is
+        # over its bound. A task cancelled meanwhile stops waiting and its workspace is
+        # deleted in its turn all the same: a put left waiting on an abandoned thread
+        # could land after aclose's stop marks, and that workspace was never deleted.
+        self._queue.put((doomed, workspace))
+        await anyio.to_thread.run_sync(self._wait_for_room, abandon_on_cancel=True)
 
     def take(self, object_store: Path) -> tuple[Path, Path] | None:
         """A finished checkout borrowing from ``object_store`` and its pristine index, or None."""
@@ -89,7 +94,7 @@ class WorkspaceReaper:
         for doomed, pristine in spares:
             await anyio.to_thread.run_sync(functools.partial(pristine.unlink, missing_ok=True))
             self._start()
-            await anyio.to_thread.run_sync(self._queue.put, (doomed, doomed), abandon_on_cancel=True)
+            self._queue.put((doomed, doomed))
         with self._lock:
             threads, self._threads = self._threads, []
         if threads:
@@ -111,9 +116,15 @@ class WorkspaceReaper:
         for thread in threads:
             thread.join()
 
+    def _wait_for_room(self) -> None:
+        with self._room:
+            self._room.wait_for(lambda: self._queue.qsize() <= self._backlog)
+
     def _work(self) -> None:
         while True:
             item = self._queue.get()
+            with self._room:
+                self._room.notify_all()
             if item is None:
                 return
             doomed, workspace = item
