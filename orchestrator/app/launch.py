@@ -13,6 +13,7 @@ import msgspec
 
 from ..agent_image.tools import required_tools
 from ..config import deep_merge, load_config, redacted
+from ..engine.determinism import Reporter, guard_module
 from ..engine.engine import Engine
 from ..errors import GitError, RunLockedError, UsageError
 from ..jsonlog import ComponentLog
@@ -57,7 +58,7 @@ from .preflight import (
     prepare,
 )
 from .retention import record_owner
-from .wiring import _engine_config, _fields, _guard, _make_runner
+from .wiring import _engine_config, _fields, _make_runner
 
 
 async def start(args) -> int:
@@ -335,7 +336,12 @@ def _announce(prep: Prepared, dirs: RunDirs, run_id: str, olog: ComponentLog) ->
     removed = cleanup_old_logs(dirs, config.logging.retention_days, keep={run_id})
     if removed:
         olog.info("removed old logs", runs=removed)
-    _guard(prep.strategy, config, olog)
+
+    def determinism_warning(msg: str) -> None:
+        print(msg, file=sys.stderr)
+        olog.warning(msg)
+
+    guard_module(prep.strategy.module, Reporter(config.orchestration.determinism, determinism_warning))
 
 
 def _wire_events(prep: Prepared, engine: Engine, runner: Any, *, resumed: bool) -> None:
