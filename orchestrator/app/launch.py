@@ -206,10 +206,10 @@ async def _report_resume_plan(dirs: RunDirs, manifest: RunManifest, supports_res
             status = "new_session_in_kept_workspace"
         counts[status] = counts.get(status, 0) + 1
     done = state.counters.completed + state.counters.failed
-    plan = ", ".join(_resume_phrase(s, n) for s, n in sorted(counts.items())) or "no interrupted tasks"
+    plan = ", ".join(f"{counted(n, 'task')} {_RESUME_PLANS[s][n != 1]}" for s, n in sorted(counts.items()))
     print(
         f"Resuming {manifest.run_id}: {counted(done, 'task')} already finished {'stays' if done == 1 else 'stay'} "
-        f"as {'it is' if done == 1 else 'they are'}; {plan}.",
+        f"as {'it is' if done == 1 else 'they are'}; {plan or 'no interrupted tasks'}.",
         file=sys.stderr,
         flush=True,
     )
@@ -226,11 +226,6 @@ _RESUME_PLANS = {
     "restart_fresh": ("restarts in a fresh clone (--resume-fresh)", "restart in fresh clones (--resume-fresh)"),
     "restart": ("restarts (the plugin cannot resume sessions)", "restart (the plugin cannot resume sessions)"),
 }
-
-
-def _resume_phrase(status: str, n: int) -> str:
-    one, many = _RESUME_PLANS[status]
-    return f"{counted(n, 'task')} {one if n == 1 else many}"
 
 
 async def _watch_signals(

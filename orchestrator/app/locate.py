@@ -90,15 +90,11 @@ def run_folders(repo: str | None, here: RunDirs) -> list[RunDirs]:
     places = [here]
     if repo is not None:
         places.append(repository_dirs(repo))
-        claims = host_claims()
         try:
-            ids = sorted(os.listdir(claims))
+            ids = sorted(os.listdir(host_claims()))
         except OSError:
             ids = []
-        for run_id in ids:
-            dirs = owner_dirs(run_id)
-            if dirs is not None:
-                places.append(dirs)
+        places += [dirs for dirs in map(owner_dirs, ids) if dirs is not None]
     return _distinct(places)
 
 
