@@ -105,11 +105,9 @@ async def resume(args) -> int:
         raise UsageError(not_here_hint(check_run_id(args.resume), dirs) or str(exc)) from None
     if is_live(dirs, manifest.run_id):
         raise UsageError(f"run {manifest.run_id} is being written by a live process; wait for it or stop it first")
-    from .locate import unreadable_lines_warning
+    from .locate import warn_unreadable_lines
 
-    warning = await anyio.to_thread.run_sync(unreadable_lines_warning, dirs.events(manifest.run_id))
-    if warning:
-        print(warning, file=sys.stderr, flush=True)
+    await warn_unreadable_lines(dirs.events(manifest.run_id))
     if manifest.status in FINISHED_OUTCOMES:
         return await _already_finished(dirs, manifest, output_mode(args))
     prep = await _resume_plan(args, dirs, manifest)
@@ -289,8 +287,6 @@ async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resum
 
 
 def _open_run_log(prep: Prepared, dirs: RunDirs, run_id: str, *, resumed: bool) -> ComponentLog:
-    log_dir = dirs.logs / run_id
-    log_dir.mkdir(parents=True, exist_ok=True)
     config = prep.config
     # Every component log of this process (the runner's and the TUI's too) rotates
     # at the configured size and, with --debug, streams to stderr.
@@ -299,7 +295,7 @@ def _open_run_log(prep: Prepared, dirs: RunDirs, run_id: str, *, resumed: bool) 
         backups=config.logging.component_log_backups,
         echo=config.logging.debug,
     )
-    olog = ComponentLog(log_dir / "orchestration.jsonl", "orchestration", run_id)
+    olog = ComponentLog(dirs.logs / run_id / "orchestration.jsonl", "orchestration", run_id)  # makes the folder
     olog.info(
         "run starting",
         config=redacted(config),
