@@ -253,7 +253,6 @@ def _validate(data: dict[str, Any], source: str) -> None:
 def _explain(exc: msgspec.ValidationError) -> str:
     text = str(exc)
     msg, _, where = text.partition(" - at `$")
-    # msgspec's "$.runner['hosts']" as a dotted key, runner.hosts
     key = where.rstrip("`").strip(".").replace("[", ".").replace("]", "").replace("'", "")
     # msgspec says "Object contains unknown field `x` - at `$.runner`": make it a dotted key.
     if "unknown field" in text:

@@ -125,11 +125,9 @@ class TaskFailed(StrategyError):
 class BudgetReached(TaskFailed):
     """The run's spending cap (``--max-cost`` / ``--max-tokens``) is reached: this agent task does not start.
 
-    Raised by ``ctx.run`` of a new agent task once the cap is reached, and by
-    ``ctx.wait`` on an agent task that was still waiting for a slot then. A
-    subclass of :class:`TaskFailed`, so a strategy that tolerates failed tasks
-    keeps going with what it has; catch it to return the best result so far.
-    Nothing is recorded as failed: ``--resume RUN_ID --max-cost HIGHER`` runs it.
+    Raised by ``ctx.run`` of a new agent task once the cap is reached, and by ``ctx.wait`` on one still waiting for a
+    slot then. A :class:`TaskFailed`, so a strategy that tolerates failed tasks goes on with what it has; catch it to
+    return the best result so far. Nothing is recorded as failed: ``--resume RUN_ID --max-cost HIGHER`` runs it.
     """
 
     def __init__(self, key: str, message: str = "the run's spending cap is reached") -> None:
@@ -143,11 +141,9 @@ class BudgetReached(TaskFailed):
 class BudgetExhausted(StrategyError):
     """A strategy's own budget (``ctx.open_budget``) is spent: ``ctx.run`` starts no new task.
 
-    Not a :class:`TaskFailed`: a helper that tolerates failed tasks does not
-    swallow it, so it reaches the point where the strategy ends with the best it
-    has. While a budget is open, the run's spending cap refusing a task raises
-    this too (with the cap's message). A task the run already recorded is never
-    refused: it costs nothing again.
+    Not a :class:`TaskFailed`: a helper that tolerates failed tasks does not swallow it, so the strategy reaches the
+    point where it ends with the best it has. While a budget is open, the run's spending cap refusing a task raises
+    this too (with the cap's message). A task the run already recorded is never refused: it costs nothing again.
     """
 
     def __init__(self, message: str) -> None:

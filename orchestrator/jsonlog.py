@@ -29,13 +29,9 @@ _settings: dict[str, Any] = {"max_bytes": 64 * 1024 * 1024, "backups": 3, "echo"
 
 
 class _Echo:
-    """``--debug``'s copy of every line on stderr, written by a thread of its own.
-
-    The event loop logs too: a stderr nobody reads (a full pipe) would block it in
-    ``write``. Lines wait in a bounded queue instead; past its size they are counted
-    and the count is echoed once stderr drains. One writer also keeps each line
-    whole while many threads log at once.
-    """
+    """``--debug``'s copy of every line on stderr, written by a thread of its own: a stderr nobody reads (a full pipe)
+    would block the event loop in ``write``. Lines wait in a bounded queue; past its size they are counted, and the
+    count is echoed once stderr drains. One writer also keeps each line whole while many threads log at once."""
 
     LIMIT = 10_000
 

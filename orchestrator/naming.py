@@ -34,11 +34,8 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
 def safe_component(text: str, *, limit: int = 40) -> str:
-    """A name fragment that is valid in git refs and Docker names whatever ``text`` holds.
-
-    Strategy names and run ids come from users; ``../``, spaces, leading dashes
-    (``--upload-pack=``), newlines and unicode must never reach git or Docker raw.
-    """
+    """A fragment valid in git refs and Docker names whatever ``text`` holds: strategy names and run ids come from
+    users, and ``../``, spaces, leading dashes (``--upload-pack=``), newlines, unicode must not reach git or Docker."""
     cleaned = _UNSAFE.sub("-", text).strip("-.")
     cleaned = re.sub(r"\.{2,}", ".", cleaned)
     if cleaned.endswith(".lock"):

@@ -33,12 +33,9 @@ _MIN_SECRET_LEN = 6
 
 
 def _base64_cores(secret: bytes) -> set[str]:
-    """Substrings every base64 encoding of ``secret`` contains, whatever bytes come before it.
-
-    Encoding ``prefix + secret`` shifts the secret by 0, 1 or 2 bytes within
-    base64's 3-byte groups; for each shift, the characters that depend only on
-    the secret's bytes are the same in every such encoding.
-    """
+    """Substrings every base64 encoding of ``secret`` contains, whatever bytes come before it: ``prefix + secret``
+    shifts the secret by 0, 1 or 2 bytes within base64's 3-byte groups, and for each shift the characters that depend
+    only on the secret's bytes are the same in every such encoding."""
     cores = set()
     for shift in range(3):
         encoded = base64.b64encode(b"\0" * shift + secret).decode()

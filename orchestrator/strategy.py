@@ -111,12 +111,8 @@ def strategy_options(*, prepare: Prepare | None = None, requires_resume: bool = 
 
 
 class PrepareRuntime(Protocol):
-    """What a ``prepare`` hook may ask of the orchestrator: other runs, and the repository's branches.
-
-    The application implements it (``orchestrator.app.run_branches``) and
-    supplies it with :func:`prepare_runtime` while ``prepare`` runs, as
-    Temporal's workflow module asks a runtime the worker supplies.
-    """
+    """What a ``prepare`` hook may ask of the orchestrator: other runs, and the repository's branches. The
+    application implements it (``orchestrator.app.run_branches``) and supplies it with :func:`prepare_runtime`."""
 
     def finished_run_branches(self, run_id: str, repo_path: str) -> list[str]: ...
 

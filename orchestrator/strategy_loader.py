@@ -94,9 +94,9 @@ def load_strategy(spec: str) -> LoadedStrategy:
                 f"unknown strategy {spec!r}{guess}; use one of {', '.join(BUILTINS)}, a file like ./my_strategy.py "
                 "or package.module:function"
             )
+    source = getattr(module, "__file__", None) or module.__name__  # a file, not its synthetic module name
     if not inspect.iscoroutinefunction(fn):
-        where = getattr(module, "__file__", None) or module.__name__  # a file, not its synthetic module name
-        raise StrategyLoadError(f"strategy {name!r} in {where} must be an 'async def' function")
+        raise StrategyLoadError(f"strategy {name!r} in {source} must be an 'async def' function")
     if not _is_strategy_shape(fn):
         raise StrategyLoadError(f"strategy {name!r} must take (prompt, base_branch, ctx) positionally")
     return LoadedStrategy(
@@ -106,12 +106,12 @@ def load_strategy(spec: str) -> LoadedStrategy:
         module=module,
         params=_params_of(fn),
         options=getattr(fn, "__orchestrator_options__", StrategyOptions()),
-        source=getattr(module, "__file__", None) or module.__name__,
-        hooks=_hooks_of(module, name),
+        source=source,
+        hooks=_hooks_of(module, name, source),
     )
 
 
-def _hooks_of(module: types.ModuleType, name: str) -> StrategyHooks:
+def _hooks_of(module: types.ModuleType, name: str, where: str) -> StrategyHooks:
     """The module's after-run hooks (see :class:`~orchestrator.strategy.StrategyHooks`), found once here."""
     found = {}
     for hook in HOOK_NAMES:
@@ -119,7 +119,6 @@ def _hooks_of(module: types.ModuleType, name: str) -> StrategyHooks:
         if value is None:
             continue
         if not callable(value):
-            where = getattr(module, "__file__", None) or module.__name__
             raise StrategyLoadError(f"{hook} in {where} (strategy {name!r}) must be a function; rename it or define it")
         found[hook] = value
     return StrategyHooks(**found)
@@ -257,9 +256,6 @@ def _type_name(t: Any) -> str:
     if get_origin(t) in (typing.Union, types.UnionType) and len(args) == 1:
         return _type_name(args[0])
     return getattr(t, "__name__", str(t))
-
-
-# ---------------------------------------------------------------- -S parsing
 
 
 def coerce(spec: ParamSpec, value: Any) -> Any:

@@ -319,12 +319,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         return _dispatch(args)
-    except (UsageError, RunLockedError) as exc:
-        print(f"orchestrator: error: {exc}", file=sys.stderr)
-        return 2
     except OrchestratorError as exc:
         print(f"orchestrator: error: {exc}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(exc, (UsageError, RunLockedError)) else 1
     except KeyboardInterrupt:
         return 130
 

@@ -10,7 +10,8 @@ import tempfile
 from pathlib import Path
 
 from ..errors import OrchestratorError
-from .preflight import Check, _cli_overrides, disk_check, existing, resolve_environment
+from .leftovers import counted
+from .preflight import Check, _cli_overrides, build_environment, disk_check, existing, resolve_environment
 
 
 def _docker_engine() -> Check:
@@ -162,7 +163,6 @@ def _writable(path: Path, label: str, env_var: str) -> Check:
 def _environment(config, repo: str, base_branch: str | None, agent_image: str, plugin: str) -> list[Check]:
     """Find or build the project's environment (setup included) and look for the tools inside it."""
     from ..agent_image import environment
-    from ..agent_image.paths import cache_dir
     from ..agent_image.tools import explain_missing, probe_tools, required_tools
     from ..runner import get_plugin, open_repository, resolve_base_branch
 
@@ -191,14 +191,7 @@ def _environment(config, repo: str, base_branch: str | None, agent_image: str, p
         return [*out, Check("ok", "environment", f"none set: runs use the agent image {agent_image} as it is")]
     out += [Check("warn", "environment", note) for note in spec.notes]
     try:
-        image = environment.build(
-            spec,
-            repo=repo,
-            commit=commit,
-            agent_image=agent_image,
-            say=lambda line: print(line, file=sys.stderr, flush=True),
-            log_dir=cache_dir() / "logs",
-        )
+        image = build_environment(spec, repo, commit, agent_image)
         tools = probe_tools(image)
     except OrchestratorError as exc:
         lines = str(exc).splitlines()
@@ -304,6 +297,5 @@ def doctor(args) -> int:
     failed = sum(c.status == "fail" for c in results)
     warned = sum(c.status == "warn" for c in results)
     what = " (checked what a dry run needs)" if getattr(args, "dry_run", False) else ""
-    warnings = f"{warned} warning" + ("" if warned == 1 else "s")
-    print(f"{failed} failed, {warnings}, {len(results) - failed - warned} ok{what}", file=sys.stderr)
+    print(f"{failed} failed, {counted(warned, 'warning')}, {len(results) - failed - warned} ok{what}", file=sys.stderr)
     return 1 if failed else 0

@@ -13,6 +13,7 @@ import msgspec
 
 from ..agent_image.tools import required_tools
 from ..config import deep_merge, load_config, redacted
+from ..engine.determinism import Reporter, guard_module
 from ..engine.engine import Engine
 from ..errors import GitError, RunLockedError, UsageError
 from ..jsonlog import ComponentLog
@@ -57,7 +58,7 @@ from .preflight import (
     prepare,
 )
 from .retention import record_owner
-from .wiring import _engine_config, _fields, _guard, _make_runner
+from .wiring import _engine_config, _fields, _make_runner
 
 
 async def start(args) -> int:
@@ -104,11 +105,9 @@ async def resume(args) -> int:
         raise UsageError(not_here_hint(check_run_id(args.resume), dirs) or str(exc)) from None
     if is_live(dirs, manifest.run_id):
         raise UsageError(f"run {manifest.run_id} is being written by a live process; wait for it or stop it first")
-    from .locate import unreadable_lines_warning
+    from .locate import warn_unreadable_lines
 
-    warning = await anyio.to_thread.run_sync(unreadable_lines_warning, dirs.events(manifest.run_id))
-    if warning:
-        print(warning, file=sys.stderr, flush=True)
+    await warn_unreadable_lines(dirs.events(manifest.run_id))
     if manifest.status in FINISHED_OUTCOMES:
         return await _already_finished(dirs, manifest, output_mode(args))
     prep = await _resume_plan(args, dirs, manifest)
@@ -205,10 +204,10 @@ async def _report_resume_plan(dirs: RunDirs, manifest: RunManifest, supports_res
             status = "new_session_in_kept_workspace"
         counts[status] = counts.get(status, 0) + 1
     done = state.counters.completed + state.counters.failed
-    plan = ", ".join(_resume_phrase(s, n) for s, n in sorted(counts.items())) or "no interrupted tasks"
+    plan = ", ".join(f"{counted(n, 'task')} {_RESUME_PLANS[s][n != 1]}" for s, n in sorted(counts.items()))
     print(
         f"Resuming {manifest.run_id}: {counted(done, 'task')} already finished {'stays' if done == 1 else 'stay'} "
-        f"as {'it is' if done == 1 else 'they are'}; {plan}.",
+        f"as {'it is' if done == 1 else 'they are'}; {plan or 'no interrupted tasks'}.",
         file=sys.stderr,
         flush=True,
     )
@@ -225,11 +224,6 @@ _RESUME_PLANS = {
     "restart_fresh": ("restarts in a fresh clone (--resume-fresh)", "restart in fresh clones (--resume-fresh)"),
     "restart": ("restarts (the plugin cannot resume sessions)", "restart (the plugin cannot resume sessions)"),
 }
-
-
-def _resume_phrase(status: str, n: int) -> str:
-    one, many = _RESUME_PLANS[status]
-    return f"{counted(n, 'task')} {one if n == 1 else many}"
 
 
 async def _watch_signals(
@@ -293,8 +287,6 @@ async def execute(prep: Prepared, dirs: RunDirs, manifest: RunManifest, *, resum
 
 
 def _open_run_log(prep: Prepared, dirs: RunDirs, run_id: str, *, resumed: bool) -> ComponentLog:
-    log_dir = dirs.logs / run_id
-    log_dir.mkdir(parents=True, exist_ok=True)
     config = prep.config
     # Every component log of this process (the runner's and the TUI's too) rotates
     # at the configured size and, with --debug, streams to stderr.
@@ -303,7 +295,7 @@ def _open_run_log(prep: Prepared, dirs: RunDirs, run_id: str, *, resumed: bool) 
         backups=config.logging.component_log_backups,
         echo=config.logging.debug,
     )
-    olog = ComponentLog(log_dir / "orchestration.jsonl", "orchestration", run_id)
+    olog = ComponentLog(dirs.logs / run_id / "orchestration.jsonl", "orchestration", run_id)  # makes the folder
     olog.info(
         "run starting",
         config=redacted(config),
@@ -335,7 +327,12 @@ def _announce(prep: Prepared, dirs: RunDirs, run_id: str, olog: ComponentLog) ->
     removed = cleanup_old_logs(dirs, config.logging.retention_days, keep={run_id})
     if removed:
         olog.info("removed old logs", runs=removed)
-    _guard(prep.strategy, config, olog)
+
+    def determinism_warning(msg: str) -> None:
+        print(msg, file=sys.stderr)
+        olog.warning(msg)
+
+    guard_module(prep.strategy.module, Reporter(config.orchestration.determinism, determinism_warning))
 
 
 def _wire_events(prep: Prepared, engine: Engine, runner: Any, *, resumed: bool) -> None:

@@ -84,13 +84,9 @@ def leftover_lines(summary: dict[str, Any]) -> list[str]:
         parts.append(f"{left['running']} running")
     parts.append(counted(left["volumes"], "volume"))
     listed = ", ".join(parts[:-1]) + f" and {parts[-1]}"
-    command = f"orchestrator --cleanup-run {run_id}"
-    if status in RESUMABLE:
-        lines = ["", f"Kept for orchestrator --resume {run_id}: {listed}"]
-        if left["containers"] or left["volumes"]:
-            lines.append(f"To give the run up instead (the branches stay): {command}")
-        return lines
-    lines = ["", f"Left behind: {listed}"]
+    resumable = status in RESUMABLE
+    lines = ["", f"Kept for orchestrator --resume {run_id}: {listed}" if resumable else f"Left behind: {listed}"]
     if left["containers"] or left["volumes"]:
-        lines.append(f"To remove the containers and volumes (the branches stay): {command}")
+        todo = "To give the run up instead" if resumable else "To remove the containers and volumes"
+        lines.append(f"{todo} (the branches stay): orchestrator --cleanup-run {run_id}")
     return lines

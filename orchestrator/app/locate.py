@@ -4,9 +4,11 @@ it was started from, found by id from anywhere through its host-wide owner recor
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import anyio
 import msgspec
 
 from ..errors import UsageError
@@ -90,15 +92,11 @@ def run_folders(repo: str | None, here: RunDirs) -> list[RunDirs]:
     places = [here]
     if repo is not None:
         places.append(repository_dirs(repo))
-        claims = host_claims()
         try:
-            ids = sorted(os.listdir(claims))
+            ids = sorted(os.listdir(host_claims()))
         except OSError:
             ids = []
-        for run_id in ids:
-            dirs = owner_dirs(run_id)
-            if dirs is not None:
-                places.append(dirs)
+        places += [dirs for dirs in map(owner_dirs, ids) if dirs is not None]
     return _distinct(places)
 
 
@@ -154,11 +152,10 @@ def run_state(dirs: RunDirs, run_id: str) -> RunState:
     return recover(run_id, dirs.events(run_id), [dirs.state / run_id / "state.json", dirs.logs / run_id / "state.json"])
 
 
-def unreadable_lines_warning(events_path: Path) -> str | None:
-    """One line about lines of a run's event log that are not events, or None. Blocking: it reads the whole log."""
+async def warn_unreadable_lines(events_path: Path) -> None:
+    """One line on stderr about lines of a run's event log that are not events (the log is read on a worker thread)."""
     from ..log.eventlog import describe_skipped, skipped_lines
 
-    if not events_path.exists():
-        return None
-    skipped = skipped_lines(events_path)
-    return describe_skipped(events_path, skipped) if skipped else None
+    skipped = await anyio.to_thread.run_sync(lambda: skipped_lines(events_path) if events_path.exists() else [])
+    if skipped:
+        print(describe_skipped(events_path, skipped), file=sys.stderr, flush=True)

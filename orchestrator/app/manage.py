@@ -30,7 +30,7 @@ from ..log.runs import (
 from ..log.state import FAILED, RunState, parse_ts, run_outcome
 from ..strategy_loader import BUILTINS, load_strategy
 from .leftovers import counted
-from .locate import kept_manifest, locate_run, repository_top, run_folders, run_state, runs_in, unreadable_lines_warning
+from .locate import kept_manifest, locate_run, repository_top, run_folders, run_state, runs_in, warn_unreadable_lines
 from .results import fmt_cost, recorded_summary, render_summary
 from .retention import RESUMABLE
 
@@ -119,9 +119,7 @@ async def show_run(run_id: str, follow: bool, repo: str | None = None) -> int:
             max_parallel=manifest.max_parallel,
         )
         return 0
-    warning = await anyio.to_thread.run_sync(unreadable_lines_warning, dirs.events(run_id))
-    if warning:
-        print(warning, file=sys.stderr, flush=True)
+    await warn_unreadable_lines(dirs.events(run_id))
     # whatever the log says so far, nothing is decided while it runs
     state, summary = await recorded_summary(dirs, manifest, live=is_live(dirs, run_id))
     print(render_summary(summary, results_path=dirs.results / run_id))

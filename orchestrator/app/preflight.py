@@ -424,12 +424,24 @@ def resolve_environment(env: EnvironmentConfig, repo: str, commit: str) -> Any:
     )
 
 
+def build_environment(spec: Any, repo: str, commit: str, agent_image: str) -> str:
+    """The environment's image, built on this machine's engine (its output on stderr) unless it is already there."""
+    from ..agent_image import environment
+    from ..agent_image.paths import cache_dir
+
+    def say(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    return environment.build(
+        spec, repo=repo, commit=commit, agent_image=agent_image, say=say, log_dir=cache_dir() / "logs"
+    )
+
+
 async def _environment_image(
     config: Config, repo: str, base_commit: str, tools: tuple[str, ...], hosts: tuple[HostSpec, ...]
 ) -> str:
     """The image every container of the run uses: the project's environment when it has one."""
     from ..agent_image import environment
-    from ..agent_image.paths import cache_dir
 
     env = config.environment
     spec = await anyio.to_thread.run_sync(resolve_environment, env, repo, base_commit)
@@ -442,21 +454,7 @@ async def _environment_image(
         return config.runner.docker_image
     for note in spec.notes:
         print(note, file=sys.stderr)
-
-    def say(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
-
-    image = await anyio.to_thread.run_sync(
-        functools.partial(
-            environment.build,
-            spec,
-            repo=repo,
-            commit=base_commit,
-            agent_image=config.runner.docker_image,
-            say=say,
-            log_dir=cache_dir() / "logs",
-        )
-    )
+    image = await anyio.to_thread.run_sync(build_environment, spec, repo, base_commit, config.runner.docker_image)
     await anyio.to_thread.run_sync(functools.partial(check_tools, image, tools, source=spec.source))
     if config.runner.kubernetes is not None or hosts:
         # Built on this machine's engine: the other engines get it like the agent

@@ -53,11 +53,6 @@ def _final_branches(strategies: list[dict[str, Any]], base: str, *, reviewed: bo
     )
 
 
-def selection_claims(manifest: RunManifest, state: RunState) -> list[tuple[str, str | None]]:
-    """The selected ``(branch, commit)`` pairs to check in the repository before advising a merge."""
-    return claims(run_outcome(state), [(s.status, s.result) for s in state.strategies.values()], manifest.base_branch)
-
-
 class RepositoryCheck(NamedTuple):
     """What the repository says about the run's branches when the summary is written."""
 
@@ -70,8 +65,12 @@ class RepositoryCheck(NamedTuple):
 def check_repository(manifest: RunManifest, state: RunState) -> RepositoryCheck:
     """Blocking (runs git): call it from a worker thread in async code."""
     made = {t.branch_final for t in state.tasks.values() if t.branch_final}
+    # the selected (branch, commit) pairs, checked before a merge is advised
+    selected = claims(
+        run_outcome(state), [(s.status, s.result) for s in state.strategies.values()], manifest.base_branch
+    )
     return RepositoryCheck(
-        unheld=unheld_branches(manifest.repo_path, selection_claims(manifest, state)),
+        unheld=unheld_branches(manifest.repo_path, selected),
         gone=missing_branches(manifest.repo_path, made),
     )
 

@@ -51,15 +51,12 @@ def owner_dirs(run_id: str) -> RunDirs | None:
     return RunDirs(state=state, logs=Path(owner.logs), results=results)
 
 
-def _owner_dirs(run_id: str, fallback: RunDirs) -> RunDirs | None:
-    return owner_dirs(run_id) or (fallback if fallback.manifest(run_id).exists() else None)
-
-
-def _retention_hours(run_id: str, dirs: RunDirs, config: Config) -> tuple[float | None, float]:
-    """(retention in hours or None to keep, reference time) for the run's leftovers."""
+def _retention_hours(run_id: str, here: RunDirs, config: Config) -> tuple[float | None, float]:
+    """(retention in hours or None to keep, reference time) for the run's leftovers; kept when no directory owns it."""
     from ..log.state import parse_ts
 
-    if is_live(dirs, run_id):
+    dirs = owner_dirs(run_id) or (here if here.manifest(run_id).exists() else None)
+    if dirs is None or is_live(dirs, run_id):
         return None, 0.0
     if not dirs.manifest(run_id).exists():
         # Its owner removed the state (--cleanup-run): it can no longer be resumed.
@@ -92,10 +89,7 @@ def expired_workspaces(root: Path, dirs: RunDirs, config: Config, *, current: st
         run_id = path.name
         if not path.is_dir() or run_id == current or not run_id.startswith("run_"):
             continue
-        owner = _owner_dirs(run_id, dirs)
-        if owner is None:
-            continue
-        hours, finished = _retention_hours(run_id, owner, config)
+        hours, finished = _retention_hours(run_id, dirs, config)
         if hours is None:
             continue
         if now - max(finished, _newest_mtime(path)) >= hours * 3600:
@@ -127,10 +121,7 @@ async def expire_leftovers(dirs: RunDirs, config: Config, olog: ComponentLog, *,
             by_run.setdefault(run_id, []).append(v["Name"])
 
     def _due(run_id: str) -> bool:
-        owner = _owner_dirs(run_id, dirs)
-        if owner is None:
-            return False
-        hours, finished = _retention_hours(run_id, owner, config)
+        hours, finished = _retention_hours(run_id, dirs, config)
         return hours is not None and finished > 0 and time.time() - finished >= hours * 3600
 
     # One worker-thread trip for all the file checks: hosts keep hundreds of runs' volumes.

@@ -75,15 +75,11 @@ def check_resume(config: Config, budget_state: Any, run_id: str) -> None:
             f"run {run_id} is still at its spending cap ({cap.describe()}; {spent_line(spent_cost, spent_tokens)}): "
             f"resume with a higher cap, e.g. orchestrator --resume {run_id} "
             + (
-                f"--max-cost {_higher(spent_cost)}"
+                f"--max-cost {max(spent_cost * 2, spent_cost + 1):.2f}"
                 if cap.max_cost_usd is not None
                 else f"--max-tokens {spent_tokens * 2}"
             )
         )
-
-
-def _higher(cost: float) -> str:
-    return f"{max(cost * 2, cost + 1):.2f}"
 
 
 def summary_of(budget_state: Any) -> dict[str, Any] | None:

@@ -6,15 +6,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..config import Config
-from ..engine.determinism import Reporter, guard_module
 from ..engine.engine import EngineConfig
 from ..engine.fingerprint import TaskDefaults
 from ..jsonlog import ComponentLog
 from ..log.runs import RUN_LOCK_LABEL, RUN_MANIFEST_LABEL, RunDirs
 from ..runner import DockerRunner, Hardening, ObjectCacheSettings, RetryConfig
 from ..sanitize import default_sanitizer
-from ..strategy_loader import LoadedStrategy
 from . import run_budget
 from .preflight import Prepared
 
@@ -22,17 +19,6 @@ from .preflight import Prepared
 def _fields(section: Any, *names: str, **renamed: str) -> dict[str, Any]:
     """Settings of a config section as keywords of a struct that names them the same (or as ``renamed``)."""
     return {name: getattr(section, name) for name in names} | {k: getattr(section, v) for k, v in renamed.items()}
-
-
-def _guard(strategy: LoadedStrategy, config: Config, olog: ComponentLog | None = None) -> Reporter:
-    def sink(msg: str) -> None:
-        print(msg, file=sys.stderr)
-        if olog is not None:
-            olog.warning(msg)
-
-    reporter = Reporter(config.orchestration.determinism, sink)
-    guard_module(strategy.module, reporter)
-    return reporter
 
 
 def _engine_config(
