@@ -17,7 +17,7 @@ from pathlib import Path
 from ..errors import PreflightError
 from .paths import cache_dir, source_dir
 from .pins import CLIS, PINS_FILE, installed_version, mismatches, read_pins
-from .tools import probe_tools
+from .tools import DEFAULT_IMAGE, TOOLS, probe_tools
 
 LABEL_KEY = "org.orchestrator.inputs-sha256"
 LOCAL_BASE = "orchestrator-base:bookworm"
@@ -209,7 +209,7 @@ def _fill_context(src: Path, ctx: Path, say: Callable[[str], None]) -> tuple[lis
     return files, ca_files
 
 
-def build_image(image: str = "claude-code", *, test_image: str | None = None) -> None:
+def build_image(image: str = DEFAULT_IMAGE, *, test_image: str | None = None) -> None:
     say = _Say()
     src = source_dir()
     cache = cache_dir()
@@ -246,7 +246,7 @@ def build_image(image: str = "claude-code", *, test_image: str | None = None) ->
 
     # A new image id is probed anyway (the cache is per id); refresh covers a forced rebuild.
     tools = probe_tools(image, refresh=built)
-    missing = [t for t in ("claude", "codex", "git", "orchestrator-sim-agent") if tools.get(t) is None]
+    missing = [t for t in TOOLS if tools.get(t) is None]
     if missing:
         raise PreflightError(f"{image} does not have {', '.join(missing)} on PATH; rebuild with FORCE_REBUILD=1")
     wrong = mismatches(tools, pins)
