@@ -73,16 +73,6 @@ def default_client_factory(timeout: int = DEFAULT_CLIENT_TIMEOUT_S, max_pool_siz
     return docker.from_env(timeout=timeout, max_pool_size=max_pool_size)
 
 
-def translate_docker_error(exc: BaseException, what: str) -> RunnerError:
-    """Map a docker-py/requests/OS error to :class:`ContainerError` (retryable when transient)."""
-    retryable = (
-        isinstance(exc, OSError)
-        or is_transient(str(exc))
-        or type(exc).__name__ in ("ConnectionError", "ReadTimeout", "ConnectTimeout", "Timeout")
-    )
-    return ContainerError(f"{what}: {exc}", retryable=retryable)
-
-
 class OncePerKey(Generic[T]):
     """Values worked out once per key (an image): a run's tasks start together, one works it out, the rest wait."""
 
@@ -134,8 +124,15 @@ class DockerHost:
     def _unreachable(self, exc: Exception) -> RunnerError:
         return ContainerError(f"cannot connect to Docker: {exc}; {DOCKER_START_HINT}", retryable=True)
 
-    # the engine's library errors as ours (KubeHost: the Kubernetes client's)
-    _translate = staticmethod(translate_docker_error)
+    @staticmethod
+    def _translate(exc: BaseException, what: str) -> RunnerError:
+        """docker-py/requests/OS errors as :class:`ContainerError`, retryable when transient (KubeHost: its client's)."""
+        retryable = (
+            isinstance(exc, OSError)
+            or is_transient(str(exc))
+            or type(exc).__name__ in ("ConnectionError", "ReadTimeout", "ConnectTimeout", "Timeout")
+        )
+        return ContainerError(f"{what}: {exc}", retryable=retryable)
 
     def _connect(self) -> Any:
         # The tasks of a run ask at the same moment: one connects (a /version round
