@@ -105,14 +105,11 @@ def _read_frame(sock: Any, pending: bytearray | None = None) -> tuple[int, bytes
 
 
 def take_buffered(sock: Any) -> bytearray:
-    """The exec's output that arrived with the response's headers.
+    """The exec's output that arrived with the response's headers, taken without waiting for more.
 
-    docker-py hands over the socket from under the HTTP response's buffered
-    reader. That reader read the headers, and with them whatever else had
-    arrived: on a loaded machine the client reads the headers late, when the
-    command's first lines are already there, and reading the socket alone lost
-    them (a command's first three lines, in a six-worker test run). Whatever the
-    reader holds is taken here, without waiting for more.
+    docker-py hands over the socket from under the HTTP response's buffered reader, which read the
+    headers and whatever else had arrived: on a loaded machine, the command's first lines. Reading
+    the socket alone lost them (a command's first three lines, in a six-worker test run).
     """
     fp: Any = getattr(getattr(getattr(getattr(sock, "_response", None), "raw", None), "_fp", None), "fp", None)
     raw = _raw_socket(sock)
@@ -357,12 +354,8 @@ def _plain_outcome(outcome: AgentOutcome) -> AgentOutcome:
 
 
 def _take_end_line(data: bytes) -> tuple[bytes, bytes, bytes | None]:
-    """Split stderr bytes into (the task's bytes, bytes held for the next frame, the end line's value).
-
-    The wrapper's line is written once, after the process exited, but the
-    daemon's reads of the pipe may cut it; a tail that could be its start
-    waits for the next frame.
-    """
+    """Split stderr bytes into (the task's bytes, bytes held for the next frame, the end line's value):
+    the daemon's reads of the pipe may cut the wrapper's line, so a tail that could be its start waits."""
     value = None
     for m in END_LINE.finditer(data):
         value = m.group(1)
