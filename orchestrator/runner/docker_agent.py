@@ -216,11 +216,8 @@ class AgentExec:
     async def recover_session(
         self, request: InstanceRequest, plugin: RunnerPlugin, on_event: RunnerEventCallback | None
     ) -> InstanceRequest:
-        """The request with the session its agent announced unread, for a task resumed in its kept workspace.
-
-        The process that started the agent died before it read the agent's first
-        line, so no session is on record; the wrapper kept that line in the home volume.
-        """
+        """The request with the session its agent announced, for a task resumed in its kept workspace whose
+        process died before it read the agent's first line: the wrapper kept that line in the home volume."""
         if not (request.resume_workspace and request.session_id is None and plugin.capabilities.supports_resume):
             return request
         try:
@@ -498,9 +495,8 @@ class AgentExec:
         committing, and the import transfers commits only. Status and commit run
         inside the task's container, as the agent's user: git there may run
         filters and hooks the agent configured, which must never run on the
-        host. Review tasks (import_policy=never) and command tasks are left as
-        they are. ``counted``: the agent wrapper's count, taken when the agent
-        exited; with nothing to commit it is the answer, and no exec is needed.
+        host. ``counted``: the agent wrapper's count, taken when the agent exited;
+        with nothing to commit it is the answer, and no exec is needed.
         """
         if not _looks_at_uncommitted(request, plugin):
             return None
@@ -556,12 +552,9 @@ def _git_unusable(output: ExecOutput) -> GitError | None:
 
 
 def _output_lost(output: ExecOutput, elapsed: float) -> ContainerError | None:
-    """The engine's loss of a task's output, when the wrapper's last line is missing.
-
-    Only a wrapper killed by a signal (status 128 and up: a stop, the OOM killer)
-    ends without that line; any other status without it means a busy dockerd
-    ended the stream before it had copied the output.
-    """
+    """The engine's loss of a task's output: the wrapper's last line is missing. Only a wrapper killed
+    by a signal (status 128 and up: a stop, the OOM killer) ends without it; any other status means a
+    busy dockerd ended the stream before it had copied the output."""
     if output.ended or output.exit_code is None or output.exit_code >= 128:
         return None
     if output.extra.get("stream_error"):

@@ -35,12 +35,8 @@ class Collector:
     async def collect(
         self, request: InstanceRequest, workspace: Path, ws_info: Any, on_event: RunnerEventCallback | None
     ) -> BranchArtifact:
-        """The task's branch (per policy), with the finalize stop running alongside.
-
-        The agent has finished, so the finalize stop does not wait for the
-        import: both take a tenth of a second or so, and the task's end is the
-        later of the two.
-        """
+        """The task's branch (per policy), with the finalize stop alongside: the agent has finished, so
+        the stop does not wait for the import (each takes a tenth of a second or so)."""
         if self.host.archive and request.import_policy != "never":
             await self._archive_bundle_out(request, workspace, ws_info, on_event)
         result: dict[str, Any] = {}

@@ -73,16 +73,6 @@ def default_client_factory(timeout: int = DEFAULT_CLIENT_TIMEOUT_S, max_pool_siz
     return docker.from_env(timeout=timeout, max_pool_size=max_pool_size)
 
 
-def translate_docker_error(exc: BaseException, what: str) -> RunnerError:
-    """Map a docker-py/requests/OS error to :class:`ContainerError` (retryable when transient)."""
-    retryable = (
-        isinstance(exc, OSError)
-        or is_transient(str(exc))
-        or type(exc).__name__ in ("ConnectionError", "ReadTimeout", "ConnectTimeout", "Timeout")
-    )
-    return ContainerError(f"{what}: {exc}", retryable=retryable)
-
-
 class OncePerKey(Generic[T]):
     """Values worked out once per key (an image): a run's tasks start together, one works it out, the rest wait."""
 
@@ -134,8 +124,15 @@ class DockerHost:
     def _unreachable(self, exc: Exception) -> RunnerError:
         return ContainerError(f"cannot connect to Docker: {exc}; {DOCKER_START_HINT}", retryable=True)
 
-    # the engine's library errors as ours (KubeHost: the Kubernetes client's)
-    _translate = staticmethod(translate_docker_error)
+    @staticmethod
+    def _translate(exc: BaseException, what: str) -> RunnerError:
+        """docker-py/requests/OS errors as :class:`ContainerError`, retryable when transient (KubeHost: its client's)."""
+        retryable = (
+            isinstance(exc, OSError)
+            or is_transient(str(exc))
+            or type(exc).__name__ in ("ConnectionError", "ReadTimeout", "ConnectTimeout", "Timeout")
+        )
+        return ContainerError(f"{what}: {exc}", retryable=retryable)
 
     def _connect(self) -> Any:
         # The tasks of a run ask at the same moment: one connects (a /version round
@@ -255,15 +252,28 @@ class DockerHost:
         """
         client = await self.client()
         name = request.container_name
+        objects = None
+        if request.isolation_mode == "shared_objects" and not self.archive:  # a remote engine gets full copies
+            from .git_ops import object_store_objects
+
+            objects = object_store_objects(workspace, request.repo_path)
         mounts = TaskMounts(
             workspace,
             volume,
             workspace_read_only(request),
             workspace_volume=f"{WORKSPACE_VOLUME_PREFIX}{name}" if self.archive else None,
-            objects=shared_objects_dir(request, workspace, archive=self.archive),
+            objects=objects,
             object_cache=object_cache,
         )
-        spec = create_kwargs(request, self.name)
+        spec: dict[str, Any] = {
+            "image": request.docker_image,
+            "command": ["sleep", "infinity"],
+            "name": name,
+            "user": "node",
+            "working_dir": WORKSPACE_MOUNT,
+            "environment": base_environment(request),
+            "labels": host_labels(request, self.name),
+        }
         # A remote engine cannot bind a file of this machine: its offline containers keep network_mode none.
         no_network = request.network_egress == "offline" and not self.archive
         if no_network:
@@ -337,7 +347,6 @@ class DockerHost:
         await self.api(f"kill container {name}", "kill", name)
 
     async def list_containers(self, run_id: str | None = None) -> list[dict]:
-        """Orchestrator containers (optionally of one run): name, labels, status, created."""
         filters = {"label": ["orchestrator=true"] + ([f"run_id={run_id}"] if run_id else [])}
         rows = await self.api("list containers", "containers", all=True, filters=filters)
         return [
@@ -351,7 +360,6 @@ class DockerHost:
         ]
 
     async def remove_run_volumes(self, run_id: str) -> list[str]:
-        """Remove the session volumes of ``run_id`` (:func:`run_volumes`); returns their names."""
         names = await run_volumes(run_id, host=self)
         for name in names:
             await self._unless_missing(f"remove volume {name}", "remove_volume", name, force=True)
@@ -405,31 +413,8 @@ def host_labels(request: InstanceRequest, host_name: str | None) -> dict[str, st
     return labels
 
 
-def create_kwargs(request: InstanceRequest, host_name: str | None) -> dict[str, Any]:
-    """Arguments for ``client.api.create_container`` (host config built separately)."""
-    return {
-        "image": request.docker_image,
-        "command": ["sleep", "infinity"],
-        "name": request.container_name,
-        "user": "node",
-        "working_dir": WORKSPACE_MOUNT,
-        "environment": base_environment(request),
-        "labels": host_labels(request, host_name),
-    }
-
-
 def volume_labels(request: InstanceRequest) -> dict[str, str]:
     return {"orchestrator": "true", "run_id": request.run_id}
-
-
-def shared_objects_dir(request: InstanceRequest, workspace: Path, *, archive: bool) -> Path | None:
-    """The object store a ``shared_objects`` workspace borrows from, when the container
-    must mount it (local engine only: a remote engine gets full copies)."""
-    if request.isolation_mode != "shared_objects" or archive:
-        return None
-    from .git_ops import object_store_objects
-
-    return object_store_objects(workspace, request.repo_path)
 
 
 def offline_hosts_file(run_folder: Path) -> Path:
@@ -580,14 +565,10 @@ def _create_and_start(client: Any, name: str, host_config: Callable[[], dict], s
 
 
 async def _ensure_home_writable(host: DockerHost, request: InstanceRequest, volume: str) -> None:
-    """Make a fresh session volume writable for uid 1000.
-
-    Docker copies the image's /home/node (owned by node in our images) into an
-    empty named volume, so this is one cheap check per image. When the image has
-    no such directory the volume root is root-owned; exec as root cannot chown
-    it (a container whose user is non-root gets no capabilities, even for
-    ``exec --user root``), so a short-lived root container fixes it instead.
-    """
+    """Make a fresh session volume writable for uid 1000. Docker fills an empty named volume from the
+    image's /home/node (node's in our images), so this is one cheap check per image. Without that
+    directory the volume root is root's, and an exec as root cannot chown it (a container whose user is
+    non-root gets no capabilities, even for ``exec --user root``): a short-lived root container does."""
 
     async def writable() -> bool:
         code, _ = await host.exec_simple(request.container_name, ["test", "-w", HOME_MOUNT])

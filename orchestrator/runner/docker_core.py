@@ -52,10 +52,8 @@ END_AGENT_SCRIPT = (
 @dataclass(eq=False)
 class TaskFailed(Exception):
     """A phase's verdict that its task failed, handed to the one failure exit (``DockerRunner._failed``).
-
-    ``reported``: the optional fields (``error_type``, ``status``, ``exit_code``)
-    the phase's ``runner.instance.failed`` event carries, as each phase always has.
-    """
+    ``reported``: the optional fields (``error_type``, ``status``, ``exit_code``) the phase's
+    ``runner.instance.failed`` event carries, as it always has."""
 
     phase: str
     error_type: ErrorCategory
@@ -151,12 +149,10 @@ class ContainerStopper:
     async def end_orphan(self, request: InstanceRequest, on_event: RunnerEventCallback | None) -> bool:
         """End the agent of an attempt that lost its output stream; True once no agent runs.
 
-        The agent may still be working in its container, and a retry would start
-        a second one in the same workspace. It gets its grace to save its
-        session (which the retry resumes); one that does not exit, or a container
-        that cannot be reached to ask, is ended by stopping the container (the
-        retry starts it again). While neither works the agent stays listed as
-        live, and every retry first tries again.
+        The agent may still be working, and a retry would start a second one in the same workspace.
+        It gets its grace to save its session (which the retry resumes); one that does not exit, or a
+        container that cannot be reached to ask, is ended by stopping the container (the retry starts
+        it again). While neither works it stays listed as live, and every retry first tries again.
         """
         if not await self.end_agent(request, on_event):
             try:

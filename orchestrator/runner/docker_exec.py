@@ -80,15 +80,10 @@ class StreamBroken(Exception):
 
 
 def _read_frame(sock: Any, pending: bytearray | None = None) -> tuple[int, bytes] | None:
-    """Next (stream, payload) of the multiplexed stream; None at its normal end.
-
-    ``pending``: output already read off the socket (:func:`take_buffered`),
-    consumed before the socket. Only a clean end between frames is the normal
-    end of the output. A connection reset or a frame cut short raises
-    :class:`StreamBroken`, so that it is logged and reported instead of passing
-    for a complete answer. (The helpers are docker-py internals; pyproject pins
-    docker below 8 and tests/test_docker_exec.py checks they are still there.)
-    """
+    """Next (stream, payload) of the multiplexed stream, ``pending`` (:func:`take_buffered`) first;
+    None at a clean end between frames. A reset or a cut frame raises :class:`StreamBroken`, so it
+    is reported instead of passing for a complete answer. (docker-py internals: pyproject pins
+    docker below 8 and tests/test_docker_exec.py checks they are still there.)"""
     from docker.utils.socket import SocketError, read_exactly
 
     def exactly(n: int) -> bytes:
@@ -110,14 +105,11 @@ def _read_frame(sock: Any, pending: bytearray | None = None) -> tuple[int, bytes
 
 
 def take_buffered(sock: Any) -> bytearray:
-    """The exec's output that arrived with the response's headers.
+    """The exec's output that arrived with the response's headers, taken without waiting for more.
 
-    docker-py hands over the socket from under the HTTP response's buffered
-    reader. That reader read the headers, and with them whatever else had
-    arrived: on a loaded machine the client reads the headers late, when the
-    command's first lines are already there, and reading the socket alone lost
-    them (a command's first three lines, in a six-worker test run). Whatever the
-    reader holds is taken here, without waiting for more.
+    docker-py hands over the socket from under the HTTP response's buffered reader, which read the
+    headers and whatever else had arrived: on a loaded machine, the command's first lines. Reading
+    the socket alone lost them (a command's first three lines, in a six-worker test run).
     """
     fp: Any = getattr(getattr(getattr(getattr(sock, "_response", None), "raw", None), "_fp", None), "fp", None)
     raw = _raw_socket(sock)
@@ -250,16 +242,10 @@ async def run_exec(
 ) -> ExecOutput:
     """Run ``argv`` in ``container`` as ``node`` in /workspace and parse its stdout.
 
-    ``wrapped``: ``argv`` runs under the wrapper that ends stderr with its own
-    line (and, for an agent, the count of what it left uncommitted); the line is
-    read from (and taken out of) the stream.
-
-    ``on_cancel``: ends the process when the caller is cancelled; meanwhile, for
-    at most :data:`DRAIN_S`, the output is read on to its end and every event
-    still goes to ``on_event``. Without it the connection is closed at once.
-
-    Raises :class:`ContainerError` when Docker cannot run the exec. Cancellation
-    propagates after the connection is closed.
+    ``wrapped``: ``argv`` runs under the wrapper, whose end line is taken out of stderr.
+    ``on_cancel``: ends the process when the caller is cancelled, while the output is read on
+    (:func:`drain_on_cancel`); without it the connection is closed at once. Raises
+    :class:`ContainerError` when Docker cannot run the exec.
     """
     exec_id, sock, pending = await _start_exec(host, container, argv, env, stdin_payload is not None)
     out = OutputReader(parser, on_event, wrapped=wrapped)
@@ -368,12 +354,8 @@ def _plain_outcome(outcome: AgentOutcome) -> AgentOutcome:
 
 
 def _take_end_line(data: bytes) -> tuple[bytes, bytes, bytes | None]:
-    """Split stderr bytes into (the task's bytes, bytes held for the next frame, the end line's value).
-
-    The wrapper's line is written once, after the process exited, but the
-    daemon's reads of the pipe may cut it; a tail that could be its start
-    waits for the next frame.
-    """
+    """Split stderr bytes into (the task's bytes, bytes held for the next frame, the end line's value):
+    the daemon's reads of the pipe may cut the wrapper's line, so a tail that could be its start waits."""
     value = None
     for m in END_LINE.finditer(data):
         value = m.group(1)

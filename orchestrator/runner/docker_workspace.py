@@ -117,13 +117,10 @@ class WorkspaceSetup:
     ) -> dict[str, Any]:
         """Clone the workspace and create/start the first attempt's container at the same time.
 
-        Creating and starting the container is the slowest step before the agent
-        runs (about 0.2 s of daemon, runc and kernel work), so it does not wait
-        for the clone: the workspace is first replaced by an empty directory, the
-        container bind-mounts that directory, and the clone fills the same
-        directory (same inode, so the container sees it). The agent's exec waits
-        for both. On SELinux hosts the ``z`` relabel happens when the container
-        is created, so there the clone comes first.
+        The container is the slowest step before the agent runs (about 0.2 s of daemon, runc and
+        kernel work), so it does not wait for the clone: it bind-mounts the emptied workspace
+        directory, which the clone then fills (same inode, so the container sees it). On SELinux
+        hosts the ``z`` relabel happens at the create, so there the clone comes first.
         """
         t = time.monotonic()
         first: dict[str, Any] = {}
@@ -294,12 +291,8 @@ class WorkspaceSetup:
     async def _kept_workspace_and_container(
         self, request: InstanceRequest, kept: git_ops.WorkspaceInfo, on_event: RunnerEventCallback | None
     ) -> dict[str, Any]:
-        """The container for a task that continues in the workspace it left.
-
-        A container still running there belongs to the process that died: it is
-        restarted, which ends that process's agent, before any stale git lock
-        the agent left is cleared.
-        """
+        """The container for a task that continues in the workspace it left. One still running belongs
+        to the process that died: restarting it ends that agent before its stale git locks are cleared."""
         t = time.monotonic()
         first: dict[str, Any] = {"ws_info": kept}
         cached = self.object_cache.applies(self.host, request.isolation_mode)
@@ -358,13 +351,10 @@ class WorkspaceSetup:
     ) -> RunnerError | None:
         """Remote engine: the clone travels into the container's /workspace volume.
 
-        ``fresh``: the first attempt on a fresh clone, so the volume must hold that
-        clone and nothing else; a volume an existing container kept is emptied
-        first. Otherwise (a retry, or a resumed task's kept workspace) the volume
-        keeps the agent's work when it holds a whole clone; an earlier attempt may
-        have failed before its copy-in or in the middle of it (a link to the
-        engine that broke), and an agent must never run in an empty or half-copied
-        workspace, so then the clone is copied in again."""
+        ``fresh``: the first attempt on a fresh clone, so the volume must hold that clone only (one an
+        existing container kept is emptied first). Otherwise (a retry, or a kept workspace) the volume
+        keeps the agent's work when it holds a whole clone; an earlier attempt may have failed before or
+        during its copy-in (a broken link), and an agent must never run in an empty or half-copied one."""
         name = request.container_name
         try:
             if not fresh and await archive.workspace_holds_a_clone(self.host, name):
@@ -445,11 +435,8 @@ class WorkspaceSetup:
         return None
 
     async def _object_store(self, request: InstanceRequest, workspace: Path) -> Path:
-        """Make or refresh the run's object store (``shared_objects`` on the local engine).
-
-        Hard links where the filesystem allows, except under SELinux: the
-        container's ``z`` relabel would then relabel the user's own object files.
-        """
+        """Make or refresh the run's object store (``shared_objects``, local engine): hard links where the
+        filesystem allows, except under SELinux, whose ``z`` relabel would relabel the user's object files."""
         return await git_ops.ensure_object_store(
             request.repo_path,
             workspace,

@@ -50,12 +50,9 @@ class WorkspaceReaper:
         self.failures: list[tuple[Path, str]] = []
 
     async def discard(self, workspace: Path, *, reuse_for: Path | None = None) -> None:
-        """Take ``workspace`` out of its place now; delete it in the background.
-
-        ``reuse_for``: the run's object store the checkout borrows from, when it
-        may be given to a later task of the run (its container is stopped); kept
-        while fewer than ``spares`` are, and handed out by :meth:`take`.
-        """
+        """Take ``workspace`` out of its place now; delete it in the background. ``reuse_for``: the run's
+        object store it borrows from, when a later task may take it (its container is stopped): kept while
+        fewer than ``spares`` are, handed out by :meth:`take`."""
         doomed = await anyio.to_thread.run_sync(git_ops.set_workspace_aside, workspace)
         pristine = await anyio.to_thread.run_sync(_pristine_aside, workspace, doomed)
         if doomed is None:
@@ -84,11 +81,8 @@ class WorkspaceReaper:
         return spares.pop() if spares else None
 
     async def aclose(self) -> None:
-        """Wait for every discarded workspace to be deleted, and stop the threads.
-
-        Cancelled (a second Ctrl+C), it stops waiting; what is left is the
-        set-aside directories, named ``<workspace>.deleting-*``.
-        """
+        """Wait for every discarded workspace to be deleted, and stop the threads. Cancelled (a second
+        Ctrl+C), it stops waiting, leaving the set-aside ``<workspace>.deleting-*`` directories."""
         spares = [spare for kept in self._spares.values() for spare in kept]
         self._spares.clear()
         for doomed, pristine in spares:

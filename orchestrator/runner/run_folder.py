@@ -81,11 +81,8 @@ def _release_sync(run_id: str, repo_path: str | os.PathLike[str]) -> list[str]:
 
 
 async def release_run_folder(run_id: str, repo_path: str | os.PathLike[str]) -> list[str]:
-    """After a finished run: remove its object store and pristine indexes (and its folder once empty).
-
-    Returns what was removed. Call it only once the run's runner is closed and
-    the run cannot be resumed.
-    """
+    """After a finished run: remove its object store and pristine indexes (and its folder once empty);
+    returns what was removed. Only once the run's runner is closed and the run cannot be resumed."""
     removed = await anyio.to_thread.run_sync(partial(_release_sync, run_id, repo_path))
     if removed:
         logger.info("gave back the finished run's folder", extra={"run_id": run_id, "removed": removed})

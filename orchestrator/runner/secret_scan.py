@@ -87,12 +87,8 @@ def scan_diff(diff: str, secrets: Iterable[tuple[str, str]]) -> list[Finding]:
 
 
 def scan_commits(workspace: Path, base_commit: str, head: str, secrets: Iterable[tuple[str, str]]) -> list[Finding]:
-    """Scan what the task's commits added (``base_commit..head``) in the workspace clone.
-
-    ``--text`` so a key hidden in a file git would call binary is still read.
-    A symlink's target is a line of its own in the diff, so a link whose target
-    spells a key is caught too.
-    """
+    """Scan what the task's commits added (``base_commit..head``) in the workspace clone. ``--text``: a
+    key hidden in a file git would call binary is still read; a symlink's target is a line of its own."""
     if head == base_commit:
         return []
     diff = ws_git(

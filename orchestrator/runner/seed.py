@@ -73,13 +73,9 @@ class SeedCache:
 
 
 def _extract(archive: Any, into: Path) -> None:
-    """Unpack the seed's tar into ``into``, owners by number, modes as archived.
-
-    The system's tar does it in a fraction of the time tarfile takes: a
-    project's .venv is thousands of small files, and tarfile spent about two
-    CPU-seconds on one (py-spy of a run that built a Python environment).
-    Both refuse members that would land outside ``into``.
-    """
+    """Unpack the seed's tar into ``into``, owners by number, modes as archived; the system's tar
+    where there is one (docs/performance.md: a fraction of tarfile's time). Both refuse members
+    that would land outside ``into``."""
     into.mkdir()
     if shutil.which("tar") is None:
         try:

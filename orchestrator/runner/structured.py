@@ -41,22 +41,6 @@ def check_schema(schema: Any) -> None:
         raise ConfigError(f"task field output_schema is not a valid JSON Schema at {where}: {exc.message}") from None
 
 
-def parse_answer(structured: Any, final_message: str) -> tuple[Any, str | None]:
-    """(value, problem): the CLI's structured object, else the final message read as JSON."""
-    if structured is not None:
-        return structured, None
-    text = (final_message or "").strip()
-    if not text:
-        return None, "the answer is empty; a JSON value matching the schema was expected"
-    fenced = _FENCE.match(text)
-    if fenced:
-        text = fenced.group(1)
-    try:
-        return json.loads(text), None
-    except json.JSONDecodeError as exc:
-        return None, f"the answer is not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
-
-
 def violation_of(schema: dict[str, Any], value: Any) -> str | None:
     """One line naming where and how ``value`` breaks ``schema``, or ``None`` when it matches."""
     import jsonschema.exceptions
@@ -72,12 +56,19 @@ def violation_of(schema: dict[str, Any], value: Any) -> str | None:
 
 
 def checked_answer(schema: dict[str, Any], structured: Any, final_message: str) -> tuple[Any, str | None]:
-    """(validated value, None) or (None, the violation to name in a repair turn)."""
-    value, problem = parse_answer(structured, final_message)
-    if problem is not None:
-        return None, problem
-    violation = violation_of(schema, value)
-    return (None, violation) if violation is not None else (value, None)
+    """(validated value, None) or (None, the violation to name in a repair turn): the CLI's
+    structured object, else the final message read as JSON."""
+    if structured is None:
+        text = (final_message or "").strip()
+        if not text:
+            return None, "the answer is empty; a JSON value matching the schema was expected"
+        fenced = _FENCE.match(text)
+        try:
+            structured = json.loads(fenced.group(1) if fenced else text)
+        except json.JSONDecodeError as exc:
+            return None, f"the answer is not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
+    violation = violation_of(schema, structured)
+    return (None, violation) if violation is not None else (structured, None)
 
 
 def repair_prompt(violation: str) -> str:

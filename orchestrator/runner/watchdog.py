@@ -41,7 +41,6 @@ def cgroup_pids_events(container_id: str) -> str | None:
     if not container_id:
         return None
     for pattern in (
-        f"/sys/fs/cgroup/system.slice/docker-{container_id}.scope/pids.events",
         f"/sys/fs/cgroup/docker/{container_id}/pids.events",
         f"/sys/fs/cgroup/pids/docker/{container_id}/pids.events",
         f"/sys/fs/cgroup/pids/system.slice/docker-{container_id}.scope/pids.events",
