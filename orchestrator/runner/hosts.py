@@ -456,13 +456,8 @@ class MultiHostRunner:
         return None
 
     def _pick(self, exclude: set[str]) -> _Slot | None:
-        best: _Slot | None = None
-        for slot in self.slots:  # ties go to the host listed first
-            if slot.spec.name in exclude or slot.free <= 0:
-                continue
-            if best is None or slot.free > best.free:
-                best = slot
-        return best
+        free = [s for s in self.slots if s.spec.name not in exclude and s.free > 0]
+        return max(free, key=lambda s: s.free, default=None)  # the first of equals: the host listed first
 
     async def _acquire(self, exclude: set[str], prefer: _Slot | None) -> _Slot:
         while True:
