@@ -13,7 +13,6 @@ import io
 import os
 import tarfile
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -137,7 +136,8 @@ async def copy_in(
     try:
         size = data.seek(0, os.SEEK_END)
         data.seek(0)
-        ok = await host.put_archive(container, WORKSPACE_MOUNT, _chunks(data), read_only=read_only)
+        chunks = iter(functools.partial(data.read, 1 << 20), b"")
+        ok = await host.put_archive(container, WORKSPACE_MOUNT, chunks, read_only=read_only)
     finally:
         data.close()
     if not ok:
@@ -155,10 +155,6 @@ async def copy_in(
                 f"(exit {code}): {out[-500:]}"
             )
     return size
-
-
-def _chunks(fh: Any, size: int = 1 << 20) -> Iterator[bytes]:
-    return iter(functools.partial(fh.read, size), b"")
 
 
 async def _exec(host: DockerHost, container: str, cmd: list[str], user: str = "node") -> tuple[int, str]:

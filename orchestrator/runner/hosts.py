@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import subprocess
 import time
@@ -14,17 +15,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 import anyio
 import msgspec
 
 from ..errors import ConfigError, ContainerError, HostDownError, PreflightError, RunnerError
-from ..sanitize import redact_url
+from ..sanitize import default_sanitizer, redact_url
 from .base import RunnerEventCallback
 from .docker_containers import DEFAULT_CLIENT_TIMEOUT_S, DEFAULT_THREADS, DockerHost, default_client_factory
 from .docker_core import TaskEvents, session_volume
-from .transport import refuse_plain_tcp
+from .transport import refuse_plain_tcp, transport_of
 from .types import InstanceRequest, RunnerResult
 
 if TYPE_CHECKING:
@@ -72,8 +73,6 @@ class HostSpec:
     @property
     def transport(self) -> str:
         """ssh, TLS verified, TLS unverified, plain (loopback), plain (insecure) or local socket."""
-        from .transport import transport_of
-
         return transport_of(self)
 
     @property
@@ -88,10 +87,6 @@ class HostSpec:
 def _hide_secrets(url: str) -> None:
     """A password or query value in a host URL may show up in a library's error text:
     the sanitizer removes it from everything written."""
-    from urllib.parse import parse_qsl
-
-    from ..sanitize import default_sanitizer
-
     parts = urlsplit(url)
     userinfo = parts.netloc.rpartition("@")[0]
     values = [userinfo.split(":", 1)[1]] if ":" in userinfo else []
@@ -161,8 +156,6 @@ def _tls_config(cert_dir: Path, verify: bool) -> TLSFiles:
 
 def _tls_from_env(url: str) -> TLSFiles | None:
     """``tcp://`` engines use TLS the way the Docker CLI does: DOCKER_CERT_PATH or ~/.docker."""
-    import os
-
     if not url.startswith("tcp://"):
         return None
     cert_dir = Path(os.environ.get("DOCKER_CERT_PATH") or Path.home() / ".docker")
@@ -208,9 +201,7 @@ def resolve_hosts(entries: Sequence[Any]) -> list[HostSpec]:
         tls: TLSFiles | None = None
         if context and entry.get("cert_path"):
             raise ConfigError(f"runner.hosts: host {name!r} has cert_path and context; a context keeps its own TLS")
-        insecure = entry.get("insecure", False)
-        if not isinstance(insecure, bool):
-            raise ConfigError(f"runner.hosts: host {name!r} insecure must be true or false")
+        insecure = entry.get("insecure", False)  # a bool: HostConfig's type, and the flag never sets it
         if context:
             url, tls = _context_endpoint(context)
         elif url:
@@ -465,13 +456,8 @@ class MultiHostRunner:
         return None
 
     def _pick(self, exclude: set[str]) -> _Slot | None:
-        best: _Slot | None = None
-        for slot in self.slots:  # ties go to the host listed first
-            if slot.spec.name in exclude or slot.free <= 0:
-                continue
-            if best is None or slot.free > best.free:
-                best = slot
-        return best
+        free = [s for s in self.slots if s.spec.name not in exclude and s.free > 0]
+        return max(free, key=lambda s: s.free, default=None)  # the first of equals: the host listed first
 
     async def _acquire(self, exclude: set[str], prefer: _Slot | None) -> _Slot:
         while True:

@@ -9,6 +9,7 @@ when a run uses a cluster: importing it costs about a second.
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,8 +101,6 @@ def translate(exc: BaseException, what: str) -> RunnerError:
 
 def api_message(exc: Any) -> str:
     """The server's own message of an ApiException (its Status body), else its HTTP reason."""
-    import json
-
     body = getattr(exc, "body", None)
     if body:
         try:

@@ -10,6 +10,8 @@ from typing import Any
 
 from ..errors import OrchestratorError, RunnerError
 from .kube_client import ClusterSpec
+from .kube_host import KubeHost
+from .kube_images import nodes_lacking, reference
 
 _CRUD = ("create", "get", "list", "delete")
 # (API group, resource, subresource, verb)
@@ -40,9 +42,6 @@ def _what(group: str, resource: str, sub: str, verb: str) -> str:
 
 async def cluster_checks(spec: ClusterSpec, image: str) -> list[tuple[str, str, str, str]]:
     """(status, name, detail, fix) rows for the doctor."""
-    from .kube_host import KubeHost
-    from .kube_images import nodes_lacking, reference
-
     out: list[tuple[str, str, str, str]] = []
     host = KubeHost(spec)
     namespace, perms, on_cluster = "kubernetes namespace", "kubernetes permissions", f"image {image} on the cluster"

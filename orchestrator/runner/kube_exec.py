@@ -1,19 +1,11 @@
 """One process in a task's Pod through the ``exec`` subresource, streamed.
 
-The API server's exec is a websocket with channels: 0 stdin, 1 stdout,
-2 stderr, 3 the final status (``v4.channel.k8s.io``). Protocol v4, the only one
-servers before 1.29 speak, cannot close stdin: a process that reads its stdin
-to the end would wait forever. So every exec starts under :data:`STDIN_SHIM`,
-which reads exactly the bytes it is told from stdin and hands them on:
-
-1. the credentials and other environment variables (``export K='V'`` lines),
-   so they are in the exec's environment and in no command line, URL, Pod spec
-   or log (an API server's audit log records exec URLs with their command);
-2. the payload (a prompt, a tar stream), written to a file in ``/tmp`` that
-   becomes the process's stdin; without one, stdin is ``/dev/null``.
-
-The shim then ``exec``s the command, which keeps its pid: the agent wrapper's
-marker stays where ``END_AGENT_SCRIPT`` looks for it.
+The exec websocket's channels: 0 stdin, 1 stdout, 2 stderr, 3 the status. Protocol v4 (the only
+one servers before 1.29 speak) cannot close stdin, so every exec starts under :data:`STDIN_SHIM`,
+which reads exactly the bytes it is told: first the environment (``export K='V'`` lines: the
+credentials are in no command line, URL, Pod spec or audit log), then the payload, which becomes
+the process's stdin (else ``/dev/null``). It ``exec``s the command, which keeps its pid (where
+``END_AGENT_SCRIPT`` looks for the agent).
 """
 
 from __future__ import annotations

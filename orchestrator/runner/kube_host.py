@@ -9,6 +9,8 @@ a Pod deletes it (a Pod cannot be started again).
 from __future__ import annotations
 
 import functools
+import io
+import tarfile
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -34,6 +36,8 @@ from .kube_pods import (
     pod_name,
     run_selector,
 )
+from .plugin import AgentOutcome
+from .registry import get_plugin
 from .types import Hardening, InstanceRequest
 
 POLL_S = 0.5
@@ -422,8 +426,6 @@ class KubeHost(DockerHost):
 
     async def _exec(self, name: str, container: str, argv: list[str], **kwargs: Any) -> ExecOutput:
         """``argv`` in one container of the task's Pod, under the task's open-files limit, the Pod watched."""
-        from .registry import get_plugin
-
         await self.client()
         kwargs.setdefault("parser", get_plugin("command").new_parser())
         return await stream_exec(
@@ -473,8 +475,6 @@ class KubeHost(DockerHost):
                 return []
 
             def finish(self, exit_code: int | None) -> Any:
-                from .plugin import AgentOutcome
-
                 return AgentOutcome(exit_code=exit_code)
 
         out = await self._exec(container, TASK_CONTAINER, ["cat", path], parser=Collect())
@@ -489,9 +489,6 @@ class KubeHost(DockerHost):
 def _without_root(data: bytes) -> bytes:
     """The tar without its ``.`` member: /workspace is the emptyDir's root, which uid 1000
     may write into but, not owning it, neither re-mode nor re-date (tar fails on that)."""
-    import io
-    import tarfile
-
     out = io.BytesIO()
     with (
         tarfile.open(fileobj=io.BytesIO(data), mode="r:*") as src,

@@ -1,10 +1,6 @@
-"""The Kubernetes runner: the Docker runner's pipeline with a namespace as its engine.
-
-:class:`KubernetesRunner` is a :class:`~.docker_runner.DockerRunner` whose
-engine is a :class:`~.kube_host.KubeHost`, on the archive path remote Docker
-engines take. What it adds is what only a cluster has: the session's claim, a
-Pod that goes away while its task runs (placed again), and Ctrl+C that keeps the
-Pod for ``--resume`` (docs/scaling.md, "Sessions" and "Failures, Ctrl+C and resume").
+"""The Kubernetes runner: the Docker runner's pipeline (archive path) with a namespace as its engine,
+plus what only a cluster has: the session's claim, a Pod lost mid-task (placed again), and Ctrl+C
+keeping the Pod for ``--resume`` (docs/scaling.md, "Sessions" and "Failures, Ctrl+C and resume").
 """
 
 from __future__ import annotations
