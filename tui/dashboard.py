@@ -588,28 +588,27 @@ class Dashboard:
 
     def _read_side_files(self) -> RunState | None:
         """The snapshot, when it changed and is worth decoding (worker thread)."""
-        snapshot = None
         stamp = None
         for path in self.snapshot_paths:
-            try:
+            with contextlib.suppress(OSError):
                 st = path.stat()
-            except OSError:
-                continue
-            stamp = (st.st_mtime_ns, st.st_size)
-            break
-        if stamp is not None and stamp != self._snapshot_stamp:
-            self._snapshot_stamp = stamp
-            try:
-                log_size = self.events_path.stat().st_size
-            except OSError:
-                log_size = 0
-            # Decoding holds the GIL (a 100k-task snapshot takes about 0.2 s), so a big
-            # snapshot is only read when the tail is far behind the log; then it can help.
-            behind = log_size - max(0, self.model.state.last_event_start_offset)
-            if stamp[1] <= SNAPSHOT_ALWAYS_BYTES or behind > SNAPSHOT_ALWAYS_BYTES:
-                snapshot = load_snapshot(self.snapshot_paths, log_size=log_size)
-                if snapshot is not None:
-                    snapshot.tasks.load_all()  # here, not in the render loop's thread
+                stamp = (st.st_mtime_ns, st.st_size)
+                break
+        if stamp is None or stamp == self._snapshot_stamp:
+            return None
+        self._snapshot_stamp = stamp
+        try:
+            log_size = self.events_path.stat().st_size
+        except OSError:
+            log_size = 0
+        # Decoding holds the GIL (a 100k-task snapshot takes about 0.2 s), so a big
+        # snapshot is only read when the tail is far behind the log; then it can help.
+        behind = log_size - max(0, self.model.state.last_event_start_offset)
+        if stamp[1] > SNAPSHOT_ALWAYS_BYTES and behind <= SNAPSHOT_ALWAYS_BYTES:
+            return None
+        snapshot = load_snapshot(self.snapshot_paths, log_size=log_size)
+        if snapshot is not None:
+            snapshot.tasks.load_all()  # here, not in the render loop's thread
         return snapshot
 
 

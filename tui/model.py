@@ -29,6 +29,7 @@ from orchestrator.log.state import (
     apply,
     first_line,
     parse_ts,
+    task_label,
     task_outcome,
 )
 
@@ -62,18 +63,6 @@ def command_line(command: Any, limit: int = FIRST_LINE_LIMIT) -> str:
             # command a user typed: it is named, not shown.
             return "command" if PROTOCOL_PREFIX in line else f"$ {line}"[:limit]
     return "command"
-
-
-def task_label(key: str, several: bool = False) -> str:
-    """A task's readable key, as the summary names it: ``run/s1/e0001/plan`` -> ``e0001/plan``.
-
-    With several strategy executions (``--runs N``) their tasks may share a
-    key, so the execution leads: ``s2/e0001/plan``.
-    """
-    parts = key.split("/", 2)
-    if len(parts) != 3:
-        return key
-    return f"{parts[1]}/{parts[2]}" if several else parts[2]
 
 
 def makes_branch(task_input: Any) -> bool:

@@ -209,32 +209,30 @@ class ClaudeEmitter(BaseEmitter):
         }
 
     def _assistant(self, content: list[dict], usage: dict) -> None:
-        self._assistant_line(
-            {
-                "id": self._id("msg"),
-                "type": "message",
-                "role": "assistant",
-                "model": self.model,
-                "content": content,
-                "stop_reason": None,
-                "stop_sequence": None,
-                "usage": usage,
-                "context_management": None,
-            }
-        )
+        message = {
+            "id": self._id("msg"),
+            "type": "message",
+            "role": "assistant",
+            "model": self.model,
+            "content": content,
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": usage,
+            "context_management": None,
+        }
+        self.emit(self._message_line("assistant", message))
 
-    def _assistant_line(self, message: dict, **after: object) -> None:
-        self.emit(
-            {
-                "type": "assistant",
-                "message": message,
-                "parent_tool_use_id": None,
-                "session_id": self.session_id,
-                "uuid": self._uuid(),
-                "timestamp": now_iso(),
-                **after,
-            }
-        )
+    def _message_line(self, line_type: str, message: dict, **after: object) -> dict[str, Any]:
+        """An assistant or user line: its message, then the ids every such line carries, then ``after``."""
+        return {
+            "type": line_type,
+            "message": message,
+            "parent_tool_use_id": None,
+            "session_id": self.session_id,
+            "uuid": self._uuid(),
+            "timestamp": now_iso(),
+            **after,
+        }
 
     def text(self, text: str) -> None:
         self.n_msgs += 1
@@ -265,14 +263,7 @@ class ClaudeEmitter(BaseEmitter):
         result_block = {"tool_use_id": tool_id, "type": "tool_result", "content": output}
         if name == "Bash" or is_error:
             result_block["is_error"] = is_error
-        line: dict[str, Any] = {
-            "type": "user",
-            "message": {"role": "user", "content": [result_block]},
-            "parent_tool_use_id": None,
-            "session_id": self.session_id,
-            "uuid": self._uuid(),
-            "timestamp": now_iso(),
-        }
+        line = self._message_line("user", {"role": "user", "content": [result_block]})
         if name == "Bash":
             line["tool_use_result"] = {
                 "stdout": output,
@@ -507,25 +498,29 @@ class ClaudeEmitter(BaseEmitter):
             "fallback_credit": None,
         }
         self.turns = 1
-        self._assistant_line(
-            {
-                "diagnostics": None,
-                "id": uuid4_from(hashlib.sha256(f"{self.session_id}:{self.exec_no}:err".encode()).digest()),
-                "container": None,
-                "model": "<synthetic>",
-                "role": "assistant",
-                "stop_details": None,
-                "stop_reason": "stop_sequence",
-                "stop_sequence": "",
-                "type": "message",
-                "usage": zero,
-                "content": [{"type": "text", "text": text}],
-                "context_management": None,
-            },
-            error=err,
-            is_api_error_message=True,
-            api_error_status=status,
-            api_error_type=etype,
+        message = {
+            "diagnostics": None,
+            "id": uuid4_from(hashlib.sha256(f"{self.session_id}:{self.exec_no}:err".encode()).digest()),
+            "container": None,
+            "model": "<synthetic>",
+            "role": "assistant",
+            "stop_details": None,
+            "stop_reason": "stop_sequence",
+            "stop_sequence": "",
+            "type": "message",
+            "usage": zero,
+            "content": [{"type": "text", "text": text}],
+            "context_management": None,
+        }
+        self.emit(
+            self._message_line(
+                "assistant",
+                message,
+                error=err,
+                is_api_error_message=True,
+                api_error_status=status,
+                api_error_type=etype,
+            )
         )
 
 

@@ -13,7 +13,7 @@ import os
 import shutil
 import socket
 import tempfile
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ import msgspec
 
 from ..errors import UsageError
 from .eventlog import WriterLock
+from .events import utc_ts
 from .state import write_snapshot_bytes
 
 
@@ -81,8 +82,7 @@ class RunManifest(msgspec.Struct, kw_only=True):
     version: int = 1
 
 
-def now_iso() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+now_iso = utc_ts  # a manifest's times are written as an event's are
 
 
 def host_claims() -> Path:

@@ -430,6 +430,18 @@ def task_outcome(state: RunState, task: TaskState) -> str:
     return task.state
 
 
+def task_label(key: str, several: bool = False) -> str:
+    """A task's readable key, as every reader names it: ``run/s1/e0001/plan`` -> ``e0001/plan``.
+
+    With several strategy executions (``--runs N``) their tasks may share a
+    key, so the execution leads: ``s2/e0001/plan``.
+    """
+    parts = key.split("/", 2)
+    if len(parts) != 3:
+        return key
+    return f"{parts[1]}/{parts[2]}" if several else parts[2]
+
+
 # Every dashboard frame asks when each task started and ended: the same few thousand timestamps, parsed once.
 @functools.lru_cache(maxsize=1 << 14)
 def parse_ts(ts: str | None) -> float | None:

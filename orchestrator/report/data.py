@@ -18,7 +18,7 @@ from typing import Any
 from ..log import events as E
 from ..log.eventlog import LogReader
 from ..log.runs import RunDirs, RunManifest
-from ..log.state import UNUSABLE, RunState, parse_ts, task_outcome
+from ..log.state import UNUSABLE, RunState, parse_ts, task_label, task_outcome
 from ..runner import run_git
 
 # A report must open quickly and stay small: one diff over this is cut with a
@@ -33,12 +33,6 @@ RUN_MESSAGE_BUDGET = 800_000
 SHORT_MESSAGE_CHARS = 600
 
 _SHA = re.compile(r"^[0-9a-f]{7,64}$")
-
-
-def short_key(key: str) -> str:
-    """``run_id/s1/score/abc/attempt-1`` -> ``score/abc/attempt-1``."""
-    parts = key.split("/", 2)
-    return parts[2] if len(parts) == 3 else key
 
 
 def _clip(text: str | None, limit: int) -> tuple[str, bool]:
@@ -142,7 +136,7 @@ def task_rows(state: RunState, events_path: Path, run_start: float | None) -> li
         rows.append(
             {
                 "key": task.key,
-                "short_key": short_key(task.key),
+                "short_key": task_label(task.key),
                 "execution": task.strategy_execution_id,
                 "state": task.state,
                 "unusable": unusable,
