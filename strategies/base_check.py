@@ -59,10 +59,7 @@ class BaseRun(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def output(self) -> str:
         """Stdout, then stderr: what the stop shows (its last lines)."""
-        parts = [self.stdout.rstrip("\n")] if self.stdout.strip() else []
-        if self.stderr.strip():
-            parts.append(self.stderr.rstrip("\n"))
-        return "\n".join(parts)
+        return "\n".join(s.rstrip("\n") for s in (self.stdout, self.stderr) if s.strip())
 
 
 def split_streams(text: str, end_line: re.Pattern[str], stderr_mark: str) -> tuple[re.Match[str], str, str] | None:
