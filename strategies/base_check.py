@@ -138,8 +138,7 @@ def unusable_evaluation(ev: Evaluation, needed: list[str]) -> tuple[str, str] | 
         return "root_evaluation_failed", f"it did not run to a result ({error})"
     if not ev.valid:
         return "root_evaluation_invalid", "it reports valid: false"
-    missing = [m for m in needed if m not in ev.metrics]
-    if missing:
+    if missing := [m for m in needed if m not in ev.metrics]:
         reported = ", ".join(sorted(ev.metrics)) or "none"
         line = (
             f"it does not report {', '.join(repr(m) for m in missing)} "

@@ -64,8 +64,7 @@ def _goal(raw: Any, index: int, where: str) -> Goal:
             f"{where}: goals[{index}]: field 'id' must be a kebab-case string (like 'lint-clean'), got {gid!r}"
         )
     at = f"{where}: goal {gid!r}"
-    unknown = sorted(set(raw) - _GOAL_FIELDS)
-    if unknown:
+    if unknown := sorted(set(raw) - _GOAL_FIELDS):
         raise ConfigError(f"{at}: unknown field {unknown[0]!r} (allowed: {', '.join(sorted(_GOAL_FIELDS))})")
     for name in ("description", "check"):
         value = raw.get(name)
@@ -102,8 +101,7 @@ def _metric(raw: Any, at: str) -> Metric | None:
         return None
     if not isinstance(raw, dict):
         raise ConfigError(f"{at}: field 'metric' must be a mapping with direction and threshold")
-    unknown = sorted(set(raw) - _METRIC_FIELDS)
-    if unknown:
+    if unknown := sorted(set(raw) - _METRIC_FIELDS):
         raise ConfigError(
             f"{at}: field 'metric.{unknown[0]}' is unknown (allowed: {', '.join(sorted(_METRIC_FIELDS))})"
         )
@@ -124,8 +122,7 @@ def _metric(raw: Any, at: str) -> Metric | None:
 def validate_goals(data: Any, where: str = "goals") -> list[Goal]:
     """Goals from a parsed goals document (mapping with version+goals) or a bare list."""
     if isinstance(data, dict):
-        unknown = sorted(set(data) - {"version", "goals"})
-        if unknown:
+        if unknown := sorted(set(data) - {"version", "goals"}):
             raise ConfigError(f"{where}: unknown top-level field {unknown[0]!r} (allowed: version, goals)")
         if data.get("version") != 1:
             raise ConfigError(f"{where}: field 'version' must be 1, got {data.get('version')!r}")

@@ -239,8 +239,7 @@ async def merge_wave(
             continue
         attempted.add(goal.id)
         merged_goals = [goal_of[b] for b in goal_of if goal_of[b].id in included]
-        new_head = await _resolve(ctx, (*key_parts, "resolve", goal.id), goal, branch, head, merged_goals)
-        if new_head:
+        if new_head := await _resolve(ctx, (*key_parts, "resolve", goal.id), goal, branch, head, merged_goals):
             head = new_head
             resolved.append(goal.id)
             remaining = [(goal, branch), *rest]  # the next step verifies the branch really is merged
