@@ -15,6 +15,8 @@ import yaml
 
 from orchestrator.strategy import ConfigError
 
+from .evaluation import to_json
+
 DEFAULT_TIMEOUT = 300
 MAX_TIMEOUT = 24 * 3600
 MAX_PARALLEL_CAP = 5
@@ -154,11 +156,6 @@ def load_goals_file(path: Path, shown: str | None = None) -> list[Goal]:
     return validate_goals(data, shown)
 
 
-def goals_to_param(goals: list[Goal]) -> list[dict[str, Any]]:
-    # Through JSON so the value equals what the event log records and replays (lists, not tuples).
-    return msgspec.json.decode(msgspec.json.encode(goals))
-
-
 def goals_from_param(value: Any) -> list[Goal]:
     """The strategy's view of the recorded ``goals`` parameter (validated again: cheap, catches hand edits)."""
     if isinstance(value, str):
@@ -204,5 +201,5 @@ def prepare(params: dict[str, Any], repo_path: str) -> dict[str, Any]:
         goals = load_goals_file(found, value)
     else:
         goals = validate_goals(value, "goals")
-    out["goals"] = goals_to_param(goals)
+    out["goals"] = to_json(goals)  # through JSON: the value equals what the event log records (lists, not tuples)
     return out
