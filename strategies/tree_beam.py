@@ -420,8 +420,7 @@ class _Search:
     async def end(self, reason: str) -> dict[str, Any]:
         """Pick the best node, confirm it against the base, and finish."""
         tree, meter = self.tree, self.meter
-        data = tree.to_json()
-        candidates = [n for n in data["nodes"] if n["parent"] is not None and (n.get("rank_score") or 0) > 0]
+        candidates = [n for n in tree.nodes.values() if n["parent"] is not None and (n.get("rank_score") or 0) > 0]
         best = min(candidates, key=node_key) if candidates else None
         verdict: dict[str, Any] = {"node": "n0", "beat_base": False, "check": None, "candidate": None}
         if best is not None:
