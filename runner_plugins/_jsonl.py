@@ -166,14 +166,9 @@ def classify_status(status: int | None) -> tuple[ErrorCategory, bool] | None:
 
 def classify_api_text(text: str) -> tuple[ErrorCategory, bool]:
     """(category, retryable) for an error message the agent tool reported about its API."""
-    if _AUTH.search(text):
-        return "api", False
-    if _RATE.search(text):
-        return "api", True
-    if _BAD_REQUEST.search(text):
-        return "api", False
-    if _TRANSIENT_API.search(text):
-        return "api", True
+    for pattern, retryable in ((_AUTH, False), (_RATE, True), (_BAD_REQUEST, False), (_TRANSIENT_API, True)):
+        if pattern.search(text):
+            return "api", retryable
     return "api", False
 
 

@@ -291,11 +291,9 @@ class ClaudeStreamParser(JsonLinesParser):
     def finish(self, exit_code: int | None) -> AgentOutcome:
         # Events of an unterminated last line; the runner may log them after finish().
         self.final_events = [e for line in self._lines.flush() for e in self._handle_line(line)]
-        result = next((r for r in self._results if not r.get("is_error")), None)
-        if result is None and self._results:
-            result = self._results[0]
-        if result is None:
+        if not self._results:
             return self._no_result(exit_code)
+        result = next((r for r in self._results if not r.get("is_error")), self._results[0])
 
         session_id = result.get("session_id") if isinstance(result.get("session_id"), str) else self.session_id
         text = result.get("result")
@@ -434,8 +432,7 @@ def _cumulative_of(result: dict[str, Any]) -> dict[str, float]:
     model_usage = result.get("modelUsage")
     if isinstance(model_usage, dict) and model_usage:
         tokens_in, tokens_out, _ = _model_usage_totals(model_usage)
-        out["tokens_in"] = float(tokens_in)
-        out["tokens_out"] = float(tokens_out)
+        out.update(tokens_in=float(tokens_in), tokens_out=float(tokens_out))
     return out
 
 

@@ -110,8 +110,7 @@ class CodexPlugin:
         argv = ["codex", "exec", "--json", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox"]
         argv += ["-c", "analytics.enabled=false", "-c", "features.unbounded_connection_retries=false"]
         argv += ["-m", request.model]
-        base_url = (auth.openai_base_url if auth else None) or request.env.get("OPENAI_BASE_URL")
-        if base_url:
+        if base_url := (auth.openai_base_url if auth else None) or request.env.get("OPENAI_BASE_URL"):
             # Two retries inside the CLI, like claude-code's CLAUDE_CODE_MAX_RETRIES: by default codex retries a 401
             # five times (12 s here) before failing, and the runner's own backoff handles what is worth retrying.
             provider = (
@@ -313,8 +312,7 @@ class CodexStreamParser(JsonLinesParser):
             else:
                 how = f"exited with status {exit_code}" if exit_code is not None else "stream ended"
                 message = f"codex {how} without completing the turn"
-            detail = stderr or self._last_any_error
-            if detail:
+            if detail := stderr or self._last_any_error:
                 message += f": {detail}"
         return msgspec.structs.replace(
             base, is_error=True, error_category=category, error_message=message, retryable=retryable

@@ -59,10 +59,7 @@ class BaseRun(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def output(self) -> str:
         """Stdout, then stderr: what the stop shows (its last lines)."""
-        parts = [self.stdout.rstrip("\n")] if self.stdout.strip() else []
-        if self.stderr.strip():
-            parts.append(self.stderr.rstrip("\n"))
-        return "\n".join(parts)
+        return "\n".join(s.rstrip("\n") for s in (self.stdout, self.stderr) if s.strip())
 
 
 def split_streams(text: str, end_line: re.Pattern[str], stderr_mark: str) -> tuple[re.Match[str], str, str] | None:
@@ -141,8 +138,7 @@ def unusable_evaluation(ev: Evaluation, needed: list[str]) -> tuple[str, str] | 
         return "root_evaluation_failed", f"it did not run to a result ({error})"
     if not ev.valid:
         return "root_evaluation_invalid", "it reports valid: false"
-    missing = [m for m in needed if m not in ev.metrics]
-    if missing:
+    if missing := [m for m in needed if m not in ev.metrics]:
         reported = ", ".join(sorted(ev.metrics)) or "none"
         line = (
             f"it does not report {', '.join(repr(m) for m in missing)} "

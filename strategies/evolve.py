@@ -509,8 +509,7 @@ class _Loop:
         ]
         if self.quarantined:
             lines += ["Quarantined (their fixes kept breaking other goals): " + ", ".join(self.quarantined), ""]
-        stuck = self._could_not_move(current)
-        if stuck:
+        if stuck := self._could_not_move(current):
             lines += ["Could not move:", *(f"- {gid}: {why}" for gid, why in stuck.items()), ""]
         lines += ["| cycle | goals | result | passing before | passing after | notes |", "|---|---|---|---|---|---|"]
         for e in self.history:
@@ -557,7 +556,6 @@ def verdict_line(out: dict[str, Any]) -> str:
         f"goals passing {out['goals_passing_before']}/{total} → {out['goals_passing_after']}/{total} "
         f"after {out['cycles']} cycle(s); stopped: {out['stopped']}{why}"
     )
-    stuck = out["could_not_move"]
-    if stuck:
+    if stuck := out["could_not_move"]:
         line += "; could not move: " + "; ".join(f"{gid} ({why})" for gid, why in stuck.items())
     return line

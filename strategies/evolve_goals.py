@@ -15,6 +15,8 @@ import yaml
 
 from orchestrator.strategy import ConfigError
 
+from .evaluation import to_json
+
 DEFAULT_TIMEOUT = 300
 MAX_TIMEOUT = 24 * 3600
 MAX_PARALLEL_CAP = 5
@@ -64,8 +66,7 @@ def _goal(raw: Any, index: int, where: str) -> Goal:
             f"{where}: goals[{index}]: field 'id' must be a kebab-case string (like 'lint-clean'), got {gid!r}"
         )
     at = f"{where}: goal {gid!r}"
-    unknown = sorted(set(raw) - _GOAL_FIELDS)
-    if unknown:
+    if unknown := sorted(set(raw) - _GOAL_FIELDS):
         raise ConfigError(f"{at}: unknown field {unknown[0]!r} (allowed: {', '.join(sorted(_GOAL_FIELDS))})")
     for name in ("description", "check"):
         value = raw.get(name)
@@ -102,8 +103,7 @@ def _metric(raw: Any, at: str) -> Metric | None:
         return None
     if not isinstance(raw, dict):
         raise ConfigError(f"{at}: field 'metric' must be a mapping with direction and threshold")
-    unknown = sorted(set(raw) - _METRIC_FIELDS)
-    if unknown:
+    if unknown := sorted(set(raw) - _METRIC_FIELDS):
         raise ConfigError(
             f"{at}: field 'metric.{unknown[0]}' is unknown (allowed: {', '.join(sorted(_METRIC_FIELDS))})"
         )
@@ -124,8 +124,7 @@ def _metric(raw: Any, at: str) -> Metric | None:
 def validate_goals(data: Any, where: str = "goals") -> list[Goal]:
     """Goals from a parsed goals document (mapping with version+goals) or a bare list."""
     if isinstance(data, dict):
-        unknown = sorted(set(data) - {"version", "goals"})
-        if unknown:
+        if unknown := sorted(set(data) - {"version", "goals"}):
             raise ConfigError(f"{where}: unknown top-level field {unknown[0]!r} (allowed: version, goals)")
         if data.get("version") != 1:
             raise ConfigError(f"{where}: field 'version' must be 1, got {data.get('version')!r}")
@@ -155,11 +154,6 @@ def load_goals_file(path: Path, shown: str | None = None) -> list[Goal]:
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise ConfigError(f"{shown}:{line} is not valid YAML: {problem}") from None
     return validate_goals(data, shown)
-
-
-def goals_to_param(goals: list[Goal]) -> list[dict[str, Any]]:
-    # Through JSON so the value equals what the event log records and replays (lists, not tuples).
-    return msgspec.json.decode(msgspec.json.encode(goals))
 
 
 def goals_from_param(value: Any) -> list[Goal]:
@@ -207,5 +201,5 @@ def prepare(params: dict[str, Any], repo_path: str) -> dict[str, Any]:
         goals = load_goals_file(found, value)
     else:
         goals = validate_goals(value, "goals")
-    out["goals"] = goals_to_param(goals)
+    out["goals"] = to_json(goals)  # through JSON: the value equals what the event log records (lists, not tuples)
     return out

@@ -38,9 +38,7 @@ _LAUNCHERS = {
 # Tools that read a fixed file without naming it on the command line.
 _IMPLIED = {
     "make": "Makefile",
-    "npm": "package.json",
-    "yarn": "package.json",
-    "pnpm": "package.json",
+    **dict.fromkeys(("npm", "yarn", "pnpm"), "package.json"),
     "tox": "tox.ini",
     "just": "justfile",
     "cargo": "Cargo.toml",

@@ -45,11 +45,9 @@ async def measure_all(ctx, goals: list[Goal], branch: str, key_parts: tuple) -> 
     out: dict[str, Measurement] = {}
     for goal, handle in handles:
         try:
-            result = await ctx.wait(handle)
+            out[goal.id] = parse_measurement(goal, (await ctx.wait(handle))["final_message"])
         except ctx.errors.TaskFailed as exc:
             out[goal.id] = failed_measurement(goal, f"measuring failed ({exc.error_type}): {exc.message}")
-            continue
-        out[goal.id] = parse_measurement(goal, result["final_message"])
     return out
 
 
@@ -90,10 +88,9 @@ async def confirm_regressions(
 ) -> tuple[list[str], dict[str, Measurement], list[str]]:
     """Re-run each regressed goal's check up to ``reruns`` times before believing it (docs/evolve.md): the confirmed
     regressions, the measurements (a flaky goal's passing one) and the goals found flaky."""
-    regressed = regressions(goals, before, after)
+    suspects = regressions(goals, before, after)
     flaky: list[str] = []
     current = dict(after)
-    suspects = list(regressed)
     for attempt in range(1, reruns + 1):
         if not suspects:
             break
@@ -242,8 +239,7 @@ async def merge_wave(
             continue
         attempted.add(goal.id)
         merged_goals = [goal_of[b] for b in goal_of if goal_of[b].id in included]
-        new_head = await _resolve(ctx, (*key_parts, "resolve", goal.id), goal, branch, head, merged_goals)
-        if new_head:
+        if new_head := await _resolve(ctx, (*key_parts, "resolve", goal.id), goal, branch, head, merged_goals):
             head = new_head
             resolved.append(goal.id)
             remaining = [(goal, branch), *rest]  # the next step verifies the branch really is merged

@@ -14,7 +14,6 @@ from ._scoring import (
     MESSAGE_CHARS,
     concurrently,
     failure,
-    output_name,
     pick_best,
     review_task,
     score_into,
@@ -83,8 +82,7 @@ async def plan_score_implement(
         "tie_break": "highest score, then the earliest angle",
     }
     if not scored:
-        write_output(ctx, "plans", "json", report)
-        name = output_name(ctx.strategy_execution_id, "plans", "json")
+        name = write_output(ctx, "plans", "json", report)
         raise ctx.errors.NoViableCandidates(f"none of {len(angles)} plans could be scored; see strategy_output/{name}")
     score, index, best = pick_best(scored)
     angle = angles[index]

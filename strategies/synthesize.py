@@ -59,8 +59,7 @@ def _prepare(params: dict[str, Any], repo_path: str) -> dict[str, Any]:
     if out.get("from_run"):
         out["branches"] = finished_run_branches(str(out["from_run"]), repo_path)
     elif branches:
-        gone = absent_branches(repo_path, branches)
-        if gone:
+        if gone := absent_branches(repo_path, branches):
             raise ConfigError(f"synthesize: -S branches: {gone[0]} is not a branch of {repo_path}")
         out["branches"] = list(dict.fromkeys(branches))
     return out

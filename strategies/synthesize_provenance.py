@@ -56,8 +56,7 @@ def parse_hunks(diff: str) -> list[dict[str, Any]]:
                 old_left, new_left = old_left - 1, new_left - 1
             # "\ No newline at end of file" and anything else take no count
             continue
-        m = _HUNK.match(line)
-        if m:
+        if m := _HUNK.match(line):
             old_left = int(m.group(2)) if m.group(2) is not None else 1
             new_left = int(m.group(4)) if m.group(4) is not None else 1
             hunk = {"file": new_path or old_path, "header": line.split(" @@")[0] + " @@", "removed": [], "added": []}

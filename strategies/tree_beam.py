@@ -118,8 +118,7 @@ def ideation_prompt(goal: str, node: dict[str, Any], k: int, context: str) -> st
 def _outcome_line(r: dict[str, Any]) -> str:
     cmp = r.get("parent_comparison") or {}
     result = f"result {cmp.get('score')} ({cmp.get('grade')})" if cmp else r["status"]
-    change = (r.get("confirmation") or {}).get("change")
-    if change:
+    if change := (r.get("confirmation") or {}).get("change"):
         result += (
             f", confirmed change {100 * change['mean']:+.2f}% "
             f"(interval {100 * change['low']:+.2f}%..{100 * change['high']:+.2f}%)"
@@ -256,8 +255,7 @@ def objective_text(tree: Tree, node: dict[str, Any], *, tried: bool) -> str:
         )
     lines.append(f"Values at this node ({node['id']}): {_values(node.get('evaluation'), cfg['confidence'])}")
     lines.append(f"Values at the root (base branch): {_values(tree.root_evaluation, cfg['confidence'])}")
-    log = (node.get("eval_log") or "").strip()
-    if log:
+    if log := (node.get("eval_log") or "").strip():
         lines.append(f"Last evaluation output at this node (trimmed):\n```\n{log[-1500:]}\n```")
     if tried and (shown := tried_ideas(tree, node, cfg["ideas_context"])):
         lines.append(shown)
@@ -422,8 +420,7 @@ class _Search:
     async def end(self, reason: str) -> dict[str, Any]:
         """Pick the best node, confirm it against the base, and finish."""
         tree, meter = self.tree, self.meter
-        data = tree.to_json()
-        candidates = [n for n in data["nodes"] if n["parent"] is not None and (n.get("rank_score") or 0) > 0]
+        candidates = [n for n in tree.nodes.values() if n["parent"] is not None and (n.get("rank_score") or 0) > 0]
         best = min(candidates, key=node_key) if candidates else None
         verdict: dict[str, Any] = {"node": "n0", "beat_base": False, "check": None, "candidate": None}
         if best is not None:

@@ -235,8 +235,7 @@ def summarize(samples: list[Evaluation], confidence: float) -> Evaluation:
     the runs that happened to work would hide a broken candidate."""
     if not samples:
         return Evaluation(status="failed", error="the measurement produced no runs (output cut short?)")
-    failed = [s for s in samples if s.status != "ok"]
-    if failed:
+    if failed := [s for s in samples if s.status != "ok"]:
         return Evaluation(status="failed", commit=failed[0].commit, error=failed[0].error, samples=len(samples))
     names = sorted(set.intersection(*(set(s.metrics) for s in samples)))
     stats = {}

@@ -198,8 +198,7 @@ def _result_lines(tree: dict[str, Any]) -> list[str]:
                 "the base branch stays the best."
             )
         lines.append("")
-    flagged = [r for r in tree.get("evaluations", []) if r.get("protected_changed")]
-    if flagged:
+    if flagged := [r for r in tree.get("evaluations", []) if r.get("protected_changed")]:
         lines += [
             "## Protected evaluator",
             "",
