@@ -173,11 +173,9 @@ OUTPUT_TAIL_LINES = 20
 class BaseEvaluationFailed(StrategyError):
     """A strategy's evaluation of the base branch cannot be used, so the run stops before any agent task.
 
-    Raised by a strategy (tree-beam, evolve, review-loop) when the command that
-    measures the base could not run, reports ``valid: false``, or lacks a metric
-    the run needs: every candidate would be measured against nothing, so going
-    on would only spend money. ``keys`` are the tasks that measured the base:
-    they completed, but no reader shows them as a success.
+    Raised by a strategy (tree-beam, evolve, review-loop) when the command that measures the base could not run,
+    reports ``valid: false``, or lacks a metric the run needs: every candidate would be measured against nothing,
+    so going on would only spend money. ``keys``: the tasks that measured the base, completed but no success.
     """
 
     def __init__(

@@ -6,6 +6,7 @@ failing the caller. Rotated by size (:func:`configure`), or a long run's debug l
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import os
 import queue
@@ -117,7 +118,7 @@ class ComponentLog:
         assert self.path is not None and self._fh is not None
         self._fh.close()
         self._fh = None
-        try:
+        with contextlib.suppress(OSError):  # else: keep appending to the same file rather than lose lines
             if self.backups <= 0:
                 os.unlink(self.path)
             else:
@@ -126,8 +127,6 @@ class ComponentLog:
                     if older.exists():
                         os.replace(older, self.path.with_name(f"{self.path.name}.{n + 1}"))
                 os.replace(self.path, self.path.with_name(f"{self.path.name}.1"))
-        except OSError:
-            pass  # keep appending to the same file rather than lose lines
         self._fh = open(self.path, "ab", buffering=0)  # noqa: SIM115  (held open until the next rotation)
         self._size = self._fh.tell()
 

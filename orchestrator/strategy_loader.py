@@ -77,7 +77,8 @@ def load_strategy(spec: str) -> LoadedStrategy:
         module = _import_module(module_name, spec)
         fn = getattr(module, func_name)
     else:
-        path_part, _, func_name = spec.partition(":") if not _looks_like_windows_path(spec) else (spec, "", "")
+        windows_path = len(spec) > 2 and spec[1] == ":" and spec[2] in "\\/"  # C:\x.py is no module:function
+        path_part, _, func_name = (spec, "", "") if windows_path else spec.partition(":")
         if path_part.endswith(".py") or "/" in path_part or Path(path_part).exists():
             module = _import_file(Path(path_part))
             fn = _pick_function(module, func_name or None, path_part)
@@ -100,7 +101,7 @@ def load_strategy(spec: str) -> LoadedStrategy:
     if not _is_strategy_shape(fn):
         raise StrategyLoadError(f"strategy {name!r} must take (prompt, base_branch, ctx) positionally")
     return LoadedStrategy(
-        name=_display_name(name),
+        name=name.replace("_", "-") if name in {v.split(":")[1] for v in BUILTINS.values()} else name,
         spec=spec,
         fn=fn,
         module=module,
@@ -122,14 +123,6 @@ def _hooks_of(module: types.ModuleType, name: str, where: str) -> StrategyHooks:
             raise StrategyLoadError(f"{hook} in {where} (strategy {name!r}) must be a function; rename it or define it")
         found[hook] = value
     return StrategyHooks(**found)
-
-
-def _display_name(name: str) -> str:
-    return name.replace("_", "-") if name in {v.split(":")[1] for v in BUILTINS.values()} else name
-
-
-def _looks_like_windows_path(spec: str) -> bool:
-    return len(spec) > 2 and spec[1] == ":" and spec[2] in "\\/"
 
 
 def _import_module(module_name: str, spec: str) -> types.ModuleType:

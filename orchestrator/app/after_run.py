@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import sys
 import tempfile
@@ -17,8 +18,7 @@ from ..log.runs import RunDirs, RunManifest
 
 async def _delete_unneeded_branches(prep, dirs: RunDirs, manifest: RunManifest, state, olog: ComponentLog) -> None:
     """After a finished run: the git layer deletes the branches the strategy's hook names that this run
-    created and nobody moved or checked out since; a failed clean-up never fails a finished run.
-    """
+    created and nobody moved or checked out since; a failed clean-up never fails a finished run."""
     hook = prep.strategy.hooks.branches_to_delete
     if hook is None:
         return
@@ -104,11 +104,9 @@ async def _clean_orphans(dirs: RunDirs, config: Config, olog: ComponentLog, run_
             olog.warning(f"{what} skipped: {first_cause(exc)}")
     if failed:
         return  # the next start scans again
-    try:
+    with contextlib.suppress(OSError):  # the next start scans again
         marker.parent.mkdir(parents=True, exist_ok=True)
         marker.touch()
-    except OSError:
-        pass  # the next start scans again
 
 
 def first_cause(exc: BaseException) -> BaseException:

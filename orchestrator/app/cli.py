@@ -27,15 +27,6 @@ exit codes: 0 success, 1 a strategy failed, 2 bad usage or configuration, 130 in
 """
 
 
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("orchestrator")
-    except PackageNotFoundError:
-        return "unknown"
-
-
 class _VersionAction(argparse.Action):
     """``--version``: the package metadata is read only when asked (it costs ~10 ms at every start)."""
 
@@ -43,7 +34,12 @@ class _VersionAction(argparse.Action):
         super().__init__(option_strings=option_strings, dest=dest, default=default, nargs=0, help=help)
 
     def __call__(self, parser, namespace, values, option_string=None):
-        print(f"orchestrator {_version()}")
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            print(f"orchestrator {version('orchestrator')}")
+        except PackageNotFoundError:
+            print("orchestrator unknown")
         parser.exit()
 
 

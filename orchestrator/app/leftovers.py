@@ -46,9 +46,8 @@ async def count_leftovers(run_id: str, hosts: Sequence[HostSpec] = ()) -> dict[s
 
 
 async def count_recorded_leftovers(manifest: RunManifest, where: str) -> dict[str, Any]:
-    """:func:`count_leftovers` on the engines the run recorded. An engine that no longer
-    resolves (its docker context was removed since) leaves the counts out and says why:
-    showing a finished run must not depend on it."""
+    """:func:`count_leftovers` on the engines the run recorded; one that no longer resolves (its docker context was
+    removed since) leaves the counts out and says why: showing a finished run must not depend on it."""
     from ..config import recorded_config
     from ..errors import OrchestratorError
     from .hosts_cli import host_specs

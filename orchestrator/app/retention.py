@@ -4,6 +4,7 @@ records the directories that own it; a run this host does not know is left alone
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import shutil
 import time
@@ -30,13 +31,11 @@ class Owner(msgspec.Struct, frozen=True):
 def record_owner(dirs: RunDirs, run_id: str) -> None:
     """Remember which directories hold ``run_id`` (read by other directories' cleanup and by ``--show-run``)."""
     path = host_claims() / run_id / "owner.json"
-    try:
+    with contextlib.suppress(OSError):  # without it, this run's leftovers are only expired from its own directory
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(
             msgspec.json.encode(Owner(state=str(dirs.state), logs=str(dirs.logs), results=str(dirs.results)))
         )
-    except OSError:
-        pass  # without it this run's leftovers are only expired from its own directory
 
 
 def owner_dirs(run_id: str) -> RunDirs | None:
@@ -126,11 +125,7 @@ async def expire_leftovers(dirs: RunDirs, config: Config, olog: ComponentLog, *,
 
     # One worker-thread trip for all the file checks: hosts keep hundreds of runs' volumes.
     due = await anyio.to_thread.run_sync(lambda: [r for r in by_run if _due(r)])
-    removed: list[str] = []
-    for run_id in due:
-        for name in by_run[run_id]:
-            if await _remove_volume(host, name):
-                removed.append(name)
+    removed = [name for run_id in due for name in by_run[run_id] if await _remove_volume(host, name)]
     if removed:
         olog.info("removed expired session volumes", volumes=removed)
 

@@ -68,12 +68,10 @@ def absent_branches(repo_path: str, names: list[str]) -> list[str]:
     for name in names:
         try:
             check_branch_name(name)
-            found = run_git(
-                ["rev-parse", "--verify", "--quiet", f"refs/heads/{name}^{{commit}}"], cwd=Path(repo_path), check=False
-            )
+            args = ["rev-parse", "--verify", "--quiet", f"refs/heads/{name}^{{commit}}"]
+            found = run_git(args, cwd=Path(repo_path), check=False).returncode == 0
         except (GitError, ValueError):
-            out.append(name)
-            continue
-        if found.returncode != 0:
+            found = False
+        if not found:
             out.append(name)
     return out
