@@ -20,7 +20,6 @@ from ..jsonlog import ComponentLog
 from ..jsonlog import configure as configure_logs
 from ..log import events as E
 from ..log.runs import (
-    FINISHED,
     RunDirs,
     RunManifest,
     claim_run_id,
@@ -414,7 +413,7 @@ async def _finish(prep: Prepared, dirs: RunDirs, manifest: RunManifest, state: R
     try:
         if outcome in FINISHED_OUTCOMES:  # a run stopped at its cap still needs its branches to go on
             await _delete_unneeded_branches(prep, dirs, manifest, state, olog)
-        if manifest.status in FINISHED:  # nothing of it runs again (a resumable run keeps its store)
+        if manifest.status in FINISHED_OUTCOMES:  # nothing of it runs again (a resumable run keeps its store)
             await _release_run_folder(manifest, olog)
         summary = await _write_results(prep, dirs, manifest, state, olog)
     finally:

@@ -16,7 +16,6 @@ from ..config import Config, load_config
 from ..errors import PreflightError, UsageError
 from ..jsonlog import ComponentLog
 from ..log.runs import (
-    FINISHED,
     RUN_LOCK_LABEL,
     RUN_MANIFEST_LABEL,
     RunDirs,
@@ -27,7 +26,7 @@ from ..log.runs import (
     read_manifest,
     remove_run_state,
 )
-from ..log.state import FAILED, RunState, parse_ts, run_outcome
+from ..log.state import FAILED, FINISHED_OUTCOMES, RunState, parse_ts, run_outcome
 from ..strategy_loader import BUILTINS, load_strategy
 from .leftovers import counted
 from .locate import kept_manifest, locate_run, repository_top, run_folders, run_state, runs_in, warn_unreadable_lines
@@ -72,7 +71,12 @@ def list_runs(repo: str | None = None) -> int:
         live = is_live(run.dirs, m.run_id)
         # The fold decides, as for every reader (a run that died mid-way is interrupted, whatever its manifest says).
         status = "cleaned" if run.cleaned and not live else run_outcome(state, live=live)
-        if not state.strategies and not live and m.status in FINISHED and not run.dirs.events(m.run_id).exists():
+        if (
+            not state.strategies
+            and not live
+            and m.status in FINISHED_OUTCOMES
+            and not run.dirs.events(m.run_id).exists()
+        ):
             # Retention removed a finished run's log and kept its manifest: that status was the fold's at its end.
             status = m.status
         rows.append((status, m.run_id, run, state))

@@ -22,6 +22,7 @@ from ..log.state import (
     UNUSABLE_WORDS,
     RunState,
     run_outcome,
+    task_label,
     task_outcome,
     write_snapshot_bytes,
 )
@@ -245,12 +246,6 @@ def metrics_csv(state: RunState) -> str:
     return buf.getvalue()
 
 
-def _short_key(key: str) -> str:
-    """``run_id/s1/score/abc/attempt-1`` -> ``score/abc/attempt-1``."""
-    parts = key.split("/", 2)
-    return parts[2] if len(parts) == 3 else key
-
-
 def fmt_tokens(n: int) -> str:
     return f"{n / 1000:.1f}k" if n >= 1000 else str(n)
 
@@ -291,7 +286,7 @@ def render_summary(summary: dict[str, Any], *, results_path: Path) -> str:
 
 def _task_lines(t: dict[str, Any]) -> list[str]:
     # tasks without a branch (reviews, scorings, checks) are named by their key
-    label = t["branch"] or _short_key(t["key"])
+    label = t["branch"] or task_label(t["key"])
     if t["state"] == "COMPLETED" and t.get("unusable"):
         # it ran, but what it measured is why the strategy failed: not a success
         return [f"  ✗ {label}  {fmt_duration(t['duration_s'])}: {UNUSABLE_WORDS}"]

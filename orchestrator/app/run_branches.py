@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 from ..errors import ConfigError, GitError, UsageError
-from ..log.runs import FINISHED
+from ..log.state import FINISHED_OUTCOMES
 
 _GEN = re.compile(r"(\d+)")
 
@@ -30,7 +30,7 @@ def finished_run_branches(run_id: str, repo_path: str) -> list[str]:
     except UsageError as exc:
         raise ConfigError(f"{what}: {exc}") from None
     manifest = found.manifest
-    if manifest.status not in FINISHED:  # failed too: its candidates' branches are still there to take
+    if manifest.status not in FINISHED_OUTCOMES:  # failed too: its candidates' branches are still there to take
         raise ConfigError(
             f"{what}: the run is {manifest.status}, not finished; resume it first (orchestrator --resume {run_id})"
         )

@@ -22,7 +22,7 @@ import msgspec
 from ..errors import UsageError
 from .eventlog import WriterLock
 from .events import utc_ts
-from .state import write_snapshot_bytes
+from .state import FINISHED_OUTCOMES, write_snapshot_bytes
 
 
 class RunDirs(msgspec.Struct, frozen=True, kw_only=True):
@@ -201,9 +201,6 @@ def remove_run_state(dirs: RunDirs, run_id: str) -> None:
     shutil.rmtree(dirs.state / run_id, ignore_errors=True)
 
 
-FINISHED = ("completed", "failed")
-
-
 def is_resumable(dirs: RunDirs, run_id: str) -> bool:
     """The run has a manifest and did not finish: ``--resume`` continues it from its log.
 
@@ -211,7 +208,7 @@ def is_resumable(dirs: RunDirs, run_id: str) -> bool:
     crashed (kill -9, power loss): resumable too.
     """
     try:
-        return read_manifest(dirs, run_id).status not in FINISHED
+        return read_manifest(dirs, run_id).status not in FINISHED_OUTCOMES
     except UsageError:
         return False
 
