@@ -46,33 +46,26 @@ UNCOMMITTED_SCRIPT = (
     '  git add -A && git commit -q --no-verify -m "$2" && echo committed\n'
     "fi\n"
 )
-# Every task's process runs under a wrapper that, once the process exits,
-# writes one last stderr line (taken out of the stream by run_exec) and exits
-# with the process's status. A busy Docker engine can close an exec's output
-# before it has copied it, leaving a clean, empty stream and the real exit
-# status; that line is how a complete output is told from a lost one.
+# Every task's process runs under a wrapper that, once the process exits, writes one last stderr line
+# (taken out of the stream by run_exec) and exits with the process's status: a busy Docker engine can
+# close an exec's output before it has copied it, leaving a clean, empty stream and the real exit
+# status, and that line is how a complete output is told from a lost one.
 #
-# For an agent whose uncommitted work is looked at, the line carries the count
-# of files it left (as UNCOMMITTED_SCRIPT counts them, without taking git's
-# optional index lock), so the look costs no `docker exec` of its own; only when
-# there is something to commit does a second exec follow. Before the agent
-# starts, this wrapper checks that git can read the task's commit and its tree:
-# a repository that is unusable inside the container (its alternates name a
-# store the container does not have, its objects are unreadable) would fail
-# every commit of the agent, and the task would end "completed" with no branch.
-# It then writes the cause on one marked stderr line and exits GIT_UNUSABLE_EXIT
-# without starting the agent.
+# For an agent whose uncommitted work is looked at, the line carries the count of files it left (as
+# UNCOMMITTED_SCRIPT counts them, without git's optional index lock), so the look costs no `docker
+# exec` of its own. Before the agent starts, the wrapper checks that git can read the task's commit and
+# its tree: a repository unusable inside the container (alternates naming a store it lacks, unreadable
+# objects) would fail every commit of the agent, and the task would end "completed" with no branch.
+# It then writes the cause on one marked stderr line and exits GIT_UNUSABLE_EXIT.
 #
-# The agent's first line names its session. The wrapper of an agent that can
-# resume also keeps that line in the task's home volume, where the session itself
-# lives (it outlasts the container, and a read-only workspace cannot hold it): if
-# the orchestrator dies before it read the line (a stream lagging on a loaded
-# machine or a slow link), the resume reads it there and continues the session
-# instead of paying for the agent's work again. The runner names the file in
-# $ORCHESTRATOR_FIRST_LINE (unset for a command). The line passes through a FIFO
-# so that the agent stays the wrapper's own child (END_AGENT_SCRIPT signals
-# those); the reader ignores SIGTERM, so the agent's last lines still flow while
-# it saves its session. Without mkfifo the agent runs as before.
+# The agent's first line names its session. The wrapper of an agent that can resume also keeps that
+# line in the task's home volume, where the session itself lives (it outlasts the container, and a
+# read-only workspace cannot hold it): if the orchestrator dies before it read the line (a stream
+# lagging on a loaded machine or a slow link), the resume reads it there and continues the session
+# instead of paying for the agent's work again. The runner names the file in $ORCHESTRATOR_FIRST_LINE
+# (unset for a command). The line passes through a FIFO so that the agent stays the wrapper's own
+# child (END_AGENT_SCRIPT signals those); the reader ignores SIGTERM, so the agent's last lines still
+# flow while it saves its session. Without mkfifo the agent runs as before.
 FIRST_LINE_ENV = "ORCHESTRATOR_FIRST_LINE"
 _RUN_KEEPING_THE_FIRST_LINE = (
     f'k="${FIRST_LINE_ENV}"\n'

@@ -36,13 +36,12 @@ WORKSPACE_VOLUME_PREFIX = "orc_ws_"
 # Remote engines: where the engine's object cache (object_cache.py) is mounted, read-only.
 OBJECT_CACHE_MOUNT = "/orchestrator-objects"
 TMPFS_OPTIONS = "rw,exec,nosuid,nodev,size=256m,mode=1777"
-# An offline container on the local engine gets no network from the engine at all
-# (``network_disabled``): Docker then skips the network namespace it sets up even
-# for ``network_mode: none`` (two re-runs of dockerd's own binary and the kernel's
-# namespace set-up and tear-down: about 0.2 CPU-seconds and 0.3 s per container on
-# a 2-core machine; bench/container_start.py). It also writes no /etc/hosts, so this
-# one, kept in the run's folder, is bound in its place: ``localhost`` must resolve
-# for tools that serve or call something on the container's own loopback.
+# An offline container on the local engine gets no network from the engine at all (``network_disabled``):
+# Docker then skips the network namespace it sets up even for ``network_mode: none`` (two re-runs of
+# dockerd's own binary and the kernel's namespace set-up and tear-down: about 0.2 CPU-seconds and 0.3 s
+# per container on a 2-core machine; bench/container_start.py). It also writes no /etc/hosts, so this
+# one, kept in the run's folder, is bound in its place: ``localhost`` must resolve for tools that use
+# the container's own loopback.
 OFFLINE_HOSTS = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
 OFFLINE_HOSTS_NAME = ".offline-hosts"
 PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")

@@ -1,7 +1,5 @@
-"""What every phase of the Docker runner shares: the task's event emitter, its
-session volume, stopping its container, and the failure verdict a phase hands
-back to :meth:`~.docker_runner.DockerRunner.run`.
-"""
+"""What every phase of the Docker runner shares: the task's event emitter, its session volume,
+stopping its container, and the failure verdict a phase hands back to :meth:`~.docker_runner.DockerRunner.run`."""
 
 from __future__ import annotations
 

@@ -1,18 +1,13 @@
 """One ``docker exec`` of the agent, streamed into the plugin's parser.
 
-The exec is started on the daemon's hijacked connection (``socket=True``) so
-the prompt can be written to stdin when the plugin asks for it (prompts over
-~100 KB do not fit on a command line). Frames of Docker's multiplexed stream
-are read one at a time on a worker thread; the event loop parses them and
-forwards each :class:`AgentEvent` as it arrives.
-
-On cancellation (task timeout or Ctrl+C) the output is read on while the process
-is ended (``on_cancel``): the lines an agent writes last, and on a loaded machine
-even its first (the one naming its session), may not have been read yet, and a
-resume without the session pays for the work again.
-
-This is where a task's output enters the process, so its terminal codes are
-taken out here, once (docs/cli.md, "Output without terminal codes").
+The exec is started on the daemon's hijacked connection (``socket=True``) so the prompt can be
+written to stdin (prompts over ~100 KB do not fit on a command line); frames of Docker's multiplexed
+stream are read one at a time on a worker thread, each :class:`AgentEvent` forwarded as it arrives.
+On cancellation (task timeout or Ctrl+C) the output is read on while the process is ended: the lines
+an agent writes last, and on a loaded machine even its first (the one naming its session), may not
+have been read yet, and a resume without the session pays for the work again. A task's output enters
+the process here, so its terminal codes are taken out here, once (docs/cli.md, "Output without
+terminal codes").
 """
 
 from __future__ import annotations
@@ -144,10 +139,9 @@ def _append_tail(tail: bytearray, data: bytes) -> None:
 
 
 class OutputReader:
-    """What one exec's process wrote, parsed as it arrives, whichever way it arrives (a
-    Docker socket or a Kubernetes exec): stdout into the plugin's parser, the tails of
-    both streams kept, the agent wrapper's end line taken out of stderr, and terminal
-    codes removed from all of it."""
+    """What one exec's process wrote, parsed as it arrives (a Docker socket or a Kubernetes exec): stdout
+    into the plugin's parser, the tails of both streams kept, the agent wrapper's end line taken out of
+    stderr, and terminal codes removed from all of it."""
 
     def __init__(
         self, parser: StreamParser, on_event: Callable[[AgentEvent], Awaitable[None] | None], *, wrapped: bool
@@ -315,10 +309,8 @@ async def drain_on_cancel(
     on_cancel: Callable[[], Awaitable[object]], container: str, reading: anyio.CancelScope, stream_done: anyio.Event
 ) -> None:
     """On the caller's cancellation: end the process, read on to the stream's end, then stop the reading.
-
-    Started beside a reading shielded from the caller's cancellation (``reading``,
-    set ``stream_done`` when it ends); any exec stream that can end its process
-    while its output is still read can use it (kube_exec.stream_exec does the same)."""
+    Started beside a reading shielded from that cancellation (``reading``, which sets ``stream_done``
+    when it ends), for any exec stream whose output is read while its process ends (kube_exec's too)."""
     try:
         await anyio.sleep_forever()
     except anyio.get_cancelled_exc_class():

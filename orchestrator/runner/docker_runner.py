@@ -8,7 +8,6 @@ grace to exit, the container is stopped in a shielded scope, the workspace kept 
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import time
@@ -18,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import anyio.to_thread
 import msgspec
 
 from ..errors import ConfigError, ContainerError, GitError, RunnerError, UsageError
@@ -38,7 +36,7 @@ from .docker_core import (
 from .docker_exec import ExecOutput
 from .docker_workspace import WorkspaceSetup
 from .git_cleanup import delete_run_branches
-from .git_cmd import run_git
+from .git_cmd import in_thread, run_git
 from .object_cache import ObjectCache, ObjectCacheSettings
 from .plugin import AgentOutcome, RunnerPlugin
 from .reaper import WorkspaceReaper
@@ -388,13 +386,10 @@ class DockerRunner:
         message = "".join(f"@@branch {state}: {name}\n" for name, state in outcome.items())
         # A successful task always has an artifact: this one made no branch, and
         # its commit is the base's, as for any task that changed nothing.
-        base = await anyio.to_thread.run_sync(
-            functools.partial(
-                run_git,
-                ["rev-parse", "--verify", "-q", f"{request.base_branch}^{{commit}}"],
-                cwd=Path(request.repo_path),
-                check=False,
-            )
+        base = await in_thread(run_git)(
+            ["rev-parse", "--verify", "-q", f"{request.base_branch}^{{commit}}"],
+            cwd=Path(request.repo_path),
+            check=False,
         )
         artifact = BranchArtifact(
             branch_planned=request.branch_name,

@@ -73,7 +73,7 @@ class WorkspaceSetup:
     emit_event: TaskEvents
     object_cache: ObjectCache
     # finished checkouts a new task may start in (see workspace_reuse.py)
-    spares: WorkspaceReaper | None = None
+    spares: WorkspaceReaper
 
     async def prepare(
         self, request: InstanceRequest, workspace: Path, on_event: RunnerEventCallback | None
@@ -201,7 +201,7 @@ class WorkspaceSetup:
         elif mode == "shared_objects":
             # Before the container: it mounts the store, which must exist by then.
             store = await self._object_store(request, workspace)
-            spare = self.spares.take(store) if self.spares is not None and not self.host.archive else None
+            spare = self.spares.take(store) if not self.host.archive else None
             if spare is not None:
                 # before the container too: it mounts the directory now at this path
                 spare = await anyio.to_thread.run_sync(_move_in, spare, workspace, limiter=self.host.limiter)

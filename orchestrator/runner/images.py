@@ -70,10 +70,8 @@ async def sync_image(
 async def preflight_images(
     specs: Sequence[HostSpec], image: str, *, sync: bool, progress: ProgressFn = _stderr
 ) -> dict[str, str]:
-    """Every host has ``image`` with this machine's image ID (syncing it if asked).
-
-    Returns host name -> image ID. Raises PreflightError naming the host.
-    """
+    """Every host has ``image`` with this machine's image ID (syncing it if asked): host name -> image ID,
+    or PreflightError naming the host."""
     local = DockerHost(name="local")
     hosts = {spec.name: docker_host(spec) for spec in specs}
     try:

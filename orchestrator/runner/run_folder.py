@@ -1,10 +1,8 @@
-"""A finished run's folder under the workspace root, given back.
+"""A finished run's folder under the workspace root, given back (docs/results.md).
 
-Once the run has finished, its object store and the pristine indexes serve
-nothing and go at once; a run that can still be resumed keeps all of it
-(docs/results.md). A failed task's workspace, kept for a post-mortem, borrowed
-its history from the store: its alternates are pointed at your repository's own
-objects first, which hold everything the store held, so ``git log`` still works there.
+A failed task's workspace, kept for a post-mortem, borrowed its history from the run's object store:
+its alternates are pointed at your repository's own objects first, which hold everything the store
+held, so ``git log`` still works there.
 """
 
 from __future__ import annotations
