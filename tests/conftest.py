@@ -168,8 +168,15 @@ def _group_for_workers(config, items) -> None:
             item._id = coerce_node_id(f"{item.nodeid}@{group}")
     if getattr(config.option, "loadgroup", False):
         # Workers take work in collection order: the long chains (a group, a
-        # torture test) go first, so the run does not end waiting on one of them.
-        items.sort(key=lambda it: 0 if "@" in it.nodeid else 1 if "slow" in it.keywords else 2)
+        # torture test) go first, so the run does not end waiting on one of them,
+        # and the tests without Docker (each a second or less) last: in file order
+        # a minute-long Docker test late in the alphabet kept one worker busy while
+        # the other five had nothing left to take.
+        items.sort(
+            key=lambda it: (
+                0 if "@" in it.nodeid else 1 if "slow" in it.keywords else 2 if "docker" in it.keywords else 3
+            )
+        )
 
 
 # tryfirst: pytest-xdist reads the groups in its own hook of this name, so they
