@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from orchestrator.strategy import ConfigError, Context, TaskInput, strategy_options
+from orchestrator.strategy import ConfigError, Context, TaskInput, TaskResult, strategy_options
 
 from . import schemas
 from ._json import ask_twice, score_of
@@ -30,6 +30,24 @@ def feedback_of(data: Any) -> dict[str, Any] | None:
     return {"score": scored["score"], "feedback": text.strip()}
 
 
+def _review_task(
+    prompt: str, base_branch: str, current: TaskResult, criteria: str, reviewer_model: str | None
+) -> dict[str, Any]:
+    """A read-only review of ``current``'s branch that asks for feedback the author can act on."""
+    return review_task(
+        prompt=prompt,
+        subject="work done",
+        subject_text=current["final_message"],
+        base=base_branch,
+        branch=branch_of(current),
+        criteria=criteria,
+        model=reviewer_model,
+        heading="The author's summary",
+        advice=" Give feedback the author can act on.",
+        schema=REVIEW_SCHEMA,
+    )
+
+
 @strategy_options(prepare=_prepare, requires_resume=True)
 async def iterative(
     prompt,
@@ -53,18 +71,7 @@ async def iterative(
     unreviewed = False
     for n in range(1, iterations + 1):
         branch = branch_of(current)
-        review = review_task(
-            prompt=prompt,
-            subject="work done",
-            subject_text=current["final_message"],
-            base=base_branch,
-            branch=branch,
-            criteria=criteria,
-            model=reviewer_model,
-            heading="The author's summary",
-            advice=" Give feedback the author can act on.",
-            schema=REVIEW_SCHEMA,
-        )
+        review = _review_task(prompt, base_branch, current, criteria, reviewer_model)
         try:
             verdict, _, _ = await ask_twice(
                 ctx, review, ("review", f"iter-{n}"), feedback_of, schemas.FEEDBACK, at_cap_raise=True
