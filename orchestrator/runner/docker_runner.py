@@ -210,8 +210,7 @@ class DockerRunner:
             with anyio.CancelScope(shield=True):
                 if task.container_known:
                     with anyio.move_on_after(AGENT_STOP_GRACE_S + 15):
-                        # kept, with its workspace, for --resume
-                        await self.stopper.stop_quietly(task.request, on_event)
+                        await self._stop_interrupted(task.request, on_event)
                 self.emit_event(
                     task.request,
                     on_event,
@@ -220,6 +219,13 @@ class DockerRunner:
                     workspace_path=str(task.workspace) if task.workspace else None,
                 )
             raise
+
+    async def _stop_interrupted(self, request: InstanceRequest, on_event: RunnerEventCallback | None) -> None:
+        """Ctrl+C: the container is stopped (kept, with its workspace, for ``--resume``).
+
+        A hook: the Kubernetes runner ends the agent and keeps its Pod running instead.
+        """
+        await self.stopper.stop_quietly(request, on_event)
 
     async def _pipeline(self, task: _Task, plugin: RunnerPlugin) -> RunnerResult:
         """validate -> workspace + container -> execute -> output -> collect -> cleanup."""
