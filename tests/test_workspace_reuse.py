@@ -187,3 +187,24 @@ def test_runs_of_one_command_reuse_finished_checkouts_and_leave_nothing_to_the_n
         assert not list((tmp_path / "ws" / run_id).glob("*.deleting-*"))
     finally:
         remove_run(None, run_id)
+
+
+def test_a_kill_right_after_a_finished_checkout_is_moved_in_leaves_nothing_a_resume_continues(tmp_path):
+    # A task takes a finished task's checkout: it is moved to the task's path, then made
+    # new. Killed in between, the resume found a "kept" workspace with the other task's
+    # commits and its agent committed on top of them (seen in the SIGKILL-and-resume test).
+    from orchestrator.runner.docker_workspace import _move_in
+
+    spare = make_repo(tmp_path / "k_finished")
+    git(spare, "commit", "-q", "--allow-empty", "-m", "the finished task's work")
+    git_ops._mark_whole(
+        spare, git_ops.WorkspaceInfo(path=spare, base_branch="main", base_commit=git(spare, "rev-parse", "HEAD"))
+    )
+    assert not isinstance(git_ops.kept_workspace(spare), str)  # what a finished checkout looks like
+    pristine = tmp_path / "k_finished.pristine"
+    pristine.write_bytes(b"")
+    workspace = tmp_path / "k_next"
+    workspace.mkdir()
+    assert _move_in((spare, pristine), workspace) is not None
+    why = git_ops.kept_workspace(workspace)
+    assert isinstance(why, str) and "not completely prepared" in why, why

@@ -53,6 +53,10 @@ def _move_in(spare: tuple[Path, Path], workspace: Path) -> tuple[Path, Path] | N
     """Put a finished checkout where the empty directory :func:`_reset_workspace` made is
     (None, and that directory back, when it cannot be moved there: the task then clones)."""
     try:
+        # Its last task's markers go first: killed before the checkout is made new, the
+        # task must not find a "kept" workspace holding another task's commits (it clones).
+        for marker in ("BASE_COMMIT", "BASE_BRANCH"):
+            (spare[0] / ".git" / marker).unlink(missing_ok=True)
         os.rmdir(workspace)
         os.rename(spare[0], workspace)
     except OSError:
