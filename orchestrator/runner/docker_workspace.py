@@ -55,8 +55,7 @@ def _move_in(spare: tuple[Path, Path], workspace: Path) -> tuple[Path, Path] | N
     try:
         # Its last task's markers go first: killed before the checkout is made new, the
         # task must not find a "kept" workspace holding another task's commits (it clones).
-        for marker in ("BASE_COMMIT", "BASE_BRANCH"):
-            (spare[0] / ".git" / marker).unlink(missing_ok=True)
+        git_ops.unmark_whole(spare[0])
         os.rmdir(workspace)
         os.rename(spare[0], workspace)
     except OSError:

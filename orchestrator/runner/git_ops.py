@@ -498,6 +498,12 @@ def _mark_whole(workspace: Path, info: WorkspaceInfo) -> None:
             os.lchown(git_dir / name, CONTAINER_UID, CONTAINER_GID)
 
 
+def unmark_whole(workspace: Path) -> None:
+    """Take the markers away: the workspace is no longer one a resumed task continues in."""
+    for name in ("BASE_COMMIT", "BASE_BRANCH"):
+        (workspace / ".git" / name).unlink(missing_ok=True)
+
+
 def pristine_index_path(workspace: Path) -> Path:
     """Where the index of a fresh ``shared_objects`` checkout is kept, out of its agent's reach: it
     says which files are still as checked out when :mod:`.workspace_reuse` reuses the checkout."""
