@@ -73,7 +73,8 @@ class WorkspaceReaper:
         # deleted in its turn all the same: a put left waiting on an abandoned thread
         # could land after aclose's stop marks, and that workspace was never deleted.
         self._queue.put((doomed, workspace))
-        await anyio.to_thread.run_sync(self._wait_for_room, abandon_on_cancel=True)
+        if self._queue.qsize() > self._backlog:  # no thread to start when there is room
+            await anyio.to_thread.run_sync(self._wait_for_room, abandon_on_cancel=True)
 
     def take(self, object_store: Path) -> tuple[Path, Path] | None:
         """A finished checkout borrowing from ``object_store`` and its pristine index, or None."""
